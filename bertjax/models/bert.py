@@ -1,0 +1,230 @@
+"""The BERT encoder in Flax linen: embeddings, post-LN transformer layers, pooler.
+
+Shapes: B = batch, S = sequence length, H = hidden size, N = heads, D = head size.
+Parameter tree of `BertEncoder` (unrolled; with `scan_layers` the layers are one
+`encoder/layers` subtree with a leading [L] axis)::
+
+    embeddings/{word_embeddings,position_embeddings,token_type_embeddings}/embedding
+    embeddings/LayerNorm/{scale,bias}
+    encoder/layer_{i}/attention/{query,key,value,output}/{kernel,bias}
+    encoder/layer_{i}/attention_norm/{scale,bias}
+    encoder/layer_{i}/intermediate/{kernel,bias}
+    encoder/layer_{i}/output/{kernel,bias}
+    encoder/layer_{i}/output_norm/{scale,bias}
+    pooler/{kernel,bias}
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.models.config import BertConfig
+
+Array = jax.Array
+_partition = nn.with_logical_partitioning
+
+
+def dense_init(config: BertConfig, names: tuple[str, ...]):
+    """Truncated-normal(initializer_range) kernel init carrying logical axis names."""
+    return _partition(nn.initializers.truncated_normal(config.initializer_range), names)
+
+
+def zeros_init(names: tuple[str, ...]):
+    return _partition(nn.initializers.zeros_init(), names)
+
+
+def activation(name: str):
+    """'gelu' = exact erf GELU (Hugging Face), 'gelu_tanh' = original TF approximation."""
+    return {
+        "gelu": functools.partial(jax.nn.gelu, approximate=False),
+        "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
+        "relu": jax.nn.relu,
+    }[name]
+
+
+def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
+        scale_init=_partition(nn.initializers.ones_init(), ("embed",)),
+        bias_init=zeros_init(("embed",)), name=name)
+
+
+def dense(config: BertConfig, features: int, names: tuple[str, str], name: str) -> nn.Dense:
+    return nn.Dense(
+        features, dtype=config.dtype, param_dtype=config.param_dtype,
+        kernel_init=dense_init(config, names), bias_init=zeros_init(names[1:]), name=name)
+
+
+class BertEmbeddings(nn.Module):
+    """Token + segment + learned position embeddings, then LayerNorm and dropout."""
+
+    config: BertConfig
+
+    def setup(self):
+        config = self.config
+
+        def embed(num, names, name):
+            return nn.Embed(num, config.hidden_size, dtype=config.dtype, param_dtype=config.param_dtype,
+                            embedding_init=dense_init(config, names), name=name)
+
+        self.word_embeddings = embed(config.vocab_size, ("vocab", "embed"), "word_embeddings")
+        self.position_embeddings = embed(config.max_position_embeddings, ("position", "embed"),
+                                         "position_embeddings")
+        self.token_type_embeddings = embed(config.type_vocab_size, ("token_type", "embed"),
+                                           "token_type_embeddings")
+        self.layer_norm = layer_norm(config, "LayerNorm")
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def __call__(self, input_ids: Array, token_type_ids: Array, deterministic: bool) -> Array:
+        """<int>[B, S] ids -> <dtype>[B, S, H]."""
+        positions = jnp.arange(input_ids.shape[-1])[None, :]
+        x = (self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+             + self.position_embeddings(positions))
+        x = self.layer_norm(x)
+        return self.dropout(x, deterministic=deterministic)
+
+    def attend(self, x: Array) -> Array:
+        """Tied decoder: <dtype>[..., H] -> <dtype>[..., vocab] logits (no bias)."""
+        return self.word_embeddings.attend(x)
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head self-attention with the output projection (before residual + LN)."""
+
+    config: BertConfig
+    deterministic: bool
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array) -> Array:
+        """x <dtype>[B, S, H], mask <bool>[B, S] (True = real token) -> <dtype>[B, S, H]."""
+        config = self.config
+        batch, length, _ = x.shape
+        split = (batch, length, config.num_attention_heads, config.head_dim)
+        q, k, v = (dense(config, config.hidden_size, ("embed", "heads"), name)(x).reshape(split)
+                   for name in ("query", "key", "value"))
+        q, k, v = (nn.with_logical_constraint(t, ("act_batch", "act_length", "act_heads", "act_kv"))
+                   for t in (q, k, v))
+        if config.attention_impl == "fused":
+            context = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :])
+        else:
+            context = self._xla_attention(q, k, v, mask)
+        context = context.reshape(batch, length, config.hidden_size)
+        return dense(config, config.hidden_size, ("heads", "embed"), "output")(context)
+
+    def _xla_attention(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
+        """Softmax attention in plain XLA ops, with attention dropout; <dtype>[B, S, N, D]."""
+        scores = jnp.einsum("bqnd,bknd->bnqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
+        scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+        probs = nn.Dropout(self.config.attention_probs_dropout_prob)(probs, deterministic=self.deterministic)
+        return jnp.einsum("bnqk,bknd->bqnd", probs, v)
+
+
+class BertLayer(nn.Module):
+    """One post-LN transformer layer. Returns (x, None) so it can be scanned."""
+
+    config: BertConfig
+    deterministic: bool
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array) -> tuple[Array, None]:
+        config = self.config
+        dropout = nn.Dropout(config.hidden_dropout_prob)
+        attended = BertSelfAttention(config, self.deterministic, name="attention")(x, mask)
+        x = layer_norm(config, "attention_norm")(x + dropout(attended, deterministic=self.deterministic))
+        x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
+        hidden = dense(config, config.intermediate_size, ("embed", "mlp"), "intermediate")(x)
+        hidden = nn.with_logical_constraint(activation(config.hidden_act)(hidden),
+                                            ("act_batch", "act_length", "act_mlp"))
+        out = dense(config, config.hidden_size, ("mlp", "embed"), "output")(hidden)
+        x = layer_norm(config, "output_norm")(x + dropout(out, deterministic=self.deterministic))
+        return nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed")), None
+
+
+REMAT_POLICIES = {
+    "full": None,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class BertTransformer(nn.Module):
+    """The stack of layers, unrolled or scanned, with optional rematerialisation."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+        config = self.config
+        layer = BertLayer
+        if config.remat_policy != "none":
+            layer = nn.remat(BertLayer, policy=REMAT_POLICIES[config.remat_policy], prevent_cse=not config.scan_layers)
+        if config.scan_layers:
+            stack = nn.scan(
+                layer, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
+                in_axes=nn.broadcast, length=config.num_hidden_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"})
+            x, _ = stack(config, deterministic, name="layers")(x, mask)
+            return x
+        for i in range(config.num_hidden_layers):
+            x, _ = layer(config, deterministic, name=f"layer_{i}")(x, mask)
+        return x
+
+
+class BertEncoder(nn.Module):
+    """BERT encoder + pooler.
+
+    __call__(input_ids <int>[B, S], token_type_ids <int>[B, S] = zeros,
+             attention_mask <int|bool>[B, S] = ones, deterministic=True)
+      -> (sequence_output <dtype>[B, S, H], pooled_output <dtype>[B, H])
+    """
+
+    config: BertConfig
+
+    def setup(self):
+        self.embeddings = BertEmbeddings(self.config)
+        self.encoder = BertTransformer(self.config)
+        self.pooler = dense(self.config, self.config.hidden_size, ("embed", "mlp"), "pooler")
+
+    def __call__(self, input_ids: Array, token_type_ids: Array | None = None,
+                 attention_mask: Array | None = None, deterministic: bool = True) -> tuple[Array, Array]:
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
+        if input_ids.shape[1] > self.config.max_position_embeddings:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
+                             f"{self.config.max_position_embeddings}")
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = jnp.ones_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids, deterministic)
+        x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
+        x = self.encoder(x, attention_mask.astype(bool), deterministic)
+        pooled = jnp.tanh(self.pooler(x[:, 0]))
+        return x, pooled
+
+    def attend(self, x: Array) -> Array:
+        """Tied MLM decoder through the word embeddings: [..., H] -> [..., vocab]."""
+        return self.embeddings.attend(x)
+
+
+def stack_layers(encoder_params: dict[str, Any], num_layers: int) -> dict[str, Any]:
+    """Unrolled `encoder/layer_i` params -> scanned `encoder/layers` with a leading [L] axis."""
+    encoder = encoder_params["encoder"]
+    layers = [encoder[f"layer_{i}"] for i in range(num_layers)]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *layers)
+    return {**encoder_params, "encoder": {"layers": stacked}}
+
+
+def unstack_layers(encoder_params: dict[str, Any]) -> dict[str, Any]:
+    """Scanned `encoder/layers` params -> unrolled `encoder/layer_i` (the inverse of stack_layers)."""
+    stacked = encoder_params["encoder"]["layers"]
+    num_layers = jax.tree_util.tree_leaves(stacked)[0].shape[0]
+    layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], stacked) for i in range(num_layers)}
+    return {**encoder_params, "encoder": layers}

@@ -1,0 +1,118 @@
+"""BertConfig: the model's hyperparameters, validated at construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+ATTENTION_IMPLS = ("xla", "fused")
+DTYPES = ("float32", "bfloat16", "float16")
+
+# (layers, hidden, heads, intermediate) of the released models (BERT_REFERENCE.md).
+PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (4, 512, 8, 2048),
+    "medium": (8, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """BERT hyperparameters. Defaults are BERT-base uncased, faithful to the original.
+
+    `hidden_act`: "gelu" is the exact erf form (Hugging Face parity), "gelu_tanh" the
+    original TF release's approximation. `dtype` is the compute dtype, `param_dtype`
+    the stored (master) dtype. `scan_layers`/`remat_policy`/`attention_impl` change
+    how the encoder is compiled, never what it computes.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    scan_layers: bool = False
+    remat_policy: str = "none"
+    attention_impl: str = "xla"
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"BertConfig.{name} must be a positive int, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
+        self._check_choice("hidden_act", ACTIVATIONS)
+        self._check_choice("dtype", DTYPES)
+        self._check_choice("param_dtype", DTYPES)
+        self._check_choice("remat_policy", REMAT_POLICIES)
+        self._check_choice("attention_impl", ATTENTION_IMPLS)
+        if self.attention_impl == "fused" and self.attention_probs_dropout_prob > 0:
+            raise ValueError(
+                "BertConfig.attention_impl='fused' needs attention_probs_dropout_prob=0 "
+                f"(got {self.attention_probs_dropout_prob}); use attention_impl='xla' for attention dropout")
+        if not isinstance(self.scan_layers, bool):
+            raise ValueError(f"BertConfig.scan_layers must be a bool, got {self.scan_layers!r}")
+
+    def _check_choice(self, name: str, choices: tuple[str, ...]):
+        value = getattr(self, name)
+        if value not in choices:
+            raise ValueError(f"BertConfig.{name} must be one of {choices}, got {value!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "BertConfig":
+        """A released size (tiny, mini, small, medium, base, large) with optional overrides."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown BERT preset {name!r}; expected one of {sorted(PRESETS)}")
+        layers, hidden, heads, intermediate = PRESETS[name]
+        sizes = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                     intermediate_size=intermediate)
+        return cls(**{**sizes, **overrides})
+
+    def replace(self, **changes: Any) -> "BertConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "BertConfig":
+        """Builds a config from a dict, rejecting unknown keys with the source named."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown BertConfig keys {unknown}; known keys are {sorted(known)}")
+        return cls(**values)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,127 @@
+"""Device mesh and logical axis rules: the only place they live.
+
+Every parameter and key activation in bertjax is annotated with *logical* axis
+names (`nn.with_logical_partitioning`, `nn.with_logical_constraint`). This module
+maps those names onto the physical mesh axes ``('data', 'fsdp', 'tensor')``:
+
+* ``data``   -- pure data parallelism: parameters replicated, batch split.
+* ``fsdp``   -- batch split *and* parameters/optimizer state split (ZeRO-3 style).
+* ``tensor`` -- Megatron-style tensor parallelism over heads, MLP and vocabulary.
+
+A dimension whose size the mesh axis does not divide is left replicated (jax
+arrays must split evenly), so e.g. BERT's 30522-token vocabulary still works on a
+4-way tensor axis.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# Logical axis name -> mesh axis (or tuple of mesh axes, or None = replicated).
+# Parameter axes:
+#   vocab, position, token_type : embedding table rows
+#   embed                       : the hidden size H
+#   heads                       : attention projections' output features (H = heads x head_dim)
+#   mlp                         : feed-forward / head hidden features
+#   classes                     : task-head outputs (few, never split)
+#   layers                      : the stacked layer axis when scanning over layers
+# Activation axes (prefix act_): batch, length, embed, heads, mlp, vocab.
+LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
+    ("vocab", "tensor"),
+    ("position", None),
+    ("token_type", None),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("classes", None),
+    ("layers", None),
+    ("act_batch", ("data", "fsdp")),
+    ("act_length", None),
+    ("act_embed", None),
+    ("act_heads", "tensor"),
+    ("act_mlp", "tensor"),
+    ("act_vocab", "tensor"),
+    ("act_kv", None),
+)
+
+
+def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, tensor: int = 1) -> tuple[int, int, int]:
+    """Resolves one -1 entry ("the rest") and checks the product equals num_devices."""
+    sizes = {"data": data, "fsdp": fsdp, "tensor": tensor}
+    unknown = [name for name, size in sizes.items() if size == -1]
+    if len(unknown) > 1:
+        raise ValueError(f"mesh: at most one of data/fsdp/tensor may be -1, got {sizes}")
+    for name, size in sizes.items():
+        if size != -1 and (not isinstance(size, int) or size < 1):
+            raise ValueError(f"mesh.{name} must be a positive int or -1, got {size!r}")
+    known = math.prod(size for size in sizes.values() if size != -1)
+    if unknown:
+        if num_devices % known:
+            raise ValueError(f"mesh: {num_devices} devices are not divisible by the fixed axes {sizes}")
+        sizes[unknown[0]] = num_devices // known
+    if math.prod(sizes.values()) != num_devices:
+        raise ValueError(f"mesh: data*fsdp*tensor = {math.prod(sizes.values())} but there are {num_devices} devices ({sizes})")
+    return sizes["data"], sizes["fsdp"], sizes["tensor"]
+
+
+def create_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """Builds the ('data', 'fsdp', 'tensor') mesh over all (or the given) devices."""
+    devices = list(jax.devices() if devices is None else devices)
+    shape = mesh_shape(len(devices), data, fsdp, tensor)
+    try:
+        device_array = jax.experimental.mesh_utils.create_device_mesh(shape, devices)
+    except Exception:  # non-TPU topologies the helper cannot lay out: plain order
+        device_array = np.asarray(devices).reshape(shape)
+    return Mesh(device_array, MESH_AXES)
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    """How many ways the batch is split (data x fsdp)."""
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def logical_to_spec(logical_axes: Sequence[str | None], shape: Sequence[int] | None = None, mesh: Mesh | None = None) -> PartitionSpec:
+    """Maps logical names to a PartitionSpec; with shape+mesh, drops mesh axes that do not divide."""
+    spec = nn.logical_to_mesh_axes(tuple(logical_axes), LOGICAL_AXIS_RULES)
+    if shape is None or mesh is None:
+        return spec
+    entries = []
+    for dim, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
+        size = math.prod(mesh.shape[axis] for axis in axes)
+        entries.append(entry if dim % size == 0 else None)
+    return PartitionSpec(*entries)
+
+
+def logical_shardings(abstract_tree: Any, mesh: Mesh) -> Any:
+    """NamedShardings for a tree of `nn.LogicallyPartitioned` (or plain) abstract values.
+
+    Plain leaves (no logical names, e.g. a step counter) are replicated.
+    """
+
+    def to_sharding(leaf):
+        if isinstance(leaf, nn.LogicallyPartitioned):
+            spec = logical_to_spec(leaf.names, leaf.value.shape, mesh)
+        else:
+            spec = PartitionSpec()
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map(to_sharding, abstract_tree, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+    """Sharding of a batch array: leading axis over (data, fsdp), the rest replicated."""
+    return NamedSharding(mesh, PartitionSpec(("data", "fsdp"), *([None] * (ndim - 1))))
+
+
+def axis_rules():
+    """Context manager activating the rules for `nn.with_logical_constraint` inside jit."""
+    return nn.logical_axis_rules(LOGICAL_AXIS_RULES)
