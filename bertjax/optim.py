@@ -1,0 +1,211 @@
+"""Optimizers, learning-rate schedules and the weight-decay mask.
+
+Defaults are the original BERT release's (`optimization.py`): AdamWeightDecay with
+b1 0.9, b2 0.999, eps 1e-6, weight decay 0.01 on everything but LayerNorm and
+biases, global-norm clipping at 1.0, linear warmup then linear decay to 0.
+
+Everything is read from the `train` config section (an ml_collections ConfigDict
+or any attribute object) through these keys:
+
+    optimizer      'adamw' (the original AdamWeightDecay) | 'lamb'
+    learning_rate  peak learning rate, > 0
+    schedule       'linear' | 'cosine' | 'constant' | 'inverse_sqrt'
+    warmup_steps   linear warmup from 0 to learning_rate, 0 <= warmup_steps <= num_steps
+    num_steps      total optimizer steps
+    weight_decay   decoupled weight decay on kernels and embeddings, >= 0
+    adam_b1, adam_b2, adam_eps
+    max_grad_norm  global-norm clipping threshold; 0 disables clipping
+    adam_bias_correction  optional, default False: see `scale_by_bert_adam`
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt")
+
+# The original release's values, for configs to start from (`config.train.update(DEFAULTS)`).
+DEFAULTS = dict(
+    optimizer="adamw", schedule="linear", weight_decay=0.01, adam_b1=0.9, adam_b2=0.999,
+    adam_eps=1e-6, max_grad_norm=1.0)
+
+# Parameter leaves that get weight decay; LayerNorm scale/bias and all biases do not.
+DECAYED_LEAF_NAMES = ("kernel", "embedding")
+
+
+# --------------------------------------------------------------------------------------
+# Config access and validation
+# --------------------------------------------------------------------------------------
+
+def _get(train_config: Any, key: str) -> Any:
+    try:
+        return getattr(train_config, key)
+    except (AttributeError, KeyError):
+        raise ValueError(f"train.{key} is missing from the config") from None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_train_config(train_config: Any) -> None:
+    """Checks the optimizer/schedule keys; raises ValueError naming the first bad key."""
+
+    def check(key: str, ok: bool, requirement: str):
+        if not ok:
+            raise ValueError(f"train.{key} must be {requirement}, got {_get(train_config, key)!r}")
+
+    optimizer, schedule = _get(train_config, "optimizer"), _get(train_config, "schedule")
+    check("optimizer", optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}")
+    check("schedule", schedule in SCHEDULES, f"one of {SCHEDULES}")
+    lr = _get(train_config, "learning_rate")
+    check("learning_rate", _is_number(lr) and lr > 0, "> 0")
+    num_steps = _get(train_config, "num_steps")
+    check("num_steps", _is_int(num_steps) and num_steps >= 1, "an int >= 1")
+    warmup = _get(train_config, "warmup_steps")
+    check("warmup_steps", _is_int(warmup) and 0 <= warmup <= num_steps,
+          f"an int in [0, train.num_steps={num_steps}]")
+    if schedule == "inverse_sqrt":
+        check("warmup_steps", warmup > 0, "> 0 for the 'inverse_sqrt' schedule")
+    wd = _get(train_config, "weight_decay")
+    check("weight_decay", _is_number(wd) and wd >= 0, ">= 0")
+    for key in ("adam_b1", "adam_b2"):
+        value = _get(train_config, key)
+        check(key, _is_number(value) and 0 <= value < 1, "in [0, 1)")
+    eps = _get(train_config, "adam_eps")
+    check("adam_eps", _is_number(eps) and eps > 0, "> 0")
+    clip = _get(train_config, "max_grad_norm")
+    check("max_grad_norm", _is_number(clip) and clip >= 0, ">= 0 (0 disables clipping)")
+    bias_correction = getattr(train_config, "adam_bias_correction", False)
+    if not isinstance(bias_correction, bool):
+        raise ValueError(f"train.adam_bias_correction must be a bool, got {bias_correction!r}")
+
+
+# --------------------------------------------------------------------------------------
+# Schedules
+# --------------------------------------------------------------------------------------
+
+def make_schedule(train_config: Any) -> optax.Schedule:
+    """Learning rate as a function of the optimizer step count (0 for the first update).
+
+    Every schedule warms up linearly, lr * step / warmup_steps, for step < warmup_steps.
+    After warmup:
+      'linear'       the original: lr * (1 - min(step, num_steps) / num_steps). As in
+                     `optimization.py` the polynomial decay runs from step 0, not from the
+                     end of warmup, so right after warmup it is lr * (1 - warmup/num_steps).
+      'cosine'       lr * 0.5 * (1 + cos(pi * t)), t = (step - warmup) / (num_steps - warmup)
+                     clipped to [0, 1]: reaches 0 at num_steps.
+      'constant'     lr.
+      'inverse_sqrt' lr * sqrt(warmup_steps / step) (needs warmup_steps > 0).
+    """
+    validate_train_config(train_config)
+    lr = float(train_config.learning_rate)
+    warmup = int(train_config.warmup_steps)
+    num_steps = int(train_config.num_steps)
+    kind = train_config.schedule
+
+    def after_warmup(step):
+        if kind == "linear":
+            return lr * (num_steps - jnp.minimum(step, num_steps)) / num_steps
+        if kind == "cosine":
+            t = jnp.clip((step - warmup) / max(num_steps - warmup, 1), 0.0, 1.0)
+            return lr * 0.5 * (1.0 + jnp.cos(jnp.pi * t))
+        if kind == "constant":
+            return jnp.full_like(step, lr)
+        return lr * jnp.sqrt(warmup / jnp.maximum(step, 1.0))  # inverse_sqrt
+
+    def schedule(count):
+        step = jnp.asarray(count, jnp.float32)
+        if warmup == 0:
+            return after_warmup(step)
+        return jnp.where(step < warmup, lr * step / warmup, after_warmup(step))
+
+    return schedule
+
+
+# --------------------------------------------------------------------------------------
+# Optimizers
+# --------------------------------------------------------------------------------------
+
+def decay_mask(params: Any) -> Any:
+    """Bool tree like `params`: True for leaves named 'kernel' or 'embedding'.
+
+    LayerNorm `scale`/`bias` and every dense `bias` get no weight decay, as in the
+    original (which excludes names containing "LayerNorm", "layer_norm" and "bias").
+    """
+
+    def is_decayed(path, _):
+        names = [entry.key for entry in path if isinstance(entry, jax.tree_util.DictKey)]
+        return bool(names) and names[-1] in DECAYED_LEAF_NAMES
+
+    return jax.tree_util.tree_map_with_path(is_decayed, params)
+
+
+def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+                       bias_correction: bool = False) -> optax.GradientTransformation:
+    """Adam's direction m / (sqrt(v) + eps), by default WITHOUT bias correction.
+
+    The original AdamWeightDecayOptimizer never bias-corrects m and v, which damps the
+    first updates (a second, implicit warmup); `optax.scale_by_adam` always corrects.
+    bias_correction=True gives optax's (and Hugging Face's AdamW's) behaviour.
+    The state is `optax.ScaleByAdamState(count, mu, nu)`.
+    """
+
+    def init(params):
+        zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=jax.tree.map(zeros, params),
+                                      nu=jax.tree.map(zeros, params))
+
+    def update(updates, state, params=None):
+        del params
+        count = optax.safe_increment(state.count)
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), state.nu, updates)
+        if bias_correction:
+            mu_hat = jax.tree.map(lambda m: m / (1 - b1 ** count), mu)
+            nu_hat = jax.tree.map(lambda v: v / (1 - b2 ** count), nu)
+        else:
+            mu_hat, nu_hat = mu, nu
+        directions = jax.tree.map(lambda m, v, g: (m / (jnp.sqrt(v) + eps)).astype(g.dtype),
+                                  mu_hat, nu_hat, updates)
+        return directions, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
+def make_optimizer(train_config: Any) -> optax.GradientTransformation:
+    """The configured optimizer: clip -> optimizer with decoupled decay -> schedule.
+
+    'adamw': the original AdamWeightDecay. Per step, with g the clipped gradient:
+        m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+        param -= lr * (m / (sqrt(v) + eps) + weight_decay * param * decay_mask)
+    'lamb':  optax.lamb (bias-corrected Adam direction + decay, scaled by the layer-wise
+             trust ratio ||param|| / ||update||), same mask.
+    Clipping by global norm comes first (skipped when max_grad_norm == 0).
+    """
+    validate_train_config(train_config)
+    tc = train_config
+    schedule = make_schedule(tc)
+    parts = []
+    if tc.max_grad_norm > 0:
+        parts.append(optax.clip_by_global_norm(tc.max_grad_norm))
+    if tc.optimizer == "adamw":
+        parts += [
+            scale_by_bert_adam(tc.adam_b1, tc.adam_b2, tc.adam_eps,
+                               bias_correction=getattr(tc, "adam_bias_correction", False)),
+            optax.add_decayed_weights(tc.weight_decay, mask=decay_mask),
+            optax.scale_by_learning_rate(schedule),
+        ]
+    else:
+        parts.append(optax.lamb(schedule, b1=tc.adam_b1, b2=tc.adam_b2, eps=tc.adam_eps,
+                                weight_decay=tc.weight_decay, mask=decay_mask))
+    return optax.chain(*parts)

@@ -1,0 +1,206 @@
+"""Tests for bertjax.optim: schedules, weight-decay mask, AdamWeightDecay parity, LAMB, clipping."""
+
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from bertjax import optim
+from bertjax.models import BertConfig, BertEncoder
+
+
+def train_config(**overrides):
+    values = dict(optim.DEFAULTS, learning_rate=1e-4, warmup_steps=100, num_steps=1000)
+    values.update(overrides)
+    return ml_collections.ConfigDict(values)
+
+
+# -- schedules ------------------------------------------------------------------------
+
+def original_bert_lr(step, lr, warmup, num_steps):
+    """google-research/bert optimization.py: polynomial_decay(power=1) from step 0, then warmup."""
+    decayed = lr * (1.0 - min(step, num_steps) / num_steps)
+    return lr * step / warmup if step < warmup else decayed
+
+
+@pytest.mark.parametrize("step", [0, 1, 50, 99, 100, 101, 500, 999, 1000, 5000])
+def test_linear_schedule_matches_original(step):
+    schedule = optim.make_schedule(train_config())
+    np.testing.assert_allclose(float(schedule(step)), original_bert_lr(step, 1e-4, 100, 1000),
+                               rtol=1e-6, atol=1e-12)
+
+
+def test_linear_schedule_without_warmup():
+    schedule = optim.make_schedule(train_config(warmup_steps=0))
+    assert float(schedule(0)) == pytest.approx(1e-4)
+    assert float(schedule(500)) == pytest.approx(0.5e-4)
+
+
+def test_other_schedules():
+    lr, warmup, total = 1e-4, 100, 1000
+    cosine = optim.make_schedule(train_config(schedule="cosine"))
+    constant = optim.make_schedule(train_config(schedule="constant"))
+    inv_sqrt = optim.make_schedule(train_config(schedule="inverse_sqrt"))
+    for schedule in (cosine, constant, inv_sqrt):
+        assert float(schedule(0)) == 0.0
+        assert float(schedule(50)) == pytest.approx(lr * 0.5)
+        assert float(schedule(warmup)) == pytest.approx(lr)
+    assert float(cosine(550)) == pytest.approx(lr * 0.5, rel=1e-5)
+    assert float(cosine(total)) == pytest.approx(0.0, abs=1e-12)
+    assert float(constant(total * 3)) == pytest.approx(lr)
+    assert float(inv_sqrt(400)) == pytest.approx(lr * 0.5)
+
+
+def test_schedule_is_jittable():
+    schedule = optim.make_schedule(train_config())
+    np.testing.assert_allclose(jax.jit(schedule)(jnp.int32(500)), schedule(500))
+
+
+# -- validation -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("key,value,message", [
+    ("learning_rate", 0.0, "train.learning_rate must be > 0, got 0.0"),
+    ("warmup_steps", 2000, "train.warmup_steps must be an int in [0, train.num_steps=1000]"),
+    ("optimizer", "sgd", "train.optimizer must be one of"),
+    ("schedule", "step", "train.schedule must be one of"),
+    ("num_steps", 0, "train.num_steps must be an int >= 1"),
+    ("adam_b2", 1.0, "train.adam_b2 must be in [0, 1)"),
+    ("adam_eps", 0, "train.adam_eps must be > 0"),
+    ("max_grad_norm", -1.0, "train.max_grad_norm must be >= 0"),
+    ("weight_decay", -0.1, "train.weight_decay must be >= 0"),
+])
+def test_validate_names_the_bad_key(key, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        optim.validate_train_config(train_config(**{key: value}))
+
+
+def test_validate_missing_key_and_inverse_sqrt_warmup():
+    config = train_config()
+    del config["adam_eps"]
+    with pytest.raises(ValueError, match="train.adam_eps is missing"):
+        optim.validate_train_config(config)
+    with pytest.raises(ValueError, match="train.warmup_steps must be > 0 for the 'inverse_sqrt'"):
+        optim.validate_train_config(train_config(schedule="inverse_sqrt", warmup_steps=0))
+
+
+# -- weight-decay mask ----------------------------------------------------------------
+
+def test_decay_mask_on_bert_encoder():
+    config = BertConfig.preset("tiny", vocab_size=64, max_position_embeddings=16)
+    ids = jnp.zeros((1, 8), jnp.int32)
+    params = nn.unbox(jax.eval_shape(BertEncoder(config).init, jax.random.key(0), ids))["params"]
+    mask = optim.decay_mask(params)
+    flat = {jax.tree_util.keystr(path): value
+            for path, value in jax.tree_util.tree_leaves_with_path(mask)}
+    decayed = {name for name, value in flat.items() if value}
+    assert decayed == {name for name in flat if name.endswith("['kernel']") or name.endswith("['embedding']")}
+    assert flat["['embeddings']['word_embeddings']['embedding']"]
+    assert flat["['encoder']['layer_0']['attention']['query']['kernel']"]
+    assert not flat["['embeddings']['LayerNorm']['scale']"]
+    assert not flat["['embeddings']['LayerNorm']['bias']"]
+    assert not flat["['encoder']['layer_1']['output_norm']['scale']"]
+    assert not flat["['encoder']['layer_0']['intermediate']['bias']"]
+    assert not flat["['pooler']['bias']"]
+    # 3 embeddings + 2 layers x 6 kernels + pooler kernel.
+    assert len(decayed) == 3 + 2 * 6 + 1
+
+
+# -- AdamWeightDecay parity -----------------------------------------------------------
+
+def numpy_adam_weight_decay(params, grads_per_step, lrs, b1, b2, eps, wd, decayed, clip):
+    """The original AdamWeightDecayOptimizer (plus clip_by_global_norm), in numpy."""
+    params = {k: v.astype(np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v = {k: np.zeros_like(p) for k, p in params.items()}
+    for grads, lr in zip(grads_per_step, lrs):
+        norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads.values()))
+        scale = clip / max(norm, clip)
+        for k in params:
+            g = grads[k] * scale
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * g * g
+            update = m[k] / (np.sqrt(v[k]) + eps)
+            if decayed[k]:
+                update = update + wd * params[k]
+            params[k] = params[k] - lr * update
+    return params
+
+
+def test_adamw_matches_original_adam_weight_decay():
+    rng = np.random.default_rng(0)
+    params = {"kernel": rng.normal(size=(3, 4)).astype(np.float32),
+              "bias": rng.normal(size=(4,)).astype(np.float32)}
+    grads = [{k: (rng.normal(size=v.shape) * 0.3).astype(np.float32) for k, v in params.items()}
+             for _ in range(3)]
+    config = train_config(learning_rate=0.1, warmup_steps=2, num_steps=10, weight_decay=0.01,
+                          max_grad_norm=1.0)
+    tx = optim.make_optimizer(config)
+    schedule = optim.make_schedule(config)
+    state = tx.init(params)
+    jax_params = {k: jnp.asarray(v) for k, v in params.items()}
+    for g in grads:
+        updates, state = tx.update({k: jnp.asarray(v) for k, v in g.items()}, state, jax_params)
+        jax_params = optax.apply_updates(jax_params, updates)
+    lrs = [float(schedule(i)) for i in range(3)]
+    assert lrs[0] == 0.0 and lrs[1] == pytest.approx(0.05)
+    expected = numpy_adam_weight_decay(params, grads, lrs, 0.9, 0.999, 1e-6, 0.01,
+                                       {"kernel": True, "bias": False}, clip=1.0)
+    for k in params:
+        np.testing.assert_allclose(np.asarray(jax_params[k]), expected[k], atol=1e-6, rtol=0)
+
+
+def test_adamw_single_step_no_bias_correction():
+    """One step of the original: m = 0.1 g, v = 0.001 g^2, so the direction is ~3.16 sign(g)."""
+    params = {"kernel": jnp.array([1.0, -2.0]), "bias": jnp.array([0.5])}
+    grads = {"kernel": jnp.array([0.01, -0.02]), "bias": jnp.array([0.03])}
+    config = train_config(learning_rate=0.1, warmup_steps=0, num_steps=10, max_grad_norm=0.0)
+    tx = optim.make_optimizer(config)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    for k in params:
+        g, p = np.asarray(grads[k], np.float64), np.asarray(params[k], np.float64)
+        direction = 0.1 * g / (np.sqrt(0.001 * g * g) + 1e-6) + (0.01 * p if k == "kernel" else 0)
+        np.testing.assert_allclose(np.asarray(updates[k]), -0.1 * direction, atol=1e-6, rtol=0)
+    bias_corrected = optim.make_optimizer(train_config(
+        learning_rate=0.1, warmup_steps=0, num_steps=10, max_grad_norm=0.0, adam_bias_correction=True))
+    updates, _ = bias_corrected.update(grads, bias_corrected.init(params), params)
+    np.testing.assert_allclose(np.asarray(updates["bias"]), [-0.1], rtol=1e-4)  # ~ -lr * sign(g)
+
+
+# -- LAMB and clipping ----------------------------------------------------------------
+
+def test_lamb_runs_and_decreases_a_quadratic():
+    params = {"dense": {"kernel": jnp.ones((4, 4)), "bias": jnp.ones((4,))}}
+    loss = lambda p: jnp.sum(p["dense"]["kernel"] ** 2) + jnp.sum(p["dense"]["bias"] ** 2)
+    tx = optim.make_optimizer(train_config(optimizer="lamb", learning_rate=0.01, warmup_steps=0,
+                                           num_steps=100))
+    state = tx.init(params)
+
+    @jax.jit
+    def step(params, state):
+        updates, state = tx.update(jax.grad(loss)(params), state, params)
+        return optax.apply_updates(params, updates), state
+
+    start = float(loss(params))
+    for _ in range(5):
+        params, state = step(params, state)
+    assert np.isfinite(float(loss(params))) and float(loss(params)) < start
+
+
+def test_clipping_scales_the_gradient_to_max_norm():
+    """Adam's first moment sees the clipped gradient: mu = (1 - b1) * g * min(1, clip / |g|)."""
+    grads = {"kernel": jnp.full((100,), 10.0)}  # global norm 100
+
+    def first_moment(max_grad_norm):
+        tx = optim.make_optimizer(train_config(max_grad_norm=max_grad_norm))
+        _, state = tx.update(grads, tx.init(grads), grads)
+        adam_state = state[1] if max_grad_norm else state[0]
+        return np.asarray(adam_state.mu["kernel"])
+
+    np.testing.assert_allclose(first_moment(1.0), 0.1 * 10.0 / 100.0, rtol=1e-6)
+    np.testing.assert_allclose(first_moment(1000.0), 0.1 * 10.0, rtol=1e-6)
+    np.testing.assert_allclose(first_moment(0.0), 0.1 * 10.0, rtol=1e-6)
