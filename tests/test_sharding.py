@@ -1,0 +1,68 @@
+"""Mesh construction and sharded parameters on 8 simulated CPU devices (fsdp=4, tensor=2)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec
+
+from bertjax import sharding
+from bertjax.models import BertConfig, BertEncoder
+
+
+def test_mesh_shape_resolves_the_rest_and_validates():
+    assert sharding.mesh_shape(8, data=-1, fsdp=4, tensor=1) == (2, 4, 1)
+    assert sharding.mesh_shape(8, data=1, fsdp=-1, tensor=2) == (1, 4, 2)
+    with pytest.raises(ValueError, match="at most one"):
+        sharding.mesh_shape(8, data=-1, fsdp=-1)
+    with pytest.raises(ValueError, match="not divisible"):
+        sharding.mesh_shape(8, data=-1, fsdp=3)
+    with pytest.raises(ValueError, match="mesh.tensor must be a positive int"):
+        sharding.mesh_shape(8, data=8, tensor=0)
+
+
+def test_logical_to_spec_drops_axes_that_do_not_divide():
+    mesh = sharding.create_mesh(data=1, fsdp=4, tensor=2)
+    assert sharding.logical_to_spec(("vocab", "embed"), (30522, 768), mesh) == PartitionSpec("tensor", "fsdp")
+    assert sharding.logical_to_spec(("vocab", "embed"), (30521, 768), mesh) == PartitionSpec(None, "fsdp")
+    assert sharding.logical_to_spec(("embed", "classes"), (768, 2), mesh) == PartitionSpec("fsdp", None)
+
+
+@pytest.fixture(scope="module")
+def base_setup():
+    config = BertConfig.preset("base")
+    mesh = sharding.create_mesh(data=1, fsdp=4, tensor=2)
+    model = BertEncoder(config)
+    ids = jnp.zeros((8, 16), jnp.int32)
+    params, shardings = sharding.init_sharded(lambda: model.init(jax.random.key(0), ids)["params"], mesh)
+    return config, mesh, model, params, shardings
+
+
+def test_every_2d_base_weight_is_split_across_devices(base_setup):
+    _, mesh, _, params, _ = base_setup
+    assert len(mesh.devices.flat) == 8
+    matrices = [(path, leaf) for path, leaf in jax.tree_util.tree_leaves_with_path(params) if leaf.ndim == 2]
+    assert len(matrices) == 3 + 12 * 6 + 1  # 3 embedding tables, 6 per layer, pooler
+    for path, leaf in matrices:
+        shard_shapes = {shard.data.shape for shard in leaf.addressable_shards}
+        assert all(np.prod(s) < np.prod(leaf.shape) for s in shard_shapes), (jax.tree_util.keystr(path), shard_shapes)
+    query = params["encoder"]["layer_3"]["attention"]["query"]["kernel"]
+    assert query.sharding.spec == PartitionSpec("fsdp", "tensor")
+    assert {s.data.shape for s in query.addressable_shards} == {(192, 384)}
+
+
+def test_sharded_forward_equals_single_device(base_setup):
+    config, mesh, model, params, shardings = base_setup
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, config.vocab_size, (8, 16)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[3, 10:] = 0
+    with sharding.activate(mesh):
+        forward = jax.jit(lambda p, i, m: model.apply({"params": p}, i, None, m),
+                          in_shardings=(shardings, sharding.batch_sharding(mesh), sharding.batch_sharding(mesh)))
+        sharded_sequence, sharded_pooled = forward(params, ids, mask)
+    assert {shard.data.shape for shard in sharded_sequence.addressable_shards} == {(2, 16, 768)}
+    host_params = jax.device_get(params)
+    sequence, pooled = jax.jit(lambda p, i, m: model.apply({"params": p}, i, None, m))(host_params, ids, mask)
+    np.testing.assert_allclose(np.asarray(sharded_sequence), np.asarray(sequence), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(sharded_pooled), np.asarray(pooled), atol=1e-5)
