@@ -1,0 +1,15 @@
+"""bertjax: pre-train and fine-tune BERT in JAX/Flax.
+
+Kept light: submodules (and TensorFlow, JAX) load only when used.
+"""
+
+
+def load_pretrained(path):
+    """A checkpoint directory (Hugging Face, Google TF release) -> (BertConfig, params).
+
+    params: {"bert": encoder tree, <heads present>}, numpy float32, unrolled layout.
+    See bertjax.models.convert for the layouts and the strictness rules.
+    """
+    from bertjax.models.convert import load_pretrained as load
+
+    return load(path)

@@ -1,0 +1,433 @@
+"""Checkpoint import and export: the Hugging Face layout and Google's original TF1 release.
+
+bertjax params (unrolled layout, numpy float32; H = hidden, V = vocab, I = intermediate)::
+
+    {"bert": <BertEncoder tree, see bert.py>,
+     "mlm": {"transform": {kernel [H, H], bias}, "transform_norm": {scale, bias}, "output_bias": [V]},
+     "nsp": {kernel [H, 2], bias [2]},
+     "classifier": {kernel [H, num_labels], bias},
+     "qa_outputs": {kernel [H, 2], bias [2]}}
+
+Only the heads a checkpoint holds appear. Every variable has one row in `variable_table`
+with its Hugging Face and TF names, so import and export share one mapping.
+
+Strictness: a missing or mis-shaped variable is an error naming it with the expected and
+found shapes. Unexpected variables are an error too (weights are never dropped silently),
+except bookkeeping that holds no weights: Hugging Face `position_ids` buffers, and TF
+optimizer slots (`adam_m`, `adam_v`), `global_step` and the TF2 object graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+from typing import Any, Callable
+
+import numpy as np
+
+from bertjax.models.config import BertConfig
+
+HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
+
+# Config keys shared by BertConfig, Hugging Face config.json and TF bert_config.json.
+_ARCH_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
+              "max_position_embeddings", "type_vocab_size", "initializer_range")
+_HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+           "gelu_fast": "gelu_tanh", "relu": "relu"}
+_TF_ACT = {"gelu": "gelu_tanh", "relu": "relu"}  # the original TF "gelu" is the tanh form
+_HF_IGNORED = re.compile(r"(^|\.)position_ids$")
+_TF_IGNORED = re.compile(r"(/adam_[mv]$)|(^global_step$)|(^_CHECKPOINTABLE_OBJECT_GRAPH$)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """One parameter: its bertjax path and shape, its Hugging Face and TF names.
+
+    Hugging Face Linear weights are [out, in] (transposed vs bertjax kernels); TF kernels
+    are [in, out] except the classifier-style `output_weights`, which are [out, in].
+    """
+
+    path: tuple[str, ...]
+    shape: tuple[int, ...]
+    hf: str
+    tf: str
+
+    @property
+    def hf_transposed(self) -> bool:
+        return self.path[-1] == "kernel"
+
+    @property
+    def tf_transposed(self) -> bool:
+        return self.tf.endswith("output_weights")
+
+
+def _dense(path, hf, tf, n_in, n_out):
+    return [Variable(path + ("kernel",), (n_in, n_out), f"{hf}.weight", f"{tf}/kernel"),
+            Variable(path + ("bias",), (n_out,), f"{hf}.bias", f"{tf}/bias")]
+
+
+def _norm(path, hf, tf, size):
+    return [Variable(path + ("scale",), (size,), f"{hf}.weight", f"{tf}/gamma"),
+            Variable(path + ("bias",), (size,), f"{hf}.bias", f"{tf}/beta")]
+
+
+def _output(path, hf, tf, size, n_out):
+    """A classifier-style layer: TF stores `output_weights` [out, in] and `output_bias`."""
+    return [Variable(path + ("kernel",), (size, n_out), f"{hf}.weight", f"{tf}output_weights"),
+            Variable(path + ("bias",), (n_out,), f"{hf}.bias", f"{tf}output_bias")]
+
+
+def variable_table(config: BertConfig, heads: tuple[str, ...] = (), num_labels: int = 2) -> list[Variable]:
+    """All variables of the encoder plus `heads` (some of HEADS; the classifier has
+    `num_labels` outputs). Encoder Hugging Face names are without the "bert." prefix.
+    """
+    h, i_size, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    emb = ("bert", "embeddings")
+    table = [
+        Variable(emb + ("word_embeddings", "embedding"), (v, h),
+                 "embeddings.word_embeddings.weight", "bert/embeddings/word_embeddings"),
+        Variable(emb + ("position_embeddings", "embedding"), (config.max_position_embeddings, h),
+                 "embeddings.position_embeddings.weight", "bert/embeddings/position_embeddings"),
+        Variable(emb + ("token_type_embeddings", "embedding"), (config.type_vocab_size, h),
+                 "embeddings.token_type_embeddings.weight", "bert/embeddings/token_type_embeddings"),
+        *_norm(emb + ("LayerNorm",), "embeddings.LayerNorm", "bert/embeddings/LayerNorm", h),
+    ]
+    for i in range(config.num_hidden_layers):
+        path, hf, tf = ("bert", "encoder", f"layer_{i}"), f"encoder.layer.{i}", f"bert/encoder/layer_{i}"
+        for name in ("query", "key", "value"):
+            table += _dense(path + ("attention", name), f"{hf}.attention.self.{name}",
+                            f"{tf}/attention/self/{name}", h, h)
+        table += _dense(path + ("attention", "output"), f"{hf}.attention.output.dense",
+                        f"{tf}/attention/output/dense", h, h)
+        table += _norm(path + ("attention_norm",), f"{hf}.attention.output.LayerNorm",
+                       f"{tf}/attention/output/LayerNorm", h)
+        table += _dense(path + ("intermediate",), f"{hf}.intermediate.dense", f"{tf}/intermediate/dense",
+                        h, i_size)
+        table += _dense(path + ("output",), f"{hf}.output.dense", f"{tf}/output/dense", i_size, h)
+        table += _norm(path + ("output_norm",), f"{hf}.output.LayerNorm", f"{tf}/output/LayerNorm", h)
+    table += _dense(("bert", "pooler"), "pooler.dense", "bert/pooler/dense", h, h)
+
+    unknown = sorted(set(heads) - set(HEADS))
+    if unknown:
+        raise ValueError(f"unknown heads {unknown}; expected some of {HEADS}")
+    if "mlm" in heads:
+        table += _dense(("mlm", "transform"), "cls.predictions.transform.dense",
+                        "cls/predictions/transform/dense", h, h)
+        table += _norm(("mlm", "transform_norm"), "cls.predictions.transform.LayerNorm",
+                       "cls/predictions/transform/LayerNorm", h)
+        table.append(Variable(("mlm", "output_bias"), (v,), "cls.predictions.bias", "cls/predictions/output_bias"))
+    if "nsp" in heads:
+        table += _output(("nsp",), "cls.seq_relationship", "cls/seq_relationship/", h, 2)
+    if "classifier" in heads:
+        table += _output(("classifier",), "classifier", "", h, num_labels)
+    if "qa_outputs" in heads:
+        table += _output(("qa_outputs",), "qa_outputs", "cls/squad/", h, 2)
+    return table
+
+
+def _set(tree: dict, path: tuple[str, ...], value: np.ndarray):
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def _get(tree: dict, path: tuple[str, ...], source: str) -> np.ndarray:
+    node = tree
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            raise ValueError(f"{source}: params lack {'/'.join(path)}")
+        node = node[key]
+    return np.asarray(node)
+
+
+def _gather(table: list[Variable], tensors: dict[str, np.ndarray], fmt: str, source: str) -> dict[str, Any]:
+    """Picks every variable of `table` out of `tensors` ({name in format fmt: array}) into
+    a bertjax params tree. fmt: "hf" or "tf". Raises one error listing all missing,
+    mis-shaped and unexpected variables.
+    """
+    params, problems = {}, []
+    for var in table:
+        name = var.hf if fmt == "hf" else var.tf
+        transposed = var.hf_transposed if fmt == "hf" else var.tf_transposed
+        expected = var.shape[::-1] if transposed else var.shape
+        if name not in tensors:
+            problems.append(f"missing variable {name!r} (expected shape {expected})")
+        elif tensors[name].shape != expected:
+            problems.append(f"variable {name!r} has shape {tensors[name].shape}, expected {expected}")
+        else:
+            value = np.asarray(tensors[name], dtype=np.float32)
+            _set(params, var.path, np.ascontiguousarray(value.T) if transposed else value)
+    unexpected = sorted(set(tensors) - {var.hf if fmt == "hf" else var.tf for var in table})
+    if unexpected:
+        problems.append(f"unexpected variables (not part of a BERT of this config): {unexpected}")
+    if problems:
+        raise ValueError(f"{source}: checkpoint does not match the BERT config:\n  " + "\n  ".join(problems))
+    return params
+
+
+# ------------------------------------------------------------------------------------------------
+# Configs
+# ------------------------------------------------------------------------------------------------
+
+def _read_json(path: str) -> dict[str, Any]:
+    with open(path) as f:
+        return json.load(f)
+
+
+def _config_from_json(values: dict[str, Any], activations: dict[str, str], source: str) -> BertConfig:
+    missing = [key for key in _ARCH_KEYS if key not in values]
+    if missing:
+        raise ValueError(f"{source}: missing BERT config keys {missing}")
+    act = values.get("hidden_act")
+    if act not in activations:
+        raise ValueError(f"{source}: hidden_act {act!r} is not supported; expected one of {sorted(activations)}")
+    return BertConfig(**{key: values[key] for key in _ARCH_KEYS}, hidden_act=activations[act],
+                      layer_norm_eps=values.get("layer_norm_eps", 1e-12))
+
+
+def hf_config_to_bert(values: dict[str, Any], source: str = "config.json") -> BertConfig:
+    """Hugging Face config.json dict -> BertConfig. Rejects non-BERT variants."""
+    if values.get("model_type", "bert") != "bert":
+        raise ValueError(f"{source}: model_type {values['model_type']!r} is not 'bert'")
+    if values.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{source}: position_embedding_type {values['position_embedding_type']!r} "
+                         "is not supported; expected 'absolute'")
+    if values.get("is_decoder") or values.get("add_cross_attention"):
+        raise ValueError(f"{source}: decoder BERTs (is_decoder/add_cross_attention) are not supported")
+    return _config_from_json(values, _HF_ACT, source)
+
+
+def bert_to_hf_config(config: BertConfig) -> dict[str, Any]:
+    """BertConfig -> the architecture part of a Hugging Face config.json."""
+    act = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}[config.hidden_act]
+    return {"model_type": "bert", **{key: getattr(config, key) for key in _ARCH_KEYS},
+            "hidden_act": act, "layer_norm_eps": config.layer_norm_eps,
+            "position_embedding_type": "absolute", "pad_token_id": 0}
+
+
+# ------------------------------------------------------------------------------------------------
+# Hugging Face layout
+# ------------------------------------------------------------------------------------------------
+
+def _detect_heads(tensors: dict[str, np.ndarray], prefixes: dict[str, str], classifier: str
+                  ) -> tuple[tuple[str, ...], int]:
+    """(heads whose name prefix occurs in `tensors`, classifier outputs from its `classifier` bias)."""
+    heads = tuple(head for head, prefix in prefixes.items() if any(n.startswith(prefix) for n in tensors))
+    num_labels = tensors[classifier].shape[0] if classifier in tensors else 2
+    return heads, num_labels
+
+
+_HF_HEAD_PREFIXES = {"mlm": "cls.predictions.", "nsp": "cls.seq_relationship.", "classifier": "classifier.",
+                     "qa_outputs": "qa_outputs."}
+# run_classifier.py's head is the bare output_weights/output_bias; run_squad.py's is cls/squad/.
+_TF_HEAD_PREFIXES = {"mlm": "cls/predictions/", "nsp": "cls/seq_relationship/", "classifier": "output_",
+                     "qa_outputs": "cls/squad/"}
+
+
+def _hf_name(key: str) -> str:
+    """Normalises a Hugging Face key: drops the "bert." prefix, old LayerNorm gamma/beta."""
+    key = key.removeprefix("bert.")
+    return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
+
+
+def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
+    """Reads `path`/config.json + model.safetensors -> (config, params).
+
+    The MLM decoder is tied to the word embeddings: a stored `cls.predictions.decoder.weight`
+    must equal them, and `cls.predictions.decoder.bias` must equal `cls.predictions.bias`.
+    """
+    from safetensors.numpy import load_file
+
+    config = hf_config_to_bert(_read_json(os.path.join(path, "config.json")), os.path.join(path, "config.json"))
+    file = os.path.join(path, "model.safetensors")
+    tensors = {}
+    for key, value in load_file(file).items():
+        if _HF_IGNORED.search(key):
+            continue
+        name = _hf_name(key)
+        if name in tensors:
+            raise ValueError(f"{file}: {key!r} duplicates another stored name of {name!r}")
+        tensors[name] = value
+    decoder_bias = tensors.pop("cls.predictions.decoder.bias", None)
+    if decoder_bias is not None and not np.array_equal(tensors.setdefault("cls.predictions.bias", decoder_bias),
+                                                       decoder_bias):
+        raise ValueError(f"{file}: 'cls.predictions.decoder.bias' differs from 'cls.predictions.bias'; "
+                         "bertjax has one MLM output bias")
+    decoder = tensors.pop("cls.predictions.decoder.weight", None)
+    if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.word_embeddings.weight")):
+        raise ValueError(f"{file}: 'cls.predictions.decoder.weight' is not tied to the word embeddings; "
+                         "bertjax ties the MLM decoder to them")
+    table = variable_table(config, *_detect_heads(tensors, _HF_HEAD_PREFIXES, "classifier.bias"))
+    return config, _gather(table, tensors, "hf", file)
+
+
+def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str, vocab_path: str | None = None,
+                       architecture: str | None = None) -> None:
+    """Writes `out_dir`/config.json, model.safetensors (and vocab.txt if `vocab_path`).
+
+    `params`: {"bert": encoder tree, <heads>} (unrolled layout) or a bare encoder tree.
+    Names carry the "bert." prefix when heads are present (like BertFor* models).
+    `architecture` overrides the guessed one, e.g. "BertForTokenClassification" or
+    "BertForMultipleChoice" (a "classifier" head defaults to BertForSequenceClassification).
+    """
+    from safetensors.numpy import save_file
+
+    params = _with_bert_key(params)
+    heads, num_labels = _param_heads(params)
+    prefix = "bert." if heads else ""
+    tensors = {}
+    for var in variable_table(config, heads, num_labels):
+        value = np.asarray(_get(params, var.path, "export_huggingface"), dtype=np.float32)
+        if value.shape != var.shape:
+            raise ValueError(f"export_huggingface: params {'/'.join(var.path)} has shape {value.shape}, "
+                             f"expected {var.shape}")
+        name = var.hf if var.path[0] != "bert" else prefix + var.hf
+        tensors[name] = np.ascontiguousarray(value.T if var.hf_transposed else value)
+    hf_config = bert_to_hf_config(config)
+    hf_config["architectures"] = [architecture or _guess_architecture(heads)]
+    if "classifier" in heads:
+        hf_config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+        hf_config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(hf_config, f, indent=2, sort_keys=True)
+    if vocab_path:
+        shutil.copyfile(vocab_path, os.path.join(out_dir, "vocab.txt"))
+
+
+def _guess_architecture(heads: tuple[str, ...]) -> str:
+    if "mlm" in heads and "nsp" in heads:
+        return "BertForPreTraining"
+    for head, arch in (("mlm", "BertForMaskedLM"), ("nsp", "BertForNextSentencePrediction"),
+                       ("qa_outputs", "BertForQuestionAnswering"), ("classifier", "BertForSequenceClassification")):
+        if head in heads:
+            return arch
+    return "BertModel"
+
+
+def _with_bert_key(params: dict[str, Any]) -> dict[str, Any]:
+    """Accepts a bare encoder tree (with "embeddings") or a full {"bert": ...} tree."""
+    return {"bert": params} if "embeddings" in params else params
+
+
+def _param_heads(params: dict[str, Any]) -> tuple[tuple[str, ...], int]:
+    """(heads present in `params`, classifier outputs)."""
+    unknown = sorted(set(params) - {"bert", *HEADS})
+    if unknown:
+        raise ValueError(f"params have unknown top-level entries {unknown}; expected 'bert' and some of {HEADS}")
+    num_labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 2
+    return tuple(head for head in HEADS if head in params), num_labels
+
+
+# ------------------------------------------------------------------------------------------------
+# Google's original TF1 release
+# ------------------------------------------------------------------------------------------------
+
+def tf_config_to_bert(values: dict[str, Any], source: str = "bert_config.json") -> BertConfig:
+    """Original bert_config.json dict -> BertConfig ("gelu" there is the tanh form)."""
+    return _config_from_json(values, _TF_ACT, source)
+
+
+def tf_checkpoint_prefix(path: str) -> str | None:
+    """`path`/bert_model.ckpt if its index exists, else the latest checkpoint named in `path`/checkpoint."""
+    prefix = os.path.join(path, "bert_model.ckpt")
+    if os.path.exists(prefix + ".index"):
+        return prefix
+    if os.path.exists(os.path.join(path, "checkpoint")):
+        import tensorflow as tf
+        return tf.train.latest_checkpoint(path)
+    return None
+
+
+def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
+    """Reads `path`/bert_config.json + a TF1 checkpoint (original variable names) -> (config, params)."""
+    import tensorflow as tf
+
+    config = tf_config_to_bert(_read_json(os.path.join(path, "bert_config.json")),
+                               os.path.join(path, "bert_config.json"))
+    prefix = tf_checkpoint_prefix(path)
+    if prefix is None:
+        raise ValueError(f"{path}: no TF checkpoint (looked for bert_model.ckpt.index and a 'checkpoint' file)")
+    reader = tf.train.load_checkpoint(prefix)
+    tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+               if not _TF_IGNORED.search(name)}
+    table = variable_table(config, *_detect_heads(tensors, _TF_HEAD_PREFIXES, "output_bias"))
+    return config, _gather(table, tensors, "tf", prefix)
+
+
+def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: str,
+                         vocab_path: str | None = None) -> None:
+    """Writes `out_dir`/bert_config.json + bert_model.ckpt.* with the original TF1 names.
+
+    The original code's "gelu" is the tanh approximation, so an exact-GELU model is
+    written as "gelu" with a warning (outputs then differ slightly in that code).
+    """
+    import tensorflow as tf
+
+    params = _with_bert_key(params)
+    values = {}
+    for var in variable_table(config, *_param_heads(params)):
+        value = np.asarray(_get(params, var.path, "export_tf_checkpoint"), dtype=np.float32)
+        if value.shape != var.shape:
+            raise ValueError(f"export_tf_checkpoint: params {'/'.join(var.path)} has shape {value.shape}, "
+                             f"expected {var.shape}")
+        values[var.tf] = np.ascontiguousarray(value.T if var.tf_transposed else value)
+    if config.hidden_act == "gelu":
+        logging.warning("export_tf_checkpoint: the model uses exact GELU; the original TF code's 'gelu' "
+                        "is the tanh approximation")
+    tf_config = {key: getattr(config, key) for key in _ARCH_KEYS}
+    tf_config["hidden_act"] = {"gelu": "gelu", "gelu_tanh": "gelu", "relu": "relu"}[config.hidden_act]
+    tf_config["layer_norm_eps"] = config.layer_norm_eps  # the original code hard-codes 1e-12
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "bert_config.json"), "w") as f:
+        json.dump(tf_config, f, indent=2, sort_keys=True)
+    write_tf1_checkpoint(values, os.path.join(out_dir, "bert_model.ckpt"))
+    if vocab_path:
+        shutil.copyfile(vocab_path, os.path.join(out_dir, "vocab.txt"))
+
+
+def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
+    """Saves {TF variable name: array} as a TF1 checkpoint at `prefix` (graph-mode Saver)."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default():
+        variables = [tf.compat.v1.Variable(value, name=name) for name, value in values.items()]
+        saver = tf.compat.v1.train.Saver(variables)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            saver.save(session, prefix, write_meta_graph=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# Any layout
+# ------------------------------------------------------------------------------------------------
+
+_LAYOUTS = """  Hugging Face: config.json + model.safetensors
+  Google TF release: bert_config.json + bert_model.ckpt.index (or a 'checkpoint' file)"""
+
+
+def load_pretrained(path: str) -> tuple[BertConfig, dict[str, Any]]:
+    """A checkpoint directory in any supported layout -> (BertConfig, params).
+
+    params: {"bert": encoder tree, <heads present>}, numpy float32, unrolled layout.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"load_pretrained: {path!r} is not a directory; expected one of:\n{_LAYOUTS}")
+    files = set(os.listdir(path))
+    if {"config.json", "model.safetensors"} <= files:
+        return load_huggingface(path)
+    if "bert_config.json" in files and ("bert_model.ckpt.index" in files or "checkpoint" in files):
+        return load_tf_checkpoint(path)
+    hint = ""
+    if "pytorch_model.bin" in files:
+        hint = ("\npytorch_model.bin needs PyTorch to read; convert it once with transformers: "
+                "AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)")
+    raise FileNotFoundError(f"load_pretrained: {path!r} matches no known checkpoint layout; looked for:\n"
+                            f"{_LAYOUTS}\nfound: {sorted(files)}{hint}")

