@@ -33,6 +33,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.tfds_name = ""           # e.g. "wikipedia/20230601.en"
     config.data.tfds_split = "train"
     config.data.tfds_text_feature = "text"
+    config.data.tfds_data_dir = ""      # "" -> TFDS's default (~/tensorflow_datasets or $TFDS_DATA_DIR)
     config.data.prepared_dir = ""        # "" -> <workdir>/data
     config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece
     config.data.vocab_path = ""          # "" -> the demo corpus vocabulary
@@ -44,6 +45,9 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.next_sentence_prediction = True
     config.data.whole_word_mask = False
     config.data.eval_fraction = 0.02     # share of documents held out for evaluation
+    config.data.eval_input_pattern = ""  # original_tfrecord only: held-out records (globs)
+    config.data.shuffle_buffer = 10_000           # documents
+    config.data.instance_shuffle_buffer = 10_000  # sequences (one document gives several)
     config.data.seed = 12345
 
     # -- Training. --

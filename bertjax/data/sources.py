@@ -1,0 +1,231 @@
+"""Corpus sources: documents (lists of sentence strings) from text files, TFDS, or the demo.
+
+A source is cut into *units*, small JSON-able descriptions that worker processes read
+independently (`list_units`, then `read_unit` for each); `iter_documents` reads them all.
+
+  text: BERT-format files (one sentence per line, a blank line between documents) from
+        comma-separated globs, local or gs:// (tf.io.gfile). A unit is a byte range of
+        one file (`TEXT_UNIT_BYTES`); it owns the documents whose preceding blank line
+        (or the file start) lies in the range, so big files are split across workers.
+  tfds: a TFDS dataset by name and text feature; a unit is an even split of it. Each
+        example is one document, cut into sentences by `split_sentences`.
+  demo: the embedded demo corpus (`demo_corpus.py`); a unit is a range of documents.
+
+Bad input never crashes and is never silent: a dropped line or document is counted in a
+`DropCounter` under a reason, and the first few per reason are logged with `file:line`.
+  * non-UTF-8 line -> dropped ("non_utf8_line"); the rest of its document is kept;
+  * whitespace-only line made of Unicode spaces -> ignored like a blank line inside a
+    document would be ("whitespace_line");
+  * empty file / file with only blank lines -> no documents ("empty_file", "blank_file");
+  * a blank line after every sentence -> every sentence is a one-sentence document; they
+    are kept (NSP then always draws B from another document) and prepare warns when
+    most documents have one sentence, since the file is probably not in BERT format;
+  * control characters, 10,000-character words -> kept here; the tokenizer removes the
+    former and turns the latter into [UNK].
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import re
+from typing import Any, Callable, Iterator
+
+import tensorflow as tf
+from absl import logging
+
+from bertjax.data import demo_corpus
+
+SOURCES = ("demo", "text", "tfds")
+TEXT_UNIT_BYTES = 64 << 20
+DEMO_UNIT_DOCUMENTS = 1000
+TFDS_EXAMPLES_PER_UNIT = 10_000
+LOGGED_PER_REASON = 5
+
+
+class DropCounter:
+    """Counts dropped input by reason; logs the first few occurrences of each with a location."""
+
+    def __init__(self):
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def drop(self, reason: str, where: Callable[[], str] | str, detail: str = "") -> None:
+        """Counts one `reason`; `where` (or a function computing it lazily) is e.g. 'file:line'."""
+        self.counts[reason] += 1
+        if self.counts[reason] <= LOGGED_PER_REASON:
+            location = where() if callable(where) else where
+            logging.warning("%s: dropped (%s)%s", location, reason, f": {detail}" if detail else "")
+            if self.counts[reason] == LOGGED_PER_REASON:
+                logging.warning("further '%s' drops in this unit are counted, not logged", reason)
+
+
+# -- Sentence splitting (TFDS text). --
+
+# A sentence ends at . ! or ? (optionally followed by closing quotes or brackets), then
+# whitespace, then an opening quote/bracket or an upper-case letter. Newlines always end
+# a sentence. Abbreviations ("Dr. Smith") are split too: simple and predictable beats
+# clever here, and BERT's NSP tolerates it.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]?[A-Z\u00c0-\u00de])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Text -> non-empty stripped sentences: split at newlines and at [.!?] + space + capital."""
+    sentences = []
+    for paragraph in text.splitlines():
+        start = 0
+        for match in _SENTENCE_END.finditer(paragraph):
+            sentences.append(paragraph[start:match.start() + len(match.group(0).rstrip())].strip())
+            start = match.end()
+        sentences.append(paragraph[start:].strip())
+    return [s for s in sentences if s]
+
+
+# -- Units. --
+
+def list_units(data_config: Any) -> list[dict]:
+    """The source named by `data_config.source` cut into independently readable units."""
+    source = data_config.source
+    if source == "demo":
+        return [{"demo": [start, min(start + DEMO_UNIT_DOCUMENTS, demo_corpus.NUM_DOCUMENTS)]}
+                for start in range(0, demo_corpus.NUM_DOCUMENTS, DEMO_UNIT_DOCUMENTS)]
+    if source == "text":
+        return [{"path": path, "range": [start, end]} for path, start, end in _text_ranges(data_config.input_pattern)]
+    if source == "tfds":
+        return [{"tfds_split": split} for split in _tfds_splits(data_config)]
+    raise ValueError(f"config.data.source={source!r} has no text to read; expected one of {SOURCES}")
+
+
+def read_unit(data_config: Any, unit: dict, drops: DropCounter) -> Iterator[list[str]]:
+    """The documents of one unit from `list_units`, each a non-empty list of sentences."""
+    if "demo" in unit:
+        return demo_corpus.demo_documents(*unit["demo"])
+    if "path" in unit:
+        return _read_text_range(unit["path"], *unit["range"], drops)
+    return _read_tfds(data_config, unit["tfds_split"], drops)
+
+
+def iter_documents(data_config: Any, drops: DropCounter | None = None) -> Iterator[list[str]]:
+    """Every document of the source, unit after unit."""
+    drops = drops if drops is not None else DropCounter()
+    for unit in list_units(data_config):
+        yield from read_unit(data_config, unit, drops)
+
+
+# -- Text files. --
+
+def expand_patterns(patterns: str) -> list[str]:
+    """Comma-separated globs -> sorted unique paths; a glob matching nothing is an error."""
+    paths = []
+    for pattern in (p.strip() for p in patterns.split(",")):
+        if not pattern:
+            continue
+        matches = tf.io.gfile.glob(pattern)
+        if not matches:
+            raise FileNotFoundError(f"input pattern {pattern!r} matches no file")
+        paths.extend(matches)
+    if not paths:
+        raise ValueError("config.data.input_pattern is empty; give comma-separated globs of text files")
+    return sorted(set(paths))
+
+
+def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:
+    ranges = []
+    for path in expand_patterns(patterns):
+        size = tf.io.gfile.stat(path).length
+        pieces = max(1, math.ceil(size / TEXT_UNIT_BYTES))
+        ranges += [(path, i * TEXT_UNIT_BYTES, min((i + 1) * TEXT_UNIT_BYTES, size)) for i in range(pieces)]
+    return ranges
+
+
+def _open(path: str):
+    return open(path, "rb") if "://" not in path else tf.io.gfile.GFile(path, "rb")
+
+
+def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Iterator[list[str]]:
+    """Documents of `path` whose preceding blank line (or the file start) begins in [start, end)."""
+    with _open(path) as f:
+        position = 0
+        if start > 0:  # skip the line holding byte start-1: it began in an earlier range
+            f.seek(start - 1)
+            position = start - 1 + len(f.readline())
+        first_position, lines_read, base_line = position, 0, []
+
+        def where() -> str:  # 'path:line', counting the lines before this range only when needed
+            if not base_line:
+                base_line.append(_count_newlines(path, first_position))
+            return f"{path}:{base_line[0] + lines_read}"
+
+        owning, document, documents = start == 0, [], 0
+        for raw in f:
+            line_position, position, lines_read = position, position + len(raw), lines_read + 1
+            if not raw.strip():
+                if document:
+                    documents += 1
+                    yield document
+                    document = []
+                if line_position >= end:
+                    return
+                owning = True
+                continue
+            if not owning:
+                continue
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as e:
+                drops.drop("non_utf8_line", where, f"{e.reason} at byte {e.start}")
+                continue
+            if text:
+                document.append(text)
+            else:
+                drops.drop("whitespace_line", where)
+        if document:
+            documents += 1
+            yield document
+        if start == 0 and not documents and position <= end:
+            drops.drop("empty_file" if position == 0 else "blank_file", path)
+
+
+def _count_newlines(path: str, stop: int) -> int:
+    count = 0
+    with _open(path) as f:
+        while stop > 0:
+            block = f.read(min(stop, 1 << 20))
+            if not block:
+                break
+            count += block.count(b"\n")
+            stop -= len(block)
+    return count
+
+
+# -- TFDS. --
+
+def _tfds_splits(data_config: Any) -> list[str]:
+    import tensorflow_datasets as tfds
+    if not data_config.tfds_name:
+        raise ValueError("config.data.source='tfds' needs config.data.tfds_name, e.g. 'wikipedia/20230601.en'")
+    builder = tfds.builder(data_config.tfds_name, data_dir=data_config.get("tfds_data_dir") or None)
+    splits = builder.info.splits
+    examples = splits[data_config.tfds_split].num_examples if data_config.tfds_split in splits else 0
+    parts = min(256, max(1, examples // TFDS_EXAMPLES_PER_UNIT))
+    return tfds.even_splits(data_config.tfds_split, n=parts) if parts > 1 else [data_config.tfds_split]
+
+
+def _read_tfds(data_config: Any, split: str, drops: DropCounter) -> Iterator[list[str]]:
+    import tensorflow_datasets as tfds
+    name, feature = data_config.tfds_name, data_config.tfds_text_feature
+    dataset = tfds.load(name, split=split, data_dir=data_config.get("tfds_data_dir") or None, shuffle_files=False)
+    if feature not in dataset.element_spec:
+        raise KeyError(f"TFDS dataset {name!r} has no feature {feature!r} (config.data.tfds_text_feature); "
+                       f"it has {sorted(dataset.element_spec)}")
+    for index, example in enumerate(tfds.as_numpy(dataset.map(lambda x: x[feature]))):
+        where = f"{name}[{split}]#{index}"
+        try:
+            text = example.decode("utf-8") if isinstance(example, bytes) else str(example)
+        except UnicodeDecodeError as e:
+            drops.drop("non_utf8_document", where, f"{e.reason} at byte {e.start}")
+            continue
+        sentences = split_sentences(text)
+        if sentences:
+            yield sentences
+        else:
+            drops.drop("blank_document", where)

@@ -1,0 +1,128 @@
+"""Corpus sources: BERT-format text (incl. bad input and split files), TFDS, the demo."""
+
+import ml_collections
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from bertjax.data import sources
+
+
+def _config(**overrides):
+    config = ml_collections.ConfigDict(dict(source="text", input_pattern="", tfds_name="", tfds_split="train",
+                                            tfds_text_feature="text", tfds_data_dir=""))
+    config.update(overrides)
+    return config
+
+
+def _read(tmp_path, data: bytes, name="corpus.txt"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    drops = sources.DropCounter()
+    return list(sources.iter_documents(_config(input_pattern=str(path)), drops)), drops
+
+
+def test_text_documents_and_blank_line_variants(tmp_path):
+    docs, drops = _read(tmp_path, b"\n\nA one.\nA two.\r\n\n \t\n\nB one.\n\n\n\nC one.\nC two.")
+    assert docs == [["A one.", "A two."], ["B one."], ["C one.", "C two."]]
+    assert not drops.counts
+
+
+def test_non_utf8_lines_are_dropped_counted_and_logged_with_file_and_line(tmp_path, caplog):
+    docs, drops = _read(tmp_path, b"Good one.\nBad \xff\xfe line.\nGood two.\n\nAlso \xc3 bad.\n\nFine.\n")
+    assert docs == [["Good one.", "Good two."], ["Fine."]]
+    assert drops.counts == {"non_utf8_line": 2}
+    assert "corpus.txt:2: dropped (non_utf8_line)" in caplog.text
+    assert "corpus.txt:5: dropped (non_utf8_line)" in caplog.text
+
+
+def test_empty_and_blank_only_files_give_no_documents_and_are_counted(tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "blank.txt").write_bytes(b"\n \n\t\n")
+    (tmp_path / "real.txt").write_bytes(b"Only sentence.\n")
+    drops = sources.DropCounter()
+    docs = list(sources.iter_documents(_config(input_pattern=str(tmp_path / "*.txt")), drops))
+    assert docs == [["Only sentence."]]  # a one-document corpus is read as such
+    assert drops.counts == {"empty_file": 1, "blank_file": 1}
+
+
+def test_blank_line_after_every_sentence_gives_one_sentence_documents(tmp_path):
+    docs, _ = _read(tmp_path, b"S one.\n\nS two.\n\nS three.\n\n")
+    assert docs == [["S one."], ["S two."], ["S three."]]
+
+
+def test_control_characters_and_huge_words_are_kept_for_the_tokenizer(tmp_path):
+    word = "w" * 10_000
+    docs, drops = _read(tmp_path, f"Ctrl\x01char\x7f here.\n{word} end.\n".encode())
+    assert docs == [["Ctrl\x01char\x7f here.", f"{word} end."]] and not drops.counts
+    docs, drops = _read(tmp_path, "\u3000\u2003\nReal.\n".encode())
+    assert docs == [["Real."]] and drops.counts == {"whitespace_line": 1}
+
+
+def test_missing_glob_and_empty_pattern_are_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing-here"):
+        list(sources.iter_documents(_config(input_pattern=str(tmp_path / "nothing-here*.txt"))))
+    with pytest.raises(ValueError, match="input_pattern is empty"):
+        list(sources.iter_documents(_config(input_pattern=" , ")))
+
+
+@pytest.mark.parametrize("unit_bytes", [1, 7, 16, 50, 10_000])
+def test_byte_range_units_partition_documents_exactly(tmp_path, monkeypatch, unit_bytes):
+    lines = []
+    for d in range(40):
+        lines += [f"Doc {d} sentence {s}." for s in range(d % 4 + 1)] + [""] * (1 + d % 3)
+    data = "\n".join(lines).encode()
+    bad_line = data.count(b"\n", 0, data.index(b"Doc 21 sentence 0.")) + 1
+    data = data.replace(b"Doc 21 sentence 0.", b"Doc 21 \xff sentence 0.")
+    path = tmp_path / "c.txt"
+    path.write_bytes(data)
+    monkeypatch.setattr(sources, "TEXT_UNIT_BYTES", unit_bytes)
+    config = _config(input_pattern=str(path))
+    units = sources.list_units(config)
+    assert len(units) == max(1, -(-len(data) // unit_bytes))
+    drops = sources.DropCounter()
+    docs = [doc for unit in units for doc in sources.read_unit(config, unit, drops)]
+    expected = [[f"Doc {d} sentence {s}." for s in range(d % 4 + 1)] for d in range(40)]
+    expected[21] = expected[21][1:] or None
+    assert docs == [e for e in expected if e]
+    assert drops.counts == {"non_utf8_line": 1}
+    with_line = sources.DropCounter()
+    caplog_where = []
+    with_line.drop = lambda reason, where, detail="": caplog_where.append(where() if callable(where) else where)
+    for unit in units:
+        list(sources.read_unit(config, unit, with_line))
+    assert caplog_where == [f"{path}:{bad_line}"]
+
+
+def test_split_sentences():
+    text = 'First one. Second one! "Third?" Fourth, e.g. lower. Fifth (x).\n\nNew para\tline.  \nÉlan vital. 3.5 ok'
+    assert sources.split_sentences(text) == [
+        "First one.", "Second one!", '"Third?"', "Fourth, e.g. lower.", "Fifth (x).", "New para\tline.",
+        "Élan vital. 3.5 ok"]
+    assert sources.split_sentences(" \n\n ") == []
+
+
+def test_tfds_source_with_mock_data():
+    texts = ["Alpha one. Alpha two.\nAlpha three.", "", "Beta only", b"Bad \xff bytes. Here."]
+
+    def as_dataset(self, *args, **kwargs):
+        return tf.data.Dataset.from_tensor_slices({"text": [t if isinstance(t, bytes) else t.encode() for t in texts],
+                                                   "label": list(range(len(texts)))})
+
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+        drops = sources.DropCounter()
+        docs = list(sources.iter_documents(_config(source="tfds", tfds_name="imdb_reviews"), drops))
+        assert docs == [["Alpha one.", "Alpha two.", "Alpha three."], ["Beta only"]]
+        assert drops.counts == {"blank_document": 1, "non_utf8_document": 1}
+        with pytest.raises(KeyError, match="no feature 'body'.*'label', 'text'"):
+            list(sources.iter_documents(_config(source="tfds", tfds_name="imdb_reviews", tfds_text_feature="body")))
+
+
+def test_demo_source_units_cover_the_corpus():
+    config = _config(source="demo")
+    units = sources.list_units(config)
+    assert units[0] == {"demo": [0, 1000]} and units[-1]["demo"][1] == 10_000
+    first = next(sources.read_unit(config, units[1], sources.DropCounter()))
+    assert len(first) >= 6 and all(isinstance(s, str) and s for s in first)
+    with pytest.raises(ValueError, match="source='prepared' has no text"):
+        sources.list_units(_config(source="prepared"))
