@@ -14,7 +14,9 @@ with its Hugging Face and TF names, so import and export share one mapping.
 Strictness: a missing or mis-shaped variable is an error naming it with the expected and
 found shapes. Unexpected variables are an error too (weights are never dropped silently),
 except bookkeeping that holds no weights: Hugging Face `position_ids` buffers, and TF
-optimizer slots (`adam_m`, `adam_v`), `global_step` and the TF2 object graph.
+optimizer slots (`adam_m`, `adam_v`), `global_step` and the TF2 object graph. One
+exception to "missing is an error": Hugging Face's BertForMaskedLM, BertForTokenClassification
+and BertForQuestionAnswering have no pooler, so theirs is filled with zeros (with a warning).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ _HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_t
            "gelu_fast": "gelu_tanh", "relu": "relu"}
 _TF_ACT = {"gelu": "gelu_tanh", "relu": "relu"}  # the original TF "gelu" is the tanh form
 _HF_IGNORED = re.compile(r"(^|\.)position_ids$")
+_HF_NO_POOLER = ("BertForMaskedLM", "BertForTokenClassification", "BertForQuestionAnswering")
 _TF_IGNORED = re.compile(r"(/adam_[mv]$)|(^global_step$)|(^_CHECKPOINTABLE_OBJECT_GRAPH$)")
 
 
@@ -243,7 +246,8 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """
     from safetensors.numpy import load_file
 
-    config = hf_config_to_bert(_read_json(os.path.join(path, "config.json")), os.path.join(path, "config.json"))
+    hf_config = _read_json(os.path.join(path, "config.json"))
+    config = hf_config_to_bert(hf_config, os.path.join(path, "config.json"))
     file = os.path.join(path, "model.safetensors")
     tensors = {}
     for key, value in load_file(file).items():
@@ -262,6 +266,12 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.word_embeddings.weight")):
         raise ValueError(f"{file}: 'cls.predictions.decoder.weight' is not tied to the word embeddings; "
                          "bertjax ties the MLM decoder to them")
+    architectures = hf_config.get("architectures") or []
+    pooler = ("pooler.dense.weight", "pooler.dense.bias")
+    if architectures and set(architectures) <= set(_HF_NO_POOLER) and not set(pooler) & set(tensors):
+        logging.warning("%s: %s has no pooler; bertjax's pooler is filled with zeros", file, architectures[0])
+        h = config.hidden_size
+        tensors.update({pooler[0]: np.zeros((h, h), np.float32), pooler[1]: np.zeros((h,), np.float32)})
     table = variable_table(config, *_detect_heads(tensors, _HF_HEAD_PREFIXES, "classifier.bias"))
     return config, _gather(table, tensors, "hf", file)
 

@@ -67,7 +67,7 @@ def test_huggingface_round_trip_is_bit_identical(minilm, tmp_path):
     config, params = minilm
     convert.export_huggingface(config, params, str(tmp_path), vocab_path=os.path.join(MINILM_DIR, "vocab.txt"))
     assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "vocab.txt"]
-    hf_config = json.load(open(tmp_path / "config.json"))
+    hf_config = json.loads((tmp_path / "config.json").read_text())
     assert hf_config["architectures"] == ["BertModel"] and hf_config["model_type"] == "bert"
     # Same names, shapes and bits as the original file (its position_ids buffer aside).
     original = {k: v for k, v in load_file(os.path.join(MINILM_DIR, "model.safetensors")).items()
@@ -89,7 +89,7 @@ def test_huggingface_round_trip_with_heads(tmp_path, heads, architecture):
     config = BertConfig(**TINY, hidden_act="gelu_tanh")
     params = random_params(config, heads, num_labels=3)
     convert.export_huggingface(config, params, str(tmp_path))
-    hf_config = json.load(open(tmp_path / "config.json"))
+    hf_config = json.loads((tmp_path / "config.json").read_text())
     assert hf_config["architectures"] == [architecture] and hf_config["hidden_act"] == "gelu_new"
     names = load_file(str(tmp_path / "model.safetensors")).keys()
     assert "bert.embeddings.word_embeddings.weight" in names  # BertFor* models prefix the encoder
@@ -115,6 +115,25 @@ def test_huggingface_old_names_and_tied_decoder(tmp_path):
     renamed["cls.predictions.decoder.weight"] = renamed["cls.predictions.decoder.weight"] + 1
     save_file(renamed, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match="decoder.weight' is not tied"):
+        bertjax.load_pretrained(str(tmp_path))
+
+
+def test_huggingface_pooler_less_architecture_gets_zero_pooler(tmp_path):
+    """BertForQuestionAnswering (like BertForMaskedLM, ...ForTokenClassification) saves no pooler."""
+    config = BertConfig(**TINY)
+    params = random_params(config, ("qa_outputs",))
+    convert.export_huggingface(config, params, str(tmp_path))
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    del tensors["bert.pooler.dense.weight"], tensors["bert.pooler.dense.bias"]
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    loaded = bertjax.load_pretrained(str(tmp_path))[1]
+    assert not loaded["bert"]["pooler"]["kernel"].any() and loaded["bert"]["pooler"]["kernel"].shape == (8, 8)
+    params["bert"]["pooler"] = loaded["bert"]["pooler"]
+    assert_trees_equal(loaded, params)
+    # Any other architecture must have its pooler.
+    hf_config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**hf_config, "architectures": ["BertModel"]}))
+    with pytest.raises(ValueError, match="missing variable 'pooler.dense.weight'"):
         bertjax.load_pretrained(str(tmp_path))
 
 
