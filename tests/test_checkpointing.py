@@ -1,0 +1,241 @@
+"""Tests for bertjax.checkpointing: round trips, retention, re-sharding, corruption, kill -9."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from bertjax import checkpointing, optim, sharding
+from bertjax.models import BertConfig, BertEncoder
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = {"model": {"preset": "tiny"}, "train": {"learning_rate": 1e-3}}
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array
+    params: dict
+    opt_state: optax.OptState
+
+
+def abstract_state(mesh):
+    """The abstract TrainState of a tiny BertEncoder, with shardings on `mesh`.
+
+    opt_state chains AdamW and LAMB, so it holds all their optax states (EmptyState,
+    ScaleByAdamState, MaskedState, ScaleByScheduleState, ...); moments are sharded like
+    the params, everything else replicated.
+    """
+    model = BertEncoder(BertConfig.preset("tiny", vocab_size=64, max_position_embeddings=16))
+    ids = jnp.zeros((1, 8), jnp.int32)
+    train = dict(optim.DEFAULTS, learning_rate=1e-3, warmup_steps=1, num_steps=10)
+    tx = optax.chain(optim.make_optimizer(ml_collections.ConfigDict(train)),
+                     optim.make_optimizer(ml_collections.ConfigDict(dict(train, optimizer="lamb"))))
+
+    def init(key):
+        params = nn.unbox(model.init(key, ids))["params"]
+        return TrainState(step=jnp.int32(0), params=params, opt_state=tx.init(params))
+
+    abstract = jax.eval_shape(init, jax.random.key(0))
+    boxed = jax.eval_shape(model.init, jax.random.key(0), ids)["params"]
+    params = nn.unbox(sharding.logical_shardings(boxed, mesh))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    opt_state = optax.tree_map_params(tx, lambda _, s: s, abstract.opt_state, params,
+                                      transform_non_params=lambda _: replicated)
+    shardings = TrainState(step=replicated, params=params, opt_state=opt_state)
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
+def random_state(abstract, seed=0):
+    """Distinct random values for every leaf, placed as `abstract` says (no compile)."""
+    rng = np.random.default_rng(seed)
+    values = [rng.integers(0, 1000, a.shape).astype(a.dtype) if jnp.issubdtype(a.dtype, jnp.integer)
+              else rng.normal(size=a.shape).astype(a.dtype) for a in jax.tree.leaves(abstract)]
+    arrays = [jax.device_put(v, a.sharding) for v, a in zip(values, jax.tree.leaves(abstract))]
+    return jax.tree.unflatten(jax.tree.structure(abstract), arrays)
+
+
+def assert_trees_equal(actual, expected):
+    assert jax.tree_util.tree_structure(actual) == jax.tree_util.tree_structure(expected)
+    for a, b in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.fixture(scope="module")
+def mesh8():
+    return sharding.create_mesh(data=1, fsdp=4, tensor=2)
+
+
+@pytest.fixture(scope="module")
+def state8(mesh8):
+    abstract = abstract_state(mesh8)
+    return random_state(abstract), abstract
+
+
+def test_save_restore_round_trip_keeps_types_and_shardings(tmp_path, state8):
+    state, abstract = state8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=3)
+    assert ckpt.latest_step() is None
+    assert ckpt.save(10, state, data_position=1234, config=CONFIG)
+    assert not ckpt.save(15, state, data_position=0, config=CONFIG)  # not on the interval
+    ckpt.wait_until_finished()
+    restored, meta = ckpt.restore(abstract)
+    assert meta == {"format": "bertjax", "step": 10, "data_position": 1234, "config": CONFIG}
+    assert isinstance(restored, TrainState)
+    adamw_state, lamb_state = restored.opt_state
+    assert isinstance(adamw_state[1], optax.ScaleByAdamState)
+    assert isinstance(adamw_state[2], optax.MaskedState)
+    assert isinstance(lamb_state[1][0], optax.ScaleByAdamState)
+    assert_trees_equal(restored, state)
+    for leaf, want in zip(jax.tree.leaves(restored), jax.tree.leaves(abstract)):
+        assert leaf.sharding == want.sharding
+    ckpt.close()
+
+
+def test_interval_keep_last_n_and_force(tmp_path, state8):
+    state, _ = state8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=2, async_save=False)
+    for step in (10, 20, 30):
+        assert ckpt.save(step, state, data_position=step, config=CONFIG)
+    assert ckpt.all_steps() == [20, 30]
+    assert ckpt.save(33, state, data_position=33, config=CONFIG, force=True)  # preemption save
+    assert not ckpt.save(33, state, data_position=33, config=CONFIG, force=True)  # already saved
+    assert ckpt.all_steps() == [30, 33] and ckpt.latest_step() == 33
+    ckpt.close()
+
+
+def test_restore_onto_a_smaller_mesh_and_load_params(tmp_path, state8):
+    state, _ = state8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=1)
+    ckpt.save(1, state, data_position=5, config=CONFIG)
+    ckpt.close()
+
+    mesh2 = sharding.create_mesh(data=1, fsdp=2, tensor=1, devices=jax.devices()[:2])
+    abstract2 = abstract_state(mesh2)
+    restored, meta = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=1).restore(abstract2)
+    assert meta["data_position"] == 5
+    assert_trees_equal(restored, state)
+    kernel = restored.params["encoder"]["layer_0"]["intermediate"]["kernel"]
+    assert kernel.sharding.mesh.devices.size == 2 and kernel.sharding == abstract2.params["encoder"][
+        "layer_0"]["intermediate"]["kernel"].sharding
+
+    meta, params = checkpointing.load_params(str(tmp_path), abstract_params=abstract2.params)
+    assert meta["step"] == 1 and meta["config"] == CONFIG
+    assert_trees_equal(params, state.params)
+    assert params["pooler"]["kernel"].sharding == abstract2.params["pooler"]["kernel"].sharding
+    _, numpy_params = checkpointing.load_params(str(tmp_path / "1"))
+    assert isinstance(numpy_params["pooler"]["kernel"], np.ndarray)
+    assert_trees_equal(numpy_params, jax.tree.map(np.asarray, state.params))
+
+
+def test_is_bertjax_checkpoint(tmp_path, state8):
+    assert not checkpointing.is_bertjax_checkpoint(str(tmp_path))
+    assert not checkpointing.is_bertjax_checkpoint(str(tmp_path / "missing"))
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "ckpt"), save_interval_steps=1, max_to_keep=1)
+    ckpt.save(3, state8[0], data_position=0, config=CONFIG)
+    ckpt.close()
+    assert checkpointing.is_bertjax_checkpoint(str(tmp_path / "ckpt"))
+    assert checkpointing.is_bertjax_checkpoint(str(tmp_path / "ckpt" / "3"))
+    with pytest.raises(FileNotFoundError, match="neither a bertjax checkpoint"):
+        checkpointing.load_params(str(tmp_path))
+
+
+def test_mismatched_tree_raises_without_fallback(tmp_path, state8):
+    state, abstract = state8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=2, async_save=False)
+    ckpt.save(1, state, data_position=0, config=CONFIG)
+    ckpt.save(2, state, data_position=0, config=CONFIG)
+    wrong = abstract.replace(step=jax.ShapeDtypeStruct((2,), jnp.int32, sharding=abstract.step.sharding))
+    with pytest.raises(checkpointing.CheckpointMismatchError, match=r"shape mismatch.*'step'"):
+        ckpt.restore(wrong)
+    with pytest.raises(ValueError, match="must be a jax.ShapeDtypeStruct with a sharding"):
+        ckpt.restore(jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), abstract))
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        checkpointing.Checkpointer(str(tmp_path / "empty"), save_interval_steps=1, max_to_keep=1).restore(abstract)
+
+
+def _corrupt_array_data(step_dir):
+    """Deletes every stored array chunk of the state (a lost upload, a wiped disk block)."""
+    for root, _, files in os.walk(step_dir / "state"):
+        if os.path.basename(root) == "d":
+            for name in files:
+                os.remove(os.path.join(root, name))
+
+
+def _truncate_metadata(step_dir):
+    with open(step_dir / "state" / "_METADATA", "r+b") as f:
+        f.truncate(10)
+
+
+@pytest.mark.parametrize("corrupt", [_corrupt_array_data, _truncate_metadata])
+def test_corrupt_latest_falls_back_to_previous(tmp_path, state8, caplog, corrupt):
+    state, abstract = state8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=3, async_save=False)
+    ckpt.save(1, state, data_position=11, config=CONFIG)
+    ckpt.save(2, state, data_position=22, config=CONFIG)
+    corrupt(tmp_path / "2")
+    with caplog.at_level(logging.WARNING, logger="bertjax.checkpointing"):
+        restored, meta = ckpt.restore(abstract)
+    assert meta["step"] == 1 and meta["data_position"] == 11
+    assert_trees_equal(restored, state)
+    assert any(f"checkpoint {tmp_path / '2'} is unreadable" in r.getMessage() and "falling back" in r.getMessage()
+               for r in caplog.records)
+    # The run resumes from step 1 and can save step 2 again: the bad step is replaced.
+    assert ckpt.save(2, state, data_position=23, config=CONFIG)
+    assert ckpt.restore(abstract)[1]["data_position"] == 23
+    corrupt(tmp_path / "1")
+    corrupt(tmp_path / "2")
+    with pytest.raises(RuntimeError, match="no restorable checkpoint"):
+        ckpt.restore(abstract)
+    ckpt.close()
+
+
+_KILL_DURING_SAVE = textwrap.dedent("""
+    import os, signal, sys, time
+    import jax, jax.numpy as jnp
+    from bertjax import checkpointing
+
+    directory = sys.argv[1]
+    ckpt = checkpointing.Checkpointer(directory, save_interval_steps=1, max_to_keep=3, async_save=True)
+    small = {"w": jnp.full((1000,), 1.0), "step": jnp.int32(1)}
+    ckpt.save(1, small, data_position=1, config={})
+    ckpt.wait_until_finished()
+    # ~200 MB of incompressible data: the background write takes a while.
+    big = {"w": jax.random.normal(jax.random.key(0), (50_000_000,)), "step": jnp.int32(2)}
+    big["w"].block_until_ready()
+    ckpt.save(2, big, data_position=2, config={})
+    print("tmp dirs:", sorted(n for n in os.listdir(directory) if "tmp" in n), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_kill_9_during_async_save_leaves_previous_checkpoint(tmp_path):
+    directory = tmp_path / "ckpt"
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _KILL_DURING_SAVE, str(directory)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert "2.orbax-checkpoint-tmp" in proc.stdout, proc.stdout  # killed mid-save
+    assert "2" not in os.listdir(directory)
+
+    ckpt = checkpointing.Checkpointer(str(directory), save_interval_steps=1, max_to_keep=3)
+    assert ckpt.all_steps() == [1]
+    replicated = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    abstract = {"w": jax.ShapeDtypeStruct((1000,), jnp.float32, sharding=replicated),
+                "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)}
+    restored, meta = ckpt.restore(abstract)
+    assert meta["step"] == 1 and int(restored["step"]) == 1
+    np.testing.assert_array_equal(restored["w"], np.ones(1000))
+    assert not [name for name in os.listdir(directory) if "tmp" in name]  # cleaned up on start
+    ckpt.close()
