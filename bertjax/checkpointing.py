@@ -183,7 +183,9 @@ class Checkpointer:
 # ----------------------------------------------------------------------------------------
 
 def _is_step_dir(path: epath.Path) -> bool:
-    return (path / STATE).is_dir() and (path / META).is_dir()
+    """A finalized (not tmp / uncommitted) folder with both items."""
+    return ((path / STATE).is_dir() and (path / META).is_dir()
+            and ocp.path.step.is_path_finalized(path))
 
 
 def _step_dir(path: str) -> epath.Path:
@@ -192,12 +194,9 @@ def _step_dir(path: str) -> epath.Path:
     if _is_step_dir(path):
         return path
     if path.is_dir():
-        manager = ocp.CheckpointManager(path, item_names=(STATE, META),
-                                        options=ocp.CheckpointManagerOptions(read_only=True))
-        latest = manager.latest_step()
-        manager.close()
-        if latest is not None and _is_step_dir(path / str(latest)):
-            return path / str(latest)
+        latest = ocp.path.step.latest_step_metadata(path, ocp.path.step.standard_name_format())
+        if latest is not None and _is_step_dir(latest.path):
+            return latest.path
     raise FileNotFoundError(f"{path} is neither a bertjax checkpoint step folder (with {STATE}/ and "
                             f"{META}/) nor a checkpoint directory holding one")
 

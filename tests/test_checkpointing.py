@@ -83,14 +83,32 @@ def state8(mesh8):
     return random_state(abstract), abstract
 
 
+@pytest.fixture(scope="module")
+def small8(mesh8):
+    """A few arrays, for tests about steps and files rather than about the tree."""
+    spec = jax.sharding.PartitionSpec
+    abstract = {"step": jax.ShapeDtypeStruct((), jnp.int32, sharding=jax.sharding.NamedSharding(mesh8, spec())),
+                "params": {"kernel": jax.ShapeDtypeStruct((8, 4), jnp.float32, sharding=jax.sharding.NamedSharding(
+                    mesh8, spec("fsdp", "tensor")))}}
+    return random_state(abstract), abstract
+
+
 def test_save_restore_round_trip_keeps_types_and_shardings(tmp_path, state8):
     state, abstract = state8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=3)
     assert ckpt.latest_step() is None
     assert ckpt.save(10, state, data_position=1234, config=CONFIG)
     assert not ckpt.save(15, state, data_position=0, config=CONFIG)  # not on the interval
+    # An async save has copied the arrays off the devices when save() returns, so the
+    # trainer may donate them to the next step right away.
+    expected = jax.tree.map(np.array, state)
+    donated = jax.tree.map(lambda x: x.copy(), state)
+    ckpt.save(20, donated, data_position=0, config=CONFIG)
+    for leaf in jax.tree.leaves(donated):
+        leaf.delete()
     ckpt.wait_until_finished()
-    restored, meta = ckpt.restore(abstract)
+    assert_trees_equal(ckpt.restore(abstract)[0], expected)
+    restored, meta = ckpt.restore(abstract, step=10)
     assert meta == {"format": "bertjax", "step": 10, "data_position": 1234, "config": CONFIG}
     assert isinstance(restored, TrainState)
     adamw_state, lamb_state = restored.opt_state
@@ -103,8 +121,8 @@ def test_save_restore_round_trip_keeps_types_and_shardings(tmp_path, state8):
     ckpt.close()
 
 
-def test_interval_keep_last_n_and_force(tmp_path, state8):
-    state, _ = state8
+def test_interval_keep_last_n_and_force(tmp_path, small8):
+    state, _ = small8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=2, async_save=False)
     for step in (10, 20, 30):
         assert ckpt.save(step, state, data_position=step, config=CONFIG)
@@ -139,11 +157,11 @@ def test_restore_onto_a_smaller_mesh_and_load_params(tmp_path, state8):
     assert_trees_equal(numpy_params, jax.tree.map(np.asarray, state.params))
 
 
-def test_is_bertjax_checkpoint(tmp_path, state8):
+def test_is_bertjax_checkpoint(tmp_path, small8):
     assert not checkpointing.is_bertjax_checkpoint(str(tmp_path))
     assert not checkpointing.is_bertjax_checkpoint(str(tmp_path / "missing"))
     ckpt = checkpointing.Checkpointer(str(tmp_path / "ckpt"), save_interval_steps=1, max_to_keep=1)
-    ckpt.save(3, state8[0], data_position=0, config=CONFIG)
+    ckpt.save(3, small8[0], data_position=0, config=CONFIG)
     ckpt.close()
     assert checkpointing.is_bertjax_checkpoint(str(tmp_path / "ckpt"))
     assert checkpointing.is_bertjax_checkpoint(str(tmp_path / "ckpt" / "3"))
@@ -151,12 +169,12 @@ def test_is_bertjax_checkpoint(tmp_path, state8):
         checkpointing.load_params(str(tmp_path))
 
 
-def test_mismatched_tree_raises_without_fallback(tmp_path, state8):
-    state, abstract = state8
+def test_mismatched_tree_raises_without_fallback(tmp_path, small8):
+    state, abstract = small8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=2, async_save=False)
     ckpt.save(1, state, data_position=0, config=CONFIG)
     ckpt.save(2, state, data_position=0, config=CONFIG)
-    wrong = abstract.replace(step=jax.ShapeDtypeStruct((2,), jnp.int32, sharding=abstract.step.sharding))
+    wrong = dict(abstract, step=jax.ShapeDtypeStruct((2,), jnp.int32, sharding=abstract["step"].sharding))
     with pytest.raises(checkpointing.CheckpointMismatchError, match=r"shape mismatch.*'step'"):
         ckpt.restore(wrong)
     with pytest.raises(ValueError, match="must be a jax.ShapeDtypeStruct with a sharding"):
@@ -179,8 +197,8 @@ def _truncate_metadata(step_dir):
 
 
 @pytest.mark.parametrize("corrupt", [_corrupt_array_data, _truncate_metadata])
-def test_corrupt_latest_falls_back_to_previous(tmp_path, state8, caplog, corrupt):
-    state, abstract = state8
+def test_corrupt_latest_falls_back_to_previous(tmp_path, small8, caplog, corrupt):
+    state, abstract = small8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=3, async_save=False)
     ckpt.save(1, state, data_position=11, config=CONFIG)
     ckpt.save(2, state, data_position=22, config=CONFIG)
@@ -208,12 +226,12 @@ _KILL_DURING_SAVE = textwrap.dedent("""
 
     directory = sys.argv[1]
     ckpt = checkpointing.Checkpointer(directory, save_interval_steps=1, max_to_keep=3, async_save=True)
-    small = {"w": jnp.full((1000,), 1.0), "step": jnp.int32(1)}
+    small = {"params": {"w": jnp.full((1000,), 1.0)}, "step": jnp.int32(1)}
     ckpt.save(1, small, data_position=1, config={})
     ckpt.wait_until_finished()
     # ~200 MB of incompressible data: the background write takes a while.
-    big = {"w": jax.random.normal(jax.random.key(0), (50_000_000,)), "step": jnp.int32(2)}
-    big["w"].block_until_ready()
+    big = {"params": {"w": jax.random.normal(jax.random.key(0), (50_000_000,))}, "step": jnp.int32(2)}
+    big["params"]["w"].block_until_ready()
     ckpt.save(2, big, data_position=2, config={})
     print("tmp dirs:", sorted(n for n in os.listdir(directory) if "tmp" in n), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -228,14 +246,20 @@ def test_kill_9_during_async_save_leaves_previous_checkpoint(tmp_path):
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     assert "2.orbax-checkpoint-tmp" in proc.stdout, proc.stdout  # killed mid-save
     assert "2" not in os.listdir(directory)
+    tmp_step = [name for name in os.listdir(directory) if name.startswith("2.orbax-checkpoint-tmp")][0]
+    assert not checkpointing.is_bertjax_checkpoint(str(directory / tmp_step))
+    assert checkpointing.load_params(str(directory))[0]["step"] == 1
 
     ckpt = checkpointing.Checkpointer(str(directory), save_interval_steps=1, max_to_keep=3)
     assert ckpt.all_steps() == [1]
     replicated = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    abstract = {"w": jax.ShapeDtypeStruct((1000,), jnp.float32, sharding=replicated),
+    abstract = {"params": {"w": jax.ShapeDtypeStruct((1000,), jnp.float32, sharding=replicated)},
                 "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)}
     restored, meta = ckpt.restore(abstract)
     assert meta["step"] == 1 and int(restored["step"]) == 1
-    np.testing.assert_array_equal(restored["w"], np.ones(1000))
-    assert not [name for name in os.listdir(directory) if "tmp" in name]  # cleaned up on start
+    np.testing.assert_array_equal(restored["params"]["w"], np.ones(1000))
+    # The resumed run saves step 2 again; the leftover tmp folder is gone by then.
+    assert ckpt.save(2, restored, data_position=2, config={})
+    ckpt.wait_until_finished()
+    assert sorted(os.listdir(directory)) == ["1", "2"]
     ckpt.close()
