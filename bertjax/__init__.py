@@ -5,7 +5,7 @@ Kept light: submodules (and TensorFlow, JAX) load only when used.
 
 
 def load_pretrained(path):
-    """A checkpoint directory (Hugging Face, Google TF release) -> (BertConfig, params).
+    """A checkpoint directory (Hugging Face, Google TF release, bertjax) -> (BertConfig, params).
 
     params: {"bert": encoder tree, <heads present>}, numpy float32, unrolled layout.
     See bertjax.models.convert for the layouts and the strictness rules.

@@ -1,6 +1,7 @@
 r"""Converts a BERT checkpoint between layouts.
 
-Reads any layout `bertjax.load_pretrained` knows (Hugging Face, Google TF release) and
+Reads any layout `bertjax.load_pretrained` knows (Hugging Face, Google TF release, a bertjax
+training checkpoint) and
 writes the Hugging Face layout (config.json, model.safetensors, vocab.txt) or the
 original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
 

@@ -422,15 +422,54 @@ def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# bertjax's own checkpoints (bertjax.checkpointing)
+# ------------------------------------------------------------------------------------------------
+
+def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
+    """A bertjax checkpoint (a step folder, or a run's directory: its newest step) -> (config, params).
+
+    The BertConfig is rebuilt from the run config saved with it (`model.preset` +
+    `model.overrides`), with vocab_size read off the word embeddings and scan_layers off,
+    since the returned params are unrolled.
+    """
+    from bertjax import checkpointing
+
+    meta, params = checkpointing.load_params(path)
+    params = _export_params(params)
+    params = {key: _to_numpy(value) for key, value in params.items()}
+    model = (meta.get("config") or {}).get("model") or {}
+    if "preset" not in model:
+        raise ValueError(f"{path}: the run config saved with the checkpoint has no model.preset "
+                         f"(model config: {model!r})")
+    vocab_size = params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0]
+    overrides = {**dict(model.get("overrides") or {}), "vocab_size": vocab_size, "scan_layers": False}
+    config = BertConfig.preset(model["preset"], **overrides)
+    heads, num_labels = _param_heads(params)
+    for var in variable_table(config, heads, num_labels):
+        found = _get(params, var.path, path).shape
+        if found != var.shape:
+            raise ValueError(f"{path}: params {'/'.join(var.path)} has shape {found}, expected {var.shape} "
+                             f"for the saved model config")
+    return config, params
+
+
+def _to_numpy(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {key: _to_numpy(value) for key, value in tree.items()}
+    return np.asarray(tree, dtype=np.float32)
+
+
+# ------------------------------------------------------------------------------------------------
 # Any layout
 # ------------------------------------------------------------------------------------------------
 
 _LAYOUTS = """  Hugging Face: config.json + model.safetensors
-  Google TF release: bert_config.json + bert_model.ckpt.index (or a 'checkpoint' file)"""
+  Google TF release: bert_config.json + bert_model.ckpt.index (or a 'checkpoint' file)
+  bertjax: a checkpoint step folder (state/ + meta/) or a run's checkpoint directory"""
 
 
 def load_pretrained(path: str) -> tuple[BertConfig, dict[str, Any]]:
-    """A checkpoint directory in any supported layout -> (BertConfig, params).
+    """A checkpoint directory in any supported layout (see _LAYOUTS) -> (BertConfig, params).
 
     params: {"bert": encoder tree, <heads present>}, numpy float32, unrolled layout.
     """
@@ -442,6 +481,10 @@ def load_pretrained(path: str) -> tuple[BertConfig, dict[str, Any]]:
         return load_huggingface(path)
     if "bert_config.json" in files and ("bert_model.ckpt.index" in files or "checkpoint" in files):
         return load_tf_checkpoint(path)
+    from bertjax import checkpointing
+
+    if checkpointing.is_bertjax_checkpoint(path):
+        return load_bertjax_checkpoint(path)
     hint = ""
     if "pytorch_model.bin" in files:
         hint = ("\npytorch_model.bin needs PyTorch to read; convert it once with transformers: "

@@ -266,6 +266,28 @@ def test_command_line_converter(tf_release, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
+# bertjax's own checkpoints
+# ------------------------------------------------------------------------------------------------
+
+def test_bertjax_checkpoint_import(tmp_path):
+    """A training run's checkpoint (scanned layers, optimizer state alongside) -> unrolled params."""
+    from bertjax import checkpointing
+
+    overrides = {k: v for k, v in TINY.items() if k != "vocab_size"}
+    config = BertConfig(**TINY, scan_layers=True)
+    params = random_params(config, ("mlm", "nsp"))
+    scanned = {**params, "bert": stack_layers(params["bert"], config.num_hidden_layers)}
+    state = {"params": scanned, "opt_state": jax.tree_util.tree_map(jnp.zeros_like, scanned), "step": jnp.int32(7)}
+    run_config = {"model": {"preset": "tiny", "overrides": {**overrides, "scan_layers": True}}}
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=1, async_save=False)
+    ckpt.save(7, state, data_position=0, config=run_config)
+    ckpt.close()
+    loaded_config, loaded = bertjax.load_pretrained(str(tmp_path))
+    assert loaded_config == config.replace(scan_layers=False)
+    assert_trees_equal(loaded, params)
+
+
+# ------------------------------------------------------------------------------------------------
 # Errors
 # ------------------------------------------------------------------------------------------------
 
@@ -275,7 +297,7 @@ def test_unknown_layout_lists_what_was_looked_for(tmp_path):
         bertjax.load_pretrained(str(tmp_path))
     message = str(error.value)
     for expected in ("config.json + model.safetensors", "bert_config.json + bert_model.ckpt.index",
-                     "pytorch_model.bin needs PyTorch"):
+                     "bertjax: a checkpoint step folder", "pytorch_model.bin needs PyTorch"):
         assert expected in message
 
 
