@@ -11,8 +11,9 @@ The argument may add options after the preset, comma separated:
 
 import ml_collections
 
-# Original recipe (BERT_REFERENCE.md): batch 256, 1M steps, lr 1e-4, 10k warmup.
-_TRAIN_DEFAULTS = dict(global_batch_size=256, num_steps=1_000_000, learning_rate=1e-4, warmup_steps=10_000)
+# Original recipe (BERT_REFERENCE.md): batch 256, 1M steps (900k at length 128 here, then
+# 100k at 512 with `phase2`), lr 1e-4, 10k warmup.
+_TRAIN_DEFAULTS = dict(global_batch_size=256, num_steps=900_000, learning_rate=1e-4, warmup_steps=10_000)
 _TINY_TRAIN = dict(global_batch_size=32, num_steps=2_000, learning_rate=1e-3, warmup_steps=100)
 
 
@@ -50,12 +51,31 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.instance_shuffle_buffer = 10_000  # sequences (one document gives several)
     config.data.seed = 12345
 
-    # -- Training. --
+    # -- Training: the original optimizer (AdamWeightDecay, linear warmup + decay, clip 1.0). --
     config.train = ml_collections.ConfigDict(_TINY_TRAIN if preset == "tiny" else _TRAIN_DEFAULTS)
+    config.train.update(optimizer="adamw", schedule="linear", weight_decay=0.01, adam_b1=0.9, adam_b2=0.999,
+                        adam_eps=1e-6, max_grad_norm=1.0)
+    config.train.grad_accum_steps = 1          # micro-batches per optimizer step
+    config.train.log_every = 50 if preset == "tiny" else 100
+    config.train.eval_every = 500 if preset == "tiny" else 10_000   # 0 disables evaluation
+    config.train.eval_batches = 10
+    config.train.max_consecutive_bad_steps = 10  # non-finite steps in a row before the run stops
+
+    # -- Mesh: data x fsdp x tensor; -1 = all remaining devices. --
+    config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+
+    # -- Checkpoints: <workdir>/checkpoints. Resume order: that -> init_checkpoint -> scratch. --
+    config.checkpoint = ml_collections.ConfigDict(dict(every=500 if preset == "tiny" else 10_000, keep=3,
+                                                       async_save=True))
+    config.init_checkpoint = ""  # bertjax checkpoint, Hugging Face dir or Google TF release dir
 
     if "phase2" in options:
+        # Phase 2 of the original recipe: the last 10% of steps at length 512, continuing from
+        # phase 1's weights (pass --config.init_checkpoint=<phase-1 workdir>).
         config.data.max_seq_length = 512
         config.data.max_predictions_per_seq = 80
+        config.train.num_steps = max(1, config.train.num_steps // 9)  # 90% of steps were phase 1
+        config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
     unknown = set(options) - {"phase2"}
     if unknown:
         raise ValueError(f"configs/pretrain.py: unknown options {sorted(unknown)} in {arg!r}")

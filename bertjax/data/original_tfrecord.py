@@ -1,0 +1,105 @@
+"""Reads TFRecords written by google-research/bert's create_pretraining_data.py, as they are.
+
+Those records hold finished, statically masked sequences (int64 features input_ids,
+input_mask, segment_ids [max_seq_length], masked_lm_positions, masked_lm_ids
+[max_predictions_per_seq], float masked_lm_weights [max_predictions_per_seq],
+next_sentence_labels [1]); this pipeline only shuffles, host-splits and batches them,
+into the same batch format as `PretrainingPipeline`. Epoch e's order is a function of
+(seed, e); resume skips whole epochs by record count (counted once, on first resume).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import tensorflow as tf
+
+from bertjax.data.pretraining import FEATURE_NAMES, host_file_split, shuffle_seed, iterate_naming_bad_files
+
+_MAX_EPOCHS = 1 << 40
+
+
+def feature_spec(max_seq_length: int, max_predictions: int) -> dict:
+    seq, pred = [max_seq_length], [max_predictions]
+    return {
+        "input_ids": tf.io.FixedLenFeature(seq, tf.int64),
+        "input_mask": tf.io.FixedLenFeature(seq, tf.int64),
+        "segment_ids": tf.io.FixedLenFeature(seq, tf.int64),
+        "masked_lm_positions": tf.io.FixedLenFeature(pred, tf.int64),
+        "masked_lm_ids": tf.io.FixedLenFeature(pred, tf.int64),
+        "masked_lm_weights": tf.io.FixedLenFeature(pred, tf.float32),
+        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+    }
+
+
+def _check_first_record(path: str, spec: dict) -> None:
+    """Clear errors (file and key) for a record that does not match the configured shapes."""
+    try:
+        first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
+    except tf.errors.OpError as e:
+        raise ValueError(f"unreadable TFRecord file {path}: {e.message.splitlines()[0]}") from e
+    if first is None:
+        raise ValueError(f"no records in {path}")
+    example = tf.train.Example.FromString(first.numpy())
+    for key, feature in spec.items():
+        if key not in example.features.feature:
+            raise ValueError(f"{path}: feature {key!r} missing (not a create_pretraining_data.py record?)")
+        values = example.features.feature[key]
+        length = len(values.float_list.value) if feature.dtype == tf.float32 else len(values.int64_list.value)
+        if length != feature.shape[0]:
+            raise ValueError(f"{path}: feature {key!r} has {length} values, the config expects {feature.shape[0]} "
+                             "(check config.data.max_seq_length / max_predictions_per_seq)")
+
+
+class OriginalTFRecordPipeline:
+    """Batches of original pre-training records; same interface as `PretrainingPipeline`."""
+
+    def __init__(self, data_config, *, paths: list[str], batch_size: int, process_index: int = 0,
+                 process_count: int = 1, seed: int | None = None):
+        if not paths:
+            raise ValueError("OriginalTFRecordPipeline: no input files")
+        self.paths = sorted(paths)
+        self.spec = feature_spec(data_config.max_seq_length, data_config.max_predictions_per_seq)
+        for path in self.paths:
+            _check_first_record(path, self.spec)
+        self.batch_size = batch_size
+        self.shuffle_buffer = data_config.instance_shuffle_buffer
+        self.seed = data_config.seed if seed is None else seed
+        self.file_ids, self.record_shard = host_file_split(self.paths, process_index, process_count)
+        self._epoch_size: int | None = None
+
+    def _epoch(self, epoch) -> tf.data.Dataset:
+        key = tf.random.experimental.stateless_fold_in(tf.constant([self.seed, 0], tf.int64), epoch)
+        files = tf.data.Dataset.from_tensor_slices([self.paths[i] for i in self.file_ids])
+        files = files.shuffle(len(self.file_ids), seed=shuffle_seed(key))
+        records = files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(self.file_ids), 8),
+                                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if self.record_shard:
+            records = records.shard(*self.record_shard)
+        return records.shuffle(self.shuffle_buffer, seed=shuffle_seed(tf.random.experimental.stateless_fold_in(key, 1)))
+
+    def epoch_size(self) -> int:
+        """Records per epoch on this host (one counting pass, cached)."""
+        if self._epoch_size is None:
+            self._epoch_size = int(self._epoch(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
+                                                                                lambda n, _: n + 1))
+        return self._epoch_size
+
+    def _parse(self, serialized: tf.Tensor) -> dict:
+        features = tf.io.parse_example(serialized, self.spec)
+        out = {k: v if v.dtype == tf.float32 else tf.cast(v, tf.int32) for k, v in features.items()}
+        out["next_sentence_labels"] = out["next_sentence_labels"][:, 0]
+        return {name: out[name] for name in FEATURE_NAMES}
+
+    def dataset(self, start_batch: int = 0) -> tf.data.Dataset:
+        position = start_batch * self.batch_size
+        epoch, offset = divmod(position, self.epoch_size()) if position else (0, 0)
+        ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(self._epoch).skip(offset)
+        ds = ds.batch(self.batch_size, drop_remainder=True)
+        return ds.map(self._parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+    def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's."""
+        return iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids],
+                                        lambda serialized: self._parse(serialized) and None)

@@ -1,0 +1,217 @@
+"""The online pre-training pipeline: prepared shards -> masked-LM + NSP batches (tf.data).
+
+    shards --(host split, per-epoch file shuffle, interleave)--> documents --(shuffle,
+      batch of 128, parse, chunk_documents: NSP pairs)--> instances --(shuffle, batch)-->
+      layout_batch + mask_batch (vectorized per batch) --> numpy batches
+
+Batches have the original create_pretraining_data.py features, fixed shapes:
+  input_ids, input_mask, segment_ids      <int32>[B, max_seq_length]
+  masked_lm_positions, masked_lm_ids      <int32>[B, max_predictions_per_seq]
+  masked_lm_weights                       <float32>[B, max_predictions_per_seq]
+  next_sentence_labels                    <int32>[B]   (0 = IsNext, 1 = random)
+
+Determinism and resume: epoch e's document order and all random draws are stateless
+functions of (seed, e, position), and batches are cut from the concatenation of epochs,
+so the stream is a pure function of the seed. `batches(start_batch=k)` locates batch k
+by counting each earlier epoch's instances (a cheap pass: read, parse and chunk only,
+cached per pipeline object) and then skips inside that one epoch (reading and chunking,
+no layout or masking). So a resume costs at most one chunking
+pass over the data per epoch before k. Train and eval both repeat forever; for a fixed
+evaluation set take the first N batches of `batches()`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Iterator
+
+import numpy as np
+import tensorflow as tf
+
+from bertjax.data import masking, pairing, shards
+
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                 "masked_lm_weights", "next_sentence_labels")
+_AUTOTUNE = tf.data.AUTOTUNE
+_MAX_EPOCHS = 1 << 40  # "forever"
+_DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
+# Salts that keep the stateless random streams of different stages apart.
+_DOC_ORDER, _CHUNK, _INSTANCE_ORDER, _BATCH = range(4)
+
+
+def check_data_config(data_config) -> None:
+    """Range checks ml_collections cannot do; errors name the config key."""
+    d = data_config
+    checks = [
+        (d.max_seq_length >= 8, "max_seq_length must be >= 8"),
+        (0 < d.max_predictions_per_seq <= d.max_seq_length, "max_predictions_per_seq must be in [1, max_seq_length]"),
+        (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),
+        (0.0 <= d.short_seq_prob <= 1.0, "short_seq_prob must be in [0, 1]"),
+        (d.shuffle_buffer >= 1 and d.instance_shuffle_buffer >= 1, "shuffle buffers must be >= 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(f"config.data: {message}")
+
+
+def check_document_batch(serialized: tf.Tensor) -> str | None:
+    """<string>[N] shard records -> what is wrong with them, or None."""
+    parsed = tf.io.parse_example(serialized, shards.FEATURE_SPEC)
+    lengths, tokens = parsed["sentence_lengths"], parsed["token_ids"]
+    if not (tf.reduce_all(tf.reduce_sum(lengths, axis=1) == tokens.row_lengths())
+            and tf.reduce_all(lengths.flat_values >= 1) and tf.reduce_all(lengths.row_lengths() >= 1)):
+        return "a record's sentence_lengths do not match its token_ids"
+    return None
+
+
+def find_bad_file(paths: list[str], check_batch=check_document_batch) -> tuple[str, str] | None:
+    """Reads every record of every file; returns (path, reason) for the first bad one, else None."""
+    for path in paths:
+        try:
+            for batch in tf.data.TFRecordDataset(path).batch(4096):
+                problem = check_batch(batch)
+                if problem:
+                    return path, problem
+        except tf.errors.OpError as e:
+            return path, e.message.splitlines()[0]
+    return None
+
+
+def iterate_naming_bad_files(dataset: tf.data.Dataset, paths: list[str],
+                             check_batch=check_document_batch) -> Iterator[dict[str, np.ndarray]]:
+    """Numpy elements of `dataset`; a data error becomes a ValueError naming the bad file."""
+    iterator = dataset.as_numpy_iterator()
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            bad = find_bad_file(paths, check_batch)
+            if bad is None:
+                raise
+            raise ValueError(f"corrupt or truncated file {bad[0]}: {bad[1]}") from e
+        yield batch
+
+
+def host_file_split(paths: list[str], process_index: int, process_count: int):
+    """Whole files per host when there are enough; else every host reads all and keeps every n-th record."""
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index {process_index} not in [0, {process_count})")
+    ids = list(range(len(paths)))
+    if len(paths) >= process_count:
+        return ids[process_index::process_count], None
+    return ids, (process_count, process_index)
+
+
+def shuffle_seed(key: tf.Tensor) -> tf.Tensor:
+    """<int32>[2] stateless key -> <int64>[] seed for shuffle()."""
+    return tf.random.stateless_uniform([], key, minval=None, maxval=None, dtype=tf.int64)
+
+
+class PretrainingPipeline:
+    """Host-local masked-LM + NSP batches from prepared shards (see the module docstring)."""
+
+    def __init__(self, data_config, *, shard_paths: list[str], tokenizer, batch_size: int,
+                 process_index: int = 0, process_count: int = 1, split: str = "train", seed: int | None = None):
+        check_data_config(data_config)
+        if not shard_paths:
+            raise ValueError(f"PretrainingPipeline: no shards for split {split!r}")
+        for path in shard_paths:
+            if not tf.io.gfile.exists(path):
+                raise FileNotFoundError(f"shard not found: {path}")
+            if tf.io.gfile.stat(path).length == 0:
+                raise ValueError(f"empty shard file (no records, not even a header): {path}")
+        self.config = data_config
+        self.batch_size = batch_size
+        self.split = split
+        self.paths = sorted(shard_paths)
+        self.file_ids, self.record_shard = host_file_split(self.paths, process_index, process_count)
+        self.seed = data_config.seed if seed is None else seed
+        self.process_index = process_index
+        self.tokenizer = tokenizer
+        self.continuation = tokenizer.continuation_mask() if data_config.whole_word_mask else None
+        self.nsp = data_config.next_sentence_prediction
+        self.max_num_tokens = data_config.max_seq_length - (3 if self.nsp else 2)
+        self._epoch_sizes: dict[int, int] = {}
+
+    # -- keys: document order is the same on every host (so record sharding is disjoint);
+    #    all other randomness is per host. --
+    def _key(self, salt: int, *data, host: bool = True) -> tf.Tensor:
+        key = tf.constant([self.seed, self.process_index if host else -1], tf.int64)
+        for value in (salt, *data):
+            key = tf.random.experimental.stateless_fold_in(key, tf.cast(value, tf.int64))
+        return key
+
+    def _documents(self, order_key: tf.Tensor) -> tf.data.Dataset:
+        """Serialized documents of this host, in an order determined by `order_key`."""
+        files = tf.data.Dataset.from_tensor_slices([self.paths[i] for i in self.file_ids])
+        files = files.shuffle(len(self.file_ids), seed=shuffle_seed(order_key))
+        docs = files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(self.file_ids), 8),
+                                num_parallel_calls=_AUTOTUNE, deterministic=True)
+        if self.record_shard:
+            docs = docs.shard(*self.record_shard)
+        return docs.shuffle(self.config.shuffle_buffer,
+                            seed=shuffle_seed(tf.random.experimental.stateless_fold_in(order_key, 1)))
+
+    def _chunked(self, epoch) -> tf.data.Dataset:
+        """Epoch `epoch`'s documents in batches, each batch -> its instances (chunk_documents)."""
+        order_key = self._key(_DOC_ORDER, epoch, host=False)
+        chunk_key = self._key(_CHUNK, epoch)
+
+        def chunk(index, serialized):
+            parsed = tf.io.parse_example(serialized, shards.FEATURE_SPEC)
+            out = pairing.chunk_documents(
+                parsed["token_ids"], parsed["sentence_lengths"],
+                tf.random.experimental.stateless_fold_in(chunk_key, index),
+                max_num_tokens=self.max_num_tokens, short_seq_prob=self.config.short_seq_prob,
+                next_sentence_prediction=self.nsp)
+            return {key: out[key] for key in ("a_tokens", "b_tokens", "is_random")}
+
+        docs = self._documents(order_key).batch(_DOCS_PER_CHUNK_BATCH).enumerate()
+        return docs.map(chunk, num_parallel_calls=_AUTOTUNE)
+
+    def _epoch(self, epoch) -> tf.data.Dataset:
+        """Epoch `epoch`'s instances, shuffled."""
+        return self._chunked(epoch).unbatch().shuffle(
+            self.config.instance_shuffle_buffer, seed=shuffle_seed(self._key(_INSTANCE_ORDER, epoch)))
+
+    def epoch_size(self, epoch: int) -> int:
+        """Instances in epoch `epoch` on this host (a chunking pass; cached)."""
+        if epoch not in self._epoch_sizes:
+            counts = self._chunked(tf.constant(epoch, tf.int64)).map(lambda out: tf.size(out["is_random"]))
+            self._epoch_sizes[epoch] = int(counts.reduce(tf.constant(0), lambda a, b: a + b))
+            if self._epoch_sizes[epoch] == 0:
+                raise ValueError(f"no instances in the {self.split} shards {self.paths}")
+        return self._epoch_sizes[epoch]
+
+    def _build(self, batch_index, instances) -> dict:
+        layout_key, mask_key = tf.unstack(tf.random.experimental.stateless_split(
+            self._key(_BATCH, batch_index), 2))
+        tok = self.tokenizer
+        out = pairing.layout_batch(instances, layout_key, max_seq_length=self.config.max_seq_length,
+                                   next_sentence_prediction=self.nsp, cls_id=tok.cls_id, sep_id=tok.sep_id,
+                                   pad_id=tok.pad_id)
+        masked = masking.mask_batch(out["input_ids"], out["input_mask"], out.pop("candidates"), mask_key,
+                                    vocab_size=tok.vocab_size, mask_id=tok.mask_id,
+                                    masked_lm_prob=self.config.masked_lm_prob,
+                                    max_predictions=self.config.max_predictions_per_seq,
+                                    continuation=self.continuation)
+        out.update(masked)
+        return {name: out[name] for name in FEATURE_NAMES}
+
+    def dataset(self, start_batch: int = 0) -> tf.data.Dataset:
+        """The tf.data.Dataset behind `batches` (infinite)."""
+        epoch, offset = 0, start_batch * self.batch_size
+        while offset and offset >= self.epoch_size(epoch):
+            offset -= self.epoch_size(epoch)
+            epoch += 1
+        ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(self._epoch).skip(offset)
+        ds = ds.batch(self.batch_size, drop_remainder=True)
+        ds = tf.data.Dataset.zip(tf.data.Dataset.range(start_batch, _MAX_EPOCHS), ds)
+        return ds.map(self._build, num_parallel_calls=_AUTOTUNE).prefetch(_AUTOTUNE)
+
+    def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's."""
+        return iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids])
