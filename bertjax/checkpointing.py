@@ -155,12 +155,12 @@ class Checkpointer:
                 self._bad_steps.append(candidate)
                 log.warning("checkpoint %s is unreadable (%s: %s); falling back to the previous one",
                             self.directory / str(candidate), type(e).__name__, e)
+        self._bad_steps = []  # nothing restored: leave every step for a person to inspect
         raise RuntimeError(f"no restorable checkpoint in {self.directory} (tried steps {steps})") from error
 
     def _restore_step(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
         """Restores one step; CheckpointMismatchError = the caller's tree does not fit."""
-        saved = self._manager.item_metadata(step)[STATE]
-        saved_tree = saved.tree if hasattr(saved, "tree") else saved
+        saved_tree = self._manager.item_metadata(step)[STATE].tree
         _check_matches(abstract_state, saved_tree, f"checkpoint {self.directory / str(step)}")
         restored = self._manager.restore(step, args=ocp.args.Composite(
             **{STATE: ocp.args.StandardRestore(abstract_state), META: ocp.args.JsonRestore()}))
@@ -222,8 +222,7 @@ def load_params(path: str, *, abstract_params: Any = None) -> tuple[dict, Any]:
     meta = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(step_dir / META,
                                                                  args=ocp.args.JsonRestore())
     handler = ocp.PyTreeCheckpointHandler()
-    saved = handler.metadata(step_dir / STATE)
-    saved_tree = saved.tree if hasattr(saved, "tree") else saved
+    saved_tree = handler.metadata(step_dir / STATE).tree
     if "params" not in saved_tree:
         raise ValueError(f"{step_dir / STATE} holds no 'params' (keys: {sorted(saved_tree)})")
     if abstract_params is None:
