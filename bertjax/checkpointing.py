@@ -28,6 +28,8 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers
 
+from bertjax.preemption import PreemptionWatcher  # noqa: F401  (the trainer's one import for save/stop)
+
 STATE, META = "state", "meta"
 FORMAT = "bertjax"
 
@@ -112,21 +114,21 @@ class Checkpointer:
         call returns once the arrays are copied off the devices; `wait_until_finished`
         blocks until they are on disk. `config` must be JSON-serializable.
         """
-        meta = {"format": FORMAT, "step": int(step), "data_position": int(data_position), "config": config}
-        try:
-            json.dumps(meta)
-        except TypeError as e:
-            raise ValueError(f"Checkpointer.save: config must be JSON-serializable ({e})") from None
         if self._bad_steps:
             self._manager.wait_until_finished()
             for bad in self._bad_steps:
                 log.warning("deleting unreadable checkpoint %s", self.directory / str(bad))
                 self._manager.delete(bad)
             self._bad_steps = []
-        if step in self._manager.all_steps():
+        if step in self._manager.all_steps() or not (force or self._manager.should_save(step)):
             return False
+        meta = {"format": FORMAT, "step": int(step), "data_position": int(data_position), "config": config}
+        try:
+            json.dumps(meta)
+        except TypeError as e:
+            raise ValueError(f"Checkpointer.save: config must be JSON-serializable ({e})") from None
         return self._manager.save(step, args=ocp.args.Composite(
-            **{STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(meta)}), force=force)
+            **{STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(meta)}), force=True)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
         """Restores (state, meta) laid out as `abstract_state` says.

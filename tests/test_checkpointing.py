@@ -130,6 +130,8 @@ def test_interval_keep_last_n_and_force(tmp_path, small8):
     assert ckpt.save(33, state, data_position=33, config=CONFIG, force=True)  # preemption save
     assert not ckpt.save(33, state, data_position=33, config=CONFIG, force=True)  # already saved
     assert ckpt.all_steps() == [30, 33] and ckpt.latest_step() == 33
+    with pytest.raises(ValueError, match="config must be JSON-serializable"):
+        ckpt.save(40, state, data_position=40, config={"bad": object()})
     ckpt.close()
 
 
