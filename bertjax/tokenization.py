@@ -54,6 +54,7 @@ class Tokenizer:
         self._tokens = list(tokens)
         self._wordpiece = wordpiece
         self._sentencepiece = sentencepiece
+        self._ascii_wordpiece: tokenizers.Tokenizer | None = None  # set by from_vocab_file
         self.vocab_size = len(self._tokens)
         index = {token: i for i, token in enumerate(self._tokens)}
         missing = [t for t in SPECIAL_TOKENS if t not in index]
@@ -80,7 +81,13 @@ class Tokenizer:
         backend.normalizer = _bert_normalizer(do_lower_case)
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         backend.decoder = decoders.WordPiece(prefix="##")
-        return cls("wordpiece", path, do_lower_case, tokens, wordpiece=backend)
+        tokenizer = cls("wordpiece", path, do_lower_case, tokens, wordpiece=backend)
+        # Printable ASCII needs no cleaning, accent stripping or CJK splitting, and
+        # str.lower() equals the normaliser's lower-casing there: skipping the (slow)
+        # normaliser for it doubles the speed and gives the same ids.
+        tokenizer._ascii_wordpiece = tokenizers.Tokenizer.from_str(backend.to_str())
+        tokenizer._ascii_wordpiece.normalizer = None
+        return tokenizer
 
     @classmethod
     def from_sentencepiece(cls, path: str) -> "Tokenizer":
@@ -103,14 +110,28 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """One text -> token ids, without special tokens ("" -> [])."""
         if self._wordpiece is not None:
-            return self._wordpiece.encode(text, add_special_tokens=False).ids
+            return self.encode_batch([text])[0]
         return self._sentencepiece.EncodeAsIds(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Many texts -> token ids each, without special tokens (faster than a loop)."""
-        if self._wordpiece is not None:
-            return [e.ids for e in self._wordpiece.encode_batch_fast(list(texts), add_special_tokens=False)]
-        return self._sentencepiece.EncodeAsIds(list(texts))
+        if self._wordpiece is None:
+            return self._sentencepiece.EncodeAsIds(list(texts))
+        ascii_texts, ascii_index, other_texts, other_index = [], [], [], []
+        for i, text in enumerate(texts):
+            if text.isascii() and text.isprintable():
+                ascii_texts.append(text.lower() if self.do_lower_case else text)
+                ascii_index.append(i)
+            else:
+                other_texts.append(text)
+                other_index.append(i)
+        ids: list[list[int]] = [[]] * len(texts)
+        for backend, batch, index in ((self._ascii_wordpiece, ascii_texts, ascii_index),
+                                      (self._wordpiece, other_texts, other_index)):
+            if batch:
+                for i, encoding in zip(index, backend.encode_batch_fast(batch, add_special_tokens=False)):
+                    ids[i] = encoding.ids
+        return ids
 
     def decode(self, ids: Iterable[int]) -> str:
         """Token ids -> text. WordPiece keeps special tokens visible ("[MASK]")."""
