@@ -59,7 +59,7 @@ def check_document_batch(serialized: tf.Tensor) -> str | None:
     """<string>[N] shard records -> what is wrong with them, or None."""
     parsed = tf.io.parse_example(serialized, shards.FEATURE_SPEC)
     lengths, tokens = parsed["sentence_lengths"], parsed["token_ids"]
-    if not (tf.reduce_all(tf.reduce_sum(lengths, axis=1) == tokens.row_lengths())
+    if not (tf.reduce_all(tf.reduce_sum(lengths, axis=1) == tf.cast(tokens.row_lengths(), tf.int64))
             and tf.reduce_all(lengths.flat_values >= 1) and tf.reduce_all(lengths.row_lengths() >= 1)):
         return "a record's sentence_lengths do not match its token_ids"
     return None

@@ -1,0 +1,331 @@
+"""The online pre-training pipeline: statistics over >= 10,000 sequences, exactness of the
+NSP pairing, determinism, exact resume, host split and bad shards.
+
+Synthetic documents (synthetic.py) make every token name its (document, sentence).
+"""
+
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import synthetic
+from bertjax.data import masking, pairing, pretraining
+from configs import pretrain
+
+CLS, SEP, PAD, MASK = 2, 3, 0, 4
+NUM_DOCS = 1500
+
+
+def data_config(**overrides):
+    config = pretrain.get_config("tiny").data
+    config.max_seq_length = 64
+    config.max_predictions_per_seq = 10
+    config.shuffle_buffer = 500
+    config.instance_shuffle_buffer = 500
+    config.update(overrides)
+    return config
+
+
+def take(pipeline, num_batches, start_batch=0):
+    it = pipeline.batches(start_batch)
+    return [next(it) for _ in range(num_batches)]
+
+
+def concat(batches):
+    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+def unmasked(batch):
+    """input_ids with the masked positions' original ids put back."""
+    ids = batch["input_ids"].copy()
+    rows = np.broadcast_to(np.arange(len(ids))[:, None], batch["masked_lm_positions"].shape)
+    real = batch["masked_lm_weights"] > 0
+    ids[rows[real], batch["masked_lm_positions"][real]] = batch["masked_lm_ids"][real]
+    return ids
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    # Documents of many short sentences: the forced random B of one-sentence chunks is rare.
+    return synthetic.write_shards(str(tmp_path_factory.mktemp("shards")), NUM_DOCS, 4, min_sentences=10,
+                                  max_sentences=40)
+
+
+@pytest.fixture(scope="module")
+def big_batch(corpus):
+    """10,000 sequences at max_seq_length 64."""
+    pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=corpus,
+                                               tokenizer=synthetic.tokenizer_for(NUM_DOCS), batch_size=1000)
+    return concat(take(pipeline, 10))
+
+
+def test_shapes_and_dtypes(big_batch):
+    n = len(big_batch["input_ids"])
+    expected = {"input_ids": (np.int32, (n, 64)), "input_mask": (np.int32, (n, 64)),
+                "segment_ids": (np.int32, (n, 64)), "masked_lm_positions": (np.int32, (n, 10)),
+                "masked_lm_ids": (np.int32, (n, 10)), "masked_lm_weights": (np.float32, (n, 10)),
+                "next_sentence_labels": (np.int32, (n,))}
+    assert {k: (v.dtype.type, v.shape) for k, v in big_batch.items()} == expected
+
+
+def test_masking_statistics(big_batch):
+    ids, orig = big_batch["input_ids"], unmasked(big_batch)
+    real = big_batch["masked_lm_weights"] > 0
+    num_tokens = big_batch["input_mask"].sum(1)
+    # Predictions per sequence: exactly the original's formula (Python 3 round, half to even).
+    expected = [min(10, max(1, int(round(n * 0.15)))) for n in num_tokens]
+    np.testing.assert_array_equal(real.sum(1), expected)
+    assert abs(real.sum() / num_tokens.sum() - 0.15) < 0.005
+    # 80/10/10 over the masked positions.
+    rows = np.broadcast_to(np.arange(len(ids))[:, None], real.shape)
+    shown = ids[rows[real], big_batch["masked_lm_positions"][real]]
+    original = big_batch["masked_lm_ids"][real]
+    share_mask, share_kept = np.mean(shown == MASK), np.mean(shown == original)
+    assert abs(share_mask - 0.8) < 0.015 and abs(share_kept - 0.1) < 0.015
+    assert abs(1 - share_mask - share_kept - 0.1) < 0.015
+    # [CLS], [SEP] and padding are never masked; positions ascending, padded with 0.
+    assert not np.isin(original, [CLS, SEP, PAD]).any()
+    assert (big_batch["masked_lm_positions"][real] < num_tokens[rows[real]]).all()
+    assert (big_batch["masked_lm_positions"][real] > 0).all()
+    assert (np.diff(big_batch["masked_lm_positions"], axis=1)[real[:, 1:]] > 0).all()
+    assert (real[:, :-1] >= real[:, 1:]).all()  # real predictions first
+    assert (big_batch["masked_lm_positions"][~real] == 0).all() and (big_batch["masked_lm_ids"][~real] == 0).all()
+    # Masking changes nothing else.
+    assert (orig == ids)[big_batch["input_mask"] == 0].all()
+
+
+def original_instances(documents, max_num_tokens, short_seq_prob, rng):
+    """create_instances_from_document of google-research/bert (pairs only): (len_a + len_b, is_random)."""
+    out = []
+    for index, document in enumerate(documents):
+        target = max_num_tokens
+        if rng.random() < short_seq_prob:
+            target = rng.randint(2, max_num_tokens)
+        chunk, length, i = [], 0, 0
+        while i < len(document):
+            chunk.append(document[i])
+            length += document[i]
+            if i == len(document) - 1 or length >= target:
+                a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+                len_a = sum(chunk[:a_end])
+                if len(chunk) == 1 or rng.random() < 0.5:
+                    is_random, len_b = True, 0
+                    for _ in range(10):
+                        other = rng.randint(0, len(documents) - 1)
+                        if other != index:
+                            break
+                    for sentence in documents[other][rng.randint(0, len(documents[other]) - 1):]:
+                        len_b += sentence
+                        if len_b >= target - len_a:
+                            break
+                    i -= len(chunk) - a_end
+                else:
+                    is_random, len_b = False, sum(chunk[a_end:])
+                out.append((sum(reference_truncate(len_a, len_b, max_num_tokens)), is_random))
+                chunk, length = [], 0
+            i += 1
+    return np.array(out)
+
+
+def test_matches_the_original_algorithm(corpus, big_batch):
+    """Same distribution of NSP labels and lengths as a port of the original, on the same documents."""
+    documents = []
+    for path in corpus:
+        for record in tf.data.TFRecordDataset(path):
+            documents.append(pretraining.shards.parse_document(record).row_lengths().numpy().tolist())
+    reference = original_instances(documents, 61, 0.1, random.Random(0))
+    lengths = big_batch["input_mask"].sum(1) - 3
+    assert abs(big_batch["next_sentence_labels"].mean() - reference[:, 1].mean()) < 0.02
+    assert abs(lengths.mean() - reference[:, 0].mean()) < 1.0
+    assert abs(np.mean(lengths < 30) - np.mean(reference[:, 0] < 30)) < 0.02
+
+
+def test_nsp_labels_half_random(tmp_path):
+    """50/50 when one-sentence chunks (always random in the original) are rare: long documents, full targets."""
+    paths = synthetic.write_shards(str(tmp_path), 300, 2, min_sentences=60, max_sentences=63)
+    pipeline = pretraining.PretrainingPipeline(data_config(short_seq_prob=0.0), shard_paths=paths,
+                                               batch_size=1000, tokenizer=synthetic.tokenizer_for(300))
+    labels = concat(take(pipeline, 10))["next_sentence_labels"]
+    assert abs(labels.mean() - 0.5) < 0.02
+
+
+def test_layout_and_nsp(big_batch):
+    orig, labels = unmasked(big_batch), big_batch["next_sentence_labels"]
+    short = 0
+    for row, segments, mask, label in zip(orig, big_batch["segment_ids"], big_batch["input_mask"], labels):
+        n = mask.sum()
+        assert n <= 64 and mask[:n].all() and not mask[n:].any() and (row[n:] == PAD).all()
+        seps = np.flatnonzero(row[:n] == SEP)
+        assert row[0] == CLS and len(seps) == 2 and seps[1] == n - 1
+        a, b = row[1:seps[0]], row[seps[0] + 1:n - 1]
+        assert len(a) >= 1 and len(b) >= 1
+        np.testing.assert_array_equal(segments[:n], [0] * (seps[0] + 1) + [1] * (n - seps[0] - 1))
+        (doc_a, sent_a), (doc_b, sent_b) = synthetic.decode_token(a), synthetic.decode_token(b)
+        assert len(set(doc_a)) == 1 and len(set(doc_b)) == 1  # each segment from one document
+        assert (np.diff(sent_a) >= 0).all() and (np.diff(sent_b) >= 0).all()
+        if label == 0:  # IsNext: B continues A in the same document
+            assert doc_a[0] == doc_b[0] and sent_b[0] > sent_a[-1]
+            if n < 64:  # not truncated: B starts with the sentence right after A
+                assert sent_b[0] == sent_a[-1] + 1
+        else:
+            assert doc_a[0] != doc_b[0]
+        short += n < 32
+    assert short > 0
+
+
+def test_short_target_share_per_document():
+    """The target length is short with probability short_seq_prob, once per document (as the original)."""
+    docs = 10_000
+    lengths = tf.RaggedTensor.from_row_lengths(tf.fill([docs * 3], 5), tf.fill([docs], 3))
+    tokens = tf.RaggedTensor.from_row_lengths(tf.fill([docs * 15], 7), tf.fill([docs], 15))
+    out = pairing.chunk_documents(tokens, lengths, tf.constant([1, 2]), max_num_tokens=61, short_seq_prob=0.1)
+    target = out["target_length"].numpy()
+    assert abs(np.mean(target < 61) - 0.1 * 59 / 60) < 0.01
+    assert target.min() >= 2 and target.max() == 61
+
+
+def reference_truncate(len_a, len_b, max_num_tokens):
+    while len_a + len_b > max_num_tokens:
+        if len_a > len_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+    return len_a, len_b
+
+
+def test_truncated_lengths_match_the_original_loop():
+    grid = np.array([(a, b) for a in range(0, 40) for b in range(0, 40)], np.int32)
+    for m in (9, 10, 29):
+        new_a, new_b = pairing.truncated_lengths(grid[:, 0], grid[:, 1], m)
+        expected = np.array([reference_truncate(a, b, m) for a, b in grid])
+        np.testing.assert_array_equal(np.stack([new_a, new_b], 1), expected)
+
+
+def test_chunk_documents_eager_equals_in_tf_data(corpus):
+    serialized = next(iter(tf.data.TFRecordDataset(corpus[0]).batch(64)))
+
+    def chunk(records):
+        parsed = tf.io.parse_example(records, pretraining.shards.FEATURE_SPEC)
+        return pairing.chunk_documents(parsed["token_ids"], parsed["sentence_lengths"], tf.constant([3, 4]),
+                                       max_num_tokens=61, short_seq_prob=0.1)
+
+    def values(x):
+        return x.flat_values.numpy() if isinstance(x, tf.RaggedTensor) else x.numpy()
+
+    eager = chunk(serialized)
+    graph = next(iter(tf.data.Dataset.from_tensors(serialized).map(chunk)))
+    assert eager["is_random"].shape[0] > 64
+    for key in eager:
+        np.testing.assert_array_equal(values(eager[key]), values(graph[key]))
+
+
+def test_whole_word_masking():
+    rng = np.random.default_rng(0)
+    rows, length = 2000, 64
+    vocab = 3000
+    continuation = np.arange(vocab) >= 2000  # ids >= 2000 are '##' pieces
+    ids = rng.integers(1000, vocab, size=(rows, length)).astype(np.int32)
+    n = rng.integers(10, length + 1, size=rows)
+    positions = np.arange(length)[None, :]
+    ids[:, 0] = CLS
+    sep = rng.integers(2, n - 2)[:, None]
+    ids = np.where(positions == sep, SEP, ids)
+    ids = np.where(positions == n[:, None] - 1, SEP, ids)
+    ids = np.where(positions >= n[:, None], PAD, ids)
+    mask = (positions < n[:, None]).astype(np.int32)
+    candidates = (mask > 0) & (ids != CLS) & (ids != SEP)
+    kwargs = dict(vocab_size=vocab, mask_id=MASK, masked_lm_prob=0.15, max_predictions=10)
+    for run in ("eager", "tf.data"):
+        args = (ids, mask, candidates, tf.constant([5, 6]))
+        if run == "eager":
+            out = masking.mask_batch(*args, continuation=continuation, **kwargs)
+        else:
+            out = next(iter(tf.data.Dataset.from_tensors(args).map(
+                lambda *a: masking.mask_batch(*a, continuation=continuation, **kwargs))))
+        real = out["masked_lm_weights"].numpy() > 0
+        chosen = np.zeros_like(candidates)
+        for r in range(rows):
+            chosen[r, out["masked_lm_positions"].numpy()[r][real[r]]] = True
+        quota = np.minimum(10, np.maximum(1, np.round(n * 0.15))).astype(int)
+        assert (chosen.sum(1) <= quota).all() and np.mean(chosen.sum(1) == quota) > 0.5
+        assert not (chosen & ~candidates).any()
+        for r in range(rows):  # a word is masked whole: every piece with its word start
+            cand = np.flatnonzero(candidates[r])
+            for prev, cur in zip(cand[:-1], cand[1:]):
+                if continuation[ids[r, cur]]:
+                    assert chosen[r, prev] == chosen[r, cur]
+
+
+def test_deterministic_for_a_seed(corpus):
+    def first(seed):
+        pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=corpus, batch_size=16, seed=seed,
+                                                   tokenizer=synthetic.tokenizer_for(NUM_DOCS))
+        return concat(take(pipeline, 3))
+
+    a, b, c = first(1), first(1), first(2)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    assert not np.array_equal(a["input_ids"], c["input_ids"])
+
+
+def test_resume_is_exact(tmp_path):
+    paths = synthetic.write_shards(str(tmp_path), 40, 2, seed=3)
+    config = data_config(shuffle_buffer=16, instance_shuffle_buffer=32)
+    pipeline = pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
+                                               tokenizer=synthetic.tokenizer_for(40))
+    fresh = take(pipeline, 40)
+    assert pipeline.epoch_size(0) < 40 * 8 // 2  # the 40 batches span more than two epochs
+    for start in (1, 13, 29):
+        resumed = take(pipeline, 3, start_batch=start)
+        for want, got in zip(fresh[start:start + 3], resumed):
+            for key in want:
+                np.testing.assert_array_equal(want[key], got[key])
+
+
+@pytest.mark.parametrize("num_shards", [4, 1])  # whole files per host / every other record
+def test_hosts_get_disjoint_documents(tmp_path, num_shards):
+    paths = synthetic.write_shards(str(tmp_path), 200, num_shards)
+    docs = []
+    for index in range(2):
+        pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=64,
+                                                   tokenizer=synthetic.tokenizer_for(200),
+                                                   process_index=index, process_count=2)
+        ids = unmasked(concat(take(pipeline, 4)))
+        docs.append(set(synthetic.decode_token(ids[ids >= synthetic.FIRST_ID])[0]))
+    assert docs[0] and docs[1] and not docs[0] & docs[1]
+
+
+def test_without_nsp(corpus):
+    pipeline = pretraining.PretrainingPipeline(data_config(next_sentence_prediction=False), shard_paths=corpus,
+                                               batch_size=500, tokenizer=synthetic.tokenizer_for(NUM_DOCS))
+    batch = concat(take(pipeline, 2))
+    orig = unmasked(batch)
+    assert not batch["segment_ids"].any() and not batch["next_sentence_labels"].any()
+    lengths = batch["input_mask"].sum(1)
+    assert np.mean(lengths > 48) > 0.5  # mostly long, contiguous segments
+    for row, n in zip(orig, lengths):
+        assert row[0] == CLS and row[n - 1] == SEP and (row[1:n - 1] != SEP).all()
+        doc, sentence = synthetic.decode_token(row[1:n - 1])
+        assert len(set(doc)) == 1 and set(np.diff(sentence)) <= {0, 1}
+
+
+def test_truncated_shard_is_named(tmp_path):
+    paths = synthetic.write_shards(str(tmp_path), 100, 2)
+    size = os.path.getsize(paths[1])
+    with open(paths[1], "r+b") as f:
+        f.truncate(size // 2)
+    pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=8,
+                                               tokenizer=synthetic.tokenizer_for(100))
+    with pytest.raises(ValueError, match=f"corrupt or truncated file {paths[1]}"):
+        take(pipeline, 200)
+
+
+def test_empty_shard_file_is_named(tmp_path):
+    paths = synthetic.write_shards(str(tmp_path), 10, 1)
+    open(paths[0], "w").close()
+    with pytest.raises(ValueError, match=paths[0]):
+        pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=8,
+                                        tokenizer=synthetic.tokenizer_for(10))
