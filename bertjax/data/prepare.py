@@ -1,0 +1,260 @@
+"""Prepare: a corpus source -> tokenized TFRecord shards + metadata.json (see shards.py).
+
+`ensure_prepared(data_config, output_dir)` is what the pipeline calls: it prepares the
+data unless `output_dir` already holds it for the same settings (source, units, tokenizer
+and vocabulary hash, eval fraction), and returns the metadata.
+
+  * Parallel: the source's units (sources.list_units) are spread over worker processes;
+    unit i writes `train-i-of-N.tfrecord` and `eval-i-of-N.tfrecord`.
+  * Streaming: a worker holds one batch of documents at a time, so peak memory does not
+    grow with the corpus (benchmarks/prepare_speed.py measures it).
+  * Atomic and resumable: a shard is written under `.incomplete/` and renamed into place
+    when complete, then the unit's done-marker `done/unit-i.json` (with its counts) is
+    written; a re-run skips units with a marker. `metadata.json`, which lists the shards
+    and is what readers trust, is written last. A killed run leaves no shard that a
+    reader accepts.
+  * Eval split: a document goes to eval when the hash of its text falls below
+    `eval_fraction`; deterministic, independent of worker count and order, and duplicate
+    documents never straddle train and eval.
+
+Layout of `output_dir`: metadata.json, settings.json, train-*.tfrecord, eval-*.tfrecord,
+done/, .incomplete/ (and the demo vocabulary when the config uses it).
+"""
+
+from __future__ import annotations
+
+import collections
+from concurrent import futures
+import hashlib
+import json
+import multiprocessing
+import os
+import posixpath
+import time
+from typing import Any, Iterator
+
+import tensorflow as tf
+from absl import logging
+
+from bertjax import tokenization
+from bertjax.data import demo_corpus, shards, sources
+
+FORMAT = "bertjax.prepared.v1"
+BATCH_DOCUMENTS = 256
+SPLITS = ("train", "eval")
+
+
+def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:
+    """The config's tokenizer; `vocab_path == ""` means the (uncased) demo vocabulary,
+    written under `cache_dir`."""
+    if not data_config.vocab_path:
+        if data_config.tokenizer != "wordpiece":
+            raise ValueError("config.data.vocab_path='' selects the demo WordPiece vocabulary, but "
+                             f"config.data.tokenizer={data_config.tokenizer!r}; give a vocab_path")
+        return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(cache_dir), do_lower_case=True)
+    return tokenization.load_tokenizer(data_config.tokenizer, data_config.vocab_path, data_config.do_lower_case)
+
+
+def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None = None) -> dict:
+    """Prepares `data_config`'s source into `output_dir` unless already done; returns metadata.
+
+    With `source == "prepared"`, `input_pattern` is a directory written earlier and its
+    metadata is returned as is. The returned dict has `dir`: where the shards are.
+    Raises ValueError when `output_dir` holds data prepared with other settings.
+    """
+    if data_config.source == "prepared":
+        return read_metadata(data_config.input_pattern)
+    if not 0.0 <= data_config.eval_fraction < 1.0:
+        raise ValueError(f"config.data.eval_fraction must be in [0, 1), got {data_config.eval_fraction}")
+    tokenizer = load_tokenizer_for(data_config, output_dir)
+    units = sources.list_units(data_config)
+    settings = {
+        "source": data_config.source, "units": units, "eval_fraction": float(data_config.eval_fraction),
+        "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
+    }
+    if tf.io.gfile.exists(_join(output_dir, "metadata.json")):
+        metadata = read_metadata(output_dir)
+        _check_same_settings(output_dir, metadata["settings"], settings)
+        return metadata
+    tf.io.gfile.makedirs(_join(output_dir, "done"))
+    settings_path = _join(output_dir, "settings.json")
+    if tf.io.gfile.exists(settings_path):  # an interrupted run: resume only with the same settings
+        with tf.io.gfile.GFile(settings_path) as f:
+            _check_same_settings(output_dir, json.load(f), settings)
+    else:
+        _write_json(settings_path, settings)
+    if tf.io.gfile.exists(_join(output_dir, ".incomplete")):
+        tf.io.gfile.rmtree(_join(output_dir, ".incomplete"))
+    tf.io.gfile.makedirs(_join(output_dir, ".incomplete"))
+
+    jobs = [(data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config),
+             tokenizer.kind, tokenizer.path, tokenizer.do_lower_case, output_dir, index, len(units), unit)
+            for index, unit in enumerate(units) if not tf.io.gfile.exists(_done_path(output_dir, index))]
+    logging.info("prepare: %d of %d units to do in %s", len(jobs), len(units), output_dir)
+    num_workers = min(num_workers or os.cpu_count() or 1, max(1, len(jobs)))
+    start = time.time()
+    if num_workers == 1:
+        for job in jobs:
+            _prepare_unit(job)
+    else:
+        # spawn: TF and fork do not mix. A broken pool raises instead of hanging.
+        context = multiprocessing.get_context("spawn")
+        try:
+            with futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker) as pool:
+                for _ in pool.map(_prepare_unit, jobs):
+                    pass
+        except futures.process.BrokenProcessPool as e:
+            raise RuntimeError("prepare: a worker process died. If this was called from a script, call it under "
+                               "`if __name__ == '__main__':` (workers re-import the main module), or pass "
+                               "num_workers=1") from e
+    logging.info("prepare: units done in %.1fs", time.time() - start)
+    tf.io.gfile.rmtree(_join(output_dir, ".incomplete"))
+    metadata = _collect_metadata(output_dir, units, settings, tokenizer)
+    _write_json(_join(output_dir, "metadata.json"), metadata)
+    return dict(metadata, dir=output_dir)
+
+
+def read_metadata(directory: str) -> dict:
+    """metadata.json of a prepared directory, with `dir` added; clear errors if absent or foreign."""
+    path = _join(directory, "metadata.json")
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{path} not found: not a prepared data directory (or preparation never finished)")
+    with tf.io.gfile.GFile(path) as f:
+        try:
+            metadata = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if metadata.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {metadata.get('format')!r}, expected {FORMAT!r}")
+    return dict(metadata, dir=directory)
+
+
+# -- Worker side. --
+
+_TOKENIZERS: dict[tuple, tokenization.Tokenizer] = {}
+
+
+def _init_worker() -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
+
+
+def _prepare_unit(job: tuple) -> None:
+    """Tokenizes one unit into its train and eval shards, then writes its done-marker."""
+    config_dict, kind, vocab_path, do_lower_case, output_dir, index, count, unit = job
+    key = (kind, vocab_path, do_lower_case)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = tokenization.load_tokenizer(kind, vocab_path, do_lower_case)
+    tokenizer = _TOKENIZERS[key]
+    data_config = _AttrDict(config_dict)
+    drops = sources.DropCounter()
+    stats = {split: collections.Counter() for split in SPLITS}
+    names = {split: shards.shard_name(split, index, count) for split in SPLITS}
+    tmp = {split: _join(output_dir, ".incomplete", f"{names[split]}.{os.getpid()}") for split in SPLITS}
+    writers = {split: tf.io.TFRecordWriter(tmp[split]) for split in SPLITS}
+    threshold = int(data_config.eval_fraction * 2**64)
+    for batch in _batches(sources.read_unit(data_config, unit, drops), BATCH_DOCUMENTS):
+        flat = tokenizer.encode_batch([s for document in batch for s in document])
+        offset = 0
+        for document in batch:
+            token_ids = []
+            for sentence, ids in zip(document, flat[offset:offset + len(document)]):
+                if ids:
+                    token_ids.append(ids)
+                else:  # e.g. only control characters, which the tokenizer removes
+                    drops.drop("sentence_without_tokens", f"unit {unit}", repr(sentence[:80]))
+            offset += len(document)
+            if not token_ids:
+                continue
+            digest = hashlib.blake2b("\n".join(document).encode("utf-8"), digest_size=8).digest()
+            split = "eval" if int.from_bytes(digest, "little") < threshold else "train"
+            writers[split].write(shards.encode_document(token_ids))
+            counts = stats[split]
+            counts["documents"] += 1
+            counts["sentences"] += len(token_ids)
+            counts["tokens"] += sum(map(len, token_ids))
+            counts["characters"] += sum(map(len, document))
+            counts["single_sentence_documents"] += len(token_ids) == 1
+    for split in SPLITS:
+        writers[split].close()
+        tf.io.gfile.rename(tmp[split], _join(output_dir, names[split]), overwrite=True)
+    _write_json(_done_path(output_dir, index),
+                {"unit": unit, "shards": names, "stats": stats, "dropped": dict(drops.counts)})
+
+
+def _batches(documents: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
+    batch = []
+    for document in documents:
+        batch.append(document)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _AttrDict(dict):
+    """A plain dict (picklable across processes) read like a ConfigDict."""
+    __getattr__ = dict.__getitem__
+
+
+# -- Metadata. --
+
+def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: tokenization.Tokenizer) -> dict:
+    splits = {split: {"shards": [], "shard_documents": [], "documents": 0, "sentences": 0, "tokens": 0,
+                      "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
+    dropped = collections.Counter()
+    for index in range(len(units)):
+        with tf.io.gfile.GFile(_done_path(output_dir, index)) as f:
+            done = json.load(f)
+        dropped.update(done["dropped"])
+        for split in SPLITS:
+            entry, counts = splits[split], done["stats"][split]
+            entry["shards"].append(done["shards"][split])
+            entry["shard_documents"].append(counts.get("documents", 0))
+            for key in ("documents", "sentences", "tokens", "characters", "single_sentence_documents"):
+                entry[key] += counts.get(key, 0)
+    for reason, count in sorted(dropped.items()):
+        logging.warning("prepare: dropped %d x %s (see the log above for file:line of the first ones)", count, reason)
+    documents = splits["train"]["documents"] + splits["eval"]["documents"]
+    if splits["train"]["documents"] == 0:
+        raise ValueError(f"prepare: the source gave no training documents ({documents} in all; "
+                         f"dropped: {dict(dropped) or 'nothing'}); check config.data.source/input_pattern")
+    if documents < 2:
+        logging.warning("prepare: a one-document corpus; NSP has no other document to draw random B from")
+    single = splits["train"]["single_sentence_documents"] + splits["eval"]["single_sentence_documents"]
+    if single > documents / 2:
+        logging.warning("prepare: %d of %d documents have one sentence: is there a blank line after every "
+                        "sentence? BERT format is one sentence per line, a blank line between documents",
+                        single, documents)
+    return {
+        "format": FORMAT,
+        "settings": settings,
+        "tokenizer": {"kind": tokenizer.kind, "path": tokenizer.path, "do_lower_case": tokenizer.do_lower_case,
+                      "vocab_hash": tokenizer.vocab_hash, "vocab_size": tokenizer.vocab_size,
+                      "pad_id": tokenizer.pad_id, "unk_id": tokenizer.unk_id, "cls_id": tokenizer.cls_id,
+                      "sep_id": tokenizer.sep_id, "mask_id": tokenizer.mask_id},
+        "splits": splits,
+        "dropped": dict(sorted(dropped.items())),
+    }
+
+
+def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
+    if found != wanted:
+        differ = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
+        raise ValueError(f"{output_dir} holds data prepared with other settings (differing: {differ}); "
+                         "delete it or choose another config.data.prepared_dir")
+
+
+def _done_path(output_dir: str, index: int) -> str:
+    return _join(output_dir, "done", f"unit-{index:05d}.json")
+
+
+def _join(*parts: str) -> str:
+    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
+
+
+def _write_json(path: str, value: Any) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        json.dump(value, f, indent=1, sort_keys=True)
+    tf.io.gfile.rename(tmp, path, overwrite=True)

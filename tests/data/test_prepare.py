@@ -1,0 +1,160 @@
+"""Prepare: shards + metadata, eval split, bad input, resume after a kill, settings checks."""
+
+import json
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertjax import tokenization
+from bertjax.data import demo_corpus, prepare, shards, sources
+
+
+def _config(tmp_path, **overrides):
+    config = ml_collections.ConfigDict(dict(
+        source="text", input_pattern=str(tmp_path / "in" / "*.txt"), tfds_name="", tfds_split="train",
+        tfds_text_feature="text", tfds_data_dir="", tokenizer="wordpiece", vocab_path="", do_lower_case=True,
+        eval_fraction=0.2))
+    config.update(overrides)
+    return config
+
+
+def _write_corpus(tmp_path, num_files=3, docs_per_file=30):
+    (tmp_path / "in").mkdir(exist_ok=True)
+    documents = list(demo_corpus.demo_documents(0, num_files * docs_per_file))
+    for f in range(num_files):
+        chunk = documents[f * docs_per_file:(f + 1) * docs_per_file]
+        (tmp_path / "in" / f"part{f}.txt").write_text("\n\n".join("\n".join(d) for d in chunk) + "\n")
+    return documents
+
+
+def _read_split(metadata, split):
+    documents = []
+    for name in metadata["splits"][split]["shards"]:
+        for record in tf.data.TFRecordDataset(os.path.join(metadata["dir"], name)):
+            documents.append([s.tolist() for s in shards.parse_document(record).numpy()])
+    return documents
+
+
+def test_prepare_writes_every_document_once_with_counts(tmp_path):
+    documents = _write_corpus(tmp_path)
+    out = str(tmp_path / "out")
+    metadata = prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    tokenizer = tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(out))
+    expected = sorted([tokenizer.encode(s) for s in d] for d in documents)
+    train, eval_ = _read_split(metadata, "train"), _read_split(metadata, "eval")
+    assert sorted(train + eval_) == expected
+    assert 0.05 < len(eval_) / len(documents) < 0.4
+    assert metadata["splits"]["train"]["documents"] == len(train)
+    assert metadata["splits"]["eval"]["sentences"] == sum(map(len, eval_))
+    assert metadata["splits"]["train"]["tokens"] == sum(len(s) for d in train for s in d)
+    assert metadata["splits"]["train"]["shards"] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert sum(metadata["splits"]["train"]["shard_documents"]) == len(train)
+    assert metadata["tokenizer"]["vocab_hash"] == tokenizer.vocab_hash
+    assert metadata["tokenizer"]["mask_id"] == tokenizer.mask_id == 4
+    assert metadata["dropped"] == {}
+    assert not os.path.exists(os.path.join(out, ".incomplete"))
+    on_disk = json.load(open(os.path.join(out, "metadata.json")))
+    assert dict(on_disk, dir=out) == metadata
+    assert prepare.ensure_prepared(_config(tmp_path, source="prepared", input_pattern=out), "unused") == metadata
+
+
+def test_eval_split_is_by_document_content_not_worker_layout(tmp_path, monkeypatch):
+    _write_corpus(tmp_path, num_files=1, docs_per_file=60)
+    one = prepare.ensure_prepared(_config(tmp_path), str(tmp_path / "a"), num_workers=1)
+    monkeypatch.setattr(sources, "TEXT_UNIT_BYTES", 2000)  # many byte-range units instead of one
+    many = prepare.ensure_prepared(_config(tmp_path), str(tmp_path / "b"), num_workers=1)
+    assert len(many["splits"]["eval"]["shards"]) > 5
+    assert sorted(_read_split(one, "eval")) == sorted(_read_split(many, "eval"))
+
+
+def test_bad_input_is_dropped_and_counted(tmp_path, caplog):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_bytes(
+        b"Good first.\nBad \xff line.\n\x01\x02\x7f\n" + b"w" * 10_000 + b" end.\n\nOne more document.\n")
+    (tmp_path / "in" / "empty.txt").write_bytes(b"")
+    (tmp_path / "in" / "blank.txt").write_bytes(b"\n\n  \n")
+    metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "out"), num_workers=1)
+    assert metadata["dropped"] == {"blank_file": 1, "empty_file": 1, "non_utf8_line": 1, "sentence_without_tokens": 1}
+    assert "a.txt:2: dropped (non_utf8_line)" in caplog.text
+    train = _read_split(metadata, "train")
+    tokenizer = prepare.load_tokenizer_for(_config(tmp_path), str(tmp_path / "out"))
+    assert train == [[tokenizer.encode("Good first."), [tokenizer.unk_id] + tokenizer.encode("end.")],
+                     [tokenizer.encode("One more document.")]]
+    assert metadata["splits"]["eval"]["documents"] == 0
+
+
+def test_one_document_and_one_sentence_documents_are_defined(tmp_path, caplog):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("Just one sentence.\n")
+    metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "one"), num_workers=1)
+    assert metadata["splits"]["train"]["documents"] == 1
+    assert "one-document corpus" in caplog.text
+    (tmp_path / "in" / "a.txt").write_text("S one.\n\nS two.\n\nS three.\n\n")
+    metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "many"), num_workers=1)
+    assert metadata["splits"]["train"]["single_sentence_documents"] == 3
+    assert "blank line after every sentence" in caplog.text
+
+
+def test_no_documents_is_a_clear_error(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "blank.txt").write_text("\n\n")
+    with pytest.raises(ValueError, match="no training documents.*blank_file"):
+        prepare.ensure_prepared(_config(tmp_path), str(tmp_path / "out"), num_workers=1)
+
+
+def test_killed_run_leaves_no_accepted_shard_and_rerun_skips_finished_units(tmp_path, monkeypatch):
+    documents = _write_corpus(tmp_path, num_files=4, docs_per_file=10)
+    out = str(tmp_path / "out")
+    real, calls = prepare._prepare_unit, []
+
+    def dies_on_unit_2(job):
+        calls.append(job[5])
+        if job[5] == 2:
+            os.makedirs(os.path.join(out, ".incomplete"), exist_ok=True)
+            with open(os.path.join(out, ".incomplete", "train-00002-of-00004.tfrecord.123"), "wb") as f:
+                f.write(b"half a shard")
+            raise KeyboardInterrupt  # the process is killed mid-unit
+        real(job)
+
+    monkeypatch.setattr(prepare, "_prepare_unit", dies_on_unit_2)
+    with pytest.raises(KeyboardInterrupt):
+        prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    assert calls == [0, 1, 2]
+    assert not os.path.exists(os.path.join(out, "metadata.json"))
+    assert not any(name.startswith(("train-00002", "eval-00002")) for name in os.listdir(out))
+    with pytest.raises(FileNotFoundError, match="not a prepared data directory"):
+        prepare.read_metadata(out)
+
+    calls.clear()
+    monkeypatch.setattr(prepare, "_prepare_unit", lambda job: (calls.append(job[5]), real(job)))
+    metadata = prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    assert calls == [2, 3]
+    assert metadata["splits"]["train"]["documents"] + metadata["splits"]["eval"]["documents"] == len(documents)
+    assert not os.path.exists(os.path.join(out, ".incomplete"))
+
+
+def test_other_settings_in_the_same_directory_are_refused(tmp_path):
+    _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+    out = str(tmp_path / "out")
+    prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    with pytest.raises(ValueError, match=r"other settings \(differing: \['eval_fraction'\]\)"):
+        prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.5), out, num_workers=1)
+    with pytest.raises(ValueError, match="demo WordPiece vocabulary"):
+        prepare.load_tokenizer_for(_config(tmp_path, tokenizer="sentencepiece"), out)
+    with pytest.raises(ValueError, match="eval_fraction must be in"):
+        prepare.ensure_prepared(_config(tmp_path, eval_fraction=1.0), out)
+
+
+def test_sentencepiece_and_parallel_workers(tmp_path):
+    documents = _write_corpus(tmp_path, num_files=2, docs_per_file=20)
+    model = tokenization.train_sentencepiece([s for d in documents for s in d], 300, str(tmp_path / "spm"))
+    config = _config(tmp_path, tokenizer="sentencepiece", vocab_path=model)
+    metadata = prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=2)
+    tokenizer = tokenization.Tokenizer.from_sentencepiece(model)
+    assert metadata["tokenizer"]["kind"] == "sentencepiece"
+    got = sorted(_read_split(metadata, "train") + _read_split(metadata, "eval"))
+    assert got == sorted([tokenizer.encode(s) for s in d] for d in documents)
+    assert np.unique([len(d) for d in got]).size > 1
