@@ -69,7 +69,8 @@ class Tokenizer:
 
     @classmethod
     def from_vocab_file(cls, path: str, do_lower_case: bool = True) -> "Tokenizer":
-        """A WordPiece tokenizer from a BERT `vocab.txt` (one token per line, id = line number)."""
+        """A WordPiece tokenizer from a BERT `vocab.txt` (one token per line, id = line number;
+        local or gs://)."""
         tokens = _read_vocab(path)
         vocab = {}
         for line, token in enumerate(tokens, start=1):
@@ -91,9 +92,9 @@ class Tokenizer:
 
     @classmethod
     def from_sentencepiece(cls, path: str) -> "Tokenizer":
-        """A SentencePiece tokenizer from a `.model` file (its normalisation decides casing)."""
-        with open(path, "rb") as f:
-            model_bytes = f.read()
+        """A SentencePiece tokenizer from a `.model` file, local or gs:// (its normalisation
+        decides casing)."""
+        model_bytes = _read_bytes(path)
         processor = spm.SentencePieceProcessor()
         try:
             processor.LoadFromSerializedProto(model_bytes)
@@ -242,9 +243,19 @@ def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
                                       strip_accents=do_lower_case, lowercase=do_lower_case)
 
 
+def _read_bytes(path: str) -> bytes:
+    """A local file's bytes, or a remote one's (gs://...) through tf.io.gfile."""
+    if "://" not in path:
+        with open(path, "rb") as f:
+            return f.read()
+    import bertjax.data  # noqa: F401  (hides GPUs from TensorFlow first)
+    import tensorflow as tf
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
 def _read_vocab(path: str) -> list[str]:
-    with open(path, "rb") as f:
-        data = f.read()
+    data = _read_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -1,0 +1,47 @@
+r"""Prepares a pre-training config's corpus: text -> tokenized TFRecord shards + metadata.json.
+
+  python launch/prepare_data.py --config=configs/pretrain.py:tiny --output_dir=/tmp/bert_data
+  python launch/prepare_data.py --config=configs/pretrain.py:base --output_dir=gs://bucket/data \
+      --config.data.source=text --config.data.input_pattern='gs://bucket/text/*.txt' \
+      --config.data.vocab_path=gs://bucket/vocab.txt --num_workers=32
+
+Re-running the same command resumes: finished units are skipped. Training then reads the
+shards with `--config.data.source=prepared --config.data.input_pattern=<output_dir>`, or
+finds them by itself in `config.data.prepared_dir`. Prints the metadata's counts.
+"""
+
+import json
+import logging
+import os
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Pre-training config (configs/pretrain.py:<preset>).",
+                                          lock_config=True)
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where shards and metadata.json go (local or gs://).")
+_NUM_WORKERS = flags.DEFINE_integer("num_workers", None, "Worker processes (default: one per CPU core).")
+flags.mark_flags_as_required(["config", "output_dir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    logging.getLogger().setLevel(logging.INFO)
+    from bertjax.data import prepare
+
+    try:
+        metadata = prepare.ensure_prepared(_CONFIG.value.data, _OUTPUT_DIR.value, num_workers=_NUM_WORKERS.value)
+    except (ValueError, FileNotFoundError, KeyError) as error:  # input and configuration errors: one clear line
+        logging.error("%s", error)
+        sys.exit(2)
+    summary = {split: {k: v for k, v in counts.items() if k not in ("shards", "shard_documents")}
+               for split, counts in metadata["splits"].items()}
+    print(json.dumps({"dir": metadata["dir"], "splits": summary, "dropped": metadata["dropped"],
+                      "vocab_hash": metadata["tokenizer"]["vocab_hash"]}, indent=1))
+
+
+if __name__ == "__main__":
+    app.run(main)

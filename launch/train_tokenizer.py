@@ -1,0 +1,58 @@
+r"""Trains a WordPiece or SentencePiece vocabulary on text files.
+
+  python launch/train_tokenizer.py --kind=wordpiece --input='corpus/*.txt' --vocab_size=30522 \
+      --output_dir=/tmp/vocab                   # -> /tmp/vocab/vocab.txt
+  python launch/train_tokenizer.py --kind=sentencepiece --input='a.txt,b/*.txt' --vocab_size=32000 \
+      --output_dir=/tmp/spm --nodo_lower_case   # -> /tmp/spm/spm.model
+
+Input: comma-separated globs (local or gs://) of BERT-format text, read line by line
+(blank lines and undecodable bytes are skipped). Both kinds put [PAD], [UNK], [CLS],
+[SEP], [MASK] at ids 0..4. Then point `config.data.tokenizer` / `config.data.vocab_path`
+at the written file.
+"""
+
+import logging
+import os
+import sys
+
+from absl import app, flags
+
+_KIND = flags.DEFINE_enum("kind", "wordpiece", ["wordpiece", "sentencepiece"], "Vocabulary kind.")
+_INPUT = flags.DEFINE_string("input", None, "Comma-separated globs of text files.")
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size, special tokens included.")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where vocab.txt (or spm.model) is written.")
+_DO_LOWER_CASE = flags.DEFINE_bool("do_lower_case", True, "Lower-case (and for WordPiece strip accents).")
+flags.mark_flags_as_required(["input", "output_dir"])
+
+
+def _lines(paths):
+    import tensorflow as tf
+    for path in paths:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            for raw in f:
+                line = raw.decode("utf-8", errors="ignore").strip()
+                if line:
+                    yield line
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    logging.getLogger().setLevel(logging.INFO)
+    from bertjax import tokenization
+    from bertjax.data import sources
+
+    try:
+        paths = sources.expand_patterns(_INPUT.value)
+        train = tokenization.train_wordpiece if _KIND.value == "wordpiece" else tokenization.train_sentencepiece
+        path = train(_lines(paths), _VOCAB_SIZE.value, _OUTPUT_DIR.value, do_lower_case=_DO_LOWER_CASE.value)
+    except (ValueError, FileNotFoundError) as error:
+        logging.error("%s", error)
+        sys.exit(2)
+    tokenizer = tokenization.load_tokenizer(_KIND.value, path, _DO_LOWER_CASE.value)
+    print(f"wrote {path}: {tokenizer.vocab_size} tokens, vocab_hash {tokenizer.vocab_hash}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,48 @@
+"""launch/train_tokenizer.py and launch/prepare_data.py run end to end on a tiny corpus."""
+
+import json
+import os
+import subprocess
+import sys
+
+from bertjax import tokenization
+from bertjax.data import demo_corpus
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(*args):
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def _corpus(tmp_path):
+    (tmp_path / "in").mkdir()
+    documents = list(demo_corpus.demo_documents(0, 60))
+    for i in range(2):
+        (tmp_path / "in" / f"{i}.txt").write_text("\n\n".join("\n".join(d) for d in documents[i::2]) + "\n")
+    return str(tmp_path / "in" / "*.txt")
+
+
+def test_train_wordpiece_vocab(tmp_path):
+    out = _run("launch/train_tokenizer.py", "--kind=wordpiece", f"--input={_corpus(tmp_path)}", "--vocab_size=300",
+               f"--output_dir={tmp_path / 'wp'}")
+    assert "vocab_hash" in out
+    tokenizer = tokenization.load_tokenizer("wordpiece", str(tmp_path / "wp" / "vocab.txt"))
+    assert tokenizer.mask_id == 4 and tokenizer.vocab_size <= 300
+    assert tokenizer.unk_id not in tokenizer.encode("The mayor of the city is here.")
+
+
+def test_train_sentencepiece_then_prepare_with_it(tmp_path):
+    pattern = _corpus(tmp_path)
+    _run("launch/train_tokenizer.py", "--kind=sentencepiece", f"--input={pattern}", "--vocab_size=250",
+         f"--output_dir={tmp_path / 'spm'}")
+    model = str(tmp_path / "spm" / "spm.model")
+    assert tokenization.load_tokenizer("sentencepiece", model).vocab_size == 250
+    out = _run("launch/prepare_data.py", "--config=configs/pretrain.py:tiny", f"--output_dir={tmp_path / 'data'}",
+               "--num_workers=1", "--config.data.source=text", f"--config.data.input_pattern={pattern}",
+               "--config.data.tokenizer=sentencepiece", f"--config.data.vocab_path={model}")
+    summary = json.loads(out[out.index("{"):])
+    assert summary["splits"]["train"]["documents"] + summary["splits"]["eval"]["documents"] == 60
+    assert os.path.exists(tmp_path / "data" / "metadata.json")
