@@ -22,14 +22,13 @@ evaluation set take the first N batches of `batches()`.
 
 from __future__ import annotations
 
-import glob
 import os
 from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
 
-from bertjax.data import masking, pairing, shards
+from bertjax.data import masking, pairing, prepare, shards
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                  "masked_lm_weights", "next_sentence_labels")
@@ -215,3 +214,36 @@ class PretrainingPipeline:
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's."""
         return iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids])
+
+
+def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: int = 0, process_count: int = 1,
+                  split: str = "train"):
+    """The configured source's pipeline (PretrainingPipeline or OriginalTFRecordPipeline).
+
+    Prepared sources: prepares shards into `data_config.prepared_dir` (or <workdir>/data)
+    unless done. `original_tfrecord`: reads `input_pattern` (train) or `eval_input_pattern`.
+    """
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if data_config.source == "original_tfrecord":
+        from bertjax.data import original_tfrecord  # it imports this module
+
+        key = "input_pattern" if split == "train" else "eval_input_pattern"
+        pattern = data_config[key]
+        paths = sorted(p for glob_ in pattern.split(",") if glob_.strip() for p in tf.io.gfile.glob(glob_.strip()))
+        if not paths:
+            raise FileNotFoundError(f"config.data.{key}={pattern!r} matches no files")
+        return original_tfrecord.OriginalTFRecordPipeline(data_config, paths=paths, batch_size=batch_size,
+                                                          process_index=process_index, process_count=process_count)
+    data_dir = data_config.prepared_dir or os.path.join(workdir, "data")
+    metadata = prepare.ensure_prepared(data_config, data_dir)
+    tokenizer = prepare.load_tokenizer_for(data_config, data_dir)
+    entry = metadata["splits"][split]
+    # A shard that got no documents of this split is an empty file: skip it.
+    paths = [os.path.join(metadata["dir"], name) for name, count in zip(entry["shards"], entry["shard_documents"])
+             if count > 0]
+    if not paths:
+        raise ValueError(f"{metadata['dir']}: no {split} documents (config.data.eval_fraction="
+                         f"{data_config.eval_fraction})")
+    return PretrainingPipeline(data_config, shard_paths=paths, tokenizer=tokenizer, batch_size=batch_size,
+                               process_index=process_index, process_count=process_count, split=split)

@@ -1,0 +1,105 @@
+r"""See what the model sees: pre-training examples decoded, with masks and NSP labels, plus statistics.
+
+  python launch/inspect_data.py --config=configs/pretrain.py:tiny --num_examples=2000 \
+      [--num_print=3] [--dump=/tmp/examples.npz] [--workdir=/tmp/bert_tiny] [--split=eval]
+
+Draws --num_examples sequences from the configured pipeline (preparing the data first if
+needed, as training does), prints the first --num_print of them as text (a masked
+position reads `[original→shown]`), prints statistics over all of them, and with --dump
+writes them to an .npz file under the original feature names.
+"""
+
+import collections
+
+from absl import app, flags
+from ml_collections import config_flags
+import numpy as np
+
+from bertjax.data import masking, prepare, pretraining
+
+config_flags.DEFINE_config_file("config", None, "Pre-training config file.", lock_config=True)
+flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --dump cover all of them).")
+flags.DEFINE_integer("num_print", 3, "Sequences to print as text.")
+flags.DEFINE_string("dump", "", "Write the raw examples to this .npz file.")
+flags.DEFINE_string("workdir", "/tmp/bertjax_inspect", "Where data is prepared when config.data.prepared_dir is ''.")
+flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split to inspect.")
+FLAGS = flags.FLAGS
+
+
+def render(example: dict, tokenizer) -> str:
+    """One sequence as text; masked positions as [original→shown]."""
+    ids, n = example["input_ids"], int(example["input_mask"].sum())
+    masked = {int(p): int(i) for p, i, w in zip(example["masked_lm_positions"], example["masked_lm_ids"],
+                                                 example["masked_lm_weights"]) if w > 0}
+    words = []
+    for position in range(n):
+        shown = tokenizer.id_to_token(int(ids[position]))
+        if position in masked:
+            words.append(f"[{tokenizer.id_to_token(masked[position])}→{shown}]")
+        elif shown.startswith("##") and words:
+            words[-1] += shown[2:]
+        else:
+            words.append(shown)
+    return " ".join(words)
+
+
+def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
+    """Masking, NSP and length statistics as printable lines."""
+    lengths = examples["input_mask"].sum(1)
+    real = examples["masked_lm_weights"] > 0
+    rows = np.broadcast_to(np.arange(len(lengths))[:, None], real.shape)
+    shown = examples["input_ids"][rows[real], examples["masked_lm_positions"][real]]
+    original = examples["masked_lm_ids"][real]
+    predictions = real.sum(1)
+    expected = masking.num_to_predict(lengths, config.masked_lm_prob, config.max_predictions_per_seq).numpy()
+    candidates = lengths - (3 if config.next_sentence_prediction else 2)
+    max_len = config.max_seq_length
+    buckets = collections.Counter(np.minimum(lengths * 8 // max_len, 7))
+    return {
+        "sequences": f"{len(lengths)}",
+        "masked share of real tokens": f"{real.sum() / lengths.sum():.2%} (target {config.masked_lm_prob:.0%})",
+        "masked share of candidates": f"{real.sum() / candidates.sum():.2%} ([CLS]/[SEP] excluded)",
+        "masked as [MASK] / unchanged / random":
+            f"{np.mean(shown == tokenizer.mask_id):.1%} / {np.mean(shown == original):.1%} / "
+            f"{np.mean((shown != tokenizer.mask_id) & (shown != original)):.1%}",
+        "predictions per sequence": f"mean {predictions.mean():.2f}, min {predictions.min()}, max {predictions.max()}"
+                                    f"; equal to min(max, max(1, round(n*p))): {np.mean(predictions == expected):.1%}",
+        "NSP random (label 1)": f"{examples['next_sentence_labels'].mean():.1%}",
+        "length": f"mean {lengths.mean():.1f}, median {np.median(lengths):.0f}, min {lengths.min()}, max "
+                  f"{lengths.max()} of {max_len}",
+        "length histogram (eighths of max)": ", ".join(
+            f"<={(b + 1) * max_len // 8}: {buckets[b] / len(lengths):.1%}" for b in range(8)),
+        "short (< half of max)": f"{np.mean(lengths < max_len // 2):.1%} (short_seq_prob {config.short_seq_prob})",
+    }
+
+
+def main(argv):
+    del argv
+    config = FLAGS.config
+    pipeline = pretraining.make_pipeline(config.data, FLAGS.workdir, batch_size=min(256, FLAGS.num_examples),
+                                         split=FLAGS.split)
+    tokenizer = getattr(pipeline, "tokenizer", None) or prepare.load_tokenizer_for(config.data, FLAGS.workdir)
+    batches, count = [], 0
+    for batch in pipeline.batches():
+        batches.append(batch)
+        count += len(batch["input_ids"])
+        if count >= FLAGS.num_examples:
+            break
+    examples = {k: np.concatenate([b[k] for b in batches])[:FLAGS.num_examples] for k in batches[0]}
+    for i in range(min(FLAGS.num_print, FLAGS.num_examples)):
+        example = {k: v[i] for k, v in examples.items()}
+        label = int(example["next_sentence_labels"])
+        print(f"--- example {i}: NSP label {label} ({'random' if label else 'IsNext'})")
+        print(render(example, tokenizer))
+    print("--- statistics")
+    for name, value in statistics(examples, tokenizer, config.data).items():
+        print(f"{name:>40}: {value}")
+    if FLAGS.dump:
+        with open(FLAGS.dump, "wb") as f:
+            np.savez(f, **examples)
+        print(f"wrote {len(examples['input_ids'])} examples to {FLAGS.dump}")
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["config"])
+    app.run(main)
