@@ -1,0 +1,28 @@
+"""launch/inspect_data.py: rendering with visible masks, and the statistics it prints."""
+
+import numpy as np
+
+import synthetic
+from bertjax.data import pretraining
+from configs import pretrain
+from launch import inspect_data
+
+
+def test_render_and_statistics(tmp_path):
+    paths = synthetic.write_shards(str(tmp_path), 50, 1, min_sentences=5, max_sentences=10)
+    config = pretrain.get_config("tiny").data
+    config.update(dict(max_seq_length=32, max_predictions_per_seq=5, shuffle_buffer=50, instance_shuffle_buffer=50))
+    tokenizer = synthetic.tokenizer_for(50)
+    pipeline = pretraining.PretrainingPipeline(config, shard_paths=paths, tokenizer=tokenizer, batch_size=64)
+    batch = next(pipeline.batches())
+    example = {k: v[0] for k, v in batch.items()}
+    text = inspect_data.render(example, tokenizer)
+    masked = int(example["masked_lm_weights"].sum())
+    assert text.startswith("[CLS] ") and text.endswith(" [SEP]") and text.count("→") == masked
+    position, original = int(example["masked_lm_positions"][0]), int(example["masked_lm_ids"][0])
+    shown = tokenizer.id_to_token(int(example["input_ids"][position]))
+    assert f"[t{original}→{shown}]" in text
+    stats = inspect_data.statistics(batch, tokenizer, config)
+    assert stats["sequences"] == "64"
+    assert "equal to min(max, max(1, round(n*p))): 100.0%" in stats["predictions per sequence"]
+    assert stats["NSP random (label 1)"] == f"{np.mean(batch['next_sentence_labels']):.1%}"

@@ -1,0 +1,94 @@
+"""Reading TFRecords in the exact format of google-research/bert's create_pretraining_data.py."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertjax.data import original_tfrecord, pretraining
+from configs import pretrain
+
+SEQ, PRED = 16, 3
+
+
+def data_config(pattern="", **overrides):
+    config = pretrain.get_config("tiny").data
+    config.update(dict(source="original_tfrecord", input_pattern=pattern, max_seq_length=SEQ,
+                       max_predictions_per_seq=PRED, instance_shuffle_buffer=8), **overrides)
+    return config
+
+
+def write_original(path, first, count, seq=SEQ, pred=PRED):
+    """Records as write_instance_to_example_files writes them; input_ids[0] = record number."""
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    with tf.io.TFRecordWriter(path) as writer:
+        for n in range(first, first + count):
+            features = {
+                "input_ids": ints([n] + [7] * (seq - 1)), "input_mask": ints([1] * seq), "segment_ids": ints([0] * seq),
+                "masked_lm_positions": ints([1, 2] + [0] * (pred - 2)), "masked_lm_ids": ints([n % 5, 9] + [0] * (pred - 2)),
+                "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0, 1.0] + [0.0] * (pred - 2))),
+                "next_sentence_labels": ints([n % 2]),
+            }
+            writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = [str(tmp_path / f"original-{i}.tfrecord") for i in range(3)]
+    for i, path in enumerate(paths):
+        write_original(path, 100 * i, 20)
+    return paths
+
+
+def test_reads_every_record_with_the_original_features(files, tmp_path):
+    pipeline = pretraining.make_pipeline(data_config(f"{tmp_path}/original-*.tfrecord"), str(tmp_path), batch_size=6)
+    batches = pipeline.batches()
+    epoch = [next(batches) for _ in range(10)]  # 60 records = one epoch
+    batch = epoch[0]
+    assert {k: (v.dtype, v.shape) for k, v in batch.items()} == {
+        "input_ids": (np.int32, (6, SEQ)), "input_mask": (np.int32, (6, SEQ)), "segment_ids": (np.int32, (6, SEQ)),
+        "masked_lm_positions": (np.int32, (6, PRED)), "masked_lm_ids": (np.int32, (6, PRED)),
+        "masked_lm_weights": (np.float32, (6, PRED)), "next_sentence_labels": (np.int32, (6,))}
+    numbers = np.concatenate([b["input_ids"][:, 0] for b in epoch])
+    assert sorted(numbers) == sorted(100 * i + n for i in range(3) for n in range(20))
+    for b in epoch:
+        np.testing.assert_array_equal(b["next_sentence_labels"], b["input_ids"][:, 0] % 2)
+        np.testing.assert_array_equal(b["masked_lm_ids"][:, 0], b["input_ids"][:, 0] % 5)
+        np.testing.assert_array_equal(b["masked_lm_weights"], [[1.0, 1.0, 0.0]] * 6)
+
+
+def test_resume_and_host_split(files):
+    pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=7)
+    fresh = pipeline.batches()
+    fresh = [next(fresh) for _ in range(25)]  # ~3 epochs
+    resumed = pipeline.batches(start_batch=17)
+    for want in fresh[17:20]:
+        got = next(resumed)
+        for key in want:
+            np.testing.assert_array_equal(want[key], got[key])
+    seen = []
+    for index in range(2):
+        host = original_tfrecord.OriginalTFRecordPipeline(
+            data_config(), paths=files[:1], batch_size=5, process_index=index, process_count=2)
+        it = host.batches()
+        seen.append({int(n) for _ in range(2) for n in next(it)["input_ids"][:, 0]})
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+
+
+def test_wrong_lengths_name_the_file_and_key(files):
+    with pytest.raises(ValueError, match=f"{files[0]}: feature 'input_ids' has {SEQ} values.*max_seq_length"):
+        original_tfrecord.OriginalTFRecordPipeline(data_config(max_seq_length=32), paths=files,
+                                                               batch_size=4)
+
+
+def test_truncated_file_is_named(files):
+    with open(files[2], "r+b") as f:
+        f.truncate(os.path.getsize(files[2]) - 30)
+    pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=4)
+    with pytest.raises(ValueError, match=f"corrupt or truncated file {files[2]}"):
+        it = pipeline.batches()
+        for _ in range(30):
+            next(it)
