@@ -34,6 +34,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in trained vocabularies
 KINDS = ("wordpiece", "sentencepiece")
 MAX_INPUT_CHARS_PER_WORD = 100
+_MAX_MEMOISED_CHUNKS = 500_000
 
 
 class Tokenizer:
@@ -55,6 +56,7 @@ class Tokenizer:
         self._wordpiece = wordpiece
         self._sentencepiece = sentencepiece
         self._ascii_wordpiece: tokenizers.Tokenizer | None = None  # set by from_vocab_file
+        self._chunk_ids: dict[str, list[int]] = {}  # memo: printable-ASCII chunk -> ids
         self.vocab_size = len(self._tokens)
         index = {token: i for i, token in enumerate(self._tokens)}
         missing = [t for t in SPECIAL_TOKENS if t not in index]
@@ -84,8 +86,10 @@ class Tokenizer:
         backend.decoder = decoders.WordPiece(prefix="##")
         tokenizer = cls("wordpiece", path, do_lower_case, tokens, wordpiece=backend)
         # Printable ASCII needs no cleaning, accent stripping or CJK splitting, and
-        # str.lower() equals the normaliser's lower-casing there: skipping the (slow)
-        # normaliser for it doubles the speed and gives the same ids.
+        # str.lower() equals the normaliser's lower-casing there. Its only whitespace is
+        # ' ', and BERT never tokenizes across a space, so a sentence's ids are the
+        # concatenation of its space-separated chunks' ids: those are memoised. Same ids,
+        # several times faster (natural text repeats its chunks).
         tokenizer._ascii_wordpiece = tokenizers.Tokenizer.from_str(backend.to_str())
         tokenizer._ascii_wordpiece.normalizer = None
         return tokenizer
@@ -118,20 +122,30 @@ class Tokenizer:
         """Many texts -> token ids each, without special tokens (faster than a loop)."""
         if self._wordpiece is None:
             return self._sentencepiece.EncodeAsIds(list(texts))
-        ascii_texts, ascii_index, other_texts, other_index = [], [], [], []
+        ascii_chunks, ascii_index, other_texts, other_index = [], [], [], []
         for i, text in enumerate(texts):
             if text.isascii() and text.isprintable():
-                ascii_texts.append(text.lower() if self.do_lower_case else text)
+                ascii_chunks.append((text.lower() if self.do_lower_case else text).split())
                 ascii_index.append(i)
             else:
                 other_texts.append(text)
                 other_index.append(i)
         ids: list[list[int]] = [[]] * len(texts)
-        for backend, batch, index in ((self._ascii_wordpiece, ascii_texts, ascii_index),
-                                      (self._wordpiece, other_texts, other_index)):
-            if batch:
-                for i, encoding in zip(index, backend.encode_batch_fast(batch, add_special_tokens=False)):
-                    ids[i] = encoding.ids
+        if other_texts:
+            for i, encoding in zip(other_index, self._wordpiece.encode_batch_fast(other_texts, add_special_tokens=False)):
+                ids[i] = encoding.ids
+        if ascii_chunks:
+            memo = self._chunk_ids
+            missing = list({chunk for chunks in ascii_chunks for chunk in chunks if chunk not in memo})
+            if len(memo) + len(missing) > _MAX_MEMOISED_CHUNKS:
+                memo.clear()
+            for chunk, encoding in zip(missing, self._ascii_wordpiece.encode_batch_fast(missing, add_special_tokens=False)):
+                memo[chunk] = encoding.ids
+            for i, chunks in zip(ascii_index, ascii_chunks):
+                ids[i] = [token for chunk in chunks for token in memo[chunk]]
+            for chunk in missing:  # keep memory bounded: long chunks are rare, don't keep them
+                if len(chunk) > MAX_INPUT_CHARS_PER_WORD:
+                    del memo[chunk]
         return ids
 
     def decode(self, ids: Iterable[int]) -> str:

@@ -113,9 +113,13 @@ def test_sentencepiece_rejects_non_model_file(tmp_path):
 
 def test_ascii_fast_path_gives_the_same_ids_as_the_full_normaliser():
     texts = [c["text"] for c in _reference_cases() if c["do_lower_case"]] + [
-        "Plain ASCII, With Caps & punctuation!?", "tab\tand newline\n are not printable", "~`^|{}"]
+        "Plain ASCII, With Caps & punctuation!?", "tab\tand newline\n are not printable", "~`^|{}",
+        "  many   spaces (and) 'quotes' e.g. x=y+z, 3.14 " + "long" * 30 + " unaffable!unaffable",
+        "Plain ASCII, With Caps & punctuation!?"]  # the second time from the memo
     for do_lower_case in (True, False):
         tokenizer = tokenization.Tokenizer.from_vocab_file(_minilm_vocab(), do_lower_case)
         full = [e.ids for e in tokenizer._wordpiece.encode_batch(texts, add_special_tokens=False)]
         assert tokenizer.encode_batch(texts) == full
         assert [tokenizer.encode(t) for t in texts] == full
+        assert tokenizer.encode_batch(texts) == full
+        assert not any(len(chunk) > 100 for chunk in tokenizer._chunk_ids)
