@@ -7,8 +7,8 @@ Per sequence of n real tokens ([CLS] and [SEP] included, padding excluded):
 uniformly random vocabulary id with p=0.1, and stays unchanged with p=0.1.
 Whole-word masking groups a '##' continuation piece with the candidate before it (the
 original's rule, which looks back over a [SEP]) and skips a word that would overflow the
-quota. Everything is vectorized over the batch; whole-word masking adds one tf.scan
-over the sequence length.
+quota. Everything is vectorized over the batch; whole-word masking adds one
+tf.while_loop over words (about max_predictions_per_seq iterations).
 """
 
 from __future__ import annotations
@@ -36,12 +36,21 @@ def _whole_word_selection(candidates, continuation, quota, keys):
     order = tf.argsort(tf.where(sizes > 0, keys, 2.0), axis=1)
     sorted_sizes = tf.gather(sizes, order, batch_dims=1)
 
-    def step(total, size):  # greedy over words in random order, per row
-        take = (size > 0) & (total + size <= quota)
-        return total + tf.where(take, size, 0), take
+    columns = tf.transpose(sorted_sizes)  # [W, G]: word k (in random order) of every row
 
-    _, taken = tf.scan(lambda carry, size: step(carry[0], size), tf.transpose(sorted_sizes),
-                       initializer=(tf.zeros([g], tf.int32), tf.zeros([g], tf.bool)))
+    # Greedy over words in random order, per row: take a word if it fits the quota. The
+    # loop ends as soon as every row is full or out of words (about quota iterations).
+    def body(k, total, taken):
+        size = columns[k]
+        take = (size > 0) & (total + size <= quota)
+        return k + 1, total + tf.where(take, size, 0), taken.write(k, take)
+
+    def cond(k, total, _):
+        return (k < length) & tf.reduce_any((total < quota) & (columns[tf.minimum(k, length - 1)] > 0))
+
+    num_steps, _, taken = tf.while_loop(cond, body, (0, tf.zeros([g], tf.int32), tf.TensorArray(
+        tf.bool, size=0, dynamic_size=True, element_shape=[None])))
+    taken = tf.concat([tf.reshape(taken.stack(), [num_steps, g]), tf.zeros([length - num_steps, g], tf.bool)], 0)
     taken_sorted = tf.transpose(taken)  # [G, W] in `order`
     taken_word = tf.scatter_nd(tf.stack([rows, order], axis=-1), tf.cast(taken_sorted, tf.int32), [g, length]) > 0
     taken_word = tf.concat([taken_word, tf.zeros([g, 1], tf.bool)], axis=1)

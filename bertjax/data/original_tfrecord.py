@@ -15,7 +15,8 @@ from typing import Iterator
 import numpy as np
 import tensorflow as tf
 
-from bertjax.data.pretraining import FEATURE_NAMES, host_file_split, shuffle_seed, iterate_naming_bad_files
+from bertjax.data.pretraining import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
+                                      shuffle_seed)
 
 _MAX_EPOCHS = 1 << 40
 
@@ -61,8 +62,8 @@ class OriginalTFRecordPipeline:
             raise ValueError("OriginalTFRecordPipeline: no input files")
         self.paths = sorted(paths)
         self.spec = feature_spec(data_config.max_seq_length, data_config.max_predictions_per_seq)
-        for path in self.paths:
-            _check_first_record(path, self.spec)
+        check_files_not_empty(self.paths)
+        _check_first_record(self.paths[0], self.spec)
         self.batch_size = batch_size
         self.shuffle_buffer = data_config.instance_shuffle_buffer
         self.seed = data_config.seed if seed is None else seed

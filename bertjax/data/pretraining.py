@@ -22,6 +22,7 @@ evaluation set take the first N batches of `batches()`.
 
 from __future__ import annotations
 
+from concurrent import futures
 import os
 from typing import Iterator
 
@@ -94,6 +95,23 @@ def iterate_naming_bad_files(dataset: tf.data.Dataset, paths: list[str],
         yield batch
 
 
+def _size(path: str) -> int | None:
+    try:
+        return tf.io.gfile.stat(path).length
+    except tf.errors.NotFoundError:
+        return None
+
+
+def check_files_not_empty(paths: list[str]) -> None:
+    """Raises naming the first missing or empty file (stat calls in parallel: cheap on GCS too)."""
+    with futures.ThreadPoolExecutor(32) as pool:
+        for path, size in zip(paths, pool.map(_size, paths)):
+            if size is None:
+                raise FileNotFoundError(f"file not found: {path}")
+            if size == 0:
+                raise ValueError(f"empty file (no records): {path}")
+
+
 def host_file_split(paths: list[str], process_index: int, process_count: int):
     """Whole files per host when there are enough; else every host reads all and keeps every n-th record."""
     if not 0 <= process_index < process_count:
@@ -117,11 +135,7 @@ class PretrainingPipeline:
         check_data_config(data_config)
         if not shard_paths:
             raise ValueError(f"PretrainingPipeline: no shards for split {split!r}")
-        for path in shard_paths:
-            if not tf.io.gfile.exists(path):
-                raise FileNotFoundError(f"shard not found: {path}")
-            if tf.io.gfile.stat(path).length == 0:
-                raise ValueError(f"empty shard file (no records, not even a header): {path}")
+        check_files_not_empty(shard_paths)
         self.config = data_config
         self.batch_size = batch_size
         self.split = split
