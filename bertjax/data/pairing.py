@@ -36,7 +36,7 @@ def _split_seeds(seed: tf.Tensor, count: int) -> list[tf.Tensor]:
 
 def chunk_documents(tokens: tf.RaggedTensor, sentence_lengths: tf.RaggedTensor, seed: tf.Tensor, *,
                     max_num_tokens: int, short_seq_prob: float, next_sentence_prediction: bool = True) -> dict:
-    """D documents -> their training instances, before random-B selection and truncation.
+    """D documents -> their training instances (NSP pairs), before truncation.
 
     The chunk loop is sequential within a document, so it runs as one tf.while_loop over
     instance number k, vectorized across the D documents (about max(S) iterations).

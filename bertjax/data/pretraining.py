@@ -11,13 +11,13 @@ Batches have the original create_pretraining_data.py features, fixed shapes:
   next_sentence_labels                    <int32>[B]   (0 = IsNext, 1 = random)
 
 Determinism and resume: epoch e's document order and all random draws are stateless
-functions of (seed, e, position), and batches are cut from the concatenation of epochs,
-so the stream is a pure function of the seed. `batches(start_batch=k)` locates batch k
-by counting each earlier epoch's instances (a cheap pass: read, parse and chunk only,
-cached per pipeline object) and then skips inside that one epoch (reading and chunking,
-no layout or masking). So a resume costs at most one chunking
-pass over the data per epoch before k. Train and eval both repeat forever; for a fixed
-evaluation set take the first N batches of `batches()`.
+functions of (seed, process_index, e, position), and batches are cut from the
+concatenation of epochs, so the stream is a pure function of the seed. Resuming at batch
+k (`batches(start_batch=k)`) counts the instances of each earlier epoch (a pass that
+reads, parses and chunks but neither lays out nor masks, about 5x cheaper than
+producing the batches; cached per pipeline object), then starts at k's epoch and skips
+inside it. Train and eval both repeat forever; for a fixed evaluation set take the first
+N batches of `batches()`.
 """
 
 from __future__ import annotations
