@@ -14,8 +14,8 @@ Determinism and resume: epoch e's document order and all random draws are statel
 functions of (seed, process_index, e, position), and batches are cut from the
 concatenation of epochs, so the stream is a pure function of the seed. Resuming at batch
 k (`batches(start_batch=k)`) counts the instances of each earlier epoch (a pass that
-reads, parses and chunks but neither lays out nor masks, about 5x cheaper than
-producing the batches; cached per pipeline object), then starts at k's epoch and skips
+reads, parses and chunks but neither lays out nor masks; cached per pipeline object;
+about 2.5 s per epoch of the demo corpus on 2 cores), then starts at k's epoch and skips
 inside it. Train and eval both repeat forever; for a fixed evaluation set take the first
 N batches of `batches()`.
 """
