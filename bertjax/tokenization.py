@@ -23,6 +23,7 @@ Special token ids:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from typing import Iterable, Iterator, Sequence
 
@@ -136,13 +137,13 @@ class Tokenizer:
                 ids[i] = encoding.ids
         if ascii_chunks:
             memo = self._chunk_ids
-            missing = list({chunk for chunks in ascii_chunks for chunk in chunks if chunk not in memo})
+            missing = [chunk for chunk in set(itertools.chain.from_iterable(ascii_chunks)) if chunk not in memo]
             if len(memo) + len(missing) > _MAX_MEMOISED_CHUNKS:
                 memo.clear()
             for chunk, encoding in zip(missing, self._ascii_wordpiece.encode_batch_fast(missing, add_special_tokens=False)):
                 memo[chunk] = encoding.ids
             for i, chunks in zip(ascii_index, ascii_chunks):
-                ids[i] = [token for chunk in chunks for token in memo[chunk]]
+                ids[i] = list(itertools.chain.from_iterable(map(memo.__getitem__, chunks)))
             for chunk in missing:  # keep memory bounded: long chunks are rare, don't keep them
                 if len(chunk) > MAX_INPUT_CHARS_PER_WORD:
                     del memo[chunk]
