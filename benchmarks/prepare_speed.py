@@ -7,8 +7,9 @@ r"""Prepare-step speed and memory: MB/s of text per CPU core and peak RSS, two c
 The corpus is the demo corpus written out as BERT-format text files of 1 MB, repeated to
 size. Each size is prepared from scratch in a fresh process (so peak RSS is its own) with
 `--num_workers` worker processes. Two rates: MB/s per core over the whole wall time
-(including starting the workers, which import TensorFlow), and MB/s per busy worker
-(text / summed unit processing time, the steady-state rate). The demo text has a small
+(including starting the workers, which import TensorFlow), and MB of text per CPU-second
+the workers spent on units (the steady-state rate of one fully used core, which does not
+depend on what else shares the machine). The demo text has a small
 lexicon, so the tokenizer's chunk memo hits more often than on natural text. Peak RSS is printed
 for the parent and for the largest worker: streaming means neither grows with the
 corpus (the 10x larger corpus should show about the same numbers).
@@ -62,13 +63,13 @@ def _measure(corpus_dir: str) -> None:
     start = time.time()
     metadata = prepare.ensure_prepared(config, output_dir, num_workers=_NUM_WORKERS.value)
     seconds = time.time() - start
-    unit_seconds = 0.0
+    cpu_seconds = 0.0
     for name in os.listdir(os.path.join(output_dir, "done")):
         with open(os.path.join(output_dir, "done", name)) as f:
-            unit_seconds += json.load(f)["seconds"]
+            cpu_seconds += json.load(f)["cpu_seconds"]
     print(json.dumps({
         "seconds": seconds,
-        "unit_seconds": unit_seconds,
+        "cpu_seconds": cpu_seconds,
         "tokens": sum(metadata["splits"][s]["tokens"] for s in ("train", "eval")),
         "parent_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
@@ -92,7 +93,7 @@ def main(argv):
         rate = size / 1e6 / result["seconds"]
         print(f"{size / 1e6:6.1f} MB text, {result['tokens']:>10,} tokens: wall {result['seconds']:5.1f} s = "
               f"{rate / _NUM_WORKERS.value:5.2f} MB/s per core with start-up; "
-              f"{size / 1e6 / result['unit_seconds']:5.2f} MB/s per busy worker; peak RSS parent "
+              f"{size / 1e6 / result['cpu_seconds']:5.2f} MB per worker CPU-second; peak RSS parent "
               f"{result['parent_peak_rss_mb']:.0f} MB, largest worker {result['worker_peak_rss_mb']:.0f} MB")
     shutil.rmtree(_WORKDIR.value, ignore_errors=True)
 

@@ -141,7 +141,7 @@ def _init_worker() -> None:
 def _prepare_unit(job: tuple) -> None:
     """Tokenizes one unit into its train and eval shards, then writes its done-marker."""
     config_dict, kind, vocab_path, do_lower_case, output_dir, index, count, unit = job
-    start = time.time()
+    start, start_cpu = time.time(), time.process_time()
     key = (kind, vocab_path, do_lower_case)
     if key not in _TOKENIZERS:
         _TOKENIZERS[key] = tokenization.load_tokenizer(kind, vocab_path, do_lower_case)
@@ -180,7 +180,7 @@ def _prepare_unit(job: tuple) -> None:
         tf.io.gfile.rename(tmp[split], _join(output_dir, names[split]), overwrite=True)
     _write_json(_done_path(output_dir, index),
                 {"unit": unit, "shards": names, "stats": stats, "dropped": dict(drops.counts),
-                 "seconds": time.time() - start})
+                 "seconds": time.time() - start, "cpu_seconds": time.process_time() - start_cpu})
 
 
 def _batches(documents: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
