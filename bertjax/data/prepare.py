@@ -42,6 +42,7 @@ from bertjax.data import demo_corpus, shards, sources
 FORMAT = "bertjax.prepared.v1"
 BATCH_DOCUMENTS = 256
 SPLITS = ("train", "eval")
+SMALL_CORPUS_BYTES = 32 << 20
 
 
 def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:
@@ -60,6 +61,9 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
 
     With `source == "prepared"`, `input_pattern` is a directory written earlier and its
     metadata is returned as is. The returned dict has `dir`: where the shards are.
+    `num_workers=None`: one process per core, or in-process for a small corpus (the demo,
+    text under 32 MB). Worker processes are spawned, so a script calling this needs the
+    `if __name__ == "__main__":` guard.
     Raises ValueError when `output_dir` holds data prepared with other settings.
     """
     if data_config.source == "prepared":
@@ -91,7 +95,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
              tokenizer.kind, tokenizer.path, tokenizer.do_lower_case, output_dir, index, len(units), unit)
             for index, unit in enumerate(units) if not tf.io.gfile.exists(_done_path(output_dir, index))]
     logging.info("prepare: %d of %d units to do in %s", len(jobs), len(units), output_dir)
-    num_workers = min(num_workers or os.cpu_count() or 1, max(1, len(jobs)))
+    num_workers = min(num_workers or _default_workers(units), max(1, len(jobs)))
     start = time.time()
     if num_workers == 1:
         for job in jobs:
@@ -112,6 +116,14 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     metadata = _collect_metadata(output_dir, units, settings, tokenizer)
     _write_json(_join(output_dir, "metadata.json"), metadata)
     return dict(metadata, dir=output_dir)
+
+
+def _default_workers(units: list[dict]) -> int:
+    """One per core, or 1 (in-process) for a small corpus, where starting workers that
+    import TensorFlow costs more than it saves."""
+    small = all("demo" in u for u in units) or (
+        all("range" in u for u in units) and sum(u["range"][1] - u["range"][0] for u in units) < SMALL_CORPUS_BYTES)
+    return 1 if small else os.cpu_count() or 1
 
 
 def read_metadata(directory: str) -> dict:

@@ -158,3 +158,9 @@ def test_sentencepiece_and_parallel_workers(tmp_path):
     got = sorted(_read_split(metadata, "train") + _read_split(metadata, "eval"))
     assert got == sorted([tokenizer.encode(s) for s in d] for d in documents)
     assert np.unique([len(d) for d in got]).size > 1
+
+
+def test_small_corpora_are_prepared_in_process_by_default(tmp_path):
+    assert prepare._default_workers(sources.list_units(_config(tmp_path, source="demo"))) == 1
+    assert prepare._default_workers([{"path": "a", "range": [0, 1 << 20]}]) == 1
+    assert prepare._default_workers([{"path": "a", "range": [0, 64 << 20]}]) == (os.cpu_count() or 1)
