@@ -198,7 +198,10 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_l
 
     Writes `<output_dir>/vocab.txt` with [PAD], [UNK], [CLS], [SEP], [MASK] at ids 0..4
     and returns its path. The normaliser and pre-tokenizer are the ones
-    `Tokenizer.from_vocab_file` uses, so training and use see the same words.
+    `Tokenizer.from_vocab_file` uses, so training and use see the same words. Note: the
+    `tokenizers` trainer breaks ties between equally frequent merges in hash order, so two
+    runs can give slightly different vocabularies; keep the file (its hash is recorded in
+    prepared metadata). The demo vocabulary is built from a lexicon for that reason.
     """
     _check_vocab_size(vocab_size)
     backend = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]",

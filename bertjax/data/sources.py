@@ -14,8 +14,8 @@ independently (`list_units`, then `read_unit` for each); `iter_documents` reads 
 Bad input never crashes and is never silent: a dropped line or document is counted in a
 `DropCounter` under a reason, and the first few per reason are logged with `file:line`.
   * non-UTF-8 line -> dropped ("non_utf8_line"); the rest of its document is kept;
-  * whitespace-only line made of Unicode spaces -> ignored like a blank line inside a
-    document would be ("whitespace_line");
+  * a line of only Unicode spaces (e.g. U+3000) -> dropped without ending the document
+    ("whitespace_line"); only ASCII-blank lines separate documents;
   * empty file / file with only blank lines -> no documents ("empty_file", "blank_file");
   * a blank line after every sentence -> every sentence is a one-sentence document; they
     are kept (NSP then always draws B from another document) and prepare warns when
