@@ -11,6 +11,8 @@ The argument may add options after the preset, comma separated:
 
 import ml_collections
 
+from bertjax.models.config import BertConfig
+
 # Original recipe (BERT_REFERENCE.md): batch 256, 1M steps (900k at length 128 here, then
 # 100k at 512 with `phase2`), lr 1e-4, 10k warmup.
 _TRAIN_DEFAULTS = dict(global_batch_size=256, num_steps=900_000, learning_rate=1e-4, warmup_steps=10_000)
@@ -22,10 +24,9 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 42
 
-    # -- Model: a BertConfig preset plus overrides (any BertConfig field). --
-    config.model = ml_collections.ConfigDict()
-    config.model.preset = preset
-    config.model.overrides = ml_collections.ConfigDict(dict(dtype="float32"))
+    # -- Model: every BertConfig field, starting from the preset; vocab_size 0 = the tokenizer's. --
+    config.model = ml_collections.ConfigDict(BertConfig.preset(preset, vocab_size=1).to_dict())
+    config.model.vocab_size = 0
 
     # -- Data: source -> tokenizer -> prepared shards -> online NSP pairing + masking. --
     config.data = ml_collections.ConfigDict()
@@ -50,6 +51,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.shuffle_buffer = 10_000           # documents
     config.data.instance_shuffle_buffer = 10_000  # sequences (one document gives several)
     config.data.seed = 12345
+    config.data.host_split = "files"     # files: each host reads its own | global_batch: exact 1-host batches
 
     # -- Training: the original optimizer (AdamWeightDecay, linear warmup + decay, clip 1.0). --
     config.train = ml_collections.ConfigDict(_TINY_TRAIN if preset == "tiny" else _TRAIN_DEFAULTS)

@@ -428,22 +428,18 @@ def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
 def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """A bertjax checkpoint (a step folder, or a run's directory: its newest step) -> (config, params).
 
-    The BertConfig is rebuilt from the run config saved with it (`model.preset` +
-    `model.overrides`), with vocab_size read off the word embeddings and scan_layers off,
-    since the returned params are unrolled.
+    The BertConfig is the run config's `model` section saved with it (the trainer stores
+    it fully resolved), with scan_layers off, since the returned params are unrolled.
     """
     from bertjax import checkpointing
 
     meta, params = checkpointing.load_params(path)
     params = _export_params(params)
     params = {key: _to_numpy(value) for key, value in params.items()}
-    model = (meta.get("config") or {}).get("model") or {}
-    if "preset" not in model:
-        raise ValueError(f"{path}: the run config saved with the checkpoint has no model.preset "
-                         f"(model config: {model!r})")
-    vocab_size = params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0]
-    overrides = {**dict(model.get("overrides") or {}), "vocab_size": vocab_size, "scan_layers": False}
-    config = BertConfig.preset(model["preset"], **overrides)
+    model = (meta.get("config") or {}).get("model")
+    if not isinstance(model, dict):
+        raise ValueError(f"{path}: the run config saved with the checkpoint has no model section")
+    config = BertConfig.from_dict({**model, "scan_layers": False}, source=f"{path} (saved model config)")
     heads, num_labels = _param_heads(params)
     for var in variable_table(config, heads, num_labels):
         found = _get(params, var.path, path).shape

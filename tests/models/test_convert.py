@@ -273,12 +273,11 @@ def test_bertjax_checkpoint_import(tmp_path):
     """A training run's checkpoint (scanned layers, optimizer state alongside) -> unrolled params."""
     from bertjax import checkpointing
 
-    overrides = {k: v for k, v in TINY.items() if k != "vocab_size"}
     config = BertConfig(**TINY, scan_layers=True)
     params = random_params(config, ("mlm", "nsp"))
     scanned = {**params, "bert": stack_layers(params["bert"], config.num_hidden_layers)}
     state = {"params": scanned, "opt_state": jax.tree_util.tree_map(jnp.zeros_like, scanned), "step": jnp.int32(7)}
-    run_config = {"model": {"preset": "tiny", "overrides": {**overrides, "scan_layers": True}}}
+    run_config = {"model": config.to_dict()}  # the trainer saves its model section fully resolved
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=1, async_save=False)
     ckpt.save(7, state, data_position=0, config=run_config)
     ckpt.close()

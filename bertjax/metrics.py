@@ -1,0 +1,110 @@
+"""Training metrics: model FLOPs, accelerator peaks, and one writer for console, JSONL and TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.models.config import BertConfig
+
+# Dense bf16 peak FLOP/s per device (chip / GPU), from the vendors' data sheets.
+PEAK_FLOPS_BY_DEVICE_KIND = {
+    "TPU v2": 45e12,
+    "TPU v3": 123e12,
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v5": 459e12,
+    "TPU v6 lite": 918e12,
+    "TPU v6e": 918e12,
+    "NVIDIA H100": 989e12,
+    "NVIDIA H200": 989e12,
+    "NVIDIA A100": 312e12,
+    "NVIDIA L4": 121e12,
+}
+
+
+def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predictions: int) -> float:
+    """Model FLOPs of one forward+backward (3x forward) pass for one pre-training sequence.
+
+    Counts matmuls only: per layer QKV + output projections, the two attention einsums and
+    the MLP; the pooler and NSP head; the MLM head on the *gathered* masked positions only.
+    Rematerialisation adds hardware FLOPs but no model FLOPs.
+    """
+    h, i, s, p = config.hidden_size, config.intermediate_size, seq_len, num_predictions
+    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 2 * 2 * s * s * h
+    heads = 2 * h * h + 2 * h * 2 + 2 * p * (h * h + h * config.vocab_size)
+    return 3.0 * (config.num_hidden_layers * per_layer + heads)
+
+
+def measure_peak_flops(seconds: float = 0.5, size: int = 1024) -> float:
+    """FLOP/s of a float32 matmul loop on the default device: the 'peak' used on CPU."""
+    a = jnp.ones((size, size), jnp.float32)
+    matmul = jax.jit(lambda x: x @ x)
+    matmul(a).block_until_ready()
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        matmul(a).block_until_ready()
+        count += 1
+    return 2.0 * size**3 * count / (time.perf_counter() - start)
+
+
+def peak_flops_per_device() -> tuple[float, str]:
+    """(peak FLOP/s, where it came from) for this process's first device."""
+    kind = jax.devices()[0].device_kind
+    for name, flops in sorted(PEAK_FLOPS_BY_DEVICE_KIND.items(), key=lambda item: -len(item[0])):
+        if kind.startswith(name):
+            return flops, f"table ({kind})"
+    return measure_peak_flops(), f"measured f32 matmul ({kind})"
+
+
+class MetricsWriter:
+    """Writes scalars to DIR/metrics.jsonl, TensorBoard event files in DIR/tensorboard, and the console.
+
+    Only the first process writes; the others keep nothing.
+    """
+
+    def __init__(self, workdir: str, *, enabled: bool = True):
+        self.enabled = enabled
+        if not enabled:
+            return
+        os.makedirs(workdir, exist_ok=True)
+        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+        import bertjax.data  # noqa: F401  (hides accelerators from TensorFlow)
+        import tensorflow as tf  # lazily: only the writing process needs it
+        from tensorflow.core.framework import summary_pb2
+
+        self._tf = tf
+        self._summary = tf.summary.create_file_writer(os.path.join(workdir, "tensorboard"))
+        # What TensorBoard's own scalar summary writes, without needing the tensorboard package.
+        self._scalar_metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
+
+    def write(self, step: int, scalars: dict[str, Any], *, prefix: str = "") -> None:
+        if not self.enabled:
+            return
+        values = {f"{prefix}{k}": float(np.asarray(v)) for k, v in scalars.items()}
+        self._jsonl.write(json.dumps({"step": step, **values}) + "\n")
+        self._jsonl.flush()
+        with self._summary.as_default():
+            for name, value in values.items():
+                self._tf.summary.write(name, self._tf.constant(value, self._tf.float32), step=step,
+                                       metadata=self._scalar_metadata)
+        self._summary.flush()
+
+    def console(self, line: str) -> None:
+        if self.enabled:
+            print(line, file=sys.stdout, flush=True)
+
+    def close(self) -> None:
+        if self.enabled:
+            self._jsonl.close()
+            self._summary.close()

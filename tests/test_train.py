@@ -1,0 +1,207 @@
+"""The pre-training loop end to end: exact resume after SIGTERM, multi-host parity, skipped
+non-finite steps, two-phase continuation, learning on the demo corpus, config validation."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import ml_collections
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import pretrain as pretrain_config  # noqa: E402
+
+# A small model and batch so that each run takes seconds of compute on a CPU.
+SMALL = ["--config.model.hidden_size=64", "--config.model.num_attention_heads=2",
+         "--config.model.intermediate_size=128", "--config.data.max_seq_length=64",
+         "--config.data.max_predictions_per_seq=10", "--config.train.global_batch_size=16",
+         "--config.train.warmup_steps=2", "--config.train.log_every=1", "--config.train.eval_every=0",
+         "--config.checkpoint.every=5"]
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(tmp_path_factory):
+    """The demo corpus prepared once for every run of this module."""
+    from bertjax.data import prepare
+
+    directory = str(tmp_path_factory.mktemp("demo_data"))
+    prepare.ensure_prepared(pretrain_config.get_config("tiny").data, directory)
+    return directory
+
+
+def _command(workdir, prepared_dir, *extra):
+    return [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"), "--config=" + os.path.join(
+        ROOT, "configs", "pretrain.py") + ":tiny", f"--workdir={workdir}",
+        f"--config.data.prepared_dir={prepared_dir}", *SMALL, *extra]
+
+
+def _env(devices=1, **extra):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+           "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+    return env
+
+
+def _run(workdir, prepared_dir, *extra, devices=1, check=True):
+    result = subprocess.run(_command(workdir, prepared_dir, *extra), env=_env(devices), capture_output=True,
+                            text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"pretrain failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def _metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def _losses(records, keys=("loss", "mlm_loss", "nsp_loss", "grad_norm")):
+    return {r["step"]: tuple(r[k] for k in keys) for r in records if "loss" in r}
+
+
+def test_sigterm_then_resume_replays_the_uninterrupted_run_bitwise(tmp_path, prepared_dir):
+    steps = ["--config.train.num_steps=24"]
+    _run(tmp_path / "reference", prepared_dir, *steps)
+    reference = _losses(_metrics(tmp_path / "reference"))
+    assert sorted(reference) == list(range(1, 25))
+
+    workdir = tmp_path / "interrupted"
+    process = subprocess.Popen(_command(workdir, prepared_dir, *steps), env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    metrics_file = workdir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 7):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 3, stderr[-3000:]
+    assert "preempted (SIGTERM): saved step" in stderr
+    stopped_at = max(_losses(_metrics(workdir)))
+    assert 7 <= stopped_at < 24, "the signal should land mid-run"
+
+    _run(workdir, prepared_dir, *steps)
+    resumed = _losses(_metrics(workdir))
+    assert sorted(resumed) == list(range(1, 25))
+    assert resumed == reference  # every step, bitwise (floats round-trip exactly through JSON)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_match_one_process_with_eight_devices(tmp_path, prepared_dir):
+    common = ["--config.train.num_steps=6", "--config.mesh.fsdp=2", "--config.mesh.tensor=2",
+              "--config.data.host_split=global_batch"]
+    single = tmp_path / "single"
+    _run(single, prepared_dir, *common, devices=8)
+
+    multi = tmp_path / "multi"
+    port = _free_port()
+    processes = [subprocess.Popen(
+        _command(multi, prepared_dir, *common, f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+                 f"--process_id={i}"),
+        env=_env(devices=4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for p, (_, stderr) in zip(processes, outputs):
+        assert p.returncode == 0, stderr[-5000:]
+    assert "over 8 devices (2 processes)" in outputs[0][1]
+
+    reference, distributed = _losses(_metrics(single)), _losses(_metrics(multi))
+    assert sorted(distributed) == sorted(reference) == list(range(1, 7))
+    for step in reference:
+        np.testing.assert_allclose(distributed[step], reference[step], atol=1e-5, rtol=0, err_msg=f"step {step}")
+
+
+def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir):
+    workdir = tmp_path / "diverging"
+    result = _run(workdir, prepared_dir, "--config.train.num_steps=40", "--config.train.learning_rate=1e30",
+                  "--config.train.max_consecutive_bad_steps=3", check=False)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "consecutive steps had a non-finite loss or gradient" in result.stderr
+    records = _metrics(workdir)
+    first_bad = next(r["step"] for r in records if r["skipped"] == 1.0)
+    assert all(r["skipped"] == 1.0 for r in records if r["step"] >= first_bad)
+    assert records[-1]["step"] < 40
+
+
+def test_phase_two_continues_from_the_phase_one_checkpoint(tmp_path, prepared_dir):
+    phase1 = tmp_path / "phase1"
+    _run(phase1, prepared_dir, "--config.train.num_steps=30", "--config.train.learning_rate=2e-3")
+    phase2_args = ["--config.train.num_steps=2", "--config.data.max_seq_length=128",
+                   "--config.data.max_predictions_per_seq=20"]
+    continued = tmp_path / "phase2"
+    result = _run(continued, prepared_dir, *phase2_args, f"--config.init_checkpoint={phase1}/checkpoints")
+    assert "initialised ['bert', 'mlm', 'nsp'] from" in result.stderr
+    scratch = tmp_path / "scratch"
+    _run(scratch, prepared_dir, *phase2_args)
+    first = lambda workdir: _metrics(workdir)[0]
+    assert first(continued)["step"] == 1  # weights only: a fresh optimizer and step count
+    assert first(continued)["mlm_loss"] < first(scratch)["mlm_loss"] - 0.5
+
+
+# ---------------------------------------------------------------------------------------
+# Validation before compile (in-process, no training).
+# ---------------------------------------------------------------------------------------
+
+def _config(**changes):
+    config = pretrain_config.get_config("tiny")
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        config[section][key] = value
+    return config
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(train__global_batch_size=30), "global_batch_size=30 must be divisible by the data-parallel size"),
+    (dict(data__max_seq_length=1024), "max_seq_length=1024 exceeds the model's max_position_embeddings=512"),
+    (dict(data__masked_lm_prob=1.7), "masked_lm_prob must be in"),
+    (dict(train__learning_rate=-1.0), "train.learning_rate must be > 0"),
+    (dict(train__grad_accum_steps=0), "grad_accum_steps must be a positive int"),
+    (dict(model__vocab_size=999), "vocab_size=999 does not match the tokenizer"),
+    (dict(model__num_attention_heads=3), "config.model: BertConfig.hidden_size"),
+    (dict(checkpoint__every=0), "config.checkpoint.every"),
+])
+def test_bad_config_values_are_named_before_compiling(changes, message):
+    from bertjax import train
+
+    config = _config(**changes)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        bert = train.model_config(config, vocab_size=786)
+        train.validate_config(config, bert, mesh_shape=(8, 1, 1))
+
+
+def test_tensor_axis_must_divide_heads():
+    from bertjax import train
+
+    config = _config()
+    with pytest.raises(ValueError, match="config.mesh.tensor=4 must divide the number of attention heads"):
+        train.validate_config(config, train.model_config(config, 786), mesh_shape=(2, 1, 4))
+
+
+def test_unknown_override_key_is_rejected(tmp_path):
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
+         "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny", f"--workdir={tmp_path}",
+         "--config.train.num_stepz=5"], env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "num_stepz" in result.stderr
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_config_presets_and_phase_two():
+    base = pretrain_config.get_config("base")
+    assert (base.model.hidden_size, base.model.num_hidden_layers, base.train.global_batch_size) == (768, 12, 256)
+    phase2 = pretrain_config.get_config("base,phase2")
+    assert (phase2.data.max_seq_length, phase2.data.max_predictions_per_seq) == (512, 80)
+    assert phase2.train.num_steps == base.train.num_steps // 9
+    with pytest.raises(ValueError, match="unknown options"):
+        pretrain_config.get_config("base,phase3")
+    assert isinstance(base, ml_collections.ConfigDict)
