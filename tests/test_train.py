@@ -205,3 +205,51 @@ def test_config_presets_and_phase_two():
     with pytest.raises(ValueError, match="unknown options"):
         pretrain_config.get_config("base,phase3")
     assert isinstance(base, ml_collections.ConfigDict)
+
+
+def _baselines(config, workdir, batches=10, batch_size=32):
+    """Accuracy of always guessing the most frequent masked token / the majority NSP label."""
+    from bertjax.data import pretraining
+
+    pipeline = pretraining.make_pipeline(config.data, str(workdir), batch_size=batch_size, split="eval")
+    sample = [b for _, b in zip(range(batches), pipeline.batches(0))]
+    masked = np.concatenate([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in sample])
+    labels = np.concatenate([b["next_sentence_labels"] for b in sample])
+    return np.bincount(masked).max() / masked.size, max(labels.mean(), 1 - labels.mean())
+
+
+def _learn(workdir, prepared_dir, seq_len, predictions, steps):
+    args = [f"--config.data.max_seq_length={seq_len}", f"--config.data.max_predictions_per_seq={predictions}",
+            "--config.model.hidden_size=128", "--config.model.intermediate_size=512",
+            "--config.train.global_batch_size=32", f"--config.train.num_steps={steps}",
+            "--config.train.learning_rate=1e-3", "--config.train.warmup_steps=50", "--config.train.log_every=50",
+            f"--config.train.eval_every={steps}", "--config.train.eval_batches=10", f"--config.checkpoint.every={steps}"]
+    _run(workdir, prepared_dir, *args)
+    final = [r for r in _metrics(workdir) if "eval_mlm_accuracy" in r][-1]
+    config = pretrain_config.get_config("tiny")
+    config.data.prepared_dir = prepared_dir
+    config.data.max_seq_length, config.data.max_predictions_per_seq = seq_len, predictions
+    return final, _baselines(config, workdir)
+
+
+def test_tiny_preset_masked_lm_learns_the_demo_corpus(tmp_path, prepared_dir):
+    """Tiny preset at length 64, 300 steps of batch 32 (about a CPU-minute).
+
+    Measured 2026-11-22 on this 2-core machine: eval MLM accuracy 0.164 at step 300
+    against 0.092 for always guessing the most frequent masked token.
+    """
+    final, (unigram, _) = _learn(tmp_path, prepared_dir, seq_len=64, predictions=10, steps=300)
+    assert final["eval_mlm_accuracy"] > 1.5 * unigram, (final, unigram)
+
+
+@pytest.mark.slow
+def test_tiny_preset_learns_masked_lm_and_nsp(tmp_path, prepared_dir):
+    """The demo's own settings (length 128), 600 steps (about 5 CPU-minutes here).
+
+    Measured 2026-11-22: eval MLM accuracy 0.20 (most-frequent-token guess 0.09), eval NSP
+    accuracy 0.66 (majority label 0.58: the original pairing gives a one-sentence chunk a
+    random B, so random pairs are the majority on this corpus of short documents).
+    """
+    final, (unigram, majority) = _learn(tmp_path, prepared_dir, seq_len=128, predictions=20, steps=600)
+    assert final["eval_mlm_accuracy"] > 2 * unigram, (final, unigram)
+    assert final["eval_nsp_accuracy"] > majority + 0.04, (final, majority)
