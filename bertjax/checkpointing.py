@@ -28,8 +28,6 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint import checkpoint_managers
 
-from bertjax.preemption import PreemptionWatcher  # noqa: F401  (the trainer's one import for save/stop)
-
 STATE, META = "state", "meta"
 FORMAT = "bertjax"
 

@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from bertjax import checkpointing, optim, sharding
 from bertjax.metrics import MetricsWriter, peak_flops_per_device, pretraining_flops_per_sequence
 from bertjax.models import BertConfig, BertForPreTraining, pretraining_loss, stack_layers
+from bertjax.preemption import PreemptionWatcher
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +351,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     peak_flops, peak_source = peak_flops_per_device()
     flops_per_seq = pretraining_flops_per_sequence(bert, config.data.max_seq_length,
                                                    config.data.max_predictions_per_seq)
-    watcher = checkpointing.PreemptionWatcher()
+    watcher = PreemptionWatcher()
     saved_config = {**config.to_dict(), "model": bert.to_dict()}  # the model section fully resolved
 
     def to_global(batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:

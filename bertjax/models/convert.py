@@ -385,8 +385,6 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     The original code's "gelu" is the tanh approximation, so an exact-GELU model is
     written as "gelu" with a warning (outputs then differ slightly in that code).
     """
-    import tensorflow as tf
-
     params = _export_params(params)
     values = {}
     for var in variable_table(config, *_param_heads(params)):
