@@ -32,6 +32,9 @@ import sentencepiece as spm
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
+from bertjax import ragged
+from bertjax.data import files
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in trained vocabularies
 KINDS = ("wordpiece", "sentencepiece")
 MAX_INPUT_CHARS_PER_WORD = 100
@@ -56,8 +59,7 @@ class Tokenizer:
         self._tokens = list(tokens)
         self._wordpiece = wordpiece
         self._sentencepiece = sentencepiece
-        self._ascii_wordpiece: tokenizers.Tokenizer | None = None  # set by from_vocab_file
-        self._chunk_ids: dict[str, list[int]] = {}  # memo: printable-ASCII chunk -> ids
+        self._chunk_memo: _ChunkMemo | None = None  # WordPiece: set by from_vocab_file
         self.vocab_size = len(self._tokens)
         index = {token: i for i, token in enumerate(self._tokens)}
         missing = [t for t in SPECIAL_TOKENS if t not in index]
@@ -86,13 +88,9 @@ class Tokenizer:
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         backend.decoder = decoders.WordPiece(prefix="##")
         tokenizer = cls("wordpiece", path, do_lower_case, tokens, wordpiece=backend)
-        # Printable ASCII needs no cleaning, accent stripping or CJK splitting, and
-        # str.lower() equals the normaliser's lower-casing there. Its only whitespace is
-        # ' ', and BERT never tokenizes across a space, so a sentence's ids are the
-        # concatenation of its space-separated chunks' ids: those are memoised. Same ids,
-        # several times faster (natural text repeats its chunks).
-        tokenizer._ascii_wordpiece = tokenizers.Tokenizer.from_str(backend.to_str())
-        tokenizer._ascii_wordpiece.normalizer = None
+        unnormalized = tokenizers.Tokenizer.from_str(backend.to_str())
+        unnormalized.normalizer = None
+        tokenizer._chunk_memo = _ChunkMemo(unnormalized)
         return tokenizer
 
     @classmethod
@@ -115,39 +113,50 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """One text -> token ids, without special tokens ("" -> [])."""
-        if self._wordpiece is not None:
-            return self.encode_batch([text])[0]
-        return self._sentencepiece.EncodeAsIds(text)
+        return self.encode_batch([text])[0]
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Many texts -> token ids each, without special tokens (faster than a loop)."""
+        ids, lengths = self.encode_flat(texts)
+        return [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] if len(texts) else []
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Many texts -> (<int32>[T] all their token ids concatenated, <int64>[N] ids per text).
+
+        The fast path for bulk tokenization (prepare). WordPiece: texts are normalised as
+        BERT does (ASCII ones in bulk by `_normalize_ascii`, others one by one in
+        `tokenizers`); BERT never tokenizes across a space, so a normalised text's ids are
+        its space-separated chunks' ids, concatenated, and those are memoised
+        (`_ChunkMemo`). Same ids as encoding each text whole, several times faster, as
+        natural text repeats its chunks.
+        """
         if self._wordpiece is None:
-            return self._sentencepiece.EncodeAsIds(list(texts))
-        ascii_chunks, ascii_index, other_texts, other_index = [], [], [], []
-        for i, text in enumerate(texts):
-            if text.isascii() and text.isprintable():
-                ascii_chunks.append((text.lower() if self.do_lower_case else text).split())
-                ascii_index.append(i)
-            else:
-                other_texts.append(text)
-                other_index.append(i)
-        ids: list[list[int]] = [[]] * len(texts)
-        if other_texts:
-            for i, encoding in zip(other_index, self._wordpiece.encode_batch_fast(other_texts, add_special_tokens=False)):
-                ids[i] = encoding.ids
-        if ascii_chunks:
-            memo = self._chunk_ids
-            missing = [chunk for chunk in set(itertools.chain.from_iterable(ascii_chunks)) if chunk not in memo]
-            if len(memo) + len(missing) > _MAX_MEMOISED_CHUNKS:
-                memo.clear()
-            for chunk, encoding in zip(missing, self._ascii_wordpiece.encode_batch_fast(missing, add_special_tokens=False)):
-                memo[chunk] = encoding.ids
-            for i, chunks in zip(ascii_index, ascii_chunks):
-                ids[i] = list(itertools.chain.from_iterable(map(memo.__getitem__, chunks)))
-            for chunk in missing:  # keep memory bounded: long chunks are rare, don't keep them
-                if len(chunk) > MAX_INPUT_CHARS_PER_WORD:
-                    del memo[chunk]
-        return ids
+            return _flatten(self._sentencepiece.EncodeAsIds(list(texts)))
+        if "".join(texts).isascii():  # the usual case, checked in one C call
+            return self._chunk_memo.encode(self._normalize_ascii(texts), len(texts))
+        is_ascii = np.fromiter((t.isascii() for t in texts), bool, len(texts))
+        lengths, pieces, piece_starts = np.zeros(len(texts), np.int64), [], np.zeros(len(texts), np.int64)
+        for ascii_group in (True, False):
+            index = np.flatnonzero(is_ascii == ascii_group)
+            subset = [texts[i] for i in index]
+            if not subset:
+                continue
+            normalized = (self._normalize_ascii(subset) if ascii_group else
+                          _ChunkMemo.JOINER.join(map(self._wordpiece.normalizer.normalize_str, subset)))
+            ids, lengths[index] = self._chunk_memo.encode(normalized, len(subset))
+            piece_starts[index] = sum(map(len, pieces)) + ragged.row_starts(lengths[index])
+            pieces.append(ids)
+        return ragged.gather_ranges(np.concatenate(pieces), piece_starts, lengths), lengths
+
+    def _normalize_ascii(self, texts: Sequence[str]) -> str:
+        """ASCII texts -> BERT-normalised and joined by _ChunkMemo.JOINER, in bulk: tab,
+        newline and carriage return become spaces, other control characters go, and
+        lower-casing is str.lower() (ASCII has no accents or CJK characters)."""
+        joined = _ChunkMemo.JOINER.join(texts)
+        if joined.count("\x00") != len(texts) - 1:  # some text holds NUL itself: BERT drops it
+            joined = _ChunkMemo.JOINER.join(t.replace("\x00", "") for t in texts)
+        joined = joined.encode("ascii").translate(_ASCII_TO_SPACE, _ASCII_CONTROLS).decode("ascii")
+        return joined.lower() if self.do_lower_case else joined
 
     def decode(self, ids: Iterable[int]) -> str:
         """Token ids -> text. WordPiece keeps special tokens visible ("[MASK]")."""
@@ -188,6 +197,70 @@ def load_tokenizer(kind: str, path: str, do_lower_case: bool = True) -> Tokenize
     if kind == "sentencepiece":
         return Tokenizer.from_sentencepiece(path)
     raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {KINDS}")
+
+
+class _ChunkMemo:
+    """Space-separated chunks of BERT-normalised text -> WordPiece ids, memoised in flat
+    numpy tables so that a whole batch is looked up at once: chunk -> code (a dict),
+    code -> ids[starts[code] : starts[code] + lengths[code]].
+
+    Chunks longer than MAX_INPUT_CHARS_PER_WORD are rare and big, so their dict entries
+    are dropped right after use; the tables are cleared when they exceed _MAX_MEMOISED_CHUNKS
+    entries, so memory stays bounded on any corpus.
+    """
+
+    SEPARATOR = "\x00"  # normalisation removes NUL, so it never occurs in a text: code 0, no ids
+    JOINER = f" {SEPARATOR} "
+
+    def __init__(self, unnormalized: tokenizers.Tokenizer):
+        self._unnormalized = unnormalized  # BERT pre-tokenizer + WordPiece, without the normaliser
+        self._clear()
+
+    def _clear(self) -> None:
+        self.codes = {self.SEPARATOR: 0}
+        self.starts, self.lengths = np.zeros(1, np.int64), np.zeros(1, np.int64)
+        self.ids = np.zeros(0, np.int32)
+
+    def encode(self, normalized: str, num_texts: int) -> tuple[np.ndarray, np.ndarray]:
+        """`num_texts` normalised texts joined by JOINER -> Tokenizer.encode_flat's output."""
+        if not num_texts:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        chunks = normalized.split()
+        missing = set(chunks).difference(self.codes)
+        if len(self.lengths) + len(missing) > _MAX_MEMOISED_CHUNKS:
+            self._clear()
+            missing = set(chunks).difference(self.codes)
+        if missing:
+            self._add(list(missing))
+        codes = np.fromiter(map(self.codes.__getitem__, chunks), np.int64, len(chunks))
+        for chunk in missing:
+            if len(chunk) > MAX_INPUT_CHARS_PER_WORD:
+                del self.codes[chunk]
+        chunk_lengths = self.lengths[codes]
+        ids = ragged.gather_ranges(self.ids, self.starts[codes], chunk_lengths)
+        ends = np.cumsum(chunk_lengths)[codes == 0]  # text i ends at the i-th separator, the last at the end
+        if len(ends) != num_texts - 1:
+            raise AssertionError(f"_ChunkMemo: {len(ends) + 1} texts found, {num_texts} expected")
+        return ids, np.diff(np.concatenate([[0], ends, [len(ids)]]))
+
+    def _add(self, chunks: list[str]) -> None:
+        ids, lengths = _flatten([e.ids for e in self._unnormalized.encode_batch_fast(chunks, add_special_tokens=False)])
+        self.codes.update(zip(chunks, range(len(self.lengths), len(self.lengths) + len(chunks))))
+        self.starts = np.concatenate([self.starts, len(self.ids) + ragged.row_starts(lengths)])
+        self.lengths = np.concatenate([self.lengths, lengths])
+        self.ids = np.concatenate([self.ids, ids])
+
+
+# BERT's text cleaning restricted to ASCII, as bytes.translate arguments: \t \n \r -> ' ';
+# the other control characters deleted (NUL is kept: it is _ChunkMemo's separator).
+_ASCII_TO_SPACE = bytes.maketrans(b"\t\n\r", b"   ")
+_ASCII_CONTROLS = bytes(c for c in [*range(1, 32), 127] if c not in b"\t\n\r")
+
+
+def _flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of ids -> (<int32>[T] concatenated, <int64>[N] lengths)."""
+    lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+    return np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())), lengths
 
 
 # -- Training. --
@@ -262,13 +335,8 @@ def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
 
 
 def _read_bytes(path: str) -> bytes:
-    """A local file's bytes, or a remote one's (gs://...) through tf.io.gfile."""
-    if "://" not in path:
-        with open(path, "rb") as f:
-            return f.read()
-    import bertjax.data  # noqa: F401  (hides GPUs from TensorFlow first)
-    import tensorflow as tf
-    with tf.io.gfile.GFile(path, "rb") as f:
+    """A file's bytes, local or remote (gs://...)."""
+    with files.open_file(path, "rb") as f:
         return f.read()
 
 

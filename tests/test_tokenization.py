@@ -111,15 +111,37 @@ def test_sentencepiece_rejects_non_model_file(tmp_path):
         tokenization.Tokenizer.from_sentencepiece(str(path))
 
 
-def test_ascii_fast_path_gives_the_same_ids_as_the_full_normaliser():
-    texts = [c["text"] for c in _reference_cases() if c["do_lower_case"]] + [
-        "Plain ASCII, With Caps & punctuation!?", "tab\tand newline\n are not printable", "~`^|{}",
-        "  many   spaces (and) 'quotes' e.g. x=y+z, 3.14 " + "long" * 30 + " unaffable!unaffable",
-        "Plain ASCII, With Caps & punctuation!?"]  # the second time from the memo
-    for do_lower_case in (True, False):
-        tokenizer = tokenization.Tokenizer.from_vocab_file(_minilm_vocab(), do_lower_case)
-        full = [e.ids for e in tokenizer._wordpiece.encode_batch(texts, add_special_tokens=False)]
-        assert tokenizer.encode_batch(texts) == full
-        assert [tokenizer.encode(t) for t in texts] == full
-        assert tokenizer.encode_batch(texts) == full
-        assert not any(len(chunk) > 100 for chunk in tokenizer._chunk_ids)
+def _random_texts(seed: int, count: int) -> list[str]:
+    """Texts mixing words, ASCII controls (NUL, tab, CR, DEL...), accents, CJK, emoji,
+    Unicode spaces and zero-width characters, and long words."""
+    rng = np.random.default_rng(seed)
+    pieces = ["the", "The", "fox", "unaffable", "x=y+z,", "3.14", "(and)", "'quotes'", "\x00", "\t", "\r", "\n",
+              "\x01", "\x0b", "\x0c", "\x1c", "\x7f", "café", "CAFÉ", "naïve", "東京", "中文字", "🙂", "\u200b", "\u3000",
+              "\u2028", "\xa0", "İstanbul", "ﬁne", "Straße", "–", "“quoted”", "long" * 30, "w" * 120, ""]
+    return ["".join(rng.choice(pieces) + rng.choice(["", " ", "  "]) for _ in range(rng.integers(0, 12)))
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False], ids=["uncased", "cased"])
+def test_bulk_encoding_gives_the_same_ids_as_the_full_tokenizer(do_lower_case, monkeypatch):
+    """encode_flat (bulk normalisation + chunk memo) equals `tokenizers` on each whole text."""
+    texts = [c["text"] for c in _reference_cases() if c["do_lower_case"] == do_lower_case] + _random_texts(0, 400) + [
+        "Plain ASCII, With Caps & punctuation!?", "tab\tand newline\n", "Plain ASCII, With Caps & punctuation!?"]
+    ascii_texts = [t for t in _random_texts(1, 400) if t.isascii()]
+    tokenizer = tokenization.Tokenizer.from_vocab_file(_minilm_vocab(), do_lower_case)
+    for batch in (texts, ascii_texts, texts[::-1]):  # mixed; all-ASCII; again, from the memo
+        full = [e.ids for e in tokenizer._wordpiece.encode_batch(batch, add_special_tokens=False)]
+        ids, lengths = tokenizer.encode_flat(batch)
+        assert lengths.tolist() == [len(x) for x in full]
+        assert ids.tolist() == [i for x in full for i in x]
+        assert tokenizer.encode_batch(batch) == full
+    assert not any(len(chunk) > 100 for chunk in tokenizer._chunk_memo.codes)
+    monkeypatch.setattr(tokenization, "_MAX_MEMOISED_CHUNKS", 60)  # the memo is cleared again and again
+    tokenizer = tokenization.Tokenizer.from_vocab_file(_minilm_vocab(), do_lower_case)
+    memo_sizes = []
+    for start in range(0, len(texts), 10):
+        batch = texts[start:start + 10]
+        assert tokenizer.encode_batch(batch) == [e.ids for e in tokenizer._wordpiece.encode_batch(
+            batch, add_special_tokens=False)]
+        memo_sizes.append(len(tokenizer._chunk_memo.lengths))
+    assert max(memo_sizes) < 200 and any(b < a for a, b in zip(memo_sizes, memo_sizes[1:]))

@@ -1,0 +1,89 @@
+"""File operations on local paths and remote URLs (gs://...).
+
+Local paths go through the standard library; anything with a scheme goes through
+`tf.io.gfile`, imported only then. So a process that touches only local files never
+imports TensorFlow: prepare's worker processes stay at ~150 MB and start in about a
+second instead of ~6 s and ~770 MB each, which matters on hosts with hundreds of cores.
+"""
+
+from __future__ import annotations
+
+import glob as glob_lib
+import json
+import os
+import posixpath
+import shutil
+from typing import IO, Any
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _gfile():
+    from bertjax.data.cpu_tensorflow import tf
+    return tf.io.gfile
+
+
+def join(*parts: str) -> str:
+    return posixpath.join(*parts) if is_remote(parts[0]) else os.path.join(*parts)
+
+
+def open_file(path: str, mode: str = "r") -> IO:
+    """Like open(path, mode) (text modes are UTF-8)."""
+    if is_remote(path):
+        return _gfile().GFile(path, mode)
+    return open(path, mode) if "b" in mode else open(path, mode, encoding="utf-8")
+
+
+def exists(path: str) -> bool:
+    return _gfile().exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def makedirs(path: str) -> None:
+    if is_remote(path):
+        _gfile().makedirs(path)
+    else:
+        os.makedirs(path, exist_ok=True)
+
+
+def rmtree(path: str) -> None:
+    if is_remote(path):
+        _gfile().rmtree(path)
+    else:
+        shutil.rmtree(path)
+
+
+def rename(source: str, target: str) -> None:
+    """Moves `source` to `target`, replacing it (atomic on local file systems)."""
+    if is_remote(source):
+        _gfile().rename(source, target, overwrite=True)
+    else:
+        os.replace(source, target)
+
+
+def glob(pattern: str) -> list[str]:
+    return _gfile().glob(pattern) if is_remote(pattern) else glob_lib.glob(pattern)
+
+
+def size(path: str) -> int:
+    """Bytes in the file; FileNotFoundError if there is none."""
+    if not is_remote(path):
+        return os.path.getsize(path)
+    gfile = _gfile()
+    if not gfile.exists(path):
+        raise FileNotFoundError(path)
+    return gfile.stat(path).length
+
+
+def read_json(path: str) -> Any:
+    with open_file(path) as f:
+        return json.load(f)
+
+
+def write_json(path: str, value: Any) -> None:
+    """Writes `value` as JSON atomically (to a temporary name, then renamed)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open_file(tmp, "w") as f:
+        json.dump(value, f, indent=1, sort_keys=True)
+    rename(tmp, path)
