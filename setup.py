@@ -20,6 +20,7 @@ setup(
         "tensorflow-datasets>=4.9.10",
         "sentencepiece>=0.2.0",
         "tokenizers>=0.23.0",
+        "google-crc32c>=1.7",  # TFRecord checksums, so prepare's workers need no TensorFlow
         "ml-collections>=1.1.0",
         "absl-py>=2.3.0",
         "numpy>=2.0",

@@ -10,15 +10,16 @@ total / number of CPU cores this process may use.
 """
 
 import os
+import sys
 import tempfile
 import time
 
 from absl import app, flags
 import numpy as np
-import tensorflow as tf
 
-from bertjax.data import pretraining, shards
-from configs import pretrain
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from anywhere
+from bertjax.data import pretraining, shards  # noqa: E402
+from configs import pretrain  # noqa: E402
 
 flags.DEFINE_integer("num_batches", 40, "Timed batches per setting (after warm-up).")
 flags.DEFINE_integer("batch_size", 256, "Sequences per batch.")
@@ -38,7 +39,7 @@ class _Tokenizer:
 def _write_shards(directory: str, num_docs: int, num_shards: int = 8) -> list[str]:
     rng = np.random.default_rng(0)
     paths = [os.path.join(directory, shards.shard_name("train", i, num_shards)) for i in range(num_shards)]
-    writers = [tf.io.TFRecordWriter(p) for p in paths]
+    writers = [shards.RecordWriter(p) for p in paths]
     for d in range(num_docs):
         doc = [rng.integers(1000, VOCAB_SIZE, size=rng.integers(8, 41)).tolist() for _ in range(rng.integers(5, 61))]
         writers[d % num_shards].write(shards.encode_document(doc))

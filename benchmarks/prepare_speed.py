@@ -3,16 +3,17 @@ r"""Prepare-step speed and memory: MB/s of text per CPU core and peak RSS, two c
   python benchmarks/prepare_speed.py                       # 4 MB and 40 MB, demo vocabulary
   python benchmarks/prepare_speed.py --small_mb=20 --num_workers=8 \
       --vocab_path=path/to/bert/vocab.txt                  # a real BERT vocabulary
+  python benchmarks/prepare_speed.py --text_file=book.txt  # your text instead of the demo's
 
-The corpus is the demo corpus written out as BERT-format text files of 1 MB, repeated to
-size. Each size is prepared from scratch in a fresh process (so peak RSS is its own) with
-`--num_workers` worker processes. Two rates: MB/s per core over the whole wall time
-(including starting the workers, which import TensorFlow), and MB of text per CPU-second
-the workers spent on units (the steady-state rate of one fully used core, which does not
-depend on what else shares the machine). The demo text has a small
-lexicon, so the tokenizer's chunk memo hits more often than on natural text. Peak RSS is printed
-for the parent and for the largest worker: streaming means neither grows with the
-corpus (the 10x larger corpus should show about the same numbers).
+The corpus is the demo corpus (or --text_file) written out as BERT-format text files of
+1 MB, repeated to size. Each size is prepared from scratch in a fresh process (so peak
+RSS is its own) with `--num_workers` worker processes. Two rates: MB/s per core over the
+whole wall time (including starting the workers), and MB of text per CPU-second the
+workers spent on units (the steady-state rate of one fully used core, which does not
+depend on what else shares the machine). The demo text has a small lexicon, so the
+tokenizer's chunk memo hits more often than on natural text (try --text_file). Peak RSS
+is printed for the parent and for the largest worker: streaming means neither grows with
+the corpus (the 10x larger corpus should show about the same numbers).
 """
 
 import json
@@ -29,6 +30,7 @@ _SMALL_MB = flags.DEFINE_float("small_mb", 4, "Size of the smaller corpus in MB;
 _FACTOR = flags.DEFINE_integer("factor", 10, "Size ratio of the two corpora.")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Worker processes.")
 _VOCAB_PATH = flags.DEFINE_string("vocab_path", "", "WordPiece vocab.txt ('' = the demo vocabulary).")
+_TEXT_FILE = flags.DEFINE_string("text_file", "", "A text file to use instead of the demo corpus (repeated to size).")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/bertjax_prepare_bench", "Scratch directory (deleted first).")
 _MEASURE = flags.DEFINE_string("measure", "", "Internal: prepare this corpus directory and print JSON.")
 
@@ -37,12 +39,17 @@ FILE_BYTES = 1 << 20
 
 
 def _write_corpus(directory: str, megabytes: float) -> int:
-    from bertjax.data import demo_corpus
-    text = "\n\n".join("\n".join(d) for d in demo_corpus.demo_documents()).encode()
+    if _TEXT_FILE.value:
+        with open(_TEXT_FILE.value, "rb") as f:
+            text = f.read()
+    else:
+        from bertjax.data import demo_corpus
+        text = "\n\n".join("\n".join(d) for d in demo_corpus.demo_documents()).encode()
+    text = text * (1 + 3 * FILE_BYTES // len(text))  # at least three files' worth to cut from
     os.makedirs(directory)
     written, index = 0, 0
     while written < megabytes * 1e6:
-        start = (index * FILE_BYTES) % (len(text) - FILE_BYTES)
+        start = (index * FILE_BYTES) % (len(text) - 2 * FILE_BYTES)
         start = text.index(b"\n\n", start) + 2  # whole documents
         end = text.index(b"\n\n", start + FILE_BYTES)
         with open(os.path.join(directory, f"part-{index:05d}.txt"), "wb") as f:
@@ -82,7 +89,7 @@ def main(argv):
         return _measure(_MEASURE.value)
     shutil.rmtree(_WORKDIR.value, ignore_errors=True)
     print(f"prepare: {_NUM_WORKERS.value} worker(s) on {os.cpu_count()} CPU core(s), "
-          f"vocab {_VOCAB_PATH.value or 'demo'}")
+          f"vocab {_VOCAB_PATH.value or 'demo'}, text {_TEXT_FILE.value or 'demo corpus'}")
     for megabytes in (_SMALL_MB.value, _SMALL_MB.value * _FACTOR.value):
         corpus_dir = os.path.join(_WORKDIR.value, f"corpus-{megabytes:g}mb")
         size = _write_corpus(corpus_dir, megabytes)

@@ -78,8 +78,7 @@ class MetricsWriter:
             return
         os.makedirs(workdir, exist_ok=True)
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
-        import bertjax.data  # noqa: F401  (hides accelerators from TensorFlow)
-        import tensorflow as tf  # lazily: only the writing process needs it
+        from bertjax.data.cpu_tensorflow import tf  # lazily: only the writing process needs it
         from tensorflow.core.framework import summary_pb2
 
         self._tf = tf

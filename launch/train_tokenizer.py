@@ -26,9 +26,9 @@ flags.mark_flags_as_required(["input", "output_dir"])
 
 
 def _lines(paths):
-    import tensorflow as tf
+    from bertjax.data import files
     for path in paths:
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with files.open_file(path, "rb") as f:
             for raw in f:
                 line = raw.decode("utf-8", errors="ignore").strip()
                 if line:

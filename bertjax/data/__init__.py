@@ -1,12 +1,6 @@
 """Input data: corpus sources, prepare (text -> shards), the pre-training pipeline, tasks.
 
-TensorFlow serves only as the input pipeline: importing this package hides every GPU
-from it, once, so it never takes accelerator memory from JAX.
+TensorFlow serves only as the input pipeline and is imported through
+`bertjax.data.cpu_tensorflow`, which hides every GPU from it. Importing this package (or
+its TF-free modules: files, sources, shards' writer, prepare) does not load TensorFlow.
 """
-
-import tensorflow as tf
-
-try:
-    tf.config.set_visible_devices([], "GPU")
-except RuntimeError:  # TF's devices were already initialised by someone else; too late to hide.
-    pass

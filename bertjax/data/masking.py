@@ -14,7 +14,8 @@ tf.while_loop over words (about max_predictions_per_seq iterations).
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
+
+from bertjax.data.cpu_tensorflow import tf
 
 
 def num_to_predict(num_tokens: tf.Tensor, masked_lm_prob: float, max_predictions: int) -> tf.Tensor:

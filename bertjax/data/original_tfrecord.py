@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
-import tensorflow as tf
 
+from bertjax.data.cpu_tensorflow import tf
 from bertjax.data.pretraining import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
                                       shuffle_seed)
 

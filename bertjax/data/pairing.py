@@ -27,7 +27,8 @@ Randomness is stateless, keyed by the `seed` argument (<int32>[2]) of each call.
 
 from __future__ import annotations
 
-import tensorflow as tf
+from bertjax.data.cpu_tensorflow import tf
+
 
 
 def _split_seeds(seed: tf.Tensor, count: int) -> list[tf.Tensor]:

@@ -5,7 +5,10 @@ data unless `output_dir` already holds it for the same settings (source, units, 
 and vocabulary hash, eval fraction), and returns the metadata.
 
   * Parallel: the source's units (sources.list_units) are spread over worker processes;
-    unit i writes `train-i-of-N.tfrecord` and `eval-i-of-N.tfrecord`.
+    unit i writes `train-i-of-N.tfrecord` and `eval-i-of-N.tfrecord`. Workers import no
+    TensorFlow (files.py, shards.RecordWriter) unless they read gs:// or TFDS.
+  * Fast: a batch of documents is tokenized in bulk (Tokenizer.encode_flat) and written
+    with a few numpy calls (shards.encode_documents); benchmarks/prepare_speed.py.
   * Streaming: a worker holds one batch of documents at a time, so peak memory does not
     grow with the corpus (benchmarks/prepare_speed.py measures it).
   * Atomic and resumable: a shard is written under `.incomplete/` and renamed into place
@@ -26,23 +29,23 @@ from __future__ import annotations
 import collections
 from concurrent import futures
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
-import posixpath
 import time
 from typing import Any, Iterator
 
-import tensorflow as tf
+import numpy as np
 from absl import logging
 
 from bertjax import tokenization
-from bertjax.data import demo_corpus, shards, sources
+from bertjax.data import demo_corpus, files, shards, sources
 
-FORMAT = "bertjax.prepared.v1"
+FORMAT = "bertjax.prepared.v2"  # v2: raw int32 records (shards.py); v1 held tf.train.Examples
 BATCH_DOCUMENTS = 256
 SPLITS = ("train", "eval")
-SMALL_CORPUS_BYTES = 32 << 20
+SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers costs ~1 s
 
 
 def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:
@@ -62,7 +65,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     With `source == "prepared"`, `input_pattern` is a directory written earlier and its
     metadata is returned as is. The returned dict has `dir`: where the shards are.
     `num_workers=None`: one process per core, or in-process for a small corpus (the demo,
-    text under 32 MB). Worker processes are spawned, so a script calling this needs the
+    text under 8 MB). Worker processes are spawned, so a script calling this needs the
     `if __name__ == "__main__":` guard.
     Raises ValueError when `output_dir` holds data prepared with other settings.
     """
@@ -76,24 +79,23 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         "source": data_config.source, "units": units, "eval_fraction": float(data_config.eval_fraction),
         "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
     }
-    if tf.io.gfile.exists(_join(output_dir, "metadata.json")):
+    if files.exists(files.join(output_dir, "metadata.json")):
         metadata = read_metadata(output_dir)
         _check_same_settings(output_dir, metadata["settings"], settings)
         return metadata
-    tf.io.gfile.makedirs(_join(output_dir, "done"))
-    settings_path = _join(output_dir, "settings.json")
-    if tf.io.gfile.exists(settings_path):  # an interrupted run: resume only with the same settings
-        with tf.io.gfile.GFile(settings_path) as f:
-            _check_same_settings(output_dir, json.load(f), settings)
+    files.makedirs(files.join(output_dir, "done"))
+    settings_path = files.join(output_dir, "settings.json")
+    if files.exists(settings_path):  # an interrupted run: resume only with the same settings
+        _check_same_settings(output_dir, files.read_json(settings_path), settings)
     else:
-        _write_json(settings_path, settings)
-    if tf.io.gfile.exists(_join(output_dir, ".incomplete")):
-        tf.io.gfile.rmtree(_join(output_dir, ".incomplete"))
-    tf.io.gfile.makedirs(_join(output_dir, ".incomplete"))
+        files.write_json(settings_path, settings)
+    if files.exists(files.join(output_dir, ".incomplete")):
+        files.rmtree(files.join(output_dir, ".incomplete"))
+    files.makedirs(files.join(output_dir, ".incomplete"))
 
     jobs = [(data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config),
              tokenizer.kind, tokenizer.path, tokenizer.do_lower_case, output_dir, index, len(units), unit)
-            for index, unit in enumerate(units) if not tf.io.gfile.exists(_done_path(output_dir, index))]
+            for index, unit in enumerate(units) if not files.exists(_done_path(output_dir, index))]
     logging.info("prepare: %d of %d units to do in %s", len(jobs), len(units), output_dir)
     num_workers = min(num_workers or _default_workers(units), max(1, len(jobs)))
     start = time.time()
@@ -112,15 +114,15 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
                                "`if __name__ == '__main__':` (workers re-import the main module), or pass "
                                "num_workers=1") from e
     logging.info("prepare: units done in %.1fs", time.time() - start)
-    tf.io.gfile.rmtree(_join(output_dir, ".incomplete"))
+    files.rmtree(files.join(output_dir, ".incomplete"))
     metadata = _collect_metadata(output_dir, units, settings, tokenizer)
-    _write_json(_join(output_dir, "metadata.json"), metadata)
+    files.write_json(files.join(output_dir, "metadata.json"), metadata)
     return dict(metadata, dir=output_dir)
 
 
 def _default_workers(units: list[dict]) -> int:
-    """One per core, or 1 (in-process) for a small corpus, where starting workers that
-    import TensorFlow costs more than it saves."""
+    """One per core, or 1 (in-process) for a small corpus, where starting workers costs
+    more than it saves."""
     small = all("demo" in u for u in units) or (
         all("range" in u for u in units) and sum(u["range"][1] - u["range"][0] for u in units) < SMALL_CORPUS_BYTES)
     return 1 if small else os.cpu_count() or 1
@@ -128,16 +130,16 @@ def _default_workers(units: list[dict]) -> int:
 
 def read_metadata(directory: str) -> dict:
     """metadata.json of a prepared directory, with `dir` added; clear errors if absent or foreign."""
-    path = _join(directory, "metadata.json")
-    if not tf.io.gfile.exists(path):
+    path = files.join(directory, "metadata.json")
+    if not files.exists(path):
         raise FileNotFoundError(f"{path} not found: not a prepared data directory (or preparation never finished)")
-    with tf.io.gfile.GFile(path) as f:
-        try:
-            metadata = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+    try:
+        metadata = files.read_json(path)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
     if metadata.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {metadata.get('format')!r}, expected {FORMAT!r}")
+        raise ValueError(f"{path}: format {metadata.get('format')!r}, expected {FORMAT!r} (written by another "
+                         "bertjax version? delete the directory and prepare again)")
     return dict(metadata, dir=directory)
 
 
@@ -162,37 +164,44 @@ def _prepare_unit(job: tuple) -> None:
     drops = sources.DropCounter()
     stats = {split: collections.Counter() for split in SPLITS}
     names = {split: shards.shard_name(split, index, count) for split in SPLITS}
-    tmp = {split: _join(output_dir, ".incomplete", f"{names[split]}.{os.getpid()}") for split in SPLITS}
-    writers = {split: tf.io.TFRecordWriter(tmp[split]) for split in SPLITS}
+    tmp = {split: files.join(output_dir, ".incomplete", f"{names[split]}.{os.getpid()}") for split in SPLITS}
+    writers = {split: shards.RecordWriter(tmp[split]) for split in SPLITS}
     threshold = int(data_config.eval_fraction * 2**64)
     for batch in _batches(sources.read_unit(data_config, unit, drops), BATCH_DOCUMENTS):
-        flat = tokenizer.encode_batch([s for document in batch for s in document])
-        offset = 0
-        for document in batch:
-            token_ids = []
-            for sentence, ids in zip(document, flat[offset:offset + len(document)]):
-                if ids:
-                    token_ids.append(ids)
-                else:  # e.g. only control characters, which the tokenizer removes
-                    drops.drop("sentence_without_tokens", f"unit {unit}", repr(sentence[:80]))
-            offset += len(document)
-            if not token_ids:
-                continue
-            digest = hashlib.blake2b("\n".join(document).encode("utf-8"), digest_size=8).digest()
-            split = "eval" if int.from_bytes(digest, "little") < threshold else "train"
-            writers[split].write(shards.encode_document(token_ids))
+        sentences = [sentence for document in batch for sentence in document]
+        token_ids, sentence_lengths = tokenizer.encode_flat(sentences)
+        document_of_sentence = np.repeat(np.arange(len(batch)), [len(document) for document in batch])
+        for i in np.flatnonzero(sentence_lengths == 0):  # e.g. only control characters, which the tokenizer removes
+            drops.drop("sentence_without_tokens", f"unit {unit}", repr(sentences[i][:80]))
+        kept = sentence_lengths > 0
+        document_sentences = np.bincount(document_of_sentence[kept], minlength=len(batch))
+        document_tokens = np.bincount(document_of_sentence, weights=sentence_lengths, minlength=len(batch))
+        document_characters = np.bincount(document_of_sentence, weights=[len(s) for s in sentences],
+                                          minlength=len(batch))
+        has_tokens = document_sentences > 0
+        records = shards.encode_documents(token_ids, sentence_lengths[kept], document_sentences[has_tokens])
+        is_eval = np.array([_hash64(document) < threshold for document in itertools.compress(batch, has_tokens)],
+                           dtype=bool)
+        for record, in_eval in zip(records, is_eval.tolist()):
+            writers["eval" if in_eval else "train"].write(record)
+        for split, in_split in (("eval", is_eval), ("train", ~is_eval)):
             counts = stats[split]
-            counts["documents"] += 1
-            counts["sentences"] += len(token_ids)
-            counts["tokens"] += sum(map(len, token_ids))
-            counts["characters"] += sum(map(len, document))
-            counts["single_sentence_documents"] += len(token_ids) == 1
+            counts["documents"] += int(in_split.sum())
+            counts["sentences"] += int(document_sentences[has_tokens][in_split].sum())
+            counts["tokens"] += int(document_tokens[has_tokens][in_split].sum())
+            counts["characters"] += int(document_characters[has_tokens][in_split].sum())
+            counts["single_sentence_documents"] += int((document_sentences[has_tokens][in_split] == 1).sum())
     for split in SPLITS:
         writers[split].close()
-        tf.io.gfile.rename(tmp[split], _join(output_dir, names[split]), overwrite=True)
-    _write_json(_done_path(output_dir, index),
+        files.rename(tmp[split], files.join(output_dir, names[split]))
+    files.write_json(_done_path(output_dir, index),
                 {"unit": unit, "shards": names, "stats": stats, "dropped": dict(drops.counts),
                  "seconds": time.time() - start, "cpu_seconds": time.process_time() - start_cpu})
+
+
+def _hash64(document: list[str]) -> int:
+    """A document's text -> a uniform 64-bit integer (decides its split)."""
+    return int.from_bytes(hashlib.blake2b("\n".join(document).encode("utf-8"), digest_size=8).digest(), "little")
 
 
 def _batches(documents: Iterator[list[str]], size: int) -> Iterator[list[list[str]]]:
@@ -218,8 +227,7 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
                       "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
     dropped = collections.Counter()
     for index in range(len(units)):
-        with tf.io.gfile.GFile(_done_path(output_dir, index)) as f:
-            done = json.load(f)
+        done = files.read_json(_done_path(output_dir, index))
         dropped.update(done["dropped"])
         for split in SPLITS:
             entry, counts = splits[split], done["stats"][split]
@@ -260,15 +268,4 @@ def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
 
 
 def _done_path(output_dir: str, index: int) -> str:
-    return _join(output_dir, "done", f"unit-{index:05d}.json")
-
-
-def _join(*parts: str) -> str:
-    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
-
-
-def _write_json(path: str, value: Any) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    return files.join(output_dir, "done", f"unit-{index:05d}.json")

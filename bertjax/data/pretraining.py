@@ -27,9 +27,9 @@ import os
 from typing import Iterator
 
 import numpy as np
-import tensorflow as tf
 
-from bertjax.data import masking, pairing, prepare, shards
+from bertjax.data.cpu_tensorflow import tf
+from bertjax.data import files, masking, pairing, prepare, shards
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                  "masked_lm_weights", "next_sentence_labels")
@@ -57,11 +57,10 @@ def check_data_config(data_config) -> None:
 
 def check_document_batch(serialized: tf.Tensor) -> str | None:
     """<string>[N] shard records -> what is wrong with them, or None."""
-    parsed = tf.io.parse_example(serialized, shards.FEATURE_SPEC)
-    lengths, tokens = parsed["sentence_lengths"], parsed["token_ids"]
-    if not (tf.reduce_all(tf.reduce_sum(lengths, axis=1) == tf.cast(tokens.row_lengths(), tf.int64))
-            and tf.reduce_all(lengths.flat_values >= 1) and tf.reduce_all(lengths.row_lengths() >= 1)):
-        return "a record's sentence_lengths do not match its token_ids"
+    try:
+        shards.parse_documents(serialized)
+    except tf.errors.InvalidArgumentError as e:
+        return e.message.splitlines()[0]
     return None
 
 
@@ -97,8 +96,8 @@ def iterate_naming_bad_files(dataset: tf.data.Dataset, paths: list[str],
 
 def _size(path: str) -> int | None:
     try:
-        return tf.io.gfile.stat(path).length
-    except tf.errors.NotFoundError:
+        return files.size(path)
+    except FileNotFoundError:
         return None
 
 
@@ -174,9 +173,9 @@ class PretrainingPipeline:
         chunk_key = self._key(_CHUNK, epoch)
 
         def chunk(index, serialized):
-            parsed = tf.io.parse_example(serialized, shards.FEATURE_SPEC)
+            tokens, sentence_lengths = shards.parse_documents(serialized)
             out = pairing.chunk_documents(
-                parsed["token_ids"], parsed["sentence_lengths"],
+                tokens, sentence_lengths,
                 tf.random.experimental.stateless_fold_in(chunk_key, index),
                 max_num_tokens=self.max_num_tokens, short_seq_prob=self.config.short_seq_prob,
                 next_sentence_prediction=self.nsp)
@@ -244,7 +243,7 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
 
         key = "input_pattern" if split == "train" else "eval_input_pattern"
         pattern = data_config[key]
-        paths = sorted(p for glob_ in pattern.split(",") if glob_.strip() for p in tf.io.gfile.glob(glob_.strip()))
+        paths = sorted(p for glob_ in pattern.split(",") if glob_.strip() for p in files.glob(glob_.strip()))
         if not paths:
             raise FileNotFoundError(f"config.data.{key}={pattern!r} matches no files")
         return original_tfrecord.OriginalTFRecordPipeline(data_config, paths=paths, batch_size=batch_size,

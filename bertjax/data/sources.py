@@ -4,7 +4,7 @@ A source is cut into *units*, small JSON-able descriptions that worker processes
 independently (`list_units`, then `read_unit` for each); `iter_documents` reads them all.
 
   text: BERT-format files (one sentence per line, a blank line between documents) from
-        comma-separated globs, local or gs:// (tf.io.gfile). A unit is a byte range of
+        comma-separated globs, local or gs:// (files.py). A unit is a byte range of
         one file (`TEXT_UNIT_BYTES`); it owns the documents whose preceding blank line
         (or the file start) lies in the range, so big files are split across workers.
   tfds: a TFDS dataset by name and text feature; a unit is an even split of it. Each
@@ -27,20 +27,22 @@ Bad input never crashes and is never silent: a dropped line or document is count
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import re
 from typing import Any, Callable, Iterator
 
-import tensorflow as tf
 from absl import logging
 
-from bertjax.data import demo_corpus
+from bertjax.data import demo_corpus, files
 
 SOURCES = ("demo", "text", "tfds")
 TEXT_UNIT_BYTES = 64 << 20
 DEMO_UNIT_DOCUMENTS = 1000
 TFDS_EXAMPLES_PER_UNIT = 10_000
 LOGGED_PER_REASON = 5
+_READ_BLOCK_BYTES = 1 << 20
+_ASCII_WHITESPACE = " \t\r\x0b\x0c"  # bytes.strip()'s whitespace, newline aside
 
 
 class DropCounter:
@@ -119,7 +121,7 @@ def expand_patterns(patterns: str) -> list[str]:
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
             continue
-        matches = tf.io.gfile.glob(pattern)
+        matches = files.glob(pattern)
         if not matches:
             raise FileNotFoundError(f"input pattern {pattern!r} matches no file")
         paths.extend(matches)
@@ -131,63 +133,94 @@ def expand_patterns(patterns: str) -> list[str]:
 def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:
     ranges = []
     for path in expand_patterns(patterns):
-        size = tf.io.gfile.stat(path).length
+        size = files.size(path)
         pieces = max(1, math.ceil(size / TEXT_UNIT_BYTES))
         ranges += [(path, i * TEXT_UNIT_BYTES, min((i + 1) * TEXT_UNIT_BYTES, size)) for i in range(pieces)]
     return ranges
 
 
-def _open(path: str):
-    return open(path, "rb") if "://" not in path else tf.io.gfile.GFile(path, "rb")
-
-
 def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Iterator[list[str]]:
     """Documents of `path` whose preceding blank line (or the file start) begins in [start, end)."""
-    with _open(path) as f:
+    with files.open_file(path, "rb") as f:
         position = 0
         if start > 0:  # skip the line holding byte start-1: it began in an earlier range
             f.seek(start - 1)
             position = start - 1 + len(f.readline())
-        first_position, lines_read, base_line = position, 0, []
+        first_position, base_line = position, []
 
-        def where() -> str:  # 'path:line', counting the lines before this range only when needed
+        def where(index: int) -> str:  # 'path:line' of this range's line `index`, counting earlier lines lazily
             if not base_line:
                 base_line.append(_count_newlines(path, first_position))
-            return f"{path}:{base_line[0] + lines_read}"
+            return f"{path}:{base_line[0] + index + 1}"
 
-        owning, document, documents = start == 0, [], 0
-        for raw in f:
-            line_position, position, lines_read = position, position + len(raw), lines_read + 1
-            if not raw.strip():
-                if document:
+        owning, document, documents, index = start == 0, [], 0, -1
+        for lines, past_end in _line_blocks(f, position, end):
+            for line in lines:
+                index += 1
+                if isinstance(line, UnicodeDecodeError):
+                    if owning:
+                        drops.drop("non_utf8_line", functools.partial(where, index),
+                                   f"{line.reason} at byte {line.start}")
+                    continue
+                text = line.strip()
+                if text:
+                    if owning:
+                        document.append(text)
+                    continue
+                if line.strip(_ASCII_WHITESPACE):  # only Unicode spaces: dropped, the document goes on
+                    if owning:
+                        drops.drop("whitespace_line", functools.partial(where, index))
+                    continue
+                if document:  # a blank line ends the document
                     documents += 1
                     yield document
                     document = []
-                if line_position >= end:
+                if past_end:  # the next document belongs to the next range
                     return
                 owning = True
-                continue
-            if not owning:
-                continue
-            try:
-                text = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as e:
-                drops.drop("non_utf8_line", where, f"{e.reason} at byte {e.start}")
-                continue
-            if text:
-                document.append(text)
-            else:
-                drops.drop("whitespace_line", where)
         if document:
             documents += 1
             yield document
-        if start == 0 and not documents and position <= end:
-            drops.drop("empty_file" if position == 0 else "blank_file", path)
+        if start == 0 and not documents and not f.read(1):
+            drops.drop("empty_file" if f.tell() == 0 else "blank_file", path)
+
+
+def _line_blocks(f, position: int, end: int) -> Iterator[tuple[list, bool]]:
+    """(lines, past_end) from binary file `f` at byte `position`: blocks of the whole lines
+    that start before `end`, then one line at a time. Lines are decoded, without their
+    newline; a line that is not UTF-8 is given as its UnicodeDecodeError."""
+    while position < end:
+        block = f.read(min(_READ_BLOCK_BYTES, end - position))
+        if not block:
+            return
+        if not block.endswith(b"\n"):
+            block += f.readline()
+        position += len(block)
+        yield _decode_lines(block), False
+    for line in iter(f.readline, b""):
+        yield _decode_lines(line), True
+
+
+def _decode_lines(block: bytes) -> list:
+    try:
+        lines = block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        lines = [_decode_line(raw) for raw in block.split(b"\n")]
+    if block.endswith(b"\n"):
+        lines.pop()
+    return lines
+
+
+def _decode_line(raw: bytes) -> str | UnicodeDecodeError:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e
 
 
 def _count_newlines(path: str, stop: int) -> int:
     count = 0
-    with _open(path) as f:
+    with files.open_file(path, "rb") as f:
         while stop > 0:
             block = f.read(min(stop, 1 << 20))
             if not block:

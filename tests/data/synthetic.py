@@ -56,7 +56,7 @@ def write_shards(directory: str, num_docs: int, num_shards: int, *, seed: int = 
     rng = np.random.default_rng(seed)
     os.makedirs(directory, exist_ok=True)
     paths = [os.path.join(directory, shards.shard_name(split, i, num_shards)) for i in range(num_shards)]
-    writers = [tf.io.TFRecordWriter(p) for p in paths]
+    writers = [shards.RecordWriter(p) for p in paths]
     for d in range(num_docs):
         n = int(rng.integers(min_sentences, max_sentences + 1))
         doc = [[sentence_token(d, s)] * int(rng.integers(min_len, max_len + 1)) for s in range(n)]

@@ -208,8 +208,8 @@ def test_chunk_documents_eager_equals_in_tf_data(corpus):
     serialized = next(iter(tf.data.TFRecordDataset(corpus[0]).batch(64)))
 
     def chunk(records):
-        parsed = tf.io.parse_example(records, pretraining.shards.FEATURE_SPEC)
-        return pairing.chunk_documents(parsed["token_ids"], parsed["sentence_lengths"], tf.constant([3, 4]),
+        tokens, sentence_lengths = pretraining.shards.parse_documents(records)
+        return pairing.chunk_documents(tokens, sentence_lengths, tf.constant([3, 4]),
                                        max_num_tokens=61, short_seq_prob=0.1)
 
     def values(x):
@@ -325,6 +325,18 @@ def test_truncated_shard_is_named(tmp_path):
     pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=8,
                                                tokenizer=synthetic.tokenizer_for(100))
     with pytest.raises(ValueError, match=f"corrupt or truncated file {paths[1]}"):
+        take(pipeline, 200)
+
+
+def test_shard_with_a_malformed_record_is_named(tmp_path):
+    """A record with a valid checksum but an inconsistent layout (e.g. written by another tool)."""
+    paths = synthetic.write_shards(str(tmp_path), 100, 2)
+    with pretraining.shards.RecordWriter(paths[0]) as writer:
+        writer.write(pretraining.shards.encode_document([[5, 6, 7]]))
+        writer.write(np.array([3, 1, 1, 9], "<i4").tobytes())  # sentences of 1, 1 and 9 tokens, no tokens
+    pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=8,
+                                               tokenizer=synthetic.tokenizer_for(100))
+    with pytest.raises(ValueError, match=f"corrupt or truncated file {paths[0]}: sentence lengths do not add up"):
         take(pipeline, 200)
 
 

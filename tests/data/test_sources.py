@@ -66,8 +66,9 @@ def test_missing_glob_and_empty_pattern_are_clear_errors(tmp_path):
         list(sources.iter_documents(_config(input_pattern=" , ")))
 
 
+@pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
 @pytest.mark.parametrize("unit_bytes", [1, 7, 16, 50, 10_000])
-def test_byte_range_units_partition_documents_exactly(tmp_path, monkeypatch, unit_bytes):
+def test_byte_range_units_partition_documents_exactly(tmp_path, monkeypatch, unit_bytes, block_bytes):
     lines = []
     for d in range(40):
         lines += [f"Doc {d} sentence {s}." for s in range(d % 4 + 1)] + [""] * (1 + d % 3)
@@ -77,6 +78,7 @@ def test_byte_range_units_partition_documents_exactly(tmp_path, monkeypatch, uni
     path = tmp_path / "c.txt"
     path.write_bytes(data)
     monkeypatch.setattr(sources, "TEXT_UNIT_BYTES", unit_bytes)
+    monkeypatch.setattr(sources, "_READ_BLOCK_BYTES", block_bytes)
     config = _config(input_pattern=str(path))
     units = sources.list_units(config)
     assert len(units) == max(1, -(-len(data) // unit_bytes))
