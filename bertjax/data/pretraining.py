@@ -13,20 +13,25 @@ Batches have the original create_pretraining_data.py features, fixed shapes:
 Determinism and resume: epoch e's document order and all random draws are stateless
 functions of (seed, process_index, e, position), and batches are cut from the
 concatenation of epochs, so the stream is a pure function of the seed. Resuming at batch
-k (`batches(start_batch=k)`) counts the instances of each earlier epoch (a pass that
-reads, parses and chunks but neither lays out nor masks; cached per pipeline object;
-about 2.5 s per epoch of the demo corpus on 2 cores), then starts at k's epoch and skips
-inside it. Train and eval both repeat forever; for a fixed evaluation set take the first
-N batches of `batches()`.
+k (`batches(start_batch=k)`) needs the instance count of each earlier epoch, then starts
+at k's epoch and skips inside it (the skipped part is read and chunked, not laid out or
+masked). `batches()` records the size of every epoch it sees end in `epoch_sizes_path`
+(a small JSON file in the workdir, keyed by a fingerprint of everything that decides the
+stream), so a resume after many epochs costs no recount; a size not recorded is counted
+by a chunking pass (about 1.3 s per epoch of the demo corpus on 2 cores). Train and eval
+both repeat forever; for a fixed evaluation set take the first N batches of `batches()`.
 """
 
 from __future__ import annotations
 
 from concurrent import futures
+import hashlib
+import json
 import os
 from typing import Iterator
 
 import numpy as np
+from absl import logging
 
 from bertjax.data.cpu_tensorflow import tf
 from bertjax.data import files, masking, pairing, prepare, shards
@@ -101,14 +106,17 @@ def _size(path: str) -> int | None:
         return None
 
 
-def check_files_not_empty(paths: list[str]) -> None:
-    """Raises naming the first missing or empty file (stat calls in parallel: cheap on GCS too)."""
+def check_files_not_empty(paths: list[str]) -> list[int]:
+    """The files' sizes; raises naming the first missing or empty file (stat calls in
+    parallel: cheap on GCS too)."""
     with futures.ThreadPoolExecutor(32) as pool:
-        for path, size in zip(paths, pool.map(_size, paths)):
-            if size is None:
-                raise FileNotFoundError(f"file not found: {path}")
-            if size == 0:
-                raise ValueError(f"empty file (no records): {path}")
+        sizes = list(pool.map(_size, paths))
+    for path, size in zip(paths, sizes):
+        if size is None:
+            raise FileNotFoundError(f"file not found: {path}")
+        if size == 0:
+            raise ValueError(f"empty file (no records): {path}")
+    return sizes
 
 
 def host_file_split(paths: list[str], process_index: int, process_count: int):
@@ -130,15 +138,16 @@ class PretrainingPipeline:
     """Host-local masked-LM + NSP batches from prepared shards (see the module docstring)."""
 
     def __init__(self, data_config, *, shard_paths: list[str], tokenizer, batch_size: int,
-                 process_index: int = 0, process_count: int = 1, split: str = "train", seed: int | None = None):
+                 process_index: int = 0, process_count: int = 1, split: str = "train", seed: int | None = None,
+                 epoch_sizes_path: str = ""):
         check_data_config(data_config)
         if not shard_paths:
             raise ValueError(f"PretrainingPipeline: no shards for split {split!r}")
-        check_files_not_empty(shard_paths)
         self.config = data_config
         self.batch_size = batch_size
         self.split = split
         self.paths = sorted(shard_paths)
+        shard_sizes = check_files_not_empty(self.paths)
         self.file_ids, self.record_shard = host_file_split(self.paths, process_index, process_count)
         self.seed = data_config.seed if seed is None else seed
         self.process_index = process_index
@@ -146,7 +155,14 @@ class PretrainingPipeline:
         self.continuation = tokenizer.continuation_mask() if data_config.whole_word_mask else None
         self.nsp = data_config.next_sentence_prediction
         self.max_num_tokens = data_config.max_seq_length - (3 if self.nsp else 2)
-        self._epoch_sizes: dict[int, int] = {}
+        self.epoch_sizes_path = epoch_sizes_path
+        self._fingerprint = hashlib.sha256(json.dumps({  # everything that decides the instance stream
+            "shards": [(os.path.basename(self.paths[i]), shard_sizes[i]) for i in self.file_ids],
+            "record_shard": self.record_shard, "seed": self.seed, "process_index": process_index,
+            "max_seq_length": data_config.max_seq_length, "short_seq_prob": data_config.short_seq_prob,
+            "nsp": self.nsp, "shuffle_buffer": data_config.shuffle_buffer, "chunk_batch": _DOCS_PER_CHUNK_BATCH,
+        }, sort_keys=True).encode()).hexdigest()
+        self._epoch_sizes: dict[int, int] = self._load_epoch_sizes()
 
     # -- keys: document order is the same on every host (so record sharding is disjoint);
     #    all other randomness is per host. --
@@ -185,18 +201,50 @@ class PretrainingPipeline:
         return docs.map(chunk, num_parallel_calls=_AUTOTUNE)
 
     def _epoch(self, epoch) -> tf.data.Dataset:
-        """Epoch `epoch`'s instances, shuffled."""
-        return self._chunked(epoch).unbatch().shuffle(
+        """Epoch `epoch`'s instances (with their `epoch`), shuffled."""
+        chunked = self._chunked(epoch).map(lambda out: dict(out, epoch=tf.fill(tf.shape(out["is_random"]), epoch)))
+        return chunked.unbatch().shuffle(
             self.config.instance_shuffle_buffer, seed=shuffle_seed(self._key(_INSTANCE_ORDER, epoch)))
 
     def epoch_size(self, epoch: int) -> int:
-        """Instances in epoch `epoch` on this host (a chunking pass; cached)."""
+        """Instances in epoch `epoch` on this host (recorded, or counted by a chunking pass)."""
         if epoch not in self._epoch_sizes:
-            counts = self._chunked(tf.constant(epoch, tf.int64)).map(lambda out: tf.size(out["is_random"]))
-            self._epoch_sizes[epoch] = int(counts.reduce(tf.constant(0), lambda a, b: a + b))
-            if self._epoch_sizes[epoch] == 0:
-                raise ValueError(f"no instances in the {self.split} shards {self.paths}")
+            self._remember_epoch_size(epoch, self._count_instances(epoch))
         return self._epoch_sizes[epoch]
+
+    def _count_instances(self, epoch: int) -> int:
+        counts = self._chunked(tf.constant(epoch, tf.int64)).map(lambda out: tf.size(out["is_random"]))
+        count = int(counts.reduce(tf.constant(0), lambda a, b: a + b))
+        if count == 0:
+            raise ValueError(f"no instances in the {self.split} shards {self.paths}")
+        return count
+
+    def _load_epoch_sizes(self) -> dict[int, int]:
+        path = self.epoch_sizes_path
+        if not path or not files.exists(path):
+            return {}
+        try:
+            recorded = files.read_json(path)
+        except (json.JSONDecodeError, OSError) as e:  # a cache: never worth failing the run for
+            logging.warning("%s: unreadable (%s); epoch sizes will be counted", path, e)
+            return {}
+        if recorded.get("fingerprint") != self._fingerprint:
+            logging.info("%s: recorded for other data or settings; epoch sizes will be counted", path)
+            return {}
+        return {int(epoch): int(size) for epoch, size in recorded["epoch_sizes"].items()}
+
+    def _remember_epoch_size(self, epoch: int, size: int) -> None:
+        known = self._epoch_sizes.get(epoch)
+        if known == size:
+            return
+        if known is not None:
+            logging.warning("epoch %d of the %s data has %d instances, %d were recorded in %s; keeping %d",
+                            epoch, self.split, size, known, self.epoch_sizes_path, size)
+        self._epoch_sizes[epoch] = size
+        if self.epoch_sizes_path:
+            files.makedirs(os.path.dirname(self.epoch_sizes_path))
+            files.write_json(self.epoch_sizes_path, {"fingerprint": self._fingerprint,
+                                                     "epoch_sizes": dict(sorted(self._epoch_sizes.items()))})
 
     def _build(self, batch_index, instances) -> dict:
         layout_key, mask_key = tf.unstack(tf.random.experimental.stateless_split(
@@ -211,22 +259,40 @@ class PretrainingPipeline:
                                     max_predictions=self.config.max_predictions_per_seq,
                                     continuation=self.continuation)
         out.update(masked)
-        return {name: out[name] for name in FEATURE_NAMES}
+        return {"epoch": instances["epoch"], **{name: out[name] for name in FEATURE_NAMES}}
 
-    def dataset(self, start_batch: int = 0) -> tf.data.Dataset:
-        """The tf.data.Dataset behind `batches` (infinite)."""
+    def _locate(self, start_batch: int) -> tuple[int, int]:
+        """Batch `start_batch`'s first instance -> (its epoch, its index in that epoch)."""
         epoch, offset = 0, start_batch * self.batch_size
         while offset and offset >= self.epoch_size(epoch):
             offset -= self.epoch_size(epoch)
             epoch += 1
+        return epoch, offset
+
+    def dataset(self, start_batch: int = 0) -> tf.data.Dataset:
+        """The tf.data.Dataset behind `batches` (infinite); elements also hold `epoch`
+        <int64>[B], each row's epoch."""
+        epoch, offset = self._locate(start_batch)
         ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(self._epoch).skip(offset)
         ds = ds.batch(self.batch_size, drop_remainder=True)
         ds = tf.data.Dataset.zip(tf.data.Dataset.range(start_batch, _MAX_EPOCHS), ds)
         return ds.map(self._build, num_parallel_calls=_AUTOTUNE).prefetch(_AUTOTUNE)
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
-        """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's."""
-        return iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids])
+        """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's.
+
+        Records the size of each epoch it sees end (see `epoch_sizes_path`).
+        """
+        epoch, offset = self._locate(start_batch)
+        epoch_start = start_batch * self.batch_size - offset  # instance index where `epoch` began
+        data = iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids])
+        for index, batch in enumerate(data, start_batch):
+            epochs = batch.pop("epoch")
+            for row in np.flatnonzero(epochs != np.concatenate([[epoch], epochs[:-1]])):  # a new epoch begins
+                position = index * self.batch_size + int(row)
+                self._remember_epoch_size(epoch, position - epoch_start)
+                epoch, epoch_start = int(epochs[row]), position
+            yield batch
 
 
 def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: int = 0, process_count: int = 1,
@@ -258,5 +324,7 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
     if not paths:
         raise ValueError(f"{metadata['dir']}: no {split} documents (config.data.eval_fraction="
                          f"{data_config.eval_fraction})")
+    epoch_sizes_path = os.path.join(workdir, "epoch_sizes", f"{split}-{process_index:05d}-of-{process_count:05d}.json")
     return PretrainingPipeline(data_config, shard_paths=paths, tokenizer=tokenizer, batch_size=batch_size,
-                               process_index=process_index, process_count=process_count, split=split)
+                               process_index=process_index, process_count=process_count, split=split,
+                               epoch_sizes_path=epoch_sizes_path)

@@ -4,6 +4,7 @@ NSP pairing, determinism, exact resume, host split and bad shards.
 Synthetic documents (synthetic.py) make every token name its (document, sentence).
 """
 
+import json
 import os
 import random
 
@@ -288,6 +289,37 @@ def test_resume_is_exact(tmp_path):
         for want, got in zip(fresh[start:start + 3], resumed):
             for key in want:
                 np.testing.assert_array_equal(want[key], got[key])
+
+
+def test_epoch_sizes_are_recorded_while_streaming_and_spare_the_recount_on_resume(tmp_path, monkeypatch):
+    paths = synthetic.write_shards(str(tmp_path / "shards"), 40, 2, seed=3)
+    config = data_config(shuffle_buffer=16, instance_shuffle_buffer=32)
+    record = str(tmp_path / "work" / "epoch_sizes" / "train.json")
+
+    def pipeline(config=config):
+        return pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8, epoch_sizes_path=record,
+                                               tokenizer=synthetic.tokenizer_for(40))
+
+    fresh = take(pipeline(), 40)  # spans more than two epochs
+    recorded = json.load(open(record))["epoch_sizes"]
+    counter = pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
+                                              tokenizer=synthetic.tokenizer_for(40))
+    assert len(recorded) >= 2 and recorded == {str(e): counter.epoch_size(e) for e in range(len(recorded))}
+
+    def no_counting(self, epoch):
+        raise AssertionError(f"epoch {epoch} was counted although its size was recorded")
+
+    monkeypatch.setattr(pretraining.PretrainingPipeline, "_count_instances", no_counting)
+    start = sum(recorded.values()) // 8 - 1  # a batch near the end of the last recorded epoch
+    for want, got in zip(fresh[start:start + 3], take(pipeline(), 3, start_batch=start)):
+        for key in want:
+            np.testing.assert_array_equal(want[key], got[key])
+    other = pipeline(data_config(shuffle_buffer=16, instance_shuffle_buffer=32, short_seq_prob=0.5))
+    with pytest.raises(AssertionError, match="was counted"):  # other settings: the record does not apply
+        take(other, 1, start_batch=start)
+    open(record, "w").write("{not json")
+    with pytest.raises(AssertionError, match="was counted"):  # a broken record is ignored, not fatal
+        take(pipeline(), 1, start_batch=start)
 
 
 @pytest.mark.parametrize("num_shards", [4, 1])  # whole files per host / every other record
