@@ -179,7 +179,9 @@ def _prepare_unit(job: tuple) -> None:
         document_characters = np.bincount(document_of_sentence, weights=[len(s) for s in sentences],
                                           minlength=len(batch))
         has_tokens = document_sentences > 0
-        records = shards.encode_documents(token_ids, sentence_lengths[kept], document_sentences[has_tokens])
+        document_sentences, document_tokens, document_characters = (
+            counts[has_tokens] for counts in (document_sentences, document_tokens, document_characters))
+        records = shards.encode_documents(token_ids, sentence_lengths[kept], document_sentences)
         is_eval = np.array([_hash64(document) < threshold for document in itertools.compress(batch, has_tokens)],
                            dtype=bool)
         for record, in_eval in zip(records, is_eval.tolist()):
@@ -187,16 +189,16 @@ def _prepare_unit(job: tuple) -> None:
         for split, in_split in (("eval", is_eval), ("train", ~is_eval)):
             counts = stats[split]
             counts["documents"] += int(in_split.sum())
-            counts["sentences"] += int(document_sentences[has_tokens][in_split].sum())
-            counts["tokens"] += int(document_tokens[has_tokens][in_split].sum())
-            counts["characters"] += int(document_characters[has_tokens][in_split].sum())
-            counts["single_sentence_documents"] += int((document_sentences[has_tokens][in_split] == 1).sum())
+            counts["sentences"] += int(document_sentences[in_split].sum())
+            counts["tokens"] += int(document_tokens[in_split].sum())
+            counts["characters"] += int(document_characters[in_split].sum())
+            counts["single_sentence_documents"] += int((document_sentences[in_split] == 1).sum())
     for split in SPLITS:
         writers[split].close()
         files.rename(tmp[split], files.join(output_dir, names[split]))
     files.write_json(_done_path(output_dir, index),
-                {"unit": unit, "shards": names, "stats": stats, "dropped": dict(drops.counts),
-                 "seconds": time.time() - start, "cpu_seconds": time.process_time() - start_cpu})
+                     {"unit": unit, "shards": names, "stats": stats, "dropped": dict(drops.counts),
+                      "seconds": time.time() - start, "cpu_seconds": time.process_time() - start_cpu})
 
 
 def _hash64(document: list[str]) -> int:

@@ -10,7 +10,6 @@ import dataclasses
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from bertjax.data import shards
 
