@@ -78,7 +78,7 @@ class MetricsWriter:
             return
         os.makedirs(workdir, exist_ok=True)
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
-        from bertjax.data.cpu_tensorflow import tf  # lazily: only the writing process needs it
+        from bertjax.tf_cpu import tf  # lazily: only the writing process needs it
         from tensorflow.core.framework import summary_pb2
 
         self._tf = tf

@@ -33,7 +33,7 @@ import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from bertjax import ragged
-from bertjax.data import files
+from bertjax import fileio
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in trained vocabularies
 KINDS = ("wordpiece", "sentencepiece")
@@ -336,7 +336,7 @@ def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
 
 def _read_bytes(path: str) -> bytes:
     """A file's bytes, local or remote (gs://...)."""
-    with files.open_file(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
         return f.read()
 
 

@@ -253,7 +253,7 @@ class HostBatches:
     """
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: str, split: str):
-        from bertjax.data import pretraining as pretraining_data  # TensorFlow only for input
+        from bertjax.data import pipelines  # TensorFlow only for input
 
         global_batch, count, index = config.train.global_batch_size, jax.process_count(), jax.process_index()
         self.rows = slice(None)
@@ -264,7 +264,7 @@ class HostBatches:
             self.rows = slice(index * global_batch // count, (index + 1) * global_batch // count)
         else:
             raise ValueError(f"config.data.host_split must be 'files' or 'global_batch', got {config.data.host_split!r}")
-        self.pipeline = pretraining_data.make_pipeline(config.data, workdir, batch_size=batch_size,
+        self.pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=batch_size,
                                                        process_index=pipeline_index, process_count=pipeline_count,
                                                        split=split)
 

@@ -15,7 +15,7 @@ from absl import app, flags
 from ml_collections import config_flags
 import numpy as np
 
-from bertjax.data import masking, prepare, pretraining
+from bertjax.data import masking, pipelines, prepare
 
 config_flags.DEFINE_config_file("config", None, "Pre-training config file.", lock_config=True)
 flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --dump cover all of them).")
@@ -76,7 +76,7 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
 def main(argv):
     del argv
     config = FLAGS.config
-    pipeline = pretraining.make_pipeline(config.data, FLAGS.workdir, batch_size=min(256, FLAGS.num_examples),
+    pipeline = pipelines.make_pipeline(config.data, FLAGS.workdir, batch_size=min(256, FLAGS.num_examples),
                                          split=FLAGS.split)
     tokenizer = getattr(pipeline, "tokenizer", None) or prepare.load_tokenizer_for(config.data, FLAGS.workdir)
     batches, count = [], 0

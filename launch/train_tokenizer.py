@@ -26,9 +26,9 @@ flags.mark_flags_as_required(["input", "output_dir"])
 
 
 def _lines(paths):
-    from bertjax.data import files
+    from bertjax import fileio
     for path in paths:
-        with files.open_file(path, "rb") as f:
+        with fileio.open_file(path, "rb") as f:
             for raw in f:
                 line = raw.decode("utf-8", errors="ignore").strip()
                 if line:

@@ -209,9 +209,9 @@ def test_config_presets_and_phase_two():
 
 def _baselines(config, workdir, batches=10, batch_size=32):
     """Accuracy of always guessing the most frequent masked token / the majority NSP label."""
-    from bertjax.data import pretraining
+    from bertjax.data import pipelines
 
-    pipeline = pretraining.make_pipeline(config.data, str(workdir), batch_size=batch_size, split="eval")
+    pipeline = pipelines.make_pipeline(config.data, str(workdir), batch_size=batch_size, split="eval")
     sample = [b for _, b in zip(range(batches), pipeline.batches(0))]
     masked = np.concatenate([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in sample])
     labels = np.concatenate([b["next_sentence_labels"] for b in sample])

@@ -1,6 +1,6 @@
-"""Input data: corpus sources, prepare (text -> shards), the pre-training pipeline, tasks.
+"""Pre-training input: corpus sources, prepare (text -> shards), the online pipelines.
 
-TensorFlow serves only as the input pipeline and is imported through
-`bertjax.data.cpu_tensorflow`, which hides every GPU from it. Importing this package (or
-its TF-free modules: files, sources, shards' writer, prepare) does not load TensorFlow.
+TensorFlow serves only as the input pipeline and is imported through `bertjax.tf_cpu`,
+which hides every GPU from it. Importing this package (or its TF-free modules: sources,
+shards' writer, prepare) does not load TensorFlow.
 """

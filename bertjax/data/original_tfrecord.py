@@ -14,9 +14,9 @@ from typing import Iterator
 
 import numpy as np
 
-from bertjax.data.cpu_tensorflow import tf
-from bertjax.data.pretraining import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
-                                      shuffle_seed)
+from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
+                                  shuffle_seed)
+from bertjax.tf_cpu import tf
 
 _MAX_EPOCHS = 1 << 40
 

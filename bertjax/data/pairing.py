@@ -27,7 +27,7 @@ Randomness is stateless, keyed by the `seed` argument (<int32>[2]) of each call.
 
 from __future__ import annotations
 
-from bertjax.data.cpu_tensorflow import tf
+from bertjax.tf_cpu import tf
 
 
 

@@ -6,7 +6,7 @@ and vocabulary hash, eval fraction), and returns the metadata.
 
   * Parallel: the source's units (sources.list_units) are spread over worker processes;
     unit i writes `train-i-of-N.tfrecord` and `eval-i-of-N.tfrecord`. Workers import no
-    TensorFlow (files.py, shards.RecordWriter) unless they read gs:// or TFDS.
+    TensorFlow (fileio.py, shards.RecordWriter) unless they read gs:// or TFDS.
   * Fast: a batch of documents is tokenized in bulk (Tokenizer.encode_flat) and written
     with a few numpy calls (shards.encode_documents); benchmarks/prepare_speed.py.
   * Streaming: a worker holds one batch of documents at a time, so peak memory does not
@@ -39,8 +39,8 @@ from typing import Any, Iterator
 import numpy as np
 from absl import logging
 
-from bertjax import tokenization
-from bertjax.data import demo_corpus, files, shards, sources
+from bertjax import fileio, tokenization
+from bertjax.data import demo_corpus, shards, sources
 
 FORMAT = "bertjax.prepared.v2"  # v2: raw int32 records (shards.py); v1 held tf.train.Examples
 BATCH_DOCUMENTS = 256
@@ -79,23 +79,23 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         "source": data_config.source, "units": units, "eval_fraction": float(data_config.eval_fraction),
         "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
     }
-    if files.exists(files.join(output_dir, "metadata.json")):
+    if fileio.exists(fileio.join(output_dir, "metadata.json")):
         metadata = read_metadata(output_dir)
         _check_same_settings(output_dir, metadata["settings"], settings)
         return metadata
-    files.makedirs(files.join(output_dir, "done"))
-    settings_path = files.join(output_dir, "settings.json")
-    if files.exists(settings_path):  # an interrupted run: resume only with the same settings
-        _check_same_settings(output_dir, files.read_json(settings_path), settings)
+    fileio.makedirs(fileio.join(output_dir, "done"))
+    settings_path = fileio.join(output_dir, "settings.json")
+    if fileio.exists(settings_path):  # an interrupted run: resume only with the same settings
+        _check_same_settings(output_dir, fileio.read_json(settings_path), settings)
     else:
-        files.write_json(settings_path, settings)
-    if files.exists(files.join(output_dir, ".incomplete")):
-        files.rmtree(files.join(output_dir, ".incomplete"))
-    files.makedirs(files.join(output_dir, ".incomplete"))
+        fileio.write_json(settings_path, settings)
+    if fileio.exists(fileio.join(output_dir, ".incomplete")):
+        fileio.rmtree(fileio.join(output_dir, ".incomplete"))
+    fileio.makedirs(fileio.join(output_dir, ".incomplete"))
 
     jobs = [(data_config.to_dict() if hasattr(data_config, "to_dict") else dict(data_config),
              tokenizer.kind, tokenizer.path, tokenizer.do_lower_case, output_dir, index, len(units), unit)
-            for index, unit in enumerate(units) if not files.exists(_done_path(output_dir, index))]
+            for index, unit in enumerate(units) if not fileio.exists(_done_path(output_dir, index))]
     logging.info("prepare: %d of %d units to do in %s", len(jobs), len(units), output_dir)
     num_workers = min(num_workers or _default_workers(units), max(1, len(jobs)))
     start = time.time()
@@ -114,9 +114,9 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
                                "`if __name__ == '__main__':` (workers re-import the main module), or pass "
                                "num_workers=1") from e
     logging.info("prepare: units done in %.1fs", time.time() - start)
-    files.rmtree(files.join(output_dir, ".incomplete"))
+    fileio.rmtree(fileio.join(output_dir, ".incomplete"))
     metadata = _collect_metadata(output_dir, units, settings, tokenizer)
-    files.write_json(files.join(output_dir, "metadata.json"), metadata)
+    fileio.write_json(fileio.join(output_dir, "metadata.json"), metadata)
     return dict(metadata, dir=output_dir)
 
 
@@ -130,11 +130,11 @@ def _default_workers(units: list[dict]) -> int:
 
 def read_metadata(directory: str) -> dict:
     """metadata.json of a prepared directory, with `dir` added; clear errors if absent or foreign."""
-    path = files.join(directory, "metadata.json")
-    if not files.exists(path):
+    path = fileio.join(directory, "metadata.json")
+    if not fileio.exists(path):
         raise FileNotFoundError(f"{path} not found: not a prepared data directory (or preparation never finished)")
     try:
-        metadata = files.read_json(path)
+        metadata = fileio.read_json(path)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     if metadata.get("format") != FORMAT:
@@ -164,7 +164,7 @@ def _prepare_unit(job: tuple) -> None:
     drops = sources.DropCounter()
     stats = {split: collections.Counter() for split in SPLITS}
     names = {split: shards.shard_name(split, index, count) for split in SPLITS}
-    tmp = {split: files.join(output_dir, ".incomplete", f"{names[split]}.{os.getpid()}") for split in SPLITS}
+    tmp = {split: fileio.join(output_dir, ".incomplete", f"{names[split]}.{os.getpid()}") for split in SPLITS}
     writers = {split: shards.RecordWriter(tmp[split]) for split in SPLITS}
     threshold = int(data_config.eval_fraction * 2**64)
     for batch in _batches(sources.read_unit(data_config, unit, drops), BATCH_DOCUMENTS):
@@ -195,8 +195,8 @@ def _prepare_unit(job: tuple) -> None:
             counts["single_sentence_documents"] += int((document_sentences[in_split] == 1).sum())
     for split in SPLITS:
         writers[split].close()
-        files.rename(tmp[split], files.join(output_dir, names[split]))
-    files.write_json(_done_path(output_dir, index),
+        fileio.rename(tmp[split], fileio.join(output_dir, names[split]))
+    fileio.write_json(_done_path(output_dir, index),
                      {"unit": unit, "shards": names, "stats": stats, "dropped": dict(drops.counts),
                       "seconds": time.time() - start, "cpu_seconds": time.process_time() - start_cpu})
 
@@ -229,7 +229,7 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
                       "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
     dropped = collections.Counter()
     for index in range(len(units)):
-        done = files.read_json(_done_path(output_dir, index))
+        done = fileio.read_json(_done_path(output_dir, index))
         dropped.update(done["dropped"])
         for split in SPLITS:
             entry, counts = splits[split], done["stats"][split]
@@ -270,4 +270,4 @@ def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
 
 
 def _done_path(output_dir: str, index: int) -> str:
-    return files.join(output_dir, "done", f"unit-{index:05d}.json")
+    return fileio.join(output_dir, "done", f"unit-{index:05d}.json")

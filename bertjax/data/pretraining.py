@@ -24,7 +24,6 @@ both repeat forever; for a fixed evaluation set take the first N batches of `bat
 
 from __future__ import annotations
 
-from concurrent import futures
 import hashlib
 import json
 import os
@@ -33,11 +32,12 @@ from typing import Iterator
 import numpy as np
 from absl import logging
 
-from bertjax.data.cpu_tensorflow import tf
-from bertjax.data import files, masking, pairing, prepare, shards
+from bertjax import fileio
+from bertjax.data import masking, pairing, shards
+from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
+                                  shuffle_seed)
+from bertjax.tf_cpu import tf
 
-FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
-                 "masked_lm_weights", "next_sentence_labels")
 _AUTOTUNE = tf.data.AUTOTUNE
 _MAX_EPOCHS = 1 << 40  # "forever"
 _DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
@@ -67,71 +67,6 @@ def check_document_batch(serialized: tf.Tensor) -> str | None:
     except tf.errors.InvalidArgumentError as e:
         return e.message.splitlines()[0]
     return None
-
-
-def find_bad_file(paths: list[str], check_batch=check_document_batch) -> tuple[str, str] | None:
-    """Reads every record of every file; returns (path, reason) for the first bad one, else None."""
-    for path in paths:
-        try:
-            for batch in tf.data.TFRecordDataset(path).batch(4096):
-                problem = check_batch(batch)
-                if problem:
-                    return path, problem
-        except tf.errors.OpError as e:
-            return path, e.message.splitlines()[0]
-    return None
-
-
-def iterate_naming_bad_files(dataset: tf.data.Dataset, paths: list[str],
-                             check_batch=check_document_batch) -> Iterator[dict[str, np.ndarray]]:
-    """Numpy elements of `dataset`; a data error becomes a ValueError naming the bad file."""
-    iterator = dataset.as_numpy_iterator()
-    while True:
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            bad = find_bad_file(paths, check_batch)
-            if bad is None:
-                raise
-            raise ValueError(f"corrupt or truncated file {bad[0]}: {bad[1]}") from e
-        yield batch
-
-
-def _size(path: str) -> int | None:
-    try:
-        return files.size(path)
-    except FileNotFoundError:
-        return None
-
-
-def check_files_not_empty(paths: list[str]) -> list[int]:
-    """The files' sizes; raises naming the first missing or empty file (stat calls in
-    parallel: cheap on GCS too)."""
-    with futures.ThreadPoolExecutor(32) as pool:
-        sizes = list(pool.map(_size, paths))
-    for path, size in zip(paths, sizes):
-        if size is None:
-            raise FileNotFoundError(f"file not found: {path}")
-        if size == 0:
-            raise ValueError(f"empty file (no records): {path}")
-    return sizes
-
-
-def host_file_split(paths: list[str], process_index: int, process_count: int):
-    """Whole files per host when there are enough; else every host reads all and keeps every n-th record."""
-    if not 0 <= process_index < process_count:
-        raise ValueError(f"process_index {process_index} not in [0, {process_count})")
-    ids = list(range(len(paths)))
-    if len(paths) >= process_count:
-        return ids[process_index::process_count], None
-    return ids, (process_count, process_index)
-
-
-def shuffle_seed(key: tf.Tensor) -> tf.Tensor:
-    """<int32>[2] stateless key -> <int64>[] seed for shuffle()."""
-    return tf.random.stateless_uniform([], key, minval=None, maxval=None, dtype=tf.int64)
 
 
 class PretrainingPipeline:
@@ -221,10 +156,10 @@ class PretrainingPipeline:
 
     def _load_epoch_sizes(self) -> dict[int, int]:
         path = self.epoch_sizes_path
-        if not path or not files.exists(path):
+        if not path or not fileio.exists(path):
             return {}
         try:
-            recorded = files.read_json(path)
+            recorded = fileio.read_json(path)
         except (json.JSONDecodeError, OSError) as e:  # a cache: never worth failing the run for
             logging.warning("%s: unreadable (%s); epoch sizes will be counted", path, e)
             return {}
@@ -242,8 +177,8 @@ class PretrainingPipeline:
                             epoch, self.split, size, known, self.epoch_sizes_path, size)
         self._epoch_sizes[epoch] = size
         if self.epoch_sizes_path:
-            files.makedirs(os.path.dirname(self.epoch_sizes_path))
-            files.write_json(self.epoch_sizes_path, {"fingerprint": self._fingerprint,
+            fileio.makedirs(os.path.dirname(self.epoch_sizes_path))
+            fileio.write_json(self.epoch_sizes_path, {"fingerprint": self._fingerprint,
                                                      "epoch_sizes": dict(sorted(self._epoch_sizes.items()))})
 
     def _build(self, batch_index, instances) -> dict:
@@ -285,7 +220,8 @@ class PretrainingPipeline:
         """
         epoch, offset = self._locate(start_batch)
         epoch_start = start_batch * self.batch_size - offset  # instance index where `epoch` began
-        data = iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids])
+        data = iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids],
+                                        check_document_batch)
         for index, batch in enumerate(data, start_batch):
             epochs = batch.pop("epoch")
             for row in np.flatnonzero(epochs != np.concatenate([[epoch], epochs[:-1]])):  # a new epoch begins
@@ -293,38 +229,3 @@ class PretrainingPipeline:
                 self._remember_epoch_size(epoch, position - epoch_start)
                 epoch, epoch_start = int(epochs[row]), position
             yield batch
-
-
-def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: int = 0, process_count: int = 1,
-                  split: str = "train"):
-    """The configured source's pipeline (PretrainingPipeline or OriginalTFRecordPipeline).
-
-    Prepared sources: prepares shards into `data_config.prepared_dir` (or <workdir>/data)
-    unless done. `original_tfrecord`: reads `input_pattern` (train) or `eval_input_pattern`.
-    """
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    if data_config.source == "original_tfrecord":
-        from bertjax.data import original_tfrecord  # it imports this module
-
-        key = "input_pattern" if split == "train" else "eval_input_pattern"
-        pattern = data_config[key]
-        paths = sorted(p for glob_ in pattern.split(",") if glob_.strip() for p in files.glob(glob_.strip()))
-        if not paths:
-            raise FileNotFoundError(f"config.data.{key}={pattern!r} matches no files")
-        return original_tfrecord.OriginalTFRecordPipeline(data_config, paths=paths, batch_size=batch_size,
-                                                          process_index=process_index, process_count=process_count)
-    data_dir = data_config.prepared_dir or os.path.join(workdir, "data")
-    metadata = prepare.ensure_prepared(data_config, data_dir)
-    tokenizer = prepare.load_tokenizer_for(data_config, data_dir)
-    entry = metadata["splits"][split]
-    # A shard that got no documents of this split is an empty file: skip it.
-    paths = [os.path.join(metadata["dir"], name) for name, count in zip(entry["shards"], entry["shard_documents"])
-             if count > 0]
-    if not paths:
-        raise ValueError(f"{metadata['dir']}: no {split} documents (config.data.eval_fraction="
-                         f"{data_config.eval_fraction})")
-    epoch_sizes_path = os.path.join(workdir, "epoch_sizes", f"{split}-{process_index:05d}-of-{process_count:05d}.json")
-    return PretrainingPipeline(data_config, shard_paths=paths, tokenizer=tokenizer, batch_size=batch_size,
-                               process_index=process_index, process_count=process_count, split=split,
-                               epoch_sizes_path=epoch_sizes_path)

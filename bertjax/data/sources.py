@@ -4,7 +4,7 @@ A source is cut into *units*, small JSON-able descriptions that worker processes
 independently (`list_units`, then `read_unit` for each); `iter_documents` reads them all.
 
   text: BERT-format files (one sentence per line, a blank line between documents) from
-        comma-separated globs, local or gs:// (files.py). A unit is a byte range of
+        comma-separated globs, local or gs:// (fileio.py). A unit is a byte range of
         one file (`TEXT_UNIT_BYTES`); it owns the documents whose preceding blank line
         (or the file start) lies in the range, so big files are split across workers.
   tfds: a TFDS dataset by name and text feature; a unit is an even split of it. Each
@@ -34,7 +34,8 @@ from typing import Any, Callable, Iterator
 
 from absl import logging
 
-from bertjax.data import demo_corpus, files
+from bertjax import fileio
+from bertjax.data import demo_corpus
 
 SOURCES = ("demo", "text", "tfds")
 TEXT_UNIT_BYTES = 64 << 20
@@ -121,7 +122,7 @@ def expand_patterns(patterns: str) -> list[str]:
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
             continue
-        matches = files.glob(pattern)
+        matches = fileio.glob(pattern)
         if not matches:
             raise FileNotFoundError(f"input pattern {pattern!r} matches no file")
         paths.extend(matches)
@@ -133,7 +134,7 @@ def expand_patterns(patterns: str) -> list[str]:
 def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:
     ranges = []
     for path in expand_patterns(patterns):
-        size = files.size(path)
+        size = fileio.size(path)
         pieces = max(1, math.ceil(size / TEXT_UNIT_BYTES))
         ranges += [(path, i * TEXT_UNIT_BYTES, min((i + 1) * TEXT_UNIT_BYTES, size)) for i in range(pieces)]
     return ranges
@@ -141,7 +142,7 @@ def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:
 
 def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Iterator[list[str]]:
     """Documents of `path` whose preceding blank line (or the file start) begins in [start, end)."""
-    with files.open_file(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
         position = 0
         if start > 0:  # skip the line holding byte start-1: it began in an earlier range
             f.seek(start - 1)
@@ -220,7 +221,7 @@ def _decode_line(raw: bytes) -> str | UnicodeDecodeError:
 
 def _count_newlines(path: str, stop: int) -> int:
     count = 0
-    with files.open_file(path, "rb") as f:
+    with fileio.open_file(path, "rb") as f:
         while stop > 0:
             block = f.read(min(stop, 1 << 20))
             if not block:

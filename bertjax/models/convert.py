@@ -357,14 +357,14 @@ def tf_checkpoint_prefix(path: str) -> str | None:
     if os.path.exists(prefix + ".index"):
         return prefix
     if os.path.exists(os.path.join(path, "checkpoint")):
-        from bertjax.data.cpu_tensorflow import tf
+        from bertjax.tf_cpu import tf
         return tf.train.latest_checkpoint(path)
     return None
 
 
 def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """Reads `path`/bert_config.json + a TF1 checkpoint (original variable names) -> (config, params)."""
-    from bertjax.data.cpu_tensorflow import tf
+    from bertjax.tf_cpu import tf
 
     config = tf_config_to_bert(_read_json(os.path.join(path, "bert_config.json")),
                                os.path.join(path, "bert_config.json"))
@@ -409,7 +409,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
 
 def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
     """Saves {TF variable name: array} as a TF1 checkpoint at `prefix` (graph-mode Saver)."""
-    from bertjax.data.cpu_tensorflow import tf
+    from bertjax.tf_cpu import tf
 
     with tf.Graph().as_default():
         variables = [tf.compat.v1.Variable(value, name=name) for name, value in values.items()]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax.data import original_tfrecord, pretraining
+from bertjax.data import original_tfrecord, pipelines
 from configs import pretrain
 
 SEQ, PRED = 16, 3
@@ -44,7 +44,7 @@ def files(tmp_path):
 
 
 def test_reads_every_record_with_the_original_features(files, tmp_path):
-    pipeline = pretraining.make_pipeline(data_config(f"{tmp_path}/original-*.tfrecord"), str(tmp_path), batch_size=6)
+    pipeline = pipelines.make_pipeline(data_config(f"{tmp_path}/original-*.tfrecord"), str(tmp_path), batch_size=6)
     batches = pipeline.batches()
     epoch = [next(batches) for _ in range(10)]  # 60 records = one epoch
     batch = epoch[0]

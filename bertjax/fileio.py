@@ -21,7 +21,7 @@ def is_remote(path: str) -> bool:
 
 
 def _gfile():
-    from bertjax.data.cpu_tensorflow import tf
+    from bertjax.tf_cpu import tf
     return tf.io.gfile
 
 

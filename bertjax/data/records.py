@@ -1,0 +1,87 @@
+"""Record-file helpers shared by the pre-training pipelines (prepared shards, original TFRecords).
+
+Host split of files, bad-file naming, shuffle seeds from stateless keys, and the batch
+feature names of the original create_pretraining_data.py records.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from typing import Callable, Iterator
+
+import numpy as np
+
+from bertjax import fileio
+from bertjax.tf_cpu import tf
+
+# The features of a pre-training batch, in the original records' names.
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                 "masked_lm_weights", "next_sentence_labels")
+
+# <string>[N] serialized records -> what is wrong with them, or None.
+BatchCheck = Callable[[tf.Tensor], "str | None"]
+
+
+def find_bad_file(paths: list[str], check_batch: BatchCheck) -> tuple[str, str] | None:
+    """Reads every record of every file; returns (path, reason) for the first bad one, else None."""
+    for path in paths:
+        try:
+            for batch in tf.data.TFRecordDataset(path).batch(4096):
+                problem = check_batch(batch)
+                if problem:
+                    return path, problem
+        except tf.errors.OpError as e:
+            return path, e.message.splitlines()[0]
+    return None
+
+
+def iterate_naming_bad_files(dataset: tf.data.Dataset, paths: list[str],
+                             check_batch: BatchCheck) -> Iterator[dict[str, np.ndarray]]:
+    """Numpy elements of `dataset`; a data error becomes a ValueError naming the bad file."""
+    iterator = dataset.as_numpy_iterator()
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            bad = find_bad_file(paths, check_batch)
+            if bad is None:
+                raise
+            raise ValueError(f"corrupt or truncated file {bad[0]}: {bad[1]}") from e
+        yield batch
+
+
+def _size(path: str) -> int | None:
+    try:
+        return fileio.size(path)
+    except FileNotFoundError:
+        return None
+
+
+def check_files_not_empty(paths: list[str]) -> list[int]:
+    """The files' sizes; raises naming the first missing or empty file (stat calls in
+    parallel: cheap on GCS too)."""
+    with futures.ThreadPoolExecutor(32) as pool:
+        sizes = list(pool.map(_size, paths))
+    for path, size in zip(paths, sizes):
+        if size is None:
+            raise FileNotFoundError(f"file not found: {path}")
+        if size == 0:
+            raise ValueError(f"empty file (no records): {path}")
+    return sizes
+
+
+def host_file_split(paths: list[str], process_index: int, process_count: int):
+    """Whole files per host when there are enough; else every host reads all and keeps every n-th record."""
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index {process_index} not in [0, {process_count})")
+    ids = list(range(len(paths)))
+    if len(paths) >= process_count:
+        return ids[process_index::process_count], None
+    return ids, (process_count, process_index)
+
+
+def shuffle_seed(key: tf.Tensor) -> tf.Tensor:
+    """<int32>[2] stateless key -> <int64>[] seed for shuffle()."""
+    return tf.random.stateless_uniform([], key, minval=None, maxval=None, dtype=tf.int64)
