@@ -1,0 +1,122 @@
+"""What every fine-tuning task family shares: a tokenized split, and BERT's text-pair encoding.
+
+A `Split` holds one split of a task as numpy arrays with a leading [N] axis (N examples,
+or N features when one example becomes several windows), ready to batch:
+
+    input_ids, segment_ids, input_mask   <int32>[N, S]  (or [N, C, S] for multiple choice)
+    <the family's labels>                e.g. label <int32|float32>[N], label_ids <int32>[N, S]
+    lengths                              <int32>[N] tokens used (max over choices): batches
+                                         are padded only to a bucket that fits their longest
+
+`encode_pairs` is the original run_classifier.py layout, vectorised over a whole split:
+`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, segment ids 0 then 1, the longer side trimmed
+one token at a time from its end (ties trim b) until the pair fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from bertjax import ragged
+
+# Model inputs with a sequence axis last; batching pads and trims them to a bucket length.
+SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_weights")
+
+
+@dataclasses.dataclass
+class Split:
+    """One split of a task, tokenized (see the module docstring for the arrays).
+
+    name: the split's name as the source calls it ("train", "validation_matched", "dev").
+    features: model inputs and labels, each with a leading [N] axis.
+    lengths: <int32>[N] tokens used per row (for length bucketing).
+    examples: whatever the task needs to turn outputs back into predictions (ids, texts,
+      window-to-example maps); opaque to the trainer.
+    has_labels: False for test splits (GLUE test labels are -1): predicted, not scored.
+    """
+
+    name: str
+    features: dict[str, np.ndarray]
+    lengths: np.ndarray
+    examples: Any = None
+    has_labels: bool = True
+
+    def __post_init__(self):
+        n = len(self.lengths)
+        for key, value in self.features.items():
+            if len(value) != n:
+                raise ValueError(f"split {self.name!r}: feature {key!r} has {len(value)} rows, lengths has {n}")
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+def truncated_pair_lengths(len_a: np.ndarray, len_b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths after the original `_truncate_seq_pair`: while a + b > budget, drop the last
+    token of the longer side (of b on a tie). <int>[N] each -> kept lengths <int64>[N] each.
+
+    Closed form: a pair that fits is kept; otherwise the shorter side keeps its length if it
+    is under half the budget and the longer gets the rest, else a gets ceil(budget / 2) and
+    b floor(budget / 2).
+    """
+    len_a, len_b = np.asarray(len_a, np.int64), np.asarray(len_b, np.int64)
+    fits = len_a + len_b <= budget
+    half_up, half_down = (budget + 1) // 2, budget // 2
+    short_a = (len_a <= len_b) & (len_a < half_up)  # a is kept whole, b gets the rest
+    short_b = (len_b < len_a) & (len_b <= half_down)
+    keep_a = np.where(short_a, len_a, np.where(short_b, budget - len_b, half_up))
+    keep_b = np.where(short_a, budget - len_a, np.where(short_b, len_b, half_down))
+    return np.where(fits, len_a, keep_a), np.where(fits, len_b, keep_b)
+
+
+def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str] | None,
+                 max_seq_length: int) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+    """Texts -> (features, lengths, number of rows truncated).
+
+    features: input_ids (pad_id-padded), segment_ids, input_mask, each <int32>[N, max_seq_length].
+    lengths: <int32>[N] tokens used, [CLS] and [SEP]s included.
+    texts_b None: single sentences `[CLS] a [SEP]`.
+    """
+    if texts_b is not None and len(texts_b) != len(texts_a):
+        raise ValueError(f"encode_pairs: {len(texts_a)} first texts but {len(texts_b)} second texts")
+    ids_a, len_a = tokenizer.encode_flat(texts_a)
+    if texts_b is None:
+        ids_b, len_b = np.zeros(0, np.int32), np.zeros(len(texts_a), np.int64)
+        keep_a = np.minimum(len_a, max_seq_length - 2)
+        keep_b = len_b
+    else:
+        ids_b, len_b = tokenizer.encode_flat(texts_b)
+        keep_a, keep_b = truncated_pair_lengths(len_a, len_b, max_seq_length - 3)
+    truncated = int(np.sum((keep_a < len_a) | (keep_b < len_b)))
+    has_b = texts_b is not None
+    lengths = keep_a + keep_b + 2 + has_b
+    n = len(texts_a)
+    input_ids = np.full((n, max_seq_length), tokenizer.pad_id, np.int32)
+    segment_ids = np.zeros((n, max_seq_length), np.int32)
+    rows = np.arange(n)
+    input_ids[:, 0] = tokenizer.cls_id
+    _scatter_rows(input_ids, ragged.gather_ranges(ids_a, ragged.row_starts(len_a), keep_a), keep_a, first_column=1)
+    input_ids[rows, keep_a + 1] = tokenizer.sep_id
+    if has_b:
+        first_b = keep_a + 2
+        _scatter_rows(input_ids, ragged.gather_ranges(ids_b, ragged.row_starts(len_b), keep_b), keep_b,
+                      first_column=first_b)
+        input_ids[rows, first_b + keep_b] = tokenizer.sep_id
+        columns = np.arange(max_seq_length)[None, :]
+        segment_ids[(columns >= first_b[:, None]) & (columns < lengths[:, None])] = 1
+    input_mask = (np.arange(max_seq_length)[None, :] < lengths[:, None]).astype(np.int32)
+    features = {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask}
+    return features, lengths.astype(np.int32), truncated
+
+
+def _scatter_rows(target: np.ndarray, values: np.ndarray, counts: np.ndarray, first_column) -> None:
+    """Writes the flat `values` into `target`: row r gets counts[r] values from column
+    first_column (an int or <int>[N]) on."""
+    counts = np.asarray(counts, np.int64)
+    rows = np.repeat(np.arange(len(counts)), counts)
+    within = np.arange(len(rows)) - np.repeat(ragged.row_starts(counts), counts)
+    first = np.broadcast_to(np.asarray(first_column, np.int64), counts.shape)
+    target[rows, np.repeat(first, counts) + within] = values

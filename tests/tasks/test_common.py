@@ -1,0 +1,59 @@
+"""BERT's text-pair encoding: the original _truncate_seq_pair, [CLS] a [SEP] b [SEP] layout."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from bertjax import tokenization
+from bertjax.data import demo_corpus
+from bertjax.tasks.common import Split, encode_pairs, truncated_pair_lengths
+
+
+def _truncate_seq_pair(len_a, len_b, budget):
+    """run_classifier.py's loop: drop from the longer side (b on a tie) until the pair fits."""
+    while len_a + len_b > budget:
+        if len_a > len_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+    return len_a, len_b
+
+
+def test_closed_form_truncation_equals_the_original_loop():
+    cases = list(itertools.product(range(30), range(30), range(1, 25)))
+    len_a, len_b, budget = (np.array(c) for c in zip(*cases))
+    for b in np.unique(budget):
+        rows = budget == b
+        kept = truncated_pair_lengths(len_a[rows], len_b[rows], int(b))
+        expected = np.array([_truncate_seq_pair(x, y, int(b)) for x, y in zip(len_a[rows], len_b[rows])]).T
+        np.testing.assert_array_equal(np.stack(kept), expected)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(str(tmp_path_factory.mktemp("v"))))
+
+
+def test_pair_layout_segments_mask_and_truncation(tokenizer):
+    a = ["The fox lives in rivers.", "a"]  # 6 and 1 tokens
+    b = ["It eats fish and more fish and more.", "b c"]  # 9 and 2 tokens
+    features, lengths, truncated = encode_pairs(tokenizer, a, b, max_seq_length=12)
+    # Row 0: budget 9 -> a keeps 5 (ceil(9/2)), b keeps 4; row 1 fits: 1 + 2 + 3 specials.
+    assert lengths.tolist() == [12, 6] and truncated == 1
+    assert tokenizer.decode(features["input_ids"][0]) == "[CLS] the fox lives in rivers [SEP] it eats fish and [SEP]"
+    assert tokenizer.decode(features["input_ids"][1][:6]) == "[CLS] a [SEP] b c [SEP]"
+    assert features["input_ids"][1][6:].tolist() == [tokenizer.pad_id] * 6
+    assert features["segment_ids"].tolist() == [[0] * 7 + [1] * 5, [0, 0, 0, 1, 1, 1] + [0] * 6]
+    assert features["input_mask"].tolist() == [[1] * 12, [1] * 6 + [0] * 6]
+
+
+def test_single_sentences_and_split_checks(tokenizer):
+    features, lengths, truncated = encode_pairs(tokenizer, ["The fox lives in rivers.", "a"], None, 6)
+    assert lengths.tolist() == [6, 3] and truncated == 1
+    assert tokenizer.decode(features["input_ids"][0]) == "[CLS] the fox lives in [SEP]"
+    assert features["segment_ids"].sum() == 0
+    with pytest.raises(ValueError, match="2 first texts but 1 second"):
+        encode_pairs(tokenizer, ["x", "y"], ["z"], 8)
+    with pytest.raises(ValueError, match="feature 'label' has 1 rows, lengths has 2"):
+        Split("train", {**features, "label": np.zeros(1)}, lengths)
