@@ -37,6 +37,7 @@ from bertjax import fileio
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in trained vocabularies
 KINDS = ("wordpiece", "sentencepiece")
+SAVED_TOKENIZER = "tokenizer.json"  # written by save_tokenizer beside the vocabulary file
 MAX_INPUT_CHARS_PER_WORD = 100
 _MAX_MEMOISED_CHUNKS = 500_000
 
@@ -158,6 +159,43 @@ class Tokenizer:
         joined = joined.encode("ascii").translate(_ASCII_TO_SPACE, _ASCII_CONTROLS).decode("ascii")
         return joined.lower() if self.do_lower_case else joined
 
+    def encode_with_offsets(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """One text -> (ids <int32>[T], offsets <int64>[T, 2]); see `encode_flat_with_offsets`."""
+        ids, offsets, _ = self.encode_flat_with_offsets([text])
+        return ids, offsets
+
+    def encode_flat_with_offsets(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Many texts -> (ids <int32>[T], offsets <int64>[T, 2], lengths <int64>[N]).
+
+        ids and lengths are `encode_flat(texts)`'s; offsets[t] = [start, end) is token t's
+        character span in its own ORIGINAL text (Python string indices), so
+        `text[start:end]` is what the token was made from:
+          * WordPiece: the `tokenizers` backend maps its offsets back through the
+            normaliser: "Café" -> "cafe" spans the 4 original characters, "déjà" ->
+            "de" + "##ja" spans "dé" and "jà", a CJK character is its own span, and
+            removed characters (controls, spaces) lie in no span.
+          * SentencePiece: the pieces' begin/end in the encoding proto are UTF-8 byte
+            offsets; they are converted to characters. A piece with the '▁' word marker
+            also covers the whitespace it stands for; that leading whitespace is left out
+            here, so no span starts with whitespace (as with WordPiece), and a piece that
+            stands for whitespace only (or for nothing, like the '▁' SentencePiece puts
+            before a first word) gets an empty span, start == end.
+        """
+        texts = list(texts)
+        if self._wordpiece is not None:
+            encodings = self._wordpiece.encode_batch(texts, add_special_tokens=False)
+            ids, lengths = _flatten([e.ids for e in encodings])
+            offsets = np.array([span for e in encodings for span in e.offsets], np.int64).reshape(-1, 2)
+            return ids, offsets, lengths
+        from sentencepiece import sentencepiece_pb2
+        rows, spans = [], []
+        for text, serialized in zip(texts, self._sentencepiece.Encode(texts, out_type="serialized_proto")):
+            proto = sentencepiece_pb2.SentencePieceText.FromString(serialized)
+            rows.append([piece.id for piece in proto.pieces])
+            spans.append(_sentencepiece_char_spans(text, proto))
+        ids, lengths = _flatten(rows)
+        return ids, (np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)), lengths
+
     def decode(self, ids: Iterable[int]) -> str:
         """Token ids -> text. WordPiece keeps special tokens visible ("[MASK]")."""
         ids = [int(i) for i in ids]
@@ -184,6 +222,28 @@ class Tokenizer:
             not (piece.startswith("\u2581") or sp.IsControl(i) or sp.IsUnknown(i) or sp.IsByte(i)
                  or sp.IsUnused(i) or piece in SPECIAL_TOKENS)
             for i, piece in enumerate(self._tokens)], dtype=bool)
+
+
+def save_tokenizer(tokenizer: Tokenizer, directory: str) -> None:
+    """Copies the vocabulary (or SentencePiece model) into `directory` with a tokenizer.json
+    describing it, so a checkpoint's run can hand its tokenizer on (`saved_tokenizer_spec`)."""
+    name = "vocab.txt" if tokenizer.kind == "wordpiece" else "spm.model"
+    target = fileio.join(directory, name)
+    spec = {"kind": tokenizer.kind, "file": name, "do_lower_case": tokenizer.do_lower_case,
+            "vocab_hash": tokenizer.vocab_hash, "vocab_size": tokenizer.vocab_size}
+    if fileio.exists(fileio.join(directory, SAVED_TOKENIZER)) and \
+            fileio.read_json(fileio.join(directory, SAVED_TOKENIZER)) == spec:
+        return
+    fileio.makedirs(directory)
+    fileio.copy(tokenizer.path, target)
+    fileio.write_json(fileio.join(directory, SAVED_TOKENIZER), spec)
+
+
+def saved_tokenizer_spec(directory: str) -> dict:
+    """{"kind", "path", "do_lower_case", "vocab_hash"} of a tokenizer saved by `save_tokenizer`."""
+    spec = fileio.read_json(fileio.join(directory, SAVED_TOKENIZER))
+    return {"kind": spec["kind"], "path": fileio.join(directory, spec["file"]), "do_lower_case": spec["do_lower_case"],
+            "vocab_hash": spec["vocab_hash"]}
 
 
 def load_tokenizer(kind: str, path: str, do_lower_case: bool = True) -> Tokenizer:
@@ -255,6 +315,21 @@ class _ChunkMemo:
 # the other control characters deleted (NUL is kept: it is _ChunkMemo's separator).
 _ASCII_TO_SPACE = bytes.maketrans(b"\t\n\r", b"   ")
 _ASCII_CONTROLS = bytes(c for c in [*range(1, 32), 127] if c not in b"\t\n\r")
+
+
+def _sentencepiece_char_spans(text: str, proto) -> np.ndarray:
+    """A SentencePieceText's byte spans -> <int64>[pieces, 2] character spans in `text`,
+    leading whitespace left out (see Tokenizer.encode_flat_with_offsets)."""
+    spans = np.array([(piece.begin, piece.end) for piece in proto.pieces], np.int64).reshape(-1, 2)
+    is_char_start = (np.frombuffer(text.encode("utf-8"), np.uint8) & 0xC0) != 0x80
+    char_at_byte = np.concatenate([[0], np.cumsum(is_char_start)])  # byte offset -> characters before it
+    spans = char_at_byte[spans]
+    is_space = np.fromiter((c.isspace() for c in text), bool, len(text))
+    # next_visible[i]: the first non-whitespace character at or after i (len(text) if none).
+    positions = np.where(is_space, len(text), np.arange(len(text)))
+    next_visible = np.minimum.accumulate(np.append(positions, len(text))[::-1])[::-1]
+    spans[:, 0] = np.minimum(next_visible[spans[:, 0]], spans[:, 1])
+    return spans
 
 
 def _flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
