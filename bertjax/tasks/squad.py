@@ -1,0 +1,473 @@
+"""Span question answering (SQuAD v1.1 / v2.0): examples -> windowed features -> predictions.
+
+Sources: the official JSON layout (`read_json`, local or gs://) or TFDS `squad/v1.1`,
+`squad/v2.0` (`read_tfds`, splits train and validation). Both give `SquadExamples`,
+which carry the official `data` list that `bertjax.evaluation.squad.evaluate` scores.
+
+Features, as the original run_squad.py: `[CLS] question [SEP] context window [SEP]`,
+the question truncated to `max_query_length` tokens, the context cut into windows of
+`max_seq_length - question - 3` tokens that start every `doc_stride` tokens (a context of
+any length is windowed, never dropped; an empty one gets one empty window). Answers are
+located through the tokens' character offsets in the original context
+(`Tokenizer.encode_flat_with_offsets`), so accents, punctuation and extra spaces need no
+word-level bookkeeping; a predicted answer is the context's own substring from its first
+token's first character to its last token's last character.
+
+Training labels (`is_training`): start/end positions of the (first) gold answer in each
+window, or 0/0 ([CLS]) when the answer lies outside the window or the question is
+impossible (v2.0). A gold answer is *bad* when `context[answer_start:][:len(text)]` is not
+its text, or covers no token. Choice made: a JSON file is the user's own data, so a bad
+answer raises an error naming the file and the question id (a silently smaller training
+set hides a broken file); `skip_bad_answers=True` turns that into run_squad.py's
+behaviour, a counted and logged skip ("Could not find answer"), which is the default for
+TFDS (the published dataset, and random text under `tfds.testing.mock_data`). Evaluation
+splits keep every question; their answers are only compared as text by the metric.
+
+    Split.features: input_ids, segment_ids, input_mask <int32>[N, S]; for training also
+                    start_positions, end_positions <int32>[N]
+    Split.examples: SquadWindows (the questions, and each window's place in its context)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import numpy as np
+from absl import logging
+
+from bertjax import fileio, ragged
+from bertjax.data.sources import DropCounter
+from bertjax.tasks.common import Split
+
+MAX_SEQ_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH = 384, 128, 64
+N_BEST_SIZE, MAX_ANSWER_LENGTH, NULL_SCORE_DIFF_THRESHOLD = 20, 30, 0.0
+NO_SPAN_NULL_ODDS = 1e9  # v2.0 null_odds of a question with no valid non-null span at all
+_LAYOUT_BLOCK = 4096  # features laid out per numpy block (bounds temporary memory)
+
+
+@dataclasses.dataclass
+class SquadExamples:
+    """The questions of one split. Q questions over P distinct contexts.
+
+    source: the file or "tfds:<name>[<split>]" (for messages); strict: bad training answers
+    raise (JSON) rather than being skipped (TFDS); version: "v1.1" | "v2.0"; data: the
+    official layout for evaluation; answers[q]: [(text, answer_start), ...].
+    """
+
+    source: str
+    version: str
+    data: list
+    ids: list[str]
+    questions: list[str]
+    contexts: list[str]
+    context_index: np.ndarray  # <int64>[Q] question -> its context
+    answers: list[list[tuple[str, int]]]
+    is_impossible: np.ndarray  # <bool>[Q]
+    strict: bool = True
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclasses.dataclass
+class SquadWindows:
+    """Split.examples of a SQuAD split: the questions and where each feature (window) sits.
+
+    example_index <int64>[N]: feature -> question in `examples` (a question's windows are
+      consecutive rows; training questions with a bad answer have none).
+    doc_start, doc_length <int64>[N]: the window's first context token and token count.
+    doc_position <int64>[N]: the sequence position of that first context token (question + 2).
+    context_offsets <int64>[T, 2]: every context token's character span in its context, the
+      contexts' tokens concatenated; context_token_start <int64>[P] where each context starts.
+    """
+
+    examples: SquadExamples
+    example_index: np.ndarray
+    doc_start: np.ndarray
+    doc_length: np.ndarray
+    doc_position: np.ndarray
+    context_offsets: np.ndarray
+    context_token_start: np.ndarray
+    max_seq_length: int
+
+    def token_offsets(self) -> np.ndarray:
+        """<int64>[N, S, 2]: each position's character span in its context; -1 off the context."""
+        relative = np.arange(self.max_seq_length)[None, :] - self.doc_position[:, None]
+        inside = (relative >= 0) & (relative < self.doc_length[:, None])
+        context = self.examples.context_index[self.example_index]
+        rows = self.context_token_start[context][:, None] + self.doc_start[:, None] + relative
+        table = np.concatenate([self.context_offsets, [[-1, -1]]])  # the last row: off the context
+        return table[np.where(inside, rows, len(self.context_offsets))]
+
+    @functools.cached_property
+    def max_context(self) -> np.ndarray:
+        """<bool>[N, S]: the position is a context token and this window is where it has the
+        most context (run_squad.py's `_check_is_max_context`: the highest
+        min(left, right) + 0.01 * window length over the question's windows; first on ties)."""
+        n = len(self.example_index)
+        width = int(self.doc_length.max(initial=0))
+        token = self.doc_start[:, None] + np.arange(width)[None, :]  # context token index
+        best = np.arange(width)[None, :] < self.doc_length[:, None]
+
+        def score(rows):
+            start, length = self.doc_start[rows][:, None], self.doc_length[rows][:, None]
+            return np.minimum(token - start, start + length - 1 - token) + 0.01 * length
+
+        own = score(np.arange(n))
+        for distance in range(1, n):
+            overlapping = False
+            for other, beats in ((np.arange(n) + distance, np.greater), (np.arange(n) - distance, np.greater_equal)):
+                other_c = np.clip(other, 0, n - 1)
+                same = (other == other_c) & (self.example_index[other_c] == self.example_index)
+                start, length = self.doc_start[other_c][:, None], self.doc_length[other_c][:, None]
+                contains = same[:, None] & (token >= start) & (token < start + length)
+                if contains.any():
+                    overlapping = True
+                    best &= ~(contains & beats(score(other_c), own))
+            if not overlapping:  # windows are ordered: farther ones overlap even less
+                break
+        flags = np.zeros((n, self.max_seq_length), bool)
+        rows, columns = np.nonzero(best)
+        flags[rows, self.doc_position[rows] + columns] = True
+        return flags
+
+
+# -- Reading. --
+
+def read_json(path: str, version: str | None = None) -> SquadExamples:
+    """An official-layout SQuAD JSON file (local or gs://) -> SquadExamples.
+
+    version None: "v2.0" if the file's "version" starts with "v2"/"2" or any question has
+    "is_impossible", else "v1.1". A question without "id" or "question", a repeated id, or a
+    malformed answer raises ValueError naming the file and the position or id. "answers"
+    may be missing (prediction-only files).
+    """
+    raw = fileio.read_json(path)
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
+        raise ValueError(f"{path}: expected a JSON object with a 'data' list (the SQuAD layout)")
+    builder = _Builder(path, strict=True)
+    for a, article in enumerate(raw["data"]):
+        for p, paragraph in enumerate(article.get("paragraphs", [])):
+            where = f"data[{a}].paragraphs[{p}]"
+            if not isinstance(paragraph.get("context"), str):
+                raise ValueError(f"{path}: {where} has no 'context' string")
+            for k, qa in enumerate(paragraph.get("qas", [])):
+                qid = qa.get("id")
+                if not isinstance(qid, str) or not qid:
+                    raise ValueError(f"{path}: {where}.qas[{k}] has no 'id'")
+                if not isinstance(qa.get("question"), str):
+                    raise ValueError(f"{path}: question id {qid!r} has no 'question' string")
+                try:
+                    answers = [(str(x["text"]), int(x["answer_start"])) for x in qa.get("answers", [])]
+                except (KeyError, TypeError, ValueError):
+                    raise ValueError(f"{path}: question id {qid!r}: each answer needs 'text' and an integer "
+                                     f"'answer_start'") from None
+                builder.add(qid, qa["question"], paragraph["context"], answers, bool(qa.get("is_impossible", False)))
+    if version is None:
+        v2 = str(raw.get("version", "")).lstrip("v").startswith("2") or any(
+            "is_impossible" in qa for article in raw["data"] for par in article.get("paragraphs", [])
+            for qa in par.get("qas", []))
+        version = "v2.0" if v2 else "v1.1"
+    return builder.build(version, data=raw["data"])
+
+
+def read_tfds(name: str = "squad/v1.1", split: str = "train", data_dir: str | None = None) -> SquadExamples:
+    """TFDS `squad/v1.1` or `squad/v2.0` -> SquadExamples, the official `data` rebuilt by
+    grouping the questions by title and context. Examples with an empty or repeated id are
+    counted, logged skips."""
+    import tensorflow_datasets as tfds
+    if name.split("/")[-1] not in ("v1.1", "v2.0"):
+        raise ValueError(f"unknown SQuAD TFDS dataset {name!r}; expected 'squad/v1.1' or 'squad/v2.0'")
+    builder = _Builder(f"tfds:{name}[{split}]", strict=False)
+    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+    text = lambda value: value.decode("utf-8", errors="replace")
+    for index, ex in enumerate(tfds.as_numpy(dataset)):
+        answers = [(text(t), int(s)) for t, s in zip(ex["answers"]["text"], ex["answers"]["answer_start"])]
+        builder.add(text(ex["id"]), text(ex["question"]), text(ex["context"]), answers,
+                    bool(ex.get("is_impossible", False)), title=text(ex["title"]), index=index)
+    return builder.build(name.split("/")[-1])
+
+
+class _Builder:
+    """Collects questions, interning contexts; rebuilds the official `data` if asked."""
+
+    def __init__(self, source: str, strict: bool):
+        self.source, self.strict, self.skips = source, strict, DropCounter()
+        self.ids, self.questions, self.answers, self.impossible, self.context_of = [], [], [], [], []
+        self.contexts, self.titles, self.seen = {}, [], {}
+
+    def add(self, qid, question, context, answers, impossible, title="", index=None):
+        where = f"{self.source}#{index}" if index is not None else self.source
+        if not qid:
+            self.skips.drop("missing_id", where)
+            return
+        if qid in self.seen:
+            if self.strict:
+                raise ValueError(f"{self.source}: question id {qid!r} appears twice")
+            self.skips.drop("repeated_id", where, repr(qid))
+            return
+        self.seen[qid] = len(self.ids)
+        if context not in self.contexts:
+            self.contexts[context] = len(self.contexts)
+            self.titles.append(title)
+        self.ids.append(qid), self.questions.append(question), self.answers.append(answers)
+        self.impossible.append(impossible), self.context_of.append(self.contexts[context])
+
+    def build(self, version: str, data: list | None = None) -> SquadExamples:
+        _log_skips(self.source, self.skips)
+        contexts = list(self.contexts)
+        if data is None:  # TFDS: one article per title, one paragraph per context
+            articles, paragraphs = {}, {}
+            for q, c in enumerate(self.context_of):
+                if c not in paragraphs:
+                    paragraphs[c] = {"context": contexts[c], "qas": []}
+                    articles.setdefault(self.titles[c], []).append(paragraphs[c])
+                qa = {"id": self.ids[q], "question": self.questions[q],
+                      "answers": [{"text": t, "answer_start": s} for t, s in self.answers[q]]}
+                if version == "v2.0":
+                    qa["is_impossible"] = self.impossible[q]
+                paragraphs[c]["qas"].append(qa)
+            data = [{"title": title, "paragraphs": pars} for title, pars in articles.items()]
+        return SquadExamples(self.source, version, data, self.ids, self.questions, contexts,
+                             np.array(self.context_of, np.int64), self.answers, np.array(self.impossible, bool),
+                             self.strict)
+
+
+def _log_skips(source: str, skips: DropCounter) -> None:
+    if skips.counts:
+        logging.warning("%s: skipped %d questions (%s)", source, sum(skips.counts.values()),
+                        ", ".join(f"{k}: {v}" for k, v in sorted(skips.counts.items())))
+
+
+# -- Features. --
+
+def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: bool | None = None,
+              max_seq_length: int = MAX_SEQ_LENGTH, doc_stride: int = DOC_STRIDE,
+              max_query_length: int = MAX_QUERY_LENGTH, skip_bad_answers: bool | None = None) -> Split:
+    """SquadExamples -> Split of windows (see the module docstring).
+
+    is_training None: split_name == "train". skip_bad_answers None: skip for TFDS, raise
+    for JSON (examples.strict); skips are logged with their question ids and summarised,
+    and a skipped question has no rows.
+    """
+    if max_seq_length < max_query_length + 4 or doc_stride < 1:
+        raise ValueError(f"max_seq_length ({max_seq_length}) must leave room for the question "
+                         f"({max_query_length}), 3 special tokens and context; doc_stride ({doc_stride}) >= 1")
+    is_training = split_name == "train" if is_training is None else is_training
+    skip_bad_answers = not examples.strict if skip_bad_answers is None else skip_bad_answers
+    q_ids, q_len = tokenizer.encode_flat(examples.questions)
+    q_keep = np.minimum(q_len, max_query_length)
+    c_ids, c_offsets, c_len = tokenizer.encode_flat_with_offsets(examples.contexts)
+    c_start = ragged.row_starts(c_len)
+    context = examples.context_index
+    kept = np.ones(len(examples), bool)
+    if is_training:
+        token_start, token_end, kept = _answer_tokens(examples, c_offsets, c_start, c_len, skip_bad_answers)
+
+    # Windows: each kept question's context cut every min(window, doc_stride) tokens.
+    doc_tokens = c_len[context]
+    window = max_seq_length - q_keep - 3
+    step = np.minimum(window, doc_stride)
+    n_windows = np.where(kept, 1 + np.maximum(0, -(-(doc_tokens - window) // step)), 0)
+    example_index = np.repeat(np.arange(len(examples)), n_windows)
+    k = np.arange(len(example_index)) - np.repeat(ragged.row_starts(n_windows), n_windows)
+    doc_start = k * step[example_index]
+    doc_length = np.minimum(doc_tokens[example_index] - doc_start, window[example_index])
+    doc_position = q_keep[example_index] + 2
+
+    features = {name: np.zeros((len(example_index), max_seq_length), np.int32)
+                for name in ("input_ids", "segment_ids", "input_mask")}
+    q_start = ragged.row_starts(q_len)
+    for block in range(0, len(example_index), _LAYOUT_BLOCK):
+        questions = example_index[block:block + _LAYOUT_BLOCK]
+        lay = slice(block, block + len(questions))
+        ids, segments, mask = _layout(tokenizer, q_ids, q_start[questions], q_keep[questions], c_ids,
+                                      c_start[context[questions]] + doc_start[lay], doc_length[lay], max_seq_length)
+        features["input_ids"][lay], features["segment_ids"][lay], features["input_mask"][lay] = ids, segments, mask
+    if is_training:
+        first, last = token_start[example_index] - doc_start, token_end[example_index] - doc_start
+        inside = (first >= 0) & (last < doc_length) & ~examples.is_impossible[example_index]
+        features["start_positions"] = np.where(inside, first + doc_position, 0).astype(np.int32)
+        features["end_positions"] = np.where(inside, last + doc_position, 0).astype(np.int32)
+    windows = SquadWindows(examples, example_index, doc_start, doc_length, doc_position, c_offsets, c_start,
+                           max_seq_length)
+    lengths = (doc_position + doc_length + 1).astype(np.int32)
+    logging.info("%s: %d questions -> %d windows (max_seq_length %d, doc_stride %d)", examples.source,
+                 int(kept.sum()), len(example_index), max_seq_length, doc_stride)
+    has_labels = bool(examples.is_impossible.any() or any(examples.answers))
+    return Split(split_name, features, lengths, windows, has_labels)
+
+
+def _answer_tokens(examples: SquadExamples, offsets, c_start, c_len, skip: bool):
+    """Each question's first gold answer -> (first token, last token) in its context's tokens
+    (<int64>[Q] each; 0 for impossible questions) and <bool>[Q] kept (bad answers skipped
+    or raised: see the module docstring)."""
+    n = len(examples)
+    char_start, char_end = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    kept, skips = np.ones(n, bool), DropCounter()
+    for q in np.flatnonzero(~examples.is_impossible):
+        context = examples.contexts[examples.context_index[q]]
+        problem = "no answer, and not marked is_impossible"
+        if examples.answers[q]:
+            text, start = examples.answers[q][0]
+            char_start[q], char_end[q] = start, start + len(text)
+            found = context[max(start, 0):max(start, 0) + len(text)]
+            problem = ("empty answer text" if not text.strip() else None if start >= 0 and found == text else
+                       f"answer_start {start} does not start {text!r} (the context there reads {found!r})")
+        if problem is None:
+            continue
+        if not skip:
+            raise ValueError(f"{examples.source}: question id {examples.ids[q]!r}: {problem} "
+                             f"(skip_bad_answers=True skips such questions, as run_squad.py does)")
+        kept[q] = False
+        skips.drop("answer_not_found", lambda: f"{examples.source}: question id {examples.ids[q]!r}", problem)
+    # Tokens overlapping [char_start, char_end): one searchsorted over all contexts, each
+    # context's characters shifted past the previous ones so the spans stay sorted.
+    context_chars = np.array([len(c) + 1 for c in examples.contexts], np.int64)
+    shift = np.repeat(np.cumsum(context_chars) - context_chars, c_len)
+    shifted = offsets + shift[:, None]
+    base = (np.cumsum(context_chars) - context_chars)[examples.context_index]
+    first = np.searchsorted(shifted[:, 1], char_start + base, side="right")
+    last = np.searchsorted(shifted[:, 0], char_end + base, side="left") - 1
+    first -= c_start[examples.context_index]
+    last -= c_start[examples.context_index]
+    no_token = kept & ~examples.is_impossible & ((first > last) | (last >= c_len[examples.context_index]))
+    for q in np.flatnonzero(no_token):
+        problem = f"answer {examples.answers[q][0][0]!r} covers no token of the context"
+        if not skip:
+            raise ValueError(f"{examples.source}: question id {examples.ids[q]!r}: {problem}")
+        kept[q] = False
+        skips.drop("answer_not_found", f"{examples.source}: question id {examples.ids[q]!r}", problem)
+    _log_skips(examples.source, skips)
+    return np.where(examples.is_impossible, 0, first), np.where(examples.is_impossible, 0, last), kept
+
+
+def _layout(tokenizer, q_ids, q_start, q_keep, c_ids, c_first, c_keep, width):
+    """`[CLS] question [SEP] context [SEP]` rows -> (input_ids, segment_ids, input_mask) <int32>[n, width].
+
+    q_start/c_first: each row's first question/context token in q_ids/c_ids; q_keep/c_keep: counts."""
+    columns = np.arange(width)[None, :]
+    q_keep, c_keep = q_keep[:, None], c_keep[:, None]
+    sep2 = q_keep + 2 + c_keep  # the final [SEP]'s column
+    q_tokens = np.append(q_ids, 0)[np.clip(q_start[:, None] + columns - 1, 0, len(q_ids))]
+    c_tokens = np.append(c_ids, 0)[np.clip(c_first[:, None] + columns - q_keep - 2, 0, len(c_ids))]
+    ids = np.select([columns == 0, columns <= q_keep, columns == q_keep + 1, columns < sep2, columns == sep2],
+                    [tokenizer.cls_id, q_tokens, tokenizer.sep_id, c_tokens, tokenizer.sep_id], tokenizer.pad_id)
+    segments = (columns >= q_keep + 2) & (columns <= sep2)
+    return ids.astype(np.int32), segments.astype(np.int32), (columns <= sep2).astype(np.int32)
+
+
+def load_split(tokenizer, source: str, split: str, data_dir: str | None = None, **featurize_args) -> Split:
+    """"squad/v1.1" or "squad/v2.0" (TFDS, `split` e.g. "train", "validation") or a JSON
+    file path (its split is named `split`) -> featurize(...)'s Split."""
+    if source.startswith("squad/") and not os.path.splitext(source)[1] == ".json":
+        examples = read_tfds(source, split, data_dir)
+    else:
+        examples = read_json(source)
+    return featurize(tokenizer, examples, split, **featurize_args)
+
+
+# -- Predictions. --
+
+def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, n_best_size: int = N_BEST_SIZE,
+                max_answer_length: int = MAX_ANSWER_LENGTH,
+                null_score_diff_threshold: float = NULL_SCORE_DIFF_THRESHOLD):
+    """Model outputs <float>[N, S] (the split's rows) -> (predictions, nbest, null_odds).
+
+    As run_squad.py's write_predictions: in each window the n_best_size highest start and
+    end logits (over the whole sequence, padding excluded) pair into candidate spans that
+    lie in the context, start <= end, at most max_answer_length tokens, the start token
+    having its max context in that window; a question's candidates from all its windows
+    are ranked by start + end logit and deduplicated by text. v2.0 adds the null answer
+    scored by the smallest start[0] + end[0] over the question's windows, and predicts ""
+    when null - best non-null score > null_score_diff_threshold.
+
+    predictions: id -> answer text ("" = no answer). nbest: id -> [{"text", "probability",
+    "start_logit", "end_logit"}] (probabilities: softmax over the n-best scores).
+    null_odds: id -> null - best non-null score (v2.0; NO_SPAN_NULL_ODDS when no valid span),
+    None for v1.1. A question with no valid span in v1.1 predicts "".
+    """
+    windows: SquadWindows = split.examples
+    examples, v2 = windows.examples, windows.examples.version == "v2.0"
+    n, width = split.features["input_ids"].shape
+    for name, logits in (("start_logits", start_logits), ("end_logits", end_logits)):
+        if np.shape(logits) != (n, width):
+            raise ValueError(f"postprocess: {name} has shape {np.shape(logits)}, the split {split.name!r} "
+                             f"needs ({n}, {width})")
+    padding = split.features["input_mask"] == 0
+    start_logits = np.where(padding, -np.inf, np.asarray(start_logits, np.float64))
+    end_logits = np.where(padding, -np.inf, np.asarray(end_logits, np.float64))
+    k = min(n_best_size, width)
+    top_start = np.argsort(-start_logits, axis=1, kind="stable")[:, :k]  # [N, k]
+    top_end = np.argsort(-end_logits, axis=1, kind="stable")[:, :k]
+    starts, ends = top_start[:, :, None], top_end[:, None, :]  # pairs [N, k, k]
+    in_context = lambda p: ((p >= windows.doc_position[:, None, None])
+                            & (p < (windows.doc_position + windows.doc_length)[:, None, None]))
+    valid = (in_context(starts) & in_context(ends) & (ends >= starts) & (ends - starts < max_answer_length)
+             & np.take_along_axis(windows.max_context, top_start, axis=1)[:, :, None])
+    scores = (np.take_along_axis(start_logits, top_start, axis=1)[:, :, None]
+              + np.take_along_axis(end_logits, top_end, axis=1)[:, None, :])
+    spans = windows.token_offsets()
+    char_start = np.take_along_axis(spans[..., 0], top_start, axis=1)  # [N, k]
+    char_end = np.take_along_axis(spans[..., 1], top_end, axis=1)
+    null_scores = start_logits[:, 0] + end_logits[:, 0]
+
+    predictions, nbest, null_odds = {}, {}, ({} if v2 else None)
+    bounds = np.flatnonzero(np.diff(windows.example_index)) + 1
+    for group in np.split(np.arange(n), bounds) if n else []:
+        q = int(windows.example_index[group[0]])
+        context = examples.contexts[examples.context_index[q]]
+        f, i, j = np.nonzero(valid[group])
+        order = np.argsort(-scores[group][f, i, j], kind="stable")
+        entries, seen = [], set()
+        null_feature = group[np.argmin(null_scores[group])]
+        null_entry = {"text": "", "start_logit": float(start_logits[null_feature, 0]),
+                      "end_logit": float(end_logits[null_feature, 0])}
+        null_score = null_entry["start_logit"] + null_entry["end_logit"]
+        for c in order:
+            if len(entries) >= n_best_size:
+                break
+            row, a, b = group[f[c]], i[c], j[c]
+            score = scores[row, a, b]
+            if v2 and null_score > score and "" not in seen:  # the null candidate ranks here
+                entries.append(null_entry), seen.add("")
+                if len(entries) >= n_best_size:
+                    break
+            text = context[char_start[row, a]:char_end[row, b]]
+            if text and text not in seen:
+                seen.add(text)
+                entries.append({"text": text, "start_logit": float(start_logits[row, top_start[row, a]]),
+                                "end_logit": float(end_logits[row, top_end[row, b]])})
+        if v2 and "" not in seen:
+            entries.append(null_entry)
+        if not entries:
+            entries.append({"text": "", "start_logit": 0.0, "end_logit": 0.0})
+        totals = np.array([e["start_logit"] + e["end_logit"] for e in entries])
+        probabilities = np.exp(totals - totals.max())
+        probabilities /= probabilities.sum()
+        nbest[examples.ids[q]] = [{"text": e["text"], "probability": float(p), "start_logit": e["start_logit"],
+                                   "end_logit": e["end_logit"]} for e, p in zip(entries, probabilities)]
+        best_span = next((e for e in entries if e["text"]), None)
+        if not v2:
+            predictions[examples.ids[q]] = entries[0]["text"]
+            continue
+        diff = NO_SPAN_NULL_ODDS if best_span is None else null_score - best_span["start_logit"] - best_span["end_logit"]
+        null_odds[examples.ids[q]] = float(diff)
+        predictions[examples.ids[q]] = "" if diff > null_score_diff_threshold else best_span["text"]
+    return predictions, nbest, null_odds
+
+
+def write_predictions(directory: str, predictions: dict, nbest: dict, null_odds: dict | None = None) -> dict[str, str]:
+    """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json under
+    `directory` (local or gs://), each atomically; returns {name: path}."""
+    fileio.makedirs(directory)
+    files = {"predictions.json": predictions, "nbest_predictions.json": nbest}
+    if null_odds is not None:
+        files["null_odds.json"] = null_odds
+    paths = {}
+    for name, value in files.items():
+        paths[name] = fileio.join(directory, name)
+        fileio.write_json(paths[name], value)
+    return paths
