@@ -4,39 +4,56 @@ Layout of a run's checkpoint directory (orbax `CheckpointManager`, one folder pe
 
     <directory>/<step>/state/   the train state: a pytree of arrays (params, opt_state, step),
                                 stored sharded (OCDBT), restorable onto any mesh
-    <directory>/<step>/meta/    JSON: {"format": "bertjax", "step", "data_position", "config"}
+    <directory>/<step>/meta/    JSON: {"format": "bertjax", "step", "data_position", "config",
+                                "extra"} ("extra": what the caller passed as extra_meta)
+    <directory>/<step>.unreadable-<UTC time>/   a step that could not be read, moved aside
 
 Atomicity: orbax writes a step into `<step>.orbax-checkpoint-tmp` and renames it to
 `<step>` only once every file is written (on GCS, where renames are not atomic, it writes
-`commit_success.txt` last instead). A save killed part-way (kill -9, preemption) therefore
-leaves a tmp folder that is never listed as a step and is deleted by the next
-`Checkpointer`. A finalized step that still cannot be read (a lost or truncated file) is
-reported by `restore`, which falls back to the previous step; the bad step is deleted by
-the next `save`, so the run can write that step number again.
+`commit_success.txt` last instead). A save killed part-way (kill -9, preemption, a full
+disk) therefore leaves a tmp folder that is never listed as a step and is deleted by the
+next `Checkpointer`; the steps saved before it are untouched.
+
+Nothing is ever deleted on a read error. `restore` tries each step READ_ATTEMPTS times
+(a transient gs:// error is not corruption); a step that still cannot be read is skipped,
+and once an older step has been restored, the skipped newer ones are moved aside to
+`<step>.unreadable-<UTC time>` (a name orbax never lists as a step nor cleans up), with a
+warning naming both paths, so the run can save those step numbers again. When no step
+can be read, nothing is moved and `restore` raises.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
+import time
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
 STATE, META = "state", "meta"
 FORMAT = "bertjax"
+# Waits before the 2nd and 3rd attempt to read a step: long enough to ride out a gs:// blip.
+READ_RETRY_SECONDS = (2.0, 8.0)
+COMMIT_FILE = "commit_success.txt"  # orbax's "this step is complete" marker on GCS
 
 log = logging.getLogger(__name__)
 
 
+def _is_remote(path: str | epath.Path) -> bool:
+    return "://" in str(path)
+
+
 def _path(directory: str) -> epath.Path:
     """Absolute local paths (orbax requires them); URLs such as gs://... as given."""
-    return epath.Path(directory if "://" in directory else os.path.abspath(directory))
+    return epath.Path(directory if _is_remote(directory) else os.path.abspath(directory))
 
 
 def _flat_shapes(tree: Any) -> dict[tuple[str, ...], tuple[int, ...]]:
@@ -52,6 +69,10 @@ def _flat_shapes(tree: Any) -> dict[tuple[str, ...], tuple[int, ...]]:
 
 class CheckpointMismatchError(ValueError):
     """The expected tree (leaves, shapes) does not fit a readable checkpoint."""
+
+
+class CheckpointSaveError(OSError):
+    """Writing a checkpoint failed (a full disk, lost permissions); earlier steps are intact."""
 
 
 def _check_matches(abstract: Any, saved_metadata: Any, what: str) -> None:
@@ -94,7 +115,7 @@ class Checkpointer:
         )
         handlers = {STATE: ocp.StandardCheckpointHandler(), META: ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers, options=options)
-        self._bad_steps: list[int] = []  # unreadable steps found by restore, deleted by save
+        self._saving: int | None = None  # the step of a save that may still be in flight
 
     def latest_step(self) -> int | None:
         """The newest finalized step (readable or not), or None."""
@@ -104,61 +125,99 @@ class Checkpointer:
         """Finalized steps, oldest first (includes a save still in progress)."""
         return sorted(self._manager.all_steps())
 
-    def save(self, step: int, state: Any, *, data_position: int, config: dict, force: bool = False) -> bool:
+    def save(self, step: int, state: Any, *, data_position: int, config: dict, force: bool = False,
+             extra_meta: dict | None = None) -> bool:
         """Starts saving `state` (a pytree of jax.Arrays) at `step`; returns whether it did.
 
         Saves only when `step` is a multiple of save_interval_steps, or when `force`
         (preemption, end of training) and the step is not saved yet. With async saves the
         call returns once the arrays are copied off the devices; `wait_until_finished`
-        blocks until they are on disk. `config` must be JSON-serializable.
+        blocks until they are on disk. `config` and `extra_meta` (stored as meta["extra"],
+        e.g. a fine-tuning run's best metric) must be JSON-serializable.
+        Raises CheckpointSaveError when writing fails (this step's or the previous save's).
         """
-        if self._bad_steps:
-            self._manager.wait_until_finished()
-            for bad in self._bad_steps:
-                log.warning("deleting unreadable checkpoint %s", self.directory / str(bad))
-                self._manager.delete(bad)
-            self._bad_steps = []
         if step in self._manager.all_steps() or not (force or self._manager.should_save(step)):
             return False
-        meta = {"format": FORMAT, "step": int(step), "data_position": int(data_position), "config": config}
+        meta = {"format": FORMAT, "step": int(step), "data_position": int(data_position), "config": config,
+                "extra": {} if extra_meta is None else extra_meta}
+        if not isinstance(meta["extra"], dict):
+            raise ValueError(f"Checkpointer.save: extra_meta must be a dict, got {type(extra_meta).__name__}")
         try:
             json.dumps(meta)
         except TypeError as e:
-            raise ValueError(f"Checkpointer.save: config must be JSON-serializable ({e})") from None
-        return self._manager.save(step, args=ocp.args.Composite(
-            **{STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(meta)}), force=True)
+            raise ValueError(f"Checkpointer.save: config and extra_meta must be JSON-serializable ({e})") from None
+        self.wait_until_finished()
+        self._saving = step
+        try:
+            return self._manager.save(step, args=ocp.args.Composite(
+                **{STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(meta)}), force=True)
+        except Exception as e:  # orbax/tensorstore raise many kinds for a failed write
+            raise self._save_failed(e) from e
+
+    def wait_until_finished(self) -> None:
+        """Blocks until every started save is on disk; CheckpointSaveError if one failed."""
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:
+            raise self._save_failed(e) from e
+        self._saving = None
+
+    def _save_failed(self, error: Exception) -> CheckpointSaveError:
+        step, self._saving = self._saving, None
+        return CheckpointSaveError(
+            f"saving checkpoint step {step} to {self.directory} failed ({type(error).__name__}: {error}); "
+            f"the steps saved before it are untouched")
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
         """Restores (state, meta) laid out as `abstract_state` says.
 
         abstract_state: the state's pytree (same structure as saved) of
           jax.ShapeDtypeStruct leaves with NamedShardings, on any mesh.
-        step: None restores the newest readable step: an unreadable newer one is logged
-          as a warning and skipped. An explicit step is restored or raises.
+        step: None restores the newest readable step. A step that still fails after
+          READ_ATTEMPTS is skipped with a warning; once an older one is restored, the
+          skipped ones are moved aside (see the module docstring). An explicit step is
+          restored or raises, and is never moved.
         A tree or shape mismatch with a readable checkpoint raises CheckpointMismatchError
         (a ValueError) at once, without falling back.
         """
         _check_abstract(abstract_state, "abstract_state")
         if step is not None:
-            return self._restore_step(abstract_state, step)
+            return self._read(abstract_state, step)
         steps = sorted(self._manager.all_steps(), reverse=True)
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        error = None
+        unreadable, error = [], None
         for candidate in steps:
             try:
-                return self._restore_step(abstract_state, candidate)
+                restored = self._read(abstract_state, candidate)
             except CheckpointMismatchError:
                 raise
             except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
-                error = e
-                self._bad_steps.append(candidate)
+                restored, error = None, e
                 log.warning("checkpoint %s is unreadable (%s: %s); falling back to the previous one",
                             self.directory / str(candidate), type(e).__name__, e)
-        self._bad_steps = []  # nothing restored: leave every step for a person to inspect
-        raise RuntimeError(f"no restorable checkpoint in {self.directory} (tried steps {steps})") from error
+            if _on_every_process(restored is not None):
+                self._move_aside(unreadable)
+                return restored
+            unreadable.append(candidate)
+        raise RuntimeError(f"no restorable checkpoint in {self.directory} (tried steps {steps}; "
+                           f"none was moved aside)") from error
 
-    def _restore_step(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
+    def _read(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
+        """Restores one step, trying len(READ_RETRY_SECONDS) + 1 times."""
+        for wait in (*READ_RETRY_SECONDS, None):
+            try:
+                return self._read_once(abstract_state, step)
+            except CheckpointMismatchError:
+                raise
+            except Exception as e:
+                if wait is None:
+                    raise
+                log.warning("reading checkpoint %s failed (%s: %s); trying again in %.0f s",
+                            self.directory / str(step), type(e).__name__, e, wait)
+                time.sleep(wait)
+
+    def _read_once(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
         """Restores one step; CheckpointMismatchError = the caller's tree does not fit."""
         saved_tree = self._manager.item_metadata(step)[STATE].tree
         _check_matches(abstract_state, saved_tree, f"checkpoint {self.directory / str(step)}")
@@ -169,13 +228,50 @@ class Checkpointer:
             raise OSError(f"checkpoint {self.directory / str(step)} has unexpected meta {meta}")
         return restored[STATE], meta
 
-    def wait_until_finished(self) -> None:
-        """Blocks until every started save is on disk (and re-raises its error, if any)."""
-        self._manager.wait_until_finished()
+    def _move_aside(self, steps: list[int]) -> None:
+        """Renames unreadable steps to `<step>.unreadable-<UTC time>` (process 0; the others wait)."""
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            for step in steps:
+                source, target = self.directory / str(step), self.directory / f"{step}.unreadable-{stamp}"
+                _move(source, target)
+                log.warning("moved unreadable checkpoint %s aside to %s; nothing was deleted (inspect it, then "
+                            "delete it or move it back)", source, target)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices("bertjax.checkpointing: unreadable steps moved aside")
+        self._manager.reload()
 
     def close(self) -> None:
         """Waits for pending saves and releases orbax's threads."""
         self._manager.close()
+
+
+def _on_every_process(ok: bool) -> bool:
+    """True when `ok` holds on every process (an all-gather, so every process must call it)."""
+    if jax.process_count() == 1:
+        return ok
+    return bool(np.min(multihost_utils.process_allgather(np.int32(ok))))
+
+
+def _move(source: epath.Path, target: epath.Path) -> None:
+    """A local rename (atomic); on gs:// a copy with orbax's commit file last, then a delete,
+    so an interrupted move leaves the step complete in at least one place."""
+    if not _is_remote(source):
+        source.rename(target)
+        return
+    _copy_tree(source, target)
+    source.rmtree()
+
+
+def _copy_tree(source: epath.Path, target: epath.Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for child in sorted(source.iterdir(), key=lambda child: child.name == COMMIT_FILE):
+        if child.is_dir():
+            _copy_tree(child, target / child.name)
+        else:
+            child.copy(target / child.name, overwrite=True)
 
 
 # ----------------------------------------------------------------------------------------
@@ -210,17 +306,27 @@ def is_bertjax_checkpoint(path: str) -> bool:
     return True
 
 
+def read_meta(path: str) -> dict:
+    """The meta JSON ({"format", "step", "data_position", "config", "extra"}) of a step
+    folder, or of the newest step of a checkpoint directory; reads no arrays."""
+    step_dir = _step_dir(path)
+    meta = ocp.JsonCheckpointHandler().restore(step_dir / META, args=ocp.args.JsonRestore())
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{step_dir / META}: not a bertjax checkpoint's meta (expected a JSON object with "
+                         f"format {FORMAT!r})")
+    return meta
+
+
 def load_params(path: str, *, abstract_params: Any = None) -> tuple[dict, Any]:
     """Reads (meta, params) from a bertjax checkpoint without loading the optimizer state.
 
     path: a step folder or a checkpoint directory (its newest step is used).
     abstract_params: None -> params as a nested dict of numpy arrays; or a pytree of
       jax.ShapeDtypeStruct with shardings -> jax.Arrays laid out on that mesh.
-    Returns meta = {"format", "step", "data_position", "config"} and the params tree.
+    Returns the meta (as `read_meta`) and the params tree.
     """
     step_dir = _step_dir(path)
-    meta = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(step_dir / META,
-                                                                 args=ocp.args.JsonRestore())
+    meta = read_meta(str(step_dir))
     handler = ocp.PyTreeCheckpointHandler()
     saved_tree = handler.metadata(step_dir / STATE).tree
     if "params" not in saved_tree:

@@ -1,8 +1,10 @@
-"""Tests for bertjax.checkpointing: round trips, retention, re-sharding, corruption, kill -9."""
+"""Tests for bertjax.checkpointing: round trips, retention, re-sharding, read errors
+(retried, then moved aside, never deleted), kill -9, two processes."""
 
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import pytest
 
 from bertjax import checkpointing, optim, sharding
@@ -72,6 +75,11 @@ def assert_trees_equal(actual, expected):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.fixture(autouse=True)
+def no_retry_waits(monkeypatch):
+    monkeypatch.setattr(checkpointing, "READ_RETRY_SECONDS", (0.0, 0.0))
+
+
 @pytest.fixture(scope="module")
 def mesh8():
     return sharding.create_mesh(data=1, fsdp=4, tensor=2)
@@ -103,13 +111,18 @@ def test_save_restore_round_trip_keeps_types_and_shardings(tmp_path, state8):
     # trainer may donate them to the next step right away.
     expected = jax.tree.map(np.array, state)
     donated = jax.tree.map(lambda x: x.copy(), state)
-    ckpt.save(20, donated, data_position=0, config=CONFIG)
+    best = {"best_step": 20, "best_metrics": {"accuracy": 0.5}}
+    ckpt.save(20, donated, data_position=0, config=CONFIG, extra_meta=best)
     for leaf in jax.tree.leaves(donated):
         leaf.delete()
     ckpt.wait_until_finished()
-    assert_trees_equal(ckpt.restore(abstract)[0], expected)
+    restored, meta = ckpt.restore(abstract)
+    assert_trees_equal(restored, expected)
+    assert meta["extra"] == best
     restored, meta = ckpt.restore(abstract, step=10)
-    assert meta == {"format": "bertjax", "step": 10, "data_position": 1234, "config": CONFIG}
+    assert meta == {"format": "bertjax", "step": 10, "data_position": 1234, "config": CONFIG, "extra": {}}
+    assert checkpointing.read_meta(str(tmp_path)) == dict(meta, step=20, data_position=0, extra=best)
+    assert checkpointing.read_meta(str(tmp_path / "10")) == meta
     assert isinstance(restored, TrainState)
     adamw_state, lamb_state = restored.opt_state
     assert isinstance(adamw_state[1], optax.ScaleByAdamState)
@@ -130,8 +143,12 @@ def test_interval_keep_last_n_and_force(tmp_path, small8):
     assert ckpt.save(33, state, data_position=33, config=CONFIG, force=True)  # preemption save
     assert not ckpt.save(33, state, data_position=33, config=CONFIG, force=True)  # already saved
     assert ckpt.all_steps() == [30, 33] and ckpt.latest_step() == 33
-    with pytest.raises(ValueError, match="config must be JSON-serializable"):
+    with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
         ckpt.save(40, state, data_position=40, config={"bad": object()})
+    with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
+        ckpt.save(40, state, data_position=40, config=CONFIG, extra_meta={"bad": object()})
+    with pytest.raises(ValueError, match="extra_meta must be a dict, got list"):
+        ckpt.save(40, state, data_position=40, config=CONFIG, extra_meta=[1])
     ckpt.close()
 
 
@@ -185,6 +202,98 @@ def test_mismatched_tree_raises_without_fallback(tmp_path, small8):
         checkpointing.Checkpointer(str(tmp_path / "empty"), save_interval_steps=1, max_to_keep=1).restore(abstract)
 
 
+def _files(directory):
+    """{relative path: bytes} of every file under `directory`."""
+    return {os.path.relpath(os.path.join(root, name), directory): open(os.path.join(root, name), "rb").read()
+            for root, _, names in os.walk(directory) for name in names}
+
+
+def _aside(directory, step):
+    return [name for name in os.listdir(directory) if name.startswith(f"{step}.unreadable-")]
+
+
+def _failing_restore(monkeypatch, fails):
+    """Makes orbax's restore raise OSError while `fails(step, attempt)`; returns the attempts per step."""
+    real, attempts = ocp.CheckpointManager.restore, {}
+
+    def restore(manager, step, *args, **kwargs):
+        attempts[step] = attempts.get(step, 0) + 1
+        if fails(step, attempts[step]):
+            raise OSError(f"injected read error for step {step}")
+        return real(manager, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+    return attempts
+
+
+def test_a_transient_read_error_is_retried_and_nothing_is_moved(tmp_path, small8, monkeypatch, caplog):
+    state, abstract = small8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=3, async_save=False)
+    ckpt.save(1, state, data_position=11, config=CONFIG)
+    ckpt.save(2, state, data_position=22, config=CONFIG)
+    before = _files(tmp_path)
+    attempts = _failing_restore(monkeypatch, lambda step, attempt: attempt == 1)  # a gs:// blip
+    with caplog.at_level(logging.WARNING, logger="bertjax.checkpointing"):
+        restored, meta = ckpt.restore(abstract)
+    assert meta["step"] == 2 and attempts == {2: 2}
+    assert_trees_equal(restored, state)
+    assert f"reading checkpoint {tmp_path / '2'} failed (OSError: injected read error" in caplog.text
+    assert sorted(os.listdir(tmp_path)) == ["1", "2"] and _files(tmp_path) == before
+    ckpt.close()
+
+
+def test_a_step_that_keeps_failing_is_moved_aside_intact_never_deleted(tmp_path, small8, monkeypatch, caplog):
+    state, abstract = small8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=2, async_save=False)
+    ckpt.save(1, state, data_position=11, config=CONFIG)
+    ckpt.save(2, state, data_position=22, config=CONFIG)
+    step2 = _files(tmp_path / "2")
+    attempts = _failing_restore(monkeypatch, lambda step, attempt: step == 2)
+    with caplog.at_level(logging.WARNING, logger="bertjax.checkpointing"):
+        restored, meta = ckpt.restore(abstract)
+    assert meta["step"] == 1 and meta["data_position"] == 11
+    assert_trees_equal(restored, state)
+    assert attempts == {2: 3, 1: 1}
+    [aside] = _aside(tmp_path, 2)
+    assert _files(tmp_path / aside) == step2  # every byte kept
+    assert f"moved unreadable checkpoint {tmp_path / '2'} aside to {tmp_path / aside}" in caplog.text
+    assert ckpt.all_steps() == [1]
+    # The resumed run saves step 2 again (and 3, which with max_to_keep=2 retires step 1);
+    # the moved-aside folder survives that and a new Checkpointer's clean-up of tmp folders.
+    monkeypatch.undo()
+    assert ckpt.save(2, state, data_position=23, config=CONFIG)
+    assert ckpt.save(3, state, data_position=33, config=CONFIG)
+    ckpt.close()
+    reopened = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=2)
+    assert reopened.all_steps() == [2, 3]
+    assert reopened.restore(abstract, step=2)[1]["data_position"] == 23
+    assert _aside(tmp_path, 2) == [aside] and _files(tmp_path / aside) == step2
+    assert checkpointing.read_meta(str(tmp_path))["step"] == 3
+    reopened.close()
+
+
+def test_on_gs_a_step_is_moved_aside_by_copy_then_delete(tmp_path, small8, monkeypatch):
+    """gs:// has no atomic rename: the step is copied (commit file last), then deleted.
+    Exercised here on a local directory by treating it as remote."""
+    state, abstract = small8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=3, async_save=False)
+    ckpt.save(1, state, data_position=11, config=CONFIG)
+    ckpt.save(2, state, data_position=22, config=CONFIG)
+    assert (tmp_path / "2" / checkpointing.COMMIT_FILE).exists()  # orbax's "complete" marker
+    step2 = _files(tmp_path / "2")
+    copied, path_class = [], type(ckpt.directory)
+    real_copy = path_class.copy
+    monkeypatch.setattr(path_class, "copy",
+                        lambda self, dst, overwrite=False: (copied.append(str(self)), real_copy(self, dst, overwrite))[1])
+    monkeypatch.setattr(checkpointing, "_is_remote", lambda path: True)
+    _failing_restore(monkeypatch, lambda step, attempt: step == 2)
+    assert ckpt.restore(abstract)[1]["step"] == 1
+    [aside] = _aside(tmp_path, 2)
+    assert _files(tmp_path / aside) == step2 and not (tmp_path / "2").exists()
+    assert len(copied) == len(step2) and copied[-1] == str(tmp_path / "2" / checkpointing.COMMIT_FILE)
+    ckpt.close()
+
+
 def _corrupt_array_data(step_dir):
     """Deletes every stored array chunk of the state (a lost upload, a wiped disk block)."""
     for root, _, files in os.walk(step_dir / "state"):
@@ -207,19 +316,24 @@ def test_corrupt_latest_falls_back_to_previous(tmp_path, small8, caplog, corrupt
     ckpt.save(1, state, data_position=11, config=CONFIG)
     ckpt.save(2, state, data_position=22, config=CONFIG)
     corrupt(tmp_path / "2")
+    corrupted = _files(tmp_path / "2")
     with caplog.at_level(logging.WARNING, logger="bertjax.checkpointing"):
         restored, meta = ckpt.restore(abstract)
     assert meta["step"] == 1 and meta["data_position"] == 11
     assert_trees_equal(restored, state)
     assert any(f"checkpoint {tmp_path / '2'} is unreadable" in r.getMessage() and "falling back" in r.getMessage()
                for r in caplog.records)
-    # The run resumes from step 1 and can save step 2 again: the bad step is replaced.
+    [aside] = _aside(tmp_path, 2)
+    assert _files(tmp_path / aside) == corrupted
+    # The run resumes from step 1 and saves step 2 again.
     assert ckpt.save(2, state, data_position=23, config=CONFIG)
     assert ckpt.restore(abstract)[1]["data_position"] == 23
+    # When no step can be read, nothing is moved: a person decides.
     corrupt(tmp_path / "1")
     corrupt(tmp_path / "2")
-    with pytest.raises(RuntimeError, match="no restorable checkpoint"):
+    with pytest.raises(RuntimeError, match="no restorable checkpoint.*none was moved aside"):
         ckpt.restore(abstract)
+    assert ckpt.all_steps() == [1, 2] and _aside(tmp_path, 1) == [] and _aside(tmp_path, 2) == [aside]
     ckpt.close()
 
 
@@ -267,3 +381,52 @@ def test_kill_9_during_async_save_leaves_previous_checkpoint(tmp_path):
     ckpt.wait_until_finished()
     assert sorted(os.listdir(directory)) == ["1", "2"]
     ckpt.close()
+
+
+_TWO_PROCESSES = textwrap.dedent("""
+    import os, sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.experimental import multihost_utils
+    jax.distributed.initialize(f"127.0.0.1:{sys.argv[2]}", num_processes=2, process_id=int(sys.argv[3]))
+    from bertjax import checkpointing
+    checkpointing.READ_RETRY_SECONDS = (0.0, 0.0)
+
+    directory = sys.argv[1]
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
+    sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+    abstract = {"w": jax.ShapeDtypeStruct((8,), jnp.float32, sharding=sharded)}
+    ckpt = checkpointing.Checkpointer(directory, save_interval_steps=1, max_to_keep=3, async_save=False)
+    for step in (1, 2):
+        w = jax.make_array_from_callback((8,), sharded, lambda index: np.arange(8.0)[index] * step)
+        ckpt.save(step, {"w": w}, data_position=step, config={})
+    if jax.process_index() == 0:
+        with open(os.path.join(directory, "2", "state", "_METADATA"), "r+b") as f:
+            f.truncate(10)
+    multihost_utils.sync_global_devices("step 2 corrupted")
+    restored, meta = ckpt.restore(abstract)
+    gathered = multihost_utils.process_allgather(restored["w"], tiled=True)
+    print("restored", meta["step"], gathered.tolist(), ckpt.all_steps(), flush=True)
+    ckpt.close()
+""")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# A failed read leaves an orbax/tensorstore callback for an already-closed event loop.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_two_processes_agree_on_the_fallback_and_move_the_step_aside_once(tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", _TWO_PROCESSES, str(tmp_path), str(port), str(i)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+        assert f"restored 1 {[float(i) for i in range(8)]} [1]" in out, out
+    assert sorted(os.listdir(tmp_path)) == ["1", _aside(tmp_path, 2)[0]]
+    assert "moved unreadable checkpoint" in outputs[0][1] and "moved unreadable checkpoint" not in outputs[1][1]
