@@ -1,9 +1,21 @@
 """SIGTERM handling: stop training at a step every host agrees on.
 
-TPU VM maintenance and spot/preemptible reclaims send SIGTERM, then kill the VM some
-seconds later. The trainer polls `should_stop(step)` after each step; once it returns
-True (on every host at the same step) the trainer saves with `force=True`, waits for the
-save, and exits non-zero.
+TPU VM maintenance, spot/preemptible reclaims and SLURM send SIGTERM, then kill the
+process some seconds later. The trainer calls `should_stop(step)` once per step on every
+host; once it returns True (on every host at the same step) the trainer saves with
+`force=True`, waits for the save, and exits non-zero.
+
+Single process: a Python SIGTERM handler sets a flag, checked at every step for free.
+
+Multi-process (jax.distributed initialised): JAX's preemption sync point. The distributed
+runtime installs its own SIGTERM handler at `jax.distributed.initialize`; the signalled
+host tells the coordination service, which has every host report how far it got (in a
+background thread) and picks the step after the furthest one. Until a signal arrives,
+`should_stop` is a local counter comparison: no device collective, nothing that waits
+for the device or for other hosts, so the step pipeline is never stalled. The rule JAX
+sets: every host calls it once per step, counting from the same start. This class passes
+its own call count (1, 2, ...), so a signal that arrives before the first step (during
+restore or compilation) stops every host at its first step.
 """
 
 from __future__ import annotations
@@ -12,51 +24,45 @@ import logging
 import signal
 
 import jax
-import numpy as np
 from jax.experimental import multihost_utils
 
 log = logging.getLogger(__name__)
 
 
 class PreemptionWatcher:
-    """Installs a SIGTERM handler that sets a flag; `should_stop` turns it into a decision.
+    """Create one after `jax.distributed.initialize` (if any); call `should_stop` every step.
 
-    In a multi-process run the hosts agree through an all-gather of their flags (stop if
-    any host was signalled). That all-gather is a collective that waits for the device,
-    so it runs only every `sync_every_steps` steps (the same steps on every host, which
-    must all call `should_stop` with the same steps). A single process checks its flag
-    at every step for free.
+    Multi-process runs need JAX's preemption service (`jax_enable_preemption_service`, on
+    by default); without it `should_stop` raises RuntimeError.
     """
 
-    def __init__(self, sync_every_steps: int = 10, signals: tuple[int, ...] = (signal.SIGTERM,)):
-        if not isinstance(sync_every_steps, int) or sync_every_steps < 1:
-            raise ValueError(f"PreemptionWatcher: sync_every_steps must be an int >= 1, got {sync_every_steps!r}")
-        self.sync_every_steps = sync_every_steps
-        self.signalled = False  # set by the handler on this host
-        self.signal_name: str | None = None
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in signals}
+    def __init__(self):
+        self.coordinated = jax.distributed.is_initialized()
+        self.signalled = False  # single process: set by the handler
+        self._calls = 0
+        self._installed = not self.coordinated  # a Python handler would replace the runtime's
+        if self._installed:
+            # None: the handler before was not set from Python; SIG_DFL is then the best guess.
+            self._previous = signal.signal(signal.SIGTERM, self._handle) or signal.SIG_DFL
 
     def _handle(self, signum, frame) -> None:
-        del frame
+        del signum, frame
         self.signalled = True
-        self.signal_name = signal.Signals(signum).name
 
     def should_stop(self, step: int) -> bool:
-        """True when this host (single process) or any host (multi-process) was signalled."""
-        if jax.process_count() == 1:
-            stop = self.signalled
-        elif step % self.sync_every_steps:
-            return False
+        """True when some host was sent SIGTERM; then True on every host at the same step."""
+        self._calls += 1
+        if self.coordinated:
+            stop = multihost_utils.reached_preemption_sync_point(self._calls)
         else:
-            flags = multihost_utils.process_allgather(np.int32(self.signalled))
-            stop = bool(np.max(flags))
+            stop = self.signalled
         if stop:
-            source = f"{self.signal_name} received" if self.signalled else "another host was signalled"
-            log.warning("preemption: %s; stopping at step %d", source, step)
+            log.warning("preemption: SIGTERM received%s; stopping at step %d",
+                        " by a host of this run" if self.coordinated else "", step)
         return stop
 
     def close(self) -> None:
-        """Puts back the signal handlers that were installed before."""
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-        self._previous = {}
+        """Puts back the SIGTERM handler that was installed before (single process)."""
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._installed = False

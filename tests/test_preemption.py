@@ -1,6 +1,8 @@
-"""Tests for bertjax.preemption: the SIGTERM flag and the cross-host stop decision."""
+"""Tests for bertjax.preemption: the SIGTERM flag, and the cross-host stop decision through
+JAX's preemption sync point (no device collective)."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,38 +18,77 @@ def test_sigterm_sets_the_flag_and_close_restores_the_handler():
     before = signal.getsignal(signal.SIGTERM)
     watcher = PreemptionWatcher()
     try:
+        assert not watcher.coordinated
         assert not watcher.should_stop(1)
         os.kill(os.getpid(), signal.SIGTERM)
-        assert watcher.signalled and watcher.signal_name == "SIGTERM"
+        assert watcher.signalled
         assert watcher.should_stop(2)  # single process: checked at every step
     finally:
         watcher.close()
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+# Host 1 signals itself at step `signal_at` (0: before the first step, as during a restore
+# or a compile). Host 1 runs its steps half as fast, so the hosts are at different steps
+# when the notice arrives. Device collectives are made to fail: the decision must not use one.
 _TWO_HOSTS = textwrap.dedent("""
-    import os, signal, sys
+    import os, signal, sys, time
     import jax
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    from jax.experimental import multihost_utils
     jax.distributed.initialize(f"127.0.0.1:{sys.argv[1]}", num_processes=2, process_id=int(sys.argv[2]))
+    first_step, signal_at = int(sys.argv[3]), int(sys.argv[4])
+
+    def no_collective(*args, **kwargs):
+        raise AssertionError("a device collective was issued")
+
+    multihost_utils.process_allgather = multihost_utils.sync_global_devices = no_collective
+    multihost_utils.broadcast_one_to_all = no_collective
     from bertjax.preemption import PreemptionWatcher
 
-    watcher = PreemptionWatcher(sync_every_steps=5)
-    if jax.process_index() == 1:
-        os.kill(os.getpid(), signal.SIGTERM)
-    print("decisions", [watcher.should_stop(step) for step in (4, 5)], flush=True)
+    watcher = PreemptionWatcher()
+    assert watcher.coordinated
+    host = jax.process_index()
+    if signal_at == 0:
+        if host == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(3)  # the notice reaches every host before its first step
+    stopped = None
+    for step in range(first_step, first_step + 1000):
+        if host == 1 and step == first_step + signal_at and signal_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        if watcher.should_stop(step):
+            stopped = step
+            break
+        time.sleep(0.01 * (1 + host))
+    watcher.close()
+    print("stopped at", stopped, flush=True)
 """)
 
 
-def test_all_hosts_stop_at_the_same_step_when_one_is_signalled():
+def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def _stop_steps(first_step, signal_at):
     env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="", JAX_PLATFORMS="cpu")
-    procs = [subprocess.Popen([sys.executable, "-c", _TWO_HOSTS, str(port), str(i)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", _TWO_HOSTS, str(port), str(i), str(first_step), str(signal_at)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outputs = [proc.communicate(timeout=120) for proc in procs]
+    steps = []
     for proc, (out, err) in zip(procs, outputs):
         assert proc.returncode == 0, err[-3000:]
-        # Step 4 is not a sync step: nobody stops. Step 5: both stop, host 0 too.
-        assert "decisions [False, True]" in out, out
+        steps.append(re.search(r"stopped at (\w+)", out).group(1))
+    return steps
+
+
+def test_all_hosts_stop_at_the_same_step_when_one_is_signalled():
+    host0, host1 = _stop_steps(first_step=1001, signal_at=20)  # a resumed run: steps do not start at 1
+    assert host0 == host1 != "None"
+    assert int(host0) > 1001 + 20
+
+
+def test_a_signal_before_the_first_step_stops_every_host_at_its_first_step():
+    assert _stop_steps(first_step=501, signal_at=0) == ["501", "501"]
