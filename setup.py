@@ -21,6 +21,7 @@ setup(
         "sentencepiece>=0.2.0",
         "tokenizers>=0.23.0",
         "google-crc32c>=1.7",  # TFRecord checksums, so prepare's workers need no TensorFlow
+        "pyarrow>=26.0.1",  # Parquet corpora
         "ml-collections>=1.1.0",
         "absl-py>=2.3.0",
         "numpy>=2.0",

@@ -31,8 +31,9 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
 
     # -- Data: source -> tokenizer -> prepared shards -> online NSP pairing + masking. --
     config.data = ml_collections.ConfigDict()
-    config.data.source = "demo"          # demo | text | tfds | prepared | original_tfrecord
-    config.data.input_pattern = ""       # comma-separated globs (text files, shards or original TFRecords)
+    config.data.source = "demo"          # demo | text | jsonl | parquet | tfds | prepared | original_tfrecord
+    config.data.input_pattern = ""       # comma-separated globs (text/JSONL/Parquet files, shards, original TFRecords)
+    config.data.text_key = "text"        # jsonl | parquet: each row's document text (field or column)
     config.data.tfds_name = ""           # e.g. "wikipedia/20230601.en"
     config.data.tfds_split = "train"
     config.data.tfds_text_feature = "text"

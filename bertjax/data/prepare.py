@@ -64,9 +64,9 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
 
     With `source == "prepared"`, `input_pattern` is a directory written earlier and its
     metadata is returned as is. The returned dict has `dir`: where the shards are.
-    `num_workers=None`: one process per core, or in-process for a small corpus (the demo,
-    text under 8 MB). Worker processes are spawned, so a script calling this needs the
-    `if __name__ == "__main__":` guard.
+    `num_workers=None`: one process per core, or in-process for a small corpus (the demo;
+    text, JSONL or Parquet under 8 MB). Worker processes are spawned, so a script calling
+    this needs the `if __name__ == "__main__":` guard.
     Raises ValueError when `output_dir` holds data prepared with other settings.
     """
     if data_config.source == "prepared":
@@ -121,10 +121,10 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
 
 
 def _default_workers(units: list[dict]) -> int:
-    """One per core, or 1 (in-process) for a small corpus, where starting workers costs
-    more than it saves."""
-    small = all("demo" in u for u in units) or (
-        all("range" in u for u in units) and sum(u["range"][1] - u["range"][0] for u in units) < SMALL_CORPUS_BYTES)
+    """One per core, or 1 (in-process) for a small corpus (the demo; text, JSONL or Parquet
+    under 8 MB of text), where starting workers costs more than it saves."""
+    sizes = [u["range"][1] - u["range"][0] if "range" in u else u.get("bytes") for u in units]  # None: TFDS, demo
+    small = all("demo" in u for u in units) or (None not in sizes and sum(sizes) < SMALL_CORPUS_BYTES)
     return 1 if small else os.cpu_count() or 1
 
 

@@ -1,18 +1,27 @@
-"""Corpus sources: documents (lists of sentence strings) from text files, TFDS, or the demo.
+"""Corpus sources: documents (lists of sentence strings) from text, JSONL or Parquet files,
+TFDS, or the demo.
 
 A source is cut into *units*, small JSON-able descriptions that worker processes read
 independently (`list_units`, then `read_unit` for each); `iter_documents` reads them all.
+Files come from comma-separated globs (`input_pattern`), local or gs:// (fileio.py).
 
-  text: BERT-format files (one sentence per line, a blank line between documents) from
-        comma-separated globs, local or gs:// (fileio.py). A unit is a byte range of
-        one file (`TEXT_UNIT_BYTES`); it owns the documents whose preceding blank line
-        (or the file start) lies in the range, so big files are split across workers.
-  tfds: a TFDS dataset by name and text feature; a unit is an even split of it. Each
-        example is one document, cut into sentences by `split_sentences`.
-  demo: the embedded demo corpus (`demo_corpus.py`); a unit is a range of documents.
+  text:    BERT-format files (one sentence per line, a blank line between documents). A
+           unit is a byte range of one file (`TEXT_UNIT_BYTES`); it owns the documents
+           whose preceding blank line (or the file start) lies in the range, so big files
+           are split across workers.
+  jsonl:   one JSON object per line, one document per row: its `text_key` string, cut
+           into sentences by `split_sentences`. A unit is a byte range of one file; it
+           owns the rows whose line starts in the range. Blank lines are not rows.
+  parquet: one document per row, like jsonl, from the `text_key` column. A unit is a run
+           of whole row groups of one file holding about `TEXT_UNIT_BYTES` of (uncompressed)
+           text; it is read a batch of rows at a time (pyarrow), never the whole file.
+  tfds:    a TFDS dataset by name and text feature; a unit is an even split of it. Each
+           example is one document, cut into sentences by `split_sentences`.
+  demo:    the embedded demo corpus (`demo_corpus.py`); a unit is a range of documents.
 
-Bad input never crashes and is never silent: a dropped line or document is counted in a
-`DropCounter` under a reason, and the first few per reason are logged with `file:line`.
+Bad input never crashes and is never silent: a dropped line, row or document is counted in
+a `DropCounter` under a reason, and the first few per reason are logged with `file:line`
+(Parquet: `file:row N`, N counted from 0 as pyarrow and pandas do). Text files:
   * non-UTF-8 line -> dropped ("non_utf8_line"); the rest of its document is kept;
   * a line of only Unicode spaces (e.g. U+3000) -> dropped without ending the document
     ("whitespace_line"); only ASCII-blank lines separate documents;
@@ -22,12 +31,24 @@ Bad input never crashes and is never silent: a dropped line or document is count
     most documents have one sentence, since the file is probably not in BERT format;
   * control characters, 10,000-character words -> kept here; the tokenizer removes the
     former and turns the latter into [UNK].
+JSONL and Parquet rows (and TFDS examples, where it applies):
+  * a line that is not UTF-8 -> "non_utf8_line"; Parquet text that is not UTF-8, or JSON
+    text with a lone surrogate (an unpaired \\ud800-style escape) -> "non_utf8_document";
+  * a line that is not JSON -> "invalid_json"; a JSON value other than an object ->
+    "row_not_object"; an object without `text_key` -> "missing_text_key";
+  * text that is not a string (null, a number, ...) -> "text_not_string";
+  * empty text, or text with no sentences -> "blank_document"; a Parquet file without
+    rows -> "empty_file".
+  A Parquet file without the `text_key` column, with a column that is not strings, or that
+  is not readable Parquet is a ValueError naming the file.
 """
 
 from __future__ import annotations
 
 import collections
+from concurrent import futures
 import functools
+import json
 import math
 import re
 from typing import Any, Callable, Iterator
@@ -37,12 +58,13 @@ from absl import logging
 from bertjax import fileio
 from bertjax.data import demo_corpus
 
-SOURCES = ("demo", "text", "tfds")
-TEXT_UNIT_BYTES = 64 << 20
+SOURCES = ("demo", "text", "jsonl", "parquet", "tfds")
+TEXT_UNIT_BYTES = 64 << 20  # per unit of text, JSONL or Parquet (its text column, uncompressed)
 DEMO_UNIT_DOCUMENTS = 1000
 TFDS_EXAMPLES_PER_UNIT = 10_000
 LOGGED_PER_REASON = 5
 _READ_BLOCK_BYTES = 1 << 20
+_PARQUET_BATCH_ROWS = 256
 _ASCII_WHITESPACE = " \t\r\x0b\x0c"  # bytes.strip()'s whitespace, newline aside
 
 
@@ -93,6 +115,11 @@ def list_units(data_config: Any) -> list[dict]:
                 for start in range(0, demo_corpus.NUM_DOCUMENTS, DEMO_UNIT_DOCUMENTS)]
     if source == "text":
         return [{"path": path, "range": [start, end]} for path, start, end in _text_ranges(data_config.input_pattern)]
+    if source == "jsonl":
+        return [{"jsonl": path, "range": [start, end], "text_key": data_config.text_key}
+                for path, start, end in _text_ranges(data_config.input_pattern)]
+    if source == "parquet":
+        return _parquet_units(expand_patterns(data_config.input_pattern), data_config.text_key)
     if source == "tfds":
         return [{"tfds_split": split} for split in _tfds_splits(data_config)]
     raise ValueError(f"config.data.source={source!r} has no text to read; expected one of {SOURCES}")
@@ -104,6 +131,10 @@ def read_unit(data_config: Any, unit: dict, drops: DropCounter) -> Iterator[list
         return demo_corpus.demo_documents(*unit["demo"])
     if "path" in unit:
         return _read_text_range(unit["path"], *unit["range"], drops)
+    if "jsonl" in unit:
+        return _read_jsonl_range(unit["jsonl"], *unit["range"], unit["text_key"], drops)
+    if "parquet" in unit:
+        return _read_parquet(unit["parquet"], *unit["row_groups"], unit["text_key"], drops)
     return _read_tfds(data_config, unit["tfds_split"], drops)
 
 
@@ -143,17 +174,8 @@ def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:
 def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Iterator[list[str]]:
     """Documents of `path` whose preceding blank line (or the file start) begins in [start, end)."""
     with fileio.open_file(path, "rb") as f:
-        position = 0
-        if start > 0:  # skip the line holding byte start-1: it began in an earlier range
-            f.seek(start - 1)
-            position = start - 1 + len(f.readline())
-        first_position, base_line = position, []
-
-        def where(index: int) -> str:  # 'path:line' of this range's line `index`, counting earlier lines lazily
-            if not base_line:
-                base_line.append(_count_newlines(path, first_position))
-            return f"{path}:{base_line[0] + index + 1}"
-
+        position = _first_line_at(f, start)
+        where = _line_locator(path, position)
         owning, document, documents, index = start == 0, [], 0, -1
         for lines, past_end in _line_blocks(f, position, end):
             for line in lines:
@@ -184,6 +206,28 @@ def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Ite
             yield document
         if start == 0 and not documents and not f.read(1):
             drops.drop("empty_file" if f.tell() == 0 else "blank_file", path)
+
+
+def _first_line_at(f, start: int) -> int:
+    """Seeks binary file `f` to the first line that starts at or after byte `start`; returns
+    that position (the line holding byte start-1 began in an earlier range)."""
+    if start == 0:
+        return 0
+    f.seek(start - 1)
+    return start - 1 + len(f.readline())
+
+
+def _line_locator(path: str, position: int) -> Callable[[int], str]:
+    """index -> 'path:line' of the index-th line read from byte `position` of `path`; the
+    lines before `position` are counted once, when first needed."""
+    base_line = []
+
+    def where(index: int) -> str:
+        if not base_line:
+            base_line.append(_count_newlines(path, position))
+        return f"{path}:{base_line[0] + index + 1}"
+
+    return where
 
 
 def _line_blocks(f, position: int, end: int) -> Iterator[tuple[list, bool]]:
@@ -231,6 +275,137 @@ def _count_newlines(path: str, stop: int) -> int:
     return count
 
 
+# -- Rows: JSONL and Parquet files, one document per row. --
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}
+
+
+def _sentences_of(text: Any, key: str, where: Callable[[], str] | str, drops: DropCounter) -> list[str]:
+    """One document's text (str, or UTF-8 bytes) -> its sentences; [] when it has none or is
+    not text, counted in `drops` (`key` names the text's field in the message)."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            drops.drop("non_utf8_document", where, f"{e.reason} at byte {e.start}")
+            return []
+    if not isinstance(text, str):
+        drops.drop("text_not_string", where, f"{key!r} is {_JSON_TYPES.get(type(text), type(text).__name__)}")
+        return []
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # JSON can escape a lone surrogate, which UTF-8 cannot hold
+        drops.drop("non_utf8_document", where, f"{e.reason} at character {e.start}")
+        return []
+    sentences = split_sentences(text)
+    if not sentences:
+        drops.drop("blank_document", where)
+    return sentences
+
+
+def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: DropCounter) -> Iterator[list[str]]:
+    """Documents of the rows of JSONL file `path` whose line starts in [start, end)."""
+    with fileio.open_file(path, "rb") as f:
+        position = _first_line_at(f, start)
+        where = _line_locator(path, position)
+        index = -1
+        for lines, past_end in _line_blocks(f, position, end):
+            if past_end:
+                return
+            for line in lines:
+                index += 1
+                line_where = functools.partial(where, index)
+                if isinstance(line, UnicodeDecodeError):
+                    drops.drop("non_utf8_line", line_where, f"{line.reason} at byte {line.start}")
+                    continue
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    drops.drop("invalid_json", line_where, f"{e.msg} at column {e.colno}")
+                    continue
+                if not isinstance(row, dict):
+                    drops.drop("row_not_object", line_where, f"{_JSON_TYPES.get(type(row))}, expected an object")
+                    continue
+                if text_key not in row:
+                    drops.drop("missing_text_key", line_where,
+                               f"no key {text_key!r} (config.data.text_key); it has {sorted(row)[:10]}")
+                    continue
+                sentences = _sentences_of(row[text_key], text_key, line_where, drops)
+                if sentences:
+                    yield sentences
+
+
+def _parquet_units(paths: list[str], text_key: str) -> list[dict]:
+    """Runs of whole row groups, each about TEXT_UNIT_BYTES of text; a file without rows is
+    one empty unit (so that it is counted). Footers are read in parallel (cheap on GCS too)."""
+    with futures.ThreadPoolExecutor(32) as pool:
+        files = list(pool.map(functools.partial(_text_bytes_per_row_group, text_key=text_key), paths))
+    units = []
+    for path, sizes in zip(paths, files):
+        first, total = 0, 0
+        for index, size in enumerate(sizes):
+            total += size
+            if total >= TEXT_UNIT_BYTES or index == len(sizes) - 1:
+                units.append({"parquet": path, "row_groups": [first, index + 1], "bytes": total, "text_key": text_key})
+                first, total = index + 1, 0
+        if not sizes:
+            units.append({"parquet": path, "row_groups": [0, 0], "bytes": 0, "text_key": text_key})
+    return units
+
+
+def _text_bytes_per_row_group(path: str, text_key: str) -> list[int]:
+    """Uncompressed bytes of the `text_key` column in each row group of Parquet file `path`."""
+    with fileio.open_file(path, "rb") as f:
+        parquet = _parquet_file(f, path, text_key)
+        column = [parquet.schema.column(i).path for i in range(len(parquet.schema))].index(text_key)
+        return [parquet.metadata.row_group(i).column(column).total_uncompressed_size
+                for i in range(parquet.num_row_groups)]
+
+
+def _parquet_file(f, path: str, text_key: str):
+    """pyarrow.parquet.ParquetFile over open file `f`, checked to have a string `text_key` column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    try:
+        parquet = pq.ParquetFile(f)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{path}: not a readable Parquet file ({e})") from None
+    schema = parquet.schema_arrow
+    if text_key not in schema.names:
+        raise ValueError(f"{path}: no column {text_key!r} (config.data.text_key); it has columns {schema.names}")
+    kind = schema.field(text_key).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+            or pa.types.is_large_binary(kind) or pa.types.is_null(kind)):
+        raise ValueError(f"{path}: column {text_key!r} (config.data.text_key) holds {kind}, expected strings")
+    return parquet
+
+
+def _read_parquet(path: str, first: int, stop: int, text_key: str, drops: DropCounter) -> Iterator[list[str]]:
+    """Documents of row groups [first, stop) of Parquet file `path`, a batch of rows at a time."""
+    import pyarrow as pa
+    with fileio.open_file(path, "rb") as f:
+        parquet = _parquet_file(f, path, text_key)
+        if parquet.metadata.num_rows == 0:
+            drops.drop("empty_file", path)
+        row = sum(parquet.metadata.row_group(i).num_rows for i in range(first))
+        batches = parquet.iter_batches(_PARQUET_BATCH_ROWS, row_groups=range(first, stop), columns=[text_key])
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as e:
+                raise ValueError(f"{path}: unreadable Parquet data near row {row} ({e})") from None
+            if batch is None:
+                return
+            for text in batch.column(0).cast(pa.large_binary()).to_pylist():  # bytes: UTF-8 is checked per row
+                sentences = _sentences_of(text, text_key, f"{path}:row {row}", drops)
+                if sentences:
+                    yield sentences
+                row += 1
+
+
 # -- TFDS. --
 
 def _tfds_splits(data_config: Any) -> list[str]:
@@ -252,14 +427,6 @@ def _read_tfds(data_config: Any, split: str, drops: DropCounter) -> Iterator[lis
         raise KeyError(f"TFDS dataset {name!r} has no feature {feature!r} (config.data.tfds_text_feature); "
                        f"it has {sorted(dataset.element_spec)}")
     for index, example in enumerate(tfds.as_numpy(dataset.map(lambda x: x[feature]))):
-        where = f"{name}[{split}]#{index}"
-        try:
-            text = example.decode("utf-8") if isinstance(example, bytes) else str(example)
-        except UnicodeDecodeError as e:
-            drops.drop("non_utf8_document", where, f"{e.reason} at byte {e.start}")
-            continue
-        sentences = split_sentences(text)
+        sentences = _sentences_of(example, feature, f"{name}[{split}]#{index}", drops)
         if sentences:
             yield sentences
-        else:
-            drops.drop("blank_document", where)

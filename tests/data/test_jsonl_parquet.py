@@ -1,0 +1,165 @@
+"""JSONL and Parquet sources: one document per row, units that cover every row once, bad
+rows counted and located, clear errors for a missing column or a corrupt file, and the
+same prepared data as the equivalent BERT-format text file."""
+
+import json
+import os
+
+import ml_collections
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bertjax.data import demo_corpus, prepare, sources
+
+
+def _config(source, pattern, **overrides):
+    config = ml_collections.ConfigDict(dict(
+        source=source, input_pattern=str(pattern), text_key="text", tfds_name="", tfds_split="train",
+        tfds_text_feature="text", tfds_data_dir="", tokenizer="wordpiece", vocab_path="", do_lower_case=True,
+        eval_fraction=0.2))
+    config.update(overrides)
+    return config
+
+
+def _read_all(config):
+    drops = sources.DropCounter()
+    units = sources.list_units(config)
+    return [doc for unit in units for doc in sources.read_unit(config, unit, drops)], drops, units
+
+
+def _write_parquet(path, texts, row_group_size, **columns):
+    pq.write_table(pa.table({"text": pa.array(texts, pa.string()), **columns}), path, row_group_size=row_group_size)
+
+
+def test_jsonl_rows_are_documents_cut_into_sentences(tmp_path):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "Alpha one. Alpha two!\nAlpha three.", "id": 1}) + "\n"
+                                      + json.dumps({"id": 2, "text": "Beta only"}) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n" + json.dumps({"body": "Gamma one. Gamma two."}) + "\n\n")
+    docs, drops, units = _read_all(_config("jsonl", tmp_path / "*.jsonl"))
+    assert docs == [["Alpha one.", "Alpha two!", "Alpha three."], ["Beta only"]]
+    assert drops.counts == {"missing_text_key": 1}  # blank lines are not rows
+    assert [u["jsonl"][-7:] for u in units] == ["a.jsonl", "b.jsonl"] and units[0]["text_key"] == "text"
+    docs, drops, _ = _read_all(_config("jsonl", tmp_path / "b.jsonl", text_key="body"))
+    assert docs == [["Gamma one.", "Gamma two."]] and not drops.counts
+
+
+def test_bad_jsonl_rows_are_counted_and_logged_with_file_and_line(tmp_path, caplog):
+    lines = [b'{"text": "Good one. Good two."}', b'{"text": "broken', b'["an", "array"]', b'{"other": "x"}',
+             b'{"text": null}', b'{"text": 42}', b'{"text": ""}', b'{"text": " \\n "}', b'{"text": "Bad \xff byte."}',
+             b'{"text": "Lone \\ud800 surrogate."}', b'', b'{"text": "Good three."}']
+    (tmp_path / "c.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    docs, drops, _ = _read_all(_config("jsonl", tmp_path / "c.jsonl"))
+    assert docs == [["Good one.", "Good two."], ["Good three."]]
+    assert drops.counts == {"invalid_json": 1, "row_not_object": 1, "missing_text_key": 1, "text_not_string": 2,
+                            "blank_document": 2, "non_utf8_line": 1, "non_utf8_document": 1}
+    for line, reason in [(2, "invalid_json"), (3, "row_not_object): an array, expected an object"),
+                         (4, "missing_text_key): no key 'text' (config.data.text_key); it has ['other']"),
+                         (5, "text_not_string): 'text' is null"), (6, "text_not_string): 'text' is a number"),
+                         (7, "blank_document"), (8, "blank_document"), (9, "non_utf8_line"), (10, "non_utf8_document")]:
+        assert f"c.jsonl:{line}: dropped ({reason}" in caplog.text
+
+
+@pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
+@pytest.mark.parametrize("unit_bytes", [1, 7, 50, 10_000])
+def test_jsonl_byte_range_units_cover_every_row_once(tmp_path, monkeypatch, unit_bytes, block_bytes):
+    rows = [json.dumps({"id": r, "text": f"Row {r} one. Row {r} two."}) for r in range(40)]
+    rows[21] = '{"id": 21, "text": "Row 21 broken'
+    data = ("\n".join(rows) + "\n").encode()
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(data)
+    monkeypatch.setattr(sources, "TEXT_UNIT_BYTES", unit_bytes)
+    monkeypatch.setattr(sources, "_READ_BLOCK_BYTES", block_bytes)
+    located = []
+    drops = sources.DropCounter()
+    drops.drop = lambda reason, where, detail="": located.append((reason, where() if callable(where) else where))
+    config = _config("jsonl", path)
+    units = sources.list_units(config)
+    assert len(units) == max(1, -(-len(data) // unit_bytes))
+    docs = [doc for unit in units for doc in sources.read_unit(config, unit, drops)]
+    assert docs == [[f"Row {r} one.", f"Row {r} two."] for r in range(40) if r != 21]
+    assert located == [("invalid_json", f"{path}:22")]
+
+
+@pytest.mark.parametrize("unit_bytes", [1, 300, 1 << 20])  # a unit per row group, a few, one per file
+def test_parquet_row_group_units_cover_every_row_once(tmp_path, monkeypatch, unit_bytes, caplog):
+    rows = [(f, r) for f in range(3) for r in range(25)]
+    texts = [f"File {f} row {r} one. File {f} row {r} two." for f, r in rows]
+    texts[30] = None  # file 1, row 5
+    for f in range(3):
+        _write_parquet(tmp_path / f"part-{f}.parquet", texts[f * 25:(f + 1) * 25], row_group_size=4,
+                       id=list(range(25)))
+    monkeypatch.setattr(sources, "TEXT_UNIT_BYTES", unit_bytes)
+    docs, drops, units = _read_all(_config("parquet", tmp_path / "part-*.parquet"))
+    assert docs == [[f"File {f} row {r} one.", f"File {f} row {r} two."] for f, r in rows if (f, r) != (1, 5)]
+    assert drops.counts == {"text_not_string": 1}
+    assert "part-1.parquet:row 5: dropped (text_not_string): 'text' is null" in caplog.text
+    groups = [(u["parquet"], g) for u in units for g in range(*u["row_groups"])]
+    assert len(groups) == len(set(groups)) == 3 * 7  # 25 rows in groups of 4: 7 row groups per file
+    assert {1: len(units) == 21, 300: 3 < len(units) < 21, 1 << 20: len(units) == 3}[unit_bytes]
+
+
+def test_parquet_bad_values_and_binary_column(tmp_path, caplog):
+    values = [b"Good one. Good two.", b"Bad \xff bytes.", b"", None, b"Good three."]
+    pq.write_table(pa.table({"body": pa.array(values, pa.binary())}), tmp_path / "b.parquet", row_group_size=2)
+    docs, drops, _ = _read_all(_config("parquet", tmp_path / "b.parquet", text_key="body"))
+    assert docs == [["Good one.", "Good two."], ["Good three."]]
+    assert drops.counts == {"non_utf8_document": 1, "blank_document": 1, "text_not_string": 1}
+    assert "b.parquet:row 1: dropped (non_utf8_document)" in caplog.text
+    assert "b.parquet:row 3: dropped (text_not_string)" in caplog.text
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "empty.parquet")
+    docs, drops, _ = _read_all(_config("parquet", tmp_path / "empty.parquet"))
+    assert docs == [] and drops.counts == {"empty_file": 1}
+
+
+def test_parquet_missing_column_wrong_type_and_corrupt_file_are_clear_errors(tmp_path):
+    _write_parquet(tmp_path / "a.parquet", ["One."], row_group_size=1, id=[7])
+    with pytest.raises(ValueError, match=r"a\.parquet: no column 'body' \(config\.data\.text_key\); "
+                                         r"it has columns \['text', 'id'\]"):
+        sources.list_units(_config("parquet", tmp_path / "a.parquet", text_key="body"))
+    with pytest.raises(ValueError, match=r"a\.parquet: column 'id' \(config\.data\.text_key\) holds int64"):
+        sources.list_units(_config("parquet", tmp_path / "a.parquet", text_key="id"))
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ValueError, match=r"junk\.parquet: not a readable Parquet file"):
+        sources.list_units(_config("parquet", tmp_path / "junk.parquet"))
+    good = (tmp_path / "a.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(good[:len(good) // 2])
+    with pytest.raises(ValueError, match=r"cut\.parquet: not a readable Parquet file"):
+        sources.list_units(_config("parquet", tmp_path / "cut.parquet"))
+    _write_parquet(tmp_path / "pages.parquet", ["Some text here. " * 50] * 20, row_group_size=10)
+    data = bytearray((tmp_path / "pages.parquet").read_bytes())
+    data[100:600] = bytes(b ^ 0x41 for b in data[100:600])  # corrupt pages, intact footer
+    (tmp_path / "pages.parquet").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"pages\.parquet: unreadable Parquet data near row 0"):
+        _read_all(_config("parquet", tmp_path / "pages.parquet"))
+
+
+def test_small_jsonl_and_parquet_corpora_are_prepared_in_process():
+    parquet = {"parquet": "a", "row_groups": [0, 3], "text_key": "text"}
+    assert prepare._default_workers([{"jsonl": "a", "range": [0, 1 << 20], "text_key": "text"}]) == 1
+    assert prepare._default_workers([dict(parquet, bytes=1 << 20)]) == 1
+    assert prepare._default_workers([dict(parquet, bytes=64 << 20)]) == (os.cpu_count() or 1)
+
+
+def test_prepared_jsonl_and_parquet_match_the_same_text_file(tmp_path):
+    documents = list(demo_corpus.demo_documents(0, 40))
+    texts = [" ".join(d) for d in documents]
+    assert [sources.split_sentences(t) for t in texts] == documents
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "c.txt").write_text("\n\n".join("\n".join(d) for d in documents) + "\n")
+    (tmp_path / "jsonl").mkdir()
+    for f in range(2):
+        (tmp_path / "jsonl" / f"c{f}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n"
+                                                               for t in texts[f * 20:(f + 1) * 20]))
+    (tmp_path / "parquet").mkdir()
+    for f in range(2):
+        _write_parquet(tmp_path / "parquet" / f"c{f}.parquet", texts[f * 20:(f + 1) * 20], row_group_size=7)
+    splits = {}
+    for source, pattern in [("text", "text/*.txt"), ("jsonl", "jsonl/*.jsonl"), ("parquet", "parquet/*.parquet")]:
+        metadata = prepare.ensure_prepared(_config(source, tmp_path / pattern), str(tmp_path / f"out-{source}"))
+        assert metadata["dropped"] == {}
+        splits[source] = {split: {key: entry[key] for key in ("documents", "sentences", "tokens", "characters")}
+                          for split, entry in metadata["splits"].items()}
+    assert splits["jsonl"] == splits["parquet"] == splits["text"]
+    total = splits["text"]["train"]["documents"] + splits["text"]["eval"]["documents"]
+    assert total == len(documents) and splits["text"]["eval"]["documents"] > 0
