@@ -103,35 +103,60 @@ class SquadWindows:
 
     @functools.cached_property
     def max_context(self) -> np.ndarray:
-        """<bool>[N, S]: the position is a context token and this window is where it has the
-        most context (run_squad.py's `_check_is_max_context`: the highest
-        min(left, right) + 0.01 * window length over the question's windows; first on ties)."""
-        n = len(self.example_index)
-        width = int(self.doc_length.max(initial=0))
-        token = self.doc_start[:, None] + np.arange(width)[None, :]  # context token index
-        best = np.arange(width)[None, :] < self.doc_length[:, None]
-
-        def score(rows):
-            start, length = self.doc_start[rows][:, None], self.doc_length[rows][:, None]
-            return np.minimum(token - start, start + length - 1 - token) + 0.01 * length
-
-        own = score(np.arange(n))
-        for distance in range(1, n):
-            overlapping = False
-            for other, beats in ((np.arange(n) + distance, np.greater), (np.arange(n) - distance, np.greater_equal)):
-                other_c = np.clip(other, 0, n - 1)
-                same = (other == other_c) & (self.example_index[other_c] == self.example_index)
-                start, length = self.doc_start[other_c][:, None], self.doc_length[other_c][:, None]
-                contains = same[:, None] & (token >= start) & (token < start + length)
-                if contains.any():
-                    overlapping = True
-                    best &= ~(contains & beats(score(other_c), own))
-            if not overlapping:  # windows are ordered: farther ones overlap even less
-                break
-        flags = np.zeros((n, self.max_seq_length), bool)
+        """<bool>[N, S]: the position is a context token of this window, and this window is
+        where that token has the most context (see `max_context_flags`)."""
+        best = max_context_flags(self.example_index, self.doc_start, self.doc_length)
+        flags = np.zeros((len(self.example_index), self.max_seq_length), bool)
         rows, columns = np.nonzero(best)
         flags[rows, self.doc_position[rows] + columns] = True
         return flags
+
+
+# -- Sliding windows (shared with tagging.py). --
+
+def sliding_windows(num_tokens: np.ndarray, window, stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """run_squad.py's doc spans, for many rows at once: windows of `window` tokens (an int or
+    <int>[R]) starting every min(window, stride) tokens, until one reaches the row's end; an
+    empty row gets one empty window.
+
+    num_tokens <int>[R] -> (row, start, length), each <int64>[W], rows' windows consecutive.
+    """
+    num_tokens = np.asarray(num_tokens, np.int64)
+    window = np.broadcast_to(np.asarray(window, np.int64), num_tokens.shape)
+    step = np.minimum(window, stride)
+    count = 1 + np.maximum(0, -(-(num_tokens - window) // step))  # ceil((tokens - window) / step)
+    row = np.repeat(np.arange(len(num_tokens)), count)
+    start = (np.arange(len(row)) - np.repeat(ragged.row_starts(count), count)) * step[row]
+    return row, start, np.minimum(num_tokens[row] - start, window[row])
+
+
+def max_context_flags(row: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """<bool>[W, max(length)]: [w, j] is True when token start[w] + j of row[w] lies in window
+    w and w is the window where it has the most context: the highest
+    min(tokens left, tokens right) + 0.01 * window length over the row's windows, the first
+    on ties (run_squad.py's `_check_is_max_context`). Windows as `sliding_windows` gives them.
+    """
+    n = len(row)
+    token = start[:, None] + np.arange(int(length.max(initial=0)))[None, :]
+    end = start + length  # exclusive
+    best = token < end[:, None]
+
+    def score(w):
+        return np.minimum(token - start[w, None], end[w, None] - 1 - token) + 0.01 * length[w, None]
+
+    own = score(np.arange(n))
+    for distance in range(1, n):
+        overlapping = False
+        for other, beats in ((np.arange(n) + distance, np.greater), (np.arange(n) - distance, np.greater_equal)):
+            other_c = np.clip(other, 0, n - 1)
+            same_row = (other == other_c) & (row[other_c] == row)
+            contains = same_row[:, None] & (token >= start[other_c, None]) & (token < end[other_c, None])
+            if contains.any():
+                overlapping = True
+                best &= ~(contains & beats(score(other_c), own))
+        if not overlapping:  # windows are ordered: farther ones overlap even less
+            break
+    return best
 
 
 # -- Reading. --
@@ -267,14 +292,10 @@ def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: 
         token_start, token_end, kept = _answer_tokens(examples, c_offsets, c_start, c_len, skip_bad_answers)
 
     # Windows: each kept question's context cut every min(window, doc_stride) tokens.
-    doc_tokens = c_len[context]
-    window = max_seq_length - q_keep - 3
-    step = np.minimum(window, doc_stride)
-    n_windows = np.where(kept, 1 + np.maximum(0, -(-(doc_tokens - window) // step)), 0)
-    example_index = np.repeat(np.arange(len(examples)), n_windows)
-    k = np.arange(len(example_index)) - np.repeat(ragged.row_starts(n_windows), n_windows)
-    doc_start = k * step[example_index]
-    doc_length = np.minimum(doc_tokens[example_index] - doc_start, window[example_index])
+    questions = np.flatnonzero(kept)
+    row, doc_start, doc_length = sliding_windows(c_len[context[questions]], max_seq_length - q_keep[questions] - 3,
+                                                 doc_stride)
+    example_index = questions[row]
     doc_position = q_keep[example_index] + 2
 
     features = {name: np.zeros((len(example_index), max_seq_length), np.int32)
@@ -453,7 +474,8 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
         if not v2:
             predictions[examples.ids[q]] = entries[0]["text"]
             continue
-        diff = NO_SPAN_NULL_ODDS if best_span is None else null_score - best_span["start_logit"] - best_span["end_logit"]
+        diff = (NO_SPAN_NULL_ODDS if best_span is None else
+                null_score - best_span["start_logit"] - best_span["end_logit"])
         null_odds[examples.ids[q]] = float(diff)
         predictions[examples.ids[q]] = "" if diff > null_score_diff_threshold else best_span["text"]
     return predictions, nbest, null_odds

@@ -27,13 +27,14 @@ def test_wordpiece_offsets_point_into_the_original_text(bert_tokenizer):
     assert tokens == ["hello", ",", "world", "中", "文", "x"]
     assert pieces == ["Hello", ",", "WORLD", "中", "文", "x"]
     ids, offsets = bert_tokenizer.encode_with_offsets("a\x00b  c")  # NUL is dropped: "ab" is one word
-    assert offsets.tolist() == [[0, 3], [5, 6]] and ids.dtype == np.int32 and offsets.dtype == np.int64
+    assert offsets.tolist() == [[0, 3], [5, 6]]
+    assert ids.dtype == np.int32 and offsets.dtype == np.int64
     ids, offsets = bert_tokenizer.encode_with_offsets("")
     assert ids.shape == (0,) and offsets.shape == (0, 2)
 
 
 def test_wordpiece_offset_ids_equal_encode_flat(bert_tokenizer):
-    texts = ["Zoë  Saldaña (1895–1943)", "", "São Paulo, 'a triumph!'", "plain ascii text here", "ﬁne Ａｂｃ 😀"]
+    texts = ["Zoë  Saldaña (1895–1943)", "", "São Paulo, 'a triumph!'", "plain ascii here", "ﬁne Ａｂｃ 😀"]
     ids, offsets, lengths = bert_tokenizer.encode_flat_with_offsets(texts)
     expected_ids, expected_lengths = bert_tokenizer.encode_flat(texts)
     assert ids.tolist() == expected_ids.tolist() and lengths.tolist() == expected_lengths.tolist()
@@ -42,8 +43,8 @@ def test_wordpiece_offset_ids_equal_encode_flat(bert_tokenizer):
 
 @pytest.fixture(scope="module")
 def sentencepiece_tokenizer(tmp_path_factory):
-    corpus = ["Café déjà vu is a French phrase.", "The naïve fox jumps over the lazy dog."] * 50 + ["中文 字符 测试"] * 20
-    path = tokenization.train_sentencepiece(corpus, 40, str(tmp_path_factory.mktemp("spm")), do_lower_case=True)
+    corpus = ["Café déjà vu is a French phrase.", "The naïve fox jumps over the lazy dog.", "中文 字符 测试"] * 50
+    path = tokenization.train_sentencepiece(corpus, 40, str(tmp_path_factory.mktemp("spm")), True)
     return tokenization.load_tokenizer("sentencepiece", path)
 
 
@@ -57,7 +58,7 @@ def test_sentencepiece_offsets_are_characters_without_leading_space(sentencepiec
         for start, end in offsets:
             assert start == end or not text[start].isspace()
             covered[start:end] += 1
-        assert [covered[i] for i, c in enumerate(text) if not c.isspace()] == [1] * len(text.replace(" ", "").replace("\u00a0", ""))
+        assert all(covered[i] == 1 for i, c in enumerate(text) if not c.isspace())
         assert np.all(np.diff(offsets[:, 0]) >= 0)
 
 
@@ -138,7 +139,8 @@ def test_windows_layout_and_max_context_match_run_squad(long_split, bert_tokeniz
                         bert_tokenizer.sep_id]
             used = long_split.lengths[row]
             assert used == len(expected) and features["input_ids"][row, :used].tolist() == expected
-            assert features["segment_ids"][row].tolist() == [0] * (len(query) + 2) + [1] * (length + 1) + [0] * (40 - used)
+            segments = [0] * (len(query) + 2) + [1] * (length + 1) + [0] * (40 - used)
+            assert features["segment_ids"][row].tolist() == segments
             assert features["input_mask"][row].tolist() == [1] * used + [0] * (40 - used)
             flags = [_original_is_max_context(spans, w, start + j) for j in range(length)]
             position = len(query) + 2
