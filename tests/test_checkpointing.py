@@ -283,8 +283,12 @@ def test_on_gs_a_step_is_moved_aside_by_copy_then_delete(tmp_path, small8, monke
     step2 = _files(tmp_path / "2")
     copied, path_class = [], type(ckpt.directory)
     real_copy = path_class.copy
-    monkeypatch.setattr(path_class, "copy",
-                        lambda self, dst, overwrite=False: (copied.append(str(self)), real_copy(self, dst, overwrite))[1])
+
+    def copy(self, dst, overwrite=False):
+        copied.append(str(self))
+        return real_copy(self, dst, overwrite)
+
+    monkeypatch.setattr(path_class, "copy", copy)
     monkeypatch.setattr(checkpointing, "_is_remote", lambda path: True)
     _failing_restore(monkeypatch, lambda step, attempt: step == 2)
     assert ckpt.restore(abstract)[1]["step"] == 1

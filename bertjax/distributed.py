@@ -1,0 +1,78 @@
+"""Multi-process start-up (TPU pod slices, multi-node GPU, several CPU processes).
+
+`initialize(mode, coordinator_address, num_processes, process_id)` is what the launchers
+call before anything touches a device. What each environment exposes, and who reads it:
+
+  * Cloud TPU VM pod slices (`gcloud ... tpu-vm ssh --worker=all`): the worker list and
+    this worker's number come from the GCE metadata server; GKE TPU node pools set
+    TPU_WORKER_HOSTNAMES / TPU_WORKER_ID; multislice adds MEGASCALE_* variables.
+  * SLURM (`srun`): SLURM_JOB_ID, SLURM_STEP_NODELIST, SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID.
+  * Open MPI (`mpirun`): OMPI_MCA_orte_hnp_uri, OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK.
+  * Kubernetes (GPU jobs): the pod's API, with `jax[k8s]` installed.
+  * Anything else (torchrun-style launchers, hand-started processes): the explicit flags.
+
+jax reads all of these itself (its ClusterEnv classes), so this module only decides
+*whether* to start jax.distributed: "auto" asks jax's own cluster detection whether an
+environment with more than one process is present and never parses those variables;
+"on" always starts it (the flags fill in what jax cannot detect); "off" never does.
+On CPU the processes talk through gloo collectives: jax's default for
+`jax_cpu_collectives_implementation` (checked in jax 0.10.2, the oldest this package allows).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "on", "off")
+
+
+def detect_cluster() -> type | None:
+    """The cluster environment `jax.distributed.initialize()` would use, or None.
+
+    The same choice as jax makes: its ClusterEnv classes in order, opt-in ones (mpi4py) left out.
+    """
+    try:
+        from jax._src.clusters import ClusterEnv
+        environments = ClusterEnv._cluster_types
+    except (ImportError, AttributeError) as e:
+        raise RuntimeError(f"--distributed=auto: this jax {jax.__version__} does not expose its cluster detection "
+                           f"({e}); use --distributed=on (multi-process) or --distributed=off") from None
+    return next((env for env in environments if not env.opt_in_only_method and env.is_env_present()), None)
+
+
+def initialize(mode: str = "auto", coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None) -> bool:
+    """Starts jax.distributed as `mode` (auto | on | off) says; returns whether it did.
+
+    auto: when any flag is given, or when jax detects a cluster environment with more than
+      one process (a single-host TPU VM or a one-task SLURM job stays single-process).
+    on: always; flags left None are detected by jax.
+    off: never; giving flags with it is an error.
+    """
+    if mode not in MODES:
+        raise ValueError(f"--distributed must be one of {MODES}, got {mode!r}")
+    flags = {"coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}
+    given = sorted(name for name, value in flags.items() if value is not None)
+    if mode == "off":
+        if given:
+            raise ValueError(f"--distributed=off contradicts --{', --'.join(given)}")
+        return False
+    if mode == "auto" and not given:
+        cluster = detect_cluster()
+        processes = cluster.get_process_count() if cluster is not None else 1
+        if processes < 2:
+            log.info("--distributed=auto: %s; running as one process",
+                     f"{cluster.__name__} with one process" if cluster else "no multi-process cluster environment")
+            return False
+        log.info("--distributed=auto: %s with %d processes", cluster.__name__, processes)
+    try:
+        jax.distributed.initialize(**flags)
+    except ValueError as e:  # jax: "coordinator_address should be defined." and the like
+        raise ValueError(f"--distributed={mode}: jax.distributed could not start ({e}). No cluster environment "
+                         f"(Cloud TPU pod slice, SLURM, Open MPI, Kubernetes) was detected: pass "
+                         f"--coordinator_address=host:port, --num_processes and --process_id") from None
+    return True

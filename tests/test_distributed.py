@@ -1,0 +1,120 @@
+"""Tests for bertjax.distributed: when jax.distributed is started, with what, and the
+two-process CPU path (gloo collectives) over 127.0.0.1."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import jax
+import pytest
+from jax._src.clusters import ClusterEnv, cloud_tpu_cluster
+
+from bertjax import distributed
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "TPU_", "MEGASCALE_", "KUBERNETES_", "JAX_COORDINATOR")
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """A clean environment (no cluster variables) and a recording jax.distributed.initialize."""
+    for name in list(os.environ):
+        if name.startswith(CLUSTER_VARIABLES):
+            monkeypatch.delenv(name)
+    recorded = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: recorded.append(kwargs))
+    return recorded
+
+
+NO_FLAGS = {"coordinator_address": None, "num_processes": None, "process_id": None}
+
+
+def test_auto_without_a_cluster_does_nothing(calls):
+    assert distributed.detect_cluster() is None
+    assert not distributed.initialize("auto")
+    assert calls == []
+
+
+SLURM = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "gpu[007-010]", "SLURM_NTASKS": "4", "SLURM_PROCID": "2",
+         "SLURM_LOCALID": "0"}
+OPEN_MPI = {"OMPI_MCA_orte_hnp_uri": "1531576320.0;tcp://10.96.0.1,10.148.0.1:34911", "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+
+
+@pytest.mark.parametrize("environment, name, expected", [
+    (SLURM, "SlurmCluster", (f"gpu007:{4242 % 4096 + 61440}", 4, 2, [0])),
+    (OPEN_MPI, "OmpiCluster", (f"10.96.0.1:{1531576320 // 4096 % 4096 + 61440}", 2, 1, [1])),
+])
+def test_auto_with_a_multi_process_cluster_lets_jax_detect_the_rest(calls, monkeypatch, environment, name, expected):
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    assert distributed.detect_cluster().__name__ == name
+    assert distributed.initialize("auto")
+    assert calls == [NO_FLAGS]  # jax.distributed.initialize() finds the peers itself ...
+    # ... and these are what it finds: (coordinator, process count, process id, local devices).
+    assert ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, 10) == expected
+
+
+def test_auto_on_gke_tpu_workers(calls, monkeypatch):
+    monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
+    for key, value in {"TPU_WORKER_HOSTNAMES": "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4", "TPU_WORKER_ID": "3",
+                       "MEGASCALE_NUM_SLICES": "1", "TPU_SKIP_MDS_QUERY": "1"}.items():  # no GCE metadata server
+        monkeypatch.setenv(key, value)
+    assert distributed.detect_cluster().__name__ == "GkeTpuCluster"
+    assert distributed.initialize("auto") and calls == [NO_FLAGS]
+
+
+def test_auto_with_a_one_process_cluster_stays_single_process(calls, monkeypatch):
+    for key, value in dict(SLURM, SLURM_NTASKS="1", SLURM_PROCID="0").items():
+        monkeypatch.setenv(key, value)
+    assert not distributed.initialize("auto")
+    assert calls == []
+
+
+def test_explicit_flags_on_and_off(calls):
+    assert distributed.initialize("auto", "10.0.0.1:1234", 2, 1)
+    assert distributed.initialize("on")
+    assert calls == [{"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 1}, NO_FLAGS]
+    assert not distributed.initialize("off")
+    with pytest.raises(ValueError, match="--distributed=off contradicts --coordinator_address, --process_id"):
+        distributed.initialize("off", coordinator_address="10.0.0.1:1234", process_id=0)
+    with pytest.raises(ValueError, match=r"--distributed must be one of \('auto', 'on', 'off'\), got 'yes'"):
+        distributed.initialize("yes")
+    assert len(calls) == 2
+
+
+def test_on_without_a_cluster_or_flags_names_the_flags(monkeypatch):
+    def jax_initialize(**kwargs):
+        raise ValueError("coordinator_address should be defined.")
+
+    monkeypatch.setattr(jax.distributed, "initialize", jax_initialize)
+    with pytest.raises(ValueError, match="--distributed=on: jax.distributed could not start .*pass "
+                                         "--coordinator_address=host:port, --num_processes and --process_id"):
+        distributed.initialize("on")
+
+
+_TWO_PROCESSES = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from bertjax import distributed
+    assert distributed.initialize("auto", f"127.0.0.1:{sys.argv[1]}", 2, int(sys.argv[2]))
+    import jax
+    from jax.experimental import multihost_utils
+    gathered = multihost_utils.process_allgather(np.int32(jax.process_index() + 10))
+    print("processes", jax.process_count(), "devices", jax.device_count(), "gathered", gathered.tolist(), flush=True)
+""")
+
+
+def test_two_cpu_processes_over_localhost():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    procs = [subprocess.Popen([sys.executable, "-c", _TWO_PROCESSES, str(port), str(i)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+        assert "processes 2 devices 4 gathered [10, 11]" in out, out
