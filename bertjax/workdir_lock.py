@@ -1,0 +1,69 @@
+"""One run per workdir: an exclusive lock on `<workdir>/.lock`.
+
+Two runs writing the same checkpoints, metrics and prepared data would corrupt each other
+without any error. `hold(workdir)` takes the lock for the length of a run; a second run
+gets WorkdirBusyError naming the workdir and the holder.
+
+Local workdirs: `fcntl.flock` on the open lock file. The kernel releases it when the
+holder exits, however it exits (kill -9 included), so a crash never leaves a stale lock;
+the file itself stays and says who held it last (pid@host and start time). NFS and other
+network file systems may not honour flock across machines.
+
+gs:// workdirs are not locked (a warning says so). GCS can create an object only if it
+does not exist yet, but an object cannot be released by a process that is killed, so a
+preempted run would lock out its own resume; a lease with heartbeats is what that needs.
+
+In a multi-process run only process 0 should hold the lock: the other processes of the
+same run share the workdir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import logging
+import os
+import socket
+from typing import Iterator
+
+from bertjax import fileio
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".lock"
+
+
+class WorkdirBusyError(ValueError):
+    """Another run holds the workdir."""
+
+
+@contextlib.contextmanager
+def hold(workdir: str) -> Iterator[None]:
+    """Holds `<workdir>/.lock` (creating the workdir) until the block ends.
+
+    Raises WorkdirBusyError when another process holds it.
+    """
+    if fileio.is_remote(workdir):
+        log.warning("%s is not locked against a second run at the same time (gs:// workdirs cannot be locked)",
+                    workdir)
+        yield
+        return
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, LOCK_NAME)
+    with open(path, "a+", encoding="utf-8") as lock_file:
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "another process (starting up)"
+            raise WorkdirBusyError(f"workdir {workdir} is in use by {holder}; wait for that run to end or stop it, "
+                                   f"or choose another --workdir (lock file: {path})") from None
+        lock_file.truncate(0)
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        lock_file.write(f"{os.getpid()}@{socket.gethostname()} since {started}\n")
+        lock_file.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)

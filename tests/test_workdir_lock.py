@@ -1,0 +1,68 @@
+"""Tests for bertjax.workdir_lock: one run per workdir, released however the holder ends."""
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bertjax import workdir_lock
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_HOLDER = textwrap.dedent("""
+    import sys
+    from bertjax import workdir_lock
+    with workdir_lock.hold(sys.argv[1]):
+        print("holding", flush=True)
+        sys.stdin.read()  # until the test closes stdin, or kills this process
+    print("released", flush=True)
+""")
+
+
+def _start_holder(workdir):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(workdir)], env=dict(os.environ, PYTHONPATH=REPO),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "holding\n"
+    return holder
+
+
+@pytest.mark.parametrize("ending", ["exits", "killed"])
+def test_a_second_run_is_refused_until_the_first_ends(tmp_path, ending):
+    workdir = tmp_path / "run"
+    holder = _start_holder(workdir)
+    with pytest.raises(workdir_lock.WorkdirBusyError) as refused:
+        with workdir_lock.hold(str(workdir)):
+            pytest.fail("entered a workdir another process holds")
+    message = str(refused.value)
+    assert f"workdir {workdir} is in use by {holder.pid}@{socket.gethostname()} since " in message
+    assert "\n" not in message and str(workdir / ".lock") in message
+    if ending == "exits":
+        holder.stdin.close()
+        assert holder.stdout.read() == "released\n"
+    else:
+        holder.send_signal(signal.SIGKILL)  # no clean-up runs: the kernel drops the lock
+    assert holder.wait(timeout=60) == (0 if ending == "exits" else -signal.SIGKILL)
+    with workdir_lock.hold(str(workdir)):
+        assert (workdir / ".lock").read_text().startswith(f"{os.getpid()}@")
+
+
+def test_the_same_process_cannot_enter_twice_and_may_enter_again_after(tmp_path):
+    with workdir_lock.hold(str(tmp_path)):
+        with pytest.raises(workdir_lock.WorkdirBusyError, match=f"in use by {os.getpid()}@"):
+            with workdir_lock.hold(str(tmp_path)):
+                pass
+    with workdir_lock.hold(str(tmp_path)):
+        pass
+
+
+def test_gs_workdirs_are_not_locked_and_say_so(caplog):
+    with caplog.at_level(logging.WARNING, logger="bertjax.workdir_lock"):
+        with workdir_lock.hold("gs://bucket/run"):
+            with workdir_lock.hold("gs://bucket/run"):
+                pass
+    assert "gs://bucket/run is not locked against a second run" in caplog.text
