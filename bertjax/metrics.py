@@ -14,8 +14,8 @@ import numpy as np
 
 from bertjax.models.config import BertConfig
 
-# Dense bf16 peak FLOP/s per device (chip / GPU), from the vendors' data sheets.
-PEAK_FLOPS_BY_DEVICE_KIND = {
+# Dense bf16 peak FLOP/s per TPU chip or per GPU, from the vendors' data sheets.
+PEAK_FLOPS_PER_CHIP = {
     "TPU v2": 45e12,
     "TPU v3": 123e12,
     "TPU v4": 275e12,
@@ -30,6 +30,10 @@ PEAK_FLOPS_BY_DEVICE_KIND = {
     "NVIDIA A100": 312e12,
     "NVIDIA L4": 121e12,
 }
+# A TPU v2 or v3 chip holds two TensorCores and JAX shows each as a device. From v4 on a
+# chip is one device: v4 and v5p join their two cores into one (megacore), v5e and v6e
+# have one core. GPUs are one device each.
+DEVICES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
 
 
 def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predictions: int) -> float:
@@ -58,11 +62,13 @@ def measure_peak_flops(seconds: float = 0.5, size: int = 1024) -> float:
 
 
 def peak_flops_per_device() -> tuple[float, str]:
-    """(peak FLOP/s, where it came from) for this process's first device."""
+    """(peak FLOP/s of one JAX device, where it came from) for this process's first device."""
     kind = jax.devices()[0].device_kind
-    for name, flops in sorted(PEAK_FLOPS_BY_DEVICE_KIND.items(), key=lambda item: -len(item[0])):
+    for name in sorted(PEAK_FLOPS_PER_CHIP, key=len, reverse=True):
         if kind.startswith(name):
-            return flops, f"table ({kind})"
+            per_chip = DEVICES_PER_CHIP.get(name, 1)
+            share = f", 1/{per_chip} of a chip" if per_chip > 1 else ""
+            return PEAK_FLOPS_PER_CHIP[name] / per_chip, f"table ({kind}{share})"
     return measure_peak_flops(), f"measured f32 matmul ({kind})"
 
 

@@ -1,0 +1,75 @@
+"""Tests for bertjax.metrics: per-device peaks (TPU v2/v3 devices are half a chip), model
+FLOPs against a hand count, and the JSONL and TensorBoard files MetricsWriter writes."""
+
+import glob
+import json
+import types
+
+import jax
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bertjax import metrics
+from bertjax.models import BertConfig
+
+
+@pytest.mark.parametrize("kind, peak, source", [
+    ("TPU v2", 22.5e12, "table (TPU v2, 1/2 of a chip)"),  # 45 TFLOP/s per chip, two devices
+    ("TPU v3", 61.5e12, "table (TPU v3, 1/2 of a chip)"),  # 123 per chip, two devices
+    ("TPU v4", 275e12, "table (TPU v4)"),                  # megacore: one device per chip
+    ("TPU v5 lite", 197e12, "table (TPU v5 lite)"),
+    ("TPU v5", 459e12, "table (TPU v5)"),                  # v5p
+    ("TPU v6 lite", 918e12, "table (TPU v6 lite)"),
+    ("NVIDIA H100 80GB HBM3", 989e12, "table (NVIDIA H100 80GB HBM3)"),
+])
+def test_peak_flops_per_device(monkeypatch, kind, peak, source):
+    monkeypatch.setattr(jax, "devices", lambda: [types.SimpleNamespace(device_kind=kind)])
+    assert metrics.peak_flops_per_device() == (peak, source)
+
+
+def test_unknown_devices_measure_their_peak(monkeypatch):
+    monkeypatch.setattr(metrics, "measure_peak_flops", lambda: 1e9)
+    monkeypatch.setattr(jax, "devices", lambda: [types.SimpleNamespace(device_kind="Some CPU")])
+    assert metrics.peak_flops_per_device() == (1e9, "measured f32 matmul (Some CPU)")
+
+
+def test_pretraining_flops_per_sequence_by_hand():
+    h, i, layers, vocab, s, p = 4, 8, 2, 10, 6, 2  # hidden, intermediate, layers, vocab, length, predictions
+    config = BertConfig(vocab_size=vocab, hidden_size=h, num_hidden_layers=layers, num_attention_heads=2,
+                        intermediate_size=i)
+    # A matmul [m, k] x [k, n] is 2*m*k*n FLOPs. Per layer, for the s tokens of a sequence:
+    qkvo = 4 * (2 * s * h * h)          # 4 * 2*6*4*4 = 768: query, key, value and output projections
+    scores = 2 * s * s * h              # 2*6*6*4 = 288: Q K^T over all heads (heads * head_dim = h)
+    mix = 2 * s * s * h                 # 288: the attention-weighted sum of values
+    mlp = 2 * s * h * i + 2 * s * i * h  # 384 + 384: up and down projection
+    per_layer = qkvo + scores + mix + mlp
+    assert per_layer == 768 + 288 + 288 + 768 == 2112
+    pooler = 2 * h * h                  # 32: one [CLS] token
+    nsp = 2 * h * 2                     # 16: two classes
+    mlm = 2 * p * h * h + 2 * p * h * vocab  # 64 + 160: transform and tied decoder at the p masked positions
+    forward = layers * per_layer + pooler + nsp + mlm
+    assert forward == 4224 + 32 + 16 + 224 == 4496
+    # Backward is twice the forward (gradients for inputs and for weights).
+    assert metrics.pretraining_flops_per_sequence(config, seq_len=s, num_predictions=p) == 3 * forward == 13488
+
+
+def test_metrics_writer_files_read_back(tmp_path):
+    writer = metrics.MetricsWriter(str(tmp_path))
+    writer.write(1, {"loss": 2.5, "learning_rate": np.float32(1e-4)})
+    writer.write(2, {"loss": jax.numpy.asarray(2.0)})
+    writer.write(2, {"mlm_accuracy": 0.25}, prefix="eval_")
+    writer.close()
+
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines == [{"step": 1, "loss": 2.5, "learning_rate": pytest.approx(1e-4)}, {"step": 2, "loss": 2.0},
+                     {"step": 2, "eval_mlm_accuracy": 0.25}]
+
+    [events_file] = glob.glob(str(tmp_path / "tensorboard" / "events.out.tfevents.*"))
+    scalars = []
+    for event in tf.compat.v1.train.summary_iterator(events_file):
+        for value in event.summary.value:
+            assert value.metadata.plugin_data.plugin_name == "scalars"  # what TensorBoard's scalar tab reads
+            scalars.append((event.step, value.tag, float(tf.make_ndarray(value.tensor))))
+    assert scalars == [(1, "loss", 2.5), (1, "learning_rate", pytest.approx(1e-4)), (2, "loss", 2.0),
+                       (2, "eval_mlm_accuracy", 0.25)]
