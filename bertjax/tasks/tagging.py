@@ -1,0 +1,259 @@
+"""Token tagging (CoNLL-2003 NER, your own CoNLL files): words -> first-sub-word labels -> tags.
+
+Sources: TFDS `conll2003` (`read_tfds`; splits train, dev, test; label order from the
+builder's `info.features["ner"].feature.names`) or CoNLL-format files (`read_conll`): one
+token per line, whitespace-separated columns, the tag in `tag_column` (default the last),
+a blank line between sentences, `-DOCSTART-` lines skipped.
+
+Features: every word is tokenized on its own (in bulk); a word that yields no tokens
+becomes [UNK]. `[CLS] sub-words [SEP]`; the word's label sits on its first sub-word, and
+its other sub-words, [CLS], [SEP] and padding have weight 0. A sentence longer than
+`max_seq_length - 2` tokens continues in further windows that overlap by `stride` tokens
+(half a window by default, as `squad.sliding_windows`); each word is predicted (weight 1)
+in exactly one window, the one where its first sub-word has the most context
+(`squad.max_context_flags`), so no word is dropped from training or evaluation.
+
+    Split.features: input_ids, segment_ids, input_mask, label_ids <int32>[N, S];
+                    label_weights <float32>[N, S] (1 where a word is predicted, also when
+                    the split has no labels: there label_ids are 0)
+    Split.examples: TaggingWindows (the sentences; feature -> sentence; token -> word)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+from absl import logging
+
+from bertjax import fileio, ragged
+from bertjax.data.sources import DropCounter
+from bertjax.tasks.common import Split
+from bertjax.tasks.squad import max_context_flags, sliding_windows
+
+MAX_SEQ_LENGTH = 128
+DOCSTART = "-DOCSTART-"
+
+
+@dataclasses.dataclass
+class TaggingExamples:
+    """Sentences of one split. tags[s][w] is word w's gold tag (None: unlabeled split);
+    label_names: the tag vocabulary (label id = index); locations[s]: 'file:line' or
+    'tfds:name[split]#index' of the sentence, for messages."""
+
+    source: str
+    sentences: list[list[str]]
+    tags: list[list[str]] | None
+    label_names: list[str]
+    locations: list[str]
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+
+@dataclasses.dataclass
+class TaggingWindows:
+    """Split.examples of a tagging split.
+
+    sentence_index <int64>[N]: feature -> sentence (a sentence's windows are consecutive).
+    token_word <int32>[N, S]: each position's word in its sentence, -1 for [CLS], [SEP], pads.
+    """
+
+    examples: TaggingExamples
+    sentence_index: np.ndarray
+    token_word: np.ndarray
+
+
+# -- Reading. --
+
+def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | None = None,
+               token_column: int = 0) -> TaggingExamples:
+    """A CoNLL-format file (local or gs://) -> TaggingExamples.
+
+    tag_column None: an unlabeled file (tokens only). label_names None: the file's own tags,
+    sorted with "O" first (use it for the training file, then pass its label_names to the
+    others). Errors name file:line: a line without the tag (or token) column, or a tag
+    not in label_names (with the known tags).
+    """
+    sentences, tags, locations = [], [], []
+    words, word_tags, first_line = [], [], 0
+    known = None if label_names is None else set(label_names)
+
+    def end_sentence():
+        if words:
+            sentences.append(list(words)), tags.append(list(word_tags)), locations.append(f"{path}:{first_line}")
+            words.clear(), word_tags.clear()
+
+    with fileio.open_file(path) as f:
+        for number, line in enumerate(f, start=1):
+            columns = line.split()
+            if not columns or columns[0] == DOCSTART:
+                end_sentence()
+                continue
+            needed = [token_column] + ([] if tag_column is None else [tag_column])
+            if any(not -len(columns) <= c < len(columns) for c in needed):
+                raise ValueError(f"{path}:{number}: expected the token in column {token_column}"
+                                 + ("" if tag_column is None else f" and the tag in column {tag_column}")
+                                 + f", got {len(columns)} column(s): {line.rstrip()!r}")
+            if not words:
+                first_line = number
+            words.append(columns[token_column])
+            if tag_column is not None:
+                tag = columns[tag_column]
+                if known is not None and tag not in known:
+                    raise ValueError(f"{path}:{number}: unknown tag {tag!r}; known tags: {list(label_names)}")
+                word_tags.append(tag)
+    end_sentence()
+    if tag_column is None:
+        return TaggingExamples(path, sentences, None, list(label_names or ["O"]), locations)
+    if label_names is None:
+        found = {tag for sentence in tags for tag in sentence}
+        label_names = ["O"] + sorted(found - {"O"})
+    return TaggingExamples(path, sentences, tags, list(label_names), locations)
+
+
+def read_tfds(name: str = "conll2003", split: str = "train", data_dir: str | None = None,
+              tag_feature: str = "ner") -> TaggingExamples:
+    """TFDS conll2003 (or a dataset with `tokens` and a sequence of class labels) ->
+    TaggingExamples. A sentence whose tag count differs from its token count, or that is
+    empty, is a counted, logged skip. Test splits keep their tags (CoNLL-2003 has them)."""
+    import tensorflow_datasets as tfds
+    builder = tfds.builder(name, data_dir=data_dir)
+    label_names = list(builder.info.features[tag_feature].feature.names)
+    source, skips = f"tfds:{name}[{split}]", DropCounter()
+    sentences, tags, locations = [], [], []
+    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+    for index, example in enumerate(tfds.as_numpy(dataset)):
+        words = [w.decode("utf-8", errors="replace") for w in example["tokens"]]
+        label_ids = example[tag_feature]
+        where = f"{source}#{index}"
+        if len(words) != len(label_ids):
+            skips.drop("tag_count_mismatch", where, f"{len(words)} tokens, {len(label_ids)} tags")
+        elif not words:
+            skips.drop("empty_sentence", where)
+        else:
+            sentences.append(words), tags.append([label_names[i] for i in label_ids]), locations.append(where)
+    if skips.counts:
+        logging.warning("%s: skipped %d sentences (%s)", source, sum(skips.counts.values()),
+                        ", ".join(f"{k}: {v}" for k, v in sorted(skips.counts.items())))
+    return TaggingExamples(source, sentences, tags, label_names, locations)
+
+
+# -- Features. --
+
+def featurize(tokenizer, examples: TaggingExamples, split_name: str, max_seq_length: int = MAX_SEQ_LENGTH,
+              stride: int | None = None) -> Split:
+    """TaggingExamples -> Split (see the module docstring). stride: tokens between window
+    starts for long sentences (default half the window, at least 1)."""
+    budget = max_seq_length - 2
+    if budget < 1:
+        raise ValueError(f"max_seq_length must be >= 3, got {max_seq_length}")
+    stride = max(1, budget // 2) if stride is None else stride
+    words_per_sentence = np.fromiter(map(len, examples.sentences), np.int64, len(examples))
+    all_words = [word for sentence in examples.sentences for word in sentence]
+    if examples.tags is None:
+        label_of_word = np.zeros(len(all_words), np.int64)
+    else:
+        index = {name: i for i, name in enumerate(examples.label_names)}
+        for sentence, location in zip(examples.tags, examples.locations):
+            if not index.keys() >= set(sentence):
+                raise ValueError(f"{location}: tags {sorted(set(sentence) - index.keys())} are not in the "
+                                 f"label names {examples.label_names}")
+        label_of_word = np.array([index[tag] for sentence in examples.tags for tag in sentence], np.int64)
+    ids, word_tokens = tokenizer.encode_flat(all_words)
+    empty = word_tokens == 0  # e.g. a lone control character: one [UNK]
+    if empty.any():
+        ids = np.insert(ids, ragged.row_starts(word_tokens)[empty], tokenizer.unk_id)
+        word_tokens = np.maximum(word_tokens, 1)
+    word_first = ragged.row_starts(word_tokens)  # each word's first token in `ids`
+    sentence_first_word = ragged.row_starts(words_per_sentence)
+    word_sentence = np.repeat(np.arange(len(examples)), words_per_sentence)
+    sentence_tokens = np.bincount(word_sentence, weights=word_tokens, minlength=len(examples)).astype(np.int64)
+    sentence_first_token = ragged.row_starts(sentence_tokens)
+    token_word = np.repeat(np.arange(len(all_words)) - sentence_first_word[word_sentence], word_tokens)
+    token_is_first = np.zeros(len(ids), bool)
+    token_is_first[word_first] = True
+    token_label = np.repeat(label_of_word, word_tokens)
+
+    sentence_index, start, length = sliding_windows(sentence_tokens, budget, stride)
+    predicted = max_context_flags(sentence_index, start, length)  # [N, longest window]
+    n = len(sentence_index)
+    columns = np.arange(max_seq_length)[None, :]
+    relative = columns - 1  # position -> token within the window
+    inside = (relative >= 0) & (relative < length[:, None])
+    source = np.where(inside, sentence_first_token[sentence_index][:, None] + start[:, None] + relative, len(ids))
+    pick = lambda values, fill: np.append(values, fill)[source]  # fill: [SEP]/pads
+    input_ids = np.where(inside, pick(ids, 0), np.where(columns == length[:, None] + 1, tokenizer.sep_id,
+                                                        tokenizer.pad_id))
+    input_ids[:, 0] = tokenizer.cls_id
+    max_context = np.zeros((n, max_seq_length), bool)
+    max_context[:, 1:1 + predicted.shape[1]] = predicted  # windows hold at most `budget` tokens
+    weights = inside & pick(token_is_first, False) & max_context
+    features = {
+        "input_ids": input_ids.astype(np.int32),
+        "segment_ids": np.zeros((n, max_seq_length), np.int32),
+        "input_mask": (columns < length[:, None] + 2).astype(np.int32),
+        "label_ids": np.where(weights, pick(token_label, 0), 0).astype(np.int32),
+        "label_weights": weights.astype(np.float32),
+    }
+    windows = TaggingWindows(examples, sentence_index, np.where(inside, pick(token_word, -1), -1).astype(np.int32))
+    logging.info("%s: %d sentences -> %d windows (max_seq_length %d)", examples.source, len(examples), n,
+                 max_seq_length)
+    return Split(split_name, features, (length + 2).astype(np.int32), windows, examples.tags is not None)
+
+
+def load_split(tokenizer, source: str, split: str, label_names: list[str] | None = None,
+               max_seq_length: int = MAX_SEQ_LENGTH, data_dir: str | None = None, **read_args) -> Split:
+    """"conll2003" (TFDS, `split` in train/dev/test) or a CoNLL file path (named `split`;
+    read_args: tag_column, token_column) -> featurize(...)'s Split."""
+    if source == "conll2003":
+        examples = read_tfds(source, split, data_dir, **read_args)
+    else:
+        examples = read_conll(source, label_names=label_names, **read_args)
+    return featurize(tokenizer, examples, split, max_seq_length)
+
+
+# -- Predictions. --
+
+def predictions_to_tags(split: Split, predicted_label_ids: np.ndarray) -> list[list[str]]:
+    """<int>[N, S] predicted label ids (e.g. argmax of the logits) -> one tag per word of
+    each sentence, read where label_weights > 0."""
+    windows: TaggingWindows = split.examples
+    examples = windows.examples
+    predicted_label_ids = np.asarray(predicted_label_ids)
+    if predicted_label_ids.shape != windows.token_word.shape:
+        raise ValueError(f"predictions_to_tags: predicted_label_ids has shape {predicted_label_ids.shape}, "
+                         f"split {split.name!r} needs {windows.token_word.shape}")
+    rows, columns = np.nonzero(split.features["label_weights"] > 0)
+    sentence = windows.sentence_index[rows]
+    words = np.fromiter(map(len, examples.sentences), np.int64, len(examples))
+    flat_word = ragged.row_starts(words)[sentence] + windows.token_word[rows, columns]
+    ids = np.full(int(words.sum()), -1, np.int64)
+    ids[flat_word] = predicted_label_ids[rows, columns]
+    if (ids < 0).any() or (ids >= len(examples.label_names)).any():
+        raise ValueError(f"predictions_to_tags: label ids outside [0, {len(examples.label_names)}) "
+                         f"or words without a prediction")
+    names = np.array(examples.label_names, dtype=object)[ids]
+    return [list(row) for row in np.split(names, np.cumsum(words)[:-1])] if len(examples) else []
+
+
+def write_conll(path: str, sentences: list[list[str]], gold_tags: list[list[str]] | None,
+                pred_tags: list[list[str]]) -> None:
+    """Writes conlleval input: `token gold predicted` per line (`token predicted` without
+    gold), a blank line between sentences; atomically, local or gs://. Whitespace inside a
+    token (never in CoNLL data) becomes '_' so the columns stay whitespace-separated."""
+    lines = []
+    for s, (words, predicted) in enumerate(zip(sentences, pred_tags)):
+        gold = None if gold_tags is None else gold_tags[s]
+        if len(predicted) != len(words) or (gold is not None and len(gold) != len(words)):
+            raise ValueError(f"write_conll: sentence {s} has {len(words)} words but "
+                             f"{len(predicted)} predicted / {len(words) if gold is None else len(gold)} gold tags")
+        for w, word in enumerate(words):
+            token = "_".join(word.split()) or "_"
+            lines.append(f"{token} {predicted[w]}" if gold is None else f"{token} {gold[w]} {predicted[w]}")
+        lines.append("")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with fileio.open_file(tmp, "w") as f:
+        f.write("\n".join(lines) + ("\n" if lines else ""))
+    fileio.rename(tmp, path)

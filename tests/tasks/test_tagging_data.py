@@ -1,0 +1,154 @@
+"""Tagging data: first-sub-word labels, windows over long sentences, CoNLL files, TFDS conll2003."""
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from bertjax.tasks import tagging
+from bertjax.tf_cpu import tf
+
+LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def _examples(sentences, tags, label_names=LABELS):
+    return tagging.TaggingExamples("test", sentences, tags, label_names, [f"s{i}" for i in range(len(sentences))])
+
+
+def test_first_sub_word_labels_and_weights_by_hand(bert_tokenizer):
+    words = ["Saldaña", "visited", "Zürich", "\x01", "unaffable", "Zoë"]
+    tags = ["B-PER", "O", "B-LOC", "O", "O", "B-PER"]
+    split = tagging.featurize(bert_tokenizer, _examples([words], [tags]), "train", max_seq_length=16)
+    row = split.features["input_ids"][0]
+    tokens = [bert_tokenizer.id_to_token(i) for i in row[:split.lengths[0]]]
+    # The control character yields no token: it becomes [UNK] so the word keeps a label.
+    assert tokens == ["[CLS]", "sal", "##dana", "visited", "zurich", "[UNK]", "una", "##ffa", "##ble", "zoe", "[SEP]"]
+    assert split.features["label_ids"][0, :11].tolist() == [0, 1, 0, 0, 3, 0, 0, 0, 0, 1, 0]
+    assert split.features["label_weights"][0].tolist() == [0, 1, 0, 1, 1, 1, 1, 0, 0, 1, 0] + [0] * 5
+    assert split.examples.token_word[0].tolist() == [-1, 0, 0, 1, 2, 3, 4, 4, 4, 5, -1] + [-1] * 5
+    assert split.features["input_mask"][0].tolist() == [1] * 11 + [0] * 5
+    assert split.features["segment_ids"].sum() == 0 and split.lengths.tolist() == [11]
+    assert split.features["label_ids"].dtype == np.int32 and split.features["label_weights"].dtype == np.float32
+    assert tagging.predictions_to_tags(split, split.features["label_ids"]) == [tags]
+
+
+@pytest.mark.parametrize("max_seq_length, stride", [(12, 3), (12, None), (7, 1), (40, None)])
+def test_long_sentence_windows_predict_every_word_once(bert_tokenizer, max_seq_length, stride):
+    rng = np.random.default_rng(0)
+    vocabulary = ["Saldaña", "visited", "Zürich", "unaffable", "the", "São", "Paulo", ",", "extraordinarily"]
+    sentences = [list(rng.choice(vocabulary, size=n)) for n in (40, 3, 25)]
+    tags = [list(rng.choice(LABELS, size=len(s))) for s in sentences]
+    split = tagging.featurize(bert_tokenizer, _examples(sentences, tags), "dev", max_seq_length, stride)
+    windows = split.examples
+    assert (np.bincount(windows.sentence_index) > 1).sum() >= 2  # the long sentences are windowed
+    weights = split.features["label_weights"] > 0
+    for s, sentence in enumerate(sentences):
+        rows = np.flatnonzero(windows.sentence_index == s)
+        predicted_words = windows.token_word[rows][weights[rows]]
+        assert sorted(predicted_words.tolist()) == list(range(len(sentence)))
+        # Every window's real tokens are the sentence's, in order, with no word lost.
+        tokens = np.concatenate([split.features["input_ids"][r, 1:split.lengths[r] - 1] for r in rows])
+        assert set(tokens.tolist()) == set(bert_tokenizer.encode(" ".join(sentence)))
+    assert tagging.predictions_to_tags(split, split.features["label_ids"]) == tags
+    scrambled = np.where(weights, 0, 3)  # only the weighted positions are read
+    assert tagging.predictions_to_tags(split, scrambled) == [["O"] * len(s) for s in sentences]
+    with pytest.raises(ValueError, match="needs"):
+        tagging.predictions_to_tags(split, scrambled[:, :-1])
+
+
+def test_window_prediction_comes_from_the_max_context_window(bert_tokenizer):
+    words = [f"w{i}" for i in range(10)]  # 'w', '##i': 20 tokens
+    split = tagging.featurize(bert_tokenizer, _examples([words], [["O"] * 10]), "dev", max_seq_length=10, stride=4)
+    windows = split.examples
+    # Windows of 8 tokens starting at 0, 4, 8, 12. Word 3 = tokens 6, 7: in window 0 (min(6, 1) = 1)
+    # and window 1 (min(2, 5) = 2): predicted from window 1, at position 1 + 2.
+    assert windows.token_word[1, 3] == 3 and split.features["label_weights"][1, 3] == 1
+    assert windows.token_word[0, 7] == 3 and split.features["label_weights"][0, 7] == 0
+
+
+# -- CoNLL files. --
+
+CONLL = """-DOCSTART- -X- -X- O
+
+EU NNP B-NP B-ORG
+rejects VBZ B-VP O
+German JJ B-NP B-MISC
+
+Peter NNP B-NP B-PER
+Blackburn NNP B-NP I-PER
+-DOCSTART- -X- -X- O
+Zürich NNP B-NP B-LOC
+"""
+
+
+def test_conll_reader(tmp_path, bert_tokenizer):
+    path = tmp_path / "train.txt"
+    path.write_text(CONLL, encoding="utf-8")
+    examples = tagging.read_conll(str(path))
+    assert examples.sentences == [["EU", "rejects", "German"], ["Peter", "Blackburn"], ["Zürich"]]
+    assert examples.tags == [["B-ORG", "O", "B-MISC"], ["B-PER", "I-PER"], ["B-LOC"]]
+    assert examples.label_names == ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-PER"]
+    assert examples.locations == [f"{path}:3", f"{path}:7", f"{path}:10"]
+    chunks = tagging.read_conll(str(path), tag_column=2, label_names=["O", "B-NP", "B-VP"])
+    assert chunks.tags[0] == ["B-NP", "B-VP", "B-NP"]
+    unlabeled = tagging.read_conll(str(path), tag_column=None, label_names=examples.label_names)
+    assert unlabeled.tags is None and unlabeled.sentences == examples.sentences
+    split = tagging.featurize(bert_tokenizer, unlabeled, "test")
+    assert not split.has_labels and split.features["label_ids"].sum() == 0
+    assert split.features["label_weights"].sum() == 6  # still marks where each word is predicted
+
+
+def test_conll_bad_lines_name_file_and_line(tmp_path):
+    path = tmp_path / "dev.txt"
+    path.write_text("EU B-ORG\nrejects O\n\nPeter B-PER\nBlackburn\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{path}:5: expected the token in column 0 and the tag in column 1, "
+                                         r"got 1 column\(s\): 'Blackburn'"):
+        tagging.read_conll(str(path), tag_column=1)
+    path.write_text("EU B-ORG\nrejects B-VERB\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{path}:2: unknown tag 'B-VERB'; known tags: \['O', 'B-ORG'\]"):
+        tagging.read_conll(str(path), label_names=["O", "B-ORG"])
+    with pytest.raises(ValueError, match=r"s0: tags \['B-X'\] are not in the label names"):
+        tagging.featurize(None, _examples([["a"]], [["B-X"]]), "train")
+
+
+def test_write_conll(tmp_path):
+    path = tmp_path / "out.txt"
+    gold, predicted = [["B-ORG", "O"], ["O"]], [["B-ORG", "B-PER"], ["O"]]
+    tagging.write_conll(str(path), [["EU", "rejects"], ["odd word"]], gold, predicted)
+    assert path.read_text() == "EU B-ORG B-ORG\nrejects O B-PER\n\nodd_word O O\n\n"
+    tagging.write_conll(str(path), [["EU"]], None, [["B-ORG"]])
+    assert path.read_text() == "EU B-ORG\n\n"
+    with pytest.raises(ValueError, match="sentence 0 has 2 words but 1 predicted"):
+        tagging.write_conll(str(path), [["EU", "x"]], None, [["O"]])
+
+
+# -- TFDS conll2003 under mock data. --
+
+def test_tfds_mock_data_counts_tag_count_mismatches(bert_tokenizer, caplog):
+    with tfds.testing.mock_data(num_examples=8), caplog.at_level(logging.WARNING):
+        examples = tagging.read_tfds("conll2003", "dev")
+        split = tagging.featurize(bert_tokenizer, examples, "dev")
+    assert examples.label_names == ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+    assert len(examples) < 8 and "tag_count_mismatch" in caplog.text and "tfds:conll2003[dev]#" in caplog.text
+    assert len(split) >= len(examples)
+
+
+def test_tfds_consistent_examples_give_features(bert_tokenizer):
+    sentences = [(["EU", "rejects", "German", "call"], [3, 0, 7, 0]), (["Peter", "Blackburn"], [1, 2])]
+
+    def as_dataset(self, *args, **kwargs):
+        def generate():
+            for tokens, ner in sentences:
+                yield {"tokens": tokens, "ner": ner, "pos": [0] * len(ner), "chunks": [0] * len(ner)}
+        spec = {"tokens": tf.TensorSpec([None], tf.string), **{k: tf.TensorSpec([None], tf.int64)
+                                                               for k in ("ner", "pos", "chunks")}}
+        return tf.data.Dataset.from_generator(generate, output_signature=spec)
+
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+        split = tagging.load_split(bert_tokenizer, "conll2003", "train", max_seq_length=16)
+    examples = split.examples.examples
+    assert examples.tags == [["B-ORG", "O", "B-MISC", "O"], ["B-PER", "I-PER"]]
+    assert len(split) == 2 and split.has_labels
+    assert split.features["label_ids"][0, 1:5].tolist() == [3, 0, 7, 0]
+    assert tagging.predictions_to_tags(split, split.features["label_ids"]) == examples.tags
