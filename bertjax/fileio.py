@@ -29,6 +29,13 @@ def join(*parts: str) -> str:
     return posixpath.join(*parts) if is_remote(parts[0]) else os.path.join(*parts)
 
 
+def parent(path: str) -> str:
+    """The directory holding `path` (for remote paths, the prefix before the last '/')."""
+    if is_remote(path):
+        return posixpath.dirname(path.rstrip("/"))
+    return os.path.dirname(os.path.abspath(path))
+
+
 def open_file(path: str, mode: str = "r") -> IO:
     """Like open(path, mode) (text modes are UTF-8)."""
     if is_remote(path):
@@ -60,6 +67,30 @@ def rename(source: str, target: str) -> None:
         _gfile().rename(source, target, overwrite=True)
     else:
         os.replace(source, target)
+
+
+def isdir(path: str) -> bool:
+    return _gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def listdir(path: str) -> list[str]:
+    """Names in directory `path` (sub-directories without a trailing slash)."""
+    if is_remote(path):
+        return [name.rstrip("/") for name in _gfile().listdir(path)]
+    return os.listdir(path)
+
+
+def copy(source: str, target: str) -> None:
+    """Copies file `source` to `target` (either may be remote), replacing it."""
+    if is_remote(source) or is_remote(target):
+        _gfile().copy(source, target, overwrite=True)
+    else:
+        shutil.copyfile(source, target)
+
+
+def read_bytes(path: str) -> bytes:
+    with open_file(path, "rb") as f:
+        return f.read()
 
 
 def glob(pattern: str) -> list[str]:

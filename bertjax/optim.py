@@ -46,7 +46,7 @@ def _get(train_config: Any, key: str) -> Any:
     try:
         return getattr(train_config, key)
     except (AttributeError, KeyError):
-        raise ValueError(f"train.{key} is missing from the config") from None
+        raise ValueError(f"config.train.{key} is missing from the config") from None
 
 
 def _is_number(value: Any) -> bool:
@@ -62,7 +62,7 @@ def validate_train_config(train_config: Any) -> None:
 
     def check(key: str, ok: bool, requirement: str):
         if not ok:
-            raise ValueError(f"train.{key} must be {requirement}, got {_get(train_config, key)!r}")
+            raise ValueError(f"config.train.{key} must be {requirement}, got {_get(train_config, key)!r}")
 
     optimizer, schedule = _get(train_config, "optimizer"), _get(train_config, "schedule")
     check("optimizer", optimizer in OPTIMIZERS, f"one of {OPTIMIZERS}")
@@ -73,7 +73,7 @@ def validate_train_config(train_config: Any) -> None:
     check("num_steps", _is_int(num_steps) and num_steps >= 1, "an int >= 1")
     warmup = _get(train_config, "warmup_steps")
     check("warmup_steps", _is_int(warmup) and 0 <= warmup <= num_steps,
-          f"an int in [0, train.num_steps={num_steps}]")
+          f"an int in [0, config.train.num_steps={num_steps}]")
     if schedule == "inverse_sqrt":
         check("warmup_steps", warmup > 0, "> 0 for the 'inverse_sqrt' schedule")
     wd = _get(train_config, "weight_decay")
@@ -87,7 +87,7 @@ def validate_train_config(train_config: Any) -> None:
     check("max_grad_norm", _is_number(clip) and clip >= 0, ">= 0 (0 disables clipping)")
     bias_correction = getattr(train_config, "adam_bias_correction", False)
     if not isinstance(bias_correction, bool):
-        raise ValueError(f"train.adam_bias_correction must be a bool, got {bias_correction!r}")
+        raise ValueError(f"config.train.adam_bias_correction must be a bool, got {bias_correction!r}")
 
 
 # --------------------------------------------------------------------------------------
@@ -209,3 +209,17 @@ def make_optimizer(train_config: Any) -> optax.GradientTransformation:
         parts.append(optax.lamb(schedule, b1=tc.adam_b1, b2=tc.adam_b2, eps=tc.adam_eps,
                                 weight_decay=tc.weight_decay, mask=decay_mask))
     return optax.chain(*parts)
+
+
+def update_count(opt_state: Any) -> jax.Array:
+    """How many updates the optimizer has applied: the step its learning-rate schedule is at.
+
+    Read from the `optax.ScaleByScheduleState` of `make_optimizer`'s chain (both optimizers
+    have one), so a step skipped for a non-finite gradient (its state left untouched) does
+    not advance the schedule, and the logged learning rate is the one actually used.
+    """
+    states = [leaf for leaf in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByScheduleState))
+              if isinstance(leaf, optax.ScaleByScheduleState)]
+    if len(states) != 1:
+        raise ValueError(f"update_count: expected one ScaleByScheduleState in the optimizer state, found {len(states)}")
+    return states[0].count

@@ -124,6 +124,14 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(("data", "fsdp"), *([None] * (ndim - 1))))
 
 
+def micro_batch_spec(ndim: int) -> PartitionSpec:
+    """Micro-batches stacked as [count, rows, ...]: the count axis whole, rows over (data, fsdp).
+
+    Needs an active mesh (`activate`), like `nn.with_logical_constraint`.
+    """
+    return PartitionSpec(None, ("data", "fsdp"), *([None] * (ndim - 1)))
+
+
 @contextlib.contextmanager
 def activate(mesh: Mesh):
     """Makes `mesh` and the rules current, so `nn.with_logical_constraint` applies when tracing."""

@@ -2,9 +2,17 @@
 
 Importing `tf` from here hides every GPU from TensorFlow first, so it never takes
 accelerator memory from JAX. Every bertjax module that uses TensorFlow imports it this way.
+Unless the environment says otherwise, TensorFlow's C++ start-up notices are off: its
+INFO/WARNING logs, and the oneDNN notice (oneDNN's float kernels are off too, which
+changes nothing here: the input pipelines do integer work).
 """
 
-import tensorflow as tf
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import tensorflow as tf  # noqa: E402
 
 try:
     tf.config.set_visible_devices([], "GPU")

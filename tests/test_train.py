@@ -112,7 +112,7 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path, prepared_d
     outputs = [p.communicate(timeout=600) for p in processes]
     for p, (_, stderr) in zip(processes, outputs):
         assert p.returncode == 0, stderr[-5000:]
-    assert "over 8 devices (2 processes)" in outputs[0][1]
+    assert "over 8 devices (2 processes)" in outputs[0][0]
 
     reference, distributed = _losses(_metrics(single)), _losses(_metrics(multi))
     assert sorted(distributed) == sorted(reference) == list(range(1, 7))
@@ -139,7 +139,7 @@ def test_phase_two_continues_from_the_phase_one_checkpoint(tmp_path, prepared_di
                    "--config.data.max_predictions_per_seq=20"]
     continued = tmp_path / "phase2"
     result = _run(continued, prepared_dir, *phase2_args, f"--config.init_checkpoint={phase1}/checkpoints")
-    assert "initialised ['bert', 'mlm', 'nsp'] from" in result.stderr
+    assert "initialised ['bert', 'mlm', 'nsp'] from" in result.stdout
     scratch = tmp_path / "scratch"
     _run(scratch, prepared_dir, *phase2_args)
     first = lambda workdir: _metrics(workdir)[0]

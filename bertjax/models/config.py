@@ -11,6 +11,13 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 ATTENTION_IMPLS = ("xla", "fused")
 DTYPES = ("float32", "bfloat16", "float16")
 
+# What a checkpoint's weights mean: a run initialised from a checkpoint takes these from it,
+# and a value the config sets explicitly must agree with the checkpoint's.
+ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                       "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+# Fields a checkpoint also records, used when the config leaves them unset.
+_INHERITED_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+
 # (layers, hidden, heads, intermediate) of the released models (BERT_REFERENCE.md).
 PRESETS: dict[str, tuple[int, int, int, int]] = {
     "tiny": (2, 128, 2, 512),
@@ -116,3 +123,37 @@ class BertConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, preset: str | None = None,
+            accelerator: bool = False, source: str = "config.model") -> BertConfig:
+    """A run's BertConfig from a config section in which None means "not set".
+
+    values: BertConfig fields (and optionally "preset"); None or absent = not set.
+    checkpoint: the config of the weights the run starts from, if any. Architecture fields
+      (ARCHITECTURE_FIELDS) come from it; an explicitly set value that differs is an error
+      naming the field. Dropout and initializer_range come from it when not set.
+    preset: without a checkpoint, unset sizes come from this released size (else BertConfig's).
+    accelerator: `dtype` unset means bfloat16 compute on TPU/GPU, float32 on CPU
+      (parameters stay float32 either way unless `param_dtype` says otherwise).
+    """
+    values = {key: value for key, value in values.items() if value is not None and key != "preset"}
+    known = {field.name for field in dataclasses.fields(BertConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{source}: unknown BertConfig keys {unknown}; known keys are {sorted(known)}")
+    if checkpoint is not None:
+        for name in ARCHITECTURE_FIELDS:
+            if name in values and values[name] != getattr(checkpoint, name):
+                raise ValueError(f"{source}.{name}={values[name]!r} but the checkpoint has {name}="
+                                 f"{getattr(checkpoint, name)!r}; leave {source}.{name} unset to take the checkpoint's")
+        inherited = {name: getattr(checkpoint, name) for name in ARCHITECTURE_FIELDS + _INHERITED_FIELDS}
+        base = BertConfig(**inherited)
+    else:
+        base = BertConfig.preset(preset) if preset else BertConfig()
+    if "dtype" not in values:
+        values["dtype"] = "bfloat16" if accelerator else "float32"
+    try:
+        return base.replace(**values)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source}: {e}") from None

@@ -26,12 +26,12 @@ import json
 import logging
 import os
 import re
-import shutil
 from typing import Any
 
 import flax.linen as nn
 import numpy as np
 
+from bertjax import fileio
 from bertjax.models.bert import unstack_layers
 from bertjax.models.config import BertConfig
 
@@ -180,7 +180,7 @@ def _gather(table: list[Variable], tensors: dict[str, np.ndarray], fmt: str, sou
 # ------------------------------------------------------------------------------------------------
 
 def _read_json(path: str) -> dict[str, Any]:
-    with open(path) as f:
+    with fileio.open_file(path) as f:
         return json.load(f)
 
 
@@ -246,13 +246,13 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     The MLM decoder is tied to the word embeddings: a stored `cls.predictions.decoder.weight`
     must equal them, and `cls.predictions.decoder.bias` must equal `cls.predictions.bias`.
     """
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load
 
-    hf_config = _read_json(os.path.join(path, "config.json"))
-    config = hf_config_to_bert(hf_config, os.path.join(path, "config.json"))
-    file = os.path.join(path, "model.safetensors")
+    hf_config = _read_json(fileio.join(path, "config.json"))
+    config = hf_config_to_bert(hf_config, fileio.join(path, "config.json"))
+    file = fileio.join(path, "model.safetensors")
     tensors = {}
-    for key, value in load_file(file).items():
+    for key, value in load(fileio.read_bytes(file)).items():
         if _HF_IGNORED.search(key):
             continue
         name = _hf_name(key)
@@ -287,7 +287,7 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     `architecture` overrides the guessed one, e.g. "BertForTokenClassification" or
     "BertForMultipleChoice" (a "classifier" head defaults to BertForSequenceClassification).
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     params = _export_params(params)
     heads, num_labels = _param_heads(params)
@@ -305,12 +305,13 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     if "classifier" in heads:
         hf_config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
         hf_config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
-    os.makedirs(out_dir, exist_ok=True)
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
+    fileio.makedirs(out_dir)
+    with fileio.open_file(fileio.join(out_dir, "model.safetensors"), "wb") as f:
+        f.write(save(tensors, metadata={"format": "pt"}))
+    with fileio.open_file(fileio.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_path:
-        shutil.copyfile(vocab_path, os.path.join(out_dir, "vocab.txt"))
+        fileio.copy(vocab_path, fileio.join(out_dir, "vocab.txt"))
 
 
 def _guess_architecture(heads: tuple[str, ...]) -> str:
@@ -353,10 +354,10 @@ def tf_config_to_bert(values: dict[str, Any], source: str = "bert_config.json") 
 
 def tf_checkpoint_prefix(path: str) -> str | None:
     """`path`/bert_model.ckpt if its index exists, else the latest checkpoint named in `path`/checkpoint."""
-    prefix = os.path.join(path, "bert_model.ckpt")
-    if os.path.exists(prefix + ".index"):
+    prefix = fileio.join(path, "bert_model.ckpt")
+    if fileio.exists(prefix + ".index"):
         return prefix
-    if os.path.exists(os.path.join(path, "checkpoint")):
+    if fileio.exists(fileio.join(path, "checkpoint")):
         from bertjax.tf_cpu import tf
         return tf.train.latest_checkpoint(path)
     return None
@@ -366,8 +367,8 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """Reads `path`/bert_config.json + a TF1 checkpoint (original variable names) -> (config, params)."""
     from bertjax.tf_cpu import tf
 
-    config = tf_config_to_bert(_read_json(os.path.join(path, "bert_config.json")),
-                               os.path.join(path, "bert_config.json"))
+    config = tf_config_to_bert(_read_json(fileio.join(path, "bert_config.json")),
+                               fileio.join(path, "bert_config.json"))
     prefix = tf_checkpoint_prefix(path)
     if prefix is None:
         raise ValueError(f"{path}: no TF checkpoint (looked for bert_model.ckpt.index and a 'checkpoint' file)")
@@ -399,12 +400,12 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     tf_config = {key: getattr(config, key) for key in _ARCH_KEYS}
     tf_config["hidden_act"] = {"gelu": "gelu", "gelu_tanh": "gelu", "relu": "relu"}[config.hidden_act]
     tf_config["layer_norm_eps"] = config.layer_norm_eps  # the original code hard-codes 1e-12
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "bert_config.json"), "w") as f:
+    fileio.makedirs(out_dir)
+    with fileio.open_file(fileio.join(out_dir, "bert_config.json"), "w") as f:
         json.dump(tf_config, f, indent=2, sort_keys=True)
-    write_tf1_checkpoint(values, os.path.join(out_dir, "bert_model.ckpt"))
+    write_tf1_checkpoint(values, fileio.join(out_dir, "bert_model.ckpt"))
     if vocab_path:
-        shutil.copyfile(vocab_path, os.path.join(out_dir, "vocab.txt"))
+        fileio.copy(vocab_path, fileio.join(out_dir, "vocab.txt"))
 
 
 def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
@@ -434,10 +435,7 @@ def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     meta, params = checkpointing.load_params(path)
     params = _export_params(params)
     params = {key: _to_numpy(value) for key, value in params.items()}
-    model = (meta.get("config") or {}).get("model")
-    if not isinstance(model, dict):
-        raise ValueError(f"{path}: the run config saved with the checkpoint has no model section")
-    config = BertConfig.from_dict({**model, "scan_layers": False}, source=f"{path} (saved model config)")
+    config = _bertjax_config(meta, path)
     heads, num_labels = _param_heads(params)
     for var in variable_table(config, heads, num_labels):
         found = _get(params, var.path, path).shape
@@ -459,29 +457,98 @@ def _to_numpy(tree: Any) -> Any:
 
 _LAYOUTS = """  Hugging Face: config.json + model.safetensors
   Google TF release: bert_config.json + bert_model.ckpt.index (or a 'checkpoint' file)
-  bertjax: a checkpoint step folder (state/ + meta/) or a run's checkpoint directory"""
+  bertjax: a checkpoint step folder (state/ + meta/), a run's checkpoint directory, or the run's workdir"""
 
 
-def load_pretrained(path: str) -> tuple[BertConfig, dict[str, Any]]:
-    """A checkpoint directory in any supported layout (see _LAYOUTS) -> (BertConfig, params).
+def checkpoint_layout(path: str) -> tuple[str, str]:
+    """(layout, directory to read) of a checkpoint path, local or gs://.
 
-    params: {"bert": encoder tree, <heads present>}, numpy float32, unrolled layout.
+    layout: "huggingface", "tf" or "bertjax"; for a bertjax run's workdir the directory is
+    its `checkpoints/`. FileNotFoundError listing the layouts otherwise.
     """
     path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"load_pretrained: {path!r} is not a directory; expected one of:\n{_LAYOUTS}")
-    files = set(os.listdir(path))
+    if not fileio.isdir(path):
+        raise FileNotFoundError(f"{path!r} is not a directory; expected a checkpoint directory:\n{_LAYOUTS}")
+    files = set(fileio.listdir(path))
     if {"config.json", "model.safetensors"} <= files:
-        return load_huggingface(path)
+        return "huggingface", path
     if "bert_config.json" in files and ("bert_model.ckpt.index" in files or "checkpoint" in files):
-        return load_tf_checkpoint(path)
+        return "tf", path
     from bertjax import checkpointing
 
-    if checkpointing.is_bertjax_checkpoint(path):
-        return load_bertjax_checkpoint(path)
+    for candidate in (path, fileio.join(path, "checkpoints")):
+        if checkpointing.is_bertjax_checkpoint(candidate):
+            return "bertjax", candidate
     hint = ""
     if "pytorch_model.bin" in files:
         hint = ("\npytorch_model.bin needs PyTorch to read; convert it once with transformers: "
                 "AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)")
-    raise FileNotFoundError(f"load_pretrained: {path!r} matches no known checkpoint layout; looked for:\n"
+    raise FileNotFoundError(f"{path!r} matches no known checkpoint layout; looked for:\n"
                             f"{_LAYOUTS}\nfound: {sorted(files)}{hint}")
+
+
+def pretrained_config(path: str) -> BertConfig:
+    """The BertConfig of a checkpoint in any layout, read without loading its weights."""
+    layout, directory = checkpoint_layout(path)
+    if layout == "huggingface":
+        return hf_config_to_bert(_read_json(fileio.join(directory, "config.json")), fileio.join(directory, "config.json"))
+    if layout == "tf":
+        return tf_config_to_bert(_read_json(fileio.join(directory, "bert_config.json")),
+                                 fileio.join(directory, "bert_config.json"))
+    from bertjax import checkpointing
+
+    return _bertjax_config(checkpointing.read_meta(directory), directory)
+
+
+def _bertjax_config(meta: dict, path: str) -> BertConfig:
+    """The BertConfig saved with a bertjax checkpoint (the run config's resolved model section),
+    with scan_layers off, since loaded params are unrolled."""
+    model = (meta.get("config") or {}).get("model")
+    if not isinstance(model, dict):
+        raise ValueError(f"{path}: the run config saved with the checkpoint has no model section")
+    return BertConfig.from_dict({**model, "scan_layers": False}, source=f"{path} (saved model config)")
+
+
+def load_pretrained(path: str) -> tuple[BertConfig, dict[str, Any]]:
+    """A checkpoint in any supported layout (see _LAYOUTS), local or gs:// -> (BertConfig, params).
+
+    params: {"bert": encoder tree, <heads present>}, numpy float32, unrolled layout.
+    """
+    layout, directory = checkpoint_layout(path)
+    if layout == "huggingface":
+        return load_huggingface(directory)
+    if layout == "tf":
+        return load_tf_checkpoint(directory)
+    return load_bertjax_checkpoint(directory)
+
+
+def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
+    """The tokenizer that comes with a checkpoint: {"kind", "path", "do_lower_case"}, or None.
+
+    Hugging Face and Google releases: their vocab.txt (WordPiece); do_lower_case from
+    tokenizer_config.json (Hugging Face), or from the release's name ("cased_L-..." is
+    cased, "uncased_L-..." uncased), else None (the caller's default). bertjax: the
+    tokenizer the run saved in <workdir>/tokenizer (see tokenization.save_tokenizer).
+    """
+    layout, directory = checkpoint_layout(path)
+    if layout == "bertjax":
+        from bertjax import tokenization
+
+        run_directory = directory
+        for _ in range(3):  # the directory may be a workdir, its checkpoints/ or one step folder
+            saved = fileio.join(run_directory, "tokenizer")
+            if fileio.exists(fileio.join(saved, tokenization.SAVED_TOKENIZER)):
+                return tokenization.saved_tokenizer_spec(saved)
+            run_directory = fileio.parent(run_directory)
+        return None
+    vocab = fileio.join(directory, "vocab.txt")
+    if not fileio.exists(vocab):
+        return None
+    do_lower_case = None
+    tokenizer_config = fileio.join(directory, "tokenizer_config.json")
+    if layout == "huggingface" and fileio.exists(tokenizer_config):
+        do_lower_case = _read_json(tokenizer_config).get("do_lower_case")
+    name = os.path.basename(os.path.normpath(directory))
+    if do_lower_case is None and re.match(r"^(un)?cased_L-", name):
+        do_lower_case = name.startswith("uncased")
+    return {"kind": "wordpiece", "path": vocab, "do_lower_case": do_lower_case}

@@ -9,8 +9,11 @@ restore it from a pre-training checkpoint and add a freshly initialised head:
   BertForQuestionAnswering        "qa_outputs": start/end logits
   BertForMultipleChoice           "classifier" (1 output) on each (context, choice) pair's [CLS]
 
-Losses return (scalar loss, dict of metrics); logits are computed in the compute dtype
-and the losses in float32.
+Each loss comes as sums over the batch (`*_sums`) and their denominators (`*_counts`,
+`example_counts`), so a global batch split into micro-batches, or an evaluation split
+into batches with a padded last one, averages exactly once over all of it
+(`mean_metrics`); the `*_loss` functions are the plain per-batch means. Logits are
+computed in the compute dtype and the losses in float32.
 """
 
 from __future__ import annotations
@@ -73,27 +76,44 @@ class BertForPreTraining(nn.Module):
         return mlm_logits, nsp_logits
 
 
-def pretraining_loss(mlm_logits: Array, nsp_logits: Array, batch: dict[str, Array]) -> tuple[Array, dict]:
-    """The original loss: weighted-mean MLM cross-entropy (denominator + 1e-5) + mean NSP.
+def pretraining_sums(mlm_logits: Array, nsp_logits: Array, batch: dict[str, Array]) -> dict[str, Array]:
+    """Masked-LM and NSP cross-entropy and accuracy, summed (MLM weighted by masked_lm_weights).
 
     batch: masked_lm_ids <int>[B, P], masked_lm_weights <f32>[B, P], next_sentence_labels <int>[B].
     """
     weights = batch["masked_lm_weights"].astype(jnp.float32)
     mlm_logits = mlm_logits.astype(jnp.float32)
     mlm_xent = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, batch["masked_lm_ids"])
-    mlm_denominator = jnp.sum(weights) + 1e-5
-    mlm_loss = jnp.sum(mlm_xent * weights) / mlm_denominator
     mlm_correct = (jnp.argmax(mlm_logits, -1) == batch["masked_lm_ids"]).astype(jnp.float32)
     nsp_logits = nsp_logits.astype(jnp.float32)
     labels = batch["next_sentence_labels"].reshape(-1)
-    nsp_loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels))
-    metrics = {
-        "mlm_loss": mlm_loss,
-        "mlm_accuracy": jnp.sum(mlm_correct * weights) / mlm_denominator,
-        "nsp_loss": nsp_loss,
-        "nsp_accuracy": jnp.mean((jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32)),
+    return {
+        "mlm_loss": jnp.sum(mlm_xent * weights),
+        "mlm_accuracy": jnp.sum(mlm_correct * weights),
+        "nsp_loss": jnp.sum(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels)),
+        "nsp_accuracy": jnp.sum((jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32)),
     }
-    return mlm_loss + nsp_loss, metrics
+
+
+def pretraining_counts(batch: dict[str, Array]) -> dict[str, Array]:
+    """The denominators of `pretraining_sums`: real predictions for MLM, sequences for NSP."""
+    predictions = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))
+    sequences = jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
+    return {"mlm_loss": predictions, "mlm_accuracy": predictions, "nsp_loss": sequences, "nsp_accuracy": sequences}
+
+
+PRETRAINING_LOSS_TERMS = ("mlm_loss", "nsp_loss")
+
+
+def mean_metrics(sums: dict[str, Array], counts: dict[str, Array]) -> dict[str, Array]:
+    """{name: sums[name] / counts[name]}; a count of 0 (nothing to average) gives 0."""
+    return {name: value / jnp.maximum(counts[name], 1e-5) for name, value in sums.items()}
+
+
+def pretraining_loss(mlm_logits: Array, nsp_logits: Array, batch: dict[str, Array]) -> tuple[Array, dict]:
+    """The original loss on one batch: weighted-mean MLM cross-entropy + mean NSP cross-entropy."""
+    metrics = mean_metrics(pretraining_sums(mlm_logits, nsp_logits, batch), pretraining_counts(batch))
+    return metrics["mlm_loss"] + metrics["nsp_loss"], metrics
 
 
 class BertForSequenceClassification(nn.Module):
@@ -109,14 +129,30 @@ class BertForSequenceClassification(nn.Module):
         return dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(pooled)
 
 
-def classification_loss(logits: Array, labels: Array) -> tuple[Array, dict]:
-    """Cross-entropy over <int>[B] labels, or mean squared error when logits are [B, 1]."""
-    logits = logits.astype(jnp.float32)
+def classification_sums(logits: Array, labels: Array, weights: Array) -> dict[str, Array]:
+    """<f32>[B, L] logits, labels <int>[B] (or <f32>[B] when L == 1: regression), weights <f32>[B]
+    (0 for padding rows) -> weighted sums: cross-entropy and accuracy, or squared error."""
+    logits, weights = logits.astype(jnp.float32), weights.astype(jnp.float32)
     if logits.shape[-1] == 1:
-        loss = jnp.mean(jnp.square(logits[:, 0] - labels.astype(jnp.float32)))
-        return loss, {"mse": loss}
-    loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
-    return loss, {"accuracy": jnp.mean((jnp.argmax(logits, -1) == labels).astype(jnp.float32))}
+        squared = jnp.square(logits[:, 0] - labels.astype(jnp.float32))
+        return {"loss": jnp.sum(squared * weights), "mse": jnp.sum(squared * weights)}
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+    return {"loss": jnp.sum(xent * weights), "accuracy": jnp.sum(correct * weights)}
+
+
+def example_counts(weights: Array, names: tuple[str, ...]) -> dict[str, Array]:
+    """The same denominator, the weighted number of examples (or tokens), for every metric in `names`."""
+    total = jnp.sum(weights.astype(jnp.float32))
+    return {name: total for name in names}
+
+
+def classification_loss(logits: Array, labels: Array) -> tuple[Array, dict]:
+    """Mean cross-entropy over <int>[B] labels, or mean squared error when logits are [B, 1]."""
+    weights = jnp.ones(labels.shape[0], jnp.float32)
+    sums = classification_sums(logits, labels, weights)
+    metrics = mean_metrics(sums, example_counts(weights, tuple(sums)))
+    return metrics["loss"], {k: v for k, v in metrics.items() if k != "loss"}
 
 
 class BertForTokenClassification(nn.Module):
@@ -132,14 +168,20 @@ class BertForTokenClassification(nn.Module):
         return dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(sequence)
 
 
+def token_classification_sums(logits: Array, labels: Array, label_weights: Array) -> dict[str, Array]:
+    """<f32>[B, S, L] logits, labels <int>[B, S], label_weights <f32>[B, S] (0 for pads and
+    non-first sub-words) -> weighted token cross-entropy and accuracy sums."""
+    logits, weights = logits.astype(jnp.float32), label_weights.astype(jnp.float32)
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+    return {"loss": jnp.sum(xent * weights), "accuracy": jnp.sum(correct * weights)}
+
+
 def token_classification_loss(logits: Array, labels: Array, label_weights: Array) -> tuple[Array, dict]:
     """Weighted-mean cross-entropy over tokens; label_weights <f32>[B, S] is 0 for pads/sub-words."""
-    logits = logits.astype(jnp.float32)
-    weights = label_weights.astype(jnp.float32)
-    xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    denominator = jnp.maximum(jnp.sum(weights), 1e-5)
-    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
-    return jnp.sum(xent * weights) / denominator, {"accuracy": jnp.sum(correct * weights) / denominator}
+    sums = token_classification_sums(logits, labels, label_weights)
+    metrics = mean_metrics(sums, example_counts(label_weights, tuple(sums)))
+    return metrics["loss"], {"accuracy": metrics["accuracy"]}
 
 
 class BertForQuestionAnswering(nn.Module):
@@ -156,12 +198,23 @@ class BertForQuestionAnswering(nn.Module):
         return logits[..., 0], logits[..., 1]
 
 
-def span_loss(start_logits: Array, end_logits: Array, start_positions: Array, end_positions: Array):
-    """Mean of the start and end cross-entropies (the original run_squad.py loss)."""
+def span_sums(start_logits: Array, end_logits: Array, start_positions: Array, end_positions: Array,
+              weights: Array) -> dict[str, Array]:
+    """Start/end logits <f32>[B, S], gold positions <int>[B], weights <f32>[B] -> weighted sums of
+    the mean of the start and end cross-entropies (the original run_squad.py loss) and exact spans."""
+    weights = weights.astype(jnp.float32)
     start = optax.softmax_cross_entropy_with_integer_labels(start_logits.astype(jnp.float32), start_positions)
     end = optax.softmax_cross_entropy_with_integer_labels(end_logits.astype(jnp.float32), end_positions)
     exact = (jnp.argmax(start_logits, -1) == start_positions) & (jnp.argmax(end_logits, -1) == end_positions)
-    return jnp.mean(start + end) / 2, {"span_accuracy": jnp.mean(exact.astype(jnp.float32))}
+    return {"loss": jnp.sum((start + end) / 2 * weights), "span_accuracy": jnp.sum(exact * weights)}
+
+
+def span_loss(start_logits: Array, end_logits: Array, start_positions: Array, end_positions: Array):
+    """Mean of the start and end cross-entropies (the original run_squad.py loss)."""
+    weights = jnp.ones(start_positions.shape[0], jnp.float32)
+    sums = span_sums(start_logits, end_logits, start_positions, end_positions, weights)
+    metrics = mean_metrics(sums, example_counts(weights, tuple(sums)))
+    return metrics["loss"], {"span_accuracy": metrics["span_accuracy"]}
 
 
 class BertForMultipleChoice(nn.Module):
@@ -179,8 +232,21 @@ class BertForMultipleChoice(nn.Module):
         return scores.reshape(batch, choices)
 
 
+def multiple_choice_sums(logits: Array, labels: Array, weights: Array, choice_mask: Array | None = None
+                         ) -> dict[str, Array]:
+    """Softmax over choices: scores <f32>[B, C], correct choice <int>[B], weights <f32>[B],
+    choice_mask <bool>[B, C] (False = a padding choice, never chosen) -> weighted sums."""
+    logits, weights = logits.astype(jnp.float32), weights.astype(jnp.float32)
+    if choice_mask is not None:
+        logits = jnp.where(choice_mask.astype(bool), logits, -1e9)
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+    return {"loss": jnp.sum(xent * weights), "accuracy": jnp.sum(correct * weights)}
+
+
 def multiple_choice_loss(logits: Array, labels: Array) -> tuple[Array, dict]:
     """Softmax over choices: <f32>[B, C] scores and <int>[B] correct choice."""
-    logits = logits.astype(jnp.float32)
-    loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
-    return loss, {"accuracy": jnp.mean((jnp.argmax(logits, -1) == labels).astype(jnp.float32))}
+    weights = jnp.ones(labels.shape[0], jnp.float32)
+    sums = multiple_choice_sums(logits, labels, weights)
+    metrics = mean_metrics(sums, example_counts(weights, tuple(sums)))
+    return metrics["loss"], {"accuracy": metrics["accuracy"]}

@@ -1,0 +1,135 @@
+"""What every launcher in launch/ shares: quiet libraries, one-line errors, exit codes.
+
+    from bertjax import cli           # first: quiets TensorFlow's C++ start-up notices
+    ...absl flags...
+    if __name__ == "__main__":
+        cli.run(main)                 # instead of absl's app.run
+
+* Noise: library INFO logs (orbax, absl, TensorFlow, JAX) and TensorFlow's C++ notices are
+  off; warnings stay. `--verbosity=0` (or 1 for debug) or `BERTJAX_VERBOSE=1` brings them back.
+* Expected failures (a misspelt or bad config value, a missing or unreadable input, a
+  checkpoint that does not fit, a busy workdir) end with one line `error: ...` on stderr
+  and exit code 2; a run stopped on purpose (preemption, non-finite losses) with its
+  message and exit code 3. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import warnings
+from typing import Callable
+
+_VERBOSE = os.environ.get("BERTJAX_VERBOSE", "") not in ("", "0") or any(
+    arg.startswith(("--verbosity", "-v=", "--v=")) or arg == "-v" for arg in sys.argv[1:])
+if _VERBOSE:  # before TensorFlow is imported anywhere (bertjax.tf_cpu quiets it by default)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
+else:
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+from absl import app, flags  # noqa: E402
+
+EXIT_ERROR, EXIT_STOPPED = 2, 3
+# Loggers that talk at INFO about their own business during a normal run.
+_CHATTY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorflow", "tensorflow_datasets", "bertjax")
+
+
+def quiet_libraries() -> None:
+    """Library loggers to WARNING and known repeated warnings off, unless verbose."""
+    if _VERBOSE:
+        logging.getLogger().setLevel(logging.INFO)
+        return
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    for name in _CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*Sharding info not provided.*")
+
+
+def error_line(error: BaseException) -> str:
+    """An exception's message on one line (its cause's, if it has none of its own)."""
+    while error is not None and not str(error).strip():
+        error = error.__cause__ or error.__context__
+    message = str(error) if error is not None else "unknown error"
+    return " ".join(message.replace("\\n", " ").split())
+
+
+def _flag_error(error: BaseException, argv: list[str]) -> str:
+    """A flag-parsing failure -> one line naming the flag (a config key that does not exist,
+    a value of the wrong type, a config file that cannot be loaded)."""
+    message = error_line(error)
+    match = re.search(r'Did you mean "(\w+)" instead of "(\w+)"', message)
+    if match:  # ml_collections: an override of a key that does not exist
+        suggestion, bad = match.groups()
+        flag = next((a.split("=")[0] for a in argv if a.startswith("--config.") and
+                     re.search(rf"\.{bad}(=|$)", a.split("=")[0])), f"--config...{bad}")
+        return f"{flag}: no such config key; did you mean {suggestion!r}?"
+    if isinstance(error, (AttributeError, KeyError)):
+        flag = next((a.split("=")[0] for a in argv if a.startswith("--config.") and message.strip("'") in a),
+                    "--config")
+        return f"{flag}: no such config key ({message})"
+    config_arg = next((a for a in reversed(argv) if a.startswith("--config=")), "--config")
+    if "Failed loading config file" in message or "earlier failure to load" in message:
+        reason = re.search(r"\[Errno \d+\] ([^:]+)", message)
+        return f"{config_arg}: cannot load the config file ({reason.group(1) if reason else message})"
+    if isinstance(error, flags.Error):
+        if "Traceback" in str(error):  # get_config raised: keep its last line, the exception itself
+            last = [line for line in str(error).splitlines() if line.strip()][-1]
+            return f"{config_arg}: {last.split(': ', 1)[-1]}"
+        return str(error)
+    return f"{config_arg}: {message}"
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    try:
+        remaining = flags.FLAGS(argv)
+        if "config" in flags.FLAGS:  # a config file that failed to load raises only when read
+            _ = flags.FLAGS["config"].value.keys
+    except Exception as e:  # noqa: BLE001 -- any parse failure is the user's input, reported in one line
+        print(f"error: {_flag_error(e, argv)}", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+    return remaining
+
+
+def run(main: Callable[[list[str]], None]) -> None:
+    """absl's app.run(main) with quiet libraries, one-line flag and input errors, exit codes."""
+
+    def wrapped(argv):
+        quiet_libraries()
+        from bertjax.trainer import TrainingStopped
+
+        try:
+            main(argv)
+        except TrainingStopped as stopped:
+            print(f"stopped: {stopped}", file=sys.stderr)
+            sys.exit(EXIT_STOPPED)
+        except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
+            print(f"error: {error_line(e)}", file=sys.stderr)
+            sys.exit(EXIT_ERROR)
+
+    app.run(wrapped, flags_parser=_parse_flags)
+
+
+# -- Flags both training launchers define. --
+
+def define_distributed_flags():
+    """--distributed, --coordinator_address, --num_processes, --process_id (see bertjax.distributed)."""
+    return (
+        flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
+                          "auto: initialise jax.distributed when the environment shows several processes."),
+        flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host by hand)."),
+        flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host by hand)."),
+        flags.DEFINE_integer("process_id", None, "This process's index (multi-host by hand)."),
+    )
+
+
+def start_distributed() -> None:
+    """Calls bertjax.distributed.initialize with the flags of `define_distributed_flags`."""
+    from bertjax import distributed
+
+    values = flags.FLAGS
+    distributed.initialize(values.distributed, values.coordinator_address, values.num_processes, values.process_id)

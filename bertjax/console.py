@@ -1,0 +1,114 @@
+"""The console, for people: a live progress line on a terminal, plain lines elsewhere.
+
+On a terminal, `Progress` keeps one line at the bottom up to date (step/total, a bar, the
+last logged values, rate and ETA) and prints permanent lines above it. Not on a terminal
+(CI logs, `> file`), nothing is redrawn: only the permanent lines appear, one per log step.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from typing import TextIO
+
+_REDRAW_SECONDS = 0.2
+
+
+def format_duration(seconds: float) -> str:
+    """62 -> '1m02s', 3725 -> '1h02m', 5 -> '5s'."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class Progress:
+    """Step progress of one phase (`label`), from `start` to `total`.
+
+    advance(step): after each step (cheap: redraws at most every 0.2 s on a terminal).
+    show(text): the values shown in the live line, e.g. "loss 3.21 acc 0.40".
+    line(text): a permanent line (printed above the live line).
+    The rate and ETA count only time between `advance` calls outside `pause()`d stretches
+    and skip the first step (compilation).
+    """
+
+    def __init__(self, total: int, start: int = 0, *, label: str = "step", stream: TextIO | None = None,
+                 enabled: bool = True, unit: str = "steps"):
+        self.total, self.step, self.label, self.unit = total, start, label, unit
+        self.stream = stream or sys.stdout
+        self.enabled = enabled
+        self.live = enabled and self.stream.isatty()
+        self.text = ""
+        self._first_step: int | None = None
+        self._clock_start = 0.0
+        self._paused = 0.0
+        self._pause_start: float | None = None
+        self._last_draw = 0.0
+
+    def advance(self, step: int) -> None:
+        now = time.perf_counter()
+        if self._first_step is None:  # timing starts after the first step (compilation)
+            self._first_step, self._clock_start = step, now
+        self.step = step
+        if self.live and (now - self._last_draw >= _REDRAW_SECONDS or step >= self.total):
+            self._draw(now)
+
+    def steps_per_second(self) -> float | None:
+        if self._first_step is None or self.step <= self._first_step:
+            return None
+        elapsed = time.perf_counter() - self._clock_start - self._paused
+        return (self.step - self._first_step) / max(elapsed, 1e-9)
+
+    def eta_seconds(self) -> float | None:
+        rate = self.steps_per_second()
+        return None if not rate else (self.total - self.step) / rate
+
+    def pause(self) -> None:
+        if self._pause_start is None:
+            self._pause_start = time.perf_counter()
+
+    def resume(self) -> None:
+        if self._pause_start is not None:
+            self._paused += time.perf_counter() - self._pause_start
+            self._pause_start = None
+
+    def show(self, text: str) -> None:
+        self.text = text
+        if self.live:
+            self._draw(time.perf_counter())
+
+    def line(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.live:
+            self.stream.write("\r\x1b[K")
+        self.stream.write(text + "\n")
+        if self.live:
+            self._draw(time.perf_counter())
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.live = False
+
+    def _draw(self, now: float) -> None:
+        self._last_draw = now
+        width = shutil.get_terminal_size((100, 20)).columns
+        fraction = min(1.0, self.step / max(self.total, 1))
+        bar_width = 20
+        filled = int(fraction * bar_width)
+        rate, eta = self.steps_per_second(), self.eta_seconds()
+        parts = [f"{self.label} {self.step}/{self.total}", "[" + "=" * filled + " " * (bar_width - filled) + "]",
+                 f"{fraction:4.0%}", self.text]
+        if rate:
+            parts.append(f"{rate:.1f} {self.unit}/s")
+        if eta is not None:
+            parts.append(f"ETA {format_duration(eta)}")
+        text = " ".join(part for part in parts if part)
+        self.stream.write("\r\x1b[K" + text[:width - 1])
+        self.stream.flush()

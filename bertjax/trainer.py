@@ -1,0 +1,393 @@
+"""The pieces both training stages share: pre-training (`train.py`) and fine-tuning (`finetune.py`).
+
+    Objective, TrainState    what a stage optimises (pure functions), and the state it carries
+    train_step, eval_sums    one optimizer update from a global batch (strided micro-batches,
+                             non-finite steps skipped); evaluation sums that average exactly
+    state_shardings,         shardings of the state (optimizer slots follow their parameters),
+    initial_state            and the fixed resume order: the run's own latest checkpoint ->
+                             pretrained weights (only the subtrees given, e.g. the encoder) -> scratch
+    global_batch             this host's rows (numpy) -> global jax.Arrays on the mesh
+    Loop                     the tail of each loop: metrics at log steps, the evaluation
+                             cadence, checkpoints, SIGTERM, the progress line
+
+Losses are sums over examples (or tokens) divided by counts that depend on the batch only
+(see bertjax.models.heads), so a global batch cut into micro-batches gives exactly the
+update of the whole batch, and an evaluation over batches (a padded last one included)
+averages once over all examples of all hosts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any, Callable
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from bertjax import console, optim, sharding
+from bertjax.metrics import MetricsWriter, peak_flops_per_device
+from bertjax.preemption import PreemptionWatcher
+
+log = logging.getLogger(__name__)
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped early on purpose (preemption, non-finite losses); the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What a stage optimises and evaluates, as pure functions.
+
+    apply(params, batch, rng) -> outputs: the model's forward pass; rng None = deterministic.
+    sums(outputs, batch) -> {name: <f32>[]}: each metric summed over the batch's examples/tokens.
+    counts(batch) -> {name: <f32>[]}: each metric's denominator (same names); a function
+      of the batch alone (weights), never of the parameters.
+    loss_terms: the names whose sums[name] / counts[name] add up to the loss.
+    """
+
+    apply: Callable[[Any, dict, jax.Array | None], Any]
+    sums: Callable[[Any, dict], dict]
+    counts: Callable[[dict], dict]
+    loss_terms: tuple[str, ...]
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array               # batches consumed so far (= the data position)
+    params: Any
+    opt_state: Any
+    bad_steps: jax.Array          # current run of consecutive non-finite steps
+    worst_bad_run: jax.Array      # longest such run seen (sticky, checked at log steps)
+    skipped_steps: jax.Array      # total steps skipped for a non-finite loss or gradient
+
+
+def new_state(params: Any, optimizer: optax.GradientTransformation) -> TrainState:
+    zero = jnp.zeros((), jnp.int32)
+    return TrainState(step=zero, params=params, opt_state=optimizer.init(params), bad_steps=zero,
+                      worst_bad_run=zero, skipped_steps=zero)
+
+
+# ======================================================================================
+# The step.
+# ======================================================================================
+
+def _ratio(sums: dict, counts: dict) -> dict:
+    return {name: value / jnp.maximum(counts[name], 1e-5) for name, value in sums.items()}
+
+
+def micro_batches(batch: dict[str, jax.Array], count: int) -> dict[str, jax.Array]:
+    """<T>[B, ...] -> <T>[count, B / count, ...] where micro-batch i holds rows i, i + count, ...
+
+    Strided, so every micro-batch spreads over all data-parallel devices (each device's
+    contiguous rows split evenly across micro-batches): no data moves, no device idles.
+    """
+    def split(x):
+        strided = jnp.swapaxes(x.reshape(x.shape[0] // count, count, *x.shape[1:]), 0, 1)
+        return jax.lax.with_sharding_constraint(strided, sharding.micro_batch_spec(x.ndim))
+
+    return jax.tree_util.tree_map(split, batch)
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], *, objective: Objective,
+               optimizer: optax.GradientTransformation, schedule: optax.Schedule, seed: int,
+               grad_accum_steps: int) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer update from one global batch, cut into `grad_accum_steps` micro-batches.
+
+    Each micro-batch's loss is its sums divided by the *global* batch's counts, so the
+    accumulated gradient equals the whole batch's. Dropout keys: fold_in(seed, step), then
+    the micro-batch index. A non-finite loss or gradient leaves params and optimizer state
+    untouched (so the schedule does not advance); the batch still counts as consumed.
+    """
+    step_rng = jax.random.fold_in(jax.random.key(seed), state.step)
+    counts = objective.counts(batch)
+
+    def loss_fn(params, micro_batch, rng):
+        sums = objective.sums(objective.apply(params, micro_batch, rng), micro_batch)
+        return sum(sums[name] / jnp.maximum(counts[name], 1e-5) for name in objective.loss_terms), sums
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if grad_accum_steps == 1:
+        (loss, sums), grads = grad_fn(state.params, batch, step_rng)
+    else:
+        def accumulate(carry, inputs):
+            index, micro_batch = inputs
+            out = grad_fn(state.params, micro_batch, jax.random.fold_in(step_rng, index))
+            return jax.tree_util.tree_map(jnp.add, carry, out), None
+
+        first = jax.tree_util.tree_map(lambda x: x[0], micro_batches(batch, grad_accum_steps))
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(grad_fn, state.params, first, step_rng))
+        ((loss, sums), grads), _ = jax.lax.scan(
+            accumulate, zeros, (jnp.arange(grad_accum_steps), micro_batches(batch, grad_accum_steps)))
+
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    learning_rate = schedule(optim.update_count(state.opt_state))
+    updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
+    new_params = optax.apply_updates(state.params, updates)
+    keep_if_finite = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
+    bad_steps = jnp.where(finite, 0, state.bad_steps + 1)
+    new_state_ = state.replace(
+        step=state.step + 1,
+        params=keep_if_finite(new_params, state.params),
+        opt_state=keep_if_finite(new_opt_state, state.opt_state),
+        bad_steps=bad_steps,
+        worst_bad_run=jnp.maximum(state.worst_bad_run, bad_steps),
+        skipped_steps=state.skipped_steps + (1 - finite.astype(jnp.int32)))
+    metrics = {**_ratio(sums, counts), "loss": loss, "grad_norm": grad_norm, "learning_rate": learning_rate,
+               "skipped": 1.0 - finite.astype(jnp.float32)}
+    return new_state_, metrics
+
+
+def eval_sums(params: Any, batch: dict[str, jax.Array], *, objective: Objective) -> tuple[dict, dict, Any]:
+    """(sums, counts, outputs) of one evaluation batch (deterministic); sums and counts add
+    up over batches, and rows with weight 0 (padding) count for nothing."""
+    outputs = objective.apply(params, batch, None)
+    return objective.sums(outputs, batch), objective.counts(batch), outputs
+
+
+class EvalTotals:
+    """Adds up evaluation sums and counts over batches (float64, on the host)."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, float] = {}
+
+    def add(self, sums: dict, counts: dict) -> None:
+        for name, value in jax.device_get(sums).items():
+            self.sums[name] = self.sums.get(name, 0.0) + float(value)
+        for name, value in jax.device_get(counts).items():
+            self.counts[name] = self.counts.get(name, 0.0) + float(value)
+
+    def means(self) -> dict[str, float]:
+        return {name: value / max(self.counts[name], 1e-12) for name, value in self.sums.items()}
+
+
+# ======================================================================================
+# Shardings and the initial state (resume order).
+# ======================================================================================
+
+def state_shardings(init_params: Callable[[], Any], optimizer: optax.GradientTransformation,
+                    mesh: jax.sharding.Mesh) -> tuple[TrainState, TrainState]:
+    """(abstract TrainState, matching NamedShardings) for boxed params from `init_params()`;
+    optimizer slots are sharded like their parameters, scalars replicated."""
+    boxed = jax.eval_shape(init_params)
+    param_shardings = sharding.logical_shardings(boxed, mesh)
+    abstract_params = nn.unbox(boxed)
+    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    opt_shardings = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, param_shardings,
+                                          transform_non_params=lambda _: replicated)
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    abstract = TrainState(step=scalar, params=abstract_params, opt_state=abstract_opt, bad_steps=scalar,
+                          worst_bad_run=scalar, skipped_steps=scalar)
+    shardings = TrainState(step=replicated, params=param_shardings, opt_state=opt_shardings,
+                           bad_steps=replicated, worst_bad_run=replicated, skipped_steps=replicated)
+    return abstract, shardings
+
+
+def with_shardings(abstract: Any, shardings: Any) -> Any:
+    """Abstract leaves carrying their shardings (what orbax restores onto)."""
+    return jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
+def place_params(pretrained: dict[str, Any], abstract_params: dict, param_shardings: dict,
+                 source: str) -> dict[str, jax.Array]:
+    """Numpy subtrees (e.g. {"bert": encoder}) -> jax.Arrays in the params' dtypes and shardings.
+
+    Each device receives only its own slice (no whole copy goes through a jitted function).
+    The subtrees must have exactly the structure and shapes of the model's; a mismatch is a
+    ValueError naming up to five paths.
+    """
+    placed = {}
+    for name, tree in pretrained.items():
+        if name not in abstract_params:
+            raise ValueError(f"{source}: the model has no {name!r} parameters (it has {sorted(abstract_params)})")
+        want = {jax.tree_util.keystr(p): leaf for p, leaf in jax.tree_util.tree_leaves_with_path(abstract_params[name])}
+        have = {jax.tree_util.keystr(p): leaf for p, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+        problems = [f"{name}{path}: missing" for path in sorted(set(want) - set(have))]
+        problems += [f"{name}{path}: not in this model" for path in sorted(set(have) - set(want))]
+        problems += [f"{name}{path}: shape {np.shape(have[path])}, the model's is {want[path].shape}"
+                     for path in sorted(set(want) & set(have)) if np.shape(have[path]) != want[path].shape]
+        if problems:
+            raise ValueError(f"{source} does not fit the model: " + "; ".join(problems[:5]))
+
+        def put(value, abstract, target):
+            value = np.asarray(value, dtype=abstract.dtype)
+            return jax.make_array_from_callback(value.shape, target, lambda index: value[index])
+
+        placed[name] = jax.tree_util.tree_map(put, tree, abstract_params[name], param_shardings[name])
+    return placed
+
+
+def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, init_params: Callable[[], Any],
+                  optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh,
+                  pretrained: Callable[[], dict[str, Any]] | None = None,
+                  pretrained_source: str = "") -> tuple[TrainState, str]:
+    """The state a run starts from, in the fixed resume order, and a line saying which:
+
+    1. the run's own latest checkpoint (`checkpointer`): everything, step and optimizer included;
+    2. `pretrained()` (called only here): {name: numpy subtree} replacing those parameter
+       subtrees of a fresh initialisation (e.g. only "bert" when the head is new); step 0;
+    3. scratch: `init_params()` (boxed params, created directly in their shardings).
+    """
+    with sharding.activate(mesh):
+        if checkpointer.latest_step() is not None:
+            state, meta = checkpointer.restore(with_shardings(abstract, shardings))
+            return state, f"resumed from {checkpointer.directory} at step {meta['step']}"
+        params = jax.jit(lambda: nn.unbox(init_params()), out_shardings=shardings.params)()
+        how = "initialised from scratch"
+        if pretrained is not None:
+            loaded = place_params(pretrained(), abstract.params, shardings.params, pretrained_source)
+            params = {**params, **loaded}
+            how = f"initialised {sorted(loaded)} from {pretrained_source}; the rest from scratch"
+        state = jax.jit(lambda p: new_state(p, optimizer), out_shardings=shardings, donate_argnums=0)(params)
+    return state, how
+
+
+# ======================================================================================
+# Input: host rows -> global arrays.
+# ======================================================================================
+
+def global_batch(batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
+    """This process's rows of a global batch (numpy) -> global jax.Arrays split over (data, fsdp).
+
+    Every process passes its own rows, in process order (process i holds rows
+    [i * B / P, (i + 1) * B / P) of the global batch of B rows).
+    """
+    return {name: jax.make_array_from_process_local_data(sharding.batch_sharding(mesh, value.ndim), value)
+            for name, value in batch.items()}
+
+
+def process_rows(global_size: int) -> slice:
+    """The rows of a global batch that this process feeds (see `global_batch`)."""
+    count, index = jax.process_count(), jax.process_index()
+    return slice(index * global_size // count, (index + 1) * global_size // count)
+
+
+def process_zero_first(fn: Callable[[], Any], what: str) -> Any:
+    """Runs fn on process 0, then on the others (shared files are written once, without races)."""
+    from jax.experimental import multihost_utils
+
+    result = fn() if jax.process_index() == 0 else None
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"bertjax: {what} ready")
+    return fn() if result is None else result
+
+
+# ======================================================================================
+# The loop's tail.
+# ======================================================================================
+
+class Loop:
+    """What happens around each step of a loop, the same for both stages.
+
+    record(step, metrics, state): metrics stay on device until a log step (every `log_every`
+      steps and the last), then are averaged, written (metrics.jsonl, TensorBoard, console)
+      and the run stops if `max_consecutive_bad_steps` non-finite steps came in a row.
+    is_eval_step(step), paused(): the evaluation cadence; time inside `paused()` (evaluation,
+      checkpoints) is not counted in the throughput.
+    save(step, state, extra_meta): a checkpoint when due (`checkpointer`'s interval, or the
+      last step), and on SIGTERM a forced one, then TrainingStopped.
+    """
+
+    def __init__(self, *, workdir: str, checkpointer, saved_config: dict, num_steps: int, start_step: int,
+                 log_every: int, eval_every: int, max_consecutive_bad_steps: int, sequences_per_step: int,
+                 tokens_per_sequence: int | None = None, flops_per_sequence: float | None = None,
+                 console_keys: tuple[str, ...] = ("loss",), label: str = "train",
+                 fixed_metrics: dict[str, float] | None = None):
+        self.workdir, self.checkpointer, self.saved_config = workdir, checkpointer, saved_config
+        self.num_steps, self.log_every, self.eval_every = num_steps, log_every, eval_every
+        self.max_consecutive_bad_steps = max_consecutive_bad_steps
+        self.sequences_per_step, self.tokens_per_sequence = sequences_per_step, tokens_per_sequence
+        self.flops_per_sequence, self.console_keys = flops_per_sequence, console_keys
+        self.fixed_metrics = dict(fixed_metrics or {})  # logged with every record, e.g. compile time
+        is_writer = jax.process_index() == 0
+        self.writer = MetricsWriter(workdir, enabled=is_writer)
+        self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer)
+        self.peak_flops, self.peak_source = peak_flops_per_device() if flops_per_sequence else (None, "")
+        self.watcher = PreemptionWatcher()
+        self.pending: list[dict[str, jax.Array]] = []
+        self.window_start, self.window_paused = time.perf_counter(), 0.0
+        self.last: dict[str, float] = {}
+
+    def console(self, line: str) -> None:
+        self.progress.line(line)
+
+    def record(self, step: int, metrics: dict[str, jax.Array], state: TrainState) -> None:
+        self.pending.append(metrics)
+        self.progress.advance(step)
+        if step % self.log_every and step != self.num_steps:
+            return
+        fetched = jax.device_get(self.pending)
+        seconds = (time.perf_counter() - self.window_start - self.window_paused) / len(self.pending)
+        last = {name: float(np.mean([m[name] for m in fetched])) for name in fetched[0]}
+        last.update(self.fixed_metrics, step_time=seconds, sequences_per_second=self.sequences_per_step / seconds)
+        if self.tokens_per_sequence:
+            last["tokens_per_second"] = last["sequences_per_second"] * self.tokens_per_sequence
+        if self.flops_per_sequence:
+            tflops = self.flops_per_sequence * last["sequences_per_second"] / jax.device_count() / 1e12
+            last.update(tflops_per_device=tflops, mfu=tflops * 1e12 / self.peak_flops)
+        self.writer.write(step, last)
+        shown = " ".join(f"{key} {last[key]:.4f}" for key in self.console_keys if key in last)
+        self.progress.show(shown)
+        if not self.progress.live:
+            rate = f"{last['sequences_per_second']:.1f} seq/s"
+            mfu = f" mfu {last['mfu']:.1%} [{self.peak_source}]" if "mfu" in last else ""
+            eta = self.progress.eta_seconds()
+            eta = f" ETA {console.format_duration(eta)}" if eta is not None else ""
+            self.console(f"step {step}/{self.num_steps} {shown} lr {last['learning_rate']:.2e} "
+                         f"gnorm {last['grad_norm']:.2f} {rate}{mfu}{eta}")
+        self.pending, self.window_start, self.window_paused = [], time.perf_counter(), 0.0
+        self.last.update(last)
+        worst, skipped = jax.device_get((state.worst_bad_run, state.skipped_steps))
+        if worst >= self.max_consecutive_bad_steps:
+            raise TrainingStopped(
+                f"stopping at step {step}: {int(worst)} consecutive steps had a non-finite loss or gradient "
+                f"(config.train.max_consecutive_bad_steps={self.max_consecutive_bad_steps}); {int(skipped)} skipped "
+                f"in all. Weights were never updated from them: lower the learning rate or check the data, then "
+                f"resume from the last checkpoint.")
+
+    def is_eval_step(self, step: int) -> bool:
+        return bool(self.eval_every) and (step % self.eval_every == 0 or step == self.num_steps)
+
+    @contextlib.contextmanager
+    def paused(self):
+        start = time.perf_counter()
+        self.progress.pause()
+        try:
+            yield
+        finally:
+            self.progress.resume()
+            self.window_paused += time.perf_counter() - start
+
+    def write_eval(self, step: int, metrics: dict[str, float], prefix: str = "eval_") -> None:
+        self.writer.write(step, metrics, prefix=prefix)
+        self.last.update({f"{prefix}{k}": v for k, v in metrics.items()})
+        self.console(f"eval step {step}: " + " ".join(f"{prefix}{k} {v:.4f}" for k, v in sorted(metrics.items())))
+
+    def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
+        with self.paused():
+            meta = {"extra_meta": extra_meta} if extra_meta else {}  # TODO(helper-4): always pass
+            self.checkpointer.save(step, state, data_position=step, config=self.saved_config,
+                                   force=step == self.num_steps, **meta)
+            if self.watcher.should_stop(step):
+                self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True, **meta)
+                self.checkpointer.wait_until_finished()
+                raise TrainingStopped(f"preempted (SIGTERM): saved step {step} to {self.checkpointer.directory}; "
+                                      f"run the same command again to resume")
+
+    def close(self) -> None:
+        self.progress.close()
+        self.checkpointer.wait_until_finished()
+        self.checkpointer.close()
+        self.watcher.close()
+        self.writer.close()
