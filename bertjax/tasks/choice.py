@@ -1,0 +1,165 @@
+"""Multiple choice (HellaSwag, PIQA, your own JSONL): (context, choice) pairs on a padded choice axis.
+
+Sources: TFDS `hellaswag` (context, endings, label; test labels -1), TFDS `piqa` (goal,
+sol1, sol2, label), or a JSONL file (`read_jsonl`: one object per line with a context, a
+list of choices and a label index; keys configurable).
+
+Each (context, choice) pair is `[CLS] context [SEP] choice [SEP]` (`common.encode_pairs`,
+the longer side trimmed first). Examples may have different numbers of choices: the choice
+axis is padded to C, the most choices in the split, and `choice_mask` marks the real ones
+(a padded choice is all padding, input_mask 0). Label -1 = unlabeled (a test split): kept
+and predicted, never scored.
+
+Bad examples, fewer than 2 choices or a label outside its choices: in your own files an
+error naming file:line; in TFDS a counted, logged skip (mock data draws the number of
+endings and the label independently).
+
+    Split.features: input_ids, segment_ids, input_mask <int32>[N, C, S];
+                    choice_mask <int32>[N, C] (1 = a real choice); label <int32>[N]
+    Split.lengths:  <int32>[N] the longest choice's tokens
+    Split.examples: ChoiceExamples
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+from absl import logging
+
+from bertjax import fileio
+from bertjax.data.sources import DropCounter
+from bertjax.tasks.common import Split, encode_pairs
+
+MAX_SEQ_LENGTH = 128
+TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one list or several texts))
+    "hellaswag": ("context", ("endings",)),
+    "piqa": ("goal", ("sol1", "sol2")),
+}
+
+
+@dataclasses.dataclass
+class ChoiceExamples:
+    """One split's examples: contexts[i], choices[i] (a list of >= 2 texts), labels <int64>[N]
+    (-1 = unlabeled), locations[i] ('file:line' or 'tfds:name[split]#index')."""
+
+    source: str
+    contexts: list[str]
+    choices: list[list[str]]
+    labels: np.ndarray
+    locations: list[str]
+
+    def __len__(self) -> int:
+        return len(self.contexts)
+
+
+# -- Reading. --
+
+def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choices",
+               label_key: str | None = "label") -> ChoiceExamples:
+    """A JSONL file (local or gs://) -> ChoiceExamples. label_key None: an unlabeled file;
+    otherwise each line needs an integer label in [0, its number of choices) or -1
+    (unlabeled). Blank lines are skipped; anything else malformed raises ValueError naming
+    file:line and what was expected."""
+    contexts, choices, labels, locations = [], [], [], []
+    with fileio.open_file(path) as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict) or not isinstance(row.get(context_key), str):
+                raise ValueError(f"{where}: expected an object with a {context_key!r} string")
+            options = row.get(choices_key)
+            if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
+                raise ValueError(f"{where}: expected {choices_key!r} to be a list of at least 2 strings, "
+                                 f"got {options!r}"[:300])
+            label = -1
+            if label_key is not None:
+                label = row.get(label_key)
+                if isinstance(label, bool) or not isinstance(label, int) or not -1 <= label < len(options):
+                    raise ValueError(f"{where}: expected {label_key!r} to be an integer in [0, {len(options)}) "
+                                     f"(or -1 for unlabeled), got {label!r}")
+            contexts.append(row[context_key]), choices.append(options), labels.append(label)
+            locations.append(where)
+    return ChoiceExamples(path, contexts, choices, np.array(labels, np.int64), locations)
+
+
+def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamples:
+    """TFDS hellaswag or piqa -> ChoiceExamples; bad examples are counted, logged skips."""
+    import tensorflow_datasets as tfds
+    if name not in TFDS_FIELDS:
+        raise ValueError(f"unknown multiple-choice TFDS dataset {name!r}; expected one of {sorted(TFDS_FIELDS)}")
+    context_key, choice_keys = TFDS_FIELDS[name]
+    source, skips = f"tfds:{name}[{split}]", DropCounter()
+    contexts, choices, labels, locations = [], [], [], []
+    text = lambda value: value.decode("utf-8", errors="replace")
+    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+    for index, example in enumerate(tfds.as_numpy(dataset)):
+        where = f"{source}#{index}"
+        if len(choice_keys) == 1:
+            options = [text(o) for o in example[choice_keys[0]]]
+        else:
+            options = [text(example[key]) for key in choice_keys]
+        label = int(example["label"])
+        if len(options) < 2:
+            skips.drop("fewer_than_2_choices", where, f"{len(options)} choice(s)")
+        elif not -1 <= label < len(options):
+            skips.drop("label_outside_choices", where, f"label {label}, {len(options)} choices")
+        else:
+            contexts.append(text(example[context_key])), choices.append(options), labels.append(label)
+            locations.append(where)
+    if skips.counts:
+        logging.warning("%s: skipped %d examples (%s)", source, sum(skips.counts.values()),
+                        ", ".join(f"{k}: {v}" for k, v in sorted(skips.counts.items())))
+    return ChoiceExamples(source, contexts, choices, np.array(labels, np.int64), locations)
+
+
+# -- Features. --
+
+def featurize(tokenizer, examples: ChoiceExamples, split_name: str, max_seq_length: int = MAX_SEQ_LENGTH) -> Split:
+    """ChoiceExamples -> Split (see the module docstring)."""
+    counts = np.fromiter(map(len, examples.choices), np.int64, len(examples))
+    if (counts < 2).any():
+        i = int(np.argmax(counts < 2))
+        raise ValueError(f"{examples.locations[i]}: {counts[i]} choice(s); multiple choice needs at least 2")
+    n, c = len(examples), int(counts.max(initial=2))
+    pairs_a = [context for context, k in zip(examples.contexts, counts) for _ in range(k)]
+    pairs_b = [choice for options in examples.choices for choice in options]
+    pair_features, pair_lengths, truncated = encode_pairs(tokenizer, pairs_a, pairs_b, max_seq_length)
+    choice_mask = np.arange(c)[None, :] < counts[:, None]  # [N, C]; row-major = the pairs' order
+    features = {}
+    for name, values in pair_features.items():
+        padded = np.full((n, c, max_seq_length), tokenizer.pad_id if name == "input_ids" else 0, np.int32)
+        padded[choice_mask] = values
+        features[name] = padded
+    features["choice_mask"] = choice_mask.astype(np.int32)
+    features["label"] = examples.labels.astype(np.int32)
+    lengths = np.zeros((n, c), np.int32)
+    lengths[choice_mask] = pair_lengths
+    if truncated:
+        logging.info("%s: %d of %d (context, choice) pairs truncated to %d tokens", examples.source, truncated,
+                     len(pairs_a), max_seq_length)
+    has_labels = bool((examples.labels >= 0).any())
+    return Split(split_name, features, lengths.max(axis=1, initial=0), examples, has_labels)
+
+
+def load_split(tokenizer, source: str, split: str, max_seq_length: int = MAX_SEQ_LENGTH,
+               data_dir: str | None = None, **jsonl_keys) -> Split:
+    """"hellaswag" / "piqa" (TFDS) or a JSONL path (named `split`; jsonl_keys: context_key,
+    choices_key, label_key) -> featurize(...)'s Split."""
+    examples = read_tfds(source, split, data_dir) if source in TFDS_FIELDS else read_jsonl(source, **jsonl_keys)
+    return featurize(tokenizer, examples, split, max_seq_length)
+
+
+def predict(split: Split, logits: np.ndarray) -> np.ndarray:
+    """<float>[N, C] scores -> <int64>[N] the best real choice (padded choices never win)."""
+    logits = np.asarray(logits)
+    mask = split.features["choice_mask"].astype(bool)
+    if logits.shape != mask.shape:
+        raise ValueError(f"predict: logits have shape {logits.shape}, split {split.name!r} needs {mask.shape}")
+    return np.argmax(np.where(mask, logits, -np.inf), axis=1)
