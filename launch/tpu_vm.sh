@@ -1,47 +1,118 @@
 #!/usr/bin/env bash
-# Creates a Cloud TPU VM (single host or pod slice), installs bertjax on every worker, and runs
-# the same pre-training command on all of them. Data and workdir must be on gs:// so every
-# worker sees them. Re-running `run` after a preemption resumes from the workdir's checkpoint.
+# Cloud TPU VMs (one host or a pod slice): create, install bertjax on every worker, run the
+# same pre-training or fine-tuning command on all of them (detached: it survives a dropped
+# ssh session), read the logs, stop, delete. Data and workdir must be on gs:// so every
+# worker sees them. `run` again after a preemption resumes from the workdir's checkpoint.
 #
-#   export TPU_NAME=bert-v4-32 ZONE=us-central2-b ACCELERATOR=v4-32 RUNTIME=tpu-ubuntu2204-base
+#   export TPU_NAME=bert-v4-32 ZONE=us-central2-b ACCELERATOR=v4-32
 #   bash launch/tpu_vm.sh create
 #   bash launch/tpu_vm.sh install
 #   bash launch/tpu_vm.sh run --config=configs/pretrain.py:base --workdir=gs://my-bucket/bert-base \
 #       --config.data.source=text --config.data.input_pattern='gs://my-bucket/text/*.txt' \
 #       --config.data.vocab_path=gs://my-bucket/vocab.txt --config.data.prepared_dir=gs://my-bucket/prepared
+#   bash launch/tpu_vm.sh logs              # last 100 lines of every worker's log; --worker=0 -f to follow one
+#   bash launch/tpu_vm.sh stop              # SIGTERM: the run saves a checkpoint and exits
+#   bash launch/tpu_vm.sh run finetune --config=configs/finetune.py:sst2 --workdir=gs://my-bucket/sst2 ...
 #   bash launch/tpu_vm.sh delete
 #
+# RUNTIME (the TPU software version) follows ACCELERATOR unless set: v2/v3/v4 ->
+# tpu-ubuntu2204-base, v5e (v5litepod-N) -> v2-alpha-tpuv5-lite, v5p -> v2-alpha-tpuv5,
+# v6e -> v2-alpha-tpuv6e (cloud.google.com/tpu/docs/runtimes). These images are Ubuntu 22.04
+# with Python 3.10, and bertjax needs 3.11: `install` gets a 3.11 interpreter with uv (a
+# standalone CPython build, from PyPI's `uv` package): no sudo and no apt, whose lock is often
+# held by unattended upgrades on a fresh VM, and the same on every image.
 # Spot/preemptible slices: add SPOT=1 to `create`. On preemption the trainer gets SIGTERM,
-# saves at a step all hosts agree on and exits 3; recreate the slice and run `run` again.
+# saves at a step all hosts agree on and exits 3; recreate the slice, `install`, `run` again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+usage() {
+  cat >&2 <<'EOF'
+usage: launch/tpu_vm.sh COMMAND   (with TPU_NAME and ZONE set; ACCELERATOR, RUNTIME, SPOT optional)
+  create                          create the TPU VM or pod slice
+  install                         copy this checkout to every worker, Python 3.11 venv, pip install -e '.[tpu]'
+  run [pretrain|finetune] FLAGS   start launch/<pretrain|finetune>.py FLAGS on every worker, detached
+  logs [--worker=N] [TAIL_ARGS]   the latest run's log on every worker (or worker N); default: tail -n 100
+  stop                            SIGTERM the run on every worker (it saves a checkpoint), wait for it to exit
+  delete                          delete the TPU VM or pod slice
+EOF
+  exit 2
+}
+
+runtime_for() {
+  case "$1" in
+    v2-*|v3-*|v4-*) echo tpu-ubuntu2204-base ;;
+    v5litepod-*|v5e-*) echo v2-alpha-tpuv5-lite ;;
+    v5p-*) echo v2-alpha-tpuv5 ;;
+    v6e-*) echo v2-alpha-tpuv6e ;;
+    *) echo "launch/tpu_vm.sh: no default runtime for ACCELERATOR=$1; set RUNTIME" >&2; exit 2 ;;
+  esac
+}
+
+command=${1:-}
+case "$command" in
+  create|install|run|logs|stop|delete) shift ;;
+  *) usage ;;
+esac
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
 ACCELERATOR=${ACCELERATOR:-v4-8}
-RUNTIME=${RUNTIME:-tpu-ubuntu2204-base}
 REMOTE_DIR=${REMOTE_DIR:-bertjax}
+PYTHON_VERSION=3.11
 tpu() { gcloud compute tpus tpu-vm "$@" --zone="$ZONE"; }
-on_all() { tpu ssh "$TPU_NAME" --worker=all --command="$1"; }
+on_workers() { tpu ssh "$TPU_NAME" --worker="$1" --command="$2"; }
+# On a worker: the pid of a run still going, if any.
+running_pid='pid=$(cat logs/run.pid 2>/dev/null || true); kill -0 "$pid" 2>/dev/null || pid='
 
-case "${1:-}" in
+case "$command" in
   create)
+    RUNTIME=${RUNTIME:-$(runtime_for "$ACCELERATOR")}
     tpu create "$TPU_NAME" --accelerator-type="$ACCELERATOR" --version="$RUNTIME" ${SPOT:+--spot}
     ;;
   install)
     tar czf /tmp/bertjax.tgz --exclude=.venv --exclude=.git --exclude='workdir*' .
     tpu scp /tmp/bertjax.tgz "$TPU_NAME":/tmp/bertjax.tgz --worker=all
-    on_all "mkdir -p $REMOTE_DIR && tar xzf /tmp/bertjax.tgz -C $REMOTE_DIR && cd $REMOTE_DIR && \
-      python3 -m venv .venv && .venv/bin/pip install -q -U pip && .venv/bin/pip install -q -e '.[tpu]'"
+    on_workers all "set -e; mkdir -p $REMOTE_DIR && tar xzf /tmp/bertjax.tgz -C $REMOTE_DIR && cd $REMOTE_DIR
+      python3 -m pip install -q --user -U uv
+      if [ ! -x .venv/bin/python$PYTHON_VERSION ]; then  # none yet, or one made with the image's 3.10
+        rm -rf .venv && python3 -m uv venv -q --python $PYTHON_VERSION .venv
+      fi
+      python3 -m uv pip install -q --python .venv/bin/python -e '.[tpu]'"
     ;;
   run)
-    shift
+    launcher=pretrain
+    if [ "${1:-}" = pretrain ] || [ "${1:-}" = finetune ]; then
+      launcher=$1
+      shift
+    fi
+    [ $# -gt 0 ] || usage  # the launcher's flags: --config and --workdir at least
     # --distributed=on: jax.distributed.initialize() finds the other workers from the TPU metadata.
-    on_all "cd $REMOTE_DIR && .venv/bin/python launch/pretrain.py --distributed=on $(printf '%q ' "$@")"
+    trainer=".venv/bin/python launch/$launcher.py --distributed=on $(printf '%q ' "$@")"
+    # The run's own shell writes its pid, then becomes the trainer (exec); setsid + nohup +
+    # redirected stdin/stdout detach it from the ssh session. Each run gets its own log file.
+    on_workers all "cd $REMOTE_DIR && mkdir -p logs && $running_pid
+      if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi
+      log=logs/$launcher-\$(date -u +%Y%m%dT%H%M%SZ).log
+      ln -sfn \"\${log#logs/}\" logs/latest.log
+      setsid nohup bash -c 'echo \$\$ > logs/run.pid; exec \"\$@\"' run $trainer> \"\$log\" 2>&1 < /dev/null &
+      echo \"\$(hostname): started, log $REMOTE_DIR/\$log\""
+    ;;
+  logs)
+    worker=all
+    if [[ "${1:-}" == --worker=* ]]; then
+      worker=${1#--worker=}
+      shift
+    fi
+    [ $# -gt 0 ] || set -- -n 100
+    on_workers "$worker" "cd $REMOTE_DIR && tail $(printf '%q ' "$@")logs/latest.log"
+    ;;
+  stop)
+    on_workers all "cd $REMOTE_DIR && $running_pid
+      if [ -z \"\$pid\" ]; then echo \"\$(hostname): no run going\"; exit 0; fi
+      kill -TERM \"\$pid\" && echo \"\$(hostname): SIGTERM sent to \$pid; waiting for its checkpoint\"
+      while kill -0 \"\$pid\" 2>/dev/null; do sleep 2; done
+      echo \"\$(hostname): stopped\""
     ;;
   delete)
     tpu delete "$TPU_NAME" --quiet
-    ;;
-  *)
-    echo "usage: $0 create|install|run <pretrain flags>|delete" >&2
-    exit 2
     ;;
 esac

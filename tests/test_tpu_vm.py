@@ -1,0 +1,157 @@
+"""launch/tpu_vm.sh with a fake `gcloud` that records its arguments; the commands it would
+run on a worker are then run here, in a directory standing in for the worker's checkout."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "launch", "tpu_vm.sh")
+
+FAKE_GCLOUD = f"""#!{sys.executable}
+import json, os, sys
+with open(os.environ["GCLOUD_CALLS"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+"""
+
+# Stands in for the worker's .venv/bin/python: records its arguments, runs until SIGTERM.
+FAKE_PYTHON = """#!/usr/bin/env bash
+printf '%s\\n' "$@" > args.txt
+echo "pid $$"
+trap 'echo "SIGTERM: saving"; exit 3' TERM
+while true; do sleep 0.1; done
+"""
+
+
+@pytest.fixture
+def tpu_vm(tmp_path):
+    """Runs tpu_vm.sh with a fake gcloud; returns (run, calls): run(*args, **env) -> CompletedProcess,
+    calls() -> the argument lists gcloud got."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
+    (bin_dir / "gcloud").chmod(0o755)
+    calls_file = tmp_path / "gcloud_calls.jsonl"
+    base_env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", GCLOUD_CALLS=str(calls_file),
+                    TPU_NAME="bert-pod", ZONE="us-central2-b", REMOTE_DIR=str(tmp_path / "worker"))
+
+    def run(*args, **env):
+        return subprocess.run(["bash", SCRIPT, *args], env={**base_env, **env}, capture_output=True, text=True,
+                              timeout=60)
+
+    def calls():
+        return [json.loads(line) for line in calls_file.read_text().splitlines()] if calls_file.exists() else []
+
+    return run, calls
+
+
+def test_syntax_and_usage(tpu_vm):
+    assert subprocess.run(["bash", "-n", SCRIPT]).returncode == 0
+    run, calls = tpu_vm
+    for args in ((), ("help",)):
+        result = run(*args)
+        assert result.returncode == 2
+        commands = [line.split()[0] for line in result.stderr.splitlines()[1:]]
+        assert commands == ["create", "install", "run", "logs", "stop", "delete"]
+    assert calls() == []
+
+
+@pytest.mark.parametrize("accelerator, runtime", [
+    ("v4-32", "tpu-ubuntu2204-base"), ("v3-8", "tpu-ubuntu2204-base"), ("v5litepod-16", "v2-alpha-tpuv5-lite"),
+    ("v5p-8", "v2-alpha-tpuv5"), ("v6e-8", "v2-alpha-tpuv6e"),
+])
+def test_create_picks_the_runtime_image_from_the_accelerator(tpu_vm, accelerator, runtime):
+    run, calls = tpu_vm
+    assert run("create", ACCELERATOR=accelerator, SPOT="1").returncode == 0
+    assert calls() == [["compute", "tpus", "tpu-vm", "create", "bert-pod", f"--accelerator-type={accelerator}",
+                        f"--version={runtime}", "--spot", "--zone=us-central2-b"]]
+
+
+def test_create_with_an_explicit_runtime_or_an_unknown_accelerator(tpu_vm):
+    run, calls = tpu_vm
+    assert run("create", ACCELERATOR="v6e-8", RUNTIME="v2-alpha-tpuv6e-next").returncode == 0
+    assert "--version=v2-alpha-tpuv6e-next" in calls()[0]
+    result = run("create", ACCELERATOR="v9-8")
+    assert result.returncode == 2 and "no default runtime for ACCELERATOR=v9-8; set RUNTIME" in result.stderr
+
+
+def test_install_makes_a_python_3_11_venv_with_uv(tpu_vm):
+    run, calls = tpu_vm
+    assert run("install").returncode == 0
+    scp, ssh = calls()
+    assert scp[:5] == ["compute", "tpus", "tpu-vm", "scp", "/tmp/bertjax.tgz"] and "--worker=all" in scp
+    command = ssh[ssh.index("--worker=all") + 1]
+    assert "python3 -m uv venv -q --python 3.11 .venv" in command and "[ ! -x .venv/bin/python3.11 ]" in command
+    assert "uv pip install -q --python .venv/bin/python -e '.[tpu]'" in command
+
+
+def _worker_command(call):
+    """The --command a gcloud ssh call would run on the workers, and which workers."""
+    assert call[:5] == ["compute", "tpus", "tpu-vm", "ssh", "bert-pod"], call
+    [workers] = [arg for arg in call if arg.startswith("--worker=")]
+    [command] = [arg[len("--command="):] for arg in call if arg.startswith("--command=")]
+    return workers, command
+
+
+def _on_worker(command):
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+
+
+def test_run_detaches_the_chosen_launcher_then_logs_and_stop(tpu_vm, tmp_path):
+    run, calls = tpu_vm
+    worker = tmp_path / "worker"
+    (worker / ".venv" / "bin").mkdir(parents=True)
+    (worker / ".venv" / "bin" / "python").write_text(FAKE_PYTHON)
+    (worker / ".venv" / "bin" / "python").chmod(0o755)
+    flags = ["--config=configs/finetune.py:sst2", "--workdir=gs://bucket/sst2 run",
+             "--config.data.input_pattern=gs://bucket/text/*.txt", "--config.note=it's \"quoted\" $HOME"]
+    assert run("run", "finetune", *flags).returncode == 0
+    workers, command = _worker_command(calls()[-1])
+    assert workers == "--worker=all" and "setsid nohup" in command
+    started = _on_worker(command)
+    assert started.returncode == 0, started.stderr
+    assert "started, log" in started.stdout
+    pid = None
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not ((worker / "args.txt").exists() and (worker / "logs" / "run.pid").exists()):
+            time.sleep(0.05)
+        pid = int((worker / "logs" / "run.pid").read_text())
+        assert (worker / "args.txt").read_text().splitlines() == ["launch/finetune.py", "--distributed=on", *flags]
+        assert os.getsid(pid) == pid  # its own session: a dropped ssh connection does not reach it
+        assert (worker / "logs" / "latest.log").read_text() == f"pid {pid}\n"
+        assert os.readlink(worker / "logs" / "latest.log").startswith("finetune-")
+
+        assert run("run", "--config=configs/pretrain.py:base").returncode == 0
+        again = _on_worker(_worker_command(calls()[-1])[1])
+        assert again.returncode == 1 and f"a run is still going (pid {pid}); stop it first" in again.stderr
+
+        assert run("logs", "--worker=3").returncode == 0
+        workers, command = _worker_command(calls()[-1])
+        assert workers == "--worker=3" and _on_worker(command).stdout == f"pid {pid}\n"
+        assert run("logs", "-n", "5", "-f").returncode == 0
+        assert _worker_command(calls()[-1]) == ("--worker=all", f"cd {worker} && tail -n 5 -f logs/latest.log")
+
+        assert run("stop").returncode == 0
+        stopped = _on_worker(_worker_command(calls()[-1])[1])
+        assert stopped.returncode == 0 and f"SIGTERM sent to {pid}" in stopped.stdout and "stopped" in stopped.stdout
+        assert (worker / "logs" / "latest.log").read_text() == f"pid {pid}\nSIGTERM: saving\n"
+        pid = None
+        assert "no run going" in _on_worker(_worker_command(calls()[-1])[1]).stdout
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_run_defaults_to_pretrain(tpu_vm):
+    run, calls = tpu_vm
+    assert run("run", "--config=configs/pretrain.py:base").returncode == 0
+    command = _worker_command(calls()[-1])[1]
+    assert "launch/pretrain.py --distributed=on --config=configs/pretrain.py:base" in command
+    assert "log=logs/pretrain-" in command
+    assert run("run", "finetune").returncode == 2  # no flags: the usage
