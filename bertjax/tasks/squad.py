@@ -92,6 +92,15 @@ class SquadWindows:
     context_token_start: np.ndarray
     max_seq_length: int
 
+    @property
+    def data(self) -> list:
+        """The official layout, for `bertjax.evaluation.squad.evaluate`."""
+        return self.examples.data
+
+    @property
+    def version(self) -> str:
+        return self.examples.version
+
     def token_offsets(self) -> np.ndarray:
         """<int64>[N, S, 2]: each position's character span in its context; -1 off the context."""
         relative = np.arange(self.max_seq_length)[None, :] - self.doc_position[:, None]

@@ -64,6 +64,19 @@ class TaggingWindows:
     sentence_index: np.ndarray
     token_word: np.ndarray
 
+    @property
+    def sentences(self) -> list[list[str]]:
+        return self.examples.sentences
+
+    @property
+    def tags(self) -> list[list[str]] | None:
+        """Gold tags per word (`bertjax.evaluation.ner.entity_scores(tags, predicted)`)."""
+        return self.examples.tags
+
+    @property
+    def label_names(self) -> list[str]:
+        return self.examples.label_names
+
 
 # -- Reading. --
 

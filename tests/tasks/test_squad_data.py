@@ -175,6 +175,25 @@ def test_postprocess_round_trip_on_gold_logits(long_split):
     assert all(len(v) <= 20 and abs(sum(e["probability"] for e in v) - 1) < 1e-9 for v in nbest.values())
 
 
+def test_sentencepiece_spans_round_trip(sentencepiece_tokenizer, tmp_path):
+    context = "Café  déjà vu is a French phrase. The naïve fox jumps over the lazy dog; 中文 字符."
+    answers = ["déjà vu", "French phrase", "naïve fox", "lazy dog", "中文 字符", "Café"]
+    path = _write(tmp_path, [{"title": "T", "paragraphs": [
+        {"context": context, "qas": [_qa(i, a, context=context) for i, a in enumerate(answers)]}]}])
+    # Nearly one token per character: windows of 45 tokens hold every answer around its
+    # start token's max-context position.
+    split = squad.featurize(sentencepiece_tokenizer, squad.read_json(path), "train", max_seq_length=64,
+                            doc_stride=8, max_query_length=16)
+    assert len(split) > 2 * len(answers)  # several windows each
+    start_logits = np.full(split.features["input_ids"].shape, -5.0)
+    end_logits = start_logits.copy()
+    rows = np.arange(len(split))
+    start_logits[rows, split.features["start_positions"]] = 5.0
+    end_logits[rows, split.features["end_positions"]] = 5.0
+    predictions, _, _ = squad.postprocess(split, start_logits, end_logits)
+    assert predictions == {f"q{i}": a for i, a in enumerate(answers)}
+
+
 # -- Postprocessing on hand-made logits. --
 
 def _two_window_split(bert_tokenizer, tmp_path, version="1.1", impossible=False):
@@ -248,7 +267,7 @@ def test_json_bad_answers_error_or_counted_skip(bert_tokenizer, tmp_path, caplog
     assert "question id 'q1'" in caplog.text and "answer_not_found: 1" in caplog.text
     evaluation = squad.featurize(bert_tokenizer, examples, "validation")  # answers unused: all kept
     assert set(evaluation.examples.example_index.tolist()) == {0, 1} and "start_positions" not in evaluation.features
-    assert evaluation.examples.examples.data[0]["paragraphs"][0]["qas"][1]["id"] == "q1"
+    assert evaluation.examples.data[0]["paragraphs"][0]["qas"][1]["id"] == "q1"
 
 
 @pytest.mark.parametrize("qa, message", [
@@ -268,7 +287,7 @@ def test_json_v2_impossible_questions_and_empty_context(bert_tokenizer, tmp_path
                   {"context": "", "qas": [_qa(2, None, is_impossible=True)]}]
     path = _write(tmp_path, [{"title": "T", "paragraphs": paragraphs}], version="v2.0")
     split = squad.featurize(bert_tokenizer, squad.read_json(path), "train")
-    assert split.examples.examples.version == "v2.0" and split.examples.example_index.tolist() == [0, 1, 2]
+    assert split.examples.version == "v2.0" and split.examples.example_index.tolist() == [0, 1, 2]
     assert split.features["start_positions"].tolist()[1:] == [0, 0] and split.features["start_positions"][0] > 0
     assert split.lengths[2] == 2 + len("what is answer number 2?".split()) + 1 + 1  # [CLS] q [SEP] [SEP]
 

@@ -147,7 +147,7 @@ def test_tfds_consistent_examples_give_features(bert_tokenizer):
 
     with tfds.testing.mock_data(as_dataset_fn=as_dataset):
         split = tagging.load_split(bert_tokenizer, "conll2003", "train", max_seq_length=16)
-    examples = split.examples.examples
+    examples = split.examples
     assert examples.tags == [["B-ORG", "O", "B-MISC", "O"], ["B-PER", "I-PER"]]
     assert len(split) == 2 and split.has_labels
     assert split.features["label_ids"][0, 1:5].tolist() == [3, 0, 7, 0]
