@@ -163,14 +163,19 @@ def test_every_answer_maps_to_tokens_and_back_to_its_text(long_split):
             assert features["end_positions"][r] == 0
 
 
+def _postprocess_gold_logits(split):
+    """postprocess on logits peaked (5 vs -5) on each window's gold start and end."""
+    start_logits = np.full(split.features["input_ids"].shape, -5.0)
+    end_logits = start_logits.copy()
+    rows = np.arange(len(split))
+    start_logits[rows, split.features["start_positions"]] = 5.0
+    end_logits[rows, split.features["end_positions"]] = 5.0
+    return squad.postprocess(split, start_logits, end_logits)
+
+
 def test_postprocess_round_trip_on_gold_logits(long_split):
     """Logits peaked on the gold span of each labelled window give back every answer exactly."""
-    start_logits = np.full(long_split.features["input_ids"].shape, -5.0)
-    end_logits = start_logits.copy()
-    rows = np.arange(len(long_split))
-    start_logits[rows, long_split.features["start_positions"]] = 5.0
-    end_logits[rows, long_split.features["end_positions"]] = 5.0
-    predictions, nbest, null_odds = squad.postprocess(long_split, start_logits, end_logits)
+    predictions, nbest, null_odds = _postprocess_gold_logits(long_split)
     assert predictions == {f"q{i}": a for i, a in enumerate(ANSWERS)} and null_odds is None
     assert all(len(v) <= 20 and abs(sum(e["probability"] for e in v) - 1) < 1e-9 for v in nbest.values())
 
@@ -185,12 +190,7 @@ def test_sentencepiece_spans_round_trip(sentencepiece_tokenizer, tmp_path):
     split = squad.featurize(sentencepiece_tokenizer, squad.read_json(path), "train", max_seq_length=64,
                             doc_stride=8, max_query_length=16)
     assert len(split) > 2 * len(answers)  # several windows each
-    start_logits = np.full(split.features["input_ids"].shape, -5.0)
-    end_logits = start_logits.copy()
-    rows = np.arange(len(split))
-    start_logits[rows, split.features["start_positions"]] = 5.0
-    end_logits[rows, split.features["end_positions"]] = 5.0
-    predictions, _, _ = squad.postprocess(split, start_logits, end_logits)
+    predictions, _, _ = _postprocess_gold_logits(split)
     assert predictions == {f"q{i}": a for i, a in enumerate(answers)}
 
 
