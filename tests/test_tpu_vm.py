@@ -119,7 +119,7 @@ def test_run_detaches_the_chosen_launcher_then_logs_and_stop(tpu_vm, tmp_path):
     pid = None
     try:
         deadline = time.time() + 30
-        while time.time() < deadline and not ((worker / "args.txt").exists() and (worker / "logs" / "run.pid").exists()):
+        while time.time() < deadline and not all((worker / name).exists() for name in ("args.txt", "logs/run.pid")):
             time.sleep(0.05)
         pid = int((worker / "logs" / "run.pid").read_text())
         assert (worker / "args.txt").read_text().splitlines() == ["launch/finetune.py", "--distributed=on", *flags]

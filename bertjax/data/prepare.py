@@ -86,7 +86,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     fileio.makedirs(fileio.join(output_dir, "done"))
     settings_path = fileio.join(output_dir, "settings.json")
     if fileio.exists(settings_path):  # an interrupted run: resume only with the same settings
-        _check_same_settings(output_dir, fileio.read_json(settings_path), settings)
+        _check_same_settings(output_dir, _read_json(settings_path, RESTART), settings)
     else:
         fileio.write_json(settings_path, settings)
     if fileio.exists(fileio.join(output_dir, ".incomplete")):
@@ -129,18 +129,34 @@ def _default_workers(units: list[dict]) -> int:
 
 
 def read_metadata(directory: str) -> dict:
-    """metadata.json of a prepared directory, with `dir` added; clear errors if absent or foreign."""
+    """metadata.json of a prepared directory, with `dir` added; clear errors if absent, foreign or damaged."""
     path = fileio.join(directory, "metadata.json")
     if not fileio.exists(path):
         raise FileNotFoundError(f"{path} not found: not a prepared data directory (or preparation never finished)")
-    try:
-        metadata = fileio.read_json(path)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    if metadata.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {metadata.get('format')!r}, expected {FORMAT!r} (written by another "
-                         "bertjax version? delete the directory and prepare again)")
+    metadata = _read_json(path, REBUILD_METADATA)
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+        found = metadata.get("format") if isinstance(metadata, dict) else type(metadata).__name__
+        raise ValueError(f"{path}: format {found!r}, expected {FORMAT!r} (written by another bertjax version? "
+                         "delete the directory and prepare again)")
+    missing = [key for key in ("settings", "tokenizer", "splits") if key not in metadata]
+    if missing:
+        raise ValueError(f"{path}: damaged, no {missing}; {REBUILD_METADATA}")
     return dict(metadata, dir=directory)
+
+
+# What to do about a damaged file of a prepared directory. Nothing is overwritten meanwhile.
+REBUILD_METADATA = ("delete this metadata.json and prepare again: it is rebuilt from the done/ markers, "
+                    "and the shards are kept")
+REDO_UNIT = "delete this done-marker and prepare again: its unit is prepared again"
+RESTART = "delete the directory and prepare again"
+
+
+def _read_json(path: str, remedy: str) -> Any:
+    """A JSON file that prepare wrote; ValueError naming it, and the remedy, if it is damaged."""
+    try:
+        return fileio.read_json(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: damaged, not valid JSON ({e}); {remedy}") from None
 
 
 # -- Worker side. --
@@ -229,7 +245,7 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
                       "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
     dropped = collections.Counter()
     for index in range(len(units)):
-        done = fileio.read_json(_done_path(output_dir, index))
+        done = _read_json(_done_path(output_dir, index), REDO_UNIT)
         dropped.update(done["dropped"])
         for split in SPLITS:
             entry, counts = splits[split], done["stats"][split]

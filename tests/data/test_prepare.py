@@ -164,3 +164,70 @@ def test_small_corpora_are_prepared_in_process_by_default(tmp_path):
     assert prepare._default_workers(sources.list_units(_config(tmp_path, source="demo"))) == 1
     assert prepare._default_workers([{"path": "a", "range": [0, 1 << 20]}]) == 1
     assert prepare._default_workers([{"path": "a", "range": [0, 64 << 20]}]) == (os.cpu_count() or 1)
+
+
+def _shard_files(directory):
+    """{name: (bytes, mtime)} of the shards: equal before and after = nothing was rewritten."""
+    return {name: (open(os.path.join(directory, name), "rb").read(), os.stat(os.path.join(directory, name)).st_mtime_ns)
+            for name in os.listdir(directory) if name.endswith(".tfrecord")}
+
+
+def _no_unit_prepared(job):
+    raise AssertionError(f"unit {job[5]} was prepared again")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda good: good[:len(good) // 2], "damaged, not valid JSON"),  # a truncated write
+    (lambda good: b"\xff\xfe" + bytes(100), "damaged, not valid JSON"),  # garbage
+    (lambda good: b"[1, 2]", "format 'list', expected 'bertjax.prepared.v2'"),
+    (lambda good: json.dumps({k: v for k, v in json.loads(good).items() if k != "splits"}).encode(),
+     r"damaged, no \['splits'\]"),
+])
+def test_a_damaged_metadata_json_is_named_and_nothing_is_overwritten(tmp_path, monkeypatch, damage, message):
+    _write_corpus(tmp_path, num_files=2, docs_per_file=10)
+    out = str(tmp_path / "out")
+    prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    metadata_path = os.path.join(out, "metadata.json")
+    good = open(metadata_path, "rb").read()
+    shards_before = _shard_files(out)
+    with open(metadata_path, "wb") as f:
+        f.write(damage(good))
+    monkeypatch.setattr(prepare, "_prepare_unit", _no_unit_prepared)
+    for call in (lambda: prepare.ensure_prepared(_config(tmp_path), out, num_workers=1),
+                 lambda: prepare.ensure_prepared(_config(tmp_path, source="prepared", input_pattern=out), "unused")):
+        with pytest.raises(ValueError, match=message) as error:
+            call()
+        assert str(error.value).startswith(f"{metadata_path}: ")
+    assert _shard_files(out) == shards_before
+
+
+def test_the_remedies_the_messages_give_rebuild_the_same_metadata(tmp_path, monkeypatch):
+    _write_corpus(tmp_path, num_files=3, docs_per_file=10)
+    out = str(tmp_path / "out")
+    prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    metadata_path, marker = os.path.join(out, "metadata.json"), os.path.join(out, "done", "unit-00001.json")
+    good = open(metadata_path, "rb").read()
+    shards_before = _shard_files(out)
+    with open(metadata_path, "wb") as f:
+        f.write(good[:20])
+    with pytest.raises(ValueError, match="delete this metadata.json and prepare again: it is rebuilt from the done/"):
+        prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    os.remove(metadata_path)
+    real_prepare_unit = prepare._prepare_unit
+    monkeypatch.setattr(prepare, "_prepare_unit", _no_unit_prepared)
+    prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    assert open(metadata_path, "rb").read() == good and _shard_files(out) == shards_before
+
+    # A damaged done-marker (with metadata.json gone): named; deleting it redoes that unit only.
+    os.remove(metadata_path)
+    with open(marker, "w") as f:
+        f.write('{"unit": ')
+    with pytest.raises(ValueError, match=f"{marker}: damaged, not valid JSON .*delete this done-marker"):
+        prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    os.remove(marker)
+    redone = []
+    monkeypatch.setattr(prepare, "_prepare_unit", lambda job: (redone.append(job[5]), real_prepare_unit(job)))
+    prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    assert redone == [1] and open(metadata_path, "rb").read() == good
+    assert {name: data for name, (data, _) in _shard_files(out).items()} == {
+        name: data for name, (data, _) in shards_before.items()}
