@@ -183,14 +183,15 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
         raise ValueError(f"{path}: expected a JSON object with a 'data' list (the SQuAD layout)")
     builder = _Builder(path, strict=True)
     for a, article in enumerate(raw["data"]):
-        for p, paragraph in enumerate(article.get("paragraphs", [])):
+        for p, paragraph in enumerate(_objects(article, "paragraphs", f"{path}: data[{a}]")):
             where = f"data[{a}].paragraphs[{p}]"
             if not isinstance(paragraph.get("context"), str):
                 raise ValueError(f"{path}: {where} has no 'context' string")
-            for k, qa in enumerate(paragraph.get("qas", [])):
+            for k, qa in enumerate(_objects(paragraph, "qas", f"{path}: {where}")):
                 qid = qa.get("id")
-                if not isinstance(qid, str) or not qid:
+                if not isinstance(qid, (str, int)) or isinstance(qid, bool) or qid == "":
                     raise ValueError(f"{path}: {where}.qas[{k}] has no 'id'")
+                qid = str(qid)
                 if not isinstance(qa.get("question"), str):
                     raise ValueError(f"{path}: question id {qid!r} has no 'question' string")
                 try:
@@ -205,6 +206,16 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
             for qa in par.get("qas", []))
         version = "v2.0" if v2 else "v1.1"
     return builder.build(version, data=raw["data"])
+
+
+def _objects(parent, key: str, where: str) -> list[dict]:
+    """parent[key], checked to be a list of JSON objects (a missing key: none)."""
+    if not isinstance(parent, dict):
+        raise ValueError(f"{where} is not a JSON object")
+    children = parent.get(key, [])
+    if not isinstance(children, list) or not all(isinstance(c, dict) for c in children):
+        raise ValueError(f"{where}: {key!r} must be a list of JSON objects")
+    return children
 
 
 def read_tfds(name: str = "squad/v1.1", split: str = "train", data_dir: str | None = None) -> SquadExamples:

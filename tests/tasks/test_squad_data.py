@@ -43,7 +43,8 @@ def test_wordpiece_offset_ids_equal_encode_flat(bert_tokenizer):
 
 @pytest.fixture(scope="module")
 def sentencepiece_tokenizer(tmp_path_factory):
-    corpus = ["Café déjà vu is a French phrase.", "The naïve fox jumps over the lazy dog.", "中文 字符 测试"] * 50
+    corpus = ["Café déjà vu is a French phrase.", "The naïve fox jumps over the lazy dog.", "中文 字符 测试"]
+    corpus *= 50
     path = tokenization.train_sentencepiece(corpus, 40, str(tmp_path_factory.mktemp("spm")), True)
     return tokenization.load_tokenizer("sentencepiece", path)
 
@@ -275,6 +276,7 @@ def test_json_bad_answers_error_or_counted_skip(bert_tokenizer, tmp_path, caplog
     ({"id": "q0", "question": "Who?"}, "question id 'q0' appears twice"),
     ({"id": "q9", "answers": []}, "question id 'q9' has no 'question'"),
     ({"id": "q9", "question": "?", "answers": [{"text": "x"}]}, "question id 'q9': each answer needs"),
+    ("not an object", r"data\[0\].paragraphs\[0\]: 'qas' must be a list of JSON objects"),
 ])
 def test_json_malformed_questions_name_file_and_position(tmp_path, qa, message):
     path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [_qa(0, "1940"), qa]}]}])
