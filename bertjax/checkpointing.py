@@ -12,14 +12,15 @@ Atomicity: orbax writes a step into `<step>.orbax-checkpoint-tmp` and renames it
 `<step>` only once every file is written (on GCS, where renames are not atomic, it writes
 `commit_success.txt` last instead). A save killed part-way (kill -9, preemption, a full
 disk) therefore leaves a tmp folder that is never listed as a step and is deleted by the
-next `Checkpointer`; the steps saved before it are untouched.
+next `Checkpointer`; the steps saved before it are untouched. A write that fails raises
+CheckpointSaveError (an OSError) naming the step, from `save`, `wait_until_finished` or `close`.
 
-Nothing is ever deleted on a read error. `restore` tries each step READ_ATTEMPTS times
-(a transient gs:// error is not corruption); a step that still cannot be read is skipped,
-and once an older step has been restored, the skipped newer ones are moved aside to
-`<step>.unreadable-<UTC time>` (a name orbax never lists as a step nor cleans up), with a
-warning naming both paths, so the run can save those step numbers again. When no step
-can be read, nothing is moved and `restore` raises.
+Nothing is ever deleted on a read error. `restore` reads a step up to three times
+(READ_RETRY_SECONDS apart: a transient gs:// error is not corruption); a step that still
+fails is skipped, and once an older step has been restored, the skipped newer ones are
+moved aside to `<step>.unreadable-<UTC time>` (a name orbax never lists as a step nor
+cleans up), with a warning naming both paths, so the run can save those step numbers
+again. When no step can be read, nothing is moved and `restore` raises.
 """
 
 from __future__ import annotations
@@ -173,10 +174,10 @@ class Checkpointer:
 
         abstract_state: the state's pytree (same structure as saved) of
           jax.ShapeDtypeStruct leaves with NamedShardings, on any mesh.
-        step: None restores the newest readable step. A step that still fails after
-          READ_ATTEMPTS is skipped with a warning; once an older one is restored, the
-          skipped ones are moved aside (see the module docstring). An explicit step is
-          restored or raises, and is never moved.
+        step: None restores the newest readable step. A step that still fails after three
+          attempts is skipped with a warning; once an older one is restored, the skipped
+          ones are moved aside (see the module docstring). An explicit step is restored
+          (with the same retries) or raises, and is never moved.
         A tree or shape mismatch with a readable checkpoint raises CheckpointMismatchError
         (a ValueError) at once, without falling back.
         """
@@ -244,8 +245,11 @@ class Checkpointer:
         self._manager.reload()
 
     def close(self) -> None:
-        """Waits for pending saves and releases orbax's threads."""
-        self._manager.close()
+        """Waits for pending saves (CheckpointSaveError if one failed) and releases orbax's threads."""
+        try:
+            self._manager.close()
+        except Exception as e:
+            raise self._save_failed(e) from e
 
 
 def _on_every_process(ok: bool) -> bool:
