@@ -2,7 +2,8 @@
 fault is lost and that the run can go on (or refuses clearly).
 
 kill -9 during prepare, kill -9 during an async checkpoint save, a full disk during a save,
-a damaged metadata.json of prepared data, two runs on one workdir at the same time.
+a damaged metadata.json of prepared data, two runs on one workdir at the same time, and
+SIGTERM to one host of a two-process run.
 """
 
 import json
@@ -245,3 +246,35 @@ def test_a_second_run_on_the_same_workdir_refuses(tmp_path, prepared_dir):
         if first.poll() is None:
             first.kill()
             first.wait()
+
+
+# ---------------------------------------------------------------------------------------
+# SIGTERM to one host of a two-process run: both save the same step and stop.
+# ---------------------------------------------------------------------------------------
+
+def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(tmp_path, prepared_dir):
+    workdir = tmp_path / "run"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    processes = [subprocess.Popen(
+        _pretrain(workdir, prepared_dir, "--config.train.num_steps=100000", "--config.checkpoint.every=100000",
+                  "--config.mesh.fsdp=2", f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+                  f"--process_id={i}"),
+        env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        metrics = workdir / "metrics.jsonl"
+        _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, processes[0],
+                  "three steps were logged")
+        processes[1].send_signal(signal.SIGTERM)
+        errors = [process.communicate(timeout=300)[1] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert [process.returncode for process in processes] == [3, 3], errors[0][-2000:] + errors[1][-2000:]
+    saved = _complete_steps(workdir / "checkpoints")
+    assert len(saved) == 1 and saved[0] >= 3  # no scheduled save: this one is the preemption's
+    assert all(f"saved step {saved[0]}" in error for error in errors)
