@@ -18,9 +18,10 @@
 # RUNTIME (the TPU software version) follows ACCELERATOR unless set: v2/v3/v4 ->
 # tpu-ubuntu2204-base, v5e (v5litepod-N) -> v2-alpha-tpuv5-lite, v5p -> v2-alpha-tpuv5,
 # v6e -> v2-alpha-tpuv6e (cloud.google.com/tpu/docs/runtimes). These images are Ubuntu 22.04
-# with Python 3.10, and bertjax needs 3.11: `install` gets a 3.11 interpreter with uv (a
-# standalone CPython build, from PyPI's `uv` package): no sudo and no apt, whose lock is often
-# held by unattended upgrades on a fresh VM, and the same on every image.
+# with Python 3.10, and the jax, flax and orbax versions bertjax needs require 3.11: `install`
+# gets a 3.11 interpreter with uv (a standalone CPython build; uv itself from PyPI): no sudo
+# and no apt, whose lock is often held by unattended upgrades on a fresh VM, and the same on
+# every image.
 # Spot/preemptible slices: add SPOT=1 to `create`. On preemption the trainer gets SIGTERM,
 # saves at a step all hosts agree on and exits 3; recreate the slice, `install`, `run` again.
 set -euo pipefail
