@@ -116,19 +116,25 @@ def run(main: Callable[[list[str]], None]) -> None:
 
 # -- Flags both training launchers define. --
 
-def define_distributed_flags():
-    """--distributed, --coordinator_address, --num_processes, --process_id (see bertjax.distributed)."""
-    return (
-        flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
-                          "auto: initialise jax.distributed when the environment shows several processes."),
-        flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host by hand)."),
-        flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host by hand)."),
-        flags.DEFINE_integer("process_id", None, "This process's index (multi-host by hand)."),
-    )
+def define_run_flags(config_help: str):
+    """--config (an ml_collections config file, locked), --workdir, and the multi-host flags
+    --distributed, --coordinator_address, --num_processes, --process_id (see bertjax.distributed).
+    Returns the (config, workdir) flag holders."""
+    from ml_collections import config_flags
+
+    config = config_flags.DEFINE_config_file("config", None, config_help, lock_config=True)
+    workdir = flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data go (local or gs://).")
+    flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
+                      "auto: initialise jax.distributed when the environment shows several processes.")
+    flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host by hand).")
+    flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host by hand).")
+    flags.DEFINE_integer("process_id", None, "This process's index (multi-host by hand).")
+    flags.mark_flags_as_required(["config", "workdir"])
+    return config, workdir
 
 
 def start_distributed() -> None:
-    """Calls bertjax.distributed.initialize with the flags of `define_distributed_flags`."""
+    """Calls bertjax.distributed.initialize with the flags of `define_run_flags`."""
     from bertjax import distributed
 
     values = flags.FLAGS

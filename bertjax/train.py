@@ -167,6 +167,11 @@ class HostBatches:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     """Runs pre-training to `config.train.num_steps`; returns the last logged metrics."""
+    with trainer.hold_workdir(workdir):
+        return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     from bertjax.data import prepare  # TensorFlow only for input
     from bertjax.data.pretraining import check_data_config
     from bertjax.models.convert import pretrained_config

@@ -128,7 +128,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, objective: Obj
         ((loss, sums), grads), _ = jax.lax.scan(
             accumulate, zeros, (jnp.arange(grad_accum_steps), micro_batches(batch, grad_accum_steps)))
 
-    grad_norm = optax.global_norm(grads)
+    grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     learning_rate = schedule(optim.update_count(state.opt_state))
     updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -273,6 +273,14 @@ def process_rows(global_size: int) -> slice:
     return slice(index * global_size // count, (index + 1) * global_size // count)
 
 
+def hold_workdir(workdir: str):
+    """One run per workdir: process 0 holds `<workdir>/.lock` (a second run started on the
+    same workdir stops with WorkdirBusyError); the other processes of the run share it."""
+    from bertjax import workdir_lock
+
+    return workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
+
+
 def process_zero_first(fn: Callable[[], Any], what: str) -> Any:
     """Runs fn on process 0, then on the others (shared files are written once, without races)."""
     from jax.experimental import multihost_utils
@@ -376,11 +384,11 @@ class Loop:
 
     def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
         with self.paused():
-            meta = {"extra_meta": extra_meta} if extra_meta else {}  # TODO(helper-4): always pass
             self.checkpointer.save(step, state, data_position=step, config=self.saved_config,
-                                   force=step == self.num_steps, **meta)
+                                   force=step == self.num_steps, extra_meta=extra_meta)
             if self.watcher.should_stop(step):
-                self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True, **meta)
+                self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
+                                       extra_meta=extra_meta)
                 self.checkpointer.wait_until_finished()
                 raise TrainingStopped(f"preempted (SIGTERM): saved step {step} to {self.checkpointer.directory}; "
                                       f"run the same command again to resume")

@@ -19,14 +19,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Pre-training config file (configs/pretrain.py:<preset>).",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and prepared data go (local or gs://).")
-cli.define_distributed_flags()
-flags.mark_flags_as_required(["config", "workdir"])
+_CONFIG, _WORKDIR = cli.define_run_flags("Pre-training config file (configs/pretrain.py:<preset>).")
 
 
 def main(argv):

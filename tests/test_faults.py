@@ -226,7 +226,6 @@ def test_a_damaged_prepared_metadata_json_is_named_and_shards_are_untouched(tmp_
 # (e) Two runs on one workdir at the same time: the second refuses in one line.
 # ---------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(reason="needs trainer integration of bertjax.workdir_lock.hold", strict=False)
 def test_a_second_run_on_the_same_workdir_refuses(tmp_path, prepared_dir):
     workdir = tmp_path / "run"
     first = subprocess.Popen(_pretrain(workdir, prepared_dir, "--config.train.num_steps=100000"), env=_env(),

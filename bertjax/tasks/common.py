@@ -15,12 +15,14 @@ one token at a time from its end (ties trim b) until the pair fits.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
-from typing import Any, Sequence
+import json
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from bertjax import ragged
+from bertjax import fileio, ragged
 
 # Model inputs with a sequence axis last; batching pads and trims them to a bucket length.
 SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_weights")
@@ -52,6 +54,78 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+
+@dataclasses.dataclass
+class Task:
+    """A fine-tuning task ready to train: its splits, its head, its loss and its evaluation.
+
+    train: the training split. eval_splits: scored after training and every eval_every
+      steps; the first one's `main_metric` (higher is better) picks the best checkpoint.
+    test_splits: predicted only (no labels).
+    make_model(bert_config) -> a flax module whose params are {"bert": ..., <head_names>}.
+    inputs(batch) -> the module's positional inputs.
+    sums(outputs, batch), counts(batch), loss_terms: the loss, as in trainer.Objective.
+    predict(outputs) -> {name: <[B, ...]>}: per row, what the host needs (on device, jitted);
+      names in `sequence_outputs` have a sequence axis, padded back to the split's width.
+    evaluate(split, predictions) -> {metric: value}: the official metrics, predictions being
+      predict's arrays for every row of the split ([N, ...]).
+    write_predictions(split, predictions, directory) -> the files written.
+    """
+
+    name: str
+    train: Split
+    eval_splits: list[Split]
+    test_splits: list[Split]
+    make_model: Callable[[Any], Any]
+    inputs: Callable[[dict], tuple]
+    sums: Callable[[Any, dict], dict]
+    counts: Callable[[dict], dict]
+    loss_terms: tuple[str, ...]
+    predict: Callable[[Any], dict]
+    evaluate: Callable[[Split, dict], dict]
+    write_predictions: Callable[[Split, dict, str], list[str]]
+    main_metric: str
+    head_names: tuple[str, ...]
+    sequence_outputs: tuple[str, ...] = ()
+
+
+def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]:
+    """('file:line', row) for each row of a CSV, TSV (both with a header line) or JSONL file.
+
+    file_format: "csv", "tsv" or "jsonl"; "" = from the file name's extension (.json is
+    read as JSONL). TSV fields are taken literally (no quoting, as GLUE's files need).
+    Errors name file:line: a JSONL line that is not a JSON object, a CSV/TSV row with
+    more or fewer fields than the header.
+    """
+    file_format = file_format or {"json": "jsonl"}.get(path.rsplit(".", 1)[-1].lower(), path.rsplit(".", 1)[-1].lower())
+    if file_format not in ("csv", "tsv", "jsonl"):
+        raise ValueError(f"{path}: unknown file format {file_format!r}; expected .csv, .tsv or .jsonl "
+                         "(or set config.data.file_format)")
+    with fileio.open_file(path) as f:
+        if file_format == "jsonl":
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{number}: not JSON ({e.msg} at column {e.colno})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+                yield f"{path}:{number}", row
+            return
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv" else csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return
+        for fields in reader:
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                raise ValueError(f"{path}:{reader.line_num}: {len(fields)} fields, the header has {len(header)} "
+                                 f"({header})")
+            yield f"{path}:{reader.line_num}", dict(zip(header, fields))
 
 
 def truncated_pair_lengths(len_a: np.ndarray, len_b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,1 @@
+"""Official metrics (GLUE, SQuAD, CoNLL NER), in numpy: no JAX, no TensorFlow."""

@@ -1,0 +1,381 @@
+"""BERT fine-tuning: one loop, top to bottom.
+
+Sections: checkpoint, tokenizer and model config (validated before anything is loaded or
+compiled) -> the task's data -> model, objective and state (resume order) -> the steps,
+compiled once per bucket length -> the loop (evaluations keep the best checkpoint) ->
+predictions with the best weights. The machinery shared with pre-training (step,
+shardings, resume order, the loop's tail) is in `trainer.py`.
+
+Starting point (`config.init_checkpoint`): a bertjax run (pre-training or fine-tuning: its
+workdir, checkpoint directory or one step), a Hugging Face BERT directory, or Google's
+original TF release. The model's shape comes from it; only the encoder is restored (and
+the task head too with `config.reuse_head`); the tokenizer comes with it. No
+init_checkpoint: the same model from scratch (`config.model.preset`), the baseline.
+
+Workdir: checkpoints/ (the latest, for resume), best/ (the weights with the best
+`main_metric` on the first evaluation split), metrics.jsonl and tensorboard/ (eval
+metrics prefixed `eval_`, or `eval_<split>_` for further evaluation splits), tokenizer/,
+predictions/ (per split, and GLUE submission files).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from bertjax import checkpointing, fileio, optim, sharding, tasks, tokenization, trainer
+from bertjax.models import BertConfig, stack_layers
+from bertjax.models import config as bert_config
+from bertjax.tasks import batching
+from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task
+
+log = logging.getLogger(__name__)
+
+
+# ======================================================================================
+# Checkpoint, tokenizer, model config, validation.
+# ======================================================================================
+
+def checkpoint_config(config: ml_collections.ConfigDict) -> BertConfig | None:
+    """The BertConfig of config.init_checkpoint (None: from scratch); errors name the key."""
+    from bertjax.models.convert import pretrained_config
+
+    if not config.init_checkpoint:
+        return None
+    try:
+        return pretrained_config(config.init_checkpoint)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
+
+
+def load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> tokenization.Tokenizer:
+    """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint, else
+    (from scratch) the demo vocabulary for the demo task."""
+    from bertjax.data import demo_corpus
+    from bertjax.models.convert import checkpoint_vocabulary
+
+    data = config.data
+    saved = checkpoint_vocabulary(config.init_checkpoint) if config.init_checkpoint else None
+    if data.vocab_path:
+        lower = True if data.do_lower_case is None else data.do_lower_case
+        tokenizer = tokenization.load_tokenizer(data.tokenizer, data.vocab_path, lower)
+        if saved and saved.get("vocab_hash") and saved["vocab_hash"] != tokenizer.vocab_hash:
+            raise ValueError(f"config.data.vocab_path={data.vocab_path} is not the vocabulary config.init_checkpoint="
+                             f"{config.init_checkpoint} was trained with ({saved['path']}); leave vocab_path unset")
+        return tokenizer
+    if saved:
+        lower = saved["do_lower_case"] if data.do_lower_case is None else data.do_lower_case
+        if lower is None:
+            log.warning("%s: unknown casing; lower-casing (set config.data.do_lower_case)", config.init_checkpoint)
+            lower = True
+        return tokenization.load_tokenizer(saved["kind"], saved["path"], lower)
+    if config.init_checkpoint:
+        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocab.txt; "
+                         "set config.data.vocab_path")
+    if config.task == "demo":
+        return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(fileio.join(workdir, "data")))
+    raise ValueError("training from scratch (no config.init_checkpoint) needs config.data.vocab_path")
+
+
+def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | None, vocab_size: int) -> BertConfig:
+    """`config.model` (None = unset) over the checkpoint's architecture, or the preset's."""
+    fields = dict(config.model)
+    if checkpoint is not None and checkpoint.vocab_size != vocab_size:
+        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has a vocabulary of {checkpoint.vocab_size} "
+                         f"tokens but the tokenizer has {vocab_size} (config.data.vocab_path)")
+    if checkpoint is None and fields.get("vocab_size") is None:
+        fields["vocab_size"] = vocab_size
+    return bert_config.resolve(fields, checkpoint=checkpoint, preset=config.model.preset,
+                               accelerator=jax.default_backend() != "cpu")
+
+
+def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int],
+                    vocab_size: int) -> None:
+    """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
+    train, data = config.train, config.data
+    data_parallel, tensor = mesh_shape[0] * mesh_shape[1], mesh_shape[2]
+    if bert.vocab_size != vocab_size:
+        raise ValueError(f"config.model.vocab_size={bert.vocab_size} but the tokenizer has {vocab_size} tokens")
+    for key in ("batch_size", "grad_accum_steps", "log_every", "max_consecutive_bad_steps"):
+        if not isinstance(train[key], int) or isinstance(train[key], bool) or train[key] < 1:
+            raise ValueError(f"config.train.{key} must be a positive int, got {train[key]!r}")
+    for key in ("num_steps", "eval_every", "eval_batch_size"):
+        if not isinstance(train[key], int) or train[key] < 0:
+            raise ValueError(f"config.train.{key} must be an int >= 0, got {train[key]!r}")
+    if not train.num_steps and not (isinstance(train.num_epochs, (int, float)) and train.num_epochs > 0):
+        raise ValueError(f"config.train.num_epochs must be > 0 (or set config.train.num_steps), got {train.num_epochs!r}")
+    if not 0.0 <= train.warmup_proportion <= 1.0:
+        raise ValueError(f"config.train.warmup_proportion must be in [0, 1], got {train.warmup_proportion}")
+    for key in ("batch_size", "eval_batch_size"):
+        size = train[key] or train.batch_size
+        if size % (data_parallel * (train.grad_accum_steps if key == "batch_size" else 1)) or size % jax.process_count():
+            raise ValueError(f"config.train.{key}={size} must be divisible by the data-parallel size (mesh data x "
+                             f"fsdp = {data_parallel}), the processes ({jax.process_count()})"
+                             + (f" and config.train.grad_accum_steps={train.grad_accum_steps}" if key == "batch_size"
+                                else ""))
+    if bert.num_attention_heads % tensor:
+        raise ValueError(f"config.mesh.tensor={tensor} must divide the number of attention heads "
+                         f"({bert.num_attention_heads})")
+    if not 8 <= data.max_seq_length <= bert.max_position_embeddings:
+        raise ValueError(f"config.data.max_seq_length={data.max_seq_length} must be in [8, the model's "
+                         f"max_position_embeddings={bert.max_position_embeddings}]")
+    batching.bucket_lengths(data.max_seq_length, data.num_buckets)
+    if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
+        raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
+                         f"{config.checkpoint.keep}")
+
+
+def schedule_config(config: ml_collections.ConfigDict, train_examples: int) -> ml_collections.ConfigDict:
+    """config.train with the run's length resolved: num_steps (from num_epochs unless set)
+    and warmup_steps (warmup_proportion of them)."""
+    train = ml_collections.ConfigDict(config.train.to_dict())
+    if not train.num_steps:
+        train.num_steps = max(1, math.ceil(train.num_epochs * train_examples / train.batch_size))
+    train.warmup_steps = int(train.warmup_proportion * train.num_steps)
+    optim.validate_train_config(train)
+    return train
+
+
+def pretrained_params(config: ml_collections.ConfigDict, bert: BertConfig, task: Task) -> dict[str, Any]:
+    """The encoder of config.init_checkpoint (and its task head with config.reuse_head)."""
+    from bertjax.models.convert import load_pretrained
+
+    _, loaded = load_pretrained(config.init_checkpoint)
+    wanted = ("bert", *task.head_names) if config.reuse_head else ("bert",)
+    missing = [name for name in wanted if name not in loaded]
+    if missing:
+        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has no {missing} weights "
+                         f"(config.reuse_head={config.reuse_head}); it has {sorted(loaded)}")
+    if bert.scan_layers:
+        loaded = {**loaded, "bert": stack_layers(loaded["bert"], bert.num_hidden_layers)}
+    return {name: loaded[name] for name in wanted}
+
+
+# ======================================================================================
+# Batches and predictions on the host.
+# ======================================================================================
+
+def _abstract_batch(example: dict[str, np.ndarray], batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes of a global batch cut to bucket `length`, from one batch of the split."""
+    def shape(name, value):
+        tail = (*value.shape[1:-1], length) if name in SEQUENCE_FEATURES else value.shape[1:]
+        return jax.ShapeDtypeStruct((batch_size, *tail), value.dtype)
+
+    return {name: shape(name, value) for name, value in example.items()}
+
+
+def _host(tree: Any) -> Any:
+    """Replicated jax.Arrays -> numpy (each process holds a whole copy)."""
+    return jax.tree_util.tree_map(lambda x: np.asarray(x.addressable_data(0)), tree)
+
+
+def _pad_to(values: np.ndarray, width: int, fill: float) -> np.ndarray:
+    pad = [(0, 0)] * values.ndim
+    pad[-1] = (0, width - values.shape[-1])
+    return np.pad(values, pad, constant_values=fill)
+
+
+# ======================================================================================
+# The run.
+# ======================================================================================
+
+def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Fine-tunes to the configured length; returns {"best": metrics of the best checkpoint,
+    "last": the last logged metrics, "predictions": files written}."""
+    with trainer.hold_workdir(workdir):
+        return _finetune(config, workdir)
+
+
+def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    # -- Checkpoint, tokenizer, model config, mesh: validated before any data or compile. --
+    checkpoint = checkpoint_config(config)
+    tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, workdir), "tokenizer")
+    bert = model_config(config, checkpoint, tokenizer.vocab_size)
+    mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    validate_config(config, bert, mesh_shape, tokenizer.vocab_size)
+    mesh = sharding.create_mesh(*mesh_shape)
+
+    # -- The task's data, tokenized in memory (every host holds it: batches are cut the same
+    #    way everywhere, and each host feeds its rows). --
+    task = tasks.load_task(config, tokenizer)
+    if jax.process_index() == 0:
+        tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
+    train_cfg = schedule_config(config, len(task.train))
+    buckets = batching.bucket_lengths(config.data.max_seq_length, config.data.num_buckets)
+    train_batches = batching.TrainBatches(task.train, train_cfg.batch_size, config.data.seed, buckets,
+                                          config.data.group_by_length)
+    eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
+    eval_every = train_cfg.eval_every or train_batches.steps_per_epoch()
+
+    # -- Model, objective, optimizer, shardings, state (resume order). --
+    model = task.make_model(bert)
+
+    def apply(params, batch, rng):
+        rngs = None if rng is None else {"dropout": rng}
+        return model.apply({"params": params}, *task.inputs(batch), deterministic=rng is None, rngs=rngs)
+
+    objective = trainer.Objective(apply=apply, sums=task.sums, counts=task.counts, loss_terms=task.loss_terms)
+    optimizer, schedule = optim.make_optimizer(train_cfg), optim.make_schedule(train_cfg)
+    example = train_batches.batch(0)
+    dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in _abstract_batch(example, 1, buckets[0]).items()}
+    init_params = lambda: model.init(jax.random.key(config.seed), *task.inputs(dummy))["params"]
+    abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
+    checkpointer = checkpointing.Checkpointer(
+        fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
+        max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
+    best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
+                                                   async_save=False)
+    pretrained = (lambda: pretrained_params(config, bert, task)) if config.init_checkpoint else None
+    state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
+                                       optimizer=optimizer, mesh=mesh, pretrained=pretrained,
+                                       pretrained_source=config.init_checkpoint)
+
+    # -- The steps: the train step compiled once per bucket length the batches use (on first
+    #    use); evaluation (sums and per-row predictions, replicated to every host) likewise. --
+    batch_shardings = {name: sharding.batch_sharding(mesh, value.ndim) for name, value in example.items()}
+    replicated = NamedSharding(mesh, PartitionSpec())
+    with sharding.activate(mesh):
+        step_jit = jax.jit(
+            lambda s, b: trainer.train_step(s, b, objective=objective, optimizer=optimizer, schedule=schedule,
+                                            seed=config.seed, grad_accum_steps=train_cfg.grad_accum_steps),
+            in_shardings=(shardings, batch_shardings), out_shardings=(shardings, None), donate_argnums=0)
+    def predict(params, batch):
+        sums, counts, outputs = trainer.eval_sums(params, batch, objective=objective)
+        return sums, counts, task.predict(outputs)
+
+    predict_fn = jax.jit(predict, in_shardings=(shardings.params, batch_shardings), out_shardings=replicated)
+
+    def run_split(params, split: Split) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits."""
+        totals, collected = trainer.EvalTotals(), []
+        rows = trainer.process_rows(eval_batch_size)
+        with sharding.activate(mesh):
+            for batch, real in batching.eval_batches(split, eval_batch_size, buckets):
+                host_rows = {name: value[rows] for name, value in batch.items()}
+                sums, counts, predictions = _host(predict_fn(params, trainer.global_batch(host_rows, mesh)))
+                totals.add(sums, counts)
+                width = split.features["input_ids"].shape[-1]
+                collected.append({name: _pad_to(value[:real], width, -1e9 if value.dtype.kind == "f" else -1)
+                                  if name in task.sequence_outputs else value[:real]
+                                  for name, value in predictions.items()})
+        predictions = {name: np.concatenate([c[name] for c in collected]) for name in collected[0]}
+        if not split.has_labels:
+            return {}, predictions
+        return {"loss": totals.means()["loss"], **task.evaluate(split, predictions)}, predictions
+
+    def evaluate(params) -> dict[str, dict[str, float]]:
+        return {split.name: run_split(params, split)[0] for split in task.eval_splits}
+
+    # -- The loop. --
+    best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.latest_step() else None
+    best = best_meta["extra"] if best_meta else None  # {"step", "metrics"} of the best evaluation so far
+    start_step = int(jax.device_get(state.step))
+    saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict()}
+    loop = trainer.Loop(
+        workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
+        start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
+        max_consecutive_bad_steps=train_cfg.max_consecutive_bad_steps, sequences_per_step=train_cfg.batch_size,
+        console_keys=("loss", "accuracy", "mse"), label=f"fine-tune {task.name}")
+    loop.console(f"{task.name}: {len(task.train)} training examples, "
+                 + ", ".join(f"{len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
+                 + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size} ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f}"
+                 f" epochs), lr {train_cfg.learning_rate:g}, warmup {train_cfg.warmup_steps}; batches padded to "
+                 f"{buckets}; {how}; starting at step {start_step}")
+    step_fns: dict[int, Any] = {}  # bucket length -> the compiled train step
+
+    def train_step_for(length: int):
+        """The train step compiled for batches of `length` tokens (on first use; not timed)."""
+        if length not in step_fns:
+            with loop.paused(), sharding.activate(mesh):
+                start = time.perf_counter()
+                step_fns[length] = step_jit.lower(trainer.with_shardings(abstract, shardings),
+                                                  _abstract_batch(example, train_cfg.batch_size, length)).compile()
+            loop.console(f"compiled the train step for length {length} in {time.perf_counter() - start:.1f}s")
+        return step_fns[length]
+
+    step = start_step
+    batches = train_batches.batches(start_batch=start_step)
+    rows = trainer.process_rows(train_cfg.batch_size)
+    try:
+        while step < train_cfg.num_steps:
+            batch = next(batches)
+            step_fn = train_step_for(batch["input_ids"].shape[-1])
+            host_rows = {name: value[rows] for name, value in batch.items()}
+            with sharding.activate(mesh):
+                state, metrics = step_fn(state, trainer.global_batch(host_rows, mesh))
+            step += 1
+            loop.record(step, metrics, state)
+            if loop.is_eval_step(step):
+                with loop.paused():
+                    results = evaluate(state.params)
+                    main = results[task.eval_splits[0].name]
+                    loop.write_eval(step, {**main, **{f"{split}_{name}": value for split, metrics_ in
+                                                      list(results.items())[1:] for name, value in metrics_.items()}})
+                    if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
+                        best = {"step": step, "metrics": main}
+                        best_checkpointer.save(step, {"params": state.params}, data_position=step,
+                                               config=saved_config, force=True, extra_meta=best)
+            loop.save(step, state)
+    finally:
+        loop.close()
+
+    # -- Predictions with the best weights (the last ones without evaluation splits). --
+    params = state.params
+    if best is not None:
+        restored, _ = best_checkpointer.restore({"params": trainer.with_shardings(abstract.params, shardings.params)})
+        params = restored["params"]
+    best_checkpointer.close()
+    written = []
+    directory = fileio.join(workdir, "predictions")
+    for split in task.eval_splits + task.test_splits:
+        _, predictions = run_split(params, split)
+        if jax.process_index() == 0:
+            written += task.write_predictions(split, predictions, directory)
+    if best is not None:
+        loop.console(f"best {task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']} "
+                     f"(weights in {best_checkpointer.directory})")
+    loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, predictions in {directory}")
+    return {"best": best, "last": loop.last, "predictions": written}
+
+
+# ======================================================================================
+# The paper's hyperparameter grid.
+# ======================================================================================
+
+def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
+    """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid, each in
+    WORKDIR/sweep/<values> (resumable: a finished run returns at once), prints a table and
+    writes WORKDIR/sweep_results.json; returns the rows, best first."""
+    train = config.train
+    grid = [[float(v) for v in train.sweep_learning_rates.split(",")], [int(v) for v in train.sweep_batch_sizes.split(",")],
+            [float(v) for v in train.sweep_epochs.split(",")]]
+    results = []
+    for learning_rate, batch_size, epochs in itertools.product(*grid):
+        run = ml_collections.ConfigDict(config.to_dict())
+        run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False)
+        name = f"lr{learning_rate:g}_batch{batch_size}_epochs{epochs:g}"
+        summary = finetune(run, fileio.join(workdir, "sweep", name))
+        best = summary["best"] or {"metrics": {}, "step": None}
+        results.append({"run": name, "learning_rate": learning_rate, "batch_size": batch_size, "epochs": epochs,
+                        "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
+    metric = next((key for key in results[0] if key.startswith("eval_") and key != "eval_loss"), None)
+    results.sort(key=lambda row: -row.get(metric, -math.inf) if metric else 0)
+    if jax.process_index() == 0:
+        fileio.write_json(fileio.join(workdir, "sweep_results.json"), results)
+        columns = ["run", "best_step"] + [key for key in results[0] if key.startswith("eval_")]
+        print("\n" + "  ".join(f"{c:>24}" for c in columns))
+        for row in results:
+            print("  ".join(f"{row.get(c, ''):>24.4f}" if isinstance(row.get(c), float) else f"{str(row.get(c)):>24}"
+                            for c in columns))
+        print(f"best: {results[0]['run']} ({metric} {results[0].get(metric, float('nan')):.4f}); "
+              f"all in {fileio.join(workdir, 'sweep_results.json')}")
+    return results

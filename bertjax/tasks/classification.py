@@ -1,0 +1,317 @@
+"""Sentence and sentence-pair classification or regression: GLUE, the demo task, your own files.
+
+Tasks (config.task):
+  cola sst2 mrpc qqp stsb mnli qnli rte wnli   TFDS `glue/<task>`; labels in TFDS's order
+      (MNLI: entailment, neutral, contradiction, unlike run_classifier.py's; WNLI:
+      not_entailment, entailment, unlike RTE's). STS-B is regression. MNLI is scored on
+      validation_matched and validation_mismatched; test splits (labels -1) are predicted
+      into the GLUE submission files, and MNLI's model also predicts `glue/ax` (AX.tsv).
+  demo              the demo world's sentence-pair task (bertjax.data.demo_corpus.demo_task)
+  classification    your own CSV/TSV/JSONL files: config.data.train_file, eval_file, test_file,
+  regression        columns text_a_key, text_b_key ("" = single sentences), label_key; labels are
+                    names collected from the training file (or config.data.label_names) or,
+                    for regression, numbers
+
+Inputs are `[CLS] a [SEP] b [SEP]` (common.encode_pairs); the head is a dense layer on the
+pooled [CLS] vector (one output for regression, trained with mean squared error).
+
+    Split.features: input_ids, segment_ids, input_mask <int32>[N, S];
+                    label <int32>[N] (class id) or <float32>[N] (regression)
+    Split.examples: Examples (ids for the submission files, texts' locations, label names)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from bertjax import fileio
+from bertjax.evaluation import glue as glue_metrics
+from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
+from bertjax.tasks.common import Split, Task, encode_pairs, read_records
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueTask:
+    """text_keys: the TFDS features of text a (and b); labels: names in TFDS order (None =
+    regression); eval_splits: scored; test_splits: (TFDS name, split, submission file)."""
+
+    text_keys: tuple[str, str | None]
+    labels: tuple[str, ...] | None
+    eval_splits: tuple[str, ...] = ("validation",)
+    test_splits: tuple[tuple[str, str, str], ...] = ()
+    numeric_submission: bool = True  # binary tasks submit 0/1, NLI tasks their label names
+
+
+def _glue(file, keys, labels, **kw):
+    return GlueTask(keys, labels, test_splits=kw.pop("test_splits", ((None, "test", file),)), **kw)
+
+
+GLUE = {
+    "cola": _glue("CoLA.tsv", ("sentence", None), ("unacceptable", "acceptable")),
+    "sst2": _glue("SST-2.tsv", ("sentence", None), ("negative", "positive")),
+    "mrpc": _glue("MRPC.tsv", ("sentence1", "sentence2"), ("not_equivalent", "equivalent")),
+    "qqp": _glue("QQP.tsv", ("question1", "question2"), ("not_duplicate", "duplicate")),
+    "stsb": _glue("STS-B.tsv", ("sentence1", "sentence2"), None),
+    "mnli": _glue(None, ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
+                  eval_splits=("validation_matched", "validation_mismatched"), numeric_submission=False,
+                  test_splits=((None, "test_matched", "MNLI-m.tsv"), (None, "test_mismatched", "MNLI-mm.tsv"),
+                               ("glue/ax", "test", "AX.tsv"))),
+    "qnli": _glue("QNLI.tsv", ("question", "sentence"), ("entailment", "not_entailment"), numeric_submission=False),
+    "rte": _glue("RTE.tsv", ("sentence1", "sentence2"), ("entailment", "not_entailment"), numeric_submission=False),
+    "wnli": _glue("WNLI.tsv", ("sentence1", "sentence2"), ("not_entailment", "entailment")),
+}
+TASKS = (*GLUE, "demo", "classification", "regression")
+
+
+@dataclasses.dataclass
+class Examples:
+    """One split's raw examples. labels: class names (str), numbers (float) or None
+    (unlabeled); ids: what the submission's `index` column shows; locations: for messages."""
+
+    source: str
+    texts_a: list[str]
+    texts_b: list[str] | None
+    labels: list[Any] | None
+    ids: list[Any]
+    submission_file: str = ""
+
+
+@dataclasses.dataclass
+class SplitInfo:
+    """Split.examples of a classification split."""
+
+    examples: Examples
+    label_names: tuple[str, ...] | None  # None = regression
+
+
+# -- Reading. --
+
+def _decode(values) -> list[str]:
+    return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submission_file: str = "") -> Examples:
+    """One split of TFDS glue/<task> (or `dataset`, e.g. glue/ax) -> Examples; test labels (-1)
+    become None."""
+    import tensorflow_datasets as tfds
+
+    spec = GLUE[task]
+    name = dataset or f"glue/{task}"
+    builder = tfds.builder(name, data_dir=data_dir)
+    if spec.labels is not None:
+        names = tuple(builder.info.features["label"].names)
+        if names != spec.labels:
+            raise ValueError(f"TFDS {name}: label names {names} differ from the expected {spec.labels}; "
+                             "a TFDS version change? Predictions would be mislabelled")
+    texts_a, texts_b, labels, ids = [], [], [], []
+    key_a, key_b = spec.text_keys
+    for batch in tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False).batch(4096)):
+        texts_a += _decode(batch[key_a])
+        if key_b:
+            texts_b += _decode(batch[key_b])
+        labels += batch["label"].tolist()
+        ids += batch["idx"].tolist()
+    if not texts_a:
+        raise ValueError(f"TFDS {name}[{split}] has no examples")
+    unlabeled = all(label == -1 for label in labels)
+    if unlabeled:
+        labels = None
+    elif spec.labels is not None:
+        labels = [spec.labels[label] for label in labels]
+    return Examples(f"tfds:{name}[{split}]", texts_a, texts_b if key_b else None, labels, ids, submission_file)
+
+
+def read_demo(split: str) -> Examples:
+    from bertjax.data import demo_corpus
+
+    examples, names = demo_corpus.demo_task(split)
+    return Examples(f"demo[{split}]", [a for a, _, _ in examples], [b for _, b, _ in examples],
+                    [names[label] for _, _, label in examples], list(range(len(examples))))
+
+
+def read_file(path: str, data_config, *, regression: bool, labeled: bool = True) -> Examples:
+    """Your own CSV/TSV/JSONL file -> Examples (labeled=False: a test file, labels not read).
+
+    Errors name file:line and the config key: a missing column, a text that is not text,
+    labels of mixed types or (regression) not numbers, an empty file.
+    """
+    keys = {"text_a_key": data_config.text_a_key, "text_b_key": data_config.text_b_key,
+            "label_key": data_config.label_key if labeled else ""}
+    texts_a, texts_b, labels, ids, label_types = [], [], [], [], {}
+    for where, row in read_records(path, data_config.file_format):
+        for config_key, column in keys.items():
+            if column and column not in row:
+                raise ValueError(f"{where}: no column {column!r} (config.data.{config_key}); the row has {sorted(row)}")
+        for column in (keys["text_a_key"], keys["text_b_key"]):
+            if column and not isinstance(row[column], str):
+                raise ValueError(f"{where}: column {column!r} should be text, got {row[column]!r}"[:300])
+        texts_a.append(row[keys["text_a_key"]])
+        if keys["text_b_key"]:
+            texts_b.append(row[keys["text_b_key"]])
+        ids.append(row.get("id", row.get("idx", len(ids))))
+        if labeled:
+            label = row[keys["label_key"]]
+            kind = "number" if isinstance(label, (int, float)) and not isinstance(label, bool) else type(label).__name__
+            label_types.setdefault(kind, where)
+            labels.append(label)
+    if not texts_a:
+        raise ValueError(f"{path}: no examples (an empty file?)")
+    if len(label_types) > 1:
+        raise ValueError(f"{path}: the {keys['label_key']!r} column mixes types "
+                         f"({', '.join(f'{t} at {w}' for t, w in label_types.items())}); expected all "
+                         f"{'numbers' if regression else 'class names'}")
+    return Examples(path, texts_a, texts_b if keys["text_b_key"] else None,
+                    _parse_labels(path, labels, regression) if labeled else None, ids)
+
+
+def _parse_labels(path: str, labels: list, regression: bool) -> list:
+    if not regression:
+        return [str(label) for label in labels]
+    numbers = []
+    for index, label in enumerate(labels):
+        try:
+            value = float(label)
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: label {label!r} of example {index} is not a number "
+                             "(config.data.label_kind='float')") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: label {label!r} of example {index} is not a finite number")
+        numbers.append(value)
+    return numbers
+
+
+# -- Features. --
+
+def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None, name: str,
+              max_seq_length: int) -> Split:
+    """Examples -> Split; a label not in `label_names` is an error naming the file and the label."""
+    features, lengths, truncated = encode_pairs(tokenizer, examples.texts_a, examples.texts_b, max_seq_length)
+    if truncated:
+        logging.info("%s: %d of %d examples truncated to %d tokens", examples.source, truncated, len(lengths),
+                     max_seq_length)
+    if examples.labels is None:
+        features["label"] = np.zeros(len(lengths), np.float32 if label_names is None else np.int32)
+    elif label_names is None:
+        features["label"] = np.asarray(examples.labels, np.float32)
+    else:
+        index = {label: i for i, label in enumerate(label_names)}
+        unknown = sorted({label for label in examples.labels if label not in index})
+        if unknown:
+            raise ValueError(f"{examples.source}: labels {unknown[:5]} are not among the training labels "
+                             f"{list(label_names)}")
+        features["label"] = np.asarray([index[label] for label in examples.labels], np.int32)
+    return Split(name, features, lengths, SplitInfo(examples, label_names), has_labels=examples.labels is not None)
+
+
+# -- The task. --
+
+def load_task(config, tokenizer) -> Task:
+    """The configured classification/regression task with its splits tokenized."""
+    task, data = config.task, config.data
+    data_dir = data.tfds_data_dir or None
+    if task in GLUE:
+        spec = GLUE[task]
+        label_names = spec.labels
+        train = read_glue(task, "", "train", data_dir)
+        evals = [read_glue(task, "", split, data_dir) for split in spec.eval_splits]
+        tests = [read_glue(task, dataset, split, data_dir, submission_file=file)
+                 for dataset, split, file in spec.test_splits]
+        split_names = ["train", *spec.eval_splits,
+                       *(f"{dataset.split('/')[-1]}_{split}" if dataset else split for dataset, split, _ in spec.test_splits)]
+    elif task == "demo":
+        from bertjax.data import demo_corpus
+
+        label_names = demo_corpus.TASK_LABELS
+        train, evals, tests = read_demo("train"), [read_demo("dev")], []
+        split_names = ["train", "dev"]
+    elif task in ("classification", "regression"):
+        regression = task == "regression" or data.label_kind == "float"
+        if not data.train_file:
+            raise ValueError(f"config.task={task!r} needs config.data.train_file (and eval_file)")
+        for key in ("train_file", "eval_file", "test_file"):
+            if data[key] and not fileio.exists(data[key]):
+                raise ValueError(f"config.data.{key}={data[key]}: no such file")
+        train = read_file(data.train_file, data, regression=regression)
+        evals = [read_file(data.eval_file, data, regression=regression)] if data.eval_file else []
+        tests = [read_file(data.test_file, data, regression=regression, labeled=False)] if data.test_file else []
+        if regression:
+            label_names = None
+        elif data.label_names:
+            label_names = tuple(name.strip() for name in data.label_names.split(","))
+        else:
+            label_names = tuple(sorted(set(train.labels)))
+            logging.info("%s: labels %s (sorted; set config.data.label_names to fix the order)", data.train_file,
+                         list(label_names))
+        split_names = ["train", *(["eval"] if evals else []), *(["test"] if tests else [])]
+    else:
+        raise ValueError(f"config.task={task!r} is not a classification task")
+    if label_names is not None and len(label_names) < 2:
+        raise ValueError(f"config.task={task!r}: need at least 2 labels, got {list(label_names)}")
+
+    splits = [featurize(tokenizer, examples, label_names, name, data.max_seq_length)
+              for examples, name in zip([train, *evals, *tests], split_names)]
+    for split in splits[1:1 + len(evals)]:
+        if not split.has_labels:
+            raise ValueError(f"{split.examples.examples.source}: an evaluation split needs labels")
+    metric_task = task if task in GLUE else ("regression" if label_names is None else "classification")
+    num_labels = 1 if label_names is None else len(label_names)
+
+    def predict(logits):
+        return {"prediction": logits[:, 0] if num_labels == 1 else logits.argmax(-1), "logits": logits}
+
+    def evaluate(split: Split, predictions: dict) -> dict[str, float]:
+        return glue_metrics.compute_metrics(metric_task, predictions["prediction"], split.features["label"])
+
+    return Task(
+        name=task, train=splits[0], eval_splits=splits[1:1 + len(evals)], test_splits=splits[1 + len(evals):],
+        make_model=lambda bert: BertForSequenceClassification(bert, num_labels=num_labels),
+        inputs=lambda batch: (batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+        sums=lambda logits, batch: classification_sums(logits, batch["label"], batch["example_weights"]),
+        counts=lambda batch: example_counts(batch["example_weights"],
+                                            ("loss", "mse") if num_labels == 1 else ("loss", "accuracy")),
+        loss_terms=("loss",), predict=predict, evaluate=evaluate,
+        write_predictions=write_predictions, main_metric=glue_metrics.main_metric(metric_task),
+        head_names=("classifier",))
+
+
+def write_predictions(split: Split, predictions: dict, directory: str) -> list[str]:
+    """`<directory>/<split>.tsv` (index, prediction, label if known) for every split, and the
+    GLUE submission file (`index<TAB>prediction`, GLUE's label strings) for GLUE test splits."""
+    info: SplitInfo = split.examples
+    values = predictions["prediction"]
+    if info.label_names is None:
+        shown = [f"{value:.6g}" for value in values]
+    else:
+        shown = [info.label_names[int(value)] for value in values]
+    fileio.makedirs(directory)
+    lines = ["index\tprediction" + ("\tlabel" if split.has_labels else "")]
+    for i, (index, prediction) in enumerate(zip(info.examples.ids, shown)):
+        label = info.examples.labels[i] if split.has_labels else None
+        lines.append(f"{index}\t{prediction}" + (f"\t{label}" if split.has_labels else ""))
+    written = [_write_lines(fileio.join(directory, f"{split.name}.tsv"), lines)]
+    if info.examples.submission_file:
+        task = next(name for name, spec in GLUE.items() if any(f == info.examples.submission_file
+                                                                for _, _, f in spec.test_splits))
+        if GLUE[task].labels is None:
+            submitted = [f"{min(max(float(v), 0.0), 5.0):.3f}" for v in values]  # STS-B scores lie in [0, 5]
+        elif GLUE[task].numeric_submission:
+            submitted = [str(int(v)) for v in values]
+        else:
+            submitted = shown
+        lines = ["index\tprediction"] + [f"{index}\t{p}" for index, p in zip(info.examples.ids, submitted)]
+        written.append(_write_lines(fileio.join(directory, "glue", info.examples.submission_file), lines))
+    return written
+
+
+def _write_lines(path: str, lines: list[str]) -> str:
+    fileio.makedirs(fileio.parent(path))
+    tmp = f"{path}.tmp"
+    with fileio.open_file(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    fileio.rename(tmp, path)
+    return path

@@ -1,0 +1,106 @@
+r"""Fine-tuning configs: one per task, with the original BERT fine-tuning defaults.
+
+Run (GLUE from TFDS, starting from a checkpoint in any layout):
+  python launch/finetune.py --config=configs/finetune.py:mrpc --workdir=/tmp/mrpc \
+      --config.init_checkpoint=/ckpt/uncased_L-12_H-768_A-12
+The demo task from the demo pre-training (bash launch/demo.sh runs both):
+  python launch/finetune.py --config=configs/finetune.py:demo --workdir=/tmp/demo_ft \
+      --config.init_checkpoint=workdir/demo/pretrain
+Your own files:
+  python launch/finetune.py --config=configs/finetune.py:classification --workdir=/tmp/mine \
+      --config.init_checkpoint=/ckpt/bert-base-uncased --config.data.train_file=train.csv \
+      --config.data.eval_file=dev.csv --config.data.text_a_key=review --config.data.text_b_key='' \
+      --config.data.label_key=sentiment
+
+Tasks: cola sst2 mrpc qqp stsb mnli qnli rte wnli (TFDS glue/<task>), demo, classification,
+regression. Options after the task, comma separated: `quick` (a few steps, for a smoke test
+on a CPU), `sweep` (the paper's grid: learning rate x batch size x epochs).
+
+Defaults (BERT_REFERENCE.md): the original optimizer (AdamWeightDecay without bias
+correction, eps 1e-6, weight decay 0.01, clip 1.0), linear warmup over 10% of the steps
+then linear decay, batch 32, 3 epochs, length 128, learning rate 2e-5 (the paper picked
+per task from {5e-5, 4e-5, 3e-5, 2e-5} on dev: use `sweep` to do the same).
+Model: every BertConfig field is unset (None) and comes from the checkpoint; set one to
+change it (dropout, dtype, scan_layers, ...); an architecture value that contradicts the
+checkpoint is an error. Without a checkpoint the model is `model.preset` from scratch.
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+from bertjax.models.config import BertConfig
+from bertjax.optim import DEFAULTS
+from bertjax.tasks import task_names
+
+# Per-task changes to the defaults below.
+_TASK_DEFAULTS = {
+    # The tiny model pre-trained by the demo learns the demo task in about a CPU-minute.
+    "demo": dict(model=dict(preset="tiny"), train=dict(learning_rate=5e-4, num_epochs=3.0, log_every=25),
+                 data=dict(max_seq_length=64)),
+}
+
+
+def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
+    task, *options = arg.split(",")
+    if task not in task_names():
+        raise ValueError(f"unknown task {task!r}; expected one of {list(task_names())}")
+    unknown = set(options) - {"quick", "sweep"}
+    if unknown:
+        raise ValueError(f"configs/finetune.py: unknown options {sorted(unknown)} in {arg!r}")
+    config = ml_collections.ConfigDict()
+    config.task = task
+    config.seed = 42
+    config.init_checkpoint = ""  # bertjax run/checkpoint, Hugging Face dir or Google TF release; "" = scratch
+    config.reuse_head = False    # also restore the checkpoint's task head (it must fit this task)
+
+    # -- Model: unset fields (None) come from the checkpoint; `preset` only without one. --
+    config.model = ml_collections.ConfigDict({field: config_dict.placeholder(type(value))
+                                              for field, value in BertConfig().to_dict().items()})
+    config.model.preset = "base"
+
+    # -- Data. --
+    config.data = ml_collections.ConfigDict()
+    config.data.vocab_path = ""          # "" = the checkpoint's vocabulary
+    config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece (with vocab_path)
+    config.data.do_lower_case = config_dict.placeholder(bool)  # None = the checkpoint's casing
+    config.data.max_seq_length = 128
+    config.data.num_buckets = 4          # batches padded to max_seq_length / 2^k, k < num_buckets
+    config.data.group_by_length = True   # batches of rows of similar length (shuffled batch order)
+    config.data.seed = 12345             # the order of training examples
+    config.data.tfds_data_dir = ""       # "" = TFDS's default
+    # Your own files (tasks classification, regression): CSV, TSV (with a header) or JSONL.
+    config.data.train_file = ""
+    config.data.eval_file = ""
+    config.data.test_file = ""
+    config.data.file_format = ""         # csv | tsv | jsonl; "" = from the extension
+    config.data.text_a_key = "text_a"
+    config.data.text_b_key = "text_b"    # "" = single sentences
+    config.data.label_key = "label"
+    config.data.label_names = ""         # comma-separated; "" = sorted labels of the training file
+    config.data.label_kind = "class"     # class | float (regression)
+
+    # -- Training. --
+    config.train = ml_collections.ConfigDict(dict(DEFAULTS))
+    config.train.learning_rate = 2e-5
+    config.train.batch_size = 32
+    config.train.num_epochs = 3.0
+    config.train.num_steps = 0           # > 0 overrides num_epochs
+    config.train.warmup_proportion = 0.1
+    config.train.grad_accum_steps = 1
+    config.train.log_every = 50
+    config.train.eval_every = 0          # steps between evaluations; 0 = once per epoch (and at the end)
+    config.train.eval_batch_size = 0     # 0 = batch_size
+    config.train.max_consecutive_bad_steps = 10
+    config.train.sweep = "sweep" in options
+    config.train.sweep_learning_rates = "5e-5,3e-5,2e-5"
+    config.train.sweep_batch_sizes = "16,32"
+    config.train.sweep_epochs = "2,3,4"
+
+    config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    config.checkpoint = ml_collections.ConfigDict(dict(every=1000, keep=2, async_save=True))
+
+    for section, values in _TASK_DEFAULTS.get(task, {}).items():
+        config[section].update(values)
+    if "quick" in options:
+        config.train.update(num_steps=20, log_every=5, eval_every=10)
+    return config

@@ -1,0 +1,39 @@
+r"""Fine-tunes BERT on a downstream task, from a checkpoint in any layout or from scratch.
+
+  python launch/finetune.py --config=configs/finetune.py:mrpc --workdir=/tmp/mrpc \
+      --config.init_checkpoint=/ckpt/uncased_L-12_H-768_A-12
+  python launch/finetune.py --config=configs/finetune.py:demo --workdir=/tmp/demo_ft \
+      --config.init_checkpoint=workdir/demo/pretrain
+  python launch/finetune.py --config=configs/finetune.py:rte,sweep --workdir=/tmp/rte_grid \
+      --config.init_checkpoint=/ckpt/bert-base-uncased
+
+Tasks and options: see configs/finetune.py. Multi-host: the same command on every host
+(`--distributed`, as launch/pretrain.py). Re-running the same command resumes (after a
+preemption) or, once finished, only rewrites the predictions. Exit codes: 0 done, 2 bad
+configuration or input (one line), 3 stopped on purpose (preemption: run again to resume).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+
+_CONFIG, _WORKDIR = cli.define_run_flags("Fine-tuning config (configs/finetune.py:<task>).")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
+    cli.start_distributed()
+    from bertjax import finetune
+
+    if _CONFIG.value.train.sweep:
+        finetune.sweep(_CONFIG.value, _WORKDIR.value)
+    else:
+        finetune.finetune(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+    cli.run(main)

