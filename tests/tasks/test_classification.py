@@ -41,7 +41,7 @@ def test_every_glue_task_loads_under_mock_data(task, tokenizer):
     assert len(loaded.train) == 6 and loaded.train.features["input_ids"].shape == (6, 32)
     label = loaded.train.features["label"]
     if spec.labels is None:
-        assert loaded.main_metric == "pearson" and label.dtype == np.float32
+        assert loaded.main_metric == "spearman" and label.dtype == np.float32
     else:
         assert label.dtype == np.int32 and 0 <= label.min() and label.max() < len(spec.labels)
     tests = [s.examples.examples.submission_file for s in loaded.test_splits]
