@@ -1,0 +1,100 @@
+"""The shared trainer pieces: gradient accumulation equals the whole batch, skipped non-finite
+steps leave weights and schedule alone, evaluation sums count every example once."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from bertjax import optim, sharding, trainer
+from bertjax.models import BertConfig, BertForPreTraining
+from bertjax.train import objective
+
+CONFIG = BertConfig.preset("tiny", vocab_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0)
+TRAIN = ml_collections.ConfigDict(dict(optim.DEFAULTS, learning_rate=1e-2, warmup_steps=2, num_steps=10))
+
+
+def _batch(rng, size=16, length=16, predictions=4):
+    """A pre-training batch whose rows have different numbers of real predictions, so a mean
+    of per-micro-batch means would differ from the whole batch's weighted mean."""
+    weights = (np.arange(predictions)[None, :] < rng.integers(1, predictions + 1, (size, 1))).astype(np.float32)
+    return {"input_ids": rng.integers(5, 64, (size, length)).astype(np.int32),
+            "segment_ids": np.zeros((size, length), np.int32), "input_mask": np.ones((size, length), np.int32),
+            "masked_lm_positions": rng.integers(1, length, (size, predictions)).astype(np.int32),
+            "masked_lm_ids": rng.integers(5, 64, (size, predictions)).astype(np.int32),
+            "masked_lm_weights": weights, "next_sentence_labels": rng.integers(0, 2, size).astype(np.int32)}
+
+
+@pytest.fixture(scope="module")
+def setup():
+    mesh = sharding.create_mesh(data=-1)  # the 8 simulated devices
+    model = BertForPreTraining(CONFIG)
+    batch = _batch(np.random.default_rng(0))
+    init_params = lambda: model.init(jax.random.key(0), batch["input_ids"], batch["segment_ids"],
+                                     batch["input_mask"], batch["masked_lm_positions"])["params"]
+    optimizer, schedule = optim.make_optimizer(TRAIN), optim.make_schedule(TRAIN)
+    abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
+
+    class NoCheckpoint:
+        def latest_step(self):
+            return None
+
+    def fresh_state():
+        return trainer.initial_state(NoCheckpoint(), abstract, shardings, init_params=init_params,
+                                     optimizer=optimizer, mesh=mesh)[0]
+
+    def step(state, batch, grad_accum_steps=1):
+        with sharding.activate(mesh):
+            fn = jax.jit(lambda s, b: trainer.train_step(s, b, objective=objective(model), optimizer=optimizer,
+                                                         schedule=schedule, seed=0, grad_accum_steps=grad_accum_steps))
+            return fn(state, trainer.global_batch(batch, mesh))
+
+    return fresh_state, step, batch
+
+
+def test_accumulated_micro_batches_give_the_whole_batch_update(setup):
+    fresh_state, step, batch = setup
+    whole, whole_metrics = step(fresh_state(), batch)
+    accumulated, accumulated_metrics = step(fresh_state(), batch, grad_accum_steps=4)
+    for a, b in zip(jax.tree.leaves(whole.params), jax.tree.leaves(accumulated.params)):
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
+    for name in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "grad_norm"):
+        np.testing.assert_allclose(whole_metrics[name], accumulated_metrics[name], rtol=1e-5, err_msg=name)
+
+
+def test_micro_batches_are_strided_across_the_global_batch():
+    rows = jnp.arange(16)
+    with sharding.activate(sharding.create_mesh(data=-1)):
+        micro = jax.jit(lambda b: trainer.micro_batches({"x": b}, 4))(rows)["x"]
+    np.testing.assert_array_equal(micro, np.arange(16).reshape(4, 4).T)  # micro-batch i = rows i, i+4, ...
+
+
+def test_a_skipped_step_changes_no_weight_and_does_not_advance_the_schedule(setup):
+    fresh_state, step, batch = setup
+    poisoned = dict(batch, masked_lm_weights=np.full_like(batch["masked_lm_weights"], np.nan))
+    state, first = step(fresh_state(), batch)
+    before = jax.device_get(state.params)
+    state, skipped = step(state, poisoned)
+    assert float(skipped["skipped"]) == 1.0
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(jax.device_get(state.params))):
+        np.testing.assert_array_equal(a, b)
+    state, third = step(state, batch)
+    schedule = optim.make_schedule(TRAIN)
+    assert int(state.step) == 3 and int(optim.update_count(state.opt_state)) == 2
+    assert int(state.skipped_steps) == 1 and int(state.bad_steps) == 0 and int(state.worst_bad_run) == 1
+    # The logged rate is the one each update used: schedule(0), schedule(1) for the skipped
+    # step (which uses none), schedule(1) again for the next real update.
+    np.testing.assert_allclose([first["learning_rate"], skipped["learning_rate"], third["learning_rate"]],
+                               [schedule(0), schedule(1), schedule(1)])
+
+
+def test_evaluation_totals_weight_every_example_once():
+    totals = trainer.EvalTotals()
+    # Two batches, the second padded: its counts hold only the real rows.
+    totals.add({"accuracy": jnp.float32(3.0), "loss": jnp.float32(2.0)}, {"accuracy": jnp.float32(4.0),
+                                                                          "loss": jnp.float32(4.0)})
+    totals.add({"accuracy": jnp.float32(1.0), "loss": jnp.float32(1.0)}, {"accuracy": jnp.float32(1.0),
+                                                                          "loss": jnp.float32(1.0)})
+    assert totals.means() == {"accuracy": 4.0 / 5.0, "loss": 3.0 / 5.0}  # not the mean of 0.75 and 1.0
