@@ -11,6 +11,20 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 import pytest  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def prepared_dir(tmp_path_factory):
+    """The demo corpus prepared once for the whole session (pre-training tests share it)."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from bertjax.data import prepare
+    from configs import pretrain as pretrain_config
+
+    directory = str(tmp_path_factory.mktemp("demo_data"))
+    prepare.ensure_prepared(pretrain_config.get_config("tiny").data, directory)
+    return directory
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
 

@@ -55,15 +55,6 @@ def _files(directory, suffixes):
             for name in sorted(os.listdir(directory)) if name.endswith(suffixes)}
 
 
-@pytest.fixture(scope="module")
-def prepared_dir(tmp_path_factory):
-    from bertjax.data import prepare
-
-    directory = str(tmp_path_factory.mktemp("demo_data"))
-    prepare.ensure_prepared(pretrain_config.get_config("tiny").data, directory)
-    return directory
-
-
 # ---------------------------------------------------------------------------------------
 # (a) kill -9 during prepare: the rerun's shards and metadata equal an uninterrupted run's.
 # ---------------------------------------------------------------------------------------

@@ -26,16 +26,6 @@ SMALL = ["--config.model.hidden_size=64", "--config.model.num_attention_heads=2"
          "--config.checkpoint.every=5"]
 
 
-@pytest.fixture(scope="module")
-def prepared_dir(tmp_path_factory):
-    """The demo corpus prepared once for every run of this module."""
-    from bertjax.data import prepare
-
-    directory = str(tmp_path_factory.mktemp("demo_data"))
-    prepare.ensure_prepared(pretrain_config.get_config("tiny").data, directory)
-    return directory
-
-
 def _command(workdir, prepared_dir, *extra):
     return [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"), "--config=" + os.path.join(
         ROOT, "configs", "pretrain.py") + ":tiny", f"--workdir={workdir}",

@@ -1,0 +1,114 @@
+"""Pre-training paths beyond the default: bf16, scan, remat and fused attention; weights from a
+Hugging Face or original TF checkpoint (their architecture kept); whole-word masking through
+the full pipeline; inputs refused before anything is prepared or compiled."""
+
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import pretrain as pretrain_config  # noqa: E402
+
+
+def _config(prepared_dir, steps=8, **model):
+    config = pretrain_config.get_config("tiny")
+    config.model.update(hidden_size=64, num_attention_heads=2, intermediate_size=128, **model)
+    config.data.update(prepared_dir=prepared_dir, max_seq_length=32, max_predictions_per_seq=5)
+    config.train.update(num_steps=steps, global_batch_size=16, learning_rate=5e-3, warmup_steps=1, log_every=1,
+                        eval_every=0)
+    config.checkpoint.every = steps
+    return config
+
+
+def _losses(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line)["loss"] for line in f if '"loss"' in line]
+
+
+@pytest.mark.parametrize("model", [dict(dtype="bfloat16", remat_policy="dots"),
+                                   dict(scan_layers=True, remat_policy="full", attention_impl="fused",
+                                        attention_probs_dropout_prob=0.0)],
+                         ids=["bf16+remat_dots", "scan+remat_full+fused_attention"])
+def test_compute_switches_train(tmp_path, prepared_dir, model):
+    """Each switch in one short run (two runs hold them all: compiling costs most of a run)."""
+    from bertjax import train
+
+    train.train_and_evaluate(_config(prepared_dir, **model), str(tmp_path))
+    losses = _losses(tmp_path)
+    assert len(losses) == 8 and np.all(np.isfinite(losses))
+    assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.3, losses
+
+
+def _exported(tmp_path, layout, hidden_act, layer_norm_eps, vocab_size):
+    """A small random BERT with MLM/NSP heads written in `layout` (huggingface | tf)."""
+    from bertjax.models import BertConfig, BertForPreTraining, convert
+
+    bert = BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=128, hidden_act=hidden_act, layer_norm_eps=layer_norm_eps)
+    ids = np.zeros((1, 8), np.int32)
+    params = BertForPreTraining(bert).init(jax.random.key(3), ids, ids, ids, np.zeros((1, 2), np.int32))["params"]
+    directory = str(tmp_path / layout)
+    export = convert.export_huggingface if layout == "huggingface" else convert.export_tf_checkpoint
+    export(bert, params, directory)
+    return directory, convert.load_pretrained(directory)[1]
+
+
+@pytest.mark.parametrize("layout, hidden_act, layer_norm_eps", [("huggingface", "gelu", 1e-7),
+                                                                ("tf", "gelu_tanh", 1e-12)])
+def test_init_checkpoint_keeps_its_architecture_and_weights(tmp_path, prepared_dir, layout, hidden_act,
+                                                            layer_norm_eps):
+    from bertjax import checkpointing, train
+    from bertjax.data import prepare
+
+    config = _config(prepared_dir, steps=1)
+    vocab_size = prepare.load_tokenizer_for(config.data, prepared_dir).vocab_size
+    directory, weights = _exported(tmp_path, layout, hidden_act, layer_norm_eps, vocab_size)
+    config.init_checkpoint = directory
+    config.train.learning_rate = 1e-9  # one step that barely moves the weights
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+    meta, params = checkpointing.load_params(str(tmp_path / "run" / "checkpoints"))
+    assert (meta["config"]["model"]["hidden_act"], meta["config"]["model"]["layer_norm_eps"]) == (hidden_act,
+                                                                                                   layer_norm_eps)
+    np.testing.assert_allclose(params["bert"]["embeddings"]["word_embeddings"]["embedding"],
+                               weights["bert"]["embeddings"]["word_embeddings"]["embedding"], atol=1e-6)
+    np.testing.assert_allclose(params["mlm"]["output_bias"], weights["mlm"]["output_bias"], atol=1e-6)
+
+
+def test_init_checkpoint_with_other_sizes_is_refused_before_compiling(tmp_path, prepared_dir):
+    from bertjax import train
+
+    directory, _ = _exported(tmp_path, "huggingface", "gelu", 1e-12, vocab_size=100)
+    config = _config(prepared_dir)
+    config.init_checkpoint = directory
+    with pytest.raises(ValueError, match=r"has a vocabulary of 100 tokens but the tokenizer .* has"):
+        train.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+def test_whole_word_masking_trains_through_the_full_pipeline(tmp_path, prepared_dir):
+    from bertjax import train
+
+    config = _config(prepared_dir, steps=4)
+    config.data.whole_word_mask = True
+    train.train_and_evaluate(config, str(tmp_path))
+    assert len(_losses(tmp_path)) == 4 and np.all(np.isfinite(_losses(tmp_path)))
+
+
+def test_inputs_are_refused_before_any_preparation(tmp_path):
+    from bertjax import train
+
+    config = pretrain_config.get_config("tiny")
+    config.data.update(source="original_tfrecord", input_pattern=str(tmp_path / "*.tfrecord"))
+    with pytest.raises(ValueError, match="needs config.data.vocab_path"):
+        train.train_and_evaluate(config, str(tmp_path / "a"))
+    config = pretrain_config.get_config("tiny")
+    config.data.max_predictions_per_seq = 500
+    with pytest.raises(ValueError, match="max_predictions_per_seq must be in"):
+        train.train_and_evaluate(config, str(tmp_path / "b"))
+    assert not os.path.exists(tmp_path / "b" / "data")  # nothing was prepared
