@@ -110,6 +110,22 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path, prepared_d
         np.testing.assert_allclose(distributed[step], reference[step], atol=1e-5, rtol=0, err_msg=f"step {step}")
 
 
+def test_two_processes_reading_their_own_files(tmp_path, prepared_dir):
+    """host_split=files (the pod-scale default): each process reads half of the demo corpus's
+    10 shards; the global batch is their rows together, so both log the same metrics."""
+    workdir = tmp_path / "files"
+    port = _free_port()
+    processes = [subprocess.Popen(
+        _command(workdir, prepared_dir, "--config.train.num_steps=4", "--config.data.host_split=files",
+                 f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"),
+        env=_env(devices=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for p, (_, stderr) in zip(processes, outputs):
+        assert p.returncode == 0, stderr[-5000:]
+    losses = _losses(_metrics(workdir))
+    assert sorted(losses) == [1, 2, 3, 4] and np.all(np.isfinite(list(losses.values())))
+
+
 def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir):
     workdir = tmp_path / "diverging"
     result = _run(workdir, prepared_dir, "--config.train.num_steps=40", "--config.train.learning_rate=1e30",
