@@ -8,15 +8,17 @@ original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
     python launch/convert_checkpoint.py --input=/ckpt/uncased_L-12_H-768_A-12 \
         --output=/ckpt/bert-base-hf --format=huggingface
 
-The vocabulary is copied from --vocab, else from <input>/vocab.txt when present.
+The vocabulary is copied from --vocab, else from <input>/vocab.txt (or a bertjax run's saved
+tokenizer) when present.
 """
 
 import os
+import sys
 
-from absl import app, flags, logging
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import bertjax
-from bertjax.models import convert
+from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from absl import flags  # noqa: E402
 
 _INPUT = flags.DEFINE_string("input", None, "checkpoint directory to read", required=True)
 _OUTPUT = flags.DEFINE_string("output", None, "directory to write", required=True)
@@ -29,20 +31,23 @@ _ARCHITECTURE = flags.DEFINE_string(
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
     if _ARCHITECTURE.value and _FORMAT.value != "huggingface":
-        raise app.UsageError("--architecture applies only to --format=huggingface")
-    config, params = bertjax.load_pretrained(_INPUT.value)
+        raise ValueError("--architecture applies only to --format=huggingface")
+    from bertjax.models import convert
+
+    config, params = convert.load_pretrained(_INPUT.value)
     vocab = _VOCAB.value
-    if vocab is None and os.path.exists(os.path.join(_INPUT.value, "vocab.txt")):
-        vocab = os.path.join(_INPUT.value, "vocab.txt")
+    if vocab is None:
+        saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer
+        vocab = saved["path"] if saved and saved["kind"] == "wordpiece" else None
     if _FORMAT.value == "huggingface":
         convert.export_huggingface(config, params, _OUTPUT.value, vocab, architecture=_ARCHITECTURE.value)
     else:
         convert.export_tf_checkpoint(config, params, _OUTPUT.value, vocab)
     heads = sorted(set(params) - {"bert"})
-    logging.info("wrote %s (%s layout, heads: %s, vocab: %s)", _OUTPUT.value, _FORMAT.value, heads or "none", vocab)
+    print(f"wrote {_OUTPUT.value} ({_FORMAT.value} layout, heads: {heads or 'none'}, vocab: {vocab})")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -10,12 +10,18 @@ writes them to an .npz file under the original feature names.
 """
 
 import collections
+import os
+import sys
 
-from absl import app, flags
-from ml_collections import config_flags
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax.data import masking, pipelines, prepare
+from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from absl import flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bertjax import fileio  # noqa: E402
+from bertjax.data import masking, pipelines, prepare  # noqa: E402
 
 config_flags.DEFINE_config_file("config", None, "Pre-training config file.", lock_config=True)
 flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --dump cover all of them).")
@@ -74,7 +80,8 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
     config = FLAGS.config
     pipeline = pipelines.make_pipeline(config.data, FLAGS.workdir, batch_size=min(256, FLAGS.num_examples),
                                          split=FLAGS.split)
@@ -95,11 +102,11 @@ def main(argv):
     for name, value in statistics(examples, tokenizer, config.data).items():
         print(f"{name:>40}: {value}")
     if FLAGS.dump:
-        with open(FLAGS.dump, "wb") as f:
+        with fileio.open_file(FLAGS.dump, "wb") as f:
             np.savez(f, **examples)
         print(f"wrote {len(examples['input_ids'])} examples to {FLAGS.dump}")
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["config"])
-    app.run(main)
+    cli.run(main)

@@ -11,12 +11,14 @@ finds them by itself in `config.data.prepared_dir`. Prints the metadata's counts
 """
 
 import json
-import logging
 import os
 import sys
 
-from absl import app, flags
-from ml_collections import config_flags
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from absl import flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Pre-training config (configs/pretrain.py:<preset>).",
                                           lock_config=True)
@@ -27,16 +29,10 @@ flags.mark_flags_as_required(["config", "output_dir"])
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    logging.getLogger().setLevel(logging.INFO)
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
     from bertjax.data import prepare
 
-    try:
-        metadata = prepare.ensure_prepared(_CONFIG.value.data, _OUTPUT_DIR.value, num_workers=_NUM_WORKERS.value)
-    except (ValueError, FileNotFoundError, KeyError) as error:  # input and configuration errors: one clear line
-        logging.error("%s", error)
-        sys.exit(2)
+    metadata = prepare.ensure_prepared(_CONFIG.value.data, _OUTPUT_DIR.value, num_workers=_NUM_WORKERS.value)
     summary = {split: {k: v for k, v in counts.items() if k not in ("shards", "shard_documents")}
                for split, counts in metadata["splits"].items()}
     print(json.dumps({"dir": metadata["dir"], "splits": summary, "dropped": metadata["dropped"],
@@ -44,4 +40,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -11,11 +11,13 @@ Input: comma-separated globs (local or gs://) of BERT-format text, read line by 
 at the written file.
 """
 
-import logging
 import os
 import sys
 
-from absl import app, flags
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from absl import flags  # noqa: E402
 
 _KIND = flags.DEFINE_enum("kind", "wordpiece", ["wordpiece", "sentencepiece"], "Vocabulary kind.")
 _INPUT = flags.DEFINE_string("input", None, "Comma-separated globs of text files.")
@@ -37,22 +39,16 @@ def _lines(paths):
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    logging.getLogger().setLevel(logging.INFO)
+        raise ValueError(f"unexpected arguments: {argv[1:]}")
     from bertjax import tokenization
     from bertjax.data import sources
 
-    try:
-        paths = sources.expand_patterns(_INPUT.value)
-        train = tokenization.train_wordpiece if _KIND.value == "wordpiece" else tokenization.train_sentencepiece
-        path = train(_lines(paths), _VOCAB_SIZE.value, _OUTPUT_DIR.value, do_lower_case=_DO_LOWER_CASE.value)
-    except (ValueError, FileNotFoundError) as error:
-        logging.error("%s", error)
-        sys.exit(2)
+    paths = sources.expand_patterns(_INPUT.value)
+    train = tokenization.train_wordpiece if _KIND.value == "wordpiece" else tokenization.train_sentencepiece
+    path = train(_lines(paths), _VOCAB_SIZE.value, _OUTPUT_DIR.value, do_lower_case=_DO_LOWER_CASE.value)
     tokenizer = tokenization.load_tokenizer(_KIND.value, path, _DO_LOWER_CASE.value)
     print(f"wrote {path}: {tokenizer.vocab_size} tokens, vocab_hash {tokenizer.vocab_hash}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

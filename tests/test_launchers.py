@@ -1,0 +1,53 @@
+"""Every launcher ends an expected failure with one line naming the key or file, exit code 2,
+and no traceback: a misspelt or bad config value, a missing input, a wrong checkpoint."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAIN = "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny"
+FINETUNE = "--config=" + os.path.join(ROOT, "configs", "finetune.py")
+
+CASES = [
+    ("pretrain.py", [PRETRAIN, "--config.train.num_stepz=5"], "--config.train.num_stepz: no such config key; "
+                                                              "did you mean 'num_steps'?"),
+    ("pretrain.py", [PRETRAIN, "--config.train.num_steps=abc"], "--config.train.num_steps=abc"),
+    ("pretrain.py", [PRETRAIN + "x"], "unknown BERT preset 'tinyx'"),
+    ("pretrain.py", ["--config=configs/nothere.py"], "cannot load the config file"),
+    ("pretrain.py", [PRETRAIN, "--config.data.masked_lm_prob=1.7"], "masked_lm_prob must be in (0, 1)"),
+    ("pretrain.py", [PRETRAIN, "--config.data.source=text", "--config.data.input_pattern={tmp}/none/*.txt"],
+     "matches no file"),
+    ("pretrain.py", [PRETRAIN, "--config.init_checkpoint={tmp}/nothing"], "config.init_checkpoint="),
+    ("pretrain.py", [PRETRAIN, "--config.model.hidden_act=swish"], "BertConfig.hidden_act must be one of"),
+    ("finetune.py", [FINETUNE + ":cola", "--config.init_checkpoint={tmp}"], "matches no known checkpoint layout"),
+    ("finetune.py", [FINETUNE + ":classification", "--config.data.vocab_path={tmp}/vocab.txt"],
+     "needs config.data.train_file"),
+    ("prepare_data.py", [PRETRAIN, "--output_dir={tmp}/out", "--config.data.source=tfds"],
+     "needs config.data.tfds_name"),
+    ("prepare_data.py", [PRETRAIN], "--output_dir must have a value"),
+    ("inspect_data.py", [PRETRAIN, "--config.data.max_seq_lenth=3"], "did you mean 'max_seq_length'"),
+    ("convert_checkpoint.py", ["--input={tmp}/nothing", "--output={tmp}/out"], "is not a directory"),
+    ("convert_checkpoint.py", ["--input={tmp}", "--output={tmp}/out", "--format=tf", "--architecture=BertModel"],
+     "--architecture applies only to --format=huggingface"),
+    ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
+    ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/vocab", "--vocab_size=3"],
+     "vocab_size must be an int > 5"),
+]
+
+
+@pytest.mark.parametrize("launcher, args, message", CASES, ids=[f"{c[0]}:{i}" for i, c in enumerate(CASES)])
+def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
+    (tmp_path / "text.txt").write_text("One sentence.\nAnother one.\n")
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("BERTJAX_VERBOSE", None)
+    if launcher in ("pretrain.py", "finetune.py"):
+        args = [*args, "--workdir={tmp}/run"]
+    command = [sys.executable, os.path.join(ROOT, "launch", launcher), *[a.format(tmp=tmp_path) for a in args]]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr[-3000:]
