@@ -39,7 +39,7 @@ from typing import Any, Iterator
 import numpy as np
 from absl import logging
 
-from bertjax import fileio, tokenization
+from bertjax import console, fileio, tokenization
 from bertjax.data import demo_corpus, shards, sources
 
 FORMAT = "bertjax.prepared.v2"  # v2: raw int32 records (shards.py); v1 held tf.train.Examples
@@ -99,24 +99,32 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     logging.info("prepare: %d of %d units to do in %s", len(jobs), len(units), output_dir)
     num_workers = min(num_workers or _default_workers(units), max(1, len(jobs)))
     start = time.time()
+    progress = console.Progress(len(units), len(units) - len(jobs), label="prepare", unit="units")
+    progress.line(f"preparing {len(jobs)} of {len(units)} units of {data_config.source} text into {output_dir} "
+                  f"({num_workers} process{'es' if num_workers > 1 else ''})")
     if num_workers == 1:
-        for job in jobs:
+        for done, job in enumerate(jobs, start=len(units) - len(jobs) + 1):
             _prepare_unit(job)
+            progress.advance(done)
     else:
         # spawn: TF and fork do not mix. A broken pool raises instead of hanging.
         context = multiprocessing.get_context("spawn")
         try:
             with futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker) as pool:
-                for _ in pool.map(_prepare_unit, jobs):
-                    pass
+                for done, _ in enumerate(pool.map(_prepare_unit, jobs), start=len(units) - len(jobs) + 1):
+                    progress.advance(done)
         except futures.process.BrokenProcessPool as e:
             raise RuntimeError("prepare: a worker process died. If this was called from a script, call it under "
                                "`if __name__ == '__main__':` (workers re-import the main module), or pass "
                                "num_workers=1") from e
+    progress.close()
     logging.info("prepare: units done in %.1fs", time.time() - start)
     fileio.rmtree(fileio.join(output_dir, ".incomplete"))
     metadata = _collect_metadata(output_dir, units, settings, tokenizer)
     fileio.write_json(fileio.join(output_dir, "metadata.json"), metadata)
+    train, held_out = metadata["splits"]["train"], metadata["splits"]["eval"]
+    progress.line(f"prepared {train['documents']:,} training documents ({train['tokens']:,} tokens) and "
+                  f"{held_out['documents']:,} held out in {time.time() - start:.1f}s")
     return dict(metadata, dir=output_dir)
 
 
