@@ -1,0 +1,82 @@
+"""Training curves as PNG files, from the metrics.jsonl that every run writes.
+
+    python -m bertjax.plots WORKDIR [LABEL=WORKDIR ...] --output=curves.png [--metrics=loss,eval_accuracy]
+
+One panel per metric (or per group of metrics), one line per run and metric (steps on the
+x axis); evaluation metrics (`eval_*`) and short runs are drawn with markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from bertjax import fileio
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    """The records of `workdir`/metrics.jsonl by step. A run resumed after a preemption logs
+    again the steps after its last checkpoint: of records with the same step and keys (a
+    training record, an evaluation record), the last wins."""
+    by_step: dict[tuple[int, frozenset], dict] = {}
+    with fileio.open_file(fileio.join(workdir, "metrics.jsonl")) as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                by_step[(record["step"], frozenset(record))] = record
+    return sorted(by_step.values(), key=lambda r: r["step"])
+
+
+def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, title: str = "") -> str:
+    """Draws `panels` ({panel title: metric names}) for every run ({label: workdir}) into the PNG
+    `output`; returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    records = {label: read_metrics(workdir) for label, workdir in runs.items()}
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for axis, (panel, metrics) in zip(axes.flat, panels.items()):
+        for label, run in records.items():
+            for metric in metrics:
+                points = [(r["step"], r[metric]) for r in run if metric in r]
+                if not points:
+                    continue
+                steps, values = zip(*points)
+                name = " ".join(part for part in (label if len(records) > 1 else "", metric) if part)
+                few = len(points) < 30 or metric.startswith("eval_")
+                axis.plot(steps, values, label=name, linewidth=1.3, marker="o" if few else None, markersize=4)
+        axis.set_title(panel)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    fileio.makedirs(fileio.parent(output))
+    with fileio.open_file(output, "wb") as f:
+        figure.savefig(f, format="png", dpi=110)
+    plt.close(figure)
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="WORKDIR or LABEL=WORKDIR")
+    parser.add_argument("--output", required=True, help="the PNG to write")
+    parser.add_argument("--metrics", default="loss,eval_loss", help="comma-separated metric names")
+    args = parser.parse_args(argv)
+    runs = dict(run.split("=", 1) if "=" in run else (run, run) for run in args.runs)
+    try:
+        print(plot_runs(runs, {metric: [metric] for metric in args.metrics.split(",")}, args.output))
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
