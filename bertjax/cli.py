@@ -7,6 +7,8 @@
 
 * Noise: library INFO logs (orbax, absl, TensorFlow, JAX) and TensorFlow's C++ notices are
   off; warnings stay. `--verbosity=0` (or 1 for debug) or `BERTJAX_VERBOSE=1` brings them back.
+* `BERTJAX_CHECK_FLAGS=1` parses the flags and the config (file, overrides) and exits:
+  a check that a command is well-formed without running it.
 * Expected failures (a misspelt or bad config value, a missing or unreadable input, a
   checkpoint that does not fit, a busy workdir) end with one line `error: ...` on stderr
   and exit code 2; a run stopped on purpose (preemption, non-finite losses) with its
@@ -36,6 +38,14 @@ EXIT_ERROR, EXIT_STOPPED = 2, 3
 _CHATTY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorflow", "tensorflow_datasets", "bertjax")
 
 
+class _LibraryNoise(logging.Filter):
+    """Drops libraries' deprecation notices (TensorFlow, TFDS, orbax): they repeat and are not
+    for the person running bertjax."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "bertjax" in record.pathname or "deprecat" not in record.getMessage().lower()
+
+
 def quiet_libraries() -> None:
     """Library loggers to WARNING and known repeated warnings off, unless verbose."""
     if _VERBOSE:
@@ -46,7 +56,10 @@ def quiet_libraries() -> None:
     absl_logging.set_verbosity(absl_logging.WARNING)
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_LibraryNoise())
     warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*Sharding info not provided.*")
 
 
@@ -99,6 +112,9 @@ def run(main: Callable[[list[str]], None]) -> None:
     """absl's app.run(main) with quiet libraries, one-line flag and input errors, exit codes."""
 
     def wrapped(argv):
+        if os.environ.get("BERTJAX_CHECK_FLAGS"):  # the README's commands are checked this way
+            print("flags and config ok")
+            return
         quiet_libraries()
         from bertjax.trainer import TrainingStopped
 
