@@ -36,16 +36,22 @@ PEAK_FLOPS_PER_CHIP = {
 DEVICES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
 
 
-def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predictions: int) -> float:
-    """Model FLOPs of one forward+backward (3x forward) pass for one pre-training sequence.
+def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predictions: int,
+                                   pair_lengths: tuple[int, ...] | None = None) -> float:
+    """Model FLOPs of one forward+backward (3x forward) pass for one pre-training row.
 
-    Counts matmuls only: per layer QKV + output projections, the two attention einsums and
-    the MLP; the pooler and NSP head; the MLM head on the *gathered* masked positions only.
+    Counts matmuls only: per layer QKV + output projections and the MLP over all seq_len
+    positions (6 x 12 H^2 per token at intermediate 4H), the two attention products
+    (6 x 2 S H per token); the pooler and NSP head; the MLM head on the *gathered* masked
+    positions only. A packed row of pairs with `pair_lengths` counts the attention each
+    pair has inside its own block (sum of l^2, not seq_len^2) and one pooler/NSP per pair.
     Rematerialisation adds hardware FLOPs but no model FLOPs.
     """
     h, i, s, p = config.hidden_size, config.intermediate_size, seq_len, num_predictions
-    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 2 * 2 * s * s * h
-    heads = 2 * h * h + 2 * h * 2 + 2 * p * (h * h + h * config.vocab_size)
+    pair_lengths = (seq_len,) if pair_lengths is None else pair_lengths
+    attended = sum(length * length for length in pair_lengths)
+    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 2 * 2 * attended * h
+    heads = len(pair_lengths) * (2 * h * h + 2 * h * 2) + 2 * p * (h * h + h * config.vocab_size)
     return 3.0 * (config.num_hidden_layers * per_layer + heads)
 
 

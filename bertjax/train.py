@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
             "masked_lm_weights", "next_sentence_labels")
+PACKED_FEATURES = ("position_ids", "sequence_ids", "cls_positions", "next_sentence_weights")  # pack_pairs > 0
 
 
 # ======================================================================================
@@ -95,8 +96,14 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
 # Model and objective.
 # ======================================================================================
 
-def _model_inputs(batch: dict[str, jax.Array]) -> tuple:
-    return (batch["input_ids"], batch["segment_ids"], batch["input_mask"], batch["masked_lm_positions"])
+def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """BertForPreTraining's keyword arguments from a batch (packed rows: see data/pretraining.py)."""
+    inputs = dict(input_ids=batch["input_ids"], token_type_ids=batch["segment_ids"],
+                  attention_mask=batch["input_mask"], masked_lm_positions=batch["masked_lm_positions"])
+    if "sequence_ids" in batch:
+        inputs.update(position_ids=batch["position_ids"], sequence_ids=batch["sequence_ids"],
+                      cls_positions=batch["cls_positions"])
+    return inputs
 
 
 def objective(model: BertForPreTraining) -> trainer.Objective:
@@ -104,7 +111,7 @@ def objective(model: BertForPreTraining) -> trainer.Objective:
 
     def apply(params, batch, rng):
         rngs = None if rng is None else {"dropout": rng}
-        return model.apply({"params": params}, *_model_inputs(batch), deterministic=rng is None, rngs=rngs)
+        return model.apply({"params": params}, **model_inputs(batch), deterministic=rng is None, rngs=rngs)
 
     return trainer.Objective(apply=apply, sums=lambda outputs, batch: pretraining_sums(*outputs, batch),
                              counts=pretraining_counts, loss_terms=PRETRAINING_LOSS_TERMS)
@@ -112,10 +119,14 @@ def objective(model: BertForPreTraining) -> trainer.Objective:
 
 def abstract_inputs(config: ml_collections.ConfigDict, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes/dtypes of one batch with the original feature names."""
-    seq, pred = config.data.max_seq_length, config.data.max_predictions_per_seq
+    seq, pred, pairs = config.data.max_seq_length, config.data.max_predictions_per_seq, config.data.pack_pairs
     shapes = {"input_ids": (seq,), "input_mask": (seq,), "segment_ids": (seq,), "masked_lm_positions": (pred,),
               "masked_lm_ids": (pred,), "masked_lm_weights": (pred,), "next_sentence_labels": ()}
-    return {name: jax.ShapeDtypeStruct((batch_size, *shape), np.float32 if name == "masked_lm_weights" else np.int32)
+    if pairs:
+        shapes.update(next_sentence_labels=(pairs,), next_sentence_weights=(pairs,), position_ids=(seq,),
+                      sequence_ids=(seq,), cls_positions=(pairs,))
+    floats = ("masked_lm_weights", "next_sentence_weights")
+    return {name: jax.ShapeDtypeStruct((batch_size, *shape), np.float32 if name in floats else np.int32)
             for name, shape in shapes.items()}
 
 
@@ -152,13 +163,14 @@ class HostBatches:
         else:
             batch_size, pipeline_index, pipeline_count = global_batch, 0, 1
             self.rows = trainer.process_rows(global_batch)
+        self.features = FEATURES + (PACKED_FEATURES if config.data.pack_pairs else ())
         self.pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=batch_size,
                                                 process_index=pipeline_index, process_count=pipeline_count,
                                                 split=split)
 
     def batches(self, start_batch: int = 0):
         for batch in self.pipeline.batches(start_batch):
-            yield {name: batch[name][self.rows] for name in FEATURES}
+            yield {name: batch[name][self.rows] for name in self.features}
 
 
 # ======================================================================================
@@ -216,7 +228,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     schedule = optim.make_schedule(train_cfg)
     batch_abstract = abstract_inputs(config, train_cfg.global_batch_size)
     dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in batch_abstract.items()}
-    init_params = lambda: model.init(jax.random.key(config.seed), *_model_inputs(dummy))["params"]
+    init_params = lambda: model.init(jax.random.key(config.seed), **model_inputs(dummy))["params"]
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,

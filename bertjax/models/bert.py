@@ -81,11 +81,13 @@ class BertEmbeddings(nn.Module):
         self.layer_norm = layer_norm(config, "LayerNorm")
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def __call__(self, input_ids: Array, token_type_ids: Array, deterministic: bool) -> Array:
-        """<int>[B, S] ids -> <dtype>[B, S, H]."""
-        positions = jnp.arange(input_ids.shape[-1])[None, :]
+    def __call__(self, input_ids: Array, token_type_ids: Array, deterministic: bool,
+                 position_ids: Array | None = None) -> Array:
+        """<int>[B, S] ids (position_ids None: 0..S-1 in every row) -> <dtype>[B, S, H]."""
+        if position_ids is None:
+            position_ids = jnp.arange(input_ids.shape[-1])[None, :]
         x = (self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
-             + self.position_embeddings(positions))
+             + self.position_embeddings(position_ids))
         x = self.layer_norm(x)
         return self.dropout(x, deterministic=deterministic)
 
@@ -94,33 +96,58 @@ class BertEmbeddings(nn.Module):
         return self.word_embeddings.attend(x)
 
 
+def attention_mask(sequence_ids: Array, packed: bool) -> Array:
+    """<int>[B, S] -> <bool>[B, 1, 1, S] (padding keys off) or, packed, [B, 1, S, S]: a
+    query sees only keys of its own sequence (block-diagonal); 0 = padding."""
+    keys = sequence_ids[:, None, None, :]
+    if not packed:
+        return keys > 0
+    return (sequence_ids[:, None, :, None] == keys) & (keys > 0)
+
+
 class BertSelfAttention(nn.Module):
-    """Multi-head self-attention with the output projection (before residual + LN)."""
+    """Multi-head self-attention with the output projection (before residual + LN).
+
+    `config.attention_impl`: "xla" plain XLA ops with attention dropout; "fused"
+    jax.nn.dot_product_attention; "cudnn" its cuDNN flash kernel (GPU); "splash" the
+    Pallas splash-attention kernel (TPU; interpreted on CPU, for tests).
+    """
 
     config: BertConfig
     deterministic: bool
+    packed: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array) -> Array:
-        """x <dtype>[B, S, H], mask <bool>[B, S] (True = real token) -> <dtype>[B, S, H]."""
-        config = self.config
-        batch, length, _ = x.shape
+    def __call__(self, x: Array, sequence_ids: Array) -> Array:
+        """x <dtype>[B, S, H], sequence_ids <int>[B, S] (0 = padding; packed: the 1-based
+        sequence of each token, else 1 for every real token) -> <dtype>[B, S, H]."""
+        config, packed = self.config, self.packed
+        batch, length, hidden = x.shape
         split = (batch, length, config.num_attention_heads, config.head_dim)
-        q, k, v = (dense(config, config.hidden_size, ("embed", "heads"), name)(x).reshape(split)
+        q, k, v = (dense(config, hidden, ("embed", "heads"), name)(x).reshape(split)
                    for name in ("query", "key", "value"))
         q, k, v = (nn.with_logical_constraint(t, ("act_batch", "act_length", "act_heads", "act_kv"))
                    for t in (q, k, v))
-        if config.attention_impl == "fused":
-            context = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :])
+        impl = config.attention_impl
+        if impl == "xla":
+            context = self._xla_attention(q, k, v, attention_mask(sequence_ids, packed))
+        elif impl == "splash":
+            from bertjax.models import splash
+
+            context = splash.attention(q, k, v, sequence_ids)
+        elif impl == "cudnn" and not packed:  # padding as lengths: rows are left-aligned
+            lengths = jnp.sum(sequence_ids > 0, axis=1, dtype=jnp.int32)
+            context = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
         else:
-            context = self._xla_attention(q, k, v, mask)
-        context = context.reshape(batch, length, config.hidden_size)
-        return dense(config, config.hidden_size, ("heads", "embed"), "output")(context)
+            context = jax.nn.dot_product_attention(q, k, v, mask=attention_mask(sequence_ids, packed),
+                                                   implementation="cudnn" if impl == "cudnn" else None)
+        context = context.reshape(batch, length, hidden)
+        return dense(config, hidden, ("heads", "embed"), "output")(context)
 
     def _xla_attention(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
         """Softmax attention in plain XLA ops, with attention dropout; <dtype>[B, S, N, D]."""
         scores = jnp.einsum("bqnd,bknd->bnqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
-        scores = jnp.where(mask[:, None, None, :], scores, jnp.finfo(jnp.float32).min)
+        scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
         probs = nn.Dropout(self.config.attention_probs_dropout_prob)(probs, deterministic=self.deterministic)
         return jnp.einsum("bnqk,bknd->bqnd", probs, v)
@@ -131,12 +158,13 @@ class BertLayer(nn.Module):
 
     config: BertConfig
     deterministic: bool
+    packed: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array) -> tuple[Array, None]:
+    def __call__(self, x: Array, sequence_ids: Array) -> tuple[Array, None]:
         config = self.config
         dropout = nn.Dropout(config.hidden_dropout_prob)
-        attended = BertSelfAttention(config, self.deterministic, name="attention")(x, mask)
+        attended = BertSelfAttention(config, self.deterministic, self.packed, name="attention")(x, sequence_ids)
         x = layer_norm(config, "attention_norm")(x + dropout(attended, deterministic=self.deterministic))
         x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
         hidden = dense(config, config.intermediate_size, ("embed", "mlp"), "intermediate")(x)
@@ -160,7 +188,7 @@ class BertTransformer(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+    def __call__(self, x: Array, sequence_ids: Array, deterministic: bool, packed: bool) -> Array:
         config = self.config
         layer = BertLayer
         if config.remat_policy != "none":
@@ -170,10 +198,10 @@ class BertTransformer(nn.Module):
                 layer, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
                 in_axes=nn.broadcast, length=config.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"})
-            x, _ = stack(config, deterministic, name="layers")(x, mask)
+            x, _ = stack(config, deterministic, packed, name="layers")(x, sequence_ids)
             return x
         for i in range(config.num_hidden_layers):
-            x, _ = layer(config, deterministic, name=f"layer_{i}")(x, mask)
+            x, _ = layer(config, deterministic, packed, name=f"layer_{i}")(x, sequence_ids)
         return x
 
 
@@ -183,6 +211,12 @@ class BertEncoder(nn.Module):
     __call__(input_ids <int>[B, S], token_type_ids <int>[B, S] = zeros,
              attention_mask <int|bool>[B, S] = ones, deterministic=True)
       -> (sequence_output <dtype>[B, S, H], pooled_output <dtype>[B, H])
+
+    Packed rows (several sequences per row) add, all three together:
+      position_ids <int>[B, S]     each token's position in its own sequence;
+      sequence_ids <int>[B, S]     1, 2, ... for the sequences of a row, 0 for padding
+                                   (attention stays inside a sequence; attention_mask unused);
+      pooled_positions <int>[B, K] each sequence's [CLS] position -> pooled_output [B, K, H].
     """
 
     config: BertConfig
@@ -193,21 +227,29 @@ class BertEncoder(nn.Module):
         self.pooler = dense(self.config, self.config.hidden_size, ("embed", "mlp"), "pooler")
 
     def __call__(self, input_ids: Array, token_type_ids: Array | None = None,
-                 attention_mask: Array | None = None, deterministic: bool = True) -> tuple[Array, Array]:
+                 attention_mask: Array | None = None, deterministic: bool = True, *,
+                 position_ids: Array | None = None, sequence_ids: Array | None = None,
+                 pooled_positions: Array | None = None) -> tuple[Array, Array]:
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
         if input_ids.shape[1] > self.config.max_position_embeddings:
             raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
                              f"{self.config.max_position_embeddings}")
+        packed = sequence_ids is not None
+        if packed != (position_ids is not None) or packed != (pooled_positions is not None):
+            raise ValueError("packed rows need position_ids, sequence_ids and pooled_positions together")
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
-        if attention_mask is None:
-            attention_mask = jnp.ones_like(input_ids)
-        x = self.embeddings(input_ids, token_type_ids, deterministic)
+        if not packed:
+            sequence_ids = jnp.ones_like(input_ids) if attention_mask is None else attention_mask
+        x = self.embeddings(input_ids, token_type_ids, deterministic, position_ids)
         x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
-        x = self.encoder(x, attention_mask.astype(bool), deterministic)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))
-        return x, pooled
+        x = self.encoder(x, sequence_ids.astype(jnp.int32), deterministic, packed)
+        if packed:
+            first = jnp.take_along_axis(x, pooled_positions[:, :, None].astype(jnp.int32), axis=1)
+        else:
+            first = x[:, 0]
+        return x, jnp.tanh(self.pooler(first))
 
     def attend(self, x: Array) -> Array:
         """Tied MLM decoder through the word embeddings: [..., H] -> [..., vocab]."""

@@ -8,7 +8,7 @@ from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
-ATTENTION_IMPLS = ("xla", "fused")
+ATTENTION_IMPLS = ("xla", "fused", "cudnn", "splash")
 DTYPES = ("float32", "bfloat16", "float16")
 
 # What a checkpoint's weights mean: a run initialised from a checkpoint takes these from it,
@@ -80,9 +80,9 @@ class BertConfig:
         self._check_choice("param_dtype", DTYPES)
         self._check_choice("remat_policy", REMAT_POLICIES)
         self._check_choice("attention_impl", ATTENTION_IMPLS)
-        if self.attention_impl == "fused" and self.attention_probs_dropout_prob > 0:
+        if self.attention_impl != "xla" and self.attention_probs_dropout_prob > 0:
             raise ValueError(
-                "BertConfig.attention_impl='fused' needs attention_probs_dropout_prob=0 "
+                f"BertConfig.attention_impl={self.attention_impl!r} needs attention_probs_dropout_prob=0 "
                 f"(got {self.attention_probs_dropout_prob}); use attention_impl='xla' for attention dropout")
         if not isinstance(self.scan_layers, bool):
             raise ValueError(f"BertConfig.scan_layers must be a bool, got {self.scan_layers!r}")

@@ -62,44 +62,57 @@ class BertForPreTraining(nn.Module):
 
     __call__(input_ids, token_type_ids, attention_mask <int>[B, S], masked_lm_positions <int>[B, P])
       -> (mlm_logits <dtype>[B, P, vocab], nsp_logits <dtype>[B, 2])
+    Packed rows (K NSP pairs per row; see BertEncoder) also pass position_ids and
+    sequence_ids <int>[B, S] and cls_positions <int>[B, K], and get nsp_logits [B, K, 2].
     """
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids, attention_mask, masked_lm_positions, deterministic=True):
+    def __call__(self, input_ids, token_type_ids, attention_mask, masked_lm_positions, deterministic=True, *,
+                 position_ids=None, sequence_ids=None, cls_positions=None):
         encoder = BertEncoder(self.config, name="bert")
-        sequence, pooled = encoder(input_ids, token_type_ids, attention_mask, deterministic)
+        sequence, pooled = encoder(input_ids, token_type_ids, attention_mask, deterministic, position_ids=position_ids,
+                                   sequence_ids=sequence_ids, pooled_positions=cls_positions)
         masked_hidden = gather_positions(sequence, masked_lm_positions)
         mlm_logits = MaskedLMHead(self.config, name="mlm")(masked_hidden, encoder.attend)
         nsp_logits = dense(self.config, 2, ("embed", "classes"), "nsp")(pooled)
         return mlm_logits, nsp_logits
 
 
+def _nsp_weights(batch: dict[str, Array]) -> Array:
+    """<f32>[B] or, packed, [B, K]: 1 for each real pair (`next_sentence_weights`, packed rows)."""
+    if "next_sentence_weights" in batch:
+        return batch["next_sentence_weights"].astype(jnp.float32)
+    return jnp.ones(batch["next_sentence_labels"].shape, jnp.float32)
+
+
 def pretraining_sums(mlm_logits: Array, nsp_logits: Array, batch: dict[str, Array]) -> dict[str, Array]:
     """Masked-LM and NSP cross-entropy and accuracy, summed (MLM weighted by masked_lm_weights).
 
-    batch: masked_lm_ids <int>[B, P], masked_lm_weights <f32>[B, P], next_sentence_labels <int>[B].
+    batch: masked_lm_ids <int>[B, P], masked_lm_weights <f32>[B, P], next_sentence_labels <int>[B]
+    (packed rows: [B, K] with next_sentence_weights <f32>[B, K], 0 for an empty pair slot).
     """
     weights = batch["masked_lm_weights"].astype(jnp.float32)
     mlm_logits = mlm_logits.astype(jnp.float32)
     mlm_xent = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, batch["masked_lm_ids"])
     mlm_correct = (jnp.argmax(mlm_logits, -1) == batch["masked_lm_ids"]).astype(jnp.float32)
-    nsp_logits = nsp_logits.astype(jnp.float32)
+    nsp_logits = nsp_logits.astype(jnp.float32).reshape(-1, 2)
     labels = batch["next_sentence_labels"].reshape(-1)
+    nsp_weights = _nsp_weights(batch).reshape(-1)
     return {
         "mlm_loss": jnp.sum(mlm_xent * weights),
         "mlm_accuracy": jnp.sum(mlm_correct * weights),
-        "nsp_loss": jnp.sum(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels)),
-        "nsp_accuracy": jnp.sum((jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32)),
+        "nsp_loss": jnp.sum(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels) * nsp_weights),
+        "nsp_accuracy": jnp.sum((jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32) * nsp_weights),
     }
 
 
 def pretraining_counts(batch: dict[str, Array]) -> dict[str, Array]:
-    """The denominators of `pretraining_sums`: real predictions for MLM, sequences for NSP."""
+    """The denominators of `pretraining_sums`: real predictions for MLM, pairs for NSP."""
     predictions = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))
-    sequences = jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
-    return {"mlm_loss": predictions, "mlm_accuracy": predictions, "nsp_loss": sequences, "nsp_accuracy": sequences}
+    pairs = jnp.sum(_nsp_weights(batch))
+    return {"mlm_loss": predictions, "mlm_accuracy": predictions, "nsp_loss": pairs, "nsp_accuracy": pairs}
 
 
 PRETRAINING_LOSS_TERMS = ("mlm_loss", "nsp_loss")

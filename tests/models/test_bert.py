@@ -1,4 +1,5 @@
-"""BertConfig validation and the encoder's behaviour: shapes, masking, scan/remat/fused parity."""
+"""BertConfig validation and the encoder's behaviour: shapes, masking, scan/remat/attention-kernel
+parity, packed rows."""
 
 import flax.linen as nn
 import jax
@@ -8,7 +9,7 @@ import pytest
 
 from bertjax.models import BertConfig, BertEncoder, stack_layers, unstack_layers
 
-TINY = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=64)
+TINY = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=128)
 
 
 def _inputs(batch=3, length=12, seed=0):
@@ -51,7 +52,9 @@ def test_presets_match_released_sizes():
     (dict(hidden_act="swish"), "hidden_act"),
     (dict(dtype="float64"), "dtype"),
     (dict(remat_policy="sometimes"), "remat_policy"),
-    (dict(attention_impl="fused"), "attention_impl"),  # fused needs attention dropout 0
+    (dict(attention_impl="fused"), "attention_impl"),  # fused kernels need attention dropout 0
+    (dict(attention_impl="cudnn"), "attention_impl"),
+    (dict(attention_impl="flash"), "attention_impl"),
     (dict(layer_norm_eps=0.0), "layer_norm_eps"),
 ])
 def test_config_errors_name_the_field(changes, field):
@@ -129,13 +132,54 @@ def test_unstack_inverts_stack(tiny_params):
     jax.tree_util.tree_map(np.testing.assert_array_equal, round_trip, tiny_params)
 
 
-def test_fused_attention_matches_xla(tiny_params):
-    inputs = _inputs()
+@pytest.mark.parametrize("impl", ["fused", "splash"])  # splash: the TPU kernel, interpreted on CPU
+def test_attention_implementations_match_xla(tiny_params, impl):
+    inputs = _inputs(length=128)  # splash works in blocks of 128
     reference = BertEncoder(TINY).apply({"params": tiny_params}, *inputs)[0]
-    fused = TINY.replace(attention_impl="fused", attention_probs_dropout_prob=0.0)
-    out = BertEncoder(fused).apply({"params": tiny_params}, *inputs)[0]
+    config = TINY.replace(attention_impl=impl, attention_probs_dropout_prob=0.0)
+    out = BertEncoder(config).apply({"params": tiny_params}, *inputs)[0]
     mask = np.asarray(inputs[2], bool)
     np.testing.assert_allclose(np.asarray(out)[mask], np.asarray(reference)[mask], atol=1e-5)
+
+
+def _packed(rows):
+    """Sequences (lists of ids) -> one packed row per list of sequences, padded to 128."""
+    length, pairs = 128, max(len(r) for r in rows)
+    out = {k: np.zeros((len(rows), length), np.int32) for k in ("input_ids", "position_ids", "sequence_ids")}
+    out["pooled_positions"] = np.zeros((len(rows), pairs), np.int32)
+    for r, sequences in enumerate(rows):
+        start = 0
+        for i, ids in enumerate(sequences):
+            span = slice(start, start + len(ids))
+            out["input_ids"][r, span], out["position_ids"][r, span] = ids, np.arange(len(ids))
+            out["sequence_ids"][r, span], out["pooled_positions"][r, i] = i + 1, start
+            start += len(ids)
+    out["token_type_ids"] = (out["position_ids"] >= 3).astype(np.int32)
+    return out
+
+
+@pytest.mark.parametrize("impl", ["xla", "fused", "splash"])
+def test_packed_rows_equal_each_sequence_alone(tiny_params, impl):
+    """Block-diagonal attention, per-sequence positions and pooled [CLS] vectors: a sequence
+    packed with others (or with padding after it) gets exactly its unpacked outputs."""
+    rng = np.random.default_rng(1)
+    sequences = [rng.integers(5, TINY.vocab_size, n).astype(np.int32) for n in (7, 9, 5, 11, 8)]
+    packed = _packed([sequences[:3], sequences[3:]])
+    config = TINY.replace(attention_impl=impl, attention_probs_dropout_prob=0.0)
+    out, pooled = BertEncoder(config).apply({"params": tiny_params}, **packed)
+    assert pooled.shape == (2, 3, TINY.hidden_size)
+    row_of = [(0, 0, 0), (0, 1, 7), (0, 2, 16), (1, 0, 0), (1, 1, 11)]  # (row, slot, start)
+    for ids, (row, slot, start) in zip(sequences, row_of):
+        alone, alone_pooled = BertEncoder(TINY).apply(
+            {"params": tiny_params}, ids[None], (np.arange(len(ids)) >= 3).astype(np.int32)[None])
+        np.testing.assert_allclose(out[row, start:start + len(ids)], alone[0], atol=2e-5)
+        np.testing.assert_allclose(pooled[row, slot], alone_pooled[0], atol=2e-5)
+
+
+def test_packed_inputs_come_together(tiny_params):
+    packed = _packed([[np.arange(5, 10)]])
+    with pytest.raises(ValueError, match="position_ids, sequence_ids and pooled_positions together"):
+        BertEncoder(TINY).apply({"params": tiny_params}, packed["input_ids"], sequence_ids=packed["sequence_ids"])
 
 
 def test_bfloat16_compute_keeps_float32_params():
@@ -160,8 +204,8 @@ def test_gelu_variants_differ():
 def test_bad_input_shapes_are_reported(tiny_params):
     with pytest.raises(ValueError, match="input_ids must be"):
         BertEncoder(TINY).apply({"params": tiny_params}, jnp.ones((12,), jnp.int32))
-    with pytest.raises(ValueError, match="exceeds max_position_embeddings 64"):
-        BertEncoder(TINY).apply({"params": tiny_params}, jnp.ones((1, 65), jnp.int32))
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings 128"):
+        BertEncoder(TINY).apply({"params": tiny_params}, jnp.ones((1, 129), jnp.int32))
 
 
 def test_initialisation_statistics():

@@ -1,0 +1,45 @@
+"""Splash attention (Pallas, TPU) with segment ids: padding and packed sequences in one kernel.
+
+The kernel skips key blocks that no query of the block may see, so packed rows pay only
+for their diagonal blocks. On CPU the same kernel runs in Pallas' interpret mode (slow;
+for tests); on GPU use attention_impl="cudnn".
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _kernel(num_heads: int, length: int, interpret: bool):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+    block = min(length, 512)
+    sizes = kernel.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                              block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
+    full = masks.MultiHeadMask([masks.FullMask((length, length)) for _ in range(num_heads)])
+    return kernel.make_splash_mha(full, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, sequence_ids: jax.Array) -> jax.Array:
+    """q, k, v <T>[B, S, N, D], sequence_ids <int>[B, S] (a token sees keys with its own id;
+    padding is id 0 and sees only padding) -> <T>[B, S, N, D]."""
+    backend = jax.default_backend()
+    if backend == "gpu":
+        raise ValueError("BertConfig.attention_impl='splash' is a TPU kernel; use 'cudnn' on GPUs")
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel
+
+    _, length, heads, head_dim = q.shape
+    if length % 128:
+        raise ValueError(f"BertConfig.attention_impl='splash' needs a sequence length divisible by 128, got {length}")
+    run = _kernel(heads, length, backend == "cpu")
+    to_heads = lambda t: jnp.swapaxes(t, 1, 2)  # [B, N, S, D]: the kernel's layout
+    q = to_heads(q) / np.sqrt(head_dim).astype(q.dtype)  # the kernel does not scale
+
+    def one(q1, k1, v1, ids):
+        return run(q1, k1, v1, segment_ids=kernel.SegmentIds(q=ids, kv=ids))
+
+    out = jax.vmap(one)(q, to_heads(k), to_heads(v), sequence_ids.astype(jnp.int32))
+    return to_heads(out)
