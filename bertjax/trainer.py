@@ -131,14 +131,22 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, objective: Obj
     grad_norm = optax.tree.norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     learning_rate = schedule(optim.update_count(state.opt_state))
-    updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
-    new_params = optax.apply_updates(state.params, updates)
-    keep_if_finite = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
+
+    # A branch rather than a select over every leaf: the select kept old and new copies of
+    # all parameters and optimizer slots (extra passes over memory); the branch updates the
+    # donated buffers in place and a skipped step touches nothing.
+    def update(operands):
+        params, opt_state, grads = operands
+        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), new_opt_state
+
+    new_params, new_opt_state = jax.lax.cond(finite, update, lambda operands: operands[:2],
+                                             (state.params, state.opt_state, grads))
     bad_steps = jnp.where(finite, 0, state.bad_steps + 1)
     new_state_ = state.replace(
         step=state.step + 1,
-        params=keep_if_finite(new_params, state.params),
-        opt_state=keep_if_finite(new_opt_state, state.opt_state),
+        params=new_params,
+        opt_state=new_opt_state,
         bad_steps=bad_steps,
         worst_bad_run=jnp.maximum(state.worst_bad_run, bad_steps),
         skipped_steps=state.skipped_steps + (1 - finite.astype(jnp.int32)))
