@@ -197,3 +197,77 @@ def layout_batch(instances: dict, seed: tf.Tensor, *, max_seq_length: int, next_
         "candidates": input_mask & (pos != 0) & ~sep,
         "next_sentence_labels": tf.cast(instances["is_random"], tf.int32),
     }
+
+
+def pack_rows(pairs: dict, *, max_pairs: int, max_predictions: int) -> dict:
+    """Laid-out and masked pairs -> packed rows: several pairs per row, each keeping its own
+    [CLS] (one NSP prediction per pair), positions from 0 and segment ids.
+
+    Pairs are placed in order, each into the first row that still has room for its tokens,
+    its predictions and one more pair (at most `max_pairs`); so the rows are a pure function
+    of the pairs. Args (G pairs, each left-aligned in a row of length L):
+      input_ids, input_mask, segment_ids <int32>[G, L]; masked_lm_positions, masked_lm_ids
+      <int32>[G, P']; masked_lm_weights <float32>[G, P'] (real predictions first);
+      next_sentence_labels <int32>[G].
+    Returns R <= G rows: input_ids, input_mask, segment_ids, position_ids, sequence_ids
+    (1..K for the pairs of a row, 0 = padding) <int32>[R, L]; cls_positions,
+    next_sentence_labels <int32>[R, K]; next_sentence_weights <float32>[R, K] (0 = no pair);
+    masked_lm_positions, masked_lm_ids <int32>[R, max_predictions] (row positions,
+    ascending), masked_lm_weights <float32>[R, max_predictions].
+    """
+    input_mask = tf.cast(pairs["input_mask"], tf.int32)
+    length = tf.shape(input_mask)[1]
+    tokens = tf.reduce_sum(input_mask, axis=1)
+    predictions = tf.cast(tf.reduce_sum(pairs["masked_lm_weights"], axis=1), tf.int32)
+    count = tf.shape(tokens)[0]
+
+    def place(state, pair):  # first fit: state = tokens, predictions and pairs of each row so far
+        used_tokens, used_predictions, used_pairs = state
+        n, p = pair
+        fits = (used_tokens + n <= length) & (used_predictions + p <= max_predictions) & (used_pairs < max_pairs)
+        row = tf.argmax(tf.cast(fits, tf.int32), output_type=tf.int32)  # rows past the last used are empty
+        start = tf.stack([used_tokens[row], used_predictions[row], used_pairs[row]])
+        one = tf.one_hot(row, count, dtype=tf.int32)
+        return (used_tokens + one * n, used_predictions + one * p, used_pairs + one), tf.concat([[row], start], 0)
+
+    zeros = tf.zeros([count], tf.int32)
+    _, placed = tf.scan(lambda carry, pair: place(carry[0], pair), (tokens, predictions),
+                        initializer=((zeros, zeros, zeros), tf.zeros([4], tf.int32)))
+    row, offset, prediction_offset, slot = tf.unstack(placed, axis=1)
+    rows = tf.reduce_max(row) + 1
+
+    # Tokens: pair i's position j goes to (row_i, offset_i + j).
+    real = input_mask > 0
+    columns = tf.range(length)[None, :]
+    where = tf.boolean_mask(tf.stack([tf.broadcast_to(row[:, None], tf.shape(real)), offset[:, None] + columns], -1),
+                            real)
+
+    def tokens_to_rows(values):
+        return tf.scatter_nd(where, tf.boolean_mask(values, real), [rows, length])
+
+    ones = tf.ones_like(input_mask)
+    out = {
+        "input_ids": tokens_to_rows(pairs["input_ids"]),
+        "input_mask": tokens_to_rows(ones),
+        "segment_ids": tokens_to_rows(pairs["segment_ids"]),
+        "position_ids": tokens_to_rows(columns * ones),
+        "sequence_ids": tokens_to_rows((slot[:, None] + 1) * ones),
+    }
+    # One [CLS] and NSP label per pair: slot k of its row.
+    pair_index = tf.stack([row, slot], axis=1)
+    out["cls_positions"] = tf.scatter_nd(pair_index, offset, [rows, max_pairs])
+    out["next_sentence_labels"] = tf.scatter_nd(pair_index, tf.cast(pairs["next_sentence_labels"], tf.int32),
+                                                [rows, max_pairs])
+    out["next_sentence_weights"] = tf.scatter_nd(pair_index, tf.ones([count], tf.float32), [rows, max_pairs])
+    # Predictions: pair i's k-th goes to slot prediction_offset_i + k of its row.
+    chosen = pairs["masked_lm_weights"] > 0
+    slots = tf.range(tf.shape(chosen)[1])[None, :]
+    index = tf.boolean_mask(tf.stack([tf.broadcast_to(row[:, None], tf.shape(chosen)),
+                                      prediction_offset[:, None] + slots], -1), chosen)
+    shape = [rows, max_predictions]
+    out["masked_lm_positions"] = tf.scatter_nd(
+        index, tf.boolean_mask(offset[:, None] + tf.cast(pairs["masked_lm_positions"], tf.int32), chosen), shape)
+    out["masked_lm_ids"] = tf.scatter_nd(index, tf.boolean_mask(tf.cast(pairs["masked_lm_ids"], tf.int32), chosen),
+                                         shape)
+    out["masked_lm_weights"] = tf.scatter_nd(index, tf.ones([tf.shape(index)[0]], tf.float32), shape)
+    return out

@@ -10,6 +10,13 @@ Batches have the original create_pretraining_data.py features, fixed shapes:
   masked_lm_weights                       <float32>[B, max_predictions_per_seq]
   next_sentence_labels                    <int32>[B]   (0 = IsNext, 1 = random)
 
+Packing (`pack_pairs` = K > 0): each window of 256 shuffled instances is laid out and
+masked pair by pair (keyed by epoch and window), then packed first-fit into rows of up to
+K pairs (pairing.pack_rows); batches are cut from the stream of rows, and
+next_sentence_labels becomes [B, K] with next_sentence_weights <float32>[B, K],
+position_ids and sequence_ids <int32>[B, max_seq_length] and cls_positions <int32>[B, K].
+max_predictions_per_seq is then the capacity of a row.
+
 Determinism and resume: epoch e's document order and all random draws are stateless
 functions of (seed, process_index, e, position), and batches are cut from the
 concatenation of epochs, so the stream is a pure function of the seed. Resuming at batch
@@ -41,8 +48,9 @@ from bertjax.tf_cpu import tf
 _AUTOTUNE = tf.data.AUTOTUNE
 _MAX_EPOCHS = 1 << 40  # "forever"
 _DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
+_PACK_WINDOW = 256  # pairs packed together (pack_pairs > 0)
 # Salts that keep the stateless random streams of different stages apart.
-_DOC_ORDER, _CHUNK, _INSTANCE_ORDER, _BATCH = range(4)
+_DOC_ORDER, _CHUNK, _INSTANCE_ORDER, _BATCH, _PACK = range(5)
 
 
 def check_data_config(data_config) -> None:
@@ -54,6 +62,9 @@ def check_data_config(data_config) -> None:
         (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),
         (0.0 <= d.short_seq_prob <= 1.0, "short_seq_prob must be in [0, 1]"),
         (d.shuffle_buffer >= 1 and d.instance_shuffle_buffer >= 1, "shuffle buffers must be >= 1"),
+        (isinstance(d.pack_pairs, int) and d.pack_pairs >= 0, "pack_pairs must be an int >= 0 (0: no packing)"),
+        (not d.pack_pairs or d.source != "original_tfrecord",
+         "pack_pairs needs a prepared source (original_tfrecord rows are fixed)"),
     ]
     for ok, message in checks:
         if not ok:
@@ -89,6 +100,7 @@ class PretrainingPipeline:
         self.tokenizer = tokenizer
         self.continuation = tokenizer.continuation_mask() if data_config.whole_word_mask else None
         self.nsp = data_config.next_sentence_prediction
+        self.pack_pairs = data_config.pack_pairs
         self.max_num_tokens = data_config.max_seq_length - (3 if self.nsp else 2)
         self.epoch_sizes_path = epoch_sizes_path
         self._fingerprint = hashlib.sha256(json.dumps({  # everything that decides the instance stream
@@ -96,6 +108,7 @@ class PretrainingPipeline:
             "record_shard": self.record_shard, "seed": self.seed, "process_index": process_index,
             "max_seq_length": data_config.max_seq_length, "short_seq_prob": data_config.short_seq_prob,
             "nsp": self.nsp, "shuffle_buffer": data_config.shuffle_buffer, "chunk_batch": _DOCS_PER_CHUNK_BATCH,
+            "pack_pairs": self.pack_pairs, "pack_window": _PACK_WINDOW,
         }, sort_keys=True).encode()).hexdigest()
         self._epoch_sizes: dict[int, int] = self._load_epoch_sizes()
 
@@ -141,15 +154,34 @@ class PretrainingPipeline:
         return chunked.unbatch().shuffle(
             self.config.instance_shuffle_buffer, seed=shuffle_seed(self._key(_INSTANCE_ORDER, epoch)))
 
+    def _rows(self, epoch) -> tf.data.Dataset:
+        """Epoch `epoch`'s rows: its instances, or with pack_pairs its packed rows (each window
+        of _PACK_WINDOW instances laid out, masked and packed, keyed by (epoch, window))."""
+        if not self.pack_pairs:
+            return self._epoch(epoch)
+
+        def pack(window, instances):
+            key = self._key(_PACK, epoch, window)
+            pairs = self._laid_out(instances, key)
+            rows = pairing.pack_rows(pairs, max_pairs=self.pack_pairs,
+                                     max_predictions=self.config.max_predictions_per_seq)
+            return {"epoch": tf.fill(tf.shape(rows["input_mask"])[:1], epoch), **rows}
+
+        return self._epoch(epoch).batch(_PACK_WINDOW).enumerate().map(pack).unbatch()
+
     def epoch_size(self, epoch: int) -> int:
-        """Instances in epoch `epoch` on this host (recorded, or counted by a chunking pass)."""
+        """Rows (instances, or packed rows) in epoch `epoch` on this host, recorded or counted:
+        by a chunking pass, or with packing by packing the epoch."""
         if epoch not in self._epoch_sizes:
             self._remember_epoch_size(epoch, self._count_instances(epoch))
         return self._epoch_sizes[epoch]
 
     def _count_instances(self, epoch: int) -> int:
-        counts = self._chunked(tf.constant(epoch, tf.int64)).map(lambda out: tf.size(out["is_random"]))
-        count = int(counts.reduce(tf.constant(0), lambda a, b: a + b))
+        if self.pack_pairs:
+            count = int(self._rows(tf.constant(epoch, tf.int64)).reduce(tf.constant(0), lambda a, _: a + 1))
+        else:
+            counts = self._chunked(tf.constant(epoch, tf.int64)).map(lambda out: tf.size(out["is_random"]))
+            count = int(counts.reduce(tf.constant(0), lambda a, b: a + b))
         if count == 0:
             raise ValueError(f"no instances in the {self.split} shards {self.paths}")
         return count
@@ -182,8 +214,12 @@ class PretrainingPipeline:
                                                      "epoch_sizes": dict(sorted(self._epoch_sizes.items()))})
 
     def _build(self, batch_index, instances) -> dict:
-        layout_key, mask_key = tf.unstack(tf.random.experimental.stateless_split(
-            self._key(_BATCH, batch_index), 2))
+        out = self._laid_out(instances, self._key(_BATCH, batch_index))
+        return {"epoch": instances["epoch"], **{name: out[name] for name in FEATURE_NAMES}}
+
+    def _laid_out(self, instances, key) -> dict:
+        """Instances -> one laid-out, masked sequence each (the FEATURE_NAMES)."""
+        layout_key, mask_key = tf.unstack(tf.random.experimental.stateless_split(key, 2))
         tok = self.tokenizer
         out = pairing.layout_batch(instances, layout_key, max_seq_length=self.config.max_seq_length,
                                    next_sentence_prediction=self.nsp, cls_id=tok.cls_id, sep_id=tok.sep_id,
@@ -194,7 +230,7 @@ class PretrainingPipeline:
                                     max_predictions=self.config.max_predictions_per_seq,
                                     continuation=self.continuation)
         out.update(masked)
-        return {"epoch": instances["epoch"], **{name: out[name] for name in FEATURE_NAMES}}
+        return out
 
     def _locate(self, start_batch: int) -> tuple[int, int]:
         """Batch `start_batch`'s first instance -> (its epoch, its index in that epoch)."""
@@ -208,10 +244,12 @@ class PretrainingPipeline:
         """The tf.data.Dataset behind `batches` (infinite); elements also hold `epoch`
         <int64>[B], each row's epoch."""
         epoch, offset = self._locate(start_batch)
-        ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(self._epoch).skip(offset)
+        ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(self._rows).skip(offset)
         ds = ds.batch(self.batch_size, drop_remainder=True)
-        ds = tf.data.Dataset.zip(tf.data.Dataset.range(start_batch, _MAX_EPOCHS), ds)
-        return ds.map(self._build, num_parallel_calls=_AUTOTUNE).prefetch(_AUTOTUNE)
+        if not self.pack_pairs:
+            ds = tf.data.Dataset.zip(tf.data.Dataset.range(start_batch, _MAX_EPOCHS), ds)
+            ds = ds.map(self._build, num_parallel_calls=_AUTOTUNE)
+        return ds.prefetch(_AUTOTUNE)
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's.
