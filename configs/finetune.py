@@ -11,15 +11,26 @@ Your own files:
       --config.init_checkpoint=/ckpt/bert-base-uncased --config.data.train_file=train.csv \
       --config.data.eval_file=dev.csv --config.data.text_a_key=review --config.data.text_b_key='' \
       --config.data.label_key=sentiment
+SQuAD v1.1 / v2.0 (TFDS), CoNLL-2003 NER, HellaSwag / PIQA: the same with the task's name,
+e.g. configs/finetune.py:squad_v2; your own SQuAD JSON, CoNLL or JSONL files:
+  python launch/finetune.py --config=configs/finetune.py:squad --workdir=/tmp/qa \
+      --config.init_checkpoint=/ckpt/bert-base-uncased --config.data.train_file=train-v2.0.json \
+      --config.data.eval_file=dev-v2.0.json
 
 Tasks: cola sst2 mrpc qqp stsb mnli qnli rte wnli (TFDS glue/<task>), demo, classification,
-regression. Options after the task, comma separated: `quick` (a few steps, for a smoke test
-on a CPU), `sweep` (the paper's grid: learning rate x batch size x epochs).
+regression; squad_v1 squad_v2 (TFDS squad/v1.1, squad/v2.0), squad (your JSON); conll2003
+(TFDS), ner (your CoNLL files); hellaswag piqa (TFDS), choice (your JSONL). Options after
+the task, comma separated: `quick` (a few steps, for a smoke test on a CPU), `sweep` (the
+paper's grid: learning rate x batch size x epochs).
 
 Defaults (BERT_REFERENCE.md): the original optimizer (AdamWeightDecay without bias
 correction, eps 1e-6, weight decay 0.01, clip 1.0), linear warmup over 10% of the steps
 then linear decay, batch 32, 3 epochs, length 128, learning rate 2e-5 (the paper picked
-per task from {5e-5, 4e-5, 3e-5, 2e-5} on dev: use `sweep` to do the same).
+per task from {5e-5, 4e-5, 3e-5, 2e-5} on dev: use `sweep` to do the same). Per family:
+SQuAD as run_squad.py (length 384, doc_stride 128, max_query_length 64, lr 3e-5, 2 epochs,
+n_best_size 20, max_answer_length 30, null_score_diff_threshold 0.0); NER, which has no
+original script, run_classifier.py's lr 5e-5 (with batch 32 and 3 epochs, inside the
+paper's grid); multiple choice as the paper's SWAG (lr 2e-5, batch 16, 3 epochs).
 Model: every BertConfig field is unset (None) and comes from the checkpoint; set one to
 change it (dropout, dtype, scan_layers, ...); an architecture value that contradicts the
 checkpoint is an error. Without a checkpoint the model is `model.preset` from scratch.
@@ -33,10 +44,16 @@ from bertjax.optim import DEFAULTS
 from bertjax.tasks import task_names
 
 # Per-task changes to the defaults below.
+_SQUAD = dict(train=dict(learning_rate=3e-5, num_epochs=2.0), data=dict(max_seq_length=384))
+_NER = dict(train=dict(learning_rate=5e-5))
+_CHOICE = dict(train=dict(batch_size=16))
 _TASK_DEFAULTS = {
     # The tiny model pre-trained by the demo learns the demo task in about a CPU-minute.
     "demo": dict(model=dict(preset="tiny"), train=dict(learning_rate=5e-4, num_epochs=3.0, log_every=25),
                  data=dict(max_seq_length=64)),
+    "squad_v1": _SQUAD, "squad_v2": _SQUAD, "squad": _SQUAD,
+    "conll2003": _NER, "ner": _NER,
+    "hellaswag": _CHOICE, "piqa": _CHOICE, "choice": _CHOICE,
 }
 
 
@@ -68,7 +85,8 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data.group_by_length = True   # batches of rows of similar length (shuffled batch order)
     config.data.seed = 12345             # the order of training examples
     config.data.tfds_data_dir = ""       # "" = TFDS's default
-    # Your own files (tasks classification, regression): CSV, TSV (with a header) or JSONL.
+    # Your own files (classification, regression: CSV, TSV with a header, or JSONL; for squad,
+    # ner, choice see below).
     config.data.train_file = ""
     config.data.eval_file = ""
     config.data.test_file = ""
@@ -76,8 +94,19 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data.text_a_key = "text_a"
     config.data.text_b_key = "text_b"    # "" = single sentences
     config.data.label_key = "label"
-    config.data.label_names = ""         # comma-separated; "" = sorted labels of the training file
+    config.data.label_names = ""         # comma-separated; "" = sorted labels (tags) of the training file
     config.data.label_kind = "class"     # class | float (regression)
+    # Span QA (squad_v1, squad_v2, squad: train_file, eval_file, test_file in the SQuAD JSON layout).
+    config.data.doc_stride = 128         # tokens between the starts of a long context's windows
+    config.data.max_query_length = 64    # question tokens kept
+    config.data.n_best_size = 20         # start/end candidates per window, answers kept in nbest
+    config.data.max_answer_length = 30   # tokens
+    config.data.null_score_diff_threshold = 0.0  # v2.0: predict "" when null - best span score > this
+    # Tagging (ner: CoNLL files, one token per line, a blank line between sentences).
+    config.data.tag_column = -1          # the tag's column (-1 = the last); the token is column 0
+    # Multiple choice (choice: JSONL files); label_key above holds the correct choice's index.
+    config.data.context_key = "context"
+    config.data.choices_key = "choices"  # a list of texts
 
     # -- Training. --
     config.train = ml_collections.ConfigDict(dict(DEFAULTS))

@@ -30,7 +30,8 @@ from absl import logging
 
 from bertjax import fileio
 from bertjax.data.sources import DropCounter
-from bertjax.tasks.common import Split, encode_pairs
+from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
+from bertjax.tasks.common import Split, Task, encode_pairs, own_files, write_lines
 
 MAX_SEQ_LENGTH = 128
 TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one list or several texts))
@@ -163,3 +164,63 @@ def predict(split: Split, logits: np.ndarray) -> np.ndarray:
     if logits.shape != mask.shape:
         raise ValueError(f"predict: logits have shape {logits.shape}, split {split.name!r} needs {mask.shape}")
     return np.argmax(np.where(mask, logits, -np.inf), axis=1)
+
+
+# -- The task. --
+
+TASKS = ("hellaswag", "piqa", "choice")
+TFDS_SPLITS = {"hellaswag": ("train", "validation", "test"), "piqa": ("train", "validation")}  # test: no labels
+
+
+def load_task(config, tokenizer) -> Task:
+    """The configured multiple-choice task, tokenized: hellaswag (TFDS: train, scored on
+    validation, test predicted), piqa (TFDS: train, validation) or choice (your JSONL files:
+    train_file, eval_file scored, test_file only predicted; keys config.data.context_key,
+    choices_key, label_key)."""
+    data = config.data
+    if config.task in TFDS_SPLITS:
+        data_dir = data.tfds_data_dir or None
+        sources = [(split, read_tfds(config.task, split, data_dir)) for split in TFDS_SPLITS[config.task]]
+    elif config.task == "choice":
+        for key in ("context_key", "choices_key", "label_key"):
+            if not isinstance(data[key], str) or not data[key]:
+                raise ValueError(f"config.data.{key} must name a JSON key, got {data[key]!r}")
+        sources = [(name, read_jsonl(path, data.context_key, data.choices_key, None if name == "test" else
+                                     data.label_key)) for name, path in own_files(config)]
+    else:
+        raise ValueError(f"config.task={config.task!r} is not a multiple-choice task")
+    for _, examples in sources:
+        if not len(examples):
+            raise ValueError(f"{examples.source}: no examples")
+    splits = [featurize(tokenizer, examples, name, data.max_seq_length) for name, examples in sources]
+    num_evals = sum(name in ("validation", "eval") for name, _ in sources)
+    for split in splits[1:1 + num_evals]:
+        if not split.has_labels:
+            raise ValueError(f"{split.examples.source}: an evaluation split needs labels (all are -1)")
+    weights = lambda batch: batch["example_weights"] * (batch["label"] >= 0)  # noqa: E731 (label -1: no loss)
+
+    def evaluate(split: Split, predictions: dict) -> dict[str, float]:
+        """Accuracy over the labelled examples."""
+        labels = split.features["label"]
+        correct = predict(split, predictions["scores"]) == labels
+        return {"accuracy": float(np.mean(correct[labels >= 0]))}
+
+    return Task(
+        name=config.task, train=splits[0], eval_splits=splits[1:1 + num_evals], test_splits=splits[1 + num_evals:],
+        make_model=lambda bert: BertForMultipleChoice(bert),
+        inputs=lambda batch: (batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+        sums=lambda scores, batch: multiple_choice_sums(scores, batch["label"].clip(0), weights(batch),
+                                                        batch["choice_mask"]),
+        counts=lambda batch: example_counts(weights(batch), ("loss", "accuracy")), loss_terms=("loss",),
+        predict=lambda scores: {"scores": scores}, evaluate=evaluate, write_predictions=write_predictions,
+        main_metric="accuracy", head_names=("classifier",))
+
+
+def write_predictions(split: Split, predictions: dict, directory: str) -> list[str]:
+    """<directory>/<split>.tsv: `index  prediction  label` (the example's row in the split,
+    the predicted choice's index, the gold one; no label column for an unlabeled split)."""
+    predicted = predict(split, predictions["scores"])
+    labels = split.features["label"]
+    lines = ["index\tprediction" + ("\tlabel" if split.has_labels else "")]
+    lines += [f"{i}\t{p}" + (f"\t{labels[i]}" if split.has_labels else "") for i, p in enumerate(predicted)]
+    return [write_lines(fileio.join(directory, f"{split.name}.tsv"), lines)]

@@ -11,6 +11,9 @@ or N features when one example becomes several windows), ready to batch:
 `encode_pairs` is the original run_classifier.py layout, vectorised over a whole split:
 `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, segment ids 0 then 1, the longer side trimmed
 one token at a time from its end (ties trim b) until the pair fits.
+
+`sliding_windows` and `max_context_flags` are run_squad.py's doc spans and "max context"
+rule, shared by SQuAD contexts (squad.py) and long tagged sentences (tagging.py).
 """
 
 from __future__ import annotations
@@ -88,6 +91,41 @@ class Task:
     main_metric: str
     head_names: tuple[str, ...]
     sequence_outputs: tuple[str, ...] = ()
+
+
+# -- Config checks and files shared by the task families. --
+
+def check_int(data_config, key: str, minimum: int) -> None:
+    """ValueError naming config.data.<key> unless it is an int >= minimum."""
+    value = data_config[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"config.data.{key} must be an int >= {minimum}, got {value!r}")
+
+
+def own_files(config) -> list[tuple[str, str]]:
+    """[(split name, path)] of your own files: ("train", config.data.train_file), then
+    ("eval", eval_file) and ("test", test_file) where set. Errors name the key: no
+    train_file, or a file that does not exist."""
+    data = config.data
+    if not data.train_file:
+        raise ValueError(f"config.task={config.task!r} needs config.data.train_file (and eval_file)")
+    files = []
+    for name, key in (("train", "train_file"), ("eval", "eval_file"), ("test", "test_file")):
+        if data[key]:
+            if not fileio.exists(data[key]):
+                raise ValueError(f"config.data.{key}={data[key]}: no such file")
+            files.append((name, data[key]))
+    return files
+
+
+def write_lines(path: str, lines: list[str]) -> str:
+    """Writes `lines` (newline-terminated) to `path` atomically, local or gs://; returns path."""
+    fileio.makedirs(fileio.parent(path))
+    tmp = f"{path}.tmp"
+    with fileio.open_file(tmp, "w") as f:
+        f.write("".join(line + "\n" for line in lines))
+    fileio.rename(tmp, path)
+    return path
 
 
 def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]:
@@ -194,3 +232,50 @@ def _scatter_rows(target: np.ndarray, values: np.ndarray, counts: np.ndarray, fi
     within = np.arange(len(rows)) - np.repeat(ragged.row_starts(counts), counts)
     first = np.broadcast_to(np.asarray(first_column, np.int64), counts.shape)
     target[rows, np.repeat(first, counts) + within] = values
+
+
+# -- Sliding windows over long token sequences (SQuAD contexts, tagged sentences). --
+
+def sliding_windows(num_tokens: np.ndarray, window, stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """run_squad.py's doc spans, for many rows at once: windows of `window` tokens (an int or
+    <int>[R]) starting every min(window, stride) tokens, until one reaches the row's end; an
+    empty row gets one empty window.
+
+    num_tokens <int>[R] -> (row, start, length), each <int64>[W], rows' windows consecutive.
+    """
+    num_tokens = np.asarray(num_tokens, np.int64)
+    window = np.broadcast_to(np.asarray(window, np.int64), num_tokens.shape)
+    step = np.minimum(window, stride)
+    count = 1 + np.maximum(0, -(-(num_tokens - window) // step))  # ceil((tokens - window) / step)
+    row = np.repeat(np.arange(len(num_tokens)), count)
+    start = (np.arange(len(row)) - np.repeat(ragged.row_starts(count), count)) * step[row]
+    return row, start, np.minimum(num_tokens[row] - start, window[row])
+
+
+def max_context_flags(row: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """<bool>[W, max(length)]: [w, j] is True when token start[w] + j of row[w] lies in window
+    w and w is the window where it has the most context: the highest
+    min(tokens left, tokens right) + 0.01 * window length over the row's windows, the first
+    on ties (run_squad.py's `_check_is_max_context`). Windows as `sliding_windows` gives them.
+    """
+    n = len(row)
+    token = start[:, None] + np.arange(int(length.max(initial=0)))[None, :]
+    end = start + length  # exclusive
+    best = token < end[:, None]
+
+    def score(w):
+        return np.minimum(token - start[w, None], end[w, None] - 1 - token) + 0.01 * length[w, None]
+
+    own = score(np.arange(n))
+    for distance in range(1, n):
+        overlapping = False
+        for other, beats in ((np.arange(n) + distance, np.greater), (np.arange(n) - distance, np.greater_equal)):
+            other_c = np.clip(other, 0, n - 1)
+            same_row = (other == other_c) & (row[other_c] == row)
+            contains = same_row[:, None] & (token >= start[other_c, None]) & (token < end[other_c, None])
+            if contains.any():
+                overlapping = True
+                best &= ~(contains & beats(score(other_c), own))
+        if not overlapping:  # windows are ordered: farther ones overlap even less
+            break
+    return best

@@ -13,18 +13,19 @@ located through the tokens' character offsets in the original context
 word-level bookkeeping; a predicted answer is the context's own substring from its first
 token's first character to its last token's last character.
 
-Training labels (`is_training`): start/end positions of the (first) gold answer in each
-window, or 0/0 ([CLS]) when the answer lies outside the window or the question is
-impossible (v2.0). A gold answer is *bad* when `context[answer_start:][:len(text)]` is not
-its text, or covers no token. Choice made: a JSON file is the user's own data, so a bad
-answer raises an error naming the file and the question id (a silently smaller training
-set hides a broken file); `skip_bad_answers=True` turns that into run_squad.py's
+Labels: start/end positions of the (first) gold answer in each window, or 0/0 ([CLS])
+when the answer lies outside the window or the question is impossible (v2.0). A gold
+answer is *bad* when `context[answer_start:][:len(text)]` is not its text, or covers no
+token. In training (`is_training`), choice made: a JSON file is the user's own data, so a
+bad answer raises an error naming the file and the question id (a silently smaller
+training set hides a broken file); `skip_bad_answers=True` turns that into run_squad.py's
 behaviour, a counted and logged skip ("Could not find answer"), which is the default for
 TFDS (the published dataset, and random text under `tfds.testing.mock_data`). Evaluation
-splits keep every question; their answers are only compared as text by the metric.
+splits keep every question (their answers are compared as text by the metric); a bad or
+missing answer there gets positions -1/-1: no gold span, left out of the evaluation loss.
 
-    Split.features: input_ids, segment_ids, input_mask <int32>[N, S]; for training also
-                    start_positions, end_positions <int32>[N]
+    Split.features: input_ids, segment_ids, input_mask <int32>[N, S];
+                    start_positions, end_positions <int32>[N] (-1: no gold span)
     Split.examples: SquadWindows (the questions, and each window's place in its context)
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 
 import numpy as np
@@ -39,7 +41,9 @@ from absl import logging
 
 from bertjax import fileio, ragged
 from bertjax.data.sources import DropCounter
-from bertjax.tasks.common import Split
+from bertjax.evaluation import squad as squad_metrics
+from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
+from bertjax.tasks.common import Split, Task, check_int, max_context_flags, own_files, sliding_windows
 
 MAX_SEQ_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH = 384, 128, 64
 N_BEST_SIZE, MAX_ANSWER_LENGTH, NULL_SCORE_DIFF_THRESHOLD = 20, 30, 0.0
@@ -119,53 +123,6 @@ class SquadWindows:
         rows, columns = np.nonzero(best)
         flags[rows, self.doc_position[rows] + columns] = True
         return flags
-
-
-# -- Sliding windows (shared with tagging.py). --
-
-def sliding_windows(num_tokens: np.ndarray, window, stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """run_squad.py's doc spans, for many rows at once: windows of `window` tokens (an int or
-    <int>[R]) starting every min(window, stride) tokens, until one reaches the row's end; an
-    empty row gets one empty window.
-
-    num_tokens <int>[R] -> (row, start, length), each <int64>[W], rows' windows consecutive.
-    """
-    num_tokens = np.asarray(num_tokens, np.int64)
-    window = np.broadcast_to(np.asarray(window, np.int64), num_tokens.shape)
-    step = np.minimum(window, stride)
-    count = 1 + np.maximum(0, -(-(num_tokens - window) // step))  # ceil((tokens - window) / step)
-    row = np.repeat(np.arange(len(num_tokens)), count)
-    start = (np.arange(len(row)) - np.repeat(ragged.row_starts(count), count)) * step[row]
-    return row, start, np.minimum(num_tokens[row] - start, window[row])
-
-
-def max_context_flags(row: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """<bool>[W, max(length)]: [w, j] is True when token start[w] + j of row[w] lies in window
-    w and w is the window where it has the most context: the highest
-    min(tokens left, tokens right) + 0.01 * window length over the row's windows, the first
-    on ties (run_squad.py's `_check_is_max_context`). Windows as `sliding_windows` gives them.
-    """
-    n = len(row)
-    token = start[:, None] + np.arange(int(length.max(initial=0)))[None, :]
-    end = start + length  # exclusive
-    best = token < end[:, None]
-
-    def score(w):
-        return np.minimum(token - start[w, None], end[w, None] - 1 - token) + 0.01 * length[w, None]
-
-    own = score(np.arange(n))
-    for distance in range(1, n):
-        overlapping = False
-        for other, beats in ((np.arange(n) + distance, np.greater), (np.arange(n) - distance, np.greater_equal)):
-            other_c = np.clip(other, 0, n - 1)
-            same_row = (other == other_c) & (row[other_c] == row)
-            contains = same_row[:, None] & (token >= start[other_c, None]) & (token < end[other_c, None])
-            if contains.any():
-                overlapping = True
-                best &= ~(contains & beats(score(other_c), own))
-        if not overlapping:  # windows are ordered: farther ones overlap even less
-            break
-    return best
 
 
 # -- Reading. --
@@ -307,9 +264,19 @@ def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: 
     c_ids, c_offsets, c_len = tokenizer.encode_flat_with_offsets(examples.contexts)
     c_start = ragged.row_starts(c_len)
     context = examples.context_index
-    kept = np.ones(len(examples), bool)
-    if is_training:
-        token_start, token_end, kept = _answer_tokens(examples, c_offsets, c_start, c_len, skip_bad_answers)
+    token_start, token_end, problems = _answer_tokens(examples, c_offsets, c_start, c_len)
+    located = np.ones(len(examples), bool)
+    located[list(problems)] = False
+    kept = located if is_training else np.ones(len(examples), bool)
+    if is_training and problems:
+        if not skip_bad_answers:
+            q, problem = next(iter(problems.items()))
+            raise ValueError(f"{examples.source}: question id {examples.ids[q]!r}: {problem} "
+                             f"(skip_bad_answers=True skips such questions, as run_squad.py does)")
+        skips = DropCounter()
+        for q, problem in problems.items():
+            skips.drop("answer_not_found", f"{examples.source}: question id {examples.ids[q]!r}", problem)
+        _log_skips(examples.source, skips)
 
     # Windows: each kept question's context cut every min(window, doc_stride) tokens.
     questions = np.flatnonzero(kept)
@@ -327,11 +294,11 @@ def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: 
         ids, segments, mask = _layout(tokenizer, q_ids, q_start[questions], q_keep[questions], c_ids,
                                       c_start[context[questions]] + doc_start[lay], doc_length[lay], max_seq_length)
         features["input_ids"][lay], features["segment_ids"][lay], features["input_mask"][lay] = ids, segments, mask
-    if is_training:
-        first, last = token_start[example_index] - doc_start, token_end[example_index] - doc_start
-        inside = (first >= 0) & (last < doc_length) & ~examples.is_impossible[example_index]
-        features["start_positions"] = np.where(inside, first + doc_position, 0).astype(np.int32)
-        features["end_positions"] = np.where(inside, last + doc_position, 0).astype(np.int32)
+    first, last = token_start[example_index] - doc_start, token_end[example_index] - doc_start
+    inside = (first >= 0) & (last < doc_length) & ~examples.is_impossible[example_index]
+    for name, token in (("start_positions", first), ("end_positions", last)):
+        position = np.where(inside, token + doc_position, 0)
+        features[name] = np.where(located[example_index], position, -1).astype(np.int32)
     windows = SquadWindows(examples, example_index, doc_start, doc_length, doc_position, c_offsets, c_start,
                            max_seq_length)
     lengths = (doc_position + doc_length + 1).astype(np.int32)
@@ -341,13 +308,13 @@ def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: 
     return Split(split_name, features, lengths, windows, has_labels)
 
 
-def _answer_tokens(examples: SquadExamples, offsets, c_start, c_len, skip: bool):
+def _answer_tokens(examples: SquadExamples, offsets, c_start, c_len):
     """Each question's first gold answer -> (first token, last token) in its context's tokens
-    (<int64>[Q] each; 0 for impossible questions) and <bool>[Q] kept (bad answers skipped
-    or raised: see the module docstring)."""
+    (<int64>[Q] each; 0 for impossible questions) and {question: problem} for the possible
+    questions whose answer could not be located (see the module docstring), in order."""
     n = len(examples)
     char_start, char_end = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    kept, skips = np.ones(n, bool), DropCounter()
+    problems = {}
     for q in np.flatnonzero(~examples.is_impossible):
         context = examples.contexts[examples.context_index[q]]
         problem = "no answer, and not marked is_impossible"
@@ -357,13 +324,8 @@ def _answer_tokens(examples: SquadExamples, offsets, c_start, c_len, skip: bool)
             found = context[max(start, 0):max(start, 0) + len(text)]
             problem = ("empty answer text" if not text.strip() else None if start >= 0 and found == text else
                        f"answer_start {start} does not start {text!r} (the context there reads {found!r})")
-        if problem is None:
-            continue
-        if not skip:
-            raise ValueError(f"{examples.source}: question id {examples.ids[q]!r}: {problem} "
-                             f"(skip_bad_answers=True skips such questions, as run_squad.py does)")
-        kept[q] = False
-        skips.drop("answer_not_found", lambda: f"{examples.source}: question id {examples.ids[q]!r}", problem)
+        if problem is not None:
+            problems[int(q)] = problem
     # Tokens overlapping [char_start, char_end): one searchsorted over all contexts, each
     # context's characters shifted past the previous ones so the spans stay sorted.
     context_chars = np.array([len(c) + 1 for c in examples.contexts], np.int64)
@@ -374,15 +336,12 @@ def _answer_tokens(examples: SquadExamples, offsets, c_start, c_len, skip: bool)
     last = np.searchsorted(shifted[:, 0], char_end + base, side="left") - 1
     first -= c_start[examples.context_index]
     last -= c_start[examples.context_index]
-    no_token = kept & ~examples.is_impossible & ((first > last) | (last >= c_len[examples.context_index]))
+    no_token = ~examples.is_impossible & ((first > last) | (last >= c_len[examples.context_index]))
     for q in np.flatnonzero(no_token):
-        problem = f"answer {examples.answers[q][0][0]!r} covers no token of the context"
-        if not skip:
-            raise ValueError(f"{examples.source}: question id {examples.ids[q]!r}: {problem}")
-        kept[q] = False
-        skips.drop("answer_not_found", f"{examples.source}: question id {examples.ids[q]!r}", problem)
-    _log_skips(examples.source, skips)
-    return np.where(examples.is_impossible, 0, first), np.where(examples.is_impossible, 0, last), kept
+        if q not in problems:
+            problems[int(q)] = f"answer {examples.answers[q][0][0]!r} covers no token of the context"
+    problems = dict(sorted(problems.items()))
+    return np.where(examples.is_impossible, 0, first), np.where(examples.is_impossible, 0, last), problems
 
 
 def _layout(tokenizer, q_ids, q_start, q_keep, c_ids, c_first, c_keep, width):
@@ -513,3 +472,91 @@ def write_predictions(directory: str, predictions: dict, nbest: dict, null_odds:
         paths[name] = fileio.join(directory, name)
         fileio.write_json(paths[name], value)
     return paths
+
+
+# -- The task. --
+
+TASKS = ("squad_v1", "squad_v2", "squad")
+TFDS_NAMES = {"squad_v1": "squad/v1.1", "squad_v2": "squad/v2.0"}
+
+
+def load_task(config, tokenizer) -> Task:
+    """The configured span QA task with its windows tokenized: squad_v1 / squad_v2 (TFDS:
+    train, scored on validation) or squad (your JSON files: config.data.train_file,
+    eval_file scored, test_file only predicted; each file's version read from itself).
+
+    Config keys (config.data): max_seq_length, doc_stride, max_query_length (features),
+    n_best_size, max_answer_length, null_score_diff_threshold (predictions); a value out
+    of range is an error naming its key, before anything is read.
+    """
+    data = config.data
+    for key in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
+        check_int(data, key, 1)
+    if data.max_seq_length < data.max_query_length + 4:
+        raise ValueError(f"config.data.max_seq_length={data.max_seq_length} must leave room for the question "
+                         f"(config.data.max_query_length={data.max_query_length}), 3 special tokens and context")
+    threshold = data.null_score_diff_threshold
+    if not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise ValueError(f"config.data.null_score_diff_threshold must be a finite number, got {threshold!r}")
+    if config.task in TFDS_NAMES:
+        data_dir = data.tfds_data_dir or None
+        sources = [(split, read_tfds(TFDS_NAMES[config.task], split, data_dir)) for split in ("train", "validation")]
+    elif config.task == "squad":
+        sources = [(name, read_json(path)) for name, path in own_files(config)]
+    else:
+        raise ValueError(f"config.task={config.task!r} is not a span QA task")
+    for _, examples in sources:
+        if not len(examples):
+            raise ValueError(f"{examples.source}: no questions")
+    splits = [featurize(tokenizer, examples, name, is_training=name == "train", max_seq_length=data.max_seq_length,
+                        doc_stride=data.doc_stride, max_query_length=data.max_query_length)
+              for name, examples in sources]
+    num_evals = sum(name in ("validation", "eval") for name, _ in sources)
+    for split in splits[1:1 + num_evals]:
+        _check_scorable(split.examples.examples)
+    options = dict(n_best_size=data.n_best_size, max_answer_length=data.max_answer_length,
+                   null_score_diff_threshold=threshold)
+
+    def evaluate(split: Split, predictions: dict) -> dict[str, float]:
+        """The official script's numbers for the split's predictions; v2.0 with the null odds as
+        no-answer probabilities, thresholded where the predictions were (so exact and f1 are
+        those of predictions.json, and best_f1_thresh suggests a null_score_diff_threshold)."""
+        answers, _, null_odds = postprocess(split, predictions["start_logits"], predictions["end_logits"], **options)
+        return squad_metrics.evaluate(split.examples.data, answers, split.examples.version, na_probs=null_odds,
+                                      na_prob_thresh=threshold)
+
+    def write(split: Split, predictions: dict, directory: str) -> list[str]:
+        answers, nbest, null_odds = postprocess(split, predictions["start_logits"], predictions["end_logits"],
+                                                **options)
+        return list(write_predictions(fileio.join(directory, split.name), answers, nbest, null_odds).values())
+
+    return Task(
+        name=config.task, train=splits[0], eval_splits=splits[1:1 + num_evals], test_splits=splits[1 + num_evals:],
+        make_model=lambda bert: BertForQuestionAnswering(bert),
+        inputs=lambda batch: (batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+        sums=_sums, counts=lambda batch: example_counts(_span_weights(batch), ("loss", "span_accuracy")),
+        loss_terms=("loss",), predict=lambda outputs: {"start_logits": outputs[0], "end_logits": outputs[1]},
+        evaluate=evaluate, write_predictions=write, main_metric="f1", head_names=("qa_outputs",),
+        sequence_outputs=("start_logits", "end_logits"))
+
+
+def _span_weights(batch: dict):
+    """<f32>[B]: example_weights, 0 for windows without a gold span (positions -1)."""
+    return batch["example_weights"] * (batch["start_positions"] >= 0)
+
+
+def _sums(outputs, batch: dict) -> dict:
+    start_logits, end_logits = outputs
+    return span_sums(start_logits, end_logits, batch["start_positions"].clip(0), batch["end_positions"].clip(0),
+                     _span_weights(batch))
+
+
+def _check_scorable(examples: SquadExamples) -> None:
+    """An evaluation file must have answers (every question one, in v1.1): checked here
+    rather than by the metric at the first evaluation."""
+    unanswered = [qid for qid, answers in zip(examples.ids, examples.answers) if not answers]
+    if examples.version == "v1.1" and unanswered:
+        raise ValueError(f"{examples.source}: question id {unanswered[0]!r} has no answer; SQuAD v1.1 scores every "
+                         f"question against its answers (a file with unanswerable questions needs version v2.0)")
+    if len(unanswered) == len(examples) and not examples.is_impossible.any():
+        raise ValueError(f"{examples.source}: no answers to score against (an evaluation file needs them)")

@@ -9,9 +9,9 @@ Features: every word is tokenized on its own (in bulk); a word that yields no to
 becomes [UNK]. `[CLS] sub-words [SEP]`; the word's label sits on its first sub-word, and
 its other sub-words, [CLS], [SEP] and padding have weight 0. A sentence longer than
 `max_seq_length - 2` tokens continues in further windows that overlap by `stride` tokens
-(half a window by default, as `squad.sliding_windows`); each word is predicted (weight 1)
+(half a window by default, as `common.sliding_windows`); each word is predicted (weight 1)
 in exactly one window, the one where its first sub-word has the most context
-(`squad.max_context_flags`), so no word is dropped from training or evaluation.
+(`common.max_context_flags`), so no word is dropped from training or evaluation.
 
     Split.features: input_ids, segment_ids, input_mask, label_ids <int32>[N, S];
                     label_weights <float32>[N, S] (1 where a word is predicted, also when
@@ -29,8 +29,9 @@ from absl import logging
 
 from bertjax import fileio, ragged
 from bertjax.data.sources import DropCounter
-from bertjax.tasks.common import Split
-from bertjax.tasks.squad import max_context_flags, sliding_windows
+from bertjax.evaluation import ner as ner_metrics
+from bertjax.models import BertForTokenClassification, example_counts, token_classification_sums
+from bertjax.tasks.common import Split, Task, max_context_flags, own_files, sliding_windows
 
 MAX_SEQ_LENGTH = 128
 DOCSTART = "-DOCSTART-"
@@ -105,7 +106,8 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
                 end_sentence()
                 continue
             needed = [token_column] + ([] if tag_column is None else [tag_column])
-            if any(not -len(columns) <= c < len(columns) for c in needed):
+            missing = any(not -len(columns) <= c < len(columns) for c in needed)
+            if missing or (tag_column is not None and tag_column % len(columns) == token_column % len(columns)):
                 raise ValueError(f"{path}:{number}: expected the token in column {token_column}"
                                  + ("" if tag_column is None else f" and the tag in column {tag_column}")
                                  + f", got {len(columns)} column(s): {line.rstrip()!r}")
@@ -270,3 +272,81 @@ def write_conll(path: str, sentences: list[list[str]], gold_tags: list[list[str]
     with fileio.open_file(tmp, "w") as f:
         f.write("\n".join(lines) + ("\n" if lines else ""))
     fileio.rename(tmp, path)
+
+
+# -- The task. --
+
+TASKS = ("conll2003", "ner")
+
+
+def load_task(config, tokenizer) -> Task:
+    """The configured tagging task, tokenized: conll2003 (TFDS: train; scored on dev, the
+    first evaluation split, which picks the best checkpoint, and on test, logged as
+    eval_test_*) or ner (your CoNLL files: train_file; eval_file scored; test_file scored
+    too when its lines carry the tag column, else only predicted). Tags in
+    config.data.tag_column (-1 = the last); label names from the training file ("O" first,
+    then sorted) or config.data.label_names (comma-separated)."""
+    data = config.data
+    if config.task == "conll2003":
+        data_dir = data.tfds_data_dir or None
+        sources = [(split, read_tfds("conll2003", split, data_dir)) for split in ("train", "dev", "test")]
+        num_evals = 2
+    elif config.task == "ner":
+        tag_column = data.tag_column
+        if not isinstance(tag_column, int) or isinstance(tag_column, bool) or tag_column == 0:
+            raise ValueError(f"config.data.tag_column must be an int other than 0 (the token's column; -1 = the "
+                             f"last), got {tag_column!r}")
+        (_, train_file), *others = own_files(config)
+        given = [name.strip() for name in data.label_names.split(",")] if data.label_names else None
+        train = read_conll(train_file, tag_column, given)
+        sources, tests = [("train", train)], []
+        for name, path in others:
+            if name == "eval" or _has_tag_column(path, tag_column):
+                sources.append((name, read_conll(path, tag_column, train.label_names)))
+            else:
+                tests.append((name, read_conll(path, None, train.label_names)))
+        num_evals = len(sources) - 1
+        sources += tests
+    else:
+        raise ValueError(f"config.task={config.task!r} is not a tagging task")
+    for _, examples in sources:
+        if not len(examples):
+            raise ValueError(f"{examples.source}: no sentences")
+    label_names = sources[0][1].label_names
+    splits = [featurize(tokenizer, examples, name, data.max_seq_length) for name, examples in sources]
+    weights = lambda batch: batch["label_weights"] * batch["example_weights"][:, None]  # noqa: E731
+
+    def evaluate(split: Split, predictions: dict) -> dict[str, float]:
+        """Entity-level precision/recall/f1 (conlleval), and per type as <TYPE>_precision ..."""
+        gold, predicted = split.examples.tags, predictions_to_tags(split, predictions["prediction"])
+        scores = ner_metrics.entity_scores(gold, predicted)
+        for type_, values in ner_metrics.per_type_scores(gold, predicted).items():
+            scores.update({f"{type_}_{name}": values[name] for name in ("precision", "recall", "f1")})
+        return scores
+
+    def write(split: Split, predictions: dict, directory: str) -> list[str]:
+        """<directory>/<split>.conll: `token gold predicted` lines (`token predicted` unlabeled)."""
+        path = fileio.join(directory, f"{split.name}.conll")
+        fileio.makedirs(directory)
+        write_conll(path, split.examples.sentences, split.examples.tags,
+                    predictions_to_tags(split, predictions["prediction"]))
+        return [path]
+
+    return Task(
+        name=config.task, train=splits[0], eval_splits=splits[1:1 + num_evals], test_splits=splits[1 + num_evals:],
+        make_model=lambda bert: BertForTokenClassification(bert, num_labels=len(label_names)),
+        inputs=lambda batch: (batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+        sums=lambda logits, batch: token_classification_sums(logits, batch["label_ids"], weights(batch)),
+        counts=lambda batch: example_counts(weights(batch), ("loss", "accuracy")), loss_terms=("loss",),
+        predict=lambda logits: {"prediction": logits.argmax(-1)}, evaluate=evaluate, write_predictions=write,
+        main_metric="f1", head_names=("classifier",), sequence_outputs=("prediction",))
+
+
+def _has_tag_column(path: str, tag_column: int) -> bool:
+    """Whether the first token line of a CoNLL file has a column `tag_column` other than the token's."""
+    with fileio.open_file(path) as f:
+        for line in f:
+            columns = line.split()
+            if columns and columns[0] != DOCSTART:
+                return -len(columns) <= tag_column < len(columns) and tag_column % len(columns) != 0
+    return False

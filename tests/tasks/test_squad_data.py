@@ -266,8 +266,9 @@ def test_json_bad_answers_error_or_counted_skip(bert_tokenizer, tmp_path, caplog
         split = squad.featurize(bert_tokenizer, examples, "train", skip_bad_answers=True)
     assert set(split.examples.example_index.tolist()) == {0}
     assert "question id 'q1'" in caplog.text and "answer_not_found: 1" in caplog.text
-    evaluation = squad.featurize(bert_tokenizer, examples, "validation")  # answers unused: all kept
-    assert set(evaluation.examples.example_index.tolist()) == {0, 1} and "start_positions" not in evaluation.features
+    evaluation = squad.featurize(bert_tokenizer, examples, "validation")  # all kept
+    assert set(evaluation.examples.example_index.tolist()) == {0, 1}
+    assert (evaluation.features["start_positions"][evaluation.examples.example_index == 1] == -1).all()  # no loss
     assert evaluation.examples.data[0]["paragraphs"][0]["qas"][1]["id"] == "q1"
 
 
