@@ -12,8 +12,8 @@ Why a tiny BERT learns from it within CPU minutes:
   * next sentence prediction: consecutive sentences share the subject and its entities,
     while a random sentence from another document names other entities.
 
-Also here: a labelled sentence-pair task from the same world (`demo_task`) and the
-demo WordPiece vocabulary built from the world's lexicon (`demo_vocab_path`).
+Also here: a labelled sentence-pair task on the corpus (`demo_task`: does B continue A?)
+and the demo WordPiece vocabulary built from the world's lexicon (`demo_vocab_path`).
 """
 
 from __future__ import annotations
@@ -216,38 +216,42 @@ def demo_documents(start: int = 0, stop: int = NUM_DOCUMENTS) -> Iterator[list[s
         yield demo_document(index)
 
 
-# -- The downstream task: does the second sentence agree with the first? --
+# -- The downstream task: does the second sentence continue the first? --
 
-TASK_LABELS = ("consistent", "contradiction")
+TASK_LABELS = ("continues", "unrelated")
 _TASK_SIZES = {"train": 4000, "dev": 800}
-_TASK_KEYS = ("city", "born", "company", "job", "hobby", "color", "food", "age")
+_TASK_DOCUMENTS = {"train": (0, 8000), "dev": (8000, NUM_DOCUMENTS)}
 
 
 def demo_task(split: str) -> tuple[list[tuple[str, str, int]], tuple[str, ...]]:
-    """A sentence-pair classification task from the demo world.
+    """A sentence-pair classification task from the demo corpus: does B continue A?
 
-    Returns (examples, label names); each example is (text_a, text_b, label) where text_a
-    states a fact about a person and text_b restates the same attribute with another
-    template, with the true value (0 "consistent") or another value (1 "contradiction").
-    Train uses the first 1600 people and dev the last 400, so dev names are unseen.
-    Sizes: train 4000, dev 800, labels balanced.
+    Returns (examples, label names); each example is (text_a, text_b, label): a sentence of
+    a document and the sentence after it (0, "continues"), or a sentence of another
+    document (1, "unrelated"). Train pairs come from documents 0..7999 and dev pairs from
+    documents 8000..9999, so fine-tuning never sees a dev document. Pre-training sees all
+    of them, unlabelled, as BERT's corpus may hold a downstream task's text; what it can
+    bring here in a few CPU minutes is what next-sentence prediction learns: which
+    sentences share a subject and its facts. Sizes: train 4000, dev 800, labels balanced.
     """
     if split not in _TASK_SIZES:
         raise ValueError(f"demo task split must be one of {sorted(_TASK_SIZES)}, got {split!r}")
-    world = _world()
-    people = world.people[:1600] if split == "train" else world.people[1600:]
     rng = random.Random(f"{SEED}/task/{split}")
+    first, stop = _TASK_DOCUMENTS[split]
+    documents: dict[int, list[str]] = {}
+    document = lambda index: documents.setdefault(index, demo_document(index))  # noqa: E731
     examples = []
     for i in range(_TASK_SIZES[split]):
-        person = rng.choice(people)
-        facts = world.facts[person]
-        key = rng.choice(_TASK_KEYS)
+        index = rng.randrange(first, stop)
+        sentences = document(index)
+        position = rng.randrange(len(sentences) - 1)
         label = i % 2
-        first, second = rng.sample(_PERSON_FACTS[key], k=2)
-        other = dict(facts)
-        while label == 1 and other[key] == facts[key]:
-            other[key] = world.facts[rng.choice(world.people)][key]
-        examples.append((_render(first, person, facts), _render(second, person, other), label))
+        if label == 0:
+            second = sentences[position + 1]
+        else:
+            other = rng.randrange(first, stop - 1)
+            second = rng.choice(document(other + (other >= index)))  # any document but this one
+        examples.append((sentences[position], second, label))
     return examples, TASK_LABELS
 
 
@@ -259,7 +263,7 @@ def demo_vocab_tokens() -> list[str]:
     ways, so demo text never hits [UNK] and names split into real '##' pieces."""
     words = set()
     constants = [_SYLLABLES, _SURNAME_ENDS, _CITY_ENDS, _REGIONS, _CLIMATES, _FOODS, _LANDMARKS, _JOBS, _HOBBIES,
-                 _COLORS, _HABITATS, _DIETS, _SIZES, _SOUNDS, _SPECIES, TASK_LABELS, ("she", "he", "it", "an")]
+                 _COLORS, _HABITATS, _DIETS, _SIZES, _SOUNDS, _SPECIES, ("she", "he", "it", "an")]
     constants += [list(_INDUSTRIES)] + [[industry, *products] for industry, products in _INDUSTRIES.values()]
     for table in (*_FACTS.values(), _INTROS):
         constants += [re.sub(r"\{\w+\}", " ", t) for templates in table.values() for t in templates]
