@@ -212,7 +212,7 @@ def load_task(config, tokenizer) -> Task:
         sums=lambda scores, batch: multiple_choice_sums(scores, batch["label"].clip(0), weights(batch),
                                                         batch["choice_mask"]),
         counts=lambda batch: example_counts(weights(batch), ("loss", "accuracy")), loss_terms=("loss",),
-        predict=lambda scores: {"scores": scores}, evaluate=evaluate, write_predictions=write_predictions,
+        predict=lambda scores: {"scores": scores.astype("float32")}, evaluate=evaluate, write_predictions=write_predictions,
         main_metric="accuracy", head_names=("classifier",))
 
 
