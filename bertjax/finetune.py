@@ -32,7 +32,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import checkpointing, fileio, optim, sharding, tasks, tokenization, trainer
+from bertjax import checkpointing, console, fileio, optim, sharding, tasks, tokenization, trainer
 from bertjax.models import BertConfig, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.tasks import batching
@@ -258,8 +258,11 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits."""
         totals, collected = trainer.EvalTotals(), []
         rows = trainer.process_rows(eval_batch_size)
+        progress = console.Progress(math.ceil(len(split) / eval_batch_size), label=f"evaluate {split.name}",
+                                    enabled=jax.process_index() == 0, unit="batches")
         with sharding.activate(mesh):
-            for batch, real in batching.eval_batches(split, eval_batch_size, buckets):
+            for index, (batch, real) in enumerate(batching.eval_batches(split, eval_batch_size, buckets), start=1):
+                progress.advance(index)
                 host_rows = {name: value[rows] for name, value in batch.items()}
                 sums, counts, predictions = _host(predict_fn(params, trainer.global_batch(host_rows, mesh)))
                 totals.add(sums, counts)
@@ -267,6 +270,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 collected.append({name: _pad_to(value[:real], width, -1e9 if value.dtype.kind == "f" else -1)
                                   if name in task.sequence_outputs else value[:real]
                                   for name, value in predictions.items()})
+        progress.close()
         predictions = {name: np.concatenate([c[name] for c in collected]) for name in collected[0]}
         if not split.has_labels:
             return {}, predictions
