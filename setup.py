@@ -36,5 +36,8 @@ setup(
         "test": ["pytest>=8.0", "pytest-xdist>=3.5"],
         "tpu": ["jax[tpu]>=0.10.2"],
         "gpu": ["jax[cuda12]>=0.10.2"],
+        # launch/benchmark.py --compare (Hugging Face PyTorch BertForPreTraining). On a CPU-only
+        # machine install torch's CPU wheel first, or pip picks a CUDA build of several GB.
+        "bench": ["torch>=2.5", "transformers>=4.40"],
     },
 )

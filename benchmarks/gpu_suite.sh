@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU rows of benchmarks/README.md on one GPU (needs python3 with jax[cuda], flax, optax,
+# orbax-checkpoint, ml_collections; TensorFlow is not needed):
+#   bash benchmarks/gpu_suite.sh [check] [base] [large] [packed] [compile]   (none: all)
+# Each run's full output goes to ${OUT:-/tmp/bertjax_gpu}/<name>.txt.
+set -uo pipefail
+out=${OUT:-/tmp/bertjax_gpu}
+mkdir -p "$out"
+py=${PYTHON:-python3}
+cudnn="--config.model.attention_impl=cudnn --config.model.attention_probs_dropout_prob=0"
+
+bench() {
+  local name=$1
+  shift
+  echo "== $name: python launch/benchmark.py --nopipeline $*"
+  $py launch/benchmark.py --nopipeline "$@" 2>&1 | tee "$out/$name.txt" | tail -n 12
+}
+
+sections=${*:-check base large packed compile}
+for section in $sections; do
+  case $section in
+    check)
+      $py benchmarks/attention_check.py --preset=base --seq_len=512 2>&1 | tee "$out/check.txt" ;;
+    base)
+      bench base128 --preset=base --batch_size=256 --seq_len=128
+      bench base128_cudnn --preset=base --batch_size=256 --seq_len=128 $cudnn ;;
+    large)
+      bench large128 --preset=large --batch_size=256 --seq_len=128
+      bench large128_cudnn --preset=large --batch_size=256 --seq_len=128 $cudnn ;;
+    packed)
+      bench large512_cudnn --preset=large --batch_size=64 --seq_len=512 $cudnn
+      bench large512_packed --preset=large --batch_size=64 --seq_len=512 --pack_pairs=3 $cudnn ;;
+    compile)
+      for layers in 12 24; do
+        for scan in false true; do
+          bench "compile_large_L${layers}_scan_${scan}" --preset=large --batch_size=32 --seq_len=128 --steps=1 \
+            --warmup=1 --config.model.num_hidden_layers=$layers --config.model.scan_layers=$scan $cudnn
+        done
+      done ;;
+    *) echo "unknown section $section (check, base, large, packed, compile)" >&2; exit 2 ;;
+  esac
+done

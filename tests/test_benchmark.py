@@ -1,0 +1,32 @@
+"""launch/benchmark.py runs real steps end to end (tiny model, packed rows) and prints its
+table ending in `seq_per_s=<number>`; a misspelt config key is one error line. (It times
+nothing here: the numbers are the benchmark's business, not a test's.)"""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMAND = [sys.executable, os.path.join(ROOT, "launch", "benchmark.py"), "--preset=tiny", "--batch_size=4",
+           "--seq_len=32", "--steps=1", "--warmup=1", "--nopipeline"]
+
+
+def _run(*args):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    return subprocess.run([*COMMAND, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_packed_bf16_run_prints_the_table():
+    result = _run("--pack_pairs=2", "--config.model.dtype=bfloat16", "--config.model.scan_layers=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert "pack_pairs 2, dtype bfloat16" in lines[0] and "scan True" in lines[0]
+    for row in ("compile time (s)", "median step (ms)", "sequences/s", "model TFLOP/s per device", "MFU",
+                "peak host RSS (MB)"):
+        assert any(line.startswith(row) for line in lines), row
+    assert lines[-1].startswith("seq_per_s=") and float(lines[-1].split("=")[1]) > 0
+
+
+def test_misspelt_config_key_is_named():
+    result = _run("--config.model.hiden_size=64")
+    assert result.returncode != 0 and "hiden_size" in result.stderr
