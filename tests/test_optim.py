@@ -65,7 +65,7 @@ def test_schedule_is_jittable():
 
 @pytest.mark.parametrize("key,value,message", [
     ("learning_rate", 0.0, "train.learning_rate must be > 0, got 0.0"),
-    ("warmup_steps", 2000, "train.warmup_steps must be an int in [0, train.num_steps=1000]"),
+    ("warmup_steps", 2000, "train.warmup_steps must be an int in [0, config.train.num_steps=1000]"),
     ("optimizer", "sgd", "train.optimizer must be one of"),
     ("schedule", "step", "train.schedule must be one of"),
     ("num_steps", 0, "train.num_steps must be an int >= 1"),
