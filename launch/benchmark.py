@@ -12,17 +12,19 @@ field (unset = the preset's; dtype unset = bfloat16 on GPU/TPU, float32 on CPU),
 `--config.train.<key>` the optimizer. `--pack_pairs=K` feeds packed rows (K NSP pairs of
 random lengths per row, block-diagonal attention).
 
-Model FLOPs (bertjax.metrics.pretraining_flops_per_sequence): 3 x the forward matmuls,
-i.e. 6 x (12 L H^2 + L S H ... ) per token: QKV/output projections and MLP, the two
-attention products over the whole row, the pooler/NSP head and the MLM head over the
-gathered predictions only. Peak: the vendor's bf16 table for TPU/GPU kinds
-(bertjax.metrics), on CPU a float32 2048^3 matmul measured in this run (best of three).
+Model FLOPs (bertjax.metrics.pretraining_flops_per_sequence): 3 x the forward matmuls:
+per layer the Q/K/V/output projections and the MLP (6 x 12 H^2 per token), the two
+attention products (6 x 2 S H per token; packed rows: each pair's own block), the
+pooler/NSP head per pair and the MLM head over the gathered predictions only. Peak: the
+vendor's bf16 table for TPU/GPU kinds (bertjax.metrics), on CPU a float32 2048^3 matmul
+measured in this run (the best of three before and three after the steps).
 
 `--compare` also runs Hugging Face PyTorch `BertForPreTraining` (torch.optim.AdamW, eps
 1e-6, weight decay 0.01, global-norm clip 1.0, the same shapes and dropout) in this
 process, alternating rounds with JAX so both see the same machine load, and measures each
 framework's peak host memory in a fresh child process of this script (`--memory_of`).
-Needs `pip install -e .[bench]` (torch, transformers). On CPU, tcmalloc helps JAX:
+Needs `pip install -e .[bench]` (torch, transformers). On CPU, tcmalloc (Debian package
+libtcmalloc-minimal4) gave JAX more sequences/s but a higher peak RSS (benchmarks/README.md):
   LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python launch/benchmark.py ...
 """
 
@@ -147,6 +149,7 @@ class JaxRun:
     """The compiled pre-training step, its state and a few synthetic batches on the mesh."""
 
     def __init__(self, config: ml_collections.ConfigDict):
+        import flax.linen as nn
         import jax
 
         from bertjax import optim, sharding, train, trainer
@@ -169,7 +172,7 @@ class JaxRun:
         first = host_batches[0]
         init_params = lambda: model.init(jax.random.key(0), **train.model_inputs(first))["params"]
         abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
-        params = jax.jit(lambda: __import__("flax").linen.unbox(init_params()), out_shardings=shardings.params)
+        params = jax.jit(lambda: nn.unbox(init_params()), out_shardings=shardings.params)
         with sharding.activate(mesh):
             self.state = jax.jit(lambda p: trainer.new_state(p, optimizer), out_shardings=shardings,
                                  donate_argnums=0)(params())
@@ -320,8 +323,14 @@ def _child_peak_rss(framework: str) -> float:
 # The table.
 # ======================================================================================
 
-def _spread(times: list[float]) -> str:
-    return f"{min(times) * 1e3:.1f}..{max(times) * 1e3:.1f}"
+def _columns(times: list[float], flops_per_row: float, peak: float, devices: int) -> dict[str, str]:
+    """One framework's column of the table from its step times (seconds)."""
+    step = statistics.median(times)
+    tflops = flops_per_row * _BATCH.value / step / devices / 1e12
+    return {"median step (ms)": f"{step * 1e3:.1f}",
+            "step range (ms)": f"{min(times) * 1e3:.1f}..{max(times) * 1e3:.1f}",
+            "sequences/s": f"{_BATCH.value / step:.2f}", "tokens/s": f"{_BATCH.value * _SEQ.value / step:.0f}",
+            "model TFLOP/s per device": f"{tflops:.3f}", "MFU": f"{tflops * 1e12 / peak:.1%}"}
 
 
 def main(argv):
@@ -360,42 +369,34 @@ def main(argv):
         jax_times += jax_run.timed(max(1, _STEPS.value // rounds))
         if torch_run:
             torch_times += torch_run.timed(max(1, _STEPS.value // rounds))
-    if jax.default_backend() == "cpu":  # the peak again after the steps: the best of both
-        peak = max(peak, _peak_flops()[0])
+    if jax.default_backend() == "cpu":  # the matmul rate again after the steps: the better of the two
+        peak, peak_source = max((peak, peak_source), _peak_flops())
 
-    devices, flops_per_row = jax.device_count(), jax_run.flops_per_row
-    step = statistics.median(jax_times)
-    seq_per_s = batch / step
-    tflops = flops_per_row * seq_per_s / devices / 1e12
-    print(f"{'':28} {'bertjax (JAX)':>18}" + (f" {'HF PyTorch':>18}" if torch_run else ""))
-    rows = [("compile time (s)", f"{jax_run.compile_seconds:.1f}", "-"),
-            ("median step (ms)", f"{step * 1e3:.1f}", f"{statistics.median(torch_times) * 1e3:.1f}" if torch_run else ""),
-            ("step range (ms)", _spread(jax_times), _spread(torch_times) if torch_run else ""),
-            ("sequences/s", f"{seq_per_s:.2f}", f"{batch / statistics.median(torch_times):.2f}" if torch_run else ""),
-            ("tokens/s", f"{seq_per_s * seq:.0f}", f"{batch * seq / statistics.median(torch_times):.0f}" if torch_run else ""),
-            ("model TFLOP/s per device", f"{tflops:.3f}",
-             f"{flops_per_row * batch / statistics.median(torch_times) / 1e12:.3f}" if torch_run else ""),
-            ("MFU", f"{tflops * 1e12 / peak:.1%}",
-             f"{flops_per_row * batch / statistics.median(torch_times) / peak:.1%}" if torch_run else "")]
+    flops_per_row, devices = jax_run.flops_per_row, jax.device_count()
+    ours = _columns(jax_times, flops_per_row, peak, devices)
+    theirs = _columns(torch_times, flops_per_row, peak, devices) if torch_run else {}
+    rows = {"compile time (s)": (f"{jax_run.compile_seconds:.1f}", "-")}
+    rows.update({name: (value, theirs.get(name, "")) for name, value in ours.items()})
     device_mb = jax_run.device_memory_mb()
     if jax.default_backend() != "cpu" and device_mb is not None:
-        rows.append(("peak device memory (MB)", f"{device_mb:.0f}", ""))
+        rows["peak device memory (MB)"] = (f"{device_mb:.0f}", "")
     if torch_run:
         del jax_run, torch_run
         gc.collect()
-        rows.append(("peak host RSS, alone (MB)", f"{_child_peak_rss('jax'):.0f}", f"{_child_peak_rss('torch'):.0f}"))
+        rows["peak host RSS, alone (MB)"] = (f"{_child_peak_rss('jax'):.0f}", f"{_child_peak_rss('torch'):.0f}")
     else:
-        rows.append(("peak host RSS (MB)", f"{_peak_rss_mb():.0f}", ""))
-    for name, ours, theirs in rows:
-        print(f"{name:28} {ours:>18}" + (f" {theirs:>18}" if _COMPARE.value else ""))
+        rows["peak host RSS (MB)"] = (f"{_peak_rss_mb():.0f}", "")
+    print(f"{'':28} {'bertjax (JAX)':>18}" + (f" {'HF PyTorch':>18}" if _COMPARE.value else ""))
+    for name, (mine, reference) in rows.items():
+        print(f"{name:28} {mine:>18}" + (f" {reference:>18}" if _COMPARE.value else ""))
     print(f"model GFLOP per row {flops_per_row / 1e9:.2f}; peak {peak / 1e12:.3f} TFLOP/s per device ({peak_source})")
     if _COMPARE.value:
-        print(f"bertjax / PyTorch sequences/s: {statistics.median(torch_times) / step:.2f}x")
+        print(f"bertjax / PyTorch sequences/s: {statistics.median(torch_times) / statistics.median(jax_times):.2f}x")
     if _PIPELINE.value:
         rate = _pipeline_rate(seq, max(batch, 32))
         print("input pipeline: " + ("TensorFlow not installed" if rate is None else
                                     f"{rate:.0f} sequences/s (demo corpus, tf.data, length {seq}, this host)"))
-    print(f"seq_per_s={seq_per_s:.3f}")
+    print(f"seq_per_s={batch / statistics.median(jax_times):.3f}")
 
 
 if __name__ == "__main__":

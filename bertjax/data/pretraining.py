@@ -15,7 +15,9 @@ masked pair by pair (keyed by epoch and window), then packed first-fit into rows
 K pairs (pairing.pack_rows); batches are cut from the stream of rows, and
 next_sentence_labels becomes [B, K] with next_sentence_weights <float32>[B, K],
 position_ids and sequence_ids <int32>[B, max_seq_length] and cls_positions <int32>[B, K].
-max_predictions_per_seq is then the capacity of a row.
+max_predictions_per_seq is then the capacity of a row. Epoch sizes count rows; resuming
+inside an epoch lays out, masks and packs its skipped part again (the rows are a pure
+function of the pairs).
 
 Determinism and resume: epoch e's document order and all random draws are stateless
 functions of (seed, process_index, e, position), and batches are cut from the
@@ -167,7 +169,7 @@ class PretrainingPipeline:
                                      max_predictions=self.config.max_predictions_per_seq)
             return {"epoch": tf.fill(tf.shape(rows["input_mask"])[:1], epoch), **rows}
 
-        return self._epoch(epoch).batch(_PACK_WINDOW).enumerate().map(pack).unbatch()
+        return self._epoch(epoch).batch(_PACK_WINDOW).enumerate().map(pack, num_parallel_calls=_AUTOTUNE).unbatch()
 
     def epoch_size(self, epoch: int) -> int:
         """Rows (instances, or packed rows) in epoch `epoch` on this host, recorded or counted:
