@@ -25,7 +25,7 @@ import random
 import re
 from typing import Iterator
 
-from bertjax import tokenization
+from bertjax import fileio, tokenization
 
 SEED = 20240611
 NUM_DOCUMENTS = 10_000
@@ -277,16 +277,15 @@ def demo_vocab_tokens() -> list[str]:
 
 
 def demo_vocab_path(cache_dir: str) -> str:
-    """Writes the demo vocab.txt under `cache_dir` once (atomically) and returns its path.
-
-    The file name carries the content hash, so a changed lexicon never reuses a stale file.
-    """
+    """Writes the demo vocab.txt under `cache_dir` (local or gs://) once, atomically, and
+    returns its path. The file name carries the content hash, so a changed lexicon never
+    reuses a stale file."""
     data = "".join(t + "\n" for t in demo_vocab_tokens()).encode("utf-8")
-    path = os.path.join(cache_dir, f"demo_vocab-{hashlib.sha256(data).hexdigest()[:12]}.txt")
-    if not os.path.exists(path):
-        os.makedirs(cache_dir, exist_ok=True)
+    path = fileio.join(cache_dir, f"demo_vocab-{hashlib.sha256(data).hexdigest()[:12]}.txt")
+    if not fileio.exists(path):
+        fileio.makedirs(cache_dir)
         tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
+        with fileio.open_file(tmp, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
+        fileio.rename(tmp, path)
     return path

@@ -1,0 +1,25 @@
+"""BertConfig.resolve: a run's model config from unset fields, a checkpoint and the platform."""
+
+import pytest
+
+from bertjax.models.config import BertConfig, resolve
+
+
+def test_unset_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
+    assert resolve({"dtype": None}, preset="tiny", accelerator=True).dtype == "bfloat16"
+    assert resolve({"dtype": None}, preset="tiny", accelerator=False).dtype == "float32"
+    assert resolve({"dtype": "float32"}, preset="tiny", accelerator=True).dtype == "float32"  # explicit wins
+    assert resolve({}, preset="tiny", accelerator=True).param_dtype == "float32"  # master weights stay f32
+
+
+def test_a_checkpoint_gives_its_architecture_and_refuses_contradictions():
+    original = BertConfig.preset("mini", vocab_size=100, hidden_act="gelu_tanh", layer_norm_eps=1e-7,
+                                 hidden_dropout_prob=0.2)
+    run = resolve({"hidden_act": None, "layer_norm_eps": None, "scan_layers": True}, checkpoint=original)
+    assert (run.hidden_size, run.num_hidden_layers, run.vocab_size) == (256, 4, 100)
+    assert (run.hidden_act, run.layer_norm_eps, run.hidden_dropout_prob, run.scan_layers) == ("gelu_tanh", 1e-7,
+                                                                                               0.2, True)
+    with pytest.raises(ValueError, match="config.model.hidden_act='gelu' but the checkpoint has hidden_act='gelu_tanh'"):
+        resolve({"hidden_act": "gelu"}, checkpoint=original)
+    with pytest.raises(ValueError, match="unknown BertConfig keys"):
+        resolve({"hidden_sise": 3})
