@@ -32,7 +32,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import console, optim, sharding
+from bertjax import console, models, optim, sharding
 from bertjax.metrics import MetricsWriter, peak_flops_per_device
 from bertjax.preemption import PreemptionWatcher
 
@@ -79,10 +79,6 @@ def new_state(params: Any, optimizer: optax.GradientTransformation) -> TrainStat
 # ======================================================================================
 # The step.
 # ======================================================================================
-
-def _ratio(sums: dict, counts: dict) -> dict:
-    return {name: value / jnp.maximum(counts[name], 1e-5) for name, value in sums.items()}
-
 
 def micro_batches(batch: dict[str, jax.Array], count: int) -> dict[str, jax.Array]:
     """<T>[B, ...] -> <T>[count, B / count, ...] where micro-batch i holds rows i, i + count, ...
@@ -143,16 +139,16 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, objective: Obj
     new_params, new_opt_state = jax.lax.cond(finite, update, lambda operands: operands[:2],
                                              (state.params, state.opt_state, grads))
     bad_steps = jnp.where(finite, 0, state.bad_steps + 1)
-    new_state_ = state.replace(
+    updated = state.replace(
         step=state.step + 1,
         params=new_params,
         opt_state=new_opt_state,
         bad_steps=bad_steps,
         worst_bad_run=jnp.maximum(state.worst_bad_run, bad_steps),
         skipped_steps=state.skipped_steps + (1 - finite.astype(jnp.int32)))
-    metrics = {**_ratio(sums, counts), "loss": loss, "grad_norm": grad_norm, "learning_rate": learning_rate,
+    metrics = {**models.mean_metrics(sums, counts), "loss": loss, "grad_norm": grad_norm, "learning_rate": learning_rate,
                "skipped": 1.0 - finite.astype(jnp.float32)}
-    return new_state_, metrics
+    return updated, metrics
 
 
 def eval_sums(params: Any, batch: dict[str, jax.Array], *, objective: Objective) -> tuple[dict, dict, Any]:
@@ -242,13 +238,14 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
                   pretrained_source: str = "") -> tuple[TrainState, str]:
     """The state a run starts from, in the fixed resume order, and a line saying which:
 
-    1. the run's own latest checkpoint (`checkpointer`): everything, step and optimizer included;
+    1. the run's own latest checkpoint (`checkpointer`, None when the run keeps none):
+       everything, step and optimizer included;
     2. `pretrained()` (called only here): {name: numpy subtree} replacing those parameter
        subtrees of a fresh initialisation (e.g. only "bert" when the head is new); step 0;
     3. scratch: `init_params()` (boxed params, created directly in their shardings).
     """
     with sharding.activate(mesh):
-        if checkpointer.latest_step() is not None:
+        if checkpointer is not None and checkpointer.latest_step() is not None:
             state, meta = checkpointer.restore(with_shardings(abstract, shardings))
             return state, f"resumed from {checkpointer.directory} at step {meta['step']}"
         params = jax.jit(lambda: nn.unbox(init_params()), out_shardings=shardings.params)()

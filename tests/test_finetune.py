@@ -72,11 +72,7 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
     mesh = sharding.create_mesh(data=-1)
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
 
-    class NoCheckpoint:
-        def latest_step(self):
-            return None
-
-    state, how = trainer.initial_state(NoCheckpoint(), abstract, shardings, init_params=init_params,
+    state, how = trainer.initial_state(None, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh,
                                        pretrained=lambda: finetune.pretrained_params(config, bert, task),
                                        pretrained_source=config.init_checkpoint)

@@ -37,12 +37,8 @@ def setup():
     optimizer, schedule = optim.make_optimizer(TRAIN), optim.make_schedule(TRAIN)
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
 
-    class NoCheckpoint:
-        def latest_step(self):
-            return None
-
     def fresh_state():
-        return trainer.initial_state(NoCheckpoint(), abstract, shardings, init_params=init_params,
+        return trainer.initial_state(None, abstract, shardings, init_params=init_params,
                                      optimizer=optimizer, mesh=mesh)[0]
 
     def step(state, batch, grad_accum_steps=1):
