@@ -24,7 +24,6 @@ import itertools
 import json
 import logging
 import math
-import time
 from typing import Any
 
 import jax
@@ -300,10 +299,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         """The train step compiled for batches of `length` tokens (on first use; not timed)."""
         if length not in step_fns:
             with loop.paused(), sharding.activate(mesh):
-                start = time.perf_counter()
-                step_fns[length] = step_jit.lower(trainer.with_shardings(abstract, shardings),
-                                                  _abstract_batch(example, train_cfg.batch_size, length)).compile()
-            loop.console(f"compiled the train step for length {length} in {time.perf_counter() - start:.1f}s")
+                step_fns[length], seconds = trainer.compile_step(
+                    step_jit, trainer.with_shardings(abstract, shardings),
+                    _abstract_batch(example, train_cfg.batch_size, length))
+            loop.console(f"compiled the train step for length {length} in {seconds:.1f}s")
         return step_fns[length]
 
     step = start_step

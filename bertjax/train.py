@@ -14,7 +14,6 @@ the numbers an uninterrupted run would have produced.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import jax
@@ -250,9 +249,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             in_shardings=(shardings, batch_shardings), out_shardings=(shardings, None), donate_argnums=0)
         eval_fn = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=task)[:2],
                           in_shardings=(shardings.params, batch_shardings))
-        compile_start = time.perf_counter()
-        step_fn = step_fn.lower(trainer.with_shardings(abstract, shardings), batch_abstract).compile()
-        compile_seconds = time.perf_counter() - compile_start
+        step_fn, compile_seconds = trainer.compile_step(step_fn, trainer.with_shardings(abstract, shardings),
+                                                        batch_abstract)
 
     start_step = int(jax.device_get(state.step))
     loop = trainer.Loop(

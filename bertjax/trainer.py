@@ -3,6 +3,7 @@
     Objective, TrainState    what a stage optimises (pure functions), and the state it carries
     train_step, eval_sums    one optimizer update from a global batch (strided micro-batches,
                              non-finite steps skipped); evaluation sums that average exactly
+    compile_step             ahead-of-time compilation, timed, the compiler's heap released
     state_shardings,         shardings of the state (optimizer slots follow their parameters),
     initial_state            and the fixed resume order: the run's own latest checkpoint ->
                              pretrained weights (only the subtrees given, e.g. the encoder) -> scratch
@@ -19,6 +20,7 @@ averages once over all examples of all hosts.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import time
@@ -149,6 +151,24 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, objective: Obj
     metrics = {**models.mean_metrics(sums, counts), "loss": loss, "grad_norm": grad_norm, "learning_rate": learning_rate,
                "skipped": 1.0 - finite.astype(jnp.float32)}
     return updated, metrics
+
+
+def compile_step(jitted: Any, *abstract_args: Any) -> tuple[Any, float]:
+    """(jitted.lower(*abstract_args).compile(), its seconds), then the heap the compiler
+    freed is handed back to the OS (glibc's malloc_trim): otherwise it stays in the
+    process's footprint beside the step's buffers (about 270 MB for BERT-base on CPU)."""
+    start = time.perf_counter()
+    compiled = jitted.lower(*abstract_args).compile()
+    seconds = time.perf_counter() - start
+    _trim_heap()
+    return compiled, seconds
+
+
+def _trim_heap() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not Linux with glibc: nothing to trim this way
+        pass
 
 
 def eval_sums(params: Any, batch: dict[str, jax.Array], *, objective: Objective) -> tuple[dict, dict, Any]:

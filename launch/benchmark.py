@@ -186,9 +186,8 @@ class JaxRun:
                 lambda s, b: trainer.train_step(s, b, objective=task, optimizer=optimizer, schedule=schedule,
                                                 seed=0, grad_accum_steps=train_cfg.grad_accum_steps),
                 in_shardings=(shardings, batch_shardings), out_shardings=(shardings, None), donate_argnums=0)
-            start = time.perf_counter()
-            self.step_fn = step.lower(trainer.with_shardings(abstract, shardings), batch_abstract).compile()
-            self.compile_seconds = time.perf_counter() - start
+            self.step_fn, self.compile_seconds = trainer.compile_step(
+                step, trainer.with_shardings(abstract, shardings), batch_abstract)
         self.count = 0
 
     def step(self) -> float:
@@ -292,7 +291,7 @@ def _peak_flops() -> tuple[float, str]:
 def _pipeline_rate(seq_len: int, batch_size: int, num_batches: int = 20) -> float | None:
     """Sequences/s of the real tf.data pipeline on the demo corpus; None without TensorFlow."""
     try:
-        import tensorflow  # noqa: F401
+        from bertjax import tf_cpu  # noqa: F401  (TensorFlow quiet and off the accelerators)
     except ImportError:
         return None
     from bertjax.data import pipelines
