@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash launch/setup_env.sh
-exec .venv/bin/python -m pytest tests -n 2 "$@"
+exec .venv/bin/python -m pytest -n 2 "$@"  # pytest.ini: testpaths = tests
