@@ -29,10 +29,6 @@ from bertjax.trainer import TrainingStopped  # noqa: F401  (launchers catch it f
 
 log = logging.getLogger(__name__)
 
-FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
-            "masked_lm_weights", "next_sentence_labels")
-PACKED_FEATURES = ("position_ids", "sequence_ids", "cls_positions", "next_sentence_weights")  # pack_pairs > 0
-
 
 # ======================================================================================
 # Config validation: everything that can be checked before data is prepared or compiled.
@@ -162,7 +158,7 @@ class HostBatches:
         else:
             batch_size, pipeline_index, pipeline_count = global_batch, 0, 1
             self.rows = trainer.process_rows(global_batch)
-        self.features = FEATURES + (PACKED_FEATURES if config.data.pack_pairs else ())
+        self.features = tuple(abstract_inputs(config, batch_size))  # what the step takes, nothing more
         self.pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=batch_size,
                                                 process_index=pipeline_index, process_count=pipeline_count,
                                                 split=split)
