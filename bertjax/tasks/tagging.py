@@ -22,7 +22,6 @@ in exactly one window, the one where its first sub-word has the most context
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 from absl import logging
@@ -31,7 +30,7 @@ from bertjax import fileio, ragged
 from bertjax.data.sources import DropCounter
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import BertForTokenClassification, example_counts, token_classification_sums
-from bertjax.tasks.common import Split, Task, max_context_flags, own_files, sliding_windows
+from bertjax.tasks.common import Split, Task, max_context_flags, own_files, sliding_windows, write_lines
 
 MAX_SEQ_LENGTH = 128
 DOCSTART = "-DOCSTART-"
@@ -268,10 +267,7 @@ def write_conll(path: str, sentences: list[list[str]], gold_tags: list[list[str]
             token = "_".join(word.split()) or "_"
             lines.append(f"{token} {predicted[w]}" if gold is None else f"{token} {gold[w]} {predicted[w]}")
         lines.append("")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with fileio.open_file(tmp, "w") as f:
-        f.write("\n".join(lines) + ("\n" if lines else ""))
-    fileio.rename(tmp, path)
+    write_lines(path, lines)
 
 
 # -- The task. --
@@ -327,7 +323,6 @@ def load_task(config, tokenizer) -> Task:
     def write(split: Split, predictions: dict, directory: str) -> list[str]:
         """<directory>/<split>.conll: `token gold predicted` lines (`token predicted` unlabeled)."""
         path = fileio.join(directory, f"{split.name}.conll")
-        fileio.makedirs(directory)
         write_conll(path, split.examples.sentences, split.examples.tags,
                     predictions_to_tags(split, predictions["prediction"]))
         return [path]
