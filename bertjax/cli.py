@@ -71,21 +71,21 @@ def error_line(error: BaseException) -> str:
     return " ".join(message.replace("\\n", " ").split())
 
 
-def _flag_error(error: BaseException, argv: list[str]) -> str:
+def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config") -> str:
     """A flag-parsing failure -> one line naming the flag (a config key that does not exist,
-    a value of the wrong type, a config file that cannot be loaded)."""
+    a value of the wrong type, a config file that cannot be loaded). `flag_name`: the config
+    flag that failed, when known."""
     message = error_line(error)
+    overrides = [a.split("=")[0] for a in argv if a.startswith("--") and "." in a.split("=")[0]]
     match = re.search(r'Did you mean "(\w+)" instead of "(\w+)"', message)
     if match:  # ml_collections: an override of a key that does not exist
         suggestion, bad = match.groups()
-        flag = next((a.split("=")[0] for a in argv if a.startswith("--config.") and
-                     re.search(rf"\.{bad}(=|$)", a.split("=")[0])), f"--config...{bad}")
+        flag = next((a for a in overrides if re.search(rf"\.{bad}$", a)), f"--{flag_name}...{bad}")
         return f"{flag}: no such config key; did you mean {suggestion!r}?"
     if isinstance(error, (AttributeError, KeyError)):
-        flag = next((a.split("=")[0] for a in argv if a.startswith("--config.") and message.strip("'") in a),
-                    "--config")
+        flag = next((a for a in overrides if message.strip("'") in a), f"--{flag_name}")
         return f"{flag}: no such config key ({message})"
-    config_arg = next((a for a in reversed(argv) if a.startswith("--config=")), "--config")
+    config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
     if "Failed loading config file" in message or "earlier failure to load" in message:
         reason = re.search(r"\[Errno \d+\] ([^:]+)", message)
         return f"{config_arg}: cannot load the config file ({reason.group(1) if reason else message})"
@@ -98,12 +98,18 @@ def _flag_error(error: BaseException, argv: list[str]) -> str:
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
+    from ml_collections.config_flags.config_flags import is_config_flag  # documented for users, not re-exported
+
+    flag_name = "config"
     try:
         remaining = flags.FLAGS(argv)
-        if "config" in flags.FLAGS:  # a config file that failed to load raises only when read
-            _ = flags.FLAGS["config"].value.keys
+        for flag_name in [name for name in flags.FLAGS if is_config_flag(flags.FLAGS[name])]:
+            _ = flags.FLAGS[flag_name].value.keys  # a config file that failed to load raises only when read
     except Exception as e:  # noqa: BLE001 -- any parse failure is the user's input, reported in one line
-        print(f"error: {_flag_error(e, argv)}", file=sys.stderr)
+        print(f"error: {_flag_error(e, argv, flag_name)}", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+    if len(remaining) > 1:
+        print(f"error: unexpected arguments: {remaining[1:]}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
     return remaining
 
@@ -128,6 +134,19 @@ def run(main: Callable[[list[str]], None]) -> None:
             sys.exit(EXIT_ERROR)
 
     app.run(wrapped, flags_parser=_parse_flags)
+
+
+def define_config_file(name: str, default: str, help_text: str):
+    """A locked config-file flag with a default file. ml_collections loads a default file, and
+    applies its --NAME.key=value overrides, when the flag is defined: a bad override ends there
+    with one line, as it would at parsing."""
+    from ml_collections import config_flags
+
+    try:
+        return config_flags.DEFINE_config_file(name, default, help_text, lock_config=True)
+    except Exception as e:  # noqa: BLE001 -- the overrides are the user's input, reported in one line
+        print(f"error: {_flag_error(e, sys.argv, name)}", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
 
 
 # -- Flags both training launchers define. --

@@ -29,9 +29,7 @@ _ARCHITECTURE = flags.DEFINE_string(
     "(default: guessed from the heads present)")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {argv[1:]}")
+def main(_):
     if _ARCHITECTURE.value and _FORMAT.value != "huggingface":
         raise ValueError("--architecture applies only to --format=huggingface")
     from bertjax.models import convert

@@ -16,30 +16,26 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
 
 from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-_PRETRAIN = config_flags.DEFINE_config_file("pretrain", os.path.join(ROOT, "configs", "pretrain.py") + ":tiny",
-                                            "Pre-training config.", lock_config=True)
-_FINETUNE = config_flags.DEFINE_config_file("finetune", os.path.join(ROOT, "configs", "finetune.py") + ":demo",
-                                            "Fine-tuning config (its init_checkpoint is set here).", lock_config=True)
+_PRETRAIN = cli.define_config_file("pretrain", os.path.join(ROOT, "configs", "pretrain.py") + ":tiny",
+                                   "Pre-training config.")
+_FINETUNE = cli.define_config_file("finetune", os.path.join(ROOT, "configs", "finetune.py") + ":demo",
+                                   "Fine-tuning config (its init_checkpoint is set here).")
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Where every stage writes (a folder each).")
 
 
-def _last(workdir: str, key: str) -> float:
-    from bertjax.plots import read_metrics
-
-    return [record[key] for record in read_metrics(workdir) if key in record][-1]
+def _last(records: list[dict], key: str) -> float:
+    return [record[key] for record in records if key in record][-1]
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {argv[1:]}")
+def main(_):
     from bertjax import fileio, finetune, plots, train
+    from bertjax.models import convert
 
     start, workdir = time.time(), _WORKDIR.value
     pretrain_dir = fileio.join(workdir, "pretrain")
@@ -54,9 +50,10 @@ def main(argv):
             if name == "pretrained":
                 config.init_checkpoint = pretrain_dir
             else:  # the same model and tokenizer, randomly initialised
+                vocabulary = convert.checkpoint_vocabulary(pretrain_dir)
                 config.init_checkpoint = ""
-                config.model.preset = "tiny"
-                config.data.vocab_path = fileio.join(pretrain_dir, "tokenizer", "vocab.txt")
+                config.data.update(tokenizer=vocabulary["kind"], vocab_path=vocabulary["path"],
+                                   do_lower_case=vocabulary["do_lower_case"])
         accuracy[name] = finetune.finetune(config, run_dir)["best"]["metrics"]["accuracy"]
 
     pretrain_plot = plots.plot_runs(
@@ -68,9 +65,10 @@ def main(argv):
         {"from pre-training": runs["pretrained"], "from scratch": runs["scratch"]},
         {"training loss": ["loss"], "dev accuracy": ["eval_accuracy"]}, fileio.join(workdir, "finetune_curves.png"),
         title="Fine-tuning on the demo task")
+    pretrain_metrics = plots.read_metrics(pretrain_dir)
     results = {
-        "pretrain_mlm_accuracy": _last(pretrain_dir, "eval_mlm_accuracy"),
-        "pretrain_nsp_accuracy": _last(pretrain_dir, "eval_nsp_accuracy"),
+        "pretrain_mlm_accuracy": _last(pretrain_metrics, "eval_mlm_accuracy"),
+        "pretrain_nsp_accuracy": _last(pretrain_metrics, "eval_nsp_accuracy"),
         "finetune_accuracy_pretrained": accuracy["pretrained"],
         "finetune_accuracy_scratch": accuracy["scratch"],
         "plots": [pretrain_plot, finetune_plot],

@@ -23,9 +23,7 @@ from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything
 _CONFIG, _WORKDIR = cli.define_run_flags("Fine-tuning config (configs/finetune.py:<task>).")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {argv[1:]}")
+def main(_):
     cli.start_distributed()
     from bertjax import finetune
 

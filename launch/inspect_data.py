@@ -79,9 +79,7 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
     }
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {argv[1:]}")
+def main(_):
     config = FLAGS.config
     pipeline = pipelines.make_pipeline(config.data, FLAGS.workdir, batch_size=min(256, FLAGS.num_examples),
                                          split=FLAGS.split)

@@ -27,9 +27,7 @@ _NUM_WORKERS = flags.DEFINE_integer("num_workers", None, "Worker processes (defa
 flags.mark_flags_as_required(["config", "output_dir"])
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {argv[1:]}")
+def main(_):
     from bertjax.data import prepare
 
     metadata = prepare.ensure_prepared(_CONFIG.value.data, _OUTPUT_DIR.value, num_workers=_NUM_WORKERS.value)

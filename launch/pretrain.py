@@ -23,9 +23,7 @@ from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything
 _CONFIG, _WORKDIR = cli.define_run_flags("Pre-training config file (configs/pretrain.py:<preset>).")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {argv[1:]}")
+def main(_):
     cli.start_distributed()
     from bertjax import train
 

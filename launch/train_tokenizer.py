@@ -37,9 +37,7 @@ def _lines(paths):
                     yield line
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {argv[1:]}")
+def main(_):
     from bertjax import tokenization
     from bertjax.data import sources
 

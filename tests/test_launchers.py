@@ -35,6 +35,10 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/vocab", "--vocab_size=3"],
      "vocab_size must be an int > 5"),
+    ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
+    # The demo's two config flags are checked as --config is.
+    ("demo.py", ["--pretrain=configs/nothere.py"], "--pretrain=configs/nothere.py: cannot load the config file"),
+    ("demo.py", ["--finetune.train.num_epochz=2"], "--finetune.train.num_epochz: no such config key"),
 ]
 
 
