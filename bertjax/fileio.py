@@ -112,9 +112,15 @@ def read_json(path: str) -> Any:
         return json.load(f)
 
 
-def write_json(path: str, value: Any) -> None:
-    """Writes `value` as JSON atomically (to a temporary name, then renamed)."""
+def write_bytes(path: str, data: bytes) -> None:
+    """Writes `data` to `path` atomically (to a temporary name, then renamed): a reader sees
+    the old file or the whole new one."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open_file(tmp, "w") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
+    with open_file(tmp, "wb") as f:
+        f.write(data)
     rename(tmp, path)
+
+
+def write_json(path: str, value: Any) -> None:
+    """Writes `value` as JSON atomically."""
+    write_bytes(path, json.dumps(value, indent=1, sort_keys=True).encode("utf-8"))

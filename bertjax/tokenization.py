@@ -366,7 +366,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_l
         raise AssertionError(f"tokenizers put the special tokens at {[vocab[t] for t in SPECIAL_TOKENS]}")
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "vocab.txt")
-    _atomic_write(path, "".join(t + "\n" for t in tokens).encode("utf-8"))
+    fileio.write_bytes(path, "".join(t + "\n" for t in tokens).encode("utf-8"))
     return path
 
 
@@ -446,9 +446,3 @@ def _check_vocab_size(vocab_size: int) -> None:
     if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be an int > {len(SPECIAL_TOKENS)}, got {vocab_size!r}")
 
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)

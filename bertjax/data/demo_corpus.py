@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import random
 import re
 from typing import Iterator
@@ -238,19 +237,17 @@ def demo_task(split: str) -> tuple[list[tuple[str, str, int]], tuple[str, ...]]:
         raise ValueError(f"demo task split must be one of {sorted(_TASK_SIZES)}, got {split!r}")
     rng = random.Random(f"{SEED}/task/{split}")
     first, stop = _TASK_DOCUMENTS[split]
-    documents: dict[int, list[str]] = {}
-    document = lambda index: documents.setdefault(index, demo_document(index))  # noqa: E731
     examples = []
     for i in range(_TASK_SIZES[split]):
         index = rng.randrange(first, stop)
-        sentences = document(index)
+        sentences = demo_document(index)
         position = rng.randrange(len(sentences) - 1)
         label = i % 2
         if label == 0:
             second = sentences[position + 1]
         else:
             other = rng.randrange(first, stop - 1)
-            second = rng.choice(document(other + (other >= index)))  # any document but this one
+            second = rng.choice(demo_document(other + (other >= index)))  # any document but this one
         examples.append((sentences[position], second, label))
     return examples, TASK_LABELS
 
@@ -284,8 +281,5 @@ def demo_vocab_path(cache_dir: str) -> str:
     path = fileio.join(cache_dir, f"demo_vocab-{hashlib.sha256(data).hexdigest()[:12]}.txt")
     if not fileio.exists(path):
         fileio.makedirs(cache_dir)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with fileio.open_file(tmp, "wb") as f:
-            f.write(data)
-        fileio.rename(tmp, path)
+        fileio.write_bytes(path, data)
     return path
