@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from bertjax import fileio
+from bertjax import cli, fileio
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(plot_runs(runs, {metric: [metric] for metric in args.metrics.split(",")}, args.output))
     except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        print(f"error: {cli.error_line(e)}", file=sys.stderr)
+        return cli.EXIT_ERROR
     return 0
 
 

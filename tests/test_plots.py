@@ -1,0 +1,40 @@
+"""Training-curve PNGs from metrics.jsonl: resumed runs read once per step, files written, errors in one line."""
+
+import json
+
+from bertjax import plots
+
+
+def _write_metrics(workdir, records):
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_resumed_run_keeps_the_last_record_of_each_step(tmp_path):
+    _write_metrics(tmp_path, [
+        {"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0}, {"step": 2, "eval_loss": 3.5}, {"step": 3, "loss": 2.9},
+        {"step": 3, "loss": 2.5}, {"step": 4, "loss": 2.0},  # resumed after step 2: step 3 logged again
+    ])
+    records = plots.read_metrics(str(tmp_path))
+    assert [r["step"] for r in records] == [1, 2, 2, 3, 4]
+    assert [r["loss"] for r in records if "loss" in r] == [4.0, 3.0, 2.5, 2.0]
+    assert [r["eval_loss"] for r in records if "eval_loss" in r] == [3.5]
+
+
+def test_plot_runs_writes_a_png_per_call(tmp_path):
+    for name, scale in (("pretrained", 1.0), ("scratch", 2.0)):
+        _write_metrics(tmp_path / name, [{"step": s, "loss": scale / s, "eval_accuracy": 0.5 + s / 100}
+                                         for s in range(1, 50)])
+    output = tmp_path / "plots" / "curves.png"
+    path = plots.plot_runs({"a": str(tmp_path / "pretrained"), "b": str(tmp_path / "scratch")},
+                           {"loss": ["loss"], "dev accuracy": ["eval_accuracy"]}, str(output), title="t")
+    assert path == str(output)
+    data = output.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+
+
+def test_the_command_names_a_missing_run_in_one_line(tmp_path, capsys):
+    assert plots.main([str(tmp_path / "nothere"), f"--output={tmp_path}/x.png"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "nothere/metrics.jsonl" in lines[0]
+    assert not (tmp_path / "x.png").exists()
