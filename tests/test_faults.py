@@ -62,7 +62,7 @@ def _files(directory, suffixes):
 def test_kill_9_during_prepare_then_rerun_gives_identical_shards(tmp_path):
     corpus, vocab = tmp_path / "corpus", tmp_path / "vocab"
     corpus.mkdir()
-    documents = ["\n".join(document) for document in demo_corpus.demo_documents(0, 2000)]  # about 4 kB each
+    documents = ["\n".join(document) for document in demo_corpus.entity_paragraphs(0, 2000)]
     for i in range(16):  # one unit per file, about 1 MB each
         chunk = documents[i * 125:(i + 1) * 125] * 2
         (corpus / f"part{i:02d}.txt").write_text("\n\n".join(f"Part {i}. {d}" for d in chunk) + "\n")

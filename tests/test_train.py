@@ -241,8 +241,8 @@ def _learn(workdir, prepared_dir, seq_len, predictions, steps):
 def test_tiny_preset_masked_lm_learns_the_demo_corpus(tmp_path, prepared_dir):
     """Tiny preset at length 64, 300 steps of batch 32 (about a CPU-minute).
 
-    Measured 2026-11-22 on this 2-core machine: eval MLM accuracy 0.173 at step 300
-    against 0.092 for always guessing the most frequent masked token. Warmup is the preset's
+    Measured 2026-11-24 on this 2-core machine: eval MLM accuracy 0.160 at step 300, about
+    1.6x always guessing the most frequent masked token. Warmup is the preset's
     100 steps: with 50, the original optimizer (no bias correction: its first steps are 3-6x
     the nominal rate) often leaves the tiny model stuck at the most frequent token.
     """
@@ -252,12 +252,11 @@ def test_tiny_preset_masked_lm_learns_the_demo_corpus(tmp_path, prepared_dir):
 
 @pytest.mark.slow
 def test_tiny_preset_learns_masked_lm_and_nsp(tmp_path, prepared_dir):
-    """The demo's own settings (length 128), 600 steps (about 5 CPU-minutes here).
+    """The demo's own settings (length 128), 600 steps (about 2 CPU-minutes here).
 
-    Measured 2026-11-22: eval MLM accuracy 0.20 (most-frequent-token guess 0.09), eval NSP
-    accuracy 0.66 (majority label 0.58: the original pairing gives a one-sentence chunk a
-    random B, so random pairs are the majority on this corpus of short documents).
+    Measured 2026-11-24: eval MLM accuracy 0.178 (most-frequent-token guess 0.098), eval NSP
+    accuracy 0.69 (majority label 0.50 on the demo's long documents).
     """
     final, (unigram, majority) = _learn(tmp_path, prepared_dir, seq_len=128, predictions=20, steps=600)
-    assert final["eval_mlm_accuracy"] > 2 * unigram, (final, unigram)
-    assert final["eval_nsp_accuracy"] > majority + 0.04, (final, majority)
+    assert final["eval_mlm_accuracy"] > 1.6 * unigram, (final, unigram)
+    assert final["eval_nsp_accuracy"] > majority + 0.1, (final, majority)

@@ -5,15 +5,22 @@ animal species, each with attributes and links to one another) is drawn from a f
 and document `i` is rendered from its own seeded generator, so any range of documents can
 be produced independently, identically on every machine, in about a second per MB.
 
+A document is long, as real corpora's are (about 280 sentences): a walk through the world,
+one section per entity, each next entity linked to the one before (a person's city, the
+city's mayor, ...). Long documents matter for next sentence prediction: the original
+pairing gives a chunk of one sentence, such as the end of a short document, a random B, so a
+corpus of short documents makes random pairs the majority and their lengths a give-away.
+
 Why a tiny BERT learns from it within CPU minutes:
-  * masked LM: a document is about one entity and restates its facts with varied
-    templates, so names and attribute values recur within a document and the same facts
-    recur across the entity's documents; templates give grammar to learn on top;
+  * masked LM: a section states each fact of its entity in each of its phrasings, so names
+    and attribute values recur within a document and the same facts recur across
+    documents; templates give grammar to learn on top;
   * next sentence prediction: consecutive sentences share the subject and its entities,
     while a random sentence from another document names other entities.
 
-Also here: a labelled sentence-pair task on the corpus (`demo_task`: does B continue A?)
-and the demo WordPiece vocabulary built from the world's lexicon (`demo_vocab_path`).
+Also here: a labelled sentence-pair task on the world's short entity paragraphs (`demo_task`:
+does B continue A?) and the demo WordPiece vocabulary built from the world's lexicon
+(`demo_vocab_path`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ from typing import Iterator
 from bertjax import fileio, tokenization
 
 SEED = 20240611
-NUM_DOCUMENTS = 10_000
+NUM_DOCUMENTS = 400
+SECTIONS_PER_DOCUMENT = 10
+NUM_PARAGRAPHS = 10_000
 
 _SYLLABLES = ("ka ren mo li ta vor shi an del ro bel tu mar is nor quen fa lo ze dra gon pi el mir sa "
               "thu ven ox ria bru cal dun hel jo wyn zar ilo pen gar").split()
@@ -163,6 +172,14 @@ class _World:
                       color=rng.choice(_COLORS), size=rng.choice(_SIZES), sound=rng.choice(_SOUNDS),
                       lifespan=str(rng.randint(2, 60)), region=rng.choice(_REGIONS), pronoun="It")
         self.entities = list(self.facts)
+        # Links both ways between an entity and each entity its facts name (a person's city,
+        # company, pet species, sibling; a city's mayor; a company's founder, ...).
+        self.links: dict[str, list[str]] = {name: [] for name in self.entities}
+        for name, facts in self.facts.items():
+            for key, value in facts.items():
+                if key != "name" and value in self.kinds and value != name:
+                    self.links[name].append(value)
+                    self.links[value].append(name)
 
     def _add(self, kind: str, name: str, **facts: str) -> None:
         self.kinds[name] = kind
@@ -186,10 +203,12 @@ def _render(template: str, subject: str, facts: dict[str, str]) -> str:
     return sentence[0].upper() + sentence[1:]
 
 
-def demo_document(index: int) -> list[str]:
-    """Document `index` (0 <= index < NUM_DOCUMENTS): a list of 6..16 sentences about one entity."""
-    if not 0 <= index < NUM_DOCUMENTS:
-        raise ValueError(f"demo document index {index} outside [0, {NUM_DOCUMENTS})")
+def entity_paragraph(index: int) -> list[str]:
+    """Paragraph `index` (0 <= index < NUM_PARAGRAPHS): 6..16 sentences about one entity.
+
+    The demo task draws its sentence pairs from these; tests use them as short documents."""
+    if not 0 <= index < NUM_PARAGRAPHS:
+        raise ValueError(f"demo paragraph index {index} outside [0, {NUM_PARAGRAPHS})")
     world = _world()
     name = world.entities[index % len(world.entities)]
     kind, facts = world.kinds[name], world.facts[name]
@@ -198,15 +217,45 @@ def demo_document(index: int) -> list[str]:
     keys = rng.sample(sorted(templates), k=min(len(templates), rng.randint(5, 13)))
     sentences = [rng.choice(_INTROS[kind]).format(**facts)]
     for i, key in enumerate(keys):
-        # Species are "the fox"; others alternate between the name and a pronoun, where
-        # the subject opens the sentence (no "lives with he").
-        template = rng.choice(templates[key])
-        pronoun = kind != "species" and i % 3 != 0 and template.startswith("{s}")
-        sentences.append(_render(template, facts["pronoun"] if pronoun else name, facts))
+        sentences.append(_statement(world, name, rng.choice(templates[key]), i))
         if kind == "person" and key == "city" and rng.random() < 0.5:  # a linked fact about the city
             city = world.facts[facts["city"]]
             sentences.append(_render(rng.choice(_CITY_FACTS["river"]), city["name"], city))
     return sentences
+
+
+def entity_paragraphs(start: int = 0, stop: int = NUM_PARAGRAPHS) -> Iterator[list[str]]:
+    """Paragraphs start..stop-1, each a list of sentence strings."""
+    for index in range(start, stop):
+        yield entity_paragraph(index)
+
+
+def demo_document(index: int) -> list[str]:
+    """Document `index` (0 <= index < NUM_DOCUMENTS): a walk through the world, a section per
+    entity (each fact stated in each of its phrasings, shuffled: 22..34 sentences), each next
+    entity named in or naming the one before; SECTIONS_PER_DOCUMENT sections, about 280 sentences."""
+    if not 0 <= index < NUM_DOCUMENTS:
+        raise ValueError(f"demo document index {index} outside [0, {NUM_DOCUMENTS})")
+    world = _world()
+    rng = random.Random(f"{SEED}/document/{index}")
+    name, previous, sentences = world.entities[index * len(world.entities) // NUM_DOCUMENTS], None, []
+    for _ in range(SECTIONS_PER_DOCUMENT):
+        kind, facts = world.kinds[name], world.facts[name]
+        statements = [template for templates in _FACTS[kind].values() for template in templates]
+        rng.shuffle(statements)
+        sentences.append(rng.choice(_INTROS[kind]).format(**facts))
+        sentences += [_statement(world, name, template, i) for i, template in enumerate(statements)]
+        onward = [other for other in world.links[name] if other != previous] or world.links[name]
+        previous, name = name, rng.choice(onward)
+    return sentences
+
+
+def _statement(world: _World, name: str, template: str, position: int) -> str:
+    """A fact template about `name`. Species are "the fox"; others alternate between the name
+    and a pronoun where the subject opens the sentence (no "lives with he")."""
+    kind, facts = world.kinds[name], world.facts[name]
+    pronoun = kind != "species" and position % 3 != 0 and template.startswith("{s}")
+    return _render(template, facts["pronoun"] if pronoun else name, facts)
 
 
 def demo_documents(start: int = 0, stop: int = NUM_DOCUMENTS) -> Iterator[list[str]]:
@@ -219,35 +268,35 @@ def demo_documents(start: int = 0, stop: int = NUM_DOCUMENTS) -> Iterator[list[s
 
 TASK_LABELS = ("continues", "unrelated")
 _TASK_SIZES = {"train": 4000, "dev": 800}
-_TASK_DOCUMENTS = {"train": (0, 8000), "dev": (8000, NUM_DOCUMENTS)}
+_TASK_PARAGRAPHS = {"train": (0, 8000), "dev": (8000, NUM_PARAGRAPHS)}
 
 
 def demo_task(split: str) -> tuple[list[tuple[str, str, int]], tuple[str, ...]]:
-    """A sentence-pair classification task from the demo corpus: does B continue A?
+    """A sentence-pair classification task on the demo world: does B continue A?
 
     Returns (examples, label names); each example is (text_a, text_b, label): a sentence of
-    a document and the sentence after it (0, "continues"), or a sentence of another
-    document (1, "unrelated"). Train pairs come from documents 0..7999 and dev pairs from
-    documents 8000..9999, so fine-tuning never sees a dev document. Pre-training sees all
-    of them, unlabelled, as BERT's corpus may hold a downstream task's text; what it can
-    bring here in a few CPU minutes is what next-sentence prediction learns: which
-    sentences share a subject and its facts. Sizes: train 4000, dev 800, labels balanced.
+    an entity paragraph and the sentence after it (0, "continues"), or a sentence of another
+    paragraph (1, "unrelated"). Train pairs come from paragraphs 0..7999 and dev pairs from
+    paragraphs 8000..9999, so fine-tuning never sees a dev paragraph. Pre-training reads the
+    same world in the same phrasings, as BERT's corpus may hold a downstream task's text;
+    what it can bring here in a few CPU minutes is what next-sentence prediction learns:
+    which sentences share a subject and its facts. Sizes: train 4000, dev 800, labels balanced.
     """
     if split not in _TASK_SIZES:
         raise ValueError(f"demo task split must be one of {sorted(_TASK_SIZES)}, got {split!r}")
     rng = random.Random(f"{SEED}/task/{split}")
-    first, stop = _TASK_DOCUMENTS[split]
+    first, stop = _TASK_PARAGRAPHS[split]
     examples = []
     for i in range(_TASK_SIZES[split]):
         index = rng.randrange(first, stop)
-        sentences = demo_document(index)
+        sentences = entity_paragraph(index)
         position = rng.randrange(len(sentences) - 1)
         label = i % 2
         if label == 0:
             second = sentences[position + 1]
         else:
             other = rng.randrange(first, stop - 1)
-            second = rng.choice(demo_document(other + (other >= index)))  # any document but this one
+            second = rng.choice(entity_paragraph(other + (other >= index)))  # any paragraph but this one
         examples.append((sentences[position], second, label))
     return examples, TASK_LABELS
 

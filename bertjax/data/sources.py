@@ -60,7 +60,7 @@ from bertjax.data import demo_corpus
 
 SOURCES = ("demo", "text", "jsonl", "parquet", "tfds")
 TEXT_UNIT_BYTES = 64 << 20  # per unit of text, JSONL or Parquet (its text column, uncompressed)
-DEMO_UNIT_DOCUMENTS = 1000
+DEMO_UNIT_DOCUMENTS = 25
 TFDS_EXAMPLES_PER_UNIT = 10_000
 LOGGED_PER_REASON = 5
 _READ_BLOCK_BYTES = 1 << 20

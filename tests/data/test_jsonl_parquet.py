@@ -142,7 +142,7 @@ def test_small_jsonl_and_parquet_corpora_are_prepared_in_process():
 
 
 def test_prepared_jsonl_and_parquet_match_the_same_text_file(tmp_path):
-    documents = list(demo_corpus.demo_documents(0, 40))
+    documents = list(demo_corpus.entity_paragraphs(0, 40))
     texts = [" ".join(d) for d in documents]
     assert [sources.split_sentences(t) for t in texts] == documents
     (tmp_path / "text").mkdir()

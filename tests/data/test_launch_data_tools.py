@@ -19,7 +19,7 @@ def _run(*args):
 
 def _corpus(tmp_path):
     (tmp_path / "in").mkdir()
-    documents = list(demo_corpus.demo_documents(0, 60))
+    documents = list(demo_corpus.entity_paragraphs(0, 60))
     for i in range(2):
         (tmp_path / "in" / f"{i}.txt").write_text("\n\n".join("\n".join(d) for d in documents[i::2]) + "\n")
     return str(tmp_path / "in" / "*.txt")

@@ -23,7 +23,7 @@ def _config(tmp_path, **overrides):
 
 def _write_corpus(tmp_path, num_files=3, docs_per_file=30):
     (tmp_path / "in").mkdir(exist_ok=True)
-    documents = list(demo_corpus.demo_documents(0, num_files * docs_per_file))
+    documents = list(demo_corpus.entity_paragraphs(0, num_files * docs_per_file))
     for f in range(num_files):
         chunk = documents[f * docs_per_file:(f + 1) * docs_per_file]
         (tmp_path / "in" / f"part{f}.txt").write_text("\n\n".join("\n".join(d) for d in chunk) + "\n")
