@@ -24,6 +24,7 @@ def data_config(**overrides):
     config = pretrain.get_config("tiny").data
     config.max_seq_length = 64
     config.max_predictions_per_seq = 10
+    config.short_seq_prob = 0.1  # the original's value (the tiny preset uses 0 for its long demo documents)
     config.shuffle_buffer = 500
     config.instance_shuffle_buffer = 500
     config.update(overrides)

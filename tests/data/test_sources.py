@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from bertjax.data import sources
+from bertjax.data import demo_corpus, sources
 
 
 def _config(**overrides):
@@ -123,7 +123,8 @@ def test_tfds_source_with_mock_data():
 def test_demo_source_units_cover_the_corpus():
     config = _config(source="demo")
     units = sources.list_units(config)
-    assert units[0] == {"demo": [0, 1000]} and units[-1]["demo"][1] == 10_000
+    assert units[0] == {"demo": [0, sources.DEMO_UNIT_DOCUMENTS]}
+    assert units[-1]["demo"][1] == demo_corpus.NUM_DOCUMENTS
     first = next(sources.read_unit(config, units[1], sources.DropCounter()))
     assert len(first) >= 6 and all(isinstance(s, str) and s for s in first)
     with pytest.raises(ValueError, match="source='prepared' has no text"):
