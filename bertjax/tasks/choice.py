@@ -31,7 +31,7 @@ from absl import logging
 from bertjax import fileio
 from bertjax.data.sources import DropCounter
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
-from bertjax.tasks.common import Split, Task, encode_pairs, own_files, write_lines
+from bertjax.tasks.common import Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, write_lines
 
 MAX_SEQ_LENGTH = 128
 TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one list or several texts))
@@ -189,9 +189,7 @@ def load_task(config, tokenizer) -> Task:
                                      data.label_key)) for name, path in own_files(config)]
     else:
         raise ValueError(f"config.task={config.task!r} is not a multiple-choice task")
-    for _, examples in sources:
-        if not len(examples):
-            raise ValueError(f"{examples.source}: no examples")
+    check_nonempty(sources, "examples")
     splits = [featurize(tokenizer, examples, name, data.max_seq_length) for name, examples in sources]
     num_evals = sum(name in ("validation", "eval") for name, _ in sources)
     for split in splits[1:1 + num_evals]:
@@ -208,7 +206,7 @@ def load_task(config, tokenizer) -> Task:
     return Task(
         name=config.task, train=splits[0], eval_splits=splits[1:1 + num_evals], test_splits=splits[1 + num_evals:],
         make_model=lambda bert: BertForMultipleChoice(bert),
-        inputs=lambda batch: (batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+        inputs=bert_inputs,
         sums=lambda scores, batch: multiple_choice_sums(scores, batch["label"].clip(0), weights(batch),
                                                         batch["choice_mask"]),
         counts=lambda batch: example_counts(weights(batch), ("loss", "accuracy")), loss_terms=("loss",),

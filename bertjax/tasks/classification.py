@@ -32,7 +32,7 @@ from absl import logging
 from bertjax import fileio
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
-from bertjax.tasks.common import Split, Task, encode_pairs, read_records, write_lines
+from bertjax.tasks.common import Split, Task, bert_inputs, encode_pairs, own_files, read_records, write_lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,14 +231,10 @@ def load_task(config, tokenizer) -> Task:
         split_names = ["train", "dev"]
     elif task in ("classification", "regression"):
         regression = task == "regression" or data.label_kind == "float"
-        if not data.train_file:
-            raise ValueError(f"config.task={task!r} needs config.data.train_file (and eval_file)")
-        for key in ("train_file", "eval_file", "test_file"):
-            if data[key] and not fileio.exists(data[key]):
-                raise ValueError(f"config.data.{key}={data[key]}: no such file")
-        train = read_file(data.train_file, data, regression=regression)
-        evals = [read_file(data.eval_file, data, regression=regression)] if data.eval_file else []
-        tests = [read_file(data.test_file, data, regression=regression, labeled=False)] if data.test_file else []
+        files = dict(own_files(config))
+        train = read_file(files["train"], data, regression=regression)
+        evals = [read_file(files["eval"], data, regression=regression)] if "eval" in files else []
+        tests = [read_file(files["test"], data, regression=regression, labeled=False)] if "test" in files else []
         if regression:
             label_names = None
         elif data.label_names:
@@ -247,7 +243,7 @@ def load_task(config, tokenizer) -> Task:
             label_names = tuple(sorted(set(train.labels)))
             logging.info("%s: labels %s (sorted; set config.data.label_names to fix the order)", data.train_file,
                          list(label_names))
-        split_names = ["train", *(["eval"] if evals else []), *(["test"] if tests else [])]
+        split_names = list(files)
     else:
         raise ValueError(f"config.task={task!r} is not a classification task")
     if label_names is not None and len(label_names) < 2:
@@ -270,7 +266,7 @@ def load_task(config, tokenizer) -> Task:
     return Task(
         name=task, train=splits[0], eval_splits=splits[1:1 + len(evals)], test_splits=splits[1 + len(evals):],
         make_model=lambda bert: BertForSequenceClassification(bert, num_labels=num_labels),
-        inputs=lambda batch: (batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+        inputs=bert_inputs,
         sums=lambda logits, batch: classification_sums(logits, batch["label"], batch["example_weights"]),
         counts=lambda batch: example_counts(batch["example_weights"],
                                             ("loss", "mse") if num_labels == 1 else ("loss", "accuracy")),

@@ -93,6 +93,11 @@ class Task:
     sequence_outputs: tuple[str, ...] = ()
 
 
+def bert_inputs(batch: dict) -> tuple:
+    """The BERT model inputs of a batch: (input_ids, segment_ids, input_mask)."""
+    return batch["input_ids"], batch["segment_ids"], batch["input_mask"]
+
+
 # -- Config checks and files shared by the task families. --
 
 def check_int(data_config, key: str, minimum: int) -> None:
@@ -116,6 +121,13 @@ def own_files(config) -> list[tuple[str, str]]:
                 raise ValueError(f"config.data.{key}={data[key]}: no such file")
             files.append((name, data[key]))
     return files
+
+
+def check_nonempty(sources: list[tuple[str, Any]], noun: str) -> None:
+    """ValueError '<source>: no <noun>' for the first (split name, examples) with no examples."""
+    for _, examples in sources:
+        if not len(examples):
+            raise ValueError(f"{examples.source}: no {noun}")
 
 
 def write_lines(path: str, lines: list[str]) -> str:

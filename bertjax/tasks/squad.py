@@ -43,7 +43,8 @@ from bertjax import fileio, ragged
 from bertjax.data.sources import DropCounter
 from bertjax.evaluation import squad as squad_metrics
 from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
-from bertjax.tasks.common import Split, Task, check_int, max_context_flags, own_files, sliding_windows
+from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_nonempty, max_context_flags,
+                                  own_files, sliding_windows)
 
 MAX_SEQ_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH = 384, 128, 64
 N_BEST_SIZE, MAX_ANSWER_LENGTH, NULL_SCORE_DIFF_THRESHOLD = 20, 30, 0.0
@@ -505,9 +506,7 @@ def load_task(config, tokenizer) -> Task:
         sources = [(name, read_json(path)) for name, path in own_files(config)]
     else:
         raise ValueError(f"config.task={config.task!r} is not a span QA task")
-    for _, examples in sources:
-        if not len(examples):
-            raise ValueError(f"{examples.source}: no questions")
+    check_nonempty(sources, "questions")
     splits = [featurize(tokenizer, examples, name, is_training=name == "train", max_seq_length=data.max_seq_length,
                         doc_stride=data.doc_stride, max_query_length=data.max_query_length)
               for name, examples in sources]
@@ -533,7 +532,7 @@ def load_task(config, tokenizer) -> Task:
     return Task(
         name=config.task, train=splits[0], eval_splits=splits[1:1 + num_evals], test_splits=splits[1 + num_evals:],
         make_model=lambda bert: BertForQuestionAnswering(bert),
-        inputs=lambda batch: (batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+        inputs=bert_inputs,
         sums=_sums, counts=lambda batch: example_counts(_span_weights(batch), ("loss", "span_accuracy")),
         loss_terms=("loss",), predict=lambda outputs: {"start_logits": outputs[0], "end_logits": outputs[1]},
         evaluate=evaluate, write_predictions=write, main_metric="f1", head_names=("qa_outputs",),

@@ -30,7 +30,8 @@ from bertjax import fileio, ragged
 from bertjax.data.sources import DropCounter
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import BertForTokenClassification, example_counts, token_classification_sums
-from bertjax.tasks.common import Split, Task, max_context_flags, own_files, sliding_windows, write_lines
+from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, max_context_flags, own_files,
+                                  sliding_windows, write_lines)
 
 MAX_SEQ_LENGTH = 128
 DOCSTART = "-DOCSTART-"
@@ -81,13 +82,14 @@ class TaggingWindows:
 # -- Reading. --
 
 def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | None = None,
-               token_column: int = 0) -> TaggingExamples:
+               token_column: int = 0, tags_optional: bool = False) -> TaggingExamples:
     """A CoNLL-format file (local or gs://) -> TaggingExamples.
 
-    tag_column None: an unlabeled file (tokens only). label_names None: the file's own tags,
-    sorted with "O" first (use it for the training file, then pass its label_names to the
-    others). Errors name file:line: a line without the tag (or token) column, or a tag
-    not in label_names (with the known tags).
+    tag_column None: an unlabeled file (tokens only); tags_optional: unlabeled too when the
+    first token line has no tag column. label_names None: the file's own tags, sorted with
+    "O" first (use it for the training file, then pass its label_names to the others).
+    Errors name file:line: a line without the tag (or token) column, or a tag not in
+    label_names (with the known tags).
     """
     sentences, tags, locations = [], [], []
     words, word_tags, first_line = [], [], 0
@@ -104,9 +106,9 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
             if not columns or columns[0] == DOCSTART:
                 end_sentence()
                 continue
-            needed = [token_column] + ([] if tag_column is None else [tag_column])
-            missing = any(not -len(columns) <= c < len(columns) for c in needed)
-            if missing or (tag_column is not None and tag_column % len(columns) == token_column % len(columns)):
+            if tags_optional and not sentences and not words and not _has_columns(columns, token_column, tag_column):
+                tag_column = None  # the first token line has no tag: an unlabeled file
+            if not _has_columns(columns, token_column, tag_column):
                 raise ValueError(f"{path}:{number}: expected the token in column {token_column}"
                                  + ("" if tag_column is None else f" and the tag in column {tag_column}")
                                  + f", got {len(columns)} column(s): {line.rstrip()!r}")
@@ -125,6 +127,14 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
         found = {tag for sentence in tags for tag in sentence}
         label_names = ["O"] + sorted(found - {"O"})
     return TaggingExamples(path, sentences, tags, list(label_names), locations)
+
+
+def _has_columns(columns: list[str], token_column: int, tag_column: int | None) -> bool:
+    """Whether a line's columns hold the token and (unless tag_column is None) a tag in another column."""
+    width = len(columns)
+    if not -width <= token_column < width:
+        return False
+    return tag_column is None or (-width <= tag_column < width and tag_column % width != token_column % width)
 
 
 def read_tfds(name: str = "conll2003", split: str = "train", data_dir: str | None = None,
@@ -295,19 +305,13 @@ def load_task(config, tokenizer) -> Task:
         (_, train_file), *others = own_files(config)
         given = [name.strip() for name in data.label_names.split(",")] if data.label_names else None
         train = read_conll(train_file, tag_column, given)
-        sources, tests = [("train", train)], []
-        for name, path in others:
-            if name == "eval" or _has_tag_column(path, tag_column):
-                sources.append((name, read_conll(path, tag_column, train.label_names)))
-            else:
-                tests.append((name, read_conll(path, None, train.label_names)))
-        num_evals = len(sources) - 1
-        sources += tests
+        sources = [("train", train)]
+        for name, path in others:  # a test file without tags is predicted, not scored
+            sources.append((name, read_conll(path, tag_column, train.label_names, tags_optional=name == "test")))
+        num_evals = sum(examples.tags is not None for _, examples in sources[1:])
     else:
         raise ValueError(f"config.task={config.task!r} is not a tagging task")
-    for _, examples in sources:
-        if not len(examples):
-            raise ValueError(f"{examples.source}: no sentences")
+    check_nonempty(sources, "sentences")
     label_names = sources[0][1].label_names
     splits = [featurize(tokenizer, examples, name, data.max_seq_length) for name, examples in sources]
     weights = lambda batch: batch["label_weights"] * batch["example_weights"][:, None]  # noqa: E731
@@ -330,18 +334,8 @@ def load_task(config, tokenizer) -> Task:
     return Task(
         name=config.task, train=splits[0], eval_splits=splits[1:1 + num_evals], test_splits=splits[1 + num_evals:],
         make_model=lambda bert: BertForTokenClassification(bert, num_labels=len(label_names)),
-        inputs=lambda batch: (batch["input_ids"], batch["segment_ids"], batch["input_mask"]),
+        inputs=bert_inputs,
         sums=lambda logits, batch: token_classification_sums(logits, batch["label_ids"], weights(batch)),
         counts=lambda batch: example_counts(weights(batch), ("loss", "accuracy")), loss_terms=("loss",),
         predict=lambda logits: {"prediction": logits.argmax(-1)}, evaluate=evaluate, write_predictions=write,
         main_metric="f1", head_names=("classifier",), sequence_outputs=("prediction",))
-
-
-def _has_tag_column(path: str, tag_column: int) -> bool:
-    """Whether the first token line of a CoNLL file has a column `tag_column` other than the token's."""
-    with fileio.open_file(path) as f:
-        for line in f:
-            columns = line.split()
-            if columns and columns[0] != DOCSTART:
-                return -len(columns) <= tag_column < len(columns) and tag_column % len(columns) != 0
-    return False

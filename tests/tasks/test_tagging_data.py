@@ -99,6 +99,16 @@ def test_conll_reader(tmp_path, bert_tokenizer):
     assert split.features["label_weights"].sum() == 6  # still marks where each word is predicted
 
 
+def test_conll_tags_optional_decided_by_the_first_token_line(tmp_path):
+    path = tmp_path / "test.txt"
+    path.write_text("-DOCSTART-\n\nEU\nrejects\n", encoding="utf-8")
+    unlabeled = tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
+    assert unlabeled.tags is None and unlabeled.sentences == [["EU", "rejects"]]
+    path.write_text("EU B-ORG\nrejects\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{path}:2: expected the token in column 0 and the tag in column -1"):
+        tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
+
+
 def test_conll_bad_lines_name_file_and_line(tmp_path):
     path = tmp_path / "dev.txt"
     path.write_text("EU B-ORG\nrejects O\n\nPeter B-PER\nBlackburn\n", encoding="utf-8")
