@@ -32,7 +32,8 @@ class Progress:
     show(text): the values shown in the live line, e.g. "loss 3.21 acc 0.40".
     line(text): a permanent line (printed above the live line).
     The rate and ETA count only time between `advance` calls outside `pause()`d stretches
-    and skip the first step (compilation).
+    and skip the first step (compilation); pauses before the first step (e.g. compiling
+    ahead) are not in that window and do not count.
     """
 
     def __init__(self, total: int, start: int = 0, *, label: str = "step", stream: TextIO | None = None,
@@ -51,7 +52,7 @@ class Progress:
     def advance(self, step: int) -> None:
         now = time.perf_counter()
         if self._first_step is None:  # timing starts after the first step (compilation)
-            self._first_step, self._clock_start = step, now
+            self._first_step, self._clock_start, self._paused = step, now, 0.0
         self.step = step
         if self.live and (now - self._last_draw >= _REDRAW_SECONDS or step >= self.total):
             self._draw(now)

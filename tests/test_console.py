@@ -1,0 +1,63 @@
+"""bertjax.console: durations, and the rate and ETA of a phase with pauses (a fake clock)."""
+
+import io
+
+import pytest
+
+from bertjax import console
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A settable time.perf_counter for bertjax.console: clock[0] is now, in seconds."""
+    now = [100.0]
+    monkeypatch.setattr(console.time, "perf_counter", lambda: now[0])
+    return now
+
+
+def test_format_duration():
+    assert [console.format_duration(s) for s in (5, 62, 3725, -3, 59.6)] == ["5s", "1m02s", "1h02m", "0s", "1m00s"]
+
+
+def test_rate_and_eta_skip_the_first_step_and_pauses(clock):
+    progress = console.Progress(total=101, stream=io.StringIO())
+    assert progress.eta_seconds() is None
+    clock[0] += 30.0  # the first step compiles
+    progress.advance(1)
+    assert progress.eta_seconds() is None
+    for step in range(2, 52):
+        clock[0] += 0.5
+        progress.advance(step)
+    progress.pause()
+    clock[0] += 40.0  # an evaluation
+    progress.resume()
+    assert progress.steps_per_second() == pytest.approx(2.0)
+    assert progress.eta_seconds() == pytest.approx(25.0)  # 50 steps left at 2 steps/s
+
+
+def test_a_pause_before_the_first_step_does_not_count(clock):
+    """Compiling ahead (fine-tuning's length buckets) before step 1 used to be subtracted from
+    the timed window, so the rate was huge and the ETA 0s for the first hundred steps."""
+    progress = console.Progress(total=375, stream=io.StringIO())
+    progress.pause()
+    clock[0] += 7.0
+    progress.resume()
+    progress.advance(1)
+    for step in range(2, 51):
+        clock[0] += 0.1
+        progress.advance(step)
+    assert progress.steps_per_second() == pytest.approx(10.0)
+    assert progress.eta_seconds() == pytest.approx(32.5)
+
+
+def test_plain_lines_off_a_terminal(clock):
+    stream = io.StringIO()
+    progress = console.Progress(total=10, stream=stream)
+    progress.show("loss 1.0")
+    progress.advance(1)
+    progress.line("step 1/10 loss 1.0")
+    progress.close()
+    assert stream.getvalue() == "step 1/10 loss 1.0\n"  # no redraws, no escape codes
+    quiet = io.StringIO()
+    console.Progress(total=10, stream=quiet, enabled=False).line("not shown")
+    assert quiet.getvalue() == ""
