@@ -34,7 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from bertjax import checkpointing, console, fileio, optim, sharding, tasks, tokenization, trainer
 from bertjax.models import BertConfig, stack_layers
 from bertjax.models import config as bert_config
-from bertjax.tasks import batching
+from bertjax.tasks import batching, packing
 from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,11 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.data.max_seq_length={data.max_seq_length} must be in [8, the model's "
                          f"max_position_embeddings={bert.max_position_embeddings}]")
     batching.bucket_lengths(data.max_seq_length, data.num_buckets)
+    if not isinstance(data.pack_examples, int) or isinstance(data.pack_examples, bool) or data.pack_examples < 0:
+        raise ValueError(f"config.data.pack_examples must be an int >= 0, got {data.pack_examples!r}")
+    if data.pack_examples and config.task not in tasks.classification.TASKS:
+        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for classification and "
+                         f"regression tasks, not config.task={config.task!r}; set it to 0")
     if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
         raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
                          f"{config.checkpoint.keep}")
@@ -208,10 +213,11 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     task = tasks.load_task(config, tokenizer)
     if jax.process_index() == 0:
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
-    train_cfg = schedule_config(config, len(task.train))
     buckets = batching.bucket_lengths(config.data.max_seq_length, config.data.num_buckets)
-    train_batches = batching.TrainBatches(task.train, train_cfg.batch_size, config.data.seed, buckets,
-                                          config.data.group_by_length)
+    train_batches = batching.TrainBatches(task.train, config.train.batch_size, config.data.seed, buckets,
+                                          config.data.group_by_length, config.data.pack_examples)
+    train_cfg = schedule_config(config, train_batches.units_in_epoch(0))
+    examples_per_row = len(task.train) / train_batches.units_in_epoch(0)  # 1 unless packed
     eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
     eval_every = train_cfg.eval_every or train_batches.steps_per_epoch()
 
@@ -220,13 +226,15 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     def apply(params, batch, rng):
         rngs = None if rng is None else {"dropout": rng}
-        return model.apply({"params": params}, *task.inputs(batch), deterministic=rng is None, rngs=rngs)
+        return model.apply({"params": params}, *task.inputs(batch), deterministic=rng is None, rngs=rngs,
+                           **packing.model_inputs(batch))
 
     objective = trainer.Objective(apply=apply, sums=task.sums, counts=task.counts, loss_terms=task.loss_terms)
     optimizer, schedule = optim.make_optimizer(train_cfg), optim.make_schedule(train_cfg)
     example = train_batches.batch(0)
     dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in _abstract_batch(example, 1, buckets[0]).items()}
-    init_params = lambda: model.init(jax.random.key(config.seed), *task.inputs(dummy))["params"]
+    init_params = lambda: model.init(jax.random.key(config.seed), *task.inputs(dummy), **packing.model_inputs(dummy))[
+        "params"]
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
@@ -240,18 +248,20 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     # -- The steps: the train step compiled once per bucket length the batches use (on first
     #    use); evaluation (sums and per-row predictions, replicated to every host) likewise. --
-    batch_shardings = {name: sharding.batch_sharding(mesh, value.ndim) for name, value in example.items()}
+    batch_shardings = lambda batch: {name: sharding.batch_sharding(mesh, value.ndim) for name, value in batch.items()}
+    eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, buckets))  # never packed
     replicated = NamedSharding(mesh, PartitionSpec())
     with sharding.activate(mesh):
         step_jit = jax.jit(
             lambda s, b: trainer.train_step(s, b, objective=objective, optimizer=optimizer, schedule=schedule,
                                             seed=config.seed, grad_accum_steps=train_cfg.grad_accum_steps),
-            in_shardings=(shardings, batch_shardings), out_shardings=(shardings, None), donate_argnums=0)
+            in_shardings=(shardings, batch_shardings(example)), out_shardings=(shardings, None), donate_argnums=0)
     def predict(params, batch):
         sums, counts, outputs = trainer.eval_sums(params, batch, objective=objective)
         return sums, counts, task.predict(outputs)
 
-    predict_fn = jax.jit(predict, in_shardings=(shardings.params, batch_shardings), out_shardings=replicated)
+    predict_fn = jax.jit(predict, in_shardings=(shardings.params, batch_shardings(eval_example)),
+                         out_shardings=replicated)
 
     def run_split(params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
@@ -286,13 +296,15 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     loop = trainer.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
-        max_consecutive_bad_steps=train_cfg.max_consecutive_bad_steps, sequences_per_step=train_cfg.batch_size,
-        console_keys=("loss", "accuracy", "mse"), label=f"fine-tune {task.name}")
-    loop.console(f"{task.name}: {len(task.train)} training examples, "
-                 + ", ".join(f"{len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
-                 + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size} ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f}"
-                 f" epochs), lr {train_cfg.learning_rate:g}, warmup {train_cfg.warmup_steps}; batches padded to "
-                 f"{buckets}; {how}; starting at step {start_step}")
+        max_consecutive_bad_steps=train_cfg.max_consecutive_bad_steps,
+        sequences_per_step=train_cfg.batch_size * examples_per_row, console_keys=("loss", "accuracy", "mse"),
+        label=f"fine-tune {task.name}")
+    loop.console(f"{task.name}: {len(task.train)} training examples"
+                 + "".join(f", {len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
+                 + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
+                 + (f" packed rows ({examples_per_row:.2f} examples each on average)" if config.data.pack_examples else "")
+                 + f" ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f} epochs), lr {train_cfg.learning_rate:g}, "
+                 f"warmup {train_cfg.warmup_steps}; batches padded to {buckets}; {how}; starting at step {start_step}")
     step_fns: dict[int, Any] = {}  # bucket length -> the compiled train step
 
     def train_step_for(length: int):

@@ -1,5 +1,6 @@
 """launch/benchmark.py runs real steps end to end (tiny model, packed rows) and prints its
-table ending in `seq_per_s=<number>`; a misspelt config key is one error line. (It times
+table ending in `seq_per_s=<number>`; a misspelt config key is one error line;
+benchmarks/finetune_packing.py prints its comparison. (It times
 nothing here: the numbers are the benchmark's business, not a test's.)"""
 
 import os
@@ -30,3 +31,14 @@ def test_packed_bf16_run_prints_the_table():
 def test_misspelt_config_key_is_named():
     result = _run("--config.model.hiden_size=64")
     assert result.returncode != 0 and "hiden_size" in result.stderr
+
+
+def test_finetune_packing_benchmark_prints_its_table():
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "finetune_packing.py"), "--preset=tiny", "--steps=4",
+               "--log_every=2", "--pack=16", "--examples=400"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-3].startswith("batches") and lines[-2].startswith("buckets + length grouping")
+    assert lines[-1].startswith("packed, up to 16 per row") and lines[-1].endswith("x")

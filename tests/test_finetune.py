@@ -87,23 +87,43 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
     assert not np.array_equal(fresh["bert"]["pooler"]["kernel"], restored["bert"]["pooler"]["kernel"])
 
 
-def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
-    from bertjax import finetune
-
+def _reviews_config(tmp_path, copies: int, **data):
+    """Fine-tuning MiniLM on a small file of 4 reviews x `copies` (train and eval), 12 steps."""
     rows = [("the movie was great fun", "good"), ("a dull and boring film", "bad"),
-            ("i loved every minute", "good"), ("terrible acting and an awful plot", "bad")] * 8
+            ("i loved every minute", "good"), ("terrible acting and an awful plot", "bad")] * copies
     path = tmp_path / "reviews.csv"
     path.write_text("review,sentiment\n" + "".join(f"{text},{label}\n" for text, label in rows))
     config = finetune_config.get_config("classification")
     config.init_checkpoint = MINILM_DIR
-    config.data.update(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
-                       label_key="sentiment", max_seq_length=16, num_buckets=1)
+    config.data.update(dict(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
+                            label_key="sentiment", num_buckets=1), **data)
     config.train.update(num_steps=12, batch_size=8, learning_rate=1e-4, log_every=1, eval_every=12)
-    summary = finetune.finetune(config, str(tmp_path / "run"))
-    losses = [r["loss"] for r in _metrics(tmp_path / "run") if "loss" in r]
+    return config
+
+
+def _assert_learns(summary, workdir):
+    losses = [r["loss"] for r in _metrics(workdir) if "loss" in r]
     assert len(losses) == 12 and np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.1, losses
     assert summary["best"]["metrics"]["accuracy"] >= 0.75
+
+
+def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
+    from bertjax import finetune
+
+    summary = finetune.finetune(_reviews_config(tmp_path, copies=8, max_seq_length=16), str(tmp_path / "run"))
+    _assert_learns(summary, tmp_path / "run")
     assert (tmp_path / "run" / "predictions" / "eval.tsv").exists()
+
+
+def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
+    """Up to 4 reviews per row: 64 examples in 16 rows; the classifier reads each review's [CLS]."""
+    from bertjax import finetune
+
+    config = _reviews_config(tmp_path, copies=16, max_seq_length=32, pack_examples=4)
+    summary = finetune.finetune(config, str(tmp_path / "run"))
+    _assert_learns(summary, tmp_path / "run")
+    first = _metrics(tmp_path / "run")[0]
+    assert first["sequences_per_second"] * first["step_time"] == pytest.approx(32.0)  # 8 rows of 4
 
 
 @pytest.mark.parametrize("task", ["cola", "stsb", "mnli", pytest.param("sst2", marks=pytest.mark.slow),
@@ -223,7 +243,10 @@ def test_bad_input_ends_with_one_line_and_keeps_the_workdir(tmp_path, args, mess
 def test_unknown_task_and_config_key(tmp_path):
     for args, message in ((["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":sst3"], "unknown task 'sst3'"),
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
-                            "--config.train.learning_rat=1e-4"], "did you mean 'learning_rate'")):
+                            "--config.train.learning_rat=1e-4"], "did you mean 'learning_rate'"),
+                          (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":squad",
+                            f"--config.init_checkpoint={MINILM_DIR}", "--config.data.pack_examples=2"],
+                           "packing is for classification and regression tasks")):
         command, env = _launch(tmp_path, *args)
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -130,22 +130,31 @@ def pretraining_loss(mlm_logits: Array, nsp_logits: Array, batch: dict[str, Arra
 
 
 class BertForSequenceClassification(nn.Module):
-    """Dropout + dense on the pooled [CLS] vector -> <dtype>[B, num_labels] (1 = regression)."""
+    """Dropout + dense on the pooled [CLS] vector -> <dtype>[B, num_labels] (1 = regression).
+
+    Packed rows (several examples per row; see BertEncoder) also pass position_ids,
+    sequence_ids <int>[B, S] and cls_positions <int>[B, K], and get logits [B, K, num_labels].
+    """
 
     config: BertConfig
     num_labels: int
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True):
-        _, pooled = _encode(self, input_ids, token_type_ids, attention_mask, deterministic)
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
+                 position_ids=None, sequence_ids=None, cls_positions=None):
+        _, pooled = BertEncoder(self.config, name="bert")(
+            input_ids, token_type_ids, attention_mask, deterministic, position_ids=position_ids,
+            sequence_ids=sequence_ids, pooled_positions=cls_positions)
         pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         return dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(pooled)
 
 
 def classification_sums(logits: Array, labels: Array, weights: Array) -> dict[str, Array]:
     """<f32>[B, L] logits, labels <int>[B] (or <f32>[B] when L == 1: regression), weights <f32>[B]
-    (0 for padding rows) -> weighted sums: cross-entropy and accuracy, or squared error."""
-    logits, weights = logits.astype(jnp.float32), weights.astype(jnp.float32)
+    (0 for padding rows) -> weighted sums: cross-entropy and accuracy, or squared error.
+    Packed rows: [B, K, L] logits with [B, K] labels and weights (0 for empty slots)."""
+    logits = logits.astype(jnp.float32).reshape(-1, logits.shape[-1])
+    labels, weights = labels.reshape(-1), weights.astype(jnp.float32).reshape(-1)
     if logits.shape[-1] == 1:
         squared = jnp.square(logits[:, 0] - labels.astype(jnp.float32))
         return {"loss": jnp.sum(squared * weights), "mse": jnp.sum(squared * weights)}

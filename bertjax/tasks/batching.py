@@ -13,7 +13,9 @@ ever compiled. With `group_by_length`, each epoch's permutation is cut into grou
 GROUP_BATCHES batches, each group sorted by length and cut into batches whose order is
 then shuffled, so a batch holds rows of similar length (as tf.data's
 bucket_by_sequence_length): a random batch of short sentences is padded to its longest,
-usually 3-4x the typical one. `padding_share` measures what each saves.
+usually 3-4x the typical one. Packing (`pack_examples`, classification tasks; see
+packing.py) goes further: rows of several examples each. `padding_share` measures what
+each saves.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
+from bertjax.tasks import packing
 from bertjax.tasks.common import SEQUENCE_FEATURES, Split
 
 
@@ -62,25 +65,40 @@ GROUP_BATCHES = 64  # batches per length-sorted group (group_by_length)
 
 
 class TrainBatches:
-    """Full, shuffled global batches of a split, forever (see the module docstring)."""
+    """Full, shuffled global batches of a split, forever (see the module docstring).
 
-    def __init__(self, split: Split, batch_size: int, seed: int, buckets: list[int], group_by_length: bool = True):
-        if len(split) < batch_size:
-            raise ValueError(f"the {split.name} split has {len(split)} examples, fewer than one batch "
-                             f"(config.train.batch_size={batch_size})")
+    pack_examples=K > 0: the units of an epoch are packed rows of up to K examples
+    (`packing.first_fit` over the epoch's permutation; length grouping does not apply), and
+    a batch is `batch_size` rows; else the units are examples.
+    """
+
+    def __init__(self, split: Split, batch_size: int, seed: int, buckets: list[int], group_by_length: bool = True,
+                 pack_examples: int = 0):
         self.split, self.batch_size, self.seed, self.buckets = split, batch_size, seed, buckets
-        self.group_by_length = group_by_length
-        self._orders: dict[int, np.ndarray] = {}
+        self.group_by_length, self.pack_examples = group_by_length, pack_examples
+        self._units: dict[int, np.ndarray] = {}
+        self._epoch_sizes: list[int] = []  # units in epochs 0, 1, ... as far as needed so far
+        if self.units_in_epoch(0) < batch_size:
+            raise ValueError(f"the {split.name} split has {self.units_in_epoch(0)} "
+                             f"{'packed rows' if pack_examples else 'examples'}, fewer than one batch "
+                             f"(config.train.batch_size={batch_size})")
 
-    def epoch_order(self, epoch: int) -> np.ndarray:
-        """<int>[N] the rows of `epoch`, in order: a permutation from (seed, epoch), length-grouped."""
-        if epoch not in self._orders:
+    def epoch_units(self, epoch: int) -> np.ndarray:
+        """The units of `epoch` in order, from a permutation drawn from (seed, epoch): example
+        indices <int>[N] (length-grouped with group_by_length) or, packed, rows <int>[R, K]."""
+        if epoch not in self._units:
             rng = np.random.default_rng([self.seed, epoch])
             order = rng.permutation(len(self.split))
-            if self.group_by_length:
+            if self.pack_examples:
+                order = packing.first_fit(self.split.lengths, order, self.pack_examples, self.buckets[-1])
+            elif self.group_by_length:
                 order = self._grouped(order, rng)
-            self._orders = {epoch: order, **{e: o for e, o in self._orders.items() if e == epoch - 1}}
-        return self._orders[epoch]
+            self._units = {epoch: order, **{e: o for e, o in self._units.items() if e == epoch - 1}}
+        return self._units[epoch]
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """<int>[N] the examples of `epoch`, in order (unpacked batches)."""
+        return self.epoch_units(epoch)
 
     def _grouped(self, order: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         size, group = self.batch_size, self.batch_size * GROUP_BATCHES
@@ -93,20 +111,40 @@ class TrainBatches:
             pieces += [batches.reshape(-1), rows[full * size:]]
         return np.concatenate(pieces)
 
+    def units_in_epoch(self, epoch: int) -> int:
+        """Examples (or packed rows) in `epoch`; packed epochs differ a little in size."""
+        if not self.pack_examples:
+            return len(self.split)
+        while len(self._epoch_sizes) <= epoch:
+            self._epoch_sizes.append(len(self.epoch_units(len(self._epoch_sizes))))
+        return self._epoch_sizes[epoch]
+
     def steps_per_epoch(self) -> int:
-        return math.ceil(len(self.split) / self.batch_size)
+        return math.ceil(self.units_in_epoch(0) / self.batch_size)
 
     def _rows(self, batch_index: int) -> np.ndarray:
-        size, n = self.batch_size, len(self.split)
-        first, last = batch_index * size, (batch_index + 1) * size
-        rows = []
-        for epoch in range(first // n, (last - 1) // n + 1):
-            rows.append(self.epoch_order(epoch)[max(first - epoch * n, 0):min(last - epoch * n, n)])
-        return np.concatenate(rows)
+        """Units [batch_index * B, (batch_index + 1) * B) of the stream of epochs."""
+        first, last = batch_index * self.batch_size, (batch_index + 1) * self.batch_size
+        epoch = 0 if self.pack_examples else first // len(self.split)  # packed epochs differ in size
+        start, pieces = epoch * len(self.split), []
+        while start < last:
+            size = self.units_in_epoch(epoch)
+            if start + size > first:
+                pieces.append(self.epoch_units(epoch)[max(first - start, 0):last - start])
+            epoch, start = epoch + 1, start + size
+        return np.concatenate(pieces)
 
     def batch(self, batch_index: int) -> dict[str, np.ndarray]:
         """Global batch `batch_index` (all rows, every host the same)."""
-        return _cut(self.split, self._rows(batch_index), np.ones(self.batch_size), self.buckets)
+        rows = self._rows(batch_index)
+        if self.pack_examples:
+            return packing.packed_batch(self.split, rows, bucket_for(int(self.row_tokens(rows).max()), self.buckets))
+        return _cut(self.split, rows, np.ones(self.batch_size), self.buckets)
+
+    def row_tokens(self, rows: np.ndarray) -> np.ndarray:
+        """<int>[B] tokens in each row of units <int>[B] (examples) or [B, K] (packed, -1 = empty)."""
+        lengths = np.where(rows >= 0, self.split.lengths[np.maximum(rows, 0)], 0)
+        return lengths.reshape(len(rows), -1).sum(axis=1)
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         index = start_batch
@@ -128,12 +166,12 @@ def eval_batches(split: Split, batch_size: int, buckets: list[int]) -> Iterator[
 
 
 def padding_share(split: Split, batch_size: int, seed: int, buckets: list[int], group_by_length: bool,
-                  num_batches: int = 200) -> float:
+                  num_batches: int = 200, pack_examples: int = 0) -> float:
     """Share of the token positions in `num_batches` training batches that are padding."""
-    batches = TrainBatches(split, batch_size, seed, buckets, group_by_length)
+    batches = TrainBatches(split, batch_size, seed, buckets, group_by_length, pack_examples)
     padded = real = 0
     for index in range(num_batches):
-        rows = batches._rows(index)
-        padded += len(rows) * bucket_for(int(split.lengths[rows].max()), buckets)
-        real += int(split.lengths[rows].sum())
+        tokens = batches.row_tokens(batches._rows(index))
+        padded += len(tokens) * bucket_for(int(tokens.max()), buckets)
+        real += int(tokens.sum())
     return 1.0 - real / padded

@@ -28,7 +28,8 @@ import numpy as np
 from bertjax import fileio, ragged
 
 # Model inputs with a sequence axis last; batching pads and trims them to a bucket length.
-SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_weights")
+SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_weights", "position_ids",
+                     "sequence_ids")
 
 
 @dataclasses.dataclass
