@@ -149,8 +149,37 @@ class BertSelfAttention(nn.Module):
         scores = jnp.einsum("bqnd,bknd->bnqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
         scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-        probs = nn.Dropout(self.config.attention_probs_dropout_prob)(probs, deterministic=self.deterministic)
+        rate = self.config.attention_probs_dropout_prob
+        if not self.deterministic and rate > 0.0:
+            keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - rate, probs.shape)
+            probs = drop_probabilities(probs, keep, 1.0 - rate)
         return jnp.einsum("bnqk,bknd->bqnd", probs, v)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def drop_probabilities(probs: Array, keep: Array, keep_prob: float) -> Array:
+    """Inverted dropout of attention probabilities: where(keep, probs / keep_prob, 0).
+
+    Its gradient is taken from the output (zero where the output is zero), which the
+    context product saves anyway, instead of from `keep`: XLA fuses the comparison that
+    makes `keep` into the backward pass and so kept the random bits alive until then, two
+    uint32 halves per probability (BERT-base, batch 8, length 128: 147 MB of the step's
+    peak). Exact: where a kept probability is itself zero (a masked key), softmax's
+    backward multiplies that gradient by the probability, so it never reaches the scores.
+    """
+    return jnp.where(keep, probs / keep_prob, 0).astype(probs.dtype)
+
+
+def _drop_probabilities_fwd(probs, keep, keep_prob):
+    dropped = drop_probabilities(probs, keep, keep_prob)
+    return dropped, dropped
+
+
+def _drop_probabilities_bwd(keep_prob, dropped, grad):
+    return jnp.where(dropped != 0, grad / keep_prob, 0).astype(grad.dtype), None
+
+
+drop_probabilities.defvjp(_drop_probabilities_fwd, _drop_probabilities_bwd)
 
 
 class BertLayer(nn.Module):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bertjax.models import BertConfig, BertEncoder, stack_layers, unstack_layers
+from bertjax.models.bert import drop_probabilities
 
 TINY = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=128)
 
@@ -107,6 +108,28 @@ def test_dropout_is_active_only_when_not_deterministic(tiny_params):
                                      rngs={"dropout": jax.random.key(seed)})[0]
     assert np.abs(train(1) - train(2)).max() > 1e-2
     np.testing.assert_array_equal(train(1), train(1))
+
+
+def test_attention_dropout_gradient_equals_plain_dropout():
+    # drop_probabilities takes its gradient from the dropped output rather than the keep
+    # mask (to free the random bits early); through the softmax that must change nothing,
+    # masked keys (probability exactly 0) included.
+    scores = jax.random.normal(jax.random.key(0), (2, 3, 16, 16))
+    key_mask = jnp.arange(16) < jnp.array([16, 9])[:, None, None, None]  # batch 1 has 7 padded keys
+    keep = jax.random.bernoulli(jax.random.key(1), 0.9, scores.shape)
+    weights = jax.random.normal(jax.random.key(2), scores.shape)
+
+    def loss(scores, dropout):
+        probs = jax.nn.softmax(jnp.where(key_mask, scores, jnp.finfo(jnp.float32).min), axis=-1)
+        return jnp.sum(weights * dropout(probs))
+
+    plain = lambda probs: jnp.where(keep, probs / 0.9, 0)
+    ours = lambda probs: drop_probabilities(probs, keep, 0.9)
+    np.testing.assert_array_equal(ours(jax.nn.softmax(scores)), plain(jax.nn.softmax(scores)))
+    grad_plain = jax.grad(loss)(scores, plain)
+    grad_ours = jax.grad(loss)(scores, ours)
+    assert np.abs(grad_plain).max() > 1e-2
+    np.testing.assert_allclose(grad_ours, grad_plain, atol=1e-6)
 
 
 @pytest.mark.parametrize("remat_policy", ["none", "full", "dots", "dots_no_batch"])
