@@ -1,4 +1,4 @@
-"""Packed fine-tuning batches: first-fit rows, the packed layout, exact resume, less padding,
+"""Packed fine-tuning batches (tests/data/test_packing.py covers pre-training packing): first-fit rows, the packed layout, exact resume, less padding,
 and the same loss and gradients as the unpacked batch of the same examples."""
 
 import flax.linen as nn
