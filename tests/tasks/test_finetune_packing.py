@@ -1,5 +1,6 @@
-"""Packed fine-tuning batches (tests/data/test_packing.py covers pre-training packing): first-fit rows, the packed layout, exact resume, less padding,
-and the same loss and gradients as the unpacked batch of the same examples."""
+"""Packed fine-tuning batches: first-fit rows, the packed layout, exact resume, less padding,
+and the same loss and gradients as the unpacked batch of the same examples (pre-training's
+packing is tests/data/test_packing.py)."""
 
 import flax.linen as nn
 import jax
