@@ -96,10 +96,6 @@ class TrainBatches:
             self._units = {epoch: order, **{e: o for e, o in self._units.items() if e == epoch - 1}}
         return self._units[epoch]
 
-    def epoch_order(self, epoch: int) -> np.ndarray:
-        """<int>[N] the examples of `epoch`, in order (unpacked batches)."""
-        return self.epoch_units(epoch)
-
     def _grouped(self, order: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         size, group = self.batch_size, self.batch_size * GROUP_BATCHES
         pieces = []

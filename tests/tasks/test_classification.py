@@ -187,7 +187,7 @@ def test_length_grouping_keeps_each_epoch_a_permutation():
     split = Split("train", {"input_ids": np.zeros((1000, 1), np.int32)}, lengths)
     batches = batching.TrainBatches(split, 8, 0, [16, 32, 64], group_by_length=True)
     for epoch in (0, 1):
-        order = batches.epoch_order(epoch)
+        order = batches.epoch_units(epoch)
         assert sorted(order) == list(range(1000))
     spread = [np.ptp(lengths[batches._rows(i)]) for i in range(100)]
     assert np.median(spread) <= 2  # rows of a batch have about the same length
