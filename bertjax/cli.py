@@ -7,9 +7,6 @@
 
 * Noise: library INFO logs (orbax, absl, TensorFlow, JAX) and TensorFlow's C++ notices are
   off; warnings stay. `--verbosity=0` (or 1 for debug) or `BERTJAX_VERBOSE=1` brings them back.
-* Host memory: `BERTJAX_KEEP_FREED_MEMORY=1` keeps freed buffers for the next step on the
-  CPU backend instead of unmapping and faulting them in again: faster, more memory
-  (`bertjax.host_memory`).
 * `BERTJAX_CHECK_FLAGS=1` parses the flags and the config (file, overrides) and exits:
   a check that a command is well-formed without running it.
 * Expected failures (a misspelt or bad config value, a missing or unreadable input, a
@@ -26,10 +23,6 @@ import re
 import sys
 import warnings
 from typing import Callable
-
-from bertjax import host_memory
-
-host_memory.keep_freed_memory()  # when asked; before any library starts a thread (see host_memory)
 
 _VERBOSE = os.environ.get("BERTJAX_VERBOSE", "") not in ("", "0") or any(
     arg.startswith(("--verbosity", "-v=", "--v=")) or arg == "-v" for arg in sys.argv[1:])

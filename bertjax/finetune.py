@@ -138,12 +138,13 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
                          f"{config.checkpoint.keep}")
 
 
-def schedule_config(config: ml_collections.ConfigDict, train_examples: int) -> ml_collections.ConfigDict:
-    """config.train with the run's length resolved: num_steps (from num_epochs unless set)
-    and warmup_steps (warmup_proportion of them)."""
+def schedule_config(config: ml_collections.ConfigDict, rows_per_epoch: int) -> ml_collections.ConfigDict:
+    """config.train with the run's length resolved: num_steps (from num_epochs over
+    `rows_per_epoch`, the examples or, packed, the rows of an epoch, unless set) and
+    warmup_steps (warmup_proportion of them)."""
     train = ml_collections.ConfigDict(config.train.to_dict())
     if not train.num_steps:
-        train.num_steps = max(1, math.ceil(train.num_epochs * train_examples / train.batch_size))
+        train.num_steps = max(1, math.ceil(train.num_epochs * rows_per_epoch / train.batch_size))
     train.warmup_steps = int(train.warmup_proportion * train.num_steps)
     optim.validate_train_config(train)
     return train
@@ -218,7 +219,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                                           config.data.group_by_length, config.data.pack_examples)
     train_cfg = schedule_config(config, train_batches.units_in_epoch(0))
     examples_per_row = len(task.train) / train_batches.units_in_epoch(0)  # 1 unless packed
-    eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
+    # Evaluation is never packed: by default as many examples per batch as a packed step's slots.
+    eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size * max(1, config.data.pack_examples)
     eval_every = train_cfg.eval_every or train_batches.steps_per_epoch()
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
@@ -233,8 +235,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     optimizer, schedule = optim.make_optimizer(train_cfg), optim.make_schedule(train_cfg)
     example = train_batches.batch(0)
     dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in _abstract_batch(example, 1, buckets[0]).items()}
-    init_params = lambda: model.init(jax.random.key(config.seed), *task.inputs(dummy), **packing.model_inputs(dummy))[
-        "params"]
+    init_params = lambda: model.init(
+        jax.random.key(config.seed), *task.inputs(dummy), **packing.model_inputs(dummy))["params"]
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
@@ -249,7 +251,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # -- The steps: the train step compiled once per bucket length the batches use (on first
     #    use); evaluation (sums and per-row predictions, replicated to every host) likewise. --
     batch_shardings = lambda batch: {name: sharding.batch_sharding(mesh, value.ndim) for name, value in batch.items()}
-    eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, buckets))  # never packed
+    # Evaluation batches are never packed; every split of a task has the train split's features.
+    eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, buckets))
     replicated = NamedSharding(mesh, PartitionSpec())
     with sharding.activate(mesh):
         step_jit = jax.jit(

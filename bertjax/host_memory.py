@@ -10,11 +10,12 @@ the demo 1.8x. The price is memory: nothing freed goes back to the system, and t
 fragments (peak RSS: BERT-base 3.3 -> 4.7 to 6.3 GB; the demo's tiny model 1.2 -> 1.9 GB),
 so it is off unless BERTJAX_KEEP_FREED_MEMORY=1 (launch/demo.sh sets it).
 
-`keep_freed_memory()` sets it with glibc's mallopt. It must run before any thread other
-than the main one allocates (glibc fixes the arena limit when the first extra arena is
-made), so `bertjax.cli`, which every launcher imports first, calls it on import. It acts
-only when asked, when JAX will compute on the CPU (JAX_PLATFORMS=cpu, or no TPU or GPU
-plugin installed) and on glibc.
+The launchers that run steps (pretrain, finetune, demo, benchmark) call
+`keep_freed_memory()` before they import anything else of bertjax: it must run before any
+thread other than the main one allocates (glibc fixes the arena limit when the first extra
+arena is made, and a thread keeps the arena it has), so it refuses, with a warning, once
+JAX is imported. It acts only when JAX will compute on the CPU (JAX_PLATFORMS=cpu, or no
+TPU or GPU plugin installed) and on glibc.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import platform
+import sys
 
 # glibc <malloc.h>; a trim threshold of -1 becomes SIZE_MAX (never trim).
 M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
@@ -36,13 +39,22 @@ def computes_on_cpu() -> bool:
 
 
 def keep_freed_memory() -> bool:
-    """glibc malloc: one arena, no mmap for large blocks, no trimming (see the module
-    docstring); True when set."""
-    if os.environ.get("BERTJAX_KEEP_FREED_MEMORY", "") != "1" or not computes_on_cpu():
+    """With BERTJAX_KEEP_FREED_MEMORY=1: glibc malloc with one arena, no mmap for large
+    blocks, no trimming (see the module docstring). True when set; a warning on stderr
+    when asked for but not possible here."""
+    if os.environ.get("BERTJAX_KEEP_FREED_MEMORY", "") != "1":
         return False
-    try:
+    if not computes_on_cpu():
+        reason = "JAX computes on an accelerator here"
+    elif "jax" in sys.modules:
+        reason = "JAX is already imported (call it first thing in the process)"
+    elif platform.libc_ver()[0] != "glibc":
+        reason = "the C library is not glibc"
+    else:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):  # not Linux with glibc
-        return False
-    return all(mallopt(option, value) == 1 for option, value in
-               ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1)))
+        if all(mallopt(option, value) == 1 for option, value in
+               ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1))):
+            return True
+        reason = "glibc refused the settings"
+    print(f"warning: BERTJAX_KEEP_FREED_MEMORY=1 ignored: {reason}", file=sys.stderr)
+    return False

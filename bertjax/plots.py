@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from bertjax import cli, fileio
+from bertjax import fileio
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -64,6 +64,8 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bertjax import cli
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="WORKDIR or LABEL=WORKDIR")
     parser.add_argument("--output", required=True, help="the PNG to write")

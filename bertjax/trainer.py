@@ -330,10 +330,12 @@ class Loop:
       checkpoints) is not counted in the throughput.
     save(step, state, extra_meta): a checkpoint when due (`checkpointer`'s interval, or the
       last step), and on SIGTERM a forced one, then TrainingStopped.
+    The logged sequences/s counts `sequences_per_step`: rows in pre-training (packed or not),
+    examples in fine-tuning (with packed rows, an epoch's average number per step).
     """
 
     def __init__(self, *, workdir: str, checkpointer, saved_config: dict, num_steps: int, start_step: int,
-                 log_every: int, eval_every: int, max_consecutive_bad_steps: int, sequences_per_step: int,
+                 log_every: int, eval_every: int, max_consecutive_bad_steps: int, sequences_per_step: float,
                  tokens_per_sequence: int | None = None, flops_per_sequence: float | None = None,
                  console_keys: tuple[str, ...] = ("loss",), label: str = "train",
                  fixed_metrics: dict[str, float] | None = None):

@@ -86,7 +86,8 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data.num_buckets = 4          # batches padded to max_seq_length / 2^k, k < num_buckets
     config.data.group_by_length = True   # batches of rows of similar length (shuffled batch order)
     config.data.pack_examples = 0        # K > 0: up to K examples per training row, each with its own
-                                         # [CLS] (classification/regression; batch_size counts rows)
+                                         # [CLS] (classification/regression); batch_size then counts
+                                         # rows: divide it by the examples per row the run prints
     config.data.seed = 12345             # the order of training examples
     config.data.tfds_data_dir = ""       # "" = TFDS's default
     # Your own files (classification, regression: CSV, TSV with a header, or JSONL; for squad,

@@ -116,14 +116,16 @@ def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
 
 
 def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
-    """Up to 4 reviews per row: 64 examples in 16 rows; the classifier reads each review's [CLS]."""
+    """Up to 4 reviews per row: 64 examples in 16 rows, a batch of 16 rows in 2 accumulated
+    micro-batches; the classifier reads each review's [CLS]."""
     from bertjax import finetune
 
     config = _reviews_config(tmp_path, copies=16, max_seq_length=32, pack_examples=4)
+    config.train.update(batch_size=16, grad_accum_steps=2)
     summary = finetune.finetune(config, str(tmp_path / "run"))
     _assert_learns(summary, tmp_path / "run")
     first = _metrics(tmp_path / "run")[0]
-    assert first["sequences_per_second"] * first["step_time"] == pytest.approx(32.0)  # 8 rows of 4
+    assert first["sequences_per_second"] * first["step_time"] == pytest.approx(64.0)  # 16 rows of 4
 
 
 @pytest.mark.parametrize("task", ["cola", "stsb", "mnli", pytest.param("sst2", marks=pytest.mark.slow),

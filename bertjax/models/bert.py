@@ -158,9 +158,9 @@ class BertSelfAttention(nn.Module):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def drop_probabilities(probs: Array, keep: Array, keep_prob: float) -> Array:
-    """Inverted dropout of attention probabilities: where(keep, probs / keep_prob, 0).
+    """Inverted dropout of softmax probabilities: where(keep, probs / keep_prob, 0), keep_prob > 0.
 
-    Its gradient is taken from the output (zero where the output is zero), which the
+    Only for softmax outputs: its gradient is taken from the output (zero where the output is zero), which the
     context product saves anyway, instead of from `keep`: XLA fuses the comparison that
     makes `keep` into the backward pass and so kept the random bits alive until then, two
     uint32 halves per probability (BERT-base, batch 8, length 128: 147 MB of the step's

@@ -1,9 +1,9 @@
 """Batches of a tokenized `Split`, on the host, with length bucketing.
 
-Training: the stream of examples is the concatenation of epochs, epoch e being a
-permutation drawn from (seed, e); batch k is rows [k B, (k + 1) B) of that stream, so a
-batch is a pure function of its index (exact resume at any step, across epoch ends) and
-every batch is full. Evaluation: the split in order, the last batch padded with rows of
+Training: the stream of units (examples, or packed rows of examples) is the concatenation
+of epochs, epoch e coming from a permutation drawn from (seed, e); batch k is units
+[k B, (k + 1) B) of that stream, so a batch is a pure function of its index (exact resume
+at any step, across epoch ends) and every batch is full. Evaluation: the split in order, the last batch padded with rows of
 weight 0 (`example_weights`), so every example counts exactly once.
 
 Length bucketing: a batch is cut to the smallest bucket length that holds its longest
@@ -116,6 +116,7 @@ class TrainBatches:
         return self._epoch_sizes[epoch]
 
     def steps_per_epoch(self) -> int:
+        """Batches in epoch 0 (packed epochs differ a little in size)."""
         return math.ceil(self.units_in_epoch(0) / self.batch_size)
 
     def _rows(self, batch_index: int) -> np.ndarray:

@@ -22,15 +22,16 @@ import numpy as np
 
 from bertjax.tasks.common import Split
 
-WINDOW = 512  # examples placed together (first fit looks back over this many)
+WINDOW = 512  # consecutive examples of an epoch packed together (rows never mix windows)
 PACKED_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
 
 
 def first_fit(lengths: np.ndarray, order: np.ndarray, max_examples: int, max_length: int,
               window: int = WINDOW) -> np.ndarray:
-    """Examples in `order`, each placed in the first row of its window that still has room
-    for its tokens and one more example (at most `max_examples`); -> <int32>[R, K] rows of
-    example indices in placement order, -1 for empty slots. Every example appears once."""
+    """Examples in `order`, each placed in the first row of its window with room for its
+    tokens (at most `max_length` in all) and fewer than `max_examples` examples so far;
+    -> <int32>[R, K] rows of example indices in placement order, -1 for empty slots. Every
+    example appears once."""
     pieces = []
     for start in range(0, len(order), window):
         chunk = order[start:start + window]
