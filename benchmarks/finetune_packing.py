@@ -3,12 +3,12 @@ r"""Fine-tuning throughput on short sentences: length buckets + grouping vs pack
   python benchmarks/finetune_packing.py [--preset=mini] [--steps=60] [--pack=4,8,16]
 
 Writes an SST-2-like training file (phrase lengths drawn like movie reviews: about 12
-tokens on average with [CLS] and [SEP], a tail to 66; two classes) to a temporary directory, fine-tunes the
-preset from scratch on it (length 128, 4 buckets) once unpacked (batch 32, grouped by
-length) and once per packing K (batch max(4, 32 / K) rows), and prints a table: padding
-share, examples per step (packed: the epoch's average), examples/s (median over the
-logged windows after the first) and the speed-up over the unpacked run. Compilation is
-not timed.
+tokens on average with [CLS] and [SEP], a tail to 66; two classes) to a temporary
+directory, fine-tunes the preset from scratch on it (length 128, 4 buckets) once unpacked
+(batch 32, grouped by length) and once per packing K (batch max(4, 32 / K) rows), and
+prints a table: padding share, examples per step (packed: the epoch's average),
+examples/s (median over the logged windows after the first) and the speed-up over the
+unpacked run. Compilation is not timed.
 """
 
 import json
@@ -58,7 +58,8 @@ def _examples_per_second(workdir: str) -> tuple[float, float]:
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if "sequences_per_second" in line]
     last = records[-1]
-    return statistics.median(r["sequences_per_second"] for r in records[1:]), last["sequences_per_second"] * last["step_time"]
+    rate = statistics.median(r["sequences_per_second"] for r in records[1:])
+    return rate, last["sequences_per_second"] * last["step_time"]
 
 
 def main(_):

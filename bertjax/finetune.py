@@ -35,7 +35,7 @@ from bertjax import checkpointing, console, fileio, optim, sharding, tasks, toke
 from bertjax.models import BertConfig, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.tasks import batching, packing
-from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task
+from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task, check_int
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +128,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.data.max_seq_length={data.max_seq_length} must be in [8, the model's "
                          f"max_position_embeddings={bert.max_position_embeddings}]")
     batching.bucket_lengths(data.max_seq_length, data.num_buckets)
-    if not isinstance(data.pack_examples, int) or isinstance(data.pack_examples, bool) or data.pack_examples < 0:
-        raise ValueError(f"config.data.pack_examples must be an int >= 0, got {data.pack_examples!r}")
+    check_int(data, "pack_examples", 0)
     if data.pack_examples and config.task not in tasks.classification.TASKS:
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for classification and "
                          f"regression tasks, not config.task={config.task!r}; set it to 0")

@@ -3,8 +3,9 @@
 Training: the stream of units (examples, or packed rows of examples) is the concatenation
 of epochs, epoch e coming from a permutation drawn from (seed, e); batch k is units
 [k B, (k + 1) B) of that stream, so a batch is a pure function of its index (exact resume
-at any step, across epoch ends) and every batch is full. Evaluation: the split in order, the last batch padded with rows of
-weight 0 (`example_weights`), so every example counts exactly once.
+at any step, across epoch ends) and every batch is full. Evaluation: the split in order,
+the last batch padded with rows of weight 0 (`example_weights`), so every example counts
+exactly once.
 
 Length bucketing: a batch is cut to the smallest bucket length that holds its longest
 row instead of always carrying `max_seq_length` tokens. Buckets are max_seq_length / 2^k
