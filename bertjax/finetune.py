@@ -139,11 +139,12 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
 
 def schedule_config(config: ml_collections.ConfigDict, rows_per_epoch: int) -> ml_collections.ConfigDict:
     """config.train with the run's length resolved: num_steps (from num_epochs over
-    `rows_per_epoch`, the examples or, packed, the rows of an epoch, unless set) and
-    warmup_steps (warmup_proportion of them)."""
+    `rows_per_epoch`, the examples or, packed, the rows of an epoch, unless set; rounded
+    down like run_classifier.py's int(N / batch * epochs)) and warmup_steps
+    (warmup_proportion of them)."""
     train = ml_collections.ConfigDict(config.train.to_dict())
     if not train.num_steps:
-        train.num_steps = max(1, math.ceil(train.num_epochs * rows_per_epoch / train.batch_size))
+        train.num_steps = max(1, int(rows_per_epoch / train.batch_size * train.num_epochs))
     train.warmup_steps = int(train.warmup_proportion * train.num_steps)
     optim.validate_train_config(train)
     return train
@@ -194,7 +195,8 @@ def _pad_to(values: np.ndarray, width: int, fill: float) -> np.ndarray:
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     """Fine-tunes to the configured length; returns {"best": metrics of the best checkpoint,
-    "last": the last logged metrics, "predictions": files written}."""
+    "last": the last logged metrics, "predictions": files written, "main_metric": the
+    task's metric that picks the best checkpoint}."""
     with trainer.hold_workdir(workdir):
         return _finetune(config, workdir)
 
@@ -361,7 +363,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         loop.console(f"best {task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']} "
                      f"(weights in {best_checkpointer.directory})")
     loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, predictions in {directory}")
-    return {"best": best, "last": loop.last, "predictions": written}
+    return {"best": best, "last": loop.last, "predictions": written, "main_metric": task.main_metric}
 
 
 # ======================================================================================
@@ -371,7 +373,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
     """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid, each in
     WORKDIR/sweep/<values> (resumable: a finished run returns at once), prints a table and
-    writes WORKDIR/sweep_results.json; returns the rows, best first."""
+    writes WORKDIR/sweep_results.json; returns the rows, best first by the task's main metric."""
     train = config.train
     grid = [[float(v) for v in train.sweep_learning_rates.split(",")], [int(v) for v in train.sweep_batch_sizes.split(",")],
             [float(v) for v in train.sweep_epochs.split(",")]]
@@ -381,11 +383,11 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False)
         name = f"lr{learning_rate:g}_batch{batch_size}_epochs{epochs:g}"
         summary = finetune(run, fileio.join(workdir, "sweep", name))
+        metric = f"eval_{summary['main_metric']}"  # the task's: F1 for MRPC, Spearman for STS-B, ...
         best = summary["best"] or {"metrics": {}, "step": None}
         results.append({"run": name, "learning_rate": learning_rate, "batch_size": batch_size, "epochs": epochs,
                         "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
-    metric = next((key for key in results[0] if key.startswith("eval_") and key != "eval_loss"), None)
-    results.sort(key=lambda row: -row.get(metric, -math.inf) if metric else 0)
+    results.sort(key=lambda row: -row.get(metric, -math.inf))
     if jax.process_index() == 0:
         fileio.write_json(fileio.join(workdir, "sweep_results.json"), results)
         columns = ["run", "best_step"] + [key for key in results[0] if key.startswith("eval_")]

@@ -205,6 +205,30 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys):
     assert again == results
 
 
+def test_schedule_counts_steps_like_run_classifier():
+    # int(N / batch * epochs) and warmup int(proportion * steps): 1000 / 32 * 3 = 93.75 -> 93, 9.
+    from bertjax import finetune
+
+    config = _demo_config(batch_size=32, num_epochs=3.0, num_steps=0)
+    train = finetune.schedule_config(config, rows_per_epoch=1000)
+    assert (train.num_steps, train.warmup_steps) == (93, 9)
+    assert finetune.schedule_config(config, rows_per_epoch=5).num_steps == 1  # never 0
+
+
+def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
+    # MRPC-like: accuracy and F1 disagree; the paper picks the grid point by F1.
+    from bertjax import finetune
+
+    metrics = {1e-3: {"loss": 0.3, "accuracy": 0.90, "f1": 0.60}, 1e-4: {"loss": 0.4, "accuracy": 0.80, "f1": 0.85}}
+    monkeypatch.setattr(finetune, "finetune", lambda run, workdir: {
+        "best": {"step": 4, "metrics": metrics[run.train.learning_rate]}, "main_metric": "f1"})
+    config = _demo_config()
+    config.train.update(sweep=True, sweep_learning_rates="1e-3,1e-4", sweep_batch_sizes="16", sweep_epochs="1")
+    results = finetune.sweep(config, str(tmp_path))
+    assert [r["learning_rate"] for r in results] == [1e-4, 1e-3]
+    assert "best: lr0.0001_batch16_epochs1 (eval_f1 0.8500)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args, message", [
     (["--config.data.train_file={missing}"], "{missing}"),
     (["--config.data.train_file={train}", "--config.data.eval_file={unknown}"],
