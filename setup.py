@@ -18,6 +18,7 @@ setup(
         "orbax-checkpoint>=0.12.8",
         "tensorflow-cpu>=2.21.0",  # tf.data only; accelerators are hidden from it
         "tensorflow-datasets>=4.9.10",
+        "importlib_resources>=6.0",  # tfds imports it to prepare a dataset but does not require it
         "sentencepiece>=0.2.0",
         "tokenizers>=0.23.0",
         "google-crc32c>=1.7",  # TFRecord checksums, so prepare's workers need no TensorFlow

@@ -32,6 +32,12 @@ def _config(task, **data):
     return config
 
 
+def test_tfds_can_find_a_builders_checksums():
+    # download_and_prepare looks up the builder's code (its checksums) through
+    # importlib_resources, which tensorflow-datasets imports but does not install.
+    assert tfds.builder_cls("glue").code_path.name == "glue.py"
+
+
 @pytest.mark.parametrize("task", sorted(classification.GLUE))
 def test_every_glue_task_loads_under_mock_data(task, tokenizer):
     with tfds.testing.mock_data(num_examples=6):
