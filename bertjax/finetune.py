@@ -213,8 +213,6 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # -- The task's data, tokenized in memory (every host holds it: batches are cut the same
     #    way everywhere, and each host feeds its rows). --
     task = tasks.load_task(config, tokenizer)
-    if jax.process_index() == 0:
-        tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
     buckets = batching.bucket_lengths(config.data.max_seq_length, config.data.num_buckets)
     train_batches = batching.TrainBatches(task.train, config.train.batch_size, config.data.seed, buckets,
                                           config.data.group_by_length, config.data.pack_examples)
@@ -248,6 +246,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                        pretrained_source=config.init_checkpoint)
+    if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
+        tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
 
     # -- The steps: the train step compiled once per bucket length the batches use (on first
     #    use); evaluation (sums and per-row predictions, replicated to every host) likewise. --

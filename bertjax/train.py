@@ -203,8 +203,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     validate_config(config, bert, mesh_shape)
     mesh = sharding.create_mesh(*mesh_shape)
     loop_console = f"mesh {dict(mesh.shape)} over {jax.device_count()} devices ({jax.process_count()} processes)"
-    if jax.process_index() == 0:
-        tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))  # fine-tuning finds it here
 
     # -- Input: prepared once (process 0 first, the others then find it done); the eval
     #    batches are read once per run. --
@@ -235,6 +233,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                        pretrained_source=config.init_checkpoint)
     log.info("%s", how)
+    if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
+        tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))  # fine-tuning finds it here
 
     # -- The step, compiled once with explicit shardings; the state is donated. --
     batch_shardings = {name: sharding.batch_sharding(mesh, len(spec.shape)) for name, spec in batch_abstract.items()}

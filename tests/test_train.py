@@ -153,6 +153,18 @@ def test_phase_two_continues_from_the_phase_one_checkpoint(tmp_path, prepared_di
     assert first(continued)["mlm_loss"] < first(scratch)["mlm_loss"] - 0.5
 
 
+def test_a_run_that_cannot_resume_leaves_the_workdir_as_it_was(tmp_path, prepared_dir):
+    workdir = tmp_path / "run"
+    _run(workdir, prepared_dir, "--config.train.num_steps=5")
+    saved = workdir / "tokenizer" / "tokenizer.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "vocab_hash": "another"}))  # != the config's
+    result = _run(workdir, prepared_dir, "--config.train.num_steps=10", "--config.model.intermediate_size=96",
+                  check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "intermediate" in result.stderr and "Traceback" not in result.stderr
+    assert json.loads(saved.read_text())["vocab_hash"] == "another"  # not replaced by the run that failed
+
+
 # ---------------------------------------------------------------------------------------
 # Validation before compile (in-process, no training).
 # ---------------------------------------------------------------------------------------

@@ -73,8 +73,8 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         return read_metadata(data_config.input_pattern)
     if not 0.0 <= data_config.eval_fraction < 1.0:
         raise ValueError(f"config.data.eval_fraction must be in [0, 1), got {data_config.eval_fraction}")
+    units = sources.list_units(data_config)  # first: a bad source writes nothing
     tokenizer = load_tokenizer_for(data_config, output_dir)
-    units = sources.list_units(data_config)
     settings = {
         "source": data_config.source, "units": units, "eval_fraction": float(data_config.eval_fraction),
         "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
