@@ -76,6 +76,17 @@ class CheckpointSaveError(OSError):
     """Writing a checkpoint failed (a full disk, lost permissions); earlier steps are intact."""
 
 
+class CheckpointUnreadableError(OSError):
+    """No checkpoint of a directory could be read (corrupt or truncated files)."""
+
+
+def _brief(error: Exception) -> str:
+    """`Type: first line of the message`, at most 300 characters: TensorStore's errors carry
+    pages of spec dumps."""
+    first_line = (str(error).strip().splitlines() or [""])[0].split(" See full TensorStore details")[0]
+    return f"{type(error).__name__}: {first_line[:300]}"
+
+
 def _check_matches(abstract: Any, saved_metadata: Any, what: str) -> None:
     """Raises CheckpointMismatchError if `abstract` and the saved tree differ in leaves or shapes."""
     want, have = _flat_shapes(abstract), _flat_shapes(saved_metadata)
@@ -195,14 +206,15 @@ class Checkpointer:
                 raise
             except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
                 restored, error = None, e
-                log.warning("checkpoint %s is unreadable (%s: %s); falling back to the previous one",
-                            self.directory / str(candidate), type(e).__name__, e)
+                log.warning("checkpoint %s is unreadable (%s); falling back to the previous one",
+                            self.directory / str(candidate), _brief(e))
             if _on_every_process(restored is not None):
                 self._move_aside(unreadable)
                 return restored
             unreadable.append(candidate)
-        raise RuntimeError(f"no restorable checkpoint in {self.directory} (tried steps {steps}; "
-                           f"none was moved aside)") from error
+        raise CheckpointUnreadableError(
+            f"no readable checkpoint in {self.directory}: steps {steps} are corrupt or truncated (last: "
+            f"{_brief(error)}); none was moved aside: move them away to start from scratch") from error
 
     def _read(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
         """Restores one step, trying len(READ_RETRY_SECONDS) + 1 times."""
@@ -214,8 +226,8 @@ class Checkpointer:
             except Exception as e:
                 if wait is None:
                     raise
-                log.warning("reading checkpoint %s failed (%s: %s); trying again in %.0f s",
-                            self.directory / str(step), type(e).__name__, e, wait)
+                log.warning("reading checkpoint %s failed (%s); trying again in %.0f s",
+                            self.directory / str(step), _brief(e), wait)
                 time.sleep(wait)
 
     def _read_once(self, abstract_state: Any, step: int) -> tuple[Any, dict]:

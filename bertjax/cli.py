@@ -46,6 +46,14 @@ class _LibraryNoise(logging.Filter):
         return "bertjax" in record.pathname or "deprecat" not in record.getMessage().lower()
 
 
+def _drop_orbax_read_leftovers(unraisable) -> None:
+    """sys.unraisablehook: drops the abandoned reads of a corrupt checkpoint (their errors are
+    already in bertjax's one-line warning) and reports anything else as usual."""
+    leftover = "_read_array" in repr(unraisable.object) or "Event loop is closed" in str(unraisable.exc_value)
+    if not leftover:
+        sys.__unraisablehook__(unraisable)
+
+
 def quiet_libraries() -> None:
     """Library loggers to WARNING and known repeated warnings off, unless verbose."""
     if _VERBOSE:
@@ -56,6 +64,11 @@ def quiet_libraries() -> None:
     absl_logging.set_verbosity(absl_logging.WARNING)
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # orbax reads checkpoints in asyncio tasks; when a file is corrupt, every failed task's
+    # error (pages of TensorStore specs) is reported again after bertjax has handled it.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    sys.unraisablehook = _drop_orbax_read_leftovers
+    warnings.filterwarnings("ignore", message="coroutine '_read_array", category=RuntimeWarning)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_LibraryNoise())
     warnings.filterwarnings("ignore", category=FutureWarning)

@@ -165,6 +165,18 @@ def test_a_run_that_cannot_resume_leaves_the_workdir_as_it_was(tmp_path, prepare
     assert json.loads(saved.read_text())["vocab_hash"] == "another"  # not replaced by the run that failed
 
 
+def test_a_corrupt_checkpoint_ends_with_one_error_line(tmp_path, prepared_dir):
+    workdir = tmp_path / "run"
+    _run(workdir, prepared_dir, "--config.train.num_steps=5")
+    for path in (workdir / "checkpoints" / "5").rglob("*"):
+        if path.is_file() and path.stat().st_size > 100_000:  # the arrays' data files
+            os.truncate(path, 1000)
+    result = _run(workdir, prepared_dir, "--config.train.num_steps=10", check=False)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and lines[-1].startswith("error: no readable checkpoint"), result.stderr[-3000:]
+    assert "corrupt or truncated" in lines[-1] and len(lines) <= 4, result.stderr[-5000:]  # no library dumps
+
+
 # ---------------------------------------------------------------------------------------
 # Validation before compile (in-process, no training).
 # ---------------------------------------------------------------------------------------
