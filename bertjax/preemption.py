@@ -1,4 +1,4 @@
-"""SIGTERM handling: stop training at a step every host agrees on.
+"""SIGTERM (and, single process, Ctrl-C) handling: stop training at a step every host agrees on.
 
 TPU VM maintenance, spot/preemptible reclaims and SLURM send SIGTERM, then kill the
 process some seconds later. The trainer calls `should_stop(step)` once per step on every
@@ -6,6 +6,8 @@ host; once it returns True (on every host at the same step) the trainer saves wi
 `force=True`, waits for the save, and exits non-zero.
 
 Single process: a Python SIGTERM handler sets a flag, checked at every step for free.
+Ctrl-C (SIGINT) does the same, so an interrupted run saves and resumes; a second Ctrl-C
+quits at once (KeyboardInterrupt), without saving.
 
 Multi-process (jax.distributed initialised): JAX's preemption sync point. The distributed
 runtime installs its own SIGTERM handler at `jax.distributed.initialize`; the signalled
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 
 import jax
 from jax.experimental import multihost_utils
@@ -38,16 +41,22 @@ class PreemptionWatcher:
 
     def __init__(self):
         self.coordinated = jax.distributed.is_initialized()
-        self.signalled = False  # single process: set by the handler
+        self.signalled = None  # single process: the name of the signal the handler received
         self._calls = 0
         self._installed = not self.coordinated  # a Python handler would replace the runtime's
         if self._installed:
             # None: the handler before was not set from Python; SIG_DFL is then the best guess.
-            self._previous = signal.signal(signal.SIGTERM, self._handle) or signal.SIG_DFL
+            self._previous = {number: signal.signal(number, self._handle) or signal.SIG_DFL
+                              for number in (signal.SIGTERM, signal.SIGINT)}
 
     def _handle(self, signum, frame) -> None:
-        del signum, frame
-        self.signalled = True
+        del frame
+        if signum == signal.SIGINT:
+            if self.signalled:
+                raise KeyboardInterrupt  # a second Ctrl-C: quit now
+            print("\ninterrupted: stopping with a checkpoint after this step (Ctrl-C again quits without saving)",
+                  file=sys.stderr, flush=True)
+        self.signalled = self.signalled or signal.Signals(signum).name
 
     def should_stop(self, step: int) -> bool:
         """True when some host was sent SIGTERM; then True on every host at the same step."""
@@ -57,12 +66,18 @@ class PreemptionWatcher:
         else:
             stop = self.signalled
         if stop:
-            log.warning("preemption: SIGTERM received%s; stopping at step %d",
+            log.warning("preemption: %s received%s; stopping at step %d", self.signal_name,
                         " by a host of this run" if self.coordinated else "", step)
-        return stop
+        return bool(stop)
+
+    @property
+    def signal_name(self) -> str:
+        """The signal that stops the run: SIGTERM, or SIGINT (Ctrl-C, single process)."""
+        return self.signalled or "SIGTERM"
 
     def close(self) -> None:
-        """Puts back the SIGTERM handler that was installed before (single process)."""
+        """Puts back the SIGTERM and SIGINT handlers installed before (single process)."""
         if self._installed:
-            signal.signal(signal.SIGTERM, self._previous)
+            for number, handler in self._previous.items():
+                signal.signal(number, handler)
             self._installed = False

@@ -1,4 +1,4 @@
-"""Tests for bertjax.preemption: the SIGTERM flag, and the cross-host stop decision through
+"""Tests for bertjax.preemption: the SIGTERM and Ctrl-C flag, and the cross-host stop decision through
 JAX's preemption sync point (no device collective)."""
 
 import os
@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from bertjax.preemption import PreemptionWatcher
 
@@ -26,6 +28,20 @@ def test_sigterm_sets_the_flag_and_close_restores_the_handler():
     finally:
         watcher.close()
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_ctrl_c_stops_with_a_checkpoint_and_a_second_one_quits(capsys):
+    before = signal.getsignal(signal.SIGINT)
+    watcher = PreemptionWatcher()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert watcher.should_stop(1) and watcher.signal_name == "SIGINT"
+        assert "stopping with a checkpoint after this step" in capsys.readouterr().err
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        watcher.close()
+    assert signal.getsignal(signal.SIGINT) == before
 
 
 # Host 1 signals itself at step `signal_at` (0: before the first step, as during a restore
