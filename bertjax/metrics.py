@@ -78,18 +78,43 @@ def peak_flops_per_device() -> tuple[float, str]:
     return measure_peak_flops(), f"measured f32 matmul ({kind})"
 
 
+def _drop_rows_after(path: str, step: int) -> None:
+    """Rewrites the JSONL file at `path` without its rows of steps after `step`, nor a line
+    a killed run left half-written (atomically)."""
+    if not os.path.exists(path):
+        return
+
+    def keep(line: str) -> bool:
+        try:
+            return json.loads(line).get("step", 0) <= step
+        except ValueError:
+            return False
+
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    kept = [line for line in lines if keep(line)]
+    if len(kept) < len(lines):
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(path + ".tmp", path)
+
+
 class MetricsWriter:
     """Writes scalars to DIR/metrics.jsonl, TensorBoard event files in DIR/tensorboard, and the console.
 
-    Only the first process writes; the others keep nothing.
+    Only the first process writes; the others keep nothing. A run that resumes at
+    `start_step` first drops the rows an interrupted run logged after it (they belong to
+    steps that will be trained again), so metrics.jsonl holds one timeline.
     """
 
-    def __init__(self, workdir: str, *, enabled: bool = True):
+    def __init__(self, workdir: str, *, enabled: bool = True, start_step: int = 0):
         self.enabled = enabled
         if not enabled:
             return
         os.makedirs(workdir, exist_ok=True)
-        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+        path = os.path.join(workdir, "metrics.jsonl")
+        _drop_rows_after(path, start_step)
+        self._jsonl = open(path, "a", encoding="utf-8")
         from bertjax.tf_cpu import tf  # lazily: only the writing process needs it
         from tensorflow.core.framework import summary_pb2
 

@@ -346,7 +346,7 @@ class Loop:
         self.flops_per_sequence, self.console_keys = flops_per_sequence, console_keys
         self.fixed_metrics = dict(fixed_metrics or {})  # logged with every record, e.g. compile time
         is_writer = jax.process_index() == 0
-        self.writer = MetricsWriter(workdir, enabled=is_writer)
+        self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step)
         self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer)
         self.peak_flops, self.peak_source = peak_flops_per_device() if flops_per_sequence else (None, "")
         self.watcher = PreemptionWatcher()

@@ -54,6 +54,16 @@ def test_pretraining_flops_per_sequence_by_hand():
     assert metrics.pretraining_flops_per_sequence(config, seq_len=s, num_predictions=p) == 3 * forward == 13488
 
 
+def test_a_resumed_run_drops_the_rows_logged_after_its_checkpoint(tmp_path):
+    rows = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5}, {"step": 2, "eval_loss": 2.6}, {"step": 3, "loss": 2.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "lo')
+    writer = metrics.MetricsWriter(str(tmp_path), start_step=2)  # resumed from the step-2 checkpoint
+    writer.write(3, {"loss": 1.9})
+    writer.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == rows[:3] + [{"step": 3, "loss": 1.9}]
+
+
 def test_metrics_writer_files_read_back(tmp_path):
     writer = metrics.MetricsWriter(str(tmp_path))
     writer.write(1, {"loss": 2.5, "learning_rate": np.float32(1e-4)})
