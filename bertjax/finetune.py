@@ -128,6 +128,8 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.data.max_seq_length={data.max_seq_length} must be in [8, the model's "
                          f"max_position_embeddings={bert.max_position_embeddings}]")
     batching.bucket_lengths(data.max_seq_length, data.num_buckets)
+    if data.label_kind not in ("class", "float"):
+        raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")
     check_int(data, "pack_examples", 0)
     if data.pack_examples and config.task not in tasks.classification.TASKS:
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for classification and "
@@ -370,13 +372,23 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 # The paper's hyperparameter grid.
 # ======================================================================================
 
+def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list:
+    """The comma-separated positive numbers of config.train.<key>."""
+    try:
+        values = [kind(value) for value in str(train[key]).split(",")]
+    except ValueError:
+        values = []
+    if not values or any(value <= 0 for value in values):
+        raise ValueError(f"config.train.{key} must be comma-separated positive {kind.__name__}s, got {train[key]!r}")
+    return values
+
+
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
     """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid, each in
     WORKDIR/sweep/<values> (resumable: a finished run returns at once), prints a table and
     writes WORKDIR/sweep_results.json; returns the rows, best first by the task's main metric."""
-    train = config.train
-    grid = [[float(v) for v in train.sweep_learning_rates.split(",")], [int(v) for v in train.sweep_batch_sizes.split(",")],
-            [float(v) for v in train.sweep_epochs.split(",")]]
+    grid = [_grid_values(config.train, "sweep_learning_rates", float),
+            _grid_values(config.train, "sweep_batch_sizes", int), _grid_values(config.train, "sweep_epochs", float)]
     results = []
     for learning_rate, batch_size, epochs in itertools.product(*grid):
         run = ml_collections.ConfigDict(config.to_dict())

@@ -107,6 +107,8 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data.n_best_size = 20         # start/end candidates per window, answers kept in nbest
     config.data.max_answer_length = 30   # tokens
     config.data.null_score_diff_threshold = 0.0  # v2.0: predict "" when null - best span score > this
+    config.data.skip_bad_answers = False  # your files: True skips training questions whose answer
+                                          # text is not at answer_start (TFDS: always skipped)
     # Tagging (ner: CoNLL files, one token per line, a blank line between sentences).
     config.data.tag_column = -1          # the tag's column (-1 = the last); the token is column 0
     # Multiple choice (choice: JSONL files); label_key above holds the correct choice's index.

@@ -240,6 +240,10 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
      "max_seq_length=1024 must be in"),
     (["--config.data.train_file={train}", "--config.data.vocab_path={other_vocab}"],
      "has a vocabulary of 30522 tokens but the tokenizer has"),
+    (["--config.data.train_file={train}", "--config.data.label_kind=flaot"],
+     "config.data.label_kind must be 'class' or 'float'"),
+    (["--config.data.train_file={train}", "--config.train.sweep=True", "--config.train.sweep_learning_rates=abc"],
+     "config.train.sweep_learning_rates must be comma-separated positive floats, got 'abc'"),
 ])
 def test_bad_input_ends_with_one_line_and_keeps_the_workdir(tmp_path, args, message):
     files = {"missing": str(tmp_path / "missing.csv"), "train": str(tmp_path / "train.jsonl"),

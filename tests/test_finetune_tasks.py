@@ -455,6 +455,21 @@ def test_bad_input_is_an_error_naming_the_file_and_example(tmp_path, task, files
         tasks.load_task(config, tokenizer)
 
 
+def test_the_error_for_a_bad_answer_names_a_switch_that_skips_it(tmp_path):
+    from bertjax import tasks, tokenization
+    from bertjax.data import demo_corpus
+
+    config = finetune_config.get_config("squad")
+    config.data.update(max_seq_length=32, max_query_length=12,
+                       **_write_files(tmp_path, {"train.json": _qa_file(_shift_answer)}))
+    tokenizer = tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(str(tmp_path)))
+    with pytest.raises(ValueError, match=r"--config.data.skip_bad_answers=True skips such questions"):
+        tasks.load_task(config, tokenizer)
+    config.data.skip_bad_answers = True  # run_squad.py's way: that question is left out
+    questions = set(tasks.load_task(config, tokenizer).train.examples.example_index.tolist())
+    assert 1 not in questions and 0 in questions  # _shift_answer broke question q1 (the second)
+
+
 @pytest.mark.parametrize("case", [0, 6, 9])  # one per family
 def test_bad_input_through_the_launcher_ends_with_one_line(tmp_path, case):
     task, files, _, message = BAD_INPUT[case]

@@ -18,8 +18,8 @@ when the answer lies outside the window or the question is impossible (v2.0). A 
 answer is *bad* when `context[answer_start:][:len(text)]` is not its text, or covers no
 token. In training (`is_training`), choice made: a JSON file is the user's own data, so a
 bad answer raises an error naming the file and the question id (a silently smaller
-training set hides a broken file); `skip_bad_answers=True` turns that into run_squad.py's
-behaviour, a counted and logged skip ("Could not find answer"), which is the default for
+training set hides a broken file); `config.data.skip_bad_answers=True` turns that into
+run_squad.py's behaviour, a counted and logged skip ("Could not find answer"), which is the default for
 TFDS (the published dataset, and random text under `tfds.testing.mock_data`). Evaluation
 splits keep every question (their answers are compared as text by the metric); a bad or
 missing answer there gets positions -1/-1: no gold span, left out of the evaluation loss.
@@ -273,7 +273,7 @@ def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: 
         if not skip_bad_answers:
             q, problem = next(iter(problems.items()))
             raise ValueError(f"{examples.source}: question id {examples.ids[q]!r}: {problem} "
-                             f"(skip_bad_answers=True skips such questions, as run_squad.py does)")
+                             f"(--config.data.skip_bad_answers=True skips such questions, as run_squad.py does)")
         skips = DropCounter()
         for q, problem in problems.items():
             skips.drop("answer_not_found", f"{examples.source}: question id {examples.ids[q]!r}", problem)
@@ -508,7 +508,8 @@ def load_task(config, tokenizer) -> Task:
         raise ValueError(f"config.task={config.task!r} is not a span QA task")
     check_nonempty(sources, "questions")
     splits = [featurize(tokenizer, examples, name, is_training=name == "train", max_seq_length=data.max_seq_length,
-                        doc_stride=data.doc_stride, max_query_length=data.max_query_length)
+                        doc_stride=data.doc_stride, max_query_length=data.max_query_length,
+                        skip_bad_answers=data.skip_bad_answers or None)  # None: TFDS skips, files raise
               for name, examples in sources]
     num_evals = sum(name in ("validation", "eval") for name, _ in sources)
     for split in splits[1:1 + num_evals]:
