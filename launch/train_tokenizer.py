@@ -11,6 +11,7 @@ Input: comma-separated globs (local or gs://) of BERT-format text, read line by 
 at the written file.
 """
 
+import itertools
 import os
 import sys
 
@@ -41,11 +42,23 @@ def main(_):
     from bertjax import tokenization
     from bertjax.data import sources
 
+    from bertjax import fileio
+
     paths = sources.expand_patterns(_INPUT.value)
+    target = fileio.join(_OUTPUT_DIR.value, "vocab.txt" if _KIND.value == "wordpiece" else "spm.model")
+    if fileio.exists(target):  # checkpoints trained with it would no longer match
+        raise ValueError(f"{target} exists; remove it or choose another --output_dir")
+    lines = _lines(paths)
+    first = next(lines, None)
+    if first is None:
+        raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} file(s)")
     train = tokenization.train_wordpiece if _KIND.value == "wordpiece" else tokenization.train_sentencepiece
-    path = train(_lines(paths), _VOCAB_SIZE.value, _OUTPUT_DIR.value, do_lower_case=_DO_LOWER_CASE.value)
+    path = train(itertools.chain([first], lines), _VOCAB_SIZE.value, _OUTPUT_DIR.value,
+                 do_lower_case=_DO_LOWER_CASE.value)
     tokenizer = tokenization.load_tokenizer(_KIND.value, path, _DO_LOWER_CASE.value)
-    print(f"wrote {path}: {tokenizer.vocab_size} tokens, vocab_hash {tokenizer.vocab_hash}")
+    fewer = f" (fewer than --vocab_size={_VOCAB_SIZE.value}: the text has no more)" \
+        if tokenizer.vocab_size < _VOCAB_SIZE.value else ""
+    print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, vocab_hash {tokenizer.vocab_hash}")
 
 
 if __name__ == "__main__":

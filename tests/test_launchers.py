@@ -39,6 +39,8 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/vocab", "--vocab_size=3"],
      "vocab_size must be an int > 5"),
+    ("train_tokenizer.py", ["--input={tmp}/blank.txt", "--output_dir={tmp}/out"], "no text in its 1 file(s)"),
+    ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}"], "vocab.txt exists; remove it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
     # The demo's two config flags are checked as --config is.
     ("demo.py", ["--pretrain=configs/nothere.py"], "--pretrain=configs/nothere.py: cannot load the config file"),
@@ -50,6 +52,7 @@ CASES = [
 def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
     (tmp_path / "text.txt").write_text("One sentence.\nAnother one.\n")
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+    (tmp_path / "blank.txt").write_text("\n  \n")
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("BERTJAX_VERBOSE", None)
     if launcher in ("pretrain.py", "finetune.py"):
