@@ -97,13 +97,9 @@ def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | Non
                                accelerator=jax.default_backend() != "cpu")
 
 
-def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int],
-                    vocab_size: int) -> None:
-    """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
-    train, data = config.train, config.data
-    data_parallel, tensor = mesh_shape[0] * mesh_shape[1], mesh_shape[2]
-    if bert.vocab_size != vocab_size:
-        raise ValueError(f"config.model.vocab_size={bert.vocab_size} but the tokenizer has {vocab_size} tokens")
+def check_train_values(train: ml_collections.ConfigDict) -> None:
+    """Raises ValueError naming the first config.train value out of range (no model or
+    devices needed: launch/demo.py checks its fine-tuning config before pre-training)."""
     for key in ("batch_size", "grad_accum_steps", "log_every", "max_consecutive_bad_steps"):
         if not isinstance(train[key], int) or isinstance(train[key], bool) or train[key] < 1:
             raise ValueError(f"config.train.{key} must be a positive int, got {train[key]!r}")
@@ -114,6 +110,16 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.train.num_epochs must be > 0 (or set config.train.num_steps), got {train.num_epochs!r}")
     if not 0.0 <= train.warmup_proportion <= 1.0:
         raise ValueError(f"config.train.warmup_proportion must be in [0, 1], got {train.warmup_proportion}")
+
+
+def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int],
+                    vocab_size: int) -> None:
+    """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
+    train, data = config.train, config.data
+    data_parallel, tensor = mesh_shape[0] * mesh_shape[1], mesh_shape[2]
+    if bert.vocab_size != vocab_size:
+        raise ValueError(f"config.model.vocab_size={bert.vocab_size} but the tokenizer has {vocab_size} tokens")
+    check_train_values(train)
     for key in ("batch_size", "eval_batch_size"):
         size = train[key] or train.batch_size
         if size % (data_parallel * (train.grad_accum_steps if key == "batch_size" else 1)) or size % jax.process_count():

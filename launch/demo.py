@@ -35,6 +35,19 @@ def _last(records: list[dict], key: str) -> float:
     return [record[key] for record in records if key in record][-1]
 
 
+def _check_configs(pretrain_config, finetune_config) -> None:
+    """What the demo needs of its two configs, checked before the pre-training stage runs."""
+    from bertjax import finetune
+
+    if pretrain_config.train.eval_every < 1 or pretrain_config.train.eval_batches < 1:
+        raise ValueError("--pretrain.train.eval_every and --pretrain.train.eval_batches must be >= 1: the demo "
+                         "reports held-out accuracy")
+    try:
+        finetune.check_train_values(finetune_config.train)
+    except ValueError as e:
+        raise ValueError(f"--finetune: {e}") from None
+
+
 def main(_):
     from bertjax import fileio, finetune, plots, train
     from bertjax.models import convert
@@ -44,6 +57,7 @@ def main(_):
     runs = {"pretrained": fileio.join(workdir, "finetune_pretrained"),
             "scratch": fileio.join(workdir, "finetune_scratch")}
 
+    _check_configs(_PRETRAIN.value, _FINETUNE.value)
     train.train_and_evaluate(_PRETRAIN.value, pretrain_dir)
     accuracy = {}
     for name, run_dir in runs.items():

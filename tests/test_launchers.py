@@ -45,6 +45,10 @@ CASES = [
     # The demo's two config flags are checked as --config is.
     ("demo.py", ["--pretrain=configs/nothere.py"], "--pretrain=configs/nothere.py: cannot load the config file"),
     ("demo.py", ["--finetune.train.num_epochz=2"], "--finetune.train.num_epochz: no such config key"),
+    # ... and what the demo needs of them, before its pre-training stage.
+    ("demo.py", ["--finetune.train.batch_size=0", "--workdir={tmp}/out"],
+     "--finetune: config.train.batch_size must be a positive int, got 0"),
+    ("demo.py", ["--pretrain.train.eval_every=0", "--workdir={tmp}/out"], "--pretrain.train.eval_every and"),
 ]
 
 
