@@ -59,7 +59,8 @@ def _files(directory, suffixes):
 # (a) kill -9 during prepare: the rerun's shards and metadata equal an uninterrupted run's.
 # ---------------------------------------------------------------------------------------
 
-def test_kill_9_during_prepare_then_rerun_gives_identical_shards(tmp_path):
+def _prepare_command(tmp_path):
+    """command(output_dir) -> prepare_data.py with 3 workers on a 16-unit corpus in tmp_path."""
     corpus, vocab = tmp_path / "corpus", tmp_path / "vocab"
     corpus.mkdir()
     documents = ["\n".join(document) for document in demo_corpus.entity_paragraphs(0, 2000)]
@@ -74,6 +75,44 @@ def test_kill_9_during_prepare_then_rerun_gives_identical_shards(tmp_path):
                 "--config.data.source=text", f"--config.data.input_pattern={corpus}/*.txt",
                 f"--config.data.vocab_path={vocab_path}", "--num_workers=3"]
 
+    return command
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _units_done(directory):
+    done = directory / "done"
+    return len([n for n in os.listdir(done) if n.endswith(".json")]) if done.exists() else 0
+
+
+def test_sigterm_during_prepare_stops_the_workers_and_exits_3(tmp_path):
+    command = _prepare_command(tmp_path)
+    output = tmp_path / "out"
+    process = subprocess.Popen(command(output), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    _wait_for(lambda: _units_done(output) >= 1, process, "a unit was done")
+    process.send_signal(signal.SIGTERM)  # the main process only, as a scheduler's first notice
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode == 3, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("stopped: preempted (SIGTERM) while preparing"), stderr[-3000:]
+    deadline = time.time() + 10  # no worker (nor multiprocessing's resource tracker) is left behind
+    while time.time() < deadline and _group_alive(process.pid):
+        time.sleep(0.2)
+    assert not _group_alive(process.pid), subprocess.run(["ps", "-o", "pid,args", "-g", str(process.pid)],
+                                                           capture_output=True, text=True).stdout
+    assert _units_done(output) < 16 and not (output / "metadata.json").exists()
+    result = subprocess.run(command(output), env=_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and (output / "metadata.json").exists(), result.stderr[-3000:]
+
+
+def test_kill_9_during_prepare_then_rerun_gives_identical_shards(tmp_path):
+    command = _prepare_command(tmp_path)
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
     subprocess.run(command(reference), env=_env(), check=True, capture_output=True, timeout=600)
 
@@ -81,8 +120,7 @@ def test_kill_9_during_prepare_then_rerun_gives_identical_shards(tmp_path):
     process = subprocess.Popen(command(interrupted), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     done = interrupted / "done"
-    _wait_for(lambda: done.exists() and len([n for n in os.listdir(done) if n.endswith(".json")]) >= 2, process,
-              "two units were done")
+    _wait_for(lambda: _units_done(interrupted) >= 2, process, "two units were done")
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     process.stderr.close()

@@ -33,6 +33,8 @@ import itertools
 import json
 import multiprocessing
 import os
+import signal
+import threading
 import time
 from typing import Any, Iterator
 
@@ -109,14 +111,25 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     else:
         # spawn: TF and fork do not mix. A broken pool raises instead of hanging.
         context = multiprocessing.get_context("spawn")
+        pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker)
+        previous = _stop_on_sigterm()
         try:
-            with futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker) as pool:
-                for done, _ in enumerate(pool.map(_prepare_unit, jobs), start=len(units) - len(jobs) + 1):
-                    progress.advance(done)
+            for done, _ in enumerate(pool.map(_prepare_unit, jobs), start=len(units) - len(jobs) + 1):
+                progress.advance(done)
+            pool.shutdown()
         except futures.process.BrokenProcessPool as e:
             raise RuntimeError("prepare: a worker process died. If this was called from a script, call it under "
                                "`if __name__ == '__main__':` (workers re-import the main module), or pass "
                                "num_workers=1") from e
+        except _Preempted:
+            from bertjax.trainer import TrainingStopped
+
+            raise TrainingStopped(f"preempted (SIGTERM) while preparing {output_dir}: the units done are kept; "
+                                  f"run the same command again to resume") from None
+        finally:  # units not started are dropped; the workers finish the ones they hold, then exit
+            pool.shutdown(wait=False, cancel_futures=True)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
     progress.close()
     logging.info("prepare: units done in %.1fs", time.time() - start)
     fileio.rmtree(fileio.join(output_dir, ".incomplete"))
@@ -172,8 +185,25 @@ def _read_json(path: str, remedy: str) -> Any:
 _TOKENIZERS: dict[tuple, tokenization.Tokenizer] = {}
 
 
+class _Preempted(Exception):
+    """SIGTERM arrived while worker processes prepare units."""
+
+
+def _raise_preempted(signum, frame) -> None:
+    raise _Preempted
+
+
+def _stop_on_sigterm():
+    """SIGTERM raises _Preempted in the main thread (the handler before is returned), so the
+    pool is shut down rather than its workers orphaned; None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_preempted) or signal.SIG_DFL
+
+
 def _init_worker() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a signal to the process group: the main process decides
 
 
 def _prepare_unit(job: tuple) -> None:
