@@ -108,8 +108,12 @@ def size(path: str) -> int:
 
 
 def read_json(path: str) -> Any:
+    """The JSON value in `path`; ValueError naming the file and the position when it is not JSON."""
     with open_file(path) as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e}); is the file truncated?") from None
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -49,6 +49,10 @@ def hold(workdir: str) -> Iterator[None]:
                     workdir)
         yield
         return
+    if not workdir:
+        raise ValueError("the workdir must be a folder's path, got ''")
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"workdir {workdir} is a file; give a folder")
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, LOCK_NAME)
     with open(path, "a+", encoding="utf-8") as lock_file:

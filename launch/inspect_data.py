@@ -24,8 +24,9 @@ from bertjax import fileio  # noqa: E402
 from bertjax.data import masking, pipelines, prepare  # noqa: E402
 
 config_flags.DEFINE_config_file("config", None, "Pre-training config file.", lock_config=True)
-flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --dump cover all of them).")
-flags.DEFINE_integer("num_print", 3, "Sequences to print as text.")
+flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --dump cover all of them).",
+                     lower_bound=1)
+flags.DEFINE_integer("num_print", 3, "Sequences to print as text.", lower_bound=0)
 flags.DEFINE_string("dump", "", "Write the raw examples to this .npz file.")
 flags.DEFINE_string("workdir", "/tmp/bertjax_inspect", "Where data is prepared when config.data.prepared_dir is ''.")
 flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split to inspect.")

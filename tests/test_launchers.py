@@ -31,6 +31,9 @@ CASES = [
      "needs config.data.tfds_name"),
     ("prepare_data.py", [PRETRAIN], "--output_dir must have a value"),
     ("inspect_data.py", [PRETRAIN, "--config.data.max_seq_lenth=3"], "did you mean 'max_seq_length'"),
+    ("inspect_data.py", [PRETRAIN, "--num_examples=0"], "--num_examples"),
+    ("pretrain.py", [PRETRAIN, "--workdir={tmp}/text.txt"], "is a file; give a folder"),
+    ("convert_checkpoint.py", ["--input={tmp}/hf", "--output={tmp}/out"], "hf/config.json: not valid JSON"),
     ("convert_checkpoint.py", ["--input={tmp}/nothing", "--output={tmp}/out"], "is not a directory"),
     ("convert_checkpoint.py", ["--input={tmp}", "--output={tmp}/out", "--format=tf", "--architecture=BertModel"],
      "--architecture applies only to --format=huggingface"),
@@ -57,9 +60,12 @@ def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
     (tmp_path / "text.txt").write_text("One sentence.\nAnother one.\n")
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
     (tmp_path / "blank.txt").write_text("\n  \n")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text('{"hidden_size": 64,')  # truncated
+    (tmp_path / "hf" / "model.safetensors").write_bytes(b"")
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("BERTJAX_VERBOSE", None)
-    if launcher in ("pretrain.py", "finetune.py"):
+    if launcher in ("pretrain.py", "finetune.py") and not any(a.startswith("--workdir") for a in args):
         args = [*args, "--workdir={tmp}/run"]
     command = [sys.executable, os.path.join(ROOT, "launch", launcher), *[a.format(tmp=tmp_path) for a in args]]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)

@@ -179,11 +179,6 @@ def _gather(table: list[Variable], tensors: dict[str, np.ndarray], fmt: str, sou
 # Configs
 # ------------------------------------------------------------------------------------------------
 
-def _read_json(path: str) -> dict[str, Any]:
-    with fileio.open_file(path) as f:
-        return json.load(f)
-
-
 def _config_from_json(values: dict[str, Any], activations: dict[str, str], source: str) -> BertConfig:
     missing = [key for key in _ARCH_KEYS if key not in values]
     if missing:
@@ -248,7 +243,7 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """
     from safetensors.numpy import load
 
-    hf_config = _read_json(fileio.join(path, "config.json"))
+    hf_config = fileio.read_json(fileio.join(path, "config.json"))
     config = hf_config_to_bert(hf_config, fileio.join(path, "config.json"))
     file = fileio.join(path, "model.safetensors")
     tensors = {}
@@ -367,7 +362,7 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """Reads `path`/bert_config.json + a TF1 checkpoint (original variable names) -> (config, params)."""
     from bertjax.tf_cpu import tf
 
-    config = tf_config_to_bert(_read_json(fileio.join(path, "bert_config.json")),
+    config = tf_config_to_bert(fileio.read_json(fileio.join(path, "bert_config.json")),
                                fileio.join(path, "bert_config.json"))
     prefix = tf_checkpoint_prefix(path)
     if prefix is None:
@@ -491,9 +486,9 @@ def pretrained_config(path: str) -> BertConfig:
     """The BertConfig of a checkpoint in any layout, read without loading its weights."""
     layout, directory = checkpoint_layout(path)
     if layout == "huggingface":
-        return hf_config_to_bert(_read_json(fileio.join(directory, "config.json")), fileio.join(directory, "config.json"))
+        return hf_config_to_bert(fileio.read_json(fileio.join(directory, "config.json")), fileio.join(directory, "config.json"))
     if layout == "tf":
-        return tf_config_to_bert(_read_json(fileio.join(directory, "bert_config.json")),
+        return tf_config_to_bert(fileio.read_json(fileio.join(directory, "bert_config.json")),
                                  fileio.join(directory, "bert_config.json"))
     from bertjax import checkpointing
 
@@ -547,7 +542,7 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     do_lower_case = None
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")
     if layout == "huggingface" and fileio.exists(tokenizer_config):
-        do_lower_case = _read_json(tokenizer_config).get("do_lower_case")
+        do_lower_case = fileio.read_json(tokenizer_config).get("do_lower_case")
     name = os.path.basename(os.path.normpath(directory))
     if do_lower_case is None and re.match(r"^(un)?cased_L-", name):
         do_lower_case = name.startswith("uncased")
