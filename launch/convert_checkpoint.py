@@ -40,9 +40,10 @@ def main(_):
         saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer
         vocab = saved["path"] if saved and saved["kind"] == "wordpiece" else None
     if vocab is not None:  # checked before anything is written
-        from bertjax import tokenization
+        from bertjax import fileio
 
-        vocab_size = tokenization.load_tokenizer("wordpiece", vocab).vocab_size
+        with fileio.open_file(vocab) as f:
+            vocab_size = sum(1 for _ in f)  # one token per line
         if vocab_size != config.vocab_size:
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab)")
