@@ -108,12 +108,12 @@ def size(path: str) -> int:
 
 
 def read_json(path: str) -> Any:
-    """The JSON value in `path`; ValueError naming the file and the position when it is not JSON."""
+    """The JSON value in `path`; a JSONDecodeError that names the file when it is not JSON."""
     with open_file(path) as f:
         try:
             return json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e}); is the file truncated?") from None
+            raise json.JSONDecodeError(f"{path}: not valid JSON ({e.msg})", e.doc, e.pos) from None
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -24,9 +24,11 @@ _INPUT = flags.DEFINE_string("input", None, "checkpoint directory to read", requ
 _OUTPUT = flags.DEFINE_string("output", None, "directory to write", required=True)
 _FORMAT = flags.DEFINE_enum("format", "huggingface", ["huggingface", "tf"], "layout to write")
 _VOCAB = flags.DEFINE_string("vocab", None, "vocab.txt to copy (default: <input>/vocab.txt if present)")
-_ARCHITECTURE = flags.DEFINE_string(
-    "architecture", None, "Hugging Face architectures entry, e.g. BertForTokenClassification "
-    "(default: guessed from the heads present)")
+_ARCHITECTURE = flags.DEFINE_enum(
+    "architecture", None, ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
+                           "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
+                           "BertForMultipleChoice"],
+    "Hugging Face architectures entry (default: guessed from the heads present)")
 
 
 def main(_):

@@ -23,7 +23,8 @@ from ml_collections import config_flags  # noqa: E402
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Pre-training config (configs/pretrain.py:<preset>).",
                                           lock_config=True)
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where shards and metadata.json go (local or gs://).")
-_NUM_WORKERS = flags.DEFINE_integer("num_workers", None, "Worker processes (default: one per CPU core).")
+_NUM_WORKERS = flags.DEFINE_integer("num_workers", None, "Worker processes (default: one per CPU core).",
+                                    lower_bound=1)
 flags.mark_flags_as_required(["config", "output_dir"])
 
 

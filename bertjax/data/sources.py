@@ -412,7 +412,11 @@ def _tfds_splits(data_config: Any) -> list[str]:
     import tensorflow_datasets as tfds
     if not data_config.tfds_name:
         raise ValueError("config.data.source='tfds' needs config.data.tfds_name, e.g. 'wikipedia/20230601.en'")
-    builder = tfds.builder(data_config.tfds_name, data_dir=data_config.get("tfds_data_dir") or None)
+    try:
+        builder = tfds.builder(data_config.tfds_name, data_dir=data_config.get("tfds_data_dir") or None)
+    except tfds.core.registered.DatasetNotFoundError:  # its message lists every dataset TFDS has
+        raise ValueError(f"config.data.tfds_name={data_config.tfds_name!r} is not a TFDS dataset (names: "
+                         "https://www.tensorflow.org/datasets/catalog)") from None
     splits = builder.info.splits
     examples = splits[data_config.tfds_split].num_examples if data_config.tfds_split in splits else 0
     parts = min(256, max(1, examples // TFDS_EXAMPLES_PER_UNIT))
