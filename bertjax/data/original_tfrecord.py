@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
+from google.protobuf import message
 
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
                                   shuffle_seed)
@@ -42,7 +43,11 @@ def _check_first_record(path: str, spec: dict) -> None:
         raise ValueError(f"unreadable TFRecord file {path}: {e.message.splitlines()[0]}") from e
     if first is None:
         raise ValueError(f"no records in {path}")
-    example = tf.train.Example.FromString(first.numpy())
+    try:
+        example = tf.train.Example.FromString(first.numpy())
+    except message.DecodeError:
+        raise ValueError(f"{path}: its records are not tf.train.Example protos (not a create_pretraining_data.py "
+                         "file; a bertjax prepared shard is read with config.data.source='prepared')") from None
     for key, feature in spec.items():
         if key not in example.features.feature:
             raise ValueError(f"{path}: feature {key!r} missing (not a create_pretraining_data.py record?)")

@@ -84,6 +84,14 @@ def test_wrong_lengths_name_the_file_and_key(files):
                                                                batch_size=4)
 
 
+def test_records_that_are_not_examples_are_named(tmp_path):
+    path = str(tmp_path / "other.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(b"\xff\xff\xff not a protocol buffer")
+    with pytest.raises(ValueError, match=f"{path}: its records are not tf.train.Example protos"):
+        original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=[path], batch_size=4)
+
+
 def test_truncated_file_is_named(files):
     with open(files[2], "r+b") as f:
         f.truncate(os.path.getsize(files[2]) - 30)
