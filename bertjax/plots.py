@@ -17,9 +17,9 @@ from bertjax import fileio
 
 
 def read_metrics(workdir: str) -> list[dict]:
-    """The records of `workdir`/metrics.jsonl by step. A run resumed after a preemption logs
-    again the steps after its last checkpoint: of records with the same step and keys (a
-    training record, an evaluation record), the last wins."""
+    """The records of `workdir`/metrics.jsonl by step. Of records with the same step and keys
+    (a training record, an evaluation record), the last wins: workdirs written before
+    MetricsWriter dropped a resumed run's repeated steps still hold them."""
     by_step: dict[tuple[int, frozenset], dict] = {}
     with fileio.open_file(fileio.join(workdir, "metrics.jsonl")) as f:
         for line in f:

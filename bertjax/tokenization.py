@@ -224,10 +224,14 @@ class Tokenizer:
             for i, piece in enumerate(self._tokens)], dtype=bool)
 
 
+# The file a saved or trained vocabulary of each kind is written to.
+VOCABULARY_FILE = {"wordpiece": "vocab.txt", "sentencepiece": "spm.model"}
+
+
 def save_tokenizer(tokenizer: Tokenizer, directory: str) -> None:
     """Copies the vocabulary (or SentencePiece model) into `directory` with a tokenizer.json
     describing it, so a checkpoint's run can hand its tokenizer on (`saved_tokenizer_spec`)."""
-    name = "vocab.txt" if tokenizer.kind == "wordpiece" else "spm.model"
+    name = VOCABULARY_FILE[tokenizer.kind]
     target = fileio.join(directory, name)
     spec = {"kind": tokenizer.kind, "file": name, "do_lower_case": tokenizer.do_lower_case,
             "vocab_hash": tokenizer.vocab_hash, "vocab_size": tokenizer.vocab_size}
@@ -365,7 +369,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_l
     if tokens[:len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS):
         raise AssertionError(f"tokenizers put the special tokens at {[vocab[t] for t in SPECIAL_TOKENS]}")
     os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, "vocab.txt")
+    path = os.path.join(output_dir, VOCABULARY_FILE["wordpiece"])
     fileio.write_bytes(path, "".join(t + "\n" for t in tokens).encode("utf-8"))
     return path
 

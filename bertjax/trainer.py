@@ -417,8 +417,8 @@ class Loop:
                 self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
                                        extra_meta=extra_meta)
                 self.checkpointer.wait_until_finished()
-                raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to {self.checkpointer.directory}; "
-                                      f"run the same command again to resume")
+                raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to "
+                                      f"{self.checkpointer.directory}; run the same command again to resume")
 
     def close(self) -> None:
         self.progress.close()

@@ -24,26 +24,25 @@ _INPUT = flags.DEFINE_string("input", None, "checkpoint directory to read", requ
 _OUTPUT = flags.DEFINE_string("output", None, "directory to write", required=True)
 _FORMAT = flags.DEFINE_enum("format", "huggingface", ["huggingface", "tf"], "layout to write")
 _VOCAB = flags.DEFINE_string("vocab", None, "vocab.txt to copy (default: <input>/vocab.txt if present)")
-_ARCHITECTURE = flags.DEFINE_enum(
-    "architecture", None, ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
-                           "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
-                           "BertForMultipleChoice"],
-    "Hugging Face architectures entry (default: guessed from the heads present)")
+_ARCHITECTURE = flags.DEFINE_string(
+    "architecture", None, "Hugging Face architectures entry, e.g. BertForTokenClassification "
+    "(default: guessed from the heads present)")
 
 
 def main(_):
     if _ARCHITECTURE.value and _FORMAT.value != "huggingface":
         raise ValueError("--architecture applies only to --format=huggingface")
+    from bertjax import fileio
     from bertjax.models import convert
 
+    if _ARCHITECTURE.value and _ARCHITECTURE.value not in convert.HF_ARCHITECTURES:
+        raise ValueError(f"--architecture={_ARCHITECTURE.value} is not one of {', '.join(convert.HF_ARCHITECTURES)}")
     config, params = convert.load_pretrained(_INPUT.value)
     vocab = _VOCAB.value
     if vocab is None:
         saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer
         vocab = saved["path"] if saved and saved["kind"] == "wordpiece" else None
     if vocab is not None:  # checked before anything is written
-        from bertjax import fileio
-
         with fileio.open_file(vocab) as f:
             vocab_size = sum(1 for _ in f)  # one token per line
         if vocab_size != config.vocab_size:

@@ -45,7 +45,7 @@ def main(_):
     from bertjax import fileio
 
     paths = sources.expand_patterns(_INPUT.value)
-    target = fileio.join(_OUTPUT_DIR.value, "vocab.txt" if _KIND.value == "wordpiece" else "spm.model")
+    target = fileio.join(_OUTPUT_DIR.value, tokenization.VOCABULARY_FILE[_KIND.value])
     if fileio.exists(target):  # checkpoints trained with it would no longer match
         raise ValueError(f"{target} exists; remove it or choose another --output_dir")
     lines = _lines(paths)

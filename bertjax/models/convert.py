@@ -46,6 +46,9 @@ _HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_t
 _TF_ACT = {"gelu": "gelu_tanh", "relu": "relu"}  # the original TF "gelu" is the tanh form
 _HF_IGNORED = re.compile(r"(^|\.)position_ids$")
 _HF_NO_POOLER = ("BertForMaskedLM", "BertForTokenClassification", "BertForQuestionAnswering")
+# The Hugging Face BERT classes an export may name in config.json's "architectures".
+HF_ARCHITECTURES = ("BertModel", "BertForPreTraining", "BertForNextSentencePrediction",
+                    "BertForSequenceClassification", "BertForMultipleChoice", *_HF_NO_POOLER)
 _TF_IGNORED = re.compile(r"(/adam_[mv]$)|(^global_step$)|(^_CHECKPOINTABLE_OBJECT_GRAPH$)")
 
 

@@ -19,8 +19,8 @@ answer is *bad* when `context[answer_start:][:len(text)]` is not its text, or co
 token. In training (`is_training`), choice made: a JSON file is the user's own data, so a
 bad answer raises an error naming the file and the question id (a silently smaller
 training set hides a broken file); `config.data.skip_bad_answers=True` turns that into
-run_squad.py's behaviour, a counted and logged skip ("Could not find answer"), which is the default for
-TFDS (the published dataset, and random text under `tfds.testing.mock_data`). Evaluation
+run_squad.py's behaviour, a counted and logged skip ("Could not find answer"), which is the
+default for TFDS (the published dataset, and random text under `tfds.testing.mock_data`). Evaluation
 splits keep every question (their answers are compared as text by the metric); a bad or
 missing answer there gets positions -1/-1: no gold span, left out of the evaluation loss.
 
