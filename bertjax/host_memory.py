@@ -6,9 +6,10 @@ mmap in a thread arena and unmaps it on free, so every step faults in and zeroes
 buffer again: about 360,000 page faults and 0.6 s of kernel time per BERT-base step on a
 2-core machine. With one malloc arena, no mmap for large blocks and no trimming of the
 heap's top, the freed buffer is reused in place (no faults): BERT-base steps 1.2x faster,
-the demo 1.8x. The price is memory: nothing freed goes back to the system, and the one heap can
-fragment (peak RSS: BERT-base 3.3 GB in most runs, 4.7 to 6.3 GB in about one of four; the
-demo's tiny model 1.2 -> 1.9 GB), so it is off unless BERTJAX_KEEP_FREED_MEMORY=1 (launch/demo.sh sets it).
+the demo 1.8x. The price is memory: nothing freed goes back to the system, and the one
+heap can fragment (peak RSS: BERT-base 3.3 GB in most runs, 4.7 to 6.3 GB in about one of
+four; the demo's tiny model 1.2 -> 1.9 GB), so it is off unless BERTJAX_KEEP_FREED_MEMORY=1
+(launch/demo.sh sets it).
 
 The launchers that run steps (pretrain, finetune, demo, benchmark) call
 `keep_freed_memory()` before they import anything else of bertjax: it must run before any
