@@ -359,7 +359,11 @@ _KILL_DURING_SAVE = textwrap.dedent("""
     big = {"params": {"w": jax.random.normal(jax.random.key(0), (50_000_000,))}, "step": jnp.int32(2)}
     big["params"]["w"].block_until_ready()
     ckpt.save(2, big, data_position=2, config={})
-    print("tmp dirs:", sorted(n for n in os.listdir(directory) if "tmp" in n), flush=True)
+    tmp_dirs = lambda: sorted(n for n in os.listdir(directory) if "tmp" in n)
+    deadline = time.time() + 10  # orbax may create the tmp folder from its background thread
+    while not tmp_dirs() and time.time() < deadline:
+        time.sleep(0.01)
+    print("tmp dirs:", tmp_dirs(), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 """)
 
