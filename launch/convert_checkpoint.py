@@ -9,7 +9,7 @@ original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
         --output=/ckpt/bert-base-hf --format=huggingface
 
 The vocabulary is copied from --vocab, else from <input>/vocab.txt (or a bertjax run's saved
-tokenizer) when present.
+tokenizer) when present. --output must be a new or empty folder (two layouts never mix).
 """
 
 import os
@@ -37,6 +37,12 @@ def main(_):
 
     if _ARCHITECTURE.value and _ARCHITECTURE.value not in convert.HF_ARCHITECTURES:
         raise ValueError(f"--architecture={_ARCHITECTURE.value} is not one of {', '.join(convert.HF_ARCHITECTURES)}")
+    output = _OUTPUT.value
+    if fileio.exists(output) and not fileio.isdir(output):
+        raise ValueError(f"--output={output} is a file; give a new or empty folder")
+    if fileio.isdir(output) and fileio.listdir(output):  # never mix two checkpoints' files
+        raise ValueError(f"--output={output} is not empty (it has {', '.join(sorted(fileio.listdir(output))[:4])}"
+                         f"{', ...' if len(fileio.listdir(output)) > 4 else ''}); give a new or empty folder")
     config, params = convert.load_pretrained(_INPUT.value)
     vocab = _VOCAB.value
     if vocab is None:
@@ -49,11 +55,11 @@ def main(_):
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab)")
     if _FORMAT.value == "huggingface":
-        convert.export_huggingface(config, params, _OUTPUT.value, vocab, architecture=_ARCHITECTURE.value)
+        convert.export_huggingface(config, params, output, vocab, architecture=_ARCHITECTURE.value)
     else:
-        convert.export_tf_checkpoint(config, params, _OUTPUT.value, vocab)
+        convert.export_tf_checkpoint(config, params, output, vocab)
     heads = sorted(set(params) - {"bert"})
-    print(f"wrote {_OUTPUT.value} ({_FORMAT.value} layout, heads: {heads or 'none'}, vocab: {vocab})")
+    print(f"wrote {output} ({_FORMAT.value} layout, heads: {heads or 'none'}, vocab: {vocab})")
 
 
 if __name__ == "__main__":

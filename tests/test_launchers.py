@@ -44,6 +44,9 @@ CASES = [
      "--architecture applies only to --format=huggingface"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab={tmp}/vocab.txt"],
      "vocab.txt has 6 tokens but the checkpoint"),
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/hf"], "--output={tmp}/hf is not empty (it "
+                                                                            "has config.json, model.safetensors)"),
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt"], "is a file"),
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/vocab", "--vocab_size=3"],
      "vocab_size must be an int > 5"),
@@ -76,5 +79,6 @@ def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-3000:]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message.format(tmp=tmp_path) in lines[0], \
+        result.stderr[-3000:]
     assert not (tmp_path / "out").exists()  # nothing written before the error
