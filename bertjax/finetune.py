@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import checkpointing, console, fileio, optim, sharding, tasks, tokenization, trainer
+from bertjax import checkpointing, console, fileio, optim, run_config, sharding, tasks, tokenization, trainer
 from bertjax.models import BertConfig, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.tasks import batching, packing
@@ -206,6 +206,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     "last": the last logged metrics, "predictions": files written, "main_metric": the
     task's metric that picks the best checkpoint}."""
     with trainer.hold_workdir(workdir):
+        run_config.check_same_kind(workdir, config.to_dict())  # before anything is written there
         return _finetune(config, workdir)
 
 
@@ -251,9 +252,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
                                                    async_save=False)
     pretrained = (lambda: pretrained_params(config, bert, task)) if config.init_checkpoint else None
+    saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict()}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
-                                       pretrained_source=config.init_checkpoint)
+                                       pretrained_source=config.init_checkpoint, config=saved_config)
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
 
@@ -304,7 +306,6 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.latest_step() else None
     best = best_meta["extra"] if best_meta else None  # {"step", "metrics"} of the best evaluation so far
     start_step = int(jax.device_get(state.step))
-    saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict()}
     loop = trainer.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,

@@ -20,7 +20,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bertjax import checkpointing, fileio, optim, sharding, tokenization, trainer
+from bertjax import checkpointing, fileio, optim, run_config, sharding, tokenization, trainer
 from bertjax.metrics import pretraining_flops_per_sequence
 from bertjax.models import (PRETRAINING_LOSS_TERMS, BertConfig, BertForPreTraining, pretraining_counts,
                             pretraining_sums, stack_layers)
@@ -168,6 +168,17 @@ class HostBatches:
             yield {name: batch[name][self.rows] for name in self.features}
 
 
+def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
+    """A warning when the eval split (one epoch of `pipeline`, this host's rows) is smaller
+    than an evaluation's `eval_batches` batches: its examples would then count more than once."""
+    rows, wanted = pipeline.epoch_size(0), eval_batches * pipeline.batch_size
+    if rows < wanted:
+        log.warning("the eval split has %d rows on this host, fewer than the %d of an evaluation "
+                    "(config.train.eval_batches=%d x %d): they repeat (with new masks); raise "
+                    "config.data.eval_fraction or lower config.train.eval_batches", rows, wanted, eval_batches,
+                    pipeline.batch_size)
+
+
 # ======================================================================================
 # The run.
 # ======================================================================================
@@ -175,6 +186,7 @@ class HostBatches:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     """Runs pre-training to `config.train.num_steps`; returns the last logged metrics."""
     with trainer.hold_workdir(workdir):
+        run_config.check_same_kind(workdir, config.to_dict())  # before anything is written there
         return _train_and_evaluate(config, workdir)
 
 
@@ -211,7 +223,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     train_data = HostBatches(config, workdir, "train")
     eval_batches = []
     if train_cfg.eval_every and train_cfg.eval_batches:
-        eval_stream = HostBatches(config, workdir, "eval").batches(0)
+        eval_data = HostBatches(config, workdir, "eval")
+        warn_if_eval_repeats(eval_data.pipeline, train_cfg.eval_batches)
+        eval_stream = eval_data.batches(0)
         eval_batches = [next(eval_stream) for _ in range(train_cfg.eval_batches)]
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
@@ -229,9 +243,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     pretrained = None
     if config.init_checkpoint:
         pretrained = lambda: pretrained_params(config.init_checkpoint, bert, abstract.params)
+    saved_config = {**config.to_dict(), "model": bert.to_dict()}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
-                                       pretrained_source=config.init_checkpoint)
+                                       pretrained_source=config.init_checkpoint, config=saved_config)
     log.info("%s", how)
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))  # fine-tuning finds it here
@@ -250,7 +265,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
 
     start_step = int(jax.device_get(state.step))
     loop = trainer.Loop(
-        workdir=workdir, checkpointer=checkpointer, saved_config={**config.to_dict(), "model": bert.to_dict()},
+        workdir=workdir, checkpointer=checkpointer, saved_config=saved_config,
         num_steps=train_cfg.num_steps, start_step=start_step, log_every=train_cfg.log_every,
         eval_every=train_cfg.eval_every if eval_batches else 0,
         max_consecutive_bad_steps=train_cfg.max_consecutive_bad_steps,

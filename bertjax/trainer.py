@@ -34,7 +34,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import console, models, optim, sharding
+from bertjax import console, models, optim, run_config, sharding
 from bertjax.metrics import MetricsWriter, peak_flops_per_device
 from bertjax.preemption import PreemptionWatcher
 
@@ -255,11 +255,12 @@ def place_params(pretrained: dict[str, Any], abstract_params: dict, param_shardi
 def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, init_params: Callable[[], Any],
                   optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh,
                   pretrained: Callable[[], dict[str, Any]] | None = None,
-                  pretrained_source: str = "") -> tuple[TrainState, str]:
+                  pretrained_source: str = "", config: dict | None = None) -> tuple[TrainState, str]:
     """The state a run starts from, in the fixed resume order, and a line saying which:
 
     1. the run's own latest checkpoint (`checkpointer`, None when the run keeps none):
-       everything, step and optimizer included;
+       everything, step and optimizer included; a warning lists the settings of `config`
+       (the run's saved_config) that differ from the checkpoint's;
     2. `pretrained()` (called only here): {name: numpy subtree} replacing those parameter
        subtrees of a fresh initialisation (e.g. only "bert" when the head is new); step 0;
     3. scratch: `init_params()` (boxed params, created directly in their shardings).
@@ -267,6 +268,9 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
     with sharding.activate(mesh):
         if checkpointer is not None and checkpointer.latest_step() is not None:
             state, meta = checkpointer.restore(with_shardings(abstract, shardings))
+            changes = run_config.changed_settings(meta["config"], config) if config is not None else []
+            if changes:
+                log.warning("%s", run_config.describe_changes(changes))
             return state, f"resumed from {checkpointer.directory} at step {meta['step']}"
         params = jax.jit(lambda: nn.unbox(init_params()), out_shardings=shardings.params)()
         how = "initialised from scratch"

@@ -181,7 +181,8 @@ def test_sigterm_then_resume_gives_the_uninterrupted_run(pretrained_run, tmp_pat
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 3, stderr[-3000:]
     assert "preempted (SIGTERM)" in stderr
-    subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
+    rerun = subprocess.run(command, env=env, check=True, capture_output=True, text=True, timeout=600)
+    assert "resumed with" not in rerun.stderr  # the same settings: no changes reported
     resumed = _metrics(tmp_path / "interrupted")
     key = lambda records: {(r["step"], name): value for r in records for name, value in r.items()
                            if name.startswith(("loss", "accuracy", "eval_", "learning_rate"))}

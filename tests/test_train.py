@@ -75,7 +75,7 @@ def test_sigterm_then_resume_replays_the_uninterrupted_run_bitwise(tmp_path, pre
     stopped_at = max(_losses(_metrics(workdir)))
     assert 7 <= stopped_at < 24, "the signal should land mid-run"
 
-    _run(workdir, prepared_dir, *steps)
+    assert "resumed with" not in _run(workdir, prepared_dir, *steps).stderr  # the same settings
     resumed = _losses(_metrics(workdir))
     assert sorted(resumed) == list(range(1, 25))
     assert resumed == reference  # every step, bitwise (floats round-trip exactly through JSON)
@@ -165,6 +165,26 @@ def test_a_run_that_cannot_resume_leaves_the_workdir_as_it_was(tmp_path, prepare
     assert json.loads(saved.read_text())["vocab_hash"] == "another"  # not replaced by the run that failed
 
 
+def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(tmp_path, prepared_dir):
+    workdir = tmp_path / "run"
+    _run(workdir, prepared_dir, "--config.train.num_steps=5")
+    finetune = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "finetune.py"),
+                               "--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
+                               f"--workdir={workdir}"], env=_env(), capture_output=True, text=True, timeout=600)
+    lines = [line for line in finetune.stderr.splitlines() if line.strip()]
+    assert finetune.returncode == 2 and len(lines) == 1, finetune.stderr[-3000:]
+    assert "holds the checkpoints of a pre-training run, and this is a fine-tuning task 'demo' run" in lines[0]
+    assert not (workdir / "best").exists()  # refused before anything was written
+
+    result = _run(workdir, prepared_dir, "--config.train.num_steps=7", "--config.data.max_seq_length=32",
+                  "--config.train.log_every=7")
+    warnings = [line for line in result.stderr.splitlines() if "resumed with" in line]
+    assert len(warnings) == 1, result.stderr[-3000:]
+    assert "2 setting(s) changed" in warnings[0] and "not an exact continuation" in warnings[0]
+    assert "data.max_seq_length 64 -> 32; train.num_steps 5 -> 7" in warnings[0]  # log_every is operational
+    assert [r["step"] for r in _metrics(workdir) if "loss" in r][-1] == 7
+
+
 def test_a_corrupt_checkpoint_ends_with_one_error_line(tmp_path, prepared_dir):
     workdir = tmp_path / "run"
     _run(workdir, prepared_dir, "--config.train.num_steps=5")
@@ -180,6 +200,28 @@ def test_a_corrupt_checkpoint_ends_with_one_error_line(tmp_path, prepared_dir):
 # ---------------------------------------------------------------------------------------
 # Validation before compile (in-process, no training).
 # ---------------------------------------------------------------------------------------
+
+class _Pipeline:
+    batch_size = 16
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def epoch_size(self, epoch):
+        assert epoch == 0
+        return self.rows
+
+
+def test_an_eval_split_smaller_than_an_evaluation_is_reported(caplog):
+    from bertjax import train
+
+    train.warn_if_eval_repeats(_Pipeline(rows=48), eval_batches=3)
+    assert not caplog.records
+    train.warn_if_eval_repeats(_Pipeline(rows=40), eval_batches=3)
+    [record] = caplog.records
+    assert record.levelname == "WARNING" and "has 40 rows on this host, fewer than the 48" in record.getMessage()
+    assert "config.data.eval_fraction" in record.getMessage()
+
 
 def _config(**changes):
     config = pretrain_config.get_config("tiny")

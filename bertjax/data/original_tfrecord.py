@@ -85,8 +85,9 @@ class OriginalTFRecordPipeline:
             records = records.shard(*self.record_shard)
         return records.shuffle(self.shuffle_buffer, seed=shuffle_seed(tf.random.experimental.stateless_fold_in(key, 1)))
 
-    def epoch_size(self) -> int:
-        """Records per epoch on this host (one counting pass, cached)."""
+    def epoch_size(self, epoch: int = 0) -> int:
+        """Records per epoch on this host (every epoch holds the same records; one counting
+        pass, cached)."""
         if self._epoch_size is None:
             self._epoch_size = int(self._epoch(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
                                                                                 lambda n, _: n + 1))

@@ -1,0 +1,75 @@
+"""What a workdir's checkpoints say about the run that wrote them, checked when a run starts.
+
+Every checkpoint's meta holds the config of the run that saved it (`Loop`'s saved_config:
+the launcher's config with the resolved model, and for fine-tuning the resolved schedule).
+Before a run writes anything into its workdir, `check_same_kind` refuses a workdir whose
+checkpoints come from another kind of run (pre-training vs fine-tuning, or fine-tuning
+another task), which would otherwise fail later on a tree mismatch. On resume,
+`changed_settings` lists what differs from the checkpoint's config, so a resume that is
+no longer an exact continuation says so.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bertjax import checkpointing, fileio
+
+# Settings that change where or how often things happen, not what the run computes.
+OPERATIONAL_SETTINGS = ("checkpoint.", "mesh.", "init_checkpoint", "train.log_every", "train.eval_every",
+                        "train.eval_batches", "train.eval_batch_size", "train.max_consecutive_bad_steps",
+                        "train.sweep", "data.prepared_dir", "data.tfds_data_dir", "data.vocab_path")
+_SHOWN_CHANGES = 8
+
+
+def run_kind(config: dict[str, Any]) -> str:
+    """'pre-training' or "fine-tuning task 'x'", from a run's (saved) config."""
+    return f"fine-tuning task {config['task']!r}" if config.get("task") else "pre-training"
+
+
+def check_same_kind(workdir: str, config: dict[str, Any]) -> None:
+    """ValueError when `workdir`'s checkpoints were written by another kind of run than
+    `config`'s; nothing is read but the newest checkpoint's meta (an unreadable one is left
+    for the restore to report)."""
+    directory = fileio.join(workdir, "checkpoints")
+    if not checkpointing.is_bertjax_checkpoint(directory):
+        return
+    try:
+        saved = checkpointing.read_meta(directory).get("config") or {}
+    except (OSError, ValueError):
+        return
+    if run_kind(saved) != run_kind(config):
+        raise ValueError(f"workdir {workdir} holds the checkpoints of a {run_kind(saved)} run, and this is a "
+                         f"{run_kind(config)} run: give it a new workdir (to start from those weights, set "
+                         f"config.init_checkpoint={directory})")
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """'key saved -> current' for each setting (dotted key) that differs between two configs,
+    operational settings (OPERATIONAL_SETTINGS) left out."""
+    old, new = _flatten(saved), _flatten(json.loads(json.dumps(current)))  # as the checkpoint stored it
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        if key.startswith(OPERATIONAL_SETTINGS) or old.get(key, "unset") == new.get(key, "unset"):
+            continue
+        changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}")
+    return changes
+
+
+def describe_changes(changes: list[str]) -> str:
+    """One line for the console: the first few changes and how many more."""
+    shown = "; ".join(changes[:_SHOWN_CHANGES])
+    more = f"; and {len(changes) - _SHOWN_CHANGES} more" if len(changes) > _SHOWN_CHANGES else ""
+    return (f"resumed with {len(changes)} setting(s) changed since the checkpoint, so this is not an exact "
+            f"continuation: {shown}{more}")
