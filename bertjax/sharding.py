@@ -60,17 +60,18 @@ def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, tensor: int = 1)
     sizes = {"data": data, "fsdp": fsdp, "tensor": tensor}
     unknown = [name for name, size in sizes.items() if size == -1]
     if len(unknown) > 1:
-        raise ValueError(f"mesh: at most one of data/fsdp/tensor may be -1, got {sizes}")
+        raise ValueError(f"config.mesh: at most one of data/fsdp/tensor may be -1, got {sizes}")
     for name, size in sizes.items():
         if size != -1 and (not isinstance(size, int) or size < 1):
-            raise ValueError(f"mesh.{name} must be a positive int or -1, got {size!r}")
+            raise ValueError(f"config.mesh.{name} must be a positive int or -1, got {size!r}")
     known = math.prod(size for size in sizes.values() if size != -1)
     if unknown:
         if num_devices % known:
-            raise ValueError(f"mesh: {num_devices} devices are not divisible by the fixed axes {sizes}")
+            raise ValueError(f"config.mesh: {num_devices} devices are not divisible by the fixed axes {sizes}")
         sizes[unknown[0]] = num_devices // known
     if math.prod(sizes.values()) != num_devices:
-        raise ValueError(f"mesh: data*fsdp*tensor = {math.prod(sizes.values())} but there are {num_devices} devices ({sizes})")
+        raise ValueError(f"config.mesh: data*fsdp*tensor = {math.prod(sizes.values())} but there are {num_devices} "
+                         f"devices ({sizes})")
     return sizes["data"], sizes["fsdp"], sizes["tensor"]
 
 

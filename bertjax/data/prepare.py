@@ -318,9 +318,11 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
 
 def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
     if found != wanted:
-        differ = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
-        raise ValueError(f"{output_dir} holds data prepared with other settings (differing: {differ}); "
-                         "delete it or choose another config.data.prepared_dir")
+        short = lambda value: repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."  # units: long lists
+        differ = "; ".join(f"{key} {short(found.get(key))} there, {short(wanted.get(key))} now"
+                           for key in sorted(set(found) | set(wanted)) if found.get(key) != wanted.get(key))
+        raise ValueError(f"{output_dir} holds data prepared with other settings ({differ}): delete it, or prepare "
+                         "into another folder (config.data.prepared_dir; prepare_data.py's --output_dir)")
 
 
 def _done_path(output_dir: str, index: int) -> str:

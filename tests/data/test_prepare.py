@@ -140,7 +140,7 @@ def test_other_settings_in_the_same_directory_are_refused(tmp_path):
     _write_corpus(tmp_path, num_files=1, docs_per_file=5)
     out = str(tmp_path / "out")
     prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
-    with pytest.raises(ValueError, match=r"other settings \(differing: \['eval_fraction'\]\)"):
+    with pytest.raises(ValueError, match=r"other settings \(eval_fraction 0\.\d+ there, 0\.\d+ now\): delete it"):
         prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.5), out, num_workers=1)
     with pytest.raises(ValueError, match="demo WordPiece vocabulary"):
         prepare.load_tokenizer_for(_config(tmp_path, tokenizer="sentencepiece"), out)
