@@ -52,13 +52,36 @@ SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers
 
 def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:
     """The config's tokenizer; `vocab_path == ""` means the (uncased) demo vocabulary,
-    written under `cache_dir`."""
+    written under `cache_dir`, except for `source == "prepared"`: the data's own tokenizer."""
+    if data_config.source == "prepared":
+        return _prepared_tokenizer(data_config)
     if not data_config.vocab_path:
         if data_config.tokenizer != "wordpiece":
             raise ValueError("config.data.vocab_path='' selects the demo WordPiece vocabulary, but "
                              f"config.data.tokenizer={data_config.tokenizer!r}; give a vocab_path")
         return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(cache_dir), do_lower_case=True)
     return tokenization.load_tokenizer(data_config.tokenizer, data_config.vocab_path, data_config.do_lower_case)
+
+
+def _prepared_tokenizer(data_config: Any) -> tokenization.Tokenizer:
+    """The tokenizer the directory `input_pattern` was prepared with: the one its metadata
+    names, or `vocab_path` when set, which must then be the same vocabulary (ValueError)."""
+    directory = data_config.input_pattern
+    saved = read_metadata(directory)["tokenizer"]
+    path = data_config.vocab_path or saved["path"]
+    if not data_config.vocab_path and not fileio.exists(path):
+        raise FileNotFoundError(f"{directory} was prepared with the vocabulary {path}, which is gone: set "
+                                f"config.data.vocab_path to a copy of it")
+    if data_config.vocab_path:
+        tokenizer = tokenization.load_tokenizer(data_config.tokenizer, path, data_config.do_lower_case)
+    else:
+        tokenizer = tokenization.load_tokenizer(saved["kind"], path, saved["do_lower_case"])
+    if tokenizer.vocab_hash != saved["vocab_hash"]:
+        raise ValueError(f"config.data.vocab_path={path} (tokenizer {tokenizer.kind}, do_lower_case "
+                         f"{tokenizer.do_lower_case}) is not the tokenizer {directory} was prepared with "
+                         f"({saved['path']}, {saved['kind']}, do_lower_case {saved['do_lower_case']}); leave "
+                         f"config.data.vocab_path empty to use that one")
+    return tokenizer
 
 
 def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None = None) -> dict:

@@ -42,11 +42,13 @@ import numpy as np
 from absl import logging
 
 from bertjax import fileio
-from bertjax.data import masking, pairing, shards
+from bertjax.data import masking, pairing, shards, sources
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
                                   shuffle_seed)
 from bertjax.tf_cpu import tf
 
+# Text sources (prepared on first use), a directory prepared earlier, Google's pre-training records.
+SOURCES = (*sources.SOURCES, "prepared", "original_tfrecord")
 _AUTOTUNE = tf.data.AUTOTUNE
 _MAX_EPOCHS = 1 << 40  # "forever"
 _DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
@@ -59,6 +61,7 @@ def check_data_config(data_config) -> None:
     """Range checks ml_collections cannot do; errors name the config key."""
     d = data_config
     checks = [
+        (d.source in SOURCES, f"source must be one of {', '.join(SOURCES)}, got {d.source!r}"),
         (d.max_seq_length >= 8, "max_seq_length must be >= 8"),
         (0 < d.max_predictions_per_seq <= d.max_seq_length, "max_predictions_per_seq must be in [1, max_seq_length]"),
         (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),

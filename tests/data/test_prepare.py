@@ -61,6 +61,23 @@ def test_prepare_writes_every_document_once_with_counts(tmp_path):
     assert prepare.ensure_prepared(_config(tmp_path, source="prepared", input_pattern=out), "unused") == metadata
 
 
+def test_a_prepared_directory_brings_its_own_tokenizer(tmp_path):
+    _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+    out = str(tmp_path / "out")
+    metadata = prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    reuse = _config(tmp_path, source="prepared", input_pattern=out)
+    assert prepare.load_tokenizer_for(reuse, "unused").vocab_hash == metadata["tokenizer"]["vocab_hash"]
+    (tmp_path / "other.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+    other = _config(tmp_path, source="prepared", input_pattern=out, vocab_path=str(tmp_path / "other.txt"))
+    with pytest.raises(ValueError, match=rf"vocab_path=.*other.txt .* is not the tokenizer {out} was prepared with"):
+        prepare.load_tokenizer_for(other, "unused")
+    same = _config(tmp_path, source="prepared", input_pattern=out, vocab_path=metadata["tokenizer"]["path"])
+    assert prepare.load_tokenizer_for(same, "unused").vocab_hash == metadata["tokenizer"]["vocab_hash"]
+    os.remove(metadata["tokenizer"]["path"])
+    with pytest.raises(FileNotFoundError, match="which is gone: set config.data.vocab_path"):
+        prepare.load_tokenizer_for(reuse, "unused")
+
+
 def test_eval_split_is_by_document_content_not_worker_layout(tmp_path, monkeypatch):
     _write_corpus(tmp_path, num_files=1, docs_per_file=60)
     one = prepare.ensure_prepared(_config(tmp_path), str(tmp_path / "a"), num_workers=1)
