@@ -24,6 +24,9 @@ _INPUT = flags.DEFINE_string("input", None, "checkpoint directory to read", requ
 _OUTPUT = flags.DEFINE_string("output", None, "directory to write", required=True)
 _FORMAT = flags.DEFINE_enum("format", "huggingface", ["huggingface", "tf"], "layout to write")
 _VOCAB = flags.DEFINE_string("vocab", None, "vocab.txt to copy (default: <input>/vocab.txt if present)")
+_LOWER_CASE = flags.DEFINE_bool(
+    "do_lower_case", None, "whether the vocabulary is uncased, written to the Hugging Face tokenizer_config.json "
+    "(default: what the input says: tokenizer_config.json, a release named (un)cased_L-..., a bertjax run's tokenizer)")
 _ARCHITECTURE = flags.DEFINE_string(
     "architecture", None, "Hugging Face architectures entry, e.g. BertForTokenClassification "
     "(default: guessed from the heads present)")
@@ -44,10 +47,12 @@ def main(_):
         raise ValueError(f"--output={output} is not empty (it has {', '.join(sorted(fileio.listdir(output))[:4])}"
                          f"{', ...' if len(fileio.listdir(output)) > 4 else ''}); give a new or empty folder")
     config, params = convert.load_pretrained(_INPUT.value)
-    vocab = _VOCAB.value
+    vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
     if vocab is None:
         saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer
-        vocab = saved["path"] if saved and saved["kind"] == "wordpiece" else None
+        if saved and saved["kind"] == "wordpiece":
+            vocab = saved["path"]
+            do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case
     if vocab is not None:  # checked before anything is written
         with fileio.open_file(vocab) as f:
             vocab_size = sum(1 for _ in f)  # one token per line
@@ -55,11 +60,13 @@ def main(_):
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab)")
     if _FORMAT.value == "huggingface":
-        convert.export_huggingface(config, params, output, vocab, architecture=_ARCHITECTURE.value)
+        convert.export_huggingface(config, params, output, vocab, architecture=_ARCHITECTURE.value,
+                                   do_lower_case=do_lower_case)
     else:
         convert.export_tf_checkpoint(config, params, output, vocab)
     heads = sorted(set(params) - {"bert"})
-    print(f"wrote {output} ({_FORMAT.value} layout, heads: {heads or 'none'}, vocab: {vocab})")
+    casing = "" if vocab is None or do_lower_case is None else f", {'un' if do_lower_case else ''}cased"
+    print(f"wrote {output} ({_FORMAT.value} layout, heads: {heads or 'none'}, vocab: {vocab}{casing})")
 
 
 if __name__ == "__main__":

@@ -277,8 +277,10 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 
 def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str, vocab_path: str | None = None,
-                       architecture: str | None = None) -> None:
-    """Writes `out_dir`/config.json, model.safetensors (and vocab.txt if `vocab_path`).
+                       architecture: str | None = None, do_lower_case: bool | None = None) -> None:
+    """Writes `out_dir`/config.json, model.safetensors (and vocab.txt if `vocab_path`, with
+    tokenizer_config.json when `do_lower_case` is known: Hugging Face's BertTokenizer
+    lower-cases unless told otherwise, so a cased model needs it).
 
     `params`: {"bert": encoder tree, <heads>} or a bare encoder tree; scanned or unrolled.
     Names carry the "bert." prefix when heads are present (like BertFor* models).
@@ -310,6 +312,10 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
         json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_path:
         fileio.copy(vocab_path, fileio.join(out_dir, "vocab.txt"))
+        if do_lower_case is not None:
+            fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
+                "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+                "model_max_length": config.max_position_embeddings})
 
 
 def _guess_architecture(heads: tuple[str, ...]) -> str:
@@ -489,7 +495,8 @@ def pretrained_config(path: str) -> BertConfig:
     """The BertConfig of a checkpoint in any layout, read without loading its weights."""
     layout, directory = checkpoint_layout(path)
     if layout == "huggingface":
-        return hf_config_to_bert(fileio.read_json(fileio.join(directory, "config.json")), fileio.join(directory, "config.json"))
+        config_path = fileio.join(directory, "config.json")
+        return hf_config_to_bert(fileio.read_json(config_path), config_path)
     if layout == "tf":
         return tf_config_to_bert(fileio.read_json(fileio.join(directory, "bert_config.json")),
                                  fileio.join(directory, "bert_config.json"))

@@ -265,6 +265,20 @@ def test_command_line_converter(tf_release, tmp_path):
     assert_trees_equal(params2, bertjax.load_pretrained(directory)[1])
 
 
+@pytest.mark.parametrize("source, flag, expected", [("minilm", [], True),
+                                                   ("tf_release", ["--do_lower_case=false"], False)])
+def test_converted_hugging_face_directory_keeps_the_casing(tf_release, tmp_path, source, flag, expected):
+    directory = MINILM_DIR if source == "minilm" else tf_release[0]
+    out = tmp_path / "hf"
+    result = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"),
+                             f"--input={directory}", f"--output={out}", *flag], check=True, cwd=REPO,
+                            capture_output=True, text=True)
+    assert f"{'un' if expected else ''}cased)" in result.stdout
+    saved = json.loads((out / "tokenizer_config.json").read_text())
+    assert saved["do_lower_case"] is expected and saved["tokenizer_class"] == "BertTokenizer"
+    assert convert.checkpoint_vocabulary(str(out))["do_lower_case"] is expected  # and fine-tuning reads it back
+
+
 # ------------------------------------------------------------------------------------------------
 # bertjax's own checkpoints
 # ------------------------------------------------------------------------------------------------
