@@ -33,6 +33,10 @@ else:
 
 from absl import app, flags  # noqa: E402
 
+# The flags defined below (define_run_flags, define_config_file) belong to the launcher that
+# asks for them, so its --help lists them.
+flags.disclaim_key_flags()
+
 EXIT_ERROR, EXIT_STOPPED = 2, 3
 # Loggers that talk at INFO about their own business during a normal run.
 _CHATTY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorflow", "tensorflow_datasets", "bertjax")

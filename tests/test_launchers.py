@@ -20,6 +20,8 @@ CASES = [
     ("pretrain.py", [PRETRAIN + "x"], "unknown BERT preset 'tinyx'"),
     ("pretrain.py", ["--config=configs/nothere.py"], "cannot load the config file"),
     ("pretrain.py", [PRETRAIN, "--config.data.masked_lm_prob=1.7"], "masked_lm_prob must be in (0, 1)"),
+    ("pretrain.py", [PRETRAIN, "--config.data.source=txt"], "source must be one of demo, text, jsonl, parquet, tfds, "
+                                                            "prepared, original_tfrecord, got 'txt'"),
     ("pretrain.py", [PRETRAIN, "--config.data.source=text", "--config.data.input_pattern={tmp}/none/*.txt"],
      "matches no file"),
     ("pretrain.py", [PRETRAIN, "--config.init_checkpoint={tmp}/nothing"], "config.init_checkpoint="),
@@ -82,3 +84,13 @@ def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
     assert len(lines) == 1 and lines[0].startswith("error: ") and message.format(tmp=tmp_path) in lines[0], \
         result.stderr[-3000:]
     assert not (tmp_path / "out").exists()  # nothing written before the error
+
+
+@pytest.mark.parametrize("launcher, flags", [("pretrain.py", ("--config:", "--workdir:", "--distributed:")),
+                                             ("finetune.py", ("--config:", "--workdir:")),
+                                             ("demo.py", ("--pretrain:", "--finetune:", "--workdir:"))])
+def test_help_lists_the_launchers_flags(launcher, flags):
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "launch", launcher), "--help"], capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    for flag in flags:  # (absl's --help exits with 1)
+        assert f"  {flag}" in result.stdout, (flag, result.stdout[-2000:])
