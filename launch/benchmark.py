@@ -31,6 +31,7 @@ libtcmalloc-minimal4) gave JAX more sequences/s but a higher peak RSS (benchmark
 
 import dataclasses
 import gc
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -337,6 +338,12 @@ def main(_):
         run.timed(_STEPS.value)
         print(f"peak_rss_mb={_peak_rss_mb():.1f}")
         return
+    if _COMPARE.value:  # checked before the JAX step compiles
+        missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise ValueError(f"--compare needs {' and '.join(missing)}: pip install -e '.[bench]'")
+        if _PACK.value:
+            raise ValueError("--compare runs unpacked batches only; leave --pack_pairs at 0")
     import jax
 
     jax_run = JaxRun(config)
@@ -349,8 +356,6 @@ def main(_):
     jax_run.timed(_WARMUP.value)
     torch_run = None
     if _COMPARE.value:
-        if _PACK.value:
-            raise ValueError("--compare runs unpacked batches only; leave --pack_pairs at 0")
         torch_run = TorchRun(bert)
         torch_run.timed(_WARMUP.value)
     if _PROFILE.value:

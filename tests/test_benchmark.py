@@ -28,6 +28,15 @@ def test_packed_bf16_run_prints_the_table():
     assert lines[-1].startswith("seq_per_s=") and float(lines[-1].split("=")[1]) > 0
 
 
+def test_compare_without_pytorch_is_one_error_line(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None  # as if not installed\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run([*COMMAND, "--compare"], env=env, capture_output=True, text=True, timeout=600)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith("error: --compare needs torch") and "pip install -e '.[bench]'" in lines[0]
+
+
 def test_misspelt_config_key_is_named():
     result = _run("--config.model.hiden_size=64")
     assert result.returncode != 0 and "hiden_size" in result.stderr
