@@ -3,6 +3,9 @@ r"""See what the model sees: pre-training examples decoded, with masks and NSP l
   python launch/inspect_data.py --config=configs/pretrain.py:tiny --num_examples=2000 \
       [--num_print=3] [--dump=/tmp/examples.npz] [--workdir=/tmp/bert_tiny] [--split=eval]
 
+--workdir: a training run's workdir reuses the data it prepared; without it the data is
+prepared under the temporary folder, one folder per data config.
+
 Draws --num_examples sequences from the configured pipeline (preparing the data first if
 needed, as training does), prints the first --num_print of them as text (a masked
 position reads `[original→shown]`), prints statistics over all of them, and with --dump
@@ -10,8 +13,11 @@ writes them to an .npz file under the original feature names.
 """
 
 import collections
+import hashlib
+import json
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -28,7 +34,8 @@ flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --
                      lower_bound=1)
 flags.DEFINE_integer("num_print", 3, "Sequences to print as text.", lower_bound=0)
 flags.DEFINE_string("dump", "", "Write the raw examples to this .npz file.")
-flags.DEFINE_string("workdir", "/tmp/bertjax_inspect", "Where data is prepared when config.data.prepared_dir is ''.")
+flags.DEFINE_string("workdir", "", "Where data is prepared when config.data.prepared_dir is '' (a training run's "
+                    "workdir: its data is reused); default: a folder per data config under the temporary folder.")
 flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split to inspect.")
 FLAGS = flags.FLAGS
 
@@ -80,11 +87,18 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
     }
 
 
+def default_workdir(data_config) -> str:
+    """<tmp>/bertjax_inspect/<hash of the data config>: each corpus and setting its own folder."""
+    digest = hashlib.sha256(json.dumps(data_config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), "bertjax_inspect", digest)
+
+
 def main(_):
     config = FLAGS.config
-    pipeline = pipelines.make_pipeline(config.data, FLAGS.workdir, batch_size=min(256, FLAGS.num_examples),
-                                         split=FLAGS.split)
-    tokenizer = getattr(pipeline, "tokenizer", None) or prepare.load_tokenizer_for(config.data, FLAGS.workdir)
+    workdir = FLAGS.workdir or default_workdir(config.data)
+    pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=min(256, FLAGS.num_examples),
+                                       split=FLAGS.split)
+    tokenizer = getattr(pipeline, "tokenizer", None) or prepare.load_tokenizer_for(config.data, workdir)
     batches, count = [], 0
     for batch in pipeline.batches():
         batches.append(batch)

@@ -26,3 +26,10 @@ def test_render_and_statistics(tmp_path):
     assert stats["sequences"] == "64"
     assert "equal to min(max, max(1, round(n*p))): 100.0%" in stats["predictions per sequence"]
     assert stats["NSP random (label 1)"] == f"{np.mean(batch['next_sentence_labels']):.1%}"
+
+
+def test_each_data_config_gets_its_own_default_folder():
+    demo, text = pretrain.get_config("tiny").data, pretrain.get_config("tiny").data
+    text.update(dict(source="text", input_pattern="/data/*.txt"))
+    assert inspect_data.default_workdir(demo) == inspect_data.default_workdir(pretrain.get_config("tiny").data)
+    assert inspect_data.default_workdir(demo) != inspect_data.default_workdir(text)
