@@ -73,7 +73,7 @@ def validate_train_config(train_config: Any) -> None:
     check("num_steps", _is_int(num_steps) and num_steps >= 1, "an int >= 1")
     warmup = _get(train_config, "warmup_steps")
     check("warmup_steps", _is_int(warmup) and 0 <= warmup <= num_steps,
-          f"an int in [0, config.train.num_steps={num_steps}]")
+          f"an int in [0, config.train.num_steps={num_steps}] (a shorter run needs a shorter warmup: set both)")
     if schedule == "inverse_sqrt":
         check("warmup_steps", warmup > 0, "> 0 for the 'inverse_sqrt' schedule")
     wd = _get(train_config, "weight_decay")

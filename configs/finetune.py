@@ -23,10 +23,11 @@ regression; squad_v1 squad_v2 (TFDS squad/v1.1, squad/v2.0), squad (your JSON); 
 the task, comma separated: `quick` (a few steps, for a smoke test on a CPU), `sweep` (the
 paper's grid: learning rate x batch size x epochs).
 
-Defaults (BERT_REFERENCE.md): the original optimizer (AdamWeightDecay without bias
-correction, eps 1e-6, weight decay 0.01, clip 1.0), linear warmup over 10% of the steps
-then linear decay, batch 32, 3 epochs, length 128, learning rate 2e-5 (the paper picked
-per task from {5e-5, 4e-5, 3e-5, 2e-5} on dev: use `sweep` to do the same). Per family:
+Defaults (the BERT paper's appendix A.3 and google-research/bert's scripts): the original
+optimizer (AdamWeightDecay without bias correction, eps 1e-6, weight decay 0.01, clip 1.0),
+linear warmup over 10% of the steps then linear decay, batch 32, 3 epochs, length 128,
+learning rate 2e-5 (the paper picked per task from {5e-5, 4e-5, 3e-5, 2e-5} on dev, and
+run_classifier.py's own default is 5e-5: use `sweep` to pick). Per family:
 SQuAD as run_squad.py (length 384, doc_stride 128, max_query_length 64, lr 3e-5, 2 epochs,
 n_best_size 20, max_answer_length 30, null_score_diff_threshold 0.0); NER, which has no
 original script, run_classifier.py's lr 5e-5 (with batch 32 and 3 epochs, inside the

@@ -4,7 +4,8 @@ Run (tiny preset on the embedded demo corpus, CPU minutes):
   python launch/pretrain.py --config=configs/pretrain.py:tiny --workdir=/tmp/bert_tiny
 
 Other presets: `mini`, `small`, `medium`, `base`, `large`; any config value can be
-overridden, e.g. `--config.train.num_steps=1000 --config.data.max_seq_length=512`.
+overridden, e.g. `--config.train.num_steps=1000 --config.train.warmup_steps=100
+--config.data.max_seq_length=512` (warmup_steps must not exceed num_steps).
 The argument may add options after the preset, comma separated:
   configs/pretrain.py:base,phase2   second phase of the original recipe (length 512)
 """
@@ -14,7 +15,7 @@ from ml_collections import config_dict
 
 from bertjax.models.config import BertConfig
 
-# Original recipe (BERT_REFERENCE.md): batch 256, 1M steps (900k at length 128 here, then
+# Original recipe (the BERT paper, appendix A.2): batch 256, 1M steps (900k at length 128 here, then
 # 100k at 512 with `phase2`), lr 1e-4, 10k warmup.
 _TRAIN_DEFAULTS = dict(global_batch_size=256, num_steps=900_000, learning_rate=1e-4, warmup_steps=10_000)
 # Tiny: about 2 CPU-minutes; eval MLM accuracy ~0.18 and NSP ~0.69 on the demo corpus.

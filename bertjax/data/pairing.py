@@ -1,7 +1,7 @@
 """Graph ops: documents -> NSP sentence pairs -> [CLS] A [SEP] B [SEP] layouts.
 
 The algorithm is `create_instances_from_document` of google-research/bert's
-create_pretraining_data.py, made online (see BERT_REFERENCE.md):
+create_pretraining_data.py, made online:
   * per document, the target length is max_num_tokens, or with probability
     short_seq_prob randint(2, max_num_tokens) (drawn once per document, as the original);
   * sentences accumulate into a chunk until it reaches the target or the document ends;

@@ -18,7 +18,7 @@ ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_at
 # Fields a checkpoint also records, used when the config leaves them unset.
 _INHERITED_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 
-# (layers, hidden, heads, intermediate) of the released models (BERT_REFERENCE.md).
+# (layers, hidden, heads, intermediate) of the released models (google-research/bert's README).
 PRESETS: dict[str, tuple[int, int, int, int]] = {
     "tiny": (2, 128, 2, 512),
     "mini": (4, 256, 4, 1024),
