@@ -108,12 +108,17 @@ def size(path: str) -> int:
 
 
 def read_json(path: str) -> Any:
-    """The JSON value in `path`; a JSONDecodeError that names the file when it is not JSON."""
-    with open_file(path) as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise json.JSONDecodeError(f"{path}: not valid JSON ({e.msg})", e.doc, e.pos) from None
+    """The JSON value in `path` (UTF-8, a leading byte-order mark allowed); a
+    UnicodeDecodeError or JSONDecodeError that names the file when it is not UTF-8 or JSON."""
+    data = read_bytes(path)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UnicodeDecodeError(e.encoding, e.object, e.start, e.end, f"{e.reason} in {path}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise json.JSONDecodeError(f"{path}: not valid JSON ({e.msg})", e.doc, e.pos) from None
 
 
 def write_bytes(path: str, data: bytes) -> None:

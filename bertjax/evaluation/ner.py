@@ -73,13 +73,19 @@ def _scores(correct: int, predicted: int, actual: int) -> dict[str, float]:
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
+def is_tag(tag: str) -> bool:
+    """Whether `tag` is "O" or <B|I|E|S>-<type>."""
+    prefix, dash, type_ = tag.partition("-")
+    return tag == "O" or (prefix in _PREFIXES and bool(dash) and bool(type_))
+
+
 def _parse(tag: str, sentence: int) -> tuple[str, str]:
     """(prefix, type) of a tag: ("O", "") for "O"; ValueError for anything malformed."""
     if tag == "O":
         return "O", ""
-    prefix, dash, type_ = tag.partition("-") if isinstance(tag, str) else ("", "", "")
-    if prefix not in _PREFIXES or not dash or not type_:
+    if not isinstance(tag, str) or not is_tag(tag):
         raise ValueError(f"sentence {sentence}: tag {tag!r} is neither 'O' nor B-, I-, E- or S-<type>")
+    prefix, _, type_ = tag.partition("-")
     return prefix, type_
 
 

@@ -31,7 +31,8 @@ from absl import logging
 from bertjax import fileio
 from bertjax.data.sources import DropCounter
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
-from bertjax.tasks.common import Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, write_lines
+from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, user_lines,
+                                  write_lines)
 
 MAX_SEQ_LENGTH = 128
 TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one list or several texts))
@@ -64,29 +65,28 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
     (unlabeled). Blank lines are skipped; anything else malformed raises ValueError naming
     file:line and what was expected."""
     contexts, choices, labels, locations = [], [], [], []
-    with fileio.open_file(path) as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict) or not isinstance(row.get(context_key), str):
-                raise ValueError(f"{where}: expected an object with a {context_key!r} string")
-            options = row.get(choices_key)
-            if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
-                raise ValueError(f"{where}: expected {choices_key!r} to be a list of at least 2 strings, "
-                                 f"got {options!r}"[:300])
-            label = -1
-            if label_key is not None:
-                label = row.get(label_key)
-                if isinstance(label, bool) or not isinstance(label, int) or not -1 <= label < len(options):
-                    raise ValueError(f"{where}: expected {label_key!r} to be an integer in [0, {len(options)}) "
-                                     f"(or -1 for unlabeled), got {label!r}")
-            contexts.append(row[context_key]), choices.append(options), labels.append(label)
-            locations.append(where)
+    for number, line in enumerate(user_lines(path), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(row, dict) or not isinstance(row.get(context_key), str):
+            raise ValueError(f"{where}: expected an object with a {context_key!r} string")
+        options = row.get(choices_key)
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
+            raise ValueError(f"{where}: expected {choices_key!r} to be a list of at least 2 strings, "
+                             f"got {options!r}"[:300])
+        label = -1
+        if label_key is not None:
+            label = row.get(label_key)
+            if isinstance(label, bool) or not isinstance(label, int) or not -1 <= label < len(options):
+                raise ValueError(f"{where}: expected {label_key!r} to be an integer in [0, {len(options)}) "
+                                 f"(or -1 for unlabeled), got {label!r}")
+        contexts.append(row[context_key]), choices.append(options), labels.append(label)
+        locations.append(where)
     return ChoiceExamples(path, contexts, choices, np.array(labels, np.int64), locations)
 
 
@@ -192,9 +192,9 @@ def load_task(config, tokenizer) -> Task:
     check_nonempty(sources, "examples")
     splits = [featurize(tokenizer, examples, name, data.max_seq_length) for name, examples in sources]
     num_evals = sum(name in ("validation", "eval") for name, _ in sources)
-    for split in splits[1:1 + num_evals]:
+    for split in splits[:1 + num_evals]:
         if not split.has_labels:
-            raise ValueError(f"{split.examples.source}: an evaluation split needs labels (all are -1)")
+            raise ValueError(f"{split.examples.source}: a training or evaluation split needs labels (all are -1)")
     weights = lambda batch: batch["example_weights"] * (batch["label"] >= 0)  # noqa: E731 (label -1: no loss)
 
     def evaluate(split: Split, predictions: dict) -> dict[str, float]:

@@ -142,7 +142,10 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
     """
     keys = {"text_a_key": data_config.text_a_key, "text_b_key": data_config.text_b_key,
             "label_key": data_config.label_key if labeled else ""}
-    texts_a, texts_b, labels, ids, label_types = [], [], [], [], {}
+    for key in ("text_a_key", "label_key") if labeled else ("text_a_key",):
+        if not keys[key]:
+            raise ValueError(f"config.data.{key} must name a column of {path}")
+    texts_a, texts_b, labels, ids, label_types, label_lines = [], [], [], [], {}, []
     for where, row in read_records(path, data_config.file_format):
         for config_key, column in keys.items():
             if column and column not in row:
@@ -156,9 +159,11 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
         ids.append(row.get("id", row.get("idx", len(ids))))
         if labeled:
             label = row[keys["label_key"]]
-            kind = "number" if isinstance(label, (int, float)) and not isinstance(label, bool) else type(label).__name__
-            label_types.setdefault(kind, where)
+            if not isinstance(label, (str, int, float)) or isinstance(label, bool):
+                raise ValueError(f"{where}: label {label!r} should be a class name or a number"[:300])
+            label_types.setdefault("number" if isinstance(label, (int, float)) else "str", where)
             labels.append(label)
+            label_lines.append(where)
     if not texts_a:
         raise ValueError(f"{path}: no examples (an empty file?)")
     if len(label_types) > 1:
@@ -166,21 +171,21 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
                          f"({', '.join(f'{t} at {w}' for t, w in label_types.items())}); expected all "
                          f"{'numbers' if regression else 'class names'}")
     return Examples(path, texts_a, texts_b if keys["text_b_key"] else None,
-                    _parse_labels(path, labels, regression) if labeled else None, ids)
+                    _parse_labels(labels, label_lines, regression) if labeled else None, ids)
 
 
-def _parse_labels(path: str, labels: list, regression: bool) -> list:
+def _parse_labels(labels: list, label_lines: list[str], regression: bool) -> list:
+    """Class names as strings, or (regression) finite floats; errors name file:line."""
     if not regression:
         return [str(label) for label in labels]
     numbers = []
-    for index, label in enumerate(labels):
+    for label, where in zip(labels, label_lines):
         try:
             value = float(label)
         except (TypeError, ValueError):
-            raise ValueError(f"{path}: label {label!r} of example {index} is not a number "
-                             "(config.data.label_kind='float')") from None
+            raise ValueError(f"{where}: label {label!r} is not a number (config.data.label_kind='float')") from None
         if not math.isfinite(value):
-            raise ValueError(f"{path}: label {label!r} of example {index} is not a finite number")
+            raise ValueError(f"{where}: label {label!r} is not a finite number")
         numbers.append(value)
     return numbers
 
@@ -202,8 +207,8 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
         index = {label: i for i, label in enumerate(label_names)}
         unknown = sorted({label for label in examples.labels if label not in index})
         if unknown:
-            raise ValueError(f"{examples.source}: labels {unknown[:5]} are not among the training labels "
-                             f"{list(label_names)}")
+            raise ValueError(f"{examples.source}: labels {unknown[:5]} are not among the task's labels "
+                             f"{list(label_names)} (the training file's, or config.data.label_names)")
         features["label"] = np.asarray([index[label] for label in examples.labels], np.int32)
     return Split(name, features, lengths, SplitInfo(examples, label_names), has_labels=examples.labels is not None)
 
@@ -239,6 +244,9 @@ def load_task(config, tokenizer) -> Task:
             label_names = None
         elif data.label_names:
             label_names = tuple(name.strip() for name in data.label_names.split(","))
+            if "" in label_names or len(set(label_names)) < len(label_names):
+                raise ValueError(f"config.data.label_names={data.label_names!r}: expected distinct, non-empty "
+                                 "names separated by commas")
         else:
             label_names = tuple(sorted(set(train.labels)))
             logging.info("%s: labels %s (sorted; set config.data.label_names to fix the order)", data.train_file,

@@ -141,35 +141,58 @@ def write_lines(path: str, lines: list[str]) -> str:
     return path
 
 
+_MAX_FIELD_CHARS = 2**31 - 1  # a CSV/TSV field's longest (the csv module's default is 131,072)
+
+
+def user_lines(path: str) -> Iterator[str]:
+    """The lines of a user's text file (local or gs://), UTF-8, with a leading byte-order mark
+    (as Excel writes) dropped and line endings kept; a line that is not UTF-8 is a
+    ValueError naming file:line."""
+    with fileio.open_file(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                                 "save the file as UTF-8") from None
+            yield line
+
+
 def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]:
     """('file:line', row) for each row of a CSV, TSV (both with a header line) or JSONL file.
 
     file_format: "csv", "tsv" or "jsonl"; "" = from the file name's extension (.json is
-    read as JSONL). TSV fields are taken literally (no quoting, as GLUE's files need).
-    Errors name file:line: a JSONL line that is not a JSON object, a CSV/TSV row with
-    more or fewer fields than the header.
+    read as JSONL). TSV fields are taken literally (no quoting, as GLUE's files need); a
+    field may be of any length. Errors name file:line: a JSONL line that is not a JSON
+    object, a CSV/TSV row with more or fewer fields than the header, a header that repeats
+    a column name, malformed CSV quoting, bytes that are not UTF-8.
     """
     file_format = file_format or {"json": "jsonl"}.get(path.rsplit(".", 1)[-1].lower(), path.rsplit(".", 1)[-1].lower())
     if file_format not in ("csv", "tsv", "jsonl"):
         raise ValueError(f"{path}: unknown file format {file_format!r}; expected .csv, .tsv or .jsonl "
                          "(or set config.data.file_format)")
-    with fileio.open_file(path) as f:
-        if file_format == "jsonl":
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{number}: not JSON ({e.msg} at column {e.colno})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-                yield f"{path}:{number}", row
-            return
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv" else csv.reader(f)
+    if file_format == "jsonl":
+        for number, line in enumerate(user_lines(path), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{number}: not JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            yield f"{path}:{number}", row
+        return
+    csv.field_size_limit(_MAX_FIELD_CHARS)
+    lines = user_lines(path)
+    reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv" else csv.reader(lines)
+    try:
         header = next(reader, None)
         if header is None:
             return
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise ValueError(f"{path}:1: the header names {repeated} more than once")
         for fields in reader:
             if not fields:
                 continue
@@ -177,6 +200,9 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
                 raise ValueError(f"{path}:{reader.line_num}: {len(fields)} fields, the header has {len(header)} "
                                  f"({header})")
             yield f"{path}:{reader.line_num}", dict(zip(header, fields))
+    except csv.Error as e:
+        raise ValueError(f"{path}:{reader.line_num}: not valid {file_format.upper()} ({e})") from None
+
 
 
 def truncated_pair_lengths(len_a: np.ndarray, len_b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:

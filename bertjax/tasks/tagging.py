@@ -31,7 +31,7 @@ from bertjax.data.sources import DropCounter
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import BertForTokenClassification, example_counts, token_classification_sums
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, max_context_flags, own_files,
-                                  sliding_windows, write_lines)
+                                  sliding_windows, user_lines, write_lines)
 
 MAX_SEQ_LENGTH = 128
 DOCSTART = "-DOCSTART-"
@@ -88,38 +88,47 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
     tag_column None: an unlabeled file (tokens only); tags_optional: unlabeled too when the
     first token line has no tag column. label_names None: the file's own tags, sorted with
     "O" first (use it for the training file, then pass its label_names to the others).
-    Errors name file:line: a line without the tag (or token) column, or a tag not in
-    label_names (with the known tags).
+    Errors name file:line: a line without the tag (or token) column, a line with another
+    number of columns than the file's first token line, a tag that is not "O" or
+    B-/I-/E-/S-<type>, or a tag not in label_names (with the known tags).
     """
     sentences, tags, locations = [], [], []
     words, word_tags, first_line = [], [], 0
     known = None if label_names is None else set(label_names)
+    width = None  # the columns of the file's first token line
 
     def end_sentence():
         if words:
             sentences.append(list(words)), tags.append(list(word_tags)), locations.append(f"{path}:{first_line}")
             words.clear(), word_tags.clear()
 
-    with fileio.open_file(path) as f:
-        for number, line in enumerate(f, start=1):
-            columns = line.split()
-            if not columns or columns[0] == DOCSTART:
-                end_sentence()
-                continue
-            if tags_optional and not sentences and not words and not _has_columns(columns, token_column, tag_column):
-                tag_column = None  # the first token line has no tag: an unlabeled file
-            if not _has_columns(columns, token_column, tag_column):
-                raise ValueError(f"{path}:{number}: expected the token in column {token_column}"
-                                 + ("" if tag_column is None else f" and the tag in column {tag_column}")
-                                 + f", got {len(columns)} column(s): {line.rstrip()!r}")
-            if not words:
-                first_line = number
-            words.append(columns[token_column])
-            if tag_column is not None:
-                tag = columns[tag_column]
-                if known is not None and tag not in known:
-                    raise ValueError(f"{path}:{number}: unknown tag {tag!r}; known tags: {list(label_names)}")
-                word_tags.append(tag)
+    for number, line in enumerate(user_lines(path), start=1):
+        columns = line.split()
+        if not columns or columns[0] == DOCSTART:
+            end_sentence()
+            continue
+        if tags_optional and not sentences and not words and not _has_columns(columns, token_column, tag_column):
+            tag_column = None  # the first token line has no tag: an unlabeled file
+        if not _has_columns(columns, token_column, tag_column):
+            raise ValueError(f"{path}:{number}: expected the token in column {token_column}"
+                             + ("" if tag_column is None else f" and the tag in column {tag_column}")
+                             + f", got {len(columns)} column(s): {line.rstrip()!r}")
+        width = width or len(columns)
+        if len(columns) != width:
+            raise ValueError(f"{path}:{number}: {len(columns)} columns, but the file's first token line has "
+                             f"{width}: {line.rstrip()!r}")
+        if not words:
+            first_line = number
+        words.append(columns[token_column])
+        if tag_column is not None:
+            tag = columns[tag_column]
+            if known is not None and tag not in known:
+                raise ValueError(f"{path}:{number}: unknown tag {tag!r}; known tags: {list(label_names)} (the "
+                                 "training file's, or config.data.label_names: list every tag there)")
+            if not ner_metrics.is_tag(tag):
+                raise ValueError(f"{path}:{number}: tag {tag!r} is neither 'O' nor B-, I-, E- or S-<type> "
+                                 f"(config.data.tag_column={tag_column} picks the column)")
+            word_tags.append(tag)
     end_sentence()
     if tag_column is None:
         return TaggingExamples(path, sentences, None, list(label_names or ["O"]), locations)

@@ -2,6 +2,8 @@
 
 import json
 import logging
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -9,6 +11,9 @@ import tensorflow_datasets as tfds
 
 from bertjax.tasks import choice
 from bertjax.tf_cpu import tf
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from configs import finetune as finetune_config  # noqa: E402
 
 
 def _examples(contexts, choices, labels):
@@ -115,3 +120,11 @@ def test_tfds_hellaswag_test_labels_are_kept_unlabeled(demo_tokenizer):
         split = choice.load_split(demo_tokenizer, "hellaswag", "test", max_seq_length=16)
     assert split.examples.contexts == ["A man"] and split.features["label"].tolist() == [-1]
     assert split.examples.locations == ["tfds:hellaswag[test]#0"] and not split.has_labels
+
+
+def test_a_training_file_without_labels_is_refused(tmp_path, demo_tokenizer):
+    path = _write_jsonl(tmp_path, [{"context": "a", "choices": ["x", "y"], "label": -1}] * 3)
+    config = finetune_config.get_config("choice")
+    config.data.train_file = path
+    with pytest.raises(ValueError, match=f"{path}: a training or evaluation split needs labels"):
+        choice.load_task(config, demo_tokenizer)

@@ -127,13 +127,21 @@ def test_regression_files(tmp_path, tokenizer):
     ([{"text_a": "x", "text_b": "y"}], "csv", {}, r"train.csv:2: no column 'label' \(config.data.label_key\)"),
     ([{"text_a": "x", "text_b": "y", "label": 1}, {"text_a": "x", "text_b": "y", "label": "b"}], "jsonl", {},
      r"the 'label' column mixes types \(number at .*train.jsonl:1, str at .*train.jsonl:2\)"),
-    ([{"text_a": "x", "text_b": "y", "label": "high"}], "jsonl", {"task": "regression"},
-     r"label 'high' of example 0 is not a number"),
+    ([{"text_a": "x", "text_b": "y", "label": "1.5"}, {"text_a": "x", "text_b": "y", "label": "high"}], "csv",
+     {"task": "regression"}, r"train.csv:3: label 'high' is not a number"),
+    ([{"text_a": "x", "text_b": "y", "label": True}], "jsonl", {"task": "regression"},
+     r"train.jsonl:1: label True should be a class name or a number"),
+    ([{"text_a": "x", "text_b": "y", "label": ["a"]}], "jsonl", {}, r"train.jsonl:1: label \['a'\] should be a class"),
     ([{"text_a": 5, "text_b": "y", "label": "a"}], "jsonl", {}, r"train.jsonl:1: column 'text_a' should be text"),
+    ([{"text_a": "x", "text_b": "y", "label": "a"}], "csv", {"label_key": ""},
+     r"config.data.label_key must name a column of .*train.csv"),
+    ([{"text_a": "x", "text_b": "y", "label": "a"}], "csv", {"label_names": "a,b,a"},
+     r"config.data.label_names='a,b,a': expected distinct, non-empty names"),
+    ([{"text_a": "x", "text_b": "y", "label": "a"}], "csv", {"label_names": "a,b,"}, "expected distinct, non-empty"),
 ])
 def test_bad_files_name_the_file_line_and_key(tmp_path, tokenizer, rows, fmt, options, message):
     path = _write(tmp_path / f"train.{fmt}", rows, fmt)
-    config = _config(options.get("task", "classification"), train_file=path)
+    config = _config(options.pop("task", "classification"), train_file=path, **options)
     with pytest.raises(ValueError, match=message):
         classification.load_task(config, tokenizer)
 
@@ -146,7 +154,7 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer):
     train = _write(tmp_path / "train.jsonl", [{"text_a": "x", "text_b": "y", "label": "a"},
                                               {"text_a": "x", "text_b": "y", "label": "b"}], "jsonl")
     dev = _write(tmp_path / "dev.jsonl", [{"text_a": "x", "text_b": "y", "label": "c"}], "jsonl")
-    with pytest.raises(ValueError, match=r"dev.jsonl: labels \['c'\] are not among the training labels \['a', 'b'\]"):
+    with pytest.raises(ValueError, match=r"dev.jsonl: labels \['c'\] are not among the task's labels \['a', 'b'\]"):
         classification.load_task(_config("classification", train_file=train, eval_file=dev), tokenizer)
     bad = tmp_path / "bad.tsv"
     bad.write_text("text_a\ttext_b\tlabel\nx\ty\n")
@@ -197,3 +205,23 @@ def test_length_grouping_keeps_each_epoch_a_permutation():
         assert sorted(order) == list(range(1000))
     spread = [np.ptp(lengths[batches._rows(i)]) for i in range(100)]
     assert np.median(spread) <= 2  # rows of a batch have about the same length
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"text_a,text_b,label,text_a\nx,y,a,z\n", r"train.csv:1: the header names \['text_a'\] more than once"),
+    (b"text_a,text_b,label\nx,y,a\ncaf\xe9,y,b\n", r"train.csv:3: not UTF-8 \(byte 0xe9 at column 4\)"),
+])
+def test_malformed_csv_is_named_by_file_and_line(tmp_path, tokenizer, content, message):
+    (tmp_path / "train.csv").write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv")), tokenizer)
+
+
+def test_a_byte_order_mark_and_a_very_long_field_are_read(tmp_path, tokenizer):
+    long_text = "word " * 40_000  # 200,000 characters: past the csv module's default field limit
+    content = "\ufefftext_a,text_b,label\r\n" + f'"{long_text}",y,a\r\nshort,z,b\r\n'
+    (tmp_path / "train.csv").write_text(content, encoding="utf-8")
+    task = classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv"),
+                                            max_seq_length=32), tokenizer)
+    assert len(task.train) == 2 and task.train.features["input_ids"].shape[1] <= 32
+    assert list(task.train.features["label"]) == [0, 1]

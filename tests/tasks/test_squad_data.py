@@ -285,6 +285,16 @@ def test_json_malformed_questions_name_file_and_position(tmp_path, qa, message):
         squad.read_json(path)
 
 
+def test_json_with_a_byte_order_mark_is_read(tmp_path):
+    path = _write(tmp_path, [{"title": "t", "paragraphs": [{"context": "A fox.", "qas": [
+        {"id": "q1", "question": "Who?", "answers": [{"text": "fox", "answer_start": 2}]}]}]}])
+    with open(path, "rb") as f:
+        content = f.read()
+    with open(path, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + content)  # the byte-order mark some editors write
+    assert squad.read_json(path).ids == ["q1"]
+
+
 def test_json_v2_impossible_questions_and_empty_context(bert_tokenizer, tmp_path):
     paragraphs = [{"context": CONTEXT, "qas": [_qa(0, "1940"), _qa(1, None, is_impossible=True)]},
                   {"context": "", "qas": [_qa(2, None, is_impossible=True)]}]

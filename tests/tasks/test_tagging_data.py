@@ -122,6 +122,24 @@ def test_conll_bad_lines_name_file_and_line(tmp_path):
         tagging.featurize(None, _examples([["a"]], [["B-X"]]), "train")
 
 
+@pytest.mark.parametrize("content, message", [
+    ("Peter PER\nlives O\n", r":1: tag 'PER' is neither 'O' nor B-, I-, E- or S-<type> \(config.data.tag_column=-1"),
+    ("EU NNP B-ORG\nGerman B-NP\n", r":2: 2 columns, but the file's first token line has 3: 'German B-NP'"),
+])
+def test_conll_tags_and_columns_are_checked_when_read(tmp_path, content, message):
+    path = tmp_path / "train.txt"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{path}{message}"):
+        tagging.read_conll(str(path))
+
+
+def test_conll_with_a_byte_order_mark_and_crlf(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("\ufeff-DOCSTART- -X- -X- O\r\n\r\nEU NNP B-NP B-ORG\r\nrejects VBZ B-VP O\r\n", encoding="utf-8")
+    examples = tagging.read_conll(str(path))
+    assert examples.sentences == [["EU", "rejects"]] and examples.tags == [["B-ORG", "O"]]
+
+
 def test_write_conll(tmp_path):
     path = tmp_path / "out.txt"
     gold, predicted = [["B-ORG", "O"], ["O"]], [["B-ORG", "B-PER"], ["O"]]
