@@ -110,9 +110,19 @@ def _assert_learns(summary, workdir):
 def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
     from bertjax import finetune
 
-    summary = finetune.finetune(_reviews_config(tmp_path, copies=8, max_seq_length=16), str(tmp_path / "run"))
+    config = _reviews_config(tmp_path, copies=8, max_seq_length=16)
+    summary = finetune.finetune(config, str(tmp_path / "run"))
     _assert_learns(summary, tmp_path / "run")
     assert (tmp_path / "run" / "predictions" / "eval.tsv").exists()
+
+    # A finished run predicts a new file: the same run again with a test_file trains nothing.
+    (tmp_path / "new.csv").write_text("id,review\nr1,i loved every minute\nr2,terrible acting and an awful plot\n")
+    config.data.test_file = str(tmp_path / "new.csv")
+    logged = _metrics(tmp_path / "run")
+    again = finetune.finetune(config, str(tmp_path / "run"))
+    assert again["best"] == summary["best"] and _metrics(tmp_path / "run") == logged  # no step, no evaluation
+    lines = (tmp_path / "run" / "predictions" / "test.tsv").read_text().splitlines()
+    assert lines == ["index\tprediction", "r1\tgood", "r2\tbad"]
 
 
 def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
