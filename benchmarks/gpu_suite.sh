@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU rows of benchmarks/README.md on one GPU (needs python3 with jax[cuda], flax, optax,
 # orbax-checkpoint, ml_collections; TensorFlow is not needed):
-#   bash benchmarks/gpu_suite.sh [check] [base] [large] [packed] [compile]   (none: all)
+#   bash benchmarks/gpu_suite.sh [check] [base] [large] [packed] [compile] [profile]   (none: all)
 # Each run's full output goes to ${OUT:-/tmp/bertjax_gpu}/<name>.txt.
 set -uo pipefail
 out=${OUT:-/tmp/bertjax_gpu}
@@ -16,7 +16,7 @@ bench() {
   $py launch/benchmark.py --nopipeline "$@" 2>&1 | tee "$out/$name.txt" | tail -n 12
 }
 
-sections=${*:-check base large packed compile}
+sections=${*:-check base large packed compile profile}
 for section in $sections; do
   case $section in
     check)
@@ -37,6 +37,10 @@ for section in $sections; do
             --warmup=1 --config.model.num_hidden_layers=$layers --config.model.scan_layers=$scan $cudnn
         done
       done ;;
-    *) echo "unknown section $section (check, base, large, packed, compile)" >&2; exit 2 ;;
+    profile)  # where the BERT-large step goes: per-kind and per-op times of 3 traced steps
+      bench profile_large128 --preset=large --batch_size=256 --seq_len=128 --steps=3 $cudnn \
+        --profile_dir="$out/trace_large128"
+      $py benchmarks/trace_summary.py "$out/trace_large128" --top=40 2>&1 | tee "$out/profile_large128_ops.txt" ;;
+    *) echo "unknown section $section (check, base, large, packed, compile, profile)" >&2; exit 2 ;;
   esac
 done

@@ -1,6 +1,7 @@
 """launch/benchmark.py runs real steps end to end (tiny model, packed rows) and prints its
 table ending in `seq_per_s=<number>`; a misspelt config key is one error line;
-benchmarks/finetune_packing.py prints its comparison. (It times
+benchmarks/finetune_packing.py prints its comparison; benchmarks/trace_summary.py reads a
+profiled run. (It times
 nothing here: the numbers are the benchmark's business, not a test's.)"""
 
 import os
@@ -35,6 +36,19 @@ def test_compare_without_pytorch_is_one_error_line(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
     assert lines[0].startswith("error: --compare needs torch") and "pip install -e '.[bench]'" in lines[0]
+
+
+def test_a_profiled_run_is_summarised_by_op_kind(tmp_path):
+    result = _run(f"--profile_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "trace_summary.py"), str(tmp_path),
+                              "--top=5"], capture_output=True, text=True, timeout=300)
+    assert summary.returncode == 0, summary.stderr[-3000:]
+    lines = summary.stdout.splitlines()
+    span, busy = (float(lines[1].split(word)[1].split()[0]) for word in (" span ", " busy "))
+    assert 0 < busy <= span
+    matmul = next(line for line in lines if line.startswith("matmul "))  # the kinds' table
+    assert float(matmul.split()[1]) > 0 and "op (instances)" in summary.stdout
 
 
 def test_misspelt_config_key_is_named():
