@@ -25,7 +25,7 @@ import re
 # Op kinds, by substrings of the op (or kernel) name, first match wins.
 KINDS = (
     ("attention", ("fmha", "flash", "cudnn", "attention", "splash")),
-    ("matmul", ("dot", "gemm", "matmul", "cublas", "xmma", "cutlass", "ynn", "conv")),
+    ("matmul", ("dot", "gemm", "matmul", "cublas", "nvjet", "xmma", "cutlass", "ynn", "convolution")),
     ("random bits", ("rng", "threefry", "random", "philox")),
     ("copy/transpose", ("copy", "transpose", "memcpy", "memset")),
     ("collective", ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "nccl", "collective")),

@@ -171,11 +171,11 @@ class HostBatches:
 def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
     """A warning when the eval split (one epoch of `pipeline`, this host's rows) is smaller
     than an evaluation's `eval_batches` batches: its examples would then count more than once."""
-    rows, wanted = pipeline.epoch_size(0), eval_batches * pipeline.batch_size
-    if rows < wanted:
-        log.warning("the eval split has %d rows on this host, fewer than the %d of an evaluation "
-                    "(config.train.eval_batches=%d x %d): they repeat (with new masks); raise "
-                    "config.data.eval_fraction or lower config.train.eval_batches", rows, wanted, eval_batches,
+    wanted = eval_batches * pipeline.batch_size
+    if not pipeline.holds_at_least(wanted):
+        log.warning("the eval split has fewer rows on this host than the %d of an evaluation "
+                    "(config.train.eval_batches=%d x %d): rows repeat within an evaluation; raise "
+                    "config.data.eval_fraction or lower config.train.eval_batches", wanted, eval_batches,
                     pipeline.batch_size)
 
 

@@ -47,7 +47,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.tfds_data_dir = ""      # "" -> TFDS's default (~/tensorflow_datasets or $TFDS_DATA_DIR)
     config.data.prepared_dir = ""        # "" -> <workdir>/data
     config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece
-    config.data.vocab_path = ""          # "" -> the demo corpus vocabulary
+    config.data.vocab_path = ""          # "" -> the demo vocabulary (source=prepared: the folder's own)
     config.data.do_lower_case = True
     config.data.max_seq_length = 128
     config.data.max_predictions_per_seq = 20

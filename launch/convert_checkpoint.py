@@ -48,11 +48,10 @@ def main(_):
                          f"{', ...' if len(fileio.listdir(output)) > 4 else ''}); give a new or empty folder")
     config, params = convert.load_pretrained(_INPUT.value)
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
-    if vocab is None:
-        saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer
-        if saved and saved["kind"] == "wordpiece":
-            vocab = saved["path"]
-            do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case
+    saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer
+    if saved and saved["kind"] == "wordpiece":
+        vocab = saved["path"] if vocab is None else vocab
+        do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case
     if vocab is not None:  # checked before anything is written
         with fileio.open_file(vocab) as f:
             vocab_size = sum(1 for _ in f)  # one token per line

@@ -87,9 +87,16 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
     }
 
 
+# What decides the prepared data (prepare.ensure_prepared compares these); masking and
+# lengths are applied online, so changing them reuses the folder.
+_PREPARE_KEYS = ("source", "input_pattern", "text_key", "tfds_name", "tfds_split", "tfds_text_feature",
+                 "tfds_data_dir", "tokenizer", "vocab_path", "do_lower_case", "eval_fraction")
+
+
 def default_workdir(data_config) -> str:
-    """<tmp>/bertjax_inspect/<hash of the data config>: each corpus and setting its own folder."""
-    digest = hashlib.sha256(json.dumps(data_config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+    """<tmp>/bertjax_inspect/<hash of what decides the prepared data>: a folder per corpus."""
+    settings = {key: data_config[key] for key in _PREPARE_KEYS}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return os.path.join(tempfile.gettempdir(), "bertjax_inspect", digest)
 
 

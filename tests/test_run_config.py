@@ -2,12 +2,13 @@
 
 from bertjax import run_config
 
-SAVED = {"seed": 42, "data": {"max_seq_length": 128, "prepared_dir": "/a"}, "train": {"log_every": 100, "num_steps": 10},
-         "mesh": {"data": -1}, "model": {"dtype": "float32", "shape": [1, 2]}}
+SAVED = {"seed": 42, "data": {"max_seq_length": 128, "prepared_dir": "/a", "test_file": ""},
+         "train": {"log_every": 100, "num_steps": 10}, "mesh": {"data": -1},
+         "model": {"dtype": "float32", "shape": [1, 2]}}
 
 
 def test_changed_settings_lists_what_changes_the_run_and_skips_operational_ones():
-    current = {"seed": 43, "data": {"max_seq_length": 64, "prepared_dir": "/b", "new_key": True},
+    current = {"seed": 43, "data": {"max_seq_length": 64, "prepared_dir": "/b", "new_key": True, "test_file": "t.csv"},
                "train": {"log_every": 5, "num_steps": 10}, "mesh": {"data": 8}, "model": {"dtype": "float32",
                                                                                        "shape": (1, 2)}}
     assert run_config.changed_settings(SAVED, current) == [

@@ -85,13 +85,19 @@ class OriginalTFRecordPipeline:
             records = records.shard(*self.record_shard)
         return records.shuffle(self.shuffle_buffer, seed=shuffle_seed(tf.random.experimental.stateless_fold_in(key, 1)))
 
-    def epoch_size(self, epoch: int = 0) -> int:
-        """Records per epoch on this host (every epoch holds the same records; one counting
-        pass, cached)."""
+    def epoch_size(self) -> int:
+        """Records per epoch on this host (one counting pass, cached)."""
         if self._epoch_size is None:
             self._epoch_size = int(self._epoch(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
                                                                                 lambda n, _: n + 1))
         return self._epoch_size
+
+    def holds_at_least(self, count: int) -> bool:
+        """Whether an epoch has at least `count` records on this host (reads no further)."""
+        if self._epoch_size is not None:
+            return self._epoch_size >= count
+        records = self._epoch(tf.constant(0, tf.int64)).take(count)
+        return int(records.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)) >= count
 
     def _parse(self, serialized: tf.Tensor) -> dict:
         features = tf.io.parse_example(serialized, self.spec)

@@ -65,10 +65,12 @@ def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokeniz
 
 def _prepared_tokenizer(data_config: Any) -> tokenization.Tokenizer:
     """The tokenizer the directory `input_pattern` was prepared with: the one its metadata
-    names, or `vocab_path` when set, which must then be the same vocabulary (ValueError)."""
+    names (or a file of that name inside the directory, e.g. the demo vocabulary of a folder
+    that was moved), or `vocab_path` when set, which must then be the same vocabulary."""
     directory = data_config.input_pattern
     saved = read_metadata(directory)["tokenizer"]
-    path = data_config.vocab_path or saved["path"]
+    inside = fileio.join(directory, os.path.basename(saved["path"]))
+    path = data_config.vocab_path or (inside if fileio.exists(inside) else saved["path"])
     if not data_config.vocab_path and not fileio.exists(path):
         raise FileNotFoundError(f"{directory} was prepared with the vocabulary {path}, which is gone: set "
                                 f"config.data.vocab_path to a copy of it")
@@ -330,7 +332,8 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
     return {
         "format": FORMAT,
         "settings": settings,
-        "tokenizer": {"kind": tokenizer.kind, "path": tokenizer.path, "do_lower_case": tokenizer.do_lower_case,
+        "tokenizer": {"kind": tokenizer.kind, "do_lower_case": tokenizer.do_lower_case,
+                      "path": tokenizer.path if fileio.is_remote(tokenizer.path) else os.path.abspath(tokenizer.path),
                       "vocab_hash": tokenizer.vocab_hash, "vocab_size": tokenizer.vocab_size,
                       "pad_id": tokenizer.pad_id, "unk_id": tokenizer.unk_id, "cls_id": tokenizer.cls_id,
                       "sep_id": tokenizer.sep_id, "mask_id": tokenizer.mask_id},

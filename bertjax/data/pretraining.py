@@ -181,6 +181,21 @@ class PretrainingPipeline:
             self._remember_epoch_size(epoch, self._count_instances(epoch))
         return self._epoch_sizes[epoch]
 
+    def holds_at_least(self, count: int) -> bool:
+        """Whether epoch 0 has at least `count` rows on this host: its recorded size, or the
+        rows counted only as far as `count`."""
+        if 0 in self._epoch_sizes:
+            return self._epoch_sizes[0] >= count
+        epoch = tf.constant(0, tf.int64)
+        if self.pack_pairs:
+            return int(self._rows(epoch).take(count).reduce(tf.constant(0), lambda n, _: n + 1)) >= count
+        seen = 0
+        for size in self._chunked(epoch).map(lambda out: tf.size(out["is_random"])).as_numpy_iterator():
+            seen += int(size)
+            if seen >= count:
+                return True
+        return False
+
     def _count_instances(self, epoch: int) -> int:
         if self.pack_pairs:
             count = int(self._rows(tf.constant(epoch, tf.int64)).reduce(tf.constant(0), lambda a, _: a + 1))

@@ -18,6 +18,7 @@ rule, shared by SQuAD contexts (squad.py) and long tagged sentences (tagging.py)
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import json
@@ -145,17 +146,17 @@ _MAX_FIELD_CHARS = 2**31 - 1  # a CSV/TSV field's longest (the csv module's defa
 
 
 def user_lines(path: str) -> Iterator[str]:
-    """The lines of a user's text file (local or gs://), UTF-8, with a leading byte-order mark
-    (as Excel writes) dropped and line endings kept; a line that is not UTF-8 is a
+    """The lines of a user's text file (local or gs://, read whole), UTF-8, with a leading
+    byte-order mark (as Excel writes) dropped. Lines end at \\n, \\r\\n or a lone \\r (old Mac
+    files), endings kept (as the csv module needs); a line that is not UTF-8 is a
     ValueError naming file:line."""
-    with fileio.open_file(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}:{number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
-                                 "save the file as UTF-8") from None
-            yield line
+    data = fileio.read_bytes(path).removeprefix(codecs.BOM_UTF8)
+    for number, raw in enumerate(data.splitlines(keepends=True), start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}:{number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                             "save the file as UTF-8") from None
 
 
 def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]:
@@ -190,7 +191,7 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
         header = next(reader, None)
         if header is None:
             return
-        repeated = sorted({name for name in header if header.count(name) > 1})
+        repeated = sorted({name for name in header if name and header.count(name) > 1})  # '': Excel's empty columns
         if repeated:
             raise ValueError(f"{path}:1: the header names {repeated} more than once")
         for fields in reader:

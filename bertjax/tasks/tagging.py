@@ -313,6 +313,10 @@ def load_task(config, tokenizer) -> Task:
                              f"last), got {tag_column!r}")
         (_, train_file), *others = own_files(config)
         given = [name.strip() for name in data.label_names.split(",")] if data.label_names else None
+        if given is not None and (len(set(given)) < len(given) or "O" not in given
+                                  or not all(ner_metrics.is_tag(name) for name in given)):
+            raise ValueError(f"config.data.label_names={data.label_names!r}: expected distinct tags, 'O' and "
+                             "B-, I-, E- or S-<type>, separated by commas")
         train = read_conll(train_file, tag_column, given)
         sources = [("train", train)]
         for name, path in others:  # a test file without tags is predicted, not scored

@@ -28,8 +28,9 @@ def test_render_and_statistics(tmp_path):
     assert stats["NSP random (label 1)"] == f"{np.mean(batch['next_sentence_labels']):.1%}"
 
 
-def test_each_data_config_gets_its_own_default_folder():
-    demo, text = pretrain.get_config("tiny").data, pretrain.get_config("tiny").data
+def test_each_corpus_gets_its_own_default_folder():
+    demo, text, masked = (pretrain.get_config("tiny").data for _ in range(3))
     text.update(dict(source="text", input_pattern="/data/*.txt"))
-    assert inspect_data.default_workdir(demo) == inspect_data.default_workdir(pretrain.get_config("tiny").data)
+    masked.update(dict(masked_lm_prob=0.2, max_seq_length=64))  # applied online: the same prepared data
+    assert inspect_data.default_workdir(demo) == inspect_data.default_workdir(masked)
     assert inspect_data.default_workdir(demo) != inspect_data.default_workdir(text)

@@ -62,6 +62,7 @@ def test_reads_every_record_with_the_original_features(files, tmp_path):
 
 def test_resume_and_host_split(files):
     pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=7)
+    assert pipeline.holds_at_least(60) and not pipeline.holds_at_least(61)  # 3 files of 20 records
     fresh = pipeline.batches()
     fresh = [next(fresh) for _ in range(25)]  # ~3 epochs
     resumed = pipeline.batches(start_batch=17)

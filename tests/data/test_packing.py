@@ -125,6 +125,8 @@ def test_packed_pipeline_has_less_padding_and_intact_pairs(shards):
 def test_packed_pipeline_is_deterministic_and_resumes_exactly(shards):
     fresh = [b for _, b in zip(range(40), _pipeline(shards, 2).batches())]
     pipeline = _pipeline(shards, 2)
+    assert _pipeline(shards, 2).holds_at_least(pipeline.epoch_size(0))
+    assert not _pipeline(shards, 2).holds_at_least(pipeline.epoch_size(0) + 1)
     assert pipeline.epoch_size(0) < 40 * 8 // 2  # the 40 batches span more than two epochs of rows
     for start in (0, 17, 35):
         for want, got in zip(fresh[start:start + 3], [b for _, b in zip(range(3), pipeline.batches(start))]):

@@ -73,9 +73,12 @@ def test_a_prepared_directory_brings_its_own_tokenizer(tmp_path):
         prepare.load_tokenizer_for(other, "unused")
     same = _config(tmp_path, source="prepared", input_pattern=out, vocab_path=metadata["tokenizer"]["path"])
     assert prepare.load_tokenizer_for(same, "unused").vocab_hash == metadata["tokenizer"]["vocab_hash"]
-    os.remove(metadata["tokenizer"]["path"])
+    os.rename(out, tmp_path / "moved")  # the demo vocabulary lives inside the folder and moves with it
+    moved = _config(tmp_path, source="prepared", input_pattern=str(tmp_path / "moved"))
+    assert prepare.load_tokenizer_for(moved, "unused").vocab_hash == metadata["tokenizer"]["vocab_hash"]
+    os.remove(tmp_path / "moved" / os.path.basename(metadata["tokenizer"]["path"]))
     with pytest.raises(FileNotFoundError, match="which is gone: set config.data.vocab_path"):
-        prepare.load_tokenizer_for(reuse, "unused")
+        prepare.load_tokenizer_for(moved, "unused")
 
 
 def test_eval_split_is_by_document_content_not_worker_layout(tmp_path, monkeypatch):

@@ -284,7 +284,11 @@ def test_resume_is_exact(tmp_path):
     pipeline = pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
                                                tokenizer=synthetic.tokenizer_for(40))
     fresh = take(pipeline, 40)
-    assert pipeline.epoch_size(0) < 40 * 8 // 2  # the 40 batches span more than two epochs
+    size = pipeline.epoch_size(0)
+    assert size < 40 * 8 // 2  # the 40 batches span more than two epochs
+    counting = pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
+                                               tokenizer=synthetic.tokenizer_for(40))  # nothing recorded yet
+    assert counting.holds_at_least(size) and not counting.holds_at_least(size + 1)
     for start in (1, 13, 29):
         resumed = take(pipeline, 3, start_batch=start)
         for want, got in zip(fresh[start:start + 3], resumed):

@@ -266,6 +266,7 @@ def test_command_line_converter(tf_release, tmp_path):
 
 
 @pytest.mark.parametrize("source, flag, expected", [("minilm", [], True),
+                                                   ("minilm", [f"--vocab={MINILM_DIR}/vocab.txt"], True),
                                                    ("tf_release", ["--do_lower_case=false"], False)])
 def test_converted_hugging_face_directory_keeps_the_casing(tf_release, tmp_path, source, flag, expected):
     directory = MINILM_DIR if source == "minilm" else tf_release[0]

@@ -217,6 +217,15 @@ def test_malformed_csv_is_named_by_file_and_line(tmp_path, tokenizer, content, m
         classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv")), tokenizer)
 
 
+@pytest.mark.parametrize("content", [b"text_a,label\rx,a\ry,b\r",  # old Mac line endings
+                                     b"text_a,label,,\r\nx,a,,\r\ny,b,,\r\n"])  # Excel's empty columns
+def test_other_line_endings_and_empty_columns_are_read(tmp_path, tokenizer, content):
+    (tmp_path / "train.csv").write_bytes(content)
+    task = classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv"),
+                                            text_b_key=""), tokenizer)
+    assert len(task.train) == 2 and list(task.train.features["label"]) == [0, 1]
+
+
 def test_a_byte_order_mark_and_a_very_long_field_are_read(tmp_path, tokenizer):
     long_text = "word " * 40_000  # 200,000 characters: past the csv module's default field limit
     content = "\ufefftext_a,text_b,label\r\n" + f'"{long_text}",y,a\r\nshort,z,b\r\n'

@@ -1,6 +1,8 @@
 """Tagging data: first-sub-word labels, windows over long sentences, CoNLL files, TFDS conll2003."""
 
 import logging
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -8,6 +10,9 @@ import tensorflow_datasets as tfds
 
 from bertjax.tasks import tagging
 from bertjax.tf_cpu import tf
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from configs import finetune as finetune_config  # noqa: E402
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
@@ -133,11 +138,23 @@ def test_conll_tags_and_columns_are_checked_when_read(tmp_path, content, message
         tagging.read_conll(str(path))
 
 
-def test_conll_with_a_byte_order_mark_and_crlf(tmp_path):
+@pytest.mark.parametrize("newline", ["\r\n", "\r"])  # Windows, old Mac
+def test_conll_with_a_byte_order_mark_and_other_line_endings(tmp_path, newline):
     path = tmp_path / "train.txt"
-    path.write_text("\ufeff-DOCSTART- -X- -X- O\r\n\r\nEU NNP B-NP B-ORG\r\nrejects VBZ B-VP O\r\n", encoding="utf-8")
+    lines = ["\ufeff-DOCSTART- -X- -X- O", "", "EU NNP B-NP B-ORG", "rejects VBZ B-VP O", "", "Peter NNP B-NP B-PER"]
+    path.write_bytes(newline.join(lines).encode("utf-8") + newline.encode())
     examples = tagging.read_conll(str(path))
-    assert examples.sentences == [["EU", "rejects"]] and examples.tags == [["B-ORG", "O"]]
+    assert examples.sentences == [["EU", "rejects"], ["Peter"]] and examples.tags == [["B-ORG", "O"], ["B-PER"]]
+
+
+@pytest.mark.parametrize("names", ["O,B-PER,B-PER", "O,B-PER,", "B-PER,I-PER", "O,B-PER,PER"])
+def test_ner_label_names_must_be_distinct_tags_with_o(tmp_path, names):
+    path = tmp_path / "train.txt"
+    path.write_text("Peter B-PER\nlives O\n", encoding="utf-8")
+    config = finetune_config.get_config("ner")
+    config.data.update(train_file=str(path), label_names=names)
+    with pytest.raises(ValueError, match=r"config.data.label_names=.*expected distinct tags, 'O' and B-"):
+        tagging.load_task(config, None)
 
 
 def test_write_conll(tmp_path):
