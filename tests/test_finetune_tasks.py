@@ -428,7 +428,7 @@ BAD_INPUT = [  # (task, {file name: text}, config.data overrides, error)
      r"train.jsonl:3: expected 'label' to be an integer in \[0, \d\)"),
     ("choice", {"train.jsonl": _choice_file(), "eval.jsonl": _choice_file(lambda rows: [r.update(label=-1)
                                                                                       for r in rows])}, {},
-     r"eval.jsonl: an evaluation split needs labels"),
+     r"eval.jsonl: a training or evaluation split needs labels"),
     ("choice", {"train.jsonl": _choice_file()}, {"context_key": ""}, r"config.data.context_key must name a JSON key"),
 ]
 
