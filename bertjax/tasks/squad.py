@@ -128,6 +128,17 @@ class SquadWindows:
 
 # -- Reading. --
 
+def warn_if_versions_differ(sources: list[tuple[str, SquadExamples]]) -> None:
+    """A warning when training and evaluation files are of different SQuAD versions: a model
+    trained on v1.1 never learns to abstain, one trained on v2.0 is scored without abstaining."""
+    (_, train), *others = sources
+    for name, examples in others:
+        if examples.version != train.version:
+            logging.warning("%s is SQuAD %s but the training file %s is %s: %s", examples.source, examples.version,
+                            train.source, train.version, "the model never learns to answer 'no answer'"
+                            if train.version == "v1.1" else "v1.1 scoring ignores the model's 'no answer'")
+
+
 def read_json(path: str, version: str | None = None) -> SquadExamples:
     """An official-layout SQuAD JSON file (local or gs://) -> SquadExamples.
 
@@ -507,6 +518,7 @@ def load_task(config, tokenizer) -> Task:
     else:
         raise ValueError(f"config.task={config.task!r} is not a span QA task")
     check_nonempty(sources, "questions")
+    warn_if_versions_differ(sources)
     splits = [featurize(tokenizer, examples, name, is_training=name == "train", max_seq_length=data.max_seq_length,
                         doc_stride=data.doc_stride, max_query_length=data.max_query_length,
                         skip_bad_answers=data.skip_bad_answers or None)  # None: TFDS skips, files raise

@@ -295,6 +295,20 @@ def test_json_with_a_byte_order_mark_is_read(tmp_path):
     assert squad.read_json(path).ids == ["q1"]
 
 
+def test_training_and_evaluation_of_different_versions_is_reported(tmp_path, caplog):
+    answered = {"id": "q1", "question": "Who?", "answers": [{"text": "fox", "answer_start": 2}]}
+    unanswerable = {"id": "q2", "question": "Why?", "answers": [], "is_impossible": True}
+    v1 = squad.read_json(_write(tmp_path, [{"title": "t", "paragraphs": [{"context": "A fox.", "qas": [answered]}]}],
+                                name="train.json"))
+    v2 = squad.read_json(_write(tmp_path, [{"title": "t", "paragraphs": [{"context": "A fox.", "qas": [
+        answered, unanswerable]}]}], name="dev.json", version="v2.0"))
+    with caplog.at_level(logging.WARNING):
+        squad.warn_if_versions_differ([("train", v1), ("eval", v1)])
+        assert not caplog.records
+        squad.warn_if_versions_differ([("train", v1), ("eval", v2)])
+    assert "dev.json is SQuAD v2.0 but the training file" in caplog.text and "never learns" in caplog.text
+
+
 def test_json_v2_impossible_questions_and_empty_context(bert_tokenizer, tmp_path):
     paragraphs = [{"context": CONTEXT, "qas": [_qa(0, "1940"), _qa(1, None, is_impossible=True)]},
                   {"context": "", "qas": [_qa(2, None, is_impossible=True)]}]
