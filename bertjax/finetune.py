@@ -391,16 +391,23 @@ def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list
 
 
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
-    """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid, each in
-    WORKDIR/sweep/<values> (resumable: a finished run returns at once), prints a table and
+    """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid (epochs
+    only when config.train.num_steps is 0), each in WORKDIR/sweep/<values> (resumable: a
+    finished run returns at once), prints a table and
     writes WORKDIR/sweep_results.json; returns the rows, best first by the task's main metric."""
     grid = [_grid_values(config.train, "sweep_learning_rates", float),
             _grid_values(config.train, "sweep_batch_sizes", int), _grid_values(config.train, "sweep_epochs", float)]
+    fixed_steps = config.train.num_steps  # > 0 (e.g. `quick`): every run has this length, whatever its epochs
+    if fixed_steps:
+        log.warning("config.train.num_steps=%d fixes each run's length: the epochs grid %s is not used",
+                    fixed_steps, grid[2])
+        grid[2] = [config.train.num_epochs]
     results = []
     for learning_rate, batch_size, epochs in itertools.product(*grid):
         run = ml_collections.ConfigDict(config.to_dict())
         run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False)
-        name = f"lr{learning_rate:g}_batch{batch_size}_epochs{epochs:g}"
+        length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
+        name = f"lr{learning_rate:g}_batch{batch_size}_{length}"
         summary = finetune(run, fileio.join(workdir, "sweep", name))
         metric = f"eval_{summary['main_metric']}"  # the task's: F1 for MRPC, Spearman for STS-B, ...
         best = summary["best"] or {"metrics": {}, "step": None}

@@ -239,6 +239,11 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     assert [r["learning_rate"] for r in results] == [1e-4, 1e-3]
     assert "best: lr0.0001_batch16_epochs1 (eval_f1 0.8500)" in capsys.readouterr().out
 
+    config.train.update(num_steps=20, sweep_epochs="2,3,4")  # e.g. `quick`: the length is fixed
+    (tmp_path / "fixed").mkdir()  # (the stubbed runs make no folders)
+    assert [r["run"] for r in finetune.sweep(config, str(tmp_path / "fixed"))] == [
+        "lr0.0001_batch16_steps20", "lr0.001_batch16_steps20"]  # one run per learning rate, not three
+
 
 @pytest.mark.parametrize("args, message", [
     (["--config.data.train_file={missing}"], "{missing}"),
