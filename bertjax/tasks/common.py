@@ -186,7 +186,9 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
         return
     csv.field_size_limit(_MAX_FIELD_CHARS)
     lines = user_lines(path)
-    reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv" else csv.reader(lines)
+    # strict: a malformed quoted CSV field (a quote left open at the end) is an error, not text.
+    reader = (csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv"
+              else csv.reader(lines, strict=True))
     try:
         header = next(reader, None)
         if header is None:

@@ -210,6 +210,7 @@ def test_length_grouping_keeps_each_epoch_a_permutation():
 @pytest.mark.parametrize("content, message", [
     (b"text_a,text_b,label,text_a\nx,y,a,z\n", r"train.csv:1: the header names \['text_a'\] more than once"),
     (b"text_a,text_b,label\nx,y,a\ncaf\xe9,y,b\n", r"train.csv:3: not UTF-8 \(byte 0xe9 at column 4\)"),
+    (b"text_a,text_b,label\nx,y,a\nz,y,\"b\n", r"train.csv:3: not valid CSV \(unexpected end of data\)"),
 ])
 def test_malformed_csv_is_named_by_file_and_line(tmp_path, tokenizer, content, message):
     (tmp_path / "train.csv").write_bytes(content)
