@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from flax.traverse_util import flatten_dict
+
 from bertjax import checkpointing, fileio
 
 # Settings that change where or how often things happen, not what the run computes.
@@ -46,20 +48,11 @@ def check_same_kind(workdir: str, config: dict[str, Any]) -> None:
                          f"config.init_checkpoint={directory})")
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """'key saved -> current' for each setting (dotted key) that differs between two configs,
     operational settings (OPERATIONAL_SETTINGS) left out."""
-    old, new = _flatten(saved), _flatten(json.loads(json.dumps(current)))  # as the checkpoint stored it
+    old = flatten_dict(saved, sep=".")
+    new = flatten_dict(json.loads(json.dumps(current)), sep=".")  # as the checkpoint stored it
     changes = []
     for key in sorted(set(old) | set(new)):
         if key.startswith(OPERATIONAL_SETTINGS) or old.get(key, "unset") == new.get(key, "unset"):

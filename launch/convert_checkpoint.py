@@ -43,9 +43,10 @@ def main(_):
     output = _OUTPUT.value
     if fileio.exists(output) and not fileio.isdir(output):
         raise ValueError(f"--output={output} is a file; give a new or empty folder")
-    if fileio.isdir(output) and fileio.listdir(output):  # never mix two checkpoints' files
-        raise ValueError(f"--output={output} is not empty (it has {', '.join(sorted(fileio.listdir(output))[:4])}"
-                         f"{', ...' if len(fileio.listdir(output)) > 4 else ''}); give a new or empty folder")
+    present = sorted(fileio.listdir(output)) if fileio.isdir(output) else []
+    if present:  # never mix two checkpoints' files
+        raise ValueError(f"--output={output} is not empty (it has {', '.join(present[:4])}"
+                         f"{', ...' if len(present) > 4 else ''}); give a new or empty folder")
     config, params = convert.load_pretrained(_INPUT.value)
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
     saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer

@@ -74,10 +74,9 @@ def _prepared_tokenizer(data_config: Any) -> tokenization.Tokenizer:
     if not data_config.vocab_path and not fileio.exists(path):
         raise FileNotFoundError(f"{directory} was prepared with the vocabulary {path}, which is gone: set "
                                 f"config.data.vocab_path to a copy of it")
-    if data_config.vocab_path:
-        tokenizer = tokenization.load_tokenizer(data_config.tokenizer, path, data_config.do_lower_case)
-    else:
-        tokenizer = tokenization.load_tokenizer(saved["kind"], path, saved["do_lower_case"])
+    kind, do_lower_case = ((data_config.tokenizer, data_config.do_lower_case) if data_config.vocab_path
+                           else (saved["kind"], saved["do_lower_case"]))
+    tokenizer = tokenization.load_tokenizer(kind, path, do_lower_case)
     if tokenizer.vocab_hash != saved["vocab_hash"]:
         raise ValueError(f"config.data.vocab_path={path} (tokenizer {tokenizer.kind}, do_lower_case "
                          f"{tokenizer.do_lower_case}) is not the tokenizer {directory} was prepared with "

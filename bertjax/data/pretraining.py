@@ -186,22 +186,23 @@ class PretrainingPipeline:
         rows counted only as far as `count`."""
         if 0 in self._epoch_sizes:
             return self._epoch_sizes[0] >= count
-        epoch = tf.constant(0, tf.int64)
-        if self.pack_pairs:
-            return int(self._rows(epoch).take(count).reduce(tf.constant(0), lambda n, _: n + 1)) >= count
         seen = 0
-        for size in self._chunked(epoch).map(lambda out: tf.size(out["is_random"])).as_numpy_iterator():
+        for size in self._row_counts(0).as_numpy_iterator():
             seen += int(size)
             if seen >= count:
                 return True
         return False
 
-    def _count_instances(self, epoch: int) -> int:
+    def _row_counts(self, epoch: int) -> tf.data.Dataset:
+        """<int32> counts that add up to epoch `epoch`'s rows on this host: one per batch of
+        documents chunked (no layout or masking), or with packing 1 per packed row."""
+        epoch = tf.constant(epoch, tf.int64)
         if self.pack_pairs:
-            count = int(self._rows(tf.constant(epoch, tf.int64)).reduce(tf.constant(0), lambda a, _: a + 1))
-        else:
-            counts = self._chunked(tf.constant(epoch, tf.int64)).map(lambda out: tf.size(out["is_random"]))
-            count = int(counts.reduce(tf.constant(0), lambda a, b: a + b))
+            return self._rows(epoch).map(lambda _: tf.constant(1))
+        return self._chunked(epoch).map(lambda out: tf.size(out["is_random"]))
+
+    def _count_instances(self, epoch: int) -> int:
+        count = int(self._row_counts(epoch).reduce(tf.constant(0), lambda a, b: a + b))
         if count == 0:
             raise ValueError(f"no instances in the {self.split} shards {self.paths}")
         return count

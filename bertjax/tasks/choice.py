@@ -23,7 +23,6 @@ endings and the label independently).
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 from absl import logging
@@ -31,7 +30,7 @@ from absl import logging
 from bertjax import fileio
 from bertjax.data.sources import DropCounter
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
-from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, user_lines,
+from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, read_records,
                                   write_lines)
 
 MAX_SEQ_LENGTH = 128
@@ -65,15 +64,8 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
     (unlabeled). Blank lines are skipped; anything else malformed raises ValueError naming
     file:line and what was expected."""
     contexts, choices, labels, locations = [], [], [], []
-    for number, line in enumerate(user_lines(path), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(row, dict) or not isinstance(row.get(context_key), str):
+    for where, row in read_records(path, "jsonl"):
+        if not isinstance(row.get(context_key), str):
             raise ValueError(f"{where}: expected an object with a {context_key!r} string")
         options = row.get(choices_key)
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
