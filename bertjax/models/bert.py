@@ -183,14 +183,16 @@ drop_probabilities.defvjp(_drop_probabilities_fwd, _drop_probabilities_bwd)
 
 
 class BertLayer(nn.Module):
-    """One post-LN transformer layer. Returns (x, None) so it can be scanned."""
+    """One post-LN transformer layer. Returns (x, x if return_output else None) so it can be
+    scanned, the second element collecting every layer's output."""
 
     config: BertConfig
     deterministic: bool
     packed: bool = False
+    return_output: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, sequence_ids: Array) -> tuple[Array, None]:
+    def __call__(self, x: Array, sequence_ids: Array) -> tuple[Array, Array | None]:
         config = self.config
         dropout = nn.Dropout(config.hidden_dropout_prob)
         attended = BertSelfAttention(config, self.deterministic, self.packed, name="attention")(x, sequence_ids)
@@ -201,7 +203,8 @@ class BertLayer(nn.Module):
                                             ("act_batch", "act_length", "act_mlp"))
         out = dense(config, config.hidden_size, ("mlp", "embed"), "output")(hidden)
         x = layer_norm(config, "output_norm")(x + dropout(out, deterministic=self.deterministic))
-        return nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed")), None
+        x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
+        return x, (x if self.return_output else None)
 
 
 REMAT_POLICIES = {
@@ -212,12 +215,16 @@ REMAT_POLICIES = {
 
 
 class BertTransformer(nn.Module):
-    """The stack of layers, unrolled or scanned, with optional rematerialisation."""
+    """The stack of layers, unrolled or scanned, with optional rematerialisation.
+
+    Returns the last layer's output <dtype>[B, S, H] or, with all_layers, every layer's
+    <dtype>[L, B, S, H]."""
 
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, sequence_ids: Array, deterministic: bool, packed: bool) -> Array:
+    def __call__(self, x: Array, sequence_ids: Array, deterministic: bool, packed: bool,
+                 all_layers: bool = False) -> Array:
         config = self.config
         layer = BertLayer
         if config.remat_policy != "none":
@@ -227,11 +234,13 @@ class BertTransformer(nn.Module):
                 layer, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
                 in_axes=nn.broadcast, length=config.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"})
-            x, _ = stack(config, deterministic, packed, name="layers")(x, sequence_ids)
-            return x
+            x, outputs = stack(config, deterministic, packed, all_layers, name="layers")(x, sequence_ids)
+            return outputs if all_layers else x
+        outputs = []
         for i in range(config.num_hidden_layers):
             x, _ = layer(config, deterministic, packed, name=f"layer_{i}")(x, sequence_ids)
-        return x
+            outputs.append(x)
+        return jnp.stack(outputs) if all_layers else x
 
 
 class BertEncoder(nn.Module):
@@ -240,6 +249,10 @@ class BertEncoder(nn.Module):
     __call__(input_ids <int>[B, S], token_type_ids <int>[B, S] = zeros,
              attention_mask <int|bool>[B, S] = ones, deterministic=True)
       -> (sequence_output <dtype>[B, S, H], pooled_output <dtype>[B, H])
+
+    output_hidden_states=True adds a third output, hidden_states <dtype>[L + 1, B, S, H]: the
+    embeddings' output, then each layer's (Hugging Face's `hidden_states`, stacked;
+    hidden_states[-1] is sequence_output).
 
     Packed rows (several sequences per row) add, all three together:
       position_ids <int>[B, S]     each token's position in its own sequence;
@@ -258,7 +271,7 @@ class BertEncoder(nn.Module):
     def __call__(self, input_ids: Array, token_type_ids: Array | None = None,
                  attention_mask: Array | None = None, deterministic: bool = True, *,
                  position_ids: Array | None = None, sequence_ids: Array | None = None,
-                 pooled_positions: Array | None = None) -> tuple[Array, Array]:
+                 pooled_positions: Array | None = None, output_hidden_states: bool = False) -> tuple[Array, ...]:
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
         if input_ids.shape[1] > self.config.max_position_embeddings:
@@ -273,12 +286,18 @@ class BertEncoder(nn.Module):
             sequence_ids = jnp.ones_like(input_ids) if attention_mask is None else attention_mask
         x = self.embeddings(input_ids, token_type_ids, deterministic, position_ids)
         x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
-        x = self.encoder(x, sequence_ids.astype(jnp.int32), deterministic, packed)
+        embedded = x
+        x = self.encoder(x, sequence_ids.astype(jnp.int32), deterministic, packed, output_hidden_states)
+        hidden_states = None
+        if output_hidden_states:
+            hidden_states = jnp.concatenate([embedded[None], x])
+            x = x[-1]
         if packed:
             first = jnp.take_along_axis(x, pooled_positions[:, :, None].astype(jnp.int32), axis=1)
         else:
             first = x[:, 0]
-        return x, jnp.tanh(self.pooler(first))
+        pooled = jnp.tanh(self.pooler(first))
+        return (x, pooled) if hidden_states is None else (x, pooled, hidden_states)
 
     def attend(self, x: Array) -> Array:
         """Tied MLM decoder through the word embeddings: [..., H] -> [..., vocab]."""

@@ -150,6 +150,27 @@ def test_scan_and_remat_match_unrolled(tiny_params, remat_policy):
         np.testing.assert_allclose(a, b, atol=2e-4, rtol=1e-4)
 
 
+def test_hidden_states_are_each_layers_output_unrolled_and_scanned(tiny_params):
+    inputs = _inputs()
+    sequence, pooled, hidden = BertEncoder(TINY).apply({"params": tiny_params}, *inputs, output_hidden_states=True)
+    assert hidden.shape == (TINY.num_hidden_layers + 1, 3, 12, TINY.hidden_size)
+    np.testing.assert_array_equal(hidden[-1], sequence)
+    plain_sequence, plain_pooled = BertEncoder(TINY).apply({"params": tiny_params}, *inputs)
+    np.testing.assert_array_equal(plain_sequence, sequence)
+    np.testing.assert_array_equal(plain_pooled, pooled)
+    embedded = BertEncoder(TINY).apply({"params": tiny_params}, inputs[0], inputs[1], True,
+                                       method=lambda module, ids, types, deterministic: module.embeddings(
+                                           ids, types, deterministic))
+    np.testing.assert_array_equal(hidden[0], embedded)
+    one_layer = TINY.replace(num_hidden_layers=1)
+    first = {**tiny_params, "encoder": {"layer_0": tiny_params["encoder"]["layer_0"]}}
+    np.testing.assert_allclose(hidden[1], BertEncoder(one_layer).apply({"params": first}, *inputs)[0], atol=1e-6)
+    scanned = TINY.replace(scan_layers=True)
+    stacked = stack_layers(tiny_params, TINY.num_hidden_layers)
+    _, _, hidden_scanned = BertEncoder(scanned).apply({"params": stacked}, *inputs, output_hidden_states=True)
+    np.testing.assert_allclose(hidden_scanned, hidden, atol=1e-6)
+
+
 def test_unstack_inverts_stack(tiny_params):
     round_trip = unstack_layers(stack_layers(tiny_params, TINY.num_hidden_layers))
     jax.tree_util.tree_map(np.testing.assert_array_equal, round_trip, tiny_params)
