@@ -13,3 +13,12 @@ def load_pretrained(path):
     from bertjax.models.convert import load_pretrained as load
 
     return load(path)
+
+
+def load_model(path, **options):
+    """Any model path (a bertjax run, a Hugging Face directory, Google's TF release) -> an
+    inference.Model: `predict`, `fill_mask`, `features` on raw text. Options: see
+    bertjax.inference.load_model."""
+    from bertjax.inference import load_model as load
+
+    return load(path, **options)

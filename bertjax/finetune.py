@@ -31,7 +31,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import checkpointing, console, fileio, optim, run_config, sharding, tasks, tokenization, trainer
+from bertjax import (checkpointing, console, fileio, model_source, optim, run_config, sharding, tasks, tokenization,
+                     trainer)
 from bertjax.models import BertConfig, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.tasks import batching, packing
@@ -44,40 +45,34 @@ log = logging.getLogger(__name__)
 # Checkpoint, tokenizer, model config, validation.
 # ======================================================================================
 
-def checkpoint_config(config: ml_collections.ConfigDict) -> BertConfig | None:
-    """The BertConfig of config.init_checkpoint (None: from scratch); errors name the key."""
-    from bertjax.models.convert import pretrained_config
-
+def checkpoint_source(config: ml_collections.ConfigDict) -> model_source.ModelSource | None:
+    """config.init_checkpoint resolved (None: from scratch); errors name the key."""
     if not config.init_checkpoint:
         return None
     try:
-        return pretrained_config(config.init_checkpoint)
+        return model_source.resolve(config.init_checkpoint)
     except (OSError, ValueError) as e:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
 
 
-def load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> tokenization.Tokenizer:
-    """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint, else
-    (from scratch) the demo vocabulary for the demo task."""
+def load_tokenizer(config: ml_collections.ConfigDict, workdir: str,
+                   source: model_source.ModelSource | None = None) -> tokenization.Tokenizer:
+    """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint
+    (`source`), else (from scratch) the demo vocabulary for the demo task."""
     from bertjax.data import demo_corpus
-    from bertjax.models.convert import checkpoint_vocabulary
 
     data = config.data
-    saved = checkpoint_vocabulary(config.init_checkpoint) if config.init_checkpoint else None
+    if source is not None and (data.vocab_path or source.tokenizer_spec):
+        try:
+            return source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case)
+        except ValueError as e:
+            key = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else
+                   f"config.init_checkpoint={config.init_checkpoint}")
+            raise ValueError(f"{key}: {e}") from None
     if data.vocab_path:
         lower = True if data.do_lower_case is None else data.do_lower_case
-        tokenizer = tokenization.load_tokenizer(data.tokenizer, data.vocab_path, lower)
-        if saved and saved.get("vocab_hash") and saved["vocab_hash"] != tokenizer.vocab_hash:
-            raise ValueError(f"config.data.vocab_path={data.vocab_path} is not the vocabulary config.init_checkpoint="
-                             f"{config.init_checkpoint} was trained with ({saved['path']}); leave vocab_path unset")
-        return tokenizer
-    if saved:
-        lower = saved["do_lower_case"] if data.do_lower_case is None else data.do_lower_case
-        if lower is None:
-            log.warning("%s: unknown casing; lower-casing (set config.data.do_lower_case)", config.init_checkpoint)
-            lower = True
-        return tokenization.load_tokenizer(saved["kind"], saved["path"], lower)
-    if config.init_checkpoint:
+        return tokenization.load_tokenizer(data.tokenizer, data.vocab_path, lower)
+    if source is not None:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocab.txt; "
                          "set config.data.vocab_path")
     if config.task == "demo":
@@ -158,11 +153,10 @@ def schedule_config(config: ml_collections.ConfigDict, rows_per_epoch: int) -> m
     return train
 
 
-def pretrained_params(config: ml_collections.ConfigDict, bert: BertConfig, task: Task) -> dict[str, Any]:
+def pretrained_params(config: ml_collections.ConfigDict, source: model_source.ModelSource, bert: BertConfig,
+                      task: Task) -> dict[str, Any]:
     """The encoder of config.init_checkpoint (and its task head with config.reuse_head)."""
-    from bertjax.models.convert import load_pretrained
-
-    _, loaded = load_pretrained(config.init_checkpoint)
+    loaded = source.load_params()
     wanted = ("bert", *task.head_names) if config.reuse_head else ("bert",)
     missing = [name for name in wanted if name not in loaded]
     if missing:
@@ -212,9 +206,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
 def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     # -- Checkpoint, tokenizer, model config, mesh: validated before any data or compile. --
-    checkpoint = checkpoint_config(config)
-    tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, workdir), "tokenizer")
-    bert = model_config(config, checkpoint, tokenizer.vocab_size)
+    source = checkpoint_source(config)
+    tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, workdir, source), "tokenizer")
+    bert = model_config(config, source and source.bert, tokenizer.vocab_size)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape, tokenizer.vocab_size)
     mesh = sharding.create_mesh(*mesh_shape)
@@ -251,8 +245,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
                                                    async_save=False)
-    pretrained = (lambda: pretrained_params(config, bert, task)) if config.init_checkpoint else None
-    saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict()}
+    pretrained = (lambda: pretrained_params(config, source, bert, task)) if source else None
+    saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                        pretrained_source=config.init_checkpoint, config=saved_config)
@@ -304,7 +298,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     # -- The loop. --
     best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.latest_step() else None
-    best = best_meta["extra"] if best_meta else None  # {"step", "metrics"} of the best evaluation so far
+    # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
+    # weights there at the end, with no metrics).
+    best = best_meta["extra"] if best_meta and best_meta["extra"].get("metrics") else None
     start_step = int(jax.device_get(state.step))
     loop = trainer.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
@@ -356,11 +352,15 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     finally:
         loop.close()
 
-    # -- Predictions with the best weights (the last ones without evaluation splits). --
+    # -- The result in best/: the best weights, or the last ones without evaluation splits
+    #    (what `bertjax.model_source` loads from the workdir); predictions with them. --
     params = state.params
     if best is not None:
         restored, _ = best_checkpointer.restore({"params": trainer.with_shardings(abstract.params, shardings.params)})
         params = restored["params"]
+    elif not task.eval_splits:
+        best_checkpointer.save(step, {"params": state.params}, data_position=step, config=saved_config, force=True,
+                               extra_meta={"step": step, "metrics": {}})
     best_checkpointer.close()
     written = []
     directory = fileio.join(workdir, "predictions")
@@ -371,7 +371,11 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     if best is not None:
         loop.console(f"best {task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']} "
                      f"(weights in {best_checkpointer.directory})")
-    loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, predictions in {directory}")
+    elif not task.eval_splits:
+        loop.console(f"no evaluation split: the last weights (step {step}) are the result, in "
+                     f"{best_checkpointer.directory}")
+    loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, "
+                 + (f"predictions in {directory}" if written else "no predictions (no eval_file or test_file)"))
     return {"best": best, "last": loop.last, "predictions": written, "main_metric": task.main_metric}
 
 

@@ -1,15 +1,16 @@
 r"""Converts a BERT checkpoint between layouts.
 
-Reads any layout `bertjax.load_pretrained` knows (Hugging Face, Google TF release, a bertjax
-training checkpoint) and
-writes the Hugging Face layout (config.json, model.safetensors, vocab.txt) or the
+Reads any model path `bertjax.model_source` resolves (Hugging Face, Google TF release, a
+bertjax run or checkpoint; a fine-tuning workdir gives its best/ weights) and writes the Hugging Face layout (config.json, model.safetensors, vocab.txt) or the
 original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
 
     python launch/convert_checkpoint.py --input=/ckpt/uncased_L-12_H-768_A-12 \
         --output=/ckpt/bert-base-hf --format=huggingface
 
 The vocabulary is copied from --vocab, else from <input>/vocab.txt (or a bertjax run's saved
-tokenizer) when present. --output must be a new or empty folder (two layouts never mix).
+tokenizer) when present. A fine-tuned classifier or tagger keeps its label names (config.json's
+id2label), and its architecture follows its task. --output must be a new or empty folder (two
+layouts never mix).
 """
 
 import os
@@ -32,10 +33,14 @@ _ARCHITECTURE = flags.DEFINE_string(
     "(default: guessed from the heads present)")
 
 
+# A fine-tuned model's Hugging Face class, by task family (classification's is the default guess).
+_TASK_ARCHITECTURES = {"tagging": "BertForTokenClassification", "choice": "BertForMultipleChoice"}
+
+
 def main(_):
     if _ARCHITECTURE.value and _FORMAT.value != "huggingface":
         raise ValueError("--architecture applies only to --format=huggingface")
-    from bertjax import fileio
+    from bertjax import fileio, model_source
     from bertjax.models import convert
 
     if _ARCHITECTURE.value and _ARCHITECTURE.value not in convert.HF_ARCHITECTURES:
@@ -47,9 +52,10 @@ def main(_):
     if present:  # never mix two checkpoints' files
         raise ValueError(f"--output={output} is not empty (it has {', '.join(present[:4])}"
                          f"{', ...' if len(present) > 4 else ''}); give a new or empty folder")
-    config, params = convert.load_pretrained(_INPUT.value)
+    source = model_source.resolve(_INPUT.value)
+    config, params = source.bert, source.load_params()
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
-    saved = convert.checkpoint_vocabulary(_INPUT.value)  # vocab.txt beside it, or a bertjax run's tokenizer
+    saved = source.tokenizer_spec  # vocab.txt beside it, or a bertjax run's tokenizer
     if saved and saved["kind"] == "wordpiece":
         vocab = saved["path"] if vocab is None else vocab
         do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case
@@ -60,8 +66,10 @@ def main(_):
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab)")
     if _FORMAT.value == "huggingface":
-        convert.export_huggingface(config, params, output, vocab, architecture=_ARCHITECTURE.value,
-                                   do_lower_case=do_lower_case)
+        family = source.task_info.get("family")
+        architecture = _ARCHITECTURE.value or _TASK_ARCHITECTURES.get(family)
+        convert.export_huggingface(config, params, output, vocab, architecture=architecture,
+                                   do_lower_case=do_lower_case, label_names=source.task_info.get("label_names"))
     else:
         convert.export_tf_checkpoint(config, params, output, vocab)
     heads = sorted(set(params) - {"bert"})

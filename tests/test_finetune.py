@@ -31,18 +31,9 @@ def _metrics(workdir):
 
 
 @pytest.fixture(scope="module")
-def pretrained_run(tmp_path_factory):
+def pretrained_run(small_pretrained_run):
     """A pre-training workdir (demo corpus, 4 steps of a small model): checkpoint + tokenizer."""
-    from bertjax import train
-
-    workdir = str(tmp_path_factory.mktemp("pretrain"))
-    config = pretrain_config.get_config("tiny")
-    config.model.update(SMALL_MODEL)
-    config.data.update(max_seq_length=64, max_predictions_per_seq=10)
-    config.train.update(num_steps=4, global_batch_size=16, warmup_steps=1, log_every=2, eval_every=0)
-    config.checkpoint.every = 4
-    train.train_and_evaluate(config, workdir)
-    return workdir
+    return small_pretrained_run
 
 
 def _demo_config(**train):
@@ -58,11 +49,11 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
 
     config = _demo_config(num_steps=1)
     config.init_checkpoint = os.path.join(pretrained_run, "checkpoints")
-    checkpoint = finetune.checkpoint_config(config)
-    tokenizer = finetune.load_tokenizer(config, str(tmp_path))
+    source = finetune.checkpoint_source(config)
+    tokenizer = finetune.load_tokenizer(config, str(tmp_path), source)
     assert tokenizer.vocab_hash == json.load(open(os.path.join(pretrained_run, "tokenizer", "tokenizer.json")))[
         "vocab_hash"]
-    bert = finetune.model_config(config, checkpoint, tokenizer.vocab_size)
+    bert = finetune.model_config(config, source.bert, tokenizer.vocab_size)
     assert (bert.hidden_size, bert.intermediate_size) == (64, 128)  # the shape comes from the checkpoint
     task = tasks.load_task(config, tokenizer)
     model = task.make_model(bert)
@@ -74,7 +65,7 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
 
     state, how = trainer.initial_state(None, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh,
-                                       pretrained=lambda: finetune.pretrained_params(config, bert, task),
+                                       pretrained=lambda: finetune.pretrained_params(config, source, bert, task),
                                        pretrained_source=config.init_checkpoint)
     assert "initialised ['bert']" in how
     _, saved = load_pretrained(config.init_checkpoint)

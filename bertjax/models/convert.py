@@ -277,7 +277,8 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 
 def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str, vocab_path: str | None = None,
-                       architecture: str | None = None, do_lower_case: bool | None = None) -> None:
+                       architecture: str | None = None, do_lower_case: bool | None = None,
+                       label_names: list[str] | None = None) -> None:
     """Writes `out_dir`/config.json, model.safetensors (and vocab.txt if `vocab_path`, with
     tokenizer_config.json when `do_lower_case` is known: Hugging Face's BertTokenizer
     lower-cases unless told otherwise, so a cased model needs it).
@@ -286,6 +287,8 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     Names carry the "bert." prefix when heads are present (like BertFor* models).
     `architecture` overrides the guessed one, e.g. "BertForTokenClassification" or
     "BertForMultipleChoice" (a "classifier" head defaults to BertForSequenceClassification).
+    `label_names` (one per classifier output) become config.json's id2label/label2id
+    (default LABEL_<i>).
     """
     from safetensors.numpy import save
 
@@ -303,8 +306,11 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     hf_config = bert_to_hf_config(config)
     hf_config["architectures"] = [architecture or _guess_architecture(heads)]
     if "classifier" in heads:
-        hf_config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-        hf_config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+        names = list(label_names) if label_names else [f"LABEL_{i}" for i in range(num_labels)]
+        if len(names) != num_labels:
+            raise ValueError(f"export_huggingface: {len(names)} label names for a classifier of {num_labels} outputs")
+        hf_config["id2label"] = {str(i): name for i, name in enumerate(names)}
+        hf_config["label2id"] = {name: i for i, name in enumerate(names)}
     fileio.makedirs(out_dir)
     with fileio.open_file(fileio.join(out_dir, "model.safetensors"), "wb") as f:
         f.write(save(tensors, metadata={"format": "pt"}))

@@ -203,7 +203,7 @@ def load_task(config, tokenizer) -> Task:
                                                         batch["choice_mask"]),
         counts=lambda batch: example_counts(weights(batch), ("loss", "accuracy")), loss_terms=("loss",),
         predict=lambda scores: {"scores": scores.astype("float32")}, evaluate=evaluate, write_predictions=write_predictions,
-        main_metric="accuracy", head_names=("classifier",))
+        main_metric="accuracy", head_names=("classifier",), info={"family": "choice"})
 
 
 def write_predictions(split: Split, predictions: dict, directory: str) -> list[str]:

@@ -280,7 +280,9 @@ def load_task(config, tokenizer) -> Task:
                                             ("loss", "mse") if num_labels == 1 else ("loss", "accuracy")),
         loss_terms=("loss",), predict=predict, evaluate=evaluate,
         write_predictions=write_predictions, main_metric=glue_metrics.main_metric(metric_task),
-        head_names=("classifier",))
+        head_names=("classifier",),
+        info={"family": "classification", "label_names": None if label_names is None else list(label_names),
+              "pairs": train.texts_b is not None})
 
 
 def write_predictions(split: Split, predictions: dict, directory: str) -> list[str]:

@@ -76,6 +76,9 @@ class Task:
     evaluate(split, predictions) -> {metric: value}: the official metrics, predictions being
       predict's arrays for every row of the split ([N, ...]).
     write_predictions(split, predictions, directory) -> the files written.
+    info: what using the model later needs beyond the run's config (saved with its
+      checkpoints as "task_info", see bertjax.model_source): "family" and, per family,
+      "label_names", "pairs" (classification) or "squad_version".
     """
 
     name: str
@@ -93,6 +96,7 @@ class Task:
     main_metric: str
     head_names: tuple[str, ...]
     sequence_outputs: tuple[str, ...] = ()
+    info: dict = dataclasses.field(default_factory=dict)
 
 
 def bert_inputs(batch: dict) -> tuple:

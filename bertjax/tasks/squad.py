@@ -397,7 +397,8 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
     when null - best non-null score > null_score_diff_threshold.
 
     predictions: id -> answer text ("" = no answer). nbest: id -> [{"text", "probability",
-    "start_logit", "end_logit"}] (probabilities: softmax over the n-best scores).
+    "start_logit", "end_logit", "start", "end"}] (probabilities: softmax over the n-best
+    scores; start/end: the answer's character offsets in the context, -1 for no answer).
     null_odds: id -> null - best non-null score (v2.0; NO_SPAN_NULL_ODDS when no valid span),
     None for v1.1. A question with no valid span in v1.1 predicts "".
     """
@@ -436,7 +437,7 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
         entries, seen = [], set()
         null_feature = group[np.argmin(null_scores[group])]
         null_entry = {"text": "", "start_logit": float(start_logits[null_feature, 0]),
-                      "end_logit": float(end_logits[null_feature, 0])}
+                      "end_logit": float(end_logits[null_feature, 0]), "start": -1, "end": -1}
         null_score = null_entry["start_logit"] + null_entry["end_logit"]
         for c in order:
             if len(entries) >= n_best_size:
@@ -451,16 +452,18 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
             if text and text not in seen:
                 seen.add(text)
                 entries.append({"text": text, "start_logit": float(start_logits[row, top_start[row, a]]),
-                                "end_logit": float(end_logits[row, top_end[row, b]])})
+                                "end_logit": float(end_logits[row, top_end[row, b]]),
+                                "start": int(char_start[row, a]), "end": int(char_end[row, b])})
         if v2 and "" not in seen:
             entries.append(null_entry)
         if not entries:
-            entries.append({"text": "", "start_logit": 0.0, "end_logit": 0.0})
+            entries.append({"text": "", "start_logit": 0.0, "end_logit": 0.0, "start": -1, "end": -1})
         totals = np.array([e["start_logit"] + e["end_logit"] for e in entries])
         probabilities = np.exp(totals - totals.max())
         probabilities /= probabilities.sum()
         nbest[examples.ids[q]] = [{"text": e["text"], "probability": float(p), "start_logit": e["start_logit"],
-                                   "end_logit": e["end_logit"]} for e, p in zip(entries, probabilities)]
+                                   "end_logit": e["end_logit"], "start": e["start"], "end": e["end"]}
+                                  for e, p in zip(entries, probabilities)]
         best_span = next((e for e in entries if e["text"]), None)
         if not v2:
             predictions[examples.ids[q]] = entries[0]["text"]
@@ -549,7 +552,8 @@ def load_task(config, tokenizer) -> Task:
         sums=_sums, counts=lambda batch: example_counts(_span_weights(batch), ("loss", "span_accuracy")),
         loss_terms=("loss",), predict=lambda outputs: {"start_logits": outputs[0], "end_logits": outputs[1]},
         evaluate=evaluate, write_predictions=write, main_metric="f1", head_names=("qa_outputs",),
-        sequence_outputs=("start_logits", "end_logits"))
+        sequence_outputs=("start_logits", "end_logits"),
+        info={"family": "squad", "squad_version": sources[0][1].version})
 
 
 def _span_weights(batch: dict):

@@ -351,4 +351,5 @@ def load_task(config, tokenizer) -> Task:
         sums=lambda logits, batch: token_classification_sums(logits, batch["label_ids"], weights(batch)),
         counts=lambda batch: example_counts(weights(batch), ("loss", "accuracy")), loss_terms=("loss",),
         predict=lambda logits: {"prediction": logits.argmax(-1)}, evaluate=evaluate, write_predictions=write,
-        main_metric="f1", head_names=("classifier",), sequence_outputs=("prediction",))
+        main_metric="f1", head_names=("classifier",), sequence_outputs=("prediction",),
+        info={"family": "tagging", "label_names": list(label_names)})

@@ -13,6 +13,7 @@ Stored arrays (B = 4 examples, S = padded length):
   input_ids, attention_mask, token_type_ids   <int32>[B, S]
   last_hidden_state                           <float32>[B, S, 384]
   pooler_output                               <float32>[B, 384]
+  hidden_states                               <float32>[7, B, S, 384] embeddings, then each layer
   versions                                    <str>[] torch / transformers used
 
 It also saves two tiny randomly initialised models with Hugging Face's own
@@ -58,7 +59,7 @@ def main():
     batch = tokenizer.pad(encoded, padding="longest", return_tensors="pt")
     with torch.no_grad():
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    token_type_ids=batch["token_type_ids"])
+                    token_type_ids=batch["token_type_ids"], output_hidden_states=True)
     np.savez_compressed(
         args.output,
         input_ids=batch["input_ids"].numpy().astype(np.int32),
@@ -66,6 +67,7 @@ def main():
         token_type_ids=batch["token_type_ids"].numpy().astype(np.int32),
         last_hidden_state=out.last_hidden_state.numpy().astype(np.float32),
         pooler_output=out.pooler_output.numpy().astype(np.float32),
+        hidden_states=torch.stack(out.hidden_states).numpy().astype(np.float32),
         versions=np.array(f"torch {torch.__version__}, transformers {transformers.__version__}, eager attention"),
     )
     print(f"wrote {args.output}: batch {tuple(batch['input_ids'].shape)}, "

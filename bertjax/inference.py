@@ -1,0 +1,367 @@
+"""Using a trained model from Python: load it once, then predict, fill in [MASK]s or extract
+features on raw text.
+
+    import bertjax
+    model = bertjax.load_model("workdir/reviews")       # any path bertjax.model_source resolves
+    model.predict(["the movie was great fun"])
+    # [{"label": "good", "probability": 0.98, "probabilities": {"bad": 0.02, "good": 0.98}}]
+    lm = bertjax.load_model("workdir/pretrain")         # a checkpoint with a masked-LM head
+    lm.fill_mask(["paris is the [MASK] of france."], top_k=3)
+    # [[[{"token": "capital", "token_id": 3007, "probability": 0.91}, ...]]]   one list per [MASK]
+    model.features(["a sentence", "a first ||| and a second"], layers=(-1, -2), pooling="mean")
+
+Every call tokenizes its inputs in bulk, sorts them by length into batches padded only to
+the smallest bucket that holds them (powers of two up to the maximum length), runs each
+batch through a function jit-compiled once per (purpose, bucket) and data-parallel over
+all local devices, and returns results in input order. Compute is bfloat16 on TPU/GPU
+(float32 parameters) and float32 on CPU, unless `dtype` says otherwise.
+
+Task-specific inputs and outputs (what `predict` takes and returns per task family) are in
+bertjax/prediction.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from bertjax import model_source, sharding, tokenization
+from bertjax.models import BertEncoder
+from bertjax.models.config import BertConfig
+from bertjax.models.heads import MaskedLMHead, gather_positions
+from bertjax.tasks import batching
+from bertjax.tasks.common import SEQUENCE_FEATURES, Split, encode_pairs
+
+PAIR_SEPARATOR = " ||| "  # google-research/bert's extract_features.py input: "text_a ||| text_b"
+POOLINGS = ("none", "cls", "mean")
+CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
+
+
+def split_pair(text: str) -> tuple[str, str | None]:
+    """"a ||| b" -> ("a", "b"); a text without the separator -> (text, None)."""
+    if PAIR_SEPARATOR.strip() in text:
+        a, b = text.split("|||", 1)
+        return a.strip(), b.strip()
+    return text, None
+
+
+def inference_buckets(max_seq_length: int) -> list[int]:
+    """Batch lengths: powers of two from 16 below max_seq_length, and max_seq_length itself."""
+    return batching.bucket_lengths(max_seq_length, num_buckets=max(1, int(math.log2(max_seq_length / 16)) + 1),
+                                   minimum=16)
+
+
+class _MaskedLM(nn.Module):
+    """The encoder and its masked-LM head: <int>[B, S] x3, positions <int>[B, P] -> logits [B, P, vocab]."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, attention_mask, positions):
+        encoder = BertEncoder(self.config, name="bert")
+        sequence, _ = encoder(input_ids, token_type_ids, attention_mask, True)
+        return MaskedLMHead(self.config, name="mlm")(gather_positions(sequence, positions), encoder.attend)
+
+
+class Model:
+    """A loaded model: `source` (its ModelSource), `bert` (the BertConfig it runs with),
+    `tokenizer`, `max_seq_length`, `batch_size`, `task`, `task_info`; params on the devices.
+
+    Build it with `load_model`. Methods: `features`, `fill_mask`, `predict` (fine-tuned
+    models). Safe to call many times: each bucket length compiles once per purpose.
+    """
+
+    def __init__(self, source: model_source.ModelSource, params: dict[str, Any], tokenizer: tokenization.Tokenizer,
+                 bert: BertConfig, max_seq_length: int, batch_size: int, mesh: jax.sharding.Mesh):
+        self.source, self.tokenizer, self.bert = source, tokenizer, bert
+        self.task, self.task_info = source.task, source.task_info
+        self.max_seq_length, self.batch_size, self.mesh = max_seq_length, batch_size, mesh
+        self.buckets = inference_buckets(max_seq_length)
+        replicated = NamedSharding(mesh, PartitionSpec())
+        self._params = jax.device_put(params, replicated)
+        self._compiled: dict[tuple, Callable] = {}
+        self._replicated = replicated
+
+    @property
+    def heads(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self._params) - {"bert"}))
+
+    # -- The engine: bucketed, jit-compiled batches over the mesh. --
+
+    def run(self, purpose: str, apply: Callable[..., Any], split: Split, progress: Callable[[int], None] = None
+            ) -> dict[str, np.ndarray]:
+        """Runs `apply(params, batch) -> {name: <[B, ...]>}` over every row of `split`.
+
+        Rows are taken in order of length, batched `batch_size` at a time (the last batch
+        padded with zero rows), each batch cut to its bucket length; `apply` is compiled
+        once per (purpose, bucket). Returns {name: <[N, ...]>} in the split's row order,
+        outputs with a sequence axis (named in SEQUENCE_OUTPUTS or ending with that axis
+        at the bucket length) padded back to the split's width with zeros.
+        """
+        n, width = len(split), split.features["input_ids"].shape[-1]
+        order = np.argsort(split.lengths, kind="stable")
+        collected: dict[str, np.ndarray] = {}
+        for start in range(0, n, self.batch_size):
+            rows = order[start:start + self.batch_size]
+            length = batching.bucket_for(int(split.lengths[rows].max(initial=1)), self.buckets)
+            batch = {}
+            for name, values in split.features.items():
+                taken = np.zeros((self.batch_size, *values.shape[1:]), values.dtype)
+                taken[:len(rows)] = values[rows]
+                batch[name] = taken[..., :length] if name in SEQUENCE_FEATURES else taken
+            outputs = self._compiled_for(purpose, apply, batch)(self._params, batch)
+            for name, value in outputs.items():
+                value = np.asarray(value)[:len(rows)]
+                if name not in collected:
+                    shape = (n, *value.shape[1:-1], width) if _is_sequence(name) else (n, *value.shape[1:])
+                    collected[name] = np.zeros(shape, value.dtype)
+                if _is_sequence(name):
+                    collected[name][rows, ..., :value.shape[-1]] = value
+                else:
+                    collected[name][rows] = value
+            if progress is not None:
+                progress(min(start + self.batch_size, n))
+        return collected
+
+    def _compiled_for(self, purpose: str, apply: Callable, batch: dict[str, np.ndarray]) -> Callable:
+        key = (purpose, batch["input_ids"].shape[-1])
+        if key not in self._compiled:
+            shardings = {name: sharding.batch_sharding(self.mesh, value.ndim) for name, value in batch.items()}
+            jitted = jax.jit(apply, in_shardings=(self._replicated, shardings), out_shardings=self._replicated)
+
+            def call(params, host_batch, jitted=jitted):
+                with sharding.activate(self.mesh):
+                    return jitted(params, host_batch)
+
+            self._compiled[key] = call
+        return self._compiled[key]
+
+    # -- Encoding raw text. --
+
+    def encode(self, texts_a: Sequence[str], texts_b: Sequence[str] | None = None,
+               keep_masks: bool = False) -> tuple[Split, int]:
+        """Texts (pairs when texts_b is given) -> (a Split of `[CLS] a [SEP] (b [SEP])` rows of
+        max_seq_length, number of rows truncated to fit). keep_masks: a literal "[MASK]" in
+        the text is the mask token (BERT's own tokenizer would split it into "[", "mask", "]")."""
+        tokenizer = _MaskKeeping(self.tokenizer) if keep_masks else self.tokenizer
+        features, lengths, truncated = encode_pairs(tokenizer, texts_a, texts_b, self.max_seq_length)
+        return Split("inputs", features, lengths), truncated
+
+    # -- Features (the feature-based approach). --
+
+    def features(self, texts: Iterable[str | tuple[str, str | None]], layers: Sequence[int] = (-1,),
+                 pooling: str = "none") -> list[dict[str, Any]]:
+        """The encoder's activations for each text (see `iter_features`), as a list."""
+        return list(self.iter_features(texts, layers, pooling))
+
+    def iter_features(self, texts: Iterable[str | tuple[str, str | None]], layers: Sequence[int] = (-1,),
+                      pooling: str = "none", on_truncated: Callable[[int, int], None] | None = None,
+                      progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+        """Contextual features, one dict per input, in input order, computed in chunks of
+        CHUNK_EXAMPLES (bounded memory on long inputs).
+
+        texts: strings ("a ||| b" is a pair) or (a, b) tuples (b None: single text).
+        layers: indices into the hidden-state stack [embeddings, layer 1, ..., layer L]
+          (-1 = the last layer, 0 = the embeddings' output), as Hugging Face's hidden_states.
+        pooling: "none" -> {"tokens": [str] (with [CLS]/[SEP]), "values": <float32>[len(layers), T, H]};
+          "cls" -> {"values": [len(layers), H]} (the [CLS] token's vector);
+          "mean" -> {"values": [len(layers), H]} (the mean over the input's tokens, [CLS] and
+          [SEP] included, padding excluded: sentence-transformers' mean pooling).
+        Inputs longer than max_seq_length are truncated (as fine-tuning does); on_truncated
+        (index of the first truncated input in the chunk's numbering, count) reports them.
+        """
+        indices = self.layer_indices(layers)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        bert = self.bert
+
+        def apply(params, batch):
+            _, _, hidden = BertEncoder(bert).apply({"params": params["bert"]}, batch["input_ids"],
+                                                   batch["segment_ids"], batch["input_mask"], True,
+                                                   output_hidden_states=True)
+            chosen = hidden[jnp.asarray(indices)].astype(jnp.float32)  # [K, B, S, H]
+            if pooling == "cls":
+                return {"pooled": jnp.swapaxes(chosen[:, :, 0], 0, 1)}
+            if pooling == "mean":
+                mask = batch["input_mask"].astype(jnp.float32)[None, :, :, None]
+                mean = (chosen * mask).sum(2) / jnp.maximum(mask.sum(2), 1.0)
+                return {"pooled": jnp.swapaxes(mean, 0, 1)}
+            return {"hidden": jnp.moveaxis(chosen, 0, 1).swapaxes(-1, -2)}  # [B, K, H, S]: sequence axis last
+
+        done = 0
+        for chunk in _chunks(texts, CHUNK_EXAMPLES):
+            pairs = [text if isinstance(text, tuple) else split_pair(text) for text in chunk]
+            split, truncated = self._encode_mixed(pairs)
+            if truncated and on_truncated is not None:
+                on_truncated(done, truncated)
+            outputs = self.run(f"features:{indices}:{pooling}", apply, split,
+                               progress=None if progress is None else lambda k, done=done: progress(done + k))
+            for i in range(len(split)):
+                length = int(split.lengths[i])
+                if pooling == "none":
+                    ids = split.features["input_ids"][i, :length]
+                    yield {"tokens": [self.tokenizer.id_to_token(int(t)) for t in ids],
+                           "values": np.ascontiguousarray(outputs["hidden"][i, :, :, :length].swapaxes(-1, -2))}
+                else:
+                    yield {"values": outputs["pooled"][i]}
+            done += len(split)
+
+    def layer_indices(self, layers: Sequence[int]) -> tuple[int, ...]:
+        """Layer indices as non-negative positions in the [L + 1] hidden-state stack; a
+        ValueError naming the bad index and the valid range."""
+        count = self.bert.num_hidden_layers + 1
+        layers = tuple(int(layer) for layer in layers)
+        if not layers:
+            raise ValueError("layers: give at least one layer index")
+        for layer in layers:
+            if not -count <= layer < count:
+                raise ValueError(f"layer index {layer} is outside [-{count}, {count - 1}]: the model has "
+                                 f"{count - 1} layers (0 = the embeddings' output, -1 = the last layer)")
+        return tuple(layer % count for layer in layers)
+
+    def _encode_mixed(self, pairs: list[tuple[str, str | None]], keep_masks: bool = False) -> tuple[Split, int]:
+        """Single texts and pairs in one Split (rows in input order); keep_masks as `encode`."""
+        single = [i for i, (_, b) in enumerate(pairs) if b is None]
+        double = [i for i, (_, b) in enumerate(pairs) if b is not None]
+        parts, truncated = [], 0
+        for rows, has_b in ((single, False), (double, True)):
+            if rows:
+                split, cut = self.encode([pairs[i][0] for i in rows], [pairs[i][1] for i in rows] if has_b else None,
+                                         keep_masks)
+                parts.append((rows, split))
+                truncated += cut
+        n, width = len(pairs), self.max_seq_length
+        features = {name: np.zeros((n, width), np.int32) for name in ("input_ids", "segment_ids", "input_mask")}
+        lengths = np.zeros(n, np.int32)
+        for rows, split in parts:
+            for name in features:
+                features[name][rows] = split.features[name]
+            lengths[rows] = split.lengths
+        return Split("inputs", features, lengths), truncated
+
+    # -- Fill-mask. --
+
+    def fill_mask(self, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]]]]:
+        """For each text (or "a ||| b" pair) with one or more [MASK], the top_k tokens at each
+        mask: [{"token", "token_id", "probability"}], best first. The masked-LM head must
+        be in the checkpoint (pre-training runs, Google's releases, Hugging Face
+        BertForPreTraining/BertForMaskedLM); ValueError naming the input without a [MASK]."""
+        if "mlm" not in self._params:
+            raise ValueError(f"{self.source.path} has no masked-LM head (it has {list(self.heads) or 'only the encoder'})"
+                             "; fill-mask needs a pre-training checkpoint or a Hugging Face BertForMaskedLM/"
+                             "BertForPreTraining")
+        if not 1 <= top_k <= self.bert.vocab_size:
+            raise ValueError(f"top_k must be in [1, {self.bert.vocab_size}], got {top_k}")
+        split, _ = self._encode_mixed([split_pair(text) for text in texts], keep_masks=True)
+        ids = split.features["input_ids"]
+        counts = (ids == self.tokenizer.mask_id).sum(1)
+        for i in np.flatnonzero(counts == 0)[:1]:
+            raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {self.max_seq_length} "
+                             f"tokens): {texts[i][:80]!r}")
+        width = int(counts.max(initial=1))
+        positions = np.zeros((len(texts), width), np.int32)
+        for i, row in enumerate(ids):
+            found = np.flatnonzero(row == self.tokenizer.mask_id)
+            positions[i, :len(found)] = found
+        split.features["mask_positions"] = positions
+        bert, k = self.bert, top_k
+
+        def apply(params, batch):
+            logits = _MaskedLM(bert).apply({"params": {"bert": params["bert"], "mlm": params["mlm"]}},
+                                           batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                                           batch["mask_positions"])
+            probabilities, tokens = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), -1), k)
+            return {"probabilities": probabilities, "tokens": tokens}
+
+        outputs = self.run(f"fill_mask:{k}:{width}", apply, split)
+        results = []
+        for i in range(len(texts)):
+            results.append([[{"token": self.tokenizer.id_to_token(int(token)), "token_id": int(token),
+                              "probability": float(p)}
+                             for token, p in zip(outputs["tokens"][i, m], outputs["probabilities"][i, m])]
+                            for m in range(int(counts[i]))])
+        return results
+
+    # -- Task predictions. --
+
+    def predict(self, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
+        """The fine-tuned task's predictions on raw inputs, one dict per input, in order; what
+        each family takes and returns is in bertjax/prediction.py."""
+        from bertjax import prediction
+
+        return prediction.predict(self, inputs, **options)
+
+
+class _MaskKeeping:
+    """A tokenizer's encode_flat (and the ids encode_pairs needs) with each literal "[MASK]"
+    encoded as the mask token: the text is cut at the masks and the pieces tokenized alone."""
+
+    MASK = "[MASK]"
+
+    def __init__(self, tokenizer: tokenization.Tokenizer):
+        self.tokenizer = tokenizer
+        self.pad_id, self.cls_id, self.sep_id = tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        pieces = [text.split(self.MASK) for text in texts]
+        ids, lengths = self.tokenizer.encode_flat([piece for parts in pieces for piece in parts])
+        rows, starts, k = [], np.concatenate([[0], np.cumsum(lengths)]), 0
+        for parts in pieces:
+            row = []
+            for j in range(len(parts)):
+                if j:
+                    row.append(np.array([self.tokenizer.mask_id], np.int32))
+                row.append(ids[starts[k]:starts[k + 1]])
+                k += 1
+            rows.append(np.concatenate(row).astype(np.int32))
+        return (np.concatenate(rows) if rows else np.zeros(0, np.int32)), np.array([len(r) for r in rows], np.int64)
+
+
+def _is_sequence(name: str) -> bool:
+    """Outputs whose last axis is the sequence (padded back to the split's width)."""
+    return name in ("hidden", "start_logits", "end_logits", "token_logits")
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def load_model(path: str, *, max_seq_length: int | None = None, batch_size: int = 32, dtype: str | None = None,
+               vocab_path: str = "", do_lower_case: bool | None = None) -> Model:
+    """Loads a model for inference from any path `bertjax.model_source` resolves.
+
+    max_seq_length: the longest input in tokens (default: the fine-tuning run's length, else
+      512 or the model's max_position_embeddings if smaller).
+    batch_size: examples per compiled batch (rounded up to a multiple of the device count).
+    dtype: compute dtype, "float32" or "bfloat16" (default: bfloat16 on TPU/GPU, float32 on CPU).
+    vocab_path / do_lower_case: override the tokenizer that comes with the model.
+    """
+    source = model_source.resolve(path)
+    tokenizer = source.load_tokenizer(vocab_path, do_lower_case=do_lower_case)
+    accelerator = jax.default_backend() != "cpu"
+    bert = source.bert.replace(scan_layers=False, remat_policy="none", attention_impl="xla",
+                               dtype=dtype or ("bfloat16" if accelerator else "float32"))
+    length = max_seq_length or source.max_seq_length or min(512, bert.max_position_embeddings)
+    if not 8 <= length <= bert.max_position_embeddings:
+        raise ValueError(f"max_seq_length={length} must be in [8, the model's max_position_embeddings="
+                         f"{bert.max_position_embeddings}]")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    devices = jax.local_devices()
+    batch_size = -(-batch_size // len(devices)) * len(devices)
+    mesh = sharding.create_mesh(data=-1, devices=devices)
+    params = jax.tree.map(np.asarray, source.load_params())
+    return Model(source, params, tokenizer, bert, length, batch_size, mesh)

