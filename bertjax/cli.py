@@ -139,8 +139,10 @@ def run(main: Callable[[list[str]], None]) -> None:
             print("flags and config ok")
             return
         quiet_libraries()
+        from bertjax import compilation_cache
         from bertjax.trainer import TrainingStopped
 
+        compilation_cache.enable()
         try:
             main(argv)
         except TrainingStopped as stopped:

@@ -7,6 +7,7 @@ last logged values, rate and ETA) and prints permanent lines above it. Not on a 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import time
@@ -113,3 +114,36 @@ class Progress:
         text = " ".join(part for part in parts if part)
         self.stream.write("\r\x1b[K" + text[:width - 1])
         self.stream.flush()
+
+
+class PhaseClock:
+    """Where a run's wall time went: `with clock.phase("evaluate"):` (or `clock.add(name,
+    seconds)`) sums named phases; `seconds()` adds "other" (the rest since the clock started:
+    for a training loop, the steps themselves and the host work between them)."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.totals: dict[str, float] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.totals[name] = self.totals.get(name, 0.0) + seconds
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def seconds(self, rest: str = "other") -> dict[str, float]:
+        """{phase: seconds, ..., rest: the remainder, "total": since the clock started}."""
+        total = time.perf_counter() - self.start
+        return {**self.totals, rest: max(0.0, total - sum(self.totals.values())), "total": total}
+
+    def summary(self, rest: str = "other") -> str:
+        """'time: 41s = 3s tokenize + 12s compile + ...' for the console."""
+        seconds = self.seconds(rest)
+        parts = " + ".join(f"{format_duration(value)} {name}" for name, value in seconds.items()
+                           if name != "total" and value >= 0.5)
+        return f"time: {format_duration(seconds['total'])}" + (f" = {parts}" if parts else "")

@@ -206,6 +206,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
 def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     # -- Checkpoint, tokenizer, model config, mesh: validated before any data or compile. --
+    clock = console.PhaseClock()  # where the run's time goes, summed up at the end
     source = checkpoint_source(config)
     tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, workdir, source), "tokenizer")
     bert = model_config(config, source and source.bert, tokenizer.vocab_size)
@@ -215,7 +216,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     # -- The task's data, tokenized in memory (every host holds it: batches are cut the same
     #    way everywhere, and each host feeds its rows). --
-    task = tasks.load_task(config, tokenizer)
+    with clock.phase("read and tokenize"):
+        task = tasks.load_task(config, tokenizer)
     buckets = batching.bucket_lengths(config.data.max_seq_length, config.data.num_buckets)
     train_batches = batching.TrainBatches(task.train, config.train.batch_size, config.data.seed, buckets,
                                           config.data.group_by_length, config.data.pack_examples)
@@ -293,8 +295,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             return {}, predictions
         return {"loss": totals.means()["loss"], **task.evaluate(split, predictions)}, predictions
 
-    def evaluate(params) -> dict[str, dict[str, float]]:
-        return {split.name: run_split(params, split)[0] for split in task.eval_splits}
+    def evaluate(params) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, np.ndarray]]]:
+        """({split: metrics}, {split: predictions}) over the evaluation splits."""
+        done = {split.name: run_split(params, split) for split in task.eval_splits}
+        return {name: metrics for name, (metrics, _) in done.items()}, {name: p for name, (_, p) in done.items()}
 
     # -- The loop. --
     best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.latest_step() else None
@@ -315,6 +319,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                  + f" ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f} epochs), lr {train_cfg.learning_rate:g}, "
                  f"warmup {train_cfg.warmup_steps}; batches padded to {buckets}; {how}; starting at step {start_step}")
     step_fns: dict[int, Any] = {}  # bucket length -> the compiled train step
+    best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
 
     def train_step_for(length: int):
         """The train step compiled for batches of `length` tokens (on first use; not timed)."""
@@ -323,6 +328,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 step_fns[length], seconds = trainer.compile_step(
                     step_jit, trainer.with_shardings(abstract, shardings),
                     _abstract_batch(example, train_cfg.batch_size, length))
+            clock.add("compile", seconds)
             loop.console(f"compiled the train step for length {length} in {seconds:.1f}s")
         return step_fns[length]
 
@@ -339,23 +345,26 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             step += 1
             loop.record(step, metrics, state)
             if loop.is_eval_step(step):
-                with loop.paused():
-                    results = evaluate(state.params)
+                with loop.paused(), clock.phase("evaluate"):
+                    results, predictions = evaluate(state.params)
                     main = results[task.eval_splits[0].name]
                     loop.write_eval(step, {**main, **{f"{split}_{name}": value for split, metrics_ in
                                                       list(results.items())[1:] for name, value in metrics_.items()}})
                     if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
-                        best = {"step": step, "metrics": main}
+                        best, best_predictions = {"step": step, "metrics": main}, predictions
                         best_checkpointer.save(step, {"params": state.params}, data_position=step,
                                                config=saved_config, force=True, extra_meta=best)
-            loop.save(step, state)
+            with clock.phase("save"):
+                loop.save(step, state)
     finally:
-        loop.close()
+        with clock.phase("save"):
+            loop.close()
 
     # -- The result in best/: the best weights, or the last ones without evaluation splits
     #    (what `bertjax.model_source` loads from the workdir); predictions with them. --
     params = state.params
-    if best is not None:
+    to_predict = {split.name for split in task.eval_splits + task.test_splits} - set(best_predictions)
+    if best is not None and to_predict:
         restored, _ = best_checkpointer.restore({"params": trainer.with_shardings(abstract.params, shardings.params)})
         params = restored["params"]
     elif not task.eval_splits:
@@ -364,10 +373,14 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     best_checkpointer.close()
     written = []
     directory = fileio.join(workdir, "predictions")
-    for split in task.eval_splits + task.test_splits:
-        _, predictions = run_split(params, split, score=False)  # write_predictions post-processes once
-        if jax.process_index() == 0:
-            written += task.write_predictions(split, predictions, directory)
+    with clock.phase("predict"):
+        for split in task.eval_splits + task.test_splits:
+            if split.name in to_predict:
+                _, predictions = run_split(params, split, score=False)  # write_predictions post-processes once
+            else:  # the best weights' evaluation, run by this process
+                predictions = best_predictions[split.name]
+            if jax.process_index() == 0:
+                written += task.write_predictions(split, predictions, directory)
     if best is not None:
         loop.console(f"best {task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']} "
                      f"(weights in {best_checkpointer.directory})")
@@ -376,7 +389,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                      f"{best_checkpointer.directory}")
     loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, "
                  + (f"predictions in {directory}" if written else "no predictions (no eval_file or test_file)"))
-    return {"best": best, "last": loop.last, "predictions": written, "main_metric": task.main_metric}
+    loop.console(clock.summary(rest="train and start-up"))
+    return {"best": best, "last": loop.last, "predictions": written, "main_metric": task.main_metric,
+            "seconds": clock.seconds(rest="train and start-up")}
 
 
 # ======================================================================================

@@ -16,6 +16,9 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 # the end. pytest's tmp_path folders live there too; xdist workers nest theirs inside.
 _SESSION_TMP = tempfile.mkdtemp(prefix="bertjax-tests-")
 os.environ["TMPDIR"] = tempfile.tempdir = _SESSION_TMP
+# Launchers cache compiled programs (bertjax.compilation_cache): the session's own cache, shared
+# by the launcher processes the tests start, never the user's.
+os.environ.setdefault("BERTJAX_COMPILATION_CACHE", os.path.join(_SESSION_TMP, "xla_cache"))
 
 import pytest  # noqa: E402
 

@@ -61,3 +61,16 @@ def test_plain_lines_off_a_terminal(clock):
     quiet = io.StringIO()
     console.Progress(total=10, stream=quiet, enabled=False).line("not shown")
     assert quiet.getvalue() == ""
+
+
+def test_phase_clock_sums_phases_and_the_rest(clock):
+    phases = console.PhaseClock()
+    with phases.phase("compile"):
+        clock[0] += 12.0
+    clock[0] += 30.0  # unnamed: the rest (less the 3 s added to compile below)
+    phases.add("compile", 3.0)
+    with pytest.raises(KeyError), phases.phase("evaluate"):  # a phase that fails still counts
+        clock[0] += 5.0
+        raise KeyError
+    assert phases.seconds("train") == {"compile": 15.0, "evaluate": 5.0, "train": 27.0, "total": 47.0}
+    assert phases.summary("train") == "time: 47s = 15s compile + 5s evaluate + 27s train"
