@@ -24,6 +24,7 @@ import itertools
 import json
 import logging
 import math
+import tempfile
 from typing import Any
 
 import jax
@@ -56,7 +57,7 @@ def checkpoint_config(config: ml_collections.ConfigDict) -> BertConfig | None:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
 
 
-def load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> tokenization.Tokenizer:
+def load_tokenizer(config: ml_collections.ConfigDict) -> tokenization.Tokenizer:
     """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint, else
     (from scratch) the demo vocabulary for the demo task."""
     from bertjax.data import demo_corpus
@@ -81,7 +82,9 @@ def load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> tokenizat
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocab.txt; "
                          "set config.data.vocab_path")
     if config.task == "demo":
-        return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(fileio.join(workdir, "data")))
+        # Written to the temporary folder, not the workdir (a run refused by a later check
+        # writes nothing there); save_tokenizer copies it into the workdir once the run starts.
+        return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(tempfile.gettempdir()))
     raise ValueError("training from scratch (no config.init_checkpoint) needs config.data.vocab_path")
 
 
@@ -213,7 +216,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     # -- Checkpoint, tokenizer, model config, mesh: validated before any data or compile. --
     checkpoint = checkpoint_config(config)
-    tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, workdir), "tokenizer")
+    tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config), "tokenizer")
     bert = model_config(config, checkpoint, tokenizer.vocab_size)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape, tokenizer.vocab_size)

@@ -59,7 +59,7 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
     config = _demo_config(num_steps=1)
     config.init_checkpoint = os.path.join(pretrained_run, "checkpoints")
     checkpoint = finetune.checkpoint_config(config)
-    tokenizer = finetune.load_tokenizer(config, str(tmp_path))
+    tokenizer = finetune.load_tokenizer(config)
     assert tokenizer.vocab_hash == json.load(open(os.path.join(pretrained_run, "tokenizer", "tokenizer.json")))[
         "vocab_hash"]
     bert = finetune.model_config(config, checkpoint, tokenizer.vocab_size)
