@@ -235,3 +235,24 @@ def test_a_byte_order_mark_and_a_very_long_field_are_read(tmp_path, tokenizer):
                                             max_seq_length=32), tokenizer)
     assert len(task.train) == 2 and task.train.features["input_ids"].shape[1] <= 32
     assert list(task.train.features["label"]) == [0, 1]
+
+
+def test_labels_are_stripped_and_an_empty_label_is_an_error(tmp_path, tokenizer):
+    (tmp_path / "train.csv").write_text("text_a,label\ngood film,pos \nbad film,neg\nfine film, pos\n")
+    task = classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv"),
+                                            text_b_key=""), tokenizer)
+    assert task.train.examples.label_names == ("neg", "pos")  # a binary task stays binary
+    assert list(task.train.features["label"]) == [1, 0, 1]
+    (tmp_path / "train.csv").write_text("text_a,label\ngood film,pos\nbad film,neg\nno label here,\n")
+    with pytest.raises(ValueError, match=r"train.csv:4: empty label \(column 'label', config.data.label_key\)"):
+        classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv"), text_b_key=""),
+                                 tokenizer)
+
+
+def test_empty_texts_are_counted_and_the_first_is_named(tmp_path, tokenizer, caplog):
+    (tmp_path / "train.csv").write_text("text_a,text_b,label\nx,y,a\n,y,b\nx, ,a\nx,y,b\n")
+    task = classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv")), tokenizer)
+    assert len(task.train) == 4
+    warnings = [r.getMessage() for r in caplog.records if "empty text" in r.getMessage()]
+    assert len(warnings) == 1 and "2 of 4 examples have an empty text (the first at " in warnings[0]
+    assert warnings[0].endswith("train.csv:3); they are kept")
