@@ -193,6 +193,15 @@ def test_bucketing_and_length_grouping_cut_the_padding_of_short_sentence_tasks()
     split = Split("train", {"input_ids": np.zeros((len(lengths), 1), np.int32)}, lengths)
     share = lambda buckets, grouped: batching.padding_share(split, 32, 0, batching.bucket_lengths(128, buckets), grouped)
     assert batching.bucket_lengths(128, 4) == [16, 32, 64, 128]
+    # Independent references: padded to 128, the share is 1 - mean length / 128; with buckets,
+    # a batch of 32 random rows is padded to the bucket of its longest row (drawn here).
+    bucket_of = lambda n: np.array([16, 32, 64, 128])[np.searchsorted([16, 32, 64, 128], n)]
+    batches = rng.choice(lengths, (4000, 32))
+    bucketed = 1 - lengths.mean() / bucket_of(batches.max(axis=1)).mean()
+    perfect = np.sort(lengths)[:len(lengths) // 32 * 32].reshape(-1, 32)  # rows sorted by length: the floor
+    floor = 1 - perfect.sum() / (32 * bucket_of(perfect.max(axis=1))).sum()
+    np.testing.assert_allclose([share(1, False), share(4, False)], [1 - lengths.mean() / 128, bucketed], atol=0.005)
+    assert floor <= share(4, True) < share(4, False) - 0.3
     np.testing.assert_allclose([share(1, False), share(4, False), share(4, True)], [0.894, 0.745, 0.395], atol=0.005)
 
 
