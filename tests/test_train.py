@@ -112,7 +112,7 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path, prepared_d
 
 def test_two_processes_reading_their_own_files(tmp_path, prepared_dir):
     """host_split=files (the pod-scale default): each process reads its own half of the demo
-    corpus's 10 shards (disjoint, together all of them; each host's rows differ), and the
+    corpus's shards (disjoint, together all of them; each host's rows differ), and the
     run trains on their rows together: every step logged once, with finite metrics."""
     workdir = tmp_path / "files"
     port = _free_port()
@@ -132,7 +132,8 @@ def test_two_processes_reading_their_own_files(tmp_path, prepared_dir):
     hosts = [pipelines.make_pipeline(config.data, str(workdir), batch_size=8, process_index=i, process_count=2)
              for i in range(2)]
     files = [{host.paths[i] for i in host.file_ids} for host in hosts]
-    assert len(hosts[0].paths) == 10 and not files[0] & files[1] and files[0] | files[1] == set(hosts[0].paths)
+    assert len(files[0]) == len(files[1]) == len(hosts[0].paths) // 2  # the demo corpus: 16 shards
+    assert not files[0] & files[1] and files[0] | files[1] == set(hosts[0].paths)
     assert all(host.record_shard is None for host in hosts)  # whole files, not every other record
     first = [next(host.batches())["input_ids"] for host in hosts]
     assert not np.array_equal(first[0], first[1])
