@@ -20,7 +20,9 @@ Nothing is ever deleted on a read error. `restore` reads a step up to three time
 fails is skipped, and once an older step has been restored, the skipped newer ones are
 moved aside to `<step>.unreadable-<UTC time>` (a name orbax never lists as a step nor
 cleans up), with a warning naming both paths, so the run can save those step numbers
-again. When no step can be read, nothing is moved and `restore` raises.
+again. When no step can be read, nothing is moved and `restore` raises. Reading another
+run's checkpoint (`read_meta`, `load_params`: an init checkpoint) falls back the same way
+to the newest readable step, with the same warning, and moves nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import json
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import jax
 import numpy as np
@@ -46,6 +48,7 @@ READ_RETRY_SECONDS = (2.0, 8.0)
 COMMIT_FILE = "commit_success.txt"  # orbax's "this step is complete" marker on GCS
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _is_remote(path: str | epath.Path) -> bool:
@@ -300,23 +303,47 @@ def _is_step_dir(path: epath.Path) -> bool:
             and ocp.path.step.is_path_finalized(path))
 
 
-def _step_dir(path: str) -> epath.Path:
-    """A step folder itself, or the newest finalized step of a checkpoint directory."""
+def _step_dirs(path: str) -> list[epath.Path]:
+    """[a step folder itself], or the finalized step folders of a checkpoint directory,
+    newest first; FileNotFoundError when there is none."""
     path = _path(path)
     if _is_step_dir(path):
-        return path
-    if path.is_dir():
-        latest = ocp.path.step.latest_step_metadata(path, ocp.path.step.standard_name_format())
-        if latest is not None and _is_step_dir(latest.path):
-            return latest.path
-    raise FileNotFoundError(f"{path} is neither a bertjax checkpoint step folder (with {STATE}/ and "
-                            f"{META}/) nor a checkpoint directory holding one")
+        return [path]
+    numbered = sorted(((int(child.name), child) for child in path.iterdir() if child.name.isdigit()),
+                      reverse=True) if path.is_dir() else []
+    steps = [child for _, child in numbered if _is_step_dir(child)]
+    if not steps:
+        raise FileNotFoundError(f"{path} is neither a bertjax checkpoint step folder (with {STATE}/ and "
+                                f"{META}/) nor a checkpoint directory holding one")
+    return steps
+
+
+def _newest_readable(path: str, read: Callable[[epath.Path], T]) -> T:
+    """read(step folder) for a step folder, or for a checkpoint directory its newest step
+    that reads: as `Checkpointer.restore`, a step that fails is skipped with a warning naming
+    it (nothing is moved). A tree mismatch raises at once; no readable step raises
+    CheckpointUnreadableError."""
+    steps = _step_dirs(path)
+    if steps == [_path(path)]:  # an explicit step: no fallback
+        return read(steps[0])
+    error = None
+    for step_dir in steps:
+        try:
+            return read(step_dir)
+        except CheckpointMismatchError:
+            raise
+        except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
+            error = e
+            log.warning("checkpoint %s is unreadable (%s); falling back to the previous one", step_dir, _brief(e))
+    raise CheckpointUnreadableError(
+        f"no readable checkpoint in {path}: steps {[int(d.name) for d in steps]} are corrupt or truncated (last: "
+        f"{_brief(error)})") from error
 
 
 def is_bertjax_checkpoint(path: str) -> bool:
     """True for a bertjax checkpoint step folder or a directory of them."""
     try:
-        _step_dir(path)
+        _step_dirs(path)
     except FileNotFoundError:
         return False
     return True
@@ -324,8 +351,11 @@ def is_bertjax_checkpoint(path: str) -> bool:
 
 def read_meta(path: str) -> dict:
     """The meta JSON ({"format", "step", "data_position", "config", "extra"}) of a step
-    folder, or of the newest step of a checkpoint directory; reads no arrays."""
-    step_dir = _step_dir(path)
+    folder, or of the newest readable step of a checkpoint directory; reads no arrays."""
+    return _newest_readable(path, _read_meta)
+
+
+def _read_meta(step_dir: epath.Path) -> dict:
     meta = ocp.JsonCheckpointHandler().restore(step_dir / META, args=ocp.args.JsonRestore())
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{step_dir / META}: not a bertjax checkpoint's meta (expected a JSON object with "
@@ -336,13 +366,17 @@ def read_meta(path: str) -> dict:
 def load_params(path: str, *, abstract_params: Any = None) -> tuple[dict, Any]:
     """Reads (meta, params) from a bertjax checkpoint without loading the optimizer state.
 
-    path: a step folder or a checkpoint directory (its newest step is used).
+    path: a step folder or a checkpoint directory (its newest readable step is used, as
+      `Checkpointer.restore` would: a damaged newer step is skipped with a warning).
     abstract_params: None -> params as a nested dict of numpy arrays; or a pytree of
       jax.ShapeDtypeStruct with shardings -> jax.Arrays laid out on that mesh.
     Returns the meta (as `read_meta`) and the params tree.
     """
-    step_dir = _step_dir(path)
-    meta = read_meta(str(step_dir))
+    return _newest_readable(path, lambda step_dir: _load_params(step_dir, abstract_params))
+
+
+def _load_params(step_dir: epath.Path, abstract_params: Any) -> tuple[dict, Any]:
+    meta = _read_meta(step_dir)
     handler = ocp.PyTreeCheckpointHandler()
     saved_tree = handler.metadata(step_dir / STATE).tree
     if "params" not in saved_tree:

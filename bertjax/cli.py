@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -38,6 +39,8 @@ from absl import app, flags  # noqa: E402
 flags.disclaim_key_flags()
 
 EXIT_ERROR, EXIT_STOPPED = 2, 3
+LAUNCHERS = {"pre-training": "launch/pretrain.py", "fine-tuning": "launch/finetune.py"}
+_CONFIG_KINDS: dict[str, str] = {}  # config flag -> the kind of config (a key of LAUNCHERS) it must hold
 # Loggers that talk at INFO about their own business during a normal run.
 _CHATTY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorflow", "tensorflow_datasets", "bertjax")
 
@@ -99,9 +102,14 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
         suggestion, bad = match.groups()
         flag = next((a for a in overrides if re.search(rf"\.{bad}$", a)), f"--{flag_name}...{bad}")
         return f"{flag}: no such config key; did you mean {suggestion!r}?"
-    if isinstance(error, (AttributeError, KeyError)):
-        flag = next((a for a in overrides if message.strip("'") in a), f"--{flag_name}")
-        return f"{flag}: no such config key ({message})"
+    unknown = re.fullmatch(r"Unknown command line flag '([\w.]+)'", message)
+    if isinstance(error, (AttributeError, KeyError)) or (unknown and unknown.group(1).startswith(f"{flag_name}.")):
+        key = unknown.group(1).split(".")[-1] if unknown else message.strip("'\"")
+        flag = next((a for a in overrides if a.endswith(f".{key}")), None)
+        if flag is None:
+            return f"--{flag_name}: no such config key ({message})"
+        suggestion = _closest_key(flag, flag_name, argv)
+        return f"{flag}: no such config key" + (f"; did you mean {suggestion!r}?" if suggestion else "")
     config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
     if "Failed loading config file" in message or "earlier failure to load" in message:
         reason = re.search(r"\[Errno \d+\] ([^:]+)", message)
@@ -112,6 +120,23 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
             return f"{config_arg}: {last.split(': ', 1)[-1]}"
         return str(error)
     return f"{config_arg}: {message}"
+
+
+def _closest_key(override: str, flag_name: str, argv: list[str]) -> str | None:
+    """`--config.train.batch_size` -> the key of config.train closest to batch_size (e.g.
+    'global_batch_size'), or None; read from the config file, loaded again without overrides."""
+    *sections, key = override[2:].split(".")[1:]
+    file_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), None)
+    try:
+        flag = flags.FLAGS[flag_name]
+        config = flag.parser.parse(file_arg.split("=", 1)[1]) if file_arg else flag.default
+        for section in sections:
+            config = config[section]
+        keys = list(config.keys())
+    except Exception:  # noqa: BLE001 -- no config to read: no suggestion
+        return None
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    return close[0] if close else next((name for name in keys if key in name), None)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -125,6 +150,12 @@ def _parse_flags(argv: list[str]) -> list[str]:
     except Exception as e:  # noqa: BLE001 -- any parse failure is the user's input, reported in one line
         print(f"error: {_flag_error(e, argv, flag_name)}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
+    for flag_name, kind in _CONFIG_KINDS.items():
+        given = config_kind(flags.FLAGS[flag_name].value)
+        if given != kind:
+            config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
+            print(f"error: {config_arg} is a {given} config: run it with {LAUNCHERS[given]}", file=sys.stderr)
+            sys.exit(EXIT_ERROR)
     if len(remaining) > 1:
         print(f"error: unexpected arguments: {remaining[1:]}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
@@ -155,12 +186,19 @@ def run(main: Callable[[list[str]], None]) -> None:
     app.run(wrapped, flags_parser=_parse_flags)
 
 
-def define_config_file(name: str, default: str, help_text: str):
-    """A locked config-file flag with a default file. ml_collections loads a default file, and
-    applies its --NAME.key=value overrides, when the flag is defined: a bad override ends there
-    with one line, as it would at parsing."""
+def config_kind(config) -> str:
+    """'fine-tuning' for a configs/finetune.py config (it names a task), else 'pre-training'."""
+    return "fine-tuning" if "task" in config else "pre-training"
+
+
+def define_config_file(name: str, default: str, help_text: str, kind: str):
+    """A locked config-file flag with a default file, holding a `kind` config (a key of
+    LAUNCHERS; another kind is one line naming its launcher). ml_collections loads a default
+    file, and applies its --NAME.key=value overrides, when the flag is defined: a bad
+    override ends there with one line, as it would at parsing."""
     from ml_collections import config_flags
 
+    _CONFIG_KINDS[name] = kind
     try:
         return config_flags.DEFINE_config_file(name, default, help_text, lock_config=True)
     except Exception as e:  # noqa: BLE001 -- the overrides are the user's input, reported in one line
@@ -170,12 +208,14 @@ def define_config_file(name: str, default: str, help_text: str):
 
 # -- Flags both training launchers define. --
 
-def define_run_flags(config_help: str):
-    """--config (an ml_collections config file, locked), --workdir, and the multi-host flags
-    --distributed, --coordinator_address, --num_processes, --process_id (see bertjax.distributed).
-    Returns the (config, workdir) flag holders."""
+def define_run_flags(config_help: str, kind: str):
+    """--config (an ml_collections config file, locked, of `kind`: a key of LAUNCHERS),
+    --workdir, and the multi-host flags --distributed, --coordinator_address,
+    --num_processes, --process_id (see bertjax.distributed). Returns the (config, workdir)
+    flag holders."""
     from ml_collections import config_flags
 
+    _CONFIG_KINDS["config"] = kind
     config = config_flags.DEFINE_config_file("config", None, config_help, lock_config=True)
     workdir = flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data go (local or gs://).")
     flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],

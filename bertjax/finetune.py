@@ -24,6 +24,7 @@ import itertools
 import json
 import logging
 import math
+import tempfile
 from typing import Any
 
 import jax
@@ -55,7 +56,7 @@ def checkpoint_source(config: ml_collections.ConfigDict) -> model_source.ModelSo
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
 
 
-def load_tokenizer(config: ml_collections.ConfigDict, workdir: str,
+def load_tokenizer(config: ml_collections.ConfigDict,
                    source: model_source.ModelSource | None = None) -> tokenization.Tokenizer:
     """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint
     (`source`), else (from scratch) the demo vocabulary for the demo task."""
@@ -76,7 +77,9 @@ def load_tokenizer(config: ml_collections.ConfigDict, workdir: str,
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocab.txt; "
                          "set config.data.vocab_path")
     if config.task == "demo":
-        return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(fileio.join(workdir, "data")))
+        # Written to the temporary folder, not the workdir (a run refused by a later check
+        # writes nothing there); save_tokenizer copies it into the workdir once the run starts.
+        return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(tempfile.gettempdir()))
     raise ValueError("training from scratch (no config.init_checkpoint) needs config.data.vocab_path")
 
 
@@ -208,7 +211,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # -- Checkpoint, tokenizer, model config, mesh: validated before any data or compile. --
     clock = console.PhaseClock()  # where the run's time goes, summed up at the end
     source = checkpoint_source(config)
-    tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, workdir, source), "tokenizer")
+    tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, source), "tokenizer")
     bert = model_config(config, source and source.bert, tokenizer.vocab_size)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape, tokenizer.vocab_size)

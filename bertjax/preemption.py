@@ -18,13 +18,22 @@ for the device or for other hosts, so the step pipeline is never stalled. The ru
 sets: every host calls it once per step, counting from the same start. This class passes
 its own call count (1, 2, ...), so a signal that arrives before the first step (during
 restore or compilation) stops every host at its first step.
+
+A step waits for its batch: `interruptible(batches, watcher)` produces them in a
+background thread and waits for each in short, interruptible waits, so a stalled input
+pipeline (an iterator stuck in TensorFlow's C++, where Python signal handlers never run)
+still stops on SIGTERM or Ctrl-C (single process: the flag) with InputInterrupted.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import sys
+import threading
+import time
+from typing import Iterator
 
 import jax
 from jax.experimental import multihost_utils
@@ -81,3 +90,59 @@ class PreemptionWatcher:
             for number, handler in self._previous.items():
                 signal.signal(number, handler)
             self._installed = False
+
+
+class InputInterrupted(Exception):
+    """A stop signal arrived while the loop waited for its next batch; `waited` seconds."""
+
+    def __init__(self, signal_name: str, waited: float):
+        super().__init__(f"{signal_name} while waiting {waited:.0f}s for the next batch")
+        self.signal_name, self.waited = signal_name, waited
+
+
+_END = object()
+
+
+def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: float = 0.5) -> Iterator:
+    """`batches`' items, produced one ahead by a background thread; while the caller waits
+    for one, `watcher.signalled` (SIGTERM, Ctrl-C) is checked every `poll_seconds` and
+    raises InputInterrupted. Errors of `batches` are raised here, in the caller's thread."""
+    ready: queue.Queue = queue.Queue(maxsize=1)
+    closed = threading.Event()
+
+    def hand_over(item, error=None) -> bool:  # False once the caller is gone
+        while not closed.is_set():
+            try:
+                ready.put((item, error), timeout=poll_seconds)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce() -> None:
+        try:
+            for item in batches:
+                if not hand_over(item):
+                    return
+            hand_over(_END)
+        except BaseException as error:  # noqa: BLE001 -- handed to the caller's thread
+            hand_over(None, error)
+
+    threading.Thread(target=produce, name="bertjax-input", daemon=True).start()
+    try:
+        while True:
+            start = time.monotonic()
+            while True:
+                try:
+                    item, error = ready.get(timeout=poll_seconds)
+                    break
+                except queue.Empty:
+                    if watcher.signalled:
+                        raise InputInterrupted(watcher.signal_name, time.monotonic() - start) from None
+            if error is not None:
+                raise error
+            if item is _END:
+                return
+            yield item
+    finally:
+        closed.set()

@@ -203,16 +203,17 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         raise ValueError("config.data.source='original_tfrecord' needs config.data.vocab_path: the vocab.txt the "
                          "records were made with (it sizes the model's embeddings)")
     data_dir = config.data.prepared_dir or fileio.join(workdir, "data")
-    tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
     checkpoint_config = None
     if config.init_checkpoint:
         try:
             checkpoint_config = pretrained_config(config.init_checkpoint)
         except (OSError, ValueError) as e:
             raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
-    bert = model_config(config, tokenizer.vocab_size, checkpoint_config)
+    bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), checkpoint_config)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape)
+    # Only now (it may write the demo vocabulary into data_dir): a refused run writes nothing.
+    tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
     mesh = sharding.create_mesh(*mesh_shape)
     loop_console = f"mesh {dict(mesh.shape)} over {jax.device_count()} devices ({jax.process_count()} processes)"
 
@@ -288,10 +289,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
 
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
     step = start_step
-    batches = train_data.batches(start_batch=start_step)
+    batches = loop.input(train_data.batches(start_batch=start_step))
     try:
         while step < train_cfg.num_steps:
-            batch = trainer.global_batch(next(batches), mesh)
+            batch = trainer.global_batch(loop.next_batch(batches, step, state), mesh)
             with sharding.activate(mesh):
                 state, metrics = step_fn(state, batch)
             step += 1

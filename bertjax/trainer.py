@@ -24,7 +24,7 @@ import ctypes
 import dataclasses
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import flax
 import flax.linen as nn
@@ -34,9 +34,8 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import console, models, optim, run_config, sharding
+from bertjax import console, models, optim, preemption, run_config, sharding
 from bertjax.metrics import MetricsWriter, peak_flops_per_device
-from bertjax.preemption import PreemptionWatcher
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +343,7 @@ class Loop:
                  console_keys: tuple[str, ...] = ("loss",), label: str = "train",
                  fixed_metrics: dict[str, float] | None = None):
         self.workdir, self.checkpointer, self.saved_config = workdir, checkpointer, saved_config
-        self.num_steps, self.log_every, self.eval_every = num_steps, log_every, eval_every
+        self.num_steps, self.start_step, self.log_every, self.eval_every = num_steps, start_step, log_every, eval_every
         self.max_consecutive_bad_steps = max_consecutive_bad_steps
         self.sequences_per_step, self.tokens_per_sequence = sequences_per_step, tokens_per_sequence
         self.flops_per_sequence, self.console_keys = flops_per_sequence, console_keys
@@ -353,7 +352,7 @@ class Loop:
         self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step)
         self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer)
         self.peak_flops, self.peak_source = peak_flops_per_device() if flops_per_sequence else (None, "")
-        self.watcher = PreemptionWatcher()
+        self.watcher = preemption.PreemptionWatcher()
         self.pending: list[dict[str, jax.Array]] = []
         self.window_start, self.window_paused = time.perf_counter(), 0.0
         self.last: dict[str, float] = {}
@@ -412,6 +411,27 @@ class Loop:
         self.writer.write(step, metrics, prefix=prefix)
         self.last.update({f"{prefix}{k}": v for k, v in metrics.items()})
         self.console(f"eval step {step}: " + " ".join(f"{prefix}{k} {v:.4f}" for k, v in sorted(metrics.items())))
+
+    def input(self, batches: Iterator) -> Iterator:
+        """`batches` read ahead in a thread, so that waiting for one still honours SIGTERM and
+        Ctrl-C (preemption.interruptible); take each with `next_batch`."""
+        return preemption.interruptible(batches, self.watcher)
+
+    def next_batch(self, batches: Iterator, step: int, state: TrainState) -> Any:
+        """The next item of `input(...)`. A stop signal while the input stalls saves `state`
+        (at `step`, if not saved yet) and raises TrainingStopped."""
+        try:
+            return next(batches)
+        except preemption.InputInterrupted as stopped:
+            with self.paused():
+                if step > self.start_step:
+                    self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True)
+                self.checkpointer.wait_until_finished()
+            saved = self.checkpointer.latest_step()
+            raise TrainingStopped(
+                f"preempted ({stopped.signal_name}) at step {step} after waiting {stopped.waited:.0f}s for the input "
+                f"pipeline; " + (f"saved step {saved} to {self.checkpointer.directory}; run the same command again "
+                                 f"to resume" if saved is not None else "nothing was saved")) from None
 
     def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
         with self.paused():

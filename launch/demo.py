@@ -25,9 +25,9 @@ from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything import
 from absl import flags  # noqa: E402
 
 _PRETRAIN = cli.define_config_file("pretrain", os.path.join(ROOT, "configs", "pretrain.py") + ":tiny",
-                                   "Pre-training config.")
+                                   "Pre-training config.", "pre-training")
 _FINETUNE = cli.define_config_file("finetune", os.path.join(ROOT, "configs", "finetune.py") + ":demo",
-                                   "Fine-tuning config (its init_checkpoint is set here).")
+                                   "Fine-tuning config (its init_checkpoint is set here).", "fine-tuning")
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Where every stage writes (a folder each).")
 
 

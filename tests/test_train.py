@@ -111,8 +111,9 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path, prepared_d
 
 
 def test_two_processes_reading_their_own_files(tmp_path, prepared_dir):
-    """host_split=files (the pod-scale default): each process reads half of the demo corpus's
-    10 shards; the global batch is their rows together, so both log the same metrics."""
+    """host_split=files (the pod-scale default): each process reads its own half of the demo
+    corpus's shards (disjoint, together all of them; each host's rows differ), and the
+    run trains on their rows together: every step logged once, with finite metrics."""
     workdir = tmp_path / "files"
     port = _free_port()
     processes = [subprocess.Popen(
@@ -124,6 +125,18 @@ def test_two_processes_reading_their_own_files(tmp_path, prepared_dir):
         assert p.returncode == 0, stderr[-5000:]
     losses = _losses(_metrics(workdir))
     assert sorted(losses) == [1, 2, 3, 4] and np.all(np.isfinite(list(losses.values())))
+    from bertjax.data import pipelines
+
+    config = pretrain_config.get_config("tiny")
+    config.data.update(prepared_dir=prepared_dir, max_seq_length=64, max_predictions_per_seq=10)
+    hosts = [pipelines.make_pipeline(config.data, str(workdir), batch_size=8, process_index=i, process_count=2)
+             for i in range(2)]
+    files = [{host.paths[i] for i in host.file_ids} for host in hosts]
+    assert len(files[0]) == len(files[1]) == len(hosts[0].paths) // 2  # the demo corpus: 16 shards
+    assert not files[0] & files[1] and files[0] | files[1] == set(hosts[0].paths)
+    assert all(host.record_shard is None for host in hosts)  # whole files, not every other record
+    first = [next(host.batches())["input_ids"] for host in hosts]
+    assert not np.array_equal(first[0], first[1])
 
 
 def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir):

@@ -28,13 +28,37 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
     metadata = prepare.ensure_prepared(data_config, data_dir)
     tokenizer = prepare.load_tokenizer_for(data_config, data_dir)
     entry = metadata["splits"][split]
+    check_can_pair(data_config, metadata, split)
     # A shard that got no documents of this split is an empty file: skip it.
     paths = [fileio.join(metadata["dir"], name) for name, count in zip(entry["shards"], entry["shard_documents"])
              if count > 0]
     if not paths:
-        raise ValueError(f"{metadata['dir']}: no {split} documents (config.data.eval_fraction="
-                         f"{data_config.eval_fraction})")
+        documents = sum(entry["documents"] for entry in metadata["splits"].values())
+        raise ValueError(f"{metadata['dir']}: no {split} documents among the corpus's {documents} "
+                         f"(config.data.eval_fraction={data_config.eval_fraction})")
     epoch_sizes_path = fileio.join(workdir, "epoch_sizes", f"{split}-{process_index:05d}-of-{process_count:05d}.json")
     return PretrainingPipeline(data_config, shard_paths=paths, tokenizer=tokenizer, batch_size=batch_size,
                                process_index=process_index, process_count=process_count, split=split,
                                epoch_sizes_path=epoch_sizes_path)
+
+
+def corpus_name(data_config) -> str:
+    """The corpus a data config reads, as the user gave it."""
+    if data_config.source == "tfds":
+        return f"config.data.tfds_name={data_config.tfds_name!r}"
+    if data_config.input_pattern:
+        return f"config.data.input_pattern={data_config.input_pattern!r}"
+    return f"config.data.source={data_config.source!r}"
+
+
+def check_can_pair(data_config, metadata: dict, split: str) -> None:
+    """ValueError when `split` of the prepared corpus can give no NSP pair: one document of
+    one sentence (a text without line breaks) has neither a second sentence for B nor
+    another document to draw a random B from, and the pipeline would wait forever."""
+    entry = metadata["splits"][split]
+    if data_config.next_sentence_prediction and entry["documents"] == 1 and entry["sentences"] == 1:
+        raise ValueError(
+            f"{corpus_name(data_config)}: its {split} split is one document of one sentence ({entry['tokens']:,} "
+            f"tokens; a text without line breaks?), from which next-sentence prediction can make no pair. BERT "
+            f"format is one sentence per line, a blank line between documents; or set "
+            f"config.data.next_sentence_prediction=False")

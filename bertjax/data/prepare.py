@@ -63,6 +63,14 @@ def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokeniz
     return tokenization.load_tokenizer(data_config.tokenizer, data_config.vocab_path, data_config.do_lower_case)
 
 
+def vocab_size_for(data_config: Any, cache_dir: str) -> int:
+    """The vocabulary size of `load_tokenizer_for(data_config, cache_dir)`, with nothing
+    written (the demo vocabulary is counted): config checks run on it before a run writes."""
+    if data_config.source != "prepared" and not data_config.vocab_path and data_config.tokenizer == "wordpiece":
+        return len(demo_corpus.demo_vocab_tokens())
+    return load_tokenizer_for(data_config, cache_dir).vocab_size
+
+
 def _prepared_tokenizer(data_config: Any) -> tokenization.Tokenizer:
     """The tokenizer the directory `input_pattern` was prepared with: the one its metadata
     names (or a file of that name inside the directory, e.g. the demo vocabulary of a folder

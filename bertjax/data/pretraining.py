@@ -187,7 +187,7 @@ class PretrainingPipeline:
         if 0 in self._epoch_sizes:
             return self._epoch_sizes[0] >= count
         seen = 0
-        for size in self._row_counts(0).as_numpy_iterator():
+        for size in iterate_naming_bad_files(self._row_counts(0), self._host_paths(), check_document_batch):
             seen += int(size)
             if seen >= count:
                 return True
@@ -204,8 +204,16 @@ class PretrainingPipeline:
     def _count_instances(self, epoch: int) -> int:
         count = int(self._row_counts(epoch).reduce(tf.constant(0), lambda a, b: a + b))
         if count == 0:
-            raise ValueError(f"no instances in the {self.split} shards {self.paths}")
+            raise ValueError(self._no_instances())
         return count
+
+    def _host_paths(self) -> list[str]:
+        return [self.paths[i] for i in self.file_ids]
+
+    def _no_instances(self) -> str:
+        nsp = " (next-sentence prediction needs a document of two sentences or two documents)" if self.nsp else ""
+        return (f"the {self.split} shards give this host no sequences{nsp}: {len(self.file_ids)} of "
+                f"{len(self.paths)} files in {os.path.dirname(self.paths[0])}")
 
     def _load_epoch_sizes(self) -> dict[int, int]:
         path = self.epoch_sizes_path
@@ -277,10 +285,11 @@ class PretrainingPipeline:
 
         Records the size of each epoch it sees end (see `epoch_sizes_path`).
         """
+        if not self.holds_at_least(1):  # else an endless stream of empty epochs: a silent hang
+            raise ValueError(self._no_instances())
         epoch, offset = self._locate(start_batch)
         epoch_start = start_batch * self.batch_size - offset  # instance index where `epoch` began
-        data = iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids],
-                                        check_document_batch)
+        data = iterate_naming_bad_files(self.dataset(start_batch), self._host_paths(), check_document_batch)
         for index, batch in enumerate(data, start_batch):
             epochs = batch.pop("epoch")
             for row in np.flatnonzero(epochs != np.concatenate([[epoch], epochs[:-1]])):  # a new epoch begins

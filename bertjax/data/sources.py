@@ -51,6 +51,7 @@ import functools
 import json
 import math
 import re
+import socket
 from typing import Any, Callable, Iterator
 
 from absl import logging
@@ -408,12 +409,55 @@ def _read_parquet(path: str, first: int, stop: int, text_key: str, drops: DropCo
 
 # -- TFDS. --
 
+def prepared_tfds_builder(name: str, data_dir: str | None):
+    """The TFDS builder of `name`, prepared in `data_dir` (None: TFDS's default folder),
+    downloaded and prepared there first when it is not.
+
+    The download is tried once first: with no network (its host does not resolve) a
+    ValueError names the dataset, the folder and how to prepare it elsewhere, within
+    seconds rather than after TFDS's ten retries (about 3.5 minutes); once the host
+    answered, TFDS's own retries apply.
+    """
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.core.download import downloader
+
+    builder = tfds.builder(name, data_dir=data_dir)
+    if builder.is_prepared():
+        return builder
+    retries = downloader.MAX_RETRIES
+    downloader.MAX_RETRIES = 0
+    try:
+        builder.download_and_prepare()
+        return builder
+    except OSError as error:  # requests' errors are OSErrors
+        cause = error
+        while cause is not None and not isinstance(cause, socket.gaierror):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            downloader.MAX_RETRIES = retries
+            builder.download_and_prepare()  # the host answered: with TFDS's retries
+            return builder
+        raise ValueError(
+            f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and cannot be downloaded here (no network: "
+            f"{_error_host(error)}). Prepare it where there is one: python -c \"import tensorflow_datasets as tfds; "
+            f"tfds.builder('{name}', data_dir='DIR').download_and_prepare()\", copy DIR here (on a TPU VM, to "
+            f"gs://your-bucket/tfds) and set config.data.tfds_data_dir to it") from None
+    finally:
+        downloader.MAX_RETRIES = retries
+
+
+def _error_host(error: BaseException) -> str:
+    """'<host> does not resolve' for a connection error that names its host, else the error's type."""
+    host = re.search(r"host='([^']+)'", str(error))
+    return f"{host.group(1)} does not resolve" if host else type(error).__name__
+
+
 def _tfds_splits(data_config: Any) -> list[str]:
     import tensorflow_datasets as tfds
     if not data_config.tfds_name:
         raise ValueError("config.data.source='tfds' needs config.data.tfds_name, e.g. 'wikipedia/20230601.en'")
     try:
-        builder = tfds.builder(data_config.tfds_name, data_dir=data_config.get("tfds_data_dir") or None)
+        builder = prepared_tfds_builder(data_config.tfds_name, data_config.get("tfds_data_dir") or None)
     except tfds.core.registered.DatasetNotFoundError:  # its message lists every dataset TFDS has
         raise ValueError(f"config.data.tfds_name={data_config.tfds_name!r} is not a TFDS dataset (names: "
                          "https://www.tensorflow.org/datasets/catalog)") from None

@@ -28,7 +28,7 @@ import numpy as np
 from absl import logging
 
 from bertjax import fileio
-from bertjax.data.sources import DropCounter
+from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, read_records,
                                   write_lines)
@@ -91,7 +91,7 @@ def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamp
     source, skips = f"tfds:{name}[{split}]", DropCounter()
     contexts, choices, labels, locations = [], [], [], []
     text = lambda value: value.decode("utf-8", errors="replace")
-    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+    dataset = prepared_tfds_builder(name, data_dir).as_dataset(split=split, shuffle_files=False)
     for index, example in enumerate(tfds.as_numpy(dataset)):
         where = f"{source}#{index}"
         if len(choice_keys) == 1:

@@ -30,6 +30,7 @@ import numpy as np
 from absl import logging
 
 from bertjax import fileio
+from bertjax.data.sources import prepared_tfds_builder
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
 from bertjax.tasks.common import Split, Task, bert_inputs, encode_pairs, own_files, read_records, write_lines
@@ -102,7 +103,7 @@ def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submiss
 
     spec = GLUE[task]
     name = dataset or f"glue/{task}"
-    builder = tfds.builder(name, data_dir=data_dir)
+    builder = prepared_tfds_builder(name, data_dir)
     if spec.labels is not None:
         names = tuple(builder.info.features["label"].names)
         if names != spec.labels:
@@ -110,7 +111,7 @@ def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submiss
                              "a TFDS version change? Predictions would be mislabelled")
     texts_a, texts_b, labels, ids = [], [], [], []
     key_a, key_b = spec.text_keys
-    for batch in tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False).batch(4096)):
+    for batch in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False).batch(4096)):
         texts_a += _decode(batch[key_a])
         if key_b:
             texts_b += _decode(batch[key_b])
@@ -145,8 +146,9 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
     for key in ("text_a_key", "label_key") if labeled else ("text_a_key",):
         if not keys[key]:
             raise ValueError(f"config.data.{key} must name a column of {path}")
-    texts_a, texts_b, labels, ids, label_types, label_lines = [], [], [], [], {}, []
+    texts_a, texts_b, labels, ids, label_types, lines = [], [], [], [], {}, []
     for where, row in read_records(path, data_config.file_format):
+        lines.append(where)
         for config_key, column in keys.items():
             if column and column not in row:
                 raise ValueError(f"{where}: no column {column!r} (config.data.{config_key}); the row has {sorted(row)}")
@@ -163,21 +165,30 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
                 raise ValueError(f"{where}: label {label!r} should be a class name or a number"[:300])
             label_types.setdefault("number" if isinstance(label, (int, float)) else "str", where)
             labels.append(label)
-            label_lines.append(where)
     if not texts_a:
         raise ValueError(f"{path}: no examples (an empty file?)")
+    empty = [where for where, a, b in zip(lines, texts_a, texts_b or texts_a) if not a.strip() or not b.strip()]
+    if empty:
+        logging.warning("%s: %d of %d examples have an empty text (the first at %s); they are kept", path,
+                        len(empty), len(texts_a), empty[0])
     if len(label_types) > 1:
         raise ValueError(f"{path}: the {keys['label_key']!r} column mixes types "
                          f"({', '.join(f'{t} at {w}' for t, w in label_types.items())}); expected all "
                          f"{'numbers' if regression else 'class names'}")
     return Examples(path, texts_a, texts_b if keys["text_b_key"] else None,
-                    _parse_labels(labels, label_lines, regression) if labeled else None, ids)
+                    _parse_labels(labels, lines, regression, keys["label_key"]) if labeled else None, ids)
 
 
-def _parse_labels(labels: list, label_lines: list[str], regression: bool) -> list:
-    """Class names as strings, or (regression) finite floats; errors name file:line."""
+def _parse_labels(labels: list, label_lines: list[str], regression: bool, column: str) -> list:
+    """Class names as strings, stripped (`pos ` is `pos`), or (regression) finite floats;
+    an empty label is an error naming file:line (it would otherwise become a class)."""
     if not regression:
-        return [str(label) for label in labels]
+        names = [str(label).strip() for label in labels]
+        if "" in names:
+            where = label_lines[names.index("")]
+            raise ValueError(f"{where}: empty label (column {column!r}, config.data.label_key); every training "
+                             f"and evaluation example needs one")
+        return names
     numbers = []
     for label, where in zip(labels, label_lines):
         try:

@@ -40,7 +40,7 @@ import numpy as np
 from absl import logging
 
 from bertjax import fileio, ragged
-from bertjax.data.sources import DropCounter
+from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.evaluation import squad as squad_metrics
 from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_nonempty, max_context_flags,
@@ -195,7 +195,7 @@ def read_tfds(name: str = "squad/v1.1", split: str = "train", data_dir: str | No
     if name.split("/")[-1] not in ("v1.1", "v2.0"):
         raise ValueError(f"unknown SQuAD TFDS dataset {name!r}; expected 'squad/v1.1' or 'squad/v2.0'")
     builder = _Builder(f"tfds:{name}[{split}]", strict=False)
-    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+    dataset = prepared_tfds_builder(name, data_dir).as_dataset(split=split, shuffle_files=False)
     text = lambda value: value.decode("utf-8", errors="replace")
     for index, ex in enumerate(tfds.as_numpy(dataset)):
         answers = [(text(t), int(s)) for t, s in zip(ex["answers"]["text"], ex["answers"]["answer_start"])]

@@ -27,7 +27,7 @@ import numpy as np
 from absl import logging
 
 from bertjax import fileio, ragged
-from bertjax.data.sources import DropCounter
+from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import BertForTokenClassification, example_counts, token_classification_sums
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, max_context_flags, own_files,
@@ -152,11 +152,11 @@ def read_tfds(name: str = "conll2003", split: str = "train", data_dir: str | Non
     TaggingExamples. A sentence whose tag count differs from its token count, or that is
     empty, is a counted, logged skip. Test splits keep their tags (CoNLL-2003 has them)."""
     import tensorflow_datasets as tfds
-    builder = tfds.builder(name, data_dir=data_dir)
+    builder = prepared_tfds_builder(name, data_dir)
     label_names = list(builder.info.features[tag_feature].feature.names)
     source, skips = f"tfds:{name}[{split}]", DropCounter()
     sentences, tags, locations = [], [], []
-    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+    dataset = builder.as_dataset(split=split, shuffle_files=False)
     for index, example in enumerate(tfds.as_numpy(dataset)):
         words = [w.decode("utf-8", errors="replace") for w in example["tokens"]]
         label_ids = example[tag_feature]

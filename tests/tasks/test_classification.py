@@ -193,6 +193,15 @@ def test_bucketing_and_length_grouping_cut_the_padding_of_short_sentence_tasks()
     split = Split("train", {"input_ids": np.zeros((len(lengths), 1), np.int32)}, lengths)
     share = lambda buckets, grouped: batching.padding_share(split, 32, 0, batching.bucket_lengths(128, buckets), grouped)
     assert batching.bucket_lengths(128, 4) == [16, 32, 64, 128]
+    # Independent references: padded to 128, the share is 1 - mean length / 128; with buckets,
+    # a batch of 32 random rows is padded to the bucket of its longest row (drawn here).
+    bucket_of = lambda n: np.array([16, 32, 64, 128])[np.searchsorted([16, 32, 64, 128], n)]
+    batches = rng.choice(lengths, (4000, 32))
+    bucketed = 1 - lengths.mean() / bucket_of(batches.max(axis=1)).mean()
+    perfect = np.sort(lengths)[:len(lengths) // 32 * 32].reshape(-1, 32)  # rows sorted by length: the floor
+    floor = 1 - perfect.sum() / (32 * bucket_of(perfect.max(axis=1))).sum()
+    np.testing.assert_allclose([share(1, False), share(4, False)], [1 - lengths.mean() / 128, bucketed], atol=0.005)
+    assert floor <= share(4, True) < share(4, False) - 0.3
     np.testing.assert_allclose([share(1, False), share(4, False), share(4, True)], [0.894, 0.745, 0.395], atol=0.005)
 
 
@@ -235,3 +244,24 @@ def test_a_byte_order_mark_and_a_very_long_field_are_read(tmp_path, tokenizer):
                                             max_seq_length=32), tokenizer)
     assert len(task.train) == 2 and task.train.features["input_ids"].shape[1] <= 32
     assert list(task.train.features["label"]) == [0, 1]
+
+
+def test_labels_are_stripped_and_an_empty_label_is_an_error(tmp_path, tokenizer):
+    (tmp_path / "train.csv").write_text("text_a,label\ngood film,pos \nbad film,neg\nfine film, pos\n")
+    task = classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv"),
+                                            text_b_key=""), tokenizer)
+    assert task.train.examples.label_names == ("neg", "pos")  # a binary task stays binary
+    assert list(task.train.features["label"]) == [1, 0, 1]
+    (tmp_path / "train.csv").write_text("text_a,label\ngood film,pos\nbad film,neg\nno label here,\n")
+    with pytest.raises(ValueError, match=r"train.csv:4: empty label \(column 'label', config.data.label_key\)"):
+        classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv"), text_b_key=""),
+                                 tokenizer)
+
+
+def test_empty_texts_are_counted_and_the_first_is_named(tmp_path, tokenizer, caplog):
+    (tmp_path / "train.csv").write_text("text_a,text_b,label\nx,y,a\n,y,b\nx, ,a\nx,y,b\n")
+    task = classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv")), tokenizer)
+    assert len(task.train) == 4
+    warnings = [r.getMessage() for r in caplog.records if "empty text" in r.getMessage()]
+    assert len(warnings) == 1 and "2 of 4 examples have an empty text (the first at " in warnings[0]
+    assert warnings[0].endswith("train.csv:3); they are kept")

@@ -1,0 +1,79 @@
+"""Tasks that read a dataset (TFDS, the demo's): your own files given to one are an error naming
+the task that reads them, and a dataset neither prepared nor downloadable fails within seconds.
+No test here touches the network: name resolution is made to fail."""
+
+import os
+import socket
+import sys
+import time
+
+import pytest
+
+from bertjax import tasks
+from bertjax.data import sources
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _config(task, **data):
+    sys.path.insert(0, ROOT)
+    from configs import finetune as finetune_config
+
+    config = finetune_config.get_config(task)
+    config.data.update(data)
+    return config
+
+
+@pytest.mark.parametrize("task, own", [("squad_v1", "'squad'"), ("cola", "'classification' or 'regression'"),
+                                       ("demo", "'classification' or 'regression'"), ("conll2003", "'ner'"),
+                                       ("hellaswag", "'choice'")])
+def test_own_files_on_a_dataset_task_name_the_task_that_reads_them(tmp_path, task, own):
+    config = _config(task, train_file=str(tmp_path / "train.json"), eval_file=str(tmp_path / "dev.json"))
+    with pytest.raises(ValueError, match=rf"config.task='{task}' reads its own dataset and would ignore "
+                                         rf"config.data.train_file, config.data.eval_file: for your own files use "
+                                         rf"the task {own}"):
+        tasks.load_task(config, tokenizer=None)
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """No name resolves (as on a machine without network), and TFDS's GCS mirror is absent."""
+    from tensorflow_datasets.core.utils import gcs_utils
+
+    def no_dns(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, f"Name or service not known: {host}")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr(gcs_utils, "exists", lambda path: False)
+
+
+@pytest.mark.parametrize("task, dataset", [("cola", "glue/cola"), ("squad_v1", "squad/v1.1"),
+                                           ("conll2003", "conll2003"), ("piqa", "piqa")])
+def test_a_dataset_neither_prepared_nor_downloadable_fails_within_seconds(tmp_path, offline, task, dataset):
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as error:
+        tasks.load_task(_config(task, tfds_data_dir=str(tmp_path)), tokenizer=None)
+    assert time.perf_counter() - start < 20
+    message = str(error.value)
+    assert message.startswith(f"TFDS dataset {dataset!r} is not prepared in {tmp_path}/")
+    assert "cannot be downloaded here (no network: " in message and "does not resolve" in message
+    assert f"tfds.builder('{dataset}', data_dir='DIR').download_and_prepare()" in message
+    assert "gs://" in message and "config.data.tfds_data_dir" in message
+
+
+def test_a_connection_error_other_than_no_network_gets_tfds_retries(tmp_path, monkeypatch):
+    """Only an unresolvable host is 'no network': any other failure is downloaded again with
+    TFDS's own retries."""
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.core.download import downloader
+
+    retries_seen = []
+
+    def download_and_prepare(self, *args, **kwargs):
+        retries_seen.append(downloader.MAX_RETRIES)
+        if len(retries_seen) == 1:
+            raise ConnectionResetError("reset by peer")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", download_and_prepare)
+    builder = sources.prepared_tfds_builder("glue/cola", str(tmp_path))
+    assert builder.name == "glue" and retries_seen == [0, downloader.MAX_RETRIES] and downloader.MAX_RETRIES == 10

@@ -1,0 +1,119 @@
+"""An input pipeline that gives nothing: refused at once for the known cause (a corpus of one
+document of one sentence), and any other stall still stops on SIGTERM. Each run that could
+hang runs in a subprocess with a timeout, so a regression fails instead of stalling CI."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
+
+from test_train import SMALL, _env  # noqa: E402
+
+
+def _one_line_corpus(tmp_path):
+    path = tmp_path / "one_line.txt"
+    path.write_text(" ".join(f"word{i % 50} said the man" for i in range(2000)))  # ~10k tokens, no line break
+    return str(path)
+
+
+def test_a_corpus_of_one_sentence_is_refused_in_one_line(tmp_path):
+    """Evaluation off (SMALL): the run that used to spin forever; with it on, the same check
+    comes first, before the empty eval split could be blamed on eval_fraction."""
+    command = [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
+               f"--config={os.path.join(ROOT, 'configs', 'pretrain.py')}:tiny", f"--workdir={tmp_path / 'run'}",
+               "--config.data.source=text", f"--config.data.input_pattern={_one_line_corpus(tmp_path)}",
+               *SMALL, "--config.train.num_steps=3"]
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=90)
+    assert result.returncode == 2, result.stderr[-3000:]
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: config.data.input_pattern=") and "one document of one sentence" in error
+    assert "eval_fraction" not in error
+
+
+def test_a_pipeline_of_empty_epochs_is_refused_instead_of_spinning(tmp_path):
+    from bertjax.data import pretraining
+    import synthetic
+    from test_pretraining import data_config
+
+    paths = synthetic.write_shards(str(tmp_path), 1, 1, min_sentences=1, max_sentences=1)
+    pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=4,
+                                               tokenizer=synthetic.tokenizer_for(1))
+    with pytest.raises(ValueError, match="give this host no sequences .next-sentence prediction needs"):
+        next(pipeline.batches())
+    no_nsp = pretraining.PretrainingPipeline(data_config(next_sentence_prediction=False), shard_paths=paths,
+                                             batch_size=4, tokenizer=synthetic.tokenizer_for(1))
+    assert next(no_nsp.batches())["input_ids"].shape == (4, 64)
+
+
+# A tf.data iterator that never yields: it spins in TensorFlow's C++, where Python's signal
+# handlers never run (the hang of issue 24). The loop's input wait must still see SIGTERM.
+_STALLED_INPUT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import tensorflow as tf
+    from bertjax import preemption
+
+    watcher = preemption.PreemptionWatcher()
+    never = iter(tf.data.Dataset.range(1 << 62).filter(lambda x: x < 0))
+    batches = preemption.interruptible(never, watcher, poll_seconds=0.1)
+    print("waiting", flush=True)
+    try:
+        next(batches)
+    except preemption.InputInterrupted as e:
+        print(f"interrupted: {e}", flush=True)
+        sys.exit(3)
+""")
+
+
+def test_sigterm_stops_a_wait_on_a_stalled_input_pipeline(tmp_path):
+    script = tmp_path / "stall.py"
+    script.write_text(_STALLED_INPUT)
+    process = subprocess.Popen([sys.executable, str(script), ROOT], env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "waiting"
+        time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 3, stderr[-3000:]
+    assert stdout.startswith("interrupted: SIGTERM while waiting")
+
+
+def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path):
+    import threading
+
+    import jax.numpy as jnp
+
+    from bertjax import checkpointing, trainer
+
+    def stalled():
+        yield {"x": 1}
+        threading.Event().wait()  # never returns
+
+    checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=100,
+                                              max_to_keep=2, async_save=False)
+    loop = trainer.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=10,
+                        start_step=0, log_every=1, eval_every=0, max_consecutive_bad_steps=3,
+                        sequences_per_step=1.0)
+    try:
+        batches = loop.input(stalled())
+        assert loop.next_batch(batches, 0, None) == {"x": 1}
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        with pytest.raises(trainer.TrainingStopped, match=r"preempted \(SIGTERM\) at step 1 after waiting .*saved "
+                                                          r"step 1 to"):
+            loop.next_batch(batches, 1, {"w": jnp.ones(3)})
+    finally:
+        loop.close()
+    assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
+                                      async_save=False).latest_step() == 1
