@@ -212,7 +212,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     def on_truncated(first: int, count: int) -> None:
         if fail_on_truncation:
             raise ValueError(f"--fail_on_truncation: {count} of the examples from number {start + first + 1} on are "
-                             f"longer than --max_seq_length={model.max_seq_length} tokens")
+                             f"longer than --max_seq_length={model.max_seq_length} tokens; raise it, or drop the flag to "
+                             "truncate and count them")
         manifest["truncated"] += count
 
     def advance(done: int) -> None:
