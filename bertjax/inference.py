@@ -169,7 +169,8 @@ class Model:
         texts: strings ("a ||| b" is a pair) or (a, b) tuples (b None: single text).
         layers: indices into the hidden-state stack [embeddings, layer 1, ..., layer L]
           (-1 = the last layer, 0 = the embeddings' output), as Hugging Face's hidden_states.
-        pooling: "none" -> {"tokens": [str] (with [CLS]/[SEP]), "values": <float32>[len(layers), T, H]};
+        pooling: "none" -> {"tokens": [str] (with [CLS]/[SEP]), "token_ids": <int32>[T],
+          "values": <float32>[len(layers), T, H]};
           "cls" -> {"values": [len(layers), H]} (the [CLS] token's vector);
           "mean" -> {"values": [len(layers), H]} (the mean over the input's tokens, [CLS] and
           [SEP] included, padding excluded: sentence-transformers' mean pooling).
@@ -206,7 +207,7 @@ class Model:
                 length = int(split.lengths[i])
                 if pooling == "none":
                     ids = split.features["input_ids"][i, :length]
-                    yield {"tokens": [self.tokenizer.id_to_token(int(t)) for t in ids],
+                    yield {"tokens": [self.tokenizer.id_to_token(int(t)) for t in ids], "token_ids": ids,
                            "values": np.ascontiguousarray(outputs["hidden"][i, :, :, :length].swapaxes(-1, -2))}
                 else:
                     yield {"values": outputs["pooled"][i]}

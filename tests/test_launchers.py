@@ -61,6 +61,12 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/blank.txt", "--output_dir={tmp}/out"], "no text in its 1 file(s)"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}"], "vocab.txt exists; remove it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
+    ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt", "--output={tmp}/out",
+                             "--layers=-1,-8"], "--layers=-1,-8: layer index -8 is outside [-7, 6]"),
+    ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt", "--output={tmp}/out",
+                             "--layers=-1,last"], "--layers=-1,last: expected comma-separated integers"),
+    ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/blank.txt",
+                             "--output={tmp}/out.jsonl"], "--input_file={tmp}/blank.txt: no examples (an empty file?)"),
     # The demo's two config flags are checked as --config is.
     ("demo.py", ["--pretrain=configs/nothere.py"], "--pretrain=configs/nothere.py: cannot load the config file"),
     ("demo.py", ["--finetune.train.num_epochz=2"], "--finetune.train.num_epochz: no such config key"),

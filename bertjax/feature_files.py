@@ -1,0 +1,251 @@
+"""Features of a whole input file written to disk: what launch/extract_features.py runs.
+
+Inputs (`read_inputs`): a text file as google-research/bert's extract_features.py reads it
+(one example per line, "text_a ||| text_b" for a pair; a blank line is an empty example, so
+example i is line i + 1), or a CSV/TSV/JSONL file with named text columns (read as your own
+fine-tuning files are, bertjax.tasks.common.read_records).
+
+Outputs (`extract`), by the name given:
+* `*.jsonl`: the original's layout, one line per example:
+    pooling "none": {"linex_index": i, "features": [{"token": "[CLS]", "layers":
+                     [{"index": -1, "values": [H floats, 6 places]}, ...]}, ...]}
+    pooling "cls"/"mean": {"linex_index": i, "pooling": "mean", "layers":
+                     [{"index": -1, "values": [H floats]}, ...]}
+  written to `<name>.tmp` and renamed when complete.
+* anything else: a folder of shards, each holding `shard_size` consecutive examples, in
+  bounded memory, resumable after a kill:
+    shard-00000.npz  line_index <int64>[n] (the examples' 0-based numbers in the input),
+                     layers <int32>[K] (as asked, e.g. -1), and
+                     pooling "none": values <dtype>[T, K, H] (the shard's tokens end to end),
+                       offsets <int64>[n + 1] (example j is rows offsets[j]:offsets[j + 1]),
+                       token_ids <int32>[T], tokens <str>[T];
+                     pooling "cls"/"mean": values <dtype>[n, K, H].
+    manifest.json    the settings, the shards written, examples done, truncated count,
+                     "complete"; rewritten atomically after each shard (the shard first).
+  A run with the same settings on that folder resumes after the last shard in the
+  manifest; `read_features(folder)` yields the examples back.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from bertjax import console, fileio
+from bertjax.tasks.common import read_records
+
+FORMAT = "bertjax-features/1"
+MANIFEST = "manifest.json"
+INPUT_FORMATS = ("text", "csv", "tsv", "jsonl")
+_PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal
+
+
+# -- Inputs. --
+
+def input_format(path: str, file_format: str = "") -> str:
+    """"text", "csv", "tsv" or "jsonl": file_format, else from the extension (.json is JSONL,
+    anything not CSV/TSV/JSON(L) is text)."""
+    if file_format:
+        if file_format not in INPUT_FORMATS:
+            raise ValueError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {file_format!r}")
+        return file_format
+    extension = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    return {"csv": "csv", "tsv": "tsv", "json": "jsonl", "jsonl": "jsonl"}.get(extension, "text")
+
+
+def read_inputs(path: str, file_format: str = "", text_a_key: str = "text", text_b_key: str = "") -> Iterator[Any]:
+    """The examples of `path` in order, streamed: text lines ("a ||| b" is a pair) or (a, b)
+    tuples from the columns text_a_key and text_b_key ("" = single texts) of a CSV/TSV/JSONL
+    file. Errors name file:line: a missing column, a field that is not text, bytes that are
+    not UTF-8."""
+    file_format = input_format(path, file_format)
+    if file_format == "text":
+        with fileio.open_file(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{path}:{number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column "
+                                     f"{e.start + 1}); save the file as UTF-8") from None
+                yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n").strip()
+        return
+    for where, row in read_records(path, file_format):
+        texts = []
+        for flag, column in (("--text_a_key", text_a_key), ("--text_b_key", text_b_key)):
+            if not column:
+                texts.append(None)
+                continue
+            if column not in row:
+                raise ValueError(f"{where}: no column {column!r} ({flag}); the row has {sorted(row)}")
+            if not isinstance(row[column], str):
+                raise ValueError(f"{where}: column {column!r} should be text, got {row[column]!r}"[:300])
+            texts.append(row[column])
+        yield tuple(texts)
+
+
+def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", text_b_key: str = "") -> int:
+    """The number of examples in `path` (a first pass, checking them); ValueError if it has
+    none (an empty file, or only blank lines)."""
+    count = nonblank = 0
+    for example in read_inputs(path, file_format, text_a_key, text_b_key):
+        count += 1
+        nonblank += bool(example if isinstance(example, str) else example[0] or example[1])
+    if not nonblank:
+        raise ValueError(f"--input_file={path}: no examples (an empty file?)")
+    return count
+
+
+# -- Outputs. --
+
+def jsonl_line(index: int, feature: dict[str, Any], layers: tuple[int, ...], pooling: str) -> str:
+    """One example (an `iter_features` dict) as a line of the original's JSONL layout."""
+    values = np.round(feature["values"].astype(np.float64), 6)  # [K, T, H] or [K, H]
+    if pooling == "none":
+        record = {"linex_index": index, "features": [
+            {"token": token, "layers": [{"index": layer, "values": values[k, t].tolist()}
+                                        for k, layer in enumerate(layers)]}
+            for t, token in enumerate(feature["tokens"])]}
+    else:
+        record = {"linex_index": index, "pooling": pooling,
+                  "layers": [{"index": layer, "values": values[k].tolist()} for k, layer in enumerate(layers)]}
+    return json.dumps(record, ensure_ascii=False)
+
+
+def _shard_name(number: int) -> str:
+    return f"shard-{number:05d}.npz"
+
+
+def _shard_bytes(first: int, features: list[dict[str, Any]], layers: tuple[int, ...], pooling: str,
+                 dtype: str) -> bytes:
+    """The .npz of consecutive examples first, first + 1, ... (layout in the module docstring)."""
+    arrays = {"line_index": np.arange(first, first + len(features), dtype=np.int64),
+              "layers": np.asarray(layers, np.int32)}
+    if pooling == "none":
+        tokens = [token for feature in features for token in feature["tokens"]]
+        arrays["values"] = np.concatenate([np.swapaxes(f["values"], 0, 1) for f in features]).astype(dtype)
+        arrays["offsets"] = np.cumsum([0] + [len(f["tokens"]) for f in features], dtype=np.int64)
+        arrays["token_ids"] = np.concatenate([f["token_ids"] for f in features]).astype(np.int32)
+        arrays["tokens"] = np.asarray(tokens, dtype=str)
+    else:
+        arrays["values"] = np.stack([f["values"] for f in features]).astype(dtype)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def read_features(folder: str) -> Iterator[dict[str, Any]]:
+    """The examples of a shard folder, in input order: {"index": line index, "values":
+    <[K, T, H]> with "tokens", "token_ids" (pooling "none"), or <[K, H]>}."""
+    manifest = fileio.read_json(fileio.join(folder, MANIFEST))
+    for shard in manifest["shards"]:
+        with np.load(io.BytesIO(fileio.read_bytes(fileio.join(folder, shard["file"])))) as arrays:
+            arrays = dict(arrays)
+        for j, index in enumerate(arrays["line_index"]):
+            if "offsets" in arrays:
+                rows = slice(arrays["offsets"][j], arrays["offsets"][j + 1])
+                yield {"index": int(index), "tokens": arrays["tokens"][rows].tolist(),
+                       "token_ids": arrays["token_ids"][rows], "values": np.swapaxes(arrays["values"][rows], 0, 1)}
+            else:
+                yield {"index": int(index), "values": arrays["values"][j]}
+
+
+def _resume_point(output: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The manifest to continue from: the folder's own (same settings) or a fresh one; a
+    ValueError for a folder of other settings or of other files."""
+    path = fileio.join(output, MANIFEST)
+    if fileio.exists(path):
+        manifest = fileio.read_json(path)
+        changed = [key for key in settings if manifest.get("settings", {}).get(key) != settings[key]]
+        if manifest.get("format") != FORMAT or changed:
+            raise ValueError(f"--output={output} holds features made with other settings ("
+                             + ", ".join(f"{k}: {manifest.get('settings', {}).get(k)!r} there, {settings[k]!r} now"
+                                         for k in changed[:3]) + "); give a new folder or the same flags")
+        return manifest
+    if fileio.exists(output) and not fileio.isdir(output):
+        raise ValueError(f"--output={output} is a file; give a folder for shards or a name ending in .jsonl")
+    present = fileio.listdir(output) if fileio.isdir(output) else []
+    if present:
+        raise ValueError(f"--output={output} is not empty and has no {MANIFEST} (it has {', '.join(sorted(present)[:4])}"
+                         "); give a new or empty folder")
+    return {"format": FORMAT, "settings": settings, "shards": [], "examples_done": 0, "truncated": 0,
+            "complete": False}
+
+
+def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-1, -2, -3, -4),
+            pooling: str = "none", input_format_name: str = "", text_a_key: str = "text", text_b_key: str = "",
+            dtype: str = "float32", shard_size: int = 1024, fail_on_truncation: bool = False,
+            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Writes the features of every example of `input_file` to `output` (`*.jsonl`, else a
+    shard folder; see the module docstring) with `model` (an inference.Model), showing
+    progress. Returns {"examples", "truncated", "resumed_at", "seconds"}.
+
+    dtype: the shards' values, "float32" or "float16" (JSONL: 6 decimal places).
+    fail_on_truncation: an input longer than the model's max_seq_length is a ValueError
+      (otherwise it is truncated and counted).
+    """
+    model.layer_indices(layers)  # a bad index fails before any input is read
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"--output_dtype must be float32 or float16, got {dtype!r}")
+    if not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError(f"--shard_size must be a positive int, got {shard_size!r}")
+    file_format = input_format(input_file, input_format_name)
+    total = count_inputs(input_file, file_format, text_a_key, text_b_key)
+    to_jsonl = output.endswith(".jsonl")
+    settings = {"input_file": input_file, "input_format": file_format, "text_a_key": text_a_key,
+                "text_b_key": text_b_key, "checkpoint": model.source.path, "max_seq_length": model.max_seq_length,
+                "layers": list(layers), "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
+    manifest = {"examples_done": 0, "truncated": 0} if to_jsonl else _resume_point(output, settings)
+    start = manifest["examples_done"]
+    if manifest.get("complete"):
+        log(f"{output} is complete ({total} examples); nothing to do")
+        return {"examples": total, "truncated": manifest["truncated"], "resumed_at": start, "seconds": 0.0}
+    if start:
+        log(f"resuming {output} at example {start} of {total} ({len(manifest['shards'])} shards written)")
+    progress = console.Progress(total, start, label="examples", unit="examples")
+    last_line = [time.perf_counter()]
+
+    def on_truncated(first: int, count: int) -> None:
+        if fail_on_truncation:
+            raise ValueError(f"--fail_on_truncation: {count} of the examples from number {start + first + 1} on are "
+                             f"longer than --max_seq_length={model.max_seq_length} tokens; raise it, or drop the flag to "
+                             "truncate and count them")
+        manifest["truncated"] += count
+
+    def advance(done: int) -> None:
+        progress.advance(start + done)
+        now = time.perf_counter()
+        if not progress.live and now - last_line[0] >= _PROGRESS_LINE_SECONDS:
+            last_line[0] = now
+            rate, eta = progress.steps_per_second(), progress.eta_seconds()
+            progress.line(f"examples {start + done}/{total}" + (f" {rate:.1f} examples/s" if rate else "")
+                          + (f" ETA {console.format_duration(eta)}" if eta is not None else ""))
+
+    began = time.perf_counter()
+    examples = itertools.islice(read_inputs(input_file, file_format, text_a_key, text_b_key), start, None)
+    features = model.iter_features(examples, layers, pooling, on_truncated=on_truncated, progress=advance)
+    try:
+        if to_jsonl:
+            tmp = f"{output}.tmp"
+            with fileio.open_file(tmp, "w") as f:
+                for index, feature in enumerate(features):
+                    f.write(jsonl_line(index, feature, tuple(layers), pooling) + "\n")
+            fileio.rename(tmp, output)
+        else:
+            fileio.makedirs(output)
+            for batch in iter(lambda: list(itertools.islice(features, shard_size)), []):
+                name = _shard_name(len(manifest["shards"]))
+                fileio.write_bytes(fileio.join(output, name), _shard_bytes(
+                    manifest["examples_done"], batch, tuple(layers), pooling, dtype))
+                manifest["shards"].append({"file": name, "first": manifest["examples_done"], "count": len(batch)})
+                manifest["examples_done"] += len(batch)
+                manifest["complete"] = manifest["examples_done"] == total
+                fileio.write_json(fileio.join(output, MANIFEST), {**manifest, "num_examples": total})
+    finally:
+        progress.close()
+    return {"examples": total, "truncated": manifest["truncated"], "resumed_at": start,
+            "seconds": time.perf_counter() - began}

@@ -1,0 +1,82 @@
+r"""Extracts contextual features (the encoder's hidden states) from any checkpoint.
+
+    python launch/extract_features.py --checkpoint=/ckpt/uncased_L-12_H-768_A-12 \
+        --input_file=in.txt --output=out.jsonl --layers=-1,-2,-3,-4
+    python launch/extract_features.py --checkpoint=workdir/reviews --input_file=reviews.csv \
+        --text_a_key=review --output=/data/review_vectors --pooling=mean --output_dtype=float16
+
+--checkpoint: anything config.init_checkpoint takes (a bertjax pre-training or fine-tuning
+run or step, a Hugging Face directory, Google's TF release; local or gs://); its tokenizer
+and casing come with it. --input_file: one example per line ("text_a ||| text_b" for a
+pair), as google-research/bert's extract_features.py, or a CSV/TSV/JSONL file with the
+columns --text_a_key (and --text_b_key). --output: a name ending in .jsonl gets the
+original's JSONL layout; anything else is a folder of .npz shards that a second run of the
+same command resumes after a kill (layouts: bertjax/feature_files.py). Exit codes: 0 done,
+2 a bad flag or input (one line).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from absl import flags  # noqa: E402
+
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the model: any path config.init_checkpoint takes",
+                                  required=True)
+_INPUT = flags.DEFINE_string("input_file", None, "text (one example per line, 'a ||| b' a pair) or CSV/TSV/JSONL",
+                             required=True)
+_OUTPUT = flags.DEFINE_string("output", None, "NAME.jsonl (the original's layout) or a folder of .npz shards",
+                              required=True)
+_LAYERS = flags.DEFINE_string("layers", "-1,-2,-3,-4", "hidden states to write, comma-separated: -1 the last "
+                              "layer, 0 the embeddings' output")
+_POOLING = flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: every token's vector; cls: the "
+                             "[CLS] vector; mean: the mean over the example's tokens (padding excluded)")
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 128, "longest example in tokens; longer ones are "
+                                       "truncated and counted")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch")
+_DTYPE = flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"], "compute dtype (default: bfloat16 on TPU/GPU, "
+                           "float32 on CPU)")
+_OUTPUT_DTYPE = flags.DEFINE_enum("output_dtype", "float32", ["float32", "float16"], "the shards' values")
+_SHARD_SIZE = flags.DEFINE_integer("shard_size", 1024, "examples per shard")
+_INPUT_FORMAT = flags.DEFINE_enum("input_format", "", ["", "text", "csv", "tsv", "jsonl"],
+                                  "'' = from --input_file's extension (.csv .tsv .json(l); anything else is text)")
+_TEXT_A_KEY = flags.DEFINE_string("text_a_key", "text", "CSV/TSV/JSONL: the column of the (first) text")
+_TEXT_B_KEY = flags.DEFINE_string("text_b_key", "", "CSV/TSV/JSONL: the column of the second text ('' = none)")
+_FAIL_ON_TRUNCATION = flags.DEFINE_bool("fail_on_truncation", False, "an example longer than --max_seq_length "
+                                        "is an error instead of truncated and counted")
+
+
+def parse_layers(text: str) -> tuple[int, ...]:
+    """"-1,-2" -> (-1, -2); a ValueError naming --layers otherwise."""
+    try:
+        layers = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--layers={text}: expected comma-separated integers, e.g. -1,-2,-3,-4") from None
+    return layers
+
+
+def main(_):
+    layers = parse_layers(_LAYERS.value)
+    import bertjax
+    from bertjax import feature_files
+
+    model = bertjax.load_model(_CHECKPOINT.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
+                               dtype=_DTYPE.value)
+    try:
+        model.layer_indices(layers)
+    except ValueError as e:
+        raise ValueError(f"--layers={_LAYERS.value}: {e}") from None
+    done = feature_files.extract(
+        model, _INPUT.value, _OUTPUT.value, layers=layers, pooling=_POOLING.value,
+        input_format_name=_INPUT_FORMAT.value, text_a_key=_TEXT_A_KEY.value, text_b_key=_TEXT_B_KEY.value,
+        dtype=_OUTPUT_DTYPE.value, shard_size=_SHARD_SIZE.value, fail_on_truncation=_FAIL_ON_TRUNCATION.value)
+    new = done["examples"] - done["resumed_at"]
+    if new:
+        print(f"wrote {_OUTPUT.value}: {done['examples']} examples ({done['truncated']} truncated to "
+              f"{model.max_seq_length} tokens), {new / max(done['seconds'], 1e-9):.1f} examples/s")
+
+
+if __name__ == "__main__":
+    cli.run(main)

