@@ -231,7 +231,7 @@ def _choice(model, inputs: list, **options) -> list[dict[str, Any]]:
     contexts, options_lists = [], []
     for i, item in enumerate(inputs, start=1):
         choice_input(item, i)
-        contexts.append(item["context"]), options_lists.append(choices)
+        contexts.append(item["context"]), options_lists.append(item["choices"])
     examples = choice.ChoiceExamples("inputs", contexts, options_lists, np.full(len(contexts), -1, np.int64),
                                      [f"input {i}" for i in range(1, len(contexts) + 1)])
     split = choice.featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
