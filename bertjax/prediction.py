@@ -37,15 +37,30 @@ FAMILIES = ("classification", "tagging", "squad", "choice")
 
 def predict(model, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
     """Dispatches to the model's task family; options go to it (e.g. squad's n_best_size)."""
-    family = model.task_info.get("family")
-    if family not in FAMILIES:
-        raise ValueError(f"{model.source.path} is not a fine-tuned model (no task saved with it); use fill_mask or "
-                         "features, or fine-tune it first")
+    family = _family(model)
     inputs = list(inputs)
     if not inputs:
         return []
     return {"classification": _classification, "tagging": _tagging, "squad": _squad,
             "choice": _choice}[family](model, inputs, **options)
+
+
+def check_input(model, item: Any, position: int) -> None:
+    """Raises the ValueError `predict` would raise for this one input (at `position`, 1-based),
+    without running the model: lets a caller skip bad inputs and keep the good ones."""
+    family = _family(model)
+    if family == "classification":
+        _check_pairs(model, [classification_texts(item, position)], position)
+    else:
+        {"tagging": tagging_words, "squad": squad_input, "choice": choice_input}[family](item, position)
+
+
+def _family(model) -> str:
+    family = model.task_info.get("family")
+    if family not in FAMILIES:
+        raise ValueError(f"{model.source.path} is not a fine-tuned model (no task saved with it); use fill_mask or "
+                         "features, or fine-tune it first")
+    return family
 
 
 def _apply(module, outputs):
@@ -63,16 +78,32 @@ def classification_texts(item: Any, position: int) -> tuple[str, str | None]:
     """One classification input -> (text_a, text_b or None)."""
     from bertjax.inference import split_pair
 
+    pair = None
     if isinstance(item, str):
-        return split_pair(item)
-    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
-        return item[0], item[1]
-    if isinstance(item, dict):
+        pair = split_pair(item)
+    elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) and isinstance(
+            item[1], (str, type(None))):
+        pair = item[0], item[1]
+    elif isinstance(item, dict):
         text_a = item.get("text_a", item.get("text"))
         if isinstance(text_a, str) and isinstance(item.get("text_b"), (str, type(None))):
-            return text_a, item.get("text_b")
+            pair = text_a, item.get("text_b")
+    if pair is not None and pair[1] is not None and not (pair[0].strip() and pair[1].strip()):
+        raise ValueError(f"input {position}: the {'first' if not pair[0].strip() else 'second'} text of the pair "
+                         "is empty")
+    if pair is not None:
+        return pair
     raise ValueError(f"input {position}: expected a text, 'text_a ||| text_b', a (text_a, text_b) pair or "
                      f"{{'text_a', 'text_b'}}, got {item!r}"[:300])
+
+
+def _check_pairs(model, pairs: list[tuple[str, str | None]], first: int = 1) -> None:
+    """Pairs for a model trained on pairs, single texts for one trained on single texts."""
+    wants_pairs = model.task_info.get("pairs")
+    for i, (_, b) in enumerate(pairs, start=first):
+        if wants_pairs is not None and (b is not None) != wants_pairs:
+            raise ValueError(f"input {i}: the model was trained on {'pairs' if wants_pairs else 'single texts'}; "
+                             + ("give 'text_a ||| text_b'" if wants_pairs else "give one text (no ' ||| ')"))
 
 
 def _classification(model, inputs: list, **options) -> list[dict[str, Any]]:
@@ -80,11 +111,7 @@ def _classification(model, inputs: list, **options) -> list[dict[str, Any]]:
         raise ValueError(f"unknown options {sorted(options)} for classification")
     names = model.task_info.get("label_names")
     pairs = [classification_texts(item, i) for i, item in enumerate(inputs, start=1)]
-    wants_pairs = model.task_info.get("pairs")
-    for i, (_, b) in enumerate(pairs, start=1):
-        if wants_pairs is not None and (b is not None) != wants_pairs:
-            raise ValueError(f"input {i}: the model was trained on {'pairs' if wants_pairs else 'single texts'}; "
-                             + ("give 'text_a ||| text_b'" if wants_pairs else "give one text (no ' ||| ')"))
+    _check_pairs(model, pairs)
     split, _ = model._encode_mixed(pairs)
     num_labels = 1 if names is None else len(names)
     module = BertForSequenceClassification(model.bert, num_labels=num_labels)
@@ -144,16 +171,21 @@ def _tagging(model, inputs: list, **options) -> list[dict[str, Any]]:
 
 # -- Span QA. --
 
+def squad_input(item: Any, position: int) -> None:
+    """A {"question", "context"} dict with neither empty, else a ValueError."""
+    if not (isinstance(item, dict) and isinstance(item.get("question"), str)
+            and isinstance(item.get("context"), str)):
+        raise ValueError(f"input {position}: expected {{'question': text, 'context': text}}, got {item!r}"[:300])
+    if not item["question"].strip() or not item["context"].strip():
+        raise ValueError(f"input {position}: an empty {'question' if not item['question'].strip() else 'context'}")
+
+
 def _squad(model, inputs: list, n_best_size: int | None = None, max_answer_length: int | None = None,
            null_score_diff_threshold: float | None = None) -> list[dict[str, Any]]:
     data = (model.source.run_config or {}).get("data", {})
     builder = squad._Builder("inputs", strict=True)
     for i, item in enumerate(inputs, start=1):
-        if not (isinstance(item, dict) and isinstance(item.get("question"), str)
-                and isinstance(item.get("context"), str)):
-            raise ValueError(f"input {i}: expected {{'question': text, 'context': text}}, got {item!r}"[:300])
-        if not item["question"].strip() or not item["context"].strip():
-            raise ValueError(f"input {i}: an empty {'question' if not item['question'].strip() else 'context'}")
+        squad_input(item, i)
         builder.add(str(item.get("id", i)), item["question"], item["context"], [], False)
     version = model.task_info.get("squad_version", "v1.1")
     examples = builder.build(version, data=[])
@@ -184,17 +216,22 @@ def _squad(model, inputs: list, n_best_size: int | None = None, max_answer_lengt
 
 # -- Multiple choice. --
 
+def choice_input(item: Any, position: int) -> None:
+    """A {"context", "choices": [at least 2 texts]} dict, else a ValueError."""
+    choices = item.get("choices") if isinstance(item, dict) else None
+    if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
+            and len(choices) >= 2 and all(isinstance(c, str) for c in choices)):
+        raise ValueError(f"input {position}: expected {{'context': text, 'choices': [at least 2 texts]}}, "
+                         f"got {item!r}"[:300])
+
+
 def _choice(model, inputs: list, **options) -> list[dict[str, Any]]:
     if options:
         raise ValueError(f"unknown options {sorted(options)} for multiple choice")
     contexts, options_lists = [], []
     for i, item in enumerate(inputs, start=1):
-        choices = item.get("choices") if isinstance(item, dict) else None
-        if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
-                and len(choices) >= 2 and all(isinstance(c, str) for c in choices)):
-            raise ValueError(f"input {i}: expected {{'context': text, 'choices': [at least 2 texts]}}, "
-                             f"got {item!r}"[:300])
-        contexts.append(item["context"]), options_lists.append(choices)
+        choice_input(item, i)
+        contexts.append(item["context"]), options_lists.append(item["choices"])
     examples = choice.ChoiceExamples("inputs", contexts, options_lists, np.full(len(contexts), -1, np.int64),
                                      [f"input {i}" for i in range(1, len(contexts) + 1)])
     split = choice.featurize(model.tokenizer, examples, "inputs", model.max_seq_length)

@@ -74,6 +74,11 @@ CASES = [
     ("demo.py", ["--finetune.train.batch_size=0", "--workdir={tmp}/out"],
      "--finetune: config.train.batch_size must be a positive int, got 0"),
     ("demo.py", ["--pretrain.train.eval_every=0", "--workdir={tmp}/out"], "--pretrain.train.eval_every and"),
+    # predict.py: a path that is no model, a model without the head or task asked for.
+    ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--text=a [MASK] .", "--output={tmp}/out"],
+     "has no masked-LM head"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--text=hi"], "is a pre-trained model with no task: give --task=fill_mask"),
 ]
 
 

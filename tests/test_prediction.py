@@ -146,3 +146,32 @@ def test_a_pretrained_model_has_no_task_to_predict(small_pretrained_run):
 
     with pytest.raises(ValueError, match="is not a fine-tuned model"):
         bertjax.load_model(small_pretrained_run).predict(["hello"])
+
+
+def test_every_family_predicts_its_training_files_format_as_the_api_does(runs, tmp_path):
+    """batch_predict (launch/predict.py's engine) on the CoNLL, SQuAD JSON and JSONL files the
+    runs evaluated: the same answers as Model.predict, one line per input, in order."""
+    import bertjax
+    from bertjax import batch_predict
+
+    ner_dir, ner_dev = runs["ner"]
+    write_conll(tmp_path / "ner.conll", ner_dev)
+    squad_dir, squad_dev = runs["squad"]
+    (tmp_path / "qa.json").write_text(json.dumps(squad_json(squad_dev, "v2.0")))
+    choice_dir, choice_dev = runs["choice"]
+    (tmp_path / "mc.jsonl").write_text("".join(json.dumps({"context": c, "choices": o}) + "\n"
+                                               for c, o, _ in choice_dev))
+    for workdir, path, expected_inputs in (
+            (ner_dir, tmp_path / "ner.conll", [tokens for tokens, _ in ner_dev]),
+            (squad_dir, tmp_path / "qa.json", [{"id": qid, "question": q, "context": c}
+                                               for qid, c, q, _, _ in squad_dev]),
+            (choice_dir, tmp_path / "mc.jsonl", [{"context": c, "choices": o} for c, o, _ in choice_dev])):
+        model = bertjax.load_model(workdir, batch_size=4)
+        family = model.task_info["family"]
+        keys = batch_predict.default_keys(family, model.source.run_config)
+        records = list(batch_predict.read_inputs(str(path), family, batch_predict.file_format(str(path), family,
+                       "conll" if family == "tagging" else "auto"), keys, model.source.run_config))
+        assert [item for _, item in records] == expected_inputs
+        written = []
+        summary = batch_predict.predict_all(model, family, records, written.append)
+        assert summary["predicted"] == len(expected_inputs) and written == model.predict(expected_inputs)

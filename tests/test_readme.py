@@ -64,3 +64,18 @@ def test_tpu_vm_commands_use_existing_subcommands(command):
     with open(os.path.join(ROOT, "launch", "tpu_vm.sh")) as f:
         script = f.read()
     assert re.search(rf"^\s+{subcommand}\)", script, flags=re.M), f"tpu_vm.sh has no '{subcommand}' subcommand"
+
+
+def test_the_python_example_of_using_a_trained_model_runs(minilm_classifier_run, small_pretrained_run, capsys):
+    """The README's Python example, run on the fixture runs in place of its paths."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        section = f.read().split("## Using a trained model", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    code = code.replace('"/tmp/mine"', repr(minilm_classifier_run)).replace('"workdir/demo/pretrain"',
+                                                                            repr(small_pretrained_run))
+    exec(compile(code, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["good", "bad"]
+    assert all(0.5 < float(line.split()[1]) <= 1 for line in lines[:2])
+    masks = [eval(line) for line in lines[2:]]  # noqa: S307 -- the example's own printed lists
+    assert [len(m) for m in masks] == [1, 2] and all(len(mask) == 3 for m in masks for mask in m)

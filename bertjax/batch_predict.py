@@ -1,0 +1,185 @@
+"""Predictions over a file (launch/predict.py): inputs read in the formats fine-tuning reads,
+each one checked, predicted in chunks by `Model.predict` / `Model.fill_mask`, one JSONL line
+out per input, in input order.
+
+Input formats ("auto": from the file name; .json is SQuAD's layout for a span-QA model):
+  text        one input per line, blank lines skipped: classification "text" or "text_a ||| text_b",
+              tagging a raw sentence, span QA "question ||| context", fill_mask a line with [MASK]s
+  csv, tsv, jsonl   rows read by tasks.common.read_records; the columns are the run's
+              (config.data.text_a_key, text_b_key, context_key, choices_key) unless keys say otherwise
+  squad_json  SQuAD's official layout (tasks.squad.read_json): every question, with its id
+  conll       CoNLL (tasks.tagging.read_conll): each sentence's words; a tag column is ignored
+
+A bad input (a missing side of " ||| ", no [MASK], an empty context, a missing column) is
+named by file:line. on_error "fail": a ValueError naming it (nothing is predicted);
+"skip": its output line is {"error": message, "where": "file:line"}, so that output line k
+still answers input k.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from typing import Any, Callable, Iterator
+
+from bertjax import fileio, prediction
+from bertjax.inference import split_pair
+from bertjax.tasks import common, squad, tagging
+
+FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll")
+CHUNK_INPUTS = 1024  # inputs predicted per call: bounds memory, and the progress line's step
+SHOWN_ERRORS = 5  # skipped inputs named on stderr; the rest are counted
+
+
+def default_keys(family: str, run_config: dict | None) -> dict[str, str]:
+    """The columns a row's inputs are read from: the fine-tuning run's own, else BERT's names."""
+    data = (run_config or {}).get("data", {})
+    classification = family == "classification"
+    return {"text_a": data.get("text_a_key", "text_a") if classification else "text",
+            "text_b": data.get("text_b_key", "text_b") if classification else "",
+            "question": "question", "context": data.get("context_key", "context"),
+            "choices": data.get("choices_key", "choices")}
+
+
+def file_format(path: str, family: str, chosen: str = "auto") -> str:
+    """The format an input file is read in (see the module docstring)."""
+    if chosen != "auto":
+        return chosen
+    extension = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+    if extension == "json":
+        return "squad_json" if family == "squad" else "jsonl"
+    return {"csv": "csv", "tsv": "tsv", "jsonl": "jsonl", "conll": "conll"}.get(extension, "text")
+
+
+def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
+                run_config: dict | None = None) -> Iterator[tuple[str, Any]]:
+    """(where, item) per input, in file order; item is what Model.predict (fill_mask: a text)
+    takes, or a ValueError for a row that does not have the columns the task reads."""
+    if input_format == "text":
+        for number, line in enumerate(common.user_lines(path), start=1):
+            if line.strip():
+                yield f"{path}:{number}", read_line(line.strip(), family)
+    elif input_format == "squad_json":
+        examples = squad.read_json(path)
+        for qid, question, index in zip(examples.ids, examples.questions, examples.context_index):
+            yield f"{path}: id {qid}", {"id": qid, "question": question, "context": examples.contexts[index]}
+    elif input_format == "conll":
+        data = (run_config or {}).get("data", {})
+        examples = tagging.read_conll(path, tag_column=int(data.get("tag_column", -1)), tags_optional=True,
+                                      token_column=int(data.get("token_column", 0)))
+        yield from zip(examples.locations, examples.sentences)
+    elif input_format in ("csv", "tsv", "jsonl"):
+        for where, row in common.read_records(path, input_format):
+            try:
+                yield where, _from_row(row, family, keys)
+            except KeyError as e:
+                yield where, ValueError(f"no {e.args[0]!r} column (the task reads {_read_columns(family, keys)}; "
+                                        f"the row has {sorted(row)})")
+    else:
+        raise ValueError(f"input format {input_format!r} is not one of {FORMATS}")
+
+
+def read_line(line: str, family: str) -> Any:
+    """One line of text (or --text) -> the item for the family (span QA: "question ||| context")."""
+    if family == "squad":
+        question, context = split_pair(line)
+        return {"question": question, "context": context} if context is not None else ValueError(
+            "expected 'question ||| context'")
+    return line
+
+
+def _read_columns(family: str, keys: dict[str, str]) -> list[str]:
+    return {"classification": [keys["text_a"]] + ([keys["text_b"]] if keys["text_b"] else []),
+            "squad": [keys["question"], keys["context"]], "choice": [keys["context"], keys["choices"]]
+            }.get(family, [keys["text_a"]])
+
+
+def _from_row(row: dict, family: str, keys: dict[str, str]) -> Any:
+    if family == "classification":
+        return row[keys["text_a"]], (row.get(keys["text_b"]) if keys["text_b"] else None)
+    if family == "squad":
+        item = {"question": row[keys["question"]], "context": row[keys["context"]]}
+        return {**item, "id": str(row["id"])} if "id" in row else item
+    if family == "choice":
+        return {"context": row[keys["context"]], "choices": row[keys["choices"]]}
+    return row[keys["text_a"]]  # tagging (a sentence or a list of words), fill_mask
+
+
+def check(model, family: str, item: Any) -> str | None:
+    """Why the model cannot take `item` (one line), or None."""
+    if isinstance(item, ValueError):
+        return str(item)
+    if family == "fill_mask":
+        return None if isinstance(item, str) and "[MASK]" in item else f"no [MASK] in {str(item)[:80]!r}"
+    try:
+        prediction.check_input(model, item, 0)
+    except ValueError as e:
+        return re.sub(r"^input 0: ", "", str(e))
+    return None
+
+
+def predict_all(model, family: str, records: list[tuple[str, Any]], write: Callable[[dict], None],
+                on_error: str = "fail", top_k: int = 5, progress: Callable[[int, int], None] | None = None
+                ) -> dict[str, Any]:
+    """Checks every input, then predicts the good ones CHUNK_INPUTS at a time and calls write
+    with one dict per input, in order. Returns {"inputs", "predicted", "skipped": [(where, why)]}."""
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
+    problems = [(where, check(model, family, item)) for where, item in records]
+    skipped = [(where, why) for where, why in problems if why]
+    if skipped and on_error == "fail":
+        where, why = skipped[0]
+        more = f" ({len(skipped) - 1} more bad inputs)" if len(skipped) > 1 else ""
+        raise ValueError(f"{where}: {why}{more}; --on_error=skip writes an error line for each and goes on")
+    predicted = 0
+    for start in range(0, len(records), CHUNK_INPUTS):
+        chunk = range(start, min(start + CHUNK_INPUTS, len(records)))
+        good = [i for i in chunk if not problems[i][1]]
+        items = [records[i][1] for i in good]
+        if family == "fill_mask":
+            results = [{"masks": masks} for masks in model.fill_mask(items, top_k=top_k)] if items else []
+        else:
+            results = model.predict(items)
+        answers = dict(zip(good, results))
+        for i in chunk:
+            write(answers[i] if i in answers else {"error": problems[i][1], "where": problems[i][0]})
+        predicted += len(good)
+        if progress is not None:
+            progress(chunk.stop, len(records))
+    return {"inputs": len(records), "predicted": predicted, "skipped": skipped}
+
+
+def progress_line(every: int = CHUNK_INPUTS) -> Callable[[int, int], None]:
+    """A progress reporter for predict_all: one stderr line per chunk on inputs longer than one chunk."""
+    start = time.time()
+
+    def report(done: int, total: int) -> None:
+        if total > every:
+            rate = done / max(time.time() - start, 1e-9)
+            print(f"predicted {done}/{total} inputs ({rate:.0f}/s)", file=sys.stderr, flush=True)
+
+    return report
+
+
+def jsonl_writer(path: str | None):
+    """(write(dict), close()) for JSONL lines to `path` (local or gs://; opened at the first
+    line, so a run that fails before predicting leaves no file), or stdout when None."""
+    opened = []
+
+    def write(record: dict) -> None:
+        if not opened:
+            opened.append(sys.stdout if path is None else fileio.open_file(path, "w"))
+        opened[0].write(json.dumps(record, ensure_ascii=False, default=_plain) + "\n")
+
+    def close() -> None:
+        for out in opened:
+            out.flush() if path is None else out.close()
+
+    return write, close
+
+
+def _plain(value):
+    """numpy scalars (SQuAD's scores) as Python numbers."""
+    return value.item()

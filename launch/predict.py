@@ -1,0 +1,88 @@
+r"""Predicts with a trained model on raw input: one JSONL line per input, in input order.
+
+  python launch/predict.py --model=workdir/reviews --text="the movie was great fun"
+  python launch/predict.py --model=workdir/reviews --input=reviews.csv --output=out.jsonl
+  python launch/predict.py --model=workdir/squad --input=dev-v2.0.json --output=answers.jsonl
+  python launch/predict.py --model=workdir/demo/pretrain --task=fill_mask --text="the [MASK] sat on the mat."
+
+--model: a fine-tuning workdir (its best weights, task, labels, tokenizer and lengths come
+from the run) or, with --task=fill_mask, a pre-trained checkpoint with a masked-LM head
+(bertjax pre-training run, Google's TF release, Hugging Face BertForMaskedLM /
+BertForPreTraining). Inputs: --text (repeatable), --input=FILE (formats: see
+bertjax/batch_predict.py), or stdin (lines of text, or --input_format=jsonl). What each
+task family returns: bertjax/prediction.py. Bad inputs are named by file:line: --on_error=fail
+(default) stops with exit code 2 before predicting; skip writes {"error", "where"} in
+their place. Exit codes: 0 done, 2 bad model, flag or input (one line).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from absl import flags  # noqa: E402
+
+_MODEL = flags.DEFINE_string("model", None, "fine-tuning workdir, or a checkpoint for --task=fill_mask",
+                             required=True)
+_INPUT = flags.DEFINE_string("input", None, "file of inputs (default: stdin, unless --text)")
+_TEXT = flags.DEFINE_multi_string("text", [], "an input on the command line (repeatable)")
+_OUTPUT = flags.DEFINE_string("output", None, "JSONL file to write (default: stdout)")
+_TASK = flags.DEFINE_enum("task", None, ["fill_mask"], "fill_mask: top-k tokens at each [MASK] "
+                          "(default: the fine-tuned model's own task)")
+_TOP_K = flags.DEFINE_integer("top_k", 5, "fill_mask: tokens per [MASK]")
+_FORMAT = flags.DEFINE_enum("input_format", "auto", ["auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll"],
+                            "auto: from the file's extension (.json: SQuAD's layout for span QA), else lines of text")
+_ON_ERROR = flags.DEFINE_enum("on_error", "fail", ["fail", "skip"],
+                              "a bad input: fail (exit 2, nothing written) or skip (an error line in its place)")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch")
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "default: the run's, else 512")
+_TEXT_A_KEY = flags.DEFINE_string("text_a_key", None, "CSV/TSV/JSONL column of the text (default: the run's "
+                                  "config.data.text_a_key; 'text' for tagging and fill_mask)")
+_TEXT_B_KEY = flags.DEFINE_string("text_b_key", None, "column of a pair's second text (default: the run's)")
+_QUESTION_KEY = flags.DEFINE_string("question_key", None, "span QA: column of the question (default: question)")
+_CONTEXT_KEY = flags.DEFINE_string("context_key", None, "span QA, choice: column of the context (default: the run's)")
+_CHOICES_KEY = flags.DEFINE_string("choices_key", None, "choice: column of the list of choices (default: the run's)")
+
+
+def main(_):
+    if _INPUT.value and _TEXT.value:
+        raise ValueError("give --input or --text, not both")
+    import bertjax
+    from bertjax import batch_predict, model_source
+
+    source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
+    family = "fill_mask" if _TASK.value else source.task_info.get("family")
+    if family is None:
+        raise ValueError(f"--model={_MODEL.value} is a pre-trained model with no task: give --task=fill_mask "
+                         "(it needs a masked-LM head), or fine-tune it first")
+    if family == "choice" and _TEXT.value:
+        raise ValueError("a multiple-choice model reads JSONL ({\"context\", \"choices\"} per line): use --input")
+    keys = batch_predict.default_keys(family, source.run_config)
+    for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),
+                       ("context", _CONTEXT_KEY), ("choices", _CHOICES_KEY)):
+        keys[name] = keys[name] if flag.value is None else flag.value
+    if _TEXT.value:
+        records = [(f"--text #{i}", batch_predict.read_line(text, family)) for i, text in enumerate(_TEXT.value, 1)]
+    else:
+        path = _INPUT.value or "/dev/stdin"
+        input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
+        records = list(batch_predict.read_inputs(path, family, input_format, keys, source.run_config))
+    model = bertjax.load_model(_MODEL.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value)
+    write, close = batch_predict.jsonl_writer(_OUTPUT.value)
+    try:
+        summary = batch_predict.predict_all(model, family, records, write, _ON_ERROR.value, _TOP_K.value,
+                                            progress=batch_predict.progress_line())
+    finally:
+        close()
+    for where, why in summary["skipped"][:batch_predict.SHOWN_ERRORS]:
+        print(f"skipped {where}: {why}", file=sys.stderr)
+    if summary["skipped"]:
+        print(f"skipped {len(summary['skipped'])} of {summary['inputs']} inputs (error lines in the output)",
+              file=sys.stderr)
+    if _OUTPUT.value:
+        print(f"wrote {summary['inputs']} lines to {_OUTPUT.value}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,140 @@
+"""launch/predict.py and bertjax/batch_predict.py: inputs read in every format fine-tuning reads
+(and lines of text), bad ones named by file:line and skipped or fatal, one JSONL line per
+input in input order, the same answers as the Python API."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+from conftest import REVIEWS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREDICT = os.path.join(ROOT, "launch", "predict.py")
+
+
+def _fake(family, **info):
+    """What batch_predict.check reads of a model, without loading one."""
+    return types.SimpleNamespace(task_info={"family": family, **info}, source=types.SimpleNamespace(path="run"))
+
+
+def _read(path, family, input_format="auto", **keys):
+    from bertjax import batch_predict
+
+    chosen = {**batch_predict.default_keys(family, None), **keys}
+    return list(batch_predict.read_inputs(str(path), family, batch_predict.file_format(str(path), family,
+                                                                                       input_format), chosen))
+
+
+def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
+    from bertjax import batch_predict
+
+    (tmp_path / "pairs.txt").write_text("a cat ||| a dog\n\nonly one side |||\n")
+    records = _read(tmp_path / "pairs.txt", "classification")
+    assert [where for where, _ in records] == [f"{tmp_path}/pairs.txt:1", f"{tmp_path}/pairs.txt:3"]
+    pairs = _fake("classification", pairs=True)
+    assert [batch_predict.check(pairs, "classification", item) for _, item in records] == [
+        None, "the second text of the pair is empty"]
+    assert batch_predict.check(_fake("classification", pairs=False), "classification", records[0][1]) == \
+        "the model was trained on single texts; give one text (no ' ||| ')"
+
+    (tmp_path / "rows.csv").write_text("review,stars\ngood film,5\n")
+    [(where, item)] = _read(tmp_path / "rows.csv", "classification", text_a="review", text_b="")
+    assert (where, item) == (f"{tmp_path}/rows.csv:2", ("good film", None))
+    [(_, missing)] = _read(tmp_path / "rows.csv", "classification")
+    assert batch_predict.check(pairs, "classification", missing) == \
+        "no 'text_a' column (the task reads ['text_a', 'text_b']; the row has ['review', 'stars'])"
+
+    (tmp_path / "qa.jsonl").write_text(json.dumps({"id": 7, "question": "who?", "context": "anna."}) + "\n"
+                                       + json.dumps({"question": "who?", "context": " "}) + "\n")
+    records = _read(tmp_path / "qa.jsonl", "squad")
+    assert records[0][1] == {"id": "7", "question": "who?", "context": "anna."}
+    assert [batch_predict.check(_fake("squad"), "squad", item) for _, item in records] == [None, "an empty context"]
+    (tmp_path / "qa.json").write_text(json.dumps({"data": [{"paragraphs": [{"context": "anna lives in oslo.", "qas": [
+        {"id": "q1", "question": "where?"}, {"id": "q2", "question": "who?"}]}]}]}))
+    assert _read(tmp_path / "qa.json", "squad") == [
+        (f"{tmp_path}/qa.json: id q1", {"id": "q1", "question": "where?", "context": "anna lives in oslo."}),
+        (f"{tmp_path}/qa.json: id q2", {"id": "q2", "question": "who?", "context": "anna lives in oslo."})]
+
+    (tmp_path / "ner.conll").write_text("-DOCSTART- O\n\nAnna B-PER\nsings O\n\nOslo B-LOC\n")
+    assert _read(tmp_path / "ner.conll", "tagging") == [(f"{tmp_path}/ner.conll:3", ["Anna", "sings"]),
+                                                       (f"{tmp_path}/ner.conll:6", ["Oslo"])]
+    (tmp_path / "choice.jsonl").write_text(json.dumps({"context": "x", "choices": ["a"]}) + "\n")
+    [(_, item)] = _read(tmp_path / "choice.jsonl", "choice")
+    assert "at least 2 texts" in batch_predict.check(_fake("choice"), "choice", item)
+    (tmp_path / "masks.txt").write_text("the [MASK] sat .\nno mask\n")
+    assert [batch_predict.check(None, "fill_mask", item) for _, item in _read(tmp_path / "masks.txt", "fill_mask")] \
+        == [None, "no [MASK] in 'no mask'"]
+
+
+def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_classifier_run, monkeypatch):
+    import bertjax
+    from bertjax import batch_predict
+
+    model = bertjax.load_model(minilm_classifier_run, batch_size=2)
+    records = [(f"f.txt:{i}", text) for i, (text, _) in enumerate(REVIEWS, start=1)]
+    records.insert(2, ("f.txt:9", "a ||| b"))
+    monkeypatch.setattr(batch_predict, "CHUNK_INPUTS", 2)
+    written, seen = [], []
+    summary = batch_predict.predict_all(model, "classification", records, written.append, "skip",
+                                        progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(2, 5), (4, 5), (5, 5)]
+    assert summary == {"inputs": 5, "predicted": 4, "skipped": [
+        ("f.txt:9", "the model was trained on single texts; give one text (no ' ||| ')")]}
+    expected = model.predict([text for text, _ in REVIEWS])
+    assert written[:2] + written[3:] == expected
+    assert written[2] == {"error": summary["skipped"][0][1], "where": "f.txt:9"}
+    with pytest.raises(ValueError, match=r"^f.txt:9: the model was trained on single texts"):
+        batch_predict.predict_all(model, "classification", records, written.append, "fail")
+
+
+def _predict(*args, stdin=None):
+    return subprocess.run([sys.executable, PREDICT, *args], input=stdin, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_classifier_run, tmp_path):
+    import bertjax
+
+    rows = [{"review": text} for text, _ in REVIEWS] + [{"text": "no review column"}]
+    (tmp_path / "new.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = _predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
+                      f"--output={tmp_path}/o.jsonl", "--on_error=skip")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    expected = bertjax.load_model(minilm_classifier_run).predict([text for text, _ in REVIEWS])
+    assert [line["label"] for line in lines[:4]] == [label for _, label in REVIEWS]
+    for line, want in zip(lines, expected):
+        assert line["probabilities"] == pytest.approx(want["probabilities"], abs=1e-5)
+    why = "no 'review' column (the task reads ['review']; the row has ['text'])"
+    assert lines[4] == {"error": why, "where": f"{tmp_path}/new.jsonl:5"}
+    assert "skipped 1 of 5 inputs" in result.stderr
+
+    failed = _predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
+                      f"--output={tmp_path}/f.jsonl")
+    assert failed.returncode == 2 and failed.stderr.strip().splitlines() == [
+        f"error: {tmp_path}/new.jsonl:5: {why}; --on_error=skip writes an error line for each and goes on"]
+    assert not (tmp_path / "f.jsonl").exists()
+
+
+def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_pretrained_run, tmp_path):
+    import bertjax
+    from bertjax import model_source
+    from bertjax.models import convert
+
+    source = model_source.resolve(small_pretrained_run)
+    convert.export_huggingface(source.bert, source.load_params(), str(tmp_path / "hf"),
+                               source.tokenizer_spec["path"], do_lower_case=True)
+    texts = ["the [MASK] lives in a city .", "[MASK] works for a [MASK] ."]
+    result = _predict(f"--model={tmp_path}/hf", "--task=fill_mask", "--top_k=3", "--max_seq_length=32",
+                      stdin="\n".join(texts) + "\n")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    expected = bertjax.load_model(small_pretrained_run, max_seq_length=32).fill_mask(texts, top_k=3)
+    assert [len(line["masks"]) for line in lines] == [1, 2]
+    for line, want in zip(lines, expected):
+        for got, wanted in zip(line["masks"], want):
+            assert [t["token"] for t in got] == [t["token"] for t in wanted]
+            assert [t["probability"] for t in got] == pytest.approx([t["probability"] for t in wanted], abs=1e-5)
