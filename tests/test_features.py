@@ -170,18 +170,16 @@ def _assert_same(a, b):
         np.testing.assert_array_equal(x, y, err_msg=jax.tree_util.keystr(path))
 
 
-FAMILIES = [  # task, model options (the small model has 1 layer: hidden states 0 and 1), its heads;
-    # squad_v2 and hellaswag with --runslow (about 25 s each)
+FAMILIES = [  # task, model options (the small model has 1 layer: hidden states 0 and 1), its heads
     ("conll2003", dict(feature_layers="1,0", feature_combine="concat", tagging_head="bilstm", lstm_hidden_size=8),
      ["bilstm", "classifier"]),
-    pytest.param("squad_v2", dict(feature_layers="-1,-2", feature_combine="weighted_sum"),
-                 ["feature_mix", "qa_outputs"], marks=pytest.mark.slow),
-    pytest.param("hellaswag", dict(), ["classifier"], marks=pytest.mark.slow),  # the plain head on a frozen encoder
+    ("squad_v2", dict(feature_layers="-1,-2", feature_combine="weighted_sum"), ["feature_mix", "qa_outputs"]),
+    ("hellaswag", dict(), ["classifier"]),  # the plain head (pooled [CLS]) on a frozen encoder
     ("classification", dict(feature_layers="0,1", feature_combine="concat"), ["classifier"]),  # packed rows
 ]
 
 
-@pytest.mark.parametrize("task, model, heads", FAMILIES, ids=["conll2003", "squad_v2", "hellaswag", "classification"])
+@pytest.mark.parametrize("task, model, heads", FAMILIES, ids=[family[0] for family in FAMILIES])
 def test_frozen_runs_keep_the_encoder_bit_for_bit_in_every_family(encoder_run, tmp_path, task, model, heads):
     from bertjax import finetune
     from bertjax.models.convert import load_bertjax_checkpoint
