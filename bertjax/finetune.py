@@ -12,6 +12,11 @@ original TF release. The model's shape comes from it; only the encoder is restor
 the task head too with `config.reuse_head`); the tokenizer comes with it. No
 init_checkpoint: the same model from scratch (`config.model.preset`), the baseline.
 
+The feature-based approach (the BERT paper's section 5.3): `config.train.freeze_encoder`
+keeps the encoder's weights fixed (no gradient through them, no optimizer state; it runs
+deterministically) and trains the head only; config.model.feature_layers, feature_combine
+and tagging_head choose what the head reads (see bertjax.models.heads).
+
 Workdir: checkpoints/ (the latest, for resume), best/ (the weights with the best
 `main_metric` on the first evaluation split), metrics.jsonl and tensorboard/ (eval
 metrics prefixed `eval_`, or `eval_<split>_` for further evaluation splits), tokenizer/,
@@ -34,7 +39,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import (checkpointing, console, fileio, model_source, optim, run_config, sharding, tasks, tokenization,
                      trainer)
-from bertjax.models import BertConfig, stack_layers
+from bertjax.models import BertConfig, feature_head_names, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.tasks import batching, packing
 from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task, check_int
@@ -108,6 +113,8 @@ def check_train_values(train: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.train.num_epochs must be > 0 (or set config.train.num_steps), got {train.num_epochs!r}")
     if not 0.0 <= train.warmup_proportion <= 1.0:
         raise ValueError(f"config.train.warmup_proportion must be in [0, 1], got {train.warmup_proportion}")
+    if not isinstance(train.freeze_encoder, bool):
+        raise ValueError(f"config.train.freeze_encoder must be True or False, got {train.freeze_encoder!r}")
 
 
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int],
@@ -138,6 +145,9 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if data.pack_examples and config.task not in tasks.classification.TASKS:
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for classification and "
                          f"regression tasks, not config.task={config.task!r}; set it to 0")
+    if bert.tagging_head != "linear" and config.task not in tasks.tagging.TASKS:
+        raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "
+                         f"{tasks.tagging.TASKS}, not config.task={config.task!r}; leave it 'linear'")
     if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
         raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
                          f"{config.checkpoint.keep}")
@@ -158,9 +168,10 @@ def schedule_config(config: ml_collections.ConfigDict, rows_per_epoch: int) -> m
 
 def pretrained_params(config: ml_collections.ConfigDict, source: model_source.ModelSource, bert: BertConfig,
                       task: Task) -> dict[str, Any]:
-    """The encoder of config.init_checkpoint (and its task head with config.reuse_head)."""
+    """The encoder of config.init_checkpoint (and its task head, feature-based parts included,
+    with config.reuse_head)."""
     loaded = source.load_params()
-    wanted = ("bert", *task.head_names) if config.reuse_head else ("bert",)
+    wanted = ("bert", *task.head_names, *feature_head_names(bert)) if config.reuse_head else ("bert",)
     missing = [name for name in wanted if name not in loaded]
     if missing:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has no {missing} weights "
@@ -232,11 +243,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
     model = task.make_model(bert)
+    frozen = ("bert",) if config.train.freeze_encoder else ()  # no gradient, no optimizer state
 
     def apply(params, batch, rng):
         rngs = None if rng is None else {"dropout": rng}
         return model.apply({"params": params}, *task.inputs(batch), deterministic=rng is None, rngs=rngs,
-                           **packing.model_inputs(batch))
+                           frozen_encoder=bool(frozen), **packing.model_inputs(batch))
 
     objective = trainer.Objective(apply=apply, sums=task.sums, counts=task.counts, loss_terms=task.loss_terms)
     optimizer, schedule = optim.make_optimizer(train_cfg), optim.make_schedule(train_cfg)
@@ -244,7 +256,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in _abstract_batch(example, 1, buckets[0]).items()}
     init_params = lambda: model.init(
         jax.random.key(config.seed), *task.inputs(dummy), **packing.model_inputs(dummy))["params"]
-    abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
+    abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh, frozen)
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
@@ -254,7 +266,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
-                                       pretrained_source=config.init_checkpoint, config=saved_config)
+                                       pretrained_source=config.init_checkpoint, config=saved_config, frozen=frozen)
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
 
@@ -267,7 +279,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     with sharding.activate(mesh):
         step_jit = jax.jit(
             lambda s, b: trainer.train_step(s, b, objective=objective, optimizer=optimizer, schedule=schedule,
-                                            seed=config.seed, grad_accum_steps=train_cfg.grad_accum_steps),
+                                            seed=config.seed, grad_accum_steps=train_cfg.grad_accum_steps,
+                                            frozen=frozen),
             in_shardings=(shardings, batch_shardings(example)), out_shardings=(shardings, None), donate_argnums=0)
     def predict(params, batch):
         sums, counts, outputs = trainer.eval_sums(params, batch, objective=objective)
@@ -320,7 +333,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                  + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
                  + (f" packed rows ({examples_per_row:.2f} examples each on average)" if config.data.pack_examples else "")
                  + f" ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f} epochs), lr {train_cfg.learning_rate:g}, "
-                 f"warmup {train_cfg.warmup_steps}; batches padded to {buckets}; {how}; starting at step {start_step}")
+                 f"warmup {train_cfg.warmup_steps}; batches padded to {buckets}; {how}"
+                 + ("; the encoder frozen" if frozen else "") + f"; starting at step {start_step}")
     step_fns: dict[int, Any] = {}  # bucket length -> the compiled train step
     best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
 

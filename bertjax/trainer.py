@@ -11,6 +11,11 @@
     Loop                     the tail of each loop: metrics at log steps, the evaluation
                              cadence, checkpoints, SIGTERM, the progress line
 
+Frozen parameters (`frozen`: top-level names, e.g. ("bert",) for the feature-based approach)
+stay in `TrainState.params`, so checkpoints and loaders see the whole model, but get no
+optimizer state and no gradient: the step differentiates the rest only (XLA never builds
+the frozen part's backward pass) and passes them through bit for bit.
+
 Losses are sums over examples (or tokens) divided by counts that depend on the batch only
 (see bertjax.models.heads), so a global batch cut into micro-batches gives exactly the
 update of the whole batch, and an evaluation over batches (a padded last one included)
@@ -71,9 +76,14 @@ class TrainState:
     skipped_steps: jax.Array      # total steps skipped for a non-finite loss or gradient
 
 
-def new_state(params: Any, optimizer: optax.GradientTransformation) -> TrainState:
+def trainable(params: dict[str, Any], frozen: tuple[str, ...]) -> dict[str, Any]:
+    """The top-level subtrees of `params` not named in `frozen` (what the optimizer sees)."""
+    return {name: tree for name, tree in params.items() if name not in frozen}
+
+
+def new_state(params: Any, optimizer: optax.GradientTransformation, frozen: tuple[str, ...] = ()) -> TrainState:
     zero = jnp.zeros((), jnp.int32)
-    return TrainState(step=zero, params=params, opt_state=optimizer.init(params), bad_steps=zero,
+    return TrainState(step=zero, params=params, opt_state=optimizer.init(trainable(params, frozen)), bad_steps=zero,
                       worst_bad_run=zero, skipped_steps=zero)
 
 
@@ -96,32 +106,35 @@ def micro_batches(batch: dict[str, jax.Array], count: int) -> dict[str, jax.Arra
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *, objective: Objective,
                optimizer: optax.GradientTransformation, schedule: optax.Schedule, seed: int,
-               grad_accum_steps: int) -> tuple[TrainState, dict[str, jax.Array]]:
+               grad_accum_steps: int, frozen: tuple[str, ...] = ()) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer update from one global batch, cut into `grad_accum_steps` micro-batches.
 
     Each micro-batch's loss is its sums divided by the *global* batch's counts, so the
     accumulated gradient equals the whole batch's. Dropout keys: fold_in(seed, step), then
     the micro-batch index. A non-finite loss or gradient leaves params and optimizer state
     untouched (so the schedule does not advance); the batch still counts as consumed.
+    Parameters named in `frozen` are inputs only: no gradient, no update.
     """
     step_rng = jax.random.fold_in(jax.random.key(seed), state.step)
     counts = objective.counts(batch)
+    fixed = {name: state.params[name] for name in frozen}
 
     def loss_fn(params, micro_batch, rng):
-        sums = objective.sums(objective.apply(params, micro_batch, rng), micro_batch)
+        sums = objective.sums(objective.apply({**fixed, **params}, micro_batch, rng), micro_batch)
         return sum(sums[name] / jnp.maximum(counts[name], 1e-5) for name in objective.loss_terms), sums
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    params = trainable(state.params, frozen)
     if grad_accum_steps == 1:
-        (loss, sums), grads = grad_fn(state.params, batch, step_rng)
+        (loss, sums), grads = grad_fn(params, batch, step_rng)
     else:
         def accumulate(carry, inputs):
             index, micro_batch = inputs
-            out = grad_fn(state.params, micro_batch, jax.random.fold_in(step_rng, index))
+            out = grad_fn(params, micro_batch, jax.random.fold_in(step_rng, index))
             return jax.tree_util.tree_map(jnp.add, carry, out), None
 
         first = jax.tree_util.tree_map(lambda x: x[0], micro_batches(batch, grad_accum_steps))
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(grad_fn, state.params, first, step_rng))
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(grad_fn, params, first, step_rng))
         ((loss, sums), grads), _ = jax.lax.scan(
             accumulate, zeros, (jnp.arange(grad_accum_steps), micro_batches(batch, grad_accum_steps)))
 
@@ -138,11 +151,11 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, objective: Obj
         return optax.apply_updates(params, updates), new_opt_state
 
     new_params, new_opt_state = jax.lax.cond(finite, update, lambda operands: operands[:2],
-                                             (state.params, state.opt_state, grads))
+                                             (params, state.opt_state, grads))
     bad_steps = jnp.where(finite, 0, state.bad_steps + 1)
     updated = state.replace(
         step=state.step + 1,
-        params=new_params,
+        params={**state.params, **new_params},
         opt_state=new_opt_state,
         bad_steps=bad_steps,
         worst_bad_run=jnp.maximum(state.worst_bad_run, bad_steps),
@@ -199,15 +212,16 @@ class EvalTotals:
 # ======================================================================================
 
 def state_shardings(init_params: Callable[[], Any], optimizer: optax.GradientTransformation,
-                    mesh: jax.sharding.Mesh) -> tuple[TrainState, TrainState]:
+                    mesh: jax.sharding.Mesh, frozen: tuple[str, ...] = ()) -> tuple[TrainState, TrainState]:
     """(abstract TrainState, matching NamedShardings) for boxed params from `init_params()`;
-    optimizer slots are sharded like their parameters, scalars replicated."""
+    optimizer slots (none for the `frozen` subtrees) are sharded like their parameters,
+    scalars replicated."""
     boxed = jax.eval_shape(init_params)
     param_shardings = sharding.logical_shardings(boxed, mesh)
     abstract_params = nn.unbox(boxed)
-    abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+    abstract_opt = jax.eval_shape(optimizer.init, trainable(abstract_params, frozen))
     replicated = NamedSharding(mesh, PartitionSpec())
-    opt_shardings = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, param_shardings,
+    opt_shardings = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, trainable(param_shardings, frozen),
                                           transform_non_params=lambda _: replicated)
     scalar = jax.ShapeDtypeStruct((), jnp.int32)
     abstract = TrainState(step=scalar, params=abstract_params, opt_state=abstract_opt, bad_steps=scalar,
@@ -254,7 +268,8 @@ def place_params(pretrained: dict[str, Any], abstract_params: dict, param_shardi
 def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, init_params: Callable[[], Any],
                   optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh,
                   pretrained: Callable[[], dict[str, Any]] | None = None,
-                  pretrained_source: str = "", config: dict | None = None) -> tuple[TrainState, str]:
+                  pretrained_source: str = "", config: dict | None = None,
+                  frozen: tuple[str, ...] = ()) -> tuple[TrainState, str]:
     """The state a run starts from, in the fixed resume order, and a line saying which:
 
     1. the run's own latest checkpoint (`checkpointer`, None when the run keeps none):
@@ -263,6 +278,7 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
     2. `pretrained()` (called only here): {name: numpy subtree} replacing those parameter
        subtrees of a fresh initialisation (e.g. only "bert" when the head is new); step 0;
     3. scratch: `init_params()` (boxed params, created directly in their shardings).
+    A new state has optimizer slots for all but the `frozen` subtrees (as `state_shardings`).
     """
     with sharding.activate(mesh):
         if checkpointer is not None and checkpointer.latest_step() is not None:
@@ -277,7 +293,7 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
             loaded = place_params(pretrained(), abstract.params, shardings.params, pretrained_source)
             params = {**params, **loaded}
             how = f"initialised {sorted(loaded)} from {pretrained_source}; the rest from scratch"
-        state = jax.jit(lambda p: new_state(p, optimizer), out_shardings=shardings, donate_argnums=0)(params)
+        state = jax.jit(lambda p: new_state(p, optimizer, frozen), out_shardings=shardings, donate_argnums=0)(params)
     return state, how
 
 

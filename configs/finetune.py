@@ -35,6 +35,18 @@ paper's grid); multiple choice as the paper's SWAG (lr 2e-5, batch 16, 3 epochs)
 Model: every BertConfig field is unset (None) and comes from the checkpoint; set one to
 change it (dropout, dtype, scan_layers, ...); an architecture value that contradicts the
 checkpoint is an error. Without a checkpoint the model is `model.preset` from scratch.
+
+The feature-based approach (the BERT paper's Table 7: a frozen encoder feeding a BiLSTM):
+  python launch/finetune.py --config=configs/finetune.py:ner --workdir=/tmp/ner_features \
+      --config.init_checkpoint=/ckpt/bert-base-cased --config.data.train_file=train.txt \
+      --config.data.eval_file=dev.txt --config.train.freeze_encoder=True \
+      --config.model.feature_layers=-1,-2,-3,-4 --config.model.feature_combine=concat \
+      --config.model.tagging_head=bilstm
+train.freeze_encoder: the encoder's weights never change (no gradient, no optimizer state);
+model.feature_layers: hidden states read (0 = embeddings, -1 = last layer; default -1);
+model.feature_combine: last (one layer) | concat | weighted_sum (learned softmax weights);
+model.tagging_head: linear | bilstm (two layers, model.lstm_hidden_size units a direction,
+768 by default as the paper); every task family takes the first three, tagging the fourth.
 """
 
 import ml_collections
@@ -128,6 +140,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.train.eval_every = 0          # steps between evaluations; 0 = once per epoch (and at the end)
     config.train.eval_batch_size = 0     # 0 = batch_size
     config.train.max_consecutive_bad_steps = 10
+    config.train.freeze_encoder = False  # the feature-based approach: train the head only
     config.train.sweep = "sweep" in options
     config.train.sweep_learning_rates = "5e-5,3e-5,2e-5"
     config.train.sweep_batch_sizes = "16,32"

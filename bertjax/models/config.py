@@ -10,6 +10,8 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 ATTENTION_IMPLS = ("xla", "fused", "cudnn", "splash")
 DTYPES = ("float32", "bfloat16", "float16")
+FEATURE_COMBINES = ("last", "concat", "weighted_sum")
+TAGGING_HEADS = ("linear", "bilstm")
 
 # What a checkpoint's weights mean: a run initialised from a checkpoint takes these from it,
 # and a value the config sets explicitly must agree with the checkpoint's.
@@ -37,6 +39,14 @@ class BertConfig:
     original TF release's approximation. `dtype` is the compute dtype, `param_dtype`
     the stored (master) dtype. `scan_layers`/`remat_policy`/`attention_impl` change
     how the encoder is compiled, never what it computes.
+
+    What a fine-tuning task head reads (the feature-based approach, BERT paper section 5.3;
+    see bertjax.models.heads): `feature_layers`, comma-separated indices into the encoder's
+    hidden states [L + 1, ...] (0 = the embeddings, -1 = the last layer), combined by
+    `feature_combine` ("last": the one layer named; "concat": along the hidden axis;
+    "weighted_sum": a learned softmax-weighted sum, as ELMo); `tagging_head` "bilstm" puts
+    a two-layer bidirectional LSTM of `lstm_hidden_size` units per direction under the
+    token classifier. The defaults are the plain fine-tuning heads (pre-training ignores these).
     """
 
     vocab_size: int = 30522
@@ -56,10 +66,14 @@ class BertConfig:
     scan_layers: bool = False
     remat_policy: str = "none"
     attention_impl: str = "xla"
+    feature_layers: str = "-1"
+    feature_combine: str = "last"
+    tagging_head: str = "linear"
+    lstm_hidden_size: int = 768
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "lstm_hidden_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"BertConfig.{name} must be a positive int, got {value!r}")
@@ -86,6 +100,37 @@ class BertConfig:
                 f"(got {self.attention_probs_dropout_prob}); use attention_impl='xla' for attention dropout")
         if not isinstance(self.scan_layers, bool):
             raise ValueError(f"BertConfig.scan_layers must be a bool, got {self.scan_layers!r}")
+        self._check_choice("feature_combine", FEATURE_COMBINES)
+        self._check_choice("tagging_head", TAGGING_HEADS)
+        layers = self.feature_layer_indices
+        if self.feature_combine == "last" and len(layers) != 1:
+            raise ValueError(f"BertConfig.feature_layers (config.model.feature_layers) = {self.feature_layers!r} names "
+                             f"{len(layers)} layers but feature_combine='last' reads one: set config.model."
+                             "feature_combine to 'concat' or 'weighted_sum'")
+
+    @property
+    def feature_layer_indices(self) -> tuple[int, ...]:
+        """`feature_layers` as distinct indices in [0, L] of the hidden states [L + 1, ...]."""
+        count = self.num_hidden_layers + 1
+        expected = (f"BertConfig.feature_layers (config.model.feature_layers) must be distinct comma-separated indices in [-{count}, "
+                    f"{count - 1}] of the embeddings and the {count - 1} layers (e.g. -1,-2,-3,-4), "
+                    f"got {self.feature_layers!r}")
+        try:
+            indices = tuple(int(part) for part in str(self.feature_layers).split(","))
+        except ValueError:
+            raise ValueError(expected) from None
+        if any(not -count <= index < count for index in indices):
+            raise ValueError(expected)
+        normalised = tuple(index % count for index in indices)
+        if len(set(normalised)) != len(normalised):
+            raise ValueError(expected)
+        return normalised
+
+    @property
+    def feature_based(self) -> bool:
+        """True when a task head reads other features than the plain heads (see the docstring)."""
+        return (self.feature_layer_indices != (self.num_hidden_layers,) or self.feature_combine != "last"
+                or self.tagging_head != "linear")
 
     def _check_choice(self, name: str, choices: tuple[str, ...]):
         value = getattr(self, name)

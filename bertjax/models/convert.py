@@ -34,6 +34,7 @@ import numpy as np
 from bertjax import fileio
 from bertjax.models.bert import unstack_layers
 from bertjax.models.config import BertConfig
+from bertjax.models.heads import FEATURE_HEADS
 
 HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
 
@@ -293,7 +294,7 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     from safetensors.numpy import save
 
     params = _export_params(params)
-    heads, num_labels = _param_heads(params)
+    heads, num_labels = _param_heads(params, config, "export_huggingface")
     prefix = "bert." if heads else ""
     tensors = {}
     for var in variable_table(config, heads, num_labels):
@@ -344,11 +345,25 @@ def _export_params(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _param_heads(params: dict[str, Any]) -> tuple[tuple[str, ...], int]:
-    """(heads present in `params`, classifier outputs)."""
-    unknown = sorted(set(params) - {"bert", *HEADS})
+def _param_heads(params: dict[str, Any], config: BertConfig, export: str = "") -> tuple[tuple[str, ...], int]:
+    """(heads present in `params` that have a Hugging Face / TF layout, classifier outputs).
+
+    A feature-based task head (config.feature_based: its classifier reads other features,
+    perhaps through FEATURE_HEADS params) has no such layout: loading keeps its params as
+    they are and checks the encoder's shapes only (none is listed); `export` (the caller's
+    name) makes it an error instead.
+    """
+    unknown = sorted(set(params) - {"bert", *HEADS, *FEATURE_HEADS})
     if unknown:
-        raise ValueError(f"params have unknown top-level entries {unknown}; expected 'bert' and some of {HEADS}")
+        raise ValueError(f"params have unknown top-level entries {unknown}; expected 'bert' and some of "
+                         f"{HEADS + FEATURE_HEADS}")
+    if config.feature_based and set(params) != {"bert"}:
+        if export:
+            raise ValueError(f"{export}: the task head {sorted(set(params) - {'bert'})} reads features "
+                             f"(feature_layers={config.feature_layers!r}, feature_combine={config.feature_combine!r}, "
+                             f"tagging_head={config.tagging_head!r}) that no Hugging Face or TF BERT class has; "
+                             "export the encoder alone (params['bert'])")
+        return (), 2
     num_labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 2
     return tuple(head for head in HEADS if head in params), num_labels
 
@@ -398,7 +413,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     """
     params = _export_params(params)
     values = {}
-    for var in variable_table(config, *_param_heads(params)):
+    for var in variable_table(config, *_param_heads(params, config, "export_tf_checkpoint")):
         value = np.asarray(_get(params, var.path, "export_tf_checkpoint"), dtype=np.float32)
         if value.shape != var.shape:
             raise ValueError(f"export_tf_checkpoint: params {'/'.join(var.path)} has shape {value.shape}, "
@@ -446,7 +461,7 @@ def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     params = _export_params(params)
     params = {key: _to_numpy(value) for key, value in params.items()}
     config = _bertjax_config(meta, path)
-    heads, num_labels = _param_heads(params)
+    heads, num_labels = _param_heads(params, config)
     for var in variable_table(config, heads, num_labels):
         found = _get(params, var.path, path).shape
         if found != var.shape:

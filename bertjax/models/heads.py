@@ -9,6 +9,15 @@ restore it from a pre-training checkpoint and add a freshly initialised head:
   BertForQuestionAnswering        "qa_outputs": start/end logits
   BertForMultipleChoice           "classifier" (1 output) on each (context, choice) pair's [CLS]
 
+The fine-tuning heads read the features `config` names (`encoder_features`): by default the
+last layer (and the pooled [CLS] for sentence-level heads), as Google's scripts; with the
+feature-based options (BertConfig.feature_layers, feature_combine, tagging_head; the BERT
+paper's section 5.3) several layers' hidden states, concatenated or mixed by learned softmax
+weights ("feature_mix": weights [K], scale []), the sentence-level heads reading the [CLS]
+position of those (no pooler), and for tagging optionally a two-layer BiLSTM ("bilstm")
+under the classifier. `frozen_encoder=True` runs the encoder deterministically (its
+activations are fixed features; the trainer then differentiates only the head).
+
 Each loss comes as sums over the batch (`*_sums`) and their denominators (`*_counts`,
 `example_counts`), so a global batch split into micro-batches, or an evaluation split
 into batches with a padded last one, averages exactly once over all of it
@@ -28,9 +37,80 @@ from bertjax.models.config import BertConfig
 
 Array = jax.Array
 
+# Top-level params a feature-based head adds beside its classifier (see `feature_head_names`).
+FEATURE_HEADS = ("feature_mix", "bilstm")
 
-def _encode(module: nn.Module, input_ids, token_type_ids, attention_mask, deterministic):
-    return BertEncoder(module.config, name="bert")(input_ids, token_type_ids, attention_mask, deterministic)
+
+def feature_head_names(config: BertConfig) -> tuple[str, ...]:
+    """The FEATURE_HEADS a fine-tuning model built from `config` has."""
+    return ((("feature_mix",) if config.feature_combine == "weighted_sum" else ())
+            + (("bilstm",) if config.tagging_head == "bilstm" else ()))
+
+
+class ScalarMix(nn.Module):
+    """ELMo's scalar mix: scale * sum_k softmax(weights)_k layers[k], weights learned from 0 (a mean)."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, layers: Array) -> Array:
+        """<dtype>[K, B, S, H] -> <dtype>[B, S, H]."""
+        param_dtype = self.config.param_dtype
+        weights = self.param("weights", nn.initializers.zeros_init(), (layers.shape[0],), param_dtype)
+        scale = self.param("scale", nn.initializers.ones_init(), (), param_dtype)
+        mix = jax.nn.softmax(weights.astype(jnp.float32)) * scale.astype(jnp.float32)
+        return jnp.einsum("k,k...->...", mix.astype(layers.dtype), layers)
+
+
+class BiLSTM(nn.Module):
+    """Two bidirectional LSTM layers (flax's OptimizedLSTMCell, `lstm_hidden_size` units per
+    direction): <dtype>[B, S, F] and attention_mask <int>[B, S] -> <dtype>[B, S, 2 x units].
+
+    Each row runs over its real tokens only (sequence lengths from the mask, which must be
+    ones then padding): the backward direction starts at the last real token."""
+
+    config: BertConfig
+    num_layers: int = 2
+
+    @nn.compact
+    def __call__(self, x: Array, attention_mask: Array | None) -> Array:
+        config = self.config
+        lengths = None if attention_mask is None else jnp.sum(attention_mask.astype(jnp.int32), axis=-1)
+        rnn = lambda name: nn.RNN(nn.OptimizedLSTMCell(  # noqa: E731
+            config.lstm_hidden_size, dtype=config.dtype, param_dtype=config.param_dtype, name=name))
+        for i in range(self.num_layers):  # params: forward_<i>, backward_<i>
+            x = nn.Bidirectional(rnn(f"forward_{i}"), rnn(f"backward_{i}"))(x, seq_lengths=lengths)
+        return x
+
+
+def encoder_features(module: nn.Module, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder,
+                     **packed) -> tuple[Array, Array | None]:
+    """The encoder ("bert") as `module.config` says -> (features <dtype>[B, S, F], pooled).
+
+    Plain heads: the last layer (F = H) and the pooled [CLS] <dtype>[B, H] ([B, K, H] packed).
+    Feature-based (config.feature_based): the hidden states at config.feature_layer_indices,
+    combined by config.feature_combine (F = H, or K x H for concat), and pooled None.
+    frozen_encoder: the encoder runs deterministically (fixed features).
+    """
+    config = module.config
+    encoder = BertEncoder(config, name="bert")
+    deterministic = deterministic or frozen_encoder
+    if not config.feature_based:
+        return encoder(input_ids, token_type_ids, attention_mask, deterministic, **packed)
+    _, _, hidden_states = encoder(input_ids, token_type_ids, attention_mask, deterministic, output_hidden_states=True,
+                                  **packed)
+    layers = hidden_states[jnp.asarray(config.feature_layer_indices)]
+    if config.feature_combine == "weighted_sum":
+        return ScalarMix(config, name="feature_mix")(layers), None
+    return jnp.concatenate(list(layers), axis=-1), None  # "last": the one layer
+
+
+def _sentence_vector(features: Array, pooled: Array | None, cls_positions: Array | None = None) -> Array:
+    """The vector a sentence-level head reads: the pooled [CLS], or (feature-based) the
+    features at [CLS] <dtype>[B, F] (at cls_positions <int>[B, K]: [B, K, F])."""
+    if pooled is not None:
+        return pooled
+    return features[:, 0] if cls_positions is None else gather_positions(features, cls_positions)
 
 
 class MaskedLMHead(nn.Module):
@@ -141,10 +221,11 @@ class BertForSequenceClassification(nn.Module):
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
-                 position_ids=None, sequence_ids=None, cls_positions=None):
-        _, pooled = BertEncoder(self.config, name="bert")(
-            input_ids, token_type_ids, attention_mask, deterministic, position_ids=position_ids,
-            sequence_ids=sequence_ids, pooled_positions=cls_positions)
+                 position_ids=None, sequence_ids=None, cls_positions=None, frozen_encoder=False):
+        features, pooled = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic,
+                                            frozen_encoder, position_ids=position_ids, sequence_ids=sequence_ids,
+                                            pooled_positions=cls_positions)
+        pooled = _sentence_vector(features, pooled, cls_positions)
         pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         return dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(pooled)
 
@@ -178,14 +259,18 @@ def classification_loss(logits: Array, labels: Array) -> tuple[Array, dict]:
 
 
 class BertForTokenClassification(nn.Module):
-    """Dropout + dense on every token -> <dtype>[B, S, num_labels]."""
+    """Dropout + dense on every token -> <dtype>[B, S, num_labels]; with config.tagging_head
+    "bilstm", a two-layer BiLSTM ("bilstm") over the features first."""
 
     config: BertConfig
     num_labels: int
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True):
-        sequence, _ = _encode(self, input_ids, token_type_ids, attention_mask, deterministic)
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
+                 frozen_encoder=False):
+        sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder)
+        if self.config.tagging_head == "bilstm":
+            sequence = BiLSTM(self.config, name="bilstm")(sequence, attention_mask)
         sequence = nn.Dropout(self.config.hidden_dropout_prob)(sequence, deterministic=deterministic)
         return dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(sequence)
 
@@ -212,8 +297,9 @@ class BertForQuestionAnswering(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True):
-        sequence, _ = _encode(self, input_ids, token_type_ids, attention_mask, deterministic)
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
+                 frozen_encoder=False):
+        sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder)
         logits = dense(self.config, 2, ("embed", "classes"), "qa_outputs")(sequence).astype(jnp.float32)
         if attention_mask is not None:
             logits = jnp.where(attention_mask[..., None].astype(bool), logits, -1e9)
@@ -245,10 +331,13 @@ class BertForMultipleChoice(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True):
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
+                 frozen_encoder=False):
         batch, choices, length = input_ids.shape
         flat = lambda x: None if x is None else x.reshape(batch * choices, length)
-        _, pooled = _encode(self, flat(input_ids), flat(token_type_ids), flat(attention_mask), deterministic)
+        features, pooled = encoder_features(self, flat(input_ids), flat(token_type_ids), flat(attention_mask),
+                                            deterministic, frozen_encoder)
+        pooled = _sentence_vector(features, pooled)
         pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         scores = dense(self.config, 1, ("embed", "classes"), "classifier")(pooled)
         return scores.reshape(batch, choices)

@@ -1,0 +1,286 @@
+"""The feature-based approach: task heads on several layers (concat, weighted sum, BiLSTM) and a
+frozen encoder (no optimizer state, no backward pass, bit-identical weights) for every task
+family, exact resume, the loaders, bad input."""
+
+import contextlib
+import os
+import shutil
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from configs import finetune as finetune_config  # noqa: E402
+from test_finetune_tasks import MOCKS, _small_config  # noqa: E402
+
+TINY = dict(vocab_size=40, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32)
+
+
+def _inputs(batch=2, length=10, real=(10, 6)):
+    ids = jax.random.randint(jax.random.key(1), (batch, length), 1, TINY["vocab_size"])
+    mask = jnp.asarray([[1] * n + [0] * (length - n) for n in real], jnp.int32)
+    return ids, jnp.zeros_like(ids), mask
+
+
+# -- The heads. --
+
+@pytest.mark.parametrize("combine", ["concat", "weighted_sum"])
+def test_the_classifier_reads_the_chosen_layers_combined(combine):
+    """concat: [h_-1, h_-3] along H; weighted_sum: softmax(0) = the mean of the layers, times 1."""
+    from bertjax.models import BertConfig, BertEncoder, BertForQuestionAnswering
+
+    config = BertConfig(**TINY, feature_layers="-1,-3", feature_combine=combine)
+    ids, segments, mask = _inputs()
+    model = BertForQuestionAnswering(config)
+    params = nn.unbox(model.init(jax.random.key(0), ids, segments, mask)["params"])
+    start, end = jax.jit(model.apply)({"params": params}, ids, segments, mask)
+    _, _, hidden = jax.jit(lambda p: BertEncoder(config).apply({"params": p}, ids, segments, mask,
+                                                               output_hidden_states=True))(params["bert"])
+    chosen = [hidden[-1], hidden[-3]]
+    features = jnp.concatenate(chosen, -1) if combine == "concat" else (chosen[0] + chosen[1]) / 2
+    logits = features @ params["qa_outputs"]["kernel"] + params["qa_outputs"]["bias"]
+    real = mask.astype(bool)
+    np.testing.assert_allclose(start[real], logits[..., 0][real], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(end[real], logits[..., 1][real], rtol=1e-5, atol=1e-5)
+    assert params["qa_outputs"]["kernel"].shape == ((32, 2) if combine == "concat" else (16, 2))
+    assert set(params) == ({"bert", "qa_outputs", "feature_mix"} if combine == "weighted_sum" else
+                           {"bert", "qa_outputs"})
+
+
+def test_bilstm_tagging_head_runs_over_the_real_tokens_only():
+    """A row's logits do not depend on its padding (the backward LSTM starts at its last real
+    token); two layers of forward/backward cells under "bilstm"."""
+    from bertjax.models import BertConfig, BertForTokenClassification
+
+    config = BertConfig(**TINY, tagging_head="bilstm", lstm_hidden_size=8)
+    ids, segments, mask = _inputs(real=(10, 6))
+    model = BertForTokenClassification(config, num_labels=5)
+    params = model.init(jax.random.key(0), ids, segments, mask)["params"]
+    assert sorted(params["bilstm"]) == ["backward_0", "backward_1", "forward_0", "forward_1"]
+    assert params["bilstm"]["forward_1"]["ii"]["kernel"].shape == (16, 8)  # both directions of layer 0 in
+    apply = jax.jit(model.apply)
+    padded = apply({"params": params}, ids, segments, mask)
+    cut = apply({"params": params}, ids[:, :6], segments[:, :6], mask[:, :6])
+    assert padded.shape == (2, 10, 5)
+    np.testing.assert_allclose(padded[1, :6], cut[1], atol=1e-6)  # 6 real tokens: padding changes nothing
+    assert np.abs(padded[0, :6] - cut[0]).max() > 1e-4  # 10 real tokens: the cut row lost context
+
+
+# -- The frozen step. --
+
+def _frozen_step_setup(frozen):
+    from bertjax import optim, sharding, trainer
+    from bertjax.models import BertConfig, BertForSequenceClassification, classification_sums, example_counts
+    import ml_collections
+
+    config = BertConfig(**TINY)
+    model = BertForSequenceClassification(config, num_labels=2)
+    ids, segments, mask = _inputs(batch=8, real=[10, 6] * 4)
+    batch = {"input_ids": ids, "segment_ids": segments, "input_mask": mask, "label": jnp.arange(8) % 2,
+             "weights": jnp.ones(8)}
+    objective = trainer.Objective(
+        apply=lambda p, b, rng: model.apply({"params": p}, b["input_ids"], b["segment_ids"], b["input_mask"],
+                                            deterministic=rng is None, rngs=None if rng is None else {"dropout": rng},
+                                            frozen_encoder=bool(frozen)),
+        sums=lambda logits, b: classification_sums(logits, b["label"], b["weights"]),
+        counts=lambda b: example_counts(b["weights"], ("loss", "accuracy")), loss_terms=("loss",))
+    train = ml_collections.ConfigDict(dict(optim.DEFAULTS, learning_rate=1e-2, num_steps=10, warmup_steps=0))
+    optimizer, schedule = optim.make_optimizer(train), optim.make_schedule(train)
+    mesh = sharding.create_mesh(data=-1)
+    init = lambda: model.init(jax.random.key(0), ids, segments, mask)["params"]  # noqa: E731
+    abstract, shardings = trainer.state_shardings(init, optimizer, mesh, frozen)
+    state, _ = trainer.initial_state(None, abstract, shardings, init_params=init, optimizer=optimizer, mesh=mesh,
+                                     frozen=frozen)
+    with sharding.activate(mesh):
+        step = jax.jit(lambda s, b: trainer.train_step(s, b, objective=objective, optimizer=optimizer,
+                                                       schedule=schedule, seed=0, grad_accum_steps=2, frozen=frozen))
+    return abstract, state, step, batch, mesh
+
+
+def test_a_frozen_encoder_has_no_optimizer_state_no_backward_pass_and_never_changes():
+    from bertjax import sharding
+
+    abstract, state, step, batch, mesh = _frozen_step_setup(("bert",))
+    paths = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(abstract.opt_state)]
+    assert paths and not any("bert" in path for path in paths) and any("classifier" in path for path in paths)
+    before = jax.device_get(state.params)
+    with sharding.activate(mesh):
+        for _ in range(3):
+            state, metrics = step(state, batch)
+    after = jax.device_get(state.params)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(before["bert"]), jax.tree.leaves(after["bert"])):
+        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))  # bit for bit
+    assert not np.array_equal(before["classifier"]["kernel"], after["classifier"]["kernel"])
+    assert metrics["grad_norm"] > 0 and int(state.step) == 3
+
+    # No gradient through the encoder: the frozen step has the encoder's matmuls once (forward),
+    # the full step about three times (forward, and gradients of inputs and of weights).
+    _, full_state, full_step, _, _ = _frozen_step_setup(())
+    with sharding.activate(mesh):
+        frozen_dots = step.lower(state, batch).as_text().count("dot_general")
+        full_dots = full_step.lower(full_state, batch).as_text().count("dot_general")
+    assert frozen_dots < 0.5 * full_dots, (frozen_dots, full_dots)
+
+
+# -- Every task family, frozen, through finetune(); resume; the loaders. --
+
+def _pairs_file(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_text("text_a,text_b,label\n" + "".join(f"anna {w},{w} boris,{w}\n" for w in ["yes", "no"] * 8))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def encoder_run(tmp_path_factory):
+    """A 2-step fine-tuning run of the small model (no evaluation): the checkpoint the frozen
+    runs start from."""
+    from bertjax import finetune
+
+    tmp_path = tmp_path_factory.mktemp("encoder")
+    finetune.finetune(_small_config("classification", tmp_path, train_file=_pairs_file(tmp_path)),
+                      str(tmp_path / "run"))
+    return str(tmp_path / "run")
+
+
+def _frozen_config(task, tmp_path, init, **model):
+    config = _small_config(task, tmp_path, max_query_length=12)
+    config.init_checkpoint = init
+    config.model.update({key: None for key in ("num_hidden_layers", "hidden_size", "num_attention_heads",
+                                               "intermediate_size")}, **model)  # from the checkpoint
+    config.train.update(freeze_encoder=True, learning_rate=1e-2, num_steps=4)
+    config.checkpoint.every = 2
+    return config
+
+
+def _params(path):
+    from bertjax import checkpointing
+
+    return checkpointing.load_params(path)[1]
+
+
+def _assert_same(a, b):
+    for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y, err_msg=jax.tree_util.keystr(path))
+
+
+FAMILIES = [  # task, model options (the small model has 1 layer: hidden states 0 and 1), its heads
+    ("conll2003", dict(feature_layers="1,0", feature_combine="concat", tagging_head="bilstm", lstm_hidden_size=8),
+     ["bilstm", "classifier"]),
+    ("squad_v2", dict(feature_layers="-1,-2", feature_combine="weighted_sum"), ["feature_mix", "qa_outputs"]),
+    ("hellaswag", dict(), ["classifier"]),  # the plain head (pooled [CLS]) on a frozen encoder
+    ("classification", dict(feature_layers="0,1", feature_combine="concat"), ["classifier"]),  # packed rows
+]
+
+
+@pytest.mark.parametrize("task, model, heads", FAMILIES, ids=[family[0] for family in FAMILIES])
+def test_frozen_runs_keep_the_encoder_bit_for_bit_in_every_family(encoder_run, tmp_path, task, model, heads):
+    from bertjax import finetune
+    from bertjax.models.convert import load_bertjax_checkpoint
+
+    config = _frozen_config(task, tmp_path, encoder_run, **model)
+    if task == "classification":
+        config.data.update(train_file=_pairs_file(tmp_path), eval_file=_pairs_file(tmp_path), pack_examples=2)
+    with MOCKS.get(task, contextlib.nullcontext)():
+        summary = finetune.finetune(config, str(tmp_path / "run"))
+    assert summary["best"] is not None
+    start = _params(os.path.join(encoder_run, "checkpoints"))
+    last = _params(str(tmp_path / "run" / "checkpoints"))
+    _assert_same(start["bert"], last["bert"])
+    _assert_same(start["bert"], _params(str(tmp_path / "run" / "best"))["bert"])
+    assert sorted(set(last) - {"bert"}) == heads
+    # The existing loader still finds the encoder under "bert", and keeps the feature-based head.
+    loaded_config, loaded = load_bertjax_checkpoint(str(tmp_path / "run" / "best"))
+    assert sorted(loaded) == sorted(last) and loaded_config.feature_layers == model.get("feature_layers", "-1")
+    _assert_same(start["bert"], loaded["bert"])
+
+
+def test_a_frozen_run_resumes_exactly(encoder_run, tmp_path, capsys):
+    """4 steps straight == 2 steps, then a restart from the step-2 checkpoint (optimizer state
+    for the head only): the same weights bit for bit, the encoder untouched."""
+    from bertjax import finetune
+
+    config = _frozen_config("classification", tmp_path, encoder_run, feature_layers="0,1",
+                            feature_combine="weighted_sum")
+    config.data.train_file = _pairs_file(tmp_path)
+    finetune.finetune(config, str(tmp_path / "run"))
+    reference = _params(str(tmp_path / "run" / "checkpoints"))
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "4")
+    capsys.readouterr()
+    finetune.finetune(config, str(tmp_path / "run"))
+    output = "".join(capsys.readouterr())
+    assert "resumed from" in output and "the encoder frozen; starting at step 2" in output, output[-2000:]
+    _assert_same(reference, _params(str(tmp_path / "run" / "checkpoints")))
+    _assert_same(_params(os.path.join(encoder_run, "checkpoints"))["bert"], reference["bert"])
+    assert not np.array_equal(reference["feature_mix"]["weights"], np.zeros(2))  # the mix was trained
+
+
+# -- Bad input. --
+
+@pytest.mark.parametrize("model, message", [
+    (dict(feature_layers="-1,-6"), r"config.model.feature_layers\) must be distinct comma-separated indices in "
+                                   r"\[-5, 4\] of the embeddings and the 4 layers"),
+    (dict(feature_layers="-1,4", feature_combine="concat"), r"config.model.feature_layers\) must be distinct"),
+    (dict(feature_layers="last"), r"config.model.feature_layers\) must be distinct"),
+    (dict(feature_layers="-1,-2"), r"names 2 layers but feature_combine='last' reads one: set config.model."
+                                   r"feature_combine to 'concat' or 'weighted_sum'"),
+    (dict(feature_combine="sum"), r"BertConfig.feature_combine must be one of \('last', 'concat', 'weighted_sum'\)"),
+    (dict(tagging_head="lstm"), r"BertConfig.tagging_head must be one of \('linear', 'bilstm'\)"),
+    (dict(lstm_hidden_size=0), r"BertConfig.lstm_hidden_size must be a positive int"),
+])
+def test_bad_feature_options_name_the_key(model, message):
+    from bertjax.models import BertConfig
+    from bertjax.models import config as bert_config
+
+    checkpoint = BertConfig.preset("mini", vocab_size=100)
+    with pytest.raises(ValueError, match=r"^config.model: .*" + message):
+        bert_config.resolve(model, checkpoint=checkpoint)
+
+
+def test_a_bilstm_head_outside_tagging_and_a_non_bool_freeze_are_errors(tmp_path):
+    from bertjax import finetune
+    from bertjax.models import BertConfig
+
+    config = finetune_config.get_config("squad")
+    bert = BertConfig.preset("tiny", vocab_size=100, tagging_head="bilstm")
+    with pytest.raises(ValueError, match=r"config.model.tagging_head='bilstm' is for tagging tasks .*not "
+                                         r"config.task='squad'; leave it 'linear'"):
+        finetune.validate_config(config, bert, (1, 1, 1), 100)
+    config.train.freeze_encoder = None
+    with pytest.raises(ValueError, match=r"config.train.freeze_encoder must be True or False, got None"):
+        finetune.check_train_values(config.train)
+
+
+def test_feature_based_heads_are_not_exported_as_a_hugging_face_model(tmp_path):
+    from bertjax.models import BertConfig, BertForTokenClassification
+    from bertjax.models.convert import export_huggingface
+
+    config = BertConfig(**TINY, tagging_head="bilstm", lstm_hidden_size=8)
+    ids, segments, mask = _inputs()
+    params = nn.unbox(BertForTokenClassification(config, 3).init(jax.random.key(0), ids, segments, mask)["params"])
+    with pytest.raises(ValueError, match=r"export_huggingface: the task head \['bilstm', 'classifier'\] reads "
+                                         r"features .* export the encoder alone"):
+        export_huggingface(config, params, str(tmp_path / "hf"))
+    export_huggingface(config, params["bert"], str(tmp_path / "hf"))
+    assert (tmp_path / "hf" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_concatenating_the_last_four_layers_beats_the_last_one(tmp_path):
+    """Table 7's shape among the frozen rows (benchmarks/feature_based.py rows 1 and 2: MiniLM-L6,
+    a two-layer BiLSTM, NER on generated sentences with unseen verbs in dev; about 3 CPU-minutes):
+    measured 2026-11-25, dev F1 0.939 from the last layer, 0.966 from the last four concatenated."""
+    import subprocess
+
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "feature_based.py"), "--runs=1,2"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {line[:36].strip(): float(line.split()[-2]) for line in result.stdout.splitlines()[-2:]}
+    assert rows["frozen concat last four, BiLSTM"] > rows["frozen last layer, BiLSTM"] + 0.01, rows
