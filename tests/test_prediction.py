@@ -18,14 +18,14 @@ sys.path.insert(0, ROOT)
 from configs import finetune as finetune_config  # noqa: E402
 
 
-def _finetune(task, directory, **data):
+def _finetune(task, directory, model=None, **data):
     """2 steps of the one-layer model from scratch, with an evaluation file: a workdir whose
     predictions/ hold the run's own answers for it."""
     from bertjax import finetune
     from bertjax.data import demo_corpus
 
     config = finetune_config.get_config(task)
-    config.model.update(SMALL_MODEL)
+    config.model.update(SMALL_MODEL, **(model or {}))
     config.data.update(dict(vocab_path=demo_corpus.demo_vocab_path(str(directory / "vocab")), max_seq_length=32,
                             num_buckets=2), **data)
     config.train.update(num_steps=2, batch_size=8, log_every=1)
@@ -49,6 +49,11 @@ def runs(tmp_path_factory):
     return {
         "ner": (_finetune("ner", directory / "ner", train_file=str(directory / "ner_train.txt"),
                           eval_file=str(directory / "ner_dev.txt"), max_seq_length=16), ner_dev),
+        # The feature-based tagger: a BiLSTM over the embeddings and the layer concatenated.
+        "ner_bilstm": (_finetune("ner", directory / "ner_bilstm", dict(
+            tagging_head="bilstm", lstm_hidden_size=16, feature_layers="0,-1", feature_combine="concat"),
+            train_file=str(directory / "ner_train.txt"), eval_file=str(directory / "ner_dev.txt"),
+            max_seq_length=16), ner_dev),
         "squad": (_finetune("squad", directory / "squad", train_file=str(directory / "qa_train.json"),
                             eval_file=str(directory / "qa_dev.json"), max_query_length=12, doc_stride=8), squad_dev),
         "choice": (_finetune("choice", directory / "choice", train_file=str(directory / "choice_train.jsonl"),
@@ -79,11 +84,12 @@ def test_classification_predicts_labels_and_probabilities(minilm_classifier_run)
     assert [r["label"] for r in model.predict([text for text, _ in REVIEWS * 8])] == written
 
 
-def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs):
+@pytest.mark.parametrize("run", ["ner", "ner_bilstm"])
+def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run):
     import bertjax
     from bertjax.evaluation import ner
 
-    workdir, dev = runs["ner"]
+    workdir, dev = runs[run]
     model = bertjax.load_model(workdir, batch_size=4)
     assert model.max_seq_length == 16
     results = model.predict([tokens for tokens, _ in dev])
