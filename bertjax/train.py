@@ -199,7 +199,8 @@ class PlateauAlarm:
 
     `check(step, mlm_accuracy)` after each evaluation returns the warning the first time
     `patience` evaluations in a row scored below PLATEAU_MARGIN x `unigram`, else None;
-    `stalled` says whether the alarm went off and the last evaluation is still there.
+    `stalled` says whether the alarm went off and the last evaluation is still there. A resumed
+    run counts from its first evaluation.
     """
 
     PLATEAU_MARGIN = 1.1
@@ -217,9 +218,9 @@ class PlateauAlarm:
         if self.warning or not self.patience or len(self.steps_at_guess) < self.patience:
             return None
         self.warning = (
-            f"WARNING: held-out masked-LM accuracy {mlm_accuracy:.4f} has stayed at or below the unigram guess "
-            f"{self.unigram:.4f} (always the most frequent masked token) for {len(self.steps_at_guess)} evaluations "
-            f"(steps {self.steps_at_guess[0]}-{step}): the model is not learning. Likely fixes: "
+            f"WARNING: held-out masked-LM accuracy {mlm_accuracy:.4f} has stayed below {self.PLATEAU_MARGIN}x the "
+            f"unigram guess {self.unigram:.4f} (always the most frequent masked token) for {len(self.steps_at_guess)} "
+            f"evaluations (steps {self.steps_at_guess[0]}-{step}): the model is not learning. Likely fixes: "
             f"config.train.adam_bias_correction=True, a lower config.train.learning_rate or a longer "
             f"config.train.warmup_steps (README: Pre-training recipes)")
         return self.warning

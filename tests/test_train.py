@@ -297,13 +297,13 @@ def _learn(workdir, prepared_dir, seq_len, predictions, steps):
 def test_tiny_preset_masked_lm_learns_the_demo_corpus(tmp_path, prepared_dir):
     """Tiny preset at length 64, 300 steps of batch 32 (about a CPU-minute).
 
-    Measured 2026-11-24 on this 2-core machine: eval MLM accuracy 0.160 at step 300, about
-    1.6x always guessing the most frequent masked token. Warmup is the preset's
-    100 steps: with 50, the original optimizer (no bias correction: its first steps are 3-6x
-    the nominal rate) often leaves the tiny model stuck at the most frequent token.
+    Measured 2026-11-25 with the preset's bias-corrected Adam: eval MLM accuracy 0.120 at step
+    300, 1.43x always guessing the most frequent masked token (0.084). The original optimizer
+    got 0.160 here (2026-11-24): its first steps, 3-6x the rate, speed this corpus up but left
+    the model at the guess on real prose (tests/test_pretrain_prose.py).
     """
     final = _learn(tmp_path, prepared_dir, seq_len=64, predictions=10, steps=300)
-    assert final["eval_mlm_accuracy"] > 1.5 * final["eval_mlm_unigram_accuracy"], final
+    assert final["eval_mlm_accuracy"] > 1.3 * final["eval_mlm_unigram_accuracy"], final
 
 
 @pytest.mark.slow
@@ -339,8 +339,8 @@ def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
     assert alarm.check(100, 0.064) is None and alarm.check(200, 0.0641) is None
     assert alarm.check(300, 0.09) is None  # left the guess: the count starts again
     assert [alarm.check(step, 0.064) for step in (400, 500)] == [None, None] and not alarm.stalled
-    warning = alarm.check(600, 0.05)  # at or below the guess counts
-    assert "stayed at or below the unigram guess 0.0640" in warning and "(steps 400-600)" in warning
+    warning = alarm.check(600, 0.05)  # below the guess counts too
+    assert "has stayed below 1.1x the unigram guess 0.0640" in warning and "(steps 400-600)" in warning
     assert "config.train.adam_bias_correction=True" in warning and alarm.stalled
     assert alarm.check(700, 0.064) is None and alarm.stalled  # once
     assert alarm.check(800, 0.08) is None and not alarm.stalled  # 0.08 >= 1.1 x 0.064: learning
