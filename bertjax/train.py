@@ -55,10 +55,12 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     data, fsdp, tensor = mesh_shape
     train = config.train
     for key in ("global_batch_size", "grad_accum_steps", "log_every", "eval_every", "eval_batches",
-                "max_consecutive_bad_steps"):
+                "max_consecutive_bad_steps", "plateau_evals"):
         value = train[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key.startswith("eval") else 1):
-            raise ValueError(f"config.train.{key} must be a positive int, got {value!r}")
+        low = 0 if key.startswith("eval") or key == "plateau_evals" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"config.train.{key} must be {'an int >= 0' if low == 0 else 'a positive int'}, "
+                             f"got {value!r}")
     parallel = data * fsdp
     if train.global_batch_size % (parallel * train.grad_accum_steps):
         raise ValueError(
@@ -179,6 +181,55 @@ def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
                     pipeline.batch_size)
 
 
+def guess_accuracies(batches: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """What guessing scores on `batches`: always the most frequent masked token
+    (`mlm_unigram_accuracy`) and always the majority NSP label (`nsp_majority_accuracy`)."""
+    targets = np.concatenate([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in batches])
+    labels = np.concatenate([b["next_sentence_labels"].ravel() for b in batches])
+    weights = np.concatenate([b.get("next_sentence_weights", np.ones_like(b["next_sentence_labels"],
+                                                                        np.float32)).ravel() for b in batches])
+    random_share = float(np.sum(weights * labels) / np.sum(weights))
+    return {"mlm_unigram_accuracy": float(np.bincount(targets).max() / targets.size),
+            "nsp_majority_accuracy": max(random_share, 1.0 - random_share)}
+
+
+class PlateauAlarm:
+    """Warns once when held-out MLM accuracy stays at the unigram guess (always the most frequent
+    masked token: what a model that learned nothing but token frequencies scores).
+
+    `check(step, mlm_accuracy)` after each evaluation returns the warning the first time
+    `patience` evaluations in a row scored below PLATEAU_MARGIN x `unigram`, else None;
+    `stalled` says whether the alarm went off and the last evaluation is still there. A resumed
+    run counts from its first evaluation.
+    """
+
+    PLATEAU_MARGIN = 1.1
+
+    def __init__(self, unigram: float, patience: int):
+        self.unigram, self.patience = unigram, patience
+        self.steps_at_guess: list[int] = []
+        self.warning: str | None = None
+
+    def check(self, step: int, mlm_accuracy: float) -> str | None:
+        if mlm_accuracy >= self.PLATEAU_MARGIN * self.unigram:
+            self.steps_at_guess = []
+            return None
+        self.steps_at_guess.append(step)
+        if self.warning or not self.patience or len(self.steps_at_guess) < self.patience:
+            return None
+        self.warning = (
+            f"WARNING: held-out masked-LM accuracy {mlm_accuracy:.4f} has stayed below {self.PLATEAU_MARGIN}x the "
+            f"unigram guess {self.unigram:.4f} (always the most frequent masked token) for {len(self.steps_at_guess)} "
+            f"evaluations (steps {self.steps_at_guess[0]}-{step}): the model is not learning. Likely fixes: "
+            f"config.train.adam_bias_correction=True, a lower config.train.learning_rate or a longer "
+            f"config.train.warmup_steps (README: Pre-training recipes)")
+        return self.warning
+
+    @property
+    def stalled(self) -> bool:
+        return bool(self.warning and self.steps_at_guess)
+
+
 # ======================================================================================
 # The run.
 # ======================================================================================
@@ -228,6 +279,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         warn_if_eval_repeats(eval_data.pipeline, train_cfg.eval_batches)
         eval_stream = eval_data.batches(0)
         eval_batches = [next(eval_stream) for _ in range(train_cfg.eval_batches)]
+        guesses = guess_accuracies(eval_batches)
+        alarm = PlateauAlarm(guesses["mlm_unigram_accuracy"], train_cfg.plateau_evals)
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
     model = BertForPreTraining(bert)
@@ -285,7 +338,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                 totals.add(*eval_fn(state.params, trainer.global_batch(batch, mesh)))
         means = totals.means()
         means["loss"] = sum(means[name] for name in PRETRAINING_LOSS_TERMS)
-        return means
+        return {**means, **guesses}
 
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
     step = start_step
@@ -299,10 +352,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             loop.record(step, metrics, state)
             if loop.is_eval_step(step):
                 with loop.paused():
-                    loop.write_eval(step, evaluate())
+                    results = evaluate()
+                    loop.write_eval(step, results)
+                if alarm.check(step, results["mlm_accuracy"]):
+                    loop.console(alarm.warning)
+                    loop.writer.write(step, {"mlm_plateau_warning": 1.0})
             loop.save(step, state)
     finally:
         loop.close()
     loop.console(f"done: step {step}; metrics in {fileio.join(workdir, 'metrics.jsonl')}, TensorBoard in "
                  f"{fileio.join(workdir, 'tensorboard')}, checkpoints in {checkpointer.directory}")
+    if eval_batches and alarm.stalled:
+        loop.console(f"the run ended at the unigram guess; {alarm.warning}")
     return loop.last

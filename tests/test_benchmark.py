@@ -1,7 +1,8 @@
 """launch/benchmark.py runs real steps end to end (tiny model, packed rows) and prints its
 table ending in `seq_per_s=<number>`; a misspelt config key is one error line;
 benchmarks/finetune_packing.py prints its comparison; benchmarks/trace_summary.py reads a
-profiled run. (It times
+profiled run; benchmarks/pretrain_recipe.py prints each seed's held-out accuracy next to the
+guesses and marks a stalled run. (It times
 nothing here: the numbers are the benchmark's business, not a test's.)"""
 
 import os
@@ -65,3 +66,27 @@ def test_finetune_packing_benchmark_prints_its_table():
     lines = result.stdout.strip().splitlines()
     assert lines[-3].startswith("batches") and lines[-2].startswith("buckets + length grouping")
     assert lines[-1].startswith("packed, up to 16 per row") and lines[-1].endswith("x")
+
+
+def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
+    """Two seeds on the default corpus (Python's language reference) at lr 1e-7, which cannot
+    learn: every evaluation at the guess, both seeds marked STALLED by the plateau alarm."""
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "pretrain_recipe.py"), f"--workdir={tmp_path}",
+               "--seeds=42,1", "--config.train.learning_rate=1e-7", "--config.train.num_steps=3",
+               "--config.train.warmup_steps=0", "--config.train.eval_every=1", "--config.train.eval_batches=2",
+               "--config.train.global_batch_size=8", "--config.train.log_every=3", "--config.checkpoint.every=3",
+               "--config.data.max_seq_length=32", "--config.data.max_predictions_per_seq=5",
+               "--config.data.eval_fraction=0.2"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("held-out accuracy per evaluation")))
+    guess = float(lines[header].split("MLM guess ")[1].split(",")[0])
+    assert 0.02 < guess < 0.2 and lines[header + 1].split("|")[1:] == [
+        " seed 42: MLM (x guess)  NSP ", " seed 1: MLM (x guess)  NSP"]
+    rows = [line.split("|") for line in lines[header + 2:header + 5]]
+    assert [int(row[0]) for row in rows] == [1, 2, 3]
+    assert all(float(cell.split()[0]) < guess for row in rows for cell in row[1:])
+    assert lines[-2:] == ["seed 42: STALLED at the unigram guess (plateau alarm at step 3)",
+                          "seed 1: STALLED at the unigram guess (plateau alarm at step 3)"]
