@@ -27,7 +27,7 @@ from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything import
 from absl import app, flags  # noqa: E402
 
 _CONFIG = cli.define_config_file("config", os.path.join(ROOT, "configs", "pretrain.py") + ":tiny",
-                                 "Pre-training config (a preset and any .key=value overrides).")
+                                 "Pre-training config (a preset and any .key=value overrides).", "pre-training")
 _CORPUS = flags.DEFINE_string("corpus", "python_docs", "Comma-separated globs of BERT-format text files, "
                               "or python_docs: Python's language reference.")
 _VOCAB = flags.DEFINE_string("vocab_path", "", "WordPiece vocab.txt; empty: the MiniLM checkpoint's.")

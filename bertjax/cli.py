@@ -178,7 +178,7 @@ def run(main: Callable[[list[str]], None]) -> None:
             main(argv)
         except TrainingStopped as stopped:
             print(f"stopped: {stopped}", file=sys.stderr)
-            sys.exit(EXIT_STOPPED)
+            _exit(EXIT_STOPPED)
         except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
             print(f"error: {error_line(e)}", file=sys.stderr)
             sys.exit(EXIT_ERROR)
@@ -189,6 +189,18 @@ def run(main: Callable[[list[str]], None]) -> None:
 def config_kind(config) -> str:
     """'fine-tuning' for a configs/finetune.py config (it names a task), else 'pre-training'."""
     return "fine-tuning" if "task" in config else "pre-training"
+
+
+def _exit(code: int) -> None:
+    """sys.exit, or, while a stalled input thread is still inside TensorFlow (which would abort
+    the interpreter's shutdown), os._exit once everything is flushed: checkpoints were
+    written before TrainingStopped was raised."""
+    from bertjax import preemption
+
+    if preemption.input_thread_alive():
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def define_config_file(name: str, default: str, help_text: str, kind: str):

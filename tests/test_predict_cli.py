@@ -9,7 +9,7 @@ import sys
 import types
 
 import pytest
-from conftest import REVIEWS
+from small_runs import REVIEWS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREDICT = os.path.join(ROOT, "launch", "predict.py")

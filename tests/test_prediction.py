@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REVIEWS, SMALL_MODEL
+from small_runs import REVIEWS, SMALL_MODEL
 from test_finetune_tasks import choice_rows, ner_sentences, qa_rows, squad_json, write_conll
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
