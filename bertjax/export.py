@@ -65,12 +65,13 @@ def export_saved_model(model_path: str, output_dir: str, version: int = 1, max_s
     target = fileio.join(output_dir, str(version))
     if fileio.exists(target) and fileio.listdir(target):
         raise ValueError(f"{target} is not empty; give another --output or --version")
+    from bertjax.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
+
     try:
         import tensorflow_text  # noqa: F401  (the tokenizer ops)
     except ImportError:
         raise ValueError("the export needs tensorflow-text: pip install --no-deps tensorflow-text==2.21.1 "
                          "(launch/setup_env.sh installs it)") from None
-    from bertjax.tf_cpu import tf
 
     model = inference.load_model(model_path, max_seq_length=max_seq_length, dtype="float32")
     if model.task_info["family"] in ("tagging", "squad") and model.tokenizer.kind != "wordpiece":
@@ -95,11 +96,11 @@ def serving_inputs(task_info: dict) -> tuple[str, ...]:
 def tensorflow_tokenizer(tokenizer):
     """The TF Text twin of a bertjax Tokenizer, a tf.Module: `ids(<string>[B]) -> <int32>[B, (T)]`
     (Tokenizer.encode's ids); WordPiece also has `words` and `pieces` (BERT's split, then WordPiece)."""
-    import tensorflow_text as tft
-
     from bertjax import fileio
     from bertjax.tf_cpu import tf
     from bertjax.tokenization import MAX_INPUT_CHARS_PER_WORD
+
+    import tensorflow_text as tft  # after bertjax.tf_cpu, which sets TensorFlow up first
 
     class WordPiece(tf.Module):
         def __init__(self):
