@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REVIEWS
+from small_runs import REVIEWS
 from test_prediction import _finetune, runs  # noqa: F401  (the runs fixture: tagging, squad, choice)
 
 # Loads SavedModels and calls their serving signature on strings, with TensorFlow alone (TensorFlow

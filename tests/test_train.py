@@ -307,8 +307,10 @@ def _learn(workdir, prepared_dir, seq_len, predictions, steps):
     return [r for r in _metrics(workdir) if "eval_mlm_accuracy" in r][-1]
 
 
+@pytest.mark.slow
 def test_tiny_preset_masked_lm_learns_the_demo_corpus(tmp_path, prepared_dir):
-    """Tiny preset at length 64, 300 steps of batch 32 (about a CPU-minute).
+    """Tiny preset at length 64, 300 steps of batch 32 (about a CPU-minute). Slow: the default
+    suite's check that the tiny preset learns is tests/test_pretrain_prose.py, on real prose.
 
     Measured 2026-11-25 with the preset's bias-corrected Adam: eval MLM accuracy 0.120 at step
     300, 1.43x always guessing the most frequent masked token (0.084). The original optimizer
