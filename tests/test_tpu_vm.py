@@ -21,7 +21,7 @@ with open(os.environ["GCLOUD_CALLS"], "a") as f:
 
 # Stands in for the worker's .venv/bin/python: records its arguments, runs until SIGTERM.
 FAKE_PYTHON = """#!/usr/bin/env bash
-printf '%s\\n' "$@" > args.txt
+printf '%s\\n' "$@" > args.tmp && mv args.tmp args.txt  # whole when it appears: the test polls for it
 echo "pid $$"
 trap 'echo "SIGTERM: saving"; exit 3' TERM
 while true; do sleep 0.1; done
