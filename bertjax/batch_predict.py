@@ -19,7 +19,6 @@ still answers input k.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from typing import Any, Callable, Iterator
@@ -33,9 +32,10 @@ CHUNK_INPUTS = 1024  # inputs predicted per call: bounds memory, and the progres
 SHOWN_ERRORS = 5  # skipped inputs named on stderr; the rest are counted
 
 
-def default_keys(family: str, run_config: dict | None) -> dict[str, str]:
-    """The columns a row's inputs are read from: the fine-tuning run's own, else BERT's names."""
-    data = (run_config or {}).get("data", {})
+def default_keys(family: str, data: dict | None) -> dict[str, str]:
+    """The columns a row's inputs are read from: the fine-tuning run's own (its config.data,
+    `ModelSource.data`), else BERT's names."""
+    data = data or {}
     classification = family == "classification"
     return {"text_a": data.get("text_a_key", "text_a") if classification else "text",
             "text_b": data.get("text_b_key", "text_b") if classification else "",
@@ -54,9 +54,10 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
-                run_config: dict | None = None) -> Iterator[tuple[str, Any]]:
+                data: dict | None = None) -> Iterator[tuple[str, Any]]:
     """(where, item) per input, in file order; item is what Model.predict (fill_mask: a text)
-    takes, or a ValueError for a row that does not have the columns the task reads."""
+    takes, or a ValueError for a row that does not have the columns the task reads. data: the
+    run's config.data (CoNLL's tag_column)."""
     if input_format == "text":
         for number, line in enumerate(common.user_lines(path), start=1):
             if line.strip():
@@ -66,9 +67,7 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
         for qid, question, index in zip(examples.ids, examples.questions, examples.context_index):
             yield f"{path}: id {qid}", {"id": qid, "question": question, "context": examples.contexts[index]}
     elif input_format == "conll":
-        data = (run_config or {}).get("data", {})
-        examples = tagging.read_conll(path, tag_column=int(data.get("tag_column", -1)), tags_optional=True,
-                                      token_column=int(data.get("token_column", 0)))
+        examples = tagging.read_conll(path, tag_column=int((data or {}).get("tag_column", -1)), tags_optional=True)
         yield from zip(examples.locations, examples.sentences)
     elif input_format in ("csv", "tsv", "jsonl"):
         for where, row in common.read_records(path, input_format):
@@ -114,9 +113,9 @@ def check(model, family: str, item: Any) -> str | None:
     if family == "fill_mask":
         return None if isinstance(item, str) and "[MASK]" in item else f"no [MASK] in {str(item)[:80]!r}"
     try:
-        prediction.check_input(model, item, 0)
+        prediction.check_input(model, item)
     except ValueError as e:
-        return re.sub(r"^input 0: ", "", str(e))
+        return str(e)
     return None
 
 

@@ -51,14 +51,15 @@ _KEPT = "|".join([r"[!-/]", r"[:-@]", r"[\[-`]", r"[{-~]", r"[\p{P}]", r"[\x{4E0
                   r"[\x{2F800}-\x{2FA1F}]"])
 
 
-def export_saved_model(model_path: str, output_dir: str, version: int = 1, max_seq_length: int | None = None) -> str:
+def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None) -> str:
     """Writes the SavedModel of the fine-tuned model at `model_path` (any path
-    bertjax.model_source resolves) to `output_dir/version/` (TensorFlow Serving's layout) and
-    returns that folder. max_seq_length: the longest input (default: the run's)."""
+    bertjax.model_source resolves, or its ModelSource) to `output_dir/version/` (TensorFlow
+    Serving's layout) and returns that folder. max_seq_length: the longest input (default: the run's)."""
     from bertjax import fileio, inference, model_source
 
-    if model_source.resolve(model_path).task_info.get("family") is None:
-        raise ValueError(f"{model_path} is not a fine-tuned model (no task saved with it); export needs a "
+    source = model_source.resolve(model_path)
+    if source.task_info.get("family") is None:
+        raise ValueError(f"{source.path} is not a fine-tuned model (no task saved with it); export needs a "
                          "fine-tuning run or a Hugging Face BertFor<Task> directory")
     if fileio.exists(output_dir) and not fileio.isdir(output_dir):
         raise ValueError(f"--output={output_dir} is a file; give a folder")
@@ -73,9 +74,9 @@ def export_saved_model(model_path: str, output_dir: str, version: int = 1, max_s
         raise ValueError("the export needs tensorflow-text: pip install --no-deps tensorflow-text==2.21.1 "
                          "(launch/setup_env.sh installs it)") from None
 
-    model = inference.load_model(model_path, max_seq_length=max_seq_length, dtype="float32")
+    model = inference.load_model(source, max_seq_length=max_seq_length, dtype="float32")
     if model.task_info["family"] in ("tagging", "squad") and model.tokenizer.kind != "wordpiece":
-        raise ValueError(f"{model_path}: the export of {model.task_info['family']} reads words (BERT's split) and "
+        raise ValueError(f"{source.path}: the export of {model.task_info['family']} reads words (BERT's split) and "
                          f"needs a WordPiece vocabulary, not {model.tokenizer.kind}")
     module = _module_class()(model)
     signature = module.signature()
@@ -200,14 +201,9 @@ def _jax_function(model, family: str):
     import jax.numpy as jnp
     from jax.experimental import jax2tf
 
-    from bertjax.models import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
-                                BertForTokenClassification)
+    from bertjax.prediction import task_module
 
-    names = model.task_info.get("label_names")
-    module = {"classification": lambda: BertForSequenceClassification(model.bert, 1 if names is None else len(names)),
-              "tagging": lambda: BertForTokenClassification(model.bert, num_labels=len(names or [])),
-              "squad": lambda: BertForQuestionAnswering(model.bert),
-              "choice": lambda: BertForMultipleChoice(model.bert)}[family]()
+    module = task_module(model)
 
     def apply(params, input_ids, segment_ids, input_mask):
         out = module.apply({"params": params}, input_ids, segment_ids, input_mask)
@@ -232,13 +228,9 @@ def _module_class():
             self.task_info = model.task_info
             self.tokenizer = tensorflow_tokenizer(model.tokenizer)
             self.layout = _Layout(model.tokenizer, model.max_seq_length)
-            self.params = tf.nest.map_structure(tf.Variable, model.source.load_params())  # float32 numpy
+            self.params = tf.nest.map_structure(tf.Variable, model.params)  # float32 numpy
             self.apply = _jax_function(model, self.family)
-            data = (model.source.run_config or {}).get("data", {})
-            self.squad_options = {key: data.get(key, default) for key, default in
-                                  (("max_query_length", squad.MAX_QUERY_LENGTH),
-                                   ("max_answer_length", squad.MAX_ANSWER_LENGTH),
-                                   ("null_score_diff_threshold", squad.NULL_SCORE_DIFF_THRESHOLD))}
+            self.squad_options = squad.settings(model.source.data)
 
         def model(self, input_ids, segment_ids, input_mask):
             return self.apply(self.params, input_ids, segment_ids, input_mask)

@@ -11,7 +11,7 @@ features on raw text.
     model.features(["a sentence", "a first ||| and a second"], layers=(-1, -2), pooling="mean")
 
 Every call tokenizes its inputs in bulk, sorts them by length into batches padded only to
-the smallest bucket that holds them (powers of two up to the maximum length), runs each
+the smallest bucket that holds them (the maximum length halved down to 16), runs each
 batch through a function jit-compiled once per (purpose, bucket) and data-parallel over
 all local devices, and returns results in input order. Compute is bfloat16 on TPU/GPU
 (float32 parameters) and float32 on CPU, unless `dtype` says otherwise.
@@ -22,7 +22,6 @@ bertjax/prediction.py.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import flax.linen as nn
@@ -36,7 +35,7 @@ from bertjax.models import BertEncoder
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import MaskedLMHead, gather_positions
 from bertjax.tasks import batching
-from bertjax.tasks.common import SEQUENCE_FEATURES, Split, encode_pairs
+from bertjax.tasks.common import Split, encode_pairs
 
 PAIR_SEPARATOR = " ||| "  # google-research/bert's extract_features.py input: "text_a ||| text_b"
 POOLINGS = ("none", "cls", "mean")
@@ -52,9 +51,8 @@ def split_pair(text: str) -> tuple[str, str | None]:
 
 
 def inference_buckets(max_seq_length: int) -> list[int]:
-    """Batch lengths: powers of two from 16 below max_seq_length, and max_seq_length itself."""
-    return batching.bucket_lengths(max_seq_length, num_buckets=max(1, int(math.log2(max_seq_length / 16)) + 1),
-                                   minimum=16)
+    """Batch lengths: max_seq_length and its halvings down to 16 (e.g. 24, 48, ..., 384)."""
+    return batching.bucket_lengths(max_seq_length, num_buckets=max_seq_length.bit_length(), minimum=16)
 
 
 class _MaskedLM(nn.Module):
@@ -71,7 +69,7 @@ class _MaskedLM(nn.Module):
 
 class Model:
     """A loaded model: `source` (its ModelSource), `bert` (the BertConfig it runs with),
-    `tokenizer`, `max_seq_length`, `batch_size`, `task`, `task_info`; params on the devices.
+    `tokenizer`, `max_seq_length`, `batch_size`, `task_info`; params on the devices.
 
     Build it with `load_model`. Methods: `features`, `fill_mask`, `predict` (fine-tuned
     models). Safe to call many times: each bucket length compiles once per purpose.
@@ -80,7 +78,7 @@ class Model:
     def __init__(self, source: model_source.ModelSource, params: dict[str, Any], tokenizer: tokenization.Tokenizer,
                  bert: BertConfig, max_seq_length: int, batch_size: int, mesh: jax.sharding.Mesh):
         self.source, self.tokenizer, self.bert = source, tokenizer, bert
-        self.task, self.task_info = source.task, source.task_info
+        self.task_info = source.task_info
         self.max_seq_length, self.batch_size, self.mesh = max_seq_length, batch_size, mesh
         self.buckets = inference_buckets(max_seq_length)
         replicated = NamedSharding(mesh, PartitionSpec())
@@ -92,36 +90,39 @@ class Model:
     def heads(self) -> tuple[str, ...]:
         return tuple(sorted(set(self._params) - {"bert"}))
 
+    @property
+    def params(self) -> dict[str, Any]:
+        """The params on the host, as `source.load_params()` gives them (numpy float32, unrolled)."""
+        return jax.device_get(self._params)
+
     # -- The engine: bucketed, jit-compiled batches over the mesh. --
 
-    def run(self, purpose: str, apply: Callable[..., Any], split: Split, progress: Callable[[int], None] = None
-            ) -> dict[str, np.ndarray]:
+    def run(self, purpose: str, apply: Callable[..., Any], split: Split, progress: Callable[[int], None] = None,
+            sequence_outputs: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
         """Runs `apply(params, batch) -> {name: <[B, ...]>}` over every row of `split`.
 
         Rows are taken in order of length, batched `batch_size` at a time (the last batch
         padded with zero rows), each batch cut to its bucket length; `apply` is compiled
         once per (purpose, bucket). Returns {name: <[N, ...]>} in the split's row order,
-        outputs with a sequence axis (named in SEQUENCE_OUTPUTS or ending with that axis
-        at the bucket length) padded back to the split's width with zeros.
+        the outputs named in `sequence_outputs` (the sequence their last axis) padded back
+        to the split's width with zeros.
         """
         n, width = len(split), split.features["input_ids"].shape[-1]
         order = np.argsort(split.lengths, kind="stable")
         collected: dict[str, np.ndarray] = {}
         for start in range(0, n, self.batch_size):
             rows = order[start:start + self.batch_size]
-            length = batching.bucket_for(int(split.lengths[rows].max(initial=1)), self.buckets)
-            batch = {}
-            for name, values in split.features.items():
-                taken = np.zeros((self.batch_size, *values.shape[1:]), values.dtype)
-                taken[:len(rows)] = values[rows]
-                batch[name] = taken[..., :length] if name in SEQUENCE_FEATURES else taken
+            padded = np.full(self.batch_size, -1)
+            padded[:len(rows)] = rows
+            batch = batching.cut_rows(split, padded, self.buckets)
             outputs = self._compiled_for(purpose, apply, batch)(self._params, batch)
             for name, value in outputs.items():
                 value = np.asarray(value)[:len(rows)]
+                sequence = name in sequence_outputs
                 if name not in collected:
-                    shape = (n, *value.shape[1:-1], width) if _is_sequence(name) else (n, *value.shape[1:])
+                    shape = (n, *value.shape[1:-1], width) if sequence else (n, *value.shape[1:])
                     collected[name] = np.zeros(shape, value.dtype)
-                if _is_sequence(name):
+                if sequence:
                     collected[name][rows, ..., :value.shape[-1]] = value
                 else:
                     collected[name][rows] = value
@@ -202,7 +203,8 @@ class Model:
             if truncated and on_truncated is not None:
                 on_truncated(done, truncated)
             outputs = self.run(f"features:{indices}:{pooling}", apply, split,
-                               progress=None if progress is None else lambda k, done=done: progress(done + k))
+                               progress=None if progress is None else lambda k, done=done: progress(done + k),
+                               sequence_outputs=("hidden",))
             for i in range(len(split)):
                 length = int(split.lengths[i])
                 if pooling == "none":
@@ -324,11 +326,6 @@ class _MaskKeeping:
         return (np.concatenate(rows) if rows else np.zeros(0, np.int32)), np.array([len(r) for r in rows], np.int64)
 
 
-def _is_sequence(name: str) -> bool:
-    """Outputs whose last axis is the sequence (padded back to the split's width)."""
-    return name in ("hidden", "start_logits", "end_logits", "token_logits")
-
-
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     chunk = []
     for item in items:
@@ -340,9 +337,9 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def load_model(path: str, *, max_seq_length: int | None = None, batch_size: int = 32, dtype: str | None = None,
-               vocab_path: str = "", do_lower_case: bool | None = None) -> Model:
-    """Loads a model for inference from any path `bertjax.model_source` resolves.
+def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | None = None, batch_size: int = 32,
+               dtype: str | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> Model:
+    """Loads a model for inference from any path `bertjax.model_source` resolves, or its ModelSource.
 
     max_seq_length: the longest input in tokens (default: the fine-tuning run's length, else
       512 or the model's max_position_embeddings if smaller).

@@ -64,6 +64,11 @@ class ModelSource:
             return int(self.run_config["data"]["max_seq_length"])
         return None
 
+    @property
+    def data(self) -> dict[str, Any]:
+        """The run config's data section ({} without a run config)."""
+        return (self.run_config or {}).get("data", {})
+
     def load_params(self) -> dict[str, Any]:
         """{"bert": encoder tree, <heads>}: numpy float32, unrolled layers."""
         _, params = convert.load_pretrained(self.weights)
@@ -97,9 +102,11 @@ class ModelSource:
         return tokenizer
 
 
-def resolve(path: str) -> ModelSource:
-    """A model path (see the module docstring) -> its ModelSource; FileNotFoundError or
-    ValueError naming the path and what was expected."""
+def resolve(path: str | ModelSource) -> ModelSource:
+    """A model path (see the module docstring) -> its ModelSource (a ModelSource as it is);
+    FileNotFoundError or ValueError naming the path and what was expected."""
+    if isinstance(path, ModelSource):
+        return path
     path = os.fspath(path)
     layout, directory = convert.checkpoint_layout(path)
     if layout == "bertjax":
@@ -120,7 +127,7 @@ def _resolve_bertjax(path: str, directory: str) -> ModelSource:
         directory = best  # a fine-tuning workdir: its result, not its latest training state
     meta = checkpointing.read_meta(directory)
     run = meta.get("config") or {}
-    bert = convert.pretrained_config(directory)
+    bert = convert.bertjax_config(meta, directory)
     spec = convert.checkpoint_vocabulary(directory)
     task = run.get("task") or None
     info = dict(run.get("task_info") or {})

@@ -45,14 +45,14 @@ def predict(model, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
             "choice": _choice}[family](model, inputs, **options)
 
 
-def check_input(model, item: Any, position: int) -> None:
-    """Raises the ValueError `predict` would raise for this one input (at `position`, 1-based),
-    without running the model: lets a caller skip bad inputs and keep the good ones."""
+def check_input(model, item: Any) -> None:
+    """Raises the ValueError `predict` would raise for this one input, less its "input N: "
+    prefix, without running the model: lets a caller skip bad inputs and keep the good ones."""
     family = _family(model)
     if family == "classification":
-        _check_pairs(model, [classification_texts(item, position)], position)
+        _check_pair(model, classification_texts(item))
     else:
-        {"tagging": tagging_words, "squad": squad_input, "choice": choice_input}[family](item, position)
+        {"tagging": tagging_words, "squad": squad_input, "choice": choice_input}[family](item)
 
 
 def _family(model) -> str:
@@ -61,6 +61,24 @@ def _family(model) -> str:
         raise ValueError(f"{model.source.path} is not a fine-tuned model (no task saved with it); use fill_mask or "
                          "features, or fine-tune it first")
     return family
+
+
+def task_module(model):
+    """The fine-tuned model's network for its task family: the encoder and the task head."""
+    family, names = model.task_info["family"], model.task_info.get("label_names")
+    if family == "classification":
+        return BertForSequenceClassification(model.bert, num_labels=1 if names is None else len(names))
+    if family == "tagging":
+        return BertForTokenClassification(model.bert, num_labels=len(names))
+    return {"squad": BertForQuestionAnswering, "choice": BertForMultipleChoice}[family](model.bert)
+
+
+def _at(position: int, validate, item: Any) -> Any:
+    """validate(item) for the input at `position` (1-based), which its ValueError names."""
+    try:
+        return validate(item)
+    except ValueError as e:
+        raise ValueError(f"input {position}: {e}"[:300]) from None  # 300 characters at most
 
 
 def _apply(module, outputs):
@@ -74,7 +92,7 @@ def _apply(module, outputs):
 
 # -- Classification and regression. --
 
-def classification_texts(item: Any, position: int) -> tuple[str, str | None]:
+def classification_texts(item: Any) -> tuple[str, str | None]:
     """One classification input -> (text_a, text_b or None)."""
     from bertjax.inference import split_pair
 
@@ -89,34 +107,32 @@ def classification_texts(item: Any, position: int) -> tuple[str, str | None]:
         if isinstance(text_a, str) and isinstance(item.get("text_b"), (str, type(None))):
             pair = text_a, item.get("text_b")
     if pair is not None and pair[1] is not None and not (pair[0].strip() and pair[1].strip()):
-        raise ValueError(f"input {position}: the {'first' if not pair[0].strip() else 'second'} text of the pair "
-                         "is empty")
+        raise ValueError(f"the {'first' if not pair[0].strip() else 'second'} text of the pair is empty")
     if pair is not None:
         return pair
-    raise ValueError(f"input {position}: expected a text, 'text_a ||| text_b', a (text_a, text_b) pair or "
-                     f"{{'text_a', 'text_b'}}, got {item!r}"[:300])
+    raise ValueError(f"expected a text, 'text_a ||| text_b', a (text_a, text_b) pair or {{'text_a', 'text_b'}}, "
+                     f"got {item!r}"[:300])
 
 
-def _check_pairs(model, pairs: list[tuple[str, str | None]], first: int = 1) -> None:
-    """Pairs for a model trained on pairs, single texts for one trained on single texts."""
+def _check_pair(model, pair: tuple[str, str | None]) -> None:
+    """A pair for a model trained on pairs, a single text for one trained on single texts."""
     wants_pairs = model.task_info.get("pairs")
-    for i, (_, b) in enumerate(pairs, start=first):
-        if wants_pairs is not None and (b is not None) != wants_pairs:
-            raise ValueError(f"input {i}: the model was trained on {'pairs' if wants_pairs else 'single texts'}; "
-                             + ("give 'text_a ||| text_b'" if wants_pairs else "give one text (no ' ||| ')"))
+    if wants_pairs is not None and (pair[1] is not None) != wants_pairs:
+        raise ValueError(f"the model was trained on {'pairs' if wants_pairs else 'single texts'}; "
+                         + ("give 'text_a ||| text_b'" if wants_pairs else "give one text (no ' ||| ')"))
 
 
 def _classification(model, inputs: list, **options) -> list[dict[str, Any]]:
     if options:
         raise ValueError(f"unknown options {sorted(options)} for classification")
     names = model.task_info.get("label_names")
-    pairs = [classification_texts(item, i) for i, item in enumerate(inputs, start=1)]
-    _check_pairs(model, pairs)
+    pairs = [_at(i, classification_texts, item) for i, item in enumerate(inputs, start=1)]
+    for i, pair in enumerate(pairs, start=1):
+        _at(i, lambda checked: _check_pair(model, checked), pair)
     split, _ = model._encode_mixed(pairs)
-    num_labels = 1 if names is None else len(names)
-    module = BertForSequenceClassification(model.bert, num_labels=num_labels)
-    logits = model.run(f"classify:{num_labels}", _apply(module, lambda x: {"logits": x.astype(jnp.float32)}),
-                       split)["logits"]
+    module = task_module(model)
+    logits = model.run(f"classify:{module.num_labels}",
+                       _apply(module, lambda x: {"logits": x.astype(jnp.float32)}), split)["logits"]
     if names is None:
         return [{"value": float(row[0])} for row in logits]
     probabilities = np.asarray(jax.nn.softmax(logits, -1))
@@ -133,27 +149,26 @@ def _classification(model, inputs: list, **options) -> list[dict[str, Any]]:
 _WORDS = pre_tokenizers.BertPreTokenizer()
 
 
-def tagging_words(item: Any, position: int) -> tuple[list[str], list[tuple[int, int]] | None]:
+def tagging_words(item: Any) -> tuple[list[str], list[tuple[int, int]] | None]:
     """A raw sentence -> (words, character spans); a list of words -> (words, None)."""
     if isinstance(item, str):
         split = _WORDS.pre_tokenize_str(item)
         return [word for word, _ in split], [span for _, span in split]
     if isinstance(item, (list, tuple)) and all(isinstance(word, str) and word for word in item):
         return list(item), None
-    raise ValueError(f"input {position}: expected a sentence or a list of non-empty words, got {item!r}"[:300])
+    raise ValueError(f"expected a sentence or a list of non-empty words, got {item!r}"[:300])
 
 
 def _tagging(model, inputs: list, **options) -> list[dict[str, Any]]:
     if options:
         raise ValueError(f"unknown options {sorted(options)} for tagging")
     names = model.task_info["label_names"]
-    parsed = [tagging_words(item, i) for i, item in enumerate(inputs, start=1)]
+    parsed = [_at(i, tagging_words, item) for i, item in enumerate(inputs, start=1)]
     examples = tagging.TaggingExamples("inputs", [words for words, _ in parsed], None, list(names),
                                        [f"input {i}" for i in range(1, len(parsed) + 1)])
     split = tagging.featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
-    module = BertForTokenClassification(model.bert, num_labels=len(names))
-    predicted = model.run(f"tag:{len(names)}", _apply(module, lambda x: {"token_logits": x.argmax(-1)}),
-                          split)["token_logits"]
+    predicted = model.run(f"tag:{len(names)}", _apply(task_module(model), lambda x: {"token_logits": x.argmax(-1)}),
+                          split, sequence_outputs=("token_logits",))["token_logits"]
     tags = tagging.predictions_to_tags(split, predicted) if any(words for words, _ in parsed) else [
         [] for _ in parsed]
     results = []
@@ -171,37 +186,36 @@ def _tagging(model, inputs: list, **options) -> list[dict[str, Any]]:
 
 # -- Span QA. --
 
-def squad_input(item: Any, position: int) -> None:
+def squad_input(item: Any) -> None:
     """A {"question", "context"} dict with neither empty, else a ValueError."""
     if not (isinstance(item, dict) and isinstance(item.get("question"), str)
             and isinstance(item.get("context"), str)):
-        raise ValueError(f"input {position}: expected {{'question': text, 'context': text}}, got {item!r}"[:300])
+        raise ValueError(f"expected {{'question': text, 'context': text}}, got {item!r}"[:300])
     if not item["question"].strip() or not item["context"].strip():
-        raise ValueError(f"input {position}: an empty {'question' if not item['question'].strip() else 'context'}")
+        raise ValueError(f"an empty {'question' if not item['question'].strip() else 'context'}")
 
 
 def _squad(model, inputs: list, n_best_size: int | None = None, max_answer_length: int | None = None,
            null_score_diff_threshold: float | None = None) -> list[dict[str, Any]]:
-    data = (model.source.run_config or {}).get("data", {})
+    run = squad.settings(model.source.data)
     builder = squad._Builder("inputs", strict=True)
     for i, item in enumerate(inputs, start=1):
-        squad_input(item, i)
+        _at(i, squad_input, item)
         builder.add(str(item.get("id", i)), item["question"], item["context"], [], False)
     version = model.task_info.get("squad_version", "v1.1")
     examples = builder.build(version, data=[])
     split = squad.featurize(model.tokenizer, examples, "inputs", is_training=False,
-                            max_seq_length=model.max_seq_length,
-                            doc_stride=int(data.get("doc_stride", squad.DOC_STRIDE)),
-                            max_query_length=int(data.get("max_query_length", squad.MAX_QUERY_LENGTH)))
-    module = BertForQuestionAnswering(model.bert)
-    outputs = model.run("squad", _apply(module, lambda x: {"start_logits": x[0].astype(jnp.float32),
-                                                           "end_logits": x[1].astype(jnp.float32)}), split)
-    threshold = data.get("null_score_diff_threshold", squad.NULL_SCORE_DIFF_THRESHOLD)
+                            max_seq_length=model.max_seq_length, doc_stride=int(run["doc_stride"]),
+                            max_query_length=int(run["max_query_length"]))
+    outputs = model.run("squad", _apply(task_module(model), lambda x: {"start_logits": x[0].astype(jnp.float32),
+                                                                       "end_logits": x[1].astype(jnp.float32)}),
+                        split, sequence_outputs=("start_logits", "end_logits"))
     answers, nbest, null_odds = squad.postprocess(
         split, outputs["start_logits"], outputs["end_logits"],
-        n_best_size=n_best_size or int(data.get("n_best_size", squad.N_BEST_SIZE)),
-        max_answer_length=max_answer_length or int(data.get("max_answer_length", squad.MAX_ANSWER_LENGTH)),
-        null_score_diff_threshold=threshold if null_score_diff_threshold is None else null_score_diff_threshold)
+        n_best_size=n_best_size or int(run["n_best_size"]),
+        max_answer_length=max_answer_length or int(run["max_answer_length"]),
+        null_score_diff_threshold=(run["null_score_diff_threshold"] if null_score_diff_threshold is None
+                                   else null_score_diff_threshold))
     results = []
     for qid in examples.ids:
         answer = answers[qid]
@@ -216,13 +230,12 @@ def _squad(model, inputs: list, n_best_size: int | None = None, max_answer_lengt
 
 # -- Multiple choice. --
 
-def choice_input(item: Any, position: int) -> None:
+def choice_input(item: Any) -> None:
     """A {"context", "choices": [at least 2 texts]} dict, else a ValueError."""
     choices = item.get("choices") if isinstance(item, dict) else None
     if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
             and len(choices) >= 2 and all(isinstance(c, str) for c in choices)):
-        raise ValueError(f"input {position}: expected {{'context': text, 'choices': [at least 2 texts]}}, "
-                         f"got {item!r}"[:300])
+        raise ValueError(f"expected {{'context': text, 'choices': [at least 2 texts]}}, got {item!r}"[:300])
 
 
 def _choice(model, inputs: list, **options) -> list[dict[str, Any]]:
@@ -230,14 +243,13 @@ def _choice(model, inputs: list, **options) -> list[dict[str, Any]]:
         raise ValueError(f"unknown options {sorted(options)} for multiple choice")
     contexts, options_lists = [], []
     for i, item in enumerate(inputs, start=1):
-        choice_input(item, i)
+        _at(i, choice_input, item)
         contexts.append(item["context"]), options_lists.append(item["choices"])
     examples = choice.ChoiceExamples("inputs", contexts, options_lists, np.full(len(contexts), -1, np.int64),
                                      [f"input {i}" for i in range(1, len(contexts) + 1)])
     split = choice.featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
-    module = BertForMultipleChoice(model.bert)
     scores = model.run(f"choice:{split.features['input_ids'].shape[1]}",
-                       _apply(module, lambda x: {"scores": x.astype(jnp.float32)}), split)["scores"]
+                       _apply(task_module(model), lambda x: {"scores": x.astype(jnp.float32)}), split)["scores"]
     best = choice.predict(split, scores)
     results = []
     for i, options_list in enumerate(options_lists):

@@ -29,8 +29,9 @@ _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "longest input in
 def main(_):
     from bertjax import export, model_source
 
-    target = export.export_saved_model(_MODEL.value, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value)
-    inputs = export.serving_inputs(model_source.resolve(_MODEL.value).task_info)
+    source = model_source.resolve(_MODEL.value)
+    target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value)
+    inputs = export.serving_inputs(source.task_info)
     print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)})")
 
 

@@ -58,7 +58,7 @@ def main(_):
                          "(it needs a masked-LM head), or fine-tune it first")
     if family == "choice" and _TEXT.value:
         raise ValueError("a multiple-choice model reads JSONL ({\"context\", \"choices\"} per line): use --input")
-    keys = batch_predict.default_keys(family, source.run_config)
+    keys = batch_predict.default_keys(family, source.data)
     for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),
                        ("context", _CONTEXT_KEY), ("choices", _CHOICES_KEY)):
         keys[name] = keys[name] if flag.value is None else flag.value
@@ -67,8 +67,8 @@ def main(_):
     else:
         path = _INPUT.value or "/dev/stdin"
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
-        records = list(batch_predict.read_inputs(path, family, input_format, keys, source.run_config))
-    model = bertjax.load_model(_MODEL.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value)
+        records = list(batch_predict.read_inputs(path, family, input_format, keys, source.data))
+    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value)
     write, close = batch_predict.jsonl_writer(_OUTPUT.value)
     try:
         summary = batch_predict.predict_all(model, family, records, write, _ON_ERROR.value, _TOP_K.value,

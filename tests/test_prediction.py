@@ -174,9 +174,9 @@ def test_every_family_predicts_its_training_files_format_as_the_api_does(runs, t
             (choice_dir, tmp_path / "mc.jsonl", [{"context": c, "choices": o} for c, o, _ in choice_dev])):
         model = bertjax.load_model(workdir, batch_size=4)
         family = model.task_info["family"]
-        keys = batch_predict.default_keys(family, model.source.run_config)
+        keys = batch_predict.default_keys(family, model.source.data)
         records = list(batch_predict.read_inputs(str(path), family, batch_predict.file_format(str(path), family,
-                       "conll" if family == "tagging" else "auto"), keys, model.source.run_config))
+                       "conll" if family == "tagging" else "auto"), keys, model.source.data))
         assert [item for _, item in records] == expected_inputs
         written = []
         summary = batch_predict.predict_all(model, family, records, written.append)

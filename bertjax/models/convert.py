@@ -460,7 +460,7 @@ def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     meta, params = checkpointing.load_params(path)
     params = _export_params(params)
     params = {key: _to_numpy(value) for key, value in params.items()}
-    config = _bertjax_config(meta, path)
+    config = bertjax_config(meta, path)
     heads, num_labels = _param_heads(params, config)
     for var in variable_table(config, heads, num_labels):
         found = _get(params, var.path, path).shape
@@ -523,10 +523,10 @@ def pretrained_config(path: str) -> BertConfig:
                                  fileio.join(directory, "bert_config.json"))
     from bertjax import checkpointing
 
-    return _bertjax_config(checkpointing.read_meta(directory), directory)
+    return bertjax_config(checkpointing.read_meta(directory), directory)
 
 
-def _bertjax_config(meta: dict, path: str) -> BertConfig:
+def bertjax_config(meta: dict, path: str) -> BertConfig:
     """The BertConfig saved with a bertjax checkpoint (the run config's resolved model section),
     with scan_layers off, since loaded params are unrolled."""
     model = (meta.get("config") or {}).get("model")

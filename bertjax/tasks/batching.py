@@ -49,8 +49,9 @@ def bucket_for(length: int, buckets: list[int]) -> int:
     return buckets[-1]
 
 
-def _cut(split: Split, rows: np.ndarray, weights: np.ndarray, buckets: list[int]) -> dict[str, np.ndarray]:
-    """The given rows of `split` (negative index = a padding row of zeros) cut to their bucket."""
+def cut_rows(split: Split, rows: np.ndarray, buckets: list[int]) -> dict[str, np.ndarray]:
+    """The features of the given rows of `split` (negative index = a padding row of zeros),
+    cut to the bucket of the longest."""
     real = rows >= 0
     length = bucket_for(int(split.lengths[rows[real]].max(initial=1)), buckets)
     batch = {}
@@ -58,8 +59,12 @@ def _cut(split: Split, rows: np.ndarray, weights: np.ndarray, buckets: list[int]
         taken = values[np.where(real, rows, 0)]
         taken[~real] = 0
         batch[name] = taken[..., :length] if name in SEQUENCE_FEATURES else taken
-    batch["example_weights"] = weights.astype(np.float32)
     return batch
+
+
+def _cut(split: Split, rows: np.ndarray, weights: np.ndarray, buckets: list[int]) -> dict[str, np.ndarray]:
+    """`cut_rows` with the rows' example_weights."""
+    return {**cut_rows(split, rows, buckets), "example_weights": weights.astype(np.float32)}
 
 
 GROUP_BATCHES = 64  # batches per length-sorted group (group_by_length)

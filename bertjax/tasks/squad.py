@@ -383,6 +383,14 @@ def load_split(tokenizer, source: str, split: str, data_dir: str | None = None, 
 
 # -- Predictions. --
 
+def settings(data: dict) -> dict:
+    """A run's windowing and answer settings from its config.data (a dict), run_squad.py's
+    defaults for those it lacks."""
+    return {key: data.get(key, default) for key, default in (
+        ("doc_stride", DOC_STRIDE), ("max_query_length", MAX_QUERY_LENGTH), ("n_best_size", N_BEST_SIZE),
+        ("max_answer_length", MAX_ANSWER_LENGTH), ("null_score_diff_threshold", NULL_SCORE_DIFF_THRESHOLD))}
+
+
 def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, n_best_size: int = N_BEST_SIZE,
                 max_answer_length: int = MAX_ANSWER_LENGTH,
                 null_score_diff_threshold: float = NULL_SCORE_DIFF_THRESHOLD):
