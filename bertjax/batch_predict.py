@@ -150,12 +150,12 @@ def predict_all(model, family: str, records: list[tuple[str, Any]], write: Calla
     return {"inputs": len(records), "predicted": predicted, "skipped": skipped}
 
 
-def progress_line(every: int = CHUNK_INPUTS) -> Callable[[int, int], None]:
+def progress_line() -> Callable[[int, int], None]:
     """A progress reporter for predict_all: one stderr line per chunk on inputs longer than one chunk."""
     start = time.time()
 
     def report(done: int, total: int) -> None:
-        if total > every:
+        if total > CHUNK_INPUTS:
             rate = done / max(time.time() - start, 1e-9)
             print(f"predicted {done}/{total} inputs ({rate:.0f}/s)", file=sys.stderr, flush=True)
 

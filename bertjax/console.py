@@ -32,14 +32,17 @@ class Progress:
     advance(step): after each step (cheap: redraws at most every 0.2 s on a terminal).
     show(text): the values shown in the live line, e.g. "loss 3.21 acc 0.40".
     line(text): a permanent line (printed above the live line).
+    line_seconds: off a terminal, `advance` also prints a permanent status line (step/total,
+    rate, ETA) this often.
     The rate and ETA count only time between `advance` calls outside `pause()`d stretches
     and skip the first step (compilation); pauses before the first step (e.g. compiling
     ahead) are not in that window and do not count.
     """
 
     def __init__(self, total: int, start: int = 0, *, label: str = "step", stream: TextIO | None = None,
-                 enabled: bool = True, unit: str = "steps"):
+                 enabled: bool = True, unit: str = "steps", line_seconds: float | None = None):
         self.total, self.step, self.label, self.unit = total, start, label, unit
+        self.line_seconds = line_seconds
         self.stream = stream or sys.stdout
         self.enabled = enabled
         self.live = enabled and self.stream.isatty()
@@ -49,6 +52,7 @@ class Progress:
         self._paused = 0.0
         self._pause_start: float | None = None
         self._last_draw = 0.0
+        self._last_line = time.perf_counter()
 
     def advance(self, step: int) -> None:
         now = time.perf_counter()
@@ -57,6 +61,9 @@ class Progress:
         self.step = step
         if self.live and (now - self._last_draw >= _REDRAW_SECONDS or step >= self.total):
             self._draw(now)
+        elif not self.live and self.line_seconds is not None and now - self._last_line >= self.line_seconds:
+            self._last_line = now
+            self.line(self._status(bar=False))
 
     def steps_per_second(self) -> float | None:
         if self._first_step is None or self.step <= self._first_step:
@@ -98,21 +105,26 @@ class Progress:
             self.stream.flush()
         self.live = False
 
-    def _draw(self, now: float) -> None:
-        self._last_draw = now
-        width = shutil.get_terminal_size((100, 20)).columns
-        fraction = min(1.0, self.step / max(self.total, 1))
-        bar_width = 20
-        filled = int(fraction * bar_width)
+    def _status(self, bar: bool) -> str:
+        """'label step/total [bar] percent text rate ETA' (the bar and percent only if `bar`)."""
+        parts = [f"{self.label} {self.step}/{self.total}"]
+        if bar:
+            fraction = min(1.0, self.step / max(self.total, 1))
+            bar_width = 20
+            filled = int(fraction * bar_width)
+            parts += ["[" + "=" * filled + " " * (bar_width - filled) + "]", f"{fraction:4.0%}"]
+        parts.append(self.text)
         rate, eta = self.steps_per_second(), self.eta_seconds()
-        parts = [f"{self.label} {self.step}/{self.total}", "[" + "=" * filled + " " * (bar_width - filled) + "]",
-                 f"{fraction:4.0%}", self.text]
         if rate:
             parts.append(f"{rate:.1f} {self.unit}/s")
         if eta is not None:
             parts.append(f"ETA {format_duration(eta)}")
-        text = " ".join(part for part in parts if part)
-        self.stream.write("\r\x1b[K" + text[:width - 1])
+        return " ".join(part for part in parts if part)
+
+    def _draw(self, now: float) -> None:
+        self._last_draw = now
+        width = shutil.get_terminal_size((100, 20)).columns
+        self.stream.write("\r\x1b[K" + self._status(bar=True)[:width - 1])
         self.stream.flush()
 
 

@@ -206,8 +206,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         return {"examples": total, "truncated": manifest["truncated"], "resumed_at": start, "seconds": 0.0}
     if start:
         log(f"resuming {output} at example {start} of {total} ({len(manifest['shards'])} shards written)")
-    progress = console.Progress(total, start, label="examples", unit="examples")
-    last_line = [time.perf_counter()]
+    progress = console.Progress(total, start, label="examples", unit="examples",
+                                line_seconds=_PROGRESS_LINE_SECONDS)
 
     def on_truncated(first: int, count: int) -> None:
         if fail_on_truncation:
@@ -216,18 +216,10 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                              "truncate and count them")
         manifest["truncated"] += count
 
-    def advance(done: int) -> None:
-        progress.advance(start + done)
-        now = time.perf_counter()
-        if not progress.live and now - last_line[0] >= _PROGRESS_LINE_SECONDS:
-            last_line[0] = now
-            rate, eta = progress.steps_per_second(), progress.eta_seconds()
-            progress.line(f"examples {start + done}/{total}" + (f" {rate:.1f} examples/s" if rate else "")
-                          + (f" ETA {console.format_duration(eta)}" if eta is not None else ""))
-
     began = time.perf_counter()
     examples = itertools.islice(read_inputs(input_file, file_format, text_a_key, text_b_key), start, None)
-    features = model.iter_features(examples, layers, pooling, on_truncated=on_truncated, progress=advance)
+    features = model.iter_features(examples, layers, pooling, on_truncated=on_truncated,
+                                   progress=lambda done: progress.advance(start + done))
     try:
         if to_jsonl:
             tmp = f"{output}.tmp"

@@ -63,6 +63,15 @@ def test_plain_lines_off_a_terminal(clock):
     assert quiet.getvalue() == ""
 
 
+def test_status_lines_off_a_terminal_every_line_seconds(clock):
+    stream = io.StringIO()
+    progress = console.Progress(total=10, label="examples", unit="examples", stream=stream, line_seconds=30.0)
+    for step in range(1, 6):
+        clock[0] += 10.0
+        progress.advance(step)
+    assert stream.getvalue() == "examples 3/10 0.1 examples/s ETA 1m10s\n"  # at 30 s; the next is due at 60 s
+
+
 def test_phase_clock_sums_phases_and_the_rest(clock):
     phases = console.PhaseClock()
     with phases.phase("compile"):
