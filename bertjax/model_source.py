@@ -30,10 +30,12 @@ from bertjax.models import convert
 from bertjax.models.config import BertConfig
 
 # Hugging Face fine-tuned classes -> (our task name, family).
-_HF_TASKS = {"BertForSequenceClassification": ("classification", "classification"),
-             "BertForTokenClassification": ("ner", "tagging"),
-             "BertForQuestionAnswering": ("squad", "squad"),
-             "BertForMultipleChoice": ("choice", "choice")}
+HF_TASKS = {"BertForSequenceClassification": ("classification", "classification"),
+            "BertForTokenClassification": ("ner", "tagging"),
+            "BertForQuestionAnswering": ("squad", "squad"),
+            "BertForMultipleChoice": ("choice", "choice")}
+# A task family -> its Hugging Face class.
+FAMILY_ARCHITECTURES = {family: name for name, (_, family) in HF_TASKS.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +140,7 @@ def _with_hf_task(source: ModelSource, hf_config: dict) -> ModelSource:
     """A Hugging Face BertFor<Task> directory's task and labels (id2label; regression when
     problem_type says so or one label)."""
     architectures = hf_config.get("architectures") or []
-    known = [_HF_TASKS[name] for name in architectures if name in _HF_TASKS]
+    known = [HF_TASKS[name] for name in architectures if name in HF_TASKS]
     if not known:
         return source
     task, family = known[0]

@@ -33,10 +33,6 @@ _ARCHITECTURE = flags.DEFINE_string(
     "(default: guessed from the heads present)")
 
 
-# A fine-tuned model's Hugging Face class, by task family (classification's is the default guess).
-_TASK_ARCHITECTURES = {"tagging": "BertForTokenClassification", "choice": "BertForMultipleChoice"}
-
-
 def main(_):
     if _ARCHITECTURE.value and _FORMAT.value != "huggingface":
         raise ValueError("--architecture applies only to --format=huggingface")
@@ -67,7 +63,7 @@ def main(_):
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab)")
     if _FORMAT.value == "huggingface":
         family = source.task_info.get("family")
-        architecture = _ARCHITECTURE.value or _TASK_ARCHITECTURES.get(family)
+        architecture = _ARCHITECTURE.value or model_source.FAMILY_ARCHITECTURES.get(family)
         convert.export_huggingface(config, params, output, vocab, architecture=architecture,
                                    do_lower_case=do_lower_case, label_names=source.task_info.get("label_names"))
     else:

@@ -69,8 +69,9 @@ class BiLSTM(nn.Module):
     Each row runs over its real tokens only (sequence lengths from the mask, which must be
     ones then padding): the backward direction starts at the last real token."""
 
+    NUM_LAYERS = 2
+
     config: BertConfig
-    num_layers: int = 2
 
     @nn.compact
     def __call__(self, x: Array, attention_mask: Array | None) -> Array:
@@ -78,7 +79,7 @@ class BiLSTM(nn.Module):
         lengths = None if attention_mask is None else jnp.sum(attention_mask.astype(jnp.int32), axis=-1)
         rnn = lambda name: nn.RNN(nn.OptimizedLSTMCell(  # noqa: E731
             config.lstm_hidden_size, dtype=config.dtype, param_dtype=config.param_dtype, name=name))
-        for i in range(self.num_layers):  # params: forward_<i>, backward_<i>
+        for i in range(self.NUM_LAYERS):  # params: forward_<i>, backward_<i>
             x = nn.Bidirectional(rnn(f"forward_{i}"), rnn(f"backward_{i}"))(x, seq_lengths=lengths)
         return x
 
