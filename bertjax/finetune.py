@@ -291,7 +291,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     def run_split(params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
-        totals, collected = trainer.EvalTotals(), []
+        totals, collected, order = trainer.EvalTotals(), [], []
         rows = trainer.process_rows(eval_batch_size)
         progress = console.Progress(math.ceil(len(split) / eval_batch_size), label=f"evaluate {split.name}",
                                     enabled=jax.process_index() == 0, unit="batches")
@@ -302,11 +302,13 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 sums, counts, predictions = _host(predict_fn(params, trainer.global_batch(host_rows, mesh)))
                 totals.add(sums, counts)
                 width = split.features["input_ids"].shape[-1]
-                collected.append({name: _pad_to(value[:real], width, -1e9 if value.dtype.kind == "f" else -1)
-                                  if name in task.sequence_outputs else value[:real]
+                collected.append({name: _pad_to(value[:len(real)], width, -1e9 if value.dtype.kind == "f" else -1)
+                                  if name in task.sequence_outputs else value[:len(real)]
                                   for name, value in predictions.items()})
+                order.append(real)
         progress.close()
-        predictions = {name: np.concatenate([c[name] for c in collected]) for name in collected[0]}
+        in_split_order = np.argsort(np.concatenate(order))  # batches come shortest first
+        predictions = {name: np.concatenate([c[name] for c in collected])[in_split_order] for name in collected[0]}
         if not (score and split.has_labels):
             return {}, predictions
         return {"loss": totals.means()["loss"], **task.evaluate(split, predictions)}, predictions

@@ -3,9 +3,9 @@
 Training: the stream of units (examples, or packed rows of examples) is the concatenation
 of epochs, epoch e coming from a permutation drawn from (seed, e); batch k is units
 [k B, (k + 1) B) of that stream, so a batch is a pure function of its index (exact resume
-at any step, across epoch ends) and every batch is full. Evaluation: the split in order,
-the last batch padded with rows of weight 0 (`example_weights`), so every example counts
-exactly once.
+at any step, across epoch ends) and every batch is full. Evaluation: the split sorted by
+length, the last batch padded with rows of weight 0 (`example_weights`), so every example
+counts exactly once.
 
 Length bucketing: a batch is cut to the smallest bucket length that holds its longest
 row instead of always carrying `max_seq_length` tokens. Buckets are max_seq_length / 2^k
@@ -156,15 +156,20 @@ class TrainBatches:
             index += 1
 
 
-def eval_batches(split: Split, batch_size: int, buckets: list[int]) -> Iterator[tuple[dict[str, np.ndarray], int]]:
-    """(global batch, number of real rows) over `split` in order; the last batch is padded
-    with zero rows of weight 0 to `batch_size`."""
+def eval_batches(split: Split, batch_size: int, buckets: list[int]
+                 ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
+    """(global batch, the split's indices of its real rows <int>[n]) over `split`, shortest
+    rows first (each batch is cut to the smallest bucket that holds it, so a short example
+    is not padded to a long neighbour's length); the last batch is padded with zero rows of
+    weight 0 to `batch_size`. Every example comes exactly once: put a batch's outputs back
+    in the split's order with the indices."""
+    order = np.argsort(split.lengths, kind="stable")
     for start in range(0, len(split), batch_size):
-        real = min(batch_size, len(split) - start)
+        real = order[start:start + batch_size]
         rows = np.full(batch_size, -1)
-        rows[:real] = np.arange(start, start + real)
+        rows[:len(real)] = real
         weights = np.zeros(batch_size)
-        weights[:real] = 1.0
+        weights[:len(real)] = 1.0
         yield _cut(split, rows, weights, buckets), real
 
 

@@ -179,9 +179,21 @@ def test_training_batches_are_a_function_of_their_index_and_cover_each_epoch(tok
 def test_eval_batches_pad_the_last_batch_with_weightless_rows():
     split = Split("dev", {"input_ids": np.ones((5, 8), np.int32), "label": np.arange(5)}, np.full(5, 3, np.int32))
     out = list(batching.eval_batches(split, 4, [4, 8]))
-    assert [real for _, real in out] == [4, 1]
+    assert [real.tolist() for _, real in out] == [[0, 1, 2, 3], [4]]
     assert out[1][0]["example_weights"].tolist() == [1, 0, 0, 0]
     assert out[1][0]["input_ids"].shape == (4, 4) and out[1][0]["input_ids"][1:].sum() == 0
+
+
+def test_eval_batches_come_shortest_first_each_example_once_in_its_bucket():
+    lengths = np.array([7, 2, 8, 3, 2, 6, 4])
+    split = Split("dev", {"input_ids": np.arange(7)[:, None] * np.ones((1, 8), np.int32), "label": np.arange(7)},
+                  lengths)
+    out = list(batching.eval_batches(split, 3, [2, 4, 8]))
+    assert [real.tolist() for _, real in out] == [[1, 4, 3], [6, 5, 0], [2]]  # stable: 1 before 4
+    assert [batch["input_ids"].shape[1] for batch, _ in out] == [4, 8, 8]
+    for batch, real in out:  # each real row is its own example, the padding rows weigh nothing
+        assert batch["label"][:len(real)].tolist() == real.tolist()
+        assert batch["example_weights"].tolist() == [1.0] * len(real) + [0.0] * (3 - len(real))
 
 
 def test_bucketing_and_length_grouping_cut_the_padding_of_short_sentence_tasks():
