@@ -11,7 +11,7 @@ Outputs (`extract`), by the name given:
                      [{"index": -1, "values": [H floats, 6 places]}, ...]}, ...]}
     pooling "cls"/"mean": {"linex_index": i, "pooling": "mean", "layers":
                      [{"index": -1, "values": [H floats]}, ...]}
-  written to `<name>.tmp` and renamed when complete.
+  written to `<name>.tmp` and renamed when complete (removed if the run fails).
 * anything else: a folder of shards, each holding `shard_size` consecutive examples, in
   bounded memory, resumable after a kill:
     shard-00000.npz  line_index <int64>[n] (the examples' 0-based numbers in the input),
@@ -223,10 +223,14 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     try:
         if to_jsonl:
             tmp = f"{output}.tmp"
-            with fileio.open_file(tmp, "w") as f:
-                for index, feature in enumerate(features):
-                    f.write(jsonl_line(index, feature, tuple(layers), pooling) + "\n")
-            fileio.rename(tmp, output)
+            try:
+                with fileio.open_file(tmp, "w") as f:
+                    for index, feature in enumerate(features):
+                        f.write(jsonl_line(index, feature, tuple(layers), pooling) + "\n")
+                fileio.rename(tmp, output)
+            except BaseException:  # an error or Ctrl-C: no half-written file left behind
+                fileio.remove(tmp)
+                raise
         else:
             fileio.makedirs(output)
             for batch in iter(lambda: list(itertools.islice(features, shard_size)), []):

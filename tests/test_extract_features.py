@@ -117,6 +117,34 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "other"))
 
 
+def test_a_failed_jsonl_run_leaves_no_tmp_file_and_an_earlier_complete_file_untouched(minilm, tmp_path):
+    """--fail_on_truncation raising, or a Ctrl-C after the first example: neither NAME.jsonl
+    nor NAME.jsonl.tmp is left; a NAME.jsonl from an earlier complete run keeps its bytes."""
+    (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
+    inputs, fresh, earlier = str(tmp_path / "in.txt"), tmp_path / "fresh.jsonl", tmp_path / "earlier.jsonl"
+    with pytest.raises(ValueError, match="--fail_on_truncation"):
+        feature_files.extract(minilm, inputs, str(fresh), fail_on_truncation=True, log=lambda _: None)
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+    feature_files.extract(minilm, inputs, str(earlier), layers=(-1,), pooling="cls", log=lambda _: None)
+    complete = earlier.read_bytes()
+
+    class CtrlC:
+        """minilm, interrupted after its first example."""
+
+        def __getattr__(self, name):
+            return getattr(minilm, name)
+
+        def iter_features(self, *args, **kwargs):
+            yield next(minilm.iter_features(*args, **kwargs))
+            raise KeyboardInterrupt
+
+    with pytest.raises(ValueError, match="--fail_on_truncation"):
+        feature_files.extract(minilm, inputs, str(earlier), fail_on_truncation=True, log=lambda _: None)
+    with pytest.raises(KeyboardInterrupt):
+        feature_files.extract(CtrlC(), inputs, str(earlier), layers=(-1,), log=lambda _: None)
+    assert sorted(os.listdir(tmp_path)) == ["earlier.jsonl", "in.txt"] and earlier.read_bytes() == complete
+
+
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_path):
     lines = [f"line number {i} says {' '.join(['more'] * (i % 13))}" for i in range(200)]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
