@@ -100,6 +100,13 @@ def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", tex
     return count
 
 
+def input_location(path: str, file_format: str, index: int) -> str:
+    """"path:line" where example `index` (0-based) of `path` is (text: line index + 1)."""
+    if file_format == "text":
+        return f"{path}:{index + 1}"
+    return next(itertools.islice(read_records(path, file_format), index, None))[0]
+
+
 # -- Outputs. --
 
 def jsonl_line(index: int, feature: dict[str, Any], layers: tuple[int, ...], pooling: str) -> str:
@@ -209,12 +216,13 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     progress = console.Progress(total, start, label="examples", unit="examples",
                                 line_seconds=_PROGRESS_LINE_SECONDS)
 
-    def on_truncated(first: int, count: int) -> None:
+    def on_truncated(positions: np.ndarray) -> None:
         if fail_on_truncation:
-            raise ValueError(f"--fail_on_truncation: {count} of the examples from number {start + first + 1} on are "
-                             f"longer than --max_seq_length={model.max_seq_length} tokens; raise it, or drop the flag to "
-                             "truncate and count them")
-        manifest["truncated"] += count
+            first = start + int(positions[0])
+            raise ValueError(f"--fail_on_truncation: example {first + 1} ({input_location(input_file, file_format, first)}"
+                             f") is longer than --max_seq_length={model.max_seq_length} tokens; raise it, or drop the "
+                             "flag to truncate and count such examples")
+        manifest["truncated"] += len(positions)
 
     began = time.perf_counter()
     examples = itertools.islice(read_inputs(input_file, file_format, text_a_key, text_b_key), start, None)

@@ -4,6 +4,7 @@ inputs, bad inputs end in one line."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -105,10 +106,13 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
     done = feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
     assert done["truncated"] == 1 and done["examples"] == 2
     assert [len(f["tokens"]) for f in feature_files.read_features(str(tmp_path / "out"))] == [3, 64]
-    with pytest.raises(ValueError, match="--fail_on_truncation: 1 of the examples from number 1 on are longer than "
-                                         "--max_seq_length=64"):
-        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "t.jsonl"), fail_on_truncation=True)
-    assert not (tmp_path / "t.jsonl").exists()
+    (tmp_path / "five.txt").write_text("one\ntwo\n" + "long " * 100 + "\nfour\n" + "longer " * 100 + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"--fail_on_truncation: example 3 ({tmp_path}/five.txt:3) is "
+                                                   "longer than --max_seq_length=64 tokens")):
+        feature_files.extract(minilm, str(tmp_path / "five.txt"), str(tmp_path / "t"), fail_on_truncation=True)
+    (tmp_path / "five.csv").write_text("text\none\n\ntwo\n" + "long " * 100 + "\nfour\n" + "longer " * 100 + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"example 3 ({tmp_path}/five.csv:5) is longer")):  # header, blank
+        feature_files.extract(minilm, str(tmp_path / "five.csv"), str(tmp_path / "t"), fail_on_truncation=True)
     with pytest.raises(ValueError, match=r"holds features made with other settings \(pooling: 'none' there, 'mean'"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), pooling="mean")
     (tmp_path / "other").mkdir()
