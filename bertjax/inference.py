@@ -136,9 +136,9 @@ class Model:
             shardings = {name: sharding.batch_sharding(self.mesh, value.ndim) for name, value in batch.items()}
             jitted = jax.jit(apply, in_shardings=(self._replicated, shardings), out_shardings=self._replicated)
 
-            def call(params, host_batch, jitted=jitted):
-                with sharding.activate(self.mesh):
-                    return jitted(params, host_batch)
+            def call(params, host_batch, jitted=jitted, shardings=shardings):
+                with sharding.activate(self.mesh):  # (put explicitly: jit takes no numpy batch under jax.distributed)
+                    return jitted(params, jax.device_put(host_batch, shardings))
 
             self._compiled[key] = call
         return self._compiled[key]
