@@ -34,8 +34,8 @@ else:
 
 from absl import app, flags  # noqa: E402
 
-# The flags defined below (define_run_flags, define_config_file) belong to the launcher that
-# asks for them, so its --help lists them.
+# The flags defined below (define_run_flags, define_distributed_flags, define_config_file)
+# belong to the launcher that asks for them, so its --help lists them.
 flags.disclaim_key_flags()
 
 EXIT_ERROR, EXIT_STOPPED = 2, 3
@@ -181,7 +181,7 @@ def run(main: Callable[[list[str]], None]) -> None:
             _exit(EXIT_STOPPED)
         except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
             print(f"error: {error_line(e)}", file=sys.stderr)
-            sys.exit(EXIT_ERROR)
+            _exit_after_error()
 
     app.run(wrapped, flags_parser=_parse_flags)
 
@@ -203,6 +203,18 @@ def _exit(code: int) -> None:
     sys.exit(code)
 
 
+def _exit_after_error() -> None:
+    """sys.exit(EXIT_ERROR), or, under jax.distributed, os._exit once everything is flushed:
+    the interpreter's shutdown waits for every process, so a process that failed alone (e.g.
+    on --fail_on_truncation) would wait minutes for the others, themselves waiting for it at
+    their next barrier; gone, it ends their wait with an error."""
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.distributed.is_initialized():
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(EXIT_ERROR)
+    sys.exit(EXIT_ERROR)
+
+
 def define_config_file(name: str, default: str, help_text: str, kind: str):
     """A locked config-file flag with a default file, holding a `kind` config (a key of
     LAUNCHERS; another kind is one line naming its launcher). ml_collections loads a default
@@ -218,7 +230,7 @@ def define_config_file(name: str, default: str, help_text: str, kind: str):
         sys.exit(EXIT_ERROR)
 
 
-# -- Flags both training launchers define. --
+# -- Flags the launchers share. --
 
 def define_run_flags(config_help: str, kind: str):
     """--config (an ml_collections config file, locked, of `kind`: a key of LAUNCHERS),
@@ -230,17 +242,23 @@ def define_run_flags(config_help: str, kind: str):
     _CONFIG_KINDS["config"] = kind
     config = config_flags.DEFINE_config_file("config", None, config_help, lock_config=True)
     workdir = flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and data go (local or gs://).")
+    define_distributed_flags()
+    flags.mark_flags_as_required(["config", "workdir"])
+    return config, workdir
+
+
+def define_distributed_flags() -> None:
+    """The multi-host flags --distributed, --coordinator_address, --num_processes,
+    --process_id (see bertjax.distributed), read by `start_distributed`."""
     flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
                       "auto: initialise jax.distributed when the environment shows several processes.")
     flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host by hand).")
     flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host by hand).")
     flags.DEFINE_integer("process_id", None, "This process's index (multi-host by hand).")
-    flags.mark_flags_as_required(["config", "workdir"])
-    return config, workdir
 
 
 def start_distributed() -> None:
-    """Calls bertjax.distributed.initialize with the flags of `define_run_flags`."""
+    """Calls bertjax.distributed.initialize with the flags of `define_distributed_flags`."""
     from bertjax import distributed
 
     values = flags.FLAGS

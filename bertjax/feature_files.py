@@ -11,7 +11,7 @@ Outputs (`extract`), by the name given:
                      [{"index": -1, "values": [H floats, 6 places]}, ...]}, ...]}
     pooling "cls"/"mean": {"linex_index": i, "pooling": "mean", "layers":
                      [{"index": -1, "values": [H floats]}, ...]}
-  written to `<name>.tmp` and renamed when complete.
+  written to `<name>.tmp` and renamed when complete (removed if the run fails).
 * anything else: a folder of shards, each holding `shard_size` consecutive examples, in
   bounded memory, resumable after a kill:
     shard-00000.npz  line_index <int64>[n] (the examples' 0-based numbers in the input),
@@ -24,6 +24,16 @@ Outputs (`extract`), by the name given:
                      "complete"; rewritten atomically after each shard (the shard first).
   A run with the same settings on that folder resumes after the last shard in the
   manifest; `read_features(folder)` yields the examples back.
+
+Several JAX processes (a multi-host run, jax.distributed started; shard folders only: a
+JSONL output is refused): shard k (examples k * shard_size on) is written by process
+k % P (P = jax.process_count()). Each process reads the input, featurizes only its shards'
+examples on its own devices (no communication but two barriers) and keeps its progress
+in manifest-process{p}-of-{P}.json (the fields of manifest.json, and "processes": P); a
+run resumes process by process, and only with the same P. After its last shard each
+process waits for the others, then process 0 writes manifest.json, their manifests
+together (shards in input order, counts summed), so `read_features` reads the folder as
+a one-process run's. The folder must be one every host sees (gs://, a shared file system).
 """
 
 from __future__ import annotations
@@ -31,16 +41,20 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import re
 import time
 from typing import Any, Callable, Iterator
 
+import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from bertjax import console, fileio
 from bertjax.tasks.common import read_records
 
 FORMAT = "bertjax-features/1"
 MANIFEST = "manifest.json"
+_PROGRESS_FILE = re.compile(r"manifest-process\d+-of-\d+\.json")  # a multi-process run's own progress
 INPUT_FORMATS = ("text", "csv", "tsv", "jsonl")
 _PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal
 
@@ -100,6 +114,13 @@ def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", tex
     return count
 
 
+def input_location(path: str, file_format: str, index: int) -> str:
+    """"path:line" where example `index` (0-based) of `path` is (text: line index + 1)."""
+    if file_format == "text":
+        return f"{path}:{index + 1}"
+    return next(itertools.islice(read_records(path, file_format), index, None))[0]
+
+
 # -- Outputs. --
 
 def jsonl_line(index: int, feature: dict[str, Any], layers: tuple[int, ...], pooling: str) -> str:
@@ -154,26 +175,62 @@ def read_features(folder: str) -> Iterator[dict[str, Any]]:
                 yield {"index": int(index), "values": arrays["values"][j]}
 
 
-def _resume_point(output: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """The manifest to continue from: the folder's own (same settings) or a fresh one; a
-    ValueError for a folder of other settings or of other files."""
-    path = fileio.join(output, MANIFEST)
-    if fileio.exists(path):
-        manifest = fileio.read_json(path)
-        changed = [key for key in settings if manifest.get("settings", {}).get(key) != settings[key]]
-        if manifest.get("format") != FORMAT or changed:
-            raise ValueError(f"--output={output} holds features made with other settings ("
-                             + ", ".join(f"{k}: {manifest.get('settings', {}).get(k)!r} there, {settings[k]!r} now"
-                                         for k in changed[:3]) + "); give a new folder or the same flags")
-        return manifest
+def progress_file(process: int, processes: int) -> str:
+    """Where a process keeps its progress: manifest.json for one process, else its own file."""
+    return MANIFEST if processes == 1 else f"manifest-process{process}-of-{processes}.json"
+
+
+def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, Any]) -> None:
+    changed = [key for key in settings if manifest.get("settings", {}).get(key) != settings[key]]
+    if manifest.get("format") != FORMAT or changed:
+        raise ValueError(f"--output={output} holds features made with other settings ("
+                         + ", ".join(f"{k}: {manifest.get('settings', {}).get(k)!r} there, {settings[k]!r} now"
+                                     for k in changed[:3]) + "); give a new folder or the same flags")
+
+
+def _resume_point(output: str, settings: dict[str, Any], process: int, processes: int) -> tuple[dict[str, Any], bool]:
+    """(this process's manifest to continue from, whether the folder is complete): the
+    folder's (same settings, same process count) or a fresh one. A ValueError for a folder
+    of other settings, of another process count or of other files. Every process reads
+    every progress file, so all of them reach the same verdict."""
     if fileio.exists(output) and not fileio.isdir(output):
         raise ValueError(f"--output={output} is a file; give a folder for shards or a name ending in .jsonl")
-    present = fileio.listdir(output) if fileio.isdir(output) else []
-    if present:
-        raise ValueError(f"--output={output} is not empty and has no {MANIFEST} (it has {', '.join(sorted(present)[:4])}"
-                         "); give a new or empty folder")
-    return {"format": FORMAT, "settings": settings, "shards": [], "examples_done": 0, "truncated": 0,
-            "complete": False}
+    present = sorted(fileio.listdir(output)) if fileio.isdir(output) else []
+    manifests = {name: fileio.read_json(fileio.join(output, name)) for name in present
+                 if name == MANIFEST or _PROGRESS_FILE.fullmatch(name)}
+    fresh = {"format": FORMAT, "settings": settings, "shards": [], "examples_done": 0, "truncated": 0,
+             "complete": False, **({"processes": processes} if processes > 1 else {})}
+    if not manifests:
+        if present:
+            raise ValueError(f"--output={output} is not empty and has no {MANIFEST} (it has {', '.join(present[:4])}"
+                             "); give a new or empty folder")
+        return fresh, False
+    for manifest in manifests.values():
+        _check_settings(output, manifest, settings)
+    if manifests.get(MANIFEST, {}).get("complete"):
+        return manifests[MANIFEST], True
+    other = sorted({manifest.get("processes", 1) for manifest in manifests.values()} - {processes})
+    if other:
+        raise ValueError(f"--output={output} holds the progress of a run of {other[0]} process(es), this run has "
+                         f"{processes}; resume it with {other[0]} or give a new folder")
+    return manifests.get(progress_file(process, processes), fresh), False
+
+
+def _merge(output: str, processes: int, total: int) -> dict[str, Any]:
+    """The manifest.json of a multi-process run: its processes' manifests together (shards in
+    input order, counts summed)."""
+    parts = []
+    for process in range(processes):
+        path = fileio.join(output, progress_file(process, processes))
+        if not fileio.exists(path):
+            raise ValueError(f"--output={output}: process {process}'s {progress_file(process, processes)} is not "
+                             "there; a multi-host run needs a folder every host sees (gs:// or a shared file system)")
+        parts.append(fileio.read_json(path))
+    done = sum(part["examples_done"] for part in parts)
+    return {"format": FORMAT, "settings": parts[0]["settings"], "processes": processes,
+            "shards": sorted((shard for part in parts for shard in part["shards"]), key=lambda shard: shard["first"]),
+            "examples_done": done, "truncated": sum(part["truncated"] for part in parts), "complete": done == total,
+            "num_examples": total}
 
 
 def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-1, -2, -3, -4),
@@ -182,62 +239,96 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
             log: Callable[[str], None] = print) -> dict[str, Any]:
     """Writes the features of every example of `input_file` to `output` (`*.jsonl`, else a
     shard folder; see the module docstring) with `model` (an inference.Model), showing
-    progress. Returns {"examples", "truncated", "resumed_at", "seconds"}.
+    progress. With several JAX processes each writes its share of the shards (module
+    docstring). Returns {"examples", "truncated" (of the whole input), "new" (examples this
+    process featurized in this call), "seconds"}.
 
     dtype: the shards' values, "float32" or "float16" (JSONL: 6 decimal places).
     fail_on_truncation: an input longer than the model's max_seq_length is a ValueError
-      (otherwise it is truncated and counted).
+      naming it (otherwise it is truncated and counted).
     """
     model.layer_indices(layers)  # a bad index fails before any input is read
     if dtype not in ("float32", "float16"):
         raise ValueError(f"--output_dtype must be float32 or float16, got {dtype!r}")
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"--shard_size must be a positive int, got {shard_size!r}")
+    to_jsonl = output.endswith(".jsonl")
+    process, processes = jax.process_index(), jax.process_count()
+    if to_jsonl and processes > 1:
+        raise ValueError(f"--output={output}: JSONL is written by one process; give a folder for a multi-host run")
     file_format = input_format(input_file, input_format_name)
     total = count_inputs(input_file, file_format, text_a_key, text_b_key)
-    to_jsonl = output.endswith(".jsonl")
     settings = {"input_file": input_file, "input_format": file_format, "text_a_key": text_a_key,
                 "text_b_key": text_b_key, "checkpoint": model.source.path, "max_seq_length": model.max_seq_length,
                 "layers": list(layers), "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
-    manifest = {"examples_done": 0, "truncated": 0} if to_jsonl else _resume_point(output, settings)
+    who = f"process {process} of {processes}: " if processes > 1 else ""
+    if to_jsonl:  # one piece: the whole input
+        manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)
+    else:
+        manifest, finished = _resume_point(output, settings, process, processes)
+        if finished:
+            log(f"{output} is complete ({total} examples); nothing to do")
+            return {"examples": total, "truncated": manifest["truncated"], "new": 0, "seconds": 0.0}
+        # This process's shards (k % processes == process) from its next one on.
+        unit, pieces = shard_size, range(process, -(-total // shard_size), processes)[len(manifest["shards"]):]
     start = manifest["examples_done"]
-    if manifest.get("complete"):
-        log(f"{output} is complete ({total} examples); nothing to do")
-        return {"examples": total, "truncated": manifest["truncated"], "resumed_at": start, "seconds": 0.0}
+    own = start + sum(min(unit, total - piece * unit) for piece in pieces)  # this process's examples in all
     if start:
-        log(f"resuming {output} at example {start} of {total} ({len(manifest['shards'])} shards written)")
-    progress = console.Progress(total, start, label="examples", unit="examples",
-                                line_seconds=_PROGRESS_LINE_SECONDS)
+        log(f"{who}resuming {output} at example {start} of {own} ({len(manifest['shards'])} shards written)")
+    progress = console.Progress(own, start, label="examples", unit="examples", line_seconds=_PROGRESS_LINE_SECONDS)
 
-    def on_truncated(first: int, count: int) -> None:
+    def example_number(position: int) -> int:
+        """This call's position-th example -> its 0-based number in the input."""
+        return pieces[position // unit] * unit + position % unit
+
+    def on_truncated(positions: np.ndarray) -> None:
         if fail_on_truncation:
-            raise ValueError(f"--fail_on_truncation: {count} of the examples from number {start + first + 1} on are "
-                             f"longer than --max_seq_length={model.max_seq_length} tokens; raise it, or drop the flag to "
-                             "truncate and count them")
-        manifest["truncated"] += count
+            first = example_number(int(positions[0]))
+            where = input_location(input_file, file_format, first)
+            raise ValueError(f"--fail_on_truncation: example {first + 1} ({where}) is longer than --max_seq_length="
+                             f"{model.max_seq_length} tokens; raise it, or drop the flag to truncate and count such "
+                             "examples")
+        manifest["truncated"] += len(positions)
 
     began = time.perf_counter()
-    examples = itertools.islice(read_inputs(input_file, file_format, text_a_key, text_b_key), start, None)
+    examples = (example for i, example in enumerate(read_inputs(input_file, file_format, text_a_key, text_b_key))
+                if i // unit in pieces)
     features = model.iter_features(examples, layers, pooling, on_truncated=on_truncated,
                                    progress=lambda done: progress.advance(start + done))
     try:
         if to_jsonl:
             tmp = f"{output}.tmp"
-            with fileio.open_file(tmp, "w") as f:
-                for index, feature in enumerate(features):
-                    f.write(jsonl_line(index, feature, tuple(layers), pooling) + "\n")
-            fileio.rename(tmp, output)
+            try:
+                with fileio.open_file(tmp, "w") as f:
+                    for index, feature in enumerate(features):
+                        f.write(jsonl_line(index, feature, tuple(layers), pooling) + "\n")
+                fileio.rename(tmp, output)
+                manifest["examples_done"] = total
+            except BaseException:  # an error or Ctrl-C: no half-written file left behind
+                fileio.remove(tmp)
+                raise
         else:
+            if processes > 1:  # every process has checked the folder before any writes to it
+                multihost_utils.sync_global_devices(f"bertjax features start {output}")
             fileio.makedirs(output)
-            for batch in iter(lambda: list(itertools.islice(features, shard_size)), []):
-                name = _shard_name(len(manifest["shards"]))
-                fileio.write_bytes(fileio.join(output, name), _shard_bytes(
-                    manifest["examples_done"], batch, tuple(layers), pooling, dtype))
-                manifest["shards"].append({"file": name, "first": manifest["examples_done"], "count": len(batch)})
+            path = fileio.join(output, progress_file(process, processes))
+            for number, batch in zip(pieces, iter(lambda: list(itertools.islice(features, shard_size)), [])):
+                name, first = _shard_name(number), number * shard_size
+                fileio.write_bytes(fileio.join(output, name), _shard_bytes(first, batch, tuple(layers), pooling, dtype))
+                manifest["shards"].append({"file": name, "first": first, "count": len(batch)})
                 manifest["examples_done"] += len(batch)
-                manifest["complete"] = manifest["examples_done"] == total
-                fileio.write_json(fileio.join(output, MANIFEST), {**manifest, "num_examples": total})
+                manifest["complete"] = manifest["examples_done"] == own
+                fileio.write_json(path, {**manifest, "num_examples": total})
     finally:
         progress.close()
-    return {"examples": total, "truncated": manifest["truncated"], "resumed_at": start,
+    done = {"examples": total, "truncated": manifest["truncated"], "new": manifest["examples_done"] - start,
             "seconds": time.perf_counter() - began}
+    if processes > 1:
+        manifest["complete"] = manifest["examples_done"] == own  # (written also by a process without shards)
+        fileio.write_json(path, {**manifest, "num_examples": total})
+        multihost_utils.sync_global_devices(f"bertjax features done {output}")
+        merged = _merge(output, processes, total)
+        if process == 0:
+            fileio.write_json(fileio.join(output, MANIFEST), merged)
+        done["truncated"] = merged["truncated"]
+    return done

@@ -61,6 +61,15 @@ def rmtree(path: str) -> None:
         shutil.rmtree(path)
 
 
+def remove(path: str) -> None:
+    """Deletes file `path`; nothing if there is none."""
+    if is_remote(path):
+        if _gfile().exists(path):
+            _gfile().remove(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
 def rename(source: str, target: str) -> None:
     """Moves `source` to `target`, replacing it (atomic on local file systems)."""
     if is_remote(source):

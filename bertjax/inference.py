@@ -136,9 +136,9 @@ class Model:
             shardings = {name: sharding.batch_sharding(self.mesh, value.ndim) for name, value in batch.items()}
             jitted = jax.jit(apply, in_shardings=(self._replicated, shardings), out_shardings=self._replicated)
 
-            def call(params, host_batch, jitted=jitted):
-                with sharding.activate(self.mesh):
-                    return jitted(params, host_batch)
+            def call(params, host_batch, jitted=jitted, shardings=shardings):
+                with sharding.activate(self.mesh):  # (put explicitly: jit takes no numpy batch under jax.distributed)
+                    return jitted(params, jax.device_put(host_batch, shardings))
 
             self._compiled[key] = call
         return self._compiled[key]
@@ -146,9 +146,9 @@ class Model:
     # -- Encoding raw text. --
 
     def encode(self, texts_a: Sequence[str], texts_b: Sequence[str] | None = None,
-               keep_masks: bool = False) -> tuple[Split, int]:
+               keep_masks: bool = False) -> tuple[Split, np.ndarray]:
         """Texts (pairs when texts_b is given) -> (a Split of `[CLS] a [SEP] (b [SEP])` rows of
-        max_seq_length, number of rows truncated to fit). keep_masks: a literal "[MASK]" in
+        max_seq_length, <bool>[N] whether each row was truncated to fit). keep_masks: a literal "[MASK]" in
         the text is the mask token (BERT's own tokenizer would split it into "[", "mask", "]")."""
         tokenizer = _MaskKeeping(self.tokenizer) if keep_masks else self.tokenizer
         features, lengths, truncated = encode_pairs(tokenizer, texts_a, texts_b, self.max_seq_length)
@@ -162,7 +162,7 @@ class Model:
         return list(self.iter_features(texts, layers, pooling))
 
     def iter_features(self, texts: Iterable[str | tuple[str, str | None]], layers: Sequence[int] = (-1,),
-                      pooling: str = "none", on_truncated: Callable[[int, int], None] | None = None,
+                      pooling: str = "none", on_truncated: Callable[[np.ndarray], None] | None = None,
                       progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
         """Contextual features, one dict per input, in input order, computed in chunks of
         CHUNK_EXAMPLES (bounded memory on long inputs).
@@ -176,7 +176,8 @@ class Model:
           "mean" -> {"values": [len(layers), H]} (the mean over the input's tokens, [CLS] and
           [SEP] included, padding excluded: sentence-transformers' mean pooling).
         Inputs longer than max_seq_length are truncated (as fine-tuning does); on_truncated
-        (index of the first truncated input in the chunk's numbering, count) reports them.
+        gets their 0-based positions in `texts` (<int64>[k], k >= 1), a chunk at a time,
+        before that chunk's features are computed.
         """
         indices = self.layer_indices(layers)
         if pooling not in POOLINGS:
@@ -200,8 +201,8 @@ class Model:
         for chunk in _chunks(texts, CHUNK_EXAMPLES):
             pairs = [text if isinstance(text, tuple) else split_pair(text) for text in chunk]
             split, truncated = self._encode_mixed(pairs)
-            if truncated and on_truncated is not None:
-                on_truncated(done, truncated)
+            if truncated.any() and on_truncated is not None:
+                on_truncated(done + np.flatnonzero(truncated))
             outputs = self.run(f"features:{indices}:{pooling}", apply, split,
                                progress=None if progress is None else lambda k, done=done: progress(done + k),
                                sequence_outputs=("hidden",))
@@ -228,24 +229,25 @@ class Model:
                                  f"{count - 1} layers (0 = the embeddings' output, -1 = the last layer)")
         return tuple(layer % count for layer in layers)
 
-    def _encode_mixed(self, pairs: list[tuple[str, str | None]], keep_masks: bool = False) -> tuple[Split, int]:
-        """Single texts and pairs in one Split (rows in input order); keep_masks as `encode`."""
+    def _encode_mixed(self, pairs: list[tuple[str, str | None]],
+                      keep_masks: bool = False) -> tuple[Split, np.ndarray]:
+        """Single texts and pairs in one Split (rows in input order) and <bool>[N] whether each
+        row was truncated; keep_masks as `encode`."""
         single = [i for i, (_, b) in enumerate(pairs) if b is None]
         double = [i for i, (_, b) in enumerate(pairs) if b is not None]
-        parts, truncated = [], 0
+        parts = []
         for rows, has_b in ((single, False), (double, True)):
             if rows:
                 split, cut = self.encode([pairs[i][0] for i in rows], [pairs[i][1] for i in rows] if has_b else None,
                                          keep_masks)
-                parts.append((rows, split))
-                truncated += cut
+                parts.append((rows, split, cut))
         n, width = len(pairs), self.max_seq_length
         features = {name: np.zeros((n, width), np.int32) for name in ("input_ids", "segment_ids", "input_mask")}
-        lengths = np.zeros(n, np.int32)
-        for rows, split in parts:
+        lengths, truncated = np.zeros(n, np.int32), np.zeros(n, bool)
+        for rows, split, cut in parts:
             for name in features:
                 features[name][rows] = split.features[name]
-            lengths[rows] = split.lengths
+            lengths[rows], truncated[rows] = split.lengths, cut
         return Split("inputs", features, lengths), truncated
 
     # -- Fill-mask. --

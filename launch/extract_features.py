@@ -13,6 +13,11 @@ columns --text_a_key (and --text_b_key). --output: a name ending in .jsonl gets 
 original's JSONL layout; anything else is a folder of .npz shards that a second run of the
 same command resumes after a kill (layouts: bertjax/feature_files.py). Exit codes: 0 done,
 2 a bad flag or input (one line).
+
+Multi-host (a TPU pod slice, several GPU nodes): start the same command on every host
+(--distributed, --coordinator_address, --num_processes, --process_id as for pre-training;
+detected on pod slices and SLURM) with a folder every host sees as --output; each process
+writes its share of the shards (shard k: process k % number of processes).
 """
 
 import os
@@ -46,6 +51,7 @@ _TEXT_A_KEY = flags.DEFINE_string("text_a_key", "text", "CSV/TSV/JSONL: the colu
 _TEXT_B_KEY = flags.DEFINE_string("text_b_key", "", "CSV/TSV/JSONL: the column of the second text ('' = none)")
 _FAIL_ON_TRUNCATION = flags.DEFINE_bool("fail_on_truncation", False, "an example longer than --max_seq_length "
                                         "is an error instead of truncated and counted")
+cli.define_distributed_flags()
 
 
 def parse_layers(text: str) -> tuple[int, ...]:
@@ -59,7 +65,9 @@ def parse_layers(text: str) -> tuple[int, ...]:
 
 def main(_):
     layers = parse_layers(_LAYERS.value)
+    cli.start_distributed()
     import bertjax
+    import jax
     from bertjax import feature_files
 
     model = bertjax.load_model(_CHECKPOINT.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
@@ -72,10 +80,10 @@ def main(_):
         model, _INPUT.value, _OUTPUT.value, layers=layers, pooling=_POOLING.value,
         input_format_name=_INPUT_FORMAT.value, text_a_key=_TEXT_A_KEY.value, text_b_key=_TEXT_B_KEY.value,
         dtype=_OUTPUT_DTYPE.value, shard_size=_SHARD_SIZE.value, fail_on_truncation=_FAIL_ON_TRUNCATION.value)
-    new = done["examples"] - done["resumed_at"]
-    if new:
+    if done["new"]:
+        where = f" on process {jax.process_index()} of {jax.process_count()}" if jax.process_count() > 1 else ""
         print(f"wrote {_OUTPUT.value}: {done['examples']} examples ({done['truncated']} truncated to "
-              f"{model.max_seq_length} tokens), {new / max(done['seconds'], 1e-9):.1f} examples/s")
+              f"{model.max_seq_length} tokens), {done['new'] / max(done['seconds'], 1e-9):.1f} examples/s{where}")
 
 
 if __name__ == "__main__":

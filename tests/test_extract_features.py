@@ -4,6 +4,7 @@ inputs, bad inputs end in one line."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -105,16 +106,47 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
     done = feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
     assert done["truncated"] == 1 and done["examples"] == 2
     assert [len(f["tokens"]) for f in feature_files.read_features(str(tmp_path / "out"))] == [3, 64]
-    with pytest.raises(ValueError, match="--fail_on_truncation: 1 of the examples from number 1 on are longer than "
-                                         "--max_seq_length=64"):
-        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "t.jsonl"), fail_on_truncation=True)
-    assert not (tmp_path / "t.jsonl").exists()
+    (tmp_path / "five.txt").write_text("one\ntwo\n" + "long " * 100 + "\nfour\n" + "longer " * 100 + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"--fail_on_truncation: example 3 ({tmp_path}/five.txt:3) is "
+                                                   "longer than --max_seq_length=64 tokens")):
+        feature_files.extract(minilm, str(tmp_path / "five.txt"), str(tmp_path / "t"), fail_on_truncation=True)
+    (tmp_path / "five.csv").write_text("text\none\n\ntwo\n" + "long " * 100 + "\nfour\n" + "longer " * 100 + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"example 3 ({tmp_path}/five.csv:5) is longer")):  # header, blank
+        feature_files.extract(minilm, str(tmp_path / "five.csv"), str(tmp_path / "t"), fail_on_truncation=True)
     with pytest.raises(ValueError, match=r"holds features made with other settings \(pooling: 'none' there, 'mean'"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), pooling="mean")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="is not empty and has no manifest.json"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "other"))
+
+
+def test_a_failed_jsonl_run_leaves_no_tmp_file_and_an_earlier_complete_file_untouched(minilm, tmp_path):
+    """--fail_on_truncation raising, or a Ctrl-C after the first example: neither NAME.jsonl
+    nor NAME.jsonl.tmp is left; a NAME.jsonl from an earlier complete run keeps its bytes."""
+    (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
+    inputs, fresh, earlier = str(tmp_path / "in.txt"), tmp_path / "fresh.jsonl", tmp_path / "earlier.jsonl"
+    with pytest.raises(ValueError, match="--fail_on_truncation"):
+        feature_files.extract(minilm, inputs, str(fresh), fail_on_truncation=True, log=lambda _: None)
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+    feature_files.extract(minilm, inputs, str(earlier), layers=(-1,), pooling="cls", log=lambda _: None)
+    complete = earlier.read_bytes()
+
+    class CtrlC:
+        """minilm, interrupted after its first example."""
+
+        def __getattr__(self, name):
+            return getattr(minilm, name)
+
+        def iter_features(self, *args, **kwargs):
+            yield next(minilm.iter_features(*args, **kwargs))
+            raise KeyboardInterrupt
+
+    with pytest.raises(ValueError, match="--fail_on_truncation"):
+        feature_files.extract(minilm, inputs, str(earlier), fail_on_truncation=True, log=lambda _: None)
+    with pytest.raises(KeyboardInterrupt):
+        feature_files.extract(CtrlC(), inputs, str(earlier), layers=(-1,), log=lambda _: None)
+    assert sorted(os.listdir(tmp_path)) == ["earlier.jsonl", "in.txt"] and earlier.read_bytes() == complete
 
 
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_path):
@@ -147,3 +179,111 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_pa
     whole = list(feature_files.read_features(str(tmp_path / "whole")))
     assert [r["index"] for r in resumed] == list(range(200))
     np.testing.assert_allclose([r["values"] for r in resumed], [w["values"] for w in whole], atol=1e-5)
+
+
+# -- Several processes. --
+
+TEN_LINES = [f"line {i} says {' '.join(['more'] * i)}" for i in range(9)] + [" ".join(["long"] * 100)]
+
+
+def test_processes_write_their_own_shards_and_process_0_merges_them(minilm, tmp_path, monkeypatch):
+    """Two processes, simulated one after the other in this one (jax.process_index/count
+    patched, the barriers no-ops): shard k is process k % 2's; a process resumes at its own
+    next shard; process 0 merges their manifests into a manifest.json that reads back as a
+    one-process run's; a resume with another process count and a JSONL output are refused."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    from bertjax import inference
+
+    (tmp_path / "in.txt").write_text("\n".join(TEN_LINES) + "\n")  # shards [0, 1, 2] [3, 4, 5] [6, 7, 8] [9]
+    options = dict(layers=(-1,), pooling="mean", shard_size=3)
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "one"), log=lambda _: None, **options)
+    monkeypatch.setattr(multihost_utils, "sync_global_devices", lambda name: None)
+    monkeypatch.setattr(inference, "CHUNK_EXAMPLES", 3)  # one shard a chunk: a failure comes after a written shard
+    said = []
+
+    def as_process(process, processes=2, output="multi", **more):
+        monkeypatch.setattr(jax, "process_index", lambda: process)
+        monkeypatch.setattr(jax, "process_count", lambda: processes)
+        return feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / output), log=said.append,
+                                     **options, **more)
+
+    multi = tmp_path / "multi"
+    with pytest.raises(ValueError, match=re.escape(f"example 10 ({tmp_path}/in.txt:10) is longer")):
+        as_process(1, fail_on_truncation=True)  # process 1's shards: 1, then 3 (the long line)
+    assert sorted(os.listdir(multi)) == ["manifest-process1-of-2.json", "shard-00001.npz"]
+    with pytest.raises(ValueError, match="process 0's manifest-process0-of-2.json is not there; a multi-host run "
+                                         "needs a folder every host sees"):
+        as_process(1)
+    assert said == [f"process 1 of 2: resuming {multi} at example 3 of 4 (1 shards written)"]
+    done = as_process(0)
+    assert done == {"examples": 10, "truncated": 1, "new": 6, "seconds": done["seconds"]}
+    for process, shards in ((0, [0, 2]), (1, [1, 3])):
+        own = json.loads((multi / f"manifest-process{process}-of-2.json").read_text())
+        assert own["complete"] and own["processes"] == 2 and [s["first"] // 3 for s in own["shards"]] == shards
+    merged = json.loads((multi / "manifest.json").read_text())
+    assert merged["complete"] and merged["examples_done"] == 10 and merged["truncated"] == 1
+    assert [s["file"] for s in merged["shards"]] == [f"shard-0000{k}.npz" for k in range(4)]
+    got, expected = (list(feature_files.read_features(str(tmp_path / name))) for name in ("multi", "one"))
+    assert [g["index"] for g in got] == list(range(10))
+    np.testing.assert_allclose([g["values"] for g in got], [e["values"] for e in expected], atol=1e-5)
+
+    (tmp_path / "partial").mkdir()
+    (tmp_path / "partial" / "manifest-process0-of-2.json").write_text(
+        (multi / "manifest-process0-of-2.json").read_text().replace('"complete": true', '"complete": false'))
+    with pytest.raises(ValueError, match="holds the progress of a run of 2 process\\(es\\), this run has 1; resume it "
+                                         "with 2 or give a new folder"):
+        as_process(0, processes=1, output="partial")
+    with pytest.raises(ValueError, match="--output=.*x.jsonl: JSONL is written by one process; give a folder for a "
+                                         "multi-host run"):
+        as_process(1, output="x.jsonl")
+
+
+def test_two_launcher_processes_split_the_shards_and_match_one_process(tmp_path):
+    """launch/extract_features.py started twice with --num_processes=2 on 127.0.0.1 (CPU,
+    gloo, one device each). A --fail_on_truncation error in process 1 alone (its shard 3 has
+    the long line) ends both within seconds: it names the example, and process 0 (shards 0
+    and 2 written) fails at the barrier instead of waiting out jax's shutdown. Run again
+    without the flag, each process resumes, having written only its own shards; the merged
+    folder holds a one-process run's values, in input order."""
+    import socket
+
+    import bertjax
+
+    (tmp_path / "in.txt").write_text("\n".join(TEN_LINES) + "\n")
+    multi = tmp_path / "multi"
+    args = [f"--checkpoint={MINILM_DIR}", f"--input_file={tmp_path}/in.txt", f"--output={multi}", "--max_seq_length=16",
+            "--layers=-1,0", "--shard_size=3", "--num_processes=2"]
+    env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+
+    def run_both(*more):
+        """[(exit code, stdout, stderr)] of processes 0 and 1."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        command = [sys.executable, LAUNCHER, *args, *more, f"--coordinator_address=127.0.0.1:{port}"]
+        processes = [subprocess.Popen([*command, f"--process_id={i}"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for i in range(2)]
+        outputs = [p.communicate(timeout=120) for p in processes]
+        return [(p.returncode, *output) for p, output in zip(processes, outputs)]
+
+    (failed, _, _), (stopped, _, stderr) = run_both("--fail_on_truncation")
+    assert failed != 0 and stopped == 2 and stderr.strip().splitlines()[-1] == (
+        f"error: --fail_on_truncation: example 10 ({tmp_path}/in.txt:10) is longer than --max_seq_length=16 tokens; "
+        "raise it, or drop the flag to truncate and count such examples")
+    (code0, stdout0, stderr0), (code1, stdout1, stderr1) = run_both()
+    assert code0 == code1 == 0, (stderr0 + stderr1)[-3000:]
+    assert f"process 0 of 2: resuming {multi} at example 6 of 6 (2 shards written)" in stdout0
+    assert f"wrote {multi}: 10 examples (1 truncated to 16 tokens)" in stdout1 and "on process 1 of 2" in stdout1
+    for i in range(2):
+        own = json.loads((multi / f"manifest-process{i}-of-2.json").read_text())
+        assert [s["first"] // 3 for s in own["shards"]] == [i, i + 2]
+    model = bertjax.load_model(MINILM_DIR, max_seq_length=16, batch_size=32)
+    feature_files.extract(model, str(tmp_path / "in.txt"), str(tmp_path / "one"), layers=(-1, 0), shard_size=3,
+                          log=lambda _: None)
+    got, expected = (list(feature_files.read_features(str(tmp_path / name))) for name in ("multi", "one"))
+    assert [g["index"] for g in got] == list(range(10))
+    for g, e in zip(got, expected):
+        assert g["tokens"] == e["tokens"]
+        np.testing.assert_allclose(g["values"], e["values"], atol=1e-5, rtol=0)

@@ -61,9 +61,10 @@ def test_bad_layers_pooling_and_truncation_are_reported(minilm):
     with pytest.raises(ValueError, match="pooling must be one of"):
         minilm.features(["a"], pooling="max")
     truncated = []
-    [feature] = minilm.iter_features([" ".join(["word"] * 100)], on_truncated=lambda first, count: truncated.append(
-        count))
-    assert truncated == [1] and len(feature["tokens"]) == 64 and feature["tokens"][-1] == "[SEP]"
+    long = " ".join(["word"] * 100)
+    *_, feature = minilm.iter_features(["a", long, "b", long], on_truncated=lambda positions: truncated.append(
+        positions.tolist()))
+    assert truncated == [[1, 3]] and len(feature["tokens"]) == 64 and feature["tokens"][-1] == "[SEP]"
 
 
 def test_fill_mask_from_a_bertjax_run_equals_its_huggingface_export(small_pretrained_run, tmp_path):

@@ -107,7 +107,9 @@ def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
 
 @pytest.mark.parametrize("launcher, flags", [("pretrain.py", ("--config:", "--workdir:", "--distributed:")),
                                              ("finetune.py", ("--config:", "--workdir:")),
-                                             ("demo.py", ("--pretrain:", "--finetune:", "--workdir:"))])
+                                             ("demo.py", ("--pretrain:", "--finetune:", "--workdir:")),
+                                             ("extract_features.py", ("--checkpoint:", "--distributed:",
+                                                                      "--num_processes:"))])
 def test_help_lists_the_launchers_flags(launcher, flags):
     result = subprocess.run([sys.executable, os.path.join(ROOT, "launch", launcher), "--help"], capture_output=True,
                             text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})

@@ -134,8 +134,8 @@ def featurize(tokenizer, examples: ChoiceExamples, split_name: str, max_seq_leng
     features["label"] = examples.labels.astype(np.int32)
     lengths = np.zeros((n, c), np.int32)
     lengths[choice_mask] = pair_lengths
-    if truncated:
-        logging.info("%s: %d of %d (context, choice) pairs truncated to %d tokens", examples.source, truncated,
+    if truncated.any():
+        logging.info("%s: %d of %d (context, choice) pairs truncated to %d tokens", examples.source, truncated.sum(),
                      len(pairs_a), max_seq_length)
     has_labels = bool((examples.labels >= 0).any())
     return Split(split_name, features, lengths.max(axis=1, initial=0), examples, has_labels)

@@ -207,8 +207,8 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
               max_seq_length: int) -> Split:
     """Examples -> Split; a label not in `label_names` is an error naming the file and the label."""
     features, lengths, truncated = encode_pairs(tokenizer, examples.texts_a, examples.texts_b, max_seq_length)
-    if truncated:
-        logging.info("%s: %d of %d examples truncated to %d tokens", examples.source, truncated, len(lengths),
+    if truncated.any():
+        logging.info("%s: %d of %d examples truncated to %d tokens", examples.source, truncated.sum(), len(lengths),
                      max_seq_length)
     if examples.labels is None:
         features["label"] = np.zeros(len(lengths), np.float32 if label_names is None else np.int32)

@@ -231,11 +231,12 @@ def truncated_pair_lengths(len_a: np.ndarray, len_b: np.ndarray, budget: int) ->
 
 
 def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str] | None,
-                 max_seq_length: int) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
-    """Texts -> (features, lengths, number of rows truncated).
+                 max_seq_length: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Texts -> (features, lengths, truncated).
 
     features: input_ids (pad_id-padded), segment_ids, input_mask, each <int32>[N, max_seq_length].
     lengths: <int32>[N] tokens used, [CLS] and [SEP]s included.
+    truncated: <bool>[N] whether the row was cut to fit max_seq_length.
     texts_b None: single sentences `[CLS] a [SEP]`.
     """
     if texts_b is not None and len(texts_b) != len(texts_a):
@@ -248,7 +249,7 @@ def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str] | Non
     else:
         ids_b, len_b = tokenizer.encode_flat(texts_b)
         keep_a, keep_b = truncated_pair_lengths(len_a, len_b, max_seq_length - 3)
-    truncated = int(np.sum((keep_a < len_a) | (keep_b < len_b)))
+    truncated = (keep_a < len_a) | (keep_b < len_b)
     has_b = texts_b is not None
     lengths = keep_a + keep_b + 2 + has_b
     n = len(texts_a)

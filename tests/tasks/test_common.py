@@ -40,7 +40,7 @@ def test_pair_layout_segments_mask_and_truncation(tokenizer):
     b = ["It eats fish and more fish and more.", "b c"]  # 9 and 2 tokens
     features, lengths, truncated = encode_pairs(tokenizer, a, b, max_seq_length=12)
     # Row 0: budget 9 -> a keeps 5 (ceil(9/2)), b keeps 4; row 1 fits: 1 + 2 + 3 specials.
-    assert lengths.tolist() == [12, 6] and truncated == 1
+    assert lengths.tolist() == [12, 6] and truncated.tolist() == [True, False]
     assert tokenizer.decode(features["input_ids"][0]) == "[CLS] the fox lives in rivers [SEP] it eats fish and [SEP]"
     assert tokenizer.decode(features["input_ids"][1][:6]) == "[CLS] a [SEP] b c [SEP]"
     assert features["input_ids"][1][6:].tolist() == [tokenizer.pad_id] * 6
@@ -50,7 +50,7 @@ def test_pair_layout_segments_mask_and_truncation(tokenizer):
 
 def test_single_sentences_and_split_checks(tokenizer):
     features, lengths, truncated = encode_pairs(tokenizer, ["The fox lives in rivers.", "a"], None, 6)
-    assert lengths.tolist() == [6, 3] and truncated == 1
+    assert lengths.tolist() == [6, 3] and truncated.tolist() == [True, False]
     assert tokenizer.decode(features["input_ids"][0]) == "[CLS] the fox lives in [SEP]"
     assert features["segment_ids"].sum() == 0
     with pytest.raises(ValueError, match="2 first texts but 1 second"):
