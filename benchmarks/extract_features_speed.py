@@ -12,7 +12,7 @@ sentences are). Both sides write the last 4 layers' vectors of every real token 
 memory, batch 32; bertjax sorts and buckets by length (its design), Hugging Face pads each
 batch in input order to its longest row (padding="longest", the usual call). Timing starts
 after one warm-up pass (compilation). Hugging Face runs in this interpreter when torch
-imports, else in --hf_python (a subprocess running this file with --side=hf).
+imports, else in --torch_python (a subprocess running this file with --side=hf).
 """
 
 import argparse
@@ -94,14 +94,14 @@ def bert_base_dir(folder: str) -> str:
     return folder
 
 
-def hf_seconds(path: str, inputs: list[str], batch_size: int, hf_python: str) -> float:
+def hf_seconds(path: str, inputs: list[str], batch_size: int, torch_python: str) -> float:
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(inputs, f)
-        result = subprocess.run([hf_python, os.path.abspath(__file__), "--side=hf", f"--path={path}",
+        result = subprocess.run([torch_python, os.path.abspath(__file__), "--side=hf", f"--path={path}",
                                  f"--inputs={f.name}", f"--batch_size={batch_size}"],
                                 capture_output=True, text=True, check=True)
         return float(result.stdout.split()[-1])
@@ -113,7 +113,7 @@ def main():
     parser.add_argument("--models", default="minilm,base")
     parser.add_argument("--examples", type=int, default=0, help="inputs per run (default: 256 MiniLM, 64 base)")
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--hf_python", default="/tmp/refvenv/bin/python",
+    parser.add_argument("--torch_python", default="/tmp/refvenv/bin/python",
                         help="a Python with torch and transformers, when this one has none")
     parser.add_argument("--side", default="", help=argparse.SUPPRESS)  # --side=hf: the subprocess
     parser.add_argument("--path", help=argparse.SUPPRESS)
@@ -134,7 +134,7 @@ def main():
             for kind in ("128", "short"):
                 inputs = texts(kind, count)
                 ours = bertjax_side(path, inputs, args.batch_size)
-                theirs = hf_seconds(path, inputs, args.batch_size, args.hf_python)
+                theirs = hf_seconds(path, inputs, args.batch_size, args.torch_python)
                 rows.append((name, kind, count, count / ours, count / theirs))
                 print(f"{name} {kind}: bertjax {count / ours:.1f}/s, Hugging Face {count / theirs:.1f}/s", flush=True)
     print("\n| model | inputs | sequences | bertjax seq/s | HF PyTorch seq/s | ratio |")
