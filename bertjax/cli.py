@@ -181,7 +181,7 @@ def run(main: Callable[[list[str]], None]) -> None:
             _exit(EXIT_STOPPED)
         except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
             print(f"error: {error_line(e)}", file=sys.stderr)
-            _exit_after_error()
+            _exit(EXIT_ERROR)
 
     app.run(wrapped, flags_parser=_parse_flags)
 
@@ -192,27 +192,21 @@ def config_kind(config) -> str:
 
 
 def _exit(code: int) -> None:
-    """sys.exit, or, while a stalled input thread is still inside TensorFlow (which would abort
-    the interpreter's shutdown), os._exit once everything is flushed: checkpoints were
-    written before TrainingStopped was raised."""
+    """sys.exit(code), or os._exit once everything is flushed where the interpreter's shutdown
+    would go wrong:
+    - a stalled input thread is still inside TensorFlow (its shutdown would abort; checkpoints
+      were written before TrainingStopped was raised);
+    - under jax.distributed, after an error: the shutdown waits for every process, so a process
+      that failed alone (e.g. on --fail_on_truncation) would wait minutes for the others, themselves
+      waiting for it at their next barrier; gone, it ends their wait with an error."""
     from bertjax import preemption
 
-    if preemption.input_thread_alive():
+    jax = sys.modules.get("jax")
+    failed_alone = code == EXIT_ERROR and jax is not None and jax.distributed.is_initialized()
+    if preemption.input_thread_alive() or failed_alone:
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
-
-
-def _exit_after_error() -> None:
-    """sys.exit(EXIT_ERROR), or, under jax.distributed, os._exit once everything is flushed:
-    the interpreter's shutdown waits for every process, so a process that failed alone (e.g.
-    on --fail_on_truncation) would wait minutes for the others, themselves waiting for it at
-    their next barrier; gone, it ends their wait with an error."""
-    jax = sys.modules.get("jax")
-    if jax is not None and jax.distributed.is_initialized():
-        sys.stdout.flush(), sys.stderr.flush()
-        os._exit(EXIT_ERROR)
-    sys.exit(EXIT_ERROR)
 
 
 def define_config_file(name: str, default: str, help_text: str, kind: str):
