@@ -199,12 +199,6 @@ def _host(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: np.asarray(x.addressable_data(0)), tree)
 
 
-def _pad_to(values: np.ndarray, width: int, fill: float) -> np.ndarray:
-    pad = [(0, 0)] * values.ndim
-    pad[-1] = (0, width - values.shape[-1])
-    return np.pad(values, pad, constant_values=fill)
-
-
 # ======================================================================================
 # The run.
 # ======================================================================================
@@ -291,7 +285,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     def run_split(params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
-        totals, collected, order = trainer.EvalTotals(), [], []
+        totals, gathered = trainer.EvalTotals(), batching.InSplitOrder(split, task.sequence_outputs)
         rows = trainer.process_rows(eval_batch_size)
         progress = console.Progress(math.ceil(len(split) / eval_batch_size), label=f"evaluate {split.name}",
                                     enabled=jax.process_index() == 0, unit="batches")
@@ -301,14 +295,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 host_rows = {name: value[rows] for name, value in batch.items()}
                 sums, counts, predictions = _host(predict_fn(params, trainer.global_batch(host_rows, mesh)))
                 totals.add(sums, counts)
-                width = split.features["input_ids"].shape[-1]
-                collected.append({name: _pad_to(value[:len(real)], width, -1e9 if value.dtype.kind == "f" else -1)
-                                  if name in task.sequence_outputs else value[:len(real)]
-                                  for name, value in predictions.items()})
-                order.append(real)
+                gathered.add(real, predictions)
         progress.close()
-        in_split_order = np.argsort(np.concatenate(order))  # batches come shortest first
-        predictions = {name: np.concatenate([c[name] for c in collected])[in_split_order] for name in collected[0]}
+        predictions = gathered.arrays
         if not (score and split.has_labels):
             return {}, predictions
         return {"loss": totals.means()["loss"], **task.evaluate(split, predictions)}, predictions

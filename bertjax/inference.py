@@ -102,33 +102,17 @@ class Model:
         """Runs `apply(params, batch) -> {name: <[B, ...]>}` over every row of `split`.
 
         Rows are taken in order of length, batched `batch_size` at a time (the last batch
-        padded with zero rows), each batch cut to its bucket length; `apply` is compiled
-        once per (purpose, bucket). Returns {name: <[N, ...]>} in the split's row order,
-        the outputs named in `sequence_outputs` (the sequence their last axis) padded back
-        to the split's width with zeros.
+        padded with zero rows), each batch cut to its bucket length (`batching.eval_batches`);
+        `apply` is compiled once per (purpose, bucket). Returns {name: <[N, ...]>} in the
+        split's row order, the outputs named in `sequence_outputs` (the sequence their last
+        axis) padded back to the split's width (`batching.InSplitOrder`). progress(rows done).
         """
-        n, width = len(split), split.features["input_ids"].shape[-1]
-        order = np.argsort(split.lengths, kind="stable")
-        collected: dict[str, np.ndarray] = {}
-        for start in range(0, n, self.batch_size):
-            rows = order[start:start + self.batch_size]
-            padded = np.full(self.batch_size, -1)
-            padded[:len(rows)] = rows
-            batch = batching.cut_rows(split, padded, self.buckets)
-            outputs = self._compiled_for(purpose, apply, batch)(self._params, batch)
-            for name, value in outputs.items():
-                value = np.asarray(value)[:len(rows)]
-                sequence = name in sequence_outputs
-                if name not in collected:
-                    shape = (n, *value.shape[1:-1], width) if sequence else (n, *value.shape[1:])
-                    collected[name] = np.zeros(shape, value.dtype)
-                if sequence:
-                    collected[name][rows, ..., :value.shape[-1]] = value
-                else:
-                    collected[name][rows] = value
+        gathered = batching.InSplitOrder(split, sequence_outputs)
+        for batch, real in batching.eval_batches(split, self.batch_size, self.buckets):
+            gathered.add(real, self._compiled_for(purpose, apply, batch)(self._params, batch))
             if progress is not None:
-                progress(min(start + self.batch_size, n))
-        return collected
+                progress(gathered.count)
+        return gathered.arrays
 
     def _compiled_for(self, purpose: str, apply: Callable, batch: dict[str, np.ndarray]) -> Callable:
         key = (purpose, batch["input_ids"].shape[-1])

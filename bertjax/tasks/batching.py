@@ -22,7 +22,7 @@ each saves.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -49,22 +49,17 @@ def bucket_for(length: int, buckets: list[int]) -> int:
     return buckets[-1]
 
 
-def cut_rows(split: Split, rows: np.ndarray, buckets: list[int]) -> dict[str, np.ndarray]:
+def _cut(split: Split, rows: np.ndarray, weights: np.ndarray, buckets: list[int]) -> dict[str, np.ndarray]:
     """The features of the given rows of `split` (negative index = a padding row of zeros),
-    cut to the bucket of the longest."""
+    cut to the bucket of the longest, with the rows' example_weights."""
     real = rows >= 0
     length = bucket_for(int(split.lengths[rows[real]].max(initial=1)), buckets)
-    batch = {}
+    batch = {"example_weights": weights.astype(np.float32)}
     for name, values in split.features.items():
         taken = values[np.where(real, rows, 0)]
         taken[~real] = 0
         batch[name] = taken[..., :length] if name in SEQUENCE_FEATURES else taken
     return batch
-
-
-def _cut(split: Split, rows: np.ndarray, weights: np.ndarray, buckets: list[int]) -> dict[str, np.ndarray]:
-    """`cut_rows` with the rows' example_weights."""
-    return {**cut_rows(split, rows, buckets), "example_weights": weights.astype(np.float32)}
 
 
 GROUP_BATCHES = 64  # batches per length-sorted group (group_by_length)
@@ -171,6 +166,37 @@ def eval_batches(split: Split, batch_size: int, buckets: list[int]
         weights = np.zeros(batch_size)
         weights[:len(real)] = 1.0
         yield _cut(split, rows, weights, buckets), real
+
+
+class InSplitOrder:
+    """Gathers the outputs of `eval_batches`' batches into arrays in the split's row order.
+
+    `add(real, outputs)` takes a batch's real-row indices and its outputs {name: <[B, ...]>}
+    (padding rows after the real ones); `arrays` is then {name: <[N, ...]>} and `count` the
+    rows added so far. The outputs named
+    in `sequence_outputs` have the sequence as their last axis, cut to the batch's bucket: they
+    are padded back to the split's width with -1e9 (floats: no argmax or softmax picks them)
+    or -1 (integers).
+    """
+
+    def __init__(self, split: Split, sequence_outputs: tuple[str, ...] = ()):
+        self.size, self.width = len(split), split.features["input_ids"].shape[-1]
+        self.sequence_outputs = sequence_outputs
+        self.arrays: dict[str, np.ndarray] = {}
+        self.count = 0
+
+    def add(self, real: np.ndarray, outputs: dict[str, Any]) -> None:
+        self.count += len(real)
+        for name, value in outputs.items():
+            value = np.asarray(value)[:len(real)]
+            sequence = name in self.sequence_outputs
+            if name not in self.arrays:
+                shape = (self.size, *value.shape[1:-1], self.width) if sequence else (self.size, *value.shape[1:])
+                self.arrays[name] = np.full(shape, -1 if value.dtype.kind in "iu" else -1e9, value.dtype)
+            if sequence:
+                self.arrays[name][real, ..., :value.shape[-1]] = value
+            else:
+                self.arrays[name][real] = value
 
 
 def padding_share(split: Split, batch_size: int, seed: int, buckets: list[int], group_by_length: bool,
