@@ -17,7 +17,7 @@ from google.protobuf import message
 
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
                                   shuffle_seed)
-from bertjax.tf_cpu import tf
+from bertjax.tf_cpu import no_autograph, tf
 
 _MAX_EPOCHS = 1 << 40
 
@@ -89,7 +89,7 @@ class OriginalTFRecordPipeline:
         """Records per epoch on this host (one counting pass, cached)."""
         if self._epoch_size is None:
             self._epoch_size = int(self._epoch(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
-                                                                                lambda n, _: n + 1))
+                                                                                no_autograph(lambda n, _: n + 1)))
         return self._epoch_size
 
     def holds_at_least(self, count: int) -> bool:
@@ -97,7 +97,7 @@ class OriginalTFRecordPipeline:
         if self._epoch_size is not None:
             return self._epoch_size >= count
         records = self._epoch(tf.constant(0, tf.int64)).take(count)
-        return int(records.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)) >= count
+        return int(records.reduce(tf.constant(0, tf.int64), no_autograph(lambda n, _: n + 1))) >= count
 
     def _parse(self, serialized: tf.Tensor) -> dict:
         features = tf.io.parse_example(serialized, self.spec)
@@ -108,9 +108,9 @@ class OriginalTFRecordPipeline:
     def dataset(self, start_batch: int = 0) -> tf.data.Dataset:
         position = start_batch * self.batch_size
         epoch, offset = divmod(position, self.epoch_size()) if position else (0, 0)
-        ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(self._epoch).skip(offset)
+        ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(no_autograph(self._epoch)).skip(offset)
         ds = ds.batch(self.batch_size, drop_remainder=True)
-        return ds.map(self._parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        return ds.map(no_autograph(self._parse), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's."""

@@ -45,7 +45,7 @@ from bertjax import fileio
 from bertjax.data import masking, pairing, shards, sources
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
                                   shuffle_seed)
-from bertjax.tf_cpu import tf
+from bertjax.tf_cpu import no_autograph, tf
 
 # Text sources (prepared on first use), a directory prepared earlier, Google's pre-training records.
 SOURCES = (*sources.SOURCES, "prepared", "original_tfrecord")
@@ -151,11 +151,11 @@ class PretrainingPipeline:
             return {key: out[key] for key in ("a_tokens", "b_tokens", "is_random")}
 
         docs = self._documents(order_key).batch(_DOCS_PER_CHUNK_BATCH).enumerate()
-        return docs.map(chunk, num_parallel_calls=_AUTOTUNE)
+        return docs.map(no_autograph(chunk), num_parallel_calls=_AUTOTUNE)
 
     def _epoch(self, epoch) -> tf.data.Dataset:
         """Epoch `epoch`'s instances (with their `epoch`), shuffled."""
-        chunked = self._chunked(epoch).map(lambda out: dict(out, epoch=tf.fill(tf.shape(out["is_random"]), epoch)))
+        chunked = self._chunked(epoch).map(no_autograph(lambda out: dict(out, epoch=tf.fill(tf.shape(out["is_random"]), epoch))))
         return chunked.unbatch().shuffle(
             self.config.instance_shuffle_buffer, seed=shuffle_seed(self._key(_INSTANCE_ORDER, epoch)))
 
@@ -172,7 +172,7 @@ class PretrainingPipeline:
                                      max_predictions=self.config.max_predictions_per_seq)
             return {"epoch": tf.fill(tf.shape(rows["input_mask"])[:1], epoch), **rows}
 
-        return self._epoch(epoch).batch(_PACK_WINDOW).enumerate().map(pack, num_parallel_calls=_AUTOTUNE).unbatch()
+        return self._epoch(epoch).batch(_PACK_WINDOW).enumerate().map(no_autograph(pack), num_parallel_calls=_AUTOTUNE).unbatch()
 
     def epoch_size(self, epoch: int) -> int:
         """Rows (instances, or packed rows) in epoch `epoch` on this host, recorded or counted:
@@ -198,11 +198,11 @@ class PretrainingPipeline:
         documents chunked (no layout or masking), or with packing 1 per packed row."""
         epoch = tf.constant(epoch, tf.int64)
         if self.pack_pairs:
-            return self._rows(epoch).map(lambda _: tf.constant(1))
-        return self._chunked(epoch).map(lambda out: tf.size(out["is_random"]))
+            return self._rows(epoch).map(no_autograph(lambda _: tf.constant(1)))
+        return self._chunked(epoch).map(no_autograph(lambda out: tf.size(out["is_random"])))
 
     def _count_instances(self, epoch: int) -> int:
-        count = int(self._row_counts(epoch).reduce(tf.constant(0), lambda a, b: a + b))
+        count = int(self._row_counts(epoch).reduce(tf.constant(0), no_autograph(lambda a, b: a + b)))
         if count == 0:
             raise ValueError(self._no_instances())
         return count
@@ -273,11 +273,11 @@ class PretrainingPipeline:
         """The tf.data.Dataset behind `batches` (infinite); elements also hold `epoch`
         <int64>[B], each row's epoch."""
         epoch, offset = self._locate(start_batch)
-        ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(self._rows).skip(offset)
+        ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(no_autograph(self._rows)).skip(offset)
         ds = ds.batch(self.batch_size, drop_remainder=True)
         if not self.pack_pairs:
             ds = tf.data.Dataset.zip(tf.data.Dataset.range(start_batch, _MAX_EPOCHS), ds)
-            ds = ds.map(self._build, num_parallel_calls=_AUTOTUNE)
+            ds = ds.map(no_autograph(self._build), num_parallel_calls=_AUTOTUNE)
         return ds.prefetch(_AUTOTUNE)
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
