@@ -16,8 +16,8 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 # the end. pytest's tmp_path folders live there too; xdist workers nest theirs inside.
 _SESSION_TMP = tempfile.mkdtemp(prefix="bertjax-tests-")
 os.environ["TMPDIR"] = tempfile.tempdir = _SESSION_TMP
-# Launchers cache compiled programs (bertjax.compilation_cache): the session's own cache, shared
-# by the launcher processes the tests start, never the user's.
+# Compiled programs are cached (bertjax.compilation_cache) in the session's own cache, shared by
+# the test processes and the launcher processes they start, never the user's.
 os.environ.setdefault("BERTJAX_COMPILATION_CACHE", os.path.join(_SESSION_TMP, "xla_cache"))
 
 import pytest  # noqa: E402
@@ -42,7 +42,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    from bertjax import compilation_cache
+
+    compilation_cache.enable()  # the session's cache (above): many tests compile the same small steps
     config.addinivalue_line("markers", "slow: long-running test, skipped unless --runslow")
+    config.addinivalue_line("markers", "heavy: a default-suite test of a minute or more on two cores, run first")
 
 
 def pytest_unconfigure(config):
@@ -50,6 +54,9 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # Heavy tests first: the two xdist workers (tests/run_tests.sh: --dist worksteal) then share
+    # the light ones at the end, instead of one worker starting a 3-minute test as the other finishes.
+    items.sort(key=lambda item: "heavy" not in item.keywords)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")

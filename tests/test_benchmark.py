@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = [sys.executable, os.path.join(ROOT, "launch", "benchmark.py"), "--preset=tiny", "--batch_size=4",
            "--seq_len=32", "--steps=1", "--warmup=1", "--nopipeline"]
@@ -68,6 +70,7 @@ def test_finetune_packing_benchmark_prints_its_table():
     assert lines[-1].startswith("packed, up to 16 per row") and lines[-1].endswith("x")
 
 
+@pytest.mark.heavy
 def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     """Two seeds on the default corpus (Python's language reference) at lr 1e-7, which cannot
     learn: every evaluation at the guess, both seeds marked STALLED by the plateau alarm."""

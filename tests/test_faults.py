@@ -301,6 +301,7 @@ def test_a_second_run_on_the_same_workdir_refuses(tmp_path, prepared_dir):
 # SIGTERM to one host of a two-process run: both save the same step and stop.
 # ---------------------------------------------------------------------------------------
 
+@pytest.mark.heavy
 def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(tmp_path, prepared_dir):
     workdir = tmp_path / "run"
     with socket.socket() as s:

@@ -113,6 +113,7 @@ def _assert_learns(summary, workdir):
     assert summary["best"]["metrics"]["accuracy"] >= 0.75
 
 
+@pytest.mark.heavy
 def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
     from bertjax import finetune
 
@@ -131,6 +132,7 @@ def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
     assert lines == ["index\tprediction", "r1\tgood", "r2\tbad"]
 
 
+@pytest.mark.heavy
 def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
     """Up to 4 reviews per row: 64 examples in 16 rows, a batch of 16 rows in 2 accumulated
     micro-batches; the classifier reads each review's [CLS]."""
@@ -182,6 +184,7 @@ DEMO_ARGS = ["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo
              "--config.train.eval_every=10", "--config.checkpoint.every=4", "--config.train.eval_batch_size=400"]
 
 
+@pytest.mark.heavy
 def test_sigterm_then_resume_gives_the_uninterrupted_run(pretrained_run, tmp_path):
     init = f"--config.init_checkpoint={pretrained_run}"
     command, env = _launch(tmp_path / "reference", *DEMO_ARGS, init)

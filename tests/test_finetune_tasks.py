@@ -256,6 +256,7 @@ def test_span_qa_learns_from_minilm(tmp_path):
     assert before["eval_f1"] < 40 and after["eval_f1"] > 75, (before, after)
 
 
+@pytest.mark.heavy
 def test_tagging_learns_from_scratch(tmp_path):
     """Generated sentences with PER, LOC and ORG entities: the tiny model from scratch (demo
     vocabulary) scores entity F1 0.06 before and 0.95 after 60 steps of 32 (30-60 s)."""

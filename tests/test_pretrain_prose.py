@@ -45,6 +45,7 @@ def _evaluations(records):
     return [r for r in records if "eval_mlm_accuracy" in r]
 
 
+@pytest.mark.heavy
 def test_tiny_preset_defaults_leave_the_unigram_guess_on_prose(tmp_path, prose):
     """The tiny preset's recipe (Adam with bias correction, lr 1e-3, 100 warmup steps) for 300
     steps at length 64 (about a CPU-minute). Measured 2026-11-25 (benchmarks/README.md, Pre-training

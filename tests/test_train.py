@@ -55,6 +55,7 @@ def _losses(records, keys=("loss", "mlm_loss", "nsp_loss", "grad_norm")):
     return {r["step"]: tuple(r[k] for k in keys) for r in records if "loss" in r}
 
 
+@pytest.mark.heavy
 def test_sigterm_then_resume_replays_the_uninterrupted_run_bitwise(tmp_path, prepared_dir):
     steps = ["--config.train.num_steps=24"]
     _run(tmp_path / "reference", prepared_dir, *steps)
@@ -87,6 +88,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.heavy
 def test_two_processes_match_one_process_with_eight_devices(tmp_path, prepared_dir):
     common = ["--config.train.num_steps=6", "--config.mesh.fsdp=2", "--config.mesh.tensor=2",
               "--config.data.host_split=global_batch"]
@@ -151,6 +153,7 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir)
     assert records[-1]["step"] < 40
 
 
+@pytest.mark.heavy
 def test_phase_two_continues_from_the_phase_one_checkpoint(tmp_path, prepared_dir):
     phase1 = tmp_path / "phase1"
     _run(phase1, prepared_dir, "--config.train.num_steps=30", "--config.train.learning_rate=2e-3")

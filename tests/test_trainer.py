@@ -50,6 +50,7 @@ def setup():
     return fresh_state, step, batch
 
 
+@pytest.mark.heavy
 def test_accumulated_micro_batches_give_the_whole_batch_update(setup):
     """Compared after the second step: the first update's learning rate is 0 (warmup starts
     at 0, as the original schedule), so the first step alone would compare unchanged weights."""
