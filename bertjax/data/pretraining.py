@@ -155,7 +155,8 @@ class PretrainingPipeline:
 
     def _epoch(self, epoch) -> tf.data.Dataset:
         """Epoch `epoch`'s instances (with their `epoch`), shuffled."""
-        chunked = self._chunked(epoch).map(no_autograph(lambda out: dict(out, epoch=tf.fill(tf.shape(out["is_random"]), epoch))))
+        with_epoch = no_autograph(lambda out: dict(out, epoch=tf.fill(tf.shape(out["is_random"]), epoch)))
+        chunked = self._chunked(epoch).map(with_epoch)
         return chunked.unbatch().shuffle(
             self.config.instance_shuffle_buffer, seed=shuffle_seed(self._key(_INSTANCE_ORDER, epoch)))
 
@@ -172,7 +173,8 @@ class PretrainingPipeline:
                                      max_predictions=self.config.max_predictions_per_seq)
             return {"epoch": tf.fill(tf.shape(rows["input_mask"])[:1], epoch), **rows}
 
-        return self._epoch(epoch).batch(_PACK_WINDOW).enumerate().map(no_autograph(pack), num_parallel_calls=_AUTOTUNE).unbatch()
+        windows = self._epoch(epoch).batch(_PACK_WINDOW).enumerate()
+        return windows.map(no_autograph(pack), num_parallel_calls=_AUTOTUNE).unbatch()
 
     def epoch_size(self, epoch: int) -> int:
         """Rows (instances, or packed rows) in epoch `epoch` on this host, recorded or counted:
