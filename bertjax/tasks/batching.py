@@ -173,10 +173,9 @@ class InSplitOrder:
 
     `add(real, outputs)` takes a batch's real-row indices and its outputs {name: <[B, ...]>}
     (padding rows after the real ones); `arrays` is then {name: <[N, ...]>} and `count` the
-    rows added so far. The outputs named
-    in `sequence_outputs` have the sequence as their last axis, cut to the batch's bucket: they
-    are padded back to the split's width with -1e9 (floats: no argmax or softmax picks them)
-    or -1 (integers).
+    rows added so far. The outputs named in `sequence_outputs` have the sequence as their last
+    axis, cut to the batch's bucket: they are padded back to the split's width with -1e9
+    (floats: no argmax or softmax picks them) or -1 (integers).
     """
 
     def __init__(self, split: Split, sequence_outputs: tuple[str, ...] = ()):
