@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bertjax.models import BertConfig, BertEncoder, stack_layers, unstack_layers
-from bertjax.models.bert import drop_probabilities
+from bertjax.models.bert import BertEmbeddings, drop_probabilities
 
 TINY = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=128)
 
@@ -224,6 +224,33 @@ def test_packed_inputs_come_together(tiny_params):
     packed = _packed([[np.arange(5, 10)]])
     with pytest.raises(ValueError, match="position_ids, sequence_ids and pooled_positions together"):
         BertEncoder(TINY).apply({"params": tiny_params}, packed["input_ids"], sequence_ids=packed["sequence_ids"])
+
+
+@pytest.mark.parametrize("packed_positions", [False, True])
+def test_embedding_gradients_equal_gathers_and_scatter_only_into_the_word_table(packed_positions):
+    """Segment and position rows are read by one-hot matmuls (or a slice): the same values and
+    gradients as gathers, without the scatter-adds into 2 or 512 rows that serialise on GPU."""
+    ids, types, _ = _inputs()
+    positions = jnp.asarray(np.tile(np.arange(12) % 7, (3, 1))) if packed_positions else None
+    module = BertEmbeddings(TINY)
+    params = nn.unbox(module.init(jax.random.key(0), ids, types, True))
+
+    def by_gathers(params):
+        table = params["params"]
+        rows = jnp.arange(12)[None] if positions is None else positions
+        x = (table["word_embeddings"]["embedding"][ids] + table["token_type_embeddings"]["embedding"][types]
+             + table["position_embeddings"]["embedding"][rows])
+        return nn.LayerNorm(epsilon=TINY.layer_norm_eps).apply({"params": table["LayerNorm"]}, x)
+
+    weights = jnp.asarray(np.random.default_rng(2).normal(size=(3, 12, TINY.hidden_size)), jnp.float32)
+    loss = lambda p: jnp.sum(module.apply(p, ids, types, True, position_ids=positions) * weights)
+    reference_loss = lambda p: jnp.sum(by_gathers(p) * weights)
+    np.testing.assert_allclose(module.apply(params, ids, types, True, position_ids=positions), by_gathers(params),
+                               atol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), jax.grad(loss)(params),
+                 jax.grad(reference_loss)(params))
+    hlo = jax.jit(jax.grad(loss)).lower(params).as_text()
+    assert hlo.count('"stablehlo.scatter"') == 1  # the word table's gradient
 
 
 def test_bfloat16_compute_keeps_float32_params():
