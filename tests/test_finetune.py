@@ -132,7 +132,7 @@ def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
     assert lines == ["index\tprediction", "r1\tgood", "r2\tbad"]
 
 
-@pytest.mark.heavy
+@pytest.mark.slow  # packed logits, loss, gradients and resume: tests/tasks/test_finetune_packing.py
 def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
     """Up to 4 reviews per row: 64 examples in 16 rows, a batch of 16 rows in 2 accumulated
     micro-batches; the classifier reads each review's [CLS]."""
