@@ -76,7 +76,6 @@ def test_a_run_that_cannot_learn_trips_the_plateau_alarm_once(tmp_path, prose):
     assert stdout.strip().splitlines()[-1].startswith("the run ended at the unigram guess; WARNING: held-out")
 
 
-
 @pytest.mark.slow
 def test_tiny_preset_defaults_learn_next_sentence_prediction_on_prose(tmp_path, prose):
     """1,500 steps of the same recipe (about 8 CPU-minutes on two cores). Measured 2026-11-26
