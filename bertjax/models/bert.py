@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.models.config import BertConfig
+from bertjax.models.dropout import Dropout, keep_mask, keep_probability
 
 Array = jax.Array
 _partition = nn.with_logical_partitioning
@@ -86,7 +87,7 @@ class BertEmbeddings(nn.Module):
         self.token_type_embeddings = embed(config.type_vocab_size, ("token_type", "embed"),
                                            "token_type_embeddings")
         self.layer_norm = layer_norm(config, "LayerNorm")
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def __call__(self, input_ids: Array, token_type_ids: Array, deterministic: bool,
                  position_ids: Array | None = None) -> Array:
@@ -173,8 +174,8 @@ class BertSelfAttention(nn.Module):
         probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
         rate = self.config.attention_probs_dropout_prob
         if not self.deterministic and rate > 0.0:
-            keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - rate, probs.shape)
-            probs = drop_probabilities(probs, keep, 1.0 - rate)
+            keep = keep_mask(self.make_rng("dropout"), probs.shape, rate)
+            probs = drop_probabilities(probs, keep, keep_probability(rate))
         return jnp.swapaxes(jnp.einsum("bnqk,bnkd->bnqd", probs, v), 1, 2)
 
 
@@ -216,7 +217,7 @@ class BertLayer(nn.Module):
     @nn.compact
     def __call__(self, x: Array, sequence_ids: Array) -> tuple[Array, Array | None]:
         config = self.config
-        dropout = nn.Dropout(config.hidden_dropout_prob)
+        dropout = Dropout(config.hidden_dropout_prob)
         attended = BertSelfAttention(config, self.deterministic, self.packed, name="attention")(x, sequence_ids)
         x = layer_norm(config, "attention_norm")(x + dropout(attended, deterministic=self.deterministic))
         x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))

@@ -34,6 +34,7 @@ import optax
 
 from bertjax.models.bert import BertEncoder, activation, dense, layer_norm
 from bertjax.models.config import BertConfig
+from bertjax.models.dropout import Dropout
 
 Array = jax.Array
 
@@ -227,7 +228,7 @@ class BertForSequenceClassification(nn.Module):
                                             frozen_encoder, position_ids=position_ids, sequence_ids=sequence_ids,
                                             pooled_positions=cls_positions)
         pooled = _sentence_vector(features, pooled, cls_positions)
-        pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
+        pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         return dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(pooled)
 
 
@@ -272,7 +273,7 @@ class BertForTokenClassification(nn.Module):
         sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder)
         if self.config.tagging_head == "bilstm":
             sequence = BiLSTM(self.config, name="bilstm")(sequence, attention_mask)
-        sequence = nn.Dropout(self.config.hidden_dropout_prob)(sequence, deterministic=deterministic)
+        sequence = Dropout(self.config.hidden_dropout_prob)(sequence, deterministic=deterministic)
         return dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(sequence)
 
 
@@ -339,7 +340,7 @@ class BertForMultipleChoice(nn.Module):
         features, pooled = encoder_features(self, flat(input_ids), flat(token_type_ids), flat(attention_mask),
                                             deterministic, frozen_encoder)
         pooled = _sentence_vector(features, pooled)
-        pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
+        pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         scores = dense(self.config, 1, ("embed", "classes"), "classifier")(pooled)
         return scores.reshape(batch, choices)
 
