@@ -2,7 +2,8 @@ r"""The whole job on the embedded demo corpus, end to end (`bash launch/demo.sh`
 
   1. prepare the demo corpus (tokenizer and shards) and pre-train the tiny preset;
   2. fine-tune on the demo task from that checkpoint, and the same run from scratch;
-  3. print a results table and write WORKDIR/results.json and PNG training curves.
+  3. ask the pre-trained model to fill in a masked word in ten sentences of the demo world;
+  4. print a results table and write WORKDIR/results.json and PNG training curves.
 
   python launch/demo.py [--workdir=workdir/demo] [--pretrain.train.num_steps=300] \
       [--finetune.train.num_epochs=2]
@@ -48,6 +49,18 @@ def _check_configs(pretrain_config, finetune_config) -> None:
         raise ValueError(f"--finetune: {e}") from None
 
 
+def _fill_mask(pretrain_dir: str) -> list[dict]:
+    """The pre-trained model's top 3 for each of the demo world's FILL_MASK_PROBES."""
+    import bertjax
+    from bertjax.data import demo_corpus
+
+    probes = demo_corpus.FILL_MASK_PROBES
+    answers = bertjax.load_model(pretrain_dir).fill_mask([text for text, _ in probes], top_k=3)
+    return [{"text": text, "expected": expected,
+             "top": [(guess["token"], round(guess["probability"], 4)) for guess in masks[0]]}
+            for (text, expected), masks in zip(probes, answers)]
+
+
 def main(_):
     from bertjax import fileio, finetune, plots, train
     from bertjax.models import convert
@@ -59,6 +72,7 @@ def main(_):
 
     _check_configs(_PRETRAIN.value, _FINETUNE.value)
     train.train_and_evaluate(_PRETRAIN.value, pretrain_dir)
+    fill_mask = _fill_mask(pretrain_dir)
     accuracy = {}
     for name, run_dir in runs.items():
         config = _FINETUNE.value.copy_and_resolve_references()
@@ -87,13 +101,21 @@ def main(_):
         "pretrain_nsp_accuracy": _last(pretrain_metrics, "eval_nsp_accuracy"),
         "finetune_accuracy_pretrained": accuracy["pretrained"],
         "finetune_accuracy_scratch": accuracy["scratch"],
+        "fill_mask_top1_accuracy": sum(probe["top"][0][0] == probe["expected"] for probe in fill_mask) / len(fill_mask),
+        "fill_mask": fill_mask,
         "plots": [pretrain_plot, finetune_plot],
     }
     fileio.write_json(fileio.join(workdir, "results.json"), results)
     rows = [("pre-training: held-out masked-LM accuracy", results["pretrain_mlm_accuracy"]),
             ("pre-training: held-out next-sentence accuracy", results["pretrain_nsp_accuracy"]),
+            ("pre-training: fill-mask top-1 right (the 10 above)", results["fill_mask_top1_accuracy"]),
             ("demo task dev accuracy, fine-tuned from pre-training", results["finetune_accuracy_pretrained"]),
             ("demo task dev accuracy, same fine-tuning from scratch", results["finetune_accuracy_scratch"])]
+    print("\nfill-mask, the pre-trained model's top 3 (* where the first is the world's word):")
+    for probe in fill_mask:
+        mark = "*" if probe["top"][0][0] == probe["expected"] else " "
+        guesses = ", ".join(f"{token} {probability:.2f}" for token, probability in probe["top"])
+        print(f"  {mark} {probe['text']:<56} {guesses}")
     print("\n" + "\n".join(f"  {name:<55} {value:6.1%}" for name, value in rows))
     print(f"\nresults: {fileio.join(workdir, 'results.json')}\nplots:   {pretrain_plot}\n         {finetune_plot}\n"
           f"TensorBoard: tensorboard --logdir {workdir}\ntotal time: {time.time() - start:.0f}s")

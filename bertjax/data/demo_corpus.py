@@ -264,6 +264,23 @@ def demo_documents(start: int = 0, stop: int = NUM_DOCUMENTS) -> Iterator[list[s
         yield demo_document(index)
 
 
+# Sentences in the world's templates with one word masked, and that word: what the demo's
+# pre-trained model is asked to fill in (launch/demo.py prints its answers). The words follow
+# from the neighbouring ones; the names are the world's own.
+FILL_MASK_PROBES = (
+    ("She is 20 [MASK] old .", "years"),
+    ("The fox [MASK] in forests .", "lives"),
+    ("Every morning he goes to [MASK] at Drailo Shipping .", "work"),
+    ("He was [MASK] in Kaliport .", "born"),
+    ("The [MASK] of Kaliport is Dunel Zarelton .", "mayor"),
+    ("She likes to [MASK] fish soup .", "eat"),
+    ("About 20 thousand people [MASK] in Kaliport .", "live"),
+    ("The otter lives for about 12 [MASK] .", "years"),
+    ("Kaliport is famous for its [MASK] soup .", "fish"),
+    ("The main office of Drailo Shipping is [MASK] Kaliport .", "in"),
+)
+
+
 # -- The downstream task: does the second sentence continue the first? --
 
 TASK_LABELS = ("continues", "unrelated")

@@ -1,0 +1,47 @@
+"""launch/demo.py end to end at a toy size: both stages, the fill-mask answers, the table and
+results.json (the real demo's figures are the README's, measured before each landing)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bertjax.data import demo_corpus  # noqa: E402
+
+TOY_MODEL = ["hidden_size=32", "num_hidden_layers=1", "num_attention_heads=2", "intermediate_size=64"]
+
+
+@pytest.mark.heavy
+def test_demo_runs_both_stages_and_reports_fill_mask(tmp_path, prepared_dir):
+    command = [sys.executable, os.path.join(ROOT, "launch", "demo.py"), f"--workdir={tmp_path}",
+               f"--pretrain.data.prepared_dir={prepared_dir}", "--pretrain.train.num_steps=4",
+               "--pretrain.train.warmup_steps=1", "--pretrain.train.eval_every=4", "--pretrain.train.eval_batches=1",
+               "--pretrain.checkpoint.every=4", *[f"--pretrain.model.{value}" for value in TOY_MODEL],
+               "--finetune.train.num_steps=2", "--finetune.train.eval_every=2", "--finetune.data.num_buckets=1",
+               *[f"--finetune.model.{value}" for value in TOY_MODEL]]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+
+    with open(tmp_path / "results.json") as f:
+        results = json.load(f)
+    probes = results["fill_mask"]
+    assert [(p["text"], p["expected"]) for p in probes] == list(demo_corpus.FILL_MASK_PROBES)
+    for probe in probes:
+        probabilities = [probability for _, probability in probe["top"]]
+        assert len(probabilities) == 3 and probabilities == sorted(probabilities, reverse=True), probe
+        assert 0 < sum(probabilities) <= 1.0001
+    hits = sum(p["top"][0][0] == p["expected"] for p in probes)
+    assert results["fill_mask_top1_accuracy"] == hits / 10
+    for key in ("pretrain_mlm_accuracy", "pretrain_nsp_accuracy", "finetune_accuracy_pretrained",
+                "finetune_accuracy_scratch"):
+        assert 0 <= results[key] <= 1, key
+    assert all(os.path.exists(plot) for plot in results["plots"])
+    printed = result.stdout
+    assert "She is 20 [MASK] old ." in printed and f"{results['fill_mask_top1_accuracy']:6.1%}" in printed
+    assert "demo task dev accuracy, same fine-tuning from scratch" in printed
