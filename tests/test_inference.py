@@ -52,7 +52,7 @@ def test_batching_and_buckets_change_no_number(minilm):
     alone = minilm.features(["Short one."], pooling="mean")
     np.testing.assert_allclose(crowd[0]["values"], alone[0]["values"], atol=1e-5)
     np.testing.assert_array_equal(crowd[0]["values"], crowd[2]["values"])
-    assert {key[1] for key in minilm._compiled} >= {16, 64}  # short rows were not padded to 64
+    assert {key[1] for key in minilm._compiled} >= {8, 64}  # short rows were not padded to 64
 
 
 def test_bad_layers_pooling_and_truncation_are_reported(minilm):
