@@ -72,14 +72,16 @@ def test_finetune_packing_benchmark_prints_its_table():
 
 @pytest.mark.heavy
 def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
-    """Two seeds on the default corpus (Python's language reference) at lr 1e-7, which cannot
-    learn: every evaluation at the guess, both seeds marked STALLED by the plateau alarm."""
+    """Two seeds of a one-layer model on the default corpus (Python's language reference) and
+    vocabulary at lr 1e-7, which cannot learn: every evaluation at the guess, both seeds marked
+    STALLED by the plateau alarm."""
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "pretrain_recipe.py"), f"--workdir={tmp_path}",
                "--seeds=42,1", "--config.train.learning_rate=1e-7", "--config.train.num_steps=3",
                "--config.train.warmup_steps=0", "--config.train.eval_every=1", "--config.train.eval_batches=2",
                "--config.train.global_batch_size=8", "--config.train.log_every=3", "--config.checkpoint.every=3",
                "--config.data.max_seq_length=32", "--config.data.max_predictions_per_seq=5",
-               "--config.data.eval_fraction=0.2"]
+               "--config.data.eval_fraction=0.2", "--config.model.num_hidden_layers=1", "--config.model.hidden_size=64",
+               "--config.model.intermediate_size=128"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -184,7 +184,10 @@ DEMO_ARGS = ["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo
              "--config.train.eval_every=10", "--config.checkpoint.every=4", "--config.train.eval_batch_size=400"]
 
 
-@pytest.mark.heavy
+# Slow: three launcher runs. The default suite keeps SIGTERM-and-resume bitwise for pre-training
+# (tests/test_train.py, the same preemption code) and a fine-tuning restart's exact weights
+# (tests/test_features.py::test_a_frozen_run_resumes_exactly).
+@pytest.mark.slow
 def test_sigterm_then_resume_gives_the_uninterrupted_run(pretrained_run, tmp_path):
     init = f"--config.init_checkpoint={pretrained_run}"
     command, env = _launch(tmp_path / "reference", *DEMO_ARGS, init)

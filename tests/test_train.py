@@ -19,7 +19,7 @@ sys.path.insert(0, ROOT)
 from configs import pretrain as pretrain_config  # noqa: E402
 
 # A small model and batch so that each run takes seconds of compute on a CPU.
-SMALL = ["--config.model.hidden_size=64", "--config.model.num_attention_heads=2",
+SMALL = ["--config.model.num_hidden_layers=1", "--config.model.hidden_size=64", "--config.model.num_attention_heads=2",
          "--config.model.intermediate_size=128", "--config.data.max_seq_length=64",
          "--config.data.max_predictions_per_seq=10", "--config.train.global_batch_size=16",
          "--config.train.warmup_steps=2", "--config.train.log_every=1", "--config.train.eval_every=0",
@@ -112,10 +112,26 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path, prepared_d
         np.testing.assert_allclose(distributed[step], reference[step], atol=1e-5, rtol=0, err_msg=f"step {step}")
 
 
-def test_two_processes_reading_their_own_files(tmp_path, prepared_dir):
-    """host_split=files (the pod-scale default): each process reads its own half of the demo
-    corpus's shards (disjoint, together all of them; each host's rows differ), and the
-    run trains on their rows together: every step logged once, with finite metrics."""
+def test_each_process_reads_its_own_half_of_the_files(tmp_path, prepared_dir):
+    """host_split=files (the pod-scale default): each of two processes reads its own half of
+    the demo corpus's shards (disjoint, together all of them; each host's rows differ)."""
+    from bertjax.data import pipelines
+
+    config = pretrain_config.get_config("tiny")
+    config.data.update(prepared_dir=prepared_dir, max_seq_length=64, max_predictions_per_seq=10)
+    hosts = [pipelines.make_pipeline(config.data, str(tmp_path), batch_size=8, process_index=i, process_count=2)
+             for i in range(2)]
+    files = [{host.paths[i] for i in host.file_ids} for host in hosts]
+    assert len(files[0]) == len(files[1]) == len(hosts[0].paths) // 2  # the demo corpus: 16 shards
+    assert not files[0] & files[1] and files[0] | files[1] == set(hosts[0].paths)
+    assert all(host.record_shard is None for host in hosts)  # whole files, not every other record
+    first = [next(host.batches())["input_ids"] for host in hosts]
+    assert not np.array_equal(first[0], first[1])
+
+
+@pytest.mark.slow  # two launcher processes; the split itself is checked just above
+def test_two_processes_reading_their_own_files_train_together(tmp_path, prepared_dir):
+    """The run trains on both hosts' rows together: every step logged once, finite metrics."""
     workdir = tmp_path / "files"
     port = _free_port()
     processes = [subprocess.Popen(
@@ -127,18 +143,6 @@ def test_two_processes_reading_their_own_files(tmp_path, prepared_dir):
         assert p.returncode == 0, stderr[-5000:]
     losses = _losses(_metrics(workdir))
     assert sorted(losses) == [1, 2, 3, 4] and np.all(np.isfinite(list(losses.values())))
-    from bertjax.data import pipelines
-
-    config = pretrain_config.get_config("tiny")
-    config.data.update(prepared_dir=prepared_dir, max_seq_length=64, max_predictions_per_seq=10)
-    hosts = [pipelines.make_pipeline(config.data, str(workdir), batch_size=8, process_index=i, process_count=2)
-             for i in range(2)]
-    files = [{host.paths[i] for i in host.file_ids} for host in hosts]
-    assert len(files[0]) == len(files[1]) == len(hosts[0].paths) // 2  # the demo corpus: 16 shards
-    assert not files[0] & files[1] and files[0] | files[1] == set(hosts[0].paths)
-    assert all(host.record_shard is None for host in hosts)  # whole files, not every other record
-    first = [next(host.batches())["input_ids"] for host in hosts]
-    assert not np.array_equal(first[0], first[1])
 
 
 def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir):
@@ -153,7 +157,7 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir)
     assert records[-1]["step"] < 40
 
 
-@pytest.mark.heavy
+@pytest.mark.slow  # three runs; restoring a pre-training checkpoint's weights: tests/test_finetune.py
 def test_phase_two_continues_from_the_phase_one_checkpoint(tmp_path, prepared_dir):
     phase1 = tmp_path / "phase1"
     _run(phase1, prepared_dir, "--config.train.num_steps=30", "--config.train.learning_rate=2e-3")
