@@ -41,11 +41,15 @@ def setup():
         return trainer.initial_state(None, abstract, shardings, init_params=init_params,
                                      optimizer=optimizer, mesh=mesh)[0]
 
+    compiled = {}  # grad_accum_steps -> the jitted step, traced and compiled once
+
     def step(state, batch, grad_accum_steps=1):
+        if grad_accum_steps not in compiled:
+            compiled[grad_accum_steps] = jax.jit(lambda s, b: trainer.train_step(
+                s, b, objective=objective(model), optimizer=optimizer, schedule=schedule, seed=0,
+                grad_accum_steps=grad_accum_steps))
         with sharding.activate(mesh):
-            fn = jax.jit(lambda s, b: trainer.train_step(s, b, objective=objective(model), optimizer=optimizer,
-                                                         schedule=schedule, seed=0, grad_accum_steps=grad_accum_steps))
-            return fn(state, trainer.global_batch(batch, mesh))
+            return compiled[grad_accum_steps](state, trainer.global_batch(batch, mesh))
 
     return fresh_state, step, batch
 
