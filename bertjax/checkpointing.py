@@ -109,6 +109,23 @@ def _check_abstract(abstract: Any, name: str) -> None:
                              f"with a sharding, got {leaf!r}")
 
 
+def _state_handler() -> ocp.PyTreeCheckpointHandler:
+    """The train state's handler: orbax's, except that a single process writes each array whole.
+
+    orbax splits every replicated array among its replicas so that several hosts share the
+    writing (kept for multi-host runs). In one process that saves nothing and compiles a
+    small slicing program per array shape and device: 4 of the 9 s of a short fine-tuning run
+    on 8 CPU devices, and on a TPU VM's first save.
+    """
+    if jax.process_count() > 1:
+        return ocp.PyTreeCheckpointHandler()
+    whole_arrays = ocp.type_handlers.ArrayHandler(use_replica_parallel=False)
+    registry = ocp.type_handlers.create_type_handler_registry(*[
+        (kind, whole_arrays if kind is jax.Array else ocp.type_handlers.get_type_handler(kind))
+        for kind in ocp.type_handlers.supported_types()])
+    return ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
+
+
 class Checkpointer:
     """Orbax CheckpointManager wrapper: async saves, save interval, keep-last-N.
 
@@ -128,7 +145,7 @@ class Checkpointer:
             enable_async_checkpointing=async_save,
             cleanup_tmp_directories=True,  # leftovers of saves killed part-way
         )
-        handlers = {STATE: ocp.StandardCheckpointHandler(), META: ocp.JsonCheckpointHandler()}
+        handlers = {STATE: _state_handler(), META: ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers, options=options)
         self._saving: int | None = None  # the step of a save that may still be in flight
 
@@ -165,7 +182,7 @@ class Checkpointer:
         self._saving = step
         try:
             return self._manager.save(step, args=ocp.args.Composite(
-                **{STATE: ocp.args.StandardSave(state), META: ocp.args.JsonSave(meta)}), force=True)
+                **{STATE: ocp.args.PyTreeSave(state), META: ocp.args.JsonSave(meta)}), force=True)
         except Exception as e:  # orbax/tensorstore raise many kinds for a failed write
             raise self._save_failed(e) from e
 
@@ -238,7 +255,8 @@ class Checkpointer:
         saved_tree = self._manager.item_metadata(step)[STATE].tree
         _check_matches(abstract_state, saved_tree, f"checkpoint {self.directory / str(step)}")
         restored = self._manager.restore(step, args=ocp.args.Composite(
-            **{STATE: ocp.args.StandardRestore(abstract_state), META: ocp.args.JsonRestore()}))
+            **{STATE: ocp.args.PyTreeRestore(abstract_state, ocp.checkpoint_utils.construct_restore_args(abstract_state)),
+               META: ocp.args.JsonRestore()}))
         meta = restored[META]
         if meta.get("format") != FORMAT or meta.get("step") != step:
             raise OSError(f"checkpoint {self.directory / str(step)} has unexpected meta {meta}")

@@ -134,6 +134,38 @@ def test_save_restore_round_trip_keeps_types_and_shardings(tmp_path, state8):
     ckpt.close()
 
 
+def test_one_process_writes_replicated_arrays_whole_without_compiling(tmp_path):
+    """orbax's default splits an array replicated on 8 devices into 8 slices, each cut by a small
+    program compiled per shape and device; a single process writes it whole from one replica, so
+    a save compiles nothing (and restores the same values onto the same layout)."""
+    from jax import monitoring
+    from jax._src import dispatch
+
+    mesh = sharding.create_mesh(data=-1)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    abstract = {"kernel": jax.ShapeDtypeStruct((16, 6), jnp.float32, sharding=replicated),
+                "bias": jax.ShapeDtypeStruct((10,), jnp.float32, sharding=replicated)}
+    state = random_state(abstract, seed=3)
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == dispatch.BACKEND_COMPILE_EVENT:
+            compiles.append(duration)
+
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=1)
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        ckpt.save(1, state, data_position=1, config=CONFIG)
+        ckpt.wait_until_finished()
+    finally:
+        monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+    restored, _ = ckpt.restore(abstract)
+    assert_trees_equal(restored, state)
+    assert all(leaf.sharding == replicated for leaf in jax.tree.leaves(restored))
+    ckpt.close()
+
+
 def test_interval_keep_last_n_and_force(tmp_path, small8):
     state, _ = small8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=2, async_save=False)
