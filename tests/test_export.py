@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 from small_runs import REVIEWS
-from test_prediction import _finetune, runs  # noqa: F401  (the runs fixture: tagging, squad, choice)
+from test_prediction import _finetune
 
 # Loads SavedModels and calls their serving signature on strings, with TensorFlow alone (TensorFlow
 # imports JAX when it is installed, as an option: here it cannot).
@@ -132,7 +132,7 @@ def exported_classifier(minilm_classifier_run, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def exported(runs, tmp_path_factory):  # noqa: F811
+def exported(runs, tmp_path_factory):
     """Regression on pairs, tagging, squad and choice: tiny runs, exported and served."""
     directory = tmp_path_factory.mktemp("exports")
     rows = [(a, b, float(len(a) % 5)) for a, b in zip(["a cat sat", "the dog ran far away", "hello there"] * 6,

@@ -144,6 +144,10 @@ def _complete_steps(checkpoints):
     return sorted(int(name) for name in os.listdir(checkpoints) if name.isdigit())
 
 
+# 70-100 s on two cores: run with --runslow. The default suite keeps kill -9 during an async save at the
+# Checkpointer (tests/test_checkpointing.py::test_kill_9_during_async_save_leaves_previous_checkpoint) and the
+# launcher's exact resume (tests/test_train.py::test_sigterm_then_resume_replays_the_uninterrupted_run_bitwise).
+@pytest.mark.slow
 def test_kill_9_during_an_async_save_resumes_from_the_previous_checkpoint(tmp_path, prepared_dir):
     steps = ["--config.train.num_steps=40", "--config.checkpoint.keep=10"]
     for attempt in range(3):  # the kill must land while a save is in flight; retried if it just missed
@@ -301,7 +305,10 @@ def test_a_second_run_on_the_same_workdir_refuses(tmp_path, prepared_dir):
 # SIGTERM to one host of a two-process run: both save the same step and stop.
 # ---------------------------------------------------------------------------------------
 
-@pytest.mark.heavy
+# 70-80 s on two cores: run with --runslow. The default suite keeps the hosts' stop decision
+# (tests/test_preemption.py::test_all_hosts_stop_at_the_same_step_when_one_is_signalled) and a two-process
+# launcher run (tests/test_train.py::test_two_processes_match_one_process_with_eight_devices).
+@pytest.mark.slow
 def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(tmp_path, prepared_dir):
     workdir = tmp_path / "run"
     with socket.socket() as s:

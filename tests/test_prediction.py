@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from small_runs import REVIEWS, SMALL_MODEL
-from test_finetune_tasks import choice_rows, ner_sentences, qa_rows, squad_json, write_conll
+from test_finetune_tasks import squad_json, write_conll
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -31,34 +31,6 @@ def _finetune(task, directory, model=None, **data):
     config.train.update(num_steps=2, batch_size=8, log_every=1)
     finetune.finetune(config, str(directory / "run"))
     return str(directory / "run")
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("prediction_runs")
-    ner_dev = ner_sentences(6, seed=6)
-    write_conll(directory / "ner_train.txt", ner_sentences(16, seed=5))
-    write_conll(directory / "ner_dev.txt", ner_dev)
-    squad_dev = qa_rows(10, seed=6, impossible_every=3)
-    (directory / "qa_train.json").write_text(json.dumps(squad_json(qa_rows(16, seed=5, impossible_every=3), "v2.0")))
-    (directory / "qa_dev.json").write_text(json.dumps(squad_json(squad_dev, "v2.0")))
-    choice_dev = choice_rows(6, seed=6)
-    for name, rows in (("train", choice_rows(16, seed=5)), ("dev", choice_dev)):
-        (directory / f"choice_{name}.jsonl").write_text("".join(
-            json.dumps({"context": c, "choices": o, "label": label}) + "\n" for c, o, label in rows))
-    return {
-        "ner": (_finetune("ner", directory / "ner", train_file=str(directory / "ner_train.txt"),
-                          eval_file=str(directory / "ner_dev.txt"), max_seq_length=16), ner_dev),
-        # The feature-based tagger: a BiLSTM over the embeddings and the layer concatenated.
-        "ner_bilstm": (_finetune("ner", directory / "ner_bilstm", dict(
-            tagging_head="bilstm", lstm_hidden_size=16, feature_layers="0,-1", feature_combine="concat"),
-            train_file=str(directory / "ner_train.txt"), eval_file=str(directory / "ner_dev.txt"),
-            max_seq_length=16), ner_dev),
-        "squad": (_finetune("squad", directory / "squad", train_file=str(directory / "qa_train.json"),
-                            eval_file=str(directory / "qa_dev.json"), max_query_length=12, doc_stride=8), squad_dev),
-        "choice": (_finetune("choice", directory / "choice", train_file=str(directory / "choice_train.jsonl"),
-                             eval_file=str(directory / "choice_dev.jsonl")), choice_dev),
-    }
 
 
 def test_classification_predicts_labels_and_probabilities(minilm_classifier_run):
