@@ -128,8 +128,8 @@ def runs(tmp_path_factory):
     evaluation file (tests/test_prediction.py, tests/test_export.py)."""
     import json
 
+    from small_runs import tiny_finetune_run
     from test_finetune_tasks import choice_rows, ner_sentences, qa_rows, squad_json, write_conll
-    from test_prediction import _finetune
 
     directory = tmp_path_factory.mktemp("prediction_runs")
     ner_dev = ner_sentences(6, seed=6)
@@ -143,15 +143,15 @@ def runs(tmp_path_factory):
         (directory / f"choice_{name}.jsonl").write_text("".join(
             json.dumps({"context": c, "choices": o, "label": label}) + "\n" for c, o, label in rows))
     return {
-        "ner": (_finetune("ner", directory / "ner", train_file=str(directory / "ner_train.txt"),
+        "ner": (tiny_finetune_run("ner", directory / "ner", train_file=str(directory / "ner_train.txt"),
                           eval_file=str(directory / "ner_dev.txt"), max_seq_length=16), ner_dev),
         # The feature-based tagger: a BiLSTM over the embeddings and the layer concatenated.
-        "ner_bilstm": (_finetune("ner", directory / "ner_bilstm", dict(
+        "ner_bilstm": (tiny_finetune_run("ner", directory / "ner_bilstm", dict(
             tagging_head="bilstm", lstm_hidden_size=16, feature_layers="0,-1", feature_combine="concat"),
             train_file=str(directory / "ner_train.txt"), eval_file=str(directory / "ner_dev.txt"),
             max_seq_length=16), ner_dev),
-        "squad": (_finetune("squad", directory / "squad", train_file=str(directory / "qa_train.json"),
+        "squad": (tiny_finetune_run("squad", directory / "squad", train_file=str(directory / "qa_train.json"),
                             eval_file=str(directory / "qa_dev.json"), max_query_length=12, doc_stride=8), squad_dev),
-        "choice": (_finetune("choice", directory / "choice", train_file=str(directory / "choice_train.jsonl"),
+        "choice": (tiny_finetune_run("choice", directory / "choice", train_file=str(directory / "choice_train.jsonl"),
                              eval_file=str(directory / "choice_dev.jsonl")), choice_dev),
     }

@@ -10,8 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from small_runs import REVIEWS
-from test_prediction import _finetune
+from small_runs import REVIEWS, tiny_finetune_run
 
 # Loads SavedModels and calls their serving signature on strings, with TensorFlow alone (TensorFlow
 # imports JAX when it is installed, as an option: here it cannot).
@@ -138,7 +137,7 @@ def exported(runs, tmp_path_factory):
     rows = [(a, b, float(len(a) % 5)) for a, b in zip(["a cat sat", "the dog ran far away", "hello there"] * 6,
                                                         ["on a mat", "so fast", "general kenobi you are bold"] * 6)]
     (directory / "pairs.csv").write_text("text_a,text_b,label\n" + "".join(f"{a},{b},{y}\n" for a, b, y in rows))
-    regression = _finetune("regression", directory / "regression", train_file=str(directory / "pairs.csv"),
+    regression = tiny_finetune_run("regression", directory / "regression", train_file=str(directory / "pairs.csv"),
                            eval_file="")
     pairs = {"text_a": ["a cat sat", "hello there, friend"], "text_b": ["on a mat", "general kenobi " * 30]}
     sentences = [" ".join(words) for words, _ in runs["ner"][1]]

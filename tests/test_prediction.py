@@ -5,32 +5,11 @@ batch and bucket; bad inputs are named by position."""
 import csv
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
-from small_runs import REVIEWS, SMALL_MODEL
+from small_runs import REVIEWS
 from test_finetune_tasks import squad_json, write_conll
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from configs import finetune as finetune_config  # noqa: E402
-
-
-def _finetune(task, directory, model=None, **data):
-    """2 steps of the one-layer model from scratch, with an evaluation file: a workdir whose
-    predictions/ hold the run's own answers for it."""
-    from bertjax import finetune
-    from bertjax.data import demo_corpus
-
-    config = finetune_config.get_config(task)
-    config.model.update(SMALL_MODEL, **(model or {}))
-    config.data.update(dict(vocab_path=demo_corpus.demo_vocab_path(str(directory / "vocab")), max_seq_length=32,
-                            num_buckets=2), **data)
-    config.train.update(num_steps=2, batch_size=8, log_every=1)
-    finetune.finetune(config, str(directory / "run"))
-    return str(directory / "run")
 
 
 def test_classification_predicts_labels_and_probabilities(minilm_classifier_run):
