@@ -36,12 +36,13 @@ def compile_seconds(num_layers: int, scan: bool) -> float:
     model = BertForPreTraining(bert)
     batch = train.abstract_inputs(config, _BATCH.value)
     dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in batch.items()}
-    optimizer, schedule = optim.make_optimizer(config.train), optim.make_schedule(config.train)
+    optimizer = optim.make_optimizer(config.train)
     init_params = lambda: model.init(jax.random.key(0), **train.model_inputs(dummy))["params"]
-    abstract, _ = trainer.state_shardings(init_params, optimizer, sharding.create_mesh(devices=jax.devices()[:1]))
-    step = jax.jit(lambda s, b: trainer.train_step(s, b, objective=train.objective(model), optimizer=optimizer,
-                                                   schedule=schedule, seed=0, grad_accum_steps=1), donate_argnums=0)
-    return trainer.compile_step(step, abstract, batch)[1]
+    mesh = sharding.create_mesh(devices=jax.devices()[:1])
+    abstract, _ = trainer.state_shardings(init_params, optimizer, mesh)
+    step = jax.jit(lambda s, b, i: trainer.train_step(s, b, i, objective=train.objective(model),
+                                                      train_config=config.train, grad_accum_steps=1), donate_argnums=0)
+    return trainer.compile_step(step, abstract, batch, trainer.step_inputs(config.train, 0, mesh))[1]
 
 
 def main(_):

@@ -1,11 +1,11 @@
 """XLA's persistent compilation cache, on for every launcher.
 
-A second run that compiles the same functions (a resumed or repeated run, the evaluation
-steps of each run of a sweep, predictions from the same model, the demo run again) loads the
+A second run that compiles the same functions (a resumed or repeated run, each run of a
+sweep or of several seeds, predictions from the same model, the demo run again) loads the
 compiled code from disk instead of compiling it again: on a CPU that is most of a short
-fine-tuning run's fixed cost. The train step holds the run's seed and learning-rate schedule
-as constants, so runs that differ in them (a sweep's learning rates, a second seed) compile
-their own. The cache lives in $BERTJAX_COMPILATION_CACHE, else
+fine-tuning run's fixed cost. (The train step takes the seed and the learning-rate schedule's
+numbers as arguments, `trainer.step_inputs`, so runs that differ only in them share it.)
+The cache lives in $BERTJAX_COMPILATION_CACHE, else
 $XDG_CACHE_HOME/bertjax/xla (~/.cache/bertjax/xla); BERTJAX_COMPILATION_CACHE=off turns it
 off. Entries are keyed by the program, the compiler options and the devices, so a stale
 entry is never used; delete the folder to reclaim the space. From Python, call `enable()`.

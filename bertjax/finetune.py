@@ -245,7 +245,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                            frozen_encoder=bool(frozen), **packing.model_inputs(batch))
 
     objective = trainer.Objective(apply=apply, sums=task.sums, counts=task.counts, loss_terms=task.loss_terms)
-    optimizer, schedule = optim.make_optimizer(train_cfg), optim.make_schedule(train_cfg)
+    optimizer = optim.make_optimizer(train_cfg)
     example = train_batches.batch(0)
     dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in _abstract_batch(example, 1, buckets[0]).items()}
     init_params = lambda: model.init(
@@ -271,11 +271,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, buckets))
     replicated = NamedSharding(mesh, PartitionSpec())
     with sharding.activate(mesh):
+        step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
         step_jit = jax.jit(
-            lambda s, b: trainer.train_step(s, b, objective=objective, optimizer=optimizer, schedule=schedule,
-                                            seed=config.seed, grad_accum_steps=train_cfg.grad_accum_steps,
-                                            frozen=frozen),
-            in_shardings=(shardings, batch_shardings(example)), out_shardings=(shardings, None), donate_argnums=0)
+            lambda s, b, i: trainer.train_step(s, b, i, objective=objective, train_config=train_cfg,
+                                               grad_accum_steps=train_cfg.grad_accum_steps, frozen=frozen),
+            in_shardings=(shardings, batch_shardings(example), replicated), out_shardings=(shardings, None),
+            donate_argnums=0)
     def predict(params, batch):
         sums, counts, outputs = trainer.eval_sums(params, batch, objective=objective)
         return sums, counts, task.predict(outputs)
@@ -335,7 +336,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             with loop.paused(), sharding.activate(mesh):
                 step_fns[length], seconds = trainer.compile_step(
                     step_jit, trainer.with_shardings(abstract, shardings),
-                    _abstract_batch(example, train_cfg.batch_size, length))
+                    _abstract_batch(example, train_cfg.batch_size, length), step_inputs)
             clock.add("compile", seconds)
             loop.console(f"compiled the train step for length {length} in {seconds:.1f}s")
         return step_fns[length]
@@ -349,7 +350,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             step_fn = train_step_for(batch["input_ids"].shape[-1])
             host_rows = {name: value[rows] for name, value in batch.items()}
             with sharding.activate(mesh):
-                state, metrics = step_fn(state, trainer.global_batch(host_rows, mesh))
+                state, metrics = step_fn(state, trainer.global_batch(host_rows, mesh), step_inputs)
             step += 1
             loop.record(step, metrics, state)
             if loop.is_eval_step(step):

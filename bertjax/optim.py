@@ -25,6 +25,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 OPTIMIZERS = ("adamw", "lamb")
@@ -95,9 +96,21 @@ def validate_train_config(train_config: Any) -> None:
 # Schedules
 # --------------------------------------------------------------------------------------
 
-def make_schedule(train_config: Any) -> optax.Schedule:
+def schedule_numbers(train_config: Any) -> dict[str, np.ndarray]:
+    """The schedule's numbers as float32 scalars: {"learning_rate", "warmup_steps", "num_steps"}.
+
+    The train step takes them as an argument (`trainer.step_inputs`) rather than holding them
+    as constants, so runs that differ only in these share one compiled program.
+    """
+    validate_train_config(train_config)
+    return {key: np.float32(getattr(train_config, key)) for key in ("learning_rate", "warmup_steps", "num_steps")}
+
+
+def make_schedule(train_config: Any, numbers: dict[str, Any] | None = None) -> optax.Schedule:
     """Learning rate as a function of the optimizer step count (0 for the first update).
 
+    `numbers` ({"learning_rate", "warmup_steps", "num_steps"}, arrays or tracers) default to
+    `schedule_numbers(train_config)`; `train_config.schedule` picks the shape.
     Every schedule warms up linearly, lr * step / warmup_steps, for step < warmup_steps.
     After warmup:
       'linear'       the original: lr * (1 - min(step, num_steps) / num_steps). As in
@@ -109,26 +122,23 @@ def make_schedule(train_config: Any) -> optax.Schedule:
       'inverse_sqrt' lr * sqrt(warmup_steps / step) (needs warmup_steps > 0).
     """
     validate_train_config(train_config)
-    lr = float(train_config.learning_rate)
-    warmup = int(train_config.warmup_steps)
-    num_steps = int(train_config.num_steps)
+    numbers = schedule_numbers(train_config) if numbers is None else numbers
+    lr, warmup, num_steps = numbers["learning_rate"], numbers["warmup_steps"], numbers["num_steps"]
     kind = train_config.schedule
 
     def after_warmup(step):
         if kind == "linear":
             return lr * (num_steps - jnp.minimum(step, num_steps)) / num_steps
         if kind == "cosine":
-            t = jnp.clip((step - warmup) / max(num_steps - warmup, 1), 0.0, 1.0)
+            t = jnp.clip((step - warmup) / jnp.maximum(num_steps - warmup, 1.0), 0.0, 1.0)
             return lr * 0.5 * (1.0 + jnp.cos(jnp.pi * t))
         if kind == "constant":
-            return jnp.full_like(step, lr)
+            return jnp.zeros_like(step) + lr
         return lr * jnp.sqrt(warmup / jnp.maximum(step, 1.0))  # inverse_sqrt
 
     def schedule(count):
         step = jnp.asarray(count, jnp.float32)
-        if warmup == 0:
-            return after_warmup(step)
-        return jnp.where(step < warmup, lr * step / warmup, after_warmup(step))
+        return jnp.where(step < warmup, lr * step / jnp.maximum(warmup, 1.0), after_warmup(step))
 
     return schedule
 
@@ -187,8 +197,11 @@ def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
     return optax.GradientTransformation(init, update)
 
 
-def make_optimizer(train_config: Any) -> optax.GradientTransformation:
+def make_optimizer(train_config: Any, schedule: optax.Schedule | None = None) -> optax.GradientTransformation:
     """The configured optimizer: clip -> optimizer with decoupled decay -> schedule.
+
+    `schedule` defaults to `make_schedule(train_config)`; the train step passes one built from
+    its run-time numbers. Either way the optimizer state has the same structure.
 
     'adamw': the original AdamWeightDecay. Per step, with g the clipped gradient:
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
@@ -199,7 +212,7 @@ def make_optimizer(train_config: Any) -> optax.GradientTransformation:
     """
     validate_train_config(train_config)
     tc = train_config
-    schedule = make_schedule(tc)
+    schedule = make_schedule(tc) if schedule is None else schedule
     parts = []
     if tc.max_grad_norm > 0:
         parts.append(optax.clip_by_global_norm(tc.max_grad_norm))

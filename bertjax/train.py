@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, fileio, optim, run_config, sharding, tokenization, trainer
 from bertjax.metrics import pretraining_flops_per_sequence
@@ -286,7 +287,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     model = BertForPreTraining(bert)
     task = objective(model)
     optimizer = optim.make_optimizer(train_cfg)
-    schedule = optim.make_schedule(train_cfg)
     batch_abstract = abstract_inputs(config, train_cfg.global_batch_size)
     dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in batch_abstract.items()}
     init_params = lambda: model.init(jax.random.key(config.seed), **model_inputs(dummy))["params"]
@@ -308,14 +308,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     # -- The step, compiled once with explicit shardings; the state is donated. --
     batch_shardings = {name: sharding.batch_sharding(mesh, len(spec.shape)) for name, spec in batch_abstract.items()}
     with sharding.activate(mesh):
+        step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
         step_fn = jax.jit(
-            lambda s, b: trainer.train_step(s, b, objective=task, optimizer=optimizer, schedule=schedule,
-                                            seed=config.seed, grad_accum_steps=train_cfg.grad_accum_steps),
-            in_shardings=(shardings, batch_shardings), out_shardings=(shardings, None), donate_argnums=0)
+            lambda s, b, i: trainer.train_step(s, b, i, objective=task, train_config=train_cfg,
+                                               grad_accum_steps=train_cfg.grad_accum_steps),
+            in_shardings=(shardings, batch_shardings, NamedSharding(mesh, PartitionSpec())),
+            out_shardings=(shardings, None), donate_argnums=0)
         eval_fn = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=task)[:2],
                           in_shardings=(shardings.params, batch_shardings))
         step_fn, compile_seconds = trainer.compile_step(step_fn, trainer.with_shardings(abstract, shardings),
-                                                        batch_abstract)
+                                                        batch_abstract, step_inputs)
 
     start_step = int(jax.device_get(state.step))
     loop = trainer.Loop(
@@ -347,7 +349,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         while step < train_cfg.num_steps:
             batch = trainer.global_batch(loop.next_batch(batches, step, state), mesh)
             with sharding.activate(mesh):
-                state, metrics = step_fn(state, batch)
+                state, metrics = step_fn(state, batch, step_inputs)
             step += 1
             loop.record(step, metrics, state)
             if loop.is_eval_step(step):

@@ -3,6 +3,8 @@
     Objective, TrainState    what a stage optimises (pure functions), and the state it carries
     train_step, eval_sums    one optimizer update from a global batch (strided micro-batches,
                              non-finite steps skipped); evaluation sums that average exactly
+    step_inputs              the seed and learning-rate schedule, arguments of the compiled
+                             step rather than its constants (sweeps share one program)
     compile_step             ahead-of-time compilation, timed, the compiler's heap released
     state_shardings,         shardings of the state (optimizer slots follow their parameters),
     initial_state            and the fixed resume order: the run's own latest checkpoint ->
@@ -104,18 +106,35 @@ def micro_batches(batch: dict[str, jax.Array], count: int) -> dict[str, jax.Arra
     return jax.tree_util.tree_map(split, batch)
 
 
-def train_step(state: TrainState, batch: dict[str, jax.Array], *, objective: Objective,
-               optimizer: optax.GradientTransformation, schedule: optax.Schedule, seed: int,
-               grad_accum_steps: int, frozen: tuple[str, ...] = ()) -> tuple[TrainState, dict[str, jax.Array]]:
+def step_inputs(train_config: Any, seed: int, mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
+    """What the train step reads at run time instead of holding as constants, replicated on
+    `mesh`: "seed" (the dropout key's data, uint32[2] for the default PRNG) and the schedule's
+    numbers (`optim.schedule_numbers`). Runs that differ only in these (a sweep's learning
+    rates, another seed, a longer run) share one compiled step: in a process, and across
+    processes through the compilation cache.
+    """
+    values = {"seed": np.asarray(jax.random.key_data(jax.random.key(seed))), **optim.schedule_numbers(train_config)}
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return {name: jax.make_array_from_callback(value.shape, replicated, lambda index, value=value: value[index])
+            for name, value in values.items()}
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], inputs: dict[str, jax.Array], *,
+               objective: Objective, train_config: Any, grad_accum_steps: int,
+               frozen: tuple[str, ...] = ()) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer update from one global batch, cut into `grad_accum_steps` micro-batches.
 
-    Each micro-batch's loss is its sums divided by the *global* batch's counts, so the
-    accumulated gradient equals the whole batch's. Dropout keys: fold_in(seed, step), then
-    the micro-batch index. A non-finite loss or gradient leaves params and optimizer state
-    untouched (so the schedule does not advance); the batch still counts as consumed.
-    Parameters named in `frozen` are inputs only: no gradient, no update.
+    `inputs` are `step_inputs`: the seed and the schedule's numbers; `train_config` gives the
+    rest of the optimizer (`optim.make_optimizer`). Each micro-batch's loss is its sums divided
+    by the *global* batch's counts, so the accumulated gradient equals the whole batch's.
+    Dropout keys: fold_in(key(seed), step), then the micro-batch index. A non-finite loss or
+    gradient leaves params and optimizer state untouched (so the schedule does not advance);
+    the batch still counts as consumed. Parameters named in `frozen` are inputs only: no
+    gradient, no update.
     """
-    step_rng = jax.random.fold_in(jax.random.key(seed), state.step)
+    schedule = optim.make_schedule(train_config, inputs)
+    optimizer = optim.make_optimizer(train_config, schedule)
+    step_rng = jax.random.fold_in(jax.random.wrap_key_data(inputs["seed"]), state.step)
     counts = objective.counts(batch)
     fixed = {name: state.params[name] for name in frozen}
 

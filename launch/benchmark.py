@@ -171,7 +171,7 @@ class JaxRun:
             for b in host_batches for row in b.get("sequence_ids", [None] * _BATCH.value)]))
         model = BertForPreTraining(self.bert)
         task = train.objective(model)
-        optimizer, schedule = optim.make_optimizer(train_cfg), optim.make_schedule(train_cfg)
+        optimizer = optim.make_optimizer(train_cfg)
         first = host_batches[0]
         init_params = lambda: model.init(jax.random.key(0), **train.model_inputs(first))["params"]
         abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
@@ -183,18 +183,21 @@ class JaxRun:
         batch_shardings = {name: sharding.batch_sharding(mesh, x.ndim) for name, x in first.items()}
         self.mesh, self.sharding = mesh, sharding
         with sharding.activate(mesh):
+            self.step_inputs = trainer.step_inputs(train_cfg, 0, mesh)
             step = jax.jit(
-                lambda s, b: trainer.train_step(s, b, objective=task, optimizer=optimizer, schedule=schedule,
-                                                seed=0, grad_accum_steps=train_cfg.grad_accum_steps),
-                in_shardings=(shardings, batch_shardings), out_shardings=(shardings, None), donate_argnums=0)
+                lambda s, b, i: trainer.train_step(s, b, i, objective=task, train_config=train_cfg,
+                                                   grad_accum_steps=train_cfg.grad_accum_steps),
+                in_shardings=(shardings, batch_shardings, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())),
+                out_shardings=(shardings, None), donate_argnums=0)
             self.step_fn, self.compile_seconds = trainer.compile_step(
-                step, trainer.with_shardings(abstract, shardings), batch_abstract)
+                step, trainer.with_shardings(abstract, shardings), batch_abstract, self.step_inputs)
         self.count = 0
 
     def step(self) -> float:
         """One step, waited for; returns its loss."""
         with self.sharding.activate(self.mesh):
-            self.state, metrics = self.step_fn(self.state, self.batches[self.count % len(self.batches)])
+            batch = self.batches[self.count % len(self.batches)]
+            self.state, metrics = self.step_fn(self.state, batch, self.step_inputs)
         self.count += 1
         return float(metrics["loss"])
 

@@ -92,15 +92,16 @@ def _frozen_step_setup(frozen):
         sums=lambda logits, b: classification_sums(logits, b["label"], b["weights"]),
         counts=lambda b: example_counts(b["weights"], ("loss", "accuracy")), loss_terms=("loss",))
     train = ml_collections.ConfigDict(dict(optim.DEFAULTS, learning_rate=1e-2, num_steps=10, warmup_steps=0))
-    optimizer, schedule = optim.make_optimizer(train), optim.make_schedule(train)
+    optimizer = optim.make_optimizer(train)
     mesh = sharding.create_mesh(data=-1)
     init = lambda: model.init(jax.random.key(0), ids, segments, mask)["params"]  # noqa: E731
     abstract, shardings = trainer.state_shardings(init, optimizer, mesh, frozen)
     state, _ = trainer.initial_state(None, abstract, shardings, init_params=init, optimizer=optimizer, mesh=mesh,
                                      frozen=frozen)
     with sharding.activate(mesh):
-        step = jax.jit(lambda s, b: trainer.train_step(s, b, objective=objective, optimizer=optimizer,
-                                                       schedule=schedule, seed=0, grad_accum_steps=2, frozen=frozen))
+        inputs = trainer.step_inputs(train, 0, mesh)
+        step = jax.jit(lambda s, b: trainer.train_step(s, b, inputs, objective=objective, train_config=train,
+                                                       grad_accum_steps=2, frozen=frozen))
     return abstract, state, step, batch, mesh
 
 

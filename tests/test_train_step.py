@@ -37,7 +37,7 @@ def _setup(config: BertConfig, packed: bool):
     model = BertForPreTraining(config)
     first = _batch(np.random.default_rng(0), packed)
     init_params = lambda: model.init(jax.random.key(0), **model_inputs(first))["params"]
-    optimizer, schedule = optim.make_optimizer(TRAIN), optim.make_schedule(TRAIN)
+    optimizer = optim.make_optimizer(TRAIN)
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
 
     def fresh():
@@ -45,8 +45,9 @@ def _setup(config: BertConfig, packed: bool):
                                      optimizer=optimizer, mesh=mesh)[0]
 
     with sharding.activate(mesh):
-        step = jax.jit(lambda s, b: trainer.train_step(s, b, objective=objective(model), optimizer=optimizer,
-                                                       schedule=schedule, seed=0, grad_accum_steps=1),
+        inputs = trainer.step_inputs(TRAIN, 0, mesh)
+        step = jax.jit(lambda s, b: trainer.train_step(s, b, inputs, objective=objective(model), train_config=TRAIN,
+                                                       grad_accum_steps=1),
                        out_shardings=(shardings, None), donate_argnums=0)
 
     def run(state, batch):

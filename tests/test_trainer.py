@@ -34,7 +34,8 @@ def setup():
     batch = _batch(np.random.default_rng(0))
     init_params = lambda: model.init(jax.random.key(0), batch["input_ids"], batch["segment_ids"],
                                      batch["input_mask"], batch["masked_lm_positions"])["params"]
-    optimizer, schedule = optim.make_optimizer(TRAIN), optim.make_schedule(TRAIN)
+    optimizer = optim.make_optimizer(TRAIN)
+    inputs = trainer.step_inputs(TRAIN, 0, mesh)
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
 
     def fresh_state():
@@ -43,13 +44,12 @@ def setup():
 
     compiled = {}  # grad_accum_steps -> the jitted step, traced and compiled once
 
-    def step(state, batch, grad_accum_steps=1):
+    def step(state, batch, grad_accum_steps=1, step_inputs=inputs):
         if grad_accum_steps not in compiled:
-            compiled[grad_accum_steps] = jax.jit(lambda s, b: trainer.train_step(
-                s, b, objective=objective(model), optimizer=optimizer, schedule=schedule, seed=0,
-                grad_accum_steps=grad_accum_steps))
+            compiled[grad_accum_steps] = jax.jit(lambda s, b, i: trainer.train_step(
+                s, b, i, objective=objective(model), train_config=TRAIN, grad_accum_steps=grad_accum_steps))
         with sharding.activate(mesh):
-            return compiled[grad_accum_steps](state, trainer.global_batch(batch, mesh))
+            return compiled[grad_accum_steps](state, trainer.global_batch(batch, mesh), step_inputs)
 
     return fresh_state, step, batch
 
@@ -72,6 +72,27 @@ def test_accumulated_micro_batches_give_the_whole_batch_update(setup):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
     for name in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "grad_norm"):
         np.testing.assert_allclose(whole_metrics[name], accumulated_metrics[name], rtol=1e-5, err_msg=name)
+
+
+def test_seed_and_schedule_are_arguments_so_a_sweep_shares_one_compiled_step(setup):
+    """The step built for another learning rate, warmup, length and seed lowers to the same
+    program (what the compilation cache keys on), and follows the numbers it is given."""
+    fresh_state, step, batch = setup
+    other = ml_collections.ConfigDict(dict(TRAIN, learning_rate=3e-3, warmup_steps=5, num_steps=400))
+    mesh = sharding.create_mesh(data=-1)
+    model = BertForPreTraining(CONFIG)
+
+    def lowered(train_config, seed):
+        jitted = jax.jit(lambda s, b, i: trainer.train_step(s, b, i, objective=objective(model),
+                                                            train_config=train_config, grad_accum_steps=1))
+        with sharding.activate(mesh):
+            return jitted.lower(fresh_state(), trainer.global_batch(batch, mesh),
+                                trainer.step_inputs(train_config, seed, mesh)).as_text()
+
+    assert lowered(TRAIN, 0) == lowered(other, 7)
+    state, _ = step(fresh_state(), batch, step_inputs=trainer.step_inputs(other, 7, mesh))
+    _, second = step(state, batch, step_inputs=trainer.step_inputs(other, 7, mesh))
+    assert float(second["learning_rate"]) == pytest.approx(3e-3 / 5)  # TRAIN's would be 1e-2 / 2
 
 
 def test_micro_batches_are_strided_across_the_global_batch():
