@@ -5,8 +5,10 @@ import os
 import shutil
 import tempfile
 
-# Must happen before jax is imported anywhere: the mesh tests need 8 devices.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from small_runs import SMALL_MODEL, minilm_reviews_config, xla_flags  # noqa: E402  (no jax inside)
+
+# Must happen before jax is imported anywhere: the mesh tests need 8 devices; compiles at -O0.
+os.environ.setdefault("XLA_FLAGS", xla_flags(8))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -68,8 +70,6 @@ def pytest_collection_modifyitems(config, items):
         if "slow" in item.keywords:
             item.add_marker(skip)
 
-
-from small_runs import SMALL_MODEL, minilm_reviews_config  # noqa: E402
 
 
 def _repo_on_path():

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from small_runs import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = [sys.executable, os.path.join(ROOT, "launch", "benchmark.py"), "--preset=tiny", "--batch_size=4",
@@ -18,7 +19,7 @@ COMMAND = [sys.executable, os.path.join(ROOT, "launch", "benchmark.py"), "--pres
 
 
 def _run(*args):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
     return subprocess.run([*COMMAND, *args], env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -45,7 +46,7 @@ def test_a_packed_bf16_profiled_run_prints_the_table_and_is_summarised_by_op_kin
 
 def test_compare_without_pytorch_is_one_error_line(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None  # as if not installed\n")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(), "PYTHONPATH": str(tmp_path)}
     result = subprocess.run([*COMMAND, "--compare"], env=env, capture_output=True, text=True, timeout=600)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
@@ -60,7 +61,7 @@ def test_misspelt_config_key_is_named():
 def test_finetune_packing_benchmark_prints_its_table():
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "finetune_packing.py"), "--preset=tiny", "--steps=4",
                "--log_every=2", "--pack=16", "--examples=400", "--max_seq_length=32", "--num_buckets=1"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
@@ -81,7 +82,7 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
                "--config.data.max_seq_length=32", "--config.data.max_predictions_per_seq=5",
                "--config.data.eval_fraction=0.2", "--config.model.num_hidden_layers=1", "--config.model.hidden_size=64",
                "--config.model.intermediate_size=128"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()

@@ -21,6 +21,7 @@ import pytest
 
 from bertjax import checkpointing, optim, sharding
 from bertjax.models import BertConfig, BertEncoder
+from small_runs import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = {"model": {"preset": "tiny"}, "train": {"learning_rate": 1e-3}}
@@ -402,7 +403,7 @@ _KILL_DURING_SAVE = textwrap.dedent("""
 
 def test_kill_9_during_async_save_leaves_previous_checkpoint(tmp_path):
     directory = tmp_path / "ckpt"
-    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=xla_flags(), JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", _KILL_DURING_SAVE, str(directory)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
@@ -463,7 +464,7 @@ def _free_port():
 # A failed read leaves an orbax/tensorstore callback for an already-closed event loop.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_two_processes_agree_on_the_fallback_and_move_the_step_aside_once(tmp_path):
-    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=xla_flags(2),
                JAX_PLATFORMS="cpu")
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, "-c", _TWO_PROCESSES, str(tmp_path), str(port), str(i)], env=env,

@@ -12,6 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bertjax.data import demo_corpus  # noqa: E402
+from small_runs import xla_flags  # noqa: E402
 
 TOY_MODEL = ["hidden_size=32", "num_hidden_layers=1", "num_attention_heads=2", "intermediate_size=64"]
 
@@ -24,7 +25,7 @@ def test_demo_runs_both_stages_and_reports_fill_mask(tmp_path, prepared_dir):
                "--pretrain.checkpoint.every=4", *[f"--pretrain.model.{value}" for value in TOY_MODEL],
                "--finetune.train.num_steps=2", "--finetune.train.eval_every=2", "--finetune.data.num_buckets=1",
                *[f"--finetune.model.{value}" for value in TOY_MODEL]]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
 

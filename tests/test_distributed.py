@@ -12,6 +12,7 @@ import pytest
 from jax._src.clusters import ClusterEnv, cloud_tpu_cluster
 
 from bertjax import distributed
+from small_runs import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "TPU_", "MEGASCALE_", "KUBERNETES_", "JAX_COORDINATOR")
@@ -117,7 +118,7 @@ def test_two_cpu_processes_over_localhost():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=xla_flags(2), JAX_PLATFORMS="cpu")
     procs = [subprocess.Popen([sys.executable, "-c", _TWO_PROCESSES, str(port), str(i)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     try:

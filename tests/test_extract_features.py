@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bertjax import feature_files
+from small_runs import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "launch", "extract_features.py")
@@ -255,7 +256,7 @@ def test_two_launcher_processes_split_the_shards_and_match_one_process(tmp_path)
     multi = tmp_path / "multi"
     args = [f"--checkpoint={MINILM_DIR}", f"--input_file={tmp_path}/in.txt", f"--output={multi}", "--max_seq_length=16",
             "--layers=-1,0", "--shard_size=3", "--num_processes=2"]
-    env = {**ENV, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env = {**ENV, "XLA_FLAGS": xla_flags()}
 
     def run_both(*more):
         """[(exit code, stdout, stderr)] of processes 0 and 1."""

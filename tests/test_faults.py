@@ -26,10 +26,11 @@ sys.path.insert(0, ROOT)
 from bertjax import checkpointing  # noqa: E402
 from bertjax.data import demo_corpus  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
+from small_runs import xla_flags  # noqa: E402
 
 
 def _env(**extra):
-    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(),
             "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT, **extra}
 
 
@@ -318,7 +319,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_one_saved_step(tmp_path, 
         _pretrain(workdir, prepared_dir, "--config.train.num_steps=100000", "--config.checkpoint.every=100000",
                   "--config.mesh.fsdp=2", f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
                   f"--process_id={i}"),
-        env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"), stdout=subprocess.DEVNULL,
+        env=_env(XLA_FLAGS=xla_flags(2)), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True) for i in range(2)]
     try:
         metrics = workdir / "metrics.jsonl"

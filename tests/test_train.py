@@ -18,6 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from configs import pretrain as pretrain_config  # noqa: E402
+from small_runs import xla_flags  # noqa: E402
 
 # A small model and batch so that each run takes seconds of compute on a CPU.
 SMALL = ["--config.model.num_hidden_layers=1", "--config.model.hidden_size=64", "--config.model.num_attention_heads=2",
@@ -33,14 +34,14 @@ def _command(workdir, prepared_dir, *extra):
         f"--config.data.prepared_dir={prepared_dir}", *SMALL, *extra]
 
 
-def _env(devices=1, **extra):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+def _env(devices=1, optimized=False, **extra):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(devices, optimized),
            "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
     return env
 
 
-def _run(workdir, prepared_dir, *extra, devices=1, check=True):
-    result = subprocess.run(_command(workdir, prepared_dir, *extra), env=_env(devices), capture_output=True,
+def _run(workdir, prepared_dir, *extra, devices=1, check=True, optimized=False):
+    result = subprocess.run(_command(workdir, prepared_dir, *extra), env=_env(devices, optimized), capture_output=True,
                             text=True, timeout=600)
     if check and result.returncode != 0:
         raise AssertionError(f"pretrain failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
@@ -321,7 +322,7 @@ def _learn(workdir, prepared_dir, seq_len, predictions, steps):
             "--config.train.global_batch_size=32", f"--config.train.num_steps={steps}",
             "--config.train.learning_rate=1e-3", "--config.train.warmup_steps=100", "--config.train.log_every=50",
             f"--config.train.eval_every={steps}", "--config.train.eval_batches=10", f"--config.checkpoint.every={steps}"]
-    _run(workdir, prepared_dir, *args)
+    _run(workdir, prepared_dir, *args, optimized=True)
     return [r for r in _metrics(workdir) if "eval_mlm_accuracy" in r][-1]
 
 
@@ -356,7 +357,7 @@ def test_tiny_preset_learns_the_demo_world(tmp_path, prepared_dir):
     command = [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
                "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny", f"--workdir={tmp_path}",
                f"--config.data.prepared_dir={prepared_dir}"]
-    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=900)
+    result = subprocess.run(command, env=_env(optimized=True), capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-5000:]
     final = [r for r in _metrics(tmp_path) if "eval_mlm_accuracy" in r][-1]
     assert final["step"] == 4000

@@ -11,12 +11,16 @@ about the same topic?") from a checkpoint that learned it.
 """
 
 import json
+import os
 import random
+import subprocess
+import sys
 
-import numpy as np
 import pytest
 
-from small_runs import SMALL_MODEL
+from small_runs import SMALL_MODEL, xla_flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TOPICS, WORDS_PER_TOPIC = 16, 12
 STEPS = 600  # pre-training steps of 32 pairs of 32 tokens
@@ -55,21 +59,25 @@ def write_same_topic_task(path, count: int, seed: int) -> None:
 
 @pytest.fixture(scope="module")
 def topic_pretraining(tmp_path_factory):
-    """(workdir of a one-layer model pre-trained on the topic world, its evaluations, vocab)."""
-    from bertjax import train
-    from configs import pretrain as pretrain_config
+    """(workdir of a one-layer model pre-trained on the topic world, its evaluations, vocab).
 
+    Through the launcher, compiled with XLA's optimizations (small_runs.xla_flags): 600 steps
+    are most of this run, and the test processes compile at -O0 (twice the step time)."""
     directory = tmp_path_factory.mktemp("topics")
     corpus, vocab = write_topic_world(directory)
-    config = pretrain_config.get_config("tiny")
-    config.model.update(SMALL_MODEL)
-    config.data.update(source="text", input_pattern=corpus, vocab_path=vocab, max_seq_length=32,
-                       max_predictions_per_seq=5, eval_fraction=0.2)
-    config.train.update(num_steps=STEPS, global_batch_size=32, warmup_steps=30, log_every=50,
-                        eval_every=STEPS // 2, eval_batches=4)
-    config.checkpoint.every = STEPS
     workdir = directory / "pretrain"
-    train.train_and_evaluate(config, str(workdir))
+    overrides = dict(
+        {f"model.{key}": value for key, value in SMALL_MODEL.items() if key != "preset"},
+        **{"data.source": "text", "data.input_pattern": corpus, "data.vocab_path": vocab, "data.max_seq_length": 32,
+           "data.max_predictions_per_seq": 5, "data.eval_fraction": 0.2, "train.num_steps": STEPS,
+           "train.global_batch_size": 32, "train.warmup_steps": 30, "train.log_every": 50,
+           "train.eval_every": STEPS // 2, "train.eval_batches": 4, "checkpoint.every": STEPS})
+    command = [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
+               "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny", f"--workdir={workdir}",
+               *[f"--config.{key}={value}" for key, value in overrides.items()]]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(optimized=True)}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     return str(workdir), [r for r in records if "eval_nsp_accuracy" in r], vocab
 
