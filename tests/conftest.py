@@ -5,7 +5,7 @@ import os
 import shutil
 import tempfile
 
-from small_runs import SMALL_MODEL, minilm_reviews_config, xla_flags  # noqa: E402  (no jax inside)
+from small_runs import SMALL_MODEL, minilm_reviews_config, xla_flags  # plain Python: imports no JAX
 
 # Must happen before jax is imported anywhere: the mesh tests need 8 devices; compiles at -O0.
 os.environ.setdefault("XLA_FLAGS", xla_flags(8))
@@ -69,7 +69,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
-
 
 
 def _repo_on_path():

@@ -2,7 +2,6 @@
 tests that check them (a module of its own: `conftest` is not a unique module name)."""
 
 
-
 def xla_flags(devices: int = 1, optimized: bool = False) -> str:
     """XLA_FLAGS for a test process with `devices` simulated CPU devices. Unless `optimized`,
     XLA's LLVM backend runs at -O0: each compile takes half the time (the tiny train step,
