@@ -41,12 +41,16 @@ def zeros_init(names: tuple[str, ...]):
 
 
 def activation(name: str):
-    """'gelu' = exact erf GELU (Hugging Face), 'gelu_tanh' = original TF approximation."""
-    return {
+    """'gelu' = exact erf GELU (Hugging Face), 'gelu_tanh' = original TF approximation.
+
+    Recomputed from its input in the backward pass (`jax.checkpoint`): the forward pass keeps
+    the input, which the matmul before it wrote anyway, instead of three more [B, S, I]
+    tensors of the derivative's factors (XLA on an H100 still wrote one per layer)."""
+    return jax.checkpoint({
         "gelu": functools.partial(jax.nn.gelu, approximate=False),
         "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
         "relu": jax.nn.relu,
-    }[name]
+    }[name])
 
 
 def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:

@@ -272,6 +272,20 @@ def test_gelu_variants_differ():
     assert 0 < np.abs(exact - tanh).max() < 0.05
 
 
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_tanh"])
+def test_the_backward_pass_keeps_two_feed_forward_tensors_per_layer(hidden_act):
+    """The activation is recomputed in the backward pass: of the [B, S, I] feed-forward the
+    forward pass keeps the activation's input and output (the output matmul's gradient needs
+    it), not the GELU derivative's factors too (four such tensors without jax.checkpoint)."""
+    config = TINY.replace(hidden_act=hidden_act, num_hidden_layers=1)
+    inputs = _inputs()
+    params = _init(config, inputs)
+    _, backward = jax.vjp(lambda p: BertEncoder(config).apply({"params": p}, *inputs)[0], params)
+    kept = [leaf.shape for leaf in jax.tree_util.tree_leaves(backward)
+            if leaf.ndim == 3 and leaf.shape[-1] == config.intermediate_size]
+    assert kept == [(*inputs[0].shape, config.intermediate_size)] * 2
+
+
 def test_bad_input_shapes_are_reported(tiny_params):
     with pytest.raises(ValueError, match="input_ids must be"):
         BertEncoder(TINY).apply({"params": tiny_params}, jnp.ones((12,), jnp.int32))
