@@ -2,7 +2,8 @@
 # The GPU rows of benchmarks/README.md on one GPU (needs python3 with jax[cuda], flax, optax,
 # orbax-checkpoint, ml_collections; TensorFlow is not needed):
 #   bash benchmarks/gpu_suite.sh [check] [base] [large] [packed] [compile] [profile] [triton]   (none: all)
-# Each run's full output goes to ${OUT:-/tmp/bertjax_gpu}/<name>.txt.
+# Each run's full output goes to ${OUT:-/tmp/bertjax_gpu}/<name>.txt; a run is stopped after
+# ${RUN_TIMEOUT:-300} seconds (BERT-base with the XLA attention compiled for minutes on an H100).
 set -uo pipefail
 out=${OUT:-/tmp/bertjax_gpu}
 mkdir -p "$out"
@@ -13,7 +14,7 @@ bench() {
   local name=$1
   shift
   echo "== $name: python launch/benchmark.py --nopipeline $*"
-  $py launch/benchmark.py --nopipeline "$@" 2>&1 | tee "$out/$name.txt" | tail -n 12
+  timeout "${RUN_TIMEOUT:-300}" $py launch/benchmark.py --nopipeline "$@" 2>&1 | tee "$out/$name.txt" | tail -n 12
 }
 
 sections=${*:-check base large packed compile profile triton}
