@@ -312,8 +312,8 @@ def test_config_presets_and_phase_two():
     # mini..large: the paper's recipe and its optimizer exactly; tiny's own recipe bias-corrects Adam.
     recipes = {preset: pretrain_config.get_config(preset).train for preset in pretrain_config.PRESET_RECIPES}
     assert [preset for preset, train in recipes.items() if train.adam_bias_correction] == ["tiny"]
-    assert all((recipes[p].learning_rate, recipes[p].warmup_steps, recipes[p].global_batch_size) == (1e-4, 10_000, 256)
-               for p in ("mini", "small", "medium", "base", "large"))
+    assert all((recipes[p].learning_rate, recipes[p].warmup_steps, recipes[p].global_batch_size)
+               == (1e-4, 10_000, 256) for p in ("mini", "small", "medium", "base", "large"))
 
 
 def _learn(workdir, prepared_dir, seq_len, predictions, steps):

@@ -44,7 +44,7 @@ def activation(name: str):
     """'gelu' = exact erf GELU (Hugging Face), 'gelu_tanh' = original TF approximation.
 
     Recomputed from its input in the backward pass (`jax.checkpoint`): the forward pass keeps
-    the input, which the matmul before it wrote anyway, instead of three more [B, S, I]
+    the input, which the matmul before it wrote anyway, instead of two more [B, S, I]
     tensors of the derivative's factors (XLA on an H100 still wrote one per layer)."""
     return jax.checkpoint({
         "gelu": functools.partial(jax.nn.gelu, approximate=False),
