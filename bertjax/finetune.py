@@ -272,11 +272,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     replicated = NamedSharding(mesh, PartitionSpec())
     with sharding.activate(mesh):
         step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
-        step_jit = jax.jit(
-            lambda s, b, i: trainer.train_step(s, b, i, objective=objective, train_config=train_cfg,
-                                               grad_accum_steps=train_cfg.grad_accum_steps, frozen=frozen),
-            in_shardings=(shardings, batch_shardings(example), replicated), out_shardings=(shardings, None),
-            donate_argnums=0)
+        step_jit = trainer.jit_train_step(mesh, shardings, batch_shardings(example), objective=objective,
+                                          train_config=train_cfg, frozen=frozen)
     def predict(params, batch):
         sums, counts, outputs = trainer.eval_sums(params, batch, objective=objective)
         return sums, counts, task.predict(outputs)

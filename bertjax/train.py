@@ -19,7 +19,6 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, fileio, optim, run_config, sharding, tokenization, trainer
 from bertjax.metrics import pretraining_flops_per_sequence
@@ -309,11 +308,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     batch_shardings = {name: sharding.batch_sharding(mesh, len(spec.shape)) for name, spec in batch_abstract.items()}
     with sharding.activate(mesh):
         step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
-        step_fn = jax.jit(
-            lambda s, b, i: trainer.train_step(s, b, i, objective=task, train_config=train_cfg,
-                                               grad_accum_steps=train_cfg.grad_accum_steps),
-            in_shardings=(shardings, batch_shardings, NamedSharding(mesh, PartitionSpec())),
-            out_shardings=(shardings, None), donate_argnums=0)
+        step_fn = trainer.jit_train_step(mesh, shardings, batch_shardings, objective=task, train_config=train_cfg)
         eval_fn = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=task)[:2],
                           in_shardings=(shardings.params, batch_shardings))
         step_fn, compile_seconds = trainer.compile_step(step_fn, trainer.with_shardings(abstract, shardings),

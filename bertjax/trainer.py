@@ -5,6 +5,7 @@
                              non-finite steps skipped); evaluation sums that average exactly
     step_inputs              the seed and learning-rate schedule, arguments of the compiled
                              step rather than its constants (sweeps share one program)
+    jit_train_step           the step under jax.jit with explicit shardings, the state donated
     compile_step             ahead-of-time compilation, timed, the compiler's heap released
     state_shardings,         shardings of the state (optimizer slots follow their parameters),
     initial_state            and the fixed resume order: the run's own latest checkpoint ->
@@ -182,6 +183,18 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], inputs: dict[str,
     metrics = {**models.mean_metrics(sums, counts), "loss": loss, "grad_norm": grad_norm, "learning_rate": learning_rate,
                "skipped": 1.0 - finite.astype(jnp.float32)}
     return updated, metrics
+
+
+def jit_train_step(mesh: jax.sharding.Mesh, state_shardings: TrainState, batch_shardings: dict[str, Any], *,
+                   objective: Objective, train_config: Any, frozen: tuple[str, ...] = ()) -> Any:
+    """`train_step` under jax.jit with explicit shardings: (state, batch, step_inputs) ->
+    (state, metrics). The state keeps `state_shardings` and is donated (updated in place); the
+    batch comes as `batch_shardings`, the `step_inputs` replicated over `mesh`."""
+    return jax.jit(
+        lambda state, batch, inputs: train_step(state, batch, inputs, objective=objective, train_config=train_config,
+                                                grad_accum_steps=train_config.grad_accum_steps, frozen=frozen),
+        in_shardings=(state_shardings, batch_shardings, NamedSharding(mesh, PartitionSpec())),
+        out_shardings=(state_shardings, None), donate_argnums=0)
 
 
 def compile_step(jitted: Any, *abstract_args: Any) -> tuple[Any, float]:

@@ -184,12 +184,7 @@ class JaxRun:
         self.mesh, self.sharding = mesh, sharding
         with sharding.activate(mesh):
             self.step_inputs = trainer.step_inputs(train_cfg, 0, mesh)
-            replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-            step = jax.jit(
-                lambda s, b, i: trainer.train_step(s, b, i, objective=task, train_config=train_cfg,
-                                                   grad_accum_steps=train_cfg.grad_accum_steps),
-                in_shardings=(shardings, batch_shardings, replicated), out_shardings=(shardings, None),
-                donate_argnums=0)
+            step = trainer.jit_train_step(mesh, shardings, batch_shardings, objective=task, train_config=train_cfg)
             self.step_fn, self.compile_seconds = trainer.compile_step(
                 step, trainer.with_shardings(abstract, shardings), batch_abstract, self.step_inputs)
         self.count = 0
