@@ -3,17 +3,18 @@ each one checked, predicted in chunks by `Model.predict` / `Model.fill_mask`, on
 out per input, in input order.
 
 Input formats ("auto": from the file name; .json is SQuAD's layout for a span-QA model):
-  text        one input per line, blank lines skipped: classification "text" or "text_a ||| text_b",
-              tagging a raw sentence, span QA "question ||| context", fill_mask a line with [MASK]s
+  text        one input per line (a blank line is an empty text, so output line k answers input
+              line k): classification "text" or "text_a ||| text_b", tagging a raw sentence,
+              span QA "question ||| context", fill_mask a line with [MASK]s
   csv, tsv, jsonl   rows read by tasks.common.read_records; the columns are the run's
               (config.data.text_a_key, text_b_key, context_key, choices_key) unless keys say otherwise
   squad_json  SQuAD's official layout (tasks.squad.read_json): every question, with its id
   conll       CoNLL (tasks.tagging.read_conll): each sentence's words; a tag column is ignored
 
-A bad input (a missing side of " ||| ", no [MASK], an empty context, a missing column) is
-named by file:line. on_error "fail": a ValueError naming it (nothing is predicted);
-"skip": its output line is {"error": message, "where": "file:line"}, so that output line k
-still answers input k.
+A bad input (a missing side of " ||| ", no [MASK] or none left within max_seq_length, an
+empty context, a missing column) is named by file:line. on_error "fail": a ValueError naming
+it (nothing is predicted); "skip": its output line is {"error": message, "where":
+"file:line"}, so that output line k still answers input k.
 """
 
 from __future__ import annotations
@@ -60,8 +61,7 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
     run's config.data (CoNLL's tag_column)."""
     if input_format == "text":
         for number, line in enumerate(common.user_lines(path), start=1):
-            if line.strip():
-                yield f"{path}:{number}", read_line(line.strip(), family)
+            yield f"{path}:{number}", read_line(line.strip(), family)
     elif input_format == "squad_json":
         examples = squad.read_json(path)
         for qid, question, index in zip(examples.ids, examples.questions, examples.context_index):
@@ -89,10 +89,11 @@ def read_line(line: str, family: str) -> Any:
     return line
 
 
-def _read_columns(family: str, keys: dict[str, str]) -> list[str]:
-    return {"classification": [keys["text_a"]] + ([keys["text_b"]] if keys["text_b"] else []),
-            "squad": [keys["question"], keys["context"]], "choice": [keys["context"], keys["choices"]]
-            }.get(family, [keys["text_a"]])
+def _read_columns(family: str, keys: dict[str, str]) -> str:
+    if family == "classification":
+        return repr(keys["text_a"]) + (f", and {keys['text_b']!r} for a pair" if keys["text_b"] else "")
+    return " and ".join(repr(keys[name]) for name in {"squad": ("question", "context"),
+                                                      "choice": ("context", "choices")}.get(family, ("text_a",)))
 
 
 def _from_row(row: dict, family: str, keys: dict[str, str]) -> Any:
@@ -119,6 +120,15 @@ def check(model, family: str, item: Any) -> str | None:
     return None
 
 
+def _check_masks_kept(model, records: list[tuple[str, Any]], problems: list[tuple[str, str | None]]) -> None:
+    """Marks the fill-mask inputs whose every [MASK] lies past max_seq_length tokens."""
+    good = [i for i, (_, why) in enumerate(problems) if not why]
+    for i, count in zip(good, model.mask_counts([records[i][1] for i in good]) if good else []):
+        if count == 0:
+            problems[i] = (records[i][0], f"no [MASK] within the first {model.max_seq_length} tokens (the text is "
+                                          "truncated there; raise --max_seq_length or shorten it)")
+
+
 def predict_all(model, family: str, records: list[tuple[str, Any]], write: Callable[[dict], None],
                 on_error: str = "fail", top_k: int = 5, progress: Callable[[int, int], None] | None = None
                 ) -> dict[str, Any]:
@@ -127,6 +137,8 @@ def predict_all(model, family: str, records: list[tuple[str, Any]], write: Calla
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     problems = [(where, check(model, family, item)) for where, item in records]
+    if family == "fill_mask":
+        _check_masks_kept(model, records, problems)
     skipped = [(where, why) for where, why in problems if why]
     if skipped and on_error == "fail":
         where, why = skipped[0]

@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import warnings
-from typing import Callable
+from typing import Any, Callable
 
 _VERBOSE = os.environ.get("BERTJAX_VERBOSE", "") not in ("", "0") or any(
     arg.startswith(("--verbosity", "-v=", "--v=")) or arg == "-v" for arg in sys.argv[1:])
@@ -255,6 +255,17 @@ def define_run_flags(config_help: str, kind: str):
     define_distributed_flags()
     flags.mark_flags_as_required(["config", "workdir"])
     return config, workdir
+
+
+def define_vocabulary_flags() -> Callable[[], dict[str, Any]]:
+    """--vocab_file and --do_lower_case (the original scripts' names): the tokenizer of a model
+    that comes with none, or one to use instead of its own. Returns a function giving
+    `load_model`'s vocab_path and do_lower_case arguments from them."""
+    vocab = flags.DEFINE_string("vocab_file", "", "WordPiece vocab.txt or Hugging Face tokenizer.json (default: "
+                                "the model's own)")
+    lower = flags.DEFINE_bool("do_lower_case", None, "whether --vocab_file is uncased (default: the model's "
+                              "casing, else lower-cased)")
+    return lambda: {"vocab_path": vocab.value, "do_lower_case": lower.value}
 
 
 def define_distributed_flags() -> None:

@@ -51,13 +51,17 @@ _KEPT = "|".join([r"[!-/]", r"[:-@]", r"[\[-`]", r"[{-~]", r"[\p{P}]", r"[\x{4E0
                   r"[\x{2F800}-\x{2FA1F}]"])
 
 
-def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None) -> str:
+def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None,
+                       pairs: bool | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> str:
     """Writes the SavedModel of the fine-tuned model at `model_path` (any path
     bertjax.model_source resolves, or its ModelSource) to `output_dir/version/` (TensorFlow
-    Serving's layout) and returns that folder. max_seq_length: the longest input (default: the run's)."""
+    Serving's layout) and returns that folder. max_seq_length: the longest input (default: the
+    run's). pairs: a classifier's inputs, text_a + text_b or text (default: what the run trained
+    on; a Hugging Face classifier, which does not say: text). vocab_path, do_lower_case: as
+    `load_model`'s."""
     from bertjax import fileio, inference, model_source
 
-    source = model_source.resolve(model_path)
+    source = model_source.with_pairs(model_source.resolve(model_path), pairs)
     if source.task_info.get("family") is None:
         raise ValueError(f"{source.path} is not a fine-tuned model (no task saved with it); export needs a "
                          "fine-tuning run or a Hugging Face BertFor<Task> directory")
@@ -74,7 +78,8 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
         raise ValueError("the export needs tensorflow-text: pip install --no-deps tensorflow-text==2.21.1 "
                          "(launch/setup_env.sh installs it)") from None
 
-    model = inference.load_model(source, max_seq_length=max_seq_length, dtype="float32")
+    model = inference.load_model(source, max_seq_length=max_seq_length, dtype="float32", vocab_path=vocab_path,
+                                 do_lower_case=do_lower_case)
     if model.task_info["family"] in ("tagging", "squad") and model.tokenizer.kind != "wordpiece":
         raise ValueError(f"{source.path}: the export of {model.task_info['family']} reads words (BERT's split) and "
                          f"needs a WordPiece vocabulary, not {model.tokenizer.kind}")

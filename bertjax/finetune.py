@@ -79,7 +79,8 @@ def load_tokenizer(config: ml_collections.ConfigDict,
         lower = True if data.do_lower_case is None else data.do_lower_case
         return tokenization.load_tokenizer(data.tokenizer, data.vocab_path, lower)
     if source is not None:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocab.txt; "
+        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocabulary "
+                         "(vocab.txt, tokenizer.json); "
                          "set config.data.vocab_path")
     if config.task == "demo":
         # Written to the temporary folder, not the workdir (a run refused by a later check

@@ -22,6 +22,7 @@ bertjax/prediction.py.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import flax.linen as nn
@@ -37,17 +38,41 @@ from bertjax.models.heads import MaskedLMHead, gather_positions
 from bertjax.tasks import batching
 from bertjax.tasks.common import Split, encode_pairs
 
-PAIR_SEPARATOR = " ||| "  # google-research/bert's extract_features.py input: "text_a ||| text_b"
+# google-research/bert's extract_features.py input, "text_a ||| text_b": greedy, so the last separator splits.
+_PAIR = re.compile(r"(.*) \|\|\| (.*)", re.DOTALL)
+DTYPES = ("float32", "bfloat16")
 POOLINGS = ("none", "cls", "mean")
 CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
 
 
 def split_pair(text: str) -> tuple[str, str | None]:
-    """"a ||| b" -> ("a", "b"); a text without the separator -> (text, None)."""
-    if PAIR_SEPARATOR.strip() in text:
-        a, b = text.split("|||", 1)
-        return a.strip(), b.strip()
-    return text, None
+    """"a ||| b" -> ("a", "b"); a text without " ||| " -> (text, None). Google's rule
+    (extract_features.py): the separator has a space on each side, and the last one splits
+    ("x ||| y ||| z" -> ("x ||| y", "z")); "a|||b" is one text."""
+    pair = _PAIR.fullmatch(text)
+    if pair is None:
+        return text, None
+    return pair.group(1).strip(), pair.group(2).strip()
+
+
+def not_one_string(texts: Any, what: str = "texts") -> Any:
+    """`texts` as given; a lone string is a ValueError (iterating it would give one input per
+    character)."""
+    if isinstance(texts, str):
+        raise ValueError(f"{what}: give a list of inputs, not one string (wrap it: [{texts[:40]!r}])")
+    return texts
+
+
+def as_pair(text: Any, position: int) -> tuple[str, str | None]:
+    """One features/fill-mask input (a text, "a ||| b", or an (a, b) tuple with b None or a
+    text) -> (a, b); a ValueError naming its 1-based position otherwise."""
+    if isinstance(text, str):
+        return split_pair(text)
+    if isinstance(text, tuple) and len(text) == 2 and isinstance(text[0], str) and \
+            isinstance(text[1], (str, type(None))):
+        return text
+    raise ValueError(f"input {position}: expected a text, 'text_a ||| text_b' or a (text_a, text_b) tuple, "
+                     f"got {text!r}"[:300])
 
 
 def inference_buckets(max_seq_length: int) -> list[int]:
@@ -186,8 +211,8 @@ class Model:
             return {"hidden": jnp.moveaxis(chosen, 0, 1).swapaxes(-1, -2)}  # [B, K, H, S]: sequence axis last
 
         done = 0
-        for chunk in _chunks(texts, CHUNK_EXAMPLES):
-            pairs = [text if isinstance(text, tuple) else split_pair(text) for text in chunk]
+        for chunk in _chunks(not_one_string(texts), CHUNK_EXAMPLES):
+            pairs = [as_pair(text, done + i) for i, text in enumerate(chunk, start=1)]
             split, truncated = self._encode_mixed(pairs)
             if truncated.any() and on_truncated is not None:
                 on_truncated(done + np.flatnonzero(truncated))
@@ -251,12 +276,12 @@ class Model:
                              "BertForPreTraining")
         if not 1 <= top_k <= self.bert.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.bert.vocab_size}], got {top_k}")
-        split, _ = self._encode_mixed([split_pair(text) for text in texts], keep_masks=True)
+        texts = list(not_one_string(texts))
+        split, counts = self._masked(texts)
         ids = split.features["input_ids"]
-        counts = (ids == self.tokenizer.mask_id).sum(1)
         for i in np.flatnonzero(counts == 0)[:1]:
             raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {self.max_seq_length} "
-                             f"tokens): {texts[i][:80]!r}")
+                             f"tokens): {str(texts[i])[:80]!r}")
         width = int(counts.max(initial=1))
         positions = np.zeros((len(texts), width), np.int32)
         for i, row in enumerate(ids):
@@ -280,6 +305,15 @@ class Model:
                              for token, p in zip(outputs["tokens"][i, m], outputs["probabilities"][i, m])]
                             for m in range(int(counts[i]))])
         return results
+
+    def mask_counts(self, texts: Sequence[str]) -> np.ndarray:
+        """<int>[N]: the [MASK] tokens of each text left after truncation to max_seq_length
+        (fill_mask refuses a text with none)."""
+        return self._masked(list(not_one_string(texts)))[1]
+
+    def _masked(self, texts: list) -> tuple[Split, np.ndarray]:
+        split, _ = self._encode_mixed([as_pair(text, i) for i, text in enumerate(texts, start=1)], keep_masks=True)
+        return split, (split.features["input_ids"] == self.tokenizer.mask_id).sum(1)
 
     # -- Task predictions. --
 
@@ -337,6 +371,8 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     dtype: compute dtype, "float32" or "bfloat16" (default: bfloat16 on TPU/GPU, float32 on CPU).
     vocab_path / do_lower_case: override the tokenizer that comes with the model.
     """
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES} (or None: the platform's default), got {dtype!r}")
     source = model_source.resolve(path)
     tokenizer = source.load_tokenizer(vocab_path, do_lower_case=do_lower_case)
     accelerator = jax.default_backend() != "cpu"

@@ -9,7 +9,7 @@ Paths (local or gs://):
                                   evaluation split), task, label names, lengths, tokenizer
   a bertjax pre-training workdir  its newest checkpoint; tokenizer from WORKDIR/tokenizer
   a bertjax checkpoint directory  (WORKDIR/checkpoints, WORKDIR/best) its newest step; or one step folder
-  a Hugging Face directory        config.json + model.safetensors (+ vocab.txt); a fine-tuned
+  a Hugging Face directory        config.json + model.safetensors (+ vocab.txt or tokenizer.json); a fine-tuned
                                   BertFor* names its task by `architectures`, labels by `id2label`
   Google's TF release             bert_config.json + bert_model.ckpt (+ vocab.txt)
 
@@ -97,7 +97,8 @@ class ModelSource:
                 lower = True
             tokenizer = tokenization.load_tokenizer(saved["kind"], saved["path"], lower)
         else:
-            raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt or a saved tokenizer); give one")
+            raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt, tokenizer.json or a saved "
+                             "tokenizer); give one (vocab_path; the launchers' --vocab_file)")
         if tokenizer.vocab_size != self.bert.vocab_size:
             raise ValueError(f"{self.path} has a vocabulary of {self.bert.vocab_size} tokens but the tokenizer has "
                              f"{tokenizer.vocab_size} ({tokenizer.path})")
@@ -119,6 +120,23 @@ def resolve(path: str | ModelSource) -> ModelSource:
         return ModelSource(path, layout, directory, bert, spec)
     return _with_hf_task(ModelSource(path, layout, directory, bert, spec),
                          fileio.read_json(fileio.join(directory, "config.json")))
+
+
+def with_pairs(source: ModelSource, pairs: bool | None) -> ModelSource:
+    """`source` with its classifier reading pairs (True) or single texts (False), for a model
+    whose task does not say (a Hugging Face classifier: config.json has no such field); None
+    leaves it as it is. ValueError for a model that is no classifier or a run fine-tuned on
+    the other kind."""
+    if pairs is None:
+        return source
+    info = source.task_info
+    if info.get("family") != "classification":
+        raise ValueError(f"{source.path}: pairs is for a classification model, not "
+                         f"{info.get('family') or 'a model without a task'}")
+    if info.get("pairs") is not None and info["pairs"] != pairs:
+        raise ValueError(f"{source.path} was fine-tuned on {'pairs' if info['pairs'] else 'single texts'}, "
+                         f"not {'pairs' if pairs else 'single texts'}")
+    return dataclasses.replace(source, task_info={**info, "pairs": pairs})
 
 
 def _resolve_bertjax(path: str, directory: str) -> ModelSource:

@@ -6,8 +6,9 @@ back to words, the best real choice): prediction never copies that code.
 
   classification  "text", "text_a ||| text_b", (text_a, text_b) or {"text_a"/"text", "text_b"}
                   -> {"label", "probability", "probabilities": {label: p}}; regression -> {"value"}
-  tagging         "a raw sentence" (split into words as BERT's basic tokenizer does: whitespace,
-                  then punctuation apart) or a list of words
+  tagging         "a raw sentence" (split into words as BERT's basic tokenizer does: control
+                  characters dropped, whitespace, punctuation and CJK characters apart; case and
+                  accents kept) or a list of words
                   -> {"words", "tags", "entities": [{"type", "text", "first_word", "last_word",
                       "start", "end" (character offsets into the sentence; None for word lists)}]}
   squad           {"question", "context", "id" (optional)} -> {"id", "answer", "start", "end"
@@ -25,8 +26,10 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tokenizers import pre_tokenizers
+import tokenizers
+from tokenizers import models, normalizers, pre_tokenizers
 
+from bertjax import inference
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
                             BertForTokenClassification)
@@ -38,7 +41,7 @@ FAMILIES = ("classification", "tagging", "squad", "choice")
 def predict(model, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
     """Dispatches to the model's task family; options go to it (e.g. squad's n_best_size)."""
     family = _family(model)
-    inputs = list(inputs)
+    inputs = list(inference.not_one_string(inputs, "inputs"))
     if not inputs:
         return []
     return {"classification": _classification, "tagging": _tagging, "squad": _squad,
@@ -58,9 +61,16 @@ def check_input(model, item: Any) -> None:
 def _family(model) -> str:
     family = model.task_info.get("family")
     if family not in FAMILIES:
-        raise ValueError(f"{model.source.path} is not a fine-tuned model (no task saved with it); use fill_mask or "
-                         "features, or fine-tune it first")
+        raise ValueError(f"{model.source.path} is not a fine-tuned model (no task saved with it); "
+                         f"{no_task_advice(model.heads)}")
     return family
+
+
+def no_task_advice(heads: tuple[str, ...]) -> str:
+    """What a model without a task can do, by the heads it has."""
+    if "mlm" in heads:
+        return "use fill_mask (it has a masked-LM head) or features, or fine-tune it first"
+    return "it has no masked-LM head for fill_mask: use features, or fine-tune it first"
 
 
 def task_module(model):
@@ -94,11 +104,9 @@ def _apply(module, outputs):
 
 def classification_texts(item: Any) -> tuple[str, str | None]:
     """One classification input -> (text_a, text_b or None)."""
-    from bertjax.inference import split_pair
-
     pair = None
     if isinstance(item, str):
-        pair = split_pair(item)
+        pair = inference.split_pair(item)
     elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) and isinstance(
             item[1], (str, type(None))):
         pair = item[0], item[1]
@@ -146,14 +154,25 @@ def _classification(model, inputs: list, **options) -> list[dict[str, Any]]:
 
 # -- Tagging. --
 
-_WORDS = pre_tokenizers.BertPreTokenizer()
+def _word_splitter() -> tokenizers.Tokenizer:
+    """BERT's basic split as a `tokenizers` pipeline whose offsets point into the original text:
+    the normaliser drops control characters and puts CJK characters apart (case and accents
+    kept), the pre-tokenizer splits whitespace and punctuation, each piece is one "token"."""
+    splitter = tokenizers.Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    splitter.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                     strip_accents=False, lowercase=False)
+    splitter.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return splitter
+
+
+_WORDS = _word_splitter()
 
 
 def tagging_words(item: Any) -> tuple[list[str], list[tuple[int, int]] | None]:
-    """A raw sentence -> (words, character spans); a list of words -> (words, None)."""
+    """A raw sentence -> (words as written, their character spans); a list of words -> (words, None)."""
     if isinstance(item, str):
-        split = _WORDS.pre_tokenize_str(item)
-        return [word for word, _ in split], [span for _, span in split]
+        spans = [tuple(span) for span in _WORDS.encode(item, add_special_tokens=False).offsets]
+        return [item[start:end] for start, end in spans], spans
     if isinstance(item, (list, tuple)) and all(isinstance(word, str) and word for word in item):
         return list(item), None
     raise ValueError(f"expected a sentence or a list of non-empty words, got {item!r}"[:300])

@@ -1,4 +1,5 @@
-"""One tokenizer interface over WordPiece (BERT `vocab.txt`) and SentencePiece models.
+"""One tokenizer interface over WordPiece (BERT `vocab.txt`, or the vocabulary inside a Hugging
+Face `tokenizer.json`) and SentencePiece models.
 
 `encode` never adds special tokens: the pre-training pipeline lays out
 `[CLS] A [SEP] B [SEP]` itself. Text is always text: a literal "[MASK]" in the input is
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 from typing import Iterable, Iterator, Sequence
 
@@ -76,8 +78,8 @@ class Tokenizer:
     @classmethod
     def from_vocab_file(cls, path: str, do_lower_case: bool = True) -> "Tokenizer":
         """A WordPiece tokenizer from a BERT `vocab.txt` (one token per line, id = line number;
-        local or gs://)."""
-        tokens = _read_vocab(path)
+        local or gs://) or a Hugging Face `tokenizer.json` (see `read_vocab`)."""
+        tokens = read_vocab(path)
         vocab = {}
         for line, token in enumerate(tokens, start=1):
             if token in vocab:
@@ -239,7 +241,10 @@ def save_tokenizer(tokenizer: Tokenizer, directory: str) -> None:
             fileio.read_json(fileio.join(directory, SAVED_TOKENIZER)) == spec:
         return
     fileio.makedirs(directory)
-    fileio.copy(tokenizer.path, target)
+    if tokenizer.kind == "wordpiece":
+        write_vocab(tokenizer.path, target)
+    else:
+        fileio.copy(tokenizer.path, target)
     fileio.write_json(fileio.join(directory, SAVED_TOKENIZER), spec)
 
 
@@ -413,13 +418,39 @@ def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
                                       strip_accents=do_lower_case, lowercase=do_lower_case)
 
 
+def _tokenizer_json_vocab(path: str) -> list[str]:
+    try:
+        model = json.loads(_read_bytes(path))["model"]
+        vocab, kind = model["vocab"], model["type"]
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{path}: not a Hugging Face tokenizer.json (no model.vocab and model.type)") from None
+    if kind != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
+        raise ValueError(f"{path}: a {kind} tokenizer; bertjax reads WordPiece with '##' continuations "
+                         "(vocab.txt, tokenizer.json) or a SentencePiece .model")
+    tokens = sorted(vocab, key=vocab.get)
+    if [vocab[token] for token in tokens] != list(range(len(tokens))):
+        raise ValueError(f"{path}: model.vocab's ids are not 0..{len(tokens) - 1}, one per token")
+    return tokens
+
+
+def write_vocab(path: str, target: str) -> None:
+    """Writes the WordPiece vocabulary at `path` (`read_vocab`) to `target` as a vocab.txt."""
+    with fileio.open_file(target, "w") as f:
+        f.write("".join(token + "\n" for token in read_vocab(path)))
+
+
 def _read_bytes(path: str) -> bytes:
     """A file's bytes, local or remote (gs://...)."""
     with fileio.open_file(path, "rb") as f:
         return f.read()
 
 
-def _read_vocab(path: str) -> list[str]:
+def read_vocab(path: str) -> list[str]:
+    """A WordPiece vocabulary's tokens in id order, from a BERT vocab.txt (one token per line)
+    or a Hugging Face tokenizer.json (its WordPiece model's vocab: what transformers 5 saves
+    in place of vocab.txt). ValueError naming the file and line (or key) that is wrong."""
+    if path.endswith(".json"):
+        return _tokenizer_json_vocab(path)
     data = _read_bytes(path)
     try:
         text = data.decode("utf-8")

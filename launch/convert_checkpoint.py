@@ -7,9 +7,10 @@ original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
     python launch/convert_checkpoint.py --input=/ckpt/uncased_L-12_H-768_A-12 \
         --output=/ckpt/bert-base-hf --format=huggingface
 
-The vocabulary is copied from --vocab, else from <input>/vocab.txt (or a bertjax run's saved
-tokenizer) when present. A fine-tuned classifier or tagger keeps its label names (config.json's
-id2label), and its architecture follows its task. --output must be a new or empty folder (two
+The vocabulary is written from --vocab, else from <input>/vocab.txt (a Hugging Face directory
+without one: its tokenizer.json; a bertjax run: its saved tokenizer) when present. A
+fine-tuned classifier or tagger keeps its label names (config.json's id2label), and its
+architecture follows its task. --output must be a new or empty folder (two
 layouts never mix).
 """
 
@@ -36,7 +37,7 @@ _ARCHITECTURE = flags.DEFINE_string(
 def main(_):
     if _ARCHITECTURE.value and _FORMAT.value != "huggingface":
         raise ValueError("--architecture applies only to --format=huggingface")
-    from bertjax import fileio, model_source
+    from bertjax import fileio, model_source, tokenization
     from bertjax.models import convert
 
     if _ARCHITECTURE.value and _ARCHITECTURE.value not in convert.HF_ARCHITECTURES:
@@ -56,8 +57,7 @@ def main(_):
         vocab = saved["path"] if vocab is None else vocab
         do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case
     if vocab is not None:  # checked before anything is written
-        with fileio.open_file(vocab) as f:
-            vocab_size = sum(1 for _ in f)  # one token per line
+        vocab_size = len(tokenization.read_vocab(vocab))
         if vocab_size != config.vocab_size:
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab)")

@@ -24,13 +24,16 @@ _OUTPUT = flags.DEFINE_string("output", None, "folder to write OUTPUT/VERSION/ i
 _FORMAT = flags.DEFINE_enum("format", "saved_model", ["saved_model"], "what to write")
 _VERSION = flags.DEFINE_integer("version", 1, "the model version: the sub-folder TensorFlow Serving loads", lower_bound=1)
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "longest input in tokens (default: the run's)")
+_PAIRS = flags.DEFINE_bool("pairs", None, "classification: serve pairs (inputs text_a, text_b) or single texts "
+                           "(text); default: what the run trained on (a Hugging Face classifier: single texts)")
+_VOCABULARY = cli.define_vocabulary_flags()
 
 
 def main(_):
     from bertjax import export, model_source
 
-    source = model_source.resolve(_MODEL.value)
-    target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value)
+    source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
+    target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value, **_VOCABULARY())
     inputs = export.serving_inputs(source.task_info)
     print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)})")
 

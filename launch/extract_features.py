@@ -51,6 +51,7 @@ _TEXT_A_KEY = flags.DEFINE_string("text_a_key", "text", "CSV/TSV/JSONL: the colu
 _TEXT_B_KEY = flags.DEFINE_string("text_b_key", "", "CSV/TSV/JSONL: the column of the second text ('' = none)")
 _FAIL_ON_TRUNCATION = flags.DEFINE_bool("fail_on_truncation", False, "an example longer than --max_seq_length "
                                         "is an error instead of truncated and counted")
+_VOCABULARY = cli.define_vocabulary_flags()
 cli.define_distributed_flags()
 
 
@@ -71,7 +72,7 @@ def main(_):
     from bertjax import feature_files
 
     model = bertjax.load_model(_CHECKPOINT.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
-                               dtype=_DTYPE.value)
+                               dtype=_DTYPE.value, **_VOCABULARY())
     try:
         model.layer_indices(layers)
     except ValueError as e:

@@ -43,6 +43,7 @@ _TEXT_B_KEY = flags.DEFINE_string("text_b_key", None, "column of a pair's second
 _QUESTION_KEY = flags.DEFINE_string("question_key", None, "span QA: column of the question (default: question)")
 _CONTEXT_KEY = flags.DEFINE_string("context_key", None, "span QA, choice: column of the context (default: the run's)")
 _CHOICES_KEY = flags.DEFINE_string("choices_key", None, "choice: column of the list of choices (default: the run's)")
+_VOCABULARY = cli.define_vocabulary_flags()
 
 
 def main(_):
@@ -54,8 +55,11 @@ def main(_):
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
     family = "fill_mask" if _TASK.value else source.task_info.get("family")
     if family is None:
-        raise ValueError(f"--model={_MODEL.value} is a pre-trained model with no task: give --task=fill_mask "
-                         "(it needs a masked-LM head), or fine-tune it first")
+        has_mlm_head = "mlm" in source.load_params()
+        raise ValueError(f"--model={_MODEL.value} is a pre-trained model with no task: " + (
+            "give --task=fill_mask (it has a masked-LM head), or fine-tune it first" if has_mlm_head else
+            "it has no masked-LM head for --task=fill_mask; launch/extract_features.py gives its features, "
+            "or fine-tune it first"))
     if family == "choice" and _TEXT.value:
         raise ValueError("a multiple-choice model reads JSONL ({\"context\", \"choices\"} per line): use --input")
     keys = batch_predict.default_keys(family, source.data)
@@ -68,7 +72,8 @@ def main(_):
         path = _INPUT.value or "/dev/stdin"
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
         records = list(batch_predict.read_inputs(path, family, input_format, keys, source.data))
-    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value)
+    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
+                               **_VOCABULARY())
     write, close = batch_predict.jsonl_writer(_OUTPUT.value)
     try:
         summary = batch_predict.predict_all(model, family, records, write, _ON_ERROR.value, _TOP_K.value,

@@ -56,10 +56,18 @@ def test_batching_and_buckets_change_no_number(minilm):
 
 
 def test_bad_layers_pooling_and_truncation_are_reported(minilm):
+    import bertjax
+
     with pytest.raises(ValueError, match="layer index 7 is outside"):
         minilm.features(["a"], layers=(7,))
     with pytest.raises(ValueError, match="pooling must be one of"):
         minilm.features(["a"], pooling="max")
+    with pytest.raises(ValueError, match=r"texts: give a list of inputs, not one string \(wrap it: \['hi'\]\)"):
+        minilm.features("hi")
+    with pytest.raises(ValueError, match=r"input 2: expected a text, 'text_a \|\|\| text_b' or a"):
+        minilm.features(["a", None])
+    with pytest.raises(ValueError, match=r"dtype must be one of \('float32', 'bfloat16'\)"):
+        bertjax.load_model(MINILM_DIR, dtype="float16")
     truncated = []
     long = " ".join(["word"] * 100)
     *_, feature = minilm.iter_features(["a", long, "b", long], on_truncated=lambda positions: truncated.append(

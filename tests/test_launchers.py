@@ -83,7 +83,13 @@ CASES = [
     ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--text=a [MASK] .", "--output={tmp}/out"],
      "has no masked-LM head"),
-    ("predict.py", [f"--model={MINILM_DIR}", "--text=hi"], "is a pre-trained model with no task: give --task=fill_mask"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--text=hi"],
+     "is a pre-trained model with no task: it has no masked-LM head for --task=fill_mask; "
+     "launch/extract_features.py gives its features"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--text=a [MASK] .", "--vocab_file={tmp}/vocab.txt"],
+     "has a vocabulary of 30522 tokens but the tokenizer has 6"),
+    ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out", "--pairs"],
+     "pairs is for a classification model, not a model without a task"),
 ]
 
 

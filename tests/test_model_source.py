@@ -92,6 +92,12 @@ def test_the_huggingface_export_keeps_the_label_names(unevaluated_run, tmp_path)
     exported = model_source.resolve(str(tmp_path / "hf"))
     assert (exported.layout, exported.task) == ("huggingface", "classification")
     assert exported.task_info["label_names"] == ["neg", "pos"]
+    # config.json does not say whether a classifier reads pairs: the caller may (the export's --pairs);
+    # the run itself does say, and keeps it.
+    assert "pairs" not in exported.task_info and model_source.with_pairs(exported, None) is exported
+    assert model_source.with_pairs(exported, True).task_info == {**exported.task_info, "pairs": True}
+    with pytest.raises(ValueError, match="was fine-tuned on single texts, not pairs"):
+        model_source.with_pairs(model_source.resolve(workdir), True)
 
 
 def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():
@@ -102,6 +108,30 @@ def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():
     assert (source.bert.num_hidden_layers, source.bert.hidden_size, source.bert.vocab_size) == (6, 384, 30522)
     tokenizer = source.load_tokenizer()
     assert tokenizer.do_lower_case and tokenizer.encode("Hello world") == [7592, 2088]
+
+
+def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_path):
+    """transformers 5 saves tokenizer.json and no vocab.txt: its WordPiece vocabulary and casing
+    are read from it, and whatever copies the vocabulary on writes a vocab.txt."""
+    from bertjax import model_source, tokenization
+    from bertjax.models import convert
+
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        os.symlink(os.path.join(MINILM_DIR, name), tmp_path / name)
+    source = model_source.resolve(str(tmp_path))
+    assert source.tokenizer_spec == {"kind": "wordpiece", "path": str(tmp_path / "tokenizer.json"),
+                                     "do_lower_case": True}  # the BertNormalizer's lowercase
+    tokenizer = source.load_tokenizer()
+    reference = tokenization.Tokenizer.from_vocab_file(os.path.join(MINILM_DIR, "vocab.txt"))
+    assert tokenizer.vocab_hash == reference.vocab_hash and tokenizer.encode("Hello world") == [7592, 2088]
+    vocab_txt = open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8").read()
+    tokenization.save_tokenizer(tokenizer, str(tmp_path / "saved"))
+    assert (tmp_path / "saved" / "vocab.txt").read_text(encoding="utf-8") == vocab_txt
+    convert.export_huggingface(source.bert, source.load_params(), str(tmp_path / "hf"), source.tokenizer_spec["path"])
+    assert (tmp_path / "hf" / "vocab.txt").read_text(encoding="utf-8") == vocab_txt
+    (tmp_path / "bpe.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0}}}))
+    with pytest.raises(ValueError, match="bpe.json: a BPE tokenizer; bertjax reads WordPiece"):
+        tokenization.read_vocab(str(tmp_path / "bpe.json"))
 
 
 def test_a_pretraining_workdir_resolves_to_its_newest_checkpoint(small_pretrained_run):

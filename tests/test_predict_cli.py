@@ -30,13 +30,20 @@ def _read(path, family, input_format="auto", **keys):
 
 def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     from bertjax import batch_predict
+    from bertjax.inference import split_pair
 
-    (tmp_path / "pairs.txt").write_text("a cat ||| a dog\n\nonly one side |||\n")
+    # A blank line is an input (an empty text): output line k answers input line k.
+    (tmp_path / "pairs.txt").write_text("a cat ||| a dog\n\nonly one side ||| \nx ||| y ||| z\n")
     records = _read(tmp_path / "pairs.txt", "classification")
-    assert [where for where, _ in records] == [f"{tmp_path}/pairs.txt:1", f"{tmp_path}/pairs.txt:3"]
+    assert records == [(f"{tmp_path}/pairs.txt:{line}", item) for line, item in enumerate(
+        ["a cat ||| a dog", "", "only one side |||", "x ||| y ||| z"], start=1)]
     pairs = _fake("classification", pairs=True)
     assert [batch_predict.check(pairs, "classification", item) for _, item in records] == [
-        None, "the second text of the pair is empty"]
+        None, *["the model was trained on pairs; give 'text_a ||| text_b'"] * 2, None]
+    assert batch_predict.check(pairs, "classification", "a ||| ") == "the second text of the pair is empty"
+    # Google's rule (extract_features.py): spaces around the separator, the last one splits.
+    assert [split_pair(text) for text in ("x ||| y ||| z", "a|||b", "a ||| ")] == [
+        ("x ||| y", "z"), ("a|||b", None), ("a", "")]
     assert batch_predict.check(_fake("classification", pairs=False), "classification", records[0][1]) == \
         "the model was trained on single texts; give one text (no ' ||| ')"
 
@@ -45,8 +52,11 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     assert (where, item) == (f"{tmp_path}/rows.csv:2", ("good film", None))
     [(_, missing)] = _read(tmp_path / "rows.csv", "classification")
     assert batch_predict.check(pairs, "classification", missing) == \
-        "no 'text_a' column (the task reads ['text_a', 'text_b']; the row has ['review', 'stars'])"
+        "no 'text_a' column (the task reads 'text_a', and 'text_b' for a pair; the row has ['review', 'stars'])"
 
+    (tmp_path / "tab.jsonl").write_text('{"text": "a\tb"}\n')
+    with pytest.raises(ValueError, match=r"tab.jsonl:1: not JSON \(Invalid control character at column 12\)$"):
+        _read(tmp_path / "tab.jsonl", "tagging")
     (tmp_path / "qa.jsonl").write_text(json.dumps({"id": 7, "question": "who?", "context": "anna."}) + "\n"
                                        + json.dumps({"question": "who?", "context": " "}) + "\n")
     records = _read(tmp_path / "qa.jsonl", "squad")
@@ -90,6 +100,26 @@ def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_c
         batch_predict.predict_all(model, "classification", records, written.append, "fail")
 
 
+def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pretrained_run):
+    """Every [MASK] past max_seq_length tokens: that input's own line is named, the others are
+    predicted (found by a review: the error named the wrong input and ignored skip)."""
+    import bertjax
+    from bertjax import batch_predict
+
+    model = bertjax.load_model(small_pretrained_run, max_seq_length=16)
+    records = [("f.txt:1", "the [MASK] sat ."), ("f.txt:2", "word " * 30 + "[MASK]"), ("f.txt:3", "a [MASK] .")]
+    assert model.mask_counts([text for _, text in records]).tolist() == [1, 0, 1]
+    written = []
+    summary = batch_predict.predict_all(model, "fill_mask", records, written.append, "skip", top_k=2)
+    why = ("no [MASK] within the first 16 tokens (the text is truncated there; raise --max_seq_length or "
+           "shorten it)")
+    assert summary == {"inputs": 3, "predicted": 2, "skipped": [("f.txt:2", why)]}
+    assert written[1] == {"error": why, "where": "f.txt:2"}
+    assert [written[0]["masks"], written[2]["masks"]] == model.fill_mask(["the [MASK] sat .", "a [MASK] ."], top_k=2)
+    with pytest.raises(ValueError, match=r"^f.txt:2: no \[MASK\] within the first 16 tokens"):
+        batch_predict.predict_all(model, "fill_mask", records, written.append, "fail")
+
+
 def _predict(*args, stdin=None):
     return subprocess.run([sys.executable, PREDICT, *args], input=stdin, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -108,7 +138,7 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     assert [line["label"] for line in lines[:4]] == [label for _, label in REVIEWS]
     for line, want in zip(lines, expected):
         assert line["probabilities"] == pytest.approx(want["probabilities"], abs=1e-5)
-    why = "no 'review' column (the task reads ['review']; the row has ['text'])"
+    why = "no 'review' column (the task reads 'review'; the row has ['text'])"
     assert lines[4] == {"error": why, "where": f"{tmp_path}/new.jsonl:5"}
     assert "skipped 1 of 5 inputs" in result.stderr
 

@@ -57,6 +57,16 @@ def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run):
     assert raw["tags"] == model.predict([raw["words"]])[0]["tags"]
     for entity in raw["entities"]:
         assert sentence[entity["start"]:entity["end"]] == entity["text"]
+    # ... each CJK character a word of its own (as the serving export and Hugging Face split),
+    # case and accents as written, control characters dropped.
+    sentence = "Zoë Ångström lives in 北京\x00 now"
+    raw = model.predict([sentence])[0]
+    assert raw["words"] == ["Zoë", "Ångström", "lives", "in", "北", "京", "now"]
+    assert len(raw["tags"]) == 7 and raw["tags"] == model.predict([raw["words"]])[0]["tags"]
+    for entity in raw["entities"]:
+        assert sentence[entity["start"]:entity["end"]] == entity["text"]
+    with pytest.raises(ValueError, match="inputs: give a list of inputs, not one string"):
+        model.predict(sentence)
     with pytest.raises(ValueError, match="input 1: expected a sentence or a list of non-empty words"):
         model.predict([["ok", ""]])
 

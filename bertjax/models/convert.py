@@ -318,7 +318,9 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     with fileio.open_file(fileio.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_path:
-        fileio.copy(vocab_path, fileio.join(out_dir, "vocab.txt"))
+        from bertjax import tokenization
+
+        tokenization.write_vocab(vocab_path, fileio.join(out_dir, "vocab.txt"))
         if do_lower_case is not None:
             fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
                 "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
@@ -430,7 +432,9 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
         json.dump(tf_config, f, indent=2, sort_keys=True)
     write_tf1_checkpoint(values, fileio.join(out_dir, "bert_model.ckpt"))
     if vocab_path:
-        fileio.copy(vocab_path, fileio.join(out_dir, "vocab.txt"))
+        from bertjax import tokenization
+
+        tokenization.write_vocab(vocab_path, fileio.join(out_dir, "vocab.txt"))
 
 
 def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
@@ -551,9 +555,11 @@ def load_pretrained(path: str) -> tuple[BertConfig, dict[str, Any]]:
 def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     """The tokenizer that comes with a checkpoint: {"kind", "path", "do_lower_case"}, or None.
 
-    Hugging Face and Google releases: their vocab.txt (WordPiece); do_lower_case from
-    tokenizer_config.json (Hugging Face), or from the release's name ("cased_L-..." is
-    cased, "uncased_L-..." uncased), else None (the caller's default). bertjax: the
+    Hugging Face and Google releases: their vocab.txt (WordPiece; a Hugging Face directory
+    without one: the WordPiece vocabulary in its tokenizer.json); do_lower_case from
+    tokenizer_config.json or tokenizer.json's BertNormalizer (Hugging Face), or from the
+    release's name ("cased_L-..." is cased, "uncased_L-..." uncased), else None (the
+    caller's default). bertjax: the
     tokenizer the run saved in <workdir>/tokenizer (see tokenization.save_tokenizer).
     """
     layout, directory = checkpoint_layout(path)
@@ -568,12 +574,18 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
             run_directory = fileio.parent(run_directory)
         return None
     vocab = fileio.join(directory, "vocab.txt")
+    tokenizer_json = fileio.join(directory, "tokenizer.json")
     if not fileio.exists(vocab):
-        return None
+        if layout != "huggingface" or not fileio.exists(tokenizer_json):
+            return None
+        vocab = tokenizer_json
     do_lower_case = None
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")
     if layout == "huggingface" and fileio.exists(tokenizer_config):
         do_lower_case = fileio.read_json(tokenizer_config).get("do_lower_case")
+    if do_lower_case is None and layout == "huggingface" and fileio.exists(tokenizer_json):
+        normalizer = fileio.read_json(tokenizer_json).get("normalizer") or {}
+        do_lower_case = normalizer.get("lowercase") if normalizer.get("type") == "BertNormalizer" else None
     name = os.path.basename(os.path.normpath(directory))
     if do_lower_case is None and re.match(r"^(un)?cased_L-", name):
         do_lower_case = name.startswith("uncased")

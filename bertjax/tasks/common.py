@@ -183,7 +183,8 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not JSON ({e.msg} at column {e.colno})") from None
+                why = e.msg.removesuffix(" at")  # some of json's messages end in "at"
+                raise ValueError(f"{path}:{number}: not JSON ({why} at column {e.colno})") from None
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
             yield f"{path}:{number}", row
