@@ -82,8 +82,10 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
 
 def read_line(line: str, family: str) -> Any:
     """One line of text (or --text) -> the item for the family (span QA: "question ||| context")."""
+    if not line and family in ("squad", "fill_mask"):
+        return ValueError("a blank line (this task has no empty input)")
     if family == "squad":
-        question, context = split_pair(line)
+        question, context = split_pair(line, at_first=True)  # a context may hold " ||| "
         return {"question": question, "context": context} if context is not None else ValueError(
             "expected 'question ||| context'")
     return line
@@ -121,9 +123,12 @@ def check(model, family: str, item: Any) -> str | None:
 
 
 def _check_masks_kept(model, records: list[tuple[str, Any]], problems: list[tuple[str, str | None]]) -> None:
-    """Marks the fill-mask inputs whose every [MASK] lies past max_seq_length tokens."""
+    """Marks the fill-mask inputs whose every [MASK] lies past max_seq_length tokens (counted
+    CHUNK_INPUTS at a time: bounded memory)."""
     good = [i for i, (_, why) in enumerate(problems) if not why]
-    for i, count in zip(good, model.mask_counts([records[i][1] for i in good]) if good else []):
+    counts = [count for start in range(0, len(good), CHUNK_INPUTS)
+              for count in model.mask_counts([records[i][1] for i in good[start:start + CHUNK_INPUTS]])]
+    for i, count in zip(good, counts):
         if count == 0:
             problems[i] = (records[i][0], f"no [MASK] within the first {model.max_seq_length} tokens (the text is "
                                           "truncated there; raise --max_seq_length or shorten it)")

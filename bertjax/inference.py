@@ -40,16 +40,19 @@ from bertjax.tasks.common import Split, encode_pairs
 
 # google-research/bert's extract_features.py input, "text_a ||| text_b": greedy, so the last separator splits.
 _PAIR = re.compile(r"(.*) \|\|\| (.*)", re.DOTALL)
+_FIRST_PAIR = re.compile(r"(.*?) \|\|\| (.*)", re.DOTALL)
 DTYPES = ("float32", "bfloat16")
 POOLINGS = ("none", "cls", "mean")
 CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
 
 
-def split_pair(text: str) -> tuple[str, str | None]:
+def split_pair(text: str, at_first: bool = False) -> tuple[str, str | None]:
     """"a ||| b" -> ("a", "b"); a text without " ||| " -> (text, None). Google's rule
     (extract_features.py): the separator has a space on each side, and the last one splits
-    ("x ||| y ||| z" -> ("x ||| y", "z")); "a|||b" is one text."""
-    pair = _PAIR.fullmatch(text)
+    ("x ||| y ||| z" -> ("x ||| y", "z"); at_first, as for "question ||| context": ("x", "y ||| z"));
+    "a|||b" is one text. At either end it still separates: "a |||" -> ("a", ""), an empty side
+    that the caller can refuse."""
+    pair = (_FIRST_PAIR if at_first else _PAIR).fullmatch(f" {text} ")
     if pair is None:
         return text, None
     return pair.group(1).strip(), pair.group(2).strip()
@@ -64,13 +67,13 @@ def not_one_string(texts: Any, what: str = "texts") -> Any:
 
 
 def as_pair(text: Any, position: int) -> tuple[str, str | None]:
-    """One features/fill-mask input (a text, "a ||| b", or an (a, b) tuple with b None or a
-    text) -> (a, b); a ValueError naming its 1-based position otherwise."""
+    """One features/fill-mask input (a text, "a ||| b", or an (a, b) tuple or list with b None or
+    a text) -> (a, b); a ValueError naming its 1-based position otherwise."""
     if isinstance(text, str):
         return split_pair(text)
-    if isinstance(text, tuple) and len(text) == 2 and isinstance(text[0], str) and \
+    if isinstance(text, (tuple, list)) and len(text) == 2 and isinstance(text[0], str) and \
             isinstance(text[1], (str, type(None))):
-        return text
+        return text[0], text[1]
     raise ValueError(f"input {position}: expected a text, 'text_a ||| text_b' or a (text_a, text_b) tuple, "
                      f"got {text!r}"[:300])
 

@@ -79,26 +79,27 @@ class ModelSource:
     def load_tokenizer(self, vocab_path: str = "", kind: str = "wordpiece",
                        do_lower_case: bool | None = None) -> tokenization.Tokenizer:
         """The tokenizer that comes with the model, or `vocab_path` (which must then be the
-        same vocabulary when the model names one). do_lower_case None: the model's casing
-        (lower-cased, with a warning, when unknown)."""
+        same vocabulary when the model names one). do_lower_case None: the model's casing,
+        else the vocabulary file's (a tokenizer.json says), else lower-cased with a warning."""
         saved = self.tokenizer_spec
-        if vocab_path:
-            lower = True if do_lower_case is None else do_lower_case
-            tokenizer = tokenization.load_tokenizer(kind, vocab_path, lower)
-            if saved and saved.get("vocab_hash") and saved["vocab_hash"] != tokenizer.vocab_hash:
-                raise ValueError(f"{vocab_path} is not the vocabulary {self.path} was trained with "
-                                 f"({saved['path']}); leave the vocabulary unset to use the model's")
-        elif saved:
-            lower = saved["do_lower_case"] if do_lower_case is None else do_lower_case
-            if lower is None:
-                import logging
-                logging.getLogger(__name__).warning(
-                    "%s: unknown casing; lower-casing (set do_lower_case to change it)", self.path)
-                lower = True
-            tokenizer = tokenization.load_tokenizer(saved["kind"], saved["path"], lower)
-        else:
+        if not vocab_path and not saved:
             raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt, tokenizer.json or a saved "
                              "tokenizer); give one (vocab_path; the launchers' --vocab_file)")
+        kind, path = (kind, vocab_path) if vocab_path else (saved["kind"], saved["path"])
+        lower = do_lower_case
+        if lower is None and saved:
+            lower = saved["do_lower_case"]
+        if lower is None and kind == "wordpiece":
+            lower = tokenization.wordpiece_casing(path)
+        if lower is None:
+            import logging
+            logging.getLogger(__name__).warning(
+                "%s: unknown casing; lower-casing (set do_lower_case to change it)", self.path)
+            lower = True
+        tokenizer = tokenization.load_tokenizer(kind, path, lower)
+        if vocab_path and saved and saved.get("vocab_hash") and saved["vocab_hash"] != tokenizer.vocab_hash:
+            raise ValueError(f"{vocab_path} is not the vocabulary {self.path} was trained with "
+                             f"({saved['path']}); leave the vocabulary unset to use the model's")
         if tokenizer.vocab_size != self.bert.vocab_size:
             raise ValueError(f"{self.path} has a vocabulary of {self.bert.vocab_size} tokens but the tokenizer has "
                              f"{tokenizer.vocab_size} ({tokenizer.path})")

@@ -171,7 +171,10 @@ _WORDS = _word_splitter()
 def tagging_words(item: Any) -> tuple[list[str], list[tuple[int, int]] | None]:
     """A raw sentence -> (words as written, their character spans); a list of words -> (words, None)."""
     if isinstance(item, str):
-        spans = [tuple(span) for span in _WORDS.encode(item, add_special_tokens=False).offsets]
+        try:
+            spans = [tuple(span) for span in _WORDS.encode(item, add_special_tokens=False).offsets]
+        except TypeError:  # what `tokenizers` raises for a str that UTF-8 cannot hold
+            raise ValueError(f"not valid Unicode (a lone surrogate?): {item[:80]!r}") from None
         return [item[start:end] for start, end in spans], spans
     if isinstance(item, (list, tuple)) and all(isinstance(word, str) and word for word in item):
         return list(item), None

@@ -418,18 +418,31 @@ def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
                                       strip_accents=do_lower_case, lowercase=do_lower_case)
 
 
+def wordpiece_casing(path: str) -> bool | None:
+    """do_lower_case as a Hugging Face tokenizer.json's BertNormalizer says; None for a vocab.txt
+    (which does not say) or another normaliser."""
+    if not path.endswith(".json"):
+        return None
+    normalizer = json.loads(_read_bytes(path)).get("normalizer") or {}
+    return normalizer.get("lowercase") if normalizer.get("type") == "BertNormalizer" else None
+
+
 def _tokenizer_json_vocab(path: str) -> list[str]:
     try:
         model = json.loads(_read_bytes(path))["model"]
-        vocab, kind = model["vocab"], model["type"]
-    except (ValueError, KeyError, TypeError):
+        vocab, kind = dict(model["vocab"]), model["type"]
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise ValueError(f"{path}: not a Hugging Face tokenizer.json (no model.vocab and model.type)") from None
     if kind != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
         raise ValueError(f"{path}: a {kind} tokenizer; bertjax reads WordPiece with '##' continuations "
                          "(vocab.txt, tokenizer.json) or a SentencePiece .model")
     tokens = sorted(vocab, key=vocab.get)
     if [vocab[token] for token in tokens] != list(range(len(tokens))):
-        raise ValueError(f"{path}: model.vocab's ids are not 0..{len(tokens) - 1}, one per token")
+        raise ValueError(f"{path}: model.vocab's ids are not 0..{len(tokens) - 1}, one per token (tokens only in "
+                         "added_tokens are not read)")
+    for token in tokens:
+        if not token.strip() or "\n" in token or "\r" in token:
+            raise ValueError(f"{path}: token {vocab[token]} ({token!r}) is empty or holds a line break")
     return tokens
 
 

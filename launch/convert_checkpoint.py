@@ -25,7 +25,8 @@ from absl import flags  # noqa: E402
 _INPUT = flags.DEFINE_string("input", None, "checkpoint directory to read", required=True)
 _OUTPUT = flags.DEFINE_string("output", None, "directory to write", required=True)
 _FORMAT = flags.DEFINE_enum("format", "huggingface", ["huggingface", "tf"], "layout to write")
-_VOCAB = flags.DEFINE_string("vocab", None, "vocab.txt to copy (default: <input>/vocab.txt if present)")
+_VOCAB = flags.DEFINE_string("vocab", None, "vocab.txt or tokenizer.json to write as vocab.txt (default: the "
+                              "input's own, if it has one)")
 _LOWER_CASE = flags.DEFINE_bool(
     "do_lower_case", None, "whether the vocabulary is uncased, written to the Hugging Face tokenizer_config.json "
     "(default: what the input says: tokenizer_config.json, a release named (un)cased_L-..., a bertjax run's tokenizer)")
@@ -52,7 +53,7 @@ def main(_):
     source = model_source.resolve(_INPUT.value)
     config, params = source.bert, source.load_params()
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
-    saved = source.tokenizer_spec  # vocab.txt beside it, or a bertjax run's tokenizer
+    saved = source.tokenizer_spec  # vocab.txt (or tokenizer.json) beside it, or a bertjax run's tokenizer
     if saved and saved["kind"] == "wordpiece":
         vocab = saved["path"] if vocab is None else vocab
         do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case

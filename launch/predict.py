@@ -12,7 +12,8 @@ BertForPreTraining). Inputs: --text (repeatable), --input=FILE (formats: see
 bertjax/batch_predict.py), or stdin (lines of text, or --input_format=jsonl). What each
 task family returns: bertjax/prediction.py. Bad inputs are named by file:line: --on_error=fail
 (default) stops with exit code 2 before predicting; skip writes {"error", "where"} in
-their place. Exit codes: 0 done, 2 bad model, flag or input (one line).
+their place. --vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
+Exit codes: 0 done, 2 bad model, flag or input (one line).
 """
 
 import os

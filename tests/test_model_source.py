@@ -129,6 +129,12 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
     assert (tmp_path / "saved" / "vocab.txt").read_text(encoding="utf-8") == vocab_txt
     convert.export_huggingface(source.bert, source.load_params(), str(tmp_path / "hf"), source.tokenizer_spec["path"])
     assert (tmp_path / "hf" / "vocab.txt").read_text(encoding="utf-8") == vocab_txt
+    # A vocabulary given instead keeps the model's casing (a cased model stays cased), else the file's.
+    assert source.load_tokenizer(str(tmp_path / "tokenizer.json")).do_lower_case
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    cased = model_source.resolve(str(tmp_path))
+    assert not cased.load_tokenizer().do_lower_case
+    assert not cased.load_tokenizer(os.path.join(MINILM_DIR, "vocab.txt")).do_lower_case
     (tmp_path / "bpe.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0}}}))
     with pytest.raises(ValueError, match="bpe.json: a BPE tokenizer; bertjax reads WordPiece"):
         tokenization.read_vocab(str(tmp_path / "bpe.json"))

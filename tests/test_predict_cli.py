@@ -39,11 +39,15 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
         ["a cat ||| a dog", "", "only one side |||", "x ||| y ||| z"], start=1)]
     pairs = _fake("classification", pairs=True)
     assert [batch_predict.check(pairs, "classification", item) for _, item in records] == [
-        None, *["the model was trained on pairs; give 'text_a ||| text_b'"] * 2, None]
-    assert batch_predict.check(pairs, "classification", "a ||| ") == "the second text of the pair is empty"
-    # Google's rule (extract_features.py): spaces around the separator, the last one splits.
-    assert [split_pair(text) for text in ("x ||| y ||| z", "a|||b", "a ||| ")] == [
-        ("x ||| y", "z"), ("a|||b", None), ("a", "")]
+        None, "the model was trained on pairs; give 'text_a ||| text_b'", "the second text of the pair is empty", None]
+    # Google's rule (extract_features.py): spaces around the separator, the last one splits
+    # (span QA: the first, since a context may hold one); at either end it still separates.
+    assert [split_pair(text) for text in ("x ||| y ||| z", "a|||b", "a |||", "||| b")] == [
+        ("x ||| y", "z"), ("a|||b", None), ("a", ""), ("", "b")]
+    assert batch_predict.read_line("who? ||| a ||| b", "squad") == {"question": "who?", "context": "a ||| b"}
+    for family in ("squad", "fill_mask"):
+        assert batch_predict.check(None, family, batch_predict.read_line("", family)) == \
+            "a blank line (this task has no empty input)"
     assert batch_predict.check(_fake("classification", pairs=False), "classification", records[0][1]) == \
         "the model was trained on single texts; give one text (no ' ||| ')"
 
@@ -57,6 +61,9 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     (tmp_path / "tab.jsonl").write_text('{"text": "a\tb"}\n')
     with pytest.raises(ValueError, match=r"tab.jsonl:1: not JSON \(Invalid control character at column 12\)$"):
         _read(tmp_path / "tab.jsonl", "tagging")
+    (tmp_path / "surrogate.jsonl").write_text('{"text": "ok"}\n{"text": "a \\ud800 b"}\n')
+    with pytest.raises(ValueError, match=r"surrogate.jsonl:2: a lone surrogate \('\\ud800'\) in a string"):
+        _read(tmp_path / "surrogate.jsonl", "tagging")
     (tmp_path / "qa.jsonl").write_text(json.dumps({"id": 7, "question": "who?", "context": "anna."}) + "\n"
                                        + json.dumps({"question": "who?", "context": " "}) + "\n")
     records = _read(tmp_path / "qa.jsonl", "squad")

@@ -67,6 +67,8 @@ def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run):
         assert sentence[entity["start"]:entity["end"]] == entity["text"]
     with pytest.raises(ValueError, match="inputs: give a list of inputs, not one string"):
         model.predict(sentence)
+    with pytest.raises(ValueError, match="input 1: not valid Unicode"):
+        model.predict(["a \ud800 b"])
     with pytest.raises(ValueError, match="input 1: expected a sentence or a list of non-empty words"):
         model.predict([["ok", ""]])
 

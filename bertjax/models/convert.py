@@ -584,8 +584,9 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     if layout == "huggingface" and fileio.exists(tokenizer_config):
         do_lower_case = fileio.read_json(tokenizer_config).get("do_lower_case")
     if do_lower_case is None and layout == "huggingface" and fileio.exists(tokenizer_json):
-        normalizer = fileio.read_json(tokenizer_json).get("normalizer") or {}
-        do_lower_case = normalizer.get("lowercase") if normalizer.get("type") == "BertNormalizer" else None
+        from bertjax import tokenization
+
+        do_lower_case = tokenization.wordpiece_casing(tokenizer_json)
     name = os.path.basename(os.path.normpath(directory))
     if do_lower_case is None and re.match(r"^(un)?cased_L-", name):
         do_lower_case = name.startswith("uncased")

@@ -187,6 +187,11 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
                 raise ValueError(f"{path}:{number}: not JSON ({why} at column {e.colno})") from None
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            try:
+                json.dumps(row, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as e:  # JSON can escape a lone surrogate, which no text can hold
+                raise ValueError(f"{path}:{number}: a lone surrogate ({e.object[e.start]!r}) in a string; "
+                                 "the text must be valid Unicode") from None
             yield f"{path}:{number}", row
         return
     csv.field_size_limit(_MAX_FIELD_CHARS)
