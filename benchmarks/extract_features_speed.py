@@ -99,6 +99,9 @@ def hf_seconds(path: str, inputs: list[str], batch_size: int, torch_python: str)
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError:
+        if torch_python == sys.executable:
+            raise SystemExit("error: the Hugging Face side needs torch and transformers: pip install -e '.[bench]' "
+                             "(the CPU wheel of torch first), or --torch_python=<a Python that has them>") from None
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(inputs, f)
         result = subprocess.run([torch_python, os.path.abspath(__file__), "--side=hf", f"--path={path}",
@@ -113,7 +116,7 @@ def main():
     parser.add_argument("--models", default="minilm,base")
     parser.add_argument("--examples", type=int, default=0, help="inputs per run (default: 256 MiniLM, 64 base)")
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--torch_python", default="/tmp/refvenv/bin/python",
+    parser.add_argument("--torch_python", default=sys.executable,
                         help="a Python with torch and transformers, when this one has none")
     parser.add_argument("--side", default="", help=argparse.SUPPRESS)  # --side=hf: the subprocess
     parser.add_argument("--path", help=argparse.SUPPRESS)

@@ -5,14 +5,17 @@ Kept light: submodules (and TensorFlow, JAX) load only when used.
 
 
 def load_pretrained(path):
-    """A checkpoint directory (Hugging Face, Google TF release, bertjax) -> (BertConfig, params).
+    """Any model path (Hugging Face, Google TF release, a bertjax run or checkpoint) -> (BertConfig,
+    params), read from the weights bertjax.model_source.resolve picks (a fine-tuning workdir: its
+    result in best/; a pre-training run: its newest step).
 
     params: {"bert": encoder tree, <heads present>}, numpy float32, unrolled layout.
     See bertjax.models.convert for the layouts and the strictness rules.
     """
     from bertjax.models.convert import load_pretrained as load
+    from bertjax.model_source import resolve
 
-    return load(path)
+    return load(resolve(path).weights)
 
 
 def load_model(path, **options):

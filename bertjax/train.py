@@ -181,6 +181,15 @@ def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
                     pipeline.batch_size)
 
 
+def warn_if_demo_corpus(data_config, bert) -> None:
+    """A warning when a model bigger than the tiny preset pre-trains on the embedded demo
+    corpus (config.data.source's default): usually a run whose data flags were left out."""
+    if data_config.source == "demo" and bert.hidden_size > 128:
+        log.warning("pre-training a %d-layer, %d-wide model on the embedded demo corpus (config.data.source='demo', "
+                    "a toy for the quick start): give your corpus with config.data.source=text|jsonl|parquet|tfds "
+                    "and config.data.input_pattern (README: Pre-training)", bert.num_hidden_layers, bert.hidden_size)
+
+
 def guess_accuracies(batches: list[dict[str, np.ndarray]]) -> dict[str, float]:
     """What guessing scores on `batches`: always the most frequent masked token
     (`mlm_unigram_accuracy`) and always the majority NSP label (`nsp_majority_accuracy`)."""
@@ -263,6 +272,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), checkpoint_config)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape)
+    warn_if_demo_corpus(config.data, bert)
     # Only now (it may write the demo vocabulary into data_dir): a refused run writes nothing.
     tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
     mesh = sharding.create_mesh(*mesh_shape)

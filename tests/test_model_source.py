@@ -3,6 +3,7 @@ path, and what a fine-tuning run saves for it (label names, its result in best/)
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -58,6 +59,32 @@ def test_a_run_without_evaluation_keeps_its_last_weights_as_the_result(unevaluat
     _, last = load_pretrained(os.path.join(workdir, "checkpoints"))
     for a, b in zip(jax.tree.leaves(result), jax.tree.leaves(last)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_load_pretrained_reads_a_finetuning_runs_result_not_its_latest_state(unevaluated_run, tmp_path):
+    """bertjax.load_pretrained(workdir) answers as the resolver does: best/, even when
+    checkpoints/ holds a newer step (as it does after an evaluation that did not improve)."""
+    import bertjax
+    from bertjax import checkpointing
+    from bertjax.models.convert import load_pretrained
+
+    workdir = shutil.copytree(unevaluated_run[0], tmp_path / "run")
+    _, result = load_pretrained(str(workdir / "best"))
+    later = jax.tree.map(lambda x: jax.numpy.asarray(x) + 1.0, result)
+    checkpoints = checkpointing.Checkpointer(str(workdir / "checkpoints"), save_interval_steps=1, max_to_keep=5)
+    checkpoints.save(3, {"params": later}, data_position=3, config=checkpointing.read_meta(str(workdir / "best"))["config"],
+                     force=True)
+    checkpoints.close()
+    assert_trees_equal(load_pretrained(str(workdir / "checkpoints"))[1], later)
+    config, params = bertjax.load_pretrained(str(workdir))
+    assert_trees_equal(params, result)
+    assert config.num_hidden_layers == 1
+
+
+def assert_trees_equal(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_a_finetuning_workdir_names_its_task_labels_length_and_tokenizer(unevaluated_run):

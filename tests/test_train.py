@@ -397,3 +397,20 @@ def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
     assert alarm.check(800, 0.08) is None and not alarm.stalled  # 0.08 >= 1.1 x 0.064: learning
     never = train.PlateauAlarm(unigram=0.064, patience=0)
     assert [never.check(step, 0.064) for step in range(1, 10)] == [None] * 9 and not never.stalled
+
+
+def test_a_model_bigger_than_tiny_on_the_demo_corpus_is_warned_about(caplog):
+    """config.data.source defaults to the demo corpus: `:base` without data flags would pre-train
+    BERT-base on a toy; the start-up says so. tiny (the quick start) and real corpora do not warn."""
+    import logging
+
+    from bertjax import train
+    from bertjax.models import BertConfig
+
+    with caplog.at_level(logging.WARNING, logger="bertjax.train"):
+        for preset, source in (("tiny", "demo"), ("base", "text"), ("mini", "demo")):
+            data = pretrain_config.get_config(preset).data
+            data.source = source
+            train.warn_if_demo_corpus(data, BertConfig.preset(preset))
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "pre-training a 4-layer, 256-wide model on the embedded demo corpus"]
