@@ -227,7 +227,14 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     #    way everywhere, and each host feeds its rows). --
     with clock.phase("read and tokenize"):
         task = tasks.load_task(config, tokenizer)
-    buckets = batching.bucket_lengths(config.data.max_seq_length, config.data.num_buckets)
+    # Bucket lengths fitted to the training batches' longest rows (packed rows are nearly full:
+    # halvings of max_seq_length); evaluation adds max_seq_length for its longer examples.
+    data = config.data
+    buckets = (batching.bucket_lengths(data.max_seq_length, data.num_buckets) if data.pack_examples else
+               batching.fitted_bucket_lengths(batching.longest_rows(task.train, config.train.batch_size, data.seed,
+                                                                    data.group_by_length),
+                                              data.max_seq_length, data.num_buckets))
+    eval_buckets = sorted({*buckets, config.data.max_seq_length})
     train_batches = batching.TrainBatches(task.train, config.train.batch_size, config.data.seed, buckets,
                                           config.data.group_by_length, config.data.pack_examples)
     train_cfg = schedule_config(config, train_batches.units_in_epoch(0))
@@ -269,7 +276,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     #    use); evaluation (sums and per-row predictions, replicated to every host) likewise. --
     batch_shardings = lambda batch: {name: sharding.batch_sharding(mesh, value.ndim) for name, value in batch.items()}
     # Evaluation batches are never packed; every split of a task has the train split's features.
-    eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, buckets))
+    eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))
     replicated = NamedSharding(mesh, PartitionSpec())
     with sharding.activate(mesh):
         step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
@@ -289,7 +296,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         progress = console.Progress(math.ceil(len(split) / eval_batch_size), label=f"evaluate {split.name}",
                                     enabled=jax.process_index() == 0, unit="batches")
         with sharding.activate(mesh):
-            for index, (batch, real) in enumerate(batching.eval_batches(split, eval_batch_size, buckets), start=1):
+            for index, (batch, real) in enumerate(batching.eval_batches(split, eval_batch_size, eval_buckets), start=1):
                 progress.advance(index)
                 host_rows = {name: value[rows] for name, value in batch.items()}
                 sums, counts, predictions = _host(predict_fn(params, trainer.global_batch(host_rows, mesh)))

@@ -110,6 +110,26 @@ def test_multiple_choice_predicts_the_runs_own_choices(runs):
         model.predict([{"context": "x", "choices": ["only one"]}])
 
 
+def test_an_evaluation_example_longer_than_every_training_one_is_read_whole(tmp_path):
+    """Training buckets are fitted to the training examples (here all within 8 tokens);
+    evaluation adds max_seq_length (32), so a longer evaluation text is read whole: the run's
+    own value for it equals model.predict's."""
+    import bertjax
+    from small_runs import tiny_finetune_run
+
+    short = ["a cat sat", "the dog ran", "hello there", "good day"] * 4
+    (tmp_path / "train.csv").write_text("text,score\n" + "".join(f"{t},{len(t) % 3}\n" for t in short))
+    dev = [short[0], "the quick brown fox jumps over the lazy dog " * 3, short[1]]
+    (tmp_path / "dev.csv").write_text("text,score\n" + "".join(f"{t},1.0\n" for t in dev))
+    workdir = tiny_finetune_run("regression", tmp_path, train_file=str(tmp_path / "train.csv"),
+                                eval_file=str(tmp_path / "dev.csv"), text_a_key="text", text_b_key="", label_key="score")
+    with open(os.path.join(workdir, "predictions", "eval.tsv")) as f:
+        written = [float(row["prediction"]) for row in csv.DictReader(f, delimiter="\t")]
+    model = bertjax.load_model(workdir)
+    assert len(model.tokenizer.encode(dev[1])) > 8
+    np.testing.assert_allclose(written, [r["value"] for r in model.predict(dev)], rtol=1e-5, atol=1e-6)
+
+
 def test_a_pretrained_model_has_no_task_to_predict(small_pretrained_run):
     import bertjax
 

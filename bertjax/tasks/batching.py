@@ -8,9 +8,11 @@ length, the last batch padded with rows of weight 0 (`example_weights`), so ever
 counts exactly once.
 
 Length bucketing: a batch is cut to the smallest bucket length that holds its longest
-row instead of always carrying `max_seq_length` tokens. Buckets are max_seq_length / 2^k
-for k < num_buckets (128, 64, 32, 16 for 4 buckets), so at most num_buckets shapes are
-ever compiled. With `group_by_length`, each epoch's permutation is cut into groups of
+row instead of always carrying `max_seq_length` tokens. At most num_buckets lengths, so at
+most num_buckets shapes are ever compiled: fitted to the training batches' longest rows
+(`fitted_bucket_lengths` over `longest_rows`: multiples of 8 that carry the fewest tokens; on
+SST-2-like lengths at 128, e.g. 16/24/40/72 instead of the halvings 16/32/64/128 of
+`bucket_lengths`, which packed rows use). With `group_by_length`, each epoch's permutation is cut into groups of
 GROUP_BATCHES batches, each group sorted by length and cut into batches whose order is
 then shuffled, so a batch holds rows of similar length (as tf.data's
 bucket_by_sequence_length): a random batch of short sentences is padded to its longest,
@@ -39,6 +41,33 @@ def bucket_lengths(max_seq_length: int, num_buckets: int, minimum: int = 8) -> l
         if max_seq_length // 2**k >= minimum:
             lengths.add(max_seq_length // 2**k)
     return sorted(lengths)
+
+
+def fitted_bucket_lengths(lengths: np.ndarray, max_seq_length: int, num_buckets: int, multiple: int = 8) -> list[int]:
+    """At most num_buckets ascending bucket lengths for rows of `lengths` <int>[N] (examples, or
+    each batch's longest), each a multiple of `multiple` (or max_seq_length), the longest
+    holding the longest row, chosen so that padding each row to the smallest bucket that holds
+    it carries the fewest tokens (exact: a dynamic programme over the lengths that occur,
+    rounded up)."""
+    if num_buckets < 1:
+        raise ValueError(f"config.data.num_buckets must be >= 1, got {num_buckets}")
+    rounded = np.minimum(-(-np.asarray(lengths, np.int64) // multiple) * multiple, max_seq_length)
+    candidates, counts = np.unique(rounded, return_counts=True)
+    if len(candidates) <= num_buckets:
+        return candidates.tolist()
+    covered = np.cumsum(counts)  # examples at or below each candidate
+    # tokens[j]: the fewest tokens carried by the examples up to candidates[j] with k buckets,
+    # the longest at candidates[j]; below[k - 2][j]: the next bucket down in that choice.
+    tokens, below = candidates * covered, []
+    for _ in range(num_buckets - 1):
+        costs = tokens[None, :] + candidates[:, None] * (covered[:, None] - covered[None, :])  # [j, i]
+        costs[np.triu_indices(len(candidates))] = 2**62  # the next bucket down is shorter: i < j
+        below.append(costs.argmin(axis=1))
+        tokens = costs[np.arange(len(candidates)), below[-1]]
+    chosen = [len(candidates) - 1]
+    for step in reversed(below):
+        chosen.append(int(step[chosen[-1]]))
+    return sorted(int(candidates[j]) for j in chosen)
 
 
 def bucket_for(length: int, buckets: list[int]) -> int:
@@ -149,6 +178,15 @@ class TrainBatches:
         while True:
             yield self.batch(index)
             index += 1
+
+
+def longest_rows(split: Split, batch_size: int, seed: int, group_by_length: bool) -> np.ndarray:
+    """<int>[ceil(N / batch_size)] the tokens of the longest example in each batch of epoch 0's
+    order (what its bucket must hold; every example is in one), for unpacked batches, whose
+    order does not depend on the buckets."""
+    units = TrainBatches(split, batch_size, seed, [int(split.lengths.max())], group_by_length).epoch_units(0)
+    lengths = split.lengths[units]
+    return np.pad(lengths, (0, -len(lengths) % batch_size)).reshape(-1, batch_size).max(axis=1)
 
 
 def eval_batches(split: Split, batch_size: int, buckets: list[int]

@@ -217,6 +217,46 @@ def test_bucketing_and_length_grouping_cut_the_padding_of_short_sentence_tasks()
     np.testing.assert_allclose([share(1, False), share(4, False), share(4, True)], [0.894, 0.745, 0.395], atol=0.005)
 
 
+def test_fitted_buckets_carry_the_fewest_tokens_of_any_choice():
+    """Against every choice of at most K multiples of 8 (with the longest example's) on small
+    random splits: the fitted ladder carries exactly the fewest tokens."""
+    import itertools
+
+    rng = np.random.default_rng(3)
+    carried = lambda lengths, buckets: sum(batching.bucket_for(int(n), buckets) for n in lengths)
+    for _ in range(100):
+        max_seq_length = int(rng.choice([32, 100, 128]))
+        lengths = rng.integers(2, max_seq_length + 1, int(rng.integers(1, 40)))
+        num_buckets = int(rng.integers(1, 5))
+        fitted = batching.fitted_bucket_lengths(lengths, max_seq_length, num_buckets)
+        top = min(-(-int(lengths.max()) // 8) * 8, max_seq_length)
+        assert fitted[-1] == top and len(fitted) <= num_buckets
+        assert all(b % 8 == 0 for b in fitted[:-1])
+        lower = sorted({min(-(-int(n) // 8) * 8, max_seq_length) for n in lengths} - {top})
+        fewest = min(carried(lengths, [*below, top]) for k in range(num_buckets)
+                     for below in itertools.combinations(lower, k))
+        assert carried(lengths, fitted) == fewest
+
+
+def test_fitted_buckets_cut_the_padding_of_short_sentences_at_length_128():
+    """The SST-2-like lengths above at GLUE's length 128, grouped batches of 32, buckets fitted
+    to each batch's longest row as fine-tuning fits them (measured 2026-11-27): the halvings
+    16/32/64/128 leave 0.392 of the positions padding over an epoch, the fitted 8/16/32/72
+    0.304: 13% fewer tokens carried. Every example is in one batch: the longest fits."""
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(10), 0.6, 20_000).astype(np.int32) + 2, 3, 66)
+    split = Split("train", {"input_ids": np.zeros((len(lengths), 1), np.int32)}, lengths)
+    longest = batching.longest_rows(split, 32, 0, group_by_length=True)
+    assert len(longest) == 625 and longest.max() == 66
+    fitted = batching.fitted_bucket_lengths(longest, 128, 4)
+    assert fitted == [8, 16, 32, 72]
+    shares = [batching.padding_share(split, 32, 0, buckets, True, num_batches=625)
+              for buckets in (batching.bucket_lengths(128, 4), fitted)]
+    np.testing.assert_allclose(shares, [0.392, 0.304], atol=0.005)
+    assert batching.fitted_bucket_lengths(longest, 64, 4) == [8, 16, 32, 64]  # 66 tokens are cut to 64
+    assert batching.fitted_bucket_lengths([5, 5, 5], 128, 4) == [8]
+
+
 def test_length_grouping_keeps_each_epoch_a_permutation():
     lengths = np.random.default_rng(1).integers(3, 60, 1000).astype(np.int32)
     split = Split("train", {"input_ids": np.zeros((1000, 1), np.int32)}, lengths)
