@@ -97,7 +97,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece (with vocab_path)
     config.data.do_lower_case = config_dict.placeholder(bool)  # None = the checkpoint's casing
     config.data.max_seq_length = 128
-    config.data.num_buckets = 4          # batches padded to max_seq_length / 2^k, k < num_buckets
+    config.data.num_buckets = 4          # batch lengths: at most this many, fitted to the training batches
     config.data.group_by_length = True   # batches of rows of similar length (shuffled batch order)
     config.data.pack_examples = 0        # K > 0: up to K examples per training row, each with its own
                                          # [CLS] (classification/regression); batch_size then counts

@@ -7,7 +7,7 @@ original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
     python launch/convert_checkpoint.py --input=/ckpt/uncased_L-12_H-768_A-12 \
         --output=/ckpt/bert-base-hf --format=huggingface
 
-The vocabulary is written from --vocab, else from <input>/vocab.txt (a Hugging Face directory
+The vocabulary is written from --vocab_file, else from <input>/vocab.txt (a Hugging Face directory
 without one: its tokenizer.json; a bertjax run: its saved tokenizer) when present. A
 fine-tuned classifier or tagger keeps its label names (config.json's id2label), and its
 architecture follows its task. --output must be a new or empty folder (two
@@ -25,8 +25,9 @@ from absl import flags  # noqa: E402
 _INPUT = flags.DEFINE_string("input", None, "checkpoint directory to read", required=True)
 _OUTPUT = flags.DEFINE_string("output", None, "directory to write", required=True)
 _FORMAT = flags.DEFINE_enum("format", "huggingface", ["huggingface", "tf"], "layout to write")
-_VOCAB = flags.DEFINE_string("vocab", None, "vocab.txt or tokenizer.json to write as vocab.txt (default: the "
-                              "input's own, if it has one)")
+_VOCAB = flags.DEFINE_string("vocab_file", None, "vocab.txt or tokenizer.json to write as vocab.txt (default: "
+                              "the input's own, if it has one)")
+flags.DEFINE_alias("vocab", "vocab_file")  # this launcher's earlier name
 _LOWER_CASE = flags.DEFINE_bool(
     "do_lower_case", None, "whether the vocabulary is uncased, written to the Hugging Face tokenizer_config.json "
     "(default: what the input says: tokenizer_config.json, a release named (un)cased_L-..., a bertjax run's tokenizer)")
@@ -61,7 +62,7 @@ def main(_):
         vocab_size = len(tokenization.read_vocab(vocab))
         if vocab_size != config.vocab_size:
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
-                             f"{config.vocab_size}: give the vocabulary it was trained with (--vocab)")
+                             f"{config.vocab_size}: give the vocabulary it was trained with (--vocab_file)")
     if _FORMAT.value == "huggingface":
         family = source.task_info.get("family")
         architecture = _ARCHITECTURE.value or model_source.FAMILY_ARCHITECTURES.get(family)

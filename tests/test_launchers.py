@@ -53,7 +53,7 @@ CASES = [
     ("convert_checkpoint.py", ["--input={tmp}/nothing", "--output={tmp}/out"], "is not a directory"),
     ("convert_checkpoint.py", ["--input={tmp}", "--output={tmp}/out", "--format=tf", "--architecture=BertModel"],
      "--architecture applies only to --format=huggingface"),
-    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab={tmp}/vocab.txt"],
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab_file={tmp}/vocab.txt"],
      "vocab.txt has 6 tokens but the checkpoint"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/hf"], "--output={tmp}/hf is not empty (it "
                                                                             "has config.json, model.safetensors)"),
