@@ -25,8 +25,8 @@ _PAPER = dict(global_batch_size=256, num_steps=900_000, learning_rate=1e-4, warm
 # warmup steps stayed at the unigram guess on real prose (README: Pre-training recipes).
 # mini..medium keep the paper's recipe: at its lr 1e-4 those bigger first steps help instead (mini
 # on real prose, 600 steps, 60 warmup: held-out MLM 2.1x the unigram guess at two seeds, 1.2-1.3x
-# with bias correction; small, 400 steps: 2.3-2.4x, 1.9x with it; medium in 200 steps at one seed:
-# 1.0x, 1.2x with it, too short to decide: benchmarks/README.md).
+# with bias correction; small, 400 steps: 2.3-2.4x, 1.9x with it; medium, 600 steps: 2.5x,
+# 2.3x with it at seed 42: benchmarks/README.md).
 # Tiny is the demo's recipe: length 64 (below), batch 16, 4,000 steps, about 5 CPU-minutes. The demo
 # corpus's template words are easy from their neighbours, but the tiny model finds that only by a
 # phase change, at 2,000-3,000 steps of batch 16 (at length 128 and batch 32 it sat at 0.18 for
