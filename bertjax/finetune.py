@@ -234,9 +234,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                batching.fitted_bucket_lengths(batching.longest_rows(task.train, config.train.batch_size, data.seed,
                                                                     data.group_by_length),
                                               data.max_seq_length, data.num_buckets))
-    eval_buckets = sorted({*buckets, config.data.max_seq_length})
-    train_batches = batching.TrainBatches(task.train, config.train.batch_size, config.data.seed, buckets,
-                                          config.data.group_by_length, config.data.pack_examples)
+    eval_buckets = sorted({*buckets, data.max_seq_length})
+    train_batches = batching.TrainBatches(task.train, config.train.batch_size, data.seed, buckets,
+                                          data.group_by_length, data.pack_examples)
     train_cfg = schedule_config(config, train_batches.units_in_epoch(0))
     examples_per_row = len(task.train) / train_batches.units_in_epoch(0)  # 1 unless packed
     # Evaluation is never packed: by default as many examples per batch as a packed step's slots.

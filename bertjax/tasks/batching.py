@@ -9,12 +9,12 @@ counts exactly once.
 
 Length bucketing: a batch is cut to the smallest bucket length that holds its longest
 row instead of always carrying `max_seq_length` tokens. At most num_buckets lengths, so at
-most num_buckets shapes are ever compiled: fitted to the training batches' longest rows
-(`fitted_bucket_lengths` over `longest_rows`: multiples of 8 that carry the fewest tokens; on
-SST-2-like lengths at 128, e.g. 16/24/40/72 instead of the halvings 16/32/64/128 of
-`bucket_lengths`, which packed rows use). With `group_by_length`, each epoch's permutation is cut into groups of
-GROUP_BATCHES batches, each group sorted by length and cut into batches whose order is
-then shuffled, so a batch holds rows of similar length (as tf.data's
+most num_buckets shapes are ever compiled, fitted to the training batches' longest rows
+(`fitted_bucket_lengths` over `longest_rows`: the multiples of 8 that carry the fewest tokens;
+on SST-2-like lengths at 128, 8/16/32/72 instead of the halvings 16/32/64/128 of
+`bucket_lengths`, which packed rows use). With `group_by_length`, each epoch's permutation is
+cut into groups of GROUP_BATCHES batches, each group sorted by length and cut into batches
+whose order is then shuffled, so a batch holds rows of similar length (as tf.data's
 bucket_by_sequence_length): a random batch of short sentences is padded to its longest,
 usually 3-4x the typical one. Packing (`pack_examples`, classification tasks; see
 packing.py) goes further: rows of several examples each. `padding_share` measures what
