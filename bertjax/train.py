@@ -184,7 +184,7 @@ def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
 def warn_if_demo_corpus(data_config, bert) -> None:
     """A warning when a model bigger than the tiny preset pre-trains on the embedded demo
     corpus (config.data.source's default): usually a run whose data flags were left out."""
-    if data_config.source == "demo" and bert.hidden_size > 128:
+    if data_config.source == "demo" and bert.hidden_size > BertConfig.preset("tiny").hidden_size:
         log.warning("pre-training a %d-layer, %d-wide model on the embedded demo corpus (config.data.source='demo', "
                     "a toy for the quick start): give your corpus with config.data.source=text|jsonl|parquet|tfds "
                     "and config.data.input_pattern (README: Pre-training)", bert.num_hidden_layers, bert.hidden_size)

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 from small_runs import SMALL_MODEL
+from test_checkpointing import assert_trees_equal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -79,12 +80,6 @@ def test_load_pretrained_reads_a_finetuning_runs_result_not_its_latest_state(une
     config, params = bertjax.load_pretrained(str(workdir))
     assert_trees_equal(params, result)
     assert config.num_hidden_layers == 1
-
-
-def assert_trees_equal(a, b):
-    assert jax.tree.structure(a) == jax.tree.structure(b)
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(x, y)
 
 
 def test_a_finetuning_workdir_names_its_task_labels_length_and_tokenizer(unevaluated_run):
