@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bertjax.models import BertConfig, BertEncoder, stack_layers, unstack_layers
+from bertjax.models import bert
 from bertjax.models.bert import BertEmbeddings, drop_probabilities
 
 TINY = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=128)
@@ -281,9 +282,40 @@ def test_the_backward_pass_keeps_two_feed_forward_tensors_per_layer(hidden_act):
     inputs = _inputs()
     params = _init(config, inputs)
     _, backward = jax.vjp(lambda p: BertEncoder(config).apply({"params": p}, *inputs)[0], params)
-    kept = [leaf.shape for leaf in jax.tree_util.tree_leaves(backward)
-            if leaf.ndim == 3 and leaf.shape[-1] == config.intermediate_size]
-    assert kept == [(*inputs[0].shape, config.intermediate_size)] * 2
+    feed_forward_size = inputs[0].size * config.intermediate_size
+    kept = [leaf.shape for leaf in jax.tree_util.tree_leaves(backward) if leaf.size == feed_forward_size]
+    assert len(kept) == 2, kept  # [B, S, I], or [B x S, I] as the output matmul reads it
+
+
+def _dot_generals(jaxpr):
+    """Every dot_general equation of a jaxpr, inside nested calls too."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            yield eqn
+        for value in eqn.params.values():
+            inner = getattr(value, "jaxpr", value)
+            if hasattr(inner, "eqns"):
+                yield from _dot_generals(inner)
+
+
+def test_dense_is_one_matmul_over_rows():
+    """`dense` multiplies [B x S, K] rows: nn.Dense's values and gradients, with the kernel's
+    gradient one x^T [K, B x S] . dy [B x S, N] product (contracted over [B, S], XLA:CPU
+    transposed both operands into its slowest matmul form)."""
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 5, 16)), jnp.float32)
+    ours, plain = bert.dense(TINY, 24, ("embed", "mlp"), "d"), nn.Dense(24)
+    params = nn.unbox(ours.init(jax.random.key(0), x))
+    loss = lambda module: lambda p, x: jnp.sum(jnp.sin(module.apply(p, x)))
+    np.testing.assert_allclose(ours.apply(params, x), plain.apply(params, x), rtol=1e-6, atol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                 jax.grad(loss(ours), argnums=(0, 1))(params, x), jax.grad(loss(plain), argnums=(0, 1))(params, x))
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss(ours)))(params, x).jaxpr
+    kernel_grad, = [eqn for eqn in _dot_generals(jaxpr) if eqn.outvars[0].aval.shape in ((16, 24), (24, 16))]
+    assert sorted(v.aval.shape for v in kernel_grad.invars) == [(15, 16), (15, 24)]
+    assert kernel_grad.params["dimension_numbers"] == (((0,), (0,)), ((), ()))
+    with pytest.raises(ValueError, match="nn.Dense's product"):
+        bert.dot_over_rows(x, jnp.ones((3, 24)), (((0,), (0,)), ((), ())))
 
 
 def test_bad_input_shapes_are_reported(tiny_params):
