@@ -37,8 +37,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import (checkpointing, console, fileio, model_source, optim, run_config, sharding, tasks, tokenization,
-                     trainer)
+from bertjax import (checkpointing, compilation_cache, console, fileio, model_source, optim, run_config, sharding,
+                     tasks, tokenization, trainer)
 from bertjax.models import BertConfig, feature_head_names, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.tasks import batching, packing
@@ -287,7 +287,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         return sums, counts, task.predict(outputs)
 
     predict_fn = jax.jit(predict, in_shardings=(shardings.params, batch_shardings(eval_example)),
-                         out_shardings=replicated)
+                         out_shardings=replicated, compiler_options=compilation_cache.compiler_options())
 
     def run_split(params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""

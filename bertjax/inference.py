@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import model_source, sharding, tokenization
+from bertjax import compilation_cache, model_source, sharding, tokenization
 from bertjax.models import BertEncoder
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import MaskedLMHead, gather_positions
@@ -150,7 +150,8 @@ class Model:
         key = (purpose, batch["input_ids"].shape[-1])
         if key not in self._compiled:
             shardings = {name: sharding.batch_sharding(self.mesh, value.ndim) for name, value in batch.items()}
-            jitted = jax.jit(apply, in_shardings=(self._replicated, shardings), out_shardings=self._replicated)
+            jitted = jax.jit(apply, in_shardings=(self._replicated, shardings), out_shardings=self._replicated,
+                             compiler_options=compilation_cache.compiler_options())
 
             def call(params, host_batch, jitted=jitted, shardings=shardings):
                 with sharding.activate(self.mesh):  # (put explicitly: jit takes no numpy batch under jax.distributed)

@@ -20,7 +20,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bertjax import checkpointing, fileio, optim, run_config, sharding, tokenization, trainer
+from bertjax import checkpointing, compilation_cache, fileio, optim, run_config, sharding, tokenization, trainer
 from bertjax.metrics import pretraining_flops_per_sequence
 from bertjax.models import (PRETRAINING_LOSS_TERMS, BertConfig, BertForPreTraining, pretraining_counts,
                             pretraining_sums, stack_layers)
@@ -320,7 +320,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
         step_fn = trainer.jit_train_step(mesh, shardings, batch_shardings, objective=task, train_config=train_cfg)
         eval_fn = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=task)[:2],
-                          in_shardings=(shardings.params, batch_shardings))
+                          in_shardings=(shardings.params, batch_shardings),
+                          compiler_options=compilation_cache.compiler_options())
         step_fn, compile_seconds = trainer.compile_step(step_fn, trainer.with_shardings(abstract, shardings),
                                                         batch_abstract, step_inputs)
 

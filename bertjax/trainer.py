@@ -42,7 +42,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import console, models, optim, preemption, run_config, sharding
+from bertjax import compilation_cache, console, models, optim, preemption, run_config, sharding
 from bertjax.metrics import MetricsWriter, peak_flops_per_device
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def jit_train_step(mesh: jax.sharding.Mesh, state_shardings: TrainState, batch_s
         lambda state, batch, inputs: train_step(state, batch, inputs, objective=objective, train_config=train_config,
                                                 grad_accum_steps=train_config.grad_accum_steps, frozen=frozen),
         in_shardings=(state_shardings, batch_shardings, NamedSharding(mesh, PartitionSpec())),
-        out_shardings=(state_shardings, None), donate_argnums=0)
+        out_shardings=(state_shardings, None), donate_argnums=0, compiler_options=compilation_cache.compiler_options())
 
 
 def compile_step(jitted: Any, *abstract_args: Any) -> tuple[Any, float]:

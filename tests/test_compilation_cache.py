@@ -40,3 +40,21 @@ print(len(hits))
     assert [run.returncode for run in runs] == [0, 0], runs[0].stderr[-2000:]
     assert [int(run.stdout.split()[-1]) > 0 for run in runs] == [False, True]
     assert len(list((tmp_path / "xla").iterdir())) >= 1
+
+
+def test_cpu_steps_compile_at_o1_unless_xla_flags_choose(monkeypatch):
+    """On CPU the big steps compile with LLVM at -O1 (a quarter less compiling, steps as fast);
+    a level in XLA_FLAGS (the tests' -O0) wins. The options compile to the same values."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    assert compilation_cache.compiler_options() == {"xla_backend_optimization_level": 1}
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
+    assert compilation_cache.compiler_options() is None
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(16, 16)), jnp.float32)
+    step = lambda x: jax.nn.gelu(x @ x.T) * jnp.exp(-x)
+    np.testing.assert_allclose(jax.jit(step, compiler_options=compilation_cache.CPU_OPTIONS)(x), jax.jit(step)(x),
+                               rtol=1e-6, atol=1e-6)
