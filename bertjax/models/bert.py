@@ -17,7 +17,7 @@ Parameter tree of `BertEncoder` (unrolled; with `scan_layers` the layers are one
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
@@ -72,10 +72,14 @@ def dot_over_rows(inputs: Array, kernel: Array, dimension_numbers: Any, precisio
     """
     if dimension_numbers != (((inputs.ndim - 1,), (0,)), ((), ())):
         raise ValueError(f"dot_over_rows is nn.Dense's product, got dimension_numbers {dimension_numbers}")
-    rows = inputs.reshape(-1, inputs.shape[-1])
-    out = jax.lax.dot_general(rows, kernel, (((1,), (0,)), ((), ())), precision=precision,
-                              preferred_element_type=preferred_element_type)
-    return out.reshape(*inputs.shape[:-1], kernel.shape[-1])
+    return over_rows(lambda rows: jax.lax.dot_general(rows, kernel, (((1,), (0,)), ((), ())), precision=precision,
+                                                      preferred_element_type=preferred_element_type), inputs)
+
+
+def over_rows(fn: Callable[[Array], Array], x: Array) -> Array:
+    """fn applied to x <T>[..., K] as rows [prod(...), K] -> [..., N]."""
+    out = fn(x.reshape(-1, x.shape[-1]))
+    return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def dense(config: BertConfig, features: int, names: tuple[str, str], name: str) -> nn.Dense:
@@ -134,8 +138,7 @@ class BertEmbeddings(nn.Module):
     def attend(self, x: Array) -> Array:
         """Tied decoder: <dtype>[..., H] -> <dtype>[..., vocab] logits (no bias), one matmul
         over [rows, H] as `dot_over_rows`."""
-        logits = self.word_embeddings.attend(x.reshape(-1, x.shape[-1]))
-        return logits.reshape(*x.shape[:-1], logits.shape[-1])
+        return over_rows(self.word_embeddings.attend, x)
 
 
 def attention_mask(sequence_ids: Array, packed: bool) -> Array:
