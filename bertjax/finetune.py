@@ -2,8 +2,8 @@
 
 Sections: checkpoint, tokenizer and model config (validated before anything is loaded or
 compiled) -> the task's data -> model, objective and state (resume order) -> the steps,
-compiled once per bucket length -> the loop (evaluations keep the best checkpoint) ->
-predictions with the best weights. The machinery shared with pre-training (step,
+compiled once per bucket length, ahead in a background thread -> the loop (evaluations keep
+the best checkpoint) -> predictions with the best weights. The machinery shared with pre-training (step,
 shardings, resume order, the loop's tail) is in `trainer.py`.
 
 Starting point (`config.init_checkpoint`): a bertjax run (pre-training or fine-tuning: its
@@ -37,8 +37,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import (checkpointing, compilation_cache, console, fileio, model_source, optim, run_config, sharding,
-                     tasks, tokenization, trainer)
+from bertjax import (checkpointing, compilation_cache, compile_ahead, console, fileio, model_source, optim,
+                     run_config, sharding, tasks, tokenization, trainer)
 from bertjax.models import BertConfig, feature_head_names, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.tasks import batching, packing
@@ -195,6 +195,11 @@ def _abstract_batch(example: dict[str, np.ndarray], batch_size: int, length: int
     return {name: shape(name, value) for name, value in example.items()}
 
 
+def _batch_key(batch: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    """A batch's (name, shape, dtype) triples, numpy or abstract: what a step is compiled for."""
+    return tuple((name, tuple(value.shape), np.dtype(value.dtype).str) for name, value in sorted(batch.items()))
+
+
 def _host(tree: Any) -> Any:
     """Replicated jax.Arrays -> numpy (each process holds a whole copy)."""
     return jax.tree_util.tree_map(lambda x: np.asarray(x.addressable_data(0)), tree)
@@ -272,8 +277,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
 
-    # -- The steps: the train step compiled once per bucket length the batches use (on first
-    #    use); evaluation (sums and per-row predictions, replicated to every host) likewise. --
+    # -- The steps: the train step compiled once per bucket length the batches use, evaluation
+    #    (sums and per-row predictions, replicated to every host) once per evaluation length;
+    #    compiled ahead in a background thread, in the order the run needs them. --
     batch_shardings = lambda batch: {name: sharding.batch_sharding(mesh, value.ndim) for name, value in batch.items()}
     # Evaluation batches are never packed; every split of a task has the train split's features.
     eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))
@@ -289,6 +295,27 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     predict_fn = jax.jit(predict, in_shardings=(shardings.params, batch_shardings(eval_example)),
                          out_shardings=replicated, compiler_options=compilation_cache.compiler_options())
 
+    def compile_program(key: tuple[str, Any]) -> tuple[Any, float]:
+        """("train", length) or ("eval", _batch_key(batch)) -> (that step compiled, seconds)."""
+        kind, shapes = key
+        with sharding.activate(mesh):
+            if kind == "train":
+                return trainer.compile_step(step_jit, trainer.with_shardings(abstract, shardings),
+                                            _abstract_batch(example, train_cfg.batch_size, shapes), step_inputs)
+            batch = {name: jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for name, shape, dtype in shapes}
+            return trainer.compile_step(predict_fn, trainer.with_shardings(abstract.params, shardings.params), batch)
+
+    start_step = int(jax.device_get(state.step))
+    eval_fns: dict[tuple, Any] = {}  # _batch_key(batch) -> the compiled evaluation step
+
+    def eval_step_for(batch: dict[str, np.ndarray]):
+        """The evaluation step compiled for the shapes of `batch` (splits may differ beyond the
+        length: multiple choice with fewer choices, say)."""
+        key = _batch_key(batch)
+        if key not in eval_fns:
+            eval_fns[key], _, _ = ahead.take(("eval", key))
+        return eval_fns[key]
+
     def run_split(params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
         totals, gathered = trainer.EvalTotals(), batching.InSplitOrder(split, task.sequence_outputs)
@@ -299,7 +326,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             for index, (batch, real) in enumerate(batching.eval_batches(split, eval_batch_size, eval_buckets), start=1):
                 progress.advance(index)
                 host_rows = {name: value[rows] for name, value in batch.items()}
-                sums, counts, predictions = _host(predict_fn(params, trainer.global_batch(host_rows, mesh)))
+                eval_step = eval_step_for(batch)
+                sums, counts, predictions = _host(eval_step(params, trainer.global_batch(host_rows, mesh)))
                 totals.add(sums, counts)
                 gathered.add(real, predictions)
         progress.close()
@@ -318,7 +346,6 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
     # weights there at the end, with no metrics).
     best = best_meta["extra"] if best_meta and best_meta["extra"].get("metrics") else None
-    start_step = int(jax.device_get(state.step))
     loop = trainer.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
@@ -336,16 +363,24 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
 
     def train_step_for(length: int):
-        """The train step compiled for batches of `length` tokens (on first use; not timed)."""
+        """The train step compiled for batches of `length` tokens (the wait for it is not timed)."""
         if length not in step_fns:
-            with loop.paused(), sharding.activate(mesh):
-                step_fns[length], seconds = trainer.compile_step(
-                    step_jit, trainer.with_shardings(abstract, shardings),
-                    _abstract_batch(example, train_cfg.batch_size, length), step_inputs)
-            clock.add("compile", seconds)
-            loop.console(f"compiled the train step for length {length} in {seconds:.1f}s")
+            with loop.paused():
+                step_fns[length], seconds, waited = ahead.take(("train", length))
+            clock.add("compile", waited)
+            ahead_of_use = seconds - waited
+            loop.console(f"compiled the train step for length {length} in {seconds:.1f}s"
+                         + (f" ({ahead_of_use:.1f}s of it while training)" if ahead_of_use >= 0.1 else ""))
         return step_fns[length]
 
+    eval_keys = []  # what evaluation and prediction will need, split by split, shortest first
+    for split in task.eval_splits + task.test_splits:
+        first, _ = next(batching.eval_batches(split, eval_batch_size, eval_buckets))
+        eval_keys += [("eval", _batch_key(_abstract_batch(first, eval_batch_size, length)))
+                      for length in batching.eval_lengths(split, eval_batch_size, eval_buckets)]
+    ahead = compile_ahead.CompileAhead(compile_program, [
+        *(("train", length) for length in train_batches.bucket_order(start_step, train_cfg.num_steps - start_step)),
+        *eval_keys])
     step = start_step
     batches = train_batches.batches(start_batch=start_step)
     rows = trainer.process_rows(train_cfg.batch_size)
@@ -371,6 +406,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             with clock.phase("save"):
                 loop.save(step, state)
     finally:
+        ahead.close()
         with clock.phase("save"):
             loop.close()
 

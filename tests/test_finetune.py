@@ -96,6 +96,30 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
     assert not np.array_equal(fresh["bert"]["pooler"]["kernel"], restored["bert"]["pooler"]["kernel"])
 
 
+def test_each_step_is_compiled_once_for_the_shapes_the_run_uses(pretrained_run, tmp_path, monkeypatch):
+    """Compiled ahead (`bertjax.compile_ahead`): the train step for each bucket the batches
+    use and the evaluation step for each shape its batches have, once each, and every program
+    compiled is run (the lengths were foreseen right)."""
+    from bertjax import finetune, trainer
+
+    compiled, used, compile_step = [], set(), trainer.compile_step
+
+    def recording(jitted, *abstract_args):
+        key = ("train" if len(abstract_args) == 3 else "eval", finetune._batch_key(abstract_args[1]))
+        compiled.append(key)
+        program, seconds = compile_step(jitted, *abstract_args)
+        return lambda *args: (used.add(key), program(*args))[1], seconds
+
+    monkeypatch.setattr(trainer, "compile_step", recording)
+    config = _demo_config(num_steps=8, eval_every=4)
+    config.init_checkpoint = os.path.join(pretrained_run, "checkpoints")
+    finetune.finetune(config, str(tmp_path / "run"))
+    assert len(compiled) == len(set(compiled)) and set(compiled) == used, (compiled, used)
+    shapes = {kind: [{name: shape for name, shape, _ in key}["input_ids"] for k, key in compiled if k == kind]
+              for kind in ("train", "eval")}
+    assert shapes["train"] and shapes["eval"], shapes
+
+
 def _assert_learns(summary, workdir):
     losses = [r["loss"] for r in _metrics(workdir) if "loss" in r]
     assert len(losses) == 12 and np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.1, losses

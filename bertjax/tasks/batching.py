@@ -173,6 +173,18 @@ class TrainBatches:
         lengths = np.where(rows >= 0, self.split.lengths[np.maximum(rows, 0)], 0)
         return lengths.reshape(len(rows), -1).sum(axis=1)
 
+    def bucket_order(self, start_batch: int, num_batches: int) -> list[int]:
+        """The bucket lengths that batches [start_batch, start_batch + num_batches) are cut to,
+        in the order of their first use (what to compile first)."""
+        order: list[int] = []
+        for index in range(start_batch, start_batch + num_batches):
+            length = bucket_for(int(self.row_tokens(self._rows(index)).max()), self.buckets)
+            if length not in order:
+                order.append(length)
+                if len(order) == len(self.buckets):
+                    break
+        return order
+
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         index = start_batch
         while True:
@@ -204,6 +216,12 @@ def eval_batches(split: Split, batch_size: int, buckets: list[int]
         weights = np.zeros(batch_size)
         weights[:len(real)] = 1.0
         yield _cut(split, rows, weights, buckets), real
+
+
+def eval_lengths(split: Split, batch_size: int, buckets: list[int]) -> list[int]:
+    """The bucket lengths `eval_batches` cuts the split's batches to, shortest first."""
+    longest = np.sort(split.lengths)[batch_size - 1::batch_size].tolist() + [int(split.lengths.max(initial=1))]
+    return sorted({bucket_for(int(length), buckets) for length in longest})
 
 
 class InSplitOrder:

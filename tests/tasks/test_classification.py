@@ -196,6 +196,24 @@ def test_eval_batches_come_shortest_first_each_example_once_in_its_bucket():
         assert batch["example_weights"].tolist() == [1.0] * len(real) + [0.0] * (3 - len(real))
 
 
+def test_bucket_order_and_eval_lengths_are_the_lengths_the_batches_are_cut_to():
+    """What fine-tuning compiles ahead: the buckets in the order batches first use them (from
+    any start batch, packed or not), and the lengths of the evaluation batches."""
+    lengths = np.random.default_rng(2).integers(2, 60, 300).astype(np.int32)
+    features = {"input_ids": np.zeros((300, 64), np.int32), "segment_ids": np.zeros((300, 64), np.int32),
+                "input_mask": np.zeros((300, 64), np.int32), "label": np.zeros(300, np.int32)}
+    split = Split("train", features, lengths)
+    for pack, group in ((0, True), (0, False), (4, False)):
+        batches = batching.TrainBatches(split, 8, 0, [8, 16, 32, 64], group_by_length=group, pack_examples=pack)
+        for start in (0, 7):
+            seen = [b["input_ids"].shape[-1] for _, b in zip(range(60), batches.batches(start_batch=start))]
+            assert batches.bucket_order(start, 60) == list(dict.fromkeys(seen))
+        assert batches.bucket_order(0, 1) == [batches.batch(0)["input_ids"].shape[-1]]
+    for size, buckets in ((8, [8, 16, 32, 64]), (32, [16, 64]), (300, [64]), (7, [40])):
+        cut = {batch["input_ids"].shape[-1] for batch, _ in batching.eval_batches(split, size, buckets)}
+        assert batching.eval_lengths(split, size, buckets) == sorted(cut)
+
+
 def test_bucketing_and_length_grouping_cut_the_padding_of_short_sentence_tasks():
     """SST-2-like lengths (movie-review phrases: median 11 tokens, 90% under 23, a tail to 66),
     batch 32, length 128. Measured 2026-11-22: padding share 0.894 padded to 128, 0.745 with

@@ -1,0 +1,63 @@
+"""CompileAhead: the background thread compiles in the given order, `take` never queues a key
+behind the others, errors reach the caller of `take`."""
+
+import threading
+import time
+
+import pytest
+
+from bertjax.compile_ahead import CompileAhead
+
+
+class Recorder:
+    """A stand-in compiler: records which thread compiled which key; `gate` holds key "slow"."""
+
+    def __init__(self):
+        self.compiled: list[tuple[str, str]] = []
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def __call__(self, key):
+        if key == "slow":
+            self.started.set()
+            assert self.gate.wait(10)
+        if key == "broken":
+            raise ValueError("cannot compile 'broken'")
+        self.compiled.append((key, threading.current_thread().name))
+        return f"program {key}", 0.25
+
+
+def test_keys_compile_in_order_in_the_background_and_are_handed_over_once_ready():
+    compiler = Recorder()
+    with CompileAhead(compiler, ["a", "b", "c"]) as ahead:
+        deadline = time.time() + 10
+        while len(compiler.compiled) < 3 and time.time() < deadline:
+            time.sleep(0.01)
+        assert [key for key, _ in compiler.compiled] == ["a", "b", "c"]
+        assert all(thread.startswith("bertjax-compile") for _, thread in compiler.compiled)
+        program, seconds, waited = ahead.take("b")
+        assert (program, seconds) == ("program b", 0.25) and waited < 0.1
+    assert len(compiler.compiled) == 3  # nothing compiled twice
+
+
+def test_a_key_not_started_is_compiled_by_the_caller_at_once_and_a_running_one_is_waited_for():
+    compiler = Recorder()
+    ahead = CompileAhead(compiler, ["slow", "later", "a"])
+    assert compiler.started.wait(10)  # the thread is held in "slow"
+    program, _, _ = ahead.take("later")  # not queued behind "slow"
+    assert program == "program later" and compiler.compiled == [("later", threading.current_thread().name)]
+    assert ahead.take("unlisted")[0] == "program unlisted"
+    threading.Timer(0.3, compiler.gate.set).start()
+    program, _, waited = ahead.take("slow")
+    assert program == "program slow" and waited >= 0.2
+    ahead.close()
+    assert ahead.take("a")[0] == "program a"  # after close: compiled by the caller if the thread had not
+    assert [key for key, _ in compiler.compiled].count("later") == 1
+
+
+def test_an_error_while_compiling_is_raised_by_take_for_that_key():
+    compiler = Recorder()
+    with CompileAhead(compiler, ["broken", "a"]) as ahead:
+        with pytest.raises(ValueError, match="cannot compile 'broken'"):
+            ahead.take("broken")
+        assert ahead.take("a")[0] == "program a"
