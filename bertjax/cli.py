@@ -212,14 +212,16 @@ def _exit(code: int) -> None:
     would go wrong:
     - a stalled input thread is still inside TensorFlow (its shutdown would abort; checkpoints
       were written before TrainingStopped was raised);
+    - a step is still compiling ahead (`bertjax.compile_ahead`): the shutdown would wait for
+      it, up to a minute on a GPU, past a preemption's grace period;
     - under jax.distributed, after an error: the shutdown waits for every process, so a process
       that failed alone (e.g. on --fail_on_truncation) would wait minutes for the others, themselves
       waiting for it at their next barrier; gone, it ends their wait with an error."""
-    from bertjax import preemption
+    from bertjax import compile_ahead, preemption
 
     jax = sys.modules.get("jax")
     failed_alone = code == EXIT_ERROR and jax is not None and jax.distributed.is_initialized()
-    if preemption.input_thread_alive() or failed_alone:
+    if preemption.input_thread_alive() or compile_ahead.compiling() or failed_alone:
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(code)
     sys.exit(code)

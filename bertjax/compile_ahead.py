@@ -10,8 +10,17 @@ otherwise idle during a step).
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from typing import Any, Callable, Hashable, Iterable
+
+THREAD_PREFIX = "bertjax-compile"
+
+
+def compiling() -> bool:
+    """Whether a compile thread is still alive: interpreter shutdown would wait for its
+    compile to finish (`cli._exit` ends the process with os._exit instead)."""
+    return any(thread.name.startswith(THREAD_PREFIX) and thread.is_alive() for thread in threading.enumerate())
 
 
 class CompileAhead:
@@ -29,7 +38,7 @@ class CompileAhead:
 
     def __init__(self, compile_fn: Callable[[Hashable], tuple[Any, float]], keys: Iterable[Hashable]):
         self._compile_fn = compile_fn
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bertjax-compile")
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=THREAD_PREFIX)
         self._futures = {key: self._pool.submit(compile_fn, key) for key in dict.fromkeys(keys)}
 
     def take(self, key: Hashable) -> tuple[Any, float, float]:

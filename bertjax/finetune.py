@@ -379,7 +379,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         eval_keys += [("eval", _batch_key(_abstract_batch(first, eval_batch_size, length)))
                       for length in batching.eval_lengths(split, eval_batch_size, eval_buckets)]
     ahead = compile_ahead.CompileAhead(compile_program, [
-        *(("train", length) for length in train_batches.bucket_order(start_step, train_cfg.num_steps - start_step)),
+        *(("train", length) for length in train_batches.bucket_order(
+            start_step, min(train_cfg.num_steps - start_step, train_batches.steps_per_epoch()))),
         *eval_keys])
     step = start_step
     batches = train_batches.batches(start_batch=start_step)
@@ -405,8 +406,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                                                config=saved_config, force=True, extra_meta=best)
             with clock.phase("save"):
                 loop.save(step, state)
+    except BaseException:
+        ahead.close()  # the compilations not started are dropped
+        raise
     finally:
-        ahead.close()
         with clock.phase("save"):
             loop.close()
 
@@ -431,6 +434,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 predictions = best_predictions[split.name]
             if jax.process_index() == 0:
                 written += task.write_predictions(split, predictions, directory)
+    ahead.close()
     if best is not None:
         loop.console(f"best {task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']} "
                      f"(weights in {best_checkpointer.directory})")

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bertjax.compile_ahead import CompileAhead
+from bertjax.compile_ahead import CompileAhead, compiling
 
 
 class Recorder:
@@ -44,6 +44,7 @@ def test_a_key_not_started_is_compiled_by_the_caller_at_once_and_a_running_one_i
     compiler = Recorder()
     ahead = CompileAhead(compiler, ["slow", "later", "a"])
     assert compiler.started.wait(10)  # the thread is held in "slow"
+    assert compiling()  # what cli._exit asks before it lets the interpreter's shutdown wait
     program, _, _ = ahead.take("later")  # not queued behind "slow"
     assert program == "program later" and compiler.compiled == [("later", threading.current_thread().name)]
     assert ahead.take("unlisted")[0] == "program unlisted"
@@ -53,6 +54,10 @@ def test_a_key_not_started_is_compiled_by_the_caller_at_once_and_a_running_one_i
     ahead.close()
     assert ahead.take("a")[0] == "program a"  # after close: compiled by the caller if the thread had not
     assert [key for key, _ in compiler.compiled].count("later") == 1
+    deadline = time.time() + 10
+    while compiling() and time.time() < deadline:  # closed and idle: the thread ends
+        time.sleep(0.01)
+    assert not compiling()
 
 
 def test_an_error_while_compiling_is_raised_by_take_for_that_key():

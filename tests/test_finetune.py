@@ -97,27 +97,37 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
 
 
 def test_each_step_is_compiled_once_for_the_shapes_the_run_uses(pretrained_run, tmp_path, monkeypatch):
-    """Compiled ahead (`bertjax.compile_ahead`): the train step for each bucket the batches
-    use and the evaluation step for each shape its batches have, once each, and every program
-    compiled is run (the lengths were foreseen right)."""
-    from bertjax import finetune, trainer
+    """Compiled ahead (`bertjax.compile_ahead`): the keys foreseen are exactly the keys the run
+    takes (the train step for each bucket its batches use, the evaluation step for each shape
+    its batches have), each compiled once, and every program compiled is run."""
+    from bertjax import compile_ahead, finetune, trainer
 
-    compiled, used, compile_step = [], set(), trainer.compile_step
+    foreseen, taken, compiled, used = [], [], [], set()
+    compile_step = trainer.compile_step
 
-    def recording(jitted, *abstract_args):
+    class Recording(compile_ahead.CompileAhead):
+        def __init__(self, compile_fn, keys):
+            foreseen.extend(keys)
+            super().__init__(compile_fn, foreseen)
+
+        def take(self, key):
+            taken.append(key)
+            return super().take(key)
+
+    def recording_compile_step(jitted, *abstract_args):
         key = ("train" if len(abstract_args) == 3 else "eval", finetune._batch_key(abstract_args[1]))
         compiled.append(key)
         program, seconds = compile_step(jitted, *abstract_args)
         return lambda *args: (used.add(key), program(*args))[1], seconds
 
-    monkeypatch.setattr(trainer, "compile_step", recording)
+    monkeypatch.setattr(compile_ahead, "CompileAhead", Recording)
+    monkeypatch.setattr(trainer, "compile_step", recording_compile_step)
     config = _demo_config(num_steps=8, eval_every=4)
     config.init_checkpoint = os.path.join(pretrained_run, "checkpoints")
     finetune.finetune(config, str(tmp_path / "run"))
-    assert len(compiled) == len(set(compiled)) and set(compiled) == used, (compiled, used)
-    shapes = {kind: [{name: shape for name, shape, _ in key}["input_ids"] for k, key in compiled if k == kind]
-              for kind in ("train", "eval")}
-    assert shapes["train"] and shapes["eval"], shapes
+    assert sorted(taken) == sorted(foreseen) and len(set(taken)) == len(taken), (foreseen, taken)
+    assert {kind for kind, _ in taken} == {"train", "eval"}
+    assert len(compiled) == len(set(compiled)) == len(taken) and set(compiled) == used, (compiled, used)
 
 
 def _assert_learns(summary, workdir):
