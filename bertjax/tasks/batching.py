@@ -165,8 +165,12 @@ class TrainBatches:
         """Global batch `batch_index` (all rows, every host the same)."""
         rows = self._rows(batch_index)
         if self.pack_examples:
-            return packing.packed_batch(self.split, rows, bucket_for(int(self.row_tokens(rows).max()), self.buckets))
+            return packing.packed_batch(self.split, rows, self._bucket(rows))
         return _cut(self.split, rows, np.ones(self.batch_size), self.buckets)
+
+    def _bucket(self, rows: np.ndarray) -> int:
+        """The bucket length a batch of these units is cut to."""
+        return bucket_for(int(self.row_tokens(rows).max()), self.buckets)
 
     def row_tokens(self, rows: np.ndarray) -> np.ndarray:
         """<int>[B] tokens in each row of units <int>[B] (examples) or [B, K] (packed, -1 = empty)."""
@@ -178,7 +182,7 @@ class TrainBatches:
         in the order of their first use (what to compile first)."""
         order: list[int] = []
         for index in range(start_batch, start_batch + num_batches):
-            length = bucket_for(int(self.row_tokens(self._rows(index)).max()), self.buckets)
+            length = self._bucket(self._rows(index))
             if length not in order:
                 order.append(length)
                 if len(order) == len(self.buckets):
