@@ -11,8 +11,10 @@ same files with the same recipe: learning rate, batch size, epochs, length, line
 then decay, AdamW-style updates. The PyTorch side is the loop people write with
 `transformers` (BertForSequenceClassification / BertForTokenClassification, torch.optim.AdamW,
 get_linear_schedule_with_warmup, dynamic padding to each batch's longest row, first sub-word
-labels for tagging); bertjax is `finetune.finetune` with its defaults. Both evaluate once at the
-end and are scored by the same code (bertjax's accuracy / conlleval entity F1).
+labels for tagging); bertjax is `finetune.finetune` with its defaults, and `bertjax-packed` the
+same with `config.data.pack_examples` (each step's examples laid end to end in rows: the same
+examples per step, fewer padding tokens). Both evaluate once at the end and are scored by the
+same code (bertjax's accuracy / conlleval entity F1).
 
 Data: generated files with realistic length distributions (short reviews: 2 to 60 words,
 median ~17, as SST-2; CoNLL-like sentences with PER/LOC/ORG entities, lengths as CoNLL-2003's: mean ~14.5 words, a
@@ -132,7 +134,7 @@ def run_bertjax(spec: dict) -> dict:
     config = finetune_config.get_config(spec["task"] if spec["task"] == "classification" else "ner")
     config.init_checkpoint = spec["model"]
     config.data.update(train_file=spec["train_file"], eval_file=spec["eval_file"],
-                       max_seq_length=spec["max_seq_length"])
+                       max_seq_length=spec["max_seq_length"], pack_examples=spec.get("pack_examples", 0))
     if spec["task"] == "classification":
         config.data.update(text_a_key=spec["text_key"], text_b_key="", label_key=spec["label_key"])
     config.train.update(learning_rate=spec["learning_rate"], batch_size=spec["batch_size"],
@@ -259,6 +261,8 @@ def _side(python: str, side: str, spec: dict) -> dict:
                             capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     if result.returncode != 0:
         sys.exit(f"the {side} side failed:\n{result.stderr[-3000:]}")
+    if os.environ.get("BENCH_CONSOLE"):  # the run's own console lines: its shapes, compile times
+        print(result.stdout + result.stderr, file=sys.stderr)
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     measured["whole run"] = time.perf_counter() - started
     return measured
@@ -304,9 +308,11 @@ def main():
     parser.add_argument("--max_seq_length", type=int, default=64)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--learning_rate", type=float, default=5e-5)
-    parser.add_argument("--sides", default="bertjax,bertjax-warm,pytorch",
+    parser.add_argument("--sides", default="bertjax,bertjax-warm,bertjax-packed,pytorch",
                         help="bertjax: a first run (empty compilation cache); bertjax-warm: the same run again, "
-                             "its compiled steps loaded from the cache the first one wrote")
+                             "its compiled steps loaded from the cache the first one wrote; bertjax-packed: a "
+                             "first run with --pack_examples (a cache of its own)")
+    parser.add_argument("--pack_examples", type=int, default=16, help="bertjax-packed: at most this many a row")
     parser.add_argument("--torch_python", default=sys.executable, help="an interpreter with torch and transformers")
     args = parser.parse_args()
     if args.side:
@@ -328,7 +334,8 @@ def main():
     rows = {}
     for side in args.sides.split(","):
         python = args.torch_python if side == "pytorch" else sys.executable
-        rows[side] = _side(python, side.split("-")[0], {**spec, "workdir": os.path.join(directory, side)})
+        packed = {"pack_examples": args.pack_examples, "cache": spec["cache"] + "_packed"} if side.endswith("packed") else {}
+        rows[side] = _side(python, side.split("-")[0], {**spec, **packed, "workdir": os.path.join(directory, side)})
         if side == "pytorch":
             rows[side]["metric"] = score_pytorch(args.task, rows[side].pop("predictions"), eval_labels)
     metric = "accuracy" if args.task == "classification" else "entity F1"

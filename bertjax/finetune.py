@@ -2,9 +2,10 @@
 
 Sections: checkpoint, tokenizer and model config (validated before anything is loaded or
 compiled) -> the task's data -> model, objective and state (resume order) -> the steps,
-compiled once per bucket length, ahead in a background thread -> the loop (evaluations keep
-the best checkpoint) -> predictions with the best weights. The machinery shared with pre-training (step,
-shardings, resume order, the loop's tail) is in `trainer.py`.
+compiled once per batch shape (bucket length, or packed row count), ahead in a background
+thread -> the loop (evaluations keep the best checkpoint) -> predictions with the best
+weights. The machinery shared with pre-training (step, shardings, resume order, the loop's
+tail) is in `trainer.py`.
 
 Starting point (`config.init_checkpoint`): a bertjax run (pre-training or fine-tuning: its
 workdir, checkpoint directory or one step), a Hugging Face BERT directory, or Google's
@@ -143,9 +144,12 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if data.label_kind not in ("class", "float"):
         raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")
     check_int(data, "pack_examples", 0)
-    if data.pack_examples and config.task not in tasks.classification.TASKS:
-        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for classification and "
-                         f"regression tasks, not config.task={config.task!r}; set it to 0")
+    if data.pack_examples and config.task not in tasks.classification.TASKS + tasks.tagging.TASKS:
+        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for classification, "
+                         f"regression and tagging tasks, not config.task={config.task!r}; set it to 0")
+    if data.pack_examples and bert.tagging_head != "linear":
+        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packed rows need "
+                         f"config.model.tagging_head='linear' (the BiLSTM reads whole rows); set one of them")
     if bert.tagging_head != "linear" and config.task not in tasks.tagging.TASKS:
         raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "
                          f"{tasks.tagging.TASKS}, not config.task={config.task!r}; leave it 'linear'")
@@ -154,17 +158,34 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
                          f"{config.checkpoint.keep}")
 
 
-def schedule_config(config: ml_collections.ConfigDict, rows_per_epoch: int) -> ml_collections.ConfigDict:
+def schedule_config(config: ml_collections.ConfigDict, examples_per_epoch: int) -> ml_collections.ConfigDict:
     """config.train with the run's length resolved: num_steps (from num_epochs over
-    `rows_per_epoch`, the examples or, packed, the rows of an epoch, unless set; rounded
-    down like run_classifier.py's int(N / batch * epochs)) and warmup_steps
-    (warmup_proportion of them)."""
+    `examples_per_epoch`, unless set; rounded down like run_classifier.py's
+    int(N / batch * epochs)) and warmup_steps (warmup_proportion of them)."""
     train = ml_collections.ConfigDict(config.train.to_dict())
     if not train.num_steps:
-        train.num_steps = max(1, int(rows_per_epoch / train.batch_size * train.num_epochs))
+        train.num_steps = max(1, int(examples_per_epoch / train.batch_size * train.num_epochs))
     train.warmup_steps = int(train.warmup_proportion * train.num_steps)
     optim.validate_train_config(train)
     return train
+
+
+def training_batches(config: ml_collections.ConfigDict, train: Split,
+                     data_parallel: int) -> tuple[batching.TrainBatches, list[int]]:
+    """(the run's training batches, the bucket lengths of its evaluation batches).
+
+    Bucket lengths fitted to the training batches' longest rows; evaluation (never packed)
+    adds max_seq_length for longer examples. Packed rows have one length, the longest
+    example's, and row counts that split evenly over the data-parallel devices, the
+    accumulated micro-batches and the processes."""
+    data, batch_size = config.data, config.train.batch_size
+    buckets = batching.fitted_bucket_lengths(batching.longest_rows(train, batch_size, data.seed, data.group_by_length),
+                                             data.max_seq_length, data.num_buckets)
+    batches = batching.TrainBatches(
+        train, batch_size, data.seed, buckets[-1:] if data.pack_examples else buckets, data.group_by_length,
+        data.pack_examples, num_row_counts=data.num_buckets,
+        row_multiple=math.lcm(data_parallel * config.train.grad_accum_steps, jax.process_count()))
+    return batches, sorted({*buckets, data.max_seq_length})
 
 
 def pretrained_params(config: ml_collections.ConfigDict, source: model_source.ModelSource, bert: BertConfig,
@@ -232,20 +253,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     #    way everywhere, and each host feeds its rows). --
     with clock.phase("read and tokenize"):
         task = tasks.load_task(config, tokenizer)
-    # Bucket lengths fitted to the training batches' longest rows (packed rows are nearly full:
-    # halvings of max_seq_length); evaluation adds max_seq_length for its longer examples.
-    data = config.data
-    buckets = (batching.bucket_lengths(data.max_seq_length, data.num_buckets) if data.pack_examples else
-               batching.fitted_bucket_lengths(batching.longest_rows(task.train, config.train.batch_size, data.seed,
-                                                                    data.group_by_length),
-                                              data.max_seq_length, data.num_buckets))
-    eval_buckets = sorted({*buckets, data.max_seq_length})
-    train_batches = batching.TrainBatches(task.train, config.train.batch_size, data.seed, buckets,
-                                          data.group_by_length, data.pack_examples)
-    train_cfg = schedule_config(config, train_batches.units_in_epoch(0))
-    examples_per_row = len(task.train) / train_batches.units_in_epoch(0)  # 1 unless packed
-    # Evaluation is never packed: by default as many examples per batch as a packed step's slots.
-    eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size * max(1, config.data.pack_examples)
+    train_batches, eval_buckets = training_batches(config, task.train, mesh_shape[0] * mesh_shape[1])
+    buckets = train_batches.buckets
+    train_cfg = schedule_config(config, len(task.train))
+    eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
     eval_every = train_cfg.eval_every or train_batches.steps_per_epoch()
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
@@ -296,12 +307,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                          out_shardings=replicated, compiler_options=compilation_cache.compiler_options())
 
     def compile_program(key: tuple[str, Any]) -> tuple[Any, float]:
-        """("train", length) or ("eval", _batch_key(batch)) -> (that step compiled, seconds)."""
+        """("train", (rows, length)) or ("eval", _batch_key(batch)) -> (that step compiled, seconds)."""
         kind, shapes = key
         with sharding.activate(mesh):
             if kind == "train":
                 return trainer.compile_step(step_jit, trainer.with_shardings(abstract, shardings),
-                                            _abstract_batch(example, train_cfg.batch_size, shapes), step_inputs)
+                                            _abstract_batch(example, *shapes), step_inputs)
             batch = {name: jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for name, shape, dtype in shapes}
             return trainer.compile_step(predict_fn, trainer.with_shardings(abstract.params, shardings.params), batch)
 
@@ -350,28 +361,29 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
         max_consecutive_bad_steps=train_cfg.max_consecutive_bad_steps,
-        sequences_per_step=train_cfg.batch_size * examples_per_row, console_keys=("loss", "accuracy", "mse"),
+        sequences_per_step=train_cfg.batch_size, console_keys=("loss", "accuracy", "mse"),
         label=f"fine-tune {task.name}")
     loop.console(f"{task.name}: {len(task.train)} training examples"
                  + "".join(f", {len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
                  + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
-                 + (f" packed rows ({examples_per_row:.2f} examples each on average)" if config.data.pack_examples else "")
                  + f" ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f} epochs), lr {train_cfg.learning_rate:g}, "
-                 f"warmup {train_cfg.warmup_steps}; batches padded to {buckets}; {how}"
+                 f"warmup {train_cfg.warmup_steps}; "
+                 + (f"examples packed into rows of {buckets[0]} tokens, {train_batches.row_counts} rows a step"
+                    if config.data.pack_examples else f"batches padded to {buckets}") + f"; {how}"
                  + ("; the encoder frozen" if frozen else "") + f"; starting at step {start_step}")
-    step_fns: dict[int, Any] = {}  # bucket length -> the compiled train step
+    step_fns: dict[tuple[int, int], Any] = {}  # (rows, tokens) -> the compiled train step
     best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
 
-    def train_step_for(length: int):
-        """The train step compiled for batches of `length` tokens (the wait for it is not timed)."""
-        if length not in step_fns:
+    def train_step_for(shape: tuple[int, int]):
+        """The train step compiled for batches of `shape` (rows, tokens) (the wait for it is not timed)."""
+        if shape not in step_fns:
             with loop.paused():
-                step_fns[length], seconds, waited = ahead.take(("train", length))
+                step_fns[shape], seconds, waited = ahead.take(("train", shape))
             clock.add("compile", waited)
             ahead_of_use = seconds - waited
-            loop.console(f"compiled the train step for length {length} in {seconds:.1f}s"
+            loop.console(f"compiled the train step for {shape[0]} x {shape[1]} tokens in {seconds:.1f}s"
                          + (f" ({ahead_of_use:.1f}s of it while training)" if ahead_of_use >= 0.1 else ""))
-        return step_fns[length]
+        return step_fns[shape]
 
     eval_keys = []  # what evaluation and prediction will need, split by split, shortest first
     for split in task.eval_splits + task.test_splits:
@@ -379,16 +391,16 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         eval_keys += [("eval", _batch_key(_abstract_batch(first, eval_batch_size, length)))
                       for length in batching.eval_lengths(split, eval_batch_size, eval_buckets)]
     ahead = compile_ahead.CompileAhead(compile_program, [
-        *(("train", length) for length in train_batches.bucket_order(
+        *(("train", shape) for shape in train_batches.shape_order(
             start_step, min(train_cfg.num_steps - start_step, train_batches.steps_per_epoch()))),
         *eval_keys])
     step = start_step
     batches = train_batches.batches(start_batch=start_step)
-    rows = trainer.process_rows(train_cfg.batch_size)
     try:
         while step < train_cfg.num_steps:
             batch = next(batches)
-            step_fn = train_step_for(batch["input_ids"].shape[-1])
+            step_fn = train_step_for(batching.batch_shape(batch))
+            rows = trainer.process_rows(len(batch["input_ids"]))  # packed batches vary in rows
             host_rows = {name: value[rows] for name, value in batch.items()}
             with sharding.activate(mesh):
                 state, metrics = step_fn(state, trainer.global_batch(host_rows, mesh), step_inputs)

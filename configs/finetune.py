@@ -99,9 +99,9 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data.max_seq_length = 128
     config.data.num_buckets = 4          # batch lengths: at most this many, fitted to the training batches
     config.data.group_by_length = True   # batches of rows of similar length (shuffled batch order)
-    config.data.pack_examples = 0        # K > 0: up to K examples per training row, each with its own
-                                         # [CLS] (classification/regression); batch_size then counts
-                                         # rows: divide it by the examples per row the run prints
+    config.data.pack_examples = 0        # K > 0: each step's examples laid end to end in rows, up to K
+                                         # a row, each with its own [CLS] (classification, regression,
+                                         # tagging with the linear head); batch_size still counts examples
     config.data.seed = 12345             # the order of training examples
     config.data.tfds_data_dir = ""       # "" = TFDS's default
     # Your own files (classification, regression: CSV, TSV with a header, or JSONL; for squad,

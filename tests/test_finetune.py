@@ -159,8 +159,8 @@ def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(minilm_classifier_
 
 @pytest.mark.slow  # packed logits, loss, gradients and resume: tests/tasks/test_finetune_packing.py
 def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
-    """Up to 4 reviews per row: 64 examples in 16 rows, a batch of 16 rows in 2 accumulated
-    micro-batches; the classifier reads each review's [CLS]."""
+    """Up to 4 reviews per row: each step's 16 reviews in a few rows (an even count: 2
+    accumulated micro-batches); the classifier reads each review's [CLS]."""
     from bertjax import finetune
 
     config = minilm_reviews_config(tmp_path, copies=16, max_seq_length=32, pack_examples=4)
@@ -168,7 +168,7 @@ def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
     summary = finetune.finetune(config, str(tmp_path / "run"))
     _assert_learns(summary, tmp_path / "run")
     first = _metrics(tmp_path / "run")[0]
-    assert first["sequences_per_second"] * first["step_time"] == pytest.approx(64.0)  # 16 rows of 4
+    assert first["sequences_per_second"] * first["step_time"] == pytest.approx(16.0)  # the examples, not rows
 
 
 @pytest.mark.parametrize("task", ["cola", "stsb", "mnli", pytest.param("sst2", marks=pytest.mark.slow),
@@ -259,9 +259,9 @@ def test_schedule_counts_steps_like_run_classifier():
     from bertjax import finetune
 
     config = _demo_config(batch_size=32, num_epochs=3.0, num_steps=0)
-    train = finetune.schedule_config(config, rows_per_epoch=1000)
+    train = finetune.schedule_config(config, examples_per_epoch=1000)
     assert (train.num_steps, train.warmup_steps) == (93, 9)
-    assert finetune.schedule_config(config, rows_per_epoch=5).num_steps == 1  # never 0
+    assert finetune.schedule_config(config, examples_per_epoch=5).num_steps == 1  # never 0
 
 
 def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
@@ -330,7 +330,7 @@ def test_unknown_task_and_config_key(tmp_path):
                             "--config.train.learning_rat=1e-4"], "did you mean 'learning_rate'"),
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":squad",
                             f"--config.init_checkpoint={MINILM_DIR}", "--config.data.pack_examples=2"],
-                           "packing is for classification and regression tasks")):
+                           "packing is for classification, regression and tagging tasks")):
         command, env = _launch(tmp_path, *args)
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -262,16 +262,24 @@ def classification_loss(logits: Array, labels: Array) -> tuple[Array, dict]:
 
 class BertForTokenClassification(nn.Module):
     """Dropout + dense on every token -> <dtype>[B, S, num_labels]; with config.tagging_head
-    "bilstm", a two-layer BiLSTM ("bilstm") over the features first."""
+    "bilstm", a two-layer BiLSTM ("bilstm") over the features first.
+
+    Packed rows (several sentences per row; see BertEncoder; linear head only) also pass
+    position_ids, sequence_ids <int>[B, S] and cls_positions <int>[B, K].
+    """
 
     config: BertConfig
     num_labels: int
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
-                 frozen_encoder=False):
-        sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder)
+                 position_ids=None, sequence_ids=None, cls_positions=None, frozen_encoder=False):
+        sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder,
+                                       position_ids=position_ids, sequence_ids=sequence_ids,
+                                       pooled_positions=cls_positions)
         if self.config.tagging_head == "bilstm":
+            if sequence_ids is not None:
+                raise ValueError("the BiLSTM tagging head reads whole rows: packed rows need tagging_head 'linear'")
             sequence = BiLSTM(self.config, name="bilstm")(sequence, attention_mask)
         sequence = Dropout(self.config.hidden_dropout_prob)(sequence, deterministic=deterministic)
         return dense(self.config, self.num_labels, ("embed", "classes"), "classifier")(sequence)

@@ -1,24 +1,23 @@
 """Batches of a tokenized `Split`, on the host, with length bucketing.
 
-Training: the stream of units (examples, or packed rows of examples) is the concatenation
-of epochs, epoch e coming from a permutation drawn from (seed, e); batch k is units
-[k B, (k + 1) B) of that stream, so a batch is a pure function of its index (exact resume
-at any step, across epoch ends) and every batch is full. Evaluation: the split sorted by
-length, the last batch padded with rows of weight 0 (`example_weights`), so every example
-counts exactly once.
+Training: the stream of examples is the concatenation of epochs, epoch e coming from a
+permutation drawn from (seed, e); batch k is examples [k B, (k + 1) B) of that stream, so
+a batch is a pure function of its index (exact resume at any step, across epoch ends) and
+every batch is full. Evaluation: the split sorted by length, the last batch padded with
+rows of weight 0 (`example_weights`), so every example counts exactly once.
 
 Length bucketing: a batch is cut to the smallest bucket length that holds its longest
 row instead of always carrying `max_seq_length` tokens. At most num_buckets lengths, so at
 most num_buckets shapes are ever compiled, fitted to the training batches' longest rows
 (`fitted_bucket_lengths` over `longest_rows`: the multiples of 8 that carry the fewest tokens;
 on SST-2-like lengths at 128, 8/16/32/72 instead of the halvings 16/32/64/128 of
-`bucket_lengths`, which packed rows use). With `group_by_length`, each epoch's permutation is
+`bucket_lengths`). With `group_by_length`, each epoch's permutation is
 cut into groups of GROUP_BATCHES batches, each group sorted by length and cut into batches
 whose order is then shuffled, so a batch holds rows of similar length (as tf.data's
 bucket_by_sequence_length): a random batch of short sentences is padded to its longest,
-usually 3-4x the typical one. Packing (`pack_examples`, classification tasks; see
-packing.py) goes further: rows of several examples each. `padding_share` measures what
-each saves.
+usually 3-4x the typical one. Packing (`pack_examples`, classification and tagging
+tasks; see packing.py) goes further: the same B examples in fewer rows, several a row.
+`padding_share` measures what each saves.
 """
 
 from __future__ import annotations
@@ -92,39 +91,43 @@ def _cut(split: Split, rows: np.ndarray, weights: np.ndarray, buckets: list[int]
 
 
 GROUP_BATCHES = 64  # batches per length-sorted group (group_by_length)
+FIT_BATCHES = 1000  # packed: the batches whose row counts `TrainBatches` fits its row buckets to
 
 
 class TrainBatches:
-    """Full, shuffled global batches of a split, forever (see the module docstring).
+    """Full, shuffled global batches of `batch_size` examples of a split, forever (see the
+    module docstring).
 
-    pack_examples=K > 0: the units of an epoch are packed rows of up to K examples
-    (`packing.first_fit` over the epoch's permutation; length grouping does not apply), and
-    a batch is `batch_size` rows; else the units are examples.
+    pack_examples=K > 0: each batch's examples are laid into rows of buckets[-1] tokens, up
+    to K a row (`packing.first_fit`, longest first; length grouping does not apply), and the
+    rows padded with empty ones to the smallest of `row_counts` that holds them: at most
+    num_row_counts counts, multiples of `row_multiple`, fitted to the first FIT_BATCHES
+    batches (a later batch that needs more rows gets batch_size rows, which always suffice).
     """
 
     def __init__(self, split: Split, batch_size: int, seed: int, buckets: list[int], group_by_length: bool = True,
-                 pack_examples: int = 0):
+                 pack_examples: int = 0, num_row_counts: int = 4, row_multiple: int = 1):
         self.split, self.batch_size, self.seed, self.buckets = split, batch_size, seed, buckets
-        self.group_by_length, self.pack_examples = group_by_length, pack_examples
-        self._units: dict[int, np.ndarray] = {}
-        self._epoch_sizes: list[int] = []  # units in epochs 0, 1, ... as far as needed so far
-        if self.units_in_epoch(0) < batch_size:
-            raise ValueError(f"the {split.name} split has {self.units_in_epoch(0)} "
-                             f"{'packed rows' if pack_examples else 'examples'}, fewer than one batch "
+        self.group_by_length, self.pack_examples = group_by_length and not pack_examples, pack_examples
+        self._orders: dict[int, np.ndarray] = {}
+        if len(split) < batch_size:
+            raise ValueError(f"the {split.name} split has {len(split)} examples, fewer than one batch "
                              f"(config.train.batch_size={batch_size})")
+        self.row_counts = [batch_size]
+        if pack_examples:
+            needed = [len(self._packed_rows(index)) for index in range(min(self.steps_per_epoch(), FIT_BATCHES))]
+            self.row_counts = fitted_bucket_lengths(needed, batch_size, num_row_counts, row_multiple)
 
-    def epoch_units(self, epoch: int) -> np.ndarray:
-        """The units of `epoch` in order, from a permutation drawn from (seed, epoch): example
-        indices <int>[N] (length-grouped with group_by_length) or, packed, rows <int>[R, K]."""
-        if epoch not in self._units:
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The example indices <int>[N] of `epoch` in order, from a permutation drawn from
+        (seed, epoch), length-grouped with group_by_length."""
+        if epoch not in self._orders:
             rng = np.random.default_rng([self.seed, epoch])
             order = rng.permutation(len(self.split))
-            if self.pack_examples:
-                order = packing.first_fit(self.split.lengths, order, self.pack_examples, self.buckets[-1])
-            elif self.group_by_length:
+            if self.group_by_length:
                 order = self._grouped(order, rng)
-            self._units = {epoch: order, **{e: o for e, o in self._units.items() if e == epoch - 1}}
-        return self._units[epoch]
+            self._orders = {epoch: order, **{e: o for e, o in self._orders.items() if e == epoch - 1}}
+        return self._orders[epoch]
 
     def _grouped(self, order: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         size, group = self.batch_size, self.batch_size * GROUP_BATCHES
@@ -137,57 +140,60 @@ class TrainBatches:
             pieces += [batches.reshape(-1), rows[full * size:]]
         return np.concatenate(pieces)
 
-    def units_in_epoch(self, epoch: int) -> int:
-        """Examples (or packed rows) in `epoch`; packed epochs differ a little in size."""
-        if not self.pack_examples:
-            return len(self.split)
-        while len(self._epoch_sizes) <= epoch:
-            self._epoch_sizes.append(len(self.epoch_units(len(self._epoch_sizes))))
-        return self._epoch_sizes[epoch]
-
     def steps_per_epoch(self) -> int:
-        """Batches in epoch 0 (packed epochs differ a little in size)."""
-        return math.ceil(self.units_in_epoch(0) / self.batch_size)
+        """Batches in an epoch (the last one runs into the next epoch)."""
+        return math.ceil(len(self.split) / self.batch_size)
 
-    def _rows(self, batch_index: int) -> np.ndarray:
-        """Units [batch_index * B, (batch_index + 1) * B) of the stream of epochs."""
+    def examples(self, batch_index: int) -> np.ndarray:
+        """<int>[B] examples [batch_index * B, (batch_index + 1) * B) of the stream of epochs."""
         first, last = batch_index * self.batch_size, (batch_index + 1) * self.batch_size
-        epoch = 0 if self.pack_examples else first // len(self.split)  # packed epochs differ in size
+        epoch = first // len(self.split)
         start, pieces = epoch * len(self.split), []
         while start < last:
-            size = self.units_in_epoch(epoch)
-            if start + size > first:
-                pieces.append(self.epoch_units(epoch)[max(first - start, 0):last - start])
-            epoch, start = epoch + 1, start + size
+            pieces.append(self.epoch_order(epoch)[max(first - start, 0):last - start])
+            epoch, start = epoch + 1, start + len(self.split)
         return np.concatenate(pieces)
+
+    def _packed_rows(self, batch_index: int) -> np.ndarray:
+        """<int32>[R, K] the batch's examples in rows (-1 = empty slot), R as few as first fit finds."""
+        examples = self.examples(batch_index)
+        longest_first = examples[np.argsort(-self.split.lengths[examples], kind="stable")]
+        return packing.first_fit(self.split.lengths, longest_first, self.pack_examples, self.buckets[-1])
 
     def batch(self, batch_index: int) -> dict[str, np.ndarray]:
         """Global batch `batch_index` (all rows, every host the same)."""
-        rows = self._rows(batch_index)
+        if not self.pack_examples:
+            return _cut(self.split, self.examples(batch_index), np.ones(self.batch_size), self.buckets)
+        slots = self._packed_rows(batch_index)
+        empty = np.full((bucket_for(len(slots), self.row_counts + [self.batch_size]) - len(slots),
+                         self.pack_examples), -1, np.int32)
+        return packing.packed_batch(self.split, np.concatenate([slots, empty]), self.buckets[-1])
+
+    def shape(self, batch_index: int) -> tuple[int, int]:
+        """(rows, tokens) of batch `batch_index`: what its train step is compiled for."""
         if self.pack_examples:
-            return packing.packed_batch(self.split, rows, self._bucket(rows))
-        return _cut(self.split, rows, np.ones(self.batch_size), self.buckets)
+            return bucket_for(len(self._packed_rows(batch_index)), self.row_counts + [self.batch_size]), self.buckets[-1]
+        return self.batch_size, bucket_for(int(self.split.lengths[self.examples(batch_index)].max()), self.buckets)
 
-    def _bucket(self, rows: np.ndarray) -> int:
-        """The bucket length a batch of these units is cut to."""
-        return bucket_for(int(self.row_tokens(rows).max()), self.buckets)
-
-    def row_tokens(self, rows: np.ndarray) -> np.ndarray:
-        """<int>[B] tokens in each row of units <int>[B] (examples) or [B, K] (packed, -1 = empty)."""
-        lengths = np.where(rows >= 0, self.split.lengths[np.maximum(rows, 0)], 0)
-        return lengths.reshape(len(rows), -1).sum(axis=1)
-
-    def bucket_order(self, start_batch: int, num_batches: int) -> list[int]:
-        """The bucket lengths that batches [start_batch, start_batch + num_batches) are cut to,
-        in the order of their first use (what to compile first)."""
-        order: list[int] = []
+    def shape_order(self, start_batch: int, num_batches: int) -> list[tuple[int, int]]:
+        """The shapes of batches [start_batch, start_batch + num_batches), in the order of
+        their first use (what to compile first)."""
+        order: list[tuple[int, int]] = []
         for index in range(start_batch, start_batch + num_batches):
-            length = self._bucket(self._rows(index))
-            if length not in order:
-                order.append(length)
-                if len(order) == len(self.buckets):
+            shape = self.shape(index)
+            if shape not in order:
+                order.append(shape)
+                if len(order) == self._num_shapes():
                     break
         return order
+
+    def _num_shapes(self) -> int:
+        """How many shapes the batches can have."""
+        return len({*self.row_counts, self.batch_size}) if self.pack_examples else len(self.buckets)
+
+    def real_tokens(self, batch_index: int) -> int:
+        """Tokens of the batch's examples (the rest of its rows is padding)."""
+        return int(self.split.lengths[self.examples(batch_index)].sum())
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         index = start_batch
@@ -196,12 +202,18 @@ class TrainBatches:
             index += 1
 
 
+def batch_shape(batch: dict[str, np.ndarray]) -> tuple[int, int]:
+    """(rows, tokens) of a training batch, as `TrainBatches.shape` gives them (multiple choice
+    rows hold several sequences)."""
+    return len(batch["input_ids"]), batch["input_ids"].shape[-1]
+
+
 def longest_rows(split: Split, batch_size: int, seed: int, group_by_length: bool) -> np.ndarray:
     """<int>[ceil(N / batch_size)] the tokens of the longest example in each batch of epoch 0's
     order (what its bucket must hold; every example is in one), for unpacked batches, whose
     order does not depend on the buckets."""
-    units = TrainBatches(split, batch_size, seed, [int(split.lengths.max())], group_by_length).epoch_units(0)
-    lengths = split.lengths[units]
+    order = TrainBatches(split, batch_size, seed, [int(split.lengths.max())], group_by_length).epoch_order(0)
+    lengths = split.lengths[order]
     return np.pad(lengths, (0, -len(lengths) % batch_size)).reshape(-1, batch_size).max(axis=1)
 
 
@@ -264,7 +276,7 @@ def padding_share(split: Split, batch_size: int, seed: int, buckets: list[int], 
     batches = TrainBatches(split, batch_size, seed, buckets, group_by_length, pack_examples)
     padded = real = 0
     for index in range(num_batches):
-        tokens = batches.row_tokens(batches._rows(index))
-        padded += len(tokens) * bucket_for(int(tokens.max()), buckets)
-        real += int(tokens.sum())
+        rows, length = batches.shape(index)
+        padded += rows * length
+        real += batches.real_tokens(index)
     return 1.0 - real / padded

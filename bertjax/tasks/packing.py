@@ -1,54 +1,53 @@
 """Packed fine-tuning batches: several short examples per row, each with its own [CLS].
 
 Short-sentence tasks (SST-2's median is 11 tokens) waste most of a row on padding even
-with length buckets. With `config.data.pack_examples = K`, each training row holds up to
-K examples laid end to end; attention stays inside an example (block-diagonal, through
-`sequence_ids`), positions restart at 0 for each, and the classifier reads each
-example's own [CLS] (`cls_positions`). An example is never split across rows.
+with length buckets. With `config.data.pack_examples = K`, a training step still takes
+`batch_size` examples (the recipe does not change), but lays them end to end in rows of
+`max_seq_length` tokens, up to K a row; attention stays inside an example (block-diagonal,
+through `sequence_ids`), positions restart at 0 for each, and the classifier reads each
+example's own [CLS] (`cls_positions`); a tagger reads every token as before. An example is
+never split across rows. The batch is then as many rows as its examples need (padded with
+empty rows to one of a few row counts: `batching.TrainBatches`).
 
     first_fit(lengths, order, K, L) -> <int>[R, K] example indices per row (-1 = empty slot)
     packed_batch(split, slots, S) -> a batch of those rows, S tokens long:
-        input_ids, segment_ids, input_mask, position_ids, sequence_ids <int32>[B, S]
-        cls_positions <int32>[B, K]; label [B, K]; example_weights <f32>[B, K] (0 = empty)
+        input_ids, segment_ids, input_mask, position_ids, sequence_ids <int32>[B, S] and the
+        split's other token features (tagging: label_ids, label_weights) laid out the same;
+        cls_positions <int32>[B, K]; per-example features (label) [B, K];
+        example_weights <f32>[B, K] (0 = empty)
     model_inputs(batch) -> the packed keyword inputs of the model ({} for unpacked batches)
 
-The packing is a pure function of the epoch's example order, so a packed batch is still a
-pure function of its index (exact resume).
+The packing is a pure function of the batch's examples, so a packed batch is still a pure
+function of its index (exact resume).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from bertjax.tasks.common import Split
+from bertjax.tasks.common import SEQUENCE_FEATURES, Split
 
-WINDOW = 512  # consecutive examples of an epoch packed together (rows never mix windows)
 PACKED_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
 
 
-def first_fit(lengths: np.ndarray, order: np.ndarray, max_examples: int, max_length: int,
-              window: int = WINDOW) -> np.ndarray:
-    """Examples in `order`, each placed in the first row of its window with room for its
-    tokens (at most `max_length` in all) and fewer than `max_examples` examples so far;
-    -> <int32>[R, K] rows of example indices in placement order, -1 for empty slots. Every
-    example appears once."""
-    pieces = []
-    for start in range(0, len(order), window):
-        chunk = order[start:start + window]
-        used = np.zeros(len(chunk), np.int64)      # tokens in each row so far
-        count = np.zeros(len(chunk), np.int64)     # examples in each row so far
-        slots = np.full((len(chunk), max_examples), -1, np.int32)
-        rows = 0
-        for example in chunk:
-            n = lengths[example]
-            fits = np.flatnonzero((used[:rows] + n <= max_length) & (count[:rows] < max_examples))
-            row = int(fits[0]) if len(fits) else rows
-            rows = max(rows, row + 1)
-            slots[row, count[row]] = example
-            used[row] += n
-            count[row] += 1
-        pieces.append(slots[:rows])
-    return np.concatenate(pieces) if pieces else np.zeros((0, max_examples), np.int32)
+def first_fit(lengths: np.ndarray, order: np.ndarray, max_examples: int, max_length: int) -> np.ndarray:
+    """Examples in `order`, each placed in the first row with room for its tokens (at most
+    `max_length` in all) and fewer than `max_examples` examples so far; -> <int32>[R, K] rows
+    of example indices in placement order, -1 for empty slots. Every example appears once
+    (pass `order` longest first for the fewest rows: first-fit decreasing)."""
+    used = np.zeros(len(order), np.int64)      # tokens in each row so far
+    count = np.zeros(len(order), np.int64)     # examples in each row so far
+    slots = np.full((len(order), max_examples), -1, np.int32)
+    rows = 0
+    for example in order:
+        n = lengths[example]
+        fits = np.flatnonzero((used[:rows] + n <= max_length) & (count[:rows] < max_examples))
+        row = int(fits[0]) if len(fits) else rows
+        rows = max(rows, row + 1)
+        slots[row, count[row]] = example
+        used[row] += n
+        count[row] += 1
+    return slots[:rows]
 
 
 def packed_batch(split: Split, slots: np.ndarray, length: int) -> dict[str, np.ndarray]:
@@ -72,10 +71,10 @@ def packed_batch(split: Split, slots: np.ndarray, length: int) -> dict[str, np.n
     source = examples[token_row, token_slot]
 
     batch = {}
-    for name in ("input_ids", "segment_ids"):
-        values = np.zeros((batch_size, length), split.features[name].dtype)
-        values[token_row, column] = split.features[name][source, position]
-        batch[name] = values
+    for name, values in split.features.items():  # token features: ids, segments, tagging labels
+        if name in SEQUENCE_FEATURES and name != "input_mask":
+            batch[name] = np.zeros((batch_size, length), values.dtype)
+            batch[name][token_row, column] = values[source, position]
     batch["position_ids"] = np.zeros((batch_size, length), np.int32)
     batch["position_ids"][token_row, column] = position
     batch["sequence_ids"] = np.zeros((batch_size, length), np.int32)

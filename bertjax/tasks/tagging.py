@@ -327,7 +327,13 @@ def load_task(config, tokenizer) -> Task:
     check_nonempty(sources, "sentences")
     label_names = sources[0][1].label_names
     splits = [featurize(tokenizer, examples, name, data.max_seq_length) for name, examples in sources]
-    weights = lambda batch: batch["label_weights"] * batch["example_weights"][:, None]  # noqa: E731
+
+    def weights(batch):
+        """<f32>[B, S]: the words predicted in real rows (packed rows: a padding token's label
+        weight is 0 already, and example_weights is per example [B, K])."""
+        if batch["example_weights"].ndim == 2:
+            return batch["label_weights"]
+        return batch["label_weights"] * batch["example_weights"][:, None]
 
     def evaluate(split: Split, predictions: dict) -> dict[str, float]:
         """Entity-level precision/recall/f1 (conlleval), and per type as <TYPE>_precision ..."""

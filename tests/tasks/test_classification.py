@@ -196,19 +196,19 @@ def test_eval_batches_come_shortest_first_each_example_once_in_its_bucket():
         assert batch["example_weights"].tolist() == [1.0] * len(real) + [0.0] * (3 - len(real))
 
 
-def test_bucket_order_and_eval_lengths_are_the_lengths_the_batches_are_cut_to():
-    """What fine-tuning compiles ahead: the buckets in the order batches first use them (from
-    any start batch, packed or not), and the lengths of the evaluation batches."""
+def test_shape_order_and_eval_lengths_are_the_shapes_the_batches_are_cut_to():
+    """What fine-tuning compiles ahead: the (rows, tokens) shapes in the order batches first use
+    them (from any start batch, packed or not), and the lengths of the evaluation batches."""
     lengths = np.random.default_rng(2).integers(2, 60, 300).astype(np.int32)
     features = {"input_ids": np.zeros((300, 64), np.int32), "segment_ids": np.zeros((300, 64), np.int32),
                 "input_mask": np.zeros((300, 64), np.int32), "label": np.zeros(300, np.int32)}
     split = Split("train", features, lengths)
-    for pack, group in ((0, True), (0, False), (4, False)):
-        batches = batching.TrainBatches(split, 8, 0, [8, 16, 32, 64], group_by_length=group, pack_examples=pack)
+    for pack, group, buckets in ((0, True, [8, 16, 32, 64]), (0, False, [8, 16, 32, 64]), (4, False, [64])):
+        batches = batching.TrainBatches(split, 8, 0, buckets, group_by_length=group, pack_examples=pack)
         for start in (0, 7):
-            seen = [b["input_ids"].shape[-1] for _, b in zip(range(60), batches.batches(start_batch=start))]
-            assert batches.bucket_order(start, 60) == list(dict.fromkeys(seen))
-        assert batches.bucket_order(0, 1) == [batches.batch(0)["input_ids"].shape[-1]]
+            seen = [batching.batch_shape(b) for _, b in zip(range(60), batches.batches(start_batch=start))]
+            assert batches.shape_order(start, 60) == list(dict.fromkeys(seen))
+        assert batches.shape_order(0, 1) == [batching.batch_shape(batches.batch(0))]
     for size, buckets in ((8, [8, 16, 32, 64]), (32, [16, 64]), (300, [64]), (7, [40])):
         cut = {batch["input_ids"].shape[-1] for batch, _ in batching.eval_batches(split, size, buckets)}
         assert batching.eval_lengths(split, size, buckets) == sorted(cut)
@@ -280,9 +280,9 @@ def test_length_grouping_keeps_each_epoch_a_permutation():
     split = Split("train", {"input_ids": np.zeros((1000, 1), np.int32)}, lengths)
     batches = batching.TrainBatches(split, 8, 0, [16, 32, 64], group_by_length=True)
     for epoch in (0, 1):
-        order = batches.epoch_units(epoch)
+        order = batches.epoch_order(epoch)
         assert sorted(order) == list(range(1000))
-    spread = [np.ptp(lengths[batches._rows(i)]) for i in range(100)]
+    spread = [np.ptp(lengths[batches.examples(i)]) for i in range(100)]
     assert np.median(spread) <= 2  # rows of a batch have about the same length
 
 
