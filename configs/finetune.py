@@ -24,7 +24,9 @@ the task, comma separated: `quick` (a few steps, for a smoke test on a CPU), `sw
 paper's grid: learning rate x batch size x epochs).
 
 Defaults (the BERT paper's appendix A.3 and google-research/bert's scripts): the original
-optimizer (AdamWeightDecay without bias correction, eps 1e-6, weight decay 0.01, clip 1.0),
+optimizer (AdamWeightDecay without bias correction, eps 1e-6, weight decay 0.01, clip 1.0;
+`train.adam_bias_correction=True` for torch's AdamW, whose smaller first steps also train a
+randomly initialised encoder),
 linear warmup over 10% of the steps then linear decay, batch 32, 3 epochs, length 128,
 learning rate 2e-5 (the paper picked per task from {5e-5, 4e-5, 3e-5, 2e-5} on dev, and
 run_classifier.py's own default is 5e-5: use `sweep` to pick). Per family:
@@ -142,6 +144,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.train.eval_batch_size = 0     # 0 = batch_size
     config.train.max_consecutive_bad_steps = 10
     config.train.freeze_encoder = False  # the feature-based approach: train the head only
+    config.train.adam_bias_correction = False  # True: Adam's bias correction (torch's AdamW)
     config.train.sweep = "sweep" in options
     config.train.sweep_learning_rates = "5e-5,3e-5,2e-5"
     config.train.sweep_batch_sizes = "16,32"

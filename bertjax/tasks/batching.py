@@ -165,14 +165,13 @@ class TrainBatches:
         if not self.pack_examples:
             return _cut(self.split, self.examples(batch_index), np.ones(self.batch_size), self.buckets)
         slots = self._packed_rows(batch_index)
-        empty = np.full((bucket_for(len(slots), self.row_counts + [self.batch_size]) - len(slots),
-                         self.pack_examples), -1, np.int32)
+        empty = np.full((self._row_count(len(slots)) - len(slots), self.pack_examples), -1, np.int32)
         return packing.packed_batch(self.split, np.concatenate([slots, empty]), self.buckets[-1])
 
     def shape(self, batch_index: int) -> tuple[int, int]:
         """(rows, tokens) of batch `batch_index`: what its train step is compiled for."""
         if self.pack_examples:
-            return bucket_for(len(self._packed_rows(batch_index)), self.row_counts + [self.batch_size]), self.buckets[-1]
+            return self._row_count(len(self._packed_rows(batch_index))), self.buckets[-1]
         return self.batch_size, bucket_for(int(self.split.lengths[self.examples(batch_index)].max()), self.buckets)
 
     def shape_order(self, start_batch: int, num_batches: int) -> list[tuple[int, int]]:
@@ -186,6 +185,10 @@ class TrainBatches:
                 if len(order) == self._num_shapes():
                     break
         return order
+
+    def _row_count(self, needed: int) -> int:
+        """The rows a packed batch whose examples need `needed` rows is padded to."""
+        return bucket_for(needed, self.row_counts + [self.batch_size])
 
     def _num_shapes(self) -> int:
         """How many shapes the batches can have."""
