@@ -22,7 +22,8 @@ tail to 113), or your own
 CSV (classification) / CoNLL (ner) files. The PyTorch side needs torch and transformers:
 `pip install -e .[bench]` (CPU wheel of torch first), or point --torch_python at an interpreter
 that has them. The table: whole-run seconds and where they went, training examples/s, the dev
-metric, and bertjax's time as a share of PyTorch's.
+metric, and bertjax's time as a share of PyTorch's. BENCH_CONSOLE=1 also prints each side's own
+console (bertjax's batch shapes and compile times).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Short-sentence tasks (SST-2's median is 11 tokens) waste most of a row on padding even
 with length buckets. With `config.data.pack_examples = K`, a training step still takes
-`batch_size` examples (the recipe does not change), but lays them end to end in rows of
-`max_seq_length` tokens, up to K a row; attention stays inside an example (block-diagonal,
+`batch_size` examples (the recipe does not change), but lays them end to end in rows as
+long as the split's longest example (rounded up to 8), up to K a row; attention stays inside an example (block-diagonal,
 through `sequence_ids`), positions restart at 0 for each, and the classifier reads each
 example's own [CLS] (`cls_positions`); a tagger reads every token as before. An example is
 never split across rows. The batch is then as many rows as its examples need (padded with
