@@ -245,7 +245,7 @@ def test_bad_feature_options_name_the_key(model, message):
         bert_config.resolve(model, checkpoint=checkpoint)
 
 
-def test_a_bilstm_head_outside_tagging_and_a_non_bool_freeze_are_errors(tmp_path):
+def test_a_bilstm_head_outside_tagging_or_packed_and_a_non_bool_freeze_are_errors(tmp_path):
     from bertjax import finetune
     from bertjax.models import BertConfig
 
@@ -254,6 +254,11 @@ def test_a_bilstm_head_outside_tagging_and_a_non_bool_freeze_are_errors(tmp_path
     with pytest.raises(ValueError, match=r"config.model.tagging_head='bilstm' is for tagging tasks .*not "
                                          r"config.task='squad'; leave it 'linear'"):
         finetune.validate_config(config, bert, (1, 1, 1), 100)
+    ner = finetune_config.get_config("ner")
+    ner.data.pack_examples = 8
+    with pytest.raises(ValueError, match=r"config.data.pack_examples=8: packed rows need "
+                                         r"config.model.tagging_head='linear' \(the BiLSTM reads whole rows\)"):
+        finetune.validate_config(ner, bert, (1, 1, 1), 100)
     config.train.freeze_encoder = None
     with pytest.raises(ValueError, match=r"config.train.freeze_encoder must be True or False, got None"):
         finetune.check_train_values(config.train)
