@@ -77,11 +77,16 @@ def bucket_for(length: int, buckets: list[int]) -> int:
     return buckets[-1]
 
 
+def _bucket_of(split: Split, rows: np.ndarray, buckets: list[int]) -> int:
+    """The smallest bucket that holds the longest of these rows of `split` (negative = padding)."""
+    return bucket_for(int(split.lengths[rows[rows >= 0]].max(initial=1)), buckets)
+
+
 def _cut(split: Split, rows: np.ndarray, weights: np.ndarray, buckets: list[int]) -> dict[str, np.ndarray]:
     """The features of the given rows of `split` (negative index = a padding row of zeros),
     cut to the bucket of the longest, with the rows' example_weights."""
     real = rows >= 0
-    length = bucket_for(int(split.lengths[rows[real]].max(initial=1)), buckets)
+    length = _bucket_of(split, rows, buckets)
     batch = {"example_weights": weights.astype(np.float32)}
     for name, values in split.features.items():
         taken = values[np.where(real, rows, 0)]
@@ -172,7 +177,7 @@ class TrainBatches:
         """(rows, tokens) of batch `batch_index`: what its train step is compiled for."""
         if self.pack_examples:
             return self._row_count(len(self._packed_rows(batch_index))), self.buckets[-1]
-        return self.batch_size, bucket_for(int(self.split.lengths[self.examples(batch_index)].max()), self.buckets)
+        return self.batch_size, _bucket_of(self.split, self.examples(batch_index), self.buckets)
 
     def shape_order(self, start_batch: int, num_batches: int) -> list[tuple[int, int]]:
         """The shapes of batches [start_batch, start_batch + num_batches), in the order of
