@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_suite.sh [check] [base] [large] [packed] [compile] [profile] [triton] [slowcompile]
 # (none: all but slowcompile)
 # Each run's full output goes to ${OUT:-/tmp/bertjax_gpu}/<name>.txt; a run is stopped after
-# ${RUN_TIMEOUT:-300} seconds (BERT-base with the XLA attention compiled for minutes on an H100).
+# ${RUN_TIMEOUT:-300} seconds (BERT-base with the XLA attention compiled for minutes on an H100;
+# one BERT-large run takes about 120 s there, 50 of them compiling: give each at least 150 s).
 set -uo pipefail
 out=${OUT:-/tmp/bertjax_gpu}
 mkdir -p "$out"
