@@ -165,13 +165,15 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], inputs: dict[str,
     # A branch rather than a select over every leaf: the select kept old and new copies of
     # all parameters and optimizer slots (extra passes over memory); the branch updates the
     # donated buffers in place and a skipped step touches nothing.
+    # The norm goes in as an operand: computed again inside the branch, it was one more
+    # pass over every gradient.
     def update(operands):
-        params, opt_state, grads = operands
-        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        params, opt_state, grads, grad_norm = operands
+        updates, new_opt_state = optimizer.update(grads, opt_state, params, global_norm=grad_norm)
         return optax.apply_updates(params, updates), new_opt_state
 
     new_params, new_opt_state = jax.lax.cond(finite, update, lambda operands: operands[:2],
-                                             (params, state.opt_state, grads))
+                                             (params, state.opt_state, grads, grad_norm))
     bad_steps = jnp.where(finite, 0, state.bad_steps + 1)
     updated = state.replace(
         step=state.step + 1,

@@ -204,3 +204,24 @@ def test_clipping_scales_the_gradient_to_max_norm():
     np.testing.assert_allclose(first_moment(1.0), 0.1 * 10.0 / 100.0, rtol=1e-6)
     np.testing.assert_allclose(first_moment(1000.0), 0.1 * 10.0, rtol=1e-6)
     np.testing.assert_allclose(first_moment(0.0), 0.1 * 10.0, rtol=1e-6)
+
+
+def test_clipping_equals_optax_and_takes_the_callers_norm():
+    """The same clipped gradients as optax.clip_by_global_norm, below and above the limit, and
+    the same (empty) state; a norm passed as `global_norm` is the one used."""
+    grads = {"a": jnp.array([3.0, -4.0]), "b": {"kernel": jnp.full((2, 2), 6.0)}}  # global norm 13
+    for max_norm in (1.0, 13.0, 50.0):
+        ours, state = optim.clip_by_global_norm(max_norm).update(grads, optax.EmptyState())
+        theirs, _ = optax.clip_by_global_norm(max_norm).update(grads, optax.EmptyState())
+        for mine, reference in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            np.testing.assert_allclose(np.asarray(mine), np.asarray(reference), rtol=1e-6)
+        assert state == optax.clip_by_global_norm(max_norm).init(grads)
+    given, _ = optim.clip_by_global_norm(1.0).update(grads, optax.EmptyState(), global_norm=jnp.float32(2.0))
+    np.testing.assert_allclose(np.asarray(given["a"]), [1.5, -2.0], rtol=1e-6)
+    for optimizer in optim.OPTIMIZERS:  # the chain hands the norm to the clip alone
+        tx = optim.make_optimizer(train_config(optimizer=optimizer, warmup_steps=0))
+        with_norm, _ = tx.update(grads, tx.init(grads), grads, global_norm=jnp.float32(13.0))
+        without, _ = tx.update(grads, tx.init(grads), grads)
+        for a, b in zip(jax.tree.leaves(with_norm), jax.tree.leaves(without)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+            assert np.abs(np.asarray(a)).max() > 0
