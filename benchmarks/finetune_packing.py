@@ -23,7 +23,7 @@ from absl import flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from anywhere
 from bertjax import host_memory  # noqa: E402
-host_memory.keep_freed_memory()  # with BERTJAX_KEEP_FREED_MEMORY=1, before any thread allocates
+host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
 from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from configs import finetune as finetune_config  # noqa: E402
 

@@ -23,8 +23,8 @@ CSV (classification) / CoNLL (ner) files. The PyTorch side needs torch and trans
 `pip install -e .[bench]` (CPU wheel of torch first), or point --torch_python at an interpreter
 that has them. The table: whole-run seconds and where they went, training examples/s, the dev
 metric, and bertjax's time as a share of PyTorch's. BENCH_CONSOLE=1 also prints each side's own
-console (bertjax's batch shapes and compile times). The bertjax sides honour
-BERTJAX_KEEP_FREED_MEMORY=1 as launch/finetune.py does (bertjax/host_memory.py).
+console (bertjax's batch shapes and compile times). The bertjax sides set up host memory as
+launch/finetune.py does (bertjax/host_memory.py: huge pages; BERTJAX_KEEP_FREED_MEMORY=1).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def run_bertjax(spec: dict) -> dict:
     started = time.perf_counter()
     sys.path.insert(0, ROOT)
     from bertjax import host_memory
-    host_memory.keep_freed_memory()  # as launch/finetune.py, before JAX's threads allocate
+    host_memory.configure()  # as launch/finetune.py, before JAX's threads allocate
     from bertjax import compilation_cache, finetune
     from configs import finetune as finetune_config
 

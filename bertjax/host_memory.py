@@ -1,4 +1,5 @@
-"""Host memory for XLA's CPU backend: an opt-in mode that keeps freed buffers for the next step.
+"""Host memory for XLA's CPU backend: transparent huge pages, and an opt-in mode that keeps
+freed buffers for the next step.
 
 XLA:CPU allocates a step's temporary buffer (1.3 GB for BERT-base at batch 8, length 128)
 with malloc on one of its worker threads. glibc serves a block that large from a fresh
@@ -11,12 +12,20 @@ heap can fragment (peak RSS: BERT-base 3.3 GB in most runs, 4.7 to 6.3 GB in abo
 four; the demo's tiny model 1.2 -> 1.9 GB), so it is off unless BERTJAX_KEEP_FREED_MEMORY=1
 (launch/demo.sh sets it).
 
-The launchers that run steps (pretrain, finetune, demo, benchmark) call
-`keep_freed_memory()` before they import anything else of bertjax: it must run before any
+The launchers that run steps (pretrain, finetune, demo, benchmark) call `configure()`
+(which calls `keep_freed_memory()`) before they import anything else of bertjax: it must run before any
 thread other than the main one allocates (glibc fixes the arena limit when the first extra
 arena is made, and a thread keeps the arena it has), so it refuses, with a warning, once
 JAX is imported. It acts only when JAX will compute on the CPU (JAX_PLATFORMS=cpu, or no
 TPU or GPU plugin installed) and on glibc.
+
+Transparent huge pages, on by default (`use_huge_pages`, BERTJAX_HUGE_PAGES=0 turns them off):
+the launchers restart themselves once with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc
+reads its tunables only at start-up), so glibc asks the kernel for 2 MB pages for every
+large block. A fresh buffer then takes one fault per 2 MB instead of one per 4 KB, and
+nothing is kept: a MiniLM fine-tuning step (11 x 64 packed, 2 cores) 328.5 / 335.4 ms ->
+291.7 / 287.0 ms at the same peak RSS (1.44 -> 1.45 GB), faster than keeping freed memory
+(303.1 / 295.5 ms). `configure` does both, first thing in a launcher.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import sys
 
 # glibc <malloc.h>; a trim threshold of -1 becomes SIZE_MAX (never trim).
 M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"  # glibc >= 2.35: madvise(MADV_HUGEPAGE) on large blocks
+THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
 def computes_on_cpu() -> bool:
@@ -59,3 +70,40 @@ def keep_freed_memory() -> bool:
         reason = "glibc refused the settings"
     print(f"warning: BERTJAX_KEEP_FREED_MEMORY=1 ignored: {reason}", file=sys.stderr)
     return False
+
+
+def huge_pages_possible() -> bool:
+    """glibc >= 2.35 (the hugetlb tunable) and a kernel that gives transparent huge pages to
+    regions that ask for them (THP 'madvise' or 'always')."""
+    name, version = platform.libc_ver()
+    if name != "glibc" or tuple(int(part) for part in version.split(".")[:2]) < (2, 35):
+        return False
+    try:
+        with open(THP_SETTING) as setting:
+            return "[never]" not in setting.read()
+    except OSError:
+        return False
+
+
+def use_huge_pages() -> None:
+    """Restarts this process (os.execv: the same pid, interpreter and arguments) with
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 added, when JAX will compute on the CPU and
+    `huge_pages_possible()`; returns where it has nothing to do: already set, turned off by
+    BERTJAX_HUGE_PAGES=0, or a script read from stdin (it cannot be read again)."""
+    if (HUGE_PAGES_TUNABLE.split("=")[0] in os.environ.get("GLIBC_TUNABLES", "")
+            or os.environ.get("BERTJAX_HUGE_PAGES", "") == "0" or sys.argv[0] in ("", "-")
+            or not computes_on_cpu() or not huge_pages_possible()):
+        return
+    tunables = os.environ.get("GLIBC_TUNABLES")
+    os.environ["GLIBC_TUNABLES"] = f"{tunables}:{HUGE_PAGES_TUNABLE}" if tunables else HUGE_PAGES_TUNABLE
+    sys.stdout.flush(), sys.stderr.flush()
+    try:
+        os.execv(sys.executable, sys.orig_argv)
+    except OSError as error:  # the process goes on as it is
+        print(f"warning: no restart with transparent huge pages: {error}", file=sys.stderr)
+
+
+def configure() -> None:
+    """What a launcher calls first thing: `use_huge_pages()`, then `keep_freed_memory()`."""
+    use_huge_pages()
+    keep_freed_memory()

@@ -21,7 +21,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
 from bertjax import host_memory  # noqa: E402
-host_memory.keep_freed_memory()  # with BERTJAX_KEEP_FREED_MEMORY=1, before any thread allocates
+host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
 from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 

@@ -19,7 +19,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bertjax import host_memory  # noqa: E402
-host_memory.keep_freed_memory()  # with BERTJAX_KEEP_FREED_MEMORY=1, before any thread allocates
+host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
 from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 
 _CONFIG, _WORKDIR = cli.define_run_flags("Pre-training config file (configs/pretrain.py:<preset>).", "pre-training")

@@ -1,7 +1,8 @@
 """bertjax.host_memory: with BERTJAX_KEEP_FREED_MEMORY=1 a large block freed on a worker
 thread is reused by the next allocation instead of being faulted in again (what XLA:CPU
 does with each step's temporary buffer); off by default, refused on accelerators and once
-JAX is imported."""
+JAX is imported. Transparent huge pages (a restart with glibc's hugetlb tunable): a fresh
+large block faults in 2 MB at a time; on by default, BERTJAX_HUGE_PAGES=0 turns them off."""
 
 import os
 import platform
@@ -21,7 +22,8 @@ CHILD = """
 import ctypes, resource, sys, threading
 sys.path.insert(0, {root!r})
 from bertjax import host_memory
-print(host_memory.keep_freed_memory())
+print("started", flush=True)
+{setup}
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
@@ -42,9 +44,10 @@ print(sum(faults[1:]))
 """
 
 
-def _child(code: str, keep: str) -> subprocess.CompletedProcess:
-    env = {name: value for name, value in os.environ.items() if not name.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
-    env.update(BERTJAX_KEEP_FREED_MEMORY=keep, JAX_PLATFORMS="cpu")
+def _child(code: str, keep: str, **variables: str) -> subprocess.CompletedProcess:
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("MALLOC_", "GLIBC_TUNABLES", "BERTJAX_HUGE_PAGES"))}
+    env.update(BERTJAX_KEEP_FREED_MEMORY=keep, JAX_PLATFORMS="cpu", **variables)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                           check=True)
 
@@ -52,10 +55,25 @@ def _child(code: str, keep: str) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc malloc")
 def test_kept_memory_is_reused_without_page_faults():
     pages = 3 * 256 * 2**20 // 4096  # three rounds of 256 MB in 4 KB pages
-    applied, faults = _child(CHILD.format(root=ROOT), "0").stdout.split()
+    code = CHILD.format(root=ROOT, setup="print(host_memory.keep_freed_memory())")
+    _, applied, faults = _child(code, "0").stdout.split()
     assert applied == "False" and int(faults) > 0.9 * pages  # each block mapped afresh, unmapped on free
-    applied, faults = _child(CHILD.format(root=ROOT), "1").stdout.split()
+    _, applied, faults = _child(code, "1").stdout.split()
     assert applied == "True" and int(faults) < 0.02 * pages
+
+
+@pytest.mark.skipif(not host_memory.huge_pages_possible(), reason="glibc >= 2.35 and transparent huge pages")
+def test_huge_pages_restart_once_and_fault_a_fresh_block_in_2_mb_at_a_time():
+    """A fresh 256 MB block each round, as without the tunable, but in far fewer faults."""
+    pages = 3 * 256 * 2**20 // 4096
+    code = CHILD.format(root=ROOT, setup="host_memory.configure(); import os; print(os.environ['GLIBC_TUNABLES'])")
+    first, second, tunables, faults = _child(code, "0", GLIBC_TUNABLES="glibc.malloc.check=0").stdout.split()
+    assert first == second == "started"  # printed before the restart and after it
+    assert tunables == "glibc.malloc.check=0:glibc.malloc.hugetlb=1"  # the caller's tunables kept
+    assert int(faults) < 0.1 * pages
+    started, tunables, faults = _child(code.replace("os.environ['GLIBC_TUNABLES']", "os.environ.get('GLIBC_TUNABLES')"),
+                                       "0", BERTJAX_HUGE_PAGES="0").stdout.split()
+    assert started == "started" and tunables == "None" and int(faults) > 0.9 * pages  # turned off: no restart
 
 
 def test_refused_once_jax_is_imported():
