@@ -24,8 +24,8 @@ the launchers restart themselves once with GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 reads its tunables only at start-up), so glibc asks the kernel for 2 MB pages for every
 large block. A fresh buffer then takes one fault per 2 MB instead of one per 4 KB, and
 nothing is kept: a MiniLM fine-tuning step (11 x 64 packed, 2 cores) 328.5 / 335.4 ms ->
-291.7 / 287.0 ms at the same peak RSS (1.44 -> 1.45 GB), faster than keeping freed memory
-(303.1 / 295.5 ms). `configure` does both, first thing in a launcher.
+291.7 / 287.0 ms at the same peak RSS (1.44 to 1.47 GB either way), faster than keeping freed
+memory (303.1 / 295.5 ms). `configure` does both, first thing in a launcher.
 """
 
 from __future__ import annotations
@@ -76,12 +76,12 @@ def huge_pages_possible() -> bool:
     """glibc >= 2.35 (the hugetlb tunable) and a kernel that gives transparent huge pages to
     regions that ask for them (THP 'madvise' or 'always')."""
     name, version = platform.libc_ver()
-    if name != "glibc" or tuple(int(part) for part in version.split(".")[:2]) < (2, 35):
-        return False
     try:
+        if name != "glibc" or tuple(int(part) for part in version.split(".")[:2]) < (2, 35):
+            return False
         with open(THP_SETTING) as setting:
             return "[never]" not in setting.read()
-    except OSError:
+    except (OSError, ValueError):  # no THP setting to read, or a version that is not numbers
         return False
 
 
