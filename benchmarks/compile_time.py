@@ -30,7 +30,7 @@ def compile_seconds(num_layers: int, scan: bool) -> float:
     from configs import pretrain
 
     bert = bert_config.resolve({"num_hidden_layers": num_layers, "scan_layers": scan}, preset=_PRESET.value,
-                               accelerator=jax.default_backend() != "cpu")
+                               **bert_config.this_host())
     config = pretrain.get_config("base")
     config.data.max_seq_length, config.data.max_predictions_per_seq = _SEQ.value, int(np.ceil(0.15 * _SEQ.value))
     model = BertForPreTraining(bert)

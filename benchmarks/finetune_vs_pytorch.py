@@ -13,7 +13,9 @@ then decay, AdamW-style updates. The PyTorch side is the loop people write with
 get_linear_schedule_with_warmup, dynamic padding to each batch's longest row, first sub-word
 labels for tagging); bertjax is `finetune.finetune` with its defaults, and `bertjax-packed` the
 same with `config.data.pack_examples` (each step's examples laid end to end in rows: the same
-examples per step, fewer padding tokens). Both evaluate once at the end and are scored by the
+examples per step, fewer padding tokens), and `-f32` after either side's name the same with
+`config.model.matmul_precision=default` (on a CPU with AMX-BF16 bertjax's training steps
+otherwise multiply bfloat16 operands with float32 sums; evaluation is float32 either way). Both evaluate once at the end and are scored by the
 same code (bertjax's accuracy / conlleval entity F1).
 
 Data: generated files with realistic length distributions (short reviews: 2 to 60 words,
@@ -143,6 +145,8 @@ def run_bertjax(spec: dict) -> dict:
         config.data.update(text_a_key=spec["text_key"], text_b_key="", label_key=spec["label_key"])
     config.train.update(learning_rate=spec["learning_rate"], batch_size=spec["batch_size"],
                         num_epochs=float(spec["epochs"]), log_every=50)
+    if spec.get("matmul_precision"):
+        config.model.matmul_precision = spec["matmul_precision"]
     config.train.eval_every = 10**9  # as the PyTorch loop: evaluated once, at the end
     config.checkpoint.every = 10**9  # and saved once, at the end
     imported = time.perf_counter() - started
@@ -315,7 +319,8 @@ def main():
     parser.add_argument("--sides", default="bertjax,bertjax-warm,bertjax-packed,pytorch",
                         help="bertjax: a first run (empty compilation cache); bertjax-warm: the same run again, "
                              "its compiled steps loaded from the cache the first one wrote; bertjax-packed: a "
-                             "first run with --pack_examples (a cache of its own)")
+                             "first run with --pack_examples (a cache of its own); -f32 after either: "
+                             "float32 products where a CPU with AMX would take bfloat16 operands")
     parser.add_argument("--pack_examples", type=int, default=16, help="bertjax-packed: at most this many a row")
     parser.add_argument("--torch_python", default=sys.executable, help="an interpreter with torch and transformers")
     args = parser.parse_args()
@@ -338,8 +343,11 @@ def main():
     rows = {}
     for side in args.sides.split(","):
         python = args.torch_python if side == "pytorch" else sys.executable
-        packed = {"pack_examples": args.pack_examples, "cache": spec["cache"] + "_packed"} if side.endswith("packed") else {}
-        rows[side] = _side(python, side.split("-")[0], {**spec, **packed, "workdir": os.path.join(directory, side)})
+        variants = side.split("-")[1:]
+        packed = {"pack_examples": args.pack_examples, "cache": spec["cache"] + "_packed"} if "packed" in variants else {}
+        full = {"matmul_precision": "default"} if "f32" in variants else {}
+        rows[side] = _side(python, side.split("-")[0], {**spec, **packed, **full,
+                                                         "workdir": os.path.join(directory, side)})
         if side == "pytorch":
             rows[side]["metric"] = score_pytorch(args.task, rows[side].pop("predictions"), eval_labels)
     metric = "accuracy" if args.task == "classification" else "entity F1"

@@ -27,7 +27,6 @@ predictions/ (per split, and GLUE submission files).
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
 import tempfile
@@ -99,7 +98,7 @@ def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | Non
     if checkpoint is None and fields.get("vocab_size") is None:
         fields["vocab_size"] = vocab_size
     return bert_config.resolve(fields, checkpoint=checkpoint, preset=config.model.preset,
-                               accelerator=jax.default_backend() != "cpu")
+                               **bert_config.this_host())
 
 
 def check_train_values(train: ml_collections.ConfigDict) -> None:
@@ -261,12 +260,16 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
     model = task.make_model(bert)
+    # Evaluation and the predictions written at full precision, as `bertjax.load_model` predicts:
+    # matmul_precision="bfloat16" speeds up the training steps only.
+    eval_model = task.make_model(bert.replace(matmul_precision="default"))
     frozen = ("bert",) if config.train.freeze_encoder else ()  # no gradient, no optimizer state
 
     def apply(params, batch, rng):
         rngs = None if rng is None else {"dropout": rng}
-        return model.apply({"params": params}, *task.inputs(batch), deterministic=rng is None, rngs=rngs,
-                           frozen_encoder=bool(frozen), **packing.model_inputs(batch))
+        return (eval_model if rng is None else model).apply(
+            {"params": params}, *task.inputs(batch), deterministic=rng is None, rngs=rngs,
+            frozen_encoder=bool(frozen), **packing.model_inputs(batch))
 
     objective = trainer.Objective(apply=apply, sums=task.sums, counts=task.counts, loss_terms=task.loss_terms)
     optimizer = optim.make_optimizer(train_cfg)

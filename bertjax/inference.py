@@ -380,7 +380,7 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     source = model_source.resolve(path)
     tokenizer = source.load_tokenizer(vocab_path, do_lower_case=do_lower_case)
     accelerator = jax.default_backend() != "cpu"
-    bert = source.bert.replace(scan_layers=False, remat_policy="none", attention_impl="xla",
+    bert = source.bert.replace(scan_layers=False, remat_policy="none", attention_impl="xla", matmul_precision="default",
                                dtype=dtype or ("bfloat16" if accelerator else "float32"))
     length = max_seq_length or source.max_seq_length or min(512, bert.max_position_embeddings)
     if not 8 <= length <= bert.max_position_embeddings:

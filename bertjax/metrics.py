@@ -55,10 +55,11 @@ def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predict
     return 3.0 * (config.num_hidden_layers * per_layer + heads)
 
 
-def measure_peak_flops(seconds: float = 0.5, size: int = 1024) -> float:
-    """FLOP/s of a float32 matmul loop on the default device: the 'peak' used on CPU."""
-    a = jnp.ones((size, size), jnp.float32)
-    matmul = jax.jit(lambda x: x @ x)
+def measure_peak_flops(seconds: float = 0.5, size: int = 1024, bfloat16_operands: bool = False) -> float:
+    """FLOP/s of a float32 matmul loop on the default device: the 'peak' used on CPU
+    (`bfloat16_operands`: of bfloat16 operands with float32 sums, matmul_precision="bfloat16")."""
+    a = jnp.ones((size, size), jnp.bfloat16 if bfloat16_operands else jnp.float32)
+    matmul = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
     matmul(a).block_until_ready()
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -67,15 +68,17 @@ def measure_peak_flops(seconds: float = 0.5, size: int = 1024) -> float:
     return 2.0 * size**3 * count / (time.perf_counter() - start)
 
 
-def peak_flops_per_device() -> tuple[float, str]:
-    """(peak FLOP/s of one JAX device, where it came from) for this process's first device."""
+def peak_flops_per_device(bfloat16_operands: bool = False) -> tuple[float, str]:
+    """(peak FLOP/s of one JAX device, where it came from) for this process's first device;
+    a device not in the table measures a matmul of the products' operands (see measure_peak_flops)."""
     kind = jax.devices()[0].device_kind
     for name in sorted(PEAK_FLOPS_PER_CHIP, key=len, reverse=True):
         if kind.startswith(name):
             per_chip = DEVICES_PER_CHIP.get(name, 1)
             share = f", 1/{per_chip} of a chip" if per_chip > 1 else ""
             return PEAK_FLOPS_PER_CHIP[name] / per_chip, f"table ({kind}{share})"
-    return measure_peak_flops(), f"measured f32 matmul ({kind})"
+    operands = "bf16-operand" if bfloat16_operands else "f32"
+    return measure_peak_flops(bfloat16_operands=bfloat16_operands), f"measured {operands} matmul ({kind})"
 
 
 def _drop_rows_after(path: str, step: int) -> None:

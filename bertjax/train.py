@@ -46,7 +46,7 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has a vocabulary of "
                          f"{checkpoint.vocab_size} tokens but the tokenizer (config.data.vocab_path) has {vocab_size}")
     fields["vocab_size"] = vocab_size
-    return bert_config.resolve(fields, checkpoint=checkpoint, accelerator=jax.default_backend() != "cpu")
+    return bert_config.resolve(fields, checkpoint=checkpoint, **bert_config.this_host())
 
 
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int]) -> None:
@@ -335,7 +335,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         flops_per_sequence=pretraining_flops_per_sequence(bert, config.data.max_seq_length,
                                                           config.data.max_predictions_per_seq),
         console_keys=("loss", "mlm_accuracy", "nsp_accuracy"), label="pre-train",
-        fixed_metrics={"compile_seconds": compile_seconds})
+        fixed_metrics={"compile_seconds": compile_seconds}, bfloat16_products=bert.matmul_precision == "bfloat16")
     loop.console(f"{loop_console}; {how}; compiled the train step in {compile_seconds:.1f}s; "
                  f"starting at step {start_step} of {train_cfg.num_steps}")
 

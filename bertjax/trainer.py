@@ -391,7 +391,7 @@ class Loop:
                  log_every: int, eval_every: int, max_consecutive_bad_steps: int, sequences_per_step: float,
                  tokens_per_sequence: int | None = None, flops_per_sequence: float | None = None,
                  console_keys: tuple[str, ...] = ("loss",), label: str = "train",
-                 fixed_metrics: dict[str, float] | None = None):
+                 fixed_metrics: dict[str, float] | None = None, bfloat16_products: bool = False):
         self.workdir, self.checkpointer, self.saved_config = workdir, checkpointer, saved_config
         self.num_steps, self.start_step, self.log_every, self.eval_every = num_steps, start_step, log_every, eval_every
         self.max_consecutive_bad_steps = max_consecutive_bad_steps
@@ -401,7 +401,8 @@ class Loop:
         is_writer = jax.process_index() == 0
         self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step)
         self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer)
-        self.peak_flops, self.peak_source = peak_flops_per_device() if flops_per_sequence else (None, "")
+        self.peak_flops, self.peak_source = (peak_flops_per_device(bfloat16_products) if flops_per_sequence
+                                             else (None, ""))
         self.watcher = preemption.PreemptionWatcher()
         self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []

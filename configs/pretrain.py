@@ -45,12 +45,15 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
 
     # -- Model: every BertConfig field, starting from the preset; vocab_size 0 = the tokenizer's.
     #    Unset (None): hidden_act and layer_norm_eps come from config.init_checkpoint when there
-    #    is one (else exact GELU, 1e-12); dtype is bfloat16 on TPU/GPU and float32 on CPU. --
+    #    is one (else exact GELU, 1e-12); dtype is bfloat16 on TPU/GPU and float32 on CPU;
+    #    matmul_precision is bfloat16 on a CPU with AMX-BF16 (bfloat16 operands, float32
+    #    sums, as a TPU multiplies float32), else default. --
     config.model = ml_collections.ConfigDict(BertConfig.preset(preset, vocab_size=1).to_dict())
     config.model.vocab_size = 0
     config.model.hidden_act = config_dict.placeholder(str)
     config.model.layer_norm_eps = config_dict.placeholder(float)
     config.model.dtype = config_dict.placeholder(str)
+    config.model.matmul_precision = config_dict.placeholder(str)
 
     # -- Data: source -> tokenizer -> prepared shards -> online NSP pairing + masking. --
     config.data = ml_collections.ConfigDict()

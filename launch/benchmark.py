@@ -17,8 +17,10 @@ per layer the Q/K/V/output projections and the MLP (6 x 12 H^2 per token), the t
 attention products (6 x 2 S H per token; packed rows: each pair's own block), the
 pooler/NSP head per pair and the MLM head over the gathered predictions only. Peak
 (its source printed): on TPU/GPU bertjax.metrics.peak_flops_per_device (the vendor's bf16
-table; an unknown kind: a measured float32 matmul), on CPU a float32 2048^3 matmul measured
-in this run (the best of three before and three after the steps).
+table; an unknown kind: a measured float32 matmul), on CPU a 2048^3 matmul measured in this
+run (the best of three before and three after the steps) of float32 operands, or of bfloat16
+operands with float32 sums where the model's matmul_precision is bfloat16 (by default on a
+CPU with AMX-BF16; `--config.model.matmul_precision=default` for float32 products).
 
 `--compare` also runs Hugging Face PyTorch `BertForPreTraining` (torch.optim.AdamW, eps
 1e-6, weight decay 0.01, global-norm clip 1.0, the same shapes and dropout) in this
@@ -91,12 +93,11 @@ def _pair_lengths(sequence_ids: np.ndarray | None) -> tuple[int, ...] | None:
 
 def bert_config_of(config: ml_collections.ConfigDict) -> BertConfig:
     """`--preset` with the `config.model` fields that are set."""
-    import jax
 
     from bertjax.models import config as bert_config
 
     values = {k: v for k, v in config.model.to_dict().items() if v is not None}
-    return bert_config.resolve(values, preset=_PRESET.value, accelerator=jax.default_backend() != "cpu")
+    return bert_config.resolve(values, preset=_PRESET.value, **bert_config.this_host())
 
 
 def _reset_peak_rss() -> None:
@@ -272,17 +273,19 @@ class TorchRun:
 # Peak FLOP/s, input pipeline, memory of each framework alone.
 # ======================================================================================
 
-def _peak_flops() -> tuple[float, str]:
+def _peak_flops(bfloat16_operands: bool) -> tuple[float, str]:
     """(peak FLOP/s per device, its source): metrics' on TPU/GPU; on CPU the best of three
-    float32 2048^3 matmuls (steadier than metrics' one short measurement)."""
+    2048^3 matmuls of the products' operands (steadier than metrics' one short measurement)."""
     import jax
 
     from bertjax.metrics import measure_peak_flops, peak_flops_per_device
 
     if jax.default_backend() != "cpu":
         return peak_flops_per_device()
-    rates = [measure_peak_flops(seconds=1.0, size=2048) for _ in range(3)]
-    return max(rates), f"measured f32 2048^3 matmul, best of {', '.join(f'{r / 1e9:.0f}' for r in rates)} GFLOP/s"
+    rates = [measure_peak_flops(seconds=1.0, size=2048, bfloat16_operands=bfloat16_operands) for _ in range(3)]
+    operands = "bf16-operand" if bfloat16_operands else "f32"
+    return max(rates), (f"measured {operands} 2048^3 matmul, best of {', '.join(f'{r / 1e9:.0f}' for r in rates)} "
+                        "GFLOP/s")
 
 
 def _pipeline_rate(seq_len: int, batch_size: int, num_batches: int = 20) -> float | None:
@@ -349,9 +352,11 @@ def main(_):
     bert, batch, seq = jax_run.bert, _BATCH.value, _SEQ.value
     print(f"BERT-{_PRESET.value} ({jax_run.num_params / 1e6:.1f}M params), batch {batch}, length {seq}, "
           f"{_predictions()} predictions/row, pack_pairs {_PACK.value}, dtype {bert.dtype}, "
+          f"matmul_precision {bert.matmul_precision}, "
           f"attention {bert.attention_impl}, scan {bert.scan_layers}, remat {bert.remat_policy}; "
           f"{jax.device_count()} x {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
-    peak, peak_source = _peak_flops()
+    bf16_products = bert.matmul_precision == "bfloat16"
+    peak, peak_source = _peak_flops(bf16_products)
     jax_run.timed(_WARMUP.value)
     torch_run = None
     if _COMPARE.value:
@@ -368,7 +373,7 @@ def main(_):
         if torch_run:
             torch_times += torch_run.timed(max(1, _STEPS.value // rounds))
     if jax.default_backend() == "cpu":  # the matmul rate again after the steps: the better of the two
-        peak, peak_source = max((peak, peak_source), _peak_flops())
+        peak, peak_source = max((peak, peak_source), _peak_flops(bf16_products))
 
     flops_per_row, devices = jax_run.flops_per_row, jax.device_count()
     ours = _columns(jax_times, flops_per_row, peak, devices)

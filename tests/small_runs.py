@@ -34,6 +34,7 @@ def minilm_reviews_config(directory, copies, **data):
     config.data.update(dict(train_file=str(path), eval_file=str(path), text_a_key="review", text_b_key="",
                             label_key="sentiment", num_buckets=1), **data)
     config.train.update(num_steps=12, batch_size=8, learning_rate=1e-4, log_every=1, eval_every=12)
+    config.model.matmul_precision = "bfloat16"  # as on a CPU with AMX, on every machine (see tiny_finetune_run)
     return config
 
 
@@ -49,7 +50,9 @@ def tiny_finetune_run(task, directory, model=None, **data):
     from configs import finetune as finetune_config
 
     config = finetune_config.get_config(task)
-    config.model.update(SMALL_MODEL, **(model or {}))
+    # Trained with bfloat16 products on every machine (the default only on CPUs with AMX): the
+    # predictions the run writes are still at full precision, as load_model's (test_prediction).
+    config.model.update(SMALL_MODEL, matmul_precision="bfloat16", **(model or {}))
     config.data.update(dict(vocab_path=demo_corpus.demo_vocab_path(str(directory / "vocab")), max_seq_length=32,
                             num_buckets=2), **data)
     config.train.update(num_steps=2, batch_size=8, log_every=1)

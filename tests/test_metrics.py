@@ -29,9 +29,15 @@ def test_peak_flops_per_device(monkeypatch, kind, peak, source):
 
 
 def test_unknown_devices_measure_their_peak(monkeypatch):
-    monkeypatch.setattr(metrics, "measure_peak_flops", lambda: 1e9)
+    monkeypatch.setattr(metrics, "measure_peak_flops", lambda bfloat16_operands: 2e9 if bfloat16_operands else 1e9)
     monkeypatch.setattr(jax, "devices", lambda: [types.SimpleNamespace(device_kind="Some CPU")])
     assert metrics.peak_flops_per_device() == (1e9, "measured f32 matmul (Some CPU)")
+    assert metrics.peak_flops_per_device(bfloat16_operands=True) == (2e9, "measured bf16-operand matmul (Some CPU)")
+
+
+def test_the_measured_peak_is_of_the_products_operands():
+    assert metrics.measure_peak_flops(seconds=0.05, size=64) > 0
+    assert metrics.measure_peak_flops(seconds=0.05, size=64, bfloat16_operands=True) > 0
 
 
 def test_pretraining_flops_per_sequence_by_hand():

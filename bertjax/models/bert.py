@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.models import bf16_matmul
 from bertjax.models.config import BertConfig
 from bertjax.models.dropout import Dropout, keep_mask, keep_probability
 
@@ -61,17 +62,20 @@ def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
 
 
 def dot_over_rows(inputs: Array, kernel: Array, dimension_numbers: Any, precision: Any = None,
-                  preferred_element_type: Any = None) -> Array:
-    """nn.Dense's product <T>[..., K] x [K, N] -> [..., N] as one [rows, K] x [K, N] matmul.
+                  preferred_element_type: Any = None, *, bfloat16_operands: bool = False) -> Array:
+    """nn.Dense's product <T>[..., K] x [K, N] -> <T>[..., N] as one [rows, K] x [K, N] matmul.
 
     The same values; what changes is the kernel's gradient: a product over one row axis,
     x^T [K, rows] . dy [rows, N], where over [B, S] XLA:CPU transposed both operands and ran
     the slowest form of the matmul (a MiniLM-sized feed-forward block at 32 x 64, forward and
     backward: 236 -> 123 ms; benchmarks/README.md). The leading axes merged are batch and
     length, never split over one another (act_length is not sharded): the reshape moves no data.
+    bfloat16_operands: the product of `bf16_matmul.matmul` (matmul_precision="bfloat16").
     """
     if dimension_numbers != (((inputs.ndim - 1,), (0,)), ((), ())):
         raise ValueError(f"dot_over_rows is nn.Dense's product, got dimension_numbers {dimension_numbers}")
+    if bfloat16_operands:
+        return over_rows(lambda rows: bf16_matmul.matmul(rows, kernel).astype(inputs.dtype), inputs)
     return over_rows(lambda rows: jax.lax.dot_general(rows, kernel, (((1,), (0,)), ((), ())), precision=precision,
                                                       preferred_element_type=preferred_element_type), inputs)
 
@@ -83,8 +87,9 @@ def over_rows(fn: Callable[[Array], Array], x: Array) -> Array:
 
 
 def dense(config: BertConfig, features: int, names: tuple[str, str], name: str) -> nn.Dense:
+    product = functools.partial(dot_over_rows, bfloat16_operands=config.matmul_precision == "bfloat16")
     return nn.Dense(
-        features, dtype=config.dtype, param_dtype=config.param_dtype, dot_general=dot_over_rows,
+        features, dtype=config.dtype, param_dtype=config.param_dtype, dot_general=product,
         kernel_init=dense_init(config, names), bias_init=zeros_init(names[1:]), name=name)
 
 

@@ -58,6 +58,7 @@ def test_presets_match_released_sizes():
     (dict(attention_impl="cudnn"), "attention_impl"),
     (dict(attention_impl="flash"), "attention_impl"),
     (dict(layer_norm_eps=0.0), "layer_norm_eps"),
+    (dict(matmul_precision="float16"), "matmul_precision"),
 ])
 def test_config_errors_name_the_field(changes, field):
     with pytest.raises(ValueError, match=f"BertConfig.{field}"):
@@ -263,6 +264,30 @@ def test_bfloat16_compute_keeps_float32_params():
     assert sequence.dtype == jnp.bfloat16
     reference, _ = BertEncoder(TINY).apply({"params": params}, *inputs)
     assert np.abs(np.asarray(sequence, np.float32) - reference).max() < 0.15
+
+
+def test_bfloat16_matmuls_round_the_dense_operands_only():
+    """matmul_precision="bfloat16": float32 activations and parameters, the dense layers'
+    operands rounded to bfloat16 (a TPU's default precision): outputs and gradients near the
+    float32 model's, every dense product (forward and backward) on bfloat16 operands."""
+    config = TINY.replace(matmul_precision="bfloat16")
+    inputs = _inputs()
+    params = _init(config, inputs)
+    loss = lambda config: lambda p: sum(jnp.sum(jnp.sin(out)) for out in BertEncoder(config).apply({"params": p},
+                                                                                                     *inputs))
+    sequence, _ = BertEncoder(config).apply({"params": params}, *inputs)
+    reference, _ = BertEncoder(TINY).apply({"params": params}, *inputs)
+    assert sequence.dtype == jnp.float32
+    assert 1e-4 < np.abs(sequence - reference).max() < 0.05
+    grads, reference_grads = jax.grad(loss(config))(params), jax.grad(loss(TINY))(params)
+    for path, (a, b) in zip(jax.tree_util.tree_leaves_with_path(grads),
+                            zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(reference_grads))):
+        assert np.abs(a - b).max() <= 0.05 * np.abs(b).max() + 1e-6, jax.tree_util.keystr(path[0])
+
+    products = list(_dot_generals(jax.make_jaxpr(jax.grad(loss(config)))(params).jaxpr))
+    dense = [eqn for eqn in products if eqn.invars[0].aval.ndim == 2]  # attention's products are batched
+    assert len(dense) == 3 * 6 * TINY.num_hidden_layers + 3  # 6 dense layers a layer, the pooler; y, dx, dw each
+    assert all(v.aval.dtype == jnp.bfloat16 for eqn in dense for v in eqn.invars)
 
 
 def test_gelu_variants_differ():

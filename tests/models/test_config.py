@@ -12,6 +12,16 @@ def test_unset_dtype_is_bfloat16_on_accelerators_and_float32_on_cpu():
     assert resolve({}, preset="tiny", accelerator=True).param_dtype == "float32"  # master weights stay f32
 
 
+def test_unset_matmul_precision_is_bfloat16_only_on_cpus_with_amx():
+    assert resolve({}, preset="tiny", bf16_matmul_units=True).matmul_precision == "bfloat16"
+    assert resolve({}, preset="tiny").matmul_precision == "default"
+    assert resolve({}, preset="tiny", accelerator=True, bf16_matmul_units=True).matmul_precision == "default"
+    explicit = resolve({"matmul_precision": "default"}, preset="tiny", bf16_matmul_units=True)
+    assert explicit.matmul_precision == "default"  # explicit wins
+    with pytest.raises(ValueError, match="config.model: BertConfig.matmul_precision must be one of"):
+        resolve({"matmul_precision": "fp8"}, preset="tiny")
+
+
 def test_a_checkpoint_gives_its_architecture_and_refuses_contradictions():
     original = BertConfig.preset("mini", vocab_size=100, hidden_act="gelu_tanh", layer_norm_eps=1e-7,
                                  hidden_dropout_prob=0.2)
