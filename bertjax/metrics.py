@@ -56,8 +56,8 @@ def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predict
 
 
 def measure_peak_flops(seconds: float = 0.5, size: int = 1024, bfloat16_operands: bool = False) -> float:
-    """FLOP/s of a float32 matmul loop on the default device: the 'peak' used on CPU
-    (`bfloat16_operands`: of bfloat16 operands with float32 sums, matmul_precision="bfloat16")."""
+    """FLOP/s of a matmul loop on the default device, the 'peak' used on CPU: float32
+    operands, or `bfloat16_operands` with float32 sums (matmul_precision="bfloat16")."""
     a = jnp.ones((size, size), jnp.bfloat16 if bfloat16_operands else jnp.float32)
     matmul = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
     matmul(a).block_until_ready()
