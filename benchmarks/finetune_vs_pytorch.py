@@ -15,8 +15,9 @@ labels for tagging); bertjax is `finetune.finetune` with its defaults, and `bert
 same with `config.data.pack_examples` (each step's examples laid end to end in rows: the same
 examples per step, fewer padding tokens), and `-f32` after either side's name the same with
 `config.model.matmul_precision=default` (on a CPU with AMX-BF16 bertjax's training steps
-otherwise multiply bfloat16 operands with float32 sums; evaluation is float32 either way). Both evaluate once at the end and are scored by the
-same code (bertjax's accuracy / conlleval entity F1).
+otherwise multiply bfloat16 operands with float32 sums; evaluation is float32 either way).
+Both evaluate once at the end and are scored by the same code (bertjax's accuracy / conlleval
+entity F1).
 
 Data: generated files with realistic length distributions (short reviews: 2 to 60 words,
 median ~17, as SST-2; CoNLL-like sentences with PER/LOC/ORG entities, lengths as CoNLL-2003's: mean ~14.5 words, a

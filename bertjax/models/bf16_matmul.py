@@ -54,7 +54,7 @@ def transposed_in_memory(a: Array) -> Array:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _matmul(x_dtype: str, w_dtype: str, x: Array, w: Array) -> Array:
-    return _plain_product(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16))
+    return _forward(x_dtype, w_dtype, x, w)[0]
 
 
 def _forward(x_dtype, w_dtype, x, w):
