@@ -27,32 +27,62 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
+class Axis:
+    """The logical axis names: the model and heads name their arrays' axes with these, never with
+    string literals, so a misspelt name fails at import instead of being silently replicated."""
+
+    # Parameters.
+    VOCAB = "vocab"            # embedding table rows: word pieces
+    POSITION = "position"      # embedding table rows: positions
+    TOKEN_TYPE = "token_type"  # embedding table rows: segments
+    EMBED = "embed"            # the hidden size H
+    HEADS = "heads"            # attention projections' output features (H = heads x head_dim)
+    MLP = "mlp"                # feed-forward / head hidden features
+    CLASSES = "classes"        # task-head outputs (few, never split)
+    LAYERS = "layers"          # the stacked layer axis when scanning over layers
+    # Activations.
+    ACT_BATCH = "act_batch"
+    ACT_LENGTH = "act_length"
+    ACT_EMBED = "act_embed"
+    ACT_HEADS = "act_heads"
+    ACT_MLP = "act_mlp"
+    ACT_VOCAB = "act_vocab"
+    ACT_KV = "act_kv"          # one head's features
+
+
 # Logical axis name -> mesh axis (or tuple of mesh axes, or None = replicated).
-# Parameter axes:
-#   vocab, position, token_type : embedding table rows
-#   embed                       : the hidden size H
-#   heads                       : attention projections' output features (H = heads x head_dim)
-#   mlp                         : feed-forward / head hidden features
-#   classes                     : task-head outputs (few, never split)
-#   layers                      : the stacked layer axis when scanning over layers
-# Activation axes (prefix act_): batch, length, embed, heads, mlp, vocab.
 LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
-    ("vocab", "tensor"),
-    ("position", None),
-    ("token_type", None),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("mlp", "tensor"),
-    ("classes", None),
-    ("layers", None),
-    ("act_batch", ("data", "fsdp")),
-    ("act_length", None),
-    ("act_embed", None),
-    ("act_heads", "tensor"),
-    ("act_mlp", "tensor"),
-    ("act_vocab", "tensor"),
-    ("act_kv", None),
+    (Axis.VOCAB, "tensor"),
+    (Axis.POSITION, None),
+    (Axis.TOKEN_TYPE, None),
+    (Axis.EMBED, "fsdp"),
+    (Axis.HEADS, "tensor"),
+    (Axis.MLP, "tensor"),
+    (Axis.CLASSES, None),
+    (Axis.LAYERS, None),
+    (Axis.ACT_BATCH, ("data", "fsdp")),
+    (Axis.ACT_LENGTH, None),
+    (Axis.ACT_EMBED, None),
+    (Axis.ACT_HEADS, "tensor"),
+    (Axis.ACT_MLP, "tensor"),
+    (Axis.ACT_VOCAB, "tensor"),
+    (Axis.ACT_KV, None),
 )
+_KNOWN_AXES = frozenset(name for name, _ in LOGICAL_AXIS_RULES)
+
+
+def check_axis_names(names: Sequence[str | None]) -> None:
+    """Raises ValueError for a logical name the rules do not know (Flax would replicate it)."""
+    unknown = [name for name in names if name is not None and name not in _KNOWN_AXES]
+    if unknown:
+        raise ValueError(f"unknown logical axis name(s) {unknown} in {tuple(names)}; "
+                         f"sharding.LOGICAL_AXIS_RULES knows {sorted(_KNOWN_AXES)}")
+
+
+def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
+    """`nn.with_logical_constraint` with the names checked against the rules."""
+    check_axis_names(names)
+    return nn.with_logical_constraint(x, tuple(names))
 
 
 def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, tensor: int = 1) -> tuple[int, int, int]:
@@ -93,6 +123,7 @@ def data_parallel_size(mesh: Mesh) -> int:
 
 def logical_to_spec(logical_axes: Sequence[str | None], shape: Sequence[int] | None = None, mesh: Mesh | None = None) -> PartitionSpec:
     """Maps logical names to a PartitionSpec; with shape+mesh, drops mesh axes that do not divide."""
+    check_axis_names(logical_axes)
     spec = nn.logical_to_mesh_axes(tuple(logical_axes), LOGICAL_AXIS_RULES)
     if shape is None or mesh is None:
         return spec

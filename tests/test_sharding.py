@@ -28,6 +28,25 @@ def test_logical_to_spec_drops_axes_that_do_not_divide():
     assert sharding.logical_to_spec(("embed", "classes"), (768, 2), mesh) == PartitionSpec("fsdp", None)
 
 
+def test_a_misspelt_logical_axis_name_is_an_error_not_a_replicated_array():
+    import flax.linen as nn
+
+    class Misspelt(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            kernel = self.param("kernel", nn.with_logical_partitioning(nn.initializers.ones_init(), ("embd", "mlp")),
+                                (x.shape[-1], 4))
+            return x @ kernel
+
+    mesh = sharding.create_mesh(data=1, fsdp=4, tensor=2)
+    with pytest.raises(ValueError, match=r"unknown logical axis name\(s\) \['embd'\]"):
+        sharding.init_sharded(lambda: Misspelt().init(jax.random.key(0), jnp.ones((2, 8)))["params"], mesh)
+    with pytest.raises(ValueError, match="act_lenght"), sharding.activate(mesh):
+        jax.jit(lambda x: sharding.constrain(x, (sharding.Axis.ACT_BATCH, "act_lenght")))(jnp.ones((8, 4)))
+    constants = [value for key, value in vars(sharding.Axis).items() if key.isupper()]
+    assert constants == [name for name, _ in sharding.LOGICAL_AXIS_RULES]  # one rule per name, none without
+
+
 @pytest.fixture(scope="module")
 def base_setup():
     config = BertConfig.preset("base")

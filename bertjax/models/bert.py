@@ -27,6 +27,7 @@ import numpy as np
 from bertjax.models import bf16_matmul
 from bertjax.models.config import BertConfig
 from bertjax.models.dropout import Dropout, keep_mask, keep_probability
+from bertjax.sharding import Axis, constrain
 
 Array = jax.Array
 _partition = nn.with_logical_partitioning
@@ -57,8 +58,8 @@ def activation(name: str):
 def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
-        scale_init=_partition(nn.initializers.ones_init(), ("embed",)),
-        bias_init=zeros_init(("embed",)), name=name)
+        scale_init=_partition(nn.initializers.ones_init(), (Axis.EMBED,)),
+        bias_init=zeros_init((Axis.EMBED,)), name=name)
 
 
 def dot_over_rows(inputs: Array, kernel: Array, dimension_numbers: Any, precision: Any = None,
@@ -112,10 +113,10 @@ class BertEmbeddings(nn.Module):
             return nn.Embed(num, config.hidden_size, dtype=config.dtype, param_dtype=config.param_dtype,
                             embedding_init=dense_init(config, names), name=name)
 
-        self.word_embeddings = embed(config.vocab_size, ("vocab", "embed"), "word_embeddings")
-        self.position_embeddings = embed(config.max_position_embeddings, ("position", "embed"),
+        self.word_embeddings = embed(config.vocab_size, (Axis.VOCAB, Axis.EMBED), "word_embeddings")
+        self.position_embeddings = embed(config.max_position_embeddings, (Axis.POSITION, Axis.EMBED),
                                          "position_embeddings")
-        self.token_type_embeddings = embed(config.type_vocab_size, ("token_type", "embed"),
+        self.token_type_embeddings = embed(config.type_vocab_size, (Axis.TOKEN_TYPE, Axis.EMBED),
                                            "token_type_embeddings")
         self.layer_norm = layer_norm(config, "LayerNorm")
         self.dropout = Dropout(config.hidden_dropout_prob)
@@ -174,9 +175,9 @@ class BertSelfAttention(nn.Module):
         config, packed = self.config, self.packed
         batch, length, hidden = x.shape
         split = (batch, length, config.num_attention_heads, config.head_dim)
-        q, k, v = (dense(config, hidden, ("embed", "heads"), name)(x).reshape(split)
+        q, k, v = (dense(config, hidden, (Axis.EMBED, Axis.HEADS), name)(x).reshape(split)
                    for name in ("query", "key", "value"))
-        q, k, v = (nn.with_logical_constraint(t, ("act_batch", "act_length", "act_heads", "act_kv"))
+        q, k, v = (constrain(t, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_HEADS, Axis.ACT_KV))
                    for t in (q, k, v))
         impl = config.attention_impl
         if impl == "xla":
@@ -192,7 +193,7 @@ class BertSelfAttention(nn.Module):
             context = jax.nn.dot_product_attention(q, k, v, mask=attention_mask(sequence_ids, packed),
                                                    implementation="cudnn" if impl == "cudnn" else None)
         context = context.reshape(batch, length, hidden)
-        return dense(config, hidden, ("heads", "embed"), "output")(context)
+        return dense(config, hidden, (Axis.HEADS, Axis.EMBED), "output")(context)
 
     def _xla_attention(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
         """Softmax attention in plain XLA ops, with attention dropout; <dtype>[B, S, N, D].
@@ -252,13 +253,12 @@ class BertLayer(nn.Module):
         dropout = Dropout(config.hidden_dropout_prob)
         attended = BertSelfAttention(config, self.deterministic, self.packed, name="attention")(x, sequence_ids)
         x = layer_norm(config, "attention_norm")(x + dropout(attended, deterministic=self.deterministic))
-        x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
-        hidden = dense(config, config.intermediate_size, ("embed", "mlp"), "intermediate")(x)
-        hidden = nn.with_logical_constraint(activation(config.hidden_act)(hidden),
-                                            ("act_batch", "act_length", "act_mlp"))
-        out = dense(config, config.hidden_size, ("mlp", "embed"), "output")(hidden)
+        x = constrain(x, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_EMBED))
+        hidden = dense(config, config.intermediate_size, (Axis.EMBED, Axis.MLP), "intermediate")(x)
+        hidden = constrain(activation(config.hidden_act)(hidden), (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_MLP))
+        out = dense(config, config.hidden_size, (Axis.MLP, Axis.EMBED), "output")(hidden)
         x = layer_norm(config, "output_norm")(x + dropout(out, deterministic=self.deterministic))
-        x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
+        x = constrain(x, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_EMBED))
         return x, (x if self.return_output else None)
 
 
@@ -288,7 +288,7 @@ class BertTransformer(nn.Module):
             stack = nn.scan(
                 layer, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
                 in_axes=nn.broadcast, length=config.num_hidden_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"})
+                metadata_params={nn.PARTITION_NAME: Axis.LAYERS})
             x, outputs = stack(config, deterministic, packed, all_layers, name="layers")(x, sequence_ids)
             return outputs if all_layers else x
         outputs = []
@@ -321,7 +321,7 @@ class BertEncoder(nn.Module):
     def setup(self):
         self.embeddings = BertEmbeddings(self.config)
         self.encoder = BertTransformer(self.config)
-        self.pooler = dense(self.config, self.config.hidden_size, ("embed", "mlp"), "pooler")
+        self.pooler = dense(self.config, self.config.hidden_size, (Axis.EMBED, Axis.MLP), "pooler")
 
     def __call__(self, input_ids: Array, token_type_ids: Array | None = None,
                  attention_mask: Array | None = None, deterministic: bool = True, *,
@@ -340,7 +340,7 @@ class BertEncoder(nn.Module):
         if not packed:
             sequence_ids = jnp.ones_like(input_ids) if attention_mask is None else attention_mask
         x = self.embeddings(input_ids, token_type_ids, deterministic, position_ids)
-        x = nn.with_logical_constraint(x, ("act_batch", "act_length", "act_embed"))
+        x = constrain(x, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_EMBED))
         embedded = x
         x = self.encoder(x, sequence_ids.astype(jnp.int32), deterministic, packed, output_hidden_states)
         hidden_states = None
