@@ -23,7 +23,7 @@ setup(
         "tokenizers>=0.23.0",
         "google-crc32c>=1.7",  # TFRecord checksums, so prepare's workers need no TensorFlow
         "pyarrow>=26.0.1",  # Parquet corpora
-        "matplotlib>=3.9",  # training curves as PNG (bertjax.plots)
+        "matplotlib>=3.9",  # training curves as PNG (bertjax.runtime.plots)
         "ml-collections>=1.1.0",
         "absl-py>=2.3.0",
         "numpy>=2.0",

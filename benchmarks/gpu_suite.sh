@@ -47,7 +47,7 @@ for section in $sections; do
       bench profile_large128 --preset=large --batch_size=256 --seq_len=128 --steps=3 $cudnn \
         --profile_dir="$out/trace_large128"
       $py benchmarks/trace_summary.py "$out/trace_large128" --top=40 2>&1 | tee "$out/profile_large128_ops.txt" ;;
-    triton)  # XLA's Triton GEMMs back on (the launchers give every matmul to cuBLAS: bertjax/cli.py)
+    triton)  # XLA's Triton GEMMs back on (the launchers give every matmul to cuBLAS: bertjax/runtime/cli.py)
       XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=true" \
         bench large128_cudnn_triton --preset=large --batch_size=256 --seq_len=128 $cudnn ;;
     slowcompile)

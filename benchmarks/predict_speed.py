@@ -13,7 +13,7 @@ length 128, batch 32):
   HF model     BertForSequenceClassification + its fast tokenizer, batches of 32 in input
                order padded to their longest, torch.inference_mode, softmax
   SavedModel   only with --saved_model: each classifier exported as launch/export_model.py
-               does (bertjax.export), its serving signature on batches of 32 strings, in
+               does (bertjax.inference.export), its serving signature on batches of 32 strings, in
                TensorFlow (tokenizer in the graph)
 Every side runs in a process of its own (one thread pool at a time), first one untimed
 pass over all sentences (compilation, warm caches), then `--repeats` timed passes; the
@@ -189,7 +189,7 @@ def main() -> None:
         sides = [("bertjax", sys.executable, model_dir), ("hf_pipeline", args.torch_python, model_dir),
                  ("hf_model", args.torch_python, model_dir)]
         if args.saved_model:
-            from bertjax import export
+            from bertjax.inference import export
 
             exported = export.export_saved_model(model_dir, os.path.join(directory, f"{name}_saved_model"),
                                                  max_seq_length=args.max_seq_length)

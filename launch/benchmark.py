@@ -43,9 +43,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import host_memory  # noqa: E402
+from bertjax.runtime import host_memory  # noqa: E402
 host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
-from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 import ml_collections  # noqa: E402
 from ml_collections import config_dict, config_flags  # noqa: E402
@@ -156,7 +156,7 @@ class JaxRun:
     def __init__(self, config: ml_collections.ConfigDict):
         import jax
 
-        from bertjax import optim, sharding, train, trainer
+        from bertjax import optim, sharding, pretrain, trainer
         from bertjax.metrics import pretraining_flops_per_sequence
         from bertjax.models import BertForPreTraining
 
@@ -171,10 +171,10 @@ class JaxRun:
             pretraining_flops_per_sequence(self.bert, _SEQ.value, _predictions(), _pair_lengths(row))
             for b in host_batches for row in b.get("sequence_ids", [None] * _BATCH.value)]))
         model = BertForPreTraining(self.bert)
-        task = train.objective(model)
+        task = pretrain.objective(model)
         optimizer = optim.make_optimizer(train_cfg)
         first = host_batches[0]
-        init_params = lambda: model.init(jax.random.key(0), **train.model_inputs(first))["params"]
+        init_params = lambda: model.init(jax.random.key(0), **pretrain.model_inputs(first))["params"]
         abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
         self.state, _ = trainer.initial_state(None, abstract, shardings, init_params=init_params,
                                               optimizer=optimizer, mesh=mesh)
@@ -291,7 +291,7 @@ def _peak_flops(bfloat16_operands: bool) -> tuple[float, str]:
 def _pipeline_rate(seq_len: int, batch_size: int, num_batches: int = 20) -> float | None:
     """Sequences/s of the real tf.data pipeline on the demo corpus; None without TensorFlow."""
     try:
-        from bertjax import tf_cpu  # noqa: F401  (TensorFlow quiet and off the accelerators)
+        from bertjax.runtime import tf_cpu  # noqa: F401  (TensorFlow quiet and off the accelerators)
     except ImportError:
         return None
     from bertjax.data import pipelines

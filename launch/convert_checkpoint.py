@@ -1,6 +1,6 @@
 r"""Converts a BERT checkpoint between layouts.
 
-Reads any model path `bertjax.model_source` resolves (Hugging Face, Google TF release, a
+Reads any model path `bertjax.inference.model_source` resolves (Hugging Face, Google TF release, a
 bertjax run or checkpoint; a fine-tuning workdir gives its best/ weights) and writes the Hugging Face layout (config.json, model.safetensors, vocab.txt) or the
 original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
 
@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 
 _INPUT = flags.DEFINE_string("input", None, "checkpoint directory to read", required=True)
@@ -39,7 +39,9 @@ _ARCHITECTURE = flags.DEFINE_string(
 def main(_):
     if _ARCHITECTURE.value and _FORMAT.value != "huggingface":
         raise ValueError("--architecture applies only to --format=huggingface")
-    from bertjax import fileio, model_source, tokenization
+    from bertjax.runtime import fileio
+    from bertjax.inference import model_source
+    from bertjax import tokenization
     from bertjax.models import convert
 
     if _ARCHITECTURE.value and _ARCHITECTURE.value not in convert.HF_ARCHITECTURES:

@@ -20,9 +20,9 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from bertjax import host_memory  # noqa: E402
+from bertjax.runtime import host_memory  # noqa: E402
 host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
-from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 
 _PRETRAIN = cli.define_config_file("pretrain", os.path.join(ROOT, "configs", "pretrain.py") + ":tiny",
@@ -52,7 +52,7 @@ def _check_configs(pretrain_config, finetune_config) -> None:
 def _fill_mask(pretrain_dir: str) -> list[dict]:
     """The pre-trained model's top 3 for each of the demo world's FILL_MASK_PROBES."""
     import bertjax
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     probes = demo_corpus.FILL_MASK_PROBES
     answers = bertjax.load_model(pretrain_dir).fill_mask([text for text, _ in probes], top_k=3)
@@ -62,7 +62,8 @@ def _fill_mask(pretrain_dir: str) -> list[dict]:
 
 
 def main(_):
-    from bertjax import fileio, finetune, plots, train
+    from bertjax.runtime import fileio, plots
+    from bertjax import finetune, pretrain
     from bertjax.models import convert
 
     start, workdir = time.time(), _WORKDIR.value
@@ -71,7 +72,7 @@ def main(_):
             "scratch": fileio.join(workdir, "finetune_scratch")}
 
     _check_configs(_PRETRAIN.value, _FINETUNE.value)
-    train.train_and_evaluate(_PRETRAIN.value, pretrain_dir)
+    pretrain.train_and_evaluate(_PRETRAIN.value, pretrain_dir)
     fill_mask = _fill_mask(pretrain_dir)
     accuracy = {}
     for name, run_dir in runs.items():

@@ -2,12 +2,12 @@ r"""Exports a fine-tuned model for serving: a TensorFlow SavedModel that takes s
 
     python launch/export_model.py --model=workdir/reviews --output=serving/reviews
 
---model is any path `bertjax.model_source` resolves that carries a task (a bertjax
+--model is any path `bertjax.inference.model_source` resolves that carries a task (a bertjax
 fine-tuning workdir, a Hugging Face BertFor<Task> directory). The SavedModel is written to
 OUTPUT/VERSION/ (TensorFlow Serving's layout: --model_base_path=OUTPUT); its
 `serving_default` signature holds the tokenizer, the model and the task's post-processing,
 so serving needs TensorFlow and tensorflow-text only. What each task family takes and
-returns is in bertjax/export.py and the README's "Serving export".
+returns is in bertjax/inference/export.py and the README's "Serving export".
 """
 
 import os
@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 
 _MODEL = flags.DEFINE_string("model", None, "fine-tuned model: a bertjax workdir or a Hugging Face directory",
@@ -30,7 +30,7 @@ _VOCABULARY = cli.define_vocabulary_flags()
 
 
 def main(_):
-    from bertjax import export, model_source
+    from bertjax.inference import export, model_source
 
     source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
     target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value, **_VOCABULARY())

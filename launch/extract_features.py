@@ -11,7 +11,7 @@ and casing come with it. --input_file: one example per line ("text_a ||| text_b"
 pair), as google-research/bert's extract_features.py, or a CSV/TSV/JSONL file with the
 columns --text_a_key (and --text_b_key). --output: a name ending in .jsonl gets the
 original's JSONL layout; anything else is a folder of .npz shards that a second run of the
-same command resumes after a kill (layouts: bertjax/feature_files.py). Exit codes: 0 done,
+same command resumes after a kill (layouts: bertjax/inference/feature_files.py). Exit codes: 0 done,
 2 a bad flag or input (one line).
 
 Multi-host (a TPU pod slice, several GPU nodes): start the same command on every host
@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the model: any path config.init_checkpoint takes",
@@ -69,7 +69,7 @@ def main(_):
     cli.start_distributed()
     import bertjax
     import jax
-    from bertjax import feature_files
+    from bertjax.inference import feature_files
 
     model = bertjax.load_model(_CHECKPOINT.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                dtype=_DTYPE.value, **_VOCABULARY())

@@ -21,12 +21,12 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bertjax import fileio  # noqa: E402
+from bertjax.runtime import fileio  # noqa: E402
 from bertjax.data import masking, pipelines, prepare  # noqa: E402
 
 config_flags.DEFINE_config_file("config", None, "Pre-training config file.", lock_config=True)

@@ -9,8 +9,8 @@ r"""Predicts with a trained model on raw input: one JSONL line per input, in inp
 from the run) or, with --task=fill_mask, a pre-trained checkpoint with a masked-LM head
 (bertjax pre-training run, Google's TF release, Hugging Face BertForMaskedLM /
 BertForPreTraining). Inputs: --text (repeatable), --input=FILE (formats: see
-bertjax/batch_predict.py), or stdin (lines of text, or --input_format=jsonl). What each
-task family returns: bertjax/prediction.py. Bad inputs are named by file:line: --on_error=fail
+bertjax/inference/batch_predict.py), or stdin (lines of text, or --input_format=jsonl). What each
+task family returns: bertjax/inference/prediction.py. Bad inputs are named by file:line: --on_error=fail
 (default) stops with exit code 2 before predicting; skip writes {"error", "where"} in
 their place. --vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
 Exit codes: 0 done, 2 bad model, flag or input (one line).
@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 
 _MODEL = flags.DEFINE_string("model", None, "fine-tuning workdir, or a checkpoint for --task=fill_mask",
@@ -51,7 +51,7 @@ def main(_):
     if _INPUT.value and _TEXT.value:
         raise ValueError("give --input or --text, not both")
     import bertjax
-    from bertjax import batch_predict, model_source
+    from bertjax.inference import batch_predict, model_source
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
     family = "fill_mask" if _TASK.value else source.task_info.get("family")

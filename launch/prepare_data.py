@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 

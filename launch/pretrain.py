@@ -18,18 +18,18 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import host_memory  # noqa: E402
+from bertjax.runtime import host_memory  # noqa: E402
 host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
-from bertjax import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 
 _CONFIG, _WORKDIR = cli.define_run_flags("Pre-training config file (configs/pretrain.py:<preset>).", "pre-training")
 
 
 def main(_):
     cli.start_distributed()
-    from bertjax import train
+    from bertjax import pretrain
 
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    pretrain.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == "__main__":

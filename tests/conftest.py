@@ -14,7 +14,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 # The launchers the tests start (pretrain, finetune, demo, benchmark) keep freed memory for
-# the next step, as launch/demo.sh does (bertjax/host_memory.py): the same numbers, a third
+# the next step, as launch/demo.sh does (bertjax/runtime/host_memory.py): the same numbers, a third
 # less time (the prose test: 156 -> 107 s), about 0.7 GB more per process.
 os.environ.setdefault("BERTJAX_KEEP_FREED_MEMORY", "1")
 
@@ -23,7 +23,7 @@ os.environ.setdefault("BERTJAX_KEEP_FREED_MEMORY", "1")
 # the end. pytest's tmp_path folders live there too; xdist workers nest theirs inside.
 _SESSION_TMP = tempfile.mkdtemp(prefix="bertjax-tests-")
 os.environ["TMPDIR"] = tempfile.tempdir = _SESSION_TMP
-# Compiled programs are cached (bertjax.compilation_cache) in the session's own cache, shared by
+# Compiled programs are cached (bertjax.runtime.compilation_cache) in the session's own cache, shared by
 # the test processes and the launcher processes they start, never the user's.
 os.environ.setdefault("BERTJAX_COMPILATION_CACHE", os.path.join(_SESSION_TMP, "xla_cache"))
 
@@ -49,7 +49,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    from bertjax import compilation_cache
+    from bertjax.runtime import compilation_cache
 
     compilation_cache.enable()  # the session's cache (above): many tests compile the same small steps
     config.addinivalue_line("markers", "slow: long-running test, skipped unless --runslow")
@@ -104,7 +104,7 @@ def small_pretrained_run(tmp_path_factory):
     """A pre-training workdir (demo corpus, 4 steps of a one-layer model): checkpoint, MLM and
     NSP heads, tokenizer."""
     _repo_on_path()
-    from bertjax import train
+    from bertjax import pretrain
     from configs import pretrain as pretrain_config
 
     workdir = str(tmp_path_factory.mktemp("small_pretrain"))
@@ -113,7 +113,7 @@ def small_pretrained_run(tmp_path_factory):
     config.data.update(max_seq_length=64, max_predictions_per_seq=10)
     config.train.update(num_steps=4, global_batch_size=16, warmup_steps=1, log_every=2, eval_every=0)
     config.checkpoint.every = 4
-    train.train_and_evaluate(config, workdir)
+    pretrain.train_and_evaluate(config, workdir)
     return workdir
 
 

@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash launch/setup_env.sh
 # Transparent huge pages for the test processes too, as the launchers restart themselves with
-# (bertjax/host_memory.py); glibc reads the tunable only at start-up, and ignores it before 2.35.
+# (bertjax/runtime/host_memory.py); glibc reads the tunable only at start-up, and ignores it before 2.35.
 export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 exec .venv/bin/python -m pytest -n 2 --dist worksteal --durations=20 "$@"  # pytest.ini: testpaths = tests

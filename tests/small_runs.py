@@ -46,7 +46,7 @@ def tiny_finetune_run(task, directory, model=None, **data):
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from bertjax import finetune
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
     from configs import finetune as finetune_config
 
     config = finetune_config.get_config(task)

@@ -1,9 +1,9 @@
-"""bertjax.compilation_cache: where the launchers' persistent XLA cache lives, and its switch."""
+"""bertjax.runtime.compilation_cache: where the launchers' persistent XLA cache lives, and its switch."""
 
 import subprocess
 import sys
 
-from bertjax import compilation_cache
+from bertjax.runtime import compilation_cache
 
 
 def test_the_folder_comes_from_the_environment(monkeypatch, tmp_path):
@@ -22,7 +22,7 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
     (JAX counts a persistent-cache hit) and writes nothing new."""
     script = f"""
 import jax, jax.numpy as jnp
-from bertjax import compilation_cache
+from bertjax.runtime import compilation_cache
 from jax._src import monitoring
 hits = []
 monitoring.register_event_listener(lambda event, **kw: hits.append(event) if "cache_hits" in event else None)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bertjax.compile_ahead import CompileAhead, compiling
+from bertjax.runtime.compile_ahead import CompileAhead, compiling
 
 
 class Recorder:

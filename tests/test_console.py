@@ -1,15 +1,15 @@
-"""bertjax.console: durations, and the rate and ETA of a phase with pauses (a fake clock)."""
+"""bertjax.runtime.console: durations, and the rate and ETA of a phase with pauses (a fake clock)."""
 
 import io
 
 import pytest
 
-from bertjax import console
+from bertjax.runtime import console
 
 
 @pytest.fixture
 def clock(monkeypatch):
-    """A settable time.perf_counter for bertjax.console: clock[0] is now, in seconds."""
+    """A settable time.perf_counter for bertjax.runtime.console: clock[0] is now, in seconds."""
     now = [100.0]
     monkeypatch.setattr(console.time, "perf_counter", lambda: now[0])
     return now

@@ -11,7 +11,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bertjax.data import demo_corpus  # noqa: E402
+from bertjax.data.corpora import demo_corpus  # noqa: E402
 from small_runs import xla_flags  # noqa: E402
 
 TOY_MODEL = ["hidden_size=32", "num_hidden_layers=1", "num_attention_heads=2", "intermediate_size=64"]

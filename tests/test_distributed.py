@@ -1,4 +1,4 @@
-"""Tests for bertjax.distributed: when jax.distributed is started, with what, and the
+"""Tests for bertjax.runtime.distributed: when jax.distributed is started, with what, and the
 two-process CPU path (gloo collectives) over 127.0.0.1."""
 
 import os
@@ -11,7 +11,7 @@ import jax
 import pytest
 from jax._src.clusters import ClusterEnv, cloud_tpu_cluster
 
-from bertjax import distributed
+from bertjax.runtime import distributed
 from small_runs import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,7 +103,7 @@ _TWO_PROCESSES = textwrap.dedent("""
     import os
     import sys
     import numpy as np
-    from bertjax import distributed
+    from bertjax.runtime import distributed
     assert distributed.initialize("auto", f"127.0.0.1:{sys.argv[1]}", 2, int(sys.argv[2]))
     import jax
     from jax.experimental import multihost_utils

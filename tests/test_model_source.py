@@ -34,7 +34,7 @@ def _labels_file(tmp_path):
 def unevaluated_run(tmp_path_factory):
     """A classification run from scratch with no eval_file (2 steps of a one-layer model)."""
     from bertjax import finetune
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     tmp_path = tmp_path_factory.mktemp("unevaluated")
     config = finetune_config.get_config("classification")
@@ -49,7 +49,7 @@ def unevaluated_run(tmp_path_factory):
 
 
 def test_a_run_without_evaluation_keeps_its_last_weights_as_the_result(unevaluated_run, capsys):
-    from bertjax import model_source
+    from bertjax.inference import model_source
     from bertjax.models.convert import load_pretrained
 
     workdir, summary = unevaluated_run
@@ -83,7 +83,7 @@ def test_load_pretrained_reads_a_finetuning_runs_result_not_its_latest_state(une
 
 
 def test_a_finetuning_workdir_names_its_task_labels_length_and_tokenizer(unevaluated_run):
-    from bertjax import model_source
+    from bertjax.inference import model_source
 
     workdir, _ = unevaluated_run
     source = model_source.resolve(workdir)
@@ -102,7 +102,7 @@ def test_a_finetuning_workdir_names_its_task_labels_length_and_tokenizer(unevalu
 
 
 def test_the_huggingface_export_keeps_the_label_names(unevaluated_run, tmp_path):
-    from bertjax import model_source
+    from bertjax.inference import model_source
 
     workdir, _ = unevaluated_run
     subprocess.run([sys.executable, os.path.join(ROOT, "launch", "convert_checkpoint.py"), f"--input={workdir}",
@@ -123,7 +123,7 @@ def test_the_huggingface_export_keeps_the_label_names(unevaluated_run, tmp_path)
 
 
 def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():
-    from bertjax import model_source
+    from bertjax.inference import model_source
 
     source = model_source.resolve(MINILM_DIR)
     assert (source.layout, source.task, source.task_info, source.max_seq_length) == ("huggingface", None, {}, None)
@@ -135,7 +135,8 @@ def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():
 def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_path):
     """transformers 5 saves tokenizer.json and no vocab.txt: its WordPiece vocabulary and casing
     are read from it, and whatever copies the vocabulary on writes a vocab.txt."""
-    from bertjax import model_source, tokenization
+    from bertjax.inference import model_source
+    from bertjax import tokenization
     from bertjax.models import convert
 
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
@@ -163,7 +164,7 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
 
 
 def test_a_pretraining_workdir_resolves_to_its_newest_checkpoint(small_pretrained_run):
-    from bertjax import model_source
+    from bertjax.inference import model_source
 
     source = model_source.resolve(small_pretrained_run)
     assert source.weights == os.path.join(small_pretrained_run, "checkpoints")
@@ -173,7 +174,7 @@ def test_a_pretraining_workdir_resolves_to_its_newest_checkpoint(small_pretraine
 
 
 def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
-    from bertjax import model_source
+    from bertjax.inference import model_source
 
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(FileNotFoundError, match="matches no known checkpoint layout"):
@@ -183,7 +184,7 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
 
 
 def test_a_vocabulary_other_than_the_models_is_refused(unevaluated_run, tmp_path):
-    from bertjax import model_source
+    from bertjax.inference import model_source
 
     source = model_source.resolve(unevaluated_run[0])
     with pytest.raises(ValueError, match="is not the vocabulary"):

@@ -2,7 +2,7 @@
 
 import json
 
-from bertjax import plots
+from bertjax.runtime import plots
 
 
 def _write_metrics(workdir, records):

@@ -1,4 +1,4 @@
-"""launch/predict.py and bertjax/batch_predict.py: inputs read in every format fine-tuning reads
+"""launch/predict.py and bertjax/inference/batch_predict.py: inputs read in every format fine-tuning reads
 (and lines of text), bad ones named by file:line and skipped or fatal, one JSONL line per
 input in input order, the same answers as the Python API."""
 
@@ -21,7 +21,7 @@ def _fake(family, **info):
 
 
 def _read(path, family, input_format="auto", **keys):
-    from bertjax import batch_predict
+    from bertjax.inference import batch_predict
 
     chosen = {**batch_predict.default_keys(family, None), **keys}
     return list(batch_predict.read_inputs(str(path), family, batch_predict.file_format(str(path), family,
@@ -29,8 +29,8 @@ def _read(path, family, input_format="auto", **keys):
 
 
 def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
-    from bertjax import batch_predict
-    from bertjax.inference import split_pair
+    from bertjax.inference import batch_predict
+    from bertjax.inference.engine import split_pair
 
     # A blank line is an input (an empty text): output line k answers input line k.
     (tmp_path / "pairs.txt").write_text("a cat ||| a dog\n\nonly one side ||| \nx ||| y ||| z\n")
@@ -88,7 +88,7 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
 
 def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_classifier_run, monkeypatch):
     import bertjax
-    from bertjax import batch_predict
+    from bertjax.inference import batch_predict
 
     model = bertjax.load_model(minilm_classifier_run, batch_size=2)
     records = [(f"f.txt:{i}", text) for i, (text, _) in enumerate(REVIEWS, start=1)]
@@ -111,7 +111,7 @@ def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pr
     """Every [MASK] past max_seq_length tokens: that input's own line is named, the others are
     predicted (found by a review: the error named the wrong input and ignored skip)."""
     import bertjax
-    from bertjax import batch_predict
+    from bertjax.inference import batch_predict
 
     model = bertjax.load_model(small_pretrained_run, max_seq_length=16)
     records = [("f.txt:1", "the [MASK] sat ."), ("f.txt:2", "word " * 30 + "[MASK]"), ("f.txt:3", "a [MASK] .")]
@@ -158,7 +158,7 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
 
 def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_pretrained_run, tmp_path):
     import bertjax
-    from bertjax import model_source
+    from bertjax.inference import model_source
     from bertjax.models import convert
 
     source = model_source.resolve(small_pretrained_run)

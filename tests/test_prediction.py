@@ -141,7 +141,7 @@ def test_every_family_predicts_its_training_files_format_as_the_api_does(runs, t
     """batch_predict (launch/predict.py's engine) on the CoNLL, SQuAD JSON and JSONL files the
     runs evaluated: the same answers as Model.predict, one line per input, in order."""
     import bertjax
-    from bertjax import batch_predict
+    from bertjax.inference import batch_predict
 
     ner_dir, ner_dev = runs["ner"]
     write_conll(tmp_path / "ner.conll", ner_dev)

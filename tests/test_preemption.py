@@ -1,4 +1,4 @@
-"""Tests for bertjax.preemption: the SIGTERM and Ctrl-C flag, and the cross-host stop decision through
+"""Tests for bertjax.runtime.preemption: the SIGTERM and Ctrl-C flag, and the cross-host stop decision through
 JAX's preemption sync point (no device collective)."""
 
 import os
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from bertjax.preemption import PreemptionWatcher
+from bertjax.runtime.preemption import PreemptionWatcher
 from small_runs import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +60,7 @@ _TWO_HOSTS = textwrap.dedent("""
 
     multihost_utils.process_allgather = multihost_utils.sync_global_devices = no_collective
     multihost_utils.broadcast_one_to_all = no_collective
-    from bertjax.preemption import PreemptionWatcher
+    from bertjax.runtime.preemption import PreemptionWatcher
 
     watcher = PreemptionWatcher()
     assert watcher.coordinated

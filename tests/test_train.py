@@ -244,11 +244,11 @@ class _Pipeline:
 
 
 def test_an_eval_split_smaller_than_an_evaluation_is_reported(caplog):
-    from bertjax import train
+    from bertjax import pretrain
 
-    train.warn_if_eval_repeats(_Pipeline(rows=48), eval_batches=3)
+    pretrain.warn_if_eval_repeats(_Pipeline(rows=48), eval_batches=3)
     assert not caplog.records
-    train.warn_if_eval_repeats(_Pipeline(rows=40), eval_batches=3)
+    pretrain.warn_if_eval_repeats(_Pipeline(rows=40), eval_batches=3)
     [record] = caplog.records
     assert record.levelname == "WARNING" and "fewer rows on this host than the 48" in record.getMessage()
     assert "config.data.eval_fraction" in record.getMessage()
@@ -274,20 +274,20 @@ def _config(**changes):
     (dict(train__plateau_evals=-1), "config.train.plateau_evals must be an int >= 0, got -1"),
 ])
 def test_bad_config_values_are_named_before_compiling(changes, message):
-    from bertjax import train
+    from bertjax import pretrain
 
     config = _config(**changes)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        bert = train.model_config(config, vocab_size=786)
-        train.validate_config(config, bert, mesh_shape=(8, 1, 1))
+        bert = pretrain.model_config(config, vocab_size=786)
+        pretrain.validate_config(config, bert, mesh_shape=(8, 1, 1))
 
 
 def test_tensor_axis_must_divide_heads():
-    from bertjax import train
+    from bertjax import pretrain
 
     config = _config()
     with pytest.raises(ValueError, match="config.mesh.tensor=4 must divide the number of attention heads"):
-        train.validate_config(config, train.model_config(config, 786), mesh_shape=(2, 1, 4))
+        pretrain.validate_config(config, pretrain.model_config(config, 786), mesh_shape=(2, 1, 4))
 
 
 def test_unknown_override_key_is_rejected(tmp_path):
@@ -352,7 +352,7 @@ def test_tiny_preset_learns_the_demo_world(tmp_path, prepared_dir):
     seed 1 too).
     """
     import bertjax
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     command = [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
                "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny", f"--workdir={tmp_path}",
@@ -370,23 +370,23 @@ def test_tiny_preset_learns_the_demo_world(tmp_path, prepared_dir):
 
 
 def test_guess_accuracies_count_the_most_frequent_target_and_the_majority_label():
-    from bertjax import train
+    from bertjax import pretrain
 
     batches = [{"masked_lm_ids": np.array([[7, 7, 3], [7, 5, 0]]), "masked_lm_weights": np.array([[1., 1, 1], [1, 1, 0]]),
                 "next_sentence_labels": np.array([1, 1])},
                {"masked_lm_ids": np.array([[3, 0, 0]]), "masked_lm_weights": np.array([[1., 0, 0]]),
                 "next_sentence_labels": np.array([0])}]
-    guesses = train.guess_accuracies(batches)  # targets 7 7 3 7 5 3: the padding 0s are not targets
+    guesses = pretrain.guess_accuracies(batches)  # targets 7 7 3 7 5 3: the padding 0s are not targets
     assert guesses == pytest.approx({"mlm_unigram_accuracy": 3 / 6, "nsp_majority_accuracy": 2 / 3})
     packed = [{**batches[0], "next_sentence_labels": np.array([[1, 0], [0, 0]]),
                "next_sentence_weights": np.array([[1., 1], [1, 0]])}]  # 1 random pair of 3
-    assert train.guess_accuracies(packed)["nsp_majority_accuracy"] == pytest.approx(2 / 3)
+    assert pretrain.guess_accuracies(packed)["nsp_majority_accuracy"] == pytest.approx(2 / 3)
 
 
 def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
-    from bertjax import train
+    from bertjax import pretrain
 
-    alarm = train.PlateauAlarm(unigram=0.064, patience=3)
+    alarm = pretrain.PlateauAlarm(unigram=0.064, patience=3)
     assert alarm.check(100, 0.064) is None and alarm.check(200, 0.0641) is None
     assert alarm.check(300, 0.09) is None  # left the guess: the count starts again
     assert [alarm.check(step, 0.064) for step in (400, 500)] == [None, None] and not alarm.stalled
@@ -395,7 +395,7 @@ def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
     assert "config.train.adam_bias_correction=True" in warning and alarm.stalled
     assert alarm.check(700, 0.064) is None and alarm.stalled  # once
     assert alarm.check(800, 0.08) is None and not alarm.stalled  # 0.08 >= 1.1 x 0.064: learning
-    never = train.PlateauAlarm(unigram=0.064, patience=0)
+    never = pretrain.PlateauAlarm(unigram=0.064, patience=0)
     assert [never.check(step, 0.064) for step in range(1, 10)] == [None] * 9 and not never.stalled
 
 
@@ -404,13 +404,13 @@ def test_a_model_bigger_than_tiny_on_the_demo_corpus_is_warned_about(caplog):
     BERT-base on a toy; the start-up says so. tiny (the quick start) and real corpora do not warn."""
     import logging
 
-    from bertjax import train
+    from bertjax import pretrain
     from bertjax.models import BertConfig
 
-    with caplog.at_level(logging.WARNING, logger="bertjax.train"):
+    with caplog.at_level(logging.WARNING, logger="bertjax.pretrain"):
         for preset, source in (("tiny", "demo"), ("base", "text"), ("mini", "demo")):
             data = pretrain_config.get_config(preset).data
             data.source = source
-            train.warn_if_demo_corpus(data, BertConfig.preset(preset))
+            pretrain.warn_if_demo_corpus(data, BertConfig.preset(preset))
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
         "pre-training a 4-layer, 256-wide model on the embedded demo corpus"]

@@ -37,9 +37,9 @@ def _losses(workdir):
                          ids=["bf16+remat_dots", "scan+remat_full+fused_attention"])
 def test_compute_switches_train(tmp_path, prepared_dir, model):
     """Each switch in one short run (two runs hold them all: compiling costs most of a run)."""
-    from bertjax import train
+    from bertjax import pretrain
 
-    train.train_and_evaluate(_config(prepared_dir, **model), str(tmp_path))
+    pretrain.train_and_evaluate(_config(prepared_dir, **model), str(tmp_path))
     losses = _losses(tmp_path)
     assert len(losses) == 8 and np.all(np.isfinite(losses))
     assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.3, losses
@@ -63,7 +63,7 @@ def _exported(tmp_path, layout, hidden_act, layer_norm_eps, vocab_size):
                                                                 ("tf", "gelu_tanh", 1e-12)])
 def test_init_checkpoint_keeps_its_architecture_and_weights(tmp_path, prepared_dir, layout, hidden_act,
                                                             layer_norm_eps):
-    from bertjax import checkpointing, train
+    from bertjax import checkpointing, pretrain
     from bertjax.data import prepare
 
     config = _config(prepared_dir, steps=1)
@@ -71,7 +71,7 @@ def test_init_checkpoint_keeps_its_architecture_and_weights(tmp_path, prepared_d
     directory, weights = _exported(tmp_path, layout, hidden_act, layer_norm_eps, vocab_size)
     config.init_checkpoint = directory
     config.train.learning_rate = 1e-9  # one step that barely moves the weights
-    train.train_and_evaluate(config, str(tmp_path / "run"))
+    pretrain.train_and_evaluate(config, str(tmp_path / "run"))
     meta, params = checkpointing.load_params(str(tmp_path / "run" / "checkpoints"))
     assert (meta["config"]["model"]["hidden_act"], meta["config"]["model"]["layer_norm_eps"]) == (hidden_act,
                                                                                                    layer_norm_eps)
@@ -81,34 +81,34 @@ def test_init_checkpoint_keeps_its_architecture_and_weights(tmp_path, prepared_d
 
 
 def test_init_checkpoint_with_other_sizes_is_refused_before_compiling(tmp_path, prepared_dir):
-    from bertjax import train
+    from bertjax import pretrain
 
     directory, _ = _exported(tmp_path, "huggingface", "gelu", 1e-12, vocab_size=100)
     config = _config(prepared_dir)
     config.init_checkpoint = directory
     with pytest.raises(ValueError, match=r"has a vocabulary of 100 tokens but the tokenizer .* has"):
-        train.train_and_evaluate(config, str(tmp_path / "run"))
+        pretrain.train_and_evaluate(config, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
 
 def test_whole_word_masking_trains_through_the_full_pipeline(tmp_path, prepared_dir):
-    from bertjax import train
+    from bertjax import pretrain
 
     config = _config(prepared_dir, steps=4)
     config.data.whole_word_mask = True
-    train.train_and_evaluate(config, str(tmp_path))
+    pretrain.train_and_evaluate(config, str(tmp_path))
     assert len(_losses(tmp_path)) == 4 and np.all(np.isfinite(_losses(tmp_path)))
 
 
 def test_inputs_are_refused_before_any_preparation(tmp_path):
-    from bertjax import train
+    from bertjax import pretrain
 
     config = pretrain_config.get_config("tiny")
     config.data.update(source="original_tfrecord", input_pattern=str(tmp_path / "*.tfrecord"))
     with pytest.raises(ValueError, match="needs config.data.vocab_path"):
-        train.train_and_evaluate(config, str(tmp_path / "a"))
+        pretrain.train_and_evaluate(config, str(tmp_path / "a"))
     config = pretrain_config.get_config("tiny")
     config.data.max_predictions_per_seq = 500
     with pytest.raises(ValueError, match="max_predictions_per_seq must be in"):
-        train.train_and_evaluate(config, str(tmp_path / "b"))
+        pretrain.train_and_evaluate(config, str(tmp_path / "b"))
     assert not os.path.exists(tmp_path / "b" / "data")  # nothing was prepared

@@ -9,7 +9,7 @@ import pytest
 
 from bertjax import optim, sharding, trainer
 from bertjax.models import BertConfig, BertForPreTraining
-from bertjax.train import model_inputs, objective
+from bertjax.pretrain import model_inputs, objective
 
 VOCAB, LENGTH, BATCH = 1031, 32, 8  # a vocabulary size no other dimension has
 TRAIN = ml_collections.ConfigDict(dict(optim.DEFAULTS, learning_rate=1e-3, warmup_steps=2, num_steps=10))

@@ -9,7 +9,7 @@ import pytest
 
 from bertjax import optim, sharding, trainer
 from bertjax.models import BertConfig, BertForPreTraining
-from bertjax.train import objective
+from bertjax.pretrain import objective
 
 CONFIG = BertConfig.preset("tiny", vocab_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
                            attention_probs_dropout_prob=0.0)

@@ -1,4 +1,4 @@
-"""Tests for bertjax.workdir_lock: one run per workdir, released however the holder ends."""
+"""Tests for bertjax.runtime.workdir_lock: one run per workdir, released however the holder ends."""
 
 import logging
 import os
@@ -10,13 +10,13 @@ import textwrap
 
 import pytest
 
-from bertjax import workdir_lock
+from bertjax.runtime import workdir_lock
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _HOLDER = textwrap.dedent("""
     import sys
-    from bertjax import workdir_lock
+    from bertjax.runtime import workdir_lock
     with workdir_lock.hold(sys.argv[1]):
         print("holding", flush=True)
         sys.stdin.read()  # until the test closes stdin, or kills this process
@@ -61,7 +61,7 @@ def test_the_same_process_cannot_enter_twice_and_may_enter_again_after(tmp_path)
 
 
 def test_gs_workdirs_are_not_locked_and_say_so(caplog):
-    with caplog.at_level(logging.WARNING, logger="bertjax.workdir_lock"):
+    with caplog.at_level(logging.WARNING, logger="bertjax.runtime.workdir_lock"):
         with workdir_lock.hold("gs://bucket/run"):
             with workdir_lock.hold("gs://bucket/run"):
                 pass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertjax.tf_cpu import tf
+from bertjax.runtime.tf_cpu import tf
 
 
 def num_to_predict(num_tokens: tf.Tensor, masked_lm_prob: float, max_predictions: int) -> tf.Tensor:

@@ -17,7 +17,7 @@ from google.protobuf import message
 
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
                                   shuffle_seed)
-from bertjax.tf_cpu import no_autograph, tf
+from bertjax.runtime.tf_cpu import no_autograph, tf
 
 _MAX_EPOCHS = 1 << 40
 

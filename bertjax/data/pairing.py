@@ -27,7 +27,7 @@ Randomness is stateless, keyed by the `seed` argument (<int32>[2]) of each call.
 
 from __future__ import annotations
 
-from bertjax.tf_cpu import tf
+from bertjax.runtime.tf_cpu import tf
 
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertjax import fileio
+from bertjax.runtime import fileio
 from bertjax.data import original_tfrecord, prepare
 from bertjax.data.pretraining import PretrainingPipeline
 

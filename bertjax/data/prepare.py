@@ -41,8 +41,10 @@ from typing import Any, Iterator
 import numpy as np
 from absl import logging
 
-from bertjax import console, fileio, tokenization
-from bertjax.data import demo_corpus, shards, sources
+from bertjax.runtime import console, fileio
+from bertjax import tokenization
+from bertjax.data.corpora import demo_corpus
+from bertjax.data import shards, sources
 
 FORMAT = "bertjax.prepared.v2"  # v2: raw int32 records (shards.py); v1 held tf.train.Examples
 BATCH_DOCUMENTS = 256
@@ -154,7 +156,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
                                "`if __name__ == '__main__':` (workers re-import the main module), or pass "
                                "num_workers=1") from e
         except _Preempted:
-            from bertjax.trainer import TrainingStopped
+            from bertjax.runtime.errors import TrainingStopped
 
             raise TrainingStopped(f"preempted (SIGTERM) while preparing {output_dir}: the units done are kept; "
                                   f"run the same command again to resume") from None

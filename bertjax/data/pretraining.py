@@ -41,11 +41,11 @@ from typing import Iterator
 import numpy as np
 from absl import logging
 
-from bertjax import fileio
+from bertjax.runtime import fileio
 from bertjax.data import masking, pairing, shards, sources
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
                                   shuffle_seed)
-from bertjax.tf_cpu import no_autograph, tf
+from bertjax.runtime.tf_cpu import no_autograph, tf
 
 # Text sources (prepared on first use), a directory prepared earlier, Google's pre-training records.
 SOURCES = (*sources.SOURCES, "prepared", "original_tfrecord")

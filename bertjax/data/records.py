@@ -11,8 +11,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from bertjax import fileio
-from bertjax.tf_cpu import tf
+from bertjax.runtime import fileio
+from bertjax.runtime.tf_cpu import tf
 
 # The features of a pre-training batch, in the original records' names.
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",

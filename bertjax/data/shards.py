@@ -21,7 +21,7 @@ import google_crc32c
 import numpy as np
 
 from bertjax import ragged
-from bertjax import fileio
+from bertjax.runtime import fileio
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -96,7 +96,7 @@ def parse_documents(records: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTenso
     A record whose structure is inconsistent (not whole int32s, lengths that do not add
     up) raises InvalidArgumentError.
     """
-    from bertjax.tf_cpu import tf  # here, not at the top: prepare's writers never need TF
+    from bertjax.runtime.tf_cpu import tf  # here, not at the top: prepare's writers never need TF
     sizes = tf.strings.length(records)
     tf.debugging.assert_equal(sizes % 4, 0, message="record length is not a multiple of 4 bytes")
     tf.debugging.assert_greater(sizes, 4, message="record too short")
@@ -117,6 +117,6 @@ def parse_documents(records: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTenso
 
 def parse_document(record: tf.Tensor) -> tf.RaggedTensor:
     """One record -> <int32>[S, (tokens)] its sentences."""
-    from bertjax.tf_cpu import tf
+    from bertjax.runtime.tf_cpu import tf
     tokens, sentence_lengths = parse_documents(record[tf.newaxis])
     return tf.RaggedTensor.from_row_lengths(tokens.flat_values, sentence_lengths.flat_values)

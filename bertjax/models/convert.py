@@ -31,7 +31,7 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from bertjax import fileio
+from bertjax.runtime import fileio
 from bertjax.models.bert import unstack_layers
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import FEATURE_HEADS
@@ -385,14 +385,14 @@ def tf_checkpoint_prefix(path: str) -> str | None:
     if fileio.exists(prefix + ".index"):
         return prefix
     if fileio.exists(fileio.join(path, "checkpoint")):
-        from bertjax.tf_cpu import tf
+        from bertjax.runtime.tf_cpu import tf
         return tf.train.latest_checkpoint(path)
     return None
 
 
 def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """Reads `path`/bert_config.json + a TF1 checkpoint (original variable names) -> (config, params)."""
-    from bertjax.tf_cpu import tf
+    from bertjax.runtime.tf_cpu import tf
 
     config = tf_config_to_bert(fileio.read_json(fileio.join(path, "bert_config.json")),
                                fileio.join(path, "bert_config.json"))
@@ -439,7 +439,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
 
 def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
     """Saves {TF variable name: array} as a TF1 checkpoint at `prefix` (graph-mode Saver)."""
-    from bertjax.tf_cpu import tf
+    from bertjax.runtime.tf_cpu import tf
 
     with tf.Graph().as_default():
         variables = [tf.compat.v1.Variable(value, name=name) for name, value in values.items()]

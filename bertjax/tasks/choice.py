@@ -27,7 +27,7 @@ import dataclasses
 import numpy as np
 from absl import logging
 
-from bertjax import fileio
+from bertjax.runtime import fileio
 from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, read_records,

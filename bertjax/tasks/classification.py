@@ -6,7 +6,7 @@ Tasks (config.task):
       not_entailment, entailment, unlike RTE's). STS-B is regression. MNLI is scored on
       validation_matched and validation_mismatched; test splits (labels -1) are predicted
       into the GLUE submission files, and MNLI's model also predicts `glue/ax` (AX.tsv).
-  demo              the demo world's sentence-pair task (bertjax.data.demo_corpus.demo_task)
+  demo              the demo world's sentence-pair task (bertjax.data.corpora.demo_corpus.demo_task)
   classification    your own CSV/TSV/JSONL files: config.data.train_file, eval_file, test_file,
   regression        columns text_a_key, text_b_key ("" = single sentences), label_key; labels are
                     names collected from the training file (or config.data.label_names) or,
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from bertjax import fileio
+from bertjax.runtime import fileio
 from bertjax.data.sources import prepared_tfds_builder
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
@@ -128,7 +128,7 @@ def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submiss
 
 
 def read_demo(split: str) -> Examples:
-    from bertjax.data import demo_corpus
+    from bertjax.data.corpora import demo_corpus
 
     examples, names = demo_corpus.demo_task(split)
     return Examples(f"demo[{split}]", [a for a, _, _ in examples], [b for _, b, _ in examples],
@@ -240,7 +240,7 @@ def load_task(config, tokenizer) -> Task:
         split_names = ["train", *spec.eval_splits,
                        *(f"{dataset.split('/')[-1]}_{split}" if dataset else split for dataset, split, _ in spec.test_splits)]
     elif task == "demo":
-        from bertjax.data import demo_corpus
+        from bertjax.data.corpora import demo_corpus
 
         label_names = demo_corpus.TASK_LABELS
         train, evals, tests = read_demo("train"), [read_demo("dev")], []

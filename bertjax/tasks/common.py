@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from bertjax import fileio, ragged
+from bertjax.runtime import fileio
+from bertjax import ragged
 
 # Model inputs with a sequence axis last; batching pads and trims them to a bucket length.
 SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_weights", "position_ids",
@@ -77,7 +78,7 @@ class Task:
       predict's arrays for every row of the split ([N, ...]).
     write_predictions(split, predictions, directory) -> the files written.
     info: what using the model later needs beyond the run's config (saved with its
-      checkpoints as "task_info", see bertjax.model_source): "family" and, per family,
+      checkpoints as "task_info", see bertjax.inference.model_source): "family" and, per family,
       "label_names", "pairs" (classification) or "squad_version".
     """
 

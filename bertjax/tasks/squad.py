@@ -39,7 +39,8 @@ import os
 import numpy as np
 from absl import logging
 
-from bertjax import fileio, ragged
+from bertjax.runtime import fileio
+from bertjax import ragged
 from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.evaluation import squad as squad_metrics
 from bertjax.models import BertForQuestionAnswering, example_counts, span_sums

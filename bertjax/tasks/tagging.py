@@ -26,7 +26,8 @@ import dataclasses
 import numpy as np
 from absl import logging
 
-from bertjax import fileio, ragged
+from bertjax.runtime import fileio
+from bertjax import ragged
 from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import BertForTokenClassification, example_counts, token_classification_sums

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bertjax.data import demo_corpus, prepare, sources
+from bertjax.data.corpora import demo_corpus
+from bertjax.data import prepare, sources
 
 
 def _config(source, pattern, **overrides):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from bertjax import tokenization
-from bertjax.data import demo_corpus
+from bertjax.data.corpora import demo_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

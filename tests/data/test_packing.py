@@ -76,7 +76,7 @@ def test_pack_rows_eager_equals_in_tf_data():
 def test_packed_loss_equals_the_unpacked_batch_on_the_same_pairs():
     """Same MLM predictions and NSP pairs: the losses (and metrics) agree within 1e-5."""
     from bertjax.models import BertConfig, BertForPreTraining
-    from bertjax.train import model_inputs, objective
+    from bertjax.pretrain import model_inputs, objective
 
     pairs = _pairs(seed=1)
     rows = _pack(pairs)

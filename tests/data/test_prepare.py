@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from bertjax import tokenization
-from bertjax.data import demo_corpus, prepare, shards, sources
+from bertjax.data.corpora import demo_corpus
+from bertjax.data import prepare, shards, sources
 
 
 def _config(tmp_path, **overrides):

@@ -1,6 +1,6 @@
-"""The real-prose corpus of Python's language reference (bertjax/data/python_docs.py)."""
+"""The real-prose corpus of Python's language reference (bertjax/data/corpora/python_docs.py)."""
 
-from bertjax.data import python_docs
+from bertjax.data.corpora import python_docs
 
 
 def test_python_docs_are_prose_documents(tmp_path):

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from bertjax.data import demo_corpus, sources
+from bertjax.data.corpora import demo_corpus
+from bertjax.data import sources
 
 
 def _config(**overrides):

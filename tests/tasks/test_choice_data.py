@@ -10,7 +10,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bertjax.tasks import choice
-from bertjax.tf_cpu import tf
+from bertjax.runtime.tf_cpu import tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from configs import finetune as finetune_config  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bertjax import tokenization
-from bertjax.data import demo_corpus
+from bertjax.data.corpora import demo_corpus
 from bertjax.tasks import batching, classification
 from bertjax.tasks.common import Split
 

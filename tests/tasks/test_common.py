@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bertjax import tokenization
-from bertjax.data import demo_corpus
+from bertjax.data.corpora import demo_corpus
 from bertjax.tasks.common import Split, encode_pairs, truncated_pair_lengths
 
 

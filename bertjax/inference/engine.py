@@ -2,7 +2,7 @@
 features on raw text.
 
     import bertjax
-    model = bertjax.load_model("workdir/reviews")       # any path bertjax.model_source resolves
+    model = bertjax.load_model("workdir/reviews")       # any path bertjax.inference.model_source resolves
     model.predict(["the movie was great fun"])
     # [{"label": "good", "probability": 0.98, "probabilities": {"bad": 0.02, "good": 0.98}}]
     lm = bertjax.load_model("workdir/pretrain")         # a checkpoint with a masked-LM head
@@ -17,7 +17,7 @@ all local devices, and returns results in input order. Compute is bfloat16 on TP
 (float32 parameters) and float32 on CPU, unless `dtype` says otherwise.
 
 Task-specific inputs and outputs (what `predict` takes and returns per task family) are in
-bertjax/prediction.py.
+bertjax/inference/prediction.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import compilation_cache, model_source, sharding, tokenization
+from bertjax.runtime import compilation_cache
+from bertjax.inference import model_source
+from bertjax import sharding, tokenization
 from bertjax.models import BertEncoder
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import MaskedLMHead, gather_positions
@@ -323,8 +325,8 @@ class Model:
 
     def predict(self, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
         """The fine-tuned task's predictions on raw inputs, one dict per input, in order; what
-        each family takes and returns is in bertjax/prediction.py."""
-        from bertjax import prediction
+        each family takes and returns is in bertjax/inference/prediction.py."""
+        from bertjax.inference import prediction
 
         return prediction.predict(self, inputs, **options)
 
@@ -367,7 +369,7 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
 
 def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | None = None, batch_size: int = 32,
                dtype: str | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> Model:
-    """Loads a model for inference from any path `bertjax.model_source` resolves, or its ModelSource.
+    """Loads a model for inference from any path `bertjax.inference.model_source` resolves, or its ModelSource.
 
     max_seq_length: the longest input in tokens (default: the fine-tuning run's length, else
       512 or the model's max_position_embeddings if smaller).

@@ -24,8 +24,9 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
-from bertjax import fileio, prediction
-from bertjax.inference import split_pair
+from bertjax.runtime import fileio
+from bertjax.inference import prediction
+from bertjax.inference.engine import split_pair
 from bertjax.tasks import common, squad, tagging
 
 FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll")

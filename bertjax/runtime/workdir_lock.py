@@ -27,7 +27,7 @@ import os
 import socket
 from typing import Iterator
 
-from bertjax import fileio
+from bertjax.runtime import fileio
 
 log = logging.getLogger(__name__)
 

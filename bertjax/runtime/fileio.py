@@ -21,7 +21,7 @@ def is_remote(path: str) -> bool:
 
 
 def _gfile():
-    from bertjax.tf_cpu import tf
+    from bertjax.runtime.tf_cpu import tf
     return tf.io.gfile
 
 

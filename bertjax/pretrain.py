@@ -20,12 +20,12 @@ import jax
 import ml_collections
 import numpy as np
 
-from bertjax import checkpointing, compilation_cache, fileio, optim, run_config, sharding, tokenization, trainer
+from bertjax import checkpointing, optim, run_config, sharding, tokenization, trainer
+from bertjax.runtime import compilation_cache, fileio
 from bertjax.metrics import pretraining_flops_per_sequence
 from bertjax.models import (PRETRAINING_LOSS_TERMS, BertConfig, BertForPreTraining, pretraining_counts,
                             pretraining_sums, stack_layers)
 from bertjax.models import config as bert_config
-from bertjax.trainer import TrainingStopped  # noqa: F401  (launchers catch it from here)
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Training curves as PNG files, from the metrics.jsonl that every run writes.
 
-    python -m bertjax.plots WORKDIR [LABEL=WORKDIR ...] --output=curves.png [--metrics=loss,eval_accuracy]
+    python -m bertjax.runtime.plots WORKDIR [LABEL=WORKDIR ...] --output=curves.png [--metrics=loss,eval_accuracy]
 
 One panel per metric (or per group of metrics), one line per run and metric (steps on the
 x axis); evaluation metrics (`eval_*`) and short runs are drawn with markers.
@@ -13,7 +13,7 @@ import json
 import math
 import sys
 
-from bertjax import fileio
+from bertjax.runtime import fileio
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -64,7 +64,7 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bertjax import cli
+    from bertjax.runtime import cli
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="WORKDIR or LABEL=WORKDIR")

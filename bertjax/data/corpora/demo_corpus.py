@@ -31,7 +31,8 @@ import random
 import re
 from typing import Iterator
 
-from bertjax import fileio, tokenization
+from bertjax.runtime import fileio
+from bertjax import tokenization
 
 SEED = 20240611
 NUM_DOCUMENTS = 400

@@ -1,6 +1,6 @@
 """Serving export: a TensorFlow SavedModel that takes strings and needs no bertjax or JAX.
 
-    from bertjax import export
+    from bertjax.inference import export
     export.export_saved_model("workdir/reviews", "serving/reviews")   # writes serving/reviews/1/
 
 The SavedModel's `serving_default` signature holds the whole path from text to answer:
@@ -54,12 +54,13 @@ _KEPT = "|".join([r"[!-/]", r"[:-@]", r"[\[-`]", r"[{-~]", r"[\p{P}]", r"[\x{4E0
 def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None,
                        pairs: bool | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> str:
     """Writes the SavedModel of the fine-tuned model at `model_path` (any path
-    bertjax.model_source resolves, or its ModelSource) to `output_dir/version/` (TensorFlow
+    bertjax.inference.model_source resolves, or its ModelSource) to `output_dir/version/` (TensorFlow
     Serving's layout) and returns that folder. max_seq_length: the longest input (default: the
     run's). pairs: a classifier's inputs, text_a + text_b or text (default: what the run trained
     on; a Hugging Face classifier, which does not say: text). vocab_path, do_lower_case: as
     `load_model`'s."""
-    from bertjax import fileio, inference, model_source
+    from bertjax.runtime import fileio
+    from bertjax.inference import engine, model_source
 
     source = model_source.with_pairs(model_source.resolve(model_path), pairs)
     if source.task_info.get("family") is None:
@@ -70,7 +71,7 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
     target = fileio.join(output_dir, str(version))
     if fileio.exists(target) and fileio.listdir(target):
         raise ValueError(f"{target} is not empty; give another --output or --version")
-    from bertjax.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
+    from bertjax.runtime.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
 
     try:
         import tensorflow_text  # noqa: F401  (the tokenizer ops)
@@ -78,7 +79,7 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
         raise ValueError("the export needs tensorflow-text: pip install --no-deps tensorflow-text==2.21.1 "
                          "(launch/setup_env.sh installs it)") from None
 
-    model = inference.load_model(source, max_seq_length=max_seq_length, dtype="float32", vocab_path=vocab_path,
+    model = engine.load_model(source, max_seq_length=max_seq_length, dtype="float32", vocab_path=vocab_path,
                                  do_lower_case=do_lower_case)
     if model.task_info["family"] in ("tagging", "squad") and model.tokenizer.kind != "wordpiece":
         raise ValueError(f"{source.path}: the export of {model.task_info['family']} reads words (BERT's split) and "
@@ -102,11 +103,11 @@ def serving_inputs(task_info: dict) -> tuple[str, ...]:
 def tensorflow_tokenizer(tokenizer):
     """The TF Text twin of a bertjax Tokenizer, a tf.Module: `ids(<string>[B]) -> <int32>[B, (T)]`
     (Tokenizer.encode's ids); WordPiece also has `words` and `pieces` (BERT's split, then WordPiece)."""
-    from bertjax import fileio
-    from bertjax.tf_cpu import tf
+    from bertjax.runtime import fileio
+    from bertjax.runtime.tf_cpu import tf
     from bertjax.tokenization import MAX_INPUT_CHARS_PER_WORD
 
-    import tensorflow_text as tft  # after bertjax.tf_cpu, which sets TensorFlow up first
+    import tensorflow_text as tft  # after bertjax.runtime.tf_cpu, which sets TensorFlow up first
 
     class WordPiece(tf.Module):
         def __init__(self):
@@ -180,7 +181,7 @@ class _Layout:
     def __call__(self, ids_a, ids_b=None, budget_a=None):
         """ids <int32>[B, (T)] -> (input_ids, segment_ids, input_mask <int32>[B, S], kept_a <int64>[B]).
         budget_a: at most this many tokens of a (squad's max_query_length)."""
-        from bertjax.tf_cpu import tf
+        from bertjax.runtime.tf_cpu import tf
 
         if budget_a is not None:
             ids_a = ids_a[:, :budget_a]
@@ -206,7 +207,7 @@ def _jax_function(model, family: str):
     import jax.numpy as jnp
     from jax.experimental import jax2tf
 
-    from bertjax.prediction import task_module
+    from bertjax.inference.prediction import task_module
 
     module = task_module(model)
 
@@ -222,7 +223,7 @@ def _jax_function(model, family: str):
 
 def _module_class():
     from bertjax.tasks import squad
-    from bertjax.tf_cpu import tf
+    from bertjax.runtime.tf_cpu import tf
 
     class Serving(tf.Module):
         """The tokenizer, the params (tf.Variables) and the family's signature."""

@@ -29,7 +29,7 @@ import numpy as np
 import tokenizers
 from tokenizers import models, normalizers, pre_tokenizers
 
-from bertjax import inference
+from bertjax.inference import engine
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
                             BertForTokenClassification)
@@ -41,7 +41,7 @@ FAMILIES = ("classification", "tagging", "squad", "choice")
 def predict(model, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
     """Dispatches to the model's task family; options go to it (e.g. squad's n_best_size)."""
     family = _family(model)
-    inputs = list(inference.not_one_string(inputs, "inputs"))
+    inputs = list(engine.not_one_string(inputs, "inputs"))
     if not inputs:
         return []
     return {"classification": _classification, "tagging": _tagging, "squad": _squad,
@@ -106,7 +106,7 @@ def classification_texts(item: Any) -> tuple[str, str | None]:
     """One classification input -> (text_a, text_b or None)."""
     pair = None
     if isinstance(item, str):
-        pair = inference.split_pair(item)
+        pair = engine.split_pair(item)
     elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) and isinstance(
             item[1], (str, type(None))):
         pair = item[0], item[1]

@@ -49,7 +49,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from bertjax import console, fileio
+from bertjax.runtime import console, fileio
 from bertjax.tasks.common import read_records
 
 FORMAT = "bertjax-features/1"

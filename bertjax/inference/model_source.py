@@ -25,7 +25,8 @@ import dataclasses
 import os
 from typing import Any
 
-from bertjax import fileio, tokenization
+from bertjax.runtime import fileio
+from bertjax import tokenization
 from bertjax.models import convert
 from bertjax.models.config import BertConfig
 

@@ -1,6 +1,6 @@
 """What every launcher in launch/ shares: quiet libraries, one-line errors, exit codes.
 
-    from bertjax import cli           # first: quiets TensorFlow's C++ start-up notices
+    from bertjax.runtime import cli           # first: quiets TensorFlow's C++ start-up notices
     ...absl flags...
     if __name__ == "__main__":
         cli.run(main)                 # instead of absl's app.run
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 _VERBOSE = os.environ.get("BERTJAX_VERBOSE", "") not in ("", "0") or any(
     arg.startswith(("--verbosity", "-v=", "--v=")) or arg == "-v" for arg in sys.argv[1:])
-if _VERBOSE:  # before TensorFlow is imported anywhere (bertjax.tf_cpu quiets it by default)
+if _VERBOSE:  # before TensorFlow is imported anywhere (bertjax.runtime.tf_cpu quiets it by default)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
 else:
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -186,8 +186,8 @@ def run(main: Callable[[list[str]], None]) -> None:
             print("flags and config ok")
             return
         quiet_libraries()
-        from bertjax import compilation_cache
-        from bertjax.trainer import TrainingStopped
+        from bertjax.runtime import compilation_cache
+        from bertjax.runtime.errors import TrainingStopped
 
         compilation_cache.enable()
         try:
@@ -212,12 +212,12 @@ def _exit(code: int) -> None:
     would go wrong:
     - a stalled input thread is still inside TensorFlow (its shutdown would abort; checkpoints
       were written before TrainingStopped was raised);
-    - a step is still compiling ahead (`bertjax.compile_ahead`): the shutdown would wait for
+    - a step is still compiling ahead (`bertjax.runtime.compile_ahead`): the shutdown would wait for
       it, up to a minute on a GPU, past a preemption's grace period;
     - under jax.distributed, after an error: the shutdown waits for every process, so a process
       that failed alone (e.g. on --fail_on_truncation) would wait minutes for the others, themselves
       waiting for it at their next barrier; gone, it ends their wait with an error."""
-    from bertjax import compile_ahead, preemption
+    from bertjax.runtime import compile_ahead, preemption
 
     jax = sys.modules.get("jax")
     failed_alone = code == EXIT_ERROR and jax is not None and jax.distributed.is_initialized()
@@ -247,7 +247,7 @@ def define_config_file(name: str, default: str, help_text: str, kind: str):
 def define_run_flags(config_help: str, kind: str):
     """--config (an ml_collections config file, locked, of `kind`: a key of LAUNCHERS),
     --workdir, and the multi-host flags --distributed, --coordinator_address,
-    --num_processes, --process_id (see bertjax.distributed). Returns the (config, workdir)
+    --num_processes, --process_id (see bertjax.runtime.distributed). Returns the (config, workdir)
     flag holders."""
     from ml_collections import config_flags
 
@@ -272,7 +272,7 @@ def define_vocabulary_flags() -> Callable[[], dict[str, Any]]:
 
 def define_distributed_flags() -> None:
     """The multi-host flags --distributed, --coordinator_address, --num_processes,
-    --process_id (see bertjax.distributed), read by `start_distributed`."""
+    --process_id (see bertjax.runtime.distributed), read by `start_distributed`."""
     flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
                       "auto: initialise jax.distributed when the environment shows several processes.")
     flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host by hand).")
@@ -281,8 +281,8 @@ def define_distributed_flags() -> None:
 
 
 def start_distributed() -> None:
-    """Calls bertjax.distributed.initialize with the flags of `define_distributed_flags`."""
-    from bertjax import distributed
+    """Calls bertjax.runtime.distributed.initialize with the flags of `define_distributed_flags`."""
+    from bertjax.runtime import distributed
 
     values = flags.FLAGS
     distributed.initialize(values.distributed, values.coordinator_address, values.num_processes, values.process_id)

@@ -1,4 +1,4 @@
-"""TensorFlow for input pipelines only: `from bertjax.tf_cpu import tf`.
+"""TensorFlow for input pipelines only: `from bertjax.runtime.tf_cpu import tf`.
 
 Importing `tf` from here hides every GPU from TensorFlow first, so it never takes
 accelerator memory from JAX. Every bertjax module that uses TensorFlow imports it this way.

@@ -1,0 +1,1 @@
+"""Corpora that ship with bertjax: the generated demo corpus and Python's own documentation as real prose."""

@@ -1,0 +1,1 @@
+"""Using a trained model: where its weights come from (model_source), the engine that runs it on raw text (engine), per-file prediction (batch_predict), feature extraction (feature_files) and the serving export (export)."""

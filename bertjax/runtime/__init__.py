@@ -1,0 +1,1 @@
+"""Process plumbing: the launchers' command line and console, distributed start-up, preemption, host memory, compilation caches, TensorFlow on the CPU, the workdir lock, file I/O, plots, shared errors."""

@@ -1,0 +1,6 @@
+"""Exceptions shared across layers, so that a lower layer (data preparation) can raise what the
+launchers catch without importing the training code above it."""
+
+
+class TrainingStopped(RuntimeError):
+    """The run stopped early on purpose (preemption, non-finite losses); the message says why."""
