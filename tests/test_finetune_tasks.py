@@ -242,20 +242,26 @@ def _before_and_after(workdir, task, steps, *args):
     return results
 
 
-@pytest.mark.slow
 def test_span_qa_learns_from_minilm(tmp_path):
     """Generated questions ("what is anna's city?" over three facts in random order): MiniLM
-    with a fresh span head scores F1 8.4 (EM 0.0) before and 93.8 (EM 93.8) after 100 steps
-    of 16 (90-140 s on 2 shared CPU cores). The first ~50 steps only learn that answers
-    follow "is" (the loss rests near log 3) before the question picks the fact."""
+    with a fresh span head scores F1 below 10 before, and after 100 steps of 16 well above 85
+    (seeds 1, 2, 4, 5, 6, 42: 93.8 to 100). The first steps only learn that answers follow
+    "is" (the loss rests near log 3) before the question picks the fact.
+
+    Dropout is off: with it, whether a run has left that plateau by step 100 is a coin flip
+    per seed (17 of 28 seeds at commit 3835acc, 16 of 28 after it: issue 44), so one seed
+    cannot tell a slower code from bad luck; without it the run is the deterministic maths
+    (model, loss, optimizer, schedule, batching) that a regression would change, and both
+    codes give the same losses. Dropout's own statistics are tests/models/test_dropout.py's."""
     train, dev = tmp_path / "train.json", tmp_path / "dev.json"
     train.write_text(json.dumps(squad_json(qa_rows(320, seed=3))))
     dev.write_text(json.dumps(squad_json(qa_rows(64, seed=4))))
     before, after = _before_and_after(
         tmp_path, "squad", 100, f"--config.init_checkpoint={MINILM_DIR}", f"--config.data.train_file={train}",
         f"--config.data.eval_file={dev}", "--config.data.max_seq_length=32", "--config.data.max_query_length=12",
-        "--config.data.num_buckets=1", "--config.train.batch_size=16", "--config.train.learning_rate=1e-4")
-    assert before["eval_f1"] < 40 and after["eval_f1"] > 75, (before, after)
+        "--config.data.num_buckets=1", "--config.train.batch_size=16", "--config.train.learning_rate=1e-4",
+        "--config.model.hidden_dropout_prob=0.0", "--config.model.attention_probs_dropout_prob=0.0")
+    assert before["eval_f1"] < 40 and after["eval_f1"] > 85, (before, after)
 
 
 @pytest.mark.heavy
