@@ -144,15 +144,18 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if data.label_kind not in ("class", "float"):
         raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")
     check_int(data, "pack_examples", 0)
-    if data.pack_examples and config.task not in tasks.classification.TASKS + tasks.tagging.TASKS:
-        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for classification, "
-                         f"regression and tagging tasks, not config.task={config.task!r}; set it to 0")
+    family = tasks.family_of_task(config.task)
+    if data.pack_examples and not family.packs_examples:
+        packing = [other.name for other in tasks.FAMILIES.values() if other.packs_examples]
+        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for {' and '.join(packing)} "
+                         f"tasks, not config.task={config.task!r}; set it to 0")
     if data.pack_examples and bert.tagging_head != "linear":
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packed rows need "
                          f"config.model.tagging_head='linear' (the BiLSTM reads whole rows); set one of them")
-    if bert.tagging_head != "linear" and config.task not in tasks.tagging.TASKS:
+    if bert.tagging_head != "linear" and not family.token_level:
+        tagging = [name for other in tasks.FAMILIES.values() if other.token_level for name in other.tasks]
         raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "
-                         f"{tasks.tagging.TASKS}, not config.task={config.task!r}; leave it 'linear'")
+                         f"{tagging}, not config.task={config.task!r}; leave it 'linear'")
     if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
         raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
                          f"{config.checkpoint.keep}")

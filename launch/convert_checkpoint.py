@@ -66,8 +66,7 @@ def main(_):
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab_file)")
     if _FORMAT.value == "huggingface":
-        family = source.task_info.get("family")
-        architecture = _ARCHITECTURE.value or model_source.FAMILY_ARCHITECTURES.get(family)
+        architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
         convert.export_huggingface(config, params, output, vocab, architecture=architecture,
                                    do_lower_case=do_lower_case, label_names=source.task_info.get("label_names"))
     else:

@@ -10,7 +10,7 @@ from the run) or, with --task=fill_mask, a pre-trained checkpoint with a masked-
 (bertjax pre-training run, Google's TF release, Hugging Face BertForMaskedLM /
 BertForPreTraining). Inputs: --text (repeatable), --input=FILE (formats: see
 bertjax/inference/batch_predict.py), or stdin (lines of text, or --input_format=jsonl). What each
-task family returns: bertjax/inference/prediction.py. Bad inputs are named by file:line: --on_error=fail
+task family returns: bertjax/inference/engine.py. Bad inputs are named by file:line: --on_error=fail
 (default) stops with exit code 2 before predicting; skip writes {"error", "where"} in
 their place. --vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
 Exit codes: 0 done, 2 bad model, flag or input (one line).
@@ -61,12 +61,13 @@ def main(_):
             "give --task=fill_mask (it has a masked-LM head), or fine-tune it first" if has_mlm_head else
             "it has no masked-LM head for --task=fill_mask; launch/extract_features.py gives its features, "
             "or fine-tune it first"))
-    if family == "choice" and _TEXT.value:
-        raise ValueError("a multiple-choice model reads JSONL ({\"context\", \"choices\"} per line): use --input")
+    if _TEXT.value and not batch_predict.input_reader(family).text_lines:
+        raise ValueError(f"a {family} model's inputs are not one line of text: give them as JSONL with --input")
     keys = batch_predict.default_keys(family, source.data)
     for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),
                        ("context", _CONTEXT_KEY), ("choices", _CHOICES_KEY)):
-        keys[name] = keys[name] if flag.value is None else flag.value
+        if name in keys and flag.value is not None:  # the roles this model's inputs have
+            keys[name] = flag.value
     if _TEXT.value:
         records = [(f"--text #{i}", batch_predict.read_line(text, family)) for i, text in enumerate(_TEXT.value, 1)]
     else:

@@ -351,7 +351,7 @@ def test_unknown_task_and_config_key(tmp_path):
                             "--config.train.learning_rat=1e-4"], "did you mean 'learning_rate'"),
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":squad",
                             f"--config.init_checkpoint={MINILM_DIR}", "--config.data.pack_examples=2"],
-                           "packing is for classification, regression and tagging tasks")):
+                           "packing is for classification and tagging tasks")):
         command, env = _launch(tmp_path, *args)
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -30,7 +30,7 @@ def _read(path, family, input_format="auto", **keys):
 
 def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     from bertjax.inference import batch_predict
-    from bertjax.inference.engine import split_pair
+    from bertjax.tasks.raw_text import split_pair
 
     # A blank line is an input (an empty text): output line k answers input line k.
     (tmp_path / "pairs.txt").write_text("a cat ||| a dog\n\nonly one side ||| \nx ||| y ||| z\n")

@@ -24,25 +24,48 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
+from bertjax import tasks
 from bertjax.runtime import fileio
-from bertjax.inference import prediction
-from bertjax.inference.engine import split_pair
-from bertjax.tasks import common, squad, tagging
+from bertjax.tasks import common
 
 FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll")
 CHUNK_INPUTS = 1024  # inputs predicted per call: bounds memory, and the progress line's step
 SHOWN_ERRORS = 5  # skipped inputs named on stderr; the rest are counted
 
 
+class _FillMask:
+    """How a pre-trained model's fill-mask inputs are read: a text with [MASK]s a line or row.
+    Beside the task families (`tasks.FAMILIES`), whose methods of the same names it has."""
+
+    name = "fill_mask"
+    extensions: dict[str, str] = {}
+    text_lines = True
+
+    def read_line(self, line: str):
+        return line or ValueError("a blank line (this task has no empty input)")
+
+    def input_keys(self, data: dict) -> dict[str, str]:
+        return {"text_a": "text"}
+
+    def from_row(self, row: dict, keys: dict[str, str]):
+        return row[keys["text_a"]]
+
+    def columns(self, keys: dict[str, str]) -> str:
+        return repr(keys["text_a"])
+
+
+FILL_MASK = _FillMask()
+
+
+def input_reader(family: str):
+    """The task family named `family` ("fill_mask": a pre-trained model's masks)."""
+    return FILL_MASK if family == FILL_MASK.name else tasks.FAMILIES[family]
+
+
 def default_keys(family: str, data: dict | None) -> dict[str, str]:
-    """The columns a row's inputs are read from: the fine-tuning run's own (its config.data,
-    `ModelSource.data`), else BERT's names."""
-    data = data or {}
-    classification = family == "classification"
-    return {"text_a": data.get("text_a_key", "text_a") if classification else "text",
-            "text_b": data.get("text_b_key", "text_b") if classification else "",
-            "question": "question", "context": data.get("context_key", "context"),
-            "choices": data.get("choices_key", "choices")}
+    """The columns a row's inputs are read from ({role: column}): the fine-tuning run's own
+    (its config.data, `ModelSource.data`), else BERT's names."""
+    return input_reader(family).input_keys(data or {})
 
 
 def file_format(path: str, family: str, chosen: str = "auto") -> str:
@@ -50,9 +73,8 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     if chosen != "auto":
         return chosen
     extension = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
-    if extension == "json":
-        return "squad_json" if family == "squad" else "jsonl"
-    return {"csv": "csv", "tsv": "tsv", "jsonl": "jsonl", "conll": "conll"}.get(extension, "text")
+    own = input_reader(family).extensions
+    return own.get(extension) or {"csv": "csv", "tsv": "tsv", "jsonl": "jsonl", "json": "jsonl"}.get(extension, "text")
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
@@ -60,64 +82,36 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
     """(where, item) per input, in file order; item is what Model.predict (fill_mask: a text)
     takes, or a ValueError for a row that does not have the columns the task reads. data: the
     run's config.data (CoNLL's tag_column)."""
+    reader = input_reader(family)
     if input_format == "text":
         for number, line in enumerate(common.user_lines(path), start=1):
-            yield f"{path}:{number}", read_line(line.strip(), family)
-    elif input_format == "squad_json":
-        examples = squad.read_json(path)
-        for qid, question, index in zip(examples.ids, examples.questions, examples.context_index):
-            yield f"{path}: id {qid}", {"id": qid, "question": question, "context": examples.contexts[index]}
-    elif input_format == "conll":
-        examples = tagging.read_conll(path, tag_column=int((data or {}).get("tag_column", -1)), tags_optional=True)
-        yield from zip(examples.locations, examples.sentences)
+            yield f"{path}:{number}", reader.read_line(line.strip())
     elif input_format in ("csv", "tsv", "jsonl"):
         for where, row in common.read_records(path, input_format):
             try:
-                yield where, _from_row(row, family, keys)
+                yield where, reader.from_row(row, keys)
             except KeyError as e:
-                yield where, ValueError(f"no {e.args[0]!r} column (the task reads {_read_columns(family, keys)}; "
+                yield where, ValueError(f"no {e.args[0]!r} column (the task reads {reader.columns(keys)}; "
                                         f"the row has {sorted(row)})")
+    elif input_format in FORMATS:
+        yield from reader.read_formatted(path, input_format, data or {})
     else:
         raise ValueError(f"input format {input_format!r} is not one of {FORMATS}")
 
 
 def read_line(line: str, family: str) -> Any:
     """One line of text (or --text) -> the item for the family (span QA: "question ||| context")."""
-    if not line and family in ("squad", "fill_mask"):
-        return ValueError("a blank line (this task has no empty input)")
-    if family == "squad":
-        question, context = split_pair(line, at_first=True)  # a context may hold " ||| "
-        return {"question": question, "context": context} if context is not None else ValueError(
-            "expected 'question ||| context'")
-    return line
-
-
-def _read_columns(family: str, keys: dict[str, str]) -> str:
-    if family == "classification":
-        return repr(keys["text_a"]) + (f", and {keys['text_b']!r} for a pair" if keys["text_b"] else "")
-    return " and ".join(repr(keys[name]) for name in {"squad": ("question", "context"),
-                                                      "choice": ("context", "choices")}.get(family, ("text_a",)))
-
-
-def _from_row(row: dict, family: str, keys: dict[str, str]) -> Any:
-    if family == "classification":
-        return row[keys["text_a"]], (row.get(keys["text_b"]) if keys["text_b"] else None)
-    if family == "squad":
-        item = {"question": row[keys["question"]], "context": row[keys["context"]]}
-        return {**item, "id": str(row["id"])} if "id" in row else item
-    if family == "choice":
-        return {"context": row[keys["context"]], "choices": row[keys["choices"]]}
-    return row[keys["text_a"]]  # tagging (a sentence or a list of words), fill_mask
+    return input_reader(family).read_line(line)
 
 
 def check(model, family: str, item: Any) -> str | None:
     """Why the model cannot take `item` (one line), or None."""
     if isinstance(item, ValueError):
         return str(item)
-    if family == "fill_mask":
+    if family == FILL_MASK.name:
         return None if isinstance(item, str) and "[MASK]" in item else f"no [MASK] in {str(item)[:80]!r}"
     try:
-        prediction.check_input(model, item)
+        tasks.FAMILIES[family].parse(item, model.task_info)
     except ValueError as e:
         return str(e)
     return None
@@ -143,7 +137,7 @@ def predict_all(model, family: str, records: list[tuple[str, Any]], write: Calla
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     problems = [(where, check(model, family, item)) for where, item in records]
-    if family == "fill_mask":
+    if family == FILL_MASK.name:
         _check_masks_kept(model, records, problems)
     skipped = [(where, why) for where, why in problems if why]
     if skipped and on_error == "fail":
@@ -155,7 +149,7 @@ def predict_all(model, family: str, records: list[tuple[str, Any]], write: Calla
         chunk = range(start, min(start + CHUNK_INPUTS, len(records)))
         good = [i for i in chunk if not problems[i][1]]
         items = [records[i][1] for i in good]
-        if family == "fill_mask":
+        if family == FILL_MASK.name:
             results = [{"masks": masks} for masks in model.fill_mask(items, top_k=top_k)] if items else []
         else:
             results = model.predict(items)

@@ -16,13 +16,24 @@ batch through a function jit-compiled once per (purpose, bucket) and data-parall
 all local devices, and returns results in input order. Compute is bfloat16 on TPU/GPU
 (float32 parameters) and float32 on CPU, unless `dtype` says otherwise.
 
-Task-specific inputs and outputs (what `predict` takes and returns per task family) are in
-bertjax/inference/prediction.py.
+`predict` on a fine-tuned model: inputs are parsed, featurized and post-processed by the
+model's task family (bertjax/tasks/, the `FAMILY` of each module), with the lengths the run
+trained with; bad inputs raise ValueError naming the input's position (1-based):
+
+  classification  "text", "text_a ||| text_b", (text_a, text_b) or {"text_a"/"text", "text_b"}
+                  -> {"label", "probability", "probabilities": {label: p}}; regression -> {"value"}
+  tagging         "a raw sentence" (split into words as BERT's basic tokenizer does) or a list of
+                  words -> {"words", "tags", "entities": [{"type", "text", "first_word",
+                  "last_word", "start", "end" (character offsets; None for word lists)}]}
+  squad           {"question", "context", "id" (optional)} -> {"id", "answer", "start", "end"
+                  (character offsets into the context; -1 for no answer), "probability",
+                  "null_odds" (v2.0 runs)}; options n_best_size, max_answer_length,
+                  null_score_diff_threshold
+  choice          {"context", "choices": [...]} -> {"choice" (index), "text", "probabilities"}
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import flax.linen as nn
@@ -31,33 +42,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax.runtime import compilation_cache
+from bertjax import sharding, tasks, tokenization
 from bertjax.inference import model_source
-from bertjax import sharding, tokenization
 from bertjax.models import BertEncoder
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import MaskedLMHead, gather_positions
+from bertjax.runtime import compilation_cache
 from bertjax.tasks import batching
 from bertjax.tasks.common import Split, encode_pairs
+from bertjax.tasks.family import Family, at_position
+from bertjax.tasks.raw_text import text_pair
 
-# google-research/bert's extract_features.py input, "text_a ||| text_b": greedy, so the last separator splits.
-_PAIR = re.compile(r"(.*) \|\|\| (.*)", re.DOTALL)
-_FIRST_PAIR = re.compile(r"(.*?) \|\|\| (.*)", re.DOTALL)
 DTYPES = ("float32", "bfloat16")
 POOLINGS = ("none", "cls", "mean")
 CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
-
-
-def split_pair(text: str, at_first: bool = False) -> tuple[str, str | None]:
-    """"a ||| b" -> ("a", "b"); a text without " ||| " -> (text, None). Google's rule
-    (extract_features.py): the separator has a space on each side, and the last one splits
-    ("x ||| y ||| z" -> ("x ||| y", "z"); at_first, as for "question ||| context": ("x", "y ||| z"));
-    "a|||b" is one text. At either end it still separates: "a |||" -> ("a", ""), an empty side
-    that the caller can refuse."""
-    pair = (_FIRST_PAIR if at_first else _PAIR).fullmatch(f" {text} ")
-    if pair is None:
-        return text, None
-    return pair.group(1).strip(), pair.group(2).strip()
 
 
 def not_one_string(texts: Any, what: str = "texts") -> Any:
@@ -66,18 +64,6 @@ def not_one_string(texts: Any, what: str = "texts") -> Any:
     if isinstance(texts, str):
         raise ValueError(f"{what}: give a list of inputs, not one string (wrap it: [{texts[:40]!r}])")
     return texts
-
-
-def as_pair(text: Any, position: int) -> tuple[str, str | None]:
-    """One features/fill-mask input (a text, "a ||| b", or an (a, b) tuple or list with b None or
-    a text) -> (a, b); a ValueError naming its 1-based position otherwise."""
-    if isinstance(text, str):
-        return split_pair(text)
-    if isinstance(text, (tuple, list)) and len(text) == 2 and isinstance(text[0], str) and \
-            isinstance(text[1], (str, type(None))):
-        return text[0], text[1]
-    raise ValueError(f"input {position}: expected a text, 'text_a ||| text_b' or a (text_a, text_b) tuple, "
-                     f"got {text!r}"[:300])
 
 
 def inference_buckets(max_seq_length: int) -> list[int]:
@@ -125,31 +111,53 @@ class Model:
         return tuple(sorted(set(self._params) - {"bert"}))
 
     @property
+    def family(self) -> Family:
+        """The fine-tuned model's task family; ValueError for a model without a task."""
+        name = self.task_info.get("family")
+        if name not in tasks.FAMILIES:
+            raise ValueError(f"{self.source.path} is not a fine-tuned model (no task saved with it); "
+                             f"{no_task_advice(self.heads)}")
+        return tasks.FAMILIES[name]
+
+    @property
     def params(self) -> dict[str, Any]:
         """The params on the host, as `source.load_params()` gives them (numpy float32, unrolled)."""
         return jax.device_get(self._params)
 
     # -- The engine: bucketed, jit-compiled batches over the mesh. --
 
-    def run(self, purpose: str, apply: Callable[..., Any], split: Split, progress: Callable[[int], None] = None,
+    def run(self, key: tuple, apply: Callable[..., Any], split: Split, progress: Callable[[int], None] = None,
             sequence_outputs: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
         """Runs `apply(params, batch) -> {name: <[B, ...]>}` over every row of `split`.
 
         Rows are taken in order of length, batched `batch_size` at a time (the last batch
         padded with zero rows), each batch cut to its bucket length (`batching.eval_batches`);
-        `apply` is compiled once per (purpose, bucket). Returns {name: <[N, ...]>} in the
-        split's row order, the outputs named in `sequence_outputs` (the sequence their last
-        axis) padded back to the split's width (`batching.InSplitOrder`). progress(rows done).
+        `apply` is compiled once per (key, batch shape): `key` names what `apply` computes.
+        Returns {name: <[N, ...]>} in the split's row order, the outputs named in
+        `sequence_outputs` (the sequence their last axis) padded back to the split's width
+        (`batching.InSplitOrder`). progress(rows done).
         """
         gathered = batching.InSplitOrder(split, sequence_outputs)
         for batch, real in batching.eval_batches(split, self.batch_size, self.buckets):
-            gathered.add(real, self._compiled_for(purpose, apply, batch)(self._params, batch))
+            gathered.add(real, self._compiled_for(key, apply, batch)(self._params, batch))
             if progress is not None:
                 progress(gathered.count)
         return gathered.arrays
 
-    def _compiled_for(self, purpose: str, apply: Callable, batch: dict[str, np.ndarray]) -> Callable:
-        key = (purpose, batch["input_ids"].shape[-1])
+    def run_network(self, outputs: Callable[[Any], dict[str, Any]], split: Split,
+                    sequence_outputs: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+        """`run` of the fine-tuned network (`family.network`) on `split`'s BERT inputs;
+        outputs(network's result) -> {name: array}: a module-level function, compiled once."""
+        network = self.family.network(self.bert, self.task_info)
+
+        def apply(params, batch):
+            return outputs(network.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
+                                         batch["input_mask"]))
+
+        return self.run(("network", outputs), apply, split, sequence_outputs=sequence_outputs)
+
+    def _compiled_for(self, key: tuple, apply: Callable, batch: dict[str, np.ndarray]) -> Callable:
+        key = (key, *batch["input_ids"].shape[1:])
         if key not in self._compiled:
             shardings = {name: sharding.batch_sharding(self.mesh, value.ndim) for name, value in batch.items()}
             jitted = jax.jit(apply, in_shardings=(self._replicated, shardings), out_shardings=self._replicated,
@@ -218,11 +226,11 @@ class Model:
 
         done = 0
         for chunk in _chunks(not_one_string(texts), CHUNK_EXAMPLES):
-            pairs = [as_pair(text, done + i) for i, text in enumerate(chunk, start=1)]
-            split, truncated = self._encode_mixed(pairs)
+            pairs = [at_position(done + i, text_pair, text) for i, text in enumerate(chunk, start=1)]
+            split, truncated = self.encode_texts(pairs)
             if truncated.any() and on_truncated is not None:
                 on_truncated(done + np.flatnonzero(truncated))
-            outputs = self.run(f"features:{indices}:{pooling}", apply, split,
+            outputs = self.run(("features", indices, pooling), apply, split,
                                progress=None if progress is None else lambda k, done=done: progress(done + k),
                                sequence_outputs=("hidden",))
             for i in range(len(split)):
@@ -248,8 +256,8 @@ class Model:
                                  f"{count - 1} layers (0 = the embeddings' output, -1 = the last layer)")
         return tuple(layer % count for layer in layers)
 
-    def _encode_mixed(self, pairs: list[tuple[str, str | None]],
-                      keep_masks: bool = False) -> tuple[Split, np.ndarray]:
+    def encode_texts(self, pairs: list[tuple[str, str | None]],
+                     keep_masks: bool = False) -> tuple[Split, np.ndarray]:
         """Single texts and pairs in one Split (rows in input order) and <bool>[N] whether each
         row was truncated; keep_masks as `encode`."""
         single = [i for i, (_, b) in enumerate(pairs) if b is None]
@@ -303,7 +311,7 @@ class Model:
             probabilities, tokens = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), -1), k)
             return {"probabilities": probabilities, "tokens": tokens}
 
-        outputs = self.run(f"fill_mask:{k}:{width}", apply, split)
+        outputs = self.run(("fill_mask", k), apply, split)
         results = []
         for i in range(len(texts)):
             results.append([[{"token": self.tokenizer.id_to_token(int(token)), "token_id": int(token),
@@ -318,17 +326,32 @@ class Model:
         return self._masked(list(not_one_string(texts)))[1]
 
     def _masked(self, texts: list) -> tuple[Split, np.ndarray]:
-        split, _ = self._encode_mixed([as_pair(text, i) for i, text in enumerate(texts, start=1)], keep_masks=True)
+        pairs = [at_position(i, text_pair, text) for i, text in enumerate(texts, start=1)]
+        split, _ = self.encode_texts(pairs, keep_masks=True)
         return split, (split.features["input_ids"] == self.tokenizer.mask_id).sum(1)
 
     # -- Task predictions. --
 
     def predict(self, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
         """The fine-tuned task's predictions on raw inputs, one dict per input, in order; what
-        each family takes and returns is in bertjax/inference/prediction.py."""
-        from bertjax.inference import prediction
+        each family takes and returns: this module's docstring. Options go to the
+        family (e.g. squad's n_best_size); a bad input is a ValueError naming its position."""
+        family = self.family
+        parsed = [at_position(i, lambda item: family.parse(item, self.task_info), item)
+                  for i, item in enumerate(not_one_string(inputs, "inputs"), start=1)]
+        return family.predict(self, parsed, **options) if parsed else []
 
-        return prediction.predict(self, inputs, **options)
+    def check_input(self, item: Any) -> None:
+        """Raises the ValueError `predict` would raise for this one input, less its "input N: "
+        prefix, without running the model: lets a caller skip bad inputs and keep the good ones."""
+        self.family.parse(item, self.task_info)
+
+
+def no_task_advice(heads: tuple[str, ...]) -> str:
+    """What a model without a task can do, by the heads it has."""
+    if "mlm" in heads:
+        return "use fill_mask (it has a masked-LM head) or features, or fine-tune it first"
+    return "it has no masked-LM head for fill_mask: use features, or fine-tune it first"
 
 
 class _MaskKeeping:

@@ -38,7 +38,10 @@ itself, so the exporter always matches the JAX that trained the model.
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
+from typing import Any, Callable
+
+from bertjax import tasks
 
 SIGNATURE = "serving_default"
 PLATFORMS = ("cpu", "cuda", "tpu")  # what the lowered model runs on
@@ -63,7 +66,7 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
     from bertjax.inference import engine, model_source
 
     source = model_source.with_pairs(model_source.resolve(model_path), pairs)
-    if source.task_info.get("family") is None:
+    if source.task_info.get("family") not in tasks.FAMILIES:
         raise ValueError(f"{source.path} is not a fine-tuned model (no task saved with it); export needs a "
                          "fine-tuning run or a Hugging Face BertFor<Task> directory")
     if fileio.exists(output_dir) and not fileio.isdir(output_dir):
@@ -80,22 +83,18 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
                          "(launch/setup_env.sh installs it)") from None
 
     model = engine.load_model(source, max_seq_length=max_seq_length, dtype="float32", vocab_path=vocab_path,
-                                 do_lower_case=do_lower_case)
-    if model.task_info["family"] in ("tagging", "squad") and model.tokenizer.kind != "wordpiece":
-        raise ValueError(f"{source.path}: the export of {model.task_info['family']} reads words (BERT's split) and "
-                         f"needs a WordPiece vocabulary, not {model.tokenizer.kind}")
-    module = _module_class()(model)
-    signature = module.signature()
+                              do_lower_case=do_lower_case)
+    why_not = model.family.check_export(model.tokenizer)
+    if why_not:
+        raise ValueError(f"{source.path}: {why_not}")
+    module, signature = _serving_module(model)
     tf.saved_model.save(module, target, signatures={SIGNATURE: signature})
     return target
 
 
 def serving_inputs(task_info: dict) -> tuple[str, ...]:
     """The serving signature's input names for a model's task_info."""
-    family = task_info["family"]
-    if family == "classification":
-        return ("text_a", "text_b") if task_info.get("pairs") else ("text",)
-    return {"tagging": ("text",), "squad": ("question", "context"), "choice": ("context", "choices")}[family]
+    return tuple(name for name, _ in tasks.FAMILIES[task_info["family"]].serving_inputs(task_info))
 
 
 # -- The tokenizer in TensorFlow ops. --
@@ -201,138 +200,54 @@ class _Layout:
                 tf.ones_like(ids).to_tensor(0), keep_a)
 
 
-def _jax_function(model, family: str):
-    """The family's head as a TF function of (input_ids, segment_ids, input_mask), float32
-    outputs, batch (and choices) and length symbolic, params as tf.Variables."""
+@dataclasses.dataclass(frozen=True)
+class ServingContext:
+    """What a family's `serve` builds its graph from: `tokenizer` (`tensorflow_tokenizer`),
+    `layout` (`_Layout`), `model(input_ids, segment_ids, input_mask)` (the network, float32
+    outputs), the model's `task_info` and its run's config.data (`run_data`)."""
+
+    tokenizer: Any
+    layout: _Layout
+    model: Callable[..., Any]
+    task_info: dict
+    run_data: dict
+
+
+def _jax_function(model):
+    """The fine-tuned network as a TF function of (params, input_ids, segment_ids, input_mask),
+    float32 outputs, batch (and choices) and length symbolic."""
     import jax.numpy as jnp
     from jax.experimental import jax2tf
 
-    from bertjax.inference.prediction import task_module
-
-    module = task_module(model)
+    network = model.family.network(model.bert, model.task_info)
 
     def apply(params, input_ids, segment_ids, input_mask):
-        out = module.apply({"params": params}, input_ids, segment_ids, input_mask)
+        out = network.apply({"params": params}, input_ids, segment_ids, input_mask)
         return tuple(x.astype(jnp.float32) for x in out) if isinstance(out, tuple) else out.astype(jnp.float32)
 
-    shape = "(b, c, s)" if family == "choice" else "(b, s)"
+    shape = "(b, c, s)" if model.family.choice_axis else "(b, s)"
     return jax2tf.convert(apply, polymorphic_shapes=[None, shape, shape, shape], with_gradient=False,
                           polymorphic_constraints=[f"s <= {model.bert.max_position_embeddings}"],
                           native_serialization_platforms=PLATFORMS)
 
 
-def _module_class():
-    from bertjax.tasks import squad
+def _serving_module(model):
+    """(a tf.Module holding the tokenizer and the params as tf.Variables, the family's signature
+    as a concrete function over them)."""
     from bertjax.runtime.tf_cpu import tf
 
-    class Serving(tf.Module):
-        """The tokenizer, the params (tf.Variables) and the family's signature."""
+    module = tf.Module()
+    module.tokenizer = tensorflow_tokenizer(model.tokenizer)
+    module.params = tf.nest.map_structure(tf.Variable, model.params)  # float32 numpy
+    apply = _jax_function(model)
+    context = ServingContext(tokenizer=module.tokenizer, layout=_Layout(model.tokenizer, model.max_seq_length),
+                             model=lambda *ids: apply(module.params, *ids), task_info=model.task_info,
+                             run_data=model.source.data)
+    inputs = model.family.serving_inputs(model.task_info)
+    specs = [tf.TensorSpec((None,) * rank, tf.string, name=name) for name, rank in inputs]
 
-        def __init__(self, model):
-            super().__init__()
-            self.family = model.task_info["family"]
-            self.task_info = model.task_info
-            self.tokenizer = tensorflow_tokenizer(model.tokenizer)
-            self.layout = _Layout(model.tokenizer, model.max_seq_length)
-            self.params = tf.nest.map_structure(tf.Variable, model.params)  # float32 numpy
-            self.apply = _jax_function(model, self.family)
-            self.squad_options = squad.settings(model.source.data)
+    def serve(*tensors):
+        return model.family.serve(context, dict(zip((name for name, _ in inputs), tensors)))
 
-        def model(self, input_ids, segment_ids, input_mask):
-            return self.apply(self.params, input_ids, segment_ids, input_mask)
-
-        def signature(self):
-            spec = lambda name, shape=(None,): tf.TensorSpec(shape, tf.string, name=name)
-            inputs = serving_inputs(self.task_info)
-            if self.family == "choice":
-                specs = [spec("context"), spec("choices", (None, None))]
-            else:
-                specs = [spec(name) for name in inputs]
-            body = {"classification": self._classify, "tagging": self._tag, "squad": self._squad,
-                    "choice": self._choose}[self.family]
-            return tf.function(body, input_signature=specs, autograph=False).get_concrete_function()
-
-        def _classify(self, text_a, text_b=None):
-            ids_b = None if text_b is None else self.tokenizer.ids(text_b)
-            input_ids, segment_ids, input_mask, _ = self.layout(self.tokenizer.ids(text_a), ids_b)
-            logits = self.model(input_ids, segment_ids, input_mask)
-            names = self.task_info.get("label_names")
-            if names is None:
-                return {"value": logits[:, 0]}
-            probabilities = tf.nn.softmax(logits, axis=-1)
-            best = tf.argmax(probabilities, axis=-1)
-            label_names = tf.constant(names)
-            return {"label": tf.gather(label_names, best), "probability": tf.reduce_max(probabilities, -1),
-                    "probabilities": probabilities,
-                    "label_names": tf.tile(label_names[None], [tf.shape(best)[0], 1])}
-
-        def _choose(self, context, choices):
-            batch, count = tf.shape(choices)[0], tf.shape(choices)[1]
-            contexts = tf.reshape(tf.tile(context[:, None], [1, count]), [-1])
-            rows = self.layout(self.tokenizer.ids(contexts), self.tokenizer.ids(tf.reshape(choices, [-1])))[:3]
-            shaped = [tf.reshape(x, [batch, count, -1]) for x in rows]
-            scores = tf.where(choices != "", self.model(*shaped), -np.inf)  # "" pads a row's choices
-            return {"choice": tf.argmax(scores, axis=-1), "probabilities": tf.nn.softmax(scores, axis=-1)}
-
-        def _tag(self, text):
-            words, starts, ends = self.tokenizer.words(text)
-            pieces = self.tokenizer.pieces(words)
-            input_ids, segment_ids, input_mask, _ = self.layout(pieces.merge_dims(1, 2))
-            predicted = tf.argmax(self.model(input_ids, segment_ids, input_mask), axis=-1)  # [B, S]
-            # Each word's first sub-word sits at 1 + the tokens before it ([CLS] first).
-            first = 1 + tf.cumsum(pieces.row_lengths(axis=2), axis=1, exclusive=True)  # [B, (W)]
-            fits = first < tf.cast(tf.shape(input_ids)[1], tf.int64) - 1
-            rows = tf.cast(first.value_rowids(), tf.int64)
-            label = tf.gather_nd(predicted, tf.stack([rows, tf.minimum(first.flat_values, tf.cast(
-                tf.shape(input_ids)[1], tf.int64) - 1)], axis=1))
-            tags = tf.where(fits.flat_values, tf.gather(tf.constant(self.task_info["label_names"]), label), "")
-            originals = tf.strings.substr(tf.gather(text, starts.value_rowids()), starts.flat_values,
-                                          ends.flat_values - starts.flat_values)  # the words as written
-            return {"words": starts.with_flat_values(originals).to_tensor(""),
-                    "tags": first.with_flat_values(tags).to_tensor(""),
-                    "word_start": starts.to_tensor(-1), "word_end": ends.to_tensor(-1)}
-
-        def _squad(self, question, context):
-            words, starts, ends = self.tokenizer.words(context)
-            pieces, piece_starts, piece_ends = self.tokenizer.pieces_with_offsets(words)
-            context_ids = pieces.merge_dims(1, 2)
-            input_ids, segment_ids, input_mask, kept_q = self.layout(
-                self.tokenizer.ids(question), context_ids, self.squad_options["max_query_length"])
-            start_logits, end_logits = self.model(input_ids, segment_ids, input_mask)
-            batch, length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
-            positions = tf.range(length)[None]
-            row_length = tf.reduce_sum(input_mask, axis=1, keepdims=True)
-            context_mask = (segment_ids == 1) & (positions < row_length - 1)  # the context, not its [SEP]
-            span = positions - tf.transpose(positions)  # [S, S]: end - start
-            allowed = (span >= 0) & (span < self.squad_options["max_answer_length"])
-            valid = context_mask[:, :, None] & context_mask[:, None, :] & allowed[None]
-            scores = tf.reshape(tf.where(valid, start_logits[:, :, None] + end_logits[:, None, :], -1e30),
-                                [batch, -1])
-            flat, best = tf.argmax(scores, axis=1, output_type=tf.int32), tf.reduce_max(scores, axis=1)
-            has = best > -1e29
-            first_context = tf.cast(kept_q, tf.int32) + 2  # [CLS] question [SEP]
-            # Each context token's bytes in the context: its word's start + its offset in the (normalised)
-            # word, a word's first token from the word's start and its last to the word's end (exact
-            # inside a word when normalising keeps its UTF-8 length, as for ASCII).
-            per_word = pieces.values.row_lengths()
-            word_start, word_end = (tf.repeat(x.flat_values, per_word) for x in (starts, ends))
-            position = tf.ragged.range(per_word).flat_values
-            token_start = tf.where(position == 0, word_start,
-                                   tf.minimum(word_start + piece_starts.flat_values, word_end))
-            token_end = tf.where(position == tf.repeat(per_word - 1, per_word), word_end,
-                                 tf.minimum(word_start + piece_ends.flat_values, word_end))
-            # Row b's context token k is token row_starts[b] + k of context_ids.
-            token = lambda row_position: (tf.cast(context_ids.row_starts(), tf.int32)
-                                          + tf.where(has, row_position - first_context, 0))
-            start = tf.where(has, tf.gather(token_start, token(flat // length)), -1)
-            end = tf.where(has, tf.gather(token_end, token(flat % length)), -1)
-            null_odds = start_logits[:, 0] + end_logits[:, 0] - best
-            if self.task_info.get("squad_version") == "v2.0":
-                has &= null_odds <= self.squad_options["null_score_diff_threshold"]
-                start, end = tf.where(has, start, -1), tf.where(has, end, -1)
-            answer = tf.where(has, tf.strings.substr(context, tf.maximum(start, 0), end - start), "")
-            return {"answer": answer, "start": start, "end": end, "score": best, "null_odds": null_odds}
-
-    return Serving
-
-
+    signature = tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
+    return module, signature

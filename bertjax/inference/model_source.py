@@ -30,13 +30,6 @@ from bertjax import tokenization
 from bertjax.models import convert
 from bertjax.models.config import BertConfig
 
-# Hugging Face fine-tuned classes -> (our task name, family).
-HF_TASKS = {"BertForSequenceClassification": ("classification", "classification"),
-            "BertForTokenClassification": ("ner", "tagging"),
-            "BertForQuestionAnswering": ("squad", "squad"),
-            "BertForMultipleChoice": ("choice", "choice")}
-# A task family -> its Hugging Face class.
-FAMILY_ARCHITECTURES = {family: name for name, (_, family) in HF_TASKS.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,9 +124,13 @@ def with_pairs(source: ModelSource, pairs: bool | None) -> ModelSource:
     the other kind."""
     if pairs is None:
         return source
+    from bertjax import tasks
+
     info = source.task_info
-    if info.get("family") != "classification":
-        raise ValueError(f"{source.path}: pairs is for a classification model, not "
+    family = tasks.FAMILIES.get(info.get("family"))
+    if family is None or not family.pair_inputs:
+        readers = " or ".join(other.name for other in tasks.FAMILIES.values() if other.pair_inputs)
+        raise ValueError(f"{source.path}: pairs is for a {readers} model, not "
                          f"{info.get('family') or 'a model without a task'}")
     if info.get("pairs") is not None and info["pairs"] != pairs:
         raise ValueError(f"{source.path} was fine-tuned on {'pairs' if info['pairs'] else 'single texts'}, "
@@ -157,22 +154,20 @@ def _resolve_bertjax(path: str, directory: str) -> ModelSource:
 
 
 def _with_hf_task(source: ModelSource, hf_config: dict) -> ModelSource:
-    """A Hugging Face BertFor<Task> directory's task and labels (id2label; regression when
-    problem_type says so or one label)."""
-    architectures = hf_config.get("architectures") or []
-    known = [HF_TASKS[name] for name in architectures if name in HF_TASKS]
-    if not known:
+    """A Hugging Face BertFor<Task> directory's task and task_info (its family reads the labels)."""
+    from bertjax import tasks
+
+    families = [tasks.family_of_architecture(name) for name in hf_config.get("architectures") or []]
+    family = next((family for family in families if family is not None), None)
+    if family is None:
         return source
-    task, family = known[0]
-    info: dict[str, Any] = {"family": family}
-    if family in ("classification", "tagging"):
-        id2label = hf_config.get("id2label") or {}
-        names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
-        regression = family == "classification" and (hf_config.get("problem_type") == "regression"
-                                                      or len(names) == 1)
-        info["label_names"] = None if regression else names
-        if regression:
-            task = "regression"
-    if family == "squad":
-        info["squad_version"] = "v1.1"  # a span for every question; the null score is still reported
+    task, info = family.task_info_from_hf(hf_config)
     return dataclasses.replace(source, task=task, task_info=info)
+
+
+def hf_architecture(task_info: dict) -> str | None:
+    """The Hugging Face class of a fine-tuned model's family (None: no task)."""
+    from bertjax import tasks
+
+    family = tasks.FAMILIES.get(task_info.get("family"))
+    return None if family is None else family.hf_architecture

@@ -1,34 +1,43 @@
-"""Downstream (fine-tuning) tasks by name: data, tokenization, and turning outputs into predictions.
+"""Downstream (fine-tuning) tasks by name: data, tokenization, heads, prediction and serving.
 
-`load_task(config, tokenizer)` builds the configured task (`config.task`) as a
-`common.Task`: its tokenized splits, head, loss and official evaluation. Families:
-classification.py (GLUE, demo, your CSV/TSV/JSONL), squad.py (span QA), tagging.py (NER),
-choice.py (multiple choice).
+Each family module exports `FAMILY` (the protocol in family.py): classification.py (GLUE, the
+demo, your CSV/TSV/JSONL), squad.py (span QA), tagging.py (NER), choice.py (multiple choice).
+`FAMILIES` below is the registry; `load_task(config, tokenizer)` builds the configured task
+(`config.task`) as a `common.Task`: its tokenized splits, head, loss and official evaluation.
 """
 
 from __future__ import annotations
 
 from bertjax.tasks import choice, classification, squad, tagging
+from bertjax.tasks.family import Family
 
-_FAMILIES = (classification, squad, tagging, choice)
-# The tasks of each family that read your own files (config.data.train_file, ...); the
-# others read their dataset (TFDS, or the demo's).
-OWN_FILE_TASKS = {classification: ("classification", "regression"), squad: ("squad",), tagging: ("ner",),
-                  choice: ("choice",)}
+FAMILIES: dict[str, Family] = {family.name: family for family in (
+    classification.FAMILY, squad.FAMILY, tagging.FAMILY, choice.FAMILY)}
 _OWN_FILE_KEYS = ("train_file", "eval_file", "test_file")
 
 
 def task_names() -> tuple[str, ...]:
-    return tuple(name for family in _FAMILIES for name in family.TASKS)
+    return tuple(name for family in FAMILIES.values() for name in family.tasks)
+
+
+def family_of_task(task: str) -> Family:
+    """The family serving config.task=`task`; ValueError naming the known tasks otherwise."""
+    for family in FAMILIES.values():
+        if task in family.tasks:
+            return family
+    raise ValueError(f"config.task={task!r} is not a known task; expected one of {task_names()}")
+
+
+def family_of_architecture(architecture: str) -> Family | None:
+    """The family whose Hugging Face class is `architecture` (BertFor<Task>), or None."""
+    return next((family for family in FAMILIES.values() if family.hf_architecture == architecture), None)
 
 
 def load_task(config, tokenizer):
     """config.task -> its family's Task."""
-    for family in _FAMILIES:
-        if config.task in family.TASKS:
-            check_own_files(config, OWN_FILE_TASKS[family])
-            return family.load_task(config, tokenizer)
-    raise ValueError(f"config.task={config.task!r} is not a known task; expected one of {task_names()}")
+    family = family_of_task(config.task)
+    check_own_files(config, family.own_file_tasks)
+    return family.load_task(config, tokenizer)
 
 
 def check_own_files(config, own_file_tasks: tuple[str, ...]) -> None:

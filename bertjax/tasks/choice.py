@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax.runtime import fileio
 from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
+from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, read_records,
                                   write_lines)
+from bertjax.tasks.family import Family, no_options
 
 MAX_SEQ_LENGTH = 128
 TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one list or several texts))
@@ -214,3 +217,70 @@ def write_predictions(split: Split, predictions: dict, directory: str) -> list[s
     lines = ["index\tprediction" + ("\tlabel" if split.has_labels else "")]
     lines += [f"{i}\t{p}" + (f"\t{labels[i]}" if split.has_labels else "") for i, p in enumerate(predicted)]
     return [write_lines(fileio.join(directory, f"{split.name}.tsv"), lines)]
+
+
+# -- The family: prediction on raw inputs, files, serving, Hugging Face. --
+
+def _scores(output) -> dict:
+    return {"scores": output.astype(jnp.float32)}
+
+
+class ChoiceFamily(Family):
+    """Raw input: {"context", "choices": [at least 2 texts]} -> {"choice" (index), "text",
+    "probabilities"}."""
+
+    name = "choice"
+    tasks = TASKS
+    own_file_tasks = ("choice",)
+    hf_architecture = "BertForMultipleChoice"
+    text_lines = False
+    choice_axis = True
+
+    load_task = staticmethod(load_task)  # this module's
+
+    def network(self, bert, task_info):
+        return BertForMultipleChoice(bert)
+
+    def parse(self, item, task_info):
+        choices = item.get("choices") if isinstance(item, dict) else None
+        if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
+                and len(choices) >= 2 and all(isinstance(c, str) for c in choices)):
+            raise ValueError(f"expected {{'context': text, 'choices': [at least 2 texts]}}, got {item!r}"[:300])
+        return item
+
+    def predict(self, model, parsed, **options):
+        no_options(self, options)
+        contexts, choices = [item["context"] for item in parsed], [item["choices"] for item in parsed]
+        examples = ChoiceExamples("inputs", contexts, choices, np.full(len(contexts), -1, np.int64),
+                                  [f"input {i}" for i in range(1, len(contexts) + 1)])
+        split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
+        scores = model.run_network(_scores, split)["scores"]
+        best = predict(split, scores)
+        results = []
+        for i, options_list in enumerate(choices):
+            probabilities = np.asarray(jax.nn.softmax(scores[i, :len(options_list)]))
+            results.append({"choice": int(best[i]), "text": options_list[int(best[i])],
+                            "probabilities": [float(p) for p in probabilities]})
+        return results
+
+    def input_keys(self, data):
+        return {"context": data.get("context_key", "context"), "choices": data.get("choices_key", "choices")}
+
+    def serving_inputs(self, task_info):
+        return ("context", 1), ("choices", 2)
+
+    def serve(self, serving, inputs):
+        """context <string>[B] + choices <string>[B, C] (a row with fewer choices padded with "")
+        -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding)."""
+        from bertjax.runtime.tf_cpu import tf
+
+        context, choices = inputs["context"], inputs["choices"]
+        batch, count = tf.shape(choices)[0], tf.shape(choices)[1]
+        contexts = tf.reshape(tf.tile(context[:, None], [1, count]), [-1])
+        rows = serving.layout(serving.tokenizer.ids(contexts), serving.tokenizer.ids(tf.reshape(choices, [-1])))[:3]
+        shaped = [tf.reshape(x, [batch, count, -1]) for x in rows]
+        scores = tf.where(choices != "", serving.model(*shaped), -np.inf)  # "" pads a row's choices
+        return {"choice": tf.argmax(scores, axis=-1), "probabilities": tf.nn.softmax(scores, axis=-1)}
+
+
+FAMILY = ChoiceFamily()

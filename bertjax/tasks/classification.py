@@ -26,14 +26,18 @@ import dataclasses
 import math
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax.runtime import fileio
 from bertjax.data.sources import prepared_tfds_builder
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
+from bertjax.runtime import fileio
 from bertjax.tasks.common import Split, Task, bert_inputs, encode_pairs, own_files, read_records, write_lines
+from bertjax.tasks.family import Family, hf_label_names, no_options
+from bertjax.tasks.raw_text import text_pair
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,3 +327,89 @@ def write_predictions(split: Split, predictions: dict, directory: str) -> list[s
         lines = ["index\tprediction"] + [f"{index}\t{p}" for index, p in zip(info.examples.ids, submitted)]
         written.append(write_lines(fileio.join(directory, "glue", info.examples.submission_file), lines))
     return written
+
+
+# -- The family: prediction on raw text, files, serving, Hugging Face. --
+
+def _logits(output) -> dict:
+    return {"logits": output.astype(jnp.float32)}
+
+
+class ClassificationFamily(Family):
+    """Raw input: "text", "text_a ||| text_b", (text_a, text_b) or {"text_a"/"text", "text_b"}
+    -> {"label", "probability", "probabilities": {label: p}}; regression -> {"value"}."""
+
+    name = "classification"
+    tasks = TASKS
+    own_file_tasks = ("classification", "regression")
+    hf_architecture = "BertForSequenceClassification"
+    packs_examples = True
+    pair_inputs = True
+
+    load_task = staticmethod(load_task)  # this module's
+
+    def network(self, bert, task_info):
+        names = task_info.get("label_names")
+        return BertForSequenceClassification(bert, num_labels=1 if names is None else len(names))
+
+    def task_info_from_hf(self, hf_config):
+        names = hf_label_names(hf_config)
+        regression = hf_config.get("problem_type") == "regression" or len(names) == 1
+        return ("regression" if regression else "classification"), {
+            "family": self.name, "label_names": None if regression else names}
+
+    def parse(self, item, task_info):
+        text_a, text_b = text_pair(item)
+        if text_b is not None and not (text_a.strip() and text_b.strip()):
+            raise ValueError(f"the {'first' if not text_a.strip() else 'second'} text of the pair is empty")
+        wants_pairs = task_info.get("pairs")  # None: a Hugging Face classifier, which does not say
+        if wants_pairs is not None and (text_b is not None) != wants_pairs:
+            raise ValueError(f"the model was trained on {'pairs' if wants_pairs else 'single texts'}; "
+                             + ("give 'text_a ||| text_b'" if wants_pairs else "give one text (no ' ||| ')"))
+        return text_a, text_b
+
+    def predict(self, model, parsed, **options):
+        no_options(self, options)
+        split, _ = model.encode_texts(parsed)
+        logits = model.run_network(_logits, split)["logits"]
+        names = model.task_info.get("label_names")
+        if names is None:
+            return [{"value": float(row[0])} for row in logits]
+        results = []
+        for row in np.asarray(jax.nn.softmax(logits, -1)):
+            best = int(row.argmax())
+            results.append({"label": names[best], "probability": float(row[best]),
+                            "probabilities": {name: float(p) for name, p in zip(names, row)}})
+        return results
+
+    def input_keys(self, data):
+        return {"text_a": data.get("text_a_key", "text_a"), "text_b": data.get("text_b_key", "text_b")}
+
+    def from_row(self, row, keys):
+        return row[keys["text_a"]], (row.get(keys["text_b"]) if keys["text_b"] else None)
+
+    def columns(self, keys):
+        return repr(keys["text_a"]) + (f", and {keys['text_b']!r} for a pair" if keys["text_b"] else "")
+
+    def serving_inputs(self, task_info):
+        return (("text_a", 1), ("text_b", 1)) if task_info.get("pairs") else (("text", 1),)
+
+    def serve(self, serving, inputs):
+        from bertjax.runtime.tf_cpu import tf
+
+        text_b = inputs.get("text_b")
+        ids_b = None if text_b is None else serving.tokenizer.ids(text_b)
+        input_ids, segment_ids, input_mask, _ = serving.layout(serving.tokenizer.ids(inputs.get("text_a", inputs.get(
+            "text"))), ids_b)
+        logits = serving.model(input_ids, segment_ids, input_mask)
+        names = serving.task_info.get("label_names")
+        if names is None:
+            return {"value": logits[:, 0]}
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        best = tf.argmax(probabilities, axis=-1)
+        label_names = tf.constant(names)
+        return {"label": tf.gather(label_names, best), "probability": tf.reduce_max(probabilities, -1),
+                "probabilities": probabilities, "label_names": tf.tile(label_names[None], [tf.shape(best)[0], 1])}
+
+
+FAMILY = ClassificationFamily()

@@ -36,20 +36,23 @@ import functools
 import math
 import os
 
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax.runtime import fileio
 from bertjax import ragged
 from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.evaluation import squad as squad_metrics
 from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
+from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_nonempty, max_context_flags,
                                   own_files, sliding_windows)
+from bertjax.tasks.family import Family
+from bertjax.tasks.raw_text import split_pair
+from bertjax.tasks.squad_answers import (MAX_ANSWER_LENGTH, N_BEST_SIZE, NULL_SCORE_DIFF_THRESHOLD, postprocess,
+                                         write_predictions)
 
 MAX_SEQ_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH = 384, 128, 64
-N_BEST_SIZE, MAX_ANSWER_LENGTH, NULL_SCORE_DIFF_THRESHOLD = 20, 30, 0.0
-NO_SPAN_NULL_ODDS = 1e9  # v2.0 null_odds of a question with no valid non-null span at all
 _LAYOUT_BLOCK = 4096  # features laid out per numpy block (bounds temporary memory)
 
 
@@ -392,112 +395,6 @@ def settings(data: dict) -> dict:
         ("max_answer_length", MAX_ANSWER_LENGTH), ("null_score_diff_threshold", NULL_SCORE_DIFF_THRESHOLD))}
 
 
-def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, n_best_size: int = N_BEST_SIZE,
-                max_answer_length: int = MAX_ANSWER_LENGTH,
-                null_score_diff_threshold: float = NULL_SCORE_DIFF_THRESHOLD):
-    """Model outputs <float>[N, S] (the split's rows) -> (predictions, nbest, null_odds).
-
-    As run_squad.py's write_predictions: in each window the n_best_size highest start and
-    end logits (over the whole sequence, padding excluded) pair into candidate spans that
-    lie in the context, start <= end, at most max_answer_length tokens, the start token
-    having its max context in that window; a question's candidates from all its windows
-    are ranked by start + end logit and deduplicated by text. v2.0 adds the null answer
-    scored by the smallest start[0] + end[0] over the question's windows, and predicts ""
-    when null - best non-null score > null_score_diff_threshold.
-
-    predictions: id -> answer text ("" = no answer). nbest: id -> [{"text", "probability",
-    "start_logit", "end_logit", "start", "end"}] (probabilities: softmax over the n-best
-    scores; start/end: the answer's character offsets in the context, -1 for no answer).
-    null_odds: id -> null - best non-null score (v2.0; NO_SPAN_NULL_ODDS when no valid span),
-    None for v1.1. A question with no valid span in v1.1 predicts "".
-    """
-    windows: SquadWindows = split.examples
-    examples, v2 = windows.examples, windows.examples.version == "v2.0"
-    n, width = split.features["input_ids"].shape
-    for name, logits in (("start_logits", start_logits), ("end_logits", end_logits)):
-        if np.shape(logits) != (n, width):
-            raise ValueError(f"postprocess: {name} has shape {np.shape(logits)}, the split {split.name!r} "
-                             f"needs ({n}, {width})")
-    padding = split.features["input_mask"] == 0
-    start_logits = np.where(padding, -np.inf, np.asarray(start_logits, np.float64))
-    end_logits = np.where(padding, -np.inf, np.asarray(end_logits, np.float64))
-    k = min(n_best_size, width)
-    top_start = np.argsort(-start_logits, axis=1, kind="stable")[:, :k]  # [N, k]
-    top_end = np.argsort(-end_logits, axis=1, kind="stable")[:, :k]
-    starts, ends = top_start[:, :, None], top_end[:, None, :]  # pairs [N, k, k]
-    in_context = lambda p: ((p >= windows.doc_position[:, None, None])
-                            & (p < (windows.doc_position + windows.doc_length)[:, None, None]))
-    valid = (in_context(starts) & in_context(ends) & (ends >= starts) & (ends - starts < max_answer_length)
-             & np.take_along_axis(windows.max_context, top_start, axis=1)[:, :, None])
-    scores = (np.take_along_axis(start_logits, top_start, axis=1)[:, :, None]
-              + np.take_along_axis(end_logits, top_end, axis=1)[:, None, :])
-    spans = windows.token_offsets()
-    char_start = np.take_along_axis(spans[..., 0], top_start, axis=1)  # [N, k]
-    char_end = np.take_along_axis(spans[..., 1], top_end, axis=1)
-    null_scores = start_logits[:, 0] + end_logits[:, 0]
-
-    predictions, nbest, null_odds = {}, {}, ({} if v2 else None)
-    bounds = np.flatnonzero(np.diff(windows.example_index)) + 1
-    for group in np.split(np.arange(n), bounds) if n else []:
-        q = int(windows.example_index[group[0]])
-        context = examples.contexts[examples.context_index[q]]
-        f, i, j = np.nonzero(valid[group])
-        order = np.argsort(-scores[group][f, i, j], kind="stable")
-        entries, seen = [], set()
-        null_feature = group[np.argmin(null_scores[group])]
-        null_entry = {"text": "", "start_logit": float(start_logits[null_feature, 0]),
-                      "end_logit": float(end_logits[null_feature, 0]), "start": -1, "end": -1}
-        null_score = null_entry["start_logit"] + null_entry["end_logit"]
-        for c in order:
-            if len(entries) >= n_best_size:
-                break
-            row, a, b = group[f[c]], i[c], j[c]
-            score = scores[row, a, b]
-            if v2 and null_score > score and "" not in seen:  # the null candidate ranks here
-                entries.append(null_entry), seen.add("")
-                if len(entries) >= n_best_size:
-                    break
-            text = context[char_start[row, a]:char_end[row, b]]
-            if text and text not in seen:
-                seen.add(text)
-                entries.append({"text": text, "start_logit": float(start_logits[row, top_start[row, a]]),
-                                "end_logit": float(end_logits[row, top_end[row, b]]),
-                                "start": int(char_start[row, a]), "end": int(char_end[row, b])})
-        if v2 and "" not in seen:
-            entries.append(null_entry)
-        if not entries:
-            entries.append({"text": "", "start_logit": 0.0, "end_logit": 0.0, "start": -1, "end": -1})
-        totals = np.array([e["start_logit"] + e["end_logit"] for e in entries])
-        probabilities = np.exp(totals - totals.max())
-        probabilities /= probabilities.sum()
-        nbest[examples.ids[q]] = [{"text": e["text"], "probability": float(p), "start_logit": e["start_logit"],
-                                   "end_logit": e["end_logit"], "start": e["start"], "end": e["end"]}
-                                  for e, p in zip(entries, probabilities)]
-        best_span = next((e for e in entries if e["text"]), None)
-        if not v2:
-            predictions[examples.ids[q]] = entries[0]["text"]
-            continue
-        diff = (NO_SPAN_NULL_ODDS if best_span is None else
-                null_score - best_span["start_logit"] - best_span["end_logit"])
-        null_odds[examples.ids[q]] = float(diff)
-        predictions[examples.ids[q]] = "" if diff > null_score_diff_threshold else best_span["text"]
-    return predictions, nbest, null_odds
-
-
-def write_predictions(directory: str, predictions: dict, nbest: dict, null_odds: dict | None = None) -> dict[str, str]:
-    """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json under
-    `directory` (local or gs://), each atomically; returns {name: path}."""
-    fileio.makedirs(directory)
-    files = {"predictions.json": predictions, "nbest_predictions.json": nbest}
-    if null_odds is not None:
-        files["null_odds.json"] = null_odds
-    paths = {}
-    for name, value in files.items():
-        paths[name] = fileio.join(directory, name)
-        fileio.write_json(paths[name], value)
-    return paths
-
-
 # -- The task. --
 
 TASKS = ("squad_v1", "squad_v2", "squad")
@@ -585,3 +482,104 @@ def _check_scorable(examples: SquadExamples) -> None:
                          f"question against its answers (a file with unanswerable questions needs version v2.0)")
     if len(unanswered) == len(examples) and not examples.is_impossible.any():
         raise ValueError(f"{examples.source}: no answers to score against (an evaluation file needs them)")
+
+
+# -- The family: prediction on raw text, files, serving, Hugging Face. --
+
+def _span_logits(outputs) -> dict:
+    return {"start_logits": outputs[0].astype(jnp.float32), "end_logits": outputs[1].astype(jnp.float32)}
+
+
+class SquadFamily(Family):
+    """Raw input: {"question", "context", "id" (optional)} -> {"id", "answer", "start", "end"
+    (character offsets into the context; -1 for no answer), "probability", "null_odds" (v2.0
+    runs: null score minus the best span's; > threshold = no answer)}. Options: n_best_size,
+    max_answer_length, null_score_diff_threshold (default: the run's)."""
+
+    name = "squad"
+    tasks = TASKS
+    own_file_tasks = ("squad",)
+    hf_architecture = "BertForQuestionAnswering"
+    extensions = {"json": "squad_json"}
+
+    load_task = staticmethod(load_task)  # this module's
+
+    def network(self, bert, task_info):
+        return BertForQuestionAnswering(bert)
+
+    def task_info_from_hf(self, hf_config):
+        # A span for every question; the null score is still reported.
+        return "squad", {"family": self.name, "squad_version": "v1.1"}
+
+    def parse(self, item, task_info):
+        if not (isinstance(item, dict) and isinstance(item.get("question"), str)
+                and isinstance(item.get("context"), str)):
+            raise ValueError(f"expected {{'question': text, 'context': text}}, got {item!r}"[:300])
+        if not item["question"].strip() or not item["context"].strip():
+            raise ValueError(f"an empty {'question' if not item['question'].strip() else 'context'}")
+        return item
+
+    def predict(self, model, parsed, n_best_size: int | None = None, max_answer_length: int | None = None,
+                null_score_diff_threshold: float | None = None):
+        run = settings(model.source.data)
+        builder = _Builder("inputs", strict=True)
+        for i, item in enumerate(parsed, start=1):
+            builder.add(str(item.get("id", i)), item["question"], item["context"], [], False)
+        examples = builder.build(model.task_info.get("squad_version", "v1.1"), data=[])
+        split = featurize(model.tokenizer, examples, "inputs", is_training=False, max_seq_length=model.max_seq_length,
+                          doc_stride=int(run["doc_stride"]), max_query_length=int(run["max_query_length"]))
+        outputs = model.run_network(_span_logits, split, sequence_outputs=("start_logits", "end_logits"))
+        answers, nbest, null_odds = postprocess(
+            split, outputs["start_logits"], outputs["end_logits"],
+            n_best_size=n_best_size or int(run["n_best_size"]),
+            max_answer_length=max_answer_length or int(run["max_answer_length"]),
+            null_score_diff_threshold=(run["null_score_diff_threshold"] if null_score_diff_threshold is None
+                                       else null_score_diff_threshold))
+        results = []
+        for qid in examples.ids:
+            answer = answers[qid]
+            best = next((entry for entry in nbest[qid] if entry["text"] == answer), nbest[qid][0])
+            start, end = (best["start"], best["end"]) if answer else (-1, -1)
+            result = {"id": qid, "answer": answer, "start": start, "end": end, "probability": best["probability"]}
+            if null_odds is not None:
+                result["null_odds"] = null_odds[qid]
+            results.append(result)
+        return results
+
+    def read_line(self, line):
+        if not line:
+            return ValueError("a blank line (this task has no empty input)")
+        question, context = split_pair(line, at_first=True)  # a context may hold " ||| "
+        return {"question": question, "context": context} if context is not None else ValueError(
+            "expected 'question ||| context'")
+
+    def input_keys(self, data):
+        return {"question": "question", "context": data.get("context_key", "context")}
+
+    def from_row(self, row, keys):
+        item = {"question": row[keys["question"]], "context": row[keys["context"]]}
+        return {**item, "id": str(row["id"])} if "id" in row else item
+
+    def read_formatted(self, path: str, input_format: str, data: dict):
+        """SQuAD's official layout: every question, with its id."""
+        examples = read_json(path)
+        for qid, question, index in zip(examples.ids, examples.questions, examples.context_index):
+            yield f"{path}: id {qid}", {"id": qid, "question": question, "context": examples.contexts[index]}
+
+    def serving_inputs(self, task_info):
+        return ("question", 1), ("context", 1)
+
+    def check_export(self, tokenizer):
+        if tokenizer.kind != "wordpiece":
+            return f"the export of squad reads words (BERT's split) and needs a WordPiece vocabulary, " \
+                   f"not {tokenizer.kind}"
+        return None
+
+    def serve(self, serving, inputs):
+        from bertjax.tasks import squad_serving
+
+        return squad_serving.best_spans(serving, inputs["question"], inputs["context"],
+                                        serving.task_info.get("squad_version", "v1.1"))
+
+
+FAMILY = SquadFamily()

@@ -24,15 +24,17 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import tokenizers
 from absl import logging
 
-from bertjax.runtime import fileio
 from bertjax import ragged
 from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import BertForTokenClassification, example_counts, token_classification_sums
+from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, max_context_flags, own_files,
                                   sliding_windows, user_lines, write_lines)
+from bertjax.tasks.family import Family, hf_label_names, no_options
 
 MAX_SEQ_LENGTH = 128
 DOCSTART = "-DOCSTART-"
@@ -360,3 +362,129 @@ def load_task(config, tokenizer) -> Task:
         predict=lambda logits: {"prediction": logits.argmax(-1)}, evaluate=evaluate, write_predictions=write,
         main_metric="f1", head_names=("classifier",), sequence_outputs=("prediction",),
         info={"family": "tagging", "label_names": list(label_names)})
+
+
+# -- The family: prediction on raw text, files, serving, Hugging Face. --
+
+def _word_splitter() -> tokenizers.Tokenizer:
+    """BERT's basic split as a `tokenizers` pipeline whose offsets point into the original text:
+    the normaliser drops control characters and puts CJK characters apart (case and accents
+    kept), the pre-tokenizer splits whitespace and punctuation, each piece is one "token"."""
+    splitter = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    splitter.normalizer = tokenizers.normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                                strip_accents=False, lowercase=False)
+    splitter.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    return splitter
+
+
+_WORDS = _word_splitter()
+
+
+def sentence_words(item) -> tuple[str, list[str], list[tuple[int, int]] | None]:
+    """A raw sentence -> (it, its words as written, their character spans); a list of words ->
+    (None, words, None)."""
+    if isinstance(item, str):
+        try:
+            spans = [tuple(span) for span in _WORDS.encode(item, add_special_tokens=False).offsets]
+        except TypeError:  # what `tokenizers` raises for a str that UTF-8 cannot hold
+            raise ValueError(f"not valid Unicode (a lone surrogate?): {item[:80]!r}") from None
+        return item, [item[start:end] for start, end in spans], spans
+    if isinstance(item, (list, tuple)) and all(isinstance(word, str) and word for word in item):
+        return None, list(item), None
+    raise ValueError(f"expected a sentence or a list of non-empty words, got {item!r}"[:300])
+
+
+def _label_ids(output) -> dict:
+    return {"token_logits": output.argmax(-1)}
+
+
+class TaggingFamily(Family):
+    """Raw input: a sentence (split into words as BERT's basic tokenizer does: control
+    characters dropped, whitespace, punctuation and CJK characters apart; case and accents
+    kept) or a list of words -> {"words", "tags", "entities": [{"type", "text", "first_word",
+    "last_word", "start", "end" (character offsets into the sentence; None for word lists)}]}."""
+
+    name = "tagging"
+    tasks = TASKS
+    own_file_tasks = ("ner",)
+    hf_architecture = "BertForTokenClassification"
+    packs_examples = True
+    token_level = True
+    extensions = {"conll": "conll"}
+
+    load_task = staticmethod(load_task)  # this module's
+
+    def network(self, bert, task_info):
+        return BertForTokenClassification(bert, num_labels=len(task_info["label_names"]))
+
+    def task_info_from_hf(self, hf_config):
+        return "ner", {"family": self.name, "label_names": hf_label_names(hf_config)}
+
+    def parse(self, item, task_info):
+        return sentence_words(item)
+
+    def predict(self, model, parsed, **options):
+        no_options(self, options)
+        names = model.task_info["label_names"]
+        examples = TaggingExamples("inputs", [words for _, words, _ in parsed], None, list(names),
+                                   [f"input {i}" for i in range(1, len(parsed) + 1)])
+        split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
+        predicted = model.run_network(_label_ids, split, sequence_outputs=("token_logits",))["token_logits"]
+        tags = predictions_to_tags(split, predicted) if any(words for _, words, _ in parsed) else [[] for _ in parsed]
+        results = []
+        for index, ((sentence, words, spans), sentence_tags) in enumerate(zip(parsed, tags)):
+            entities = []
+            for type_, first, end in ner_metrics.extract_entities(sentence_tags, index):
+                start_char = spans[first][0] if spans else None
+                end_char = spans[end - 1][1] if spans else None
+                text = sentence[start_char:end_char] if spans else " ".join(words[first:end])
+                entities.append({"type": type_, "text": text, "first_word": first, "last_word": end - 1,
+                                 "start": start_char, "end": end_char})
+            results.append({"words": words, "tags": sentence_tags, "entities": entities})
+        return results
+
+    def input_keys(self, data):
+        return {"text_a": "text"}
+
+    def from_row(self, row, keys):
+        return row[keys["text_a"]]  # a sentence or a list of words
+
+    def read_formatted(self, path: str, input_format: str, data: dict):
+        """CoNLL: each sentence's words (a tag column is ignored)."""
+        examples = read_conll(path, tag_column=int(data.get("tag_column", -1)), tags_optional=True)
+        return zip(examples.locations, examples.sentences)
+
+    def serving_inputs(self, task_info):
+        return (("text", 1),)
+
+    def check_export(self, tokenizer):
+        if tokenizer.kind != "wordpiece":
+            return f"the export of tagging reads words (BERT's split) and needs a WordPiece vocabulary, " \
+                   f"not {tokenizer.kind}"
+        return None
+
+    def serve(self, serving, inputs):
+        """-> words <string>[B, W] (as written), tags <string>[B, W], word_start / word_end
+        <int64>[B, W] (byte offsets); rows padded with "" and -1; words past the window tagged ""."""
+        from bertjax.runtime.tf_cpu import tf
+
+        text = inputs["text"]
+        words, starts, ends = serving.tokenizer.words(text)
+        pieces = serving.tokenizer.pieces(words)
+        input_ids, segment_ids, input_mask, _ = serving.layout(pieces.merge_dims(1, 2))
+        predicted = tf.argmax(serving.model(input_ids, segment_ids, input_mask), axis=-1)  # [B, S]
+        # Each word's first sub-word sits at 1 + the tokens before it ([CLS] first).
+        first = 1 + tf.cumsum(pieces.row_lengths(axis=2), axis=1, exclusive=True)  # [B, (W)]
+        last_position = tf.cast(tf.shape(input_ids)[1], tf.int64) - 1
+        fits = first < last_position
+        rows = tf.cast(first.value_rowids(), tf.int64)
+        label = tf.gather_nd(predicted, tf.stack([rows, tf.minimum(first.flat_values, last_position)], axis=1))
+        tags = tf.where(fits.flat_values, tf.gather(tf.constant(serving.task_info["label_names"]), label), "")
+        originals = tf.strings.substr(tf.gather(text, starts.value_rowids()), starts.flat_values,
+                                      ends.flat_values - starts.flat_values)  # the words as written
+        return {"words": starts.with_flat_values(originals).to_tensor(""),
+                "tags": first.with_flat_values(tags).to_tensor(""),
+                "word_start": starts.to_tensor(-1), "word_end": ends.to_tensor(-1)}
+
+
+FAMILY = TaggingFamily()

@@ -1,0 +1,118 @@
+"""The task-family protocol: everything the rest of bertjax needs from a family, in one object.
+
+Each family module (classification, tagging, squad, choice) exports `FAMILY`, an instance of a
+`Family` subclass, and `bertjax.tasks` keeps the registry. Training (`load_task`), prediction
+on raw inputs (`parse`, `predict`), prediction over files (`read_line`, `from_row`), the
+serving export (`serving_inputs`, `serve`) and model resolution (`hf_architecture`,
+`task_info_from_hf`) look the family up by name and call it; no module outside `tasks/`
+branches on a family's name. A new family is one module with its `FAMILY` and one line in
+the registry (`bertjax/tasks/__init__.py`).
+
+`task_info` (saved with every fine-tuned model): {"family": name, ...} with what the family
+needs to rebuild its head and read its outputs (label names, pairs, the SQuAD version).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+
+from bertjax.models.config import BertConfig
+
+
+class Family:
+    """One task family. Subclasses set the class attributes and implement the methods."""
+
+    name: str = ""                      # task_info["family"]
+    tasks: tuple[str, ...] = ()         # the config.task names it serves
+    own_file_tasks: tuple[str, ...] = ()  # those that read your files (config.data.train_file, ...)
+    hf_architecture: str = ""           # its Hugging Face class (BertFor<Task>)
+    packs_examples: bool = False        # several examples per row (config.data.pack_examples)
+    token_level: bool = False           # a label per token (config.model.tagging_head applies)
+    pair_inputs: bool = False           # one text or a pair, as task_info["pairs"] says
+    choice_axis: bool = False           # the network's inputs are [batch, choices, length]
+    text_lines: bool = True             # one input per line of text (predict --text / a .txt file)
+    extensions: dict[str, str] = {}     # file extension -> an input format of its own (`read_formatted`)
+
+    # -- Training. --
+
+    def load_task(self, config, tokenizer):
+        """config.task of this family -> its `tasks.common.Task`."""
+        raise NotImplementedError
+
+    def network(self, bert: BertConfig, task_info: dict) -> nn.Module:
+        """The encoder with this family's head, for prediction and export."""
+        raise NotImplementedError
+
+    def task_info_from_hf(self, hf_config: dict) -> tuple[str, dict]:
+        """A Hugging Face `config.json` of `hf_architecture` -> (task name, task_info)."""
+        return self.own_file_tasks[0], {"family": self.name}
+
+    # -- Prediction on raw inputs (`Model.predict`). --
+
+    def parse(self, item: Any, task_info: dict) -> Any:
+        """One raw input -> what `predict` takes; ValueError saying what was expected."""
+        raise NotImplementedError
+
+    def predict(self, model, parsed: list, **options) -> list[dict[str, Any]]:
+        """Parsed inputs -> one result dict each, in order (`model` is an `inference.engine.Model`)."""
+        raise NotImplementedError
+
+    # -- Prediction over files (`inference.batch_predict`). --
+
+    def read_line(self, line: str) -> Any:
+        """One line of a text file (or --text) -> a raw input, or a ValueError saying why not."""
+        return line
+
+    def input_keys(self, data: dict) -> dict[str, str]:
+        """The columns a CSV/TSV/JSONL row's input is read from: the run's config.data names,
+        else BERT's ({role: column})."""
+        raise NotImplementedError
+
+    def from_row(self, row: dict, keys: dict[str, str]) -> Any:
+        """A CSV/TSV/JSONL row -> a raw input; KeyError for a missing column."""
+        return {role: row[column] for role, column in keys.items() if column}
+
+    def columns(self, keys: dict[str, str]) -> str:
+        """The columns a row is read from, for an error message."""
+        return " and ".join(repr(column) for column in keys.values() if column)
+
+    def read_formatted(self, path: str, input_format: str, data: dict):
+        """The (where, raw input) pairs of a file in one of the family's own formats (`extensions`)."""
+        raise ValueError(f"input format {input_format!r} is not one a {self.name} model reads")
+
+    # -- The serving export (`inference.export`): TensorFlow ops. --
+
+    def serving_inputs(self, task_info: dict) -> tuple[tuple[str, int], ...]:
+        """The signature's inputs: (name, rank) of each <string> tensor, rank 1 = [batch]."""
+        raise NotImplementedError
+
+    def check_export(self, tokenizer) -> str | None:
+        """Why a model with this tokenizer cannot be exported, or None."""
+        return None
+
+    def serve(self, serving, inputs: dict) -> dict:
+        """The signature's body: {name: <string> input} -> {name: output}, in TensorFlow ops.
+        `serving` is an `inference.export.ServingContext`: the tokenizer in TF Text, the
+        [CLS] a [SEP] b [SEP] layout, the network, task_info and the run's config.data."""
+        raise NotImplementedError
+
+
+def hf_label_names(hf_config: dict) -> list[str]:
+    """A Hugging Face config's id2label as a list (keys may be ints or their strings)."""
+    id2label = hf_config.get("id2label") or {}
+    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
+
+
+def at_position(position: int, parse: Callable[[Any], Any], item: Any) -> Any:
+    """parse(item) for the input at `position` (1-based), which its ValueError names."""
+    try:
+        return parse(item)
+    except ValueError as e:
+        raise ValueError(f"input {position}: {e}"[:300]) from None  # 300 characters at most
+
+
+def no_options(family: Family, options: dict) -> None:
+    if options:
+        raise ValueError(f"unknown options {sorted(options)} for {family.name}")

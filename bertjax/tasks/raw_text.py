@@ -1,0 +1,39 @@
+"""Raw text inputs as users give them to prediction, features and fill-mask: one parser each."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# google-research/bert's extract_features.py input, "text_a ||| text_b": greedy, so the last separator splits.
+_PAIR = re.compile(r"(.*) \|\|\| (.*)", re.DOTALL)
+_FIRST_PAIR = re.compile(r"(.*?) \|\|\| (.*)", re.DOTALL)
+
+
+def split_pair(text: str, at_first: bool = False) -> tuple[str, str | None]:
+    """"a ||| b" -> ("a", "b"); a text without " ||| " -> (text, None). Google's rule
+    (extract_features.py): the separator has a space on each side, and the last one splits
+    ("x ||| y ||| z" -> ("x ||| y", "z"); at_first, as for "question ||| context": ("x", "y ||| z"));
+    "a|||b" is one text. At either end it still separates: "a |||" -> ("a", ""), an empty side
+    that the caller can refuse."""
+    pair = (_FIRST_PAIR if at_first else _PAIR).fullmatch(f" {text} ")
+    if pair is None:
+        return text, None
+    return pair.group(1).strip(), pair.group(2).strip()
+
+
+def text_pair(item: Any) -> tuple[str, str | None]:
+    """One text input -> (text_a, text_b or None): a text ("a ||| b" is a pair), an (a, b) tuple
+    or list (b None: a single text), or {"text_a" (or "text"), "text_b" (optional)}; a
+    ValueError saying what was expected otherwise."""
+    if isinstance(item, str):
+        return split_pair(item)
+    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) and isinstance(
+            item[1], (str, type(None))):
+        return item[0], item[1]
+    if isinstance(item, dict):
+        text_a = item.get("text_a", item.get("text"))
+        if isinstance(text_a, str) and isinstance(item.get("text_b"), (str, type(None))):
+            return text_a, item.get("text_b")
+    raise ValueError(f"expected a text, 'text_a ||| text_b' or a (text_a, text_b) pair or {{'text_a', 'text_b'}}, "
+                     f"got {item!r}"[:300])

@@ -1,0 +1,53 @@
+"""Span QA in the serving export's graph (TensorFlow ops): question + context strings -> the
+best span's bytes in the context, one window per question (bertjax's predict slides windows
+over long contexts instead). Called by `squad.FAMILY.serve`; kept apart for its length."""
+
+from __future__ import annotations
+
+
+def best_spans(serving, question, context, version: str) -> dict:
+    """<string>[B] x 2 -> answer <string>[B], start / end <int64>[B] (byte offsets into the
+    context; -1 for no answer), score <float32>[B] (the best span's start + end logit),
+    null_odds <float32>[B] (null score minus the best span's; v2.0 models answer "" above the
+    run's threshold). The question is cut to max_query_length tokens, the context to what fits."""
+    from bertjax.runtime.tf_cpu import tf
+    from bertjax.tasks.squad import settings
+
+    options = settings(serving.run_data)
+    words, starts, ends = serving.tokenizer.words(context)
+    pieces, piece_starts, piece_ends = serving.tokenizer.pieces_with_offsets(words)
+    context_ids = pieces.merge_dims(1, 2)
+    input_ids, segment_ids, input_mask, kept_q = serving.layout(
+        serving.tokenizer.ids(question), context_ids, options["max_query_length"])
+    start_logits, end_logits = serving.model(input_ids, segment_ids, input_mask)
+    batch, length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+    positions = tf.range(length)[None]
+    row_length = tf.reduce_sum(input_mask, axis=1, keepdims=True)
+    context_mask = (segment_ids == 1) & (positions < row_length - 1)  # the context, not its [SEP]
+    span = positions - tf.transpose(positions)  # [S, S]: end - start
+    allowed = (span >= 0) & (span < options["max_answer_length"])
+    valid = context_mask[:, :, None] & context_mask[:, None, :] & allowed[None]
+    scores = tf.reshape(tf.where(valid, start_logits[:, :, None] + end_logits[:, None, :], -1e30), [batch, -1])
+    flat, best = tf.argmax(scores, axis=1, output_type=tf.int32), tf.reduce_max(scores, axis=1)
+    has = best > -1e29
+    first_context = tf.cast(kept_q, tf.int32) + 2  # [CLS] question [SEP]
+    # Each context token's bytes in the context: its word's start + its offset in the (normalised)
+    # word, a word's first token from the word's start and its last to the word's end (exact
+    # inside a word when normalising keeps its UTF-8 length, as for ASCII).
+    per_word = pieces.values.row_lengths()
+    word_start, word_end = (tf.repeat(x.flat_values, per_word) for x in (starts, ends))
+    position = tf.ragged.range(per_word).flat_values
+    token_start = tf.where(position == 0, word_start, tf.minimum(word_start + piece_starts.flat_values, word_end))
+    token_end = tf.where(position == tf.repeat(per_word - 1, per_word), word_end,
+                         tf.minimum(word_start + piece_ends.flat_values, word_end))
+    # Row b's context token k is token row_starts[b] + k of context_ids.
+    token = lambda row_position: (tf.cast(context_ids.row_starts(), tf.int32)
+                                  + tf.where(has, row_position - first_context, 0))
+    start = tf.where(has, tf.gather(token_start, token(flat // length)), -1)
+    end = tf.where(has, tf.gather(token_end, token(flat % length)), -1)
+    null_odds = start_logits[:, 0] + end_logits[:, 0] - best
+    if version == "v2.0":
+        has &= null_odds <= options["null_score_diff_threshold"]
+        start, end = tf.where(has, start, -1), tf.where(has, end, -1)
+    answer = tf.where(has, tf.strings.substr(context, tf.maximum(start, 0), end - start), "")
+    return {"answer": answer, "start": start, "end": end, "score": best, "null_odds": null_odds}
