@@ -114,8 +114,8 @@ def _state_handler() -> ocp.PyTreeCheckpointHandler:
 
     orbax splits every replicated array among its replicas so that several hosts share the
     writing (kept for multi-host runs). In one process that saves nothing and compiles a
-    small slicing program per array shape and device: 4 of the 9 s of a short fine-tuning run
-    on 8 CPU devices, and on a TPU VM's first save.
+    small slicing program per array shape and device, a large part of a short run's time
+    (and of a TPU VM's first save).
     """
     if jax.process_count() > 1:
         return ocp.PyTreeCheckpointHandler()

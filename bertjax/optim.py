@@ -170,7 +170,7 @@ def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
     (1 - b1^t) / sqrt(1 - b2^t) x lr at step t (b1 0.9, b2 0.999: 3.2 at t=1, 6.5 at t=10,
     3.2 at t=100, 1.3 at t=1000), against 1 x lr with the correction. Under the paper's 10k
     warmup steps the rate is still near 0 then; at a small model's 1e-3 after 100 warmup steps
-    the burst can leave it predicting the most frequent token for good (README: Pre-training
+    the burst can leave it predicting the most frequent token for good (docs/pretraining.md, Pre-training
     recipes). bias_correction=True gives optax's (and Hugging Face's AdamW's) behaviour.
     The state is `optax.ScaleByAdamState(count, mu, nu)`.
     """
@@ -204,8 +204,8 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
     (optax's version divides every element by the norm, a division XLA writes out to a
     buffer of its own: one pass more over all gradients). `global_norm`, an extra argument
     of `update`, is the norm the caller has already computed (the train step's, outside its
-    update branch); without it, the updates' own. Both together: a MiniLM fine-tuning step
-    on 2 CPU cores 311 -> 301 ms. The state is `optax.EmptyState()`, as optax's, so
+    update branch); without it, the updates' own. Both together save a pass over the
+    gradients (benchmarks/README.md#gradient-clip). The state is `optax.EmptyState()`, as optax's, so
     checkpoints written with either restore into the other.
     """
 

@@ -187,7 +187,7 @@ def warn_if_demo_corpus(data_config, bert) -> None:
     if data_config.source == "demo" and bert.hidden_size > BertConfig.preset("tiny").hidden_size:
         log.warning("pre-training a %d-layer, %d-wide model on the embedded demo corpus (config.data.source='demo', "
                     "a toy for the quick start): give your corpus with config.data.source=text|jsonl|parquet|tfds "
-                    "and config.data.input_pattern (README: Pre-training)", bert.num_hidden_layers, bert.hidden_size)
+                    "and config.data.input_pattern (docs/pretraining.md)", bert.num_hidden_layers, bert.hidden_size)
 
 
 def guess_accuracies(batches: list[dict[str, np.ndarray]]) -> dict[str, float]:
@@ -231,7 +231,7 @@ class PlateauAlarm:
             f"unigram guess {self.unigram:.4f} (always the most frequent masked token) for {len(self.steps_at_guess)} "
             f"evaluations (steps {self.steps_at_guess[0]}-{step}): the model is not learning. Likely fixes: "
             f"config.train.adam_bias_correction=True, a lower config.train.learning_rate or a longer "
-            f"config.train.warmup_steps (README: Pre-training recipes)")
+            f"config.train.warmup_steps (docs/pretraining.md, Pre-training recipes)")
         return self.warning
 
     @property

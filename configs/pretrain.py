@@ -21,16 +21,12 @@ from bertjax.models.config import BertConfig
 _PAPER = dict(global_batch_size=256, num_steps=900_000, learning_rate=1e-4, warmup_steps=10_000,
               adam_bias_correction=False)
 # Tiny's recipe is bertjax's own and bias-corrects Adam (torch/optax AdamW): without it the first
-# updates are 3-6x the learning rate (optim.scale_by_bert_adam), and tiny at lr 1e-3 after 100
-# warmup steps stayed at the unigram guess on real prose (README: Pre-training recipes).
-# mini..medium keep the paper's recipe: at its lr 1e-4 those bigger first steps help instead (mini
-# on real prose, 600 steps, 60 warmup: held-out MLM 2.1x the unigram guess at two seeds, 1.2-1.3x
-# with bias correction; small, 400 steps: 2.3-2.4x, 1.9x with it; medium, 600 steps: 2.5x,
-# 2.3x with it at seed 42: benchmarks/README.md).
-# Tiny is the demo's recipe: length 64 (below), batch 16, 4,000 steps, about 5 CPU-minutes. The demo
-# corpus's template words are easy from their neighbours, but the tiny model finds that only by a
-# phase change, at 2,000-3,000 steps of batch 16 (at length 128 and batch 32 it sat at 0.18 for
-# 3,000 steps): held-out MLM accuracy 0.377 at seed 42, 0.429 at seed 1 (benchmarks/README.md).
+# updates are several times the learning rate (optim.scale_by_bert_adam), and tiny at lr 1e-3
+# stays at the unigram guess on real prose. mini..medium keep the paper's recipe: at its lr 1e-4
+# those bigger first steps help instead (benchmarks/README.md#pre-training-recipes).
+# Tiny is the demo's recipe: length 64 (below), batch 16, 4,000 steps. The demo corpus's template
+# words are easy from their neighbours, but the tiny model finds that only by a phase change a
+# few thousand steps in, which smaller batches reach sooner (benchmarks/README.md#the-demo).
 PRESET_RECIPES = {
     "tiny": dict(global_batch_size=16, num_steps=4_000, learning_rate=1e-3, warmup_steps=100,
                  adam_bias_correction=True),

@@ -7,7 +7,7 @@ fine-tuning workdir, a Hugging Face BertFor<Task> directory). The SavedModel is 
 OUTPUT/VERSION/ (TensorFlow Serving's layout: --model_base_path=OUTPUT); its
 `serving_default` signature holds the tokenizer, the model and the task's post-processing,
 so serving needs TensorFlow and tensorflow-text only. What each task family takes and
-returns is in bertjax/inference/export.py and the README's "Serving export".
+returns is in bertjax/inference/export.py and docs/using-a-model.md#serving-export.
 """
 
 import os

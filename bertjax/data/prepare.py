@@ -49,7 +49,7 @@ from bertjax.data import shards, sources
 FORMAT = "bertjax.prepared.v2"  # v2: raw int32 records (shards.py); v1 held tf.train.Examples
 BATCH_DOCUMENTS = 256
 SPLITS = ("train", "eval")
-SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers costs ~1 s
+SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers costs more than it saves
 
 
 def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:

@@ -27,7 +27,7 @@ at k's epoch and skips inside it (the skipped part is read and chunked, not laid
 masked). `batches()` records the size of every epoch it sees end in `epoch_sizes_path`
 (a small JSON file in the workdir, keyed by a fingerprint of everything that decides the
 stream), so a resume after many epochs costs no recount; a size not recorded is counted
-by a chunking pass (about 1.3 s per epoch of the demo corpus on 2 cores). Train and eval
+by a chunking pass (a second or so per epoch of the demo corpus). Train and eval
 both repeat forever; for a fixed evaluation set take the first N batches of `batches()`.
 """
 

@@ -68,8 +68,7 @@ def dot_over_rows(inputs: Array, kernel: Array, dimension_numbers: Any, precisio
 
     The same values; what changes is the kernel's gradient: a product over one row axis,
     x^T [K, rows] . dy [rows, N], where over [B, S] XLA:CPU transposed both operands and ran
-    the slowest form of the matmul (a MiniLM-sized feed-forward block at 32 x 64, forward and
-    backward: 236 -> 123 ms; benchmarks/README.md). The leading axes merged are batch and
+    the slowest form of the matmul (benchmarks/README.md#dense-layers-over-rows). The leading axes merged are batch and
     length, never split over one another (act_length is not sharded): the reshape moves no data.
     bfloat16_operands: the product of `bf16_matmul.matmul` (matmul_precision="bfloat16").
     """
@@ -127,8 +126,8 @@ class BertEmbeddings(nn.Module):
 
         The small tables (segments, positions) are read by one-hot matmuls, or a slice for
         0..S-1: a gather's gradient is a scatter-add, and thousands of adds into the same few
-        rows serialise on GPU atomics (110 ms of a 231 ms BERT-large step on an H200). The
-        word table stays a gather: as a one-hot matmul the same step took 10% longer.
+        rows serialise on GPU atomics. The word table stays a gather: as a one-hot matmul the
+        step is slower (benchmarks/README.md#segment-and-position-embeddings).
         """
         config = self.config
         words = self.word_embeddings(input_ids)
@@ -198,9 +197,8 @@ class BertSelfAttention(nn.Module):
     def _xla_attention(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
         """Softmax attention in plain XLA ops, with attention dropout; <dtype>[B, S, N, D].
 
-        Computed heads-first ([B, N, S, D]): XLA:CPU ran the two batched products 2.5x
-        slower straight from [B, S, N, D] (MiniLM at 32 x 128: 71 -> 28 ms a layer, the
-        encoder's forward 932 -> 721 ms; benchmarks/README.md, Feature extraction)."""
+        Computed heads-first ([B, N, S, D]): XLA:CPU runs the two batched products much
+        slower straight from [B, S, N, D] (benchmarks/README.md#heads-first-attention)."""
         q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
         scores = jnp.einsum("bnqd,bnkd->bnqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
         scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)

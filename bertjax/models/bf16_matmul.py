@@ -11,10 +11,8 @@ float32 result. Both products of the backward pass (dx = dy . w^T, dw = x^T . dy
 transposed operand; XLA folds any transpose into the product's dimension numbers and then
 runs it in float32 after converting the operands, slower than float32 throughout. Here the
 backward pass transposes its operands in memory first, as a reshape of a transpose that XLA
-cannot fold, and multiplies in the plain form. Measured on the 2-core Xeon (2026-11-27):
-[832, 384] . [384, 1536], forward and backward, 7.9 ms in float32, 8.7 ms as bfloat16
-operands left to XLA, 2.6 ms here; a MiniLM fine-tuning step 1.5x faster
-(benchmarks/README.md).
+cannot fold, and multiplies in the plain form: faster than float32 and than bfloat16
+operands left to XLA (benchmarks/README.md#bfloat16-products-on-amx).
 
     matmul(x, w) -> <f32>[M, N]; its gradients come back in x's and w's dtypes
     has_amx_bf16() -> whether this host's CPU has the bfloat16 matrix units

@@ -4,10 +4,9 @@
 element; dropout needs far less resolution. Here each 32-bit word gives two 16-bit draws and
 an element is dropped when its draw is below round(rate x 65536): the drop probability is
 `rate` rounded to a multiple of 1/65536 (0.1 -> 0.1000061), and kept values are scaled by
-the exact keep probability, so the expected output still equals the input. On this 2-core
-CPU the mask of a [32, 128, 768] tensor alone took 14 ms instead of 54 ms (a whole MiniLM
-training step did not change beyond its noise); on an H100, hidden dropout cost 15 ms of the
-180 ms BERT-large step (benchmarks/README.md).
+the exact keep probability, so the expected output still equals the input. A quarter of
+the hashing makes the masks several times cheaper, which matters most on accelerators,
+where hidden dropout was a visible part of the BERT-large step (benchmarks/README.md#dropout-masks).
 """
 
 from __future__ import annotations

@@ -37,9 +37,9 @@ else:
 
 def with_cublas_matmuls(xla_flags: str) -> str:
     """XLA_FLAGS with every GPU matmul given to cuBLAS (XLA's Triton GEMMs off), unless the
-    flags already choose. On an H100 the BERT-large step (256 x 128) took 159.6 ms instead of
-    166.8, 6 GB less memory and 8 s less compiling: Triton's weight-gradient GEMMs wanted the
-    tokens minor-most and XLA transposed the residual stream for them (benchmarks/README.md).
+    flags already choose: Triton's weight-gradient GEMMs wanted the tokens minor-most and XLA
+    transposed the residual stream for them, so cuBLAS is faster, smaller and compiles sooner
+    (benchmarks/README.md#cublas-for-every-matmul).
     CPUs and TPUs parse the flag and do nothing with it."""
     if "xla_gpu_enable_triton_gemm" in xla_flags:
         return xla_flags

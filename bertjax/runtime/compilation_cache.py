@@ -44,9 +44,8 @@ def enable(path: str | None = None) -> str | None:
 def compiler_options() -> dict[str, Any] | None:
     """XLA options for bertjax's train, evaluation and prediction steps (`jax.jit(...,
     compiler_options=...)`): on CPU, LLVM at -O1 instead of -O2 for XLA's own loops (the
-    matmuls are library calls either way). BERT-base's fine-tuning step compiled in 4.9 s
-    instead of 6.7 s, MiniLM's in 3.4 s instead of 4.1 s, and the steps ran as fast
-    (benchmarks/README.md). None on other backends, or when XLA_FLAGS chooses the level."""
+    matmuls are library calls either way): compiles are faster and the steps run as fast
+    (benchmarks/README.md#cpu-compile-level). None on other backends, or when XLA_FLAGS chooses the level."""
     import jax
 
     if jax.default_backend() != "cpu" or "xla_backend_optimization_level" in os.environ.get("XLA_FLAGS", ""):

@@ -2,8 +2,8 @@
 
 Local paths go through the standard library; anything with a scheme goes through
 `tf.io.gfile`, imported only then. So a process that touches only local files never
-imports TensorFlow: prepare's worker processes stay at ~150 MB and start in about a
-second instead of ~6 s and ~770 MB each, which matters on hosts with hundreds of cores.
+imports TensorFlow: prepare's worker processes stay small and start fast, which matters on
+hosts with hundreds of cores.
 """
 
 from __future__ import annotations

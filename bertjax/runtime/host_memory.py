@@ -1,16 +1,14 @@
 """Host memory for XLA's CPU backend: transparent huge pages, and an opt-in mode that keeps
 freed buffers for the next step.
 
-XLA:CPU allocates a step's temporary buffer (1.3 GB for BERT-base at batch 8, length 128)
-with malloc on one of its worker threads. glibc serves a block that large from a fresh
+XLA:CPU allocates a step's temporary buffer (over a gigabyte for BERT-base) with malloc on
+one of its worker threads. glibc serves a block that large from a fresh
 mmap in a thread arena and unmaps it on free, so every step faults in and zeroes the whole
-buffer again: about 360,000 page faults and 0.6 s of kernel time per BERT-base step on a
-2-core machine. With one malloc arena, no mmap for large blocks and no trimming of the
-heap's top, the freed buffer is reused in place (no faults): BERT-base steps 1.2x faster,
-the demo 1.8x. The price is memory: nothing freed goes back to the system, and the one
-heap can fragment (peak RSS: BERT-base 3.3 GB in most runs, 4.7 to 6.3 GB in about one of
-four; the demo's tiny model 1.2 -> 1.9 GB), so it is off unless BERTJAX_KEEP_FREED_MEMORY=1
-(launch/demo.sh sets it).
+buffer again, hundreds of thousands of page faults a step. With one malloc arena, no mmap
+for large blocks and no trimming of the heap's top, the freed buffer is reused in place (no
+faults) and steps are faster. The price is memory: nothing freed goes back to the system,
+and the one heap can fragment (a higher and more variable peak RSS), so it is off unless
+BERTJAX_KEEP_FREED_MEMORY=1 (launch/demo.sh sets it). Figures: benchmarks/README.md#host-memory.
 
 The launchers that run steps (pretrain, finetune, demo, benchmark) call `configure()`
 (which calls `keep_freed_memory()`) before they import anything else of bertjax: it must run before any
@@ -23,9 +21,8 @@ Transparent huge pages, on by default (`use_huge_pages`, BERTJAX_HUGE_PAGES=0 tu
 the launchers restart themselves once with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc
 reads its tunables only at start-up), so glibc asks the kernel for 2 MB pages for every
 large block. A fresh buffer then takes one fault per 2 MB instead of one per 4 KB, and
-nothing is kept: a MiniLM fine-tuning step (11 x 64 packed, 2 cores) 328.5 / 335.4 ms ->
-291.7 / 287.0 ms at the same peak RSS (1.44 to 1.47 GB either way), faster than keeping freed
-memory (303.1 / 295.5 ms). `configure` does both, first thing in a launcher.
+nothing is kept: faster steps at the same peak RSS, faster even than keeping freed memory
+(benchmarks/README.md#host-memory). `configure` does both, first thing in a launcher.
 """
 
 from __future__ import annotations
