@@ -26,6 +26,8 @@ predictions/ (per split, and GLUE submission files).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import logging
 import math
@@ -39,9 +41,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer
 from bertjax.inference import model_source
-from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
 from bertjax.models import BertConfig, feature_head_names, stack_layers
 from bertjax.models import config as bert_config
+from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
 from bertjax.tasks import batching, packing
 from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task, check_int
 
@@ -230,6 +232,139 @@ def _host(tree: Any) -> Any:
 
 
 # ======================================================================================
+# Compiled programs and evaluation.
+# ======================================================================================
+
+def _eval_step(params, batch, *, objective: trainer.Objective, task: Task):
+    """(sums, counts, the task's per-row predictions) of one evaluation batch."""
+    sums, counts, outputs = trainer.eval_sums(params, batch, objective=objective)
+    return sums, counts, task.predict(outputs)
+
+
+class Programs:
+    """The run's compiled steps: the train step per batch shape (rows, tokens) and evaluation per
+    batch shapes (`_batch_key`), compiled ahead in a background thread in `order`, the order
+    the run needs them; `take` hands each over (waiting for it if need be)."""
+
+    def __init__(self, *, mesh, abstract: trainer.TrainState, shardings: trainer.TrainState,
+                 objective: trainer.Objective, task: Task, train_cfg, seed: int, frozen: tuple[str, ...],
+                 example: dict[str, np.ndarray], eval_example: dict[str, np.ndarray], order: list[tuple]):
+        self.mesh, self.abstract, self.shardings, self.example = mesh, abstract, shardings, example
+        batch_shardings = lambda batch: {name: sharding.batch_sharding(mesh, value.ndim) for name, value in batch.items()}
+        with sharding.activate(mesh):
+            self.step_inputs = trainer.step_inputs(train_cfg, seed, mesh)
+            self._train_jit = trainer.jit_train_step(mesh, shardings, batch_shardings(example), objective=objective,
+                                                     train_config=train_cfg, frozen=frozen)
+        self._eval_jit = jax.jit(functools.partial(_eval_step, objective=objective, task=task),
+                                 in_shardings=(shardings.params, batch_shardings(eval_example)),
+                                 out_shardings=NamedSharding(mesh, PartitionSpec()),
+                                 compiler_options=compilation_cache.compiler_options())
+        self._taken: dict[tuple, Any] = {}
+        self.ahead = compile_ahead.CompileAhead(self._compile, order)
+
+    def _compile(self, key: tuple[str, Any]) -> tuple[Any, float]:
+        """("train", (rows, length)) or ("eval", _batch_key(batch)) -> (that step compiled, seconds)."""
+        kind, shapes = key
+        with sharding.activate(self.mesh):
+            if kind == "train":
+                return trainer.compile_step(self._train_jit, trainer.with_shardings(self.abstract, self.shardings),
+                                            _abstract_batch(self.example, *shapes), self.step_inputs)
+            batch = {name: jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for name, shape, dtype in shapes}
+            return trainer.compile_step(self._eval_jit, trainer.with_shardings(self.abstract.params,
+                                                                               self.shardings.params), batch)
+
+    def is_ready(self, key: tuple) -> bool:
+        return key in self._taken
+
+    def take(self, key: tuple) -> tuple[Any, float, float]:
+        """(the compiled step for `key`, seconds it took to compile, seconds waited for it); the
+        seconds are 0 after the first time."""
+        if key in self._taken:
+            return self._taken[key], 0.0, 0.0
+        self._taken[key], seconds, waited = self.ahead.take(key)
+        return self._taken[key], seconds, waited
+
+    def close(self) -> None:
+        self.ahead.close()  # the compilations not started are dropped
+
+
+def eval_keys(task: Task, batch_size: int, buckets: list[int]) -> list[tuple]:
+    """The evaluation programs the run needs, split by split, shortest first."""
+    keys = []
+    for split in task.eval_splits + task.test_splits:
+        first, _ = next(batching.eval_batches(split, batch_size, buckets))
+        keys += [("eval", _batch_key(_abstract_batch(first, batch_size, length)))
+                 for length in batching.eval_lengths(split, batch_size, buckets)]
+    return keys
+
+
+@dataclasses.dataclass
+class Evaluator:
+    """Evaluation and prediction over the task's splits: batches (never packed) of `batch_size`
+    cut to `buckets`, each process feeding its rows, predictions gathered back in split order."""
+
+    task: Task
+    programs: Programs
+    batch_size: int
+    buckets: list[int]
+
+    def run_split(self, params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
+        mesh = self.programs.mesh
+        totals, gathered = trainer.EvalTotals(), batching.InSplitOrder(split, self.task.sequence_outputs)
+        rows = trainer.process_rows(self.batch_size)
+        progress = console.Progress(math.ceil(len(split) / self.batch_size), label=f"evaluate {split.name}",
+                                    enabled=jax.process_index() == 0, unit="batches")
+        with sharding.activate(mesh):
+            for index, (batch, real) in enumerate(batching.eval_batches(split, self.batch_size, self.buckets),
+                                                  start=1):
+                progress.advance(index)
+                host_rows = {name: value[rows] for name, value in batch.items()}
+                eval_step, _, _ = self.programs.take(("eval", _batch_key(batch)))
+                sums, counts, predictions = _host(eval_step(params, trainer.global_batch(host_rows, mesh)))
+                totals.add(sums, counts)
+                gathered.add(real, predictions)
+        progress.close()
+        predictions = gathered.arrays
+        if not (score and split.has_labels):
+            return {}, predictions
+        return {"loss": totals.means()["loss"], **self.task.evaluate(split, predictions)}, predictions
+
+    def evaluate(self, params) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, np.ndarray]]]:
+        """({split: metrics}, {split: predictions}) over the evaluation splits."""
+        done = {split.name: self.run_split(params, split) for split in self.task.eval_splits}
+        return {name: metrics for name, (metrics, _) in done.items()}, {name: p for name, (_, p) in done.items()}
+
+
+def _train_step(programs: Programs, shape: tuple[int, int], loop: trainer.Loop, clock: console.PhaseClock):
+    """The train step for batches of `shape` (rows, tokens); the first wait for it is paused
+    out of the step timing, counted as compile time and reported."""
+    key = ("train", shape)
+    if programs.is_ready(key):
+        return programs.take(key)[0]
+    with loop.paused():
+        step_fn, seconds, waited = programs.take(key)
+    clock.add("compile", waited)
+    ahead_of_use = seconds - waited
+    loop.console(f"compiled the train step for {shape[0]} x {shape[1]} tokens in {seconds:.1f}s"
+                 + (f" ({ahead_of_use:.1f}s of it while training)" if ahead_of_use >= 0.1 else ""))
+    return step_fn
+
+
+def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, packed: bool, how: str,
+                 frozen: tuple[str, ...], start_step: int) -> str:
+    """The console line that says what the run will do."""
+    shape = (f"examples packed into rows of {train_batches.buckets[0]} tokens, {train_batches.row_counts} rows a step"
+             if packed else f"batches padded to {train_batches.buckets}")
+    return (f"{task.name}: {len(task.train)} training examples"
+            + "".join(f", {len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
+            + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
+            + f" ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f} epochs), lr {train_cfg.learning_rate:g}, "
+            + f"warmup {train_cfg.warmup_steps}; {shape}; {how}"
+            + ("; the encoder frozen" if frozen else "") + f"; starting at step {start_step}")
+
+
+# ======================================================================================
 # The run.
 # ======================================================================================
 
@@ -257,7 +392,6 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     with clock.phase("read and tokenize"):
         task = tasks.load_task(config, tokenizer)
     train_batches, eval_buckets = training_batches(config, task.train, mesh_shape[0] * mesh_shape[1])
-    buckets = train_batches.buckets
     train_cfg = schedule_config(config, len(task.train))
     eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
     eval_every = train_cfg.eval_every or train_batches.steps_per_epoch()
@@ -278,7 +412,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     objective = trainer.Objective(apply=apply, sums=task.sums, counts=task.counts, loss_terms=task.loss_terms)
     optimizer = optim.make_optimizer(train_cfg)
     example = train_batches.batch(0)
-    dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in _abstract_batch(example, 1, buckets[0]).items()}
+    dummy = {name: np.zeros(spec.shape, spec.dtype)
+             for name, spec in _abstract_batch(example, 1, train_batches.buckets[0]).items()}
     init_params = lambda: model.init(
         jax.random.key(config.seed), *task.inputs(dummy), **packing.model_inputs(dummy))["params"]
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh, frozen)
@@ -294,72 +429,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                                        pretrained_source=config.init_checkpoint, config=saved_config, frozen=frozen)
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
-
-    # -- The steps: the train step compiled once per bucket length the batches use, evaluation
-    #    (sums and per-row predictions, replicated to every host) once per evaluation length;
-    #    compiled ahead in a background thread, in the order the run needs them. --
-    batch_shardings = lambda batch: {name: sharding.batch_sharding(mesh, value.ndim) for name, value in batch.items()}
-    # Evaluation batches are never packed; every split of a task has the train split's features.
-    eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))
-    replicated = NamedSharding(mesh, PartitionSpec())
-    with sharding.activate(mesh):
-        step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
-        step_jit = trainer.jit_train_step(mesh, shardings, batch_shardings(example), objective=objective,
-                                          train_config=train_cfg, frozen=frozen)
-    def predict(params, batch):
-        sums, counts, outputs = trainer.eval_sums(params, batch, objective=objective)
-        return sums, counts, task.predict(outputs)
-
-    predict_fn = jax.jit(predict, in_shardings=(shardings.params, batch_shardings(eval_example)),
-                         out_shardings=replicated, compiler_options=compilation_cache.compiler_options())
-
-    def compile_program(key: tuple[str, Any]) -> tuple[Any, float]:
-        """("train", (rows, length)) or ("eval", _batch_key(batch)) -> (that step compiled, seconds)."""
-        kind, shapes = key
-        with sharding.activate(mesh):
-            if kind == "train":
-                return trainer.compile_step(step_jit, trainer.with_shardings(abstract, shardings),
-                                            _abstract_batch(example, *shapes), step_inputs)
-            batch = {name: jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for name, shape, dtype in shapes}
-            return trainer.compile_step(predict_fn, trainer.with_shardings(abstract.params, shardings.params), batch)
-
     start_step = int(jax.device_get(state.step))
-    eval_fns: dict[tuple, Any] = {}  # _batch_key(batch) -> the compiled evaluation step
 
-    def eval_step_for(batch: dict[str, np.ndarray]):
-        """The evaluation step compiled for the shapes of `batch` (splits may differ beyond the
-        length: multiple choice with fewer choices, say)."""
-        key = _batch_key(batch)
-        if key not in eval_fns:
-            eval_fns[key], _, _ = ahead.take(("eval", key))
-        return eval_fns[key]
-
-    def run_split(params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-        """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
-        totals, gathered = trainer.EvalTotals(), batching.InSplitOrder(split, task.sequence_outputs)
-        rows = trainer.process_rows(eval_batch_size)
-        progress = console.Progress(math.ceil(len(split) / eval_batch_size), label=f"evaluate {split.name}",
-                                    enabled=jax.process_index() == 0, unit="batches")
-        with sharding.activate(mesh):
-            for index, (batch, real) in enumerate(batching.eval_batches(split, eval_batch_size, eval_buckets), start=1):
-                progress.advance(index)
-                host_rows = {name: value[rows] for name, value in batch.items()}
-                eval_step = eval_step_for(batch)
-                sums, counts, predictions = _host(eval_step(params, trainer.global_batch(host_rows, mesh)))
-                totals.add(sums, counts)
-                gathered.add(real, predictions)
-        progress.close()
-        predictions = gathered.arrays
-        if not (score and split.has_labels):
-            return {}, predictions
-        return {"loss": totals.means()["loss"], **task.evaluate(split, predictions)}, predictions
-
-    def evaluate(params) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, np.ndarray]]]:
-        """({split: metrics}, {split: predictions}) over the evaluation splits."""
-        done = {split.name: run_split(params, split) for split in task.eval_splits}
-        return {name: metrics for name, (metrics, _) in done.items()}, {name: p for name, (_, p) in done.items()}
-
-    # -- The loop. --
+    # -- The loop's bookkeeping: logs, checkpoints, the best evaluation so far. --
     best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.latest_step() else None
     # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
     # weights there at the end, with no metrics).
@@ -370,52 +442,38 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         max_consecutive_bad_steps=train_cfg.max_consecutive_bad_steps,
         sequences_per_step=train_cfg.batch_size, console_keys=("loss", "accuracy", "mse"),
         label=f"fine-tune {task.name}")
-    loop.console(f"{task.name}: {len(task.train)} training examples"
-                 + "".join(f", {len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
-                 + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
-                 + f" ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f} epochs), lr {train_cfg.learning_rate:g}, "
-                 f"warmup {train_cfg.warmup_steps}; "
-                 + (f"examples packed into rows of {buckets[0]} tokens, {train_batches.row_counts} rows a step"
-                    if config.data.pack_examples else f"batches padded to {buckets}") + f"; {how}"
-                 + ("; the encoder frozen" if frozen else "") + f"; starting at step {start_step}")
-    step_fns: dict[tuple[int, int], Any] = {}  # (rows, tokens) -> the compiled train step
+    loop.console(_run_summary(task, train_cfg, train_batches, bool(config.data.pack_examples), how, frozen,
+                              start_step))
+
+    # -- The steps: the train step compiled once per batch shape the batches use, evaluation
+    #    (sums and per-row predictions, replicated to every host) once per evaluation shape;
+    #    compiled ahead in a background thread, in the order the run needs them. --
+    eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))  # splits share features
+    first_epoch = min(train_cfg.num_steps - start_step, train_batches.steps_per_epoch())
+    programs = Programs(
+        mesh=mesh, abstract=abstract, shardings=shardings, objective=objective, task=task, train_cfg=train_cfg,
+        seed=config.seed, frozen=frozen, example=example, eval_example=eval_example,
+        order=[*(("train", shape) for shape in train_batches.shape_order(start_step, first_epoch)),
+               *eval_keys(task, eval_batch_size, eval_buckets)])
+    evaluator = Evaluator(task, programs, eval_batch_size, eval_buckets)
+
+    # -- The loop. --
     best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
-
-    def train_step_for(shape: tuple[int, int]):
-        """The train step compiled for batches of `shape` (rows, tokens) (the wait for it is not timed)."""
-        if shape not in step_fns:
-            with loop.paused():
-                step_fns[shape], seconds, waited = ahead.take(("train", shape))
-            clock.add("compile", waited)
-            ahead_of_use = seconds - waited
-            loop.console(f"compiled the train step for {shape[0]} x {shape[1]} tokens in {seconds:.1f}s"
-                         + (f" ({ahead_of_use:.1f}s of it while training)" if ahead_of_use >= 0.1 else ""))
-        return step_fns[shape]
-
-    eval_keys = []  # what evaluation and prediction will need, split by split, shortest first
-    for split in task.eval_splits + task.test_splits:
-        first, _ = next(batching.eval_batches(split, eval_batch_size, eval_buckets))
-        eval_keys += [("eval", _batch_key(_abstract_batch(first, eval_batch_size, length)))
-                      for length in batching.eval_lengths(split, eval_batch_size, eval_buckets)]
-    ahead = compile_ahead.CompileAhead(compile_program, [
-        *(("train", shape) for shape in train_batches.shape_order(
-            start_step, min(train_cfg.num_steps - start_step, train_batches.steps_per_epoch()))),
-        *eval_keys])
     step = start_step
     batches = train_batches.batches(start_batch=start_step)
     try:
         while step < train_cfg.num_steps:
             batch = next(batches)
-            step_fn = train_step_for(batching.batch_shape(batch))
+            step_fn = _train_step(programs, batching.batch_shape(batch), loop, clock)
             rows = trainer.process_rows(len(batch["input_ids"]))  # packed batches vary in rows
             host_rows = {name: value[rows] for name, value in batch.items()}
             with sharding.activate(mesh):
-                state, metrics = step_fn(state, trainer.global_batch(host_rows, mesh), step_inputs)
+                state, metrics = step_fn(state, trainer.global_batch(host_rows, mesh), programs.step_inputs)
             step += 1
             loop.record(step, metrics, state)
             if loop.is_eval_step(step):
                 with loop.paused(), clock.phase("evaluate"):
-                    results, predictions = evaluate(state.params)
+                    results, predictions = evaluator.evaluate(state.params)
                     main = results[task.eval_splits[0].name]
                     loop.write_eval(step, {**main, **{f"{split}_{name}": value for split, metrics_ in
                                                       list(results.items())[1:] for name, value in metrics_.items()}})
@@ -426,7 +484,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             with clock.phase("save"):
                 loop.save(step, state)
     except BaseException:
-        ahead.close()  # the compilations not started are dropped
+        programs.close()
         raise
     finally:
         with clock.phase("save"):
@@ -448,12 +506,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     with clock.phase("predict"):
         for split in task.eval_splits + task.test_splits:
             if split.name in to_predict:
-                _, predictions = run_split(params, split, score=False)  # write_predictions post-processes once
+                _, predictions = evaluator.run_split(params, split, score=False)  # written post-processed once
             else:  # the best weights' evaluation, run by this process
                 predictions = best_predictions[split.name]
             if jax.process_index() == 0:
                 written += task.write_predictions(split, predictions, directory)
-    ahead.close()
+    programs.close()
     if best is not None:
         loop.console(f"best {task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']} "
                      f"(weights in {best_checkpointer.directory})")

@@ -21,11 +21,11 @@ import ml_collections
 import numpy as np
 
 from bertjax import checkpointing, optim, run_config, sharding, tokenization, trainer
-from bertjax.runtime import compilation_cache, fileio
 from bertjax.metrics import pretraining_flops_per_sequence
 from bertjax.models import (PRETRAINING_LOSS_TERMS, BertConfig, BertForPreTraining, pretraining_counts,
                             pretraining_sums, stack_layers)
 from bertjax.models import config as bert_config
+from bertjax.runtime import compilation_cache, fileio
 
 log = logging.getLogger(__name__)
 
@@ -250,10 +250,43 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return _train_and_evaluate(config, workdir)
 
 
+def _checkpoint_config(config: ml_collections.ConfigDict) -> BertConfig | None:
+    """The BertConfig of config.init_checkpoint (None without one); ValueError naming it."""
+    from bertjax.models.convert import pretrained_config
+
+    if not config.init_checkpoint:
+        return None
+    try:
+        return pretrained_config(config.init_checkpoint)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
+
+
+def fixed_eval_batches(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, np.ndarray]]:
+    """The held-out batches every evaluation of the run reads (none without evaluation)."""
+    train_cfg = config.train
+    if not (train_cfg.eval_every and train_cfg.eval_batches):
+        return []
+    eval_data = HostBatches(config, workdir, "eval")
+    warn_if_eval_repeats(eval_data.pipeline, train_cfg.eval_batches)
+    stream = eval_data.batches(0)
+    return [next(stream) for _ in range(train_cfg.eval_batches)]
+
+
+def evaluate(eval_fn, params, batches: list[dict[str, np.ndarray]], mesh) -> dict[str, float]:
+    """Masked-LM and NSP metrics over the fixed eval batches; loss is the sum of both losses."""
+    totals = trainer.EvalTotals()
+    with sharding.activate(mesh):
+        for batch in batches:
+            totals.add(*eval_fn(params, trainer.global_batch(batch, mesh)))
+    means = totals.means()
+    means["loss"] = sum(means[name] for name in PRETRAINING_LOSS_TERMS)
+    return means
+
+
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     from bertjax.data import prepare  # TensorFlow only for input
     from bertjax.data.pretraining import check_data_config
-    from bertjax.models.convert import pretrained_config
 
     train_cfg = config.train
 
@@ -263,13 +296,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         raise ValueError("config.data.source='original_tfrecord' needs config.data.vocab_path: the vocab.txt the "
                          "records were made with (it sizes the model's embeddings)")
     data_dir = config.data.prepared_dir or fileio.join(workdir, "data")
-    checkpoint_config = None
-    if config.init_checkpoint:
-        try:
-            checkpoint_config = pretrained_config(config.init_checkpoint)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
-    bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), checkpoint_config)
+    bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), _checkpoint_config(config))
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape)
     warn_if_demo_corpus(config.data, bert)
@@ -283,14 +310,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     if config.data.source != "original_tfrecord":
         trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
     train_data = HostBatches(config, workdir, "train")
-    eval_batches = []
-    if train_cfg.eval_every and train_cfg.eval_batches:
-        eval_data = HostBatches(config, workdir, "eval")
-        warn_if_eval_repeats(eval_data.pipeline, train_cfg.eval_batches)
-        eval_stream = eval_data.batches(0)
-        eval_batches = [next(eval_stream) for _ in range(train_cfg.eval_batches)]
-        guesses = guess_accuracies(eval_batches)
-        alarm = PlateauAlarm(guesses["mlm_unigram_accuracy"], train_cfg.plateau_evals)
+    eval_batches = fixed_eval_batches(config, workdir)
+    guesses = guess_accuracies(eval_batches) if eval_batches else {}
+    alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals)
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
     model = BertForPreTraining(bert)
@@ -339,15 +361,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     loop.console(f"{loop_console}; {how}; compiled the train step in {compile_seconds:.1f}s; "
                  f"starting at step {start_step} of {train_cfg.num_steps}")
 
-    def evaluate() -> dict[str, float]:
-        totals = trainer.EvalTotals()
-        with sharding.activate(mesh):
-            for batch in eval_batches:
-                totals.add(*eval_fn(state.params, trainer.global_batch(batch, mesh)))
-        means = totals.means()
-        means["loss"] = sum(means[name] for name in PRETRAINING_LOSS_TERMS)
-        return {**means, **guesses}
-
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
     step = start_step
     batches = loop.input(train_data.batches(start_batch=start_step))
@@ -360,7 +373,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             loop.record(step, metrics, state)
             if loop.is_eval_step(step):
                 with loop.paused():
-                    results = evaluate()
+                    results = {**evaluate(eval_fn, state.params, eval_batches, mesh), **guesses}
                     loop.write_eval(step, results)
                 if alarm.check(step, results["mlm_accuracy"]):
                     loop.console(alarm.warning)
