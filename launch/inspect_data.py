@@ -26,8 +26,8 @@ from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bertjax.runtime import fileio  # noqa: E402
 from bertjax.data import masking, pipelines, prepare  # noqa: E402
+from bertjax.runtime import fileio  # noqa: E402
 
 config_flags.DEFINE_config_file("config", None, "Pre-training config file.", lock_config=True)
 flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --dump cover all of them).",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bertjax.runtime import fileio
 from bertjax.data import original_tfrecord, prepare
 from bertjax.data.pretraining import PretrainingPipeline
+from bertjax.runtime import fileio
 
 
 def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: int = 0, process_count: int = 1,

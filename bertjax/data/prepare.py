@@ -41,10 +41,10 @@ from typing import Any, Iterator
 import numpy as np
 from absl import logging
 
-from bertjax.runtime import console, fileio
 from bertjax import tokenization
-from bertjax.data.corpora import demo_corpus
 from bertjax.data import shards, sources
+from bertjax.data.corpora import demo_corpus
+from bertjax.runtime import console, fileio
 
 FORMAT = "bertjax.prepared.v2"  # v2: raw int32 records (shards.py); v1 held tf.train.Examples
 BATCH_DOCUMENTS = 256

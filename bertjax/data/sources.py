@@ -56,8 +56,8 @@ from typing import Any, Callable, Iterator
 
 from absl import logging
 
-from bertjax.runtime import fileio
 from bertjax.data.corpora import demo_corpus
+from bertjax.runtime import fileio
 
 SOURCES = ("demo", "text", "jsonl", "parquet", "tfds")
 TEXT_UNIT_BYTES = 64 << 20  # per unit of text, JSONL or Parquet (its text column, uncompressed)

@@ -25,10 +25,10 @@ import dataclasses
 import os
 from typing import Any
 
-from bertjax.runtime import fileio
 from bertjax import tokenization
 from bertjax.models import convert
 from bertjax.models.config import BertConfig
+from bertjax.runtime import fileio
 
 
 

@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 
 from bertjax import tokenization
-from bertjax.data.corpora import demo_corpus
 from bertjax.data import pipelines
+from bertjax.data.corpora import demo_corpus
 from configs import pretrain
 
 # sha256 of the demo vocab.txt, of documents 0..9 and of paragraphs 0..99: a change here

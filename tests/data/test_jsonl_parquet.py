@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bertjax.data.corpora import demo_corpus
 from bertjax.data import prepare, sources
+from bertjax.data.corpora import demo_corpus
 
 
 def _config(source, pattern, **overrides):

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from bertjax import tokenization
-from bertjax.data.corpora import demo_corpus
 from bertjax.data import prepare, shards, sources
+from bertjax.data.corpora import demo_corpus
 
 
 def _config(tmp_path, **overrides):

@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from bertjax.data.corpora import demo_corpus
 from bertjax.data import sources
+from bertjax.data.corpora import demo_corpus
 
 
 def _config(**overrides):

@@ -31,8 +31,8 @@ import random
 import re
 from typing import Iterator
 
-from bertjax.runtime import fileio
 from bertjax import tokenization
+from bertjax.runtime import fileio
 
 SEED = 20240611
 NUM_DOCUMENTS = 400
