@@ -52,6 +52,10 @@ def main(_):
         raise ValueError("give --input or --text, not both")
     import bertjax
     from bertjax.inference import batch_predict, model_source
+    from bertjax.runtime import fileio
+
+    if _INPUT.value and _OUTPUT.value and fileio.same_file(_INPUT.value, _OUTPUT.value):
+        raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
     family = "fill_mask" if _TASK.value else source.task_info.get("family")
@@ -77,11 +81,13 @@ def main(_):
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                **_VOCABULARY())
     write, close = batch_predict.jsonl_writer(_OUTPUT.value)
+    completed = False
     try:
         summary = batch_predict.predict_all(model, family, records, write, _ON_ERROR.value, _TOP_K.value,
                                             progress=batch_predict.progress_line())
+        completed = True
     finally:
-        close()
+        close(completed)
     for where, why in summary["skipped"][:batch_predict.SHOWN_ERRORS]:
         print(f"skipped {where}: {why}", file=sys.stderr)
     if summary["skipped"]:

@@ -148,6 +148,12 @@ def test_a_failed_jsonl_run_leaves_no_tmp_file_and_an_earlier_complete_file_unto
     with pytest.raises(KeyboardInterrupt):
         feature_files.extract(CtrlC(), inputs, str(earlier), layers=(-1,), log=lambda _: None)
     assert sorted(os.listdir(tmp_path)) == ["earlier.jsonl", "in.txt"] and earlier.read_bytes() == complete
+    # The output is the input, by its name or through a link (issue 46, 3): refused, nothing written.
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "earlier.jsonl")
+    for output in (earlier, tmp_path / "link.jsonl"):
+        with pytest.raises(ValueError, match="is the input file"):
+            feature_files.extract(minilm, str(earlier), str(output), log=lambda _: None)
+    assert earlier.read_bytes() == complete
 
 
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_path):

@@ -181,6 +181,12 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
         model_source.resolve(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="is not a directory"):
         model_source.resolve(str(tmp_path / "notes.txt"))
+    # A fine-tuning run before its first evaluation or save (issue 46, 9): said so, not "no layout".
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 0.7}\n')
+    with pytest.raises(FileNotFoundError, match=r"is a bertjax run with no saved weights yet: neither best/"):
+        model_source.resolve(str(run))
 
 
 def test_a_vocabulary_other_than_the_models_is_refused(unevaluated_run, tmp_path):

@@ -81,6 +81,11 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     (tmp_path / "choice.jsonl").write_text(json.dumps({"context": "x", "choices": ["a"]}) + "\n")
     [(_, item)] = _read(tmp_path / "choice.jsonl", "choice")
     assert "at least 2 texts" in batch_predict.check(_fake("choice"), "choice", item)
+    # A line that is not UTF-8 is one bad input, skippable like any other (issue 46, 11).
+    (tmp_path / "latin1.txt").write_bytes(b"good film\ncaf\xe9 ok\nbad film\n")
+    records = _read(tmp_path / "latin1.txt", "classification")
+    assert [batch_predict.check(_fake("classification"), "classification", item) for _, item in records] == [
+        None, "not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8", None]
     (tmp_path / "masks.txt").write_text("the [MASK] sat .\nno mask\n")
     assert [batch_predict.check(None, "fill_mask", item) for _, item in _read(tmp_path / "masks.txt", "fill_mask")] \
         == [None, "no [MASK] in 'no mask'"]
@@ -105,6 +110,25 @@ def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_c
     assert written[2] == {"error": summary["skipped"][0][1], "where": "f.txt:9"}
     with pytest.raises(ValueError, match=r"^f.txt:9: the model was trained on single texts"):
         batch_predict.predict_all(model, "classification", records, written.append, "fail")
+
+
+def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
+    """JSONL lines go to NAME.tmp, renamed at the end (issue 46, 3): a run that fails midway
+    leaves no half file and an earlier NAME as it was."""
+    from bertjax.inference import batch_predict
+
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n")
+    write, close = batch_predict.jsonl_writer(str(out))
+    write({"label": "good"})
+    assert out.read_text() == "earlier\n"
+    close(False)  # failed midway
+    assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == "earlier\n"
+    write, close = batch_predict.jsonl_writer(str(out))
+    write({"label": "good"}), write({"value": 1.5})
+    close(True)
+    assert sorted(os.listdir(tmp_path)) == ["out.jsonl"]
+    assert out.read_text() == '{"label": "good"}\n{"value": 1.5}\n'
 
 
 def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pretrained_run):
@@ -154,6 +178,12 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     assert failed.returncode == 2 and failed.stderr.strip().splitlines() == [
         f"error: {tmp_path}/new.jsonl:5: {why}; --on_error=skip writes an error line for each and goes on"]
     assert not (tmp_path / "f.jsonl").exists()
+    before = (tmp_path / "new.jsonl").read_bytes()
+    onto_input = _predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
+                          f"--output={tmp_path}/new.jsonl", "--on_error=skip")
+    assert onto_input.returncode == 2 and onto_input.stderr.strip().splitlines() == [
+        f"error: --output={tmp_path}/new.jsonl is the input file; give another name (it would be overwritten)"]
+    assert (tmp_path / "new.jsonl").read_bytes() == before
 
 
 def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_pretrained_run, tmp_path):

@@ -36,9 +36,10 @@ def test_classification_predicts_labels_and_probabilities(minilm_classifier_run)
 
 
 @pytest.mark.parametrize("run", ["ner", "ner_bilstm"])
-def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run):
+def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run, tmp_path):
     import bertjax
     from bertjax.evaluation import ner
+    from bertjax.inference import batch_predict
 
     workdir, dev = runs[run]
     model = bertjax.load_model(workdir, batch_size=4)
@@ -65,6 +66,13 @@ def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run):
     assert len(raw["tags"]) == 7 and raw["tags"] == model.predict([raw["words"]])[0]["tags"]
     for entity in raw["entities"]:
         assert sentence[entity["start"]:entity["end"]] == entity["text"]
+    # A line of a file is the sentence as given (issue 46, 1): offsets count from its first character.
+    (tmp_path / "lines.txt").write_text("   Anna Smith moved to Oslo .\r\n")
+    records = list(batch_predict.read_inputs(str(tmp_path / "lines.txt"), "tagging", "text", {}))
+    assert records == [(f"{tmp_path}/lines.txt:1", "   Anna Smith moved to Oslo .")]
+    written = []
+    batch_predict.predict_all(model, "tagging", records, written.append)
+    assert written == model.predict(["   Anna Smith moved to Oslo ."])
     with pytest.raises(ValueError, match="inputs: give a list of inputs, not one string"):
         model.predict(sentence)
     with pytest.raises(ValueError, match="input 1: not valid Unicode"):
@@ -92,6 +100,41 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs):
             assert (result["start"], result["end"]) == (-1, -1)
     with pytest.raises(ValueError, match="input 2: an empty context"):
         model.predict([inputs[0], {"question": "why?", "context": "  "}])
+
+
+def test_span_qa_ids_are_unique_over_a_whole_input_and_every_input_gets_its_line(runs, tmp_path, monkeypatch):
+    """Issue 46, 4: an input without an id gets its position (over the whole input, not a
+    chunk); an empty id or one seen before is named up front, and every input has its line."""
+    import bertjax
+    from bertjax.inference import batch_predict
+
+    workdir, dev = runs["squad"]
+    model = bertjax.load_model(workdir, batch_size=8)
+    (_, context, question, _, _), *_ = dev
+    lines = [f"{question} ||| {context}"] * 5
+    (tmp_path / "qa.txt").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(batch_predict, "CHUNK_INPUTS", 2)  # ids 1..5 over three chunks
+    records = list(batch_predict.read_inputs(str(tmp_path / "qa.txt"), "squad", "text", {}))
+    written = []
+    summary = batch_predict.predict_all(model, "squad", records, written.append)
+    assert summary["predicted"] == 5 and [line["id"] for line in written] == ["1", "2", "3", "4", "5"]
+    one = model.predict([{"question": question, "context": context}])[0]
+    assert all({**line, "id": "1"} == one for line in written)
+
+    rows = [{"id": "a", "question": question, "context": context}, {"id": "", "question": question, "context": context},
+            {"question": question, "context": context}, {"id": "a", "question": question, "context": context}]
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    records = list(batch_predict.read_inputs(str(tmp_path / "qa.jsonl"), "squad", "jsonl",
+                                             batch_predict.default_keys("squad", None)))
+    written = []
+    summary = batch_predict.predict_all(model, "squad", records, written.append, "skip")
+    assert [line.get("id") for line in written] == ["a", None, "3", None]
+    assert written[1] == {"error": "an id must be a non-empty text, got ''", "where": f"{tmp_path}/qa.jsonl:2"}
+    assert written[3] == {"error": "the id 'a' is input 1's too; ids must be unique", "where": f"{tmp_path}/qa.jsonl:4"}
+    with pytest.raises(ValueError, match=r"qa.jsonl:2: an id must be a non-empty text, got '' \(1 more bad inputs\)"):
+        batch_predict.predict_all(model, "squad", records, written.append)
+    with pytest.raises(ValueError, match="input 2: the id 'a' is input 1's too"):
+        model.predict([rows[0], rows[3]])
 
 
 def test_multiple_choice_predicts_the_runs_own_choices(runs):

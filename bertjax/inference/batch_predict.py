@@ -42,7 +42,7 @@ class _FillMask:
     text_lines = True
 
     def read_line(self, line: str):
-        return line or ValueError("a blank line (this task has no empty input)")
+        return line.strip() or ValueError("a blank line (this task has no empty input)")
 
     def input_keys(self, data: dict) -> dict[str, str]:
         return {"text_a": "text"}
@@ -70,11 +70,7 @@ def default_keys(family: str, data: dict | None) -> dict[str, str]:
 
 def file_format(path: str, family: str, chosen: str = "auto") -> str:
     """The format an input file is read in (see the module docstring)."""
-    if chosen != "auto":
-        return chosen
-    extension = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
-    own = input_reader(family).extensions
-    return own.get(extension) or {"csv": "csv", "tsv": "tsv", "jsonl": "jsonl", "json": "jsonl"}.get(extension, "text")
+    return common.file_format(path, "" if chosen == "auto" else chosen, input_reader(family).extensions)
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
@@ -84,8 +80,8 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
     run's config.data (CoNLL's tag_column)."""
     reader = input_reader(family)
     if input_format == "text":
-        for number, line in enumerate(common.user_lines(path), start=1):
-            yield f"{path}:{number}", reader.read_line(line.strip())
+        for number, line in enumerate(common.user_lines(path, bad_lines="yield"), start=1):
+            yield f"{path}:{number}", line if isinstance(line, ValueError) else reader.read_line(line.rstrip("\r\n"))
     elif input_format in ("csv", "tsv", "jsonl"):
         for where, row in common.read_records(path, input_format):
             try:
@@ -139,6 +135,14 @@ def predict_all(model, family: str, records: list[tuple[str, Any]], write: Calla
     problems = [(where, check(model, family, item)) for where, item in records]
     if family == FILL_MASK.name:
         _check_masks_kept(model, records, problems)
+    else:  # e.g. SQuAD's ids, unique over the whole input and made up from the position if absent
+        good = [i for i, (_, why) in enumerate(problems) if not why]
+        items, clashes = tasks.FAMILIES[family].identify([records[i][1] for i in good], [i + 1 for i in good])
+        records = list(records)
+        for k, i in enumerate(good):
+            records[i] = (records[i][0], items[k])
+            if k in clashes:
+                problems[i] = (records[i][0], clashes[k])
     skipped = [(where, why) for where, why in problems if why]
     if skipped and on_error == "fail":
         where, why = skipped[0]
@@ -175,18 +179,28 @@ def progress_line() -> Callable[[int, int], None]:
 
 
 def jsonl_writer(path: str | None):
-    """(write(dict), close()) for JSONL lines to `path` (local or gs://; opened at the first
-    line, so a run that fails before predicting leaves no file), or stdout when None."""
+    """(write(dict), close(completed)) for JSONL lines to `path` (local or gs://), or stdout when
+    None. The lines go to `path`.tmp, renamed to `path` by close(True): a run that fails midway
+    (close(False)) leaves neither a half file nor a changed `path`; one that fails before its
+    first line leaves nothing at all."""
     opened = []
+    tmp = None if path is None else f"{path}.tmp"
 
     def write(record: dict) -> None:
         if not opened:
-            opened.append(sys.stdout if path is None else fileio.open_file(path, "w"))
+            opened.append(sys.stdout if path is None else fileio.open_file(tmp, "w"))
         opened[0].write(json.dumps(record, ensure_ascii=False, default=_plain) + "\n")
 
-    def close() -> None:
+    def close(completed: bool = True) -> None:
         for out in opened:
-            out.flush() if path is None else out.close()
+            if path is None:
+                out.flush()
+                continue
+            out.close()
+            if completed:
+                fileio.rename(tmp, path)
+            else:
+                fileio.remove(tmp)
 
     return write, close
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,24 +45,15 @@ from bertjax import sharding, tasks, tokenization
 from bertjax.inference import model_source
 from bertjax.models import BertEncoder
 from bertjax.models.config import BertConfig
-from bertjax.models.heads import MaskedLMHead, gather_positions
 from bertjax.runtime import compilation_cache
 from bertjax.tasks import batching
 from bertjax.tasks.common import Split, encode_pairs
 from bertjax.tasks.family import Family, at_position
-from bertjax.tasks.raw_text import text_pair
+from bertjax.tasks.raw_text import not_one_string, text_pair
 
 DTYPES = ("float32", "bfloat16")
 POOLINGS = ("none", "cls", "mean")
 CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
-
-
-def not_one_string(texts: Any, what: str = "texts") -> Any:
-    """`texts` as given; a lone string is a ValueError (iterating it would give one input per
-    character)."""
-    if isinstance(texts, str):
-        raise ValueError(f"{what}: give a list of inputs, not one string (wrap it: [{texts[:40]!r}])")
-    return texts
 
 
 def inference_buckets(max_seq_length: int) -> list[int]:
@@ -73,18 +63,6 @@ def inference_buckets(max_seq_length: int) -> list[int]:
     sentences that saved 12% of the tokens (benchmarks/README.md, Prediction)."""
     rungs = {8, 16} | {base * 2**k for base in (16, 24) for k in range(max_seq_length.bit_length())}
     return sorted({rung for rung in rungs if rung < max_seq_length} | {max_seq_length})
-
-
-class _MaskedLM(nn.Module):
-    """The encoder and its masked-LM head: <int>[B, S] x3, positions <int>[B, P] -> logits [B, P, vocab]."""
-
-    config: BertConfig
-
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids, attention_mask, positions):
-        encoder = BertEncoder(self.config, name="bert")
-        sequence, _ = encoder(input_ids, token_type_ids, attention_mask, True)
-        return MaskedLMHead(self.config, name="mlm")(gather_positions(sequence, positions), encoder.attend)
 
 
 class Model:
@@ -279,56 +257,20 @@ class Model:
 
     # -- Fill-mask. --
 
+    # -- Fill-mask (bertjax/inference/fill_mask.py). --
+
     def fill_mask(self, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]]]]:
         """For each text (or "a ||| b" pair) with one or more [MASK], the top_k tokens at each
-        mask: [{"token", "token_id", "probability"}], best first. The masked-LM head must
-        be in the checkpoint (pre-training runs, Google's releases, Hugging Face
-        BertForPreTraining/BertForMaskedLM); ValueError naming the input without a [MASK]."""
-        if "mlm" not in self._params:
-            raise ValueError(f"{self.source.path} has no masked-LM head (it has {list(self.heads) or 'only the encoder'})"
-                             "; fill-mask needs a pre-training checkpoint or a Hugging Face BertForMaskedLM/"
-                             "BertForPreTraining")
-        if not 1 <= top_k <= self.bert.vocab_size:
-            raise ValueError(f"top_k must be in [1, {self.bert.vocab_size}], got {top_k}")
-        texts = list(not_one_string(texts))
-        split, counts = self._masked(texts)
-        ids = split.features["input_ids"]
-        for i in np.flatnonzero(counts == 0)[:1]:
-            raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {self.max_seq_length} "
-                             f"tokens): {str(texts[i])[:80]!r}")
-        width = int(counts.max(initial=1))
-        positions = np.zeros((len(texts), width), np.int32)
-        for i, row in enumerate(ids):
-            found = np.flatnonzero(row == self.tokenizer.mask_id)
-            positions[i, :len(found)] = found
-        split.features["mask_positions"] = positions
-        bert, k = self.bert, top_k
+        mask: [{"token", "token_id", "probability"}], best first (`fill_mask.fill_mask`)."""
+        from bertjax.inference import fill_mask
 
-        def apply(params, batch):
-            logits = _MaskedLM(bert).apply({"params": {"bert": params["bert"], "mlm": params["mlm"]}},
-                                           batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                                           batch["mask_positions"])
-            probabilities, tokens = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), -1), k)
-            return {"probabilities": probabilities, "tokens": tokens}
-
-        outputs = self.run(("fill_mask", k), apply, split)
-        results = []
-        for i in range(len(texts)):
-            results.append([[{"token": self.tokenizer.id_to_token(int(token)), "token_id": int(token),
-                              "probability": float(p)}
-                             for token, p in zip(outputs["tokens"][i, m], outputs["probabilities"][i, m])]
-                            for m in range(int(counts[i]))])
-        return results
+        return fill_mask.fill_mask(self, texts, top_k)
 
     def mask_counts(self, texts: Sequence[str]) -> np.ndarray:
-        """<int>[N]: the [MASK] tokens of each text left after truncation to max_seq_length
-        (fill_mask refuses a text with none)."""
-        return self._masked(list(not_one_string(texts)))[1]
+        """<int>[N]: the [MASK] tokens of each text left after truncation to max_seq_length."""
+        from bertjax.inference import fill_mask
 
-    def _masked(self, texts: list) -> tuple[Split, np.ndarray]:
-        pairs = [at_position(i, text_pair, text) for i, text in enumerate(texts, start=1)]
-        split, _ = self.encode_texts(pairs, keep_masks=True)
-        return split, (split.features["input_ids"] == self.tokenizer.mask_id).sum(1)
+        return fill_mask.masked(self, list(not_one_string(texts)))[1]
 
     # -- Task predictions. --
 
@@ -339,6 +281,9 @@ class Model:
         family = self.family
         parsed = [at_position(i, lambda item: family.parse(item, self.task_info), item)
                   for i, item in enumerate(not_one_string(inputs, "inputs"), start=1)]
+        parsed, clashes = family.identify(parsed, list(range(1, len(parsed) + 1)))
+        for index, why in sorted(clashes.items())[:1]:
+            raise ValueError(f"input {index + 1}: {why}")
         return family.predict(self, parsed, **options) if parsed else []
 
     def check_input(self, item: Any) -> None:

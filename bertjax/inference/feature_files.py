@@ -50,7 +50,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from bertjax.runtime import console, fileio
-from bertjax.tasks.common import read_records
+from bertjax.tasks import common
 
 FORMAT = "bertjax-features/1"
 MANIFEST = "manifest.json"
@@ -64,31 +64,22 @@ _PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not o
 def input_format(path: str, file_format: str = "") -> str:
     """"text", "csv", "tsv" or "jsonl": file_format, else from the extension (.json is JSONL,
     anything not CSV/TSV/JSON(L) is text)."""
-    if file_format:
-        if file_format not in INPUT_FORMATS:
-            raise ValueError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {file_format!r}")
-        return file_format
-    extension = path.rsplit(".", 1)[-1].lower() if "." in path else ""
-    return {"csv": "csv", "tsv": "tsv", "json": "jsonl", "jsonl": "jsonl"}.get(extension, "text")
+    if file_format and file_format not in INPUT_FORMATS:
+        raise ValueError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {file_format!r}")
+    return common.file_format(path, file_format)
 
 
 def read_inputs(path: str, file_format: str = "", text_a_key: str = "text", text_b_key: str = "") -> Iterator[Any]:
     """The examples of `path` in order, streamed: text lines ("a ||| b" is a pair) or (a, b)
     tuples from the columns text_a_key and text_b_key ("" = single texts) of a CSV/TSV/JSONL
-    file. Errors name file:line: a missing column, a field that is not text, bytes that are
-    not UTF-8."""
+    file, read as predict reads them (`tasks.common`). Errors name file:line: a missing
+    column, a field that is not text, bytes that are not UTF-8."""
     file_format = input_format(path, file_format)
     if file_format == "text":
-        with fileio.open_file(path, "rb") as f:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise ValueError(f"{path}:{number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column "
-                                     f"{e.start + 1}); save the file as UTF-8") from None
-                yield (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n").strip()
+        for line in common.user_lines(path):
+            yield line.rstrip("\r\n").strip()
         return
-    for where, row in read_records(path, file_format):
+    for where, row in common.read_records(path, file_format):
         texts = []
         for flag, column in (("--text_a_key", text_a_key), ("--text_b_key", text_b_key)):
             if not column:
@@ -118,7 +109,7 @@ def input_location(path: str, file_format: str, index: int) -> str:
     """"path:line" where example `index` (0-based) of `path` is (text: line index + 1)."""
     if file_format == "text":
         return f"{path}:{index + 1}"
-    return next(itertools.islice(read_records(path, file_format), index, None))[0]
+    return next(itertools.islice(common.read_records(path, file_format), index, None))[0]
 
 
 # -- Outputs. --
@@ -252,6 +243,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         raise ValueError(f"--output_dtype must be float32 or float16, got {dtype!r}")
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"--shard_size must be a positive int, got {shard_size!r}")
+    if fileio.same_file(input_file, output):
+        raise ValueError(f"--output={output} is the input file; give another name (it would be overwritten)")
     to_jsonl = output.endswith(".jsonl")
     process, processes = jax.process_index(), jax.process_count()
     if to_jsonl and processes > 1:

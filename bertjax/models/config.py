@@ -167,14 +167,19 @@ class BertConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config") -> "BertConfig":
         """Builds a config from a dict, rejecting unknown keys with the source named."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"{source}: unknown BertConfig keys {unknown}; known keys are {sorted(known)}")
+        check_known_keys(values, source)
         return cls(**values)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def check_known_keys(values: dict[str, Any], source: str) -> None:
+    """ValueError naming `source` and the keys of `values` that are no BertConfig field."""
+    known = {field.name for field in dataclasses.fields(BertConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{source}: unknown BertConfig keys {unknown}; known keys are {sorted(known)}")
 
 
 def this_host() -> dict[str, bool]:
@@ -201,10 +206,7 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
       `matmul_precision` unset means "bfloat16" there, "default" elsewhere.
     """
     values = {key: value for key, value in values.items() if value is not None and key != "preset"}
-    known = {field.name for field in dataclasses.fields(BertConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"{source}: unknown BertConfig keys {unknown}; known keys are {sorted(known)}")
+    check_known_keys(values, source)
     if checkpoint is not None:
         for name in ARCHITECTURE_FIELDS:
             if name in values and values[name] != getattr(checkpoint, name):

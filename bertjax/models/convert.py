@@ -31,10 +31,10 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from bertjax.runtime import fileio
 from bertjax.models.bert import unstack_layers
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import FEATURE_HEADS
+from bertjax.runtime import fileio
 
 HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
 
@@ -508,6 +508,11 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     for candidate in (path, fileio.join(path, "checkpoints")):
         if checkpointing.is_bertjax_checkpoint(candidate):
             return "bertjax", candidate
+    if files & {"checkpoints", "best", "metrics.jsonl"}:  # a bertjax run's workdir, with no weights yet
+        raise FileNotFoundError(
+            f"{path!r} is a bertjax run with no saved weights yet: neither best/ (a fine-tuning run writes it at "
+            f"its first evaluation and at its end) nor a complete step in checkpoints/ (written every "
+            f"config.checkpoint.every steps); wait for one, or give a finished run")
     hint = ""
     if "pytorch_model.bin" in files:
         hint = ("\npytorch_model.bin needs PyTorch to read; convert it once with transformers: "

@@ -78,6 +78,14 @@ def rename(source: str, target: str) -> None:
         os.replace(source, target)
 
 
+def same_file(path: str, other: str) -> bool:
+    """Whether `other` exists and is `path` (local: after resolving links; remote: by name), so
+    that writing it would overwrite `path`."""
+    if is_remote(path) or is_remote(other):
+        return path.rstrip("/") == other.rstrip("/")
+    return os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other)
+
+
 def isdir(path: str) -> bool:
     return _gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
 

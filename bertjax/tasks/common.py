@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from bertjax.runtime import fileio
 from bertjax import ragged
+from bertjax.runtime import fileio
 
 # Model inputs with a sequence axis last; batching pads and trims them to a bucket length.
 SEQUENCE_FEATURES = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_weights", "position_ids",
@@ -150,18 +150,38 @@ def write_lines(path: str, lines: list[str]) -> str:
 _MAX_FIELD_CHARS = 2**31 - 1  # a CSV/TSV field's longest (the csv module's default is 131,072)
 
 
-def user_lines(path: str) -> Iterator[str]:
-    """The lines of a user's text file (local or gs://, read whole), UTF-8, with a leading
+def user_lines(path: str, bad_lines: str = "raise") -> Iterator[str | ValueError]:
+    """The lines of a user's text file (local or gs://), streamed, UTF-8, with a leading
     byte-order mark (as Excel writes) dropped. Lines end at \\n, \\r\\n or a lone \\r (old Mac
     files), endings kept (as the csv module needs); a line that is not UTF-8 is a
-    ValueError naming file:line."""
-    data = fileio.read_bytes(path).removeprefix(codecs.BOM_UTF8)
-    for number, raw in enumerate(data.splitlines(keepends=True), start=1):
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}:{number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
-                             "save the file as UTF-8") from None
+    ValueError naming file:line, raised, or with bad_lines="yield" yielded in its place
+    (saying what is wrong only). Predict, features and fine-tuning all read text this way."""
+    number = 0
+    with fileio.open_file(path, "rb") as f:
+        for chunk in f:  # up to each \n; a lone \r inside it ends a line too
+            for raw in chunk.splitlines(keepends=True):
+                number += 1
+                if number == 1:
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    why = f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); save the file as UTF-8"
+                    if bad_lines != "yield":
+                        raise ValueError(f"{path}:{number}: {why}") from None
+                    yield ValueError(why)
+
+
+def file_format(path: str, chosen: str = "", extensions: dict[str, str] | None = None) -> str:
+    """The format a user's input file is read in: `chosen`, else from the file name: .csv, .tsv,
+    .jsonl (and .json) are rows (`read_records`), `extensions` a task family's own formats
+    (SQuAD's .json, CoNLL), anything else lines of text (`user_lines`)."""
+    if chosen:
+        return chosen
+    name = path.rsplit("/", 1)[-1]
+    extension = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    return (extensions or {}).get(extension) or {"csv": "csv", "tsv": "tsv", "jsonl": "jsonl",
+                                                   "json": "jsonl"}.get(extension, "text")
 
 
 def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]:

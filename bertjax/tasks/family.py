@@ -55,6 +55,11 @@ class Family:
         """One raw input -> what `predict` takes; ValueError saying what was expected."""
         raise NotImplementedError
 
+    def identify(self, parsed: list, positions: list[int]) -> tuple[list, dict[int, str]]:
+        """Parsed inputs told apart over a whole input (positions: each one's 1-based place in
+        it) -> (the inputs with what that takes, {index: why} for those that cannot be)."""
+        return parsed, {}
+
     def predict(self, model, parsed: list, **options) -> list[dict[str, Any]]:
         """Parsed inputs -> one result dict each, in order (`model` is an `inference.engine.Model`)."""
         raise NotImplementedError
@@ -62,8 +67,9 @@ class Family:
     # -- Prediction over files (`inference.batch_predict`). --
 
     def read_line(self, line: str) -> Any:
-        """One line of a text file (or --text) -> a raw input, or a ValueError saying why not."""
-        return line
+        """One line of a text file (or --text), its ending removed -> a raw input, or a
+        ValueError saying why not. Whitespace around a text means nothing to it."""
+        return line.strip()
 
     def input_keys(self, data: dict) -> dict[str, str]:
         """The columns a CSV/TSV/JSONL row's input is read from: the run's config.data names,

@@ -37,3 +37,11 @@ def text_pair(item: Any) -> tuple[str, str | None]:
             return text_a, item.get("text_b")
     raise ValueError(f"expected a text, 'text_a ||| text_b' or a (text_a, text_b) pair or {{'text_a', 'text_b'}}, "
                      f"got {item!r}"[:300])
+
+
+def not_one_string(texts: Any, what: str = "texts") -> Any:
+    """`texts` as given; a lone string is a ValueError (iterating it would give one input per
+    character)."""
+    if isinstance(texts, str):
+        raise ValueError(f"{what}: give a list of inputs, not one string (wrap it: [{texts[:40]!r}])")
+    return texts

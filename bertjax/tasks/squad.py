@@ -517,14 +517,28 @@ class SquadFamily(Family):
             raise ValueError(f"expected {{'question': text, 'context': text}}, got {item!r}"[:300])
         if not item["question"].strip() or not item["context"].strip():
             raise ValueError(f"an empty {'question' if not item['question'].strip() else 'context'}")
+        if "id" in item and not (isinstance(item["id"], str) and item["id"].strip()):
+            raise ValueError(f"an id must be a non-empty text, got {item['id']!r}")
         return item
+
+    def identify(self, parsed, positions):
+        """Every question its id: its own, or its position in the input; an id seen before is
+        refused (the answers are keyed by id)."""
+        identified, clashes, first = [], {}, {}
+        for index, (item, position) in enumerate(zip(parsed, positions)):
+            qid = item.get("id", str(position))
+            if qid in first:
+                clashes[index] = f"the id {qid!r} is input {first[qid]}'s too; ids must be unique"
+            first.setdefault(qid, position)
+            identified.append({**item, "id": qid})
+        return identified, clashes
 
     def predict(self, model, parsed, n_best_size: int | None = None, max_answer_length: int | None = None,
                 null_score_diff_threshold: float | None = None):
         run = settings(model.source.data)
         builder = _Builder("inputs", strict=True)
         for i, item in enumerate(parsed, start=1):
-            builder.add(str(item.get("id", i)), item["question"], item["context"], [], False)
+            builder.add(item.get("id", str(i)), item["question"], item["context"], [], False)
         examples = builder.build(model.task_info.get("squad_version", "v1.1"), data=[])
         split = featurize(model.tokenizer, examples, "inputs", is_training=False, max_seq_length=model.max_seq_length,
                           doc_stride=int(run["doc_stride"]), max_query_length=int(run["max_query_length"]))
@@ -547,6 +561,7 @@ class SquadFamily(Family):
         return results
 
     def read_line(self, line):
+        line = line.strip()
         if not line:
             return ValueError("a blank line (this task has no empty input)")
         question, context = split_pair(line, at_first=True)  # a context may hold " ||| "
@@ -558,7 +573,7 @@ class SquadFamily(Family):
 
     def from_row(self, row, keys):
         item = {"question": row[keys["question"]], "context": row[keys["context"]]}
-        return {**item, "id": str(row["id"])} if "id" in row else item
+        return {**item, "id": str(row["id"])} if row.get("id") is not None else item
 
     def read_formatted(self, path: str, input_format: str, data: dict):
         """SQuAD's official layout: every question, with its id."""
@@ -579,7 +594,7 @@ class SquadFamily(Family):
         from bertjax.tasks import squad_serving
 
         return squad_serving.best_spans(serving, inputs["question"], inputs["context"],
-                                        serving.task_info.get("squad_version", "v1.1"))
+                                        serving.task_info.get("squad_version", "v1.1"), settings(serving.run_data))
 
 
 FAMILY = SquadFamily()

@@ -5,15 +5,14 @@ over long contexts instead). Called by `squad.FAMILY.serve`; kept apart for its 
 from __future__ import annotations
 
 
-def best_spans(serving, question, context, version: str) -> dict:
+def best_spans(serving, question, context, version: str, options: dict) -> dict:
     """<string>[B] x 2 -> answer <string>[B], start / end <int64>[B] (byte offsets into the
     context; -1 for no answer), score <float32>[B] (the best span's start + end logit),
     null_odds <float32>[B] (null score minus the best span's; v2.0 models answer "" above the
-    run's threshold). The question is cut to max_query_length tokens, the context to what fits."""
+    run's threshold). The question is cut to max_query_length tokens, the context to what fits.
+    options: the run's settings (`squad.settings`)."""
     from bertjax.runtime.tf_cpu import tf
-    from bertjax.tasks.squad import settings
 
-    options = settings(serving.run_data)
     words, starts, ends = serving.tokenizer.words(context)
     pieces, piece_starts, piece_ends = serving.tokenizer.pieces_with_offsets(words)
     context_ids = pieces.merge_dims(1, 2)

@@ -1,0 +1,82 @@
+"""Fill-mask: a pre-trained model's masked-LM head on raw text with [MASK]s (`Model.fill_mask`).
+
+Each literal "[MASK]" in a text is the mask token; a text whose masks all fall past
+max_seq_length tokens is refused by name."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.models import BertEncoder
+from bertjax.models.config import BertConfig
+from bertjax.models.heads import MaskedLMHead, gather_positions
+from bertjax.tasks.common import Split
+from bertjax.tasks.family import at_position
+from bertjax.tasks.raw_text import not_one_string, text_pair
+
+
+class _MaskedLM(nn.Module):
+    """The encoder and its masked-LM head: <int>[B, S] x3, positions <int>[B, P] -> logits [B, P, vocab]."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, attention_mask, positions):
+        encoder = BertEncoder(self.config, name="bert")
+        sequence, _ = encoder(input_ids, token_type_ids, attention_mask, True)
+        return MaskedLMHead(self.config, name="mlm")(gather_positions(sequence, positions), encoder.attend)
+
+
+def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]]]]:
+    """For each text (or "a ||| b" pair) with one or more [MASK], the top_k tokens at each
+    mask: [{"token", "token_id", "probability"}], best first. The masked-LM head must
+    be in the checkpoint (pre-training runs, Google's releases, Hugging Face
+    BertForPreTraining/BertForMaskedLM); ValueError naming the input without a [MASK]."""
+    if "mlm" not in model.heads:
+        raise ValueError(f"{model.source.path} has no masked-LM head (it has {list(model.heads) or 'only the encoder'})"
+                         "; fill-mask needs a pre-training checkpoint or a Hugging Face BertForMaskedLM/"
+                         "BertForPreTraining")
+    if not 1 <= top_k <= model.bert.vocab_size:
+        raise ValueError(f"top_k must be in [1, {model.bert.vocab_size}], got {top_k}")
+    texts = list(not_one_string(texts))
+    split, counts = masked(model, texts)
+    ids = split.features["input_ids"]
+    for i in np.flatnonzero(counts == 0)[:1]:
+        raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {model.max_seq_length} "
+                         f"tokens): {str(texts[i])[:80]!r}")
+    width = int(counts.max(initial=1))
+    positions = np.zeros((len(texts), width), np.int32)
+    for i, row in enumerate(ids):
+        found = np.flatnonzero(row == model.tokenizer.mask_id)
+        positions[i, :len(found)] = found
+    split.features["mask_positions"] = positions
+    bert, k = model.bert, top_k
+
+    def apply(params, batch):
+        logits = _MaskedLM(bert).apply({"params": {"bert": params["bert"], "mlm": params["mlm"]}},
+                                       batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                                       batch["mask_positions"])
+        probabilities, tokens = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), -1), k)
+        return {"probabilities": probabilities, "tokens": tokens}
+
+    outputs = model.run(("fill_mask", k), apply, split)
+    results = []
+    for i in range(len(texts)):
+        results.append([[{"token": model.tokenizer.id_to_token(int(token)), "token_id": int(token),
+                          "probability": float(p)}
+                         for token, p in zip(outputs["tokens"][i, m], outputs["probabilities"][i, m])]
+                        for m in range(int(counts[i]))])
+    return results
+
+
+def masked(model, texts: list) -> tuple[Split, np.ndarray]:
+    """(texts encoded with each literal [MASK] the mask token, <int>[N] masks left after
+    truncation to max_seq_length in each)."""
+    pairs = [at_position(i, text_pair, text) for i, text in enumerate(texts, start=1)]
+    split, _ = model.encode_texts(pairs, keep_masks=True)
+    return split, (split.features["input_ids"] == model.tokenizer.mask_id).sum(1)
