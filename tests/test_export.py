@@ -32,7 +32,9 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 results = []
 for path, inputs in json.load(sys.stdin):
     serve = tf.saved_model.load(path).signatures["serving_default"]
-    outputs = serve(**{name: tf.constant(value) for name, value in inputs.items()})
+    specs = serve.structured_input_signature[1]
+    outputs = serve(**{name: tf.constant(value, tf.string) if value else tf.fill([0] * specs[name].shape.rank, "")
+                       for name, value in inputs.items()})
     results.append({"inputs": sorted(serve.structured_input_signature[1]), "outputs": {
         name: (np.char.decode(value.numpy().astype(bytes), "utf-8") if value.dtype == tf.string
                else value.numpy()).tolist() for name, value in outputs.items()}})
@@ -117,11 +119,14 @@ def _export_and_serve(cases, directory):
         model = bertjax.load_model(path, max_seq_length=length, batch_size=4)
         saved = export.export_saved_model(path, str(directory / family), max_seq_length=length)
         assert os.path.basename(saved) == "1" and os.path.exists(os.path.join(saved, "saved_model.pb"))
-        calls.append((saved, inputs))
+        calls += [(saved, inputs), (saved, {name: [] for name in inputs})]  # and an empty batch (issue 46, 8)
         found[family] = (model, inputs, model.predict(predict_inputs))
     results = serve_with_tensorflow_only(calls, str(directory))
-    for (model, _, _), result in zip(found.values(), results):
+    results, empty = results[0::2], results[1::2]
+    for (model, _, _), result, nothing in zip(found.values(), results, empty):
         assert result["inputs"] == sorted(export.serving_inputs(model.task_info))
+        assert set(nothing["outputs"]) == set(result["outputs"]) and all(
+            value == [] for value in nothing["outputs"].values()), nothing
     return {family: (*found[family], result["outputs"]) for family, result in zip(found, results)}
 
 
@@ -134,7 +139,8 @@ def exported_classifier(minilm_classifier_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(runs, tmp_path_factory):
-    """Regression on pairs, tagging, squad and choice: tiny runs, exported and served."""
+    """Regression on pairs, tagging, squad and choice: tiny runs (the prediction tests' runs and one
+    regression run, about a minute in all), exported and served."""
     directory = tmp_path_factory.mktemp("exports")
     rows = [(a, b, float(len(a) % 5)) for a, b in zip(["a cat sat", "the dog ran far away", "hello there"] * 6,
                                                         ["on a mat", "so fast", "general kenobi you are bold"] * 6)]
@@ -164,14 +170,12 @@ def test_classification_export_returns_labels_and_probabilities(exported_classif
     np.testing.assert_allclose(got["probability"], [w["probability"] for w in want], atol=1e-4)
 
 
-@pytest.mark.slow  # four tiny fine-tuning runs, exported
 def test_regression_export_on_pairs_returns_the_value(exported):
     model, inputs, want, got = exported["regression"]
     assert model.task_info["pairs"] and model.task_info["label_names"] is None
     np.testing.assert_allclose(got["value"], [w["value"] for w in want], atol=1e-4)  # the 2nd pair is truncated
 
 
-@pytest.mark.slow  # four tiny fine-tuning runs, exported
 def test_tagging_export_tags_each_word(exported):
     model, inputs, want, got = exported["tagging"]
     for text, w, words, tags, starts, ends in zip(inputs["text"], want, got["words"], got["tags"], got["word_start"],
@@ -181,17 +185,16 @@ def test_tagging_export_tags_each_word(exported):
         assert [text.encode()[s:e].decode() for s, e in zip(starts[:n], ends[:n])] == w["words"]
 
 
-@pytest.mark.slow  # four tiny fine-tuning runs, exported
 def test_squad_export_answers_with_offsets(exported):
     model, inputs, want, got = exported["squad"]
     assert [w["answer"] for w in want] == got["answer"]
     assert any(got["answer"])
     np.testing.assert_allclose(got["null_odds"], [w["null_odds"] for w in want], atol=1e-4)
-    for context, answer, start, end in zip(inputs["context"], got["answer"], got["start"], got["end"]):
+    for context, answer, start, end, w in zip(inputs["context"], got["answer"], got["start"], got["end"], want):
         assert context.encode()[start:end].decode() == answer if answer else (start, end) == (-1, -1)
+        assert context.isascii() and (start, end) == (w["start"], w["end"])  # predict's offsets (characters)
 
 
-@pytest.mark.slow  # four tiny fine-tuning runs, exported
 def test_choice_export_picks_the_same_choice(exported):
     model, inputs, want, got = exported["choice"]
     assert got["choice"] == [w["choice"] for w in want]

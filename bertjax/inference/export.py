@@ -247,7 +247,13 @@ def _serving_module(model):
     specs = [tf.TensorSpec((None,) * rank, tf.string, name=name) for name, rank in inputs]
 
     def serve(*tensors):
-        return model.family.serve(context, dict(zip((name for name, _ in inputs), tensors)))
+        # An empty batch runs as one blank row, cut off again: the graph's ops assume a row.
+        count = tf.shape(tensors[0])[0]
+        padded = [tf.cond(count > 0, lambda t=t: t,
+                          lambda t=t: tf.fill(tf.concat([[1], tf.maximum(tf.shape(t)[1:], 1)], 0), ""))
+                  for t in tensors]
+        outputs = model.family.serve(context, dict(zip((name for name, _ in inputs), padded)))
+        return {name: value[:count] for name, value in outputs.items()}
 
     signature = tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
     return module, signature

@@ -39,6 +39,9 @@ def best_spans(serving, question, context, version: str, options: dict) -> dict:
     token_start = tf.where(position == 0, word_start, tf.minimum(word_start + piece_starts.flat_values, word_end))
     token_end = tf.where(position == tf.repeat(per_word - 1, per_word), word_end,
                          tf.minimum(word_start + piece_ends.flat_values, word_end))
+    # One entry more, so that a batch without context tokens (empty contexts) gathers something
+    # where it has no span; those positions are replaced by -1 below.
+    token_start, token_end = (tf.concat([x, tf.zeros([1], x.dtype)], 0) for x in (token_start, token_end))
     # Row b's context token k is token row_starts[b] + k of context_ids.
     token = lambda row_position: (tf.cast(context_ids.row_starts(), tf.int32)
                                   + tf.where(has, row_position - first_context, 0))
