@@ -2,6 +2,7 @@
 Face's hidden states, the shards hold the same numbers and resume after a kill -9, CSV/JSONL
 inputs, bad inputs end in one line."""
 
+import itertools
 import json
 import os
 import re
@@ -186,6 +187,29 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_pa
     whole = list(feature_files.read_features(str(tmp_path / "whole")))
     assert [r["index"] for r in resumed] == list(range(200))
     np.testing.assert_allclose([r["values"] for r in resumed], [w["values"] for w in whole], atol=1e-5)
+
+
+def test_the_truncated_count_of_a_resumed_run_equals_the_uninterrupted_one(minilm, tmp_path):
+    """Issue 46, 5: truncations are counted with their shard, not for the whole chunk before it."""
+    (tmp_path / "in.txt").write_text("\n".join([" ".join(["long"] * 100)] * 30) + "\n")  # every one truncated
+
+    class StoppedAfter15:
+        """minilm, interrupted after 15 examples: one shard of 10 written."""
+
+        def __getattr__(self, name):
+            return getattr(minilm, name)
+
+        def iter_features(self, *args, **kwargs):
+            yield from itertools.islice(minilm.iter_features(*args, **kwargs), 15)
+            raise KeyboardInterrupt
+
+    options = dict(layers=(-1,), pooling="cls", shard_size=10, log=lambda _: None)
+    with pytest.raises(KeyboardInterrupt):
+        feature_files.extract(StoppedAfter15(), str(tmp_path / "in.txt"), str(tmp_path / "out"), **options)
+    written = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert (written["examples_done"], written["truncated"]) == (10, 10)
+    done = feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), **options)
+    assert done["truncated"] == 30 == json.loads((tmp_path / "out" / "manifest.json").read_text())["truncated"]
 
 
 # -- Several processes. --

@@ -328,6 +328,11 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
     for reason, count in sorted(dropped.items()):
         logging.warning("prepare: dropped %d x %s (see the log above for file:line of the first ones)", count, reason)
     documents = splits["train"]["documents"] + splits["eval"]["documents"]
+    if splits["train"]["documents"] == 0 and splits["eval"]["documents"]:
+        raise ValueError(f"prepare: all {documents} document(s) of the source fell into the held-out split "
+                         f"(config.data.eval_fraction={settings['eval_fraction']}: each document is held out by a "
+                         "hash of its text), none is left to train on; give more documents (a blank line "
+                         "separates them) or set config.data.eval_fraction=0")
     if splits["train"]["documents"] == 0:
         raise ValueError(f"prepare: the source gave no training documents ({documents} in all; "
                          f"dropped: {dict(dropped) or 'nothing'}); check config.data.source/input_pattern")

@@ -38,6 +38,7 @@ a one-process run's. The folder must be one every host sees (gs://, a shared fil
 
 from __future__ import annotations
 
+import bisect
 import io
 import itertools
 import json
@@ -281,8 +282,9 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
             raise ValueError(f"--fail_on_truncation: example {first + 1} ({where}) is longer than --max_seq_length="
                              f"{model.max_seq_length} tokens; raise it, or drop the flag to truncate and count such "
                              "examples")
-        manifest["truncated"] += len(positions)
+        truncated_at.extend(int(position) for position in positions)  # counted as their shards are written
 
+    truncated_at: list[int] = []  # this call's positions of truncated examples, increasing
     began = time.perf_counter()
     examples = (example for i, example in enumerate(read_inputs(input_file, file_format, text_a_key, text_b_key))
                 if i // unit in pieces)
@@ -296,7 +298,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                     for index, feature in enumerate(features):
                         f.write(jsonl_line(index, feature, tuple(layers), pooling) + "\n")
                 fileio.rename(tmp, output)
-                manifest["examples_done"] = total
+                manifest["examples_done"], manifest["truncated"] = total, len(truncated_at)
             except BaseException:  # an error or Ctrl-C: no half-written file left behind
                 fileio.remove(tmp)
                 raise
@@ -305,8 +307,11 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                 multihost_utils.sync_global_devices(f"bertjax features start {output}")
             fileio.makedirs(output)
             path = fileio.join(output, progress_file(process, processes))
-            for number, batch in zip(pieces, iter(lambda: list(itertools.islice(features, shard_size)), [])):
+            shards = zip(pieces, iter(lambda: list(itertools.islice(features, shard_size)), []))
+            for k, (number, batch) in enumerate(shards):
                 name, first = _shard_name(number), number * shard_size
+                lo, hi = k * shard_size, k * shard_size + len(batch)  # its positions in this call
+                manifest["truncated"] += bisect.bisect_left(truncated_at, hi) - bisect.bisect_left(truncated_at, lo)
                 fileio.write_bytes(fileio.join(output, name), _shard_bytes(first, batch, tuple(layers), pooling, dtype))
                 manifest["shards"].append({"file": name, "first": first, "count": len(batch)})
                 manifest["examples_done"] += len(batch)

@@ -119,6 +119,15 @@ def test_one_document_and_one_sentence_documents_are_defined(tmp_path, caplog):
     assert "blank line after every sentence" in caplog.text
 
 
+def test_a_corpus_held_out_whole_says_so(tmp_path):
+    """Issue 46, 10: its one document hashed into the held-out split; not 'no documents'."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("Just one sentence.\nAnd another one.\n")
+    with pytest.raises(ValueError, match=r"all 1 document\(s\) of the source fell into the held-out split "
+                                         r"\(config.data.eval_fraction=0.99"):
+        prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.99), str(tmp_path / "out"), num_workers=1)
+
+
 def test_no_documents_is_a_clear_error(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "blank.txt").write_text("\n\n")
