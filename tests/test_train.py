@@ -209,13 +209,48 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
     assert "holds the checkpoints of a pre-training run, and this is a fine-tuning task 'demo' run" in lines[0]
     assert not (workdir / "best").exists()  # refused before anything was written
 
+    # The products' precision the run resolved (bfloat16 on a CPU with AMX) is recorded: resuming
+    # with the other one, as on another kind of host, is named (issue 46, 12).
+    from bertjax.models import bf16_matmul
+
+    saved, other = ("bfloat16", "default") if bf16_matmul.has_amx_bf16() else ("default", "bfloat16")
     result = _run(workdir, prepared_dir, "--config.train.num_steps=7", "--config.data.max_seq_length=32",
-                  "--config.train.log_every=7")
+                  "--config.train.log_every=7", f"--config.model.matmul_precision={other}")
     warnings = [line for line in result.stderr.splitlines() if "resumed with" in line]
     assert len(warnings) == 1, result.stderr[-3000:]
-    assert "2 setting(s) changed" in warnings[0] and "not an exact continuation" in warnings[0]
-    assert "data.max_seq_length 64 -> 32; train.num_steps 5 -> 7" in warnings[0]  # log_every is operational
+    assert "3 setting(s) changed" in warnings[0] and "not an exact continuation" in warnings[0]
+    assert (f"data.max_seq_length 64 -> 32; model.matmul_precision {saved!r} -> {other!r}; train.num_steps 5 -> 7"
+            in warnings[0])  # log_every is operational
     assert [r["step"] for r in _metrics(workdir) if "loss" in r][-1] == 7
+
+
+def test_held_out_metrics_use_float32_products_when_training_uses_bfloat16(tmp_path, prepared_dir):
+    """Issue 46, 12: pre-training's evaluation multiplies in float32, as fine-tuning's and
+    load_model's do; bfloat16 products are the training steps' speed-up only. And the weights
+    come back from bertjax.load_pretrained for float32 products."""
+    import jax
+
+    import bertjax
+    from bertjax import checkpointing, pretrain, sharding, trainer
+    from bertjax.models import BertForPreTraining
+
+    workdir = tmp_path / "run"
+    _run(workdir, prepared_dir, "--config.train.num_steps=2", "--config.train.eval_every=2",
+         "--config.train.eval_batches=2", "--config.model.matmul_precision=bfloat16")
+    logged = [r for r in _metrics(workdir) if "eval_loss" in r][-1]["eval_loss"]
+    config = ml_collections.ConfigDict(checkpointing.read_meta(str(workdir / "checkpoints" / "2"))["config"])
+    assert config.model.matmul_precision == "bfloat16"  # how the run trained, recorded
+    bert, params = bertjax.load_pretrained(str(workdir))
+    assert bert.matmul_precision == "default"
+    batches = pretrain.fixed_eval_batches(config, str(workdir))
+    mesh = sharding.create_mesh(data=1, devices=jax.devices()[:1])
+    losses = {}
+    for precision in ("default", "bfloat16"):
+        objective = pretrain.objective(BertForPreTraining(bert.replace(matmul_precision=precision)))
+        eval_fn = jax.jit(lambda p, b, objective=objective: trainer.eval_sums(p, b, objective=objective)[:2])
+        losses[precision] = pretrain.evaluate(eval_fn, params, batches, mesh)["loss"]
+    gap = abs(losses["default"] - losses["bfloat16"])
+    assert gap > 0 and abs(logged - losses["default"]) < gap / 10, (logged, losses)
 
 
 def test_a_corrupt_checkpoint_ends_with_one_error_line(tmp_path, prepared_dir, five_steps):

@@ -457,14 +457,16 @@ def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """A bertjax checkpoint (a step folder, or a run's directory: its newest step) -> (config, params).
 
     The BertConfig is the run config's `model` section saved with it (the trainer stores
-    it fully resolved), with scan_layers off, since the returned params are unrolled.
+    it fully resolved), with scan_layers off, since the returned params are unrolled, and
+    float32 products (matmul_precision "default"): bfloat16 products on a CPU with AMX are how
+    that run trained, not a property of the model.
     """
     from bertjax import checkpointing
 
     meta, params = checkpointing.load_params(path)
     params = _export_params(params)
     params = {key: _to_numpy(value) for key, value in params.items()}
-    config = bertjax_config(meta, path)
+    config = bertjax_config(meta, path).replace(matmul_precision="default")
     heads, num_labels = _param_heads(params, config)
     for var in variable_table(config, heads, num_labels):
         found = _get(params, var.path, path).shape
