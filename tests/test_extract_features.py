@@ -104,6 +104,8 @@ def test_csv_and_jsonl_columns_give_the_features_of_the_same_text_lines(minilm, 
 
 
 def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm, tmp_path):
+    import bertjax
+
     (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
     done = feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
     assert done["truncated"] == 1 and done["examples"] == 2
@@ -117,6 +119,18 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
         feature_files.extract(minilm, str(tmp_path / "five.csv"), str(tmp_path / "t"), fail_on_truncation=True)
     with pytest.raises(ValueError, match=r"holds features made with other settings \(pooling: 'none' there, 'mean'"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), pooling="mean")
+    # The folder knows its input's text, weights and tokenizer, not only their names (issue 46, 2).
+    said = []
+    os.utime(tmp_path / "in.txt")  # touched, same text: still complete
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=said.append)
+    assert said == [f"{tmp_path}/out is complete (2 examples); nothing to do"]
+    (tmp_path / "in.txt").write_text("other\n" + " ".join(["word"] * 100) + "\n")
+    with pytest.raises(ValueError, match=r"other settings \(the input file's text changed\); give a new folder"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
+    (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
+    cased = bertjax.load_model(MINILM_DIR, max_seq_length=64, do_lower_case=False)
+    with pytest.raises(ValueError, match=r"other settings \(the tokenizer changed \(its vocabulary or casing\)\)"):
+        feature_files.extract(cased, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="is not empty and has no manifest.json"):

@@ -172,12 +172,32 @@ def progress_file(process: int, processes: int) -> str:
     return MANIFEST if processes == 1 else f"manifest-process{process}-of-{processes}.json"
 
 
+def input_identity(path: str) -> dict[str, Any]:
+    """What identifies an input file's text: its size and content hash (a file touched but not
+    changed still resumes)."""
+    return {"bytes": fileio.size(path), "sha256": fileio.content_hash(path)}
+
+
+def _tokenizer_identity(tokenizer) -> dict[str, Any]:
+    """The tokenizer that makes the numbers: its kind, vocabulary (by content) and casing."""
+    return {"kind": tokenizer.kind, "vocabulary": fileio.content_hash(tokenizer.path),
+            "do_lower_case": tokenizer.do_lower_case}
+
+
+# Settings whose values are fingerprints: named by what they stand for.
+_IDENTITIES = {"input": "the input file's text changed", "weights": "the checkpoint's weights changed",
+               "tokenizer": "the tokenizer changed (its vocabulary or casing)"}
+
+
 def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, Any]) -> None:
-    changed = [key for key in settings if manifest.get("settings", {}).get(key) != settings[key]]
+    """A ValueError naming what differs between a folder's features and this run's."""
+    saved = manifest.get("settings", {})
+    changed = [key for key in settings if saved.get(key) != settings[key]]
     if manifest.get("format") != FORMAT or changed:
+        shown = [_IDENTITIES[k] if k in _IDENTITIES and k in saved else f"{k}: {saved.get(k)!r} there, "
+                 f"{settings[k]!r} now" for k in changed[:3]]
         raise ValueError(f"--output={output} holds features made with other settings ("
-                         + ", ".join(f"{k}: {manifest.get('settings', {}).get(k)!r} there, {settings[k]!r} now"
-                                     for k in changed[:3]) + "); give a new folder or the same flags")
+                         + ", ".join(shown) + "); give a new folder or the same flags and files")
 
 
 def _resume_point(output: str, settings: dict[str, Any], process: int, processes: int) -> tuple[dict[str, Any], bool]:
@@ -252,9 +272,11 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         raise ValueError(f"--output={output}: JSONL is written by one process; give a folder for a multi-host run")
     file_format = input_format(input_file, input_format_name)
     total = count_inputs(input_file, file_format, text_a_key, text_b_key)
-    settings = {"input_file": input_file, "input_format": file_format, "text_a_key": text_a_key,
-                "text_b_key": text_b_key, "checkpoint": model.source.path, "max_seq_length": model.max_seq_length,
-                "layers": list(layers), "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
+    settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
+                "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
+                "weights": fileio.fingerprint(model.source.weights), "tokenizer": _tokenizer_identity(model.tokenizer),
+                "compute_dtype": model.bert.dtype, "max_seq_length": model.max_seq_length, "layers": list(layers),
+                "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
     who = f"process {process} of {processes}: " if processes > 1 else ""
     if to_jsonl:  # one piece: the whole input
         manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)

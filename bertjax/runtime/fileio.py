@@ -9,6 +9,7 @@ hosts with hundreds of cores.
 from __future__ import annotations
 
 import glob as glob_lib
+import hashlib
 import json
 import os
 import posixpath
@@ -150,3 +151,34 @@ def write_bytes(path: str, data: bytes) -> None:
 def write_json(path: str, value: Any) -> None:
     """Writes `value` as JSON atomically."""
     write_bytes(path, json.dumps(value, indent=1, sort_keys=True).encode("utf-8"))
+
+
+def content_hash(path: str) -> str:
+    """SHA-256 of a file's bytes (read in 1 MB blocks), hex."""
+    digest = hashlib.sha256()
+    with open_file(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprint(path: str) -> str:
+    """What identifies the files under `path` (a file or a folder, walked) without reading
+    them: SHA-256 of each one's relative name, size and modification time, hex. A file
+    rewritten, added or removed changes it."""
+    entries = []
+    if is_remote(path):
+        gfile = _gfile()
+        walked = ((top, files) for top, _, files in gfile.walk(path)) if gfile.isdir(path) else [("", [path])]
+        for top, files in walked:
+            for name in files:
+                stat = gfile.stat(join(top, name) if top else name)
+                entries.append((posixpath.relpath(join(top, name), path) if top else "", stat.length, stat.mtime_nsec))
+    else:
+        walked = ((top, files) for top, _, files in os.walk(path)) if os.path.isdir(path) else [("", [path])]
+        for top, files in walked:
+            for name in files:
+                full = os.path.join(top, name) if top else name
+                stat = os.stat(full)
+                entries.append((os.path.relpath(full, path) if top else "", stat.st_size, stat.st_mtime_ns))
+    return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
