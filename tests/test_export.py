@@ -132,7 +132,7 @@ def _export_and_serve(cases, directory):
 
 @pytest.fixture(scope="module")
 def exported_classifier(minilm_classifier_run, tmp_path_factory):
-    texts = [t for t, _ in REVIEWS] + ["a dull film, sadly", "Ünïcödé 日本 " + "w" * 120]
+    texts = [t for t, _ in REVIEWS] + ["a dull film, sadly", "Ünïcödé 日本 " + "w" * 120, "a fine film " * 100]
     return _export_and_serve({"classification": (minilm_classifier_run, None, {"text": texts}, texts)},
                              tmp_path_factory.mktemp("exports"))["classification"]
 
@@ -168,12 +168,14 @@ def test_classification_export_returns_labels_and_probabilities(exported_classif
     assert got["label_names"] == [names] * len(want)
     np.testing.assert_allclose(got["probabilities"], [[w["probabilities"][n] for n in names] for w in want], atol=1e-4)
     np.testing.assert_allclose(got["probability"], [w["probability"] for w in want], atol=1e-4)
+    assert got["truncated"] == [w.get("truncated", False) for w in want] and got["truncated"][-1]  # 300 words: cut
 
 
 def test_regression_export_on_pairs_returns_the_value(exported):
     model, inputs, want, got = exported["regression"]
     assert model.task_info["pairs"] and model.task_info["label_names"] is None
-    np.testing.assert_allclose(got["value"], [w["value"] for w in want], atol=1e-4)  # the 2nd pair is truncated
+    np.testing.assert_allclose(got["value"], [w["value"] for w in want], atol=1e-4)
+    assert got["truncated"] == [False, True] == [w.get("truncated", False) for w in want]  # the 2nd pair is cut
 
 
 def test_tagging_export_tags_each_word(exported):

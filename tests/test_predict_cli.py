@@ -147,6 +147,19 @@ def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pr
     assert summary == {"inputs": 3, "predicted": 2, "skipped": [("f.txt:2", why)]}
     assert written[1] == {"error": why, "where": "f.txt:2"}
     assert [written[0]["masks"], written[2]["masks"]] == model.fill_mask(["the [MASK] sat .", "a [MASK] ."], top_k=2)
+    # Every [MASK] is answered or named (issue 46, 6): one entry per mask, None where truncation cut it.
+    some_cut = "a [MASK] " + "word " * 30 + "[MASK] end"
+    written = []
+    batch_predict.predict_all(model, "fill_mask", [("f.txt:4", some_cut)], written.append, top_k=2)
+    assert len(written[0]["masks"]) == 2 and written[0]["masks"][1] is None and written[0]["truncated"]
+    assert [sorted(entry) for entry in written[0]["masks"][0]] == [["probability", "token", "token_id"]] * 2
+    pair = model.fill_mask(["[MASK] " + "word " * 30 + "[MASK] ||| the [MASK] ."], top_k=2)[0]
+    assert [entry is None for entry in pair] == [False, True, False]  # a's end was cut, b's mask kept
+    # A pre-training run's own length is the default: positions past it were never trained.
+    from bertjax.inference import model_source
+
+    trained = model_source.resolve(small_pretrained_run).run_config["data"]["max_seq_length"]
+    assert trained < 512 and bertjax.load_model(small_pretrained_run).max_seq_length == trained
     with pytest.raises(ValueError, match=r"^f.txt:2: no \[MASK\] within the first 16 tokens"):
         batch_predict.predict_all(model, "fill_mask", records, written.append, "fail")
 

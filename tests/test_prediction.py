@@ -26,6 +26,9 @@ def test_classification_predicts_labels_and_probabilities(minilm_classifier_run)
     # The same text gets the same numbers alone (another batch, another bucket) and in a crowd.
     alone = model.predict([texts[1]])[0]
     assert alone["probabilities"]["bad"] == pytest.approx(results[1]["probabilities"]["bad"], abs=1e-5)
+    # An input longer than max_seq_length says so (issue 46, 6); the others carry no such field.
+    long = model.predict(["a dull film " * 200, texts[0]])
+    assert long[0]["truncated"] is True and "truncated" not in long[1] and "truncated" not in results[0]
     with pytest.raises(ValueError, match="input 2: the model was trained on single texts"):
         model.predict(["fine", "a ||| b"])
     with pytest.raises(ValueError, match="input 1: expected a text"):

@@ -21,7 +21,8 @@ model's task family (bertjax/tasks/, the `FAMILY` of each module), with the leng
 trained with; bad inputs raise ValueError naming the input's position (1-based):
 
   classification  "text", "text_a ||| text_b", (text_a, text_b) or {"text_a"/"text", "text_b"}
-                  -> {"label", "probability", "probabilities": {label: p}}; regression -> {"value"}
+                  -> {"label", "probability", "probabilities": {label: p}}; regression -> {"value"};
+                  "truncated": true when the input was longer than max_seq_length (its start decided)
   tagging         "a raw sentence" (split into words as BERT's basic tokenizer does) or a list of
                   words -> {"words", "tags", "entities": [{"type", "text", "first_word",
                   "last_word", "start", "end" (character offsets; None for word lists)}]}
@@ -339,7 +340,7 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
                dtype: str | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> Model:
     """Loads a model for inference from any path `bertjax.inference.model_source` resolves, or its ModelSource.
 
-    max_seq_length: the longest input in tokens (default: the fine-tuning run's length, else
+    max_seq_length: the longest input in tokens (default: the bertjax run's training length, else
       512 or the model's max_position_embeddings if smaller).
     batch_size: examples per compiled batch (rounded up to a multiple of the device count).
     dtype: compute dtype, "float32" or "bfloat16" (default: bfloat16 on TPU/GPU, float32 on CPU).

@@ -17,8 +17,9 @@ The SavedModel's `serving_default` signature holds the whole path from text to a
 
 Inputs (each <string>[batch]) and outputs, per task family:
   classification  text, or text_a + text_b for a pair model -> label <string>[B],
-                  probability <float32>[B], probabilities <float32>[B, K], label_names <string>[B, K]
-  regression      the same inputs -> value <float32>[B]
+                  probability <float32>[B], probabilities <float32>[B, K], label_names <string>[B, K],
+                  truncated <bool>[B] (the input was longer than max_seq_length: its first tokens decided)
+  regression      the same inputs -> value <float32>[B], truncated <bool>[B]
   tagging         text -> words <string>[B, W] (BERT's basic split, as written), tags <string>[B, W],
                   word_start / word_end <int64>[B, W] (byte offsets into the text); rows padded with
                   "" and -1; words past the max_seq_length window are tagged ""

@@ -20,6 +20,9 @@ from bertjax.tasks.family import at_position
 from bertjax.tasks.raw_text import not_one_string, text_pair
 
 
+_MASK = "[MASK]"
+
+
 class _MaskedLM(nn.Module):
     """The encoder and its masked-LM head: <int>[B, S] x3, positions <int>[B, P] -> logits [B, P, vocab]."""
 
@@ -32,11 +35,12 @@ class _MaskedLM(nn.Module):
         return MaskedLMHead(self.config, name="mlm")(gather_positions(sequence, positions), encoder.attend)
 
 
-def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]]]]:
-    """For each text (or "a ||| b" pair) with one or more [MASK], the top_k tokens at each
-    mask: [{"token", "token_id", "probability"}], best first. The masked-LM head must
-    be in the checkpoint (pre-training runs, Google's releases, Hugging Face
-    BertForPreTraining/BertForMaskedLM); ValueError naming the input without a [MASK]."""
+def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]] | None]]:
+    """For each text (or "a ||| b" pair) with one or more [MASK], one entry per [MASK] in
+    order: the top_k tokens there, [{"token", "token_id", "probability"}] best first, or None
+    for a mask that truncation to max_seq_length cut off. The masked-LM head must be in the
+    checkpoint (pre-training runs, Google's releases, Hugging Face BertForPreTraining/
+    BertForMaskedLM); ValueError naming the input without a [MASK] within the limit."""
     if "mlm" not in model.heads:
         raise ValueError(f"{model.source.path} has no masked-LM head (it has {list(model.heads) or 'only the encoder'})"
                          "; fill-mask needs a pre-training checkpoint or a Hugging Face BertForMaskedLM/"
@@ -44,7 +48,7 @@ def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dic
     if not 1 <= top_k <= model.bert.vocab_size:
         raise ValueError(f"top_k must be in [1, {model.bert.vocab_size}], got {top_k}")
     texts = list(not_one_string(texts))
-    split, counts = masked(model, texts)
+    split, counts, pairs = masked(model, texts)
     ids = split.features["input_ids"]
     for i in np.flatnonzero(counts == 0)[:1]:
         raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {model.max_seq_length} "
@@ -66,17 +70,21 @@ def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dic
 
     outputs = model.run(("fill_mask", k), apply, split)
     results = []
-    for i in range(len(texts)):
-        results.append([[{"token": model.tokenizer.id_to_token(int(token)), "token_id": int(token),
-                          "probability": float(p)}
-                         for token, p in zip(outputs["tokens"][i, m], outputs["probabilities"][i, m])]
-                        for m in range(int(counts[i]))])
+    for i, (text_a, text_b) in enumerate(pairs):
+        answers = [[{"token": model.tokenizer.id_to_token(int(token)), "token_id": int(token), "probability": float(p)}
+                    for token, p in zip(outputs["tokens"][i, m], outputs["probabilities"][i, m])]
+                   for m in range(int(counts[i]))]
+        # Truncation cuts each side's end: its first masks are kept, the rest are None.
+        kept_a = int(((ids[i] == model.tokenizer.mask_id) & (split.features["segment_ids"][i] == 0)).sum())
+        in_a, in_b = text_a.count(_MASK), (text_b or "").count(_MASK)
+        results.append(answers[:kept_a] + [None] * (in_a - kept_a)
+                       + answers[kept_a:] + [None] * (in_b - (len(answers) - kept_a)))
     return results
 
 
-def masked(model, texts: list) -> tuple[Split, np.ndarray]:
+def masked(model, texts: list) -> tuple[Split, np.ndarray, list[tuple[str, str | None]]]:
     """(texts encoded with each literal [MASK] the mask token, <int>[N] masks left after
-    truncation to max_seq_length in each)."""
+    truncation to max_seq_length in each, the texts as (a, b) pairs)."""
     pairs = [at_position(i, text_pair, text) for i, text in enumerate(texts, start=1)]
     split, _ = model.encode_texts(pairs, keep_masks=True)
-    return split, (split.features["input_ids"] == model.tokenizer.mask_id).sum(1)
+    return split, (split.features["input_ids"] == model.tokenizer.mask_id).sum(1), pairs

@@ -55,10 +55,10 @@ class ModelSource:
 
     @property
     def max_seq_length(self) -> int | None:
-        """The length a fine-tuning run trained with (None: not a bertjax fine-tuning run)."""
-        if self.task and self.run_config:
-            return int(self.run_config["data"]["max_seq_length"])
-        return None
+        """The length a bertjax run trained with, fine-tuning or pre-training (None: not a bertjax
+        run): positions past it were never trained."""
+        length = self.data.get("max_seq_length")
+        return None if length is None else int(length)
 
     @property
     def data(self) -> dict[str, Any]:

@@ -337,7 +337,8 @@ def _logits(output) -> dict:
 
 class ClassificationFamily(Family):
     """Raw input: "text", "text_a ||| text_b", (text_a, text_b) or {"text_a"/"text", "text_b"}
-    -> {"label", "probability", "probabilities": {label: p}}; regression -> {"value"}."""
+    -> {"label", "probability", "probabilities": {label: p}}; regression -> {"value"}; and
+    "truncated": True when the input was longer than max_seq_length."""
 
     name = "classification"
     tasks = TASKS
@@ -370,16 +371,18 @@ class ClassificationFamily(Family):
 
     def predict(self, model, parsed, **options):
         no_options(self, options)
-        split, _ = model.encode_texts(parsed)
+        split, truncated = model.encode_texts(parsed)
         logits = model.run_network(_logits, split)["logits"]
         names = model.task_info.get("label_names")
-        if names is None:
-            return [{"value": float(row[0])} for row in logits]
         results = []
-        for row in np.asarray(jax.nn.softmax(logits, -1)):
-            best = int(row.argmax())
-            results.append({"label": names[best], "probability": float(row[best]),
-                            "probabilities": {name: float(p) for name, p in zip(names, row)}})
+        for row, cut in zip(np.asarray(jax.nn.softmax(logits, -1)) if names else logits, truncated):
+            if names is None:
+                result = {"value": float(row[0])}
+            else:
+                best = int(row.argmax())
+                result = {"label": names[best], "probability": float(row[best]),
+                          "probabilities": {name: float(p) for name, p in zip(names, row)}}
+            results.append({**result, "truncated": True} if cut else result)  # the model saw its first tokens only
         return results
 
     def input_keys(self, data):
@@ -398,18 +401,21 @@ class ClassificationFamily(Family):
         from bertjax.runtime.tf_cpu import tf
 
         text_b = inputs.get("text_b")
+        ids_a = serving.tokenizer.ids(inputs.get("text_a", inputs.get("text")))
         ids_b = None if text_b is None else serving.tokenizer.ids(text_b)
-        input_ids, segment_ids, input_mask, _ = serving.layout(serving.tokenizer.ids(inputs.get("text_a", inputs.get(
-            "text"))), ids_b)
+        input_ids, segment_ids, input_mask, _ = serving.layout(ids_a, ids_b)
+        tokens = ids_a.row_lengths() + (2 if ids_b is None else 3 + ids_b.row_lengths())
+        truncated = tokens > serving.layout.max_seq_length  # the model saw the first tokens only
         logits = serving.model(input_ids, segment_ids, input_mask)
         names = serving.task_info.get("label_names")
         if names is None:
-            return {"value": logits[:, 0]}
+            return {"value": logits[:, 0], "truncated": truncated}
         probabilities = tf.nn.softmax(logits, axis=-1)
         best = tf.argmax(probabilities, axis=-1)
         label_names = tf.constant(names)
         return {"label": tf.gather(label_names, best), "probability": tf.reduce_max(probabilities, -1),
-                "probabilities": probabilities, "label_names": tf.tile(label_names[None], [tf.shape(best)[0], 1])}
+                "probabilities": probabilities, "label_names": tf.tile(label_names[None], [tf.shape(best)[0], 1]),
+                "truncated": truncated}
 
 
 FAMILY = ClassificationFamily()
