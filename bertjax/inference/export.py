@@ -180,14 +180,16 @@ class _Layout:
 
     def __call__(self, ids_a, ids_b=None, budget_a=None):
         """ids <int32>[B, (T)] -> (input_ids, segment_ids, input_mask <int32>[B, S], kept_a <int64>[B]).
-        budget_a: at most this many tokens of a (squad's max_query_length)."""
+        budget_a: SQuAD's rule instead of the longer side first: a is cut to this many tokens
+        (max_query_length) and kept whole, b fills the rest (one window of the context)."""
         from bertjax.runtime.tf_cpu import tf
 
-        if budget_a is not None:
-            ids_a = ids_a[:, :budget_a]
         len_a = ids_a.row_lengths()
         if ids_b is None:
             keep_a, keep_b = tf.minimum(len_a, self.max_seq_length - 2), None
+        elif budget_a is not None:
+            keep_a = tf.minimum(len_a, budget_a)
+            keep_b = tf.minimum(ids_b.row_lengths(), self.max_seq_length - 3 - keep_a)
         else:
             keep_a, keep_b = _truncated_pair_lengths(tf, len_a, ids_b.row_lengths(), self.max_seq_length - 3)
         head = lambda ids, keep: tf.ragged.boolean_mask(ids, tf.ragged.range(ids.row_lengths()) < keep[:, None])
