@@ -177,7 +177,7 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_pa
     args = [f"--input_file={tmp_path}/in.txt", f"--output={tmp_path}/killed", "--max_seq_length=64",
             "--batch_size=8", "--shard_size=10", "--layers=-1", "--pooling=mean"]
     # Chunks of 20 examples (not 4096): shards are written all through the run, not only at its end.
-    small_chunks = ("import runpy, sys; import bertjax.inference.engine; bertjax.inference.engine.CHUNK_EXAMPLES = 20; "
+    small_chunks = ("import runpy, sys; import bertjax.inference.hidden_states as h; h.CHUNK_EXAMPLES = 20; "
                     f"sys.argv = {[LAUNCHER, f'--checkpoint={MINILM_DIR}', *args]!r}; "
                     f"runpy.run_path({LAUNCHER!r}, run_name='__main__')")
     process = subprocess.Popen([sys.executable, "-c", small_chunks], env=ENV, cwd=ROOT,
@@ -239,13 +239,13 @@ def test_processes_write_their_own_shards_and_process_0_merges_them(minilm, tmp_
     import jax
     from jax.experimental import multihost_utils
 
-    from bertjax.inference import engine
+    from bertjax.inference import hidden_states
 
     (tmp_path / "in.txt").write_text("\n".join(TEN_LINES) + "\n")  # shards [0, 1, 2] [3, 4, 5] [6, 7, 8] [9]
     options = dict(layers=(-1,), pooling="mean", shard_size=3)
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "one"), log=lambda _: None, **options)
     monkeypatch.setattr(multihost_utils, "sync_global_devices", lambda name: None)
-    monkeypatch.setattr(engine, "CHUNK_EXAMPLES", 3)  # one shard a chunk: a failure comes after a written shard
+    monkeypatch.setattr(hidden_states, "CHUNK_EXAMPLES", 3)  # one shard a chunk: a failure comes after a written shard
     said = []
 
     def as_process(process, processes=2, output="multi", **more):

@@ -38,23 +38,19 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import sharding, tasks, tokenization
 from bertjax.inference import model_source
-from bertjax.models import BertEncoder
 from bertjax.models.config import BertConfig
 from bertjax.runtime import compilation_cache
 from bertjax.tasks import batching
 from bertjax.tasks.common import Split, encode_pairs
 from bertjax.tasks.family import Family, at_position
-from bertjax.tasks.raw_text import not_one_string, text_pair
+from bertjax.tasks.raw_text import not_one_string
 
 DTYPES = ("float32", "bfloat16")
-POOLINGS = ("none", "cls", "mean")
-CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
 
 
 def inference_buckets(max_seq_length: int) -> list[int]:
@@ -170,57 +166,10 @@ class Model:
     def iter_features(self, texts: Iterable[str | tuple[str, str | None]], layers: Sequence[int] = (-1,),
                       pooling: str = "none", on_truncated: Callable[[np.ndarray], None] | None = None,
                       progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
-        """Contextual features, one dict per input, in input order, computed in chunks of
-        CHUNK_EXAMPLES (bounded memory on long inputs).
+        """Contextual features, one dict per input, in input order (`hidden_states.iter_features`)."""
+        from bertjax.inference import hidden_states
 
-        texts: strings ("a ||| b" is a pair) or (a, b) tuples (b None: single text).
-        layers: indices into the hidden-state stack [embeddings, layer 1, ..., layer L]
-          (-1 = the last layer, 0 = the embeddings' output), as Hugging Face's hidden_states.
-        pooling: "none" -> {"tokens": [str] (with [CLS]/[SEP]), "token_ids": <int32>[T],
-          "values": <float32>[len(layers), T, H]};
-          "cls" -> {"values": [len(layers), H]} (the [CLS] token's vector);
-          "mean" -> {"values": [len(layers), H]} (the mean over the input's tokens, [CLS] and
-          [SEP] included, padding excluded: sentence-transformers' mean pooling).
-        Inputs longer than max_seq_length are truncated (as fine-tuning does); on_truncated
-        gets their 0-based positions in `texts` (<int64>[k], k >= 1), a chunk at a time,
-        before that chunk's features are computed.
-        """
-        indices = self.layer_indices(layers)
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        bert = self.bert
-
-        def apply(params, batch):
-            _, _, hidden = BertEncoder(bert).apply({"params": params["bert"]}, batch["input_ids"],
-                                                   batch["segment_ids"], batch["input_mask"], True,
-                                                   output_hidden_states=True)
-            chosen = hidden[jnp.asarray(indices)].astype(jnp.float32)  # [K, B, S, H]
-            if pooling == "cls":
-                return {"pooled": jnp.swapaxes(chosen[:, :, 0], 0, 1)}
-            if pooling == "mean":
-                mask = batch["input_mask"].astype(jnp.float32)[None, :, :, None]
-                mean = (chosen * mask).sum(2) / jnp.maximum(mask.sum(2), 1.0)
-                return {"pooled": jnp.swapaxes(mean, 0, 1)}
-            return {"hidden": jnp.moveaxis(chosen, 0, 1).swapaxes(-1, -2)}  # [B, K, H, S]: sequence axis last
-
-        done = 0
-        for chunk in _chunks(not_one_string(texts), CHUNK_EXAMPLES):
-            pairs = [at_position(done + i, text_pair, text) for i, text in enumerate(chunk, start=1)]
-            split, truncated = self.encode_texts(pairs)
-            if truncated.any() and on_truncated is not None:
-                on_truncated(done + np.flatnonzero(truncated))
-            outputs = self.run(("features", indices, pooling), apply, split,
-                               progress=None if progress is None else lambda k, done=done: progress(done + k),
-                               sequence_outputs=("hidden",))
-            for i in range(len(split)):
-                length = int(split.lengths[i])
-                if pooling == "none":
-                    ids = split.features["input_ids"][i, :length]
-                    yield {"tokens": [self.tokenizer.id_to_token(int(t)) for t in ids], "token_ids": ids,
-                           "values": np.ascontiguousarray(outputs["hidden"][i, :, :, :length].swapaxes(-1, -2))}
-                else:
-                    yield {"values": outputs["pooled"][i]}
-            done += len(split)
+        return hidden_states.iter_features(self, texts, layers, pooling, on_truncated, progress)
 
     def layer_indices(self, layers: Sequence[int]) -> tuple[int, ...]:
         """Layer indices as non-negative positions in the [L + 1] hidden-state stack; a
@@ -255,8 +204,6 @@ class Model:
                 features[name][rows] = split.features[name]
             lengths[rows], truncated[rows] = split.lengths, cut
         return Split("inputs", features, lengths), truncated
-
-    # -- Fill-mask. --
 
     # -- Fill-mask (bertjax/inference/fill_mask.py). --
 
@@ -323,17 +270,6 @@ class _MaskKeeping:
                 k += 1
             rows.append(np.concatenate(row).astype(np.int32))
         return (np.concatenate(rows) if rows else np.zeros(0, np.int32)), np.array([len(r) for r in rows], np.int64)
-
-
-def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | None = None, batch_size: int = 32,
