@@ -254,3 +254,16 @@ def test_the_readme_serving_commands_match_the_export():
     assert request["signature_name"] == export.SIGNATURE
     assert [set(instance) for instance in request["instances"]] == [set(export.serving_inputs(
         {"family": "classification", "pairs": False}))]
+
+
+def test_a_family_whose_graph_reads_words_refuses_a_sentencepiece_export():
+    import types
+
+    from bertjax import tasks
+
+    sentencepiece, wordpiece = types.SimpleNamespace(kind="sentencepiece"), types.SimpleNamespace(kind="wordpiece")
+    assert tasks.FAMILIES["tagging"].check_export(sentencepiece) == (
+        "the export of tagging reads words (BERT's split) and needs a WordPiece vocabulary, not sentencepiece")
+    assert "export of squad" in tasks.FAMILIES["squad"].check_export(sentencepiece)
+    assert [family.check_export(wordpiece) for family in tasks.FAMILIES.values()] == [None] * 4
+    assert tasks.FAMILIES["classification"].check_export(sentencepiece) is None

@@ -3,6 +3,7 @@ token or pooled (`Model.features`, `Model.iter_features`; files: feature_files.p
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax.numpy as jnp
@@ -53,7 +54,8 @@ def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: 
         return {"hidden": jnp.moveaxis(chosen, 0, 1).swapaxes(-1, -2)}  # [B, K, H, S]: sequence axis last
 
     done = 0
-    for chunk in _chunks(not_one_string(texts), CHUNK_EXAMPLES):
+    remaining = iter(not_one_string(texts))
+    for chunk in iter(lambda: list(itertools.islice(remaining, CHUNK_EXAMPLES)), []):
         pairs = [at_position(done + i, text_pair, text) for i, text in enumerate(chunk, start=1)]
         split, truncated = model.encode_texts(pairs)
         if truncated.any() and on_truncated is not None:
@@ -70,14 +72,3 @@ def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: 
             else:
                 yield {"values": outputs["pooled"][i]}
         done += len(split)
-
-
-def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

@@ -32,6 +32,7 @@ class Family:
     token_level: bool = False           # a label per token (config.model.tagging_head applies)
     pair_inputs: bool = False           # one text or a pair, as task_info["pairs"] says
     choice_axis: bool = False           # the network's inputs are [batch, choices, length]
+    serves_words: bool = False          # its serving graph works on words (offsets, tags)
     text_lines: bool = True             # one input per line of text (predict --text / a .txt file)
     extensions: dict[str, str] = {}     # file extension -> an input format of its own (`read_formatted`)
 
@@ -95,7 +96,11 @@ class Family:
         raise NotImplementedError
 
     def check_export(self, tokenizer) -> str | None:
-        """Why a model with this tokenizer cannot be exported, or None."""
+        """Why a model with this tokenizer cannot be exported, or None: a family whose serving
+        graph reads words (`serves_words`) needs WordPiece, whose split TF Text reproduces."""
+        if self.serves_words and tokenizer.kind != "wordpiece":
+            return (f"the export of {self.name} reads words (BERT's split) and needs a WordPiece vocabulary, "
+                    f"not {tokenizer.kind}")
         return None
 
     def serve(self, serving, inputs: dict) -> dict:

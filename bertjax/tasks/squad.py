@@ -500,6 +500,7 @@ class SquadFamily(Family):
     tasks = TASKS
     own_file_tasks = ("squad",)
     hf_architecture = "BertForQuestionAnswering"
+    serves_words = True
     extensions = {"json": "squad_json"}
 
     load_task = staticmethod(load_task)  # this module's
@@ -583,12 +584,6 @@ class SquadFamily(Family):
 
     def serving_inputs(self, task_info):
         return ("question", 1), ("context", 1)
-
-    def check_export(self, tokenizer):
-        if tokenizer.kind != "wordpiece":
-            return f"the export of squad reads words (BERT's split) and needs a WordPiece vocabulary, " \
-                   f"not {tokenizer.kind}"
-        return None
 
     def serve(self, serving, inputs):
         from bertjax.tasks import squad_serving

@@ -408,6 +408,7 @@ class TaggingFamily(Family):
     tasks = TASKS
     own_file_tasks = ("ner",)
     hf_architecture = "BertForTokenClassification"
+    serves_words = True
     packs_examples = True
     token_level = True
     extensions = {"conll": "conll"}
@@ -459,12 +460,6 @@ class TaggingFamily(Family):
 
     def serving_inputs(self, task_info):
         return (("text", 1),)
-
-    def check_export(self, tokenizer):
-        if tokenizer.kind != "wordpiece":
-            return f"the export of tagging reads words (BERT's split) and needs a WordPiece vocabulary, " \
-                   f"not {tokenizer.kind}"
-        return None
 
     def serve(self, serving, inputs):
         """-> words <string>[B, W] (as written), tags <string>[B, W], word_start / word_end
