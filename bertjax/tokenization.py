@@ -63,6 +63,7 @@ class Tokenizer:
         self._wordpiece = wordpiece
         self._sentencepiece = sentencepiece
         self._chunk_memo: _ChunkMemo | None = None  # WordPiece: set by from_vocab_file
+        self._piece_roots: tuple[np.ndarray, np.ndarray] | None = None  # SentencePiece: see _tie_order
         self.vocab_size = len(self._tokens)
         index = {token: i for i, token in enumerate(self._tokens)}
         missing = [t for t in SPECIAL_TOKENS if t not in index]
@@ -134,7 +135,8 @@ class Tokenizer:
         natural text repeats its chunks.
         """
         if self._wordpiece is None:
-            return _flatten(self._sentencepiece.EncodeAsIds(list(texts)))
+            ids, lengths = _flatten(self._sentencepiece.EncodeAsIds(list(texts)))
+            return ids[self._tie_order(ids, lengths)[0]], lengths
         if "".join(texts).isascii():  # the usual case, checked in one C call
             return self._chunk_memo.encode(self._normalize_ascii(texts), len(texts))
         is_ascii = np.fromiter((t.isascii() for t in texts), bool, len(texts))
@@ -196,7 +198,33 @@ class Tokenizer:
             rows.append([piece.id for piece in proto.pieces])
             spans.append(_sentencepiece_char_spans(text, proto))
         ids, lengths = _flatten(rows)
-        return ids, (np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)), lengths
+        offsets = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
+        order, run = self._tie_order(ids, lengths)
+        moved = np.isin(run, run[order != np.arange(len(order))])
+        if moved.any():  # the reordered pieces of a run tile the run's span in their new order
+            widths = (offsets[:, 1] - offsets[:, 0])[order]
+            first = np.searchsorted(run, run)  # each position's run's first position
+            before = np.cumsum(widths) - widths
+            starts = offsets[first, 0] + before - before[first]
+            offsets[moved] = np.stack([starts, starts + widths], 1)[moved]
+        return ids[order], offsets, lengths
+
+    def _tie_order(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """SentencePiece's ids in canonical order: a permutation of `ids` and each position's run.
+
+        Unigram segmentations of a run of one repeated word tie (u^a u^b against u^b u^a, the
+        same score), and which one wins is up to floating-point rounding in the Viterbi search,
+        which differs between sentencepiece builds (TF Text's in the SavedModel, the Python
+        library here). Each maximal run of pieces that are powers of one word is put in
+        ascending order of power, so every build gives the same ids (export.py does the same).
+        """
+        if self._piece_roots is None:
+            self._piece_roots = tuple(map(np.asarray, piece_roots(self._tokens)))
+        roots, powers = self._piece_roots
+        rows = np.repeat(np.arange(len(lengths)), lengths)
+        root = roots[ids]
+        run = np.cumsum(np.concatenate([[True], (root[1:] != root[:-1]) | (rows[1:] != rows[:-1])])[:len(ids)])
+        return np.lexsort((powers[ids], run)), run
 
     def decode(self, ids: Iterable[int]) -> str:
         """Token ids -> text. WordPiece keeps special tokens visible ("[MASK]")."""
@@ -339,6 +367,18 @@ def _sentencepiece_char_spans(text: str, proto) -> np.ndarray:
     next_visible = np.minimum.accumulate(np.append(positions, len(text))[::-1])[::-1]
     spans[:, 0] = np.minimum(next_visible[spans[:, 0]], spans[:, 1])
     return spans
+
+
+def piece_roots(pieces: Sequence[str]) -> tuple[list[int], list[int]]:
+    """Each piece as a power of its primitive word: (root index, power) per piece; "abab" is
+    ("ab", 2), "aba" is ("aba", 1). Pieces with the same root index are powers of one word."""
+    roots, powers, index = [], [], {}
+    for piece in pieces:
+        n = len(piece)
+        period = next((p for p in range(1, n) if n % p == 0 and piece[:p] * (n // p) == piece), max(n, 1))
+        roots.append(index.setdefault(piece[:period], len(index)))
+        powers.append(max(n, 1) // period)
+    return roots, powers
 
 
 def _flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

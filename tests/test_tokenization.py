@@ -104,6 +104,30 @@ def test_train_sentencepiece_fixed_special_ids(tmp_path, do_lower_case):
     assert (tokenizer.encode("The FOX") == tokenizer.encode("the fox")) == do_lower_case
 
 
+def test_sentencepiece_puts_tied_runs_in_one_order_with_their_offsets(tmp_path):
+    """Issue 46, 7: a run of one repeated word segments into pieces whose order is a tie that
+    sentencepiece builds break differently; bertjax's order is ascending power, with each
+    piece's offsets still its own characters."""
+    corpus = [f"ha{'ha' * (i % 7)} wow{'!' * (i % 5)} 22{'2' * (i % 6)} ..{'.' * (i % 4)} xo" for i in range(400)]
+    tokenizer = tokenization.load_tokenizer(
+        "sentencepiece", tokenization.train_sentencepiece(corpus, 35, str(tmp_path), do_lower_case=False))
+    roots, powers = map(np.asarray, tokenization.piece_roots(tokenizer._tokens))
+    texts = ["hahahahahahahaha !!!!!!!!!!!wow 22222222222 ..........", "hahaha 2222", "", "!!! !!!!!!!",
+             "xoxoxo !!!!!!!", "........... !!!!!!!!!!"]  # the last two: sentencepiece gives a longer piece first
+    ids, offsets, lengths = tokenizer.encode_flat_with_offsets(texts)
+    assert ids.tolist() == sum(tokenizer.encode_batch(texts), [])
+    pieces = [tokenizer.id_to_token(i) for i in ids]
+    rows = np.repeat(np.arange(len(texts)), lengths)
+    seen_a_run = False
+    for t in range(1, len(ids)):
+        if rows[t] == rows[t - 1] and roots[ids[t]] == roots[ids[t - 1]]:
+            assert powers[ids[t]] >= powers[ids[t - 1]], pieces
+            seen_a_run |= powers[ids[t]] > powers[ids[t - 1]]
+    assert seen_a_run, pieces
+    for row, piece, (start, end) in zip(rows, pieces, offsets):
+        assert texts[row][start:end] == piece.lstrip("\u2581"), (piece, texts[row], start, end)
+
+
 def test_sentencepiece_rejects_non_model_file(tmp_path):
     path = tmp_path / "bad.model"
     path.write_bytes(b"not a model")

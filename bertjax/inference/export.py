@@ -105,7 +105,7 @@ def tensorflow_tokenizer(tokenizer):
     (Tokenizer.encode's ids); WordPiece also has `words` and `pieces` (BERT's split, then WordPiece)."""
     from bertjax.runtime import fileio
     from bertjax.runtime.tf_cpu import tf
-    from bertjax.tokenization import MAX_INPUT_CHARS_PER_WORD
+    from bertjax.tokenization import MAX_INPUT_CHARS_PER_WORD, piece_roots
 
     import tensorflow_text as tft  # after bertjax.runtime.tf_cpu, which sets TensorFlow up first
 
@@ -124,23 +124,58 @@ def tensorflow_tokenizer(tokenizer):
             Words that normalisation empties (a lone control character, an accent) are dropped."""
             texts = tf.strings.regex_replace(texts, r"\x00", "\x01")  # the split stops at NUL; both go below
             words, starts, ends = tft.regex_split_with_offsets(texts, f"{_WHITESPACE}|{_KEPT}", _KEPT)
-            flat = tf.strings.regex_replace(words.flat_values, r"[\p{C}\x{FFFD}]", "")
-            if self.lower:
-                flat = tf.strings.regex_replace(tft.normalize_utf8(flat, "NFD"), r"\p{Mn}", "")
-                flat = tf.strings.lower(flat, encoding="utf-8")
+            flat = self.normalize(words.flat_values)
             long = tf.strings.length(flat, unit="UTF8_CHAR") > MAX_INPUT_CHARS_PER_WORD
             flat = tf.where(long, "[UNK]", flat)  # the vocabulary's own [UNK] entry
             keep = words.with_flat_values(tf.strings.length(flat) > 0)
             return tuple(tf.ragged.boolean_mask(x, keep) for x in
                          (words.with_flat_values(flat), starts, ends))
 
+        def normalize(self, strings):
+            """BERT's normalisation of each string: control characters dropped; NFD, accents
+            dropped and lower case when uncased."""
+            strings = tf.strings.regex_replace(strings, r"[\p{C}\x{FFFD}]", "")
+            if self.lower:
+                strings = tf.strings.regex_replace(tft.normalize_utf8(strings, "NFD"), r"\p{Mn}", "")
+                # Lower-cased one character at a time, as `tokenizers` does: a word's last capital
+                # sigma is σ, not the final ς that TensorFlow's lower() writes.
+                strings = tf.strings.lower(tf.strings.regex_replace(strings, "Σ", "σ"), encoding="utf-8")
+            return strings
+
         def pieces(self, words):
             """[B, (W)] normalised words -> ids [B, (W), (P)]."""
             return self.wordpiece.tokenize(words)
 
-        def pieces_with_offsets(self, words):
-            """[B, (W)] normalised words -> ids, start, end [B, (W), (P)] (byte offsets in the word)."""
-            return self.wordpiece.tokenize_with_offsets(words)
+        def ids_with_offsets(self, texts):
+            """<string>[B] -> ids <int32>[B, (T)] and each token's start, end <int64>[B, (T)]: the byte
+            span in its text of the characters it was made from, as Tokenizer.encode_flat_with_offsets
+            (a character normalisation removes belongs to no span; a word that is one [UNK] spans
+            all its kept characters).
+
+            WordPiece's offsets are bytes of the normalised word; each original character of the
+            word is normalised alone, and the running total of those lengths says which original
+            character made a normalised byte (normalising characters one by one gives the word's
+            length: NFD, accent removal and lower-casing act per character)."""
+            words, starts, ends = self.words(texts)
+            pieces, piece_starts, piece_ends = self.wordpiece.tokenize_with_offsets(words)
+            originals = tf.strings.substr(tf.repeat(texts, words.row_lengths()), starts.flat_values,
+                                          (ends - starts).flat_values)
+            chars, char_offsets = tf.strings.unicode_split_with_offsets(originals, "UTF-8")
+            char_start = tf.repeat(starts.flat_values, chars.row_lengths()) + char_offsets.flat_values
+            char_end = char_start + tf.cast(tf.strings.length(chars.flat_values), tf.int64)
+            normalised = tf.cast(tf.strings.length(self.normalize(chars.flat_values)), tf.int64)
+            made_up_to = tf.cumsum(normalised)  # [all characters]: normalised bytes up to each one's end
+            word_length = tf.reduce_sum(chars.with_flat_values(normalised), axis=1)  # [all words]
+            word = pieces.values.value_rowids()
+            base = tf.gather(tf.cumsum(word_length, exclusive=True), word)
+            unknown = tf.gather(tf.equal(words.flat_values, "[UNK]"), word)  # a word over the length limit
+            begin = base + tf.where(unknown, tf.zeros_like(base), piece_starts.flat_values)
+            finish = base + tf.where(unknown, tf.gather(word_length, word), piece_ends.flat_values)
+            made = lambda byte: tf.searchsorted(made_up_to[None], byte[None], side="right")[0]
+            start = tf.gather(tf.concat([char_start, [0]], 0), made(begin))
+            end = tf.gather(tf.concat([char_end, [0]], 0), made(finish - 1))
+            ids = pieces.merge_dims(1, 2)
+            return ids, ids.with_flat_values(start), ids.with_flat_values(end)
 
         def ids(self, texts):
             """<string>[B] -> <int32>[B, (T)] token ids, as Tokenizer.encode."""
@@ -151,9 +186,20 @@ def tensorflow_tokenizer(tokenizer):
             super().__init__()
             with fileio.open_file(tokenizer.path, "rb") as f:
                 self.sentencepiece = tft.SentencepieceTokenizer(model=f.read(), out_type=tf.int32)
+            roots, powers = piece_roots([tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)])
+            self.roots, self.powers = tf.constant(roots, tf.int64), tf.constant(powers, tf.int64)
 
         def ids(self, texts):
-            return self.sentencepiece.tokenize(texts)
+            """<string>[B] -> <int32>[B, (T)]: TF Text's SentencePiece, then each run of pieces that
+            are powers of one word in ascending order of power, as Tokenizer._tie_order does (the
+            builds break the ties of such runs differently)."""
+            ids = self.sentencepiece.tokenize(texts)
+            flat = ids.flat_values
+            root, row = tf.gather(self.roots, flat), ids.value_rowids()
+            new_run = tf.concat([[True], (root[1:] != root[:-1]) | (row[1:] != row[:-1])], 0)
+            run = tf.cumsum(tf.cast(new_run, tf.int64))
+            order = tf.argsort(run * (tf.reduce_max(self.powers) + 1) + tf.gather(self.powers, flat), stable=True)
+            return ids.with_flat_values(tf.gather(flat, order))
 
     return WordPiece() if tokenizer.kind == "wordpiece" else SentencePiece()
 

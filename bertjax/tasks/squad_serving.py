@@ -13,9 +13,7 @@ def best_spans(serving, question, context, version: str, options: dict) -> dict:
     options: the run's settings (`squad.settings`)."""
     from bertjax.runtime.tf_cpu import tf
 
-    words, starts, ends = serving.tokenizer.words(context)
-    pieces, piece_starts, piece_ends = serving.tokenizer.pieces_with_offsets(words)
-    context_ids = pieces.merge_dims(1, 2)
+    context_ids, token_start, token_end = serving.tokenizer.ids_with_offsets(context)
     input_ids, segment_ids, input_mask, kept_q = serving.layout(
         serving.tokenizer.ids(question), context_ids, options["max_query_length"])
     start_logits, end_logits = serving.model(input_ids, segment_ids, input_mask)
@@ -30,18 +28,9 @@ def best_spans(serving, question, context, version: str, options: dict) -> dict:
     flat, best = tf.argmax(scores, axis=1, output_type=tf.int32), tf.reduce_max(scores, axis=1)
     has = best > -1e29
     first_context = tf.cast(kept_q, tf.int32) + 2  # [CLS] question [SEP]
-    # Each context token's bytes in the context: its word's start + its offset in the (normalised)
-    # word, a word's first token from the word's start and its last to the word's end (exact
-    # inside a word when normalising keeps its UTF-8 length, as for ASCII).
-    per_word = pieces.values.row_lengths()
-    word_start, word_end = (tf.repeat(x.flat_values, per_word) for x in (starts, ends))
-    position = tf.ragged.range(per_word).flat_values
-    token_start = tf.where(position == 0, word_start, tf.minimum(word_start + piece_starts.flat_values, word_end))
-    token_end = tf.where(position == tf.repeat(per_word - 1, per_word), word_end,
-                         tf.minimum(word_start + piece_ends.flat_values, word_end))
     # One entry more, so that a batch without context tokens (empty contexts) gathers something
     # where it has no span; those positions are replaced by -1 below.
-    token_start, token_end = (tf.concat([x, tf.zeros([1], x.dtype)], 0) for x in (token_start, token_end))
+    token_start, token_end = (tf.concat([x.flat_values, tf.zeros([1], tf.int64)], 0) for x in (token_start, token_end))
     # Row b's context token k is token row_starts[b] + k of context_ids.
     token = lambda row_position: (tf.cast(context_ids.row_starts(), tf.int32)
                                   + tf.where(has, row_position - first_context, 0))
