@@ -1,4 +1,5 @@
-"""The BERT encoder in Flax linen: embeddings, post-LN transformer layers, pooler.
+"""The BERT encoder in Flax linen: embeddings, transformer layers, pooler; the original
+BERT by default and the modern encoder (ModernBERT) by configuration (see BertConfig).
 
 Shapes: B = batch, S = sequence length, H = hidden size, N = heads, D = head size.
 Parameter tree of `BertEncoder` (unrolled; with `scan_layers` the layers are one
@@ -12,6 +13,12 @@ Parameter tree of `BertEncoder` (unrolled; with `scan_layers` the layers are one
     encoder/layer_{i}/output/{kernel,bias}
     encoder/layer_{i}/output_norm/{scale,bias}
     pooler/{kernel,bias}
+
+The modern switches change it: no position_embeddings with rotary positions, no
+token_type_embeddings with type_vocab_size 0, no biases without use_bias / norm_bias;
+pre-normalisation names the norms before the sublayers `attention_norm` (not in layer 0)
+and `mlp_norm`, and adds `encoder/final_norm`; a gated MLP adds `intermediate_gate`; the
+"cls" / "mean" pooler adds `pooler_norm`.
 """
 
 from __future__ import annotations
@@ -42,6 +49,18 @@ def zeros_init(names: tuple[str, ...]):
     return _partition(nn.initializers.zeros_init(), names)
 
 
+def rotate(x: Array, positions: Array, theta: float) -> Array:
+    """Rotary position embedding (RoPE, the half-split form): x <T>[B, S, N, D] at
+    positions <int>[B, S] or [1, S] -> <T>[B, S, N, D], each pair (d, d + D/2) turned by
+    position * theta^(-2d/D) radians (in float32)."""
+    half = x.shape[-1] // 2
+    inverse_frequency = 1.0 / theta ** (np.arange(half, dtype=np.float32) * 2 / x.shape[-1])
+    angles = positions.astype(jnp.float32)[..., None, None] * jnp.asarray(inverse_frequency)  # [B, S, 1, D/2]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    first, second = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1).astype(x.dtype)
+
+
 def activation(name: str):
     """'gelu' = exact erf GELU (Hugging Face), 'gelu_tanh' = original TF approximation.
 
@@ -52,12 +71,13 @@ def activation(name: str):
         "gelu": functools.partial(jax.nn.gelu, approximate=False),
         "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
         "relu": jax.nn.relu,
+        "silu": jax.nn.silu,
     }[name])
 
 
 def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
     return nn.LayerNorm(
-        epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
+        epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype, use_bias=config.norm_bias,
         scale_init=_partition(nn.initializers.ones_init(), (Axis.EMBED,)),
         bias_init=zeros_init((Axis.EMBED,)), name=name)
 
@@ -86,10 +106,12 @@ def over_rows(fn: Callable[[Array], Array], x: Array) -> Array:
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def dense(config: BertConfig, features: int, names: tuple[str, str], name: str) -> nn.Dense:
+def dense(config: BertConfig, features: int, names: tuple[str, str], name: str, bias: bool | None = None) -> nn.Dense:
+    """A dense layer with a bias when `bias` says (None: config.use_bias)."""
     product = functools.partial(dot_over_rows, bfloat16_operands=config.matmul_precision == "bfloat16")
     return nn.Dense(
         features, dtype=config.dtype, param_dtype=config.param_dtype, dot_general=product,
+        use_bias=config.use_bias if bias is None else bias,
         kernel_init=dense_init(config, names), bias_init=zeros_init(names[1:]), name=name)
 
 
@@ -101,7 +123,8 @@ def one_hot_lookup(table: Array, ids: Array, dtype: str) -> Array:
 
 
 class BertEmbeddings(nn.Module):
-    """Token + segment + learned position embeddings, then LayerNorm and dropout."""
+    """Token + segment + learned position embeddings, then LayerNorm and dropout (segments
+    only with type_vocab_size > 0, positions only with position_embedding "absolute")."""
 
     config: BertConfig
 
@@ -113,10 +136,12 @@ class BertEmbeddings(nn.Module):
                             embedding_init=dense_init(config, names), name=name)
 
         self.word_embeddings = embed(config.vocab_size, (Axis.VOCAB, Axis.EMBED), "word_embeddings")
-        self.position_embeddings = embed(config.max_position_embeddings, (Axis.POSITION, Axis.EMBED),
-                                         "position_embeddings")
-        self.token_type_embeddings = embed(config.type_vocab_size, (Axis.TOKEN_TYPE, Axis.EMBED),
-                                           "token_type_embeddings")
+        if config.position_embedding == "absolute":
+            self.position_embeddings = embed(config.max_position_embeddings, (Axis.POSITION, Axis.EMBED),
+                                             "position_embeddings")
+        if config.type_vocab_size:
+            self.token_type_embeddings = embed(config.type_vocab_size, (Axis.TOKEN_TYPE, Axis.EMBED),
+                                               "token_type_embeddings")
         self.layer_norm = layer_norm(config, "LayerNorm")
         self.dropout = Dropout(config.hidden_dropout_prob)
 
@@ -130,15 +155,16 @@ class BertEmbeddings(nn.Module):
         step is slower (benchmarks/README.md#segment-and-position-embeddings).
         """
         config = self.config
-        words = self.word_embeddings(input_ids)
-        positions = self.position_embeddings.embedding
-        if position_ids is None:
-            positions = jnp.asarray(positions[:input_ids.shape[-1]], config.dtype)[None]
-        else:
-            positions = one_hot_lookup(positions, position_ids, config.dtype)
-        segments = one_hot_lookup(self.token_type_embeddings.embedding, token_type_ids, config.dtype)
-        x = self.layer_norm(words + segments + positions)
-        return self.dropout(x, deterministic=deterministic)
+        x = self.word_embeddings(input_ids)
+        if config.type_vocab_size:
+            x = x + one_hot_lookup(self.token_type_embeddings.embedding, token_type_ids, config.dtype)
+        if config.position_embedding == "absolute":
+            positions = self.position_embeddings.embedding
+            if position_ids is None:
+                x = x + jnp.asarray(positions[:input_ids.shape[-1]], config.dtype)[None]
+            else:
+                x = x + one_hot_lookup(positions, position_ids, config.dtype)
+        return self.dropout(self.layer_norm(x), deterministic=deterministic)
 
     def attend(self, x: Array) -> Array:
         """Tied decoder: <dtype>[..., H] -> <dtype>[..., vocab] logits (no bias), one matmul
@@ -155,20 +181,43 @@ def attention_mask(sequence_ids: Array, packed: bool) -> Array:
     return (sequence_ids[:, None, :, None] == keys) & (keys > 0)
 
 
+def local_band(length: int, half_window: int) -> Array:
+    """<bool>[1, 1, S, S]: query i may see key j when |i - j| <= half_window."""
+    distance = np.abs(np.arange(length)[:, None] - np.arange(length)[None, :])
+    return jnp.asarray(distance <= half_window)[None, None]
+
+
+def _blocks_around(x: Array, block: int, fill: Any) -> Array:
+    """<T>[B, ..., S(, D)] along axis 2 (heads first: [B, N, S, D]; ids: [B, 1, S]) ->
+    [B, ..., S/block, 3 x block(, D)]: for each block of `block` positions, the keys of the
+    block before it, itself and the one after (padded with `fill` past the ends)."""
+    count = x.shape[2] // block
+    pad = [(0, 0)] * x.ndim
+    pad[2] = (block, block)
+    padded = jnp.pad(x, pad, constant_values=fill)
+    padded = padded.reshape(*x.shape[:2], count + 2, block, *x.shape[3:])
+    return jnp.concatenate([padded[:, :, i:i + count] for i in range(3)], axis=3)
+
+
 class BertSelfAttention(nn.Module):
     """Multi-head self-attention with the output projection (before residual + LN).
 
     `config.attention_impl`: "xla" plain XLA ops with attention dropout; "fused"
     jax.nn.dot_product_attention; "cudnn" its cuDNN flash kernel (GPU); "splash" the
     Pallas splash-attention kernel (TPU; interpreted on CPU, for tests).
+    window > 0: a local layer, each query seeing keys within window // 2 positions (the
+    "xla" form computes only the blocks of keys near each block of queries, not S x S).
+    rope_theta: rotary positions (at position_ids, else 0..S-1) with this theta, or None.
     """
 
     config: BertConfig
     deterministic: bool
     packed: bool = False
+    window: int = 0
+    rope_theta: float | None = None
 
     @nn.compact
-    def __call__(self, x: Array, sequence_ids: Array) -> Array:
+    def __call__(self, x: Array, sequence_ids: Array, position_ids: Array | None = None) -> Array:
         """x <dtype>[B, S, H], sequence_ids <int>[B, S] (0 = padding; packed: the 1-based
         sequence of each token, else 1 for every real token) -> <dtype>[B, S, H]."""
         config, packed = self.config, self.packed
@@ -176,21 +225,29 @@ class BertSelfAttention(nn.Module):
         split = (batch, length, config.num_attention_heads, config.head_dim)
         q, k, v = (dense(config, hidden, (Axis.EMBED, Axis.HEADS), name)(x).reshape(split)
                    for name in ("query", "key", "value"))
+        if self.rope_theta is not None:
+            positions = jnp.arange(length)[None] if position_ids is None else position_ids
+            q, k = rotate(q, positions, self.rope_theta), rotate(k, positions, self.rope_theta)
         q, k, v = (constrain(t, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_HEADS, Axis.ACT_KV))
                    for t in (q, k, v))
-        impl = config.attention_impl
-        if impl == "xla":
-            context = self._xla_attention(q, k, v, attention_mask(sequence_ids, packed))
+        impl, half = config.attention_impl, self.window // 2
+        local = {"local_window_size": (half, half)} if self.window else {}
+        if impl == "xla" and self.window and 3 * half < length:
+            context = self._local_xla_attention(q, k, v, sequence_ids, half)
+        elif impl == "xla":
+            mask = attention_mask(sequence_ids, packed)
+            context = self._xla_attention(q, k, v, mask & local_band(length, half) if self.window else mask)
         elif impl == "splash":
             from bertjax.models import splash
 
-            context = splash.attention(q, k, v, sequence_ids)
+            context = splash.attention(q, k, v, sequence_ids, half if self.window else None)
         elif impl == "cudnn" and not packed:  # padding as lengths: rows are left-aligned
             lengths = jnp.sum(sequence_ids > 0, axis=1, dtype=jnp.int32)
-            context = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
+            context = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn",
+                                                   **local)
         else:
             context = jax.nn.dot_product_attention(q, k, v, mask=attention_mask(sequence_ids, packed),
-                                                   implementation="cudnn" if impl == "cudnn" else None)
+                                                   implementation="cudnn" if impl == "cudnn" else None, **local)
         context = context.reshape(batch, length, hidden)
         return dense(config, hidden, (Axis.HEADS, Axis.EMBED), "output")(context)
 
@@ -201,13 +258,42 @@ class BertSelfAttention(nn.Module):
         slower straight from [B, S, N, D] (benchmarks/README.md#heads-first-attention)."""
         q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
         scores = jnp.einsum("bnqd,bnkd->bnqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
+        return jnp.swapaxes(self._attend(scores, mask, v, "bnqk,bnkd->bnqd"), 1, 2)
+
+    def _local_xla_attention(self, q: Array, k: Array, v: Array, sequence_ids: Array, half: int) -> Array:
+        """Sliding-window attention by blocks: queries in blocks of `half` positions, each
+        block scoring only the 3 x half keys of its own and the two neighbouring blocks (all
+        it may see), so the cost grows as S x 1.5 w instead of S x S; <dtype>[B, S, N, D]."""
+        batch, length = q.shape[:2]
+        count = -(-length // half)
+        pad = lambda t, fill=0: jnp.pad(t, [(0, 0), (0, count * half - length)] + [(0, 0)] * (t.ndim - 2),
+                                        constant_values=fill)
+        q, k, v = (jnp.swapaxes(pad(t), 1, 2) for t in (q, k, v))  # [B, N, S', D]
+        ids = pad(sequence_ids)[:, None]  # [B, 1, S']
+        keys, values = _blocks_around(k, half, 0), _blocks_around(v, half, 0)  # [B, N, C, 3h, D]
+        key_ids = _blocks_around(ids, half, 0)  # [B, 1, C, 3h]
+        query_ids = ids.reshape(batch, 1, count, half)
+        offsets = np.arange(3 * half)[None, :] - half - np.arange(half)[:, None]  # key - query position
+        near = jnp.asarray(np.abs(offsets) <= half)  # [h, 3h]
+        if self.packed:
+            mask = (query_ids[..., :, None] == key_ids[..., None, :]) & (key_ids[..., None, :] > 0) & near
+        else:
+            mask = (key_ids[..., None, :] > 0) & near  # [B, 1, C, h, 3h]
+        blocks = q.reshape(*q.shape[:2], count, half, q.shape[-1])
+        scores = jnp.einsum("bncqd,bnckd->bncqk", blocks, keys).astype(jnp.float32) / np.sqrt(q.shape[-1])
+        context = self._attend(scores, mask, values, "bncqk,bnckd->bncqd")
+        return jnp.swapaxes(context.reshape(*q.shape), 1, 2)[:, :length]
+
+    def _attend(self, scores: Array, mask: Array, values: Array, product: str) -> Array:
+        """Masked softmax over the last axis of float32 scores, attention dropout, then the
+        `product` with the values (an einsum spec)."""
         scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
         rate = self.config.attention_probs_dropout_prob
         if not self.deterministic and rate > 0.0:
             keep = keep_mask(self.make_rng("dropout"), probs.shape, rate)
             probs = drop_probabilities(probs, keep, keep_probability(rate))
-        return jnp.swapaxes(jnp.einsum("bnqk,bnkd->bnqd", probs, v), 1, 2)
+        return jnp.einsum(product, probs, values)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -237,27 +323,50 @@ drop_probabilities.defvjp(_drop_probabilities_fwd, _drop_probabilities_bwd)
 
 
 class BertLayer(nn.Module):
-    """One post-LN transformer layer. Returns (x, x if return_output else None) so it can be
-    scanned, the second element collecting every layer's output."""
+    """One transformer layer, post-LN (BERT) or pre-LN (config.norm_placement). Returns
+    (x, x if return_output else None) so it can be scanned, the second element collecting
+    every layer's output. `index`: the layer's place in the stack (local or global attention;
+    a pre-LN stack's first layer reads the normalised embeddings without a norm of its own)."""
 
     config: BertConfig
     deterministic: bool
     packed: bool = False
     return_output: bool = False
+    index: int = 0
 
     @nn.compact
-    def __call__(self, x: Array, sequence_ids: Array) -> tuple[Array, Array | None]:
+    def __call__(self, x: Array, sequence_ids: Array, position_ids: Array | None = None
+                 ) -> tuple[Array, Array | None]:
         config = self.config
-        dropout = Dropout(config.hidden_dropout_prob)
-        attended = BertSelfAttention(config, self.deterministic, self.packed, name="attention")(x, sequence_ids)
-        x = layer_norm(config, "attention_norm")(x + dropout(attended, deterministic=self.deterministic))
-        x = constrain(x, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_EMBED))
-        hidden = dense(config, config.intermediate_size, (Axis.EMBED, Axis.MLP), "intermediate")(x)
-        hidden = constrain(activation(config.hidden_act)(hidden), (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_MLP))
-        out = dense(config, config.hidden_size, (Axis.MLP, Axis.EMBED), "output")(hidden)
-        x = layer_norm(config, "output_norm")(x + dropout(out, deterministic=self.deterministic))
+        dropout = functools.partial(Dropout(config.hidden_dropout_prob), deterministic=self.deterministic)
+        is_global = config.is_global_layer(self.index)
+        attention = BertSelfAttention(
+            config, self.deterministic, self.packed, window=0 if is_global else config.attention_window,
+            rope_theta=(None if config.position_embedding != "rope" else
+                        config.rope_theta if is_global else config.local_rope_theta), name="attention")
+        if config.norm_placement == "pre":
+            normed = x if self.index == 0 else layer_norm(config, "attention_norm")(x)
+            x = x + dropout(attention(normed, sequence_ids, position_ids))
+            x = constrain(x, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_EMBED))
+            x = x + self._mlp(layer_norm(config, "mlp_norm")(x), dropout)
+        else:
+            x = layer_norm(config, "attention_norm")(x + dropout(attention(x, sequence_ids, position_ids)))
+            x = constrain(x, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_EMBED))
+            x = layer_norm(config, "output_norm")(x + self._mlp(x, dropout))
         x = constrain(x, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_EMBED))
         return x, (x if self.return_output else None)
+
+    def _mlp(self, x: Array, dropout: Callable[[Array], Array]) -> Array:
+        """<dtype>[B, S, H] -> [B, S, H]: dropout(W2 act(x W1)) (BERT), or gated,
+        W2 dropout(act(x W1) * x V) (ModernBERT's GeGLU)."""
+        config = self.config
+        hidden = dense(config, config.intermediate_size, (Axis.EMBED, Axis.MLP), "intermediate")(x)
+        hidden = constrain(activation(config.hidden_act)(hidden), (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_MLP))
+        output = lambda h: dense(config, config.hidden_size, (Axis.MLP, Axis.EMBED), "output")(h)
+        if not config.gated_mlp:
+            return dropout(output(hidden))
+        gate = dense(config, config.intermediate_size, (Axis.EMBED, Axis.MLP), "intermediate_gate")(x)
+        return output(dropout(hidden * gate))
 
 
 REMAT_POLICIES = {
@@ -277,23 +386,28 @@ class BertTransformer(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, sequence_ids: Array, deterministic: bool, packed: bool,
-                 all_layers: bool = False) -> Array:
+                 all_layers: bool = False, position_ids: Array | None = None) -> Array:
+        """A pre-LN stack normalises the last layer's output (`final_norm`), the last of all_layers too."""
         config = self.config
         layer = BertLayer
         if config.remat_policy != "none":
             layer = nn.remat(BertLayer, policy=REMAT_POLICIES[config.remat_policy], prevent_cse=not config.scan_layers)
-        if config.scan_layers:
+        if config.scan_layers:  # identical layers only (BertConfig checks)
             stack = nn.scan(
                 layer, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
                 in_axes=nn.broadcast, length=config.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: Axis.LAYERS})
-            x, outputs = stack(config, deterministic, packed, all_layers, name="layers")(x, sequence_ids)
-            return outputs if all_layers else x
-        outputs = []
-        for i in range(config.num_hidden_layers):
-            x, _ = layer(config, deterministic, packed, name=f"layer_{i}")(x, sequence_ids)
-            outputs.append(x)
-        return jnp.stack(outputs) if all_layers else x
+            x, outputs = stack(config, deterministic, packed, all_layers, name="layers")(x, sequence_ids, position_ids)
+        else:
+            outputs = []
+            for i in range(config.num_hidden_layers):
+                x, _ = layer(config, deterministic, packed, index=i, name=f"layer_{i}")(x, sequence_ids, position_ids)
+                outputs.append(x)
+            outputs = jnp.stack(outputs) if all_layers else None
+        if config.norm_placement == "pre":
+            x = layer_norm(config, "final_norm")(x)
+            outputs = None if outputs is None else outputs.at[-1].set(x)
+        return outputs if all_layers else x
 
 
 class BertEncoder(nn.Module):
@@ -320,6 +434,8 @@ class BertEncoder(nn.Module):
         self.embeddings = BertEmbeddings(self.config)
         self.encoder = BertTransformer(self.config)
         self.pooler = dense(self.config, self.config.hidden_size, (Axis.EMBED, Axis.MLP), "pooler")
+        if self.config.pooler != "tanh":
+            self.pooler_norm = layer_norm(self.config, "pooler_norm")
 
     def __call__(self, input_ids: Array, token_type_ids: Array | None = None,
                  attention_mask: Array | None = None, deterministic: bool = True, *,
@@ -340,17 +456,38 @@ class BertEncoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids, deterministic, position_ids)
         x = constrain(x, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_EMBED))
         embedded = x
-        x = self.encoder(x, sequence_ids.astype(jnp.int32), deterministic, packed, output_hidden_states)
+        sequence_ids = sequence_ids.astype(jnp.int32)
+        x = self.encoder(x, sequence_ids, deterministic, packed, output_hidden_states, position_ids)
         hidden_states = None
         if output_hidden_states:
             hidden_states = jnp.concatenate([embedded[None], x])
             x = x[-1]
-        if packed:
-            first = jnp.take_along_axis(x, pooled_positions[:, :, None].astype(jnp.int32), axis=1)
-        else:
-            first = x[:, 0]
-        pooled = jnp.tanh(self.pooler(first))
+        pooled = self._pool(x, sequence_ids, pooled_positions if packed else None)
         return (x, pooled) if hidden_states is None else (x, pooled, hidden_states)
+
+    def _pool(self, x: Array, sequence_ids: Array, pooled_positions: Array | None) -> Array:
+        """The sentence vector(s): <dtype>[B, H], or [B, K, H] for packed rows.
+
+        "tanh" (BERT): tanh(dense([CLS])). "cls" / "mean" (ModernBERT): norm(act(dense(v)))
+        of v = [CLS], or the mean of the sequence's real tokens."""
+        config = self.config
+        if config.pooler == "mean":
+            if pooled_positions is None:
+                weights = (sequence_ids > 0)[:, None, :]  # [B, 1, S]
+            else:  # sequence k of a row is the tokens with id k + 1
+                count = pooled_positions.shape[1]
+                weights = sequence_ids[:, None, :] == jnp.arange(1, count + 1)[None, :, None]  # [B, K, S]
+            weights = weights.astype(jnp.float32)
+            weights = weights / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
+            vector = jnp.einsum("bks,bsh->bkh", weights, x.astype(jnp.float32)).astype(x.dtype)
+            vector = vector[:, 0] if pooled_positions is None else vector
+        elif pooled_positions is not None:
+            vector = jnp.take_along_axis(x, pooled_positions[:, :, None].astype(jnp.int32), axis=1)
+        else:
+            vector = x[:, 0]
+        if config.pooler == "tanh":
+            return jnp.tanh(self.pooler(vector))
+        return self.pooler_norm(activation(config.hidden_act)(self.pooler(vector)))
 
     def attend(self, x: Array) -> Array:
         """Tied MLM decoder through the word embeddings: [..., H] -> [..., vocab]."""

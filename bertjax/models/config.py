@@ -6,18 +6,23 @@ import dataclasses
 import json
 from typing import Any
 
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 ATTENTION_IMPLS = ("xla", "fused", "cudnn", "splash")
 DTYPES = ("float32", "bfloat16", "float16")
 MATMUL_PRECISIONS = ("default", "bfloat16")
 FEATURE_COMBINES = ("last", "concat", "weighted_sum")
 TAGGING_HEADS = ("linear", "bilstm")
+POSITION_EMBEDDINGS = ("absolute", "rope")
+NORM_PLACEMENTS = ("post", "pre")
+POOLERS = ("tanh", "cls", "mean")
 
 # What a checkpoint's weights mean: a run initialised from a checkpoint takes these from it,
 # and a value the config sets explicitly must agree with the checkpoint's.
 ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                       "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+                       "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
+                       "position_embedding", "rope_theta", "local_rope_theta", "attention_window",
+                       "global_attention_every", "norm_placement", "use_bias", "norm_bias", "gated_mlp", "pooler")
 # Fields a checkpoint also records, used when the config leaves them unset.
 _INHERITED_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 
@@ -29,6 +34,18 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "medium": (8, 512, 8, 2048),
     "base": (12, 768, 12, 3072),
     "large": (24, 1024, 16, 4096),
+}
+# The modern encoder (ModernBERT, arXiv 2412.13663): its switches, and its sizes as above.
+MODERN_ARCHITECTURE: dict[str, Any] = dict(
+    position_embedding="rope", rope_theta=160_000.0, local_rope_theta=10_000.0, attention_window=128,
+    global_attention_every=3, norm_placement="pre", use_bias=False, norm_bias=False, gated_mlp=True,
+    pooler="cls", type_vocab_size=0, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0, max_position_embeddings=8192, vocab_size=50368)
+MODERN_PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "modernbert-tiny": (4, 128, 2, 192),   # CPU tests: one global, two local, one global layer
+    "modernbert-mini": (6, 256, 4, 384),
+    "modernbert-base": (22, 768, 12, 1152),
+    "modernbert-large": (28, 1024, 16, 2624),
 }
 
 
@@ -52,6 +69,19 @@ class BertConfig:
     "weighted_sum": a learned softmax-weighted sum, as ELMo); `tagging_head` "bilstm" puts
     a two-layer bidirectional LSTM of `lstm_hidden_size` units per direction under the
     token classifier. The defaults are the plain fine-tuning heads (pre-training ignores these).
+
+    The modern encoder (ModernBERT) is these switches, the defaults being the original BERT:
+    `position_embedding` "absolute" (a learned table) or "rope" (rotary: `rope_theta` in
+    global layers, `local_rope_theta` in local ones); `attention_window` 0 (every layer sees
+    every token) or w > 0: layer i sees the whole row when i % `global_attention_every` == 0,
+    else only keys within w // 2 positions; `norm_placement` "post" (LayerNorm after each
+    residual sum) or "pre" (before each sublayer, the first layer's attention excepted as the
+    embeddings are normalised, and a final norm); `use_bias` / `norm_bias` for the dense
+    layers' and norms' biases (task classifiers always have one); `gated_mlp` (GeGLU with
+    "gelu", SwiGLU with "silu": act(x W) * (x V)); `pooler` "tanh" (BERT's dense + tanh of
+    [CLS]) or "cls" / "mean" (ModernBERT's head: dense, activation, norm over [CLS] or the
+    mean of the real tokens); `type_vocab_size` 0 for no segment embeddings. Presets
+    "modernbert-base" / "-large" (and "-tiny", "-mini" for CPUs) set them all (MODERN_ARCHITECTURE).
     """
 
     vocab_size: int = 30522
@@ -76,13 +106,45 @@ class BertConfig:
     feature_combine: str = "last"
     tagging_head: str = "linear"
     lstm_hidden_size: int = 768
+    position_embedding: str = "absolute"
+    rope_theta: float = 10_000.0
+    local_rope_theta: float = 10_000.0
+    attention_window: int = 0
+    global_attention_every: int = 1
+    norm_placement: str = "post"
+    use_bias: bool = True
+    norm_bias: bool = True
+    gated_mlp: bool = False
+    pooler: str = "tanh"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "lstm_hidden_size"):
+                     "intermediate_size", "max_position_embeddings", "lstm_hidden_size", "global_attention_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"BertConfig.{name} must be a positive int, got {value!r}")
+        for name in ("type_vocab_size", "attention_window"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"BertConfig.{name} must be an int >= 0, got {value!r}")
+        if self.attention_window % 2:
+            raise ValueError(f"BertConfig.attention_window must be even (w // 2 keys each side), "
+                             f"got {self.attention_window}")
+        for name in ("use_bias", "norm_bias", "gated_mlp"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"BertConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        self._check_choice("position_embedding", POSITION_EMBEDDINGS)
+        self._check_choice("norm_placement", NORM_PLACEMENTS)
+        self._check_choice("pooler", POOLERS)
+        if self.position_embedding == "rope" and self.head_dim % 2:
+            raise ValueError(f"BertConfig.position_embedding='rope' needs an even head size, got {self.head_dim}")
+        if self.scan_layers and (self.attention_window or self.norm_placement == "pre"):
+            raise ValueError("BertConfig.scan_layers needs identical layers: not with attention_window > 0 (local and "
+                             "global layers differ) or norm_placement='pre' (the first layer has no attention norm)")
+        for name in ("rope_theta", "local_rope_theta"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
@@ -148,14 +210,21 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    def is_global_layer(self, index: int) -> bool:
+        """Whether layer `index` attends over the whole row (see attention_window)."""
+        return self.attention_window == 0 or index % self.global_attention_every == 0
+
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "BertConfig":
-        """A released size (tiny, mini, small, medium, base, large) with optional overrides."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown BERT preset {name!r}; expected one of {sorted(PRESETS)}")
-        layers, hidden, heads, intermediate = PRESETS[name]
+        """A released size (tiny, mini, small, medium, base, large; modernbert-tiny, -mini,
+        -base, -large with MODERN_ARCHITECTURE) with optional overrides."""
+        if name not in PRESETS and name not in MODERN_PRESETS:
+            raise ValueError(f"unknown BERT preset {name!r}; expected one of {sorted(PRESETS) + sorted(MODERN_PRESETS)}")
+        layers, hidden, heads, intermediate = PRESETS.get(name) or MODERN_PRESETS[name]
         sizes = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                     intermediate_size=intermediate)
+                     intermediate_size=intermediate, **(MODERN_ARCHITECTURE if name in MODERN_PRESETS else {}))
+        if name == "modernbert-tiny":
+            sizes.update(attention_window=16, max_position_embeddings=1024)
         return cls(**{**sizes, **overrides})
 
     def replace(self, **changes: Any) -> "BertConfig":

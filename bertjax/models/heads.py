@@ -159,7 +159,7 @@ class BertForPreTraining(nn.Module):
                                    sequence_ids=sequence_ids, pooled_positions=cls_positions)
         masked_hidden = gather_positions(sequence, masked_lm_positions)
         mlm_logits = MaskedLMHead(self.config, name="mlm")(masked_hidden, encoder.attend)
-        nsp_logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "nsp")(pooled)
+        nsp_logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "nsp", bias=True)(pooled)
         return mlm_logits, nsp_logits
 
 
@@ -230,7 +230,7 @@ class BertForSequenceClassification(nn.Module):
                                             pooled_positions=cls_positions)
         pooled = _sentence_vector(features, pooled, cls_positions)
         pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
-        return dense(self.config, self.num_labels, (Axis.EMBED, Axis.CLASSES), "classifier")(pooled)
+        return dense(self.config, self.num_labels, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(pooled)
 
 
 def classification_sums(logits: Array, labels: Array, weights: Array) -> dict[str, Array]:
@@ -283,7 +283,7 @@ class BertForTokenClassification(nn.Module):
                 raise ValueError("the BiLSTM tagging head reads whole rows: packed rows need tagging_head 'linear'")
             sequence = BiLSTM(self.config, name="bilstm")(sequence, attention_mask)
         sequence = Dropout(self.config.hidden_dropout_prob)(sequence, deterministic=deterministic)
-        return dense(self.config, self.num_labels, (Axis.EMBED, Axis.CLASSES), "classifier")(sequence)
+        return dense(self.config, self.num_labels, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(sequence)
 
 
 def token_classification_sums(logits: Array, labels: Array, label_weights: Array) -> dict[str, Array]:
@@ -311,7 +311,7 @@ class BertForQuestionAnswering(nn.Module):
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
                  frozen_encoder=False):
         sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder)
-        logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "qa_outputs")(sequence).astype(jnp.float32)
+        logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "qa_outputs", bias=True)(sequence).astype(jnp.float32)
         if attention_mask is not None:
             logits = jnp.where(attention_mask[..., None].astype(bool), logits, -1e9)
         return logits[..., 0], logits[..., 1]
@@ -350,7 +350,7 @@ class BertForMultipleChoice(nn.Module):
                                             deterministic, frozen_encoder)
         pooled = _sentence_vector(features, pooled)
         pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
-        scores = dense(self.config, 1, (Axis.EMBED, Axis.CLASSES), "classifier")(pooled)
+        scores = dense(self.config, 1, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(pooled)
         return scores.reshape(batch, choices)
 
 

@@ -12,20 +12,25 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def _kernel(num_heads: int, length: int, interpret: bool):
+def _kernel(num_heads: int, length: int, interpret: bool, half_window: int | None):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 
     block = min(length, 512)
     sizes = kernel.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                               block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
-    full = masks.MultiHeadMask([masks.FullMask((length, length)) for _ in range(num_heads)])
-    return kernel.make_splash_mha(full, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
+    if half_window is None:
+        mask = lambda: masks.FullMask((length, length))
+    else:  # the kernel skips the blocks outside the band
+        mask = lambda: masks.LocalMask((length, length), window_size=(half_window, half_window), offset=0)
+    heads = masks.MultiHeadMask([mask() for _ in range(num_heads)])
+    return kernel.make_splash_mha(heads, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, sequence_ids: jax.Array) -> jax.Array:
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, sequence_ids: jax.Array,
+              half_window: int | None = None) -> jax.Array:
     """q, k, v <T>[B, S, N, D], sequence_ids <int>[B, S] (a token sees keys with its own id;
-    padding is id 0 and sees only padding) -> <T>[B, S, N, D]."""
+    padding is id 0 and sees only padding; half_window: and only keys that near) -> <T>[B, S, N, D]."""
     backend = jax.default_backend()
     if backend == "gpu":
         raise ValueError("BertConfig.attention_impl='splash' is a TPU kernel; use 'cudnn' on GPUs")
@@ -34,7 +39,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, sequence_ids: jax.Array)
     _, length, heads, head_dim = q.shape
     if length % 128:
         raise ValueError(f"BertConfig.attention_impl='splash' needs a sequence length divisible by 128, got {length}")
-    run = _kernel(heads, length, backend == "cpu")
+    run = _kernel(heads, length, backend == "cpu", half_window)
     to_heads = lambda t: jnp.swapaxes(t, 1, 2)  # [B, N, S, D]: the kernel's layout
     q = to_heads(q) / np.sqrt(head_dim).astype(q.dtype)  # the kernel does not scale
 

@@ -1,0 +1,153 @@
+"""The modern encoder (ModernBERT) as BertConfig switches: parity with Hugging Face's
+ModernBertForMaskedLM / ModernBertForSequenceClassification (reference outputs stored by
+make_modernbert_reference.py), export back to that layout, the attention forms against each
+other, packing, and the switches' validation."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from bertjax.models import BertConfig, BertEncoder, BertForSequenceClassification, convert
+from bertjax.models.bert import BertSelfAttention
+from bertjax.models.heads import MaskedLMHead
+
+HF_DIR = os.path.join(os.path.dirname(__file__), "hf_modernbert")
+REFERENCE = np.load(os.path.join(HF_DIR, "reference.npz"))
+
+
+def _outputs(config, params, input_ids, attention_mask):
+    """bertjax's hidden states [L + 1, B, S, H] and masked-LM logits [B, S, V] of `params`."""
+    _, _, hidden_states = BertEncoder(config).apply({"params": params["bert"]}, jnp.asarray(input_ids), None,
+                                                    jnp.asarray(attention_mask), output_hidden_states=True)
+    embedding = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    logits = MaskedLMHead(config).apply({"params": params["mlm"]}, hidden_states[-1], lambda h: h @ embedding.T)
+    return np.asarray(hidden_states), np.asarray(logits)
+
+
+@pytest.mark.parametrize("length", ["short", "long"])  # inside and beyond the attention window
+def test_hugging_face_modernbert_imports_with_parity(length):
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "masked_lm"))
+    assert (config.position_embedding, config.norm_placement, config.gated_mlp, config.attention_window,
+            config.global_attention_every, config.rope_theta, config.use_bias) == ("rope", "pre", True, 16, 3,
+                                                                                   160_000.0, False)
+    mask = REFERENCE[f"{length}_attention_mask"]
+    real = mask.astype(bool)
+    hidden_states, logits = _outputs(config, params, REFERENCE[f"{length}_input_ids"], mask)
+    want = REFERENCE[f"{length}_hidden_states"]
+    assert hidden_states.shape == want.shape
+    for layer in range(len(want)):
+        np.testing.assert_allclose(hidden_states[layer][real], want[layer][real], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(logits[real], REFERENCE[f"{length}_mlm_logits"][real], atol=1e-4, rtol=0)
+    assert np.abs(want[-1][real]).max() > 0.5 and np.abs(REFERENCE[f"{length}_mlm_logits"]).max() > 0.5
+
+
+@pytest.mark.parametrize("length", ["short", "long"])
+def test_hugging_face_modernbert_classifier_imports_with_parity(length):
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "classifier"))
+    assert config.pooler == "mean" and params["classifier"]["kernel"].shape == (32, 3)
+    logits = BertForSequenceClassification(config, num_labels=3).apply(
+        {"params": params}, jnp.asarray(REFERENCE[f"{length}_input_ids"]), None,
+        jnp.asarray(REFERENCE[f"{length}_attention_mask"]))
+    np.testing.assert_allclose(np.asarray(logits), REFERENCE[f"{length}_class_logits"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("model", ["masked_lm", "classifier"])
+def test_modernbert_exports_back_to_the_same_files(model, tmp_path):
+    """Import, export: the same tensors under the same names, and a config.json that reads back
+    to the same BertConfig with the Hugging Face keys that decide the maths."""
+    source = os.path.join(HF_DIR, model)
+    config, params = convert.load_pretrained(source)
+    label_names = ["a", "b", "c"] if model == "classifier" else None
+    convert.export_huggingface(config, params, str(tmp_path), label_names=label_names)
+    original, exported = load_file(os.path.join(source, "model.safetensors")), load_file(tmp_path / "model.safetensors")
+    original.pop("decoder.weight", None)  # tied: transformers stores it or not by version
+    assert sorted(exported) == sorted(original)
+    for name, value in original.items():
+        np.testing.assert_array_equal(exported[name], value, err_msg=name)
+    written = json.loads((tmp_path / "config.json").read_text())
+    hf = json.loads(open(os.path.join(source, "config.json")).read())
+    for key in ("model_type", "architectures", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "local_attention", "global_attn_every_n_layers", "norm_eps", "norm_bias",
+                "attention_bias", "mlp_bias", "hidden_activation", "classifier_pooling", "vocab_size"):
+        assert written[key] == hf[key], key
+    assert convert.modernbert_config(written) == config
+
+
+def test_the_windowed_attention_forms_agree():
+    """Blocked (S > 1.5 w), banded (the full S x S mask) and jax.nn.dot_product_attention's
+    local window compute the same, padded and packed."""
+    config = BertConfig.preset("modernbert-tiny", vocab_size=50, attention_window=8)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(2, 37, config.hidden_size)), jnp.float32)
+    padded = np.ones((2, 37), np.int32)
+    padded[1, 20:] = 0
+    packed = np.concatenate([np.full(15, 1), np.full(17, 2), np.zeros(5)]).astype(np.int32)[None].repeat(2, 0)
+    for sequence_ids, is_packed in ((padded, False), (packed, True)):
+        layer = lambda cfg: BertSelfAttention(cfg, True, is_packed, window=8, rope_theta=10_000.0)
+        params = layer(config).init(jax.random.key(0), x, jnp.asarray(sequence_ids))
+        blocked = layer(config).apply(params, x, jnp.asarray(sequence_ids))
+        real = sequence_ids > 0
+        fused = layer(config.replace(attention_impl="fused")).apply(params, x, jnp.asarray(sequence_ids))
+        np.testing.assert_allclose(np.asarray(blocked)[real], np.asarray(fused)[real], atol=2e-5)
+        short = x[:, :12]  # S <= 1.5 w: the banded form
+        band = layer(config).apply(params, short, jnp.asarray(sequence_ids[:, :12]))
+        band_fused = layer(config.replace(attention_impl="fused")).apply(params, short, jnp.asarray(sequence_ids[:, :12]))
+        np.testing.assert_allclose(np.asarray(band)[real[:, :12]], np.asarray(band_fused)[real[:, :12]], atol=2e-5)
+
+
+def test_a_packed_row_encodes_each_sequence_as_alone():
+    """Rotary positions restart and attention (global and local) stays inside each sequence."""
+    config = BertConfig.preset("modernbert-tiny", vocab_size=50)
+    rng = np.random.default_rng(1)
+    first, second = rng.integers(5, 50, 30), rng.integers(5, 50, 21)
+    row = np.concatenate([first, second, np.zeros(5, int)])[None]
+    sequence_ids = np.concatenate([np.full(30, 1), np.full(21, 2), np.zeros(5)])[None].astype(np.int32)
+    position_ids = np.concatenate([np.arange(30), np.arange(21), np.zeros(5)])[None].astype(np.int32)
+    encoder = BertEncoder(config)
+    params = encoder.init(jax.random.key(0), jnp.asarray(row))
+    packed, pooled = encoder.apply(params, jnp.asarray(row), position_ids=jnp.asarray(position_ids),
+                                   sequence_ids=jnp.asarray(sequence_ids), pooled_positions=jnp.asarray([[0, 30]]))
+    for start, tokens, k in ((0, first, 0), (30, second, 1)):
+        alone, alone_pooled = encoder.apply(params, jnp.asarray(tokens[None]))
+        np.testing.assert_allclose(np.asarray(packed)[0, start:start + len(tokens)], np.asarray(alone)[0], atol=2e-5)
+        np.testing.assert_allclose(np.asarray(pooled)[0, k], np.asarray(alone_pooled)[0], atol=2e-5)
+
+
+def test_the_modern_presets_and_their_parameters():
+    base = BertConfig.preset("modernbert-base")
+    assert (base.num_hidden_layers, base.hidden_size, base.intermediate_size, base.attention_window,
+            base.max_position_embeddings, base.vocab_size) == (22, 768, 1152, 128, 8192, 50368)
+    shapes = jax.eval_shape(lambda: BertEncoder(base).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
+    count = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(shapes))
+    hugging_face = sum(int(np.prod(var.shape)) for var in convert.modernbert_variable_table(base, ("mlm",)))
+    # ModernBertForMaskedLM-base: 149.66M with the MLM head (dense 768 x 768, norm, decoder bias);
+    # bertjax's encoder has the pooler (dense, norm) instead of those.
+    assert hugging_face == 149_655_232 and count == hugging_face - 50368
+    assert [base.is_global_layer(i) for i in range(4)] == [True, False, False, True]
+    assert BertConfig.preset("modernbert-large").num_hidden_layers == 28
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(attention_window=7), "attention_window must be even"),
+    (dict(position_embedding="alibi"), "position_embedding must be one of"),
+    (dict(norm_placement="sandwich"), "norm_placement must be one of"),
+    (dict(pooler="max"), "pooler must be one of"),
+    (dict(scan_layers=True), "scan_layers needs identical layers"),
+    (dict(rope_theta=0), "rope_theta must be a positive number"),
+    (dict(global_attention_every=0), "global_attention_every must be a positive int"),
+])
+def test_the_modern_switches_are_validated(change, message):
+    with pytest.raises(ValueError, match=message):
+        BertConfig.preset("modernbert-tiny", **change)
+
+
+def test_a_mixed_model_has_no_hugging_face_layout(tmp_path):
+    config = BertConfig.preset("tiny", vocab_size=30, position_embedding="rope")
+    params = BertEncoder(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    with pytest.raises(ValueError, match="mixes BERT and ModernBERT switches"):
+        convert.export_huggingface(config, jax.tree_util.tree_map(np.asarray, params), str(tmp_path))
