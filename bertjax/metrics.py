@@ -41,18 +41,25 @@ def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predict
     """Model FLOPs of one forward+backward (3x forward) pass for one pre-training row.
 
     Counts matmuls only: per layer QKV + output projections and the MLP over all seq_len
-    positions (6 x 12 H^2 per token at intermediate 4H), the two attention products
-    (6 x 2 S H per token); the pooler and NSP head; the MLM head on the *gathered* masked
+    positions (6 x 12 H^2 per token at intermediate 4H; a gated MLP has three products), the
+    two attention products (6 x 2 S H per token; a local layer's S is the keys in its window);
+    the pooler and NSP head; the MLM head on the *gathered* masked
     positions only. A packed row of pairs with `pair_lengths` counts the attention each
     pair has inside its own block (sum of l^2, not seq_len^2) and one pooler/NSP per pair.
     Rematerialisation adds hardware FLOPs but no model FLOPs.
     """
     h, i, s, p = config.hidden_size, config.intermediate_size, seq_len, num_predictions
     pair_lengths = (seq_len,) if pair_lengths is None else pair_lengths
-    attended = sum(length * length for length in pair_lengths)
-    per_layer = 2 * s * (4 * h * h + 2 * h * i) + 2 * 2 * attended * h
+    half = config.attention_window // 2
+    mlp_products = 3 if config.gated_mlp else 2
+    total = 0
+    for layer in range(config.num_hidden_layers):
+        # A local layer's query sees the keys within `half` positions (the band's query-key pairs).
+        attended = sum(length * length if config.is_global_layer(layer) or half >= length - 1
+                       else length * (2 * half + 1) - half * (half + 1) for length in pair_lengths)
+        total += 2 * s * (4 * h * h + mlp_products * h * i) + 2 * 2 * attended * h
     heads = len(pair_lengths) * (2 * h * h + 2 * h * 2) + 2 * p * (h * h + h * config.vocab_size)
-    return 3.0 * (config.num_hidden_layers * per_layer + heads)
+    return 3.0 * (total + heads)
 
 
 def measure_peak_flops(seconds: float = 0.5, size: int = 1024, bfloat16_operands: bool = False) -> float:

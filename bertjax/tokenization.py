@@ -1,5 +1,6 @@
 """One tokenizer interface over WordPiece (BERT `vocab.txt`, or the vocabulary inside a Hugging
-Face `tokenizer.json`) and SentencePiece models.
+Face `tokenizer.json`), SentencePiece models, and any Hugging Face fast tokenizer
+(`tokenizer.json`: byte-level BPE as ModernBERT's, WordPiece, Unigram; kind "huggingface").
 
 `encode` never adds special tokens: the pre-training pipeline lays out
 `[CLS] A [SEP] B [SEP]` itself. Text is always text: a literal "[MASK]" in the input is
@@ -11,6 +12,11 @@ characters, lower-case and strip accents when `do_lower_case`, split punctuation
 greedy longest-match-first WordPiece with '##' continuations; a word longer than 100
 characters (the Hugging Face limit; the original used 200) or one that cannot be matched
 becomes a single [UNK].
+
+A "huggingface" tokenizer runs as its tokenizer.json says (normaliser, pre-tokenizer, model)
+except for its post-processor: bertjax lays out the special tokens itself, and literal special
+tokens in the text are text there too. Its special tokens are found by name: [CLS] / <s> /
+<cls>, [SEP] / </s> / <sep>, [PAD] / <pad> / <|padding|>, [UNK] / <unk>, [MASK] / <mask>.
 
 Special token ids:
   * a released BERT vocab.txt: wherever the file puts them ([PAD]=0, [UNK]=100,
@@ -32,13 +38,16 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import sentencepiece as spm
 import tokenizers
-from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertjax import ragged
 from bertjax.runtime import fileio
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in trained vocabularies
-KINDS = ("wordpiece", "sentencepiece")
+KINDS = ("wordpiece", "sentencepiece", "huggingface")
+# Other names a Hugging Face tokenizer.json gives the special tokens (SPECIAL_TOKENS order).
+SPECIAL_ALIASES = (("[PAD]", "<pad>", "<|padding|>"), ("[UNK]", "<unk>"), ("[CLS]", "<s>", "<cls>"),
+                   ("[SEP]", "</s>", "<sep>"), ("[MASK]", "<mask>"))
 SAVED_TOKENIZER = "tokenizer.json"  # written by save_tokenizer beside the vocabulary file
 MAX_INPUT_CHARS_PER_WORD = 100
 _MAX_MEMOISED_CHUNKS = 500_000
@@ -55,23 +64,25 @@ class Tokenizer:
     def __init__(self, kind: str, path: str, do_lower_case: bool, tokens: Sequence[str],
                  wordpiece: tokenizers.Tokenizer | None = None,
                  sentencepiece: spm.SentencePieceProcessor | None = None,
-                 model_bytes: bytes = b""):
+                 model_bytes: bytes = b"", fast: tokenizers.Tokenizer | None = None,
+                 special_tokens: Sequence[str] = SPECIAL_TOKENS):
         self.kind = kind
         self.path = path
         self.do_lower_case = do_lower_case
         self._tokens = list(tokens)
         self._wordpiece = wordpiece
         self._sentencepiece = sentencepiece
+        self._fast = fast  # kind "huggingface"
         self._chunk_memo: _ChunkMemo | None = None  # WordPiece: set by from_vocab_file
         self._piece_roots: tuple[np.ndarray, np.ndarray] | None = None  # SentencePiece: see _tie_order
         self.vocab_size = len(self._tokens)
         index = {token: i for i, token in enumerate(self._tokens)}
-        missing = [t for t in SPECIAL_TOKENS if t not in index]
+        missing = [t for t in special_tokens if t not in index]
         if missing:
             raise ValueError(f"{path}: vocabulary lacks the special tokens {missing}")
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (index[t] for t in SPECIAL_TOKENS)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (index[t] for t in special_tokens)
         digest = hashlib.sha256(f"{kind}\ndo_lower_case={do_lower_case}\n".encode())
-        digest.update(model_bytes if kind == "sentencepiece" else "\n".join(self._tokens).encode())
+        digest.update(model_bytes if kind != "wordpiece" else "\n".join(self._tokens).encode())
         self.vocab_hash = digest.hexdigest()
 
     # -- Construction. --
@@ -113,6 +124,26 @@ class Tokenizer:
             raise ValueError(f"{path}: [PAD]/[UNK] must be the model's pad and unk pieces")
         return tokenizer
 
+    @classmethod
+    def from_tokenizer_json(cls, path: str) -> "Tokenizer":
+        """Any Hugging Face fast tokenizer from its `tokenizer.json` (local or gs://), kind
+        "huggingface"; its special tokens by name (SPECIAL_ALIASES)."""
+        model_bytes = _read_bytes(path)
+        try:
+            fast = tokenizers.Tokenizer.from_str(model_bytes.decode("utf-8"))
+        except Exception as e:  # tokenizers raises its own Exception types
+            raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
+        fast.encode_special_tokens = True  # "[MASK]" written in the text is text
+        tokens = [fast.id_to_token(i) or f"<no token {i}>" for i in range(fast.get_vocab_size(with_added_tokens=True))]
+        present = set(tokens)
+        special = []
+        for names in SPECIAL_ALIASES:
+            found = [name for name in names if name in present]
+            if not found:
+                raise ValueError(f"{path}: no {names[0]} token (looked for {', '.join(names)})")
+            special.append(found[0])
+        return cls("huggingface", path, False, tokens, model_bytes=model_bytes, fast=fast, special_tokens=special)
+
     # -- Encoding. --
 
     def encode(self, text: str) -> list[int]:
@@ -134,6 +165,8 @@ class Tokenizer:
         (`_ChunkMemo`). Same ids as encoding each text whole, several times faster, as
         natural text repeats its chunks.
         """
+        if self._fast is not None:
+            return _flatten([e.ids for e in self._fast.encode_batch(list(texts), add_special_tokens=False)])
         if self._wordpiece is None:
             ids, lengths = _flatten(self._sentencepiece.EncodeAsIds(list(texts)))
             return ids[self._tie_order(ids, lengths)[0]], lengths
@@ -186,10 +219,15 @@ class Tokenizer:
             before a first word) gets an empty span, start == end.
         """
         texts = list(texts)
-        if self._wordpiece is not None:
-            encodings = self._wordpiece.encode_batch(texts, add_special_tokens=False)
+        if self._wordpiece is not None or self._fast is not None:
+            encodings = (self._wordpiece or self._fast).encode_batch(texts, add_special_tokens=False)
             ids, lengths = _flatten([e.ids for e in encodings])
             offsets = np.array([span for e in encodings for span in e.offsets], np.int64).reshape(-1, 2)
+            if self._fast is not None:  # a byte-level BPE piece spans the space before its word: left out
+                for text, row in zip(texts, np.split(offsets, np.cumsum(lengths)[:-1])):
+                    for span in row:
+                        while span[0] < span[1] and text[span[0]].isspace():
+                            span[0] += 1
             return ids, offsets, lengths
         from sentencepiece import sentencepiece_pb2
         rows, spans = [], []
@@ -229,8 +267,8 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         """Token ids -> text. WordPiece keeps special tokens visible ("[MASK]")."""
         ids = [int(i) for i in ids]
-        if self._wordpiece is not None:
-            return self._wordpiece.decode(ids, skip_special_tokens=False)
+        if self._wordpiece is not None or self._fast is not None:
+            return (self._wordpiece or self._fast).decode(ids, skip_special_tokens=False)
         return self._sentencepiece.DecodeIds(ids)
 
     def id_to_token(self, token_id: int) -> str:
@@ -247,6 +285,8 @@ class Tokenizer:
         """
         if self._wordpiece is not None:
             return np.array([t.startswith("##") for t in self._tokens], dtype=bool)
+        if self._fast is not None:
+            return self._fast_continuations()
         sp = self._sentencepiece
         return np.array([
             not (piece.startswith("\u2581") or sp.IsControl(i) or sp.IsUnknown(i) or sp.IsByte(i)
@@ -254,8 +294,25 @@ class Tokenizer:
             for i, piece in enumerate(self._tokens)], dtype=bool)
 
 
-# The file a saved or trained vocabulary of each kind is written to.
-VOCABULARY_FILE = {"wordpiece": "vocab.txt", "sentencepiece": "spm.model"}
+    def _fast_continuations(self) -> np.ndarray:
+        """continuation_mask of a tokenizer.json: WordPiece pieces with its continuing prefix;
+        otherwise pieces without the word-start marker its pre-tokenizer writes (byte-level
+        "Ġ", Metaspace "▁"); never special or added tokens."""
+        spec = json.loads(self._fast.to_str())
+        model = spec.get("model") or {}
+        added = {token["content"] for token in spec.get("added_tokens") or []}
+        if model.get("type") == "WordPiece":
+            prefix = model.get("continuing_subword_prefix") or "##"
+            continues = lambda token: token.startswith(prefix)
+        else:
+            marker = "\u0120" if "ByteLevel" in json.dumps(spec.get("pre_tokenizer")) else "\u2581"
+            continues = lambda token: not token.startswith(marker)
+        return np.array([token not in added and continues(token) for token in self._tokens], dtype=bool)
+
+
+# The file a saved or trained vocabulary of each kind is written to (a Hugging Face tokenizer.json
+# under another name: bertjax's own tokenizer.json describes the saved tokenizer).
+VOCABULARY_FILE = {"wordpiece": "vocab.txt", "sentencepiece": "spm.model", "huggingface": "hf_tokenizer.json"}
 
 
 def save_tokenizer(tokenizer: Tokenizer, directory: str) -> None:
@@ -284,15 +341,17 @@ def saved_tokenizer_spec(directory: str) -> dict:
 
 
 def load_tokenizer(kind: str, path: str, do_lower_case: bool = True) -> Tokenizer:
-    """"wordpiece" + vocab.txt or "sentencepiece" + .model -> Tokenizer.
+    """"wordpiece" + vocab.txt, "sentencepiece" + .model or "huggingface" + tokenizer.json -> Tokenizer.
 
-    `do_lower_case` applies to WordPiece only: a SentencePiece model carries its own
-    normalisation (see `train_sentencepiece`).
+    `do_lower_case` applies to WordPiece only: a SentencePiece model or a tokenizer.json
+    carries its own normalisation (see `train_sentencepiece`).
     """
     if kind == "wordpiece":
         return Tokenizer.from_vocab_file(path, do_lower_case)
     if kind == "sentencepiece":
         return Tokenizer.from_sentencepiece(path)
+    if kind == "huggingface":
+        return Tokenizer.from_tokenizer_json(path)
     raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {KINDS}")
 
 
@@ -445,6 +504,32 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, 
         raise ValueError(f"SentencePiece training failed: {e}") from None
     path = prefix + ".model"
     tokenizer = Tokenizer.from_sentencepiece(path)
+    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
+    if ids != [0, 1, 2, 3, 4]:
+        raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")
+    return path
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_frequency: int = 2) -> str:
+    """Trains a byte-level BPE tokenizer on `texts` (lines, or a list of file paths), shaped as
+    ModernBERT's (NFC, GPT-2's split, no prefix space; every byte in the alphabet, so no text is
+    unknown). Writes `<output_dir>/tokenizer.json` (kind "huggingface") with [PAD], [UNK], [CLS],
+    [SEP], [MASK] at ids 0..4 and a `[CLS] $A [SEP] $B [SEP]` post-processor for other libraries."""
+    _check_vocab_size(vocab_size)
+    backend = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                  special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(_lines(texts), trainer=trainer)
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, "tokenizer.json")
+    backend.save(path)
+    tokenizer = Tokenizer.from_tokenizer_json(path)
     ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
     if ids != [0, 1, 2, 3, 4]:
         raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")

@@ -98,7 +98,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     # -- Data. --
     config.data = ml_collections.ConfigDict()
     config.data.vocab_path = ""          # "" = the checkpoint's vocabulary
-    config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece (with vocab_path)
+    config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece | huggingface (tokenizer.json; with vocab_path)
     config.data.do_lower_case = config_dict.placeholder(bool)  # None = the checkpoint's casing
     config.data.max_seq_length = 128
     config.data.num_buckets = 4          # batch lengths: at most this many, fitted to the training batches

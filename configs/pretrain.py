@@ -3,7 +3,9 @@ r"""Pre-training configs: BERT masked LM + next-sentence prediction.
 Run (tiny preset on the embedded demo corpus, CPU minutes):
   python launch/pretrain.py --config=configs/pretrain.py:tiny --workdir=/tmp/bert_tiny
 
-Other presets: `mini`, `small`, `medium`, `base`, `large`; any config value can be
+Other presets: `mini`, `small`, `medium`, `base`, `large`, and the modern encoder (ModernBERT's
+architecture: rotary positions, alternating local/global attention, pre-norm, GeGLU)
+`modernbert-tiny`, `modernbert-mini`, `modernbert-base`, `modernbert-large`; any config value can be
 overridden, e.g. `--config.train.num_steps=1000 --config.train.warmup_steps=100
 --config.data.max_seq_length=512` (warmup_steps must not exceed num_steps).
 The argument may add options after the preset, comma separated:
@@ -32,6 +34,10 @@ PRESET_RECIPES = {
                  adam_bias_correction=True),
     **{preset: _PAPER for preset in ("mini", "small", "medium", "base", "large")},
 }
+# The modern encoder (ModernBERT's architecture, BertConfig's switches) with the same recipes:
+# its small sizes as tiny's, base and large as the paper's.
+PRESET_RECIPES.update({"modernbert-tiny": PRESET_RECIPES["tiny"], "modernbert-mini": PRESET_RECIPES["tiny"],
+                       "modernbert-base": _PAPER, "modernbert-large": _PAPER})
 
 
 def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
@@ -46,8 +52,9 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     #    sums, as a TPU multiplies float32), else default. --
     config.model = ml_collections.ConfigDict(BertConfig.preset(preset, vocab_size=1).to_dict())
     config.model.vocab_size = 0
-    config.model.hidden_act = config_dict.placeholder(str)
-    config.model.layer_norm_eps = config_dict.placeholder(float)
+    if not preset.startswith("modernbert"):  # a modern preset's are ModernBERT's (exact GELU, 1e-5)
+        config.model.hidden_act = config_dict.placeholder(str)
+        config.model.layer_norm_eps = config_dict.placeholder(float)
     config.model.dtype = config_dict.placeholder(str)
     config.model.matmul_precision = config_dict.placeholder(str)
 
@@ -61,16 +68,17 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.tfds_text_feature = "text"
     config.data.tfds_data_dir = ""      # "" -> TFDS's default (~/tensorflow_datasets or $TFDS_DATA_DIR)
     config.data.prepared_dir = ""        # "" -> <workdir>/data
-    config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece
+    config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece | huggingface (a tokenizer.json)
     config.data.vocab_path = ""          # "" -> the demo vocabulary (source=prepared: the folder's own)
     config.data.do_lower_case = True
-    config.data.max_seq_length = 64 if preset == "tiny" else 128
-    config.data.max_predictions_per_seq = 10 if preset == "tiny" else 20
+    small = preset in ("tiny", "modernbert-tiny")
+    config.data.max_seq_length = 64 if small else 128
+    config.data.max_predictions_per_seq = 10 if small else 20
     config.data.masked_lm_prob = 0.15
     # The original's 0.1 draws a short target once per document; a target below one sentence
     # makes every chunk of that document one sentence with a random B, so random pairs come
     # out at about 53% on any corpus of long documents. The demo preset keeps NSP at 50/50.
-    config.data.short_seq_prob = 0.0 if preset == "tiny" else 0.1
+    config.data.short_seq_prob = 0.0 if small else 0.1
     config.data.next_sentence_prediction = True
     config.data.whole_word_mask = False
     config.data.pack_pairs = 0           # K > 0: up to K NSP pairs per row (block-diagonal attention)
@@ -88,7 +96,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
                         adam_eps=1e-6, max_grad_norm=1.0)
     config.train.grad_accum_steps = 1          # micro-batches per optimizer step
     config.train.log_every = 100
-    config.train.eval_every = 500 if preset == "tiny" else 10_000   # 0 disables evaluation
+    config.train.eval_every = 500 if small else 10_000   # 0 disables evaluation
     config.train.eval_batches = 10
     config.train.max_consecutive_bad_steps = 10  # non-finite steps in a row before the run stops
     config.train.plateau_evals = 3  # evaluations in a row at the unigram guess before a warning; 0: never
@@ -97,7 +105,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
 
     # -- Checkpoints: <workdir>/checkpoints. Resume order: that -> init_checkpoint -> scratch. --
-    config.checkpoint = ml_collections.ConfigDict(dict(every=500 if preset == "tiny" else 10_000, keep=3,
+    config.checkpoint = ml_collections.ConfigDict(dict(every=500 if small else 10_000, keep=3,
                                                        async_save=True))
     config.init_checkpoint = ""  # bertjax checkpoint, Hugging Face dir or Google TF release dir
 

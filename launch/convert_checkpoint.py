@@ -44,8 +44,9 @@ def main(_):
     from bertjax import tokenization
     from bertjax.models import convert
 
-    if _ARCHITECTURE.value and _ARCHITECTURE.value not in convert.HF_ARCHITECTURES:
-        raise ValueError(f"--architecture={_ARCHITECTURE.value} is not one of {', '.join(convert.HF_ARCHITECTURES)}")
+    known = convert.HF_ARCHITECTURES + tuple(convert.MODERNBERT_ARCHITECTURES)
+    if _ARCHITECTURE.value and _ARCHITECTURE.value not in known:
+        raise ValueError(f"--architecture={_ARCHITECTURE.value} is not one of {', '.join(known)}")
     output = _OUTPUT.value
     if fileio.exists(output) and not fileio.isdir(output):
         raise ValueError(f"--output={output} is a file; give a new or empty folder")
@@ -57,11 +58,13 @@ def main(_):
     config, params = source.bert, source.load_params()
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
     saved = source.tokenizer_spec  # vocab.txt (or tokenizer.json) beside it, or a bertjax run's tokenizer
-    if saved and saved["kind"] == "wordpiece":
+    if saved and saved["kind"] in ("wordpiece", "huggingface"):  # a tokenizer.json goes with a ModernBERT
         vocab = saved["path"] if vocab is None else vocab
         do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case
     if vocab is not None:  # checked before anything is written
-        vocab_size = len(tokenization.read_vocab(vocab))
+        kind = "huggingface" if saved and saved["kind"] == "huggingface" else "wordpiece"
+        vocab_size = (len(tokenization.read_vocab(vocab)) if kind == "wordpiece"
+                      else tokenization.load_tokenizer(kind, vocab).vocab_size)
         if vocab_size != config.vocab_size:
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab_file)")

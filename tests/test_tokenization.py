@@ -169,3 +169,59 @@ def test_bulk_encoding_gives_the_same_ids_as_the_full_tokenizer(do_lower_case, m
             batch, add_special_tokens=False)]
         memo_sizes.append(len(tokenizer._chunk_memo.lengths))
     assert max(memo_sizes) < 200 and any(b < a for a, b in zip(memo_sizes, memo_sizes[1:]))
+
+
+# -- Any Hugging Face fast tokenizer (kind "huggingface"). --
+
+MODERNBERT_TOKENIZER = os.path.join(os.path.dirname(__file__), "models", "hf_modernbert", "masked_lm",
+                                    "tokenizer.json")
+
+
+def test_a_hugging_face_tokenizer_json_gives_its_own_ids_without_special_tokens():
+    """Issue 48, 4: ModernBERT's form (byte-level BPE): the ids are tokenizers' own, the special
+    tokens found by name, a literal [MASK] is text, and offsets name each piece's characters."""
+    import tokenizers
+
+    tokenizer = tokenization.load_tokenizer("huggingface", MODERNBERT_TOKENIZER)
+    reference = tokenizers.Tokenizer.from_file(MODERNBERT_TOKENIZER)
+    texts = ["The quick brown fox.", "  two  spaces\tand a tab", "", "Naïve café 日本語 😀", "a [MASK] b"]
+    want = [reference.encode(text, add_special_tokens=False).ids for text in texts[:4]]
+    assert tokenizer.encode_batch(texts[:4]) == want and sum(map(len, want)) > 20
+    assert [tokenizer.id_to_token(i) for i in (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id,
+                                               tokenizer.sep_id, tokenizer.mask_id)] == list(tokenization.SPECIAL_TOKENS)
+    assert tokenizer.mask_id not in tokenizer.encode(texts[4])
+    assert reference.encode("[CLS] x").ids[:2] != tokenizer.encode("[CLS] x")[:2]  # tokenizers' own maps it
+    ids, offsets, lengths = tokenizer.encode_flat_with_offsets(texts[:2])
+    pieces = [texts[0][a:b] for a, b in offsets[:lengths[0]]]
+    assert "".join(pieces) == "Thequickbrownfox."  # each piece its characters, the space before a word left out
+    assert all(not texts[1][a:b][:1].isspace() for a, b in offsets[lengths[0]:])
+    continues = tokenizer.continuation_mask()
+    assert not continues[tokenizer.encode(" fox")[0]] and not continues[tokenizer.mask_id]
+    assert tokenizer.decode(tokenizer.encode(texts[3])) == texts[3]
+
+
+def test_train_bpe_writes_a_modernbert_shaped_tokenizer(tmp_path):
+    texts = ["The fox jumps over the lazy dog, again and again."] * 40 + ["Ünïcödé, 日本, 😀"] * 5
+    path = tokenization.train_bpe(texts, 300, str(tmp_path))
+    tokenizer = tokenization.load_tokenizer("huggingface", path)
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (0, 1, 2, 3, 4)
+    assert tokenizer.vocab_size == 300 and len(tokenizer.encode("The fox jumps")) <= 4
+    assert tokenizer.unk_id not in tokenizer.encode("never seen: ☃ ß 🎉")  # bytes, never unknown
+    saved = tmp_path / "saved"
+    tokenization.save_tokenizer(tokenizer, str(saved))
+    spec = tokenization.saved_tokenizer_spec(str(saved))
+    assert spec["kind"] == "huggingface" and spec["vocab_hash"] == tokenizer.vocab_hash
+    assert tokenization.load_tokenizer(spec["kind"], spec["path"]).encode("The fox") == tokenizer.encode("The fox")
+
+
+def test_a_tokenizer_json_without_a_special_token_is_named(tmp_path):
+    import tokenizers
+    from tokenizers import models
+
+    path = tmp_path / "tokenizer.json"
+    tokenizers.Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "hello": 2}, unk_token="[UNK]")).save(str(path))
+    with pytest.raises(ValueError, match=r"tokenizer.json: no \[CLS\] token \(looked for \[CLS\], <s>, <cls>\)"):
+        tokenization.load_tokenizer("huggingface", str(path))
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="tokenizer.json: not a Hugging Face tokenizer.json"):
+        tokenization.load_tokenizer("huggingface", str(path))

@@ -296,7 +296,7 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     from safetensors.numpy import save
 
     if is_modern(config):
-        return export_modernbert(config, params, out_dir, architecture, label_names)
+        return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path)
     params = _export_params(params)
     heads, num_labels = _param_heads(params, config, "export_huggingface")
     prefix = "bert." if heads else ""
@@ -380,7 +380,7 @@ def _param_heads(params: dict[str, Any], config: BertConfig, export: str = "") -
 
 _MODERN_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu"}
-_MODERN_ARCHITECTURES = {"ModernBertModel": (), "ModernBertForMaskedLM": ("mlm",),
+MODERNBERT_ARCHITECTURES = {"ModernBertModel": (), "ModernBertForMaskedLM": ("mlm",),
                          "ModernBertForSequenceClassification": ("classifier",)}
 _MODERN_FOR_BERT = {"BertModel": "ModernBertModel", "BertForMaskedLM": "ModernBertForMaskedLM",
                     "BertForSequenceClassification": "ModernBertForSequenceClassification"}
@@ -489,9 +489,17 @@ def modernbert_variable_table(config: BertConfig, heads: tuple[str, ...] = (), n
         table += linear(("mlm", "transform"), "head.dense", h, h) + norm(("mlm", "transform_norm"), "head.norm")
         table.append(Variable(("mlm", "output_bias"), (v,), "decoder.bias", ""))
     if "classifier" in heads:  # ModernBERT's classification head is bertjax's pooler
-        table += linear(("bert", "pooler"), "head.dense", h, h) + norm(("bert", "pooler_norm"), "head.norm")
-        table += linear(("classifier",), "classifier", h, num_labels, bias=True)
+        table += _modern_pooler(config) + linear(("classifier",), "classifier", h, num_labels, bias=True)
     return table
+
+
+def _modern_pooler(config: BertConfig) -> list[Variable]:
+    """bertjax's "cls"/"mean" pooler: ModernBERT's classification head ("head.dense", "head.norm")."""
+    h = config.hidden_size
+    return ([Variable(("bert", "pooler", "kernel"), (h, h), "head.dense.weight", "")]
+            + [Variable(("bert", "pooler", "bias"), (h,), "head.dense.bias", "")] * config.use_bias
+            + [Variable(("bert", "pooler_norm", "scale"), (h,), "head.norm.weight", "")]
+            + [Variable(("bert", "pooler_norm", "bias"), (h,), "head.norm.bias", "")] * config.norm_bias)
 
 
 def _fresh_pooler(config: BertConfig) -> dict[str, Any]:
@@ -513,9 +521,9 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
     config = modernbert_config(hf_config, fileio.join(path, "config.json"))
     file = fileio.join(path, "model.safetensors")
     architectures = hf_config.get("architectures") or ["ModernBertModel"]
-    if len(architectures) != 1 or architectures[0] not in _MODERN_ARCHITECTURES:
-        raise ValueError(f"{file}: architectures {architectures} is not one of {sorted(_MODERN_ARCHITECTURES)}")
-    heads = _MODERN_ARCHITECTURES[architectures[0]]
+    if len(architectures) != 1 or architectures[0] not in MODERNBERT_ARCHITECTURES:
+        raise ValueError(f"{file}: architectures {architectures} is not one of {sorted(MODERNBERT_ARCHITECTURES)}")
+    heads = MODERNBERT_ARCHITECTURES[architectures[0]]
     tensors = {key.removeprefix("model."): value for key, value in load(fileio.read_bytes(file)).items()}
     decoder = tensors.pop("decoder.weight", None)
     if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.tok_embeddings.weight")):
@@ -532,22 +540,28 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
 
 
 def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, architecture: str | None = None,
-                      label_names: list[str] | None = None) -> None:
+                      label_names: list[str] | None = None, tokenizer_path: str | None = None) -> None:
     """Writes a bertjax modern encoder (and its "mlm" or "classifier" head) in the Hugging Face
-    ModernBERT layout: config.json + model.safetensors (the MLM decoder tied, not stored)."""
+    ModernBERT layout: config.json + model.safetensors (the MLM decoder tied, not stored), and
+    the tokenizer.json at `tokenizer_path` if given. A pre-training run's NSP head and pooler
+    have no place in ModernBertForMaskedLM: they are left out, with a warning."""
     from safetensors.numpy import save
 
     hf_config = modernbert_hf_config(config)
     params = _export_params(params)
+    if {"mlm", "nsp"} <= set(params):
+        logging.warning("export_huggingface: ModernBertForMaskedLM holds no next-sentence head or pooler; "
+                        "the run's 'nsp' head and pooler are not written")
+        params.pop("nsp")
     heads, num_labels = _param_heads(params, config, "export_huggingface")
     if set(heads) - {"mlm", "classifier"} or len(heads) > 1:
         raise ValueError(f"export_huggingface: ModernBERT's Hugging Face classes hold one masked-LM or "
                          f"classification head, not {list(heads)}")
     architecture = _MODERN_FOR_BERT.get(architecture, architecture) or next(
-        name for name, held in _MODERN_ARCHITECTURES.items() if held == heads)
-    if _MODERN_ARCHITECTURES.get(architecture) != heads:
+        name for name, held in MODERNBERT_ARCHITECTURES.items() if held == heads)
+    if MODERNBERT_ARCHITECTURES.get(architecture) != heads:
         raise ValueError(f"export_huggingface: architecture {architecture!r} does not hold the heads {list(heads)}; "
-                         f"expected one of {sorted(_MODERN_ARCHITECTURES)}")
+                         f"expected one of {sorted(MODERNBERT_ARCHITECTURES)}")
     prefix = "model." if heads else ""
     tensors = {}
     for var in modernbert_variable_table(config, heads, num_labels):
@@ -568,6 +582,9 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
         f.write(save(tensors, metadata={"format": "pt"}))
     with fileio.open_file(fileio.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
+    if tokenizer_path:  # a tokenizer.json (a bertjax run saves it as hf_tokenizer.json) or a vocab.txt
+        fileio.copy(tokenizer_path, fileio.join(out_dir, "tokenizer.json" if tokenizer_path.endswith(".json")
+                                                else "vocab.txt"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -668,7 +685,12 @@ def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     params = {key: _to_numpy(value) for key, value in params.items()}
     config = bertjax_config(meta, path).replace(matmul_precision="default")
     heads, num_labels = _param_heads(params, config)
-    for var in variable_table(config, heads, num_labels):
+    if is_modern(config):  # the encoder with its pooler, and the heads ModernBERT's layout has
+        table = modernbert_variable_table(config, tuple(h for h in heads if h in ("mlm", "classifier")), num_labels)
+        table += [] if "classifier" in heads else _modern_pooler(config)
+    else:
+        table = variable_table(config, heads, num_labels)
+    for var in table:
         found = _get(params, var.path, path).shape
         if found != var.shape:
             raise ValueError(f"{path}: params {'/'.join(var.path)} has shape {found}, expected {var.shape} "
@@ -766,7 +788,8 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     """The tokenizer that comes with a checkpoint: {"kind", "path", "do_lower_case"}, or None.
 
     Hugging Face and Google releases: their vocab.txt (WordPiece; a Hugging Face directory
-    without one: the WordPiece vocabulary in its tokenizer.json); do_lower_case from
+    without one: the WordPiece vocabulary in its tokenizer.json, or any other tokenizer.json
+    whole, kind "huggingface", as ModernBERT's BPE); do_lower_case from
     tokenizer_config.json or tokenizer.json's BertNormalizer (Hugging Face), or from the
     release's name ("cased_L-..." is cased, "uncased_L-..." uncased), else None (the
     caller's default). bertjax: the
@@ -788,6 +811,8 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     if not fileio.exists(vocab):
         if layout != "huggingface" or not fileio.exists(tokenizer_json):
             return None
+        if (fileio.read_json(tokenizer_json).get("model") or {}).get("type") != "WordPiece":
+            return {"kind": "huggingface", "path": tokenizer_json, "do_lower_case": False}  # BPE, Unigram
         vocab = tokenizer_json
     do_lower_case = None
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")

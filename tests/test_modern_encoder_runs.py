@@ -1,0 +1,83 @@
+"""The modern encoder end to end (issue 48): a bertjax ModernBERT pre-trains on the demo corpus
+with a byte-level BPE, exports to the Hugging Face layout and reads back to the same outputs;
+a Hugging Face ModernBERT fine-tunes, predicts and fills masks in bertjax."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from small_runs import REVIEWS, minilm_reviews_config, xla_flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HF_MASKED_LM = os.path.join(ROOT, "tests", "models", "hf_modernbert", "masked_lm")
+
+
+def _run(*command):
+    env = {**os.environ, "XLA_FLAGS": xla_flags(1)}
+    done = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def modern_run(tmp_path_factory):
+    """modernbert-tiny (4 layers: global, local, local, global; window 16) pre-trained 60 steps
+    at length 64 with a BPE trained on the demo corpus."""
+    from bertjax import tokenization
+    from bertjax.data.corpora import demo_corpus
+
+    directory = tmp_path_factory.mktemp("modern")
+    lines = [sentence for document in demo_corpus.demo_documents(0, 300) for sentence in document]
+    bpe = tokenization.train_bpe(lines, 600, str(directory / "bpe"))
+    workdir = directory / "run"
+    log = _run("launch/pretrain.py", "--config=configs/pretrain.py:modernbert-tiny", f"--workdir={workdir}",
+               "--config.data.tokenizer=huggingface", f"--config.data.vocab_path={bpe}",
+               "--config.train.num_steps=60", "--config.train.warmup_steps=10", "--config.train.log_every=20",
+               "--config.train.eval_every=60",
+               "--config.checkpoint.every=60")
+    return workdir, bpe, log
+
+
+def test_a_modern_run_pretrains_and_exports_to_hugging_face(modern_run, tmp_path):
+    import bertjax
+    from bertjax.models import convert
+
+    workdir, bpe, log = modern_run
+    losses = [float(line.split("loss ")[1].split()[0]) for line in log.splitlines() if line.startswith("step ")]
+    assert len(losses) == 3 and losses[-1] < losses[0] - 0.5, log[-2000:]
+    exported = tmp_path / "hf"
+    _run("launch/convert_checkpoint.py", f"--input={workdir}", f"--output={exported}", "--format=huggingface")
+    assert sorted(os.listdir(exported)) == ["config.json", "model.safetensors", "tokenizer.json"]
+    config, params = convert.load_pretrained(str(exported))
+    original_config, original = convert.load_pretrained(str(workdir))
+    assert config.replace(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1) == original_config.replace(
+        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    for name in ("embeddings", "encoder"):
+        for a, b in zip(*(jax_leaves(p["bert"][name]) for p in (params, original))):
+            np.testing.assert_array_equal(a, b)
+    text = ["Anna lives in [MASK] and works there .", "a " * 40 + "[MASK] ."]  # the second beyond the window
+    assert bertjax.load_model(str(exported)).fill_mask(text) == bertjax.load_model(str(workdir)).fill_mask(text)
+
+
+def jax_leaves(tree):
+    import jax
+
+    return jax.tree_util.tree_leaves(tree)
+
+
+def test_a_hugging_face_modernbert_fine_tunes_and_predicts(tmp_path):
+    """Classification from ModernBertForMaskedLM's weights (its pooler fresh) learns REVIEWS."""
+    import bertjax
+    from bertjax import finetune
+
+    config = minilm_reviews_config(tmp_path, 16)
+    config.init_checkpoint = HF_MASKED_LM
+    config.train.update(num_steps=40, learning_rate=1e-3, eval_every=40)
+    finetune.finetune(config, str(tmp_path / "run"))
+    model = bertjax.load_model(str(tmp_path / "run"))
+    assert model.bert.position_embedding == "rope" and model.tokenizer.kind == "huggingface"
+    assert [answer["label"] for answer in model.predict([text for text, _ in REVIEWS])] == [y for _, y in REVIEWS]
+    masks = bertjax.load_model(HF_MASKED_LM).fill_mask(["the [MASK] was great", "[MASK] [MASK]"])
+    assert [len(row) for row in masks] == [1, 2] and len(masks[0][0]) == 5
