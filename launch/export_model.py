@@ -7,7 +7,9 @@ fine-tuning workdir, a Hugging Face BertFor<Task> directory). The SavedModel is 
 OUTPUT/VERSION/ (TensorFlow Serving's layout: --model_base_path=OUTPUT); its
 `serving_default` signature holds the tokenizer, the model and the task's post-processing,
 so serving needs TensorFlow and tensorflow-text only. What each task family takes and
-returns is in bertjax/inference/export.py and docs/using-a-model.md#serving-export.
+returns is in bertjax/inference/export.py and docs/using-a-model.md#serving-export. A model
+whose tokenizer TF Text cannot run (a Hugging Face tokenizer.json: ModernBERT's byte-level
+BPE) exports taking token ids, with its tokenizer.json in OUTPUT/VERSION/assets.extra/.
 """
 
 import os
@@ -34,7 +36,7 @@ def main(_):
 
     source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
     target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value, **_VOCABULARY())
-    inputs = export.serving_inputs(source.task_info)
+    inputs = export.serving_inputs(source.task_info, (source.tokenizer_spec or {}).get("kind", "wordpiece"))
     print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)})")
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from small_runs import REVIEWS, tiny_finetune_run
 
-# Loads SavedModels and calls their serving signature on strings, with TensorFlow alone (TensorFlow
+# Loads SavedModels and calls their serving signature on strings (or token ids), with TensorFlow alone (TensorFlow
 # imports JAX when it is installed, as an option: here it cannot).
 TF_ONLY = r"""
 import importlib.abc, json, sys
@@ -33,8 +33,8 @@ results = []
 for path, inputs in json.load(sys.stdin):
     serve = tf.saved_model.load(path).signatures["serving_default"]
     specs = serve.structured_input_signature[1]
-    outputs = serve(**{name: tf.constant(value, tf.string) if value else tf.fill([0] * specs[name].shape.rank, "")
-                       for name, value in inputs.items()})
+    outputs = serve(**{name: tf.constant(value, specs[name].dtype) if value else
+                       tf.zeros([0] * specs[name].shape.rank, specs[name].dtype) for name, value in inputs.items()})
     results.append({"inputs": sorted(serve.structured_input_signature[1]), "outputs": {
         name: (np.char.decode(value.numpy().astype(bytes), "utf-8") if value.dtype == tf.string
                else value.numpy()).tolist() for name, value in outputs.items()}})

@@ -67,10 +67,18 @@ def jax_leaves(tree):
     return jax.tree_util.tree_leaves(tree)
 
 
-def test_a_hugging_face_modernbert_fine_tunes_and_predicts(tmp_path):
-    """Classification from ModernBertForMaskedLM's weights (its pooler fresh) learns REVIEWS."""
+def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
+    """Classification from ModernBertForMaskedLM's weights (its pooler fresh) learns REVIEWS; the
+    SavedModel takes token ids (TF Text has no byte-level BPE) made with the tokenizer.json it
+    ships, and answers as predict does."""
+    import json
+
+    import tokenizers
+    from test_export import serve_with_tensorflow_only
+
     import bertjax
     from bertjax import finetune
+    from bertjax.inference import export
 
     config = minilm_reviews_config(tmp_path, 16)
     config.init_checkpoint = HF_MASKED_LM
@@ -78,6 +86,23 @@ def test_a_hugging_face_modernbert_fine_tunes_and_predicts(tmp_path):
     finetune.finetune(config, str(tmp_path / "run"))
     model = bertjax.load_model(str(tmp_path / "run"))
     assert model.bert.position_embedding == "rope" and model.tokenizer.kind == "huggingface"
-    assert [answer["label"] for answer in model.predict([text for text, _ in REVIEWS])] == [y for _, y in REVIEWS]
+    texts = [text for text, _ in REVIEWS] + ["a " * 30 + "dull film"]  # beyond the window of 16
+    want = model.predict(texts)
+    assert [answer["label"] for answer in want[:4]] == [y for _, y in REVIEWS]
     masks = bertjax.load_model(HF_MASKED_LM).fill_mask(["the [MASK] was great", "[MASK] [MASK]"])
     assert [len(row) for row in masks] == [1, 2] and len(masks[0][0]) == 5
+
+    saved = export.export_saved_model(str(tmp_path / "run"), str(tmp_path / "serving"))
+    extra = os.path.join(saved, "assets.extra")
+    task = json.load(open(os.path.join(extra, "task.json")))
+    client = tokenizers.Tokenizer.from_file(os.path.join(extra, "tokenizer.json"))  # [CLS] $A [SEP]
+    client.enable_padding(pad_id=task["special_ids"]["pad"])
+    rows = client.encode_batch(texts)
+    inputs = {"input_ids": [r.ids for r in rows], "segment_ids": [[0] * len(r.ids) for r in rows],
+              "input_mask": [r.attention_mask for r in rows]}
+    (result,) = serve_with_tensorflow_only([(saved, inputs)], str(tmp_path))
+    assert result["inputs"] == sorted(export.TOKEN_ID_INPUTS)
+    logits = np.asarray(result["outputs"]["logits"])
+    probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    names = task["label_names"]
+    np.testing.assert_allclose(probabilities, [[w["probabilities"][n] for n in names] for w in want], atol=1e-4)

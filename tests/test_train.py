@@ -344,9 +344,13 @@ def test_config_presets_and_phase_two():
     with pytest.raises(ValueError, match="unknown options"):
         pretrain_config.get_config("base,phase3")
     assert isinstance(base, ml_collections.ConfigDict)
-    # mini..large: the paper's recipe and its optimizer exactly; tiny's own recipe bias-corrects Adam.
+    # mini..large: the paper's recipe and its optimizer exactly; tiny's own recipe bias-corrects Adam
+    # (and so do the modern encoder's CPU sizes, which take tiny's recipe).
     recipes = {preset: pretrain_config.get_config(preset).train for preset in pretrain_config.PRESET_RECIPES}
-    assert [preset for preset, train in recipes.items() if train.adam_bias_correction] == ["tiny"]
+    assert [preset for preset, train in recipes.items() if train.adam_bias_correction] == [
+        "tiny", "modernbert-tiny", "modernbert-mini"]
+    modern = pretrain_config.get_config("modernbert-base").model
+    assert (modern.position_embedding, modern.layer_norm_eps, modern.hidden_act) == ("rope", 1e-5, "gelu")
     assert all((recipes[p].learning_rate, recipes[p].warmup_steps, recipes[p].global_batch_size)
                == (1e-4, 10_000, 256) for p in ("mini", "small", "medium", "base", "large"))
 

@@ -45,6 +45,7 @@ from typing import Any, Callable
 from bertjax import tasks
 
 SIGNATURE = "serving_default"
+TOKEN_ID_INPUTS = ("input_ids", "segment_ids", "input_mask")  # the export of a tokenizer TF Text lacks
 PLATFORMS = ("cpu", "cuda", "tpu")  # what the lowered model runs on
 # BERT's basic split (as bertjax's WordPiece pre-tokenizer): whitespace goes, punctuation (ASCII and
 # Unicode P*) and CJK ideographs are words of their own.
@@ -77,14 +78,18 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
         raise ValueError(f"{target} is not empty; give another --output or --version")
     from bertjax.runtime.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
 
+    model = engine.load_model(source, max_seq_length=max_seq_length, dtype="float32", vocab_path=vocab_path,
+                              do_lower_case=do_lower_case)
+    if takes_token_ids(model.tokenizer):
+        module, signature = _token_ids_module(model)
+        tf.saved_model.save(module, target, signatures={SIGNATURE: signature})
+        _write_tokenizer_assets(model, target)
+        return target
     try:
         import tensorflow_text  # noqa: F401  (the tokenizer ops)
     except ImportError:
         raise ValueError("the export needs tensorflow-text: pip install --no-deps tensorflow-text==2.21.1 "
                          "(launch/setup_env.sh installs it)") from None
-
-    model = engine.load_model(source, max_seq_length=max_seq_length, dtype="float32", vocab_path=vocab_path,
-                              do_lower_case=do_lower_case)
     why_not = model.family.check_export(model.tokenizer)
     if why_not:
         raise ValueError(f"{source.path}: {why_not}")
@@ -93,8 +98,53 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
     return target
 
 
-def serving_inputs(task_info: dict) -> tuple[str, ...]:
-    """The serving signature's input names for a model's task_info."""
+def takes_token_ids(tokenizer) -> bool:
+    """Whether the export of a model with this tokenizer takes token ids instead of strings: TF
+    Text has WordPiece and SentencePiece but no byte-level BPE (ModernBERT's), nor the other
+    models a Hugging Face tokenizer.json may hold."""
+    return tokenizer.kind == "huggingface"
+
+
+def _token_ids_module(model):
+    """The SavedModel without a tokenizer: input_ids, segment_ids, input_mask <int32>[B, S]
+    ([B, C, S] for multiple choice) -> the network's float32 logits: `logits` (classification
+    [B, K], regression [B, 1], tagging [B, S, K], choice [B, C]) or `start_logits`, `end_logits`
+    [B, S] (span QA)."""
+    from bertjax.runtime.tf_cpu import tf
+
+    module = tf.Module()
+    module.params = tf.nest.map_structure(tf.Variable, model.params)
+    apply = _jax_function(model)
+    rank = 3 if model.family.choice_axis else 2
+    specs = [tf.TensorSpec((None,) * rank, tf.int32, name=name) for name in TOKEN_ID_INPUTS]
+
+    def serve(input_ids, segment_ids, input_mask):
+        out = apply(module.params, input_ids, segment_ids, input_mask)
+        return dict(zip(("start_logits", "end_logits"), out)) if isinstance(out, tuple) else {"logits": out}
+
+    return module, tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
+
+
+def _write_tokenizer_assets(model, target: str) -> None:
+    """assets.extra/ (TensorFlow Serving's folder for files beside the model): the tokenizer.json
+    the client tokenizes with, and task.json: the task, its label names and the row layout."""
+    from bertjax.runtime import fileio
+
+    extra = fileio.join(target, "assets.extra")
+    fileio.makedirs(extra)
+    fileio.copy(model.tokenizer.path, fileio.join(extra, "tokenizer.json"))
+    tokenizer = model.tokenizer
+    fileio.write_json(fileio.join(extra, "task.json"), {
+        **model.task_info, "max_seq_length": model.max_seq_length, "inputs": list(TOKEN_ID_INPUTS),
+        "layout": "[CLS] a [SEP] (b [SEP]), segment 0 then 1, padded with pad_id and input_mask 0",
+        "special_ids": {"cls": tokenizer.cls_id, "sep": tokenizer.sep_id, "pad": tokenizer.pad_id,
+                        "mask": tokenizer.mask_id}})
+
+
+def serving_inputs(task_info: dict, tokenizer_kind: str = "wordpiece") -> tuple[str, ...]:
+    """The serving signature's input names for a model's task_info (and tokenizer kind)."""
+    if tokenizer_kind == "huggingface":
+        return TOKEN_ID_INPUTS
     return tuple(name for name, _ in tasks.FAMILIES[task_info["family"]].serving_inputs(task_info))
 
 

@@ -181,6 +181,9 @@ def attention_mask(sequence_ids: Array, packed: bool) -> Array:
     return (sequence_ids[:, None, :, None] == keys) & (keys > 0)
 
 
+QUERY_BLOCK = 256  # queries per block in `_xla_attention` at long lengths
+
+
 def local_band(length: int, half_window: int) -> Array:
     """<bool>[1, 1, S, S]: query i may see key j when |i - j| <= half_window."""
     distance = np.abs(np.arange(length)[:, None] - np.arange(length)[None, :])
@@ -232,7 +235,9 @@ class BertSelfAttention(nn.Module):
                    for t in (q, k, v))
         impl, half = config.attention_impl, self.window // 2
         local = {"local_window_size": (half, half)} if self.window else {}
-        if impl == "xla" and self.window and 3 * half < length:
+        # The blocked form is exact at every length; the banded one is cheaper only while the
+        # window covers most of the row (a symbolic length, as in the export, takes blocks).
+        if impl == "xla" and self.window and (not isinstance(length, int) or 3 * half < length):
             context = self._local_xla_attention(q, k, v, sequence_ids, half)
         elif impl == "xla":
             mask = attention_mask(sequence_ids, packed)
@@ -255,10 +260,42 @@ class BertSelfAttention(nn.Module):
         """Softmax attention in plain XLA ops, with attention dropout; <dtype>[B, S, N, D].
 
         Computed heads-first ([B, N, S, D]): XLA:CPU runs the two batched products much
-        slower straight from [B, S, N, D] (benchmarks/README.md#heads-first-attention)."""
+        slower straight from [B, S, N, D] (benchmarks/README.md#heads-first-attention).
+        From QUERY_BLOCK x 2 tokens on, without attention dropout, queries go in blocks of
+        QUERY_BLOCK, one after another: each block's [B, N, block, S] scores stay in cache
+        where the whole [B, N, S, S] went through memory, 1.4x to 3x faster on a CPU
+        (benchmarks/README.md#the-modern-encoders-attention)."""
         q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
+        length = q.shape[2]
+        dropout = not self.deterministic and self.config.attention_probs_dropout_prob > 0.0
+        if isinstance(length, int) and length >= 2 * QUERY_BLOCK and not dropout:
+            return jnp.swapaxes(self._attend_by_query_blocks(q, k, v, mask), 1, 2)
         scores = jnp.einsum("bnqd,bnkd->bnqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
         return jnp.swapaxes(self._attend(scores, mask, v, "bnqk,bnkd->bnqd"), 1, 2)
+
+    def _attend_by_query_blocks(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
+        """`_xla_attention` without dropout for heads-first q, k, v <T>[B, N, S, D] and mask
+        [B, 1, 1 or S, S], QUERY_BLOCK queries at a time (lax.map) -> <T>[B, N, S, D]."""
+        batch, heads, length, size = q.shape
+        count = -(-length // QUERY_BLOCK)
+        padding = count * QUERY_BLOCK - length
+        blocks = jnp.pad(q, [(0, 0), (0, 0), (0, padding), (0, 0)])
+        blocks = jnp.moveaxis(blocks.reshape(batch, heads, count, QUERY_BLOCK, size), 2, 0)
+        if mask.shape[2] == 1:
+            mask_blocks = jnp.zeros((count,), jnp.int32)  # the same mask for every block
+            block_mask = lambda _: mask
+        else:
+            mask_blocks = jnp.pad(mask, [(0, 0), (0, 0), (0, padding), (0, 0)])
+            mask_blocks = jnp.moveaxis(mask_blocks.reshape(batch, 1, count, QUERY_BLOCK, length), 2, 0)
+            block_mask = lambda m: m
+
+        def one(block_and_mask):
+            block, m = block_and_mask
+            scores = jnp.einsum("bnqd,bnkd->bnqk", block, k).astype(jnp.float32) / np.sqrt(size)
+            return self._attend(scores, block_mask(m), v, "bnqk,bnkd->bnqd")
+
+        out = jax.lax.map(one, (blocks, mask_blocks))  # [C, B, N, block, D]
+        return jnp.moveaxis(out, 0, 2).reshape(batch, heads, count * QUERY_BLOCK, size)[:, :, :length]
 
     def _local_xla_attention(self, q: Array, k: Array, v: Array, sequence_ids: Array, half: int) -> Array:
         """Sliding-window attention by blocks: queries in blocks of `half` positions, each

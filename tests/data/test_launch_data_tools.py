@@ -46,3 +46,20 @@ def test_train_sentencepiece_then_prepare_with_it(tmp_path):
     summary = json.loads(out[out.index("{"):])
     assert summary["splits"]["train"]["documents"] + summary["splits"]["eval"]["documents"] == 60
     assert os.path.exists(tmp_path / "data" / "metadata.json")
+
+
+def test_train_bpe_then_prepare_with_it(tmp_path):
+    """Issue 48, 4: --kind=bpe writes a tokenizer.json that pre-training reads as kind huggingface."""
+    pattern = _corpus(tmp_path)
+    out = _run("launch/train_tokenizer.py", "--kind=bpe", f"--input={pattern}", "--vocab_size=400",
+               f"--output_dir={tmp_path / 'bpe'}")
+    path = str(tmp_path / "bpe" / "tokenizer.json")
+    assert f"wrote {path}: 400 tokens" in out
+    tokenizer = tokenization.load_tokenizer("huggingface", path)
+    assert tokenizer.mask_id == 4 and len(tokenizer.encode("The mayor of the city is here.")) < 20  # 30 bytes
+    out = _run("launch/prepare_data.py", "--config=configs/pretrain.py:modernbert-tiny",
+               f"--output_dir={tmp_path / 'data'}", "--num_workers=1", "--config.data.source=text",
+               f"--config.data.input_pattern={pattern}", "--config.data.tokenizer=huggingface",
+               f"--config.data.vocab_path={path}")
+    summary = json.loads(out[out.index("{"):])
+    assert summary["splits"]["train"]["documents"] + summary["splits"]["eval"]["documents"] == 60

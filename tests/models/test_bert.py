@@ -357,3 +357,27 @@ def test_initialisation_statistics():
     assert float(np.abs(kernel).max()) <= 2 * TINY.initializer_range + 1e-6  # truncated at 2 sigma
     np.testing.assert_array_equal(params["embeddings"]["LayerNorm"]["scale"], 1.0)
     np.testing.assert_array_equal(params["encoder"]["layer_1"]["output"]["bias"], 0.0)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_long_rows_attend_by_query_blocks_as_all_at_once(monkeypatch, packed):
+    """From 2 x QUERY_BLOCK tokens queries go in blocks: the same outputs as the whole S x S,
+    for a length no multiple of the block, padded or packed."""
+    config = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=1024)
+    rng = np.random.default_rng(3)
+    length = 2 * bert.QUERY_BLOCK + 89
+    x = jnp.asarray(rng.normal(size=(2, length, config.hidden_size)), jnp.float32)
+    if packed:
+        ids = np.concatenate([np.full(300, 1), np.full(length - 340, 2), np.zeros(40)]).astype(np.int32)[None]
+        ids = np.repeat(ids, 2, 0)
+    else:
+        ids = np.ones((2, length), np.int32)
+        ids[1, 400:] = 0
+    layer = bert.BertSelfAttention(config, deterministic=True, packed=packed)
+    params = layer.init(jax.random.key(0), x, jnp.asarray(ids))
+    blocked = np.asarray(layer.apply(params, x, jnp.asarray(ids)))
+    monkeypatch.setattr(bert, "QUERY_BLOCK", 10 ** 6)
+    whole = np.asarray(layer.apply(params, x, jnp.asarray(ids)))
+    real = ids > 0
+    np.testing.assert_allclose(blocked[real], whole[real], atol=1e-7, rtol=1e-4)
+    assert np.abs(whole[real]).max() > 1e-3
