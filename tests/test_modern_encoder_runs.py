@@ -106,3 +106,41 @@ def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
     probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     names = task["label_names"]
     np.testing.assert_allclose(probabilities, [[w["probabilities"][n] for n in names] for w in want], atol=1e-4)
+
+
+@pytest.mark.parametrize("task", ["ner", "squad", "choice"])
+def test_every_other_family_fine_tunes_a_hugging_face_modernbert(task, tmp_path):
+    """Tagging, span QA (v2.0, windows over contexts beyond the attention window) and multiple
+    choice: a few steps from ModernBertForMaskedLM, then predict answers every input."""
+    import json
+
+    from configs import finetune as finetune_config
+    from test_finetune_tasks import choice_rows, ner_sentences, qa_rows, squad_json, write_conll
+
+    import bertjax
+    from bertjax import finetune
+
+    if task == "ner":
+        rows = ner_sentences(8, seed=1)
+        write_conll(tmp_path / "train.txt", rows)
+        files, inputs = dict(train_file=str(tmp_path / "train.txt")), [" ".join(words) for words, _ in rows]
+    elif task == "squad":
+        rows = qa_rows(8, seed=1, impossible_every=3)
+        (tmp_path / "train.json").write_text(json.dumps(squad_json(rows, "v2.0")))
+        files = dict(train_file=str(tmp_path / "train.json"), max_query_length=12, doc_stride=16)
+        inputs = [{"question": question, "context": context} for _, context, question, *_ in rows]
+    else:
+        rows = choice_rows(8, seed=1)
+        (tmp_path / "train.jsonl").write_text("".join(
+            json.dumps({"context": c, "choices": o, "label": label}) + "\n" for c, o, label in rows))
+        files, inputs = dict(train_file=str(tmp_path / "train.jsonl")), [{"context": c, "choices": o}
+                                                                         for c, o, _ in rows]
+    config = finetune_config.get_config(task)
+    config.init_checkpoint = HF_MASKED_LM
+    config.data.update(dict(eval_file=files["train_file"], max_seq_length=48), **files)
+    config.train.update(num_steps=3, batch_size=8, log_every=1, eval_every=3)
+    finetune.finetune(config, str(tmp_path / "run"))
+    model = bertjax.load_model(str(tmp_path / "run"))
+    assert model.bert.attention_window == 16 and model.tokenizer.kind == "huggingface"
+    answers = model.predict(inputs)
+    assert len(answers) == len(inputs) and all(answer for answer in answers)
