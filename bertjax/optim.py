@@ -9,7 +9,9 @@ or any attribute object) through these keys:
 
     optimizer      'adamw' (the original AdamWeightDecay) | 'lamb'
     learning_rate  peak learning rate, > 0
-    schedule       'linear' | 'cosine' | 'constant' | 'inverse_sqrt'
+    schedule       'linear' | 'cosine' | 'constant' | 'inverse_sqrt' | 'wsd' (warmup-stable-decay)
+    decay_fraction 'wsd' only (optional, default 0.1): the last share of num_steps that decays to 0
+    decay_shape    'wsd' only (optional, default 'linear'): 'linear' | '1-sqrt'
     warmup_steps   linear warmup from 0 to learning_rate, 0 <= warmup_steps <= num_steps
     num_steps      total optimizer steps
     weight_decay   decoupled weight decay on kernels and embeddings, >= 0
@@ -29,12 +31,13 @@ import numpy as np
 import optax
 
 OPTIMIZERS = ("adamw", "lamb")
-SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt")
+SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")
+DECAY_SHAPES = ("linear", "1-sqrt")
 
 # The original release's values, for configs to start from (`config.train.update(DEFAULTS)`).
 DEFAULTS = dict(
     optimizer="adamw", schedule="linear", weight_decay=0.01, adam_b1=0.9, adam_b2=0.999,
-    adam_eps=1e-6, max_grad_norm=1.0)
+    adam_eps=1e-6, max_grad_norm=1.0, decay_fraction=0.1, decay_shape="linear")
 
 # Parameter leaves that get weight decay; LayerNorm scale/bias and all biases do not.
 DECAYED_LEAF_NAMES = ("kernel", "embedding")
@@ -78,6 +81,12 @@ def validate_train_config(train_config: Any) -> None:
           f"an int in [0, config.train.num_steps={num_steps}] (a shorter run needs a shorter warmup: set both)")
     if schedule == "inverse_sqrt":
         check("warmup_steps", warmup > 0, "> 0 for the 'inverse_sqrt' schedule")
+    if schedule == "wsd":
+        fraction, shape = _wsd(train_config)
+        check("decay_fraction", _is_number(fraction) and 0 <= fraction <= 1, "in [0, 1] for the 'wsd' schedule")
+        check("decay_shape", shape in DECAY_SHAPES, f"one of {DECAY_SHAPES}")
+        check("warmup_steps", warmup <= num_steps * (1 - fraction),
+              f"at most the steps before the decay, num_steps x (1 - decay_fraction) = {num_steps * (1 - fraction):g}")
     wd = _get(train_config, "weight_decay")
     check("weight_decay", _is_number(wd) and wd >= 0, ">= 0")
     for key in ("adam_b1", "adam_b2"):
@@ -95,6 +104,11 @@ def validate_train_config(train_config: Any) -> None:
 # --------------------------------------------------------------------------------------
 # Schedules
 # --------------------------------------------------------------------------------------
+
+def _wsd(train_config: Any) -> tuple[Any, Any]:
+    """The 'wsd' schedule's (decay_fraction, decay_shape), with their defaults."""
+    return getattr(train_config, "decay_fraction", 0.1), getattr(train_config, "decay_shape", "linear")
+
 
 def schedule_numbers(train_config: Any) -> dict[str, np.ndarray]:
     """The schedule's numbers as float32 scalars: {"learning_rate", "warmup_steps", "num_steps"}.
@@ -120,6 +134,9 @@ def make_schedule(train_config: Any, numbers: dict[str, Any] | None = None) -> o
                      clipped to [0, 1]: reaches 0 at num_steps.
       'constant'     lr.
       'inverse_sqrt' lr * sqrt(warmup_steps / step) (needs warmup_steps > 0).
+      'wsd'          warmup-stable-decay (MiniCPM, ModernBERT): lr until the last decay_fraction
+                     of num_steps, then down to 0 at num_steps, linearly or as 1 - sqrt(t)
+                     (decay_shape), t the share of the decay done.
     """
     validate_train_config(train_config)
     numbers = schedule_numbers(train_config) if numbers is None else numbers
@@ -134,6 +151,11 @@ def make_schedule(train_config: Any, numbers: dict[str, Any] | None = None) -> o
             return lr * 0.5 * (1.0 + jnp.cos(jnp.pi * t))
         if kind == "constant":
             return jnp.zeros_like(step) + lr
+        if kind == "wsd":
+            fraction, shape = _wsd(train_config)
+            decay = num_steps * fraction
+            t = jnp.clip((step - (num_steps - decay)) / jnp.maximum(decay, 1.0), 0.0, 1.0)
+            return lr * (1.0 - (t if shape == "linear" else jnp.sqrt(t)))
         return lr * jnp.sqrt(warmup / jnp.maximum(step, 1.0))  # inverse_sqrt
 
     def schedule(count):

@@ -10,6 +10,12 @@ overridden, e.g. `--config.train.num_steps=1000 --config.train.warmup_steps=100
 --config.data.max_seq_length=512` (warmup_steps must not exceed num_steps).
 The argument may add options after the preset, comma separated:
   configs/pretrain.py:base,phase2   second phase of the original recipe (length 512)
+  configs/pretrain.py:modernbert-base,modern
+                                    the modern objective and schedule: masked LM only (no NSP),
+                                    full rows (documents end to end, [SEP] between, cut at
+                                    max_seq_length: no padding), 30% of tokens masked (80/10/10
+                                    kept), warmup-stable-decay (1-sqrt over the last 10%), AdamW
+                                    with bias correction; any preset takes it
 """
 
 import ml_collections
@@ -75,6 +81,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.max_seq_length = 64 if small else 128
     config.data.max_predictions_per_seq = 10 if small else 20
     config.data.masked_lm_prob = 0.15
+    config.data.mask_token_prob = 0.8    # a chosen token: [MASK] with this chance,
+    config.data.random_token_prob = 0.1  # a random token with this one, else kept (80/10/10)
     # The original's 0.1 draws a short target once per document; a target below one sentence
     # makes every chunk of that document one sentence with a random B, so random pairs come
     # out at about 53% on any corpus of long documents. The demo preset keeps NSP at 50/50.
@@ -82,6 +90,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.next_sentence_prediction = True
     config.data.whole_word_mask = False
     config.data.pack_pairs = 0           # K > 0: up to K NSP pairs per row (block-diagonal attention)
+    config.data.full_rows = False        # masked LM only: documents end to end, cut into full rows
     config.data.eval_fraction = 0.02     # share of documents held out for evaluation
     config.data.eval_input_pattern = ""  # original_tfrecord only: held-out records (globs)
     config.data.shuffle_buffer = 10_000           # documents
@@ -94,6 +103,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.train = ml_collections.ConfigDict(PRESET_RECIPES[preset])
     config.train.update(optimizer="adamw", schedule="linear", weight_decay=0.01, adam_b1=0.9, adam_b2=0.999,
                         adam_eps=1e-6, max_grad_norm=1.0)
+    config.train.decay_fraction = 0.1      # schedule=wsd: the last share of steps, decaying to 0
+    config.train.decay_shape = "linear"    # schedule=wsd: linear | 1-sqrt
     config.train.grad_accum_steps = 1          # micro-batches per optimizer step
     config.train.log_every = 100
     config.train.eval_every = 500 if small else 10_000   # 0 disables evaluation
@@ -116,7 +127,15 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         config.data.max_predictions_per_seq = 80
         config.train.num_steps = max(1, config.train.num_steps // 9)  # 90% of steps were phase 1
         config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
-    unknown = set(options) - {"phase2"}
+    if "modern" in options:
+        # RoBERTa dropped NSP, ModernBERT masks 30% and decays the rate only at the end
+        # (warmup-stable-decay, 1-sqrt): a run can then be extended or stopped at any point.
+        config.data.next_sentence_prediction = False
+        config.data.full_rows = True
+        config.data.masked_lm_prob = 0.3
+        config.data.max_predictions_per_seq = -(-config.data.max_seq_length * 3 // 10)
+        config.train.update(schedule="wsd", decay_fraction=0.1, decay_shape="1-sqrt", adam_bias_correction=True)
+    unknown = set(options) - {"phase2", "modern"}
     if unknown:
         raise ValueError(f"configs/pretrain.py: unknown options {sorted(unknown)} in {arg!r}")
     return config

@@ -56,6 +56,28 @@ def test_other_schedules():
     assert float(inv_sqrt(400)) == pytest.approx(lr * 0.5)
 
 
+@pytest.mark.parametrize("shape", ["linear", "1-sqrt"])
+def test_warmup_stable_decay(shape):
+    """Issue 49: warmup, then the peak until the last 20% of steps, then down to 0."""
+    lr = 1e-4
+    schedule = optim.make_schedule(train_config(schedule="wsd", decay_fraction=0.2, decay_shape=shape))
+    values = np.array([float(schedule(step)) for step in range(1001)])
+    assert values[50] == pytest.approx(lr * 0.5) and np.allclose(values[100:801], lr)
+    assert values[1000] == pytest.approx(0.0, abs=1e-12) and np.all(np.diff(values[800:]) < 0)
+    halfway = 1 - (0.5 if shape == "linear" else np.sqrt(0.5))
+    assert values[900] == pytest.approx(lr * halfway, rel=1e-5)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(decay_fraction=1.5), "decay_fraction must be in"),
+    (dict(decay_shape="cosine"), "decay_shape must be one of"),
+    (dict(decay_fraction=0.95), "warmup_steps must be at most the steps before the decay"),
+])
+def test_warmup_stable_decay_settings_are_checked(change, message):
+    with pytest.raises(ValueError, match=message):
+        optim.validate_train_config(train_config(schedule="wsd", **change))
+
+
 def test_schedule_is_jittable():
     schedule = optim.make_schedule(train_config())
     np.testing.assert_allclose(jax.jit(schedule)(jnp.int32(500)), schedule(500))

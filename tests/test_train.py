@@ -351,6 +351,10 @@ def test_config_presets_and_phase_two():
         "tiny", "modernbert-tiny", "modernbert-mini"]
     modern = pretrain_config.get_config("modernbert-base").model
     assert (modern.position_embedding, modern.layer_norm_eps, modern.hidden_act) == ("rope", 1e-5, "gelu")
+    recipe = pretrain_config.get_config("mini,modern")
+    assert (recipe.data.next_sentence_prediction, recipe.data.full_rows, recipe.data.masked_lm_prob,
+            recipe.data.max_predictions_per_seq, recipe.train.schedule, recipe.train.decay_shape,
+            recipe.train.adam_bias_correction) == (False, True, 0.3, 39, "wsd", "1-sqrt", True)
     assert all((recipes[p].learning_rate, recipes[p].warmup_steps, recipes[p].global_batch_size)
                == (1e-4, 10_000, 256) for p in ("mini", "small", "medium", "base", "large"))
 

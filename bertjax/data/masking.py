@@ -4,7 +4,8 @@ Per sequence of n real tokens ([CLS] and [SEP] included, padding excluded):
   num_to_predict = min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))
 (Python 3 round: half to even, like tf.round). Candidates are real tokens other than
 [CLS]/[SEP], visited in random order; each chosen token becomes [MASK] with p=0.8, a
-uniformly random vocabulary id with p=0.1, and stays unchanged with p=0.1.
+uniformly random vocabulary id with p=0.1, and stays unchanged with p=0.1 (the split is
+`mask_token_prob` / `random_token_prob`, the rest kept).
 Whole-word masking groups a '##' continuation piece with the candidate before it (the
 original's rule, which looks back over a [SEP]) and skips a word that would overflow the
 quota. Everything is vectorized over the batch; whole-word masking adds one
@@ -60,7 +61,8 @@ def _whole_word_selection(candidates, continuation, quota, keys):
 
 def mask_batch(input_ids: tf.Tensor, input_mask: tf.Tensor, candidates: tf.Tensor, seed: tf.Tensor, *,
                vocab_size: int, mask_id: int, masked_lm_prob: float, max_predictions: int,
-               continuation: np.ndarray | None = None) -> dict:
+               continuation: np.ndarray | None = None, mask_token_prob: float = 0.8,
+               random_token_prob: float = 0.1) -> dict:
     """Masks a batch.
 
     Args:
@@ -69,6 +71,8 @@ def mask_batch(input_ids: tf.Tensor, input_mask: tf.Tensor, candidates: tf.Tenso
       candidates: <bool>[G, L] maskable positions (real tokens other than [CLS]/[SEP]).
       seed: <int32>[2].
       continuation: None, or <bool>[vocab_size] True for '##' pieces (whole-word masking).
+      mask_token_prob, random_token_prob: a chosen token's chances of [MASK] and of a random
+        id (the original's 0.8 and 0.1; what is left keeps the token).
     Returns input_ids <int32>[G, L] (masked), masked_lm_positions, masked_lm_ids
     <int32>[G, P] (sorted by position, zero padded), masked_lm_weights <float32>[G, P].
     """
@@ -94,8 +98,10 @@ def mask_batch(input_ids: tf.Tensor, input_mask: tf.Tensor, candidates: tf.Tenso
     picked = tf.where(valid, picked, 0)
     original = tf.gather(input_ids, picked, batch_dims=1)
     p_shape = tf.shape(picked)
-    to_mask = tf.random.stateless_uniform(p_shape, choice_seed) < 0.8
-    keep = tf.random.stateless_uniform(p_shape, keep_seed) < 0.5
+    to_mask = tf.random.stateless_uniform(p_shape, choice_seed) < mask_token_prob
+    # Of the tokens not masked, the kept share (0.5 for the original's 80/10/10).
+    kept_share = (1.0 - mask_token_prob - random_token_prob) / max(1.0 - mask_token_prob, 1e-9)
+    keep = tf.random.stateless_uniform(p_shape, keep_seed) < kept_share
     random_ids = tf.random.stateless_uniform(p_shape, random_seed, 0, vocab_size, dtype=tf.int32)
     shown = tf.where(to_mask, mask_id, tf.where(keep, original, random_ids))
     rows = tf.broadcast_to(tf.range(g)[:, None], p_shape)

@@ -148,6 +148,23 @@ def truncated_lengths(len_a: tf.Tensor, len_b: tf.Tensor, max_num_tokens: int) -
     return tf.where(fits, len_a, new_a), tf.where(fits, len_b, new_b)
 
 
+def full_rows(tokens: tf.RaggedTensor, sep_id: int, row_length: int) -> dict:
+    """D documents -> rows of `row_length` tokens cut from them end to end, each document
+    followed by [SEP] (the last row shorter): every token once, in order.
+
+    Args: tokens <int32>[D, (T)]. Returns chunk_documents' instance fields: a_tokens
+    <int32>[R, (row_length)], b_tokens empty, is_random False."""
+    separators = tf.RaggedTensor.from_row_lengths(tf.fill([tokens.nrows()], tf.constant(sep_id, tokens.dtype)),
+                                                  tf.ones([tokens.nrows()], tf.int64))
+    stream = tf.concat([tokens, separators], axis=1).flat_values
+    total, row_length = tf.size(stream, out_type=tf.int64), tf.constant(row_length, tf.int64)
+    rows = (total + row_length - 1) // row_length
+    lengths = tf.minimum(row_length, total - tf.range(rows) * row_length)
+    a_tokens = tf.RaggedTensor.from_row_lengths(stream, lengths)
+    return {"a_tokens": a_tokens, "b_tokens": tf.RaggedTensor.from_row_lengths(stream[:0], tf.zeros_like(lengths)),
+            "is_random": tf.zeros([rows], tf.bool)}
+
+
 def layout_batch(instances: dict, seed: tf.Tensor, *, max_seq_length: int, next_sentence_prediction: bool,
                  cls_id: int, sep_id: int, pad_id: int) -> dict:
     """A batch of instances -> truncated, laid out and padded BERT inputs.
@@ -194,7 +211,7 @@ def layout_batch(instances: dict, seed: tf.Tensor, *, max_seq_length: int, next_
         "input_ids": ids,
         "input_mask": tf.cast(input_mask, tf.int32),
         "segment_ids": segment_ids,
-        "candidates": input_mask & (pos != 0) & ~sep,
+        "candidates": input_mask & (pos != 0) & ~sep & (tokens != sep_id),  # full rows: no inner [SEP]
         "next_sentence_labels": tf.cast(instances["is_random"], tf.int32),
     }
 

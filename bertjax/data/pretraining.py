@@ -10,6 +10,12 @@ Batches have the original create_pretraining_data.py features, fixed shapes:
   masked_lm_weights                       <float32>[B, max_predictions_per_seq]
   next_sentence_labels                    <int32>[B]   (0 = IsNext, 1 = random)
 
+Full rows (`full_rows`, masked LM only, RoBERTa's and ModernBERT's layout): each batch of 128
+documents is laid end to end, every document followed by [SEP], and cut into rows of
+max_seq_length - 2 tokens, each row `[CLS] ... [SEP]`: no pair sampling, and padding only in
+the last row of each batch of documents. Attention runs across the documents of a row (the
+[SEP] between them marks the boundary).
+
 Packing (`pack_pairs` = K > 0): each window of 256 shuffled instances is laid out and
 masked pair by pair (keyed by epoch and window), then packed first-fit into rows of up to
 K pairs (pairing.pack_rows); batches are cut from the stream of rows, and
@@ -65,11 +71,17 @@ def check_data_config(data_config) -> None:
         (d.max_seq_length >= 8, "max_seq_length must be >= 8"),
         (0 < d.max_predictions_per_seq <= d.max_seq_length, "max_predictions_per_seq must be in [1, max_seq_length]"),
         (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),
+        (0.0 <= d.mask_token_prob <= 1.0 and 0.0 <= d.random_token_prob <= 1.0
+         and d.mask_token_prob + d.random_token_prob <= 1.0 + 1e-9,
+         "mask_token_prob and random_token_prob must be in [0, 1] with a sum <= 1 (the rest is kept)"),
         (0.0 <= d.short_seq_prob <= 1.0, "short_seq_prob must be in [0, 1]"),
         (d.shuffle_buffer >= 1 and d.instance_shuffle_buffer >= 1, "shuffle buffers must be >= 1"),
         (isinstance(d.pack_pairs, int) and d.pack_pairs >= 0, "pack_pairs must be an int >= 0 (0: no packing)"),
         (not d.pack_pairs or d.source != "original_tfrecord",
          "pack_pairs needs a prepared source (original_tfrecord rows are fixed)"),
+        (not d.full_rows or (not d.next_sentence_prediction and not d.pack_pairs and d.source != "original_tfrecord"),
+         "full_rows (documents end to end, cut into rows) needs next_sentence_prediction=False, pack_pairs=0 and "
+         "a prepared source"),
     ]
     for ok, message in checks:
         if not ok:
@@ -106,6 +118,7 @@ class PretrainingPipeline:
         self.continuation = tokenizer.continuation_mask() if data_config.whole_word_mask else None
         self.nsp = data_config.next_sentence_prediction
         self.pack_pairs = data_config.pack_pairs
+        self.full_rows = data_config.full_rows
         self.max_num_tokens = data_config.max_seq_length - (3 if self.nsp else 2)
         self.epoch_sizes_path = epoch_sizes_path
         self._fingerprint = hashlib.sha256(json.dumps({  # everything that decides the instance stream
@@ -113,7 +126,7 @@ class PretrainingPipeline:
             "record_shard": self.record_shard, "seed": self.seed, "process_index": process_index,
             "max_seq_length": data_config.max_seq_length, "short_seq_prob": data_config.short_seq_prob,
             "nsp": self.nsp, "shuffle_buffer": data_config.shuffle_buffer, "chunk_batch": _DOCS_PER_CHUNK_BATCH,
-            "pack_pairs": self.pack_pairs, "pack_window": _PACK_WINDOW,
+            "pack_pairs": self.pack_pairs, "pack_window": _PACK_WINDOW, "full_rows": self.full_rows,
         }, sort_keys=True).encode()).hexdigest()
         self._epoch_sizes: dict[int, int] = self._load_epoch_sizes()
 
@@ -143,6 +156,8 @@ class PretrainingPipeline:
 
         def chunk(index, serialized):
             tokens, sentence_lengths = shards.parse_documents(serialized)
+            if self.full_rows:
+                return pairing.full_rows(tokens, self.tokenizer.sep_id, self.max_num_tokens)
             out = pairing.chunk_documents(
                 tokens, sentence_lengths,
                 tf.random.experimental.stateless_fold_in(chunk_key, index),
@@ -259,7 +274,8 @@ class PretrainingPipeline:
                                     vocab_size=tok.vocab_size, mask_id=tok.mask_id,
                                     masked_lm_prob=self.config.masked_lm_prob,
                                     max_predictions=self.config.max_predictions_per_seq,
-                                    continuation=self.continuation)
+                                    continuation=self.continuation, mask_token_prob=self.config.mask_token_prob,
+                                    random_token_prob=self.config.random_token_prob)
         out.update(masked)
         return out
 

@@ -224,6 +224,21 @@ def test_chunk_documents_eager_equals_in_tf_data(corpus):
         np.testing.assert_array_equal(values(eager[key]), values(graph[key]))
 
 
+def test_the_masking_split_and_rate_are_settings(corpus):
+    """Issue 49: 30% of tokens chosen, all of them [MASK] (no random or kept ones)."""
+    pipeline = pretraining.PretrainingPipeline(
+        data_config(masked_lm_prob=0.3, max_predictions_per_seq=20, mask_token_prob=1.0, random_token_prob=0.0),
+        shard_paths=corpus, tokenizer=synthetic.tokenizer_for(NUM_DOCS), batch_size=500)
+    batch = concat(take(pipeline, 2))
+    real = batch["masked_lm_weights"] > 0
+    num_tokens = batch["input_mask"].sum(1)
+    np.testing.assert_array_equal(real.sum(1), [min(20, max(1, int(round(n * 0.3)))) for n in num_tokens])
+    rows = np.broadcast_to(np.arange(len(real))[:, None], real.shape)
+    assert (batch["input_ids"][rows[real], batch["masked_lm_positions"][real]] == MASK).all()
+    with pytest.raises(ValueError, match="mask_token_prob and random_token_prob must be"):
+        pretraining.check_data_config(data_config(mask_token_prob=0.8, random_token_prob=0.3))
+
+
 def test_whole_word_masking():
     rng = np.random.default_rng(0)
     rows, length = 2000, 64
@@ -383,3 +398,51 @@ def test_empty_shard_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=paths[0]):
         pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=8,
                                         tokenizer=synthetic.tokenizer_for(10))
+
+
+def test_full_rows_cover_every_token_once_and_resume_exactly(tmp_path):
+    """Issue 49: full rows lay the documents end to end ([SEP] after each) and cut them into
+    [CLS] ... [SEP] rows: an epoch holds every token once, rows are padded only at the end of
+    a batch of documents, [SEP]s are never masked, and resuming gives the same batches."""
+    paths = synthetic.write_shards(str(tmp_path), 300, 3, seed=4, min_sentences=2, max_sentences=12)
+    config = data_config(next_sentence_prediction=False, full_rows=True, masked_lm_prob=0.3,
+                         max_predictions_per_seq=20)
+    pipeline = pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=4,
+                                               tokenizer=synthetic.tokenizer_for(300))
+    size = pipeline.epoch_size(0)
+    batches = take(pipeline, -(-size // 4) + 2)
+    rows = concat(batches)
+    epoch = {key: value[:size] for key, value in rows.items()}
+    ids = unmasked(epoch)
+    real = epoch["input_mask"] > 0
+    lengths = real.sum(1)
+    assert (ids[:, 0] == CLS).all() and (ids[np.arange(size), lengths - 1] == SEP).all()
+    inner = [row[1:n - 1] for row, n in zip(ids, lengths)]
+    tokens = np.concatenate(inner)
+    want = []
+    for path in paths:
+        for record in tf_records(path):
+            want += [token for sentence in record for token in sentence] + [SEP]
+    assert sorted(tokens.tolist()) == sorted(want)  # every token once, each document's [SEP] too
+    assert (lengths == 64).mean() > 0.95  # full: only a batch of documents' last row is short
+    masked_ids = epoch["masked_lm_ids"][epoch["masked_lm_weights"] > 0]
+    assert not np.isin(masked_ids, [CLS, SEP, PAD]).any()
+    assert abs((epoch["masked_lm_weights"] > 0).sum() / real.sum() - 0.3) < 0.02
+    assert (epoch["segment_ids"] == 0).all()
+    for start in (1, 7):
+        for want_batch, got in zip(batches[start:start + 3], take(pipeline, 3, start_batch=start)):
+            for key in want_batch:
+                np.testing.assert_array_equal(want_batch[key], got[key])
+    with pytest.raises(ValueError, match="full_rows .* needs next_sentence_prediction=False"):
+        pretraining.check_data_config(data_config(full_rows=True))
+
+
+def tf_records(path):
+    """The documents of one shard: lists of sentences of token ids."""
+    from bertjax.data import shards
+    from bertjax.runtime.tf_cpu import tf
+
+    for serialized in tf.data.TFRecordDataset(path):
+        tokens, lengths = shards.parse_documents(serialized[None])
+        flat, cuts = tokens.flat_values.numpy(), np.cumsum(lengths.flat_values.numpy())[:-1]
+        yield [list(part) for part in np.split(flat, cuts)]
