@@ -16,6 +16,12 @@ The argument may add options after the preset, comma separated:
                                     max_seq_length: no padding), 30% of tokens masked (80/10/10
                                     kept), warmup-stable-decay (1-sqrt over the last 10%), AdamW
                                     with bias correction; any preset takes it
+  configs/pretrain.py:modernbert-base,modern,long
+                                    the context extension: continue a shorter run (pass
+                                    --config.init_checkpoint=<its workdir>) at the model's
+                                    longest length (8,192; modernbert-tiny 1,024), the same tokens
+                                    per batch, 10% of the steps; a larger rotary theta with
+                                    --config.model.rope_theta=...
 """
 
 import ml_collections
@@ -135,7 +141,19 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         config.data.masked_lm_prob = 0.3
         config.data.max_predictions_per_seq = -(-config.data.max_seq_length * 3 // 10)
         config.train.update(schedule="wsd", decay_fraction=0.1, decay_shape="1-sqrt", adam_bias_correction=True)
-    unknown = set(options) - {"phase2", "modern"}
+    if "long" in options:
+        if not preset.startswith("modernbert"):
+            raise ValueError(f"configs/pretrain.py: 'long' extends the modern encoder's context (a modernbert-* "
+                             f"preset: rotary positions), not {preset!r}; the original BERT's is 'phase2'")
+        # The same tokens per batch as the shorter phase (set global_batch_size to what divides the mesh).
+        config.train.global_batch_size = max(1, config.train.global_batch_size * config.data.max_seq_length
+                                             // config.model.max_position_embeddings)
+        config.data.max_seq_length = config.model.max_position_embeddings
+        config.data.max_predictions_per_seq = -(-config.data.max_seq_length * round(
+            config.data.masked_lm_prob * 100) // 100)
+        config.train.num_steps = max(1, config.train.num_steps // 10)
+        config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
+    unknown = set(options) - {"phase2", "modern", "long"}
     if unknown:
         raise ValueError(f"configs/pretrain.py: unknown options {sorted(unknown)} in {arg!r}")
     return config

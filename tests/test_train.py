@@ -159,6 +159,36 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir)
     assert records[-1]["step"] < 40
 
 
+def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):
+    """Issue 49: `,modern,long` at 1,024 tokens (modernbert-tiny's longest) with a larger global
+    theta starts from the 64-token run's weights: its first loss is far below a fresh model's."""
+    def run(workdir, *options):
+        command = [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
+                   f"--config={os.path.join(ROOT, 'configs', 'pretrain.py')}:modernbert-tiny,modern{options[0]}",
+                   f"--workdir={workdir}", "--config.model.num_hidden_layers=4", "--config.model.hidden_size=64",
+                   "--config.model.num_attention_heads=2", "--config.model.intermediate_size=96",
+                   "--config.train.log_every=1", "--config.train.eval_every=0", *options[1:]]
+        result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    short = tmp_path / "short"
+    run(short, "", "--config.train.num_steps=60", "--config.train.warmup_steps=6", "--config.checkpoint.every=60",
+        f"--config.data.prepared_dir={tmp_path / 'data'}")
+    extension = ["--config.train.num_steps=1", "--config.train.warmup_steps=0", "--config.train.global_batch_size=2",
+                 "--config.model.rope_theta=640000",
+                 f"--config.data.prepared_dir={tmp_path / 'data'}"]
+    continued = run(tmp_path / "long", ",long", *extension, f"--config.init_checkpoint={short}")
+    assert "initialised ['bert', 'mlm', 'nsp'] from" in continued.stdout
+    assert "rope_theta=640000 replaces the checkpoint's 160000" in continued.stderr
+    run(tmp_path / "fresh", ",long", *extension)
+    first = lambda workdir: _metrics(workdir)[0]
+    assert first(tmp_path / "long")["mlm_loss"] < first(tmp_path / "fresh")["mlm_loss"] - 0.5
+    assert pretrain_config.get_config("modernbert-tiny,modern,long").data.max_seq_length == 1024
+    with pytest.raises(ValueError, match="'long' extends the modern encoder's context"):
+        pretrain_config.get_config("base,long")
+
+
 @pytest.mark.slow  # three runs; restoring a pre-training checkpoint's weights: tests/test_finetune.py
 def test_phase_two_continues_from_the_phase_one_checkpoint(tmp_path, prepared_dir):
     phase1 = tmp_path / "phase1"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
@@ -21,10 +22,13 @@ POOLERS = ("tanh", "cls", "mean")
 # and a value the config sets explicitly must agree with the checkpoint's.
 ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                        "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
-                       "position_embedding", "rope_theta", "local_rope_theta", "attention_window",
-                       "global_attention_every", "norm_placement", "use_bias", "norm_bias", "gated_mlp", "pooler")
+                       "position_embedding", "attention_window", "global_attention_every", "norm_placement",
+                       "use_bias", "norm_bias", "gated_mlp", "pooler")
+# Rotary thetas: the checkpoint's unless the config sets them, as a context extension does (a longer
+# run with a larger theta continues from the shorter one's weights).
+ROPE_FIELDS = ("rope_theta", "local_rope_theta")
 # Fields a checkpoint also records, used when the config leaves them unset.
-_INHERITED_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+_INHERITED_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", *ROPE_FIELDS)
 
 # (layers, hidden, heads, intermediate) of the released models (google-research/bert's README).
 PRESETS: dict[str, tuple[int, int, int, int]] = {
@@ -283,6 +287,11 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
                                  f"{getattr(checkpoint, name)!r}; leave {source}.{name} unset to take the checkpoint's")
         inherited = {name: getattr(checkpoint, name) for name in ARCHITECTURE_FIELDS + _INHERITED_FIELDS}
         base = BertConfig(**inherited)
+        for name in ROPE_FIELDS:
+            if checkpoint.position_embedding == "rope" and values.get(name, getattr(checkpoint, name)) != getattr(
+                    checkpoint, name):
+                logging.getLogger(__name__).warning("%s.%s=%g replaces the checkpoint's %g (a context extension)",
+                                                    source, name, values[name], getattr(checkpoint, name))
     else:
         base = BertConfig.preset(preset) if preset else BertConfig()
     if "dtype" not in values:
