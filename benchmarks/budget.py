@@ -1,0 +1,184 @@
+r"""Which pre-training recipe buys the better encoder for a budget: pre-train each recipe for the
+same wall-clock time on the same corpus and tokenizer, then fine-tune each result on the same
+downstream task with the same learning-rate grid, and print one table.
+
+  python benchmarks/budget.py --budgets=5m,15m --recipes=original,modern --preset=mini \
+      --corpus=python_docs --task=polarity
+
+Recipes (configs/pretrain.py): `original` is the preset as it is (masked LM 15% + NSP pairs,
+linear decay, the preset's optimizer); `modern` adds `,modern` (masked LM only at 30% on full
+rows, warmup-stable-decay, bias-corrected AdamW). `--arch=modern` trains the modern encoder
+(the modernbert-<size> preset) for every recipe instead of BERT's.
+
+Each run's step count is its budget times the steps per second a short calibration run of the
+same recipe measured (so every schedule runs to its end), minus start-up. Columns: recipe,
+budget, steps, tokens seen (rows x length), held-out masked-LM accuracy at one common masking
+(15%, 80/10/10, single-document rows: comparable across recipes), the downstream dev accuracy
+(best of the grid) and the seconds the pre-training took.
+
+--corpus: BERT-format text files, or `python_docs` (Python's language reference, shipped with
+CPython). --task: a CSV pair `train.csv,dev.csv` with columns text,label, or `polarity`
+(see benchmarks/tasks.py: a real labelled task from a registry package).
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
+from absl import app, flags  # noqa: E402
+
+_BUDGETS = flags.DEFINE_list("budgets", ["5m", "15m"], "wall-clock pre-training budgets: 90s, 5m, 1h")
+_RECIPES = flags.DEFINE_list("recipes", ["original", "modern"], "recipes to compare: original, modern")
+_PRESET = flags.DEFINE_string("preset", "mini", "model size: tiny, mini, small, medium, base, large")
+_ARCH = flags.DEFINE_enum("arch", "bert", ["bert", "modern"], "the encoder: BERT's or ModernBERT's architecture")
+_CORPUS = flags.DEFINE_string("corpus", "python_docs", "globs of BERT-format text, or python_docs")
+_VOCAB = flags.DEFINE_string("vocab_path", "", "WordPiece vocab.txt; empty: MiniLM's uncased 30,522 tokens")
+_TASK = flags.DEFINE_string("task", "polarity", "train.csv,dev.csv (columns text,label) or polarity")
+_LEARNING_RATES = flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "the fine-tuning grid")
+_EPOCHS = flags.DEFINE_float("epochs", 3.0, "fine-tuning epochs")
+_SEQ_LEN = flags.DEFINE_integer("max_seq_length", 128, "pre-training length")
+_BATCH = flags.DEFINE_integer("batch_size", 32, "pre-training rows per step")
+_WORKDIR = flags.DEFINE_string("workdir", "", "where the runs go; empty: a new temporary folder")
+
+
+def seconds(budget: str) -> float:
+    """'90s', '5m', '1.5h' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    if not budget or budget[-1] not in units:
+        raise ValueError(f"--budgets: {budget!r} is not a time such as 90s, 5m or 1h")
+    return float(budget[:-1]) * units[budget[-1]]
+
+
+def recipe_config(recipe: str, steps: int, data_dir: str, corpus: str, vocab: str):
+    """The pre-training config of `recipe` for `steps` steps."""
+    from configs import pretrain as pretrain_config
+
+    preset = _PRESET.value if _ARCH.value == "bert" else f"modernbert-{_PRESET.value}"
+    config = pretrain_config.get_config(preset + (",modern" if recipe == "modern" else ""))
+    length = _SEQ_LEN.value
+    config.data.update(source="text", input_pattern=corpus, vocab_path=vocab, prepared_dir=data_dir,
+                       max_seq_length=length,
+                       max_predictions_per_seq=-(-length * round(config.data.masked_lm_prob * 100) // 100))
+    config.train.update(global_batch_size=_BATCH.value, num_steps=steps, warmup_steps=max(1, steps // 10),
+                        log_every=max(1, steps // 10), eval_every=0)
+    if not config.train.get("adam_bias_correction", False) and _PRESET.value != "tiny":
+        config.train.learning_rate = 1e-4  # the paper's, what the original recipe is
+    config.checkpoint.update(every=steps, async_save=False)
+    return config
+
+
+def steps_per_second(recipe: str, workdir: str, data_dir: str, corpus: str, vocab: str) -> float:
+    """The recipe's steady training rate: a 30-step run, its last logged step times."""
+    from bertjax import pretrain
+
+    config = recipe_config(recipe, 30, data_dir, corpus, vocab)
+    config.train.log_every = 10
+    pretrain.train_and_evaluate(config, workdir)
+    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+        times = [json.loads(line)["step_time"] for line in f if '"step_time"' in line]
+    return 1.0 / times[-1]
+
+
+def common_mlm_accuracy(run_dir: str, config, batches: int = 20) -> float:
+    """Held-out masked-LM accuracy of the run's weights on the same rows for every recipe: the
+    eval split as single-document rows, 15% masked, 80/10/10."""
+    import jax
+    import numpy as np
+
+    from bertjax import pretrain
+    from bertjax.models import BertForPreTraining, convert
+
+    eval_config = config.copy_and_resolve_references()
+    length = eval_config.data.max_seq_length
+    eval_config.data.update(next_sentence_prediction=False, full_rows=False, masked_lm_prob=0.15,
+                            mask_token_prob=0.8, random_token_prob=0.1, max_predictions_per_seq=-(-length * 15 // 100),
+                            seed=12345)
+    eval_config.train.global_batch_size = 32
+    bert, params = convert.load_pretrained(run_dir)
+    model = BertForPreTraining(bert)
+    apply = jax.jit(lambda p, batch: model.apply({"params": p}, **pretrain.model_inputs(batch))[0])
+    stream = pretrain.HostBatches(eval_config, tempfile.mkdtemp(prefix="budget_eval_"), "eval").batches(0)
+    correct = total = 0.0
+    for _ in range(batches):
+        batch = next(stream)
+        logits = np.asarray(apply({k: params[k] for k in ("bert", "mlm", "nsp")}, batch))
+        weights = batch["masked_lm_weights"]
+        correct += float(((logits.argmax(-1) == batch["masked_lm_ids"]) * weights).sum())
+        total += float(weights.sum())
+    return correct / total
+
+
+def downstream_accuracy(run_dir: str, train_file: str, dev_file: str, workdir: str, vocab: str) -> tuple[float, str]:
+    """Best dev accuracy over the learning-rate grid fine-tuning from `run_dir` (empty: the same
+    model from scratch, with `vocab`), and its learning rate."""
+    from bertjax import finetune
+    from configs import finetune as finetune_config
+
+    best = (0.0, "")
+    for lr in _LEARNING_RATES.value:
+        config = finetune_config.get_config("classification")
+        if run_dir:
+            config.init_checkpoint = run_dir
+        else:
+            config.model.preset = _PRESET.value if _ARCH.value == "bert" else f"modernbert-{_PRESET.value}"
+            config.data.vocab_path = vocab
+        config.data.update(train_file=train_file, eval_file=dev_file, text_a_key="text", text_b_key="",
+                           label_key="label", max_seq_length=64)
+        config.train.update(learning_rate=float(lr), num_epochs=_EPOCHS.value, batch_size=32, log_every=1000)
+        result = finetune.finetune(config, os.path.join(workdir, f"lr{lr}"))
+        best = max(best, (float(result["best"]["metrics"][result["main_metric"]]), lr))
+    return best
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    from benchmarks import tasks
+    from benchmarks.pretrain_recipe import minilm_vocab_path
+    from bertjax import pretrain
+    from bertjax.data.corpora import python_docs
+
+    budgets = [(budget, seconds(budget)) for budget in _BUDGETS.value]
+    unknown = set(_RECIPES.value) - {"original", "modern"}
+    if unknown:
+        raise ValueError(f"--recipes: unknown {sorted(unknown)}; expected original, modern")
+    workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="budget_")
+    os.makedirs(workdir, exist_ok=True)
+    corpus = (python_docs.write(os.path.join(workdir, "python_docs.txt")) if _CORPUS.value == "python_docs"
+              else _CORPUS.value)
+    vocab = _VOCAB.value or minilm_vocab_path()
+    train_file, dev_file = tasks.task_files(_TASK.value, os.path.join(workdir, "task"))
+    rows = []
+    for recipe in _RECIPES.value:
+        data_dir = os.path.join(workdir, f"data_{recipe}")
+        rate = steps_per_second(recipe, os.path.join(workdir, f"calibrate_{recipe}"), data_dir, corpus, vocab)
+        for budget, limit in budgets:
+            run_dir = os.path.join(workdir, f"{recipe}_{budget}")
+            steps = max(10, int(rate * limit * 0.95))
+            config = recipe_config(recipe, steps, data_dir, corpus, vocab)
+            start = time.perf_counter()
+            pretrain.train_and_evaluate(config, run_dir)
+            spent = time.perf_counter() - start
+            mlm = common_mlm_accuracy(run_dir, config)
+            dev, lr = downstream_accuracy(run_dir, train_file, dev_file, os.path.join(run_dir, "finetune"), vocab)
+            rows.append((recipe, budget, steps, steps * _BATCH.value * _SEQ_LEN.value, mlm, dev, lr, spent))
+            print(f"{recipe} {budget}: {steps} steps, MLM {mlm:.4f}, dev {dev:.4f} (lr {lr}), {spent:.0f} s",
+                  flush=True)
+    scratch = downstream_accuracy("", train_file, dev_file, os.path.join(workdir, "scratch"), vocab)
+    arch = "BERT" if _ARCH.value == "bert" else "ModernBERT"
+    print(f"\n{arch}-{_PRESET.value}, {_BATCH.value} x {_SEQ_LEN.value}, corpus {_CORPUS.value}, task {_TASK.value}")
+    print("| recipe | budget | steps | tokens seen | held-out MLM (15%) | dev accuracy (lr) | pre-training s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for recipe, budget, steps, tokens, mlm, dev, lr, spent in rows:
+        print(f"| {recipe} | {budget} | {steps:,} | {tokens / 1e6:.1f}M | {mlm:.4f} | {dev:.4f} ({lr}) | {spent:.0f} |")
+    print(f"| from scratch | - | 0 | 0 | - | {scratch[0]:.4f} ({scratch[1]}) | 0 |")
+
+
+if __name__ == "__main__":
+    cli.run(main)
