@@ -293,8 +293,6 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     `label_names` (one per classifier output) become config.json's id2label/label2id
     (default LABEL_<i>).
     """
-    from safetensors.numpy import save
-
     if is_modern(config):
         return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path)
     params = _export_params(params)
@@ -310,7 +308,24 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
         tensors[name] = np.ascontiguousarray(value.T if var.hf_transposed else value)
     hf_config = bert_to_hf_config(config)
     hf_config["architectures"] = [architecture or _guess_architecture(heads)]
-    if "classifier" in heads:
+    _write_huggingface(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
+    if vocab_path:
+        from bertjax import tokenization
+
+        tokenization.write_vocab(vocab_path, fileio.join(out_dir, "vocab.txt"))
+        if do_lower_case is not None:
+            fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
+                "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+                "model_max_length": config.max_position_embeddings})
+
+
+def _write_huggingface(out_dir: str, tensors: dict[str, np.ndarray], hf_config: dict[str, Any], num_labels: int,
+                       label_names: list[str] | None) -> None:
+    """Writes model.safetensors and config.json, with id2label/label2id for a classifier of
+    `num_labels` outputs (0: none; default names LABEL_<i>)."""
+    from safetensors.numpy import save
+
+    if num_labels:
         names = list(label_names) if label_names else [f"LABEL_{i}" for i in range(num_labels)]
         if len(names) != num_labels:
             raise ValueError(f"export_huggingface: {len(names)} label names for a classifier of {num_labels} outputs")
@@ -321,14 +336,6 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
         f.write(save(tensors, metadata={"format": "pt"}))
     with fileio.open_file(fileio.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
-    if vocab_path:
-        from bertjax import tokenization
-
-        tokenization.write_vocab(vocab_path, fileio.join(out_dir, "vocab.txt"))
-        if do_lower_case is not None:
-            fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
-                "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-                "model_max_length": config.max_position_embeddings})
 
 
 def _guess_architecture(heads: tuple[str, ...]) -> str:
@@ -545,8 +552,6 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     ModernBERT layout: config.json + model.safetensors (the MLM decoder tied, not stored), and
     the tokenizer.json at `tokenizer_path` if given. A pre-training run's NSP head and pooler
     have no place in ModernBertForMaskedLM: they are left out, with a warning."""
-    from safetensors.numpy import save
-
     hf_config = modernbert_hf_config(config)
     params = _export_params(params)
     if {"mlm", "nsp"} <= set(params):
@@ -573,15 +578,7 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
         tensors[name] = np.concatenate(parts)
     tensors = {name: np.ascontiguousarray(value) for name, value in tensors.items()}
     hf_config["architectures"] = [architecture]
-    if "classifier" in heads:
-        names = list(label_names) if label_names else [f"LABEL_{i}" for i in range(num_labels)]
-        hf_config["id2label"] = {str(i): name for i, name in enumerate(names)}
-        hf_config["label2id"] = {name: i for i, name in enumerate(names)}
-    fileio.makedirs(out_dir)
-    with fileio.open_file(fileio.join(out_dir, "model.safetensors"), "wb") as f:
-        f.write(save(tensors, metadata={"format": "pt"}))
-    with fileio.open_file(fileio.join(out_dir, "config.json"), "w") as f:
-        json.dump(hf_config, f, indent=2, sort_keys=True)
+    _write_huggingface(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if tokenizer_path:  # a tokenizer.json (a bertjax run saves it as hf_tokenizer.json) or a vocab.txt
         fileio.copy(tokenizer_path, fileio.join(out_dir, "tokenizer.json" if tokenizer_path.endswith(".json")
                                                 else "vocab.txt"))
