@@ -101,13 +101,13 @@ def common_mlm_accuracy(run_dir: str, config, batches: int = 20) -> float:
                             seed=12345)
     eval_config.train.global_batch_size = 32
     bert, params = convert.load_pretrained(run_dir)
-    model = BertForPreTraining(bert)
+    model = BertForPreTraining(bert, next_sentence_prediction=False)
     apply = jax.jit(lambda p, batch: model.apply({"params": p}, **pretrain.model_inputs(batch))[0])
     stream = pretrain.HostBatches(eval_config, tempfile.mkdtemp(prefix="budget_eval_"), "eval").batches(0)
     correct = total = 0.0
     for _ in range(batches):
         batch = next(stream)
-        logits = np.asarray(apply({k: params[k] for k in ("bert", "mlm", "nsp")}, batch))
+        logits = np.asarray(apply({k: params[k] for k in ("bert", "mlm")}, batch))
         weights = batch["masked_lm_weights"]
         correct += float(((logits.argmax(-1) == batch["masked_lm_ids"]) * weights).sum())
         total += float(weights.sum())

@@ -37,13 +37,14 @@ DEVICES_PER_CHIP = {"TPU v2": 2, "TPU v3": 2}
 
 
 def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predictions: int,
-                                   pair_lengths: tuple[int, ...] | None = None) -> float:
+                                   pair_lengths: tuple[int, ...] | None = None,
+                                   next_sentence_prediction: bool = True) -> float:
     """Model FLOPs of one forward+backward (3x forward) pass for one pre-training row.
 
     Counts matmuls only: per layer QKV + output projections and the MLP over all seq_len
     positions (6 x 12 H^2 per token at intermediate 4H; a gated MLP has three products), the
     two attention products (6 x 2 S H per token; a local layer's S is the keys in its window);
-    the pooler and NSP head; the MLM head on the *gathered* masked
+    the pooler and NSP head (none without `next_sentence_prediction`); the MLM head on the *gathered* masked
     positions only. A packed row of pairs with `pair_lengths` counts the attention each
     pair has inside its own block (sum of l^2, not seq_len^2) and one pooler/NSP per pair.
     Rematerialisation adds hardware FLOPs but no model FLOPs.
@@ -58,7 +59,9 @@ def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predict
         attended = sum(length * length if config.is_global_layer(layer) or half >= length - 1
                        else length * (2 * half + 1) - half * (half + 1) for length in pair_lengths)
         total += 2 * s * (4 * h * h + mlp_products * h * i) + 2 * 2 * attended * h
-    heads = len(pair_lengths) * (2 * h * h + 2 * h * 2) + 2 * p * (h * h + h * config.vocab_size)
+    heads = 2 * p * (h * h + h * config.vocab_size)
+    if next_sentence_prediction:
+        heads += len(pair_lengths) * (2 * h * h + 2 * h * 2)
     return 3.0 * (total + heads)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from bertjax import checkpointing, optim, run_config, sharding, tokenization, trainer
 from bertjax.metrics import pretraining_flops_per_sequence
-from bertjax.models import (PRETRAINING_LOSS_TERMS, BertConfig, BertForPreTraining, pretraining_counts,
+from bertjax.models import (BertConfig, BertForPreTraining, pretraining_counts, pretraining_loss_terms,
                             pretraining_sums, stack_layers)
 from bertjax.models import config as bert_config
 from bertjax.runtime import compilation_cache, fileio
@@ -104,14 +104,17 @@ def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
 
 
 def objective(model: BertForPreTraining) -> trainer.Objective:
-    """Masked LM (weighted mean over the real predictions) + NSP (mean over sequences)."""
+    """Masked LM (weighted mean over the real predictions) + NSP (mean over sequences) when the
+    model predicts the next sentence."""
+    nsp = model.next_sentence_prediction
 
     def apply(params, batch, rng):
         rngs = None if rng is None else {"dropout": rng}
         return model.apply({"params": params}, **model_inputs(batch), deterministic=rng is None, rngs=rngs)
 
     return trainer.Objective(apply=apply, sums=lambda outputs, batch: pretraining_sums(*outputs, batch),
-                             counts=pretraining_counts, loss_terms=PRETRAINING_LOSS_TERMS)
+                             counts=lambda batch: pretraining_counts(batch, nsp),
+                             loss_terms=pretraining_loss_terms(nsp))
 
 
 def abstract_inputs(config: ml_collections.ConfigDict, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
@@ -190,16 +193,19 @@ def warn_if_demo_corpus(data_config, bert) -> None:
                     "and config.data.input_pattern (docs/pretraining.md)", bert.num_hidden_layers, bert.hidden_size)
 
 
-def guess_accuracies(batches: list[dict[str, np.ndarray]]) -> dict[str, float]:
+def guess_accuracies(batches: list[dict[str, np.ndarray]], next_sentence_prediction: bool = True
+                     ) -> dict[str, float]:
     """What guessing scores on `batches`: always the most frequent masked token
-    (`mlm_unigram_accuracy`) and always the majority NSP label (`nsp_majority_accuracy`)."""
+    (`mlm_unigram_accuracy`) and, with NSP, always the majority label (`nsp_majority_accuracy`)."""
     targets = np.concatenate([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in batches])
+    guesses = {"mlm_unigram_accuracy": float(np.bincount(targets).max() / targets.size)}
+    if not next_sentence_prediction:
+        return guesses
     labels = np.concatenate([b["next_sentence_labels"].ravel() for b in batches])
     weights = np.concatenate([b.get("next_sentence_weights", np.ones_like(b["next_sentence_labels"],
                                                                         np.float32)).ravel() for b in batches])
     random_share = float(np.sum(weights * labels) / np.sum(weights))
-    return {"mlm_unigram_accuracy": float(np.bincount(targets).max() / targets.size),
-            "nsp_majority_accuracy": max(random_share, 1.0 - random_share)}
+    return {**guesses, "nsp_majority_accuracy": max(random_share, 1.0 - random_share)}
 
 
 class PlateauAlarm:
@@ -273,14 +279,15 @@ def fixed_eval_batches(config: ml_collections.ConfigDict, workdir: str) -> list[
     return [next(stream) for _ in range(train_cfg.eval_batches)]
 
 
-def evaluate(eval_fn, params, batches: list[dict[str, np.ndarray]], mesh) -> dict[str, float]:
-    """Masked-LM and NSP metrics over the fixed eval batches; loss is the sum of both losses."""
+def evaluate(eval_fn, params, batches: list[dict[str, np.ndarray]], mesh,
+             loss_terms: tuple[str, ...]) -> dict[str, float]:
+    """Masked-LM (and NSP) metrics over the fixed eval batches; loss is the sum of `loss_terms`."""
     totals = trainer.EvalTotals()
     with sharding.activate(mesh):
         for batch in batches:
             totals.add(*eval_fn(params, trainer.global_batch(batch, mesh)))
     means = totals.means()
-    means["loss"] = sum(means[name] for name in PRETRAINING_LOSS_TERMS)
+    means["loss"] = sum(means[name] for name in loss_terms)
     return means
 
 
@@ -311,11 +318,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
     train_data = HostBatches(config, workdir, "train")
     eval_batches = fixed_eval_batches(config, workdir)
-    guesses = guess_accuracies(eval_batches) if eval_batches else {}
+    guesses = guess_accuracies(eval_batches, config.data.next_sentence_prediction) if eval_batches else {}
     alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals)
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
-    model = BertForPreTraining(bert)
+    nsp = config.data.next_sentence_prediction
+    model = BertForPreTraining(bert, next_sentence_prediction=nsp)
     task = objective(model)
     optimizer = optim.make_optimizer(train_cfg)
     batch_abstract = abstract_inputs(config, train_cfg.global_batch_size)
@@ -343,7 +351,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         step_fn = trainer.jit_train_step(mesh, shardings, batch_shardings, objective=task, train_config=train_cfg)
         # Held-out metrics with float32 products, as fine-tuning evaluates and load_model predicts:
         # matmul_precision="bfloat16" speeds up the training steps only.
-        eval_objective = objective(BertForPreTraining(bert.replace(matmul_precision="default")))
+        eval_objective = objective(BertForPreTraining(bert.replace(matmul_precision="default"),
+                                                      next_sentence_prediction=nsp))
         eval_fn = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=eval_objective)[:2],
                           in_shardings=(shardings.params, batch_shardings),
                           compiler_options=compilation_cache.compiler_options())
@@ -358,8 +367,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         max_consecutive_bad_steps=train_cfg.max_consecutive_bad_steps,
         sequences_per_step=train_cfg.global_batch_size, tokens_per_sequence=config.data.max_seq_length,
         flops_per_sequence=pretraining_flops_per_sequence(bert, config.data.max_seq_length,
-                                                          config.data.max_predictions_per_seq),
-        console_keys=("loss", "mlm_accuracy", "nsp_accuracy"), label="pre-train",
+                                                          config.data.max_predictions_per_seq,
+                                                          next_sentence_prediction=nsp),
+        console_keys=("loss", "mlm_accuracy", "nsp_accuracy") if nsp else ("loss", "mlm_accuracy"),
+        label="pre-train",
         fixed_metrics={"compile_seconds": compile_seconds}, bfloat16_products=bert.matmul_precision == "bfloat16")
     loop.console(f"{loop_console}; {how}; compiled the train step in {compile_seconds:.1f}s; "
                  f"starting at step {start_step} of {train_cfg.num_steps}")
@@ -376,7 +387,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             loop.record(step, metrics, state)
             if loop.is_eval_step(step):
                 with loop.paused():
-                    results = {**evaluate(eval_fn, state.params, eval_batches, mesh), **guesses}
+                    results = {**evaluate(eval_fn, state.params, eval_batches, mesh, task.loss_terms), **guesses}
                     loop.write_eval(step, results)
                 if alarm.check(step, results["mlm_accuracy"]):
                     loop.console(alarm.warning)

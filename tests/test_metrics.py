@@ -58,6 +58,9 @@ def test_pretraining_flops_per_sequence_by_hand():
     assert forward == 4224 + 32 + 16 + 224 == 4496
     # Backward is twice the forward (gradients for inputs and for weights).
     assert metrics.pretraining_flops_per_sequence(config, seq_len=s, num_predictions=p) == 3 * forward == 13488
+    # Masked LM alone (the modern recipe) has no pooler or NSP head to run.
+    assert metrics.pretraining_flops_per_sequence(config, seq_len=s, num_predictions=p,
+                                                  next_sentence_prediction=False) == 3 * (forward - pooler - nsp)
 
 
 def test_a_resumed_run_drops_the_rows_logged_after_its_checkpoint(tmp_path):

@@ -179,7 +179,8 @@ def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):
                  "--config.model.rope_theta=640000",
                  f"--config.data.prepared_dir={tmp_path / 'data'}"]
     continued = run(tmp_path / "long", ",long", *extension, f"--config.init_checkpoint={short}")
-    assert "initialised ['bert', 'mlm', 'nsp'] from" in continued.stdout
+    assert "initialised ['bert', 'mlm'] from" in continued.stdout  # masked LM only: no NSP head
+    assert "nsp_loss" not in _metrics(short)[-1] and "nsp_accuracy" not in continued.stdout
     assert "rope_theta=640000 replaces the checkpoint's 160000" in continued.stderr
     run(tmp_path / "fresh", ",long", *extension)
     first = lambda workdir: _metrics(workdir)[0]
@@ -278,7 +279,7 @@ def test_held_out_metrics_use_float32_products_when_training_uses_bfloat16(tmp_p
     for precision in ("default", "bfloat16"):
         objective = pretrain.objective(BertForPreTraining(bert.replace(matmul_precision=precision)))
         eval_fn = jax.jit(lambda p, b, objective=objective: trainer.eval_sums(p, b, objective=objective)[:2])
-        losses[precision] = pretrain.evaluate(eval_fn, params, batches, mesh)["loss"]
+        losses[precision] = pretrain.evaluate(eval_fn, params, batches, mesh, objective.loss_terms)["loss"]
     gap = abs(losses["default"] - losses["bfloat16"])
     assert gap > 0 and abs(logged - losses["default"]) < gap / 10, (logged, losses)
 

@@ -4,6 +4,7 @@ Every model keeps the encoder under the "bert" parameter subtree, so fine-tuning
 restore it from a pre-training checkpoint and add a freshly initialised head:
 
   BertForPreTraining              "mlm" (transform + LayerNorm + tied decoder + output_bias), "nsp"
+                                  (none when next_sentence_prediction=False: masked LM only)
   BertForSequenceClassification   "classifier" on the pooled [CLS] (num_labels=1: regression)
   BertForTokenClassification      "classifier" on every token
   BertForQuestionAnswering        "qa_outputs": start/end logits
@@ -147,9 +148,13 @@ class BertForPreTraining(nn.Module):
       -> (mlm_logits <dtype>[B, P, vocab], nsp_logits <dtype>[B, 2])
     Packed rows (K NSP pairs per row; see BertEncoder) also pass position_ids and
     sequence_ids <int>[B, S] and cls_positions <int>[B, K], and get nsp_logits [B, K, 2].
+    With next_sentence_prediction=False (the modern recipe) there is no "nsp" head and
+    nsp_logits is None: a head trained on a constant label would drive the pooler to one
+    saturated output, which fine-tuning then has to undo.
     """
 
     config: BertConfig
+    next_sentence_prediction: bool = True
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids, attention_mask, masked_lm_positions, deterministic=True, *,
@@ -159,6 +164,8 @@ class BertForPreTraining(nn.Module):
                                    sequence_ids=sequence_ids, pooled_positions=cls_positions)
         masked_hidden = gather_positions(sequence, masked_lm_positions)
         mlm_logits = MaskedLMHead(self.config, name="mlm")(masked_hidden, encoder.attend)
+        if not self.next_sentence_prediction:
+            return mlm_logits, None
         nsp_logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "nsp", bias=True)(pooled)
         return mlm_logits, nsp_logits
 
@@ -170,8 +177,9 @@ def _nsp_weights(batch: dict[str, Array]) -> Array:
     return jnp.ones(batch["next_sentence_labels"].shape, jnp.float32)
 
 
-def pretraining_sums(mlm_logits: Array, nsp_logits: Array, batch: dict[str, Array]) -> dict[str, Array]:
-    """Masked-LM and NSP cross-entropy and accuracy, summed (MLM weighted by masked_lm_weights).
+def pretraining_sums(mlm_logits: Array, nsp_logits: Array | None, batch: dict[str, Array]) -> dict[str, Array]:
+    """Masked-LM and NSP cross-entropy and accuracy, summed (MLM weighted by masked_lm_weights);
+    masked LM only when nsp_logits is None.
 
     batch: masked_lm_ids <int>[B, P], masked_lm_weights <f32>[B, P], next_sentence_labels <int>[B]
     (packed rows: [B, K] with next_sentence_weights <f32>[B, K], 0 for an empty pair slot).
@@ -180,25 +188,32 @@ def pretraining_sums(mlm_logits: Array, nsp_logits: Array, batch: dict[str, Arra
     mlm_logits = mlm_logits.astype(jnp.float32)
     mlm_xent = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, batch["masked_lm_ids"])
     mlm_correct = (jnp.argmax(mlm_logits, -1) == batch["masked_lm_ids"]).astype(jnp.float32)
+    sums = {"mlm_loss": jnp.sum(mlm_xent * weights), "mlm_accuracy": jnp.sum(mlm_correct * weights)}
+    if nsp_logits is None:
+        return sums
     nsp_logits = nsp_logits.astype(jnp.float32).reshape(-1, 2)
     labels = batch["next_sentence_labels"].reshape(-1)
     nsp_weights = _nsp_weights(batch).reshape(-1)
     return {
-        "mlm_loss": jnp.sum(mlm_xent * weights),
-        "mlm_accuracy": jnp.sum(mlm_correct * weights),
+        **sums,
         "nsp_loss": jnp.sum(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels) * nsp_weights),
         "nsp_accuracy": jnp.sum((jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32) * nsp_weights),
     }
 
 
-def pretraining_counts(batch: dict[str, Array]) -> dict[str, Array]:
+def pretraining_counts(batch: dict[str, Array], next_sentence_prediction: bool = True) -> dict[str, Array]:
     """The denominators of `pretraining_sums`: real predictions for MLM, pairs for NSP."""
     predictions = jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))
+    counts = {"mlm_loss": predictions, "mlm_accuracy": predictions}
+    if not next_sentence_prediction:
+        return counts
     pairs = jnp.sum(_nsp_weights(batch))
-    return {"mlm_loss": predictions, "mlm_accuracy": predictions, "nsp_loss": pairs, "nsp_accuracy": pairs}
+    return {**counts, "nsp_loss": pairs, "nsp_accuracy": pairs}
 
 
-PRETRAINING_LOSS_TERMS = ("mlm_loss", "nsp_loss")
+def pretraining_loss_terms(next_sentence_prediction: bool = True) -> tuple[str, ...]:
+    """The metrics whose means add up to the pre-training loss."""
+    return ("mlm_loss", "nsp_loss") if next_sentence_prediction else ("mlm_loss",)
 
 
 def mean_metrics(sums: dict[str, Array], counts: dict[str, Array]) -> dict[str, Array]:
@@ -206,10 +221,11 @@ def mean_metrics(sums: dict[str, Array], counts: dict[str, Array]) -> dict[str, 
     return {name: value / jnp.maximum(counts[name], 1e-5) for name, value in sums.items()}
 
 
-def pretraining_loss(mlm_logits: Array, nsp_logits: Array, batch: dict[str, Array]) -> tuple[Array, dict]:
-    """The original loss on one batch: weighted-mean MLM cross-entropy + mean NSP cross-entropy."""
-    metrics = mean_metrics(pretraining_sums(mlm_logits, nsp_logits, batch), pretraining_counts(batch))
-    return metrics["mlm_loss"] + metrics["nsp_loss"], metrics
+def pretraining_loss(mlm_logits: Array, nsp_logits: Array | None, batch: dict[str, Array]) -> tuple[Array, dict]:
+    """The loss on one batch: weighted-mean MLM cross-entropy (+ mean NSP cross-entropy)."""
+    nsp = nsp_logits is not None
+    metrics = mean_metrics(pretraining_sums(mlm_logits, nsp_logits, batch), pretraining_counts(batch, nsp))
+    return sum(metrics[name] for name in pretraining_loss_terms(nsp)), metrics
 
 
 class BertForSequenceClassification(nn.Module):

@@ -46,6 +46,32 @@ def test_pretraining_head_gathers_positions_and_ties_the_decoder():
     np.testing.assert_allclose(nsp_logits, pooled @ params["nsp"]["kernel"] + params["nsp"]["bias"], atol=1e-5)
 
 
+def test_masked_lm_only_pretraining_leaves_the_pooler_untrained():
+    """next_sentence_prediction=False (the modern recipe): no "nsp" head, a loss of masked LM
+    alone, and no gradient reaches the pooler (a head fitted to a constant label would
+    saturate it)."""
+    model = BertForPreTraining(CONFIG, next_sentence_prediction=False)
+    positions = jnp.asarray([[1, 4, 0], [2, 3, 6]], jnp.int32)
+    params = nn.unbox(model.init(jax.random.key(0), IDS, TYPES, MASK, positions)["params"])
+    assert set(params) == {"bert", "mlm"}
+    batch = {"masked_lm_ids": np.array([[3, 9, 0], [4, 5, 6]]),
+             "masked_lm_weights": np.array([[1, 1, 0], [1, 1, 1]], np.float32),
+             "next_sentence_labels": np.array([0, 0])}
+
+    def loss_fn(p):
+        mlm_logits, nsp_logits = model.apply({"params": p}, IDS, TYPES, MASK, positions)
+        assert nsp_logits is None
+        return pretraining_loss(mlm_logits, nsp_logits, batch)
+
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    assert set(metrics) == {"mlm_loss", "mlm_accuracy"}
+    np.testing.assert_allclose(loss, metrics["mlm_loss"], rtol=1e-6)
+    assert loss > 1.0
+    pooler = jax.tree_util.tree_leaves(grads["bert"]["pooler"])
+    assert pooler and all(not np.any(g) for g in pooler)
+    assert np.abs(grads["bert"]["embeddings"]["word_embeddings"]["embedding"]).sum() > 0
+
+
 def test_pretraining_loss_matches_the_original_formula():
     logits = RNG.normal(size=(2, 3, 53)).astype(np.float32)
     nsp_logits = RNG.normal(size=(2, 2)).astype(np.float32)
