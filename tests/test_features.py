@@ -74,6 +74,52 @@ def test_bilstm_tagging_head_runs_over_the_real_tokens_only():
     assert np.abs(padded[0, :6] - cut[0]).max() > 1e-4  # 10 real tokens: the cut row lost context
 
 
+class _FlaxBiLSTM(nn.Module):
+    """The reference: flax's own bidirectional RNN of OptimizedLSTMCells, parameters named as
+    bertjax's BiLSTM names them."""
+
+    units: int
+
+    @nn.compact
+    def __call__(self, x, lengths):
+        rnn = lambda name: nn.RNN(nn.OptimizedLSTMCell(self.units, name=name))  # noqa: E731
+        for i in range(2):
+            x = nn.Bidirectional(rnn(f"forward_{i}"), rnn(f"backward_{i}"))(x, seq_lengths=lengths)
+        return x
+
+
+def test_the_bilstm_equals_flax_lstm_cells_and_their_gradients():
+    """bertjax's BiLSTM (input products outside the recurrence, both directions in one scan)
+    computes flax's OptimizedLSTMCell recurrence with the same parameters: outputs and
+    gradients at every real token, rows of different lengths."""
+    from bertjax.models import BertConfig
+    from bertjax.models.heads import BiLSTM
+
+    config = BertConfig(**TINY, tagging_head="bilstm", lstm_hidden_size=8)
+    x = jax.random.normal(jax.random.key(2), (3, 9, 12))
+    lengths = jnp.asarray([9, 4, 1])
+    mask = (jnp.arange(9)[None] < lengths[:, None]).astype(jnp.int32)
+    params = BiLSTM(config).init(jax.random.key(0), x, mask)["params"]
+    reference = _FlaxBiLSTM(8)
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(
+        reference.init(jax.random.key(0), x, lengths)["params"])  # checkpoints of either load
+    weights = jax.random.normal(jax.random.key(3), (3, 9, 16)) * mask[..., None]
+
+    def loss(module, params, x, *args):
+        return jnp.sum(module.apply({"params": params}, x, *args) * weights)
+
+    ours = jax.jit(lambda p, x: BiLSTM(config).apply({"params": p}, x, mask))(params, x)
+    theirs = jax.jit(lambda p, x: reference.apply({"params": p}, x, lengths))(params, x)
+    real = mask.astype(bool)
+    assert ours.shape == (3, 9, 16)
+    np.testing.assert_allclose(ours[real], theirs[real], atol=1e-5)
+    ours_grads = jax.grad(lambda p, x: loss(BiLSTM(config), p, x, mask), argnums=(0, 1))(params, x)
+    theirs_grads = jax.grad(lambda p, x: loss(reference, p, x, lengths), argnums=(0, 1))(params, x)
+    for a, b in zip(jax.tree_util.tree_leaves(ours_grads), jax.tree_util.tree_leaves(theirs_grads)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert np.abs(ours_grads[0]["backward_1"]["hf"]["kernel"]).max() > 1e-3  # the recurrence has a gradient
+
+
 # -- The frozen step. --
 
 def _frozen_step_setup(frozen):

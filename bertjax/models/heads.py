@@ -28,6 +28,8 @@ computed in the compute dtype and the losses in float32.
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -65,12 +67,46 @@ class ScalarMix(nn.Module):
         return jnp.einsum("k,k...->...", mix.astype(layers.dtype), layers)
 
 
+_LSTM_GATES = ("i", "f", "g", "o")  # input, forget, cell candidate, output
+
+
+class _LSTMWeights(nn.Module):
+    """One direction's weights in flax's OptimizedLSTMCell layout (checkpoints of either
+    implementation load): input kernels i<gate> [F, U], recurrent h<gate> kernel [U, U] and
+    bias [U]. Returns them concatenated over the gates i, f, g, o: [F, 4U], [U, 4U], [4U]."""
+
+    units: int
+    param_dtype: Any
+
+    @nn.compact
+    def __call__(self, features: int) -> tuple[Array, Array, Array]:
+        inputs = [_Param(name=f"i{gate}")("kernel", nn.initializers.lecun_normal(), (features, self.units),
+                                          self.param_dtype) for gate in _LSTM_GATES]
+        recurrent = [_Param(name=f"h{gate}") for gate in _LSTM_GATES]
+        kernels = [r("kernel", nn.initializers.orthogonal(), (self.units, self.units), self.param_dtype)
+                   for r in recurrent]
+        biases = [r("bias", nn.initializers.zeros_init(), (self.units,), self.param_dtype) for r in recurrent]
+        return jnp.concatenate(inputs, -1), jnp.concatenate(kernels, -1), jnp.concatenate(biases, -1)
+
+
+class _Param(nn.Module):
+    """A named holder of parameters (keeps the "i<gate>"/"h<gate>" sub-trees)."""
+
+    @nn.compact
+    def __call__(self, name: str, init, shape: tuple[int, ...], dtype) -> Array:
+        return self.param(name, init, shape, dtype)
+
+
 class BiLSTM(nn.Module):
-    """Two bidirectional LSTM layers (flax's OptimizedLSTMCell, `lstm_hidden_size` units per
-    direction): <dtype>[B, S, F] and attention_mask <int>[B, S] -> <dtype>[B, S, 2 x units].
+    """Two bidirectional LSTM layers (`lstm_hidden_size` units per direction):
+    <dtype>[B, S, F] and attention_mask <int>[B, S] -> <dtype>[B, S, 2 x units].
 
     Each row runs over its real tokens only (sequence lengths from the mask, which must be
-    ones then padding): the backward direction starts at the last real token."""
+    ones then padding): the backward direction starts at the last real token. The maths is
+    flax's OptimizedLSTMCell (and its parameters), arranged for the matmul units: the input
+    projections of every step and both directions are one product outside the recurrence,
+    and one scan steps both directions together (the backward one over each row's reversed
+    real tokens), so each step is a single [2, B, U] x [2, U, 4U] product and the gates."""
 
     NUM_LAYERS = 2
 
@@ -79,11 +115,35 @@ class BiLSTM(nn.Module):
     @nn.compact
     def __call__(self, x: Array, attention_mask: Array | None) -> Array:
         config = self.config
-        lengths = None if attention_mask is None else jnp.sum(attention_mask.astype(jnp.int32), axis=-1)
-        rnn = lambda name: nn.RNN(nn.OptimizedLSTMCell(  # noqa: E731
-            config.lstm_hidden_size, dtype=config.dtype, param_dtype=config.param_dtype, name=name))
+        batch, length, _ = x.shape
+        units = config.lstm_hidden_size
+        lengths = (jnp.full((batch,), length, jnp.int32) if attention_mask is None
+                   else jnp.sum(attention_mask.astype(jnp.int32), axis=-1))
+        steps = jnp.arange(length)[None, :]
+        real = steps < lengths[:, None]                                          # [B, S]
+        reverse = jnp.where(real, lengths[:, None] - 1 - steps, steps)[..., None]  # its own inverse
         for i in range(self.NUM_LAYERS):  # params: forward_<i>, backward_<i>
-            x = nn.Bidirectional(rnn(f"forward_{i}"), rnn(f"backward_{i}"))(x, seq_lengths=lengths)
+            weights = [_LSTMWeights(units, config.param_dtype, name=f"{direction}_{i}")(x.shape[-1])
+                       for direction in ("forward", "backward")]
+            w_input, w_recurrent, bias = (jnp.stack(w).astype(config.dtype) for w in zip(*weights))
+            projected = jnp.einsum("bsf,dfg->dbsg", x.astype(config.dtype), w_input) + bias[:, None, None]
+            projected = jnp.stack([projected[0], jnp.take_along_axis(projected[1], reverse, axis=1)])
+
+            def step(carry, inputs, w_recurrent=w_recurrent):
+                cell, hidden = carry                                      # <f32>[2, B, U] each
+                gates_in, valid = inputs                                  # [2, B, 4U], <bool>[B]
+                gates = gates_in.astype(jnp.float32) + jnp.einsum(
+                    "dbu,dug->dbg", hidden.astype(config.dtype), w_recurrent).astype(jnp.float32)
+                gate_i, gate_f, gate_g, gate_o = jnp.split(gates, 4, axis=-1)
+                new_cell = jax.nn.sigmoid(gate_f) * cell + jax.nn.sigmoid(gate_i) * jnp.tanh(gate_g)
+                new_hidden = jax.nn.sigmoid(gate_o) * jnp.tanh(new_cell)
+                keep = valid[None, :, None]
+                return (jnp.where(keep, new_cell, cell), jnp.where(keep, new_hidden, hidden)), new_hidden
+
+            zeros = jnp.zeros((2, batch, units), jnp.float32)
+            _, hidden = jax.lax.scan(step, (zeros, zeros), (jnp.moveaxis(projected, 2, 0), real.T))
+            hidden = jnp.moveaxis(hidden, 0, 2).astype(config.dtype)     # [2, B, S, U]
+            x = jnp.concatenate([hidden[0], jnp.take_along_axis(hidden[1], reverse, axis=1)], axis=-1)
         return x
 
 
