@@ -16,7 +16,9 @@ init_checkpoint: the same model from scratch (`config.model.preset`), the baseli
 The feature-based approach (the BERT paper's section 5.3): `config.train.freeze_encoder`
 keeps the encoder's weights fixed (no gradient through them, no optimizer state; it runs
 deterministically) and trains the head only; config.model.feature_layers, feature_combine
-and tagging_head choose what the head reads (see bertjax.models.heads).
+and tagging_head choose what the head reads (see bertjax.models.heads). The frozen encoder
+runs once over the training split before the first step and the steps read its stored
+outputs (`config.train.cache_features`, bertjax.tasks.feature_cache).
 
 Workdir: checkpoints/ (the latest, for resume), best/ (the weights with the best
 `main_metric` on the first evaluation split), metrics.jsonl and tensorboard/ (eval
@@ -41,10 +43,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer
 from bertjax.inference import model_source
-from bertjax.models import BertConfig, feature_head_names, stack_layers
+from bertjax.models import BertConfig, FrozenEncoder, feature_head_names, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
-from bertjax.tasks import batching, packing
+from bertjax.tasks import batching, feature_cache, packing
 from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task, check_int
 
 log = logging.getLogger(__name__)
@@ -117,8 +119,9 @@ def check_train_values(train: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.train.num_epochs must be > 0 (or set config.train.num_steps), got {train.num_epochs!r}")
     if not 0.0 <= train.warmup_proportion <= 1.0:
         raise ValueError(f"config.train.warmup_proportion must be in [0, 1], got {train.warmup_proportion}")
-    if not isinstance(train.freeze_encoder, bool):
-        raise ValueError(f"config.train.freeze_encoder must be True or False, got {train.freeze_encoder!r}")
+    for key in ("freeze_encoder", "cache_features"):
+        if not isinstance(train[key], bool):
+            raise ValueError(f"config.train.{key} must be True or False, got {train[key]!r}")
 
 
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int],
@@ -151,6 +154,10 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         packing = [other.name for other in tasks.FAMILIES.values() if other.packs_examples]
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for {' and '.join(packing)} "
                          f"tasks, not config.task={config.task!r}; set it to 0")
+    if data.pack_examples and train.freeze_encoder and train.cache_features:
+        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing saves the encoder's work on "
+                         "padding, which features cached once (config.train.freeze_encoder with cache_features) "
+                         "save already; set config.data.pack_examples=0 or config.train.cache_features=False")
     if data.pack_examples and bert.tagging_head != "linear":
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packed rows need "
                          f"config.model.tagging_head='linear' (the BiLSTM reads whole rows); set one of them")
@@ -215,6 +222,8 @@ def pretrained_params(config: ml_collections.ConfigDict, source: model_source.Mo
 def _abstract_batch(example: dict[str, np.ndarray], batch_size: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes of a global batch cut to bucket `length`, from one batch of the split."""
     def shape(name, value):
+        if name == feature_cache.CACHED_TOKENS:  # [B, L, *tail]: the sequence axis second
+            return jax.ShapeDtypeStruct((batch_size, length, *value.shape[2:]), value.dtype)
         tail = (*value.shape[1:-1], length) if name in SEQUENCE_FEATURES else value.shape[1:]
         return jax.ShapeDtypeStruct((batch_size, *tail), value.dtype)
 
@@ -229,6 +238,49 @@ def _batch_key(batch: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str],
 def _host(tree: Any) -> Any:
     """Replicated jax.Arrays -> numpy (each process holds a whole copy)."""
     return jax.tree_util.tree_map(lambda x: np.asarray(x.addressable_data(0)), tree)
+
+
+def cache_directory(config: ml_collections.ConfigDict, workdir: str) -> str:
+    """config.train.feature_cache_dir, else WORKDIR/feature_cache on a local workdir, else the
+    temporary folder (the cache is memory-mapped: it needs a local disk)."""
+    if config.train.feature_cache_dir:
+        return config.train.feature_cache_dir
+    return fileio.join(workdir, "feature_cache") if not fileio.is_remote(workdir) else fileio.join(
+        tempfile.gettempdir(), "bertjax_feature_cache")
+
+
+def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Split, bert: BertConfig,
+                    reads_tokens: bool, encoder_params, encoder_shardings, mesh, batch_size: int,
+                    buckets: list[int], source: model_source.ModelSource | None
+                    ) -> tuple[feature_cache.FeatureCache, str]:
+    """The frozen encoder's outputs for every example of `split`, computed (or found) once:
+    (the cache, what happened)."""
+    encoder = FrozenEncoder(bert, reads_tokens)
+    inputs = ("input_ids", "segment_ids", "input_mask")
+    apply = lambda params, batch: encoder.apply({"params": {"bert": params}}, *(batch[n] for n in inputs))  # noqa: E731
+    first, _ = next(batching.eval_batches(split, batch_size, buckets))
+    kept = jax.eval_shape(apply, encoder_params, {n: first[n] for n in inputs})
+    example_shape = kept.shape[2:] if reads_tokens else kept.shape[1:]
+    identity = {"weights": fileio.fingerprint(source.weights) if source else f"from scratch, seed {config.seed}",
+                "model": bert.to_dict(), "reads_tokens": reads_tokens,
+                "process": f"{jax.process_index()} of {jax.process_count()}"}
+    cache = feature_cache.FeatureCache(split, cache_directory(config, workdir),
+                                       feature_cache.cache_name(split, identity), reads_tokens, example_shape,
+                                       kept.dtype)
+    in_shardings = (encoder_shardings, {n: sharding.batch_sharding(mesh, first[n].ndim) for n in inputs})
+    encode = jax.jit(apply, in_shardings=in_shardings, out_shardings=NamedSharding(mesh, PartitionSpec()),
+                     compiler_options=compilation_cache.compiler_options())
+    rows = trainer.process_rows(batch_size)
+
+    def encode_batch(batch):
+        with sharding.activate(mesh):
+            return _host(encode(encoder_params, trainer.global_batch({n: batch[n][rows] for n in inputs}, mesh)))
+
+    progress = console.Progress(math.ceil(len(split) / batch_size), label="cache features",
+                                enabled=jax.process_index() == 0, unit="batches")
+    message = cache.compute(encode_batch, batch_size, buckets, progress=lambda done, _: progress.advance(done))
+    progress.close()
+    return cache, message
 
 
 # ======================================================================================
@@ -407,13 +459,14 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         rngs = None if rng is None else {"dropout": rng}
         return (eval_model if rng is None else model).apply(
             {"params": params}, *task.inputs(batch), deterministic=rng is None, rngs=rngs,
-            frozen_encoder=bool(frozen), **packing.model_inputs(batch))
+            frozen_encoder=bool(frozen), **packing.model_inputs(batch),
+            **feature_cache.model_inputs(batch, bert.feature_based))
 
     objective = trainer.Objective(apply=apply, sums=task.sums, counts=task.counts, loss_terms=task.loss_terms)
     optimizer = optim.make_optimizer(train_cfg)
     example = train_batches.batch(0)
     dummy = {name: np.zeros(spec.shape, spec.dtype)
-             for name, spec in _abstract_batch(example, 1, train_batches.buckets[0]).items()}
+             for name, spec in _abstract_batch(example, 1, train_batches.buckets[0]).items()}  # no cached features
     init_params = lambda: model.init(
         jax.random.key(config.seed), *task.inputs(dummy), **packing.model_inputs(dummy))["params"]
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh, frozen)
@@ -445,6 +498,16 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     loop.console(_run_summary(task, train_cfg, train_batches, bool(config.data.pack_examples), how, frozen,
                               start_step))
 
+    # -- A frozen encoder runs once, over the training split; the steps read what it gave. --
+    cache = None
+    if frozen and config.train.cache_features:
+        with clock.phase("cache features"):
+            cache, message = cached_features(
+                config, workdir, task.train, bert, tasks.family_of_task(config.task).reads_tokens,
+                state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, source)
+        loop.console(message)
+        example = {**example, **cache.gather(train_batches.examples(0), example["input_ids"].shape[-1])}
+
     # -- The steps: the train step compiled once per batch shape the batches use, evaluation
     #    (sums and per-row predictions, replicated to every host) once per evaluation shape;
     #    compiled ahead in a background thread, in the order the run needs them. --
@@ -461,6 +524,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
     step = start_step
     batches = train_batches.batches(start_batch=start_step)
+    if cache is not None:
+        batches = cache.with_features(batches, train_batches, start_step)
     try:
         while step < train_cfg.num_steps:
             batch = next(batches)
@@ -555,7 +620,8 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     results = []
     for learning_rate, batch_size, epochs in itertools.product(*grid):
         run = ml_collections.ConfigDict(config.to_dict())
-        run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False)
+        run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False,
+                         feature_cache_dir=cache_directory(config, workdir))  # frozen: one cache for every run
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
         name = f"lr{learning_rate:g}_batch{batch_size}_{length}"
         summary = finetune(run, fileio.join(workdir, "sweep", name))

@@ -233,8 +233,9 @@ def test_frozen_runs_keep_the_encoder_bit_for_bit_in_every_family(encoder_run, t
     from bertjax.models.convert import load_bertjax_checkpoint
 
     config = _frozen_config(task, tmp_path, encoder_run, **model)
-    if task == "classification":
+    if task == "classification":  # packed rows run the encoder each step: nothing cached
         config.data.update(train_file=_pairs_file(tmp_path), eval_file=_pairs_file(tmp_path), pack_examples=2)
+        config.train.cache_features = False
     with MOCKS.get(task, contextlib.nullcontext)():
         summary = finetune.finetune(config, str(tmp_path / "run"))
     assert summary["best"] is not None
@@ -247,6 +248,89 @@ def test_frozen_runs_keep_the_encoder_bit_for_bit_in_every_family(encoder_run, t
     loaded_config, loaded = load_bertjax_checkpoint(str(tmp_path / "run" / "best"))
     assert sorted(loaded) == sorted(last) and loaded_config.feature_layers == model.get("feature_layers", "-1")
     _assert_same(start["bert"], loaded["bert"])
+
+
+@pytest.mark.parametrize("task, model, heads", FAMILIES, ids=[family[0] for family in FAMILIES])
+def test_cached_features_train_the_head_as_the_frozen_encoder_does(encoder_run, tmp_path, capsys, task, model,
+                                                                     heads):
+    """Issue 47: the frozen encoder runs once over the training split (tokens kept for tagging
+    and span QA, the sentence vector for classification and choice) and every step reads what
+    it gave: the head's weights after 4 steps equal those of a run that ran the encoder at
+    every step, head dropout included."""
+    from bertjax import finetune
+
+    trained = {}
+    for cache in (True, False):
+        config = _frozen_config(task, tmp_path / str(cache), encoder_run, **model)
+        config.train.cache_features = cache
+        if task == "classification":
+            config.data.update(train_file=_pairs_file(tmp_path), eval_file=_pairs_file(tmp_path))
+        with MOCKS.get(task, contextlib.nullcontext)():
+            finetune.finetune(config, str(tmp_path / str(cache) / "run"))
+        trained[cache] = _params(str(tmp_path / str(cache) / "run" / "checkpoints"))
+        output = "".join(capsys.readouterr())
+        assert ("cached the frozen encoder's features in" in output) == cache, output[-2000:]
+    files = list((tmp_path / "True" / "run" / "feature_cache").glob("train-*.bin"))
+    assert len(files) == 1 and files[0].stat().st_size > 0
+    for head in heads:
+        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(trained[True][head]),
+                                jax.tree.leaves(trained[False][head])):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"{head}{jax.tree_util.keystr(path)}")
+    start = _params(os.path.join(encoder_run, "checkpoints"))["classifier"]["kernel"] if "classifier" in heads else None
+    assert start is None or not np.array_equal(trained[True]["classifier"]["kernel"], start)  # the head learned
+
+
+def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp_path):
+    """A computation stopped after some batches carries on from the last recorded one, the stored
+    values equal one uninterrupted computation, and the cache is a file mapped into memory
+    (never read whole): its size is the kept tokens' values."""
+    from bertjax.tasks import feature_cache
+    from bertjax.tasks.common import Split
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2, 12, 37).astype(np.int32)
+    ids = np.zeros((37, 12), np.int32)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = rng.integers(1, 50, n)
+    split = Split("train", {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": (ids > 0) * 1},
+                  lengths)
+    calls = []
+
+    def encode(batch, fail_at=None):  # token t of a row -> (id, position, 7) as its "features"
+        calls.append(len(calls))
+        if fail_at is not None and len(calls) > fail_at:
+            raise KeyboardInterrupt
+        ids = batch["input_ids"]
+        positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+        return np.stack([ids, positions, np.full_like(ids, 7)], -1).astype(np.float32)
+
+    def cache(directory):
+        return feature_cache.FeatureCache(split, str(directory), "train-test", True, (3,), np.float32)
+
+    whole = cache(tmp_path / "whole")
+    whole.compute(encode, 8, [4, 8, 12])
+    assert whole.values.shape == (int(lengths.sum()), 3) and isinstance(whole.values, np.memmap)
+    assert os.path.getsize(whole.path) == whole.values.nbytes
+    feature_cache._SAVE_SECONDS, saved = 0.0, feature_cache._SAVE_SECONDS  # record after every batch
+    try:
+        calls.clear()
+        with pytest.raises(KeyboardInterrupt):  # killed in its fourth batch
+            cache(tmp_path / "killed").compute(lambda b: encode(b, fail_at=3), 8, [4, 8, 12])
+        resumed = cache(tmp_path / "killed")
+        assert resumed.batches_done() == 3
+        calls.clear()
+        message = resumed.compute(encode, 8, [4, 8, 12])
+    finally:
+        feature_cache._SAVE_SECONDS = saved
+    assert len(calls) == 2 and "resumed at batch 3 of 5" in message  # 37 rows: 5 batches of 8
+    np.testing.assert_array_equal(resumed.values, whole.values)
+    gathered = whole.gather(np.array([5, 0]), 12)[feature_cache.CACHED_TOKENS]
+    for row, example in enumerate([5, 0]):
+        n = lengths[example]
+        np.testing.assert_array_equal(gathered[row, :n, 0], ids[example, :n])
+        np.testing.assert_array_equal(gathered[row, :n, 1], np.arange(n))
+        assert not gathered[row, n:].any()
+    assert "reusing the cached features" in cache(tmp_path / "whole").compute(encode, 8, [4, 8, 12])
 
 
 def test_a_frozen_run_resumes_exactly(encoder_run, tmp_path, capsys):
@@ -264,6 +348,7 @@ def test_a_frozen_run_resumes_exactly(encoder_run, tmp_path, capsys):
     finetune.finetune(config, str(tmp_path / "run"))
     output = "".join(capsys.readouterr())
     assert "resumed from" in output and "the encoder frozen; starting at step 2" in output, output[-2000:]
+    assert "reusing the cached features in" in output
     _assert_same(reference, _params(str(tmp_path / "run" / "checkpoints")))
     _assert_same(_params(os.path.join(encoder_run, "checkpoints"))["bert"], reference["bert"])
     assert not np.array_equal(reference["feature_mix"]["weights"], np.zeros(2))  # the mix was trained

@@ -147,26 +147,65 @@ class BiLSTM(nn.Module):
         return x
 
 
+def encode(module: nn.Module, input_ids, token_type_ids, attention_mask, deterministic,
+           **packed) -> tuple[Array, Array | None]:
+    """The encoder ("bert", under `module`) as far as no head parameter is involved: what a
+    frozen encoder gives its head, the same every epoch (`tasks.feature_cache` keeps it).
+
+    Plain heads: (the last layer <dtype>[B, S, H], the pooled [CLS] [B, H] or [B, K, H] packed).
+    Feature-based (config.feature_based): (the hidden states at config.feature_layer_indices
+    <dtype>[B, S, K, H], None).
+    """
+    config = module.config
+    encoder = BertEncoder(config, name="bert")
+    if not config.feature_based:
+        return encoder(input_ids, token_type_ids, attention_mask, deterministic, **packed)
+    _, _, hidden_states = encoder(input_ids, token_type_ids, attention_mask, deterministic, output_hidden_states=True,
+                                  **packed)
+    return jnp.stack([hidden_states[i] for i in config.feature_layer_indices], axis=2), None
+
+
+class FrozenEncoder(nn.Module):
+    """What a frozen encoder gives a head, for `tasks.feature_cache`: `encode` on input_ids,
+    token_type_ids, attention_mask <int>[B, (C,) S] (params {"bert": ...}), deterministic, and of
+    it what the head reads: with `reads_tokens` every token's features <dtype>[B, S, *tail],
+    else the sentence vector [B, (C,) *tail] (the pooled [CLS], or the feature layers at [CLS]);
+    tail = (H,), or (K, H) for K feature layers."""
+
+    config: BertConfig
+    reads_tokens: bool
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, attention_mask):
+        shape = input_ids.shape
+        flat = lambda x: x.reshape(-1, shape[-1])  # noqa: E731  (choices are rows of their own)
+        sequence, pooled = encode(self, flat(input_ids), flat(token_type_ids), flat(attention_mask), True)
+        if self.reads_tokens:  # tagging and span QA: no choice axis
+            return sequence
+        sentence = sequence[:, 0] if pooled is None else pooled
+        return sentence.reshape(*shape[:-1], *sentence.shape[1:])
+
+
 def encoder_features(module: nn.Module, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder,
-                     **packed) -> tuple[Array, Array | None]:
+                     encoded: tuple[Array, Array | None] | None = None, **packed) -> tuple[Array, Array | None]:
     """The encoder ("bert") as `module.config` says -> (features <dtype>[B, S, F], pooled).
 
     Plain heads: the last layer (F = H) and the pooled [CLS] <dtype>[B, H] ([B, K, H] packed).
     Feature-based (config.feature_based): the hidden states at config.feature_layer_indices,
     combined by config.feature_combine (F = H, or K x H for concat), and pooled None.
     frozen_encoder: the encoder runs deterministically (fixed features).
+    encoded: `encode`'s result computed earlier (a frozen encoder's, cached): the encoder does
+    not run; a sentence-level head may pass only the [CLS] position (S = 1) or only pooled.
     """
     config = module.config
-    encoder = BertEncoder(config, name="bert")
-    deterministic = deterministic or frozen_encoder
+    if encoded is None:
+        encoded = encode(module, input_ids, token_type_ids, attention_mask, deterministic or frozen_encoder, **packed)
     if not config.feature_based:
-        return encoder(input_ids, token_type_ids, attention_mask, deterministic, **packed)
-    _, _, hidden_states = encoder(input_ids, token_type_ids, attention_mask, deterministic, output_hidden_states=True,
-                                  **packed)
-    layers = hidden_states[jnp.asarray(config.feature_layer_indices)]
+        return encoded
+    layers, _ = encoded                                                    # [B, S, K, H]
     if config.feature_combine == "weighted_sum":
-        return ScalarMix(config, name="feature_mix")(layers), None
-    return jnp.concatenate(list(layers), axis=-1), None  # "last": the one layer
+        return ScalarMix(config, name="feature_mix")(jnp.moveaxis(layers, 2, 0)), None
+    return layers.reshape(*layers.shape[:2], -1), None  # concat in the listed order; "last": the one layer
 
 
 def _sentence_vector(features: Array, pooled: Array | None, cls_positions: Array | None = None) -> Array:
@@ -300,10 +339,10 @@ class BertForSequenceClassification(nn.Module):
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
-                 position_ids=None, sequence_ids=None, cls_positions=None, frozen_encoder=False):
+                 position_ids=None, sequence_ids=None, cls_positions=None, frozen_encoder=False, encoded=None):
         features, pooled = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic,
-                                            frozen_encoder, position_ids=position_ids, sequence_ids=sequence_ids,
-                                            pooled_positions=cls_positions)
+                                            frozen_encoder, encoded, position_ids=position_ids,
+                                            sequence_ids=sequence_ids, pooled_positions=cls_positions)
         pooled = _sentence_vector(features, pooled, cls_positions)
         pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         return dense(self.config, self.num_labels, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(pooled)
@@ -350,9 +389,9 @@ class BertForTokenClassification(nn.Module):
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
-                 position_ids=None, sequence_ids=None, cls_positions=None, frozen_encoder=False):
+                 position_ids=None, sequence_ids=None, cls_positions=None, frozen_encoder=False, encoded=None):
         sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder,
-                                       position_ids=position_ids, sequence_ids=sequence_ids,
+                                       encoded, position_ids=position_ids, sequence_ids=sequence_ids,
                                        pooled_positions=cls_positions)
         if self.config.tagging_head == "bilstm":
             if sequence_ids is not None:
@@ -385,8 +424,9 @@ class BertForQuestionAnswering(nn.Module):
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
-                 frozen_encoder=False):
-        sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder)
+                 frozen_encoder=False, encoded=None):
+        sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder,
+                                       encoded)
         logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "qa_outputs", bias=True)(sequence).astype(jnp.float32)
         if attention_mask is not None:
             logits = jnp.where(attention_mask[..., None].astype(bool), logits, -1e9)
@@ -419,11 +459,13 @@ class BertForMultipleChoice(nn.Module):
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, deterministic=True, *,
-                 frozen_encoder=False):
+                 frozen_encoder=False, encoded=None):
         batch, choices, length = input_ids.shape
         flat = lambda x: None if x is None else x.reshape(batch * choices, length)
+        if encoded is not None:  # [B, C, ...] -> [B x C, ...], as the encoder's rows
+            encoded = tuple(None if x is None else x.reshape(batch * choices, *x.shape[2:]) for x in encoded)
         features, pooled = encoder_features(self, flat(input_ids), flat(token_type_ids), flat(attention_mask),
-                                            deterministic, frozen_encoder)
+                                            deterministic, frozen_encoder, encoded)
         pooled = _sentence_vector(features, pooled)
         pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         scores = dense(self.config, 1, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(pooled)

@@ -30,6 +30,7 @@ class Family:
     hf_architecture: str = ""           # its Hugging Face class (BertFor<Task>)
     packs_examples: bool = False        # several examples per row (config.data.pack_examples)
     token_level: bool = False           # a label per token (config.model.tagging_head applies)
+    reads_tokens: bool = False          # its head reads every token's features, not just the sentence's
     pair_inputs: bool = False           # one text or a pair, as task_info["pairs"] says
     choice_axis: bool = False           # the network's inputs are [batch, choices, length]
     serves_words: bool = False          # its serving graph works on words (offsets, tags)

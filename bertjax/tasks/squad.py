@@ -498,6 +498,7 @@ class SquadFamily(Family):
 
     name = "squad"
     tasks = TASKS
+    reads_tokens = True
     own_file_tasks = ("squad",)
     hf_architecture = "BertForQuestionAnswering"
     serves_words = True

@@ -411,6 +411,7 @@ class TaggingFamily(Family):
     serves_words = True
     packs_examples = True
     token_level = True
+    reads_tokens = True
     extensions = {"conll": "conll"}
 
     load_task = staticmethod(load_task)  # this module's

@@ -1,0 +1,165 @@
+"""Features computed once: a frozen encoder's outputs for every training example, stored
+before the first step and read by every step of every epoch (and every run of a sweep).
+
+The paper's case for the feature-based approach is that the expensive representation is
+computed once and many cheap task models train on it; a frozen encoder that runs again at
+every step throws that away. With config.train.freeze_encoder (and cache_features, the
+default) fine-tuning runs the encoder once over the training split (`FeatureCache.compute`,
+length-sorted batches as evaluation cuts them), keeps what the head reads of each example
+(`models.heads.encode`: before any head parameter, so a learned layer mix still learns) and
+adds it to each training batch (`gather`), where the head takes it instead of running the
+encoder (`model_inputs`). The maths is the same as running the frozen encoder every step:
+the encoder is deterministic when frozen, the head's dropout still draws its masks.
+
+What is kept per example: for heads that read every token (`Family.reads_tokens`: tagging,
+span QA) each real token's features, rows end to end (<dtype>[T, *tail], T = the split's
+real tokens, tail = (H,) or (K, H) for K feature layers); for sentence-level heads
+(classification, multiple choice) the pooled [CLS] vector (H,) or the K layers at [CLS]
+(K, H), per example (and choice).
+
+Where: one file in `directory` (a local disk), memory-mapped: the operating system keeps it
+in memory when it fits and reads it from disk when it does not, so a cache larger than the
+host's memory still trains (the process never holds it whole). Its name is a digest of what
+decides its contents (the split's inputs, the encoder's weights and configuration, what is
+kept), so a resumed run, or the next run of a sweep, finds it ready; `compute` writes
+`<name>.json` as it goes (batches done) and a killed computation resumes there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from bertjax.tasks.batching import TrainBatches, eval_batches
+from bertjax.tasks.common import Split
+
+CACHED_TOKENS = "cached_tokens"      # <dtype>[B, L, *tail]: every token's features (reads_tokens heads)
+CACHED_SENTENCE = "cached_sentence"  # <dtype>[B, (C,) *tail]: the sentence vector of each example (and choice)
+_SAVE_SECONDS = 30.0                 # how often `compute` records its progress
+
+
+def cache_name(split: Split, identity: dict[str, Any]) -> str:
+    """A digest of the split's model inputs and `identity` (the encoder's weights and config, what
+    is kept, the process): the cache's file name."""
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
+    for name in ("input_ids", "segment_ids", "input_mask"):
+        values = np.ascontiguousarray(split.features[name])
+        digest.update(f"{name}{values.shape}{values.dtype}".encode())
+        digest.update(values.tobytes())
+    return f"{split.name}-{digest.hexdigest()[:20]}"
+
+
+class FeatureCache:
+    """The stored encoder outputs of one split (see the module docstring).
+
+    reads_tokens: kept per token (offsets from split.lengths) or per example.
+    example_shape: one example's kept shape without the token axis: tail, or (C, *tail).
+    """
+
+    def __init__(self, split: Split, directory: str, name: str, reads_tokens: bool,
+                 example_shape: tuple[int, ...], dtype: Any):
+        self.split, self.reads_tokens = split, reads_tokens
+        self.example_shape, self.dtype = tuple(example_shape), np.dtype(dtype)
+        self.path = os.path.join(directory, name + ".bin")
+        self.manifest_path = os.path.join(directory, name + ".json")
+        lengths = split.lengths.astype(np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]) if reads_tokens else None
+        rows = int(self.offsets[-1]) if reads_tokens else len(split)
+        self.shape = (rows, *self.example_shape)
+        self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+        self.values: np.memmap | None = None
+
+    def batches_done(self) -> int:
+        """How many of `compute`'s batches an earlier computation finished (0: none)."""
+        if not (os.path.exists(self.manifest_path) and os.path.exists(self.path)):
+            return 0
+        with open(self.manifest_path) as f:
+            manifest = json.load(f)
+        return manifest["batches_done"] if manifest.get("shape") == list(self.shape) else 0
+
+    def compute(self, encode: Callable[[dict[str, np.ndarray]], np.ndarray], batch_size: int, buckets: list[int],
+                progress: Callable[[int, int], None] | None = None) -> str:
+        """Runs `encode(batch) -> <[B, ...]>` (the frozen encoder's kept outputs for an evaluation
+        batch of the split: [B, L, *tail] per token, or [B, *example_shape]) over the split, from
+        where an earlier computation stopped, and opens the result. progress(done, total) after
+        each batch. Returns what happened, for the console."""
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        total = -(-len(self.split) // batch_size)
+        start = self.batches_done()
+        if start < total:
+            if start == 0:
+                free = shutil.disk_usage(os.path.dirname(self.path)).free
+                if self.nbytes > 0.95 * free:
+                    raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached "
+                                     f"features need {self.nbytes / 2**30:.1f} GiB, the disk has {free / 2**30:.1f} "
+                                     "GiB free; give a folder with room or set config.train.cache_features=False")
+                np.memmap(self.path, self.dtype, "w+", shape=self.shape).flush()
+            values = np.memmap(self.path, self.dtype, "r+", shape=self.shape)
+            saved = time.monotonic()
+            for index, (batch, real) in enumerate(eval_batches(self.split, batch_size, buckets)):
+                if index < start:
+                    continue
+                self._store(values, real, np.asarray(encode(batch)))
+                if index + 1 == total or time.monotonic() - saved > _SAVE_SECONDS:
+                    values.flush()
+                    self._write_manifest(index + 1)
+                    saved = time.monotonic()
+                if progress is not None:
+                    progress(index + 1, total)
+            del values
+        self.values = np.memmap(self.path, self.dtype, "r", shape=self.shape)
+        size = f"{self.nbytes / 2**20:,.0f} MiB"
+        if start >= total:
+            return f"reusing the cached features in {self.path} ({size})"
+        return f"cached the frozen encoder's features in {self.path} ({size})" + (
+            f", resumed at batch {start} of {total}" if start else "")
+
+    def _store(self, values: np.memmap, real: np.ndarray, outputs: np.ndarray) -> None:
+        if not self.reads_tokens:
+            values[real] = outputs[:len(real)]
+            return
+        for row, example in enumerate(real):
+            first, last = self.offsets[example], self.offsets[example + 1]
+            values[first:last] = outputs[row, :last - first]
+
+    def _write_manifest(self, batches_done: int) -> None:
+        partial = self.manifest_path + ".partial"
+        with open(partial, "w") as f:
+            json.dump({"batches_done": batches_done, "shape": list(self.shape), "dtype": self.dtype.name}, f)
+        os.replace(partial, self.manifest_path)
+
+    def gather(self, examples: np.ndarray, length: int) -> dict[str, np.ndarray]:
+        """The kept features of `examples` <int>[B] for a batch cut to `length` tokens:
+        {CACHED_TOKENS: [B, length, *tail]} (zeros past each example's tokens) or
+        {CACHED_SENTENCE: [B, *example_shape]}."""
+        if not self.reads_tokens:
+            return {CACHED_SENTENCE: np.asarray(self.values[np.asarray(examples)])}
+        out = np.zeros((len(examples), length, *self.example_shape), self.dtype)
+        for row, example in enumerate(examples):
+            first, last = self.offsets[example], self.offsets[example + 1]
+            out[row, :last - first] = self.values[first:last]
+        return {CACHED_TOKENS: out}
+
+    def with_features(self, batches: Iterator[dict[str, np.ndarray]], train_batches: TrainBatches,
+                      start_batch: int) -> Iterator[dict[str, np.ndarray]]:
+        """`train_batches.batches(start_batch)` with each batch's kept features added."""
+        for index, batch in enumerate(batches, start=start_batch):
+            yield {**batch, **self.gather(train_batches.examples(index), batch["input_ids"].shape[-1])}
+
+
+def model_inputs(batch: dict[str, Any], feature_based: bool) -> dict[str, Any]:
+    """The head's `encoded` argument from a batch's kept features ({} without them): what
+    `models.heads.encode` would have returned (a sentence-level head's [CLS] features as a
+    sequence of one token)."""
+    if CACHED_TOKENS in batch:
+        return {"encoded": (batch[CACHED_TOKENS], None)}
+    if CACHED_SENTENCE not in batch:
+        return {}
+    kept = batch[CACHED_SENTENCE]
+    return {"encoded": (kept[..., None, :, :], None) if feature_based else (None, kept)}
