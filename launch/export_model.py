@@ -29,15 +29,17 @@ _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "longest input in
 _PAIRS = flags.DEFINE_bool("pairs", None, "classification: serve pairs (inputs text_a, text_b) or single texts "
                            "(text); default: what the run trained on (a Hugging Face classifier: single texts)")
 _VOCABULARY = cli.define_vocabulary_flags()
+_PRECISION = cli.define_precision_flag("float32")
 
 
 def main(_):
     from bertjax.inference import export, model_source
 
     source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
-    target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value, **_VOCABULARY())
+    target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value,
+                                       precision=_PRECISION.value, **_VOCABULARY())
     inputs = export.serving_inputs(source.task_info, (source.tokenizer_spec or {}).get("kind", "wordpiece"))
-    print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)})")
+    print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)}; {_PRECISION.value} products)")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,7 @@ _POOLING = flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: 
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 128, "longest example in tokens; longer ones are "
                                        "truncated and counted")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch")
-_DTYPE = flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"], "compute dtype (default: bfloat16 on TPU/GPU, "
-                           "float32 on CPU)")
+_PRECISION = cli.define_precision_flag()
 _OUTPUT_DTYPE = flags.DEFINE_enum("output_dtype", "float32", ["float32", "float16"], "the shards' values")
 _SHARD_SIZE = flags.DEFINE_integer("shard_size", 1024, "examples per shard")
 _INPUT_FORMAT = flags.DEFINE_enum("input_format", "", ["", "text", "csv", "tsv", "jsonl"],
@@ -72,7 +71,7 @@ def main(_):
     from bertjax.inference import feature_files
 
     model = bertjax.load_model(_CHECKPOINT.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
-                               dtype=_DTYPE.value, **_VOCABULARY())
+                               precision=_PRECISION.value, **_VOCABULARY())
     try:
         model.layer_indices(layers)
     except ValueError as e:

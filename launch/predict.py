@@ -45,6 +45,7 @@ _QUESTION_KEY = flags.DEFINE_string("question_key", None, "span QA: column of th
 _CONTEXT_KEY = flags.DEFINE_string("context_key", None, "span QA, choice: column of the context (default: the run's)")
 _CHOICES_KEY = flags.DEFINE_string("choices_key", None, "choice: column of the list of choices (default: the run's)")
 _VOCABULARY = cli.define_vocabulary_flags()
+_PRECISION = cli.define_precision_flag()
 
 
 def main(_):
@@ -79,7 +80,7 @@ def main(_):
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
         records = list(batch_predict.read_inputs(path, family, input_format, keys, source.data))
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
-                               **_VOCABULARY())
+                               precision=_PRECISION.value, **_VOCABULARY())
     write, close = batch_predict.jsonl_writer(_OUTPUT.value)
     completed = False
     try:

@@ -144,6 +144,10 @@ def _export_and_serve(cases, directory):
         model = bertjax.load_model(path, max_seq_length=length, batch_size=4)
         saved = export.export_saved_model(path, str(directory / family), max_seq_length=length)
         assert os.path.basename(saved) == "1" and os.path.exists(os.path.join(saved, "saved_model.pb"))
+        with open(os.path.join(saved, "assets.extra", "task.json")) as f:
+            recorded = json.load(f)
+        assert (recorded["family"], recorded["precision"], recorded["max_seq_length"]) == (
+            family if family != "regression" else "classification", "float32", model.max_seq_length)
         calls += [(saved, inputs), (saved, {name: [] for name in inputs})]  # and an empty batch (issue 46, 8)
         found[family] = (model, inputs, model.predict(predict_inputs))
     results = serve_with_tensorflow_only(calls, str(directory))
@@ -187,6 +191,28 @@ def exported(runs, tmp_path_factory):
         "choice": (runs["choice"][0], LENGTH, choices, [{"context": c, "choices": [o for o in options if o]}
                                                         for c, options in zip(*choices.values())]),
     }, directory)
+
+
+def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(minilm_classifier_run, tmp_path):
+    """--precision=bfloat16: the SavedModel multiplies bfloat16 operands as load_model(...,
+    precision="bfloat16") does, and says so in assets.extra/task.json."""
+    import bertjax
+    from bertjax.inference import export
+
+    texts = [t for t, _ in REVIEWS] + ["a dull film, sadly", "what a wonderful , warm film"]
+    saved = export.export_saved_model(minilm_classifier_run, str(tmp_path / "bf16"), precision="bfloat16")
+    with open(os.path.join(saved, "assets.extra", "task.json")) as f:
+        assert json.load(f)["precision"] == "bfloat16"
+    (result,) = serve_with_tensorflow_only([(saved, {"text": texts})], str(tmp_path))
+    rounded = bertjax.load_model(minilm_classifier_run, precision="bfloat16").predict(texts)
+    exact = bertjax.load_model(minilm_classifier_run).predict(texts)
+    names = rounded[0]["probabilities"].keys()
+    # Padding to the batch's longest row (serving) or to a bucket (predict) changes float32 sums
+    # in their last bits, which a bfloat16 rounding downstream can then carry further.
+    np.testing.assert_allclose(result["outputs"]["probabilities"],
+                               [[r["probabilities"][n] for n in names] for r in rounded], atol=2e-3)
+    assert result["outputs"]["label"] == [r["label"] for r in rounded] == [e["label"] for e in exact]
+    assert max(abs(r["probability"] - e["probability"]) for r, e in zip(rounded, exact)) > 1e-6
 
 
 def test_classification_export_returns_labels_and_probabilities(exported_classifier):

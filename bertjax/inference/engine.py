@@ -13,8 +13,11 @@ features on raw text.
 Every call tokenizes its inputs in bulk, sorts them by length into batches padded only to
 the smallest bucket that holds them (`inference_buckets`: 8, 16, 24, 32, 48, ...), runs each
 batch through a function jit-compiled once per (purpose, bucket) and data-parallel over
-all local devices, and returns results in input order. Compute is bfloat16 on TPU/GPU
-(float32 parameters) and float32 on CPU, unless `dtype` says otherwise.
+all local devices, and returns results in input order. `precision` (load_model) chooses the
+products: "float32" (the default on CPU), or "bfloat16" (the default on TPU/GPU) -- bfloat16
+operands with float32 sums: on TPU/GPU the whole network computes in bfloat16 (float32
+parameters); on a CPU the activations stay float32 and only the dense layers' products round
+their operands (`bf16_matmul`: fast on CPUs with AMX, emulated and slower elsewhere).
 
 `predict` on a fine-tuned model: inputs are parsed, featurized and post-processed by the
 model's task family (bertjax/tasks/, the `FAMILY` of each module), with the lengths the run
@@ -35,6 +38,7 @@ trained with; bad inputs raise ValueError naming the input's position (1-based):
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
@@ -50,7 +54,7 @@ from bertjax.tasks.common import Split, encode_pairs
 from bertjax.tasks.family import Family, at_position
 from bertjax.tasks.raw_text import not_one_string
 
-DTYPES = ("float32", "bfloat16")
+PRECISIONS = ("float32", "bfloat16")
 
 
 def inference_buckets(max_seq_length: int) -> list[int]:
@@ -64,7 +68,8 @@ def inference_buckets(max_seq_length: int) -> list[int]:
 
 class Model:
     """A loaded model: `source` (its ModelSource), `bert` (the BertConfig it runs with),
-    `tokenizer`, `max_seq_length`, `batch_size`, `task_info`; params on the devices.
+    `precision` ("float32" or "bfloat16" products), `tokenizer`, `max_seq_length`,
+    `batch_size`, `task_info`; params on the devices.
 
     Build it with `load_model`. Methods: `features`, `fill_mask`, `predict` (fine-tuned
     models). Safe to call many times: each bucket length compiles once per purpose.
@@ -73,6 +78,7 @@ class Model:
     def __init__(self, source: model_source.ModelSource, params: dict[str, Any], tokenizer: tokenization.Tokenizer,
                  bert: BertConfig, max_seq_length: int, batch_size: int, mesh: jax.sharding.Mesh):
         self.source, self.tokenizer, self.bert = source, tokenizer, bert
+        self.precision = "bfloat16" if bert.dtype == "bfloat16" or bert.matmul_precision == "bfloat16" else "float32"
         self.task_info = source.task_info
         self.max_seq_length, self.batch_size, self.mesh = max_seq_length, batch_size, mesh
         self.buckets = inference_buckets(max_seq_length)
@@ -273,22 +279,21 @@ class _MaskKeeping:
 
 
 def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | None = None, batch_size: int = 32,
-               dtype: str | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> Model:
+               precision: str | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> Model:
     """Loads a model for inference from any path `bertjax.inference.model_source` resolves, or its ModelSource.
 
     max_seq_length: the longest input in tokens (default: the bertjax run's training length, else
       512 or the model's max_position_embeddings if smaller).
     batch_size: examples per compiled batch (rounded up to a multiple of the device count).
-    dtype: compute dtype, "float32" or "bfloat16" (default: bfloat16 on TPU/GPU, float32 on CPU).
+    precision: "float32" or "bfloat16" products (default: bfloat16 on TPU/GPU, float32 on CPU;
+      see the module docstring and benchmarks/README.md for how often the two agree).
     vocab_path / do_lower_case: override the tokenizer that comes with the model.
     """
-    if dtype is not None and dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES} (or None: the platform's default), got {dtype!r}")
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} (or None: the platform's default), got {precision!r}")
     source = model_source.resolve(path)
     tokenizer = source.load_tokenizer(vocab_path, do_lower_case=do_lower_case)
-    accelerator = jax.default_backend() != "cpu"
-    bert = source.bert.replace(scan_layers=False, remat_policy="none", attention_impl="xla", matmul_precision="default",
-                               dtype=dtype or ("bfloat16" if accelerator else "float32"))
+    bert = inference_config(source.bert, precision or ("bfloat16" if jax.default_backend() != "cpu" else "float32"))
     length = max_seq_length or source.max_seq_length or min(512, bert.max_position_embeddings)
     if not 8 <= length <= bert.max_position_embeddings:
         raise ValueError(f"max_seq_length={length} must be in [8, the model's max_position_embeddings="
@@ -300,3 +305,22 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     mesh = sharding.create_mesh(data=-1, devices=devices)
     params = jax.tree.map(np.asarray, source.load_params())
     return Model(source, params, tokenizer, bert, length, batch_size, mesh)
+
+
+def inference_config(bert: BertConfig, precision: str) -> BertConfig:
+    """The BertConfig inference runs with: unrolled layers, no rematerialisation, XLA
+    attention, and `precision`'s products: float32 throughout, or bfloat16 operands with
+    float32 sums (bfloat16 compute on TPU/GPU; on a CPU float32 activations around
+    `bf16_matmul` products, which its AMX units run and which keep layer norms and softmax
+    exact)."""
+    bert = bert.replace(scan_layers=False, remat_policy="none", attention_impl="xla")
+    if precision == "float32":
+        return bert.replace(dtype="float32", matmul_precision="default")
+    if jax.default_backend() != "cpu":
+        return bert.replace(dtype="bfloat16", matmul_precision="default")
+    from bertjax.models import bf16_matmul
+
+    if not bf16_matmul.has_amx_bf16():
+        logging.warning("precision='bfloat16' on a CPU without AMX-BF16 units: the products are emulated, "
+                        "slower than float32 here")
+    return bert.replace(dtype="float32", matmul_precision="bfloat16")

@@ -57,13 +57,15 @@ _KEPT = "|".join([r"[!-/]", r"[:-@]", r"[\[-`]", r"[{-~]", r"[\p{P}]", r"[\x{4E0
 
 
 def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None,
-                       pairs: bool | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> str:
+                       pairs: bool | None = None, vocab_path: str = "", do_lower_case: bool | None = None,
+                       precision: str = "float32") -> str:
     """Writes the SavedModel of the fine-tuned model at `model_path` (any path
     bertjax.inference.model_source resolves, or its ModelSource) to `output_dir/version/` (TensorFlow
     Serving's layout) and returns that folder. max_seq_length: the longest input (default: the
     run's). pairs: a classifier's inputs, text_a + text_b or text (default: what the run trained
-    on; a Hugging Face classifier, which does not say: text). vocab_path, do_lower_case: as
-    `load_model`'s."""
+    on; a Hugging Face classifier, which does not say: text). vocab_path, do_lower_case,
+    precision: as `load_model`'s (float32 by default on every platform: the model may be served
+    anywhere); assets.extra/task.json records the task, the length and the precision."""
     from bertjax.runtime import fileio
     from bertjax.inference import engine, model_source
 
@@ -78,12 +80,14 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
         raise ValueError(f"{target} is not empty; give another --output or --version")
     from bertjax.runtime.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
 
-    model = engine.load_model(source, max_seq_length=max_seq_length, dtype="float32", vocab_path=vocab_path,
+    if precision not in engine.PRECISIONS:
+        raise ValueError(f"--precision must be one of {engine.PRECISIONS}, got {precision!r}")
+    model = engine.load_model(source, max_seq_length=max_seq_length, precision=precision, vocab_path=vocab_path,
                               do_lower_case=do_lower_case)
     if takes_token_ids(model.tokenizer):
         module, signature = _token_ids_module(model)
         tf.saved_model.save(module, target, signatures={SIGNATURE: signature})
-        _write_tokenizer_assets(model, target)
+        _write_assets(model, target)
         return target
     try:
         import tensorflow_text  # noqa: F401  (the tokenizer ops)
@@ -95,6 +99,7 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
         raise ValueError(f"{source.path}: {why_not}")
     module, signature = _serving_module(model)
     tf.saved_model.save(module, target, signatures={SIGNATURE: signature})
+    _write_assets(model, target)
     return target
 
 
@@ -125,20 +130,24 @@ def _token_ids_module(model):
     return module, tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
 
 
-def _write_tokenizer_assets(model, target: str) -> None:
-    """assets.extra/ (TensorFlow Serving's folder for files beside the model): the tokenizer.json
-    the client tokenizes with, and task.json: the task, its label names and the row layout."""
+def _write_assets(model, target: str) -> None:
+    """assets.extra/ (TensorFlow Serving's folder for files beside the model): task.json, the
+    task and its label names, max_seq_length and the products' precision; for a model that
+    takes token ids also the tokenizer.json the client tokenizes with and the row layout."""
     from bertjax.runtime import fileio
 
     extra = fileio.join(target, "assets.extra")
     fileio.makedirs(extra)
-    fileio.copy(model.tokenizer.path, fileio.join(extra, "tokenizer.json"))
-    tokenizer = model.tokenizer
-    fileio.write_json(fileio.join(extra, "task.json"), {
-        **model.task_info, "max_seq_length": model.max_seq_length, "inputs": list(TOKEN_ID_INPUTS),
-        "layout": "[CLS] a [SEP] (b [SEP]), segment 0 then 1, padded with pad_id and input_mask 0",
-        "special_ids": {"cls": tokenizer.cls_id, "sep": tokenizer.sep_id, "pad": tokenizer.pad_id,
-                        "mask": tokenizer.mask_id}})
+    task = {**model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision}
+    if takes_token_ids(model.tokenizer):
+        fileio.copy(model.tokenizer.path, fileio.join(extra, "tokenizer.json"))
+        tokenizer = model.tokenizer
+        task.update({
+            "inputs": list(TOKEN_ID_INPUTS),
+            "layout": "[CLS] a [SEP] (b [SEP]), segment 0 then 1, padded with pad_id and input_mask 0",
+            "special_ids": {"cls": tokenizer.cls_id, "sep": tokenizer.sep_id, "pad": tokenizer.pad_id,
+                            "mask": tokenizer.mask_id}})
+    fileio.write_json(fileio.join(extra, "task.json"), task)
 
 
 def serving_inputs(task_info: dict, tokenizer_kind: str = "wordpiece") -> tuple[str, ...]:

@@ -270,6 +270,15 @@ def define_vocabulary_flags() -> Callable[[], dict[str, Any]]:
     return lambda: {"vocab_path": vocab.value, "do_lower_case": lower.value}
 
 
+def define_precision_flag(default: str | None = None) -> flags.FlagHolder:
+    """--precision: `load_model`'s products, float32 or bfloat16 (operands rounded, float32 sums;
+    fast where the hardware has bfloat16 units: AMX CPUs, GPUs, TPUs)."""
+    platform = "bfloat16 on TPU/GPU, float32 on CPU" if default is None else default
+    return flags.DEFINE_enum("precision", default, ["float32", "bfloat16"],
+                             f"products: float32, or bfloat16 operands with float32 sums (default: {platform}; "
+                             "agreement with float32: benchmarks/README.md#inference-precision)")
+
+
 def define_distributed_flags() -> None:
     """The multi-host flags --distributed, --coordinator_address, --num_processes,
     --process_id (see bertjax.runtime.distributed), read by `start_distributed`."""
