@@ -17,7 +17,8 @@ all local devices, and returns results in input order. `precision` (load_model) 
 products: "float32" (the default on CPU), or "bfloat16" (the default on TPU/GPU) -- bfloat16
 operands with float32 sums: on TPU/GPU the whole network computes in bfloat16 (float32
 parameters); on a CPU the activations stay float32 and only the dense layers' products round
-their operands (`bf16_matmul`: fast on CPUs with AMX, emulated and slower elsewhere).
+their operands (`bf16_matmul`: fast on CPUs with AMX-BF16 or AVX512_BF16, emulated and slower
+elsewhere).
 
 `predict` on a fine-tuned model: inputs are parsed, featurized and post-processed by the
 model's task family (bertjax/tasks/, the `FAMILY` of each module), with the lengths the run
@@ -320,7 +321,7 @@ def inference_config(bert: BertConfig, precision: str) -> BertConfig:
         return bert.replace(dtype="bfloat16", matmul_precision="default")
     from bertjax.models import bf16_matmul
 
-    if not bf16_matmul.has_amx_bf16():
-        logging.warning("precision='bfloat16' on a CPU without AMX-BF16 units: the products are emulated, "
-                        "slower than float32 here")
+    if not bf16_matmul.has_bf16_instructions():
+        logging.warning("precision='bfloat16' on a CPU without bfloat16 instructions (AMX-BF16, AVX512_BF16): "
+                        "the products are emulated, slower than float32 here")
     return bert.replace(dtype="float32", matmul_precision="bfloat16")

@@ -16,6 +16,7 @@ operands left to XLA (benchmarks/README.md#bfloat16-products-on-amx).
 
     matmul(x, w) -> <f32>[M, N]; its gradients come back in x's and w's dtypes
     has_amx_bf16() -> whether this host's CPU has the bfloat16 matrix units
+    has_bf16_instructions() -> whether it has bfloat16 dot-product instructions (AMX or AVX512_BF16)
 """
 
 from __future__ import annotations
@@ -72,10 +73,22 @@ _matmul.defvjp(_forward, _backward)
 
 
 @functools.cache
-def has_amx_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU lists the `amx_bf16` flag (Linux; elsewhere False)."""
+def _cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The CPU's flags in /proc/cpuinfo (Linux; elsewhere none)."""
     try:
         with open(cpuinfo) as f:
-            return any(line.startswith("flags") and "amx_bf16" in line.split() for line in f)
+            return frozenset(word for line in f if line.startswith("flags") for word in line.split()[2:])
     except OSError:
-        return False
+        return frozenset()
+
+
+def has_amx_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU lists the `amx_bf16` flag (the matrix units training's products use)."""
+    return "amx_bf16" in _cpu_flags(cpuinfo)
+
+
+def has_bf16_instructions(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU multiplies bfloat16 in hardware: AMX-BF16 (Intel Xeon since Sapphire
+    Rapids) or AVX512_BF16 (also AMD Zen 4 and later): inference products that run faster
+    than float32 there."""
+    return bool({"amx_bf16", "avx512_bf16"} & _cpu_flags(cpuinfo))

@@ -272,7 +272,7 @@ def define_vocabulary_flags() -> Callable[[], dict[str, Any]]:
 
 def define_precision_flag(default: str | None = None) -> flags.FlagHolder:
     """--precision: `load_model`'s products, float32 or bfloat16 (operands rounded, float32 sums;
-    fast where the hardware has bfloat16 units: AMX CPUs, GPUs, TPUs)."""
+    fast where the hardware has bfloat16 units: CPUs with AMX or AVX512_BF16, GPUs, TPUs)."""
     platform = "bfloat16 on TPU/GPU, float32 on CPU" if default is None else default
     return flags.DEFINE_enum("precision", default, ["float32", "bfloat16"],
                              f"products: float32, or bfloat16 operands with float32 sums (default: {platform}; "

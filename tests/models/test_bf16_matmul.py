@@ -57,12 +57,13 @@ def test_transposed_in_memory_is_the_transpose(shape):
     np.testing.assert_array_equal(jax.jit(bf16_matmul.transposed_in_memory)(a), np.asarray(a).T)
 
 
-@pytest.mark.parametrize("flags, expected", [
-    ("flags\t\t: fpu sse avx512f amx_bf16 amx_tile amx_int8\n", True),
-    ("flags\t\t: fpu sse avx512f avx512_bf16\n", False),  # bfloat16 vector instructions, no AMX
-    ("model name\t: amx_bf16 in a name\nflags\t\t: fpu\n", False),
+@pytest.mark.parametrize("flags, amx, instructions", [
+    ("flags\t\t: fpu sse avx512f amx_bf16 amx_tile amx_int8\n", True, True),
+    ("flags\t\t: fpu sse avx512f avx512_bf16\n", False, True),  # bfloat16 vector instructions, no AMX
+    ("model name\t: amx_bf16 in a name\nflags\t\t: fpu\n", False, False),
 ])
-def test_amx_is_read_from_the_cpu_flags(tmp_path, flags, expected):
+def test_amx_is_read_from_the_cpu_flags(tmp_path, flags, amx, instructions):
     (tmp_path / "cpuinfo").write_text("processor\t: 0\n" + flags)
-    assert bf16_matmul.has_amx_bf16(str(tmp_path / "cpuinfo")) is expected
+    assert bf16_matmul.has_amx_bf16(str(tmp_path / "cpuinfo")) is amx
+    assert bf16_matmul.has_bf16_instructions(str(tmp_path / "cpuinfo")) is instructions
     assert bf16_matmul.has_amx_bf16(str(tmp_path / "missing")) is False
