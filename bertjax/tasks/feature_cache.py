@@ -140,10 +140,12 @@ class FeatureCache:
         {CACHED_SENTENCE: [B, *example_shape]}."""
         if not self.reads_tokens:
             return {CACHED_SENTENCE: np.asarray(self.values[np.asarray(examples)])}
-        out = np.zeros((len(examples), length, *self.example_shape), self.dtype)
-        for row, example in enumerate(examples):
-            first, last = self.offsets[example], self.offsets[example + 1]
-            out[row, :last - first] = self.values[first:last]
+        examples = np.asarray(examples)
+        positions = np.arange(length)[None, :]
+        real = positions < self.split.lengths[examples][:, None]                           # [B, L]
+        tokens = np.where(real, self.offsets[examples][:, None] + positions, 0)
+        out = np.asarray(self.values[tokens.reshape(-1)]).reshape(len(examples), length, *self.example_shape)
+        out[~real] = 0
         return {CACHED_TOKENS: out}
 
     def with_features(self, batches: Iterator[dict[str, np.ndarray]], train_batches: TrainBatches,
