@@ -240,6 +240,12 @@ def _host(tree: Any) -> Any:
     return jax.tree_util.tree_map(lambda x: np.asarray(x.addressable_data(0)), tree)
 
 
+# What a frozen encoder's cached outputs do not depend on (the head's settings, and dropout,
+# which a frozen encoder does not apply): runs that differ only in these share a cache.
+_HEAD_ONLY_FIELDS = ("feature_combine", "tagging_head", "lstm_hidden_size", "hidden_dropout_prob",
+                     "attention_probs_dropout_prob")
+
+
 def cache_directory(config: ml_collections.ConfigDict, workdir: str) -> str:
     """config.train.feature_cache_dir, else WORKDIR/feature_cache on a local workdir, else the
     temporary folder (the cache is memory-mapped: it needs a local disk)."""
@@ -261,8 +267,9 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     first, _ = next(batching.eval_batches(split, batch_size, buckets))
     kept = jax.eval_shape(apply, encoder_params, {n: first[n] for n in inputs})
     example_shape = kept.shape[2:] if reads_tokens else kept.shape[1:]
+    encoder_fields = {key: value for key, value in bert.to_dict().items() if key not in _HEAD_ONLY_FIELDS}
     identity = {"weights": fileio.fingerprint(source.weights) if source else f"from scratch, seed {config.seed}",
-                "model": bert.to_dict(), "reads_tokens": reads_tokens,
+                "model": encoder_fields, "reads_tokens": reads_tokens,
                 "process": f"{jax.process_index()} of {jax.process_count()}"}
     cache = feature_cache.FeatureCache(split, cache_directory(config, workdir),
                                        feature_cache.cache_name(split, identity), reads_tokens, example_shape,

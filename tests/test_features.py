@@ -280,6 +280,26 @@ def test_cached_features_train_the_head_as_the_frozen_encoder_does(encoder_run, 
     assert start is None or not np.array_equal(trained[True]["classifier"]["kernel"], start)  # the head learned
 
 
+def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_path, capsys):
+    """Two frozen tagging runs with other head settings (BiLSTM size, concat vs weighted sum)
+    and one cache folder: the second reuses the first's features; other layers compute anew."""
+    from bertjax import finetune
+
+    def run(name, **model):
+        config = _frozen_config("conll2003", tmp_path / name, encoder_run, **model)
+        config.train.feature_cache_dir = str(tmp_path / "cache")
+        with MOCKS["conll2003"]():
+            finetune.finetune(config, str(tmp_path / name / "run"))
+        return "".join(capsys.readouterr())
+
+    assert "cached the frozen encoder's features" in run("a", feature_layers="1,0", feature_combine="concat",
+                                                         tagging_head="bilstm", lstm_hidden_size=8)
+    assert "reusing the cached features" in run("b", feature_layers="1,0", feature_combine="weighted_sum",
+                                                 tagging_head="bilstm", lstm_hidden_size=4)
+    assert "cached the frozen encoder's features" in run("c", feature_layers="0,1", feature_combine="concat")
+    assert len(list((tmp_path / "cache").glob("train-*.bin"))) == 2
+
+
 def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp_path):
     """A computation stopped after some batches carries on from the last recorded one, the stored
     values equal one uninterrupted computation, and the cache is a file mapped into memory
