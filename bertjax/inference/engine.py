@@ -79,7 +79,6 @@ class Model:
     def __init__(self, source: model_source.ModelSource, params: dict[str, Any], tokenizer: tokenization.Tokenizer,
                  bert: BertConfig, max_seq_length: int, batch_size: int, mesh: jax.sharding.Mesh):
         self.source, self.tokenizer, self.bert = source, tokenizer, bert
-        self.precision = "bfloat16" if bert.dtype == "bfloat16" or bert.matmul_precision == "bfloat16" else "float32"
         self.task_info = source.task_info
         self.max_seq_length, self.batch_size, self.mesh = max_seq_length, batch_size, mesh
         self.buckets = inference_buckets(max_seq_length)
@@ -87,6 +86,11 @@ class Model:
         self._params = jax.device_put(params, replicated)
         self._compiled: dict[tuple, Callable] = {}
         self._replicated = replicated
+
+    @property
+    def precision(self) -> str:
+        """"bfloat16" when the products round their operands to bfloat16, else "float32"."""
+        return "bfloat16" if "bfloat16" in (self.bert.dtype, self.bert.matmul_precision) else "float32"
 
     @property
     def heads(self) -> tuple[str, ...]:

@@ -80,8 +80,6 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
         raise ValueError(f"{target} is not empty; give another --output or --version")
     from bertjax.runtime.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
 
-    if precision not in engine.PRECISIONS:
-        raise ValueError(f"--precision must be one of {engine.PRECISIONS}, got {precision!r}")
     model = engine.load_model(source, max_seq_length=max_seq_length, precision=precision, vocab_path=vocab_path,
                               do_lower_case=do_lower_case)
     if takes_token_ids(model.tokenizer):
