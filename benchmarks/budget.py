@@ -7,8 +7,10 @@ downstream task with the same learning-rate grid, and print one table.
 
 Recipes (configs/pretrain.py): `original` is the preset as it is (masked LM 15% + NSP pairs,
 linear decay, the preset's optimizer); `modern` adds `,modern` (masked LM only at 30% on full
-rows, warmup-stable-decay, bias-corrected AdamW). `--arch=modern` trains the modern encoder
-(the modernbert-<size> preset) for every recipe instead of BERT's.
+rows, warmup-stable-decay, bias-corrected AdamW). A recipe may add config settings after colons,
+`modern:train.optimizer=stable_adamw:data.full_rows_attention=document`, to measure one switch.
+`--arch=modern` trains the modern encoder (the modernbert-<size> preset) for every recipe
+instead of BERT's.
 
 Each run's step count is its budget times the steps per second a short calibration run of the
 same recipe measured (so every schedule runs to its end), minus start-up. Columns: recipe,
@@ -34,7 +36,8 @@ from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anythin
 from absl import app, flags  # noqa: E402
 
 _BUDGETS = flags.DEFINE_list("budgets", ["5m", "15m"], "wall-clock pre-training budgets: 90s, 5m, 1h")
-_RECIPES = flags.DEFINE_list("recipes", ["original", "modern"], "recipes to compare: original, modern")
+_RECIPES = flags.DEFINE_list("recipes", ["original", "modern"],
+                             "recipes to compare: original, modern, each with optional :section.key=value settings")
 _PRESET = flags.DEFINE_string("preset", "mini", "model size: tiny, mini, small, medium, base, large")
 _ARCH = flags.DEFINE_enum("arch", "bert", ["bert", "modern"], "the encoder: BERT's or ModernBERT's architecture")
 _CORPUS = flags.DEFINE_string("corpus", "python_docs", "globs of BERT-format text, or python_docs")
@@ -45,6 +48,7 @@ _EPOCHS = flags.DEFINE_float("epochs", 3.0, "fine-tuning epochs")
 _SEQ_LEN = flags.DEFINE_integer("max_seq_length", 128, "pre-training length")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "pre-training rows per step")
 _WORKDIR = flags.DEFINE_string("workdir", "", "where the runs go; empty: a new temporary folder")
+_SCRATCH = flags.DEFINE_bool("scratch", True, "also fine-tune the model from scratch (the table's last row)")
 
 
 def seconds(budget: str) -> float:
@@ -55,12 +59,37 @@ def seconds(budget: str) -> float:
     return float(budget[:-1]) * units[budget[-1]]
 
 
+def parse_recipe(recipe: str) -> tuple[str, dict[str, str]]:
+    """'modern:train.optimizer=stable_adamw' -> ('modern', {'train.optimizer': 'stable_adamw'})."""
+    name, *settings = recipe.split(":")
+    if name not in ("original", "modern"):
+        raise ValueError(f"--recipes: {recipe!r} starts with neither original nor modern")
+    pairs = [setting.partition("=") for setting in settings]
+    bad = [setting for setting, (key, equals, _) in zip(settings, pairs) if not equals or "." not in key]
+    if bad:
+        raise ValueError(f"--recipes: {bad[0]!r} in {recipe!r} is not a section.key=value setting")
+    return name, {key: value for key, _, value in pairs}
+
+
+def set_value(config, key: str, text: str) -> None:
+    """config[key] = text, parsed as the type the config has there ('train.optimizer')."""
+    section, name = key.rsplit(".", 1)
+    owner = config
+    for part in section.split("."):
+        owner = owner[part]
+    if name not in owner:
+        raise ValueError(f"--recipes: config.{key} does not exist")
+    kind = type(owner[name])
+    owner[name] = text.lower() in ("1", "true") if kind is bool else kind(text)
+
+
 def recipe_config(recipe: str, steps: int, data_dir: str, corpus: str, vocab: str):
-    """The pre-training config of `recipe` for `steps` steps."""
+    """The pre-training config of `recipe` (see parse_recipe) for `steps` steps."""
     from configs import pretrain as pretrain_config
 
+    name, settings = parse_recipe(recipe)
     preset = _PRESET.value if _ARCH.value == "bert" else f"modernbert-{_PRESET.value}"
-    config = pretrain_config.get_config(preset + (",modern" if recipe == "modern" else ""))
+    config = pretrain_config.get_config(preset + (",modern" if name == "modern" else ""))
     length = _SEQ_LEN.value
     config.data.update(source="text", input_pattern=corpus, vocab_path=vocab, prepared_dir=data_dir,
                        max_seq_length=length,
@@ -70,6 +99,8 @@ def recipe_config(recipe: str, steps: int, data_dir: str, corpus: str, vocab: st
     if not config.train.get("adam_bias_correction", False) and _PRESET.value != "tiny":
         config.train.learning_rate = 1e-4  # the paper's, what the original recipe is
     config.checkpoint.update(every=steps, async_save=False)
+    for key, text in settings.items():
+        set_value(config, key, text)
     return config
 
 
@@ -96,7 +127,8 @@ def common_mlm_accuracy(run_dir: str, config, batches: int = 20) -> float:
 
     eval_config = config.copy_and_resolve_references()
     length = eval_config.data.max_seq_length
-    eval_config.data.update(next_sentence_prediction=False, full_rows=False, masked_lm_prob=0.15,
+    eval_config.data.update(next_sentence_prediction=False, full_rows=False, full_rows_attention="across",
+                            masked_lm_prob=0.15,
                             mask_token_prob=0.8, random_token_prob=0.1, max_predictions_per_seq=-(-length * 15 // 100),
                             seed=12345)
     eval_config.train.global_batch_size = 32
@@ -145,9 +177,8 @@ def main(argv):
     from bertjax.data.corpora import python_docs
 
     budgets = [(budget, seconds(budget)) for budget in _BUDGETS.value]
-    unknown = set(_RECIPES.value) - {"original", "modern"}
-    if unknown:
-        raise ValueError(f"--recipes: unknown {sorted(unknown)}; expected original, modern")
+    for recipe in _RECIPES.value:
+        recipe_config(recipe, 10, "", "", "")  # a bad recipe fails here, before any run
     workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="budget_")
     os.makedirs(workdir, exist_ok=True)
     corpus = (python_docs.write(os.path.join(workdir, "python_docs.txt")) if _CORPUS.value == "python_docs"
@@ -157,9 +188,10 @@ def main(argv):
     rows = []
     data_dir = os.path.join(workdir, "data")  # tokenized once: the recipes differ after that
     for recipe in _RECIPES.value:
-        rate = steps_per_second(recipe, os.path.join(workdir, f"calibrate_{recipe}"), data_dir, corpus, vocab)
+        folder = recipe.replace(":", "_").replace("=", "-")
+        rate = steps_per_second(recipe, os.path.join(workdir, f"calibrate_{folder}"), data_dir, corpus, vocab)
         for budget, limit in budgets:
-            run_dir = os.path.join(workdir, f"{recipe}_{budget}")
+            run_dir = os.path.join(workdir, f"{folder}_{budget}")
             steps = max(10, int(rate * limit * 0.95))
             config = recipe_config(recipe, steps, data_dir, corpus, vocab)
             start = time.perf_counter()
@@ -170,14 +202,16 @@ def main(argv):
             rows.append((recipe, budget, steps, steps * _BATCH.value * _SEQ_LEN.value, mlm, dev, lr, spent))
             print(f"{recipe} {budget}: {steps} steps, MLM {mlm:.4f}, dev {dev:.4f} (lr {lr}), {spent:.0f} s",
                   flush=True)
-    scratch = downstream_accuracy("", train_file, dev_file, os.path.join(workdir, "scratch"), vocab)
+    scratch = downstream_accuracy("", train_file, dev_file, os.path.join(workdir, "scratch"), vocab) if _SCRATCH.value \
+        else None
     arch = "BERT" if _ARCH.value == "bert" else "ModernBERT"
     print(f"\n{arch}-{_PRESET.value}, {_BATCH.value} x {_SEQ_LEN.value}, corpus {_CORPUS.value}, task {_TASK.value}")
     print("| recipe | budget | steps | tokens seen | held-out MLM (15%) | dev accuracy (lr) | pre-training s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for recipe, budget, steps, tokens, mlm, dev, lr, spent in rows:
         print(f"| {recipe} | {budget} | {steps:,} | {tokens / 1e6:.1f}M | {mlm:.4f} | {dev:.4f} ({lr}) | {spent:.0f} |")
-    print(f"| from scratch | - | 0 | 0 | - | {scratch[0]:.4f} ({scratch[1]}) | 0 |")
+    if scratch:
+        print(f"| from scratch | - | 0 | 0 | - | {scratch[0]:.4f} ({scratch[1]}) | 0 |")
 
 
 if __name__ == "__main__":

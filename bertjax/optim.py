@@ -7,7 +7,8 @@ biases, global-norm clipping at 1.0, linear warmup then linear decay to 0.
 Everything is read from the `train` config section (an ml_collections ConfigDict
 or any attribute object) through these keys:
 
-    optimizer      'adamw' (the original AdamWeightDecay) | 'lamb'
+    optimizer      'adamw' (the original AdamWeightDecay) | 'stable_adamw' (AdamW with update
+                   clipping, as ModernBERT trained) | 'lamb'
     learning_rate  peak learning rate, > 0
     schedule       'linear' | 'cosine' | 'constant' | 'inverse_sqrt' | 'wsd' (warmup-stable-decay)
     decay_fraction 'wsd' only (optional, default 0.1): the last share of num_steps that decays to 0
@@ -30,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "stable_adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant", "inverse_sqrt", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
 
@@ -219,6 +220,45 @@ def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
     return optax.GradientTransformation(init, update)
 
 
+def scale_by_stable_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0,
+                         mask: Any = None) -> optax.GradientTransformation:
+    """StableAdamW's step before the learning rate (Wortsman et al. 2023, as ModernBERT trained):
+    bias-corrected Adam's direction plus decoupled weight decay, divided per tensor by
+    max(1, RMS(g / sqrt(v_hat))).
+
+    That RMS is about 1 while v_hat tracks the gradients' scale; a gradient far above what v
+    has seen (a spike after quiet steps, when b2 averages slowly) pushes it up, and the tensor's
+    step is then capped at about the learning rate instead of jumping: update clipping in
+    place of (or beside) global-norm clipping. `mask(params)` (a bool tree) picks the decayed
+    leaves. The state is `optax.ScaleByAdamState(count, mu, nu)`, as AdamW's.
+    """
+
+    def init(params):
+        zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=jax.tree.map(zeros, params),
+                                      nu=jax.tree.map(zeros, params))
+
+    def update(updates, state, params=None):
+        count = optax.safe_increment(state.count)
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g), state.nu, updates)
+        first, second = 1 - b1 ** count, 1 - b2 ** count
+        decayed = mask(params) if mask is not None else jax.tree.map(lambda _: True, params)
+
+        def step(m, v, g, p, decay):
+            v_hat = v / second
+            rms = jnp.sqrt(jnp.mean(jnp.square(g.astype(jnp.float32)) / jnp.maximum(v_hat, eps * eps)))
+            direction = (m / first) / (jnp.sqrt(v_hat) + eps)
+            if decay and weight_decay:
+                direction = direction + weight_decay * p.astype(jnp.float32)
+            return (direction / jnp.maximum(1.0, rms)).astype(g.dtype)
+
+        directions = jax.tree.map(step, mu, nu, updates, params, decayed)
+        return directions, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
 def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArgs:
     """Every gradient times max_norm / max(global_norm, max_norm), as `tf.clip_by_global_norm`.
 
@@ -249,6 +289,8 @@ def make_optimizer(train_config: Any, schedule: optax.Schedule | None = None) ->
     'adamw': the original AdamWeightDecay. Per step, with g the clipped gradient:
         m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
         param -= lr * (m / (sqrt(v) + eps) + weight_decay * param * decay_mask)
+    'stable_adamw': bias-corrected AdamW whose step (decay included) each tensor divides by
+             max(1, RMS(g / sqrt(v_hat))): `scale_by_stable_adam`.
     'lamb':  optax.lamb (bias-corrected Adam direction + decay, scaled by the layer-wise
              trust ratio ||param|| / ||update||), same mask.
     Clipping by global norm comes first (skipped when max_grad_norm == 0); `update` takes the
@@ -265,6 +307,11 @@ def make_optimizer(train_config: Any, schedule: optax.Schedule | None = None) ->
             scale_by_bert_adam(tc.adam_b1, tc.adam_b2, tc.adam_eps,
                                bias_correction=getattr(tc, "adam_bias_correction", False)),
             optax.add_decayed_weights(tc.weight_decay, mask=decay_mask),
+            optax.scale_by_learning_rate(schedule),
+        ]
+    elif tc.optimizer == "stable_adamw":
+        parts += [
+            scale_by_stable_adam(tc.adam_b1, tc.adam_b2, tc.adam_eps, tc.weight_decay, mask=decay_mask),
             optax.scale_by_learning_rate(schedule),
         ]
     else:

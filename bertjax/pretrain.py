@@ -120,8 +120,12 @@ def objective(model: BertForPreTraining) -> trainer.Objective:
 def abstract_inputs(config: ml_collections.ConfigDict, batch_size: int) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes/dtypes of one batch with the original feature names."""
     seq, pred, pairs = config.data.max_seq_length, config.data.max_predictions_per_seq, config.data.pack_pairs
-    shapes = {"input_ids": (seq,), "input_mask": (seq,), "segment_ids": (seq,), "masked_lm_positions": (pred,),
-              "masked_lm_ids": (pred,), "masked_lm_weights": (pred,), "next_sentence_labels": ()}
+    if config.data.full_rows and config.data.full_rows_attention == "document":  # one [CLS] per row
+        shapes = {"position_ids": (seq,), "sequence_ids": (seq,), "cls_positions": (1,)}
+    else:
+        shapes = {}
+    shapes.update({"input_ids": (seq,), "input_mask": (seq,), "segment_ids": (seq,), "masked_lm_positions": (pred,),
+                   "masked_lm_ids": (pred,), "masked_lm_weights": (pred,), "next_sentence_labels": ()})
     if pairs:
         shapes.update(next_sentence_labels=(pairs,), next_sentence_weights=(pairs,), position_ids=(seq,),
                       sequence_ids=(seq,), cls_positions=(pairs,))

@@ -97,6 +97,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.whole_word_mask = False
     config.data.pack_pairs = 0           # K > 0: up to K NSP pairs per row (block-diagonal attention)
     config.data.full_rows = False        # masked LM only: documents end to end, cut into full rows
+    config.data.full_rows_attention = "across"  # full rows: across a row's documents | document (within each)
     config.data.eval_fraction = 0.02     # share of documents held out for evaluation
     config.data.eval_input_pattern = ""  # original_tfrecord only: held-out records (globs)
     config.data.shuffle_buffer = 10_000           # documents

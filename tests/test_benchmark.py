@@ -5,6 +5,7 @@ profiled run; benchmarks/pretrain_recipe.py prints each seed's held-out accuracy
 guesses and marks a stalled run. (It times
 nothing here: the numbers are the benchmark's business, not a test's.)"""
 
+import glob
 import json
 import os
 import subprocess
@@ -104,21 +105,30 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     assert len(ends) == 2 and lines[header - 1] == ends[1]
 
 
+MODERN_VARIANT = "modern:train.optimizer=stable_adamw:data.full_rows_attention=document"
+
+
 def test_the_budget_benchmark_prints_a_row_per_recipe_and_budget(tmp_path):
     """benchmarks/budget.py end to end at a toy budget: both recipes pre-train on Python's language
-    reference, are scored at the common masking and fine-tuned, next to the model from scratch."""
+    reference, are scored at the common masking and fine-tuned, next to the model from scratch; the
+    modern one with StableAdamW and attention within each document (a recipe's own settings)."""
     from small_runs import REVIEWS
 
     for name in ("train", "dev"):
         (tmp_path / f"{name}.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in REVIEWS * 8))
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "budget.py"), f"--workdir={tmp_path / 'runs'}",
-               "--budgets=3s", "--recipes=original,modern", "--preset=tiny", "--max_seq_length=32", "--batch_size=8",
+               "--budgets=3s", f"--recipes=original,{MODERN_VARIANT}", "--preset=tiny", "--max_seq_length=32", "--batch_size=8",
                "--learning_rates=1e-3", "--epochs=1", f"--task={tmp_path / 'train.csv'},{tmp_path / 'dev.csv'}"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| ")]
-    assert [cells[0].strip() for cells in rows[2:]] == ["original", "modern", "from scratch"]
+    assert [cells[0].strip() for cells in rows[2:]] == ["original", MODERN_VARIANT, "from scratch"]
+    variant = tmp_path / "runs" / "modern_train.optimizer-stable_adamw_data.full_rows_attention-document_3s"
+    [meta] = glob.glob(str(variant / "checkpoints" / "*" / "meta" / "metadata"))
+    with open(meta, encoding="utf-8") as f:
+        config = json.load(f)["config"]
+    assert (config["train"]["optimizer"], config["data"]["full_rows_attention"]) == ("stable_adamw", "document")
     for cells in rows[2:4]:
         steps, mlm, dev = int(cells[2].replace(",", "")), float(cells[4]), float(cells[5].split()[0])
         assert steps >= 10 and 0.0 <= mlm <= 1.0 and 0.0 <= dev <= 1.0

@@ -193,6 +193,47 @@ def test_adamw_single_step_no_bias_correction():
     np.testing.assert_allclose(np.asarray(updates["bias"]), [-0.1], rtol=1e-4)  # ~ -lr * sign(g)
 
 
+def test_stable_adamw_is_bias_corrected_adamw_with_its_update_clipped_per_tensor():
+    """StableAdamW (Wortsman et al. 2023) against a numpy transcription: steady gradients give
+    bias-corrected AdamW's step; a spike after quiet steps has its tensor's step (decay
+    included) divided by RMS(g / sqrt(v_hat)) > 2, while the other tensor moves about as AdamW."""
+    rng = np.random.default_rng(1)
+    params = {"kernel": rng.normal(size=(3, 4)).astype(np.float32), "bias": rng.normal(size=(4,)).astype(np.float32)}
+    grads = [{k: (rng.normal(size=v.shape) * 0.01).astype(np.float32) for k, v in params.items()} for _ in range(5)]
+    grads[4]["kernel"] = grads[4]["kernel"] * 100  # the spike
+    settings = dict(learning_rate=0.01, warmup_steps=0, num_steps=10, schedule="constant", weight_decay=0.1,
+                    max_grad_norm=0.0, adam_b2=0.99, adam_eps=1e-8)
+    stable = optim.make_optimizer(train_config(optimizer="stable_adamw", **settings))
+    adamw = optim.make_optimizer(train_config(adam_bias_correction=True, **settings))
+    jax_params = {k: jnp.asarray(v) for k, v in params.items()}
+    states = stable.init(jax_params), adamw.init(jax_params)
+    m = {k: np.zeros_like(v, np.float64) for k, v in params.items()}
+    v = {k: np.zeros_like(v, np.float64) for k, v in params.items()}
+    for t, g in enumerate(grads, 1):
+        (step, stable_state), (adamw_step, adamw_state) = (
+            tx.update({k: jnp.asarray(x) for k, x in g.items()}, state, jax_params)
+            for tx, state in zip((stable, adamw), states))
+        states = stable_state, adamw_state
+        rms = {}
+        for k in params:
+            m[k] = 0.9 * m[k] + 0.1 * g[k]
+            v[k] = 0.99 * v[k] + 0.01 * np.square(g[k].astype(np.float64))
+            m_hat, v_hat = m[k] / (1 - 0.9 ** t), v[k] / (1 - 0.99 ** t)
+            rms[k] = np.sqrt(np.mean(np.square(g[k]) / np.maximum(v_hat, 1e-16)))
+            decay = 0.1 * np.asarray(jax_params[k], np.float64) if k == "kernel" else 0.0
+            want = -0.01 * (m_hat / (np.sqrt(v_hat) + 1e-8) + decay) / max(1.0, rms[k])
+            np.testing.assert_allclose(np.asarray(step[k]), want, rtol=2e-4, atol=1e-9)
+        if t < 5:  # steady gradients: at most the AdamW step
+            assert max(rms.values()) < 1.5
+        else:
+            assert rms["kernel"] > 2 and rms["bias"] < 1.2  # v_hat holds the spike too: at most sqrt(4.9)
+            np.testing.assert_allclose(np.asarray(step["kernel"]), np.asarray(adamw_step["kernel"]) / rms["kernel"],
+                                       rtol=2e-4)
+            np.testing.assert_allclose(np.asarray(step["bias"]), np.asarray(adamw_step["bias"]), rtol=0.2)
+        jax_params = optax.apply_updates(jax_params, step)
+    assert int(optim.update_count(states[0])) == 5
+
+
 # -- LAMB and clipping ----------------------------------------------------------------
 
 def test_lamb_runs_and_decreases_a_quadratic():

@@ -161,7 +161,8 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir)
 
 def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):
     """Issue 49: `,modern,long` at 1,024 tokens (modernbert-tiny's longest) with a larger global
-    theta starts from the 64-token run's weights: its first loss is far below a fresh model's."""
+    theta starts from the 64-token run's weights: its first loss is far below a fresh model's.
+    The short run attends within each document of its full rows, the continuation across."""
     def run(workdir, *options):
         command = [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
                    f"--config={os.path.join(ROOT, 'configs', 'pretrain.py')}:modernbert-tiny,modern{options[0]}",
@@ -174,7 +175,7 @@ def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):
 
     short = tmp_path / "short"
     run(short, "", "--config.train.num_steps=60", "--config.train.warmup_steps=6", "--config.checkpoint.every=60",
-        f"--config.data.prepared_dir={tmp_path / 'data'}")
+        f"--config.data.prepared_dir={tmp_path / 'data'}", "--config.data.full_rows_attention=document")
     extension = ["--config.train.num_steps=1", "--config.train.warmup_steps=0", "--config.train.global_batch_size=2",
                  "--config.model.rope_theta=640000",
                  f"--config.data.prepared_dir={tmp_path / 'data'}"]

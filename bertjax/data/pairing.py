@@ -165,6 +165,32 @@ def full_rows(tokens: tf.RaggedTensor, sep_id: int, row_length: int) -> dict:
             "is_random": tf.zeros([rows], tf.bool)}
 
 
+def document_sequences(input_ids: tf.Tensor, input_mask: tf.Tensor, sep_id: int) -> dict:
+    """Full rows -> each document's tokens as its own sequence of the row (packing's fields), so
+    attention can stay inside a document.
+
+    A new sequence starts after each document's [SEP] inside the row (the row's [CLS] opens the
+    first; its closing [SEP] joins the last), and positions count from 0 in each sequence.
+    Args: input_ids, input_mask <int32>[B, L] (layout_batch's full rows). Returns
+    sequence_ids (1, 2, ... per row, 0 = padding), position_ids <int32>[B, L] and cls_positions
+    <int32>[B, 1] (the row's [CLS]: one pooled vector per row, as packing's K = 1).
+    """
+    real = input_mask > 0
+    pos = tf.range(tf.shape(input_ids)[1])[None, :]
+    length = tf.reduce_sum(tf.cast(real, tf.int32), axis=1, keepdims=True)
+    document_end = (input_ids == sep_id) & real & (pos < length - 1)
+    after_end = tf.pad(document_end[:, :-1], [[0, 0], [1, 0]])
+    starts = after_end & (pos < length - 1)
+    sequence_ids = tf.where(real, 1 + tf.cumsum(tf.cast(starts, tf.int32), axis=1), 0)
+    # Sequence ids never decrease along a row (padding, last, gets the largest key): where a
+    # token's id first occurs is where its sequence starts.
+    keys = tf.where(real, sequence_ids, tf.int32.max)
+    sequence_start = tf.searchsorted(keys, keys, side="left", out_type=tf.int32)
+    position_ids = tf.where(real, pos - sequence_start, 0)
+    return {"sequence_ids": sequence_ids, "position_ids": position_ids,
+            "cls_positions": tf.zeros([tf.shape(input_ids)[0], 1], tf.int32)}
+
+
 def layout_batch(instances: dict, seed: tf.Tensor, *, max_seq_length: int, next_sentence_prediction: bool,
                  cls_id: int, sep_id: int, pad_id: int) -> dict:
     """A batch of instances -> truncated, laid out and padded BERT inputs.

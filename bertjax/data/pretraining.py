@@ -14,7 +14,9 @@ Full rows (`full_rows`, masked LM only, RoBERTa's and ModernBERT's layout): each
 documents is laid end to end, every document followed by [SEP], and cut into rows of
 max_seq_length - 2 tokens, each row `[CLS] ... [SEP]`: no pair sampling, and padding only in
 the last row of each batch of documents. Attention runs across the documents of a row (the
-[SEP] between them marks the boundary).
+[SEP] between them marks the boundary), or with `full_rows_attention="document"` within each
+document: batches then add packing's sequence_ids and position_ids <int32>[B, max_seq_length]
+(positions restart at each document) and cls_positions <int32>[B, 1] (the row's [CLS]).
 
 Packing (`pack_pairs` = K > 0): each window of 256 shuffled instances is laid out and
 masked pair by pair (keyed by epoch and window), then packed first-fit into rows of up to
@@ -59,6 +61,7 @@ _AUTOTUNE = tf.data.AUTOTUNE
 _MAX_EPOCHS = 1 << 40  # "forever"
 _DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
 _PACK_WINDOW = 256  # pairs packed together (pack_pairs > 0)
+FULL_ROWS_ATTENTION = ("across", "document")  # full rows: attention across a row's documents or within each
 # Salts that keep the stateless random streams of different stages apart.
 _DOC_ORDER, _CHUNK, _INSTANCE_ORDER, _BATCH, _PACK = range(5)
 
@@ -82,6 +85,11 @@ def check_data_config(data_config) -> None:
         (not d.full_rows or (not d.next_sentence_prediction and not d.pack_pairs and d.source != "original_tfrecord"),
          "full_rows (documents end to end, cut into rows) needs next_sentence_prediction=False, pack_pairs=0 and "
          "a prepared source"),
+        (d.full_rows_attention in FULL_ROWS_ATTENTION,
+         f"full_rows_attention must be one of {', '.join(FULL_ROWS_ATTENTION)}, got {d.full_rows_attention!r}"),
+        (d.full_rows or d.full_rows_attention == "across",
+         "full_rows_attention='document' is for full rows (set full_rows=True; pairs are one document's or "
+         "packed with pack_pairs)"),
     ]
     for ok, message in checks:
         if not ok:
@@ -119,6 +127,7 @@ class PretrainingPipeline:
         self.nsp = data_config.next_sentence_prediction
         self.pack_pairs = data_config.pack_pairs
         self.full_rows = data_config.full_rows
+        self.by_document = data_config.full_rows_attention == "document"
         self.max_num_tokens = data_config.max_seq_length - (3 if self.nsp else 2)
         self.epoch_sizes_path = epoch_sizes_path
         self._fingerprint = hashlib.sha256(json.dumps({  # everything that decides the instance stream
@@ -261,7 +270,10 @@ class PretrainingPipeline:
 
     def _build(self, batch_index, instances) -> dict:
         out = self._laid_out(instances, self._key(_BATCH, batch_index))
-        return {"epoch": instances["epoch"], **{name: out[name] for name in FEATURE_NAMES}}
+        batch = {"epoch": instances["epoch"], **{name: out[name] for name in FEATURE_NAMES}}
+        if self.by_document:
+            batch.update(pairing.document_sequences(out["input_ids"], out["input_mask"], self.tokenizer.sep_id))
+        return batch
 
     def _laid_out(self, instances, key) -> dict:
         """Instances -> one laid-out, masked sequence each (the FEATURE_NAMES)."""

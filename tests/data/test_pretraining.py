@@ -437,6 +437,37 @@ def test_full_rows_cover_every_token_once_and_resume_exactly(tmp_path):
         pretraining.check_data_config(data_config(full_rows=True))
 
 
+def test_full_rows_attend_within_each_document(tmp_path):
+    """Issue 49: full_rows_attention='document' keeps the rows as they are and numbers each
+    document's tokens as a sequence of the row (a new one after each inner [SEP], positions from
+    0), so the model's packed attention stays inside a document."""
+    paths = synthetic.write_shards(str(tmp_path), 300, 3, seed=4, min_sentences=2, max_sentences=12)
+    settings = dict(next_sentence_prediction=False, full_rows=True, masked_lm_prob=0.3, max_predictions_per_seq=20)
+    pipelines = [pretraining.PretrainingPipeline(data_config(**settings, full_rows_attention=attention),
+                                                 shard_paths=paths, batch_size=4, tokenizer=synthetic.tokenizer_for(300))
+                 for attention in ("across", "document")]
+    across, document = (concat(take(pipeline, 30)) for pipeline in pipelines)
+    for key in across:
+        np.testing.assert_array_equal(across[key], document[key])
+    ids, real = unmasked(document), document["input_mask"] > 0
+    sequences, positions = document["sequence_ids"], document["position_ids"]
+    assert (sequences[~real] == 0).all() and (sequences[:, 0] == 1).all() and (document["cls_positions"] == 0).all()
+    documents_seen = 0
+    for row_ids, row_sequences, row_positions, n in zip(ids, sequences, positions, real.sum(1)):
+        ends = np.flatnonzero(row_ids[:n - 1] == SEP)  # the documents' [SEP]s inside the row
+        starts = [0] + [end + 1 for end in ends if end + 1 < n - 1]
+        want = np.zeros(n, np.int32)
+        want[starts[1:]] = 1
+        np.testing.assert_array_equal(row_sequences[:n], 1 + np.cumsum(want))
+        np.testing.assert_array_equal(row_positions[:n], np.arange(n) - np.array(starts)[row_sequences[:n] - 1])
+        documents_seen += len(starts) - 1
+    assert documents_seen > 20  # rows do hold several documents
+    with pytest.raises(ValueError, match="full_rows_attention must be one of across, document"):
+        pretraining.check_data_config(data_config(**settings, full_rows_attention="row"))
+    with pytest.raises(ValueError, match="full_rows_attention='document' is for full rows"):
+        pretraining.check_data_config(data_config(full_rows_attention="document"))
+
+
 def tf_records(path):
     """The documents of one shard: lists of sentences of token ids."""
     from bertjax.data import shards
