@@ -174,6 +174,7 @@ def main(argv):
     from benchmarks.tasks import task_files
     from benchmarks.vocabularies import minilm_vocab_path
     from bertjax import pretrain
+    from bertjax.batch_warmup import BatchWarmup
     from bertjax.data.corpora import python_docs
 
     budgets = [(budget, seconds(budget)) for budget in _BUDGETS.value]
@@ -199,7 +200,10 @@ def main(argv):
             spent = time.perf_counter() - start
             mlm = common_mlm_accuracy(run_dir, config)
             dev, lr = downstream_accuracy(run_dir, train_file, dev_file, os.path.join(run_dir, "finetune"), vocab)
-            rows.append((recipe, budget, steps, steps * _BATCH.value * _SEQ_LEN.value, mlm, dev, lr, spent))
+            warmup = BatchWarmup(config.train.global_batch_size, config.train.batch_warmup_start,
+                                 config.train.batch_warmup_steps)
+            tokens = warmup.units_before(steps) * warmup.unit * _SEQ_LEN.value
+            rows.append((recipe, budget, steps, tokens, mlm, dev, lr, spent))
             print(f"{recipe} {budget}: {steps} steps, MLM {mlm:.4f}, dev {dev:.4f} (lr {lr}), {spent:.0f} s",
                   flush=True)
     scratch = downstream_accuracy("", train_file, dev_file, os.path.join(workdir, "scratch"), vocab) if _SCRATCH.value \

@@ -20,7 +20,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from bertjax import checkpointing, optim, run_config, sharding, tokenization, trainer
+from bertjax import batch_warmup, checkpointing, optim, run_config, sharding, tokenization, trainer
+from bertjax.batch_warmup import BatchWarmup
 from bertjax.metrics import pretraining_flops_per_sequence
 from bertjax.models import (BertConfig, BertForPreTraining, pretraining_counts, pretraining_loss_terms,
                             pretraining_sums, stack_layers)
@@ -69,6 +70,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if train.global_batch_size % jax.process_count():
         raise ValueError(f"config.train.global_batch_size={train.global_batch_size} must be divisible by the "
                          f"number of processes ({jax.process_count()})")
+    batch_warmup.validate(train, parallel, jax.process_count())
     if bert.num_attention_heads % tensor:
         raise ValueError(f"config.mesh.tensor={tensor} must divide the number of attention heads "
                          f"({bert.num_attention_heads})")
@@ -155,26 +157,33 @@ class HostBatches:
     `config.data.host_split`: "files" -- each host reads its own files (scales to pods);
     "global_batch" -- every host builds the whole global batch and keeps its rows, so the
     run sees exactly the batches of a one-process run (for verification; costs input work).
+
+    With batch-size warmup (`warmup`, training only) the pipeline reads batches of
+    `warmup.unit` rows and each step joins as many as its size needs.
     """
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: str, split: str):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str, split: str,
+                 warmup: BatchWarmup | None = None):
         from bertjax.data import pipelines  # TensorFlow only for input
 
-        global_batch, count, index = config.train.global_batch_size, jax.process_count(), jax.process_index()
-        self.rows = slice(None)
-        if config.data.host_split == "files":
-            batch_size, pipeline_index, pipeline_count = global_batch // count, index, count
+        self.warmup = warmup or BatchWarmup(config.train.global_batch_size, 0, 0)
+        unit, count, index = self.warmup.unit, jax.process_count(), jax.process_index()
+        self.whole_batches = config.data.host_split != "files"
+        if self.whole_batches:
+            batch_size, pipeline_index, pipeline_count = unit, 0, 1
         else:
-            batch_size, pipeline_index, pipeline_count = global_batch, 0, 1
-            self.rows = trainer.process_rows(global_batch)
+            batch_size, pipeline_index, pipeline_count = unit // count, index, count
         self.features = tuple(abstract_inputs(config, batch_size))  # what the step takes, nothing more
         self.pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=batch_size,
                                                 process_index=pipeline_index, process_count=pipeline_count,
                                                 split=split)
 
-    def batches(self, start_batch: int = 0):
-        for batch in self.pipeline.batches(start_batch):
-            yield {name: batch[name][self.rows] for name in self.features}
+    def batches(self, start_step: int = 0):
+        """This process's rows of the batch of each step from `start_step` on."""
+        units = self.pipeline.batches(self.warmup.units_before(start_step))
+        for batch in self.warmup.batches(units, start_step):
+            rows = trainer.process_rows(len(batch["input_ids"])) if self.whole_batches else slice(None)
+            yield {name: batch[name][rows] for name in self.features}
 
 
 def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
@@ -320,7 +329,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     #    batches are read once per run. --
     if config.data.source != "original_tfrecord":
         trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
-    train_data = HostBatches(config, workdir, "train")
+    warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start, train_cfg.batch_warmup_steps)
+    train_data = HostBatches(config, workdir, "train", warmup)
     eval_batches = fixed_eval_batches(config, workdir)
     guesses = guess_accuracies(eval_batches, config.data.next_sentence_prediction) if eval_batches else {}
     alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals)
@@ -348,11 +358,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))  # fine-tuning finds it here
 
-    # -- The step, compiled once with explicit shardings; the state is donated. --
+    # -- The step, compiled once per batch size with explicit shardings (once, without batch
+    #    warmup; later sizes when the warmup reaches them); the state is donated. --
+    start_step = int(jax.device_get(state.step))
     batch_shardings = {name: sharding.batch_sharding(mesh, len(spec.shape)) for name, spec in batch_abstract.items()}
     with sharding.activate(mesh):
         step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
-        step_fn = trainer.jit_train_step(mesh, shardings, batch_shardings, objective=task, train_config=train_cfg)
+        jitted_step = trainer.jit_train_step(mesh, shardings, batch_shardings, objective=task, train_config=train_cfg)
+        compile_for = lambda rows: trainer.compile_step(jitted_step, trainer.with_shardings(abstract, shardings),
+                                                        abstract_inputs(config, rows), step_inputs)
         # Held-out metrics with float32 products, as fine-tuning evaluates and load_model predicts:
         # matmul_precision="bfloat16" speeds up the training steps only.
         eval_objective = objective(BertForPreTraining(bert.replace(matmul_precision="default"),
@@ -360,10 +374,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         eval_fn = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=eval_objective)[:2],
                           in_shardings=(shardings.params, batch_shardings),
                           compiler_options=compilation_cache.compiler_options())
-        step_fn, compile_seconds = trainer.compile_step(step_fn, trainer.with_shardings(abstract, shardings),
-                                                        batch_abstract, step_inputs)
-
-    start_step = int(jax.device_get(state.step))
+        step_fn, compile_seconds = compile_for(warmup.rows(start_step))
+    compiled = {warmup.rows(start_step): step_fn}
     loop = trainer.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config,
         num_steps=train_cfg.num_steps, start_step=start_step, log_every=train_cfg.log_every,
@@ -376,19 +388,26 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         console_keys=("loss", "mlm_accuracy", "nsp_accuracy") if nsp else ("loss", "mlm_accuracy"),
         label="pre-train",
         fixed_metrics={"compile_seconds": compile_seconds}, bfloat16_products=bert.matmul_precision == "bfloat16")
+    ramp = (f"; the batch grows {warmup.unit} -> {train_cfg.global_batch_size} rows over the first "
+            f"{warmup.warmup_steps} steps" if warmup.active else "")
     loop.console(f"{loop_console}; {how}; compiled the train step in {compile_seconds:.1f}s; "
-                 f"starting at step {start_step} of {train_cfg.num_steps}")
+                 f"starting at step {start_step} of {train_cfg.num_steps}{ramp}")
 
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
     step = start_step
-    batches = loop.input(train_data.batches(start_batch=start_step))
+    batches = loop.input(train_data.batches(start_step))
     try:
         while step < train_cfg.num_steps:
+            rows = warmup.rows(step)
+            if rows not in compiled:
+                with loop.paused(), sharding.activate(mesh):
+                    compiled[rows], seconds = compile_for(rows)
+                loop.console(f"step {step}: the batch grows to {rows} rows; compiled its step in {seconds:.1f}s")
             batch = trainer.global_batch(loop.next_batch(batches, step, state), mesh)
             with sharding.activate(mesh):
-                state, metrics = step_fn(state, batch, step_inputs)
+                state, metrics = compiled[rows](state, batch, step_inputs)
             step += 1
-            loop.record(step, metrics, state)
+            loop.record(step, metrics, state, sequences=rows)
             if loop.is_eval_step(step):
                 with loop.paused():
                     results = {**evaluate(eval_fn, state.params, eval_batches, mesh, task.loss_terms), **guesses}

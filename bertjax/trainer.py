@@ -381,8 +381,9 @@ class Loop:
       checkpoints) is not counted in the throughput.
     save(step, state, extra_meta): a checkpoint when due (`checkpointer`'s interval, or the
       last step), and on SIGTERM a forced one, then TrainingStopped.
-    The logged sequences/s counts `sequences_per_step`: rows in pre-training (packed or not),
-    examples in fine-tuning (with packed rows, an epoch's average number per step).
+    The logged sequences/s counts `sequences_per_step`, or each step's own `sequences` passed
+    to `record` (a growing batch): rows in pre-training (packed or not), examples in
+    fine-tuning (with packed rows, an epoch's average number per step).
     """
 
     def __init__(self, *, workdir: str, checkpointer, saved_config: dict, num_steps: int, start_step: int,
@@ -404,21 +405,25 @@ class Loop:
         self.watcher = preemption.PreemptionWatcher()
         self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []
+        self.pending_sequences = 0.0
         self.window_start, self.window_paused = time.perf_counter(), 0.0
         self.last: dict[str, float] = {}
 
     def console(self, line: str) -> None:
         self.progress.line(line)
 
-    def record(self, step: int, metrics: dict[str, jax.Array], state: TrainState) -> None:
+    def record(self, step: int, metrics: dict[str, jax.Array], state: TrainState,
+               sequences: float | None = None) -> None:
         self.pending.append(metrics)
+        self.pending_sequences += self.sequences_per_step if sequences is None else sequences
         self.progress.advance(step)
         if step % self.log_every and step != self.num_steps:
             return
         fetched = jax.device_get(self.pending)
         seconds = (time.perf_counter() - self.window_start - self.window_paused) / len(self.pending)
         last = {name: float(np.mean([m[name] for m in fetched])) for name in fetched[0]}
-        last.update(self.fixed_metrics, step_time=seconds, sequences_per_second=self.sequences_per_step / seconds)
+        last.update(self.fixed_metrics, step_time=seconds,
+                    sequences_per_second=self.pending_sequences / len(self.pending) / seconds)
         if self.tokens_per_sequence:
             last["tokens_per_second"] = last["sequences_per_second"] * self.tokens_per_sequence
         if self.flops_per_sequence:
@@ -434,7 +439,8 @@ class Loop:
             eta = f" ETA {console.format_duration(eta)}" if eta is not None else ""
             self.console(f"step {step}/{self.num_steps} {shown} lr {last['learning_rate']:.2e} "
                          f"gnorm {last['grad_norm']:.2f} {rate}{mfu}{eta}")
-        self.pending, self.window_start, self.window_paused = [], time.perf_counter(), 0.0
+        self.pending, self.pending_sequences = [], 0.0
+        self.window_start, self.window_paused = time.perf_counter(), 0.0
         self.last.update(last)
         worst, skipped = jax.device_get((state.worst_bad_run, state.skipped_steps))
         if worst >= self.max_consecutive_bad_steps:

@@ -15,7 +15,12 @@ The argument may add options after the preset, comma separated:
                                     full rows (documents end to end, [SEP] between, cut at
                                     max_seq_length: no padding), 30% of tokens masked (80/10/10
                                     kept), warmup-stable-decay (1-sqrt over the last 10%), AdamW
-                                    with bias correction; any preset takes it
+                                    with bias correction; any preset takes it. Its further
+                                    switches, off by default: attention within each document of
+                                    a row (--config.data.full_rows_attention=document),
+                                    StableAdamW (--config.train.optimizer=stable_adamw) and
+                                    batch-size warmup (--config.train.batch_warmup_start=<rows>
+                                    --config.train.batch_warmup_steps=<steps>)
   configs/pretrain.py:modernbert-base,modern,long
                                     the context extension: continue a shorter run (pass
                                     --config.init_checkpoint=<its workdir>) at the model's
@@ -113,6 +118,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.train.decay_fraction = 0.1      # schedule=wsd: the last share of steps, decaying to 0
     config.train.decay_shape = "linear"    # schedule=wsd: linear | 1-sqrt
     config.train.grad_accum_steps = 1          # micro-batches per optimizer step
+    config.train.batch_warmup_start = 0        # > 0: the first steps' global batch, growing linearly to
+    config.train.batch_warmup_steps = 0        # global_batch_size over these steps (bertjax/batch_warmup.py)
     config.train.log_every = 100
     config.train.eval_every = 500 if small else 10_000   # 0 disables evaluation
     config.train.eval_batches = 10
