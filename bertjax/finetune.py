@@ -43,7 +43,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer
 from bertjax.inference import model_source
-from bertjax.models import BertConfig, FrozenEncoder, feature_head_names, stack_layers
+from bertjax.models import BertConfig, FrozenEncoder, stack_layers
 from bertjax.models import config as bert_config
 from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
 from bertjax.tasks import batching, feature_cache, packing
@@ -201,11 +201,11 @@ def training_batches(config: ml_collections.ConfigDict, train: Split,
 
 
 def pretrained_params(config: ml_collections.ConfigDict, source: model_source.ModelSource, bert: BertConfig,
-                      task: Task) -> dict[str, Any]:
-    """The encoder of config.init_checkpoint (and its task head, feature-based parts included,
-    with config.reuse_head)."""
+                      model_params: dict[str, Any]) -> dict[str, Any]:
+    """The encoder of config.init_checkpoint (and with config.reuse_head every other part of the
+    task model `model_params` has: its head, feature-based and token-transform parts included)."""
     loaded = source.load_params()
-    wanted = ("bert", *task.head_names, *feature_head_names(bert)) if config.reuse_head else ("bert",)
+    wanted = tuple(model_params) if config.reuse_head else ("bert",)
     missing = [name for name in wanted if name not in loaded]
     if missing:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has no {missing} weights "
@@ -243,7 +243,7 @@ def _host(tree: Any) -> Any:
 # What a frozen encoder's cached outputs do not depend on (the head's settings, and dropout,
 # which a frozen encoder does not apply): runs that differ only in these share a cache.
 _HEAD_ONLY_FIELDS = ("feature_combine", "tagging_head", "lstm_hidden_size", "hidden_dropout_prob",
-                     "attention_probs_dropout_prob")
+                     "attention_probs_dropout_prob", "token_transform")
 
 
 def cache_directory(config: ml_collections.ConfigDict, workdir: str) -> str:
@@ -482,7 +482,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
                                                    async_save=False)
-    pretrained = (lambda: pretrained_params(config, source, bert, task)) if source else None
+    pretrained = (lambda: pretrained_params(config, source, bert, abstract.params)) if source else None
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,

@@ -83,7 +83,7 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
 
     state, how = trainer.initial_state(None, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh,
-                                       pretrained=lambda: finetune.pretrained_params(config, source, bert, task),
+                                       pretrained=lambda: finetune.pretrained_params(config, source, bert, abstract.params),
                                        pretrained_source=config.init_checkpoint)
     assert "initialised ['bert']" in how
     _, saved = load_pretrained(config.init_checkpoint)

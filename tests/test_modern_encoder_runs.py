@@ -111,7 +111,9 @@ def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
 @pytest.mark.parametrize("task", ["ner", "squad", "choice"])
 def test_every_other_family_fine_tunes_a_hugging_face_modernbert(task, tmp_path):
     """Tagging, span QA (v2.0, windows over contexts beyond the attention window) and multiple
-    choice: a few steps from ModernBertForMaskedLM, then predict answers every input."""
+    choice: a few steps from ModernBertForMaskedLM, then predict answers every input. Tagging and
+    span QA have ModernBERT's token transform, export to ModernBertForTokenClassification /
+    ModernBertForQuestionAnswering and predict the same from there."""
     import json
 
     from configs import finetune as finetune_config
@@ -144,3 +146,23 @@ def test_every_other_family_fine_tunes_a_hugging_face_modernbert(task, tmp_path)
     assert model.bert.attention_window == 16 and model.tokenizer.kind == "huggingface"
     answers = model.predict(inputs)
     assert len(answers) == len(inputs) and all(answer for answer in answers)
+    if task == "choice":
+        return
+    from bertjax.inference import model_source
+    from bertjax.models import convert
+
+    source = model_source.resolve(str(tmp_path / "run"))
+    params = source.load_params()
+    assert {"token_transform", "token_transform_norm"} <= set(params)
+    convert.export_huggingface(source.bert, params, str(tmp_path / "hf"), source.tokenizer_spec["path"],
+                               architecture=model_source.hf_architecture(source.task_info),
+                               label_names=source.task_info.get("label_names"))
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert written["architectures"] == [{"ner": "ModernBertForTokenClassification",
+                                         "squad": "ModernBertForQuestionAnswering"}[task]]
+    _, loaded = convert.load_pretrained(str(tmp_path / "hf"))
+    for head in ("token_transform", "token_transform_norm", "classifier" if task == "ner" else "qa_outputs"):
+        for a, b in zip(jax_leaves(params[head]), jax_leaves(loaded[head])):
+            np.testing.assert_array_equal(a, b)
+    if task == "ner":  # (Hugging Face's QA class records no SQuAD 2.0: its answers follow v1.1's rules)
+        assert bertjax.load_model(str(tmp_path / "hf")).predict(inputs) == answers

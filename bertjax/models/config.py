@@ -28,7 +28,8 @@ ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_at
 # run with a larger theta continues from the shorter one's weights).
 ROPE_FIELDS = ("rope_theta", "local_rope_theta")
 # Fields a checkpoint also records, used when the config leaves them unset.
-_INHERITED_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", *ROPE_FIELDS)
+_INHERITED_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "token_transform",
+                     *ROPE_FIELDS)
 
 # (layers, hidden, heads, intermediate) of the released models (google-research/bert's README).
 PRESETS: dict[str, tuple[int, int, int, int]] = {
@@ -43,7 +44,7 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
 MODERN_ARCHITECTURE: dict[str, Any] = dict(
     position_embedding="rope", rope_theta=160_000.0, local_rope_theta=10_000.0, attention_window=128,
     global_attention_every=3, norm_placement="pre", use_bias=False, norm_bias=False, gated_mlp=True,
-    pooler="cls", type_vocab_size=0, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
+    pooler="cls", token_transform=True, type_vocab_size=0, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0, max_position_embeddings=8192, vocab_size=50368)
 MODERN_PRESETS: dict[str, tuple[int, int, int, int]] = {
     "modernbert-tiny": (4, 128, 2, 192),   # CPU tests: one global, two local, one global layer
@@ -84,7 +85,10 @@ class BertConfig:
     layers' and norms' biases (task classifiers always have one); `gated_mlp` (GeGLU with
     "gelu", SwiGLU with "silu": act(x W) * (x V)); `pooler` "tanh" (BERT's dense + tanh of
     [CLS]) or "cls" / "mean" (ModernBERT's head: dense, activation, norm over [CLS] or the
-    mean of the real tokens); `type_vocab_size` 0 for no segment embeddings. Presets
+    mean of the real tokens); `token_transform`: the tagging and span-QA heads put ModernBERT's
+    dense, activation, norm over every token before their output layer (its
+    ModernBertForTokenClassification / ModernBertForQuestionAnswering head; BERT's have none);
+    `type_vocab_size` 0 for no segment embeddings. Presets
     "modernbert-base" / "-large" (and "-tiny", "-mini" for CPUs) set them all (MODERN_ARCHITECTURE).
     """
 
@@ -120,6 +124,7 @@ class BertConfig:
     norm_bias: bool = True
     gated_mlp: bool = False
     pooler: str = "tanh"
+    token_transform: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -134,7 +139,7 @@ class BertConfig:
         if self.attention_window % 2:
             raise ValueError(f"BertConfig.attention_window must be even (w // 2 keys each side), "
                              f"got {self.attention_window}")
-        for name in ("use_bias", "norm_bias", "gated_mlp"):
+        for name in ("use_bias", "norm_bias", "gated_mlp", "token_transform"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"BertConfig.{name} must be a bool, got {getattr(self, name)!r}")
         self._check_choice("position_embedding", POSITION_EMBEDDINGS)

@@ -33,7 +33,7 @@ import numpy as np
 
 from bertjax.models.bert import unstack_layers
 from bertjax.models.config import BertConfig
-from bertjax.models.heads import FEATURE_HEADS
+from bertjax.models.heads import FEATURE_HEADS, TOKEN_TRANSFORM
 from bertjax.runtime import fileio
 
 HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
@@ -366,10 +366,13 @@ def _param_heads(params: dict[str, Any], config: BertConfig, export: str = "") -
     they are and checks the encoder's shapes only (none is listed); `export` (the caller's
     name) makes it an error instead.
     """
-    unknown = sorted(set(params) - {"bert", *HEADS, *FEATURE_HEADS})
+    unknown = sorted(set(params) - {"bert", *HEADS, *FEATURE_HEADS, *TOKEN_TRANSFORM})
     if unknown:
         raise ValueError(f"params have unknown top-level entries {unknown}; expected 'bert' and some of "
-                         f"{HEADS + FEATURE_HEADS}")
+                         f"{HEADS + FEATURE_HEADS + TOKEN_TRANSFORM}")
+    if export and TOKEN_TRANSFORM[0] in params and not is_modern(config):
+        raise ValueError(f"{export}: the head's token transform (config.token_transform) is ModernBERT's; no BERT "
+                         "class has it")
     if config.feature_based and set(params) != {"bert"}:
         if export:
             raise ValueError(f"{export}: the task head {sorted(set(params) - {'bert'})} reads features "
@@ -387,10 +390,16 @@ def _param_heads(params: dict[str, Any], config: BertConfig, export: str = "") -
 
 _MODERN_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu"}
-MODERNBERT_ARCHITECTURES = {"ModernBertModel": (), "ModernBertForMaskedLM": ("mlm",),
-                         "ModernBertForSequenceClassification": ("classifier",)}
+# Each class -> (the bertjax heads it holds, whether its head runs over every token: "head.dense"
+# and "head.norm" are then config.token_transform's params, else bertjax's pooler).
+MODERNBERT_ARCHITECTURES = {"ModernBertModel": ((), False), "ModernBertForMaskedLM": (("mlm",), False),
+                            "ModernBertForSequenceClassification": (("classifier",), False),
+                            "ModernBertForTokenClassification": (("classifier",), True),
+                            "ModernBertForQuestionAnswering": (("qa_outputs",), True)}
 _MODERN_FOR_BERT = {"BertModel": "ModernBertModel", "BertForMaskedLM": "ModernBertForMaskedLM",
-                    "BertForSequenceClassification": "ModernBertForSequenceClassification"}
+                    "BertForSequenceClassification": "ModernBertForSequenceClassification",
+                    "BertForTokenClassification": "ModernBertForTokenClassification",
+                    "BertForQuestionAnswering": "ModernBertForQuestionAnswering"}
 # Hugging Face fuses some products bertjax keeps apart: name -> the bertjax parts, in order.
 _FUSED = {"attn.Wqkv": ("query", "key", "value"), "mlp.Wi": ("intermediate", "intermediate_gate")}
 
@@ -438,7 +447,8 @@ def modernbert_config(values: dict[str, Any], source: str = "config.json") -> Be
         initializer_range=values.get("initializer_range", 0.02), layer_norm_eps=values.get("norm_eps", 1e-5),
         position_embedding="rope", rope_theta=float(global_theta), local_rope_theta=float(local_theta),
         attention_window=window, global_attention_every=every, norm_placement="pre", use_bias=bias,
-        norm_bias=values.get("norm_bias", False), gated_mlp=True, pooler=values.get("classifier_pooling", "cls"))
+        norm_bias=values.get("norm_bias", False), gated_mlp=True, pooler=values.get("classifier_pooling", "cls"),
+        token_transform=True)
 
 
 def modernbert_hf_config(config: BertConfig) -> dict[str, Any]:
@@ -464,9 +474,12 @@ def modernbert_hf_config(config: BertConfig) -> dict[str, Any]:
             "tie_word_embeddings": True}
 
 
-def modernbert_variable_table(config: BertConfig, heads: tuple[str, ...] = (), num_labels: int = 2) -> list[Variable]:
+def modernbert_variable_table(config: BertConfig, heads: tuple[str, ...] = (), num_labels: int = 2,
+                              token_level: bool = False) -> list[Variable]:
     """ModernBERT's variables (Hugging Face names without the "model." prefix; a fused product's
-    parts as "<name>#<k>", see _FUSED), plus `heads` ("mlm", "classifier")."""
+    parts as "<name>#<k>", see _FUSED), plus `heads` ("mlm", "classifier", "qa_outputs"): a
+    "classifier" over the pooler, or with `token_level` over every token (token classification),
+    as "qa_outputs" always is, both after the token transform ("head.dense", "head.norm")."""
     h, i_size, v = config.hidden_size, config.intermediate_size, config.vocab_size
 
     def linear(path, hf, n_in, n_out, bias=config.use_bias, part=""):
@@ -495,8 +508,14 @@ def modernbert_variable_table(config: BertConfig, heads: tuple[str, ...] = (), n
     if "mlm" in heads:
         table += linear(("mlm", "transform"), "head.dense", h, h) + norm(("mlm", "transform_norm"), "head.norm")
         table.append(Variable(("mlm", "output_bias"), (v,), "decoder.bias", ""))
-    if "classifier" in heads:  # ModernBERT's classification head is bertjax's pooler
-        table += _modern_pooler(config) + linear(("classifier",), "classifier", h, num_labels, bias=True)
+    if token_level:
+        table += linear((TOKEN_TRANSFORM[0],), "head.dense", h, h) + norm((TOKEN_TRANSFORM[1],), "head.norm")
+    elif "classifier" in heads:  # ModernBERT's classification head is bertjax's pooler
+        table += _modern_pooler(config)
+    if "classifier" in heads:
+        table += linear(("classifier",), "classifier", h, num_labels, bias=True)
+    if "qa_outputs" in heads:  # Hugging Face names its start/end layer "classifier" too
+        table += linear(("qa_outputs",), "classifier", h, 2, bias=True)
     return table
 
 
@@ -521,8 +540,9 @@ def _fresh_pooler(config: BertConfig) -> dict[str, Any]:
 def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, dict[str, Any]]:
     """A Hugging Face ModernBERT directory (config.json with model_type "modernbert", model.safetensors)
     -> (config, params): ModernBertModel, ModernBertForMaskedLM (its decoder tied to the
-    embeddings) or ModernBertForSequenceClassification. The first two have no classification
-    head, so bertjax's pooler starts fresh (as Hugging Face initialises a missing head)."""
+    embeddings), ModernBertForSequenceClassification, ModernBertForTokenClassification or
+    ModernBertForQuestionAnswering. All but the sequence classifier have no pooler, so bertjax's
+    starts fresh (as Hugging Face initialises a missing head)."""
     from safetensors.numpy import load
 
     config = modernbert_config(hf_config, fileio.join(path, "config.json"))
@@ -530,7 +550,7 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
     architectures = hf_config.get("architectures") or ["ModernBertModel"]
     if len(architectures) != 1 or architectures[0] not in MODERNBERT_ARCHITECTURES:
         raise ValueError(f"{file}: architectures {architectures} is not one of {sorted(MODERNBERT_ARCHITECTURES)}")
-    heads = MODERNBERT_ARCHITECTURES[architectures[0]]
+    heads, token_level = MODERNBERT_ARCHITECTURES[architectures[0]]
     tensors = {key.removeprefix("model."): value for key, value in load(fileio.read_bytes(file)).items()}
     decoder = tensors.pop("decoder.weight", None)
     if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.tok_embeddings.weight")):
@@ -540,16 +560,17 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
             for k, part in enumerate(np.split(tensors.pop(name), len(parts))):
                 tensors[f"{name}#{k}"] = part
     num_labels = tensors["classifier.bias"].shape[0] if "classifier.bias" in tensors else 2
-    params = _gather(modernbert_variable_table(config, heads, num_labels), tensors, "hf", file)
-    if "classifier" not in heads:
+    params = _gather(modernbert_variable_table(config, heads, num_labels, token_level), tensors, "hf", file)
+    if heads != ("classifier",) or token_level:
         params["bert"].update(_fresh_pooler(config))
     return config, params
 
 
 def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, architecture: str | None = None,
                       label_names: list[str] | None = None, tokenizer_path: str | None = None) -> None:
-    """Writes a bertjax modern encoder (and its "mlm" or "classifier" head) in the Hugging Face
-    ModernBERT layout: config.json + model.safetensors (the MLM decoder tied, not stored), and
+    """Writes a bertjax modern encoder (and its "mlm", "classifier" or "qa_outputs" head; a
+    "classifier" after the token transform is a token classifier) in the Hugging Face ModernBERT
+    layout: config.json + model.safetensors (the MLM decoder tied, not stored), and
     the tokenizer.json at `tokenizer_path` if given. A pre-training run's NSP head and pooler
     have no place in ModernBertForMaskedLM: they are left out, with a warning."""
     hf_config = modernbert_hf_config(config)
@@ -559,17 +580,19 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
                         "the run's 'nsp' head and pooler are not written")
         params.pop("nsp")
     heads, num_labels = _param_heads(params, config, "export_huggingface")
-    if set(heads) - {"mlm", "classifier"} or len(heads) > 1:
-        raise ValueError(f"export_huggingface: ModernBERT's Hugging Face classes hold one masked-LM or "
-                         f"classification head, not {list(heads)}")
+    token_level = TOKEN_TRANSFORM[0] in params
+    if len(heads) > 1 or (token_level and not heads) or (heads == ("qa_outputs",) and not token_level):
+        raise ValueError(f"export_huggingface: ModernBERT's Hugging Face classes hold one masked-LM, classification, "
+                         f"token-classification or question-answering head, not {sorted(set(params) - {'bert'})}")
+    held = (heads, token_level)
     architecture = _MODERN_FOR_BERT.get(architecture, architecture) or next(
-        name for name, held in MODERNBERT_ARCHITECTURES.items() if held == heads)
-    if MODERNBERT_ARCHITECTURES.get(architecture) != heads:
-        raise ValueError(f"export_huggingface: architecture {architecture!r} does not hold the heads {list(heads)}; "
-                         f"expected one of {sorted(MODERNBERT_ARCHITECTURES)}")
+        name for name, classes_heads in MODERNBERT_ARCHITECTURES.items() if classes_heads == held)
+    if MODERNBERT_ARCHITECTURES.get(architecture) != held:
+        raise ValueError(f"export_huggingface: architecture {architecture!r} does not hold the heads "
+                         f"{sorted(set(params) - {'bert'})}; expected one of {sorted(MODERNBERT_ARCHITECTURES)}")
     prefix = "model." if heads else ""
     tensors = {}
-    for var in modernbert_variable_table(config, heads, num_labels):
+    for var in modernbert_variable_table(config, heads, num_labels, token_level):
         value = np.asarray(_get(params, var.path, "export_huggingface"), dtype=np.float32)
         name = prefix + var.hf if var.path[0] == "bert" and not var.hf.startswith("head.") else var.hf
         tensors[name] = value.T if var.hf_transposed else value

@@ -42,14 +42,10 @@ from bertjax.sharding import Axis
 
 Array = jax.Array
 
-# Top-level params a feature-based head adds beside its classifier (see `feature_head_names`).
+# Top-level params a feature-based head adds beside its classifier.
 FEATURE_HEADS = ("feature_mix", "bilstm")
-
-
-def feature_head_names(config: BertConfig) -> tuple[str, ...]:
-    """The FEATURE_HEADS a fine-tuning model built from `config` has."""
-    return ((("feature_mix",) if config.feature_combine == "weighted_sum" else ())
-            + (("bilstm",) if config.tagging_head == "bilstm" else ()))
+# The token-level transform of the tagging and span-QA heads (config.token_transform).
+TOKEN_TRANSFORM = ("token_transform", "token_transform_norm")
 
 
 class ScalarMix(nn.Module):
@@ -235,6 +231,16 @@ class MaskedLMHead(nn.Module):
         return decoder(hidden) + bias.astype(config.dtype)
 
 
+def token_transform(config: BertConfig, sequence: Array) -> Array:
+    """With config.token_transform, ModernBERT's prediction head over every token <dtype>[B, S, F]
+    -> [B, S, H]: dense, activation, norm (params "token_transform", "token_transform_norm" of
+    the calling task model's compact method); else `sequence` as it is."""
+    if not config.token_transform:
+        return sequence
+    sequence = dense(config, config.hidden_size, (Axis.EMBED, Axis.MLP), TOKEN_TRANSFORM[0])(sequence)
+    return layer_norm(config, TOKEN_TRANSFORM[1])(activation(config.hidden_act)(sequence))
+
+
 def gather_positions(sequence: Array, positions: Array) -> Array:
     """<T>[B, S, H] and <int>[B, P] -> <T>[B, P, H]: the hidden states at the given positions."""
     return jnp.take_along_axis(sequence, positions[:, :, None].astype(jnp.int32), axis=1)
@@ -378,7 +384,8 @@ def classification_loss(logits: Array, labels: Array) -> tuple[Array, dict]:
 
 class BertForTokenClassification(nn.Module):
     """Dropout + dense on every token -> <dtype>[B, S, num_labels]; with config.tagging_head
-    "bilstm", a two-layer BiLSTM ("bilstm") over the features first.
+    "bilstm", a two-layer BiLSTM ("bilstm") over the features first; with
+    config.token_transform, ModernBERT's dense, activation, norm before the dropout.
 
     Packed rows (several sentences per row; see BertEncoder; linear head only) also pass
     position_ids, sequence_ids <int>[B, S] and cls_positions <int>[B, K].
@@ -397,6 +404,7 @@ class BertForTokenClassification(nn.Module):
             if sequence_ids is not None:
                 raise ValueError("the BiLSTM tagging head reads whole rows: packed rows need tagging_head 'linear'")
             sequence = BiLSTM(self.config, name="bilstm")(sequence, attention_mask)
+        sequence = token_transform(self.config, sequence)
         sequence = Dropout(self.config.hidden_dropout_prob)(sequence, deterministic=deterministic)
         return dense(self.config, self.num_labels, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(sequence)
 
@@ -418,7 +426,8 @@ def token_classification_loss(logits: Array, labels: Array, label_weights: Array
 
 
 class BertForQuestionAnswering(nn.Module):
-    """Start and end logits over the sequence: two <f32>[B, S]; padding gets a large negative."""
+    """Start and end logits over the sequence: two <f32>[B, S]; padding gets a large negative.
+    With config.token_transform, ModernBERT's dense, activation, norm on every token first."""
 
     config: BertConfig
 
@@ -427,6 +436,7 @@ class BertForQuestionAnswering(nn.Module):
                  frozen_encoder=False, encoded=None):
         sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder,
                                        encoded)
+        sequence = token_transform(self.config, sequence)
         logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "qa_outputs", bias=True)(sequence).astype(jnp.float32)
         if attention_mask is not None:
             logits = jnp.where(attention_mask[..., None].astype(bool), logits, -1e9)

@@ -29,8 +29,10 @@ def family_of_task(task: str) -> Family:
 
 
 def family_of_architecture(architecture: str) -> Family | None:
-    """The family whose Hugging Face class is `architecture` (BertFor<Task>), or None."""
-    return next((family for family in FAMILIES.values() if family.hf_architecture == architecture), None)
+    """The family whose Hugging Face class is `architecture` (BertFor<Task>, or ModernBERT's
+    ModernBertFor<Task>), or None."""
+    bert_class = architecture.removeprefix("Modern")
+    return next((family for family in FAMILIES.values() if family.hf_architecture == bert_class), None)
 
 
 def load_task(config, tokenizer):

@@ -14,11 +14,14 @@ with a byte-level BPE `tokenizer.json` in ModernBERT's form ([CLS] $A [SEP] temp
 tokens) trained on a few sentences:
   masked_lm/    ModernBertForMaskedLM (4 layers of 32, window 16: global, local, local, global)
   classifier/   ModernBertForSequenceClassification, 3 labels, mean pooling
+  token_classifier/    ModernBertForTokenClassification, 5 labels
+  question_answering/  ModernBertForQuestionAnswering
   reference.npz for inputs `{short,long}_input_ids`, `{short,long}_attention_mask` <int32>[2, S]
                 (S = 12, inside the window, and 40, beyond it; the second row padded):
                 `{short,long}_hidden_states` [5, 2, S, 32] (embeddings, then each layer, the last
                 after the final norm), `{short,long}_mlm_logits` [2, S, V],
-                `{short,long}_class_logits` [2, 3], and `versions`.
+                `{short,long}_class_logits` [2, 3], `{short,long}_token_logits` [2, S, 5],
+                `{short,long}_start_logits` and `_end_logits` [2, S], and `versions`.
 """
 
 import os
@@ -49,6 +52,15 @@ def tokenizer() -> tokenizers.Tokenizer:
     return bpe
 
 
+def perturb(*models) -> None:
+    """Norms and biases away from their initial 1 and 0, so that a missed one shows."""
+    with torch.no_grad():
+        for model in models:
+            for name, param in model.named_parameters():
+                if "norm" in name or name.endswith("bias"):
+                    param.add_(torch.randn_like(param) * 0.1)
+
+
 def main():
     torch.manual_seed(0)
     bpe = tokenizer()
@@ -61,11 +73,12 @@ def main():
     masked_lm = transformers.ModernBertForMaskedLM(config).eval()
     classifier = transformers.ModernBertForSequenceClassification(
         transformers.ModernBertConfig(**{**config.to_dict(), "num_labels": 3, "classifier_pooling": "mean"})).eval()
-    with torch.no_grad():  # norms and biases away from their initial 1 and 0, so that a missed one shows
-        for model in (masked_lm, classifier):
-            for name, param in model.named_parameters():
-                if "norm" in name or name.endswith("bias"):
-                    param.add_(torch.randn_like(param) * 0.1)
+    perturb(masked_lm, classifier)
+    # Made after the first two are final, so that adding them left those (and their outputs) as they were.
+    token_classifier = transformers.ModernBertForTokenClassification(
+        transformers.ModernBertConfig(**{**config.to_dict(), "num_labels": 5})).eval()
+    question_answering = transformers.ModernBertForQuestionAnswering(config).eval()
+    perturb(token_classifier, question_answering)
     reference = {"versions": np.array(f"torch {torch.__version__}, transformers {transformers.__version__}")}
     rng = np.random.default_rng(0)
     for name, length in (("short", 12), ("long", 40)):
@@ -78,10 +91,15 @@ def main():
         with torch.no_grad():
             out = masked_lm(**inputs, output_hidden_states=True)
             reference[f"{name}_class_logits"] = classifier(**inputs).logits.numpy()
+            reference[f"{name}_token_logits"] = token_classifier(**inputs).logits.numpy()
+            spans = question_answering(**inputs)
+            reference[f"{name}_start_logits"] = spans.start_logits.numpy()
+            reference[f"{name}_end_logits"] = spans.end_logits.numpy()
         reference.update({f"{name}_input_ids": input_ids, f"{name}_attention_mask": mask,
                           f"{name}_hidden_states": torch.stack(out.hidden_states).numpy(),
                           f"{name}_mlm_logits": out.logits.numpy()})
-    for folder, model in (("masked_lm", masked_lm), ("classifier", classifier)):
+    for folder, model in (("masked_lm", masked_lm), ("classifier", classifier),
+                          ("token_classifier", token_classifier), ("question_answering", question_answering)):
         model.save_pretrained(os.path.join(OUT, folder))
         bpe.save(os.path.join(OUT, folder, "tokenizer.json"))
     np.savez_compressed(os.path.join(OUT, "reference.npz"), **reference)

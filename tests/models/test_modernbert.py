@@ -1,5 +1,6 @@
 """The modern encoder (ModernBERT) as BertConfig switches: parity with Hugging Face's
-ModernBertForMaskedLM / ModernBertForSequenceClassification (reference outputs stored by
+ModernBertForMaskedLM / ModernBertForSequenceClassification / ModernBertForTokenClassification /
+ModernBertForQuestionAnswering (reference outputs stored by
 make_modernbert_reference.py), export back to that layout, the attention forms against each
 other, packing, and the switches' validation."""
 
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from bertjax.models import BertConfig, BertEncoder, BertForSequenceClassification, convert
+from bertjax.models import (BertConfig, BertEncoder, BertForQuestionAnswering, BertForSequenceClassification,
+                            BertForTokenClassification, convert)
 from bertjax.models.bert import BertSelfAttention
 from bertjax.models.heads import MaskedLMHead
 
@@ -56,13 +58,32 @@ def test_hugging_face_modernbert_classifier_imports_with_parity(length):
     np.testing.assert_allclose(np.asarray(logits), REFERENCE[f"{length}_class_logits"], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("model", ["masked_lm", "classifier"])
+@pytest.mark.parametrize("length", ["short", "long"])
+def test_hugging_face_modernbert_token_heads_import_with_parity(length):
+    """Token classification and span QA: ModernBERT's dense, activation, norm over every token
+    (config.token_transform) before the output layer, which for QA Hugging Face calls "classifier"."""
+    inputs = (jnp.asarray(REFERENCE[f"{length}_input_ids"]), None, jnp.asarray(REFERENCE[f"{length}_attention_mask"]))
+    real = REFERENCE[f"{length}_attention_mask"].astype(bool)
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "token_classifier"))
+    assert config.token_transform and sorted(params) == ["bert", "classifier", "token_transform",
+                                                         "token_transform_norm"]
+    logits = BertForTokenClassification(config, num_labels=5).apply({"params": params}, *inputs)
+    np.testing.assert_allclose(np.asarray(logits)[real], REFERENCE[f"{length}_token_logits"][real], atol=1e-4, rtol=0)
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "question_answering"))
+    assert sorted(params) == ["bert", "qa_outputs", "token_transform", "token_transform_norm"]
+    start, end = BertForQuestionAnswering(config).apply({"params": params}, *inputs)
+    for got, name in ((start, "start"), (end, "end")):
+        np.testing.assert_allclose(np.asarray(got)[real], REFERENCE[f"{length}_{name}_logits"][real], atol=1e-4,
+                                   rtol=0)
+
+
+@pytest.mark.parametrize("model", ["masked_lm", "classifier", "token_classifier", "question_answering"])
 def test_modernbert_exports_back_to_the_same_files(model, tmp_path):
     """Import, export: the same tensors under the same names, and a config.json that reads back
     to the same BertConfig with the Hugging Face keys that decide the maths."""
     source = os.path.join(HF_DIR, model)
     config, params = convert.load_pretrained(source)
-    label_names = ["a", "b", "c"] if model == "classifier" else None
+    label_names = {"classifier": ["a", "b", "c"], "token_classifier": list("vwxyz")}.get(model)
     convert.export_huggingface(config, params, str(tmp_path), label_names=label_names)
     original, exported = load_file(os.path.join(source, "model.safetensors")), load_file(tmp_path / "model.safetensors")
     original.pop("decoder.weight", None)  # tied: transformers stores it or not by version
