@@ -347,11 +347,15 @@ class Programs:
         self.ahead.close()  # the compilations not started are dropped
 
 
-def eval_keys(task: Task, batch_size: int, buckets: list[int]) -> list[tuple]:
-    """The evaluation programs the run needs, split by split, shortest first."""
+def eval_keys(task: Task, batch_size: int, buckets: list[int],
+              caches: dict[str, feature_cache.FeatureCache]) -> list[tuple]:
+    """The evaluation programs the run needs, split by split, shortest first (`caches`: the
+    splits' cached features, by split name, when the encoder is frozen)."""
     keys = []
     for split in task.eval_splits + task.test_splits:
-        first, _ = next(batching.eval_batches(split, batch_size, buckets))
+        first, real = next(batching.eval_batches(split, batch_size, buckets))
+        if split.name in caches:
+            first = caches[split.name].add_to_eval_batch(first, real)
         keys += [("eval", _batch_key(_abstract_batch(first, batch_size, length)))
                  for length in batching.eval_lengths(split, batch_size, buckets)]
     return keys
@@ -366,6 +370,7 @@ class Evaluator:
     programs: Programs
     batch_size: int
     buckets: list[int]
+    caches: dict[str, feature_cache.FeatureCache]  # by split name: a frozen encoder's cached features
 
     def run_split(self, params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
@@ -378,6 +383,8 @@ class Evaluator:
             for index, (batch, real) in enumerate(batching.eval_batches(split, self.batch_size, self.buckets),
                                                   start=1):
                 progress.advance(index)
+                if split.name in self.caches:
+                    batch = self.caches[split.name].add_to_eval_batch(batch, real)
                 host_rows = {name: value[rows] for name, value in batch.items()}
                 eval_step, _, _ = self.programs.take(("eval", _batch_key(batch)))
                 sums, counts, predictions = _host(eval_step(params, trainer.global_batch(host_rows, mesh)))
@@ -505,34 +512,40 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     loop.console(_run_summary(task, train_cfg, train_batches, bool(config.data.pack_examples), how, frozen,
                               start_step))
 
-    # -- A frozen encoder runs once, over the training split; the steps read what it gave. --
-    cache = None
+    # -- A frozen encoder runs once over each split; the steps and evaluations read what it
+    #    gave (evaluation's from float32 products, as it evaluates without a cache). --
+    caches: dict[str, feature_cache.FeatureCache] = {}
     if frozen and config.train.cache_features:
         with clock.phase("cache features"):
-            cache, message = cached_features(
-                config, workdir, task.train, bert, tasks.family_of_task(config.task).reads_tokens,
-                state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, source)
-        loop.console(message)
-        example = {**example, **cache.gather(train_batches.examples(0), example["input_ids"].shape[-1])}
+            for split in [task.train, *task.eval_splits, *task.test_splits]:
+                encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")
+                caches[split.name], message = cached_features(
+                    config, workdir, split, encoder_config, tasks.family_of_task(config.task).reads_tokens,
+                    state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, source)
+                loop.console(f"{split.name}: {message}")
+        example = {**example, **caches[task.train.name].gather(train_batches.examples(0),
+                                                               example["input_ids"].shape[-1])}
 
     # -- The steps: the train step compiled once per batch shape the batches use, evaluation
     #    (sums and per-row predictions, replicated to every host) once per evaluation shape;
     #    compiled ahead in a background thread, in the order the run needs them. --
-    eval_example, _ = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))  # splits share features
+    eval_example, real = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))  # splits share features
+    if caches:
+        eval_example = caches[task.train.name].add_to_eval_batch(eval_example, real)
     first_epoch = min(train_cfg.num_steps - start_step, train_batches.steps_per_epoch())
     programs = Programs(
         mesh=mesh, abstract=abstract, shardings=shardings, objective=objective, task=task, train_cfg=train_cfg,
         seed=config.seed, frozen=frozen, example=example, eval_example=eval_example,
         order=[*(("train", shape) for shape in train_batches.shape_order(start_step, first_epoch)),
-               *eval_keys(task, eval_batch_size, eval_buckets)])
-    evaluator = Evaluator(task, programs, eval_batch_size, eval_buckets)
+               *eval_keys(task, eval_batch_size, eval_buckets, caches)])
+    evaluator = Evaluator(task, programs, eval_batch_size, eval_buckets, caches)
 
     # -- The loop. --
     best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
     step = start_step
     batches = train_batches.batches(start_batch=start_step)
-    if cache is not None:
-        batches = cache.with_features(batches, train_batches, start_step)
+    if caches:
+        batches = caches[task.train.name].with_features(batches, train_batches, start_step)
     try:
         while step < train_cfg.num_steps:
             batch = next(batches)

@@ -256,22 +256,27 @@ def test_cached_features_train_the_head_as_the_frozen_encoder_does(encoder_run, 
     """Issue 47: the frozen encoder runs once over the training split (tokens kept for tagging
     and span QA, the sentence vector for classification and choice) and every step reads what
     it gave: the head's weights after 4 steps equal those of a run that ran the encoder at
-    every step, head dropout included."""
+    every step, head dropout included; the evaluation splits' features are cached too, and the
+    evaluation's metrics equal the uncached run's."""
     from bertjax import finetune
 
-    trained = {}
+    trained, metrics = {}, {}
     for cache in (True, False):
         config = _frozen_config(task, tmp_path / str(cache), encoder_run, **model)
         config.train.cache_features = cache
         if task == "classification":
             config.data.update(train_file=_pairs_file(tmp_path), eval_file=_pairs_file(tmp_path))
         with MOCKS.get(task, contextlib.nullcontext)():
-            finetune.finetune(config, str(tmp_path / str(cache) / "run"))
+            metrics[cache] = finetune.finetune(config, str(tmp_path / str(cache) / "run"))["best"]["metrics"]
         trained[cache] = _params(str(tmp_path / str(cache) / "run" / "checkpoints"))
         output = "".join(capsys.readouterr())
         assert ("cached the frozen encoder's features in" in output) == cache, output[-2000:]
-    files = list((tmp_path / "True" / "run" / "feature_cache").glob("train-*.bin"))
-    assert len(files) == 1 and files[0].stat().st_size > 0
+    files = list((tmp_path / "True" / "run" / "feature_cache").glob("*.bin"))
+    assert len([f for f in files if f.name.startswith("train-")]) == 1 and all(f.stat().st_size > 0 for f in files)
+    assert len(files) >= 2  # the training split and the evaluation split(s)
+    assert metrics[True].keys() == metrics[False].keys()
+    for name, value in metrics[False].items():
+        assert metrics[True][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
     for head in heads:
         for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(trained[True][head]),
                                 jax.tree.leaves(trained[False][head])):

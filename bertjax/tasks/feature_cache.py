@@ -1,15 +1,18 @@
-"""Features computed once: a frozen encoder's outputs for every training example, stored
-before the first step and read by every step of every epoch (and every run of a sweep).
+"""Features computed once: a frozen encoder's outputs for every example of the training and
+evaluation splits, stored before the first step and read by every step of every epoch, every
+evaluation (and every run of a sweep).
 
 The paper's case for the feature-based approach is that the expensive representation is
 computed once and many cheap task models train on it; a frozen encoder that runs again at
 every step throws that away. With config.train.freeze_encoder (and cache_features, the
-default) fine-tuning runs the encoder once over the training split (`FeatureCache.compute`,
+default) fine-tuning runs the encoder once over each split (`FeatureCache.compute`,
 length-sorted batches as evaluation cuts them), keeps what the head reads of each example
 (`models.heads.encode`: before any head parameter, so a learned layer mix still learns) and
-adds it to each training batch (`gather`), where the head takes it instead of running the
-encoder (`model_inputs`). The maths is the same as running the frozen encoder every step:
-the encoder is deterministic when frozen, the head's dropout still draws its masks.
+adds it to each training and evaluation batch (`gather`, `add_to_eval_batch`), where the head
+takes it instead of running the encoder (`model_inputs`). The maths is the same as running
+the frozen encoder every step: the encoder is deterministic when frozen, the head's dropout
+still draws its masks; the evaluation splits' features come from float32 products, as
+evaluation without a cache computes them.
 
 What is kept per example: for heads that read every token (`Family.reads_tokens`: tagging,
 span QA) each real token's features, rows end to end (<dtype>[T, *tail], T = the split's
@@ -147,6 +150,13 @@ class FeatureCache:
         out = np.asarray(self.values[tokens.reshape(-1)]).reshape(len(examples), length, *self.example_shape)
         out[~real] = 0
         return {CACHED_TOKENS: out}
+
+    def add_to_eval_batch(self, batch: dict[str, np.ndarray], real: np.ndarray) -> dict[str, np.ndarray]:
+        """An `eval_batches` batch of this split (real rows `real`, then padding rows) with each
+        row's kept features; padding rows get the first example's (their weight is 0)."""
+        examples = np.zeros(len(batch["input_ids"]), np.int64)
+        examples[:len(real)] = real
+        return {**batch, **self.gather(examples, batch["input_ids"].shape[-1])}
 
     def with_features(self, batches: Iterator[dict[str, np.ndarray]], train_batches: TrainBatches,
                       start_batch: int) -> Iterator[dict[str, np.ndarray]]:
