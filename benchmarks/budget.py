@@ -13,7 +13,8 @@ rows, warmup-stable-decay, bias-corrected AdamW). A recipe may add config settin
 instead of BERT's.
 
 Each run's step count is its budget times the steps per second a short calibration run of the
-same recipe measured (so every schedule runs to its end), minus start-up. Columns: recipe,
+same recipe measured (so every schedule runs to its end), minus start-up; with batch-size
+warmup, the steps that train on as many rows. Columns: recipe,
 budget, steps, tokens seen (rows x length), held-out masked-LM accuracy at one common masking
 (15%, 80/10/10, single-document rows: comparable across recipes), the downstream dev accuracy
 (best of the grid) and the seconds the pre-training took.
@@ -34,6 +35,8 @@ sys.path.insert(0, ROOT)
 
 from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from absl import app, flags  # noqa: E402
+
+from bertjax.batch_warmup import BatchWarmup  # noqa: E402
 
 _BUDGETS = flags.DEFINE_list("budgets", ["5m", "15m"], "wall-clock pre-training budgets: 90s, 5m, 1h")
 _RECIPES = flags.DEFINE_list("recipes", ["original", "modern"],
@@ -109,11 +112,22 @@ def steps_per_second(recipe: str, workdir: str, data_dir: str, corpus: str, voca
     from bertjax import pretrain
 
     config = recipe_config(recipe, 30, data_dir, corpus, vocab)
-    config.train.log_every = 10
+    config.train.update(log_every=10, batch_warmup_start=0)  # the full batch's rate
     pretrain.train_and_evaluate(config, workdir)
     with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
         times = [json.loads(line)["step_time"] for line in f if '"step_time"' in line]
     return 1.0 / times[-1]
+
+
+def steps_within(recipe: str, full_steps: int, data_dir: str, corpus: str, vocab: str) -> int:
+    """The steps of `recipe` that train on the rows of `full_steps` full batches: more steps with
+    batch-size warmup (its smaller first batches take about their share of a full step's time)."""
+    train = recipe_config(recipe, full_steps, data_dir, corpus, vocab).train
+    warmup = BatchWarmup(train.global_batch_size, train.batch_warmup_start, train.batch_warmup_steps)
+    steps = full_steps
+    while warmup.units_before(steps) < full_steps * warmup.max_units:
+        steps += 1
+    return steps
 
 
 def common_mlm_accuracy(run_dir: str, config, batches: int = 20) -> float:
@@ -174,7 +188,6 @@ def main(argv):
     from benchmarks.tasks import task_files
     from benchmarks.vocabularies import minilm_vocab_path
     from bertjax import pretrain
-    from bertjax.batch_warmup import BatchWarmup
     from bertjax.data.corpora import python_docs
 
     budgets = [(budget, seconds(budget)) for budget in _BUDGETS.value]
@@ -193,7 +206,7 @@ def main(argv):
         rate = steps_per_second(recipe, os.path.join(workdir, f"calibrate_{folder}"), data_dir, corpus, vocab)
         for budget, limit in budgets:
             run_dir = os.path.join(workdir, f"{folder}_{budget}")
-            steps = max(10, int(rate * limit * 0.95))
+            steps = steps_within(recipe, max(10, int(rate * limit * 0.95)), data_dir, corpus, vocab)
             config = recipe_config(recipe, steps, data_dir, corpus, vocab)
             start = time.perf_counter()
             pretrain.train_and_evaluate(config, run_dir)

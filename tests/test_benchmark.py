@@ -105,13 +105,15 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     assert len(ends) == 2 and lines[header - 1] == ends[1]
 
 
-MODERN_VARIANT = "modern:train.optimizer=stable_adamw:data.full_rows_attention=document"
+MODERN_VARIANT = ("modern:train.optimizer=stable_adamw:data.full_rows_attention=document"
+                  ":train.batch_warmup_start=4:train.batch_warmup_steps=3")
 
 
 def test_the_budget_benchmark_prints_a_row_per_recipe_and_budget(tmp_path):
     """benchmarks/budget.py end to end at a toy budget: both recipes pre-train on Python's language
     reference, are scored at the common masking and fine-tuned, next to the model from scratch; the
-    modern one with StableAdamW and attention within each document (a recipe's own settings)."""
+    modern one with StableAdamW, attention within each document and batch-size warmup (a recipe's
+    own settings)."""
     from small_runs import REVIEWS
 
     for name in ("train", "dev"):
@@ -124,11 +126,12 @@ def test_the_budget_benchmark_prints_a_row_per_recipe_and_budget(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if line.startswith("| ")]
     assert [cells[0].strip() for cells in rows[2:]] == ["original", MODERN_VARIANT, "from scratch"]
-    variant = tmp_path / "runs" / "modern_train.optimizer-stable_adamw_data.full_rows_attention-document_3s"
+    variant = tmp_path / "runs" / (MODERN_VARIANT.replace(":", "_").replace("=", "-") + "_3s")
     [meta] = glob.glob(str(variant / "checkpoints" / "*" / "meta" / "metadata"))
     with open(meta, encoding="utf-8") as f:
         config = json.load(f)["config"]
-    assert (config["train"]["optimizer"], config["data"]["full_rows_attention"]) == ("stable_adamw", "document")
+    assert (config["train"]["optimizer"], config["data"]["full_rows_attention"], config["train"]["batch_warmup_start"]
+            ) == ("stable_adamw", "document", 4)
     for cells in rows[2:4]:
         steps, mlm, dev = int(cells[2].replace(",", "")), float(cells[4]), float(cells[5].split()[0])
         assert steps >= 10 and 0.0 <= mlm <= 1.0 and 0.0 <= dev <= 1.0
