@@ -182,6 +182,7 @@ def attention_mask(sequence_ids: Array, packed: bool) -> Array:
 
 
 QUERY_BLOCK = 256  # queries per block in `_xla_attention` at long lengths
+SCORE_CHUNK_BYTES = 4 << 20  # CPU: the float32 scores of a chunk of rows (or query blocks) at a time
 
 
 def local_band(length: int, half_window: int) -> Array:
@@ -268,10 +269,31 @@ class BertSelfAttention(nn.Module):
         q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
         length = q.shape[2]
         dropout = not self.deterministic and self.config.attention_probs_dropout_prob > 0.0
-        if isinstance(length, int) and length >= 2 * QUERY_BLOCK and not dropout:
-            return jnp.swapaxes(self._attend_by_query_blocks(q, k, v, mask), 1, 2)
+        by_blocks = isinstance(length, int) and length >= 2 * QUERY_BLOCK and not dropout
+        attend = self._attend_by_query_blocks if by_blocks else self._attend_all
+        queries = QUERY_BLOCK if by_blocks else length
+        chunks = _row_chunks(q.shape, mask.shape, queries) if not dropout and jax.default_backend() == "cpu" else 1
+        if chunks > 1:
+            return jnp.swapaxes(self._by_row_chunks(attend, (q, k, v, mask), chunks), 1, 2)
+        return jnp.swapaxes(attend(q, k, v, mask), 1, 2)
+
+    def _attend_all(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
+        """Heads-first q, k, v <T>[B, N, S, D] and mask [B, 1, 1 or S, S] -> <T>[B, N, S, D]."""
         scores = jnp.einsum("bnqd,bnkd->bnqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
-        return jnp.swapaxes(self._attend(scores, mask, v, "bnqk,bnkd->bnqd"), 1, 2)
+        return self._attend(scores, mask, v, "bnqk,bnkd->bnqd")
+
+    @staticmethod
+    def _by_row_chunks(attend: Callable[..., Array], operands: tuple[Array, ...], chunks: int) -> Array:
+        """`attend(q, k, v, mask)` (no dropout) over `chunks` strided chunks of the rows, one after
+        another (lax.map): a chunk's scores stay in the CPU's cache where the whole batch's went
+        through memory (benchmarks/README.md#attention-on-a-cpu). Chunk i holds rows i, i +
+        chunks, ..., so each spreads over the data-parallel devices as the batch does."""
+        def split(t):  # [B, ...] -> [chunks, B / chunks, ...]
+            strided = jnp.swapaxes(t.reshape(t.shape[0] // chunks, chunks, *t.shape[1:]), 0, 1)
+            return constrain(strided, (None, Axis.ACT_BATCH, *([None] * (t.ndim - 1))))
+
+        out = jax.lax.map(lambda parts: attend(*parts), tuple(split(t) for t in operands))
+        return jnp.swapaxes(out, 0, 1).reshape(operands[0].shape)  # rows back in order
 
     def _attend_by_query_blocks(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
         """`_xla_attention` without dropout for heads-first q, k, v <T>[B, N, S, D] and mask
@@ -291,8 +313,7 @@ class BertSelfAttention(nn.Module):
 
         def one(block_and_mask):
             block, m = block_and_mask
-            scores = jnp.einsum("bnqd,bnkd->bnqk", block, k).astype(jnp.float32) / np.sqrt(size)
-            return self._attend(scores, block_mask(m), v, "bnqk,bnkd->bnqd")
+            return self._attend_all(block, k, v, block_mask(m))
 
         out = jax.lax.map(one, (blocks, mask_blocks))  # [C, B, N, block, D]
         return jnp.moveaxis(out, 0, 2).reshape(batch, heads, count * QUERY_BLOCK, size)[:, :, :length]
@@ -323,26 +344,50 @@ class BertSelfAttention(nn.Module):
 
     def _attend(self, scores: Array, mask: Array, values: Array, product: str) -> Array:
         """Masked softmax over the last axis of float32 scores, attention dropout, then the
-        `product` with the values (an einsum spec)."""
+        `product` with the values (an einsum spec whose output ends in [..., queries, D]).
+
+        Softmax's division comes after the product: exp(s - max s), dropped out, times the
+        values, divided by the sum of exp(s - max s). The same numbers as normalising first
+        (dropout and the product are linear), but the division runs over [.., S, D] instead of
+        [.., S, S], and one pass less goes over the scores (benchmarks/README.md#attention-on-a-cpu)."""
         scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+        weights = jnp.exp(scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True)))
+        total = weights.sum(axis=-1)
+        weights = weights.astype(values.dtype)
         rate = self.config.attention_probs_dropout_prob
         if not self.deterministic and rate > 0.0:
-            keep = keep_mask(self.make_rng("dropout"), probs.shape, rate)
-            probs = drop_probabilities(probs, keep, keep_probability(rate))
-        return jnp.einsum(product, probs, values)
+            keep = keep_mask(self.make_rng("dropout"), weights.shape, rate)
+            weights = drop_probabilities(weights, keep, keep_probability(rate))
+        context = jnp.einsum(product, weights, values, preferred_element_type=jnp.float32)
+        return (context / total[..., None]).astype(values.dtype)
+
+
+def _row_chunks(qkv_shape: tuple[int, ...], mask_shape: tuple[int, ...], queries: int) -> int:
+    """How many chunks of rows `_by_row_chunks` takes heads-first q [B, N, S, D] in when
+    `queries` queries of a row are scored at once: the fewest (a divisor of B) whose float32
+    scores [B / chunks, N, queries, S] fit in SCORE_CHUNK_BYTES, else one row a chunk; 1 when
+    the whole batch's fit (or the shapes are symbolic)."""
+    batch, heads, length = qkv_shape[:3]
+    if not all(isinstance(n, int) for n in (batch, heads, length)) or mask_shape[0] != batch:
+        return 1
+    row_bytes = heads * queries * length * 4
+    for chunks in range(1, batch + 1):
+        if batch % chunks == 0 and (batch // chunks) * row_bytes <= SCORE_CHUNK_BYTES:
+            return chunks
+    return batch
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def drop_probabilities(probs: Array, keep: Array, keep_prob: float) -> Array:
-    """Inverted dropout of softmax probabilities: where(keep, probs / keep_prob, 0), keep_prob > 0.
+    """Inverted dropout of softmax weights (probabilities, or `_attend`'s unnormalised exp(s - max s)):
+    where(keep, probs / keep_prob, 0), keep_prob > 0.
 
-    Only for softmax outputs: its gradient is taken from the output (zero where the output is zero), which the
+    Only for softmax weights: its gradient is taken from the output (zero where the output is zero), which the
     context product saves anyway, instead of from `keep`: XLA fuses the comparison that
     makes `keep` into the backward pass and so kept the random bits alive until then, two
     uint32 halves per probability (BERT-base, batch 8, length 128: 147 MB of the step's
-    peak). Exact: where a kept probability is itself zero (a masked key), softmax's
-    backward multiplies that gradient by the probability, so it never reaches the scores.
+    peak). Exact: where a kept weight is itself zero (a masked key), the backward of softmax
+    (or of exp) multiplies that gradient by the weight, so it never reaches the scores.
     """
     return jnp.where(keep, probs / keep_prob, 0).astype(probs.dtype)
 
