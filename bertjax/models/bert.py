@@ -297,25 +297,18 @@ class BertSelfAttention(nn.Module):
 
     def _attend_by_query_blocks(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
         """`_xla_attention` without dropout for heads-first q, k, v <T>[B, N, S, D] and mask
-        [B, 1, 1 or S, S], QUERY_BLOCK queries at a time (lax.map) -> <T>[B, N, S, D]."""
+        [B, 1, 1 or S, S], QUERY_BLOCK queries at a time (`block_attention`) -> <T>[B, N, S, D]."""
         batch, heads, length, size = q.shape
         count = -(-length // QUERY_BLOCK)
         padding = count * QUERY_BLOCK - length
         blocks = jnp.pad(q, [(0, 0), (0, 0), (0, padding), (0, 0)])
         blocks = jnp.moveaxis(blocks.reshape(batch, heads, count, QUERY_BLOCK, size), 2, 0)
-        if mask.shape[2] == 1:
-            mask_blocks = jnp.zeros((count,), jnp.int32)  # the same mask for every block
-            block_mask = lambda _: mask
+        if mask.shape[2] == 1:  # the same keys for every query: one [B, 1, 1, S] per block
+            mask_blocks = jnp.broadcast_to(mask[None], (count, *mask.shape))
         else:
             mask_blocks = jnp.pad(mask, [(0, 0), (0, 0), (0, padding), (0, 0)])
             mask_blocks = jnp.moveaxis(mask_blocks.reshape(batch, 1, count, QUERY_BLOCK, length), 2, 0)
-            block_mask = lambda m: m
-
-        def one(block_and_mask):
-            block, m = block_and_mask
-            return self._attend_all(block, k, v, block_mask(m))
-
-        out = jax.lax.map(one, (blocks, mask_blocks))  # [C, B, N, block, D]
+        out = block_attention(blocks, k, v, mask_blocks)  # [C, B, N, block, D]
         return jnp.moveaxis(out, 0, 2).reshape(batch, heads, count * QUERY_BLOCK, size)[:, :, :length]
 
     def _local_xla_attention(self, q: Array, k: Array, v: Array, sequence_ids: Array, half: int) -> Array:
@@ -360,6 +353,64 @@ class BertSelfAttention(nn.Module):
             weights = drop_probabilities(weights, keep, keep_probability(rate))
         context = jnp.einsum(product, weights, values, preferred_element_type=jnp.float32)
         return (context / total[..., None]).astype(values.dtype)
+
+
+def _block_scores(queries: Array, keys: Array, mask: Array) -> Array:
+    """Masked float32 scores of a block of queries <T>[B, N, Q, D] against keys [B, N, S, D]."""
+    scores = jnp.einsum("bnqd,bnkd->bnqk", queries, keys, preferred_element_type=jnp.float32)
+    return jnp.where(mask, scores / np.sqrt(queries.shape[-1]), jnp.finfo(jnp.float32).min)
+
+
+@jax.custom_vjp
+def block_attention(query_blocks: Array, keys: Array, values: Array, mask_blocks: Array) -> Array:
+    """Softmax attention one block of queries at a time, <T>[C, B, N, Q, D] queries in C blocks,
+    keys and values [B, N, S, D], masks <bool>[C, B, 1, 1 or Q, S] -> <T>[C, B, N, Q, D].
+
+    The backward pass recomputes each block's scores from the queries and keys instead of
+    keeping them (flash attention's recomputation, by query blocks): what it keeps is the output
+    and two numbers a query (the scores' maximum and the sum of their exponentials), so training
+    at long lengths holds no [S, S] per layer (benchmarks/README.md#the-modern-encoders-attention)."""
+    return _block_attention_forward(query_blocks, keys, values, mask_blocks)[0]
+
+
+def _block_attention_forward(query_blocks, keys, values, mask_blocks):
+    def one(block_and_mask):
+        block, mask = block_and_mask
+        scores = _block_scores(block, keys, mask)
+        peak = scores.max(axis=-1, keepdims=True)
+        weights = jnp.exp(scores - peak)
+        total = weights.sum(axis=-1, keepdims=True)
+        context = jnp.einsum("bnqk,bnkd->bnqd", weights.astype(values.dtype), values,
+                             preferred_element_type=jnp.float32) / total
+        return context.astype(values.dtype), peak, total
+
+    out, peak, total = jax.lax.map(one, (query_blocks, mask_blocks))
+    return out, (query_blocks, keys, values, mask_blocks, out, peak, total)
+
+
+def _block_attention_backward(residuals, grad):
+    query_blocks, keys, values, mask_blocks, out, peak, total = residuals
+    f32 = lambda t: t.astype(jnp.float32)
+    scale = 1.0 / np.sqrt(query_blocks.shape[-1])
+
+    def one(carry, block):
+        d_keys, d_values = carry
+        queries, mask, block_out, block_peak, block_total, block_grad = block
+        probs = jnp.exp(_block_scores(queries, keys, mask) - block_peak) / block_total  # [B, N, Q, S]
+        d_values = d_values + jnp.einsum("bnqk,bnqd->bnkd", probs, f32(block_grad))
+        d_probs = jnp.einsum("bnqd,bnkd->bnqk", f32(block_grad), f32(values))
+        d_scores = probs * (d_probs - jnp.sum(f32(block_grad) * f32(block_out), axis=-1, keepdims=True)) * scale
+        d_queries = jnp.einsum("bnqk,bnkd->bnqd", d_scores, f32(keys))
+        d_keys = d_keys + jnp.einsum("bnqk,bnqd->bnkd", d_scores, f32(queries))
+        return (d_keys, d_values), d_queries.astype(queries.dtype)
+
+    zeros = jnp.zeros(keys.shape, jnp.float32)
+    (d_keys, d_values), d_queries = jax.lax.scan(one, (zeros, zeros),
+                                                 (query_blocks, mask_blocks, out, peak, total, grad))
+    return d_queries, d_keys.astype(keys.dtype), d_values.astype(values.dtype), None
+
+
+block_attention.defvjp(_block_attention_forward, _block_attention_backward)
 
 
 def _row_chunks(qkv_shape: tuple[int, ...], mask_shape: tuple[int, ...], queries: int) -> int:

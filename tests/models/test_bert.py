@@ -389,6 +389,31 @@ def test_long_rows_attend_by_query_blocks_as_all_at_once(monkeypatch, packed):
 
 
 @pytest.mark.parametrize("packed", [False, True])
+def test_query_blocks_recompute_their_scores_for_the_exact_gradient(monkeypatch, packed):
+    """block_attention's hand-written backward (scores recomputed block by block) gives the
+    gradients of the whole S x S attention, for padded and packed rows."""
+    config = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=1024, attention_probs_dropout_prob=0.0)
+    rng = np.random.default_rng(5)
+    length = 2 * bert.QUERY_BLOCK + 37
+    x = jnp.asarray(rng.normal(size=(2, length, config.hidden_size)), jnp.float32)
+    ids = np.ones((2, length), np.int32)
+    if packed:
+        ids[:, 200:] = 2
+    ids[1, 450:] = 0
+    ids = jnp.asarray(ids)
+    real = jnp.asarray(np.asarray(ids) > 0)[..., None]
+    layer = bert.BertSelfAttention(config, deterministic=False, packed=packed)
+    params = layer.init(jax.random.key(0), x, ids)
+    loss = lambda p, x: jnp.sum(jnp.where(real, jnp.sin(layer.apply(p, x, ids)), 0.0))
+    blocked = jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x))
+    monkeypatch.setattr(bert, "QUERY_BLOCK", 10 ** 6)
+    whole = jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x))
+    for a, b in zip(jax.tree.leaves(blocked), jax.tree.leaves(whole)):  # gradients up to ~20: summation order
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=2e-4)
+    assert max(np.abs(leaf).max() for leaf in jax.tree.leaves(whole)) > 1e-3
+
+
+@pytest.mark.parametrize("packed", [False, True])
 def test_rows_in_chunks_attend_as_the_whole_batch_and_train_the_same(monkeypatch, packed):
     """On a CPU, a batch whose scores exceed SCORE_CHUNK_BYTES attends a chunk of rows at a
     time (strided chunks, put back in order): the outputs and the gradients equal the whole
