@@ -38,6 +38,7 @@ import optax
 from bertjax.models.bert import BertEncoder, activation, dense, layer_norm
 from bertjax.models.config import BertConfig
 from bertjax.models.dropout import Dropout
+from bertjax.models.lstm import lstm_recurrence
 from bertjax.sharding import Axis
 
 Array = jax.Array
@@ -102,7 +103,8 @@ class BiLSTM(nn.Module):
     flax's OptimizedLSTMCell (and its parameters), arranged for the matmul units: the input
     projections of every step and both directions are one product outside the recurrence,
     and one scan steps both directions together (the backward one over each row's reversed
-    real tokens), so each step is a single [2, B, U] x [2, U, 4U] product and the gates."""
+    real tokens), so each step is a single [2, B, U] x [2, U, 4U] product and the gates
+    (`lstm_recurrence`, whose backward takes the recurrent weights' gradient as one product)."""
 
     NUM_LAYERS = 2
 
@@ -124,20 +126,7 @@ class BiLSTM(nn.Module):
             w_input, w_recurrent, bias = (jnp.stack(w).astype(config.dtype) for w in zip(*weights))
             projected = jnp.einsum("bsf,dfg->dbsg", x.astype(config.dtype), w_input) + bias[:, None, None]
             projected = jnp.stack([projected[0], jnp.take_along_axis(projected[1], reverse, axis=1)])
-
-            def step(carry, inputs, w_recurrent=w_recurrent):
-                cell, hidden = carry                                      # <f32>[2, B, U] each
-                gates_in, valid = inputs                                  # [2, B, 4U], <bool>[B]
-                gates = gates_in.astype(jnp.float32) + jnp.einsum(
-                    "dbu,dug->dbg", hidden.astype(config.dtype), w_recurrent).astype(jnp.float32)
-                gate_i, gate_f, gate_g, gate_o = jnp.split(gates, 4, axis=-1)
-                new_cell = jax.nn.sigmoid(gate_f) * cell + jax.nn.sigmoid(gate_i) * jnp.tanh(gate_g)
-                new_hidden = jax.nn.sigmoid(gate_o) * jnp.tanh(new_cell)
-                keep = valid[None, :, None]
-                return (jnp.where(keep, new_cell, cell), jnp.where(keep, new_hidden, hidden)), new_hidden
-
-            zeros = jnp.zeros((2, batch, units), jnp.float32)
-            _, hidden = jax.lax.scan(step, (zeros, zeros), (jnp.moveaxis(projected, 2, 0), real.T))
+            hidden = lstm_recurrence(jnp.moveaxis(projected, 2, 0), w_recurrent, real.T)
             hidden = jnp.moveaxis(hidden, 0, 2).astype(config.dtype)     # [2, B, S, U]
             x = jnp.concatenate([hidden[0], jnp.take_along_axis(hidden[1], reverse, axis=1)], axis=-1)
         return x
