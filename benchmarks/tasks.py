@@ -104,17 +104,15 @@ def name_reading(split: str, count: int) -> list[dict]:
     rng = random.Random(3 if split == "train" else 4)
     rows = []
     for review in imdb_reviews(split):
-        context, words = "", 0
+        kept, words = [], 0
         for sentence in _sentences(review):
             words += len(sentence.split())
             if words > 100:
                 break
-            context = f"{context} {sentence}".strip()
-        spans, position = [], 0
-        for sentence in _sentences(context):
+            kept.append(sentence)
+        context, spans, start = " ".join(kept), [], 0
+        for sentence in kept:  # start: the sentence's offset in the context
             matches = list(_WORD.finditer(sentence))
-            start = context.index(sentence, position)
-            position = start + len(sentence)
             tags = _name_tags([m.group() for m in matches])
             for i, tag in enumerate(tags):
                 if tag == "B-NAME" and i >= 3:
@@ -123,6 +121,7 @@ def name_reading(split: str, count: int) -> list[dict]:
                         last += 1
                     spans.append((start + matches[i - 3].start(), start + matches[i].start(),
                                   start + matches[last].end()))
+            start += len(sentence) + 1
         if not spans:
             continue
         cue, begin, end = rng.choice(spans)
