@@ -85,3 +85,26 @@ def test_sharded_forward_equals_single_device(base_setup):
     sequence, pooled = jax.jit(lambda p, i, m: model.apply({"params": p}, i, None, m))(host_params, ids, mask)
     np.testing.assert_allclose(np.asarray(sharded_sequence), np.asarray(sequence), atol=1e-5)
     np.testing.assert_allclose(np.asarray(sharded_pooled), np.asarray(pooled), atol=1e-5)
+
+
+def test_sharded_attention_in_chunks_of_rows_and_heads_equals_single_device(monkeypatch):
+    """A CPU attends a chunk of rows, or of a row's heads, at a time (strided, so each chunk
+    spans the devices the batch and the heads are split over): sharded over fsdp=4 and
+    tensor=2 with one row and two of four heads a chunk, the outputs equal one device's."""
+    from bertjax.models import bert
+
+    config = BertConfig.preset("tiny", vocab_size=97, num_attention_heads=4)
+    mesh = sharding.create_mesh(data=1, fsdp=4, tensor=2)
+    model = BertEncoder(config)
+    ids = np.random.default_rng(0).integers(1, config.vocab_size, (8, 40)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[3, 30:] = 0
+    params, shardings = sharding.init_sharded(lambda: model.init(jax.random.key(0), jnp.asarray(ids))["params"], mesh)
+    whole = jax.jit(lambda p, i, m: model.apply({"params": p}, i, None, m))(jax.device_get(params), ids, mask)[0]
+    monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", 2 * 40 * 40 * 4)  # the scores of 2 heads of one row
+    assert bert._attention_chunks((8, 4, 40, config.head_dim), (8, 1, 1, 40), 40) == (8, 2)
+    with sharding.activate(mesh):
+        forward = jax.jit(lambda p, i, m: model.apply({"params": p}, i, None, m),
+                          in_shardings=(shardings, sharding.batch_sharding(mesh), sharding.batch_sharding(mesh)))
+        chunked = forward(params, ids, mask)[0]
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(whole), atol=1e-5)

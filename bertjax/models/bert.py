@@ -182,7 +182,7 @@ def attention_mask(sequence_ids: Array, packed: bool) -> Array:
 
 
 QUERY_BLOCK = 256  # queries per block in `_xla_attention` at long lengths
-SCORE_CHUNK_BYTES = 4 << 20  # CPU: the float32 scores of a chunk of rows (or query blocks) at a time
+SCORE_CHUNK_BYTES = 4 << 20  # CPU: the float32 scores of a chunk of rows (or heads, query blocks) at a time
 
 
 def local_band(length: int, half_window: int) -> Array:
@@ -272,9 +272,11 @@ class BertSelfAttention(nn.Module):
         by_blocks = isinstance(length, int) and length >= 2 * QUERY_BLOCK and not dropout
         attend = self._attend_by_query_blocks if by_blocks else self._attend_all
         queries = QUERY_BLOCK if by_blocks else length
-        chunks = _row_chunks(q.shape, mask.shape, queries) if not dropout and jax.default_backend() == "cpu" else 1
-        if chunks > 1:
-            return jnp.swapaxes(self._by_row_chunks(attend, (q, k, v, mask), chunks), 1, 2)
+        chunks = (1, 1)
+        if not dropout and jax.default_backend() == "cpu":
+            chunks = _attention_chunks(q.shape, mask.shape, queries)
+        if chunks != (1, 1):
+            return jnp.swapaxes(self._by_chunks(attend, (q, k, v, mask), *chunks), 1, 2)
         return jnp.swapaxes(attend(q, k, v, mask), 1, 2)
 
     def _attend_all(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
@@ -283,17 +285,34 @@ class BertSelfAttention(nn.Module):
         return self._attend(scores, mask, v, "bnqk,bnkd->bnqd")
 
     @staticmethod
-    def _by_row_chunks(attend: Callable[..., Array], operands: tuple[Array, ...], chunks: int) -> Array:
-        """`attend(q, k, v, mask)` (no dropout) over `chunks` strided chunks of the rows, one after
-        another (lax.map): a chunk's scores stay in the CPU's cache where the whole batch's went
-        through memory (benchmarks/README.md#attention-on-a-cpu). Chunk i holds rows i, i +
-        chunks, ..., so each spreads over the data-parallel devices as the batch does."""
-        def split(t):  # [B, ...] -> [chunks, B / chunks, ...]
-            strided = jnp.swapaxes(t.reshape(t.shape[0] // chunks, chunks, *t.shape[1:]), 0, 1)
-            return constrain(strided, (None, Axis.ACT_BATCH, *([None] * (t.ndim - 1))))
+    def _by_chunks(attend: Callable[..., Array], operands: tuple[Array, ...], row_chunks: int,
+                   head_groups: int) -> Array:
+        """`attend(q, k, v, mask)` (no dropout) over `row_chunks` strided chunks of the rows and,
+        within each, `head_groups` strided groups of the heads, one after another (lax.map): a
+        chunk's scores stay in the CPU's cache where the whole batch's went through memory
+        (benchmarks/README.md#attention-on-a-cpu). Chunk i holds rows i, i + row_chunks, ...
+        and group j heads j, j + head_groups, ..., so each spreads over the data- and
+        tensor-parallel devices as the batch and the heads do."""
+        def strided(t, axis, count, names):  # [.., n, ..] at axis -> [count, .., n / count, ..]
+            t = t.reshape(*t.shape[:axis], t.shape[axis] // count, count, *t.shape[axis + 1:])
+            return constrain(jnp.moveaxis(t, axis + 1, 0), (None, *names))
 
-        out = jax.lax.map(lambda parts: attend(*parts), tuple(split(t) for t in operands))
-        return jnp.swapaxes(out, 0, 1).reshape(operands[0].shape)  # rows back in order
+        def unstrided(t, axis):  # the inverse of `strided` for the result
+            t = jnp.moveaxis(t, 0, axis + 1)
+            return t.reshape(*t.shape[:axis], t.shape[axis] * t.shape[axis + 1], *t.shape[axis + 2:])
+
+        def attend_row_chunk(parts):
+            q, k, v, mask = parts
+            if head_groups == 1:
+                return attend(q, k, v, mask)
+            names = (Axis.ACT_BATCH, Axis.ACT_HEADS, None, None)
+            groups = tuple(strided(t, 1, head_groups, names) for t in (q, k, v))
+            return unstrided(jax.lax.map(lambda qkv: attend(*qkv, mask), groups), 1)
+
+        if row_chunks == 1:
+            return attend_row_chunk(operands)
+        chunks = tuple(strided(t, 0, row_chunks, (Axis.ACT_BATCH, *([None] * (t.ndim - 1)))) for t in operands)
+        return unstrided(jax.lax.map(attend_row_chunk, chunks), 0)
 
     def _attend_by_query_blocks(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
         """`_xla_attention` without dropout for heads-first q, k, v <T>[B, N, S, D] and mask
@@ -413,19 +432,22 @@ def _block_attention_backward(residuals, grad):
 block_attention.defvjp(_block_attention_forward, _block_attention_backward)
 
 
-def _row_chunks(qkv_shape: tuple[int, ...], mask_shape: tuple[int, ...], queries: int) -> int:
-    """How many chunks of rows `_by_row_chunks` takes heads-first q [B, N, S, D] in when
-    `queries` queries of a row are scored at once: the fewest (a divisor of B) whose float32
-    scores [B / chunks, N, queries, S] fit in SCORE_CHUNK_BYTES, else one row a chunk; 1 when
-    the whole batch's fit (or the shapes are symbolic)."""
+def _attention_chunks(qkv_shape: tuple[int, ...], mask_shape: tuple[int, ...], queries: int) -> tuple[int, int]:
+    """(row chunks, head groups) `_by_chunks` takes heads-first q [B, N, S, D] in when `queries`
+    queries of a row are scored at once: the fewest chunks of whole rows (a divisor of B) whose
+    float32 scores [B / chunks, N, queries, S] fit in SCORE_CHUNK_BYTES; when not even one row's
+    fit, one row a chunk in the fewest groups of heads (a divisor of N) that do, else one head a
+    group. (1, 1) when the whole batch's fit (or the shapes are symbolic)."""
     batch, heads, length = qkv_shape[:3]
     if not all(isinstance(n, int) for n in (batch, heads, length)) or mask_shape[0] != batch:
-        return 1
-    row_bytes = heads * queries * length * 4
+        return 1, 1
+    head_bytes = queries * length * 4
+    fits = lambda rows, groups: rows * (heads // groups) * head_bytes <= SCORE_CHUNK_BYTES
     for chunks in range(1, batch + 1):
-        if batch % chunks == 0 and (batch // chunks) * row_bytes <= SCORE_CHUNK_BYTES:
-            return chunks
-    return batch
+        if batch % chunks == 0 and fits(batch // chunks, 1):
+            return chunks, 1
+    groups = next((g for g in range(1, heads + 1) if heads % g == 0 and fits(1, g)), heads)
+    return batch, groups
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

@@ -361,8 +361,9 @@ def test_initialisation_statistics():
 
 @pytest.mark.parametrize("packed", [False, True])
 def test_long_rows_attend_by_query_blocks_as_all_at_once(monkeypatch, packed):
-    """From 2 x QUERY_BLOCK tokens queries go in blocks (on a CPU within chunks of rows): the
-    same outputs as the whole S x S, for a length no multiple of the block, padded or packed."""
+    """From 2 x QUERY_BLOCK tokens queries go in blocks (on a CPU within chunks of rows and
+    heads): the same outputs as the whole S x S, for a length no multiple of the block, padded
+    or packed."""
     config = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=1024)
     rng = np.random.default_rng(3)
     length = 2 * bert.QUERY_BLOCK + 89
@@ -376,8 +377,9 @@ def test_long_rows_attend_by_query_blocks_as_all_at_once(monkeypatch, packed):
     layer = bert.BertSelfAttention(config, deterministic=True, packed=packed)
     params = layer.init(jax.random.key(0), x, jnp.asarray(ids))
     blocked = np.asarray(layer.apply(params, x, jnp.asarray(ids)))
-    monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", 1)  # and one row at a time (CPU)
-    assert bert._row_chunks((2, config.num_attention_heads, length, 64), (2, 1, 1, length), bert.QUERY_BLOCK) == 2
+    monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", 1)  # and one row and one head at a time (CPU)
+    heads = config.num_attention_heads
+    assert bert._attention_chunks((2, heads, length, 64), (2, 1, 1, length), bert.QUERY_BLOCK) == (2, heads)
     blocked_by_row = np.asarray(layer.apply(params, x, jnp.asarray(ids)))
     monkeypatch.setattr(bert, "QUERY_BLOCK", 10 ** 6)
     monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", 10 ** 12)
@@ -414,11 +416,12 @@ def test_query_blocks_recompute_their_scores_for_the_exact_gradient(monkeypatch,
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_rows_in_chunks_attend_as_the_whole_batch_and_train_the_same(monkeypatch, packed):
+def test_rows_and_heads_in_chunks_attend_as_the_whole_batch_and_train_the_same(monkeypatch, packed):
     """On a CPU, a batch whose scores exceed SCORE_CHUNK_BYTES attends a chunk of rows at a
-    time (strided chunks, put back in order): the outputs and the gradients equal the whole
-    batch's, padded or packed."""
-    config = BertConfig.preset("tiny", vocab_size=97, attention_probs_dropout_prob=0.0)
+    time, and a row whose scores exceed it a group of heads at a time (strided chunks and
+    groups, put back in order): the outputs and the gradients equal the whole batch's, padded
+    or packed."""
+    config = BertConfig.preset("tiny", vocab_size=97, num_attention_heads=4, attention_probs_dropout_prob=0.0)
     rng = np.random.default_rng(4)
     batch, length = 6, 48
     x = jnp.asarray(rng.normal(size=(batch, length, config.hidden_size)), jnp.float32)
@@ -429,8 +432,9 @@ def test_rows_in_chunks_attend_as_the_whole_batch_and_train_the_same(monkeypatch
     ids = jnp.asarray(ids)
     layer = bert.BertSelfAttention(config, deterministic=False, packed=packed)
     params = layer.init(jax.random.key(0), x, ids)
+    shapes = (batch, config.num_attention_heads, length, config.head_dim), (batch, 1, 1, length)
     row_bytes = config.num_attention_heads * length * length * 4
-    assert bert._row_chunks((batch, config.num_attention_heads, length, 64), (batch, 1, 1, length), length) == 1
+    assert bert._attention_chunks(*shapes, length) == (1, 1)
 
     def outputs_and_gradient():
         loss = lambda p, x: jnp.sum(jnp.sin(layer.apply(p, x, ids, rngs={"dropout": jax.random.key(1)})))
@@ -438,11 +442,13 @@ def test_rows_in_chunks_attend_as_the_whole_batch_and_train_the_same(monkeypatch
         return np.asarray(out), jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x))
 
     whole, whole_grads = outputs_and_gradient()
-    monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", 2 * row_bytes)  # chunks of 2 rows: 3 of them
-    assert bert._row_chunks((batch, config.num_attention_heads, length, 64), (batch, 1, 1, length), length) == 3
-    chunked, chunked_grads = outputs_and_gradient()
     real = np.asarray(ids) > 0
-    np.testing.assert_allclose(chunked[real], whole[real], atol=1e-6, rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(chunked_grads), jax.tree.leaves(whole_grads)):
-        np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-4)
     assert np.abs(whole[real]).max() > 1e-3
+    # chunks of 2 rows; one row in 2 groups of 2 heads (0 and 2, 1 and 3); one head at a time
+    for budget, chunks in ((2 * row_bytes, (3, 1)), (row_bytes // 2, (6, 2)), (1, (6, 4))):
+        monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", budget)
+        assert bert._attention_chunks(*shapes, length) == chunks
+        chunked, chunked_grads = outputs_and_gradient()
+        np.testing.assert_allclose(chunked[real], whole[real], atol=1e-6, rtol=1e-5)
+        for a, b in zip(jax.tree.leaves(chunked_grads), jax.tree.leaves(whole_grads)):
+            np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-4)
