@@ -12,10 +12,12 @@ under `torch.inference_mode()` with its default attention (`scaled_dot_product_a
 default threads. --precision=bfloat16: bertjax's bfloat16 products against
 `torch.autocast("cpu", dtype=torch.bfloat16)`. Each number is the median of --repeats timed
 calls after two untimed ones. --profile_dir writes a jax.profiler trace of three bertjax calls
-per row and prints where their time goes (benchmarks/trace_summary.py).
+per row and prints where their time goes: by kind of op (benchmarks/trace_summary.py) and, for
+both sides, by part of the encoder (PARTS; torch from torch.profiler's self times).
 """
 
 import argparse
+import collections
 import os
 import sys
 import tempfile
@@ -26,6 +28,13 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 BATCH_FOR_LENGTH = {128: 32, 512: 8}
+PARTS = ("dense products", "attention core", "layer norm", "GELU", "copies", "other")
+# torch.profiler op names -> part; a product's bias, residual add and layer norm run separately
+# there, where XLA fuses them into the product (bertjax's "dense products" include them).
+TORCH_PARTS = (("dense products", ("addmm", "aten::mm", "aten::bmm", "linear")),
+               ("attention core", ("scaled_dot_product", "flash_attention", "softmax")),
+               ("layer norm", ("layer_norm",)), ("GELU", ("gelu",)),
+               ("copies", ("copy", "contiguous", "clone", "transpose", "permute", "view", "reshape")))
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -41,7 +50,8 @@ def median_seconds(fn, repeats: int) -> float:
 
 
 def bertjax_forward(path: str, precision: str):
-    """(ids <int32>[B, S] -> last hidden states as numpy), jitted once per shape."""
+    """(ids <int32>[B, S] -> last hidden states as numpy), jitted once per shape; its
+    `.compiled_text(ids)` is the optimized HLO the forward runs at that shape."""
     import jax
     import numpy as np
 
@@ -53,10 +63,16 @@ def bertjax_forward(path: str, precision: str):
     params = jax.tree.map(np.asarray, source.load_params())["bert"]
     encoder = BertEncoder(bert)
     apply = jax.jit(lambda p, ids: encoder.apply({"params": p}, ids, None, jax.numpy.ones_like(ids))[0])
-    return lambda ids: np.asarray(apply(params, ids))
+
+    def forward(ids):
+        return np.asarray(apply(params, ids))
+
+    forward.compiled_text = lambda ids: apply.lower(params, ids).compile().as_text()
+    return forward
 
 
 def torch_forward(path: str, precision: str):
+    """(ids <int32>[B, S] -> last hidden states as numpy) in Hugging Face PyTorch."""
     import contextlib
 
     import torch
@@ -102,8 +118,8 @@ def main():
                 rows.append((name, length, batch, seconds))
                 print(f"{name} {batch} x {length}: " + ", ".join(f"{side} {1e3 * s:.1f} ms" for side, s in
                                                                    seconds.items()), flush=True)
-                if args.profile_dir and "bertjax" in forwards:
-                    profile(forwards["bertjax"], ids, os.path.join(args.profile_dir, f"{name}_{length}"))
+                if args.profile_dir:
+                    profile(forwards, ids, os.path.join(args.profile_dir, f"{name}_{length}"))
     print(f"\n{args.precision} products; median of {args.repeats} calls")
     print("| model | batch x length | " + " | ".join(f"{side} ms" for side in sides) + " | bertjax seq/s | ratio |")
     print("| --- | --- | " + " | ".join("---:" for _ in sides) + " | ---: | ---: |")
@@ -114,15 +130,100 @@ def main():
         print(f"| {name} | {batch} x {length} | {times} | {rate} | {ratio} |")
 
 
-def profile(forward, ids, directory: str) -> None:
+def profile(forwards, ids, directory: str) -> None:
+    """Prints where three calls of each side spend their time: bertjax by kind of op and both
+    sides by part of the encoder (milliseconds a call)."""
     import jax
 
-    from trace_summary import newest_trace, summarize
+    from trace_summary import newest_trace, op_events, summarize
 
-    with jax.profiler.trace(directory):
+    parts = {}
+    if "bertjax" in forwards:
+        with jax.profiler.trace(directory):
+            for _ in range(3):
+                forwards["bertjax"](ids)
+        trace = newest_trace(directory)
+        print("\n".join(summarize(trace, steps=3, top=12)), flush=True)
+        part_of = hlo_parts(forwards["bertjax"].compiled_text(ids))
+        parts["bertjax"] = dict.fromkeys(PARTS, 0.0)
+        for event, microseconds in shared_times(op_events(trace_events(trace))):
+            parts["bertjax"][part_of.get(event["name"], "other")] += microseconds / 3 / 1e3
+    if "torch" in forwards:
+        parts["torch"] = torch_parts(forwards["torch"], ids)
+    print("\nms a call by part (bertjax: each moment shared among the ops running then; torch: self times)")
+    print("| part | " + " | ".join(parts) + " |\n| --- | " + " | ".join("---:" for _ in parts) + " |")
+    for part in PARTS + ("all",):
+        times = [sum(side.values()) if part == "all" else side[part] for side in parts.values()]
+        print(f"| {part} | " + " | ".join(f"{ms:.1f}" for ms in times) + " |", flush=True)
+
+
+def trace_events(path: str) -> list[dict]:
+    import gzip
+    import json
+
+    with gzip.open(path) as f:
+        events = json.load(f)
+    return events["traceEvents"] if isinstance(events, dict) else events
+
+
+def shared_times(events: list[dict]) -> list[tuple[dict, float]]:
+    """(event, microseconds) with each moment of the trace shared equally among the events
+    running then: XLA runs independent ops side by side (the Q, K and V products), each then
+    slower, so the shares add up to the busy time where the events' own durations overcount."""
+    boundaries = sorted({t for e in events for t in (e["ts"], e["ts"] + e["dur"])})
+    starts = collections.defaultdict(list)
+    for index, event in enumerate(events):
+        starts[event["ts"]].append(index)
+    shares, running = [0.0] * len(events), set()
+    for begin, end in zip(boundaries, boundaries[1:]):
+        running = {i for i in running if events[i]["ts"] + events[i]["dur"] > begin} | set(starts[begin])
+        for i in running:
+            shares[i] += (end - begin) / len(running)
+    return list(zip(events, shares))
+
+
+def hlo_parts(hlo_text: str) -> dict[str, str]:
+    """{HLO instruction name: part of PARTS} from the optimized HLO: every op under the
+    attention core's functions (`_xla_attention` and what it calls: scores, softmax, the value
+    product, its loops and copies) is the attention core; otherwise a fusion with a product is a
+    dense product (with whatever XLA fused into it: bias, residual, layer norm, GELU), else it is
+    named by what it computes (GELU's erf, layer norm), by its dense layer (a bias added on its
+    own) or is a copy."""
+    import re
+
+    bodies = dict(re.findall(r"^%(\S+) [^\n]*\{\n(.*?)^\}", hlo_text, re.S | re.M))
+    parts = {}
+    for name, opcode, rest in re.findall(r"^\s*(?:ROOT )?%(\S+) = \S+ ([\w-]+)\((.*)$", hlo_text, re.M):
+        called = re.search(r"calls=%([\w.-]+)", rest)
+        text = rest + (bodies.get(called.group(1), "") if called else "")
+        if "_xla_attention" in text or "block_attention" in text:
+            parts[name] = "attention core"
+        elif " dot(" in text or opcode == "dot":
+            parts[name] = "dense products"
+        elif re.search(r"\berfc?\b|gelu", text):
+            parts[name] = "GELU"
+        elif "LayerNorm" in text:
+            parts[name] = "layer norm"
+        elif re.search(r"/(query|key|value|output|intermediate|dense)/", text):  # a bias on its own
+            parts[name] = "dense products"
+        elif opcode in ("copy", "transpose") or re.match(r"(wrapped_)?(copy|transpose|bitcast)", name):
+            parts[name] = "copies"
+    return parts
+
+
+def torch_parts(forward, ids) -> dict[str, float]:
+    """Milliseconds a call by part of PARTS over three profiled calls of the PyTorch forward,
+    each op's self time."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as profiler:
         for _ in range(3):
             forward(ids)
-    print("\n".join(summarize(newest_trace(directory), steps=3, top=12)), flush=True)
+    parts = dict.fromkeys(PARTS, 0.0)
+    for op in profiler.key_averages():
+        part = next((part for part, marks in TORCH_PARTS if any(mark in op.key for mark in marks)), "other")
+        parts[part] += op.self_cpu_time_total / 3 / 1e3
+    return parts
 
 
 if __name__ == "__main__":

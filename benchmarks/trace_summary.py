@@ -47,7 +47,8 @@ def newest_trace(directory: str) -> str:
 def op_events(events: list[dict]) -> list[dict]:
     """The complete ('X') events that are ops: on an accelerator its "XLA Ops" line where the
     trace has one (TPU), else its streams' kernels (GPU); on CPU, the events of XLA's compute
-    threads that are HLO ops (not the runtime's own, named 'Class::method' or 'end: op')."""
+    threads that are HLO ops (not the runtime's own, named 'Class::method' or 'end: op', nor a
+    loop's 'while', whose event spans the ops of its body, counted on their own)."""
     processes = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
                if e.get("ph") == "M" and e.get("name") == "thread_name"}
@@ -59,7 +60,8 @@ def op_events(events: list[dict]) -> list[dict]:
         keep = lambda e: e["pid"] in devices
     else:
         keep = lambda e: (threads.get((e["pid"], e.get("tid")), "").startswith(("tf_XLAEigen", "XLA"))
-                          and "::" not in e["name"] and not e["name"].startswith("end: "))
+                          and "::" not in e["name"] and not e["name"].startswith("end: ")
+                          and not re.fullmatch(r"while(\.\d+)?", e["name"]))
     return [e for e in events if e.get("ph") == "X" and e.get("dur") is not None and keep(e)]
 
 

@@ -1,13 +1,15 @@
 """launch/benchmark.py runs real steps end to end (tiny model, packed rows) and prints its
 table ending in `seq_per_s=<number>`; a misspelt config key is one error line;
 benchmarks/finetune_packing.py prints its comparison; benchmarks/trace_summary.py reads a
-profiled run; benchmarks/pretrain_recipe.py prints each seed's held-out accuracy next to the
-guesses and marks a stalled run. (It times
+profiled run; benchmarks/encoder_forward.py names the part of the encoder each compiled op
+belongs to and shares overlapping ops' time; benchmarks/pretrain_recipe.py prints each seed's
+held-out accuracy next to the guesses and marks a stalled run. (It times
 nothing here: the numbers are the benchmark's business, not a test's.)"""
 
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -135,3 +137,36 @@ def test_the_budget_benchmark_prints_a_row_per_recipe_and_budget(tmp_path):
     for cells in rows[2:4]:
         steps, mlm, dev = int(cells[2].replace(",", "")), float(cells[4]), float(cells[5].split()[0])
         assert steps >= 10 and 0.0 <= mlm <= 1.0 and 0.0 <= dev <= 1.0
+
+
+def test_encoder_forward_names_each_compiled_op_by_its_part_of_the_encoder():
+    """Every product of a compiled forward is a dense product or the attention core (at 600
+    tokens: query blocks in a loop), the exact GELU has a part of its own; overlapping ops share
+    their time, so the shares add up to the busy time."""
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import encoder_forward
+
+    from bertjax.models import BertConfig, BertEncoder
+
+    config = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=1024)
+    encoder = BertEncoder(config)
+    ids = jnp.ones((1, 600), jnp.int32)
+    params = encoder.init(jax.random.key(0), ids)["params"]
+    forward = jax.jit(lambda p, i: encoder.apply({"params": p}, i, None, jnp.ones_like(i))[0])
+    text = forward.lower(params, ids).compile().as_text()
+    parts = encoder_forward.hlo_parts(text)
+    products = [name for name, body in re.findall(r"^%(\S+) [^\n]*\{\n(.*?)^\}", text, re.S | re.M)
+                if " dot(" in body]
+    assert products and set(parts.values()) >= {"dense products", "attention core", "GELU"}
+    called = dict(re.findall(r"^\s*(?:ROOT )?%(\S+) = [^\n]*calls=%([\w.-]+)", text, re.M))
+    for name, computation in called.items():
+        if computation in products:
+            assert parts[name] in ("dense products", "attention core"), name
+    assert sum(part == "attention core" for part in parts.values()) >= 2
+
+    events = [{"name": "a", "ts": 0, "dur": 10}, {"name": "b", "ts": 5, "dur": 10}, {"name": "c", "ts": 20, "dur": 10}]
+    shares = {event["name"]: share for event, share in encoder_forward.shared_times(events)}
+    assert shares == {"a": 7.5, "b": 7.5, "c": 10.0}
