@@ -19,6 +19,7 @@ both sides, by part of the encoder (PARTS; torch from torch.profiler's self time
 import argparse
 import collections
 import os
+import re
 import sys
 import tempfile
 import time
@@ -135,7 +136,7 @@ def profile(forwards, ids, directory: str) -> None:
     sides by part of the encoder (milliseconds a call)."""
     import jax
 
-    from trace_summary import newest_trace, op_events, summarize
+    from trace_summary import newest_trace, op_events, summarize, trace_events
 
     parts = {}
     if "bertjax" in forwards:
@@ -155,15 +156,6 @@ def profile(forwards, ids, directory: str) -> None:
     for part in PARTS + ("all",):
         times = [sum(side.values()) if part == "all" else side[part] for side in parts.values()]
         print(f"| {part} | " + " | ".join(f"{ms:.1f}" for ms in times) + " |", flush=True)
-
-
-def trace_events(path: str) -> list[dict]:
-    import gzip
-    import json
-
-    with gzip.open(path) as f:
-        events = json.load(f)
-    return events["traceEvents"] if isinstance(events, dict) else events
 
 
 def shared_times(events: list[dict]) -> list[tuple[dict, float]]:
@@ -189,8 +181,6 @@ def hlo_parts(hlo_text: str) -> dict[str, str]:
     dense product (with whatever XLA fused into it: bias, residual, layer norm, GELU), else it is
     named by what it computes (GELU's erf, layer norm), by its dense layer (a bias added on its
     own) or is a copy."""
-    import re
-
     bodies = dict(re.findall(r"^%(\S+) [^\n]*\{\n(.*?)^\}", hlo_text, re.S | re.M))
     parts = {}
     for name, opcode, rest in re.findall(r"^\s*(?:ROOT )?%(\S+) = \S+ ([\w-]+)\((.*)$", hlo_text, re.M):

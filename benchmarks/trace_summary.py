@@ -80,11 +80,15 @@ def busy_time(events: list[dict]) -> float:
     return total
 
 
-def summarize(path: str, steps: int, top: int) -> list[str]:
+def trace_events(path: str) -> list[dict]:
+    """The events of a `*.trace.json.gz` (a list, or an object holding one as "traceEvents")."""
     with gzip.open(path) as f:
         events = json.load(f)
-    events = events["traceEvents"] if isinstance(events, dict) else events
-    ops = op_events(events)
+    return events["traceEvents"] if isinstance(events, dict) else events
+
+
+def summarize(path: str, steps: int, top: int) -> list[str]:
+    ops = op_events(trace_events(path))
     if not ops:
         raise SystemExit(f"error: {path} has no op events")
     span = (max(e["ts"] + e["dur"] for e in ops) - min(e["ts"] for e in ops)) / steps / 1e3
