@@ -417,6 +417,13 @@ def _train_step(programs: Programs, shape: tuple[int, int], loop: trainer.Loop, 
     return step_fn
 
 
+def _eval_record(results: dict[str, dict[str, float]]) -> dict[str, float]:
+    """{split: metrics} (the first split the main one) -> one record: the main split's metrics
+    under their own names, the other splits' prefixed with the split's name."""
+    main, *others = results.items()
+    return {**main[1], **{f"{split}_{name}": value for split, metrics in others for name, value in metrics.items()}}
+
+
 def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, packed: bool, how: str,
                  frozen: tuple[str, ...], start_step: int) -> str:
     """The console line that says what the run will do."""
@@ -547,6 +554,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     if caches:
         batches = caches[task.train.name].with_features(batches, train_batches, start_step)
     try:
+        if config.train.eval_at_start and start_step == 0 and task.eval_splits:
+            with loop.paused(), clock.phase("evaluate"):  # the starting point, for comparison only: never best/
+                loop.write_eval(0, _eval_record(evaluator.evaluate(state.params)[0]))
         while step < train_cfg.num_steps:
             batch = next(batches)
             step_fn = _train_step(programs, batching.batch_shape(batch), loop, clock)
@@ -560,8 +570,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 with loop.paused(), clock.phase("evaluate"):
                     results, predictions = evaluator.evaluate(state.params)
                     main = results[task.eval_splits[0].name]
-                    loop.write_eval(step, {**main, **{f"{split}_{name}": value for split, metrics_ in
-                                                      list(results.items())[1:] for name, value in metrics_.items()}})
+                    loop.write_eval(step, _eval_record(results))
                     if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
                         best, best_predictions = {"step": step, "metrics": main}, predictions
                         best_checkpointer.save(step, {"params": state.params}, data_position=step,

@@ -21,8 +21,8 @@ from bertjax.runtime import fileio
 
 # Settings that change where or how often things happen, not what the run computes.
 OPERATIONAL_SETTINGS = ("checkpoint.", "mesh.", "init_checkpoint", "train.log_every", "train.eval_every",
-                        "train.eval_batches", "train.eval_batch_size", "train.max_consecutive_bad_steps",
-                        "train.plateau_evals",
+                        "train.eval_at_start", "train.eval_batches", "train.eval_batch_size",
+                        "train.max_consecutive_bad_steps", "train.plateau_evals",
                         "train.sweep", "data.prepared_dir", "data.tfds_data_dir", "data.vocab_path",
                         "data.test_file")
 _SHOWN_CHANGES = 8

@@ -148,6 +148,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.train.log_every = 50
     config.train.eval_every = 0          # steps between evaluations; 0 = once per epoch (and at the end)
     config.train.eval_batch_size = 0     # 0 = batch_size
+    config.train.eval_at_start = False   # also evaluate the starting weights (step 0), as a baseline
     config.train.max_consecutive_bad_steps = 10
     config.train.freeze_encoder = False  # the feature-based approach: train the head only
     config.train.cache_features = True   # with freeze_encoder: the encoder runs once, not every step

@@ -99,7 +99,9 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
 def test_each_step_is_compiled_once_for_the_shapes_the_run_uses(pretrained_run, tmp_path, monkeypatch):
     """Compiled ahead (`bertjax.runtime.compile_ahead`): the keys foreseen are exactly the keys the run
     takes (the train step for each bucket its batches use, the evaluation step for each shape
-    its batches have), each compiled once, and every program compiled is run."""
+    its batches have), each compiled once, and every program compiled is run; with
+    train.eval_at_start, the starting weights' evaluation too (step 0, never best/, not again
+    when the finished run is started again)."""
     from bertjax.runtime import compile_ahead
     from bertjax import finetune, trainer
 
@@ -123,12 +125,16 @@ def test_each_step_is_compiled_once_for_the_shapes_the_run_uses(pretrained_run, 
 
     monkeypatch.setattr(compile_ahead, "CompileAhead", Recording)
     monkeypatch.setattr(trainer, "compile_step", recording_compile_step)
-    config = _demo_config(num_steps=8, eval_every=4)
+    config = _demo_config(num_steps=8, eval_every=4, eval_at_start=True)
     config.init_checkpoint = os.path.join(pretrained_run, "checkpoints")
-    finetune.finetune(config, str(tmp_path / "run"))
+    summary = finetune.finetune(config, str(tmp_path / "run"))
     assert sorted(taken) == sorted(foreseen) and len(set(taken)) == len(taken), (foreseen, taken)
     assert {kind for kind, _ in taken} == {"train", "eval"}
     assert len(compiled) == len(set(compiled)) == len(taken) and set(compiled) == used, (compiled, used)
+    logged = _metrics(tmp_path / "run")
+    assert [r["step"] for r in logged if "eval_loss" in r] == [0, 4, 8] and summary["best"]["step"] in (4, 8)
+    finetune.finetune(config, str(tmp_path / "run"))  # finished: restores, evaluates nothing
+    assert _metrics(tmp_path / "run") == logged
 
 
 def _assert_learns(summary, workdir):
