@@ -174,30 +174,64 @@ def shared_times(events: list[dict]) -> list[tuple[dict, float]]:
     return list(zip(events, shares))
 
 
+ATTENTION_OPS = re.compile(r"_xla_attention|block_attention")  # the attention core's functions in op names
+
+
+def _called(rest: str) -> list[str]:
+    """The computations an HLO instruction calls (fusion, loop body and condition, reduction)."""
+    return re.findall(r"(?:calls|body|condition|to_apply)=%([\w.-]+)", rest)
+
+
+def _op_name(rest: str) -> str:
+    """An HLO instruction's source name (`jit(f)/Module/.../op`), "" where XLA gave it none."""
+    found = re.search(r'op_name="([^"]*)"', rest)
+    return found.group(1) if found else ""
+
+
 def hlo_parts(hlo_text: str) -> dict[str, str]:
-    """{HLO instruction name: part of PARTS} from the optimized HLO: every op under the
-    attention core's functions (`_xla_attention` and what it calls: scores, softmax, the value
-    product, its loops and copies) is the attention core; otherwise a fusion with a product is a
-    dense product (with whatever XLA fused into it: bias, residual, layer norm, GELU), else it is
-    named by what it computes (GELU's erf, layer norm), by its dense layer (a bias added on its
-    own) or is a copy."""
-    bodies = dict(re.findall(r"^%(\S+) [^\n]*\{\n(.*?)^\}", hlo_text, re.S | re.M))
+    """{HLO instruction name: part of PARTS} from the optimized HLO. The attention core is every
+    op in the loops its functions run (`_xla_attention` and what it calls: rows, query blocks,
+    head groups; XLA gives the ops inside a loop body no names of their own) and every product
+    named by them. A fusion with any other product is a dense product (with whatever XLA fused
+    into it: bias, residual, layer norm, a transpose of the attention's output); the rest is
+    named by what it computes (GELU's erf, layer norm, the attention core), by its dense layer
+    (a bias added on its own), or is a copy."""
+    computations, current = {}, None  # {computation: [(instruction, opcode, rest of its line)]}
+    for line in hlo_text.splitlines():
+        header = re.match(r"^(?:ENTRY )?%(\S+) .*\{$", line)
+        instruction = re.match(r"^\s*(?:ROOT )?%(\S+) = (?:\(.*?\)|\S+) ([\w-]+)\((.*)$", line)  # shape: a tuple's too
+        if header:
+            current = computations.setdefault(header.group(1), [])
+        elif instruction and current is not None:
+            current.append(instruction.groups())
+    in_attention, pending = set(), [c for ops in computations.values() for _, opcode, rest in ops
+                                    if opcode == "while" and ATTENTION_OPS.search(_op_name(rest)) for c in _called(rest)]
+    while pending:  # the loops' bodies and conditions, and everything they call
+        computation = pending.pop()
+        if computation not in in_attention:
+            in_attention.add(computation)
+            pending += [c for _, _, rest in computations.get(computation, []) for c in _called(rest)]
+
     parts = {}
-    for name, opcode, rest in re.findall(r"^\s*(?:ROOT )?%(\S+) = \S+ ([\w-]+)\((.*)$", hlo_text, re.M):
-        called = re.search(r"calls=%([\w.-]+)", rest)
-        text = rest + (bodies.get(called.group(1), "") if called else "")
-        if "_xla_attention" in text or "block_attention" in text:
-            parts[name] = "attention core"
-        elif " dot(" in text or opcode == "dot":
-            parts[name] = "dense products"
-        elif re.search(r"\berfc?\b|gelu", text):
-            parts[name] = "GELU"
-        elif "LayerNorm" in text:
-            parts[name] = "layer norm"
-        elif re.search(r"/(query|key|value|output|intermediate|dense)/", text):  # a bias on its own
-            parts[name] = "dense products"
-        elif opcode in ("copy", "transpose") or re.match(r"(wrapped_)?(copy|transpose|bitcast)", name):
-            parts[name] = "copies"
+    for computation, ops in computations.items():
+        for name, opcode, rest in ops:
+            inner = [op for c in _called(rest) for op in computations.get(c, [])]
+            products = [_op_name(r) or _op_name(rest) for _, o, r in [(name, opcode, rest), *inner] if o == "dot"]
+            text = rest + "".join(f"\n{o}({r}" for _, o, r in inner)
+            if computation in in_attention:
+                parts[name] = "attention core"
+            elif products:
+                parts[name] = "attention core" if ATTENTION_OPS.search(products[0]) else "dense products"
+            elif ATTENTION_OPS.search(text):
+                parts[name] = "attention core"
+            elif re.search(r"\berfc?\b|gelu", text):
+                parts[name] = "GELU"
+            elif "LayerNorm" in text:
+                parts[name] = "layer norm"
+            elif re.search(r"/(query|key|value|output|intermediate|dense)/", text):  # a bias on its own
+                parts[name] = "dense products"
+            elif opcode in ("copy", "transpose") or re.match(r"(wrapped_)?(copy|transpose|bitcast)", name):
+                parts[name] = "copies"
     return parts
 
 
