@@ -27,8 +27,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bertjax.runtime import host_memory  # noqa: E402
-host_memory.configure()  # as the launchers: huge pages (a restart), kept freed memory; both sides
 
 BATCH_FOR_LENGTH = {128: 32, 512: 8}
 PARTS = ("dense products", "attention core", "layer norm", "GELU", "copies", "other")
@@ -253,4 +251,7 @@ def torch_parts(forward, ids) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    from bertjax.runtime import host_memory
+
+    host_memory.configure()  # as the launchers (huge pages: a restart; kept freed memory), for both sides
     main()

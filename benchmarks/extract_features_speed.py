@@ -26,10 +26,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 sys.path.insert(0, ROOT)
-from bertjax.runtime import host_memory  # noqa: E402
-host_memory.configure()  # as the launchers: huge pages (a restart), kept freed memory; both sides
 LAYERS = (-1, -2, -3, -4)
 
 
@@ -161,4 +158,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from bertjax.runtime import host_memory
+
+    host_memory.configure()  # as the launchers (huge pages: a restart; kept freed memory), for both sides
     main()

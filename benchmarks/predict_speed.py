@@ -31,10 +31,7 @@ import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-
 sys.path.insert(0, ROOT)
-from bertjax.runtime import host_memory  # noqa: E402
-host_memory.configure()  # as the launchers: huge pages (a restart), kept freed memory; both sides
 LABELS = ["negative", "positive"]
 
 
@@ -227,4 +224,7 @@ def _table(rows, args) -> None:
 
 
 if __name__ == "__main__":
+    from bertjax.runtime import host_memory
+
+    host_memory.configure()  # as the launchers (huge pages: a restart; kept freed memory), for both sides
     main()
