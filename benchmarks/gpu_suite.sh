@@ -1,41 +1,96 @@
 #!/usr/bin/env bash
-# The GPU rows of benchmarks/README.md on one GPU (needs python3 with jax[cuda], flax, optax,
-# orbax-checkpoint, ml_collections; TensorFlow is not needed):
-#   bash benchmarks/gpu_suite.sh [check] [base] [large] [packed] [compile] [profile] [triton] [slowcompile]
-# (none: all but slowcompile)
-# Each run's full output goes to ${OUT:-/tmp/bertjax_gpu}/<name>.txt; a run is stopped after
-# ${RUN_TIMEOUT:-300} seconds (BERT-base with the XLA attention compiled for minutes on an H100;
-# one BERT-large run takes about 120 s there, 50 of them compiling: give each at least 150 s).
+# The GPU rows of benchmarks/README.md on one GPU, the most wanted first, inside a time budget
+# (needs python3 with jax[cuda], flax, optax, orbax-checkpoint, ml_collections; TensorFlow is
+# not needed):
+#   bash benchmarks/gpu_suite.sh [section ...]
+# Sections: check profile packed large base compile triton slowcompile; none: all but
+# slowcompile, in that order (what a short GPU session should get first comes first).
+# SUITE_BUDGET (seconds, default 540: one 10-minute device call with room to spare): a run
+# starts only while MIN_RUN (default 150) seconds of it are left, and is stopped at the budget's
+# end or after RUN_TIMEOUT (default 300) seconds. One BERT-large run takes about 120 s on an
+# H100/H200, about 50 of them compiling; BERT-base with the XLA attention compiled for minutes.
+# Each run's output goes to $WORK/<run>.txt (default /tmp/bertjax_gpu); summary.md (one row a
+# run: compile, median step, seq/s, MFU, memory, or why it did not run) and runs.txt (every
+# run's output) go to $OUT where it is set (the device tool brings that folder back), else $WORK.
 set -uo pipefail
-out=${OUT:-/tmp/bertjax_gpu}
-mkdir -p "$out"
+work=${WORK:-/tmp/bertjax_gpu}
+results=${OUT:-$work}
+mkdir -p "$work" "$results"
 py=${PYTHON:-python3}
+budget=${SUITE_BUDGET:-540}
+min_run=${MIN_RUN:-150}
+run_timeout=${RUN_TIMEOUT:-300}
+start=$SECONDS
 cudnn="--config.model.attention_impl=cudnn --config.model.attention_probs_dropout_prob=0"
+summary="$results/summary.md"
+: > "$results/runs.txt"
+: > "$work/tails.md"
+{
+  echo "gpu_suite.sh $* (budget ${budget} s), $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo
+  echo "| run | compile (s) | median step (ms) | range (ms) | seq/s | MFU | peak device memory (MB) |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
+} > "$summary"
+
+# The bertjax column of one row of launch/benchmark.py's table ("-" where the run printed none).
+value() { awk -v row="$2" 'index($0, row) == 1 { v = substr($0, length(row) + 1); split(v, f, " "); print f[1]; exit }' "$1" | grep . || echo -; }
+
+# [need=SECONDS] run NAME COMMAND...: the command under the budget (it starts only while `need`,
+# default MIN_RUN, seconds are left), its output to $WORK/NAME.txt and runs.txt.
+run() {
+  local name=$1 left=$((budget - (SECONDS - start)))
+  shift
+  if ((left < ${need:-$min_run})); then
+    echo "== $name: not run, ${left} s of the budget left"
+    echo "| $name | not run: ${left} s of the ${budget} s budget left | | | | | |" >> "$summary"
+    return 1
+  fi
+  local limit=$((left < run_timeout ? left : run_timeout))
+  echo "== $name (stopped after ${limit} s): $*"
+  timeout "$limit" "$@" > "$work/$name.txt" 2>&1
+  local status=$?
+  tail -n 12 "$work/$name.txt"
+  { echo "== $name: $* (exit $status)"; cat "$work/$name.txt"; echo; } >> "$results/runs.txt"
+  if ((status == 124)); then
+    echo "| $name | stopped after ${limit} s | | | | | |" >> "$summary"
+  elif grep -q '^median step (ms)' "$work/$name.txt"; then
+    local f=$work/$name.txt
+    echo "| $name | $(value "$f" "compile time (s)") | $(value "$f" "median step (ms)") | $(value "$f" "step range (ms)") |" \
+         "$(value "$f" "sequences/s") | $(value "$f" "MFU") | $(value "$f" "peak device memory (MB)") |" >> "$summary"
+  else
+    echo "| $name | exit $status: its last lines below | | | | | |" >> "$summary"
+    { echo; echo "$name (exit $status):"; echo '```'; tail -n 25 "$work/$name.txt"; echo '```'; } >> "$work/tails.md"
+  fi
+  return "$status"
+}
 
 bench() {
   local name=$1
   shift
-  echo "== $name: python launch/benchmark.py --nopipeline $*"
-  timeout "${RUN_TIMEOUT:-300}" $py launch/benchmark.py --nopipeline "$@" 2>&1 | tee "$out/$name.txt" | tail -n 12
+  run "$name" $py launch/benchmark.py --nopipeline "$@"
 }
 
-sections=${*:-check base large packed compile profile triton}
+sections=${*:-check profile packed large base compile triton}
 # slowcompile: BERT-base with the XLA attention has not compiled in 150-210 s on an H100/H200
 # since 2026-11-26 (44 s on 2026-11-22), autotuning off too. Dropout's custom gradient
 # (11ada33) is suspect 1: the same step without attention dropout, then a smaller batch.
 for section in $sections; do
   case $section in
     check)
-      $py benchmarks/attention_check.py --preset=base --seq_len=512 2>&1 | tee "$out/check.txt" ;;
-    base)
-      bench base128 --preset=base --batch_size=256 --seq_len=128
-      bench base128_cudnn --preset=base --batch_size=256 --seq_len=128 $cudnn ;;
-    large)
-      bench large128 --preset=large --batch_size=256 --seq_len=128
-      bench large128_cudnn --preset=large --batch_size=256 --seq_len=128 $cudnn ;;
+      run check $py benchmarks/attention_check.py --preset=base --seq_len=512 ;;
+    profile)  # the BERT-large step at 128 (cuDNN attention) and where it goes, by kind and by op
+      bench profile_large128_cudnn --preset=large --batch_size=256 --seq_len=128 --steps=3 $cudnn \
+        --profile_dir="$work/trace_large128" &&
+        need=30 run profile_large128_ops $py benchmarks/trace_summary.py "$work/trace_large128" --top=40 ;;
     packed)
-      bench large512_cudnn --preset=large --batch_size=64 --seq_len=512 $cudnn
-      bench large512_packed --preset=large --batch_size=64 --seq_len=512 --pack_pairs=3 $cudnn ;;
+      bench large512_packed --preset=large --batch_size=64 --seq_len=512 --pack_pairs=3 $cudnn
+      bench large512_cudnn --preset=large --batch_size=64 --seq_len=512 $cudnn ;;
+    large)
+      bench large128_cudnn --preset=large --batch_size=256 --seq_len=128 $cudnn
+      bench large128 --preset=large --batch_size=256 --seq_len=128 ;;
+    base)
+      bench base128_cudnn --preset=base --batch_size=256 --seq_len=128 $cudnn
+      bench base128 --preset=base --batch_size=256 --seq_len=128 ;;
     compile)
       for layers in 12 24; do
         for scan in false true; do
@@ -43,10 +98,6 @@ for section in $sections; do
             --warmup=1 --config.model.num_hidden_layers=$layers --config.model.scan_layers=$scan $cudnn
         done
       done ;;
-    profile)  # where the BERT-large step goes: per-kind and per-op times of 3 traced steps
-      bench profile_large128 --preset=large --batch_size=256 --seq_len=128 --steps=3 $cudnn \
-        --profile_dir="$out/trace_large128"
-      $py benchmarks/trace_summary.py "$out/trace_large128" --top=40 2>&1 | tee "$out/profile_large128_ops.txt" ;;
     triton)  # XLA's Triton GEMMs back on (the launchers give every matmul to cuBLAS: bertjax/runtime/cli.py)
       XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_triton_gemm=true" \
         bench large128_cudnn_triton --preset=large --batch_size=256 --seq_len=128 $cudnn ;;
@@ -54,7 +105,10 @@ for section in $sections; do
       bench base128_xla_no_attention_dropout --preset=base --batch_size=256 --seq_len=128 \
         --config.model.attention_probs_dropout_prob=0
       bench base128_xla_batch32 --preset=base --batch_size=32 --seq_len=128 ;;
-    *) echo "unknown section $section (check, base, large, packed, compile, profile, triton, slowcompile)" >&2
+    *) echo "unknown section $section (check, profile, packed, large, base, compile, triton, slowcompile)" >&2
        exit 2 ;;
   esac
 done
+cat "$work/tails.md" >> "$summary"
+echo
+cat "$summary"

@@ -32,8 +32,8 @@ def test_a_packed_bf16_profiled_run_prints_the_table_and_is_summarised_by_op_kin
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert "pack_pairs 2, dtype bfloat16" in lines[0] and "scan True" in lines[0]
-    for row in ("compile time (s)", "median step (ms)", "sequences/s", "model TFLOP/s per device", "MFU",
-                "peak host RSS (MB)"):
+    for row in ("compile time (s)", "median step (ms)", "step range (ms)", "sequences/s", "model TFLOP/s per device",
+                "MFU", "peak host RSS (MB)"):  # the rows benchmarks/gpu_suite.sh reads
         assert any(line.startswith(row) for line in lines), row
     assert lines[-1].startswith("seq_per_s=") and float(lines[-1].split("=")[1]) > 0
 
@@ -45,6 +45,68 @@ def test_a_packed_bf16_profiled_run_prints_the_table_and_is_summarised_by_op_kin
     assert 0 < busy <= span
     matmul = next(line for line in lines if line.startswith("matmul "))  # the kinds' table
     assert float(matmul.split()[1]) > 0 and "op (instances)" in summary.stdout
+
+
+# Stands in for python3 under benchmarks/gpu_suite.sh: launch/benchmark.py prints its table with the
+# rows of a real run (the test above checks their names), at once or, for the XLA attention with
+# STUB_SLOW_XLA set, after a compile that never ends.
+GPU_STUB = r"""
+import os, sys, time
+args = sys.argv[1:]
+script = os.path.basename(args[0])
+if script == "benchmark.py":
+    if os.environ.get("STUB_SLOW_XLA") and "--config.model.attention_impl=cudnn" not in args:
+        time.sleep(600)
+    preset = next(a.split("=")[1] for a in args if a.startswith("--preset="))
+    print(f"BERT-{preset} (335.1M params), batch 256, length 128, {' '.join(args[1:])}")
+    for row, value in [("compile time (s)", "53.2"), ("median step (ms)", "153.7"), ("step range (ms)", "150.4..156.7"),
+                       ("sequences/s", "1665.58"), ("tokens/s", "213194"), ("model TFLOP/s per device", "400.907"),
+                       ("MFU", "40.5%"), ("peak device memory (MB)", "33645")]:
+        print(f"{row:28} {value:>18}")
+    print("seq_per_s=1665.580")
+elif script == "trace_summary.py":
+    print("kind    ms/step   share\nmatmul     78.7   54.6%")
+else:
+    print("fused, padded: output 9.94e-3, gradient 4.66e-3")
+"""
+
+
+def _gpu_suite(tmp_path, *sections, **env):
+    tmp_path.mkdir()
+    stub = tmp_path / "stub_python.py"
+    stub.write_text(GPU_STUB)
+    env = {**os.environ, "PYTHON": f"{sys.executable} {stub}", "WORK": str(tmp_path / "work"),
+           "OUT": str(tmp_path / "out"), **env}
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_suite.sh"), *sections], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    summary = (tmp_path / "out" / "summary.md").read_text() if result.returncode == 0 else ""
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in summary.splitlines() if line.startswith("| ") and "---" not in line}
+    return result, summary, rows
+
+
+def test_the_gpu_suite_summarises_each_run_and_keeps_to_its_budget(tmp_path):
+    """benchmarks/gpu_suite.sh (run on a GPU, driven here by a stand-in python): one summary row a
+    run in the order asked, the step table's numbers read from each run; a run that outlasts
+    its share of the budget is stopped, and what no longer fits is listed as not run."""
+    result, summary, rows = _gpu_suite(tmp_path / "a", "check", "profile", "packed")
+    assert result.returncode == 0, result.stderr
+    assert list(rows)[1:] == ["check", "profile_large128_cudnn", "profile_large128_ops", "large512_packed",
+                              "large512_cudnn"]
+    assert rows["large512_packed"] == ["53.2", "153.7", "150.4..156.7", "1665.58", "40.5%", "33645"]
+    assert rows["check"][0] == rows["profile_large128_ops"][0] == "exit 0: its last lines below"
+    assert "fused, padded: output 9.94e-3" in summary and "matmul     78.7" in summary
+    runs = (tmp_path / "a" / "out" / "runs.txt").read_text()
+    assert "--pack_pairs=3" in runs and f"--profile_dir={tmp_path / 'a' / 'work'}/trace_large128" in runs
+
+    result, _, rows = _gpu_suite(tmp_path / "b", "base", "large", STUB_SLOW_XLA="1", SUITE_BUDGET="10", MIN_RUN="5",
+                                 RUN_TIMEOUT="6")
+    assert result.returncode == 0, result.stderr
+    assert rows["base128_cudnn"][1] == "153.7" and rows["base128"][0].startswith("stopped after ")
+    assert rows["large128_cudnn"][0].startswith("not run: ") and rows["large128"][0].startswith("not run: ")
+
+    result, _, _ = _gpu_suite(tmp_path / "c", "everything")
+    assert result.returncode == 2 and "unknown section everything" in result.stderr
 
 
 def test_compare_without_pytorch_is_one_error_line(tmp_path):
