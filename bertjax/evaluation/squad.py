@@ -179,13 +179,33 @@ def _questions(dataset: list) -> list[tuple[str, list[str]]]:
                 where = f"data[{a}].paragraphs[{p}]"
                 for q, qa in enumerate(paragraph["qas"]):
                     where = f"data[{a}].paragraphs[{p}].qas[{q}]"
-                    golds = [answer["text"] for answer in qa["answers"]]
+                    golds = [answer["text"] for answer in qa.get("answers", [])]  # none: no answer (v2.0)
                     if not all(isinstance(gold, str) for gold in golds):
                         raise TypeError("an answer text is not a string")
                     questions.append((str(qa["id"]), golds))
     except (KeyError, TypeError) as error:
         raise ValueError(f"{where}: not the SQuAD layout ({type(error).__name__}: {error})") from None
     return questions
+
+
+def file_version(squad_file: dict) -> str:
+    """"v1.1" or "v2.0" of an official-layout file (the JSON object with its "data" list), read
+    the same way by training (bertjax.tasks.squad) and by this scorer: its "version" field where
+    that says 1.x or 2.x, else "v2.0" when any question has "is_impossible", else "v1.1". A 1.x
+    file with an unanswerable question is a ValueError naming it."""
+    questions = [qa for article in squad_file.get("data", []) if isinstance(article, dict)
+                 for paragraph in article.get("paragraphs", []) if isinstance(paragraph, dict)
+                 for qa in paragraph.get("qas", []) if isinstance(qa, dict)]
+    stated = str(squad_file.get("version", "")).removeprefix("v")
+    if stated.startswith("1"):
+        impossible = next((qa for qa in questions if qa.get("is_impossible") is True), None)
+        if impossible is not None:
+            raise ValueError(f"question id {impossible.get('id')!r} is_impossible, but the file says version "
+                             f"{squad_file['version']!r} (SQuAD 1.x has no unanswerable questions; say 2.0)")
+        return "v1.1"
+    if stated.startswith("2") or any("is_impossible" in qa for qa in questions):
+        return "v2.0"
+    return "v1.1"
 
 
 def _version(version: str) -> str:
@@ -211,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--na-prob-thresh", type=float, default=1.0,
                         help='score as "" when the no-answer probability exceeds this (default 1.0)')
     parser.add_argument("--version", choices=("1.1", "2.0"),
-                        help="default: the data file's 'version' field, else 2.0")
+                        help="default: as training reads the file: its 'version' field where that says 1.x or 2.x, "
+                             "else 2.0 when any question has 'is_impossible', else 1.1")
     args = parser.parse_args(argv)
     try:
         data = _load_json(args.data_file)
@@ -223,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         na_probs = _load_json(args.na_prob_file) if args.na_prob_file else None
         if na_probs is not None and not isinstance(na_probs, dict):
             raise ValueError(f"{args.na_prob_file}: not a JSON object of question id -> probability")
-        version = args.version or ("1.1" if str(data.get("version")).removeprefix("v") == "1.1" else "2.0")
+        try:
+            version = args.version or file_version(data)
+        except ValueError as error:
+            raise ValueError(f"{args.data_file}: {error}") from None
         try:
             result = evaluate(data["data"], predictions, version, na_probs, args.na_prob_thresh)
         except ValueError as error:

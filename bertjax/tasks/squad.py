@@ -146,10 +146,11 @@ def warn_if_versions_differ(sources: list[tuple[str, SquadExamples]]) -> None:
 def read_json(path: str, version: str | None = None) -> SquadExamples:
     """An official-layout SQuAD JSON file (local or gs://) -> SquadExamples.
 
-    version None: "v2.0" if the file's "version" starts with "v2"/"2" or any question has
-    "is_impossible", else "v1.1". A question without "id" or "question", a repeated id, or a
-    malformed answer raises ValueError naming the file and the position or id. "answers"
-    may be missing (prediction-only files).
+    version None: `squad_metrics.file_version` (the "version" field where it says 1.x or 2.x,
+    else "v2.0" when any question has "is_impossible", else "v1.1"), as the scorer's command
+    line reads it. A question without "id" or "question", a repeated id, a malformed answer
+    or an "is_impossible" that is not true or false raises ValueError naming the file and the
+    position or id. "answers" may be missing (prediction-only files; in v2.0, no answer).
     """
     raw = fileio.read_json(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
@@ -172,12 +173,16 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
                 except (KeyError, TypeError, ValueError):
                     raise ValueError(f"{path}: question id {qid!r}: each answer needs 'text' and an integer "
                                      f"'answer_start'") from None
-                builder.add(qid, qa["question"], paragraph["context"], answers, bool(qa.get("is_impossible", False)))
+                impossible = qa.get("is_impossible", False)
+                if not isinstance(impossible, bool):  # bool("false") would be True
+                    raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "
+                                     f"boolean), not {impossible!r}")
+                builder.add(qid, qa["question"], paragraph["context"], answers, impossible)
     if version is None:
-        v2 = str(raw.get("version", "")).lstrip("v").startswith("2") or any(
-            "is_impossible" in qa for article in raw["data"] for par in article.get("paragraphs", [])
-            for qa in par.get("qas", []))
-        version = "v2.0" if v2 else "v1.1"
+        try:
+            version = squad_metrics.file_version(raw)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
     return builder.build(version, data=raw["data"])
 
 
@@ -439,12 +444,7 @@ def load_task(config, tokenizer) -> Task:
                    null_score_diff_threshold=threshold)
 
     def evaluate(split: Split, predictions: dict) -> dict[str, float]:
-        """The official script's numbers for the split's predictions; v2.0 with the null odds as
-        no-answer probabilities, thresholded where the predictions were (so exact and f1 are
-        those of predictions.json, and best_f1_thresh suggests a null_score_diff_threshold)."""
-        answers, _, null_odds = postprocess(split, predictions["start_logits"], predictions["end_logits"], **options)
-        return squad_metrics.evaluate(split.examples.data, answers, split.examples.version, na_probs=null_odds,
-                                      na_prob_thresh=threshold)
+        return score(split, predictions["start_logits"], predictions["end_logits"], **options)
 
     def write(split: Split, predictions: dict, directory: str) -> list[str]:
         answers, nbest, null_odds = postprocess(split, predictions["start_logits"], predictions["end_logits"],
@@ -460,6 +460,22 @@ def load_task(config, tokenizer) -> Task:
         evaluate=evaluate, write_predictions=write, main_metric="f1", head_names=("qa_outputs",),
         sequence_outputs=("start_logits", "end_logits"),
         info={"family": "squad", "squad_version": sources[0][1].version})
+
+
+def score(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, **options) -> dict[str, float]:
+    """The official script's numbers for a split's logits <float>[N, S] (`postprocess` and its
+    options). v2.0: each question's best non-null span with its null odds as the no-answer
+    probability, thresholded at null_score_diff_threshold (so exact and f1 are those of
+    predictions.json), and best_*_thresh searched over every question's null odds: the
+    threshold that would score best, above the run's as well as below (run_squad.py's
+    thresholded predictions let the official script search only below)."""
+    answers, nbest, null_odds = postprocess(split, start_logits, end_logits, **options)
+    if null_odds is not None:
+        answers = {qid: next((entry["text"] for entry in entries if entry["text"]), "")
+                   for qid, entries in nbest.items()}
+    threshold = options.get("null_score_diff_threshold", NULL_SCORE_DIFF_THRESHOLD)
+    return squad_metrics.evaluate(split.examples.data, answers, split.examples.version,
+                                  na_probs=null_odds, na_prob_thresh=threshold)
 
 
 def _span_weights(batch: dict):

@@ -117,6 +117,13 @@ def test_v20_best_threshold_search():
     assert (result["best_exact"], result["best_exact_thresh"]) == (40.0, 0.0)
 
 
+def test_v20_unanswerable_questions_may_leave_out_their_answers():
+    data = _data(("a", ["x"]), ("b", []))
+    del data[0]["paragraphs"][0]["qas"][1]["answers"]  # as training reads it: no answer
+    assert squad.evaluate(data, {"a": "x", "b": ""}) == squad.evaluate(_data(("a", ["x"]), ("b", [])),
+                                                                       {"a": "x", "b": ""})
+
+
 def test_v20_na_probs_must_cover_the_predictions():
     with pytest.raises(ValueError, match="no numeric no-answer probability, e.g. 'b'"):
         squad.evaluate(_data(("a", ["x"]), ("b", [])), {"a": "x", "b": ""}, na_probs={"a": 0.5})
@@ -167,3 +174,40 @@ def test_command_line_bad_input(tmp_path):
         assert len(run.stderr.strip().splitlines()) == 1 and str(tmp_path / bad) in run.stderr, run.stderr
     run = _cli(tmp_path / "nodata.json", tmp_path / "missing.json")  # the data file is read first
     assert run.returncode == 2 and str(tmp_path / "nodata.json") in run.stderr
+
+
+@pytest.mark.parametrize("stated, impossible, want", [
+    (None, None, "v1.1"), (None, False, "v2.0"), ("1.1", False, "v1.1"), ("v1.1", None, "v1.1"),
+    ("v2.0", None, "v2.0"), ("2.0", False, "v2.0"), ("my data", True, "v2.0"), ("my data", None, "v1.1")])
+def test_training_and_the_command_line_read_a_files_version_alike(tmp_path, stated, impossible, want):
+    """The version decides the scores ("the" against "The" / "cat": v1.1 EM 100, v2.0 drops the
+    gold that normalises to "", EM 0): training and the command line must agree on it."""
+    from bertjax.tasks import squad as squad_task
+
+    qa = {"id": "a", "question": "Who?", "answers": [{"text": "The", "answer_start": 0},
+                                                     {"text": "cat", "answer_start": 4}]}
+    if impossible is not None:
+        qa["is_impossible"] = impossible
+    content = {"data": [{"title": "t", "paragraphs": [{"context": "The cat sat.", "qas": [qa]}]}]}
+    if stated is not None:
+        content["version"] = stated
+    (tmp_path / "dev.json").write_text(json.dumps(content))
+    (tmp_path / "pred.json").write_text(json.dumps({"a": "the"}))
+    assert squad.file_version(content) == squad_task.read_json(str(tmp_path / "dev.json")).version == want
+    run = _cli(tmp_path / "dev.json", tmp_path / "pred.json")
+    assert run.returncode == 0, run.stderr
+    scores = json.loads(run.stdout)
+    assert (scores["exact_match"] if want == "v1.1" else scores["exact"]) == (100.0 if want == "v1.1" else 0.0)
+
+
+def test_a_version_1_file_with_an_unanswerable_question_is_an_error(tmp_path):
+    from bertjax.tasks import squad as squad_task
+
+    content = {"version": "1.1", "data": _data(("a", ["x"]), ("b", []))}  # b: is_impossible true
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(content))
+    (tmp_path / "pred.json").write_text(json.dumps({"a": "x", "b": ""}))
+    with pytest.raises(ValueError, match=f"{path}: question id 'b' is_impossible, but the file says version '1.1'"):
+        squad_task.read_json(str(path))
+    run = _cli(path, tmp_path / "pred.json")
+    assert run.returncode == 2 and f"{path}: question id 'b' is_impossible" in run.stderr

@@ -244,6 +244,21 @@ def test_postprocess_v2_null_threshold_both_ways(bert_tokenizer, tmp_path):
     assert predictions == {"q0": ""}
 
 
+def test_the_best_threshold_is_searched_above_the_runs_too(bert_tokenizer, tmp_path):
+    """An answerable question whose right span loses to the null answer by 0.5: predicted "" at
+    the default threshold 0 (exact 0), and the search finds the threshold 0.5 that answers it,
+    which thresholded predictions alone cannot show (they would report 0 at 0.0)."""
+    split = _two_window_split(bert_tokenizer, tmp_path, version="v2.0")
+    start, end = np.full((2, 40), -10.0), np.full((2, 40), -10.0)
+    start[:, 0], end[:, 0] = [3.0, 1.0], [2.0, 1.5]  # null: the smaller of 5.0 and 2.5
+    start[0, 18], end[0, 19] = 1.0, 1.0  # 'w5' (context tokens 10, 11), the gold answer: 2.0
+    scores = squad.score(split, start, end)
+    assert (scores["exact"], scores["f1"]) == (0.0, 0.0)
+    assert (scores["best_f1"], scores["best_f1_thresh"]) == (100.0, pytest.approx(0.5))
+    scores = squad.score(split, start, end, null_score_diff_threshold=0.6)
+    assert (scores["exact"], scores["best_exact"], scores["best_exact_thresh"]) == (100.0, 100.0, pytest.approx(0.5))
+
+
 def test_write_predictions(tmp_path):
     paths = squad.write_predictions(str(tmp_path / "out"), {"a": "x"}, {"a": [{"text": "x"}]}, {"a": -1.0})
     assert sorted(paths) == ["nbest_predictions.json", "null_odds.json", "predictions.json"]
@@ -277,6 +292,8 @@ def test_json_bad_answers_error_or_counted_skip(bert_tokenizer, tmp_path, caplog
     ({"id": "q0", "question": "Who?"}, "question id 'q0' appears twice"),
     ({"id": "q9", "answers": []}, "question id 'q9' has no 'question'"),
     ({"id": "q9", "question": "?", "answers": [{"text": "x"}]}, "question id 'q9': each answer needs"),
+    ({"id": "q9", "question": "?", "answers": [], "is_impossible": "false"},  # bool("false") is True
+     "question id 'q9': 'is_impossible' must be true or false"),
     ("not an object", r"data\[0\].paragraphs\[0\]: 'qas' must be a list of JSON objects"),
 ])
 def test_json_malformed_questions_name_file_and_position(tmp_path, qa, message):
