@@ -115,7 +115,8 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
                                                    "longer than --max_seq_length=64 tokens")):
         feature_files.extract(minilm, str(tmp_path / "five.txt"), str(tmp_path / "t"), fail_on_truncation=True)
     (tmp_path / "five.csv").write_text("text\none\n\ntwo\n" + "long " * 100 + "\nfour\n" + "longer " * 100 + "\n")
-    with pytest.raises(ValueError, match=re.escape(f"example 3 ({tmp_path}/five.csv:5) is longer")):  # header, blank
+    # One column: the blank line 3 is an empty text (example 2), as in a text file.
+    with pytest.raises(ValueError, match=re.escape(f"example 4 ({tmp_path}/five.csv:5) is longer")):
         feature_files.extract(minilm, str(tmp_path / "five.csv"), str(tmp_path / "t"), fail_on_truncation=True)
     with pytest.raises(ValueError, match=r"holds features made with other settings \(pooling: 'none' there, 'mean'"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), pooling="mean")

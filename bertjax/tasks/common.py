@@ -185,41 +185,31 @@ def file_format(path: str, chosen: str = "", extensions: dict[str, str] | None =
 
 
 def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]:
-    """('file:line', row) for each row of a CSV, TSV (both with a header line) or JSONL file.
+    """('file:line', row) for each row of a CSV, TSV (both with a header line) or JSONL file;
+    the line is where the row starts (a quoted CSV field may hold line breaks).
 
     file_format: "csv", "tsv" or "jsonl"; "" = from the file name's extension (.json is
     read as JSONL). TSV fields are taken literally (no quoting, as GLUE's files need); a
-    field may be of any length. Errors name file:line: a JSONL line that is not a JSON
-    object, a CSV/TSV row with more or fewer fields than the header, a header that repeats
-    a column name, malformed CSV quoting, bytes that are not UTF-8.
+    field may be of any length. Blank lines are not rows, except in a file of one column,
+    where a blank line followed by more rows is an empty text (so row k is still line k + 1;
+    blank lines at the end are not rows). Errors name file:line: a JSONL line that is not a
+    JSON object, a CSV/TSV row with more or fewer fields than the header, a header that
+    repeats a column name, malformed CSV quoting (the line its record starts on), bytes that
+    are not UTF-8.
     """
     file_format = file_format or {"json": "jsonl"}.get(path.rsplit(".", 1)[-1].lower(), path.rsplit(".", 1)[-1].lower())
     if file_format not in ("csv", "tsv", "jsonl"):
         raise ValueError(f"{path}: unknown file format {file_format!r}; expected .csv, .tsv or .jsonl "
                          "(or set config.data.file_format)")
     if file_format == "jsonl":
-        for number, line in enumerate(user_lines(path), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                why = e.msg.removesuffix(" at")  # some of json's messages end in "at"
-                raise ValueError(f"{path}:{number}: not JSON ({why} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-            try:
-                json.dumps(row, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError as e:  # JSON can escape a lone surrogate, which no text can hold
-                raise ValueError(f"{path}:{number}: a lone surrogate ({e.object[e.start]!r}) in a string; "
-                                 "the text must be valid Unicode") from None
-            yield f"{path}:{number}", row
+        yield from _jsonl_records(path)
         return
     csv.field_size_limit(_MAX_FIELD_CHARS)
     lines = user_lines(path)
     # strict: a malformed quoted CSV field (a quote left open at the end) is an error, not text.
     reader = (csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv"
               else csv.reader(lines, strict=True))
+    first = 1  # the line the record being read starts on
     try:
         header = next(reader, None)
         if header is None:
@@ -227,16 +217,49 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
         repeated = sorted({name for name in header if name and header.count(name) > 1})  # '': Excel's empty columns
         if repeated:
             raise ValueError(f"{path}:1: the header names {repeated} more than once")
-        for fields in reader:
+        blank_lines = []  # of a one-column file, not yet known to be followed by a row
+        while True:
+            first = reader.line_num + 1
+            fields = next(reader, None)
+            if fields is None:
+                return
             if not fields:
+                if len(header) == 1:
+                    blank_lines.append(first)
                 continue
             if len(fields) != len(header):
-                raise ValueError(f"{path}:{reader.line_num}: {len(fields)} fields, the header has {len(header)} "
-                                 f"({header})")
-            yield f"{path}:{reader.line_num}", dict(zip(header, fields))
+                raise ValueError(f"{path}:{first}: {len(fields)} fields, the header has {len(header)} ({header})")
+            for line in blank_lines:
+                yield f"{path}:{line}", {header[0]: ""}
+            blank_lines.clear()
+            yield f"{path}:{first}", dict(zip(header, fields))
     except csv.Error as e:
-        raise ValueError(f"{path}:{reader.line_num}: not valid {file_format.upper()} ({e})") from None
+        to = f"; the record starting here runs to line {reader.line_num}" if reader.line_num > first else ""
+        raise ValueError(f"{path}:{first}: not valid {file_format.upper()} ({e}{to})") from None
 
+
+def _jsonl_records(path: str) -> Iterator[tuple[str, dict]]:
+    """`read_records` of a JSONL file: one JSON object a line, blank lines skipped."""
+    for number, line in enumerate(user_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            why = e.msg.removesuffix(" at")  # some of json's messages end in "at"
+            cut_short = e.pos >= len(line.rstrip())  # the line ended inside an object or array
+            hint = ("; expected JSON Lines, one object a line: this looks like a JSON document over several "
+                    "lines" if cut_short and line.lstrip()[:1] in ("[", "{") else "")
+            raise ValueError(f"{path}:{number}: not JSON ({why} at column {e.colno}){hint}") from None
+        if not isinstance(row, dict):
+            hint = " (JSON Lines: one object a line, not an array of them)" if isinstance(row, list) else ""
+            raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}{hint}")
+        try:
+            json.dumps(row, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON can escape a lone surrogate, which no text can hold
+            raise ValueError(f"{path}:{number}: a lone surrogate ({e.object[e.start]!r}) in a string; "
+                             "the text must be valid Unicode") from None
+        yield f"{path}:{number}", row
 
 
 def truncated_pair_lengths(len_a: np.ndarray, len_b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:

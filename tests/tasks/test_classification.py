@@ -12,7 +12,7 @@ import tensorflow_datasets as tfds
 from bertjax import tokenization
 from bertjax.data.corpora import demo_corpus
 from bertjax.tasks import batching, classification
-from bertjax.tasks.common import Split
+from bertjax.tasks.common import Split, read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -295,6 +295,43 @@ def test_malformed_csv_is_named_by_file_and_line(tmp_path, tokenizer, content, m
     (tmp_path / "train.csv").write_bytes(content)
     with pytest.raises(ValueError, match=message):
         classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv")), tokenizer)
+
+
+def test_a_quote_left_open_is_named_by_the_line_its_record_starts_on(tmp_path):
+    """The csv module reports where it gave up (the end of the file for an unclosed quote);
+    the row to fix is where the record began. A row's place is its first line."""
+    path = tmp_path / "train.csv"
+    path.write_text('text,label\n"a review\nover two lines",pos\n"oops,pos\n' + "fine,neg\n" * 1000)
+    rows = read_records(str(path))
+    assert next(rows) == (f"{path}:2", {"text": "a review\nover two lines", "label": "pos"})
+    with pytest.raises(ValueError, match=rf"train.csv:4: not valid CSV \(unexpected end of data; the record starting "
+                                         rf"here runs to line 1004\)"):
+        next(rows)
+
+
+def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_place(tmp_path):
+    """A one-column TSV cannot quote an empty text: a blank line is one (prediction ids and
+    output rows stay in line with the file); blank lines at the end, and in a file of several
+    columns, are not rows."""
+    path = tmp_path / "test.tsv"
+    path.write_text("sentence\nfirst\n\nthird\n\n\n")
+    assert list(read_records(str(path))) == [(f"{path}:2", {"sentence": "first"}), (f"{path}:3", {"sentence": ""}),
+                                             (f"{path}:4", {"sentence": "third"})]
+    path.write_text("sentence\tlabel\nfirst\t0\n\nthird\t1\n")
+    assert [where for where, _ in read_records(str(path))] == [f"{path}:2", f"{path}:4"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ('[\n  {"text": "a", "label": 0}\n]\n', "test.json:1: not JSON .*; expected JSON Lines, one object a line: "
+                                             "this looks like a JSON document over several lines"),
+    ('[{"text": "a", "label": 0}]\n', r"test.json:1: expected a JSON object, got list \(JSON Lines: one object a "
+                                      r"line, not an array of them\)"),
+    ('{"text": "a", "label": 0,}\n', r"test.json:1: not JSON \([^;]* at column 26\)$"),  # no hint: one line
+])
+def test_a_json_file_that_is_not_json_lines_says_so(tmp_path, content, message):
+    (tmp_path / "test.json").write_text(content)
+    with pytest.raises(ValueError, match=message):
+        list(read_records(str(tmp_path / "test.json")))
 
 
 @pytest.mark.parametrize("content", [b"text_a,label\rx,a\ry,b\r",  # old Mac line endings
