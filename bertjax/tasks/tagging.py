@@ -325,6 +325,10 @@ def load_task(config, tokenizer) -> Task:
         for name, path in others:  # a test file without tags is predicted, not scored
             sources.append((name, read_conll(path, tag_column, train.label_names, tags_optional=name == "test")))
         num_evals = sum(examples.tags is not None for _, examples in sources[1:])
+        if [name for name, _ in sources[1:1 + num_evals]] == ["test"]:
+            logging.warning("%s: the tagged test file is the only scored one, so it picks the best checkpoint "
+                            "(model selection on the test set); give config.data.eval_file to choose on that",
+                            sources[1][1].source)
     else:
         raise ValueError(f"config.task={config.task!r} is not a tagging task")
     check_nonempty(sources, "sentences")

@@ -165,6 +165,23 @@ def test_ner_label_names_must_be_distinct_tags_with_o(tmp_path, names):
         tagging.load_task(config, None)
 
 
+def test_a_tagged_test_file_without_an_eval_file_is_warned_to_pick_the_best_checkpoint(tmp_path, bert_tokenizer,
+                                                                                      caplog):
+    for name in ("train", "dev", "test"):
+        (tmp_path / f"{name}.txt").write_text("Peter B-PER\nlives O\n", encoding="utf-8")
+    config = finetune_config.get_config("ner")
+    config.data.update(train_file=str(tmp_path / "train.txt"), test_file=str(tmp_path / "test.txt"), max_seq_length=16)
+    with caplog.at_level(logging.WARNING):
+        task = tagging.load_task(config, bert_tokenizer)
+    assert [split.name for split in task.eval_splits] == ["test"]
+    assert "test.txt: the tagged test file is the only scored one" in caplog.text
+    caplog.clear()
+    config.data.eval_file = str(tmp_path / "dev.txt")
+    with caplog.at_level(logging.WARNING):
+        task = tagging.load_task(config, bert_tokenizer)
+    assert [split.name for split in task.eval_splits] == ["eval", "test"] and "only scored" not in caplog.text
+
+
 def test_write_conll(tmp_path):
     path = tmp_path / "out.txt"
     gold, predicted = [["B-ORG", "O"], ["O"]], [["B-ORG", "B-PER"], ["O"]]
