@@ -120,6 +120,15 @@ def test_the_huggingface_export_keeps_the_label_names(unevaluated_run, tmp_path)
     assert model_source.with_pairs(exported, True).task_info == {**exported.task_info, "pairs": True}
     with pytest.raises(ValueError, match="was fine-tuned on single texts, not pairs"):
         model_source.with_pairs(model_source.resolve(workdir), True)
+    # A multi-label classifier (independent sigmoids): its encoder serves, its softmax answers would be wrong.
+    hf_config["problem_type"] = "multi_label_classification"
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
+    multi = model_source.resolve(str(tmp_path / "hf"))
+    assert multi.task_info["multi_label"] and set(multi.load_params()) == {"bert", "classifier"}
+    import bertjax
+
+    with pytest.raises(ValueError, match="a multi-label classifier .* is not a task bertjax predicts or exports"):
+        bertjax.load_model(str(tmp_path / "hf")).predict(["a fine film"])
 
 
 def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():

@@ -78,6 +78,8 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     (tmp_path / "ner.conll").write_text("-DOCSTART- O\n\nAnna B-PER\nsings O\n\nOslo B-LOC\n")
     assert _read(tmp_path / "ner.conll", "tagging") == [(f"{tmp_path}/ner.conll:3", ["Anna", "sings"]),
                                                        (f"{tmp_path}/ner.conll:6", ["Oslo"])]
+    (tmp_path / "pos.conll").write_text("EU NNP B-NP\nrejects VBZ I-VP\n")  # other columns: not read as tags
+    assert _read(tmp_path / "pos.conll", "tagging") == [(f"{tmp_path}/pos.conll:1", ["EU", "rejects"])]
     (tmp_path / "choice.jsonl").write_text(json.dumps({"context": "x", "choices": ["a"]}) + "\n")
     [(_, item)] = _read(tmp_path / "choice.jsonl", "choice")
     assert "at least 2 texts" in batch_predict.check(_fake("choice"), "choice", item)

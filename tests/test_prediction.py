@@ -69,6 +69,13 @@ def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run, tmp_path
     assert len(raw["tags"]) == 7 and raw["tags"] == model.predict([raw["words"]])[0]["tags"]
     for entity in raw["entities"]:
         assert sentence[entity["start"]:entity["end"]] == entity["text"]
+    # A tagger whose labels are not entity tags (a part-of-speech tagger from Hugging Face, say):
+    # its tags, and no entities to find in them.
+    upos = ["ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT"]
+    names = model.task_info["label_names"]
+    model.task_info = {**model.task_info, "label_names": upos[:len(names)]}
+    tagged = model.predict([sentence])[0]
+    assert tagged["tags"] == [upos[names.index(tag)] for tag in raw["tags"]] and tagged["entities"] == []
     # A line of a file is the sentence as given (issue 46, 1): offsets count from its first character.
     (tmp_path / "lines.txt").write_text("   Anna Smith moved to Oslo .\r\n")
     records = list(batch_predict.read_inputs(str(tmp_path / "lines.txt"), "tagging", "text", {}))

@@ -350,14 +350,20 @@ class ClassificationFamily(Family):
     load_task = staticmethod(load_task)  # this module's
 
     def network(self, bert, task_info):
+        if task_info.get("multi_label"):
+            raise ValueError("a multi-label classifier (Hugging Face problem_type 'multi_label_classification': an "
+                             "independent probability a label) is not a task bertjax predicts or exports; a "
+                             "softmax over its labels would not be the model's answer")
         names = task_info.get("label_names")
         return BertForSequenceClassification(bert, num_labels=1 if names is None else len(names))
 
     def task_info_from_hf(self, hf_config):
         names = hf_label_names(hf_config)
         regression = hf_config.get("problem_type") == "regression" or len(names) == 1
-        return ("regression" if regression else "classification"), {
-            "family": self.name, "label_names": None if regression else names}
+        info = {"family": self.name, "label_names": None if regression else names}
+        if hf_config.get("problem_type") == "multi_label_classification":  # its encoder still serves: init, features
+            info["multi_label"] = True
+        return ("regression" if regression else "classification"), info
 
     def parse(self, item, task_info):
         text_a, text_b = text_pair(item)

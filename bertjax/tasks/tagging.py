@@ -406,7 +406,8 @@ class TaggingFamily(Family):
     """Raw input: a sentence (split into words as BERT's basic tokenizer does: control
     characters dropped, whitespace, punctuation and CJK characters apart; case and accents
     kept) or a list of words -> {"words", "tags", "entities": [{"type", "text", "first_word",
-    "last_word", "start", "end" (character offsets into the sentence; None for word lists)}]}."""
+    "last_word", "start", "end" (character offsets into the sentence; None for word lists)}]};
+    entities are [] for a model whose labels are not entity tags (a part-of-speech tagger)."""
 
     name = "tagging"
     tasks = TASKS
@@ -437,10 +438,11 @@ class TaggingFamily(Family):
         split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
         predicted = model.run_network(_label_ids, split, sequence_outputs=("token_logits",))["token_logits"]
         tags = predictions_to_tags(split, predicted) if any(words for _, words, _ in parsed) else [[] for _ in parsed]
+        entity_tags = all(ner_metrics.is_tag(name) for name in names)  # O, B-/I-/E-/S-<type>
         results = []
         for index, ((sentence, words, spans), sentence_tags) in enumerate(zip(parsed, tags)):
             entities = []
-            for type_, first, end in ner_metrics.extract_entities(sentence_tags, index):
+            for type_, first, end in ner_metrics.extract_entities(sentence_tags, index) if entity_tags else ():
                 start_char = spans[first][0] if spans else None
                 end_char = spans[end - 1][1] if spans else None
                 text = sentence[start_char:end_char] if spans else " ".join(words[first:end])
@@ -459,8 +461,8 @@ class TaggingFamily(Family):
         return row[keys["text_a"]]  # a sentence or a list of words
 
     def read_formatted(self, path: str, input_format: str, data: dict):
-        """CoNLL: each sentence's words (a tag column is ignored)."""
-        examples = read_conll(path, tag_column=int(data.get("tag_column", -1)), tags_optional=True)
+        """CoNLL: each sentence's words (the first column; the others, tags or not, are ignored)."""
+        examples = read_conll(path, tag_column=None)
         return zip(examples.locations, examples.sentences)
 
     def serving_inputs(self, task_info):
