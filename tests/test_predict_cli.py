@@ -131,6 +131,12 @@ def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
     close(True)
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"]
     assert out.read_text() == '{"label": "good"}\n{"value": 1.5}\n'
+    write, close = batch_predict.jsonl_writer(str(out))
+    close(False)  # failed before its first line: the earlier file stays
+    assert out.read_text() == '{"label": "good"}\n{"value": 1.5}\n'
+    write, close = batch_predict.jsonl_writer(str(out))
+    close(True)  # no inputs: an empty file, not the earlier run's answers under this run's name
+    assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == ""
 
 
 def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pretrained_run):

@@ -20,6 +20,7 @@ it (nothing is predicted); "skip": its output line is {"error": message, "where"
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from typing import Any, Callable, Iterator
@@ -135,9 +136,10 @@ def predict_all(model, family: str, records: list[tuple[str, Any]], write: Calla
     problems = [(where, check(model, family, item)) for where, item in records]
     if family == FILL_MASK.name:
         _check_masks_kept(model, records, problems)
-    else:  # e.g. SQuAD's ids, unique over the whole input and made up from the position if absent
+    else:  # e.g. SQuAD's ids, unique over the whole input and made up from the line number if absent
         good = [i for i, (_, why) in enumerate(problems) if not why]
-        items, clashes = tasks.FAMILIES[family].identify([records[i][1] for i in good], [i + 1 for i in good])
+        items, clashes = tasks.FAMILIES[family].identify([records[i][1] for i in good],
+                                                         [_number(records[i][0], i + 1) for i in good])
         records = list(records)
         for k, i in enumerate(good):
             records[i] = (records[i][0], items[k])
@@ -167,6 +169,12 @@ def predict_all(model, family: str, records: list[tuple[str, Any]], write: Calla
     return {"inputs": len(records), "predicted": predicted, "skipped": skipped}
 
 
+def _number(where: str, position: int) -> int:
+    """An input's number: its line in its file ("file:line"), else its 1-based place among the inputs."""
+    line = re.search(r":(\d+)$", where)
+    return int(line.group(1)) if line else position
+
+
 def progress_line() -> Callable[[int, int], None]:
     """A progress reporter for predict_all: one stderr line per chunk on inputs longer than one chunk."""
     start = time.time()
@@ -181,9 +189,9 @@ def progress_line() -> Callable[[int, int], None]:
 
 def jsonl_writer(path: str | None):
     """(write(dict), close(completed)) for JSONL lines to `path` (local or gs://), or stdout when
-    None. The lines go to `path`.tmp, renamed to `path` by close(True): a run that fails midway
-    (close(False)) leaves neither a half file nor a changed `path`; one that fails before its
-    first line leaves nothing at all."""
+    None. The lines go to `path`.tmp, renamed to `path` by close(True) (no lines: an empty file,
+    never an older one left in place): a run that fails midway (close(False)) leaves neither a
+    half file nor a changed `path`; one that fails before its first line leaves nothing at all."""
     opened = []
     tmp = None if path is None else f"{path}.tmp"
 
@@ -193,6 +201,8 @@ def jsonl_writer(path: str | None):
         opened[0].write(json.dumps(record, ensure_ascii=False, default=_plain) + "\n")
 
     def close(completed: bool = True) -> None:
+        if completed and not opened and path is not None:  # no input, no line: still this run's output
+            opened.append(fileio.open_file(tmp, "w"))
         for out in opened:
             if path is None:
                 out.flush()

@@ -58,8 +58,9 @@ class Family:
         raise NotImplementedError
 
     def identify(self, parsed: list, positions: list[int]) -> tuple[list, dict[int, str]]:
-        """Parsed inputs told apart over a whole input (positions: each one's 1-based place in
-        it) -> (the inputs with what that takes, {index: why} for those that cannot be)."""
+        """Parsed inputs told apart over a whole input (positions: each one's number, its line in
+        a file or its 1-based place among the inputs) -> (the inputs with what that takes,
+        {index: why} for those that cannot be)."""
         return parsed, {}
 
     def predict(self, model, parsed: list, **options) -> list[dict[str, Any]]:

@@ -540,8 +540,8 @@ class SquadFamily(Family):
         return item
 
     def identify(self, parsed, positions):
-        """Every question its id: its own, or its position in the input; an id seen before is
-        refused (the answers are keyed by id)."""
+        """Every question its id: its own, or its number (its line in a file); an id seen before
+        is refused (the answers are keyed by id)."""
         identified, clashes, first = [], {}, {}
         for index, (item, position) in enumerate(zip(parsed, positions)):
             qid = item.get("id", str(position))
