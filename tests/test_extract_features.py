@@ -204,6 +204,19 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_pa
     np.testing.assert_allclose([r["values"] for r in resumed], [w["values"] for w in whole], atol=1e-5)
 
 
+def test_a_run_killed_while_writing_its_first_shard_starts_again_and_clears_the_leftover(minilm, tmp_path):
+    """Killed inside fileio.write_bytes: no manifest yet, only the shard's temporary name. That
+    folder is not someone else's, so the run starts again there, and removes the leftover."""
+    (tmp_path / "in.txt").write_text("\n".join(f"sentence {i}" for i in range(12)) + "\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "shard-00000.npz.tmp-4242").write_bytes(b"half a shard")
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), layers=(-1,), pooling="mean",
+                          shard_size=5, log=lambda _: None)
+    assert sorted(os.listdir(tmp_path / "out")) == ["manifest.json", "shard-00000.npz", "shard-00001.npz",
+                                                    "shard-00002.npz"]
+    assert [r["index"] for r in feature_files.read_features(str(tmp_path / "out"))] == list(range(12))
+
+
 def test_the_truncated_count_of_a_resumed_run_equals_the_uninterrupted_one(minilm, tmp_path):
     """Issue 46, 5: truncations are counted with their shard, not for the whole chunk before it."""
     (tmp_path / "in.txt").write_text("\n".join([" ".join(["long"] * 100)] * 30) + "\n")  # every one truncated

@@ -56,6 +56,7 @@ from bertjax.tasks import common
 FORMAT = "bertjax-features/1"
 MANIFEST = "manifest.json"
 _PROGRESS_FILE = re.compile(r"manifest-process\d+-of-\d+\.json")  # a multi-process run's own progress
+_INTERRUPTED_WRITE = re.compile(r".+\.tmp-\d+")  # fileio.write_bytes's name before its rename: a killed run's
 INPUT_FORMATS = ("text", "csv", "tsv", "jsonl")
 _PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal
 
@@ -207,7 +208,8 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
     every progress file, so all of them reach the same verdict."""
     if fileio.exists(output) and not fileio.isdir(output):
         raise ValueError(f"--output={output} is a file; give a folder for shards or a name ending in .jsonl")
-    present = sorted(fileio.listdir(output)) if fileio.isdir(output) else []
+    present = sorted(name for name in (fileio.listdir(output) if fileio.isdir(output) else [])
+                     if not _INTERRUPTED_WRITE.fullmatch(name))
     manifests = {name: fileio.read_json(fileio.join(output, name)) for name in present
                  if name == MANIFEST or _PROGRESS_FILE.fullmatch(name)}
     fresh = {"format": FORMAT, "settings": settings, "shards": [], "examples_done": 0, "truncated": 0,
@@ -351,4 +353,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         if process == 0:
             fileio.write_json(fileio.join(output, MANIFEST), merged)
         done["truncated"] = merged["truncated"]
+    if not to_jsonl and process == 0:  # every process is done writing: a killed run's leftovers can go
+        for name in fileio.listdir(output):
+            if _INTERRUPTED_WRITE.fullmatch(name):
+                fileio.remove(fileio.join(output, name))
     return done
