@@ -193,6 +193,26 @@ def exported(runs, tmp_path_factory):
     }, directory)
 
 
+def test_an_export_that_fails_leaves_no_version_behind(minilm_classifier_run, tmp_path, monkeypatch):
+    """Written beside its version folder and renamed into place: TensorFlow Serving, watching
+    the folder, never sees a half-written version, and the same command can run again."""
+    from bertjax.inference import export
+
+    def interrupted(model, folder):
+        assert os.path.exists(os.path.join(folder, "saved_model.pb"))  # the graph is written, not yet task.json
+        raise RuntimeError("killed")
+
+    original = export._write_assets
+    monkeypatch.setattr(export, "_write_assets", interrupted)
+    with pytest.raises(RuntimeError, match="killed"):
+        export.export_saved_model(minilm_classifier_run, str(tmp_path / "serving"), max_seq_length=32)
+    assert os.listdir(tmp_path / "serving") == []
+    monkeypatch.setattr(export, "_write_assets", original)
+    saved = export.export_saved_model(minilm_classifier_run, str(tmp_path / "serving"), max_seq_length=32)
+    assert os.listdir(tmp_path / "serving") == ["1"] and saved == str(tmp_path / "serving" / "1")
+    assert sorted(os.listdir(saved)) == ["assets", "assets.extra", "fingerprint.pb", "saved_model.pb", "variables"]
+
+
 def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(minilm_classifier_run, tmp_path):
     """--precision=bfloat16: the SavedModel multiplies bfloat16 operands as load_model(...,
     precision="bfloat16") does, and says so in assets.extra/task.json."""

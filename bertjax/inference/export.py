@@ -40,6 +40,8 @@ itself, so the exporter always matches the JAX that trained the model.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from typing import Any, Callable
 
 from bertjax import tasks
@@ -84,9 +86,44 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
                               do_lower_case=do_lower_case)
     if takes_token_ids(model.tokenizer):
         module, signature = _token_ids_module(model)
-        tf.saved_model.save(module, target, signatures={SIGNATURE: signature})
-        _write_assets(model, target)
-        return target
+    else:
+        module, signature = _tokenizing_module(model, source.path)
+
+    def write(folder: str) -> None:
+        tf.saved_model.save(module, folder, signatures={SIGNATURE: signature})
+        _write_assets(model, folder)
+
+    _write_whole(target, write)
+    return target
+
+
+def _write_whole(target: str, write: Callable[[str], None]) -> None:
+    """write(folder) so that `target` (a version folder, absent or empty) appears whole or not
+    at all: locally into a hidden sibling renamed into place, so TensorFlow Serving, watching
+    the parent for numbered folders, never loads a half-written version; remote (gs://, where
+    folders cannot be renamed), in place and removed if writing fails."""
+    from bertjax.runtime import fileio
+
+    if fileio.is_remote(target):
+        try:
+            write(target)
+        except BaseException:
+            if fileio.exists(target):
+                fileio.rmtree(target)
+            raise
+        return
+    tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        if os.path.isdir(target):
+            os.rmdir(target)  # empty: checked before anything was written
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing left once renamed; a failed write's files
+
+
+def _tokenizing_module(model, path: str):
+    """The SavedModel's module and signature with the tokenizer in the graph (TF Text)."""
     try:
         import tensorflow_text  # noqa: F401  (the tokenizer ops)
     except ImportError:
@@ -94,11 +131,8 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
                          "(launch/setup_env.sh installs it)") from None
     why_not = model.family.check_export(model.tokenizer)
     if why_not:
-        raise ValueError(f"{source.path}: {why_not}")
-    module, signature = _serving_module(model)
-    tf.saved_model.save(module, target, signatures={SIGNATURE: signature})
-    _write_assets(model, target)
-    return target
+        raise ValueError(f"{path}: {why_not}")
+    return _serving_module(model)
 
 
 def takes_token_ids(tokenizer) -> bool:
