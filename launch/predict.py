@@ -9,10 +9,10 @@ r"""Predicts with a trained model on raw input: one JSONL line per input, in inp
 from the run) or, with --task=fill_mask, a pre-trained checkpoint with a masked-LM head
 (bertjax pre-training run, Google's TF release, Hugging Face BertForMaskedLM /
 BertForPreTraining). Inputs: --text (repeatable), --input=FILE (formats: see
-bertjax/inference/batch_predict.py), or stdin (lines of text, or --input_format=jsonl). What each
-task family returns: bertjax/inference/engine.py. Bad inputs are named by file:line: --on_error=fail
-(default) stops with exit code 2 before predicting; skip writes {"error", "where"} in
-their place. --vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
+bertjax/inference/batch_predict.py), or stdin (lines of text; JSONL for multiple choice or with
+--input_format=jsonl). What each task family returns: bertjax/inference/engine.py. Bad inputs
+are named by file:line: --on_error=fail (default) stops with exit code 2 before predicting;
+skip writes {"error", "where"} in their place. --vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
 Exit codes: 0 done, 2 bad model, flag or input (one line).
 """
 

@@ -83,6 +83,9 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     (tmp_path / "choice.jsonl").write_text(json.dumps({"context": "x", "choices": ["a"]}) + "\n")
     [(_, item)] = _read(tmp_path / "choice.jsonl", "choice")
     assert "at least 2 texts" in batch_predict.check(_fake("choice"), "choice", item)
+    # Multiple choice has no one-line form: stdin (or a .txt file) is JSONL for it, text for the others.
+    assert [batch_predict.file_format(path, family) for path in ("", "in.txt") for family in ("choice", "squad")] \
+        == ["jsonl", "text", "jsonl", "text"]
     # A line that is not UTF-8 is one bad input, skippable like any other (issue 46, 11).
     (tmp_path / "latin1.txt").write_bytes(b"good film\ncaf\xe9 ok\nbad film\n")
     records = _read(tmp_path / "latin1.txt", "classification")

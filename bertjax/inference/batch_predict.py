@@ -70,8 +70,11 @@ def default_keys(family: str, data: dict | None) -> dict[str, str]:
 
 
 def file_format(path: str, family: str, chosen: str = "auto") -> str:
-    """The format an input file is read in (see the module docstring)."""
-    return common.file_format(path, "" if chosen == "auto" else chosen, input_reader(family).extensions)
+    """The format an input file (path "": stdin) is read in (see the module docstring); "auto"
+    for a family whose inputs are not one line of text (multiple choice): JSONL, not text."""
+    reader = input_reader(family)
+    found = common.file_format(path, "" if chosen == "auto" else chosen, reader.extensions)
+    return "jsonl" if found == "text" and chosen == "auto" and not reader.text_lines else found
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
