@@ -110,6 +110,10 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs):
             assert (result["start"], result["end"]) == (-1, -1)
     with pytest.raises(ValueError, match="input 2: an empty context"):
         model.predict([inputs[0], {"question": "why?", "context": "  "}])
+    # The context is read in windows, never cut; a question past max_query_length is, and says so.
+    limit = int(model.source.data["max_query_length"])
+    long_question = {**inputs[0], "id": "long", "question": " ".join(["where"] * (limit + 1))}
+    assert [r.get("truncated") for r in model.predict([inputs[0], long_question])] == [None, True]
 
 
 def test_span_qa_ids_are_unique_over_a_whole_input_and_every_input_gets_its_line(runs, tmp_path, monkeypatch):
@@ -168,6 +172,11 @@ def test_multiple_choice_predicts_the_runs_own_choices(runs):
         assert np.argmax(result["probabilities"]) == result["choice"]
     with pytest.raises(ValueError, match="at least 2 texts"):
         model.predict([{"context": "x", "choices": ["only one"]}])
+    word, choice = (len(model.tokenizer.encode_flat([text])[0]) for text in ("word", "a"))
+    fits = (model.max_seq_length - 3 - choice) // word  # with [CLS] and two [SEP]
+    longest = model.predict([{"context": "word " * fits, "choices": ["a", "a"]},
+                             {"context": "word " * (fits + 1), "choices": ["a", "a"]}])
+    assert [result.get("truncated") for result in longest] == [None, True]
 
 
 def test_an_evaluation_example_longer_than_every_training_one_is_read_whole(tmp_path):

@@ -227,7 +227,8 @@ def _scores(output) -> dict:
 
 class ChoiceFamily(Family):
     """Raw input: {"context", "choices": [at least 2 texts]} -> {"choice" (index), "text",
-    "probabilities"}."""
+    "probabilities"}, and "truncated": True when a (context, choice) pair was longer than
+    max_seq_length (cut as fine-tuning cuts it)."""
 
     name = "choice"
     tasks = TASKS
@@ -256,11 +257,17 @@ class ChoiceFamily(Family):
         split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
         scores = model.run_network(_scores, split)["scores"]
         best = predict(split, scores)
+        # A (context, choice) pair longer than the model's length was cut, as fine-tuning cuts it.
+        _, context_lengths = model.tokenizer.encode_flat(contexts)
+        _, choice_lengths = model.tokenizer.encode_flat([choice for options in choices for choice in options])
+        pair_lengths = np.repeat(context_lengths, [len(options) for options in choices]) + choice_lengths + 3
+        cut = np.split(pair_lengths > model.max_seq_length, np.cumsum([len(options) for options in choices])[:-1])
         results = []
         for i, options_list in enumerate(choices):
             probabilities = np.asarray(jax.nn.softmax(scores[i, :len(options_list)]))
             results.append({"choice": int(best[i]), "text": options_list[int(best[i])],
-                            "probabilities": [float(p) for p in probabilities]})
+                            "probabilities": [float(p) for p in probabilities],
+                            **({"truncated": True} if cut[i].any() else {})})
         return results
 
     def input_keys(self, data):

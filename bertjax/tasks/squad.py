@@ -509,8 +509,10 @@ def _span_logits(outputs) -> dict:
 class SquadFamily(Family):
     """Raw input: {"question", "context", "id" (optional)} -> {"id", "answer", "start", "end"
     (character offsets into the context; -1 for no answer), "probability", "null_odds" (v2.0
-    runs: null score minus the best span's; > threshold = no answer)}. Options: n_best_size,
-    max_answer_length, null_score_diff_threshold (default: the run's)."""
+    runs: null score minus the best span's; > threshold = no answer)}, and "truncated": True
+    when the question was longer than the run's max_query_length tokens (the context is never
+    cut: windows slide over it). Options: n_best_size, max_answer_length,
+    null_score_diff_threshold (default: the run's)."""
 
     name = "squad"
     tasks = TASKS
@@ -567,14 +569,17 @@ class SquadFamily(Family):
             max_answer_length=max_answer_length or int(run["max_answer_length"]),
             null_score_diff_threshold=(run["null_score_diff_threshold"] if null_score_diff_threshold is None
                                        else null_score_diff_threshold))
+        _, question_lengths = model.tokenizer.encode_flat(examples.questions)  # past max_query_length: cut
         results = []
-        for qid in examples.ids:
+        for qid, question_length in zip(examples.ids, question_lengths):
             answer = answers[qid]
             best = next((entry for entry in nbest[qid] if entry["text"] == answer), nbest[qid][0])
             start, end = (best["start"], best["end"]) if answer else (-1, -1)
             result = {"id": qid, "answer": answer, "start": start, "end": end, "probability": best["probability"]}
             if null_odds is not None:
                 result["null_odds"] = null_odds[qid]
+            if question_length > int(run["max_query_length"]):
+                result["truncated"] = True
             results.append(result)
         return results
 
