@@ -34,6 +34,7 @@ import numpy as np
 from bertjax.models.bert import unstack_layers
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import FEATURE_HEADS, TOKEN_TRANSFORM
+from bertjax.models.tensor_files import read_safetensors
 from bertjax.runtime import fileio
 
 HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
@@ -245,15 +246,13 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     The MLM decoder is tied to the word embeddings: a stored `cls.predictions.decoder.weight`
     must equal them, and `cls.predictions.decoder.bias` must equal `cls.predictions.bias`.
     """
-    from safetensors.numpy import load
-
     hf_config = fileio.read_json(fileio.join(path, "config.json"))
     if hf_config.get("model_type") == "modernbert":
         return load_modernbert(path, hf_config)
     config = hf_config_to_bert(hf_config, fileio.join(path, "config.json"))
     file = fileio.join(path, "model.safetensors")
     tensors = {}
-    for key, value in load(fileio.read_bytes(file)).items():
+    for key, value in read_safetensors(file).items():
         if _HF_IGNORED.search(key):
             continue
         name = _hf_name(key)
@@ -543,15 +542,13 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
     embeddings), ModernBertForSequenceClassification, ModernBertForTokenClassification or
     ModernBertForQuestionAnswering. All but the sequence classifier have no pooler, so bertjax's
     starts fresh (as Hugging Face initialises a missing head)."""
-    from safetensors.numpy import load
-
     config = modernbert_config(hf_config, fileio.join(path, "config.json"))
     file = fileio.join(path, "model.safetensors")
     architectures = hf_config.get("architectures") or ["ModernBertModel"]
     if len(architectures) != 1 or architectures[0] not in MODERNBERT_ARCHITECTURES:
         raise ValueError(f"{file}: architectures {architectures} is not one of {sorted(MODERNBERT_ARCHITECTURES)}")
     heads, token_level = MODERNBERT_ARCHITECTURES[architectures[0]]
-    tensors = {key.removeprefix("model."): value for key, value in load(fileio.read_bytes(file)).items()}
+    tensors = {key.removeprefix("model."): value for key, value in read_safetensors(file).items()}
     decoder = tensors.pop("decoder.weight", None)
     if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.tok_embeddings.weight")):
         raise ValueError(f"{file}: 'decoder.weight' is not tied to the embeddings; bertjax ties the MLM decoder")

@@ -82,6 +82,30 @@ def test_huggingface_round_trip_is_bit_identical(minilm, tmp_path):
     assert_trees_equal(params2, params)
 
 
+def test_a_bfloat16_checkpoint_reads_as_its_float32_values_and_a_cut_off_one_is_named(minilm, tmp_path):
+    """Many checkpoints are published in bfloat16, which safetensors.numpy cannot load; a file
+    cut off in a copy is an error naming it, not the reader's own."""
+    import ml_dtypes
+    from safetensors.flax import save_file as save_flax
+
+    config, params = minilm
+    convert.export_huggingface(config, params, str(tmp_path), vocab_path=os.path.join(MINILM_DIR, "vocab.txt"))
+    stored = load_file(str(tmp_path / "model.safetensors"))
+    save_flax({name: jnp.asarray(value, jnp.bfloat16) for name, value in stored.items()},
+              str(tmp_path / "model.safetensors"))
+    _, read = bertjax.load_pretrained(str(tmp_path))
+    rounded = jax.tree.map(lambda x: np.asarray(x).astype(ml_dtypes.bfloat16).astype(np.float32), params)
+    assert_trees_equal(read, rounded)
+    assert read["bert"]["embeddings"]["word_embeddings"]["embedding"].dtype == np.float32
+    whole = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(ValueError, match=r"model.safetensors: cut off: tensor '.*' ends at byte \d+ of the data"):
+        bertjax.load_pretrained(str(tmp_path))
+    (tmp_path / "model.safetensors").write_bytes(whole[:100])
+    with pytest.raises(ValueError, match="model.safetensors: not a safetensors file, or cut off"):
+        bertjax.load_pretrained(str(tmp_path))
+
+
 @pytest.mark.parametrize("heads, architecture", [
     (("mlm", "nsp"), "BertForPreTraining"),
     (("classifier",), "BertForSequenceClassification"),
