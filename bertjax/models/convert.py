@@ -44,13 +44,20 @@ _ARCH_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_h
               "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
               "max_position_embeddings", "type_vocab_size", "initializer_range")
 _HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-           "gelu_fast": "gelu_tanh", "relu": "relu"}
+           "gelu_fast": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
+# BertConfig switches off the original BERT that neither BERT layout (Hugging Face BertModel,
+# Google's TF release) can hold: exported anyway, the weights would load into another model.
+_NOT_IN_BERT_LAYOUTS = ("attention_window", "use_bias", "norm_bias", "pooler", "token_transform")
 _TF_ACT = {"gelu": "gelu_tanh", "relu": "relu"}  # the original TF "gelu" is the tanh form
 _HF_IGNORED = re.compile(r"(^|\.)position_ids$")
 _HF_NO_POOLER = ("BertForMaskedLM", "BertForTokenClassification", "BertForQuestionAnswering")
 # The Hugging Face BERT classes an export may name in config.json's "architectures".
 HF_ARCHITECTURES = ("BertModel", "BertForPreTraining", "BertForNextSentencePrediction",
                     "BertForSequenceClassification", "BertForMultipleChoice", *_HF_NO_POOLER)
+_HEADS_OF = {"BertForPreTraining": ("mlm", "nsp"), "BertForMaskedLM": ("mlm",),
+             "BertForNextSentencePrediction": ("nsp",), "BertForSequenceClassification": ("classifier",),
+             "BertForMultipleChoice": ("classifier",), "BertForTokenClassification": ("classifier",),
+             "BertForQuestionAnswering": ("qa_outputs",)}  # the heads each class reads
 _TF_IGNORED = re.compile(r"(/adam_[mv]$)|(^global_step$)|(^_CHECKPOINTABLE_OBJECT_GRAPH$)")
 
 
@@ -207,9 +214,20 @@ def hf_config_to_bert(values: dict[str, Any], source: str = "config.json") -> Be
     return _config_from_json(values, _HF_ACT, source)
 
 
+def _check_bert_layout(config: BertConfig, export: str) -> None:
+    """ValueError naming the switches of `config` (not the modern encoder's layout) that a BERT
+    layout cannot hold."""
+    original = BertConfig()
+    changed = [f"{name}={getattr(config, name)!r}" for name in _NOT_IN_BERT_LAYOUTS
+               if getattr(config, name) != getattr(original, name)]
+    if changed:
+        raise ValueError(f"{export}: {', '.join(changed)}: BERT's checkpoint layout has no such setting (the "
+                         "exported model would be another model); keep the checkpoint in bertjax's layout")
+
+
 def bert_to_hf_config(config: BertConfig) -> dict[str, Any]:
     """BertConfig -> the architecture part of a Hugging Face config.json."""
-    act = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}[config.hidden_act]
+    act = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}[config.hidden_act]
     return {"model_type": "bert", **{key: getattr(config, key) for key in _ARCH_KEYS},
             "hidden_act": act, "layer_norm_eps": config.layer_norm_eps,
             "position_embedding_type": "absolute", "pad_token_id": 0}
@@ -294,6 +312,7 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     """
     if is_modern(config):
         return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path)
+    _check_bert_layout(config, "export_huggingface")
     params = _export_params(params)
     heads, num_labels = _param_heads(params, config, "export_huggingface")
     prefix = "bert." if heads else ""
@@ -305,8 +324,13 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
                              f"expected {var.shape}")
         name = var.hf if var.path[0] != "bert" else prefix + var.hf
         tensors[name] = np.ascontiguousarray(value.T if var.hf_transposed else value)
+    architecture = architecture or _guess_architecture(heads)
+    lacking = [head for head in _HEADS_OF.get(architecture, ()) if head not in heads]
+    if lacking:
+        raise ValueError(f"export_huggingface: {architecture} needs the head(s) {lacking}, which the checkpoint does "
+                         f"not have (it has {list(heads) or 'none'}); name another architecture")
     hf_config = bert_to_hf_config(config)
-    hf_config["architectures"] = [architecture or _guess_architecture(heads)]
+    hf_config["architectures"] = [architecture]
     _write_huggingface(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if vocab_path:
         from bertjax import tokenization
@@ -324,6 +348,8 @@ def _write_huggingface(out_dir: str, tensors: dict[str, np.ndarray], hf_config: 
     `num_labels` outputs (0: none; default names LABEL_<i>)."""
     from safetensors.numpy import save
 
+    if num_labels == 1 and not label_names:  # one output: a regression, which Hugging Face must be told
+        hf_config["problem_type"] = "regression"  # (else its pipeline reads the value through a sigmoid)
     if num_labels:
         names = list(label_names) if label_names else [f"LABEL_{i}" for i in range(num_labels)]
         if len(names) != num_labels:
@@ -647,6 +673,11 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     The original code's "gelu" is the tanh approximation, so an exact-GELU model is
     written as "gelu" with a warning (outputs then differ slightly in that code).
     """
+    missing = "the modern encoder" if is_modern(config) else (
+        f"hidden_act {config.hidden_act!r}" if config.hidden_act not in ("gelu", "gelu_tanh", "relu") else "")
+    if missing:
+        raise ValueError(f"export_tf_checkpoint: the original TF code has no {missing}; export to Hugging Face")
+    _check_bert_layout(config, "export_tf_checkpoint")
     params = _export_params(params)
     values = {}
     for var in variable_table(config, *_param_heads(params, config, "export_tf_checkpoint")):

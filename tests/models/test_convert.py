@@ -124,6 +124,32 @@ def test_huggingface_round_trip_with_heads(tmp_path, heads, architecture):
     assert_trees_equal(params2, params)
 
 
+def test_an_export_says_what_hugging_face_needs_or_refuses_what_it_cannot_hold(tmp_path):
+    """A one-output classifier is a regression (else transformers' pipeline reads its value
+    through a sigmoid); silu round-trips; an architecture without its head, a switch BERT's
+    layouts have no place for, or silu in the original TF code, is refused before writing."""
+    config = BertConfig(**TINY)
+    convert.export_huggingface(config, random_params(config, ("classifier",), num_labels=1), str(tmp_path / "r"))
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["problem_type"] == "regression"
+    convert.export_huggingface(config, random_params(config, ("classifier",), num_labels=3), str(tmp_path / "c"))
+    assert "problem_type" not in json.loads((tmp_path / "c" / "config.json").read_text())
+    silu = BertConfig(**TINY, hidden_act="silu")
+    convert.export_huggingface(silu, random_params(silu), str(tmp_path / "silu"))
+    assert bertjax.load_pretrained(str(tmp_path / "silu"))[0] == silu
+    with pytest.raises(ValueError, match="the original TF code has no hidden_act 'silu'"):
+        convert.export_tf_checkpoint(silu, random_params(silu), str(tmp_path / "tf_silu"))
+    with pytest.raises(ValueError, match=r"BertForSequenceClassification needs the head\(s\) \['classifier'\]"):
+        convert.export_huggingface(config, random_params(config, ("mlm",)), str(tmp_path / "a"),
+                                   architecture="BertForSequenceClassification")
+    for switches in ({"attention_window": 4}, {"pooler": "cls"}, {"use_bias": False}):
+        changed = BertConfig(**TINY, **switches)
+        name, value = next(iter(switches.items()))
+        for export in (convert.export_huggingface, convert.export_tf_checkpoint):
+            with pytest.raises(ValueError, match=f"{export.__name__}: {name}={value!r}: BERT's checkpoint layout"):
+                export(changed, random_params(changed), str(tmp_path / "switch"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "switch").exists() and not (tmp_path / "tf_silu").exists()
+
+
 def test_export_accepts_scanned_and_boxed_params(tmp_path):
     config = BertConfig(**TINY)
     params = random_params(config, ("mlm", "nsp"))
