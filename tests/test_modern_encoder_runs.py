@@ -2,6 +2,7 @@
 with a byte-level BPE, exports to the Hugging Face layout and reads back to the same outputs;
 a Hugging Face ModernBERT fine-tunes, predicts and fills masks in bertjax."""
 
+import json
 import os
 import subprocess
 import sys
@@ -50,6 +51,11 @@ def test_a_modern_run_pretrains_and_exports_to_hugging_face(modern_run, tmp_path
     exported = tmp_path / "hf"
     _run("launch/convert_checkpoint.py", f"--input={workdir}", f"--output={exported}", "--format=huggingface")
     assert sorted(os.listdir(exported)) == ["config.json", "model.safetensors", "tokenizer.json"]
+    # The run's own special tokens (transformers' defaults are ModernBERT's vocabulary's, past this one's end).
+    written = json.loads((exported / "config.json").read_text())
+    vocabulary = json.loads((exported / "tokenizer.json").read_text())["model"]["vocab"]
+    assert [written[f"{name}_token_id"] for name in ("pad", "cls", "sep")] == [vocabulary[t] for t in
+                                                                                ("[PAD]", "[CLS]", "[SEP]")]
     config, params = convert.load_pretrained(str(exported))
     original_config, original = convert.load_pretrained(str(workdir))
     assert config.replace(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1) == original_config.replace(

@@ -624,6 +624,13 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
         tensors[name] = np.concatenate(parts)
     tensors = {name: np.ascontiguousarray(value) for name, value in tensors.items()}
     hf_config["architectures"] = [architecture]
+    if tokenizer_path:  # its special tokens: transformers' defaults are ModernBERT's own vocabulary's ids
+        from bertjax import tokenization
+
+        tokenizer = tokenization.load_tokenizer("huggingface" if tokenizer_path.endswith(".json") else "wordpiece",
+                                                tokenizer_path)
+        hf_config.update(pad_token_id=tokenizer.pad_id, cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id,
+                         bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
     _write_huggingface(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if tokenizer_path:  # a tokenizer.json (a bertjax run saves it as hf_tokenizer.json) or a vocab.txt
         fileio.copy(tokenizer_path, fileio.join(out_dir, "tokenizer.json" if tokenizer_path.endswith(".json")
