@@ -94,6 +94,12 @@ def check_data_config(data_config) -> None:
     for ok, message in checks:
         if not ok:
             raise ValueError(f"config.data: {message}")
+    wanted = max(1, round(d.max_seq_length * d.masked_lm_prob))  # a full row's share, as the original counts
+    if d.max_predictions_per_seq < wanted:  # the original's cap: legitimate, but rarely what a longer row meant
+        logging.warning("config.data.max_predictions_per_seq=%d caps the masked tokens of a full row of %d at "
+                        "%.1f%%, below masked_lm_prob=%g (%d tokens); raise it to %d for that rate",
+                        d.max_predictions_per_seq, d.max_seq_length, 100 * d.max_predictions_per_seq / d.max_seq_length,
+                        d.masked_lm_prob, wanted, wanted)
 
 
 def check_document_batch(serialized: tf.Tensor) -> str | None:

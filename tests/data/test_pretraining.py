@@ -239,6 +239,19 @@ def test_the_masking_split_and_rate_are_settings(corpus):
         pretraining.check_data_config(data_config(mask_token_prob=0.8, random_token_prob=0.3))
 
 
+def test_a_prediction_cap_below_the_masking_rate_is_warned_at_start_up(caplog):
+    """The original's cap is kept (faithful), but a longer row with the base preset's 20
+    predictions would mask 3.9% of its tokens instead of 15%: the check says so, with the fix."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        pretraining.check_data_config(pretrain.get_config("base").data)  # 128 tokens: 19 wanted, 20 allowed
+        assert not caplog.records
+        pretraining.check_data_config(data_config(max_seq_length=512, max_predictions_per_seq=20))
+    assert "max_predictions_per_seq=20 caps the masked tokens of a full row of 512 at 3.9%, below " \
+           "masked_lm_prob=0.15 (77 tokens); raise it to 77" in caplog.text
+
+
 def test_whole_word_masking():
     rng = np.random.default_rng(0)
     rows, length = 2000, 64
