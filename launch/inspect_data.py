@@ -23,13 +23,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bertjax.data import masking, pipelines, prepare  # noqa: E402
 from bertjax.runtime import fileio  # noqa: E402
 
-config_flags.DEFINE_config_file("config", None, "Pre-training config file.", lock_config=True)
+cli.define_config_file("config", None, "Pre-training config file.", "pre-training")
 flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --dump cover all of them).",
                      lower_bound=1)
 flags.DEFINE_integer("num_print", 3, "Sequences to print as text.", lower_bound=0)

@@ -18,10 +18,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Pre-training config (configs/pretrain.py:<preset>).",
-                                          lock_config=True)
+_CONFIG = cli.define_config_file("config", None, "Pre-training config (configs/pretrain.py:<preset>).",
+                                 "pre-training")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where shards and metadata.json go (local or gs://).")
 _NUM_WORKERS = flags.DEFINE_integer("num_workers", None, "Worker processes (default: one per CPU core).",
                                     lower_bound=1)

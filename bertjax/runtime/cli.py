@@ -227,11 +227,11 @@ def _exit(code: int) -> None:
     sys.exit(code)
 
 
-def define_config_file(name: str, default: str, help_text: str, kind: str):
-    """A locked config-file flag with a default file, holding a `kind` config (a key of
-    LAUNCHERS; another kind is one line naming its launcher). ml_collections loads a default
-    file, and applies its --NAME.key=value overrides, when the flag is defined: a bad
-    override ends there with one line, as it would at parsing."""
+def define_config_file(name: str, default: str | None, help_text: str, kind: str):
+    """A locked config-file flag (with a default file, or None: then required) holding a `kind`
+    config (a key of LAUNCHERS; another kind is one line naming its launcher). ml_collections
+    loads a default file, and applies its --NAME.key=value overrides, when the flag is
+    defined: a bad override ends there with one line, as it would at parsing."""
     from ml_collections import config_flags
 
     _CONFIG_KINDS[name] = kind

@@ -63,3 +63,14 @@ def test_train_bpe_then_prepare_with_it(tmp_path):
                f"--config.data.vocab_path={path}")
     summary = json.loads(out[out.index("{"):])
     assert summary["splits"]["train"]["documents"] + summary["splits"]["eval"]["documents"] == 60
+
+
+def test_the_data_tools_name_the_launcher_of_a_fine_tuning_config(tmp_path):
+    """A configs/finetune.py config given to a pre-training data tool is one line, not a traceback."""
+    for launcher, extra in (("launch/prepare_data.py", [f"--output_dir={tmp_path}"]), ("launch/inspect_data.py", [])):
+        result = subprocess.run([sys.executable, launcher, "--config=configs/finetune.py:mrpc", *extra], cwd=ROOT,
+                                capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        assert result.returncode == 2 and result.stderr.strip() == (
+            "error: --config=configs/finetune.py:mrpc is a fine-tuning config: run it with launch/finetune.py"), \
+            result.stderr[-2000:]
+    assert os.listdir(tmp_path) == []
