@@ -122,6 +122,12 @@ def check_train_values(train: ml_collections.ConfigDict) -> None:
     for key in ("freeze_encoder", "cache_features"):
         if not isinstance(train[key], bool):
             raise ValueError(f"config.train.{key} must be True or False, got {train[key]!r}")
+    # The optimizer and schedule keys too, before any data is read: the steps an epoch makes are
+    # known only then (schedule_config checks the resolved numbers again).
+    provisional = ml_collections.ConfigDict(train.to_dict())
+    provisional.num_steps = train.num_steps or 1_000_000
+    provisional.warmup_steps = int(train.warmup_proportion * provisional.num_steps)
+    optim.validate_train_config(provisional)
 
 
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int],

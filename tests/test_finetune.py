@@ -357,7 +357,13 @@ def test_unknown_task_and_config_key(tmp_path):
                             "--config.train.learning_rat=1e-4"], "did you mean 'learning_rate'"),
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":squad",
                             f"--config.init_checkpoint={MINILM_DIR}", "--config.data.pack_examples=2"],
-                           "packing is for classification and tagging tasks")):
+                           "packing is for classification and tagging tasks"),
+                          # Optimizer keys before the data (squad: no file to read or tokenize first).
+                          (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":squad",
+                            f"--config.init_checkpoint={MINILM_DIR}", "--config.train.learning_rate=-1"],
+                           "config.train.learning_rate must be > 0, got -1"),
+                          (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
+                            "--config.train.optimizer=adamw2"], "config.train.optimizer must be one of")):
         command, env = _launch(tmp_path, *args)
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
