@@ -715,7 +715,8 @@ def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
 
     with tf.Graph().as_default():
         variables = [tf.compat.v1.Variable(value, name=name) for name, value in values.items()]
-        saver = tf.compat.v1.train.Saver(variables)
+        # Relative names in the `checkpoint` file: a copied folder reads its own files, never the original's.
+        saver = tf.compat.v1.train.Saver(variables, save_relative_paths=True)
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             saver.save(session, prefix, write_meta_graph=False)

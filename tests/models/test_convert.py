@@ -3,6 +3,7 @@ and the golden parameter table per preset."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -298,10 +299,16 @@ def test_tf_release_import(tf_release):
 def test_tf_export_round_trip(tf_release, tmp_path):
     directory, config, _ = tf_release
     _, params = bertjax.load_pretrained(directory)
-    convert.export_tf_checkpoint(config, params, str(tmp_path))
-    config2, params2 = bertjax.load_pretrained(str(tmp_path))
+    convert.export_tf_checkpoint(config, params, str(tmp_path / "out"))
+    config2, params2 = bertjax.load_pretrained(str(tmp_path / "out"))
     assert config2 == config
     assert_trees_equal(params2, params)
+    # The folder stands alone: its `checkpoint` file names its own files, so a copy missing one is
+    # an error, not a read of the original folder's weights.
+    assert str(tmp_path) not in (tmp_path / "out" / "checkpoint").read_text()
+    shutil.copytree(tmp_path / "out", tmp_path / "copy", ignore=shutil.ignore_patterns("*.index"))
+    with pytest.raises(ValueError, match="copy: no TF checkpoint"):
+        bertjax.load_pretrained(str(tmp_path / "copy"))
 
 
 def test_command_line_converter(tf_release, tmp_path):
