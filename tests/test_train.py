@@ -339,6 +339,7 @@ def _config(**changes):
     (dict(model__num_attention_heads=3), "config.model: BertConfig.hidden_size"),
     (dict(checkpoint__every=0), "config.checkpoint.every"),
     (dict(train__plateau_evals=-1), "config.train.plateau_evals must be an int >= 0, got -1"),
+    (dict(data__eval_fraction=0.0), "config.data.eval_fraction=0 holds out no documents, but config.train.eval_every"),
 ])
 def test_bad_config_values_are_named_before_compiling(changes, message):
     from bertjax import pretrain
