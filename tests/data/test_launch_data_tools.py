@@ -74,3 +74,12 @@ def test_the_data_tools_name_the_launcher_of_a_fine_tuning_config(tmp_path):
             "error: --config=configs/finetune.py:mrpc is a fine-tuning config: run it with launch/finetune.py"), \
             result.stderr[-2000:]
     assert os.listdir(tmp_path) == []
+
+
+def test_train_tokenizer_refuses_an_output_folder_it_cannot_make_before_training(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    result = subprocess.run([sys.executable, "launch/train_tokenizer.py", "--kind=wordpiece",
+                             f"--input={_corpus(tmp_path)}", "--vocab_size=300", f"--output_dir={tmp_path}/file/sub"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.strip() == (
+        f"error: --output_dir={tmp_path}/file/sub: cannot make the folder (Not a directory)"), result.stderr[-2000:]
