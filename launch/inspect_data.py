@@ -56,16 +56,32 @@ def render(example: dict, tokenizer) -> str:
     return " ".join(words)
 
 
+def nsp_labels(examples: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(<int>[B, K] next-sentence labels, <float>[B, K] weights: 1 for each real pair) of rows
+    of K pairs (packed: next_sentence_weights says which are real) or of one pair (K = 1)."""
+    labels = np.asarray(examples["next_sentence_labels"])
+    if labels.ndim == 1:
+        return labels[:, None], np.ones((len(labels), 1), np.float32)
+    return labels, np.asarray(examples["next_sentence_weights"])
+
+
 def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
-    """Masking, NSP and length statistics as printable lines."""
+    """Masking, NSP and length statistics as printable lines (packed rows: NSP over the real
+    pairs, each pair's [CLS] and two [SEP]s excluded from the candidates)."""
     lengths = examples["input_mask"].sum(1)
     real = examples["masked_lm_weights"] > 0
     rows = np.broadcast_to(np.arange(len(lengths))[:, None], real.shape)
     shown = examples["input_ids"][rows[real], examples["masked_lm_positions"][real]]
     original = examples["masked_lm_ids"][real]
     predictions = real.sum(1)
-    expected = masking.num_to_predict(lengths, config.masked_lm_prob, config.max_predictions_per_seq).numpy()
-    candidates = lengths - (3 if config.next_sentence_prediction else 2)
+    labels, weights = nsp_labels(examples)
+    pairs = weights.sum(1)
+    candidates = lengths - (3 * pairs if config.next_sentence_prediction else 2)
+    if labels.shape[1] == 1:
+        expected = masking.num_to_predict(lengths, config.masked_lm_prob, config.max_predictions_per_seq).numpy()
+        rule = f"; equal to min(max, max(1, round(n*p))): {np.mean(predictions == expected):.1%}"
+    else:
+        rule = f"; {pairs.mean():.2f} pairs a row, each masked on its own"
     max_len = config.max_seq_length
     buckets = collections.Counter(np.minimum(lengths * 8 // max_len, 7))
     return {
@@ -76,8 +92,8 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
             f"{np.mean(shown == tokenizer.mask_id):.1%} / {np.mean(shown == original):.1%} / "
             f"{np.mean((shown != tokenizer.mask_id) & (shown != original)):.1%}",
         "predictions per sequence": f"mean {predictions.mean():.2f}, min {predictions.min()}, max {predictions.max()}"
-                                    f"; equal to min(max, max(1, round(n*p))): {np.mean(predictions == expected):.1%}",
-        "NSP random (label 1)": f"{examples['next_sentence_labels'].mean():.1%}",
+                                    + rule,
+        "NSP random (label 1)": f"{(labels * weights).sum() / weights.sum():.1%}",
         "length": f"mean {lengths.mean():.1f}, median {np.median(lengths):.0f}, min {lengths.min()}, max "
                   f"{lengths.max()} of {max_len}",
         "length histogram (eighths of max)": ", ".join(
@@ -101,6 +117,8 @@ def default_workdir(data_config) -> str:
 
 def main(_):
     config = FLAGS.config
+    if FLAGS.dump and fileio.exists(FLAGS.dump):
+        raise ValueError(f"--dump={FLAGS.dump} exists; give another name (it would be overwritten)")
     workdir = FLAGS.workdir or default_workdir(config.data)
     pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=min(256, FLAGS.num_examples),
                                        split=FLAGS.split)
@@ -114,8 +132,9 @@ def main(_):
     examples = {k: np.concatenate([b[k] for b in batches])[:FLAGS.num_examples] for k in batches[0]}
     for i in range(min(FLAGS.num_print, FLAGS.num_examples)):
         example = {k: v[i] for k, v in examples.items()}
-        label = int(example["next_sentence_labels"])
-        print(f"--- example {i}: NSP label {label} ({'random' if label else 'IsNext'})")
+        labels, weights = nsp_labels({k: v[i:i + 1] for k, v in examples.items()})
+        said = ", ".join(f"{int(label)} ({'random' if label else 'IsNext'})" for label in labels[0][weights[0] > 0])
+        print(f"--- example {i}: NSP label{'s' if labels.shape[1] > 1 else ''} {said}")
         print(render(example, tokenizer))
     print("--- statistics")
     for name, value in statistics(examples, tokenizer, config.data).items():

@@ -43,6 +43,7 @@ CASES = [
     ("prepare_data.py", [PRETRAIN], "--output_dir must have a value"),
     ("inspect_data.py", [PRETRAIN, "--config.data.max_seq_lenth=3"], "did you mean 'max_seq_length'"),
     ("inspect_data.py", [PRETRAIN, "--num_examples=0"], "--num_examples"),
+    ("inspect_data.py", [PRETRAIN, "--dump={tmp}/text.txt"], "--dump={tmp}/text.txt exists; give another name"),
     ("prepare_data.py", [PRETRAIN, "--output_dir={tmp}/out", "--num_workers=0"], "--num_workers"),
     ("prepare_data.py", [PRETRAIN, "--output_dir={tmp}/out", "--config.data.source=tfds",
                          "--config.data.tfds_name=no_such_dataset"], "'no_such_dataset' is not a TFDS dataset"),

@@ -34,3 +34,22 @@ def test_each_corpus_gets_its_own_default_folder():
     masked.update(dict(masked_lm_prob=0.2, max_seq_length=64))  # applied online: the same prepared data
     assert inspect_data.default_workdir(demo) == inspect_data.default_workdir(masked)
     assert inspect_data.default_workdir(demo) != inspect_data.default_workdir(text)
+
+
+def test_packed_rows_count_nsp_over_their_real_pairs(tmp_path):
+    """pack_pairs: labels [B, K] with weights saying which pairs are real; the random share is
+    over those, and each pair's three special tokens leave the candidates."""
+    paths = synthetic.write_shards(str(tmp_path), 50, 1, min_sentences=5, max_sentences=10)
+    config = pretrain.get_config("tiny").data
+    config.update(dict(max_seq_length=64, max_predictions_per_seq=10, shuffle_buffer=50, instance_shuffle_buffer=50,
+                       pack_pairs=3))
+    tokenizer = synthetic.tokenizer_for(50)
+    batch = next(pretraining.PretrainingPipeline(config, shard_paths=paths, tokenizer=tokenizer,
+                                                 batch_size=64).batches())
+    labels, weights = batch["next_sentence_labels"], batch["next_sentence_weights"]
+    assert labels.shape == weights.shape == (64, 3) and 0 < weights.sum() < labels.size
+    stats = inspect_data.statistics(batch, tokenizer, config)
+    assert stats["NSP random (label 1)"] == f"{(labels * weights).sum() / weights.sum():.1%}"
+    candidates = batch["input_mask"].sum() - 3 * weights.sum()
+    assert stats["masked share of candidates"].startswith(f"{(batch['masked_lm_weights'] > 0).sum() / candidates:.2%}")
+    assert "pairs a row, each masked on its own" in stats["predictions per sequence"]
