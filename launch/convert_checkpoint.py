@@ -70,8 +70,10 @@ def main(_):
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab_file)")
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
+        squad = {"squad_version": source.task_info["squad_version"]} if "squad_version" in source.task_info else {}
         convert.export_huggingface(config, params, output, vocab, architecture=architecture,
-                                   do_lower_case=do_lower_case, label_names=source.task_info.get("label_names"))
+                                   do_lower_case=do_lower_case, label_names=source.task_info.get("label_names"),
+                                   extra_config=squad)
     else:
         convert.export_tf_checkpoint(config, params, output, vocab)
     heads = sorted(set(params) - {"bert"})

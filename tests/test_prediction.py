@@ -91,7 +91,10 @@ def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run, tmp_path
         model.predict([["ok", ""]])
 
 
-def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs):
+def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path):
+    import subprocess
+    import sys
+
     import bertjax
 
     workdir, dev = runs["squad"]
@@ -114,6 +117,13 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs):
     limit = int(model.source.data["max_query_length"])
     long_question = {**inputs[0], "id": "long", "question": " ".join(["where"] * (limit + 1))}
     assert [r.get("truncated") for r in model.predict([inputs[0], long_question])] == [None, True]
+    # Converted to Hugging Face and read back, it still answers SQuAD 2.0 ("no answer", null odds).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, os.path.join(root, "launch", "convert_checkpoint.py"), f"--input={workdir}",
+                    f"--output={tmp_path}/hf"], check=True, capture_output=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    converted = bertjax.load_model(str(tmp_path / "hf"), batch_size=8)  # (windows of Hugging Face's defaults)
+    assert converted.task_info["squad_version"] == "v2.0"
+    assert all("null_odds" in result for result in converted.predict(inputs))
 
 
 def test_span_qa_ids_are_unique_over_a_whole_input_and_every_input_gets_its_line(runs, tmp_path, monkeypatch):

@@ -298,7 +298,7 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str, vocab_path: str | None = None,
                        architecture: str | None = None, do_lower_case: bool | None = None,
-                       label_names: list[str] | None = None) -> None:
+                       label_names: list[str] | None = None, extra_config: dict[str, Any] | None = None) -> None:
     """Writes `out_dir`/config.json, model.safetensors (and vocab.txt if `vocab_path`, with
     tokenizer_config.json when `do_lower_case` is known: Hugging Face's BertTokenizer
     lower-cases unless told otherwise, so a cased model needs it).
@@ -308,10 +308,11 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     `architecture` overrides the guessed one, e.g. "BertForTokenClassification" or
     "BertForMultipleChoice" (a "classifier" head defaults to BertForSequenceClassification).
     `label_names` (one per classifier output) become config.json's id2label/label2id
-    (default LABEL_<i>).
+    (default LABEL_<i>). `extra_config`: more config.json keys, which transformers keeps and
+    ignores (a span-QA run's squad_version, read back by bertjax).
     """
     if is_modern(config):
-        return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path)
+        return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path, extra_config)
     _check_bert_layout(config, "export_huggingface")
     params = _export_params(params)
     heads, num_labels = _param_heads(params, config, "export_huggingface")
@@ -329,7 +330,7 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     if lacking:
         raise ValueError(f"export_huggingface: {architecture} needs the head(s) {lacking}, which the checkpoint does "
                          f"not have (it has {list(heads) or 'none'}); name another architecture")
-    hf_config = bert_to_hf_config(config)
+    hf_config = {**bert_to_hf_config(config), **(extra_config or {})}
     hf_config["architectures"] = [architecture]
     _write_huggingface(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if vocab_path:
@@ -590,13 +591,14 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
 
 
 def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, architecture: str | None = None,
-                      label_names: list[str] | None = None, tokenizer_path: str | None = None) -> None:
+                      label_names: list[str] | None = None, tokenizer_path: str | None = None,
+                      extra_config: dict[str, Any] | None = None) -> None:
     """Writes a bertjax modern encoder (and its "mlm", "classifier" or "qa_outputs" head; a
     "classifier" after the token transform is a token classifier) in the Hugging Face ModernBERT
     layout: config.json + model.safetensors (the MLM decoder tied, not stored), and
     the tokenizer.json at `tokenizer_path` if given. A pre-training run's NSP head and pooler
     have no place in ModernBertForMaskedLM: they are left out, with a warning."""
-    hf_config = modernbert_hf_config(config)
+    hf_config = {**modernbert_hf_config(config), **(extra_config or {})}
     params = _export_params(params)
     if {"mlm", "nsp"} <= set(params):
         logging.warning("export_huggingface: ModernBertForMaskedLM holds no next-sentence head or pooler; "

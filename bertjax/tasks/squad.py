@@ -528,8 +528,12 @@ class SquadFamily(Family):
         return BertForQuestionAnswering(bert)
 
     def task_info_from_hf(self, hf_config):
-        # A span for every question; the null score is still reported.
-        return "squad", {"family": self.name, "squad_version": "v1.1"}
+        # bertjax's export says which SQuAD a model answers; a Hugging Face model does not (v1.1:
+        # a span for every question, no null odds).
+        version = hf_config.get("squad_version", "v1.1")
+        if version not in ("v1.1", "v2.0"):
+            raise ValueError(f"config.json: squad_version {version!r} is not 'v1.1' or 'v2.0'")
+        return "squad", {"family": self.name, "squad_version": version}
 
     def parse(self, item, task_info):
         if not (isinstance(item, dict) and isinstance(item.get("question"), str)
