@@ -54,14 +54,14 @@ def main(_):
                          tokenization.VOCABULARY_FILE[kind])
     if fileio.exists(target):  # checkpoints trained with it would no longer match
         raise ValueError(f"{target} exists; remove it or choose another --output_dir")
-    try:  # before training, which can take a while: a folder that cannot be made fails now
-        fileio.makedirs(_OUTPUT_DIR.value)
-    except OSError as e:
-        raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: cannot make the folder ({e.strerror or e})") from None
     lines = _lines(paths)
     first = next(lines, None)
     if first is None:
         raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} file(s)")
+    try:  # before training, which can take a while: a folder that cannot be made fails now
+        fileio.makedirs(_OUTPUT_DIR.value)
+    except OSError as e:
+        raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: cannot make the folder ({e.strerror or e})") from None
     texts = itertools.chain([first], lines)
     if kind == "huggingface":
         path = tokenization.train_bpe(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value)
