@@ -20,6 +20,7 @@ from bertjax.runtime import fileio
 
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
            "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+_FLOATS = ("F64", "F32", "F16", "BF16")  # read as float32, bertjax's host params
 
 
 def read_safetensors(file: str) -> dict[str, np.ndarray]:
@@ -45,6 +46,5 @@ def read_safetensors(file: str) -> dict[str, np.ndarray]:
             raise ValueError(f"{file}: cut off: tensor {name!r} ends at byte {end} of the data, the file holds "
                              f"{len(body)} (copy it again)")
         array = np.frombuffer(body[start:end], _DTYPES[entry["dtype"]]).reshape(entry["shape"])
-        tensors[name] = array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) or \
-            array.dtype == ml_dtypes.bfloat16 else array.copy()
+        tensors[name] = array.astype(np.float32) if entry["dtype"] in _FLOATS else array.copy()
     return tensors

@@ -46,13 +46,15 @@ TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one l
 @dataclasses.dataclass
 class ChoiceExamples:
     """One split's examples: contexts[i], choices[i] (a list of >= 2 texts), labels <int64>[N]
-    (-1 = unlabeled), locations[i] ('file:line' or 'tfds:name[split]#index')."""
+    (-1 = unlabeled), locations[i] ('file:line' or 'tfds:name[split]#index'); truncated <bool>[N]
+    (set by `featurize`): a (context, choice) pair of the example was cut to max_seq_length."""
 
     source: str
     contexts: list[str]
     choices: list[list[str]]
     labels: np.ndarray
     locations: list[str]
+    truncated: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.contexts)
@@ -137,11 +139,14 @@ def featurize(tokenizer, examples: ChoiceExamples, split_name: str, max_seq_leng
     features["label"] = examples.labels.astype(np.int32)
     lengths = np.zeros((n, c), np.int32)
     lengths[choice_mask] = pair_lengths
+    cut = np.zeros((n, c), bool)
+    cut[choice_mask] = truncated
     if truncated.any():
         logging.info("%s: %d of %d (context, choice) pairs truncated to %d tokens", examples.source, truncated.sum(),
                      len(pairs_a), max_seq_length)
     has_labels = bool((examples.labels >= 0).any())
-    return Split(split_name, features, lengths.max(axis=1, initial=0), examples, has_labels)
+    return Split(split_name, features, lengths.max(axis=1, initial=0),
+                 dataclasses.replace(examples, truncated=cut.any(axis=1)), has_labels)
 
 
 def load_split(tokenizer, source: str, split: str, max_seq_length: int = MAX_SEQ_LENGTH,
@@ -257,17 +262,13 @@ class ChoiceFamily(Family):
         split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
         scores = model.run_network(_scores, split)["scores"]
         best = predict(split, scores)
-        # A (context, choice) pair longer than the model's length was cut, as fine-tuning cuts it.
-        _, context_lengths = model.tokenizer.encode_flat(contexts)
-        _, choice_lengths = model.tokenizer.encode_flat([choice for options in choices for choice in options])
-        pair_lengths = np.repeat(context_lengths, [len(options) for options in choices]) + choice_lengths + 3
-        cut = np.split(pair_lengths > model.max_seq_length, np.cumsum([len(options) for options in choices])[:-1])
+        cut = split.examples.truncated  # a (context, choice) pair cut as fine-tuning cuts it
         results = []
         for i, options_list in enumerate(choices):
             probabilities = np.asarray(jax.nn.softmax(scores[i, :len(options_list)]))
             results.append({"choice": int(best[i]), "text": options_list[int(best[i])],
                             "probabilities": [float(p) for p in probabilities],
-                            **({"truncated": True} if cut[i].any() else {})})
+                            **({"truncated": True} if cut[i] else {})})
         return results
 
     def input_keys(self, data):
