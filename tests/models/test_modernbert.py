@@ -14,7 +14,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from bertjax.models import (BertConfig, BertEncoder, BertForQuestionAnswering, BertForSequenceClassification,
-                            BertForTokenClassification, convert)
+                            BertForTokenClassification, convert, modernbert_layout)
 from bertjax.models.bert import BertSelfAttention
 from bertjax.models.heads import MaskedLMHead
 
@@ -96,7 +96,7 @@ def test_modernbert_exports_back_to_the_same_files(model, tmp_path):
                 "num_attention_heads", "local_attention", "global_attn_every_n_layers", "norm_eps", "norm_bias",
                 "attention_bias", "mlp_bias", "hidden_activation", "classifier_pooling", "vocab_size"):
         assert written[key] == hf[key], key
-    assert convert.modernbert_config(written) == config
+    assert modernbert_layout.modernbert_config(written) == config
 
 
 def test_the_windowed_attention_forms_agree():
@@ -145,7 +145,7 @@ def test_the_modern_presets_and_their_parameters():
             base.max_position_embeddings, base.vocab_size) == (22, 768, 1152, 128, 8192, 50368)
     shapes = jax.eval_shape(lambda: BertEncoder(base).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
     count = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(shapes))
-    hugging_face = sum(int(np.prod(var.shape)) for var in convert.modernbert_variable_table(base, ("mlm",)))
+    hugging_face = sum(int(np.prod(var.shape)) for var in modernbert_layout.modernbert_variable_table(base, ("mlm",)))
     # ModernBertForMaskedLM-base: 149.66M with the MLM head (dense 768 x 768, norm, decoder bias);
     # bertjax's encoder has the pooler (dense, norm) instead of those.
     assert hugging_face == 149_655_232 and count == hugging_face - 50368
