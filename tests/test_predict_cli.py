@@ -164,6 +164,14 @@ def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pr
     batch_predict.predict_all(model, "fill_mask", [("f.txt:4", some_cut)], written.append, top_k=2)
     assert len(written[0]["masks"]) == 2 and written[0]["masks"][1] is None and written[0]["truncated"]
     assert [sorted(entry) for entry in written[0]["masks"][0]] == [["probability", "token", "token_id"]] * 2
+    # Context cut after the only [MASK]: answered, and still said to be truncated (the model
+    # never saw the rest); a text that fits says nothing.
+    context_cut = "a [MASK] " + "word " * 30
+    written = []
+    batch_predict.predict_all(model, "fill_mask", [("f.txt:5", context_cut), ("f.txt:6", "a [MASK] .")],
+                              written.append, top_k=2)
+    assert written[0]["truncated"] is True and written[0]["masks"][0] is not None and "truncated" not in written[1]
+    assert [row["masks"] for row in written] == model.fill_mask([context_cut, "a [MASK] ."], top_k=2)
     pair = model.fill_mask(["[MASK] " + "word " * 30 + "[MASK] ||| the [MASK] ."], top_k=2)[0]
     assert [entry is None for entry in pair] == [False, True, False]  # a's end was cut, b's mask kept
     # A pre-training run's own length is the default: positions past it were never trained.

@@ -159,8 +159,9 @@ def predict_all(model, family: str, records: list[tuple[str, Any]], write: Calla
         good = [i for i in chunk if not problems[i][1]]
         items = [records[i][1] for i in good]
         if family == FILL_MASK.name:
-            results = [{"masks": masks, **({"truncated": True} if None in masks else {})}
-                       for masks in model.fill_mask(items, top_k=top_k)] if items else []
+            from bertjax.inference import fill_mask  # JAX and Flax: only once a model runs
+
+            results = fill_mask.fill_mask_rows(model, items, top_k) if items else []
         else:
             results = model.predict(items)
         answers = dict(zip(good, results))

@@ -229,7 +229,7 @@ class Model:
         """<int>[N]: the [MASK] tokens of each text left after truncation to max_seq_length."""
         from bertjax.inference import fill_mask
 
-        return fill_mask.masked(self, list(not_one_string(texts)))[1]
+        return fill_mask.mask_counts(self, texts)
 
     # -- Task predictions. --
 

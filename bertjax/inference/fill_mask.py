@@ -38,9 +38,17 @@ class _MaskedLM(nn.Module):
 def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]] | None]]:
     """For each text (or "a ||| b" pair) with one or more [MASK], one entry per [MASK] in
     order: the top_k tokens there, [{"token", "token_id", "probability"}] best first, or None
-    for a mask that truncation to max_seq_length cut off. The masked-LM head must be in the
-    checkpoint (pre-training runs, Google's releases, Hugging Face BertForPreTraining/
-    BertForMaskedLM); ValueError naming the input without a [MASK] within the limit."""
+    for a mask that truncation to max_seq_length cut off (`fill_mask_rows` also says which
+    texts were cut). The masked-LM head must be in the checkpoint (pre-training runs, Google's
+    releases, Hugging Face BertForPreTraining/BertForMaskedLM); ValueError naming the input
+    without a [MASK] within the limit."""
+    return [row["masks"] for row in fill_mask_rows(model, texts, top_k)]
+
+
+def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str, Any]]:
+    """`fill_mask`'s answers as one dict a text: {"masks": the text's entries} and
+    "truncated": True when the text was longer than max_seq_length (the model saw its first
+    tokens only, so context after a mask may be missing even when every mask is answered)."""
     if "mlm" not in model.heads:
         raise ValueError(f"{model.source.path} has no masked-LM head (it has {list(model.heads) or 'only the encoder'})"
                          "; fill-mask needs a pre-training checkpoint or a Hugging Face BertForMaskedLM/"
@@ -48,7 +56,7 @@ def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dic
     if not 1 <= top_k <= model.bert.vocab_size:
         raise ValueError(f"top_k must be in [1, {model.bert.vocab_size}], got {top_k}")
     texts = list(not_one_string(texts))
-    split, counts, pairs = masked(model, texts)
+    split, counts, pairs, truncated = _masked(model, texts)
     ids = split.features["input_ids"]
     for i in np.flatnonzero(counts == 0)[:1]:
         raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {model.max_seq_length} "
@@ -77,14 +85,21 @@ def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dic
         # Truncation cuts each side's end: its first masks are kept, the rest are None.
         kept_a = int(((ids[i] == model.tokenizer.mask_id) & (split.features["segment_ids"][i] == 0)).sum())
         in_a, in_b = text_a.count(_MASK), (text_b or "").count(_MASK)
-        results.append(answers[:kept_a] + [None] * (in_a - kept_a)
-                       + answers[kept_a:] + [None] * (in_b - (len(answers) - kept_a)))
+        masks = (answers[:kept_a] + [None] * (in_a - kept_a)
+                 + answers[kept_a:] + [None] * (in_b - (len(answers) - kept_a)))
+        results.append({"masks": masks, **({"truncated": True} if truncated[i] else {})})
     return results
 
 
-def masked(model, texts: list) -> tuple[Split, np.ndarray, list[tuple[str, str | None]]]:
+def mask_counts(model, texts: Sequence[str]) -> np.ndarray:
+    """<int>[N]: the [MASK] tokens of each text left after truncation to max_seq_length."""
+    return _masked(model, list(not_one_string(texts)))[1]
+
+
+def _masked(model, texts: list) -> tuple[Split, np.ndarray, list[tuple[str, str | None]], np.ndarray]:
     """(texts encoded with each literal [MASK] the mask token, <int>[N] masks left after
-    truncation to max_seq_length in each, the texts as (a, b) pairs)."""
+    truncation to max_seq_length in each, the texts as (a, b) pairs, <bool>[N] whether each
+    was truncated)."""
     pairs = [at_position(i, text_pair, text) for i, text in enumerate(texts, start=1)]
-    split, _ = model.encode_texts(pairs, keep_masks=True)
-    return split, (split.features["input_ids"] == model.tokenizer.mask_id).sum(1), pairs
+    split, truncated = model.encode_texts(pairs, keep_masks=True)
+    return split, (split.features["input_ids"] == model.tokenizer.mask_id).sum(1), pairs, truncated
