@@ -210,22 +210,31 @@ def tensorflow_tokenizer(tokenizer):
                 token_out_type=tf.int32, unknown_token="[UNK]", no_pretokenization=True,
                 support_detokenization=False)
 
-        def words(self, texts):
+        def words(self, texts, every_written_word=False):
             """<string>[B] -> (normalised words, start, end byte offsets into the texts), each [B, (W)].
-            Words that normalisation empties (a lone control character, an accent) are dropped."""
+            Words that normalisation empties (a lone control character, an accent when uncased)
+            are dropped, as Tokenizer.encode drops them; with `every_written_word` (tagging, which
+            tags each word as written: tagging.sentence_words) a word emptied by more than the
+            removal of control characters is kept as [UNK], as tagging.featurize keeps it."""
             texts = tf.strings.regex_replace(texts, r"\x00", "\x01")  # the split stops at NUL; both go below
             words, starts, ends = tft.regex_split_with_offsets(texts, f"{_WHITESPACE}|{_KEPT}", _KEPT)
             flat = self.normalize(words.flat_values)
             long = tf.strings.length(flat, unit="UTF8_CHAR") > MAX_INPUT_CHARS_PER_WORD
+            if every_written_word:
+                long |= (tf.strings.length(flat) == 0) & (tf.strings.length(self.clean(words.flat_values)) > 0)
             flat = tf.where(long, "[UNK]", flat)  # the vocabulary's own [UNK] entry
             keep = words.with_flat_values(tf.strings.length(flat) > 0)
             return tuple(tf.ragged.boolean_mask(x, keep) for x in
                          (words.with_flat_values(flat), starts, ends))
 
+        def clean(self, strings):
+            """Each string without its control characters (BERT's clean_text)."""
+            return tf.strings.regex_replace(strings, r"[\p{C}\x{FFFD}]", "")
+
         def normalize(self, strings):
             """BERT's normalisation of each string: control characters dropped; NFD, accents
             dropped and lower case when uncased."""
-            strings = tf.strings.regex_replace(strings, r"[\p{C}\x{FFFD}]", "")
+            strings = self.clean(strings)
             if self.lower:
                 strings = tf.strings.regex_replace(tft.normalize_utf8(strings, "NFD"), r"\p{Mn}", "")
                 # Lower-cased one character at a time, as `tokenizers` does: a word's last capital

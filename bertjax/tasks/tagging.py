@@ -474,7 +474,7 @@ class TaggingFamily(Family):
         from bertjax.runtime.tf_cpu import tf
 
         text = inputs["text"]
-        words, starts, ends = serving.tokenizer.words(text)
+        words, starts, ends = serving.tokenizer.words(text, every_written_word=True)
         pieces = serving.tokenizer.pieces(words)
         input_ids, segment_ids, input_mask, _ = serving.layout(pieces.merge_dims(1, 2))
         predicted = tf.argmax(serving.model(input_ids, segment_ids, input_mask), axis=-1)  # [B, S]
