@@ -182,6 +182,14 @@ def test_multiple_choice_predicts_the_runs_own_choices(runs):
         assert np.argmax(result["probabilities"]) == result["choice"]
     with pytest.raises(ValueError, match="at least 2 texts"):
         model.predict([{"context": "x", "choices": ["only one"]}])
+    # "" is no choice, as in the SavedModel's padded rows: probability 0, the others as without it.
+    context, choices, _ = dev[0]
+    padded = model.predict([{"context": context, "choices": ["", *choices, ""]}])[0]
+    assert padded["probabilities"][0] == padded["probabilities"][-1] == 0.0
+    np.testing.assert_allclose(padded["probabilities"][1:-1], results[0]["probabilities"], atol=1e-6)
+    assert padded["choice"] == results[0]["choice"] + 1 and padded["text"] == results[0]["text"]
+    with pytest.raises(ValueError, match="at least 2 texts"):
+        model.predict([{"context": "x", "choices": ["one", ""]}])
     word, choice = (len(model.tokenizer.encode_flat([text])[0]) for text in ("word", "a"))
     fits = (model.max_seq_length - 3 - choice) // word  # with [CLS] and two [SEP]
     longest = model.predict([{"context": "word " * fits, "choices": ["a", "a"]},

@@ -233,7 +233,8 @@ def _scores(output) -> dict:
 class ChoiceFamily(Family):
     """Raw input: {"context", "choices": [at least 2 texts]} -> {"choice" (index), "text",
     "probabilities"}, and "truncated": True when a (context, choice) pair was longer than
-    max_seq_length (cut as fine-tuning cuts it)."""
+    max_seq_length (cut as fine-tuning cuts it). An empty choice "" is no choice, as in the
+    SavedModel, whose rows are padded with "": probability 0, never picked; at least 2 others."""
 
     name = "choice"
     tasks = TASKS
@@ -250,13 +251,16 @@ class ChoiceFamily(Family):
     def parse(self, item, task_info):
         choices = item.get("choices") if isinstance(item, dict) else None
         if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
-                and len(choices) >= 2 and all(isinstance(c, str) for c in choices)):
-            raise ValueError(f"expected {{'context': text, 'choices': [at least 2 texts]}}, got {item!r}"[:300])
+                and all(isinstance(c, str) for c in choices) and sum(c != "" for c in choices) >= 2):
+            raise ValueError(f"expected {{'context': text, 'choices': [at least 2 texts]}} (\"\" is no choice), "
+                             f"got {item!r}"[:300])
         return item
 
     def predict(self, model, parsed, **options):
         no_options(self, options)
-        contexts, choices = [item["context"] for item in parsed], [item["choices"] for item in parsed]
+        given = [[k for k, choice in enumerate(item["choices"]) if choice != ""] for item in parsed]
+        contexts = [item["context"] for item in parsed]
+        choices = [[item["choices"][k] for k in kept] for item, kept in zip(parsed, given)]
         examples = ChoiceExamples("inputs", contexts, choices, np.full(len(contexts), -1, np.int64),
                                   [f"input {i}" for i in range(1, len(contexts) + 1)])
         split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
@@ -264,9 +268,11 @@ class ChoiceFamily(Family):
         best = predict(split, scores)
         cut = split.examples.truncated  # a (context, choice) pair cut as fine-tuning cuts it
         results = []
-        for i, options_list in enumerate(choices):
-            probabilities = np.asarray(jax.nn.softmax(scores[i, :len(options_list)]))
-            results.append({"choice": int(best[i]), "text": options_list[int(best[i])],
+        for i, (item, kept) in enumerate(zip(parsed, given)):
+            probabilities = np.zeros(len(item["choices"]))
+            probabilities[kept] = jax.nn.softmax(scores[i, :len(kept)])
+            choice = kept[int(best[i])]
+            results.append({"choice": choice, "text": item["choices"][choice],
                             "probabilities": [float(p) for p in probabilities],
                             **({"truncated": True} if cut[i] else {})})
         return results
