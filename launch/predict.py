@@ -76,7 +76,7 @@ def main(_):
         if name in keys and flag.value is not None:  # the roles this model's inputs have
             keys[name] = flag.value
     if _TEXT.value:
-        records = [(f"--text #{i}", batch_predict.read_line(text, family)) for i, text in enumerate(_TEXT.value, 1)]
+        records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:
         path = _INPUT.value or "/dev/stdin"
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)

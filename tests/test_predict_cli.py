@@ -115,6 +115,13 @@ def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_c
     assert written[2] == {"error": summary["skipped"][0][1], "where": "f.txt:9"}
     with pytest.raises(ValueError, match=r"^f.txt:9: the model was trained on single texts"):
         batch_predict.predict_all(model, "classification", records, written.append, "fail")
+    # --text values arrive as Python holds command-line bytes: not UTF-8 is that value's bad input.
+    given = ["a fine film", b"caf\xe9 noir".decode("utf-8", "surrogateescape"), "caf\u00e9 noir"]
+    records = batch_predict.command_line_inputs(given, "classification")
+    assert [where for where, _ in records] == ["--text #1", "--text #2", "--text #3"]
+    assert records[2][1] == "caf\u00e9 noir" and isinstance(records[1][1], ValueError)
+    with pytest.raises(ValueError, match=r"^--text #2: not UTF-8 \(byte 0xe9 at byte 4\); give UTF-8 text; --on_error"):
+        batch_predict.predict_all(model, "classification", records, written.append, "fail")
 
 
 def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):

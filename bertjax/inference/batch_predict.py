@@ -20,6 +20,7 @@ it (nothing is predicted); "skip": its output line is {"error": message, "where"
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -97,6 +98,20 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
         yield from reader.read_formatted(path, input_format, data or {})
     else:
         raise ValueError(f"input format {input_format!r} is not one of {FORMATS}")
+
+
+def command_line_inputs(texts: list[str], family: str) -> list[tuple[str, Any]]:
+    """("--text #k", item) per --text value; one whose bytes are not UTF-8 (Python holds them
+    as lone surrogates) is a ValueError in its place, as a file's bad line is."""
+    records = []
+    for k, text in enumerate(texts, start=1):
+        raw = os.fsencode(text)  # the bytes as given
+        try:
+            item = read_line(raw.decode("utf-8"), family)
+        except UnicodeDecodeError as e:
+            item = ValueError(f"not UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1}); give UTF-8 text")
+        records.append((f"--text #{k}", item))
+    return records
 
 
 def read_line(line: str, family: str) -> Any:
