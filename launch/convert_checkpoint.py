@@ -71,14 +71,22 @@ def main(_):
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
         squad = {"squad_version": source.task_info["squad_version"]} if "squad_version" in source.task_info else {}
-        convert.export_huggingface(config, params, output, vocab, architecture=architecture,
-                                   do_lower_case=do_lower_case, label_names=source.task_info.get("label_names"),
-                                   extra_config=squad)
+        heads = convert.export_huggingface(config, params, output, vocab, architecture=architecture,
+                                           do_lower_case=do_lower_case,
+                                           label_names=source.task_info.get("label_names"), extra_config=squad)
     else:
-        convert.export_tf_checkpoint(config, params, output, vocab)
-    heads = sorted(set(params) - {"bert"})
-    casing = "" if vocab is None or do_lower_case is None else f", {'un' if do_lower_case else ''}cased"
-    print(f"wrote {output} ({_FORMAT.value} layout, heads: {heads or 'none'}, vocab: {vocab}{casing})")
+        heads = convert.export_tf_checkpoint(config, params, output, vocab)
+    print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
+          f"vocab: {vocab}{_casing(vocab, do_lower_case)})")
+
+
+def _casing(vocab: str | None, do_lower_case: bool | None) -> str:
+    """What the written folder says of its casing, for the summary line."""
+    if vocab is None or vocab.endswith(".json"):
+        return ""  # no vocabulary, or a tokenizer.json, which holds its own normaliser
+    if _FORMAT.value == "tf":
+        return ", casing not stored (the TF layout has no place for it: name the folder cased_L-... or uncased_L-...)"
+    return ", casing unknown, not stored" if do_lower_case is None else f", {'un' if do_lower_case else ''}cased"
 
 
 if __name__ == "__main__":

@@ -49,8 +49,11 @@ def test_a_modern_run_pretrains_and_exports_to_hugging_face(modern_run, tmp_path
     losses = [float(line.split("loss ")[1].split()[0]) for line in log.splitlines() if line.startswith("step ")]
     assert len(losses) == 3 and losses[-1] < losses[0] - 0.5, log[-2000:]
     exported = tmp_path / "hf"
-    _run("launch/convert_checkpoint.py", f"--input={workdir}", f"--output={exported}", "--format=huggingface")
+    summary = _run("launch/convert_checkpoint.py", f"--input={workdir}", f"--output={exported}",
+                   "--format=huggingface")
     assert sorted(os.listdir(exported)) == ["config.json", "model.safetensors", "tokenizer.json"]
+    # The heads written, not the run's: ModernBertForMaskedLM has no next-sentence head.
+    assert f"wrote {exported} (huggingface layout, heads: ['mlm'], vocab: " in summary and "cased" not in summary
     # The run's own special tokens (transformers' defaults are ModernBERT's vocabulary's, past this one's end).
     written = json.loads((exported / "config.json").read_text())
     vocabulary = json.loads((exported / "tokenizer.json").read_text())["model"]["vocab"]

@@ -26,7 +26,7 @@ import numpy as np
 from bertjax.models.config import BertConfig
 from bertjax.models.modernbert_layout import (export_modernbert, load_modernbert, modern_pooler, modernbert_config,
                                               modernbert_variable_table)
-from bertjax.models.tensor_files import read_safetensors, write_huggingface_files
+from bertjax.models.tensor_files import read_safetensors, write_huggingface_files, write_tokenizer_config
 from bertjax.models.variable_table import (ARCH_KEYS, gather_params, get_param, is_modern, param_heads,
                                           plain_params, variable_table)
 from bertjax.runtime import fileio
@@ -160,10 +160,11 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str, vocab_path: str | None = None,
                        architecture: str | None = None, do_lower_case: bool | None = None,
-                       label_names: list[str] | None = None, extra_config: dict[str, Any] | None = None) -> None:
+                       label_names: list[str] | None = None, extra_config: dict[str, Any] | None = None
+                       ) -> tuple[str, ...]:
     """Writes `out_dir`/config.json, model.safetensors (and vocab.txt if `vocab_path`, with
     tokenizer_config.json when `do_lower_case` is known: Hugging Face's BertTokenizer
-    lower-cases unless told otherwise, so a cased model needs it).
+    lower-cases unless told otherwise, so a cased model needs it). Returns the heads written.
 
     `params`: {"bert": encoder tree, <heads>} or a bare encoder tree; scanned or unrolled.
     Names carry the "bert." prefix when heads are present (like BertFor* models).
@@ -174,7 +175,8 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     ignores (a span-QA run's squad_version, read back by bertjax).
     """
     if is_modern(config):
-        return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path, extra_config)
+        return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path, do_lower_case,
+                                 extra_config)
     _check_bert_layout(config, "export_huggingface")
     params = plain_params(params)
     heads, num_labels = param_heads(params, config, "export_huggingface")
@@ -200,9 +202,8 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
 
         tokenization.write_vocab(vocab_path, fileio.join(out_dir, "vocab.txt"))
         if do_lower_case is not None:
-            fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
-                "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-                "model_max_length": config.max_position_embeddings})
+            write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
+    return heads
 
 
 def _guess_architecture(heads: tuple[str, ...]) -> str:
@@ -252,8 +253,10 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 
 def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: str,
-                         vocab_path: str | None = None) -> None:
-    """Writes `out_dir`/bert_config.json + bert_model.ckpt.* with the original TF1 names.
+                         vocab_path: str | None = None) -> tuple[str, ...]:
+    """Writes `out_dir`/bert_config.json + bert_model.ckpt.* with the original TF1 names;
+    returns the heads written. The layout has no place for the casing (Google's releases say
+    it in the folder's name, cased_L-... or uncased_L-..., which bertjax reads).
 
     The original code's "gelu" is the tanh approximation, so an exact-GELU model is
     written as "gelu" with a warning (outputs then differ slightly in that code).
@@ -265,7 +268,8 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     _check_bert_layout(config, "export_tf_checkpoint")
     params = plain_params(params)
     values = {}
-    for var in variable_table(config, *param_heads(params, config, "export_tf_checkpoint")):
+    heads, num_labels = param_heads(params, config, "export_tf_checkpoint")
+    for var in variable_table(config, heads, num_labels):
         value = np.asarray(get_param(params, var.path, "export_tf_checkpoint"), dtype=np.float32)
         if value.shape != var.shape:
             raise ValueError(f"export_tf_checkpoint: params {'/'.join(var.path)} has shape {value.shape}, "
@@ -285,6 +289,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
         from bertjax import tokenization
 
         tokenization.write_vocab(vocab_path, fileio.join(out_dir, "vocab.txt"))
+    return heads
 
 
 def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:

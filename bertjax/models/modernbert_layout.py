@@ -15,7 +15,7 @@ import numpy as np
 
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import TOKEN_TRANSFORM
-from bertjax.models.tensor_files import read_safetensors, write_huggingface_files
+from bertjax.models.tensor_files import read_safetensors, write_huggingface_files, write_tokenizer_config
 from bertjax.models.variable_table import Variable, gather_params, get_param, param_heads, plain_params
 from bertjax.runtime import fileio
 
@@ -192,12 +192,15 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
 
 def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, architecture: str | None = None,
                       label_names: list[str] | None = None, tokenizer_path: str | None = None,
-                      extra_config: dict[str, Any] | None = None) -> None:
+                      do_lower_case: bool | None = None, extra_config: dict[str, Any] | None = None
+                      ) -> tuple[str, ...]:
     """Writes a bertjax modern encoder (and its "mlm", "classifier" or "qa_outputs" head; a
     "classifier" after the token transform is a token classifier) in the Hugging Face ModernBERT
-    layout: config.json + model.safetensors (the MLM decoder tied, not stored), and
-    the tokenizer.json at `tokenizer_path` if given. A pre-training run's NSP head and pooler
-    have no place in ModernBertForMaskedLM: they are left out, with a warning."""
+    layout: config.json + model.safetensors (the MLM decoder tied, not stored), and the
+    tokenizer at `tokenizer_path` if given: a tokenizer.json (which holds its own casing) or a
+    vocab.txt (with tokenizer_config.json when `do_lower_case` is known). A pre-training run's
+    NSP head and pooler have no place in ModernBertForMaskedLM: they are left out, with a
+    warning. Returns the heads written."""
     hf_config = {**modernbert_hf_config(config), **(extra_config or {})}
     params = plain_params(params)
     if {"mlm", "nsp"} <= set(params):
@@ -235,5 +238,8 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
                          bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
     write_huggingface_files(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if tokenizer_path:  # a tokenizer.json (a bertjax run saves it as hf_tokenizer.json) or a vocab.txt
-        fileio.copy(tokenizer_path, fileio.join(out_dir, "tokenizer.json" if tokenizer_path.endswith(".json")
-                                                else "vocab.txt"))
+        wordpiece = not tokenizer_path.endswith(".json")
+        fileio.copy(tokenizer_path, fileio.join(out_dir, "vocab.txt" if wordpiece else "tokenizer.json"))
+        if wordpiece and do_lower_case is not None:
+            write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
+    return heads

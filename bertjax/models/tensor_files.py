@@ -1,5 +1,5 @@
 """Hugging Face's model files: model.safetensors read into numpy whatever its floating-point
-type, and a model folder's model.safetensors + config.json written.
+type, and a model folder's model.safetensors + config.json (+ tokenizer_config.json) written.
 
 `safetensors.numpy` cannot load bfloat16 tensors (numpy has no such type), the type many
 checkpoints are published in, and it raises its own errors for a cut-off file. The format
@@ -72,3 +72,10 @@ def write_huggingface_files(out_dir: str, tensors: dict[str, np.ndarray], hf_con
     with fileio.open_file(fileio.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
 
+
+
+def write_tokenizer_config(out_dir: str, do_lower_case: bool, model_max_length: int) -> None:
+    """Writes tokenizer_config.json for a vocab.txt beside it: transformers' BertTokenizer
+    lower-cases unless told otherwise, so a cased model needs it (bertjax reads it back)."""
+    fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
+        "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case, "model_max_length": model_max_length})

@@ -321,6 +321,11 @@ def test_command_line_converter(tf_release, tmp_path):
     config2, params2 = bertjax.load_pretrained(str(out))
     assert config2 == config
     assert_trees_equal(params2, bertjax.load_pretrained(directory)[1])
+    # The TF layout cannot hold the casing: the summary says so instead of naming one.
+    done = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={out}",
+                           f"--output={tmp_path / 'tf'}", "--format=tf", "--do_lower_case=false"], check=True, cwd=REPO,
+                          capture_output=True, text=True)
+    assert "casing not stored (the TF layout has no place for it" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("source, flag, expected", [("minilm", [], True),

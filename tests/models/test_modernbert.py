@@ -99,6 +99,20 @@ def test_modernbert_exports_back_to_the_same_files(model, tmp_path):
     assert modernbert_layout.modernbert_config(written) == config
 
 
+def test_a_wordpiece_modernbert_keeps_its_casing(tmp_path):
+    """A modern encoder with a cased vocab.txt: the export says cased in tokenizer_config.json
+    (without it, readers lower-case), and bertjax reads it back."""
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "masked_lm"))
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{token}\n" for token in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                             + [f"w{i}" for i in range(config.vocab_size - 5)]))
+    heads = convert.export_huggingface(config, params, str(tmp_path / "out"), str(vocab), do_lower_case=False)
+    assert heads == ("mlm",)
+    saved = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert saved["do_lower_case"] is False and saved["tokenizer_class"] == "BertTokenizer"
+    assert convert.checkpoint_vocabulary(str(tmp_path / "out"))["do_lower_case"] is False
+
+
 def test_the_windowed_attention_forms_agree():
     """Blocked (S > 1.5 w), banded (the full S x S mask) and jax.nn.dot_product_attention's
     local window compute the same, padded and packed."""
