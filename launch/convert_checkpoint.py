@@ -31,6 +31,10 @@ flags.DEFINE_alias("vocab", "vocab_file")  # this launcher's earlier name
 _LOWER_CASE = flags.DEFINE_bool(
     "do_lower_case", None, "whether the vocabulary is uncased, written to the Hugging Face tokenizer_config.json "
     "(default: what the input says: tokenizer_config.json, a release named (un)cased_L-..., a bertjax run's tokenizer)")
+_SQUAD_VERSION = flags.DEFINE_enum("squad_version", None, ["v1.1", "v2.0"],
+                                   "span QA: v2.0 for a model trained to abstain, where a Hugging Face config.json "
+                                   "does not say; written to the output's config.json (default: the run's; a "
+                                   "Hugging Face model: its config's, else v1.1)")
 _ARCHITECTURE = flags.DEFINE_string(
     "architecture", None, "Hugging Face architectures entry, e.g. BertForTokenClassification "
     "(default: guessed from the heads present)")
@@ -54,7 +58,7 @@ def main(_):
     if present:  # never mix two checkpoints' files
         raise ValueError(f"--output={output} is not empty (it has {', '.join(present[:4])}"
                          f"{', ...' if len(present) > 4 else ''}); give a new or empty folder")
-    source = model_source.resolve(_INPUT.value)
+    source = model_source.with_squad_version(model_source.resolve(_INPUT.value), _SQUAD_VERSION.value)
     config, params = source.bert, source.load_params()
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
     saved = source.tokenizer_spec  # vocab.txt (or tokenizer.json) beside it, or a bertjax run's tokenizer

@@ -28,6 +28,9 @@ _VERSION = flags.DEFINE_integer("version", 1, "the model version: the sub-folder
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "longest input in tokens (default: the run's)")
 _PAIRS = flags.DEFINE_bool("pairs", None, "classification: serve pairs (inputs text_a, text_b) or single texts "
                            "(text); default: what the run trained on (a Hugging Face classifier: single texts)")
+_SQUAD_VERSION = flags.DEFINE_enum("squad_version", None, ["v1.1", "v2.0"],
+                                   "span QA: v2.0 for a model trained to abstain, where a Hugging Face config.json "
+                                   "does not say (default: the run's; a Hugging Face model: its config's, else v1.1)")
 _VOCABULARY = cli.define_vocabulary_flags()
 _PRECISION = cli.define_precision_flag("float32")
 
@@ -36,6 +39,7 @@ def main(_):
     from bertjax.inference import export, model_source
 
     source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
+    source = model_source.with_squad_version(source, _SQUAD_VERSION.value)
     target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value,
                                        precision=_PRECISION.value, **_VOCABULARY())
     inputs = export.serving_inputs(source.task_info, (source.tokenizer_spec or {}).get("kind", "wordpiece"))

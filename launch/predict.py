@@ -46,6 +46,9 @@ _TEXT_B_KEY = flags.DEFINE_string("text_b_key", None, "column of a pair's second
 _QUESTION_KEY = flags.DEFINE_string("question_key", None, "span QA: column of the question (default: question)")
 _CONTEXT_KEY = flags.DEFINE_string("context_key", None, "span QA, choice: column of the context (default: the run's)")
 _CHOICES_KEY = flags.DEFINE_string("choices_key", None, "choice: column of the list of choices (default: the run's)")
+_SQUAD_VERSION = flags.DEFINE_enum("squad_version", None, ["v1.1", "v2.0"],
+                                   "span QA: v2.0 for a model trained to abstain, where a Hugging Face config.json "
+                                   "does not say (default: the run's; a Hugging Face model: its config's, else v1.1)")
 _VOCABULARY = cli.define_vocabulary_flags()
 _PRECISION = cli.define_precision_flag()
 
@@ -61,6 +64,7 @@ def main(_):
         raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
+    source = model_source.with_squad_version(source, _SQUAD_VERSION.value)
     family = "fill_mask" if _TASK.value else source.task_info.get("family")
     if family is None:
         has_mlm_head = "mlm" in source.load_params()

@@ -138,6 +138,24 @@ def with_pairs(source: ModelSource, pairs: bool | None) -> ModelSource:
     return dataclasses.replace(source, task_info={**info, "pairs": pairs})
 
 
+def with_squad_version(source: ModelSource, version: str | None) -> ModelSource:
+    """`source` answering as a SQuAD `version` model ("v2.0": it may abstain, with null odds),
+    for a Hugging Face span-QA model whose config.json does not say (read as "v1.1"); None
+    leaves it as it is. ValueError for a model that is no span-QA model or a bertjax run
+    fine-tuned on the other version."""
+    if version is None:
+        return source
+    if version not in ("v1.1", "v2.0"):
+        raise ValueError(f"squad_version must be 'v1.1' or 'v2.0', got {version!r}")
+    info = source.task_info
+    if info.get("family") != "squad":
+        raise ValueError(f"{source.path}: squad_version is for a span-QA model, not "
+                         f"{info.get('family') or 'a model without a task'}")
+    if source.layout == "bertjax" and info.get("squad_version", version) != version:
+        raise ValueError(f"{source.path} was fine-tuned on SQuAD {info['squad_version']}, not {version}")
+    return dataclasses.replace(source, task_info={**info, "squad_version": version})
+
+
 def _resolve_bertjax(path: str, directory: str) -> ModelSource:
     from bertjax import checkpointing
 
