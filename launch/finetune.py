@@ -27,10 +27,10 @@ _CONFIG, _WORKDIR = cli.define_run_flags("Fine-tuning config (configs/finetune.p
 
 def main(_):
     cli.start_distributed()
-    from bertjax import finetune
+    from bertjax import finetune, sweep
 
     if _CONFIG.value.train.sweep:
-        finetune.sweep(_CONFIG.value, _WORKDIR.value)
+        sweep.sweep(_CONFIG.value, _WORKDIR.value)
     else:
         finetune.finetune(_CONFIG.value, _WORKDIR.value)
 

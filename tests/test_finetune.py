@@ -247,17 +247,17 @@ def test_sigterm_then_resume_gives_the_uninterrupted_run(pretrained_run, tmp_pat
 
 
 def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys):
-    from bertjax import finetune
+    from bertjax import sweep
 
     config = _demo_config(num_steps=4, eval_every=4)
     config.model.update(num_hidden_layers=1, **SMALL_MODEL)
     config.train.update(sweep=True, sweep_learning_rates="1e-3,1e-4", sweep_batch_sizes="16", sweep_epochs="1")
-    results = finetune.sweep(config, str(tmp_path))
+    results = sweep.sweep(config, str(tmp_path))
     assert [r["learning_rate"] for r in results] != [] and len(results) == 2
     assert results[0]["eval_accuracy"] >= results[1]["eval_accuracy"]
     assert json.load(open(tmp_path / "sweep_results.json")) == results
     assert "best: lr" in capsys.readouterr().out
-    again = finetune.sweep(config, str(tmp_path))  # resumable: finished runs are not trained again
+    again = sweep.sweep(config, str(tmp_path))  # resumable: finished runs are not trained again
     assert again == results
 
 
@@ -293,20 +293,20 @@ def test_adam_bias_correction_is_a_finetune_option_off_by_default():
 
 def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     # MRPC-like: accuracy and F1 disagree; the paper picks the grid point by F1.
-    from bertjax import finetune
+    from bertjax import finetune, sweep
 
     metrics = {1e-3: {"loss": 0.3, "accuracy": 0.90, "f1": 0.60}, 1e-4: {"loss": 0.4, "accuracy": 0.80, "f1": 0.85}}
     monkeypatch.setattr(finetune, "finetune", lambda run, workdir: {
         "best": {"step": 4, "metrics": metrics[run.train.learning_rate]}, "main_metric": "f1"})
     config = _demo_config()
     config.train.update(sweep=True, sweep_learning_rates="1e-3,1e-4", sweep_batch_sizes="16", sweep_epochs="1")
-    results = finetune.sweep(config, str(tmp_path))
+    results = sweep.sweep(config, str(tmp_path))
     assert [r["learning_rate"] for r in results] == [1e-4, 1e-3]
     assert "best: lr0.0001_batch16_epochs1 (eval_f1 0.8500)" in capsys.readouterr().out
 
     config.train.update(num_steps=20, sweep_epochs="2,3,4")  # e.g. `quick`: the length is fixed
     (tmp_path / "fixed").mkdir()  # (the stubbed runs make no folders)
-    assert [r["run"] for r in finetune.sweep(config, str(tmp_path / "fixed"))] == [
+    assert [r["run"] for r in sweep.sweep(config, str(tmp_path / "fixed"))] == [
         "lr0.0001_batch16_steps20", "lr0.001_batch16_steps20"]  # one run per learning rate, not three
 
 

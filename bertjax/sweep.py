@@ -1,0 +1,66 @@
+"""The paper's fine-tuning grid (section A.3: learning rates, batch sizes, epochs), one
+fine-tuning run per point, each in WORKDIR/sweep/<values> and resumable; the best by the
+task's main metric first."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from typing import Any
+
+import jax
+import ml_collections
+
+from bertjax import finetune
+from bertjax.runtime import fileio
+
+log = logging.getLogger(__name__)
+
+
+def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list:
+    """The comma-separated positive numbers of config.train.<key>."""
+    try:
+        values = [kind(value) for value in str(train[key]).split(",")]
+    except ValueError:
+        values = []
+    if not values or any(value <= 0 for value in values):
+        raise ValueError(f"config.train.{key} must be comma-separated positive {kind.__name__}s, got {train[key]!r}")
+    return values
+
+
+def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
+    """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid (epochs
+    only when config.train.num_steps is 0), each in WORKDIR/sweep/<values> (resumable: a
+    finished run returns at once), prints a table and
+    writes WORKDIR/sweep_results.json; returns the rows, best first by the task's main metric."""
+    grid = [_grid_values(config.train, "sweep_learning_rates", float),
+            _grid_values(config.train, "sweep_batch_sizes", int), _grid_values(config.train, "sweep_epochs", float)]
+    fixed_steps = config.train.num_steps  # > 0 (e.g. `quick`): every run has this length, whatever its epochs
+    if fixed_steps:
+        log.warning("config.train.num_steps=%d fixes each run's length: the epochs grid %s is not used",
+                    fixed_steps, grid[2])
+        grid[2] = [config.train.num_epochs]
+    results = []
+    for learning_rate, batch_size, epochs in itertools.product(*grid):
+        run = ml_collections.ConfigDict(config.to_dict())
+        run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False,
+                         feature_cache_dir=finetune.cache_directory(config, workdir))  # frozen: one cache for every run
+        length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
+        name = f"lr{learning_rate:g}_batch{batch_size}_{length}"
+        summary = finetune.finetune(run, fileio.join(workdir, "sweep", name))
+        metric = f"eval_{summary['main_metric']}"  # the task's: F1 for MRPC, Spearman for STS-B, ...
+        best = summary["best"] or {"metrics": {}, "step": None}
+        results.append({"run": name, "learning_rate": learning_rate, "batch_size": batch_size, "epochs": epochs,
+                        "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
+    results.sort(key=lambda row: -row.get(metric, -math.inf))
+    if jax.process_index() == 0:
+        fileio.write_json(fileio.join(workdir, "sweep_results.json"), results)
+        columns = ["run", "best_step"] + [key for key in results[0] if key.startswith("eval_")]
+        print("\n" + "  ".join(f"{c:>24}" for c in columns))
+        for row in results:
+            print("  ".join(f"{row.get(c, ''):>24.4f}" if isinstance(row.get(c), float) else f"{str(row.get(c)):>24}"
+                            for c in columns))
+        print(f"best: {results[0]['run']} ({metric} {results[0].get(metric, float('nan')):.4f}); "
+              f"all in {fileio.join(workdir, 'sweep_results.json')}")
+    return results
