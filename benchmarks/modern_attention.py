@@ -41,7 +41,7 @@ def attention_rows(lengths, repeats):
     import numpy as np
 
     from bertjax.models import BertConfig
-    from bertjax.models.bert import BertSelfAttention
+    from bertjax.models.attention import BertSelfAttention
 
     config = BertConfig.preset("modernbert-base", attention_impl="xla")
     rows = []
@@ -69,19 +69,19 @@ def _band_only(layer, params, x, ids):
     """The local layer through the full S x S mask (the `_xla_attention` path)."""
     import jax.numpy as jnp
 
-    from bertjax.models import bert
+    from bertjax.models import attention
 
-    original = bert.BertSelfAttention._local_xla_attention
+    original = attention.BertSelfAttention._local_xla_attention
 
     def band(self, q, k, v, sequence_ids, half):
-        mask = bert.attention_mask(sequence_ids, False) & bert.local_band(q.shape[1], half)
+        mask = attention.attention_mask(sequence_ids, False) & attention.local_band(q.shape[1], half)
         return self._xla_attention(q, k, v, mask)
 
-    bert.BertSelfAttention._local_xla_attention = band
+    attention.BertSelfAttention._local_xla_attention = band
     try:
         return layer.apply(params, x, jnp.asarray(ids))
     finally:
-        bert.BertSelfAttention._local_xla_attention = original
+        attention.BertSelfAttention._local_xla_attention = original
 
 
 def _torch_rows(length, repeats):

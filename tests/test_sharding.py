@@ -91,7 +91,7 @@ def test_sharded_attention_in_chunks_of_rows_and_heads_equals_single_device(monk
     """A CPU attends a chunk of rows, or of a row's heads, at a time (strided, so each chunk
     spans the devices the batch and the heads are split over): sharded over fsdp=4 and
     tensor=2 with one row and two of four heads a chunk, the outputs equal one device's."""
-    from bertjax.models import bert
+    from bertjax.models import attention
 
     config = BertConfig.preset("tiny", vocab_size=97, num_attention_heads=4)
     mesh = sharding.create_mesh(data=1, fsdp=4, tensor=2)
@@ -101,8 +101,8 @@ def test_sharded_attention_in_chunks_of_rows_and_heads_equals_single_device(monk
     mask[3, 30:] = 0
     params, shardings = sharding.init_sharded(lambda: model.init(jax.random.key(0), jnp.asarray(ids))["params"], mesh)
     whole = jax.jit(lambda p, i, m: model.apply({"params": p}, i, None, m))(jax.device_get(params), ids, mask)[0]
-    monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", 2 * 40 * 40 * 4)  # the scores of 2 heads of one row
-    assert bert._attention_chunks((8, 4, 40, config.head_dim), (8, 1, 1, 40), 40) == (8, 2)
+    monkeypatch.setattr(attention, "SCORE_CHUNK_BYTES", 2 * 40 * 40 * 4)  # the scores of 2 heads of one row
+    assert attention._attention_chunks((8, 4, 40, config.head_dim), (8, 1, 1, 40), 40) == (8, 2)
     with sharding.activate(mesh):
         forward = jax.jit(lambda p, i, m: model.apply({"params": p}, i, None, m),
                           in_shardings=(shardings, sharding.batch_sharding(mesh), sharding.batch_sharding(mesh)))

@@ -35,7 +35,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax.models.bert import BertEncoder, activation, dense, layer_norm
+from bertjax.models.bert import BertEncoder
+from bertjax.models.primitives import activation, dense, layer_norm
 from bertjax.models.config import BertConfig
 from bertjax.models.dropout import Dropout
 from bertjax.models.lstm import lstm_recurrence

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from bertjax.models import BertConfig, BertEncoder, stack_layers, unstack_layers
-from bertjax.models import bert
-from bertjax.models.bert import BertEmbeddings, drop_probabilities
+from bertjax.models import attention, primitives
+from bertjax.models.attention import drop_probabilities
+from bertjax.models.bert import BertEmbeddings
 
 TINY = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=128)
 
@@ -328,7 +329,7 @@ def test_dense_is_one_matmul_over_rows():
     gradient one x^T [K, B x S] . dy [B x S, N] product (contracted over [B, S], XLA:CPU
     transposed both operands into its slowest matmul form)."""
     x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 5, 16)), jnp.float32)
-    ours, plain = bert.dense(TINY, 24, ("embed", "mlp"), "d"), nn.Dense(24)
+    ours, plain = primitives.dense(TINY, 24, ("embed", "mlp"), "d"), nn.Dense(24)
     params = nn.unbox(ours.init(jax.random.key(0), x))
     loss = lambda module: lambda p, x: jnp.sum(jnp.sin(module.apply(p, x)))
     np.testing.assert_allclose(ours.apply(params, x), plain.apply(params, x), rtol=1e-6, atol=1e-6)
@@ -340,7 +341,7 @@ def test_dense_is_one_matmul_over_rows():
     assert sorted(v.aval.shape for v in kernel_grad.invars) == [(15, 16), (15, 24)]
     assert kernel_grad.params["dimension_numbers"] == (((0,), (0,)), ((), ()))
     with pytest.raises(ValueError, match="nn.Dense's product"):
-        bert.dot_over_rows(x, jnp.ones((3, 24)), (((0,), (0,)), ((), ())))
+        primitives.dot_over_rows(x, jnp.ones((3, 24)), (((0,), (0,)), ((), ())))
 
 
 def test_bad_input_shapes_are_reported(tiny_params):
@@ -366,7 +367,7 @@ def test_long_rows_attend_by_query_blocks_as_all_at_once(monkeypatch, packed):
     or packed."""
     config = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=1024)
     rng = np.random.default_rng(3)
-    length = 2 * bert.QUERY_BLOCK + 89
+    length = 2 * attention.QUERY_BLOCK + 89
     x = jnp.asarray(rng.normal(size=(2, length, config.hidden_size)), jnp.float32)
     if packed:
         ids = np.concatenate([np.full(300, 1), np.full(length - 340, 2), np.zeros(40)]).astype(np.int32)[None]
@@ -374,15 +375,15 @@ def test_long_rows_attend_by_query_blocks_as_all_at_once(monkeypatch, packed):
     else:
         ids = np.ones((2, length), np.int32)
         ids[1, 400:] = 0
-    layer = bert.BertSelfAttention(config, deterministic=True, packed=packed)
+    layer = attention.BertSelfAttention(config, deterministic=True, packed=packed)
     params = layer.init(jax.random.key(0), x, jnp.asarray(ids))
     blocked = np.asarray(layer.apply(params, x, jnp.asarray(ids)))
-    monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", 1)  # and one row and one head at a time (CPU)
+    monkeypatch.setattr(attention, "SCORE_CHUNK_BYTES", 1)  # and one row and one head at a time (CPU)
     heads = config.num_attention_heads
-    assert bert._attention_chunks((2, heads, length, 64), (2, 1, 1, length), bert.QUERY_BLOCK) == (2, heads)
+    assert attention._attention_chunks((2, heads, length, 64), (2, 1, 1, length), attention.QUERY_BLOCK) == (2, heads)
     blocked_by_row = np.asarray(layer.apply(params, x, jnp.asarray(ids)))
-    monkeypatch.setattr(bert, "QUERY_BLOCK", 10 ** 6)
-    monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", 10 ** 12)
+    monkeypatch.setattr(attention, "QUERY_BLOCK", 10 ** 6)
+    monkeypatch.setattr(attention, "SCORE_CHUNK_BYTES", 10 ** 12)
     whole = np.asarray(layer.apply(params, x, jnp.asarray(ids)))
     real = ids > 0
     np.testing.assert_allclose(blocked[real], whole[real], atol=1e-7, rtol=1e-4)
@@ -396,7 +397,7 @@ def test_query_blocks_recompute_their_scores_for_the_exact_gradient(monkeypatch,
     gradients of the whole S x S attention, for padded and packed rows."""
     config = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=1024, attention_probs_dropout_prob=0.0)
     rng = np.random.default_rng(5)
-    length = 2 * bert.QUERY_BLOCK + 37
+    length = 2 * attention.QUERY_BLOCK + 37
     x = jnp.asarray(rng.normal(size=(2, length, config.hidden_size)), jnp.float32)
     ids = np.ones((2, length), np.int32)
     if packed:
@@ -404,11 +405,11 @@ def test_query_blocks_recompute_their_scores_for_the_exact_gradient(monkeypatch,
     ids[1, 450:] = 0
     ids = jnp.asarray(ids)
     real = jnp.asarray(np.asarray(ids) > 0)[..., None]
-    layer = bert.BertSelfAttention(config, deterministic=False, packed=packed)
+    layer = attention.BertSelfAttention(config, deterministic=False, packed=packed)
     params = layer.init(jax.random.key(0), x, ids)
     loss = lambda p, x: jnp.sum(jnp.where(real, jnp.sin(layer.apply(p, x, ids)), 0.0))
     blocked = jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x))
-    monkeypatch.setattr(bert, "QUERY_BLOCK", 10 ** 6)
+    monkeypatch.setattr(attention, "QUERY_BLOCK", 10 ** 6)
     whole = jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x))
     for a, b in zip(jax.tree.leaves(blocked), jax.tree.leaves(whole)):  # gradients up to ~20: summation order
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=2e-4)
@@ -430,11 +431,11 @@ def test_rows_and_heads_in_chunks_attend_as_the_whole_batch_and_train_the_same(m
         ids[:, 20:] = 2
     ids[1::2, 40:] = 0
     ids = jnp.asarray(ids)
-    layer = bert.BertSelfAttention(config, deterministic=False, packed=packed)
+    layer = attention.BertSelfAttention(config, deterministic=False, packed=packed)
     params = layer.init(jax.random.key(0), x, ids)
     shapes = (batch, config.num_attention_heads, length, config.head_dim), (batch, 1, 1, length)
     row_bytes = config.num_attention_heads * length * length * 4
-    assert bert._attention_chunks(*shapes, length) == (1, 1)
+    assert attention._attention_chunks(*shapes, length) == (1, 1)
 
     def outputs_and_gradient():
         loss = lambda p, x: jnp.sum(jnp.sin(layer.apply(p, x, ids, rngs={"dropout": jax.random.key(1)})))
@@ -446,8 +447,8 @@ def test_rows_and_heads_in_chunks_attend_as_the_whole_batch_and_train_the_same(m
     assert np.abs(whole[real]).max() > 1e-3
     # chunks of 2 rows; one row in 2 groups of 2 heads (0 and 2, 1 and 3); one head at a time
     for budget, chunks in ((2 * row_bytes, (3, 1)), (row_bytes // 2, (6, 2)), (1, (6, 4))):
-        monkeypatch.setattr(bert, "SCORE_CHUNK_BYTES", budget)
-        assert bert._attention_chunks(*shapes, length) == chunks
+        monkeypatch.setattr(attention, "SCORE_CHUNK_BYTES", budget)
+        assert attention._attention_chunks(*shapes, length) == chunks
         chunked, chunked_grads = outputs_and_gradient()
         np.testing.assert_allclose(chunked[real], whole[real], atol=1e-6, rtol=1e-5)
         for a, b in zip(jax.tree.leaves(chunked_grads), jax.tree.leaves(whole_grads)):

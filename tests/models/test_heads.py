@@ -34,7 +34,7 @@ def test_pretraining_head_gathers_positions_and_ties_the_decoder():
     assert mlm_logits.shape == (2, 3, 53) and nsp_logits.shape == (2, 2)
 
     from bertjax.models import BertEncoder
-    from bertjax.models.bert import activation
+    from bertjax.models.primitives import activation
     sequence, pooled = BertEncoder(CONFIG).apply({"params": params["bert"]}, IDS, TYPES, MASK)
     hidden = np.take_along_axis(np.asarray(sequence), np.asarray(positions)[:, :, None], axis=1)
     mlm = params["mlm"]

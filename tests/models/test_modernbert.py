@@ -15,7 +15,7 @@ from safetensors.numpy import load_file
 
 from bertjax.models import (BertConfig, BertEncoder, BertForQuestionAnswering, BertForSequenceClassification,
                             BertForTokenClassification, convert, modernbert_layout)
-from bertjax.models.bert import BertSelfAttention
+from bertjax.models.attention import BertSelfAttention
 from bertjax.models.heads import MaskedLMHead
 
 HF_DIR = os.path.join(os.path.dirname(__file__), "hf_modernbert")
