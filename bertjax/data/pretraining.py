@@ -62,6 +62,7 @@ _MAX_EPOCHS = 1 << 40  # "forever"
 _DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
 _PACK_WINDOW = 256  # pairs packed together (pack_pairs > 0)
 FULL_ROWS_ATTENTION = ("across", "document")  # full rows: attention across a row's documents or within each
+DOCUMENT_FIELDS = ("sequence_ids", "position_ids", "cls_positions")  # full_rows_attention="document"
 # Salts that keep the stateless random streams of different stages apart.
 _DOC_ORDER, _CHUNK, _INSTANCE_ORDER, _BATCH, _PACK = range(5)
 
@@ -276,18 +277,20 @@ class PretrainingPipeline:
 
     def _build(self, batch_index, instances) -> dict:
         out = self._laid_out(instances, self._key(_BATCH, batch_index))
-        batch = {"epoch": instances["epoch"], **{name: out[name] for name in FEATURE_NAMES}}
-        if self.by_document:
-            batch.update(pairing.document_sequences(out["input_ids"], out["input_mask"], self.tokenizer.sep_id))
-        return batch
+        return {"epoch": instances["epoch"], **{name: out[name] for name in FEATURE_NAMES + DOCUMENT_FIELDS
+                                                if name in out}}
 
     def _laid_out(self, instances, key) -> dict:
-        """Instances -> one laid-out, masked sequence each (the FEATURE_NAMES)."""
+        """Instances -> one laid-out, masked sequence each (the FEATURE_NAMES); with
+        full_rows_attention="document" also each document's sequence (DOCUMENT_FIELDS), found
+        before masking: a random replacement may draw [SEP]."""
         layout_key, mask_key = tf.unstack(tf.random.experimental.stateless_split(key, 2))
         tok = self.tokenizer
         out = pairing.layout_batch(instances, layout_key, max_seq_length=self.config.max_seq_length,
                                    next_sentence_prediction=self.nsp, cls_id=tok.cls_id, sep_id=tok.sep_id,
                                    pad_id=tok.pad_id)
+        if self.by_document:
+            out.update(pairing.document_sequences(out["input_ids"], out["input_mask"], tok.sep_id))
         masked = masking.mask_batch(out["input_ids"], out["input_mask"], out.pop("candidates"), mask_key,
                                     vocab_size=tok.vocab_size, mask_id=tok.mask_id,
                                     masked_lm_prob=self.config.masked_lm_prob,

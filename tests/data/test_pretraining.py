@@ -450,12 +450,25 @@ def test_full_rows_cover_every_token_once_and_resume_exactly(tmp_path):
         pretraining.check_data_config(data_config(full_rows=True))
 
 
-def test_full_rows_attend_within_each_document(tmp_path):
+def test_full_rows_attend_within_each_document(tmp_path, monkeypatch):
     """Issue 49: full_rows_attention='document' keeps the rows as they are and numbers each
     document's tokens as a sequence of the row (a new one after each inner [SEP], positions from
     0), so the model's packed attention stays inside a document."""
     paths = synthetic.write_shards(str(tmp_path), 300, 3, seed=4, min_sentences=2, max_sentences=12)
     settings = dict(next_sentence_prediction=False, full_rows=True, masked_lm_prob=0.3, max_predictions_per_seq=20)
+    # A random replacement may draw [SEP] (1 in vocab_size; here each row's first masked token
+    # does): it must not cut a document.
+    from bertjax.data import masking
+    from bertjax.runtime.tf_cpu import tf
+
+    def replaced_by_sep(*args, **kwargs):
+        out = masking_batch(*args, **kwargs)
+        rows = tf.range(tf.shape(out["input_ids"])[0])
+        first = tf.stack([rows, out["masked_lm_positions"][:, 0]], axis=1)
+        return {**out, "input_ids": tf.tensor_scatter_nd_update(out["input_ids"], first, tf.fill(tf.shape(rows), SEP))}
+
+    masking_batch = masking.mask_batch
+    monkeypatch.setattr(masking, "mask_batch", replaced_by_sep)
     pipelines = [pretraining.PretrainingPipeline(data_config(**settings, full_rows_attention=attention),
                                                  shard_paths=paths, batch_size=4, tokenizer=synthetic.tokenizer_for(300))
                  for attention in ("across", "document")]
@@ -475,6 +488,7 @@ def test_full_rows_attend_within_each_document(tmp_path):
         np.testing.assert_array_equal(row_positions[:n], np.arange(n) - np.array(starts)[row_sequences[:n] - 1])
         documents_seen += len(starts) - 1
     assert documents_seen > 20  # rows do hold several documents
+    assert ((document["input_ids"] == SEP) & (ids != SEP)).sum() == len(ids)  # one a row, inside a document
     with pytest.raises(ValueError, match="full_rows_attention must be one of across, document"):
         pretraining.check_data_config(data_config(**settings, full_rows_attention="row"))
     with pytest.raises(ValueError, match="full_rows_attention='document' is for full rows"):
