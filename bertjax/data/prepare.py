@@ -50,6 +50,9 @@ FORMAT = "bertjax.prepared.v2"  # v2: raw int32 records (shards.py); v1 held tf.
 BATCH_DOCUMENTS = 256
 SPLITS = ("train", "eval")
 SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers costs more than it saves
+# More sentences than a real document holds (a long book has ~10k): likely a file without blank
+# lines between its documents.
+LONG_DOCUMENT_SENTENCES = 50_000
 
 
 def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:
@@ -87,6 +90,10 @@ def _prepared_tokenizer(data_config: Any) -> tokenization.Tokenizer:
     kind, do_lower_case = ((data_config.tokenizer, data_config.do_lower_case) if data_config.vocab_path
                            else (saved["kind"], saved["do_lower_case"]))
     tokenizer = tokenization.load_tokenizer(kind, path, do_lower_case)
+    if tokenizer.vocab_hash != saved["vocab_hash"] and not data_config.vocab_path:
+        raise ValueError(f"{directory} was prepared with the vocabulary {path}, which has changed since (its hash "
+                         "differs from the one the data recorded): set config.data.vocab_path to a copy of the "
+                         "original")
     if tokenizer.vocab_hash != saved["vocab_hash"]:
         raise ValueError(f"config.data.vocab_path={path} (tokenizer {tokenizer.kind}, do_lower_case "
                          f"{tokenizer.do_lower_case}) is not the tokenizer {directory} was prepared with "
@@ -281,6 +288,8 @@ def _prepare_unit(job: tuple) -> None:
             counts["tokens"] += int(document_tokens[in_split].sum())
             counts["characters"] += int(document_characters[in_split].sum())
             counts["single_sentence_documents"] += int((document_sentences[in_split] == 1).sum())
+            counts["longest_document"] = max(counts["longest_document"],
+                                             int(document_sentences[in_split].max(initial=0)))
     for split in SPLITS:
         writers[split].close()
         fileio.rename(tmp[split], fileio.join(output_dir, names[split]))
@@ -315,7 +324,7 @@ class _AttrDict(dict):
 def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: tokenization.Tokenizer) -> dict:
     splits = {split: {"shards": [], "shard_documents": [], "documents": 0, "sentences": 0, "tokens": 0,
                       "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
-    dropped = collections.Counter()
+    dropped, longest = collections.Counter(), 0
     for index in range(len(units)):
         done = _read_json(_done_path(output_dir, index), REDO_UNIT)
         dropped.update(done["dropped"])
@@ -325,6 +334,7 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
             entry["shard_documents"].append(counts.get("documents", 0))
             for key in ("documents", "sentences", "tokens", "characters", "single_sentence_documents"):
                 entry[key] += counts.get(key, 0)
+            longest = max(longest, counts.get("longest_document", 0))
     for reason, count in sorted(dropped.items()):
         logging.warning("prepare: dropped %d x %s (see the log above for file:line of the first ones)", count, reason)
     documents = splits["train"]["documents"] + splits["eval"]["documents"]
@@ -340,9 +350,15 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
         logging.warning("prepare: a one-document corpus; NSP has no other document to draw random B from")
     single = splits["train"]["single_sentence_documents"] + splits["eval"]["single_sentence_documents"]
     if single > documents / 2:
-        logging.warning("prepare: %d of %d documents have one sentence: is there a blank line after every "
-                        "sentence? BERT format is one sentence per line, a blank line between documents",
-                        single, documents)
+        logging.warning("prepare: %d of %d documents have one sentence: %s", single, documents,
+                        "is there a blank line after every sentence? BERT format is one sentence per line, a blank "
+                        "line between documents" if settings["source"] == "text" else
+                        "the sentence splitter (bertjax/data/sources.py: split_sentences) found no sentence end in "
+                        "most documents; next-sentence prediction needs documents of several sentences")
+    if longest > LONG_DOCUMENT_SENTENCES:
+        logging.warning("prepare: a document of %d sentences%s; the pipeline pads each batch of documents to its "
+                        "longest, so one this long costs memory in every batch it is in", longest,
+                        ": is there a blank line between documents?" if settings["source"] == "text" else "")
     return {
         "format": FORMAT,
         "settings": settings,

@@ -45,6 +45,7 @@ JSONL and Parquet rows (and TFDS examples, where it applies):
 
 from __future__ import annotations
 
+import codecs
 import collections
 from concurrent import futures
 import functools
@@ -87,19 +88,32 @@ class DropCounter:
 
 # -- Sentence splitting (TFDS text). --
 
-# A sentence ends at . ! or ? (optionally followed by closing quotes or brackets), then
-# whitespace, then an opening quote/bracket or an upper-case letter. Newlines always end
-# a sentence. Abbreviations ("Dr. Smith") are split too: simple and predictable beats
-# clever here, and BERT's NSP tolerates it.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]?[A-Z\u00c0-\u00de])")
+# A sentence ends at . ! ? (or the Devanagari danda and the Arabic question mark), optionally
+# followed by closing quotes or brackets, then whitespace, then an opening quote/bracket and a
+# letter that is not lower case: a capital in any cased script (Latin, Greek, Cyrillic, ...) or
+# a letter of a script without case (Arabic, Devanagari, Hebrew, CJK). The CJK full stops
+# (。！？) end a sentence with or without space, whatever follows. Newlines always end a
+# sentence. Abbreviations ("Dr. Smith") are split too: simple and predictable beats clever
+# here, and BERT's NSP tolerates it.
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?\u0964\u061f])[\"'\u201d\u2019)\]\u00bb]*\s+(?=[\"'\u201c\u2018\u201e(\[\u00ab]?(\w))"
+    r"|(?<=[\u3002\uff01\uff1f])[\u201d\u2019\u300d\u300f\uff09]*\s*(?=\S)")
+
+
+def _ends_sentence(match: re.Match) -> bool:
+    """Whether a candidate end is one: the next letter (none after a CJK full stop) is not
+    lower case, nor a digit ("3. 5" and "e.g. lower" stay whole)."""
+    letter = match.group(1)
+    return letter is None or not (letter.islower() or letter.isdigit() or letter == "_")
 
 
 def split_sentences(text: str) -> list[str]:
-    """Text -> non-empty stripped sentences: split at newlines and at [.!?] + space + capital."""
+    """Text -> non-empty stripped sentences: split at newlines, at [.!?] + space + a letter
+    that is not lower case, and after the CJK full stops."""
     sentences = []
     for paragraph in text.splitlines():
         start = 0
-        for match in _SENTENCE_END.finditer(paragraph):
+        for match in filter(_ends_sentence, _SENTENCE_END.finditer(paragraph)):
             sentences.append(paragraph[start:match.start() + len(match.group(0).rstrip())].strip())
             start = match.end()
         sentences.append(paragraph[start:].strip())
@@ -122,7 +136,7 @@ def list_units(data_config: Any) -> list[dict]:
     if source == "parquet":
         return _parquet_units(expand_patterns(data_config.input_pattern), data_config.text_key)
     if source == "tfds":
-        return [{"tfds_split": split} for split in _tfds_splits(data_config)]
+        return _tfds_units(data_config)
     raise ValueError(f"config.data.source={source!r} has no text to read; expected one of {SOURCES}")
 
 
@@ -136,7 +150,7 @@ def read_unit(data_config: Any, unit: dict, drops: DropCounter) -> Iterator[list
         return _read_jsonl_range(unit["jsonl"], *unit["range"], unit["text_key"], drops)
     if "parquet" in unit:
         return _read_parquet(unit["parquet"], *unit["row_groups"], unit["text_key"], drops)
-    return _read_tfds(data_config, unit["tfds_split"], drops)
+    return _read_tfds(unit["tfds"], unit["tfds_split"], unit["text_feature"], unit["data_dir"], drops)
 
 
 def iter_documents(data_config: Any, drops: DropCounter | None = None) -> Iterator[list[str]]:
@@ -234,7 +248,9 @@ def _line_locator(path: str, position: int) -> Callable[[int], str]:
 def _line_blocks(f, position: int, end: int) -> Iterator[tuple[list, bool]]:
     """(lines, past_end) from binary file `f` at byte `position`: blocks of the whole lines
     that start before `end`, then one line at a time. Lines are decoded, without their
-    newline; a line that is not UTF-8 is given as its UnicodeDecodeError."""
+    newline; a line that is not UTF-8 is given as its UnicodeDecodeError. A UTF-8 byte-order
+    mark at the file's start (as Windows tools write) is dropped."""
+    at_start = position == 0
     while position < end:
         block = f.read(min(_READ_BLOCK_BYTES, end - position))
         if not block:
@@ -242,6 +258,8 @@ def _line_blocks(f, position: int, end: int) -> Iterator[tuple[list, bool]]:
         if not block.endswith(b"\n"):
             block += f.readline()
         position += len(block)
+        if at_start:
+            block, at_start = block.removeprefix(codecs.BOM_UTF8), False
         yield _decode_lines(block), False
     for line in iter(f.readline, b""):
         yield _decode_lines(line), True
@@ -378,8 +396,11 @@ def _parquet_file(f, path: str, text_key: str):
     if text_key not in schema.names:
         raise ValueError(f"{path}: no column {text_key!r} (config.data.text_key); it has columns {schema.names}")
     kind = schema.field(text_key).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
-            or pa.types.is_large_binary(kind) or pa.types.is_null(kind)):
+    if pa.types.is_dictionary(kind):  # e.g. a pandas category column: its values are what counts
+        kind = kind.value_type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+            or pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind)
+            or pa.types.is_null(kind)):
         raise ValueError(f"{path}: column {text_key!r} (config.data.text_key) holds {kind}, expected strings")
     return parquet
 
@@ -400,7 +421,10 @@ def _read_parquet(path: str, first: int, stop: int, text_key: str, drops: DropCo
                 raise ValueError(f"{path}: unreadable Parquet data near row {row} ({e})") from None
             if batch is None:
                 return
-            for text in batch.column(0).cast(pa.large_binary()).to_pylist():  # bytes: UTF-8 is checked per row
+            column = batch.column(0)
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            for text in column.cast(pa.large_binary()).to_pylist():  # bytes: UTF-8 is checked per row
                 sentences = _sentences_of(text, text_key, f"{path}:row {row}", drops)
                 if sentences:
                     yield sentences
@@ -452,28 +476,35 @@ def _error_host(error: BaseException) -> str:
     return f"{host.group(1)} does not resolve" if host else type(error).__name__
 
 
-def _tfds_splits(data_config: Any) -> list[str]:
+def _tfds_units(data_config: Any) -> list[dict]:
+    """The TFDS split as units of about TFDS_EXAMPLES_PER_UNIT examples (at most 256), each naming
+    its dataset, slice ("train[0:25000]": plain strings, which the prepared folder's settings
+    hold and compare), text feature and data_dir."""
     import tensorflow_datasets as tfds
     if not data_config.tfds_name:
         raise ValueError("config.data.source='tfds' needs config.data.tfds_name, e.g. 'wikipedia/20230601.en'")
+    data_dir = data_config.get("tfds_data_dir") or None
     try:
-        builder = prepared_tfds_builder(data_config.tfds_name, data_config.get("tfds_data_dir") or None)
+        builder = prepared_tfds_builder(data_config.tfds_name, data_dir)
     except tfds.core.registered.DatasetNotFoundError:  # its message lists every dataset TFDS has
         raise ValueError(f"config.data.tfds_name={data_config.tfds_name!r} is not a TFDS dataset (names: "
                          "https://www.tensorflow.org/datasets/catalog)") from None
-    splits = builder.info.splits
-    examples = splits[data_config.tfds_split].num_examples if data_config.tfds_split in splits else 0
+    feature = data_config.tfds_text_feature
+    if feature not in builder.info.features:
+        raise ValueError(f"TFDS dataset {data_config.tfds_name!r} has no feature {feature!r} "
+                         f"(config.data.tfds_text_feature); it has {sorted(builder.info.features)}")
+    split, splits = data_config.tfds_split, builder.info.splits
+    examples = splits[split].num_examples if split in splits else 0  # a slice ("train[:10%]") is one unit
     parts = min(256, max(1, examples // TFDS_EXAMPLES_PER_UNIT))
-    return tfds.even_splits(data_config.tfds_split, n=parts) if parts > 1 else [data_config.tfds_split]
+    slices = [f"{split}[{k * examples // parts}:{(k + 1) * examples // parts}]" for k in range(parts)] \
+        if parts > 1 else [split]
+    return [{"tfds": data_config.tfds_name, "tfds_split": part, "text_feature": feature, "data_dir": data_dir}
+            for part in slices]
 
 
-def _read_tfds(data_config: Any, split: str, drops: DropCounter) -> Iterator[list[str]]:
+def _read_tfds(name: str, split: str, feature: str, data_dir: str | None, drops: DropCounter) -> Iterator[list[str]]:
     import tensorflow_datasets as tfds
-    name, feature = data_config.tfds_name, data_config.tfds_text_feature
-    dataset = tfds.load(name, split=split, data_dir=data_config.get("tfds_data_dir") or None, shuffle_files=False)
-    if feature not in dataset.element_spec:
-        raise KeyError(f"TFDS dataset {name!r} has no feature {feature!r} (config.data.tfds_text_feature); "
-                       f"it has {sorted(dataset.element_spec)}")
+    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
     for index, example in enumerate(tfds.as_numpy(dataset.map(lambda x: x[feature]))):
         sentences = _sentences_of(example, feature, f"{name}[{split}]#{index}", drops)
         if sentences:

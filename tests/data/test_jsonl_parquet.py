@@ -43,6 +43,10 @@ def test_jsonl_rows_are_documents_cut_into_sentences(tmp_path):
     assert [u["jsonl"][-7:] for u in units] == ["a.jsonl", "b.jsonl"] and units[0]["text_key"] == "text"
     docs, drops, _ = _read_all(_config("jsonl", tmp_path / "b.jsonl", text_key="body"))
     assert docs == [["Gamma one.", "Gamma two."]] and not drops.counts
+    # A byte-order mark (Windows tools write one) does not cost the first row.
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"text": "Bom one."}\n{"text": "Bom two."}\n')
+    docs, drops, _ = _read_all(_config("jsonl", tmp_path / "bom.jsonl"))
+    assert docs == [["Bom one."], ["Bom two."]] and not drops.counts
 
 
 def test_bad_jsonl_rows_are_counted_and_logged_with_file_and_line(tmp_path, caplog):
@@ -108,6 +112,13 @@ def test_parquet_bad_values_and_binary_column(tmp_path, caplog):
     assert drops.counts == {"non_utf8_document": 1, "blank_document": 1, "text_not_string": 1}
     assert "b.parquet:row 1: dropped (non_utf8_document)" in caplog.text
     assert "b.parquet:row 3: dropped (text_not_string)" in caplog.text
+    # Strings as string views or dictionary-encoded (a pandas category column) read as strings.
+    texts = ["View one. View two.", "Other."]
+    pq.write_table(pa.table({"text": pa.array(texts).cast(pa.string_view())}), tmp_path / "view.parquet")
+    pq.write_table(pa.table({"text": pa.array(texts).dictionary_encode()}), tmp_path / "category.parquet")
+    for name in ("view", "category"):
+        docs, drops, _ = _read_all(_config("parquet", tmp_path / f"{name}.parquet"))
+        assert docs == [["View one.", "View two."], ["Other."]] and not drops.counts, name
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "empty.parquet")
     docs, drops, _ = _read_all(_config("parquet", tmp_path / "empty.parquet"))
     assert docs == [] and drops.counts == {"empty_file": 1}

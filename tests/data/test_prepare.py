@@ -77,7 +77,11 @@ def test_a_prepared_directory_brings_its_own_tokenizer(tmp_path):
     os.rename(out, tmp_path / "moved")  # the demo vocabulary lives inside the folder and moves with it
     moved = _config(tmp_path, source="prepared", input_pattern=str(tmp_path / "moved"))
     assert prepare.load_tokenizer_for(moved, "unused").vocab_hash == metadata["tokenizer"]["vocab_hash"]
-    os.remove(tmp_path / "moved" / os.path.basename(metadata["tokenizer"]["path"]))
+    saved_vocab = tmp_path / "moved" / os.path.basename(metadata["tokenizer"]["path"])
+    saved_vocab.write_text(saved_vocab.read_text() + "extra\n")  # e.g. retrained in place
+    with pytest.raises(ValueError, match="prepared with the vocabulary .* which has changed since"):
+        prepare.load_tokenizer_for(moved, "unused")
+    os.remove(saved_vocab)
     with pytest.raises(FileNotFoundError, match="which is gone: set config.data.vocab_path"):
         prepare.load_tokenizer_for(moved, "unused")
 
@@ -117,6 +121,23 @@ def test_one_document_and_one_sentence_documents_are_defined(tmp_path, caplog):
     metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "many"), num_workers=1)
     assert metadata["splits"]["train"]["single_sentence_documents"] == 3
     assert "blank line after every sentence" in caplog.text
+    # JSONL documents are split into sentences by bertjax: the warning says so, not BERT format.
+    caplog.clear()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(f'{{"text": "no sentence end {i} here"}}\n' for i in range(3)))
+    prepare.ensure_prepared(_config(tmp_path, source="jsonl", input_pattern=str(tmp_path / "in" / "a.jsonl"),
+                                    text_key="text", eval_fraction=0.0), str(tmp_path / "jsonl"), num_workers=1)
+    assert "the sentence splitter" in caplog.text and "blank line after every sentence" not in caplog.text
+
+
+def test_a_document_longer_than_any_real_one_is_warned(tmp_path, caplog, monkeypatch):
+    """A file of sentences with no blank line between documents is one huge document, which the
+    pipeline pads every batch it is in to: prepare says so."""
+    monkeypatch.setattr(prepare, "LONG_DOCUMENT_SENTENCES", 50)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("".join(f"Sentence number {i}.\n" for i in range(60)) + "\nShort one.\n")
+    metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "out"), num_workers=1)
+    assert metadata["splits"]["train"]["documents"] == 2
+    assert "a document of 60 sentences: is there a blank line between documents?" in caplog.text
 
 
 def test_a_corpus_held_out_whole_says_so(tmp_path):

@@ -103,6 +103,14 @@ def test_split_sentences():
         "First one.", "Second one!", '"Third?"', "Fourth, e.g. lower.", "Fifth (x).", "New para\tline.",
         "Élan vital. 3.5 ok"]
     assert sources.split_sentences(" \n\n ") == []
+    # Capitals of every cased script start a sentence, letters of scripts without case too; the
+    # CJK full stops end one without a space.
+    assert sources.split_sentences("Москва — столица. Это город. он тоже.") == ["Москва — столица.", "Это город. он тоже."]
+    assert sources.split_sentences("Warszawa jest duża. Łódź też. Świat. Œuvre.") == [
+        "Warszawa jest duża.", "Łódź też.", "Świat.", "Œuvre."]
+    assert sources.split_sentences("東京は首都です。人口は多い！「はい。」次。") == ["東京は首都です。", "人口は多い！", "「はい。」", "次。"]
+    assert sources.split_sentences("यह एक वाक्य है। यह दूसरा है। هذا سؤال؟ نعم.") == [
+        "यह एक वाक्य है।", "यह दूसरा है।", "هذا سؤال؟", "نعم."]
 
 
 def test_tfds_source_with_mock_data():
@@ -117,8 +125,29 @@ def test_tfds_source_with_mock_data():
         docs = list(sources.iter_documents(_config(source="tfds", tfds_name="imdb_reviews"), drops))
         assert docs == [["Alpha one.", "Alpha two.", "Alpha three."], ["Beta only"]]
         assert drops.counts == {"blank_document": 1, "non_utf8_document": 1}
-        with pytest.raises(KeyError, match="no feature 'body'.*'label', 'text'"):
-            list(sources.iter_documents(_config(source="tfds", tfds_name="imdb_reviews", tfds_text_feature="body")))
+        with pytest.raises(ValueError, match="no feature 'body'.*'label', 'text'"):  # before any unit is read
+            sources.list_units(_config(source="tfds", tfds_name="imdb_reviews", tfds_text_feature="body"))
+
+
+def test_a_large_tfds_split_is_cut_into_slices_a_prepared_folder_can_hold(monkeypatch):
+    """Units are plain strings ("train[0:7]", contiguous, covering the split), which the
+    prepared folder's settings.json holds, and each names its dataset and feature: a folder
+    prepared from another dataset or feature is never reused."""
+    import json
+    import types
+
+    with tfds.testing.mock_data(num_examples=4):
+        features = sources.prepared_tfds_builder("imdb_reviews", None).info.features
+    sized = types.SimpleNamespace(info=types.SimpleNamespace(
+        features=features, splits={"train": types.SimpleNamespace(num_examples=30)}))
+    monkeypatch.setattr(sources, "prepared_tfds_builder", lambda name, data_dir: sized)
+    monkeypatch.setattr(sources, "TFDS_EXAMPLES_PER_UNIT", 7)
+    units = sources.list_units(_config(source="tfds", tfds_name="imdb_reviews"))
+    assert json.loads(json.dumps(units)) == units
+    assert [unit["tfds_split"] for unit in units] == ["train[0:7]", "train[7:15]", "train[15:22]", "train[22:30]"]
+    assert {(unit["tfds"], unit["text_feature"], unit["data_dir"]) for unit in units} == {("imdb_reviews", "text", None)}
+    other = sources.list_units(_config(source="tfds", tfds_name="imdb_reviews", tfds_text_feature="label"))
+    assert other != units and [u["tfds_split"] for u in other] == [u["tfds_split"] for u in units]
 
 
 def test_demo_source_units_cover_the_corpus():
