@@ -170,6 +170,9 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         tagging = [name for other in tasks.FAMILIES.values() if other.token_level for name in other.tasks]
         raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "
                          f"{tagging}, not config.task={config.task!r}; leave it 'linear'")
+    if train.feature_cache_dir and fileio.is_remote(train.feature_cache_dir):
+        raise ValueError(f"config.train.feature_cache_dir={train.feature_cache_dir}: the cached features are "
+                         "memory-mapped, which needs a local folder")
     if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
         raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
                          f"{config.checkpoint.keep}")
@@ -274,7 +277,7 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     example_shape = kept.shape[2:] if reads_tokens else kept.shape[1:]
     encoder_fields = {key: value for key, value in bert.to_dict().items() if key not in _HEAD_ONLY_FIELDS}
     identity = {"weights": fileio.fingerprint(source.weights) if source else f"from scratch, seed {config.seed}",
-                "model": encoder_fields, "reads_tokens": reads_tokens,
+                "model": encoder_fields, "reads_tokens": reads_tokens, "kept": [list(example_shape), str(kept.dtype)],
                 "process": f"{jax.process_index()} of {jax.process_count()}"}
     cache = feature_cache.FeatureCache(split, cache_directory(config, workdir),
                                        feature_cache.cache_name(split, identity), reads_tokens, example_shape,
@@ -290,9 +293,19 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
 
     progress = console.Progress(math.ceil(len(split) / batch_size), label="cache features",
                                 enabled=jax.process_index() == 0, unit="batches")
-    message = cache.compute(encode_batch, batch_size, buckets, progress=lambda done, _: progress.advance(done))
+    message = cache.compute(encode_batch, batch_size, buckets, progress=lambda done, _: progress.advance(done),
+                            agree=_fewest_over_processes)
     progress.close()
     return cache, message
+
+
+def _fewest_over_processes(count: int) -> int:
+    """The smallest `count` of all processes (each calls this)."""
+    if jax.process_count() == 1:
+        return count
+    from jax.experimental import multihost_utils
+
+    return int(np.min(multihost_utils.process_allgather(np.int64(count))))
 
 
 # ======================================================================================

@@ -58,7 +58,7 @@ def main(_):
     if present:  # never mix two checkpoints' files
         raise ValueError(f"--output={output} is not empty (it has {', '.join(present[:4])}"
                          f"{', ...' if len(present) > 4 else ''}); give a new or empty folder")
-    source = model_source.with_squad_version(model_source.resolve(_INPUT.value), _SQUAD_VERSION.value)
+    source = model_source.with_task_version(model_source.resolve(_INPUT.value), _SQUAD_VERSION.value)
     config, params = source.bert, source.load_params()
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
     saved = source.tokenizer_spec  # vocab.txt (or tokenizer.json) beside it, or a bertjax run's tokenizer

@@ -39,7 +39,7 @@ def main(_):
     from bertjax.inference import export, model_source
 
     source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
-    source = model_source.with_squad_version(source, _SQUAD_VERSION.value)
+    source = model_source.with_task_version(source, _SQUAD_VERSION.value)
     target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value,
                                        precision=_PRECISION.value, **_VOCABULARY())
     inputs = export.serving_inputs(source.task_info, (source.tokenizer_spec or {}).get("kind", "wordpiece"))

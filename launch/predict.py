@@ -64,7 +64,7 @@ def main(_):
         raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
-    source = model_source.with_squad_version(source, _SQUAD_VERSION.value)
+    source = model_source.with_task_version(source, _SQUAD_VERSION.value)
     family = "fill_mask" if _TASK.value else source.task_info.get("family")
     if family is None:
         has_mlm_head = "mlm" in source.load_params()

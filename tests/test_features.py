@@ -303,6 +303,11 @@ def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_p
                                                  tagging_head="bilstm", lstm_hidden_size=4)
     assert "cached the frozen encoder's features" in run("c", feature_layers="0,1", feature_combine="concat")
     assert len(list((tmp_path / "cache").glob("train-*.bin"))) == 2
+    # The same layer kept alone (a linear head: [H]) or as a mix of one ([1, H]): two caches, not
+    # one file each run writes over.
+    run("d", feature_layers="-1", feature_combine="last")
+    run("e", feature_layers="-1", feature_combine="weighted_sum")
+    assert len(list((tmp_path / "cache").glob("train-*.bin"))) == 4
 
 
 def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp_path):
@@ -342,13 +347,24 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
         with pytest.raises(KeyboardInterrupt):  # killed in its fourth batch
             cache(tmp_path / "killed").compute(lambda b: encode(b, fail_at=3), 8, [4, 8, 12])
         resumed = cache(tmp_path / "killed")
-        assert resumed.batches_done() == 3
+        assert resumed.batches_done(8, [4, 8, 12]) == 3
+        # Other batches hold other examples: batch 3 of 16 is not batch 3 of 8.
+        assert resumed.batches_done(16, [4, 8, 12]) == resumed.batches_done(8, [4, 12]) == 0
         calls.clear()
-        message = resumed.compute(encode, 8, [4, 8, 12])
+        # Processes that run the encoder together start where the one furthest behind stopped.
+        message = resumed.compute(encode, 8, [4, 8, 12], agree=lambda done: min(done, 1))
+        assert len(calls) == 4 and "resumed at batch 1 of 5" in message  # 37 rows: 5 batches of 8
+        np.testing.assert_array_equal(resumed.values, whole.values)
+        calls.clear()
+        with pytest.raises(KeyboardInterrupt):
+            cache(tmp_path / "larger").compute(lambda b: encode(b, fail_at=3), 8, [4, 8, 12])
+        larger = cache(tmp_path / "larger")
+        calls.clear()
+        message = larger.compute(encode, 16, [4, 8, 12])  # resumed with larger batches: computed anew
     finally:
         feature_cache._SAVE_SECONDS = saved
-    assert len(calls) == 2 and "resumed at batch 3 of 5" in message  # 37 rows: 5 batches of 8
-    np.testing.assert_array_equal(resumed.values, whole.values)
+    assert len(calls) == 3 and "resumed" not in message
+    np.testing.assert_array_equal(larger.values, whole.values)
     gathered = whole.gather(np.array([5, 0]), 12)[feature_cache.CACHED_TOKENS]
     for row, example in enumerate([5, 0]):
         n = lengths[example]

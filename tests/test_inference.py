@@ -89,6 +89,29 @@ def test_bad_layers_pooling_and_truncation_are_reported(minilm):
     *_, feature = minilm.iter_features(["a", long, "b", long], on_truncated=lambda positions: truncated.append(
         positions.tolist()))
     assert truncated == [[1, 3]] and len(feature["tokens"]) == 64 and feature["tokens"][-1] == "[SEP]"
+    # Each result says so too, pooled ones included (whose values cannot show it).
+    assert [f.get("truncated") for f in minilm.features(["a", long], pooling="mean")] == [None, True]
+
+
+def test_per_token_features_come_in_chunks_of_bounded_bytes(minilm, monkeypatch):
+    """Per-token features are gathered padded to max_seq_length: a chunk holds at most
+    CHUNK_BYTES of them (never fewer examples than a batch); the results are the same."""
+    from bertjax.inference import hidden_states
+
+    texts = [" ".join(["word"] * (n % 12 + 1)) for n in range(23)]
+    whole = minilm.features(texts, layers=(-1, -2))
+    sizes = []
+    monkeypatch.setattr(minilm, "encode_texts", lambda pairs, encode=minilm.encode_texts: (
+        sizes.append(len(pairs)), encode(pairs))[1])
+    monkeypatch.setattr(hidden_states, "CHUNK_BYTES", 2 * 384 * 64 * 4 * 10)  # 10 examples of 2 layers at 64
+    chunked = minilm.features(texts, layers=(-1, -2))
+    assert minilm.batch_size <= 10 and sizes == [10, 10, 3]
+    for a, b in zip(whole, chunked):
+        assert a["tokens"] == b["tokens"]
+        np.testing.assert_allclose(a["values"], b["values"], atol=1e-5)
+    sizes.clear()
+    minilm.features(texts, layers=(-1, -2), pooling="mean")  # pooled results are small: one chunk
+    assert sizes == [23]
 
 
 def test_fill_mask_from_a_bertjax_run_equals_its_huggingface_export(small_pretrained_run, tmp_path):

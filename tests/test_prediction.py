@@ -133,15 +133,15 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
     elsewhere = model_source.resolve(str(tmp_path / "hf"))
     assert elsewhere.task_info["squad_version"] == "v1.1"
-    told = bertjax.load_model(model_source.with_squad_version(elsewhere, "v2.0"), batch_size=8)
+    told = bertjax.load_model(model_source.with_task_version(elsewhere, "v2.0"), batch_size=8)
     answers = told.predict(inputs)
     assert [r["null_odds"] for r in answers] == [r["null_odds"] for r in converted.predict(inputs)]
     assert not any("null_odds" in r for r in bertjax.load_model(elsewhere, batch_size=8).predict(inputs))
-    assert model_source.with_squad_version(elsewhere, None) is elsewhere
-    with pytest.raises(ValueError, match="was fine-tuned on SQuAD v2.0, not v1.1"):
-        model_source.with_squad_version(model_source.resolve(workdir), "v1.1")
-    with pytest.raises(ValueError, match="squad_version is for a span-QA model, not tagging"):
-        model_source.with_squad_version(model_source.resolve(runs["ner"][0]), "v2.0")
+    assert model_source.with_task_version(elsewhere, None) is elsewhere
+    with pytest.raises(ValueError, match="was fine-tuned on squad_version v2.0, not v1.1"):
+        model_source.with_task_version(model_source.resolve(workdir), "v1.1")
+    with pytest.raises(ValueError, match="a task version is for a squad model, not tagging"):
+        model_source.with_task_version(model_source.resolve(runs["ner"][0]), "v2.0")
 
 
 def test_span_qa_ids_are_unique_over_a_whole_input_and_every_input_gets_its_line(runs, tmp_path, monkeypatch):

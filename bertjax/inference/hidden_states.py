@@ -15,6 +15,9 @@ from bertjax.tasks.raw_text import not_one_string, text_pair
 
 POOLINGS = ("none", "cls", "mean")
 CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
+# Per-token features of a chunk are gathered padded to max_seq_length ([N, K, H, S] float32):
+# a chunk holds at most this many bytes of them (BERT-large, 4 layers at 512: 32 examples).
+CHUNK_BYTES = 1 << 30
 
 
 def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: Sequence[int] = (-1,),
@@ -31,9 +34,9 @@ def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: 
       "cls" -> {"values": [len(layers), H]} (the [CLS] token's vector);
       "mean" -> {"values": [len(layers), H]} (the mean over the input's tokens, [CLS] and
       [SEP] included, padding excluded: sentence-transformers' mean pooling).
-    Inputs longer than max_seq_length are truncated (as fine-tuning does); on_truncated
-    gets their 0-based positions in `texts` (<int64>[k], k >= 1), a chunk at a time,
-    before that chunk's features are computed.
+    Inputs longer than max_seq_length are truncated (as fine-tuning does) and their dicts say
+    "truncated": True; on_truncated gets their 0-based positions in `texts` (<int64>[k],
+    k >= 1), a chunk at a time, before that chunk's features are computed.
     """
     indices = model.layer_indices(layers)
     if pooling not in POOLINGS:
@@ -53,9 +56,13 @@ def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: 
             return {"pooled": jnp.swapaxes(mean, 0, 1)}
         return {"hidden": jnp.moveaxis(chosen, 0, 1).swapaxes(-1, -2)}  # [B, K, H, S]: sequence axis last
 
+    chunk_size = CHUNK_EXAMPLES
+    if pooling == "none":
+        example_bytes = len(indices) * bert.hidden_size * model.max_seq_length * 4
+        chunk_size = min(CHUNK_EXAMPLES, max(model.batch_size, CHUNK_BYTES // example_bytes))
     done = 0
     remaining = iter(not_one_string(texts))
-    for chunk in iter(lambda: list(itertools.islice(remaining, CHUNK_EXAMPLES)), []):
+    for chunk in iter(lambda: list(itertools.islice(remaining, chunk_size)), []):
         pairs = [at_position(done + i, text_pair, text) for i, text in enumerate(chunk, start=1)]
         split, truncated = model.encode_texts(pairs)
         if truncated.any() and on_truncated is not None:
@@ -65,10 +72,11 @@ def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: 
                            sequence_outputs=("hidden",))
         for i in range(len(split)):
             length = int(split.lengths[i])
+            cut = {"truncated": True} if truncated[i] else {}
             if pooling == "none":
                 ids = split.features["input_ids"][i, :length]
                 yield {"tokens": [model.tokenizer.id_to_token(int(t)) for t in ids], "token_ids": ids,
-                       "values": np.ascontiguousarray(outputs["hidden"][i, :, :, :length].swapaxes(-1, -2))}
+                       "values": np.ascontiguousarray(outputs["hidden"][i, :, :, :length].swapaxes(-1, -2)), **cut}
             else:
-                yield {"values": outputs["pooled"][i]}
+                yield {"values": outputs["pooled"][i], **cut}
         done += len(split)

@@ -138,22 +138,27 @@ def with_pairs(source: ModelSource, pairs: bool | None) -> ModelSource:
     return dataclasses.replace(source, task_info={**info, "pairs": pairs})
 
 
-def with_squad_version(source: ModelSource, version: str | None) -> ModelSource:
-    """`source` answering as a SQuAD `version` model ("v2.0": it may abstain, with null odds),
-    for a Hugging Face span-QA model whose config.json does not say (read as "v1.1"); None
-    leaves it as it is. ValueError for a model that is no span-QA model or a bertjax run
-    fine-tuned on the other version."""
+def with_task_version(source: ModelSource, version: str | None) -> ModelSource:
+    """`source` answering as its task's `version` (a family's `versions`: SQuAD's "v2.0" may
+    abstain, with null odds), for a Hugging Face model whose config.json does not say (a QA
+    model reads as "v1.1"); None leaves it as it is. ValueError for a model whose task has no
+    such version, or a bertjax run fine-tuned on another."""
     if version is None:
         return source
-    if version not in ("v1.1", "v2.0"):
-        raise ValueError(f"squad_version must be 'v1.1' or 'v2.0', got {version!r}")
+    from bertjax import tasks
+
     info = source.task_info
-    if info.get("family") != "squad":
-        raise ValueError(f"{source.path}: squad_version is for a span-QA model, not "
+    family = tasks.FAMILIES.get(info.get("family"))
+    if family is None or not family.versions:
+        versioned = " or ".join(other.name for other in tasks.FAMILIES.values() if other.versions)
+        raise ValueError(f"{source.path}: a task version is for a {versioned} model, not "
                          f"{info.get('family') or 'a model without a task'}")
-    if source.layout == "bertjax" and info.get("squad_version", version) != version:
-        raise ValueError(f"{source.path} was fine-tuned on SQuAD {info['squad_version']}, not {version}")
-    return dataclasses.replace(source, task_info={**info, "squad_version": version})
+    if version not in family.versions:
+        raise ValueError(f"{family.version_key} must be one of {', '.join(family.versions)}, got {version!r}")
+    if source.layout == "bertjax" and info.get(family.version_key, version) != version:
+        raise ValueError(f"{source.path} was fine-tuned on {family.version_key} {info[family.version_key]}, "
+                         f"not {version}")
+    return dataclasses.replace(source, task_info={**info, family.version_key: version})
 
 
 def _resolve_bertjax(path: str, directory: str) -> ModelSource:

@@ -32,6 +32,8 @@ class Family:
     token_level: bool = False           # a label per token (config.model.tagging_head applies)
     reads_tokens: bool = False          # its head reads every token's features, not just the sentence's
     pair_inputs: bool = False           # one text or a pair, as task_info["pairs"] says
+    versions: tuple[str, ...] = ()      # the task's versions, as task_info[version_key] says (SQuAD's)
+    version_key: str = ""
     choice_axis: bool = False           # the network's inputs are [batch, choices, length]
     serves_words: bool = False          # its serving graph works on words (offsets, tags)
     text_lines: bool = True             # one input per line of text (predict --text / a .txt file)

@@ -25,7 +25,8 @@ in memory when it fits and reads it from disk when it does not, so a cache large
 host's memory still trains (the process never holds it whole). Its name is a digest of what
 decides its contents (the split's inputs, the encoder's weights and configuration, what is
 kept), so a resumed run, or the next run of a sweep, finds it ready; `compute` writes
-`<name>.json` as it goes (batches done) and a killed computation resumes there.
+`<name>.json` as it goes (batches done, of which size) and a killed computation resumes there
+when its batches are the same.
 """
 
 from __future__ import annotations
@@ -78,23 +79,30 @@ class FeatureCache:
         self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
         self.values: np.memmap | None = None
 
-    def batches_done(self) -> int:
-        """How many of `compute`'s batches an earlier computation finished (0: none)."""
+    def batches_done(self, batch_size: int, buckets: list[int]) -> int:
+        """How many of `compute`'s batches an earlier computation with the same batches (size and
+        buckets decide which examples each holds) finished (0: none)."""
         if not (os.path.exists(self.manifest_path) and os.path.exists(self.path)):
             return 0
         with open(self.manifest_path) as f:
             manifest = json.load(f)
-        return manifest["batches_done"] if manifest.get("shape") == list(self.shape) else 0
+        same = (manifest.get("shape"), manifest.get("batch_size"), manifest.get("buckets")) == (
+            list(self.shape), batch_size, list(buckets))
+        return manifest["batches_done"] if same else 0
 
     def compute(self, encode: Callable[[dict[str, np.ndarray]], np.ndarray], batch_size: int, buckets: list[int],
-                progress: Callable[[int, int], None] | None = None) -> str:
+                progress: Callable[[int, int], None] | None = None,
+                agree: Callable[[int], int] = lambda done: done) -> str:
         """Runs `encode(batch) -> <[B, ...]>` (the frozen encoder's kept outputs for an evaluation
         batch of the split: [B, L, *tail] per token, or [B, *example_shape]) over the split, from
         where an earlier computation stopped, and opens the result. progress(done, total) after
-        each batch. Returns what happened, for the console."""
+        each batch. agree(batches done here) -> where every process starts (several processes
+        run `encode` together, so all must run the same batches: the fewest any has done).
+        Returns what happened, for the console."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         total = -(-len(self.split) // batch_size)
-        start = self.batches_done()
+        self.batch_size, self.buckets = batch_size, list(buckets)
+        start = agree(self.batches_done(batch_size, buckets))
         if start < total:
             if start == 0:
                 free = shutil.disk_usage(os.path.dirname(self.path)).free
@@ -134,7 +142,8 @@ class FeatureCache:
     def _write_manifest(self, batches_done: int) -> None:
         partial = self.manifest_path + ".partial"
         with open(partial, "w") as f:
-            json.dump({"batches_done": batches_done, "shape": list(self.shape), "dtype": self.dtype.name}, f)
+            json.dump({"batches_done": batches_done, "shape": list(self.shape), "dtype": self.dtype.name,
+                       "batch_size": self.batch_size, "buckets": self.buckets}, f)
         os.replace(partial, self.manifest_path)
 
     def gather(self, examples: np.ndarray, length: int) -> dict[str, np.ndarray]:

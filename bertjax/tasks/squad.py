@@ -516,6 +516,8 @@ class SquadFamily(Family):
 
     name = "squad"
     tasks = TASKS
+    versions = ("v1.1", "v2.0")  # v2.0: the model may abstain (null odds)
+    version_key = "squad_version"
     reads_tokens = True
     own_file_tasks = ("squad",)
     hf_architecture = "BertForQuestionAnswering"
