@@ -292,6 +292,15 @@ def _on_every_process(ok: bool) -> bool:
     return bool(np.min(multihost_utils.process_allgather(np.int32(ok))))
 
 
+def move_aside(directory: str, why: str) -> str:
+    """Moves a checkpoint directory (a workdir's best/, say) to `<directory>.<why>-<UTC time>`,
+    as unreadable steps are moved (nothing deleted); returns the new name."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = f"{str(directory).rstrip('/')}.{why}-{stamp}"
+    _move(epath.Path(directory), epath.Path(target))
+    return target
+
+
 def _move(source: epath.Path, target: epath.Path) -> None:
     """A local rename (atomic); on gs:// a copy with orbax's commit file last, then a delete,
     so an interrupted move leaves the step complete in at least one place."""

@@ -420,6 +420,16 @@ class Evaluator:
         return {name: metrics for name, (metrics, _) in done.items()}, {name: p for name, (_, p) in done.items()}
 
 
+def _move_stale_best(best: str) -> bool:
+    """Moves `best` (a workdir's best/) aside to best.stale-<UTC time> when it exists: a run
+    that starts from step 0 must not compare with, or end on, weights it did not train."""
+    if fileio.exists(best):
+        stale = checkpointing.move_aside(best, "stale")
+        log.warning("%s holds another run's best weights (this run starts from step 0): moved aside to %s, "
+                    "nothing deleted", best, stale)
+    return True
+
+
 def _train_step(programs: Programs, shape: tuple[int, int], loop: trainer.Loop, clock: console.PhaseClock):
     """The train step for batches of `shape` (rows, tokens); the first wait for it is paused
     out of the step timing, counted as compile time and reported."""
@@ -512,8 +522,6 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
-    best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
-                                                   async_save=False)
     pretrained = (lambda: pretrained_params(config, source, bert, abstract.params)) if source else None
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
@@ -524,6 +532,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     start_step = int(jax.device_get(state.step))
 
     # -- The loop's bookkeeping: logs, checkpoints, the best evaluation so far. --
+    if start_step == 0:  # a fresh start: a best/ left there is another run's (another config, perhaps another task)
+        trainer.process_zero_first(lambda: _move_stale_best(fileio.join(workdir, "best")), "stale best/ moved")
+    best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
+                                                   async_save=False)
     best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.latest_step() else None
     # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
     # weights there at the end, with no metrics).

@@ -402,7 +402,7 @@ class Loop:
         self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer)
         self.peak_flops, self.peak_source = (peak_flops_per_device(bfloat16_products) if flops_per_sequence
                                              else (None, ""))
-        self.watcher = preemption.PreemptionWatcher()
+        self.watcher = preemption.PreemptionWatcher(start_step)
         self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []
         self.pending_sequences = 0.0

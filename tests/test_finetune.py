@@ -386,3 +386,22 @@ def test_pretrained_beats_scratch_on_the_demo_task(tmp_path):
     scratch.data.vocab_path = str(tmp_path / "pretrain" / "tokenizer" / "vocab.txt")
     from_scratch = finetune.finetune(scratch, str(tmp_path / "scratch"))["best"]["metrics"]["accuracy"]
     assert with_checkpoint > from_scratch + 0.05, (with_checkpoint, from_scratch)
+
+
+def test_a_fresh_run_moves_an_earlier_runs_best_aside(tmp_path):
+    """A run killed before its first checkpoint leaves best/ (written at each evaluation) and
+    no checkpoints/: a new run there starts from step 0 and must not compare with, or end on,
+    those weights; they are moved aside, not deleted."""
+    from bertjax import checkpointing
+    from small_runs import tiny_finetune_run
+
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    files = dict(train_file=str(tmp_path / "data.csv"), eval_file=str(tmp_path / "data.csv"), text_b_key="")
+    workdir = tiny_finetune_run("classification", tmp_path, **files)
+    shutil.rmtree(os.path.join(workdir, "checkpoints"))
+    tiny_finetune_run("classification", tmp_path, model={"hidden_dropout_prob": 0.3}, **files)
+    stale = [name for name in os.listdir(workdir) if name.startswith("best.stale-")]
+    assert len(stale) == 1 and os.listdir(os.path.join(workdir, stale[0]))  # kept whole
+    best = checkpointing.read_meta(os.path.join(workdir, "best"))
+    assert best["config"]["model"]["hidden_dropout_prob"] == 0.3  # the new run's own best

@@ -53,7 +53,7 @@ _TWO_HOSTS = textwrap.dedent("""
     import jax
     from jax.experimental import multihost_utils
     jax.distributed.initialize(f"127.0.0.1:{sys.argv[1]}", num_processes=2, process_id=int(sys.argv[2]))
-    first_step, signal_at = int(sys.argv[3]), int(sys.argv[4])
+    first_step, signal_at, orbax_asks = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 
     def no_collective(*args, **kwargs):
         raise AssertionError("a device collective was issued")
@@ -62,7 +62,7 @@ _TWO_HOSTS = textwrap.dedent("""
     multihost_utils.broadcast_one_to_all = no_collective
     from bertjax.runtime.preemption import PreemptionWatcher
 
-    watcher = PreemptionWatcher()
+    watcher = PreemptionWatcher(first_step - 1)
     assert watcher.coordinated
     host = jax.process_index()
     if signal_at == 0:
@@ -73,6 +73,8 @@ _TWO_HOSTS = textwrap.dedent("""
     for step in range(first_step, first_step + 1000):
         if host == 1 and step == first_step + signal_at and signal_at:
             os.kill(os.getpid(), signal.SIGTERM)
+        if orbax_asks:  # as orbax's save policy does every step, with the step
+            multihost_utils.reached_preemption_sync_point(step)
         if watcher.should_stop(step):
             stopped = step
             break
@@ -88,10 +90,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _stop_steps(first_step, signal_at):
+def _stop_steps(first_step, signal_at, orbax_asks=False):
     env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=xla_flags(), JAX_PLATFORMS="cpu")
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", _TWO_HOSTS, str(port), str(i), str(first_step), str(signal_at)],
+    procs = [subprocess.Popen([sys.executable, "-c", _TWO_HOSTS, str(port), str(i), str(first_step), str(signal_at),
+                               str(int(orbax_asks))],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outputs = [proc.communicate(timeout=120) for proc in procs]
     steps = []
@@ -105,6 +108,13 @@ def test_all_hosts_stop_at_the_same_step_when_one_is_signalled():
     host0, host1 = _stop_steps(first_step=1001, signal_at=20)  # a resumed run: steps do not start at 1
     assert host0 == host1 != "None"
     assert int(host0) > 1001 + 20
+
+
+def test_hosts_stop_together_when_orbax_also_asks_with_the_step():
+    """orbax asks JAX the same question with the training step (its save policy, every step);
+    JAX keeps the last value either caller gave, so the watcher asks with the step too."""
+    host0, host1 = _stop_steps(first_step=1001, signal_at=20, orbax_asks=True)
+    assert host0 == host1 != "None"
 
 
 def test_a_signal_before_the_first_step_stops_every_host_at_its_first_step():

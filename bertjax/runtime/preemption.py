@@ -15,9 +15,12 @@ host tells the coordination service, which has every host report how far it got 
 background thread) and picks the step after the furthest one. Until a signal arrives,
 `should_stop` is a local counter comparison: no device collective, nothing that waits
 for the device or for other hosts, so the step pipeline is never stalled. The rule JAX
-sets: every host calls it once per step, counting from the same start. This class passes
-its own call count (1, 2, ...), so a signal that arrives before the first step (during
-restore or compilation) stops every host at its first step.
+sets: every host calls it once per step, counting from the same start, and JAX keeps the
+last number any caller gave. orbax asks the same question with the training step (its save
+policy, at every save), so this class passes the training step too, and records the run's
+first step when it is made: a signal that arrives after that (during compilation) stops every
+host at its first step. (One during restore, before that, is not seen until the next signal;
+the run has trained nothing yet, so the checkpoint it restored from is all there is to save.)
 
 A step waits for its batch: `interruptible(batches, watcher)` produces them in a
 background thread and waits for each in short, interruptible waits, so a stalled input
@@ -48,10 +51,12 @@ class PreemptionWatcher:
     by default); without it `should_stop` raises RuntimeError.
     """
 
-    def __init__(self):
+    def __init__(self, start_step: int = 0):
+        """start_step: the step the run starts from (restored), the one before its first."""
         self.coordinated = jax.distributed.is_initialized()
+        if self.coordinated:  # where this host starts counting, as JAX wants it told
+            multihost_utils.reached_preemption_sync_point(start_step)
         self.signalled = None  # single process: the name of the signal the handler received
-        self._calls = 0
         self._installed = not self.coordinated  # a Python handler would replace the runtime's
         if self._installed:
             # None: the handler before was not set from Python; SIG_DFL is then the best guess.
@@ -69,9 +74,8 @@ class PreemptionWatcher:
 
     def should_stop(self, step: int) -> bool:
         """True when some host was sent SIGTERM; then True on every host at the same step."""
-        self._calls += 1
         if self.coordinated:
-            stop = multihost_utils.reached_preemption_sync_point(self._calls)
+            stop = multihost_utils.reached_preemption_sync_point(step)
         else:
             stop = self.signalled
         if stop:
