@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -11,6 +10,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from bertjax.runtime import fileio
 
 from bertjax.models.config import BertConfig
 
@@ -91,11 +92,11 @@ def peak_flops_per_device(bfloat16_operands: bool = False) -> tuple[float, str]:
     return measure_peak_flops(bfloat16_operands=bfloat16_operands), f"measured {operands} matmul ({kind})"
 
 
-def _drop_rows_after(path: str, step: int) -> None:
-    """Rewrites the JSONL file at `path` without its rows of steps after `step`, nor a line
-    a killed run left half-written (atomically)."""
-    if not os.path.exists(path):
-        return
+def _rows_up_to(path: str, step: int) -> list[str]:
+    """The lines of the JSONL file at `path` (local or gs://) of steps up to `step`, without a
+    line a killed run left half-written."""
+    if not fileio.exists(path):
+        return []
 
     def keep(line: str) -> bool:
         try:
@@ -103,13 +104,7 @@ def _drop_rows_after(path: str, step: int) -> None:
         except ValueError:
             return False
 
-    with open(path, encoding="utf-8") as f:
-        lines = f.readlines()
-    kept = [line for line in lines if keep(line)]
-    if len(kept) < len(lines):
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.writelines(kept)
-        os.replace(path + ".tmp", path)
+    return [line for line in fileio.read_bytes(path).decode("utf-8").splitlines(keepends=True) if keep(line)]
 
 
 class MetricsWriter:
@@ -117,22 +112,24 @@ class MetricsWriter:
 
     Only the first process writes; the others keep nothing. A run that resumes at
     `start_step` first drops the rows an interrupted run logged after it (they belong to
-    steps that will be trained again), so metrics.jsonl holds one timeline.
+    steps that will be trained again), so metrics.jsonl holds one timeline. A local file is
+    appended to; a gs:// one, which cannot be, is rewritten whole (atomically) at each row.
     """
 
     def __init__(self, workdir: str, *, enabled: bool = True, start_step: int = 0):
         self.enabled = enabled
         if not enabled:
             return
-        os.makedirs(workdir, exist_ok=True)
-        path = os.path.join(workdir, "metrics.jsonl")
-        _drop_rows_after(path, start_step)
-        self._jsonl = open(path, "a", encoding="utf-8")
+        fileio.makedirs(workdir)
+        self.path = fileio.join(workdir, "metrics.jsonl")
+        self._rows = _rows_up_to(self.path, start_step)
+        fileio.write_bytes(self.path, "".join(self._rows).encode("utf-8"))
+        self._jsonl = None if fileio.is_remote(self.path) else open(self.path, "a", encoding="utf-8")
         from bertjax.runtime.tf_cpu import tf  # lazily: only the writing process needs it
         from tensorflow.core.framework import summary_pb2
 
         self._tf = tf
-        self._summary = tf.summary.create_file_writer(os.path.join(workdir, "tensorboard"))
+        self._summary = tf.summary.create_file_writer(fileio.join(workdir, "tensorboard"))
         # What TensorBoard's own scalar summary writes, without needing the tensorboard package.
         self._scalar_metadata = summary_pb2.SummaryMetadata(
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
@@ -141,8 +138,13 @@ class MetricsWriter:
         if not self.enabled:
             return
         values = {f"{prefix}{k}": float(np.asarray(v)) for k, v in scalars.items()}
-        self._jsonl.write(json.dumps({"step": step, **values}) + "\n")
-        self._jsonl.flush()
+        row = json.dumps({"step": step, **values}) + "\n"
+        if self._jsonl is None:
+            self._rows.append(row)
+            fileio.write_bytes(self.path, "".join(self._rows).encode("utf-8"))
+        else:
+            self._jsonl.write(row)
+            self._jsonl.flush()
         with self._summary.as_default():
             for name, value in values.items():
                 self._tf.summary.write(name, self._tf.constant(value, self._tf.float32), step=step,
@@ -155,5 +157,6 @@ class MetricsWriter:
 
     def close(self) -> None:
         if self.enabled:
-            self._jsonl.close()
+            if self._jsonl is not None:
+                self._jsonl.close()
             self._summary.close()

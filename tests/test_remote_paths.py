@@ -5,6 +5,7 @@ takes. TensorFlow's in-memory `ram://` file system exercises it here without a b
 before fileio, these functions used os.path and open() and could not read a gs:// path.
 """
 
+import json
 import os
 import uuid
 
@@ -82,3 +83,23 @@ def test_the_demo_vocabulary_is_cached_once_on_a_remote_path(remote_dir):
     assert fileio.read_bytes(path).decode().splitlines() == demo_corpus.demo_vocab_tokens()
     assert demo_corpus.demo_vocab_path(cache) == path
     assert fileio.listdir(cache) == [os.path.basename(path)]  # no temporary file left behind
+
+
+def test_metrics_of_a_remote_workdir_are_written_there_and_resumed(remote_dir, tmp_path, monkeypatch):
+    """metrics.jsonl of a gs:// workdir (the TPU route) goes to the workdir itself, rewritten
+    whole at each row (GCS cannot append); a resumed run drops the rows after its checkpoint."""
+    from bertjax import metrics
+
+    monkeypatch.chdir(tmp_path)  # where a local os.makedirs("ram://...") would land
+    writer = metrics.MetricsWriter(remote_dir)
+    for step in (1, 2, 3):
+        writer.write(step, {"loss": 4.0 - step})
+    writer.close()
+    path = fileio.join(remote_dir, "metrics.jsonl")
+    assert [json.loads(line)["step"] for line in fileio.read_bytes(path).decode().splitlines()] == [1, 2, 3]
+    writer = metrics.MetricsWriter(remote_dir, start_step=2)
+    writer.write(3, {"loss": 0.5})
+    writer.close()
+    rows = [json.loads(line) for line in fileio.read_bytes(path).decode().splitlines()]
+    assert rows == [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0}, {"step": 3, "loss": 0.5}]
+    assert not os.listdir(tmp_path)
