@@ -328,7 +328,7 @@ def save_tokenizer(tokenizer: Tokenizer, directory: str) -> None:
     fileio.makedirs(directory)
     if tokenizer.kind == "wordpiece":
         write_vocab(tokenizer.path, target)
-    else:
+    elif not fileio.same_file(tokenizer.path, target):
         fileio.copy(tokenizer.path, target)
     fileio.write_json(fileio.join(directory, SAVED_TOKENIZER), spec)
 
@@ -572,9 +572,9 @@ def _tokenizer_json_vocab(path: str) -> list[str]:
 
 
 def write_vocab(path: str, target: str) -> None:
-    """Writes the WordPiece vocabulary at `path` (`read_vocab`) to `target` as a vocab.txt."""
-    with fileio.open_file(target, "w") as f:
-        f.write("".join(token + "\n" for token in read_vocab(path)))
+    """Writes the WordPiece vocabulary at `path` (`read_vocab`) to `target` as a vocab.txt
+    (read whole first, written atomically: `target` may be `path` itself)."""
+    fileio.write_bytes(target, "".join(token + "\n" for token in read_vocab(path)).encode("utf-8"))
 
 
 def _read_bytes(path: str) -> bytes:
@@ -595,7 +595,9 @@ def read_vocab(path: str) -> list[str]:
     except UnicodeDecodeError as e:
         line = data[:e.start].count(b"\n") + 1
         raise ValueError(f"{path}:{line}: vocabulary is not valid UTF-8") from None
-    tokens = [t.rstrip("\r") for t in text.split("\n")]
+    # Each line stripped, as the original's load_vocab does (a BOM, as Windows tools write,
+    # and surrounding spaces are no part of a token).
+    tokens = [t.strip() for t in text.removeprefix("\ufeff").split("\n")]
     if tokens and tokens[-1] == "":
         tokens.pop()
     for line, token in enumerate(tokens, start=1):

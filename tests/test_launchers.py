@@ -66,6 +66,8 @@ CASES = [
      "vocab_size must be an int > 5"),
     ("train_tokenizer.py", ["--input={tmp}/blank.txt", "--output_dir={tmp}/out"], "no text in its 1 file(s)"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}"], "vocab.txt exists; remove it"),
+    ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir=gs://bucket/vocab"],
+     "--output_dir=gs://bucket/vocab: give a local folder, then copy it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
     ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt", "--output={tmp}/out",
                              "--layers=-1,-8"], "--layers=-1,-8: layer index -8 is outside [-7, 6]"),

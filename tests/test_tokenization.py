@@ -68,6 +68,24 @@ def test_bad_vocab_files_name_file_and_line(tmp_path):
         tokenization.Tokenizer.from_vocab_file(str(path))
     with pytest.raises(ValueError, match="unknown tokenizer kind"):
         tokenization.load_tokenizer("bpe", str(path))
+    # A byte-order mark and spaces around a token are no part of it (the original strips lines).
+    path.write_bytes("\ufeff[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello \n\tworld\r\n".encode())
+    tokenizer = tokenization.Tokenizer.from_vocab_file(str(path))
+    assert tokenizer.encode("hello world") == [5, 6]
+
+
+def test_saving_a_tokenizer_onto_its_own_vocabulary_keeps_it(tmp_path):
+    """A run whose vocab_path is its own saved tokenizer/vocab.txt, saved again with other
+    settings (another casing): the file was opened for writing before it was read (emptied)."""
+    directory = tmp_path / "tokenizer"
+    directory.mkdir()
+    (directory / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
+    tokenizer = tokenization.Tokenizer.from_vocab_file(str(directory / "vocab.txt"), do_lower_case=False)
+    tokenization.save_tokenizer(tokenizer, str(directory))
+    assert (directory / "vocab.txt").read_text() == "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n"
+    saved = tokenization.saved_tokenizer_spec(str(directory))
+    assert tokenization.load_tokenizer("wordpiece", saved["path"], saved["do_lower_case"]).vocab_hash == \
+        tokenizer.vocab_hash
 
 
 CORPUS = [f"The {animal} number {i} jumps over the {color} fence near river {i % 37}, surprisingly quickly."

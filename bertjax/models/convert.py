@@ -423,6 +423,17 @@ def load_pretrained(path: str) -> tuple[BertConfig, dict[str, Any]]:
     return load_bertjax_checkpoint(directory)
 
 
+def release_casing(name: str) -> bool | None:
+    """Whether a Google release folder's name says uncased (True) or cased (False), as the
+    original's validate_case_matches_checkpoint reads them: uncased_L-..., cased_L-...,
+    multi_cased_L-..., wwm_uncased_L-...; multilingual_L-... and chinese_L-... are uncased.
+    None: the name does not say."""
+    found = re.match(r"^(?:\w+_)?(un)?cased_L-", name)
+    if found:
+        return bool(found.group(1))
+    return True if re.match(r"^(multilingual|chinese)_L-", name) else None
+
+
 def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     """The tokenizer that comes with a checkpoint: {"kind", "path", "do_lower_case"}, or None.
 
@@ -430,7 +441,7 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     without one: the WordPiece vocabulary in its tokenizer.json, or any other tokenizer.json
     whole, kind "huggingface", as ModernBERT's BPE); do_lower_case from
     tokenizer_config.json or tokenizer.json's BertNormalizer (Hugging Face), or from the
-    release's name ("cased_L-..." is cased, "uncased_L-..." uncased), else None (the
+    release's name (`release_casing`), else None (the
     caller's default). bertjax: the
     tokenizer the run saved in <workdir>/tokenizer (see tokenization.save_tokenizer).
     """
@@ -461,7 +472,6 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
         from bertjax import tokenization
 
         do_lower_case = tokenization.wordpiece_casing(tokenizer_json)
-    name = os.path.basename(os.path.normpath(directory))
-    if do_lower_case is None and re.match(r"^(un)?cased_L-", name):
-        do_lower_case = name.startswith("uncased")
+    if do_lower_case is None:
+        do_lower_case = release_casing(os.path.basename(os.path.normpath(directory)))
     return {"kind": "wordpiece", "path": vocab, "do_lower_case": do_lower_case}

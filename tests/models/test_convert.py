@@ -447,3 +447,14 @@ def test_variable_table_matches_the_task_models():
     for model, heads, num_labels, inputs in models:
         table = {"/".join(var.path): var.shape for var in variable_table(config, heads, num_labels)}
         assert param_shapes(model, *inputs) == table, type(model).__name__
+
+
+@pytest.mark.parametrize("name, uncased", [
+    ("uncased_L-12_H-768_A-12", True), ("cased_L-12_H-768_A-12", False), ("multi_cased_L-12_H-768_A-12", False),
+    ("wwm_cased_L-24_H-1024_A-16", False), ("wwm_uncased_L-24_H-1024_A-16", True),
+    ("multilingual_L-12_H-768_A-12", True), ("chinese_L-12_H-768_A-12", True), ("bert-base", None)])
+def test_a_google_release_folder_name_says_its_casing(tf_release, tmp_path, name, uncased):
+    """As the original's validate_case_matches_checkpoint reads them: the cased multilingual and
+    whole-word-masking releases once read as unknown, so lower-cased (wrong ids for capitals)."""
+    shutil.copytree(tf_release[0], tmp_path / name)
+    assert convert.checkpoint_vocabulary(str(tmp_path / name))["do_lower_case"] is uncased
