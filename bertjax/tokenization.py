@@ -90,7 +90,9 @@ class Tokenizer:
     @classmethod
     def from_vocab_file(cls, path: str, do_lower_case: bool = True) -> "Tokenizer":
         """A WordPiece tokenizer from a BERT `vocab.txt` (one token per line, id = line number;
-        local or gs://) or a Hugging Face `tokenizer.json` (see `read_vocab`)."""
+        local or gs://) or a Hugging Face `tokenizer.json` (see `read_vocab`; its normaliser
+        must be one this tokenizer reproduces: `wordpiece_casing` checks it)."""
+        wordpiece_casing(path)
         tokens = read_vocab(path)
         vocab = {}
         for line, token in enumerate(tokens, start=1):
@@ -545,11 +547,22 @@ def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
 
 def wordpiece_casing(path: str) -> bool | None:
     """do_lower_case as a Hugging Face tokenizer.json's BertNormalizer says; None for a vocab.txt
-    (which does not say) or another normaliser."""
+    (which does not say) or another normaliser. ValueError for a BertNormalizer whose other
+    settings bertjax's WordPiece does not reproduce (it strips accents exactly when it
+    lower-cases, puts CJK characters apart and drops control characters)."""
     if not path.endswith(".json"):
         return None
     normalizer = json.loads(_read_bytes(path)).get("normalizer") or {}
-    return normalizer.get("lowercase") if normalizer.get("type") == "BertNormalizer" else None
+    if normalizer.get("type") != "BertNormalizer":
+        return None
+    lower = normalizer.get("lowercase", True)
+    unsupported = [f"{key}={normalizer[key]}" for key, wanted in (("strip_accents", lower), ("handle_chinese_chars", True),
+                                                                  ("clean_text", True))
+                   if normalizer.get(key) not in (None, wanted)]
+    if unsupported:
+        raise ValueError(f"{path}: its BertNormalizer has {', '.join(unsupported)} (lowercase={lower}), which "
+                         "bertjax's WordPiece does not reproduce (the ids would differ from the model's)")
+    return lower
 
 
 def _tokenizer_json_vocab(path: str) -> list[str]:

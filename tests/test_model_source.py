@@ -167,6 +167,12 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
     cased = model_source.resolve(str(tmp_path))
     assert not cased.load_tokenizer().do_lower_case
     assert not cased.load_tokenizer(os.path.join(MINILM_DIR, "vocab.txt")).do_lower_case
+    # A normaliser bertjax's WordPiece does not reproduce (accents kept while lower-casing) is refused.
+    settings = json.load(open(os.path.join(MINILM_DIR, "tokenizer.json")))
+    settings["normalizer"]["strip_accents"] = False
+    (tmp_path / "accents.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match=r"accents.json: its BertNormalizer has strip_accents=False \(lowercase=True\)"):
+        tokenization.Tokenizer.from_vocab_file(str(tmp_path / "accents.json"))
     (tmp_path / "bpe.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0}}}))
     with pytest.raises(ValueError, match="bpe.json: a BPE tokenizer; bertjax reads WordPiece"):
         tokenization.read_vocab(str(tmp_path / "bpe.json"))
