@@ -186,6 +186,10 @@ def test_a_pretraining_workdir_resolves_to_its_newest_checkpoint(small_pretraine
     assert (source.task, source.task_info) == (None, {})
     assert {"bert", "mlm", "nsp"} <= set(source.load_params())
     assert source.load_tokenizer().vocab_size == source.bert.vocab_size
+    # The run's casing is a fact of its training: another one asked for is refused, not applied.
+    assert source.load_tokenizer(do_lower_case=True).do_lower_case
+    with pytest.raises(ValueError, match=r"was trained uncased \(do_lower_case=True\); do_lower_case=False would"):
+        source.load_tokenizer(do_lower_case=False)
 
 
 def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):

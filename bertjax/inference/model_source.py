@@ -81,8 +81,13 @@ class ModelSource:
                              "tokenizer); give one (vocab_path; the launchers' --vocab_file)")
         kind, path = (kind, vocab_path) if vocab_path else (saved["kind"], saved["path"])
         lower = do_lower_case
-        if lower is None and saved:
-            lower = saved["do_lower_case"]
+        known = saved["do_lower_case"] if saved else None
+        if lower is not None and known is not None and lower != known:
+            raise ValueError(f"{self.path} was trained {'un' if known else ''}cased (do_lower_case={known}); "
+                             f"do_lower_case={lower} would give it other ids (config.data.do_lower_case, "
+                             "--do_lower_case): leave it unset")
+        if lower is None:
+            lower = known
         if lower is None and kind == "wordpiece":
             lower = tokenization.wordpiece_casing(path)
         if lower is None:
