@@ -197,7 +197,7 @@ class Checkpointer:
     def _save_failed(self, error: Exception) -> CheckpointSaveError:
         step, self._saving = self._saving, None
         return CheckpointSaveError(
-            f"saving checkpoint step {step} to {self.directory} failed ({type(error).__name__}: {error}); "
+            f"saving checkpoint step {step} to {self.directory} failed ({_brief(error)}); "
             f"the steps saved before it are untouched")
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:

@@ -83,3 +83,25 @@ def test_phase_clock_sums_phases_and_the_rest(clock):
         raise KeyError
     assert phases.seconds("train") == {"compile": 15.0, "evaluate": 5.0, "train": 27.0, "total": 47.0}
     assert phases.summary("train") == "time: 47s = 15s compile + 5s evaluate + 27s train"
+
+
+def test_an_orbax_error_keeps_its_line_but_not_its_traceback():
+    """A failed save makes orbax log four errors with tracebacks (some 300 lines) before
+    bertjax's own one-line error: quiet, their lines stay and the tracebacks go."""
+    import logging
+
+    from bertjax.runtime import cli
+
+    try:
+        raise OSError("disk full")
+    except OSError:
+        import sys
+
+        exc_info = sys.exc_info()
+    orbax = logging.LogRecord("absl", logging.ERROR, "/x/orbax/checkpoint/async_checkpointer.py", 1,
+                              "save failed", None, exc_info)
+    ours = logging.LogRecord("bertjax", logging.ERROR, "/x/bertjax/trainer.py", 1, "step failed", None, exc_info)
+    noise = cli._LibraryNoise()
+    assert noise.filter(orbax) and noise.filter(ours)
+    assert orbax.exc_info is None and ours.exc_info is exc_info
+    assert logging.Formatter().format(orbax) == "save failed"
