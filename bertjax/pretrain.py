@@ -355,6 +355,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     if config.init_checkpoint:
         pretrained = lambda: pretrained_params(config.init_checkpoint, bert, abstract.params)
     saved_config = {**config.to_dict(), "model": bert.to_dict()}
+    if config.data.host_split == "files":  # each host reads its own files: their split follows the host count
+        saved_config["data"]["process_count"] = jax.process_count()
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                        pretrained_source=config.init_checkpoint, config=saved_config)
