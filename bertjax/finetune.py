@@ -420,13 +420,21 @@ class Evaluator:
         return {name: metrics for name, (metrics, _) in done.items()}, {name: p for name, (_, p) in done.items()}
 
 
-def _move_stale_best(best: str) -> bool:
-    """Moves `best` (a workdir's best/) aside to best.stale-<UTC time> when it exists: a run
-    that starts from step 0 must not compare with, or end on, weights it did not train."""
-    if fileio.exists(best):
-        stale = checkpointing.move_aside(best, "stale")
+def _set_best_aside(best: str, fresh: bool) -> bool:
+    """Moves `best` (a workdir's best/) aside, nothing deleted, when this run cannot build on it:
+    to best.stale-<UTC time> when the run starts from step 0 (it must not compare with, or end
+    on, weights it did not train), to best.unreadable-<UTC time> when it cannot be read."""
+    if not checkpointing.is_bertjax_checkpoint(best):  # none, or an empty folder a killed run left
+        return True
+    if fresh:
         log.warning("%s holds another run's best weights (this run starts from step 0): moved aside to %s, "
-                    "nothing deleted", best, stale)
+                    "nothing deleted", best, checkpointing.move_aside(best, "stale"))
+        return True
+    try:
+        checkpointing.read_meta(best)
+    except checkpointing.CheckpointUnreadableError as error:
+        log.warning("%s is unreadable (%s): moved aside to %s, nothing deleted; the best so far starts again at "
+                    "the next evaluation", best, error, checkpointing.move_aside(best, "unreadable"))
     return True
 
 
@@ -532,8 +540,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     start_step = int(jax.device_get(state.step))
 
     # -- The loop's bookkeeping: logs, checkpoints, the best evaluation so far. --
-    if start_step == 0:  # a fresh start: a best/ left there is another run's (another config, perhaps another task)
-        trainer.process_zero_first(lambda: _move_stale_best(fileio.join(workdir, "best")), "stale best/ moved")
+    trainer.process_zero_first(lambda: _set_best_aside(fileio.join(workdir, "best"), fresh=start_step == 0),
+                               "best/ checked")
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
                                                    async_save=False)
     best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.latest_step() else None

@@ -388,7 +388,7 @@ def test_pretrained_beats_scratch_on_the_demo_task(tmp_path):
     assert with_checkpoint > from_scratch + 0.05, (with_checkpoint, from_scratch)
 
 
-def test_a_fresh_run_moves_an_earlier_runs_best_aside(tmp_path):
+def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path):
     """A run killed before its first checkpoint leaves best/ (written at each evaluation) and
     no checkpoints/: a new run there starts from step 0 and must not compare with, or end on,
     those weights; they are moved aside, not deleted."""
@@ -405,3 +405,9 @@ def test_a_fresh_run_moves_an_earlier_runs_best_aside(tmp_path):
     assert len(stale) == 1 and os.listdir(os.path.join(workdir, stale[0]))  # kept whole
     best = checkpointing.read_meta(os.path.join(workdir, "best"))
     assert best["config"]["model"]["hidden_dropout_prob"] == 0.3  # the new run's own best
+    # An unreadable best/ in a run that resumes is moved aside too, not a dead end.
+    for meta in pathlib.Path(workdir, "best").glob("*/meta/**/*"):
+        if meta.is_file():
+            meta.write_bytes(b"\x00 not json")
+    tiny_finetune_run("classification", tmp_path, model={"hidden_dropout_prob": 0.3}, **files)
+    assert len([name for name in os.listdir(workdir) if name.startswith("best.unreadable-")]) == 1
