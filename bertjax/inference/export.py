@@ -45,6 +45,7 @@ import shutil
 from typing import Any, Callable
 
 from bertjax import tasks
+from bertjax.tokenization import ASCII_SYMBOL_RANGES, CJK_RANGES
 
 SIGNATURE = "serving_default"
 TOKEN_ID_INPUTS = ("input_ids", "segment_ids", "input_mask")  # the export of a tokenizer TF Text lacks
@@ -52,10 +53,8 @@ PLATFORMS = ("cpu", "cuda", "tpu")  # what the lowered model runs on
 # BERT's basic split (as bertjax's WordPiece pre-tokenizer): whitespace goes, punctuation (ASCII and
 # Unicode P*) and CJK ideographs are words of their own.
 _WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]+"
-_KEPT = "|".join([r"[!-/]", r"[:-@]", r"[\[-`]", r"[{-~]", r"[\p{P}]", r"[\x{4E00}-\x{9FFF}]",
-                  r"[\x{3400}-\x{4DBF}]", r"[\x{20000}-\x{2A6DF}]", r"[\x{2A700}-\x{2B73F}]",
-                  r"[\x{2B740}-\x{2B81F}]", r"[\x{2B820}-\x{2CEAF}]", r"[\x{F900}-\x{FAFF}]",
-                  r"[\x{2F800}-\x{2FA1F}]"])
+_KEPT = "|".join([r"[\p{P}]", *(fr"[\x{{{low:X}}}-\x{{{high:X}}}]"
+                                 for low, high in ASCII_SYMBOL_RANGES + CJK_RANGES)])
 
 
 def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None,
@@ -249,8 +248,8 @@ def tensorflow_tokenizer(tokenizer):
         def ids_with_offsets(self, texts):
             """<string>[B] -> ids <int32>[B, (T)] and each token's start, end <int64>[B, (T)]: the byte
             span in its text of the characters it was made from, as Tokenizer.encode_flat_with_offsets
-            (a character normalisation removes belongs to no span; a word that is one [UNK] spans
-            all its kept characters).
+            (a character normalisation drops inside a word belongs to the token before it; a
+            word that is one [UNK] spans all its kept characters).
 
             WordPiece's offsets are bytes of the normalised word; each original character of the
             word is normalised alone, and the running total of those lengths says which original
@@ -273,7 +272,15 @@ def tensorflow_tokenizer(tokenizer):
             finish = base + tf.where(unknown, tf.gather(word_length, word), piece_ends.flat_values)
             made = lambda byte: tf.searchsorted(made_up_to[None], byte[None], side="right")[0]
             start = tf.gather(tf.concat([char_start, [0]], 0), made(begin))
-            end = tf.gather(tf.concat([char_end, [0]], 0), made(finish - 1))
+            # The token's last character, then, when the token ends with it, those after it in
+            # its word that normalisation drops (their running total stays put), as
+            # Tokenizer's offsets keep them.
+            last = made(finish - 1)
+            made_last = tf.gather(tf.concat([made_up_to, [0]], 0), last)
+            word_last = tf.cast(tf.gather(tf.cumsum(chars.row_lengths()) - 1, word), last.dtype)
+            dropped_after = tf.minimum(made(made_last) - 1, word_last)
+            last = tf.where(tf.equal(finish, made_last), tf.maximum(dropped_after, last), last)
+            end = tf.gather(tf.concat([char_end, [0]], 0), last)
             ids = pieces.merge_dims(1, 2)
             return ids, ids.with_flat_values(start), ids.with_flat_values(end)
 
