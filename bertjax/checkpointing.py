@@ -84,10 +84,13 @@ class CheckpointUnreadableError(OSError):
 
 
 def _brief(error: Exception) -> str:
-    """`Type: first line of the message`, at most 300 characters: TensorStore's errors carry
-    pages of spec dumps."""
+    """`Type: first line of the message`, at most about 300 characters, its start and its end
+    (where the operating system's reason is, "No space left on device"): TensorStore's errors
+    carry pages of spec dumps."""
     first_line = (str(error).strip().splitlines() or [""])[0].split(" See full TensorStore details")[0]
-    return f"{type(error).__name__}: {first_line[:300]}"
+    if len(first_line) > 300:
+        first_line = f"{first_line[:150]} ... {first_line[-150:]}"
+    return f"{type(error).__name__}: {first_line}"
 
 
 def _check_matches(abstract: Any, saved_metadata: Any, what: str) -> None:

@@ -83,9 +83,13 @@ class ModelSource:
         lower = do_lower_case
         known = saved["do_lower_case"] if saved else None
         if lower is not None and known is not None and lower != known:
-            raise ValueError(f"{self.path} was trained {'un' if known else ''}cased (do_lower_case={known}); "
-                             f"do_lower_case={lower} would give it other ids (config.data.do_lower_case, "
-                             "--do_lower_case): leave it unset")
+            if self.layout == "bertjax":  # the run's own tokenizer: its casing is how it trained
+                raise ValueError(f"{self.path} was trained {'un' if known else ''}cased (do_lower_case={known}); "
+                                 f"do_lower_case={lower} would give it other ids (config.data.do_lower_case, "
+                                 "--do_lower_case): leave it unset")
+            import logging
+            logging.getLogger(__name__).warning(
+                "%s says do_lower_case=%s; using do_lower_case=%s as asked", self.path, known, lower)
         if lower is None:
             lower = known
         if lower is None and kind == "wordpiece":
