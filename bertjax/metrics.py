@@ -113,8 +113,11 @@ class MetricsWriter:
     Only the first process writes; the others keep nothing. A run that resumes at
     `start_step` first drops the rows an interrupted run logged after it (they belong to
     steps that will be trained again), so metrics.jsonl holds one timeline. A local file is
-    appended to; a gs:// one, which cannot be, is rewritten whole (atomically) at each row.
+    appended to; a gs:// one, which cannot be, is rewritten whole (atomically) at most every
+    REMOTE_WRITE_SECONDS (GCS takes about one write a second to an object) and at close.
     """
+
+    REMOTE_WRITE_SECONDS = 30.0
 
     def __init__(self, workdir: str, *, enabled: bool = True, start_step: int = 0):
         self.enabled = enabled
@@ -125,6 +128,7 @@ class MetricsWriter:
         self._rows = _rows_up_to(self.path, start_step)
         fileio.write_bytes(self.path, "".join(self._rows).encode("utf-8"))
         self._jsonl = None if fileio.is_remote(self.path) else open(self.path, "a", encoding="utf-8")
+        self._written = time.monotonic()
         from bertjax.runtime.tf_cpu import tf  # lazily: only the writing process needs it
         from tensorflow.core.framework import summary_pb2
 
@@ -141,7 +145,8 @@ class MetricsWriter:
         row = json.dumps({"step": step, **values}) + "\n"
         if self._jsonl is None:
             self._rows.append(row)
-            fileio.write_bytes(self.path, "".join(self._rows).encode("utf-8"))
+            if time.monotonic() - self._written > self.REMOTE_WRITE_SECONDS:
+                self._write_remote()
         else:
             self._jsonl.write(row)
             self._jsonl.flush()
@@ -159,4 +164,10 @@ class MetricsWriter:
         if self.enabled:
             if self._jsonl is not None:
                 self._jsonl.close()
+            else:
+                self._write_remote()
             self._summary.close()
+
+    def _write_remote(self) -> None:
+        fileio.write_bytes(self.path, "".join(self._rows).encode("utf-8"))
+        self._written = time.monotonic()

@@ -234,7 +234,8 @@ class Tokenizer:
                     for span in row:
                         while span[0] < span[1] and text[span[0]].isspace():
                             span[0] += 1
-            _over_dropped_characters(texts, offsets, lengths)
+            if self._wordpiece is not None:
+                _over_dropped_characters(texts, offsets, lengths)
             return ids, offsets, lengths
         from sentencepiece import sentencepiece_pb2
         rows, spans = [], []

@@ -312,6 +312,9 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
     3. scratch: `init_params()` (boxed params, created directly in their shardings).
     A new state has optimizer slots for all but the `frozen` subtrees (as `state_shardings`).
     """
+    # A preemption notice during the restore: JAX picks the step after the one each host last
+    # told it, so tell it now where the run resumes (see bertjax/runtime/preemption.py).
+    preemption.report_start((checkpointer.latest_step() if checkpointer is not None else None) or 0)
     with sharding.activate(mesh):
         if checkpointer is not None and checkpointer.latest_step() is not None:
             state, meta = checkpointer.restore(with_shardings(abstract, shardings))

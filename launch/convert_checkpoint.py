@@ -81,13 +81,13 @@ def main(_):
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab)
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
-          f"vocab: {vocab}{_casing(vocab, do_lower_case)})")
+          f"vocab: {vocab}{_casing(vocab, do_lower_case, convert.is_modern(config))})")
 
 
-def _casing(vocab: str | None, do_lower_case: bool | None) -> str:
+def _casing(vocab: str | None, do_lower_case: bool | None, modern: bool) -> str:
     """What the written folder says of its casing, for the summary line."""
-    if vocab is None or vocab.endswith(".json"):
-        return ""  # no vocabulary, or a tokenizer.json, which holds its own normaliser
+    if vocab is None or (modern and vocab.endswith(".json")):
+        return ""  # no vocabulary, or ModernBERT's tokenizer.json copied whole: its own normaliser says
     if _FORMAT.value == "tf":
         return ", casing not stored (the TF layout has no place for it: name the folder cased_L-... or uncased_L-...)"
     return ", casing unknown, not stored" if do_lower_case is None else f", {'un' if do_lower_case else ''}cased"

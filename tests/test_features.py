@@ -365,6 +365,11 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
         feature_cache._SAVE_SECONDS = saved
     assert len(calls) == 3 and "resumed" not in message
     np.testing.assert_array_equal(larger.values, whole.values)
+    # Started anew and killed before recording any progress: the earlier progress is void.
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        cache(tmp_path / "larger").compute(lambda b: encode(b, fail_at=0), 8, [4, 12])
+    assert cache(tmp_path / "larger").batches_done(16, [4, 8, 12]) == 0
     gathered = whole.gather(np.array([5, 0]), 12)[feature_cache.CACHED_TOKENS]
     for row, example in enumerate([5, 0]):
         n = lengths[example]

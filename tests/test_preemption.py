@@ -60,15 +60,16 @@ _TWO_HOSTS = textwrap.dedent("""
 
     multihost_utils.process_allgather = multihost_utils.sync_global_devices = no_collective
     multihost_utils.broadcast_one_to_all = no_collective
-    from bertjax.runtime.preemption import PreemptionWatcher
+    from bertjax.runtime.preemption import PreemptionWatcher, report_start
 
-    watcher = PreemptionWatcher(first_step - 1)
-    assert watcher.coordinated
+    report_start(first_step - 1)  # as trainer.initial_state does before its restore
     host = jax.process_index()
-    if signal_at == 0:
+    if signal_at == 0:  # during the restore, before the watcher exists
         if host == 1:
             os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(3)  # the notice reaches every host before its first step
+    watcher = PreemptionWatcher(first_step - 1)
+    assert watcher.coordinated
     stopped = None
     for step in range(first_step, first_step + 1000):
         if host == 1 and step == first_step + signal_at and signal_at:

@@ -33,3 +33,13 @@ def test_a_workdir_without_checkpoints_takes_any_run(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     run_config.check_same_kind(str(tmp_path), {"seed": 1})
 
+
+
+def test_the_host_count_of_a_run_reading_its_own_files_is_a_change_but_not_when_unrecorded():
+    """host_split=files: each host's files follow the host count, so a resume on another count is
+    no exact continuation; checkpoints from before the count was recorded do not say it."""
+    from bertjax import run_config
+
+    assert run_config.changed_settings({"data": {"process_count": 2}}, {"data": {"process_count": 4}}) == [
+        "data.process_count 2 -> 4"]
+    assert run_config.changed_settings({"data": {}}, {"data": {"process_count": 4}}) == []

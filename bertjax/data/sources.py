@@ -97,7 +97,7 @@ class DropCounter:
 # here, and BERT's NSP tolerates it.
 _SENTENCE_END = re.compile(
     r"(?<=[.!?\u0964\u061f])[\"'\u201d\u2019)\]\u00bb]*\s+(?=[\"'\u201c\u2018\u201e(\[\u00ab]?(\w))"
-    r"|(?<=[\u3002\uff01\uff1f])[\u201d\u2019\u300d\u300f\uff09]*\s*(?=\S)")
+    r"|(?<=[\u3002\uff01\uff1f])(?![\u3002\uff01\uff1f])[\u201d\u2019\u300d\u300f\uff09]*\s*(?=\S)")
 
 
 def _ends_sentence(match: re.Match) -> bool:

@@ -17,10 +17,9 @@ background thread) and picks the step after the furthest one. Until a signal arr
 for the device or for other hosts, so the step pipeline is never stalled. The rule JAX
 sets: every host calls it once per step, counting from the same start, and JAX keeps the
 last number any caller gave. orbax asks the same question with the training step (its save
-policy, at every save), so this class passes the training step too, and records the run's
-first step when it is made: a signal that arrives after that (during compilation) stops every
-host at its first step. (One during restore, before that, is not seen until the next signal;
-the run has trained nothing yet, so the checkpoint it restored from is all there is to save.)
+policy, at every save), so this class passes the training step too; `report_start` tells JAX
+the step a run resumes from before its restore (trainer.initial_state), so a signal during
+restore or compilation stops every host at its first step.
 
 A step waits for its batch: `interruptible(batches, watcher)` produces them in a
 background thread and waits for each in short, interruptible waits, so a stalled input
@@ -44,18 +43,24 @@ from jax.experimental import multihost_utils
 log = logging.getLogger(__name__)
 
 
+def report_start(step: int) -> None:
+    """Tells JAX's preemption sync point the step this host starts from (multi-process runs;
+    nothing otherwise), so a notice before the first step stops every host at it."""
+    if jax.distributed.is_initialized():
+        multihost_utils.reached_preemption_sync_point(step)
+
+
 class PreemptionWatcher:
     """Create one after `jax.distributed.initialize` (if any); call `should_stop` every step.
 
     Multi-process runs need JAX's preemption service (`jax_enable_preemption_service`, on
-    by default); without it `should_stop` raises RuntimeError.
+    by default); without it the watcher raises RuntimeError.
     """
 
     def __init__(self, start_step: int = 0):
         """start_step: the step the run starts from (restored), the one before its first."""
         self.coordinated = jax.distributed.is_initialized()
-        if self.coordinated:  # where this host starts counting, as JAX wants it told
-            multihost_utils.reached_preemption_sync_point(start_step)
+        report_start(start_step)
         self.signalled = None  # single process: the name of the signal the handler received
         self._installed = not self.coordinated  # a Python handler would replace the runtime's
         if self._installed:

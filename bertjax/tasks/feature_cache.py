@@ -111,6 +111,7 @@ class FeatureCache:
                                      f"features need {self.nbytes / 2**30:.1f} GiB, the disk has {free / 2**30:.1f} "
                                      "GiB free; give a folder with room or set config.train.cache_features=False")
                 np.memmap(self.path, self.dtype, "w+", shape=self.shape).flush()
+                self._write_manifest(0)  # an earlier manifest no longer describes the (zeroed) file
             values = np.memmap(self.path, self.dtype, "r+", shape=self.shape)
             saved = time.monotonic()
             for index, (batch, real) in enumerate(eval_batches(self.split, batch_size, buckets)):

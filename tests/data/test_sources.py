@@ -109,6 +109,7 @@ def test_split_sentences():
     assert sources.split_sentences("Warszawa jest duża. Łódź też. Świat. Œuvre.") == [
         "Warszawa jest duża.", "Łódź też.", "Świat.", "Œuvre."]
     assert sources.split_sentences("東京は首都です。人口は多い！「はい。」次。") == ["東京は首都です。", "人口は多い！", "「はい。」", "次。"]
+    assert sources.split_sentences("本当？！次です。") == ["本当？！", "次です。"]  # a run of stops ends one
     assert sources.split_sentences("यह एक वाक्य है। यह दूसरा है। هذا سؤال؟ نعم.") == [
         "यह एक वाक्य है।", "यह दूसरा है।", "هذا سؤال؟", "نعم."]
 
