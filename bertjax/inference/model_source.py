@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Callable
 
 from bertjax import tokenization
 from bertjax.models import convert
@@ -126,6 +126,19 @@ def resolve(path: str | ModelSource) -> ModelSource:
                          fileio.read_json(fileio.join(directory, "config.json")))
 
 
+def _family_with(source: ModelSource, has: Callable[[Any], Any], what: str):
+    """The task family of `source` when `has(family)`; else ValueError saying `what` is for
+    the families that have it."""
+    from bertjax import tasks
+
+    family = tasks.FAMILIES.get(source.task_info.get("family"))
+    if family is None or not has(family):
+        names = " or ".join(other.name for other in tasks.FAMILIES.values() if has(other))
+        raise ValueError(f"{source.path}: {what} for a {names} model, not "
+                         f"{source.task_info.get('family') or 'a model without a task'}")
+    return family
+
+
 def with_pairs(source: ModelSource, pairs: bool | None) -> ModelSource:
     """`source` with its classifier reading pairs (True) or single texts (False), for a model
     whose task does not say (a Hugging Face classifier: config.json has no such field); None
@@ -133,14 +146,8 @@ def with_pairs(source: ModelSource, pairs: bool | None) -> ModelSource:
     the other kind."""
     if pairs is None:
         return source
-    from bertjax import tasks
-
     info = source.task_info
-    family = tasks.FAMILIES.get(info.get("family"))
-    if family is None or not family.pair_inputs:
-        readers = " or ".join(other.name for other in tasks.FAMILIES.values() if other.pair_inputs)
-        raise ValueError(f"{source.path}: pairs is for a {readers} model, not "
-                         f"{info.get('family') or 'a model without a task'}")
+    _family_with(source, lambda family: family.pair_inputs, "pairs is")
     if info.get("pairs") is not None and info["pairs"] != pairs:
         raise ValueError(f"{source.path} was fine-tuned on {'pairs' if info['pairs'] else 'single texts'}, "
                          f"not {'pairs' if pairs else 'single texts'}")
@@ -154,14 +161,8 @@ def with_task_version(source: ModelSource, version: str | None) -> ModelSource:
     such version, or a bertjax run fine-tuned on another."""
     if version is None:
         return source
-    from bertjax import tasks
-
     info = source.task_info
-    family = tasks.FAMILIES.get(info.get("family"))
-    if family is None or not family.versions:
-        versioned = " or ".join(other.name for other in tasks.FAMILIES.values() if other.versions)
-        raise ValueError(f"{source.path}: a task version is for a {versioned} model, not "
-                         f"{info.get('family') or 'a model without a task'}")
+    family = _family_with(source, lambda family: family.versions, "a task version is")
     if version not in family.versions:
         raise ValueError(f"{family.version_key} must be one of {', '.join(family.versions)}, got {version!r}")
     if source.layout == "bertjax" and info.get(family.version_key, version) != version:
