@@ -30,7 +30,7 @@ _MODEL = flags.DEFINE_string("model", None, "fine-tuning workdir, or a checkpoin
                              required=True)
 _INPUT = flags.DEFINE_string("input", None, "file of inputs (default: stdin, unless --text)")
 _TEXT = flags.DEFINE_multi_string("text", [], "an input on the command line (repeatable)")
-_OUTPUT = flags.DEFINE_string("output", None, "JSONL file to write (default: stdout)")
+_OUTPUT = flags.DEFINE_string("output", None, "a new JSONL file to write (default: stdout)")
 _TASK = flags.DEFINE_enum("task", None, ["fill_mask"], "fill_mask: top-k tokens at each [MASK] "
                           "(default: the fine-tuned model's own task)")
 _TOP_K = flags.DEFINE_integer("top_k", 5, "fill_mask: tokens per [MASK]")
@@ -62,6 +62,8 @@ def main(_):
 
     if _INPUT.value and _OUTPUT.value and fileio.same_file(_INPUT.value, _OUTPUT.value):
         raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
+    if _OUTPUT.value and fileio.exists(_OUTPUT.value):  # an earlier run's predictions are not replaced unasked
+        raise ValueError(f"--output={_OUTPUT.value} exists; remove it or give another name")
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
     source = model_source.with_task_version(source, _SQUAD_VERSION.value)

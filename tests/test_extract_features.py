@@ -54,6 +54,14 @@ def test_the_launchers_jsonl_equals_huggingface_hidden_states_of_every_layer(tmp
             np.testing.assert_allclose(values, reference["hidden_states"][layers, i, t], atol=1e-4, rtol=0)
 
 
+def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    (tmp_path / "earlier.jsonl").write_text('{"linex_index": 0}\n')
+    with pytest.raises(ValueError, match=f"--output={tmp_path}/earlier.jsonl exists; remove it or give another name"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "earlier.jsonl"), log=lambda _: None)
+    assert (tmp_path / "earlier.jsonl").read_text() == '{"linex_index": 0}\n'
+
+
 def test_pooled_jsonl_has_one_vector_per_example_and_layer(minilm, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "mean.jsonl"), layers=(-1, 0),

@@ -223,6 +223,11 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     assert onto_input.returncode == 2 and onto_input.stderr.strip().splitlines() == [
         f"error: --output={tmp_path}/new.jsonl is the input file; give another name (it would be overwritten)"]
     assert (tmp_path / "new.jsonl").read_bytes() == before
+    written = (tmp_path / "o.jsonl").read_bytes()
+    again = _predict(f"--model={minilm_classifier_run}", f"--text={REVIEWS[0][0]}", f"--output={tmp_path}/o.jsonl")
+    assert again.returncode == 2 and again.stderr.strip().splitlines() == [
+        f"error: --output={tmp_path}/o.jsonl exists; remove it or give another name"]
+    assert (tmp_path / "o.jsonl").read_bytes() == written
 
 
 def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_pretrained_run, tmp_path):

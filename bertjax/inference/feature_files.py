@@ -272,6 +272,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     process, processes = jax.process_index(), jax.process_count()
     if to_jsonl and processes > 1:
         raise ValueError(f"--output={output}: JSONL is written by one process; give a folder for a multi-host run")
+    if to_jsonl and fileio.exists(output):  # an earlier run's features are not replaced unasked
+        raise ValueError(f"--output={output} exists; remove it or give another name")
     file_format = input_format(input_file, input_format_name)
     total = count_inputs(input_file, file_format, text_a_key, text_b_key)
     settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
