@@ -32,15 +32,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import re
 import unicodedata
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
 import tokenizers
-from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import decoders, models, normalizers, pre_tokenizers
 
 from bertjax import ragged
 from bertjax.runtime import fileio
@@ -103,7 +102,7 @@ class Tokenizer:
             vocab[token] = line - 1
         backend = tokenizers.Tokenizer(models.WordPiece(
             vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
-        backend.normalizer = _bert_normalizer(do_lower_case)
+        backend.normalizer = bert_normalizer(do_lower_case)
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         backend.decoder = decoders.WordPiece(prefix="##")
         tokenizer = cls("wordpiece", path, do_lower_case, tokens, wordpiece=backend)
@@ -352,7 +351,7 @@ def load_tokenizer(kind: str, path: str, do_lower_case: bool = True) -> Tokenize
     """"wordpiece" + vocab.txt, "sentencepiece" + .model or "huggingface" + tokenizer.json -> Tokenizer.
 
     `do_lower_case` applies to WordPiece only: a SentencePiece model or a tokenizer.json
-    carries its own normalisation (see `train_sentencepiece`).
+    carries its own normalisation (see `data.vocabularies.train_sentencepiece`).
     """
     if kind == "wordpiece":
         return Tokenizer.from_vocab_file(path, do_lower_case)
@@ -488,99 +487,10 @@ def _flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())), lengths
 
 
-# -- Training. --
-
-def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = True,
-                    min_frequency: int = 2, limit_alphabet: int = 1000) -> str:
-    """Trains a WordPiece vocabulary on `texts` (an iterator of lines or a list of file paths).
-
-    Writes `<output_dir>/vocab.txt` with [PAD], [UNK], [CLS], [SEP], [MASK] at ids 0..4
-    and returns its path. The normaliser and pre-tokenizer are the ones
-    `Tokenizer.from_vocab_file` uses, so training and use see the same words. Note: the
-    `tokenizers` trainer breaks ties between equally frequent merges in hash order, so two
-    runs can give slightly different vocabularies; keep the file (its hash is recorded in
-    prepared metadata). The demo vocabulary is built from a lexicon for that reason.
-    """
-    _check_vocab_size(vocab_size)
-    backend = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]",
-                                                    max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
-    backend.normalizer = _bert_normalizer(do_lower_case)
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-        special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##", show_progress=False)
-    backend.train_from_iterator(_lines(texts), trainer=trainer)
-    vocab = backend.get_vocab()
-    tokens = sorted(vocab, key=vocab.get)
-    if tokens[:len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS):
-        raise AssertionError(f"tokenizers put the special tokens at {[vocab[t] for t in SPECIAL_TOKENS]}")
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, VOCABULARY_FILE["wordpiece"])
-    fileio.write_bytes(path, "".join(t + "\n" for t in tokens).encode("utf-8"))
-    return path
-
-
-def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = False,
-                        model_type: str = "unigram", character_coverage: float = 0.9995,
-                        input_sentence_size: int = 10_000_000) -> str:
-    """Trains a SentencePiece model on `texts` (an iterator of lines or a list of file paths).
-
-    Writes `<output_dir>/spm.model` (+ `spm.vocab`) and returns the model path. Ids:
-    [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4 (control symbols), no bos/eos.
-    `do_lower_case` picks the normalisation stored in the model: NFKC + case folding
-    ("nmt_nfkc_cf") or plain NFKC ("nmt_nfkc").
-    """
-    _check_vocab_size(vocab_size)
-    os.makedirs(output_dir, exist_ok=True)
-    prefix = os.path.join(output_dir, "spm")
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(line for line in _lines(texts) if line.strip()),
-            model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
-            character_coverage=character_coverage, input_sentence_size=input_sentence_size,
-            shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
-            normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
-            pad_id=0, pad_piece="[PAD]", unk_id=1, unk_piece="[UNK]", bos_id=-1, eos_id=-1,
-            control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
-    except RuntimeError as e:  # e.g. vocab_size larger than the corpus allows
-        raise ValueError(f"SentencePiece training failed: {e}") from None
-    path = prefix + ".model"
-    tokenizer = Tokenizer.from_sentencepiece(path)
-    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
-    if ids != [0, 1, 2, 3, 4]:
-        raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")
-    return path
-
-
-def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_frequency: int = 2) -> str:
-    """Trains a byte-level BPE tokenizer on `texts` (lines, or a list of file paths), shaped as
-    ModernBERT's (NFC, GPT-2's split, no prefix space; every byte in the alphabet, so no text is
-    unknown). Writes `<output_dir>/tokenizer.json` (kind "huggingface") with [PAD], [UNK], [CLS],
-    [SEP], [MASK] at ids 0..4 and a `[CLS] $A [SEP] $B [SEP]` post-processor for other libraries."""
-    _check_vocab_size(vocab_size)
-    backend = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
-    backend.normalizer = normalizers.NFC()
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
-                                  special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    backend.train_from_iterator(_lines(texts), trainer=trainer)
-    backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, "tokenizer.json")
-    backend.save(path)
-    tokenizer = Tokenizer.from_tokenizer_json(path)
-    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
-    if ids != [0, 1, 2, 3, 4]:
-        raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")
-    return path
-
-
 # -- Helpers. --
 
-def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
+def bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
+    """The original BERT's text cleaning, CJK split and (when lower-casing) accent stripping."""
     return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                       strip_accents=do_lower_case, lowercase=do_lower_case)
 
@@ -657,20 +567,3 @@ def read_vocab(path: str) -> list[str]:
         if not token.strip():
             raise ValueError(f"{path}:{line}: empty vocabulary entry")
     return tokens
-
-
-def _lines(texts: Iterable[str]) -> Iterator[str]:
-    """An iterator of lines, or a list/tuple of file paths whose lines are read lazily."""
-    if isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) and os.path.isfile(t) for t in texts):
-        for path in texts:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    yield line.rstrip("\n")
-    else:
-        yield from texts
-
-
-def _check_vocab_size(vocab_size: int) -> None:
-    if not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be an int > {len(SPECIAL_TOKENS)}, got {vocab_size!r}")
-

@@ -44,6 +44,7 @@ def _lines(paths):
 
 def main(_):
     from bertjax import tokenization
+    from bertjax.data import vocabularies
     from bertjax.data import sources
 
     from bertjax.runtime import fileio
@@ -67,9 +68,9 @@ def main(_):
         raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: cannot make the folder ({e.strerror or e})") from None
     texts = itertools.chain([first], lines)
     if kind == "huggingface":
-        path = tokenization.train_bpe(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value)
+        path = vocabularies.train_bpe(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value)
     else:
-        train = tokenization.train_wordpiece if kind == "wordpiece" else tokenization.train_sentencepiece
+        train = vocabularies.train_wordpiece if kind == "wordpiece" else vocabularies.train_sentencepiece
         path = train(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value, do_lower_case=_DO_LOWER_CASE.value)
     tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
     fewer = f" (fewer than --vocab_size={_VOCAB_SIZE.value}: the text has no more)" \

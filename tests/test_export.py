@@ -117,10 +117,11 @@ def test_tensorflow_wordpiece_gives_bertjax_ids(do_lower_case):
 def test_tensorflow_sentencepiece_gives_bertjax_ids(tmp_path):
     from bertjax.inference import export
     from bertjax import tokenization
+    from bertjax.data import vocabularies
 
     runs = [f"{word * n} {word * (n + 3)}{word * (2 * n)}" for word in ("ha", "!", "😀", "2", "ab.") for n in range(1, 9)]
     lines = _lines(300, seed=2) + runs
-    path = tokenization.train_sentencepiece(lines[:150] * 4 + runs * 3, 300, str(tmp_path), character_coverage=1.0)
+    path = vocabularies.train_sentencepiece(lines[:150] * 4 + runs * 3, 300, str(tmp_path), character_coverage=1.0)
     tokenizer = tokenization.load_tokenizer("sentencepiece", path)
     got, want = export.tensorflow_tokenizer(tokenizer).ids(lines).to_list(), tokenizer.encode_batch(lines)
     assert sum(map(len, want)) > 3000

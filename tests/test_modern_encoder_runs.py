@@ -26,12 +26,12 @@ def _run(*command):
 def modern_run(tmp_path_factory):
     """modernbert-tiny (4 layers: global, local, local, global; window 16) pre-trained 60 steps
     at length 64 with a BPE trained on the demo corpus."""
-    from bertjax import tokenization
+    from bertjax.data import vocabularies
     from bertjax.data.corpora import demo_corpus
 
     directory = tmp_path_factory.mktemp("modern")
     lines = [sentence for document in demo_corpus.demo_documents(0, 300) for sentence in document]
-    bpe = tokenization.train_bpe(lines, 600, str(directory / "bpe"))
+    bpe = vocabularies.train_bpe(lines, 600, str(directory / "bpe"))
     workdir = directory / "run"
     log = _run("launch/pretrain.py", "--config=configs/pretrain.py:modernbert-tiny", f"--workdir={workdir}",
                "--config.data.tokenizer=huggingface", f"--config.data.vocab_path={bpe}",

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bertjax import tokenization
+from bertjax.data import vocabularies
 
 HERE = os.path.dirname(__file__)
 
@@ -93,7 +94,7 @@ CORPUS = [f"The {animal} number {i} jumps over the {color} fence near river {i %
 
 
 def test_train_wordpiece_puts_specials_first_and_round_trips(tmp_path):
-    path = tokenization.train_wordpiece(CORPUS, vocab_size=120, output_dir=str(tmp_path))
+    path = vocabularies.train_wordpiece(CORPUS, vocab_size=120, output_dir=str(tmp_path))
     tokenizer = tokenization.load_tokenizer("wordpiece", path)
     assert [tokenizer.id_to_token(i) for i in range(5)] == list(tokenization.SPECIAL_TOKENS)
     assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (0, 1, 2, 3, 4)
@@ -105,7 +106,7 @@ def test_train_wordpiece_puts_specials_first_and_round_trips(tmp_path):
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_train_sentencepiece_fixed_special_ids(tmp_path, do_lower_case):
-    path = tokenization.train_sentencepiece(CORPUS, vocab_size=80, output_dir=str(tmp_path),
+    path = vocabularies.train_sentencepiece(CORPUS, vocab_size=80, output_dir=str(tmp_path),
                                             do_lower_case=do_lower_case)
     tokenizer = tokenization.load_tokenizer("sentencepiece", path)
     assert [tokenizer.id_to_token(i) for i in range(5)] == list(tokenization.SPECIAL_TOKENS)
@@ -128,7 +129,7 @@ def test_sentencepiece_puts_tied_runs_in_one_order_with_their_offsets(tmp_path):
     piece's offsets still its own characters."""
     corpus = [f"ha{'ha' * (i % 7)} wow{'!' * (i % 5)} 22{'2' * (i % 6)} ..{'.' * (i % 4)} xo" for i in range(400)]
     tokenizer = tokenization.load_tokenizer(
-        "sentencepiece", tokenization.train_sentencepiece(corpus, 35, str(tmp_path), do_lower_case=False))
+        "sentencepiece", vocabularies.train_sentencepiece(corpus, 35, str(tmp_path), do_lower_case=False))
     roots, powers = map(np.asarray, tokenization.piece_roots(tokenizer._tokens))
     texts = ["hahahahahahahaha !!!!!!!!!!!wow 22222222222 ..........", "hahaha 2222", "", "!!! !!!!!!!",
              "xoxoxo !!!!!!!", "........... !!!!!!!!!!"]  # the last two: sentencepiece gives a longer piece first
@@ -220,7 +221,7 @@ def test_a_hugging_face_tokenizer_json_gives_its_own_ids_without_special_tokens(
 
 def test_train_bpe_writes_a_modernbert_shaped_tokenizer(tmp_path):
     texts = ["The fox jumps over the lazy dog, again and again."] * 40 + ["Ünïcödé, 日本, 😀"] * 5
-    path = tokenization.train_bpe(texts, 300, str(tmp_path))
+    path = vocabularies.train_bpe(texts, 300, str(tmp_path))
     tokenizer = tokenization.load_tokenizer("huggingface", path)
     assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (0, 1, 2, 3, 4)
     assert tokenizer.vocab_size == 300 and len(tokenizer.encode("The fox jumps")) <= 4

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from bertjax import tokenization
+from bertjax.data import vocabularies
 from bertjax.data import prepare, shards, sources
 from bertjax.data.corpora import demo_corpus
 
@@ -201,7 +202,7 @@ def test_other_settings_in_the_same_directory_are_refused(tmp_path):
 
 def test_sentencepiece_and_parallel_workers(tmp_path):
     documents = _write_corpus(tmp_path, num_files=2, docs_per_file=20)
-    model = tokenization.train_sentencepiece([s for d in documents for s in d], 300, str(tmp_path / "spm"))
+    model = vocabularies.train_sentencepiece([s for d in documents for s in d], 300, str(tmp_path / "spm"))
     config = _config(tmp_path, tokenizer="sentencepiece", vocab_path=model)
     metadata = prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=2)
     tokenizer = tokenization.Tokenizer.from_sentencepiece(model)

@@ -8,6 +8,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bertjax import tokenization
+from bertjax.data import vocabularies
 from bertjax.tasks import squad
 
 # -- Tokenizer offsets. --
@@ -45,7 +46,7 @@ def test_wordpiece_offset_ids_equal_encode_flat(bert_tokenizer):
 def sentencepiece_tokenizer(tmp_path_factory):
     corpus = ["Café déjà vu is a French phrase.", "The naïve fox jumps over the lazy dog.", "中文 字符 测试"]
     corpus *= 50
-    path = tokenization.train_sentencepiece(corpus, 40, str(tmp_path_factory.mktemp("spm")), True)
+    path = vocabularies.train_sentencepiece(corpus, 40, str(tmp_path_factory.mktemp("spm")), True)
     return tokenization.load_tokenizer("sentencepiece", path)
 
 
