@@ -231,6 +231,8 @@ def test_train_bpe_writes_a_modernbert_shaped_tokenizer(tmp_path):
     spec = tokenization.saved_tokenizer_spec(str(saved))
     assert spec["kind"] == "huggingface" and spec["vocab_hash"] == tokenizer.vocab_hash
     assert tokenization.load_tokenizer(spec["kind"], spec["path"]).encode("The fox") == tokenizer.encode("The fox")
+    with pytest.raises(ValueError, match="vocab_size must be at least 261 for byte-level BPE"):
+        vocabularies.train_bpe(texts, 260, str(tmp_path / "small"))  # it would have come out with 261
 
 
 def test_a_tokenizer_json_without_a_special_token_is_named(tmp_path):

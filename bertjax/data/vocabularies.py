@@ -85,6 +85,10 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
     unknown). Writes `<output_dir>/tokenizer.json` (kind "huggingface") with [PAD], [UNK], [CLS],
     [SEP], [MASK] at ids 0..4 and a `[CLS] $A [SEP] $B [SEP]` post-processor for other libraries."""
     _check_vocab_size(vocab_size)
+    smallest = len(tokenization.SPECIAL_TOKENS) + len(pre_tokenizers.ByteLevel.alphabet())
+    if vocab_size < smallest:  # every byte is a token: fewer would come out larger than asked
+        raise ValueError(f"vocab_size must be at least {smallest} for byte-level BPE (the special tokens and "
+                         f"one token per byte), got {vocab_size}")
     backend = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
     backend.normalizer = normalizers.NFC()
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
