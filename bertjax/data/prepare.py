@@ -21,7 +21,8 @@ and vocabulary hash, eval fraction), and returns the metadata.
     documents never straddle train and eval.
 
 Layout of `output_dir`: metadata.json, settings.json, train-*.tfrecord, eval-*.tfrecord,
-done/, .incomplete/ (and the demo vocabulary when the config uses it).
+done/, .incomplete/, .lock (a second prepare into the folder waits for the first, then reads
+its data; bertjax.runtime.workdir_lock), and the demo vocabulary when the config uses it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import json
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Iterator
@@ -44,7 +46,7 @@ from absl import logging
 from bertjax import tokenization
 from bertjax.data import shards, sources
 from bertjax.data.corpora import demo_corpus
-from bertjax.runtime import console, fileio
+from bertjax.runtime import console, fileio, workdir_lock
 
 FORMAT = "bertjax.prepared.v2"  # v2: raw int32 records (shards.py); v1 held tf.train.Examples
 BATCH_DOCUMENTS = 256
@@ -123,9 +125,28 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
     }
     if fileio.exists(fileio.join(output_dir, "metadata.json")):
-        metadata = read_metadata(output_dir)
-        _check_same_settings(output_dir, metadata["settings"], settings)
-        return metadata
+        return _prepared_already(output_dir, settings)
+    if fileio.is_remote(output_dir):  # not lockable: two prepares at once there are the user's to avoid
+        return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
+    waiting = lambda holder: print(f"{output_dir} is being prepared by {holder}; waiting for it to finish",  # noqa: E731
+                                   file=sys.stderr, flush=True)
+    with workdir_lock.hold(output_dir, wait=waiting):
+        if fileio.exists(fileio.join(output_dir, "metadata.json")):  # what the one waited for prepared
+            return _prepared_already(output_dir, settings)
+        return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
+
+
+def _prepared_already(output_dir: str, settings: dict) -> dict:
+    """The metadata of `output_dir`, prepared earlier; a ValueError for other settings."""
+    metadata = read_metadata(output_dir)
+    _check_same_settings(output_dir, metadata["settings"], settings)
+    return metadata
+
+
+def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokenization.Tokenizer, settings: dict,
+             num_workers: int | None) -> dict:
+    """Writes the shards of every unit not yet done, then metadata.json (the caller holds the
+    folder: one prepare at a time, as `.incomplete/` is cleared here)."""
     fileio.makedirs(fileio.join(output_dir, "done"))
     settings_path = fileio.join(output_dir, "settings.json")
     if fileio.exists(settings_path):  # an interrupted run: resume only with the same settings

@@ -25,7 +25,7 @@ import fcntl
 import logging
 import os
 import socket
-from typing import Iterator
+from typing import Callable, Iterator
 
 from bertjax.runtime import fileio
 
@@ -39,10 +39,11 @@ class WorkdirBusyError(ValueError):
 
 
 @contextlib.contextmanager
-def hold(workdir: str) -> Iterator[None]:
+def hold(workdir: str, wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Holds `<workdir>/.lock` (creating the workdir) until the block ends.
 
-    Raises WorkdirBusyError when another process holds it.
+    Raises WorkdirBusyError when another process holds it; with `wait`, calls wait(holder)
+    once instead and blocks until the holder lets go (or dies).
     """
     if fileio.is_remote(workdir):
         log.warning("%s is not locked against a second run at the same time (gs:// workdirs cannot be locked)",
@@ -61,8 +62,11 @@ def hold(workdir: str) -> Iterator[None]:
         except BlockingIOError:
             lock_file.seek(0)
             holder = lock_file.read().strip() or "another process (starting up)"
-            raise WorkdirBusyError(f"workdir {workdir} is in use by {holder}; wait for that run to end or stop it, "
-                                   f"or choose another --workdir (lock file: {path})") from None
+            if wait is None:
+                raise WorkdirBusyError(f"workdir {workdir} is in use by {holder}; wait for that run to end or stop "
+                                       f"it, or choose another --workdir (lock file: {path})") from None
+            wait(holder)
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
         lock_file.truncate(0)
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         lock_file.write(f"{os.getpid()}@{socket.gethostname()} since {started}\n")

@@ -188,6 +188,31 @@ def test_killed_run_leaves_no_accepted_shard_and_rerun_skips_finished_units(tmp_
     assert not os.path.exists(os.path.join(out, ".incomplete"))
 
 
+def test_a_second_prepare_into_the_folder_waits_and_reads_the_first_ones_data(tmp_path, monkeypatch, capsys):
+    import shutil
+    import threading
+    import time
+
+    from bertjax.runtime import workdir_lock
+
+    _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+    first = prepare.ensure_prepared(_config(tmp_path), str(tmp_path / "first"), num_workers=1)
+    out = str(tmp_path / "out")
+    results = []
+    with workdir_lock.hold(out):  # as a prepare into `out` running in another process holds it
+        monkeypatch.setattr(prepare, "_prepare", lambda *a: pytest.fail("prepared again what the first prepared"))
+        second = threading.Thread(target=lambda: results.append(prepare.ensure_prepared(_config(tmp_path), out)))
+        second.start()
+        seen, deadline = "", time.time() + 60
+        while "waiting for it to finish" not in seen and time.time() < deadline:
+            time.sleep(0.1)
+            seen += capsys.readouterr().err
+        assert f"{out} is being prepared by {os.getpid()}@" in seen and second.is_alive()
+        shutil.copytree(first["dir"], out, dirs_exist_ok=True)  # what the first prepare writes, then lets go
+    second.join(60)
+    assert results[0]["splits"] == first["splits"] and results[0]["dir"] == out
+
+
 def test_other_settings_in_the_same_directory_are_refused(tmp_path):
     _write_corpus(tmp_path, num_files=1, docs_per_file=5)
     out = str(tmp_path / "out")
