@@ -72,6 +72,13 @@ def test_a_resumed_run_drops_the_rows_logged_after_its_checkpoint(tmp_path):
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == rows[:3] + [{"step": 3, "loss": 1.9}]
 
+    # Killed before its first checkpoint: the rerun starts over (its step-0 evaluation too).
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "eval_accuracy": 0.5}\n{"step": 1, "loss": 3.0}\n')
+    writer = metrics.MetricsWriter(str(tmp_path), start_step=0)
+    writer.write(0, {"eval_accuracy": 0.5})
+    writer.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 0, "eval_accuracy": 0.5}\n'
+
 
 def test_metrics_writer_files_read_back(tmp_path):
     writer = metrics.MetricsWriter(str(tmp_path))
