@@ -168,11 +168,16 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
                 qid = str(qid)
                 if not isinstance(qa.get("question"), str):
                     raise ValueError(f"{path}: question id {qid!r} has no 'question' string")
-                try:
-                    answers = [(str(x["text"]), int(x["answer_start"])) for x in qa.get("answers", [])]
-                except (KeyError, TypeError, ValueError):
-                    raise ValueError(f"{path}: question id {qid!r}: each answer needs 'text' and an integer "
-                                     f"'answer_start'") from None
+                answers = qa.get("answers", [])
+                # Strict types (not str()/int()): the scorer reads the same file and refuses them,
+                # which would surface only at the first evaluation, after training.
+                if not isinstance(answers, list) or not all(
+                        isinstance(x, dict) and isinstance(x.get("text"), str)
+                        and isinstance(x.get("answer_start"), int) and not isinstance(x["answer_start"], bool)
+                        for x in answers):
+                    raise ValueError(f"{path}: question id {qid!r}: each answer needs a 'text' string and an "
+                                     f"integer 'answer_start'")
+                answers = [(x["text"], x["answer_start"]) for x in answers]
                 impossible = qa.get("is_impossible", False)
                 if not isinstance(impossible, bool):  # bool("false") would be True
                     raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "

@@ -293,6 +293,10 @@ def test_json_bad_answers_error_or_counted_skip(bert_tokenizer, tmp_path, caplog
     ({"id": "q0", "question": "Who?"}, "question id 'q0' appears twice"),
     ({"id": "q9", "answers": []}, "question id 'q9' has no 'question'"),
     ({"id": "q9", "question": "?", "answers": [{"text": "x"}]}, "question id 'q9': each answer needs"),
+    ({"id": "q9", "question": "?", "answers": [{"text": 1990, "answer_start": 0}]},  # the scorer refuses it
+     "question id 'q9': each answer needs a 'text' string"),
+    ({"id": "q9", "question": "?", "answers": [{"text": "x", "answer_start": 2.7}]},
+     "question id 'q9': each answer needs a 'text' string and an integer 'answer_start'"),
     ({"id": "q9", "question": "?", "answers": [], "is_impossible": "false"},  # bool("false") is True
      "question id 'q9': 'is_impossible' must be true or false"),
     ("not an object", r"data\[0\].paragraphs\[0\]: 'qas' must be a list of JSON objects"),
