@@ -465,8 +465,10 @@ def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, pa
     """The console line that says what the run will do."""
     shape = (f"examples packed into rows of {train_batches.buckets[0]} tokens, {train_batches.row_counts} rows a step"
              if packed else f"batches padded to {train_batches.buckets}")
+    cut = [f"{s.name}: {s.truncation}" for s in (task.train, *task.eval_splits, *task.test_splits) if s.truncation]
     return (f"{task.name}: {len(task.train)} training examples"
             + "".join(f", {len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
+            + (f" ({'; '.join(cut)})" if cut else "")
             + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
             + f" ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f} epochs), lr {train_cfg.learning_rate:g}, "
             + f"warmup {train_cfg.warmup_steps}; {shape}; {how}"

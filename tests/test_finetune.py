@@ -271,6 +271,25 @@ def test_schedule_counts_steps_like_run_classifier():
     assert finetune.schedule_config(config, examples_per_epoch=5).num_steps == 1  # never 0
 
 
+def test_the_run_summary_says_what_was_cut_to_fit():
+    from types import SimpleNamespace
+
+    from bertjax import finetune
+    from bertjax.tasks.common import Split
+
+    def split(name, truncation=""):
+        return Split(name, {}, np.zeros(3, np.int32), truncation=truncation)
+
+    task = SimpleNamespace(name="squad", train=split("train", "2 of 3 questions cut to 64 tokens"),
+                           eval_splits=[split("validation")], test_splits=[split("test", "1 of 3 questions cut to 64 "
+                                                                                     "tokens")])
+    batches = SimpleNamespace(buckets=[128], steps_per_epoch=lambda: 1)
+    train_cfg = SimpleNamespace(num_steps=2, batch_size=16, learning_rate=1e-4, warmup_steps=0)
+    line = finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
+    assert line.startswith("squad: 3 training examples, 3 validation, 3 test (train: 2 of 3 questions cut to 64 "
+                           "tokens; test: 1 of 3 questions cut to 64 tokens); 2 steps"), line
+
+
 def test_adam_bias_correction_is_a_finetune_option_off_by_default():
     """The original optimizer by default (a first step of ~3.16 lr at b2 0.999); the option gives
     torch's AdamW first steps (~lr), with which a random BERT-base learned the benchmark's

@@ -33,7 +33,7 @@ from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, read_records,
-                                  write_lines)
+                                  truncation, write_lines)
 from bertjax.tasks.family import Family, no_options
 
 MAX_SEQ_LENGTH = 128
@@ -141,12 +141,10 @@ def featurize(tokenizer, examples: ChoiceExamples, split_name: str, max_seq_leng
     lengths[choice_mask] = pair_lengths
     cut = np.zeros((n, c), bool)
     cut[choice_mask] = truncated
-    if truncated.any():
-        logging.info("%s: %d of %d (context, choice) pairs truncated to %d tokens", examples.source, truncated.sum(),
-                     len(pairs_a), max_seq_length)
     has_labels = bool((examples.labels >= 0).any())
     return Split(split_name, features, lengths.max(axis=1, initial=0),
-                 dataclasses.replace(examples, truncated=cut.any(axis=1)), has_labels)
+                 dataclasses.replace(examples, truncated=cut.any(axis=1)), has_labels,
+                 truncation(truncated, "(context, choice) pairs", max_seq_length))
 
 
 def load_split(tokenizer, source: str, split: str, max_seq_length: int = MAX_SEQ_LENGTH,

@@ -35,7 +35,8 @@ from bertjax.data.sources import prepared_tfds_builder
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
 from bertjax.runtime import fileio
-from bertjax.tasks.common import Split, Task, bert_inputs, encode_pairs, own_files, read_records, write_lines
+from bertjax.tasks.common import (Split, Task, bert_inputs, encode_pairs, own_files, read_records, truncation,
+                                  write_lines)
 from bertjax.tasks.family import Family, hf_label_names, no_options
 from bertjax.tasks.raw_text import text_pair
 
@@ -211,9 +212,6 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
               max_seq_length: int) -> Split:
     """Examples -> Split; a label not in `label_names` is an error naming the file and the label."""
     features, lengths, truncated = encode_pairs(tokenizer, examples.texts_a, examples.texts_b, max_seq_length)
-    if truncated.any():
-        logging.info("%s: %d of %d examples truncated to %d tokens", examples.source, truncated.sum(), len(lengths),
-                     max_seq_length)
     if examples.labels is None:
         features["label"] = np.zeros(len(lengths), np.float32 if label_names is None else np.int32)
     elif label_names is None:
@@ -225,7 +223,8 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
             raise ValueError(f"{examples.source}: labels {unknown[:5]} are not among the task's labels "
                              f"{list(label_names)} (the training file's, or config.data.label_names)")
         features["label"] = np.asarray([index[label] for label in examples.labels], np.int32)
-    return Split(name, features, lengths, SplitInfo(examples, label_names), has_labels=examples.labels is not None)
+    return Split(name, features, lengths, SplitInfo(examples, label_names), has_labels=examples.labels is not None,
+                 truncation=truncation(truncated, "examples", max_seq_length))
 
 
 # -- The task. --

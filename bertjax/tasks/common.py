@@ -44,6 +44,8 @@ class Split:
     examples: whatever the task needs to turn outputs back into predictions (ids, texts,
       window-to-example maps); opaque to the trainer.
     has_labels: False for test splits (GLUE test labels are -1): predicted, not scored.
+    truncation: what was cut to fit, for the run's summary ("12 of 3,000 examples cut to 128
+      tokens"); "" when nothing was.
     """
 
     name: str
@@ -51,6 +53,7 @@ class Split:
     lengths: np.ndarray
     examples: Any = None
     has_labels: bool = True
+    truncation: str = ""
 
     def __post_init__(self):
         n = len(self.lengths)
@@ -260,6 +263,11 @@ def _jsonl_records(path: str) -> Iterator[tuple[str, dict]]:
             raise ValueError(f"{path}:{number}: a lone surrogate ({e.object[e.start]!r}) in a string; "
                              "the text must be valid Unicode") from None
         yield f"{path}:{number}", row
+
+
+def truncation(cut: np.ndarray, what: str, tokens: int) -> str:
+    """Split.truncation for <bool>[N] `cut`: "12 of 3,000 examples cut to 128 tokens" or ""."""
+    return f"{int(cut.sum()):,} of {len(cut):,} {what} cut to {tokens} tokens" if cut.any() else ""
 
 
 def truncated_pair_lengths(len_a: np.ndarray, len_b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:

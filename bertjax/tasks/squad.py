@@ -46,7 +46,7 @@ from bertjax.evaluation import squad as squad_metrics
 from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_nonempty, max_context_flags,
-                                  own_files, sliding_windows)
+                                  own_files, sliding_windows, truncation)
 from bertjax.tasks.family import Family
 from bertjax.tasks.raw_text import split_pair
 from bertjax.tasks.squad_answers import (MAX_ANSWER_LENGTH, N_BEST_SIZE, NULL_SCORE_DIFF_THRESHOLD, postprocess,
@@ -331,7 +331,8 @@ def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: 
     logging.info("%s: %d questions -> %d windows (max_seq_length %d, doc_stride %d)", examples.source,
                  int(kept.sum()), len(example_index), max_seq_length, doc_stride)
     has_labels = bool(examples.is_impossible.any() or any(examples.answers))
-    return Split(split_name, features, lengths, windows, has_labels)
+    return Split(split_name, features, lengths, windows, has_labels,
+                 truncation(q_len[kept] > max_query_length, "questions", max_query_length))
 
 
 def _answer_tokens(examples: SquadExamples, offsets, c_start, c_len):

@@ -35,6 +35,7 @@ def test_layout_by_hand(demo_tokenizer):
                                                    [0] * 8 + [1] * 3 + [0]]
     assert features["choice_mask"].tolist() == [[1, 1, 1]] and features["label"].tolist() == [0]
     assert split.lengths.tolist() == [12] and used.tolist() == [12, 10, 11] and split.has_labels
+    assert split.truncation == "1 of 3 (context, choice) pairs cut to 12 tokens"
 
 
 def test_ragged_choices_are_padded_and_masked(demo_tokenizer):

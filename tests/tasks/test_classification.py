@@ -108,7 +108,10 @@ def test_own_files_pairs_and_single_sentences(tmp_path, tokenizer, fmt):
     assert tokenizer.decode(loaded.train.features["input_ids"][2][:loaded.train.lengths[2]]) == \
         "[CLS] a cold city [SEP] rainy days [SEP]"
     assert not loaded.test_splits[0].has_labels and loaded.eval_splits[0].has_labels
-    config.data.update(text_b_key="", label_names="good,bad")
+    config.data.max_seq_length = 10  # 11, 11 and 8 tokens
+    assert loaded.train.truncation == "" and \
+        classification.load_task(config, tokenizer).train.truncation == "2 of 3 examples cut to 10 tokens"
+    config.data.update(text_b_key="", label_names="good,bad", max_seq_length=16)
     single = classification.load_task(config, tokenizer)
     assert single.train.features["label"].tolist() == [0, 1, 0]
     assert tokenizer.decode(single.train.features["input_ids"][2][:single.train.lengths[2]]) == "[CLS] a cold city [SEP]"

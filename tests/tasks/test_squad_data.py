@@ -126,6 +126,13 @@ def long_split(bert_tokenizer, tmp_path_factory):
                            max_query_length=16)
 
 
+def test_questions_cut_to_max_query_length_are_counted(long_split, bert_tokenizer, tmp_path):
+    path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [
+        _qa(0, ANSWERS[0]), dict(_qa(1, ANSWERS[1]), question="Which?")]}]}])
+    split = squad.featurize(bert_tokenizer, squad.read_json(path), "train", max_seq_length=40, max_query_length=4)
+    assert long_split.truncation == "" and split.truncation == "1 of 2 questions cut to 4 tokens"
+
+
 def test_windows_layout_and_max_context_match_run_squad(long_split, bert_tokenizer):
     windows, features = long_split.examples, long_split.features
     context_ids = bert_tokenizer.encode(CONTEXT)
