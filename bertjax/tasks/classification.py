@@ -128,6 +128,11 @@ def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submiss
     if unlabeled:
         labels = None
     elif spec.labels is not None:
+        # -1 (GLUE's "no label") beside real labels would index the last class.
+        bad = next((k for k, label in enumerate(labels) if not 0 <= label < len(spec.labels)), None)
+        if bad is not None:
+            raise ValueError(f"TFDS {name}[{split}]: example idx {ids[bad]} has label {labels[bad]}, expected 0.."
+                             f"{len(spec.labels) - 1} (a split is labelled throughout or not at all)")
         labels = [spec.labels[label] for label in labels]
     return Examples(f"tfds:{name}[{split}]", texts_a, texts_b if key_b else None, labels, ids, submission_file)
 

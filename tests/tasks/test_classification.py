@@ -57,6 +57,18 @@ def test_every_glue_task_loads_under_mock_data(task, tokenizer):
         assert loaded.eval_splits[0].examples.label_names == ("entailment", "neutral", "contradiction")
 
 
+def test_a_glue_split_with_some_labels_missing_is_refused():
+    import tensorflow as tf
+
+    def as_dataset(self, *args, **kwargs):  # SST-2 rows labelled 1, -1 ("no label"), 0
+        return tf.data.Dataset.from_tensor_slices({"sentence": [b"good", b"what", b"bad"], "label": [1, -1, 0],
+                                                   "idx": [0, 1, 2]})
+
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+        with pytest.raises(ValueError, match=r"TFDS glue/sst2\[train\]: example idx 1 has label -1, expected 0..1"):
+            classification.read_glue("sst2", "", "train", None)
+
+
 def test_glue_submission_files_use_glue_label_strings(tmp_path, tokenizer):
     with tfds.testing.mock_data(num_examples=4):
         mnli = classification.load_task(_config("mnli", max_seq_length=32), tokenizer)
