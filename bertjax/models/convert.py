@@ -324,17 +324,53 @@ def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     params = {key: _to_numpy(value) for key, value in params.items()}
     config = bertjax_config(meta, path).replace(matmul_precision="default")
     heads, num_labels = param_heads(params, config)
-    if is_modern(config):  # the encoder with its pooler, and the heads ModernBERT's layout has
+    encoder = encoder_shapes(config)
+    found = _shapes(params["bert"])
+    problems = ([f"{'/'.join(name)} has shape {found[name]}, expected {shape}" for name, shape in encoder.items()
+                 if name in found and found[name] != shape]
+                + [f"{'/'.join(name)} is missing" for name in encoder if name not in found]
+                + [f"{'/'.join(name)} is not part of this encoder" for name in found if name not in encoder])
+    if problems:
+        raise ValueError(f"{path}: the encoder's params do not match the saved model config: "
+                         + "; ".join(problems[:4]) + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""))
+    # The heads: by the checkpoint layout whose encoder is this one (a config with only some of
+    # the modern switches has neither layout; its heads are checked when the model applies them).
+    if is_modern(config):
         table = modernbert_variable_table(config, tuple(h for h in heads if h in ("mlm", "classifier")), num_labels)
         table += [] if "classifier" in heads else modern_pooler(config)
     else:
         table = variable_table(config, heads, num_labels)
-    for var in table:
-        found = get_param(params, var.path, path).shape
-        if found != var.shape:
-            raise ValueError(f"{path}: params {'/'.join(var.path)} has shape {found}, expected {var.shape} "
-                             f"for the saved model config")
+    if {var.path[1:]: var.shape for var in table if var.path[0] == "bert"} == encoder:
+        for var in table:
+            shape = get_param(params, var.path, path).shape
+            if shape != var.shape:
+                raise ValueError(f"{path}: params {'/'.join(var.path)} has shape {shape}, expected {var.shape} "
+                                 f"for the saved model config")
     return config, params
+
+
+def encoder_shapes(config: BertConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """Every parameter of `config`'s encoder (unrolled layers, pooler included): path -> shape,
+    from an abstract initialisation (nothing is computed)."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from bertjax.models.bert import BertEncoder
+
+    # The attention's implementation has no parameters; the default one traces anywhere.
+    encoder = BertEncoder(config.replace(scan_layers=False, attention_impl=BertConfig().attention_impl))
+    ids = jnp.zeros((1, 8), jnp.int32)
+    abstract = jax.eval_shape(lambda: encoder.init(jax.random.PRNGKey(0), ids))
+    return _shapes(nn.meta.unbox(abstract["params"]))
+
+
+def _shapes(tree: Any) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """{path of names: shape} of a params tree."""
+    import jax
+
+    return {tuple(entry.key for entry in path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def _to_numpy(tree: Any) -> Any:

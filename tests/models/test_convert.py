@@ -364,6 +364,35 @@ def test_bertjax_checkpoint_import(tmp_path):
     assert_trees_equal(loaded, params)
 
 
+@pytest.mark.parametrize("switches", [dict(position_embedding="rope"), dict(use_bias=False), dict(type_vocab_size=0),
+                                      dict(norm_placement="pre"), dict(gated_mlp=True),
+                                      dict(position_embedding="rope", norm_placement="pre", gated_mlp=True,
+                                           use_bias=False, norm_bias=False, type_vocab_size=0)])
+def test_a_bertjax_checkpoint_with_any_modern_switches_loads_back(tmp_path, switches):
+    """Each switch can be set on its own (docs/modern-encoder.md): a run's checkpoint of such a
+    model is no Hugging Face layout, and it loads back as it was saved."""
+    from bertjax import checkpointing
+
+    config = BertConfig(**{**TINY, **switches})
+    ids = jnp.zeros((1, 8), jnp.int32)
+    params = jax.tree_util.tree_map(np.asarray, flax.linen.meta.unbox(BertForPreTraining(config).init(
+        jax.random.PRNGKey(0), ids, ids, ids + 1, jnp.zeros((1, 2), jnp.int32))["params"]))
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "run"), save_interval_steps=1, max_to_keep=1, async_save=False)
+    ckpt.save(1, {"params": params, "step": jnp.int32(1)}, data_position=0, config={"model": config.to_dict()})
+    ckpt.close()
+    loaded_config, loaded = bertjax.load_pretrained(str(tmp_path / "run"))
+    assert loaded_config == config
+    assert_trees_equal(loaded, params)
+
+    wrong = {**params, "bert": {**params["bert"], "pooler": {**params["bert"]["pooler"], "kernel": np.zeros((8, 9))}}}
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "bad"), save_interval_steps=1, max_to_keep=1, async_save=False)
+    ckpt.save(1, {"params": wrong, "step": jnp.int32(1)}, data_position=0, config={"model": config.to_dict()})
+    ckpt.close()
+    with pytest.raises(ValueError, match=r"the encoder's params do not match the saved model config: "
+                                         r"pooler/kernel has shape \(8, 9\), expected \(8, 8\)"):
+        bertjax.load_pretrained(str(tmp_path / "bad"))
+
+
 # ------------------------------------------------------------------------------------------------
 # Errors
 # ------------------------------------------------------------------------------------------------
