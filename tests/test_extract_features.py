@@ -148,7 +148,7 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
 
 def test_a_failed_jsonl_run_leaves_no_tmp_file_and_an_earlier_complete_file_untouched(minilm, tmp_path):
     """--fail_on_truncation raising, or a Ctrl-C after the first example: neither NAME.jsonl
-    nor NAME.jsonl.tmp is left; a NAME.jsonl from an earlier complete run keeps its bytes."""
+    nor NAME.jsonl.tmp is left; an earlier complete run's file keeps its bytes."""
     (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
     inputs, fresh, earlier = str(tmp_path / "in.txt"), tmp_path / "fresh.jsonl", tmp_path / "earlier.jsonl"
     with pytest.raises(ValueError, match="--fail_on_truncation"):
@@ -168,9 +168,10 @@ def test_a_failed_jsonl_run_leaves_no_tmp_file_and_an_earlier_complete_file_unto
             raise KeyboardInterrupt
 
     with pytest.raises(ValueError, match="--fail_on_truncation"):
-        feature_files.extract(minilm, inputs, str(earlier), fail_on_truncation=True, log=lambda _: None)
+        feature_files.extract(minilm, inputs, str(tmp_path / "again.jsonl"), fail_on_truncation=True,
+                              log=lambda _: None)
     with pytest.raises(KeyboardInterrupt):
-        feature_files.extract(CtrlC(), inputs, str(earlier), layers=(-1,), log=lambda _: None)
+        feature_files.extract(CtrlC(), inputs, str(tmp_path / "again.jsonl"), layers=(-1,), log=lambda _: None)
     assert sorted(os.listdir(tmp_path)) == ["earlier.jsonl", "in.txt"] and earlier.read_bytes() == complete
     # The output is the input, by its name or through a link (issue 46, 3): refused, nothing written.
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "earlier.jsonl")

@@ -52,6 +52,33 @@ def test_bfloat16_products_keep_the_features_close_to_float32(minilm):
         assert np.abs(a - b).max() > 1e-4
 
 
+def test_float32_programs_are_traced_at_float32_precision_wherever_they_run(minilm):
+    """JAX's default precision lets a TPU multiply float32 operands in one bfloat16 pass and a
+    GPU in TF32: a model loaded with precision="float32" traces its programs at "float32"; the
+    bfloat16 form (and the SavedModel's, on any exporting host) is the config's."""
+    import bertjax
+    import jax
+
+    from bertjax.inference import engine
+    from bertjax.tasks.common import Split
+
+    seen = []
+
+    def probe(params, batch):
+        seen.append(jax.config.jax_default_matmul_precision)
+        return {"ids": batch["input_ids"]}
+
+    split = Split("probe", {"input_ids": np.ones((2, 8), np.int32)}, np.array([8, 8], np.int32))
+    minilm.run(("probe",), probe, split)
+    fast = bertjax.load_model(MINILM_DIR, max_seq_length=64, batch_size=3, precision="bfloat16")
+    fast.run(("probe",), probe, split)
+    assert seen == ["float32", None]
+    for backend in ("cpu", "gpu", "tpu"):  # float32 is float32 everywhere
+        assert engine.inference_config(minilm.source.bert, "float32", backend).dtype == "float32"
+    assert (engine.inference_config(minilm.source.bert, "bfloat16", "gpu").dtype,
+            engine.inference_config(minilm.source.bert, "bfloat16", "cpu").matmul_precision) == ("bfloat16", "bfloat16")
+
+
 def test_pooled_features_are_the_cls_vector_and_the_mean_over_real_tokens(minilm):
     reference = np.load(REFERENCE)
     cls = minilm.features(SENTENCES, layers=(-1, -2), pooling="cls")

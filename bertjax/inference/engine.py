@@ -39,6 +39,7 @@ trained with; bad inputs raise ValueError naming the input's position (1-based):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -150,7 +151,8 @@ class Model:
                              compiler_options=compilation_cache.compiler_options())
 
             def call(params, host_batch, jitted=jitted, shardings=shardings):
-                with sharding.activate(self.mesh):  # (put explicitly: jit takes no numpy batch under jax.distributed)
+                # (put explicitly: jit takes no numpy batch under jax.distributed)
+                with sharding.activate(self.mesh), product_precision(self.precision):
                     return jitted(params, jax.device_put(host_batch, shardings))
 
             self._compiled[key] = call
@@ -312,20 +314,27 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     return Model(source, params, tokenizer, bert, length, batch_size, mesh)
 
 
-def inference_config(bert: BertConfig, precision: str) -> BertConfig:
-    """The BertConfig inference runs with: unrolled layers, no rematerialisation, XLA
-    attention, and `precision`'s products: float32 throughout, or bfloat16 operands with
-    float32 sums (bfloat16 compute on TPU/GPU; on a CPU float32 activations around
-    `bf16_matmul` products, which its AMX units run and which keep layer norms and softmax
-    exact)."""
+def inference_config(bert: BertConfig, precision: str, backend: str | None = None) -> BertConfig:
+    """The BertConfig inference runs with on `backend` (default: this process's): unrolled
+    layers, no rematerialisation, XLA attention, and `precision`'s products: float32
+    throughout (traced under `product_precision`), or bfloat16 operands with float32 sums
+    (bfloat16 compute on TPU/GPU; on a CPU float32 activations around `bf16_matmul` products,
+    which its AMX units run and which keep layer norms and softmax exact)."""
     bert = bert.replace(scan_layers=False, remat_policy="none", attention_impl="xla")
     if precision == "float32":
         return bert.replace(dtype="float32", matmul_precision="default")
-    if jax.default_backend() != "cpu":
+    if (backend or jax.default_backend()) != "cpu":
         return bert.replace(dtype="bfloat16", matmul_precision="default")
     from bertjax.models import bf16_matmul
 
-    if not bf16_matmul.has_bf16_instructions():
+    if backend is None and not bf16_matmul.has_bf16_instructions():
         logging.warning("precision='bfloat16' on a CPU without bfloat16 instructions (AMX-BF16, AVX512_BF16): "
                         "the products are emulated, slower than float32 here")
     return bert.replace(dtype="float32", matmul_precision="bfloat16")
+
+
+def product_precision(precision: str):
+    """The context a model's programs are traced in. "float32": every product at float32
+    precision, where JAX's default would let a TPU multiply one bfloat16 pass and a GPU use
+    TF32 (a CPU multiplies float32 either way, as fast); "bfloat16": as the config says."""
+    return jax.default_matmul_precision("float32") if precision == "float32" else contextlib.nullcontext()

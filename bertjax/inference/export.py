@@ -66,7 +66,8 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
     run's). pairs: a classifier's inputs, text_a + text_b or text (default: what the run trained
     on; a Hugging Face classifier, which does not say: text). vocab_path, do_lower_case,
     precision: as `load_model`'s (float32 by default on every platform: the model may be served
-    anywhere); assets.extra/task.json records the task, the length and the precision."""
+    anywhere; bfloat16 is the CPU form, bfloat16 products around float32 activations, whatever
+    the exporting host); assets.extra/task.json records the task, the length and the precision."""
     from bertjax.runtime import fileio
     from bertjax.inference import engine, model_source
 
@@ -375,10 +376,16 @@ def _jax_function(model):
     import jax.numpy as jnp
     from jax.experimental import jax2tf
 
-    network = model.family.network(model.bert, model.task_info)
+    from bertjax.inference import engine
+
+    # The CPU form of the precision, whatever the exporting host: the artefact's numbers do
+    # not depend on where it was made (bfloat16: bfloat16 products, float32 activations).
+    bert = engine.inference_config(model.source.bert, model.precision, backend="cpu")
+    network = model.family.network(bert, model.task_info)
 
     def apply(params, input_ids, segment_ids, input_mask):
-        out = network.apply({"params": params}, input_ids, segment_ids, input_mask)
+        with engine.product_precision(model.precision):
+            out = network.apply({"params": params}, input_ids, segment_ids, input_mask)
         return tuple(x.astype(jnp.float32) for x in out) if isinstance(out, tuple) else out.astype(jnp.float32)
 
     shape = "(b, c, s)" if model.family.choice_axis else "(b, s)"

@@ -279,7 +279,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
                 "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
                 "weights": fileio.fingerprint(model.source.weights), "tokenizer": _tokenizer_identity(model.tokenizer),
-                "precision": model.precision, "max_seq_length": model.max_seq_length, "layers": list(layers),
+                "precision": model.precision, "activations": model.bert.dtype, "max_seq_length": model.max_seq_length, "layers": list(layers),
                 "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
     who = f"process {process} of {processes}: " if processes > 1 else ""
     if to_jsonl:  # one piece: the whole input
