@@ -347,3 +347,8 @@ def test_a_family_whose_graph_reads_words_refuses_a_sentencepiece_export():
     assert "export of squad" in tasks.FAMILIES["squad"].check_export(sentencepiece)
     assert [family.check_export(wordpiece) for family in tasks.FAMILIES.values()] == [None] * 4
     assert tasks.FAMILIES["classification"].check_export(sentencepiece) is None
+    # A span-QA graph at a length with no room for a context would answer "" to everything.
+    assert tasks.FAMILIES["squad"].check_export(wordpiece, 67, {"max_query_length": 64}) == (
+        "max_seq_length 67 leaves no room for a context after a question of up to 64 tokens (max_query_length) "
+        "and 3 special tokens; give at least 68")
+    assert tasks.FAMILIES["squad"].check_export(wordpiece, 68, {"max_query_length": 64}) is None

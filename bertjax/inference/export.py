@@ -129,7 +129,7 @@ def _tokenizing_module(model, path: str):
     except ImportError:
         raise ValueError("the export needs tensorflow-text: pip install --no-deps tensorflow-text==2.21.1 "
                          "(launch/setup_env.sh installs it)") from None
-    why_not = model.family.check_export(model.tokenizer)
+    why_not = model.family.check_export(model.tokenizer, model.max_seq_length, model.source.data)
     if why_not:
         raise ValueError(f"{path}: {why_not}")
     return _serving_module(model)

@@ -99,9 +99,10 @@ class Family:
         """The signature's inputs: (name, rank) of each <string> tensor, rank 1 = [batch]."""
         raise NotImplementedError
 
-    def check_export(self, tokenizer) -> str | None:
-        """Why a model with this tokenizer cannot be exported, or None: a family whose serving
-        graph reads words (`serves_words`) needs WordPiece, whose split TF Text reproduces."""
+    def check_export(self, tokenizer, max_seq_length: int = 512, data: dict | None = None) -> str | None:
+        """Why a model with this tokenizer, exported at `max_seq_length` (its run's config.data:
+        `data`), cannot be exported, or None: a family whose serving graph reads words
+        (`serves_words`) needs WordPiece, whose split TF Text reproduces."""
         if self.serves_words and tokenizer.kind != "wordpiece":
             return (f"the export of {self.name} reads words (BERT's split) and needs a WordPiece vocabulary, "
                     f"not {tokenizer.kind}")

@@ -619,6 +619,13 @@ class SquadFamily(Family):
     def serving_inputs(self, task_info):
         return ("question", 1), ("context", 1)
 
+    def check_export(self, tokenizer, max_seq_length=512, data=None):
+        query = settings(data or {})["max_query_length"]
+        if max_seq_length < query + 4:  # as featurize: no room would be left for the context
+            return (f"max_seq_length {max_seq_length} leaves no room for a context after a question of up to "
+                    f"{query} tokens (max_query_length) and 3 special tokens; give at least {query + 4}")
+        return super().check_export(tokenizer, max_seq_length, data)
+
     def serve(self, serving, inputs):
         from bertjax.tasks import squad_serving
 
