@@ -200,6 +200,9 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_pa
     process.wait()
     written = json.loads(manifest.read_text())
     assert not written["complete"] and 10 <= written["examples_done"] < 200
+    with pytest.raises(ValueError, match=f"killed: an unfinished extraction \\({written['examples_done']} of 200 "
+                                         "examples\\); run the same command again to finish it"):
+        next(feature_files.read_features(str(tmp_path / "killed")))
     said = []  # resumed in this process: the launcher's own code path, without a second start-up
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "killed"), layers=(-1,), pooling="mean",
                           shard_size=10, log=said.append)

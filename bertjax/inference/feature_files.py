@@ -154,8 +154,16 @@ def _shard_bytes(first: int, features: list[dict[str, Any]], layers: tuple[int, 
 
 def read_features(folder: str) -> Iterator[dict[str, Any]]:
     """The examples of a shard folder, in input order: {"index": line index, "values":
-    <[K, T, H]> with "tokens", "token_ids" (pooling "none"), or <[K, H]>}."""
-    manifest = fileio.read_json(fileio.join(folder, MANIFEST))
+    <[K, T, H]> with "tokens", "token_ids" (pooling "none"), or <[K, H]>}. A ValueError for a
+    folder whose extraction has not finished (a killed run's shards are part of the input)."""
+    path = fileio.join(folder, MANIFEST)
+    if not fileio.exists(path):
+        raise ValueError(f"{folder}: no {MANIFEST}, so no finished extraction (a multi-process run writes it when "
+                         "every process is done)")
+    manifest = fileio.read_json(path)
+    if not manifest.get("complete"):
+        raise ValueError(f"{folder}: an unfinished extraction ({manifest.get('examples_done', 0)} of "
+                         f"{manifest.get('num_examples', '?')} examples); run the same command again to finish it")
     for shard in manifest["shards"]:
         with np.load(io.BytesIO(fileio.read_bytes(fileio.join(folder, shard["file"])))) as arrays:
             arrays = dict(arrays)
