@@ -86,6 +86,11 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     # Multiple choice has no one-line form: stdin (or a .txt file) is JSONL for it, text for the others.
     assert [batch_predict.file_format(path, family) for path in ("", "in.txt") for family in ("choice", "squad")] \
         == ["jsonl", "text", "jsonl", "text"]
+    # A format of another family's: refused, never read as something else.
+    for family, chosen, reads in (("fill_mask", "conll", "text, csv, tsv, jsonl"),
+                                  ("tagging", "squad_json", "text, csv, tsv, jsonl, conll")):
+        with pytest.raises(ValueError, match=f"--input_format={chosen}: a {family} model reads {reads}$"):
+            batch_predict.file_format("in.txt", family, chosen)
     # A line that is not UTF-8 is one bad input, skippable like any other (issue 46, 11).
     (tmp_path / "latin1.txt").write_bytes(b"good film\ncaf\xe9 ok\nbad film\n")
     records = _read(tmp_path / "latin1.txt", "classification")

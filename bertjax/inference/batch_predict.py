@@ -74,6 +74,9 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     """The format an input file (path "": stdin) is read in (see the module docstring); "auto"
     for a family whose inputs are not one line of text (multiple choice): JSONL, not text."""
     reader = input_reader(family)
+    readable = ("text", "csv", "tsv", "jsonl", *reader.extensions.values())
+    if chosen not in ("auto", *readable):
+        raise ValueError(f"--input_format={chosen}: a {reader.name} model reads {', '.join(readable)}")
     found = common.file_format(path, "" if chosen == "auto" else chosen, reader.extensions)
     return "jsonl" if found == "text" and chosen == "auto" and not reader.text_lines else found
 
