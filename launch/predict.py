@@ -87,6 +87,8 @@ def main(_):
         path = _INPUT.value or "/dev/stdin"
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
         records = list(batch_predict.read_inputs(path, family, input_format, keys, source.data))
+        if _INPUT.value and not records:  # (an empty stdin is an empty stream, nothing to say)
+            raise ValueError(f"--input={_INPUT.value}: no inputs (an empty file?)")
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                precision=_PRECISION.value, **_VOCABULARY())
     write, close = batch_predict.jsonl_writer(_OUTPUT.value)

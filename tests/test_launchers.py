@@ -84,6 +84,8 @@ CASES = [
     ("demo.py", ["--pretrain.train.eval_every=0", "--workdir={tmp}/out"], "--pretrain.train.eval_every and"),
     # predict.py: a path that is no model, a model without the head or task asked for.
     ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--input={tmp}/header.csv"],
+     "--input={tmp}/header.csv: no inputs (an empty file?)"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--text=a [MASK] .", "--output={tmp}/out"],
      "has no masked-LM head"),
     ("predict.py", [f"--model={MINILM_DIR}", "--text=hi"],
@@ -101,6 +103,7 @@ def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
     (tmp_path / "text.txt").write_text("One sentence.\nAnother one.\n")
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
     (tmp_path / "blank.txt").write_text("\n  \n")
+    (tmp_path / "header.csv").write_text("text\n")
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text('{"hidden_size": 64,')  # truncated
     (tmp_path / "hf" / "model.safetensors").write_bytes(b"")
