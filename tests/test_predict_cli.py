@@ -40,6 +40,10 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     pairs = _fake("classification", pairs=True)
     assert [batch_predict.check(pairs, "classification", item) for _, item in records] == [
         None, "the model was trained on pairs; give 'text_a ||| text_b'", "the second text of the pair is empty", None]
+    (tmp_path / "one_column.csv").write_text("text_a,other\na cat,a dog\n")  # a pair model's rows, text_b missing
+    [(_, item)] = _read(tmp_path / "one_column.csv", "classification")
+    assert batch_predict.check(pairs, "classification", item) == (
+        "the model was trained on pairs; this input has no second text (a file's rows: the column --text_b_key names)")
     # Google's rule (extract_features.py): spaces around the separator, the last one splits
     # (span QA: the first, since a context may hold one); at either end it still separates.
     assert [split_pair(text) for text in ("x ||| y ||| z", "a|||b", "a |||", "||| b")] == [

@@ -375,8 +375,10 @@ class ClassificationFamily(Family):
             raise ValueError(f"the {'first' if not text_a.strip() else 'second'} text of the pair is empty")
         wants_pairs = task_info.get("pairs")  # None: a Hugging Face classifier, which does not say
         if wants_pairs is not None and (text_b is not None) != wants_pairs:
+            pair = ("give 'text_a ||| text_b'" if isinstance(item, str) else
+                    "this input has no second text (a file's rows: the column --text_b_key names)")
             raise ValueError(f"the model was trained on {'pairs' if wants_pairs else 'single texts'}; "
-                             + ("give 'text_a ||| text_b'" if wants_pairs else "give one text (no ' ||| ')"))
+                             + (pair if wants_pairs else "give one text (no ' ||| ')"))
         return text_a, text_b
 
     def predict(self, model, parsed, **options):
