@@ -190,12 +190,14 @@ def exported(runs, tmp_path_factory):
                "choices": [o + [""] * (4 - len(o)) for _, o, _ in runs["choice"][1]]}
     choices["context"].append(choices["context"][0])  # "" inside a row, given to predict as is
     choices["choices"].append(["", *runs["choice"][1][0][1][:2], ""])
+    predicted_choices = [{"context": c, "choices": options} for c, options in zip(*choices.values())]
+    choices["context"] += choices["context"][:2]  # fewer than two choices: predict refuses such a row
+    choices["choices"] += [[""] * 4, ["", runs["choice"][1][0][1][0], "", ""]]
     return _export_and_serve({
         "regression": (regression, LENGTH, pairs, list(zip(pairs["text_a"], pairs["text_b"]))),
         "tagging": (runs["ner"][0], LENGTH, {"text": sentences}, sentences),
         "squad": (runs["squad"][0], LENGTH, qa, [{"question": q, "context": c} for q, c in zip(*qa.values())]),
-        "choice": (runs["choice"][0], LENGTH, choices, [{"context": c, "choices": options}
-                                                        for c, options in zip(*choices.values())]),
+        "choice": (runs["choice"][0], LENGTH, choices, predicted_choices),
     }, directory)
 
 
@@ -305,7 +307,8 @@ def test_tensorflow_wordpiece_gives_bertjax_offsets():
 
 def test_choice_export_picks_the_same_choice(exported):
     model, inputs, want, got = exported["choice"]
-    assert got["choice"] == [w["choice"] for w in want]
+    assert got["choice"] == [w["choice"] for w in want] + [-1, -1]  # rows of fewer than two choices: none
+    assert got["probabilities"][-2:] == [[0.0] * 4] * 2
     for probabilities, w in zip(got["probabilities"], want):
         assert len(w["probabilities"]) == 4  # predict given the padded rows: 0 where the SavedModel has 0
         np.testing.assert_allclose(probabilities, w["probabilities"], atol=1e-4)

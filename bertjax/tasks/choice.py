@@ -283,7 +283,8 @@ class ChoiceFamily(Family):
 
     def serve(self, serving, inputs):
         """context <string>[B] + choices <string>[B, C] (a row with fewer choices padded with "")
-        -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding)."""
+        -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding). A row of fewer than
+        two choices, which predict refuses, has no answer: choice -1, probabilities 0."""
         from bertjax.runtime.tf_cpu import tf
 
         context, choices = inputs["context"], inputs["choices"]
@@ -292,7 +293,9 @@ class ChoiceFamily(Family):
         rows = serving.layout(serving.tokenizer.ids(contexts), serving.tokenizer.ids(tf.reshape(choices, [-1])))[:3]
         shaped = [tf.reshape(x, [batch, count, -1]) for x in rows]
         scores = tf.where(choices != "", serving.model(*shaped), -np.inf)  # "" pads a row's choices
-        return {"choice": tf.argmax(scores, axis=-1), "probabilities": tf.nn.softmax(scores, axis=-1)}
+        answered = tf.reduce_sum(tf.cast(choices != "", tf.int32), axis=-1) >= 2  # else softmax of -inf: NaN
+        return {"choice": tf.where(answered, tf.argmax(scores, axis=-1), -1),
+                "probabilities": tf.where(answered[:, None], tf.nn.softmax(scores, axis=-1), 0.0)}
 
 
 FAMILY = ChoiceFamily()
