@@ -101,6 +101,8 @@ class BertSelfAttention(nn.Module):
         q, k, v = (constrain(t, (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_HEADS, Axis.ACT_KV))
                    for t in (q, k, v))
         impl, half = config.attention_impl, self.window // 2
+        if impl == "cudnn" and self.window:  # cuDNN refuses a two-sided window: local layers take XLA's forms
+            impl = "xla"
         local = {"local_window_size": (half, half)} if self.window else {}
         # The blocked form is exact at every length; the banded one is cheaper only while the
         # window covers most of the row (a symbolic length, as in the export, takes blocks).
