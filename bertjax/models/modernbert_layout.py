@@ -50,7 +50,10 @@ def modernbert_config(values: dict[str, Any], source: str = "config.json") -> Be
              f"{every}th layer global, the pattern bertjax builds (global_attn_every_n_layers)")
     rope = values.get("rope_parameters") or {}
     global_theta = (rope.get("full_attention") or {}).get("rope_theta", values.get("global_rope_theta", 160_000.0))
+    # transformers 4's local_rope_theta null means the global theta.
     local_theta = (rope.get("sliding_attention") or {}).get("rope_theta", values.get("local_rope_theta", 10_000.0))
+    local_theta = global_theta if local_theta is None else local_theta
+    need(not values.get("rope_scaling"), f"rope_scaling {values.get('rope_scaling')!r}: bertjax's RoPE is unscaled")
     for kind in ("full_attention", "sliding_attention"):
         need((rope.get(kind) or {}).get("rope_type", "default") == "default",
              f"rope_parameters.{kind}.rope_type must be 'default' (plain RoPE)")

@@ -170,6 +170,15 @@ def test_the_modern_presets_and_their_parameters():
     assert BertConfig.preset("modernbert-large").num_hidden_layers == 28
 
 
+def test_transformers_4_rope_keys_are_read_as_it_reads_them():
+    """local_rope_theta null: the global theta; a rope_scaling (unscaled RoPE here) is refused."""
+    config = modernbert_layout.modernbert_config({"global_rope_theta": 80_000.0, "local_rope_theta": None})
+    assert config.local_rope_theta == config.rope_theta == 80_000.0
+    with pytest.raises(ValueError, match=r"config.json: rope_scaling \{'type': 'linear', 'factor': 2.0\}: "
+                                         "bertjax's RoPE is unscaled"):
+        modernbert_layout.modernbert_config({"rope_scaling": {"type": "linear", "factor": 2.0}})
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(attention_window=7), "attention_window must be even"),
     (dict(position_embedding="alibi"), "position_embedding must be one of"),
