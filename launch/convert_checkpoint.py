@@ -74,10 +74,13 @@ def main(_):
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab_file)")
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
-        squad = {"squad_version": source.task_info["squad_version"]} if "squad_version" in source.task_info else {}
+        extra = {"squad_version": source.task_info["squad_version"]} if "squad_version" in source.task_info else {}
+        if saved and convert.is_modern(config):  # its ids, also for a tokenizer not copied (SentencePiece)
+            extra.update(modernbert_layout.special_token_ids(tokenization.load_tokenizer(
+                saved["kind"], saved["path"], saved["do_lower_case"])))
         heads = convert.export_huggingface(config, params, output, vocab, architecture=architecture,
                                            do_lower_case=do_lower_case,
-                                           label_names=source.task_info.get("label_names"), extra_config=squad)
+                                           label_names=source.task_info.get("label_names"), extra_config=extra)
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab)
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "

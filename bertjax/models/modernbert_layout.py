@@ -80,6 +80,15 @@ def modernbert_config(values: dict[str, Any], source: str = "config.json") -> Be
         token_transform=True)
 
 
+_HF_DEFAULT_PAD_ID = 50283  # ModernBertConfig's default pad_token_id (ModernBERT's own vocabulary)
+
+
+def special_token_ids(tokenizer) -> dict[str, int]:
+    """config.json's special-token ids for a ModernBERT with `tokenizer` ([CLS] begins, [SEP] ends)."""
+    return {"pad_token_id": tokenizer.pad_id, "cls_token_id": tokenizer.cls_id, "sep_token_id": tokenizer.sep_id,
+            "bos_token_id": tokenizer.cls_id, "eos_token_id": tokenizer.sep_id}
+
+
 def modernbert_hf_config(config: BertConfig) -> dict[str, Any]:
     """BertConfig of the modern encoder -> Hugging Face ModernBertConfig values (config.json)."""
     problems = [f"{name}={getattr(config, name)!r} (ModernBERT: {want!r})" for name, want in
@@ -237,8 +246,11 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
 
         tokenizer = tokenization.load_tokenizer("huggingface" if tokenizer_path.endswith(".json") else "wordpiece",
                                                 tokenizer_path)
-        hf_config.update(pad_token_id=tokenizer.pad_id, cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id,
-                         bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
+        hf_config.update(special_token_ids(tokenizer))
+    if "pad_token_id" not in hf_config and config.vocab_size <= _HF_DEFAULT_PAD_ID:
+        logging.warning("export_huggingface: no tokenizer says the special tokens' ids, so config.json has "
+                        "transformers' defaults (pad %d), outside this vocabulary of %d: torch refuses such a "
+                        "padding index; give the vocabulary", _HF_DEFAULT_PAD_ID, config.vocab_size)
     write_huggingface_files(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if tokenizer_path:  # a tokenizer.json (a bertjax run saves it as hf_tokenizer.json) or a vocab.txt
         wordpiece = not tokenizer_path.endswith(".json")

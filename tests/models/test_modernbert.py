@@ -193,6 +193,23 @@ def test_the_modern_switches_are_validated(change, message):
         BertConfig.preset("modernbert-tiny", **change)
 
 
+def test_an_export_without_a_tokenizer_warns_of_transformers_default_special_ids(tmp_path, caplog):
+    """ModernBertConfig's default pad id (50283) is outside a small vocabulary, where torch
+    refuses it as the embedding's padding index: given ids are written, their absence warned."""
+    import types
+
+    config = BertConfig.preset("modernbert-tiny", vocab_size=50)
+    params = {"bert": BertEncoder(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]}
+    convert.export_huggingface(config, params, str(tmp_path / "bare"))
+    assert "no tokenizer says the special tokens' ids" in caplog.text
+    assert "pad_token_id" not in json.loads((tmp_path / "bare" / "config.json").read_text())
+    caplog.clear()
+    ids = modernbert_layout.special_token_ids(types.SimpleNamespace(pad_id=0, cls_id=2, sep_id=3))
+    convert.export_huggingface(config, params, str(tmp_path / "ids"), extra_config=ids)
+    written = json.loads((tmp_path / "ids" / "config.json").read_text())
+    assert "special tokens" not in caplog.text and (written["pad_token_id"], written["bos_token_id"]) == (0, 2)
+
+
 def test_a_mixed_model_has_no_hugging_face_layout(tmp_path):
     config = BertConfig.preset("tiny", vocab_size=30, position_embedding="rope")
     params = BertEncoder(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
