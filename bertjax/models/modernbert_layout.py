@@ -234,6 +234,9 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     tensors = {}
     for var in modernbert_variable_table(config, heads, num_labels, token_level):
         value = np.asarray(get_param(params, var.path, "export_huggingface"), dtype=np.float32)
+        if value.shape != var.shape:  # before the fused products are put together from their parts
+            raise ValueError(f"export_huggingface: params {'/'.join(var.path)} has shape {value.shape}, "
+                             f"expected {var.shape}")
         name = prefix + var.hf if var.path[0] == "bert" and not var.hf.startswith("head.") else var.hf
         tensors[name] = value.T if var.hf_transposed else value
     for name in sorted({n.split("#")[0] for n in tensors if "#" in n}):

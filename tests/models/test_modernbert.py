@@ -208,6 +208,10 @@ def test_an_export_without_a_tokenizer_warns_of_transformers_default_special_ids
     convert.export_huggingface(config, params, str(tmp_path / "ids"), extra_config=ids)
     written = json.loads((tmp_path / "ids" / "config.json").read_text())
     assert "special tokens" not in caplog.text and (written["pad_token_id"], written["bos_token_id"]) == (0, 2)
+    layer = params["bert"]["encoder"]["layer_1"]
+    layer["attention"]["key"]["kernel"] = jnp.zeros((config.hidden_size, config.hidden_size + 2))
+    with pytest.raises(ValueError, match=r"params bert/encoder/layer_1/attention/key/kernel has shape \(\d+, \d+\)"):
+        convert.export_huggingface(config, params, str(tmp_path / "wrong"), extra_config=ids)
 
 
 def test_a_mixed_model_has_no_hugging_face_layout(tmp_path):
