@@ -55,8 +55,9 @@ def compute_metrics(task: str, predictions, labels) -> dict[str, float]:
 
 def correlation(fn, x: np.ndarray, y: np.ndarray) -> float:
     """fn (scipy.stats.pearsonr or spearmanr) of x, y <float64>[N]; 0.0 when either is
-    constant (scipy would give NaN: the correlation is undefined)."""
-    if np.all(x == x[0]) or np.all(y == y[0]):
+    constant (scipy would give NaN: the correlation is undefined) or holds a NaN or infinity
+    (a diverged model's: a NaN metric would never compare as worse than a later one)."""
+    if not (np.isfinite(x).all() and np.isfinite(y).all()) or np.all(x == x[0]) or np.all(y == y[0]):
         return 0.0
     return float(fn(x, y)[0])
 

@@ -70,6 +70,9 @@ def test_degenerate_inputs_give_zero():
     assert glue.compute_metrics("stsb", [2.5, 2.5, 2.5], [1.0, 2.0, 3.0]) == {"pearson": 0.0, "spearman": 0.0}
     assert glue.compute_metrics("regression", [1.0, 2.0, 3.0], [4.0, 4.0, 4.0]) == {
         "pearson": 0.0, "spearman": 0.0, "mse": pytest.approx((9 + 4 + 1) / 3)}
+    # a diverged model's NaN or infinite scores: no correlation, never a NaN metric
+    assert glue.compute_metrics("stsb", [1.0, np.nan, 2.0], [1.0, 2.0, 3.0]) == {"pearson": 0.0, "spearman": 0.0}
+    assert glue.compute_metrics("stsb", [1.0, np.inf, 2.0], [1.0, 2.0, 3.0]) == {"pearson": 0.0, "spearman": 0.0}
 
 
 @pytest.mark.parametrize("predictions, labels", [([1, 0], [1, 0, 1]), ([], []), ([[1, 0]], [[1, 0]])])
