@@ -125,6 +125,11 @@ def featurize(tokenizer, examples: ChoiceExamples, split_name: str, max_seq_leng
     if (counts < 2).any():
         i = int(np.argmax(counts < 2))
         raise ValueError(f"{examples.locations[i]}: {counts[i]} choice(s); multiple choice needs at least 2")
+    unlabeled = examples.labels < 0
+    if unlabeled.any() and not unlabeled.all():
+        logging.warning("%s: %d of %d examples have no label (-1, the first at %s): they weigh 0 in training and "
+                        "count in no accuracy", examples.source, int(unlabeled.sum()), len(examples),
+                        examples.locations[int(np.argmax(unlabeled))])
     n, c = len(examples), int(counts.max(initial=2))
     pairs_a = [context for context, k in zip(examples.contexts, counts) for _ in range(k)]
     pairs_b = [choice for options in examples.choices for choice in options]

@@ -62,13 +62,15 @@ def _write_jsonl(tmp_path, rows):
     return str(path)
 
 
-def test_jsonl_reader_and_custom_keys(tmp_path, demo_tokenizer):
+def test_jsonl_reader_and_custom_keys(tmp_path, demo_tokenizer, caplog):
     path = _write_jsonl(tmp_path, [{"context": "The fox", "choices": ["eats", "sleeps"], "label": 1}, "",
                                    {"context": "A river", "choices": ["flows", "x", "y"], "label": -1}])
     examples = choice.read_jsonl(path)
     assert examples.labels.tolist() == [1, -1] and examples.locations == [f"{path}:1", f"{path}:3"]
     split = choice.load_split(demo_tokenizer, path, "dev", max_seq_length=16)
     assert split.features["choice_mask"].tolist() == [[1, 1, 0], [1, 1, 1]] and split.has_labels
+    assert (f"{path}: 1 of 2 examples have no label (-1, the first at {path}:3): they weigh 0 in training and count "
+            "in no accuracy") in caplog.text
     path = _write_jsonl(tmp_path, [{"q": "The fox", "options": ["eats", "sleeps"]}])
     examples = choice.read_jsonl(path, context_key="q", choices_key="options", label_key=None)
     assert examples.choices == [["eats", "sleeps"]] and examples.labels.tolist() == [-1]
