@@ -332,7 +332,7 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--config.data.train_file={missing}"], "{missing}"),
     (["--config.data.train_file={train}", "--config.data.eval_file={unknown}"],
-     r"labels \['maybe'\] are not among the task's labels"),
+     r"label 'maybe' is not among the task's labels"),
     (["--config.data.train_file={empty}"], "no examples"),
     (["--config.data.train_file={mixed}"], "mixes types"),
     (["--config.data.train_file={train}", "--config.data.text_a_key=sentence"], "no column 'sentence'"),

@@ -77,7 +77,8 @@ TASKS = (*GLUE, "demo", "classification", "regression")
 @dataclasses.dataclass
 class Examples:
     """One split's raw examples. labels: class names (str), numbers (float) or None
-    (unlabeled); ids: what the submission's `index` column shows; locations: for messages."""
+    (unlabeled); ids: what the submission's `index` column shows; locations: each example's
+    file:line, for messages (None for TFDS and the demo)."""
 
     source: str
     texts_a: list[str]
@@ -85,6 +86,7 @@ class Examples:
     labels: list[Any] | None
     ids: list[Any]
     submission_file: str = ""
+    locations: list[str] | None = None
 
 
 @dataclasses.dataclass
@@ -186,7 +188,8 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
                          f"({', '.join(f'{t} at {w}' for t, w in label_types.items())}); expected all "
                          f"{'numbers' if regression else 'class names'}")
     return Examples(path, texts_a, texts_b if keys["text_b_key"] else None,
-                    _parse_labels(labels, lines, regression, keys["label_key"]) if labeled else None, ids)
+                    _parse_labels(labels, lines, regression, keys["label_key"]) if labeled else None, ids,
+                    locations=lines)
 
 
 def _parse_labels(labels: list, label_lines: list[str], regression: bool, column: str) -> list:
@@ -225,8 +228,11 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
         index = {label: i for i, label in enumerate(label_names)}
         unknown = sorted({label for label in examples.labels if label not in index})
         if unknown:
-            raise ValueError(f"{examples.source}: labels {unknown[:5]} are not among the task's labels "
-                             f"{list(label_names)} (the training file's, or config.data.label_names)")
+            first = next(i for i, label in enumerate(examples.labels) if label not in index)
+            where = examples.locations[first] if examples.locations else examples.source
+            raise ValueError(f"{where}: label {examples.labels[first]!r} is not among the task's labels "
+                             f"{list(label_names)} (the training file's, or config.data.label_names)"
+                             + (f"; unknown in all: {unknown[:5]}" if len(unknown) > 1 else ""))
         features["label"] = np.asarray([index[label] for label in examples.labels], np.int32)
     return Split(name, features, lengths, SplitInfo(examples, label_names), has_labels=examples.labels is not None,
                  truncation=truncation(truncated, "examples", max_seq_length))

@@ -168,8 +168,9 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer):
         classification.load_task(_config("classification", train_file=str(empty)), tokenizer)
     train = _write(tmp_path / "train.jsonl", [{"text_a": "x", "text_b": "y", "label": "a"},
                                               {"text_a": "x", "text_b": "y", "label": "b"}], "jsonl")
-    dev = _write(tmp_path / "dev.jsonl", [{"text_a": "x", "text_b": "y", "label": "c"}], "jsonl")
-    with pytest.raises(ValueError, match=r"dev.jsonl: labels \['c'\] are not among the task's labels \['a', 'b'\]"):
+    dev = _write(tmp_path / "dev.jsonl", [{"text_a": "x", "text_b": "y", "label": "a"},
+                                          {"text_a": "x", "text_b": "y", "label": "c"}], "jsonl")
+    with pytest.raises(ValueError, match=r"dev.jsonl:2: label 'c' is not among the task's labels \['a', 'b'\]"):
         classification.load_task(_config("classification", train_file=train, eval_file=dev), tokenizer)
     bad = tmp_path / "bad.tsv"
     bad.write_text("text_a\ttext_b\tlabel\nx\ty\n")
