@@ -229,6 +229,29 @@ def test_a_run_killed_while_writing_its_first_shard_starts_again_and_clears_the_
     assert [r["index"] for r in feature_files.read_features(str(tmp_path / "out"))] == list(range(12))
 
 
+def test_a_shard_of_per_token_features_is_bounded_by_bytes(minilm, tmp_path, monkeypatch):
+    """--shard_size examples of full-length per-token features can be gigabytes (BERT-large at
+    512 tokens, 4 layers: 8 MiB an example): a shard holds what fits SHARD_BYTES at full length."""
+    import types
+
+    large = types.SimpleNamespace(bert=types.SimpleNamespace(hidden_size=1024), max_seq_length=512)
+    assert feature_files.shard_examples(large, (-1, -2, -3, -4), "none", "float32", 1024) == 64
+    assert feature_files.shard_examples(large, (-1, -2, -3, -4), "none", "float16", 1024) == 128
+    assert feature_files.shard_examples(large, (-1, -2, -3, -4), "mean", "float32", 1024) == 1024
+    example = minilm.max_seq_length * 2 * minilm.bert.hidden_size * 4  # two layers, float32, full length
+    monkeypatch.setattr(feature_files, "SHARD_BYTES", 3 * example)
+    (tmp_path / "in.txt").write_text("\n".join(f"sentence {i}" for i in range(7)) + "\n")
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), layers=(-1, -2), shard_size=5,
+                          log=lambda _: None)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [shard["count"] for shard in manifest["shards"]] == [3, 3, 1] and manifest["settings"]["shard_size"] == 3
+    got = list(feature_files.read_features(str(tmp_path / "out")))
+    want = minilm.features([f"sentence {i}" for i in range(7)], layers=(-1, -2))
+    assert [r["index"] for r in got] == list(range(7))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g["values"], w["values"], atol=1e-6)
+
+
 def test_the_truncated_count_of_a_resumed_run_equals_the_uninterrupted_one(minilm, tmp_path):
     """Issue 46, 5: truncations are counted with their shard, not for the whole chunk before it."""
     (tmp_path / "in.txt").write_text("\n".join([" ".join(["long"] * 100)] * 30) + "\n")  # every one truncated

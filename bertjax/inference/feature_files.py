@@ -12,8 +12,9 @@ Outputs (`extract`), by the name given:
     pooling "cls"/"mean": {"linex_index": i, "pooling": "mean", "layers":
                      [{"index": -1, "values": [H floats]}, ...]}
   written to `<name>.tmp` and renamed when complete (removed if the run fails).
-* anything else: a folder of shards, each holding `shard_size` consecutive examples, in
-  bounded memory, resumable after a kill:
+* anything else: a folder of shards, each holding `shard_size` consecutive examples (fewer
+  where that many at full length would hold over SHARD_BYTES of values: `shard_examples`),
+  in bounded memory, resumable after a kill:
     shard-00000.npz  line_index <int64>[n] (the examples' 0-based numbers in the input),
                      layers <int32>[K] (as asked, e.g. -1), and
                      pooling "none": values <dtype>[T, K, H] (the shard's tokens end to end),
@@ -58,6 +59,7 @@ MANIFEST = "manifest.json"
 _PROGRESS_FILE = re.compile(r"manifest-process\d+-of-\d+\.json")  # a multi-process run's own progress
 _INTERRUPTED_WRITE = re.compile(r".+\.tmp-\d+")  # fileio.write_bytes's name before its rename: a killed run's
 INPUT_FORMATS = ("text", "csv", "tsv", "jsonl")
+SHARD_BYTES = 512 << 20  # a shard's values at most, whatever --shard_size asks
 _PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal
 
 
@@ -134,22 +136,29 @@ def _shard_name(number: int) -> str:
     return f"shard-{number:05d}.npz"
 
 
-def _shard_bytes(first: int, features: list[dict[str, Any]], layers: tuple[int, ...], pooling: str,
-                 dtype: str) -> bytes:
-    """The .npz of consecutive examples first, first + 1, ... (layout in the module docstring)."""
+def _write_shard(path: str, first: int, features: list[dict[str, Any]], layers: tuple[int, ...], pooling: str,
+                 dtype: str) -> None:
+    """Writes the .npz of consecutive examples first, first + 1, ... (layout in the module
+    docstring) atomically, streamed to the file."""
     arrays = {"line_index": np.arange(first, first + len(features), dtype=np.int64),
               "layers": np.asarray(layers, np.int32)}
     if pooling == "none":
         tokens = [token for feature in features for token in feature["tokens"]]
-        arrays["values"] = np.concatenate([np.swapaxes(f["values"], 0, 1) for f in features]).astype(dtype)
+        arrays["values"] = np.concatenate([np.swapaxes(f["values"], 0, 1) for f in features]).astype(dtype, copy=False)
         arrays["offsets"] = np.cumsum([0] + [len(f["tokens"]) for f in features], dtype=np.int64)
         arrays["token_ids"] = np.concatenate([f["token_ids"] for f in features]).astype(np.int32)
         arrays["tokens"] = np.asarray(tokens, dtype=str)
     else:
-        arrays["values"] = np.stack([f["values"] for f in features]).astype(dtype)
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
+        arrays["values"] = np.stack([f["values"] for f in features]).astype(dtype, copy=False)
+    fileio.write_with(path, lambda f: np.savez(f, **arrays))
+
+
+def shard_examples(model, layers: tuple[int, ...], pooling: str, dtype: str, shard_size: int) -> int:
+    """Examples a shard holds: `shard_size`, fewer where that many at the model's full length
+    would hold over SHARD_BYTES of values (a shard is gathered in memory before it is written)."""
+    per_token = len(layers) * model.bert.hidden_size * np.dtype(dtype).itemsize
+    example = per_token * (model.max_seq_length if pooling == "none" else 1)
+    return max(1, min(shard_size, SHARD_BYTES // example))
 
 
 def read_features(folder: str) -> Iterator[dict[str, Any]]:
@@ -284,6 +293,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         raise ValueError(f"--output={output} exists; remove it or give another name")
     file_format = input_format(input_file, input_format_name)
     total = count_inputs(input_file, file_format, text_a_key, text_b_key)
+    shard_size = shard_examples(model, tuple(layers), pooling, dtype, shard_size)
     settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
                 "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
                 "weights": fileio.fingerprint(model.source.weights), "tokenizer": _tokenizer_identity(model.tokenizer),
@@ -346,7 +356,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                 name, first = _shard_name(number), number * shard_size
                 lo, hi = k * shard_size, k * shard_size + len(batch)  # its positions in this call
                 manifest["truncated"] += bisect.bisect_left(truncated_at, hi) - bisect.bisect_left(truncated_at, lo)
-                fileio.write_bytes(fileio.join(output, name), _shard_bytes(first, batch, tuple(layers), pooling, dtype))
+                _write_shard(fileio.join(output, name), first, batch, tuple(layers), pooling, dtype)
                 manifest["shards"].append({"file": name, "first": first, "count": len(batch)})
                 manifest["examples_done"] += len(batch)
                 manifest["complete"] = manifest["examples_done"] == own

@@ -14,7 +14,7 @@ import json
 import os
 import posixpath
 import shutil
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 
 def is_remote(path: str) -> bool:
@@ -142,9 +142,15 @@ def read_json(path: str) -> Any:
 def write_bytes(path: str, data: bytes) -> None:
     """Writes `data` to `path` atomically (to a temporary name, then renamed): a reader sees
     the old file or the whole new one."""
+    write_with(path, lambda f: f.write(data))
+
+
+def write_with(path: str, write: Callable[[Any], Any]) -> None:
+    """write(binary file) to `path` atomically, as `write_bytes` (large output streams to the
+    file instead of being held whole in memory first)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     with open_file(tmp, "wb") as f:
-        f.write(data)
+        write(f)
     rename(tmp, path)
 
 
