@@ -69,7 +69,10 @@ def main():
         vocab_size=bpe.get_vocab_size(), hidden_size=32, intermediate_size=48, num_hidden_layers=4,
         num_attention_heads=4, max_position_embeddings=256, local_attention=16, global_attn_every_n_layers=3,
         global_rope_theta=160000.0, local_rope_theta=10000.0, pad_token_id=ids["[PAD]"], cls_token_id=ids["[CLS]"],
-        sep_token_id=ids["[SEP]"], bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"], attn_implementation="eager")
+        sep_token_id=ids["[SEP]"], bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"], attn_implementation="eager",
+        initializer_range=0.2)  # 10x the default: each layer changes the hidden states by O(1), so that a
+    # wrong rotation base or activation shows far above the test's tolerance (at 0.02 the four layers
+    # together moved them by 0.005, and swapping the two RoPE bases by 2e-5)
     masked_lm = transformers.ModernBertForMaskedLM(config).eval()
     classifier = transformers.ModernBertForSequenceClassification(
         transformers.ModernBertConfig(**{**config.to_dict(), "num_labels": 3, "classifier_pooling": "mean"})).eval()

@@ -48,6 +48,19 @@ def test_hugging_face_modernbert_imports_with_parity(length):
     assert np.abs(want[-1][real]).max() > 0.5 and np.abs(REFERENCE[f"{length}_mlm_logits"]).max() > 0.5
 
 
+def test_the_reference_tells_near_misses_apart():
+    """The reference's layers move the hidden states by O(1) (initializer_range 0.2), so an
+    encoder with the two RoPE bases swapped, or GELU's tanh form, misses the 1e-4 parity."""
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "masked_lm"))
+    real = REFERENCE["long_attention_mask"].astype(bool)
+    want = REFERENCE["long_hidden_states"]
+    assert np.abs(want[-1][real] - want[0][real]).max() > 1.0
+    for near_miss, at_least in ((config.replace(rope_theta=config.local_rope_theta, local_rope_theta=config.rope_theta),
+                                 0.05), (config.replace(hidden_act="gelu_tanh"), 3e-4)):
+        hidden_states, _ = _outputs(near_miss, params, REFERENCE["long_input_ids"], REFERENCE["long_attention_mask"])
+        assert np.abs(hidden_states[:, real] - want[:, real]).max() > at_least, near_miss
+
+
 @pytest.mark.parametrize("length", ["short", "long"])
 def test_hugging_face_modernbert_classifier_imports_with_parity(length):
     config, params = convert.load_pretrained(os.path.join(HF_DIR, "classifier"))
