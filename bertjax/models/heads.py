@@ -22,8 +22,9 @@ activations are fixed features; the trainer then differentiates only the head).
 Each loss comes as sums over the batch (`*_sums`) and their denominators (`*_counts`,
 `example_counts`), so a global batch split into micro-batches, or an evaluation split
 into batches with a padded last one, averages exactly once over all of it
-(`mean_metrics`); the `*_loss` functions are the plain per-batch means. Logits are
-computed in the compute dtype and the losses in float32.
+(`mean_metrics`); the `*_loss` functions are the plain per-batch means. The task heads' and
+NSP's output layers compute in float32 (`logits_layer`), the masked-LM's in the compute
+dtype; the losses in float32.
 """
 
 from __future__ import annotations
@@ -231,6 +232,13 @@ def token_transform(config: BertConfig, sequence: Array) -> Array:
     return layer_norm(config, TOKEN_TRANSFORM[1])(activation(config.hidden_act)(sequence))
 
 
+def logits_layer(config: BertConfig, outputs: int, name: str) -> nn.Dense:
+    """A head's last dense layer, computed in float32 whatever the compute dtype: its few
+    outputs are the scores that are compared, thresholded and reported (in bfloat16 a
+    regression score in [2, 4) lies on a grid of 1/64, SQuAD's null odds on a coarse one)."""
+    return dense(config.replace(dtype="float32"), outputs, (Axis.EMBED, Axis.CLASSES), name, bias=True)
+
+
 def gather_positions(sequence: Array, positions: Array) -> Array:
     """<T>[B, S, H] and <int>[B, P] -> <T>[B, P, H]: the hidden states at the given positions."""
     return jnp.take_along_axis(sequence, positions[:, :, None].astype(jnp.int32), axis=1)
@@ -261,7 +269,7 @@ class BertForPreTraining(nn.Module):
         mlm_logits = MaskedLMHead(self.config, name="mlm")(masked_hidden, encoder.attend)
         if not self.next_sentence_prediction:
             return mlm_logits, None
-        nsp_logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "nsp", bias=True)(pooled)
+        nsp_logits = logits_layer(self.config, 2, "nsp")(pooled)
         return mlm_logits, nsp_logits
 
 
@@ -341,7 +349,7 @@ class BertForSequenceClassification(nn.Module):
                                             sequence_ids=sequence_ids, pooled_positions=cls_positions)
         pooled = _sentence_vector(features, pooled, cls_positions)
         pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
-        return dense(self.config, self.num_labels, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(pooled)
+        return logits_layer(self.config, self.num_labels, "classifier")(pooled)
 
 
 def classification_sums(logits: Array, labels: Array, weights: Array) -> dict[str, Array]:
@@ -396,7 +404,7 @@ class BertForTokenClassification(nn.Module):
             sequence = BiLSTM(self.config, name="bilstm")(sequence, attention_mask)
         sequence = token_transform(self.config, sequence)
         sequence = Dropout(self.config.hidden_dropout_prob)(sequence, deterministic=deterministic)
-        return dense(self.config, self.num_labels, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(sequence)
+        return logits_layer(self.config, self.num_labels, "classifier")(sequence)
 
 
 def token_classification_sums(logits: Array, labels: Array, label_weights: Array) -> dict[str, Array]:
@@ -427,7 +435,7 @@ class BertForQuestionAnswering(nn.Module):
         sequence, _ = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic, frozen_encoder,
                                        encoded)
         sequence = token_transform(self.config, sequence)
-        logits = dense(self.config, 2, (Axis.EMBED, Axis.CLASSES), "qa_outputs", bias=True)(sequence).astype(jnp.float32)
+        logits = logits_layer(self.config, 2, "qa_outputs")(sequence)
         if attention_mask is not None:
             logits = jnp.where(attention_mask[..., None].astype(bool), logits, -1e9)
         return logits[..., 0], logits[..., 1]
@@ -468,7 +476,7 @@ class BertForMultipleChoice(nn.Module):
                                             deterministic, frozen_encoder, encoded)
         pooled = _sentence_vector(features, pooled)
         pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
-        scores = dense(self.config, 1, (Axis.EMBED, Axis.CLASSES), "classifier", bias=True)(pooled)
+        scores = logits_layer(self.config, 1, "classifier")(pooled)
         return scores.reshape(batch, choices)
 
 

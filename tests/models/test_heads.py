@@ -102,6 +102,24 @@ def test_sequence_classification_and_regression():
     np.testing.assert_allclose(regression, (0.25 + 1.0) / 2)
 
 
+def test_the_heads_scores_are_float32_in_a_bfloat16_model():
+    """Regression scores, class and span logits are compared, thresholded and reported: in
+    bfloat16 a score in [2, 4) would lie on a grid of 1/64. The output layer computes in float32."""
+    config = CONFIG.replace(dtype="bfloat16")
+    models = [(BertForSequenceClassification(config, num_labels=1), (IDS, TYPES, MASK)),
+              (BertForTokenClassification(config, num_labels=3), (IDS, TYPES, MASK)),
+              (BertForQuestionAnswering(config), (IDS, TYPES, MASK)),
+              (BertForMultipleChoice(config), (IDS[None], TYPES[None], MASK[None]))]
+    for model, inputs in models:
+        params = model.init(jax.random.key(1), *inputs)["params"]
+        scale = jax.tree_util.tree_map(lambda p: p * 40.0, params)  # scores of a few units, as trained ones
+        outputs = model.apply({"params": scale}, *inputs)
+        for scores in outputs if isinstance(outputs, tuple) else (outputs,):
+            values = np.asarray(scores)
+            assert scores.dtype == jnp.float32 and np.isfinite(values).all() and np.any(
+                values != np.asarray(scores.astype(jnp.bfloat16), np.float32)), type(model).__name__
+
+
 def test_token_classification_ignores_weightless_tokens():
     model = BertForTokenClassification(CONFIG, num_labels=5)
     params = model.init(jax.random.key(1), IDS, TYPES, MASK)
