@@ -352,7 +352,6 @@ def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
 def encoder_shapes(config: BertConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
     """Every parameter of `config`'s encoder (unrolled layers, pooler included): path -> shape,
     from an abstract initialisation (nothing is computed)."""
-    import flax.linen as nn
     import jax
     import jax.numpy as jnp
 
@@ -362,14 +361,14 @@ def encoder_shapes(config: BertConfig) -> dict[tuple[str, ...], tuple[int, ...]]
     encoder = BertEncoder(config.replace(scan_layers=False, attention_impl=BertConfig().attention_impl))
     ids = jnp.zeros((1, 8), jnp.int32)
     abstract = jax.eval_shape(lambda: encoder.init(jax.random.PRNGKey(0), ids))
-    return _shapes(nn.meta.unbox(abstract["params"]))
+    return _shapes(abstract["params"])  # (unboxing would apply the sharding rules of a mesh in use)
 
 
 def _shapes(tree: Any) -> dict[tuple[str, ...], tuple[int, ...]]:
-    """{path of names: shape} of a params tree."""
+    """{path of names: shape} of a params tree (a partitioning box adds no name)."""
     import jax
 
-    return {tuple(entry.key for entry in path): tuple(leaf.shape)
+    return {tuple(entry.key for entry in path if isinstance(entry, jax.tree_util.DictKey)): tuple(leaf.shape)
             for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
