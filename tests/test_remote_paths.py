@@ -5,6 +5,7 @@ takes. TensorFlow's in-memory `ram://` file system exercises it here without a b
 before fileio, these functions used os.path and open() and could not read a gs:// path.
 """
 
+import io
 import json
 import os
 import uuid
@@ -74,6 +75,17 @@ def test_exports_to_remote_paths_read_back_identically(remote_dir):
         assert loaded_config.hidden_size == config.hidden_size
         _assert_same_tree(loaded["bert"], params["bert"])
         assert fileio.read_bytes(fileio.join(directory, "vocab.txt")) == open(vocab, "rb").read()
+
+
+def test_an_npz_is_written_to_a_remote_path(remote_dir):
+    """np.savez seeks in the file it writes, which a remote file being written cannot (feature
+    shards: bertjax.inference.feature_files); fileio.write_with builds it in memory there."""
+    path = fileio.join(remote_dir, "shard-00000.npz")
+    values = np.arange(12, dtype=np.float16).reshape(3, 4)
+    fileio.write_with(path, lambda f: np.savez(f, values=values, line_index=np.arange(3)))
+    with np.load(io.BytesIO(fileio.read_bytes(path))) as arrays:
+        np.testing.assert_array_equal(arrays["values"], values)
+    assert fileio.listdir(remote_dir) == ["shard-00000.npz"]
 
 
 def test_the_demo_vocabulary_is_cached_once_on_a_remote_path(remote_dir):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob as glob_lib
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -146,11 +147,18 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def write_with(path: str, write: Callable[[Any], Any]) -> None:
-    """write(binary file) to `path` atomically, as `write_bytes` (large output streams to the
-    file instead of being held whole in memory first)."""
+    """write(binary file) to `path` atomically, as `write_bytes`. A local file is written as
+    `write` goes (large output is never held whole in memory); a remote one is built in memory
+    first, since a remote file being written cannot seek, which zip formats (.npz) do."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open_file(tmp, "wb") as f:
-        write(f)
+    if is_remote(path):
+        buffer = io.BytesIO()
+        write(buffer)
+        with open_file(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+    else:
+        with open_file(tmp, "wb") as f:
+            write(f)
     rename(tmp, path)
 
 
