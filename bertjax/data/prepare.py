@@ -21,8 +21,9 @@ and vocabulary hash, eval fraction), and returns the metadata.
     documents never straddle train and eval.
 
 Layout of `output_dir`: metadata.json, settings.json, train-*.tfrecord, eval-*.tfrecord,
-done/, .incomplete/, .lock (a second prepare into the folder waits for the first, then reads
-its data; bertjax.runtime.workdir_lock), and the demo vocabulary when the config uses it.
+done/, .incomplete/, .prepare.lock (a second prepare into the folder waits for the first,
+then reads its data; bertjax.runtime.workdir_lock), and the demo vocabulary when the config
+uses it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers
 # More sentences than a real document holds (a long book has ~10k): likely a file without blank
 # lines between its documents.
 LONG_DOCUMENT_SENTENCES = 50_000
+PREPARE_LOCK = ".prepare.lock"  # not the workdir's .lock: config.data.prepared_dir may be the run's workdir
 
 
 def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:
@@ -130,7 +132,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
     waiting = lambda holder: print(f"{output_dir} is being prepared by {holder}; waiting for it to finish",  # noqa: E731
                                    file=sys.stderr, flush=True)
-    with workdir_lock.hold(output_dir, wait=waiting):
+    with workdir_lock.hold(output_dir, wait=waiting, lock_name=PREPARE_LOCK):
         if fileio.exists(fileio.join(output_dir, "metadata.json")):  # what the one waited for prepared
             return _prepared_already(output_dir, settings)
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)

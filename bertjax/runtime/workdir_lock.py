@@ -39,11 +39,12 @@ class WorkdirBusyError(ValueError):
 
 
 @contextlib.contextmanager
-def hold(workdir: str, wait: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Holds `<workdir>/.lock` (creating the workdir) until the block ends.
+def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str = LOCK_NAME) -> Iterator[None]:
+    """Holds `<workdir>/<lock_name>` (creating the workdir) until the block ends.
 
     Raises WorkdirBusyError when another process holds it; with `wait`, calls wait(holder)
-    once instead and blocks until the holder lets go (or dies).
+    once instead and blocks until the holder lets go (or dies). A lock of another name in the
+    same folder is another lock (a run may prepare data into its own workdir).
     """
     if fileio.is_remote(workdir):
         log.warning("%s is not locked against a second run at the same time (gs:// workdirs cannot be locked)",
@@ -55,7 +56,7 @@ def hold(workdir: str, wait: Callable[[str], None] | None = None) -> Iterator[No
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ValueError(f"workdir {workdir} is a file; give a folder")
     os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, LOCK_NAME)
+    path = os.path.join(workdir, lock_name)
     with open(path, "a+", encoding="utf-8") as lock_file:
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)

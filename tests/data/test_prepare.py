@@ -199,7 +199,7 @@ def test_a_second_prepare_into_the_folder_waits_and_reads_the_first_ones_data(tm
     first = prepare.ensure_prepared(_config(tmp_path), str(tmp_path / "first"), num_workers=1)
     out = str(tmp_path / "out")
     results = []
-    with workdir_lock.hold(out):  # as a prepare into `out` running in another process holds it
+    with workdir_lock.hold(out, lock_name=prepare.PREPARE_LOCK):  # as a prepare in another process holds it
         monkeypatch.setattr(prepare, "_prepare", lambda *a: pytest.fail("prepared again what the first prepared"))
         second = threading.Thread(target=lambda: results.append(prepare.ensure_prepared(_config(tmp_path), out)))
         second.start()
@@ -211,6 +211,11 @@ def test_a_second_prepare_into_the_folder_waits_and_reads_the_first_ones_data(tm
         shutil.copytree(first["dir"], out, dirs_exist_ok=True)  # what the first prepare writes, then lets go
     second.join(60)
     assert results[0]["splits"] == first["splits"] and results[0]["dir"] == out
+    # A run's own workdir as its prepared_dir: the run holds the workdir's lock, prepare its own.
+    own = str(tmp_path / "workdir")
+    monkeypatch.undo()
+    with workdir_lock.hold(own):
+        assert prepare.ensure_prepared(_config(tmp_path), own)["splits"] == first["splits"]
 
 
 def test_other_settings_in_the_same_directory_are_refused(tmp_path):
