@@ -129,13 +129,16 @@ def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submiss
     unlabeled = all(label == -1 for label in labels)
     if unlabeled:
         labels = None
-    elif spec.labels is not None:
-        # -1 (GLUE's "no label") beside real labels would index the last class.
-        bad = next((k for k, label in enumerate(labels) if not 0 <= label < len(spec.labels)), None)
+    else:
+        # -1 (GLUE's "no label") beside real labels would index the last class, or be an STS-B score.
+        expected = "a score in [0, 5]" if spec.labels is None else f"0..{len(spec.labels) - 1}"
+        bad = next((k for k, label in enumerate(labels) if (
+            not 0 <= label <= 5 if spec.labels is None else not 0 <= label < len(spec.labels))), None)
         if bad is not None:
-            raise ValueError(f"TFDS {name}[{split}]: example idx {ids[bad]} has label {labels[bad]}, expected 0.."
-                             f"{len(spec.labels) - 1} (a split is labelled throughout or not at all)")
-        labels = [spec.labels[label] for label in labels]
+            raise ValueError(f"TFDS {name}[{split}]: example idx {ids[bad]} has label {labels[bad]}, expected "
+                             f"{expected} (a split is labelled throughout or not at all)")
+        if spec.labels is not None:
+            labels = [spec.labels[label] for label in labels]
     return Examples(f"tfds:{name}[{split}]", texts_a, texts_b if key_b else None, labels, ids, submission_file)
 
 

@@ -68,6 +68,15 @@ def test_a_glue_split_with_some_labels_missing_is_refused():
         with pytest.raises(ValueError, match=r"TFDS glue/sst2\[train\]: example idx 1 has label -1, expected 0..1"):
             classification.read_glue("sst2", "", "train", None)
 
+    def scores(self, *args, **kwargs):  # STS-B: -1 beside real scores would be trained on as a score
+        return tf.data.Dataset.from_tensor_slices({"sentence1": [b"a", b"b"], "sentence2": [b"c", b"d"],
+                                                   "label": [3.2, -1.0], "idx": [0, 1]})
+
+    with tfds.testing.mock_data(as_dataset_fn=scores):
+        with pytest.raises(ValueError, match=r"TFDS glue/stsb\[train\]: example idx 1 has label -1.0, expected a "
+                                             r"score in \[0, 5\]"):
+            classification.read_glue("stsb", "", "train", None)
+
 
 def test_glue_submission_files_use_glue_label_strings(tmp_path, tokenizer):
     with tfds.testing.mock_data(num_examples=4):
