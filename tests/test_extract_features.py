@@ -244,7 +244,18 @@ def test_a_shard_of_per_token_features_is_bounded_by_bytes(minilm, tmp_path, mon
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), layers=(-1, -2), shard_size=5,
                           log=lambda _: None)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert [shard["count"] for shard in manifest["shards"]] == [3, 3, 1] and manifest["settings"]["shard_size"] == 3
+    assert [shard["count"] for shard in manifest["shards"]] == [3, 3, 1] and manifest["examples_per_shard"] == 3
+    assert manifest["settings"]["shard_size"] == 5  # as asked: the same command resumes the folder
+    # A folder an older version started (no byte bound, no activations recorded) resumes as it was.
+    del manifest["examples_per_shard"], manifest["settings"]["activations"]
+    manifest.update(shards=manifest["shards"][:1], examples_done=3, complete=False)
+    manifest["settings"]["shard_size"] = 3
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(manifest))
+    said = []
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), layers=(-1, -2), shard_size=3,
+                          log=said.append)
+    assert said == [f"resuming {tmp_path}/out at example 3 of 7 (1 shards written)"]
+    assert [r["index"] for r in feature_files.read_features(str(tmp_path / "out"))] == list(range(7))
     got = list(feature_files.read_features(str(tmp_path / "out")))
     want = minilm.features([f"sentence {i}" for i in range(7)], layers=(-1, -2))
     assert [r["index"] for r in got] == list(range(7))

@@ -210,7 +210,7 @@ _IDENTITIES = {"input": "the input file's text changed", "weights": "the checkpo
 def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, Any]) -> None:
     """A ValueError naming what differs between a folder's features and this run's."""
     saved = manifest.get("settings", {})
-    changed = [key for key in settings if saved.get(key) != settings[key]]
+    changed = [key for key in settings if key in saved and saved[key] != settings[key]]  # (keys added since: unknown)
     if manifest.get("format") != FORMAT or changed:
         shown = [_IDENTITIES[k] if k in _IDENTITIES and k in saved else f"{k}: {saved.get(k)!r} there, "
                  f"{settings[k]!r} now" for k in changed[:3]]
@@ -218,9 +218,11 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
                          + ", ".join(shown) + "); give a new folder or the same flags and files")
 
 
-def _resume_point(output: str, settings: dict[str, Any], process: int, processes: int) -> tuple[dict[str, Any], bool]:
+def _resume_point(output: str, settings: dict[str, Any], process: int, processes: int,
+                  examples_per_shard: int) -> tuple[dict[str, Any], bool]:
     """(this process's manifest to continue from, whether the folder is complete): the
-    folder's (same settings, same process count) or a fresh one. A ValueError for a folder
+    folder's (same settings, same process count) or a fresh one of `examples_per_shard`
+    examples a shard. A ValueError for a folder
     of other settings, of another process count or of other files. Every process reads
     every progress file, so all of them reach the same verdict."""
     if fileio.exists(output) and not fileio.isdir(output):
@@ -230,7 +232,8 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
     manifests = {name: fileio.read_json(fileio.join(output, name)) for name in present
                  if name == MANIFEST or _PROGRESS_FILE.fullmatch(name)}
     fresh = {"format": FORMAT, "settings": settings, "shards": [], "examples_done": 0, "truncated": 0,
-             "complete": False, **({"processes": processes} if processes > 1 else {})}
+             "complete": False, "examples_per_shard": examples_per_shard,
+             **({"processes": processes} if processes > 1 else {})}
     if not manifests:
         if present:
             raise ValueError(f"--output={output} is not empty and has no {MANIFEST} (it has {', '.join(present[:4])}"
@@ -293,22 +296,24 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         raise ValueError(f"--output={output} exists; remove it or give another name")
     file_format = input_format(input_file, input_format_name)
     total = count_inputs(input_file, file_format, text_a_key, text_b_key)
-    shard_size = shard_examples(model, tuple(layers), pooling, dtype, shard_size)
     settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
                 "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
                 "weights": fileio.fingerprint(model.source.weights), "tokenizer": _tokenizer_identity(model.tokenizer),
-                "precision": model.precision, "activations": model.bert.dtype, "max_seq_length": model.max_seq_length, "layers": list(layers),
-                "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
+                "precision": model.precision, "activations": model.bert.dtype, "max_seq_length": model.max_seq_length,
+                "layers": list(layers), "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
     who = f"process {process} of {processes}: " if processes > 1 else ""
     if to_jsonl:  # one piece: the whole input
         manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)
     else:
-        manifest, finished = _resume_point(output, settings, process, processes)
+        manifest, finished = _resume_point(output, settings, process, processes,
+                                           shard_examples(model, tuple(layers), pooling, dtype, shard_size))
         if finished:
             log(f"{output} is complete ({total} examples); nothing to do")
             return {"examples": total, "truncated": manifest["truncated"], "new": 0, "seconds": 0.0}
-        # This process's shards (k % processes == process) from its next one on.
-        unit, pieces = shard_size, range(process, -(-total // shard_size), processes)[len(manifest["shards"]):]
+        # This process's shards (k % processes == process) from its next one on, as many examples
+        # a shard as the folder was started with (a folder older than the byte bound: shard_size).
+        unit = manifest.get("examples_per_shard", shard_size)
+        pieces = range(process, -(-total // unit), processes)[len(manifest["shards"]):]
     start = manifest["examples_done"]
     own = start + sum(min(unit, total - piece * unit) for piece in pieces)  # this process's examples in all
     if start:
@@ -351,10 +356,10 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                 multihost_utils.sync_global_devices(f"bertjax features start {output}")
             fileio.makedirs(output)
             path = fileio.join(output, progress_file(process, processes))
-            shards = zip(pieces, iter(lambda: list(itertools.islice(features, shard_size)), []))
+            shards = zip(pieces, iter(lambda: list(itertools.islice(features, unit)), []))
             for k, (number, batch) in enumerate(shards):
-                name, first = _shard_name(number), number * shard_size
-                lo, hi = k * shard_size, k * shard_size + len(batch)  # its positions in this call
+                name, first = _shard_name(number), number * unit
+                lo, hi = k * unit, k * unit + len(batch)  # its positions in this call
                 manifest["truncated"] += bisect.bisect_left(truncated_at, hi) - bisect.bisect_left(truncated_at, lo)
                 _write_shard(fileio.join(output, name), first, batch, tuple(layers), pooling, dtype)
                 manifest["shards"].append({"file": name, "first": first, "count": len(batch)})
