@@ -94,8 +94,8 @@ def peak_flops_per_device(bfloat16_operands: bool = False) -> tuple[float, str]:
 
 def _rows_up_to(path: str, step: int) -> list[str]:
     """The lines of the JSONL file at `path` (local or gs://) of steps up to `step`, without a
-    line a killed run left half-written. None at step 0: a run that starts there starts over,
-    its step-0 evaluation included."""
+    line a killed run left half-written. No lines at step 0: a run that starts there starts
+    over, its step-0 evaluation included."""
     if not fileio.exists(path) or step == 0:
         return []
 

@@ -21,7 +21,8 @@ tokens in the text are text there too. Its special tokens are found by name: [CL
 Special token ids:
   * a released BERT vocab.txt: wherever the file puts them ([PAD]=0, [UNK]=100,
     [CLS]=101, [SEP]=102, [MASK]=103 in Google's English vocabularies);
-  * vocabularies trained here (both kinds): [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+  * vocabularies bertjax trains (bertjax.data.vocabularies: WordPiece, SentencePiece,
+    byte-level BPE): [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
     In SentencePiece models [PAD] and [UNK] are SentencePiece's pad and unk pieces and
     [CLS], [SEP], [MASK] are control symbols (never produced from text); there is no
     bos/eos piece.

@@ -233,10 +233,11 @@ def token_transform(config: BertConfig, sequence: Array) -> Array:
 
 
 def logits_layer(config: BertConfig, outputs: int, name: str) -> nn.Dense:
-    """A head's last dense layer, computed in float32 whatever the compute dtype: its few
-    outputs are the scores that are compared, thresholded and reported (in bfloat16 a
+    """A head's last dense layer, a float32 product whatever the compute dtype and products:
+    its few outputs are the scores that are compared, thresholded and reported (in bfloat16 a
     regression score in [2, 4) lies on a grid of 1/64, SQuAD's null odds on a coarse one)."""
-    return dense(config.replace(dtype="float32"), outputs, (Axis.EMBED, Axis.CLASSES), name, bias=True)
+    return dense(config.replace(dtype="float32", matmul_precision="default"), outputs, (Axis.EMBED, Axis.CLASSES),
+                 name, bias=True)
 
 
 def gather_positions(sequence: Array, positions: Array) -> Array:
