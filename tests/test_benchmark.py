@@ -123,6 +123,7 @@ def test_misspelt_config_key_is_named():
     assert result.returncode != 0 and "hiden_size" in result.stderr
 
 
+@pytest.mark.slow  # packing's layout and gradients: tests/tasks/test_finetune_packing.py
 def test_finetune_packing_benchmark_prints_its_table():
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "finetune_packing.py"), "--preset=tiny", "--steps=4",
                "--log_every=2", "--pack=16", "--examples=400", "--max_seq_length=32", "--num_buckets=1"]
@@ -135,6 +136,7 @@ def test_finetune_packing_benchmark_prints_its_table():
 
 
 @pytest.mark.heavy
+@pytest.mark.slow  # the plateau alarm's logic: tests/test_train.py (plateau_alarm, guess_accuracies)
 def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     """Two seeds of a one-layer model on the default corpus (Python's language reference) and
     vocabulary at lr 1e-7, which cannot learn: every evaluation at the guess, both seeds marked

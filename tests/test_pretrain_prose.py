@@ -2,7 +2,7 @@
 (bertjax/data/corpora/python_docs.py, shipped with every CPython; 78 documents, about 50,000 tokens)
 and the MiniLM checkpoint's uncased vocab.txt (30,522 tokens). The tiny preset's defaults
 must leave the unigram guess (and, with --runslow, learn next sentence prediction). A run
-that cannot learn trips the plateau alarm: tests/test_benchmark.py (pretrain_recipe)."""
+that cannot learn trips the plateau alarm: tests/test_benchmark.py (pretrain_recipe, --runslow)."""
 
 import json
 import os

@@ -285,6 +285,7 @@ def test_held_out_metrics_use_float32_products_when_training_uses_bfloat16(tmp_p
     assert gap > 0 and abs(logged - losses["default"]) < gap / 10, (logged, losses)
 
 
+@pytest.mark.slow  # in process: tests/test_checkpointing.py (corrupt_latest_falls_back_to_previous)
 def test_a_corrupt_checkpoint_ends_with_one_error_line(tmp_path, prepared_dir, five_steps):
     workdir = _copy(five_steps, tmp_path)
     for path in (workdir / "checkpoints" / "5").rglob("*"):
