@@ -501,8 +501,8 @@ def test_bad_input_through_the_launcher_ends_with_one_line(tmp_path, case):
 
 
 def test_span_qa_head_learns_in_seconds(tmp_path):
-    """The default suite's check that span QA learns (test_span_qa_learns_from_minilm, with
-    --runslow, is the full one): the one-layer model of the mock-data runs, from scratch,
+    """A second check that span QA learns, from scratch (test_span_qa_learns_from_minilm, from
+    a real checkpoint, is the full one): the one-layer model of the mock-data runs, from scratch,
     on one fact per context after a filler of 0-6 names ("novak rossi anna's city
     is oslo."), so the answer is wherever the word after "is" falls. Measured 2026-11-25 with
     the two-layer tiny model: eval F1 9.5 at the start (one step at learning rate 0), 100
