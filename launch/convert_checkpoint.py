@@ -75,7 +75,7 @@ def main(_):
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
         extra = {"squad_version": source.task_info["squad_version"]} if "squad_version" in source.task_info else {}
-        if saved and convert.is_modern(config):  # its ids, also for a tokenizer not copied (SentencePiece)
+        if saved and vocab is None and convert.is_modern(config):  # a tokenizer not copied (SentencePiece): its ids
             extra.update(modernbert_layout.special_token_ids(tokenization.load_tokenizer(
                 saved["kind"], saved["path"], saved["do_lower_case"])))
         heads = convert.export_huggingface(config, params, output, vocab, architecture=architecture,

@@ -72,10 +72,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, 
     except RuntimeError as e:  # e.g. vocab_size larger than the corpus allows
         raise ValueError(f"SentencePiece training failed: {e}") from None
     path = prefix + ".model"
-    tokenizer = tokenization.Tokenizer.from_sentencepiece(path)
-    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
-    if ids != [0, 1, 2, 3, 4]:
-        raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")
+    _check_special_ids(path, tokenization.Tokenizer.from_sentencepiece(path))
     return path
 
 
@@ -102,10 +99,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "tokenizer.json")
     backend.save(path)
-    tokenizer = tokenization.Tokenizer.from_tokenizer_json(path)
-    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
-    if ids != [0, 1, 2, 3, 4]:
-        raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")
+    _check_special_ids(path, tokenization.Tokenizer.from_tokenizer_json(path))
     return path
 
 
@@ -118,6 +112,13 @@ def _lines(texts: Iterable[str]) -> Iterator[str]:
                     yield line.rstrip("\n")
     else:
         yield from texts
+
+
+def _check_special_ids(path: str, tokenizer: tokenization.Tokenizer) -> None:
+    """The trained tokenizer at `path` has [PAD], [UNK], [CLS], [SEP], [MASK] at ids 0..4."""
+    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id]
+    if ids != [0, 1, 2, 3, 4]:
+        raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")
 
 
 def _check_vocab_size(vocab_size: int) -> None:

@@ -341,7 +341,7 @@ def load_bertjax_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     else:
         table = variable_table(config, heads, num_labels)
     if {var.path[1:]: var.shape for var in table if var.path[0] == "bert"} == encoder:
-        for var in table:
+        for var in (var for var in table if var.path[0] != "bert"):  # (the encoder is checked above)
             shape = get_param(params, var.path, path).shape
             if shape != var.shape:
                 raise ValueError(f"{path}: params {'/'.join(var.path)} has shape {shape}, expected {var.shape} "
