@@ -285,11 +285,9 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     in_shardings = (encoder_shardings, {n: sharding.batch_sharding(mesh, first[n].ndim) for n in inputs})
     encode = jax.jit(apply, in_shardings=in_shardings, out_shardings=NamedSharding(mesh, PartitionSpec()),
                      compiler_options=compilation_cache.compiler_options())
-    rows = trainer.process_rows(batch_size)
-
     def encode_batch(batch):
         with sharding.activate(mesh):
-            return _host(encode(encoder_params, trainer.global_batch({n: batch[n][rows] for n in inputs}, mesh)))
+            return _host(encode(encoder_params, trainer.whole_batch({n: batch[n] for n in inputs}, mesh)))
 
     progress = console.Progress(math.ceil(len(split) / batch_size), label="cache features",
                                 enabled=jax.process_index() == 0, unit="batches")
@@ -382,7 +380,8 @@ def eval_keys(task: Task, batch_size: int, buckets: list[int],
 @dataclasses.dataclass
 class Evaluator:
     """Evaluation and prediction over the task's splits: batches (never packed) of `batch_size`
-    cut to `buckets`, each process feeding its rows, predictions gathered back in split order."""
+    cut to `buckets`, every process holding each whole (each device takes its rows), predictions
+    gathered back in split order."""
 
     task: Task
     programs: Programs
@@ -394,7 +393,6 @@ class Evaluator:
         """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
         mesh = self.programs.mesh
         totals, gathered = trainer.EvalTotals(), batching.InSplitOrder(split, self.task.sequence_outputs)
-        rows = trainer.process_rows(self.batch_size)
         progress = console.Progress(math.ceil(len(split) / self.batch_size), label=f"evaluate {split.name}",
                                     enabled=jax.process_index() == 0, unit="batches")
         with sharding.activate(mesh):
@@ -403,9 +401,8 @@ class Evaluator:
                 progress.advance(index)
                 if split.name in self.caches:
                     batch = self.caches[split.name].add_to_eval_batch(batch, real)
-                host_rows = {name: value[rows] for name, value in batch.items()}
                 eval_step, _, _ = self.programs.take(("eval", _batch_key(batch)))
-                sums, counts, predictions = _host(eval_step(params, trainer.global_batch(host_rows, mesh)))
+                sums, counts, predictions = _host(eval_step(params, trainer.whole_batch(batch, mesh)))
                 totals.add(sums, counts)
                 gathered.add(real, predictions)
         progress.close()
@@ -499,7 +496,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     mesh = sharding.create_mesh(*mesh_shape)
 
     # -- The task's data, tokenized in memory (every host holds it: batches are cut the same
-    #    way everywhere, and each host feeds its rows). --
+    #    way everywhere, and each device takes its rows of each). --
     with clock.phase("read and tokenize"):
         task = tasks.load_task(config, tokenizer)
     train_batches, eval_buckets = training_batches(config, task.train, mesh_shape[0] * mesh_shape[1])
@@ -600,10 +597,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         while step < train_cfg.num_steps:
             batch = next(batches)
             step_fn = _train_step(programs, batching.batch_shape(batch), loop, clock)
-            rows = trainer.process_rows(len(batch["input_ids"]))  # packed batches vary in rows
-            host_rows = {name: value[rows] for name, value in batch.items()}
             with sharding.activate(mesh):
-                state, metrics = step_fn(state, trainer.global_batch(host_rows, mesh), programs.step_inputs)
+                state, metrics = step_fn(state, trainer.whole_batch(batch, mesh), programs.step_inputs)
             step += 1
             loop.record(step, metrics, state)
             if loop.is_eval_step(step):

@@ -14,7 +14,7 @@ the numbers an uninterrupted run would have produced.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import ml_collections
@@ -159,8 +159,9 @@ class HostBatches:
     """This process's rows of each global batch, as numpy.
 
     `config.data.host_split`: "files" -- each host reads its own files (scales to pods);
-    "global_batch" -- every host builds the whole global batch and keeps its rows, so the
-    run sees exactly the batches of a one-process run (for verification; costs input work).
+    "global_batch" -- every host builds the whole global batch and each device takes its
+    rows, so the run sees exactly the batches of a one-process run (for verification; costs
+    input work).
 
     With batch-size warmup (`warmup`, training only) the pipeline reads batches of
     `warmup.unit` rows and each step joins as many as its size needs.
@@ -183,11 +184,11 @@ class HostBatches:
                                                 split=split)
 
     def batches(self, start_step: int = 0):
-        """This process's rows of the batch of each step from `start_step` on."""
+        """This process's rows (or, with whole batches, all rows) of the batch of each step
+        from `start_step` on."""
         units = self.pipeline.batches(self.warmup.units_before(start_step))
         for batch in self.warmup.batches(units, start_step):
-            rows = trainer.process_rows(len(batch["input_ids"])) if self.whole_batches else slice(None)
-            yield {name: batch[name][rows] for name in self.features}
+            yield {name: batch[name] for name in self.features}
 
 
 def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
@@ -210,19 +211,32 @@ def warn_if_demo_corpus(data_config, bert) -> None:
                     "and config.data.input_pattern (docs/pretraining.md)", bert.num_hidden_layers, bert.hidden_size)
 
 
-def guess_accuracies(batches: list[dict[str, np.ndarray]], next_sentence_prediction: bool = True
+def guess_accuracies(batches: list[dict[str, np.ndarray]], vocab_size: int, next_sentence_prediction: bool = True
                      ) -> dict[str, float]:
-    """What guessing scores on `batches`: always the most frequent masked token
-    (`mlm_unigram_accuracy`) and, with NSP, always the majority label (`nsp_majority_accuracy`)."""
+    """What guessing scores on `batches` (each process's, counted over all processes): always the
+    most frequent masked token (`mlm_unigram_accuracy`) and, with NSP, always the majority label
+    (`nsp_majority_accuracy`). Processes holding the same whole batches count each P times:
+    the same shares."""
     targets = np.concatenate([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in batches])
-    guesses = {"mlm_unigram_accuracy": float(np.bincount(targets).max() / targets.size)}
+    counts = _summed_over_processes(np.bincount(targets, minlength=vocab_size).astype(np.int32))
+    guesses = {"mlm_unigram_accuracy": float(counts.max() / counts.sum())}
     if not next_sentence_prediction:
         return guesses
     labels = np.concatenate([b["next_sentence_labels"].ravel() for b in batches])
     weights = np.concatenate([b.get("next_sentence_weights", np.ones_like(b["next_sentence_labels"],
                                                                         np.float32)).ravel() for b in batches])
-    random_share = float(np.sum(weights * labels) / np.sum(weights))
+    random, total = _summed_over_processes(np.array([np.sum(weights * labels), np.sum(weights)], np.float32))
+    random_share = float(random / total)
     return {**guesses, "nsp_majority_accuracy": max(random_share, 1.0 - random_share)}
+
+
+def _summed_over_processes(values: np.ndarray) -> np.ndarray:
+    """The sum of every process's `values` (each calls this)."""
+    if jax.process_count() == 1:
+        return values
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(values)).sum(0)
 
 
 class PlateauAlarm:
@@ -296,13 +310,14 @@ def fixed_eval_batches(config: ml_collections.ConfigDict, workdir: str) -> list[
     return [next(stream) for _ in range(train_cfg.eval_batches)]
 
 
-def evaluate(eval_fn, params, batches: list[dict[str, np.ndarray]], mesh,
+def evaluate(eval_fn, params, batches: list[dict[str, np.ndarray]], mesh, place: Callable,
              loss_terms: tuple[str, ...]) -> dict[str, float]:
-    """Masked-LM (and NSP) metrics over the fixed eval batches; loss is the sum of `loss_terms`."""
+    """Masked-LM (and NSP) metrics over the fixed eval batches, each made global by
+    `place(batch, mesh)`; loss is the sum of `loss_terms`."""
     totals = trainer.EvalTotals()
     with sharding.activate(mesh):
         for batch in batches:
-            totals.add(*eval_fn(params, trainer.global_batch(batch, mesh)))
+            totals.add(*eval_fn(params, place(batch, mesh)))
     means = totals.means()
     means["loss"] = sum(means[name] for name in loss_terms)
     return means
@@ -327,6 +342,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     # Only now (it may write the demo vocabulary into data_dir): a refused run writes nothing.
     tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
     mesh = sharding.create_mesh(*mesh_shape)
+    # Each host reads its own rows (host_split="files"), or every host the whole batch.
+    place = trainer.global_batch if config.data.host_split == "files" else trainer.whole_batch
+    if config.data.host_split == "files":
+        trainer.check_rows_per_process(mesh, train_cfg.global_batch_size)
     loop_console = f"mesh {dict(mesh.shape)} over {jax.device_count()} devices ({jax.process_count()} processes)"
 
     # -- Input: prepared once (process 0 first, the others then find it done); the eval
@@ -336,7 +355,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start, train_cfg.batch_warmup_steps)
     train_data = HostBatches(config, workdir, "train", warmup)
     eval_batches = fixed_eval_batches(config, workdir)
-    guesses = guess_accuracies(eval_batches, config.data.next_sentence_prediction) if eval_batches else {}
+    guesses = (guess_accuracies(eval_batches, bert.vocab_size, config.data.next_sentence_prediction)
+               if eval_batches else {})
     alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals)
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
@@ -409,14 +429,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                 with loop.paused(), sharding.activate(mesh):
                     compiled[rows], seconds = compile_for(rows)
                 loop.console(f"step {step}: the batch grows to {rows} rows; compiled its step in {seconds:.1f}s")
-            batch = trainer.global_batch(loop.next_batch(batches, step, state), mesh)
+            batch = place(loop.next_batch(batches, step, state), mesh)
             with sharding.activate(mesh):
                 state, metrics = compiled[rows](state, batch, step_inputs)
             step += 1
             loop.record(step, metrics, state, sequences=rows)
             if loop.is_eval_step(step):
                 with loop.paused():
-                    results = {**evaluate(eval_fn, state.params, eval_batches, mesh, task.loss_terms), **guesses}
+                    results = {**evaluate(eval_fn, state.params, eval_batches, mesh, place, task.loss_terms), **guesses}
                     loop.write_eval(step, results)
                 if alarm.check(step, results["mlm_accuracy"]):
                     loop.console(alarm.warning)

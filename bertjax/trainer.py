@@ -10,7 +10,8 @@
     state_shardings,         shardings of the state (optimizer slots follow their parameters),
     initial_state            and the fixed resume order: the run's own latest checkpoint ->
                              pretrained weights (only the subtrees given, e.g. the encoder) -> scratch
-    global_batch             this host's rows (numpy) -> global jax.Arrays on the mesh
+    global_batch,            numpy batches -> global jax.Arrays on the mesh: this host's own rows
+    whole_batch              (order free), or a batch every host holds whole (row i stays row i)
     Loop                     the tail of each loop: metrics at log steps, the evaluation
                              cadence, checkpoints, SIGTERM, the progress line
 
@@ -337,19 +338,45 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
 # ======================================================================================
 
 def global_batch(batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
-    """This process's rows of a global batch (numpy) -> global jax.Arrays split over (data, fsdp).
+    """This process's own rows of a global batch (numpy) -> global jax.Arrays split over (data, fsdp).
 
-    Every process passes its own rows, in process order (process i holds rows
-    [i * B / P, (i + 1) * B / P) of the global batch of B rows).
+    For input that each process reads for itself (pre-training's host_split="files"): every
+    process passes B / P rows no other process has (`check_rows_per_process`). Where they land
+    in the global batch follows the mesh's device order, which on a TPU slice interleaves the
+    processes, so only what does not depend on the order of rows may be read from it (sums).
     """
     return {name: jax.make_array_from_process_local_data(sharding.batch_sharding(mesh, value.ndim), value)
             for name, value in batch.items()}
 
 
-def process_rows(global_size: int) -> slice:
-    """The rows of a global batch that this process feeds (see `global_batch`)."""
-    count, index = jax.process_count(), jax.process_index()
-    return slice(index * global_size // count, (index + 1) * global_size // count)
+def whole_batch(batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
+    """A global batch that every process holds whole (numpy) -> global jax.Arrays split over
+    (data, fsdp), row i of the batch row i of each array wherever the mesh puts the devices:
+    each device takes its own rows. For fine-tuning, whose predictions are matched back to
+    examples by row, and for batches that must be a one-process run's."""
+    def place(value):
+        return jax.make_array_from_callback(value.shape, sharding.batch_sharding(mesh, value.ndim),
+                                            lambda index: value[index])
+
+    return {name: place(value) for name, value in batch.items()}
+
+
+def check_rows_per_process(mesh: jax.sharding.Mesh, batch_size: int) -> None:
+    """ValueError unless this process's devices hold exactly batch_size / P rows of a global
+    batch: what `global_batch` needs (rows that no other process feeds). A mesh whose tensor
+    axis spans processes, with fewer batch splits (data x fsdp) than processes, gives two
+    processes the same rows."""
+    count = jax.process_count()
+    indices = sharding.batch_sharding(mesh, 1).addressable_devices_indices_map((batch_size,))
+    rows = set()
+    for (index,) in indices.values():
+        rows.update(range(*index.indices(batch_size)))
+    if len(rows) != batch_size // count:
+        raise ValueError(f"config.mesh {dict(mesh.shape)} gives each of the {count} processes {len(rows)} of a "
+                         f"batch's {batch_size} rows, not {batch_size // count}: with config.data.host_split="
+                         "'files' each process feeds rows of its own; split the batch at least as many ways as "
+                         "there are processes (data x fsdp, the tensor axis within a host) or set "
+                         "config.data.host_split='global_batch'")
 
 
 def hold_workdir(workdir: str):

@@ -11,6 +11,29 @@ def xla_flags(devices: int = 1, optimized: bool = False) -> str:
     return flags if optimized else f"{flags} --xla_backend_optimization_level=0"
 
 
+def two_cpu_processes(script: str, devices_each: int = 2, timeout: int = 120) -> list[tuple[int, str, str]]:
+    """Runs `python -c script PORT INDEX` as processes 0 and 1 of a jax.distributed run on
+    127.0.0.1 (a free PORT), `devices_each` CPU devices each: [(returncode, stdout, stderr)]."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo, XLA_FLAGS=xla_flags(devices_each), JAX_PLATFORMS="cpu")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(port), str(i)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        outputs = [proc.communicate(timeout=timeout) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
+
+
 # A one-layer model of the tiny preset's family: seconds per run on a CPU.
 SMALL_MODEL = dict(preset="tiny", num_hidden_layers=1, hidden_size=64, num_attention_heads=2, intermediate_size=128)
 # Four reviews, two labels: what `minilm_classifier_run` learns.

@@ -2,9 +2,6 @@
 two-process CPU path (gloo collectives) over 127.0.0.1."""
 
 import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -12,9 +9,8 @@ import pytest
 from jax._src.clusters import ClusterEnv, cloud_tpu_cluster
 
 from bertjax.runtime import distributed
-from small_runs import xla_flags
+from small_runs import two_cpu_processes
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "TPU_", "MEGASCALE_", "KUBERNETES_", "JAX_COORDINATOR")
 
 
@@ -115,17 +111,6 @@ _TWO_PROCESSES = textwrap.dedent("""
 
 
 def test_two_cpu_processes_over_localhost():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=REPO, XLA_FLAGS=xla_flags(2), JAX_PLATFORMS="cpu")
-    procs = [subprocess.Popen([sys.executable, "-c", _TWO_PROCESSES, str(port), str(i)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    try:
-        outputs = [proc.communicate(timeout=120) for proc in procs]
-    finally:
-        for proc in procs:
-            proc.kill()
-    for proc, (out, err) in zip(procs, outputs):
-        assert proc.returncode == 0, err[-3000:]
+    for returncode, out, err in two_cpu_processes(_TWO_PROCESSES):
+        assert returncode == 0, err[-3000:]
         assert "processes 2 devices 4 gathered [10, 11]" in out, out

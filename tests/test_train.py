@@ -280,7 +280,8 @@ def test_held_out_metrics_use_float32_products_when_training_uses_bfloat16(tmp_p
     for precision in ("default", "bfloat16"):
         objective = pretrain.objective(BertForPreTraining(bert.replace(matmul_precision=precision)))
         eval_fn = jax.jit(lambda p, b, objective=objective: trainer.eval_sums(p, b, objective=objective)[:2])
-        losses[precision] = pretrain.evaluate(eval_fn, params, batches, mesh, objective.loss_terms)["loss"]
+        losses[precision] = pretrain.evaluate(eval_fn, params, batches, mesh, trainer.global_batch,
+                                             objective.loss_terms)["loss"]
     gap = abs(losses["default"] - losses["bfloat16"])
     assert gap > 0 and abs(logged - losses["default"]) < gap / 10, (logged, losses)
 
@@ -453,11 +454,11 @@ def test_guess_accuracies_count_the_most_frequent_target_and_the_majority_label(
                 "next_sentence_labels": np.array([1, 1])},
                {"masked_lm_ids": np.array([[3, 0, 0]]), "masked_lm_weights": np.array([[1., 0, 0]]),
                 "next_sentence_labels": np.array([0])}]
-    guesses = pretrain.guess_accuracies(batches)  # targets 7 7 3 7 5 3: the padding 0s are not targets
+    guesses = pretrain.guess_accuracies(batches, vocab_size=8)  # targets 7 7 3 7 5 3: the padding 0s are not targets
     assert guesses == pytest.approx({"mlm_unigram_accuracy": 3 / 6, "nsp_majority_accuracy": 2 / 3})
     packed = [{**batches[0], "next_sentence_labels": np.array([[1, 0], [0, 0]]),
                "next_sentence_weights": np.array([[1., 1], [1, 0]])}]  # 1 random pair of 3
-    assert pretrain.guess_accuracies(packed)["nsp_majority_accuracy"] == pytest.approx(2 / 3)
+    assert pretrain.guess_accuracies(packed, vocab_size=8)["nsp_majority_accuracy"] == pytest.approx(2 / 3)
 
 
 def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():

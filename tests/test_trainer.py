@@ -1,6 +1,8 @@
 """The shared trainer pieces: gradient accumulation equals the whole batch, skipped non-finite
 steps leave weights and schedule alone, evaluation sums count every example once."""
 
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -10,6 +12,7 @@ import pytest
 from bertjax import optim, sharding, trainer
 from bertjax.models import BertConfig, BertForPreTraining
 from bertjax.pretrain import objective
+from small_runs import two_cpu_processes
 
 CONFIG = BertConfig.preset("tiny", vocab_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
                            attention_probs_dropout_prob=0.0)
@@ -129,3 +132,45 @@ def test_evaluation_totals_weight_every_example_once():
     totals.add({"accuracy": jnp.float32(1.0), "loss": jnp.float32(1.0)}, {"accuracy": jnp.float32(1.0),
                                                                           "loss": jnp.float32(1.0)})
     assert totals.means() == {"accuracy": 4.0 / 5.0, "loss": 3.0 / 5.0}  # not the mean of 0.75 and 1.0
+
+
+# Two processes of two CPU devices each, on a mesh that interleaves them as a TPU slice's
+# topology order does (process 0's devices hold batch rows 0-1 and 4-5): a batch that every
+# process holds whole must come out in its own row order, fed rows must be each process's
+# own, and the pre-training guesses count both processes' eval rows.
+_INTERLEAVED = textwrap.dedent("""
+    import os
+    import sys
+    import numpy as np
+    from bertjax.runtime import distributed
+    assert distributed.initialize("auto", f"127.0.0.1:{sys.argv[1]}", 2, int(sys.argv[2]))
+    import jax
+    from jax.experimental import multihost_utils
+    from bertjax import pretrain, sharding, trainer
+    mine, theirs = jax.local_devices(), [d for d in jax.devices() if d.process_index != jax.process_index()]
+    by_process = sorted([mine, theirs], key=lambda devices: devices[0].process_index)
+    interleaved = [device for pair in zip(*by_process) for device in pair]
+    mesh = sharding.create_mesh(data=4, devices=interleaved)
+    rows = {"x": np.arange(16, dtype=np.int32).reshape(8, 2)}
+    whole = multihost_utils.process_allgather(trainer.whole_batch(rows, mesh)["x"], tiled=True)
+    print("whole", np.asarray(whole)[:, 0].tolist(), flush=True)
+    trainer.check_rows_per_process(mesh, 8)
+    try:
+        trainer.check_rows_per_process(sharding.create_mesh(data=1, tensor=4, devices=interleaved), 8)
+    except ValueError as error:
+        print("refused", error, flush=True)
+    targets = np.full((1, 4), 5 if jax.process_index() == 0 else 7, np.int32)
+    weights = np.array([[1, 1, 1, 0]] if jax.process_index() == 0 else [[1, 1, 1, 1]], np.float32)
+    guesses = pretrain.guess_accuracies([{"masked_lm_ids": targets, "masked_lm_weights": weights}], 8, False)
+    print("unigram", round(guesses["mlm_unigram_accuracy"], 4), flush=True)
+    multihost_utils.sync_global_devices("done")
+    os._exit(0)
+""")
+
+
+def test_batches_on_a_mesh_that_interleaves_two_processes():
+    for returncode, out, err in two_cpu_processes(_INTERLEAVED):
+        assert returncode == 0, err[-3000:]
+        assert "whole [0, 2, 4, 6, 8, 10, 12, 14]" in out, out  # row i is row i, wherever its device is
+        assert "refused config.mesh {'data': 1, 'fsdp': 1, 'tensor': 4} gives each of the 2 processes 8 of" in out
+        assert "unigram 0.5714" in out, out  # 4 of the 7 targets (7s on process 1), not process 0's 3 of 3
