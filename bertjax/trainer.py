@@ -43,7 +43,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import models, optim, run_config, sharding
+from bertjax import checkpointing, models, optim, run_config, sharding
 from bertjax.metrics import MetricsWriter, peak_flops_per_device
 from bertjax.runtime import compilation_cache, console, preemption
 from bertjax.runtime.errors import TrainingStopped
@@ -74,7 +74,7 @@ class TrainState:
     params: Any
     opt_state: Any
     bad_steps: jax.Array          # current run of consecutive non-finite steps
-    worst_bad_run: jax.Array      # longest such run seen (sticky, checked at log steps)
+    worst_bad_run: jax.Array      # longest such run since the start or resume (checked at log steps)
     skipped_steps: jax.Array      # total steps skipped for a non-finite loss or gradient
 
 
@@ -298,6 +298,21 @@ def place_params(pretrained: dict[str, Any], abstract_params: dict, param_shardi
     return placed
 
 
+def _with_changed_settings(error: Exception, checkpointer, config: dict | None) -> str:
+    """`error` (the run's state does not fit its latest checkpoint) and the settings that changed
+    since that checkpoint, which are what changed the state's tree (an optimizer, gradient
+    clipping, scanned layers)."""
+    try:
+        saved = checkpointing.read_meta(str(checkpointer.directory)).get("config") or {}
+    except (OSError, ValueError):
+        return str(error)
+    changes = run_config.changed_settings(saved, config) if config is not None else []
+    if not changes:
+        return str(error)
+    return (f"{error}. Settings changed since that checkpoint: {'; '.join(changes[:8])}: set them back to "
+            f"resume, or give the run a new workdir")
+
+
 def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, init_params: Callable[[], Any],
                   optimizer: optax.GradientTransformation, mesh: jax.sharding.Mesh,
                   pretrained: Callable[[], dict[str, Any]] | None = None,
@@ -318,10 +333,17 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
     preemption.report_start((checkpointer.latest_step() if checkpointer is not None else None) or 0)
     with sharding.activate(mesh):
         if checkpointer is not None and checkpointer.latest_step() is not None:
-            state, meta = checkpointer.restore(with_shardings(abstract, shardings))
+            try:
+                state, meta = checkpointer.restore(with_shardings(abstract, shardings))
+            except checkpointing.CheckpointMismatchError as error:
+                raise checkpointing.CheckpointMismatchError(
+                    _with_changed_settings(error, checkpointer, config)) from None
             changes = run_config.changed_settings(meta["config"], config) if config is not None else []
             if changes:
                 log.warning("%s", run_config.describe_changes(changes))
+            # Non-finite steps count from the resume: a run stopped for them is resumed (at a lower
+            # learning rate) from a checkpoint whose count may already be at the limit.
+            state = state.replace(bad_steps=state.bad_steps * 0, worst_bad_run=state.worst_bad_run * 0)
             return state, f"resumed from {checkpointer.directory} at step {meta['step']}"
         params = jax.jit(lambda: nn.unbox(init_params()), out_shardings=shardings.params)()
         how = "initialised from scratch"

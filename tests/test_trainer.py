@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bertjax import optim, sharding, trainer
+from bertjax import checkpointing, optim, sharding, trainer
 from bertjax.models import BertConfig, BertForPreTraining
 from bertjax.pretrain import objective
 from small_runs import two_cpu_processes
@@ -41,9 +41,14 @@ def setup():
     inputs = trainer.step_inputs(TRAIN, 0, mesh)
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
 
-    def fresh_state():
-        return trainer.initial_state(None, abstract, shardings, init_params=init_params,
-                                     optimizer=optimizer, mesh=mesh)[0]
+    def fresh_state(checkpointer=None, train=None, config=None):
+        """A new state, or (with `checkpointer`) the latest checkpoint's for a run of `train`'s
+        optimizer whose saved config is `config`."""
+        optimizer_now = optimizer if train is None else optim.make_optimizer(train)
+        abstract_now, shardings_now = (abstract, shardings) if train is None else trainer.state_shardings(
+            init_params, optimizer_now, mesh)
+        return trainer.initial_state(checkpointer, abstract_now, shardings_now, init_params=init_params,
+                                     optimizer=optimizer_now, mesh=mesh, config=config)[0]
 
     compiled = {}  # grad_accum_steps -> the jitted step, traced and compiled once
 
@@ -96,6 +101,33 @@ def test_seed_and_schedule_are_arguments_so_a_sweep_shares_one_compiled_step(set
     state, _ = step(fresh_state(), batch, step_inputs=trainer.step_inputs(other, 7, mesh))
     _, second = step(state, batch, step_inputs=trainer.step_inputs(other, 7, mesh))
     assert float(second["learning_rate"]) == pytest.approx(3e-3 / 5)  # TRAIN's would be 1e-2 / 2
+
+
+def test_a_resumed_run_counts_non_finite_steps_afresh(setup, tmp_path):
+    """The stop for too many non-finite steps in a row advises resuming from the last checkpoint
+    (at a lower learning rate); that checkpoint may hold a count already at the limit."""
+    fresh_state, step, batch = setup
+    poisoned = dict(batch, masked_lm_weights=np.full_like(batch["masked_lm_weights"], np.nan))
+    state, _ = step(fresh_state(), batch)
+    for _ in range(2):
+        state, _ = step(state, poisoned)
+    assert (int(state.bad_steps), int(state.worst_bad_run), int(state.skipped_steps)) == (2, 2, 2)
+    config = {"train": dict(TRAIN)}
+    checkpointer = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=1, async_save=False)
+    checkpointer.save(3, state, data_position=3, config=config)
+    resumed = fresh_state(checkpointer, config=config)
+    assert (int(resumed.step), int(resumed.bad_steps), int(resumed.worst_bad_run), int(resumed.skipped_steps)) == (
+        3, 0, 0, 2)
+    for a, b in zip(jax.tree.leaves(jax.device_get(state.params)), jax.tree.leaves(jax.device_get(resumed.params))):
+        np.testing.assert_array_equal(a, b)
+
+    # A setting that changes the state's tree (no clipping: one stage fewer in the optimizer)
+    # is named in the refusal, not only the tree paths that differ.
+    unclipped = ml_collections.ConfigDict(dict(TRAIN, max_grad_norm=0.0))
+    with pytest.raises(checkpointing.CheckpointMismatchError,
+                       match=r"opt_state.*Settings changed since that checkpoint: train.max_grad_norm 1.0 -> 0.0: set "
+                             r"them back to resume, or give the run a new workdir"):
+        fresh_state(checkpointer, train=unclipped, config={"train": dict(unclipped)})
 
 
 def test_micro_batches_are_strided_across_the_global_batch():
