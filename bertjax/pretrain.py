@@ -287,6 +287,31 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return _train_and_evaluate(config, workdir)
 
 
+def resolve_global_batch_size(config: ml_collections.ConfigDict) -> None:
+    """Sets an unset config.train.global_batch_size (`,long`: the context extension) to the
+    tokens per batch of the shorter run it continues (config.init_checkpoint, a bertjax
+    pre-training run) at this run's max_seq_length; ValueError naming the key otherwise."""
+    if config.train.global_batch_size is not None:
+        return
+    from bertjax.models.convert import checkpoint_layout
+
+    unset = ("config.train.global_batch_size is unset: it takes the tokens per batch of the run that "
+             "config.init_checkpoint names (a bertjax pre-training run)")
+    if not config.init_checkpoint:
+        raise ValueError(f"{unset}; give that run, or set the batch size")
+    try:
+        layout, directory = checkpoint_layout(config.init_checkpoint)
+        saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
+    if saved is None:
+        raise ValueError(f"{unset}; {config.init_checkpoint} is a {layout} checkpoint, with no batch: set it")
+    tokens = saved["train"]["global_batch_size"] * saved["data"]["max_seq_length"]
+    config.train.global_batch_size = max(1, tokens // config.data.max_seq_length)
+    log.info("config.train.global_batch_size=%d: the %d tokens a batch of %s", config.train.global_batch_size,
+             tokens, config.init_checkpoint)
+
+
 def _checkpoint_config(config: ml_collections.ConfigDict) -> BertConfig | None:
     """The BertConfig of config.init_checkpoint (None without one); ValueError naming it."""
     from bertjax.models.convert import pretrained_config
@@ -330,6 +355,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     train_cfg = config.train
 
     # -- Tokenizer, model config, mesh: validated before data preparation or compiling. --
+    resolve_global_batch_size(config)
     check_data_config(config.data)
     if config.data.source == "original_tfrecord" and not config.data.vocab_path:
         raise ValueError("config.data.source='original_tfrecord' needs config.data.vocab_path: the vocab.txt the "

@@ -25,8 +25,9 @@ The argument may add options after the preset, comma separated:
                                     the context extension: continue a shorter run (pass
                                     --config.init_checkpoint=<its workdir>) at the model's
                                     longest length (8,192; modernbert-tiny 1,024), the same tokens
-                                    per batch, 10% of the steps; a larger rotary theta with
-                                    --config.model.rope_theta=...
+                                    per batch as that run (unless
+                                    --config.train.global_batch_size is set), 10% of the steps; a
+                                    larger rotary theta with --config.model.rope_theta=...
 """
 
 import ml_collections
@@ -90,8 +91,12 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.do_lower_case = True
     small = preset in ("tiny", "modernbert-tiny")
     config.data.max_seq_length = 64 if small else 128
-    config.data.max_predictions_per_seq = 10 if small else 20
     config.data.masked_lm_prob = 0.15
+    # The cap on masked tokens a row: a full row's share, ceil(length x masked_lm_prob) (the
+    # original's 20 at 128), following both when either is overridden (a FieldReference);
+    # a value set replaces it.
+    length, share = config.data.get_ref("max_seq_length"), config.data.get_ref("masked_lm_prob")
+    config.data.max_predictions_per_seq = (-((-(length * share) + 1e-9) // 1)).to_int()
     config.data.mask_token_prob = 0.8    # a chosen token: [MASK] with this chance,
     config.data.random_token_prob = 0.1  # a random token with this one, else kept (80/10/10)
     # The original's 0.1 draws a short target once per document; a target below one sentence
@@ -146,19 +151,16 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         # (warmup-stable-decay, 1-sqrt): a run can then be extended or stopped at any point.
         config.data.next_sentence_prediction = False
         config.data.full_rows = True
-        config.data.masked_lm_prob = 0.3
-        config.data.max_predictions_per_seq = -(-config.data.max_seq_length * 3 // 10)
+        config.data.masked_lm_prob = 0.3  # max_predictions_per_seq follows
         config.train.update(schedule="wsd", decay_fraction=0.1, decay_shape="1-sqrt", adam_bias_correction=True)
     if "long" in options:
         if not preset.startswith("modernbert"):
             raise ValueError(f"configs/pretrain.py: 'long' extends the modern encoder's context (a modernbert-* "
                              f"preset: rotary positions), not {preset!r}; the original BERT's is 'phase2'")
-        # The same tokens per batch as the shorter phase (set global_batch_size to what divides the mesh).
-        config.train.global_batch_size = max(1, config.train.global_batch_size * config.data.max_seq_length
-                                             // config.model.max_position_embeddings)
-        config.data.max_seq_length = config.model.max_position_embeddings
-        config.data.max_predictions_per_seq = -(-config.data.max_seq_length * round(
-            config.data.masked_lm_prob * 100) // 100)
+        # Unset: the shorter run's tokens per batch (config.init_checkpoint's saved config) at
+        # this length, resolved at start-up (bertjax.pretrain.resolve_global_batch_size).
+        config.train.global_batch_size = config_dict.placeholder(int)
+        config.data.max_seq_length = config.model.max_position_embeddings  # max_predictions_per_seq follows
         config.train.num_steps = max(1, config.train.num_steps // 10)
         config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
     unknown = set(options) - {"phase2", "modern", "long"}

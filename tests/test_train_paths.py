@@ -112,3 +112,38 @@ def test_inputs_are_refused_before_any_preparation(tmp_path):
     with pytest.raises(ValueError, match="max_predictions_per_seq must be in"):
         pretrain.train_and_evaluate(config, str(tmp_path / "b"))
     assert not os.path.exists(tmp_path / "b" / "data")  # nothing was prepared
+
+
+def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
+    """The cap on masked tokens a row follows max_seq_length and masked_lm_prob however they
+    are set (the modern recipe's 30% at a longer length, as docs/pretraining.md runs it); the
+    context extension takes the batch of the run it continues, in tokens."""
+    import jax.numpy as jnp
+
+    from bertjax import checkpointing, pretrain
+
+    assert pretrain_config.get_config("base").data.max_predictions_per_seq == 20  # the original's at 128
+    assert pretrain_config.get_config("base,phase2").data.max_predictions_per_seq == 80  # and at 512
+    tiny = pretrain_config.get_config("tiny")
+    assert tiny.data.max_predictions_per_seq == 10
+    tiny.data.max_seq_length = 512
+    assert tiny.data.max_predictions_per_seq == 77
+    tiny.data.max_predictions_per_seq = 7  # set: no longer derived
+    tiny.data.max_seq_length = 1024
+    assert tiny.data.max_predictions_per_seq == 7
+    modern = pretrain_config.get_config("modernbert-base,modern")
+    modern.data.max_seq_length = 1024
+    assert modern.data.max_predictions_per_seq == 308  # 30% of 1,024
+
+    long = pretrain_config.get_config("modernbert-base,modern,long")
+    assert (long.data.max_seq_length, long.data.max_predictions_per_seq) == (8192, 2458)
+    assert long.train.global_batch_size is None
+    with pytest.raises(ValueError, match="config.train.global_batch_size is unset: it takes the tokens per batch"):
+        pretrain.resolve_global_batch_size(long)
+    shorter = tmp_path / "mb1024"
+    checkpointer = checkpointing.Checkpointer(str(shorter / "checkpoints"), save_interval_steps=1, max_to_keep=1,
+                                              async_save=False)
+    checkpointer.save(1, {"w": jnp.zeros(2)}, data_position=1, config=modern.to_dict())  # batch 256 x 1,024
+    long.init_checkpoint = str(shorter)
+    pretrain.resolve_global_batch_size(long)
+    assert long.train.global_batch_size == 32  # 262,144 tokens at 8,192
