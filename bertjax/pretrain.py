@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint: BertConfig | None = None
                  ) -> BertConfig:
     """The BertConfig of a run: `config.model` (None = unset, vocab_size 0 = the tokenizer's),
-    with the architecture of `checkpoint` (config.init_checkpoint) when there is one."""
+    the unset fields from `checkpoint` (config.init_checkpoint) when there is one, else from
+    config.model.preset."""
     fields = dict(config.model)
     if fields["vocab_size"] not in (0, vocab_size):
         raise ValueError(f"config.model.vocab_size={fields['vocab_size']} does not match the tokenizer's "
@@ -47,7 +48,7 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has a vocabulary of "
                          f"{checkpoint.vocab_size} tokens but the tokenizer (config.data.vocab_path) has {vocab_size}")
     fields["vocab_size"] = vocab_size
-    return bert_config.resolve(fields, checkpoint=checkpoint, **bert_config.this_host())
+    return bert_config.resolve(fields, checkpoint=checkpoint, preset=fields.get("preset"), **bert_config.this_host())
 
 
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int]) -> None:

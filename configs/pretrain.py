@@ -60,21 +60,19 @@ PRESET_RECIPES.update({"modernbert-tiny": PRESET_RECIPES["tiny"], "modernbert-mi
 
 def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     preset, *options = arg.split(",")
+    preset_model = BertConfig.preset(preset)  # an unknown preset: a ValueError naming the known ones
     config = ml_collections.ConfigDict()
     config.seed = 42
 
-    # -- Model: every BertConfig field, starting from the preset; vocab_size 0 = the tokenizer's.
-    #    Unset (None): hidden_act and layer_norm_eps come from config.init_checkpoint when there
-    #    is one (else exact GELU, 1e-12); dtype is bfloat16 on TPU/GPU and float32 on CPU;
-    #    matmul_precision is bfloat16 on a CPU with AMX-BF16 (bfloat16 operands, float32
-    #    sums, as a TPU multiplies float32), else default. --
-    config.model = ml_collections.ConfigDict(BertConfig.preset(preset, vocab_size=1).to_dict())
+    # -- Model: every BertConfig field; unset (None) ones come from config.init_checkpoint when
+    #    there is one (its architecture, GELU form, LayerNorm epsilon, dropout), else from
+    #    `preset`; vocab_size 0 = the tokenizer's. dtype unset is bfloat16 on TPU/GPU and
+    #    float32 on CPU; matmul_precision unset is bfloat16 on a CPU with AMX-BF16 (bfloat16
+    #    operands, float32 sums, as a TPU multiplies float32), else default. --
+    config.model = ml_collections.ConfigDict({field: config_dict.placeholder(type(value))
+                                              for field, value in BertConfig().to_dict().items()})
+    config.model.preset = preset
     config.model.vocab_size = 0
-    if not preset.startswith("modernbert"):  # a modern preset's are ModernBERT's (exact GELU, 1e-5)
-        config.model.hidden_act = config_dict.placeholder(str)
-        config.model.layer_norm_eps = config_dict.placeholder(float)
-    config.model.dtype = config_dict.placeholder(str)
-    config.model.matmul_precision = config_dict.placeholder(str)
 
     # -- Data: source -> tokenizer -> prepared shards -> online NSP pairing + masking. --
     config.data = ml_collections.ConfigDict()
@@ -160,7 +158,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         # Unset: the shorter run's tokens per batch (config.init_checkpoint's saved config) at
         # this length, resolved at start-up (bertjax.pretrain.resolve_global_batch_size).
         config.train.global_batch_size = config_dict.placeholder(int)
-        config.data.max_seq_length = config.model.max_position_embeddings  # max_predictions_per_seq follows
+        # max_predictions_per_seq follows.
+        config.data.max_seq_length = preset_model.max_position_embeddings
         config.train.num_steps = max(1, config.train.num_steps // 10)
         config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
     unknown = set(options) - {"phase2", "modern", "long"}

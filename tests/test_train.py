@@ -371,8 +371,11 @@ def test_unknown_override_key_is_rejected(tmp_path):
 
 
 def test_config_presets_and_phase_two():
+    from bertjax import pretrain
+
     base = pretrain_config.get_config("base")
-    assert (base.model.hidden_size, base.model.num_hidden_layers, base.train.global_batch_size) == (768, 12, 256)
+    bert = pretrain.model_config(base, vocab_size=30522)  # config.model: what is set; the preset the rest
+    assert (bert.hidden_size, bert.num_hidden_layers, base.train.global_batch_size) == (768, 12, 256)
     phase2 = pretrain_config.get_config("base,phase2")
     assert (phase2.data.max_seq_length, phase2.data.max_predictions_per_seq) == (512, 80)
     assert phase2.train.num_steps == base.train.num_steps // 9
@@ -384,7 +387,7 @@ def test_config_presets_and_phase_two():
     recipes = {preset: pretrain_config.get_config(preset).train for preset in pretrain_config.PRESET_RECIPES}
     assert [preset for preset, train in recipes.items() if train.adam_bias_correction] == [
         "tiny", "modernbert-tiny", "modernbert-mini"]
-    modern = pretrain_config.get_config("modernbert-base").model
+    modern = pretrain.model_config(pretrain_config.get_config("modernbert-base"), vocab_size=50368)
     assert (modern.position_embedding, modern.layer_norm_eps, modern.hidden_act) == ("rope", 1e-5, "gelu")
     recipe = pretrain_config.get_config("mini,modern")
     assert (recipe.data.next_sentence_prediction, recipe.data.full_rows, recipe.data.masked_lm_prob,

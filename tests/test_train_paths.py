@@ -16,9 +16,11 @@ sys.path.insert(0, ROOT)
 from configs import pretrain as pretrain_config  # noqa: E402
 
 
-def _config(prepared_dir, steps=8, **model):
+def _config(prepared_dir, steps=8, sized=True, **model):
+    """The tiny preset, smaller (unless not `sized`: the preset's sizes, or a checkpoint's)."""
     config = pretrain_config.get_config("tiny")
-    config.model.update(hidden_size=64, num_attention_heads=2, intermediate_size=128, **model)
+    config.model.update(**(dict(hidden_size=64, num_attention_heads=2, intermediate_size=128) if sized else {}),
+                        **model)
     config.data.update(prepared_dir=prepared_dir, max_seq_length=32, max_predictions_per_seq=5)
     config.train.update(num_steps=steps, global_batch_size=16, learning_rate=5e-3, warmup_steps=1, log_every=1,
                         eval_every=0)
@@ -66,15 +68,16 @@ def test_init_checkpoint_keeps_its_architecture_and_weights(tmp_path, prepared_d
     from bertjax import checkpointing, pretrain
     from bertjax.data import prepare
 
-    config = _config(prepared_dir, steps=1)
+    config = _config(prepared_dir, steps=1, sized=False)  # the checkpoint's sizes, not the preset's (hidden 128)
     vocab_size = prepare.load_tokenizer_for(config.data, prepared_dir).vocab_size
     directory, weights = _exported(tmp_path, layout, hidden_act, layer_norm_eps, vocab_size)
     config.init_checkpoint = directory
     config.train.learning_rate = 1e-9  # one step that barely moves the weights
     pretrain.train_and_evaluate(config, str(tmp_path / "run"))
     meta, params = checkpointing.load_params(str(tmp_path / "run" / "checkpoints"))
-    assert (meta["config"]["model"]["hidden_act"], meta["config"]["model"]["layer_norm_eps"]) == (hidden_act,
-                                                                                                   layer_norm_eps)
+    model = meta["config"]["model"]
+    assert (model["hidden_act"], model["layer_norm_eps"]) == (hidden_act, layer_norm_eps)
+    assert (model["hidden_size"], model["num_hidden_layers"], model["intermediate_size"]) == (64, 2, 128)
     np.testing.assert_allclose(params["bert"]["embeddings"]["word_embeddings"]["embedding"],
                                weights["bert"]["embeddings"]["word_embeddings"]["embedding"], atol=1e-6)
     np.testing.assert_allclose(params["mlm"]["output_bias"], weights["mlm"]["output_bias"], atol=1e-6)

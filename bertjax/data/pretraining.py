@@ -73,8 +73,8 @@ def check_data_config(data_config) -> None:
     checks = [
         (d.source in SOURCES, f"source must be one of {', '.join(SOURCES)}, got {d.source!r}"),
         (d.max_seq_length >= 8, "max_seq_length must be >= 8"),
+        (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),  # before the cap that follows it
         (0 < d.max_predictions_per_seq <= d.max_seq_length, "max_predictions_per_seq must be in [1, max_seq_length]"),
-        (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),
         (0.0 <= d.mask_token_prob <= 1.0 and 0.0 <= d.random_token_prob <= 1.0
          and d.mask_token_prob + d.random_token_prob <= 1.0 + 1e-9,
          "mask_token_prob and random_token_prob must be in [0, 1] with a sum <= 1 (the rest is kept)"),
