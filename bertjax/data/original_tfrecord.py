@@ -35,8 +35,9 @@ def feature_spec(max_seq_length: int, max_predictions: int) -> dict:
     }
 
 
-def _check_first_record(path: str, spec: dict) -> None:
-    """Clear errors (file and key) for a record that does not match the configured shapes."""
+def _check_first_record(path: str, spec: dict, vocab_size: int | None) -> None:
+    """Clear errors (file and key) for a record that does not match the configured shapes or
+    holds a token id outside the vocabulary."""
     try:
         first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
     except tf.errors.OpError as e:
@@ -56,19 +57,32 @@ def _check_first_record(path: str, spec: dict) -> None:
         if length != feature.shape[0]:
             raise ValueError(f"{path}: feature {key!r} has {length} values, the config expects {feature.shape[0]} "
                              "(check config.data.max_seq_length / max_predictions_per_seq)")
+    for key in _TOKEN_IDS:
+        _check_ids(max(example.features.feature[key].int64_list.value, default=0), vocab_size, path)
+
+
+# Features holding token ids: each below the vocabulary's size, or its embedding lookup gives NaN.
+_TOKEN_IDS = ("input_ids", "masked_lm_ids")
+
+
+def _check_ids(largest: int, vocab_size: int | None, where: str) -> None:
+    if vocab_size is not None and largest >= vocab_size:
+        raise ValueError(f"{where} holds token id {largest}, but the vocabulary (config.data.vocab_path) has "
+                         f"{vocab_size} tokens: the records were made with another vocab.txt; give that one")
 
 
 class OriginalTFRecordPipeline:
     """Batches of original pre-training records; same interface as `PretrainingPipeline`."""
 
     def __init__(self, data_config, *, paths: list[str], batch_size: int, process_index: int = 0,
-                 process_count: int = 1, seed: int | None = None):
+                 process_count: int = 1, seed: int | None = None, vocab_size: int | None = None):
         if not paths:
             raise ValueError("OriginalTFRecordPipeline: no input files")
         self.paths = sorted(paths)
         self.spec = feature_spec(data_config.max_seq_length, data_config.max_predictions_per_seq)
         check_files_not_empty(self.paths)
-        _check_first_record(self.paths[0], self.spec)
+        self.vocab_size = vocab_size  # token ids are checked against it (None: not checked)
+        _check_first_record(self.paths[0], self.spec, vocab_size)
         self.batch_size = batch_size
         self.shuffle_buffer = data_config.instance_shuffle_buffer
         self.seed = data_config.seed if seed is None else seed
@@ -114,5 +128,10 @@ class OriginalTFRecordPipeline:
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's."""
-        return iterate_naming_bad_files(self.dataset(start_batch), [self.paths[i] for i in self.file_ids],
-                                        lambda serialized: self._parse(serialized) and None)
+        paths = [self.paths[i] for i in self.file_ids]
+        for batch in iterate_naming_bad_files(self.dataset(start_batch), paths,
+                                              lambda serialized: self._parse(serialized) and None):
+            for key in _TOKEN_IDS:
+                _check_ids(int(batch[key].max()), self.vocab_size, f"a record ({key}) of {', '.join(paths[:2])}"
+                           + (f" and {len(paths) - 2} more files" if len(paths) > 2 else ""))
+            yield batch

@@ -22,8 +22,10 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
         paths = sorted(p for glob_ in pattern.split(",") if glob_.strip() for p in fileio.glob(glob_.strip()))
         if not paths:
             raise FileNotFoundError(f"config.data.{key}={pattern!r} matches no files")
+        vocab_size = prepare.vocab_size_for(data_config, data_config.prepared_dir or fileio.join(workdir, "data"))
         return original_tfrecord.OriginalTFRecordPipeline(data_config, paths=paths, batch_size=batch_size,
-                                                          process_index=process_index, process_count=process_count)
+                                                          process_index=process_index, process_count=process_count,
+                                                          vocab_size=vocab_size)
     data_dir = data_config.prepared_dir or fileio.join(workdir, "data")
     metadata = prepare.ensure_prepared(data_config, data_dir)
     tokenizer = prepare.load_tokenizer_for(data_config, data_dir)

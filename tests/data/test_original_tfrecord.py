@@ -101,3 +101,17 @@ def test_truncated_file_is_named(files):
         it = pipeline.batches()
         for _ in range(30):
             next(it)
+
+
+def test_token_ids_beyond_the_vocabulary_are_refused(files):
+    """Records made with a larger vocab.txt than config.data.vocab_path's: the embedding lookup
+    of an id beyond the table gives NaN, and every step would be skipped as non-finite."""
+    with pytest.raises(ValueError, match=f"{files[2]} holds token id 200, but the vocabulary .* has 150 tokens"):
+        original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files[2:], batch_size=4, vocab_size=150)
+    pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=4, vocab_size=150)
+    with pytest.raises(ValueError, match=r"a record \(input_ids\) of .*original-0.tfrecord, .*original-1.tfrecord and "
+                                         r"1 more files holds token id 2\d\d, but the vocabulary"):
+        for _ in pipeline.batches():
+            pass
+    whole = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=4, vocab_size=220)
+    assert len([batch for batch, _ in zip(whole.batches(), range(15))]) == 15  # ids up to 219: all in
