@@ -143,6 +143,11 @@ class PretrainingPipeline:
             "max_seq_length": data_config.max_seq_length, "short_seq_prob": data_config.short_seq_prob,
             "nsp": self.nsp, "shuffle_buffer": data_config.shuffle_buffer, "chunk_batch": _DOCS_PER_CHUNK_BATCH,
             "pack_pairs": self.pack_pairs, "pack_window": _PACK_WINDOW, "full_rows": self.full_rows,
+            # Packed rows also depend on the instances' order and their masked tokens (each row's
+            # prediction budget).
+            **({"instance_shuffle_buffer": data_config.instance_shuffle_buffer,
+                "masked_lm_prob": data_config.masked_lm_prob, "whole_word_mask": data_config.whole_word_mask,
+                "max_predictions_per_seq": data_config.max_predictions_per_seq} if self.pack_pairs else {}),
         }, sort_keys=True).encode()).hexdigest()
         self._epoch_sizes: dict[int, int] = self._load_epoch_sizes()
 

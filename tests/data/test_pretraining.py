@@ -355,6 +355,32 @@ def test_epoch_sizes_are_recorded_while_streaming_and_spare_the_recount_on_resum
         take(pipeline(), 1, start_batch=start)
 
 
+@pytest.mark.parametrize("pack_pairs", [0, 2])
+def test_recorded_epoch_sizes_apply_to_settings_that_keep_the_row_count(tmp_path, monkeypatch, pack_pairs):
+    """Masking leaves the number of instances alone, but packed rows fill up to a prediction
+    budget: with packing, another max_predictions_per_seq counts its epoch again."""
+    paths = synthetic.write_shards(str(tmp_path / "shards"), 40, 2, seed=3)
+    record = str(tmp_path / "epoch_sizes.json")
+
+    def pipeline(**settings):
+        config = data_config(shuffle_buffer=16, instance_shuffle_buffer=32, pack_pairs=pack_pairs, **settings)
+        return pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8, epoch_sizes_path=record,
+                                               tokenizer=synthetic.tokenizer_for(40))
+
+    pipeline().epoch_size(0)
+
+    def no_counting(self, epoch):
+        raise AssertionError(f"epoch {epoch} was counted although its size was recorded")
+
+    monkeypatch.setattr(pretraining.PretrainingPipeline, "_count_instances", no_counting)
+    other = pipeline(max_predictions_per_seq=4)
+    if pack_pairs:
+        with pytest.raises(AssertionError, match="was counted"):
+            other.epoch_size(0)
+    else:
+        other.epoch_size(0)
+
+
 @pytest.mark.parametrize("num_shards", [4, 1])  # whole files per host / every other record
 def test_hosts_get_disjoint_documents(tmp_path, num_shards):
     paths = synthetic.write_shards(str(tmp_path), 200, num_shards)
