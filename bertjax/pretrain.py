@@ -85,7 +85,9 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.data.short_seq_prob must be in [0, 1], got {data_config.short_seq_prob}")
     if not 0.0 <= data_config.eval_fraction < 1.0:
         raise ValueError(f"config.data.eval_fraction must be in [0, 1), got {data_config.eval_fraction}")
-    if data_config.eval_fraction == 0.0 and config.train.eval_every and data_config.source != "original_tfrecord":
+    # A prepared folder holds out what it was prepared with (checked when it is read).
+    if data_config.eval_fraction == 0.0 and config.train.eval_every and data_config.source not in (
+            "original_tfrecord", "prepared"):
         raise ValueError("config.data.eval_fraction=0 holds out no documents, but config.train.eval_every="
                          f"{config.train.eval_every} evaluates on them: set eval_every=0 (no evaluation) or a "
                          "fraction > 0")

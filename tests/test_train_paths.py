@@ -150,3 +150,25 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
     long.init_checkpoint = str(shorter)
     pretrain.resolve_global_batch_size(long)
     assert long.train.global_batch_size == 32  # 262,144 tokens at 8,192
+
+
+def test_a_prepared_folder_holds_out_what_it_was_prepared_with(tmp_path):
+    """config.data.source=prepared reads a folder's own held-out split: its eval_fraction, not
+    the config's, decides whether there is one to evaluate on."""
+    from bertjax import pretrain
+    from bertjax.data import prepare
+
+    folder = str(tmp_path / "no_eval")
+    config = pretrain_config.get_config("tiny")
+    config.data.eval_fraction = 0.0
+    prepare.ensure_prepared(config.data, folder)
+
+    config = pretrain_config.get_config("tiny")  # the default eval_fraction 0.02 and evaluation on
+    config.data.update(source="prepared", input_pattern=folder)
+    with pytest.raises(ValueError, match=r"no eval documents among the corpus's \d+ \(prepared with "
+                                         r"config.data.eval_fraction=0.0\); evaluate nothing with "
+                                         r"config.train.eval_every=0"):
+        pretrain.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+    config.data.eval_fraction = 0.0  # no effect on a prepared folder: not refused for it
+    pretrain.validate_config(config, pretrain.model_config(config, 786), mesh_shape=(8, 1, 1))

@@ -36,8 +36,10 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
              if count > 0]
     if not paths:
         documents = sum(entry["documents"] for entry in metadata["splits"].values())
-        raise ValueError(f"{metadata['dir']}: no {split} documents among the corpus's {documents} "
-                         f"(config.data.eval_fraction={data_config.eval_fraction})")
+        fraction = metadata["settings"]["eval_fraction"]  # the folder's: a prepared source's may differ
+        remedy = "; evaluate nothing with config.train.eval_every=0" if split == "eval" else ""
+        raise ValueError(f"{metadata['dir']}: no {split} documents among the corpus's {documents} (prepared with "
+                         f"config.data.eval_fraction={fraction}){remedy}")
     epoch_sizes_path = fileio.join(workdir, "epoch_sizes", f"{split}-{process_index:05d}-of-{process_count:05d}.json")
     return PretrainingPipeline(data_config, shard_paths=paths, tokenizer=tokenizer, batch_size=batch_size,
                                process_index=process_index, process_count=process_count, split=split,
