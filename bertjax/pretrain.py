@@ -414,7 +414,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))  # fine-tuning finds it here
 
     # -- The step, compiled once per batch size with explicit shardings (once, without batch
-    #    warmup; later sizes when the warmup reaches them); the state is donated. --
+    #    warmup; with it the first size and the largest the run reaches now, so that a batch too
+    #    large for memory fails here rather than hours into the ramp, and the sizes between when
+    #    the warmup reaches them); the state is donated. --
     start_step = int(jax.device_get(state.step))
     batch_shardings = {name: sharding.batch_sharding(mesh, len(spec.shape)) for name, spec in batch_abstract.items()}
     with sharding.activate(mesh):
@@ -429,8 +431,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         eval_fn = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=eval_objective)[:2],
                           in_shardings=(shardings.params, batch_shardings),
                           compiler_options=compilation_cache.compiler_options())
-        step_fn, compile_seconds = compile_for(warmup.rows(start_step))
-    compiled = {warmup.rows(start_step): step_fn}
+        compiled, compile_seconds = {}, 0.0
+        for rows in sorted({warmup.rows(start_step), warmup.rows(train_cfg.num_steps - 1)}):
+            compiled[rows], seconds = compile_for(rows)
+            compile_seconds += seconds
     loop = trainer.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config,
         num_steps=train_cfg.num_steps, start_step=start_step, log_every=train_cfg.log_every,
@@ -445,7 +449,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         fixed_metrics={"compile_seconds": compile_seconds}, bfloat16_products=bert.matmul_precision == "bfloat16")
     ramp = (f"; the batch grows {warmup.unit} -> {train_cfg.global_batch_size} rows over the first "
             f"{warmup.warmup_steps} steps" if warmup.active else "")
-    loop.console(f"{loop_console}; {how}; compiled the train step in {compile_seconds:.1f}s; "
+    sizes = f" at {' and '.join(map(str, compiled))} rows" if len(compiled) > 1 else ""
+    loop.console(f"{loop_console}; {how}; compiled the train step{sizes} in {compile_seconds:.1f}s; "
                  f"starting at step {start_step} of {train_cfg.num_steps}{ramp}")
 
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
@@ -454,10 +459,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     try:
         while step < train_cfg.num_steps:
             rows = warmup.rows(step)
-            if rows not in compiled:
-                with loop.paused(), sharding.activate(mesh):
-                    compiled[rows], seconds = compile_for(rows)
-                loop.console(f"step {step}: the batch grows to {rows} rows; compiled its step in {seconds:.1f}s")
+            if step > start_step and rows != warmup.rows(step - 1):
+                how_compiled = "compiled at the start"
+                if rows not in compiled:
+                    with loop.paused(), sharding.activate(mesh):
+                        compiled[rows], seconds = compile_for(rows)
+                    how_compiled = f"compiled its step in {seconds:.1f}s"
+                loop.console(f"step {step}: the batch grows to {rows} rows; {how_compiled}")
             batch = place(loop.next_batch(batches, step, state), mesh)
             with sharding.activate(mesh):
                 state, metrics = compiled[rows](state, batch, step_inputs)
