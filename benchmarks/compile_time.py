@@ -27,11 +27,11 @@ def compile_seconds(num_layers: int, scan: bool) -> float:
     from bertjax import optim, sharding, pretrain, trainer
     from bertjax.models import BertForPreTraining
     from bertjax.models import config as bert_config
-    from configs import pretrain
+    from configs import pretrain as pretrain_config
 
     bert = bert_config.resolve({"num_hidden_layers": num_layers, "scan_layers": scan}, preset=_PRESET.value,
                                **bert_config.this_host())
-    config = pretrain.get_config("base")
+    config = pretrain_config.get_config("base")
     config.data.max_seq_length, config.data.max_predictions_per_seq = _SEQ.value, int(np.ceil(0.15 * _SEQ.value))
     model = BertForPreTraining(bert)
     batch = pretrain.abstract_inputs(config, _BATCH.value)

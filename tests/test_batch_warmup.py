@@ -2,7 +2,6 @@
 batch_warmup_start rows, every step's input starts where the steps before it stopped, and a
 run interrupted during the warmup resumes to the uninterrupted run's losses bit for bit."""
 
-import os
 import shutil
 
 import ml_collections

@@ -25,7 +25,6 @@ sys.path.insert(0, ROOT)
 
 from bertjax import checkpointing  # noqa: E402
 from bertjax.data.corpora import demo_corpus  # noqa: E402
-from configs import pretrain as pretrain_config  # noqa: E402
 from small_runs import xla_flags  # noqa: E402
 
 

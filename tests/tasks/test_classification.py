@@ -4,7 +4,6 @@
 import json
 import os
 
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -329,8 +328,8 @@ def test_a_quote_left_open_is_named_by_the_line_its_record_starts_on(tmp_path):
     path.write_text('text,label\n"a review\nover two lines",pos\n"oops,pos\n' + "fine,neg\n" * 1000)
     rows = read_records(str(path))
     assert next(rows) == (f"{path}:2", {"text": "a review\nover two lines", "label": "pos"})
-    with pytest.raises(ValueError, match=rf"train.csv:4: not valid CSV \(unexpected end of data; the record starting "
-                                         rf"here runs to line 1004\)"):
+    with pytest.raises(ValueError, match=r"train.csv:4: not valid CSV \(unexpected end of data; the record starting "
+                                         r"here runs to line 1004\)"):
         next(rows)
 
 

@@ -4,7 +4,6 @@ packing is tests/data/test_packing.py)."""
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
