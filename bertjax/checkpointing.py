@@ -161,17 +161,18 @@ class Checkpointer:
         return sorted(self._manager.all_steps())
 
     def save(self, step: int, state: Any, *, data_position: int, config: dict, force: bool = False,
-             extra_meta: dict | None = None) -> bool:
+             extra_meta: dict | None = None, replace: bool = False) -> bool:
         """Starts saving `state` (a pytree of jax.Arrays) at `step`; returns whether it did.
 
         Saves only when `step` is a multiple of save_interval_steps, or when `force`
-        (preemption, end of training) and the step is not saved yet. With async saves the
+        (preemption, end of training) and the step is not saved yet; with `replace` a saved
+        `step` is deleted and written again (a best checkpoint re-evaluated after a resume). With async saves the
         call returns once the arrays are copied off the devices; `wait_until_finished`
         blocks until they are on disk. `config` and `extra_meta` (stored as meta["extra"],
         e.g. a fine-tuning run's best metric) must be JSON-serializable.
         Raises CheckpointSaveError when writing fails (this step's or the previous save's).
         """
-        if step in self._manager.all_steps() or not (force or self._manager.should_save(step)):
+        if not (force or self._manager.should_save(step)) or (step in self._manager.all_steps() and not replace):
             return False
         meta = {"format": FORMAT, "step": int(step), "data_position": int(data_position), "config": config,
                 "extra": {} if extra_meta is None else extra_meta}
@@ -182,6 +183,8 @@ class Checkpointer:
         except TypeError as e:
             raise ValueError(f"Checkpointer.save: config and extra_meta must be JSON-serializable ({e})") from None
         self.wait_until_finished()
+        if step in self._manager.all_steps():
+            self._manager.delete(step)
         self._saving = step
         try:
             return self._manager.save(step, args=ocp.args.Composite(

@@ -608,8 +608,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     loop.write_eval(step, _eval_record(results))
                     if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
                         best, best_predictions = {"step": step, "metrics": main}, predictions
+                        # replace: a resumed run evaluates a step again, and best/ may hold its
+                        # earlier (other) weights and score.
                         best_checkpointer.save(step, {"params": state.params}, data_position=step,
-                                               config=saved_config, force=True, extra_meta=best)
+                                               config=saved_config, force=True, extra_meta=best, replace=True)
             with clock.phase("save"):
                 loop.save(step, state)
     except BaseException:

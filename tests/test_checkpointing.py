@@ -176,6 +176,13 @@ def test_interval_keep_last_n_and_force(tmp_path, small8):
     assert ckpt.save(33, state, data_position=33, config=CONFIG, force=True)  # preemption save
     assert not ckpt.save(33, state, data_position=33, config=CONFIG, force=True)  # already saved
     assert ckpt.all_steps() == [30, 33] and ckpt.latest_step() == 33
+    # A best checkpoint evaluated again after a resume: the step's other weights and score go.
+    other = jax.tree.map(lambda leaf: leaf + 1, state)
+    assert ckpt.save(33, other, data_position=33, config=CONFIG, force=True, replace=True, extra_meta={"score": 2})
+    restored, meta = ckpt.restore(jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                                                                 sharding=leaf.sharding), state))
+    assert_trees_equal(restored, other)
+    assert meta["extra"] == {"score": 2} and ckpt.all_steps() == [30, 33]
     with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
         ckpt.save(40, state, data_position=40, config={"bad": object()})
     with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
