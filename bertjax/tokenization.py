@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import re
 import unicodedata
 from typing import Iterable, Sequence
@@ -90,11 +91,20 @@ class Tokenizer:
     # -- Construction. --
 
     @classmethod
-    def from_vocab_file(cls, path: str, do_lower_case: bool = True) -> "Tokenizer":
+    def from_vocab_file(cls, path: str, do_lower_case: bool | None = True) -> "Tokenizer":
         """A WordPiece tokenizer from a BERT `vocab.txt` (one token per line, id = line number;
         local or gs://) or a Hugging Face `tokenizer.json` (see `read_vocab`; its normaliser
-        must be one this tokenizer reproduces: `wordpiece_casing` checks it)."""
-        wordpiece_casing(path)
+        must be one this tokenizer reproduces: `wordpiece_casing` checks it). do_lower_case
+        None: a tokenizer.json's casing, else lower-cased; one that contradicts the file's is
+        used as asked, with a warning."""
+        casing = wordpiece_casing(path)
+        if do_lower_case is None:
+            do_lower_case = True if casing is None else casing
+        elif casing is not None and casing != do_lower_case:
+            logging.getLogger(__name__).warning(
+                "%s %s (its BertNormalizer's lowercase=%s); do_lower_case=%s %s it as asked (config.data."
+                "do_lower_case, --do_lower_case)", path, "lower-cases" if casing else "keeps case", casing,
+                do_lower_case, "lower-cases" if do_lower_case else "keeps its case")
         tokens = read_vocab(path)
         vocab = {}
         for line, token in enumerate(tokens, start=1):
@@ -138,6 +148,10 @@ class Tokenizer:
         except Exception as e:  # tokenizers raises its own Exception types
             raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
         fast.encode_special_tokens = True  # "[MASK]" written in the text is text
+        # Hub files often keep the padding and truncation they were saved with (e.g. fixed 128):
+        # BERT's inputs are laid out, cut and padded by the caller, never by the tokenizer.
+        fast.no_padding()
+        fast.no_truncation()
         tokens = [fast.id_to_token(i) or f"<no token {i}>" for i in range(fast.get_vocab_size(with_added_tokens=True))]
         present = set(tokens)
         special = []
@@ -335,7 +349,7 @@ def save_tokenizer(tokenizer: Tokenizer, directory: str) -> None:
         return
     fileio.makedirs(directory)
     if tokenizer.kind == "wordpiece":
-        write_vocab(tokenizer.path, target)
+        write_vocab(read_vocab(tokenizer.path), target)
     elif not fileio.same_file(tokenizer.path, target):
         fileio.copy(tokenizer.path, target)
     fileio.write_json(fileio.join(directory, SAVED_TOKENIZER), spec)
@@ -348,11 +362,12 @@ def saved_tokenizer_spec(directory: str) -> dict:
             "vocab_hash": spec["vocab_hash"]}
 
 
-def load_tokenizer(kind: str, path: str, do_lower_case: bool = True) -> Tokenizer:
+def load_tokenizer(kind: str, path: str, do_lower_case: bool | None = True) -> Tokenizer:
     """"wordpiece" + vocab.txt, "sentencepiece" + .model or "huggingface" + tokenizer.json -> Tokenizer.
 
-    `do_lower_case` applies to WordPiece only: a SentencePiece model or a tokenizer.json
-    carries its own normalisation (see `data.vocabularies.train_sentencepiece`).
+    `do_lower_case` applies to WordPiece only (None: a tokenizer.json's own casing, else
+    lower-cased): a SentencePiece model or a tokenizer.json carries its own normalisation
+    (see `data.vocabularies.train_sentencepiece`).
     """
     if kind == "wordpiece":
         return Tokenizer.from_vocab_file(path, do_lower_case)
@@ -535,10 +550,10 @@ def _tokenizer_json_vocab(path: str) -> list[str]:
     return tokens
 
 
-def write_vocab(path: str, target: str) -> None:
-    """Writes the WordPiece vocabulary at `path` (`read_vocab`) to `target` as a vocab.txt
-    (read whole first, written atomically: `target` may be `path` itself)."""
-    fileio.write_bytes(target, "".join(token + "\n" for token in read_vocab(path)).encode("utf-8"))
+def write_vocab(tokens: list[str], target: str) -> None:
+    """Writes a WordPiece vocabulary (`read_vocab`'s tokens) to `target` as a vocab.txt
+    (atomically: `target` may be the file the tokens were read from)."""
+    fileio.write_bytes(target, "".join(token + "\n" for token in tokens).encode("utf-8"))
 
 
 def _read_bytes(path: str) -> bytes:

@@ -65,8 +65,8 @@ def main(_):
     if saved and saved["kind"] in ("wordpiece", "huggingface"):  # a tokenizer.json goes with a ModernBERT
         vocab = saved["path"] if vocab is None else vocab
         do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case
+    kind = "huggingface" if saved and saved["kind"] == "huggingface" else "wordpiece"
     if vocab is not None:  # checked before anything is written
-        kind = "huggingface" if saved and saved["kind"] == "huggingface" else "wordpiece"
         vocab_size = (len(tokenization.read_vocab(vocab)) if kind == "wordpiece"
                       else tokenization.load_tokenizer(kind, vocab).vocab_size)
         if vocab_size != config.vocab_size:
@@ -84,13 +84,13 @@ def main(_):
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab)
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
-          f"vocab: {vocab}{_casing(vocab, do_lower_case, convert.is_modern(config))})")
+          f"vocab: {vocab}{_casing(vocab, do_lower_case, convert.is_modern(config) or kind == 'huggingface')})")
 
 
-def _casing(vocab: str | None, do_lower_case: bool | None, modern: bool) -> str:
+def _casing(vocab: str | None, do_lower_case: bool | None, copied_whole: bool) -> str:
     """What the written folder says of its casing, for the summary line."""
-    if vocab is None or (modern and vocab.endswith(".json")):
-        return ""  # no vocabulary, or ModernBERT's tokenizer.json copied whole: its own normaliser says
+    if vocab is None or (copied_whole and vocab.endswith(".json")):
+        return ""  # no vocabulary, or a tokenizer.json copied whole: its own normaliser says
     if _FORMAT.value == "tf":
         return ", casing not stored (the TF layout has no place for it: name the folder cased_L-... or uncased_L-...)"
     return ", casing unknown, not stored" if do_lower_case is None else f", {'un' if do_lower_case else ''}cased"

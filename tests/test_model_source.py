@@ -176,6 +176,30 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
     (tmp_path / "bpe.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0}}}))
     with pytest.raises(ValueError, match="bpe.json: a BPE tokenizer; bertjax reads WordPiece"):
         tokenization.read_vocab(str(tmp_path / "bpe.json"))
+    # tokenizer_config.json's other BertTokenizer settings: one bertjax does not reproduce is refused.
+    (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": true, "strip_accents": false}')
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: strip_accents=False \(do_lower_case=True\), which "
+                                         r"bertjax's WordPiece does not reproduce"):
+        model_source.resolve(str(tmp_path))
+
+
+def test_a_cased_tokenizer_json_keeps_its_case_and_ignores_its_saved_padding(tmp_path, caplog):
+    """A tokenizer.json says its casing (BertNormalizer's lowercase), and hub files keep the
+    padding and truncation they were saved with (MiniLM's: fixed 128), which BERT's layout
+    never takes from a tokenizer."""
+    from bertjax import tokenization
+
+    settings = json.load(open(os.path.join(MINILM_DIR, "tokenizer.json")))
+    assert settings["padding"]["strategy"] == {"Fixed": 128} and settings["truncation"]["max_length"] == 128
+    whole = tokenization.load_tokenizer("huggingface", os.path.join(MINILM_DIR, "tokenizer.json"))
+    assert whole.encode("hello world") == [7592, 2088] and len(whole.encode("word " * 300)) == 300
+    settings["normalizer"]["lowercase"] = False
+    (tmp_path / "cased.json").write_text(json.dumps(settings))
+    cased = tokenization.Tokenizer.from_vocab_file(str(tmp_path / "cased.json"), do_lower_case=None)
+    assert not cased.do_lower_case and cased.encode("Hello") != cased.encode("hello")
+    with caplog.at_level("WARNING"):
+        lowered = tokenization.Tokenizer.from_vocab_file(str(tmp_path / "cased.json"), do_lower_case=True)
+    assert lowered.do_lower_case and "keeps case (its BertNormalizer's lowercase=False); do_lower_case=True" in caplog.text
 
 
 def test_a_pretraining_workdir_resolves_to_its_newest_checkpoint(small_pretrained_run):

@@ -178,6 +178,7 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
         return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path, do_lower_case,
                                  extra_config)
     _check_bert_layout(config, "export_huggingface")
+    tokens = _wordpiece_tokens(vocab_path)  # read before anything is written
     params = plain_params(params)
     heads, num_labels = param_heads(params, config, "export_huggingface")
     prefix = "bert." if heads else ""
@@ -197,13 +198,26 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     hf_config = {**bert_to_hf_config(config), **(extra_config or {})}
     hf_config["architectures"] = [architecture]
     write_huggingface_files(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
-    if vocab_path:
+    if tokens is not None:
         from bertjax import tokenization
 
-        tokenization.write_vocab(vocab_path, fileio.join(out_dir, "vocab.txt"))
+        tokenization.write_vocab(tokens, fileio.join(out_dir, "vocab.txt"))
         if do_lower_case is not None:
             write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
+    elif vocab_path:  # a BPE or Unigram tokenizer.json holds its own normalisation: copied whole
+        fileio.copy(vocab_path, fileio.join(out_dir, "tokenizer.json"))
     return heads
+
+
+def _wordpiece_tokens(vocab_path: str | None) -> list[str] | None:
+    """The WordPiece vocabulary at `vocab_path` (a vocab.txt or tokenizer.json), None without one
+    or for a tokenizer.json of another kind (BPE, Unigram); ValueError for a bad file."""
+    if not vocab_path or (vocab_path.endswith(".json") and (fileio.read_json(vocab_path).get("model") or {}).get(
+            "type") != "WordPiece"):
+        return None
+    from bertjax import tokenization
+
+    return tokenization.read_vocab(vocab_path)
 
 
 def _guess_architecture(heads: tuple[str, ...]) -> str:
@@ -281,14 +295,18 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     tf_config = {key: getattr(config, key) for key in ARCH_KEYS}
     tf_config["hidden_act"] = {"gelu": "gelu", "gelu_tanh": "gelu", "relu": "relu"}[config.hidden_act]
     tf_config["layer_norm_eps"] = config.layer_norm_eps  # the original code hard-codes 1e-12
+    tokens = _wordpiece_tokens(vocab_path)  # read before anything is written
+    if vocab_path and tokens is None:
+        raise ValueError(f"export_tf_checkpoint: {vocab_path} is not a WordPiece vocabulary, and the TF layout "
+                         "holds a vocab.txt only; write the huggingface layout (which keeps a tokenizer.json)")
     fileio.makedirs(out_dir)
     with fileio.open_file(fileio.join(out_dir, "bert_config.json"), "w") as f:
         json.dump(tf_config, f, indent=2, sort_keys=True)
     write_tf1_checkpoint(values, fileio.join(out_dir, "bert_model.ckpt"))
-    if vocab_path:
+    if tokens is not None:
         from bertjax import tokenization
 
-        tokenization.write_vocab(vocab_path, fileio.join(out_dir, "vocab.txt"))
+        tokenization.write_vocab(tokens, fileio.join(out_dir, "vocab.txt"))
     return heads
 
 
@@ -469,6 +487,21 @@ def release_casing(name: str) -> bool | None:
     return True if re.match(r"^(multilingual|chinese)_L-", name) else None
 
 
+def _check_wordpiece_settings(settings: dict[str, Any], path: str) -> None:
+    """ValueError for a tokenizer_config.json whose BertTokenizer settings bertjax's WordPiece
+    does not reproduce: it strips accents exactly when it lower-cases (Hugging Face's
+    strip_accents None), puts CJK characters apart (tokenize_chinese_chars) and splits words
+    and punctuation first (do_basic_tokenize)."""
+    lower = settings.get("do_lower_case", True)  # BertTokenizer's default
+    unsupported = [f"{key}={settings[key]!r}" for key, wanted in (("strip_accents", lower),
+                                                                  ("tokenize_chinese_chars", True),
+                                                                  ("do_basic_tokenize", True))
+                   if settings.get(key) not in (None, wanted)]
+    if unsupported:
+        raise ValueError(f"{path}: {', '.join(unsupported)} (do_lower_case={lower}), which bertjax's WordPiece does "
+                         "not reproduce (the ids would differ from the model's)")
+
+
 def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     """The tokenizer that comes with a checkpoint: {"kind", "path", "do_lower_case"}, or None.
 
@@ -502,7 +535,9 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     do_lower_case = None
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")
     if layout == "huggingface" and fileio.exists(tokenizer_config):
-        do_lower_case = fileio.read_json(tokenizer_config).get("do_lower_case")
+        settings = fileio.read_json(tokenizer_config)
+        do_lower_case = settings.get("do_lower_case")
+        _check_wordpiece_settings(settings, tokenizer_config)
     if do_lower_case is None and layout == "huggingface" and fileio.exists(tokenizer_json):
         from bertjax import tokenization
 

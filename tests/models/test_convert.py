@@ -161,6 +161,22 @@ def test_export_accepts_scanned_and_boxed_params(tmp_path):
     assert_trees_equal(bertjax.load_pretrained(str(tmp_path))[1], params)
 
 
+def test_a_bert_with_a_bpe_tokenizer_exports_it_whole_or_refuses_before_writing(tmp_path):
+    """A BERT run may train with any tokenizer.json (tokenizer=huggingface): the Hugging Face
+    layout keeps it whole; the TF layout, which holds a vocab.txt only, refuses it before
+    writing anything (a half-written folder would also refuse the rerun)."""
+    bpe = os.path.join(os.path.dirname(__file__), "hf_modernbert", "masked_lm", "tokenizer.json")
+    config = BertConfig(**TINY)
+    params = random_params(config, ("mlm", "nsp"))
+    convert.export_huggingface(config, params, str(tmp_path / "hf"), vocab_path=bpe)
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert (tmp_path / "hf" / "tokenizer.json").read_bytes() == open(bpe, "rb").read()
+    with pytest.raises(ValueError, match=r"tokenizer.json is not a WordPiece vocabulary, and the TF layout holds a "
+                                         r"vocab.txt only"):
+        convert.export_tf_checkpoint(config, params, str(tmp_path / "tf"), vocab_path=bpe)
+    assert not os.path.exists(tmp_path / "tf")
+
+
 def test_huggingface_old_names_and_tied_decoder(tmp_path):
     """gamma/beta LayerNorm names, a stored tied decoder and decoder bias are all accepted."""
     config = BertConfig(**TINY)
