@@ -358,6 +358,12 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
         calls.clear()
         with pytest.raises(KeyboardInterrupt):
             cache(tmp_path / "larger").compute(lambda b: encode(b, fail_at=3), 8, [4, 8, 12])
+        calls.clear()
+        # Started anew with other batches and killed before recording any progress: the earlier
+        # progress is void.
+        with pytest.raises(KeyboardInterrupt):
+            cache(tmp_path / "larger").compute(lambda b: encode(b, fail_at=0), 16, [4, 12])
+        assert cache(tmp_path / "larger").batches_done(8, [4, 8, 12]) == 0
         larger = cache(tmp_path / "larger")
         calls.clear()
         message = larger.compute(encode, 16, [4, 8, 12])  # resumed with larger batches: computed anew
@@ -365,11 +371,6 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
         feature_cache._SAVE_SECONDS = saved
     assert len(calls) == 3 and "resumed" not in message
     np.testing.assert_array_equal(larger.values, whole.values)
-    # Started anew and killed before recording any progress: the earlier progress is void.
-    calls.clear()
-    with pytest.raises(KeyboardInterrupt):
-        cache(tmp_path / "larger").compute(lambda b: encode(b, fail_at=0), 8, [4, 12])
-    assert cache(tmp_path / "larger").batches_done(16, [4, 8, 12]) == 0
     gathered = whole.gather(np.array([5, 0]), 12)[feature_cache.CACHED_TOKENS]
     for row, example in enumerate([5, 0]):
         n = lengths[example]
@@ -377,6 +378,12 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
         np.testing.assert_array_equal(gathered[row, :n, 1], np.arange(n))
         assert not gathered[row, n:].any()
     assert "reusing the cached features" in cache(tmp_path / "whole").compute(encode, 8, [4, 8, 12])
+    # A finished cache serves any batches (a sweep over batch sizes): never computed or zeroed again.
+    calls.clear()
+    again = cache(tmp_path / "whole")
+    assert "reusing the cached features" in again.compute(encode, 16, [6, 12])
+    assert not calls
+    np.testing.assert_array_equal(again.values, whole.values)
 
 
 def test_a_frozen_run_resumes_exactly(encoder_run, tmp_path, capsys):

@@ -80,14 +80,19 @@ class FeatureCache:
         self.values: np.memmap | None = None
 
     def batches_done(self, batch_size: int, buckets: list[int]) -> int:
-        """How many of `compute`'s batches an earlier computation with the same batches (size and
-        buckets decide which examples each holds) finished (0: none)."""
+        """How many of `compute`'s batches of `batch_size` cut to `buckets` are done: all of them
+        when an earlier computation finished, whatever its batches (a sweep over batch sizes
+        computes once); else what one with the same batches (they decide which examples each
+        holds) finished; 0 for none."""
         if not (os.path.exists(self.manifest_path) and os.path.exists(self.path)):
             return 0
         with open(self.manifest_path) as f:
             manifest = json.load(f)
-        same = (manifest.get("shape"), manifest.get("batch_size"), manifest.get("buckets")) == (
-            list(self.shape), batch_size, list(buckets))
+        if manifest.get("shape") != list(self.shape):
+            return 0
+        if manifest["batches_done"] >= -(-len(self.split) // manifest["batch_size"]):
+            return -(-len(self.split) // batch_size)
+        same = (manifest.get("batch_size"), manifest.get("buckets")) == (batch_size, list(buckets))
         return manifest["batches_done"] if same else 0
 
     def compute(self, encode: Callable[[dict[str, np.ndarray]], np.ndarray], batch_size: int, buckets: list[int],
