@@ -326,7 +326,8 @@ def _truncated_pair_lengths(tf, len_a, len_b, budget):
 
 
 class _Layout:
-    """`[CLS] a [SEP] (b [SEP])` rows from ragged ids, padded to the longest row."""
+    """`[CLS] a [SEP] (b [SEP])` rows from ragged ids, padded to the longest row; a row whose b
+    has no tokens is `[CLS] a [SEP]` (bertjax.tasks.common.encode_pairs, the original's)."""
 
     def __init__(self, tokenizer, max_seq_length: int):
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id
@@ -339,18 +340,21 @@ class _Layout:
         from bertjax.runtime.tf_cpu import tf
 
         len_a = ids_a.row_lengths()
+        single = tf.minimum(len_a, self.max_seq_length - 2)
         if ids_b is None:
-            keep_a, keep_b = tf.minimum(len_a, self.max_seq_length - 2), None
+            keep_a, keep_b = single, None
         elif budget_a is not None:
             keep_a = tf.minimum(len_a, budget_a)
             keep_b = tf.minimum(ids_b.row_lengths(), self.max_seq_length - 3 - keep_a)
         else:
-            keep_a, keep_b = _truncated_pair_lengths(tf, len_a, ids_b.row_lengths(), self.max_seq_length - 3)
+            pair_a, keep_b = _truncated_pair_lengths(tf, len_a, ids_b.row_lengths(), self.max_seq_length - 3)
+            keep_a = tf.where(ids_b.row_lengths() > 0, pair_a, single)
         head = lambda ids, keep: tf.ragged.boolean_mask(ids, tf.ragged.range(ids.row_lengths()) < keep[:, None])
         column = lambda value: tf.RaggedTensor.from_tensor(tf.fill([tf.shape(len_a)[0], 1], value))
         parts = [column(self.cls_id), head(ids_a, keep_a), column(self.sep_id)]
         if ids_b is not None:
-            parts += [head(ids_b, keep_b), column(self.sep_id)]
+            has_b = ids_b.row_lengths() > 0 if budget_a is None else tf.fill(tf.shape(len_a), True)
+            parts += [head(ids_b, keep_b), tf.ragged.boolean_mask(column(self.sep_id), has_b[:, None])]
         segments = [tf.zeros_like(part) if i < 3 else tf.ones_like(part) for i, part in enumerate(parts)]
         ids = tf.concat(parts, axis=1)
         return (ids.to_tensor(self.pad_id), tf.concat(segments, axis=1).to_tensor(0),

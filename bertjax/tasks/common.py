@@ -295,20 +295,20 @@ def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str] | Non
     features: input_ids (pad_id-padded), segment_ids, input_mask, each <int32>[N, max_seq_length].
     lengths: <int32>[N] tokens used, [CLS] and [SEP]s included.
     truncated: <bool>[N] whether the row was cut to fit max_seq_length.
-    texts_b None: single sentences `[CLS] a [SEP]`.
+    texts_b None: single sentences `[CLS] a [SEP]`; so is a row whose second text has no
+    tokens (the original's `if tokens_b:`).
     """
     if texts_b is not None and len(texts_b) != len(texts_a):
         raise ValueError(f"encode_pairs: {len(texts_a)} first texts but {len(texts_b)} second texts")
     ids_a, len_a = tokenizer.encode_flat(texts_a)
     if texts_b is None:
         ids_b, len_b = np.zeros(0, np.int32), np.zeros(len(texts_a), np.int64)
-        keep_a = np.minimum(len_a, max_seq_length - 2)
-        keep_b = len_b
     else:
         ids_b, len_b = tokenizer.encode_flat(texts_b)
-        keep_a, keep_b = truncated_pair_lengths(len_a, len_b, max_seq_length - 3)
+    has_b = len_b > 0                                                                       # [N]
+    pair_a, keep_b = truncated_pair_lengths(len_a, len_b, max_seq_length - 3)
+    keep_a = np.where(has_b, pair_a, np.minimum(len_a, max_seq_length - 2))
     truncated = (keep_a < len_a) | (keep_b < len_b)
-    has_b = texts_b is not None
     lengths = keep_a + keep_b + 2 + has_b
     n = len(texts_a)
     input_ids = np.full((n, max_seq_length), tokenizer.pad_id, np.int32)
@@ -317,11 +317,11 @@ def encode_pairs(tokenizer, texts_a: Sequence[str], texts_b: Sequence[str] | Non
     input_ids[:, 0] = tokenizer.cls_id
     _scatter_rows(input_ids, ragged.gather_ranges(ids_a, ragged.row_starts(len_a), keep_a), keep_a, first_column=1)
     input_ids[rows, keep_a + 1] = tokenizer.sep_id
-    if has_b:
+    if has_b.any():
         first_b = keep_a + 2
         _scatter_rows(input_ids, ragged.gather_ranges(ids_b, ragged.row_starts(len_b), keep_b), keep_b,
                       first_column=first_b)
-        input_ids[rows, first_b + keep_b] = tokenizer.sep_id
+        input_ids[rows[has_b], (first_b + keep_b)[has_b]] = tokenizer.sep_id
         columns = np.arange(max_seq_length)[None, :]
         segment_ids[(columns >= first_b[:, None]) & (columns < lengths[:, None])] = 1
     input_mask = (np.arange(max_seq_length)[None, :] < lengths[:, None]).astype(np.int32)

@@ -48,6 +48,25 @@ def test_pair_layout_segments_mask_and_truncation(tokenizer):
     assert features["input_mask"].tolist() == [[1] * 12, [1] * 6 + [0] * 6]
 
 
+def test_a_second_text_without_tokens_is_laid_out_as_a_single_sentence(tokenizer):
+    """run_classifier.py's `if tokens_b:`: an empty (or all-whitespace) text_b gives `[CLS] a
+    [SEP]` with the single sentence's budget, not `[CLS] a [SEP] [SEP]`; the SavedModel's
+    graph lays it out the same."""
+    from bertjax.inference import export
+    from bertjax.runtime.tf_cpu import tf
+
+    a, b = ["The fox lives in rivers.", "a", "the fox"], ["", "b c", "  "]
+    features, lengths, truncated = encode_pairs(tokenizer, a, b, max_seq_length=8)
+    assert lengths.tolist() == [8, 6, 4] and truncated.tolist() == [False, False, False]
+    assert tokenizer.decode(features["input_ids"][0]) == "[CLS] the fox lives in rivers. [SEP]"
+    assert features["segment_ids"].tolist() == [[0] * 8, [0, 0, 0, 1, 1, 1, 0, 0], [0] * 8]
+    words = export.tensorflow_tokenizer(tokenizer)
+    ids, segments, mask, _ = export._Layout(tokenizer, 8)(words.ids(tf.constant(a)), words.ids(tf.constant(b)))
+    assert ids.numpy().tolist() == features["input_ids"].tolist()
+    assert segments.numpy().tolist() == features["segment_ids"].tolist()
+    assert mask.numpy().tolist() == features["input_mask"].tolist()
+
+
 def test_single_sentences_and_split_checks(tokenizer):
     features, lengths, truncated = encode_pairs(tokenizer, ["The fox lives in rivers.", "a"], None, 6)
     assert lengths.tolist() == [6, 3] and truncated.tolist() == [True, False]
