@@ -117,6 +117,14 @@ def check_train_values(train: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.train.num_epochs must be > 0 (or set config.train.num_steps), got {train.num_epochs!r}")
     if not 0.0 <= train.warmup_proportion <= 1.0:
         raise ValueError(f"config.train.warmup_proportion must be in [0, 1], got {train.warmup_proportion}")
+    # Fine-tuning sets warmup_steps from warmup_proportion: the schedules' warmup limits in its terms.
+    if train.get("schedule") == "inverse_sqrt" and not train.warmup_proportion:
+        raise ValueError("config.train.warmup_proportion must be > 0 for the 'inverse_sqrt' schedule")
+    decay = train.get("decay_fraction", 0.1)
+    if train.get("schedule") == "wsd" and isinstance(decay, (int, float)) and train.warmup_proportion > 1 - decay:
+        raise ValueError(f"config.train.warmup_proportion={train.warmup_proportion} must be at most 1 - "
+                         f"config.train.decay_fraction = {1 - decay:g} for the 'wsd' schedule (the warmup ends "
+                         "before the decay starts)")
     for key in ("freeze_encoder", "cache_features"):
         if not isinstance(train[key], bool):
             raise ValueError(f"config.train.{key} must be True or False, got {train[key]!r}")
@@ -128,6 +136,18 @@ def check_train_values(train: ml_collections.ConfigDict) -> None:
     optim.validate_train_config(provisional)
 
 
+def check_batch_sizes(train: ml_collections.ConfigDict, data_parallel: int) -> None:
+    """ValueError unless config.train's batch sizes split over the data-parallel devices (and
+    micro-batches) and the processes."""
+    for key in ("batch_size", "eval_batch_size"):
+        size = train[key] or train.batch_size
+        if size % (data_parallel * (train.grad_accum_steps if key == "batch_size" else 1)) or size % jax.process_count():
+            raise ValueError(f"config.train.{key}={size} must be divisible by the data-parallel size (mesh data x "
+                             f"fsdp = {data_parallel}), the processes ({jax.process_count()})"
+                             + (f" and config.train.grad_accum_steps={train.grad_accum_steps}" if key == "batch_size"
+                                else ""))
+
+
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int],
                     vocab_size: int) -> None:
     """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
@@ -136,13 +156,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if bert.vocab_size != vocab_size:
         raise ValueError(f"config.model.vocab_size={bert.vocab_size} but the tokenizer has {vocab_size} tokens")
     check_train_values(train)
-    for key in ("batch_size", "eval_batch_size"):
-        size = train[key] or train.batch_size
-        if size % (data_parallel * (train.grad_accum_steps if key == "batch_size" else 1)) or size % jax.process_count():
-            raise ValueError(f"config.train.{key}={size} must be divisible by the data-parallel size (mesh data x "
-                             f"fsdp = {data_parallel}), the processes ({jax.process_count()})"
-                             + (f" and config.train.grad_accum_steps={train.grad_accum_steps}" if key == "batch_size"
-                                else ""))
+    check_batch_sizes(train, data_parallel)
     if bert.num_attention_heads % tensor:
         raise ValueError(f"config.mesh.tensor={tensor} must divide the number of attention heads "
                          f"({bert.num_attention_heads})")
@@ -185,6 +199,9 @@ def schedule_config(config: ml_collections.ConfigDict, examples_per_epoch: int) 
     if not train.num_steps:
         train.num_steps = max(1, int(examples_per_epoch / train.batch_size * train.num_epochs))
     train.warmup_steps = int(train.warmup_proportion * train.num_steps)
+    if train.schedule == "inverse_sqrt" and not train.warmup_steps:
+        raise ValueError(f"config.train.warmup_proportion={train.warmup_proportion} gives no warmup step in this "
+                         f"run's {train.num_steps} steps, and the 'inverse_sqrt' schedule needs one: raise it")
     optim.validate_train_config(train)
     return train
 

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from bertjax import finetune
+from bertjax import finetune, sharding
 from bertjax.runtime import fileio
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,19 @@ def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list
     return values
 
 
+def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collections.ConfigDict]]) -> None:
+    """Each grid point's training values and batch sizes checked before the first run trains, so
+    that a bad one fails at the start, naming the sweep key, not after the runs before it."""
+    data, fsdp, _ = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    for name, run in runs:
+        try:
+            finetune.check_train_values(run.train)
+            finetune.check_batch_sizes(run.train, data * fsdp)
+        except ValueError as e:
+            raise ValueError(f"the sweep's run {name} (config.train.sweep_learning_rates, sweep_batch_sizes, "
+                             f"sweep_epochs): {e}") from None
+
+
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
     """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid (epochs
     only when config.train.num_steps is 0), each in WORKDIR/sweep/<values> (resumable: a
@@ -41,13 +54,17 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         log.warning("config.train.num_steps=%d fixes each run's length: the epochs grid %s is not used",
                     fixed_steps, grid[2])
         grid[2] = [config.train.num_epochs]
-    results = []
+    runs = []
     for learning_rate, batch_size, epochs in itertools.product(*grid):
         run = ml_collections.ConfigDict(config.to_dict())
         run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False,
                          feature_cache_dir=finetune.cache_directory(config, workdir))  # frozen: one cache for every run
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
-        name = f"lr{learning_rate:g}_batch{batch_size}_{length}"
+        runs.append((f"lr{learning_rate:g}_batch{batch_size}_{length}", run))
+    _check_every_run(config, runs)
+    results = []
+    for name, run in runs:
+        learning_rate, batch_size, epochs = run.train.learning_rate, run.train.batch_size, run.train.num_epochs
         summary = finetune.finetune(run, fileio.join(workdir, "sweep", name))
         metric = f"eval_{summary['main_metric']}"  # the task's: F1 for MRPC, Spearman for STS-B, ...
         best = summary["best"] or {"metrics": {}, "step": None}

@@ -310,6 +310,22 @@ def test_adam_bias_correction_is_a_finetune_option_off_by_default():
     np.testing.assert_allclose(steps, [-0.1 * 0.1 * g / (np.sqrt(0.001) * g + 1e-6), -0.1], rtol=1e-4)
 
 
+def test_warmup_limits_are_named_by_the_key_fine_tuning_sets():
+    """Fine-tuning's warmup is warmup_proportion x the run's steps (config.train has no
+    warmup_steps to set): a schedule's warmup limit is stated in its terms, with real numbers."""
+    from bertjax import finetune
+
+    with pytest.raises(ValueError, match=r"config.train.warmup_proportion=0.95 must be at most 1 - "
+                                         r"config.train.decay_fraction = 0.9 for the 'wsd' schedule"):
+        finetune.check_train_values(_demo_config(schedule="wsd", warmup_proportion=0.95).train)
+    with pytest.raises(ValueError, match="config.train.warmup_proportion must be > 0 for the 'inverse_sqrt'"):
+        finetune.check_train_values(_demo_config(schedule="inverse_sqrt", warmup_proportion=0.0).train)
+    short = _demo_config(schedule="inverse_sqrt", warmup_proportion=0.01)
+    finetune.check_train_values(short.train)
+    with pytest.raises(ValueError, match=r"warmup_proportion=0.01 gives no warmup step in this run's 30 steps"):
+        finetune.schedule_config(short, examples_per_epoch=160)  # 160 / 16 x 3 epochs
+
+
 def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     # MRPC-like: accuracy and F1 disagree; the paper picks the grid point by F1.
     from bertjax import finetune, sweep
@@ -327,6 +343,16 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     (tmp_path / "fixed").mkdir()  # (the stubbed runs make no folders)
     assert [r["run"] for r in sweep.sweep(config, str(tmp_path / "fixed"))] == [
         "lr0.0001_batch16_steps20", "lr0.001_batch16_steps20"]  # one run per learning rate, not three
+
+    # A grid point the mesh cannot split (the 8 simulated devices) fails before any run trains.
+    trained = []
+    monkeypatch.setattr(finetune, "finetune", lambda run, workdir: trained.append(run) or {})
+    config.train.update(sweep_batch_sizes="16,12")
+    with pytest.raises(ValueError, match=r"the sweep's run lr0.001_batch12_steps20 \(config.train.sweep_learning_rates, "
+                                         r"sweep_batch_sizes, sweep_epochs\): config.train.batch_size=12 must be "
+                                         r"divisible by the data-parallel size"):
+        sweep.sweep(config, str(tmp_path / "uneven"))
+    assert not trained
 
 
 @pytest.mark.parametrize("args, message", [
