@@ -55,14 +55,38 @@ log = logging.getLogger(__name__)
 # Checkpoint, tokenizer, model config, validation.
 # ======================================================================================
 
-def checkpoint_source(config: ml_collections.ConfigDict) -> model_source.ModelSource | None:
-    """config.init_checkpoint resolved (None: from scratch); errors name the key."""
+def checkpoint_source(config: ml_collections.ConfigDict, workdir: str | None = None
+                      ) -> model_source.ModelSource | None:
+    """config.init_checkpoint resolved (None: from scratch); errors name the key. A run that
+    resumes (`workdir` has checkpoints) needs none of its weights: when it is gone (a local
+    disk of a recreated VM), the run's own checkpoints give the model and the tokenizer."""
     if not config.init_checkpoint:
         return None
     try:
         return model_source.resolve(config.init_checkpoint)
     except (OSError, ValueError) as e:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
+        own = fileio.join(workdir, "checkpoints") if workdir else ""
+        if not (own and checkpointing.is_bertjax_checkpoint(own)):
+            raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
+        log.warning("config.init_checkpoint=%s cannot be read (%s); resuming from %s, with the run's own model "
+                    "config and tokenizer", config.init_checkpoint, e, own)
+        return model_source.resolve(own)
+
+
+def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> None:
+    """ValueError when a run resumes (`workdir` has checkpoints) with another vocabulary or
+    casing than the one it trained with and saved (WORKDIR/tokenizer): its weights would read
+    other ids, silently."""
+    saved = fileio.join(workdir, "tokenizer")
+    if not (checkpointing.is_bertjax_checkpoint(fileio.join(workdir, "checkpoints"))
+            and fileio.exists(fileio.join(saved, tokenization.SAVED_TOKENIZER))):
+        return
+    spec = tokenization.saved_tokenizer_spec(saved)
+    if spec["vocab_hash"] != tokenizer.vocab_hash:
+        raise ValueError(f"{workdir} trained with the tokenizer saved in {saved} ({spec['kind']}, do_lower_case="
+                         f"{spec['do_lower_case']}); this run's ({tokenizer.path}, do_lower_case="
+                         f"{tokenizer.do_lower_case}) gives other ids: resume with the run's own (config.data."
+                         "vocab_path, do_lower_case) or give a new workdir")
 
 
 def load_tokenizer(config: ml_collections.ConfigDict,
@@ -504,8 +528,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     # -- Checkpoint, tokenizer, model config, mesh: validated before any data or compile. --
     clock = console.PhaseClock()  # where the run's time goes, summed up at the end
-    source = checkpoint_source(config)
+    source = checkpoint_source(config, workdir)
     tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, source), "tokenizer")
+    check_same_tokenizer(workdir, tokenizer)
     bert = model_config(config, source and source.bert, tokenizer.vocab_size)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape, tokenizer.vocab_size)

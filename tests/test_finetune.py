@@ -96,6 +96,39 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
     assert not np.array_equal(fresh["bert"]["pooler"]["kernel"], restored["bert"]["pooler"]["kernel"])
 
 
+def test_a_resume_needs_only_its_workdir_and_refuses_another_vocabulary(pretrained_run, tmp_path, caplog):
+    """A fine-tuning run resumes from its own checkpoint: its init_checkpoint may be gone (a
+    recreated VM's local disk); a vocabulary other than the one it trained with is refused
+    (its weights would read other ids), not silently used and saved over the run's."""
+    from bertjax import finetune
+
+    init = tmp_path / "init"
+    shutil.copytree(pretrained_run, init)
+    config = _demo_config(num_steps=2)
+    config.init_checkpoint = str(init)
+    config.checkpoint.every = 1
+    finetune.finetune(config, str(tmp_path / "run"))
+    shutil.rmtree(init)
+    config.train.num_steps = 3
+    with caplog.at_level("WARNING"):
+        summary = finetune.finetune(config, str(tmp_path / "run"))
+    assert f"config.init_checkpoint={init} cannot be read" in caplog.text
+    assert [r["step"] for r in _metrics(tmp_path / "run") if "loss" in r] == [1, 2, 3] and summary["last"]
+    # From scratch (no checkpoint names a vocabulary): only the run's saved tokenizer can tell.
+    scratch = _demo_config(num_steps=1)
+    scratch.checkpoint.every = 1
+    finetune.finetune(scratch, str(tmp_path / "scratch"))
+    vocab = (tmp_path / "scratch" / "tokenizer" / "vocab.txt").read_text().splitlines()
+    (tmp_path / "other.txt").write_text("\n".join(vocab[:5] + vocab[6:] + vocab[5:6]) + "\n")  # same size
+    scratch.train.num_steps = 2
+    scratch.data.vocab_path = str(tmp_path / "other.txt")
+    with pytest.raises(ValueError, match=r"trained with the tokenizer saved in .*tokenizer \(wordpiece, "
+                                         r"do_lower_case=True\); this run's \(.*other.txt, do_lower_case=True\) "
+                                         r"gives other ids"):
+        finetune.finetune(scratch, str(tmp_path / "scratch"))
+    assert (tmp_path / "scratch" / "tokenizer" / "vocab.txt").read_text().splitlines() == vocab
+
+
 def test_each_step_is_compiled_once_for_the_shapes_the_run_uses(pretrained_run, tmp_path, monkeypatch):
     """Compiled ahead (`bertjax.runtime.compile_ahead`): the keys foreseen are exactly the keys the run
     takes (the train step for each bucket its batches use, the evaluation step for each shape
