@@ -62,7 +62,8 @@ def _lines(count, seed):
     rng = random.Random(seed)
     lines = [text for text, _ in REVIEWS] + ["x" * 101, "y" * 100, "é" * 80 + " ok", "Ünïcödé İstanbul ǅ straße",
                                              "", "   ", "[MASK] [CLS] [unused1]", "don't stop; it's 3.14!",
-                                             "cafe\u0301s déjà-vu Ærøskøbing naïve\u0308x \x01abc ΟΔΟΣ ΣΑΣ ς"]
+                                             "cafe\u0301s déjà-vu Ærøskøbing naïve\u0308x \x01abc ΟΔΟΣ ΣΑΣ ς",
+                                             "if a\u2260b then x\u226e0, y\u226f1 and a\u1fefb"]  # = < > ` uncased
     while len(lines) < count:
         words = []
         for _ in range(rng.randint(1, 12)):

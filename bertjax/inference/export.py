@@ -55,6 +55,9 @@ PLATFORMS = ("cpu", "cuda", "tpu")  # what the lowered model runs on
 _WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]+"
 _KEPT = "|".join([r"[\p{P}]", *(fr"[\x{{{low:X}}}-\x{{{high:X}}}]"
                                  for low, high in ASCII_SYMBOL_RANGES + CJK_RANGES)])
+# BERT normalises before it splits: uncased, these symbols lose their accent-like combining
+# mark (NFD) and are ASCII punctuation (≠ ≮ ≯ -> = < >, U+1FEF -> `), words of their own.
+_KEPT_UNCASED = _KEPT + r"|[\x{2260}\x{226E}\x{226F}\x{1FEF}]"
 
 
 def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None,
@@ -217,7 +220,8 @@ def tensorflow_tokenizer(tokenizer):
             tags each word as written: tagging.sentence_words) a word emptied by more than the
             removal of control characters is kept as [UNK], as tagging.featurize keeps it."""
             texts = tf.strings.regex_replace(texts, r"\x00", "\x01")  # the split stops at NUL; both go below
-            words, starts, ends = tft.regex_split_with_offsets(texts, f"{_WHITESPACE}|{_KEPT}", _KEPT)
+            kept = _KEPT_UNCASED if self.lower else _KEPT
+            words, starts, ends = tft.regex_split_with_offsets(texts, f"{_WHITESPACE}|{kept}", kept)
             flat = self.normalize(words.flat_values)
             long = tf.strings.length(flat, unit="UTF8_CHAR") > MAX_INPUT_CHARS_PER_WORD
             if every_written_word:
