@@ -1,7 +1,7 @@
 """BERT fine-tuning: one loop, top to bottom.
 
 Sections: checkpoint, tokenizer and model config (validated before anything is loaded or
-compiled) -> the task's data -> model, objective and state (resume order) -> the steps,
+compiled: `finetune_setup.py`) -> the task's data -> model, objective and state (resume order) -> the steps,
 compiled once per batch shape (bucket length, or packed row count), ahead in a background
 thread -> the loop (evaluations keep the best checkpoint) -> predictions with the best
 weights. The machinery shared with pre-training (step, shardings, resume order, the loop's
@@ -41,194 +41,20 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer
+from bertjax.finetune_setup import (check_same_tokenizer, checkpoint_source, load_tokenizer, model_config,
+                                    schedule_config, validate_config)
 from bertjax.inference import model_source
 from bertjax.models import BertConfig, FrozenEncoder, stack_layers
-from bertjax.models import config as bert_config
 from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
 from bertjax.tasks import batching, feature_cache, packing
-from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task, check_int
+from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task
 
 log = logging.getLogger(__name__)
 
 
 # ======================================================================================
-# Checkpoint, tokenizer, model config, validation.
+# The training batches and the starting weights.
 # ======================================================================================
-
-def checkpoint_source(config: ml_collections.ConfigDict, workdir: str | None = None
-                      ) -> model_source.ModelSource | None:
-    """config.init_checkpoint resolved (None: from scratch); errors name the key. A run that
-    resumes (`workdir` has checkpoints) needs none of its weights: when it is gone (a local
-    disk of a recreated VM), the run's own checkpoints give the model and the tokenizer."""
-    if not config.init_checkpoint:
-        return None
-    try:
-        return model_source.resolve(config.init_checkpoint)
-    except (OSError, ValueError) as e:
-        own = fileio.join(workdir, "checkpoints") if workdir else ""
-        if not (own and checkpointing.is_bertjax_checkpoint(own)):
-            raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
-        log.warning("config.init_checkpoint=%s cannot be read (%s); resuming from %s, with the run's own model "
-                    "config and tokenizer", config.init_checkpoint, e, own)
-        return model_source.resolve(own)
-
-
-def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> None:
-    """ValueError when a run resumes (`workdir` has checkpoints) with another vocabulary or
-    casing than the one it trained with and saved (WORKDIR/tokenizer): its weights would read
-    other ids, silently."""
-    saved = fileio.join(workdir, "tokenizer")
-    if not (checkpointing.is_bertjax_checkpoint(fileio.join(workdir, "checkpoints"))
-            and fileio.exists(fileio.join(saved, tokenization.SAVED_TOKENIZER))):
-        return
-    spec = tokenization.saved_tokenizer_spec(saved)
-    if spec["vocab_hash"] != tokenizer.vocab_hash:
-        raise ValueError(f"{workdir} trained with the tokenizer saved in {saved} ({spec['kind']}, do_lower_case="
-                         f"{spec['do_lower_case']}); this run's ({tokenizer.path}, do_lower_case="
-                         f"{tokenizer.do_lower_case}) gives other ids: resume with the run's own (config.data."
-                         "vocab_path, do_lower_case) or give a new workdir")
-
-
-def load_tokenizer(config: ml_collections.ConfigDict,
-                   source: model_source.ModelSource | None = None) -> tokenization.Tokenizer:
-    """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint
-    (`source`), else (from scratch) the demo vocabulary for the demo task."""
-    from bertjax.data.corpora import demo_corpus
-
-    data = config.data
-    if source is not None and (data.vocab_path or source.tokenizer_spec):
-        try:
-            return source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case)
-        except ValueError as e:
-            key = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else
-                   f"config.init_checkpoint={config.init_checkpoint}")
-            raise ValueError(f"{key}: {e}") from None
-    if data.vocab_path:  # do_lower_case None: a tokenizer.json's own casing, else lower-cased
-        return tokenization.load_tokenizer(data.tokenizer, data.vocab_path, data.do_lower_case)
-    if source is not None:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocabulary "
-                         "(vocab.txt, tokenizer.json); "
-                         "set config.data.vocab_path")
-    if config.task == "demo":
-        # Written to the temporary folder, not the workdir (a run refused by a later check
-        # writes nothing there); save_tokenizer copies it into the workdir once the run starts.
-        return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(tempfile.gettempdir()))
-    raise ValueError("training from scratch (no config.init_checkpoint) needs config.data.vocab_path")
-
-
-def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | None, vocab_size: int) -> BertConfig:
-    """`config.model` (None = unset) over the checkpoint's architecture, or the preset's."""
-    fields = dict(config.model)
-    if checkpoint is not None and checkpoint.vocab_size != vocab_size:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has a vocabulary of {checkpoint.vocab_size} "
-                         f"tokens but the tokenizer has {vocab_size} (config.data.vocab_path)")
-    if checkpoint is None and fields.get("vocab_size") is None:
-        fields["vocab_size"] = vocab_size
-    return bert_config.resolve(fields, checkpoint=checkpoint, preset=config.model.preset,
-                               **bert_config.this_host())
-
-
-def check_train_values(train: ml_collections.ConfigDict) -> None:
-    """Raises ValueError naming the first config.train value out of range (no model or
-    devices needed: launch/demo.py checks its fine-tuning config before pre-training)."""
-    for key in ("batch_size", "grad_accum_steps", "log_every", "max_consecutive_bad_steps"):
-        if not isinstance(train[key], int) or isinstance(train[key], bool) or train[key] < 1:
-            raise ValueError(f"config.train.{key} must be a positive int, got {train[key]!r}")
-    for key in ("num_steps", "eval_every", "eval_batch_size"):
-        if not isinstance(train[key], int) or train[key] < 0:
-            raise ValueError(f"config.train.{key} must be an int >= 0, got {train[key]!r}")
-    if not train.num_steps and not (isinstance(train.num_epochs, (int, float)) and train.num_epochs > 0):
-        raise ValueError(f"config.train.num_epochs must be > 0 (or set config.train.num_steps), got {train.num_epochs!r}")
-    if not 0.0 <= train.warmup_proportion <= 1.0:
-        raise ValueError(f"config.train.warmup_proportion must be in [0, 1], got {train.warmup_proportion}")
-    # Fine-tuning sets warmup_steps from warmup_proportion: the schedules' warmup limits in its terms.
-    if train.get("schedule") == "inverse_sqrt" and not train.warmup_proportion:
-        raise ValueError("config.train.warmup_proportion must be > 0 for the 'inverse_sqrt' schedule")
-    decay = train.get("decay_fraction", 0.1)
-    if train.get("schedule") == "wsd" and isinstance(decay, (int, float)) and train.warmup_proportion > 1 - decay:
-        raise ValueError(f"config.train.warmup_proportion={train.warmup_proportion} must be at most 1 - "
-                         f"config.train.decay_fraction = {1 - decay:g} for the 'wsd' schedule (the warmup ends "
-                         "before the decay starts)")
-    for key in ("freeze_encoder", "cache_features"):
-        if not isinstance(train[key], bool):
-            raise ValueError(f"config.train.{key} must be True or False, got {train[key]!r}")
-    # The optimizer and schedule keys too, before any data is read: the steps an epoch makes are
-    # known only then (schedule_config checks the resolved numbers again).
-    provisional = ml_collections.ConfigDict(train.to_dict())
-    provisional.num_steps = train.num_steps or 1_000_000
-    provisional.warmup_steps = int(train.warmup_proportion * provisional.num_steps)
-    optim.validate_train_config(provisional)
-
-
-def check_batch_sizes(train: ml_collections.ConfigDict, data_parallel: int) -> None:
-    """ValueError unless config.train's batch sizes split over the data-parallel devices (and
-    micro-batches) and the processes."""
-    for key in ("batch_size", "eval_batch_size"):
-        size = train[key] or train.batch_size
-        if size % (data_parallel * (train.grad_accum_steps if key == "batch_size" else 1)) or size % jax.process_count():
-            raise ValueError(f"config.train.{key}={size} must be divisible by the data-parallel size (mesh data x "
-                             f"fsdp = {data_parallel}), the processes ({jax.process_count()})"
-                             + (f" and config.train.grad_accum_steps={train.grad_accum_steps}" if key == "batch_size"
-                                else ""))
-
-
-def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int],
-                    vocab_size: int) -> None:
-    """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
-    train, data = config.train, config.data
-    data_parallel, tensor = mesh_shape[0] * mesh_shape[1], mesh_shape[2]
-    if bert.vocab_size != vocab_size:
-        raise ValueError(f"config.model.vocab_size={bert.vocab_size} but the tokenizer has {vocab_size} tokens")
-    check_train_values(train)
-    check_batch_sizes(train, data_parallel)
-    if bert.num_attention_heads % tensor:
-        raise ValueError(f"config.mesh.tensor={tensor} must divide the number of attention heads "
-                         f"({bert.num_attention_heads})")
-    if not 8 <= data.max_seq_length <= bert.max_position_embeddings:
-        raise ValueError(f"config.data.max_seq_length={data.max_seq_length} must be in [8, the model's "
-                         f"max_position_embeddings={bert.max_position_embeddings}]")
-    batching.bucket_lengths(data.max_seq_length, data.num_buckets)
-    if data.label_kind not in ("class", "float"):
-        raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")
-    check_int(data, "pack_examples", 0)
-    family = tasks.family_of_task(config.task)
-    if data.pack_examples and not family.packs_examples:
-        packing = [other.name for other in tasks.FAMILIES.values() if other.packs_examples]
-        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for {' and '.join(packing)} "
-                         f"tasks, not config.task={config.task!r}; set it to 0")
-    if data.pack_examples and train.freeze_encoder and train.cache_features:
-        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing saves the encoder's work on "
-                         "padding, which features cached once (config.train.freeze_encoder with cache_features) "
-                         "save already; set config.data.pack_examples=0 or config.train.cache_features=False")
-    if data.pack_examples and bert.tagging_head != "linear":
-        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packed rows need "
-                         f"config.model.tagging_head='linear' (the BiLSTM reads whole rows); set one of them")
-    if bert.tagging_head != "linear" and not family.token_level:
-        tagging = [name for other in tasks.FAMILIES.values() if other.token_level for name in other.tasks]
-        raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "
-                         f"{tagging}, not config.task={config.task!r}; leave it 'linear'")
-    if train.feature_cache_dir and fileio.is_remote(train.feature_cache_dir):
-        raise ValueError(f"config.train.feature_cache_dir={train.feature_cache_dir}: the cached features are "
-                         "memory-mapped, which needs a local folder")
-    if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
-        raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
-                         f"{config.checkpoint.keep}")
-
-
-def schedule_config(config: ml_collections.ConfigDict, examples_per_epoch: int) -> ml_collections.ConfigDict:
-    """config.train with the run's length resolved: num_steps (from num_epochs over
-    `examples_per_epoch`, unless set; rounded down like run_classifier.py's
-    int(N / batch * epochs)) and warmup_steps (warmup_proportion of them)."""
-    train = ml_collections.ConfigDict(config.train.to_dict())
-    if not train.num_steps:
-        train.num_steps = max(1, int(examples_per_epoch / train.batch_size * train.num_epochs))
-    train.warmup_steps = int(train.warmup_proportion * train.num_steps)
-    if train.schedule == "inverse_sqrt" and not train.warmup_steps:
-        raise ValueError(f"config.train.warmup_proportion={train.warmup_proportion} gives no warmup step in this "
-                         f"run's {train.num_steps} steps, and the 'inverse_sqrt' schedule needs one: raise it")
-    optim.validate_train_config(train)
-    return train
-
 
 def training_batches(config: ml_collections.ConfigDict, train: Split,
                      data_parallel: int) -> tuple[batching.TrainBatches, list[int]]:

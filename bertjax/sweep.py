@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from bertjax import finetune, sharding
+from bertjax import finetune, finetune_setup, sharding
 from bertjax.runtime import fileio
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,8 @@ def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml
     data, fsdp, _ = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     for name, run in runs:
         try:
-            finetune.check_train_values(run.train)
-            finetune.check_batch_sizes(run.train, data * fsdp)
+            finetune_setup.check_train_values(run.train)
+            finetune_setup.check_batch_sizes(run.train, data * fsdp)
         except ValueError as e:
             raise ValueError(f"the sweep's run {name} (config.train.sweep_learning_rates, sweep_batch_sizes, "
                              f"sweep_epochs): {e}") from None

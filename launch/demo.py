@@ -38,13 +38,13 @@ def _last(records: list[dict], key: str) -> float:
 
 def _check_configs(pretrain_config, finetune_config) -> None:
     """What the demo needs of its two configs, checked before the pre-training stage runs."""
-    from bertjax import finetune
+    from bertjax import finetune_setup
 
     if pretrain_config.train.eval_every < 1 or pretrain_config.train.eval_batches < 1:
         raise ValueError("--pretrain.train.eval_every and --pretrain.train.eval_batches must be >= 1: the demo "
                          "reports held-out accuracy")
     try:
-        finetune.check_train_values(finetune_config.train)
+        finetune_setup.check_train_values(finetune_config.train)
     except ValueError as e:
         raise ValueError(f"--finetune: {e}") from None
 

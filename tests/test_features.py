@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bertjax import finetune_setup  # noqa: E402
 from configs import finetune as finetune_config  # noqa: E402
 from test_finetune_tasks import MOCKS, _small_config  # noqa: E402
 from small_runs import xla_flags  # noqa: E402
@@ -430,22 +431,21 @@ def test_bad_feature_options_name_the_key(model, message):
 
 
 def test_a_bilstm_head_outside_tagging_or_packed_and_a_non_bool_freeze_are_errors(tmp_path):
-    from bertjax import finetune
     from bertjax.models import BertConfig
 
     config = finetune_config.get_config("squad")
     bert = BertConfig.preset("tiny", vocab_size=100, tagging_head="bilstm")
     with pytest.raises(ValueError, match=r"config.model.tagging_head='bilstm' is for tagging tasks .*not "
                                          r"config.task='squad'; leave it 'linear'"):
-        finetune.validate_config(config, bert, (1, 1, 1), 100)
+        finetune_setup.validate_config(config, bert, (1, 1, 1), 100)
     ner = finetune_config.get_config("ner")
     ner.data.pack_examples = 8
     with pytest.raises(ValueError, match=r"config.data.pack_examples=8: packed rows need "
                                          r"config.model.tagging_head='linear' \(the BiLSTM reads whole rows\)"):
-        finetune.validate_config(ner, bert, (1, 1, 1), 100)
+        finetune_setup.validate_config(ner, bert, (1, 1, 1), 100)
     config.train.freeze_encoder = None
     with pytest.raises(ValueError, match=r"config.train.freeze_encoder must be True or False, got None"):
-        finetune.check_train_values(config.train)
+        finetune_setup.check_train_values(config.train)
 
 
 def test_feature_based_heads_are_not_exported_as_a_hugging_face_model(tmp_path):

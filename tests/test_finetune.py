@@ -19,6 +19,7 @@ import tensorflow_datasets as tfds
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bertjax import finetune_setup  # noqa: E402
 from configs import finetune as finetune_config  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
 from small_runs import minilm_reviews_config, xla_flags  # noqa: E402
@@ -67,17 +68,17 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
 
     config = _demo_config(num_steps=1)
     config.init_checkpoint = os.path.join(pretrained_run, "checkpoints")
-    source = finetune.checkpoint_source(config)
-    tokenizer = finetune.load_tokenizer(config, source)
+    source = finetune_setup.checkpoint_source(config)
+    tokenizer = finetune_setup.load_tokenizer(config, source)
     assert tokenizer.vocab_hash == json.load(open(os.path.join(pretrained_run, "tokenizer", "tokenizer.json")))[
         "vocab_hash"]
-    bert = finetune.model_config(config, source.bert, tokenizer.vocab_size)
+    bert = finetune_setup.model_config(config, source.bert, tokenizer.vocab_size)
     assert (bert.hidden_size, bert.intermediate_size) == (64, 128)  # the shape comes from the checkpoint
     task = tasks.load_task(config, tokenizer)
     model = task.make_model(bert)
     batch = {k: v[:2, :8] if v.ndim == 2 else v[:2] for k, v in task.train.features.items()}
     init_params = lambda: model.init(jax.random.key(config.seed), *task.inputs(batch))["params"]
-    optimizer = optim.make_optimizer(finetune.schedule_config(config, len(task.train)))
+    optimizer = optim.make_optimizer(finetune_setup.schedule_config(config, len(task.train)))
     mesh = sharding.create_mesh(data=-1)
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
 
@@ -114,19 +115,15 @@ def test_a_resume_needs_only_its_workdir_and_refuses_another_vocabulary(pretrain
         summary = finetune.finetune(config, str(tmp_path / "run"))
     assert f"config.init_checkpoint={init} cannot be read" in caplog.text
     assert [r["step"] for r in _metrics(tmp_path / "run") if "loss" in r] == [1, 2, 3] and summary["last"]
-    # From scratch (no checkpoint names a vocabulary): only the run's saved tokenizer can tell.
-    scratch = _demo_config(num_steps=1)
-    scratch.checkpoint.every = 1
-    finetune.finetune(scratch, str(tmp_path / "scratch"))
-    vocab = (tmp_path / "scratch" / "tokenizer" / "vocab.txt").read_text().splitlines()
+    # Without a checkpoint that names its vocabulary, only the run's saved tokenizer can tell.
+    vocab = (tmp_path / "run" / "tokenizer" / "vocab.txt").read_text().splitlines()
     (tmp_path / "other.txt").write_text("\n".join(vocab[:5] + vocab[6:] + vocab[5:6]) + "\n")  # same size
-    scratch.train.num_steps = 2
-    scratch.data.vocab_path = str(tmp_path / "other.txt")
+    config.init_checkpoint, config.data.vocab_path, config.train.num_steps = "", str(tmp_path / "other.txt"), 4
     with pytest.raises(ValueError, match=r"trained with the tokenizer saved in .*tokenizer \(wordpiece, "
                                          r"do_lower_case=True\); this run's \(.*other.txt, do_lower_case=True\) "
                                          r"gives other ids"):
-        finetune.finetune(scratch, str(tmp_path / "scratch"))
-    assert (tmp_path / "scratch" / "tokenizer" / "vocab.txt").read_text().splitlines() == vocab
+        finetune.finetune(config, str(tmp_path / "run"))
+    assert (tmp_path / "run" / "tokenizer" / "vocab.txt").read_text().splitlines() == vocab
 
 
 def test_each_step_is_compiled_once_for_the_shapes_the_run_uses(pretrained_run, tmp_path, monkeypatch):
@@ -296,12 +293,10 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys):
 
 def test_schedule_counts_steps_like_run_classifier():
     # int(N / batch * epochs) and warmup int(proportion * steps): 1000 / 32 * 3 = 93.75 -> 93, 9.
-    from bertjax import finetune
-
     config = _demo_config(batch_size=32, num_epochs=3.0, num_steps=0)
-    train = finetune.schedule_config(config, examples_per_epoch=1000)
+    train = finetune_setup.schedule_config(config, examples_per_epoch=1000)
     assert (train.num_steps, train.warmup_steps) == (93, 9)
-    assert finetune.schedule_config(config, examples_per_epoch=5).num_steps == 1  # never 0
+    assert finetune_setup.schedule_config(config, examples_per_epoch=5).num_steps == 1  # never 0
 
 
 def test_the_run_summary_says_what_was_cut_to_fit():
@@ -329,7 +324,7 @@ def test_adam_bias_correction_is_a_finetune_option_off_by_default():
     reviews, 77.8% against 49.0% without (benchmarks/README.md)."""
     import jax.numpy as jnp
 
-    from bertjax import finetune, optim
+    from bertjax import optim
 
     assert finetune_config.get_config("sst2").train.adam_bias_correction is False
     params, grads = {"bias": jnp.zeros(1)}, {"bias": jnp.array([0.03])}
@@ -337,7 +332,7 @@ def test_adam_bias_correction_is_a_finetune_option_off_by_default():
     for corrected in (False, True):
         config = _demo_config(adam_bias_correction=corrected, learning_rate=0.1, warmup_proportion=0.0,
                               max_grad_norm=0.0)
-        tx = optim.make_optimizer(finetune.schedule_config(config, examples_per_epoch=160))
+        tx = optim.make_optimizer(finetune_setup.schedule_config(config, examples_per_epoch=160))
         steps.append(float(tx.update(grads, tx.init(params), params)[0]["bias"][0]))
     g = 0.03
     np.testing.assert_allclose(steps, [-0.1 * 0.1 * g / (np.sqrt(0.001) * g + 1e-6), -0.1], rtol=1e-4)
@@ -346,17 +341,15 @@ def test_adam_bias_correction_is_a_finetune_option_off_by_default():
 def test_warmup_limits_are_named_by_the_key_fine_tuning_sets():
     """Fine-tuning's warmup is warmup_proportion x the run's steps (config.train has no
     warmup_steps to set): a schedule's warmup limit is stated in its terms, with real numbers."""
-    from bertjax import finetune
-
     with pytest.raises(ValueError, match=r"config.train.warmup_proportion=0.95 must be at most 1 - "
                                          r"config.train.decay_fraction = 0.9 for the 'wsd' schedule"):
-        finetune.check_train_values(_demo_config(schedule="wsd", warmup_proportion=0.95).train)
+        finetune_setup.check_train_values(_demo_config(schedule="wsd", warmup_proportion=0.95).train)
     with pytest.raises(ValueError, match="config.train.warmup_proportion must be > 0 for the 'inverse_sqrt'"):
-        finetune.check_train_values(_demo_config(schedule="inverse_sqrt", warmup_proportion=0.0).train)
+        finetune_setup.check_train_values(_demo_config(schedule="inverse_sqrt", warmup_proportion=0.0).train)
     short = _demo_config(schedule="inverse_sqrt", warmup_proportion=0.01)
-    finetune.check_train_values(short.train)
+    finetune_setup.check_train_values(short.train)
     with pytest.raises(ValueError, match=r"warmup_proportion=0.01 gives no warmup step in this run's 30 steps"):
-        finetune.schedule_config(short, examples_per_epoch=160)  # 160 / 16 x 3 epochs
+        finetune_setup.schedule_config(short, examples_per_epoch=160)  # 160 / 16 x 3 epochs
 
 
 def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
