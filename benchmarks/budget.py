@@ -82,7 +82,7 @@ def set_value(config, key: str, text: str) -> None:
         owner = owner[part]
     if name not in owner:
         raise ValueError(f"--recipes: config.{key} does not exist")
-    kind = type(owner[name])
+    kind = owner.get_ref(name).get_type()  # an unset (placeholder) field's type too: config.model's
     owner[name] = text.lower() in ("1", "true") if kind is bool else kind(text)
 
 

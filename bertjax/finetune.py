@@ -142,8 +142,16 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     kept = jax.eval_shape(apply, encoder_params, {n: first[n] for n in inputs})
     example_shape = kept.shape[2:] if reads_tokens else kept.shape[1:]
     encoder_fields = {key: value for key, value in bert.to_dict().items() if key not in _HEAD_ONLY_FIELDS}
-    identity = {"weights": fileio.fingerprint(source.weights) if source else f"from scratch, seed {config.seed}",
-                "model": encoder_fields, "reads_tokens": reads_tokens, "kept": [list(example_shape), str(kept.dtype)],
+    if source is None:
+        weights = f"from scratch, seed {config.seed}"
+    elif fileio.exists(config.init_checkpoint):
+        weights = fileio.fingerprint(source.weights)
+    else:  # resumed from the run's own checkpoints (finetune_setup.checkpoint_source): a name that stays put
+        weights = f"{config.init_checkpoint}, gone: the frozen encoder of the run's checkpoints"
+    # "rows": caches from before every process fed whole batches (trainer.whole_batch) may hold
+    # other examples' features on a mesh that interleaves the processes: not reused.
+    identity = {"weights": weights, "model": encoder_fields, "reads_tokens": reads_tokens,
+                "kept": [list(example_shape), str(kept.dtype)], "rows": "whole batches",
                 "process": f"{jax.process_index()} of {jax.process_count()}"}
     cache = feature_cache.FeatureCache(split, cache_directory(config, workdir),
                                        feature_cache.cache_name(split, identity), reads_tokens, example_shape,

@@ -290,13 +290,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return _train_and_evaluate(config, workdir)
 
 
-def resolve_global_batch_size(config: ml_collections.ConfigDict) -> None:
-    """Sets an unset config.train.global_batch_size (`,long`: the context extension) to the
-    tokens per batch of the shorter run it continues (config.init_checkpoint, a bertjax
-    pre-training run) at this run's max_seq_length; ValueError naming the key otherwise."""
+def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """Sets an unset config.train.global_batch_size (`,long`: the context extension): a resumed
+    run's own (its checkpoints' saved config), else the tokens per batch of the shorter run it
+    continues (config.init_checkpoint, a bertjax pre-training run) at this run's
+    max_seq_length; ValueError naming the key otherwise."""
     if config.train.global_batch_size is not None:
         return
     from bertjax.models.convert import checkpoint_layout
+
+    own = fileio.join(workdir, "checkpoints")
+    if checkpointing.is_bertjax_checkpoint(own):
+        config.train.global_batch_size = checkpointing.read_meta(own)["config"]["train"]["global_batch_size"]
+        return
 
     unset = ("config.train.global_batch_size is unset: it takes the tokens per batch of the run that "
              "config.init_checkpoint names (a bertjax pre-training run)")
@@ -309,7 +315,11 @@ def resolve_global_batch_size(config: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
     if saved is None:
         raise ValueError(f"{unset}; {config.init_checkpoint} is a {layout} checkpoint, with no batch: set it")
-    tokens = saved["train"]["global_batch_size"] * saved["data"]["max_seq_length"]
+    try:
+        tokens = int(saved["train"]["global_batch_size"]) * int(saved["data"]["max_seq_length"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{unset}; {config.init_checkpoint} is no pre-training run (its saved config has no "
+                         "train.global_batch_size and data.max_seq_length): set it") from None
     config.train.global_batch_size = max(1, tokens // config.data.max_seq_length)
     log.info("config.train.global_batch_size=%d: the %d tokens a batch of %s", config.train.global_batch_size,
              tokens, config.init_checkpoint)
@@ -358,7 +368,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     train_cfg = config.train
 
     # -- Tokenizer, model config, mesh: validated before data preparation or compiling. --
-    resolve_global_batch_size(config)
+    resolve_global_batch_size(config, workdir)
     check_data_config(config.data)
     if config.data.source == "original_tfrecord" and not config.data.vocab_path:
         raise ValueError("config.data.source='original_tfrecord' needs config.data.vocab_path: the vocab.txt the "

@@ -58,6 +58,14 @@ PRESET_RECIPES.update({"modernbert-tiny": PRESET_RECIPES["tiny"], "modernbert-mi
                        "modernbert-base": _PAPER, "modernbert-large": _PAPER})
 
 
+def _derive_max_predictions(data: ml_collections.ConfigDict) -> None:
+    """data.max_predictions_per_seq, the cap on masked tokens a row, as a full row's share:
+    ceil(max_seq_length x masked_lm_prob) (the original's 20 at 128), following both when
+    either is overridden (a FieldReference); a value set replaces it."""
+    length, share = data.get_ref("max_seq_length"), data.get_ref("masked_lm_prob")
+    data.max_predictions_per_seq = (-((-(length * share) + 1e-9) // 1)).to_int()
+
+
 def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     preset, *options = arg.split(",")
     preset_model = BertConfig.preset(preset)  # an unknown preset: a ValueError naming the known ones
@@ -90,11 +98,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     small = preset in ("tiny", "modernbert-tiny")
     config.data.max_seq_length = 64 if small else 128
     config.data.masked_lm_prob = 0.15
-    # The cap on masked tokens a row: a full row's share, ceil(length x masked_lm_prob) (the
-    # original's 20 at 128), following both when either is overridden (a FieldReference);
-    # a value set replaces it.
-    length, share = config.data.get_ref("max_seq_length"), config.data.get_ref("masked_lm_prob")
-    config.data.max_predictions_per_seq = (-((-(length * share) + 1e-9) // 1)).to_int()
+    _derive_max_predictions(config.data)
     config.data.mask_token_prob = 0.8    # a chosen token: [MASK] with this chance,
     config.data.random_token_prob = 0.1  # a random token with this one, else kept (80/10/10)
     # The original's 0.1 draws a short target once per document; a target below one sentence
@@ -149,7 +153,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         # (warmup-stable-decay, 1-sqrt): a run can then be extended or stopped at any point.
         config.data.next_sentence_prediction = False
         config.data.full_rows = True
-        config.data.masked_lm_prob = 0.3  # max_predictions_per_seq follows
+        config.data.masked_lm_prob = 0.3
+        _derive_max_predictions(config.data)  # phase2's 80 was the original's for 15%
         config.train.update(schedule="wsd", decay_fraction=0.1, decay_shape="1-sqrt", adam_bias_correction=True)
     if "long" in options:
         if not preset.startswith("modernbert"):
@@ -158,8 +163,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         # Unset: the shorter run's tokens per batch (config.init_checkpoint's saved config) at
         # this length, resolved at start-up (bertjax.pretrain.resolve_global_batch_size).
         config.train.global_batch_size = config_dict.placeholder(int)
-        # max_predictions_per_seq follows.
         config.data.max_seq_length = preset_model.max_position_embeddings
+        _derive_max_predictions(config.data)
         config.train.num_steps = max(1, config.train.num_steps // 10)
         config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
     unknown = set(options) - {"phase2", "modern", "long"}

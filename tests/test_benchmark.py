@@ -171,6 +171,24 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     assert len(ends) == 2 and lines[header - 1] == ends[1]
 
 
+def test_a_budget_recipe_sets_any_config_value_in_its_type():
+    """A recipe's own settings (benchmarks/budget.py --recipes), the model's unset fields too."""
+    sys.path.insert(0, ROOT)
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import budget
+    from configs import pretrain as pretrain_config
+
+    config = pretrain_config.get_config("mini,modern")
+    for key, text in (("model.scan_layers", "true"), ("model.attention_window", "64"),
+                      ("train.optimizer", "stable_adamw"), ("data.masked_lm_prob", "0.4")):
+        budget.set_value(config, key, text)
+    assert (config.model.scan_layers, config.model.attention_window, config.train.optimizer) == (
+        True, 64, "stable_adamw")
+    assert config.data.max_predictions_per_seq == 52  # 40% of 128, following the masking rate
+    with pytest.raises(ValueError, match="config.model.scan_layerz does not exist"):
+        budget.set_value(config, "model.scan_layerz", "true")
+
+
 MODERN_VARIANT = ("modern:train.optimizer=stable_adamw:data.full_rows_attention=document"
                   ":train.batch_warmup_start=4:train.batch_warmup_steps=3")
 

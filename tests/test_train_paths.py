@@ -138,18 +138,29 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
     modern.data.max_seq_length = 1024
     assert modern.data.max_predictions_per_seq == 308  # 30% of 1,024
 
+    # Options after phase2 (whose 80 is the original's for 15% at 512) derive the cap again.
+    assert pretrain_config.get_config("base,phase2,modern").data.max_predictions_per_seq == 154
+    assert pretrain_config.get_config("modernbert-base,phase2,long").data.max_predictions_per_seq == 1229
     long = pretrain_config.get_config("modernbert-base,modern,long")
     assert (long.data.max_seq_length, long.data.max_predictions_per_seq) == (8192, 2458)
     assert long.train.global_batch_size is None
     with pytest.raises(ValueError, match="config.train.global_batch_size is unset: it takes the tokens per batch"):
-        pretrain.resolve_global_batch_size(long)
+        pretrain.resolve_global_batch_size(long, str(tmp_path / "long"))
     shorter = tmp_path / "mb1024"
     checkpointer = checkpointing.Checkpointer(str(shorter / "checkpoints"), save_interval_steps=1, max_to_keep=1,
                                               async_save=False)
     checkpointer.save(1, {"w": jnp.zeros(2)}, data_position=1, config=modern.to_dict())  # batch 256 x 1,024
     long.init_checkpoint = str(shorter)
-    pretrain.resolve_global_batch_size(long)
+    pretrain.resolve_global_batch_size(long, str(tmp_path / "long"))
     assert long.train.global_batch_size == 32  # 262,144 tokens at 8,192
+    # A resumed run keeps the batch it trained with, whatever the shorter run says now.
+    resumed = pretrain_config.get_config("modernbert-base,modern,long")
+    resumed.init_checkpoint = str(shorter)
+    checkpointing.Checkpointer(str(tmp_path / "long" / "checkpoints"), save_interval_steps=1, max_to_keep=1,
+                               async_save=False).save(1, {"w": jnp.zeros(2)}, data_position=1,
+                                                      config={**resumed.to_dict(), "train": {"global_batch_size": 4}})
+    pretrain.resolve_global_batch_size(resumed, str(tmp_path / "long"))
+    assert resumed.train.global_batch_size == 4
 
 
 def test_a_prepared_folder_holds_out_what_it_was_prepared_with(tmp_path):

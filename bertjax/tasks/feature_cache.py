@@ -88,7 +88,7 @@ class FeatureCache:
             return 0
         with open(self.manifest_path) as f:
             manifest = json.load(f)
-        if manifest.get("shape") != list(self.shape):
+        if manifest.get("shape") != list(self.shape) or not manifest.get("batch_size"):
             return 0
         if manifest["batches_done"] >= -(-len(self.split) // manifest["batch_size"]):
             return -(-len(self.split) // batch_size)
