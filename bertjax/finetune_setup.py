@@ -11,7 +11,7 @@ import tempfile
 import jax
 import ml_collections
 
-from bertjax import checkpointing, optim, tasks, tokenization
+from bertjax import optim, run_config, tasks, tokenization
 from bertjax.inference import model_source
 from bertjax.models import BertConfig
 from bertjax.models import config as bert_config
@@ -31,8 +31,8 @@ def checkpoint_source(config: ml_collections.ConfigDict, workdir: str | None = N
     try:
         return model_source.resolve(config.init_checkpoint)
     except (OSError, ValueError) as e:
-        own = fileio.join(workdir, "checkpoints") if workdir else ""
-        if not (own and checkpointing.is_bertjax_checkpoint(own)):
+        own = run_config.own_checkpoints(workdir) if workdir else None
+        if own is None:
             raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
         log.warning("config.init_checkpoint=%s cannot be read (%s); resuming from %s, with the run's own model "
                     "config and tokenizer", config.init_checkpoint, e, own)
@@ -44,8 +44,7 @@ def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> Non
     casing than the one it trained with and saved (WORKDIR/tokenizer): its weights would read
     other ids, silently."""
     saved = fileio.join(workdir, "tokenizer")
-    if not (checkpointing.is_bertjax_checkpoint(fileio.join(workdir, "checkpoints"))
-            and fileio.exists(fileio.join(saved, tokenization.SAVED_TOKENIZER))):
+    if not (run_config.own_checkpoints(workdir) and fileio.exists(fileio.join(saved, tokenization.SAVED_TOKENIZER))):
         return
     spec = tokenization.saved_tokenizer_spec(saved)
     if spec["vocab_hash"] != tokenizer.vocab_hash:

@@ -299,8 +299,8 @@ def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -
         return
     from bertjax.models.convert import checkpoint_layout
 
-    own = fileio.join(workdir, "checkpoints")
-    if checkpointing.is_bertjax_checkpoint(own):
+    own = run_config.own_checkpoints(workdir)
+    if own:
         config.train.global_batch_size = checkpointing.read_meta(own)["config"]["train"]["global_batch_size"]
         return
 

@@ -33,12 +33,18 @@ def run_kind(config: dict[str, Any]) -> str:
     return f"fine-tuning task {config['task']!r}" if config.get("task") else "pre-training"
 
 
+def own_checkpoints(workdir: str) -> str | None:
+    """`workdir`/checkpoints when the run there has saved a checkpoint (it resumes), else None."""
+    directory = fileio.join(workdir, "checkpoints")
+    return directory if checkpointing.is_bertjax_checkpoint(directory) else None
+
+
 def check_same_kind(workdir: str, config: dict[str, Any]) -> None:
     """ValueError when `workdir`'s checkpoints were written by another kind of run than
     `config`'s; nothing is read but the newest checkpoint's meta (an unreadable one is left
     for the restore to report)."""
-    directory = fileio.join(workdir, "checkpoints")
-    if not checkpointing.is_bertjax_checkpoint(directory):
+    directory = own_checkpoints(workdir)
+    if directory is None:
         return
     try:
         saved = checkpointing.read_meta(directory).get("config") or {}

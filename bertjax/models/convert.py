@@ -212,12 +212,16 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
 def _wordpiece_tokens(vocab_path: str | None) -> list[str] | None:
     """The WordPiece vocabulary at `vocab_path` (a vocab.txt or tokenizer.json), None without one
     or for a tokenizer.json of another kind (BPE, Unigram); ValueError for a bad file."""
-    if not vocab_path or (vocab_path.endswith(".json") and (fileio.read_json(vocab_path).get("model") or {}).get(
-            "type") != "WordPiece"):
+    if not vocab_path or (vocab_path.endswith(".json") and not _is_wordpiece_json(vocab_path)):
         return None
     from bertjax import tokenization
 
     return tokenization.read_vocab(vocab_path)
+
+
+def _is_wordpiece_json(path: str) -> bool:
+    """Whether the tokenizer.json at `path` is a WordPiece one (else BPE, Unigram, ...)."""
+    return (fileio.read_json(path).get("model") or {}).get("type") == "WordPiece"
 
 
 def _guess_architecture(heads: tuple[str, ...]) -> str:
@@ -529,7 +533,7 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     if not fileio.exists(vocab):
         if layout != "huggingface" or not fileio.exists(tokenizer_json):
             return None
-        if (fileio.read_json(tokenizer_json).get("model") or {}).get("type") != "WordPiece":
+        if not _is_wordpiece_json(tokenizer_json):
             return {"kind": "huggingface", "path": tokenizer_json, "do_lower_case": False}  # BPE, Unigram
         vocab = tokenizer_json
     do_lower_case = None
