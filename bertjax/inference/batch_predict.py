@@ -8,7 +8,7 @@ Input formats ("auto": from the file name; .json is SQuAD's layout for a span-QA
               span QA "question ||| context", fill_mask a line with [MASK]s
   csv, tsv, jsonl   rows read by tasks.common.read_records; the columns are the run's
               (config.data.text_a_key, text_b_key, context_key, choices_key) unless keys say otherwise
-  squad_json  SQuAD's official layout (tasks.squad.read_json): every question, with its id
+  squad_json  SQuAD's official layout (tasks.squad_examples.read_json): every question, with its id
   conll       CoNLL (tasks.tagging.read_conll): each sentence's words; a tag column is ignored
 
 A bad input (a missing side of " ||| ", no [MASK] or none left within max_seq_length, an

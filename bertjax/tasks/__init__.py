@@ -1,7 +1,9 @@
 """Downstream (fine-tuning) tasks by name: data, tokenization, heads, prediction and serving.
 
 Each family module exports `FAMILY` (the protocol in family.py): classification.py (GLUE, the
-demo, your CSV/TSV/JSONL), squad.py (span QA), tagging.py (NER), choice.py (multiple choice).
+demo, your CSV/TSV/JSONL), squad.py (span QA; squad_examples.py reads its files,
+squad_answers.py decodes spans, squad_serving.py in the SavedModel), tagging.py (NER),
+choice.py (multiple choice).
 `FAMILIES` below is the registry; `load_task(config, tokenizer)` builds the configured task
 (`config.task`) as a `common.Task`: its tokenized splits, head, loss and official evaluation.
 """

@@ -1,8 +1,7 @@
 """Span question answering (SQuAD v1.1 / v2.0): examples -> windowed features -> predictions.
 
-Sources: the official JSON layout (`read_json`, local or gs://) or TFDS `squad/v1.1`,
-`squad/v2.0` (`read_tfds`, splits train and validation). Both give `SquadExamples`,
-which carry the official `data` list that `bertjax.evaluation.squad.evaluate` scores.
+Sources: the official JSON layout or TFDS `squad/v1.1`, `squad/v2.0` (splits train and
+validation), read into `SquadExamples` by `bertjax.tasks.squad_examples`.
 
 Features, as the original run_squad.py: `[CLS] question [SEP] context window [SEP]`,
 the question truncated to `max_query_length` tokens, the context cut into windows of
@@ -41,7 +40,7 @@ import numpy as np
 from absl import logging
 
 from bertjax import ragged
-from bertjax.data.sources import DropCounter, prepared_tfds_builder
+from bertjax.data.sources import DropCounter
 from bertjax.evaluation import squad as squad_metrics
 from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
 from bertjax.runtime import fileio
@@ -49,35 +48,13 @@ from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_non
                                   own_files, sliding_windows, truncation)
 from bertjax.tasks.family import Family
 from bertjax.tasks.raw_text import split_pair
+from bertjax.tasks.squad_examples import (ExampleBuilder, SquadExamples, log_skips, read_json, read_tfds,
+                                          warn_if_versions_differ)
 from bertjax.tasks.squad_answers import (MAX_ANSWER_LENGTH, N_BEST_SIZE, NULL_SCORE_DIFF_THRESHOLD, postprocess,
                                          write_predictions)
 
 MAX_SEQ_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH = 384, 128, 64
 _LAYOUT_BLOCK = 4096  # features laid out per numpy block (bounds temporary memory)
-
-
-@dataclasses.dataclass
-class SquadExamples:
-    """The questions of one split. Q questions over P distinct contexts.
-
-    source: the file or "tfds:<name>[<split>]" (for messages); strict: bad training answers
-    raise (JSON) rather than being skipped (TFDS); version: "v1.1" | "v2.0"; data: the
-    official layout for evaluation; answers[q]: [(text, answer_start), ...].
-    """
-
-    source: str
-    version: str
-    data: list
-    ids: list[str]
-    questions: list[str]
-    contexts: list[str]
-    context_index: np.ndarray  # <int64>[Q] question -> its context
-    answers: list[list[tuple[str, int]]]
-    is_impossible: np.ndarray  # <bool>[Q]
-    strict: bool = True
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 @dataclasses.dataclass
@@ -130,145 +107,6 @@ class SquadWindows:
         return flags
 
 
-# -- Reading. --
-
-def warn_if_versions_differ(sources: list[tuple[str, SquadExamples]]) -> None:
-    """A warning when training and evaluation files are of different SQuAD versions: a model
-    trained on v1.1 never learns to abstain, one trained on v2.0 is scored without abstaining."""
-    (_, train), *others = sources
-    for name, examples in others:
-        if examples.version != train.version:
-            logging.warning("%s is SQuAD %s but the training file %s is %s: %s", examples.source, examples.version,
-                            train.source, train.version, "the model never learns to answer 'no answer'"
-                            if train.version == "v1.1" else "v1.1 scoring ignores the model's 'no answer'")
-
-
-def read_json(path: str, version: str | None = None) -> SquadExamples:
-    """An official-layout SQuAD JSON file (local or gs://) -> SquadExamples.
-
-    version None: `squad_metrics.file_version` (the "version" field where it says 1.x or 2.x,
-    else "v2.0" when any question has "is_impossible", else "v1.1"), as the scorer's command
-    line reads it. A question without "id" or "question", a repeated id, a malformed answer
-    or an "is_impossible" that is not true or false raises ValueError naming the file and the
-    position or id. "answers" may be missing (prediction-only files; in v2.0, no answer).
-    """
-    raw = fileio.read_json(path)
-    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
-        raise ValueError(f"{path}: expected a JSON object with a 'data' list (the SQuAD layout)")
-    builder = _Builder(path, strict=True)
-    for a, article in enumerate(raw["data"]):
-        for p, paragraph in enumerate(_objects(article, "paragraphs", f"{path}: data[{a}]")):
-            where = f"data[{a}].paragraphs[{p}]"
-            if not isinstance(paragraph.get("context"), str):
-                raise ValueError(f"{path}: {where} has no 'context' string")
-            for k, qa in enumerate(_objects(paragraph, "qas", f"{path}: {where}")):
-                qid = qa.get("id")
-                if not isinstance(qid, (str, int)) or isinstance(qid, bool) or qid == "":
-                    raise ValueError(f"{path}: {where}.qas[{k}] has no 'id'")
-                qid = str(qid)
-                if not isinstance(qa.get("question"), str):
-                    raise ValueError(f"{path}: question id {qid!r} has no 'question' string")
-                answers = qa.get("answers", [])
-                # Strict types (not str()/int()): the scorer reads the same file and refuses them,
-                # which would surface only at the first evaluation, after training.
-                if not isinstance(answers, list) or not all(
-                        isinstance(x, dict) and isinstance(x.get("text"), str)
-                        and isinstance(x.get("answer_start"), int) and not isinstance(x["answer_start"], bool)
-                        for x in answers):
-                    raise ValueError(f"{path}: question id {qid!r}: each answer needs a 'text' string and an "
-                                     f"integer 'answer_start'")
-                answers = [(x["text"], x["answer_start"]) for x in answers]
-                impossible = qa.get("is_impossible", False)
-                if not isinstance(impossible, bool):  # bool("false") would be True
-                    raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "
-                                     f"boolean), not {impossible!r}")
-                builder.add(qid, qa["question"], paragraph["context"], answers, impossible)
-    if version is None:
-        try:
-            version = squad_metrics.file_version(raw)
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
-    return builder.build(version, data=raw["data"])
-
-
-def _objects(parent, key: str, where: str) -> list[dict]:
-    """parent[key], checked to be a list of JSON objects (a missing key: none)."""
-    if not isinstance(parent, dict):
-        raise ValueError(f"{where} is not a JSON object")
-    children = parent.get(key, [])
-    if not isinstance(children, list) or not all(isinstance(c, dict) for c in children):
-        raise ValueError(f"{where}: {key!r} must be a list of JSON objects")
-    return children
-
-
-def read_tfds(name: str = "squad/v1.1", split: str = "train", data_dir: str | None = None) -> SquadExamples:
-    """TFDS `squad/v1.1` or `squad/v2.0` -> SquadExamples, the official `data` rebuilt by
-    grouping the questions by title and context. Examples with an empty or repeated id are
-    counted, logged skips."""
-    import tensorflow_datasets as tfds
-    if name.split("/")[-1] not in ("v1.1", "v2.0"):
-        raise ValueError(f"unknown SQuAD TFDS dataset {name!r}; expected 'squad/v1.1' or 'squad/v2.0'")
-    builder = _Builder(f"tfds:{name}[{split}]", strict=False)
-    dataset = prepared_tfds_builder(name, data_dir).as_dataset(split=split, shuffle_files=False)
-    text = lambda value: value.decode("utf-8", errors="replace")
-    for index, ex in enumerate(tfds.as_numpy(dataset)):
-        answers = [(text(t), int(s)) for t, s in zip(ex["answers"]["text"], ex["answers"]["answer_start"])]
-        builder.add(text(ex["id"]), text(ex["question"]), text(ex["context"]), answers,
-                    bool(ex.get("is_impossible", False)), title=text(ex["title"]), index=index)
-    return builder.build(name.split("/")[-1])
-
-
-class _Builder:
-    """Collects questions, interning contexts; rebuilds the official `data` if asked."""
-
-    def __init__(self, source: str, strict: bool):
-        self.source, self.strict, self.skips = source, strict, DropCounter()
-        self.ids, self.questions, self.answers, self.impossible, self.context_of = [], [], [], [], []
-        self.contexts, self.titles, self.seen = {}, [], {}
-
-    def add(self, qid, question, context, answers, impossible, title="", index=None):
-        where = f"{self.source}#{index}" if index is not None else self.source
-        if not qid:
-            self.skips.drop("missing_id", where)
-            return
-        if qid in self.seen:
-            if self.strict:
-                raise ValueError(f"{self.source}: question id {qid!r} appears twice")
-            self.skips.drop("repeated_id", where, repr(qid))
-            return
-        self.seen[qid] = len(self.ids)
-        if context not in self.contexts:
-            self.contexts[context] = len(self.contexts)
-            self.titles.append(title)
-        self.ids.append(qid), self.questions.append(question), self.answers.append(answers)
-        self.impossible.append(impossible), self.context_of.append(self.contexts[context])
-
-    def build(self, version: str, data: list | None = None) -> SquadExamples:
-        _log_skips(self.source, self.skips)
-        contexts = list(self.contexts)
-        if data is None:  # TFDS: one article per title, one paragraph per context
-            articles, paragraphs = {}, {}
-            for q, c in enumerate(self.context_of):
-                if c not in paragraphs:
-                    paragraphs[c] = {"context": contexts[c], "qas": []}
-                    articles.setdefault(self.titles[c], []).append(paragraphs[c])
-                qa = {"id": self.ids[q], "question": self.questions[q],
-                      "answers": [{"text": t, "answer_start": s} for t, s in self.answers[q]]}
-                if version == "v2.0":
-                    qa["is_impossible"] = self.impossible[q]
-                paragraphs[c]["qas"].append(qa)
-            data = [{"title": title, "paragraphs": pars} for title, pars in articles.items()]
-        return SquadExamples(self.source, version, data, self.ids, self.questions, contexts,
-                             np.array(self.context_of, np.int64), self.answers, np.array(self.impossible, bool),
-                             self.strict)
-
-
-def _log_skips(source: str, skips: DropCounter) -> None:
-    if skips.counts:
-        logging.warning("%s: skipped %d questions (%s)", source, sum(skips.counts.values()),
-                        ", ".join(f"{k}: {v}" for k, v in sorted(skips.counts.items())))
-
-
 # -- Features. --
 
 def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: bool | None = None,
@@ -302,7 +140,7 @@ def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: 
         skips = DropCounter()
         for q, problem in problems.items():
             skips.drop("answer_not_found", f"{examples.source}: question id {examples.ids[q]!r}", problem)
-        _log_skips(examples.source, skips)
+        log_skips(examples.source, skips)
 
     # Windows: each kept question's context cut every min(window, doc_stride) tokens.
     questions = np.flatnonzero(kept)
@@ -568,7 +406,7 @@ class SquadFamily(Family):
     def predict(self, model, parsed, n_best_size: int | None = None, max_answer_length: int | None = None,
                 null_score_diff_threshold: float | None = None):
         run = settings(model.source.data)
-        builder = _Builder("inputs", strict=True)
+        builder = ExampleBuilder("inputs", strict=True)
         for i, item in enumerate(parsed, start=1):
             builder.add(item.get("id", str(i)), item["question"], item["context"], [], False)
         examples = builder.build(model.task_info.get("squad_version", "v1.1"), data=[])
