@@ -13,9 +13,12 @@ bertjax/inference/batch_predict.py), or stdin (lines of text; JSONL for multiple
 --input_format=jsonl). What each task family returns: bertjax/inference/engine.py. Bad inputs
 are named by file:line: --on_error=fail (default) stops with exit code 2 before predicting;
 skip writes {"error", "where"} in their place. --vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
-Exit codes: 0 done, 2 bad model, flag or input (one line).
+Inputs are read and predicted a chunk at a time (bounded memory); a file is checked whole
+before the first prediction, stdin as it arrives. Exit codes: 0 done, 2 bad model, flag or
+input (one line).
 """
 
+import functools
 import os
 import sys
 
@@ -37,7 +40,8 @@ _TOP_K = flags.DEFINE_integer("top_k", 5, "fill_mask: tokens per [MASK]")
 _FORMAT = flags.DEFINE_enum("input_format", "auto", ["auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll"],
                             "auto: from the file's extension (.json: SQuAD's layout for span QA), else lines of text")
 _ON_ERROR = flags.DEFINE_enum("on_error", "fail", ["fail", "skip"],
-                              "a bad input: fail (exit 2, nothing written) or skip (an error line in its place)")
+                              "a bad input: fail (exit 2, no output; from stdin, the lines of the chunks before it are out) "
+                              "or skip (an error line in its place)")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch")
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "default: the run's, else 512")
 _TEXT_A_KEY = flags.DEFINE_string("text_a_key", None, "CSV/TSV/JSONL column of the text (default: the run's "
@@ -84,11 +88,15 @@ def main(_):
     if _TEXT.value:
         records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:
-        path = _INPUT.value or "/dev/stdin"
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
-        records = list(batch_predict.read_inputs(path, family, input_format, keys, source.data))
-        if _INPUT.value and not records:  # (an empty stdin is an empty stream, nothing to say)
-            raise ValueError(f"--input={_INPUT.value}: no inputs (an empty file?)")
+        read = functools.partial(batch_predict.read_inputs, _INPUT.value or "/dev/stdin", family, input_format,
+                                 keys, source.data)
+        if _INPUT.value:  # read twice: checked whole before the first prediction, then predicted
+            records = batch_predict.Reread(read)
+            if next(iter(records), None) is None:
+                raise ValueError(f"--input={_INPUT.value}: no inputs (an empty file?)")
+        else:  # a stream, predicted as it arrives (an empty one is nothing to say)
+            records = read()
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                precision=_PRECISION.value, **_VOCABULARY())
     write, close = batch_predict.jsonl_writer(_OUTPUT.value)
@@ -99,10 +107,10 @@ def main(_):
         completed = True
     finally:
         close(completed)
-    for where, why in summary["skipped"][:batch_predict.SHOWN_ERRORS]:
+    for where, why in summary["errors"]:
         print(f"skipped {where}: {why}", file=sys.stderr)
     if summary["skipped"]:
-        print(f"skipped {len(summary['skipped'])} of {summary['inputs']} inputs (error lines in the output)",
+        print(f"skipped {summary['skipped']} of {summary['inputs']} inputs (error lines in the output)",
               file=sys.stderr)
     if _OUTPUT.value:
         print(f"wrote {summary['inputs']} lines to {_OUTPUT.value}", file=sys.stderr)

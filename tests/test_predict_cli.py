@@ -117,11 +117,11 @@ def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_c
     summary = batch_predict.predict_all(model, "classification", records, written.append, "skip",
                                         progress=lambda done, total: seen.append((done, total)))
     assert seen == [(2, 5), (4, 5), (5, 5)]
-    assert summary == {"inputs": 5, "predicted": 4, "skipped": [
+    assert summary == {"inputs": 5, "predicted": 4, "skipped": 1, "errors": [
         ("f.txt:9", "the model was trained on single texts; give one text (no ' ||| ')")]}
     expected = model.predict([text for text, _ in REVIEWS])
     assert written[:2] + written[3:] == expected
-    assert written[2] == {"error": summary["skipped"][0][1], "where": "f.txt:9"}
+    assert written[2] == {"error": summary["errors"][0][1], "where": "f.txt:9"}
     with pytest.raises(ValueError, match=r"^f.txt:9: the model was trained on single texts"):
         batch_predict.predict_all(model, "classification", records, written.append, "fail")
     # --text values arrive as Python holds command-line bytes: not UTF-8 is that value's bad input.
@@ -131,6 +131,44 @@ def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_c
     assert records[2][1] == "caf\u00e9 noir" and isinstance(records[1][1], ValueError)
     with pytest.raises(ValueError, match=r"^--text #2: not UTF-8 \(byte 0xe9 at byte 4\); give UTF-8 text; --on_error"):
         batch_predict.predict_all(model, "classification", records, written.append, "fail")
+
+
+def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_run, monkeypatch):
+    """predict_all held every input in memory before its first prediction (a review): a
+    stream's chunk is predicted and written before the next is read; a bad input fails a
+    stream at its own chunk, a file before the first prediction; skips are counted, the first
+    few named."""
+    import bertjax
+    from bertjax.inference import batch_predict
+
+    model = bertjax.load_model(minilm_classifier_run, batch_size=2)
+    monkeypatch.setattr(batch_predict, "CHUNK_INPUTS", 2)
+    texts = [text for text, _ in REVIEWS] * 2  # 8 inputs: 4 chunks
+    pulled, pulled_at_write = [], []
+
+    def stream(bad_at=None):
+        for i, text in enumerate(texts, start=1):
+            pulled.append(i)
+            yield f"-:{i}", ValueError("a bad line") if i == bad_at else text
+
+    written = []
+    summary = batch_predict.predict_all(model, "classification", stream(), lambda row: (
+        written.append(row), pulled_at_write.append(len(pulled))), "fail")
+    assert summary == {"inputs": 8, "predicted": 8, "skipped": 0, "errors": []}
+    assert pulled_at_write == [2, 2, 4, 4, 6, 6, 8, 8]  # one chunk read ahead of its lines, no more
+    assert written == model.predict(texts)
+    written, pulled[:] = [], []
+    with pytest.raises(ValueError, match=r"^-:6: a bad line; --on_error=skip"):
+        batch_predict.predict_all(model, "classification", stream(bad_at=6), written.append, "fail")
+    assert len(written) == 4 and pulled == [1, 2, 3, 4, 5, 6]  # the two chunks before it are out
+    written = []
+    with pytest.raises(ValueError, match=r"^-:6: a bad line; --on_error=skip"):
+        batch_predict.predict_all(model, "classification", list(stream(bad_at=6)), written.append, "fail")
+    assert written == []  # a list (or a Reread file) is checked whole first
+    monkeypatch.setattr(batch_predict, "SHOWN_ERRORS", 2)
+    bad = [(f"-:{i}", ValueError(f"bad {i}")) for i in range(1, 6)]
+    summary = batch_predict.predict_all(model, "classification", iter(bad), written.append, "skip")
+    assert summary == {"inputs": 5, "predicted": 0, "skipped": 5, "errors": [("-:1", "bad 1"), ("-:2", "bad 2")]}
 
 
 def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
@@ -171,7 +209,7 @@ def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pr
     summary = batch_predict.predict_all(model, "fill_mask", records, written.append, "skip", top_k=2)
     why = ("no [MASK] within the first 16 tokens (the text is truncated there; raise --max_seq_length or "
            "shorten it)")
-    assert summary == {"inputs": 3, "predicted": 2, "skipped": [("f.txt:2", why)]}
+    assert summary == {"inputs": 3, "predicted": 2, "skipped": 1, "errors": [("f.txt:2", why)]}
     assert written[1] == {"error": why, "where": "f.txt:2"}
     assert [written[0]["masks"], written[2]["masks"]] == model.fill_mask(["the [MASK] sat .", "a [MASK] ."], top_k=2)
     # Every [MASK] is answered or named (issue 46, 6): one entry per mask, None where truncation cut it.

@@ -13,21 +13,24 @@ Input formats ("auto": from the file name; .json is SQuAD's layout for a span-QA
 
 A bad input (a missing side of " ||| ", no [MASK] or none left within max_seq_length, an
 empty context, a missing column) is named by file:line. on_error "fail": a ValueError naming
-it (nothing is predicted); "skip": its output line is {"error": message, "where":
-"file:line"}, so that output line k still answers input k.
+it (a file's inputs are all checked before the first prediction; stdin's a chunk at a time
+as they arrive); "skip": its output line is {"error": message, "where": "file:line"}, so
+that output line k still answers input k. Inputs are read, predicted and written
+CHUNK_INPUTS at a time: a file of any size, or a stream, in bounded memory.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from bertjax import tasks
-from bertjax.runtime import fileio
+from bertjax.runtime import console, fileio
 from bertjax.tasks import common
 
 FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll")
@@ -135,60 +138,96 @@ def check(model, family: str, item: Any) -> str | None:
     return None
 
 
-def _check_masks_kept(model, records: list[tuple[str, Any]], problems: list[tuple[str, str | None]]) -> None:
-    """Marks the fill-mask inputs whose every [MASK] lies past max_seq_length tokens (counted
-    CHUNK_INPUTS at a time: bounded memory)."""
-    good = [i for i, (_, why) in enumerate(problems) if not why]
-    counts = [count for start in range(0, len(good), CHUNK_INPUTS)
-              for count in model.mask_counts([records[i][1] for i in good[start:start + CHUNK_INPUTS]])]
-    for i, count in zip(good, counts):
-        if count == 0:
-            problems[i] = (records[i][0], f"no [MASK] within the first {model.max_seq_length} tokens (the text is "
-                                          "truncated there; raise --max_seq_length or shorten it)")
+class Reread:
+    """Inputs that can be read again (a file, not stdin): `predict_all` checks them all before
+    its first prediction. reader() -> a fresh iterator of (where, item)."""
+
+    def __init__(self, reader: Callable[[], Iterator[tuple[str, Any]]]):
+        self.reader = reader
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        return self.reader()
 
 
-def predict_all(model, family: str, records: list[tuple[str, Any]], write: Callable[[dict], None],
-                on_error: str = "fail", top_k: int = 5, progress: Callable[[int, int], None] | None = None
+def _checked_chunks(model, family: str, records: Iterable[tuple[str, Any]]
+                    ) -> Iterator[tuple[list[tuple[str, Any]], list[str | None]]]:
+    """(records, why each cannot be predicted or None) CHUNK_INPUTS at a time, in input order:
+    `check`, fill-mask inputs whose every [MASK] lies past max_seq_length tokens, and the
+    family's `identify` over the whole input (e.g. SQuAD's ids, unique and made up from the
+    line number if absent)."""
+    seen: dict = {}
+    records = iter(records)
+    offset = 0
+    while chunk := list(itertools.islice(records, CHUNK_INPUTS)):
+        problems = [check(model, family, item) for _, item in chunk]
+        good = [i for i, why in enumerate(problems) if not why]
+        if family == FILL_MASK.name:
+            counts = model.mask_counts([chunk[i][1] for i in good]) if good else []
+            for i, count in zip(good, counts):
+                if count == 0:
+                    problems[i] = (f"no [MASK] within the first {model.max_seq_length} tokens (the text is "
+                                   "truncated there; raise --max_seq_length or shorten it)")
+        else:
+            items, clashes = tasks.FAMILIES[family].identify(
+                [chunk[i][1] for i in good], [_number(chunk[i][0], offset + i + 1) for i in good], seen)
+            for k, i in enumerate(good):
+                chunk[i] = (chunk[i][0], items[k])
+                if k in clashes:
+                    problems[i] = clashes[k]
+        yield chunk, problems
+        offset += len(chunk)
+
+
+def _refusal(first: tuple[str, str], bad: int) -> ValueError:
+    where, why = first
+    more = f" ({bad - 1} more bad inputs)" if bad > 1 else ""
+    return ValueError(f"{where}: {why}{more}; --on_error=skip writes an error line for each and goes on")
+
+
+def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: Callable[[dict], None],
+                on_error: str = "fail", top_k: int = 5, progress: Callable[[int, int | None], None] | None = None
                 ) -> dict[str, Any]:
-    """Checks every input, then predicts the good ones CHUNK_INPUTS at a time and calls write
-    with one dict per input, in order. Returns {"inputs", "predicted", "skipped": [(where, why)]}."""
+    """Predicts (where, item) records CHUNK_INPUTS at a time and calls write with one dict per
+    input, in order; memory holds one chunk. on_error "fail": a bad input is a ValueError
+    naming it, before the first prediction when the records can be read twice (a list, a
+    `Reread`), else (stdin) before its own chunk's. Returns {"inputs", "predicted", "skipped":
+    the count, "errors": the first SHOWN_ERRORS (where, why)}. progress(done, total or None)."""
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
-    problems = [(where, check(model, family, item)) for where, item in records]
-    if family == FILL_MASK.name:
-        _check_masks_kept(model, records, problems)
-    else:  # e.g. SQuAD's ids, unique over the whole input and made up from the line number if absent
-        good = [i for i, (_, why) in enumerate(problems) if not why]
-        items, clashes = tasks.FAMILIES[family].identify([records[i][1] for i in good],
-                                                         [_number(records[i][0], i + 1) for i in good])
-        records = list(records)
-        for k, i in enumerate(good):
-            records[i] = (records[i][0], items[k])
-            if k in clashes:
-                problems[i] = (records[i][0], clashes[k])
-    skipped = [(where, why) for where, why in problems if why]
-    if skipped and on_error == "fail":
-        where, why = skipped[0]
-        more = f" ({len(skipped) - 1} more bad inputs)" if len(skipped) > 1 else ""
-        raise ValueError(f"{where}: {why}{more}; --on_error=skip writes an error line for each and goes on")
-    predicted = 0
-    for start in range(0, len(records), CHUNK_INPUTS):
-        chunk = range(start, min(start + CHUNK_INPUTS, len(records)))
-        good = [i for i in chunk if not problems[i][1]]
-        items = [records[i][1] for i in good]
+    total = None
+    if iter(records) is not records:  # read twice: the total (for the ETA), and "fail" checks all first
+        if on_error == "skip":
+            total = sum(1 for _ in records)
+        else:
+            total, bad, first = 0, 0, None
+            for chunk, problems in _checked_chunks(model, family, records):
+                total += len(chunk)
+                for (where, _), why in zip(chunk, problems):
+                    if why:
+                        bad, first = bad + 1, first or (where, why)
+            if first:
+                raise _refusal(first, bad)
+    inputs, predicted, skipped, errors = 0, 0, 0, []
+    for chunk, problems in _checked_chunks(model, family, records):
+        bad = [(where, why) for (where, _), why in zip(chunk, problems) if why]
+        if bad and on_error == "fail":
+            raise _refusal(bad[0], len(bad))
+        good = [i for i, why in enumerate(problems) if not why]
+        items = [chunk[i][1] for i in good]
         if family == FILL_MASK.name:
             from bertjax.inference import fill_mask  # JAX and Flax: only once a model runs
 
             results = fill_mask.fill_mask_rows(model, items, top_k) if items else []
         else:
-            results = model.predict(items)
+            results = model.predict(items) if items else []
         answers = dict(zip(good, results))
-        for i in chunk:
-            write(answers[i] if i in answers else {"error": problems[i][1], "where": problems[i][0]})
-        predicted += len(good)
+        for i, (where, _) in enumerate(chunk):
+            write(answers[i] if i in answers else {"error": problems[i], "where": where})
+        inputs, predicted, skipped = inputs + len(chunk), predicted + len(good), skipped + len(bad)
+        errors.extend(bad[:SHOWN_ERRORS - len(errors)])
         if progress is not None:
-            progress(chunk.stop, len(records))
-    return {"inputs": len(records), "predicted": predicted, "skipped": skipped}
+            progress(inputs, total)
+    return {"inputs": inputs, "predicted": predicted, "skipped": skipped, "errors": errors}
 
 
 def _number(where: str, position: int) -> int:
@@ -197,14 +236,17 @@ def _number(where: str, position: int) -> int:
     return int(line.group(1)) if line else position
 
 
-def progress_line() -> Callable[[int, int], None]:
-    """A progress reporter for predict_all: one stderr line per chunk on inputs longer than one chunk."""
+def progress_line() -> Callable[[int, int | None], None]:
+    """A progress reporter for predict_all: one stderr line per chunk after the first, with the
+    rate and, where the total is known, the time left."""
     start = time.time()
 
-    def report(done: int, total: int) -> None:
-        if total > CHUNK_INPUTS:
+    def report(done: int, total: int | None) -> None:
+        if done > CHUNK_INPUTS or (total or 0) > CHUNK_INPUTS:
             rate = done / max(time.time() - start, 1e-9)
-            print(f"predicted {done}/{total} inputs ({rate:.0f}/s)", file=sys.stderr, flush=True)
+            left = "" if total is None else f", ETA {console.format_duration((total - done) / max(rate, 1e-9))}"
+            of = "" if total is None else f"/{total}"
+            print(f"predicted {done}{of} inputs ({rate:.0f}/s{left})", file=sys.stderr, flush=True)
 
     return report
 

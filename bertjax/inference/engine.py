@@ -242,7 +242,7 @@ class Model:
         family = self.family
         parsed = [at_position(i, lambda item: family.parse(item, self.task_info), item)
                   for i, item in enumerate(not_one_string(inputs, "inputs"), start=1)]
-        parsed, clashes = family.identify(parsed, list(range(1, len(parsed) + 1)))
+        parsed, clashes = family.identify(parsed, list(range(1, len(parsed) + 1)), seen={})
         for index, why in sorted(clashes.items())[:1]:
             raise ValueError(f"input {index + 1}: {why}")
         return family.predict(self, parsed, **options) if parsed else []

@@ -391,15 +391,15 @@ class SquadFamily(Family):
             raise ValueError(f"an id must be a non-empty text, got {item['id']!r}")
         return item
 
-    def identify(self, parsed, positions):
+    def identify(self, parsed, positions, seen):
         """Every question its id: its own, or its number (its line in a file); an id seen before
-        is refused (the answers are keyed by id)."""
-        identified, clashes, first = [], {}, {}
+        is refused (the answers are keyed by id). seen: {id: the number of its first input}."""
+        identified, clashes = [], {}
         for index, (item, position) in enumerate(zip(parsed, positions)):
             qid = item.get("id", str(position))
-            if qid in first:
-                clashes[index] = f"the id {qid!r} is input {first[qid]}'s too; ids must be unique"
-            first.setdefault(qid, position)
+            if qid in seen:
+                clashes[index] = f"the id {qid!r} is input {seen[qid]}'s too; ids must be unique"
+            seen.setdefault(qid, position)
             identified.append({**item, "id": qid})
         return identified, clashes
 
