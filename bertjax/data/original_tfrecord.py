@@ -80,13 +80,13 @@ class OriginalTFRecordPipeline:
             raise ValueError("OriginalTFRecordPipeline: no input files")
         self.paths = sorted(paths)
         self.spec = feature_spec(data_config.max_seq_length, data_config.max_predictions_per_seq)
-        check_files_not_empty(self.paths)
+        sizes = check_files_not_empty(self.paths)
         self.vocab_size = vocab_size  # token ids are checked against it (None: not checked)
         _check_first_record(self.paths[0], self.spec, vocab_size)
         self.batch_size = batch_size
         self.shuffle_buffer = data_config.instance_shuffle_buffer
         self.seed = data_config.seed if seed is None else seed
-        self.file_ids, self.record_shard = host_file_split(self.paths, process_index, process_count)
+        self.file_ids, self.record_shard = host_file_split(sizes, process_index, process_count)
         self._epoch_size: int | None = None
 
     def _epoch(self, epoch) -> tf.data.Dataset:

@@ -72,13 +72,31 @@ def check_files_not_empty(paths: list[str]) -> list[int]:
     return sizes
 
 
-def host_file_split(paths: list[str], process_index: int, process_count: int):
-    """Whole files per host when there are enough; else every host reads all and keeps every n-th record."""
+_HOST_IMBALANCE = 1.1  # whole files per host while no host reads more than this many times another's bytes
+
+
+def host_file_split(sizes: list[int], process_index: int, process_count: int):
+    """(the file ids this host reads, record shard (count, index) or None), from every file's
+    size in bytes (the same list on every host).
+
+    Whole files per host when they balance: dealt largest first, each to the host with the
+    fewest bytes so far, while the most-loaded host then reads at most _HOST_IMBALANCE times
+    the least-loaded's bytes. Every host feeds the same rows per step, so a host with less
+    data would repeat it more often (dealing files in turn gave one host every 64 MB unit of
+    each file and another every file's tail). Else every host reads all files and keeps every
+    n-th record."""
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index {process_index} not in [0, {process_count})")
-    ids = list(range(len(paths)))
-    if len(paths) >= process_count:
-        return ids[process_index::process_count], None
+    ids = list(range(len(sizes)))
+    if process_count == 1:
+        return ids, None
+    loads, owned = [0] * process_count, [[] for _ in range(process_count)]
+    for i in sorted(ids, key=lambda i: (-sizes[i], i)):
+        host = min(range(process_count), key=lambda h: (loads[h], h))
+        loads[host] += sizes[i]
+        owned[host].append(i)
+    if min(loads) > 0 and max(loads) <= _HOST_IMBALANCE * min(loads):
+        return sorted(owned[process_index]), None
     return ids, (process_count, process_index)
 
 

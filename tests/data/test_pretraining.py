@@ -381,6 +381,29 @@ def test_recorded_epoch_sizes_apply_to_settings_that_keep_the_row_count(tmp_path
         other.epoch_size(0)
 
 
+def test_hosts_get_whole_files_only_where_their_bytes_balance():
+    """Files dealt in turn gave one host every full 64 MB unit of each file and the other every
+    file's tail (a review: 640 vs 10 here, so the second host's documents came round 64 times
+    as often). Dealt largest first to the least-loaded host, the bytes balance; where whole
+    files cannot balance, every host keeps every n-th record of all of them."""
+    from bertjax.data.records import host_file_split
+
+    units = [64, 1] * 10  # ten 65 MB files cut into units: full, tail, full, tail, ...
+    split = [host_file_split(units, i, 2) for i in range(2)]
+    assert [record_shard for _, record_shard in split] == [None, None]
+    owned = [ids for ids, _ in split]
+    assert sorted(owned[0] + owned[1]) == list(range(20))
+    assert [sum(units[i] for i in ids) for ids in owned] == [325, 325]
+    three = [host_file_split([30, 30, 20, 20, 10, 10], i, 3)[0] for i in range(3)]
+    assert [sum([30, 30, 20, 20, 10, 10][i] for i in ids) for ids in three] == [40, 40, 40]
+    for sizes in ([100, 10, 10], [50]):  # one large file / fewer files than hosts
+        assert [host_file_split(sizes, i, 2) for i in range(2)] == [
+            (list(range(len(sizes))), (2, 0)), (list(range(len(sizes))), (2, 1))]
+    assert host_file_split([5, 1], 0, 1) == ([0, 1], None)
+    with pytest.raises(ValueError, match=r"process_index 2 not in \[0, 2\)"):
+        host_file_split([1, 1], 2, 2)
+
+
 @pytest.mark.parametrize("num_shards", [4, 1])  # whole files per host / every other record
 def test_hosts_get_disjoint_documents(tmp_path, num_shards):
     paths = synthetic.write_shards(str(tmp_path), 200, num_shards)
