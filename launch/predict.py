@@ -91,11 +91,11 @@ def main(_):
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
         read = functools.partial(batch_predict.read_inputs, _INPUT.value or "/dev/stdin", family, input_format,
                                  keys, source.data)
-        if _INPUT.value:  # read twice: checked whole before the first prediction, then predicted
+        if _INPUT.value and fileio.can_read_twice(_INPUT.value):  # checked whole first, then predicted
             records = batch_predict.Reread(read)
             if next(iter(records), None) is None:
                 raise ValueError(f"--input={_INPUT.value}: no inputs (an empty file?)")
-        else:  # a stream, predicted as it arrives (an empty one is nothing to say)
+        else:  # stdin or a pipe: predicted as it arrives (an empty one is nothing to say)
             records = read()
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                precision=_PRECISION.value, **_VOCABULARY())

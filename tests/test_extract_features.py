@@ -181,6 +181,40 @@ def test_a_failed_jsonl_run_leaves_no_tmp_file_and_an_earlier_complete_file_unto
     assert earlier.read_bytes() == complete
 
 
+def test_a_pipe_is_refused_and_an_input_that_shrinks_is_never_reported_whole(minilm, tmp_path):
+    """The input is read three times (count, fingerprint, extract): from a pipe the later
+    reads saw nothing, and an empty output was reported as "wrote 3 examples" (a review).
+    A pipe is refused; a file that loses lines between the count and the extraction is an
+    error, its JSONL never renamed into place and its folder never marked complete."""
+    read_end, write_end = os.pipe()  # as bash's <(printf 'a\nb\n')
+    os.write(write_end, b"a\nb\n")
+    os.close(write_end)
+    pipe = f"/dev/fd/{read_end}"
+    try:
+        with pytest.raises(ValueError, match=f"--input_file={pipe} is a pipe or stream: .*save it to a file first"):
+            feature_files.extract(minilm, pipe, str(tmp_path / "o.jsonl"), log=lambda _: None)
+    finally:
+        os.close(read_end)
+    (tmp_path / "in.txt").write_text("one\ntwo\nthree\n")
+    real_read = feature_files.read_inputs
+    reads = []
+
+    def shrinking(path, *args, **kwargs):  # the second read (extraction) finds one line fewer
+        reads.append(path)
+        return itertools.islice(real_read(path, *args, **kwargs), 2 if len(reads) >= 2 else None)
+
+    for output in ("o.jsonl", "folder"):
+        reads.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(feature_files, "read_inputs", shrinking)
+            with pytest.raises(ValueError, match=r"in.txt: 3 examples counted but 2 read for extraction"):
+                feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / output), shard_size=2,
+                                      log=lambda _: None)
+    assert not (tmp_path / "o.jsonl").exists() and not (tmp_path / "o.jsonl.tmp").exists()
+    manifest = json.loads((tmp_path / "folder" / feature_files.MANIFEST).read_text())
+    assert (manifest["examples_done"], manifest["complete"]) == (2, False)
+
+
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_path):
     lines = [f"line number {i} says {' '.join(['more'] * (i % 13))}" for i in range(200)]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")

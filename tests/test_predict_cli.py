@@ -296,3 +296,8 @@ def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_p
         for got, wanted in zip(line["masks"], want):
             assert [t["token"] for t in got] == [t["token"] for t in wanted]
             assert [t["probability"] for t in got] == pytest.approx([t["probability"] for t in wanted], abs=1e-5)
+    # A pipe given as --input (bash's <(...), /dev/stdin) is read once, as it arrives: reading
+    # it twice (to check, then to predict) would find it empty the second time.
+    piped = _predict(f"--model={tmp_path}/hf", "--task=fill_mask", "--top_k=3", "--max_seq_length=32",
+                     "--input=/dev/stdin", stdin="\n".join(texts) + "\n")
+    assert piped.returncode == 0 and piped.stdout == result.stdout, piped.stderr

@@ -109,6 +109,14 @@ def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", tex
     return count
 
 
+def _check_all_read(path: str, got: int, wanted: int) -> None:
+    """A ValueError when the extraction read fewer examples than the count found (the file
+    changed or shrank meanwhile): never a short output reported as whole."""
+    if got != wanted:
+        raise ValueError(f"--input_file={path}: {wanted} examples counted but {got} read for extraction; did it "
+                         "change meanwhile?")
+
+
 def input_location(path: str, file_format: str, index: int) -> str:
     """"path:line" where example `index` (0-based) of `path` is (text: line index + 1)."""
     if file_format == "text":
@@ -294,6 +302,9 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         raise ValueError(f"--output={output}: JSONL is written by one process; give a folder for a multi-host run")
     if to_jsonl and fileio.exists(output):  # an earlier run's features are not replaced unasked
         raise ValueError(f"--output={output} exists; remove it or give another name")
+    if not fileio.can_read_twice(input_file):
+        raise ValueError(f"--input_file={input_file} is a pipe or stream: features read their input more than once "
+                         "(to count it, to know it again on resume, to extract); save it to a file first")
     file_format = input_format(input_file, input_format_name)
     total = count_inputs(input_file, file_format, text_a_key, text_b_key)
     settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
@@ -343,9 +354,11 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         if to_jsonl:
             tmp = f"{output}.tmp"
             try:
+                written = 0
                 with fileio.open_file(tmp, "w") as f:
-                    for index, feature in enumerate(features):
-                        f.write(jsonl_line(index, feature, tuple(layers), pooling) + "\n")
+                    for written, feature in enumerate(features, start=1):
+                        f.write(jsonl_line(written - 1, feature, tuple(layers), pooling) + "\n")
+                _check_all_read(input_file, written, total)
                 fileio.rename(tmp, output)
                 manifest["examples_done"], manifest["truncated"] = total, len(truncated_at)
             except BaseException:  # an error or Ctrl-C: no half-written file left behind
@@ -366,6 +379,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                 manifest["examples_done"] += len(batch)
                 manifest["complete"] = manifest["examples_done"] == own
                 fileio.write_json(path, {**manifest, "num_examples": total})
+            _check_all_read(input_file, manifest["examples_done"] - start, own - start)
     finally:
         progress.close()
     done = {"examples": total, "truncated": manifest["truncated"], "new": manifest["examples_done"] - start,

@@ -15,6 +15,7 @@ import json
 import os
 import posixpath
 import shutil
+import stat
 from typing import IO, Any, Callable
 
 
@@ -86,6 +87,17 @@ def same_file(path: str, other: str) -> bool:
     if is_remote(path) or is_remote(other):
         return path.rstrip("/") == other.rstrip("/")
     return os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other)
+
+
+def can_read_twice(path: str) -> bool:
+    """False for a pipe, a terminal or another stream (/dev/stdin, bash's <(...)): what a
+    first reading takes, a second does not see. Object stores and regular files: True."""
+    if is_remote(path):
+        return True
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True  # a missing file: its reader names it
 
 
 def isdir(path: str) -> bool:
