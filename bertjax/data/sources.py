@@ -23,8 +23,8 @@ Bad input never crashes and is never silent: a dropped line, row or document is 
 a `DropCounter` under a reason, and the first few per reason are logged with `file:line`
 (Parquet: `file:row N`, N counted from 0 as pyarrow and pandas do). Text files:
   * non-UTF-8 line -> dropped ("non_utf8_line"); the rest of its document is kept;
-  * a line of only Unicode spaces (e.g. U+3000) -> dropped without ending the document
-    ("whitespace_line"); only ASCII-blank lines separate documents;
+  * a line of only whitespace, Unicode spaces included (U+3000, U+00A0), is blank: it ends
+    the document, as the original's `line.strip()` made it;
   * empty file / file with only blank lines -> no documents ("empty_file", "blank_file");
   * a blank line after every sentence -> every sentence is a one-sentence document; they
     are kept (NSP then always draws B from another document) and prepare warns when
@@ -67,7 +67,6 @@ TFDS_EXAMPLES_PER_UNIT = 10_000
 LOGGED_PER_REASON = 5
 _READ_BLOCK_BYTES = 1 << 20
 _PARQUET_BATCH_ROWS = 256
-_ASCII_WHITESPACE = " \t\r\x0b\x0c"  # bytes.strip()'s whitespace, newline aside
 
 
 class DropCounter:
@@ -205,11 +204,7 @@ def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Ite
                     if owning:
                         document.append(text)
                     continue
-                if line.strip(_ASCII_WHITESPACE):  # only Unicode spaces: dropped, the document goes on
-                    if owning:
-                        drops.drop("whitespace_line", functools.partial(where, index))
-                    continue
-                if document:  # a blank line ends the document
+                if document:  # a blank line (str.strip()'s whitespace: U+3000, no-break spaces too) ends it
                     documents += 1
                     yield document
                     document = []

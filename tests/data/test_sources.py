@@ -57,7 +57,16 @@ def test_control_characters_and_huge_words_are_kept_for_the_tokenizer(tmp_path):
     docs, drops = _read(tmp_path, f"Ctrl\x01char\x7f here.\n{word} end.\n".encode())
     assert docs == [["Ctrl\x01char\x7f here.", f"{word} end."]] and not drops.counts
     docs, drops = _read(tmp_path, "\u3000\u2003\nReal.\n".encode())
-    assert docs == [["Real."]] and drops.counts == {"whitespace_line": 1}
+    assert docs == [["Real."]] and not drops.counts
+
+
+def test_a_line_of_unicode_spaces_ends_a_document_as_the_originals_strip_did(tmp_path):
+    """Text exported from HTML or Word separates documents by lines of no-break spaces: the
+    original's line.strip() made them blank, so document boundaries (a review: they were
+    dropped and the documents merged, pairing IsNext across unrelated documents)."""
+    text = "Doc one s1.\nDoc one s2.\n\u00a0\nDoc two s1.\n\u3000\t\nDoc three.\n\u2003\n"
+    docs, drops = _read(tmp_path, text.encode())
+    assert docs == [["Doc one s1.", "Doc one s2."], ["Doc two s1."], ["Doc three."]] and not drops.counts
 
 
 def test_missing_glob_and_empty_pattern_are_clear_errors(tmp_path):
