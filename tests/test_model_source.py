@@ -82,6 +82,19 @@ def test_load_pretrained_reads_a_finetuning_runs_result_not_its_latest_state(une
     assert config.num_hidden_layers == 1
 
 
+def test_a_workdir_with_best_alone_resolves_to_it(unevaluated_run, tmp_path):
+    """A run evaluated before its first periodic save, or whose checkpoints/ was deleted to
+    save disk, was refused "no saved weights yet: neither best/ ..." with best/ there (a review)."""
+    import bertjax
+    from bertjax.inference import model_source
+
+    workdir = shutil.copytree(unevaluated_run[0], tmp_path / "run", ignore=shutil.ignore_patterns("checkpoints"))
+    (workdir / "checkpoints").mkdir()
+    source = model_source.resolve(str(workdir))
+    assert source.weights == str(workdir / "best") and source.task == "classification"
+    assert_trees_equal(bertjax.load_pretrained(str(workdir))[1], bertjax.load_pretrained(str(workdir / "best"))[1])
+
+
 def test_a_finetuning_workdir_names_its_task_labels_length_and_tokenizer(unevaluated_run):
     from bertjax.inference import model_source
 

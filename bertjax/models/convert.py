@@ -413,7 +413,7 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     """(layout, directory to read) of a checkpoint path, local or gs://.
 
     layout: "huggingface", "tf" or "bertjax"; for a bertjax run's workdir the directory is
-    its `checkpoints/`. FileNotFoundError listing the layouts otherwise.
+    its `checkpoints/`, else its `best/`. FileNotFoundError listing the layouts otherwise.
     """
     path = os.fspath(path)
     if not fileio.isdir(path):
@@ -425,7 +425,9 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
         return "tf", path
     from bertjax import checkpointing
 
-    for candidate in (path, fileio.join(path, "checkpoints")):
+    # A fine-tuning workdir may hold best/ alone: a run evaluated before its first periodic
+    # save, or checkpoints/ (the optimizer state, 3x the weights) deleted to save disk.
+    for candidate in (path, fileio.join(path, "checkpoints"), fileio.join(path, "best")):
         if checkpointing.is_bertjax_checkpoint(candidate):
             return "bertjax", candidate
     if files & {"checkpoints", "best", "metrics.jsonl"}:  # a bertjax run's workdir, with no weights yet
