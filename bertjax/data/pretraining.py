@@ -60,6 +60,7 @@ SOURCES = (*sources.SOURCES, "prepared", "original_tfrecord")
 _AUTOTUNE = tf.data.AUTOTUNE
 _MAX_EPOCHS = 1 << 40  # "forever"
 _DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
+_COUNT_BATCH = 256  # row counts summed in the graph per Python step while counting an epoch
 _PACK_WINDOW = 256  # pairs packed together (pack_pairs > 0)
 FULL_ROWS_ATTENTION = ("across", "document")  # full rows: attention across a row's documents or within each
 DOCUMENT_FIELDS = ("sequence_ids", "position_ids", "cls_positions")  # full_rows_attention="document"
@@ -150,6 +151,7 @@ class PretrainingPipeline:
                 "max_predictions_per_seq": data_config.max_predictions_per_seq} if self.pack_pairs else {}),
         }, sort_keys=True).encode()).hexdigest()
         self._epoch_sizes: dict[int, int] = self._load_epoch_sizes()
+        self._rows_at_least: dict[int, int] = {}  # epochs counted part of the way
 
     # -- keys: document order is the same on every host (so record sharding is disjoint);
     #    all other randomness is per host. --
@@ -215,21 +217,16 @@ class PretrainingPipeline:
     def epoch_size(self, epoch: int) -> int:
         """Rows (instances, or packed rows) in epoch `epoch` on this host, recorded or counted:
         by a chunking pass, or with packing by packing the epoch."""
-        if epoch not in self._epoch_sizes:
-            self._remember_epoch_size(epoch, self._count_instances(epoch))
+        if epoch not in self._epoch_sizes and not self._count_rows(epoch):
+            raise ValueError(self._no_instances())
         return self._epoch_sizes[epoch]
 
-    def holds_at_least(self, count: int) -> bool:
-        """Whether epoch 0 has at least `count` rows on this host: its recorded size, or the
-        rows counted only as far as `count`."""
-        if 0 in self._epoch_sizes:
-            return self._epoch_sizes[0] >= count
-        seen = 0
-        for size in iterate_naming_bad_files(self._row_counts(0), self._host_paths(), check_document_batch):
-            seen += int(size)
-            if seen >= count:
-                return True
-        return False
+    def holds_at_least(self, count: int, epoch: int = 0) -> bool:
+        """Whether epoch `epoch` has at least `count` rows on this host: its recorded size, or
+        the rows counted only as far as `count`."""
+        if epoch in self._epoch_sizes:
+            return self._epoch_sizes[epoch] >= count
+        return self._rows_at_least.get(epoch, 0) >= count or self._count_rows(epoch, at_most=count) >= count
 
     def _row_counts(self, epoch: int) -> tf.data.Dataset:
         """<int32> counts that add up to epoch `epoch`'s rows on this host: one per batch of
@@ -239,11 +236,19 @@ class PretrainingPipeline:
             return self._rows(epoch).map(no_autograph(lambda _: tf.constant(1)))
         return self._chunked(epoch).map(no_autograph(lambda out: tf.size(out["is_random"])))
 
-    def _count_instances(self, epoch: int) -> int:
-        count = int(self._row_counts(epoch).reduce(tf.constant(0), no_autograph(lambda a, b: a + b)))
-        if count == 0:
-            raise ValueError(self._no_instances())
-        return count
+    def _count_rows(self, epoch: int, at_most: int | None = None) -> int:
+        """Epoch `epoch`'s rows on this host, counted until `at_most` (then the count so far, at
+        least at_most); a whole count is recorded (`_remember_epoch_size`)."""
+        sums = self._row_counts(epoch).batch(_COUNT_BATCH).map(no_autograph(tf.reduce_sum))
+        seen = 0
+        for size in iterate_naming_bad_files(sums, self._host_paths(), check_document_batch):
+            seen += int(size)
+            if at_most is not None and seen >= at_most:
+                self._rows_at_least[epoch] = max(seen, self._rows_at_least.get(epoch, 0))
+                return seen
+        if seen:
+            self._remember_epoch_size(epoch, seen)
+        return seen
 
     def _host_paths(self) -> list[str]:
         return [self.paths[i] for i in self.file_ids]
@@ -308,7 +313,7 @@ class PretrainingPipeline:
     def _locate(self, start_batch: int) -> tuple[int, int]:
         """Batch `start_batch`'s first instance -> (its epoch, its index in that epoch)."""
         epoch, offset = 0, start_batch * self.batch_size
-        while offset and offset >= self.epoch_size(epoch):
+        while offset and not self.holds_at_least(offset + 1, epoch):  # counts an epoch only past its end
             offset -= self.epoch_size(epoch)
             epoch += 1
         return epoch, offset

@@ -324,6 +324,40 @@ def test_resume_is_exact(tmp_path):
                 np.testing.assert_array_equal(want[key], got[key])
 
 
+def test_a_resume_inside_an_epoch_counts_that_epoch_only_as_far_as_it_resumes(tmp_path, monkeypatch):
+    """Resuming at batch 3 of a first epoch never finished counted the whole epoch first (a
+    review: on a large corpus, a long silent stall after every preemption): it is counted as
+    far as the resume point; an epoch that ends before it is counted whole, and recorded."""
+    paths = synthetic.write_shards(str(tmp_path), 400, 2, seed=3)
+    config = data_config(shuffle_buffer=16, instance_shuffle_buffer=32)
+    monkeypatch.setattr(pretraining, "_COUNT_BATCH", 1)  # one batch of 128 documents a step
+
+    def pipeline():
+        return pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
+                                               tokenizer=synthetic.tokenizer_for(400))
+
+    size = pipeline().epoch_size(0)
+    fresh = take(pipeline(), size // 8 + 4)
+    counted, real = [], pretraining.PretrainingPipeline._count_rows
+
+    def counting(self, epoch, at_most=None):
+        counted.append((epoch, at_most, real(self, epoch, at_most)))
+        return counted[-1][2]
+
+    monkeypatch.setattr(pretraining.PretrainingPipeline, "_count_rows", counting)
+    for start in (3, size // 8 + 2):
+        counted.clear()
+        resumed = pipeline()
+        for want, got in zip(fresh[start:start + 2], take(resumed, 2, start_batch=start)):
+            for key in want:
+                np.testing.assert_array_equal(want[key], got[key])
+        assert all(at_most is not None for _, at_most, _ in counted)
+        if start == 3:
+            assert max(rows for _, _, rows in counted) < size and resumed._epoch_sizes == {}
+        else:  # epoch 0 ends before the resume point: counted whole (and recorded), epoch 1 in part
+            assert resumed._epoch_sizes == {0: size} and {epoch for epoch, _, _ in counted} == {0, 1}
+
+
 def test_epoch_sizes_are_recorded_while_streaming_and_spare_the_recount_on_resume(tmp_path, monkeypatch):
     paths = synthetic.write_shards(str(tmp_path / "shards"), 40, 2, seed=3)
     config = data_config(shuffle_buffer=16, instance_shuffle_buffer=32)
@@ -339,10 +373,10 @@ def test_epoch_sizes_are_recorded_while_streaming_and_spare_the_recount_on_resum
                                               tokenizer=synthetic.tokenizer_for(40))
     assert len(recorded) >= 2 and recorded == {str(e): counter.epoch_size(e) for e in range(len(recorded))}
 
-    def no_counting(self, epoch):
+    def no_counting(self, epoch, at_most=None):
         raise AssertionError(f"epoch {epoch} was counted although its size was recorded")
 
-    monkeypatch.setattr(pretraining.PretrainingPipeline, "_count_instances", no_counting)
+    monkeypatch.setattr(pretraining.PretrainingPipeline, "_count_rows", no_counting)
     start = sum(recorded.values()) // 8 - 1  # a batch near the end of the last recorded epoch
     for want, got in zip(fresh[start:start + 3], take(pipeline(), 3, start_batch=start)):
         for key in want:
@@ -369,10 +403,10 @@ def test_recorded_epoch_sizes_apply_to_settings_that_keep_the_row_count(tmp_path
 
     pipeline().epoch_size(0)
 
-    def no_counting(self, epoch):
+    def no_counting(self, epoch, at_most=None):
         raise AssertionError(f"epoch {epoch} was counted although its size was recorded")
 
-    monkeypatch.setattr(pretraining.PretrainingPipeline, "_count_instances", no_counting)
+    monkeypatch.setattr(pretraining.PretrainingPipeline, "_count_rows", no_counting)
     other = pipeline(max_predictions_per_seq=4)
     if pack_pairs:
         with pytest.raises(AssertionError, match="was counted"):
