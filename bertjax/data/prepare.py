@@ -57,6 +57,7 @@ SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers
 # lines between its documents.
 LONG_DOCUMENT_SENTENCES = 50_000
 PREPARE_LOCK = ".prepare.lock"  # not the workdir's .lock: config.data.prepared_dir may be the run's workdir
+_PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal (a log file)
 
 
 def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:
@@ -165,7 +166,8 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     logging.info("prepare: %d of %d units to do in %s", len(jobs), len(units), output_dir)
     num_workers = min(num_workers or _default_workers(units), max(1, len(jobs)))
     start = time.time()
-    progress = console.Progress(len(units), len(units) - len(jobs), label="prepare", unit="units")
+    progress = console.Progress(len(units), len(units) - len(jobs), label="prepare", unit="units",
+                                line_seconds=_PROGRESS_LINE_SECONDS)
     progress.line(f"preparing {len(jobs)} of {len(units)} units of {data_config.source} text into {output_dir} "
                   f"({num_workers} process{'es' if num_workers > 1 else ''})")
     if num_workers == 1:
@@ -178,7 +180,10 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
         pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker)
         previous = _stop_on_sigterm()
         try:
-            for done, _ in enumerate(pool.map(_prepare_unit, jobs), start=len(units) - len(jobs) + 1):
+            running = [pool.submit(_prepare_unit, job) for job in jobs]
+            # As units finish, in any order: one slow unit does not hold the count still.
+            for done, finished in enumerate(futures.as_completed(running), start=len(units) - len(jobs) + 1):
+                finished.result()
                 progress.advance(done)
             pool.shutdown()
         except futures.process.BrokenProcessPool as e:

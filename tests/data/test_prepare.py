@@ -40,10 +40,14 @@ def _read_split(metadata, split):
     return documents
 
 
-def test_prepare_writes_every_document_once_with_counts(tmp_path):
+def test_prepare_writes_every_document_once_with_counts(tmp_path, monkeypatch, capsys):
     documents = _write_corpus(tmp_path)
     out = str(tmp_path / "out")
+    monkeypatch.setattr(prepare, "_PROGRESS_LINE_SECONDS", 0.0)
     metadata = prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    # Off a terminal (a log file), progress lines still come (a review: none did, for hours).
+    assert [line.split()[:2] for line in capsys.readouterr().out.splitlines() if line.startswith("prepare ")] == [
+        ["prepare", "1/3"], ["prepare", "2/3"], ["prepare", "3/3"]]
     tokenizer = tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(out))
     expected = sorted([tokenizer.encode(s) for s in d] for d in documents)
     train, eval_ = _read_split(metadata, "train"), _read_split(metadata, "eval")
