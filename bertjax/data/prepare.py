@@ -400,11 +400,25 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
     }
 
 
+def _first_difference(found: Any, wanted: Any, where: str) -> tuple[str, Any, Any]:
+    """(where, found, wanted) at the first place two JSON values differ, e.g. units[0].text_key."""
+    if isinstance(found, dict) and isinstance(wanted, dict):
+        key = next(key for key in sorted(set(found) | set(wanted)) if found.get(key) != wanted.get(key))
+        return _first_difference(found.get(key), wanted.get(key), f"{where}.{key}")
+    if isinstance(found, list) and isinstance(wanted, list):
+        if len(found) != len(wanted):
+            return f"{where} (count)", len(found), len(wanted)
+        index = next(i for i, (a, b) in enumerate(zip(found, wanted)) if a != b)
+        return _first_difference(found[index], wanted[index], f"{where}[{index}]")
+    return where, found, wanted
+
+
 def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
     if found != wanted:
-        short = lambda value: repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."  # units: long lists
-        differ = "; ".join(f"{key} {short(found.get(key))} there, {short(wanted.get(key))} now"
-                           for key in sorted(set(found) | set(wanted)) if found.get(key) != wanted.get(key))
+        short = lambda value: repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."  # noqa: E731
+        differences = [_first_difference(found.get(key), wanted.get(key), key)
+                       for key in sorted(set(found) | set(wanted)) if found.get(key) != wanted.get(key)]
+        differ = "; ".join(f"{where} {short(there)} there, {short(now)} now" for where, there, now in differences)
         raise ValueError(f"{output_dir} holds data prepared with other settings ({differ}): delete it, or prepare "
                          "into another folder (config.data.prepared_dir; prepare_data.py's --output_dir)")
 

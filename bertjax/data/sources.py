@@ -49,6 +49,7 @@ import codecs
 import collections
 from concurrent import futures
 import functools
+import itertools
 import json
 import math
 import re
@@ -130,8 +131,10 @@ def list_units(data_config: Any) -> list[dict]:
     if source == "text":
         return [{"path": path, "range": [start, end]} for path, start, end in _text_ranges(data_config.input_pattern)]
     if source == "jsonl":
-        return [{"jsonl": path, "range": [start, end], "text_key": data_config.text_key}
-                for path, start, end in _text_ranges(data_config.input_pattern)]
+        units = [{"jsonl": path, "range": [start, end], "text_key": data_config.text_key}
+                 for path, start, end in _text_ranges(data_config.input_pattern)]
+        _check_jsonl_key(units[0]["jsonl"], data_config.text_key)
+        return units
     if source == "parquet":
         return _parquet_units(expand_patterns(data_config.input_pattern), data_config.text_key)
     if source == "tfds":
@@ -352,6 +355,33 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
                     yield sentences
 
 
+_KEY_CHECK_ROWS = 100  # rows of the first JSONL file in which config.data.text_key must appear
+
+
+def _check_jsonl_key(path: str, text_key: str) -> None:
+    """ValueError when none of the first _KEY_CHECK_ROWS rows (JSON objects) of `path` has
+    `text_key`: a misspelt key would otherwise drop every row of the corpus, found only after
+    a whole pass. Lines that are not such rows are left to the reader's counted drops."""
+    seen: set[str] = set()
+    rows = 0
+    with fileio.open_file(path, "rb") as f:
+        for raw in itertools.islice(f, 10 * _KEY_CHECK_ROWS):
+            try:
+                row = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(row, dict):
+                if text_key in row:
+                    return
+                seen.update(row)
+                rows += 1
+                if rows == _KEY_CHECK_ROWS:
+                    break
+    if rows:
+        raise ValueError(f"{path}: none of its first {rows} rows has the key {text_key!r} (config.data.text_key); "
+                         f"they have {sorted(seen)[:20]}")
+
+
 def _parquet_units(paths: list[str], text_key: str) -> list[dict]:
     """Runs of whole row groups, each about TEXT_UNIT_BYTES of text; a file without rows is
     one empty unit (so that it is counted). Footers are read in parallel (cheap on GCS too)."""
@@ -489,6 +519,10 @@ def _tfds_units(data_config: Any) -> list[dict]:
         raise ValueError(f"TFDS dataset {data_config.tfds_name!r} has no feature {feature!r} "
                          f"(config.data.tfds_text_feature); it has {sorted(builder.info.features)}")
     split, splits = data_config.tfds_split, builder.info.splits
+    unknown = [name for name in (part.split("[")[0].strip() for part in split.split("+")) if name not in splits]
+    if splits and unknown:  # (a builder with no split information, as under tfds.testing.mock_data: unchecked)
+        raise ValueError(f"TFDS dataset {data_config.tfds_name!r} has no split {unknown[0]!r} "
+                         f"(config.data.tfds_split={split!r}); it has {sorted(splits)}")
     examples = splits[split].num_examples if split in splits else 0  # a slice ("train[:10%]") is one unit
     parts = min(256, max(1, examples // TFDS_EXAMPLES_PER_UNIT))
     slices = [f"{split}[{k * examples // parts}:{(k + 1) * examples // parts}]" for k in range(parts)] \

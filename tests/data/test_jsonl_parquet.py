@@ -65,6 +65,26 @@ def test_bad_jsonl_rows_are_counted_and_logged_with_file_and_line(tmp_path, capl
         assert f"c.jsonl:{line}: dropped ({reason}" in caplog.text
 
 
+def test_a_misspelt_jsonl_key_is_refused_before_anything_is_read_or_written(tmp_path):
+    """text_key=text on rows keyed "content" read the whole corpus, dropped every row, then
+    left a prepared folder whose settings refused the corrected key, the difference cut off
+    in the message (a review). The first rows are checked up front, naming the file and key;
+    a folder prepared with other settings names the very field that differs."""
+    rows = [{"content": f"Row {i} one. Row {i} two.", "id": i} for i in range(50)]
+    (tmp_path / "c.jsonl").write_text("not json\n" + "".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"c.jsonl: none of its first 50 rows has the key 'text' "
+                                         r"\(config.data.text_key\); they have \['content', 'id'\]"):
+        prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl"), str(out), num_workers=1)
+    assert not out.exists()
+    prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl", text_key="content", eval_fraction=0.0),
+                            str(out), num_workers=1)
+    with pytest.raises(ValueError, match=r"holds data prepared with other settings \(units\[0\]\.text_key "
+                                         r"'content' there, 'id' now\)"):
+        prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl", text_key="id", eval_fraction=0.0), str(out),
+                                num_workers=1)
+
+
 @pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
 @pytest.mark.parametrize("unit_bytes", [1, 7, 50, 10_000])
 def test_jsonl_byte_range_units_cover_every_row_once(tmp_path, monkeypatch, unit_bytes, block_bytes):

@@ -158,6 +158,16 @@ def test_a_large_tfds_split_is_cut_into_slices_a_prepared_folder_can_hold(monkey
     assert {(unit["tfds"], unit["text_feature"], unit["data_dir"]) for unit in units} == {("imdb_reviews", "text", None)}
     other = sources.list_units(_config(source="tfds", tfds_name="imdb_reviews", tfds_text_feature="label"))
     assert other != units and [u["tfds_split"] for u in other] == [u["tfds_split"] for u in units]
+    # A misspelt split is named before anything is written (a review: it failed in a worker,
+    # after the prepared folder's settings were written); slices and sums are read by name.
+    with pytest.raises(ValueError, match=r"has no split 'trian' \(config.data.tfds_split='trian\[:10%\]'\); it "
+                                         r"has \['train'\]"):
+        sources.list_units(_config(source="tfds", tfds_name="imdb_reviews", tfds_split="trian[:10%]"))
+    with pytest.raises(ValueError, match="has no split 'test'"):
+        sources.list_units(_config(source="tfds", tfds_name="imdb_reviews", tfds_split="train[:5]+test"))
+    assert [u["tfds_split"] for u in sources.list_units(
+        _config(source="tfds", tfds_name="imdb_reviews", tfds_split="train[:50%] + train[50%:]"))] == [
+        "train[:50%] + train[50%:]"]
 
 
 def test_demo_source_units_cover_the_corpus():
