@@ -67,7 +67,7 @@ def nsp_labels(examples: dict) -> tuple[np.ndarray, np.ndarray]:
 
 def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
     """Masking, NSP and length statistics as printable lines (packed rows: NSP over the real
-    pairs, each pair's [CLS] and two [SEP]s excluded from the candidates)."""
+    pairs; candidates: the real tokens other than [CLS] and [SEP], wherever they are)."""
     lengths = examples["input_mask"].sum(1)
     real = examples["masked_lm_weights"] > 0
     rows = np.broadcast_to(np.arange(len(lengths))[:, None], real.shape)
@@ -76,7 +76,10 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
     predictions = real.sum(1)
     labels, weights = nsp_labels(examples)
     pairs = weights.sum(1)
-    candidates = lengths - (3 * pairs if config.next_sentence_prediction else 2)
+    unmasked = np.array(examples["input_ids"])  # special tokens counted before masking (a random
+    unmasked[rows[real], examples["masked_lm_positions"][real]] = original  # replacement may draw [SEP])
+    specials = np.isin(unmasked, [tokenizer.cls_id, tokenizer.sep_id]) & (examples["input_mask"] > 0)
+    candidates = lengths - specials.sum(1)
     if labels.shape[1] == 1:
         expected = masking.num_to_predict(lengths, config.masked_lm_prob, config.max_predictions_per_seq).numpy()
         rule = f"; equal to min(max, max(1, round(n*p))): {np.mean(predictions == expected):.1%}"
