@@ -178,7 +178,10 @@ def exported(runs, tmp_path_factory):
     (directory / "pairs.csv").write_text("text_a,text_b,label\n" + "".join(f"{a},{b},{y}\n" for a, b, y in rows))
     regression = tiny_finetune_run("regression", directory / "regression", train_file=str(directory / "pairs.csv"),
                            eval_file="")
-    pairs = {"text_a": ["a cat sat", "hello there, friend"], "text_b": ["on a mat", "general kenobi " * 30]}
+    # The third: an empty second text, laid out as a single text whose LENGTH - 2 tokens fit
+    # (predict refuses it; the SavedModel serves it, and said it was cut: a review).
+    pairs = {"text_a": ["a cat sat", "hello there, friend", "a " * (LENGTH - 2)],
+             "text_b": ["on a mat", "general kenobi " * 30, ""]}
     sentences = [" ".join(words) for words, _ in runs["ner"][1]]
     # A word that is only an accent (no tokens when uncased: tagged as [UNK]) or a control
     # character (no word at all), as predict splits them.
@@ -195,7 +198,7 @@ def exported(runs, tmp_path_factory):
     choices["context"] += choices["context"][:2]  # fewer than two choices: predict refuses such a row
     choices["choices"] += [[""] * 4, ["", runs["choice"][1][0][1][0], "", ""]]
     return _export_and_serve({
-        "regression": (regression, LENGTH, pairs, list(zip(pairs["text_a"], pairs["text_b"]))),
+        "regression": (regression, LENGTH, pairs, list(zip(pairs["text_a"], pairs["text_b"]))[:2]),
         "tagging": (runs["ner"][0], LENGTH, {"text": sentences}, sentences),
         "squad": (runs["squad"][0], LENGTH, qa, [{"question": q, "context": c} for q, c in zip(*qa.values())]),
         "choice": (runs["choice"][0], LENGTH, choices, predicted_choices),
@@ -257,8 +260,9 @@ def test_classification_export_returns_labels_and_probabilities(exported_classif
 def test_regression_export_on_pairs_returns_the_value(exported):
     model, inputs, want, got = exported["regression"]
     assert model.task_info["pairs"] and model.task_info["label_names"] is None
-    np.testing.assert_allclose(got["value"], [w["value"] for w in want], atol=1e-4)
-    assert got["truncated"] == [False, True] == [w.get("truncated", False) for w in want]  # the 2nd pair is cut
+    np.testing.assert_allclose(got["value"][:2], [w["value"] for w in want], atol=1e-4)
+    assert got["truncated"][:2] == [False, True] == [w.get("truncated", False) for w in want]  # the 2nd pair is cut
+    assert got["truncated"][2] is False  # [CLS] + 62 tokens + [SEP]: all of it seen
 
 
 def test_tagging_export_tags_each_word(exported):
