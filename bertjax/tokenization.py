@@ -59,9 +59,10 @@ _MAX_MEMOISED_CHUNKS = 500_000
 class Tokenizer:
     """Text <-> token ids, the same for WordPiece and SentencePiece.
 
-    Attributes: `kind` ("wordpiece" | "sentencepiece"), `path` (the vocabulary or model
-    file), `do_lower_case`, `vocab_size`, `pad_id`, `unk_id`, `cls_id`, `sep_id`,
-    `mask_id`, `vocab_hash` (sha256 hex of everything that decides the ids).
+    Attributes: `kind` ("wordpiece" | "sentencepiece" | "huggingface"), `path` (the
+    vocabulary or model file), `do_lower_case`, `vocab_size`, `pad_id`, `unk_id`, `cls_id`,
+    `sep_id`, `mask_id`, `mask_strips` ((lstrip, rstrip) of the mask token), `vocab_hash`
+    (sha256 hex of everything that decides the ids).
     """
 
     def __init__(self, kind: str, path: str, do_lower_case: bool, tokens: Sequence[str],
@@ -84,6 +85,11 @@ class Tokenizer:
         if missing:
             raise ValueError(f"{path}: vocabulary lacks the special tokens {missing}")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (index[t] for t in special_tokens)
+        # Whether the mask token takes in the whitespace before / after it (a tokenizer.json's
+        # added-token lstrip/rstrip: ModernBERT's and RoBERTa's mask lstrip); fill-mask cuts
+        # the text there as the model's own tokenizer would.
+        mask = fast.get_added_tokens_decoder().get(self.mask_id) if fast is not None else None
+        self.mask_strips = (bool(mask and mask.lstrip), bool(mask and mask.rstrip))
         digest = hashlib.sha256(f"{kind}\ndo_lower_case={do_lower_case}\n".encode())
         digest.update(model_bytes if kind != "wordpiece" else "\n".join(self._tokens).encode())
         self.vocab_hash = digest.hexdigest()

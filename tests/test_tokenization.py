@@ -260,3 +260,30 @@ def test_offsets_keep_the_characters_normalisation_drops_inside_a_word():
     ids, offsets = tokenizer.encode_with_offsets(text)
     assert [text[a:b] for a, b in offsets] == ["Jose\u0301", "met", "Ame\u0301lie", ",", "\u00bf", "do\u0301n", "de",
                                                "?", "ab\x01c", "d", "*"]
+
+
+def test_fill_mask_cuts_the_text_at_a_mask_as_the_models_tokenizer_does(tmp_path):
+    """ModernBERT's tokenizer.json gives [MASK] lstrip: the space before it is the mask's.
+    Fill-mask tokenized the text between masks alone, so "the cat [MASK]" carried a lone 'Ġ'
+    token the model never saw in training (a review); with the mask's lstrip/rstrip the ids
+    are the tokenizer's own for the whole text."""
+    import json
+
+    import tokenizers
+    from bertjax.inference.engine import _MaskKeeping
+
+    texts = ["the cat [MASK] on the mat .", "[MASK] is here and [MASK]", "no mask at all", "a  [MASK]  b"]
+    for lstrip, rstrip in ((False, False), (True, False), (True, True)):
+        spec = json.load(open(MODERNBERT_TOKENIZER))
+        for token in spec["added_tokens"]:
+            if token["content"] == "[MASK]":
+                token.update(lstrip=lstrip, rstrip=rstrip)
+        path = tmp_path / f"{lstrip}-{rstrip}.json"
+        path.write_text(json.dumps(spec))
+        tokenizer = tokenization.load_tokenizer("huggingface", str(path))
+        assert tokenizer.mask_strips == (lstrip, rstrip)
+        reference = tokenizers.Tokenizer.from_file(str(path))  # [MASK] in the text is the special token here
+        want = [reference.encode(text, add_special_tokens=False).ids for text in texts]
+        ids, lengths = _MaskKeeping(tokenizer).encode_flat(texts)
+        assert [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] == want, (lstrip, rstrip)
+    assert tokenization.Tokenizer.from_vocab_file(_minilm_vocab()).mask_strips == (False, False)

@@ -271,7 +271,7 @@ class _MaskKeeping:
         self.pad_id, self.cls_id, self.sep_id = tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        pieces = [text.split(self.MASK) for text in texts]
+        pieces = [self._pieces(text) for text in texts]
         ids, lengths = self.tokenizer.encode_flat([piece for parts in pieces for piece in parts])
         rows, starts, k = [], np.concatenate([[0], np.cumsum(lengths)]), 0
         for parts in pieces:
@@ -283,6 +283,18 @@ class _MaskKeeping:
                 k += 1
             rows.append(np.concatenate(row).astype(np.int32))
         return (np.concatenate(rows) if rows else np.zeros(0, np.int32)), np.array([len(r) for r in rows], np.int64)
+
+    def _pieces(self, text: str) -> list[str]:
+        """The text between the masks, less the whitespace a mask token takes in (its lstrip
+        and rstrip): else a byte-level BPE tokenizes a lone space token next to the mask."""
+        parts = text.split(self.MASK)
+        lstrip, rstrip = self.tokenizer.mask_strips
+        for j in range(len(parts)):
+            if lstrip and j < len(parts) - 1:  # a mask follows
+                parts[j] = parts[j].rstrip()
+            if rstrip and j > 0:  # a mask precedes
+                parts[j] = parts[j].lstrip()
+        return parts
 
 
 def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | None = None, batch_size: int = 32,
