@@ -105,6 +105,23 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
         == [None, "no [MASK] in 'no mask'"]
 
 
+def test_a_stray_carriage_return_does_not_start_another_input(tmp_path):
+    """A lone \\r inside a line (common in scraped text) made two inputs of one line, so every
+    later output line answered the input before it (a review): a text file of inputs ends
+    lines at \\n and \\r\\n only, as wc -l and the original's readline; CSV keeps the csv
+    module's reading."""
+    from bertjax.inference import feature_files
+
+    (tmp_path / "in.txt").write_bytes(b"first half\rsecond half\nnext line\r\nlast\n")
+    records = _read(tmp_path / "in.txt", "classification")
+    assert records == [(f"{tmp_path}/in.txt:1", "first half\rsecond half"), (f"{tmp_path}/in.txt:2", "next line"),
+                       (f"{tmp_path}/in.txt:3", "last")]
+    assert list(feature_files.read_inputs(str(tmp_path / "in.txt"))) == ["first half\rsecond half", "next line",
+                                                                         "last"]
+    (tmp_path / "in.csv").write_bytes(b"text\r\na\rb\r\n")  # the csv module: \\r ends a row
+    assert [row for _, row in _read(tmp_path / "in.csv", "classification", text_a="text")] == [("a", None), ("b", None)]
+
+
 def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_classifier_run, monkeypatch):
     import bertjax
     from bertjax.inference import batch_predict

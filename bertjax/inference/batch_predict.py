@@ -91,7 +91,7 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
     run's config.data (CoNLL's tag_column)."""
     reader = input_reader(family)
     if input_format == "text":
-        for number, line in enumerate(common.user_lines(path, bad_lines="yield"), start=1):
+        for number, line in enumerate(common.user_lines(path, bad_lines="yield", one_input_a_line=True), start=1):
             yield f"{path}:{number}", line if isinstance(line, ValueError) else reader.read_line(line.rstrip("\r\n"))
     elif input_format in ("csv", "tsv", "jsonl"):
         for where, row in common.read_records(path, input_format):

@@ -80,7 +80,7 @@ def read_inputs(path: str, file_format: str = "", text_a_key: str = "text", text
     column, a field that is not text, bytes that are not UTF-8."""
     file_format = input_format(path, file_format)
     if file_format == "text":
-        for line in common.user_lines(path):
+        for line in common.user_lines(path, one_input_a_line=True):
             yield line.rstrip("\r\n").strip()
         return
     for where, row in common.read_records(path, file_format):

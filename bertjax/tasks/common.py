@@ -153,16 +153,19 @@ def write_lines(path: str, lines: list[str]) -> str:
 _MAX_FIELD_CHARS = 2**31 - 1  # a CSV/TSV field's longest (the csv module's default is 131,072)
 
 
-def user_lines(path: str, bad_lines: str = "raise") -> Iterator[str | ValueError]:
+def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = False) -> Iterator[str | ValueError]:
     """The lines of a user's text file (local or gs://), streamed, UTF-8, with a leading
     byte-order mark (as Excel writes) dropped. Lines end at \\n, \\r\\n or a lone \\r (old Mac
-    files), endings kept (as the csv module needs); a line that is not UTF-8 is a
-    ValueError naming file:line, raised, or with bad_lines="yield" yielded in its place
-    (saying what is wrong only). Predict, features and fine-tuning all read text this way."""
+    files, as the csv module reads them), endings kept (as the csv module needs); with
+    one_input_a_line (a text file of inputs, output line k for input line k) at \\n and
+    \\r\\n only, as `wc -l` and the original count them, a stray \\r left inside the line (the
+    tokenizers' whitespace). A line that is not UTF-8 is a ValueError naming file:line,
+    raised, or with bad_lines="yield" yielded in its place (saying what is wrong only).
+    Predict, features and fine-tuning all read text this way."""
     number = 0
     with fileio.open_file(path, "rb") as f:
-        for chunk in f:  # up to each \n; a lone \r inside it ends a line too
-            for raw in chunk.splitlines(keepends=True):
+        for chunk in f:  # up to each \n; a lone \r inside it ends a line too, unless one_input_a_line
+            for raw in [chunk] if one_input_a_line else chunk.splitlines(keepends=True):
                 number += 1
                 if number == 1:
                     raw = raw.removeprefix(codecs.BOM_UTF8)
