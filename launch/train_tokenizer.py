@@ -7,8 +7,10 @@ r"""Trains a WordPiece, SentencePiece or byte-level BPE vocabulary on text files
   python launch/train_tokenizer.py --kind=bpe --input='corpus/*.txt' --vocab_size=50368 \
       --output_dir=/tmp/bpe                     # -> /tmp/bpe/tokenizer.json (ModernBERT's kind)
 
-Input: comma-separated globs (local or gs://) of BERT-format text, read line by line
-(blank lines and undecodable bytes are skipped). Every kind puts [PAD], [UNK], [CLS],
+Input: comma-separated globs (local or gs://) of what pre-training reads (--source): BERT-format
+text (a sentence a line; lines not UTF-8 are dropped and counted), or JSONL / Parquet rows whose
+--text_key column is cut into sentences as prepare cuts it; "auto" goes by the files' extensions
+(.jsonl/.json, .parquet, else text). Every kind puts [PAD], [UNK], [CLS],
 [SEP], [MASK] at ids 0..4. Then point `config.data.tokenizer` (wordpiece, sentencepiece, or
 huggingface for a bpe tokenizer.json) and `config.data.vocab_path` at the written file. A BPE
 keeps case (--do_lower_case does not apply) and knows every byte, so no text is unknown.
@@ -29,17 +31,29 @@ _INPUT = flags.DEFINE_string("input", None, "Comma-separated globs of text files
 _VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size, special tokens included.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where vocab.txt (spm.model, tokenizer.json) is written.")
 _DO_LOWER_CASE = flags.DEFINE_bool("do_lower_case", True, "Lower-case (and for WordPiece strip accents).")
+_SOURCE = flags.DEFINE_enum("source", "auto", ["auto", "text", "jsonl", "parquet"],
+                            "What the files hold (config.data.source's kinds); auto: by their extensions.")
+_TEXT_KEY = flags.DEFINE_string("text_key", "text", "JSONL/Parquet: the column of the text (config.data.text_key).")
 flags.mark_flags_as_required(["input", "output_dir"])
+_EXTENSION_SOURCES = {"jsonl": "jsonl", "json": "jsonl", "parquet": "parquet"}
 
 
-def _lines(paths):
-    from bertjax.runtime import fileio
-    for path in paths:
-        with fileio.open_file(path, "rb") as f:
-            for raw in f:
-                line = raw.decode("utf-8", errors="ignore").strip()
-                if line:
-                    yield line
+def source_of(paths: list[str], chosen: str) -> str:
+    """The source kind the files are read as: `chosen`, or for "auto" their common extension's
+    (a ValueError naming two files of different kinds)."""
+    if chosen != "auto":
+        return chosen
+    kinds = {_EXTENSION_SOURCES.get(path.rsplit(".", 1)[-1].lower(), "text") for path in paths}
+    if len(kinds) > 1:
+        raise ValueError(f"--input mixes {' and '.join(sorted(kinds))} files; give files of one kind, or --source")
+    return kinds.pop()
+
+
+def sentences(data_config, drops):
+    """Every sentence of the source's documents, as prepare reads them."""
+    from bertjax.data import sources
+    for document in sources.iter_documents(data_config, drops):
+        yield from document
 
 
 def main(_):
@@ -58,10 +72,16 @@ def main(_):
                          tokenization.VOCABULARY_FILE[kind])
     if fileio.exists(target):  # checkpoints trained with it would no longer match
         raise ValueError(f"{target} exists; remove it or choose another --output_dir")
-    lines = _lines(paths)
+    import ml_collections
+
+    data_config = ml_collections.ConfigDict(dict(source=source_of(paths, _SOURCE.value), input_pattern=_INPUT.value,
+                                                 text_key=_TEXT_KEY.value))
+    drops = sources.DropCounter()
+    lines = sentences(data_config, drops)
     first = next(lines, None)
     if first is None:
-        raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} file(s)")
+        raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} {data_config.source} file(s)"
+                         + (f" (dropped: {dict(drops.counts)})" if drops.counts else ""))
     try:  # before training, which can take a while: a folder that cannot be made fails now
         fileio.makedirs(_OUTPUT_DIR.value)
     except OSError as e:
@@ -75,7 +95,8 @@ def main(_):
     tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
     fewer = f" (fewer than --vocab_size={_VOCAB_SIZE.value}: the text has no more)" \
         if tokenizer.vocab_size < _VOCAB_SIZE.value else ""
-    print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, vocab_hash {tokenizer.vocab_hash}")
+    dropped = f"; dropped {dict(drops.counts)} (see the warnings above)" if drops.counts else ""
+    print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, vocab_hash {tokenizer.vocab_hash}{dropped}")
 
 
 if __name__ == "__main__":
