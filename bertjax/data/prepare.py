@@ -295,7 +295,7 @@ def _prepare_unit(job: tuple) -> None:
         token_ids, sentence_lengths = tokenizer.encode_flat(sentences)
         document_of_sentence = np.repeat(np.arange(len(batch)), [len(document) for document in batch])
         for i in np.flatnonzero(sentence_lengths == 0):  # e.g. only control characters, which the tokenizer removes
-            drops.drop("sentence_without_tokens", f"unit {unit}", repr(sentences[i][:80]))
+            drops.drop("sentence_without_tokens", sources.unit_name(unit), repr(sentences[i][:80]))
         kept = sentence_lengths > 0
         document_sentences = np.bincount(document_of_sentence[kept], minlength=len(batch))
         document_tokens = np.bincount(document_of_sentence, weights=sentence_lengths, minlength=len(batch))
@@ -364,7 +364,7 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
                 entry[key] += counts.get(key, 0)
             longest = max(longest, counts.get("longest_document", 0))
     for reason, count in sorted(dropped.items()):
-        logging.warning("prepare: dropped %d x %s (see the log above for file:line of the first ones)", count, reason)
+        logging.warning("prepare: dropped %d x %s (the log above says where the first ones are)", count, reason)
     documents = splits["train"]["documents"] + splits["eval"]["documents"]
     if splits["train"]["documents"] == 0 and splits["eval"]["documents"]:
         raise ValueError(f"prepare: all {documents} document(s) of the source fell into the held-out split "

@@ -142,6 +142,18 @@ def list_units(data_config: Any) -> list[dict]:
     raise ValueError(f"config.data.source={source!r} has no text to read; expected one of {SOURCES}")
 
 
+def unit_name(unit: dict) -> str:
+    """Where a unit from `list_units` lies, for messages: 'corpus.txt bytes 0-67108864',
+    'rows.parquet row groups 0-3', 'tfds:wikipedia[train[0:25000]]', 'demo documents 0-100'."""
+    if "demo" in unit:
+        return "demo documents {}-{}".format(*unit["demo"])
+    if "parquet" in unit:
+        return "{} row groups {}-{}".format(unit["parquet"], *unit["row_groups"])
+    if "tfds" in unit:
+        return f"tfds:{unit['tfds']}[{unit['tfds_split']}]"
+    return "{} bytes {}-{}".format(unit.get("path") or unit["jsonl"], *unit["range"])
+
+
 def read_unit(data_config: Any, unit: dict, drops: DropCounter) -> Iterator[list[str]]:
     """The documents of one unit from `list_units`, each a non-empty list of sentences."""
     if "demo" in unit:

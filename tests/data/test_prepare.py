@@ -109,6 +109,8 @@ def test_bad_input_is_dropped_and_counted(tmp_path, caplog):
     metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "out"), num_workers=1)
     assert metadata["dropped"] == {"blank_file": 1, "empty_file": 1, "non_utf8_line": 1, "sentence_without_tokens": 1}
     assert "a.txt:2: dropped (non_utf8_line)" in caplog.text
+    size = (tmp_path / "in" / "a.txt").stat().st_size  # the unit and the text, not the unit's dict
+    assert f"a.txt bytes 0-{size}: dropped (sentence_without_tokens): '\\x01\\x02\\x7f'" in caplog.text
     train = _read_split(metadata, "train")
     tokenizer = prepare.load_tokenizer_for(_config(tmp_path), str(tmp_path / "out"))
     assert train == [[tokenizer.encode("Good first."), [tokenizer.unk_id] + tokenizer.encode("end.")],
