@@ -310,7 +310,10 @@ def score(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, **opti
     """The official script's numbers for a split's logits <float>[N, S] (`postprocess` and its
     options). v2.0: each question's best non-null span with its null odds as the no-answer
     probability, thresholded at null_score_diff_threshold (so exact and f1 are those of
-    predictions.json), and best_*_thresh searched over every question's null odds: the
+    predictions.json, as the official script's thresholding scores them: where every gold
+    answer of an answerable question normalises to "", a thresholded null scores 0 there
+    and a literal "" in predictions.json 100), and best_*_thresh searched over every
+    question's null odds: the
     threshold that would score best, above the run's as well as below (run_squad.py's
     thresholded predictions let the official script search only below)."""
     answers, nbest, null_odds = postprocess(split, start_logits, end_logits, **options)
