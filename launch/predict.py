@@ -40,7 +40,7 @@ _TOP_K = flags.DEFINE_integer("top_k", 5, "fill_mask: tokens per [MASK]")
 _FORMAT = flags.DEFINE_enum("input_format", "auto", ["auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll"],
                             "auto: from the file's extension (.json: SQuAD's layout for span QA), else lines of text")
 _ON_ERROR = flags.DEFINE_enum("on_error", "fail", ["fail", "skip"],
-                              "a bad input: fail (exit 2, no output; from stdin, the lines of the chunks before it are out) "
+                              "a bad input: fail (exit 2, no --output file; from stdin to stdout, the chunks before it are out) "
                               "or skip (an error line in its place)")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch")
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "default: the run's, else 512")

@@ -190,6 +190,7 @@ def test_a_pipe_is_refused_and_an_input_that_shrinks_is_never_reported_whole(min
     os.write(write_end, b"a\nb\n")
     os.close(write_end)
     pipe = f"/dev/fd/{read_end}"
+    assert feature_files.fileio.can_read_twice(str(tmp_path)) and not feature_files.fileio.can_read_twice(pipe)
     try:
         with pytest.raises(ValueError, match=f"--input_file={pipe} is a pipe or stream: .*save it to a file first"):
             feature_files.extract(minilm, pipe, str(tmp_path / "o.jsonl"), log=lambda _: None)

@@ -118,6 +118,9 @@ def test_a_stray_carriage_return_does_not_start_another_input(tmp_path):
                        (f"{tmp_path}/in.txt:3", "last")]
     assert list(feature_files.read_inputs(str(tmp_path / "in.txt"))) == ["first half\rsecond half", "next line",
                                                                          "last"]
+    (tmp_path / "in.jsonl").write_bytes(b'{"text": "x",\r"label": 1}\n{"text": "y"}\r\n')  # JSON's whitespace
+    assert _read(tmp_path / "in.jsonl", "classification", text_a="text") == [
+        (f"{tmp_path}/in.jsonl:1", ("x", None)), (f"{tmp_path}/in.jsonl:2", ("y", None))]
     (tmp_path / "in.csv").write_bytes(b"text\r\na\rb\r\n")  # the csv module: \\r ends a row
     assert [row for _, row in _read(tmp_path / "in.csv", "classification", text_a="text")] == [("a", None), ("b", None)]
 
@@ -182,6 +185,14 @@ def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_
     with pytest.raises(ValueError, match=r"^-:6: a bad line; --on_error=skip"):
         batch_predict.predict_all(model, "classification", list(stream(bad_at=6)), written.append, "fail")
     assert written == []  # a list (or a Reread file) is checked whole first
+    reads = []
+
+    def shrinking():  # a file whose second reading (the prediction) finds 3 of its 4 lines
+        reads.append(1)
+        return iter([(f"-:{i}", text) for i, text in enumerate(texts[:4 if len(reads) == 1 else 3], start=1)])
+
+    with pytest.raises(ValueError, match=r"held 4 inputs when checked and 3 when predicted; did it change"):
+        batch_predict.predict_all(model, "classification", batch_predict.Reread(shrinking), [].append, "skip")
     monkeypatch.setattr(batch_predict, "SHOWN_ERRORS", 2)
     bad = [(f"-:{i}", ValueError(f"bad {i}")) for i in range(1, 6)]
     summary = batch_predict.predict_all(model, "classification", iter(bad), written.append, "skip")

@@ -400,11 +400,18 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
     }
 
 
+class _Absent:
+    def __repr__(self) -> str:
+        return "nothing"
+
+
 def _first_difference(found: Any, wanted: Any, where: str) -> tuple[str, Any, Any]:
-    """(where, found, wanted) at the first place two JSON values differ, e.g. units[0].text_key."""
+    """(where, found, wanted) at the first place two JSON values differ, e.g. units[0].text_key
+    (a key one side lacks: `_Absent` there)."""
     if isinstance(found, dict) and isinstance(wanted, dict):
-        key = next(key for key in sorted(set(found) | set(wanted)) if found.get(key) != wanted.get(key))
-        return _first_difference(found.get(key), wanted.get(key), f"{where}.{key}")
+        key = next(key for key in sorted(set(found) | set(wanted))
+                   if (key in found, found.get(key)) != (key in wanted, wanted.get(key)))
+        return _first_difference(found.get(key, _Absent()), wanted.get(key, _Absent()), f"{where}.{key}")
     if isinstance(found, list) and isinstance(wanted, list):
         if len(found) != len(wanted):
             return f"{where} (count)", len(found), len(wanted)
@@ -416,8 +423,9 @@ def _first_difference(found: Any, wanted: Any, where: str) -> tuple[str, Any, An
 def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
     if found != wanted:
         short = lambda value: repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."  # noqa: E731
-        differences = [_first_difference(found.get(key), wanted.get(key), key)
-                       for key in sorted(set(found) | set(wanted)) if found.get(key) != wanted.get(key)]
+        differences = [_first_difference(found.get(key, _Absent()), wanted.get(key, _Absent()), key)
+                       for key in sorted(set(found) | set(wanted))
+                       if (key in found, found.get(key)) != (key in wanted, wanted.get(key))]
         differ = "; ".join(f"{where} {short(there)} there, {short(now)} now" for where, there, now in differences)
         raise ValueError(f"{output_dir} holds data prepared with other settings ({differ}): delete it, or prepare "
                          "into another folder (config.data.prepared_dir; prepare_data.py's --output_dir)")

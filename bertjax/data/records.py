@@ -72,7 +72,7 @@ def check_files_not_empty(paths: list[str]) -> list[int]:
     return sizes
 
 
-_HOST_IMBALANCE = 1.1  # whole files per host while no host reads more than this many times another's bytes
+_HOST_IMBALANCE = 1.25  # whole files per host while no host reads more than this many times another's bytes
 
 
 def host_file_split(sizes: list[int], process_index: int, process_count: int):

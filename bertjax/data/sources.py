@@ -531,7 +531,8 @@ def _tfds_units(data_config: Any) -> list[dict]:
         raise ValueError(f"TFDS dataset {data_config.tfds_name!r} has no feature {feature!r} "
                          f"(config.data.tfds_text_feature); it has {sorted(builder.info.features)}")
     split, splits = data_config.tfds_split, builder.info.splits
-    unknown = [name for name in (part.split("[")[0].strip() for part in split.split("+")) if name not in splits]
+    names = (part.split("[")[0].strip() for part in split.split("+"))
+    unknown = [name for name in names if name not in splits and name != "all"]  # "all": TFDS's every split
     if splits and unknown:  # (a builder with no split information, as under tfds.testing.mock_data: unchecked)
         raise ValueError(f"TFDS dataset {data_config.tfds_name!r} has no split {unknown[0]!r} "
                          f"(config.data.tfds_split={split!r}); it has {sorted(splits)}")

@@ -16,7 +16,8 @@ empty context, a missing column) is named by file:line. on_error "fail": a Value
 it (a file's inputs are all checked before the first prediction; stdin's a chunk at a time
 as they arrive); "skip": its output line is {"error": message, "where": "file:line"}, so
 that output line k still answers input k. Inputs are read, predicted and written
-CHUNK_INPUTS at a time: a file of any size, or a stream, in bounded memory.
+CHUNK_INPUTS at a time: a file of any size, or a stream, in bounded memory (but for
+squad_json and conll files, read whole, and span QA's ids, kept to refuse a repeat).
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     total = None
-    if iter(records) is not records:  # read twice: the total (for the ETA), and "fail" checks all first
+    if not isinstance(records, Iterator):  # read twice: the total (for the ETA), and "fail" checks all first
         if on_error == "skip":
             total = sum(1 for _ in records)
         else:
@@ -227,6 +228,9 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
         errors.extend(bad[:SHOWN_ERRORS - len(errors)])
         if progress is not None:
             progress(inputs, total)
+    if total is not None and inputs != total:  # e.g. a file still being written to
+        raise ValueError(f"the input held {total} inputs when checked and {inputs} when predicted; did it change "
+                         "meanwhile?")
     return {"inputs": inputs, "predicted": predicted, "skipped": skipped, "errors": errors}
 
 
@@ -237,8 +241,9 @@ def _number(where: str, position: int) -> int:
 
 
 def progress_line() -> Callable[[int, int | None], None]:
-    """A progress reporter for predict_all: one stderr line per chunk after the first, with the
-    rate and, where the total is known, the time left."""
+    """A progress reporter for predict_all: one stderr line per chunk on inputs of more than
+    one chunk (a stream's: from its second), with the rate and, where the total is known,
+    the time left."""
     start = time.time()
 
     def report(done: int, total: int | None) -> None:

@@ -90,14 +90,16 @@ def same_file(path: str, other: str) -> bool:
 
 
 def can_read_twice(path: str) -> bool:
-    """False for a pipe, a terminal or another stream (/dev/stdin, bash's <(...)): what a
-    first reading takes, a second does not see. Object stores and regular files: True."""
+    """False for a pipe, a socket or a terminal (/dev/stdin, bash's <(...)): what a first
+    reading takes, a second does not see. Anything else (a file, an object store's, a
+    folder or a missing path, which their readers name): True."""
     if is_remote(path):
         return True
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
-        return True  # a missing file: its reader names it
+        return True
+    return not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode))
 
 
 def isdir(path: str) -> bool:

@@ -157,9 +157,9 @@ def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = Fal
     """The lines of a user's text file (local or gs://), streamed, UTF-8, with a leading
     byte-order mark (as Excel writes) dropped. Lines end at \\n, \\r\\n or a lone \\r (old Mac
     files, as the csv module reads them), endings kept (as the csv module needs); with
-    one_input_a_line (a text file of inputs, output line k for input line k) at \\n and
-    \\r\\n only, as `wc -l` and the original count them, a stray \\r left inside the line (the
-    tokenizers' whitespace). A line that is not UTF-8 is a ValueError naming file:line,
+    one_input_a_line (a text file of inputs, output line k for input line k; JSON Lines)
+    at \\n and \\r\\n only, as `wc -l` and the original count them, a stray \\r left inside
+    the line (the tokenizers' and JSON's whitespace). A line that is not UTF-8 is a ValueError naming file:line,
     raised, or with bad_lines="yield" yielded in its place (saying what is wrong only).
     Predict, features and fine-tuning all read text this way."""
     number = 0
@@ -245,8 +245,9 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
 
 
 def _jsonl_records(path: str) -> Iterator[tuple[str, dict]]:
-    """`read_records` of a JSONL file: one JSON object a line, blank lines skipped."""
-    for number, line in enumerate(user_lines(path), start=1):
+    """`read_records` of a JSONL file: one JSON object a line (ending at \\n: a \\r is JSON's
+    whitespace), blank lines skipped."""
+    for number, line in enumerate(user_lines(path, one_input_a_line=True), start=1):
         if not line.strip():
             continue
         try:

@@ -55,23 +55,19 @@ def test_packed_rows_count_nsp_over_their_real_pairs(tmp_path):
     assert "pairs a row, each masked on its own" in stats["predictions per sequence"]
 
 
-def test_candidates_are_the_real_tokens_other_than_cls_and_sep_without_nsp(tmp_path):
+def test_candidates_are_the_real_tokens_other_than_cls_and_sep_without_nsp():
     """Packed rows without NSP hold [CLS] a [SEP] per pair: 2 per pair leave the candidates, not
-    2 per row (a review: 11.11% shown for 12.50%); rows of whole documents (full_rows) a [SEP]
-    between documents too."""
-    paths = synthetic.write_shards(str(tmp_path), 50, 1, min_sentences=5, max_sentences=10)
+    2 per row (a review: 11.11% shown for 12.50%). A hand-made row of two pairs, one of whose
+    masked tokens was replaced by a random [SEP]: 9 real tokens, 4 of them [CLS]/[SEP] before
+    masking, 2 masked -> 2 / 5 = 40.00%."""
     tokenizer = synthetic.tokenizer_for(50)
-    for settings in (dict(pack_pairs=3), dict(full_rows=True)):
-        config = pretrain.get_config("tiny").data
-        config.update(dict(max_seq_length=64, max_predictions_per_seq=10, shuffle_buffer=50, instance_shuffle_buffer=50,
-                           next_sentence_prediction=False, **settings))
-        batch = next(pretraining.PretrainingPipeline(config, shard_paths=paths, tokenizer=tokenizer,
-                                                     batch_size=64).batches())
-        ids, real = batch["input_ids"].copy(), batch["masked_lm_weights"] > 0
-        rows = np.broadcast_to(np.arange(64)[:, None], real.shape)
-        ids[rows[real], batch["masked_lm_positions"][real]] = batch["masked_lm_ids"][real]
-        specials = (np.isin(ids, [tokenizer.cls_id, tokenizer.sep_id]) & (batch["input_mask"] > 0)).sum()
-        assert specials > 2 * 64  # more than one [CLS] ... [SEP] a row: the old rule's count was wrong here
-        stats = inspect_data.statistics(batch, tokenizer, config)
-        share = real.sum() / (batch["input_mask"].sum() - specials)
-        assert stats["masked share of candidates"].startswith(f"{share:.2%}"), settings
+    cls, sep, pad, mask = tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id
+    a, b, c = (synthetic.FIRST_ID + k for k in range(3))
+    batch = {"input_ids": np.array([[cls, mask, b, sep, cls, sep, c, sep, c, pad]]),  # position 5: a random [SEP]
+             "input_mask": np.array([[1] * 9 + [0]]), "segment_ids": np.zeros((1, 10), np.int64),
+             "masked_lm_positions": np.array([[1, 5, 0]]), "masked_lm_ids": np.array([[a, b, 0]]),
+             "masked_lm_weights": np.array([[1.0, 1.0, 0.0]]), "next_sentence_labels": np.array([0])}
+    config = pretrain.get_config("tiny").data
+    config.update(dict(max_seq_length=10, max_predictions_per_seq=3, next_sentence_prediction=False))
+    stats = inspect_data.statistics(batch, tokenizer, config)
+    assert stats["masked share of candidates"].startswith("40.00%")

@@ -430,6 +430,8 @@ def test_hosts_get_whole_files_only_where_their_bytes_balance():
     assert [sum(units[i] for i in ids) for ids in owned] == [325, 325]
     three = [host_file_split([30, 30, 20, 20, 10, 10], i, 3)[0] for i in range(3)]
     assert [sum([30, 30, 20, 20, 10, 10][i] for i in ids) for ids in three] == [40, 40, 40]
+    assert [host_file_split([64] * 36, i, 8)[1] for i in range(8)] == [None] * 8  # 5 or 4 shards a host
+    assert [host_file_split([64] * 30, i, 8)[1] for i in range(8)] == [(8, i) for i in range(8)]  # 4 or 3
     for sizes in ([100, 10, 10], [50]):  # one large file / fewer files than hosts
         assert [host_file_split(sizes, i, 2) for i in range(2)] == [
             (list(range(len(sizes))), (2, 0)), (list(range(len(sizes))), (2, 1))]

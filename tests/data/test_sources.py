@@ -168,6 +168,8 @@ def test_a_large_tfds_split_is_cut_into_slices_a_prepared_folder_can_hold(monkey
     assert [u["tfds_split"] for u in sources.list_units(
         _config(source="tfds", tfds_name="imdb_reviews", tfds_split="train[:50%] + train[50%:]"))] == [
         "train[:50%] + train[50%:]"]
+    assert [u["tfds_split"] for u in sources.list_units(
+        _config(source="tfds", tfds_name="imdb_reviews", tfds_split="all"))] == ["all"]
 
 
 def test_demo_source_units_cover_the_corpus():
