@@ -105,3 +105,24 @@ def test_an_orbax_error_keeps_its_line_but_not_its_traceback():
     assert noise.filter(orbax) and noise.filter(ours)
     assert orbax.exc_info is None and ours.exc_info is exc_info
     assert logging.Formatter().format(orbax) == "save failed"
+
+
+def test_out_of_memory_and_unreadable_remote_paths_are_one_line_errors():
+    """Out of device memory and a gs:// path that is missing or forbidden are the user's to fix
+    but are neither ValueError nor OSError: they ended in a traceback (a review). Any other
+    runtime error stays a bug, with its traceback."""
+    import jax
+    import tensorflow as tf
+
+    from bertjax.runtime import cli
+
+    oom = jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 96.00GiB.")
+    assert cli.expected_failure(oom).startswith("out of device memory: lower the batch size")
+    assert "allocate 96.00GiB" in cli.expected_failure(oom)
+    missing = tf.errors.NotFoundError(None, None, "gs://bucket/vocb.txt; No such file or directory")
+    assert cli.expected_failure(missing) == "gs://bucket/vocb.txt; No such file or directory"
+    forbidden = tf.errors.PermissionDeniedError(None, None, "Error executing an HTTP request: gs://b/x 403")
+    assert cli.expected_failure(forbidden).endswith("gs://b/x 403")
+    assert cli.expected_failure(jax.errors.JaxRuntimeError("INTERNAL: a compiler bug")) is None
+    assert cli.expected_failure(RuntimeError("RESOURCE_EXHAUSTED")) is None
+    assert cli.expected_failure(tf.errors.NotFoundError(None, None, "op not found")) is None  # not a path

@@ -110,6 +110,24 @@ def error_line(error: BaseException) -> str:
     return " ".join(message.replace("\\n", " ").split())
 
 
+def expected_failure(error: BaseException) -> str | None:
+    """The one line for a failure that is the user's to fix but is neither a ValueError nor an
+    OSError, else None (a bug: its traceback is kept): out of device memory (XLA's
+    RESOURCE_EXHAUSTED, a JaxRuntimeError), and a remote path that is missing or not readable
+    (TensorFlow's gfile raises its own NotFoundError, PermissionDeniedError, ...)."""
+    message = error_line(error)
+    if type(error).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in message:
+        return ("out of device memory: lower the batch size (config.train.global_batch_size or batch_size, "
+                "--batch_size) or max_seq_length, or shard the model over more devices (config.mesh.fsdp); "
+                f"{message[:300]}")
+    tf = sys.modules.get("tensorflow")
+    remote = ((tf.errors.NotFoundError, tf.errors.PermissionDeniedError, tf.errors.UnauthenticatedError)
+              if tf is not None and hasattr(tf, "errors") else ())
+    if remote and isinstance(error, remote) and "://" in message:
+        return message
+    return None
+
+
 def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config") -> str:
     """A flag-parsing failure -> one line naming the flag (a config key that does not exist,
     a value of the wrong type, a config file that cannot be loaded). `flag_name`: the config
@@ -200,6 +218,12 @@ def run(main: Callable[[list[str]], None]) -> None:
             _exit(EXIT_STOPPED)
         except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
             print(f"error: {error_line(e)}", file=sys.stderr)
+            _exit(EXIT_ERROR)
+        except Exception as e:
+            why = expected_failure(e)
+            if why is None:  # a bug: its traceback
+                raise
+            print(f"error: {why}", file=sys.stderr)
             _exit(EXIT_ERROR)
 
     app.run(wrapped, flags_parser=_parse_flags)
