@@ -24,6 +24,7 @@ or any attribute object) through these keys:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -56,7 +57,8 @@ def _get(train_config: Any, key: str) -> Any:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (inf passes every '> 0' and fails only after compiling)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _is_int(value: Any) -> bool:

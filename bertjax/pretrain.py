@@ -370,9 +370,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     # -- Tokenizer, model config, mesh: validated before data preparation or compiling. --
     resolve_global_batch_size(config, workdir)
     check_data_config(config.data)
-    if config.data.source == "original_tfrecord" and not config.data.vocab_path:
-        raise ValueError("config.data.source='original_tfrecord' needs config.data.vocab_path: the vocab.txt the "
-                         "records were made with (it sizes the model's embeddings)")
+    prepare.check_vocabulary_given(config.data)
     data_dir = config.data.prepared_dir or fileio.join(workdir, "data")
     bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), _checkpoint_config(config))
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)

@@ -32,8 +32,10 @@ _FINETUNE = cli.define_config_file("finetune", os.path.join(ROOT, "configs", "fi
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Where every stage writes (a folder each).")
 
 
-def _last(records: list[dict], key: str) -> float:
-    return [record[key] for record in records if key in record][-1]
+def _last(records: list[dict], key: str) -> float | None:
+    """The last logged value of `key` (None: never logged, e.g. NSP accuracy without NSP)."""
+    values = [record[key] for record in records if key in record]
+    return values[-1] if values else None
 
 
 def _check_configs(pretrain_config, finetune_config) -> None:
@@ -74,7 +76,7 @@ def main(_):
     _check_configs(_PRETRAIN.value, _FINETUNE.value)
     pretrain.train_and_evaluate(_PRETRAIN.value, pretrain_dir)
     fill_mask = _fill_mask(pretrain_dir)
-    accuracy = {}
+    score, metric = {}, "accuracy"
     for name, run_dir in runs.items():
         config = _FINETUNE.value.copy_and_resolve_references()
         with config.unlocked():
@@ -85,7 +87,9 @@ def main(_):
                 config.init_checkpoint = ""
                 config.data.update(tokenizer=vocabulary["kind"], vocab_path=vocabulary["path"],
                                    do_lower_case=vocabulary["do_lower_case"])
-        accuracy[name] = finetune.finetune(config, run_dir)["best"]["metrics"]["accuracy"]
+        summary = finetune.finetune(config, run_dir)
+        metric = summary["main_metric"]  # the task's (accuracy for the demo task; MCC for CoLA, ...)
+        score[name] = summary["best"]["metrics"][metric] if summary["best"] else None
 
     pretrain_plot = plots.plot_runs(
         {"pre-training": pretrain_dir},
@@ -94,30 +98,32 @@ def main(_):
         fileio.join(pretrain_dir, "training_curves.png"), title="Pre-training (tiny preset, demo corpus)")
     finetune_plot = plots.plot_runs(
         {"from pre-training": runs["pretrained"], "from scratch": runs["scratch"]},
-        {"training loss": ["loss"], "dev accuracy": ["eval_accuracy"]}, fileio.join(workdir, "finetune_curves.png"),
+        {"training loss": ["loss"], f"dev {metric}": [f"eval_{metric}"]}, fileio.join(workdir, "finetune_curves.png"),
         title="Fine-tuning on the demo task")
     pretrain_metrics = plots.read_metrics(pretrain_dir)
     results = {
         "pretrain_mlm_accuracy": _last(pretrain_metrics, "eval_mlm_accuracy"),
         "pretrain_nsp_accuracy": _last(pretrain_metrics, "eval_nsp_accuracy"),
-        "finetune_accuracy_pretrained": accuracy["pretrained"],
-        "finetune_accuracy_scratch": accuracy["scratch"],
+        f"finetune_{metric}_pretrained": score["pretrained"],
+        f"finetune_{metric}_scratch": score["scratch"],
         "fill_mask_top1_accuracy": sum(probe["top"][0][0] == probe["expected"] for probe in fill_mask) / len(fill_mask),
         "fill_mask": fill_mask,
         "plots": [pretrain_plot, finetune_plot],
     }
     fileio.write_json(fileio.join(workdir, "results.json"), results)
-    rows = [("pre-training: held-out masked-LM accuracy", results["pretrain_mlm_accuracy"]),
-            ("pre-training: held-out next-sentence accuracy", results["pretrain_nsp_accuracy"]),
-            ("pre-training: fill-mask top-1 right (the 10 above)", results["fill_mask_top1_accuracy"]),
-            ("demo task dev accuracy, fine-tuned from pre-training", results["finetune_accuracy_pretrained"]),
-            ("demo task dev accuracy, same fine-tuning from scratch", results["finetune_accuracy_scratch"])]
+    share = metric == "accuracy"  # shown as a percentage; MCC, Spearman, F1 ... as numbers
+    rows = [("pre-training: held-out masked-LM accuracy", results["pretrain_mlm_accuracy"], True),
+            ("pre-training: held-out next-sentence accuracy", results["pretrain_nsp_accuracy"], True),
+            ("pre-training: fill-mask top-1 right (the 10 above)", results["fill_mask_top1_accuracy"], True),
+            (f"{config.task} task dev {metric}, fine-tuned from pre-training", score["pretrained"], share),
+            (f"{config.task} task dev {metric}, same fine-tuning from scratch", score["scratch"], share)]
     print("\nfill-mask, the pre-trained model's top 3 (* where the first is the world's word):")
     for probe in fill_mask:
         mark = "*" if probe["top"][0][0] == probe["expected"] else " "
         guesses = ", ".join(f"{token} {probability:.2f}" for token, probability in probe["top"])
         print(f"  {mark} {probe['text']:<56} {guesses}")
-    print("\n" + "\n".join(f"  {name:<55} {value:6.1%}" for name, value in rows))
+    print("\n" + "\n".join(f"  {name:<55} {value:6.1%}" if percent else f"  {name:<55} {value:6.3f}"
+                            for name, value, percent in rows if value is not None))
     print(f"\nresults: {fileio.join(workdir, 'results.json')}\nplots:   {pretrain_plot}\n         {finetune_plot}\n"
           f"TensorBoard: tensorboard --logdir {workdir}\ntotal time: {time.time() - start:.0f}s")
 

@@ -30,6 +30,7 @@ flags.mark_flags_as_required(["config", "output_dir"])
 def main(_):
     from bertjax.data import prepare
 
+    prepare.check_vocabulary_given(_CONFIG.value.data)
     metadata = prepare.ensure_prepared(_CONFIG.value.data, _OUTPUT_DIR.value, num_workers=_NUM_WORKERS.value)
     summary = {split: {k: v for k, v in counts.items() if k not in ("shards", "shard_documents")}
                for split, counts in metadata["splits"].items()}

@@ -350,6 +350,10 @@ def test_warmup_limits_are_named_by_the_key_fine_tuning_sets():
     finetune_setup.check_train_values(short.train)
     with pytest.raises(ValueError, match=r"warmup_proportion=0.01 gives no warmup step in this run's 30 steps"):
         finetune_setup.schedule_config(short, examples_per_epoch=160)  # 160 / 16 x 3 epochs
+    # inf passed "> 0" and overflowed in schedule_config after the data was read (a review).
+    with pytest.raises(ValueError, match=r"config.train.num_epochs must be > 0 \(or set config.train.num_steps\), "
+                                         r"got inf"):
+        finetune_setup.check_train_values(_demo_config(num_epochs=float("inf")).train)
 
 
 def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):

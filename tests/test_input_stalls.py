@@ -16,6 +16,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
 
+from bertjax.data.corpora import demo_corpus  # noqa: E402
 from test_train import SMALL, _env  # noqa: E402
 
 
@@ -31,7 +32,8 @@ def test_a_corpus_of_one_sentence_is_refused_in_one_line(tmp_path):
     command = [sys.executable, os.path.join(ROOT, "launch", "pretrain.py"),
                f"--config={os.path.join(ROOT, 'configs', 'pretrain.py')}:tiny", f"--workdir={tmp_path / 'run'}",
                "--config.data.source=text", f"--config.data.input_pattern={_one_line_corpus(tmp_path)}",
-               *SMALL, "--config.train.num_steps=3"]
+               f"--config.data.vocab_path={demo_corpus.demo_vocab_path(str(tmp_path))}", *SMALL,
+               "--config.train.num_steps=3"]
     result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=90)
     assert result.returncode == 2, result.stderr[-3000:]
     error = result.stderr.strip().splitlines()[-1]

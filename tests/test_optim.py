@@ -87,6 +87,8 @@ def test_schedule_is_jittable():
 
 @pytest.mark.parametrize("key,value,message", [
     ("learning_rate", 0.0, "train.learning_rate must be > 0, got 0.0"),
+    ("learning_rate", float("inf"), "train.learning_rate must be > 0, got inf"),  # finite: inf passed (a review)
+    ("weight_decay", float("nan"), "train.weight_decay must be >= 0, got nan"),
     ("warmup_steps", 2000, "train.warmup_steps must be an int in [0, config.train.num_steps=1000]"),
     ("optimizer", "sgd", "train.optimizer must be one of"),
     ("schedule", "step", "train.schedule must be one of"),

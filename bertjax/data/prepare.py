@@ -73,6 +73,18 @@ def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokeniz
     return tokenization.load_tokenizer(data_config.tokenizer, data_config.vocab_path, data_config.do_lower_case)
 
 
+def check_vocabulary_given(data_config: Any) -> None:
+    """ValueError when a corpus of the user's comes without config.data.vocab_path: "" means
+    the demo's 784-token vocabulary, which would turn their text into [UNK]s and size the
+    model to it. The demo corpus and a prepared folder (its own tokenizer) need none."""
+    if data_config.source not in ("demo", "prepared") and not data_config.vocab_path:
+        made = ("the vocab.txt the records were made with (it sizes the model's embeddings)"
+                if data_config.source == "original_tfrecord" else
+                "your corpus's vocabulary (launch/train_tokenizer.py trains one), or a released model's")
+        raise ValueError(f"config.data.source={data_config.source!r} needs config.data.vocab_path: {made}; an empty "
+                         "one is the demo corpus's 784-token vocabulary")
+
+
 def vocab_size_for(data_config: Any, cache_dir: str) -> int:
     """The vocabulary size of `load_tokenizer_for(data_config, cache_dir)`, with nothing
     written (the demo vocabulary is counted): config checks run on it before a run writes."""

@@ -73,6 +73,11 @@ def check_data_config(data_config) -> None:
     d = data_config
     checks = [
         (d.source in SOURCES, f"source must be one of {', '.join(SOURCES)}, got {d.source!r}"),
+        (d.source != "demo" or not (d.get("input_pattern") or d.get("tfds_name")),
+         "input_pattern and tfds_name name a corpus, but source is 'demo' (the embedded corpus): set source to "
+         "text, jsonl, parquet, tfds, prepared or original_tfrecord"),
+        (not d.get("eval_input_pattern") or d.source == "original_tfrecord",
+         f"eval_input_pattern is read with source='original_tfrecord' only (source is {d.source!r})"),
         (d.max_seq_length >= 8, "max_seq_length must be >= 8"),
         (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),  # before the cap that follows it
         (0 < d.max_predictions_per_seq <= d.max_seq_length, "max_predictions_per_seq must be in [1, max_seq_length]"),
