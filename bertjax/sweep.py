@@ -54,6 +54,11 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         log.warning("config.train.num_steps=%d fixes each run's length: the epochs grid %s is not used",
                     fixed_steps, grid[2])
         grid[2] = [config.train.num_epochs]
+    for key, grid_key, values in (("learning_rate", "sweep_learning_rates", grid[0]),
+                                  ("batch_size", "sweep_batch_sizes", grid[1]), ("num_epochs", "sweep_epochs", grid[2])):
+        if config.train[key] not in values:  # e.g. a smaller batch_size given to fit memory
+            log.warning("config.train.%s=%s is not used: the sweep runs config.train.%s=%s (set that instead)",
+                        key, config.train[key], grid_key, values)
     runs = []
     for learning_rate, batch_size, epochs in itertools.product(*grid):
         run = ml_collections.ConfigDict(config.to_dict())

@@ -140,12 +140,14 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.checkpoint = ml_collections.ConfigDict(dict(every=500 if small else 10_000, keep=3,
                                                        async_save=True))
     config.init_checkpoint = ""  # bertjax checkpoint, Hugging Face dir or Google TF release dir
+    config.init_checkpoint_required = False  # phase2: a continuation, refused from random weights
 
     if "phase2" in options:
         # Phase 2 of the original recipe: the last 10% of steps at length 512, continuing from
         # phase 1's weights (pass --config.init_checkpoint=<phase-1 workdir>).
         config.data.max_seq_length = 512
         config.data.max_predictions_per_seq = 80
+        config.init_checkpoint_required = True
         config.train.num_steps = max(1, config.train.num_steps // 9)  # 90% of steps were phase 1
         config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
     if "modern" in options:

@@ -25,7 +25,8 @@ _MODEL = flags.DEFINE_string("model", None, "fine-tuned model: a bertjax workdir
 _OUTPUT = flags.DEFINE_string("output", None, "folder to write OUTPUT/VERSION/ into", required=True)
 _FORMAT = flags.DEFINE_enum("format", "saved_model", ["saved_model"], "what to write")
 _VERSION = flags.DEFINE_integer("version", 1, "the model version: the sub-folder TensorFlow Serving loads", lower_bound=1)
-_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "longest input in tokens (default: the run's)")
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "longest input in tokens (default: the run's)",
+                                       lower_bound=1)
 _PAIRS = flags.DEFINE_bool("pairs", None, "classification: serve pairs (inputs text_a, text_b) or single texts "
                            "(text); default: what the run trained on (a Hugging Face classifier: single texts)")
 _SQUAD_VERSION = flags.DEFINE_enum("squad_version", None, ["v1.1", "v2.0"],

@@ -41,8 +41,8 @@ _LAYERS = flags.DEFINE_string("layers", "-1,-2,-3,-4", "hidden states to write, 
 _POOLING = flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: every token's vector; cls: the "
                              "[CLS] vector; mean: the mean over the example's tokens (padding excluded)")
 _MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 128, "longest example in tokens; longer ones are "
-                                       "truncated and counted")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch")
+                                       "truncated and counted", lower_bound=1)
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch", lower_bound=1)
 _PRECISION = cli.define_precision_flag()
 _OUTPUT_DTYPE = flags.DEFINE_enum("output_dtype", "float32", ["float32", "float16"], "the shards' values")
 _SHARD_SIZE = flags.DEFINE_integer("shard_size", 1024, "examples per shard (fewer where they would hold over "

@@ -36,14 +36,14 @@ _TEXT = flags.DEFINE_multi_string("text", [], "an input on the command line (rep
 _OUTPUT = flags.DEFINE_string("output", None, "a new JSONL file to write (default: stdout)")
 _TASK = flags.DEFINE_enum("task", None, ["fill_mask"], "fill_mask: top-k tokens at each [MASK] "
                           "(default: the fine-tuned model's own task)")
-_TOP_K = flags.DEFINE_integer("top_k", 5, "fill_mask: tokens per [MASK]")
+_TOP_K = flags.DEFINE_integer("top_k", 5, "fill_mask: tokens per [MASK]", lower_bound=1)
 _FORMAT = flags.DEFINE_enum("input_format", "auto", ["auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll"],
                             "auto: from the file's extension (.json: SQuAD's layout for span QA), else lines of text")
 _ON_ERROR = flags.DEFINE_enum("on_error", "fail", ["fail", "skip"],
                               "a bad input: fail (exit 2, no --output file; from stdin to stdout, the chunks before it are out) "
                               "or skip (an error line in its place)")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch")
-_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "default: the run's, else 512")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch", lower_bound=1)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "default: the run's, else 512", lower_bound=1)
 _TEXT_A_KEY = flags.DEFINE_string("text_a_key", None, "CSV/TSV/JSONL column of the text (default: the run's "
                                   "config.data.text_a_key; 'text' for tagging and fill_mask)")
 _TEXT_B_KEY = flags.DEFINE_string("text_b_key", None, "column of a pair's second text (default: the run's)")

@@ -276,13 +276,17 @@ def test_sigterm_then_resume_gives_the_uninterrupted_run(pretrained_run, tmp_pat
         (tmp_path / "reference" / "predictions" / "dev.tsv").read_text()
 
 
-def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys):
+def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog):
     from bertjax import sweep
 
-    config = _demo_config(num_steps=4, eval_every=4)
+    config = _demo_config(num_steps=4, eval_every=4, learning_rate=3e-5)
     config.model.update(num_hidden_layers=1, **SMALL_MODEL)
     config.train.update(sweep=True, sweep_learning_rates="1e-3,1e-4", sweep_batch_sizes="16", sweep_epochs="1")
-    results = sweep.sweep(config, str(tmp_path))
+    with caplog.at_level("WARNING"):
+        results = sweep.sweep(config, str(tmp_path))
+    # A value the grid replaces is said to be unused (a review: silently replaced).
+    assert "config.train.learning_rate=3e-05 is not used: the sweep runs config.train.sweep_learning_rates=" \
+           "[0.001, 0.0001]" in caplog.text and "config.train.batch_size" not in caplog.text
     assert [r["learning_rate"] for r in results] != [] and len(results) == 2
     assert results[0]["eval_accuracy"] >= results[1]["eval_accuracy"]
     assert json.load(open(tmp_path / "sweep_results.json")) == results

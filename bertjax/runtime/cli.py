@@ -137,7 +137,9 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
     match = re.search(r'Did you mean "(\w+)" instead of "(\w+)"', message)
     if match:  # ml_collections: an override of a key that does not exist
         suggestion, bad = match.groups()
-        flag = next((a for a in overrides if re.search(rf"\.{bad}$", a)), f"--{flag_name}...{bad}")
+        flag = next((a for a in overrides if re.search(rf"\.{bad}(\.|$)", a)), f"--{flag_name}...{bad}")
+        if not flag.endswith(f".{bad}"):  # a section on the way: --config.tain.num_steps
+            return f"{flag}: no config section {bad!r}; did you mean {suggestion!r}?"
         return f"{flag}: no such config key; did you mean {suggestion!r}?"
     unknown = re.fullmatch(r"Unknown command line flag '([\w.]+)'", message)
     if isinstance(error, (AttributeError, KeyError)) or (unknown and unknown.group(1).startswith(f"{flag_name}.")):
