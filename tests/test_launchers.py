@@ -96,6 +96,12 @@ CASES = [
     ("demo.py", ["--finetune.train.batch_size=0", "--workdir={tmp}/out"],
      "--finetune: config.train.batch_size must be a positive int, got 0"),
     ("demo.py", ["--pretrain.train.eval_every=0", "--workdir={tmp}/out"], "--pretrain.train.eval_every and"),
+    # The rest of the fine-tuning config too, against the model pre-trained here (a review: these
+    # failed after the whole pre-training stage).
+    ("demo.py", ["--finetune.data.max_seq_length=1024", "--workdir={tmp}/out"],
+     "--finetune: config.data.max_seq_length=1024 must be in [8, the model's max_position_embeddings=512]"),
+    ("demo.py", ["--finetune.checkpoint.keep=0", "--workdir={tmp}/out"],
+     "--finetune: config.checkpoint.every and .keep must be >= 1"),
     # predict.py: a path that is no model, a model without the head or task asked for.
     ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--input={tmp}/header.csv"],
