@@ -56,6 +56,9 @@ SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers
 # More sentences than a real document holds (a long book has ~10k): likely a file without blank
 # lines between its documents.
 LONG_DOCUMENT_SENTENCES = 50_000
+# Version of the text source's reading (2: a line of Unicode spaces ends a document, as the
+# original's strip() made it): an interrupted prepare is never resumed with another.
+TEXT_READER = 2
 PREPARE_LOCK = ".prepare.lock"  # not the workdir's .lock: config.data.prepared_dir may be the run's workdir
 _PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal (a log file)
 
@@ -138,6 +141,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     settings = {
         "source": data_config.source, "units": units, "eval_fraction": float(data_config.eval_fraction),
         "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
+        **({"text_reader": TEXT_READER} if data_config.source == "text" else {}),
     }
     if fileio.exists(fileio.join(output_dir, "metadata.json")):
         return _prepared_already(output_dir, settings)
@@ -152,9 +156,19 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
 
 
 def _prepared_already(output_dir: str, settings: dict) -> dict:
-    """The metadata of `output_dir`, prepared earlier; a ValueError for other settings."""
+    """The metadata of `output_dir`, prepared earlier; a ValueError for other settings. A
+    finished folder read with an earlier text reader is whole in itself: used, with a warning
+    (only resuming one across readers would mix them at unit boundaries)."""
     metadata = read_metadata(output_dir)
-    _check_same_settings(output_dir, metadata["settings"], settings)
+    found = metadata["settings"]
+    if found.get("text_reader") != settings.get("text_reader"):
+        logging.warning("%s was prepared by an earlier reader of text files (%s): a line of only Unicode spaces "
+                        "(U+00A0, U+3000) did not end a document there; prepare again to have it end one",
+                        output_dir, found.get("text_reader", 1))
+        found = {key: value for key, value in found.items() if key != "text_reader"}
+        if "text_reader" in settings:
+            found["text_reader"] = settings["text_reader"]
+    _check_same_settings(output_dir, found, settings)
     return metadata
 
 
