@@ -162,6 +162,10 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         if not preset.startswith("modernbert"):
             raise ValueError(f"configs/pretrain.py: 'long' extends the modern encoder's context (a modernbert-* "
                              f"preset: rotary positions), not {preset!r}; the original BERT's is 'phase2'")
+        if "modern" not in options or "phase2" in options:  # (NSP pairs at 8,192 tokens; two lengths at once)
+            raise ValueError(f"configs/pretrain.py: 'long' continues a 'modern' run and is not 'phase2': give "
+                             f"'{preset},modern,long', not {arg!r}")
+        config.init_checkpoint_required = True
         # Unset: the shorter run's tokens per batch (config.init_checkpoint's saved config) at
         # this length, resolved at start-up (bertjax.pretrain.resolve_global_batch_size).
         config.train.global_batch_size = config_dict.placeholder(int)

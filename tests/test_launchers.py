@@ -30,7 +30,7 @@ CASES = [
     ("finetune.py", [PRETRAIN], "pretrain.py:tiny is a pre-training config: run it with launch/pretrain.py"),
     ("demo.py", ["--finetune=" + PRETRAIN.split("=")[1]], "is a pre-training config: run it with launch/pretrain.py"),
     ("pretrain.py", [PRETRAIN + "x"], "unknown BERT preset 'tinyx'"),
-    ("pretrain.py", [PRETRAIN + ",phase2"], "set config.init_checkpoint to phase 1's workdir"),  # not from scratch
+    ("pretrain.py", [PRETRAIN + ",phase2"], "set config.init_checkpoint to that run's workdir"),  # not from scratch
     ("pretrain.py", ["--config=configs/nothere.py"], "cannot load the config file"),
     ("pretrain.py", [PRETRAIN, "--config.data.masked_lm_prob=1.7"], "masked_lm_prob must be in (0, 1)"),
     ("pretrain.py", [PRETRAIN, "--config.data.source=txt"], "source must be one of demo, text, jsonl, parquet, tfds, "

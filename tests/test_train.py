@@ -183,7 +183,7 @@ def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):
     assert "initialised ['bert', 'mlm'] from" in continued.stdout  # masked LM only: no NSP head
     assert "nsp_loss" not in _metrics(short)[-1] and "nsp_accuracy" not in continued.stdout
     assert "rope_theta=640000 replaces the checkpoint's 160000" in continued.stderr
-    run(tmp_path / "fresh", ",long", *extension)
+    run(tmp_path / "fresh", ",long", *extension, "--config.init_checkpoint_required=False")  # (refused unasked)
     first = lambda workdir: _metrics(workdir)[0]
     assert first(tmp_path / "long")["mlm_loss"] < first(tmp_path / "fresh")["mlm_loss"] - 0.5
     assert pretrain_config.get_config("modernbert-tiny,modern,long").data.max_seq_length == 1024

@@ -140,7 +140,10 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
 
     # Options after phase2 (whose 80 is the original's for 15% at 512) derive the cap again.
     assert pretrain_config.get_config("base,phase2,modern").data.max_predictions_per_seq == 154
-    assert pretrain_config.get_config("modernbert-base,phase2,long").data.max_predictions_per_seq == 1229
+    for refused in ("modernbert-base,phase2,long", "modernbert-base,long"):  # NSP pairs at 8,192; two lengths
+        with pytest.raises(ValueError, match=f"'long' continues a 'modern' run and is not 'phase2': give "
+                                             f"'modernbert-base,modern,long', not '{refused}'"):
+            pretrain_config.get_config(refused)
     long = pretrain_config.get_config("modernbert-base,modern,long")
     assert (long.data.max_seq_length, long.data.max_predictions_per_seq) == (8192, 2458)
     assert long.train.global_batch_size is None
