@@ -30,6 +30,7 @@ Special token ids:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -169,6 +170,15 @@ class Tokenizer:
         return cls("huggingface", path, False, tokens, model_bytes=model_bytes, fast=fast, special_tokens=special)
 
     # -- Encoding. --
+
+    @functools.cached_property
+    def word_prefix(self) -> str:
+        """What a word that follows another in a text is tokenized with, when words are
+        tokenized one by one (tagging): " " where the tokens carry the space before a word
+        (byte-level BPE: 'Ġword', as ModernBERT's and RoBERTa's), else "" (WordPiece,
+        SentencePiece: a word's tokens are the same wherever it stands)."""
+        whole, first, alone, spaced = self.encode_batch(["New York", "New", "York", " York"])
+        return " " if whole != first + alone and whole == first + spaced else ""
 
     def encode(self, text: str) -> list[int]:
         """One text -> token ids, without special tokens ("" -> [])."""

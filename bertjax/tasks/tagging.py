@@ -197,7 +197,9 @@ def featurize(tokenizer, examples: TaggingExamples, split_name: str, max_seq_len
                 raise ValueError(f"{location}: tags {sorted(set(sentence) - index.keys())} are not in the "
                                  f"label names {examples.label_names}")
         label_of_word = np.array([index[tag] for sentence in examples.tags for tag in sentence], np.int64)
-    ids, word_tokens = tokenizer.encode_flat(all_words)
+    prefix = tokenizer.word_prefix  # each word tokenized as it is in its sentence's text
+    ids, word_tokens = tokenizer.encode_flat([word if k == 0 else prefix + word for sentence in examples.sentences
+                                              for k, word in enumerate(sentence)] if prefix else all_words)
     empty = word_tokens == 0  # e.g. a lone control character: one [UNK]
     if empty.any():
         ids = np.insert(ids, ragged.row_starts(word_tokens)[empty], tokenizer.unk_id)

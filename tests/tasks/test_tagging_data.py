@@ -38,6 +38,27 @@ def test_first_sub_word_labels_and_weights_by_hand(bert_tokenizer):
     assert tagging.predictions_to_tags(split, split.features["label_ids"]) == [tags]
 
 
+def test_a_byte_level_bpe_tokenizes_each_word_as_in_its_sentence():
+    """Words tokenized alone lost the space marker a byte-level BPE puts on every word after
+    the first ('York', not 'ĠYork'), so a ModernBERT tagger saw text unlike its pre-training
+    (a review). Each word after the first is tokenized with its space: the ids are the
+    sentence's own, and each word's label still sits on its first token."""
+    from bertjax import tokenization
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models", "hf_modernbert", "token_classifier",
+                        "tokenizer.json")
+    tokenizer = tokenization.load_tokenizer("huggingface", path)
+    assert tokenizer.word_prefix == " "
+    words, tags = ["Anna", "flew", "to", "New", "York"], ["B-PER", "O", "O", "B-LOC", "I-LOC"]
+    split = tagging.featurize(tokenizer, _examples([words], [tags]), "train", max_seq_length=64)
+    length = split.lengths[0]
+    assert split.features["input_ids"][0, 1:length - 1].tolist() == tokenizer.encode(" ".join(words))
+    first = np.flatnonzero(split.features["label_weights"][0])
+    assert [tokenizer.decode(tokenizer.encode(" ".join(words))[i - 1:i]) for i in first] == [
+        tokenizer.decode(tokenizer.encode((" " if k else "") + word)[:1]) for k, word in enumerate(words)]
+    assert tagging.predictions_to_tags(split, split.features["label_ids"]) == [tags]
+
+
 @pytest.mark.parametrize("max_seq_length, stride", [(12, 3), (12, None), (7, 1), (40, None)])
 def test_long_sentence_windows_predict_every_word_once(bert_tokenizer, max_seq_length, stride):
     rng = np.random.default_rng(0)
