@@ -41,8 +41,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer
-from bertjax.finetune_setup import (check_same_tokenizer, checkpoint_source, load_tokenizer, model_config,
-                                    schedule_config, validate_config)
+from bertjax.finetune_setup import (check_reused_head, check_same_tokenizer, checkpoint_source, load_tokenizer,
+                                    model_config, schedule_config, validate_config)
 from bertjax.inference import model_source
 from bertjax.models import BertConfig, FrozenEncoder, stack_layers
 from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
@@ -404,6 +404,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
+    if source and config.reuse_head:
+        check_reused_head(source, task.info)
     pretrained = (lambda: pretrained_params(config, source, bert, abstract.params)) if source else None
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,

@@ -40,6 +40,16 @@ def checkpoint_source(config: ml_collections.ConfigDict, workdir: str | None = N
         return model_source.resolve(own)
 
 
+def check_reused_head(source: model_source.ModelSource, task_info: dict) -> None:
+    """ValueError when config.reuse_head would take a head trained on other labels, or on the
+    same ones in another order: each of its rows would answer another label, silently."""
+    theirs, ours = source.task_info.get("label_names"), task_info.get("label_names")
+    if theirs is not None and ours is not None and list(theirs) != list(ours):
+        raise ValueError(f"config.reuse_head: {source.path}'s head answers the labels {list(theirs)} in this order, "
+                         f"this run's are {list(ours)}; give config.data.label_names={','.join(theirs)!r} (the "
+                         "same labels in its order) or fine-tune a new head (config.reuse_head=False)")
+
+
 def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> None:
     """ValueError when a run resumes (`workdir` has checkpoints) with another vocabulary or
     casing than the one it trained with and saved (WORKDIR/tokenizer): its weights would read

@@ -490,3 +490,20 @@ def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path):
             meta.write_bytes(b"\x00 not json")
     tiny_finetune_run("classification", tmp_path, model={"hidden_dropout_prob": 0.3}, **files)
     assert len([name for name in os.listdir(workdir) if name.startswith("best.unreadable-")]) == 1
+
+
+def test_a_reused_head_must_answer_this_runs_labels_in_its_order():
+    """config.reuse_head loaded a head as it was: a Hugging Face MNLI head (contradiction,
+    neutral, entailment) on a run whose labels sort as contradiction, entailment, neutral
+    answered entailment with its neutral row, silently (a review)."""
+    import types
+
+    source = types.SimpleNamespace(path="hf-mnli", task_info={"label_names": ["contradiction", "neutral",
+                                                                             "entailment"]})
+    with pytest.raises(ValueError, match=r"hf-mnli's head answers the labels \['contradiction', 'neutral', "
+                                         r"'entailment'\] in this order, this run's are \['contradiction', "
+                                         r"'entailment', 'neutral'\]; give config.data.label_names="
+                                         r"'contradiction,neutral,entailment'"):
+        finetune_setup.check_reused_head(source, {"label_names": ["contradiction", "entailment", "neutral"]})
+    finetune_setup.check_reused_head(source, {"label_names": ["contradiction", "neutral", "entailment"]})
+    finetune_setup.check_reused_head(types.SimpleNamespace(path="x", task_info={}), {"label_names": ["a", "b"]})
