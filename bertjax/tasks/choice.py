@@ -76,6 +76,9 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
             raise ValueError(f"{where}: expected {choices_key!r} to be a list of at least 2 strings, "
                              f"got {options!r}"[:300])
+        if "" in options:  # prediction and the SavedModel read "" as no choice (fixed-width inputs)
+            raise ValueError(f"{where}: choice {options.index('')} is empty; every choice needs a text (\"\" is "
+                             "no choice when predicting)")
         label = -1
         if label_key is not None:
             label = row.get(label_key)

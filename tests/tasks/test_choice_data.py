@@ -85,6 +85,8 @@ def test_jsonl_reader_and_custom_keys(tmp_path, demo_tokenizer, caplog):
     ({"context": "a", "choices": ["x", "y"], "label": 2}, r"expected 'label' to be an integer in \[0, 2\).*got 2"),
     ({"context": "a", "choices": ["x", "y"]}, "expected 'label'.*got None"),
     ({"context": "a", "choices": ["x", "y"], "label": "1"}, "expected 'label'.*got '1'"),
+    # A real choice in training but no choice when predicting (a review): refused where read.
+    ({"context": "a", "choices": ["x", ""], "label": 1}, r"choice 1 is empty; every choice needs a text"),
 ])
 def test_jsonl_bad_lines_name_file_and_line(tmp_path, row, message):
     path = _write_jsonl(tmp_path, [{"context": "ok", "choices": ["x", "y"], "label": 0}, row])
