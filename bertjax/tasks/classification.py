@@ -235,10 +235,21 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
             where = examples.locations[first] if examples.locations else examples.source
             raise ValueError(f"{where}: label {examples.labels[first]!r} is not among the task's labels "
                              f"{list(label_names)} (the training file's, or config.data.label_names)"
-                             + (f"; unknown in all: {unknown[:5]}" if len(unknown) > 1 else ""))
+                             + (f"; unknown in all: {unknown[:5]}" if len(unknown) > 1 else "")
+                             + ("; scores to predict are config.data.label_kind='float' (regression)"
+                                if _look_like_scores(label_names) else ""))
         features["label"] = np.asarray([index[label] for label in examples.labels], np.int32)
     return Split(name, features, lengths, SplitInfo(examples, label_names), has_labels=examples.labels is not None,
                  truncation=truncation(truncated, "examples", max_seq_length))
+
+
+def _look_like_scores(labels) -> bool:
+    """Every label a number, one of them not whole (3.8, 2.5): likely a regression's scores."""
+    try:
+        values = [float(label) for label in labels]
+    except (TypeError, ValueError):
+        return False
+    return any(not value.is_integer() for value in values)
 
 
 # -- The task. --
@@ -279,6 +290,9 @@ def load_task(config, tokenizer) -> Task:
             label_names = tuple(sorted(set(train.labels)))
             logging.info("%s: labels %s (sorted; set config.data.label_names to fix the order)", data.train_file,
                          list(label_names))
+            if _look_like_scores(label_names):
+                logging.warning("%s: the labels %s look like scores; they are classes unless "
+                                "config.data.label_kind='float' (regression)", data.train_file, list(label_names)[:8])
         split_names = list(files)
     else:
         raise ValueError(f"config.task={task!r} is not a classification task")

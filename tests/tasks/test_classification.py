@@ -169,7 +169,7 @@ def test_bad_files_name_the_file_line_and_key(tmp_path, tokenizer, rows, fmt, op
         classification.load_task(config, tokenizer)
 
 
-def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer):
+def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
     with pytest.raises(ValueError, match="empty.csv: no examples"):
@@ -180,6 +180,15 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer):
                                           {"text_a": "x", "text_b": "y", "label": "c"}], "jsonl")
     with pytest.raises(ValueError, match=r"dev.jsonl:2: label 'c' is not among the task's labels \['a', 'b'\]"):
         classification.load_task(_config("classification", train_file=train, eval_file=dev), tokenizer)
+    # Scores read as classes (label_kind left 'class'): warned, and an unseen score says what to set.
+    scores = _write(tmp_path / "scores.jsonl", [{"text_a": "x", "text_b": "y", "label": value}
+                                                for value in ("3.8", "2.5", "0")], "jsonl")
+    unseen = _write(tmp_path / "unseen.jsonl", [{"text_a": "x", "text_b": "y", "label": "4.2"}], "jsonl")
+    with caplog.at_level("WARNING"), pytest.raises(ValueError, match=r"label '4.2' is not among the task's labels "
+                                                                     r".*; scores to predict are config.data.label_kind="
+                                                                     r"'float' \(regression\)"):
+        classification.load_task(_config("classification", train_file=scores, eval_file=unseen), tokenizer)
+    assert "look like scores; they are classes unless config.data.label_kind='float'" in caplog.text
     bad = tmp_path / "bad.tsv"
     bad.write_text("text_a\ttext_b\tlabel\nx\ty\n")
     with pytest.raises(ValueError, match=r"bad.tsv:2: 2 fields, the header has 3"):
