@@ -335,6 +335,9 @@ def load_task(config, tokenizer) -> Task:
         raise ValueError(f"config.task={config.task!r} is not a tagging task")
     check_nonempty(sources, "sentences")
     label_names = sources[0][1].label_names
+    if len(label_names) < 2:  # as classification: a tagger of one tag learns nothing
+        raise ValueError(f"{sources[0][1].source}: the only tag is {label_names[0]!r}; a tagger needs at least 2 "
+                         "(config.data.tag_column picks the column)")
     splits = [featurize(tokenizer, examples, name, data.max_seq_length) for name, examples in sources]
 
     def weights(batch):

@@ -186,6 +186,17 @@ def test_ner_label_names_must_be_distinct_tags_with_o(tmp_path, names):
         tagging.load_task(config, None)
 
 
+def test_a_training_file_of_one_tag_is_refused(tmp_path):
+    """Every word 'O' (a wrong tag column, say) trained a one-tag tagger without a word (a
+    review); classification refuses fewer than 2 labels, and so does tagging."""
+    path = tmp_path / "train.txt"
+    path.write_text("Peter O\nlives O\n", encoding="utf-8")
+    config = finetune_config.get_config("ner")
+    config.data.update(train_file=str(path))
+    with pytest.raises(ValueError, match=r"train.txt: the only tag is 'O'; a tagger needs at least 2"):
+        tagging.load_task(config, None)
+
+
 def test_a_tagged_test_file_without_an_eval_file_is_warned_to_pick_the_best_checkpoint(tmp_path, bert_tokenizer,
                                                                                       caplog):
     for name in ("train", "dev", "test"):
