@@ -179,10 +179,6 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if data.pack_examples and bert.tagging_head != "linear":
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packed rows need "
                          f"config.model.tagging_head='linear' (the BiLSTM reads whole rows); set one of them")
-    if bert.feature_based and bert.pooler == "mean" and not family.token_level:
-        raise ValueError("config.model.pooler='mean' (the modern encoder's) is not what a feature-based head reads: "
-                         "it takes the combined features at [CLS]; set config.model.pooler='cls' to say so, or "
-                         "fine-tune (config.model.feature_based=False)")
     if bert.tagging_head != "linear" and not family.token_level:
         tagging = [name for other in tasks.FAMILIES.values() if other.token_level for name in other.tasks]
         raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "

@@ -446,14 +446,6 @@ def test_a_bilstm_head_outside_tagging_or_packed_and_a_non_bool_freeze_are_error
     config.train.freeze_encoder = None
     with pytest.raises(ValueError, match=r"config.train.freeze_encoder must be True or False, got None"):
         finetune_setup.check_train_values(config.train)
-    # The modern encoder's mean pooling is not what a sentence-level feature-based head reads
-    # (the features at [CLS]): refused, not silently replaced (a review); a tagger reads tokens.
-    mean = BertConfig.preset("modernbert-tiny", vocab_size=100, feature_layers="-1,-2", feature_combine="concat",
-                             pooler="mean")
-    with pytest.raises(ValueError, match=r"config.model.pooler='mean' \(the modern encoder's\) is not what a "
-                                         r"feature-based head reads"):
-        finetune_setup.validate_config(finetune_config.get_config("demo"), mean, (1, 1, 1), 100)
-    finetune_setup.validate_config(finetune_config.get_config("ner"), mean, (1, 1, 1), 100)
 
 
 def test_feature_based_heads_are_not_exported_as_a_hugging_face_model(tmp_path):
