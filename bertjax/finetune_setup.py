@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import tempfile
 
 import jax
@@ -44,10 +45,17 @@ def check_reused_head(source: model_source.ModelSource, task_info: dict) -> None
     """ValueError when config.reuse_head would take a head trained on other labels, or on the
     same ones in another order: each of its rows would answer another label, silently."""
     theirs, ours = source.task_info.get("label_names"), task_info.get("label_names")
-    if theirs is not None and ours is not None and list(theirs) != list(ours):
-        raise ValueError(f"config.reuse_head: {source.path}'s head answers the labels {list(theirs)} in this order, "
-                         f"this run's are {list(ours)}; give config.data.label_names={','.join(theirs)!r} (the "
-                         "same labels in its order) or fine-tune a new head (config.reuse_head=False)")
+    if theirs is None or ours is None or list(theirs) == list(ours):
+        return
+    if all(re.fullmatch(r"LABEL_\d+", name) for name in theirs):  # a Hugging Face head that names no label
+        logging.warning("config.reuse_head: %s's head names its labels %s only; its row k answers this run's "
+                        "label k (%s)", source.path, list(theirs), list(ours))
+        return
+    same = sorted(theirs) == sorted(ours)
+    raise ValueError(f"config.reuse_head: {source.path}'s head answers the labels {list(theirs)}"
+                     + (f" in this order, this run's are {list(ours)}: give config.data.label_names="
+                        f"{','.join(theirs)!r} (your own files; a dataset's order is its own)" if same else
+                        f", this run's are {list(ours)}") + ", or fine-tune a new head (config.reuse_head=False)")
 
 
 def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> None:

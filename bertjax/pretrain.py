@@ -368,11 +368,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     train_cfg = config.train
 
     # -- Tokenizer, model config, mesh: validated before data preparation or compiling. --
-    resolve_global_batch_size(config, workdir)
     if config.get("init_checkpoint_required") and not config.init_checkpoint and not run_config.own_checkpoints(workdir):
         raise ValueError("this config continues a pre-training run (phase2: length 512 from phase 1's weights; "
                          "long: the modern encoder's full context from its shorter run's): set config.init_checkpoint "
                          "to that run's workdir")
+    resolve_global_batch_size(config, workdir)
     check_data_config(config.data)
     prepare.check_vocabulary_given(config.data)
     data_dir = config.data.prepared_dir or fileio.join(workdir, "data")

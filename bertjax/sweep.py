@@ -57,8 +57,8 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     for key, grid_key, values in (("learning_rate", "sweep_learning_rates", grid[0]),
                                   ("batch_size", "sweep_batch_sizes", grid[1]), ("num_epochs", "sweep_epochs", grid[2])):
         if config.train[key] not in values:  # e.g. a smaller batch_size given to fit memory
-            log.warning("config.train.%s=%s is not used: the sweep runs config.train.%s=%s (set that instead)",
-                        key, config.train[key], grid_key, values)
+            log.warning("the sweep's grid sets %s (config.train.%s=%s): config.train.%s=%s is not used",
+                        key, grid_key, values, key, config.train[key])
     runs = []
     for learning_rate, batch_size, epochs in itertools.product(*grid):
         run = ml_collections.ConfigDict(config.to_dict())

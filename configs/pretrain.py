@@ -140,7 +140,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.checkpoint = ml_collections.ConfigDict(dict(every=500 if small else 10_000, keep=3,
                                                        async_save=True))
     config.init_checkpoint = ""  # bertjax checkpoint, Hugging Face dir or Google TF release dir
-    config.init_checkpoint_required = False  # phase2: a continuation, refused from random weights
+    config.init_checkpoint_required = False  # phase2, long: continuations, refused from random weights
 
     if "phase2" in options:
         # Phase 2 of the original recipe: the last 10% of steps at length 512, continuing from

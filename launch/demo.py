@@ -45,16 +45,21 @@ def _check_configs(pretrain_config, finetune_config) -> None:
     if pretrain_config.train.eval_every < 1 or pretrain_config.train.eval_batches < 1:
         raise ValueError("--pretrain.train.eval_every and --pretrain.train.eval_batches must be >= 1: the demo "
                          "reports held-out accuracy")
+    import jax
+    from bertjax import pretrain, sharding
+    from bertjax.data import prepare
+
+    pretrained = None  # the model pre-trained here, which fine-tuning continues
+    if not pretrain_config.init_checkpoint:
+        try:
+            vocab_size = prepare.vocab_size_for(pretrain_config.data, "")  # (the demo's is counted, not written)
+            pretrained = pretrain.model_config(pretrain_config, vocab_size)
+        except ValueError as e:
+            raise ValueError(f"--pretrain: {e}") from None
     try:
         finetune_setup.check_train_values(finetune_config.train)
-        if not pretrain_config.init_checkpoint:  # the fine-tuned model is the one pre-trained here
-            import jax
-            from bertjax import pretrain, sharding
-            from bertjax.data import prepare
-
-            vocab_size = prepare.vocab_size_for(pretrain_config.data, "")  # (the demo's is counted, not written)
-            bert = finetune_setup.model_config(finetune_config, pretrain.model_config(pretrain_config, vocab_size),
-                                               vocab_size)
+        if pretrained is not None:
+            bert = finetune_setup.model_config(finetune_config, pretrained, vocab_size)
             mesh = finetune_config.mesh
             finetune_setup.validate_config(finetune_config, bert, sharding.mesh_shape(
                 jax.device_count(), mesh.data, mesh.fsdp, mesh.tensor), vocab_size)

@@ -122,6 +122,7 @@ def main(_):
     config = FLAGS.config
     if FLAGS.dump and fileio.exists(FLAGS.dump):
         raise ValueError(f"--dump={FLAGS.dump} exists; give another name (it would be overwritten)")
+    prepare.check_vocabulary_given(config.data)
     workdir = FLAGS.workdir or default_workdir(config.data)
     pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=min(256, FLAGS.num_examples),
                                        split=FLAGS.split)

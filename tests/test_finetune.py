@@ -285,8 +285,8 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog):
     with caplog.at_level("WARNING"):
         results = sweep.sweep(config, str(tmp_path))
     # A value the grid replaces is said to be unused (a review: silently replaced).
-    assert "config.train.learning_rate=3e-05 is not used: the sweep runs config.train.sweep_learning_rates=" \
-           "[0.001, 0.0001]" in caplog.text and "config.train.batch_size" not in caplog.text
+    assert "the sweep's grid sets learning_rate (config.train.sweep_learning_rates=[0.001, 0.0001]): " \
+           "config.train.learning_rate=3e-05 is not used" in caplog.text and "config.train.batch_size" not in caplog.text
     assert [r["learning_rate"] for r in results] != [] and len(results) == 2
     assert results[0]["eval_accuracy"] >= results[1]["eval_accuracy"]
     assert json.load(open(tmp_path / "sweep_results.json")) == results
@@ -502,8 +502,14 @@ def test_a_reused_head_must_answer_this_runs_labels_in_its_order():
                                                                              "entailment"]})
     with pytest.raises(ValueError, match=r"hf-mnli's head answers the labels \['contradiction', 'neutral', "
                                          r"'entailment'\] in this order, this run's are \['contradiction', "
-                                         r"'entailment', 'neutral'\]; give config.data.label_names="
+                                         r"'entailment', 'neutral'\]: give config.data.label_names="
                                          r"'contradiction,neutral,entailment'"):
         finetune_setup.check_reused_head(source, {"label_names": ["contradiction", "entailment", "neutral"]})
     finetune_setup.check_reused_head(source, {"label_names": ["contradiction", "neutral", "entailment"]})
+    with pytest.raises(ValueError, match=r"answers the labels \['contradiction', 'neutral', 'entailment'\], this "
+                                         r"run's are \['bad', 'good'\], or fine-tune a new head"):
+        finetune_setup.check_reused_head(source, {"label_names": ["bad", "good"]})
+    # A Hugging Face head that names no label (LABEL_0, LABEL_1): reused by index, with a warning.
+    generic = types.SimpleNamespace(path="hf-sst2", task_info={"label_names": ["LABEL_0", "LABEL_1"]})
+    finetune_setup.check_reused_head(generic, {"label_names": ["negative", "positive"]})
     finetune_setup.check_reused_head(types.SimpleNamespace(path="x", task_info={}), {"label_names": ["a", "b"]})

@@ -161,7 +161,7 @@ def _prepared_already(output_dir: str, settings: dict) -> dict:
     (only resuming one across readers would mix them at unit boundaries)."""
     metadata = read_metadata(output_dir)
     found = metadata["settings"]
-    if found.get("text_reader") != settings.get("text_reader"):
+    if found.get("source") == settings.get("source") == "text" and found.get("text_reader", 1) < TEXT_READER:
         logging.warning("%s was prepared by an earlier reader of text files (%s): a line of only Unicode spaces "
                         "(U+00A0, U+3000) did not end a document there; prepare again to have it end one",
                         output_dir, found.get("text_reader", 1))

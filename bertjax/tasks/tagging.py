@@ -179,9 +179,11 @@ def read_tfds(name: str = "conll2003", split: str = "train", data_dir: str | Non
 # -- Features. --
 
 def featurize(tokenizer, examples: TaggingExamples, split_name: str, max_seq_length: int = MAX_SEQ_LENGTH,
-              stride: int | None = None) -> Split:
+              stride: int | None = None, word_prefix: str | None = None) -> Split:
     """TaggingExamples -> Split (see the module docstring). stride: tokens between window
-    starts for long sentences (default half the window, at least 1)."""
+    starts for long sentences (default half the window, at least 1). word_prefix: what each
+    word after a sentence's first is tokenized with (None: `tokenizer.word_prefix`; a model
+    keeps the one it was trained with, `task_info["word_prefix"]`)."""
     budget = max_seq_length - 2
     if budget < 1:
         raise ValueError(f"max_seq_length must be >= 3, got {max_seq_length}")
@@ -197,7 +199,7 @@ def featurize(tokenizer, examples: TaggingExamples, split_name: str, max_seq_len
                 raise ValueError(f"{location}: tags {sorted(set(sentence) - index.keys())} are not in the "
                                  f"label names {examples.label_names}")
         label_of_word = np.array([index[tag] for sentence in examples.tags for tag in sentence], np.int64)
-    prefix = tokenizer.word_prefix  # each word tokenized as it is in its sentence's text
+    prefix = tokenizer.word_prefix if word_prefix is None else word_prefix  # each word as it is in its sentence
     ids, word_tokens = tokenizer.encode_flat([word if k == 0 else prefix + word for sentence in examples.sentences
                                               for k, word in enumerate(sentence)] if prefix else all_words)
     empty = word_tokens == 0  # e.g. a lone control character: one [UNK]
@@ -370,7 +372,7 @@ def load_task(config, tokenizer) -> Task:
         counts=lambda batch: example_counts(weights(batch), ("loss", "accuracy")), loss_terms=("loss",),
         predict=lambda logits: {"prediction": logits.argmax(-1)}, evaluate=evaluate, write_predictions=write,
         main_metric="f1", head_names=("classifier",), sequence_outputs=("prediction",),
-        info={"family": "tagging", "label_names": list(label_names)})
+        info={"family": "tagging", "label_names": list(label_names), "word_prefix": tokenizer.word_prefix})
 
 
 # -- The family: prediction on raw text, files, serving, Hugging Face. --
@@ -440,7 +442,10 @@ class TaggingFamily(Family):
         names = model.task_info["label_names"]
         examples = TaggingExamples("inputs", [words for _, words, _ in parsed], None, list(names),
                                    [f"input {i}" for i in range(1, len(parsed) + 1)])
-        split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length)
+        # As the model was trained: a bertjax run from before word_prefix was recorded tokenized
+        # words alone (""); a Hugging Face tagger, the tokenizer's own way (probed).
+        trained = model.task_info.get("word_prefix", "" if model.source.layout == "bertjax" else None)
+        split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length, word_prefix=trained)
         predicted = model.run_network(_label_ids, split, sequence_outputs=("token_logits",))["token_logits"]
         tags = predictions_to_tags(split, predicted) if any(words for _, words, _ in parsed) else [[] for _ in parsed]
         entity_tags = all(ner_metrics.is_tag(name) for name in names)  # O, B-/I-/E-/S-<type>

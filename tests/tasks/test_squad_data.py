@@ -50,6 +50,10 @@ def sentencepiece_tokenizer(tmp_path_factory):
     return tokenization.load_tokenizer("sentencepiece", path)
 
 
+def test_sentencepiece_words_need_no_prefix(sentencepiece_tokenizer):
+    assert sentencepiece_tokenizer.word_prefix == ""  # '▁York' alone or after a space (tagging's word_prefix)
+
+
 def test_sentencepiece_offsets_are_characters_without_leading_space(sentencepiece_tokenizer):
     for text in ["Café  DÉJÀ vu!", "  中文 x", "naïve 😀 fox x", "x\u00a0y"]:
         ids, offsets = sentencepiece_tokenizer.encode_with_offsets(text)

@@ -57,6 +57,13 @@ def test_a_byte_level_bpe_tokenizes_each_word_as_in_its_sentence():
     assert [tokenizer.decode(tokenizer.encode(" ".join(words))[i - 1:i]) for i in first] == [
         tokenizer.decode(tokenizer.encode((" " if k else "") + word)[:1]) for k, word in enumerate(words)]
     assert tagging.predictions_to_tags(split, split.features["label_ids"]) == [tags]
+    # A model keeps the prefix it was trained with (a bertjax tagger from before: words alone).
+    alone = tagging.featurize(tokenizer, _examples([words], [tags]), "train", max_seq_length=64, word_prefix="")
+    assert alone.features["input_ids"][0, 1:alone.lengths[0] - 1].tolist() == sum(map(tokenizer.encode, words), [])
+
+
+def test_word_prefix_is_empty_where_a_words_tokens_do_not_depend_on_the_space(bert_tokenizer):
+    assert bert_tokenizer.word_prefix == ""  # WordPiece (SentencePiece: tests/tasks/test_squad_data.py)
 
 
 @pytest.mark.parametrize("max_seq_length, stride", [(12, 3), (12, None), (7, 1), (40, None)])
