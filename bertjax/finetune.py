@@ -41,8 +41,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer
-from bertjax.finetune_setup import (check_reused_head, check_same_tokenizer, checkpoint_source, load_tokenizer,
-                                    model_config, schedule_config, validate_config)
+from bertjax.finetune_setup import (check_reused_head, check_same_tokenizer, checked_model, checkpoint_source,
+                                    load_tokenizer, schedule_config)
 from bertjax.inference import model_source
 from bertjax.models import BertConfig, FrozenEncoder, stack_layers
 from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
@@ -365,9 +365,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     source = checkpoint_source(config, workdir)
     tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, source), "tokenizer")
     check_same_tokenizer(workdir, tokenizer)
-    bert = model_config(config, source and source.bert, tokenizer.vocab_size)
-    mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    validate_config(config, bert, mesh_shape, tokenizer.vocab_size)
+    bert, mesh_shape = checked_model(config, source and source.bert, tokenizer.vocab_size)
     mesh = sharding.create_mesh(*mesh_shape)
 
     # -- The task's data, tokenized in memory (every host holds it: batches are cut the same

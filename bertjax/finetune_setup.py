@@ -13,7 +13,7 @@ import tempfile
 import jax
 import ml_collections
 
-from bertjax import optim, run_config, tasks, tokenization
+from bertjax import optim, run_config, sharding, tasks, tokenization
 from bertjax.inference import model_source
 from bertjax.models import BertConfig
 from bertjax.models import config as bert_config
@@ -197,6 +197,16 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
         raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
                          f"{config.checkpoint.keep}")
+
+
+def checked_model(config: ml_collections.ConfigDict, checkpoint: BertConfig | None, vocab_size: int
+                  ) -> tuple[BertConfig, tuple[int, int, int]]:
+    """(the run's BertConfig, its mesh shape), every start-up check passed (`validate_config`):
+    what fine-tuning, and the demo before its pre-training stage, check before any data."""
+    bert = model_config(config, checkpoint, vocab_size)
+    mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    validate_config(config, bert, mesh_shape, vocab_size)
+    return bert, mesh_shape
 
 
 def schedule_config(config: ml_collections.ConfigDict, examples_per_epoch: int) -> ml_collections.ConfigDict:

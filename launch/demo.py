@@ -45,8 +45,7 @@ def _check_configs(pretrain_config, finetune_config) -> None:
     if pretrain_config.train.eval_every < 1 or pretrain_config.train.eval_batches < 1:
         raise ValueError("--pretrain.train.eval_every and --pretrain.train.eval_batches must be >= 1: the demo "
                          "reports held-out accuracy")
-    import jax
-    from bertjax import pretrain, sharding
+    from bertjax import pretrain
     from bertjax.data import prepare
 
     pretrained = None  # the model pre-trained here, which fine-tuning continues
@@ -59,10 +58,7 @@ def _check_configs(pretrain_config, finetune_config) -> None:
     try:
         finetune_setup.check_train_values(finetune_config.train)
         if pretrained is not None:
-            bert = finetune_setup.model_config(finetune_config, pretrained, vocab_size)
-            mesh = finetune_config.mesh
-            finetune_setup.validate_config(finetune_config, bert, sharding.mesh_shape(
-                jax.device_count(), mesh.data, mesh.fsdp, mesh.tensor), vocab_size)
+            finetune_setup.checked_model(finetune_config, pretrained, vocab_size)
     except ValueError as e:
         raise ValueError(f"--finetune: {e}") from None
 
