@@ -80,6 +80,8 @@ def test_load_pretrained_reads_a_finetuning_runs_result_not_its_latest_state(une
     config, params = bertjax.load_pretrained(str(workdir))
     assert_trees_equal(params, result)
     assert config.num_hidden_layers == 1
+    # Pre-training's config.init_checkpoint reads it so too (it read checkpoints/: a review).
+    assert_trees_equal(load_pretrained(str(workdir))[1], result)
 
 
 def test_a_workdir_with_best_alone_resolves_to_it(unevaluated_run, tmp_path):

@@ -174,9 +174,6 @@ def with_task_version(source: ModelSource, version: str | None) -> ModelSource:
 def _resolve_bertjax(path: str, directory: str) -> ModelSource:
     from bertjax import checkpointing
 
-    best = fileio.join(path, "best")
-    if directory == fileio.join(path, "checkpoints") and checkpointing.is_bertjax_checkpoint(best):
-        directory = best  # a fine-tuning workdir: its result, not its latest training state
     meta = checkpointing.read_meta(directory)
     run = meta.get("config") or {}
     bert = convert.bertjax_config(meta, directory)

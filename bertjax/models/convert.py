@@ -413,7 +413,7 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     """(layout, directory to read) of a checkpoint path, local or gs://.
 
     layout: "huggingface", "tf" or "bertjax"; for a bertjax run's workdir the directory is
-    its `checkpoints/`, else its `best/`. FileNotFoundError listing the layouts otherwise.
+    its `best/` (a fine-tuning run's result), else its `checkpoints/`. FileNotFoundError listing the layouts otherwise.
     """
     path = os.fspath(path)
     if not fileio.isdir(path):
@@ -425,9 +425,9 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
         return "tf", path
     from bertjax import checkpointing
 
-    # A fine-tuning workdir may hold best/ alone: a run evaluated before its first periodic
-    # save, or checkpoints/ (the optimizer state, 3x the weights) deleted to save disk.
-    for candidate in (path, fileio.join(path, "checkpoints"), fileio.join(path, "best")):
+    # A fine-tuning workdir's result is best/ (checkpoints/ is its latest training state, and
+    # may be gone: the optimizer state is 3x the weights); a pre-training workdir has no best/.
+    for candidate in (path, fileio.join(path, "best"), fileio.join(path, "checkpoints")):
         if checkpointing.is_bertjax_checkpoint(candidate):
             return "bertjax", candidate
     if files & {"checkpoints", "best", "metrics.jsonl"}:  # a bertjax run's workdir, with no weights yet
