@@ -395,6 +395,11 @@ def test_config_presets_and_phase_two():
             recipe.train.adam_bias_correction) == (False, True, 0.3, 39, "wsd", "1-sqrt", True)
     assert all((recipes[p].learning_rate, recipes[p].warmup_steps, recipes[p].global_batch_size)
                == (1e-4, 10_000, 256) for p in ("mini", "small", "medium", "base", "large"))
+    # Every preset evaluates and checkpoints several times in its recipe (4,000 steps: each 500).
+    for preset in pretrain_config.PRESET_RECIPES:
+        config = pretrain_config.get_config(preset)
+        assert config.train.num_steps // config.train.eval_every >= 8, preset
+        assert config.train.num_steps // config.checkpoint.every >= 8, preset
 
 
 def _learn(workdir, prepared_dir, seq_len, predictions, steps):
