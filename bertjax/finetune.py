@@ -45,6 +45,7 @@ from bertjax.finetune_setup import (check_reused_head, check_same_tokenizer, che
                                     load_tokenizer, schedule_config)
 from bertjax.inference import model_source
 from bertjax.models import BertConfig, FrozenEncoder, stack_layers
+from bertjax.models.heads import TOKEN_TRANSFORM
 from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
 from bertjax.tasks import batching, feature_cache, packing
 from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task
@@ -77,7 +78,11 @@ def training_batches(config: ml_collections.ConfigDict, train: Split,
 def pretrained_params(config: ml_collections.ConfigDict, source: model_source.ModelSource, bert: BertConfig,
                       model_params: dict[str, Any]) -> dict[str, Any]:
     """The encoder of config.init_checkpoint (and with config.reuse_head every other part of the
-    task model `model_params` has: its head, feature-based and token-transform parts included)."""
+    task model `model_params` has: its head, feature-based and token-transform parts included).
+
+    A token transform (config.model.token_transform, tagging and span QA) starts from the
+    checkpoint's own, else its masked-LM head's transform (the same dense, activation, norm), as
+    Hugging Face's ModernBertFor<Task> loads the pre-trained `head.*`."""
     loaded = source.load_params()
     wanted = tuple(model_params) if config.reuse_head else ("bert",)
     missing = [name for name in wanted if name not in loaded]
@@ -86,7 +91,13 @@ def pretrained_params(config: ml_collections.ConfigDict, source: model_source.Mo
                          f"(config.reuse_head={config.reuse_head}); it has {sorted(loaded)}")
     if bert.scan_layers:
         loaded = {**loaded, "bert": stack_layers(loaded["bert"], bert.num_hidden_layers)}
-    return {name: loaded[name] for name in wanted}
+    params = {name: loaded[name] for name in wanted}
+    if TOKEN_TRANSFORM[0] in model_params and TOKEN_TRANSFORM[0] not in params:
+        if TOKEN_TRANSFORM[0] in loaded:
+            params.update({name: loaded[name] for name in TOKEN_TRANSFORM})
+        elif "mlm" in loaded:
+            params.update(zip(TOKEN_TRANSFORM, (loaded["mlm"]["transform"], loaded["mlm"]["transform_norm"])))
+    return params
 
 
 # ======================================================================================

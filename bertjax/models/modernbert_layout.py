@@ -179,8 +179,10 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
     """A Hugging Face ModernBERT directory (config.json with model_type "modernbert", model.safetensors)
     -> (config, params): ModernBertModel, ModernBertForMaskedLM (its decoder tied to the
     embeddings), ModernBertForSequenceClassification, ModernBertForTokenClassification or
-    ModernBertForQuestionAnswering. All but the sequence classifier have no pooler, so bertjax's
-    starts fresh (as Hugging Face initialises a missing head)."""
+    ModernBertForQuestionAnswering. Hugging Face's classes all name their head (dense,
+    activation, norm) `head.*`, so a sequence classifier made from any of them starts from that
+    head: bertjax's pooler does too (the masked-LM head's transform, or the token transform);
+    from ModernBertModel, which has none, it starts fresh."""
     config = modernbert_config(hf_config, fileio.join(path, "config.json"))
     file = fileio.join(path, "model.safetensors")
     architectures = hf_config.get("architectures") or ["ModernBertModel"]
@@ -198,8 +200,22 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
     num_labels = tensors["classifier.bias"].shape[0] if "classifier.bias" in tensors else 2
     params = gather_params(modernbert_variable_table(config, heads, num_labels, token_level), tensors, "hf", file)
     if heads != ("classifier",) or token_level:
-        params["bert"].update(_fresh_pooler(config))
+        params["bert"].update(_pooler_from_head(params) or _fresh_pooler(config))
     return config, params
+
+
+def _pooler_from_head(params: dict[str, Any]) -> dict[str, Any] | None:
+    """bertjax's pooler as Hugging Face's ModernBertForSequenceClassification loads its `head.*`
+    from another class's checkpoint: the masked-LM head's transform, or the token transform
+    (copies); None without either."""
+    if "mlm" in params:
+        dense, norm = params["mlm"]["transform"], params["mlm"]["transform_norm"]
+    elif TOKEN_TRANSFORM[0] in params:
+        dense, norm = params[TOKEN_TRANSFORM[0]], params[TOKEN_TRANSFORM[1]]
+    else:
+        return None
+    return {"pooler": {name: np.array(value) for name, value in dense.items()},
+            "pooler_norm": {name: np.array(value) for name, value in norm.items()}}
 
 
 def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, architecture: str | None = None,
@@ -221,6 +237,14 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
         params.pop("nsp")
     heads, num_labels = param_heads(params, config, "export_huggingface")
     token_level = TOKEN_TRANSFORM[0] in params
+    if architecture and architecture.startswith("Bert") and architecture not in MODERN_FOR_BERT:
+        raise ValueError(f"export_huggingface: Hugging Face has no ModernBERT class for {architecture}; keep the "
+                         "model in bertjax's layout, or export a SavedModel (launch/export_model.py)")
+    wanted = MODERNBERT_ARCHITECTURES.get(MODERN_FOR_BERT.get(architecture, architecture))
+    if wanted and wanted[1] and not token_level and heads == wanted[0]:
+        raise ValueError(f"export_huggingface: {architecture} reads every token through ModernBERT's head (dense, "
+                         "activation, norm), which this model lacks: it was fine-tuned with "
+                         "config.model.token_transform=False; keep it in bertjax's layout")
     if len(heads) > 1 or (token_level and not heads) or (heads == ("qa_outputs",) and not token_level):
         raise ValueError(f"export_huggingface: ModernBERT's Hugging Face classes hold one masked-LM, classification, "
                          f"token-classification or question-answering head, not {sorted(set(params) - {'bert'})}")

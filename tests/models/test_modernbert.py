@@ -90,6 +90,43 @@ def test_hugging_face_modernbert_token_heads_import_with_parity(length):
                                    rtol=0)
 
 
+def test_a_new_head_starts_from_the_checkpoints_head_as_hugging_face_loads_it():
+    """Hugging Face's ModernBertFor<Task> classes all name their head (dense, activation, norm)
+    `head.*`: a classifier or tagger made from ModernBERT's masked-LM checkpoint starts from its
+    pre-trained head. bertjax's pooler and token transform started fresh (a review)."""
+    import ml_collections
+
+    from bertjax import finetune
+    from bertjax.inference import model_source
+
+    _, mlm = convert.load_pretrained(os.path.join(HF_DIR, "masked_lm"))
+    _, tagger = convert.load_pretrained(os.path.join(HF_DIR, "token_classifier"))
+    for params, dense, norm in ((mlm, mlm["mlm"]["transform"], mlm["mlm"]["transform_norm"]),
+                                (tagger, tagger["token_transform"], tagger["token_transform_norm"])):
+        for got, want in ((params["bert"]["pooler"], dense), (params["bert"]["pooler_norm"], norm)):
+            assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    source = model_source.resolve(os.path.join(HF_DIR, "masked_lm"))
+    config = ml_collections.ConfigDict({"reuse_head": False, "init_checkpoint": source.path})
+    started = finetune.pretrained_params(config, source, source.bert, dict.fromkeys(
+        ["bert", "token_transform", "token_transform_norm", "classifier"]))
+    assert sorted(started) == ["bert", "token_transform", "token_transform_norm"]
+    for name, part in (("token_transform", "transform"), ("token_transform_norm", "transform_norm")):
+        assert all(np.array_equal(started[name][k], mlm["mlm"][part][k]) for k in mlm["mlm"][part])
+
+
+def test_an_export_hugging_face_cannot_hold_says_why(tmp_path):
+    """A modern multiple-choice model, or a tagger fine-tuned without the token transform, was
+    refused as 'does not hold the heads ['classifier']' (a review): the reasons are named."""
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "classifier"))
+    with pytest.raises(ValueError, match="Hugging Face has no ModernBERT class for BertForMultipleChoice"):
+        convert.export_huggingface(config, params, str(tmp_path / "choice"), architecture="BertForMultipleChoice")
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "token_classifier"))
+    bare = {name: tree for name, tree in params.items() if not name.startswith("token_transform")}
+    with pytest.raises(ValueError, match="fine-tuned with config.model.token_transform=False"):
+        convert.export_huggingface(config, bare, str(tmp_path / "tags"), architecture="BertForTokenClassification")
+    assert not os.path.exists(tmp_path / "choice") and not os.path.exists(tmp_path / "tags")
+
+
 @pytest.mark.parametrize("model", ["masked_lm", "classifier", "token_classifier", "question_answering"])
 def test_modernbert_exports_back_to_the_same_files(model, tmp_path):
     """Import, export: the same tensors under the same names, and a config.json that reads back
