@@ -64,8 +64,15 @@ def main(_):
     saved = source.tokenizer_spec  # vocab.txt (or tokenizer.json) beside it, or a bertjax run's tokenizer
     if saved and saved["kind"] in ("wordpiece", "huggingface"):  # a tokenizer.json goes with a ModernBERT
         vocab = saved["path"] if vocab is None else vocab
-        do_lower_case = saved["do_lower_case"] if do_lower_case is None else do_lower_case
-    kind = "huggingface" if saved and saved["kind"] == "huggingface" else "wordpiece"
+        if do_lower_case is None and saved["kind"] == "wordpiece":
+            do_lower_case = saved["do_lower_case"]
+    kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
+    if kind == "huggingface" and do_lower_case is None:  # a WordPiece tokenizer.json's BertNormalizer says
+        do_lower_case = tokenization.wordpiece_casing(vocab)
+    left_out = ""
+    if vocab is None and saved:  # a SentencePiece model: neither layout's BERT tokenizer reads it
+        left_out = (f", tokenizer not written: {saved['path']} is a {saved['kind']} model, which this layout's "
+                    "BERT tokenizer does not read; keep it beside the weights yourself")
     if vocab is not None:  # checked before anything is written
         vocab_size = (len(tokenization.read_vocab(vocab)) if kind == "wordpiece"
                       else tokenization.load_tokenizer(kind, vocab).vocab_size)
@@ -74,7 +81,7 @@ def main(_):
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab_file)")
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
-        extra = {"squad_version": source.task_info["squad_version"]} if "squad_version" in source.task_info else {}
+        extra = model_source.hf_config_keys(source.task_info)
         if saved and vocab is None and convert.is_modern(config):  # a tokenizer not copied (SentencePiece): its ids
             extra.update(modernbert_layout.special_token_ids(tokenization.load_tokenizer(
                 saved["kind"], saved["path"], saved["do_lower_case"])))
@@ -84,7 +91,7 @@ def main(_):
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab)
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
-          f"vocab: {vocab}{_casing(vocab, do_lower_case, convert.is_modern(config) or kind == 'huggingface')})")
+          f"vocab: {vocab}{_casing(vocab, do_lower_case, kind == 'huggingface' and do_lower_case is None)}{left_out})")
 
 
 def _casing(vocab: str | None, do_lower_case: bool | None, copied_whole: bool) -> str:

@@ -140,6 +140,11 @@ def test_the_huggingface_export_keeps_the_label_names(unevaluated_run, tmp_path)
     (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
     multi = model_source.resolve(str(tmp_path / "hf"))
     assert multi.task_info["multi_label"] and set(multi.load_params()) == {"bert", "classifier"}
+    # Converted, it stays a multi-label classifier (config.json lost its problem_type: a review).
+    subprocess.run([sys.executable, os.path.join(ROOT, "launch", "convert_checkpoint.py"), f"--input={tmp_path / 'hf'}",
+                    f"--output={tmp_path / 'converted'}"], check=True, cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert json.load(open(tmp_path / "converted" / "config.json"))["problem_type"] == "multi_label_classification"
+    assert model_source.resolve(str(tmp_path / "converted")).task_info["multi_label"]
     import bertjax
 
     with pytest.raises(ValueError, match="a multi-label classifier .* is not a task bertjax predicts or exports"):

@@ -201,3 +201,12 @@ def hf_architecture(task_info: dict) -> str | None:
 
     family = tasks.FAMILIES.get(task_info.get("family"))
     return None if family is None else family.hf_architecture
+
+
+def hf_config_keys(task_info: dict) -> dict:
+    """The Hugging Face `config.json` keys that say what a fine-tuned model's labels cannot
+    (a multi-label classifier's problem_type, a span-QA model's squad_version)."""
+    from bertjax import tasks
+
+    family = tasks.FAMILIES.get(task_info.get("family"))
+    return {} if family is None else family.hf_config_keys(task_info)

@@ -10,7 +10,8 @@ found shapes. Unexpected variables are an error too (weights are never dropped s
 except bookkeeping that holds no weights: Hugging Face `position_ids` buffers, and TF
 optimizer slots (`adam_m`, `adam_v`), `global_step` and the TF2 object graph. One
 exception to "missing is an error": Hugging Face's BertForMaskedLM, BertForTokenClassification
-and BertForQuestionAnswering have no pooler, so theirs is filled with zeros (with a warning).
+and BertForQuestionAnswering have no pooler, so theirs starts freshly initialised, as Hugging
+Face's does (with a warning).
 """
 
 from __future__ import annotations
@@ -151,9 +152,14 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     architectures = hf_config.get("architectures") or []
     pooler = ("pooler.dense.weight", "pooler.dense.bias")
     if architectures and set(architectures) <= set(_HF_NO_POOLER) and not set(pooler) & set(tensors):
-        logging.warning("%s: %s has no pooler; bertjax's pooler is filled with zeros", file, architectures[0])
-        h = config.hidden_size
-        tensors.update({pooler[0]: np.zeros((h, h), np.float32), pooler[1]: np.zeros((h,), np.float32)})
+        # Initialised as Hugging Face initialises a missing pooler: a zero one would make a frozen
+        # encoder's pooled [CLS] zero for every input, leaving a classifier only its bias.
+        logging.warning("%s: %s has no pooler; bertjax's starts freshly initialised (a frozen encoder's pooled "
+                        "[CLS] is then a random projection: config.model.feature_layers=-1 reads [CLS] itself)",
+                        file, architectures[0])
+        h, rng = config.hidden_size, np.random.default_rng(0)
+        tensors.update({pooler[0]: rng.normal(0.0, config.initializer_range, (h, h)).astype(np.float32),
+                        pooler[1]: np.zeros((h,), np.float32)})
     table = variable_table(config, *_detect_heads(tensors, _HF_HEAD_PREFIXES, "classifier.bias"))
     return config, gather_params(table, tensors, "hf", file)
 
@@ -202,6 +208,8 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
         from bertjax import tokenization
 
         tokenization.write_vocab(tokens, fileio.join(out_dir, "vocab.txt"))
+        if do_lower_case is None and vocab_path.endswith(".json"):  # its BertNormalizer says
+            do_lower_case = tokenization.wordpiece_casing(vocab_path)
         if do_lower_case is not None:
             write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
     elif vocab_path:  # a BPE or Unigram tokenizer.json holds its own normalisation: copied whole
@@ -277,7 +285,9 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     it in the folder's name, cased_L-... or uncased_L-..., which bertjax reads).
 
     The original code's "gelu" is the tanh approximation, so an exact-GELU model is
-    written as "gelu" with a warning (outputs then differ slightly in that code).
+    written as "gelu" with a warning (outputs then differ slightly in that code); likewise a
+    LayerNorm epsilon other than its hard-coded 1e-12 (written to bert_config.json, which
+    bertjax reads back).
     """
     missing = "the modern encoder" if is_modern(config) else (
         f"hidden_act {config.hidden_act!r}" if config.hidden_act not in ("gelu", "gelu_tanh", "relu") else "")
@@ -296,6 +306,10 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     if config.hidden_act == "gelu":
         logging.warning("export_tf_checkpoint: the model uses exact GELU; the original TF code's 'gelu' "
                         "is the tanh approximation")
+    if config.layer_norm_eps != 1e-12:
+        logging.warning("export_tf_checkpoint: the model's LayerNorm epsilon is %g; the original TF code "
+                        "hard-codes 1e-12 (bert_config.json's layer_norm_eps is read by bertjax, not by it)",
+                        config.layer_norm_eps)
     tf_config = {key: getattr(config, key) for key in ARCH_KEYS}
     tf_config["hidden_act"] = {"gelu": "gelu", "gelu_tanh": "gelu", "relu": "relu"}[config.hidden_act]
     tf_config["layer_norm_eps"] = config.layer_norm_eps  # the original code hard-codes 1e-12

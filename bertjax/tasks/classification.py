@@ -392,6 +392,9 @@ class ClassificationFamily(Family):
             info["multi_label"] = True
         return ("regression" if regression else "classification"), info
 
+    def hf_config_keys(self, task_info):
+        return {"problem_type": "multi_label_classification"} if task_info.get("multi_label") else {}
+
     def parse(self, item, task_info):
         text_a, text_b = text_pair(item)
         if text_b is not None and not (text_a.strip() and text_b.strip()):

@@ -53,6 +53,10 @@ class Family:
         """A Hugging Face `config.json` of `hf_architecture` -> (task name, task_info)."""
         return self.own_file_tasks[0], {"family": self.name}
 
+    def hf_config_keys(self, task_info: dict) -> dict:
+        """The `config.json` keys (besides the labels) that `task_info_from_hf` reads back."""
+        return {}
+
     # -- Prediction on raw inputs (`Model.predict`). --
 
     def parse(self, item: Any, task_info: dict) -> Any:

@@ -384,6 +384,9 @@ class SquadFamily(Family):
             raise ValueError(f"config.json: squad_version {version!r} is not 'v1.1' or 'v2.0'")
         return "squad", {"family": self.name, "squad_version": version}
 
+    def hf_config_keys(self, task_info):
+        return {"squad_version": task_info["squad_version"]} if "squad_version" in task_info else {}
+
     def parse(self, item, task_info):
         if not (isinstance(item, dict) and isinstance(item.get("question"), str)
                 and isinstance(item.get("context"), str)):

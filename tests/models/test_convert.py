@@ -217,8 +217,10 @@ def test_heads_saved_by_transformers_match_its_outputs():
         np.testing.assert_allclose(np.asarray(end)[real], ref["end_logits"][real], atol=1e-4)
 
 
-def test_huggingface_pooler_less_architecture_gets_zero_pooler(tmp_path):
-    """BertForQuestionAnswering (like BertForMaskedLM, ...ForTokenClassification) saves no pooler."""
+def test_huggingface_pooler_less_architecture_gets_a_fresh_pooler(tmp_path):
+    """BertForQuestionAnswering (like BertForMaskedLM, ...ForTokenClassification) saves no pooler:
+    it starts as Hugging Face's does. A zero one (before a review) made a frozen encoder's pooled
+    [CLS] zero for every input."""
     config = BertConfig(**TINY)
     params = random_params(config, ("qa_outputs",))
     convert.export_huggingface(config, params, str(tmp_path))
@@ -226,7 +228,9 @@ def test_huggingface_pooler_less_architecture_gets_zero_pooler(tmp_path):
     del tensors["bert.pooler.dense.weight"], tensors["bert.pooler.dense.bias"]
     save_file(tensors, str(tmp_path / "model.safetensors"))
     loaded = bertjax.load_pretrained(str(tmp_path))[1]
-    assert not loaded["bert"]["pooler"]["kernel"].any() and loaded["bert"]["pooler"]["kernel"].shape == (8, 8)
+    kernel = loaded["bert"]["pooler"]["kernel"]
+    assert kernel.shape == (8, 8) and abs(kernel.std() - config.initializer_range) < 0.01
+    assert not loaded["bert"]["pooler"]["bias"].any()
     params["bert"]["pooler"] = loaded["bert"]["pooler"]
     assert_trees_equal(loaded, params)
     # Any other architecture must have its pooler.
@@ -313,7 +317,7 @@ def test_tf_release_import(tf_release):
     assert np.isfinite(np.asarray(sequence)).all()
 
 
-def test_tf_export_round_trip(tf_release, tmp_path):
+def test_tf_export_round_trip(tf_release, tmp_path, caplog):
     directory, config, _ = tf_release
     _, params = bertjax.load_pretrained(directory)
     convert.export_tf_checkpoint(config, params, str(tmp_path / "out"))
@@ -326,6 +330,10 @@ def test_tf_export_round_trip(tf_release, tmp_path):
     shutil.copytree(tmp_path / "out", tmp_path / "copy", ignore=shutil.ignore_patterns("*.index"))
     with pytest.raises(ValueError, match="copy: no TF checkpoint"):
         bertjax.load_pretrained(str(tmp_path / "copy"))
+    # A LayerNorm epsilon the original code cannot take (a Hugging Face import's 1e-5) is warned of.
+    with caplog.at_level("WARNING"):
+        convert.export_tf_checkpoint(config.replace(layer_norm_eps=1e-5), params, str(tmp_path / "eps"))
+    assert "LayerNorm epsilon is 1e-05; the original TF code hard-codes 1e-12" in caplog.text
 
 
 def test_command_line_converter(tf_release, tmp_path):
@@ -357,6 +365,55 @@ def test_converted_hugging_face_directory_keeps_the_casing(tf_release, tmp_path,
     saved = json.loads((out / "tokenizer_config.json").read_text())
     assert saved["do_lower_case"] is expected and saved["tokenizer_class"] == "BertTokenizer"
     assert convert.checkpoint_vocabulary(str(out))["do_lower_case"] is expected  # and fine-tuning reads it back
+
+
+def test_a_run_with_a_wordpiece_tokenizer_json_converts_with_its_casing(tmp_path):
+    """A run trained with an uncased BERT's tokenizer.json (config.data.tokenizer=huggingface) was
+    converted with tokenizer_config.json's do_lower_case false: "Hello Worlds" -> two [UNK]s in
+    Hugging Face and in bertjax reading the folder back (a review)."""
+    import tokenizers
+
+    from bertjax import checkpointing, tokenization
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "##s"]
+    vocab = {token: i for i, token in enumerate(words + [f"t{i}" for i in range(TINY["vocab_size"] - len(words))])}
+    tokenizers.BertWordPieceTokenizer(vocab, lowercase=True).save(str(tmp_path / "tokenizer.json"))
+    tokenizer = tokenization.Tokenizer.from_tokenizer_json(str(tmp_path / "tokenizer.json"))
+    assert tokenizer.encode("Hello Worlds") == [5, 6, 7]
+    config = BertConfig(**TINY)
+    run = tmp_path / "run"
+    ckpt = checkpointing.Checkpointer(str(run / "checkpoints"), save_interval_steps=1, max_to_keep=1, async_save=False)
+    ckpt.save(1, {"params": random_params(config, ("mlm",))}, data_position=0, config={"model": config.to_dict()})
+    ckpt.close()
+    tokenization.save_tokenizer(tokenizer, str(run / "tokenizer"))
+    out = tmp_path / "hf"
+    done = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={run}",
+                           f"--output={out}"], check=True, cwd=REPO, capture_output=True, text=True)
+    assert "uncased)" in done.stdout, done.stdout
+    assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    spec = convert.checkpoint_vocabulary(str(out))
+    assert tokenization.load_tokenizer(spec["kind"], spec["path"], spec["do_lower_case"]).encode("Hello Worlds") == [
+        5, 6, 7]
+
+
+def test_a_sentencepiece_run_converts_and_says_its_tokenizer_is_not_written(tmp_path):
+    """Neither layout's BERT tokenizer reads a SentencePiece model: the summary said 'vocab: None'."""
+    from bertjax import checkpointing, tokenization
+    from bertjax.data import vocabularies
+
+    corpus = [f"the fox {w} over the fence number {i}" for i, w in enumerate(["jumps", "runs", "walks"] * 20)]
+    tokenizer = tokenization.load_tokenizer("sentencepiece", vocabularies.train_sentencepiece(
+        corpus, 40, str(tmp_path / "spm")))
+    config = BertConfig(**{**TINY, "vocab_size": tokenizer.vocab_size})
+    run = tmp_path / "run"
+    ckpt = checkpointing.Checkpointer(str(run / "checkpoints"), save_interval_steps=1, max_to_keep=1, async_save=False)
+    ckpt.save(1, {"params": random_params(config, ("mlm",))}, data_position=0, config={"model": config.to_dict()})
+    ckpt.close()
+    tokenization.save_tokenizer(tokenizer, str(run / "tokenizer"))
+    done = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={run}",
+                           f"--output={tmp_path / 'hf'}"], check=True, cwd=REPO, capture_output=True, text=True)
+    assert "tokenizer not written: " in done.stdout and "is a sentencepiece model" in done.stdout, done.stdout
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
 
 
 # ------------------------------------------------------------------------------------------------
