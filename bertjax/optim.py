@@ -293,8 +293,10 @@ def make_optimizer(train_config: Any, schedule: optax.Schedule | None = None) ->
         param -= lr * (m / (sqrt(v) + eps) + weight_decay * param * decay_mask)
     'stable_adamw': bias-corrected AdamW whose step (decay included) each tensor divides by
              max(1, RMS(g / sqrt(v_hat))): `scale_by_stable_adam`.
-    'lamb':  optax.lamb (bias-corrected Adam direction + decay, scaled by the layer-wise
-             trust ratio ||param|| / ||update||), same mask.
+    'lamb':  bias-corrected Adam direction + decay, scaled by the layer-wise trust ratio
+             ||param|| / ||update|| where decay applies: LayerNorm and bias parameters are
+             excluded from both, as in the LAMB reference for BERT (optax.lamb's mask
+             excludes them from the decay only).
     Clipping by global norm comes first (skipped when max_grad_norm == 0); `update` takes the
     gradients' norm as `global_norm=` where the caller has it (`clip_by_global_norm`).
     """
@@ -317,8 +319,12 @@ def make_optimizer(train_config: Any, schedule: optax.Schedule | None = None) ->
             optax.scale_by_learning_rate(schedule),
         ]
     else:
-        parts.append(optax.lamb(schedule, b1=tc.adam_b1, b2=tc.adam_b2, eps=tc.adam_eps,
-                                weight_decay=tc.weight_decay, mask=decay_mask))
+        parts += [
+            optax.scale_by_adam(tc.adam_b1, tc.adam_b2, tc.adam_eps),
+            optax.add_decayed_weights(tc.weight_decay, mask=decay_mask),
+            optax.masked(optax.scale_by_trust_ratio(), decay_mask),
+            optax.scale_by_learning_rate(schedule),
+        ]
     return optax.chain(*parts)
 
 

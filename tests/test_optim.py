@@ -256,6 +256,21 @@ def test_lamb_runs_and_decreases_a_quadratic():
     assert np.isfinite(float(loss(params))) and float(loss(params)) < start
 
 
+def test_lamb_scales_kernels_by_the_trust_ratio_and_leaves_biases_and_norms_alone():
+    """The LAMB reference for BERT excludes LayerNorm and bias parameters from the layer-wise
+    adaptation as from the decay; optax.lamb's mask excluded them from the decay only (a review).
+    First step, bias-corrected Adam: the direction is sign(g)."""
+    params = {"dense": {"kernel": jnp.full((4, 4), 3.0), "bias": jnp.full((4,), 3.0)},
+              "LayerNorm": {"scale": jnp.full((4,), 3.0)}}
+    grads = jax.tree.map(lambda p: 0.5 * jnp.ones_like(p), params)
+    tx = optim.make_optimizer(train_config(optimizer="lamb", learning_rate=0.01, warmup_steps=0, num_steps=100,
+                                           weight_decay=0.0, max_grad_norm=0.0))
+    updates, _ = tx.update(grads, tx.init(params), params)
+    np.testing.assert_allclose(updates["dense"]["bias"], -0.01, rtol=1e-4)
+    np.testing.assert_allclose(updates["LayerNorm"]["scale"], -0.01, rtol=1e-4)
+    np.testing.assert_allclose(updates["dense"]["kernel"], -0.01 * 3.0, rtol=1e-4)  # ||p|| / ||sign(g)|| = 3
+
+
 def test_clipping_scales_the_gradient_to_max_norm():
     """Adam's first moment sees the clipped gradient: mu = (1 - b1) * g * min(1, clip / |g|)."""
     grads = {"kernel": jnp.full((100,), 10.0)}  # global norm 100
