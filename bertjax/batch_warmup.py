@@ -15,6 +15,7 @@ run reads on exactly where the interrupted one stopped.
 
 from __future__ import annotations
 
+import math
 from typing import Iterator
 
 import numpy as np
@@ -76,10 +77,12 @@ def validate(train_config, data_parallel: int, process_count: int) -> None:
     if batch % start:
         raise ValueError(f"config.train.batch_warmup_start={start} must divide config.train.global_batch_size="
                          f"{batch} (the batch grows in whole steps of batch_warmup_start rows)")
-    granule = data_parallel * train_config.grad_accum_steps * process_count
+    # Each batch of the warmup is split into micro-batches over every data-parallel device (all
+    # processes' together), and its rows are read a share per process.
+    granule = math.lcm(data_parallel * train_config.grad_accum_steps, process_count)
     if start % granule:
         raise ValueError(f"config.train.batch_warmup_start={start} must be divisible by the data-parallel size "
-                         f"times config.train.grad_accum_steps times the processes ({granule}): every batch size "
+                         f"times config.train.grad_accum_steps and by the processes ({granule}): every batch size "
                          f"of the warmup is split that way")
     if not 1 <= steps <= train_config.num_steps:
         raise ValueError(f"config.train.batch_warmup_steps must be in [1, config.train.num_steps="

@@ -47,6 +47,19 @@ def test_bad_warmup_settings_name_the_key(change, message):
         validate(train, data_parallel=2, process_count=1)
 
 
+def test_warmup_sizes_that_split_over_every_device_and_process_are_accepted():
+    """Two processes of four devices each: 8 rows split over the 8 devices and read 4 a process
+    (the data-parallel size already counts every process's devices: 16 was asked; a review)."""
+    train = ml_collections.ConfigDict(dict(global_batch_size=32, grad_accum_steps=1, num_steps=100,
+                                           batch_warmup_start=8, batch_warmup_steps=10))
+    validate(train, data_parallel=8, process_count=2)
+    train.batch_warmup_start = 4
+    with pytest.raises(ValueError, match=r"\(8\)"):
+        validate(train, data_parallel=8, process_count=2)
+    train.update(batch_warmup_start=2, global_batch_size=8)  # one device a process: rows split one a process
+    validate(train, data_parallel=2, process_count=2)
+
+
 def test_a_run_interrupted_in_the_warmup_resumes_to_the_uninterrupted_losses(tmp_path, prepared_dir):
     settings = ["--config.train.num_steps=12", "--config.train.batch_warmup_start=4",
                 "--config.train.batch_warmup_steps=8", "--config.checkpoint.every=6"]
