@@ -546,7 +546,9 @@ class Loop:
         with self.paused():
             self.checkpointer.save(step, state, data_position=step, config=self.saved_config,
                                    force=step == self.num_steps, extra_meta=extra_meta)
-            if self.watcher.should_stop(step):
+            # At the last step the run is complete (saved above): it finishes rather than reporting
+            # a preemption that a scheduler would retry.
+            if step < self.num_steps and self.watcher.should_stop(step):
                 self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
                                        extra_meta=extra_meta)
                 self.checkpointer.wait_until_finished()

@@ -133,7 +133,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.train.log_every = 100
     config.train.eval_every = 500 if often else 10_000   # 0 disables evaluation
     config.train.eval_batches = 10
-    config.train.max_consecutive_bad_steps = 10  # non-finite steps in a row before the run stops
+    config.train.max_consecutive_bad_steps = 10  # non-finite steps in a row before the run stops (checked at log steps)
     config.train.plateau_evals = 3  # evaluations in a row at the unigram guess before a warning; 0: never
 
     # -- Mesh: data x fsdp x tensor; -1 = all remaining devices. --

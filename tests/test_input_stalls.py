@@ -119,3 +119,27 @@ def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path):
         loop.close()
     assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
                                       async_save=False).latest_step() == 1
+
+
+def test_a_stop_signal_at_the_last_step_finishes_the_run(tmp_path):
+    """The run is complete at its last step (saved there): raising 'preempted' made fine-tuning
+    skip its predictions and exit non-zero, so a scheduler retried a finished run (a review).
+    One step earlier, the same signal stops it."""
+    import jax.numpy as jnp
+
+    from bertjax import checkpointing, trainer
+
+    checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=100,
+                                              max_to_keep=2, async_save=False)
+    loop = trainer.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=3,
+                        start_step=0, log_every=1, eval_every=0, max_consecutive_bad_steps=3,
+                        sequences_per_step=1.0)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        loop.save(3, {"w": jnp.ones(3)})  # no TrainingStopped
+        with pytest.raises(trainer.TrainingStopped, match=r"preempted \(SIGTERM\): saved step 2"):
+            loop.save(2, {"w": jnp.ones(3)})
+    finally:
+        loop.close()
+    assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
+                                      async_save=False).all_steps() == [2, 3]
