@@ -151,6 +151,26 @@ def logical_shardings(abstract_tree: Any, mesh: Mesh) -> Any:
     return jax.tree_util.tree_map(to_sharding, abstract_tree, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
 
 
+def undivided(abstract_tree: Any, mesh: Mesh) -> list[str]:
+    """'path: dim i (n) whole, not over <axes> (k)' for each dimension of a tree of
+    `nn.LogicallyPartitioned` leaves whose logical name asks for mesh axes of size k > 1 that do
+    not divide it: `logical_to_spec` leaves it whole on every device (a vocabulary of 30,522 over
+    tensor=4, say), with its optimizer slots."""
+    found = []
+    leaves = jax.tree_util.tree_leaves_with_path(abstract_tree, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+    for path, leaf in leaves:
+        if not isinstance(leaf, nn.LogicallyPartitioned):
+            continue
+        spec = nn.logical_to_mesh_axes(tuple(leaf.names), LOGICAL_AXIS_RULES)
+        for i, (dim, entry) in enumerate(zip(leaf.value.shape, spec)):
+            axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
+            size = math.prod(mesh.shape[axis] for axis in axes)
+            if size > 1 and dim % size:
+                name = "/".join(str(getattr(key, "key", key)) for key in path)
+                found.append(f"{name}: dim {i} ({dim}) whole, not over {'x'.join(axes)} ({size})")
+    return found
+
+
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     """Sharding of a batch array: leading axis over (data, fsdp), the rest replicated."""
     return NamedSharding(mesh, PartitionSpec(("data", "fsdp"), *([None] * (ndim - 1))))

@@ -251,6 +251,11 @@ def state_shardings(init_params: Callable[[], Any], optimizer: optax.GradientTra
     scalars replicated."""
     boxed = jax.eval_shape(init_params)
     param_shardings = sharding.logical_shardings(boxed, mesh)
+    whole = sharding.undivided(boxed, mesh)
+    if whole:
+        log.warning("%d parameter dimension(s) are not split as their mesh axes ask, which do not divide them: %s%s; "
+                    "each such parameter and its optimizer slots are held whole by every device of those axes",
+                    len(whole), "; ".join(whole[:3]), f"; and {len(whole) - 3} more" if len(whole) > 3 else "")
     abstract_params = nn.unbox(boxed)
     abstract_opt = jax.eval_shape(optimizer.init, trainable(abstract_params, frozen))
     replicated = NamedSharding(mesh, PartitionSpec())

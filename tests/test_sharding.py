@@ -28,6 +28,25 @@ def test_logical_to_spec_drops_axes_that_do_not_divide():
     assert sharding.logical_to_spec(("embed", "classes"), (768, 2), mesh) == PartitionSpec("fsdp", None)
 
 
+def test_a_parameter_left_whole_by_its_mesh_axes_is_named(caplog):
+    """BERT's 30,522-token vocabulary over tensor=4: the embedding table (and its Adam slots) sat
+    whole on every tensor shard, silently (a review)."""
+    import optax
+
+    from bertjax import trainer
+
+    config = BertConfig.preset("tiny").replace(vocab_size=30522)
+    mesh = sharding.create_mesh(data=2, fsdp=1, tensor=4)
+    ids = jnp.zeros((2, 8), jnp.int32)
+    init = lambda: BertEncoder(config).init(jax.random.key(0), ids)["params"]
+    assert sharding.undivided(jax.eval_shape(init), mesh) == [
+        "embeddings/word_embeddings/embedding: dim 0 (30522) whole, not over tensor (4)"]
+    with caplog.at_level("WARNING"):
+        trainer.state_shardings(init, optax.adam(1e-3), mesh)
+    assert "1 parameter dimension(s) are not split as their mesh axes ask" in caplog.text
+    assert sharding.undivided(jax.eval_shape(init), sharding.create_mesh(data=4, fsdp=1, tensor=2)) == []
+
+
 def test_a_misspelt_logical_axis_name_is_an_error_not_a_replicated_array():
     import flax.linen as nn
 
