@@ -311,6 +311,48 @@ def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_p
     assert len(list((tmp_path / "cache").glob("train-*.bin"))) == 4
 
 
+def test_two_runs_computing_one_feature_cache_take_turns(tmp_path):
+    """Two runs computing the same cache at once (a sweep's runs sharing feature_cache_dir): the
+    second truncated the file under the first, which then trusted zeros behind a complete
+    manifest (a review). The second now waits, then reuses what the first computed."""
+    import threading
+
+    from bertjax.tasks import feature_cache
+    from bertjax.tasks.common import Split
+
+    ids = np.arange(1, 1 + 20 * 4, dtype=np.int32).reshape(20, 4)
+    split = Split("train", {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": np.ones_like(ids)},
+                  np.full(20, 4, np.int32))
+    inside, release = threading.Event(), threading.Event()
+
+    def encode(batch, who):
+        calls.append(who)
+        if who == "first" and len(calls) == 2:
+            inside.set()
+            release.wait(30)
+        return batch["input_ids"][..., None].astype(np.float32)
+
+    calls, messages = [], {}
+
+    def run(who):
+        cache = feature_cache.FeatureCache(split, str(tmp_path), "train-x", False, (4, 1), np.float32)
+        messages[who] = cache.compute(lambda batch: encode(batch, who)[:, :, :], 4, [4])
+        messages[who + "_values"] = np.array(cache.values)
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert inside.wait(30)
+    second = threading.Thread(target=run, args=("second",))
+    second.start()
+    second.join(1.0)
+    assert second.is_alive() and "second" not in calls  # waiting, not truncating
+    release.set()
+    first.join(30), second.join(30)
+    assert calls == ["first"] * 5 and "reusing the cached features" in messages["second"]
+    np.testing.assert_array_equal(messages["first_values"][..., 0], ids)
+    np.testing.assert_array_equal(messages["second_values"], messages["first_values"])
+
+
 def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp_path):
     """A computation stopped after some batches carries on from the last recorded one, the stored
     values equal one uninterrupted computation, and the cache is a file mapped into memory

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -40,12 +41,15 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from bertjax.runtime import workdir_lock
 from bertjax.tasks.batching import TrainBatches, eval_batches
 from bertjax.tasks.common import Split
 
 CACHED_TOKENS = "cached_tokens"      # <dtype>[B, L, *tail]: every token's features (reads_tokens heads)
 CACHED_SENTENCE = "cached_sentence"  # <dtype>[B, (C,) *tail]: the sentence vector of each example (and choice)
 _SAVE_SECONDS = 30.0                 # how often `compute` records its progress
+
+log = logging.getLogger(__name__)
 
 
 def cache_name(split: Split, identity: dict[str, Any]) -> str:
@@ -103,8 +107,17 @@ class FeatureCache:
         where an earlier computation stopped, and opens the result. progress(done, total) after
         each batch. agree(batches done here) -> where every process starts (several processes
         run `encode` together, so all must run the same batches: the fewest any has done).
-        Returns what happened, for the console."""
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        Returns what happened, for the console.
+
+        Another run computing the same cache (a sweep's runs started together, or runs sharing
+        config.train.feature_cache_dir) is waited for: its file is locked while it computes, so
+        neither truncates the rows the other wrote."""
+        directory = os.path.dirname(self.path)
+        waiting = lambda holder: log.info("%s is being computed by %s: waiting for it", self.path, holder)
+        with workdir_lock.hold(directory, wait=waiting, lock_name=os.path.basename(self.path) + ".lock"):
+            return self._compute(encode, batch_size, buckets, progress, agree)
+
+    def _compute(self, encode, batch_size, buckets, progress, agree) -> str:
         total = -(-len(self.split) // batch_size)
         self.batch_size, self.buckets = batch_size, list(buckets)
         start = agree(self.batches_done(batch_size, buckets))
@@ -115,8 +128,8 @@ class FeatureCache:
                     raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached "
                                      f"features need {self.nbytes / 2**30:.1f} GiB, the disk has {free / 2**30:.1f} "
                                      "GiB free; give a folder with room or set config.train.cache_features=False")
+                self._write_manifest(0)  # first: an earlier manifest does not describe the zeroed file
                 np.memmap(self.path, self.dtype, "w+", shape=self.shape).flush()
-                self._write_manifest(0)  # an earlier manifest no longer describes the (zeroed) file
             values = np.memmap(self.path, self.dtype, "r+", shape=self.shape)
             saved = time.monotonic()
             for index, (batch, real) in enumerate(eval_batches(self.split, batch_size, buckets)):
