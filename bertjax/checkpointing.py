@@ -388,6 +388,13 @@ def read_meta(path: str) -> dict:
     return _newest_readable(path, _read_meta)
 
 
+def newest_step_folder(path: str) -> str:
+    """The step folder `read_meta` and `load_params` read now: `path` itself, or the newest
+    step of a checkpoint directory whose meta reads. A run still saving adds newer ones: a
+    reader that must read, and name, one set of weights pins it."""
+    return str(_newest_readable(path, lambda step_dir: (_read_meta(step_dir), step_dir))[1])
+
+
 def _read_meta(step_dir: epath.Path) -> dict:
     meta = ocp.JsonCheckpointHandler().restore(step_dir / META, args=ocp.args.JsonRestore())
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:

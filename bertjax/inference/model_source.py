@@ -37,8 +37,8 @@ class ModelSource:
     """A resolved model path.
 
     path: as given. layout: "bertjax" | "huggingface" | "tf". weights: the directory the
-    weights are read from (a bertjax checkpoint directory or step folder, or the release's
-    folder). bert: its architecture (unrolled layers). tokenizer_spec: {"kind", "path",
+    weights are read from (a bertjax run's step folder, the newest when resolved; or the
+    release's folder). bert: its architecture (unrolled layers). tokenizer_spec: {"kind", "path",
     "do_lower_case"} or None (no vocabulary with it). run_config: the saved config of a
     bertjax run (None otherwise). task: the fine-tuning task name (None: a pre-trained
     model). task_info: see the module docstring.
@@ -174,6 +174,9 @@ def with_task_version(source: ModelSource, version: str | None) -> ModelSource:
 def _resolve_bertjax(path: str, directory: str) -> ModelSource:
     from bertjax import checkpointing
 
+    # Pinned: a run still saving (a pre-training run read while it trains) adds newer steps, and
+    # what loads the weights and what names them (feature caches, feature files) must agree.
+    directory = checkpointing.newest_step_folder(directory)
     meta = checkpointing.read_meta(directory)
     run = meta.get("config") or {}
     bert = convert.bertjax_config(meta, directory)
