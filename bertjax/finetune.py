@@ -415,6 +415,11 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
     if source and config.reuse_head:
         check_reused_head(source, task.info)
+    if source and frozen and not source.pooler_trained and not (tasks.family_of_task(config.task).reads_tokens
+                                                                or bert.feature_based):
+        log.warning("config.train.freeze_encoder: the head reads the pooled [CLS], and %s's pooler never learnt "
+                    "(a masked-LM-only run, or a class without one): frozen, it is a fixed random projection. "
+                    "config.model.feature_combine=concat reads the last layer's [CLS] itself", config.init_checkpoint)
     pretrained = (lambda: pretrained_params(config, source, bert, abstract.params)) if source else None
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,

