@@ -104,6 +104,12 @@ class Tokenizer:
         must be one this tokenizer reproduces: `wordpiece_casing` checks it). do_lower_case
         None: a tokenizer.json's casing, else lower-cased; one that contradicts the file's is
         used as asked, with a warning."""
+        differences = bert_wordpiece_differences(path)
+        if differences:
+            raise ValueError(f"{path}: its settings ({', '.join(differences)}) differ from BERT's WordPiece, which "
+                             "this reads it as (the ids would differ from the file's); give it as tokenizer kind "
+                             "'huggingface' "
+                             "(config.data.tokenizer=huggingface), which runs it as written")
         casing = wordpiece_casing(path)
         if do_lower_case is None:
             do_lower_case = True if casing is None else casing
@@ -525,6 +531,32 @@ def bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
     """The original BERT's text cleaning, CJK split and (when lower-casing) accent stripping."""
     return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                       strip_accents=do_lower_case, lowercase=do_lower_case)
+
+
+def bert_wordpiece_differences(path: str) -> list[str]:
+    """What a WordPiece tokenizer.json does otherwise than BERT's WordPiece, which
+    `Tokenizer.from_vocab_file` builds from its vocabulary ([] for a vocab.txt): a normaliser
+    other than BertNormalizer (NFKC first, none at all), another pre-tokenizer (digits split
+    apart), another word limit or unknown token. Such a file is read as kind "huggingface",
+    which runs it as written."""
+    if not path.endswith(".json"):
+        return []
+    settings = json.loads(_read_bytes(path))
+    model, normalizer = settings.get("model") or {}, settings.get("normalizer") or {}
+    found = []
+    if normalizer.get("type") != "BertNormalizer":
+        found.append(f"normalizer {normalizer.get('type')}")
+    else:
+        lower = normalizer.get("lowercase", True)
+        found += [f"BertNormalizer {key}={normalizer[key]}" for key, wanted in (
+            ("strip_accents", lower), ("handle_chinese_chars", True), ("clean_text", True))
+            if normalizer.get(key) not in (None, wanted)]
+    if (settings.get("pre_tokenizer") or {}).get("type") != "BertPreTokenizer":
+        found.append(f"pre_tokenizer {(settings.get('pre_tokenizer') or {}).get('type')}")
+    for key, bert in (("max_input_chars_per_word", MAX_INPUT_CHARS_PER_WORD), ("unk_token", "[UNK]")):
+        if model.get(key, bert) != bert:
+            found.append(f"{key} {model[key]!r}")
+    return found
 
 
 def wordpiece_casing(path: str) -> bool | None:

@@ -287,3 +287,40 @@ def test_fill_mask_cuts_the_text_at_a_mask_as_the_models_tokenizer_does(tmp_path
         ids, lengths = _MaskKeeping(tokenizer).encode_flat(texts)
         assert [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] == want, (lstrip, rstrip)
     assert tokenization.Tokenizer.from_vocab_file(_minilm_vocab()).mask_strips == (False, False)
+
+
+@pytest.mark.parametrize("name, change, text, ids", [
+    ("digits", lambda s: s.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "BertPreTokenizer"}, {"type": "Digits", "individual_digits": True}]}), "12345", [1015, 1016, 1017, 1018, 1019]),
+    ("nfkc", lambda s: s.update(normalizer={"type": "Sequence", "normalizers": [
+        {"type": "NFKC"}, s["normalizer"]]}), "\uff26\uff55\uff4c\uff4c", [2440]),
+    ("longer_words", lambda s: s["model"].update(max_input_chars_per_word=200), "x" * 150, None),
+])
+def test_a_wordpiece_tokenizer_json_that_is_not_berts_runs_as_written(tmp_path, name, change, text, ids):
+    """A WordPiece tokenizer.json with another normaliser, pre-tokenizer or word limit was read
+    as BERT's WordPiece from its vocabulary ('Ｆｕｌｌ' -> [UNK], '12345' -> '123 ##45'; a review):
+    refused as a WordPiece vocabulary, and a model folder's runs as written (kind huggingface)."""
+    import shutil
+
+    from bertjax.models import convert
+
+    import tokenizers
+
+    minilm = os.path.dirname(_minilm_vocab())
+    settings = json.load(open(os.path.join(minilm, "tokenizer.json")))
+    change(settings)
+    folder = tmp_path / "model"
+    os.makedirs(folder)
+    for file in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(minilm, file), folder / file)
+    (folder / "tokenizer.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="differ from BERT's WordPiece"):
+        tokenization.Tokenizer.from_vocab_file(str(folder / "tokenizer.json"))
+    spec = convert.checkpoint_vocabulary(str(folder))
+    assert spec["kind"] == "huggingface"
+    reference = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    reference.no_padding(), reference.no_truncation()  # MiniLM's file pads and cuts at 128
+    got = tokenization.load_tokenizer(spec["kind"], spec["path"]).encode(text)
+    assert got == reference.encode(text, add_special_tokens=False).ids
+    if ids is not None:
+        assert got == ids

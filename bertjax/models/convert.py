@@ -228,8 +228,12 @@ def _wordpiece_tokens(vocab_path: str | None) -> list[str] | None:
 
 
 def _is_wordpiece_json(path: str) -> bool:
-    """Whether the tokenizer.json at `path` is a WordPiece one (else BPE, Unigram, ...)."""
-    return (fileio.read_json(path).get("model") or {}).get("type") == "WordPiece"
+    """Whether the tokenizer.json at `path` is BERT's WordPiece (else BPE, Unigram, or a WordPiece
+    that normalises or splits otherwise: used whole, as written)."""
+    from bertjax import tokenization
+
+    return ((fileio.read_json(path).get("model") or {}).get("type") == "WordPiece"
+            and not tokenization.bert_wordpiece_differences(path))
 
 
 def _guess_architecture(heads: tuple[str, ...]) -> str:
