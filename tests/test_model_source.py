@@ -293,3 +293,30 @@ def test_a_source_says_whether_its_pooler_learnt(tmp_path):
     assert not model_source.resolve(os.path.join(models, "hf_tiny", "qa")).pooler_trained  # BertForQuestionAnswering
     assert model_source.resolve(os.path.join(models, "hf_modernbert", "masked_lm")).pooler_trained  # its head
     assert model_source.resolve(os.path.join(models, "hf_modernbert", "classifier")).pooler_trained
+
+
+def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
+    """do_lower_case applies to WordPiece only (a SentencePiece model normalises as it says), yet
+    a run saved with one was refused: 'was trained cased ... would give it other ids' (a review)."""
+    from bertjax import checkpointing, tokenization
+    from bertjax.data import vocabularies
+    from bertjax.inference import model_source
+    from bertjax.models import BertConfig, BertForPreTraining
+
+    corpus = [f"the fox {w} over the fence number {i}" for i, w in enumerate(["jumps", "runs", "walks"] * 20)]
+    tokenizer = tokenization.load_tokenizer("sentencepiece", vocabularies.train_sentencepiece(
+        corpus, 40, str(tmp_path / "spm")))
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=16, max_position_embeddings=16)
+    ids = np.zeros((1, 8), np.int32)
+    params = BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids + 1, np.zeros((1, 2), np.int32))
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "run" / "checkpoints"), save_interval_steps=1, max_to_keep=1,
+                                      async_save=False)
+    ckpt.save(1, {"params": jax.tree.map(np.asarray, params["params"])}, data_position=0,
+              config={"model": config.to_dict()})
+    ckpt.close()
+    tokenization.save_tokenizer(tokenizer, str(tmp_path / "run" / "tokenizer"))
+    source = model_source.resolve(str(tmp_path / "run"))
+    for lower in (True, False, None):
+        loaded = source.load_tokenizer(do_lower_case=lower)
+        assert loaded.kind == "sentencepiece" and loaded.encode("the fox runs") == tokenizer.encode("the fox runs")

@@ -83,8 +83,10 @@ class ModelSource:
             raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt, tokenizer.json or a saved "
                              "tokenizer); give one (vocab_path; the launchers' --vocab_file)")
         kind, path = (kind, vocab_path) if vocab_path else (saved["kind"], saved["path"])
+        if kind != "wordpiece":  # a SentencePiece model or tokenizer.json normalises as it says
+            return self._checked(tokenization.load_tokenizer(kind, path), vocab_path)
         lower = do_lower_case
-        known = saved["do_lower_case"] if saved else None
+        known = saved["do_lower_case"] if saved and saved["kind"] == "wordpiece" else None
         if lower is not None and known is not None and lower != known:
             if self.layout == "bertjax":  # the run's own tokenizer: its casing is how it trained
                 raise ValueError(f"{self.path} was trained {'un' if known else ''}cased (do_lower_case={known}); "
@@ -95,14 +97,18 @@ class ModelSource:
                 "%s says do_lower_case=%s; using do_lower_case=%s as asked", self.path, known, lower)
         if lower is None:
             lower = known
-        if lower is None and kind == "wordpiece":
+        if lower is None:
             lower = tokenization.wordpiece_casing(path)
         if lower is None:
             import logging
             logging.getLogger(__name__).warning(
                 "%s: unknown casing; lower-casing (set do_lower_case to change it)", self.path)
             lower = True
-        tokenizer = tokenization.load_tokenizer(kind, path, lower)
+        return self._checked(tokenization.load_tokenizer(kind, path, lower), vocab_path)
+
+    def _checked(self, tokenizer: tokenization.Tokenizer, vocab_path: str) -> tokenization.Tokenizer:
+        """`tokenizer`, or ValueError when it is not the model's vocabulary."""
+        saved = self.tokenizer_spec
         if vocab_path and saved and saved.get("vocab_hash") and saved["vocab_hash"] != tokenizer.vocab_hash:
             raise ValueError(f"{vocab_path} is not the vocabulary {self.path} was trained with "
                              f"({saved['path']}); leave the vocabulary unset to use the model's")
