@@ -68,6 +68,7 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
             where = f"data[{a}].paragraphs[{p}]"
             if not isinstance(paragraph.get("context"), str):
                 raise ValueError(f"{path}: {where} has no 'context' string")
+            _check_unicode(paragraph["context"], f"{path}: {where}.context")
             for k, qa in enumerate(_objects(paragraph, "qas", f"{path}: {where}")):
                 qid = qa.get("id")
                 if not isinstance(qid, (str, int)) or isinstance(qid, bool) or qid == "":
@@ -85,6 +86,8 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
                     raise ValueError(f"{path}: question id {qid!r}: each answer needs a 'text' string and an "
                                      f"integer 'answer_start'")
                 answers = [(x["text"], x["answer_start"]) for x in answers]
+                for text, name in [(qa["question"], "question"), *((text, "answer") for text, _ in answers)]:
+                    _check_unicode(text, f"{path}: question id {qid!r}: its {name}")
                 impossible = qa.get("is_impossible", False)
                 if not isinstance(impossible, bool):  # bool("false") would be True
                     raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "
@@ -96,6 +99,16 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
     return builder.build(version, data=raw["data"])
+
+
+def _check_unicode(text: str, where: str) -> None:
+    """ValueError naming `where` for a lone surrogate, which JSON can escape ("\\ud83d") but no
+    text holds (the tokenizer fails on it, naming nothing)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{where} holds a lone surrogate ({e.object[e.start]!r}); the text must be valid "
+                         "Unicode") from None
 
 
 def _objects(parent, key: str, where: str) -> list[dict]:

@@ -311,10 +311,20 @@ def test_json_bad_answers_error_or_counted_skip(bert_tokenizer, tmp_path, caplog
     ({"id": "q9", "question": "?", "answers": [], "is_impossible": "false"},  # bool("false") is True
      "question id 'q9': 'is_impossible' must be true or false"),
     ("not an object", r"data\[0\].paragraphs\[0\]: 'qas' must be a list of JSON objects"),
+    ({"id": "q9", "question": "Who\ud83d?", "answers": []},  # JSON escapes it; the tokenizer fails naming nothing
+     r"question id 'q9': its question holds a lone surrogate \('\\ud83d'\)"),
+    ({"id": "q9", "question": "?", "answers": [{"text": "x\udc00", "answer_start": 0}]},
+     "question id 'q9': its answer holds a lone surrogate"),
 ])
 def test_json_malformed_questions_name_file_and_position(tmp_path, qa, message):
     path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [_qa(0, "1940"), qa]}]}])
     with pytest.raises(ValueError, match=f"{path}: {message}"):
+        squad.read_json(path)
+
+
+def test_json_context_with_a_lone_surrogate_names_its_position(tmp_path):
+    path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT + "\ud83d", "qas": [_qa(0, "1940")]}]}])
+    with pytest.raises(ValueError, match=rf"{path}: data\[0\].paragraphs\[0\].context holds a lone surrogate"):
         squad.read_json(path)
 
 
