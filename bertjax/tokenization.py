@@ -119,6 +119,8 @@ class Tokenizer:
                 "do_lower_case, --do_lower_case)", path, "lower-cases" if casing else "keeps case", casing,
                 do_lower_case, "lower-cases" if do_lower_case else "keeps its case")
         tokens = read_vocab(path)
+        if casing is None:  # a vocab.txt does not say: its tokens do
+            _warn_if_casing_contradicts(path, tuple(tokens), do_lower_case)
         vocab = {}
         for line, token in enumerate(tokens, start=1):
             if token in vocab:
@@ -557,6 +559,28 @@ def bert_wordpiece_differences(path: str) -> list[str]:
         if model.get(key, bert) != bert:
             found.append(f"{key} {model[key]!r}")
     return found
+
+
+@functools.lru_cache(maxsize=None)  # once a vocabulary and casing (a run loads it several times)
+def _warn_if_casing_contradicts(path: str, tokens: tuple[str, ...], do_lower_case: bool) -> None:
+    """A warning when a vocabulary's tokens contradict `do_lower_case`: a cased one (capitals in
+    over 1% of its tokens) lower-cased reads every capitalised word as pieces or [UNK]; an
+    uncased one (capitals in under 0.1%) kept cased reads capitals as [UNK]. The original
+    checks the casing against the release's name for the same reason."""
+    words = [token for token in tokens if not (token.startswith("[") and token.endswith("]"))]
+    if len(words) < 1000:  # too few to tell
+        return
+    share = sum(any(c.isupper() for c in token) for token in words) / len(words)
+    if do_lower_case and share > 0.01:
+        looks = f"cased ({share:.1%} of its tokens have capitals)"
+    elif not do_lower_case and share < 0.001:
+        looks = f"uncased ({share:.2%} of its tokens have capitals)"
+    else:
+        return
+    logging.getLogger(__name__).warning(
+        "%s looks %s but do_lower_case=%s: text is tokenized otherwise than the vocabulary was made for; set "
+        "do_lower_case=%s (config.data.do_lower_case, --do_lower_case)", path, looks, do_lower_case,
+        not do_lower_case)
 
 
 def wordpiece_casing(path: str) -> bool | None:

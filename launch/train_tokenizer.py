@@ -34,6 +34,10 @@ _DO_LOWER_CASE = flags.DEFINE_bool("do_lower_case", True, "Lower-case (and for W
 _SOURCE = flags.DEFINE_enum("source", "auto", ["auto", "text", "jsonl", "parquet"],
                             "What the files hold (config.data.source's kinds); auto: by their extensions.")
 _TEXT_KEY = flags.DEFINE_string("text_key", "text", "JSONL/Parquet: the column of the text (config.data.text_key).")
+_LIMIT_ALPHABET = flags.DEFINE_integer(
+    "limit_alphabet", 1000, "WordPiece: the most characters kept as tokens of their own (the most frequent; others "
+    "become [UNK]); 0 = every character seen. Raise it for a corpus of many scripts or CJK text.", lower_bound=0)
+_SAMPLE_LINES = 2000  # lines kept to report the [UNK] share of the trained vocabulary
 flags.mark_flags_as_required(["input", "output_dir"])
 _EXTENSION_SOURCES = {"jsonl": "jsonl", "json": "jsonl", "parquet": "parquet"}
 
@@ -86,17 +90,29 @@ def main(_):
         fileio.makedirs(_OUTPUT_DIR.value)
     except OSError as e:
         raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: cannot make the folder ({e.strerror or e})") from None
-    texts = itertools.chain([first], lines)
+    sample = [first, *itertools.islice(lines, _SAMPLE_LINES - 1)]
+    texts = itertools.chain(sample, lines)
     if kind == "huggingface":
         path = vocabularies.train_bpe(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value)
+    elif kind == "wordpiece":
+        path = vocabularies.train_wordpiece(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value,
+                                            do_lower_case=_DO_LOWER_CASE.value,
+                                            limit_alphabet=_LIMIT_ALPHABET.value or None)
     else:
-        train = vocabularies.train_wordpiece if kind == "wordpiece" else vocabularies.train_sentencepiece
-        path = train(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value, do_lower_case=_DO_LOWER_CASE.value)
+        path = vocabularies.train_sentencepiece(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value,
+                                                do_lower_case=_DO_LOWER_CASE.value)
     tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
-    fewer = f" (fewer than --vocab_size={_VOCAB_SIZE.value}: the text has no more)" \
-        if tokenizer.vocab_size < _VOCAB_SIZE.value else ""
+    ids, _ = tokenizer.encode_flat(sample)
+    unknown = float((ids == tokenizer.unk_id).mean()) if len(ids) else 0.0
+    fewer = (f" (fewer than --vocab_size={_VOCAB_SIZE.value}: no more pieces occur twice)"
+             if tokenizer.vocab_size < _VOCAB_SIZE.value else "")
+    hint = (f" (raise --limit_alphabet={_LIMIT_ALPHABET.value}: characters past it are unknown)"
+            if kind == "wordpiece" and unknown > 0.01 and _LIMIT_ALPHABET.value else "")
     dropped = f"; dropped {dict(drops.counts)} (see the warnings above)" if drops.counts else ""
-    print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, vocab_hash {tokenizer.vocab_hash}{dropped}")
+    print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, [UNK] {unknown:.2%} of the first {len(sample):,} "
+          f"lines' tokens{hint}, vocab_hash {tokenizer.vocab_hash}{dropped}")
+    if kind == "wordpiece":
+        print(f"use it with config.data.vocab_path={path} config.data.do_lower_case={_DO_LOWER_CASE.value}")
 
 
 if __name__ == "__main__":

@@ -324,3 +324,25 @@ def test_a_wordpiece_tokenizer_json_that_is_not_berts_runs_as_written(tmp_path, 
     assert got == reference.encode(text, add_special_tokens=False).ids
     if ids is not None:
         assert got == ids
+
+
+def test_a_vocabulary_whose_casing_contradicts_do_lower_case_is_warned_of(tmp_path, caplog):
+    """A cased vocab.txt lower-cased ('The Quick Brown Fox' -> 'the [UNK] [UNK] f ##o ##x'), or an
+    uncased one kept cased, was used silently (a review); the original checks the casing
+    against the release's name."""
+    uncased = _minilm_vocab()
+    cased = tmp_path / "vocab.txt"
+    tokens = tokenization.read_vocab(uncased)
+    cased.write_text("".join((t.capitalize() if i % 20 == 0 and t.isalpha() else t) + "\n"
+                             for i, t in enumerate(tokens)))
+    with caplog.at_level("WARNING"):
+        tokenization.Tokenizer.from_vocab_file(uncased, do_lower_case=True)
+        tokenization.Tokenizer.from_vocab_file(str(cased), do_lower_case=False)
+    assert "looks" not in caplog.text
+    with caplog.at_level("WARNING"):
+        tokenization.Tokenizer.from_vocab_file(str(cased), do_lower_case=True)
+    assert "vocab.txt looks cased (" in caplog.text and "set do_lower_case=False" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        tokenization.Tokenizer.from_vocab_file(uncased, do_lower_case=False)
+    assert "looks uncased (0.01% of its tokens have capitals)" in caplog.text

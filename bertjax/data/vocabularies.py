@@ -18,11 +18,12 @@ from bertjax.runtime import fileio
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = True,
-                    min_frequency: int = 2, limit_alphabet: int = 1000) -> str:
+                    min_frequency: int = 2, limit_alphabet: int | None = 1000) -> str:
     """Trains a WordPiece vocabulary on `texts` (an iterator of lines or a list of file paths).
 
     Writes `<output_dir>/vocab.txt` with [PAD], [UNK], [CLS], [SEP], [MASK] at ids 0..4
-    and returns its path. The normaliser and pre-tokenizer are the ones
+    and returns its path. `limit_alphabet`: the most characters kept as tokens of their own
+    (the most frequent; None: all). The normaliser and pre-tokenizer are the ones
     `tokenization.Tokenizer.from_vocab_file` uses, so training and use see the same words. Note: the
     `tokenizers` trainer breaks ties between equally frequent merges in hash order, so two
     runs can give slightly different vocabularies; keep the file (its hash is recorded in
@@ -34,8 +35,9 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_l
     backend.normalizer = tokenization.bert_normalizer(do_lower_case)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-        special_tokens=list(tokenization.SPECIAL_TOKENS), continuing_subword_prefix="##", show_progress=False)
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(tokenization.SPECIAL_TOKENS),
+        continuing_subword_prefix="##", show_progress=False,
+        **({} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}))
     backend.train_from_iterator(_lines(texts), trainer=trainer)
     vocab = backend.get_vocab()
     tokens = sorted(vocab, key=vocab.get)

@@ -102,3 +102,19 @@ def test_train_tokenizer_reads_jsonl_rows_as_prepare_does(tmp_path):
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert mixed.returncode == 2 and mixed.stderr.strip() == (
         "error: --input mixes jsonl and text files; give files of one kind, or --source"), mixed.stderr[-2000:]
+
+
+def test_train_tokenizer_reports_unknown_characters_and_keeps_every_one_when_asked(tmp_path):
+    """WordPiece kept the 1,000 most frequent characters alone: a corpus of 1,500 CJK characters
+    came out with a third of its tokens [UNK] and the summary said 'the text has no more' (a
+    review). The summary gives the [UNK] share and the flag; --limit_alphabet=0 keeps them all."""
+    characters = [chr(0x4E00 + i) for i in range(1500)]
+    lines = [" ".join(characters[(i * 7 + j) % 1500] for j in range(30)) for i in range(600)]
+    (tmp_path / "cjk.txt").write_text("\n".join(lines) + "\n")
+    out = _run("launch/train_tokenizer.py", f"--input={tmp_path}/cjk.txt", "--vocab_size=3000",
+               f"--output_dir={tmp_path / 'limited'}")
+    assert "raise --limit_alphabet=1000: characters past it are unknown" in out, out
+    assert "use it with config.data.vocab_path=" in out and "config.data.do_lower_case=True" in out
+    out = _run("launch/train_tokenizer.py", f"--input={tmp_path}/cjk.txt", "--vocab_size=3000", "--limit_alphabet=0",
+               f"--output_dir={tmp_path / 'all'}")
+    assert "[UNK] 0.00% of the first 600 lines' tokens" in out, out
