@@ -78,6 +78,9 @@ class Tokenizer:
         self._wordpiece = wordpiece
         self._sentencepiece = sentencepiece
         self._fast = fast  # kind "huggingface"
+        # Whether normalisation drops characters inside words (accents, zero-width and control
+        # characters): spans then cover them (`_over_dropped_characters`).
+        self._drops_characters = wordpiece is not None or (fast is not None and _drops_characters(fast))
         self._chunk_memo: _ChunkMemo | None = None  # WordPiece: set by from_vocab_file
         self._piece_roots: tuple[np.ndarray, np.ndarray] | None = None  # SentencePiece: see _tie_order
         self.vocab_size = len(self._tokens)
@@ -272,7 +275,7 @@ class Tokenizer:
                     for span in row:
                         while span[0] < span[1] and text[span[0]].isspace():
                             span[0] += 1
-            if self._wordpiece is not None:
+            if self._drops_characters:
                 _over_dropped_characters(texts, offsets, lengths)
             return ids, offsets, lengths
         from sentencepiece import sentencepiece_pb2
@@ -474,6 +477,14 @@ def _a_word_alone(char: str) -> bool:
     code = ord(char)
     return (unicodedata.category(char).startswith("P")
             or any(low <= code <= high for low, high in ASCII_SYMBOL_RANGES + CJK_RANGES))
+
+
+def _drops_characters(fast: tokenizers.Tokenizer) -> bool:
+    """Whether a tokenizer.json's normaliser is or holds BERT's (or accent stripping), which
+    drops characters inside words."""
+    found = json.loads(fast.to_str()).get("normalizer") or {}
+    parts = found.get("normalizers", [found])
+    return any(part.get("type") in ("BertNormalizer", "StripAccents") for part in parts)
 
 
 def _over_dropped_characters(texts: Sequence[str], offsets: np.ndarray, lengths: np.ndarray) -> None:

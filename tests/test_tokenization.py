@@ -330,6 +330,7 @@ def test_a_vocabulary_whose_casing_contradicts_do_lower_case_is_warned_of(tmp_pa
     """A cased vocab.txt lower-cased ('The Quick Brown Fox' -> 'the [UNK] [UNK] f ##o ##x'), or an
     uncased one kept cased, was used silently (a review); the original checks the casing
     against the release's name."""
+    tokenization._warn_if_casing_contradicts.cache_clear()  # warned once a vocabulary and casing
     uncased = _minilm_vocab()
     cased = tmp_path / "vocab.txt"
     tokens = tokenization.read_vocab(uncased)
@@ -346,3 +347,15 @@ def test_a_vocabulary_whose_casing_contradicts_do_lower_case_is_warned_of(tmp_pa
     with caplog.at_level("WARNING"):
         tokenization.Tokenizer.from_vocab_file(uncased, do_lower_case=False)
     assert "looks uncased (0.01% of its tokens have capitals)" in caplog.text
+
+
+def test_a_bert_tokenizer_json_read_as_kind_huggingface_spans_what_it_drops():
+    """Kind huggingface with BERT's normaliser left a decomposed accent, soft hyphen or zero-width
+    space out of the span before it ('José' answered as 'Jose'; a review): spans as WordPiece's."""
+    path = os.path.join(os.path.dirname(_minilm_vocab()), "tokenizer.json")
+    fast, wordpiece = tokenization.load_tokenizer("huggingface", path), tokenization.Tokenizer.from_vocab_file(path)
+    texts = ["Jose\u0301 ran", "soft\u00adhyphen x", "zero\u200bwidth", "plain text"]
+    got, want = fast.encode_flat_with_offsets(texts), wordpiece.encode_flat_with_offsets(texts)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert got[1][0].tolist() == [0, 5]  # "José"
