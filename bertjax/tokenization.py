@@ -83,6 +83,7 @@ class Tokenizer:
         self._drops_characters = wordpiece is not None or (fast is not None and _drops_characters(fast))
         self._chunk_memo: _ChunkMemo | None = None  # WordPiece: set by from_vocab_file
         self._piece_roots: tuple[np.ndarray, np.ndarray] | None = None  # SentencePiece: see _tie_order
+        self.orders_ties = False  # a unigram SentencePiece model's tied segmentations: see _tie_order
         self.vocab_size = len(self._tokens)
         index = {token: i for i, token in enumerate(self._tokens)}
         missing = [t for t in special_tokens if t not in index]
@@ -154,6 +155,10 @@ class Tokenizer:
         tokenizer = cls("sentencepiece", path, False, tokens, sentencepiece=processor, model_bytes=model_bytes)
         if tokenizer.pad_id != processor.pad_id() or tokenizer.unk_id != processor.unk_id():
             raise ValueError(f"{path}: [PAD]/[UNK] must be the model's pad and unk pieces")
+        from sentencepiece import sentencepiece_model_pb2
+
+        model = sentencepiece_model_pb2.ModelProto.FromString(model_bytes)
+        tokenizer.orders_ties = model.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.UNIGRAM
         return tokenizer
 
     @classmethod
@@ -304,7 +309,10 @@ class Tokenizer:
         which differs between sentencepiece builds (TF Text's in the SavedModel, the Python
         library here). Each maximal run of pieces that are powers of one word is put in
         ascending order of power, so every build gives the same ids (export.py does the same).
+        A BPE model's segmentation is deterministic, with no tie: its order is kept.
         """
+        if not self.orders_ties:
+            return np.arange(len(ids)), np.arange(len(ids))
         if self._piece_roots is None:
             self._piece_roots = tuple(map(np.asarray, piece_roots(self._tokens)))
         roots, powers = self._piece_roots

@@ -359,3 +359,19 @@ def test_a_bert_tokenizer_json_read_as_kind_huggingface_spans_what_it_drops():
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     assert got[1][0].tolist() == [0, 5]  # "José"
+
+
+def test_a_bpe_sentencepiece_model_keeps_its_own_segmentation(tmp_path):
+    """The tie order (ascending powers of one word) is for unigram models, whose segmentations of
+    a repeated word tie; a BPE model's is deterministic and was reordered into one sentencepiece
+    never gives ('haha', 'ha' -> 'ha', 'haha'; a review)."""
+    import sentencepiece as spm
+
+    corpus = [f"ha{'ha' * (i % 7)} wow{'!' * (i % 5)} 22{'2' * (i % 6)} xo" for i in range(400)]
+    path = vocabularies.train_sentencepiece(corpus, 35, str(tmp_path), do_lower_case=False, model_type="bpe")
+    tokenizer, reference = tokenization.load_tokenizer("sentencepiece", path), spm.SentencePieceProcessor(model_file=path)
+    texts = ["ha" * 9, "2" * 9, "!" * 9, "hahaha 222 !!!!!!!!!"]
+    assert [tokenizer.id_to_token(i) for i in tokenizer.encode(texts[0])] == ["\u2581hahahahahaha", "haha", "ha"]
+    assert tokenizer.encode_batch(texts) == reference.encode(texts)
+    ids, offsets, _ = tokenizer.encode_flat_with_offsets(texts[:1])
+    assert [texts[0][a:b] for a, b in offsets] == ["hahahahahaha", "haha", "ha"]

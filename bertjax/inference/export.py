@@ -306,6 +306,8 @@ def tensorflow_tokenizer(tokenizer):
             are powers of one word in ascending order of power, as Tokenizer._tie_order does (the
             builds break the ties of such runs differently)."""
             ids = self.sentencepiece.tokenize(texts)
+            if not tokenizer.orders_ties:  # a BPE model: no ties
+                return ids
             flat = ids.flat_values
             root, row = tf.gather(self.roots, flat), ids.value_rowids()
             new_run = tf.concat([[True], (root[1:] != root[:-1]) | (row[1:] != row[:-1])], 0)
