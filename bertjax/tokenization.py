@@ -215,6 +215,7 @@ class Tokenizer:
         (`_ChunkMemo`). Same ids as encoding each text whole, several times faster, as
         natural text repeats its chunks.
         """
+        _check_many(texts)
         if self._fast is not None:
             return _flatten([e.ids for e in self._fast.encode_batch(list(texts), add_special_tokens=False)])
         if self._wordpiece is None:
@@ -270,6 +271,7 @@ class Tokenizer:
             stands for whitespace only (or for nothing, like the '▁' SentencePiece puts
             before a first word) gets an empty span, start == end.
         """
+        _check_many(texts)
         texts = list(texts)
         if self._wordpiece is not None or self._fast is not None:
             encodings = (self._wordpiece or self._fast).encode_batch(texts, add_special_tokens=False)
@@ -538,6 +540,12 @@ def piece_roots(pieces: Sequence[str]) -> tuple[list[int], list[int]]:
         roots.append(index.setdefault(piece[:period], len(index)))
         powers.append(max(n, 1) // period)
     return roots, powers
+
+
+def _check_many(texts: Sequence[str]) -> None:
+    """TypeError for one str where many texts are expected (its characters would be the texts)."""
+    if isinstance(texts, str):
+        raise TypeError(f"expected a sequence of texts, got one str {texts[:40]!r}: encode(text) takes one")
 
 
 def _flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

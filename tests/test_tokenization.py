@@ -375,3 +375,11 @@ def test_a_bpe_sentencepiece_model_keeps_its_own_segmentation(tmp_path):
     assert tokenizer.encode_batch(texts) == reference.encode(texts)
     ids, offsets, _ = tokenizer.encode_flat_with_offsets(texts[:1])
     assert [texts[0][a:b] for a, b in offsets] == ["hahahahahaha", "haha", "ha"]
+
+
+def test_one_string_where_many_texts_are_expected_is_refused():
+    tokenizer = tokenization.Tokenizer.from_vocab_file(_minilm_vocab())
+    for encode in (tokenizer.encode_batch, tokenizer.encode_flat, tokenizer.encode_flat_with_offsets):
+        with pytest.raises(TypeError, match="expected a sequence of texts, got one str 'abc'"):
+            encode("abc")
+    assert tokenizer.encode_batch(["abc"]) == [tokenizer.encode("abc")]
