@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import tempfile
 from typing import Any
 
@@ -73,6 +74,19 @@ def training_batches(config: ml_collections.ConfigDict, train: Split,
         data.pack_examples, num_row_counts=data.num_buckets,
         row_multiple=math.lcm(data_parallel * config.train.grad_accum_steps, jax.process_count()))
     return batches, sorted({*buckets, data.max_seq_length})
+
+
+def _init_weights(source: model_source.ModelSource | None, config: ml_collections.ConfigDict, workdir: str) -> str:
+    """The step folder fine-tuning starts from ("" from scratch), saved with the run's config: a
+    resume whose config.init_checkpoint now holds other weights (a pre-training run that went
+    on) says so, as for any changed setting. When that checkpoint is gone and the run resumes
+    from its own (`checkpoint_source`), the one it started from."""
+    if source is None:
+        return ""
+    own = run_config.own_checkpoints(workdir)
+    if own is not None and source.path == own:
+        return (checkpointing.read_meta(own).get("config") or {}).get("init_weights", "")
+    return source.weights if fileio.is_remote(source.weights) else os.path.abspath(source.weights)
 
 
 def pretrained_params(config: ml_collections.ConfigDict, source: model_source.ModelSource, bert: BertConfig,
@@ -421,7 +435,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     "(a masked-LM-only run, or a class without one): frozen, it is a fixed random projection. "
                     "config.model.feature_combine=concat reads the last layer's [CLS] itself", config.init_checkpoint)
     pretrained = (lambda: pretrained_params(config, source, bert, abstract.params)) if source else None
-    saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info}
+    saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info,
+                    "init_weights": _init_weights(source, config, workdir)}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                        pretrained_source=config.init_checkpoint, config=saved_config, frozen=frozen)

@@ -65,7 +65,7 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str
     for key in sorted(set(old) | set(new)):
         if key.startswith(OPERATIONAL_SETTINGS) or old.get(key, "unset") == new.get(key, "unset"):
             continue
-        if key == "data.process_count" and key not in old:  # checkpoints from before it was recorded
+        if key in ("data.process_count", "init_weights") and key not in old:  # from before they were recorded
             continue
         changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}")
     return changes

@@ -109,16 +109,27 @@ def test_a_resume_needs_only_its_workdir_and_refuses_another_vocabulary(pretrain
     config.init_checkpoint = str(init)
     config.checkpoint.every = 1
     finetune.finetune(config, str(tmp_path / "run"))
-    shutil.rmtree(init)
+    # The init checkpoint went on (a pre-training run still saving): the resume says so, as for
+    # any changed setting (a finished run returned the older weights' results silently; a review).
+    steps = sorted(int(name) for name in os.listdir(init / "checkpoints") if name.isdigit())
+    shutil.copytree(init / "checkpoints" / str(steps[-1]), init / "checkpoints" / str(steps[-1] + 100))
     config.train.num_steps = 3
+    with caplog.at_level("WARNING"):
+        finetune.finetune(config, str(tmp_path / "run"))
+    assert "resumed with 2 setting(s) changed" in caplog.text and "init_weights" in caplog.text  # and num_steps
+    assert f"checkpoints/{steps[-1]}' -> '{init}/checkpoints/{steps[-1] + 100}'" in caplog.text
+    caplog.clear()
+    shutil.rmtree(init)
+    config.train.num_steps = 4
     with caplog.at_level("WARNING"):
         summary = finetune.finetune(config, str(tmp_path / "run"))
     assert f"config.init_checkpoint={init} cannot be read" in caplog.text
-    assert [r["step"] for r in _metrics(tmp_path / "run") if "loss" in r] == [1, 2, 3] and summary["last"]
+    assert "init_weights" not in caplog.text  # resumed from its own: the weights it started from
+    assert [r["step"] for r in _metrics(tmp_path / "run") if "loss" in r] == [1, 2, 3, 4] and summary["last"]
     # Without a checkpoint that names its vocabulary, only the run's saved tokenizer can tell.
     vocab = (tmp_path / "run" / "tokenizer" / "vocab.txt").read_text().splitlines()
     (tmp_path / "other.txt").write_text("\n".join(vocab[:5] + vocab[6:] + vocab[5:6]) + "\n")  # same size
-    config.init_checkpoint, config.data.vocab_path, config.train.num_steps = "", str(tmp_path / "other.txt"), 4
+    config.init_checkpoint, config.data.vocab_path, config.train.num_steps = "", str(tmp_path / "other.txt"), 5
     with pytest.raises(ValueError, match=r"trained with the tokenizer saved in .*tokenizer \(wordpiece, "
                                          r"do_lower_case=True\); this run's \(.*other.txt, do_lower_case=True\) "
                                          r"gives other ids"):
