@@ -149,7 +149,9 @@ class BertSelfAttention(nn.Module):
 
     def _attend_all(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
         """Heads-first q, k, v <T>[B, N, S, D] and mask [B, 1, 1 or S, S] -> <T>[B, N, S, D]."""
-        scores = jnp.einsum("bnqd,bnkd->bnqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
+        # float32 products' sums, as _block_scores: a bfloat16 score rounded before the softmax
+        # differs by the bucket a text lands in (this path below 2 x QUERY_BLOCK, that one above).
+        scores = jnp.einsum("bnqd,bnkd->bnqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(q.shape[-1])
         return self._attend(scores, mask, v, "bnqk,bnkd->bnqd")
 
     @staticmethod
@@ -218,7 +220,8 @@ class BertSelfAttention(nn.Module):
         else:
             mask = (key_ids[..., None, :] > 0) & near  # [B, 1, C, h, 3h]
         blocks = q.reshape(*q.shape[:2], count, half, q.shape[-1])
-        scores = jnp.einsum("bncqd,bnckd->bncqk", blocks, keys).astype(jnp.float32) / np.sqrt(q.shape[-1])
+        scores = (jnp.einsum("bncqd,bnckd->bncqk", blocks, keys, preferred_element_type=jnp.float32)
+                  / np.sqrt(q.shape[-1]))
         context = self._attend(scores, mask, values, "bncqk,bnckd->bncqd")
         return jnp.swapaxes(context.reshape(*q.shape), 1, 2)[:, :length]
 

@@ -189,6 +189,20 @@ def test_attention_implementations_match_xla(tiny_params, impl):
     np.testing.assert_allclose(np.asarray(out)[mask], np.asarray(reference)[mask], atol=1e-5)
 
 
+def test_splash_attention_takes_any_multiple_of_128():
+    """Its blocks were 512 rows from 512 tokens on, so 640 (a multiple of 128, as it asks) failed
+    deep in Pallas (a review)."""
+    from bertjax.models import splash
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 640, 2, 8)).astype(np.float32) for _ in range(3))
+    out = splash.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.ones((1, 640), jnp.int32))
+    scores = np.einsum("bqnd,bknd->bnqk", q, k) / np.sqrt(8)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    want = np.einsum("bnqk,bknd->bqnd", weights / weights.sum(-1, keepdims=True), v)
+    np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)
+
+
 def _packed(rows):
     """Sequences (lists of ids) -> one packed row per list of sequences, padded to 128."""
     length, pairs = 128, max(len(r) for r in rows)
@@ -265,6 +279,27 @@ def test_bfloat16_compute_keeps_float32_params():
     assert sequence.dtype == jnp.bfloat16
     reference, _ = BertEncoder(TINY).apply({"params": params}, *inputs)
     assert np.abs(np.asarray(sequence, np.float32) - reference).max() < 0.15
+
+
+@pytest.mark.parametrize("window", [0, 4])  # all keys; the modern encoder's local band (blocked)
+def test_bfloat16_attention_scores_sum_in_float32(window):
+    """Every attention product of bfloat16 operands gives float32 sums: the scores were rounded
+    to bfloat16 before the softmax on some paths and not on the query-block one, so one text's
+    probabilities depended on the bucket it landed in (a review)."""
+    config = TINY.replace(dtype="bfloat16", attention_window=window)
+    inputs = _inputs(length=16)
+    params = _init(config, inputs)
+    jaxpr = jax.make_jaxpr(lambda p: BertEncoder(config).apply({"params": p}, *inputs))(params)
+
+    def products(eqns):
+        for eqn in eqns:
+            if eqn.primitive.name == "dot_general":
+                yield eqn
+            for sub in jax.core.jaxprs_in_params(eqn.params):
+                yield from products(sub.eqns)
+
+    attention_products = [eqn for eqn in products(jaxpr.eqns) if all(v.aval.ndim >= 4 for v in eqn.invars)]
+    assert attention_products and all(eqn.outvars[0].aval.dtype == jnp.float32 for eqn in attention_products)
 
 
 def test_bfloat16_matmuls_round_the_dense_operands_only():
