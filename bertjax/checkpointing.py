@@ -152,6 +152,10 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers, options=options)
         self._saving: int | None = None  # the step of a save that may still be in flight
 
+    def due(self, step: int) -> bool:
+        """Whether `save(step, ...)` without force saves (a multiple of save_interval_steps)."""
+        return bool(self._manager.should_save(step))
+
     def latest_step(self) -> int | None:
         """The newest finalized step (readable or not), or None."""
         return self._manager.latest_step()

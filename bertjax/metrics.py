@@ -26,7 +26,9 @@ PEAK_FLOPS_PER_CHIP = {
     "TPU v5": 459e12,
     "TPU v6 lite": 918e12,
     "TPU v6e": 918e12,
-    "NVIDIA H100": 989e12,
+    "NVIDIA H100": 989e12,  # SXM; the PCIe and NVL cards run at lower clocks and power:
+    "NVIDIA H100 PCIe": 756e12,
+    "NVIDIA H100 NVL": 835e12,
     "NVIDIA H200": 989e12,
     "NVIDIA A100": 312e12,
     "NVIDIA L4": 121e12,
@@ -156,6 +158,11 @@ class MetricsWriter:
                 self._tf.summary.write(name, self._tf.constant(value, self._tf.float32), step=step,
                                        metadata=self._scalar_metadata)
         self._summary.flush()
+
+    def flush(self) -> None:
+        """Writes a gs:// metrics.jsonl now (a local one is written row by row)."""
+        if self.enabled and self._jsonl is None:
+            self._write_remote()
 
     def console(self, line: str) -> None:
         if self.enabled:

@@ -548,12 +548,17 @@ class Loop:
                                  f"to resume" if saved is not None else "nothing was saved")) from None
 
     def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
+        if self.checkpointer.due(step) or step == self.num_steps:
+            # A gs:// metrics.jsonl is written every 30 s: first the rows up to this checkpoint,
+            # which a resume from it never logs again.
+            self.writer.flush()
         with self.paused():
             self.checkpointer.save(step, state, data_position=step, config=self.saved_config,
                                    force=step == self.num_steps, extra_meta=extra_meta)
             # At the last step the run is complete (saved above): it finishes rather than reporting
             # a preemption that a scheduler would retry.
             if step < self.num_steps and self.watcher.should_stop(step):
+                self.writer.flush()
                 self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
                                        extra_meta=extra_meta)
                 self.checkpointer.wait_until_finished()
@@ -561,10 +566,12 @@ class Loop:
                                       f"{self.checkpointer.directory}; run the same command again to resume")
 
     def close(self) -> None:
-        if self._input is not None:
-            self._input.close()  # stops the read-ahead thread (see preemption.interruptible)
-        self.progress.close()
-        self.checkpointer.wait_until_finished()
-        self.checkpointer.close()
-        self.watcher.close()
-        self.writer.close()
+        try:
+            if self._input is not None:
+                self._input.close()  # stops the read-ahead thread (see preemption.interruptible)
+            self.progress.close()
+            self.checkpointer.wait_until_finished()
+            self.checkpointer.close()
+            self.watcher.close()
+        finally:  # a failed last save must not lose the metrics logged before it
+            self.writer.close()

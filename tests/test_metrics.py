@@ -22,6 +22,8 @@ from bertjax.models import BertConfig
     ("TPU v5", 459e12, "table (TPU v5)"),                  # v5p
     ("TPU v6 lite", 918e12, "table (TPU v6 lite)"),
     ("NVIDIA H100 80GB HBM3", 989e12, "table (NVIDIA H100 80GB HBM3)"),
+    ("NVIDIA H100 PCIe", 756e12, "table (NVIDIA H100 PCIe)"),  # not the SXM's peak (a review)
+    ("NVIDIA H100 NVL", 835e12, "table (NVIDIA H100 NVL)"),
 ])
 def test_peak_flops_per_device(monkeypatch, kind, peak, source):
     monkeypatch.setattr(jax, "devices", lambda: [types.SimpleNamespace(device_kind=kind)])

@@ -115,3 +115,11 @@ def test_metrics_of_a_remote_workdir_are_written_there_and_resumed(remote_dir, t
     rows = [json.loads(line) for line in fileio.read_bytes(path).decode().splitlines()]
     assert rows == [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0}, {"step": 3, "loss": 0.5}]
     assert not os.listdir(tmp_path)
+    # Rows wait up to 30 s in memory; a checkpoint flushes them first (the loop's save), or a
+    # hard kill after it would leave a gap that the resumed run never logs again (a review).
+    writer = metrics.MetricsWriter(remote_dir, start_step=3)
+    writer.write(4, {"loss": 0.25})
+    assert len(fileio.read_bytes(path).decode().splitlines()) == 3
+    writer.flush()
+    assert json.loads(fileio.read_bytes(path).decode().splitlines()[-1]) == {"step": 4, "loss": 0.25}
+    writer.close()
