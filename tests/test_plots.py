@@ -38,3 +38,30 @@ def test_the_command_names_a_missing_run_in_one_line(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "nothere/metrics.jsonl" in lines[0]
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_half_written_last_line_is_left_out_and_a_bad_one_named(tmp_path, capsys):
+    """A killed run (or a full disk) leaves a half-written last line, which MetricsWriter drops
+    on resume; plotting failed on it with json's message alone (a review)."""
+    _write_metrics(tmp_path / "run", [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0}])
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "lo')
+    assert [r["step"] for r in plots.read_metrics(str(tmp_path / "run"))] == [1, 2]
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as f:
+        f.write('\n{"step": 4, "loss": 1.0}\n')
+    assert plots.main([str(tmp_path / "run"), f"--output={tmp_path}/x.png"]) == 2
+    assert "run/metrics.jsonl:3: not a JSON record (" in capsys.readouterr().err
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path):
+    import pytest
+
+    from bertjax.runtime import fileio
+
+    def fail(f):
+        f.write(b"half")
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        fileio.write_with(str(tmp_path / "out.json"), fail)
+    assert list(tmp_path.iterdir()) == []

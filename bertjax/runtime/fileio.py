@@ -165,15 +165,20 @@ def write_with(path: str, write: Callable[[Any], Any]) -> None:
     `write` goes (large output is never held whole in memory); a remote one is built in memory
     first, since a remote file being written cannot seek, which zip formats (.npz) do."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    if is_remote(path):
-        buffer = io.BytesIO()
-        write(buffer)
-        with open_file(tmp, "wb") as f:
-            f.write(buffer.getvalue())
-    else:
-        with open_file(tmp, "wb") as f:
-            write(f)
-    rename(tmp, path)
+    try:
+        if is_remote(path):
+            buffer = io.BytesIO()
+            write(buffer)
+            with open_file(tmp, "wb") as f:
+                f.write(buffer.getvalue())
+        else:
+            with open_file(tmp, "wb") as f:
+                write(f)
+        rename(tmp, path)
+    except BaseException:  # a full disk, an interrupt: no partial file left beside `path`
+        if exists(tmp):
+            remove(tmp)
+        raise
 
 
 def write_json(path: str, value: Any) -> None:

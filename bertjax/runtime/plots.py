@@ -20,11 +20,17 @@ def read_metrics(workdir: str) -> list[dict]:
     (a training record, an evaluation record), the last wins: workdirs written before
     MetricsWriter dropped a resumed run's repeated steps still hold them."""
     by_step: dict[tuple[int, frozenset], dict] = {}
-    with fileio.open_file(fileio.join(workdir, "metrics.jsonl")) as f:
-        for line in f:
-            if line.strip():
-                record = json.loads(line)
-                by_step[(record["step"], frozenset(record))] = record
+    path = fileio.join(workdir, "metrics.jsonl")
+    with fileio.open_file(path) as f:
+        lines = [line for line in f if line.strip()]
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            if number == len(lines):  # a half-written last line (a killed run, a full disk): left out
+                break
+            raise ValueError(f"{path}:{number}: not a JSON record ({e})") from None
+        by_step[(record["step"], frozenset(record))] = record
     return sorted(by_step.values(), key=lambda r: r["step"])
 
 
@@ -73,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = dict(run.split("=", 1) if "=" in run else (run, run) for run in args.runs)
     try:
         print(plot_runs(runs, {metric: [metric] for metric in args.metrics.split(",")}, args.output))
-    except (OSError, ValueError) as e:
-        print(f"error: {cli.error_line(e)}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 (expected_failure keeps a bug's traceback)
+        line = cli.error_line(e) if isinstance(e, (OSError, ValueError)) else cli.expected_failure(e)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return cli.EXIT_ERROR
     return 0
 
