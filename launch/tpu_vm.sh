@@ -110,7 +110,12 @@ case "$command" in
     on_workers all "cd $REMOTE_DIR && $running_pid
       if [ -z \"\$pid\" ]; then echo \"\$(hostname): no run going\"; exit 0; fi
       kill -TERM \"\$pid\" && echo \"\$(hostname): SIGTERM sent to \$pid; waiting for its checkpoint\"
-      while kill -0 \"\$pid\" 2>/dev/null; do sleep 2; done
+      waited=0
+      while kill -0 \"\$pid\" 2>/dev/null && [ \$waited -lt ${STOP_TIMEOUT:-600} ]; do sleep 2; waited=\$((waited + 2)); done
+      if kill -0 \"\$pid\" 2>/dev/null; then
+        echo \"\$(hostname): \$pid still running after ${STOP_TIMEOUT:-600} s (it stops at its next step, after data preparation or compiling); kill -9 \$pid ends it now, without a checkpoint\"
+        exit 1
+      fi
       echo \"\$(hostname): stopped\""
     ;;
   delete)

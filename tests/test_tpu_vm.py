@@ -155,3 +155,19 @@ def test_run_defaults_to_pretrain(tpu_vm):
     assert "launch/pretrain.py --distributed=on --config=configs/pretrain.py:base" in command
     assert "log=logs/pretrain-" in command
     assert run("run", "finetune").returncode == 2  # no flags: the usage
+
+
+def test_stop_gives_up_waiting_and_says_how_to_end_the_run(tpu_vm, tmp_path):
+    """A run that does not reach a training step (preparing data, compiling, hung in a
+    collective) never exited on SIGTERM, and `stop` waited forever (a review)."""
+    run, calls = tpu_vm
+    (tmp_path / "worker" / "logs").mkdir(parents=True)
+    stubborn = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 60 & wait"])
+    try:
+        (tmp_path / "worker" / "logs" / "run.pid").write_text(str(stubborn.pid))
+        assert run("stop", STOP_TIMEOUT="2").returncode == 0
+        stopped = _on_worker(_worker_command(calls()[-1])[1])
+        assert stopped.returncode == 1 and f"{stubborn.pid} still running after 2 s" in stopped.stdout
+        assert f"kill -9 {stubborn.pid} ends it now" in stopped.stdout
+    finally:
+        stubborn.kill()
