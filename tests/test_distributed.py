@@ -11,7 +11,7 @@ from jax._src.clusters import ClusterEnv, cloud_tpu_cluster
 from bertjax.runtime import distributed
 from small_runs import two_cpu_processes
 
-CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "TPU_", "MEGASCALE_", "KUBERNETES_", "JAX_COORDINATOR")
+CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "TPU_", "MEGASCALE_", "KUBERNETES_", "JAX_COORDINATOR", "WORLD_SIZE", "PMI")
 
 
 @pytest.fixture
@@ -68,6 +68,31 @@ def test_auto_with_a_one_process_cluster_stays_single_process(calls, monkeypatch
         monkeypatch.setenv(key, value)
     assert not distributed.initialize("auto")
     assert calls == []
+
+
+@pytest.mark.parametrize("name", ["OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE"])
+def test_auto_refuses_a_launcher_jax_does_not_detect(calls, monkeypatch, name):
+    """Open MPI 5 (no OMPI_MCA_orte_hnp_uri), torchrun, MPICH: each process started as a run of
+    its own, all on one workdir (a review)."""
+    monkeypatch.setenv(name, "4")
+    with pytest.raises(ValueError, match=f"--distributed=auto: {name}=4 says this is one of 4 processes"):
+        distributed.initialize("auto")
+    monkeypatch.setenv(name, "1")
+    assert not distributed.initialize("auto") and calls == []
+
+
+def test_auto_names_a_failing_detection(calls, monkeypatch):
+    class Broken:
+        __name__ = "K8sCluster"
+
+        @staticmethod
+        def get_process_count():
+            raise KeyError("job-name")
+
+    monkeypatch.setattr(distributed, "detect_cluster", lambda: Broken)
+    with pytest.raises(ValueError, match=r"detecting the cluster failed \(KeyError: 'job-name'\); give "
+                                         r"--distributed=off"):
+        distributed.initialize("auto")
 
 
 def test_explicit_flags_on_and_off(calls):

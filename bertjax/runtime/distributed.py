@@ -9,7 +9,9 @@ call before anything touches a device. What each environment exposes, and who re
   * SLURM (`srun`): SLURM_JOB_ID, SLURM_STEP_NODELIST, SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID.
   * Open MPI (`mpirun`): OMPI_MCA_orte_hnp_uri, OMPI_COMM_WORLD_SIZE / _RANK / _LOCAL_RANK.
   * Kubernetes (GPU jobs): the pod's API, with `jax[k8s]` installed.
-  * Anything else (torchrun-style launchers, hand-started processes): the explicit flags.
+  * Anything else (torchrun-style launchers, hand-started processes, Open MPI 5): the
+    explicit flags; "auto" refuses to start one of several processes it cannot join
+    (WORLD_SIZE_VARIABLES above 1), which would otherwise train alone on a shared workdir.
 
 jax reads all of these itself (its ClusterEnv classes), so this module only decides
 *whether* to start jax.distributed: "auto" asks jax's own cluster detection whether an
@@ -22,12 +24,16 @@ On CPU the processes talk through gloo collectives: jax's default for
 from __future__ import annotations
 
 import logging
+import os
 
 import jax
 
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
+# What launchers jax does not detect set for each process (Open MPI 5 no longer sets the
+# OMPI_MCA_orte_hnp_uri jax looks for; torchrun-style launchers; MPICH / Intel MPI).
+WORLD_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 
 
 def detect_cluster() -> type | None:
@@ -62,8 +68,21 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
             raise ValueError(f"--distributed=off contradicts --{', --'.join(given)}")
         return False
     if mode == "auto" and not given:
-        cluster = detect_cluster()
-        processes = cluster.get_process_count() if cluster is not None else 1
+        try:
+            cluster = detect_cluster()
+            processes = cluster.get_process_count() if cluster is not None else 1
+        except (RuntimeError, KeyError, OSError, ValueError) as e:  # e.g. jax[k8s] outside a Kubernetes Job
+            raise ValueError(f"--distributed=auto: detecting the cluster failed ({type(e).__name__}: {e}); give "
+                             "--distributed=off for one process, or --distributed=on with --coordinator_address, "
+                             "--num_processes and --process_id") from None
+        launched = {name: os.environ[name] for name in WORLD_SIZE_VARIABLES
+                    if os.environ.get(name, "").isdigit() and int(os.environ[name]) > 1}
+        if processes < 2 and launched:  # each process would train alone, on the same workdir
+            name, size = next(iter(launched.items()))
+            raise ValueError(f"--distributed=auto: {name}={size} says this is one of {size} processes, but jax "
+                             "detects no cluster it can start from; give --distributed=on with "
+                             "--coordinator_address=host:port, --num_processes and --process_id (or "
+                             "--distributed=off for independent runs)")
         if processes < 2:
             log.info("--distributed=auto: %s; running as one process",
                      f"{cluster.__name__} with one process" if cluster else "no multi-process cluster environment")
