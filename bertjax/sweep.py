@@ -14,6 +14,7 @@ import ml_collections
 
 from bertjax import finetune, finetune_setup, sharding
 from bertjax.runtime import fileio
+from bertjax.runtime.errors import TrainingDiverged
 
 log = logging.getLogger(__name__)
 
@@ -67,22 +68,44 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
         runs.append((f"lr{learning_rate:g}_batch{batch_size}_{length}", run))
     _check_every_run(config, runs)
-    results = []
+    results, metric = [], None
     for name, run in runs:
         learning_rate, batch_size, epochs = run.train.learning_rate, run.train.batch_size, run.train.num_epochs
-        summary = finetune.finetune(run, fileio.join(workdir, "sweep", name))
+        row = {"run": name, "learning_rate": learning_rate, "batch_size": batch_size, "epochs": epochs}
+        try:
+            summary = finetune.finetune(run, fileio.join(workdir, "sweep", name))
+        except Exception as e:  # noqa: BLE001 (a run's own failure is recorded; any other is raised)
+            failure = _run_failure(e)
+            if failure is None:
+                raise
+            log.warning("the sweep's run %s failed (%s); going on to the next", name, failure)
+            results.append({**row, "best_step": None, "error": failure})
+            continue
         metric = f"eval_{summary['main_metric']}"  # the task's: F1 for MRPC, Spearman for STS-B, ...
         best = summary["best"] or {"metrics": {}, "step": None}
-        results.append({"run": name, "learning_rate": learning_rate, "batch_size": batch_size, "epochs": epochs,
-                        "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
+        results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
     results.sort(key=lambda row: -row.get(metric, -math.inf))
     if jax.process_index() == 0:
         fileio.write_json(fileio.join(workdir, "sweep_results.json"), results)
-        columns = ["run", "best_step"] + [key for key in results[0] if key.startswith("eval_")]
+        columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
         print("\n" + "  ".join(f"{c:>24}" for c in columns))
         for row in results:
             print("  ".join(f"{row.get(c, ''):>24.4f}" if isinstance(row.get(c), float) else f"{str(row.get(c)):>24}"
                             for c in columns))
-        print(f"best: {results[0]['run']} ({metric} {results[0].get(metric, float('nan')):.4f}); "
-              f"all in {fileio.join(workdir, 'sweep_results.json')}")
+        for row in results:
+            if "error" in row:
+                print(f"{row['run']}: failed, {row['error']}")
+        best = results[0] if metric in results[0] else None
+        print((f"best: {best['run']} ({metric} {best[metric]:.4f}); " if best else "no run evaluated; ")
+              + f"all in {fileio.join(workdir, 'sweep_results.json')}")
     return results
+
+
+def _run_failure(error: Exception) -> str | None:
+    """One line for a run that failed by its own settings (non-finite losses; out of device memory
+    at a large batch size), which the sweep records and goes past; None for anything else."""
+    if isinstance(error, TrainingDiverged):
+        return str(error)
+    if type(error).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(error):
+        return f"out of device memory ({str(error)[:200]})"
+    return None

@@ -46,7 +46,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from bertjax import checkpointing, models, optim, run_config, sharding
 from bertjax.metrics import MetricsWriter, peak_flops_per_device
 from bertjax.runtime import compilation_cache, console, preemption
-from bertjax.runtime.errors import TrainingStopped
+from bertjax.runtime.errors import TrainingDiverged, TrainingStopped
 
 log = logging.getLogger(__name__)
 
@@ -501,7 +501,7 @@ class Loop:
         self.last.update(last)
         worst, skipped = jax.device_get((state.worst_bad_run, state.skipped_steps))
         if worst >= self.max_consecutive_bad_steps:
-            raise TrainingStopped(
+            raise TrainingDiverged(
                 f"stopping at step {step}: {int(worst)} consecutive steps had a non-finite loss or gradient "
                 f"(config.train.max_consecutive_bad_steps={self.max_consecutive_bad_steps}); {int(skipped)} skipped "
                 f"in all. Weights were never updated from them: lower the learning rate or check the data, then "

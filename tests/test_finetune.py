@@ -389,6 +389,26 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     assert [r["run"] for r in sweep.sweep(config, str(tmp_path / "fixed"))] == [
         "lr0.0001_batch16_steps20", "lr0.001_batch16_steps20"]  # one run per learning rate, not three
 
+    # A run that diverges (or runs out of memory at a large batch) is recorded and the sweep goes
+    # on: it stopped the whole sweep, which a rerun could not get past (a review).
+    from bertjax.runtime.errors import TrainingDiverged, TrainingStopped
+
+    def diverging(run, workdir):
+        if run.train.learning_rate == 1e-3:
+            raise TrainingDiverged("stopping at step 3: 10 consecutive steps had a non-finite loss")
+        return {"best": {"step": 4, "metrics": metrics[run.train.learning_rate]}, "main_metric": "f1"}
+
+    monkeypatch.setattr(finetune, "finetune", diverging)
+    (tmp_path / "diverged").mkdir()
+    results = sweep.sweep(config, str(tmp_path / "diverged"))
+    assert [(r["run"], r.get("error", "")[:11]) for r in results] == [
+        ("lr0.0001_batch16_steps20", ""), ("lr0.001_batch16_steps20", "stopping at")]
+    printed = capsys.readouterr().out
+    assert "lr0.001_batch16_steps20: failed, stopping at step 3" in printed and "best: lr0.0001" in printed
+    monkeypatch.setattr(finetune, "finetune", lambda run, workdir: (_ for _ in ()).throw(TrainingStopped("preempted")))
+    with pytest.raises(TrainingStopped, match="preempted"):  # a preemption stops the sweep, to resume
+        sweep.sweep(config, str(tmp_path / "diverged"))
+
     # A grid point the mesh cannot split (the 8 simulated devices) fails before any run trains.
     trained = []
     monkeypatch.setattr(finetune, "finetune", lambda run, workdir: trained.append(run) or {})
