@@ -466,7 +466,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     #    gave (evaluation's from float32 products, as it evaluates without a cache). --
     caches: dict[str, feature_cache.FeatureCache] = {}
     if frozen and config.train.cache_features:
-        with clock.phase("cache features"):
+        with loop.paused(), clock.phase("cache features"):  # not in the first steps' time and rate
             for split in [task.train, *task.eval_splits, *task.test_splits]:
                 encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")
                 caches[split.name], message = cached_features(
