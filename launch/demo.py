@@ -10,7 +10,8 @@ r"""The whole job on the embedded demo corpus, end to end (`bash launch/demo.sh`
 
 `--pretrain` and `--finetune` are the configs (configs/pretrain.py:tiny and
 configs/finetune.py:demo) and take the same `.key=value` overrides as the launchers.
-Running it again resumes an interrupted run, or returns quickly once everything is done.
+Running it again resumes an interrupted run, or returns quickly once everything is done;
+with other settings it is refused (WORKDIR/demo_settings.json): give another --workdir.
 """
 
 import os
@@ -63,6 +64,27 @@ def _check_configs(pretrain_config, finetune_config) -> None:
         raise ValueError(f"--finetune: {e}") from None
 
 
+def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
+    """ValueError when `workdir` holds a demo run with other settings: each finished stage would
+    return its earlier results as this run's. Records this run's settings otherwise."""
+    from bertjax import run_config
+    from bertjax.runtime import fileio
+
+    settings = {"pretrain": pretrain_config.to_dict(), "finetune": finetune_config.to_dict()}
+    path = fileio.join(workdir, "demo_settings.json")
+    if fileio.exists(path):
+        saved = fileio.read_json(path)
+        changes = [f"--{stage}.{change}" for stage in settings
+                   for change in run_config.changed_settings(saved.get(stage, {}), settings[stage])]
+        if changes:
+            raise ValueError(f"--workdir={workdir} holds a demo run with other settings ({'; '.join(changes[:3])}"
+                             f"{'; ...' if len(changes) > 3 else ''}): its finished stages would answer for this "
+                             "one; give another --workdir (WORKDIR=... bash launch/demo.sh)")
+        return
+    fileio.makedirs(workdir)
+    fileio.write_json(path, settings)
+
+
 def _fill_mask(pretrain_dir: str) -> list[dict]:
     """The pre-trained model's top 3 for each of the demo world's FILL_MASK_PROBES."""
     import bertjax
@@ -86,6 +108,7 @@ def main(_):
             "scratch": fileio.join(workdir, "finetune_scratch")}
 
     _check_configs(_PRETRAIN.value, _FINETUNE.value)
+    _check_same_demo(workdir, _PRETRAIN.value, _FINETUNE.value)
     pretrain.train_and_evaluate(_PRETRAIN.value, pretrain_dir)
     fill_mask = _fill_mask(pretrain_dir)
     score, metric = {}, "accuracy"

@@ -18,16 +18,19 @@ TOY_MODEL = ["hidden_size=32", "num_hidden_layers=1", "num_attention_heads=2", "
 
 
 def _demo(tmp_path, prepared_dir, *more):
-    command = [sys.executable, os.path.join(ROOT, "launch", "demo.py"), f"--workdir={tmp_path}",
-               f"--pretrain.data.prepared_dir={prepared_dir}", "--pretrain.train.num_steps=4",
-               "--pretrain.train.warmup_steps=1", "--pretrain.train.eval_every=4", "--pretrain.train.eval_batches=1",
-               "--pretrain.checkpoint.every=4", *[f"--pretrain.model.{value}" for value in TOY_MODEL],
-               "--finetune.train.num_steps=2", "--finetune.train.eval_every=2", "--finetune.data.num_buckets=1",
-               *[f"--finetune.model.{value}" for value in TOY_MODEL], *more]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(_command(tmp_path, prepared_dir, *more), env={
+        **os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return result
+
+
+def _command(tmp_path, prepared_dir, *more):
+    return [sys.executable, os.path.join(ROOT, "launch", "demo.py"), f"--workdir={tmp_path}",
+            f"--pretrain.data.prepared_dir={prepared_dir}", "--pretrain.train.num_steps=4",
+            "--pretrain.train.warmup_steps=1", "--pretrain.train.eval_every=4", "--pretrain.train.eval_batches=1",
+            "--pretrain.checkpoint.every=4", *[f"--pretrain.model.{value}" for value in TOY_MODEL],
+            "--finetune.train.num_steps=2", "--finetune.train.eval_every=2", "--finetune.data.num_buckets=1",
+            *[f"--finetune.model.{value}" for value in TOY_MODEL], *more]
 
 
 @pytest.mark.slow  # a second demo run; the default one is the test below
@@ -61,3 +64,8 @@ def test_demo_runs_both_stages_and_reports_fill_mask(tmp_path, prepared_dir):
     printed = result.stdout
     assert "She is 20 [MASK] old ." in printed and f"{results['fill_mask_top1_accuracy']:6.1%}" in printed
     assert "demo task dev accuracy, same fine-tuning from scratch" in printed
+    # Run again with another setting, the finished stages answered for it (a review): refused.
+    again = subprocess.run(_command(tmp_path, prepared_dir, "--pretrain.seed=1"),
+                           env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and again.stderr.strip().startswith(
+        f"error: --workdir={tmp_path} holds a demo run with other settings (--pretrain.seed 42 -> 1): "), again.stderr
