@@ -225,6 +225,15 @@ def test_an_export_that_fails_leaves_no_version_behind(minilm_classifier_run, tm
     assert sorted(os.listdir(saved)) == ["assets", "assets.extra", "fingerprint.pb", "saved_model.pb", "variables"]
 
 
+def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
+    from bertjax.inference import export
+
+    os.makedirs(tmp_path / "serving")
+    (tmp_path / "serving" / "1").write_text("not a folder")
+    with pytest.raises(ValueError, match=r"serving/1 is a file; give another --output or --version"):
+        export.export_saved_model(minilm_classifier_run, str(tmp_path / "serving"))
+
+
 def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(minilm_classifier_run, tmp_path):
     """--precision=bfloat16: the SavedModel multiplies bfloat16 operands as load_model(...,
     precision="bfloat16") does, and says so in assets.extra/task.json."""
@@ -272,6 +281,8 @@ def test_tagging_export_tags_each_word(exported):
         n = len(w["words"])
         assert words[:n] == w["words"] and tags[:n] == w["tags"] and set(words[n:]) | set(tags[n:]) <= {""}
         assert [text.encode()[s:e].decode() for s, e in zip(starts[:n], ends[:n])] == w["words"]
+    # One window a sentence: a row whose tokens overflow it says so (predict reads further windows).
+    assert got["truncated"] == [len(model.tokenizer.encode(text)) + 2 > LENGTH for text in inputs["text"]]
 
 
 def test_squad_export_answers_with_offsets(exported):
@@ -279,6 +290,12 @@ def test_squad_export_answers_with_offsets(exported):
     assert [w["answer"] for w in want] == got["answer"]
     assert any(got["answer"])
     np.testing.assert_allclose(got["null_odds"], [w["null_odds"] for w in want], atol=1e-4)
+    # One window: a question cut to max_query_length or a context cut to what fits says so.
+    from bertjax.tasks import squad
+
+    query = squad.settings(model.source.data)["max_query_length"]
+    question, context = ([len(ids) for ids in model.tokenizer.encode_batch(inputs[k])] for k in ("question", "context"))
+    assert got["truncated"] == [q > query or min(q, query) + c + 3 > LENGTH for q, c in zip(question, context)]
     inside_accented_words = 0
     for context, answer, start, end, w in zip(inputs["context"], got["answer"], got["start"], got["end"], want):
         assert context.encode()[start:end].decode() == answer if answer else (start, end) == (-1, -1)
@@ -360,3 +377,31 @@ def test_a_family_whose_graph_reads_words_refuses_a_sentencepiece_export():
         "max_seq_length 67 leaves no room for a context after a question of up to 64 tokens (max_query_length) "
         "and 3 special tokens; give at least 68")
     assert tasks.FAMILIES["squad"].check_export(wordpiece, 68, {"max_query_length": 64}) is None
+
+
+@pytest.mark.parametrize("n_best_size, answer", [(1, ""), (2, "b c")])
+def test_serving_span_candidates_are_predicts_n_best(n_best_size, answer):
+    """The graph took the best valid span over every (start, end) pair; predict pairs only the
+    n_best_size highest starts and ends (run_squad.py's rule), so with the best start after the
+    best end they answered differently (a review). Context "a b ... h" at positions 4..11."""
+    import types
+
+    from bertjax.inference import export
+    from bertjax.runtime.tf_cpu import tf
+    from bertjax.tasks import squad_answers, squad_serving
+
+    ids = types.SimpleNamespace(cls_id=2, sep_id=3, pad_id=0)
+    starts = tf.ragged.constant([[2 * k for k in range(8)]], tf.int64)
+    tokenizer = types.SimpleNamespace(
+        ids_with_offsets=lambda context: (tf.ragged.constant([list(range(10, 18))], tf.int32), starts, starts + 1),
+        ids=lambda question: tf.ragged.constant([[20, 21]], tf.int32))
+    start, end = np.full((1, 13), -5.0, np.float32), np.full((1, 13), -5.0, np.float32)
+    start[0, [0, 11, 5]], end[0, [0, 6, 7]] = (0.0, 10.0, 8.0), (0.0, 10.0, 8.0)  # best start 11 > best end 6
+    serving = types.SimpleNamespace(tokenizer=tokenizer, layout=export._Layout(ids, 64),
+                                    model=lambda *inputs: (tf.constant(start), tf.constant(end)))
+    options = {"max_query_length": 64, "max_answer_length": 30, "n_best_size": n_best_size,
+               "null_score_diff_threshold": 0.0}
+    got = squad_serving.best_spans(serving, tf.constant(["q"]), tf.constant(["a b c d e f g h"]), "v1.1", options)
+    assert got["answer"].numpy()[0].decode() == answer and not got["truncated"].numpy()[0]
+    if not answer:
+        assert got["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS

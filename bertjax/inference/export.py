@@ -81,6 +81,8 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
     if fileio.exists(output_dir) and not fileio.isdir(output_dir):
         raise ValueError(f"--output={output_dir} is a file; give a folder")
     target = fileio.join(output_dir, str(version))
+    if fileio.exists(target) and not fileio.isdir(target):
+        raise ValueError(f"{target} is a file; give another --output or --version")
     if fileio.exists(target) and fileio.listdir(target):
         raise ValueError(f"{target} is not empty; give another --output or --version")
     from bertjax.runtime.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way

@@ -480,7 +480,9 @@ class TaggingFamily(Family):
 
     def serve(self, serving, inputs):
         """-> words <string>[B, W] (as written), tags <string>[B, W], word_start / word_end
-        <int64>[B, W] (byte offsets); rows padded with "" and -1; words past the window tagged ""."""
+        <int64>[B, W] (byte offsets); rows padded with "" and -1; truncated <bool>[B]. One window
+        a sentence: words past it are tagged "" and the row is `truncated` (predict reads them
+        in further windows, and tags each word from the window where it has the most context)."""
         from bertjax.runtime.tf_cpu import tf
 
         text = inputs["text"]
@@ -499,7 +501,8 @@ class TaggingFamily(Family):
                                       ends.flat_values - starts.flat_values)  # the words as written
         return {"words": starts.with_flat_values(originals).to_tensor(""),
                 "tags": first.with_flat_values(tags).to_tensor(""),
-                "word_start": starts.to_tensor(-1), "word_end": ends.to_tensor(-1)}
+                "word_start": starts.to_tensor(-1), "word_end": ends.to_tensor(-1),
+                "truncated": tf.reduce_any(~fits, axis=1)}
 
 
 FAMILY = TaggingFamily()
