@@ -318,13 +318,13 @@ def make_optimizer(train_config: Any, schedule: optax.Schedule | None = None) ->
             scale_by_stable_adam(tc.adam_b1, tc.adam_b2, tc.adam_eps, tc.weight_decay, mask=decay_mask),
             optax.scale_by_learning_rate(schedule),
         ]
-    else:
-        parts += [
+    else:  # one chain, as optax.lamb's: a lamb run's optimizer state keeps its layout
+        parts.append(optax.chain(
             optax.scale_by_adam(tc.adam_b1, tc.adam_b2, tc.adam_eps),
             optax.add_decayed_weights(tc.weight_decay, mask=decay_mask),
             optax.masked(optax.scale_by_trust_ratio(), decay_mask),
             optax.scale_by_learning_rate(schedule),
-        ]
+        ))
     return optax.chain(*parts)
 
 

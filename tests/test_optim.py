@@ -269,6 +269,10 @@ def test_lamb_scales_kernels_by_the_trust_ratio_and_leaves_biases_and_norms_alon
     np.testing.assert_allclose(updates["dense"]["bias"], -0.01, rtol=1e-4)
     np.testing.assert_allclose(updates["LayerNorm"]["scale"], -0.01, rtol=1e-4)
     np.testing.assert_allclose(updates["dense"]["kernel"], -0.01 * 3.0, rtol=1e-4)  # ||p|| / ||sign(g)|| = 3
+    # The arrays of its state sit where optax.lamb's did: a lamb run saved before resumes.
+    paths = lambda state: [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(state)]
+    reference = optax.chain(optax.lamb(lambda step: 0.01, mask=optim.decay_mask))  # (no clipping here)
+    assert paths(tx.init(params)) == paths(reference.init(params))
 
 
 def test_clipping_scales_the_gradient_to_max_norm():
