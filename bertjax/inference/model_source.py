@@ -26,7 +26,7 @@ import os
 from typing import Any, Callable
 
 from bertjax import tokenization
-from bertjax.models import convert
+from bertjax.models import convert, tensor_files
 from bertjax.models.config import BertConfig
 from bertjax.runtime import fileio
 
@@ -69,8 +69,22 @@ class ModelSource:
         return (self.run_config or {}).get("data", {})
 
     def load_params(self) -> dict[str, Any]:
-        """{"bert": encoder tree, <heads>}: numpy float32, unrolled layers."""
-        _, params = convert.load_pretrained(self.weights)
+        """{"bert": encoder tree, <heads>}: numpy float32, unrolled layers. A bertjax step whose
+        arrays do not read falls back to the older steps beside it, as a restore does."""
+        from bertjax import checkpointing
+
+        try:
+            _, params = convert.load_pretrained(self.weights)
+        except checkpointing.CheckpointMismatchError:
+            raise
+        except Exception as e:  # noqa: BLE001 (orbax/tensorstore raise many kinds for unreadable files)
+            if self.layout != "bertjax" or not os.path.basename(self.weights.rstrip("/")).isdigit():
+                raise
+            parent = fileio.parent(self.weights)
+            import logging
+            logging.getLogger(__name__).warning("%s does not read (%s); reading the newest readable step of %s",
+                                                self.weights, str(e)[:200], parent)
+            _, params = convert.load_pretrained(parent)
         return params
 
     def load_tokenizer(self, vocab_path: str = "", kind: str = "wordpiece",
@@ -132,12 +146,12 @@ def resolve(path: str | ModelSource) -> ModelSource:
     if layout == "tf":
         return ModelSource(path, layout, directory, bert, spec)
     hf_config = fileio.read_json(fileio.join(directory, "config.json"))
-    architectures = hf_config.get("architectures") or []
-    # ModernBERT's classes other than the bare model load their `head.*` into the pooler
-    # (modernbert_layout.load_modernbert), as Hugging Face's sequence classifier would.
-    fresh = (architectures in ([], ["ModernBertModel"]) if hf_config.get("model_type") == "modernbert"
-             else bool(architectures) and set(architectures) <= set(convert.HF_WITHOUT_POOLER))
-    return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=not fresh), hf_config)
+    # Whether the file holds a pooler (BERT), or a head that ModernBERT's loads into it
+    # (modernbert_layout.load_modernbert): bert-base-uncased's says BertForMaskedLM, and has one.
+    names = tensor_files.safetensors_names(fileio.join(directory, "model.safetensors"))
+    wanted = "head.dense.weight" if hf_config.get("model_type") == "modernbert" else "pooler.dense.weight"
+    trained = any(name == wanted or name.endswith("." + wanted) for name in names)
+    return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=trained), hf_config)
 
 
 def _family_with(source: ModelSource, has: Callable[[Any], Any], what: str):

@@ -25,6 +25,20 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_d
 _FLOATS = ("F64", "F32", "F16", "BF16")  # read as float32, bertjax's host params
 
 
+def safetensors_names(file: str) -> list[str]:
+    """The tensor names of a safetensors `file` (local or gs://), from its header alone."""
+    with fileio.open_file(file, "rb") as f:
+        start = f.read(8)
+        if len(start) < 8:
+            raise ValueError(f"{file}: not a safetensors file ({len(start)} bytes)")
+        (header_size,) = struct.unpack("<Q", start)
+        try:
+            header = json.loads(f.read(header_size))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError(f"{file}: not a safetensors file, or cut off (its header does not read as JSON)") from None
+    return [name for name in header if name != "__metadata__"]
+
+
 def read_safetensors(file: str) -> dict[str, np.ndarray]:
     """`file` (local or gs://) -> {name: array}; floating-point tensors as float32."""
     data = fileio.read_bytes(file)
