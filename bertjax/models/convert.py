@@ -39,10 +39,10 @@ _HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_t
 _NOT_IN_BERT_LAYOUTS = ("attention_window", "use_bias", "norm_bias", "pooler", "token_transform")
 _TF_ACT = {"gelu": "gelu_tanh", "relu": "relu"}  # the original TF "gelu" is the tanh form
 _HF_IGNORED = re.compile(r"(^|\.)position_ids$")
-HF_WITHOUT_POOLER = ("BertForMaskedLM", "BertForTokenClassification", "BertForQuestionAnswering")
+_HF_NO_POOLER = ("BertForMaskedLM", "BertForTokenClassification", "BertForQuestionAnswering")
 # The Hugging Face BERT classes an export may name in config.json's "architectures".
 HF_ARCHITECTURES = ("BertModel", "BertForPreTraining", "BertForNextSentencePrediction",
-                    "BertForSequenceClassification", "BertForMultipleChoice", *HF_WITHOUT_POOLER)
+                    "BertForSequenceClassification", "BertForMultipleChoice", *_HF_NO_POOLER)
 _HEADS_OF = {"BertForPreTraining": ("mlm", "nsp"), "BertForMaskedLM": ("mlm",),
              "BertForNextSentencePrediction": ("nsp",), "BertForSequenceClassification": ("classifier",),
              "BertForMultipleChoice": ("classifier",), "BertForTokenClassification": ("classifier",),
@@ -151,7 +151,7 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
                          "bertjax ties the MLM decoder to them")
     architectures = hf_config.get("architectures") or []
     pooler = ("pooler.dense.weight", "pooler.dense.bias")
-    if architectures and set(architectures) <= set(HF_WITHOUT_POOLER) and not set(pooler) & set(tensors):
+    if architectures and set(architectures) <= set(_HF_NO_POOLER) and not set(pooler) & set(tensors):
         # Initialised as Hugging Face initialises a missing pooler: a zero one would make a frozen
         # encoder's pooled [CLS] zero for every input, leaving a classifier only its bias.
         logging.warning("%s: %s has no pooler; bertjax's starts freshly initialised (a frozen encoder's pooled "
