@@ -591,10 +591,12 @@ def bert_wordpiece_differences(path: str) -> list[str]:
 @functools.lru_cache(maxsize=None)  # once a vocabulary and casing (a run loads it several times)
 def _warn_if_casing_contradicts(path: str, tokens: tuple[str, ...], do_lower_case: bool) -> None:
     """A warning when a vocabulary's tokens contradict `do_lower_case`: a cased one (capitals in
-    over 1% of its tokens) lower-cased reads every capitalised word as pieces or [UNK]; an
-    uncased one (capitals in under 0.1%) kept cased reads capitals as [UNK]. The original
-    checks the casing against the release's name for the same reason."""
-    words = [token for token in tokens if not (token.startswith("[") and token.endswith("]"))]
+    over 1% of its tokens with cased letters) lower-cased reads every capitalised word as pieces
+    or [UNK]; an uncased one (capitals in under 0.1%) kept cased reads capitals as [UNK]. Tokens
+    of scripts without case (Thai, Arabic, CJK) do not count. The original checks the casing
+    against the release's name for the same reason."""
+    words = [token for token in tokens if not (token.startswith("[") and token.endswith("]"))
+             and any(c.isupper() or c.islower() for c in token)]
     if len(words) < 1000:  # too few to tell
         return
     share = sum(any(c.isupper() for c in token) for token in words) / len(words)

@@ -67,8 +67,8 @@ def main(_):
         if do_lower_case is None and saved["kind"] == "wordpiece":
             do_lower_case = saved["do_lower_case"]
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
-    if kind == "huggingface" and do_lower_case is None:  # a WordPiece tokenizer.json's BertNormalizer says
-        do_lower_case = tokenization.wordpiece_casing(vocab)
+    if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
+        do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says
     left_out = ""
     if vocab is None and saved:  # a SentencePiece model: neither layout's BERT tokenizer reads it
         left_out = (f", tokenizer not written: {saved['path']} is a {saved['kind']} model, which this layout's "

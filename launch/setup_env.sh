@@ -4,17 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-usable() {  # the venv's Python is 3.11 or newer and has pip
-  .venv/bin/python -c 'import sys, pip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
+new_enough() {  # the venv's Python is 3.11 or newer
+  .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
 }
-if [ -e .venv ] && ! usable; then  # made by an older Python, or without pip: made again
-  echo "recreating .venv: $(.venv/bin/python --version 2>&1 || echo 'no Python'), bertjax needs Python >= 3.11 with pip"
+if [ -e .venv ] && ! new_enough; then  # made by an older Python (Ubuntu 22.04's python3 is 3.10)
+  echo "recreating .venv: $(.venv/bin/python --version 2>&1 || echo 'no Python'); bertjax needs Python >= 3.11"
   rm -rf .venv
 fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv || { echo "$PYTHON -m venv failed: give PYTHON=python3.11 (or newer), with its venv module" >&2; exit 1; }
-  usable || { rm -rf .venv; echo "$PYTHON is $("$PYTHON" --version 2>&1): bertjax needs Python >= 3.11; give PYTHON=python3.11" >&2; exit 1; }
+  new_enough || { rm -rf .venv; echo "$PYTHON is $("$PYTHON" --version 2>&1): bertjax needs Python >= 3.11; give PYTHON=python3.11" >&2; exit 1; }
 fi
+# A venv made without pip (uv venv): pip added, the venv kept.
+.venv/bin/python -c 'import pip' 2>/dev/null || .venv/bin/python -m ensurepip -q ||
+  { echo ".venv has no pip and ensurepip failed: install pip into it, or remove .venv" >&2; exit 1; }
 stamp=.venv/.bertjax-installed
 wanted=$(cat setup.py launch/setup_env.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then

@@ -7,8 +7,6 @@ for tests); on GPU use attention_impl="cudnn".
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +16,8 @@ def _kernel(num_heads: int, length: int, interpret: bool, half_window: int | Non
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 
-    block = math.gcd(length, 512)  # a multiple of 128 that divides the length (640: 128)
+    # The largest block of at most 512 rows that divides the length (384: 384; 640: 128).
+    block = length if length <= 512 else next(size for size in (512, 384, 256, 128) if length % size == 0)
     sizes = kernel.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                               block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block)
     if half_window is None:
