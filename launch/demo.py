@@ -14,6 +14,7 @@ Running it again resumes an interrupted run, or returns quickly once everything 
 with other settings it is refused (WORKDIR/demo_settings.json): give another --workdir.
 """
 
+import logging
 import os
 import sys
 import time
@@ -65,22 +66,28 @@ def _check_configs(pretrain_config, finetune_config) -> None:
 
 
 def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
-    """ValueError when `workdir` holds a demo run with other settings: each finished stage would
-    return its earlier results as this run's. Records this run's settings otherwise."""
-    from bertjax import run_config
+    """ValueError when `workdir` holds a demo run with other settings (any: another corpus or
+    vocabulary too): each finished stage would return its earlier results as this run's.
+    Records this run's settings otherwise."""
+    import json
+
+    from flax.traverse_util import flatten_dict
+
     from bertjax.runtime import fileio
 
-    settings = {"pretrain": pretrain_config.to_dict(), "finetune": finetune_config.to_dict()}
+    settings = json.loads(json.dumps({"pretrain": pretrain_config.to_dict(), "finetune": finetune_config.to_dict()}))
     path = fileio.join(workdir, "demo_settings.json")
     if fileio.exists(path):
-        saved = fileio.read_json(path)
-        changes = [f"--{stage}.{change}" for stage in settings
-                   for change in run_config.changed_settings(saved.get(stage, {}), settings[stage])]
+        old, new = (flatten_dict(values, sep=".") for values in (fileio.read_json(path), settings))
+        changes = [f"--{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}"
+                   for key in sorted(set(old) | set(new)) if old.get(key, "unset") != new.get(key, "unset")]
         if changes:
             raise ValueError(f"--workdir={workdir} holds a demo run with other settings ({'; '.join(changes[:3])}"
                              f"{'; ...' if len(changes) > 3 else ''}): its finished stages would answer for this "
                              "one; give another --workdir (WORKDIR=... bash launch/demo.sh)")
         return
+    if fileio.exists(fileio.join(workdir, "pretrain")):  # a demo run from before the settings were recorded
+        logging.warning("%s holds a demo run that recorded no settings: it is taken as this one's", workdir)
     fileio.makedirs(workdir)
     fileio.write_json(path, settings)
 
