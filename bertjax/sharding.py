@@ -127,12 +127,15 @@ def logical_to_spec(logical_axes: Sequence[str | None], shape: Sequence[int] | N
     spec = nn.logical_to_mesh_axes(tuple(logical_axes), LOGICAL_AXIS_RULES)
     if shape is None or mesh is None:
         return spec
-    entries = []
-    for dim, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
-        axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
-        size = math.prod(mesh.shape[axis] for axis in axes)
-        entries.append(entry if dim % size == 0 else None)
-    return PartitionSpec(*entries)
+    return PartitionSpec(*(entry if dim % size == 0 else None for dim, entry, size in _asked(spec, shape, mesh)))
+
+
+def _asked(spec: PartitionSpec, shape: Sequence[int], mesh: Mesh) -> list[tuple[int, Any, int]]:
+    """(dimension, the mesh axes `spec` asks for it, their size) for each dimension of `shape`."""
+    entries = tuple(spec) + (None,) * (len(shape) - len(spec))
+    sized = lambda entry: math.prod(mesh.shape[axis] for axis in (  # noqa: E731
+        () if entry is None else entry if isinstance(entry, tuple) else (entry,)))
+    return [(dim, entry, sized(entry)) for dim, entry in zip(shape, entries)]
 
 
 def logical_shardings(abstract_tree: Any, mesh: Mesh) -> Any:
@@ -162,12 +165,11 @@ def undivided(abstract_tree: Any, mesh: Mesh) -> list[str]:
         if not isinstance(leaf, nn.LogicallyPartitioned):
             continue
         spec = nn.logical_to_mesh_axes(tuple(leaf.names), LOGICAL_AXIS_RULES)
-        for i, (dim, entry) in enumerate(zip(leaf.value.shape, spec)):
-            axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
-            size = math.prod(mesh.shape[axis] for axis in axes)
+        for i, (dim, entry, size) in enumerate(_asked(spec, leaf.value.shape, mesh)):
             if size > 1 and dim % size:
                 name = "/".join(str(getattr(key, "key", key)) for key in path)
-                found.append(f"{name}: dim {i} ({dim}) whole, not over {'x'.join(axes)} ({size})")
+                axes = "x".join(entry if isinstance(entry, tuple) else (entry,))
+                found.append(f"{name}: dim {i} ({dim}) whole, not over {axes} ({size})")
     return found
 
 

@@ -13,7 +13,7 @@ import jax
 import ml_collections
 
 from bertjax import finetune, finetune_setup, sharding
-from bertjax.runtime import fileio
+from bertjax.runtime import cli, fileio
 from bertjax.runtime.errors import TrainingDiverged
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,6 @@ def _run_failure(error: Exception) -> str | None:
     at a large batch size), which the sweep records and goes past; None for anything else."""
     if isinstance(error, TrainingDiverged):
         return str(error)
-    if type(error).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(error):
+    if cli.out_of_device_memory(error):
         return f"out of device memory ({str(error)[:200]})"
     return None

@@ -30,7 +30,9 @@ def main(_):
     from bertjax import finetune, sweep
 
     if _CONFIG.value.train.sweep:
-        sweep.sweep(_CONFIG.value, _WORKDIR.value)
+        results = sweep.sweep(_CONFIG.value, _WORKDIR.value)
+        if all("error" in row for row in results):  # every run diverged or ran out of memory
+            raise ValueError(f"every run of the sweep failed (see {_WORKDIR.value}/sweep_results.json)")
     else:
         finetune.finetune(_CONFIG.value, _WORKDIR.value)
 

@@ -110,13 +110,18 @@ def error_line(error: BaseException) -> str:
     return " ".join(message.replace("\\n", " ").split())
 
 
+def out_of_device_memory(error: BaseException) -> bool:
+    """Whether `error` is XLA's RESOURCE_EXHAUSTED (a JaxRuntimeError): a batch or model too large."""
+    return type(error).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(error)
+
+
 def expected_failure(error: BaseException) -> str | None:
     """The one line for a failure that is the user's to fix but is neither a ValueError nor an
     OSError, else None (a bug: its traceback is kept): out of device memory (XLA's
     RESOURCE_EXHAUSTED, a JaxRuntimeError), and a remote path that is missing or not readable
     (TensorFlow's gfile raises its own NotFoundError, PermissionDeniedError, ...)."""
     message = error_line(error)
-    if type(error).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in message:
+    if out_of_device_memory(error):
         return ("out of device memory: lower the batch size (config.train.global_batch_size or batch_size, "
                 "--batch_size) or max_seq_length, or shard the model over more devices (config.mesh.fsdp); "
                 f"{message[:300]}")
