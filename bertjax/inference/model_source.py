@@ -90,8 +90,10 @@ class ModelSource:
     def load_tokenizer(self, vocab_path: str = "", kind: str = "wordpiece",
                        do_lower_case: bool | None = None) -> tokenization.Tokenizer:
         """The tokenizer that comes with the model, or `vocab_path` (which must then be the
-        same vocabulary when the model names one). do_lower_case None: the model's casing,
-        else the vocabulary file's (a tokenizer.json says), else lower-cased with a warning."""
+        same vocabulary when the model names one). do_lower_case (WordPiece only: a
+        SentencePiece model or a tokenizer.json normalises as it says) None: the model's
+        casing, else the vocabulary file's (a tokenizer.json says), else lower-cased with a
+        warning."""
         saved = self.tokenizer_spec
         if not vocab_path and not saved:
             raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt, tokenizer.json or a saved "
