@@ -34,8 +34,7 @@ usage: launch/tpu_vm.sh COMMAND   (with TPU_NAME and ZONE set; ACCELERATOR, RUNT
   install                         copy this checkout to every worker, Python 3.11 venv, pip install -e '.[tpu]'
   run [pretrain|finetune] FLAGS   start launch/<pretrain|finetune>.py FLAGS on every worker, detached
   logs [--worker=N] [TAIL_ARGS]   the latest run's log on every worker (or worker N); default: tail -n 100
-  stop                            SIGTERM the run on every worker (it saves a checkpoint), wait for it to exit
-                                  (STOP_TIMEOUT seconds, 600; then it says how to end it)
+  stop                            SIGTERM the run on every worker (it saves a checkpoint), wait STOP_TIMEOUT s (600)
   delete                          delete the TPU VM or pod slice
 EOF
   exit 2
