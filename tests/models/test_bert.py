@@ -286,6 +286,8 @@ def test_bfloat16_attention_scores_sum_in_float32(window):
     """Every attention product of bfloat16 operands gives float32 sums: the scores were rounded
     to bfloat16 before the softmax on some paths and not on the query-block one, so one text's
     probabilities depended on the bucket it landed in (a review)."""
+    import jax.extend.core  # noqa: F401 (jax.extend.core.jaxprs_in_params)
+
     config = TINY.replace(dtype="bfloat16", attention_window=window)
     inputs = _inputs(length=16)
     params = _init(config, inputs)
@@ -295,7 +297,7 @@ def test_bfloat16_attention_scores_sum_in_float32(window):
         for eqn in eqns:
             if eqn.primitive.name == "dot_general":
                 yield eqn
-            for sub in jax.core.jaxprs_in_params(eqn.params):
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
                 yield from products(sub.eqns)
 
     attention_products = [eqn for eqn in products(jaxpr.eqns) if all(v.aval.ndim >= 4 for v in eqn.invars)]
