@@ -56,14 +56,15 @@ def check_same_kind(workdir: str, config: dict[str, Any]) -> None:
                          f"config.init_checkpoint={directory})")
 
 
-def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+def changed_settings(saved: dict[str, Any], current: dict[str, Any],
+                     left_out: tuple[str, ...] = OPERATIONAL_SETTINGS) -> list[str]:
     """'key saved -> current' for each setting (dotted key) that differs between two configs,
-    operational settings (OPERATIONAL_SETTINGS) left out."""
+    the keys starting with `left_out` (operational settings) left out."""
     old = flatten_dict(saved, sep=".")
     new = flatten_dict(json.loads(json.dumps(current)), sep=".")  # as the checkpoint stored it
     changes = []
     for key in sorted(set(old) | set(new)):
-        if key.startswith(OPERATIONAL_SETTINGS) or old.get(key, "unset") == new.get(key, "unset"):
+        if (left_out and key.startswith(left_out)) or old.get(key, "unset") == new.get(key, "unset"):
             continue
         if key in ("data.process_count", "init_weights") and key not in old:  # from before they were recorded
             continue

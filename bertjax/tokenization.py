@@ -576,10 +576,7 @@ def bert_wordpiece_differences(path: str) -> list[str]:
     if normalizer.get("type") != "BertNormalizer":
         found.append(f"normalizer {normalizer.get('type')}")
     else:
-        lower = normalizer.get("lowercase", True)
-        found += [f"BertNormalizer {key}={normalizer[key]}" for key, wanted in (
-            ("strip_accents", lower), ("handle_chinese_chars", True), ("clean_text", True))
-            if normalizer.get(key) not in (None, wanted)]
+        found += [f"BertNormalizer {setting}" for setting in _unreproduced(normalizer)]
     if (settings.get("pre_tokenizer") or {}).get("type") != "BertPreTokenizer":
         found.append(f"pre_tokenizer {(settings.get('pre_tokenizer') or {}).get('type')}")
     for key, bert in (("max_input_chars_per_word", MAX_INPUT_CHARS_PER_WORD), ("unk_token", "[UNK]")):
@@ -612,6 +609,15 @@ def _warn_if_casing_contradicts(path: str, tokens: tuple[str, ...], do_lower_cas
         not do_lower_case)
 
 
+def _unreproduced(normalizer: dict) -> list[str]:
+    """'key=value' for each BertNormalizer setting bertjax's WordPiece does not reproduce (it
+    strips accents exactly when it lower-cases, puts CJK characters apart, drops controls)."""
+    lower = normalizer.get("lowercase", True)
+    return [f"{key}={normalizer[key]}" for key, wanted in (("strip_accents", lower), ("handle_chinese_chars", True),
+                                                           ("clean_text", True))
+            if normalizer.get(key) not in (None, wanted)]
+
+
 def wordpiece_casing(path: str) -> bool | None:
     """do_lower_case as a Hugging Face tokenizer.json's BertNormalizer says; None for a vocab.txt
     (which does not say) or another normaliser. ValueError for a BertNormalizer whose other
@@ -623,9 +629,7 @@ def wordpiece_casing(path: str) -> bool | None:
     if normalizer.get("type") != "BertNormalizer":
         return None
     lower = normalizer.get("lowercase", True)
-    unsupported = [f"{key}={normalizer[key]}" for key, wanted in (("strip_accents", lower), ("handle_chinese_chars", True),
-                                                                  ("clean_text", True))
-                   if normalizer.get(key) not in (None, wanted)]
+    unsupported = _unreproduced(normalizer)
     if unsupported:
         raise ValueError(f"{path}: its BertNormalizer has {', '.join(unsupported)} (lowercase={lower}), which "
                          "bertjax's WordPiece does not reproduce (the ids would differ from the model's)")

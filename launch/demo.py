@@ -71,16 +71,14 @@ def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
     Records this run's settings otherwise."""
     import json
 
-    from flax.traverse_util import flatten_dict
-
+    from bertjax import run_config
     from bertjax.runtime import fileio
 
     settings = json.loads(json.dumps({"pretrain": pretrain_config.to_dict(), "finetune": finetune_config.to_dict()}))
     path = fileio.join(workdir, "demo_settings.json")
     if fileio.exists(path):
-        old, new = (flatten_dict(values, sep=".") for values in (fileio.read_json(path), settings))
-        changes = [f"--{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}"
-                   for key in sorted(set(old) | set(new)) if old.get(key, "unset") != new.get(key, "unset")]
+        changes = [f"--{change}" for change in run_config.changed_settings(fileio.read_json(path), settings,
+                                                                           left_out=())]
         if changes:
             raise ValueError(f"--workdir={workdir} holds a demo run with other settings ({'; '.join(changes[:3])}"
                              f"{'; ...' if len(changes) > 3 else ''}): its finished stages would answer for this "

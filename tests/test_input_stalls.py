@@ -92,6 +92,17 @@ def test_sigterm_stops_a_wait_on_a_stalled_input_pipeline(tmp_path):
     assert stdout.startswith("interrupted: SIGTERM while waiting")
 
 
+def _loop(tmp_path, num_steps):
+    """A trainer.Loop on tmp_path that checkpoints only when made to (interval 100)."""
+    from bertjax import checkpointing, trainer
+
+    checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=100,
+                                              max_to_keep=2, async_save=False)
+    return trainer.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=num_steps,
+                        start_step=0, log_every=1, eval_every=0, max_consecutive_bad_steps=3,
+                        sequences_per_step=1.0)
+
+
 def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path):
     import threading
 
@@ -103,11 +114,7 @@ def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path):
         yield {"x": 1}
         threading.Event().wait()  # never returns
 
-    checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=100,
-                                              max_to_keep=2, async_save=False)
-    loop = trainer.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=10,
-                        start_step=0, log_every=1, eval_every=0, max_consecutive_bad_steps=3,
-                        sequences_per_step=1.0)
+    loop = _loop(tmp_path, num_steps=10)
     try:
         batches = loop.input(stalled())
         assert loop.next_batch(batches, 0, None) == {"x": 1}
@@ -129,11 +136,7 @@ def test_a_stop_signal_at_the_last_step_finishes_the_run(tmp_path):
 
     from bertjax import checkpointing, trainer
 
-    checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=100,
-                                              max_to_keep=2, async_save=False)
-    loop = trainer.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=3,
-                        start_step=0, log_every=1, eval_every=0, max_consecutive_bad_steps=3,
-                        sequences_per_step=1.0)
+    loop = _loop(tmp_path, num_steps=3)
     try:
         os.kill(os.getpid(), signal.SIGTERM)
         loop.save(3, {"w": jnp.ones(3)})  # no TrainingStopped

@@ -269,23 +269,34 @@ def test_a_vocabulary_other_than_the_models_is_refused(unevaluated_run, tmp_path
         source.load_tokenizer(os.path.join(MINILM_DIR, "vocab.txt"))
 
 
+def _tiny_run(checkpoints, vocab_size=30, steps=(1,), data=None):
+    """A one-layer bertjax pre-training checkpoint directory with `steps` (step k's weights: the
+    initial ones + k, float32 numpy) and a run config of its model (and `data`); -> its params."""
+    import flax
+
+    from bertjax import checkpointing
+    from bertjax.models import BertConfig, BertForPreTraining
+
+    config = BertConfig(vocab_size=vocab_size, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=16, max_position_embeddings=16)
+    ids = np.zeros((1, 8), np.int32)
+    params = jax.tree.map(np.asarray, flax.linen.meta.unbox(BertForPreTraining(config).init(
+        jax.random.key(0), ids, ids, ids + 1, np.zeros((1, 2), np.int32))["params"]))
+    ckpt = checkpointing.Checkpointer(str(checkpoints), save_interval_steps=1, max_to_keep=len(steps), async_save=False)
+    for step in steps:
+        ckpt.save(step, {"params": jax.tree.map(lambda x: x + step, params)}, data_position=0,
+                  config={"model": config.to_dict(), **({"data": data} if data else {})})
+    ckpt.close()
+    return params
+
+
 def test_a_source_says_whether_its_pooler_learnt(tmp_path):
     """A frozen encoder's pooled [CLS] is a fixed random projection when the pooler never learnt:
     fine-tuning warns of it (a review found frozen classifiers reading such a pooler)."""
-    from bertjax import checkpointing
     from bertjax.inference import model_source
-    from bertjax.models import BertConfig, BertForPreTraining
 
-    config = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=16, max_position_embeddings=16)
-    ids = np.zeros((1, 8), np.int32)
-    params = BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids + 1, np.zeros((1, 2), np.int32))
     for nsp in (True, False):
-        ckpt = checkpointing.Checkpointer(str(tmp_path / f"nsp_{nsp}" / "checkpoints"), save_interval_steps=1,
-                                          max_to_keep=1, async_save=False)
-        ckpt.save(1, {"params": jax.tree.map(np.asarray, params["params"])}, data_position=0, config={
-            "model": config.to_dict(), "data": {"next_sentence_prediction": nsp}})
-        ckpt.close()
+        _tiny_run(tmp_path / f"nsp_{nsp}" / "checkpoints", data={"next_sentence_prediction": nsp})
         assert model_source.resolve(str(tmp_path / f"nsp_{nsp}")).pooler_trained is nsp
 
     models = os.path.join(ROOT, "tests", "models")
@@ -311,23 +322,14 @@ def test_a_source_says_whether_its_pooler_learnt(tmp_path):
 def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
     """do_lower_case applies to WordPiece only (a SentencePiece model normalises as it says), yet
     a run saved with one was refused: 'was trained cased ... would give it other ids' (a review)."""
-    from bertjax import checkpointing, tokenization
+    from bertjax import tokenization
     from bertjax.data import vocabularies
     from bertjax.inference import model_source
-    from bertjax.models import BertConfig, BertForPreTraining
 
     corpus = [f"the fox {w} over the fence number {i}" for i, w in enumerate(["jumps", "runs", "walks"] * 20)]
     tokenizer = tokenization.load_tokenizer("sentencepiece", vocabularies.train_sentencepiece(
         corpus, 40, str(tmp_path / "spm")))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=16, max_position_embeddings=16)
-    ids = np.zeros((1, 8), np.int32)
-    params = BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids + 1, np.zeros((1, 2), np.int32))
-    ckpt = checkpointing.Checkpointer(str(tmp_path / "run" / "checkpoints"), save_interval_steps=1, max_to_keep=1,
-                                      async_save=False)
-    ckpt.save(1, {"params": jax.tree.map(np.asarray, params["params"])}, data_position=0,
-              config={"model": config.to_dict()})
-    ckpt.close()
+    _tiny_run(tmp_path / "run" / "checkpoints", vocab_size=tokenizer.vocab_size)
     tokenization.save_tokenizer(tokenizer, str(tmp_path / "run" / "tokenizer"))
     source = model_source.resolve(str(tmp_path / "run"))
     for lower in (True, False, None):
@@ -339,24 +341,10 @@ def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
 def test_a_model_whose_newest_step_does_not_read_loads_the_previous_one(tmp_path, caplog):
     """resolve() names one step folder; when its arrays do not read, the weights come from the
     newest step that does, as before the step was pinned (a review)."""
-    from bertjax import checkpointing
     from bertjax.inference import model_source
-    from bertjax.models import BertConfig, BertForPreTraining
     from test_checkpointing import _corrupt_array_data
 
-    config = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=16, max_position_embeddings=16)
-    ids = np.zeros((1, 8), np.int32)
-    import flax
-
-    params = jax.tree.map(np.asarray, flax.linen.meta.unbox(BertForPreTraining(config).init(
-        jax.random.key(0), ids, ids, ids + 1, np.zeros((1, 2), np.int32))["params"]))
-    ckpt = checkpointing.Checkpointer(str(tmp_path / "run" / "checkpoints"), save_interval_steps=1, max_to_keep=3,
-                                      async_save=False)
-    for step in (1, 2):
-        ckpt.save(step, {"params": jax.tree.map(lambda x: x + step, params)}, data_position=0,
-                  config={"model": config.to_dict()})
-    ckpt.close()
+    params = _tiny_run(tmp_path / "run" / "checkpoints", steps=(1, 2))
     _corrupt_array_data(tmp_path / "run" / "checkpoints" / "2")
     source = model_source.resolve(str(tmp_path / "run"))
     with caplog.at_level("WARNING"):

@@ -11,9 +11,10 @@ bfloat16 through ml_dtypes (which JAX ships), every floating-point tensor return
 
 from __future__ import annotations
 
+import io
 import json
 import struct
-from typing import Any
+from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
@@ -28,28 +29,27 @@ _FLOATS = ("F64", "F32", "F16", "BF16")  # read as float32, bertjax's host param
 def safetensors_names(file: str) -> list[str]:
     """The tensor names of a safetensors `file` (local or gs://), from its header alone."""
     with fileio.open_file(file, "rb") as f:
-        start = f.read(8)
-        if len(start) < 8:
-            raise ValueError(f"{file}: not a safetensors file ({len(start)} bytes)")
-        (header_size,) = struct.unpack("<Q", start)
-        try:
-            header = json.loads(f.read(header_size))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ValueError(f"{file}: not a safetensors file, or cut off (its header does not read as JSON)") from None
+        header, _ = _header(file, f.read)
     return [name for name in header if name != "__metadata__"]
+
+
+def _header(file: str, read: Callable[[int], bytes]) -> tuple[dict, int]:
+    """(a safetensors file's JSON header, the byte where its data starts), reading from its start."""
+    start = read(8)
+    if len(start) < 8:
+        raise ValueError(f"{file}: not a safetensors file ({len(start)} bytes)")
+    (header_size,) = struct.unpack("<Q", start)
+    try:
+        return json.loads(read(header_size)), 8 + header_size
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{file}: not a safetensors file, or cut off (its header does not read as JSON)") from None
 
 
 def read_safetensors(file: str) -> dict[str, np.ndarray]:
     """`file` (local or gs://) -> {name: array}; floating-point tensors as float32."""
     data = fileio.read_bytes(file)
-    if len(data) < 8:
-        raise ValueError(f"{file}: not a safetensors file ({len(data)} bytes)")
-    (header_size,) = struct.unpack("<Q", data[:8])
-    try:
-        header = json.loads(data[8:8 + header_size])
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError(f"{file}: not a safetensors file, or cut off (its header does not read as JSON)") from None
-    body = memoryview(data)[8 + header_size:]
+    header, start = _header(file, io.BytesIO(data).read)  # (shares `data`; reads copy the header only)
+    body = memoryview(data)[start:]
     tensors = {}
     for name, entry in header.items():
         if name == "__metadata__":
