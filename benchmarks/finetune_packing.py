@@ -86,7 +86,8 @@ def main(_):
             config = _config(train_file, vocab_path, pack)
             workdir = os.path.join(tmp, f"pack{pack}")
             finetune.finetune(config, workdir)
-            batches, _ = finetune.training_batches(config, split, data_parallel=1)  # what that run trained on
+            # what that run trained on
+            batches, _ = finetune.training_batches(config, split, data_parallel=1, length_multiple=1)
             shapes = [batches.shape(index) for index in range(_STEPS.value)]
             real = sum(batches.real_tokens(index) for index in range(_STEPS.value))
             share = 1 - real / sum(count * length for count, length in shapes)

@@ -58,17 +58,19 @@ log = logging.getLogger(__name__)
 # The training batches and the starting weights.
 # ======================================================================================
 
-def training_batches(config: ml_collections.ConfigDict, train: Split,
-                     data_parallel: int) -> tuple[batching.TrainBatches, list[int]]:
+def training_batches(config: ml_collections.ConfigDict, train: Split, data_parallel: int,
+                     length_multiple: int) -> tuple[batching.TrainBatches, list[int]]:
     """(the run's training batches, the bucket lengths of its evaluation batches).
 
-    Bucket lengths fitted to the training batches' longest rows; evaluation (never packed)
+    Bucket lengths fitted to the training batches' longest rows, multiples of 8 and of the
+    model's `length_multiple` (BertConfig.length_multiple); evaluation (never packed)
     adds max_seq_length for longer examples. Packed rows have one length, the longest
     example's, and row counts that split evenly over the data-parallel devices, the
     accumulated micro-batches and the processes."""
     data, batch_size = config.data, config.train.batch_size
     buckets = batching.fitted_bucket_lengths(batching.longest_rows(train, batch_size, data.seed, data.group_by_length),
-                                             data.max_seq_length, data.num_buckets)
+                                             data.max_seq_length, data.num_buckets,
+                                             multiple=math.lcm(8, length_multiple))
     batches = batching.TrainBatches(
         train, batch_size, data.seed, buckets[-1:] if data.pack_examples else buckets, data.group_by_length,
         data.pack_examples, num_row_counts=data.num_buckets,
@@ -397,7 +399,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     #    way everywhere, and each device takes its rows of each). --
     with clock.phase("read and tokenize"):
         task = tasks.load_task(config, tokenizer)
-    train_batches, eval_buckets = training_batches(config, task.train, mesh_shape[0] * mesh_shape[1])
+    train_batches, eval_buckets = training_batches(config, task.train, mesh_shape[0] * mesh_shape[1],
+                                                   bert.length_multiple)
     train_cfg = schedule_config(config, len(task.train))
     eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
     eval_every = train_cfg.eval_every or train_batches.steps_per_epoch()

@@ -485,6 +485,11 @@ def test_a_bilstm_head_outside_tagging_or_packed_and_a_non_bool_freeze_are_error
     with pytest.raises(ValueError, match=r"config.data.pack_examples=8: packed rows need "
                                          r"config.model.tagging_head='linear' \(the BiLSTM reads whole rows\)"):
         finetune_setup.validate_config(ner, bert, (1, 1, 1), 100)
+    splash = BertConfig.preset("tiny", vocab_size=100, attention_impl="splash", attention_probs_dropout_prob=0.0)
+    config.data.max_seq_length = 320
+    with pytest.raises(ValueError, match=r"config.data.max_seq_length=320 must be a multiple of 128 with "
+                                         r"config.model.attention_impl='splash'"):
+        finetune_setup.validate_config(config, splash, (1, 1, 1), 100)
     config.train.freeze_encoder = None
     with pytest.raises(ValueError, match=r"config.train.freeze_encoder must be True or False, got None"):
         finetune_setup.check_train_values(config.train)

@@ -219,6 +219,12 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def length_multiple(self) -> int:
+        """Every batch's sequence length must be a multiple of this: splash's kernel tiles the
+        sequence in blocks of 128 tokens; the other paths take any length."""
+        return 128 if self.attention_impl == "splash" else 1
+
     def is_global_layer(self, index: int) -> bool:
         """Whether layer `index` attends over the whole row (see attention_window)."""
         return self.attention_window == 0 or index % self.global_attention_every == 0

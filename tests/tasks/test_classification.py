@@ -209,6 +209,20 @@ def test_training_batches_are_a_function_of_their_index_and_cover_each_epoch(tok
     np.testing.assert_array_equal(resumed["input_ids"], stream[3]["input_ids"])
 
 
+def test_splash_attention_gets_batches_of_whole_128_token_blocks():
+    from bertjax import finetune
+
+    lengths = np.array([5, 9, 17, 40, 100, 130, 200, 7, 12, 60], np.int32)
+    split = Split("train", {"input_ids": np.ones((10, 256), np.int32), "label": np.zeros(10, np.int32)}, lengths)
+    config = _config("sst2", max_seq_length=256, num_buckets=4)
+    config.train.batch_size = 2
+    batches, eval_buckets = finetune.training_batches(config, split, data_parallel=1, length_multiple=128)
+    assert eval_buckets == [128, 256]
+    assert {batches.shape(index)[1] for index in range(5)} <= {128, 256}
+    _, eval_buckets = finetune.training_batches(config, split, data_parallel=1, length_multiple=1)
+    assert eval_buckets[0] < 128 and all(length % 8 == 0 for length in eval_buckets)  # other paths: multiples of 8
+
+
 def test_eval_batches_pad_the_last_batch_with_weightless_rows():
     split = Split("dev", {"input_ids": np.ones((5, 8), np.int32), "label": np.arange(5)}, np.full(5, 3, np.int32))
     out = list(batching.eval_batches(split, 4, [4, 8]))
