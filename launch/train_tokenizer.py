@@ -70,7 +70,7 @@ def main(_):
     if fileio.is_remote(_OUTPUT_DIR.value):  # the trainers write local files
         raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: give a local folder, then copy it (gsutil cp -r); the "
                          "tokenizer trainers write local files")
-    paths = sources.expand_patterns(_INPUT.value)
+    paths = sources.expand_patterns(_INPUT.value, "--input")
     kind = _TOKENIZER_KIND[_KIND.value]
     target = fileio.join(_OUTPUT_DIR.value, "tokenizer.json" if kind == "huggingface" else
                          tokenization.VOCABULARY_FILE[kind])

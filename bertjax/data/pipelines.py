@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertjax.data import original_tfrecord, prepare
+from bertjax.data import original_tfrecord, prepare, sources
 from bertjax.data.pretraining import PretrainingPipeline
 from bertjax.runtime import fileio
 
@@ -18,10 +18,7 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if data_config.source == "original_tfrecord":
         key = "input_pattern" if split == "train" else "eval_input_pattern"
-        pattern = data_config[key]
-        paths = sorted(p for glob_ in pattern.split(",") if glob_.strip() for p in fileio.glob(glob_.strip()))
-        if not paths:
-            raise FileNotFoundError(f"config.data.{key}={pattern!r} matches no files")
+        paths = sources.expand_patterns(data_config[key], f"config.data.{key}", "TFRecord files")
         vocab_size = prepare.vocab_size_for(data_config, data_config.prepared_dir or fileio.join(workdir, "data"))
         return original_tfrecord.OriginalTFRecordPipeline(data_config, paths=paths, batch_size=batch_size,
                                                           process_index=process_index, process_count=process_count,

@@ -176,18 +176,19 @@ def iter_documents(data_config: Any, drops: DropCounter | None = None) -> Iterat
 
 # -- Text files. --
 
-def expand_patterns(patterns: str) -> list[str]:
-    """Comma-separated globs -> sorted unique paths; a glob matching nothing is an error."""
+def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files: str = "text files") -> list[str]:
+    """Comma-separated globs (the setting `key`) -> sorted unique paths (overlapping globs
+    name a file once); a glob matching nothing is an error (a typo would drop its files)."""
     paths = []
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
             continue
         matches = fileio.glob(pattern)
         if not matches:
-            raise FileNotFoundError(f"input pattern {pattern!r} matches no file")
+            raise FileNotFoundError(f"{key}: {pattern!r} matches no file")
         paths.extend(matches)
     if not paths:
-        raise ValueError("config.data.input_pattern is empty; give comma-separated globs of text files")
+        raise ValueError(f"{key} is empty; give comma-separated globs of {files}")
     return sorted(set(paths))
 
 

@@ -44,7 +44,8 @@ def files(tmp_path):
 
 
 def test_reads_every_record_with_the_original_features(files, tmp_path):
-    pipeline = pipelines.make_pipeline(data_config(f"{tmp_path}/original-*.tfrecord"), str(tmp_path), batch_size=6)
+    overlapping = f"{tmp_path}/original-*.tfrecord,{tmp_path}/original-1.*"  # original-1 read once
+    pipeline = pipelines.make_pipeline(data_config(overlapping), str(tmp_path), batch_size=6)
     batches = pipeline.batches()
     epoch = [next(batches) for _ in range(10)]  # 60 records = one epoch
     batch = epoch[0]
@@ -58,6 +59,12 @@ def test_reads_every_record_with_the_original_features(files, tmp_path):
         np.testing.assert_array_equal(b["next_sentence_labels"], b["input_ids"][:, 0] % 2)
         np.testing.assert_array_equal(b["masked_lm_ids"][:, 0], b["input_ids"][:, 0] % 5)
         np.testing.assert_array_equal(b["masked_lm_weights"], [[1.0, 1.0, 0.0]] * 6)
+
+
+def test_a_glob_that_matches_nothing_is_named(files, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"config.data.input_pattern: '.*/original-\*.tfrecrod' matches no"):
+        pipelines.make_pipeline(data_config(f"{files[0]},{tmp_path}/original-*.tfrecrod"), str(tmp_path),
+                                batch_size=6)
 
 
 def test_resume_and_host_split(files):
