@@ -104,6 +104,23 @@ def test_train_wordpiece_puts_specials_first_and_round_trips(tmp_path):
     assert tokenizer.decode(ids) == CORPUS[7].lower()
 
 
+def test_trainers_read_files_only_when_told_to(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n")
+    from_file = vocabularies.train_wordpiece(vocabularies.file_lines([str(corpus)]), 120, str(tmp_path / "file"))
+    from_lines = vocabularies.train_wordpiece(CORPUS, 120, str(tmp_path / "lines"))
+    assert len(open(from_file).read().split()) == len(open(from_lines).read().split())
+    assert {"river", "quickly"} <= set(open(from_file).read().split())
+    # A list of file names would train on the names ("corpus", "txt", "tmp"): refused.
+    with pytest.raises(ValueError, match=r"texts names files \(e.g. .*corpus.txt\).*texts=file_lines\(paths\)"):
+        vocabularies.train_wordpiece([str(corpus), str(tmp_path / "missing.txt")], 120, str(tmp_path / "names"))
+    with pytest.raises(FileNotFoundError, match=r"missing.txt: no such file"):
+        vocabularies.train_bpe(vocabularies.file_lines([str(corpus), str(tmp_path / "missing.txt")]), 300,
+                               str(tmp_path / "bpe"))
+    with pytest.raises(TypeError, match="got one str"):
+        vocabularies.train_sentencepiece(CORPUS[0], 40, str(tmp_path / "spm"))
+
+
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_train_sentencepiece_fixed_special_ids(tmp_path, do_lower_case):
     path = vocabularies.train_sentencepiece(CORPUS, vocab_size=80, output_dir=str(tmp_path),

@@ -19,7 +19,7 @@ from bertjax.runtime import fileio
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = True,
                     min_frequency: int = 2, limit_alphabet: int | None = 1000) -> str:
-    """Trains a WordPiece vocabulary on `texts` (an iterator of lines or a list of file paths).
+    """Trains a WordPiece vocabulary on `texts` (lines; for files, `file_lines(paths)`).
 
     Writes `<output_dir>/vocab.txt` with [PAD], [UNK], [CLS], [SEP], [MASK] at ids 0..4
     and returns its path. `limit_alphabet`: the most characters kept as tokens of their own
@@ -52,7 +52,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_l
 def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = False,
                         model_type: str = "unigram", character_coverage: float = 0.9995,
                         input_sentence_size: int = 10_000_000) -> str:
-    """Trains a SentencePiece model on `texts` (an iterator of lines or a list of file paths).
+    """Trains a SentencePiece model on `texts` (lines; for files, `file_lines(paths)`).
 
     Writes `<output_dir>/spm.model` (+ `spm.vocab`) and returns the model path. Ids:
     [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4 (control symbols), no bos/eos.
@@ -79,9 +79,9 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, 
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_frequency: int = 2) -> str:
-    """Trains a byte-level BPE tokenizer on `texts` (lines, or a list of file paths), shaped as
-    ModernBERT's (NFC, GPT-2's split, no prefix space; every byte in the alphabet, so no text is
-    unknown). Writes `<output_dir>/tokenizer.json` (kind "huggingface") with [PAD], [UNK], [CLS],
+    """Trains a byte-level BPE tokenizer on `texts` (lines; for files, `file_lines(paths)`),
+    shaped as ModernBERT's (NFC, GPT-2's split, no prefix space; every byte in the alphabet, so
+    no text is unknown). Writes `<output_dir>/tokenizer.json` (kind "huggingface") with [PAD], [UNK], [CLS],
     [SEP], [MASK] at ids 0..4 and a `[CLS] $A [SEP] $B [SEP]` post-processor for other libraries."""
     _check_vocab_size(vocab_size)
     smallest = len(tokenization.SPECIAL_TOKENS) + len(pre_tokenizers.ByteLevel.alphabet())
@@ -105,15 +105,28 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
     return path
 
 
+def file_lines(paths: Iterable[str]) -> Iterator[str]:
+    """The lines of the text files at `paths` (local or gs://), read lazily, for the trainers'
+    `texts`; a missing file is a FileNotFoundError naming it (before any line is read)."""
+    paths = list(paths)
+    for path in paths:
+        if not fileio.exists(path):
+            raise FileNotFoundError(f"{path}: no such file")
+    for path in paths:
+        with fileio.open_file(path, "rb") as f:
+            for line in f:
+                yield line.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
 def _lines(texts: Iterable[str]) -> Iterator[str]:
-    """An iterator of lines, or a list/tuple of file paths whose lines are read lazily."""
-    if isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) and os.path.isfile(t) for t in texts):
-        for path in texts:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    yield line.rstrip("\n")
-    else:
-        yield from texts
+    """`texts`, lines of text; a str or a list naming files is refused: it would train on the
+    characters or the file names."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be an iterable of lines, got one str; for files use file_lines(paths)")
+    if isinstance(texts, (list, tuple)) and any(isinstance(t, str) and os.path.isfile(t) for t in texts[:100]):
+        raise ValueError("texts names files (e.g. " + next(t for t in texts if os.path.isfile(t))
+                         + "): it is lines of text; for files use texts=file_lines(paths)")
+    yield from texts
 
 
 def _check_special_ids(path: str, tokenizer: tokenization.Tokenizer) -> None:
