@@ -8,8 +8,8 @@ create_pretraining_data.py, made online:
   * A = the first randint(1, len(chunk) - 1) sentences of the chunk;
   * with probability 0.5, or always when the chunk has one sentence, B comes from a
     different document (consecutive sentences from a random start until B reaches
-    target - len(A)) and the chunk's unused sentences are put back; otherwise B = the
-    rest of the chunk;
+    target - len(A); the same document when there is no other) and the chunk's unused
+    sentences are put back; otherwise B = the rest of the chunk;
   * truncate_seq_pair trims the longer segment (ties: B) one token at a time, from the
     front or the back with p=0.5, until len(A) + len(B) <= max_num_tokens.
 Without NSP (the modern recipe) a chunk is the longest run of whole sentences that fits
@@ -92,9 +92,7 @@ def chunk_documents(tokens: tf.RaggedTensor, sentence_lengths: tf.RaggedTensor, 
         (tf.constant(0), tf.zeros([num_docs], tf.int32), tf.TensorArray(tf.int32, size=0, dynamic_size=True,
                                                                           element_shape=[5, None])))
     records = tf.transpose(records.stack(), [1, 2, 0])  # [5, D, K]
-    # A random B needs another document of the batch; a batch of one document (at most
-    # the last of an epoch, or a one-document corpus) drops its random-B instances.
-    keep = (records[4] > 0) & ((records[3] == 0) | (num_docs > 1))
+    keep = records[4] > 0
     a_start, a_end, b_end, random_b = (tf.boolean_mask(r, keep) for r in tf.unstack(records[:4]))
     random_b = random_b > 0
     document = tf.boolean_mask(tf.broadcast_to(tf.range(num_docs)[:, None], tf.shape(keep)), keep)
@@ -104,7 +102,9 @@ def chunk_documents(tokens: tf.RaggedTensor, sentence_lengths: tf.RaggedTensor, 
 
     a_token_start, a_token_end = table_at(starts, document, a_start), table_at(ends, document, a_end - 1)
     # Random B: another document of the batch (uniformly), from a random sentence on until
-    # B reaches target - len(A) tokens (at least one sentence).
+    # B reaches target - len(A) tokens (at least one sentence). A batch of one document (a
+    # one-document corpus or host, or an epoch's last batch) takes it from that document, as
+    # the original does when ten draws found no other.
     u_row, u_first = tf.unstack(tf.random.stateless_uniform([2, tf.size(document)], random_seed))
     other = (document + 1 + tf.cast(u_row * tf.cast(num_docs - 1, tf.float32), tf.int32)) % num_docs
     other_sentences = tf.gather(num_sentences, other)

@@ -401,7 +401,8 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
         raise ValueError(f"prepare: the source gave no training documents ({documents} in all; "
                          f"dropped: {dict(dropped) or 'nothing'}); check config.data.source/input_pattern")
     if documents < 2:
-        logging.warning("prepare: a one-document corpus; NSP has no other document to draw random B from")
+        logging.warning("prepare: a one-document corpus; NSP draws its random B from that document, so "
+                        "IsNext and NotNext differ only in order (is there a blank line between documents?)")
     single = splits["train"]["single_sentence_documents"] + splits["eval"]["single_sentence_documents"]
     if single > documents / 2:
         logging.warning("prepare: %d of %d documents have one sentence: %s", single, documents,

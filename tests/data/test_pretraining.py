@@ -178,6 +178,22 @@ def test_layout_and_nsp(big_batch):
     assert short > 0
 
 
+def test_a_lone_document_draws_random_b_from_itself_and_loses_no_sentence():
+    """The original takes a random B from the same document when ten draws found no other: a
+    one-document corpus (or host, or an epoch's last batch) keeps its 50/50 labels."""
+    sentences = 3000
+    lengths = tf.RaggedTensor.from_row_lengths(tf.fill([sentences], 10), [sentences])
+    tokens = tf.RaggedTensor.from_row_lengths(tf.range(sentences * 10), [sentences * 10])
+    out = pairing.chunk_documents(tokens, lengths, tf.constant([5, 6]), max_num_tokens=61, short_seq_prob=0.1)
+    is_random = out["is_random"].numpy()
+    assert abs(is_random.mean() - 0.5) < 0.05
+    assert (out["b_document"].numpy() == 0).all()
+    # Every sentence opens or continues an A or an IsNext B exactly once.
+    used = np.concatenate([out["a_tokens"].flat_values.numpy(),
+                           out["b_tokens"].flat_values.numpy()[np.repeat(~is_random, out["b_tokens"].row_lengths())]])
+    np.testing.assert_array_equal(np.sort(used), np.arange(sentences * 10))
+
+
 def test_short_target_share_per_document():
     """The target length is short with probability short_seq_prob, once per document (as the original)."""
     docs = 10_000
