@@ -6,9 +6,11 @@ Per sequence of n real tokens ([CLS] and [SEP] included, padding excluded):
 [CLS]/[SEP], visited in random order; each chosen token becomes [MASK] with p=0.8, a
 uniformly random vocabulary id with p=0.1, and stays unchanged with p=0.1 (the split is
 `mask_token_prob` / `random_token_prob`, the rest kept).
-Whole-word masking groups a '##' continuation piece with the candidate before it (the
-original's rule, which looks back over a [SEP]) and skips a word that would overflow the
-quota. Everything is vectorized over the batch; whole-word masking adds one
+Whole-word masking groups a continuation piece ('##' in WordPiece) with the candidate right
+before it and skips a word that would overflow the quota. Unlike the original, a word never
+spans a [SEP]: the original looks back over it, which WordPiece meets only in a segment
+truncated at its front, but a byte-level BPE, whose first word of a text has no word-start
+mark, would meet at every segment and document start. Everything is vectorized over the batch; whole-word masking adds one
 tf.while_loop over words (about max_predictions_per_seq iterations).
 """
 
@@ -28,8 +30,8 @@ def num_to_predict(num_tokens: tf.Tensor, masked_lm_prob: float, max_predictions
 def _whole_word_selection(candidates, continuation, quota, keys):
     """<bool>[G, L] chosen positions: whole words in `keys` order while they fit the quota."""
     g, length = tf.shape(candidates)[0], tf.shape(candidates)[1]
-    seen_candidate = tf.cumsum(tf.cast(candidates, tf.int32), axis=1, exclusive=True) > 0
-    starts = candidates & ~(continuation & seen_candidate)
+    after_candidate = tf.pad(candidates[:, :-1], [[0, 0], [1, 0]])
+    starts = candidates & ~(continuation & after_candidate)
     word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1  # word index of each candidate
     word = tf.where(candidates, word, length)  # non-candidates -> a discarded bucket
     rows = tf.broadcast_to(tf.range(g)[:, None], tf.shape(word))

@@ -299,9 +299,9 @@ def test_whole_word_masking():
         assert (chosen.sum(1) <= quota).all() and np.mean(chosen.sum(1) == quota) > 0.5
         assert not (chosen & ~candidates).any()
         for r in range(rows):
-            words = []  # the original's grouping: a '##' piece joins the candidate before it
+            words = []  # a '##' piece joins the candidate right before it, never across a [SEP]
             for position in np.flatnonzero(candidates[r]):
-                if words and continuation[ids[r, position]]:
+                if words and continuation[ids[r, position]] and words[-1][-1] == position - 1:
                     words[-1].append(position)
                 else:
                     words.append([position])
