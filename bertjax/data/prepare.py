@@ -318,7 +318,13 @@ def _prepare_unit(job: tuple) -> None:
     threshold = int(data_config.eval_fraction * 2**64)
     for batch in _batches(sources.read_unit(data_config, unit, drops), BATCH_DOCUMENTS):
         sentences = [sentence for document in batch for sentence in document]
-        token_ids, sentence_lengths = tokenizer.encode_flat(sentences)
+        # Each sentence tokenized as it stands in its document's running text: after the first,
+        # with the space a byte-level BPE puts on its first word ("ĠThe"), as inference sees it
+        # (and whole-word masking needs it: without the mark the word would join the sentence
+        # before it).
+        token_ids, sentence_lengths = tokenizer.encode_flat(
+            [tokenizer.word_prefix + sentence if k else sentence for document in batch
+             for k, sentence in enumerate(document)])
         document_of_sentence = np.repeat(np.arange(len(batch)), [len(document) for document in batch])
         for i in np.flatnonzero(sentence_lengths == 0):  # e.g. only control characters, which the tokenizer removes
             drops.drop("sentence_without_tokens", sources.unit_name(unit), repr(sentences[i][:80]))

@@ -267,6 +267,23 @@ def test_sentencepiece_and_parallel_workers(tmp_path):
     assert np.unique([len(d) for d in got]).size > 1
 
 
+def test_a_byte_level_bpe_tokenizes_each_sentence_as_its_running_text_does(tmp_path):
+    """A byte-level BPE marks a word start by the space before it ('ĠThen'): a sentence after a
+    document's first is tokenized as it stands in the document, so its first word is marked
+    (as inference sees it, and whole-word masking does not join it to the sentence before)."""
+    documents = _write_corpus(tmp_path, num_files=1, docs_per_file=20)
+    bpe = vocabularies.train_bpe([s for d in documents for s in d], 400, str(tmp_path / "bpe"))
+    config = _config(tmp_path, tokenizer="huggingface", vocab_path=bpe, do_lower_case=False, eval_fraction=0.0)
+    metadata = prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)
+    tokenizer = tokenization.load_tokenizer("huggingface", bpe, False)
+    expected = sorted([tokenizer.encode(s if k == 0 else " " + s) for k, s in enumerate(d)] for d in documents)
+    got = sorted(_read_split(metadata, "train"))
+    assert got == expected
+    continuation = tokenizer.continuation_mask()
+    assert [continuation[sentence[0]] for document in got for sentence in document[1:]] == [False] * sum(
+        len(d) - 1 for d in documents)
+
+
 def test_small_corpora_are_prepared_in_process_by_default(tmp_path):
     assert prepare._default_workers(sources.list_units(_config(tmp_path, source="demo"))) == 1
     assert prepare._default_workers([{"path": "a", "range": [0, 1 << 20]}]) == 1
