@@ -24,7 +24,7 @@ _MASK = "[MASK]"
 
 
 class _MaskedLM(nn.Module):
-    """The encoder and its masked-LM head: <int>[B, S] x3, positions <int>[B, P] -> logits [B, P, vocab]."""
+    """The encoder and its masked-LM head: <int>[B, S] x3, positions <int>[B, P] -> <float32>[B, P, vocab] logits."""
 
     config: BertConfig
 
@@ -32,7 +32,8 @@ class _MaskedLM(nn.Module):
     def __call__(self, input_ids, token_type_ids, attention_mask, positions):
         encoder = BertEncoder(self.config, name="bert")
         sequence, _ = encoder(input_ids, token_type_ids, attention_mask, True)
-        return MaskedLMHead(self.config, name="mlm")(gather_positions(sequence, positions), encoder.attend)
+        head = MaskedLMHead(self.config, float32_logits=True, name="mlm")  # reported probabilities
+        return head(gather_positions(sequence, positions), encoder.attend)
 
 
 def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]] | None]]:

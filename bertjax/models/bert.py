@@ -90,10 +90,14 @@ class BertEmbeddings(nn.Module):
                 x = x + one_hot_lookup(positions, position_ids, config.dtype)
         return self.dropout(self.layer_norm(x), deterministic=deterministic)
 
-    def attend(self, x: Array) -> Array:
+    def attend(self, x: Array, float32_logits: bool = False) -> Array:
         """Tied decoder: <dtype>[..., H] -> <dtype>[..., vocab] logits (no bias), one matmul
-        over [rows, H] as `dot_over_rows`."""
-        return over_rows(self.word_embeddings.attend, x)
+        over [rows, H] as `dot_over_rows`; with float32_logits the same operands' product
+        summed and returned in float32 (not rounded to bfloat16)."""
+        if not float32_logits:
+            return over_rows(self.word_embeddings.attend, x)
+        table = jnp.asarray(self.word_embeddings.embedding, self.config.dtype)
+        return over_rows(lambda rows: jnp.dot(rows.astype(table.dtype), table.T, preferred_element_type=jnp.float32), x)
 
 
 class BertLayer(nn.Module):
@@ -263,9 +267,9 @@ class BertEncoder(nn.Module):
             return jnp.tanh(self.pooler(vector))
         return self.pooler_norm(activation(config.hidden_act)(self.pooler(vector)))
 
-    def attend(self, x: Array) -> Array:
+    def attend(self, x: Array, float32_logits: bool = False) -> Array:
         """Tied MLM decoder through the word embeddings: [..., H] -> [..., vocab]."""
-        return self.embeddings.attend(x)
+        return self.embeddings.attend(x, float32_logits)
 
 
 def stack_layers(encoder_params: dict[str, Any], num_layers: int) -> dict[str, Any]:

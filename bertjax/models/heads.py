@@ -204,21 +204,26 @@ def _sentence_vector(features: Array, pooled: Array | None, cls_positions: Array
 
 
 class MaskedLMHead(nn.Module):
-    """Dense + activation + LayerNorm, then the decoder tied to the word embeddings + bias."""
+    """Dense + activation + LayerNorm, then the decoder tied to the word embeddings + bias.
+    float32_logits: logits summed and returned in float32 whatever the compute dtype (the
+    probabilities fill-mask reports; training keeps the compute dtype's smaller logits)."""
 
     config: BertConfig
+    float32_logits: bool = False
 
     @nn.compact
     def __call__(self, hidden: Array, decoder) -> Array:
         """<dtype>[B, P, H] gathered hidden states -> <dtype>[B, P, vocab] logits.
 
-        decoder: the encoder's tied `attend`, [..., H] -> [..., vocab].
+        decoder: the encoder's tied `attend`, [..., H] (, float32_logits) -> [..., vocab].
         """
         config = self.config
         hidden = dense(config, config.hidden_size, (Axis.EMBED, Axis.MLP), "transform")(hidden)
         hidden = layer_norm(config, "transform_norm")(activation(config.hidden_act)(hidden))
         bias = self.param("output_bias", nn.with_logical_partitioning(nn.initializers.zeros_init(), (Axis.VOCAB,)),
                           (config.vocab_size,), config.param_dtype)
+        if self.float32_logits:
+            return decoder(hidden, float32_logits=True) + bias.astype(jnp.float32)
         return decoder(hidden) + bias.astype(config.dtype)
 
 

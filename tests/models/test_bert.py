@@ -490,3 +490,18 @@ def test_rows_and_heads_in_chunks_attend_as_the_whole_batch_and_train_the_same(m
         np.testing.assert_allclose(chunked[real], whole[real], atol=1e-6, rtol=1e-5)
         for a, b in zip(jax.tree.leaves(chunked_grads), jax.tree.leaves(whole_grads)):
             np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_fill_mask_logits_are_summed_and_returned_in_float32_under_bfloat16():
+    """Fill-mask reports probabilities: under bfloat16 compute (the GPU/TPU default) its
+    vocabulary logits must not be rounded to bfloat16's grid (1/32 at 8 and more)."""
+    from bertjax.inference.fill_mask import _MaskedLM
+
+    ids, types, mask = _inputs()
+    positions = jnp.array([[1, 2], [3, 4], [0, 1]])
+    params = _MaskedLM(TINY).init(jax.random.key(0), ids, types, mask, positions)
+    exact = _MaskedLM(TINY).apply(params, ids, types, mask, positions)
+    logits = _MaskedLM(TINY.replace(dtype="bfloat16")).apply(params, ids, types, mask, positions)
+    assert logits.dtype == jnp.float32
+    assert np.mean(np.asarray(logits) != np.asarray(logits.astype(jnp.bfloat16).astype(jnp.float32))) > 0.9
+    np.testing.assert_allclose(logits, exact, atol=0.05)
