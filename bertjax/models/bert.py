@@ -81,7 +81,11 @@ class BertEmbeddings(nn.Module):
         config = self.config
         x = self.word_embeddings(input_ids)
         if config.type_vocab_size:
-            x = x + one_hot_lookup(self.token_type_embeddings.embedding, token_type_ids, config.dtype)
+            # One token type (RoBERTa's layout): a pair's second text reads that row too, as
+            # Hugging Face's tokenizers give such models type 0 throughout (a one-hot of
+            # id 1 over one row would be zero).
+            types = jnp.minimum(token_type_ids, config.type_vocab_size - 1)
+            x = x + one_hot_lookup(self.token_type_embeddings.embedding, types, config.dtype)
         if config.position_embedding == "absolute":
             positions = self.position_embeddings.embedding
             if position_ids is None:

@@ -505,3 +505,14 @@ def test_fill_mask_logits_are_summed_and_returned_in_float32_under_bfloat16():
     assert logits.dtype == jnp.float32
     assert np.mean(np.asarray(logits) != np.asarray(logits.astype(jnp.bfloat16).astype(jnp.float32))) > 0.9
     np.testing.assert_allclose(logits, exact, atol=0.05)
+
+
+def test_one_token_type_serves_both_texts_of_a_pair():
+    """A model with type_vocab_size=1 adds its one row to a pair's second text too (a one-hot
+    of type 1 over one row would add nothing)."""
+    config = TINY.replace(type_vocab_size=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ids, types, mask = _inputs()
+    params = _init(config, (ids, types, mask))
+    pair = BertEncoder(config).apply({"params": params}, ids, types, mask)
+    single = BertEncoder(config).apply({"params": params}, ids, jnp.zeros_like(types), mask)
+    np.testing.assert_array_equal(pair[0], single[0])
