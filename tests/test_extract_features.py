@@ -118,6 +118,12 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
     done = feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
     assert done["truncated"] == 1 and done["examples"] == 2
     assert [len(f["tokens"]) for f in feature_files.read_features(str(tmp_path / "out"))] == [3, 64]
+    # Which examples were cut, not only how many: in the shards and in the JSONL lines.
+    assert [f["truncated"] for f in feature_files.read_features(str(tmp_path / "out"))] == [False, True]
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"), pooling="mean",
+                          log=lambda _: None)
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert ["truncated" in line for line in lines] == [False, True] and lines[1]["truncated"] is True
     (tmp_path / "five.txt").write_text("one\ntwo\n" + "long " * 100 + "\nfour\n" + "longer " * 100 + "\n")
     with pytest.raises(ValueError, match=re.escape(f"--fail_on_truncation: example 3 ({tmp_path}/five.txt:3) is "
                                                    "longer than --max_seq_length=64 tokens")):

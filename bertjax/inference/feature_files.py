@@ -11,11 +11,13 @@ Outputs (`extract`), by the name given:
                      [{"index": -1, "values": [H floats, 6 places]}, ...]}, ...]}
     pooling "cls"/"mean": {"linex_index": i, "pooling": "mean", "layers":
                      [{"index": -1, "values": [H floats]}, ...]}
+    and "truncated": true in an example cut to max_seq_length (its first tokens only);
   written to `<name>.tmp` and renamed when complete (removed if the run fails).
 * anything else: a folder of shards, each holding `shard_size` consecutive examples (fewer
   where that many at full length would hold over SHARD_BYTES of values: `shard_examples`),
   in bounded memory, resumable after a kill:
     shard-00000.npz  line_index <int64>[n] (the examples' 0-based numbers in the input),
+                     truncated <bool>[n] (cut to max_seq_length: its first tokens only),
                      layers <int32>[K] (as asked, e.g. -1), and
                      pooling "none": values <dtype>[T, K, H] (the shard's tokens end to end),
                        offsets <int64>[n + 1] (example j is rows offsets[j]:offsets[j + 1]),
@@ -137,6 +139,8 @@ def jsonl_line(index: int, feature: dict[str, Any], layers: tuple[int, ...], poo
     else:
         record = {"linex_index": index, "pooling": pooling,
                   "layers": [{"index": layer, "values": values[k].tolist()} for k, layer in enumerate(layers)]}
+    if feature.get("truncated"):
+        record["truncated"] = True
     return json.dumps(record, ensure_ascii=False)
 
 
@@ -149,6 +153,7 @@ def _write_shard(path: str, first: int, features: list[dict[str, Any]], layers: 
     """Writes the .npz of consecutive examples first, first + 1, ... (layout in the module
     docstring) atomically, streamed to the file."""
     arrays = {"line_index": np.arange(first, first + len(features), dtype=np.int64),
+              "truncated": np.array([bool(f.get("truncated")) for f in features]),
               "layers": np.asarray(layers, np.int32)}
     if pooling == "none":
         tokens = [token for feature in features for token in feature["tokens"]]
@@ -171,7 +176,8 @@ def shard_examples(model, layers: tuple[int, ...], pooling: str, dtype: str, sha
 
 def read_features(folder: str) -> Iterator[dict[str, Any]]:
     """The examples of a shard folder, in input order: {"index": line index, "values":
-    <[K, T, H]> with "tokens", "token_ids" (pooling "none"), or <[K, H]>}. A ValueError for a
+    <[K, T, H]> with "tokens", "token_ids" (pooling "none"), or <[K, H]>; "truncated": whether
+    it was cut to max_seq_length (absent in shards written before it was recorded)}. A ValueError for a
     folder whose extraction has not finished (a killed run's shards are part of the input)."""
     path = fileio.join(folder, MANIFEST)
     if not fileio.exists(path):
@@ -185,12 +191,15 @@ def read_features(folder: str) -> Iterator[dict[str, Any]]:
         with np.load(io.BytesIO(fileio.read_bytes(fileio.join(folder, shard["file"])))) as arrays:
             arrays = dict(arrays)
         for j, index in enumerate(arrays["line_index"]):
+            example = {"index": int(index)}
+            if "truncated" in arrays:
+                example["truncated"] = bool(arrays["truncated"][j])
             if "offsets" in arrays:
                 rows = slice(arrays["offsets"][j], arrays["offsets"][j + 1])
-                yield {"index": int(index), "tokens": arrays["tokens"][rows].tolist(),
+                yield {**example, "tokens": arrays["tokens"][rows].tolist(),
                        "token_ids": arrays["token_ids"][rows], "values": np.swapaxes(arrays["values"][rows], 0, 1)}
             else:
-                yield {"index": int(index), "values": arrays["values"][j]}
+                yield {**example, "values": arrays["values"][j]}
 
 
 def progress_file(process: int, processes: int) -> str:
