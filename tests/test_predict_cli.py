@@ -84,6 +84,16 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
                                                        (f"{tmp_path}/ner.conll:6", ["Oslo"])]
     (tmp_path / "pos.conll").write_text("EU NNP B-NP\nrejects VBZ I-VP\n")  # other columns: not read as tags
     assert _read(tmp_path / "pos.conll", "tagging") == [(f"{tmp_path}/pos.conll:1", ["EU", "rejects"])]
+    # A CoNLL file named .txt (as the fine-tuning configs name theirs) read as one sentence a
+    # line would tag "EU B-ORG" as four words, and a blank line as a sentence: refused.
+    for name, text in (("test.txt", "-DOCSTART- O\n\nEU B-ORG\nrejects O\n"), ("dev", "EU NNP B-NP\nsays VBZ O\n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=rf"{name} looks like conll, not one input a line: pass "
+                                             r"--input_format=conll \(or --input_format=text"):
+            batch_predict.file_format(str(tmp_path / name), "tagging")
+        assert batch_predict.file_format(str(tmp_path / name), "tagging", "text") == "text"
+    (tmp_path / "sentences.txt").write_text("EU rejects German call\nPeter Blackburn O\n")
+    assert batch_predict.file_format(str(tmp_path / "sentences.txt"), "tagging") == "text"
     (tmp_path / "choice.jsonl").write_text(json.dumps({"context": "x", "choices": ["a"]}) + "\n")
     [(_, item)] = _read(tmp_path / "choice.jsonl", "choice")
     assert "at least 2 texts" in batch_predict.check(_fake("choice"), "choice", item)

@@ -82,7 +82,21 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     if chosen not in ("auto", *readable):
         raise ValueError(f"--input_format={chosen}: a {reader.name} model reads {', '.join(readable)}")
     found = common.file_format(path, "" if chosen == "auto" else chosen, reader.extensions)
+    if found == "text" and chosen == "auto" and reader.extensions and path and fileio.exists(path):
+        written_in = reader.format_of_text(_first_lines(path))
+        if written_in:  # its lines read as sentences would give an answer for each, silently wrong
+            raise ValueError(f"{path} looks like {written_in}, not one input a line: pass "
+                             f"--input_format={written_in} (or --input_format=text to read each line as an input)")
     return "jsonl" if found == "text" and chosen == "auto" and not reader.text_lines else found
+
+
+def _first_lines(path: str, count: int = 20) -> list[str]:
+    """Up to `count` non-blank lines from the start of `path` (its first 64 KiB)."""
+    with fileio.open_file(path, "rb") as f:
+        head = f.read(65536)
+    lines = head.decode("utf-8", errors="replace").splitlines()
+    whole = lines if len(head) < 65536 else lines[:-1]  # the last may be cut
+    return [line for line in whole if line.strip()][:count]
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],

@@ -98,6 +98,11 @@ class Family:
         """The (where, raw input) pairs of a file in one of the family's own formats (`extensions`)."""
         raise ValueError(f"input format {input_format!r} is not one a {self.name} model reads")
 
+    def format_of_text(self, lines: list[str]) -> str:
+        """One of the family's own formats (`extensions`) that a file's first non-blank `lines`
+        are plainly written in, else "": a file whose name says text but whose lines are not."""
+        return ""
+
     # -- The serving export (`inference.export`): TensorFlow ops. --
 
     def serving_inputs(self, task_info: dict) -> tuple[tuple[str, int], ...]:

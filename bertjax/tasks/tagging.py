@@ -475,6 +475,14 @@ class TaggingFamily(Family):
         examples = read_conll(path, tag_column=None)
         return zip(examples.locations, examples.sentences)
 
+    def format_of_text(self, lines):
+        """CoNLL: a -DOCSTART- line, or token lines that all end in a tag column."""
+        columns = [line.split() for line in lines]
+        if any(row[0] == "-DOCSTART-" for row in columns) or columns and all(
+                len(row) >= 2 and ner_metrics.is_tag(row[-1]) for row in columns):
+            return "conll"
+        return ""
+
     def serving_inputs(self, task_info):
         return (("text", 1),)
 
