@@ -177,6 +177,10 @@ def test_span_qa_ids_are_unique_over_a_whole_input_and_every_input_gets_its_line
         batch_predict.predict_all(model, "squad", records, written.append)
     with pytest.raises(ValueError, match="input 2: the id 'a' is input 1's too"):
         model.predict([rows[0], rows[3]])
+    # An id that is another question's number: the message says where that id came from.
+    with pytest.raises(ValueError, match=r"input 2: the id '1' is input 1's number \(it has no id\); ids must be "
+                                         r"unique; give every question an id, or none"):
+        model.predict([rows[2], {**rows[0], "id": "1"}])
     # A question without an id gets its line number, whatever blank lines or headers come before.
     (tmp_path / "gaps.jsonl").write_text(f"\n{json.dumps({**rows[0], 'id': '2'})}\n\n{json.dumps(rows[2])}\n")
     records = list(batch_predict.read_inputs(str(tmp_path / "gaps.jsonl"), "squad", "jsonl",

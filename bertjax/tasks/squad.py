@@ -399,13 +399,22 @@ class SquadFamily(Family):
 
     def identify(self, parsed, positions, seen):
         """Every question its id: its own, or its number (its line in a file); an id seen before
-        is refused (the answers are keyed by id). seen: {id: the number of its first input}."""
+        is refused (the answers are keyed by id). seen: {id: (the number of its first input,
+        whether that id was its number)}."""
         identified, clashes = [], {}
         for index, (item, position) in enumerate(zip(parsed, positions)):
             qid = item.get("id", str(position))
             if qid in seen:
-                clashes[index] = f"the id {qid!r} is input {seen[qid]}'s too; ids must be unique"
-            seen.setdefault(qid, position)
+                first, numbered = seen[qid]
+                if "id" not in item:
+                    why = f"its number {qid!r} (it has no id) is input {first}'s id"
+                elif numbered:
+                    why = f"the id {qid!r} is input {first}'s number (it has no id)"
+                else:
+                    why = f"the id {qid!r} is input {first}'s too"
+                mixed = "; give every question an id, or none" if numbered or "id" not in item else ""
+                clashes[index] = f"{why}; ids must be unique{mixed}"
+            seen.setdefault(qid, (position, "id" not in item))
             identified.append({**item, "id": qid})
         return identified, clashes
 
