@@ -76,6 +76,28 @@ def test_missing_glob_and_empty_pattern_are_clear_errors(tmp_path):
         list(sources.iter_documents(_config(input_pattern=" , ")))
 
 
+def test_a_compressed_or_binary_file_is_refused_by_name(tmp_path):
+    """A gzipped corpus read as text gave a few garbage documents and a count of dropped lines."""
+    import gzip
+
+    (tmp_path / "corpus.txt.gz").write_bytes(gzip.compress(b"One sentence.\nTwo.\n\nThree.\n" * 50))
+    with pytest.raises(ValueError, match=r"corpus.txt.gz: gzip-compressed, not text; decompress or convert it first"):
+        sources.list_units(_config(input_pattern=str(tmp_path / "*.gz")))
+    (tmp_path / "rows.parquet").write_bytes(b"PAR1" + bytes(100))
+    with pytest.raises(ValueError, match=r"rows.parquet: Parquet \(source=parquet\), not text"):
+        sources.list_units(_config(source="jsonl", text_key="text", input_pattern=str(tmp_path / "*.parquet")))
+
+
+def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
+    (tmp_path / "rows.txt").write_text('{"text": "One sentence. Another."}\n{"text": "More."}\n')
+    sources.list_units(_config(input_pattern=str(tmp_path / "rows.txt")))
+    assert "rows.txt: its first line is a JSON object" in caplog.text and "config.data.source=jsonl" in caplog.text
+    caplog.clear()
+    (tmp_path / "braces.txt").write_text("{not json} but a sentence.\n")
+    sources.list_units(_config(input_pattern=str(tmp_path / "braces.txt")))
+    assert not caplog.text
+
+
 @pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
 @pytest.mark.parametrize("unit_bytes", [1, 7, 16, 50, 10_000])
 def test_byte_range_units_partition_documents_exactly(tmp_path, monkeypatch, unit_bytes, block_bytes):
