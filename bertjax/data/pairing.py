@@ -92,7 +92,9 @@ def chunk_documents(tokens: tf.RaggedTensor, sentence_lengths: tf.RaggedTensor, 
         (tf.constant(0), tf.zeros([num_docs], tf.int32), tf.TensorArray(tf.int32, size=0, dynamic_size=True,
                                                                           element_shape=[5, None])))
     records = tf.transpose(records.stack(), [1, 2, 0])  # [5, D, K]
-    keep = records[4] > 0
+    # A lone document of one sentence has no B anywhere: its instance is dropped.
+    no_b = (num_docs == 1) & (num_sentences < 2)
+    keep = (records[4] > 0) & ((records[3] == 0) | ~no_b[:, None])
     a_start, a_end, b_end, random_b = (tf.boolean_mask(r, keep) for r in tf.unstack(records[:4]))
     random_b = random_b > 0
     document = tf.boolean_mask(tf.broadcast_to(tf.range(num_docs)[:, None], tf.shape(keep)), keep)
