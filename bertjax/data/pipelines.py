@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from absl import logging
+
 from bertjax.data import original_tfrecord, prepare, sources
 from bertjax.data.pretraining import PretrainingPipeline
 from bertjax.runtime import fileio
@@ -55,8 +57,18 @@ def corpus_name(data_config) -> str:
 def check_can_pair(data_config, metadata: dict, split: str) -> None:
     """ValueError when `split` of the prepared corpus can give no NSP pair: one document of
     one sentence (a text without line breaks) has neither a second sentence for B nor
-    another document to draw a random B from, and the pipeline would wait forever."""
+    another document to draw a random B from, and the pipeline would wait forever. A warning
+    when its sentences average over half a pair's tokens: most chunks are then one sentence,
+    whose B is always random (NSP labels far from 50/50), and a longer sentence is cut."""
     entry = metadata["splits"][split]
+    per_sentence = entry["tokens"] / max(1, entry["sentences"])
+    if data_config.next_sentence_prediction and per_sentence > (data_config.max_seq_length - 3) / 2:
+        logging.warning(
+            "%s: its %s sentences average %.0f tokens, over half of config.data.max_seq_length=%d: most pairs "
+            "will get a random B (NSP labels far from 50/50) and longer sentences are cut. Is the text split into "
+            "sentences? (BERT format: one a line; JSONL, Parquet and TFDS text is split at [.!?] and a space "
+            "before a capital, so lower-cased or unpunctuated text stays whole paragraphs)",
+            corpus_name(data_config), split, per_sentence, data_config.max_seq_length)
     if data_config.next_sentence_prediction and entry["documents"] == 1 and entry["sentences"] == 1:
         raise ValueError(
             f"{corpus_name(data_config)}: its {split} split is one document of one sentence ({entry['tokens']:,} "
