@@ -80,17 +80,18 @@ def main(_):
             "or fine-tune it first"))
     if _TEXT.value and not batch_predict.input_reader(family).text_lines:
         raise ValueError(f"a {family} model's inputs are not one line of text: give them as JSONL with --input")
-    keys = batch_predict.default_keys(family, source.data)
+    keys, named = batch_predict.default_keys(family, source.data), []
     for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),
                        ("context", _CONTEXT_KEY), ("choices", _CHOICES_KEY)):
         if name in keys and flag.value is not None:  # the roles this model's inputs have
             keys[name] = flag.value
+            named.append(name)
     if _TEXT.value:
         records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
         read = functools.partial(batch_predict.read_inputs, _INPUT.value or "/dev/stdin", family, input_format,
-                                 keys, source.data)
+                                 keys, source.data, named)
         if _INPUT.value and fileio.can_read_twice(_INPUT.value):  # checked whole first, then predicted
             records = batch_predict.Reread(read)
             if next(iter(records), None) is None:

@@ -55,6 +55,15 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     assert batch_predict.check(_fake("classification", pairs=False), "classification", records[0][1]) == \
         "the model was trained on single texts; give one text (no ' ||| ')"
 
+    # A column the user named (--text_b_key) and the row lacks: an error, never a single text
+    # (a Hugging Face classifier does not say whether it reads pairs, so nothing else would say).
+    (tmp_path / "mrpc.csv").write_text("sentence1,sentence_2\nA man sings.,A man is singing.\n")
+    chosen = {**batch_predict.default_keys("classification", None), "text_a": "sentence1", "text_b": "sentence2"}
+    [(_, error)] = batch_predict.read_inputs(str(tmp_path / "mrpc.csv"), "classification", "csv", chosen,
+                                             named=["text_a", "text_b"])
+    assert str(error).startswith("no 'sentence2' column (the task reads 'sentence1', and 'sentence2' for a pair;")
+    [(_, item)] = batch_predict.read_inputs(str(tmp_path / "mrpc.csv"), "classification", "csv", chosen)
+    assert item == ("A man sings.", None)  # unnamed, the second text is optional
     (tmp_path / "rows.csv").write_text("review,stars\ngood film,5\n")
     [(where, item)] = _read(tmp_path / "rows.csv", "classification", text_a="review", text_b="")
     assert (where, item) == (f"{tmp_path}/rows.csv:2", ("good film", None))

@@ -100,10 +100,13 @@ def _first_lines(path: str, count: int = 20) -> list[str]:
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
-                data: dict | None = None) -> Iterator[tuple[str, Any]]:
+                data: dict | None = None, named: Iterable[str] = ()) -> Iterator[tuple[str, Any]]:
     """(where, item) per input, in file order; item is what Model.predict (fill_mask: a text)
     takes, or a ValueError for a row that does not have the columns the task reads. data: the
-    run's config.data (CoNLL's tag_column)."""
+    run's config.data (CoNLL's tag_column). named: the roles whose columns the user named
+    (--text_b_key, ...): a row without one is an error even where the role is optional (a
+    missing second text would otherwise make a pair a single text)."""
+    named = [role for role in named if keys.get(role)]
     reader = input_reader(family)
     if input_format == "text":
         for number, line in enumerate(common.user_lines(path, bad_lines="yield", one_input_a_line=True), start=1):
@@ -111,6 +114,8 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
     elif input_format in ("csv", "tsv", "jsonl"):
         for where, row in common.read_records(path, input_format):
             try:
+                for column in (keys[role] for role in named if keys[role] not in row):
+                    raise KeyError(column)
                 yield where, reader.from_row(row, keys)
             except KeyError as e:
                 yield where, ValueError(f"no {e.args[0]!r} column (the task reads {reader.columns(keys)}; "
