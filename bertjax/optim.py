@@ -222,11 +222,43 @@ def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
     return optax.GradientTransformation(init, update)
 
 
+def _per_layer_axes(path: tuple, leaf: jax.Array) -> tuple[int, ...] | None:
+    """The axes a per-tensor statistic of `leaf` (at `path` in the params) sums over: all of
+    them (None), or all but the first for a scanned encoder's stacked layers ([L, ...] under
+    encoder/layers), so that each layer keeps its own, as when unrolled."""
+    names = [entry.key for entry in path if isinstance(entry, jax.tree_util.DictKey)]
+    stacked = any(outer == "encoder" and inner == "layers" for outer, inner in zip(names, names[1:]))
+    return tuple(range(1, leaf.ndim)) if stacked else None
+
+
+def _per_tensor(reduce, x: jax.Array, axes: tuple[int, ...] | None) -> jax.Array:
+    """reduce (jnp.sum, jnp.mean) of x over `axes` (None: all), kept broadcastable to x."""
+    return reduce(x, axis=axes, keepdims=axes is not None)
+
+
+def scale_by_layerwise_trust_ratio(eps: float = 0.0) -> optax.GradientTransformation:
+    """optax.scale_by_trust_ratio (LAMB's ||param|| / ||update||, 1 where either is 0), one
+    ratio a tensor, and a layer of a scanned encoder's stacked tensors (`_per_layer_axes`).
+    Its state is optax's (`ScaleByTrustRatioState`)."""
+
+    def update(updates, state, params):
+        def scale(path, u, p):
+            axes = _per_layer_axes(path, u)
+            norm = lambda x: jnp.sqrt(_per_tensor(jnp.sum, jnp.square(x.astype(jnp.float32)), axes))
+            param_norm, update_norm = norm(p), norm(u)
+            ratio = jnp.where((param_norm == 0) | (update_norm == 0), 1.0, param_norm / (update_norm + eps))
+            return (u * ratio).astype(u.dtype)
+
+        return jax.tree_util.tree_map_with_path(scale, updates, params), state
+
+    return optax.GradientTransformation(lambda _: optax.ScaleByTrustRatioState(), update)
+
+
 def scale_by_stable_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0,
                          mask: Any = None) -> optax.GradientTransformation:
     """StableAdamW's step before the learning rate (Wortsman et al. 2023, as ModernBERT trained):
     bias-corrected Adam's direction plus decoupled weight decay, divided per tensor by
-    max(1, RMS(g / sqrt(v_hat))).
+    max(1, RMS(g / sqrt(v_hat))) (a layer of a scanned encoder's stacked tensors by its own).
 
     That RMS is about 1 while v_hat tracks the gradients' scale; a gradient far above what v
     has seen (a spike after quiet steps, when b2 averages slowly) pushes it up, and the tensor's
@@ -247,15 +279,16 @@ def scale_by_stable_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6, 
         first, second = 1 - b1 ** count, 1 - b2 ** count
         decayed = mask(params) if mask is not None else jax.tree.map(lambda _: True, params)
 
-        def step(m, v, g, p, decay):
+        def step(path, m, v, g, p, decay):
             v_hat = v / second
-            rms = jnp.sqrt(jnp.mean(jnp.square(g.astype(jnp.float32)) / jnp.maximum(v_hat, eps * eps)))
+            ratio = jnp.square(g.astype(jnp.float32)) / jnp.maximum(v_hat, eps * eps)
+            rms = jnp.sqrt(_per_tensor(jnp.mean, ratio, _per_layer_axes(path, g)))
             direction = (m / first) / (jnp.sqrt(v_hat) + eps)
             if decay and weight_decay:
                 direction = direction + weight_decay * p.astype(jnp.float32)
             return (direction / jnp.maximum(1.0, rms)).astype(g.dtype)
 
-        directions = jax.tree.map(step, mu, nu, updates, params, decayed)
+        directions = jax.tree_util.tree_map_with_path(step, mu, nu, updates, params, decayed)
         return directions, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
 
     return optax.GradientTransformation(init, update)
@@ -322,7 +355,7 @@ def make_optimizer(train_config: Any, schedule: optax.Schedule | None = None) ->
         parts.append(optax.chain(
             optax.scale_by_adam(tc.adam_b1, tc.adam_b2, tc.adam_eps),
             optax.add_decayed_weights(tc.weight_decay, mask=decay_mask),
-            optax.masked(optax.scale_by_trust_ratio(), decay_mask),
+            optax.masked(scale_by_layerwise_trust_ratio(), decay_mask),
             optax.scale_by_learning_rate(schedule),
         ))
     return optax.chain(*parts)

@@ -309,3 +309,31 @@ def test_clipping_equals_optax_and_takes_the_callers_norm():
         for a, b in zip(jax.tree.leaves(with_norm), jax.tree.leaves(without)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
             assert np.abs(np.asarray(a)).max() > 0
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "stable_adamw", "lamb"])
+def test_a_scanned_encoder_gets_the_unrolled_encoders_updates(optimizer):
+    """scan_layers stacks the layers into [L, ...] tensors; LAMB's trust ratio and StableAdamW's
+    update clipping are per tensor, so each layer must keep its own (one ratio over all layers
+    would dilute a spike in one of them). Layer 1's weights and gradients are far larger."""
+    from bertjax.models import stack_layers, unstack_layers
+
+    config = BertConfig.preset("tiny", vocab_size=64, max_position_embeddings=16)
+    params = nn.unbox(BertEncoder(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))["params"]
+    params["encoder"]["layer_1"] = jax.tree.map(lambda p: 5.0 * p + 0.1, params["encoder"]["layer_1"])
+    keys = iter(jax.random.split(jax.random.key(1), 1000))
+    grads = [jax.tree.map(lambda p: jax.random.normal(next(keys), p.shape), params) for _ in range(2)]
+    grads[1]["encoder"]["layer_1"] = jax.tree.map(lambda g: 100.0 * g, grads[1]["encoder"]["layer_1"])
+    tx = optim.make_optimizer(train_config(optimizer=optimizer, learning_rate=1e-3, warmup_steps=0, num_steps=10))
+
+    def train(params, grads, layout):
+        state = tx.init(params)
+        for g in grads:
+            updates, state = tx.update(g, state, params)
+            params = optax.apply_updates(params, updates)
+        return layout(params)
+
+    flat = train(params, grads, lambda p: p)
+    stack = lambda p: stack_layers(p, config.num_hidden_layers)
+    scanned = train(stack(params), [stack(g) for g in grads], unstack_layers)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7), flat, scanned)
