@@ -145,6 +145,10 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.init_checkpoint = ""  # bertjax checkpoint, Hugging Face dir or Google TF release dir
     config.init_checkpoint_required = False  # phase2, long: continuations, refused from random weights
 
+    if "phase2" in options or "long" in options:
+        # A continuation starts its data stream at step 0: with the run it continues' document
+        # order it would train on that run's first documents again.
+        config.data.seed += 1
     if "phase2" in options:
         # Phase 2 of the original recipe: the last 10% of steps at length 512, continuing from
         # phase 1's weights (pass --config.init_checkpoint=<phase-1 workdir>).

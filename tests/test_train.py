@@ -381,6 +381,10 @@ def test_config_presets_and_phase_two():
     phase2 = pretrain_config.get_config("base,phase2")
     assert (phase2.data.max_seq_length, phase2.data.max_predictions_per_seq) == (512, 80)
     assert phase2.train.num_steps == base.train.num_steps // 9
+    # A continuation reads another document order than the run it continues, which began this one.
+    modern = pretrain_config.get_config("modernbert-tiny,modern")
+    assert phase2.data.seed != base.data.seed == modern.data.seed
+    assert pretrain_config.get_config("modernbert-tiny,modern,long").data.seed != modern.data.seed
     with pytest.raises(ValueError, match="unknown options"):
         pretrain_config.get_config("base,phase3")
     assert isinstance(base, ml_collections.ConfigDict)
