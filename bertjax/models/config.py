@@ -310,6 +310,11 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
     if "matmul_precision" not in values:
         values["matmul_precision"] = "bfloat16" if bf16_matmul_units and not accelerator else "default"
     try:
-        return base.replace(**values)
+        config = base.replace(**values)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{source}: {e}") from None
+    if values.get("attention_window") and config.global_attention_every == 1:  # (an import may say so: all global)
+        raise ValueError(f"{source}.attention_window={config.attention_window} has no effect with "
+                         f"global_attention_every=1 (every layer attends globally); set "
+                         f"{source}.global_attention_every (ModernBERT's: 3)")
+    return config

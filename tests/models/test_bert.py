@@ -516,3 +516,16 @@ def test_one_token_type_serves_both_texts_of_a_pair():
     pair = BertEncoder(config).apply({"params": params}, ids, types, mask)
     single = BertEncoder(config).apply({"params": params}, ids, jnp.zeros_like(types), mask)
     np.testing.assert_array_equal(pair[0], single[0])
+
+
+def test_a_window_without_local_layers_is_refused():
+    """BERT's global_attention_every=1 makes every layer global: a window set with it did nothing."""
+    from bertjax.models import config as bert_config
+
+    with pytest.raises(ValueError, match=r"^config.model.attention_window=128 has no effect with "
+                                         r"global_attention_every=1 \(every layer attends globally\)"):
+        bert_config.resolve({"attention_window": 128, "position_embedding": "rope"}, preset="base")
+    windowed = bert_config.resolve({"attention_window": 128, "global_attention_every": 3,
+                                    "position_embedding": "rope"}, preset="base")
+    assert [windowed.is_global_layer(i) for i in range(4)] == [True, False, False, True]
+    assert bert_config.resolve({}, preset="modernbert-tiny").attention_window == 16  # the presets' own windows
