@@ -98,7 +98,8 @@ def pretrained_params(config: ml_collections.ConfigDict, source: model_source.Mo
 
     A token transform (config.model.token_transform, tagging and span QA) starts from the
     checkpoint's own, else its masked-LM head's transform (the same dense, activation, norm), as
-    Hugging Face's ModernBertFor<Task> loads the pre-trained `head.*`."""
+    Hugging Face's ModernBertFor<Task> loads the pre-trained `head.*`; so does the modern
+    encoder's pooler (dense, activation, norm) where it never learnt (`pooler_from_masked_lm`)."""
     loaded = source.load_params()
     wanted = tuple(model_params) if config.reuse_head else ("bert",)
     missing = [name for name in wanted if name not in loaded]
@@ -113,7 +114,17 @@ def pretrained_params(config: ml_collections.ConfigDict, source: model_source.Mo
             params.update({name: loaded[name] for name in TOKEN_TRANSFORM})
         elif "mlm" in loaded:
             params.update(zip(TOKEN_TRANSFORM, (loaded["mlm"]["transform"], loaded["mlm"]["transform_norm"])))
+    if pooler_from_masked_lm(source, bert) and "mlm" in loaded and "pooler" in params["bert"]:
+        params["bert"] = {**params["bert"], "pooler": loaded["mlm"]["transform"],
+                          "pooler_norm": loaded["mlm"]["transform_norm"]}
     return params
+
+
+def pooler_from_masked_lm(source: model_source.ModelSource, bert: BertConfig) -> bool:
+    """Whether fine-tuning's pooler starts from the checkpoint's masked-LM transform: the modern
+    encoder's pooler (dense, activation, norm: the same shape) where it never learnt (a bertjax
+    masked-LM-only run), as an import of that run's Hugging Face export starts it."""
+    return bert.pooler != "tanh" and not source.pooler_trained and source.layout == "bertjax"
 
 
 # ======================================================================================
@@ -432,8 +443,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
     if source and config.reuse_head:
         check_reused_head(source, task.info)
-    if source and frozen and not source.pooler_trained and not (tasks.family_of_task(config.task).reads_tokens
-                                                                or bert.feature_based):
+    if source and frozen and not source.pooler_trained and not pooler_from_masked_lm(source, bert) and not (
+            tasks.family_of_task(config.task).reads_tokens or bert.feature_based):
         log.warning("config.train.freeze_encoder: the head reads the pooled [CLS], and %s's pooler never learnt "
                     "(a masked-LM-only run, or a class without one): frozen, it is a fixed random projection. "
                     "config.model.feature_combine=concat reads the last layer's [CLS] itself", config.init_checkpoint)

@@ -544,3 +544,38 @@ def test_a_reused_head_must_answer_this_runs_labels_in_its_order():
     generic = types.SimpleNamespace(path="hf-sst2", task_info={"label_names": ["LABEL_0", "LABEL_1"]})
     finetune_setup.check_reused_head(generic, {"label_names": ["negative", "positive"]})
     finetune_setup.check_reused_head(types.SimpleNamespace(path="x", task_info={}), {"label_names": ["a", "b"]})
+
+
+def test_a_modern_masked_lm_runs_pooler_starts_from_its_masked_lm_transform():
+    """A masked-LM-only run never trains the modern encoder's pooler (dense, activation, norm);
+    fine-tuning starts it from the run's masked-LM transform, as an import of the run's
+    Hugging Face export does (ModernBertForSequenceClassification loads `head.*`)."""
+    import ml_collections
+
+    from bertjax import finetune
+    from bertjax.inference import model_source
+    from bertjax.models import BertConfig
+
+    bert = BertConfig.preset("modernbert-tiny", vocab_size=50)
+    rng = np.random.default_rng(0)
+    layer = lambda: {"kernel": rng.normal(size=(4, 4)), "bias": rng.normal(size=4)}
+    loaded = {"bert": {"pooler": layer(), "pooler_norm": {"scale": rng.normal(size=4)}, "layers": {}},
+              "mlm": {"transform": layer(), "transform_norm": {"scale": rng.normal(size=4)}}}
+
+    class Run(model_source.ModelSource):
+        def load_params(self):
+            return loaded
+
+    config = ml_collections.ConfigDict(dict(reuse_head=False, init_checkpoint="run"))
+    model_params = {"bert": {}, "classifier": {}}
+    for trained, layout, pooler in ((False, "bertjax", "transform"), (True, "bertjax", "pooler"),
+                                    (False, "huggingface", "pooler")):  # (an import copies the head itself)
+        source = Run("run", layout, "run/checkpoints/1", bert, None, pooler_trained=trained)
+        params = finetune.pretrained_params(config, source, bert, model_params)
+        expected = loaded["mlm"] if pooler == "transform" else {"transform": loaded["bert"]["pooler"],
+                                                                 "transform_norm": loaded["bert"]["pooler_norm"]}
+        assert params["bert"]["pooler"] is expected["transform"]
+        assert params["bert"]["pooler_norm"] is expected["transform_norm"]
+    untrained = Run("run", "bertjax", "run/checkpoints/1", bert, None, pooler_trained=False)
+    assert finetune.pooler_from_masked_lm(untrained, bert)
+    assert not finetune.pooler_from_masked_lm(untrained, BertConfig.preset("tiny", vocab_size=50))  # BERT's tanh
