@@ -189,12 +189,34 @@ class HostBatches:
                                                 process_index=pipeline_index, process_count=pipeline_count,
                                                 split=split)
 
-    def batches(self, start_step: int = 0):
+    def batches(self, start_step: int = 0, start_unit: int | None = None):
         """This process's rows (or, with whole batches, all rows) of the batch of each step
-        from `start_step` on."""
-        units = self.pipeline.batches(self.warmup.units_before(start_step))
+        from `start_step` on, read from the stream's batch of `warmup.unit` rows `start_unit`
+        (default: where the batch settings put step `start_step`; `resume_unit`)."""
+        units = self.pipeline.batches(self.warmup.units_before(start_step) if start_unit is None else start_unit)
         for batch in self.warmup.batches(units, start_step):
             yield {name: batch[name] for name in self.features}
+
+
+def resume_unit(checkpoint_dir: str, start_step: int, warmup: BatchWarmup) -> tuple[int, str]:
+    """(the stream's batch of `warmup.unit` rows a run resumed at `start_step` reads first, a
+    note when that is not where the current batch settings put the step).
+
+    The checkpoint records the rows read before it (meta["extra"]["rows_read"]): a run that
+    resumes with another global_batch_size or batch warmup picks the stream up there, not at
+    step x its own batch size, which would skip or repeat data. Rows that are not a whole
+    number of unit batches are rounded down (a few rows read twice)."""
+    at_step = warmup.units_before(start_step)
+    if start_step == 0:
+        return at_step, ""
+    read = checkpointing.read_meta(fileio.join(checkpoint_dir, str(start_step)))["extra"].get("rows_read")
+    if read is None or read == at_step * warmup.unit:  # (a checkpoint from before rows were recorded: None)
+        return at_step, ""
+    unit = read // warmup.unit
+    cut = f" (rounded down to whole batches of {warmup.unit} rows: {read - unit * warmup.unit} read again)" if (
+        read % warmup.unit) else ""
+    return unit, (f"the training stream resumes after the {read:,} rows read before step {start_step}{cut}, not at "
+                  f"row {at_step * warmup.unit:,} where the current batch settings put that step")
 
 
 def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
@@ -433,6 +455,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     #    large for memory fails here rather than hours into the ramp, and the sizes between when
     #    the warmup reaches them); the state is donated. --
     start_step = int(jax.device_get(state.step))
+    start_unit, resumed_note = resume_unit(str(checkpointer.directory), start_step, warmup)
+    if resumed_note:
+        log.warning("%s", resumed_note)
     batch_shardings = {name: sharding.batch_sharding(mesh, len(spec.shape)) for name, spec in batch_abstract.items()}
     with sharding.activate(mesh):
         step_inputs = trainer.step_inputs(train_cfg, config.seed, mesh)
@@ -461,7 +486,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                                                           next_sentence_prediction=nsp),
         console_keys=("loss", "mlm_accuracy", "nsp_accuracy") if nsp else ("loss", "mlm_accuracy"),
         label="pre-train",
-        fixed_metrics={"compile_seconds": compile_seconds}, bfloat16_products=bert.matmul_precision == "bfloat16")
+        fixed_metrics={"compile_seconds": compile_seconds}, bfloat16_products=bert.matmul_precision == "bfloat16",
+        rows_read=lambda at: (start_unit + warmup.units_before(at) - warmup.units_before(start_step)) * warmup.unit)
     ramp = (f"; the batch grows {warmup.unit} -> {train_cfg.global_batch_size} rows over the first "
             f"{warmup.warmup_steps} steps" if warmup.active else "")
     sizes = f" at {' and '.join(map(str, compiled))} rows" if len(compiled) > 1 else ""
@@ -470,7 +496,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
 
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
     step = start_step
-    batches = loop.input(train_data.batches(start_step))
+    batches = loop.input(train_data.batches(start_step, start_unit))
     try:
         while step < train_cfg.num_steps:
             rows = warmup.rows(step)

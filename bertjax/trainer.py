@@ -447,8 +447,13 @@ class Loop:
                  log_every: int, eval_every: int, max_consecutive_bad_steps: int, sequences_per_step: float,
                  tokens_per_sequence: int | None = None, flops_per_sequence: float | None = None,
                  console_keys: tuple[str, ...] = ("loss",), label: str = "train",
-                 fixed_metrics: dict[str, float] | None = None, bfloat16_products: bool = False):
+                 fixed_metrics: dict[str, float] | None = None, bfloat16_products: bool = False,
+                 rows_read: Callable[[int], int] | None = None):
+        """rows_read(step): the rows of the training stream read before `step`, saved with each
+        checkpoint as meta["extra"]["rows_read"] (where a resume with other batch settings
+        picks the stream up)."""
         self.workdir, self.checkpointer, self.saved_config = workdir, checkpointer, saved_config
+        self.rows_read = rows_read
         self.num_steps, self.start_step, self.log_every, self.eval_every = num_steps, start_step, log_every, eval_every
         self.max_consecutive_bad_steps = max_consecutive_bad_steps
         self.sequences_per_step, self.tokens_per_sequence = sequences_per_step, tokens_per_sequence
@@ -539,7 +544,8 @@ class Loop:
         except preemption.InputInterrupted as stopped:
             with self.paused():
                 if step > self.start_step:
-                    self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True)
+                    self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
+                                           extra_meta=self._extra_meta(step, None))
                 self.checkpointer.wait_until_finished()
             saved = self.checkpointer.latest_step()
             raise TrainingStopped(
@@ -547,7 +553,13 @@ class Loop:
                 f"pipeline; " + (f"saved step {saved} to {self.checkpointer.directory}; run the same command again "
                                  f"to resume" if saved is not None else "nothing was saved")) from None
 
+    def _extra_meta(self, step: int, extra_meta: dict | None) -> dict | None:
+        if self.rows_read is None:
+            return extra_meta
+        return {**(extra_meta or {}), "rows_read": int(self.rows_read(step))}
+
     def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
+        extra_meta = self._extra_meta(step, extra_meta)
         if self.checkpointer.due(step) or step == self.num_steps:
             # A gs:// metrics.jsonl is written every 30 s: first the rows up to this checkpoint,
             # which a resume from it never logs again.

@@ -256,6 +256,25 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
     assert [r["step"] for r in _metrics(workdir) if "loss" in r][-1] == 7
 
 
+def test_a_resume_with_another_batch_size_picks_the_stream_up_where_it_stopped(tmp_path, prepared_dir, five_steps):
+    """Five steps of 16 rows read 80 rows; resumed at 40 rows a step, step 5 would have been row
+    200 (120 rows never trained on): the stream goes on from row 80, and says so."""
+    from bertjax import checkpointing, pretrain
+    from bertjax.batch_warmup import BatchWarmup
+
+    workdir = _copy(five_steps, tmp_path)
+    assert checkpointing.read_meta(str(workdir / "checkpoints" / "5"))["extra"]["rows_read"] == 80
+    result = _run(workdir, prepared_dir, "--config.train.num_steps=7", "--config.train.global_batch_size=40")
+    assert ("the training stream resumes after the 80 rows read before step 5, not at row 200 where the current "
+            "batch settings put that step") in result.stderr
+    assert checkpointing.read_meta(str(workdir / "checkpoints" / "7"))["extra"]["rows_read"] == 80 + 2 * 40
+    # Rows that are not whole batches of the new size: rounded down, the rest read again.
+    assert pretrain.resume_unit(str(workdir / "checkpoints"), 5, BatchWarmup(32, 0, 0)) == (2, (
+        "the training stream resumes after the 80 rows read before step 5 (rounded down to whole batches of 32 "
+        "rows: 16 read again), not at row 160 where the current batch settings put that step"))
+    assert pretrain.resume_unit(str(workdir / "checkpoints"), 5, BatchWarmup(16, 0, 0)) == (5, "")  # unchanged
+
+
 def test_held_out_metrics_use_float32_products_when_training_uses_bfloat16(tmp_path, prepared_dir):
     """Issue 46, 12: pre-training's evaluation multiplies in float32, as fine-tuning's and
     load_model's do; bfloat16 products are the training steps' speed-up only. And the weights
