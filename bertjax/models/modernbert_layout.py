@@ -67,6 +67,13 @@ def modernbert_config(values: dict[str, Any], source: str = "config.json") -> Be
     need(values.get("decoder_bias", True), "decoder_bias must be true (bertjax's MLM decoder has a bias)")
     window = values.get("local_attention", 128)
     need(window % 2 == 0, f"local_attention {window} must be even")
+    dropouts = {key: values.get(key, 0.0) for key in
+                ("embedding_dropout", "mlp_dropout", "attention_dropout", "classifier_dropout")}
+    if len(set(dropouts.values())) > 1:  # training only: inference runs without dropout
+        logging.warning("%s: dropouts %s differ, and bertjax has two: hidden_dropout_prob (embeddings, attention "
+                        "and MLP outputs, heads) takes mlp_dropout=%s, attention_probs_dropout_prob "
+                        "attention_dropout=%s; training from these weights regularises as that says",
+                        source, dropouts, dropouts["mlp_dropout"], dropouts["attention_dropout"])
     return BertConfig(
         vocab_size=values.get("vocab_size", 50368), hidden_size=values.get("hidden_size", 768),
         num_hidden_layers=layers, num_attention_heads=values.get("num_attention_heads", 12),
@@ -109,6 +116,7 @@ def modernbert_hf_config(config: BertConfig) -> dict[str, Any]:
             "local_attention": config.attention_window, "global_attn_every_n_layers": config.global_attention_every,
             "classifier_pooling": config.pooler, "embedding_dropout": config.hidden_dropout_prob,
             "mlp_dropout": config.hidden_dropout_prob, "attention_dropout": config.attention_probs_dropout_prob,
+            "classifier_dropout": config.hidden_dropout_prob,
             "tie_word_embeddings": True}
 
 

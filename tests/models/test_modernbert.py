@@ -229,6 +229,19 @@ def test_transformers_4_rope_keys_are_read_as_it_reads_them():
         modernbert_layout.modernbert_config({"rope_scaling": {"type": "linear", "factor": 2.0}})
 
 
+def test_dropouts_bertjax_cannot_hold_apart_are_warned_of(caplog):
+    """Hugging Face's attention_dropout also drops the attention output, which bertjax drops with
+    the hidden dropout (mlp_dropout's); inference is the same, further training is not."""
+    config = modernbert_layout.modernbert_config({"attention_dropout": 0.1, "mlp_dropout": 0.0})
+    assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob) == (0.0, 0.1)
+    assert "config.json: dropouts {'embedding_dropout': 0.0, 'mlp_dropout': 0.0, 'attention_dropout': 0.1, " \
+           "'classifier_dropout': 0.0} differ" in caplog.text
+    caplog.clear()
+    modernbert_layout.modernbert_config({})  # ModernBERT's: all 0
+    assert not caplog.text
+    assert modernbert_layout.modernbert_hf_config(config.replace(hidden_dropout_prob=0.1))["classifier_dropout"] == 0.1
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(attention_window=7), "attention_window must be even"),
     (dict(position_embedding="alibi"), "position_embedding must be one of"),
