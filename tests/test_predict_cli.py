@@ -101,6 +101,15 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
                                              r"--input_format=conll \(or --input_format=text"):
             batch_predict.file_format(str(tmp_path / name), "tagging")
         assert batch_predict.file_format(str(tmp_path / name), "tagging", "text") == "text"
+    # A pipe (stdin, <(zcat ...)) is never read ahead: its first lines would be lost to the predictions.
+    import threading
+
+    os.mkfifo(tmp_path / "pipe")
+    writer = threading.Thread(target=lambda: (tmp_path / "pipe").write_text("EU B-ORG\nrejects O\n"), daemon=True)
+    writer.start()
+    assert batch_predict.file_format(str(tmp_path / "pipe"), "tagging") == "text"
+    assert (tmp_path / "pipe").read_text() == "EU B-ORG\nrejects O\n"
+    writer.join(10)
     (tmp_path / "sentences.txt").write_text("EU rejects German call\nPeter Blackburn O\n")
     assert batch_predict.file_format(str(tmp_path / "sentences.txt"), "tagging") == "text"
     (tmp_path / "choice.jsonl").write_text(json.dumps({"context": "x", "choices": ["a"]}) + "\n")

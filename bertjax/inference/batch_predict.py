@@ -82,7 +82,8 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     if chosen not in ("auto", *readable):
         raise ValueError(f"--input_format={chosen}: a {reader.name} model reads {', '.join(readable)}")
     found = common.file_format(path, "" if chosen == "auto" else chosen, reader.extensions)
-    if found == "text" and chosen == "auto" and reader.extensions and path and fileio.exists(path):
+    if (found == "text" and chosen == "auto" and reader.extensions and path and fileio.exists(path)
+            and fileio.can_read_twice(path)):  # (a pipe's first lines would be lost to the predictions)
         written_in = reader.format_of_text(_first_lines(path))
         if written_in:  # its lines read as sentences would give an answer for each, silently wrong
             raise ValueError(f"{path} looks like {written_in}, not one input a line: pass "
@@ -114,8 +115,9 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
     elif input_format in ("csv", "tsv", "jsonl"):
         for where, row in common.read_records(path, input_format):
             try:
-                for column in (keys[role] for role in named if keys[role] not in row):
-                    raise KeyError(column)
+                missing = next((keys[role] for role in named if keys[role] not in row), None)
+                if missing is not None:
+                    raise KeyError(missing)
                 yield where, reader.from_row(row, keys)
             except KeyError as e:
                 yield where, ValueError(f"no {e.args[0]!r} column (the task reads {reader.columns(keys)}; "
