@@ -142,6 +142,8 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         "source": data_config.source, "units": units, "eval_fraction": float(data_config.eval_fraction),
         "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
         **({"text_reader": TEXT_READER} if data_config.source == "text" else {}),
+        # A byte-level BPE's sentences after a document's first carry their leading space.
+        **({"sentence_prefix": tokenizer.word_prefix} if tokenizer.word_prefix else {}),
     }
     if fileio.exists(fileio.join(output_dir, "metadata.json")):
         return _prepared_already(output_dir, settings)
@@ -157,8 +159,9 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
 
 def _prepared_already(output_dir: str, settings: dict) -> dict:
     """The metadata of `output_dir`, prepared earlier; a ValueError for other settings. A
-    finished folder read with an earlier text reader is whole in itself: used, with a warning
-    (only resuming one across readers would mix them at unit boundaries)."""
+    finished folder read with an earlier text reader, or tokenized before sentences carried a
+    byte-level BPE's leading space, is whole in itself: used, with a warning (only resuming one
+    across versions would mix them at unit boundaries)."""
     metadata = read_metadata(output_dir)
     found = metadata["settings"]
     if found.get("source") == settings.get("source") == "text" and found.get("text_reader", 1) < TEXT_READER:
@@ -168,6 +171,11 @@ def _prepared_already(output_dir: str, settings: dict) -> dict:
         found = {key: value for key, value in found.items() if key != "text_reader"}
         if "text_reader" in settings:
             found["text_reader"] = settings["text_reader"]
+    if "sentence_prefix" in settings and "sentence_prefix" not in found:
+        logging.warning("%s was prepared before a byte-level BPE's sentences carried their leading space: each "
+                        "sentence's first word there lacks its word-start mark (whole-word masking joins it to "
+                        "the sentence before); prepare again to have it", output_dir)
+        found = {**found, "sentence_prefix": settings["sentence_prefix"]}
     _check_same_settings(output_dir, found, settings)
     return metadata
 

@@ -267,7 +267,7 @@ def test_sentencepiece_and_parallel_workers(tmp_path):
     assert np.unique([len(d) for d in got]).size > 1
 
 
-def test_a_byte_level_bpe_tokenizes_each_sentence_as_its_running_text_does(tmp_path):
+def test_a_byte_level_bpe_tokenizes_each_sentence_as_its_running_text_does(tmp_path, caplog):
     """A byte-level BPE marks a word start by the space before it ('ĠThen'): a sentence after a
     document's first is tokenized as it stands in the document, so its first word is marked
     (as inference sees it, and whole-word masking does not join it to the sentence before)."""
@@ -282,6 +282,14 @@ def test_a_byte_level_bpe_tokenizes_each_sentence_as_its_running_text_does(tmp_p
     continuation = tokenizer.continuation_mask()
     assert [continuation[sentence[0]] for document in got for sentence in document[1:]] == [False] * sum(
         len(d) - 1 for d in documents)
+    # Recorded: a folder tokenized before is used whole, with a warning to prepare it again.
+    assert metadata["settings"]["sentence_prefix"] == " "
+    path = tmp_path / "out" / "metadata.json"
+    older = json.loads(path.read_text())
+    del older["settings"]["sentence_prefix"]
+    path.write_text(json.dumps(older))
+    assert prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)["splits"] == metadata["splits"]
+    assert "prepared before a byte-level BPE's sentences carried their leading space" in caplog.text
 
 
 def test_small_corpora_are_prepared_in_process_by_default(tmp_path):
