@@ -58,17 +58,19 @@ def check_can_pair(data_config, metadata: dict, split: str) -> None:
     """ValueError when `split` of the prepared corpus can give no NSP pair: one document of
     one sentence (a text without line breaks) has neither a second sentence for B nor
     another document to draw a random B from, and the pipeline would wait forever. A warning
-    when its sentences average over half a pair's tokens: most chunks are then one sentence,
-    whose B is always random (NSP labels far from 50/50), and a longer sentence is cut."""
+    when its sentences average over half a pair's tokens: two seldom fit, so most pairs are
+    cut; over a whole pair's, most chunks are one sentence, whose B is always random (NSP
+    labels far from 50/50)."""
     entry = metadata["splits"][split]
-    per_sentence = entry["tokens"] / max(1, entry["sentences"])
-    if data_config.next_sentence_prediction and per_sentence > (data_config.max_seq_length - 3) / 2:
+    per_sentence, pair = entry["tokens"] / max(1, entry["sentences"]), data_config.max_seq_length - 3
+    if data_config.next_sentence_prediction and per_sentence > pair / 2:
+        effect = ("most pairs will get a random B (NSP labels far from 50/50), their sentences cut" if
+                  per_sentence >= pair else "two seldom fit, so most pairs are cut to fit")
         logging.warning(
-            "%s: its %s sentences average %.0f tokens, over half of config.data.max_seq_length=%d: most pairs "
-            "will get a random B (NSP labels far from 50/50) and longer sentences are cut. Is the text split into "
-            "sentences? (BERT format: one a line; JSONL, Parquet and TFDS text is split at [.!?] and a space "
-            "before a capital, so lower-cased or unpunctuated text stays whole paragraphs)",
-            corpus_name(data_config), split, per_sentence, data_config.max_seq_length)
+            "%s: its %s sentences average %.0f tokens against config.data.max_seq_length=%d: %s. Is the text "
+            "split into sentences? (BERT format: one a line; JSONL, Parquet and TFDS text is split at [.!?] and "
+            "a space before a capital, so lower-cased or unpunctuated text stays whole paragraphs)",
+            corpus_name(data_config), split, per_sentence, data_config.max_seq_length, effect)
     if data_config.next_sentence_prediction and entry["documents"] == 1 and entry["sentences"] == 1:
         raise ValueError(
             f"{corpus_name(data_config)}: its {split} split is one document of one sentence ({entry['tokens']:,} "

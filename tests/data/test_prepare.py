@@ -366,16 +366,20 @@ def test_the_remedies_the_messages_give_rebuild_the_same_metadata(tmp_path, monk
 
 
 def test_sentences_longer_than_half_a_pair_are_warned_of(caplog):
-    """Lower-cased JSONL text is not split into sentences: whole paragraphs as sentences make
-    most NSP pairs random, without a word unless the start-up says so."""
+    """Lower-cased JSONL text is not split into sentences: whole paragraphs as sentences cut
+    most pairs, or make most of them random, without a word unless the start-up says so."""
     from bertjax.data import pipelines
 
     config = ml_collections.ConfigDict(dict(source="jsonl", input_pattern="rows.jsonl", tfds_name="",
                                             next_sentence_prediction=True, max_seq_length=128))
     paragraphs = {"splits": {"train": {"documents": 50, "sentences": 100, "tokens": 10_000}}}
     pipelines.check_can_pair(config, paragraphs, "train")
-    assert ("config.data.input_pattern='rows.jsonl': its train sentences average 100 tokens, over half of "
-            "config.data.max_seq_length=128") in caplog.text
+    assert ("config.data.input_pattern='rows.jsonl': its train sentences average 100 tokens against "
+            "config.data.max_seq_length=128: two seldom fit, so most pairs are cut to fit.") in caplog.text
+    caplog.clear()
+    pipelines.check_can_pair(config, {"splits": {"train": {**paragraphs["splits"]["train"], "tokens": 20_000}}},
+                             "train")
+    assert "average 200 tokens against config.data.max_seq_length=128: most pairs will get a random B" in caplog.text
     caplog.clear()
     pipelines.check_can_pair(config, {"splits": {"train": {**paragraphs["splits"]["train"], "tokens": 3_000}}},
                              "train")
