@@ -456,6 +456,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     #    the warmup reaches them); the state is donated. --
     start_step = int(jax.device_get(state.step))
     start_unit, resumed_note = resume_unit(str(checkpointer.directory), start_step, warmup)
+    units_at_start = warmup.units_before(start_step)
     if resumed_note:
         log.warning("%s", resumed_note)
     batch_shardings = {name: sharding.batch_sharding(mesh, len(spec.shape)) for name, spec in batch_abstract.items()}
@@ -487,7 +488,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         console_keys=("loss", "mlm_accuracy", "nsp_accuracy") if nsp else ("loss", "mlm_accuracy"),
         label="pre-train",
         fixed_metrics={"compile_seconds": compile_seconds}, bfloat16_products=bert.matmul_precision == "bfloat16",
-        rows_read=lambda at: (start_unit + warmup.units_before(at) - warmup.units_before(start_step)) * warmup.unit)
+        rows_read=lambda at: (start_unit + warmup.units_before(at) - units_at_start) * warmup.unit)
     ramp = (f"; the batch grows {warmup.unit} -> {train_cfg.global_batch_size} rows over the first "
             f"{warmup.warmup_steps} steps" if warmup.active else "")
     sizes = f" at {' and '.join(map(str, compiled))} rows" if len(compiled) > 1 else ""

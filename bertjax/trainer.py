@@ -559,20 +559,21 @@ class Loop:
         return {**(extra_meta or {}), "rows_read": int(self.rows_read(step))}
 
     def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
-        extra_meta = self._extra_meta(step, extra_meta)
-        if self.checkpointer.due(step) or step == self.num_steps:
+        due = self.checkpointer.due(step) or step == self.num_steps
+        if due:
             # A gs:// metrics.jsonl is written every 30 s: first the rows up to this checkpoint,
             # which a resume from it never logs again.
             self.writer.flush()
         with self.paused():
-            self.checkpointer.save(step, state, data_position=step, config=self.saved_config,
-                                   force=step == self.num_steps, extra_meta=extra_meta)
+            if due:
+                self.checkpointer.save(step, state, data_position=step, config=self.saved_config,
+                                       force=step == self.num_steps, extra_meta=self._extra_meta(step, extra_meta))
             # At the last step the run is complete (saved above): it finishes rather than reporting
             # a preemption that a scheduler would retry.
             if step < self.num_steps and self.watcher.should_stop(step):
                 self.writer.flush()
                 self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
-                                       extra_meta=extra_meta)
+                                       extra_meta=self._extra_meta(step, extra_meta))
                 self.checkpointer.wait_until_finished()
                 raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to "
                                       f"{self.checkpointer.directory}; run the same command again to resume")
