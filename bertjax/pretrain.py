@@ -455,6 +455,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     #    large for memory fails here rather than hours into the ramp, and the sizes between when
     #    the warmup reaches them); the state is donated. --
     start_step = int(jax.device_get(state.step))
+    if start_step > train_cfg.num_steps:  # e.g. phase2 given its phase-1 workdir: it would end at once
+        raise ValueError(f"{checkpointer.directory} is at step {start_step}, past config.train.num_steps="
+                         f"{train_cfg.num_steps}: nothing to train. A continuation (phase2, long) runs in a new "
+                         f"--workdir with config.init_checkpoint={workdir}")
     start_unit, resumed_note = resume_unit(str(checkpointer.directory), start_step, warmup)
     units_at_start = warmup.units_before(start_step)
     if resumed_note:

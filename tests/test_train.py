@@ -256,6 +256,17 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
     assert [r["step"] for r in _metrics(workdir) if "loss" in r][-1] == 7
 
 
+def test_a_workdir_past_the_runs_last_step_is_refused(tmp_path, prepared_dir, five_steps):
+    """phase2 given its phase-1 workdir restored step 900,000 of a 100,000-step run and ended at
+    once, exit 0, with phase 2 never trained."""
+    workdir = _copy(five_steps, tmp_path)
+    result = _run(workdir, prepared_dir, "--config.train.num_steps=3", check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {workdir}/checkpoints is at step 5, past config.train.num_steps=3: nothing to train. A continuation "
+        f"(phase2, long) runs in a new --workdir with config.init_checkpoint={workdir}")
+
+
 def test_a_resume_with_another_batch_size_picks_the_stream_up_where_it_stopped(tmp_path, prepared_dir, five_steps):
     """Five steps of 16 rows read 80 rows; resumed at 40 rows a step, step 5 would have been row
     200 (120 rows never trained on): the stream goes on from row 80, and says so."""
