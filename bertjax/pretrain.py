@@ -99,6 +99,12 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     checkpoint = config.checkpoint
     if checkpoint.every < 1 or checkpoint.keep < 1:
         raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {checkpoint.every}, {checkpoint.keep}")
+    if checkpoint.every > train.num_steps:
+        log.warning("config.checkpoint.every=%d is past config.train.num_steps=%d: no checkpoint before the last "
+                    "step (a crash loses the run; a stop signal still saves)", checkpoint.every, train.num_steps)
+    if train.eval_every > train.num_steps:
+        log.warning("config.train.eval_every=%d is past config.train.num_steps=%d: one evaluation, at the end (the "
+                    "plateau alarm cannot fire)", train.eval_every, train.num_steps)
 
 
 # ======================================================================================

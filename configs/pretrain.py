@@ -96,9 +96,6 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.vocab_path = ""          # "" -> the demo vocabulary (source=prepared: the folder's own)
     config.data.do_lower_case = True
     small = preset in ("tiny", "modernbert-tiny")
-    # A short recipe (4,000 steps) evaluates and checkpoints often: at the paper's 10,000 it would
-    # do each once, at its end (no plateau alarm, nothing kept from a killed run).
-    often = PRESET_RECIPES[preset]["num_steps"] <= 10_000
     config.data.max_seq_length = 64 if small else 128
     config.data.masked_lm_prob = 0.15
     _derive_max_predictions(config.data)
@@ -131,7 +128,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.train.batch_warmup_start = 0        # > 0: the first steps' global batch, growing linearly to
     config.train.batch_warmup_steps = 0        # global_batch_size over these steps (bertjax/batch_warmup.py)
     config.train.log_every = 100
-    config.train.eval_every = 500 if often else 10_000   # 0 disables evaluation
+    config.train.eval_every = 10_000   # 0 disables evaluation; short runs: see the end
     config.train.eval_batches = 10
     config.train.max_consecutive_bad_steps = 10  # non-finite steps in a row before the run stops (checked at log steps)
     config.train.plateau_evals = 3  # evaluations in a row at the unigram guess before a warning; 0: never
@@ -140,7 +137,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
 
     # -- Checkpoints: <workdir>/checkpoints. Resume order: that -> init_checkpoint -> scratch. --
-    config.checkpoint = ml_collections.ConfigDict(dict(every=500 if often else 10_000, keep=3,
+    config.checkpoint = ml_collections.ConfigDict(dict(every=10_000, keep=3,
                                                        async_save=True))
     config.init_checkpoint = ""  # bertjax checkpoint, Hugging Face dir or Google TF release dir
     config.init_checkpoint_required = False  # phase2, long: continuations, refused from random weights
@@ -183,4 +180,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     unknown = set(options) - {"phase2", "modern", "long"}
     if unknown:
         raise ValueError(f"configs/pretrain.py: unknown options {sorted(unknown)} in {arg!r}")
+    if config.train.num_steps <= 10_000:  # (after the options, which shorten runs)
+        # A short run evaluates and checkpoints often: at the paper's 10,000 it would do each
+        # once, at its end (no plateau alarm, nothing kept from a killed run).
+        config.train.eval_every = config.checkpoint.every = min(500, max(1, config.train.num_steps // 4))
     return config

@@ -384,6 +384,22 @@ def test_bad_config_values_are_named_before_compiling(changes, message):
         pretrain.validate_config(config, bert, mesh_shape=(8, 1, 1))
 
 
+def test_a_short_run_checkpoints_and_evaluates_before_its_end(caplog):
+    """The cadence follows the run's own length (phase2 and long shorten a preset's: 444 steps
+    checkpointed every 500 kept nothing from a killed run); an override past it is warned of."""
+    from bertjax import pretrain
+
+    for arg, steps, every in (("tiny", 4000, 500), ("tiny,phase2", 444, 111),
+                              ("modernbert-tiny,modern,long", 400, 100), ("base", 900_000, 10_000)):
+        config = pretrain_config.get_config(arg)
+        assert (config.train.num_steps, config.train.eval_every, config.checkpoint.every) == (steps, every, every)
+    config = _config(train__num_steps=300, checkpoint__every=1000, train__eval_every=400)
+    pretrain.validate_config(config, pretrain.model_config(config, 786), mesh_shape=(8, 1, 1))
+    assert "config.checkpoint.every=1000 is past config.train.num_steps=300: no checkpoint before the last" in \
+        caplog.text
+    assert "config.train.eval_every=400 is past config.train.num_steps=300: one evaluation, at the end" in caplog.text
+
+
 def test_tensor_axis_must_divide_heads():
     from bertjax import pretrain
 
