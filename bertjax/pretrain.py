@@ -356,6 +356,25 @@ def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -
              tokens, config.init_checkpoint)
 
 
+def warn_if_same_document_order(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """A warning when the pre-training run config.init_checkpoint names read its documents with
+    this run's config.data.seed: a continuation (phase2, long) starting its stream at step 0
+    would train first on that run's first documents again, in the same order."""
+    from bertjax.models.convert import checkpoint_layout
+
+    if not config.init_checkpoint or run_config.own_checkpoints(workdir):
+        return
+    try:
+        layout, directory = checkpoint_layout(config.init_checkpoint)
+        saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else {}
+    except (OSError, ValueError):
+        return  # (named where the weights are read)
+    if not saved.get("task") and (saved.get("data") or {}).get("seed") == config.data.seed:
+        log.warning("config.data.seed=%d is the seed %s read its documents with: this run starts on the same "
+                    "documents in the same order; give it another (phase2 and long take the next unless set)",
+                    config.data.seed, config.init_checkpoint)
+
+
 def _checkpoint_config(config: ml_collections.ConfigDict) -> BertConfig | None:
     """The BertConfig of config.init_checkpoint (None without one); ValueError naming it."""
     from bertjax.models.convert import pretrained_config
@@ -404,6 +423,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                          "long: the modern encoder's full context from its shorter run's): set config.init_checkpoint "
                          "to that run's workdir")
     resolve_global_batch_size(config, workdir)
+    warn_if_same_document_order(config, workdir)
     check_data_config(config.data)
     prepare.check_vocabulary_given(config.data)
     data_dir = config.data.prepared_dir or fileio.join(workdir, "data")

@@ -256,6 +256,21 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
     assert [r["step"] for r in _metrics(workdir) if "loss" in r][-1] == 7
 
 
+def test_a_continuation_reading_the_same_document_order_is_warned_of(tmp_path, five_steps, caplog):
+    """phase2 and long take the next data seed, which an explicit --config.data.seed (the one
+    phase 1 was given, repeated) replaces."""
+    from bertjax import pretrain
+
+    config = _config()
+    config.init_checkpoint = str(five_steps)
+    pretrain.warn_if_same_document_order(config, str(tmp_path / "continued"))
+    assert f"config.data.seed={config.data.seed} is the seed {five_steps} read its documents with" in caplog.text
+    caplog.clear()
+    config.data.seed += 1
+    pretrain.warn_if_same_document_order(config, str(tmp_path / "continued"))
+    assert not caplog.text
+
+
 def test_a_workdir_past_the_runs_last_step_is_refused(tmp_path, prepared_dir, five_steps):
     """phase2 given its phase-1 workdir restored step 900,000 of a 100,000-step run and ended at
     once, exit 0, with phase 2 never trained."""
