@@ -67,8 +67,8 @@ def _check_configs(pretrain_config, finetune_config) -> None:
 
 def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
     """ValueError when `workdir` holds a demo run with other settings (any: another corpus or
-    vocabulary too): each finished stage would return its earlier results as this run's.
-    Records this run's settings otherwise."""
+    vocabulary too) that trained: each finished stage would return its earlier results as this
+    run's. Records this run's settings otherwise (over those of a run refused before it trained)."""
     import json
 
     from bertjax import run_config
@@ -76,7 +76,7 @@ def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
 
     settings = json.loads(json.dumps({"pretrain": pretrain_config.to_dict(), "finetune": finetune_config.to_dict()}))
     path = fileio.join(workdir, "demo_settings.json")
-    if fileio.exists(path):
+    if fileio.exists(path) and fileio.exists(fileio.join(workdir, "pretrain", "checkpoints")):
         changes = [f"--{change}" for change in run_config.changed_settings(fileio.read_json(path), settings,
                                                                            left_out=())]
         if changes:
@@ -84,7 +84,7 @@ def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
                              f"{'; ...' if len(changes) > 3 else ''}): its finished stages would answer for this "
                              "one; give another --workdir (WORKDIR=... bash launch/demo.sh)")
         return
-    if fileio.exists(fileio.join(workdir, "pretrain")):  # a demo run from before the settings were recorded
+    if not fileio.exists(path) and fileio.exists(fileio.join(workdir, "pretrain")):  # from before they were recorded
         logging.warning("%s holds a demo run that recorded no settings: it is taken as this one's", workdir)
     fileio.makedirs(workdir)
     fileio.write_json(path, settings)

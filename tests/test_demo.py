@@ -69,3 +69,14 @@ def test_demo_runs_both_stages_and_reports_fill_mask(tmp_path, prepared_dir):
                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and again.stderr.strip().startswith(
         f"error: --workdir={tmp_path} holds a demo run with other settings (--pretrain.seed 42 -> 1): "), again.stderr
+
+
+def test_a_demo_refused_before_training_does_not_hold_its_workdir_to_those_settings(tmp_path, prepared_dir):
+    """A setting refused at start-up (warmup past the run's steps) recorded the demo's settings
+    all the same, and the corrected command was then refused as 'another demo run'."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
+    for warmup in (9, 10):
+        result = subprocess.run(_command(tmp_path, prepared_dir, f"--pretrain.train.warmup_steps={warmup}"), env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2 and "warmup_steps" in result.stderr.strip().splitlines()[-1], result.stderr
+        assert "holds a demo run with other settings" not in result.stderr
