@@ -26,8 +26,9 @@ The argument may add options after the preset, comma separated:
                                     --config.init_checkpoint=<its workdir>) at the model's
                                     longest length (8,192; modernbert-tiny 1,024), the same tokens
                                     per batch as that run (unless
-                                    --config.train.global_batch_size is set), 10% of the steps; a
-                                    larger rotary theta with --config.model.rope_theta=...
+                                    --config.train.global_batch_size is set), 10% of the
+                                    preset's steps; a larger rotary theta with
+                                    --config.model.rope_theta=...
 """
 
 import ml_collections
