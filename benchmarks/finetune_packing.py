@@ -67,8 +67,9 @@ def main(_):
     if _STEPS.value < 2 * _LOG_EVERY.value:
         raise ValueError(f"--steps={_STEPS.value} must be at least 2 x --log_every={_LOG_EVERY.value} "
                          "(the first logged window is not timed)")
-    from bertjax import finetune, tokenization
+    from bertjax import checkpointing, finetune, tokenization
     from bertjax.data.corpora import demo_corpus
+    from bertjax.models import BertConfig
     from bertjax.tasks import classification
 
     rows = []
@@ -86,8 +87,10 @@ def main(_):
             config = _config(train_file, vocab_path, pack)
             workdir = os.path.join(tmp, f"pack{pack}")
             finetune.finetune(config, workdir)
+            trained = BertConfig.from_dict(checkpointing.read_meta(os.path.join(workdir, "best"))["config"]["model"])
             # what that run trained on
-            batches, _ = finetune.training_batches(config, split, data_parallel=1, length_multiple=1)
+            batches, _ = finetune.training_batches(config, split, data_parallel=1,
+                                                   length_multiple=trained.length_multiple)
             shapes = [batches.shape(index) for index in range(_STEPS.value)]
             real = sum(batches.real_tokens(index) for index in range(_STEPS.value))
             share = 1 - real / sum(count * length for count, length in shapes)

@@ -10,7 +10,8 @@ so the run trains at start, 2 x start, ..., global_batch_size rows, reaching the
 `warmup_steps`. Each size is a shape of its own: the train step compiles once per size (K
 programs, not one per step), and the input reads batches of `start` rows and joins `units(step)`
 of them. Where the data stands is a pure function of the step (`units_before`), so a resumed
-run reads on exactly where the interrupted one stopped.
+run reads on exactly where the interrupted one stopped; a run resumed with other batch settings
+goes on after the rows its checkpoint read (`pretrain.resume_unit`).
 """
 
 from __future__ import annotations

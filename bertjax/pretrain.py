@@ -79,9 +79,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if data_config.max_seq_length > bert.max_position_embeddings:
         raise ValueError(f"config.data.max_seq_length={data_config.max_seq_length} exceeds the model's "
                          f"max_position_embeddings={bert.max_position_embeddings}")
-    if data_config.max_seq_length % bert.length_multiple:
-        raise ValueError(f"config.data.max_seq_length={data_config.max_seq_length} must be a multiple of "
-                         f"{bert.length_multiple} with config.model.attention_impl={bert.attention_impl!r}")
+    bert.check_length(data_config.max_seq_length)
     if not 0.0 < data_config.masked_lm_prob < 1.0:
         raise ValueError(f"config.data.masked_lm_prob must be in (0, 1), got {data_config.masked_lm_prob}")
     if not 0.0 <= data_config.short_seq_prob <= 1.0:

@@ -48,7 +48,8 @@ def chunk_documents(tokens: tf.RaggedTensor, sentence_lengths: tf.RaggedTensor, 
       seed: <int32/int64>[2] stateless seed for this batch of documents.
     Returns a dict for the I instances, document-major (before truncation):
       a_tokens, b_tokens <int32>[I, (len)]  segments A and B (B empty without NSP);
-      is_random <bool>[I]                   B comes from another document (NSP label 1);
+      is_random <bool>[I]                   B is a random one (NSP label 1): from another
+                                            document, or a lone document's own;
       document, b_document <int32>[I]       rows of A's and B's documents in the batch;
     and target_length <int32>[D], each document's target length.
     """

@@ -9,7 +9,6 @@ from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bertjax.models import BertEncoder
@@ -74,7 +73,7 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
         logits = _MaskedLM(bert).apply({"params": {"bert": params["bert"], "mlm": params["mlm"]}},
                                        batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                                        batch["mask_positions"])
-        probabilities, tokens = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), -1), k)
+        probabilities, tokens = jax.lax.top_k(jax.nn.softmax(logits, -1), k)
         return {"probabilities": probabilities, "tokens": tokens}
 
     outputs = model.run(("fill_mask", k), apply, split)

@@ -225,6 +225,12 @@ class BertConfig:
         sequence in blocks of 128 tokens; the other paths take any length."""
         return 128 if self.attention_impl == "splash" else 1
 
+    def check_length(self, length: int, key: str = "config.data.max_seq_length") -> None:
+        """ValueError naming `key` when `length` is not a whole number of `length_multiple`s."""
+        if length % self.length_multiple:
+            raise ValueError(f"{key}={length} must be a multiple of {self.length_multiple} with "
+                             f"config.model.attention_impl={self.attention_impl!r}")
+
     def is_global_layer(self, index: int) -> bool:
         """Whether layer `index` attends over the whole row (see attention_window)."""
         return self.attention_window == 0 or index % self.global_attention_every == 0

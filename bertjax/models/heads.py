@@ -24,7 +24,7 @@ Each loss comes as sums over the batch (`*_sums`) and their denominators (`*_cou
 into batches with a padded last one, averages exactly once over all of it
 (`mean_metrics`); the `*_loss` functions are the plain per-batch means. The task heads' and
 NSP's output layers compute in float32 (`logits_layer`), the masked-LM's in the compute
-dtype; the losses in float32.
+dtype (float32 with `float32_logits`, as fill-mask reports it); the losses in float32.
 """
 
 from __future__ import annotations
@@ -213,7 +213,8 @@ class MaskedLMHead(nn.Module):
 
     @nn.compact
     def __call__(self, hidden: Array, decoder) -> Array:
-        """<dtype>[B, P, H] gathered hidden states -> <dtype>[B, P, vocab] logits.
+        """<dtype>[B, P, H] gathered hidden states -> <dtype>[B, P, vocab] logits (float32
+        with float32_logits).
 
         decoder: the encoder's tied `attend`, [..., H] (, float32_logits) -> [..., vocab].
         """
