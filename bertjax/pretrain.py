@@ -53,6 +53,11 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint:
 
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int]) -> None:
     """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
+    recipe = config.get("recipe")
+    if recipe and config.model.get("preset") != recipe:
+        raise ValueError(f"config.model.preset={config.model.get('preset')!r}, but the recipe (batch, steps, rate, "
+                         f"length) is {recipe!r}'s: choose the preset in --config=configs/pretrain.py:"
+                         f"{config.model.get('preset')}")
     optim.validate_train_config(config.train)
     data, fsdp, tensor = mesh_shape
     train = config.train

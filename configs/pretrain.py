@@ -72,6 +72,9 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     preset_model = BertConfig.preset(preset)  # an unknown preset: a ValueError naming the known ones
     config = ml_collections.ConfigDict()
     config.seed = 42
+    # The preset whose recipe (batch, steps, rate, length, cadence) this config carries, chosen
+    # by the argument; config.model.preset must stay it (another size would train on this one's).
+    config.recipe = preset
 
     # -- Model: every BertConfig field; unset (None) ones come from config.init_checkpoint when
     #    there is one (its architecture, GELU form, LayerNorm epsilon, dropout), else from

@@ -387,6 +387,8 @@ def _config(**changes):
     (dict(checkpoint__every=0), "config.checkpoint.every"),
     (dict(train__plateau_evals=-1), "config.train.plateau_evals must be an int >= 0, got -1"),
     (dict(data__eval_fraction=0.0), "config.data.eval_fraction=0 holds out no documents, but config.train.eval_every"),
+    (dict(model__preset="base"), "config.model.preset='base', but the recipe (batch, steps, rate, length) is "
+                                 "'tiny''s: choose the preset in --config=configs/pretrain.py:base"),
     (dict(model__attention_impl="splash", model__attention_probs_dropout_prob=0.0, data__max_seq_length=200),
      "config.data.max_seq_length=200 must be a multiple of 128 with config.model.attention_impl='splash'"),
 ])
