@@ -98,6 +98,9 @@ def main(_):
                 raise ValueError(f"--input={_INPUT.value}: no inputs (an empty file?)")
         else:  # stdin or a pipe: predicted as it arrives (an empty one is nothing to say)
             records = read()
+            if not _INPUT.value and sys.stdin.isatty():  # else it waits at a terminal without a word
+                print("reading inputs from the terminal, one a line (Ctrl-D ends; --input=FILE or --text=...)",
+                      file=sys.stderr)
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                precision=_PRECISION.value, **_VOCABULARY())
     write, close = batch_predict.jsonl_writer(_OUTPUT.value)
