@@ -36,7 +36,7 @@ def test_keys_compile_in_order_in_the_background_and_are_handed_over_once_ready(
         assert [key for key, _ in compiler.compiled] == ["a", "b", "c"]
         assert all(thread.startswith("bertjax-compile") for _, thread in compiler.compiled)
         program, seconds, waited = ahead.take("b")
-        assert (program, seconds) == ("program b", 0.25) and waited < 0.1
+        assert (program, seconds, waited) == ("program b", 0.25, 0.0)
     assert len(compiler.compiled) == 3  # nothing compiled twice
 
 

@@ -67,7 +67,9 @@ def test_pooled_jsonl_has_one_vector_per_example_and_layer(minilm, tmp_path):
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "mean.jsonl"), layers=(-1, 0),
                           pooling="mean", log=lambda _: None)
     reference = np.load(REFERENCE)
-    for i, line in enumerate((tmp_path / "mean.jsonl").read_text().splitlines()):
+    lines = (tmp_path / "mean.jsonl").read_text().splitlines()
+    assert len(lines) == len(SENTENCES)
+    for i, line in enumerate(lines):
         record = json.loads(line)
         assert record["linex_index"] == i and record["pooling"] == "mean"
         assert [layer["index"] for layer in record["layers"]] == [-1, 0]

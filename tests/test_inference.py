@@ -27,6 +27,7 @@ def minilm():
 def test_features_of_every_layer_equal_huggingface_hidden_states(minilm):
     reference = np.load(REFERENCE)
     features = minilm.features(SENTENCES, layers=range(-7, 0))
+    assert len(features) == len(SENTENCES)
     for i, feature in enumerate(features):
         real = reference["attention_mask"][i].astype(bool)
         ids = reference["input_ids"][i][real]
@@ -133,6 +134,7 @@ def test_per_token_features_come_in_chunks_of_bounded_bytes(minilm, monkeypatch)
     monkeypatch.setattr(hidden_states, "CHUNK_BYTES", 2 * 384 * 64 * 4 * 10)  # 10 examples of 2 layers at 64
     chunked = minilm.features(texts, layers=(-1, -2))
     assert minilm.batch_size <= 10 and sizes == [10, 10, 3]
+    assert len(whole) == len(chunked) == 23
     for a, b in zip(whole, chunked):
         assert a["tokens"] == b["tokens"]
         np.testing.assert_allclose(a["values"], b["values"], atol=1e-5)

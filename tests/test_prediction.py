@@ -38,6 +38,19 @@ def test_classification_predicts_labels_and_probabilities(minilm_classifier_run)
     assert [r["label"] for r in model.predict([text for text, _ in REVIEWS * 8])] == written
 
 
+def _assert_entity_offsets(sentence, result):
+    """Each entity's offsets are its first word's start and its last word's end in `sentence`,
+    the words found there apart from the prediction."""
+    spans, position = [], 0
+    for word in result["words"]:
+        start = sentence.index(word, position)
+        spans.append((start, start + len(word)))
+        position = start + len(word)
+    for entity in result["entities"]:
+        assert (entity["start"], entity["end"]) == (spans[entity["first_word"]][0], spans[entity["last_word"]][1])
+        assert sentence[entity["start"]:entity["end"]] == entity["text"]
+
+
 @pytest.mark.parametrize("run", ["ner", "ner_bilstm"])
 def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run, tmp_path):
     import bertjax
@@ -59,16 +72,14 @@ def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run, tmp_path
     raw = model.predict([sentence])[0]
     assert raw["words"] == ["Anna", "Smith", "moved", "to", "Oslo", ",", "then", "Paris", "."]
     assert raw["tags"] == model.predict([raw["words"]])[0]["tags"]
-    for entity in raw["entities"]:
-        assert sentence[entity["start"]:entity["end"]] == entity["text"]
+    _assert_entity_offsets(sentence, raw)
     # ... each CJK character a word of its own (as the serving export and Hugging Face split),
     # case and accents as written, control characters dropped.
     sentence = "Zoë Ångström lives in 北京\x00 now"
     raw = model.predict([sentence])[0]
     assert raw["words"] == ["Zoë", "Ångström", "lives", "in", "北", "京", "now"]
     assert len(raw["tags"]) == 7 and raw["tags"] == model.predict([raw["words"]])[0]["tags"]
-    for entity in raw["entities"]:
-        assert sentence[entity["start"]:entity["end"]] == entity["text"]
+    _assert_entity_offsets(sentence, raw)
     # A tagger whose labels are not entity tags (a part-of-speech tagger from Hugging Face, say):
     # its tags, and no entities to find in them.
     upos = ["ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT"]
@@ -109,6 +120,9 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path):
         assert result["null_odds"] == pytest.approx(odds[result["id"]], abs=1e-4)
         if result["answer"]:
             assert item["context"][result["start"]:result["end"]] == result["answer"]
+            # ... and the span starts and ends where tokens do (found apart from the prediction).
+            _, offsets = model.tokenizer.encode_with_offsets(item["context"])
+            assert result["start"] in offsets[:, 0] and result["end"] in offsets[:, 1]
         else:
             assert (result["start"], result["end"]) == (-1, -1)
     with pytest.raises(ValueError, match="input 2: an empty context"):

@@ -49,7 +49,10 @@ class CompileAhead:
         if future is None or future.cancel():
             compiled, seconds = self._compile_fn(key)
         else:
+            ready = future.done()
             compiled, seconds = future.result()
+            if ready:
+                return compiled, seconds, 0.0
         return compiled, seconds, time.perf_counter() - start
 
     def close(self) -> None:
