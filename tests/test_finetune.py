@@ -298,8 +298,15 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog):
     # A value the grid replaces is said to be unused (a review: silently replaced).
     assert "the sweep's grid sets learning_rate (config.train.sweep_learning_rates=[0.001, 0.0001]): " \
            "config.train.learning_rate=3e-05 is not used" in caplog.text and "config.train.batch_size" not in caplog.text
-    assert [r["learning_rate"] for r in results] != [] and len(results) == 2
+    assert sorted(r["learning_rate"] for r in results) == [1e-4, 1e-3]
     assert results[0]["eval_accuracy"] >= results[1]["eval_accuracy"]
+    for row in results:  # each row is its own run's: its logged evaluation, at its learning rate
+        with open(tmp_path / "sweep" / row["run"] / "metrics.jsonl") as f:
+            logged = [json.loads(line) for line in f]
+        [evaluation] = [r for r in logged if r["step"] == row["best_step"] and "eval_accuracy" in r]
+        assert row["eval_accuracy"] == pytest.approx(evaluation["eval_accuracy"])
+        peak = max(r["learning_rate"] for r in logged if "learning_rate" in r)  # (float32)
+        assert row["learning_rate"] / 10 < peak <= row["learning_rate"] * (1 + 1e-6)
     assert json.load(open(tmp_path / "sweep_results.json")) == results
     assert "best: lr" in capsys.readouterr().out
     again = sweep.sweep(config, str(tmp_path))  # resumable: finished runs are not trained again

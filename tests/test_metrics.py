@@ -39,9 +39,20 @@ def test_unknown_devices_measure_their_peak(monkeypatch):
     assert metrics.peak_flops_per_device(bfloat16_operands=True) == (2e9, "measured bf16-operand matmul (Some CPU)")
 
 
-def test_the_measured_peak_is_of_the_products_operands():
-    assert metrics.measure_peak_flops(seconds=0.05, size=64) > 0
-    assert metrics.measure_peak_flops(seconds=0.05, size=64, bfloat16_operands=True) > 0
+def test_the_measured_peak_is_of_the_products_operands(monkeypatch):
+    """2 n^3 FLOPs a product over the time the loop took (a clock that ticks 10 ms a reading:
+    start, four products read within 50 ms, the end), of float32 or bfloat16 operands, summed
+    in float32 either way."""
+    seen, dot = [], jax.numpy.dot
+    monkeypatch.setattr(jax.numpy, "dot", lambda x, y, **kw: (seen.append((x.dtype, kw["preferred_element_type"])),
+                                                               dot(x, y, **kw))[1])
+    for bfloat16_operands, operands in ((False, jax.numpy.float32), (True, jax.numpy.bfloat16)):
+        ticks = iter(range(100))
+        monkeypatch.setattr(metrics, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) / 100))
+        seen.clear()
+        peak = metrics.measure_peak_flops(seconds=0.05, size=64, bfloat16_operands=bfloat16_operands)
+        assert peak == pytest.approx(2 * 64**3 * 4 / 0.06)
+        assert seen == [(operands, jax.numpy.float32)]  # traced once
 
 
 def test_pretraining_flops_per_sequence_by_hand():

@@ -333,8 +333,10 @@ def test_resume_is_exact(tmp_path):
     counting = pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
                                                tokenizer=synthetic.tokenizer_for(40))  # nothing recorded yet
     assert counting.holds_at_least(size) and not counting.holds_at_least(size + 1)
-    for start in (1, 13, 29):
-        resumed = take(pipeline, 3, start_batch=start)
+    for start in (1, 13, 29):  # a restarted process: a pipeline that has recorded nothing
+        resumed = take(pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
+                                                       tokenizer=synthetic.tokenizer_for(40)), 3, start_batch=start)
+        assert len(resumed) == 3
         for want, got in zip(fresh[start:start + 3], resumed):
             for key in want:
                 np.testing.assert_array_equal(want[key], got[key])
