@@ -51,7 +51,7 @@ class BatchWarmup:
     def units_before(self, step: int) -> int:
         """Unit batches the steps before `step` consumed (where step `step`'s input starts)."""
         ramp = min(step, self.warmup_steps)
-        consumed = sum(self.units(s) for s in range(ramp))  # at most warmup_steps terms, once per run
+        consumed = sum(self.units(s) for s in range(ramp))  # at most warmup_steps terms (a start, a save)
         return consumed + (step - ramp) * self.max_units
 
     def batches(self, unit_batches: Iterator[dict[str, np.ndarray]], start_step: int

@@ -53,11 +53,6 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint:
 
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int]) -> None:
     """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
-    recipe = config.get("recipe")
-    if recipe and config.model.get("preset") != recipe:
-        raise ValueError(f"config.model.preset={config.model.get('preset')!r}, but the recipe (batch, steps, rate, "
-                         f"length) is {recipe!r}'s: choose the preset in --config=configs/pretrain.py:"
-                         f"{config.model.get('preset')}")
     optim.validate_train_config(config.train)
     data, fsdp, tensor = mesh_shape
     train = config.train
@@ -359,10 +354,24 @@ def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -
              tokens, config.init_checkpoint)
 
 
+def check_recipe(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """ValueError when config.model.preset is not the preset whose recipe (batch, steps, rate,
+    length) the config carries (config.recipe; `--config.recipe` overrides it on purpose). A
+    run that resumes checkpoints saved before recipes were recorded is left as it was."""
+    recipe, preset = config.get("recipe"), config.model.get("preset")
+    if not recipe or preset == recipe:
+        return
+    own = run_config.own_checkpoints(workdir)
+    if own and "recipe" not in (checkpointing.read_meta(own).get("config") or {}):
+        return
+    raise ValueError(f"config.model.preset={preset!r}, but the recipe (batch, steps, rate, length) is {recipe!r}'s: "
+                     f"choose the preset in --config=configs/pretrain.py:{preset}")
+
+
 def warn_if_same_document_order(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """A warning when the pre-training run config.init_checkpoint names read its documents with
-    this run's config.data.seed: a continuation (phase2, long) starting its stream at step 0
-    would train first on that run's first documents again, in the same order."""
+    """A warning when the pre-training run config.init_checkpoint names read this run's corpus
+    with this run's config.data.seed: a continuation (phase2, long) starting its stream at
+    step 0 would train first on that run's first documents again, in the same order."""
     from bertjax.models.convert import checkpoint_layout
 
     if not config.init_checkpoint or run_config.own_checkpoints(workdir):
@@ -372,7 +381,10 @@ def warn_if_same_document_order(config: ml_collections.ConfigDict, workdir: str)
         saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else {}
     except (OSError, ValueError):
         return  # (named where the weights are read)
-    if not saved.get("task") and (saved.get("data") or {}).get("seed") == config.data.seed:
+    data = saved.get("data") or {}
+    same_corpus = all(data.get(key) == config.data.get(key)
+                      for key in ("source", "input_pattern", "tfds_name", "prepared_dir"))
+    if not saved.get("task") and same_corpus and data.get("seed") == config.data.seed:
         log.warning("config.data.seed=%d is the seed %s read its documents with: this run starts on the same "
                     "documents in the same order; give it another (phase2 and long take the next unless set)",
                     config.data.seed, config.init_checkpoint)
@@ -425,6 +437,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         raise ValueError("this config continues a pre-training run (phase2: length 512 from phase 1's weights; "
                          "long: the modern encoder's full context from its shorter run's): set config.init_checkpoint "
                          "to that run's workdir")
+    check_recipe(config, workdir)
     resolve_global_batch_size(config, workdir)
     warn_if_same_document_order(config, workdir)
     check_data_config(config.data)

@@ -66,8 +66,9 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
     for key in sorted(set(old) | set(new)):
         if (left_out and key.startswith(left_out)) or old.get(key, "unset") == new.get(key, "unset"):
             continue
-        if key in ("data.process_count", "init_weights", "recipe") and key not in old:  # from before they were recorded
-            continue
+        recorded_later = ("data.process_count", "init_weights", "recipe")  # (also under a prefix: the demo's)
+        if key not in old and any(key == name or key.endswith("." + name) for name in recorded_later):
+            continue  # from before they were recorded
         changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}")
     return changes
 

@@ -256,17 +256,31 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
     assert [r["step"] for r in _metrics(workdir) if "loss" in r][-1] == 7
 
 
-def test_a_continuation_reading_the_same_document_order_is_warned_of(tmp_path, five_steps, caplog):
+def test_a_model_preset_other_than_the_recipes_is_refused(tmp_path, five_steps):
+    from bertjax import pretrain
+
+    config = _config(model__preset="base")
+    with pytest.raises(ValueError, match=r"config.model.preset='base', but the recipe \(batch, steps, rate, length\) "
+                                         r"is 'tiny''s: choose the preset in --config=configs/pretrain.py:base"):
+        pretrain.check_recipe(config, str(tmp_path / "new"))
+    config.recipe = "base"  # on purpose
+    pretrain.check_recipe(config, str(tmp_path / "new"))
+
+
+def test_a_continuation_reading_the_same_document_order_is_warned_of(tmp_path, prepared_dir, five_steps, caplog):
     """phase2 and long take the next data seed, which an explicit --config.data.seed (the one
     phase 1 was given, repeated) replaces."""
     from bertjax import pretrain
 
-    config = _config()
+    config = _config(data__prepared_dir=str(prepared_dir))
     config.init_checkpoint = str(five_steps)
     pretrain.warn_if_same_document_order(config, str(tmp_path / "continued"))
     assert f"config.data.seed={config.data.seed} is the seed {five_steps} read its documents with" in caplog.text
     caplog.clear()
     config.data.seed += 1
+    pretrain.warn_if_same_document_order(config, str(tmp_path / "continued"))
+    config.data.seed -= 1
+    config.data.prepared_dir = str(tmp_path / "another corpus")  # (domain adaptation: nothing read twice)
     pretrain.warn_if_same_document_order(config, str(tmp_path / "continued"))
     assert not caplog.text
 
@@ -387,8 +401,6 @@ def _config(**changes):
     (dict(checkpoint__every=0), "config.checkpoint.every"),
     (dict(train__plateau_evals=-1), "config.train.plateau_evals must be an int >= 0, got -1"),
     (dict(data__eval_fraction=0.0), "config.data.eval_fraction=0 holds out no documents, but config.train.eval_every"),
-    (dict(model__preset="base"), "config.model.preset='base', but the recipe (batch, steps, rate, length) is "
-                                 "'tiny''s: choose the preset in --config=configs/pretrain.py:base"),
     (dict(model__attention_impl="splash", model__attention_probs_dropout_prob=0.0, data__max_seq_length=200),
      "config.data.max_seq_length=200 must be a multiple of 128 with config.model.attention_impl='splash'"),
 ])

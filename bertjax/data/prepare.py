@@ -133,7 +133,12 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     Raises ValueError when `output_dir` holds data prepared with other settings.
     """
     if data_config.source == "prepared":
-        return read_metadata(data_config.input_pattern)
+        metadata = read_metadata(data_config.input_pattern)
+        settings = metadata["settings"]
+        if (settings.get("tokenizer") == "huggingface" and "sentence_prefix" not in settings
+                and _prepared_tokenizer(data_config).word_prefix):
+            _warn_unprefixed(data_config.input_pattern)
+        return metadata
     if not 0.0 <= data_config.eval_fraction < 1.0:
         raise ValueError(f"config.data.eval_fraction must be in [0, 1), got {data_config.eval_fraction}")
     units = sources.list_units(data_config)  # first: a bad source writes nothing
@@ -172,12 +177,16 @@ def _prepared_already(output_dir: str, settings: dict) -> dict:
         if "text_reader" in settings:
             found["text_reader"] = settings["text_reader"]
     if "sentence_prefix" in settings and "sentence_prefix" not in found:
-        logging.warning("%s was prepared before a byte-level BPE's sentences carried their leading space: each "
-                        "sentence's first word there lacks its word-start mark (whole-word masking joins it to "
-                        "the sentence before); prepare again to have it", output_dir)
+        _warn_unprefixed(output_dir)
         found = {**found, "sentence_prefix": settings["sentence_prefix"]}
     _check_same_settings(output_dir, found, settings)
     return metadata
+
+
+def _warn_unprefixed(output_dir: str) -> None:
+    logging.warning("%s was prepared before a byte-level BPE's sentences carried their leading space: each "
+                    "sentence's first word there lacks its word-start mark (whole-word masking joins it to the "
+                    "sentence before); prepare again to have it", output_dir)
 
 
 def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokenization.Tokenizer, settings: dict,

@@ -290,6 +290,10 @@ def test_a_byte_level_bpe_tokenizes_each_sentence_as_its_running_text_does(tmp_p
     path.write_text(json.dumps(older))
     assert prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)["splits"] == metadata["splits"]
     assert "prepared before a byte-level BPE's sentences carried their leading space" in caplog.text
+    caplog.clear()  # ... and so is a run reading that folder as its source
+    prepare.ensure_prepared(_config(tmp_path, source="prepared", input_pattern=str(tmp_path / "out"), vocab_path=""),
+                            str(tmp_path / "unused"))
+    assert f"{tmp_path / 'out'} was prepared before a byte-level BPE's sentences" in caplog.text
 
 
 def test_small_corpora_are_prepared_in_process_by_default(tmp_path):
