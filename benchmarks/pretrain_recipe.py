@@ -81,6 +81,7 @@ def main(argv):
                                      if _CORPUS.value == "python_docs" else _CORPUS.value)
         config.data.vocab_path = _VOCAB.value or minilm_vocab_path()
         config.data.prepared_dir = config.data.prepared_dir or os.path.join(workdir, "data")
+    pretrain.resolve_cadence(config)
     if not config.train.eval_every or not config.train.eval_batches:
         raise ValueError("config.train.eval_every and config.train.eval_batches must be >= 1: the benchmark "
                          "reports held-out accuracy")

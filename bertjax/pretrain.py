@@ -52,7 +52,9 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint:
 
 
 def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int]) -> None:
-    """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
+    """Raises ValueError naming the key of the first inconsistent or out-of-range value (the
+    unset cadence resolved first: `resolve_cadence`)."""
+    resolve_cadence(config)
     optim.validate_train_config(config.train)
     data, fsdp, tensor = mesh_shape
     train = config.train
@@ -352,6 +354,19 @@ def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -
     config.train.global_batch_size = max(1, tokens // config.data.max_seq_length)
     log.info("config.train.global_batch_size=%d: the %d tokens a batch of %s", config.train.global_batch_size,
              tokens, config.init_checkpoint)
+
+
+def resolve_cadence(config: ml_collections.ConfigDict) -> None:
+    """Sets an unset config.train.eval_every and config.checkpoint.every from the run's own
+    length (after its options and overrides): every 500 steps, or a quarter of a shorter run,
+    up to 10,000 steps, else every 10,000. At the paper's 10,000 a short run would evaluate and
+    checkpoint once, at its end (no plateau alarm, nothing kept from a killed run)."""
+    steps = config.train.num_steps
+    every = min(500, max(1, steps // 4)) if isinstance(steps, int) and steps <= 10_000 else 10_000
+    if config.train.eval_every is None:
+        config.train.eval_every = every
+    if config.checkpoint.every is None:
+        config.checkpoint.every = every
 
 
 def check_recipe(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -132,7 +132,9 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.train.batch_warmup_start = 0        # > 0: the first steps' global batch, growing linearly to
     config.train.batch_warmup_steps = 0        # global_batch_size over these steps (bertjax/batch_warmup.py)
     config.train.log_every = 100
-    config.train.eval_every = 10_000   # 0 disables evaluation; short runs: see the end
+    # Unset: every 500 steps (a quarter of a shorter run) up to 10,000 steps, else every 10,000,
+    # from the run's own length (bertjax.pretrain.resolve_cadence); 0 disables evaluation.
+    config.train.eval_every = config_dict.placeholder(int)
     config.train.eval_batches = 10
     config.train.max_consecutive_bad_steps = 10  # non-finite steps in a row before the run stops (checked at log steps)
     config.train.plateau_evals = 3  # evaluations in a row at the unigram guess before a warning; 0: never
@@ -141,7 +143,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
 
     # -- Checkpoints: <workdir>/checkpoints. Resume order: that -> init_checkpoint -> scratch. --
-    config.checkpoint = ml_collections.ConfigDict(dict(every=10_000, keep=3,
+    config.checkpoint = ml_collections.ConfigDict(dict(every=config_dict.placeholder(int), keep=3,  # as eval_every
                                                        async_save=True))
     config.init_checkpoint = ""  # bertjax checkpoint, Hugging Face dir or Google TF release dir
     config.init_checkpoint_required = False  # phase2, long: continuations, refused from random weights
@@ -184,8 +186,4 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     unknown = set(options) - {"phase2", "modern", "long"}
     if unknown:
         raise ValueError(f"configs/pretrain.py: unknown options {sorted(unknown)} in {arg!r}")
-    if config.train.num_steps <= 10_000:  # (after the options, which shorten runs)
-        # A short run evaluates and checkpoints often: at the paper's 10,000 it would do each
-        # once, at its end (no plateau alarm, nothing kept from a killed run).
-        config.train.eval_every = config.checkpoint.every = min(500, max(1, config.train.num_steps // 4))
     return config

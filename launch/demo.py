@@ -44,10 +44,12 @@ def _check_configs(pretrain_config, finetune_config) -> None:
     """What the demo needs of its two configs, checked before the pre-training stage runs."""
     from bertjax import finetune_setup
 
+    from bertjax import pretrain
+
+    pretrain.resolve_cadence(pretrain_config)
     if pretrain_config.train.eval_every < 1 or pretrain_config.train.eval_batches < 1:
         raise ValueError("--pretrain.train.eval_every and --pretrain.train.eval_batches must be >= 1: the demo "
                          "reports held-out accuracy")
-    from bertjax import pretrain
     from bertjax.data import prepare
 
     pretrained = None  # the model pre-trained here, which fine-tuning continues

@@ -421,7 +421,11 @@ def test_a_short_run_checkpoints_and_evaluates_before_its_end(caplog):
     for arg, steps, every in (("tiny", 4000, 500), ("tiny,phase2", 444, 111),
                               ("modernbert-tiny,modern,long", 400, 100), ("base", 900_000, 10_000)):
         config = pretrain_config.get_config(arg)
+        pretrain.resolve_cadence(config)
         assert (config.train.num_steps, config.train.eval_every, config.checkpoint.every) == (steps, every, every)
+    config = _config(train__num_steps=300)  # an override shortens the run too (the demo's documented 300)
+    pretrain.resolve_cadence(config)
+    assert (config.train.eval_every, config.checkpoint.every) == (75, 75)
     config = _config(train__num_steps=300, checkpoint__every=1000, train__eval_every=400)
     pretrain.validate_config(config, pretrain.model_config(config, 786), mesh_shape=(8, 1, 1))
     assert "config.checkpoint.every=1000 is past config.train.num_steps=300: no checkpoint before the last" in \
@@ -479,6 +483,7 @@ def test_config_presets_and_phase_two():
     # Every preset evaluates and checkpoints several times in its recipe (4,000 steps: each 500).
     for preset in pretrain_config.PRESET_RECIPES:
         config = pretrain_config.get_config(preset)
+        pretrain.resolve_cadence(config)
         assert config.train.num_steps // config.train.eval_every >= 8, preset
         assert config.train.num_steps // config.checkpoint.every >= 8, preset
 
