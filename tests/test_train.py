@@ -1,6 +1,7 @@
 """The pre-training loop end to end: exact resume after SIGTERM, multi-host parity, skipped
 non-finite steps, two-phase continuation, learning on the demo corpus, config validation."""
 
+import itertools
 import json
 import os
 import shutil
@@ -313,6 +314,15 @@ def test_a_resume_with_another_batch_size_picks_the_stream_up_where_it_stopped(t
         "the training stream resumes after the 80 rows read before step 5 (rounded down to whole batches of 32 "
         "rows: 16 read again), not at row 160 where the current batch settings put that step"))
     assert pretrain.resume_unit(str(workdir / "checkpoints"), 5, BatchWarmup(16, 0, 0)) == (5, "")  # unchanged
+    # What the resumed run reads: rows 80 on of the stream the first run read 16 at a time (the
+    # masks are keyed by batch: compared on what masking leaves alone).
+    config = _config(data__prepared_dir=str(prepared_dir), data__max_seq_length=64,
+                     data__max_predictions_per_seq=10)
+    first = list(itertools.islice(pretrain.HostBatches(config, str(tmp_path / "a"), "train",
+                                                       BatchWarmup(16, 0, 0)).batches(0), 8))
+    resumed = next(pretrain.HostBatches(config, str(tmp_path / "b"), "train", BatchWarmup(40, 0, 0)).batches(5, 2))
+    for key in ("input_mask", "segment_ids", "next_sentence_labels"):
+        np.testing.assert_array_equal(resumed[key], np.concatenate([batch[key] for batch in first])[80:120])
 
 
 def test_held_out_metrics_use_float32_products_when_training_uses_bfloat16(tmp_path, prepared_dir):
