@@ -42,9 +42,7 @@ def _last(records: list[dict], key: str) -> float | None:
 
 def _check_configs(pretrain_config, finetune_config) -> None:
     """What the demo needs of its two configs, checked before the pre-training stage runs."""
-    from bertjax import finetune_setup
-
-    from bertjax import pretrain
+    from bertjax import finetune_setup, pretrain
 
     pretrain.resolve_cadence(pretrain_config)
     if pretrain_config.train.eval_every < 1 or pretrain_config.train.eval_batches < 1:

@@ -152,6 +152,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     }
     if fileio.exists(fileio.join(output_dir, "metadata.json")):
         return _prepared_already(output_dir, settings)
+    sources.check_text_files(units, data_config.source)  # only to prepare (a read a file), before writing
     if fileio.is_remote(output_dir):  # not lockable: two prepares at once there are the user's to avoid
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
     waiting = lambda holder: print(f"{output_dir} is being prepared by {holder}; waiting for it to finish",  # noqa: E731

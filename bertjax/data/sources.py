@@ -129,11 +129,10 @@ def list_units(data_config: Any) -> list[dict]:
         return [{"demo": [start, min(start + DEMO_UNIT_DOCUMENTS, demo_corpus.NUM_DOCUMENTS)]}
                 for start in range(0, demo_corpus.NUM_DOCUMENTS, DEMO_UNIT_DOCUMENTS)]
     if source == "text":
-        return [{"path": path, "range": [start, end]}
-                for path, start, end in _text_ranges(data_config.input_pattern, source)]
+        return [{"path": path, "range": [start, end]} for path, start, end in _text_ranges(data_config.input_pattern)]
     if source == "jsonl":
         units = [{"jsonl": path, "range": [start, end], "text_key": data_config.text_key}
-                 for path, start, end in _text_ranges(data_config.input_pattern, source)]
+                 for path, start, end in _text_ranges(data_config.input_pattern)]
         _check_jsonl_key(units[0]["jsonl"], data_config.text_key)
         return units
     if source == "parquet":
@@ -193,37 +192,38 @@ def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files
     return sorted(set(paths))
 
 
-# The first bytes of files that are not text, and what they are: read as text, their bytes
-# would give garbage "documents" and a count of dropped lines, never an error.
+# The first bytes of files that are not text, and what they are (`check_text_files`): read as
+# text, their bytes would give garbage "documents" and a count of dropped lines, never an error.
 _NOT_TEXT = {b"\x1f\x8b": "gzip-compressed", b"BZh": "bzip2-compressed", b"\x28\xb5\x2f\xfd": "zstd-compressed",
              b"\xfd7zXZ\x00": "xz-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet (source=parquet)",
              b"\x89PNG": "a PNG image", b"%PDF": "a PDF"}
 
 
-def _check_is_text(path: str, source: str) -> None:
-    """ValueError naming `path` when its first bytes say it is compressed or binary; a warning
-    when a `source` "text" file's first line is a JSON object (a JSONL file: each row would be
-    a sentence of JSON syntax)."""
-    with fileio.open_file(path, "rb") as f:
-        head = f.read(4096)
-    for magic, what in _NOT_TEXT.items():
-        if head.startswith(magic):
-            raise ValueError(f"{path}: {what}, not text; decompress or convert it first")
-    first = head.split(b"\n", 1)[0].strip()
-    if source == "text" and first.startswith(b"{") and first.endswith(b"}"):
-        try:
-            is_object = isinstance(json.loads(first), dict)
-        except ValueError:
-            is_object = False
-        if is_object:
-            logging.warning("%s: its first line is a JSON object, read as a sentence of text "
-                            "(config.data.source='text'); for JSONL rows set config.data.source=jsonl", path)
+def check_text_files(units: list[dict], source: str) -> None:
+    """Before a text or JSONL corpus is prepared: ValueError naming a file whose first bytes say
+    it is compressed or binary; a warning when a `source` "text" corpus's first line is a JSON
+    object (a JSONL file: each row would be a sentence of JSON syntax)."""
+    paths = sorted({unit.get("path") or unit.get("jsonl") for unit in units} - {None})
+    for number, path in enumerate(paths):
+        with fileio.open_file(path, "rb") as f:
+            head = f.read(4096)
+        for magic, what in _NOT_TEXT.items():
+            if head.startswith(magic):
+                raise ValueError(f"{path}: {what}, not text; decompress or convert it first")
+        first = head.split(b"\n", 1)[0].strip()
+        if number == 0 and source == "text" and first.startswith(b"{") and first.endswith(b"}"):
+            try:
+                is_object = isinstance(json.loads(first), dict)
+            except ValueError:
+                is_object = False
+            if is_object:
+                logging.warning("%s: its first line is a JSON object, read as a sentence of text "
+                                "(config.data.source='text'); for JSONL rows set config.data.source=jsonl", path)
 
 
-def _text_ranges(patterns: str, source: str) -> list[tuple[str, int, int]]:
+def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:
     ranges = []
     for path in expand_patterns(patterns):
-        _check_is_text(path, source)
         size = fileio.size(path)
         pieces = max(1, math.ceil(size / TEXT_UNIT_BYTES))
         ranges += [(path, i * TEXT_UNIT_BYTES, min((i + 1) * TEXT_UNIT_BYTES, size)) for i in range(pieces)]

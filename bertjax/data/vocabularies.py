@@ -123,9 +123,11 @@ def _lines(texts: Iterable[str]) -> Iterator[str]:
     characters or the file names."""
     if isinstance(texts, str):
         raise TypeError("texts must be an iterable of lines, got one str; for files use file_lines(paths)")
-    if isinstance(texts, (list, tuple)) and any(isinstance(t, str) and os.path.isfile(t) for t in texts[:100]):
-        raise ValueError("texts names files (e.g. " + next(t for t in texts if os.path.isfile(t))
-                         + "): it is lines of text; for files use texts=file_lines(paths)")
+    named = isinstance(texts, (list, tuple)) and next(
+        (t for t in texts[:100] if isinstance(t, str) and os.path.isfile(t)), None)
+    if named:
+        raise ValueError(f"texts names files (e.g. {named}): it is lines of text; for files use "
+                         "texts=file_lines(paths)")
     yield from texts
 
 

@@ -82,19 +82,19 @@ def test_a_compressed_or_binary_file_is_refused_by_name(tmp_path):
 
     (tmp_path / "corpus.txt.gz").write_bytes(gzip.compress(b"One sentence.\nTwo.\n\nThree.\n" * 50))
     with pytest.raises(ValueError, match=r"corpus.txt.gz: gzip-compressed, not text; decompress or convert it first"):
-        sources.list_units(_config(input_pattern=str(tmp_path / "*.gz")))
+        sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "*.gz"))), "text")
     (tmp_path / "rows.parquet").write_bytes(b"PAR1" + bytes(100))
     with pytest.raises(ValueError, match=r"rows.parquet: Parquet \(source=parquet\), not text"):
-        sources.list_units(_config(source="jsonl", text_key="text", input_pattern=str(tmp_path / "*.parquet")))
+        sources.check_text_files([{"jsonl": str(tmp_path / "rows.parquet"), "range": [0, 104]}], "jsonl")
 
 
 def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
     (tmp_path / "rows.txt").write_text('{"text": "One sentence. Another."}\n{"text": "More."}\n')
-    sources.list_units(_config(input_pattern=str(tmp_path / "rows.txt")))
+    sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "rows.txt"))), "text")
     assert "rows.txt: its first line is a JSON object" in caplog.text and "config.data.source=jsonl" in caplog.text
     caplog.clear()
     (tmp_path / "braces.txt").write_text("{not json} but a sentence.\n")
-    sources.list_units(_config(input_pattern=str(tmp_path / "braces.txt")))
+    sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "braces.txt"))), "text")
     assert not caplog.text
 
 
