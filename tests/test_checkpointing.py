@@ -457,7 +457,7 @@ _TWO_PROCESSES = textwrap.dedent("""
     multihost_utils.sync_global_devices("step 2 corrupted")
     restored, meta = ckpt.restore(abstract)
     gathered = multihost_utils.process_allgather(restored["w"], tiled=True)
-    print("restored", meta["step"], gathered.tolist(), ckpt.all_steps(), flush=True)
+    print(f"restored {meta['step']} {gathered.tolist()} {ckpt.all_steps()}", flush=True)  # one write: Gloo logs too
     ckpt.close()
 """)
 

@@ -129,7 +129,8 @@ _TWO_PROCESSES = textwrap.dedent("""
     import jax
     from jax.experimental import multihost_utils
     gathered = multihost_utils.process_allgather(np.int32(jax.process_index() + 10))
-    print("processes", jax.process_count(), "devices", jax.device_count(), "gathered", gathered.tolist(), flush=True)
+    print(f"processes {jax.process_count()} devices {jax.device_count()} gathered {gathered.tolist()}",
+          flush=True)  # one write: Gloo logs to the same stream
     multihost_utils.sync_global_devices("done")
     os._exit(0)
 """)

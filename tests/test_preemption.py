@@ -81,7 +81,7 @@ _TWO_HOSTS = textwrap.dedent("""
             break
         time.sleep(0.01 * (1 + host))
     watcher.close()
-    print("stopped at", stopped, flush=True)
+    print(f"stopped at {stopped}", flush=True)  # one write: Gloo logs to the same stream
 """)
 
 

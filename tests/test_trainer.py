@@ -185,16 +185,17 @@ _INTERLEAVED = textwrap.dedent("""
     mesh = sharding.create_mesh(data=4, devices=interleaved)
     rows = {"x": np.arange(16, dtype=np.int32).reshape(8, 2)}
     whole = multihost_utils.process_allgather(trainer.whole_batch(rows, mesh)["x"], tiled=True)
-    print("whole", np.asarray(whole)[:, 0].tolist(), flush=True)
+    # One write a line: print's separate writes of its arguments let Gloo's own log lines in between.
+    print(f"whole {np.asarray(whole)[:, 0].tolist()}", flush=True)
     trainer.check_rows_per_process(mesh, 8)
     try:
         trainer.check_rows_per_process(sharding.create_mesh(data=1, tensor=4, devices=interleaved), 8)
     except ValueError as error:
-        print("refused", error, flush=True)
+        print(f"refused {error}", flush=True)
     targets = np.full((1, 4), 5 if jax.process_index() == 0 else 7, np.int32)
     weights = np.array([[1, 1, 1, 0]] if jax.process_index() == 0 else [[1, 1, 1, 1]], np.float32)
     guesses = pretrain.guess_accuracies([{"masked_lm_ids": targets, "masked_lm_weights": weights}], 8, False)
-    print("unigram", round(guesses["mlm_unigram_accuracy"], 4), flush=True)
+    print(f"unigram {round(guesses['mlm_unigram_accuracy'], 4)}", flush=True)
     multihost_utils.sync_global_devices("done")
     os._exit(0)
 """)
