@@ -83,7 +83,7 @@ class CheckpointUnreadableError(OSError):
     """No checkpoint of a directory could be read (corrupt or truncated files)."""
 
 
-def _brief(error: Exception) -> str:
+def brief(error: Exception) -> str:
     """`Type: first line of the message`, at most about 300 characters, its start and its end
     (where the operating system's reason is, "No space left on device"): TensorStore's errors
     carry pages of spec dumps."""
@@ -207,7 +207,7 @@ class Checkpointer:
     def _save_failed(self, error: Exception) -> CheckpointSaveError:
         step, self._saving = self._saving, None
         return CheckpointSaveError(
-            f"saving checkpoint step {step} to {self.directory} failed ({_brief(error)}); "
+            f"saving checkpoint step {step} to {self.directory} failed ({brief(error)}); "
             f"the steps saved before it are untouched")
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
@@ -237,14 +237,14 @@ class Checkpointer:
             except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
                 restored, error = None, e
                 log.warning("checkpoint %s is unreadable (%s); falling back to the previous one",
-                            self.directory / str(candidate), _brief(e))
+                            self.directory / str(candidate), brief(e))
             if _on_every_process(restored is not None):
                 self._move_aside(unreadable)
                 return restored
             unreadable.append(candidate)
         raise CheckpointUnreadableError(
             f"no readable checkpoint in {self.directory}: steps {steps} are corrupt or truncated (last: "
-            f"{_brief(error)}); none was moved aside: move them away to start from scratch") from error
+            f"{brief(error)}); none was moved aside: move them away to start from scratch") from error
 
     def _read(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
         """Restores one step, trying len(READ_RETRY_SECONDS) + 1 times."""
@@ -257,7 +257,7 @@ class Checkpointer:
                 if wait is None:
                     raise
                 log.warning("reading checkpoint %s failed (%s); trying again in %.0f s",
-                            self.directory / str(step), _brief(e), wait)
+                            self.directory / str(step), brief(e), wait)
                 time.sleep(wait)
 
     def _read_once(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
@@ -371,10 +371,21 @@ def _newest_readable(path: str, read: Callable[[epath.Path], T]) -> T:
             raise
         except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
             error = e
-            log.warning("checkpoint %s is unreadable (%s); falling back to the previous one", step_dir, _brief(e))
+            log.warning("checkpoint %s is unreadable (%s); falling back to the previous one", step_dir, brief(e))
     raise CheckpointUnreadableError(
         f"no readable checkpoint in {path}: steps {[int(d.name) for d in steps]} are corrupt or truncated (last: "
-        f"{_brief(error)})") from error
+        f"{brief(error)})") from error
+
+
+def earlier_steps(step_folder: str) -> list[str]:
+    """The finalized step folders beside `step_folder` with a smaller step, newest first ([]
+    when its parent is no checkpoint directory)."""
+    folder = _path(step_folder)
+    try:
+        siblings = _step_dirs(str(folder.parent))
+    except FileNotFoundError:
+        return []
+    return [str(step_dir) for step_dir in siblings if int(step_dir.name) < int(folder.name)]
 
 
 def is_bertjax_checkpoint(path: str) -> bool:

@@ -209,6 +209,17 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
     with pytest.raises(ValueError, match=r"tokenizer_config.json: strip_accents=False \(do_lower_case=True\), which "
                                          r"bertjax's WordPiece does not reproduce"):
         model_source.resolve(str(tmp_path))
+    # A tokenizer of another algorithm over the same vocab.txt (a Japanese BERT's MeCab words and
+    # character pieces) would give other ids: refused by its class (a review); BERT's classes load.
+    for tokenizer_class in ("BertTokenizerFast", "DistilBertTokenizer"):
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": tokenizer_class}))
+        assert model_source.resolve(str(tmp_path)).tokenizer_spec["kind"] == "wordpiece"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertJapaneseTokenizer", "word_tokenizer_type": "mecab",
+         "subword_tokenizer_type": "character"}))
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: tokenizer_class 'BertJapaneseTokenizer' is not "
+                                         r"BERT's WordPiece tokenizer"):
+        model_source.resolve(str(tmp_path))
 
 
 def test_a_cased_tokenizer_json_keeps_its_case_and_ignores_its_saved_padding(tmp_path, caplog):
@@ -319,6 +330,30 @@ def test_a_source_says_whether_its_pooler_learnt(tmp_path):
     assert model_source.resolve(str(tmp_path / "masked_lm")).pooler_trained
 
 
+def test_an_untrained_pooler_is_not_exported_as_if_trained(tmp_path):
+    """A masked-LM-only run's pooler never learnt: its BertForMaskedLM export leaves it out, so a
+    classifier loaded from the folder (Hugging Face's or bertjax's) starts from a fresh one and
+    says so; with NSP the trained pooler is written (a review found the random one exported)."""
+    from bertjax.inference import model_source
+    from bertjax.models import convert
+
+    for nsp in (False, True):
+        params = _tiny_run(tmp_path / f"nsp_{nsp}" / "checkpoints", data={"next_sentence_prediction": nsp})
+        source = model_source.resolve(str(tmp_path / f"nsp_{nsp}"))
+        exported = tmp_path / f"hf_{nsp}"
+        loaded = source.load_params()
+        convert.export_huggingface(source.bert, {"bert": loaded["bert"], "mlm": loaded["mlm"]}, str(exported),
+                                   pooler_trained=source.pooler_trained)
+        from bertjax.models import tensor_files
+
+        names = tensor_files.safetensors_names(str(exported / "model.safetensors"))
+        assert ("bert.pooler.dense.weight" in names) is nsp
+        reloaded = model_source.resolve(str(exported))
+        assert reloaded.pooler_trained is nsp
+        pooler = reloaded.load_params()["bert"]["pooler"]["kernel"]
+        assert np.array_equal(pooler, params["bert"]["pooler"]["kernel"] + 1) is nsp
+
+
 def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
     """do_lower_case applies to WordPiece only (a SentencePiece model normalises as it says), yet
     a run saved with one was refused: 'was trained cased ... would give it other ids' (a review)."""
@@ -338,16 +373,23 @@ def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_a_model_whose_newest_step_does_not_read_loads_the_previous_one(tmp_path, caplog):
-    """resolve() names one step folder; when its arrays do not read, the weights come from the
-    newest step that does, as before the step was pinned (a review)."""
+def test_a_model_whose_step_does_not_read_is_refused_naming_the_earlier_steps(tmp_path):
+    """resolve() names one step folder; when its arrays do not read, loading fails naming the
+    steps before it, which load as given: never another step's weights under this one's name
+    (a newer step could be read, and caches and feature files record the name; a review)."""
+    from bertjax import checkpointing
     from bertjax.inference import model_source
     from test_checkpointing import _corrupt_array_data
 
-    params = _tiny_run(tmp_path / "run" / "checkpoints", steps=(1, 2))
+    params = _tiny_run(tmp_path / "run" / "checkpoints", steps=(1, 2, 3))
     _corrupt_array_data(tmp_path / "run" / "checkpoints" / "2")
-    source = model_source.resolve(str(tmp_path / "run"))
-    with caplog.at_level("WARNING"):
-        loaded = source.load_params()
-    np.testing.assert_array_equal(loaded["bert"]["pooler"]["kernel"], params["bert"]["pooler"]["kernel"] + 1)
-    assert "does not read" in caplog.text
+    explicit = model_source.resolve(str(tmp_path / "run" / "checkpoints" / "2"))
+    with pytest.raises(checkpointing.CheckpointUnreadableError) as refused:
+        explicit.load_params()
+    earlier = str(tmp_path / "run" / "checkpoints" / "1")
+    assert "checkpoints/2 does not read" in str(refused.value) and f"({earlier})" in str(refused.value)
+    np.testing.assert_array_equal(model_source.resolve(earlier).load_params()["bert"]["pooler"]["kernel"],
+                                  params["bert"]["pooler"]["kernel"] + 1)
+    _corrupt_array_data(tmp_path / "run" / "checkpoints" / "3")
+    with pytest.raises(checkpointing.CheckpointUnreadableError, match=r"checkpoints/3 does not read"):
+        model_source.resolve(str(tmp_path / "run")).load_params()

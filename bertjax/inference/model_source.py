@@ -70,7 +70,9 @@ class ModelSource:
 
     def load_params(self) -> dict[str, Any]:
         """{"bert": encoder tree, <heads>}: numpy float32, unrolled layers. A bertjax step whose
-        arrays do not read falls back to the older steps beside it, as a restore does."""
+        arrays do not read raises CheckpointUnreadableError naming the steps before it: the
+        weights are never another step's than `weights` says (feature caches and feature files
+        record that name)."""
         from bertjax import checkpointing
 
         try:
@@ -78,13 +80,13 @@ class ModelSource:
         except checkpointing.CheckpointMismatchError:
             raise
         except Exception as e:  # noqa: BLE001 (orbax/tensorstore raise many kinds for unreadable files)
-            if self.layout != "bertjax" or not os.path.basename(self.weights.rstrip("/")).isdigit():
+            if self.layout != "bertjax":
                 raise
-            parent = fileio.parent(self.weights)
-            import logging
-            logging.getLogger(__name__).warning("%s does not read (%s); reading the newest readable step of %s",
-                                                self.weights, str(e)[:200], parent)
-            _, params = convert.load_pretrained(parent)
+            earlier = checkpointing.earlier_steps(self.weights)
+            hint = (f"give an earlier step folder to load it instead ({', '.join(earlier)})" if earlier
+                    else "no earlier step is beside it")
+            raise checkpointing.CheckpointUnreadableError(
+                f"{self.weights} does not read ({checkpointing.brief(e)}); {hint}") from e
         return params
 
     def load_tokenizer(self, vocab_path: str = "", kind: str = "wordpiece",
