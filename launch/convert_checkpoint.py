@@ -87,7 +87,8 @@ def main(_):
                 saved["kind"], saved["path"], saved["do_lower_case"])))
         heads = convert.export_huggingface(config, params, output, vocab, architecture=architecture,
                                            do_lower_case=do_lower_case,
-                                           label_names=source.task_info.get("label_names"), extra_config=extra)
+                                           label_names=source.task_info.get("label_names"), extra_config=extra,
+                                           pooler_trained=source.pooler_trained)
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab)
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "

@@ -166,8 +166,8 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str, vocab_path: str | None = None,
                        architecture: str | None = None, do_lower_case: bool | None = None,
-                       label_names: list[str] | None = None, extra_config: dict[str, Any] | None = None
-                       ) -> tuple[str, ...]:
+                       label_names: list[str] | None = None, extra_config: dict[str, Any] | None = None,
+                       pooler_trained: bool = True) -> tuple[str, ...]:
     """Writes `out_dir`/config.json, model.safetensors (and vocab.txt if `vocab_path`, with
     tokenizer_config.json when `do_lower_case` is known: Hugging Face's BertTokenizer
     lower-cases unless told otherwise, so a cased model needs it). Returns the heads written.
@@ -178,7 +178,10 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     "BertForMultipleChoice" (a "classifier" head defaults to BertForSequenceClassification).
     `label_names` (one per classifier output) become config.json's id2label/label2id
     (default LABEL_<i>). `extra_config`: more config.json keys, which transformers keeps and
-    ignores (a span-QA run's squad_version, read back by bertjax).
+    ignores (a span-QA run's squad_version, read back by bertjax). `pooler_trained` False (a
+    masked-LM-only pre-training run's pooler): a class without a pooler (BertForMaskedLM) is
+    written without it, so that a classifier loaded from the folder, by Hugging Face or by
+    bertjax, starts from a fresh one and says so, rather than from random weights that look trained.
     """
     if is_modern(config):
         return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path, do_lower_case,
@@ -188,15 +191,21 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     params = plain_params(params)
     heads, num_labels = param_heads(params, config, "export_huggingface")
     prefix = "bert." if heads else ""
+    architecture = architecture or _guess_architecture(heads)
+    omit_pooler = not pooler_trained and architecture in _HF_NO_POOLER
+    if not pooler_trained and not omit_pooler:
+        logging.warning("export_huggingface: the pooler never trained; %s holds one, so it is written and a "
+                        "classifier starts from its random weights", architecture)
     tensors = {}
     for var in variable_table(config, heads, num_labels):
+        if omit_pooler and var.path[:2] == ("bert", "pooler"):
+            continue
         value = np.asarray(get_param(params, var.path, "export_huggingface"), dtype=np.float32)
         if value.shape != var.shape:
             raise ValueError(f"export_huggingface: params {'/'.join(var.path)} has shape {value.shape}, "
                              f"expected {var.shape}")
         name = var.hf if var.path[0] != "bert" else prefix + var.hf
         tensors[name] = np.ascontiguousarray(value.T if var.hf_transposed else value)
-    architecture = architecture or _guess_architecture(heads)
     lacking = [head for head in _HEADS_OF.get(architecture, ()) if head not in heads]
     if lacking:
         raise ValueError(f"export_huggingface: {architecture} needs the head(s) {lacking}, which the checkpoint does "
@@ -511,11 +520,22 @@ def release_casing(name: str) -> bool | None:
     return True if re.match(r"^(multilingual|chinese)_L-", name) else None
 
 
+# Hugging Face tokenizer classes that split as BERT's BasicTokenizer + WordPiece (the generic
+# fast class reads tokenizer.json, whose normaliser and pre-tokenizer are checked apart).
+_BERT_WORDPIECE_CLASSES = tuple(f"{name}Tokenizer{fast}" for name in ("Bert", "DistilBert", "Electra", "MobileBert")
+                                for fast in ("", "Fast")) + ("PreTrainedTokenizerFast",)
+
+
 def _check_wordpiece_settings(settings: dict[str, Any], path: str) -> None:
     """ValueError for a tokenizer_config.json whose BertTokenizer settings bertjax's WordPiece
     does not reproduce: it strips accents exactly when it lower-cases (Hugging Face's
     strip_accents None), puts CJK characters apart (tokenize_chinese_chars) and splits words
     and punctuation first (do_basic_tokenize)."""
+    tokenizer_class = settings.get("tokenizer_class")
+    if tokenizer_class is not None and tokenizer_class not in _BERT_WORDPIECE_CLASSES:
+        raise ValueError(f"{path}: tokenizer_class {tokenizer_class!r} is not BERT's WordPiece tokenizer "
+                         f"({', '.join(_BERT_WORDPIECE_CLASSES)}), the one bertjax reproduces: the ids would differ "
+                         "from the model's")
     lower = settings.get("do_lower_case", True)  # BertTokenizer's default
     unsupported = [f"{key}={settings[key]!r}" for key, wanted in (("strip_accents", lower),
                                                                   ("tokenize_chinese_chars", True),
