@@ -90,7 +90,7 @@ def main(_):
                                            label_names=source.task_info.get("label_names"), extra_config=extra,
                                            pooler_trained=source.pooler_trained)
     else:
-        heads = convert.export_tf_checkpoint(config, params, output, vocab)
+        heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case)
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
           f"vocab: {vocab}{_casing(vocab, do_lower_case, kind == 'huggingface' and do_lower_case is None)}{left_out})")
 
@@ -99,9 +99,11 @@ def _casing(vocab: str | None, do_lower_case: bool | None, copied_whole: bool) -
     """What the written folder says of its casing, for the summary line."""
     if vocab is None or (copied_whole and vocab.endswith(".json")):
         return ""  # no vocabulary, or a tokenizer.json copied whole: its own normaliser says
-    if _FORMAT.value == "tf":
-        return ", casing not stored (the TF layout has no place for it: name the folder cased_L-... or uncased_L-...)"
-    return ", casing unknown, not stored" if do_lower_case is None else f", {'un' if do_lower_case else ''}cased"
+    if do_lower_case is None:
+        return ", casing unknown, not stored"
+    where = " (in bert_config.json, read by bertjax; Google's code reads it from the folder's name)" * (
+        _FORMAT.value == "tf")
+    return f", {'un' if do_lower_case else ''}cased{where}"
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ import numpy as np
 from bertjax.models.config import BertConfig
 from bertjax.models.modernbert_layout import (export_modernbert, load_modernbert, modern_pooler, modernbert_config,
                                               modernbert_variable_table)
-from bertjax.models.tensor_files import read_safetensors, write_huggingface_files, write_tokenizer_config
+from bertjax.models.tensor_files import (read_safetensors, write_fast_tokenizer_config, write_huggingface_files,
+                                         write_tokenizer_config)
 from bertjax.models.variable_table import (ARCH_KEYS, gather_params, get_param, is_modern, param_heads,
                                           plain_params, variable_table)
 from bertjax.runtime import fileio
@@ -86,6 +87,9 @@ def _check_bert_layout(config: BertConfig, export: str) -> None:
     if changed:
         raise ValueError(f"{export}: {', '.join(changed)}: BERT's checkpoint layout has no such setting (the "
                          "exported model would be another model); keep the checkpoint in bertjax's layout")
+    if config.type_vocab_size < 1:
+        raise ValueError(f"{export}: type_vocab_size={config.type_vocab_size}: BERT's checkpoint layout holds at "
+                         "least one token-type embedding row; keep the checkpoint in bertjax's layout")
 
 
 def bert_to_hf_config(config: BertConfig) -> dict[str, Any]:
@@ -222,7 +226,11 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
         if do_lower_case is not None:
             write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
     elif vocab_path:  # a BPE or Unigram tokenizer.json holds its own normalisation: copied whole
+        from bertjax import tokenization
+
         fileio.copy(vocab_path, fileio.join(out_dir, "tokenizer.json"))
+        write_fast_tokenizer_config(out_dir, tokenization.load_tokenizer("huggingface", vocab_path),
+                                    config.max_position_embeddings)
     return heads
 
 
@@ -259,19 +267,38 @@ def _guess_architecture(heads: tuple[str, ...]) -> str:
 # Google's original TF1 release
 # ------------------------------------------------------------------------------------------------
 
+# Keys bertjax adds to an exported bert_config.json for what the original code cannot say (its
+# BertConfig.from_json_file sets them as attributes nobody reads): exact GELU, the casing.
+_TF_EXACT_GELU, _TF_CASING = "bertjax_exact_gelu", "do_lower_case"
+
+
 def tf_config_to_bert(values: dict[str, Any], source: str = "bert_config.json") -> BertConfig:
-    """Original bert_config.json dict -> BertConfig ("gelu" there is the tanh form)."""
-    return _config_from_json(values, _TF_ACT, source)
+    """Original bert_config.json dict -> BertConfig ("gelu" there is the tanh form, unless a
+    bertjax export says the model used exact GELU)."""
+    config = _config_from_json(values, _TF_ACT, source)
+    return config.replace(hidden_act="gelu") if values.get(_TF_EXACT_GELU) else config
 
 
 def tf_checkpoint_prefix(path: str) -> str | None:
-    """`path`/bert_model.ckpt if its index exists, else the latest checkpoint named in `path`/checkpoint."""
+    """`path`/bert_model.ckpt if its index exists, else the latest checkpoint named in `path`/checkpoint
+    (in `path` itself when it is there: a copied folder's file may name the original's), else None."""
     prefix = fileio.join(path, "bert_model.ckpt")
     if fileio.exists(prefix + ".index"):
         return prefix
     if fileio.exists(fileio.join(path, "checkpoint")):
         from bertjax.runtime.tf_cpu import tf
-        return tf.train.latest_checkpoint(path)
+
+        state = tf.train.get_checkpoint_state(path)
+        if state is None or not state.model_checkpoint_path:
+            raise ValueError(f"{fileio.join(path, 'checkpoint')}: names no checkpoint (expected TF's "
+                             "model_checkpoint_path: \"...\")")
+        named = state.model_checkpoint_path
+        # An Estimator writes absolute paths: a copied folder's file still names the original's.
+        for prefix in (fileio.join(path, os.path.basename(named)), named):
+            if fileio.exists(prefix + ".index"):
+                return prefix
+        raise ValueError(f"{fileio.join(path, 'checkpoint')} names {named}, whose .index is neither there nor in "
+                         f"{path}")
     return None
 
 
@@ -292,15 +319,16 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 
 def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: str,
-                         vocab_path: str | None = None) -> tuple[str, ...]:
+                         vocab_path: str | None = None, do_lower_case: bool | None = None) -> tuple[str, ...]:
     """Writes `out_dir`/bert_config.json + bert_model.ckpt.* with the original TF1 names;
-    returns the heads written. The layout has no place for the casing (Google's releases say
-    it in the folder's name, cased_L-... or uncased_L-..., which bertjax reads).
+    returns the heads written. The original layout has no place for the casing (Google's
+    releases say it in the folder's name, cased_L-... or uncased_L-..., which bertjax reads):
+    `do_lower_case` goes into bert_config.json, which bertjax reads back.
 
     The original code's "gelu" is the tanh approximation, so an exact-GELU model is
-    written as "gelu" with a warning (outputs then differ slightly in that code); likewise a
-    LayerNorm epsilon other than its hard-coded 1e-12 (written to bert_config.json, which
-    bertjax reads back).
+    written as "gelu" with a warning (outputs then differ slightly in that code) and
+    bertjax_exact_gelu; likewise a LayerNorm epsilon other than its hard-coded 1e-12: both
+    in bert_config.json, which bertjax reads back.
     """
     missing = "the modern encoder" if is_modern(config) else (
         f"hidden_act {config.hidden_act!r}" if config.hidden_act not in ("gelu", "gelu_tanh", "relu") else "")
@@ -326,6 +354,10 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     tf_config = {key: getattr(config, key) for key in ARCH_KEYS}
     tf_config["hidden_act"] = {"gelu": "gelu", "gelu_tanh": "gelu", "relu": "relu"}[config.hidden_act]
     tf_config["layer_norm_eps"] = config.layer_norm_eps  # the original code hard-codes 1e-12
+    if config.hidden_act == "gelu":
+        tf_config[_TF_EXACT_GELU] = True
+    if do_lower_case is not None:
+        tf_config[_TF_CASING] = do_lower_case
     tokens = _wordpiece_tokens(vocab_path)  # read before anything is written
     if vocab_path and tokens is None:
         raise ValueError(f"export_tf_checkpoint: {vocab_path} is not a WordPiece vocabulary, and the TF layout "
@@ -552,8 +584,8 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     Hugging Face and Google releases: their vocab.txt (WordPiece; a Hugging Face directory
     without one: the WordPiece vocabulary in its tokenizer.json, or any other tokenizer.json
     whole, kind "huggingface", as ModernBERT's BPE); do_lower_case from
-    tokenizer_config.json or tokenizer.json's BertNormalizer (Hugging Face), or from the
-    release's name (`release_casing`), else None (the
+    tokenizer_config.json or tokenizer.json's BertNormalizer (Hugging Face), bert_config.json
+    (a bertjax TF export), or from the release's name (`release_casing`), else None (the
     caller's default). bertjax: the
     tokenizer the run saved in <workdir>/tokenizer (see tokenization.save_tokenizer).
     """
@@ -586,6 +618,8 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
         from bertjax import tokenization
 
         do_lower_case = tokenization.wordpiece_casing(tokenizer_json)
+    if do_lower_case is None and layout == "tf":
+        do_lower_case = fileio.read_json(fileio.join(directory, "bert_config.json")).get(_TF_CASING)
     if do_lower_case is None:
         do_lower_case = release_casing(os.path.basename(os.path.normpath(directory)))
     return {"kind": "wordpiece", "path": vocab, "do_lower_case": do_lower_case}

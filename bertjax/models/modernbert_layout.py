@@ -15,7 +15,8 @@ import numpy as np
 
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import TOKEN_TRANSFORM
-from bertjax.models.tensor_files import read_safetensors, write_huggingface_files, write_tokenizer_config
+from bertjax.models.tensor_files import (read_safetensors, write_fast_tokenizer_config, write_huggingface_files,
+                                         write_tokenizer_config)
 from bertjax.models.variable_table import Variable, gather_params, get_param, param_heads, plain_params
 from bertjax.runtime import fileio
 
@@ -292,4 +293,6 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
         fileio.copy(tokenizer_path, fileio.join(out_dir, "vocab.txt" if wordpiece else "tokenizer.json"))
         if wordpiece and do_lower_case is not None:
             write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
+        elif not wordpiece:
+            write_fast_tokenizer_config(out_dir, tokenizer, config.max_position_embeddings)
     return heads

@@ -61,6 +61,11 @@ def read_safetensors(file: str) -> dict[str, np.ndarray]:
         if end > len(body):
             raise ValueError(f"{file}: cut off: tensor {name!r} ends at byte {end} of the data, the file holds "
                              f"{len(body)} (copy it again)")
+        dtype = np.dtype(_DTYPES[entry["dtype"]])
+        size = int(np.prod(entry["shape"], dtype=np.int64)) * dtype.itemsize
+        if not 0 <= start <= end or end - start != size:
+            raise ValueError(f"{file}: tensor {name!r} has data_offsets [{start}, {end}], which do not hold its shape "
+                             f"{entry['shape']} of {entry['dtype']} ({size} bytes): a damaged header")
         array = np.frombuffer(body[start:end], _DTYPES[entry["dtype"]]).reshape(entry["shape"])
         tensors[name] = array.astype(np.float32) if entry["dtype"] in _FLOATS else array.copy()
     return tensors
@@ -93,3 +98,15 @@ def write_tokenizer_config(out_dir: str, do_lower_case: bool, model_max_length: 
     lower-cases unless told otherwise, so a cased model needs it (bertjax reads it back)."""
     fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
         "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case, "model_max_length": model_max_length})
+
+
+def write_fast_tokenizer_config(out_dir: str, tokenizer, model_max_length: int) -> None:
+    """Writes tokenizer_config.json for a tokenizer.json beside it that is not BERT's WordPiece
+    (a BPE, a Unigram, a WordPiece normalising otherwise): without it transformers builds a
+    BERT model's tokenizer as BertTokenizerFast, which resets the normaliser to BERT's, and
+    knows no mask or separator token. `tokenizer`: the file as a bertjax Tokenizer."""
+    names = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+    ids = (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id)
+    fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
+        **{name: tokenizer.id_to_token(token_id) for name, token_id in zip(names, ids)}})

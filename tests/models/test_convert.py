@@ -103,6 +103,17 @@ def test_a_bfloat16_checkpoint_reads_as_its_float32_values_and_a_cut_off_one_is_
     (tmp_path / "model.safetensors").write_bytes(whole[:len(whole) // 2])
     with pytest.raises(ValueError, match=r"model.safetensors: cut off: tensor '.*' ends at byte \d+ of the data"):
         bertjax.load_pretrained(str(tmp_path))
+    # A header whose offsets do not hold the tensor's shape is named, not a numpy reshape error.
+    header_size = int.from_bytes(whole[:8], "little")
+    header = json.loads(whole[8:8 + header_size])
+    name = "embeddings.LayerNorm.weight"
+    start, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [start, end - 2]
+    damaged = json.dumps(header, separators=(",", ":")).encode().ljust(header_size)
+    (tmp_path / "model.safetensors").write_bytes(whole[:8] + damaged + whole[8 + header_size:])
+    with pytest.raises(ValueError, match=rf"model.safetensors: tensor '{name}' has data_offsets \[{start}, {end - 2}\], "
+                                         r"which do not hold its shape \[\d+\] of BF16"):
+        bertjax.load_pretrained(str(tmp_path))
     (tmp_path / "model.safetensors").write_bytes(whole[:100])
     with pytest.raises(ValueError, match="model.safetensors: not a safetensors file, or cut off"):
         bertjax.load_pretrained(str(tmp_path))
@@ -149,6 +160,10 @@ def test_an_export_says_what_hugging_face_needs_or_refuses_what_it_cannot_hold(t
         for export in (convert.export_huggingface, convert.export_tf_checkpoint):
             with pytest.raises(ValueError, match=f"{export.__name__}: {name}={value!r}: BERT's checkpoint layout"):
                 export(changed, random_params(changed), str(tmp_path / "switch"))
+    no_types = BertConfig(**{**TINY, "type_vocab_size": 0})  # a review: "params lack .../token_type_embeddings"
+    for export in (convert.export_huggingface, convert.export_tf_checkpoint):
+        with pytest.raises(ValueError, match=f"{export.__name__}: type_vocab_size=0: BERT's checkpoint layout holds"):
+            export(no_types, random_params(no_types), str(tmp_path / "switch"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "switch").exists() and not (tmp_path / "tf_silu").exists()
 
 
@@ -169,8 +184,15 @@ def test_a_bert_with_a_bpe_tokenizer_exports_it_whole_or_refuses_before_writing(
     config = BertConfig(**TINY)
     params = random_params(config, ("mlm", "nsp"))
     convert.export_huggingface(config, params, str(tmp_path / "hf"), vocab_path=bpe)
-    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                   "tokenizer_config.json"]
     assert (tmp_path / "hf" / "tokenizer.json").read_bytes() == open(bpe, "rb").read()
+    # Without a tokenizer_config.json transformers would read it as BertTokenizerFast, resetting its
+    # normaliser to BERT's and knowing no mask token (a review).
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text()) == {
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config.max_position_embeddings,
+        "pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
+    assert convert.checkpoint_vocabulary(str(tmp_path / "hf"))["kind"] == "huggingface"
     with pytest.raises(ValueError, match=r"tokenizer.json is not a WordPiece vocabulary, and the TF layout holds a "
                                          r"vocab.txt only"):
         convert.export_tf_checkpoint(config, params, str(tmp_path / "tf"), vocab_path=bpe)
@@ -328,8 +350,23 @@ def test_tf_export_round_trip(tf_release, tmp_path, caplog):
     # an error, not a read of the original folder's weights.
     assert str(tmp_path) not in (tmp_path / "out" / "checkpoint").read_text()
     shutil.copytree(tmp_path / "out", tmp_path / "copy", ignore=shutil.ignore_patterns("*.index"))
-    with pytest.raises(ValueError, match="copy: no TF checkpoint"):
+    with pytest.raises(ValueError, match=r"copy/checkpoint names .*bert_model.ckpt, whose .index is neither there "
+                                         r"nor in .*copy"):
         bertjax.load_pretrained(str(tmp_path / "copy"))
+    # An Estimator's `checkpoint` file names absolute paths: a moved folder reads its own files
+    # (a review found the original folder's read, or "no TF checkpoint" once it was gone).
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copy(tmp_path / "out" / "bert_config.json", moved)
+    for file in (tmp_path / "out").glob("bert_model.ckpt.*"):
+        shutil.copy(file, moved / file.name.replace("bert_model.ckpt", "model.ckpt-7"))
+    (moved / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path / "gone" / "model.ckpt-7"}"\n')
+    assert_trees_equal(bertjax.load_pretrained(str(moved))[1], params)
+    # Exact GELU, which the original's "gelu" is not, comes back as exact GELU (a review found gelu_tanh).
+    exact = config.replace(hidden_act="gelu")
+    convert.export_tf_checkpoint(exact, params, str(tmp_path / "exact"))
+    assert bertjax.load_pretrained(str(tmp_path / "exact"))[0] == exact
+    assert json.loads((tmp_path / "exact" / "bert_config.json").read_text())["hidden_act"] == "gelu"
     # A LayerNorm epsilon the original code cannot take (a Hugging Face import's 1e-5) is warned of.
     with caplog.at_level("WARNING"):
         convert.export_tf_checkpoint(config.replace(layer_norm_eps=1e-5), params, str(tmp_path / "eps"))
@@ -349,7 +386,13 @@ def test_command_line_converter(tf_release, tmp_path):
     done = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={out}",
                            f"--output={tmp_path / 'tf'}", "--format=tf", "--do_lower_case=false"], check=True, cwd=REPO,
                           capture_output=True, text=True)
-    assert "casing not stored (the TF layout has no place for it" in done.stdout, done.stdout
+    # The TF layout has no place for the casing: bert_config.json keeps it for bertjax (a review found
+    # a cased model read back lower-cased), which a converted-back folder states again.
+    assert "cased (in bert_config.json, read by bertjax" in done.stdout, done.stdout
+    assert convert.checkpoint_vocabulary(str(tmp_path / "tf"))["do_lower_case"] is False
+    subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={tmp_path / 'tf'}",
+                    f"--output={tmp_path / 'hf_again'}", "--format=huggingface"], check=True, cwd=REPO)
+    assert json.loads((tmp_path / "hf_again" / "tokenizer_config.json").read_text())["do_lower_case"] is False
 
 
 @pytest.mark.parametrize("source, flag, expected", [("minilm", [], True),
