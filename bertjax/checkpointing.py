@@ -377,6 +377,15 @@ def _newest_readable(path: str, read: Callable[[epath.Path], T]) -> T:
         f"{brief(error)})") from error
 
 
+def latest_step(directory: str) -> int | None:
+    """The newest finalized step in a checkpoint directory (None: none, or no such directory),
+    from the folder names alone."""
+    try:
+        return int(_step_dirs(directory)[0].name)
+    except FileNotFoundError:
+        return None
+
+
 def earlier_steps(step_folder: str) -> list[str]:
     """The finalized step folders beside `step_folder` with a smaller step, newest first ([]
     when its parent is no checkpoint directory)."""

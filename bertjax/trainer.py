@@ -406,12 +406,17 @@ def check_rows_per_process(mesh: jax.sharding.Mesh, batch_size: int) -> None:
                          "config.data.host_split='global_batch'")
 
 
-def hold_workdir(workdir: str):
+@contextlib.contextmanager
+def hold_workdir(workdir: str) -> Iterator[None]:
     """One run per workdir: process 0 holds `<workdir>/.lock` (a second run started on the
-    same workdir stops with WorkdirBusyError); the other processes of the run share it."""
-    from bertjax.runtime import workdir_lock
+    same workdir stops with WorkdirBusyError); the other processes of the run share it. A
+    multi-process run tells JAX's preemption sync point where it resumes at once: reading and
+    tokenizing its data can take minutes (see bertjax/runtime/preemption.py)."""
+    from bertjax.runtime import fileio, workdir_lock
 
-    return workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext()
+    with workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+        preemption.report_start(checkpointing.latest_step(fileio.join(workdir, "checkpoints")) or 0)
+        yield
 
 
 def process_zero_first(fn: Callable[[], Any], what: str) -> Any:
@@ -479,8 +484,11 @@ class Loop:
         self.pending.append(metrics)
         self.pending_sequences += self.sequences_per_step if sequences is None else sequences
         self.progress.advance(step)
-        if step % self.log_every and step != self.num_steps:
-            return
+        if step % self.log_every == 0 or step == self.num_steps:
+            self._log(step, state)
+
+    def _log(self, step: int, state: TrainState) -> None:
+        """Writes the steps recorded since the last log as one row at `step` (their mean)."""
         fetched = jax.device_get(self.pending)
         seconds = (time.perf_counter() - self.window_start - self.window_paused) / len(self.pending)
         last = {name: float(np.mean([m[name] for m in fetched])) for name in fetched[0]}
@@ -543,6 +551,7 @@ class Loop:
             return next(batches)
         except preemption.InputInterrupted as stopped:
             with self.paused():
+                self._log_before_stopping(step, state)
                 if step > self.start_step:
                     self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
                                            extra_meta=self._extra_meta(step, None))
@@ -552,6 +561,13 @@ class Loop:
                 f"preempted ({stopped.signal_name}) at step {step} after waiting {stopped.waited:.0f}s for the input "
                 f"pipeline; " + (f"saved step {saved} to {self.checkpointer.directory}; run the same command again "
                                  f"to resume" if saved is not None else "nothing was saved")) from None
+
+    def _log_before_stopping(self, step: int, state: TrainState) -> None:
+        """The steps since the last log step as a row at `step`, written out before a stop: the
+        resumed run starts after `step` and never logs them."""
+        if self.pending:
+            self._log(step, state)
+        self.writer.flush()
 
     def _extra_meta(self, step: int, extra_meta: dict | None) -> dict | None:
         if self.rows_read is None:
@@ -571,7 +587,7 @@ class Loop:
             # At the last step the run is complete (saved above): it finishes rather than reporting
             # a preemption that a scheduler would retry.
             if step < self.num_steps and self.watcher.should_stop(step):
-                self.writer.flush()
+                self._log_before_stopping(step, state)
                 self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
                                        extra_meta=self._extra_meta(step, extra_meta))
                 self.checkpointer.wait_until_finished()

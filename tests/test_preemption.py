@@ -62,8 +62,12 @@ _TWO_HOSTS = textwrap.dedent("""
     multihost_utils.broadcast_one_to_all = no_collective
     from bertjax.runtime.preemption import PreemptionWatcher, report_start
 
-    report_start(first_step - 1)  # as trainer.initial_state does before its restore
     host = jax.process_index()
+    if signal_at < 0:  # before anything was reported: while the data are read, say
+        if host == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(3)
+    report_start(first_step - 1)  # as trainer.hold_workdir and trainer.initial_state do
     if signal_at == 0:  # during the restore, before the watcher exists
         if host == 1:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -72,7 +76,7 @@ _TWO_HOSTS = textwrap.dedent("""
     assert watcher.coordinated
     stopped = None
     for step in range(first_step, first_step + 1000):
-        if host == 1 and step == first_step + signal_at and signal_at:
+        if host == 1 and step == first_step + signal_at and signal_at > 0:
             os.kill(os.getpid(), signal.SIGTERM)
         if orbax_asks:  # as orbax's save policy does every step, with the step
             multihost_utils.reached_preemption_sync_point(step)
@@ -120,3 +124,9 @@ def test_hosts_stop_together_when_orbax_also_asks_with_the_step():
 
 def test_a_signal_before_the_first_step_stops_every_host_at_its_first_step():
     assert _stop_steps(first_step=501, signal_at=0) == ["501", "501"]
+
+
+def test_a_signal_before_the_start_was_reported_stops_every_host_at_its_first_step():
+    """JAX fixed the sync point at 1 (nothing reported yet), which a run resuming at 1,001 never
+    reaches: it trained on until killed, without a checkpoint (a review)."""
+    assert _stop_steps(first_step=1001, signal_at=-1) == ["1001", "1001"]

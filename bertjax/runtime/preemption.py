@@ -18,8 +18,9 @@ for the device or for other hosts, so the step pipeline is never stalled. The ru
 sets: every host calls it once per step, counting from the same start, and JAX keeps the
 last number any caller gave. orbax asks the same question with the training step (its save
 policy, at every save), so this class passes the training step too; `report_start` tells JAX
-the step a run resumes from before its restore (trainer.initial_state), so a signal during
-restore or compilation stops every host at its first step.
+the step a run resumes from as soon as its workdir is held (trainer.hold_workdir), before the
+data are read, and again before its restore (trainer.initial_state), so a signal during
+start-up stops every host at its first step.
 
 A step waits for its batch: `interruptible(batches, watcher)` produces them in a
 background thread and waits for each in short, interruptible waits, so a stalled input
@@ -43,11 +44,29 @@ from jax.experimental import multihost_utils
 log = logging.getLogger(__name__)
 
 
+_reported = 0  # the last step this process gave JAX's sync point (JAX's counter starts at 0)
+_notice_before_start = False  # a notice came before report_start: stop at the first step
+
+
+def _reached(step: int) -> bool:
+    global _reported
+    _reported = step
+    return bool(multihost_utils.reached_preemption_sync_point(step))
+
+
 def report_start(step: int) -> None:
     """Tells JAX's preemption sync point the step this host starts from (multi-process runs;
-    nothing otherwise), so a notice before the first step stops every host at it."""
+    nothing otherwise), so a notice before the first step stops every host at it.
+
+    A notice that came before this call has fixed the sync point at the step after the one
+    reported last (none: 1; a sweep's previous run: its last step), which a run resuming
+    further on would never reach: every host (they report the same steps) then stops at its
+    first step."""
+    global _notice_before_start
     if jax.distributed.is_initialized():
-        multihost_utils.reached_preemption_sync_point(step)
+        if _reached(_reported + 1):
+            _notice_before_start = True
+        _reached(step)
 
 
 class PreemptionWatcher:
@@ -79,8 +98,10 @@ class PreemptionWatcher:
 
     def should_stop(self, step: int) -> bool:
         """True when some host was sent SIGTERM; then True on every host at the same step."""
+        global _notice_before_start
         if self.coordinated:
-            stop = multihost_utils.reached_preemption_sync_point(step)
+            stop = _reached(step) or _notice_before_start
+            _notice_before_start = False
         else:
             stop = self.signalled
         if stop:
@@ -127,7 +148,9 @@ def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: f
     for one, `watcher.signalled` (SIGTERM, Ctrl-C) is checked every `poll_seconds` and
     raises InputInterrupted. Errors of `batches` are raised here, in the caller's thread.
     Closing the generator (or finishing it) stops the thread: it waits up to JOIN_SECONDS for
-    the item in the making (a thread killed inside TensorFlow at exit aborts the process)."""
+    the item in the making (a thread killed inside TensorFlow at exit aborts the process);
+    after InputInterrupted it does not wait, as the caller's save must fit in the notice's grace
+    period."""
     ready: queue.Queue = queue.Queue(maxsize=1)
     closed = threading.Event()
 
@@ -151,6 +174,7 @@ def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: f
 
     producer = threading.Thread(target=produce, name=INPUT_THREAD, daemon=True)
     producer.start()
+    interrupted = False
     try:
         while True:
             start = time.monotonic()
@@ -160,6 +184,7 @@ def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: f
                     break
                 except queue.Empty:
                     if watcher.signalled:
+                        interrupted = True
                         raise InputInterrupted(watcher.signal_name, time.monotonic() - start) from None
             if error is not None:
                 raise error
@@ -168,4 +193,5 @@ def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: f
             yield item
     finally:  # the caller is done (exhausted, stopped, or `close()`d): let the thread finish its item
         closed.set()
-        producer.join(timeout=JOIN_SECONDS)
+        if not interrupted:  # a stalled input: the save comes first (the process then ends with
+            producer.join(timeout=JOIN_SECONDS)  # os._exit while the thread runs: input_thread_alive)
