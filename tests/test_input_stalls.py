@@ -92,27 +92,34 @@ def test_sigterm_stops_a_wait_on_a_stalled_input_pipeline(tmp_path):
     assert stdout.startswith("interrupted: SIGTERM while waiting")
 
 
-def _loop(tmp_path, num_steps):
+def _loop(tmp_path, num_steps, log_every=1):
     """A trainer.Loop on tmp_path that checkpoints only when made to (interval 100)."""
     from bertjax import checkpointing, trainer
 
     checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=100,
                                               max_to_keep=2, async_save=False)
     return trainer.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=num_steps,
-                        start_step=0, log_every=1, eval_every=0, max_consecutive_bad_steps=3,
+                        start_step=0, log_every=log_every, eval_every=0, max_consecutive_bad_steps=3,
                         sequences_per_step=1.0)
 
 
-def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path):
+def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path, monkeypatch):
     import threading
 
     import jax.numpy as jnp
 
     from bertjax import checkpointing, trainer
 
+    from bertjax.runtime import preemption
+
+    released, joined = threading.Event(), []
+    join = threading.Thread.join
+    monkeypatch.setattr(threading.Thread, "join", lambda thread, *args, **kwargs: (
+        joined.append(thread.name), join(thread, *args, **kwargs))[1])
+
     def stalled():
         yield {"x": 1}
-        threading.Event().wait()  # never returns
+        released.wait()  # stalled until the test ends
 
     loop = _loop(tmp_path, num_steps=10)
     try:
@@ -122,7 +129,10 @@ def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path):
         with pytest.raises(trainer.TrainingStopped, match=r"preempted \(SIGTERM\) at step 1 after waiting .*saved "
                                                           r"step 1 to"):
             loop.next_batch(batches, 1, {"w": jnp.ones(3)})
+        # Saved without first waiting for the stalled thread (a review: 10 s of a 30 s grace period).
+        assert preemption.input_thread_alive() and preemption.INPUT_THREAD not in joined
     finally:
+        released.set()
         loop.close()
     assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
                                       async_save=False).latest_step() == 1
@@ -146,3 +156,37 @@ def test_a_stop_signal_at_the_last_step_finishes_the_run(tmp_path):
         loop.close()
     assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
                                       async_save=False).all_steps() == [2, 3]
+
+
+def test_a_stop_logs_the_steps_since_the_last_log_step(tmp_path):
+    """The resumed run starts after the stop's step and never logs the steps before it: they are
+    written as a row at that step (a review found up to log_every - 1 steps lost)."""
+    import json
+
+    import flax
+    import jax
+    import jax.numpy as jnp
+
+    from bertjax import trainer
+
+    @flax.struct.dataclass
+    class State:
+        w: jax.Array
+        worst_bad_run: jax.Array
+        skipped_steps: jax.Array
+
+    state = State(jnp.ones(3), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+    loop = _loop(tmp_path, num_steps=100, log_every=10)
+    try:
+        for step in (1, 2, 3):
+            loop.record(step, {"loss": jnp.float32(step), "learning_rate": jnp.float32(0.1),
+                               "grad_norm": jnp.float32(1.0)}, state)
+            if step < 3:
+                loop.save(step, state)
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(trainer.TrainingStopped, match=r"saved step 3"):
+            loop.save(3, state)
+    finally:
+        loop.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["loss"]) for row in rows] == [(3, 2.0)]
