@@ -476,41 +476,43 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     loop.console(_run_summary(task, train_cfg, train_batches, bool(config.data.pack_examples), how, frozen,
                               start_step))
 
-    # -- A frozen encoder runs once over each split; the steps and evaluations read what it
-    #    gave (evaluation's from float32 products, as it evaluates without a cache). --
-    caches: dict[str, feature_cache.FeatureCache] = {}
-    if frozen and config.train.cache_features:
-        with loop.paused(), clock.phase("cache features"):  # not in the first steps' time and rate
-            for split in [task.train, *task.eval_splits, *task.test_splits]:
-                encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")
-                caches[split.name], message = cached_features(
-                    config, workdir, split, encoder_config, tasks.family_of_task(config.task).reads_tokens,
-                    state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, source)
-                loop.console(f"{split.name}: {message}")
-        example = {**example, **caches[task.train.name].gather(train_batches.examples(0),
-                                                               example["input_ids"].shape[-1])}
-
-    # -- The steps: the train step compiled once per batch shape the batches use, evaluation
-    #    (sums and per-row predictions, replicated to every host) once per evaluation shape;
-    #    compiled ahead in a background thread, in the order the run needs them. --
-    eval_example, real = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))  # splits share features
-    if caches:
-        eval_example = caches[task.train.name].add_to_eval_batch(eval_example, real)
-    first_epoch = min(train_cfg.num_steps - start_step, train_batches.steps_per_epoch())
-    programs = Programs(
-        mesh=mesh, abstract=abstract, shardings=shardings, objective=objective, task=task, train_cfg=train_cfg,
-        seed=config.seed, frozen=frozen, example=example, eval_example=eval_example,
-        order=[*(("train", shape) for shape in train_batches.shape_order(start_step, first_epoch)),
-               *eval_keys(task, eval_batch_size, eval_buckets, caches)])
-    evaluator = Evaluator(task, programs, eval_batch_size, eval_buckets, caches)
-
-    # -- The loop. --
-    best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
-    step = start_step
-    batches = train_batches.batches(start_batch=start_step)
-    if caches:
-        batches = caches[task.train.name].with_features(batches, train_batches, start_step)
+    programs = None  # compiled below; closed (its compile thread stopped) whatever ends the run
     try:
+        # -- A frozen encoder runs once over each split; the steps and evaluations read what it
+        #    gave (evaluation's from float32 products, as it evaluates without a cache). --
+        caches: dict[str, feature_cache.FeatureCache] = {}
+        if frozen and config.train.cache_features:
+            with loop.paused(), clock.phase("cache features"):  # not in the first steps' time and rate
+                for split in [task.train, *task.eval_splits, *task.test_splits]:
+                    encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")
+                    caches[split.name], message = cached_features(
+                        config, workdir, split, encoder_config, tasks.family_of_task(config.task).reads_tokens,
+                        state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, source)
+                    loop.console(f"{split.name}: {message}")
+            example = {**example, **caches[task.train.name].gather(train_batches.examples(0),
+                                                                   example["input_ids"].shape[-1])}
+
+        # -- The steps: the train step compiled once per batch shape the batches use, evaluation
+        #    (sums and per-row predictions, replicated to every host) once per evaluation shape;
+        #    compiled ahead in a background thread, in the order the run needs them. --
+        # (any split's batch: the splits share the features' shapes)
+        eval_example, real = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))
+        if caches:
+            eval_example = caches[task.train.name].add_to_eval_batch(eval_example, real)
+        first_epoch = min(train_cfg.num_steps - start_step, train_batches.steps_per_epoch())
+        programs = Programs(
+            mesh=mesh, abstract=abstract, shardings=shardings, objective=objective, task=task, train_cfg=train_cfg,
+            seed=config.seed, frozen=frozen, example=example, eval_example=eval_example,
+            order=[*(("train", shape) for shape in train_batches.shape_order(start_step, first_epoch)),
+                   *eval_keys(task, eval_batch_size, eval_buckets, caches)])
+        evaluator = Evaluator(task, programs, eval_batch_size, eval_buckets, caches)
+
+        # -- The loop. --
+        best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
+        step = start_step
+        batches = train_batches.batches(start_batch=start_step)
+        if caches:
+            batches = caches[task.train.name].with_features(batches, train_batches, start_step)
         if config.train.eval_at_start and start_step == 0 and task.eval_splits:
             with loop.paused(), clock.phase("evaluate"):  # the starting point, for comparison only: never best/
                 loop.write_eval(0, _eval_record(evaluator.evaluate(state.params)[0]))
@@ -535,7 +537,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             with clock.phase("save"):
                 loop.save(step, state)
     except BaseException:
-        programs.close()
+        if programs is not None:
+            programs.close()
         raise
     finally:
         with clock.phase("save"):

@@ -586,3 +586,25 @@ def test_a_modern_masked_lm_runs_pooler_starts_from_its_masked_lm_transform():
     untrained = Run("run", "bertjax", "run/checkpoints/1", bert, None, pooler_trained=False)
     assert finetune.pooler_from_masked_lm(untrained, bert)
     assert not finetune.pooler_from_masked_lm(untrained, BertConfig.preset("tiny", vocab_size=50))  # BERT's tanh
+
+
+def test_a_run_failing_before_its_first_step_gives_back_the_signal_handlers(tmp_path, monkeypatch):
+    """A sweep goes on after a failed run: one failing between its loop's creation and its first
+    step (compiling, caching features) left its stop-signal handlers installed, so a later
+    SIGTERM or Ctrl-C set a flag nobody read (a review)."""
+    import signal
+
+    from bertjax import finetune
+    from small_runs import tiny_finetune_run
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("out of memory while compiling")
+
+    rows = [("a good film", "pos"), ("a bad film", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    before = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(finetune, "Programs", failing)
+    with pytest.raises(RuntimeError, match="out of memory while compiling"):
+        tiny_finetune_run("classification", tmp_path, train_file=str(tmp_path / "data.csv"),
+                          eval_file=str(tmp_path / "data.csv"), text_b_key="")
+    assert {number: signal.getsignal(number) for number in before} == before
