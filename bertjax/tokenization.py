@@ -217,9 +217,9 @@ class Tokenizer:
         """
         _check_many(texts)
         if self._fast is not None:
-            return _flatten([e.ids for e in self._fast.encode_batch(list(texts), add_special_tokens=False)])
+            return flatten([e.ids for e in self._fast.encode_batch(list(texts), add_special_tokens=False)])
         if self._wordpiece is None:
-            ids, lengths = _flatten(self._sentencepiece.EncodeAsIds(list(texts)))
+            ids, lengths = flatten(self._sentencepiece.EncodeAsIds(list(texts)))
             return ids[self._tie_order(ids, lengths)[0]], lengths
         if "".join(texts).isascii():  # the usual case, checked in one C call
             return self._chunk_memo.encode(self._normalize_ascii(texts), len(texts))
@@ -236,6 +236,41 @@ class Tokenizer:
             piece_starts[index] = sum(map(len, pieces)) + ragged.row_starts(lengths[index])
             pieces.append(ids)
         return ragged.gather_ranges(np.concatenate(pieces), piece_starts, lengths), lengths
+
+    def encode_batch_continuing(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode_flat_continuing`'s ids, one list per text."""
+        ids, lengths = self.encode_flat_continuing(texts)
+        return [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] if len(texts) else []
+
+    def encode_flat_continuing(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """As `encode_flat`, for texts that continue a text cut before them (after a [MASK],
+        say): SentencePiece then leaves out the word start ("▁") it puts before every text, which
+        "[MASK]." or "[MASK]s" do not have in running text; a text that starts with a space
+        keeps it. Other kinds encode as `encode_flat` (WordPiece starts a word after a mask, as
+        BERT's tokenizer does; a byte-level BPE marks spaces itself)."""
+        if self._sentencepiece is None:
+            return self.encode_flat(texts)
+        ids, lengths = self.encode_flat(texts)
+        cut = [i for i, text in enumerate(texts) if text and not text[0].isspace()]
+        if not cut:
+            return ids, lengths
+        rows = np.split(ids, np.cumsum(lengths)[:-1])
+        continued, continued_lengths = flatten(self._continuing_sentencepiece.EncodeAsIds([texts[i] for i in cut]))
+        continued = continued[self._tie_order(continued, continued_lengths)[0]]
+        for i, row in zip(cut, np.split(continued, np.cumsum(continued_lengths)[:-1])):
+            rows[i] = row
+        return flatten(rows)
+
+    @functools.cached_property
+    def _continuing_sentencepiece(self) -> spm.SentencePieceProcessor:
+        """The SentencePiece model without its dummy prefix (the "▁" before a text)."""
+        from sentencepiece import sentencepiece_model_pb2
+
+        model = sentencepiece_model_pb2.ModelProto.FromString(self._sentencepiece.serialized_model_proto())
+        model.normalizer_spec.add_dummy_prefix = False
+        processor = spm.SentencePieceProcessor()
+        processor.LoadFromSerializedProto(model.SerializeToString())
+        return processor
 
     def _normalize_ascii(self, texts: Sequence[str]) -> str:
         """ASCII texts -> BERT-normalised and joined by _ChunkMemo.JOINER, in bulk: tab,
@@ -275,7 +310,7 @@ class Tokenizer:
         texts = list(texts)
         if self._wordpiece is not None or self._fast is not None:
             encodings = (self._wordpiece or self._fast).encode_batch(texts, add_special_tokens=False)
-            ids, lengths = _flatten([e.ids for e in encodings])
+            ids, lengths = flatten([e.ids for e in encodings])
             offsets = np.array([span for e in encodings for span in e.offsets], np.int64).reshape(-1, 2)
             if self._fast is not None:  # a byte-level BPE piece spans the space before its word: left out
                 for text, row in zip(texts, np.split(offsets, np.cumsum(lengths)[:-1])):
@@ -291,7 +326,7 @@ class Tokenizer:
             proto = sentencepiece_pb2.SentencePieceText.FromString(serialized)
             rows.append([piece.id for piece in proto.pieces])
             spans.append(_sentencepiece_char_spans(text, proto))
-        ids, lengths = _flatten(rows)
+        ids, lengths = flatten(rows)
         offsets = np.concatenate(spans) if spans else np.zeros((0, 2), np.int64)
         order, run = self._tie_order(ids, lengths)
         moved = np.isin(run, run[order != np.arange(len(order))])
@@ -460,7 +495,7 @@ class _ChunkMemo:
         return ids, np.diff(np.concatenate([[0], ends, [len(ids)]]))
 
     def _add(self, chunks: list[str]) -> None:
-        ids, lengths = _flatten([e.ids for e in self._unnormalized.encode_batch_fast(chunks, add_special_tokens=False)])
+        ids, lengths = flatten([e.ids for e in self._unnormalized.encode_batch_fast(chunks, add_special_tokens=False)])
         self.codes.update(zip(chunks, range(len(self.lengths), len(self.lengths) + len(chunks))))
         self.starts = np.concatenate([self.starts, len(self.ids) + ragged.row_starts(lengths)])
         self.lengths = np.concatenate([self.lengths, lengths])
@@ -548,7 +583,7 @@ def _check_many(texts: Sequence[str]) -> None:
         raise TypeError(f"expected a sequence of texts, got one str {texts[:40]!r}: encode(text) takes one")
 
 
-def _flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+def flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Lists of ids -> (<int32>[T] concatenated, <int64>[N] lengths)."""
     lengths = np.fromiter(map(len, rows), np.int64, len(rows))
     return np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())), lengths

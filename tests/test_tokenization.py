@@ -283,13 +283,16 @@ def test_fill_mask_cuts_the_text_at_a_mask_as_the_models_tokenizer_does(tmp_path
     """ModernBERT's tokenizer.json gives [MASK] lstrip: the space before it is the mask's.
     Fill-mask tokenized the text between masks alone, so "the cat [MASK]" carried a lone 'Ġ'
     token the model never saw in training (a review); with the mask's lstrip/rstrip the ids
-    are the tokenizer's own for the whole text."""
+    are the tokenizer's own for the whole text. A mask without lstrip (bertjax's train_bpe
+    gives none) takes the space before it all the same: in pre-training it stood for a token
+    that carried it ('Ġcat'), so 'Ġ [MASK]' is no text the model saw (a review)."""
     import json
 
     import tokenizers
     from bertjax.inference.engine import _MaskKeeping
 
-    texts = ["the cat [MASK] on the mat .", "[MASK] is here and [MASK]", "no mask at all", "a  [MASK]  b"]
+    texts = ["the cat [MASK] on the mat .", "[MASK] is here and [MASK]", "no mask at all", "a  [MASK]  b",
+             "the [MASK]. and [MASK]s"]
     for lstrip, rstrip in ((False, False), (True, False), (True, True)):
         spec = json.load(open(MODERNBERT_TOKENIZER))
         for token in spec["added_tokens"]:
@@ -299,11 +302,41 @@ def test_fill_mask_cuts_the_text_at_a_mask_as_the_models_tokenizer_does(tmp_path
         path.write_text(json.dumps(spec))
         tokenizer = tokenization.load_tokenizer("huggingface", str(path))
         assert tokenizer.mask_strips == (lstrip, rstrip)
-        reference = tokenizers.Tokenizer.from_file(str(path))  # [MASK] in the text is the special token here
+        for token in spec["added_tokens"]:
+            if token["content"] == "[MASK]":
+                token.update(lstrip=True)
+        # [MASK] in the text is the special token here, taking in the space before it.
+        reference = tokenizers.Tokenizer.from_str(json.dumps(spec))
         want = [reference.encode(text, add_special_tokens=False).ids for text in texts]
         ids, lengths = _MaskKeeping(tokenizer).encode_flat(texts)
         assert [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] == want, (lstrip, rstrip)
     assert tokenization.Tokenizer.from_vocab_file(_minilm_vocab()).mask_strips == (False, False)
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_fill_mask_continues_the_text_after_a_mask_with_sentencepiece(tmp_path, model_type):
+    """SentencePiece puts a word start ("▁") before every text it encodes: the text after a mask,
+    tokenized alone, read "[MASK]." as [MASK] '▁' '.' and "[MASK]s" as [MASK] '▁s', where running
+    text has 'mat' '.' and 'cat' 's' (a review). It continues the text now; after a space, a word
+    starts as in running text."""
+    from bertjax.data import vocabularies
+    from bertjax.inference.engine import _MaskKeeping
+
+    words = ("cat", "dog", "bird", "fox", "horse", "mouse", "sheep", "goat", "lion", "tiger", "zebra", "whale")
+    corpus = [f"The {w} sat on the mat. The {w}s jumped over the mats quickly. A {w}, a mat, {i} times."
+              for i, w in enumerate(words * 20)]
+    tokenizer = tokenization.load_tokenizer("sentencepiece", vocabularies.train_sentencepiece(
+        corpus, 60, str(tmp_path), do_lower_case=False, model_type=model_type))
+    keeping = _MaskKeeping(tokenizer)
+    for masked, word, text in [("The cat sat on the [MASK].", "mat", "The cat sat on the mat."),
+                               ("The [MASK]s sat", "cat", "The cats sat"), ("A [MASK], a mat.", "dog", "A dog, a mat.")]:
+        whole = tokenizer.encode(text)
+        word_ids = tokenizer.encode(text[:text.index(word) + len(word)])  # the text up to the masked word's end
+        before = tokenizer.encode(text[:text.index(word)])
+        assert word_ids[:len(before)] == before  # the masked word is whole tokens of the running text
+        want = before + [tokenizer.mask_id] + whole[len(word_ids):]
+        ids, lengths = keeping.encode_flat([masked])
+        assert ids.tolist() == want and lengths.tolist() == [len(want)], (masked, tokenizer.id_to_token(int(ids[-1])))
 
 
 @pytest.mark.parametrize("name, change, text, ids", [

@@ -272,23 +272,25 @@ class _MaskKeeping:
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         pieces = [self._pieces(text) for text in texts]
-        ids, lengths = self.tokenizer.encode_flat([piece for parts in pieces for piece in parts])
-        rows, starts, k = [], np.concatenate([[0], np.cumsum(lengths)]), 0
-        for parts in pieces:
-            row = []
-            for j in range(len(parts)):
-                if j:
-                    row.append(np.array([self.tokenizer.mask_id], np.int32))
-                row.append(ids[starts[k]:starts[k + 1]])
-                k += 1
-            rows.append(np.concatenate(row).astype(np.int32))
-        return (np.concatenate(rows) if rows else np.zeros(0, np.int32)), np.array([len(r) for r in rows], np.int64)
+        firsts = self.tokenizer.encode_batch([parts[0] for parts in pieces])
+        # A piece after a mask continues the text ("[MASK]." is "mat." in running text).
+        later = iter(self.tokenizer.encode_batch_continuing([piece for parts in pieces for piece in parts[1:]]))
+        rows = []
+        for first, parts in zip(firsts, pieces):
+            row = list(first)
+            for _ in parts[1:]:
+                row += [self.tokenizer.mask_id, *next(later)]
+            rows.append(row)
+        return tokenization.flatten(rows)
 
     def _pieces(self, text: str) -> list[str]:
-        """The text between the masks, less the whitespace a mask token takes in (its lstrip
-        and rstrip): else a byte-level BPE tokenizes a lone space token next to the mask."""
+        """The text between the masks, less the whitespace a mask token takes in: its lstrip
+        and rstrip, and before it always for a byte-level BPE, whose tokens carry the space
+        before their word (the mask stood for 'Ġcat' in pre-training: 'The Ġ [MASK]' is no text
+        it saw)."""
         parts = text.split(self.MASK)
         lstrip, rstrip = self.tokenizer.mask_strips
+        lstrip = lstrip or self.tokenizer.word_prefix == " "
         for j in range(len(parts)):
             if lstrip and j < len(parts) - 1:  # a mask follows
                 parts[j] = parts[j].rstrip()
