@@ -183,7 +183,7 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     if source is None:
         weights = f"from scratch, seed {config.seed}"
     elif fileio.exists(config.init_checkpoint):
-        weights = fileio.fingerprint(source.weights)
+        weights = source.weights_fingerprint()
     else:  # resumed from the run's own checkpoints (finetune_setup.checkpoint_source): a name that stays put
         weights = f"{config.init_checkpoint}, gone: the frozen encoder of the run's checkpoints"
     # "rows": caches from before every process fed whole batches (trainer.whole_batch) may hold

@@ -270,6 +270,43 @@ def test_a_run_killed_while_writing_its_first_shard_starts_again_and_clears_the_
     assert sorted(os.listdir(tmp_path / "out")) == ["manifest.json", "shard-00000.npz", "shard-00001.npz",
                                                     "shard-00002.npz"]
     assert [r["index"] for r in feature_files.read_features(str(tmp_path / "out"))] == list(range(12))
+    # Killed between its first shard's rename and its first progress file: shards alone, which
+    # are this tool's (a review found such a folder refused for good), the stale ones removed.
+    (tmp_path / "again").mkdir()
+    for name in ("shard-00000.npz", "shard-00007.npz"):
+        (tmp_path / "again" / name).write_bytes(b"a killed run's shard")
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "again"), layers=(-1,), pooling="mean",
+                          shard_size=5, log=lambda _: None)
+    assert sorted(os.listdir(tmp_path / "again")) == sorted(os.listdir(tmp_path / "out"))
+    assert [r["index"] for r in feature_files.read_features(str(tmp_path / "again"))] == list(range(12))
+
+
+def test_features_written_inside_the_model_folder_resume_and_are_known_again(tmp_path):
+    """The weights are known by the files that hold them: features written into a Hugging Face
+    model's folder changed its fingerprint, so the same command was refused ('the checkpoint's
+    weights changed') and a killed run could never resume (a review). A changed weights file
+    is still told apart."""
+    import shutil
+
+    import bertjax
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    for name in os.listdir(MINILM_DIR):
+        os.symlink(os.path.join(MINILM_DIR, name), model_dir / name)
+    (tmp_path / "in.txt").write_text("one sentence\nand another one\nand a third\n")
+    model = bertjax.load_model(str(model_dir), max_seq_length=16, batch_size=2)
+    output = str(model_dir / "features")
+    feature_files.extract(model, str(tmp_path / "in.txt"), output, layers=(-1,), shard_size=2, log=lambda _: None)
+    (model_dir / "README.md").write_text("notes on the model")
+    said = []
+    feature_files.extract(model, str(tmp_path / "in.txt"), output, layers=(-1,), shard_size=2, log=said.append)
+    assert said == [f"{output} is complete (3 examples); nothing to do"]
+    os.remove(model_dir / "model.safetensors")
+    shutil.copy(os.path.join(MINILM_DIR, "model.safetensors"), model_dir / "model.safetensors")
+    changed = bertjax.load_model(str(model_dir), max_seq_length=16, batch_size=2)
+    with pytest.raises(ValueError, match=r"other settings \(the checkpoint's weights changed\)"):
+        feature_files.extract(changed, str(tmp_path / "in.txt"), output, layers=(-1,), shard_size=2)
 
 
 def test_a_shard_of_per_token_features_is_bounded_by_bytes(minilm, tmp_path, monkeypatch):

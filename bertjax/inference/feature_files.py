@@ -60,6 +60,7 @@ FORMAT = "bertjax-features/1"
 MANIFEST = "manifest.json"
 _PROGRESS_FILE = re.compile(r"manifest-process\d+-of-\d+\.json")  # a multi-process run's own progress
 _INTERRUPTED_WRITE = re.compile(r".+\.tmp-\d+")  # fileio.write_bytes's name before its rename: a killed run's
+_SHARD_FILE = re.compile(r"shard-\d{5,}\.npz")  # (see _shard_name)
 INPUT_FORMATS = ("text", "csv", "tsv", "jsonl")
 SHARD_BYTES = 512 << 20  # a shard's values at most, whatever --shard_size asks
 _PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal
@@ -252,8 +253,10 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
              "complete": False, "examples_per_shard": examples_per_shard,
              **({"processes": processes} if processes > 1 else {})}
     if not manifests:
-        if present:
-            raise ValueError(f"--output={output} is not empty and has no {MANIFEST} (it has {', '.join(present[:4])}"
+        # Shards alone: a run killed between its first shard and its first progress file.
+        others = [name for name in present if not _SHARD_FILE.fullmatch(name)]
+        if others:
+            raise ValueError(f"--output={output} is not empty and has no {MANIFEST} (it has {', '.join(others[:4])}"
                              "); give a new or empty folder")
         return fresh, False
     for manifest in manifests.values():
@@ -318,7 +321,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     total = count_inputs(input_file, file_format, text_a_key, text_b_key)
     settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
                 "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
-                "weights": fileio.fingerprint(model.source.weights), "tokenizer": _tokenizer_identity(model.tokenizer),
+                "weights": model.source.weights_fingerprint(), "tokenizer": _tokenizer_identity(model.tokenizer),
                 "precision": model.precision, "activations": model.bert.dtype, "max_seq_length": model.max_seq_length,
                 "layers": list(layers), "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
     who = f"process {process} of {processes}: " if processes > 1 else ""
@@ -402,7 +405,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
             fileio.write_json(fileio.join(output, MANIFEST), merged)
         done["truncated"] = merged["truncated"]
     if not to_jsonl and process == 0:  # every process is done writing: a killed run's leftovers can go
+        listed = {shard["file"] for shard in (merged if processes > 1 else manifest)["shards"]}
         for name in fileio.listdir(output):
-            if _INTERRUPTED_WRITE.fullmatch(name):
+            if _INTERRUPTED_WRITE.fullmatch(name) or (_SHARD_FILE.fullmatch(name) and name not in listed):
                 fileio.remove(fileio.join(output, name))
     return done

@@ -22,6 +22,8 @@ None (regression), "pairs": bool (classification: two texts per example), "squad
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from typing import Any, Callable
 
@@ -67,6 +69,20 @@ class ModelSource:
     def data(self) -> dict[str, Any]:
         """The run config's data section ({} without a run config)."""
         return (self.run_config or {}).get("data", {})
+
+    def weights_fingerprint(self) -> str:
+        """What identifies the weights without reading them (`fileio.fingerprint` of the files
+        that hold them and the architecture): a Hugging Face or TF folder's other files (a
+        README, features written beside the model) leave it as it is."""
+        if self.layout == "bertjax":  # a step folder holds its weights and meta only
+            return fileio.fingerprint(self.weights)
+        if self.layout == "huggingface":
+            files = [fileio.join(self.weights, name) for name in ("config.json", "model.safetensors")]
+        else:
+            prefix = convert.tf_checkpoint_prefix(self.weights)
+            files = [fileio.join(self.weights, "bert_config.json"), *sorted(fileio.glob(prefix + ".*"))]
+        identity = [(os.path.basename(file), fileio.fingerprint(file)) for file in files]
+        return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
     def load_params(self) -> dict[str, Any]:
         """{"bert": encoder tree, <heads>}: numpy float32, unrolled layers. A bertjax step whose
