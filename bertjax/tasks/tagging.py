@@ -22,6 +22,7 @@ in exactly one window, the one where its first sub-word has the most context
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import tokenizers
@@ -405,14 +406,36 @@ def sentence_words(item) -> tuple[str, list[str], list[tuple[int, int]] | None]:
     raise ValueError(f"expected a sentence or a list of non-empty words, got {item!r}"[:300])
 
 
+# Uncased, BERT's normaliser turns these into ASCII punctuation (NFD, accent-like mark dropped:
+# ≠ ≮ ≯ -> = < >, U+1FEF -> `), which its split makes words of their own: "x≠y" is three words,
+# as the SavedModel's tokenizer splits them (bertjax.inference.export).
+_UNCASED_PUNCTUATION = re.compile("([\u2260\u226e\u226f\u1fef])")
+
+
+def split_uncased_punctuation(parsed: tuple) -> tuple:
+    """`sentence_words`' (sentence, words, spans) with the words split at the characters that
+    are punctuation once lower-cased (for an uncased WordPiece model); word lists as given."""
+    sentence, words, spans = parsed
+    if spans is None:
+        return parsed
+    split_words, split_spans = [], []
+    for word, (start, _) in zip(words, spans):
+        for piece in _UNCASED_PUNCTUATION.split(word):
+            if piece:
+                split_words.append(piece)
+                split_spans.append((start, start + len(piece)))
+            start += len(piece)
+    return sentence, split_words, split_spans
+
+
 def _label_ids(output) -> dict:
     return {"token_logits": output.argmax(-1)}
 
 
 class TaggingFamily(Family):
     """Raw input: a sentence (split into words as BERT's basic tokenizer does: control
-    characters dropped, whitespace, punctuation and CJK characters apart; case and accents
-    kept) or a list of words -> {"words", "tags", "entities": [{"type", "text", "first_word",
+    characters dropped, whitespace, punctuation and CJK characters apart, for an uncased model
+    ≠ ≮ ≯ too; case and accents kept) or a list of words -> {"words", "tags", "entities": [{"type", "text", "first_word",
     "last_word", "start", "end" (character offsets into the sentence; None for word lists)}]};
     entities are [] for a model whose labels are not entity tags (a part-of-speech tagger)."""
 
@@ -439,6 +462,8 @@ class TaggingFamily(Family):
 
     def predict(self, model, parsed, **options):
         no_options(self, options)
+        if model.tokenizer.kind == "wordpiece" and model.tokenizer.do_lower_case:
+            parsed = [split_uncased_punctuation(item) for item in parsed]
         names = model.task_info["label_names"]
         examples = TaggingExamples("inputs", [words for _, words, _ in parsed], None, list(names),
                                    [f"input {i}" for i in range(1, len(parsed) + 1)])
