@@ -464,3 +464,15 @@ def test_a_model_with_a_tokenizer_json_that_is_not_berts_converts_with_it_whole(
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((tmp_path / "out" / "tokenizer.json").read_text())["normalizer"]["strip_accents"] is False
     assert not (tmp_path / "out" / "vocab.txt").exists()
+
+
+def test_spans_cover_the_combining_marks_a_composing_normaliser_takes_in():
+    """NFC (ModernBERT's normaliser) composes 'e' + U+0301 into 'é'; the token's span held the
+    'e' only, so a SQuAD answer or an entity read 'Cafe' (a review). Spans reach the word's end."""
+    tokenizer = tokenization.load_tokenizer("huggingface", MODERNBERT_TOKENIZER)
+    texts = ["Cafe\u0301 au lait", "Jose\u0301 Silva", "A\u030angstro\u0308m.", "plain text"]
+    ids, offsets, lengths = tokenizer.encode_flat_with_offsets(texts)
+    for text, row in zip(texts, np.split(offsets, np.cumsum(lengths)[:-1])):
+        words = [text[start:end] for start, end in row]
+        covered = set().union(*(range(start, end) for start, end in row))
+        assert covered == {i for i, char in enumerate(text) if not char.isspace()}, (text, words)
