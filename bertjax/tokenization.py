@@ -30,6 +30,7 @@ Special token ids:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -37,7 +38,7 @@ import json
 import logging
 import re
 import unicodedata
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -206,7 +207,8 @@ class Tokenizer:
         return [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] if len(texts) else []
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Many texts -> (<int32>[T] all their token ids concatenated, <int64>[N] ids per text).
+        """Many texts -> (<int32>[T] all their token ids concatenated, <int64>[N] ids per text);
+        ValueError naming a text that is not valid Unicode (see `_encoding`).
 
         The fast path for bulk tokenization (prepare). WordPiece: texts are normalised as
         BERT does (ASCII ones in bulk by `_normalize_ascii`, others one by one in
@@ -215,6 +217,10 @@ class Tokenizer:
         (`_ChunkMemo`). Same ids as encoding each text whole, several times faster, as
         natural text repeats its chunks.
         """
+        with _encoding(texts):
+            return self._encode_flat(texts)
+
+    def _encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         _check_many(texts)
         if self._fast is not None:
             return flatten([e.ids for e in self._fast.encode_batch(list(texts), add_special_tokens=False)])
@@ -306,6 +312,10 @@ class Tokenizer:
             stands for whitespace only (or for nothing, like the '▁' SentencePiece puts
             before a first word) gets an empty span, start == end.
         """
+        with _encoding(texts):
+            return self._encode_flat_with_offsets(texts)
+
+    def _encode_flat_with_offsets(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         _check_many(texts)
         texts = list(texts)
         if self._wordpiece is not None or self._fast is not None:
@@ -574,6 +584,24 @@ def piece_roots(pieces: Sequence[str]) -> tuple[list[int], list[int]]:
         roots.append(index.setdefault(piece[:period], len(index)))
         powers.append(max(n, 1) // period)
     return roots, powers
+
+
+@contextlib.contextmanager
+def _encoding(texts: Sequence[str]) -> Iterator[None]:
+    """Turns what each tokenizer library raises for a str that UTF-8 cannot hold (a lone
+    surrogate, as JSON's "\\ud83d" gives) into a ValueError naming the text."""
+    try:
+        yield
+    except (UnicodeEncodeError, TypeError):
+        for index, text in enumerate(texts if not isinstance(texts, str) else ()):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"text {index} is not valid Unicode: a lone surrogate ({e.object[e.start]!r}) at "
+                                 f"character {e.start}: {text[:80]!r}") from None
+            except AttributeError:
+                raise TypeError(f"text {index} is a {type(text).__name__}, not a str: {text!r}"[:200]) from None
+        raise
 
 
 def _check_many(texts: Sequence[str]) -> None:

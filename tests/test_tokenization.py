@@ -476,3 +476,21 @@ def test_spans_cover_the_combining_marks_a_composing_normaliser_takes_in():
         words = [text[start:end] for start, end in row]
         covered = set().union(*(range(start, end) for start, end in row))
         assert covered == {i for i, char in enumerate(text) if not char.isspace()}, (text, words)
+
+
+def test_a_text_that_is_not_valid_unicode_is_named_by_every_tokenizer(tmp_path):
+    """A lone surrogate (JSON's "\\ud83d" gives one) raised UnicodeEncodeError or TypeError
+    'TextEncodeInput must be ...' depending on the tokenizer, naming no text (a review)."""
+    from bertjax.data import vocabularies
+
+    corpus = [f"the fox {w} over the fence number {i}" for i, w in enumerate(["jumps", "runs", "walks"] * 20)]
+    for tokenizer in (tokenization.Tokenizer.from_vocab_file(_minilm_vocab()),
+                      tokenization.load_tokenizer("huggingface", MODERNBERT_TOKENIZER),
+                      tokenization.load_tokenizer("sentencepiece",
+                                                  vocabularies.train_sentencepiece(corpus, 40, str(tmp_path)))):
+        for encode in (tokenizer.encode_flat, tokenizer.encode_flat_with_offsets):
+            with pytest.raises(ValueError, match=r"text 1 is not valid Unicode: a lone surrogate \('\\ud83d'\) at "
+                                                 r"character 2: 'ok\\ud83d'"):
+                encode(["fine", "ok\ud83d"])
+            with pytest.raises(TypeError, match="expected a sequence of texts, got one str"):
+                encode("one text")
