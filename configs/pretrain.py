@@ -98,7 +98,9 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.prepared_dir = ""        # "" -> <workdir>/data
     config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece | huggingface (a tokenizer.json)
     config.data.vocab_path = ""          # "" -> the demo vocabulary (source=prepared: the folder's own)
-    config.data.do_lower_case = True
+    # None: a tokenizer.json's casing (its BertNormalizer), else lower-cased (a vocab.txt does not
+    # say; one whose tokens look cased is warned of), as fine-tuning resolves it.
+    config.data.do_lower_case = config_dict.placeholder(bool)
     small = preset in ("tiny", "modernbert-tiny")
     config.data.max_seq_length = 64 if small else 128
     config.data.masked_lm_prob = 0.15

