@@ -67,12 +67,14 @@ def _default_config() -> ml_collections.ConfigDict:
 
 
 _PRESET = flags.DEFINE_string("preset", "base", "BERT size: tiny, mini, small, medium, base, large.")
-_BATCH = flags.DEFINE_integer("batch_size", 8, "Global batch (rows per step).")
-_SEQ = flags.DEFINE_integer("seq_len", 128, "Sequence length.")
-_PREDICTIONS = flags.DEFINE_integer("predictions", 0, "Masked positions per row (0: ceil(0.15 x seq_len x pairs)).")
-_PACK = flags.DEFINE_integer("pack_pairs", 0, "0: one pair per row, unpacked; K >= 1: packed rows of K pairs.")
-_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps (per framework with --compare).")
-_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps after compiling.")
+_BATCH = flags.DEFINE_integer("batch_size", 8, "Global batch (rows per step).", lower_bound=1)
+_SEQ = flags.DEFINE_integer("seq_len", 128, "Sequence length.", lower_bound=8)
+_PREDICTIONS = flags.DEFINE_integer("predictions", 0, "Masked positions per row (0: ceil(0.15 x seq_len x pairs)).",
+                                    lower_bound=0)
+_PACK = flags.DEFINE_integer("pack_pairs", 0, "0: one pair per row, unpacked; K >= 1: packed rows of K pairs.",
+                             lower_bound=0)
+_STEPS = flags.DEFINE_integer("steps", 10, "Timed steps (per framework with --compare).", lower_bound=1)
+_WARMUP = flags.DEFINE_integer("warmup", 2, "Untimed steps after compiling.", lower_bound=0)
 _COMPARE = flags.DEFINE_bool("compare", False, "Also run Hugging Face PyTorch BertForPreTraining.")
 _PIPELINE = flags.DEFINE_bool("pipeline", True, "Also time the tf.data input pipeline (needs TensorFlow).")
 _PROFILE = flags.DEFINE_string("profile_dir", "", "Write a jax.profiler trace of 3 steps here.")
@@ -340,6 +342,17 @@ def main(_):
         run.timed(_STEPS.value)
         print(f"peak_rss_mb={_peak_rss_mb():.1f}")
         return
+    if _PACK.value > _SEQ.value // 8:  # pairs of 8 tokens at least (synthetic_batch)
+        raise ValueError(f"--pack_pairs={_PACK.value}: rows of --seq_len={_SEQ.value} hold at most "
+                         f"{_SEQ.value // 8} pairs")
+    unmaskable = max(_PACK.value, 1)  # each pair's [CLS]
+    if _predictions() > _SEQ.value - unmaskable:
+        raise ValueError(f"--predictions={_predictions()}: rows of --seq_len={_SEQ.value} have "
+                         f"{_SEQ.value - unmaskable} positions to mask")
+    if _PROFILE.value:  # checked before the run, which it follows
+        from bertjax.runtime import fileio
+
+        fileio.makedirs(_PROFILE.value)
     if _COMPARE.value:  # checked before the JAX step compiles
         missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
         if missing:

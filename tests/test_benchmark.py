@@ -118,6 +118,17 @@ def test_compare_without_pytorch_is_one_error_line(tmp_path):
     assert lines[0].startswith("error: --compare needs torch") and "pip install -e '.[bench]'" in lines[0]
 
 
+@pytest.mark.parametrize("args, error", [
+    (["--predictions=500", "--seq_len=32"], "error: --predictions=500: rows of --seq_len=32 have 31 positions to mask"),
+    (["--pack_pairs=9", "--seq_len=64"], "error: --pack_pairs=9: rows of --seq_len=64 hold at most 8 pairs"),
+])
+def test_flag_values_the_batch_cannot_take_are_one_error_line(args, error):
+    """They ended in numpy's IndexError or 'Cannot take a larger sample than population' (a review)."""
+    result = _run(*args)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and lines == [error], result.stderr[-3000:]
+
+
 def test_misspelt_config_key_is_named():
     result = _run("--config.model.hiden_size=64")
     assert result.returncode != 0 and "hiden_size" in result.stderr

@@ -115,6 +115,13 @@ def test_on_without_a_cluster_or_flags_names_the_flags(monkeypatch):
     with pytest.raises(ValueError, match="--distributed=on: jax.distributed could not start .*pass "
                                          "--coordinator_address=host:port, --num_processes and --process_id"):
         distributed.initialize("on")
+    # Flags given: jax's own reason alone, not advice to pass them (a review).
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: (_ for _ in ()).throw(
+        ValueError("process_id must be < num_processes")))
+    with pytest.raises(ValueError) as refused:
+        distributed.initialize("on", "localhost:23456", 2, 2)
+    assert str(refused.value) == ("--distributed=on: jax.distributed could not start (process_id must be < "
+                                  "num_processes)")
 
 
 # The processes leave with os._exit after a last barrier: jax's exit-time teardown of the

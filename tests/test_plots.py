@@ -40,6 +40,19 @@ def test_the_command_names_a_missing_run_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_a_metric_no_run_has_is_named_and_left_out(tmp_path, capsys, caplog):
+    """A misspelt metric drew an empty panel and exited 0 (a review): a panel no run has is left
+    out with a warning naming what the runs have; nothing left to plot is an error."""
+    _write_metrics(tmp_path / "run", [{"step": 1, "loss": 4.0}, {"step": 2, "loss": 3.0}])
+    assert plots.main([str(tmp_path / "run"), f"--output={tmp_path}/x.png", "--metrics=nosuch"]) == 2
+    assert capsys.readouterr().err.strip() == "error: nothing to plot: no run has nosuch (they have loss)"
+    assert not (tmp_path / "x.png").exists()
+    with caplog.at_level("WARNING"):
+        assert plots.main([str(tmp_path / "run"), f"--output={tmp_path}/x.png"]) == 0  # loss,eval_loss
+    assert "no run has eval_loss (they have loss): left out" in caplog.text
+    assert (tmp_path / "x.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_a_half_written_last_line_is_left_out_and_a_bad_one_named(tmp_path, capsys):
     """A killed run (or a full disk) leaves a half-written last line, which MetricsWriter drops
     on resume; plotting failed on it with json's message alone (a review)."""

@@ -50,6 +50,14 @@ def detect_cluster() -> type | None:
     return next((env for env in environments if not env.opt_in_only_method and env.is_env_present()), None)
 
 
+def _no_cluster() -> bool:
+    """Whether jax detects no cluster environment (False when it cannot tell)."""
+    try:
+        return detect_cluster() is None
+    except (RuntimeError, KeyError, OSError, ValueError):
+        return False
+
+
 def initialize(mode: str = "auto", coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None) -> bool:
     """Starts jax.distributed as `mode` (auto | on | off) says; returns whether it did.
@@ -91,7 +99,10 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
     try:
         jax.distributed.initialize(**flags)
     except ValueError as e:  # jax: "coordinator_address should be defined." and the like
-        raise ValueError(f"--distributed={mode}: jax.distributed could not start ({e}). No cluster environment "
-                         f"(Cloud TPU pod slice, SLURM, Open MPI, Kubernetes) was detected: pass "
-                         f"--coordinator_address=host:port, --num_processes and --process_id") from None
+        missing = [f"--{name}" + ("=host:port" if name == "coordinator_address" else "")
+                   for name, value in flags.items() if value is None]
+        listed = ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + (missing[-1] if missing else "")
+        hint = (f". No cluster environment (Cloud TPU pod slice, SLURM, Open MPI, Kubernetes) was detected: pass "
+                f"{listed}" if missing and _no_cluster() else "")
+        raise ValueError(f"--distributed={mode}: jax.distributed could not start ({e}){hint}") from None
     return True

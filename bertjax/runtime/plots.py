@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from bertjax.runtime import fileio
@@ -36,13 +37,22 @@ def read_metrics(workdir: str) -> list[dict]:
 
 def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, title: str = "") -> str:
     """Draws `panels` ({panel title: metric names}) for every run ({label: workdir}) into the PNG
-    `output`; returns its path."""
+    `output`; returns its path. A panel no run has a metric of is left out with a warning (an
+    unevaluated run's eval_loss); ValueError when none is left."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
     records = {label: read_metrics(workdir) for label, workdir in runs.items()}
+    present = {metric for run in records.values() for record in run for metric in record} - {"step"}
+    empty = [panel for panel, metrics in panels.items() if not present & set(metrics)]
+    if empty:
+        said = f"no run has {', '.join(empty)} (they have {', '.join(sorted(present)) or 'no metrics'})"
+        if len(empty) == len(panels):
+            raise ValueError(f"nothing to plot: {said}")
+        logging.getLogger(__name__).warning("%s: left out", said)
+        panels = {panel: metrics for panel, metrics in panels.items() if panel not in empty}
     figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     for axis, (panel, metrics) in zip(axes.flat, panels.items()):
         for label, run in records.items():
