@@ -513,9 +513,25 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         batches = train_batches.batches(start_batch=start_step)
         if caches:
             batches = caches[task.train.name].with_features(batches, train_batches, start_step)
+        def evaluate_at(step: int, params) -> None:
+            """Evaluates `params` (after `step`), logs it, keeps it in best/ when it is the best."""
+            nonlocal best, best_predictions
+            with loop.paused(), clock.phase("evaluate"):
+                results, predictions = evaluator.evaluate(params)
+                main = results[task.eval_splits[0].name]
+                loop.write_eval(step, _eval_record(results))
+                if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
+                    best, best_predictions = {"step": step, "metrics": main}, predictions
+                    # replace: a resumed run evaluates a step again, and best/ may hold its
+                    # earlier (other) weights and score.
+                    best_checkpointer.save(step, {"params": params}, data_position=step,
+                                           config=saved_config, force=True, extra_meta=best, replace=True)
+
         if config.train.eval_at_start and start_step == 0 and task.eval_splits:
             with loop.paused(), clock.phase("evaluate"):  # the starting point, for comparison only: never best/
                 loop.write_eval(0, _eval_record(evaluator.evaluate(state.params)[0]))
+        if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
+            evaluate_at(step, state.params)
         while step < train_cfg.num_steps:
             batch = next(batches)
             step_fn = _train_step(programs, batching.batch_shape(batch), loop, clock)
@@ -523,17 +539,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 state, metrics = step_fn(state, trainer.whole_batch(batch, mesh), programs.step_inputs)
             step += 1
             loop.record(step, metrics, state)
-            if loop.is_eval_step(step):
-                with loop.paused(), clock.phase("evaluate"):
-                    results, predictions = evaluator.evaluate(state.params)
-                    main = results[task.eval_splits[0].name]
-                    loop.write_eval(step, _eval_record(results))
-                    if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
-                        best, best_predictions = {"step": step, "metrics": main}, predictions
-                        # replace: a resumed run evaluates a step again, and best/ may hold its
-                        # earlier (other) weights and score.
-                        best_checkpointer.save(step, {"params": state.params}, data_position=step,
-                                               config=saved_config, force=True, extra_meta=best, replace=True)
+            if loop.evaluates(step):
+                evaluate_at(step, state.params)
             with clock.phase("save"):
                 loop.save(step, state)
     except BaseException:

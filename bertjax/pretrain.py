@@ -557,9 +557,20 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                  f"starting at step {start_step} of {train_cfg.num_steps}{ramp}")
 
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
+    def evaluate_at(step: int, params) -> None:
+        """Evaluates `params` (after `step`), logs it, and warns of a masked LM stuck at the unigram guess."""
+        with loop.paused():
+            results = {**evaluate(eval_fn, params, eval_batches, mesh, place, task.loss_terms), **guesses}
+            loop.write_eval(step, results)
+        if alarm.check(step, results["mlm_accuracy"]):
+            loop.console(alarm.warning)
+            loop.writer.write(step, {"mlm_plateau_warning": 1.0})
+
     step = start_step
     batches = loop.input(train_data.batches(start_step, start_unit))
     try:
+        if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
+            evaluate_at(step, state.params)
         while step < train_cfg.num_steps:
             rows = warmup.rows(step)
             if step > start_step and rows != warmup.rows(step - 1):
@@ -574,13 +585,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                 state, metrics = compiled[rows](state, batch, step_inputs)
             step += 1
             loop.record(step, metrics, state, sequences=rows)
-            if loop.is_eval_step(step):
-                with loop.paused():
-                    results = {**evaluate(eval_fn, state.params, eval_batches, mesh, place, task.loss_terms), **guesses}
-                    loop.write_eval(step, results)
-                if alarm.check(step, results["mlm_accuracy"]):
-                    loop.console(alarm.warning)
-                    loop.writer.write(step, {"mlm_plateau_warning": 1.0})
+            if loop.evaluates(step):
+                evaluate_at(step, state.params)
             loop.save(step, state)
     finally:
         loop.close()

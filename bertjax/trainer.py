@@ -433,14 +433,27 @@ def process_zero_first(fn: Callable[[], Any], what: str) -> Any:
 # The loop's tail.
 # ======================================================================================
 
+_EVALUATION_OWED = "evaluation_owed"  # checkpoint meta "extra": the step's evaluation was put off
+
+
+def _evaluation_owed_at(checkpointer, step: int) -> bool:
+    """Whether the checkpoint of `step` was saved by a stop that put off its evaluation."""
+    from bertjax.runtime import fileio
+
+    folder = fileio.join(str(checkpointer.directory), str(step))
+    return fileio.exists(folder) and bool(checkpointing.read_meta(folder)["extra"].get(_EVALUATION_OWED))
+
+
 class Loop:
     """What happens around each step of a loop, the same for both stages.
 
     record(step, metrics, state): metrics stay on device until a log step (every `log_every`
       steps and the last), then are averaged, written (metrics.jsonl, TensorBoard, console)
       and the run stops if `max_consecutive_bad_steps` non-finite steps came in a row.
-    is_eval_step(step), paused(): the evaluation cadence; time inside `paused()` (evaluation,
-      checkpoints) is not counted in the throughput.
+    evaluates(step), paused(): the evaluation cadence; time inside `paused()` (evaluation,
+      checkpoints) is not counted in the throughput. An evaluation due at a step where a stop
+      signal has come is left for the resumed run (`owes_evaluation`): the save comes first,
+      within the notice's grace period.
     save(step, state, extra_meta): a checkpoint when due (`checkpointer`'s interval, or the
       last step), and on SIGTERM a forced one, then TrainingStopped.
     The logged sequences/s counts `sequences_per_step`, or each step's own `sequences` passed
@@ -470,6 +483,10 @@ class Loop:
         self.peak_flops, self.peak_source = (peak_flops_per_device(bfloat16_products) if flops_per_sequence
                                              else (None, ""))
         self.watcher = preemption.PreemptionWatcher(start_step)
+        self._evaluation_left: int | None = None  # the step whose evaluation a stop put off
+        # A run stopped at an evaluation step saved first: its evaluation comes before the first step.
+        self.owes_evaluation = bool(start_step and self.is_eval_step(start_step) and _evaluation_owed_at(
+            checkpointer, start_step))
         self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []
         self.pending_sequences = 0.0
@@ -523,6 +540,16 @@ class Loop:
     def is_eval_step(self, step: int) -> bool:
         return bool(self.eval_every) and (step % self.eval_every == 0 or step == self.num_steps)
 
+    def evaluates(self, step: int) -> bool:
+        """Whether to evaluate after `step`: an evaluation step, unless the run stops there (the
+        checkpoint's meta then says the evaluation is owed, and the resumed run runs it)."""
+        if not self.is_eval_step(step):
+            return False
+        if step < self.num_steps and self.watcher.should_stop(step):
+            self._evaluation_left = step
+            return False
+        return True
+
     @contextlib.contextmanager
     def paused(self):
         start = time.perf_counter()
@@ -570,9 +597,12 @@ class Loop:
         self.writer.flush()
 
     def _extra_meta(self, step: int, extra_meta: dict | None) -> dict | None:
-        if self.rows_read is None:
-            return extra_meta
-        return {**(extra_meta or {}), "rows_read": int(self.rows_read(step))}
+        extra = dict(extra_meta or {})
+        if self.rows_read is not None:
+            extra["rows_read"] = int(self.rows_read(step))
+        if self._evaluation_left == step:
+            extra[_EVALUATION_OWED] = True
+        return extra or extra_meta
 
     def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
         due = self.checkpointer.due(step) or step == self.num_steps

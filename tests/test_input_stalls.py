@@ -92,15 +92,15 @@ def test_sigterm_stops_a_wait_on_a_stalled_input_pipeline(tmp_path):
     assert stdout.startswith("interrupted: SIGTERM while waiting")
 
 
-def _loop(tmp_path, num_steps, log_every=1):
+def _loop(tmp_path, num_steps, log_every=1, eval_every=0, start_step=0):
     """A trainer.Loop on tmp_path that checkpoints only when made to (interval 100)."""
     from bertjax import checkpointing, trainer
 
     checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=100,
                                               max_to_keep=2, async_save=False)
     return trainer.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=num_steps,
-                        start_step=0, log_every=log_every, eval_every=0, max_consecutive_bad_steps=3,
-                        sequences_per_step=1.0)
+                        start_step=start_step, log_every=log_every, eval_every=eval_every,
+                        max_consecutive_bad_steps=3, sequences_per_step=1.0)
 
 
 def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path, monkeypatch):
@@ -190,3 +190,29 @@ def test_a_stop_logs_the_steps_since_the_last_log_step(tmp_path):
         loop.close()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(row["step"], row["loss"]) for row in rows] == [(3, 2.0)]
+
+
+def test_a_stop_at_an_evaluation_step_saves_first_and_the_resumed_run_evaluates(tmp_path):
+    """A dev-set evaluation (minutes for SQuAD) ran before the stop's save and could outlast the
+    notice's grace period (a review): the save comes first, its meta says the evaluation is
+    owed, and the run resumed there evaluates before its first step."""
+    import jax.numpy as jnp
+
+    from bertjax import trainer
+
+    loop = _loop(tmp_path, num_steps=10, eval_every=2)
+    try:
+        assert loop.evaluates(2) and not loop.evaluates(3)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert not loop.evaluates(4)
+        with pytest.raises(trainer.TrainingStopped, match=r"saved step 4"):
+            loop.save(4, {"w": jnp.ones(3)})
+    finally:
+        loop.close()
+    resumed = _loop(tmp_path, num_steps=10, eval_every=2, start_step=4)
+    resumed.close()
+    assert resumed.owes_evaluation
+    for start_step, eval_every in ((4, 3), (4, 0)):  # not an evaluation step of this run
+        other = _loop(tmp_path, num_steps=10, eval_every=eval_every, start_step=start_step)
+        other.close()
+        assert not other.owes_evaluation

@@ -81,6 +81,7 @@ class PreemptionWatcher:
         self.coordinated = jax.distributed.is_initialized()
         report_start(start_step)
         self.signalled = None  # single process: the name of the signal the handler received
+        self._decided: tuple[int, bool] | None = None  # (step, should_stop's answer) last given
         self._installed = not self.coordinated  # a Python handler would replace the runtime's
         if self._installed:
             # None: the handler before was not set from Python; SIG_DFL is then the best guess.
@@ -97,8 +98,11 @@ class PreemptionWatcher:
         self.signalled = self.signalled or signal.Signals(signum).name
 
     def should_stop(self, step: int) -> bool:
-        """True when some host was sent SIGTERM; then True on every host at the same step."""
+        """True when some host was sent SIGTERM; then True on every host at the same step. Asked
+        again for the same step, the same answer."""
         global _notice_before_start
+        if self._decided is not None and self._decided[0] == step:
+            return self._decided[1]
         if self.coordinated:
             stop = _reached(step) or _notice_before_start
             _notice_before_start = False
@@ -107,6 +111,7 @@ class PreemptionWatcher:
         if stop:
             log.warning("preemption: %s received%s; stopping at step %d", self.signal_name,
                         " by a host of this run" if self.coordinated else "", step)
+        self._decided = (step, bool(stop))
         return bool(stop)
 
     @property
