@@ -216,3 +216,20 @@ def test_a_stop_at_an_evaluation_step_saves_first_and_the_resumed_run_evaluates(
         other = _loop(tmp_path, num_steps=10, eval_every=eval_every, start_step=start_step)
         other.close()
         assert not other.owes_evaluation
+
+
+def test_a_signal_during_an_evaluation_stops_at_its_step(tmp_path):
+    """The question 'stop here?' is asked before an evaluation and again at the save: a signal
+    that came in between stops the run at that step, not one later (a review of the above)."""
+    import jax.numpy as jnp
+
+    from bertjax import trainer
+
+    loop = _loop(tmp_path, num_steps=10, eval_every=2)
+    try:
+        assert loop.evaluates(2)
+        os.kill(os.getpid(), signal.SIGTERM)  # during the evaluation
+        with pytest.raises(trainer.TrainingStopped, match=r"saved step 2"):
+            loop.save(2, {"w": jnp.ones(3)})
+    finally:
+        loop.close()

@@ -63,7 +63,13 @@ _TWO_HOSTS = textwrap.dedent("""
     from bertjax.runtime.preemption import PreemptionWatcher, report_start
 
     host = jax.process_index()
-    if signal_at < 0:  # before anything was reported: while the data are read, say
+    if signal_at == -2:  # a sweep: a first run of 5 steps ends, orbax's final save reporting step 5
+        report_start(0)
+        first = PreemptionWatcher(0)
+        assert not any(first.should_stop(step) for step in range(1, 5))  # never asked at the last step
+        multihost_utils.reached_preemption_sync_point(5)
+        first.close()
+    if signal_at < 0:  # before anything was reported: while the data are read, say (or between runs)
         if host == 1:
             os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(3)
@@ -130,3 +136,9 @@ def test_a_signal_before_the_start_was_reported_stops_every_host_at_its_first_st
     """JAX fixed the sync point at 1 (nothing reported yet), which a run resuming at 1,001 never
     reaches: it trained on until killed, without a checkpoint (a review)."""
     assert _stop_steps(first_step=1001, signal_at=-1) == ["1001", "1001"]
+
+
+def test_a_signal_between_two_runs_of_a_sweep_stops_the_next_at_its_first_step():
+    """JAX fixed the sync point one past the first run's last step (orbax's final save reports
+    it), which the next run, counting from 1, never reached (a review)."""
+    assert _stop_steps(first_step=1, signal_at=-2) == ["1", "1"]

@@ -59,12 +59,13 @@ def report_start(step: int) -> None:
     nothing otherwise), so a notice before the first step stops every host at it.
 
     A notice that came before this call has fixed the sync point at the step after the one
-    reported last (none: 1; a sweep's previous run: its last step), which a run resuming
-    further on would never reach: every host (they report the same steps) then stops at its
-    first step."""
+    reported last (none: 1; a sweep's previous run: its last step, which orbax's final save
+    reports, one past the last this module asked about), which a run resuming further on
+    would never reach: every host (they report the same steps) then stops at its first step."""
     global _notice_before_start
     if jax.distributed.is_initialized():
-        if _reached(_reported + 1):
+        last = _reported
+        if _reached(last + 1) or _reached(last + 2):
             _notice_before_start = True
         _reached(step)
 
@@ -81,7 +82,8 @@ class PreemptionWatcher:
         self.coordinated = jax.distributed.is_initialized()
         report_start(start_step)
         self.signalled = None  # single process: the name of the signal the handler received
-        self._decided: tuple[int, bool] | None = None  # (step, should_stop's answer) last given
+        self._decided: tuple[int, bool] | None = None  # multi-process: (step, JAX's answer) last given
+        self._warned = False
         self._installed = not self.coordinated  # a Python handler would replace the runtime's
         if self._installed:
             # None: the handler before was not set from Python; SIG_DFL is then the best guess.
@@ -98,20 +100,21 @@ class PreemptionWatcher:
         self.signalled = self.signalled or signal.Signals(signum).name
 
     def should_stop(self, step: int) -> bool:
-        """True when some host was sent SIGTERM; then True on every host at the same step. Asked
-        again for the same step, the same answer."""
+        """True when some host was sent SIGTERM; then True on every host at the same step
+        (multi-process: asked again for a step, the same answer)."""
         global _notice_before_start
-        if self._decided is not None and self._decided[0] == step:
-            return self._decided[1]
-        if self.coordinated:
+        if self.coordinated:  # JAX's answer for a step holds (a notice now stops a later step)
+            if self._decided is not None and self._decided[0] == step:
+                return self._decided[1]
             stop = _reached(step) or _notice_before_start
             _notice_before_start = False
-        else:
+            self._decided = (step, bool(stop))
+        else:  # a signal that came since the last question stops this step
             stop = self.signalled
-        if stop:
+        if stop and not self._warned:  # (asked again for the step it stops at)
+            self._warned = True
             log.warning("preemption: %s received%s; stopping at step %d", self.signal_name,
                         " by a host of this run" if self.coordinated else "", step)
-        self._decided = (step, bool(stop))
         return bool(stop)
 
     @property
