@@ -302,6 +302,16 @@ def test_features_written_inside_the_model_folder_resume_and_are_known_again(tmp
     said = []
     feature_files.extract(model, str(tmp_path / "in.txt"), output, layers=(-1,), shard_size=2, log=said.append)
     assert said == [f"{output} is complete (3 examples); nothing to do"]
+    # A folder written before the weights were known by their own files (the model's whole folder).
+    outside = tmp_path / "outside"
+    feature_files.extract(model, str(tmp_path / "in.txt"), str(outside), layers=(-1,), shard_size=2,
+                          log=lambda _: None)
+    manifest = json.loads((outside / "manifest.json").read_text())
+    manifest["settings"]["weights"] = feature_files.fileio.fingerprint(str(model_dir))
+    (outside / "manifest.json").write_text(json.dumps(manifest))
+    said.clear()
+    feature_files.extract(model, str(tmp_path / "in.txt"), str(outside), layers=(-1,), shard_size=2, log=said.append)
+    assert said == [f"{outside} is complete (3 examples); nothing to do"]
     os.remove(model_dir / "model.safetensors")
     shutil.copy(os.path.join(MINILM_DIR, "model.safetensors"), model_dir / "model.safetensors")
     changed = bertjax.load_model(str(model_dir), max_seq_length=16, batch_size=2)

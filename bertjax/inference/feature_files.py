@@ -225,10 +225,15 @@ _IDENTITIES = {"input": "the input file's text changed", "weights": "the checkpo
                "tokenizer": "the tokenizer changed (its vocabulary or casing)"}
 
 
-def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, Any]) -> None:
-    """A ValueError naming what differs between a folder's features and this run's."""
+def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, Any],
+                    whole_folder_weights: Callable[[], str]) -> None:
+    """A ValueError naming what differs between a folder's features and this run's.
+    `whole_folder_weights()`: the weights' fingerprint as folders written before
+    `ModelSource.weights_fingerprint` recorded it (the model's whole folder), also accepted."""
     saved = manifest.get("settings", {})
     changed = [key for key in settings if key in saved and saved[key] != settings[key]]  # (keys added since: unknown)
+    if changed.count("weights") and saved["weights"] == whole_folder_weights():
+        changed.remove("weights")
     if manifest.get("format") != FORMAT or changed:
         shown = [_IDENTITIES[k] if k in _IDENTITIES and k in saved else f"{k}: {saved.get(k)!r} there, "
                  f"{settings[k]!r} now" for k in changed[:3]]
@@ -237,7 +242,7 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
 
 
 def _resume_point(output: str, settings: dict[str, Any], process: int, processes: int,
-                  examples_per_shard: int) -> tuple[dict[str, Any], bool]:
+                  examples_per_shard: int, whole_folder_weights: Callable[[], str]) -> tuple[dict[str, Any], bool]:
     """(this process's manifest to continue from, whether the folder is complete): the
     folder's (same settings, same process count) or a fresh one of `examples_per_shard`
     examples a shard. A ValueError for a folder
@@ -260,7 +265,7 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
                              "); give a new or empty folder")
         return fresh, False
     for manifest in manifests.values():
-        _check_settings(output, manifest, settings)
+        _check_settings(output, manifest, settings, whole_folder_weights)
     if manifests.get(MANIFEST, {}).get("complete"):
         return manifests[MANIFEST], True
     other = sorted({manifest.get("processes", 1) for manifest in manifests.values()} - {processes})
@@ -329,7 +334,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)
     else:
         manifest, finished = _resume_point(output, settings, process, processes,
-                                           shard_examples(model, tuple(layers), pooling, dtype, shard_size))
+                                           shard_examples(model, tuple(layers), pooling, dtype, shard_size),
+                                           lambda: fileio.fingerprint(model.source.weights))
         if finished:
             log(f"{output} is complete ({total} examples); nothing to do")
             return {"examples": total, "truncated": manifest["truncated"], "new": 0, "seconds": 0.0}

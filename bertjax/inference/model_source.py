@@ -80,7 +80,9 @@ class ModelSource:
             files = [fileio.join(self.weights, name) for name in ("config.json", "model.safetensors")]
         else:
             prefix = convert.tf_checkpoint_prefix(self.weights)
-            files = [fileio.join(self.weights, "bert_config.json"), *sorted(fileio.glob(prefix + ".*"))]
+            folder, name = fileio.parent(prefix), os.path.basename(prefix)  # (a name glob would misread "[")
+            data = [fileio.join(folder, file) for file in sorted(fileio.listdir(folder)) if file.startswith(name + ".")]
+            files = [fileio.join(self.weights, "bert_config.json"), *data]
         identity = [(os.path.basename(file), fileio.fingerprint(file)) for file in files]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()
 
