@@ -38,7 +38,7 @@ import json
 import logging
 import re
 import unicodedata
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -250,33 +250,56 @@ class Tokenizer:
 
     def encode_flat_continuing(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """As `encode_flat`, for texts that continue a text cut before them (after a [MASK],
-        say): SentencePiece then leaves out the word start ("▁") it puts before every text, which
-        "[MASK]." or "[MASK]s" do not have in running text; a text that starts with a space
-        keeps it. Other kinds encode as `encode_flat` (WordPiece starts a word after a mask, as
-        BERT's tokenizer does; a byte-level BPE marks spaces itself)."""
-        if self._sentencepiece is None:
-            return self.encode_flat(texts)
+        say): without the word start ("▁", or a byte-level BPE's added prefix space) that
+        SentencePiece and tokenizers with a Metaspace put before every text, which "[MASK]."
+        or "[MASK]s" do not have in running text; a text that starts with a space keeps it.
+        WordPiece encodes as `encode_flat` (it starts a word after a mask, as BERT's tokenizer
+        does)."""
         ids, lengths = self.encode_flat(texts)
+        continuing = self._continuing_encoder
         cut = [i for i, text in enumerate(texts) if text and not text[0].isspace()]
-        if not cut:
+        if continuing is None or not cut:
             return ids, lengths
         rows = np.split(ids, np.cumsum(lengths)[:-1])
-        continued, continued_lengths = flatten(self._continuing_sentencepiece.EncodeAsIds([texts[i] for i in cut]))
-        continued = continued[self._tie_order(continued, continued_lengths)[0]]
+        with _encoding(texts):
+            continued, continued_lengths = continuing([texts[i] for i in cut])
         for i, row in zip(cut, np.split(continued, np.cumsum(continued_lengths)[:-1])):
             rows[i] = row
         return flatten(rows)
 
     @functools.cached_property
-    def _continuing_sentencepiece(self) -> spm.SentencePieceProcessor:
-        """The SentencePiece model without its dummy prefix (the "▁" before a text)."""
-        from sentencepiece import sentencepiece_model_pb2
+    def _continuing_encoder(self) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None:
+        """texts -> `encode_flat`'s arrays without a word start before each text; None when the
+        tokenizer puts none there."""
+        if self._sentencepiece is not None:
+            from sentencepiece import sentencepiece_model_pb2
 
-        model = sentencepiece_model_pb2.ModelProto.FromString(self._sentencepiece.serialized_model_proto())
-        model.normalizer_spec.add_dummy_prefix = False
-        processor = spm.SentencePieceProcessor()
-        processor.LoadFromSerializedProto(model.SerializeToString())
-        return processor
+            model = sentencepiece_model_pb2.ModelProto.FromString(self._sentencepiece.serialized_model_proto())
+            if not model.normalizer_spec.add_dummy_prefix:
+                return None
+            model.normalizer_spec.add_dummy_prefix = False
+            processor = spm.SentencePieceProcessor()
+            processor.LoadFromSerializedProto(model.SerializeToString())
+
+            def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+                ids, lengths = flatten(processor.EncodeAsIds(texts))
+                return ids[self._tie_order(ids, lengths)[0]], lengths
+            return encode
+        if self._fast is None:
+            return None
+        spec = json.loads(self._fast.to_str())
+        if not _without_word_start(spec):
+            return None
+        fast = tokenizers.Tokenizer.from_str(json.dumps(spec))
+        fast.encode_special_tokens = True
+        return lambda texts: flatten([e.ids for e in fast.encode_batch(texts, add_special_tokens=False)])
+
+    @functools.cached_property
+    def trailing_space_is_token(self) -> bool:
+        """Whether a space at a text's end gets a token of its own ('Ġ', '▁'): the tokens carry
+        the space before their word (byte-level BPE, Metaspace), so the space before a [MASK]
+        belongs to the masked word."""
+        return self.encode("a ") != self.encode("a")
 
     def _normalize_ascii(self, texts: Sequence[str]) -> str:
         """ASCII texts -> BERT-normalised and joined by _ChunkMemo.JOINER, in bulk: tab,
@@ -602,6 +625,36 @@ def _encoding(texts: Sequence[str]) -> Iterator[None]:
             except AttributeError:
                 raise TypeError(f"text {index} is a {type(text).__name__}, not a str: {text!r}"[:200]) from None
         raise
+
+
+def _without_word_start(spec: dict) -> bool:
+    """Switches off, in a tokenizer.json's dict, what puts a word start before every text
+    (Metaspace's prepend, a Prepend normaliser, ByteLevel's add_prefix_space); whether any was on."""
+    changed = False
+    for section in ("normalizer", "pre_tokenizer"):
+        part = spec.get(section) or {}
+        steps = part.get("normalizers") or part.get("pretokenizers") or [part]
+        kept = []
+        for step in steps:
+            kind = step.get("type")
+            if kind == "Prepend":
+                changed = True
+                continue
+            if kind == "Metaspace" and (step.get("prepend_scheme", "always") != "never"
+                                        or step.get("add_prefix_space")):
+                step.update(prepend_scheme="never", add_prefix_space=False)
+                changed = True
+            if kind == "ByteLevel" and step.get("add_prefix_space"):
+                step["add_prefix_space"] = False
+                changed = True
+            kept.append(step)
+        if "normalizers" in part:
+            part["normalizers"] = kept
+        elif "pretokenizers" in part:
+            part["pretokenizers"] = kept
+        elif part and not kept:  # the section was a Prepend alone
+            spec[section] = None
+    return changed
 
 
 def _check_many(texts: Sequence[str]) -> None:

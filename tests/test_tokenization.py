@@ -494,3 +494,25 @@ def test_a_text_that_is_not_valid_unicode_is_named_by_every_tokenizer(tmp_path):
                 encode(["fine", "ok\ud83d"])
             with pytest.raises(TypeError, match="expected a sequence of texts, got one str"):
                 encode("one text")
+
+
+def test_fill_mask_with_a_metaspace_tokenizer_json_reads_as_running_text(tmp_path):
+    """A tokenizer.json with a Metaspace pre-tokenizer (SentencePiece converted) put '▁' before
+    the text after a mask and kept the space before it as '▁' (a review): both as running text."""
+    import tokenizers
+
+    from bertjax.inference.engine import _MaskKeeping
+
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "▁", ".", "▁the", "▁cat", "▁sat", "s", "▁mat", "▁s"]
+    model = tokenizers.Tokenizer(tokenizers.models.Unigram([(p, -2.0) for p in pieces], unk_id=1,
+                                                           byte_fallback=False))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    model.add_special_tokens(pieces[:5])
+    model.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = tokenization.load_tokenizer("huggingface", str(tmp_path / "tokenizer.json"))
+    assert tokenizer.trailing_space_is_token and tokenizer.mask_strips == (False, False)
+    ids, lengths = _MaskKeeping(tokenizer).encode_flat(["the [MASK]. the [MASK]s sat", "[MASK] sat"])
+    running = tokenizer.encode_batch(["the mat. the cats sat", "cat sat"])
+    mat, cat = tokenizer.encode("mat")[0], tokenizer.encode("cat")[0]
+    masked = [[tokenizer.mask_id if i in (mat, cat) else i for i in row] for row in running]
+    assert [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] == masked

@@ -285,12 +285,12 @@ class _MaskKeeping:
 
     def _pieces(self, text: str) -> list[str]:
         """The text between the masks, less the whitespace a mask token takes in: its lstrip
-        and rstrip, and before it always for a byte-level BPE, whose tokens carry the space
-        before their word (the mask stood for 'Ġcat' in pre-training: 'The Ġ [MASK]' is no text
-        it saw)."""
+        and rstrip, and before it always where tokens carry the space before their word
+        (byte-level BPE, Metaspace: the mask stood for 'Ġcat' in pre-training, and 'The Ġ
+        [MASK]' is no text it saw)."""
         parts = text.split(self.MASK)
         lstrip, rstrip = self.tokenizer.mask_strips
-        lstrip = lstrip or self.tokenizer.word_prefix == " "
+        lstrip = lstrip or self.tokenizer.trailing_space_is_token
         for j in range(len(parts)):
             if lstrip and j < len(parts) - 1:  # a mask follows
                 parts[j] = parts[j].rstrip()
