@@ -61,9 +61,10 @@ def minilm_reviews_config(directory, copies, **data):
     return config
 
 
-def tiny_finetune_run(task, directory, model=None, **data):
-    """2 steps of SMALL_MODEL from scratch on `task` (config.data from `data`), with an evaluation
-    file: returns the workdir, whose predictions/ hold the run's own answers for it."""
+def tiny_finetune_run(task, directory, model=None, train=None, **data):
+    """2 steps of SMALL_MODEL from scratch on `task` (config.data from `data`, config.train
+    overrides from `train`), with an evaluation file: returns the workdir, whose predictions/
+    hold the run's own answers for it."""
     import os
     import sys
 
@@ -78,6 +79,6 @@ def tiny_finetune_run(task, directory, model=None, **data):
     config.model.update(SMALL_MODEL, matmul_precision="bfloat16", **(model or {}))
     config.data.update(dict(vocab_path=demo_corpus.demo_vocab_path(str(directory / "vocab")), max_seq_length=32,
                             num_buckets=2), **data)
-    config.train.update(num_steps=2, batch_size=8, log_every=1)
+    config.train.update(dict(num_steps=2, batch_size=8, log_every=1), **(train or {}))
     finetune.finetune(config, str(directory / "run"))
     return str(directory / "run")

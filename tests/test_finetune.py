@@ -608,3 +608,36 @@ def test_a_run_failing_before_its_first_step_gives_back_the_signal_handlers(tmp_
         tiny_finetune_run("classification", tmp_path, train_file=str(tmp_path / "data.csv"),
                           eval_file=str(tmp_path / "data.csv"), text_b_key="")
     assert {number: signal.getsignal(number) for number in before} == before
+
+
+def test_a_run_stopped_at_an_evaluation_step_evaluates_it_when_resumed(tmp_path, monkeypatch):
+    """Stopped at step 2, an evaluation step, the run saves before evaluating; the resumed run
+    evaluates step 2 before its first step, so its evaluations, best/ and predictions are the
+    uninterrupted run's."""
+    from bertjax import checkpointing
+    from bertjax.runtime import preemption
+    from bertjax.runtime.errors import TrainingStopped
+    from small_runs import tiny_finetune_run
+
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    files = dict(train_file=str(tmp_path / "data.csv"), eval_file=str(tmp_path / "data.csv"), text_b_key="")
+    train = {"num_steps": 4, "eval_every": 2}
+    reference = tiny_finetune_run("classification", tmp_path / "reference", train=train, **files)
+    stop_at_2 = lambda watcher, step: step == 2  # noqa: E731 (a notice that lands at step 2)
+    with monkeypatch.context() as patched:
+        patched.setattr(preemption.PreemptionWatcher, "should_stop", stop_at_2)
+        with pytest.raises(TrainingStopped, match="saved step 2"):
+            tiny_finetune_run("classification", tmp_path / "stopped", train=train, **files)
+    workdir = str(tmp_path / "stopped" / "run")
+    assert [r["step"] for r in _metrics(workdir) if "eval_loss" in r] == []  # saved, not evaluated
+    assert checkpointing.read_meta(os.path.join(workdir, "checkpoints"))["extra"]["evaluation_owed"]
+    tiny_finetune_run("classification", tmp_path / "stopped", train=train, **files)
+    evaluations = lambda run: [{k: v for k, v in r.items() if k.startswith(("step", "eval_"))}  # noqa: E731
+                               for r in _metrics(run) if "eval_loss" in r]
+    assert [r["step"] for r in evaluations(workdir)] == [2, 4]
+    assert evaluations(workdir) == evaluations(reference)
+    assert checkpointing.read_meta(os.path.join(workdir, "best"))["extra"] == \
+        checkpointing.read_meta(os.path.join(reference, "best"))["extra"]
+    assert sorted(os.listdir(os.path.join(workdir, "predictions"))) == \
+        sorted(os.listdir(os.path.join(reference, "predictions")))
