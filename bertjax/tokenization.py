@@ -550,6 +550,38 @@ CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 
               (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 
 
+@functools.lru_cache(maxsize=2)
+def bert_character_classes(do_lower_case: bool) -> dict[str, tuple[tuple[int, int], ...]]:
+    """What bertjax's WordPiece (the `tokenizers` BertNormalizer and BertPreTokenizer) does with
+    each code point, as inclusive ranges: "dropped" (clean_text: control, format and
+    private-use characters), "whitespace" (ends a word), "apart" (a word of its own after
+    normalisation: punctuation, CJK ideographs, and uncased the symbols NFD makes punctuation,
+    ≠ -> =), "stripped" (uncased: the combining marks accent stripping removes after NFD). Probed rather than written down: the SavedModel's tokenizer builds its character
+    classes from them, so serving splits as training did, whichever Unicode version each
+    library's tables follow (some seconds; cached)."""
+    clean = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=False, strip_accents=False,
+                                       lowercase=False)
+    full = bert_normalizer(do_lower_case)
+    split = pre_tokenizers.BertPreTokenizer()
+    found: dict[str, list[tuple[int, int]]] = {"dropped": [], "whitespace": [], "apart": [], "stripped": []}
+    for code in itertools.chain(range(0xD800), range(0xE000, 0x110000)):
+        text = f"a{chr(code)}a"
+        if clean.normalize_str(text) == "aa":
+            kind = "dropped"
+        else:
+            normalized = full.normalize_str(text)
+            words = len(split.pre_tokenize_str(normalized))
+            kind = "stripped" if normalized == "aa" else {2: "whitespace", 3: "apart"}.get(words)
+        if kind is None:
+            continue
+        ranges = found[kind]
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return {kind: tuple(ranges) for kind, ranges in found.items()}
+
+
 def _a_word_alone(char: str) -> bool:
     """Whether BERT's basic split makes `char` a word of its own (punctuation, CJK)."""
     code = ord(char)

@@ -45,19 +45,15 @@ import shutil
 from typing import Any, Callable
 
 from bertjax import tasks
-from bertjax.tokenization import ASCII_SYMBOL_RANGES, CJK_RANGES
 
 SIGNATURE = "serving_default"
 TOKEN_ID_INPUTS = ("input_ids", "segment_ids", "input_mask")  # the export of a tokenizer TF Text lacks
 PLATFORMS = ("cpu", "cuda", "tpu")  # what the lowered model runs on
-# BERT's basic split (as bertjax's WordPiece pre-tokenizer): whitespace goes, punctuation (ASCII and
-# Unicode P*) and CJK ideographs are words of their own.
-_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]+"
-_KEPT = "|".join([r"[\p{P}]", *(fr"[\x{{{low:X}}}-\x{{{high:X}}}]"
-                                 for low, high in ASCII_SYMBOL_RANGES + CJK_RANGES)])
-# BERT normalises before it splits: uncased, these symbols lose their accent-like combining
-# mark (NFD) and are ASCII punctuation (≠ ≮ ≯ -> = < >, U+1FEF -> `), words of their own.
-_KEPT_UNCASED = _KEPT + r"|[\x{2260}\x{226E}\x{226F}\x{1FEF}]"
+
+
+def _character_class(ranges: tuple[tuple[int, int], ...]) -> str:
+    """Inclusive code point ranges -> an RE2 character class."""
+    return "[" + "".join(fr"\x{{{low:X}}}" + (fr"-\x{{{high:X}}}" if high > low else "") for low, high in ranges) + "]"
 
 
 def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None,
@@ -201,7 +197,7 @@ def tensorflow_tokenizer(tokenizer):
     (Tokenizer.encode's ids); WordPiece also has `words` and `pieces` (BERT's split, then WordPiece)."""
     from bertjax.runtime import fileio
     from bertjax.runtime.tf_cpu import tf
-    from bertjax.tokenization import MAX_INPUT_CHARS_PER_WORD, piece_roots
+    from bertjax.tokenization import MAX_INPUT_CHARS_PER_WORD, bert_character_classes, piece_roots
 
     import tensorflow_text as tft  # after bertjax.runtime.tf_cpu, which sets TensorFlow up first
 
@@ -210,6 +206,14 @@ def tensorflow_tokenizer(tokenizer):
             super().__init__()
             tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
             self.lower = tokenizer.do_lower_case
+            # BERT's basic split as training's `tokenizers` makes it (whitespace ends a word;
+            # punctuation and CJK ideographs, and uncased ≠ ≮ ≯ (= < > once normalised), are words
+            # of their own; control characters go), character by character.
+            classes = bert_character_classes(self.lower)
+            self.whitespace = _character_class(classes["whitespace"]) + "+"
+            self.apart = _character_class(classes["apart"])
+            self.dropped = _character_class(classes["dropped"])
+            self.stripped = _character_class(classes["stripped"]) if classes["stripped"] else None
             self.wordpiece = tft.FastWordpieceTokenizer(
                 tokens, suffix_indicator="##", max_bytes_per_word=4 * MAX_INPUT_CHARS_PER_WORD,
                 token_out_type=tf.int32, unknown_token="[UNK]", no_pretokenization=True,
@@ -222,8 +226,7 @@ def tensorflow_tokenizer(tokenizer):
             tags each word as written: tagging.sentence_words) a word emptied by more than the
             removal of control characters is kept as [UNK], as tagging.featurize keeps it."""
             texts = tf.strings.regex_replace(texts, r"\x00", "\x01")  # the split stops at NUL; both go below
-            kept = _KEPT_UNCASED if self.lower else _KEPT
-            words, starts, ends = tft.regex_split_with_offsets(texts, f"{_WHITESPACE}|{kept}", kept)
+            words, starts, ends = tft.regex_split_with_offsets(texts, f"{self.whitespace}|{self.apart}", self.apart)
             flat = self.normalize(words.flat_values)
             long = tf.strings.length(flat, unit="UTF8_CHAR") > MAX_INPUT_CHARS_PER_WORD
             if every_written_word:
@@ -235,14 +238,14 @@ def tensorflow_tokenizer(tokenizer):
 
         def clean(self, strings):
             """Each string without its control characters (BERT's clean_text)."""
-            return tf.strings.regex_replace(strings, r"[\p{C}\x{FFFD}]", "")
+            return tf.strings.regex_replace(strings, self.dropped, "")
 
         def normalize(self, strings):
             """BERT's normalisation of each string: control characters dropped; NFD, accents
             dropped and lower case when uncased."""
             strings = self.clean(strings)
             if self.lower:
-                strings = tf.strings.regex_replace(tft.normalize_utf8(strings, "NFD"), r"\p{Mn}", "")
+                strings = tf.strings.regex_replace(tft.normalize_utf8(strings, "NFD"), self.stripped, "")
                 # Lower-cased one character at a time, as `tokenizers` does: a word's last capital
                 # sigma is σ, not the final ς that TensorFlow's lower() writes.
                 strings = tf.strings.lower(tf.strings.regex_replace(strings, "Σ", "σ"), encoding="utf-8")
