@@ -250,14 +250,16 @@ class Tokenizer:
 
     def encode_flat_continuing(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """As `encode_flat`, for texts that continue a text cut before them (after a [MASK],
-        say): without the word start ("▁", or a byte-level BPE's added prefix space) that
-        SentencePiece and tokenizers with a Metaspace put before every text, which "[MASK]."
-        or "[MASK]s" do not have in running text; a text that starts with a space keeps it.
-        WordPiece encodes as `encode_flat` (it starts a word after a mask, as BERT's tokenizer
-        does)."""
+        say): the ids such a text has inside the running text. SentencePiece and tokenizer.json
+        files that put a word start before every text ("▁": a dummy prefix, a Metaspace, a
+        Prepend normaliser; a ByteLevel prefix space) would give "[MASK]." and "[MASK]s" one the
+        running text does not have: they encode without it (a SentencePiece text that starts
+        with whitespace as it is, as its leading whitespace is dropped). WordPiece encodes as
+        `encode_flat` (it starts a word after a mask, as BERT's tokenizer does)."""
         ids, lengths = self.encode_flat(texts)
         continuing = self._continuing_encoder
-        cut = [i for i, text in enumerate(texts) if text and not text[0].isspace()]
+        cut = [i for i, text in enumerate(texts)
+               if text and (self._sentencepiece is None or not text[0].isspace())]
         if continuing is None or not cut:
             return ids, lengths
         rows = np.split(ids, np.cumsum(lengths)[:-1])
@@ -270,7 +272,9 @@ class Tokenizer:
     @functools.cached_property
     def _continuing_encoder(self) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None:
         """texts -> `encode_flat`'s arrays without a word start before each text; None when the
-        tokenizer puts none there."""
+        tokenizer puts none there, or when the copy without it does not give the words after
+        the first their running-text tokens (a Metaspace after a whitespace split marks every
+        word: `encode_flat` is then the better guess)."""
         if self._sentencepiece is not None:
             from sentencepiece import sentencepiece_model_pb2
 
@@ -292,14 +296,20 @@ class Tokenizer:
             return None
         fast = tokenizers.Tokenizer.from_str(json.dumps(spec))
         fast.encode_special_tokens = True
-        return lambda texts: flatten([e.ids for e in fast.encode_batch(texts, add_special_tokens=False)])
+        encode = lambda texts: flatten([e.ids for e in fast.encode_batch(texts, add_special_tokens=False)])  # noqa: E731
+        head = len(self.encode("x"))
+        for tail in (" a", " the b", "  c"):
+            running = self.encode("x" + tail)
+            if running[:head] == self.encode("x") and encode([tail])[0].tolist() != running[head:]:
+                return None
+        return encode
 
     @functools.cached_property
     def trailing_space_is_token(self) -> bool:
-        """Whether a space at a text's end gets a token of its own ('Ġ', '▁'): the tokens carry
-        the space before their word (byte-level BPE, Metaspace), so the space before a [MASK]
-        belongs to the masked word."""
-        return self.encode("a ") != self.encode("a")
+        """Whether the tokens carry the space before their word ('Ġcat', '▁cat': byte-level BPE,
+        Metaspace), so a text cut before a word ends with a space the running text gives no
+        token of its own: the space before a [MASK] belongs to the masked word."""
+        return self.encode("a a") != self.encode("a ") + self.encode("a")
 
     def _normalize_ascii(self, texts: Sequence[str]) -> str:
         """ASCII texts -> BERT-normalised and joined by _ChunkMemo.JOINER, in bulk: tab,

@@ -305,9 +305,14 @@ def test_fill_mask_cuts_the_text_at_a_mask_as_the_models_tokenizer_does(tmp_path
         for token in spec["added_tokens"]:
             if token["content"] == "[MASK]":
                 token.update(lstrip=True)
-        # [MASK] in the text is the special token here, taking in the space before it.
+        # [MASK] in the text is the special token here, taking in the space before it (all of it
+        # where the file says lstrip; the one its word's token carries where it does not).
         reference = tokenizers.Tokenizer.from_str(json.dumps(spec))
         want = [reference.encode(text, add_special_tokens=False).ids for text in texts]
+        if not lstrip:  # as running text: 'a', 'Ġ', 'Ġa', 'Ġ', 'Ġb' with the second 'Ġa' masked
+            running = tokenizer.encode("a  a  b")
+            assert len(running) == 5
+            want[3] = running[:2] + [tokenizer.mask_id] + running[3:]
         ids, lengths = _MaskKeeping(tokenizer).encode_flat(texts)
         assert [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] == want, (lstrip, rstrip)
     assert tokenization.Tokenizer.from_vocab_file(_minilm_vocab()).mask_strips == (False, False)
@@ -496,23 +501,52 @@ def test_a_text_that_is_not_valid_unicode_is_named_by_every_tokenizer(tmp_path):
                 encode("one text")
 
 
-def test_fill_mask_with_a_metaspace_tokenizer_json_reads_as_running_text(tmp_path):
-    """A tokenizer.json with a Metaspace pre-tokenizer (SentencePiece converted) put '▁' before
-    the text after a mask and kept the space before it as '▁' (a review): both as running text."""
+def _unigram_json(tmp_path, name, pre_tokenizer=None, normalizer=None, mask_rstrip=False):
+    """A Unigram tokenizer.json of SentencePiece-style pieces, as converted models have them."""
     import tokenizers
+
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "▁", ".", "▁the", "▁cat", "▁sat", "s", "▁mat", "▁s",
+              "the", "cat", "sat", "mat", " "]
+    model = tokenizers.Tokenizer(tokenizers.models.Unigram([(p, -2.0) for p in pieces], unk_id=1,
+                                                           byte_fallback=False))
+    model.pre_tokenizer = pre_tokenizer
+    model.normalizer = normalizer
+    model.add_special_tokens(pieces[:4] + [tokenizers.AddedToken("[MASK]", rstrip=mask_rstrip, special=True)])
+    model.save(str(tmp_path / f"{name}.json"))
+    return tokenization.load_tokenizer("huggingface", str(tmp_path / f"{name}.json"))
+
+
+@pytest.mark.parametrize("layout", ["metaspace", "prepend", "rstrip_mask", "split_then_metaspace", "isolated_spaces"])
+def test_fill_mask_with_a_tokenizer_json_reads_as_running_text(tmp_path, layout):
+    """Tokenizer.json files that put a word start before every text (a Metaspace, a Prepend
+    normaliser) read '[MASK].' as [MASK] '▁' '.' and kept the space before a mask as '▁' (a
+    review): each masked text is its running text with the masked word's token masked. A mask
+    that takes in the space after it leaves the next word its start, as the file's own tokenizer
+    does; where removing the word start would take it from every word (a whitespace split
+    before the Metaspace), the text after a mask is encoded as it is."""
+    from tokenizers import normalizers, pre_tokenizers
 
     from bertjax.inference.engine import _MaskKeeping
 
-    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "▁", ".", "▁the", "▁cat", "▁sat", "s", "▁mat", "▁s"]
-    model = tokenizers.Tokenizer(tokenizers.models.Unigram([(p, -2.0) for p in pieces], unk_id=1,
-                                                           byte_fallback=False))
-    model.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    model.add_special_tokens(pieces[:5])
-    model.save(str(tmp_path / "tokenizer.json"))
-    tokenizer = tokenization.load_tokenizer("huggingface", str(tmp_path / "tokenizer.json"))
-    assert tokenizer.trailing_space_is_token and tokenizer.mask_strips == (False, False)
-    ids, lengths = _MaskKeeping(tokenizer).encode_flat(["the [MASK]. the [MASK]s sat", "[MASK] sat"])
-    running = tokenizer.encode_batch(["the mat. the cats sat", "cat sat"])
-    mat, cat = tokenizer.encode("mat")[0], tokenizer.encode("cat")[0]
-    masked = [[tokenizer.mask_id if i in (mat, cat) else i for i in row] for row in running]
-    assert [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] == masked
+    metaspace = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tokenizer = _unigram_json(tmp_path, layout, **{
+        "metaspace": dict(pre_tokenizer=metaspace),
+        "prepend": dict(normalizer=normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])),
+        "rstrip_mask": dict(pre_tokenizer=metaspace, mask_rstrip=True),
+        "split_then_metaspace": dict(pre_tokenizer=pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                                              metaspace])),
+        "isolated_spaces": dict(pre_tokenizer=pre_tokenizers.Split(" ", "isolated")),
+    }[layout])
+    masked_texts = ["the [MASK] sat", "[MASK] sat", "the mat [MASK]"]
+    if layout != "split_then_metaspace":
+        masked_texts += ["the [MASK]. the [MASK]s sat"]
+    running_texts = [text.replace("[MASK]", "cat") for text in masked_texts]
+    ids, lengths = _MaskKeeping(tokenizer).encode_flat(masked_texts)
+    got = [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])]
+    cat = {tokenizer.encode("the cat")[-1], tokenizer.encode("cat")[-1]}  # '▁cat' or 'cat'
+    for masked, running, row in zip(masked_texts, running_texts, got):
+        want = [tokenizer.mask_id if token in cat else token for token in tokenizer.encode(running)]
+        if layout == "isolated_spaces" or "." not in masked:
+            assert row == want, (masked, [tokenizer.id_to_token(t) for t in row])
+        else:  # "the mat. the cats sat": 'mat' '.' and 'cat' 's' around the masks
+            assert [tokenizer.id_to_token(t) for t in row] == ["▁the", "[MASK]", ".", "▁the", "[MASK]", "s", "▁sat"]

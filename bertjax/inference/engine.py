@@ -272,31 +272,36 @@ class _MaskKeeping:
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         pieces = [self._pieces(text) for text in texts]
-        firsts = self.tokenizer.encode_batch([parts[0] for parts in pieces])
-        # A piece after a mask continues the text ("[MASK]." is "mat." in running text).
-        later = iter(self.tokenizer.encode_batch_continuing([piece for parts in pieces for piece in parts[1:]]))
+        firsts = self.tokenizer.encode_batch([parts[0][0] for parts in pieces])
+        later = [(piece, continues) for parts in pieces for piece, continues in parts[1:]]
+        # A piece after a mask continues the text ("[MASK]." is "mat." in running text), unless
+        # the mask took in the whitespace after it: the piece then starts a word, as the
+        # model's own tokenizer has it.
+        continuing = iter(self.tokenizer.encode_batch_continuing([piece for piece, yes in later if yes]))
+        alone = iter(self.tokenizer.encode_batch([piece for piece, yes in later if not yes]))
         rows = []
         for first, parts in zip(firsts, pieces):
             row = list(first)
-            for _ in parts[1:]:
-                row += [self.tokenizer.mask_id, *next(later)]
+            for _, continues in parts[1:]:
+                row += [self.tokenizer.mask_id, *next(continuing if continues else alone)]
             rows.append(row)
         return tokenization.flatten(rows)
 
-    def _pieces(self, text: str) -> list[str]:
-        """The text between the masks, less the whitespace a mask token takes in: its lstrip
-        and rstrip, and before it always where tokens carry the space before their word
-        (byte-level BPE, Metaspace: the mask stood for 'Ġcat' in pre-training, and 'The Ġ
-        [MASK]' is no text it saw)."""
+    def _pieces(self, text: str) -> list[tuple[str, bool]]:
+        """The text between the masks, each with whether it continues the text before it, less
+        the whitespace a mask token takes in: its lstrip and rstrip, and where tokens carry the
+        space before their word (byte-level BPE, Metaspace) the one space before it (the mask
+        stood for 'Ġcat' in pre-training, and 'The Ġ [MASK]' is no text it saw)."""
         parts = text.split(self.MASK)
         lstrip, rstrip = self.tokenizer.mask_strips
-        lstrip = lstrip or self.tokenizer.trailing_space_is_token
-        for j in range(len(parts)):
-            if lstrip and j < len(parts) - 1:  # a mask follows
-                parts[j] = parts[j].rstrip()
-            if rstrip and j > 0:  # a mask precedes
-                parts[j] = parts[j].lstrip()
-        return parts
+        carried = not lstrip and self.tokenizer.trailing_space_is_token
+        pieces = []
+        for j, part in enumerate(parts):
+            if j < len(parts) - 1:  # a mask follows
+                part = part.rstrip() if lstrip else part[:-1] if carried and part.endswith(" ") else part
+            stripped = rstrip and j > 0 and part[:1].isspace()  # a mask precedes and takes the space
+            pieces.append((part.lstrip() if stripped else part, not stripped))
+        return pieces
 
 
 def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | None = None, batch_size: int = 32,
