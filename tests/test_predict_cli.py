@@ -72,11 +72,11 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
         "no 'text_a' column (the task reads 'text_a', and 'text_b' for a pair; the row has ['review', 'stars'])"
 
     (tmp_path / "tab.jsonl").write_text('{"text": "a\tb"}\n')
-    with pytest.raises(ValueError, match=r"tab.jsonl:1: not JSON \(Invalid control character at column 12\)$"):
-        _read(tmp_path / "tab.jsonl", "tagging")
+    [(where, error)] = _read(tmp_path / "tab.jsonl", "tagging")  # an error in the line's place
+    assert where == f"{tmp_path}/tab.jsonl:1" and str(error) == "not JSON (Invalid control character at column 12)"
     (tmp_path / "surrogate.jsonl").write_text('{"text": "ok"}\n{"text": "a \\ud800 b"}\n')
-    with pytest.raises(ValueError, match=r"surrogate.jsonl:2: a lone surrogate \('\\ud800'\) in a string"):
-        _read(tmp_path / "surrogate.jsonl", "tagging")
+    (_, fine), (where, error) = _read(tmp_path / "surrogate.jsonl", "tagging")
+    assert where == f"{tmp_path}/surrogate.jsonl:2" and str(error).startswith("a lone surrogate ('\\ud800') in a")
     (tmp_path / "qa.jsonl").write_text(json.dumps({"id": 7, "question": "who?", "context": "anna."}) + "\n"
                                        + json.dumps({"question": "who?", "context": " "}) + "\n")
     records = _read(tmp_path / "qa.jsonl", "squad")
@@ -291,6 +291,24 @@ def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pr
     assert trained < 512 and bertjax.load_model(small_pretrained_run).max_seq_length == trained
     with pytest.raises(ValueError, match=r"^f.txt:2: no \[MASK\] within the first 16 tokens"):
         batch_predict.predict_all(model, "fill_mask", records, written.append, "fail")
+
+
+@pytest.mark.parametrize("name, content, bad", [
+    ("rows.csv", b'text\n"a good film"\ngreat, fun\n\xff broken\nx,"y"z\nlast one\n', {3, 4, 5}),
+    ("rows.tsv", b"text\na good film\ngreat\tfun\n\xff broken\nlast one\n", {3, 4}),
+    ("rows.jsonl", b'{"text": "a good film"}\n{"text": "broken"\n\xff\n{"text": "last one"}\n', {2, 3}),
+])
+def test_a_row_that_does_not_read_is_an_error_in_its_place_and_the_rest_are_read(tmp_path, name, content, bad):
+    """A CSV row with a stray comma, bad quoting, a JSONL line cut short or a line that is not
+    UTF-8 stopped the whole run, with --on_error=skip too (a review): each is an error in its
+    place, named by its line, and the rows after it are read."""
+    (tmp_path / name).write_bytes(content)
+    records = _read(tmp_path / name, "classification", text_a="text")
+    errors = {int(where.rsplit(":", 1)[1]) for where, item in records if isinstance(item, ValueError)}
+    assert errors == bad, records
+    assert records[0][1] == ("a good film", None) and records[-1][1] == ("last one", None)
+    jsonl_error = next(item for _, item in records if isinstance(item, ValueError))
+    assert "JSON document over several lines" not in str(jsonl_error)  # line 2 is no document's start
 
 
 def _predict(*args, stdin=None):

@@ -113,7 +113,10 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
         for number, line in enumerate(common.user_lines(path, bad_lines="yield", one_input_a_line=True), start=1):
             yield f"{path}:{number}", line if isinstance(line, ValueError) else reader.read_line(line.rstrip("\r\n"))
     elif input_format in ("csv", "tsv", "jsonl"):
-        for where, row in common.read_records(path, input_format):
+        for where, row in common.read_records(path, input_format, bad_rows="yield"):
+            if isinstance(row, ValueError):  # a row that does not read: an error in its place
+                yield where, row
+                continue
             try:
                 missing = next((keys[role] for role in named if keys[role] not in row), None)
                 if missing is not None:

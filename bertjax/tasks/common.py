@@ -190,9 +190,11 @@ def file_format(path: str, chosen: str = "", extensions: dict[str, str] | None =
                                                    "json": "jsonl"}.get(extension, "text")
 
 
-def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]:
+def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> Iterator[tuple[str, dict | ValueError]]:
     """('file:line', row) for each row of a CSV, TSV (both with a header line) or JSONL file;
-    the line is where the row starts (a quoted CSV field may hold line breaks).
+    the line is where the row starts (a quoted CSV field may hold line breaks). bad_rows
+    "yield": a row that does not read is a ValueError in its place (saying what is wrong) and
+    the rows after it are read on (prediction's --on_error=skip); a bad header still raises.
 
     file_format: "csv", "tsv" or "jsonl"; "" = from the file name's extension (.json is
     read as JSONL). TSV fields are taken literally (no quoting, as GLUE's files need); a
@@ -208,14 +210,22 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
         raise ValueError(f"{path}: unknown file format {file_format!r}; expected .csv, .tsv or .jsonl "
                          "(or set config.data.file_format)")
     if file_format == "jsonl":
-        yield from _jsonl_records(path)
+        yield from _jsonl_records(path, bad_rows)
         return
     csv.field_size_limit(_MAX_FIELD_CHARS)
-    lines = user_lines(path)
+    not_utf8: dict[int, ValueError] = {}  # bad_rows="yield": line number -> why, read as a blank line
+
+    def readable_lines() -> Iterator[str]:
+        for number, line in enumerate(user_lines(path, bad_lines=bad_rows), start=1):
+            if isinstance(line, ValueError):
+                not_utf8[number] = line
+                line = "\n"
+            yield line
+
+    lines = readable_lines()
     # strict: a malformed quoted CSV field (a quote left open at the end) is an error, not text.
     reader = (csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv"
               else csv.reader(lines, strict=True))
-    first = 1  # the line the record being read starts on
     try:
         header = next(reader, None)
         if header is None:
@@ -223,50 +233,71 @@ def read_records(path: str, file_format: str = "") -> Iterator[tuple[str, dict]]
         repeated = sorted({name for name in header if name and header.count(name) > 1})  # '': Excel's empty columns
         if repeated:
             raise ValueError(f"{path}:1: the header names {repeated} more than once")
-        blank_lines = []  # of a one-column file, not yet known to be followed by a row
-        while True:
-            first = reader.line_num + 1
+        if 1 in not_utf8:
+            raise ValueError(f"{path}:1: {not_utf8[1]}")
+    except csv.Error as e:
+        raise ValueError(f"{path}:1: not valid {file_format.upper()} ({e})") from None
+    blank_lines = []  # of a one-column file, not yet known to be followed by a row
+    while True:
+        first = reader.line_num + 1
+        try:
             fields = next(reader, None)
+        except csv.Error as e:
+            to = f"; the record starting here runs to line {reader.line_num}" if reader.line_num > first else ""
+            error = ValueError(f"not valid {file_format.upper()} ({e}{to})")
+        else:
             if fields is None:
                 return
-            if not fields:
+            error = not_utf8.pop(first, None) if not fields else None
+            if not fields and error is None:
                 if len(header) == 1:
                     blank_lines.append(first)
                 continue
-            if len(fields) != len(header):
-                raise ValueError(f"{path}:{first}: {len(fields)} fields, the header has {len(header)} ({header})")
-            for line in blank_lines:
-                yield f"{path}:{line}", {header[0]: ""}
-            blank_lines.clear()
-            yield f"{path}:{first}", dict(zip(header, fields))
-    except csv.Error as e:
-        to = f"; the record starting here runs to line {reader.line_num}" if reader.line_num > first else ""
-        raise ValueError(f"{path}:{first}: not valid {file_format.upper()} ({e}{to})") from None
+            if error is None and len(fields) != len(header):
+                error = ValueError(f"{len(fields)} fields, the header has {len(header)} ({header})")
+        if error is not None:
+            if bad_rows != "yield":
+                raise ValueError(f"{path}:{first}: {error}") from None
+            yield f"{path}:{first}", error
+            continue
+        for line in blank_lines:
+            yield f"{path}:{line}", {header[0]: ""}
+        blank_lines.clear()
+        yield f"{path}:{first}", dict(zip(header, fields))
 
 
-def _jsonl_records(path: str) -> Iterator[tuple[str, dict]]:
+def _jsonl_records(path: str, bad_rows: str) -> Iterator[tuple[str, dict | ValueError]]:
     """`read_records` of a JSONL file: one JSON object a line (ending at \\n: a \\r is JSON's
     whitespace), blank lines skipped."""
-    for number, line in enumerate(user_lines(path, one_input_a_line=True), start=1):
-        if not line.strip():
+    for number, line in enumerate(user_lines(path, bad_lines=bad_rows, one_input_a_line=True), start=1):
+        row = line if isinstance(line, ValueError) else _json_object(line, number)
+        if row is None:
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            why = e.msg.removesuffix(" at")  # some of json's messages end in "at"
-            cut_short = e.pos >= len(line.rstrip())  # the line ended inside an object or array
-            hint = ("; expected JSON Lines, one object a line: this looks like a JSON document over several "
-                    "lines" if cut_short and line.lstrip()[:1] in ("[", "{") else "")
-            raise ValueError(f"{path}:{number}: not JSON ({why} at column {e.colno}){hint}") from None
-        if not isinstance(row, dict):
-            hint = " (JSON Lines: one object a line, not an array of them)" if isinstance(row, list) else ""
-            raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}{hint}")
-        try:
-            json.dumps(row, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError as e:  # JSON can escape a lone surrogate, which no text can hold
-            raise ValueError(f"{path}:{number}: a lone surrogate ({e.object[e.start]!r}) in a string; "
-                             "the text must be valid Unicode") from None
+        if isinstance(row, ValueError) and bad_rows != "yield":
+            raise ValueError(f"{path}:{number}: {row}")
         yield f"{path}:{number}", row
+
+
+def _json_object(line: str, number: int) -> dict | ValueError | None:
+    """A JSONL line -> its object (None: a blank line), or a ValueError saying what is wrong."""
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        why = e.msg.removesuffix(" at")  # some of json's messages end in "at"
+        cut_short = e.pos >= len(line.rstrip())  # the line ended inside an object or array
+        hint = ("; expected JSON Lines, one object a line: this looks like a JSON document over several "
+                "lines" if number == 1 and cut_short and line.lstrip()[:1] in ("[", "{") else "")
+        return ValueError(f"not JSON ({why} at column {e.colno}){hint}")
+    if not isinstance(row, dict):
+        hint = " (JSON Lines: one object a line, not an array of them)" if isinstance(row, list) else ""
+        return ValueError(f"expected a JSON object, got {type(row).__name__}{hint}")
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:  # JSON can escape a lone surrogate, which no text can hold
+        return ValueError(f"a lone surrogate ({e.object[e.start]!r}) in a string; the text must be valid Unicode")
+    return row
 
 
 def truncation(cut: np.ndarray, what: str, tokens: int) -> str:
