@@ -127,6 +127,18 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path):
             assert (result["start"], result["end"]) == (-1, -1)
     with pytest.raises(ValueError, match="input 2: an empty context"):
         model.predict([inputs[0], {"question": "why?", "context": "  "}])
+    # Options that select no span are refused, not answered "" with null odds 1e9 (a review);
+    # given as the run's own values, the answers are the defaults'.
+    for options, name in (({"n_best_size": -1}, "n_best_size"), ({"max_answer_length": 0}, "max_answer_length")):
+        with pytest.raises(ValueError, match=f"{name} must be a whole number >= 1, got"):
+            model.predict(inputs[:1], **options)
+    with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number, got nan"):
+        model.predict(inputs[:1], null_score_diff_threshold=float("nan"))
+    from bertjax.tasks import squad
+
+    run = squad.settings(model.source.data)
+    assert model.predict(inputs[:3], n_best_size=int(run["n_best_size"]),
+                         max_answer_length=int(run["max_answer_length"])) == results[:3]
     # The context is read in windows, never cut; a question past max_query_length is, and says so.
     limit = int(model.source.data["max_query_length"])
     long_question = {**inputs[0], "id": "long", "question": " ".join(["where"] * (limit + 1))}

@@ -15,11 +15,13 @@ def split_pair(text: str, at_first: bool = False) -> tuple[str, str | None]:
     (extract_features.py): the separator has a space on each side, and the last one splits
     ("x ||| y ||| z" -> ("x ||| y", "z"); at_first, as for "question ||| context": ("x", "y ||| z"));
     "a|||b" is one text. At either end it still separates: "a |||" -> ("a", ""), an empty side
-    that the caller can refuse."""
+    that the caller can refuse. Sides are stripped, except at_first the second's start: answer
+    offsets count from the context as written after "||| "."""
     pair = (_FIRST_PAIR if at_first else _PAIR).fullmatch(f" {text} ")
     if pair is None:
         return text, None
-    return pair.group(1).strip(), pair.group(2).strip()
+    second = pair.group(2).rstrip() if at_first else pair.group(2).strip()
+    return pair.group(1).strip(), second
 
 
 def text_pair(item: Any) -> tuple[str, str | None]:

@@ -421,6 +421,13 @@ class SquadFamily(Family):
     def predict(self, model, parsed, n_best_size: int | None = None, max_answer_length: int | None = None,
                 null_score_diff_threshold: float | None = None):
         run = settings(model.source.data)
+        n_best_size = int(run["n_best_size"]) if n_best_size is None else n_best_size
+        max_answer_length = int(run["max_answer_length"]) if max_answer_length is None else max_answer_length
+        for name, value in (("n_best_size", n_best_size), ("max_answer_length", max_answer_length)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if null_score_diff_threshold is not None and not math.isfinite(null_score_diff_threshold):
+            raise ValueError(f"null_score_diff_threshold must be a finite number, got {null_score_diff_threshold!r}")
         builder = ExampleBuilder("inputs", strict=True)
         for i, item in enumerate(parsed, start=1):
             builder.add(item.get("id", str(i)), item["question"], item["context"], [], False)
@@ -430,8 +437,7 @@ class SquadFamily(Family):
         outputs = model.run_network(_span_logits, split, sequence_outputs=("start_logits", "end_logits"))
         answers, nbest, null_odds = postprocess(
             split, outputs["start_logits"], outputs["end_logits"],
-            n_best_size=n_best_size or int(run["n_best_size"]),
-            max_answer_length=max_answer_length or int(run["max_answer_length"]),
+            n_best_size=n_best_size, max_answer_length=max_answer_length,
             null_score_diff_threshold=(run["null_score_diff_threshold"] if null_score_diff_threshold is None
                                        else null_score_diff_threshold))
         _, question_lengths = model.tokenizer.encode_flat(examples.questions)  # past max_query_length: cut
