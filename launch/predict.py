@@ -68,6 +68,8 @@ def main(_):
         raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
     if _OUTPUT.value and fileio.exists(_OUTPUT.value):  # an earlier run's predictions are not replaced unasked
         raise ValueError(f"--output={_OUTPUT.value} exists; remove it or give another name")
+    if _OUTPUT.value and not fileio.isdir(fileio.parent(_OUTPUT.value)):  # before the model loads
+        raise ValueError(f"--output={_OUTPUT.value}: no folder {fileio.parent(_OUTPUT.value)} to write it in")
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
     source = model_source.with_task_version(source, _SQUAD_VERSION.value)

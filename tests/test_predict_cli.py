@@ -49,6 +49,10 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     assert [split_pair(text) for text in ("x ||| y ||| z", "a|||b", "a |||", "||| b")] == [
         ("x ||| y", "z"), ("a|||b", None), ("a", ""), ("", "b")]
     assert batch_predict.read_line("who? ||| a ||| b", "squad") == {"question": "who?", "context": "a ||| b"}
+    # Answer offsets count from the context as written after "||| " (a review found them off by
+    # the spaces the context's start had lost).
+    assert batch_predict.read_line("who lives here |||    Bob lives here  ", "squad") == {
+        "question": "who lives here", "context": "   Bob lives here"}
     for family in ("squad", "fill_mask"):
         assert batch_predict.check(None, family, batch_predict.read_line("", family)) == \
             "a blank line (this task has no empty input)"
@@ -228,8 +232,9 @@ def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_
 
 
 def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
-    """JSONL lines go to NAME.tmp, renamed at the end (issue 46, 3): a run that fails midway
-    leaves no half file and an earlier NAME as it was."""
+    """JSONL lines go to NAME.tmp-<pid>, renamed at the end (issue 46, 3): a run that fails
+    midway leaves no half file and an earlier NAME as it was; a NAME another run wrote while
+    this one ran is kept (two runs shared NAME.tmp and the later replaced the earlier: a review)."""
     from bertjax.inference import batch_predict
 
     out = tmp_path / "out.jsonl"
@@ -241,14 +246,24 @@ def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == "earlier\n"
     write, close = batch_predict.jsonl_writer(str(out))
     write({"label": "good"}), write({"value": 1.5})
+    with pytest.raises(ValueError, match=r"out.jsonl was written by another run while this one ran; kept, and this "
+                                         rf"run's predictions are in .*out.jsonl.tmp-{os.getpid()}"):
+        close(True)
+    assert out.read_text() == "earlier\n"
+    assert (tmp_path / f"out.jsonl.tmp-{os.getpid()}").read_text() == '{"label": "good"}\n{"value": 1.5}\n'
+    os.remove(tmp_path / f"out.jsonl.tmp-{os.getpid()}")
+    out.unlink()
+    write, close = batch_predict.jsonl_writer(str(out))
+    write({"label": "good"}), write({"value": 1.5})
     close(True)
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"]
     assert out.read_text() == '{"label": "good"}\n{"value": 1.5}\n'
+    out.unlink()
     write, close = batch_predict.jsonl_writer(str(out))
-    close(False)  # failed before its first line: the earlier file stays
-    assert out.read_text() == '{"label": "good"}\n{"value": 1.5}\n'
+    close(False)  # failed before its first line: nothing written
+    assert sorted(os.listdir(tmp_path)) == []
     write, close = batch_predict.jsonl_writer(str(out))
-    close(True)  # no inputs: an empty file, not the earlier run's answers under this run's name
+    close(True)  # no inputs: an empty file
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == ""
 
 
@@ -291,6 +306,16 @@ def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pr
     assert trained < 512 and bertjax.load_model(small_pretrained_run).max_seq_length == trained
     with pytest.raises(ValueError, match=r"^f.txt:2: no \[MASK\] within the first 16 tokens"):
         batch_predict.predict_all(model, "fill_mask", records, written.append, "fail")
+
+
+def test_a_text_file_with_old_mac_line_endings_is_one_input_a_line(tmp_path):
+    """A file whose lines end at a lone \\r was one input, three sentences under one prediction
+    (a review); a stray \\r inside a file of \\n lines stays inside its line."""
+    (tmp_path / "mac.txt").write_bytes(b"great fun\rboring film\rawful plot\r")
+    assert _read(tmp_path / "mac.txt", "classification") == [
+        (f"{tmp_path}/mac.txt:{k}", text) for k, text in enumerate(["great fun", "boring film", "awful plot"], 1)]
+    (tmp_path / "stray.txt").write_bytes(b"a\rb\nc\n")
+    assert [item for _, item in _read(tmp_path / "stray.txt", "classification")] == ["a\rb", "c"]
 
 
 @pytest.mark.parametrize("name, content, bad", [
@@ -344,6 +369,10 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     assert onto_input.returncode == 2 and onto_input.stderr.strip().splitlines() == [
         f"error: --output={tmp_path}/new.jsonl is the input file; give another name (it would be overwritten)"]
     assert (tmp_path / "new.jsonl").read_bytes() == before
+    nowhere = _predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
+                       f"--output={tmp_path}/nodir/o.jsonl")
+    assert nowhere.returncode == 2 and nowhere.stderr.strip().splitlines() == [
+        f"error: --output={tmp_path}/nodir/o.jsonl: no folder {tmp_path}/nodir to write it in"]
     written = (tmp_path / "o.jsonl").read_bytes()
     again = _predict(f"--model={minilm_classifier_run}", f"--text={REVIEWS[0][0]}", f"--output={tmp_path}/o.jsonl")
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [

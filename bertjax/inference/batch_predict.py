@@ -282,11 +282,13 @@ def progress_line() -> Callable[[int, int | None], None]:
 
 def jsonl_writer(path: str | None):
     """(write(dict), close(completed)) for JSONL lines to `path` (local or gs://), or stdout when
-    None. The lines go to `path`.tmp, renamed to `path` by close(True) (no lines: an empty file,
-    never an older one left in place): a run that fails midway (close(False)) leaves neither a
-    half file nor a changed `path`; one that fails before its first line leaves nothing at all."""
+    None. The lines go to `path`.tmp-<pid>, renamed to `path` by close(True) (no lines: an empty
+    file, never an older one left in place): a run that fails midway (close(False)) leaves
+    neither a half file nor a changed `path`; one that fails before its first line leaves
+    nothing at all; a `path` another run wrote meanwhile is kept, and close(True) says where
+    this run's lines are."""
     opened = []
-    tmp = None if path is None else f"{path}.tmp"
+    tmp = None if path is None else f"{path}.tmp-{os.getpid()}"
 
     def write(record: dict) -> None:
         if not opened:
@@ -301,6 +303,9 @@ def jsonl_writer(path: str | None):
                 out.flush()
                 continue
             out.close()
+            if completed and fileio.exists(path):
+                raise ValueError(f"--output={path} was written by another run while this one ran; kept, and "
+                                 f"this run's predictions are in {tmp}")
             if completed:
                 fileio.rename(tmp, path)
             else:

@@ -159,13 +159,17 @@ def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = Fal
     files, as the csv module reads them), endings kept (as the csv module needs); with
     one_input_a_line (a text file of inputs, output line k for input line k; JSON Lines)
     at \\n and \\r\\n only, as `wc -l` and the original count them, a stray \\r left inside
-    the line (the tokenizers' and JSON's whitespace). A line that is not UTF-8 is a ValueError naming file:line,
+    the line (the tokenizers' and JSON's whitespace), unless the file has no \\n at all (an old
+    Mac file: its lines end at \\r). A line that is not UTF-8 is a ValueError naming file:line,
     raised, or with bad_lines="yield" yielded in its place (saying what is wrong only).
     Predict, features and fine-tuning all read text this way."""
     number = 0
     with fileio.open_file(path, "rb") as f:
         for chunk in f:  # up to each \n; a lone \r inside it ends a line too, unless one_input_a_line
-            for raw in [chunk] if one_input_a_line else chunk.splitlines(keepends=True):
+            # (or the file has no \n at all: its lines end at \r, as old Mac files do)
+            whole_file_in_one = number == 0 and not chunk.endswith(b"\n") and b"\r" in chunk.rstrip(b"\r")
+            for raw in ([chunk] if one_input_a_line and not whole_file_in_one
+                        else chunk.splitlines(keepends=True)):
                 number += 1
                 if number == 1:
                     raw = raw.removeprefix(codecs.BOM_UTF8)
