@@ -23,6 +23,10 @@ def test_classification_predicts_labels_and_probabilities(minilm_classifier_run)
         assert set(result["probabilities"]) == {"bad", "good"}
         assert sum(result["probabilities"].values()) == pytest.approx(1.0, abs=1e-6)
         assert result["probability"] == max(result["probabilities"].values()) > 0.5
+    # A text that is not valid Unicode is named by its input's place (the tokenizer's own error
+    # counted from 0 within a batch's texts: a review), pairs' second texts too.
+    with pytest.raises(ValueError, match=r"^input 3: not valid Unicode: a lone surrogate \('\\ud800'\) at character 2"):
+        model.predict([texts[0], texts[1], ("ok", "a \ud800")])
     # The same text gets the same numbers alone (another batch, another bucket) and in a crowd.
     alone = model.predict([texts[1]])[0]
     assert alone["probabilities"]["bad"] == pytest.approx(results[1]["probabilities"]["bad"], abs=1e-5)

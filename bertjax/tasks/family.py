@@ -132,11 +132,30 @@ def hf_label_names(hf_config: dict) -> list[str]:
 
 
 def at_position(position: int, parse: Callable[[Any], Any], item: Any) -> Any:
-    """parse(item) for the input at `position` (1-based), which its ValueError names."""
+    """parse(item) for the input at `position` (1-based), which its ValueError names (a text
+    that is not valid Unicode too, before a tokenizer would name it by its place in a batch)."""
     try:
+        _check_unicode(item)
         return parse(item)
     except ValueError as e:
         raise ValueError(f"input {position}: {e}"[:300]) from None  # 300 characters at most
+
+
+def _check_unicode(item: Any) -> None:
+    """ValueError for a str in `item` (a text, or texts in lists, tuples, dict values) that UTF-8
+    cannot hold: a lone surrogate, as JSON's "\\ud83d" gives."""
+    if isinstance(item, str):
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"not valid Unicode: a lone surrogate ({e.object[e.start]!r}) at character "
+                             f"{e.start}") from None
+    elif isinstance(item, (list, tuple)):
+        for part in item:
+            _check_unicode(part)
+    elif isinstance(item, dict):
+        for part in item.values():
+            _check_unicode(part)
 
 
 def no_options(family: Family, options: dict) -> None:
