@@ -404,3 +404,19 @@ def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_p
     piped = _predict(f"--model={tmp_path}/hf", "--task=fill_mask", "--top_k=3", "--max_seq_length=32",
                      "--input=/dev/stdin", stdin="\n".join(texts) + "\n")
     assert piped.returncode == 0 and piped.stdout == result.stdout, piped.stderr
+
+
+def test_json_lines_named_json_for_a_span_qa_model_are_named_as_such(tmp_path):
+    """A JSONL file named .json was read as SQuAD's layout: 'not valid JSON (Extra data)' or
+    'expected ... a data list', neither saying JSON Lines (a review)."""
+    from bertjax.tasks import squad_examples
+
+    (tmp_path / "q.json").write_text('{"question": "who", "context": "bob"}\n{"question": "who", "context": "al"}\n')
+    with pytest.raises(ValueError, match=r"q.json: not valid JSON \(Extra data\) at line 2 column 1; one JSON object "
+                                         r"a line is JSON Lines, not the SQuAD layout \(predict reads it with "
+                                         r"--input_format=jsonl\)"):
+        squad_examples.read_json(str(tmp_path / "q.json"))
+    (tmp_path / "one.json").write_text('{"question": "who", "context": "bob"}\n')
+    with pytest.raises(ValueError, match=r"one.json: expected a JSON object with a 'data' list \(the SQuAD layout\); "
+                                         r"one JSON object a line is JSON Lines"):
+        squad_examples.read_json(str(tmp_path / "one.json"))

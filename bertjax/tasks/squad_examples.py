@@ -6,6 +6,7 @@ or gs://) or TFDS `squad/v1.1`, `squad/v2.0` (`read_tfds`), each keeping the off
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 from absl import logging
@@ -59,9 +60,16 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
     or an "is_impossible" that is not true or false raises ValueError naming the file and the
     position or id. "answers" may be missing (prediction-only files; in v2.0, no answer).
     """
-    raw = fileio.read_json(path)
+    jsonl_hint = ("; one JSON object a line is JSON Lines, not the SQuAD layout (predict reads it with "
+                  "--input_format=jsonl)")
+    try:
+        raw = fileio.read_json(path)
+    except json.JSONDecodeError as e:  # "Extra data" at line 2: JSON Lines named .json
+        hint = jsonl_hint if e.msg.endswith("(Extra data)") else ""
+        raise ValueError(f"{e.msg} at line {e.lineno} column {e.colno}{hint}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
-        raise ValueError(f"{path}: expected a JSON object with a 'data' list (the SQuAD layout)")
+        hint = jsonl_hint if isinstance(raw, dict) and "question" in raw else ""
+        raise ValueError(f"{path}: expected a JSON object with a 'data' list (the SQuAD layout){hint}")
     builder = ExampleBuilder(path, strict=True)
     for a, article in enumerate(raw["data"]):
         for p, paragraph in enumerate(_objects(article, "paragraphs", f"{path}: data[{a}]")):
