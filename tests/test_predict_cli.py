@@ -420,3 +420,22 @@ def test_json_lines_named_json_for_a_span_qa_model_are_named_as_such(tmp_path):
     with pytest.raises(ValueError, match=r"one.json: expected a JSON object with a 'data' list \(the SQuAD layout\); "
                                          r"one JSON object a line is JSON Lines"):
         squad_examples.read_json(str(tmp_path / "one.json"))
+
+
+def test_json_lines_given_as_text_are_refused_for_their_format(minilm_classifier_run, tmp_path):
+    """JSON Lines redirected into stdin (or in a .txt file) had each line's JSON classified as
+    text, {"review": ...} and all (a review): refused, naming --input_format=jsonl. A pipe is
+    never read ahead (its first lines would be lost)."""
+    (tmp_path / "rows.txt").write_text("".join(json.dumps({"review": text}) + "\n" for text, _ in REVIEWS))
+    with open(tmp_path / "rows.txt") as stdin:
+        redirected = subprocess.run([sys.executable, PREDICT, f"--model={minilm_classifier_run}"], stdin=stdin,
+                                    capture_output=True, text=True, timeout=300,
+                                    env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert redirected.returncode == 2 and redirected.stderr.strip().splitlines() == [
+        "error: stdin looks like jsonl, not one input a line: pass --input_format=jsonl (or --input_format=text to "
+        "read each line as an input)"]
+    from bertjax.inference import batch_predict
+
+    with pytest.raises(ValueError, match=r"rows.txt looks like jsonl, not one input a line"):
+        batch_predict.file_format(str(tmp_path / "rows.txt"), "classification")
+    assert batch_predict.file_format(str(tmp_path / "rows.txt"), "classification", "text") == "text"

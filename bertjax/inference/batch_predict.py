@@ -26,6 +26,7 @@ import itertools
 import json
 import os
 import re
+import stat
 import sys
 import time
 from typing import Any, Callable, Iterable, Iterator
@@ -82,13 +83,33 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     if chosen not in ("auto", *readable):
         raise ValueError(f"--input_format={chosen}: a {reader.name} model reads {', '.join(readable)}")
     found = common.file_format(path, "" if chosen == "auto" else chosen, reader.extensions)
-    if (found == "text" and chosen == "auto" and reader.extensions and path and fileio.exists(path)
-            and fileio.can_read_twice(path)):  # (a pipe's first lines would be lost to the predictions)
-        written_in = reader.format_of_text(_first_lines(path))
-        if written_in:  # its lines read as sentences would give an answer for each, silently wrong
-            raise ValueError(f"{path} looks like {written_in}, not one input a line: pass "
+    # A file (stdin too when it is one) read ahead: a pipe's first lines would be lost to the predictions.
+    peekable = path or ("/dev/stdin" if _stdin_is_a_file() else "")
+    if (found == "text" and chosen == "auto" and reader.text_lines and peekable and fileio.exists(peekable)
+            and fileio.can_read_twice(peekable)):
+        first = _first_lines(peekable)
+        written_in = reader.format_of_text(first) if reader.extensions else None
+        if written_in is None and first and all(_is_json_object(line) for line in first):
+            written_in = "jsonl"
+        if written_in:  # its lines read as texts would give an answer for each, silently wrong
+            raise ValueError(f"{path or 'stdin'} looks like {written_in}, not one input a line: pass "
                              f"--input_format={written_in} (or --input_format=text to read each line as an input)")
     return "jsonl" if found == "text" and chosen == "auto" and not reader.text_lines else found
+
+
+def _stdin_is_a_file() -> bool:
+    """Whether stdin is a regular file (`< file`), which can be read ahead, unlike a pipe."""
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):  # no stdin, or one without a file descriptor
+        return False
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def _first_lines(path: str, count: int = 20) -> list[str]:
