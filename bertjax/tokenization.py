@@ -204,7 +204,7 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Many texts -> token ids each, without special tokens (faster than a loop)."""
         ids, lengths = self.encode_flat(texts)
-        return [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] if len(texts) else []
+        return [row.tolist() for row in unflatten(ids, lengths)]
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Many texts -> (<int32>[T] all their token ids concatenated, <int64>[N] ids per text);
@@ -245,8 +245,7 @@ class Tokenizer:
 
     def encode_batch_continuing(self, texts: Sequence[str]) -> list[list[int]]:
         """`encode_flat_continuing`'s ids, one list per text."""
-        ids, lengths = self.encode_flat_continuing(texts)
-        return [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] if len(texts) else []
+        return [row.tolist() for row in unflatten(*self.encode_flat_continuing(texts))]
 
     def encode_flat_continuing(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """As `encode_flat`, for texts that continue a text cut before them (after a [MASK],
@@ -256,18 +255,15 @@ class Tokenizer:
         running text does not have: they encode without it (a SentencePiece text that starts
         with whitespace as it is, as its leading whitespace is dropped). WordPiece encodes as
         `encode_flat` (it starts a word after a mask, as BERT's tokenizer does)."""
-        ids, lengths = self.encode_flat(texts)
         continuing = self._continuing_encoder
-        cut = [i for i, text in enumerate(texts)
-               if text and (self._sentencepiece is None or not text[0].isspace())]
-        if continuing is None or not cut:
-            return ids, lengths
-        rows = np.split(ids, np.cumsum(lengths)[:-1])
+        continues = [continuing is not None and bool(text) and (self._sentencepiece is None or not text[0].isspace())
+                     for text in texts]
+        if not any(continues):
+            return self.encode_flat(texts)
         with _encoding(texts):
-            continued, continued_lengths = continuing([texts[i] for i in cut])
-        for i, row in zip(cut, np.split(continued, np.cumsum(continued_lengths)[:-1])):
-            rows[i] = row
-        return flatten(rows)
+            continued = iter(unflatten(*continuing([text for text, yes in zip(texts, continues) if yes])))
+        as_they_are = iter(unflatten(*self.encode_flat([text for text, yes in zip(texts, continues) if not yes])))
+        return flatten([next(continued if yes else as_they_are) for yes in continues])
 
     @functools.cached_property
     def _continuing_encoder(self) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None:
@@ -296,7 +292,10 @@ class Tokenizer:
             return None
         fast = tokenizers.Tokenizer.from_str(json.dumps(spec))
         fast.encode_special_tokens = True
-        encode = lambda texts: flatten([e.ids for e in fast.encode_batch(texts, add_special_tokens=False)])  # noqa: E731
+
+        def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+            return flatten([e.ids for e in fast.encode_batch(texts, add_special_tokens=False)])
+
         head = len(self.encode("x"))
         for tail in (" a", " the b", "  c"):
             running = self.encode("x" + tail)
@@ -566,9 +565,10 @@ def bert_character_classes(do_lower_case: bool) -> dict[str, tuple[tuple[int, in
     each code point, as inclusive ranges: "dropped" (clean_text: control, format and
     private-use characters), "whitespace" (ends a word), "apart" (a word of its own after
     normalisation: punctuation, CJK ideographs, and uncased the symbols NFD makes punctuation,
-    ≠ -> =), "stripped" (uncased: the combining marks accent stripping removes after NFD). Probed rather than written down: the SavedModel's tokenizer builds its character
-    classes from them, so serving splits as training did, whichever Unicode version each
-    library's tables follow (some seconds; cached)."""
+    ≠ -> =), "stripped" (uncased: the combining marks accent stripping removes after NFD).
+    Probed rather than written down: the SavedModel's tokenizer builds its character classes
+    from them, so serving splits as training did, whichever Unicode version each library's
+    tables follow (some seconds; cached)."""
     clean = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=False, strip_accents=False,
                                        lowercase=False)
     full = bert_normalizer(do_lower_case)
@@ -709,6 +709,11 @@ def flatten(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Lists of ids -> (<int32>[T] concatenated, <int64>[N] lengths)."""
     lengths = np.fromiter(map(len, rows), np.int64, len(rows))
     return np.fromiter(itertools.chain.from_iterable(rows), np.int32, int(lengths.sum())), lengths
+
+
+def unflatten(ids: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """`flatten`'s inverse: (<int32>[T], <int64>[N]) -> N arrays of ids."""
+    return np.split(ids, np.cumsum(lengths)[:-1]) if len(lengths) else []
 
 
 # -- Helpers. --

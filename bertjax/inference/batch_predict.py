@@ -89,7 +89,8 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
             and fileio.can_read_twice(peekable)):
         first = _first_lines(peekable)
         written_in = reader.format_of_text(first) if reader.extensions else None
-        if written_in is None and first and all(_is_json_object(line) for line in first):
+        if written_in is None and first and all(isinstance(common.json_object(line, k), dict)
+                                                for k, line in enumerate(first, start=1)):
             written_in = "jsonl"
         if written_in:  # its lines read as texts would give an answer for each, silently wrong
             raise ValueError(f"{path or 'stdin'} looks like {written_in}, not one input a line: pass "
@@ -102,13 +103,6 @@ def _stdin_is_a_file() -> bool:
     try:
         return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
     except (OSError, ValueError, AttributeError):  # no stdin, or one without a file descriptor
-        return False
-
-
-def _is_json_object(line: str) -> bool:
-    try:
-        return isinstance(json.loads(line), dict)
-    except ValueError:
         return False
 
 

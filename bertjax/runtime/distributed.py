@@ -101,7 +101,7 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
     except ValueError as e:  # jax: "coordinator_address should be defined." and the like
         missing = [f"--{name}" + ("=host:port" if name == "coordinator_address" else "")
                    for name, value in flags.items() if value is None]
-        listed = ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + (missing[-1] if missing else "")
+        listed = " and ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
         hint = (f". No cluster environment (Cloud TPU pod slice, SLURM, Open MPI, Kubernetes) was detected: pass "
                 f"{listed}" if missing and _no_cluster() else "")
         raise ValueError(f"--distributed={mode}: jax.distributed could not start ({e}){hint}") from None

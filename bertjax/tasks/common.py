@@ -274,7 +274,7 @@ def _jsonl_records(path: str, bad_rows: str) -> Iterator[tuple[str, dict | Value
     """`read_records` of a JSONL file: one JSON object a line (ending at \\n: a \\r is JSON's
     whitespace), blank lines skipped."""
     for number, line in enumerate(user_lines(path, bad_lines=bad_rows, one_input_a_line=True), start=1):
-        row = line if isinstance(line, ValueError) else _json_object(line, number)
+        row = line if isinstance(line, ValueError) else json_object(line, number)
         if row is None:
             continue
         if isinstance(row, ValueError) and bad_rows != "yield":
@@ -282,8 +282,8 @@ def _jsonl_records(path: str, bad_rows: str) -> Iterator[tuple[str, dict | Value
         yield f"{path}:{number}", row
 
 
-def _json_object(line: str, number: int) -> dict | ValueError | None:
-    """A JSONL line -> its object (None: a blank line), or a ValueError saying what is wrong."""
+def json_object(line: str, number: int) -> dict | ValueError | None:
+    """JSONL line `number` -> its object (None: a blank line), or a ValueError saying what is wrong."""
     if not line.strip():
         return None
     try:
