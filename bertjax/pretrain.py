@@ -530,10 +530,17 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         # matmul_precision="bfloat16" speeds up the training steps only.
         eval_objective = objective(BertForPreTraining(bert.replace(matmul_precision="default"),
                                                       next_sentence_prediction=nsp))
-        eval_fn = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=eval_objective)[:2],
+        # In the train step's micro-batches, and compiled now: an evaluation too large for memory
+        # fails here, not after the first eval_every steps.
+        eval_fn = jax.jit(lambda p, b: trainer.eval_sums_in_parts(p, b, objective=eval_objective,
+                                                                  parts=train_cfg.grad_accum_steps),
                           in_shardings=(shardings.params, batch_shardings),
                           compiler_options=compilation_cache.compiler_options())
         compiled, compile_seconds = {}, 0.0
+        if eval_batches:
+            eval_fn, compile_seconds = trainer.compile_step(
+                eval_fn, trainer.with_shardings(abstract.params, shardings.params),
+                abstract_inputs(config, train_cfg.global_batch_size))
         for rows in sorted({warmup.rows(start_step), warmup.rows(train_cfg.num_steps - 1)}):
             compiled[rows], seconds = compile_for(rows)
             compile_seconds += seconds
@@ -553,14 +560,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     ramp = (f"; the batch grows {warmup.unit} -> {train_cfg.global_batch_size} rows over the first "
             f"{warmup.warmup_steps} steps" if warmup.active else "")
     sizes = f" at {' and '.join(map(str, compiled))} rows" if len(compiled) > 1 else ""
-    loop.console(f"{loop_console}; {how}; compiled the train step{sizes} in {compile_seconds:.1f}s; "
+    evaluation = " and the evaluation" if eval_batches else ""
+    loop.console(f"{loop_console}; {how}; compiled the train step{sizes}{evaluation} in {compile_seconds:.1f}s; "
                  f"starting at step {start_step} of {train_cfg.num_steps}{ramp}")
 
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
-    def evaluate_at(step: int, params) -> None:
-        """Evaluates `params` (after `step`), logs it, and warns of a masked LM stuck at the unigram guess."""
-        with loop.paused():
-            results = {**evaluate(eval_fn, params, eval_batches, mesh, place, task.loss_terms), **guesses}
+    def evaluate_at(step: int, state) -> None:
+        """Evaluates the weights of `state` (after `step`), logs it, and warns of a masked LM stuck
+        at the unigram guess."""
+        with loop.evaluation(step, state):
+            results = {**evaluate(eval_fn, state.params, eval_batches, mesh, place, task.loss_terms), **guesses}
             loop.write_eval(step, results)
         if alarm.check(step, results["mlm_accuracy"]):
             loop.console(alarm.warning)
@@ -570,7 +579,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     batches = loop.input(train_data.batches(start_step, start_unit))
     try:
         if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
-            evaluate_at(step, state.params)
+            evaluate_at(step, state)
         while step < train_cfg.num_steps:
             rows = warmup.rows(step)
             if step > start_step and rows != warmup.rows(step - 1):
@@ -586,7 +595,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             step += 1
             loop.record(step, metrics, state, sequences=rows)
             if loop.evaluates(step):
-                evaluate_at(step, state.params)
+                evaluate_at(step, state)
             loop.save(step, state)
     finally:
         loop.close()

@@ -223,6 +223,23 @@ def eval_sums(params: Any, batch: dict[str, jax.Array], *, objective: Objective)
     return objective.sums(outputs, batch), objective.counts(batch), outputs
 
 
+def eval_sums_in_parts(params: Any, batch: dict[str, jax.Array], *, objective: Objective,
+                       parts: int) -> tuple[dict, dict]:
+    """eval_sums' (sums, counts) of `batch`, run `parts` micro-batches at a time (strided, as
+    the train step's): a batch that training cuts to fit memory is evaluated in the same cuts."""
+    if parts == 1:
+        return eval_sums(params, batch, objective=objective)[:2]
+
+    def add(totals, micro_batch):
+        return jax.tree_util.tree_map(jnp.add, totals, eval_sums(params, micro_batch, objective=objective)[:2]), None
+
+    micro = micro_batches(batch, parts)
+    first = jax.tree_util.tree_map(lambda x: x[0], micro)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
+        lambda b: eval_sums(params, b, objective=objective)[:2], first))
+    return jax.lax.scan(add, zeros, micro)[0]
+
+
 class EvalTotals:
     """Adds up evaluation sums and counts over batches (float64, on the host)."""
 
@@ -449,11 +466,11 @@ class Loop:
 
     record(step, metrics, state): metrics stay on device until a log step (every `log_every`
       steps and the last), then are averaged, written (metrics.jsonl, TensorBoard, console)
-      and the run stops if `max_consecutive_bad_steps` non-finite steps came in a row.
-    evaluates(step), paused(): the evaluation cadence; time inside `paused()` (evaluation,
-      checkpoints) is not counted in the throughput. An evaluation due at a step where a stop
-      signal has come is left for the resumed run (`owes_evaluation`): the save comes first,
-      within the notice's grace period.
+      and the run stops (saved there) if `max_consecutive_bad_steps` non-finite steps came in a row.
+    evaluates(step), evaluation(step, state), paused(): the evaluation cadence; time inside
+      `paused()` (evaluation, checkpoints) is not counted in the throughput. An evaluation due
+      at a step where a stop signal has come is left for the resumed run (`owes_evaluation`):
+      the save comes first, within the notice's grace period; one that fails saves first too.
     save(step, state, extra_meta): a checkpoint when due (`checkpointer`'s interval, or the
       last step), and on SIGTERM a forced one, then TrainingStopped.
     The logged sequences/s counts `sequences_per_step`, or each step's own `sequences` passed
@@ -531,11 +548,13 @@ class Loop:
         self.last.update(last)
         worst, skipped = jax.device_get((state.worst_bad_run, state.skipped_steps))
         if worst >= self.max_consecutive_bad_steps:
+            # The weights were never updated from the bad steps: they are the good ones before them, kept.
+            self._save_now(step, state)
             raise TrainingDiverged(
                 f"stopping at step {step}: {int(worst)} consecutive steps had a non-finite loss or gradient "
                 f"(config.train.max_consecutive_bad_steps={self.max_consecutive_bad_steps}); {int(skipped)} skipped "
-                f"in all. Weights were never updated from them: lower the learning rate or check the data, then "
-                f"resume from the last checkpoint.")
+                f"in all. Weights were never updated from them (saved at step {step}): lower the learning rate or "
+                f"check the data, then run the same command again to resume.")
 
     def is_eval_step(self, step: int) -> bool:
         return bool(self.eval_every) and (step % self.eval_every == 0 or step == self.num_steps)
@@ -549,6 +568,21 @@ class Loop:
             self._evaluation_left = step
             return False
         return True
+
+    @contextlib.contextmanager
+    def evaluation(self, step: int, state: TrainState):
+        """Around the evaluation after `step` (paused): one that fails (out of device memory,
+        a bad evaluation file) first saves `state` at `step` with the evaluation owed, so the
+        steps since the last checkpoint are not lost and the resumed run evaluates first."""
+        with self.paused():
+            try:
+                yield
+            except Exception:
+                self._evaluation_left = step
+                self._save_now(step, state)
+                log.error("the evaluation after step %d failed; saved step %d to %s (the resumed run evaluates "
+                          "it first)", step, step, self.checkpointer.directory)
+                raise
 
     @contextlib.contextmanager
     def paused(self):
@@ -579,10 +613,7 @@ class Loop:
         except preemption.InputInterrupted as stopped:
             with self.paused():
                 self._log_before_stopping(step, state)
-                if step > self.start_step:
-                    self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
-                                           extra_meta=self._extra_meta(step, None))
-                self.checkpointer.wait_until_finished()
+                self._save_now(step, state)
             saved = self.checkpointer.latest_step()
             raise TrainingStopped(
                 f"preempted ({stopped.signal_name}) at step {step} after waiting {stopped.waited:.0f}s for the input "
@@ -595,6 +626,14 @@ class Loop:
         if self.pending:
             self._log(step, state)
         self.writer.flush()
+
+    def _save_now(self, step: int, state: TrainState) -> None:
+        """A checkpoint of `state` at `step` now, due or not (unless saved already, or the run
+        started there), waited for."""
+        if step > self.start_step:
+            self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
+                                   extra_meta=self._extra_meta(step, None))
+        self.checkpointer.wait_until_finished()
 
     def _extra_meta(self, step: int, extra_meta: dict | None) -> dict | None:
         extra = dict(extra_meta or {})

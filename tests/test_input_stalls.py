@@ -218,6 +218,69 @@ def test_a_stop_at_an_evaluation_step_saves_first_and_the_resumed_run_evaluates(
         assert not other.owes_evaluation
 
 
+def test_a_failed_evaluation_saves_its_step_first_and_the_resumed_run_evaluates(tmp_path):
+    """An evaluation that fails (out of device memory on its first run, eval_every steps in)
+    came before the step's checkpoint: with checkpoint.every = eval_every a run never saved
+    anything (a review). The failure saves the step, owing its evaluation, and is raised."""
+    import jax.numpy as jnp
+
+    from bertjax import checkpointing
+
+    loop = _loop(tmp_path, num_steps=10, eval_every=2)
+    try:
+        assert loop.evaluates(2)
+        with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+            with loop.evaluation(2, {"w": jnp.ones(3)}):
+                raise RuntimeError("RESOURCE_EXHAUSTED: out of memory")
+    finally:
+        loop.close()
+    assert checkpointing.read_meta(str(tmp_path / "checkpoints" / "2"))["extra"]["evaluation_owed"]
+    resumed = _loop(tmp_path, num_steps=10, eval_every=2, start_step=2)
+    try:
+        assert resumed.owes_evaluation
+        with pytest.raises(RuntimeError):  # failing again where it resumed: nothing new to save
+            with resumed.evaluation(2, {"w": jnp.ones(3)}):
+                raise RuntimeError("RESOURCE_EXHAUSTED: out of memory")
+    finally:
+        resumed.close()
+    assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
+                                      async_save=False).all_steps() == [2]
+
+
+def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
+    """Non-finite steps never update the weights, so the state where the run stops is good: it
+    is saved (fine-tuning's default checkpoint interval is longer than a GLUE run: nothing was)."""
+    import flax
+    import jax
+    import jax.numpy as jnp
+
+    from bertjax import checkpointing, trainer
+
+    @flax.struct.dataclass
+    class State:
+        w: jax.Array
+        worst_bad_run: jax.Array
+        skipped_steps: jax.Array
+
+    loop = _loop(tmp_path, num_steps=100, log_every=5)
+    metrics = {"loss": jnp.float32(jnp.nan), "learning_rate": jnp.float32(0.1), "grad_norm": jnp.float32(1.0)}
+    try:
+        for step in range(1, 5):
+            loop.record(step, metrics, State(jnp.ones(3), jnp.int32(step), jnp.int32(step)))
+        with pytest.raises(trainer.TrainingDiverged, match=r"saved at step 5.*run the same command again"):
+            loop.record(5, metrics, State(jnp.full(3, 7.0), jnp.int32(5), jnp.int32(5)))
+    finally:
+        loop.close()
+    restored = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
+                                          async_save=False)
+    assert restored.all_steps() == [5]
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one),
+                                      State(jnp.zeros(3), jnp.int32(0), jnp.int32(0)))
+    state, _ = restored.restore(abstract)
+    assert state.w.tolist() == [7.0, 7.0, 7.0]
+
+
 def test_a_signal_during_an_evaluation_stops_at_its_step(tmp_path):
     """The question 'stop here?' is asked before an evaluation and again at the save: a signal
     that came in between stops the run at that step, not one later (a review of the above)."""

@@ -158,6 +158,9 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir)
     first_bad = next(r["step"] for r in records if r["skipped"] == 1.0)
     assert all(r["skipped"] == 1.0 for r in records if r["step"] >= first_bad)
     assert records[-1]["step"] < 40
+    # The weights it stopped with (never updated by the bad steps) are kept, at the stop's step.
+    assert f"saved at step {records[-1]['step']}" in result.stderr
+    assert (workdir / "checkpoints" / str(records[-1]["step"])).is_dir()
 
 
 def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):

@@ -156,6 +156,22 @@ def test_a_skipped_step_changes_no_weight_and_does_not_advance_the_schedule(setu
                                [schedule(0), schedule(1), schedule(1)])
 
 
+def test_an_evaluation_in_the_train_steps_micro_batches_sums_as_the_whole_batch(setup):
+    """Pre-training evaluates a global batch in grad_accum_steps parts (the memory a training
+    micro-batch fits): the sums and counts are the whole batch's, padded predictions too."""
+    fresh_state, _, batch = setup
+    mesh, params = sharding.create_mesh(data=-1), fresh_state().params
+    task = objective(BertForPreTraining(CONFIG))
+    with sharding.activate(mesh):
+        placed = trainer.global_batch(batch, mesh)
+        whole = jax.jit(lambda p, b: trainer.eval_sums(p, b, objective=task)[:2])(params, placed)
+        parts = jax.jit(lambda p, b: trainer.eval_sums_in_parts(p, b, objective=task, parts=2))(params, placed)
+    for got, want in zip(parts, whole):
+        assert sorted(got) == sorted(want) and want["mlm_accuracy"] > 0
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5)
+
+
 def test_evaluation_totals_weight_every_example_once():
     totals = trainer.EvalTotals()
     # Two batches, the second padded: its counts hold only the real rows.
