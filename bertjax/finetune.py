@@ -48,6 +48,7 @@ from bertjax.inference import model_source
 from bertjax.models import BertConfig, FrozenEncoder, stack_layers
 from bertjax.models.heads import TOKEN_TRANSFORM
 from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
+from bertjax.runtime.errors import TrainingDiverged
 from bertjax.tasks import batching, feature_cache, packing
 from bertjax.tasks.common import SEQUENCE_FEATURES, Split, Task
 
@@ -477,6 +478,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                               start_step))
 
     programs = None  # compiled below; closed (its compile thread stopped) whatever ends the run
+    diverged = None  # TrainingDiverged after an evaluation: raised once best/'s predictions are written
     try:
         # -- A frozen encoder runs once over each split; the steps and evaluations read what it
         #    gave (evaluation's from float32 products, as it evaluates without a cache). --
@@ -513,10 +515,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         batches = train_batches.batches(start_batch=start_step)
         if caches:
             batches = caches[task.train.name].with_features(batches, train_batches, start_step)
-        def evaluate_at(step: int, params) -> None:
-            """Evaluates `params` (after `step`), logs it, keeps it in best/ when it is the best."""
+        def evaluate_at(step: int, state) -> None:
+            """Evaluates the weights of `state` (after `step`), logs it, keeps them in best/ when
+            they are the best."""
             nonlocal best, best_predictions
-            with loop.paused(), clock.phase("evaluate"):
+            params = state.params
+            with loop.evaluation(step, state), clock.phase("evaluate"):
                 results, predictions = evaluator.evaluate(params)
                 main = results[task.eval_splits[0].name]
                 loop.write_eval(step, _eval_record(results))
@@ -531,7 +535,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             with loop.paused(), clock.phase("evaluate"):  # the starting point, for comparison only: never best/
                 loop.write_eval(0, _eval_record(evaluator.evaluate(state.params)[0]))
         if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
-            evaluate_at(step, state.params)
+            evaluate_at(step, state)
         while step < train_cfg.num_steps:
             batch = next(batches)
             step_fn = _train_step(programs, batching.batch_shape(batch), loop, clock)
@@ -540,13 +544,16 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             step += 1
             loop.record(step, metrics, state)
             if loop.evaluates(step):
-                evaluate_at(step, state.params)
+                evaluate_at(step, state)
             with clock.phase("save"):
                 loop.save(step, state)
-    except BaseException:
-        if programs is not None:
-            programs.close()
-        raise
+    except BaseException as error:
+        if isinstance(error, TrainingDiverged) and best is not None:
+            diverged = error  # the best weights evaluated before it are still a result: predicted below
+        else:
+            if programs is not None:
+                programs.close()
+            raise
     finally:
         with clock.phase("save"):
             loop.close()
@@ -582,5 +589,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, "
                  + (f"predictions in {directory}" if written else "no predictions (no eval_file or test_file)"))
     loop.console(clock.summary(rest="train and start-up"))
-    return {"best": best, "last": loop.last, "predictions": written, "main_metric": task.main_metric,
-            "seconds": clock.seconds(rest="train and start-up")}
+    result = {"best": best, "last": loop.last, "predictions": written, "main_metric": task.main_metric,
+              "seconds": clock.seconds(rest="train and start-up")}
+    if diverged is not None:
+        raise TrainingDiverged(f"{diverged} The best evaluation before it (step {best['step']}) is the result: "
+                               f"weights in {best_checkpointer.directory}, predictions in {directory}.", result=result)
+    return result

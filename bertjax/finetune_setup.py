@@ -18,6 +18,7 @@ from bertjax.inference import model_source
 from bertjax.models import BertConfig
 from bertjax.models import config as bert_config
 from bertjax.runtime import fileio
+from bertjax.runtime.errors import RunSettingsError
 from bertjax.tasks import batching
 from bertjax.tasks.common import check_int
 
@@ -219,7 +220,7 @@ def schedule_config(config: ml_collections.ConfigDict, examples_per_epoch: int) 
         train.num_steps = max(1, int(examples_per_epoch / train.batch_size * train.num_epochs))
     train.warmup_steps = int(train.warmup_proportion * train.num_steps)
     if train.schedule == "inverse_sqrt" and not train.warmup_steps:
-        raise ValueError(f"config.train.warmup_proportion={train.warmup_proportion} gives no warmup step in this "
-                         f"run's {train.num_steps} steps, and the 'inverse_sqrt' schedule needs one: raise it")
+        raise RunSettingsError(f"config.train.warmup_proportion={train.warmup_proportion} gives no warmup step in "
+                               f"this run's {train.num_steps} steps, and the 'inverse_sqrt' schedule needs one: raise it")
     optim.validate_train_config(train)
     return train

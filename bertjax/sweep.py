@@ -14,7 +14,7 @@ import ml_collections
 
 from bertjax import finetune, finetune_setup, sharding
 from bertjax.runtime import cli, fileio
-from bertjax.runtime.errors import TrainingDiverged
+from bertjax.runtime.errors import RunSettingsError, TrainingDiverged
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +79,18 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
             if failure is None:
                 raise
             log.warning("the sweep's run %s failed (%s); going on to the next", name, failure)
-            results.append({**row, "best_step": None, "error": failure})
-            continue
+            summary = getattr(e, "result", None)  # a diverged run's best evaluation before it
+            row["error"] = failure
+            if summary is None:
+                results.append({**row, "best_step": None})
+                _write_results(workdir, results, metric)
+                continue
         metric = f"eval_{summary['main_metric']}"  # the task's: F1 for MRPC, Spearman for STS-B, ...
         best = summary["best"] or {"metrics": {}, "step": None}
         results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
-    results.sort(key=lambda row: -row.get(metric, -math.inf))
+        _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
+    results = _write_results(workdir, results, metric)
     if jax.process_index() == 0:
-        fileio.write_json(fileio.join(workdir, "sweep_results.json"), results)
         columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
         print("\n" + "  ".join(f"{c:>24}" for c in columns))
         for row in results:
@@ -101,10 +105,20 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     return results
 
 
+def _write_results(workdir: str, results: list[dict[str, Any]], metric: str | None) -> list[dict[str, Any]]:
+    """The rows best first by `metric` (None: no run evaluated yet), written (process 0) to
+    WORKDIR/sweep_results.json."""
+    ranked = sorted(results, key=lambda row: -row.get(metric, -math.inf))
+    if jax.process_index() == 0:
+        fileio.write_json(fileio.join(workdir, "sweep_results.json"), ranked)
+    return ranked
+
+
 def _run_failure(error: Exception) -> str | None:
     """One line for a run that failed by its own settings (non-finite losses; out of device memory
-    at a large batch size), which the sweep records and goes past; None for anything else."""
-    if isinstance(error, TrainingDiverged):
+    at a large batch size; a warmup share that gives its length no warmup step), which the sweep
+    records and goes past; None for anything else."""
+    if isinstance(error, (TrainingDiverged, RunSettingsError)):
         return str(error)
     if cli.out_of_device_memory(error):
         return f"out of device memory ({str(error)[:200]})"

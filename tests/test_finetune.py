@@ -313,6 +313,25 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog):
     assert again == results
 
 
+def test_a_run_diverging_after_an_evaluation_keeps_its_best_weights_and_predicts_with_them(tmp_path):
+    """The first update has learning rate 0 (warmup from 0), so step 1 evaluates finite weights;
+    then 1e30 makes every step non-finite. The stop saves its step, and the best evaluation's
+    weights give the predictions (none were written: a review), then the run reports it."""
+    from bertjax import finetune
+    from bertjax.runtime.errors import TrainingDiverged
+
+    config = _demo_config(num_steps=12, eval_every=1, learning_rate=1e30, max_consecutive_bad_steps=2)
+    config.model.update(num_hidden_layers=1, **SMALL_MODEL)
+    with pytest.raises(TrainingDiverged, match=r"consecutive steps had a non-finite loss.*The best evaluation before "
+                                               r"it \(step 1\) is the result") as caught:
+        finetune.finetune(config, str(tmp_path))
+    result = caught.value.result
+    assert result["best"]["step"] == 1 and result["predictions"]
+    assert all(os.path.getsize(path) for path in result["predictions"])
+    stopped = [r["step"] for r in _metrics(tmp_path) if "loss" in r][-1]
+    assert stopped < 12 and (tmp_path / "checkpoints" / str(stopped)).is_dir()
+
+
 def test_schedule_counts_steps_like_run_classifier():
     # int(N / batch * epochs) and warmup int(proportion * steps): 1000 / 32 * 3 = 93.75 -> 93, 9.
     config = _demo_config(batch_size=32, num_epochs=3.0, num_steps=0)
@@ -415,6 +434,36 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(finetune, "finetune", lambda run, workdir: (_ for _ in ()).throw(TrainingStopped("preempted")))
     with pytest.raises(TrainingStopped, match="preempted"):  # a preemption stops the sweep, to resume
         sweep.sweep(config, str(tmp_path / "diverged"))
+
+    # A run that diverged after an evaluation keeps it (its best/ and predictions are written); a
+    # warmup share that gives a run's length no step is the run's failure; and the rows so far are
+    # on disk when a later run stops the sweep (a review: an abort left no sweep_results.json).
+    from bertjax.runtime.errors import RunSettingsError
+
+    def mixed(run, workdir):
+        if run.train.learning_rate == 1e-3:
+            raise TrainingDiverged("stopping at step 9", result={"best": {"step": 4, "metrics": metrics[1e-3]},
+                                                                 "main_metric": "f1"})
+        raise RunSettingsError("config.train.warmup_proportion=0.01 gives no warmup step")
+
+    monkeypatch.setattr(finetune, "finetune", mixed)
+    (tmp_path / "mixed").mkdir()
+    results = sweep.sweep(config, str(tmp_path / "mixed"))
+    assert [(r["run"], r["best_step"], r.get("eval_f1"), r["error"][:14]) for r in results] == [
+        ("lr0.001_batch16_steps20", 4, 0.60, "stopping at st"), ("lr0.0001_batch16_steps20", None, None, "config.train.w")]
+    assert "best: lr0.001_batch16_steps20 (eval_f1 0.6000)" in capsys.readouterr().out
+
+    def preempted_second(run, workdir):
+        if run.train.learning_rate == 1e-4:
+            raise TrainingStopped("preempted")
+        return {"best": {"step": 4, "metrics": metrics[1e-3]}, "main_metric": "f1"}
+
+    monkeypatch.setattr(finetune, "finetune", preempted_second)
+    (tmp_path / "stopped").mkdir()
+    with pytest.raises(TrainingStopped):
+        sweep.sweep(config, str(tmp_path / "stopped"))
+    assert [r["run"] for r in json.load(open(tmp_path / "stopped" / "sweep_results.json"))] == [
+        "lr0.001_batch16_steps20"]
 
     # A grid point the mesh cannot split (the 8 simulated devices) fails before any run trains.
     trained = []

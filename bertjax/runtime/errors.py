@@ -8,4 +8,14 @@ class TrainingStopped(RuntimeError):
 
 class TrainingDiverged(TrainingStopped):
     """Stopped after too many non-finite steps in a row: the run's settings, not the machine
-    (a sweep records it and goes on to its next run)."""
+    (a sweep records it and goes on to its next run). `result`: a fine-tuning run's summary
+    when it had evaluated before (its best weights and their predictions are written), else None."""
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result
+
+
+class RunSettingsError(ValueError):
+    """A run's settings that do not work with its data, known only once the data is read (a
+    warmup share that gives no warmup step): a sweep records it and goes on to its next run."""
