@@ -290,6 +290,9 @@ def _block_attention_backward(residuals, grad):
         d_values = d_values + jnp.einsum("bnqk,bnqd->bnkd", probs, f32(block_grad))
         d_probs = jnp.einsum("bnqd,bnkd->bnqk", f32(block_grad), f32(values))
         d_scores = probs * (d_probs - jnp.sum(f32(block_grad) * f32(block_out), axis=-1, keepdims=True)) * scale
+        # A query that sees no key (a packed row's padding) has uniform probs but, as the masked
+        # scores are constants, no gradient.
+        d_scores = jnp.where(mask, d_scores, 0.0)
         d_queries = jnp.einsum("bnqk,bnkd->bnqd", d_scores, f32(keys))
         d_keys = d_keys + jnp.einsum("bnqk,bnqd->bnkd", d_scores, f32(queries))
         return (d_keys, d_values), d_queries.astype(queries.dtype)

@@ -57,6 +57,7 @@ def test_presets_match_released_sizes():
     (dict(remat_policy="sometimes"), "remat_policy"),
     (dict(attention_impl="fused"), "attention_impl"),  # fused kernels need attention dropout 0
     (dict(attention_impl="cudnn"), "attention_impl"),
+    (dict(attention_impl="cudnn", attention_probs_dropout_prob=0.0), "attention_impl"),  # float32
     (dict(attention_impl="flash"), "attention_impl"),
     (dict(layer_norm_eps=0.0), "layer_norm_eps"),
     (dict(matmul_precision="float16"), "matmul_precision"),
@@ -431,7 +432,9 @@ def test_long_rows_attend_by_query_blocks_as_all_at_once(monkeypatch, packed):
 @pytest.mark.parametrize("packed", [False, True])
 def test_query_blocks_recompute_their_scores_for_the_exact_gradient(monkeypatch, packed):
     """block_attention's hand-written backward (scores recomputed block by block) gives the
-    gradients of the whole S x S attention, for padded and packed rows."""
+    gradients of the whole S x S attention, for padded and packed rows; a loss on every
+    position too, where a packed row's padding queries see no key (their gradient leaked into
+    the queries and keys: a review)."""
     config = BertConfig.preset("tiny", vocab_size=97, max_position_embeddings=1024, attention_probs_dropout_prob=0.0)
     rng = np.random.default_rng(5)
     length = 2 * attention.QUERY_BLOCK + 37
@@ -444,10 +447,11 @@ def test_query_blocks_recompute_their_scores_for_the_exact_gradient(monkeypatch,
     real = jnp.asarray(np.asarray(ids) > 0)[..., None]
     layer = attention.BertSelfAttention(config, deterministic=False, packed=packed)
     params = layer.init(jax.random.key(0), x, ids)
-    loss = lambda p, x: jnp.sum(jnp.where(real, jnp.sin(layer.apply(p, x, ids)), 0.0))
-    blocked = jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x))
+    real_only = lambda p, x: jnp.sum(jnp.where(real, jnp.sin(layer.apply(p, x, ids)), 0.0))
+    everywhere = lambda p, x: jnp.sum(jnp.sin(layer.apply(p, x, ids)))
+    blocked = [jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x)) for loss in (real_only, everywhere)]
     monkeypatch.setattr(attention, "QUERY_BLOCK", 10 ** 6)
-    whole = jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x))
+    whole = [jax.tree.map(np.asarray, jax.grad(loss, argnums=(0, 1))(params, x)) for loss in (real_only, everywhere)]
     for a, b in zip(jax.tree.leaves(blocked), jax.tree.leaves(whole)):  # gradients up to ~20: summation order
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=2e-4)
     assert max(np.abs(leaf).max() for leaf in jax.tree.leaves(whole)) > 1e-3
