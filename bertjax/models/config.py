@@ -172,6 +172,9 @@ class BertConfig:
         self._check_choice("matmul_precision", MATMUL_PRECISIONS)
         self._check_choice("remat_policy", REMAT_POLICIES)
         self._check_choice("attention_impl", ATTENTION_IMPLS)
+        if self.attention_impl == "cudnn" and self.dtype == "float32":
+            raise ValueError("BertConfig.attention_impl='cudnn' needs dtype bfloat16 or float16 (cuDNN's fused "
+                             "attention has no float32 form); use attention_impl='xla' for float32")
         if self.attention_impl != "xla" and self.attention_probs_dropout_prob > 0:
             raise ValueError(
                 f"BertConfig.attention_impl={self.attention_impl!r} needs attention_probs_dropout_prob=0 "
@@ -226,10 +229,19 @@ class BertConfig:
         return 128 if self.attention_impl == "splash" else 1
 
     def check_length(self, length: int, key: str = "config.data.max_seq_length") -> None:
-        """ValueError naming `key` when `length` is not a whole number of `length_multiple`s."""
+        """ValueError naming `key` when `length` is not a whole number of `length_multiple`s, or
+        when attention_impl's kernel does not run on this backend (checked with the length, at
+        start-up: the kernel's own error comes at the first compile, as a traceback)."""
         if length % self.length_multiple:
             raise ValueError(f"{key}={length} must be a multiple of {self.length_multiple} with "
                              f"config.model.attention_impl={self.attention_impl!r}")
+        import jax
+
+        backend = jax.default_backend()
+        if (self.attention_impl == "cudnn" and backend != "gpu") or (self.attention_impl == "splash"
+                                                                     and backend == "gpu"):
+            raise ValueError(f"config.model.attention_impl={self.attention_impl!r} does not run on {backend}: "
+                             f"'cudnn' is for GPUs, 'splash' for TPUs, 'xla' for any")
 
     def is_global_layer(self, index: int) -> bool:
         """Whether layer `index` attends over the whole row (see attention_window)."""
@@ -298,15 +310,17 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
     values = {key: value for key, value in values.items() if value is not None and key != "preset"}
     check_known_keys(values, source)
     if checkpoint is not None:
+        rotary = checkpoint.position_embedding == "rope"
         for name in ARCHITECTURE_FIELDS:
+            if rotary and name == "max_position_embeddings":  # no weights: a context extension may raise it
+                continue
             if name in values and values[name] != getattr(checkpoint, name):
                 raise ValueError(f"{source}.{name}={values[name]!r} but the checkpoint has {name}="
                                  f"{getattr(checkpoint, name)!r}; leave {source}.{name} unset to take the checkpoint's")
         inherited = {name: getattr(checkpoint, name) for name in ARCHITECTURE_FIELDS + _INHERITED_FIELDS}
         base = BertConfig(**inherited)
-        for name in ROPE_FIELDS:
-            if checkpoint.position_embedding == "rope" and values.get(name, getattr(checkpoint, name)) != getattr(
-                    checkpoint, name):
+        for name in (*ROPE_FIELDS, "max_position_embeddings"):
+            if rotary and values.get(name, getattr(checkpoint, name)) != getattr(checkpoint, name):
                 logging.getLogger(__name__).warning("%s.%s=%g replaces the checkpoint's %g (a context extension)",
                                                     source, name, values[name], getattr(checkpoint, name))
     else:
@@ -323,4 +337,14 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
         raise ValueError(f"{source}.attention_window={config.attention_window} has no effect with "
                          f"global_attention_every=1 (every layer attends globally); set "
                          f"{source}.global_attention_every (ModernBERT's: 3)")
+    # A setting that would change nothing is refused: the run would not be the one asked for.
+    idle = {"global_attention_every": (config.attention_window == 0, "attention_window=0 (every layer global)"),
+            "local_rope_theta": (config.attention_window == 0 or config.position_embedding != "rope",
+                                 f"attention_window={config.attention_window} and position_embedding="
+                                 f"{config.position_embedding!r} (local layers with rotary positions only)"),
+            "rope_theta": (config.position_embedding != "rope",
+                           f"position_embedding={config.position_embedding!r} (rotary positions only)")}
+    for name, (ignored, why) in idle.items():
+        if name in values and ignored and values[name] != getattr(BertConfig(), name):
+            raise ValueError(f"{source}.{name}={values[name]!r} has no effect with {why}")
     return config

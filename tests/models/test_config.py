@@ -33,3 +33,24 @@ def test_a_checkpoint_gives_its_architecture_and_refuses_contradictions():
         resolve({"hidden_act": "gelu"}, checkpoint=original)
     with pytest.raises(ValueError, match="unknown BertConfig keys"):
         resolve({"hidden_sise": 3})
+
+
+def test_a_rotary_checkpoints_context_can_grow_and_idle_position_settings_are_refused(caplog):
+    """Rotary positions hold no weights, so a context extension may raise max_position_embeddings
+    past the checkpoint's (it was refused, so the larger theta could not lengthen the context: a
+    review); a learned table's stays fixed. A window, theta or layer pattern set where it changes
+    nothing is refused rather than silently ignored."""
+    modern = BertConfig.preset("modernbert-tiny")
+    with caplog.at_level("WARNING"):
+        longer = resolve({"rope_theta": 640_000.0, "max_position_embeddings": 4096}, checkpoint=modern)
+    assert (longer.max_position_embeddings, longer.rope_theta) == (4096, 640_000.0)
+    assert "max_position_embeddings=4096 replaces the checkpoint's 1024 (a context extension)" in caplog.text
+    with pytest.raises(ValueError, match="max_position_embeddings=1024 but the checkpoint has max_position_embeddings"):
+        resolve({"max_position_embeddings": 1024}, checkpoint=BertConfig.preset("tiny"))
+    with pytest.raises(ValueError, match=r"config.model.global_attention_every=3 has no effect with attention_window=0"):
+        resolve({"global_attention_every": 3, "position_embedding": "rope"}, preset="tiny")
+    with pytest.raises(ValueError, match=r"local_rope_theta=1234.0 has no effect with attention_window=0"):
+        resolve({"local_rope_theta": 1234.0, "position_embedding": "rope"}, preset="tiny")
+    with pytest.raises(ValueError, match=r"rope_theta=5.0 has no effect with position_embedding='absolute'"):
+        resolve({"rope_theta": 5.0}, preset="tiny")
+    assert resolve({"local_rope_theta": 20_000.0}, preset="modernbert-tiny").local_rope_theta == 20_000.0
