@@ -86,6 +86,7 @@ class OriginalTFRecordPipeline:
         self.batch_size = batch_size
         self.shuffle_buffer = data_config.instance_shuffle_buffer
         self.seed = data_config.seed if seed is None else seed
+        self.process_index, self.process_count = process_index, process_count
         self.file_ids, self.record_shard = host_file_split(sizes, process_index, process_count)
         self._epoch_size: int | None = None
 
@@ -120,6 +121,11 @@ class OriginalTFRecordPipeline:
         return {name: out[name] for name in FEATURE_NAMES}
 
     def dataset(self, start_batch: int = 0) -> tf.data.Dataset:
+        if not self.holds_at_least(1):  # else an endless stream of empty epochs: a silent hang
+            raise ValueError(f"this host (process {self.process_index} of {self.process_count}) gets no record of "
+                             f"{', '.join(self.paths[:3])}" + (f" and {len(self.paths) - 3} more" if len(self.paths) > 3
+                                                               else "")
+                             + ": fewer records than hosts; give more data (more records or files)")
         position = start_batch * self.batch_size
         epoch, offset = divmod(position, self.epoch_size()) if position else (0, 0)
         ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(no_autograph(self._epoch)).skip(offset)

@@ -60,9 +60,17 @@ def check_can_pair(data_config, metadata: dict, split: str) -> None:
     another document to draw a random B from, and the pipeline would wait forever. A warning
     when its sentences average over half a pair's tokens: two seldom fit, so most pairs are
     cut; over a whole pair's, most chunks are one sentence, whose B is always random (NSP
-    labels far from 50/50)."""
+    labels far from 50/50). Without NSP or full rows, a warning when they average over a row:
+    each chunk is then one sentence cut to the row, and the rest of it is never read."""
     entry = metadata["splits"][split]
     per_sentence, pair = entry["tokens"] / max(1, entry["sentences"]), data_config.max_seq_length - 3
+    if not data_config.next_sentence_prediction and not data_config.get("full_rows") and per_sentence > pair + 1:
+        logging.warning(
+            "%s: its %s sentences average %.0f tokens against config.data.max_seq_length=%d: each row takes one "
+            "sentence cut to fit, and about %.0f%% of the tokens are never trained on. Is the text split into "
+            "sentences? (or set config.data.full_rows=True: documents end to end, cut into rows)",
+            corpus_name(data_config), split, per_sentence, data_config.max_seq_length,
+            100 * (1 - (pair + 1) / per_sentence))
     if data_config.next_sentence_prediction and per_sentence > pair / 2:
         effect = ("most pairs will get a random B (NSP labels far from 50/50), their sentences cut" if
                   per_sentence >= pair else "two seldom fit, so most pairs are cut to fit")

@@ -52,6 +52,7 @@ import functools
 import itertools
 import json
 import math
+import os
 import re
 import socket
 from typing import Any, Callable, Iterator
@@ -177,26 +178,32 @@ def iter_documents(data_config: Any, drops: DropCounter | None = None) -> Iterat
 # -- Text files. --
 
 def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files: str = "text files") -> list[str]:
-    """Comma-separated globs (the setting `key`) -> sorted unique paths (overlapping globs
-    name a file once); a glob matching nothing is an error (a typo would drop its files)."""
-    paths = []
+    """Comma-separated globs (the setting `key`) -> sorted unique paths (overlapping globs, or
+    a local file named two ways, "x.txt" and "./x.txt" or a link, name it once: by its first
+    spelling); a glob matching nothing is an error (a typo would drop its files)."""
+    paths: dict[str, str] = {}  # the file -> how the patterns first named it
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
             continue
         matches = fileio.glob(pattern)
         if not matches:
             raise FileNotFoundError(f"{key}: {pattern!r} matches no file")
-        paths.extend(matches)
+        for path in matches:
+            paths.setdefault(path if fileio.is_remote(path) else os.path.realpath(path), path)
     if not paths:
         raise ValueError(f"{key} is empty; give comma-separated globs of {files}")
-    return sorted(set(paths))
+    return sorted(paths.values())
 
 
 # The first bytes of files that are not text, and what they are (`check_text_files`): read as
 # text, their bytes would give garbage "documents" and a count of dropped lines, never an error.
 _NOT_TEXT = {b"\x1f\x8b": "gzip-compressed", b"BZh": "bzip2-compressed", b"\x28\xb5\x2f\xfd": "zstd-compressed",
              b"\xfd7zXZ\x00": "xz-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet (source=parquet)",
-             b"\x89PNG": "a PNG image", b"%PDF": "a PDF"}
+             b"\x89PNG": "a PNG image", b"%PDF": "a PDF",
+             # Windows' "Unicode" text: each line would read as ASCII with NULs between, and no
+             # blank line would end a document.
+             b"\xff\xfe": "UTF-16 or UTF-32 (byte-order mark FF FE)", b"\xfe\xff": "UTF-16 (byte-order mark FE FF)",
+             b"\x00\x00\xfe\xff": "UTF-32 (byte-order mark 00 00 FE FF)"}
 
 
 def check_text_files(units: list[dict], source: str) -> None:
@@ -209,7 +216,10 @@ def check_text_files(units: list[dict], source: str) -> None:
             head = f.read(4096)
         for magic, what in _NOT_TEXT.items():
             if head.startswith(magic):
-                raise ValueError(f"{path}: {what}, not text; decompress or convert it first")
+                raise ValueError(f"{path}: {what}, not UTF-8 text; decompress or convert it first")
+        nul = head.find(b"\x00")
+        if nul >= 0:  # UTF-8 text has none: UTF-16 without a byte-order mark, or binary
+            raise ValueError(f"{path}: a NUL byte at byte {nul} (UTF-16 or binary?), not UTF-8 text; convert it first")
         first = head.split(b"\n", 1)[0].strip()
         if number == 0 and source == "text" and first.startswith(b"{") and first.endswith(b"}"):
             try:

@@ -84,6 +84,15 @@ def test_resume_and_host_split(files):
         it = host.batches()
         seen.append({int(n) for _ in range(2) for n in next(it)["input_ids"][:, 0]})
     assert seen[0] and seen[1] and not seen[0] & seen[1]
+    # A host with no record (a small eval file on a pod) spun over empty epochs, and a resume
+    # divided by zero (a review): refused, naming the host and the file.
+    write_original(files[0] + ".three", 0, 3)
+    last = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=[files[0] + ".three"], batch_size=2,
+                                                      process_index=3, process_count=4)
+    for start in (0, 5):
+        with pytest.raises(ValueError, match=r"this host \(process 3 of 4\) gets no record of .*original-0.tfrecord"
+                                             r".three: fewer records than hosts"):
+            next(last.batches(start))
 
 
 def test_wrong_lengths_name_the_file_and_key(files):

@@ -390,6 +390,16 @@ def test_sentences_longer_than_half_a_pair_are_warned_of(caplog):
     config.next_sentence_prediction = False
     pipelines.check_can_pair(config, paragraphs, "train")
     assert not caplog.text
+    # Without NSP a sentence longer than a row was cut and its rest skipped, 75% of the tokens
+    # of 500-token "sentences" at 128 never trained on, without a word (a review).
+    long_lines = {"splits": {"train": {**paragraphs["splits"]["train"], "tokens": 50_000}}}
+    pipelines.check_can_pair(config, long_lines, "train")
+    assert ("its train sentences average 500 tokens against config.data.max_seq_length=128: each row takes one "
+            "sentence cut to fit, and about 75% of the tokens are never trained on") in caplog.text
+    caplog.clear()
+    config.full_rows = True  # documents end to end: nothing is cut away
+    pipelines.check_can_pair(config, long_lines, "train")
+    assert not caplog.text
 
 
 def test_pretraining_takes_the_casing_a_tokenizer_json_says(tmp_path):

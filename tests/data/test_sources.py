@@ -76,16 +76,39 @@ def test_missing_glob_and_empty_pattern_are_clear_errors(tmp_path):
         list(sources.iter_documents(_config(input_pattern=" , ")))
 
 
+def test_a_file_named_twice_is_read_once(tmp_path, monkeypatch):
+    """"corpus/*.txt,./corpus/x.txt" and a link to a file read its documents two or three times
+    (a review): a file is named once, by its first spelling."""
+    import os
+
+    (tmp_path / "corpus").mkdir()
+    for name in ("x.txt", "y.txt"):
+        (tmp_path / "corpus" / name).write_text("A sentence.\n")
+    os.symlink(tmp_path / "corpus" / "y.txt", tmp_path / "link.txt")
+    monkeypatch.chdir(tmp_path)
+    assert sources.expand_patterns(f"corpus/*.txt,./corpus/x.txt,{tmp_path}/corpus/x.txt,link.txt") == [
+        "corpus/x.txt", "corpus/y.txt"]
+
+
 def test_a_compressed_or_binary_file_is_refused_by_name(tmp_path):
     """A gzipped corpus read as text gave a few garbage documents and a count of dropped lines."""
     import gzip
 
     (tmp_path / "corpus.txt.gz").write_bytes(gzip.compress(b"One sentence.\nTwo.\n\nThree.\n" * 50))
-    with pytest.raises(ValueError, match=r"corpus.txt.gz: gzip-compressed, not text; decompress or convert it first"):
+    with pytest.raises(ValueError, match=r"corpus.txt.gz: gzip-compressed, not UTF-8 text; decompress or convert it first"):
         sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "*.gz"))), "text")
     (tmp_path / "rows.parquet").write_bytes(b"PAR1" + bytes(100))
-    with pytest.raises(ValueError, match=r"rows.parquet: Parquet \(source=parquet\), not text"):
+    with pytest.raises(ValueError, match=r"rows.parquet: Parquet \(source=parquet\), not UTF-8 text"):
         sources.check_text_files([{"jsonl": str(tmp_path / "rows.parquet"), "range": [0, 104]}], "jsonl")
+    # Windows' "Unicode" text read as one document of NUL-strewn lines, its non-ASCII lines dropped
+    # (a review): refused, with a byte-order mark or without.
+    text = "Ein Satz.\r\nNoch einer, größer.\r\n\r\nZweites Dokument.\r\n" * 20
+    (tmp_path / "notepad.txt").write_bytes(b"\xff\xfe" + text.encode("utf-16-le"))
+    (tmp_path / "bare.txt").write_bytes(text.encode("utf-16-be"))
+    for name, message in (("notepad.txt", r"UTF-16 or UTF-32 \(byte-order mark FF FE\), not UTF-8 text"),
+                          ("bare.txt", r"a NUL byte at byte 0 \(UTF-16 or binary\?\), not UTF-8 text")):
+        with pytest.raises(ValueError, match=rf"{name}: {message}"):
+            sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / name))), "text")
 
 
 def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
