@@ -416,24 +416,33 @@ class Tokenizer:
         """<bool>[vocab_size]: True where a token continues the previous token's word.
 
         WordPiece: '##' pieces. SentencePiece: pieces without the '▁' word-start marker,
-        excluding special, control, unknown and byte pieces. Whole-word masking masks a
-        word's first token together with the continuations that follow it.
+        excluding special, control, unknown and unused pieces, and pieces that begin with a
+        character BERT's basic split puts apart (CJK ideographs, punctuation: text without
+        spaces would otherwise be one word a sentence); a byte piece continues when its byte
+        does a character (UTF-8 10xxxxxx). Whole-word masking masks a word's first token
+        together with the continuations that follow it.
         """
         if self._wordpiece is not None:
             return np.array([t.startswith("##") for t in self._tokens], dtype=bool)
         if self._fast is not None:
             return self._fast_continuations()
         sp = self._sentencepiece
-        return np.array([
-            not (piece.startswith("\u2581") or sp.IsControl(i) or sp.IsUnknown(i) or sp.IsByte(i)
-                 or sp.IsUnused(i) or piece in SPECIAL_TOKENS)
-            for i, piece in enumerate(self._tokens)], dtype=bool)
+
+        def continues(i: int, piece: str) -> bool:
+            if sp.IsByte(i):  # "<0xNN>"
+                return 0x80 <= int(piece[1:-1], 16) < 0xC0
+            return not (piece.startswith("\u2581") or sp.IsControl(i) or sp.IsUnknown(i) or sp.IsUnused(i)
+                        or piece in SPECIAL_TOKENS or _a_word_alone(piece[0]))
+
+        return np.array([continues(i, piece) for i, piece in enumerate(self._tokens)], dtype=bool)
 
 
     def _fast_continuations(self) -> np.ndarray:
         """continuation_mask of a tokenizer.json: WordPiece pieces with its continuing prefix;
         otherwise pieces without the word-start marker its pre-tokenizer writes (byte-level
-        "Ġ", Metaspace "▁"); never special or added tokens."""
+        "Ġ", Metaspace "▁") that do not begin with a character BERT's basic split puts apart
+        (a byte-level piece read as its text: one that begins inside a character continues);
+        never special or added tokens."""
         spec = json.loads(self._fast.to_str())
         model = spec.get("model") or {}
         added = {token["content"] for token in spec.get("added_tokens") or []}
@@ -441,8 +450,10 @@ class Tokenizer:
             prefix = model.get("continuing_subword_prefix") or "##"
             continues = lambda token: token.startswith(prefix)
         else:
-            marker = "\u0120" if "ByteLevel" in json.dumps(spec.get("pre_tokenizer")) else "\u2581"
-            continues = lambda token: not token.startswith(marker)
+            byte_level = "ByteLevel" in json.dumps(spec.get("pre_tokenizer"))
+            marker = "\u0120" if byte_level else "\u2581"
+            as_text = (lambda token: decoders.ByteLevel().decode([token])) if byte_level else (lambda token: token)
+            continues = lambda token: not (token.startswith(marker) or _a_word_alone(as_text(token)[:1] or " "))
         return np.array([token not in added and continues(token) for token in self._tokens], dtype=bool)
 
 
