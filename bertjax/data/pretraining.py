@@ -68,6 +68,11 @@ DOCUMENT_FIELDS = ("sequence_ids", "position_ids", "cls_positions")  # full_rows
 _DOC_ORDER, _CHUNK, _INSTANCE_ORDER, _BATCH, _PACK = range(5)
 
 
+# (whole_word_mask, masked_lm_prob, mask_token_prob, random_token_prob): the original's defaults,
+# which original TFRecords were masked with (or by their own flags, not bertjax's).
+ORIGINAL_MASKING = (False, 0.15, 0.8, 0.1)
+
+
 def check_data_config(data_config) -> None:
     """Range checks ml_collections cannot do; errors name the config key."""
     d = data_config
@@ -89,6 +94,11 @@ def check_data_config(data_config) -> None:
         (isinstance(d.pack_pairs, int) and d.pack_pairs >= 0, "pack_pairs must be an int >= 0 (0: no packing)"),
         (not d.pack_pairs or d.source != "original_tfrecord",
          "pack_pairs needs a prepared source (original_tfrecord rows are fixed)"),
+        (d.source != "original_tfrecord" or (ORIGINAL_MASKING == (d.whole_word_mask, d.masked_lm_prob,
+                                                                  d.mask_token_prob, d.random_token_prob)),
+         "whole_word_mask, masked_lm_prob, mask_token_prob and random_token_prob would change nothing with "
+         "source='original_tfrecord': create_pretraining_data.py masked its records (leave them at "
+         f"{', '.join(map(str, ORIGINAL_MASKING))})"),
         (not d.full_rows or (not d.next_sentence_prediction and not d.pack_pairs and d.source != "original_tfrecord"),
          "full_rows (documents end to end, cut into rows) needs next_sentence_prediction=False, pack_pairs=0 and "
          "a prepared source"),

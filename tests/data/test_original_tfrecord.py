@@ -131,3 +131,14 @@ def test_token_ids_beyond_the_vocabulary_are_refused(files):
             pass
     whole = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=4, vocab_size=220)
     assert len([batch for batch, _ in zip(whole.batches(), range(15))]) == 15  # ids up to 219: all in
+
+
+def test_masking_settings_the_records_already_have_are_refused():
+    """Original records come masked: a whole-word or 30% masking setting changed nothing, silently."""
+    from bertjax.data import pretraining
+
+    pretraining.check_data_config(data_config())
+    for change in (dict(whole_word_mask=True), dict(masked_lm_prob=0.3), dict(mask_token_prob=0.9)):
+        with pytest.raises(ValueError, match=r"config.data: whole_word_mask, masked_lm_prob, mask_token_prob and "
+                                             r"random_token_prob would change nothing with source='original_tfrecord'"):
+            pretraining.check_data_config(data_config(**change))
