@@ -157,8 +157,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     if "phase2" in options:
         # Phase 2 of the original recipe: the last 10% of steps at length 512, continuing from
         # phase 1's weights (pass --config.init_checkpoint=<phase-1 workdir>).
-        config.data.max_seq_length = 512
-        config.data.max_predictions_per_seq = 80
+        config.data.max_seq_length = 512  # the cap on masked tokens follows: 77 at 15%
         config.init_checkpoint_required = True
         config.train.num_steps = max(1, config.train.num_steps // 9)  # 90% of steps were phase 1
         config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
@@ -168,7 +167,6 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         config.data.next_sentence_prediction = False
         config.data.full_rows = True
         config.data.masked_lm_prob = 0.3
-        _derive_max_predictions(config.data)  # phase2's 80 was the original's for 15%
         config.train.update(schedule="wsd", decay_fraction=0.1, decay_shape="1-sqrt", adam_bias_correction=True)
     if "long" in options:
         if not preset.startswith("modernbert"):
@@ -182,7 +180,6 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         # this length, resolved at start-up (bertjax.pretrain.resolve_global_batch_size).
         config.train.global_batch_size = config_dict.placeholder(int)
         config.data.max_seq_length = preset_model.max_position_embeddings
-        _derive_max_predictions(config.data)
         config.train.num_steps = max(1, config.train.num_steps // 10)
         config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
     unknown = set(options) - {"phase2", "modern", "long"}

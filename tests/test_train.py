@@ -474,7 +474,7 @@ def test_config_presets_and_phase_two():
     bert = pretrain.model_config(base, vocab_size=30522)  # config.model: what is set; the preset the rest
     assert (bert.hidden_size, bert.num_hidden_layers, base.train.global_batch_size) == (768, 12, 256)
     phase2 = pretrain_config.get_config("base,phase2")
-    assert (phase2.data.max_seq_length, phase2.data.max_predictions_per_seq) == (512, 80)
+    assert (phase2.data.max_seq_length, phase2.data.max_predictions_per_seq) == (512, 77)
     assert phase2.train.num_steps == base.train.num_steps // 9
     # A continuation reads another document order than the run it continues, which began this one.
     modern = pretrain_config.get_config("modernbert-tiny,modern")

@@ -126,7 +126,10 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
     from bertjax import checkpointing, pretrain
 
     assert pretrain_config.get_config("base").data.max_predictions_per_seq == 20  # the original's at 128
-    assert pretrain_config.get_config("base,phase2").data.max_predictions_per_seq == 80  # and at 512
+    phase2 = pretrain_config.get_config("base,phase2")
+    assert phase2.data.max_predictions_per_seq == 77  # and at 512, following an override too (a review: fixed at 80)
+    phase2.data.masked_lm_prob = 0.2
+    assert phase2.data.max_predictions_per_seq == 103
     tiny = pretrain_config.get_config("tiny")
     assert tiny.data.max_predictions_per_seq == 10
     tiny.data.max_seq_length = 512
