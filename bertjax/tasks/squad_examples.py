@@ -58,7 +58,8 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
     else "v2.0" when any question has "is_impossible", else "v1.1"), as the scorer's command
     line reads it. A question without "id" or "question", a repeated id, a malformed answer
     or an "is_impossible" that is not true or false raises ValueError naming the file and the
-    position or id. "answers" may be missing (prediction-only files; in v2.0, no answer).
+    position or id. "answers" may be missing (prediction-only files; in v2.0, no answer: a v2.0
+    question without answers or "is_impossible" is unanswerable, as the scorer reads it).
     """
     jsonl_hint = ("; one JSON object a line is JSON Lines, not the SQuAD layout (predict reads it with "
                   "--input_format=jsonl)")
@@ -70,6 +71,11 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         hint = jsonl_hint if isinstance(raw, dict) and "question" in raw else ""
         raise ValueError(f"{path}: expected a JSON object with a 'data' list (the SQuAD layout){hint}")
+    if version is None:
+        try:
+            version = squad_metrics.file_version(raw)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
     builder = ExampleBuilder(path, strict=True)
     for a, article in enumerate(raw["data"]):
         for p, paragraph in enumerate(_objects(article, "paragraphs", f"{path}: data[{a}]")):
@@ -96,16 +102,13 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
                 answers = [(x["text"], x["answer_start"]) for x in answers]
                 for text, name in [(qa["question"], "question"), *((text, "answer") for text, _ in answers)]:
                     _check_unicode(text, f"{path}: question id {qid!r}: its {name}")
-                impossible = qa.get("is_impossible", False)
+                # A v2.0 question with no answer and no "is_impossible" is unanswerable, as the
+                # official scorer reads it (its gold answer is "").
+                impossible = qa.get("is_impossible", version.removeprefix("v") == "2.0" and not answers)
                 if not isinstance(impossible, bool):  # bool("false") would be True
                     raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "
                                      f"boolean), not {impossible!r}")
                 builder.add(qid, qa["question"], paragraph["context"], answers, impossible)
-    if version is None:
-        try:
-            version = squad_metrics.file_version(raw)
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
     return builder.build(version, data=raw["data"])
 
 

@@ -360,6 +360,13 @@ def test_json_v2_impossible_questions_and_empty_context(bert_tokenizer, tmp_path
     assert split.examples.version == "v2.0" and split.examples.example_index.tolist() == [0, 1, 2]
     assert split.features["start_positions"].tolist()[1:] == [0, 0] and split.features["start_positions"][0] > 0
     assert split.lengths[2] == 2 + len("what is answer number 2?".split()) + 1 + 1  # [CLS] q [SEP] [SEP]
+    # No "is_impossible" and no answer in a v2.0 file: unanswerable, as the official scorer reads it
+    # (training refused the file, or with skip_bad_answers dropped every such question: a review).
+    paragraphs = [{"context": CONTEXT, "qas": [_qa(0, "1940"), _qa(1, None)]}]
+    examples = squad.read_json(_write(tmp_path, [{"title": "T", "paragraphs": paragraphs}], "bare.json", "v2.0"))
+    assert examples.is_impossible.tolist() == [False, True]
+    split = squad.featurize(bert_tokenizer, examples, "train")
+    assert split.examples.example_index.tolist() == [0, 1] and split.features["start_positions"][1] == 0
 
 
 # -- TFDS under mock data. --
