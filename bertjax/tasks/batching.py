@@ -130,14 +130,18 @@ class TrainBatches:
             rng = np.random.default_rng([self.seed, epoch])
             order = rng.permutation(len(self.split))
             if self.group_by_length:
-                order = self._grouped(order, rng)
+                order = self._grouped(order, rng, lead=-epoch * len(self.split) % self.batch_size)
             self._orders = {epoch: order, **{e: o for e, o in self._orders.items() if e == epoch - 1}}
         return self._orders[epoch]
 
-    def _grouped(self, order: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _grouped(self, order: np.ndarray, rng: np.random.Generator, lead: int) -> np.ndarray:
+        """`order` with batches of similar lengths, in groups of GROUP_BATCHES batches. The
+        first `lead` rows complete the batch that the epoch before ends in: the batches cut
+        after them are the stream's own (else, when the batch size does not divide the split,
+        every later epoch's batch would straddle two length-sorted ones)."""
         size, group = self.batch_size, self.batch_size * GROUP_BATCHES
-        pieces = []
-        for start in range(0, len(order), group):
+        pieces = [order[:lead]]
+        for start in range(lead, len(order), group):
             rows = order[start:start + group]
             rows = rows[np.argsort(self.split.lengths[rows], kind="stable")]
             full = len(rows) // size
