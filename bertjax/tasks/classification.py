@@ -195,6 +195,21 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
                     locations=lines)
 
 
+def _refuse_one_number_written_twice(label_names: tuple[str, ...], path: str) -> None:
+    """ValueError when two class names are one number ("1" and "1.0", as files joined from two
+    exports may hold): they would be two classes, silently."""
+    by_value: dict[float, list[str]] = {}
+    for name in label_names:
+        try:
+            by_value.setdefault(float(name), []).append(name)
+        except ValueError:
+            continue
+    same = next((names for names in by_value.values() if len(names) > 1), None)
+    if same:
+        raise ValueError(f"{path}: the labels {same} are one number written {len(same)} ways, which would be "
+                         f"{len(same)} classes; write each class one way")
+
+
 def _parse_labels(labels: list, label_lines: list[str], regression: bool, column: str) -> list:
     """Class names as strings, stripped (`pos ` is `pos`), or (regression) finite floats;
     an empty label is an error naming file:line (it would otherwise become a class)."""
@@ -288,6 +303,7 @@ def load_task(config, tokenizer) -> Task:
                                  "names separated by commas")
         else:
             label_names = tuple(sorted(set(train.labels)))
+            _refuse_one_number_written_twice(label_names, data.train_file)
             logging.info("%s: labels %s (sorted; set config.data.label_names to fix the order)", data.train_file,
                          list(label_names))
             if _look_like_scores(label_names):

@@ -140,6 +140,16 @@ def test_conll_reader(tmp_path, bert_tokenizer):
     assert split.features["label_weights"].sum() == 6  # still marks where each word is predicted
 
 
+def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path):
+    """A token holding a no-break space ("10 000" as French writes it) was split into two columns
+    and the file refused (a review): conlleval splits at spaces and tabs only."""
+    path = tmp_path / "train.txt"
+    path.write_text("EU B-ORG\n10\u00a0000 O\n\u00a0\tO\n\nnext\tO\n", encoding="utf-8")
+    examples = tagging.read_conll(str(path))
+    assert examples.sentences == [["EU", "10\u00a0000", "\u00a0"], ["next"]]
+    assert examples.tags == [["B-ORG", "O", "O"], ["O"]]
+
+
 def test_conll_tags_optional_decided_by_the_first_token_line(tmp_path):
     path = tmp_path / "test.txt"
     path.write_text("-DOCSTART-\n\nEU\nrejects\n", encoding="utf-8")
