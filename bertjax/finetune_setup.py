@@ -113,6 +113,23 @@ def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | Non
                                **bert_config.this_host())
 
 
+def from_scratch(config: ml_collections.ConfigDict, checkpoint_dir: str) -> ml_collections.ConfigDict:
+    """`config` fine-tuning the model of `checkpoint_dir` from random weights: its architecture,
+    dropout and tokenizer (what config.model sets stays), no init_checkpoint. The baseline a
+    pre-trained model is measured against (launch/demo.py)."""
+    from bertjax.models import convert
+
+    scratch = config.copy_and_resolve_references()
+    taken = bert_config.checkpoint_fields(convert.pretrained_config(checkpoint_dir))
+    vocabulary = convert.checkpoint_vocabulary(checkpoint_dir)
+    with scratch.unlocked():
+        scratch.init_checkpoint = ""
+        scratch.model.update({name: value for name, value in taken.items() if scratch.model.get(name) is None})
+        scratch.data.update(tokenizer=vocabulary["kind"], vocab_path=vocabulary["path"],
+                            do_lower_case=vocabulary["do_lower_case"])
+    return scratch
+
+
 def check_train_values(train: ml_collections.ConfigDict) -> None:
     """Raises ValueError naming the first config.train value out of range (no model or
     devices needed: launch/demo.py checks its fine-tuning config before pre-training)."""

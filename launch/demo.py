@@ -104,8 +104,7 @@ def _fill_mask(pretrain_dir: str) -> list[dict]:
 
 def main(_):
     from bertjax.runtime import fileio, plots
-    from bertjax import finetune, pretrain
-    from bertjax.models import convert
+    from bertjax import finetune, finetune_setup, pretrain
 
     start, workdir = time.time(), _WORKDIR.value
     pretrain_dir = fileio.join(workdir, "pretrain")
@@ -118,15 +117,12 @@ def main(_):
     fill_mask = _fill_mask(pretrain_dir)
     score, metric = {}, "accuracy"
     for name, run_dir in runs.items():
-        config = _FINETUNE.value.copy_and_resolve_references()
-        with config.unlocked():
-            if name == "pretrained":
+        if name == "pretrained":
+            config = _FINETUNE.value.copy_and_resolve_references()
+            with config.unlocked():
                 config.init_checkpoint = pretrain_dir
-            else:  # the same model and tokenizer, randomly initialised
-                vocabulary = convert.checkpoint_vocabulary(pretrain_dir)
-                config.init_checkpoint = ""
-                config.data.update(tokenizer=vocabulary["kind"], vocab_path=vocabulary["path"],
-                                   do_lower_case=vocabulary["do_lower_case"])
+        else:  # the same model and tokenizer, randomly initialised
+            config = finetune_setup.from_scratch(_FINETUNE.value, pretrain_dir)
         summary = finetune.finetune(config, run_dir)
         metric = summary["main_metric"]  # the task's (accuracy for the demo task; MCC for CoLA, ...)
         score[name] = summary["best"]["metrics"][metric] if summary["best"] else None

@@ -690,3 +690,21 @@ def test_a_run_stopped_at_an_evaluation_step_evaluates_it_when_resumed(tmp_path,
         checkpointing.read_meta(os.path.join(reference, "best"))["extra"]
     assert sorted(os.listdir(os.path.join(workdir, "predictions"))) == \
         sorted(os.listdir(os.path.join(reference, "predictions")))
+
+
+def test_from_scratch_fine_tunes_the_checkpoints_model_and_tokenizer_from_random_weights(pretrained_run):
+    """The demo's baseline: a fine-tuning config of another size (the demo's tiny) came out as
+    that size, not the pre-trained model's (a review); what the config sets (dropout) stays."""
+    config = _demo_config()
+    config.model.hidden_dropout_prob = 0.0
+    scratch = finetune_setup.from_scratch(config, pretrained_run)
+    assert scratch.init_checkpoint == ""
+    tokenizer = finetune_setup.load_tokenizer(scratch, None)
+    bert = finetune_setup.model_config(scratch, None, tokenizer.vocab_size)
+    config.init_checkpoint = pretrained_run
+    source = finetune_setup.checkpoint_source(config)
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+        assert getattr(bert, name) == getattr(source.bert, name), name
+    assert (bert.hidden_size, bert.num_hidden_layers) == (64, 1)  # not tiny's 128 x 2
+    assert bert.hidden_dropout_prob == 0.0
+    assert tokenizer.vocab_hash == finetune_setup.load_tokenizer(config, source).vocab_hash

@@ -293,6 +293,12 @@ def this_host() -> dict[str, bool]:
     return {"accelerator": jax.default_backend() != "cpu", "bf16_matmul_units": bf16_matmul.has_amx_bf16()}
 
 
+def checkpoint_fields(checkpoint: BertConfig) -> dict[str, Any]:
+    """What a run starting from `checkpoint` takes from it: its architecture, and its dropout,
+    initialisation and rotary thetas unless the run sets them."""
+    return {name: getattr(checkpoint, name) for name in ARCHITECTURE_FIELDS + _INHERITED_FIELDS}
+
+
 def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, preset: str | None = None,
             accelerator: bool = False, bf16_matmul_units: bool = False, source: str = "config.model") -> BertConfig:
     """A run's BertConfig from a config section in which None means "not set".
@@ -317,8 +323,7 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
             if name in values and values[name] != getattr(checkpoint, name):
                 raise ValueError(f"{source}.{name}={values[name]!r} but the checkpoint has {name}="
                                  f"{getattr(checkpoint, name)!r}; leave {source}.{name} unset to take the checkpoint's")
-        inherited = {name: getattr(checkpoint, name) for name in ARCHITECTURE_FIELDS + _INHERITED_FIELDS}
-        base = BertConfig(**inherited)
+        base = BertConfig(**checkpoint_fields(checkpoint))
         for name in (*ROPE_FIELDS, "max_position_embeddings"):
             if rotary and values.get(name, getattr(checkpoint, name)) != getattr(checkpoint, name):
                 logging.getLogger(__name__).warning("%s.%s=%g replaces the checkpoint's %g (a context extension)",
