@@ -383,6 +383,29 @@ def check_recipe(config: ml_collections.ConfigDict, workdir: str) -> None:
                      f"choose the preset in --config=configs/pretrain.py:{preset}")
 
 
+def warn_if_recipe_of_another_size(config: ml_collections.ConfigDict, bert: BertConfig) -> None:
+    """A warning when config.init_checkpoint gives a model of another size than the recipe's
+    preset (the model then comes from the checkpoint, the batch, steps and rate from the
+    recipe: BERT-base trained at tiny's rate of 1e-3, say), unless the checkpoint's own run
+    had this recipe (a continuation of a resized run)."""
+    from bertjax.models.convert import checkpoint_layout
+
+    recipe = config.get("recipe")
+    if not (config.init_checkpoint and recipe):
+        return
+    shape = lambda model: (model.num_hidden_layers, model.hidden_size)
+    intended = BertConfig.preset(recipe)
+    try:
+        layout, directory = checkpoint_layout(config.init_checkpoint)
+        saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else {}
+    except (OSError, ValueError):
+        saved = {}  # (named where the weights are read)
+    if shape(bert) != shape(intended) and saved.get("recipe") != recipe:
+        log.warning("config.init_checkpoint=%s is a %d x %d model, but the recipe (batch, steps, rate, length) is "
+                    "%r's, for %d x %d: choose its size's recipe in --config=configs/pretrain.py:<preset>",
+                    config.init_checkpoint, *shape(bert), recipe, *shape(intended))
+
+
 def warn_if_same_document_order(config: ml_collections.ConfigDict, workdir: str) -> None:
     """A warning when the pre-training run config.init_checkpoint names read this run's corpus
     with this run's config.data.seed: a continuation (phase2, long) starting its stream at
@@ -461,6 +484,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), _checkpoint_config(config))
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape)
+    warn_if_recipe_of_another_size(config, bert)
     warn_if_demo_corpus(config.data, bert)
     # Only now (it may write the demo vocabulary into data_dir): a refused run writes nothing.
     tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")

@@ -271,6 +271,26 @@ def test_a_model_preset_other_than_the_recipes_is_refused(tmp_path, five_steps):
     pretrain.check_recipe(config, str(tmp_path / "new"))
 
 
+def test_a_checkpoint_of_another_size_than_the_recipes_is_warned_of(caplog, five_steps):
+    """The preset check passed while init_checkpoint gave the model: BERT-base trained at tiny's
+    batch 16 and rate 1e-3 without a word (a review). A continuation of a resized run of the
+    same recipe (five_steps: tiny's recipe, one layer of 64) is not warned of."""
+    from bertjax import pretrain
+    from bertjax.models import BertConfig
+
+    config = _config()
+    config.init_checkpoint = "/checkpoints/bert-base"
+    pretrain.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny"))
+    assert not caplog.text
+    pretrain.warn_if_recipe_of_another_size(config, BertConfig.preset("base"))
+    assert ("config.init_checkpoint=/checkpoints/bert-base is a 12 x 768 model, but the recipe (batch, steps, rate, "
+            "length) is 'tiny''s, for 2 x 128") in caplog.text
+    caplog.clear()
+    config.init_checkpoint = str(five_steps)
+    pretrain.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny", num_hidden_layers=1, hidden_size=64))
+    assert not caplog.text
+
+
 def test_a_continuation_reading_the_same_document_order_is_warned_of(tmp_path, prepared_dir, five_steps, caplog):
     """phase2 and long take the next data seed, which an explicit --config.data.seed (the one
     phase 1 was given, repeated) replaces."""
