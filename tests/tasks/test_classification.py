@@ -429,3 +429,16 @@ def test_empty_texts_are_counted_and_the_first_is_named(tmp_path, tokenizer, cap
     warnings = [r.getMessage() for r in caplog.records if "empty text" in r.getMessage()]
     assert len(warnings) == 1 and "2 of 4 examples have an empty text (the first at " in warnings[0]
     assert warnings[0].endswith("train.csv:3); they are kept")
+
+
+def test_own_file_label_settings_are_refused_for_a_dataset_task(tokenizer):
+    """label_names (the order a reused head answers in) and label_kind were silently ignored by
+    GLUE, demo and conll2003 tasks, whose labels are their dataset's (a review)."""
+    from bertjax.tasks import tagging
+
+    for task, data in (("sst2", dict(label_names="positive,negative")), ("demo", dict(label_kind="float"))):
+        with pytest.raises(ValueError, match=rf"config.data.label_names and label_kind are for your own files .*; "
+                                             rf"{task}'s labels are its dataset's"):
+            classification.load_task(_config(task, **data), tokenizer)
+    with pytest.raises(ValueError, match=r"config.data.label_names='O,B-PER' is for your own files \(config.task=ner\)"):
+        tagging.load_task(_config("conll2003", label_names="O,B-PER"), tokenizer)
