@@ -19,7 +19,8 @@ NORM_PLACEMENTS = ("post", "pre")
 POOLERS = ("tanh", "cls", "mean")
 
 # What a checkpoint's weights mean: a run initialised from a checkpoint takes these from it,
-# and a value the config sets explicitly must agree with the checkpoint's.
+# and a value the config sets explicitly must agree with the checkpoint's (but a rotary
+# model's max_position_embeddings, which holds no weights: a context extension raises it).
 ARCHITECTURE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                        "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
                        "position_embedding", "attention_window", "global_attention_every", "norm_placement",
@@ -172,9 +173,6 @@ class BertConfig:
         self._check_choice("matmul_precision", MATMUL_PRECISIONS)
         self._check_choice("remat_policy", REMAT_POLICIES)
         self._check_choice("attention_impl", ATTENTION_IMPLS)
-        if self.attention_impl == "cudnn" and self.dtype == "float32":
-            raise ValueError("BertConfig.attention_impl='cudnn' needs dtype bfloat16 or float16 (cuDNN's fused "
-                             "attention has no float32 form); use attention_impl='xla' for float32")
         if self.attention_impl != "xla" and self.attention_probs_dropout_prob > 0:
             raise ValueError(
                 f"BertConfig.attention_impl={self.attention_impl!r} needs attention_probs_dropout_prob=0 "
@@ -230,11 +228,15 @@ class BertConfig:
 
     def check_length(self, length: int, key: str = "config.data.max_seq_length") -> None:
         """ValueError naming `key` when `length` is not a whole number of `length_multiple`s, or
-        when attention_impl's kernel does not run on this backend (checked with the length, at
-        start-up: the kernel's own error comes at the first compile, as a traceback)."""
+        when attention_impl's kernel does not run on this backend or in this dtype (checked
+        with the length, at start-up: the kernel's own error comes at the first compile, as a
+        traceback; not in __post_init__, as heads build float32 copies of the config)."""
         if length % self.length_multiple:
             raise ValueError(f"{key}={length} must be a multiple of {self.length_multiple} with "
                              f"config.model.attention_impl={self.attention_impl!r}")
+        if self.attention_impl == "cudnn" and self.dtype == "float32":  # (heads' float32 logits attend nothing)
+            raise ValueError("config.model.attention_impl='cudnn' needs config.model.dtype bfloat16 or float16 "
+                             "(cuDNN's fused attention has no float32 form); use 'xla' for float32")
         import jax
 
         backend = jax.default_backend()
@@ -306,7 +308,10 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
     values: BertConfig fields (and optionally "preset"); None or absent = not set.
     checkpoint: the config of the weights the run starts from, if any. Architecture fields
       (ARCHITECTURE_FIELDS) come from it; an explicitly set value that differs is an error
-      naming the field. Dropout and initializer_range come from it when not set.
+      naming the field (a rotary checkpoint's max_position_embeddings and thetas may change,
+      logged). Dropout and initializer_range come from it when not set. A set value that
+      would change nothing (a theta with learned positions, a layer pattern without a
+      window) is an error too.
     preset: without a checkpoint, unset sizes come from this released size (else BertConfig's).
     accelerator: `dtype` unset means bfloat16 compute on TPU/GPU, float32 on CPU
       (parameters stay float32 either way unless `param_dtype` says otherwise).
@@ -343,13 +348,21 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
                          f"global_attention_every=1 (every layer attends globally); set "
                          f"{source}.global_attention_every (ModernBERT's: 3)")
     # A setting that would change nothing is refused: the run would not be the one asked for.
-    idle = {"global_attention_every": (config.attention_window == 0, "attention_window=0 (every layer global)"),
-            "local_rope_theta": (config.attention_window == 0 or config.position_embedding != "rope",
-                                 f"attention_window={config.attention_window} and position_embedding="
-                                 f"{config.position_embedding!r} (local layers with rotary positions only)"),
-            "rope_theta": (config.position_embedding != "rope",
-                           f"position_embedding={config.position_embedding!r} (rotary positions only)")}
-    for name, (ignored, why) in idle.items():
-        if name in values and ignored and values[name] != getattr(BertConfig(), name):
+    for name, why in idle_fields(config).items():
+        if name in values and values[name] != getattr(BertConfig(), name):
             raise ValueError(f"{source}.{name}={values[name]!r} has no effect with {why}")
     return config
+
+
+def idle_fields(config: BertConfig) -> dict[str, str]:
+    """The fields that change nothing in `config` -> why: the layer pattern and local theta
+    without a window, the thetas with learned positions."""
+    idle = {}
+    if config.attention_window == 0:
+        idle["global_attention_every"] = "attention_window=0 (every layer global)"
+    if config.attention_window == 0 or config.position_embedding != "rope":
+        idle["local_rope_theta"] = (f"attention_window={config.attention_window} and position_embedding="
+                                    f"{config.position_embedding!r} (local layers with rotary positions only)")
+    if config.position_embedding != "rope":
+        idle["rope_theta"] = f"position_embedding={config.position_embedding!r} (rotary positions only)"
+    return idle

@@ -57,7 +57,6 @@ def test_presets_match_released_sizes():
     (dict(remat_policy="sometimes"), "remat_policy"),
     (dict(attention_impl="fused"), "attention_impl"),  # fused kernels need attention dropout 0
     (dict(attention_impl="cudnn"), "attention_impl"),
-    (dict(attention_impl="cudnn", attention_probs_dropout_prob=0.0), "attention_impl"),  # float32
     (dict(attention_impl="flash"), "attention_impl"),
     (dict(layer_norm_eps=0.0), "layer_norm_eps"),
     (dict(matmul_precision="float16"), "matmul_precision"),
@@ -65,6 +64,13 @@ def test_presets_match_released_sizes():
 def test_config_errors_name_the_field(changes, field):
     with pytest.raises(ValueError, match=f"BertConfig.{field}"):
         BertConfig(**changes)
+
+
+def test_a_cudnn_config_builds_the_float32_copies_heads_take():
+    """The heads' logits layers take float32 copies of the encoder's config: a cuDNN model in
+    bfloat16 must allow them (a check in BertConfig itself refused every head on a GPU)."""
+    cudnn = BertConfig(attention_impl="cudnn", dtype="bfloat16", attention_probs_dropout_prob=0.0)
+    assert cudnn.replace(dtype="float32", matmul_precision="default").dtype == "float32"
 
 
 def test_unknown_preset_and_keys_are_rejected():
