@@ -522,6 +522,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             params = state.params
             with loop.evaluation(step, state), clock.phase("evaluate"):
                 results, predictions = evaluator.evaluate(params)
+            with loop.paused(), clock.phase("evaluate"):
                 main = results[task.eval_splits[0].name]
                 loop.write_eval(step, _eval_record(results))
                 if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:

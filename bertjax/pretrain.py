@@ -594,6 +594,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         at the unigram guess."""
         with loop.evaluation(step, state):
             results = {**evaluate(eval_fn, state.params, eval_batches, mesh, place, task.loss_terms), **guesses}
+        with loop.paused():
             loop.write_eval(step, results)
         if alarm.check(step, results["mlm_accuracy"]):
             loop.console(alarm.warning)

@@ -89,7 +89,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         best = summary["best"] or {"metrics": {}, "step": None}
         results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
-    results = _write_results(workdir, results, metric)
+    results = _ranked(results, metric)
     if jax.process_index() == 0:
         columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
         print("\n" + "  ".join(f"{c:>24}" for c in columns))
@@ -105,13 +105,15 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     return results
 
 
-def _write_results(workdir: str, results: list[dict[str, Any]], metric: str | None) -> list[dict[str, Any]]:
-    """The rows best first by `metric` (None: no run evaluated yet), written (process 0) to
-    WORKDIR/sweep_results.json."""
-    ranked = sorted(results, key=lambda row: -row.get(metric, -math.inf))
+def _ranked(results: list[dict[str, Any]], metric: str | None) -> list[dict[str, Any]]:
+    """The rows best first by `metric` (None: no run evaluated yet)."""
+    return sorted(results, key=lambda row: -row.get(metric, -math.inf))
+
+
+def _write_results(workdir: str, results: list[dict[str, Any]], metric: str | None) -> None:
+    """The rows so far, ranked, to WORKDIR/sweep_results.json (process 0)."""
     if jax.process_index() == 0:
-        fileio.write_json(fileio.join(workdir, "sweep_results.json"), ranked)
-    return ranked
+        fileio.write_json(fileio.join(workdir, "sweep_results.json"), _ranked(results, metric))
 
 
 def _run_failure(error: Exception) -> str | None:

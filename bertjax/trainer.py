@@ -548,8 +548,15 @@ class Loop:
         self.last.update(last)
         worst, skipped = jax.device_get((state.worst_bad_run, state.skipped_steps))
         if worst >= self.max_consecutive_bad_steps:
-            # The weights were never updated from the bad steps: they are the good ones before them, kept.
+            # The weights were never updated from the bad steps: they are the good ones before them, kept
+            # (owing this step's evaluation, if it has one).
+            if self.is_eval_step(step):
+                self._evaluation_left = step
             self._save_now(step, state)
+            if step < self.num_steps and self.watcher.should_stop(step):  # a stop signal too: it wins
+                raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to "
+                                      f"{self.checkpointer.directory} (its last {int(worst)} steps had a non-finite "
+                                      f"loss or gradient); run the same command again to resume")
             raise TrainingDiverged(
                 f"stopping at step {step}: {int(worst)} consecutive steps had a non-finite loss or gradient "
                 f"(config.train.max_consecutive_bad_steps={self.max_consecutive_bad_steps}); {int(skipped)} skipped "
@@ -573,15 +580,20 @@ class Loop:
     def evaluation(self, step: int, state: TrainState):
         """Around the evaluation after `step` (paused): one that fails (out of device memory,
         a bad evaluation file) first saves `state` at `step` with the evaluation owed, so the
-        steps since the last checkpoint are not lost and the resumed run evaluates first."""
+        steps since the last checkpoint are not lost and the resumed run evaluates first. The
+        save is collective: only work every process does belongs inside (not process 0's
+        metrics writes), so that a failure here is every process's."""
         with self.paused():
             try:
                 yield
             except Exception:
                 self._evaluation_left = step
-                self._save_now(step, state)
-                log.error("the evaluation after step %d failed; saved step %d to %s (the resumed run evaluates "
-                          "it first)", step, step, self.checkpointer.directory)
+                try:  # the evaluation's error is the one to report, whatever the save does
+                    self._save_now(step, state)
+                    log.error("the evaluation after step %d failed; saved step %d to %s (the resumed run evaluates "
+                              "it first)", step, step, self.checkpointer.directory)
+                except Exception:  # noqa: BLE001
+                    log.exception("the evaluation after step %d failed, and so did saving the step", step)
                 raise
 
     @contextlib.contextmanager
@@ -627,12 +639,12 @@ class Loop:
             self._log(step, state)
         self.writer.flush()
 
-    def _save_now(self, step: int, state: TrainState) -> None:
+    def _save_now(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
         """A checkpoint of `state` at `step` now, due or not (unless saved already, or the run
         started there), waited for."""
         if step > self.start_step:
             self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
-                                   extra_meta=self._extra_meta(step, None))
+                                   extra_meta=self._extra_meta(step, extra_meta))
         self.checkpointer.wait_until_finished()
 
     def _extra_meta(self, step: int, extra_meta: dict | None) -> dict | None:
@@ -657,9 +669,7 @@ class Loop:
             # a preemption that a scheduler would retry.
             if step < self.num_steps and self.watcher.should_stop(step):
                 self._log_before_stopping(step, state)
-                self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
-                                       extra_meta=self._extra_meta(step, extra_meta))
-                self.checkpointer.wait_until_finished()
+                self._save_now(step, state, extra_meta)
                 raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to "
                                       f"{self.checkpointer.directory}; run the same command again to resume")
 

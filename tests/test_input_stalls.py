@@ -280,6 +280,21 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
     state, _ = restored.restore(abstract)
     assert state.w.tolist() == [7.0, 7.0, 7.0]
 
+    # With a stop signal pending the stop wins: a sweep would otherwise go on to its next run,
+    # and fine-tuning predict every split inside the grace period. An evaluation step's
+    # evaluation is owed to the resumed run.
+    loop = _loop(tmp_path / "signalled", num_steps=100, log_every=5, eval_every=5)
+    try:
+        for step in range(1, 5):
+            loop.record(step, metrics, State(jnp.ones(3), jnp.int32(step), jnp.int32(step)))
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(trainer.TrainingStopped, match=r"preempted \(SIGTERM\): saved step 5") as stopped:
+            loop.record(5, metrics, State(jnp.ones(3), jnp.int32(5), jnp.int32(5)))
+        assert not isinstance(stopped.value, trainer.TrainingDiverged)
+    finally:
+        loop.close()
+    assert checkpointing.read_meta(str(tmp_path / "signalled" / "checkpoints" / "5"))["extra"]["evaluation_owed"]
+
 
 def test_a_signal_during_an_evaluation_stops_at_its_step(tmp_path):
     """The question 'stop here?' is asked before an evaluation and again at the save: a signal
