@@ -120,7 +120,9 @@ def from_scratch(config: ml_collections.ConfigDict, checkpoint_dir: str) -> ml_c
     from bertjax.models import convert
 
     scratch = config.copy_and_resolve_references()
-    taken = bert_config.checkpoint_fields(convert.pretrained_config(checkpoint_dir))
+    pretrained = convert.pretrained_config(checkpoint_dir)
+    taken = {name: value for name, value in bert_config.checkpoint_fields(pretrained).items()
+             if name not in bert_config.idle_fields(pretrained)}  # (set, they would be refused)
     vocabulary = convert.checkpoint_vocabulary(checkpoint_dir)
     with scratch.unlocked():
         scratch.init_checkpoint = ""

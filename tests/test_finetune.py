@@ -708,3 +708,18 @@ def test_from_scratch_fine_tunes_the_checkpoints_model_and_tokenizer_from_random
     assert (bert.hidden_size, bert.num_hidden_layers) == (64, 1)  # not tiny's 128 x 2
     assert bert.hidden_dropout_prob == 0.0
     assert tokenizer.vocab_hash == finetune_setup.load_tokenizer(config, source).vocab_hash
+
+
+def test_from_scratch_leaves_out_what_the_checkpoints_model_does_not_use(pretrained_run, monkeypatch):
+    """A rotary model pre-trained without a window keeps its preset's layer pattern, which
+    changes nothing there: set on the baseline's config it would be refused as idle."""
+    from bertjax.models import BertConfig, convert
+
+    windowless = BertConfig.preset("modernbert-tiny", num_hidden_layers=1, hidden_size=64, num_attention_heads=2,
+                                   intermediate_size=96, attention_window=0, vocab_size=786)
+    assert windowless.global_attention_every == 3
+    monkeypatch.setattr(convert, "pretrained_config", lambda path: windowless)
+    scratch = finetune_setup.from_scratch(_demo_config(), pretrained_run)
+    assert scratch.model.global_attention_every is None and scratch.model.attention_window == 0
+    bert = finetune_setup.model_config(scratch, None, 786)
+    assert (bert.position_embedding, bert.attention_window, bert.hidden_size) == ("rope", 0, 64)
