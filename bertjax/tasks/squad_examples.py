@@ -59,7 +59,8 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
     line reads it. A question without "id" or "question", a repeated id, a malformed answer
     or an "is_impossible" that is not true or false raises ValueError naming the file and the
     position or id. "answers" may be missing (prediction-only files; in v2.0, no answer: a v2.0
-    question without answers or "is_impossible" is unanswerable, as the scorer reads it).
+    question without answers or "is_impossible", in a file with either elsewhere, is
+    unanswerable, as the scorer reads it).
     """
     jsonl_hint = ("; one JSON object a line is JSON Lines, not the SQuAD layout (predict reads it with "
                   "--input_format=jsonl)")
@@ -76,6 +77,14 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
             version = squad_metrics.file_version(raw)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
+    # A v2.0 question with no answer and no "is_impossible" is unanswerable, as the official
+    # scorer reads it (its gold answer is ""), in a file that is labelled at all: one with no
+    # answer and no "is_impossible" anywhere is unlabelled (a test file), not all unanswerable.
+    questions = [qa for article in raw["data"] if isinstance(article, dict)
+                 for paragraph in article.get("paragraphs") or [] if isinstance(paragraph, dict)
+                 for qa in paragraph.get("qas") or [] if isinstance(qa, dict)]
+    unanswered_means_impossible = version.removeprefix("v") == "2.0" and any(
+        qa.get("answers") or "is_impossible" in qa for qa in questions)
     builder = ExampleBuilder(path, strict=True)
     for a, article in enumerate(raw["data"]):
         for p, paragraph in enumerate(_objects(article, "paragraphs", f"{path}: data[{a}]")):
@@ -102,9 +111,7 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
                 answers = [(x["text"], x["answer_start"]) for x in answers]
                 for text, name in [(qa["question"], "question"), *((text, "answer") for text, _ in answers)]:
                     _check_unicode(text, f"{path}: question id {qid!r}: its {name}")
-                # A v2.0 question with no answer and no "is_impossible" is unanswerable, as the
-                # official scorer reads it (its gold answer is "").
-                impossible = qa.get("is_impossible", version.removeprefix("v") == "2.0" and not answers)
+                impossible = qa.get("is_impossible", unanswered_means_impossible and not answers)
                 if not isinstance(impossible, bool):  # bool("false") would be True
                     raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "
                                      f"boolean), not {impossible!r}")

@@ -367,6 +367,14 @@ def test_json_v2_impossible_questions_and_empty_context(bert_tokenizer, tmp_path
     assert examples.is_impossible.tolist() == [False, True]
     split = squad.featurize(bert_tokenizer, examples, "train")
     assert split.examples.example_index.tolist() == [0, 1] and split.features["start_positions"][1] == 0
+    # A file with no answer and no "is_impossible" anywhere is unlabelled (a test file), not all
+    # unanswerable: as an evaluation file it is still refused.
+    unlabelled = squad.read_json(_write(tmp_path, [{"title": "T", "paragraphs": [
+        {"context": CONTEXT, "qas": [_qa(0, None), _qa(1, None)]}]}], "test.json", "v2.0"))
+    assert not unlabelled.is_impossible.any()
+    assert not squad.featurize(bert_tokenizer, unlabelled, "test").has_labels
+    with pytest.raises(ValueError, match="no answers to score against"):
+        squad._check_scorable(unlabelled)
 
 
 # -- TFDS under mock data. --
