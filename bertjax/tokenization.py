@@ -418,8 +418,7 @@ class Tokenizer:
         WordPiece: '##' pieces. SentencePiece: pieces without the '▁' word-start marker,
         excluding special, control, unknown and unused pieces, and pieces that begin with a
         character BERT's basic split puts apart (CJK ideographs, punctuation: text without
-        spaces would otherwise be one word a sentence); a byte piece continues when its byte
-        does a character (UTF-8 10xxxxxx). Whole-word masking masks a word's first token
+        spaces would otherwise be one word a sentence); a byte piece as `_bytes_continue`. Whole-word masking masks a word's first token
         together with the continuations that follow it.
         """
         if self._wordpiece is not None:
@@ -430,7 +429,7 @@ class Tokenizer:
 
         def continues(i: int, piece: str) -> bool:
             if sp.IsByte(i):  # "<0xNN>"
-                return 0x80 <= int(piece[1:-1], 16) < 0xC0
+                return _bytes_continue(bytes([int(piece[3:5], 16)]))
             return not (piece.startswith("\u2581") or sp.IsControl(i) or sp.IsUnknown(i) or sp.IsUnused(i)
                         or piece in SPECIAL_TOKENS or _a_word_alone(piece[0]))
 
@@ -440,8 +439,8 @@ class Tokenizer:
     def _fast_continuations(self) -> np.ndarray:
         """continuation_mask of a tokenizer.json: WordPiece pieces with its continuing prefix;
         otherwise pieces without the word-start marker its pre-tokenizer writes (byte-level
-        "Ġ", Metaspace "▁") that do not begin with a character BERT's basic split puts apart
-        (a byte-level piece read as its text: one that begins inside a character continues);
+        "Ġ", Metaspace "▁") that do not begin with a character BERT's basic split puts apart;
+        a byte-level piece, or a byte-fallback "<0xNN>", by its bytes (`_bytes_continue`);
         never special or added tokens."""
         spec = json.loads(self._fast.to_str())
         model = spec.get("model") or {}
@@ -449,11 +448,15 @@ class Tokenizer:
         if model.get("type") == "WordPiece":
             prefix = model.get("continuing_subword_prefix") or "##"
             continues = lambda token: token.startswith(prefix)
+        elif "ByteLevel" in json.dumps(spec.get("pre_tokenizer")):
+            continues = lambda token: not token.startswith("\u0120") and _bytes_continue(
+                bytes(_BYTE_OF_CHARACTER[c] for c in token if c in _BYTE_OF_CHARACTER))
         else:
-            byte_level = "ByteLevel" in json.dumps(spec.get("pre_tokenizer"))
-            marker = "\u0120" if byte_level else "\u2581"
-            as_text = (lambda token: decoders.ByteLevel().decode([token])) if byte_level else (lambda token: token)
-            continues = lambda token: not (token.startswith(marker) or _a_word_alone(as_text(token)[:1] or " "))
+            def continues(token: str) -> bool:
+                byte = _BYTE_PIECE.fullmatch(token) if model.get("byte_fallback") else None
+                if byte:
+                    return _bytes_continue(bytes([int(byte.group(1), 16)]))
+                return not (token.startswith("\u2581") or _a_word_alone(token[:1] or " "))
         return np.array([token not in added and continues(token) for token in self._tokens], dtype=bool)
 
 
@@ -601,6 +604,38 @@ def bert_character_classes(do_lower_case: bool) -> dict[str, tuple[tuple[int, in
         else:
             ranges.append((code, code))
     return {kind: tuple(ranges) for kind, ranges in found.items()}
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte fallback
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE's printable stand-in of each byte (GPT-2's: printable ones as
+    themselves, the others from U+0100 on) -> the byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    others = [byte for byte in range(256) if byte not in printable]
+    return {**{chr(byte): byte for byte in printable}, **{chr(256 + k): byte for k, byte in enumerate(others)}}
+
+
+_BYTE_OF_CHARACTER = _byte_level_alphabet()
+
+
+def _bytes_continue(piece: bytes) -> bool:
+    """Whether a piece whose text is these UTF-8 bytes continues the word before it (no word-
+    start mark before it): one that begins inside a character (10xxxxxx) does; one whose first
+    character is whole does unless BERT's basic split puts that character apart; one that
+    holds only the first bytes of a character starts a word when they may begin a CJK
+    ideograph or punctuation mark (E3-E9: U+3000-U+9FFF; F0: the supplementary planes)."""
+    if not piece:
+        return True
+    lead = piece[0]
+    if 0x80 <= lead < 0xC0:
+        return True
+    size = 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    if len(piece) >= size:
+        return not _a_word_alone(piece[:size].decode("utf-8", errors="replace"))
+    return not (0xE3 <= lead <= 0xE9 or lead == 0xF0)
 
 
 def _a_word_alone(char: str) -> bool:

@@ -166,6 +166,29 @@ def test_whole_words_of_text_without_spaces_are_bert_words(tmp_path):
                                  continuation=continues)
         predicted = out["masked_lm_weights"].numpy().sum(axis=1)
         assert predicted.min() >= 1 and abs(predicted.sum() / real.sum() - 0.15) < 0.04
+    # Pieces read by their bytes (byte-level BPE, byte fallback): one that begins inside a character
+    # continues; the first bytes of an ideograph start a word; a Latin letter's continue its word.
+    assert tokenization._bytes_continue("中".encode()[1:]) and not tokenization._bytes_continue("中".encode()[:2])
+    assert tokenization._bytes_continue("ï".encode()[:1]) and not tokenization._bytes_continue(b",")
+
+
+def test_byte_fallback_pieces_of_a_tokenizer_json_continue_by_their_bytes(tmp_path):
+    """A Metaspace tokenizer.json with byte fallback: "<0xNN>" begins with '<', punctuation, and
+    every byte piece became a word of its own, so whole-word masking could mask half a character."""
+    import tokenizers
+    from tokenizers import models, pre_tokenizers
+
+    specials = list(tokenization.SPECIAL_TOKENS)
+    pieces = ["\u2581na", "ve", "\u2581x", *(f"<0x{b:02X}>" for b in (0xC3, 0xAF, 0xE4, 0xB8, 0xAD))]
+    vocab = {token: i for i, token in enumerate(specials + pieces)}
+    backend = tokenizers.Tokenizer(models.BPE(vocab, [], unk_token="[UNK]", byte_fallback=True))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    path = tmp_path / "tokenizer.json"
+    backend.save(str(path))
+    tokenizer = tokenization.load_tokenizer("huggingface", str(path))
+    continues = tokenizer.continuation_mask()
+    assert [bool(continues[vocab[p]]) for p in ("<0xC3>", "<0xAF>", "ve", "<0xE4>", "<0xB8>")] == [
+        True, True, True, False, True]
 
 
 def test_sentencepiece_puts_tied_runs_in_one_order_with_their_offsets(tmp_path):
