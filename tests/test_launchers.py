@@ -28,7 +28,10 @@ CASES = [
     # A config given to the other training launcher.
     ("pretrain.py", [FINETUNE + ":demo"], "finetune.py:demo is a fine-tuning config: run it with launch/finetune.py"),
     ("finetune.py", [PRETRAIN], "pretrain.py:tiny is a pre-training config: run it with launch/pretrain.py"),
-    ("demo.py", ["--finetune=" + PRETRAIN.split("=")[1]], "is a pre-training config: run it with launch/pretrain.py"),
+    # The demo's two config flags name the flag (a review: "run it with launch/finetune.py" misled).
+    ("demo.py", ["--finetune=" + PRETRAIN.split("=")[1]], "is a pre-training config: --finetune takes a fine-tuning"),
+    ("demo.py", ["--pretrain=" + FINETUNE.split("=")[1] + ":demo"], "is a fine-tuning config: --pretrain takes a "
+                                                                      "pre-training config"),
     ("pretrain.py", [PRETRAIN + "x"], "unknown BERT preset 'tinyx'"),
     ("pretrain.py", [PRETRAIN + ",phase2"], "set config.init_checkpoint to that run's workdir"),  # not from scratch
     ("pretrain.py", [PRETRAIN.replace(":tiny", ":modernbert-tiny,modern,long"), "--config.train.global_batch_size=4"],

@@ -198,7 +198,9 @@ def _parse_flags(argv: list[str]) -> list[str]:
         given = config_kind(flags.FLAGS[flag_name].value)
         if given != kind:
             config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
-            print(f"error: {config_arg} is a {given} config: run it with {LAUNCHERS[given]}", file=sys.stderr)
+            remedy = (f"run it with {LAUNCHERS[given]}" if flag_name == "config"
+                      else f"--{flag_name} takes a {kind} config")  # launch/demo.py's --pretrain, --finetune
+            print(f"error: {config_arg} is a {given} config: {remedy}", file=sys.stderr)
             sys.exit(EXIT_ERROR)
     if len(remaining) > 1:
         print(f"error: unexpected arguments: {remaining[1:]}", file=sys.stderr)
