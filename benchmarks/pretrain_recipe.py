@@ -69,7 +69,7 @@ def table(runs: dict[str, list[dict]]) -> list[str]:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    from bertjax import pretrain
+    from bertjax import pretrain, pretrain_setup
     from bertjax.data.corpora import python_docs
 
     config = _CONFIG.value
@@ -81,7 +81,7 @@ def main(argv):
                                      if _CORPUS.value == "python_docs" else _CORPUS.value)
         config.data.vocab_path = _VOCAB.value or minilm_vocab_path()
         config.data.prepared_dir = config.data.prepared_dir or os.path.join(workdir, "data")
-    pretrain.resolve_cadence(config)
+    pretrain_setup.resolve_cadence(config)
     if not config.train.eval_every or not config.train.eval_batches:
         raise ValueError("config.train.eval_every and config.train.eval_batches must be >= 1: the benchmark "
                          "reports held-out accuracy")

@@ -1,8 +1,8 @@
 """BERT pre-training (masked LM + next-sentence prediction): one loop, top to bottom.
 
-Sections: config validation -> tokenizer, model config, mesh -> input -> model, objective
-and state (resume order) -> the compiled step -> the loop. The machinery both stages share
-(step, shardings, resume order, the loop's tail) is in `trainer.py`.
+Sections: tokenizer, model config, mesh (checked first: `pretrain_setup.py`) -> input ->
+model, objective and state (resume order) -> the compiled step -> the loop. The machinery
+both stages share (step, shardings, resume order, the loop's tail) is in `trainer.py`.
 
 Resume order (documented, fixed): the workdir's latest checkpoint -> `config.init_checkpoint`
 (a bertjax checkpoint, a Hugging Face directory or Google's original TF release; weights
@@ -20,91 +20,14 @@ import jax
 import ml_collections
 import numpy as np
 
-from bertjax import batch_warmup, checkpointing, optim, run_config, sharding, tokenization, trainer
+from bertjax import checkpointing, optim, pretrain_setup, run_config, sharding, tokenization, trainer
 from bertjax.batch_warmup import BatchWarmup
 from bertjax.metrics import pretraining_flops_per_sequence
 from bertjax.models import (BertConfig, BertForPreTraining, pretraining_counts, pretraining_loss_terms,
                             pretraining_sums, stack_layers)
-from bertjax.models import config as bert_config
 from bertjax.runtime import compilation_cache, fileio
 
 log = logging.getLogger(__name__)
-
-
-# ======================================================================================
-# Config validation: everything that can be checked before data is prepared or compiled.
-# ======================================================================================
-
-def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint: BertConfig | None = None
-                 ) -> BertConfig:
-    """The BertConfig of a run: `config.model` (None = unset, vocab_size 0 = the tokenizer's),
-    the unset fields from `checkpoint` (config.init_checkpoint) when there is one, else from
-    config.model.preset."""
-    fields = dict(config.model)
-    if fields["vocab_size"] not in (0, vocab_size):
-        raise ValueError(f"config.model.vocab_size={fields['vocab_size']} does not match the tokenizer's "
-                         f"vocabulary ({vocab_size} tokens; config.data.vocab_path); use 0 to take it from there")
-    if checkpoint is not None and checkpoint.vocab_size != vocab_size:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has a vocabulary of "
-                         f"{checkpoint.vocab_size} tokens but the tokenizer (config.data.vocab_path) has {vocab_size}")
-    fields["vocab_size"] = vocab_size
-    return bert_config.resolve(fields, checkpoint=checkpoint, preset=fields.get("preset"), **bert_config.this_host())
-
-
-def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_shape: tuple[int, int, int]) -> None:
-    """Raises ValueError naming the key of the first inconsistent or out-of-range value (the
-    unset cadence resolved first: `resolve_cadence`)."""
-    resolve_cadence(config)
-    optim.validate_train_config(config.train)
-    data, fsdp, tensor = mesh_shape
-    train = config.train
-    for key in ("global_batch_size", "grad_accum_steps", "log_every", "eval_every", "eval_batches",
-                "max_consecutive_bad_steps", "plateau_evals"):
-        value = train[key]
-        low = 0 if key.startswith("eval") or key == "plateau_evals" else 1
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"config.train.{key} must be {'an int >= 0' if low == 0 else 'a positive int'}, "
-                             f"got {value!r}")
-    parallel = data * fsdp
-    if train.global_batch_size % (parallel * train.grad_accum_steps):
-        raise ValueError(
-            f"config.train.global_batch_size={train.global_batch_size} must be divisible by the data-parallel "
-            f"size (mesh data x fsdp = {parallel}) times config.train.grad_accum_steps={train.grad_accum_steps}")
-    if train.global_batch_size % jax.process_count():
-        raise ValueError(f"config.train.global_batch_size={train.global_batch_size} must be divisible by the "
-                         f"number of processes ({jax.process_count()})")
-    batch_warmup.validate(train, parallel, jax.process_count())
-    if bert.num_attention_heads % tensor:
-        raise ValueError(f"config.mesh.tensor={tensor} must divide the number of attention heads "
-                         f"({bert.num_attention_heads})")
-    data_config = config.data
-    if data_config.max_seq_length > bert.max_position_embeddings:
-        raise ValueError(f"config.data.max_seq_length={data_config.max_seq_length} exceeds the model's "
-                         f"max_position_embeddings={bert.max_position_embeddings}")
-    bert.check_length(data_config.max_seq_length)
-    if not 0.0 < data_config.masked_lm_prob < 1.0:
-        raise ValueError(f"config.data.masked_lm_prob must be in (0, 1), got {data_config.masked_lm_prob}")
-    if not 0.0 <= data_config.short_seq_prob <= 1.0:
-        raise ValueError(f"config.data.short_seq_prob must be in [0, 1], got {data_config.short_seq_prob}")
-    if not 0.0 <= data_config.eval_fraction < 1.0:
-        raise ValueError(f"config.data.eval_fraction must be in [0, 1), got {data_config.eval_fraction}")
-    # A prepared folder holds out what it was prepared with (checked when it is read).
-    if data_config.eval_fraction == 0.0 and config.train.eval_every and data_config.source not in (
-            "original_tfrecord", "prepared"):
-        raise ValueError("config.data.eval_fraction=0 holds out no documents, but config.train.eval_every="
-                         f"{config.train.eval_every} evaluates on them: set eval_every=0 (no evaluation) or a "
-                         "fraction > 0")
-    if data_config.host_split not in ("files", "global_batch"):
-        raise ValueError(f"config.data.host_split must be 'files' or 'global_batch', got {data_config.host_split!r}")
-    checkpoint = config.checkpoint
-    if checkpoint.every < 1 or checkpoint.keep < 1:
-        raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {checkpoint.every}, {checkpoint.keep}")
-    if checkpoint.every > train.num_steps:
-        log.warning("config.checkpoint.every=%d is past config.train.num_steps=%d: no checkpoint before the last "
-                    "step (a crash loses the run; a stop signal still saves)", checkpoint.every, train.num_steps)
-    if train.eval_every > train.num_steps:
-        log.warning("config.train.eval_every=%d is past config.train.num_steps=%d: one evaluation, at the end (the "
-                    "plateau alarm cannot fire)", train.eval_every, train.num_steps)
 
 
 # ======================================================================================
@@ -225,26 +148,6 @@ def resume_unit(checkpoint_dir: str, start_step: int, warmup: BatchWarmup) -> tu
                   f"row {at_step * warmup.unit:,} where the current batch settings put that step")
 
 
-def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
-    """A warning when the eval split (one epoch of `pipeline`, this host's rows) is smaller
-    than an evaluation's `eval_batches` batches: its examples would then count more than once."""
-    wanted = eval_batches * pipeline.batch_size
-    if not pipeline.holds_at_least(wanted):
-        log.warning("the eval split has fewer rows on this host than the %d of an evaluation "
-                    "(config.train.eval_batches=%d x %d): rows repeat within an evaluation; raise "
-                    "config.data.eval_fraction or lower config.train.eval_batches", wanted, eval_batches,
-                    pipeline.batch_size)
-
-
-def warn_if_demo_corpus(data_config, bert) -> None:
-    """A warning when a model bigger than the tiny preset pre-trains on the embedded demo
-    corpus (config.data.source's default): usually a run whose data flags were left out."""
-    if data_config.source == "demo" and bert.hidden_size > BertConfig.preset("tiny").hidden_size:
-        log.warning("pre-training a %d-layer, %d-wide model on the embedded demo corpus (config.data.source='demo', "
-                    "a toy for the quick start): give your corpus with config.data.source=text|jsonl|parquet|tfds "
-                    "and config.data.input_pattern (docs/pretraining.md)", bert.num_hidden_layers, bert.hidden_size)
-
-
 def guess_accuracies(batches: list[dict[str, np.ndarray]], vocab_size: int, next_sentence_prediction: bool = True
                      ) -> dict[str, float]:
     """What guessing scores on `batches` (each process's, counted over all processes): always the
@@ -321,132 +224,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return _train_and_evaluate(config, workdir)
 
 
-def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Sets an unset config.train.global_batch_size (`,long`: the context extension): a resumed
-    run's own (its checkpoints' saved config), else the tokens per batch of the shorter run it
-    continues (config.init_checkpoint, a bertjax pre-training run) at this run's
-    max_seq_length; ValueError naming the key otherwise."""
-    if config.train.global_batch_size is not None:
-        return
-    from bertjax.models.convert import checkpoint_layout
-
-    own = run_config.own_checkpoints(workdir)
-    if own:
-        config.train.global_batch_size = checkpointing.read_meta(own)["config"]["train"]["global_batch_size"]
-        return
-
-    unset = ("config.train.global_batch_size is unset: it takes the tokens per batch of the run that "
-             "config.init_checkpoint names (a bertjax pre-training run)")
-    if not config.init_checkpoint:
-        raise ValueError(f"{unset}; give that run, or set the batch size")
-    try:
-        layout, directory = checkpoint_layout(config.init_checkpoint)
-        saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else None
-    except (OSError, ValueError) as e:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
-    if saved is None:
-        raise ValueError(f"{unset}; {config.init_checkpoint} is a {layout} checkpoint, with no batch: set it")
-    try:
-        tokens = int(saved["train"]["global_batch_size"]) * int(saved["data"]["max_seq_length"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(f"{unset}; {config.init_checkpoint} is no pre-training run (its saved config has no "
-                         "train.global_batch_size and data.max_seq_length): set it") from None
-    config.train.global_batch_size = max(1, tokens // config.data.max_seq_length)
-    log.info("config.train.global_batch_size=%d: the %d tokens a batch of %s", config.train.global_batch_size,
-             tokens, config.init_checkpoint)
-
-
-def resolve_cadence(config: ml_collections.ConfigDict) -> None:
-    """Sets an unset config.train.eval_every and config.checkpoint.every from the run's own
-    length (after its options and overrides): every 500 steps, or a quarter of a shorter run,
-    up to 10,000 steps, else every 10,000. At the paper's 10,000 a short run would evaluate and
-    checkpoint once, at its end (no plateau alarm, nothing kept from a killed run)."""
-    steps = config.train.num_steps
-    every = min(500, max(1, steps // 4)) if isinstance(steps, int) and steps <= 10_000 else 10_000
-    if config.train.eval_every is None:
-        config.train.eval_every = every
-    if config.checkpoint.every is None:
-        config.checkpoint.every = every
-
-
-def check_recipe(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """ValueError when config.model.preset is not the preset whose recipe (batch, steps, rate,
-    length) the config carries (config.recipe; `--config.recipe` overrides it on purpose). A
-    run that resumes checkpoints saved before recipes were recorded is left as it was."""
-    recipe, preset = config.get("recipe"), config.model.get("preset")
-    if not recipe or preset == recipe:
-        return
-    own = run_config.own_checkpoints(workdir)
-    if own and "recipe" not in (checkpointing.read_meta(own).get("config") or {}):
-        return
-    raise ValueError(f"config.model.preset={preset!r}, but the recipe (batch, steps, rate, length) is {recipe!r}'s: "
-                     f"choose the preset in --config=configs/pretrain.py:{preset}")
-
-
-def warn_if_recipe_of_another_size(config: ml_collections.ConfigDict, bert: BertConfig) -> None:
-    """A warning when config.init_checkpoint gives a model of another size than the recipe's
-    preset (the model then comes from the checkpoint, the batch, steps and rate from the
-    recipe: BERT-base trained at tiny's rate of 1e-3, say), unless the checkpoint's own run
-    had this recipe (a continuation of a resized run)."""
-    from bertjax.models.convert import checkpoint_layout
-
-    recipe = config.get("recipe")
-    if not (config.init_checkpoint and recipe):
-        return
-    shape = lambda model: (model.num_hidden_layers, model.hidden_size)
-    intended = BertConfig.preset(recipe)
-    try:
-        layout, directory = checkpoint_layout(config.init_checkpoint)
-        saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else {}
-    except (OSError, ValueError):
-        saved = {}  # (named where the weights are read)
-    if shape(bert) != shape(intended) and saved.get("recipe") != recipe:
-        log.warning("config.init_checkpoint=%s is a %d x %d model, but the recipe (batch, steps, rate, length) is "
-                    "%r's, for %d x %d: choose its size's recipe in --config=configs/pretrain.py:<preset>",
-                    config.init_checkpoint, *shape(bert), recipe, *shape(intended))
-
-
-def warn_if_same_document_order(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """A warning when the pre-training run config.init_checkpoint names read this run's corpus
-    with this run's config.data.seed: a continuation (phase2, long) starting its stream at
-    step 0 would train first on that run's first documents again, in the same order."""
-    from bertjax.models.convert import checkpoint_layout
-
-    if not config.init_checkpoint or run_config.own_checkpoints(workdir):
-        return
-    try:
-        layout, directory = checkpoint_layout(config.init_checkpoint)
-        saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else {}
-    except (OSError, ValueError):
-        return  # (named where the weights are read)
-    data = saved.get("data") or {}
-    same_corpus = all(data.get(key) == config.data.get(key)
-                      for key in ("source", "input_pattern", "tfds_name", "prepared_dir"))
-    if not saved.get("task") and same_corpus and data.get("seed") == config.data.seed:
-        log.warning("config.data.seed=%d is the seed %s read its documents with: this run starts on the same "
-                    "documents in the same order; give it another (phase2 and long take the next unless set)",
-                    config.data.seed, config.init_checkpoint)
-
-
-def _checkpoint_config(config: ml_collections.ConfigDict) -> BertConfig | None:
-    """The BertConfig of config.init_checkpoint (None without one); ValueError naming it."""
-    from bertjax.models.convert import pretrained_config
-
-    if not config.init_checkpoint:
-        return None
-    try:
-        return pretrained_config(config.init_checkpoint)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
-
-
 def fixed_eval_batches(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, np.ndarray]]:
     """The held-out batches every evaluation of the run reads (none without evaluation)."""
     train_cfg = config.train
     if not (train_cfg.eval_every and train_cfg.eval_batches):
         return []
     eval_data = HostBatches(config, workdir, "eval")
-    warn_if_eval_repeats(eval_data.pipeline, train_cfg.eval_batches)
+    pretrain_setup.warn_if_eval_repeats(eval_data.pipeline, train_cfg.eval_batches)
     stream = eval_data.batches(0)
     return [next(stream) for _ in range(train_cfg.eval_batches)]
 
@@ -466,26 +250,11 @@ def evaluate(eval_fn, params, batches: list[dict[str, np.ndarray]], mesh, place:
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     from bertjax.data import prepare  # TensorFlow only for input
-    from bertjax.data.pretraining import check_data_config
 
     train_cfg = config.train
 
     # -- Tokenizer, model config, mesh: validated before data preparation or compiling. --
-    if config.get("init_checkpoint_required") and not config.init_checkpoint and not run_config.own_checkpoints(workdir):
-        raise ValueError("this config continues a pre-training run (phase2: length 512 from phase 1's weights; "
-                         "long: the modern encoder's full context from its shorter run's): set config.init_checkpoint "
-                         "to that run's workdir")
-    check_recipe(config, workdir)
-    resolve_global_batch_size(config, workdir)
-    warn_if_same_document_order(config, workdir)
-    check_data_config(config.data)
-    prepare.check_vocabulary_given(config.data)
-    data_dir = config.data.prepared_dir or fileio.join(workdir, "data")
-    bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), _checkpoint_config(config))
-    mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    validate_config(config, bert, mesh_shape)
-    warn_if_recipe_of_another_size(config, bert)
-    warn_if_demo_corpus(config.data, bert)
+    bert, mesh_shape, data_dir = pretrain_setup.checked_model(config, workdir)
     # Only now (it may write the demo vocabulary into data_dir): a refused run writes nothing.
     tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
     mesh = sharding.create_mesh(*mesh_shape)

@@ -135,7 +135,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.train.batch_warmup_steps = 0        # global_batch_size over these steps (bertjax/batch_warmup.py)
     config.train.log_every = 100
     # Unset: every 500 steps (a quarter of a shorter run) up to 10,000 steps, else every 10,000,
-    # from the run's own length (bertjax.pretrain.resolve_cadence); 0 disables evaluation.
+    # from the run's own length (bertjax.pretrain_setup.resolve_cadence); 0 disables evaluation.
     config.train.eval_every = config_dict.placeholder(int)
     config.train.eval_batches = 10
     config.train.max_consecutive_bad_steps = 10  # non-finite steps in a row before the run stops (checked at log steps)
@@ -177,7 +177,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
                              f"'{preset},modern,long', not {arg!r}")
         config.init_checkpoint_required = True
         # Unset: the shorter run's tokens per batch (config.init_checkpoint's saved config) at
-        # this length, resolved at start-up (bertjax.pretrain.resolve_global_batch_size).
+        # this length, resolved at start-up (bertjax.pretrain_setup.resolve_global_batch_size).
         config.train.global_batch_size = config_dict.placeholder(int)
         config.data.max_seq_length = preset_model.max_position_embeddings
         config.train.num_steps = max(1, config.train.num_steps // 10)

@@ -42,9 +42,9 @@ def _last(records: list[dict], key: str) -> float | None:
 
 def _check_configs(pretrain_config, finetune_config) -> None:
     """What the demo needs of its two configs, checked before the pre-training stage runs."""
-    from bertjax import finetune_setup, pretrain
+    from bertjax import finetune_setup, pretrain_setup
 
-    pretrain.resolve_cadence(pretrain_config)
+    pretrain_setup.resolve_cadence(pretrain_config)
     if pretrain_config.train.eval_every < 1 or pretrain_config.train.eval_batches < 1:
         raise ValueError("--pretrain.train.eval_every and --pretrain.train.eval_batches must be >= 1: the demo "
                          "reports held-out accuracy")
@@ -54,7 +54,7 @@ def _check_configs(pretrain_config, finetune_config) -> None:
     if not pretrain_config.init_checkpoint:
         try:
             vocab_size = prepare.vocab_size_for(pretrain_config.data, "")  # (the demo's is counted, not written)
-            pretrained = pretrain.model_config(pretrain_config, vocab_size)
+            pretrained = pretrain_setup.model_config(pretrain_config, vocab_size)
         except ValueError as e:
             raise ValueError(f"--pretrain: {e}") from None
     try:

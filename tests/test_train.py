@@ -261,51 +261,51 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
 
 
 def test_a_model_preset_other_than_the_recipes_is_refused(tmp_path, five_steps):
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
 
     config = _config(model__preset="base")
     with pytest.raises(ValueError, match=r"config.model.preset='base', but the recipe \(batch, steps, rate, length\) "
                                          r"is 'tiny''s: choose the preset in --config=configs/pretrain.py:base"):
-        pretrain.check_recipe(config, str(tmp_path / "new"))
+        pretrain_setup.check_recipe(config, str(tmp_path / "new"))
     config.recipe = "base"  # on purpose
-    pretrain.check_recipe(config, str(tmp_path / "new"))
+    pretrain_setup.check_recipe(config, str(tmp_path / "new"))
 
 
 def test_a_checkpoint_of_another_size_than_the_recipes_is_warned_of(caplog, five_steps):
     """The preset check passed while init_checkpoint gave the model: BERT-base trained at tiny's
     batch 16 and rate 1e-3 without a word (a review). A continuation of a resized run of the
     same recipe (five_steps: tiny's recipe, one layer of 64) is not warned of."""
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
     from bertjax.models import BertConfig
 
     config = _config()
     config.init_checkpoint = "/checkpoints/bert-base"
-    pretrain.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny"))
+    pretrain_setup.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny"))
     assert not caplog.text
-    pretrain.warn_if_recipe_of_another_size(config, BertConfig.preset("base"))
+    pretrain_setup.warn_if_recipe_of_another_size(config, BertConfig.preset("base"))
     assert ("config.init_checkpoint=/checkpoints/bert-base is a 12 x 768 model, but the recipe (batch, steps, rate, "
             "length) is 'tiny''s, for 2 x 128") in caplog.text
     caplog.clear()
     config.init_checkpoint = str(five_steps)
-    pretrain.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny", num_hidden_layers=1, hidden_size=64))
+    pretrain_setup.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny", num_hidden_layers=1, hidden_size=64))
     assert not caplog.text
 
 
 def test_a_continuation_reading_the_same_document_order_is_warned_of(tmp_path, prepared_dir, five_steps, caplog):
     """phase2 and long take the next data seed, which an explicit --config.data.seed (the one
     phase 1 was given, repeated) replaces."""
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
 
     config = _config(data__prepared_dir=str(prepared_dir))
     config.init_checkpoint = str(five_steps)
-    pretrain.warn_if_same_document_order(config, str(tmp_path / "continued"))
+    pretrain_setup.warn_if_same_document_order(config, str(tmp_path / "continued"))
     assert f"config.data.seed={config.data.seed} is the seed {five_steps} read its documents with" in caplog.text
     caplog.clear()
     config.data.seed += 1
-    pretrain.warn_if_same_document_order(config, str(tmp_path / "continued"))
+    pretrain_setup.warn_if_same_document_order(config, str(tmp_path / "continued"))
     config.data.seed -= 1
     config.data.prepared_dir = str(tmp_path / "another corpus")  # (domain adaptation: nothing read twice)
-    pretrain.warn_if_same_document_order(config, str(tmp_path / "continued"))
+    pretrain_setup.warn_if_same_document_order(config, str(tmp_path / "continued"))
     assert not caplog.text
 
 
@@ -405,11 +405,11 @@ class _Pipeline:
 
 
 def test_an_eval_split_smaller_than_an_evaluation_is_reported(caplog):
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
 
-    pretrain.warn_if_eval_repeats(_Pipeline(rows=48), eval_batches=3)
+    pretrain_setup.warn_if_eval_repeats(_Pipeline(rows=48), eval_batches=3)
     assert not caplog.records
-    pretrain.warn_if_eval_repeats(_Pipeline(rows=40), eval_batches=3)
+    pretrain_setup.warn_if_eval_repeats(_Pipeline(rows=40), eval_batches=3)
     [record] = caplog.records
     assert record.levelname == "WARNING" and "fewer rows on this host than the 48" in record.getMessage()
     assert "config.data.eval_fraction" in record.getMessage()
@@ -444,40 +444,40 @@ def _config(**changes):
      "config.model.attention_impl='cudnn' needs config.model.dtype bfloat16 or float16"),
 ])
 def test_bad_config_values_are_named_before_compiling(changes, message):
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
 
     config = _config(**changes)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        bert = pretrain.model_config(config, vocab_size=786)
-        pretrain.validate_config(config, bert, mesh_shape=(8, 1, 1))
+        bert = pretrain_setup.model_config(config, vocab_size=786)
+        pretrain_setup.validate_config(config, bert, mesh_shape=(8, 1, 1))
 
 
 def test_a_short_run_checkpoints_and_evaluates_before_its_end(caplog):
     """The cadence follows the run's own length (phase2 and long shorten a preset's: 444 steps
     checkpointed every 500 kept nothing from a killed run); an override past it is warned of."""
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
 
     for arg, steps, every in (("tiny", 4000, 500), ("tiny,phase2", 444, 111),
                               ("modernbert-tiny,modern,long", 400, 100), ("base", 900_000, 10_000)):
         config = pretrain_config.get_config(arg)
-        pretrain.resolve_cadence(config)
+        pretrain_setup.resolve_cadence(config)
         assert (config.train.num_steps, config.train.eval_every, config.checkpoint.every) == (steps, every, every)
     config = _config(train__num_steps=300)  # an override shortens the run too (the demo's documented 300)
-    pretrain.resolve_cadence(config)
+    pretrain_setup.resolve_cadence(config)
     assert (config.train.eval_every, config.checkpoint.every) == (75, 75)
     config = _config(train__num_steps=300, checkpoint__every=1000, train__eval_every=400)
-    pretrain.validate_config(config, pretrain.model_config(config, 786), mesh_shape=(8, 1, 1))
+    pretrain_setup.validate_config(config, pretrain_setup.model_config(config, 786), mesh_shape=(8, 1, 1))
     assert "config.checkpoint.every=1000 is past config.train.num_steps=300: no checkpoint before the last" in \
         caplog.text
     assert "config.train.eval_every=400 is past config.train.num_steps=300: one evaluation, at the end" in caplog.text
 
 
 def test_tensor_axis_must_divide_heads():
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
 
     config = _config()
     with pytest.raises(ValueError, match="config.mesh.tensor=4 must divide the number of attention heads"):
-        pretrain.validate_config(config, pretrain.model_config(config, 786), mesh_shape=(2, 1, 4))
+        pretrain_setup.validate_config(config, pretrain_setup.model_config(config, 786), mesh_shape=(2, 1, 4))
 
 
 def test_unknown_override_key_is_rejected(tmp_path):
@@ -491,10 +491,10 @@ def test_unknown_override_key_is_rejected(tmp_path):
 
 
 def test_config_presets_and_phase_two():
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
 
     base = pretrain_config.get_config("base")
-    bert = pretrain.model_config(base, vocab_size=30522)  # config.model: what is set; the preset the rest
+    bert = pretrain_setup.model_config(base, vocab_size=30522)  # config.model: what is set; the preset the rest
     assert (bert.hidden_size, bert.num_hidden_layers, base.train.global_batch_size) == (768, 12, 256)
     phase2 = pretrain_config.get_config("base,phase2")
     assert (phase2.data.max_seq_length, phase2.data.max_predictions_per_seq) == (512, 77)
@@ -511,7 +511,7 @@ def test_config_presets_and_phase_two():
     recipes = {preset: pretrain_config.get_config(preset).train for preset in pretrain_config.PRESET_RECIPES}
     assert [preset for preset, train in recipes.items() if train.adam_bias_correction] == [
         "tiny", "modernbert-tiny", "modernbert-mini"]
-    modern = pretrain.model_config(pretrain_config.get_config("modernbert-base"), vocab_size=50368)
+    modern = pretrain_setup.model_config(pretrain_config.get_config("modernbert-base"), vocab_size=50368)
     assert (modern.position_embedding, modern.layer_norm_eps, modern.hidden_act) == ("rope", 1e-5, "gelu")
     recipe = pretrain_config.get_config("mini,modern")
     assert (recipe.data.next_sentence_prediction, recipe.data.full_rows, recipe.data.masked_lm_prob,
@@ -522,7 +522,7 @@ def test_config_presets_and_phase_two():
     # Every preset evaluates and checkpoints several times in its recipe (4,000 steps: each 500).
     for preset in pretrain_config.PRESET_RECIPES:
         config = pretrain_config.get_config(preset)
-        pretrain.resolve_cadence(config)
+        pretrain_setup.resolve_cadence(config)
         assert config.train.num_steps // config.train.eval_every >= 8, preset
         assert config.train.num_steps // config.checkpoint.every >= 8, preset
 
@@ -615,13 +615,13 @@ def test_a_model_bigger_than_tiny_on_the_demo_corpus_is_warned_about(caplog):
     BERT-base on a toy; the start-up says so. tiny (the quick start) and real corpora do not warn."""
     import logging
 
-    from bertjax import pretrain
+    from bertjax import pretrain_setup
     from bertjax.models import BertConfig
 
     with caplog.at_level(logging.WARNING, logger="bertjax.pretrain"):
         for preset, source in (("tiny", "demo"), ("base", "text"), ("mini", "demo")):
             data = pretrain_config.get_config(preset).data
             data.source = source
-            pretrain.warn_if_demo_corpus(data, BertConfig.preset(preset))
+            pretrain_setup.warn_if_demo_corpus(data, BertConfig.preset(preset))
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
         "pre-training a 4-layer, 256-wide model on the embedded demo corpus"]

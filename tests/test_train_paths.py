@@ -123,7 +123,7 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
     context extension takes the batch of the run it continues, in tokens."""
     import jax.numpy as jnp
 
-    from bertjax import checkpointing, pretrain
+    from bertjax import checkpointing, pretrain_setup
 
     assert pretrain_config.get_config("base").data.max_predictions_per_seq == 20  # the original's at 128
     phase2 = pretrain_config.get_config("base,phase2")
@@ -151,13 +151,13 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
     assert (long.data.max_seq_length, long.data.max_predictions_per_seq) == (8192, 2458)
     assert long.train.global_batch_size is None
     with pytest.raises(ValueError, match="config.train.global_batch_size is unset: it takes the tokens per batch"):
-        pretrain.resolve_global_batch_size(long, str(tmp_path / "long"))
+        pretrain_setup.resolve_global_batch_size(long, str(tmp_path / "long"))
     shorter = tmp_path / "mb1024"
     checkpointer = checkpointing.Checkpointer(str(shorter / "checkpoints"), save_interval_steps=1, max_to_keep=1,
                                               async_save=False)
     checkpointer.save(1, {"w": jnp.zeros(2)}, data_position=1, config=modern.to_dict())  # batch 256 x 1,024
     long.init_checkpoint = str(shorter)
-    pretrain.resolve_global_batch_size(long, str(tmp_path / "long"))
+    pretrain_setup.resolve_global_batch_size(long, str(tmp_path / "long"))
     assert long.train.global_batch_size == 32  # 262,144 tokens at 8,192
     # A resumed run keeps the batch it trained with, whatever the shorter run says now.
     resumed = pretrain_config.get_config("modernbert-base,modern,long")
@@ -165,14 +165,14 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
     checkpointing.Checkpointer(str(tmp_path / "long" / "checkpoints"), save_interval_steps=1, max_to_keep=1,
                                async_save=False).save(1, {"w": jnp.zeros(2)}, data_position=1,
                                                       config={**resumed.to_dict(), "train": {"global_batch_size": 4}})
-    pretrain.resolve_global_batch_size(resumed, str(tmp_path / "long"))
+    pretrain_setup.resolve_global_batch_size(resumed, str(tmp_path / "long"))
     assert resumed.train.global_batch_size == 4
 
 
 def test_a_prepared_folder_holds_out_what_it_was_prepared_with(tmp_path):
     """config.data.source=prepared reads a folder's own held-out split: its eval_fraction, not
     the config's, decides whether there is one to evaluate on."""
-    from bertjax import pretrain
+    from bertjax import pretrain, pretrain_setup
     from bertjax.data import prepare
 
     folder = str(tmp_path / "no_eval")
@@ -188,4 +188,4 @@ def test_a_prepared_folder_holds_out_what_it_was_prepared_with(tmp_path):
         pretrain.train_and_evaluate(config, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
     config.data.eval_fraction = 0.0  # no effect on a prepared folder: not refused for it
-    pretrain.validate_config(config, pretrain.model_config(config, 786), mesh_shape=(8, 1, 1))
+    pretrain_setup.validate_config(config, pretrain_setup.model_config(config, 786), mesh_shape=(8, 1, 1))
