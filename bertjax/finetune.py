@@ -4,8 +4,8 @@ Sections: checkpoint, tokenizer and model config (validated before anything is l
 compiled: `finetune_setup.py`) -> the task's data -> model, objective and state (resume order) -> the steps,
 compiled once per batch shape (bucket length, or packed row count), ahead in a background
 thread -> the loop (evaluations keep the best checkpoint) -> predictions with the best
-weights. The machinery shared with pre-training (step, shardings, resume order, the loop's
-tail) is in `trainer.py`.
+weights. The machinery shared with pre-training (step, shardings, resume order) is in
+`trainer.py`, the loop's tail in `training_loop.py`.
 
 Starting point (`config.init_checkpoint`): a bertjax run (pre-training or fine-tuning: its
 workdir, checkpoint directory or one step), a Hugging Face BERT directory, or Google's
@@ -41,7 +41,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer
+from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer, training_loop
 from bertjax.finetune_setup import (check_reused_head, check_same_tokenizer, checked_model, checkpoint_source,
                                     load_tokenizer, schedule_config)
 from bertjax.inference import model_source
@@ -348,7 +348,7 @@ def _set_best_aside(best: str, fresh: bool) -> bool:
     return True
 
 
-def _train_step(programs: Programs, shape: tuple[int, int], loop: trainer.Loop, clock: console.PhaseClock):
+def _train_step(programs: Programs, shape: tuple[int, int], loop: training_loop.Loop, clock: console.PhaseClock):
     """The train step for batches of `shape` (rows, tokens); the first wait for it is paused
     out of the step timing, counted as compile time and reported."""
     key = ("train", shape)
@@ -468,7 +468,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
     # weights there at the end, with no metrics).
     best = best_meta["extra"] if best_meta and best_meta["extra"].get("metrics") else None
-    loop = trainer.Loop(
+    loop = training_loop.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
         max_consecutive_bad_steps=train_cfg.max_consecutive_bad_steps,

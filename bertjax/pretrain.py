@@ -2,7 +2,8 @@
 
 Sections: tokenizer, model config, mesh (checked first: `pretrain_setup.py`) -> input ->
 model, objective and state (resume order) -> the compiled step -> the loop. The machinery
-both stages share (step, shardings, resume order, the loop's tail) is in `trainer.py`.
+both stages share (step, shardings, resume order) is in `trainer.py`, the loop's tail in
+`training_loop.py`.
 
 Resume order (documented, fixed): the workdir's latest checkpoint -> `config.init_checkpoint`
 (a bertjax checkpoint, a Hugging Face directory or Google's original TF release; weights
@@ -20,7 +21,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bertjax import checkpointing, optim, pretrain_setup, run_config, sharding, tokenization, trainer
+from bertjax import checkpointing, optim, pretrain_setup, run_config, sharding, tokenization, trainer, training_loop
 from bertjax.batch_warmup import BatchWarmup
 from bertjax.metrics import pretraining_flops_per_sequence
 from bertjax.models import (BertConfig, BertForPreTraining, pretraining_counts, pretraining_loss_terms,
@@ -337,7 +338,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         for rows in sorted({warmup.rows(start_step), warmup.rows(train_cfg.num_steps - 1)}):
             compiled[rows], seconds = compile_for(rows)
             compile_seconds += seconds
-    loop = trainer.Loop(
+    loop = training_loop.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config,
         num_steps=train_cfg.num_steps, start_step=start_step, log_every=train_cfg.log_every,
         eval_every=train_cfg.eval_every if eval_batches else 0,

@@ -24,7 +24,8 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
     from bertjax.data import prepare  # TensorFlow only for input
     from bertjax.data.pretraining import check_data_config
 
-    if config.get("init_checkpoint_required") and not config.init_checkpoint and not run_config.own_checkpoints(workdir):
+    continuing = config.get("init_checkpoint_required")
+    if continuing and not config.init_checkpoint and not run_config.own_checkpoints(workdir):
         raise ValueError("this config continues a pre-training run (phase2: length 512 from phase 1's weights; "
                          "long: the modern encoder's full context from its shorter run's): set config.init_checkpoint "
                          "to that run's workdir")

@@ -93,12 +93,12 @@ def test_sigterm_stops_a_wait_on_a_stalled_input_pipeline(tmp_path):
 
 
 def _loop(tmp_path, num_steps, log_every=1, eval_every=0, start_step=0):
-    """A trainer.Loop on tmp_path that checkpoints only when made to (interval 100)."""
-    from bertjax import checkpointing, trainer
+    """A training_loop.Loop on tmp_path that checkpoints only when made to (interval 100)."""
+    from bertjax import checkpointing, training_loop
 
     checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=100,
                                               max_to_keep=2, async_save=False)
-    return trainer.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=num_steps,
+    return training_loop.Loop(workdir=str(tmp_path), checkpointer=checkpointer, saved_config={}, num_steps=num_steps,
                         start_step=start_step, log_every=log_every, eval_every=eval_every,
                         max_consecutive_bad_steps=3, sequences_per_step=1.0)
 
@@ -108,7 +108,7 @@ def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path, monkey
 
     import jax.numpy as jnp
 
-    from bertjax import checkpointing, trainer
+    from bertjax import checkpointing, training_loop
 
     from bertjax.runtime import preemption
 
@@ -126,8 +126,8 @@ def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path, monkey
         batches = loop.input(stalled())
         assert loop.next_batch(batches, 0, None) == {"x": 1}
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
-        with pytest.raises(trainer.TrainingStopped, match=r"preempted \(SIGTERM\) at step 1 after waiting .*saved "
-                                                          r"step 1 to"):
+        with pytest.raises(training_loop.TrainingStopped,
+                           match=r"preempted \(SIGTERM\) at step 1 after waiting .*saved step 1 to"):
             loop.next_batch(batches, 1, {"w": jnp.ones(3)})
         # Saved without first waiting for the stalled thread (a review: 10 s of a 30 s grace period).
         assert preemption.input_thread_alive() and preemption.INPUT_THREAD not in joined
@@ -144,13 +144,13 @@ def test_a_stop_signal_at_the_last_step_finishes_the_run(tmp_path):
     One step earlier, the same signal stops it."""
     import jax.numpy as jnp
 
-    from bertjax import checkpointing, trainer
+    from bertjax import checkpointing, training_loop
 
     loop = _loop(tmp_path, num_steps=3)
     try:
         os.kill(os.getpid(), signal.SIGTERM)
         loop.save(3, {"w": jnp.ones(3)})  # no TrainingStopped
-        with pytest.raises(trainer.TrainingStopped, match=r"preempted \(SIGTERM\): saved step 2"):
+        with pytest.raises(training_loop.TrainingStopped, match=r"preempted \(SIGTERM\): saved step 2"):
             loop.save(2, {"w": jnp.ones(3)})
     finally:
         loop.close()
@@ -167,7 +167,7 @@ def test_a_stop_logs_the_steps_since_the_last_log_step(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from bertjax import trainer
+    from bertjax import training_loop
 
     @flax.struct.dataclass
     class State:
@@ -184,7 +184,7 @@ def test_a_stop_logs_the_steps_since_the_last_log_step(tmp_path):
             if step < 3:
                 loop.save(step, state)
         os.kill(os.getpid(), signal.SIGTERM)
-        with pytest.raises(trainer.TrainingStopped, match=r"saved step 3"):
+        with pytest.raises(training_loop.TrainingStopped, match=r"saved step 3"):
             loop.save(3, state)
     finally:
         loop.close()
@@ -198,14 +198,14 @@ def test_a_stop_at_an_evaluation_step_saves_first_and_the_resumed_run_evaluates(
     owed, and the run resumed there evaluates before its first step."""
     import jax.numpy as jnp
 
-    from bertjax import trainer
+    from bertjax import training_loop
 
     loop = _loop(tmp_path, num_steps=10, eval_every=2)
     try:
         assert loop.evaluates(2) and not loop.evaluates(3)
         os.kill(os.getpid(), signal.SIGTERM)
         assert not loop.evaluates(4)
-        with pytest.raises(trainer.TrainingStopped, match=r"saved step 4"):
+        with pytest.raises(training_loop.TrainingStopped, match=r"saved step 4"):
             loop.save(4, {"w": jnp.ones(3)})
     finally:
         loop.close()
@@ -254,7 +254,7 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from bertjax import checkpointing, trainer
+    from bertjax import checkpointing, training_loop
 
     @flax.struct.dataclass
     class State:
@@ -267,7 +267,7 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
     try:
         for step in range(1, 5):
             loop.record(step, metrics, State(jnp.ones(3), jnp.int32(step), jnp.int32(step)))
-        with pytest.raises(trainer.TrainingDiverged, match=r"saved at step 5.*run the same command again"):
+        with pytest.raises(training_loop.TrainingDiverged, match=r"saved at step 5.*run the same command again"):
             loop.record(5, metrics, State(jnp.full(3, 7.0), jnp.int32(5), jnp.int32(5)))
     finally:
         loop.close()
@@ -288,9 +288,9 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
         for step in range(1, 5):
             loop.record(step, metrics, State(jnp.ones(3), jnp.int32(step), jnp.int32(step)))
         os.kill(os.getpid(), signal.SIGTERM)
-        with pytest.raises(trainer.TrainingStopped, match=r"preempted \(SIGTERM\): saved step 5") as stopped:
+        with pytest.raises(training_loop.TrainingStopped, match=r"preempted \(SIGTERM\): saved step 5") as stopped:
             loop.record(5, metrics, State(jnp.ones(3), jnp.int32(5), jnp.int32(5)))
-        assert not isinstance(stopped.value, trainer.TrainingDiverged)
+        assert not isinstance(stopped.value, training_loop.TrainingDiverged)
     finally:
         loop.close()
     assert checkpointing.read_meta(str(tmp_path / "signalled" / "checkpoints" / "5"))["extra"]["evaluation_owed"]
@@ -301,13 +301,13 @@ def test_a_signal_during_an_evaluation_stops_at_its_step(tmp_path):
     that came in between stops the run at that step, not one later (a review of the above)."""
     import jax.numpy as jnp
 
-    from bertjax import trainer
+    from bertjax import training_loop
 
     loop = _loop(tmp_path, num_steps=10, eval_every=2)
     try:
         assert loop.evaluates(2)
         os.kill(os.getpid(), signal.SIGTERM)  # during the evaluation
-        with pytest.raises(trainer.TrainingStopped, match=r"saved step 2"):
+        with pytest.raises(training_loop.TrainingStopped, match=r"saved step 2"):
             loop.save(2, {"w": jnp.ones(3)})
     finally:
         loop.close()

@@ -1,0 +1,256 @@
+"""What happens around each step of a training loop, the same for both stages: metrics at
+log steps, the evaluation cadence, checkpoints, SIGTERM and the progress line (`Loop`). The
+step itself, shardings and resume order are in trainer.py."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any, Callable, Iterator
+
+import jax
+import numpy as np
+
+from bertjax import checkpointing
+from bertjax.metrics import MetricsWriter, peak_flops_per_device
+from bertjax.runtime import console, preemption
+from bertjax.runtime.errors import TrainingDiverged, TrainingStopped
+from bertjax.trainer import TrainState
+
+log = logging.getLogger(__name__)
+
+
+_EVALUATION_OWED = "evaluation_owed"  # checkpoint meta "extra": the step's evaluation was put off
+
+
+def _evaluation_owed_at(checkpointer, step: int) -> bool:
+    """Whether the checkpoint of `step` was saved by a stop that put off its evaluation."""
+    from bertjax.runtime import fileio
+
+    folder = fileio.join(str(checkpointer.directory), str(step))
+    return fileio.exists(folder) and bool(checkpointing.read_meta(folder)["extra"].get(_EVALUATION_OWED))
+
+
+class Loop:
+    """What happens around each step of a loop, the same for both stages.
+
+    record(step, metrics, state): metrics stay on device until a log step (every `log_every`
+      steps and the last), then are averaged, written (metrics.jsonl, TensorBoard, console)
+      and the run stops (saved there) if `max_consecutive_bad_steps` non-finite steps came in a row.
+    evaluates(step), evaluation(step, state), paused(): the evaluation cadence; time inside
+      `paused()` (evaluation, checkpoints) is not counted in the throughput. An evaluation due
+      at a step where a stop signal has come is left for the resumed run (`owes_evaluation`):
+      the save comes first, within the notice's grace period; one that fails saves first too.
+    save(step, state, extra_meta): a checkpoint when due (`checkpointer`'s interval, or the
+      last step), and on SIGTERM a forced one, then TrainingStopped.
+    The logged sequences/s counts `sequences_per_step`, or each step's own `sequences` passed
+    to `record` (a growing batch): rows in pre-training (packed or not), examples in
+    fine-tuning (with packed rows, an epoch's average number per step).
+    """
+
+    def __init__(self, *, workdir: str, checkpointer, saved_config: dict, num_steps: int, start_step: int,
+                 log_every: int, eval_every: int, max_consecutive_bad_steps: int, sequences_per_step: float,
+                 tokens_per_sequence: int | None = None, flops_per_sequence: float | None = None,
+                 console_keys: tuple[str, ...] = ("loss",), label: str = "train",
+                 fixed_metrics: dict[str, float] | None = None, bfloat16_products: bool = False,
+                 rows_read: Callable[[int], int] | None = None):
+        """rows_read(step): the rows of the training stream read before `step`, saved with each
+        checkpoint as meta["extra"]["rows_read"] (where a resume with other batch settings
+        picks the stream up)."""
+        self.workdir, self.checkpointer, self.saved_config = workdir, checkpointer, saved_config
+        self.rows_read = rows_read
+        self.num_steps, self.start_step, self.log_every, self.eval_every = num_steps, start_step, log_every, eval_every
+        self.max_consecutive_bad_steps = max_consecutive_bad_steps
+        self.sequences_per_step, self.tokens_per_sequence = sequences_per_step, tokens_per_sequence
+        self.flops_per_sequence, self.console_keys = flops_per_sequence, console_keys
+        self.fixed_metrics = dict(fixed_metrics or {})  # logged with every record, e.g. compile time
+        is_writer = jax.process_index() == 0
+        self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step)
+        self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer)
+        self.peak_flops, self.peak_source = (peak_flops_per_device(bfloat16_products) if flops_per_sequence
+                                             else (None, ""))
+        self.watcher = preemption.PreemptionWatcher(start_step)
+        self._evaluation_left: int | None = None  # the step whose evaluation a stop put off
+        # A run stopped at an evaluation step saved first: its evaluation comes before the first step.
+        self.owes_evaluation = bool(start_step and self.is_eval_step(start_step) and _evaluation_owed_at(
+            checkpointer, start_step))
+        self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
+        self.pending: list[dict[str, jax.Array]] = []
+        self.pending_sequences = 0.0
+        self.window_start, self.window_paused = time.perf_counter(), 0.0
+        self.last: dict[str, float] = {}
+
+    def console(self, line: str) -> None:
+        self.progress.line(line)
+
+    def record(self, step: int, metrics: dict[str, jax.Array], state: TrainState,
+               sequences: float | None = None) -> None:
+        self.pending.append(metrics)
+        self.pending_sequences += self.sequences_per_step if sequences is None else sequences
+        self.progress.advance(step)
+        if step % self.log_every == 0 or step == self.num_steps:
+            self._log(step, state)
+
+    def _log(self, step: int, state: TrainState) -> None:
+        """Writes the steps recorded since the last log as one row at `step` (their mean)."""
+        fetched = jax.device_get(self.pending)
+        seconds = (time.perf_counter() - self.window_start - self.window_paused) / len(self.pending)
+        last = {name: float(np.mean([m[name] for m in fetched])) for name in fetched[0]}
+        last.update(self.fixed_metrics, step_time=seconds,
+                    sequences_per_second=self.pending_sequences / len(self.pending) / seconds)
+        if self.tokens_per_sequence:
+            last["tokens_per_second"] = last["sequences_per_second"] * self.tokens_per_sequence
+        if self.flops_per_sequence:
+            tflops = self.flops_per_sequence * last["sequences_per_second"] / jax.device_count() / 1e12
+            last.update(tflops_per_device=tflops, mfu=tflops * 1e12 / self.peak_flops)
+        self.writer.write(step, last)
+        shown = " ".join(f"{key} {last[key]:.4f}" for key in self.console_keys if key in last)
+        self.progress.show(shown)
+        if not self.progress.live:
+            rate = f"{last['sequences_per_second']:.1f} seq/s"
+            mfu = f" mfu {last['mfu']:.1%} [{self.peak_source}]" if "mfu" in last else ""
+            eta = self.progress.eta_seconds()
+            eta = f" ETA {console.format_duration(eta)}" if eta is not None else ""
+            self.console(f"step {step}/{self.num_steps} {shown} lr {last['learning_rate']:.2e} "
+                         f"gnorm {last['grad_norm']:.2f} {rate}{mfu}{eta}")
+        self.pending, self.pending_sequences = [], 0.0
+        self.window_start, self.window_paused = time.perf_counter(), 0.0
+        self.last.update(last)
+        worst, skipped = jax.device_get((state.worst_bad_run, state.skipped_steps))
+        if worst >= self.max_consecutive_bad_steps:
+            # The weights were never updated from the bad steps: they are the good ones before them, kept
+            # (owing this step's evaluation, if it has one).
+            if self.is_eval_step(step):
+                self._evaluation_left = step
+            self._save_now(step, state)
+            if step < self.num_steps and self.watcher.should_stop(step):  # a stop signal too: it wins
+                raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to "
+                                      f"{self.checkpointer.directory} (its last {int(worst)} steps had a non-finite "
+                                      f"loss or gradient); run the same command again to resume")
+            raise TrainingDiverged(
+                f"stopping at step {step}: {int(worst)} consecutive steps had a non-finite loss or gradient "
+                f"(config.train.max_consecutive_bad_steps={self.max_consecutive_bad_steps}); {int(skipped)} skipped "
+                f"in all. Weights were never updated from them (saved at step {step}): lower the learning rate or "
+                f"check the data, then run the same command again to resume.")
+
+    def is_eval_step(self, step: int) -> bool:
+        return bool(self.eval_every) and (step % self.eval_every == 0 or step == self.num_steps)
+
+    def evaluates(self, step: int) -> bool:
+        """Whether to evaluate after `step`: an evaluation step, unless the run stops there (the
+        checkpoint's meta then says the evaluation is owed, and the resumed run runs it)."""
+        if not self.is_eval_step(step):
+            return False
+        if step < self.num_steps and self.watcher.should_stop(step):
+            self._evaluation_left = step
+            return False
+        return True
+
+    @contextlib.contextmanager
+    def evaluation(self, step: int, state: TrainState):
+        """Around the evaluation after `step` (paused): one that fails (out of device memory,
+        a bad evaluation file) first saves `state` at `step` with the evaluation owed, so the
+        steps since the last checkpoint are not lost and the resumed run evaluates first. The
+        save is collective: only work every process does belongs inside (not process 0's
+        metrics writes), so that a failure here is every process's."""
+        with self.paused():
+            try:
+                yield
+            except Exception:
+                self._evaluation_left = step
+                try:  # the evaluation's error is the one to report, whatever the save does
+                    self._save_now(step, state)
+                    log.error("the evaluation after step %d failed; saved step %d to %s (the resumed run evaluates "
+                              "it first)", step, step, self.checkpointer.directory)
+                except Exception:  # noqa: BLE001
+                    log.exception("the evaluation after step %d failed, and so did saving the step", step)
+                raise
+
+    @contextlib.contextmanager
+    def paused(self):
+        start = time.perf_counter()
+        self.progress.pause()
+        try:
+            yield
+        finally:
+            self.progress.resume()
+            self.window_paused += time.perf_counter() - start
+
+    def write_eval(self, step: int, metrics: dict[str, float], prefix: str = "eval_") -> None:
+        self.writer.write(step, metrics, prefix=prefix)
+        self.last.update({f"{prefix}{k}": v for k, v in metrics.items()})
+        self.console(f"eval step {step}: " + " ".join(f"{prefix}{k} {v:.4f}" for k, v in sorted(metrics.items())))
+
+    def input(self, batches: Iterator) -> Iterator:
+        """`batches` read ahead in a thread, so that waiting for one still honours SIGTERM and
+        Ctrl-C (preemption.interruptible); take each with `next_batch`."""
+        self._input = preemption.interruptible(batches, self.watcher)
+        return self._input
+
+    def next_batch(self, batches: Iterator, step: int, state: TrainState) -> Any:
+        """The next item of `input(...)`. A stop signal while the input stalls saves `state`
+        (at `step`, if not saved yet) and raises TrainingStopped."""
+        try:
+            return next(batches)
+        except preemption.InputInterrupted as stopped:
+            with self.paused():
+                self._log_before_stopping(step, state)
+                self._save_now(step, state)
+            saved = self.checkpointer.latest_step()
+            raise TrainingStopped(
+                f"preempted ({stopped.signal_name}) at step {step} after waiting {stopped.waited:.0f}s for the input "
+                f"pipeline; " + (f"saved step {saved} to {self.checkpointer.directory}; run the same command again "
+                                 f"to resume" if saved is not None else "nothing was saved")) from None
+
+    def _log_before_stopping(self, step: int, state: TrainState) -> None:
+        """The steps since the last log step as a row at `step`, written out before a stop: the
+        resumed run starts after `step` and never logs them."""
+        if self.pending:
+            self._log(step, state)
+        self.writer.flush()
+
+    def _save_now(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
+        """A checkpoint of `state` at `step` now, due or not (unless saved already, or the run
+        started there), waited for."""
+        if step > self.start_step:
+            self.checkpointer.save(step, state, data_position=step, config=self.saved_config, force=True,
+                                   extra_meta=self._extra_meta(step, extra_meta))
+        self.checkpointer.wait_until_finished()
+
+    def _extra_meta(self, step: int, extra_meta: dict | None) -> dict | None:
+        extra = dict(extra_meta or {})
+        if self.rows_read is not None:
+            extra["rows_read"] = int(self.rows_read(step))
+        if self._evaluation_left == step:
+            extra[_EVALUATION_OWED] = True
+        return extra or extra_meta
+
+    def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:
+        due = self.checkpointer.due(step) or step == self.num_steps
+        if due:
+            # A gs:// metrics.jsonl is written every 30 s: first the rows up to this checkpoint,
+            # which a resume from it never logs again.
+            self.writer.flush()
+        with self.paused():
+            if due:
+                self.checkpointer.save(step, state, data_position=step, config=self.saved_config,
+                                       force=step == self.num_steps, extra_meta=self._extra_meta(step, extra_meta))
+            # At the last step the run is complete (saved above): it finishes rather than reporting
+            # a preemption that a scheduler would retry.
+            if step < self.num_steps and self.watcher.should_stop(step):
+                self._log_before_stopping(step, state)
+                self._save_now(step, state, extra_meta)
+                raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to "
+                                      f"{self.checkpointer.directory}; run the same command again to resume")
+
+    def close(self) -> None:
+        try:
+            if self._input is not None:
+                self._input.close()  # stops the read-ahead thread (see preemption.interruptible)
+            self.progress.close()
+            self.checkpointer.wait_until_finished()
+            self.checkpointer.close()
+            self.watcher.close()
+        finally:  # a failed last save must not lose the metrics logged before it
+            self.writer.close()
