@@ -42,7 +42,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import checkpointing, optim, run_config, sharding, tasks, tokenization, trainer, training_loop
-from bertjax.finetune_setup import (check_reused_head, check_same_tokenizer, checked_model, checkpoint_source,
+from bertjax.finetune_setup import (check_reused_head, checked_model, checkpoint_source,
                                     load_tokenizer, schedule_config)
 from bertjax.inference import model_source
 from bertjax.models import BertConfig, FrozenEncoder, stack_layers
@@ -403,7 +403,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     clock = console.PhaseClock()  # where the run's time goes, summed up at the end
     source = checkpoint_source(config, workdir)
     tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, source), "tokenizer")
-    check_same_tokenizer(workdir, tokenizer)
+    run_config.check_same_tokenizer(workdir, tokenizer)
     bert, mesh_shape = checked_model(config, source and source.bert, tokenizer.vocab_size)
     mesh = sharding.create_mesh(*mesh_shape)
 

@@ -59,21 +59,6 @@ def check_reused_head(source: model_source.ModelSource, task_info: dict) -> None
                         f", this run's are {list(ours)}") + ", or fine-tune a new head (config.reuse_head=False)")
 
 
-def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> None:
-    """ValueError when a run resumes (`workdir` has checkpoints) with another vocabulary or
-    casing than the one it trained with and saved (WORKDIR/tokenizer): its weights would read
-    other ids, silently."""
-    saved = fileio.join(workdir, "tokenizer")
-    if not (run_config.own_checkpoints(workdir) and fileio.exists(fileio.join(saved, tokenization.SAVED_TOKENIZER))):
-        return
-    spec = tokenization.saved_tokenizer_spec(saved)
-    if spec["vocab_hash"] != tokenizer.vocab_hash:
-        raise ValueError(f"{workdir} trained with the tokenizer saved in {saved} ({spec['kind']}, do_lower_case="
-                         f"{spec['do_lower_case']}); this run's ({tokenizer.path}, do_lower_case="
-                         f"{tokenizer.do_lower_case}) gives other ids: resume with the run's own (config.data."
-                         "vocab_path, do_lower_case) or give a new workdir")
-
-
 def load_tokenizer(config: ml_collections.ConfigDict,
                    source: model_source.ModelSource | None = None) -> tokenization.Tokenizer:
     """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint

@@ -258,6 +258,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     bert, mesh_shape, data_dir = pretrain_setup.checked_model(config, workdir)
     # Only now (it may write the demo vocabulary into data_dir): a refused run writes nothing.
     tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
+    run_config.check_same_tokenizer(workdir, tokenizer)  # before WORKDIR/tokenizer is written again
     mesh = sharding.create_mesh(*mesh_shape)
     # Each host reads its own rows (host_split="files"), or every host the whole batch.
     place = trainer.global_batch if config.data.host_split == "files" else trainer.whole_batch

@@ -16,7 +16,7 @@ from typing import Any
 
 from flax.traverse_util import flatten_dict
 
-from bertjax import checkpointing
+from bertjax import checkpointing, tokenization
 from bertjax.runtime import fileio
 
 # Settings that change where or how often things happen, not what the run computes.
@@ -79,3 +79,18 @@ def describe_changes(changes: list[str]) -> str:
     more = f"; and {len(changes) - _SHOWN_CHANGES} more" if len(changes) > _SHOWN_CHANGES else ""
     return (f"resumed with {len(changes)} setting(s) changed since the checkpoint, so this is not an exact "
             f"continuation: {shown}{more}")
+
+
+def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> None:
+    """ValueError when a run resumes (`workdir` has checkpoints) with another vocabulary or
+    casing than the one it trained with and saved (WORKDIR/tokenizer): its weights would read
+    other ids, silently (pre-training and fine-tuning alike)."""
+    saved = fileio.join(workdir, "tokenizer")
+    if not (own_checkpoints(workdir) and fileio.exists(fileio.join(saved, tokenization.SAVED_TOKENIZER))):
+        return
+    spec = tokenization.saved_tokenizer_spec(saved)
+    if spec["vocab_hash"] != tokenizer.vocab_hash:
+        raise ValueError(f"{workdir} trained with the tokenizer saved in {saved} ({spec['kind']}, do_lower_case="
+                         f"{spec['do_lower_case']}); this run's ({tokenizer.path}, do_lower_case="
+                         f"{tokenizer.do_lower_case}) gives other ids: resume with the run's own (config.data."
+                         "vocab_path, do_lower_case) or give a new workdir")

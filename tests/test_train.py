@@ -226,13 +226,18 @@ def _copy(run, tmp_path):
 
 def test_a_run_that_cannot_resume_leaves_the_workdir_as_it_was(tmp_path, prepared_dir, five_steps):
     workdir = _copy(five_steps, tmp_path)
-    saved = workdir / "tokenizer" / "tokenizer.json"
-    saved.write_text(json.dumps({**json.loads(saved.read_text()), "vocab_hash": "another"}))  # != the config's
     result = _run(workdir, prepared_dir, "--config.train.num_steps=10", "--config.model.intermediate_size=96",
                   check=False)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "intermediate" in result.stderr and "Traceback" not in result.stderr
-    assert json.loads(saved.read_text())["vocab_hash"] == "another"  # not replaced by the run that failed
+    # Resumed with another vocabulary (as prepare's refusal to re-prepare a folder suggests: another
+    # prepared_dir), the weights read other ids and WORKDIR/tokenizer was replaced, silently (a
+    # review): refused, as fine-tuning refuses it, and the saved tokenizer kept.
+    saved = workdir / "tokenizer" / "tokenizer.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "vocab_hash": "another"}))  # != the config's
+    result = _run(workdir, prepared_dir, "--config.train.num_steps=10", check=False)
+    assert result.returncode == 2 and "gives other ids: resume with the run's own" in result.stderr, result.stderr
+    assert json.loads(saved.read_text())["vocab_hash"] == "another"
 
 
 def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(tmp_path, prepared_dir, five_steps):
