@@ -80,6 +80,8 @@ def main(_):
 
     data_config = ml_collections.ConfigDict(dict(source=source_of(paths, _SOURCE.value), input_pattern=_INPUT.value,
                                                  text_key=_TEXT_KEY.value))
+    if data_config.source in ("text", "jsonl"):  # what prepare refuses: a compressed, binary or UTF-16 file
+        sources.check_text_files(sources.list_units(data_config), data_config.source)
     drops = sources.DropCounter()
     lines = sentences(data_config, drops)
     first = next(lines, None)
@@ -105,7 +107,10 @@ def main(_):
     ids, _ = tokenizer.encode_flat(sample)
     unknown = float((ids == tokenizer.unk_id).mean()) if len(ids) else 0.0
     fewer = (f" (fewer than --vocab_size={_VOCAB_SIZE.value}: no more pieces occur twice)"
-             if tokenizer.vocab_size < _VOCAB_SIZE.value else "")
+             if tokenizer.vocab_size < _VOCAB_SIZE.value else
+             f" (more than --vocab_size={_VOCAB_SIZE.value}: WordPiece keeps every character of the alphabet and its "
+             f"## form; lower --limit_alphabet or raise --vocab_size)" if tokenizer.vocab_size > _VOCAB_SIZE.value
+             else "")
     hint = (f" (raise --limit_alphabet={_LIMIT_ALPHABET.value}: characters past it are unknown)"
             if kind == "wordpiece" and unknown > 0.01 and _LIMIT_ALPHABET.value else "")
     dropped = f"; dropped {dict(drops.counts)} (see the warnings above)" if drops.counts else ""

@@ -118,3 +118,20 @@ def test_train_tokenizer_reports_unknown_characters_and_keeps_every_one_when_ask
     out = _run("launch/train_tokenizer.py", f"--input={tmp_path}/cjk.txt", "--vocab_size=3000", "--limit_alphabet=0",
                f"--output_dir={tmp_path / 'all'}")
     assert "[UNK] 0.00% of the first 600 lines' tokens" in out, out
+    # An alphabet larger than the size asked for: the vocabulary comes out larger, said so (a review).
+    out = _run("launch/train_tokenizer.py", f"--input={tmp_path}/cjk.txt", "--vocab_size=1000", "--limit_alphabet=0",
+               f"--output_dir={tmp_path / 'over'}")
+    assert "tokens (more than --vocab_size=1000: WordPiece keeps every character of the alphabet" in out, out
+
+
+def test_train_tokenizer_refuses_what_prepare_refuses(tmp_path):
+    """A gzipped corpus gave a 27-token vocabulary of byte garbage, written, blocking its
+    output path, though prepare refuses the file (a review)."""
+    import gzip
+
+    (tmp_path / "corpus.txt.gz").write_bytes(gzip.compress(b"One sentence.\nTwo.\n\nThree.\n" * 50))
+    result = subprocess.run([sys.executable, "launch/train_tokenizer.py", f"--input={tmp_path}/corpus.txt.gz",
+                             "--source=text", f"--output_dir={tmp_path / 'wp'}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "corpus.txt.gz: gzip-compressed, not UTF-8 text" in result.stderr, result.stderr
+    assert not (tmp_path / "wp").exists()
