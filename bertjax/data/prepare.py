@@ -56,6 +56,7 @@ SMALL_CORPUS_BYTES = 8 << 20  # prepared in-process by default: starting workers
 # More sentences than a real document holds (a long book has ~10k): likely a file without blank
 # lines between its documents.
 LONG_DOCUMENT_SENTENCES = 50_000
+UNKNOWN_SHARE_WARNED = 0.01  # of the corpus's tokens [UNK]: a vocabulary that does not fit the text
 # Version of the text source's reading (2: a line of Unicode spaces ends a document, as the
 # original's strip() made it): an interrupted prepare is never resumed with another.
 TEXT_READER = 2
@@ -349,11 +350,13 @@ def _prepare_unit(job: tuple) -> None:
         kept = sentence_lengths > 0
         document_sentences = np.bincount(document_of_sentence[kept], minlength=len(batch))
         document_tokens = np.bincount(document_of_sentence, weights=sentence_lengths, minlength=len(batch))
+        unknown = np.bincount(np.repeat(document_of_sentence, sentence_lengths), weights=token_ids == tokenizer.unk_id,
+                              minlength=len(batch))
         document_characters = np.bincount(document_of_sentence, weights=[len(s) for s in sentences],
                                           minlength=len(batch))
         has_tokens = document_sentences > 0
-        document_sentences, document_tokens, document_characters = (
-            counts[has_tokens] for counts in (document_sentences, document_tokens, document_characters))
+        document_sentences, document_tokens, document_characters, unknown = (
+            counts[has_tokens] for counts in (document_sentences, document_tokens, document_characters, unknown))
         records = shards.encode_documents(token_ids, sentence_lengths[kept], document_sentences)
         is_eval = np.array([_hash64(document) < threshold for document in itertools.compress(batch, has_tokens)],
                            dtype=bool)
@@ -364,6 +367,7 @@ def _prepare_unit(job: tuple) -> None:
             counts["documents"] += int(in_split.sum())
             counts["sentences"] += int(document_sentences[in_split].sum())
             counts["tokens"] += int(document_tokens[in_split].sum())
+            counts["unknown_tokens"] += int(unknown[in_split].sum())
             counts["characters"] += int(document_characters[in_split].sum())
             counts["single_sentence_documents"] += int((document_sentences[in_split] == 1).sum())
             counts["longest_document"] = max(counts["longest_document"],
@@ -401,7 +405,7 @@ class _AttrDict(dict):
 
 def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: tokenization.Tokenizer) -> dict:
     splits = {split: {"shards": [], "shard_documents": [], "documents": 0, "sentences": 0, "tokens": 0,
-                      "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
+                      "unknown_tokens": 0, "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
     dropped, longest = collections.Counter(), 0
     for index in range(len(units)):
         done = _read_json(_done_path(output_dir, index), REDO_UNIT)
@@ -410,7 +414,8 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
             entry, counts = splits[split], done["stats"][split]
             entry["shards"].append(done["shards"][split])
             entry["shard_documents"].append(counts.get("documents", 0))
-            for key in ("documents", "sentences", "tokens", "characters", "single_sentence_documents"):
+            for key in ("documents", "sentences", "tokens", "unknown_tokens", "characters",
+                        "single_sentence_documents"):
                 entry[key] += counts.get(key, 0)
             longest = max(longest, counts.get("longest_document", 0))
     for reason, count in sorted(dropped.items()):
@@ -427,6 +432,12 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
     if documents < 2:
         logging.warning("prepare: a one-document corpus; NSP draws its random B from that document, so "
                         "IsNext and NotNext differ only in order (is there a blank line between documents?)")
+    tokens = splits["train"]["tokens"] + splits["eval"]["tokens"]
+    unknown = splits["train"]["unknown_tokens"] + splits["eval"]["unknown_tokens"]
+    if unknown > UNKNOWN_SHARE_WARNED * tokens:  # a vocabulary of another language or casing, or too few characters
+        logging.warning("prepare: %.1f%% of the corpus's %d tokens are [UNK]: does the vocabulary (%s, "
+                        "do_lower_case=%s) fit this text?", 100 * unknown / tokens, tokens, tokenizer.path,
+                        tokenizer.do_lower_case)
     single = splits["train"]["single_sentence_documents"] + splits["eval"]["single_sentence_documents"]
     if single > documents / 2:
         logging.warning("prepare: %d of %d documents have one sentence: %s", single, documents,

@@ -56,6 +56,7 @@ def test_prepare_writes_every_document_once_with_counts(tmp_path, monkeypatch, c
     assert metadata["splits"]["train"]["documents"] == len(train)
     assert metadata["splits"]["eval"]["sentences"] == sum(map(len, eval_))
     assert metadata["splits"]["train"]["tokens"] == sum(len(s) for d in train for s in d)
+    assert metadata["splits"]["train"]["unknown_tokens"] == sum(s.count(tokenizer.unk_id) for d in train for s in d)
     assert metadata["splits"]["train"]["shards"] == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
     assert sum(metadata["splits"]["train"]["shard_documents"]) == len(train)
     assert metadata["tokenizer"]["vocab_hash"] == tokenizer.vocab_hash
@@ -134,6 +135,18 @@ def test_one_document_and_one_sentence_documents_are_defined(tmp_path, caplog):
     prepare.ensure_prepared(_config(tmp_path, source="jsonl", input_pattern=str(tmp_path / "in" / "a.jsonl"),
                                     text_key="text", eval_fraction=0.0), str(tmp_path / "jsonl"), num_workers=1)
     assert "the sentence splitter" in caplog.text and "blank line after every sentence" not in caplog.text
+
+
+def test_a_corpus_the_vocabulary_does_not_fit_is_warned_of(tmp_path, caplog):
+    """Greek text prepared with the demo's English vocabulary: most tokens [UNK], and no word
+    said (a review: 92% [UNK] trained on silently)."""
+    (tmp_path / "in").mkdir()
+    greek = ["Η γάτα κάθεται στο χαλί.", "Ο σκύλος τρέχει γρήγορα στον κήπο."]
+    (tmp_path / "in" / "el.txt").write_text("\n\n".join("\n".join(greek) for _ in range(20)) + "\n")
+    metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "out"), num_workers=1)
+    train = metadata["splits"]["train"]
+    assert train["unknown_tokens"] > 0.5 * train["tokens"]
+    assert "of the corpus's" in caplog.text and "tokens are [UNK]: does the vocabulary" in caplog.text
 
 
 def test_a_document_longer_than_any_real_one_is_warned(tmp_path, caplog, monkeypatch):
