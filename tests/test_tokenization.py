@@ -140,6 +140,22 @@ def test_train_sentencepiece_fixed_special_ids(tmp_path, do_lower_case):
     assert (tokenizer.encode("The FOX") == tokenizer.encode("the fox")) == do_lower_case
 
 
+def test_sentencepiece_keeps_paragraph_lines_and_says_what_it_left_out(tmp_path, monkeypatch, caplog):
+    """SentencePiece skips lines over its max_sentence_length (4,192 bytes by default) and said
+    so only in its own silenced log: a corpus of paragraph lines lost most of its text (a
+    review). Lines up to SENTENCEPIECE_MAX_LINE_BYTES are kept; longer ones are counted, and a
+    corpus of nothing else is refused in one line."""
+    paragraphs = [" ".join(CORPUS[i:i + 60]) for i in range(0, 1200, 60)]  # ~5,000 bytes a line
+    assert min(len(line.encode()) for line in paragraphs) > 4192
+    vocabularies.train_sentencepiece(paragraphs, 60, str(tmp_path / "long"))
+    assert "left out" not in caplog.text
+    monkeypatch.setattr(vocabularies, "SENTENCEPIECE_MAX_LINE_BYTES", 200)
+    vocabularies.train_sentencepiece(CORPUS + paragraphs, 80, str(tmp_path / "mixed"))
+    assert "SentencePiece left out 20 of the 1220 lines, longer than 200 bytes" in caplog.text
+    with pytest.raises(ValueError, match="each of the 20 lines is longer than 200 bytes, which it skips"):
+        vocabularies.train_sentencepiece(paragraphs, 60, str(tmp_path / "only_long"))
+
+
 def test_whole_words_of_text_without_spaces_are_bert_words(tmp_path):
     """Whole-word masking took a SentencePiece or byte-level BPE word to run from one word-start
     mark to the next, so a Chinese sentence was one "word": one longer than the quota was never

@@ -6,15 +6,21 @@ command line)."""
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Iterable, Iterator
 
+from absl import logging
 import sentencepiece as spm
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertjax import tokenization
 from bertjax.runtime import fileio
+
+# Lines longer than this SentencePiece skips in training (its default, 4,192, left out most of
+# a corpus of paragraph lines).
+SENTENCEPIECE_MAX_LINE_BYTES = 1 << 16
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = True,
@@ -62,17 +68,35 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, 
     _check_vocab_size(vocab_size)
     os.makedirs(output_dir, exist_ok=True)
     prefix = os.path.join(output_dir, "spm")
+    counts = collections.Counter()  # SentencePiece skips long lines and samples big corpora, saying so only in its log
+
+    def lines() -> Iterator[str]:
+        for line in _lines(texts):
+            if line.strip():
+                counts["lines"] += 1
+                counts["too_long"] += len(line.encode("utf-8")) > SENTENCEPIECE_MAX_LINE_BYTES
+                yield line
+
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(line for line in _lines(texts) if line.strip()),
-            model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
+            sentence_iterator=lines(), model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
             character_coverage=character_coverage, input_sentence_size=input_sentence_size,
-            shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
-            normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
+            max_sentence_length=SENTENCEPIECE_MAX_LINE_BYTES, shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1, normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
             pad_id=0, pad_piece="[PAD]", unk_id=1, unk_piece="[UNK]", bos_id=-1, eos_id=-1,
             control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
     except RuntimeError as e:  # e.g. vocab_size larger than the corpus allows
+        if counts["lines"] and counts["too_long"] == counts["lines"]:
+            raise ValueError(f"SentencePiece training failed: each of the {counts['lines']} lines is longer than "
+                             f"{SENTENCEPIECE_MAX_LINE_BYTES} bytes, which it skips; split the text into "
+                             "sentences") from None
         raise ValueError(f"SentencePiece training failed: {e}") from None
+    if counts["too_long"]:
+        logging.warning("SentencePiece left out %d of the %d lines, longer than %d bytes: split the text into "
+                        "sentences", counts["too_long"], counts["lines"], SENTENCEPIECE_MAX_LINE_BYTES)
+    if counts["lines"] > input_sentence_size:
+        logging.warning("SentencePiece trained on a random %d of the %d lines (input_sentence_size)",
+                        input_sentence_size, counts["lines"])
     path = prefix + ".model"
     _check_special_ids(path, tokenization.Tokenizer.from_sentencepiece(path))
     return path
