@@ -886,7 +886,9 @@ def read_vocab(path: str) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[:e.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: vocabulary is not valid UTF-8") from None
+        hint = (" (a SentencePiece model? set config.data.tokenizer=sentencepiece)" if path.endswith(".model")
+                else "")
+        raise ValueError(f"{path}:{line}: vocabulary is not valid UTF-8{hint}") from None
     # Each line stripped, as the original's load_vocab does (a BOM, as Windows tools write,
     # and surrounding spaces are no part of a token).
     tokens = [t.strip() for t in text.removeprefix("\ufeff").split("\n")]

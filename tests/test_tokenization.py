@@ -67,6 +67,11 @@ def test_bad_vocab_files_name_file_and_line(tmp_path):
     path.write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n\xff\n")
     with pytest.raises(ValueError, match=r"vocab.txt:6: vocabulary is not valid UTF-8"):
         tokenization.Tokenizer.from_vocab_file(str(path))
+    model = tmp_path / "spm.model"  # a SentencePiece model given as WordPiece's vocabulary
+    model.write_bytes(b"\n\x0e\n\x05[PAD]\x15\x00\x00\x00\x00\x18\x03\xff\xfe")
+    with pytest.raises(ValueError, match=r"spm.model:3: vocabulary is not valid UTF-8 \(a SentencePiece model\? "
+                                         r"set config.data.tokenizer=sentencepiece\)"):
+        tokenization.load_tokenizer("wordpiece", str(model))
     with pytest.raises(ValueError, match="unknown tokenizer kind"):
         tokenization.load_tokenizer("bpe", str(path))
     # A byte-order mark and spaces around a token are no part of it (the original strips lines).
