@@ -73,6 +73,9 @@ def validate(train_config, data_parallel: int, process_count: int) -> None:
     for key, value in (("batch_warmup_start", start), ("batch_warmup_steps", steps)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"config.train.{key} must be an int >= 0, got {value!r}")
+    if steps and not start:  # (accepted, it did nothing)
+        raise ValueError(f"config.train.batch_warmup_steps={steps} needs config.train.batch_warmup_start (the first "
+                         f"steps' batch, in rows)")
     if not start or start == batch:
         return
     if batch % start:

@@ -38,6 +38,8 @@ def test_each_step_joins_its_units_in_stream_order():
     (dict(batch_warmup_start=4, grad_accum_steps=8), r"divisible by the data-parallel size .* \(16\)"),
     (dict(batch_warmup_start=8, batch_warmup_steps=0), r"batch_warmup_steps must be in \[1, "),
     (dict(batch_warmup_start=-8), "batch_warmup_start must be an int >= 0"),
+    # Steps without a starting batch were accepted and did nothing (a review).
+    (dict(batch_warmup_start=0), r"batch_warmup_steps=10 needs config.train.batch_warmup_start"),
 ])
 def test_bad_warmup_settings_name_the_key(change, message):
     train = ml_collections.ConfigDict(dict(global_batch_size=32, grad_accum_steps=1, num_steps=100,
