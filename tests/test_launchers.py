@@ -23,6 +23,8 @@ CASES = [
     ("pretrain.py", [PRETRAIN, "--config.train.batch_size=3"], "--config.train.batch_size: no such config key; "
                                                                "did you mean 'global_batch_size'?"),
     ("pretrain.py", [PRETRAIN, "--config.train.num_steps=abc"], "--config.train.num_steps=abc"),
+    ("finetune.py", [FINETUNE + ":demo", "--config.train.warmup_steps=3"],  # spelling would say 'num_steps'
+     "--config.train.warmup_steps: no such config key; did you mean 'warmup_proportion'?"),
     ("pretrain.py", [PRETRAIN, "--config.tain.num_steps=3"], "--config.tain.num_steps: no config section 'tain'; "
                                                              "did you mean 'train'?"),
     # A config given to the other training launcher.

@@ -179,8 +179,16 @@ def _closest_key(override: str, flag_name: str, argv: list[str]) -> str | None:
         keys = list(config.keys())
     except Exception:  # noqa: BLE001 -- no config to read: no suggestion
         return None
+    if _OTHER_STAGES_KEY.get(key) in keys:
+        return _OTHER_STAGES_KEY[key]
     close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     return close[0] if close else next((name for name in keys if key in name), None)
+
+
+# A key of one stage's config.train -> the other stage's for the same thing (spelling alone
+# would suggest num_steps for fine-tuning's warmup_steps).
+_OTHER_STAGES_KEY = {"warmup_steps": "warmup_proportion", "warmup_proportion": "warmup_steps",
+                     "batch_size": "global_batch_size", "global_batch_size": "batch_size"}
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
