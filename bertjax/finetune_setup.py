@@ -176,7 +176,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if not 8 <= data.max_seq_length <= bert.max_position_embeddings:
         raise ValueError(f"config.data.max_seq_length={data.max_seq_length} must be in [8, the model's "
                          f"max_position_embeddings={bert.max_position_embeddings}]")
-    bert.check_length(data.max_seq_length)
+    bert.check_runnable(data.max_seq_length)
     batching.bucket_lengths(data.max_seq_length, data.num_buckets)
     if data.label_kind not in ("class", "float"):
         raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")

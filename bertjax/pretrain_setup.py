@@ -89,7 +89,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if data_config.max_seq_length > bert.max_position_embeddings:
         raise ValueError(f"config.data.max_seq_length={data_config.max_seq_length} exceeds the model's "
                          f"max_position_embeddings={bert.max_position_embeddings}")
-    bert.check_length(data_config.max_seq_length)
+    bert.check_runnable(data_config.max_seq_length)
     if not 0.0 < data_config.masked_lm_prob < 1.0:
         raise ValueError(f"config.data.masked_lm_prob must be in (0, 1), got {data_config.masked_lm_prob}")
     if not 0.0 <= data_config.short_seq_prob <= 1.0:
@@ -197,24 +197,29 @@ def check_recipe(config: ml_collections.ConfigDict, workdir: str) -> None:
                      f"choose the preset in --config=configs/pretrain.py:{preset}")
 
 
+def _init_checkpoint_run(config: ml_collections.ConfigDict) -> dict:
+    """The saved config of the bertjax run config.init_checkpoint names; {} for another layout
+    or one that does not read (named where its weights are read)."""
+    from bertjax.models.convert import checkpoint_layout
+
+    try:
+        layout, directory = checkpoint_layout(config.init_checkpoint)
+        return checkpointing.read_meta(directory)["config"] if layout == "bertjax" else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def warn_if_recipe_of_another_size(config: ml_collections.ConfigDict, bert: BertConfig) -> None:
     """A warning when config.init_checkpoint gives a model of another size than the recipe's
     preset (the model then comes from the checkpoint, the batch, steps and rate from the
     recipe: BERT-base trained at tiny's rate of 1e-3, say), unless the checkpoint's own run
     had this recipe (a continuation of a resized run)."""
-    from bertjax.models.convert import checkpoint_layout
-
     recipe = config.get("recipe")
     if not (config.init_checkpoint and recipe):
         return
     shape = lambda model: (model.num_hidden_layers, model.hidden_size)
     intended = BertConfig.preset(recipe)
-    try:
-        layout, directory = checkpoint_layout(config.init_checkpoint)
-        saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else {}
-    except (OSError, ValueError):
-        saved = {}  # (named where the weights are read)
-    if shape(bert) != shape(intended) and saved.get("recipe") != recipe:
+    if shape(bert) != shape(intended) and _init_checkpoint_run(config).get("recipe") != recipe:
         log.warning("config.init_checkpoint=%s is a %d x %d model, but the recipe (batch, steps, rate, length) is "
                     "%r's, for %d x %d: choose its size's recipe in --config=configs/pretrain.py:<preset>",
                     config.init_checkpoint, *shape(bert), recipe, *shape(intended))
@@ -224,15 +229,9 @@ def warn_if_same_document_order(config: ml_collections.ConfigDict, workdir: str)
     """A warning when the pre-training run config.init_checkpoint names read this run's corpus
     with this run's config.data.seed: a continuation (phase2, long) starting its stream at
     step 0 would train first on that run's first documents again, in the same order."""
-    from bertjax.models.convert import checkpoint_layout
-
     if not config.init_checkpoint or run_config.own_checkpoints(workdir):
         return
-    try:
-        layout, directory = checkpoint_layout(config.init_checkpoint)
-        saved = checkpointing.read_meta(directory)["config"] if layout == "bertjax" else {}
-    except (OSError, ValueError):
-        return  # (named where the weights are read)
+    saved = _init_checkpoint_run(config)
     data = saved.get("data") or {}
     same_corpus = all(data.get(key) == config.data.get(key)
                       for key in ("source", "input_pattern", "tfds_name", "prepared_dir"))

@@ -193,9 +193,7 @@ def file_version(squad_file: dict) -> str:
     the same way by training (bertjax.tasks.squad) and by this scorer: its "version" field where
     that says 1.x or 2.x, else "v2.0" when any question has "is_impossible", else "v1.1". A 1.x
     file with an unanswerable question is a ValueError naming it."""
-    questions = [qa for article in squad_file.get("data", []) if isinstance(article, dict)
-                 for paragraph in article.get("paragraphs", []) if isinstance(paragraph, dict)
-                 for qa in paragraph.get("qas", []) if isinstance(qa, dict)]
+    questions = file_questions(squad_file)
     stated = str(squad_file.get("version", "")).removeprefix("v")
     if stated.startswith("1"):
         impossible = next((qa for qa in questions if qa.get("is_impossible") is True), None)
@@ -206,6 +204,13 @@ def file_version(squad_file: dict) -> str:
     if stated.startswith("2") or any("is_impossible" in qa for qa in questions):
         return "v2.0"
     return "v1.1"
+
+
+def file_questions(squad_file: dict) -> list[dict]:
+    """The question objects of an official-layout file, whatever else it holds."""
+    return [qa for article in squad_file.get("data") or [] if isinstance(article, dict)
+            for paragraph in article.get("paragraphs") or [] if isinstance(paragraph, dict)
+            for qa in paragraph.get("qas") or [] if isinstance(qa, dict)]
 
 
 def _version(version: str) -> str:

@@ -226,7 +226,7 @@ class BertConfig:
         sequence in blocks of 128 tokens; the other paths take any length."""
         return 128 if self.attention_impl == "splash" else 1
 
-    def check_length(self, length: int, key: str = "config.data.max_seq_length") -> None:
+    def check_runnable(self, length: int, key: str = "config.data.max_seq_length") -> None:
         """ValueError naming `key` when `length` is not a whole number of `length_multiple`s, or
         when attention_impl's kernel does not run on this backend or in this dtype (checked
         with the length, at start-up: the kernel's own error comes at the first compile, as a

@@ -80,11 +80,8 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
     # A v2.0 question with no answer and no "is_impossible" is unanswerable, as the official
     # scorer reads it (its gold answer is ""), in a file that is labelled at all: one with no
     # answer and no "is_impossible" anywhere is unlabelled (a test file), not all unanswerable.
-    questions = [qa for article in raw["data"] if isinstance(article, dict)
-                 for paragraph in article.get("paragraphs") or [] if isinstance(paragraph, dict)
-                 for qa in paragraph.get("qas") or [] if isinstance(qa, dict)]
     unanswered_means_impossible = version.removeprefix("v") == "2.0" and any(
-        qa.get("answers") or "is_impossible" in qa for qa in questions)
+        qa.get("answers") or "is_impossible" in qa for qa in squad_metrics.file_questions(raw))
     builder = ExampleBuilder(path, strict=True)
     for a, article in enumerate(raw["data"]):
         for p, paragraph in enumerate(_objects(article, "paragraphs", f"{path}: data[{a}]")):
