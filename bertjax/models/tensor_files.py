@@ -24,6 +24,7 @@ from bertjax.runtime import fileio
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
            "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 _FLOATS = ("F64", "F32", "F16", "BF16")  # read as float32, bertjax's host params
+_MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
 
 
 def safetensors_names(file: str) -> list[str]:
@@ -38,7 +39,11 @@ def _header(file: str, read: Callable[[int], bytes]) -> tuple[dict, int]:
     start = read(8)
     if len(start) < 8:
         raise ValueError(f"{file}: not a safetensors file ({len(start)} bytes)")
+    if start.startswith(b"version "):  # "version https://git-lfs.github.com/spec/v1"
+        raise ValueError(f"{file}: a Git LFS pointer, not the weights (fetch them: git lfs pull)")
     (header_size,) = struct.unpack("<Q", start)
+    if header_size > _MAX_HEADER_BYTES:  # read() would try to allocate it
+        raise ValueError(f"{file}: not a safetensors file (its first 8 bytes give a header of {header_size} bytes)")
     try:
         return json.loads(read(header_size)), 8 + header_size
     except (UnicodeDecodeError, json.JSONDecodeError):

@@ -117,6 +117,14 @@ def test_a_bfloat16_checkpoint_reads_as_its_float32_values_and_a_cut_off_one_is_
     (tmp_path / "model.safetensors").write_bytes(whole[:100])
     with pytest.raises(ValueError, match="model.safetensors: not a safetensors file, or cut off"):
         bertjax.load_pretrained(str(tmp_path))
+    # A clone without git-lfs holds a pointer; any 8 bytes read as a header length would ask read()
+    # for exabytes (a bare MemoryError).
+    (tmp_path / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n")
+    with pytest.raises(ValueError, match="model.safetensors: a Git LFS pointer, not the weights"):
+        bertjax.load_model(str(tmp_path))
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(ValueError, match=r"model.safetensors: not a safetensors file \(its first 8 bytes give a header"):
+        bertjax.load_model(str(tmp_path))
 
 
 @pytest.mark.parametrize("heads, architecture", [
