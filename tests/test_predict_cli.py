@@ -105,6 +105,11 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
                                              r"--input_format=conll \(or --input_format=text"):
             batch_predict.file_format(str(tmp_path / name), "tagging")
         assert batch_predict.file_format(str(tmp_path / name), "tagging", "text") == "text"
+    # JSON Lines in a .txt would be tagged token by token ({, ", text, ...): refused as every family refuses it.
+    (tmp_path / "rows.txt").write_text(json.dumps({"text": "John lives in Paris"}) + "\n")
+    for family in ("tagging", "squad"):
+        with pytest.raises(ValueError, match=r"rows.txt looks like jsonl, not one input a line"):
+            batch_predict.file_format(str(tmp_path / "rows.txt"), family)
     # A pipe (stdin, <(zcat ...)) is never read ahead: its first lines would be lost to the predictions.
     import threading
 

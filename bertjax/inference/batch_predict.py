@@ -89,7 +89,7 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
             and fileio.can_read_twice(peekable)):
         first = _first_lines(peekable)
         written_in = reader.format_of_text(first) if reader.extensions else None
-        if written_in is None and first and all(isinstance(common.json_object(line, k), dict)
+        if not written_in and first and all(isinstance(common.json_object(line, k), dict)
                                                 for k, line in enumerate(first, start=1)):
             written_in = "jsonl"
         if written_in:  # its lines read as texts would give an answer for each, silently wrong

@@ -259,14 +259,14 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
                 continue
             if error is None and len(fields) != len(header):
                 error = ValueError(f"{len(fields)} fields, the header has {len(header)} ({header})")
+        for line in blank_lines:  # rows before this one, in their place (an error's too)
+            yield f"{path}:{line}", {header[0]: ""}
+        blank_lines.clear()
         if error is not None:
             if bad_rows != "yield":
                 raise ValueError(f"{path}:{first}: {error}") from None
             yield f"{path}:{first}", error
             continue
-        for line in blank_lines:
-            yield f"{path}:{line}", {header[0]: ""}
-        blank_lines.clear()
         yield f"{path}:{first}", dict(zip(header, fields))
 
 

@@ -371,6 +371,12 @@ def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_p
                                              (f"{path}:4", {"sentence": "third"})]
     path.write_text("sentence\tlabel\nfirst\t0\n\nthird\t1\n")
     assert [where for where, _ in read_records(str(path))] == [f"{path}:2", f"{path}:4"]
+    # A bad row after a blank line keeps both in place, the last row of the file too.
+    path = tmp_path / "test.csv"
+    path.write_text("text\ngreat\n\nbad, really bad\n")
+    rows = list(read_records(str(path), bad_rows="yield"))
+    assert [where for where, _ in rows] == [f"{path}:2", f"{path}:3", f"{path}:4"]
+    assert rows[1][1] == {"text": ""} and isinstance(rows[2][1], ValueError)
 
 
 @pytest.mark.parametrize("content, message", [
