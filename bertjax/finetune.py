@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import math
 import os
@@ -170,10 +171,9 @@ def cache_directory(config: ml_collections.ConfigDict, workdir: str) -> str:
 
 def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Split, bert: BertConfig,
                     reads_tokens: bool, encoder_params, encoder_shardings, mesh, batch_size: int,
-                    buckets: list[int], source: model_source.ModelSource | None
-                    ) -> tuple[feature_cache.FeatureCache, str]:
+                    buckets: list[int], weights: str) -> tuple[feature_cache.FeatureCache, str]:
     """The frozen encoder's outputs for every example of `split`, computed (or found) once:
-    (the cache, what happened)."""
+    (the cache, what happened). weights: `weights_digest(encoder_params)`."""
     encoder = FrozenEncoder(bert, reads_tokens)
     inputs = ("input_ids", "segment_ids", "input_mask")
     apply = lambda params, batch: encoder.apply({"params": {"bert": params}}, *(batch[n] for n in inputs))  # noqa: E731
@@ -181,12 +181,6 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     kept = jax.eval_shape(apply, encoder_params, {n: first[n] for n in inputs})
     example_shape = kept.shape[2:] if reads_tokens else kept.shape[1:]
     encoder_fields = {key: value for key, value in bert.to_dict().items() if key not in _HEAD_ONLY_FIELDS}
-    if source is None:
-        weights = f"from scratch, seed {config.seed}"
-    elif fileio.exists(config.init_checkpoint):
-        weights = source.weights_fingerprint()
-    else:  # resumed from the run's own checkpoints (finetune_setup.checkpoint_source): a name that stays put
-        weights = f"{config.init_checkpoint}, gone: the frozen encoder of the run's checkpoints"
     # "rows": caches from before every process fed whole batches (trainer.whole_batch) may hold
     # other examples' features on a mesh that interleaves the processes: not reused.
     identity = {"weights": weights, "model": encoder_fields, "reads_tokens": reads_tokens,
@@ -208,6 +202,21 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
                             agree=_fewest_over_processes)
     progress.close()
     return cache, message
+
+
+def weights_digest(params) -> str:
+    """sha256 of `params`' values (jax.Arrays, any sharding; every process calls this): the weights
+    a frozen encoder runs, named by what they are rather than by the path they came from (a
+    resumed run runs its own checkpoint's, whatever its init_checkpoint holds by then)."""
+    from jax.experimental import multihost_utils
+
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        values = np.ascontiguousarray(
+            leaf if leaf.is_fully_addressable else multihost_utils.process_allgather(leaf, tiled=True))
+        digest.update(f"{jax.tree_util.keystr(path)}{values.shape}{values.dtype}".encode())
+        digest.update(values.tobytes())
+    return digest.hexdigest()
 
 
 def _fewest_over_processes(count: int) -> int:
@@ -485,11 +494,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         caches: dict[str, feature_cache.FeatureCache] = {}
         if frozen and config.train.cache_features:
             with loop.paused(), clock.phase("cache features"):  # not in the first steps' time and rate
+                weights = weights_digest(state.params["bert"])
                 for split in [task.train, *task.eval_splits, *task.test_splits]:
                     encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")
                     caches[split.name], message = cached_features(
                         config, workdir, split, encoder_config, tasks.family_of_task(config.task).reads_tokens,
-                        state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, source)
+                        state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, weights)
                     loop.console(f"{split.name}: {message}")
             example = {**example, **caches[task.train.name].gather(train_batches.examples(0),
                                                                    example["input_ids"].shape[-1])}

@@ -450,6 +450,35 @@ def test_a_frozen_run_resumes_exactly(encoder_run, tmp_path, capsys):
     assert not np.array_equal(reference["feature_mix"]["weights"], np.zeros(2))  # the mix was trained
 
 
+def test_the_feature_cache_is_named_by_the_weights_the_run_runs_not_by_its_init_path(encoder_run, tmp_path, capsys):
+    """A resumed frozen run runs its own checkpoint's encoder, whatever its init_checkpoint holds
+    by then (a pre-training workdir that saved a newer step): its features are those weights',
+    and a fresh run from the newer weights does not take them for its own."""
+    from bertjax import finetune
+
+    shutil.copytree(encoder_run, tmp_path / "init")
+
+    def run(name, steps=4):
+        config = _frozen_config("classification", tmp_path / name, str(tmp_path / "init"), feature_layers="0,1",
+                                feature_combine="weighted_sum")
+        config.data.train_file = _pairs_file(tmp_path)
+        config.train.update(feature_cache_dir=str(tmp_path / "cache"), num_steps=steps)
+        capsys.readouterr()
+        finetune.finetune(config, str(tmp_path / name / "run"))
+        return "".join(capsys.readouterr())
+
+    assert "cached the frozen encoder's features" in run("first")
+    shutil.rmtree(tmp_path / "first" / "run" / "checkpoints" / "4")
+    other = _small_config("classification", tmp_path / "other", train_file=_pairs_file(tmp_path))
+    other.seed = 1  # other weights in the same place
+    finetune.finetune(other, str(tmp_path / "other" / "run"))
+    shutil.rmtree(tmp_path / "init")
+    shutil.copytree(tmp_path / "other" / "run", tmp_path / "init")
+    assert "reusing the cached features" in run("first")  # the step-2 checkpoint's encoder: the first weights
+    assert "cached the frozen encoder's features" in run("second")  # the new weights: features of their own
+    assert len(list((tmp_path / "cache").glob("train-*.bin"))) == 2
+
+
 # -- Bad input. --
 
 @pytest.mark.parametrize("model, message", [
