@@ -4,6 +4,7 @@ task's main metric first."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -13,20 +14,25 @@ import jax
 import ml_collections
 
 from bertjax import finetune, finetune_setup, sharding
-from bertjax.runtime import cli, fileio
+from bertjax.runtime import cli, fileio, workdir_lock
 from bertjax.runtime.errors import RunSettingsError, TrainingDiverged
 
 log = logging.getLogger(__name__)
 
 
 def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list:
-    """The comma-separated positive numbers of config.train.<key>."""
+    """The comma-separated positive numbers of config.train.<key>, each naming a run of its own."""
     try:
         values = [kind(value) for value in str(train[key]).split(",")]
     except ValueError:
         values = []
     if not values or any(value <= 0 for value in values):
         raise ValueError(f"config.train.{key} must be comma-separated positive {kind.__name__}s, got {train[key]!r}")
+    names = [f"{value:g}" for value in values]  # as the run folders name them
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # one folder: the second run would resume the first and report its result as its own
+        raise ValueError(f"config.train.{key}={train[key]!r} names {', '.join(repeated)} more than once "
+                         f"(values are told apart to 6 significant digits)")
     return values
 
 
@@ -68,6 +74,29 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
         runs.append((f"lr{learning_rate:g}_batch{batch_size}_{length}", run))
     _check_every_run(config, runs)
+    # One sweep per WORKDIR: a second would rerun the finished runs and write its own partial
+    # sweep_results.json (each run's folder has a lock of its own).
+    with workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+        results, metric = _run_all(workdir, runs)
+    results = _ranked(results, metric)
+    if jax.process_index() == 0:
+        columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
+        print("\n" + "  ".join(f"{c:>24}" for c in columns))
+        for row in results:
+            print("  ".join(f"{row.get(c, ''):>24.4f}" if isinstance(row.get(c), float) else f"{str(row.get(c)):>24}"
+                            for c in columns))
+        for row in results:
+            if "error" in row:
+                print(f"{row['run']}: failed, {row['error']}")
+        best = results[0] if metric in results[0] else None
+        print((f"best: {best['run']} ({metric} {best[metric]:.4f}); " if best else "no run evaluated; ")
+              + f"all in {fileio.join(workdir, 'sweep_results.json')}")
+    return results
+
+
+def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]) -> tuple[list[dict[str, Any]], str | None]:
+    """Fine-tunes each (name, config) of `runs` in WORKDIR/sweep/<name>, writing the rows so far
+    after each: (the rows in run order, the main metric's column; None when no run evaluated)."""
     results, metric = [], None
     for name, run in runs:
         learning_rate, batch_size, epochs = run.train.learning_rate, run.train.batch_size, run.train.num_epochs
@@ -89,20 +118,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         best = summary["best"] or {"metrics": {}, "step": None}
         results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
-    results = _ranked(results, metric)
-    if jax.process_index() == 0:
-        columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
-        print("\n" + "  ".join(f"{c:>24}" for c in columns))
-        for row in results:
-            print("  ".join(f"{row.get(c, ''):>24.4f}" if isinstance(row.get(c), float) else f"{str(row.get(c)):>24}"
-                            for c in columns))
-        for row in results:
-            if "error" in row:
-                print(f"{row['run']}: failed, {row['error']}")
-        best = results[0] if metric in results[0] else None
-        print((f"best: {best['run']} ({metric} {best[metric]:.4f}); " if best else "no run evaluated; ")
-              + f"all in {fileio.join(workdir, 'sweep_results.json')}")
-    return results
+    return results, metric
 
 
 def _ranked(results: list[dict[str, Any]], metric: str | None) -> list[dict[str, Any]]:

@@ -475,6 +475,22 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
         sweep.sweep(config, str(tmp_path / "uneven"))
     assert not trained
 
+    # Values that name one run folder (the second would resume the first and report its result).
+    config.train.update(sweep_batch_sizes="16", sweep_learning_rates="1e-3,0.001")
+    with pytest.raises(ValueError, match=r"config.train.sweep_learning_rates='1e-3,0.001' names 0.001 more than once"):
+        sweep.sweep(config, str(tmp_path / "twice"))
+    assert not trained
+
+    # A second sweep of the same WORKDIR while the first runs: refused before any run, whose
+    # finished runs it would replay and whose sweep_results.json it would overwrite.
+    from bertjax.runtime import workdir_lock
+
+    config.train.update(sweep_learning_rates="1e-3")
+    with workdir_lock.hold(str(tmp_path / "busy")):
+        with pytest.raises(workdir_lock.WorkdirBusyError, match="busy is in use by"):
+            sweep.sweep(config, str(tmp_path / "busy"))
+    assert not trained
+
 
 @pytest.mark.parametrize("args, message", [
     (["--config.data.train_file={missing}"], "{missing}"),
