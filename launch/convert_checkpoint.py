@@ -82,15 +82,17 @@ def main(_):
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
         extra = model_source.hf_config_keys(source.task_info)
-        if saved and vocab is None and convert.is_modern(config):  # a tokenizer not copied (SentencePiece): its ids
-            extra.update(modernbert_layout.special_token_ids(tokenization.load_tokenizer(
-                saved["kind"], saved["path"], saved["do_lower_case"])))
+        if saved and vocab is None:  # a tokenizer not copied (SentencePiece): its ids
+            ids = modernbert_layout.special_token_ids(tokenization.load_tokenizer(
+                saved["kind"], saved["path"], saved["do_lower_case"]))
+            extra.update(ids if convert.is_modern(config) else {"pad_token_id": ids["pad_token_id"]})
         heads = convert.export_huggingface(config, params, output, vocab, architecture=architecture,
                                            do_lower_case=do_lower_case,
                                            label_names=source.task_info.get("label_names"), extra_config=extra,
                                            pooler_trained=source.pooler_trained)
     else:
-        heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case)
+        heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case,
+                                             pooler_trained=source.pooler_trained)
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
           f"vocab: {vocab}{_casing(vocab, do_lower_case, kind == 'huggingface' and do_lower_case is None)}{left_out})")
 

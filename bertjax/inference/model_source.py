@@ -166,7 +166,8 @@ def resolve(path: str | ModelSource) -> ModelSource:
     bert = convert.pretrained_config(directory)
     spec = convert.checkpoint_vocabulary(directory)
     if layout == "tf":
-        return ModelSource(path, layout, directory, bert, spec)
+        untrained = fileio.read_json(fileio.join(directory, "bert_config.json")).get(convert.TF_POOLER_UNTRAINED)
+        return ModelSource(path, layout, directory, bert, spec, pooler_trained=not untrained)
     hf_config = fileio.read_json(fileio.join(directory, "config.json"))
     # Whether the file holds a pooler (BERT), or a head that ModernBERT's loads into it
     # (modernbert_layout.load_modernbert): bert-base-uncased's says BertForMaskedLM, and has one.

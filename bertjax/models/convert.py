@@ -92,6 +92,20 @@ def _check_bert_layout(config: BertConfig, export: str) -> None:
                          "least one token-type embedding row; keep the checkpoint in bertjax's layout")
 
 
+def _two_token_type_rows(config: BertConfig, params: dict[str, Any]) -> tuple[BertConfig, dict[str, Any]]:
+    """(config, plain params) with a one-row token-type table written as two equal rows.
+
+    bertjax reads every segment id from the table's last row; BERT's other readers index it by
+    segment id, so a text pair's second segment (id 1) would fail in torch and read a zero row
+    through the original TF code's one-hot. Two equal rows compute what bertjax computes."""
+    if config.type_vocab_size != 1:
+        return config, params
+    embeddings = dict(params["bert"]["embeddings"])
+    row = np.asarray(embeddings["token_type_embeddings"]["embedding"])
+    embeddings["token_type_embeddings"] = {"embedding": np.concatenate([row, row])}
+    return config.replace(type_vocab_size=2), {**params, "bert": {**params["bert"], "embeddings": embeddings}}
+
+
 def bert_to_hf_config(config: BertConfig) -> dict[str, Any]:
     """BertConfig -> the architecture part of a Hugging Face config.json."""
     act = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}[config.hidden_act]
@@ -192,10 +206,16 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
                                  extra_config)
     _check_bert_layout(config, "export_huggingface")
     tokens = _wordpiece_tokens(vocab_path)  # read before anything is written
-    params = plain_params(params)
+    config, params = _two_token_type_rows(config, plain_params(params))
     heads, num_labels = param_heads(params, config, "export_huggingface")
     prefix = "bert." if heads else ""
     architecture = architecture or _guess_architecture(heads)
+    if architecture not in HF_ARCHITECTURES:  # a ModernBERT class would read these names as another model
+        raise ValueError(f"export_huggingface: architecture {architecture!r} is not a BERT class; expected one of "
+                         f"{', '.join(HF_ARCHITECTURES)}")
+    if architecture == "BertForMultipleChoice" and num_labels != 1:  # its classifier scores each choice
+        raise ValueError(f"export_huggingface: BertForMultipleChoice has a classifier of one output (a score per "
+                         f"choice); this one has {num_labels}")
     omit_pooler = not pooler_trained and architecture in _HF_NO_POOLER
     if not pooler_trained and not omit_pooler:
         logging.warning("export_huggingface: the pooler never trained; %s holds one, so it is written and a "
@@ -216,6 +236,13 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
                          f"not have (it has {list(heads) or 'none'}); name another architecture")
     hf_config = {**bert_to_hf_config(config), **(extra_config or {})}
     hf_config["architectures"] = [architecture]
+    # The tokenizer written beside it says where padding is (0 in BERT's vocabularies, not in all).
+    if tokens is not None and "[PAD]" in tokens:
+        hf_config["pad_token_id"] = tokens.index("[PAD]")
+    elif tokens is None and vocab_path:
+        from bertjax import tokenization
+
+        hf_config["pad_token_id"] = tokenization.load_tokenizer("huggingface", vocab_path).pad_id
     write_huggingface_files(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if tokens is not None:
         from bertjax import tokenization
@@ -270,6 +297,7 @@ def _guess_architecture(heads: tuple[str, ...]) -> str:
 # Keys bertjax adds to an exported bert_config.json for what the original code cannot say (its
 # BertConfig.from_json_file sets them as attributes nobody reads): exact GELU, the casing.
 _TF_EXACT_GELU, _TF_CASING = "bertjax_exact_gelu", "do_lower_case"
+TF_POOLER_UNTRAINED = "bertjax_pooler_untrained"
 
 
 def tf_config_to_bert(values: dict[str, Any], source: str = "bert_config.json") -> BertConfig:
@@ -319,7 +347,8 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 
 def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: str,
-                         vocab_path: str | None = None, do_lower_case: bool | None = None) -> tuple[str, ...]:
+                         vocab_path: str | None = None, do_lower_case: bool | None = None,
+                         pooler_trained: bool = True) -> tuple[str, ...]:
     """Writes `out_dir`/bert_config.json + bert_model.ckpt.* with the original TF1 names;
     returns the heads written. The original layout has no place for the casing (Google's
     releases say it in the folder's name, cased_L-... or uncased_L-..., which bertjax reads):
@@ -328,14 +357,16 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     The original code's "gelu" is the tanh approximation, so an exact-GELU model is
     written as "gelu" with a warning (outputs then differ slightly in that code) and
     bertjax_exact_gelu; likewise a LayerNorm epsilon other than its hard-coded 1e-12: both
-    in bert_config.json, which bertjax reads back.
+    in bert_config.json, which bertjax reads back. The layout always holds a pooler: one that
+    never trained (`pooler_trained` False: a masked-LM-only run's) is written with a warning and
+    bertjax_pooler_untrained, so that bertjax reading the folder says so again.
     """
     missing = "the modern encoder" if is_modern(config) else (
         f"hidden_act {config.hidden_act!r}" if config.hidden_act not in ("gelu", "gelu_tanh", "relu") else "")
     if missing:
         raise ValueError(f"export_tf_checkpoint: the original TF code has no {missing}; export to Hugging Face")
     _check_bert_layout(config, "export_tf_checkpoint")
-    params = plain_params(params)
+    config, params = _two_token_type_rows(config, plain_params(params))
     values = {}
     heads, num_labels = param_heads(params, config, "export_tf_checkpoint")
     for var in variable_table(config, heads, num_labels):
@@ -358,6 +389,10 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
         tf_config[_TF_EXACT_GELU] = True
     if do_lower_case is not None:
         tf_config[_TF_CASING] = do_lower_case
+    if not pooler_trained:
+        logging.warning("export_tf_checkpoint: the pooler never trained; the TF layout holds one, so it is written "
+                        "and a classifier reading it starts from its random weights")
+        tf_config[TF_POOLER_UNTRAINED] = True
     tokens = _wordpiece_tokens(vocab_path)  # read before anything is written
     if vocab_path and tokens is None:
         raise ValueError(f"export_tf_checkpoint: {vocab_path} is not a WordPiece vocabulary, and the TF layout "

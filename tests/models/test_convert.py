@@ -175,6 +175,50 @@ def test_an_export_says_what_hugging_face_needs_or_refuses_what_it_cannot_hold(t
     assert not (tmp_path / "a").exists() and not (tmp_path / "switch").exists() and not (tmp_path / "tf_silu").exists()
 
 
+def test_an_export_reads_the_same_in_readers_that_index_the_token_types_and_says_its_padding(tmp_path, caplog):
+    """A one-row token-type table (bertjax reads every segment from its last row) is written as two
+    equal rows: Hugging Face failed on a text pair's segment id 1 and the TF code's one-hot read a
+    zero row. config.json's pad_token_id is the written tokenizer's (it was always 0), a ModernBERT
+    class name or a multiple-choice class over several outputs is refused, and a TF export of a
+    pooler that never trained says so and reads back so (a review)."""
+    from bertjax.inference import model_source
+
+    one_type = BertConfig(**{**TINY, "type_vocab_size": 1})
+    params = random_params(one_type)
+    ids, segments = np.array([[2, 5, 7, 3, 9, 3]]), np.array([[0, 0, 0, 0, 1, 1]])
+    apply = lambda config, tree: BertEncoder(config).apply({"params": tree["bert"]}, ids, segments, ids > 0)[0]  # noqa: E731
+    expected = np.asarray(apply(one_type, params))
+    convert.export_huggingface(one_type, params, str(tmp_path / "hf"))
+    convert.export_tf_checkpoint(one_type, params, str(tmp_path / "tf"))
+    for layout in ("hf", "tf"):
+        config, read = bertjax.load_pretrained(str(tmp_path / layout))
+        table = read["bert"]["embeddings"]["token_type_embeddings"]["embedding"]
+        assert config.type_vocab_size == 2 and np.array_equal(table[0], table[1])
+        np.testing.assert_allclose(np.asarray(apply(config, read)), expected, rtol=0, atol=1e-6)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["type_vocab_size"] == 2
+
+    vocab = tmp_path / "vocab.txt"  # [PAD] at 1, as a vocabulary built around other tokens may have it
+    vocab.write_text("".join(f"{t}\n" for t in ["[UNK]", "[PAD]", "[CLS]", "[SEP]", "[MASK]"]
+                             + [f"w{i}" for i in range(TINY["vocab_size"] - 5)]))
+    config = BertConfig(**TINY)
+    convert.export_huggingface(config, random_params(config), str(tmp_path / "pad"), vocab_path=str(vocab))
+    assert json.loads((tmp_path / "pad" / "config.json").read_text())["pad_token_id"] == 1
+
+    with pytest.raises(ValueError, match="architecture 'ModernBertForMaskedLM' is not a BERT class"):
+        convert.export_huggingface(config, random_params(config, ("mlm",)), str(tmp_path / "modern"),
+                                   architecture="ModernBertForMaskedLM")
+    with pytest.raises(ValueError, match="BertForMultipleChoice has a classifier of one output .*this one has 3"):
+        convert.export_huggingface(config, random_params(config, ("classifier",), num_labels=3),
+                                   str(tmp_path / "choice"), architecture="BertForMultipleChoice")
+    assert not (tmp_path / "modern").exists() and not (tmp_path / "choice").exists()
+
+    caplog.clear()
+    convert.export_tf_checkpoint(config, random_params(config), str(tmp_path / "untrained"), pooler_trained=False)
+    assert "export_tf_checkpoint: the pooler never trained" in caplog.text
+    assert not model_source.resolve(str(tmp_path / "untrained")).pooler_trained
+    assert model_source.resolve(str(tmp_path / "tf")).pooler_trained
+
+
 def test_export_accepts_scanned_and_boxed_params(tmp_path):
     config = BertConfig(**TINY)
     params = random_params(config, ("mlm", "nsp"))
