@@ -269,13 +269,27 @@ class BertConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "BertConfig":
-        """Builds a config from a dict, rejecting unknown keys with the source named."""
+    def from_dict(cls, values: dict[str, Any], source: str = "config", keys: dict[str, str] | None = None
+                  ) -> "BertConfig":
+        """Builds a config from a dict, rejecting unknown keys and bad values with the source named;
+        keys: {field: the name `source` gives it} for the errors (a Hugging Face config.json's)."""
         check_known_keys(values, source)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ValueError as e:
+            message = str(e)
+            for field, key in (keys or {}).items():
+                message = message.replace(f"BertConfig.{field} ", f"{key} ")
+            raise ValueError(f"{source}: {message.removeprefix('BertConfig.')}") from None
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def check_config_object(values: Any, source: str) -> None:
+    """ValueError unless a config file's `values` are a JSON object (its keys)."""
+    if not isinstance(values, dict):
+        raise ValueError(f"{source}: expected a JSON object of config keys, got a {type(values).__name__}")
 
 
 def check_known_keys(values: dict[str, Any], source: str) -> None:

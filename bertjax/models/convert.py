@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bertjax.models.config import BertConfig
+from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.modernbert_layout import (export_modernbert, load_modernbert, modern_pooler, modernbert_config,
                                               modernbert_variable_table)
 from bertjax.models.tensor_files import (read_safetensors, write_fast_tokenizer_config, write_huggingface_files,
@@ -56,18 +56,20 @@ _TF_IGNORED = re.compile(r"(/adam_[mv]$)|(^global_step$)|(^_CHECKPOINTABLE_OBJEC
 # ------------------------------------------------------------------------------------------------
 
 def _config_from_json(values: dict[str, Any], activations: dict[str, str], source: str) -> BertConfig:
+    check_config_object(values, source)
     missing = [key for key in ARCH_KEYS if key not in values]
     if missing:
         raise ValueError(f"{source}: missing BERT config keys {missing}")
     act = values.get("hidden_act")
-    if act not in activations:
+    if not isinstance(act, str) or act not in activations:
         raise ValueError(f"{source}: hidden_act {act!r} is not supported; expected one of {sorted(activations)}")
-    return BertConfig(**{key: values[key] for key in ARCH_KEYS}, hidden_act=activations[act],
-                      layer_norm_eps=values.get("layer_norm_eps", 1e-12))
+    return BertConfig.from_dict({**{key: values[key] for key in ARCH_KEYS}, "hidden_act": activations[act],
+                                 "layer_norm_eps": values.get("layer_norm_eps", 1e-12)}, source)
 
 
 def hf_config_to_bert(values: dict[str, Any], source: str = "config.json") -> BertConfig:
     """Hugging Face config.json dict -> BertConfig. Rejects non-BERT variants."""
+    check_config_object(values, source)
     if values.get("model_type", "bert") != "bert":
         raise ValueError(f"{source}: model_type {values['model_type']!r} is not 'bert'")
     if values.get("position_embedding_type", "absolute") != "absolute":

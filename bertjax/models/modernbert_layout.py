@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bertjax.models.config import BertConfig
+from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.heads import TOKEN_TRANSFORM
 from bertjax.models.tensor_files import (read_safetensors, write_fast_tokenizer_config, write_huggingface_files,
                                          write_tokenizer_config)
@@ -36,9 +36,26 @@ MODERN_FOR_BERT = {"BertModel": "ModernBertModel", "BertForMaskedLM": "ModernBer
 _FUSED = {"attn.Wqkv": ("query", "key", "value"), "mlp.Wi": ("intermediate", "intermediate_gate")}
 
 
+# BertConfig's fields by ModernBertConfig's names, for errors that name the file's key.
+_MODERN_KEYS = {"pooler": "classifier_pooling", "attention_window": "local_attention", "layer_norm_eps": "norm_eps",
+                "rope_theta": "global_rope_theta", "global_attention_every": "global_attn_every_n_layers",
+                "hidden_dropout_prob": "mlp_dropout", "attention_probs_dropout_prob": "attention_dropout",
+                "use_bias": "attention_bias"}
+
+
 def modernbert_config(values: dict[str, Any], source: str = "config.json") -> BertConfig:
     """Hugging Face ModernBertConfig (config.json) -> BertConfig; what bertjax cannot express
-    exactly is an error naming the key."""
+    exactly, or a value of the wrong type, is an error naming the file and key."""
+    check_config_object(values, source)
+    try:
+        fields = _modernbert_fields(values, source)
+    except (TypeError, AttributeError) as e:  # e.g. local_attention null, rope_parameters a list
+        raise ValueError(f"{source}: a value of the wrong type ({e})") from None
+    return BertConfig.from_dict(fields, source, keys=_MODERN_KEYS)
+
+
+def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """`modernbert_config`'s BertConfig fields."""
     def need(condition, message):
         if not condition:
             raise ValueError(f"{source}: {message}")
@@ -59,7 +76,7 @@ def modernbert_config(values: dict[str, Any], source: str = "config.json") -> Be
         need((rope.get(kind) or {}).get("rope_type", "default") == "default",
              f"rope_parameters.{kind}.rope_type must be 'default' (plain RoPE)")
     act = values.get("hidden_activation", "gelu")
-    need(act in _MODERN_ACT, f"hidden_activation {act!r} is not one of {sorted(_MODERN_ACT)}")
+    need(isinstance(act, str) and act in _MODERN_ACT, f"hidden_activation {act!r} is not one of {sorted(_MODERN_ACT)}")
     need(values.get("classifier_activation", act) == act,
          f"classifier_activation {values.get('classifier_activation')!r} differs from hidden_activation {act!r}")
     bias = values.get("attention_bias", False)
@@ -75,7 +92,7 @@ def modernbert_config(values: dict[str, Any], source: str = "config.json") -> Be
                         "and MLP outputs, heads) takes mlp_dropout=%s, attention_probs_dropout_prob "
                         "attention_dropout=%s; training from these weights regularises as that says",
                         source, dropouts, dropouts["mlp_dropout"], dropouts["attention_dropout"])
-    return BertConfig(
+    return dict(
         vocab_size=values.get("vocab_size", 50368), hidden_size=values.get("hidden_size", 768),
         num_hidden_layers=layers, num_attention_heads=values.get("num_attention_heads", 12),
         intermediate_size=values.get("intermediate_size", 1152), hidden_act=_MODERN_ACT[act],

@@ -565,6 +565,19 @@ def test_a_bertjax_checkpoint_with_any_modern_switches_loads_back(tmp_path, swit
 # Errors
 # ------------------------------------------------------------------------------------------------
 
+def test_a_bert_config_json_error_names_the_file(tmp_path):
+    """A bad value read from a foreign config.json, or one of another type, names the file (a review)."""
+    values = {**TINY, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+              "initializer_range": 0.02}
+    with pytest.raises(ValueError, match=r"^/m/config.json: hidden_size \(8\) must be divisible by "
+                                         r"num_attention_heads \(3\)"):
+        convert.hf_config_to_bert({**values, "num_attention_heads": 3}, "/m/config.json")
+    with pytest.raises(ValueError, match=r"^/m/config.json: hidden_act \['gelu'\] is not supported"):
+        convert.hf_config_to_bert({**values, "hidden_act": ["gelu"]}, "/m/config.json")
+    with pytest.raises(ValueError, match="^/m/bert_config.json: expected a JSON object of config keys, got a list"):
+        convert.tf_config_to_bert([values], "/m/bert_config.json")
+
+
 def test_unknown_layout_lists_what_was_looked_for(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"")
     with pytest.raises(FileNotFoundError) as error:

@@ -232,6 +232,20 @@ def test_transformers_4_rope_keys_are_read_as_it_reads_them():
         modernbert_layout.modernbert_config({"rope_scaling": {"type": "linear", "factor": 2.0}})
 
 
+@pytest.mark.parametrize("values, message", [
+    ({"classifier_pooling": "max"}, r"classifier_pooling must be one of \('tanh', 'cls', 'mean'\), got 'max'"),
+    ({"local_attention": None}, r"a value of the wrong type \(unsupported operand"),
+    ({"rope_parameters": [1]}, r"a value of the wrong type"),
+    ({"hidden_activation": ["gelu"]}, r"hidden_activation \['gelu'\] is not one of"),
+    ([{"hidden_size": 8}], "expected a JSON object of config keys, got a list"),
+])
+def test_a_config_json_error_names_the_file_and_its_key(values, message):
+    """Values BertConfig refuses were named by its own fields, without the file; values of another
+    type (null, a list) were tracebacks (a review)."""
+    with pytest.raises(ValueError, match="^/models/x/config.json: " + message):
+        modernbert_layout.modernbert_config(values, "/models/x/config.json")
+
+
 def test_dropouts_bertjax_cannot_hold_apart_are_warned_of(caplog):
     """Hugging Face's attention_dropout also drops the attention output, which bertjax drops with
     the hidden dropout (mlp_dropout's); inference is the same, further training is not."""
