@@ -70,7 +70,10 @@ def main(_):
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
         do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says
     left_out = ""
-    if vocab is None and saved:  # a SentencePiece model: neither layout's BERT tokenizer reads it
+    if saved and saved.get("refused") and vocab == saved["path"]:  # written beside the weights, BERT's tokenizer
+        vocab, do_lower_case = None, _LOWER_CASE.value                # would read it with other ids
+        left_out = f", tokenizer not written: {saved['refused']}"
+    elif vocab is None and saved:  # a SentencePiece model: neither layout's BERT tokenizer reads it
         left_out = (f", tokenizer not written: {saved['path']} is a {saved['kind']} model, which this layout's "
                     "BERT tokenizer does not read; keep it beside the weights yourself")
     if vocab is not None:  # checked before anything is written

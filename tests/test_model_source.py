@@ -208,7 +208,7 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
     (tmp_path / "tokenizer_config.json").write_text('{"do_lower_case": true, "strip_accents": false}')
     with pytest.raises(ValueError, match=r"tokenizer_config.json: strip_accents=False \(do_lower_case=True\), which "
                                          r"bertjax's WordPiece does not reproduce"):
-        model_source.resolve(str(tmp_path))
+        model_source.resolve(str(tmp_path)).load_tokenizer()
     # A tokenizer of another algorithm over the same vocab.txt (a Japanese BERT's MeCab words and
     # character pieces) would give other ids: refused by its class (a review); BERT's classes load.
     for tokenizer_class in ("BertTokenizerFast", "DistilBertTokenizer"):
@@ -217,9 +217,18 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "BertJapaneseTokenizer", "word_tokenizer_type": "mecab",
          "subword_tokenizer_type": "character"}))
+    japanese = model_source.resolve(str(tmp_path))  # its weights are BERT's: they load and convert
     with pytest.raises(ValueError, match=r"tokenizer_config.json: tokenizer_class 'BertJapaneseTokenizer' is not "
-                                         r"BERT's WordPiece tokenizer"):
-        model_source.resolve(str(tmp_path))
+                                         r"BERT's WordPiece tokenizer.*; give the vocabulary to read it with"):
+        japanese.load_tokenizer()
+    assert japanese.load_tokenizer(os.path.join(MINILM_DIR, "vocab.txt")).vocab_size == 30522
+    assert japanese.load_params()["bert"]["embeddings"]["word_embeddings"]["embedding"].shape == (30522, 384)
+    converted = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "convert_checkpoint.py"),
+                                f"--input={tmp_path}", f"--output={tmp_path / 'converted'}"],
+                               capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert converted.returncode == 0, converted.stderr[-2000:]
+    assert "tokenizer not written: " in converted.stdout and "BertJapaneseTokenizer" in converted.stdout
+    assert sorted(os.listdir(tmp_path / "converted")) == ["config.json", "model.safetensors"]
 
 
 def test_a_cased_tokenizer_json_keeps_its_case_and_ignores_its_saved_padding(tmp_path, caplog):

@@ -118,6 +118,9 @@ class ModelSource:
         if not vocab_path and not saved:
             raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt, tokenizer.json or a saved "
                              "tokenizer); give one (vocab_path; the launchers' --vocab_file)")
+        if not vocab_path and saved.get("refused"):
+            raise ValueError(f"{saved['refused']}; give the vocabulary to read it with (vocab_path; the launchers' "
+                             "--vocab_file)")
         kind, path = (kind, vocab_path) if vocab_path else (saved["kind"], saved["path"])
         if kind != "wordpiece":  # a SentencePiece model or tokenizer.json normalises as it says
             return self._checked(tokenization.load_tokenizer(kind, path), vocab_path)

@@ -595,28 +595,31 @@ _BERT_WORDPIECE_CLASSES = tuple(f"{name}Tokenizer{fast}" for name in ("Bert", "D
                                 for fast in ("", "Fast")) + ("PreTrainedTokenizerFast",)
 
 
-def _check_wordpiece_settings(settings: dict[str, Any], path: str) -> None:
-    """ValueError for a tokenizer_config.json whose BertTokenizer settings bertjax's WordPiece
-    does not reproduce: it strips accents exactly when it lower-cases (Hugging Face's
+def _wordpiece_settings_problem(settings: dict[str, Any], path: str) -> str | None:
+    """What makes a tokenizer_config.json's BertTokenizer settings ones bertjax's WordPiece does
+    not reproduce (None: nothing): it strips accents exactly when it lower-cases (Hugging Face's
     strip_accents None), puts CJK characters apart (tokenize_chinese_chars) and splits words
     and punctuation first (do_basic_tokenize)."""
     tokenizer_class = settings.get("tokenizer_class")
     if tokenizer_class is not None and tokenizer_class not in _BERT_WORDPIECE_CLASSES:
-        raise ValueError(f"{path}: tokenizer_class {tokenizer_class!r} is not BERT's WordPiece tokenizer "
-                         f"({', '.join(_BERT_WORDPIECE_CLASSES)}), the one bertjax reproduces: the ids would differ "
-                         "from the model's")
+        return (f"{path}: tokenizer_class {tokenizer_class!r} is not BERT's WordPiece tokenizer "
+                f"({', '.join(_BERT_WORDPIECE_CLASSES)}), the one bertjax reproduces: the ids would differ "
+                "from the model's")
     lower = settings.get("do_lower_case", True)  # BertTokenizer's default
     unsupported = [f"{key}={settings[key]!r}" for key, wanted in (("strip_accents", lower),
                                                                   ("tokenize_chinese_chars", True),
                                                                   ("do_basic_tokenize", True))
                    if settings.get(key) not in (None, wanted)]
     if unsupported:
-        raise ValueError(f"{path}: {', '.join(unsupported)} (do_lower_case={lower}), which bertjax's WordPiece does "
-                         "not reproduce (the ids would differ from the model's)")
+        return (f"{path}: {', '.join(unsupported)} (do_lower_case={lower}), which bertjax's WordPiece does "
+                "not reproduce (the ids would differ from the model's)")
+    return None
 
 
 def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
-    """The tokenizer that comes with a checkpoint: {"kind", "path", "do_lower_case"}, or None.
+    """The tokenizer that comes with a checkpoint: {"kind", "path", "do_lower_case"} (and
+    "refused": why bertjax cannot reproduce it, for a WordPiece vocabulary whose
+    tokenizer_config.json asks for another algorithm; its weights still load), or None.
 
     Hugging Face and Google releases: their vocab.txt (WordPiece; a Hugging Face directory
     without one: the WordPiece vocabulary in its tokenizer.json, or any other tokenizer.json
@@ -645,12 +648,12 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
         if not _is_wordpiece_json(tokenizer_json):
             return {"kind": "huggingface", "path": tokenizer_json, "do_lower_case": False}  # BPE, Unigram
         vocab = tokenizer_json
-    do_lower_case = None
+    do_lower_case, refused = None, None
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")
     if layout == "huggingface" and fileio.exists(tokenizer_config):
         settings = fileio.read_json(tokenizer_config)
         do_lower_case = settings.get("do_lower_case")
-        _check_wordpiece_settings(settings, tokenizer_config)
+        refused = _wordpiece_settings_problem(settings, tokenizer_config)
     if do_lower_case is None and layout == "huggingface" and fileio.exists(tokenizer_json):
         from bertjax import tokenization
 
@@ -659,4 +662,5 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
         do_lower_case = fileio.read_json(fileio.join(directory, "bert_config.json")).get(_TF_CASING)
     if do_lower_case is None:
         do_lower_case = release_casing(os.path.basename(os.path.normpath(directory)))
-    return {"kind": "wordpiece", "path": vocab, "do_lower_case": do_lower_case}
+    spec = {"kind": "wordpiece", "path": vocab, "do_lower_case": do_lower_case}
+    return {**spec, "refused": refused} if refused else spec
