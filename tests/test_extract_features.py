@@ -61,6 +61,29 @@ def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "earlier.jsonl"), log=lambda _: None)
     assert (tmp_path / "earlier.jsonl").read_text() == '{"linex_index": 0}\n'
 
+    # Another run that wrote the output while this one ran keeps its file; this run's is kept
+    # beside it (each run writes a temporary file of its own: one shared name interleaved them).
+    class Overtaken:
+        """minilm, with another run's output appearing before its last example."""
+
+        def __getattr__(self, name):
+            return getattr(minilm, name)
+
+        def iter_features(self, *args, **kwargs):
+            for k, feature in enumerate(minilm.iter_features(*args, **kwargs)):
+                if k == 1:
+                    (tmp_path / "raced.jsonl").write_text("the other run's\n")
+                yield feature
+
+    with pytest.raises(ValueError, match=r"raced.jsonl was written by another run while this one ran; kept, and this "
+                                         rf"run's features are in .*raced.jsonl.tmp-{os.getpid()}"):
+        feature_files.extract(Overtaken(), str(tmp_path / "in.txt"), str(tmp_path / "raced.jsonl"), log=lambda _: None)
+    assert (tmp_path / "raced.jsonl").read_text() == "the other run's\n"
+    assert len((tmp_path / f"raced.jsonl.tmp-{os.getpid()}").read_text().splitlines()) == len(SENTENCES)
+    with pytest.raises(ValueError, match=r"--output=.*/no/such/out.jsonl: the folder .*/no/such does not exist"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "no" / "such" / "out.jsonl"),
+                              log=lambda _: None)
+
 
 def test_pooled_jsonl_has_one_vector_per_example_and_layer(minilm, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")

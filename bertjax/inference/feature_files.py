@@ -12,7 +12,8 @@ Outputs (`extract`), by the name given:
     pooling "cls"/"mean": {"linex_index": i, "pooling": "mean", "layers":
                      [{"index": -1, "values": [H floats]}, ...]}
     and "truncated": true in an example cut to max_seq_length (its first tokens only);
-  written to `<name>.tmp` and renamed when complete (removed if the run fails).
+  written to `<name>.tmp-<pid>` and renamed when complete (removed if the run fails; kept, with
+  an error, if another run wrote `<name>` meanwhile).
 * anything else: a folder of shards, each holding `shard_size` consecutive examples (fewer
   where that many at full length would hold over SHARD_BYTES of values: `shard_examples`),
   in bounded memory, resumable after a kill:
@@ -45,6 +46,7 @@ import bisect
 import io
 import itertools
 import json
+import os
 import re
 import time
 from typing import Any, Callable, Iterator
@@ -319,6 +321,9 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         raise ValueError(f"--output={output}: JSONL is written by one process; give a folder for a multi-host run")
     if to_jsonl and fileio.exists(output):  # an earlier run's features are not replaced unasked
         raise ValueError(f"--output={output} exists; remove it or give another name")
+    folder = os.path.dirname(output)
+    if to_jsonl and folder and not fileio.is_remote(output) and not os.path.isdir(folder):
+        raise ValueError(f"--output={output}: the folder {folder} does not exist; create it first")
     if not fileio.can_read_twice(input_file):
         raise ValueError(f"--input_file={input_file} is a pipe or stream: features read their input more than once "
                          "(to count it, to know it again on resume, to extract); save it to a file first")
@@ -370,18 +375,21 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                                    progress=lambda done: progress.advance(start + done))
     try:
         if to_jsonl:
-            tmp = f"{output}.tmp"
+            tmp = f"{output}.tmp-{os.getpid()}"  # a second run writing the same output has a file of its own
             try:
                 written = 0
                 with fileio.open_file(tmp, "w") as f:
                     for written, feature in enumerate(features, start=1):
                         f.write(jsonl_line(written - 1, feature, tuple(layers), pooling) + "\n")
                 _check_all_read(input_file, written, total)
-                fileio.rename(tmp, output)
-                manifest["examples_done"], manifest["truncated"] = total, len(truncated_at)
             except BaseException:  # an error or Ctrl-C: no half-written file left behind
                 fileio.remove(tmp)
                 raise
+            if fileio.exists(output):
+                raise ValueError(f"--output={output} was written by another run while this one ran; kept, and "
+                                 f"this run's features are in {tmp}")
+            fileio.rename(tmp, output)
+            manifest["examples_done"], manifest["truncated"] = total, len(truncated_at)
         else:
             if processes > 1:  # every process has checked the folder before any writes to it
                 multihost_utils.sync_global_devices(f"bertjax features start {output}")
