@@ -203,6 +203,8 @@ def exported(runs, tmp_path_factory):
                "choices": [o + [""] * (4 - len(o)) for _, o, _ in runs["choice"][1]]}
     choices["context"].append(choices["context"][0])  # "" inside a row, given to predict as is
     choices["choices"].append(["", *runs["choice"][1][0][1][:2], ""])
+    choices["context"].append("a very long context " * LENGTH)  # its pairs cut: said by both
+    choices["choices"].append([*runs["choice"][1][0][1][:2], "", ""])
     predicted_choices = [{"context": c, "choices": options} for c, options in zip(*choices.values())]
     choices["context"] += choices["context"][:2]  # fewer than two choices: predict refuses such a row
     choices["choices"] += [[""] * 4, ["", runs["choice"][1][0][1][0], "", ""]]
@@ -340,6 +342,8 @@ def test_choice_export_picks_the_same_choice(exported):
     model, inputs, want, got = exported["choice"]
     assert got["choice"] == [w["choice"] for w in want] + [-1, -1]  # rows of fewer than two choices: none
     assert got["probabilities"][-2:] == [[0.0] * 4] * 2
+    assert got["truncated"] == [bool(w.get("truncated")) for w in want] + [False, False]
+    assert got["truncated"][len(want) - 1] and not any(got["truncated"][:-3])
     for probabilities, w in zip(got["probabilities"], want):
         assert len(w["probabilities"]) == 4  # predict given the padded rows: 0 where the SavedModel has 0
         np.testing.assert_allclose(probabilities, w["probabilities"], atol=1e-4)

@@ -30,7 +30,8 @@ Inputs (each <string>[batch]) and outputs, per task family:
                   max_query_length tokens and the context to what fits (bertjax's predict slides
                   windows over long contexts instead).
   choice          context <string>[B] + choices <string>[B, C] (a row with fewer choices padded
-                  with "") -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding)
+                  with "") -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding),
+                  truncated <bool>[B] (a (context, choice) pair was longer than max_seq_length)
 
 Why jax2tf rather than orbax-export: orbax-export (0.0.8, 2025-09) is a thin layer over the
 same jax2tf/jax.export lowering and pins its own orbax/JAX ranges; jax2tf ships with JAX

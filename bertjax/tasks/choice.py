@@ -291,19 +291,25 @@ class ChoiceFamily(Family):
 
     def serve(self, serving, inputs):
         """context <string>[B] + choices <string>[B, C] (a row with fewer choices padded with "")
-        -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding). A row of fewer than
-        two choices, which predict refuses, has no answer: choice -1, probabilities 0."""
+        -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding), truncated <bool>[B]
+        (a (context, choice) pair was longer than max_seq_length, as predict's "truncated"). A row
+        of fewer than two choices, which predict refuses, has no answer: choice -1, probabilities 0."""
         from bertjax.runtime.tf_cpu import tf
 
         context, choices = inputs["context"], inputs["choices"]
         batch, count = tf.shape(choices)[0], tf.shape(choices)[1]
         contexts = tf.reshape(tf.tile(context[:, None], [1, count]), [-1])
-        rows = serving.layout(serving.tokenizer.ids(contexts), serving.tokenizer.ids(tf.reshape(choices, [-1])))[:3]
+        ids_a, ids_b = serving.tokenizer.ids(contexts), serving.tokenizer.ids(tf.reshape(choices, [-1]))
+        rows = serving.layout(ids_a, ids_b)[:3]
         shaped = [tf.reshape(x, [batch, count, -1]) for x in rows]
-        scores = tf.where(choices != "", serving.model(*shaped), -np.inf)  # "" pads a row's choices
-        answered = tf.reduce_sum(tf.cast(choices != "", tf.int32), axis=-1) >= 2  # else softmax of -inf: NaN
+        given = choices != ""  # "" pads a row's choices
+        scores = tf.where(given, serving.model(*shaped), -np.inf)
+        answered = tf.reduce_sum(tf.cast(given, tf.int32), axis=-1) >= 2  # else softmax of -inf: NaN
+        tokens = ids_a.row_lengths() + 2 + tf.where(ids_b.row_lengths() > 0, ids_b.row_lengths() + 1, 0)
+        cut = tf.reshape(tokens > serving.layout.max_seq_length, [batch, count]) & given
         return {"choice": tf.where(answered, tf.argmax(scores, axis=-1), -1),
-                "probabilities": tf.where(answered[:, None], tf.nn.softmax(scores, axis=-1), 0.0)}
+                "probabilities": tf.where(answered[:, None], tf.nn.softmax(scores, axis=-1), 0.0),
+                "truncated": tf.reduce_any(cut, axis=-1)}
 
 
 FAMILY = ChoiceFamily()
