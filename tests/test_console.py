@@ -1,6 +1,8 @@
 """bertjax.runtime.console: durations, and the rate and ETA of a phase with pauses (a fake clock)."""
 
 import io
+import os
+import sys
 
 import pytest
 
@@ -126,3 +128,19 @@ def test_out_of_memory_and_unreadable_remote_paths_are_one_line_errors():
     assert cli.expected_failure(jax.errors.JaxRuntimeError("INTERNAL: a compiler bug")) is None
     assert cli.expected_failure(RuntimeError("RESOURCE_EXHAUSTED")) is None
     assert cli.expected_failure(tf.errors.NotFoundError(None, None, "op not found")) is None  # not a path
+
+
+def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback():
+    """A second Ctrl-C (the first saves and stops) raises KeyboardInterrupt, which went past the
+    launchers' error handling as a traceback, and the interpreter's shutdown then waited for a
+    step still compiling ahead (a review)."""
+    import subprocess
+
+    program = ("import sys, threading, time; sys.path.insert(0, {root!r})\n"
+               "from bertjax.runtime import cli\n"
+               "def main(argv):\n"
+               "    threading.Thread(target=time.sleep, args=(600,), name='compile ahead').start()\n"
+               "    raise KeyboardInterrupt\n"
+               "cli.run(main)\n").format(root=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr

@@ -54,7 +54,7 @@ from absl import app, flags  # noqa: E402
 # belong to the launcher that asks for them, so its --help lists them.
 flags.disclaim_key_flags()
 
-EXIT_ERROR, EXIT_STOPPED = 2, 3
+EXIT_ERROR, EXIT_STOPPED, EXIT_INTERRUPTED = 2, 3, 130  # 130: the shells' code for a SIGINT
 LAUNCHERS = {"pre-training": "launch/pretrain.py", "fine-tuning": "launch/finetune.py"}
 _CONFIG_KINDS: dict[str, str] = {}  # config flag -> the kind of config (a key of LAUNCHERS) it must hold
 # Loggers that talk at INFO about their own business during a normal run.
@@ -233,6 +233,10 @@ def run(main: Callable[[list[str]], None]) -> None:
         except TrainingStopped as stopped:
             print(f"stopped: {stopped}", file=sys.stderr)
             _exit(EXIT_STOPPED)
+        except KeyboardInterrupt:  # a second Ctrl-C (the first saves and stops), or one before the steps:
+            print("interrupted (Ctrl-C)", file=sys.stderr)  # now, not after a compile or a stalled input
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
         except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
             print(f"error: {error_line(e)}", file=sys.stderr)
             _exit(EXIT_ERROR)
