@@ -429,6 +429,41 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
     np.testing.assert_array_equal(again.values, whole.values)
 
 
+def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path, monkeypatch):
+    """A disk that fills up under a memory-mapped write kills the process with SIGBUS and no
+    message: the file's blocks are allocated before the encoder runs (a review found a sparse
+    file), and a disk without room is one error naming the folder."""
+    import errno
+
+    from bertjax.tasks import feature_cache
+    from bertjax.tasks.common import Split
+
+    ids = np.arange(1, 1 + 64 * 8, dtype=np.int32).reshape(64, 8) % 50 + 1
+    split = Split("train", {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": np.ones_like(ids)},
+                  np.full(64, 8, np.int32))
+    cache = feature_cache.FeatureCache(split, str(tmp_path), "train-space", False, (1024,), np.float32)
+    allocated = []
+
+    def encode(batch):
+        allocated.append(os.stat(cache.path).st_blocks * 512)
+        return np.ones((len(batch["input_ids"]), 1024), np.float32)
+
+    cache.compute(encode, 16, [8])
+    assert cache.nbytes == 64 * 1024 * 4 and allocated[0] >= cache.nbytes
+    np.testing.assert_array_equal(cache.values, 1.0)
+
+    def no_room(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", no_room)
+    allocated.clear()
+    full = feature_cache.FeatureCache(split, str(tmp_path), "train-full", False, (1024,), np.float32)
+    with pytest.raises(ValueError, match=rf"feature_cache_dir={tmp_path}: the cached features need 0.0 GiB, the disk "
+                                         r"has [\d.]+ GiB free \(No space left on device\)"):
+        full.compute(encode, 16, [8])
+    assert not allocated
+
+
 def test_a_frozen_run_resumes_exactly(encoder_run, tmp_path, capsys):
     """4 steps straight == 2 steps, then a restart from the step-2 checkpoint (optimizer state
     for the head only): the same weights bit for bit, the encoder untouched."""

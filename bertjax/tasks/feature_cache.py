@@ -31,6 +31,7 @@ when its batches are the same.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -123,13 +124,8 @@ class FeatureCache:
         start = agree(self.batches_done(batch_size, buckets))
         if start < total:
             if start == 0:
-                free = shutil.disk_usage(os.path.dirname(self.path)).free
-                if self.nbytes > 0.95 * free:
-                    raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached "
-                                     f"features need {self.nbytes / 2**30:.1f} GiB, the disk has {free / 2**30:.1f} "
-                                     "GiB free; give a folder with room or set config.train.cache_features=False")
                 self._write_manifest(0)  # first: an earlier manifest does not describe the zeroed file
-                np.memmap(self.path, self.dtype, "w+", shape=self.shape).flush()
+            self._reserve(zeroed=start == 0)
             values = np.memmap(self.path, self.dtype, "r+", shape=self.shape)
             saved = time.monotonic()
             for index, (batch, real) in enumerate(eval_batches(self.split, batch_size, buckets)):
@@ -149,6 +145,25 @@ class FeatureCache:
             return f"reusing the cached features in {self.path} ({size})"
         return f"cached the frozen encoder's features in {self.path} ({size})" + (
             f", resumed at batch {start} of {total}" if start else "")
+
+    def _reserve(self, zeroed: bool) -> None:
+        """The file at its full size with its disk blocks allocated (`zeroed`: its values zeros,
+        else kept): a disk that fills up under a memory-mapped write kills the process with
+        SIGBUS and no message, so the space is taken, or refused, before the first write."""
+        with open(self.path, "wb" if zeroed else "r+b") as f:
+            if not hasattr(os, "posix_fallocate"):  # (macOS) a sparse file of the full size
+                f.truncate(self.nbytes)
+                return
+            try:
+                os.posix_fallocate(f.fileno(), 0, self.nbytes)
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    raise
+                free = shutil.disk_usage(os.path.dirname(self.path)).free
+                raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached features "
+                                 f"need {self.nbytes / 2**30:.1f} GiB, the disk has {free / 2**30:.1f} GiB free "
+                                 f"({os.strerror(e.errno)}); give a folder with room or set "
+                                 "config.train.cache_features=False") from None
 
     def _store(self, values: np.memmap, real: np.ndarray, outputs: np.ndarray) -> None:
         if not self.reads_tokens:
