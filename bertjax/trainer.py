@@ -430,7 +430,21 @@ def hold_workdir(workdir: str) -> Iterator[None]:
     tokenizing its data can take minutes (see bertjax/runtime/preemption.py)."""
     from bertjax.runtime import fileio, workdir_lock
 
-    with workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+    with contextlib.ExitStack() as held:
+        refused = None
+        if jax.process_index() == 0:
+            try:
+                held.enter_context(workdir_lock.hold(workdir))
+            except ValueError as e:  # busy, or not a folder
+                refused = e
+        if jax.process_count() > 1:  # every process stops, not process 0 alone (the others would wait for it)
+            from jax.experimental import multihost_utils
+
+            if not multihost_utils.broadcast_one_to_all(np.int32(refused is None)):
+                raise refused or workdir_lock.WorkdirBusyError(
+                    f"workdir {workdir}: process 0 could not hold it (another run, or not a folder: its error says)")
+        if refused is not None:
+            raise refused
         preemption.report_start(checkpointing.latest_step(fileio.join(workdir, "checkpoints")) or 0)
         yield
 

@@ -185,7 +185,7 @@ def test_evaluation_totals_weight_every_example_once():
 # Two processes of two CPU devices each, on a mesh that interleaves them as a TPU slice's
 # topology order does (process 0's devices hold batch rows 0-1 and 4-5): a batch that every
 # process holds whole must come out in its own row order, fed rows must be each process's
-# own, and the pre-training guesses count both processes' eval rows.
+# own, the pre-training guesses count both processes' eval rows, and a busy workdir stops both.
 _INTERLEAVED = textwrap.dedent("""
     import os
     import sys
@@ -212,6 +212,16 @@ _INTERLEAVED = textwrap.dedent("""
     weights = np.array([[1, 1, 1, 0]] if jax.process_index() == 0 else [[1, 1, 1, 1]], np.float32)
     guesses = pretrain.guess_accuracies([{"masked_lm_ids": targets, "masked_lm_weights": weights}], 8, False)
     print(f"unigram {round(guesses['mlm_unigram_accuracy'], 4)}", flush=True)
+    # A workdir another run holds: every process stops at once (process 1 went on alone).
+    import contextlib, tempfile
+    from bertjax.runtime import workdir_lock
+    workdir = os.path.join(tempfile.gettempdir(), f"bertjax-busy-{sys.argv[1]}")
+    with workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+        try:
+            with trainer.hold_workdir(workdir):
+                print("held", flush=True)
+        except workdir_lock.WorkdirBusyError as error:
+            print(f"busy {error}", flush=True)
     multihost_utils.sync_global_devices("done")
     os._exit(0)
 """)
@@ -223,3 +233,4 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
         assert "whole [0, 2, 4, 6, 8, 10, 12, 14]" in out, out  # row i is row i, wherever its device is
         assert "refused config.mesh {'data': 1, 'fsdp': 1, 'tensor': 4} gives each of the 2 processes 8 of" in out
         assert "unigram 0.5714" in out, out  # 4 of the 7 targets (7s on process 1), not process 0's 3 of 3
+        assert "busy workdir " in out and "held" not in out, out
