@@ -4,7 +4,6 @@ task's main metric first."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import math
@@ -13,8 +12,8 @@ from typing import Any
 import jax
 import ml_collections
 
-from bertjax import finetune, finetune_setup, sharding
-from bertjax.runtime import cli, fileio, workdir_lock
+from bertjax import finetune, finetune_setup, sharding, trainer
+from bertjax.runtime import cli, fileio
 from bertjax.runtime.errors import RunSettingsError, TrainingDiverged
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     _check_every_run(config, runs)
     # One sweep per WORKDIR: a second would rerun the finished runs and write its own partial
     # sweep_results.json (each run's folder has a lock of its own).
-    with workdir_lock.hold(workdir) if jax.process_index() == 0 else contextlib.nullcontext():
+    with trainer.hold_lock(workdir):
         results, metric = _run_all(workdir, runs)
     results = _ranked(results, metric)
     if jax.process_index() == 0:

@@ -424,11 +424,22 @@ def check_rows_per_process(mesh: jax.sharding.Mesh, batch_size: int) -> None:
 
 @contextlib.contextmanager
 def hold_workdir(workdir: str) -> Iterator[None]:
-    """One run per workdir: process 0 holds `<workdir>/.lock` (a second run started on the
-    same workdir stops with WorkdirBusyError); the other processes of the run share it. A
-    multi-process run tells JAX's preemption sync point where it resumes at once: reading and
-    tokenizing its data can take minutes (see bertjax/runtime/preemption.py)."""
-    from bertjax.runtime import fileio, workdir_lock
+    """One run per workdir (`hold_lock`). A multi-process run tells JAX's preemption sync point
+    where it resumes at once: reading and tokenizing its data can take minutes (see
+    bertjax/runtime/preemption.py)."""
+    from bertjax.runtime import fileio
+
+    with hold_lock(workdir):
+        preemption.report_start(checkpointing.latest_step(fileio.join(workdir, "checkpoints")) or 0)
+        yield
+
+
+@contextlib.contextmanager
+def hold_lock(workdir: str) -> Iterator[None]:
+    """Process 0 holds `<workdir>/.lock` (the other processes of the run share the workdir); when
+    it cannot (another run holds it: WorkdirBusyError; not a folder), every process raises, not
+    process 0 alone (the others would wait for it at their next barrier)."""
+    from bertjax.runtime import workdir_lock
 
     with contextlib.ExitStack() as held:
         refused = None
@@ -437,7 +448,7 @@ def hold_workdir(workdir: str) -> Iterator[None]:
                 held.enter_context(workdir_lock.hold(workdir))
             except ValueError as e:  # busy, or not a folder
                 refused = e
-        if jax.process_count() > 1:  # every process stops, not process 0 alone (the others would wait for it)
+        if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
             if not multihost_utils.broadcast_one_to_all(np.int32(refused is None)):
@@ -445,7 +456,6 @@ def hold_workdir(workdir: str) -> Iterator[None]:
                     f"workdir {workdir}: process 0 could not hold it (another run, or not a folder: its error says)")
         if refused is not None:
             raise refused
-        preemption.report_start(checkpointing.latest_step(fileio.join(workdir, "checkpoints")) or 0)
         yield
 
 
