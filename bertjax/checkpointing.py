@@ -7,6 +7,8 @@ Layout of a run's checkpoint directory (orbax `CheckpointManager`, one folder pe
     <directory>/<step>/meta/    JSON: {"format": "bertjax", "step", "data_position", "config",
                                 "extra"} ("extra": what the caller passed as extra_meta)
     <directory>/<step>.unreadable-<UTC time>/   a step that could not be read, moved aside
+    <directory>/<step>.replaced-<UTC time>/     a step being saved again (`save(replace=True)`),
+                                                there only if that save failed or was killed
 
 Atomicity: orbax writes a step into `<step>.orbax-checkpoint-tmp` and renames it to
 `<step>` only once every file is written (on GCS, where renames are not atomic, it writes
@@ -170,9 +172,11 @@ class Checkpointer:
 
         Saves only when `step` is a multiple of save_interval_steps, or when `force`
         (preemption, end of training) and the step is not saved yet; with `replace` a saved
-        `step` is deleted and written again (a best checkpoint re-evaluated after a resume). With async saves the
-        call returns once the arrays are copied off the devices; `wait_until_finished`
-        blocks until they are on disk. `config` and `extra_meta` (stored as meta["extra"],
+        `step` is written again (a best checkpoint re-evaluated after a resume): the saved one is
+        moved aside to `<step>.replaced-<UTC time>` and deleted once the new one is on disk (this
+        call then waits for it), so a save that fails or is killed leaves it there. Otherwise,
+        with async saves the call returns once the arrays are copied off the devices;
+        `wait_until_finished` blocks until they are on disk. `config` and `extra_meta` (stored as meta["extra"],
         e.g. a fine-tuning run's best metric) must be JSON-serializable.
         Raises CheckpointSaveError when writing fails (this step's or the previous save's).
         """
@@ -187,14 +191,19 @@ class Checkpointer:
         except TypeError as e:
             raise ValueError(f"Checkpointer.save: config and extra_meta must be JSON-serializable ({e})") from None
         self.wait_until_finished()
-        if step in self._manager.all_steps():
-            self._manager.delete(step)
+        replaced = self._move_aside([step], "replaced")[0] if step in self._manager.all_steps() else None
         self._saving = step
         try:
-            return self._manager.save(step, args=ocp.args.Composite(
+            saved = self._manager.save(step, args=ocp.args.Composite(
                 **{STATE: ocp.args.PyTreeSave(state), META: ocp.args.JsonSave(meta)}), force=True)
         except Exception as e:  # orbax/tensorstore raise many kinds for a failed write
             raise self._save_failed(e) from e
+        if replaced is not None:
+            self.wait_until_finished()
+            if jax.process_index() == 0:
+                replaced.rmtree()
+        return saved
+
 
     def wait_until_finished(self) -> None:
         """Blocks until every started save is on disk; CheckpointSaveError if one failed."""
@@ -239,7 +248,10 @@ class Checkpointer:
                 log.warning("checkpoint %s is unreadable (%s); falling back to the previous one",
                             self.directory / str(candidate), brief(e))
             if _on_every_process(restored is not None):
-                self._move_aside(unreadable)
+                for step, target in zip(unreadable, self._move_aside(unreadable, "unreadable")):
+                    if jax.process_index() == 0:  # the one that moved it
+                        log.warning("moved unreadable checkpoint %s aside to %s; nothing was deleted (inspect it, "
+                                    "then delete it or move it back)", self.directory / str(step), target)
                 return restored
             unreadable.append(candidate)
         raise CheckpointUnreadableError(
@@ -272,20 +284,20 @@ class Checkpointer:
             raise OSError(f"checkpoint {self.directory / str(step)} has unexpected meta {meta}")
         return restored[STATE], meta
 
-    def _move_aside(self, steps: list[int]) -> None:
-        """Renames unreadable steps to `<step>.unreadable-<UTC time>` (process 0; the others wait)."""
+    def _move_aside(self, steps: list[int], why: str) -> list[epath.Path]:
+        """Renames saved `steps` to `<step>.<why>-<UTC time>`, a name orbax never lists as a step
+        nor cleans up (process 0; the others wait); returns the new paths."""
         if not steps:
-            return
+            return []
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        targets = [self.directory / f"{step}.{why}-{stamp}" for step in steps]
         if jax.process_index() == 0:
-            stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-            for step in steps:
-                source, target = self.directory / str(step), self.directory / f"{step}.unreadable-{stamp}"
-                _move(source, target)
-                log.warning("moved unreadable checkpoint %s aside to %s; nothing was deleted (inspect it, then "
-                            "delete it or move it back)", source, target)
+            for step, target in zip(steps, targets):
+                _move(self.directory / str(step), target)
         if jax.process_count() > 1:
-            multihost_utils.sync_global_devices("bertjax.checkpointing: unreadable steps moved aside")
+            multihost_utils.sync_global_devices(f"bertjax.checkpointing: steps {steps} of {self.directory} moved aside")
         self._manager.reload()
+        return targets
 
     def close(self) -> None:
         """Waits for pending saves (CheckpointSaveError if one failed) and releases orbax's threads."""

@@ -183,6 +183,15 @@ def test_interval_keep_last_n_and_force(tmp_path, small8):
                                                                                  sharding=leaf.sharding), state))
     assert_trees_equal(restored, other)
     assert meta["extra"] == {"score": 2} and ckpt.all_steps() == [30, 33]
+    assert sorted(os.listdir(tmp_path)) == ["30", "33"]
+    # A replacing save that fails (a full disk, a kill) leaves the step it replaces aside, whole:
+    # it was deleted first, and best/ (one step kept) lost its weights (a review).
+    failing = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=2, async_save=False)
+    failing._manager.save = lambda *args, **kwargs: (_ for _ in ()).throw(OSError("No space left on device"))
+    with pytest.raises(checkpointing.CheckpointSaveError, match="saving checkpoint step 33 .* failed"):
+        failing.save(33, state, data_position=33, config=CONFIG, force=True, replace=True)
+    aside = [name for name in os.listdir(tmp_path) if name.startswith("33.replaced-")]
+    assert len(aside) == 1 and checkpointing.read_meta(str(tmp_path / aside[0]))["extra"] == {"score": 2}
     with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
         ckpt.save(40, state, data_position=40, config={"bad": object()})
     with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
