@@ -222,6 +222,8 @@ def _tokenizer_identity(tokenizer) -> dict[str, Any]:
             "do_lower_case": tokenizer.do_lower_case}
 
 
+# Paths as typed, for people: "input" and "weights" identify what they hold (./in.txt is in.txt).
+_RECORDED_ONLY = ("input_file", "checkpoint")
 # Settings whose values are fingerprints: named by what they stand for.
 _IDENTITIES = {"input": "the input file's text changed", "weights": "the checkpoint's weights changed",
                "tokenizer": "the tokenizer changed (its vocabulary or casing)"}
@@ -233,7 +235,8 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
     `whole_folder_weights()`: the weights' fingerprint as folders written before
     `ModelSource.weights_fingerprint` recorded it (the model's whole folder), also accepted."""
     saved = manifest.get("settings", {})
-    changed = [key for key in settings if key in saved and saved[key] != settings[key]]  # (keys added since: unknown)
+    changed = [key for key in settings if key in saved and saved[key] != settings[key]  # (keys added since: unknown)
+               and key not in _RECORDED_ONLY]
     if changed.count("weights") and saved["weights"] == whole_folder_weights():
         changed.remove("weights")
     if manifest.get("format") != FORMAT or changed:
