@@ -21,7 +21,9 @@ def test_format_duration():
     assert [console.format_duration(s) for s in (5, 62, 3725, -3, 59.6)] == ["5s", "1m02s", "1h02m", "0s", "1m00s"]
 
 
-def test_rate_and_eta_skip_the_first_step_and_pauses(clock):
+def test_the_rate_leaves_pauses_out_and_the_eta_counts_them(clock):
+    """Evaluations and checkpoints (pauses) come again: an ETA without them fell short by every
+    evaluation still to come (a review); the rate is the steps' own."""
     progress = console.Progress(total=101, stream=io.StringIO())
     assert progress.eta_seconds() is None
     clock[0] += 30.0  # the first step compiles
@@ -34,7 +36,7 @@ def test_rate_and_eta_skip_the_first_step_and_pauses(clock):
     clock[0] += 40.0  # an evaluation
     progress.resume()
     assert progress.steps_per_second() == pytest.approx(2.0)
-    assert progress.eta_seconds() == pytest.approx(25.0)  # 50 steps left at 2 steps/s
+    assert progress.eta_seconds() == pytest.approx(65.0)  # 50 steps left at 1.3 s each (0.5 + an evaluation's 0.8)
 
 
 def test_a_pause_before_the_first_step_does_not_count(clock):

@@ -34,8 +34,9 @@ class Progress:
     line(text): a permanent line (printed above the live line).
     line_seconds: off a terminal, `advance` also prints a permanent status line (step/total,
     rate, ETA) this often.
-    The rate and ETA count only time between `advance` calls outside `pause()`d stretches
-    and skip the first step (compilation); pauses before the first step (e.g. compiling
+    The rate counts only time between `advance` calls outside `pause()`d stretches (the steps'
+    own speed); the ETA adds the pauses' share of the time so far (evaluations and checkpoints
+    come again). Both skip the first step (compilation); pauses before it (e.g. compiling
     ahead) are not in that window and do not count.
     """
 
@@ -72,8 +73,10 @@ class Progress:
         return (self.step - self._first_step) / max(elapsed, 1e-9)
 
     def eta_seconds(self) -> float | None:
-        rate = self.steps_per_second()
-        return None if not rate else (self.total - self.step) / rate
+        if self._first_step is None or self.step <= self._first_step:
+            return None
+        elapsed = time.perf_counter() - self._clock_start  # pauses included: they recur
+        return (self.total - self.step) * elapsed / (self.step - self._first_step)
 
     def pause(self) -> None:
         if self._pause_start is None:
