@@ -150,15 +150,19 @@ def best_threshold(scores: dict[str, float], predictions: dict[str, str], na_pro
                    has_answer: dict[str, bool]) -> tuple[float, float]:
     """(best score 0-100, its threshold) over the no-answer thresholds, as find_best_thresh.
 
-    Start from "all null" (every no-answer question right: their count, threshold 0.0); walk
-    the scored questions by ascending probability (ties in `na_probs` order) and answer
-    each in turn: + its raw score if it has an answer, - 1 if it has none but a non-empty
-    prediction (the raw string, not normalised, as the official). Keep the best running
-    score and the probability where it was first reached; best = 100 * best / len(scores).
+    Start from "all null" (every no-answer question right: their count, threshold 0.0, or
+    below the lowest value where some are <= 0, as bertjax's null odds are: 0.0 would answer
+    those, and the threshold must give the best it is reported with); walk the scored
+    questions by ascending probability (ties in `na_probs` order) and answer each in turn:
+    + its raw score if it has an answer, - 1 if it has none but a non-empty prediction (the
+    raw string, not normalised, as the official). Keep the best running score and the
+    probability where it was first reached; best = 100 * best / len(scores).
     """
     score = best = sum(1 for qid in scores if not has_answer[qid])
-    best_thresh = 0.0
-    for qid in sorted((qid for qid in na_probs if qid in scores), key=lambda qid: na_probs[qid]):
+    walked = sorted((qid for qid in na_probs if qid in scores), key=lambda qid: na_probs[qid])
+    lowest = float(na_probs[walked[0]]) if walked else 1.0
+    best_thresh = 0.0 if lowest > 0.0 else lowest - 1.0
+    for qid in walked:
         if has_answer[qid]:
             score += scores[qid]
         elif predictions[qid]:

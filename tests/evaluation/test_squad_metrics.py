@@ -115,6 +115,12 @@ def test_v20_best_threshold_search():
     wrong = {qid: "zzz" for qid in predictions}
     result = squad.evaluate(data, wrong, na_probs=na_probs)
     assert (result["best_exact"], result["best_exact_thresh"]) == (40.0, 0.0)
+    # bertjax's null odds (null score minus the best span's) go below 0: "all null" is a threshold
+    # below the lowest, or scoring again at the reported threshold gives another number (a review).
+    odds = {"q1": -3.0, "q2": -2.0, "q3": -1.0, "q4": -0.5, "q5": 0.5}
+    result = squad.evaluate(data, wrong, na_probs=odds)
+    assert (result["best_f1"], result["best_f1_thresh"]) == (40.0, -4.0)
+    assert squad.evaluate(data, wrong, na_probs=odds, na_prob_thresh=result["best_f1_thresh"])["f1"] == 40.0
 
 
 def test_v20_unanswerable_questions_may_leave_out_their_answers():
