@@ -16,6 +16,9 @@ same with `config.data.pack_examples` (each step's examples laid end to end in r
 examples per step, fewer padding tokens), and `-f32` after either side's name the same with
 `config.model.matmul_precision=default` (on a CPU with AMX-BF16 bertjax's training steps
 otherwise multiply bfloat16 operands with float32 sums; evaluation is float32 either way).
+The PyTorch side trains at the same precision as the bertjax side of its name: under
+torch.autocast(bfloat16) where bertjax's default takes bfloat16 operands, `pytorch-f32` in
+float32; each bertjax side's ratio is to the PyTorch side of its precision.
 Both evaluate once at the end and are scored by the same code (bertjax's accuracy / conlleval
 entity F1).
 
@@ -227,7 +230,8 @@ def run_pytorch(spec: dict) -> dict:
             if step == steps:
                 break
             ids, mask, labels = collate([train_rows[i] for i in order[start:start + batch_size]])
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec["torch_bfloat16"]):
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step(), schedule.step(), optimizer.zero_grad()
@@ -342,15 +346,20 @@ def main():
             "train_examples": len(train_inputs), "epochs": args.epochs, "max_seq_length": args.max_seq_length,
             "batch_size": args.batch_size, "learning_rate": args.learning_rate}
     spec["cache"] = os.path.join(directory, "xla_cache")
+    from bertjax.models import bf16_matmul
+
+    bfloat16_default = bf16_matmul.has_amx_bf16()  # bertjax's training products without -f32
     rows = {}
     for side in args.sides.split(","):
-        python = args.torch_python if side == "pytorch" else sys.executable
-        variants = side.split("-")[1:]
-        packed = {"pack_examples": args.pack_examples, "cache": spec["cache"] + "_packed"} if "packed" in variants else {}
+        framework, variants = side.split("-")[0], side.split("-")[1:]
+        python = args.torch_python if framework == "pytorch" else sys.executable
+        packed = ({"pack_examples": args.pack_examples, "cache": spec["cache"] + "_packed"} if "packed" in variants
+                  else {})
         full = {"matmul_precision": "default"} if "f32" in variants else {}
-        rows[side] = _side(python, side.split("-")[0], {**spec, **packed, **full,
-                                                         "workdir": os.path.join(directory, side)})
-        if side == "pytorch":
+        torch_bfloat16 = bfloat16_default and "f32" not in variants
+        rows[side] = _side(python, framework, {**spec, **packed, **full, "torch_bfloat16": torch_bfloat16,
+                                               "workdir": os.path.join(directory, side)})
+        if framework == "pytorch":
             rows[side]["metric"] = score_pytorch(args.task, rows[side].pop("predictions"), eval_labels)
     metric = "accuracy" if args.task == "classification" else "entity F1"
     print(f"\n{args.task}, {args.model}: {len(train_inputs)} training examples x {args.epochs:g} epochs, "
@@ -361,10 +370,14 @@ def main():
     for side, row in rows.items():
         cells = [f"{row[c]:.1f}" if c != "metric" else f"{100 * row[c]:.1f}" for c in columns]
         print(f"| {side} | " + " | ".join(cells) + " |")
-    for side in [side for side in rows if side.startswith("bertjax")] if "pytorch" in rows else []:
-        ratio = rows[side]["whole run"] / rows["pytorch"]["whole run"]
-        print(f"{side} whole run = {ratio:.2f}x PyTorch's; dev {metric} "
-              f"{100 * rows[side]['metric']:.1f} vs {100 * rows['pytorch']['metric']:.1f}")
+    precision = lambda side: "float32" if "f32" in side.split("-") or not bfloat16_default else "bfloat16"  # noqa: E731
+    for side in [side for side in rows if side.startswith("bertjax")]:
+        torch_side = "pytorch-f32" if "f32" in side.split("-") else "pytorch"
+        if torch_side not in rows:
+            continue
+        ratio = rows[side]["whole run"] / rows[torch_side]["whole run"]
+        print(f"{side} whole run = {ratio:.2f}x {torch_side}'s (both {precision(side)} products); dev {metric} "
+              f"{100 * rows[side]['metric']:.1f} vs {100 * rows[torch_side]['metric']:.1f}")
 
 
 if __name__ == "__main__":

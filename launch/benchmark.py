@@ -23,9 +23,13 @@ operands with float32 sums where the model's matmul_precision is bfloat16 (by de
 CPU with AMX-BF16; `--config.model.matmul_precision=default` for float32 products).
 
 `--compare` also runs Hugging Face PyTorch `BertForPreTraining` (torch.optim.AdamW, eps
-1e-6, weight decay 0.01, global-norm clip 1.0, the same shapes and dropout) in this
-process, alternating rounds with JAX so both see the same machine load, and measures each
-framework's peak host memory in a fresh child process of this script (`--memory_of`).
+1e-6, weight decay 0.01, global-norm clip 1.0, the same shapes and dropout; under
+torch.autocast(bfloat16) where bertjax multiplies bfloat16 operands, so both run at one
+precision) in this process, alternating rounds with JAX so both see the same machine load,
+and measures each framework's peak host memory in a fresh child process of this script
+(`--memory_of`). A model BertForPreTraining cannot be (the modern encoder's switches) is
+refused. The persistent compilation cache is off (compile time is a compile) unless
+BERTJAX_COMPILATION_CACHE names a folder.
 Needs `pip install -e .[bench]` (torch, transformers). On CPU, tcmalloc (Debian package
 libtcmalloc-minimal4) gave JAX more sequences/s but a higher peak RSS (benchmarks/README.md):
   LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 python launch/benchmark.py ...
@@ -45,10 +49,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from bertjax.runtime import host_memory  # noqa: E402
 host_memory.configure()  # huge pages (a restart), kept freed memory: before any thread allocates
+# "compile time" is a compile, not a read of an earlier run's program from the persistent cache
+# (BERTJAX_COMPILATION_CACHE=<folder> turns it on again).
+os.environ.setdefault("BERTJAX_COMPILATION_CACHE", "off")
 from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from absl import flags  # noqa: E402
 import ml_collections  # noqa: E402
-from ml_collections import config_dict, config_flags  # noqa: E402
+from ml_collections import config_dict  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bertjax.models.config import BertConfig  # noqa: E402
@@ -69,7 +76,7 @@ def _default_config() -> ml_collections.ConfigDict:
 _PRESET = flags.DEFINE_string("preset", "base", "BERT size: tiny, mini, small, medium, base, large.")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Global batch (rows per step).", lower_bound=1)
 _SEQ = flags.DEFINE_integer("seq_len", 128, "Sequence length.", lower_bound=8)
-_PREDICTIONS = flags.DEFINE_integer("predictions", 0, "Masked positions per row (0: ceil(0.15 x seq_len x pairs)).",
+_PREDICTIONS = flags.DEFINE_integer("predictions", 0, "Masked positions per row (0: ceil(0.15 x seq_len)).",
                                     lower_bound=0)
 _PACK = flags.DEFINE_integer("pack_pairs", 0, "0: one pair per row, unpacked; K >= 1: packed rows of K pairs.",
                              lower_bound=0)
@@ -80,7 +87,9 @@ _PIPELINE = flags.DEFINE_bool("pipeline", True, "Also time the tf.data input pip
 _PROFILE = flags.DEFINE_string("profile_dir", "", "Write a jax.profiler trace of 3 steps here.")
 _MEMORY_OF = flags.DEFINE_enum("memory_of", "", ["", "jax", "torch"],
                                "Internal: run only this framework and print its peak RSS.")
-_CONFIG = config_flags.DEFINE_config_dict("config", _default_config(), "Model/optimizer overrides.")
+_CONFIG = cli.define_config_dict("config", _default_config(), "Model/optimizer overrides.")
+# Batch sizes are --batch_size's; these train keys would be ignored here.
+_BATCH_KEYS = ("global_batch_size", "batch_warmup_start", "batch_warmup_steps")
 
 
 def _predictions() -> int:
@@ -220,18 +229,30 @@ class JaxRun:
 # PyTorch: Hugging Face BertForPreTraining with the same shapes.
 # ======================================================================================
 
+_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+_NOT_IN_HF_BERT = ("position_embedding", "norm_placement", "gated_mlp", "attention_window", "use_bias", "norm_bias",
+                   "pooler", "token_transform")
+
+
+def torch_bfloat16(bert: BertConfig) -> bool:
+    """Whether the PyTorch side runs under torch.autocast(bfloat16): when bertjax's products take
+    bfloat16 operands, so that both multiply at the same precision."""
+    return bert.matmul_precision == "bfloat16" or bert.dtype == "bfloat16"
+
+
 class TorchRun:
-    """HF BertForPreTraining + AdamW + clipping on the same synthetic (unpacked) batches."""
+    """HF BertForPreTraining + AdamW + clipping on the same synthetic (unpacked) batches, under
+    torch.autocast(bfloat16) where bertjax multiplies bfloat16 operands (`torch_bfloat16`)."""
 
     def __init__(self, bert: BertConfig):
         import torch
         import transformers
 
-        self.torch = torch
+        self.torch, self.bfloat16 = torch, torch_bfloat16(bert)
         hf_config = transformers.BertConfig(
             vocab_size=bert.vocab_size, hidden_size=bert.hidden_size, num_hidden_layers=bert.num_hidden_layers,
             num_attention_heads=bert.num_attention_heads, intermediate_size=bert.intermediate_size,
-            hidden_act="gelu", hidden_dropout_prob=bert.hidden_dropout_prob,
+            hidden_act=_HF_ACTIVATIONS[bert.hidden_act], hidden_dropout_prob=bert.hidden_dropout_prob,
             attention_probs_dropout_prob=bert.attention_probs_dropout_prob,
             max_position_embeddings=bert.max_position_embeddings, type_vocab_size=bert.type_vocab_size,
             layer_norm_eps=bert.layer_norm_eps)
@@ -256,7 +277,8 @@ class TorchRun:
         batch = self.batches[self.count % len(self.batches)]
         self.count += 1
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.model(**batch).loss
+        with self.torch.autocast("cpu", dtype=self.torch.bfloat16, enabled=self.bfloat16):
+            loss = self.model(**batch).loss
         loss.backward()
         self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -353,12 +375,21 @@ def main(_):
         from bertjax.runtime import fileio
 
         fileio.makedirs(_PROFILE.value)
+    changed = [key for key in _BATCH_KEYS if config.train[key] != _default_config().train[key]]
+    if changed:
+        raise ValueError(f"config.train.{changed[0]}: the benchmark's batch is --batch_size rows every step")
     if _COMPARE.value:  # checked before the JAX step compiles
+        bert, plain = bert_config_of(config), BertConfig()
+        other = [f"{name}={getattr(bert, name)!r}" for name in _NOT_IN_HF_BERT
+                 if getattr(bert, name) != getattr(plain, name)]
+        if other:
+            raise ValueError(f"--compare runs Hugging Face's BertForPreTraining, which has no {', '.join(other)}: "
+                             "it would time another model")
+        if _PACK.value:
+            raise ValueError("--compare runs unpacked batches only; leave --pack_pairs at 0")
         missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
         if missing:
             raise ValueError(f"--compare needs {' and '.join(missing)}: pip install -e '.[bench]'")
-        if _PACK.value:
-            raise ValueError("--compare runs unpacked batches only; leave --pack_pairs at 0")
     import jax
 
     jax_run = JaxRun(config)
@@ -402,9 +433,10 @@ def main(_):
         rows["peak host RSS, alone (MB)"] = (f"{_child_peak_rss('jax'):.0f}", f"{_child_peak_rss('torch'):.0f}")
     else:
         rows["peak host RSS (MB)"] = (f"{_peak_rss_mb():.0f}", "")
-    print(f"{'':28} {'bertjax (JAX)':>18}" + (f" {'HF PyTorch':>18}" if _COMPARE.value else ""))
+    torch_column = f"HF PyTorch{' bf16 autocast' if torch_bfloat16(bert) else ''}"
+    print(f"{'':28} {'bertjax (JAX)':>18}" + (f" {torch_column:>24}" if _COMPARE.value else ""))
     for name, (mine, reference) in rows.items():
-        print(f"{name:28} {mine:>18}" + (f" {reference:>18}" if _COMPARE.value else ""))
+        print(f"{name:28} {mine:>18}" + (f" {reference:>24}" if _COMPARE.value else ""))
     print(f"model GFLOP per row {flops_per_row / 1e9:.2f}; peak {peak / 1e12:.3f} TFLOP/s per device ({peak_source})")
     if _COMPARE.value:
         print(f"bertjax / PyTorch sequences/s: {statistics.median(torch_times) / statistics.median(jax_times):.2f}x")

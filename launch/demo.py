@@ -57,6 +57,10 @@ def _check_configs(pretrain_config, finetune_config) -> None:
             pretrained = pretrain_setup.model_config(pretrain_config, vocab_size)
         except ValueError as e:
             raise ValueError(f"--pretrain: {e}") from None
+    if finetune_config.train.sweep or finetune_config.init_checkpoint:  # the demo runs one of each, from here
+        raise ValueError("--finetune: the demo fine-tunes once from the model it pre-trains and once from scratch: "
+                         "leave train.sweep and init_checkpoint unset (launch/finetune.py runs a sweep or another "
+                         "checkpoint)")
     try:
         finetune_setup.check_train_values(finetune_config.train)
         if pretrained is not None:

@@ -129,11 +129,6 @@ def test_flag_values_the_batch_cannot_take_are_one_error_line(args, error):
     assert result.returncode == 2 and lines == [error], result.stderr[-3000:]
 
 
-def test_misspelt_config_key_is_named():
-    result = _run("--config.model.hiden_size=64")
-    assert result.returncode != 0 and "hiden_size" in result.stderr
-
-
 @pytest.mark.slow  # packing's layout and gradients: tests/tasks/test_finetune_packing.py
 def test_finetune_packing_benchmark_prints_its_table():
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "finetune_packing.py"), "--preset=tiny", "--steps=4",

@@ -112,6 +112,14 @@ CASES = [
     ("demo.py", ["--finetune.checkpoint.keep=0", "--workdir={tmp}/out"],
      "--finetune: config.checkpoint.every and .keep must be >= 1"),
     ("demo.py", ["--pretrain.model.num_attention_heads=3", "--workdir={tmp}/out"], "error: --pretrain: "),
+    # A sweep or another checkpoint asked of the demo's fine-tuning (it ran one run, from its own model).
+    ("demo.py", ["--finetune.train.sweep=True", "--workdir={tmp}/out"], "--finetune: the demo fine-tunes once"),
+    ("demo.py", ["--finetune.init_checkpoint={tmp}", "--workdir={tmp}/out"], "leave train.sweep and init_checkpoint"),
+    # The benchmark's overrides as the launchers' (a review found a traceback), and a model
+    # Hugging Face's BertForPreTraining is not.
+    ("benchmark.py", ["--config.model.hiden_size=3"], "--config.model.hiden_size: no such config key"),
+    ("benchmark.py", ["--preset=modernbert-base", "--compare"], "--compare runs Hugging Face's BertForPreTraining"),
+    ("benchmark.py", ["--config.train.global_batch_size=64"], "config.train.global_batch_size: the benchmark's batch"),
     # predict.py: a path that is no model, a model without the head or task asked for.
     ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--input={tmp}/header.csv"],

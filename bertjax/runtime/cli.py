@@ -283,8 +283,22 @@ def define_config_file(name: str, default: str | None, help_text: str, kind: str
     from ml_collections import config_flags
 
     _CONFIG_KINDS[name] = kind
+    return _defined(lambda: config_flags.DEFINE_config_file(name, default, help_text, lock_config=True), name)
+
+
+def define_config_dict(name: str, config, help_text: str):
+    """A config flag holding `config` (a launcher's own ConfigDict, not a file); its
+    --NAME.key=value overrides are applied when the flag is defined: a bad one ends with one line."""
+    from ml_collections import config_flags
+
+    return _defined(lambda: config_flags.DEFINE_config_dict(name, config, help_text), name)
+
+
+def _defined(define: Callable[[], Any], name: str):
+    """define(), a config flag whose overrides ml_collections applies at once; their error as
+    one line and exit code 2, as at parsing."""
     try:
-        return config_flags.DEFINE_config_file(name, default, help_text, lock_config=True)
+        return define()
     except Exception as e:  # noqa: BLE001 -- the overrides are the user's input, reported in one line
         print(f"error: {_flag_error(e, sys.argv, name)}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
