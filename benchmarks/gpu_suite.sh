@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU rows of benchmarks/README.md on one GPU, the most wanted first, inside a time budget
-# (needs python3 with jax[cuda], flax, optax, orbax-checkpoint, ml_collections; TensorFlow is
-# not needed):
+# (needs python3 with jax[cuda], flax, optax, orbax-checkpoint, ml_collections, tokenizers and
+# sentencepiece, which bertjax's tokenization imports; TensorFlow is not needed):
 #   bash benchmarks/gpu_suite.sh [section ...]
 # Sections: check profile packed large base compile triton slowcompile; none: all but
 # slowcompile, in that order (what a short GPU session should get first comes first).
