@@ -437,8 +437,9 @@ def hold_workdir(workdir: str) -> Iterator[None]:
 @contextlib.contextmanager
 def hold_lock(workdir: str) -> Iterator[None]:
     """Process 0 holds `<workdir>/.lock` (the other processes of the run share the workdir); when
-    it cannot (another run holds it: WorkdirBusyError; not a folder), every process raises, not
-    process 0 alone (the others would wait for it at their next barrier)."""
+    it cannot (another run holds it: WorkdirBusyError; not a folder, not writable), every process
+    raises, not process 0 alone (the others would wait for it at their next barrier): the others
+    WorkdirBusyError when busy, else a ValueError pointing at process 0's error."""
     from bertjax.runtime import workdir_lock
 
     with contextlib.ExitStack() as held:
@@ -446,14 +447,18 @@ def hold_lock(workdir: str) -> Iterator[None]:
         if jax.process_index() == 0:
             try:
                 held.enter_context(workdir_lock.hold(workdir))
-            except ValueError as e:  # busy, or not a folder
+            except Exception as e:  # noqa: BLE001 -- every process must hear of it before anyone raises
                 refused = e
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
 
-            if not multihost_utils.broadcast_one_to_all(np.int32(refused is None)):
-                raise refused or workdir_lock.WorkdirBusyError(
-                    f"workdir {workdir}: process 0 could not hold it (another run, or not a folder: its error says)")
+            outcome = 0 if refused is None else 1 if isinstance(refused, workdir_lock.WorkdirBusyError) else 2
+            outcome = int(multihost_utils.broadcast_one_to_all(np.int32(outcome)))
+            if refused is None and outcome == 1:
+                raise workdir_lock.WorkdirBusyError(f"workdir {workdir} is in use by another run (process 0 "
+                                                    "found its lock held)")
+            if refused is None and outcome == 2:
+                raise ValueError(f"workdir {workdir}: process 0 could not lock it (its error says why)")
         if refused is not None:
             raise refused
         yield

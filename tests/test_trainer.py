@@ -222,15 +222,23 @@ _INTERLEAVED = textwrap.dedent("""
                 print("held", flush=True)
         except workdir_lock.WorkdirBusyError as error:
             print(f"busy {error}", flush=True)
+    # A workdir process 0 cannot create (an OSError, not a ValueError): both stop too.
+    try:
+        with trainer.hold_lock("/proc/bertjax-no-such-workdir"):
+            print("held", flush=True)
+    except Exception as error:
+        print(f"refused {type(error).__name__}", flush=True)
     multihost_utils.sync_global_devices("done")
     os._exit(0)
 """)
 
 
 def test_batches_on_a_mesh_that_interleaves_two_processes():
-    for returncode, out, err in two_cpu_processes(_INTERLEAVED):
+    outputs = two_cpu_processes(_INTERLEAVED)
+    for returncode, out, err in outputs:
         assert returncode == 0, err[-3000:]
         assert "whole [0, 2, 4, 6, 8, 10, 12, 14]" in out, out  # row i is row i, wherever its device is
         assert "refused config.mesh {'data': 1, 'fsdp': 1, 'tensor': 4} gives each of the 2 processes 8 of" in out
         assert "unigram 0.5714" in out, out  # 4 of the 7 targets (7s on process 1), not process 0's 3 of 3
-        assert "busy workdir " in out and "held" not in out, out
+        assert "busy workdir " in out and "held" not in out.splitlines() and "refused " in out, out
+    assert "refused ValueError" in outputs[1][1] and "refused ValueError" not in outputs[0][1]  # process 0: its own
