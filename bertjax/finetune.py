@@ -363,7 +363,7 @@ def _train_step(programs: Programs, shape: tuple[int, int], loop: training_loop.
     key = ("train", shape)
     if programs.is_ready(key):
         return programs.take(key)[0]
-    with loop.paused():
+    with loop.paused(recurring=False):
         step_fn, seconds, waited = programs.take(key)
     clock.add("compile", waited)
     ahead_of_use = seconds - waited
@@ -493,7 +493,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         #    gave (evaluation's from float32 products, as it evaluates without a cache). --
         caches: dict[str, feature_cache.FeatureCache] = {}
         if frozen and config.train.cache_features:
-            with loop.paused(), clock.phase("cache features"):  # not in the first steps' time and rate
+            with loop.paused(recurring=False), clock.phase("cache features"):  # not in the first steps' time and rate
                 weights = weights_digest(state.params["bert"])
                 for split in [task.train, *task.eval_splits, *task.test_splits]:
                     encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")

@@ -381,7 +381,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             if step > start_step and rows != warmup.rows(step - 1):
                 how_compiled = "compiled at the start"
                 if rows not in compiled:
-                    with loop.paused(), sharding.activate(mesh):
+                    with loop.paused(recurring=False), sharding.activate(mesh):
                         compiled[rows], seconds = compile_for(rows)
                     how_compiled = f"compiled its step in {seconds:.1f}s"
                 loop.console(f"step {step}: the batch grows to {rows} rows; {how_compiled}")

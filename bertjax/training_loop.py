@@ -168,9 +168,11 @@ class Loop:
                 raise
 
     @contextlib.contextmanager
-    def paused(self):
+    def paused(self, recurring: bool = True):
+        """Time out of the steps' rate: evaluations and checkpoints, which come again and count
+        in the ETA, or (`recurring` False) a one-off wait such as a compile, which does not."""
         start = time.perf_counter()
-        self.progress.pause()
+        self.progress.pause(recurring)
         try:
             yield
         finally:

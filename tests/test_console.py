@@ -35,8 +35,14 @@ def test_the_rate_leaves_pauses_out_and_the_eta_counts_them(clock):
     progress.pause()
     clock[0] += 40.0  # an evaluation
     progress.resume()
+    progress.pause(recurring=False)
+    clock[0] += 30.0  # a compile for a new batch shape: once
+    progress.resume()
     assert progress.steps_per_second() == pytest.approx(2.0)
     assert progress.eta_seconds() == pytest.approx(65.0)  # 50 steps left at 1.3 s each (0.5 + an evaluation's 0.8)
+    progress.pause()
+    clock[0] += 20.0  # inside the next evaluation: neither the rate nor the ETA moves
+    assert progress.steps_per_second() == pytest.approx(2.0) and progress.eta_seconds() == pytest.approx(65.0)
 
 
 def test_a_pause_before_the_first_step_does_not_count(clock):

@@ -35,9 +35,9 @@ class Progress:
     line_seconds: off a terminal, `advance` also prints a permanent status line (step/total,
     rate, ETA) this often.
     The rate counts only time between `advance` calls outside `pause()`d stretches (the steps'
-    own speed); the ETA adds the pauses' share of the time so far (evaluations and checkpoints
-    come again). Both skip the first step (compilation); pauses before it (e.g. compiling
-    ahead) are not in that window and do not count.
+    own speed); the ETA adds the recurring pauses' share of the time so far (evaluations and
+    checkpoints come again; `pause(recurring=False)`, a compile wait, does not). Both skip the
+    first step (compilation); pauses before it (e.g. compiling ahead) do not count.
     """
 
     def __init__(self, total: int, start: int = 0, *, label: str = "step", stream: TextIO | None = None,
@@ -50,15 +50,16 @@ class Progress:
         self.text = ""
         self._first_step: int | None = None
         self._clock_start = 0.0
-        self._paused = 0.0
+        self._paused = self._recurring_paused = 0.0
         self._pause_start: float | None = None
+        self._pause_recurs = True
         self._last_draw = 0.0
         self._last_line = time.perf_counter()
 
     def advance(self, step: int) -> None:
         now = time.perf_counter()
         if self._first_step is None:  # timing starts after the first step (compilation)
-            self._first_step, self._clock_start, self._paused = step, now, 0.0
+            self._first_step, self._clock_start, self._paused, self._recurring_paused = step, now, 0.0, 0.0
         self.step = step
         if self.live and (now - self._last_draw >= _REDRAW_SECONDS or step >= self.total):
             self._draw(now)
@@ -66,25 +67,32 @@ class Progress:
             self._last_line = now
             self.line(self._status(bar=False))
 
+    def _active_seconds(self) -> float:
+        """Time since the first step outside pauses (an open one too)."""
+        now = time.perf_counter()
+        open_pause = 0.0 if self._pause_start is None else now - self._pause_start
+        return now - self._clock_start - self._paused - open_pause
+
     def steps_per_second(self) -> float | None:
         if self._first_step is None or self.step <= self._first_step:
             return None
-        elapsed = time.perf_counter() - self._clock_start - self._paused
-        return (self.step - self._first_step) / max(elapsed, 1e-9)
+        return (self.step - self._first_step) / max(self._active_seconds(), 1e-9)
 
     def eta_seconds(self) -> float | None:
         if self._first_step is None or self.step <= self._first_step:
             return None
-        elapsed = time.perf_counter() - self._clock_start  # pauses included: they recur
-        return (self.total - self.step) * elapsed / (self.step - self._first_step)
+        per_step = (self._active_seconds() + self._recurring_paused) / (self.step - self._first_step)
+        return (self.total - self.step) * per_step
 
-    def pause(self) -> None:
+    def pause(self, recurring: bool = True) -> None:
         if self._pause_start is None:
-            self._pause_start = time.perf_counter()
+            self._pause_start, self._pause_recurs = time.perf_counter(), recurring
 
     def resume(self) -> None:
         if self._pause_start is not None:
-            self._paused += time.perf_counter() - self._pause_start
+            seconds = time.perf_counter() - self._pause_start
+            self._paused += seconds
+            self._recurring_paused += seconds if self._pause_recurs else 0.0
             self._pause_start = None
 
     def show(self, text: str) -> None:
