@@ -204,7 +204,6 @@ class Checkpointer:
                 replaced.rmtree()
         return saved
 
-
     def wait_until_finished(self) -> None:
         """Blocks until every started save is on disk; CheckpointSaveError if one failed."""
         try:

@@ -27,11 +27,11 @@ def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list
         values = []
     if not values or any(value <= 0 for value in values):
         raise ValueError(f"config.train.{key} must be comma-separated positive {kind.__name__}s, got {train[key]!r}")
-    names = [f"{value:g}" for value in values]  # as the run folders name them
+    names = [f"{value:g}" if kind is float else str(value) for value in values]  # as the run folders name them
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:  # one folder: the second run would resume the first and report its result as its own
-        raise ValueError(f"config.train.{key}={train[key]!r} names {', '.join(repeated)} more than once "
-                         f"(values are told apart to 6 significant digits)")
+        raise ValueError(f"config.train.{key}={train[key]!r} names {', '.join(repeated)} more than once"
+                         + (" (values are told apart to 6 significant digits)" if kind is float else ""))
     return values
 
 
@@ -93,7 +93,8 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     return results
 
 
-def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]) -> tuple[list[dict[str, Any]], str | None]:
+def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
+             ) -> tuple[list[dict[str, Any]], str | None]:
     """Fine-tunes each (name, config) of `runs` in WORKDIR/sweep/<name>, writing the rows so far
     after each: (the rows in run order, the main metric's column; None when no run evaluated)."""
     results, metric = [], None

@@ -215,9 +215,6 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     if architecture not in HF_ARCHITECTURES:  # a ModernBERT class would read these names as another model
         raise ValueError(f"export_huggingface: architecture {architecture!r} is not a BERT class; expected one of "
                          f"{', '.join(HF_ARCHITECTURES)}")
-    if architecture == "BertForMultipleChoice" and num_labels != 1:  # its classifier scores each choice
-        raise ValueError(f"export_huggingface: BertForMultipleChoice has a classifier of one output (a score per "
-                         f"choice); this one has {num_labels}")
     omit_pooler = not pooler_trained and architecture in _HF_NO_POOLER
     if not pooler_trained and not omit_pooler:
         logging.warning("export_huggingface: the pooler never trained; %s holds one, so it is written and a "
@@ -236,6 +233,9 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     if lacking:
         raise ValueError(f"export_huggingface: {architecture} needs the head(s) {lacking}, which the checkpoint does "
                          f"not have (it has {list(heads) or 'none'}); name another architecture")
+    if architecture == "BertForMultipleChoice" and num_labels != 1:  # its classifier scores each choice
+        raise ValueError(f"export_huggingface: BertForMultipleChoice has a classifier of one output (a score per "
+                         f"choice); this one has {num_labels}")
     hf_config = {**bert_to_hf_config(config), **(extra_config or {})}
     hf_config["architectures"] = [architecture]
     # The tokenizer written beside it says where padding is (0 in BERT's vocabularies, not in all).

@@ -123,7 +123,8 @@ def test_a_bfloat16_checkpoint_reads_as_its_float32_values_and_a_cut_off_one_is_
     with pytest.raises(ValueError, match="model.safetensors: a Git LFS pointer, not the weights"):
         bertjax.load_model(str(tmp_path))
     (tmp_path / "model.safetensors").write_bytes(b"\xff" * 64)
-    with pytest.raises(ValueError, match=r"model.safetensors: not a safetensors file \(its first 8 bytes give a header"):
+    with pytest.raises(ValueError, match=r"model.safetensors: not a safetensors file \(its first 8 bytes give a "
+                                         r"header"):
         bertjax.load_model(str(tmp_path))
 
 
@@ -186,7 +187,10 @@ def test_an_export_reads_the_same_in_readers_that_index_the_token_types_and_says
     one_type = BertConfig(**{**TINY, "type_vocab_size": 1})
     params = random_params(one_type)
     ids, segments = np.array([[2, 5, 7, 3, 9, 3]]), np.array([[0, 0, 0, 0, 1, 1]])
-    apply = lambda config, tree: BertEncoder(config).apply({"params": tree["bert"]}, ids, segments, ids > 0)[0]  # noqa: E731
+
+    def apply(config, tree):
+        return BertEncoder(config).apply({"params": tree["bert"]}, ids, segments, ids > 0)[0]
+
     expected = np.asarray(apply(one_type, params))
     convert.export_huggingface(one_type, params, str(tmp_path / "hf"))
     convert.export_tf_checkpoint(one_type, params, str(tmp_path / "tf"))
@@ -210,6 +214,9 @@ def test_an_export_reads_the_same_in_readers_that_index_the_token_types_and_says
     with pytest.raises(ValueError, match="BertForMultipleChoice has a classifier of one output .*this one has 3"):
         convert.export_huggingface(config, random_params(config, ("classifier",), num_labels=3),
                                    str(tmp_path / "choice"), architecture="BertForMultipleChoice")
+    with pytest.raises(ValueError, match=r"BertForMultipleChoice needs the head\(s\) \['classifier'\]"):
+        convert.export_huggingface(config, random_params(config), str(tmp_path / "choice"),
+                                   architecture="BertForMultipleChoice")  # not "a classifier of 2 outputs"
     assert not (tmp_path / "modern").exists() and not (tmp_path / "choice").exists()
 
     caplog.clear()
