@@ -461,7 +461,22 @@ def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path,
     with pytest.raises(ValueError, match=rf"feature_cache_dir={tmp_path}: the cached features need 0.0 GiB, the disk "
                                          r"has [\d.]+ GiB free \(No space left on device\)"):
         full.compute(encode, 16, [8])
-    assert not allocated
+    assert not allocated and os.path.getsize(full.path) == 0  # what was taken, given back
+
+    # A file system that cannot allocate ahead: the free space is checked instead (a sparse file).
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    sparse = feature_cache.FeatureCache(split, str(tmp_path), "train-sparse", False, (1024,), np.float32)
+    sparse.compute(encode, 16, [8])
+    np.testing.assert_array_equal(sparse.values, 1.0)
+    import shutil as shutil_module
+
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: type("Usage", (), {"free": 1000})())
+    with pytest.raises(ValueError, match=r"the disk has 0.0 GiB free \(not enough free space\)"):
+        feature_cache.FeatureCache(split, str(tmp_path), "train-tiny", False, (1024,), np.float32).compute(
+            encode, 16, [8])
 
 
 def test_a_frozen_run_resumes_exactly(encoder_run, tmp_path, capsys):

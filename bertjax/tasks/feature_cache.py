@@ -149,21 +149,34 @@ class FeatureCache:
     def _reserve(self, zeroed: bool) -> None:
         """The file at its full size with its disk blocks allocated (`zeroed`: its values zeros,
         else kept): a disk that fills up under a memory-mapped write kills the process with
-        SIGBUS and no message, so the space is taken, or refused, before the first write."""
+        SIGBUS and no message, so the space is taken, or refused, before the first write. Where
+        the file system cannot allocate ahead (or Python cannot: macOS), the free space is
+        checked instead and the file left sparse."""
         with open(self.path, "wb" if zeroed else "r+b") as f:
-            if not hasattr(os, "posix_fallocate"):  # (macOS) a sparse file of the full size
-                f.truncate(self.nbytes)
-                return
             try:
+                if not hasattr(os, "posix_fallocate"):
+                    raise OSError(errno.EOPNOTSUPP, "no posix_fallocate")
                 os.posix_fallocate(f.fileno(), 0, self.nbytes)
+                return
             except OSError as e:
-                if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    no_room = os.strerror(e.errno)
+                elif e.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    no_room = None
+                else:
                     raise
-                free = shutil.disk_usage(os.path.dirname(self.path)).free
-                raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached features "
-                                 f"need {self.nbytes / 2**30:.1f} GiB, the disk has {free / 2**30:.1f} GiB free "
-                                 f"({os.strerror(e.errno)}); give a folder with room or set "
-                                 "config.train.cache_features=False") from None
+            if no_room is None:
+                allocated = os.fstat(f.fileno()).st_blocks * 512
+                if self.nbytes - allocated <= 0.95 * shutil.disk_usage(os.path.dirname(self.path)).free:
+                    f.truncate(self.nbytes)
+                    return
+                no_room = "not enough free space"
+            if zeroed:
+                f.truncate(0)  # the blocks taken so far, given back
+        free = shutil.disk_usage(os.path.dirname(self.path)).free
+        raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached features need "
+                         f"{self.nbytes / 2**30:.1f} GiB, the disk has {free / 2**30:.1f} GiB free ({no_room}); "
+                         "give a folder with room or set config.train.cache_features=False")
 
     def _store(self, values: np.memmap, real: np.ndarray, outputs: np.ndarray) -> None:
         if not self.reads_tokens:
