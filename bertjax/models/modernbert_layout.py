@@ -60,8 +60,13 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
         if not condition:
             raise ValueError(f"{source}: {message}")
 
-    layers = values.get("num_hidden_layers", 22)
-    every = values.get("global_attn_every_n_layers", 3)
+    def number(key: str, value: Any, kind: type = float) -> Any:
+        need(isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+             and value > 0, f"{key} must be a positive {kind.__name__}, got {value!r}")
+        return kind(value)
+
+    layers = number("num_hidden_layers", values.get("num_hidden_layers", 22), int)
+    every = number("global_attn_every_n_layers", values.get("global_attn_every_n_layers", 3), int)
     if values.get("layer_types"):
         pattern = ["full_attention" if i % every == 0 else "sliding_attention" for i in range(layers)]
         need(values["layer_types"] == pattern, f"layer_types {values['layer_types']} is not every "
@@ -71,6 +76,8 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     # transformers 4's local_rope_theta null means the global theta.
     local_theta = (rope.get("sliding_attention") or {}).get("rope_theta", values.get("local_rope_theta", 10_000.0))
     local_theta = global_theta if local_theta is None else local_theta
+    global_theta = number("the global rope_theta (rope_parameters or global_rope_theta)", global_theta)
+    local_theta = number("the local rope_theta (rope_parameters or local_rope_theta)", local_theta)
     need(not values.get("rope_scaling"), f"rope_scaling {values.get('rope_scaling')!r}: bertjax's RoPE is unscaled")
     for kind in ("full_attention", "sliding_attention"):
         need((rope.get(kind) or {}).get("rope_type", "default") == "default",
@@ -99,7 +106,7 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
         hidden_dropout_prob=values.get("mlp_dropout", 0.0), attention_probs_dropout_prob=values.get("attention_dropout", 0.0),
         max_position_embeddings=values.get("max_position_embeddings", 8192), type_vocab_size=0,
         initializer_range=values.get("initializer_range", 0.02), layer_norm_eps=values.get("norm_eps", 1e-5),
-        position_embedding="rope", rope_theta=float(global_theta), local_rope_theta=float(local_theta),
+        position_embedding="rope", rope_theta=global_theta, local_rope_theta=local_theta,
         attention_window=window, global_attention_every=every, norm_placement="pre", use_bias=bias,
         norm_bias=values.get("norm_bias", False), gated_mlp=True, pooler=values.get("classifier_pooling", "cls"),
         token_transform=True)

@@ -238,6 +238,10 @@ def test_transformers_4_rope_keys_are_read_as_it_reads_them():
     ({"rope_parameters": [1]}, r"a value of the wrong type"),
     ({"hidden_activation": ["gelu"]}, r"hidden_activation \['gelu'\] is not one of"),
     ([{"hidden_size": 8}], "expected a JSON object of config keys, got a list"),
+    ({"global_rope_theta": "abc"}, r"the global rope_theta \(rope_parameters or global_rope_theta\) must be a "
+                                   r"positive float, got 'abc'"),
+    ({"global_attn_every_n_layers": 0, "layer_types": ["full_attention"]},
+     "global_attn_every_n_layers must be a positive int, got 0"),
 ])
 def test_a_config_json_error_names_the_file_and_its_key(values, message):
     """Values BertConfig refuses were named by its own fields, without the file; values of another
