@@ -8,7 +8,8 @@ Layout of a run's checkpoint directory (orbax `CheckpointManager`, one folder pe
                                 "extra"} ("extra": what the caller passed as extra_meta)
     <directory>/<step>.unreadable-<UTC time>/   a step that could not be read, moved aside
     <directory>/<step>.replaced-<UTC time>/     a step being saved again (`save(replace=True)`),
-                                                there only if that save failed or was killed
+                                                there only while that save runs: one that failed
+                                                or was killed is moved back by the next Checkpointer
 
 Atomicity: orbax writes a step into `<step>.orbax-checkpoint-tmp` and renames it to
 `<step>` only once every file is written (on GCS, where renames are not atomic, it writes
@@ -33,6 +34,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import time
 from typing import Any, Callable, TypeVar
 
@@ -153,6 +155,27 @@ class Checkpointer:
         handlers = {STATE: _state_handler(), META: ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers, options=options)
         self._saving: int | None = None  # the step of a save that may still be in flight
+        self._recover_replaced()
+
+    def _recover_replaced(self) -> None:
+        """A replacing save (`save(replace=True)`) that was killed or failed left its step only in
+        `<step>.replaced-<UTC time>`: moved back (the newest such copy), so that best/ keeps the
+        weights it had; a copy whose step was saved again since is deleted."""
+        pattern = re.compile(r"(\d+)\.replaced-\d{8}T\d{6}Z")
+        if jax.process_index() == 0 and self.directory.exists():
+            copies = sorted((path for path in self.directory.iterdir() if pattern.fullmatch(path.name)),
+                            key=lambda path: path.name, reverse=True)  # newest first within a step
+            for path in copies:
+                step = self.directory / pattern.fullmatch(path.name).group(1)
+                if step.exists():
+                    path.rmtree()
+                else:
+                    _move(path, step)
+                    log.warning("%s: a save that replaced step %s did not finish; its earlier copy is back",
+                                self.directory, step.name)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"bertjax.checkpointing: {self.directory} replaced steps recovered")
+        self._manager.reload()
 
     def due(self, step: int) -> bool:
         """Whether `save(step, ...)` without force saves (a multiple of save_interval_steps)."""

@@ -192,6 +192,11 @@ def test_interval_keep_last_n_and_force(tmp_path, small8):
         failing.save(33, state, data_position=33, config=CONFIG, force=True, replace=True)
     aside = [name for name in os.listdir(tmp_path) if name.startswith("33.replaced-")]
     assert len(aside) == 1 and checkpointing.read_meta(str(tmp_path / aside[0]))["extra"] == {"score": 2}
+    # The next run's Checkpointer puts it back: best/ keeps the weights it had.
+    again = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=2, async_save=False)
+    assert again.all_steps() == [30, 33] and sorted(os.listdir(tmp_path)) == ["30", "33"]
+    assert checkpointing.read_meta(str(tmp_path / "33"))["extra"] == {"score": 2}
+    again.close()
     with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
         ckpt.save(40, state, data_position=40, config={"bad": object()})
     with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
