@@ -212,6 +212,13 @@ _INTERLEAVED = textwrap.dedent("""
     weights = np.array([[1, 1, 1, 0]] if jax.process_index() == 0 else [[1, 1, 1, 1]], np.float32)
     guesses = pretrain.guess_accuracies([{"masked_lm_ids": targets, "masked_lm_weights": weights}], 8, False)
     print(f"unigram {round(guesses['mlm_unigram_accuracy'], 4)}", flush=True)
+    # The frozen encoder's digest of weights sharded over both processes: the whole values'.
+    from jax.sharding import NamedSharding, PartitionSpec
+    from bertjax import finetune
+    full = np.arange(16, dtype=np.float32).reshape(8, 2)
+    sharded = jax.make_array_from_callback((8, 2), NamedSharding(mesh, PartitionSpec("data")), lambda i: full[i])
+    same = finetune.weights_digest({"w": sharded}) == finetune.weights_digest({"w": jax.numpy.asarray(full)})
+    print(f"digest {finetune.weights_digest({'w': sharded})[:12]} {same}", flush=True)
     # A workdir another run holds: every process stops at once (process 1 went on alone).
     import contextlib, tempfile
     from bertjax.runtime import workdir_lock
@@ -242,3 +249,5 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
         assert "unigram 0.5714" in out, out  # 4 of the 7 targets (7s on process 1), not process 0's 3 of 3
         assert "busy workdir " in out and "held" not in out.splitlines() and "refused " in out, out
     assert "refused ValueError" in outputs[1][1] and "refused ValueError" not in outputs[0][1]  # process 0: its own
+    digests = [next(line for line in out.splitlines() if line.startswith("digest ")) for _, out, _ in outputs]
+    assert digests[0] == digests[1] and digests[0].endswith(" True"), digests
