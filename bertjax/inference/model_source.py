@@ -41,7 +41,8 @@ class ModelSource:
     path: as given. layout: "bertjax" | "huggingface" | "tf". weights: the directory the
     weights are read from (a bertjax run's step folder, the newest when resolved; or the
     release's folder). bert: its architecture (unrolled layers). tokenizer_spec: {"kind", "path",
-    "do_lower_case"} or None (no vocabulary with it). run_config: the saved config of a
+    "do_lower_case"} (and "refused": why bertjax cannot reproduce it, `load_tokenizer` then
+    needs a vocabulary given) or None (no vocabulary with it). run_config: the saved config of a
     bertjax run (None otherwise). task: the fine-tuning task name (None: a pre-trained
     model). task_info: see the module docstring. pooler_trained: False when the pooler never
     learnt (a masked-LM-only pre-training run's; one a Hugging Face class without it left to
