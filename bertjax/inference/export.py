@@ -372,6 +372,16 @@ class _Layout:
         return (ids.to_tensor(self.pad_id), tf.concat(segments, axis=1).to_tensor(0),
                 tf.ones_like(ids).to_tensor(0), keep_a)
 
+    def truncated(self, ids_a, ids_b=None):
+        """<bool>[B]: whether `[CLS] a [SEP] (b [SEP])` (b without tokens: laid out single) is
+        longer than max_seq_length, so that the model saw its first tokens only."""
+        from bertjax.runtime.tf_cpu import tf
+
+        tokens = ids_a.row_lengths() + 2
+        if ids_b is not None:
+            tokens += tf.where(ids_b.row_lengths() > 0, ids_b.row_lengths() + 1, 0)
+        return tokens > self.max_seq_length
+
 
 @dataclasses.dataclass(frozen=True)
 class ServingContext:

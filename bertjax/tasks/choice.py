@@ -305,8 +305,7 @@ class ChoiceFamily(Family):
         given = choices != ""  # "" pads a row's choices
         scores = tf.where(given, serving.model(*shaped), -np.inf)
         answered = tf.reduce_sum(tf.cast(given, tf.int32), axis=-1) >= 2  # else softmax of -inf: NaN
-        tokens = ids_a.row_lengths() + 2 + tf.where(ids_b.row_lengths() > 0, ids_b.row_lengths() + 1, 0)
-        cut = tf.reshape(tokens > serving.layout.max_seq_length, [batch, count]) & given
+        cut = tf.reshape(serving.layout.truncated(ids_a, ids_b), [batch, count]) & given
         return {"choice": tf.where(answered, tf.argmax(scores, axis=-1), -1),
                 "probabilities": tf.where(answered[:, None], tf.nn.softmax(scores, axis=-1), 0.0),
                 "truncated": tf.reduce_any(cut, axis=-1)}

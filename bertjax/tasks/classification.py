@@ -461,10 +461,7 @@ class ClassificationFamily(Family):
         ids_a = serving.tokenizer.ids(inputs.get("text_a", inputs.get("text")))
         ids_b = None if text_b is None else serving.tokenizer.ids(text_b)
         input_ids, segment_ids, input_mask, _ = serving.layout(ids_a, ids_b)
-        tokens = ids_a.row_lengths() + 2  # [CLS] a [SEP], then b [SEP] where b has tokens (else laid out single)
-        if ids_b is not None:
-            tokens += tf.where(ids_b.row_lengths() > 0, ids_b.row_lengths() + 1, 0)
-        truncated = tokens > serving.layout.max_seq_length  # the model saw the first tokens only
+        truncated = serving.layout.truncated(ids_a, ids_b)
         logits = serving.model(input_ids, segment_ids, input_mask)
         names = serving.task_info.get("label_names")
         if names is None:
