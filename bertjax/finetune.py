@@ -389,7 +389,8 @@ def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, pa
             + "".join(f", {len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
             + (f" ({'; '.join(cut)})" if cut else "")
             + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
-            + f" ({train_cfg.num_steps / train_batches.steps_per_epoch():.2f} epochs), lr {train_cfg.learning_rate:g}, "
+            + f" ({train_cfg.num_steps * train_cfg.batch_size / len(task.train):.2f} epochs), "
+            + f"lr {train_cfg.learning_rate:g}, "
             + f"warmup {train_cfg.warmup_steps}; {shape}; {how}"
             + ("; the encoder frozen" if frozen else "") + f"; starting at step {start_step}")
 

@@ -29,7 +29,9 @@ optimizer (AdamWeightDecay without bias correction, eps 1e-6, weight decay 0.01,
 randomly initialised encoder),
 linear warmup over 10% of the steps then linear decay, batch 32, 3 epochs, length 128,
 learning rate 2e-5 (the paper picked per task from {5e-5, 4e-5, 3e-5, 2e-5} on dev, and
-run_classifier.py's own default is 5e-5: use `sweep` to pick). Per family:
+run_classifier.py's own default is 5e-5: use `sweep` to pick). One departure, for speed:
+batches of examples of similar length (`data.group_by_length`; False: the original's random
+batches; docs/faithfulness.md). Per family:
 SQuAD as run_squad.py (length 384, doc_stride 128, max_query_length 64, lr 3e-5, 2 epochs,
 n_best_size 20, max_answer_length 30, null_score_diff_threshold 0.0); NER, which has no
 original script, run_classifier.py's lr 5e-5 (with batch 32 and 3 epochs, inside the

@@ -356,7 +356,12 @@ def test_the_run_summary_says_what_was_cut_to_fit():
     train_cfg = SimpleNamespace(num_steps=2, batch_size=16, learning_rate=1e-4, warmup_steps=0)
     line = finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
     assert line.startswith("squad: 3 training examples, 3 validation, 3 test (train: 2 of 3 questions cut to 64 "
-                           "tokens; test: 1 of 3 questions cut to 64 tokens); 2 steps"), line
+                           "tokens; test: 1 of 3 questions cut to 64 tokens); 2 steps of 16 (10.67 epochs)"), line
+    # The examples the steps see: 9 steps of 32 over 100 are 2.88 epochs (not 9 of 4 batches, 2.25).
+    task.train = Split("train", {}, np.zeros(100, np.int32))
+    batches.steps_per_epoch = lambda: 4
+    train_cfg.num_steps, train_cfg.batch_size = 9, 32
+    assert "9 steps of 32 (2.88 epochs)" in finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
 
 
 def test_adam_bias_correction_is_a_finetune_option_off_by_default():
@@ -505,6 +510,8 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
      "has a vocabulary of 30522 tokens but the tokenizer has"),
     (["--config.data.train_file={train}", "--config.data.label_kind=flaot"],
      "config.data.label_kind must be 'class' or 'float'"),
+    (["--config.data.train_file={train}", "--config.data.seed=-1"],  # numpy's message, after tokenizing
+     r"config.data.seed must be an int >= 0, got -1"),
     (["--config.data.train_file={train}", "--config.train.sweep=True", "--config.train.sweep_learning_rates=abc"],
      "config.train.sweep_learning_rates must be comma-separated positive floats, got 'abc'"),
 ])
