@@ -56,7 +56,6 @@ _TF_IGNORED = re.compile(r"(/adam_[mv]$)|(^global_step$)|(^_CHECKPOINTABLE_OBJEC
 # ------------------------------------------------------------------------------------------------
 
 def _config_from_json(values: dict[str, Any], activations: dict[str, str], source: str) -> BertConfig:
-    check_config_object(values, source)
     missing = [key for key in ARCH_KEYS if key not in values]
     if missing:
         raise ValueError(f"{source}: missing BERT config keys {missing}")
@@ -239,12 +238,14 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     hf_config = {**bert_to_hf_config(config), **(extra_config or {})}
     hf_config["architectures"] = [architecture]
     # The tokenizer written beside it says where padding is (0 in BERT's vocabularies, not in all).
+    whole_tokenizer = None  # a BPE or Unigram tokenizer.json, copied whole below
     if tokens is not None and "[PAD]" in tokens:
         hf_config["pad_token_id"] = tokens.index("[PAD]")
     elif tokens is None and vocab_path:
         from bertjax import tokenization
 
-        hf_config["pad_token_id"] = tokenization.load_tokenizer("huggingface", vocab_path).pad_id
+        whole_tokenizer = tokenization.load_tokenizer("huggingface", vocab_path)
+        hf_config["pad_token_id"] = whole_tokenizer.pad_id
     write_huggingface_files(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if tokens is not None:
         from bertjax import tokenization
@@ -254,12 +255,9 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
             do_lower_case = tokenization.wordpiece_casing(vocab_path)
         if do_lower_case is not None:
             write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
-    elif vocab_path:  # a BPE or Unigram tokenizer.json holds its own normalisation: copied whole
-        from bertjax import tokenization
-
+    elif whole_tokenizer is not None:  # a BPE or Unigram tokenizer.json holds its own normalisation
         fileio.copy(vocab_path, fileio.join(out_dir, "tokenizer.json"))
-        write_fast_tokenizer_config(out_dir, tokenization.load_tokenizer("huggingface", vocab_path),
-                                    config.max_position_embeddings)
+        write_fast_tokenizer_config(out_dir, whole_tokenizer, config.max_position_embeddings)
     return heads
 
 
@@ -305,6 +303,7 @@ TF_POOLER_UNTRAINED = "bertjax_pooler_untrained"
 def tf_config_to_bert(values: dict[str, Any], source: str = "bert_config.json") -> BertConfig:
     """Original bert_config.json dict -> BertConfig ("gelu" there is the tanh form, unless a
     bertjax export says the model used exact GELU)."""
+    check_config_object(values, source)
     config = _config_from_json(values, _TF_ACT, source)
     return config.replace(hidden_act="gelu") if values.get(_TF_EXACT_GELU) else config
 
