@@ -559,6 +559,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 evaluate_at(step, state)
             with clock.phase("save"):
                 loop.save(step, state)
+        if best is None and task.eval_splits:  # a finished run relaunched over a best/ moved aside unreadable
+            log.warning("no readable best weights and no step left to evaluate: the last weights (step %d) are "
+                        "evaluated and kept in %s", step, best_checkpointer.directory)
+            evaluate_at(step, state)
     except BaseException as error:
         if isinstance(error, TrainingDiverged) and best is not None:
             diverged = error  # the best weights evaluated before it are still a result: predicted below

@@ -600,6 +600,11 @@ def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path):
             meta.write_bytes(b"\x00 not json")
     tiny_finetune_run("classification", tmp_path, model={"hidden_dropout_prob": 0.3}, **files)
     assert len([name for name in os.listdir(workdir) if name.startswith("best.unreadable-")]) == 1
+    # That run had finished: no step was left to evaluate, so its last weights are evaluated and
+    # kept (best/ was left empty, the predictions silently from weights best/ did not hold).
+    best = checkpointing.read_meta(os.path.join(workdir, "best"))
+    assert best["step"] == checkpointing.read_meta(os.path.join(workdir, "checkpoints"))["step"]
+    assert "accuracy" in best["extra"]["metrics"]
 
 
 def test_a_reused_head_must_answer_this_runs_labels_in_its_order():
