@@ -465,10 +465,22 @@ def hold_lock(workdir: str) -> Iterator[None]:
 
 
 def process_zero_first(fn: Callable[[], Any], what: str) -> Any:
-    """Runs fn on process 0, then on the others (shared files are written once, without races)."""
+    """Runs fn on process 0, then on the others (shared files are written once, without races).
+    When it raises on process 0, every process raises, not process 0 alone (the others would
+    wait at the barrier until the coordinator's timeout): the others a ValueError pointing at
+    process 0's error."""
     from jax.experimental import multihost_utils
 
-    result = fn() if jax.process_index() == 0 else None
+    result, failed = None, None
+    if jax.process_index() == 0:
+        try:
+            result = fn()
+        except Exception as e:  # noqa: BLE001 -- every process must hear of it before anyone raises
+            failed = e
     if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(f"bertjax: {what} ready")
-    return fn() if result is None else result
+        # A collective: also the barrier the others wait at while process 0 writes.
+        if int(multihost_utils.broadcast_one_to_all(np.int32(failed is not None))) and failed is None:
+            raise ValueError(f"{what}: process 0 failed (its error says why)")
+    if failed is not None:
+        raise failed
+    return result if jax.process_index() == 0 else fn()

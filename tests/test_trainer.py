@@ -235,6 +235,13 @@ _INTERLEAVED = textwrap.dedent("""
             print("held", flush=True)
     except Exception as error:
         print(f"refused {type(error).__name__}", flush=True)
+    # A shared step that fails on process 0 (a tokenizer it cannot read): both stop at once.
+    def load():
+        raise FileNotFoundError("no vocab.txt")
+    try:
+        trainer.process_zero_first(load, "tokenizer")
+    except Exception as error:
+        print(f"first failed {type(error).__name__}: {error}", flush=True)
     multihost_utils.sync_global_devices("done")
     os._exit(0)
 """)
@@ -249,5 +256,7 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
         assert "unigram 0.5714" in out, out  # 4 of the 7 targets (7s on process 1), not process 0's 3 of 3
         assert "busy workdir " in out and "held" not in out.splitlines() and "refused " in out, out
     assert "refused ValueError" in outputs[1][1] and "refused ValueError" not in outputs[0][1]  # process 0: its own
+    assert "first failed FileNotFoundError: no vocab.txt" in outputs[0][1], outputs[0][1]
+    assert "first failed ValueError: tokenizer: process 0 failed" in outputs[1][1], outputs[1][1]
     digests = [next(line for line in out.splitlines() if line.startswith("digest ")) for _, out, _ in outputs]
     assert digests[0] == digests[1] and digests[0].endswith(" True"), digests
