@@ -107,8 +107,9 @@ class Tokenizer:
         """A WordPiece tokenizer from a BERT `vocab.txt` (one token per line, id = line number;
         local or gs://) or a Hugging Face `tokenizer.json` (see `read_vocab`; its normaliser
         must be one this tokenizer reproduces: `wordpiece_casing` checks it). do_lower_case
-        None: a tokenizer.json's casing, else lower-cased; one that contradicts the file's is
-        used as asked, with a warning."""
+        None: a tokenizer.json's casing, else what a vocab.txt's tokens show (cased when over 1%
+        of them have capitals, else lower-cased, as with too few to tell); one that contradicts
+        the file's is used as asked, with a warning."""
         differences = bert_wordpiece_differences(path)
         if differences:
             raise ValueError(f"{path}: its settings ({', '.join(differences)}) differ from BERT's WordPiece, which "
@@ -116,14 +117,14 @@ class Tokenizer:
                              "'huggingface' "
                              "(config.data.tokenizer=huggingface), which runs it as written")
         casing = wordpiece_casing(path)
+        tokens = read_vocab(path)
         if do_lower_case is None:
-            do_lower_case = True if casing is None else casing
+            do_lower_case = casing if casing is not None else _vocab_looks_uncased(path, tuple(tokens))
         elif casing is not None and casing != do_lower_case:
             logging.getLogger(__name__).warning(
                 "%s %s (its BertNormalizer's lowercase=%s); do_lower_case=%s %s it as asked (config.data."
                 "do_lower_case, --do_lower_case)", path, "lower-cases" if casing else "keeps case", casing,
                 do_lower_case, "lower-cases" if do_lower_case else "keeps its case")
-        tokens = read_vocab(path)
         if casing is None:  # a vocab.txt does not say: its tokens do
             _warn_if_casing_contradicts(path, tuple(tokens), do_lower_case)
         vocab = {}
@@ -493,8 +494,8 @@ def saved_tokenizer_spec(directory: str) -> dict:
 def load_tokenizer(kind: str, path: str, do_lower_case: bool | None = True) -> Tokenizer:
     """"wordpiece" + vocab.txt, "sentencepiece" + .model or "huggingface" + tokenizer.json -> Tokenizer.
 
-    `do_lower_case` applies to WordPiece only (None: a tokenizer.json's own casing, else
-    lower-cased): a SentencePiece model or a tokenizer.json carries its own normalisation
+    `do_lower_case` applies to WordPiece only (None: a tokenizer.json's own casing, else what a
+    vocab.txt's tokens show: `Tokenizer.from_vocab_file`): a SentencePiece model or a tokenizer.json carries its own normalisation
     (see `data.vocabularies.train_sentencepiece`).
     """
     if kind == "wordpiece":
@@ -793,18 +794,40 @@ def bert_wordpiece_differences(path: str) -> list[str]:
     return found
 
 
+def _capitals_share(tokens: tuple[str, ...]) -> float | None:
+    """The share of a vocabulary's tokens with cased letters that have capitals; None below
+    1,000 such tokens (too few to tell). Tokens of scripts without case (Thai, Arabic, CJK) do
+    not count."""
+    words = [token for token in tokens if not (token.startswith("[") and token.endswith("]"))
+             and any(c.isupper() or c.islower() for c in token)]
+    if len(words) < 1000:
+        return None
+    return sum(any(c.isupper() for c in token) for token in words) / len(words)
+
+
+@functools.lru_cache(maxsize=None)  # once a vocabulary (a run loads it several times)
+def _vocab_looks_uncased(path: str, tokens: tuple[str, ...]) -> bool:
+    """do_lower_case for a vocab.txt given none: False when capitals are in over 1% of its tokens
+    (Google's cased releases: about a fifth; uncased ones: none), else True, the original's
+    default. Said when it keeps the case, which a run lower-cased before."""
+    share = _capitals_share(tokens)
+    if share is None or share <= 0.01:
+        return True
+    logging.getLogger(__name__).info(
+        "%s looks cased (%.1f%% of its tokens have capitals): text keeps its case (do_lower_case=False); set "
+        "config.data.do_lower_case / --do_lower_case to choose", path, 100 * share)
+    return False
+
+
 @functools.lru_cache(maxsize=None)  # once a vocabulary and casing (a run loads it several times)
 def _warn_if_casing_contradicts(path: str, tokens: tuple[str, ...], do_lower_case: bool) -> None:
     """A warning when a vocabulary's tokens contradict `do_lower_case`: a cased one (capitals in
     over 1% of its tokens with cased letters) lower-cased reads every capitalised word as pieces
-    or [UNK]; an uncased one (capitals in under 0.1%) kept cased reads capitals as [UNK]. Tokens
-    of scripts without case (Thai, Arabic, CJK) do not count. The original checks the casing
-    against the release's name for the same reason."""
-    words = [token for token in tokens if not (token.startswith("[") and token.endswith("]"))
-             and any(c.isupper() or c.islower() for c in token)]
-    if len(words) < 1000:  # too few to tell
+    or [UNK]; an uncased one (capitals in under 0.1%) kept cased reads capitals as [UNK]. The
+    original checks the casing against the release's name for the same reason."""
+    share = _capitals_share(tokens)
+    if share is None:
         return
-    share = sum(any(c.isupper() for c in token) for token in words) / len(words)
     if do_lower_case and share > 0.01:
         looks = f"cased ({share:.1%} of its tokens have capitals)"
     elif not do_lower_case and share < 0.001:

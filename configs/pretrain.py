@@ -98,8 +98,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.prepared_dir = ""        # "" -> <workdir>/data
     config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece | huggingface (a tokenizer.json)
     config.data.vocab_path = ""          # "" -> the demo vocabulary (source=prepared: the folder's own)
-    # None: a tokenizer.json's casing (its BertNormalizer), else lower-cased (a vocab.txt does not
-    # say; one whose tokens look cased is warned of), as fine-tuning resolves it.
+    # None: a tokenizer.json's casing (its BertNormalizer), else what a vocab.txt's tokens show
+    # (cased when over 1% have capitals, else lower-cased), as fine-tuning resolves it.
     config.data.do_lower_case = config_dict.placeholder(bool)
     small = preset in ("tiny", "modernbert-tiny")
     config.data.max_seq_length = 64 if small else 128

@@ -474,6 +474,11 @@ def test_a_vocabulary_whose_casing_contradicts_do_lower_case_is_warned_of(tmp_pa
     with caplog.at_level("WARNING"):
         tokenization.Tokenizer.from_vocab_file(uncased, do_lower_case=False)
     assert "looks uncased (0.01% of its tokens have capitals)" in caplog.text
+    # Not set: a vocab.txt's tokens decide (it was lower-cased, only warned of, a review).
+    assert tokenization.Tokenizer.from_vocab_file(str(cased), do_lower_case=None).encode("The Quick") == \
+        tokenization.Tokenizer.from_vocab_file(str(cased), do_lower_case=False).encode("The Quick")
+    assert not tokenization.load_tokenizer("wordpiece", str(cased), None).do_lower_case
+    assert tokenization.load_tokenizer("wordpiece", uncased, None).do_lower_case
     # A script without case (Thai) is neither: its tokens do not count.
     caplog.clear()
     thai = tmp_path / "thai.txt"

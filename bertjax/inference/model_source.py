@@ -137,14 +137,13 @@ class ModelSource:
                 "%s says do_lower_case=%s; using do_lower_case=%s as asked", self.path, known, lower)
         if lower is None:
             lower = known
-        if lower is None:
-            lower = tokenization.wordpiece_casing(path)
-        if lower is None:
+        tokenizer = tokenization.load_tokenizer(kind, path, lower)  # None: the file's casing, else its tokens'
+        if lower is None and tokenization.wordpiece_casing(path) is None:
             import logging
             logging.getLogger(__name__).warning(
-                "%s: unknown casing; lower-casing (set do_lower_case to change it)", self.path)
-            lower = True
-        return self._checked(tokenization.load_tokenizer(kind, path, lower), vocab_path)
+                "%s: casing not recorded; do_lower_case=%s, as its vocabulary's tokens show (set do_lower_case to "
+                "change it)", self.path, tokenizer.do_lower_case)
+        return self._checked(tokenizer, vocab_path)
 
     def _checked(self, tokenizer: tokenization.Tokenizer, vocab_path: str) -> tokenization.Tokenizer:
         """`tokenizer`, or ValueError when it is not the model's vocabulary."""

@@ -328,7 +328,7 @@ def define_vocabulary_flags() -> Callable[[], dict[str, Any]]:
     vocab = flags.DEFINE_string("vocab_file", "", "WordPiece vocab.txt or Hugging Face tokenizer.json (default: "
                                 "the model's own)")
     lower = flags.DEFINE_bool("do_lower_case", None, "whether --vocab_file is uncased (default: the model's "
-                              "casing, else lower-cased)")
+                              "casing, else what the vocabulary's tokens show)")
     return lambda: {"vocab_path": vocab.value, "do_lower_case": lower.value}
 
 
