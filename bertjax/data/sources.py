@@ -90,14 +90,14 @@ class DropCounter:
 # -- Sentence splitting (TFDS text). --
 
 # A sentence ends at . ! ? (or the Devanagari danda and the Arabic question mark), optionally
-# followed by closing quotes or brackets, then whitespace, then an opening quote/bracket and a
-# letter that is not lower case: a capital in any cased script (Latin, Greek, Cyrillic, ...) or
-# a letter of a script without case (Arabic, Devanagari, Hebrew, CJK). The CJK full stops
-# (。！？) end a sentence with or without space, whatever follows. Newlines always end a
-# sentence. Abbreviations ("Dr. Smith") are split too: simple and predictable beats clever
-# here, and BERT's NSP tolerates it.
+# followed by closing quotes or brackets, then whitespace, then opening quotes, brackets or
+# Spanish inverted marks (¿ ¡) and a letter that is not lower case: a capital in any cased
+# script (Latin, Greek, Cyrillic, ...) or a letter of a script without case (Arabic,
+# Devanagari, Hebrew, CJK). The CJK full stops (。！？) end a sentence with or without space,
+# whatever follows. Newlines always end a sentence. Abbreviations ("Dr. Smith") are split
+# too: simple and predictable beats clever here, and BERT's NSP tolerates it.
 _SENTENCE_END = re.compile(
-    r"(?<=[.!?\u0964\u061f])[\"'\u201d\u2019)\]\u00bb]*\s+(?=[\"'\u201c\u2018\u201e(\[\u00ab]?(\w))"
+    r"(?<=[.!?\u0964\u061f])[\"'\u201d\u2019)\]\u00bb]*\s+(?=[\"'\u201c\u2018\u201e(\[\u00ab\u00bf\u00a1]*(\w))"
     r"|(?<=[\u3002\uff01\uff1f])(?![\u3002\uff01\uff1f])[\u201d\u2019\u300d\u300f\uff09]*\s*(?=\S)")
 
 
@@ -248,6 +248,8 @@ def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Ite
         where = _line_locator(path, position)
         owning, document, documents, index = start == 0, [], 0, -1
         for lines, past_end in _line_blocks(f, position, end):
+            if past_end and not owning:  # the next blank line begins a document of a later range
+                return
             for line in lines:
                 index += 1
                 if isinstance(line, UnicodeDecodeError):
