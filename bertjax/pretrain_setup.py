@@ -35,25 +35,27 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
     check_data_config(config.data)
     prepare.check_vocabulary_given(config.data)
     data_dir = config.data.prepared_dir or fileio.join(workdir, "data")
-    bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), checkpoint_config(config))
+    checkpoint, checkpoint_name = checkpoint_config(config, workdir)
+    bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), checkpoint, checkpoint_name)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape)
-    warn_if_recipe_of_another_size(config, bert)
+    if not run_config.own_checkpoints(workdir):  # (a resume was warned of when it started)
+        warn_if_recipe_of_another_size(config, bert)
     warn_if_demo_corpus(config.data, bert)
     return bert, mesh_shape, data_dir
 
 
-def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint: BertConfig | None = None
-                 ) -> BertConfig:
+def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint: BertConfig | None = None,
+                 checkpoint_name: str = "") -> BertConfig:
     """The BertConfig of a run: `config.model` (None = unset, vocab_size 0 = the tokenizer's),
-    the unset fields from `checkpoint` (config.init_checkpoint) when there is one, else from
-    config.model.preset."""
+    the unset fields from `checkpoint` (`checkpoint_config`'s, named `checkpoint_name`) when
+    there is one, else from config.model.preset."""
     fields = dict(config.model)
     if fields["vocab_size"] not in (0, vocab_size):
         raise ValueError(f"config.model.vocab_size={fields['vocab_size']} does not match the tokenizer's "
                          f"vocabulary ({vocab_size} tokens; config.data.vocab_path); use 0 to take it from there")
     if checkpoint is not None and checkpoint.vocab_size != vocab_size:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has a vocabulary of "
+        raise ValueError(f"{checkpoint_name} has a vocabulary of "
                          f"{checkpoint.vocab_size} tokens but the tokenizer (config.data.vocab_path) has {vocab_size}")
     fields["vocab_size"] = vocab_size
     return bert_config.resolve(fields, checkpoint=checkpoint, preset=fields.get("preset"), **bert_config.this_host())
@@ -172,11 +174,12 @@ def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -
 
 def resolve_cadence(config: ml_collections.ConfigDict) -> None:
     """Sets an unset config.train.eval_every and config.checkpoint.every from the run's own
-    length (after its options and overrides): every 500 steps, or a quarter of a shorter run,
-    up to 10,000 steps, else every 10,000. At the paper's 10,000 a short run would evaluate and
-    checkpoint once, at its end (no plateau alarm, nothing kept from a killed run)."""
+    length (after its options and overrides): every 500 steps or a quarter of a shorter run,
+    every twentieth of a run longer than 10,000 steps, at most every 10,000 (the paper's). It
+    grows with the run: a step of 10,000 to 500 steps at once left runs of 10,001-199,999 steps
+    two evaluations (no plateau alarm, nothing kept from a killed run before the middle)."""
     steps = config.train.num_steps
-    every = min(500, max(1, steps // 4)) if isinstance(steps, int) and steps <= 10_000 else 10_000
+    every = max(1, min(10_000, max(min(500, steps // 4), steps // 20))) if isinstance(steps, int) else 10_000
     if config.train.eval_every is None:
         config.train.eval_every = every
     if config.checkpoint.every is None:
@@ -241,13 +244,18 @@ def warn_if_same_document_order(config: ml_collections.ConfigDict, workdir: str)
                     config.data.seed, config.init_checkpoint)
 
 
-def checkpoint_config(config: ml_collections.ConfigDict) -> BertConfig | None:
-    """The BertConfig of config.init_checkpoint (None without one); ValueError naming it."""
+def checkpoint_config(config: ml_collections.ConfigDict, workdir: str) -> tuple[BertConfig | None, str]:
+    """(the BertConfig the run's unset model fields come from, its name): the run's own
+    checkpoints' when it resumes (config.init_checkpoint is not read then: it may be gone, or
+    left off the command, and the preset's fields would replace the run's own), else
+    config.init_checkpoint's; (None, "") with neither. ValueError naming it."""
     from bertjax.models.convert import pretrained_config
 
-    if not config.init_checkpoint:
-        return None
+    own = run_config.own_checkpoints(workdir)
+    path, name = (own, own) if own else (config.init_checkpoint, f"config.init_checkpoint={config.init_checkpoint}")
+    if not path:
+        return None, ""
     try:
-        return pretrained_config(config.init_checkpoint)
+        return pretrained_config(path), name
     except (OSError, ValueError) as e:
-        raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
+        raise ValueError(f"{name}: {e}") from None

@@ -134,8 +134,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.train.batch_warmup_start = 0        # > 0: the first steps' global batch, growing linearly to
     config.train.batch_warmup_steps = 0        # global_batch_size over these steps (bertjax/batch_warmup.py)
     config.train.log_every = 100
-    # Unset: every 500 steps (a quarter of a shorter run) up to 10,000 steps, else every 10,000,
-    # from the run's own length (bertjax.pretrain_setup.resolve_cadence); 0 disables evaluation.
+    # Unset: every 500 steps (a quarter of a shorter run), a twentieth of a run over 10,000 steps,
+    # at most 10,000, from the run's own length (bertjax.pretrain_setup.resolve_cadence); 0: never.
     config.train.eval_every = config_dict.placeholder(int)
     config.train.eval_batches = 10
     config.train.max_consecutive_bad_steps = 10  # non-finite steps in a row before the run stops (checked at log steps)

@@ -265,6 +265,25 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
     assert [r["step"] for r in _metrics(workdir) if "loss" in r][-1] == 7
 
 
+def test_a_resume_takes_its_model_from_its_own_checkpoints(tmp_path, five_steps):
+    """A resume built its model from config.init_checkpoint: refused when that was gone, and
+    given the preset's fields (gelu for the run's gelu_tanh, say) with a log line when it was
+    left off the command (a review). Its own checkpoints give it now; a change is refused."""
+    from bertjax import pretrain_setup
+
+    config = _config()  # the sizes left off: five_steps is 1 x 64, the preset 2 x 128
+    config.init_checkpoint = str(tmp_path / "moved-away")
+    checkpoint, name = pretrain_setup.checkpoint_config(config, str(five_steps))
+    assert name == str(five_steps / "checkpoints")
+    bert = pretrain_setup.model_config(config, checkpoint.vocab_size, checkpoint, name)
+    assert (bert.num_hidden_layers, bert.hidden_size, bert.intermediate_size) == (1, 64, 128)
+    config.model.hidden_act = "relu"
+    with pytest.raises(ValueError, match="config.model.hidden_act='relu' but the checkpoint has hidden_act='gelu'"):
+        pretrain_setup.model_config(config, checkpoint.vocab_size, checkpoint, name)
+    with pytest.raises(ValueError, match=f"config.init_checkpoint={tmp_path / 'moved-away'}: "):
+        pretrain_setup.checkpoint_config(config, str(tmp_path / "new"))  # a fresh run reads it
+
+
 def test_a_model_preset_other_than_the_recipes_is_refused(tmp_path, five_steps):
     from bertjax import pretrain_setup
 
@@ -463,13 +482,21 @@ def test_a_short_run_checkpoints_and_evaluates_before_its_end(caplog):
     from bertjax import pretrain_setup
 
     for arg, steps, every in (("tiny", 4000, 500), ("tiny,phase2", 444, 111),
-                              ("modernbert-tiny,modern,long", 400, 100), ("base", 900_000, 10_000)):
+                              ("modernbert-tiny,modern,long", 400, 100), ("base", 900_000, 10_000),
+                              ("base,phase2", 100_000, 5000)):
         config = pretrain_config.get_config(arg)
         pretrain_setup.resolve_cadence(config)
         assert (config.train.num_steps, config.train.eval_every, config.checkpoint.every) == (steps, every, every)
     config = _config(train__num_steps=300)  # an override shortens the run too (the demo's documented 300)
     pretrain_setup.resolve_cadence(config)
     assert (config.train.eval_every, config.checkpoint.every) == (75, 75)
+    # Never fewer evaluations for a longer run (10,001 steps evaluated twice, a review).
+    evaluations = []
+    for steps in (4, 100, 2000, 9999, 10_000, 10_001, 15_000, 19_999, 25_000, 200_000, 900_000):
+        config = _config(train__num_steps=steps)
+        pretrain_setup.resolve_cadence(config)
+        evaluations.append(steps // config.train.eval_every)
+    assert evaluations == [4, 4, 4, 19, 20, 20, 20, 20, 20, 20, 90], evaluations
     config = _config(train__num_steps=300, checkpoint__every=1000, train__eval_every=400)
     pretrain_setup.validate_config(config, pretrain_setup.model_config(config, 786), mesh_shape=(8, 1, 1))
     assert "config.checkpoint.every=1000 is past config.train.num_steps=300: no checkpoint before the last" in \
