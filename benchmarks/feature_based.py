@@ -77,7 +77,7 @@ def main(_):
             config.init_checkpoint = init
             config.data.update(train_file=train, eval_file=dev, max_seq_length=32, num_buckets=1)
             config.model.update(feature_layers=layers, feature_combine=combine, tagging_head=head,
-                                lstm_hidden_size=_LSTM.value)
+                                lstm_hidden_size=_LSTM.value if head == "bilstm" else None)
             config.train.update(freeze_encoder=freeze, num_steps=_STEPS.value, batch_size=32, log_every=10,
                                 eval_every=_STEPS.value, learning_rate=learning_rate)
             config.checkpoint.every = _STEPS.value

@@ -69,7 +69,7 @@ def main(_):
                 config.init_checkpoint = init
             config.data.update(train_file=train, eval_file=dev, max_seq_length=64)
             config.model.update(feature_layers=layers, feature_combine=combine, tagging_head=head,
-                                lstm_hidden_size=_LSTM.value)
+                                lstm_hidden_size=_LSTM.value if head == "bilstm" else None)
             config.train.update(freeze_encoder=freeze, cache_features=cache, num_epochs=_EPOCHS.value,
                                 batch_size=32, log_every=100, learning_rate=learning_rate)
             start = time.perf_counter()

@@ -56,6 +56,19 @@ def test_the_classifier_reads_the_chosen_layers_combined(combine):
                            {"bert", "qa_outputs"})
 
 
+def test_a_bilstm_head_initialises_in_16_bit_parameters():
+    """Its orthogonal recurrent kernels came from a QR JAX has no 16-bit kernel for: a bfloat16
+    param_dtype passed every start-up check, then failed at init (a review)."""
+    from bertjax.models import BertConfig, BertForTokenClassification
+
+    for dtype in ("bfloat16", "float16"):
+        config = BertConfig(**TINY, tagging_head="bilstm", lstm_hidden_size=8, param_dtype=dtype)
+        params = BertForTokenClassification(config, 3).init(jax.random.key(0), *_inputs())["params"]
+        kernel = np.asarray(nn.unbox(params["bilstm"]["forward_0"]["hi"]["kernel"]), np.float32)
+        assert params["bilstm"]["forward_0"]["hi"]["kernel"].dtype == jnp.dtype(dtype)
+        np.testing.assert_allclose(kernel @ kernel.T, np.eye(8), atol=0.03)  # still orthogonal
+
+
 def test_bilstm_tagging_head_runs_over_the_real_tokens_only():
     """A row's logits do not depend on its padding (the backward LSTM starts at its last real
     token); two layers of forward/backward cells under "bilstm"."""

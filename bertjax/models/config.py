@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import logging
 from typing import Any
 
@@ -153,7 +154,7 @@ class BertConfig:
                              "global layers differ) or norm_placement='pre' (the first layer has no attention norm)")
         for name in ("rope_theta", "local_rope_theta"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
                 raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
@@ -163,9 +164,9 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
-        for name in ("initializer_range", "layer_norm_eps"):
+        for name in ("initializer_range", "layer_norm_eps"):  # (NaN fails both comparisons: refused)
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value <= 0:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
                 raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
         self._check_choice("hidden_act", ACTIVATIONS)
         self._check_choice("dtype", DTYPES)
@@ -370,7 +371,7 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
 
 def idle_fields(config: BertConfig) -> dict[str, str]:
     """The fields that change nothing in `config` -> why: the layer pattern and local theta
-    without a window, the thetas with learned positions."""
+    without a window, the thetas with learned positions, the LSTM's size without the BiLSTM."""
     idle = {}
     if config.attention_window == 0:
         idle["global_attention_every"] = "attention_window=0 (every layer global)"
@@ -379,4 +380,6 @@ def idle_fields(config: BertConfig) -> dict[str, str]:
                                     f"{config.position_embedding!r} (local layers with rotary positions only)")
     if config.position_embedding != "rope":
         idle["rope_theta"] = f"position_embedding={config.position_embedding!r} (rotary positions only)"
+    if config.tagging_head != "bilstm":
+        idle["lstm_hidden_size"] = f"tagging_head={config.tagging_head!r} (the BiLSTM tagging head's size)"
     return idle

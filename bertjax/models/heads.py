@@ -82,10 +82,14 @@ class _LSTMWeights(nn.Module):
         inputs = [_Param(name=f"i{gate}")("kernel", nn.initializers.lecun_normal(), (features, self.units),
                                           self.param_dtype) for gate in _LSTM_GATES]
         recurrent = [_Param(name=f"h{gate}") for gate in _LSTM_GATES]
-        kernels = [r("kernel", nn.initializers.orthogonal(), (self.units, self.units), self.param_dtype)
-                   for r in recurrent]
+        kernels = [r("kernel", _orthogonal_float32, (self.units, self.units), self.param_dtype) for r in recurrent]
         biases = [r("bias", nn.initializers.zeros_init(), (self.units,), self.param_dtype) for r in recurrent]
         return jnp.concatenate(inputs, -1), jnp.concatenate(kernels, -1), jnp.concatenate(biases, -1)
+
+
+def _orthogonal_float32(key: Array, shape: tuple[int, ...], dtype) -> Array:
+    """An orthogonal matrix drawn in float32 (its QR has no 16-bit kernel), then cast to `dtype`."""
+    return nn.initializers.orthogonal()(key, shape, jnp.float32).astype(dtype)
 
 
 class _Param(nn.Module):

@@ -59,6 +59,10 @@ def test_presets_match_released_sizes():
     (dict(attention_impl="cudnn"), "attention_impl"),
     (dict(attention_impl="flash"), "attention_impl"),
     (dict(layer_norm_eps=0.0), "layer_norm_eps"),
+    (dict(layer_norm_eps=float("nan")), "layer_norm_eps"),  # (NaN and inf passed `<= 0`: outputs NaN or 0)
+    (dict(layer_norm_eps=float("inf")), "layer_norm_eps"),
+    (dict(initializer_range=float("nan")), "initializer_range"),
+    (dict(rope_theta=float("inf")), "rope_theta"),
     (dict(matmul_precision="float16"), "matmul_precision"),
 ])
 def test_config_errors_name_the_field(changes, field):

@@ -54,3 +54,6 @@ def test_a_rotary_checkpoints_context_can_grow_and_idle_position_settings_are_re
     with pytest.raises(ValueError, match=r"rope_theta=5.0 has no effect with position_embedding='absolute'"):
         resolve({"rope_theta": 5.0}, preset="tiny")
     assert resolve({"local_rope_theta": 20_000.0}, preset="modernbert-tiny").local_rope_theta == 20_000.0
+    with pytest.raises(ValueError, match=r"lstm_hidden_size=256 has no effect with tagging_head='linear'"):
+        resolve({"lstm_hidden_size": 256}, preset="tiny")
+    assert resolve({"lstm_hidden_size": 256, "tagging_head": "bilstm"}, preset="tiny").lstm_hidden_size == 256
