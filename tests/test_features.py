@@ -56,6 +56,46 @@ def test_the_classifier_reads_the_chosen_layers_combined(combine):
                            {"bert", "qa_outputs"})
 
 
+def test_feature_based_sentence_heads_read_the_token_mean_of_a_mean_pooling_model():
+    """A ModernBERT with mean pooling (classifier_pooling="mean") read its features at [CLS]
+    when fine-tuned feature-based, silently (a review): the real tokens' mean, as its pooler,
+    cached or not, padded or packed."""
+    from bertjax.models import (BertConfig, BertEncoder, BertForMultipleChoice, BertForSequenceClassification,
+                                FrozenEncoder)
+
+    config = BertConfig.preset("modernbert-tiny", vocab_size=40, pooler="mean", feature_layers="-1,-2",
+                               feature_combine="concat")
+    ids, segments, mask = _inputs()
+    model = BertForSequenceClassification(config, 3)
+    params = nn.unbox(model.init(jax.random.key(0), ids, segments, mask)["params"])
+    _, _, hidden = BertEncoder(config).apply({"params": params["bert"]}, ids, segments, mask,
+                                             output_hidden_states=True)
+    features = np.concatenate([hidden[-1], hidden[-2]], -1)
+    weights = np.asarray(mask, np.float32)
+    mean = np.einsum("bs,bsf->bf", weights, features) / weights.sum(-1, keepdims=True)
+    kernel, bias = (np.asarray(params["classifier"][name]) for name in ("kernel", "bias"))
+    logits = np.asarray(model.apply({"params": params}, ids, segments, mask))
+    np.testing.assert_allclose(logits, mean @ kernel + bias, atol=1e-5)
+    # The cache keeps that vector; the head given it answers the same.
+    cached = FrozenEncoder(config, reads_tokens=False).apply({"params": {"bert": params["bert"]}}, ids, segments, mask)
+    np.testing.assert_allclose(np.asarray(cached).reshape(2, -1), mean, atol=1e-5)
+    from_cache = model.apply({"params": params}, ids, segments, mask, encoded=(cached[:, None], None))
+    np.testing.assert_allclose(np.asarray(from_cache), logits, atol=1e-5)
+    # Packed: two sequences in one row, each its own mean, as run alone.
+    row = jnp.concatenate([ids[0, :4], ids[1, :6]])[None]
+    sequence_ids = jnp.asarray([[1] * 4 + [2] * 6])
+    packed = model.apply({"params": params}, row, jnp.zeros_like(row), jnp.ones_like(row),
+                         position_ids=jnp.asarray([list(range(4)) + list(range(6))]), sequence_ids=sequence_ids,
+                         cls_positions=jnp.asarray([[0, 4]]))
+    alone = model.apply({"params": params}, jnp.stack([ids[0, :6], ids[1, :6]]), segments[:, :6],
+                        jnp.asarray([[1] * 4 + [0] * 2, [1] * 6]))
+    np.testing.assert_allclose(np.asarray(packed)[0], np.asarray(alone), atol=1e-5)
+    # Multiple choice: each pair its own mean.
+    choice = {"bert": params["bert"], "classifier": {"kernel": kernel[:, :1], "bias": bias[:1]}}
+    scores = BertForMultipleChoice(config).apply({"params": choice}, ids[None], segments[None], mask[None])
+    np.testing.assert_allclose(np.asarray(scores)[0], mean @ kernel[:, 0] + bias[0], atol=1e-5)
+
+
 def test_a_bilstm_head_initialises_in_16_bit_parameters():
     """Its orthogonal recurrent kernels came from a QR JAX has no 16-bit kernel for: a bfloat16
     param_dtype passed every start-up check, then failed at init (a review)."""

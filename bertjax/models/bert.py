@@ -254,15 +254,7 @@ class BertEncoder(nn.Module):
         of v = [CLS], or the mean of the sequence's real tokens."""
         config = self.config
         if config.pooler == "mean":
-            if pooled_positions is None:
-                weights = (sequence_ids > 0)[:, None, :]  # [B, 1, S]
-            else:  # sequence k of a row is the tokens with id k + 1
-                count = pooled_positions.shape[1]
-                weights = sequence_ids[:, None, :] == jnp.arange(1, count + 1)[None, :, None]  # [B, K, S]
-            weights = weights.astype(jnp.float32)
-            weights = weights / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
-            vector = jnp.einsum("bks,bsh->bkh", weights, x.astype(jnp.float32)).astype(x.dtype)
-            vector = vector[:, 0] if pooled_positions is None else vector
+            vector = token_mean(x, sequence_ids, None if pooled_positions is None else pooled_positions.shape[1])
         elif pooled_positions is not None:
             vector = jnp.take_along_axis(x, pooled_positions[:, :, None].astype(jnp.int32), axis=1)
         else:
@@ -274,6 +266,20 @@ class BertEncoder(nn.Module):
     def attend(self, x: Array, float32_logits: bool = False) -> Array:
         """Tied MLM decoder through the word embeddings: [..., H] -> [..., vocab]."""
         return self.embeddings.attend(x, float32_logits)
+
+
+def token_mean(x: Array, sequence_ids: Array, count: int | None = None) -> Array:
+    """The mean of each sequence's real tokens (ModernBERT's mean pooling), in float32 sums:
+    x <dtype>[B, S, *F], sequence_ids <int>[B, S] (0: padding) -> [B, *F]; packed rows
+    (sequence k of a row is the tokens with id k + 1) with `count` = K -> [B, K, *F]."""
+    if count is None:
+        weights = (sequence_ids > 0)[:, None, :]  # [B, 1, S]
+    else:
+        weights = sequence_ids[:, None, :] == jnp.arange(1, count + 1)[None, :, None]  # [B, K, S]
+    weights = weights.astype(jnp.float32)
+    weights = weights / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
+    vector = jnp.einsum("bks,bs...->bk...", weights, x.astype(jnp.float32)).astype(x.dtype)
+    return vector[:, 0] if count is None else vector
 
 
 def stack_layers(encoder_params: dict[str, Any], num_layers: int) -> dict[str, Any]:

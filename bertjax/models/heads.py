@@ -15,7 +15,8 @@ last layer (and the pooled [CLS] for sentence-level heads), as Google's scripts;
 feature-based options (BertConfig.feature_layers, feature_combine, tagging_head; the BERT
 paper's section 5.3) several layers' hidden states, concatenated or mixed by learned softmax
 weights ("feature_mix": weights [K], scale []), the sentence-level heads reading the [CLS]
-position of those (no pooler), and for tagging optionally a two-layer BiLSTM ("bilstm")
+position of those (no pooler; the real tokens' mean where config.pooler is "mean", as a
+ModernBERT's pooler reads them), and for tagging optionally a two-layer BiLSTM ("bilstm")
 under the classifier. `frozen_encoder=True` runs the encoder deterministically (its
 activations are fixed features; the trainer then differentiates only the head).
 
@@ -36,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax.models.bert import BertEncoder
+from bertjax.models.bert import BertEncoder, token_mean
 from bertjax.models.primitives import activation, dense, layer_norm
 from bertjax.models.config import BertConfig
 from bertjax.models.dropout import Dropout
@@ -160,8 +161,9 @@ class FrozenEncoder(nn.Module):
     """What a frozen encoder gives a head, for `tasks.feature_cache`: `encode` on input_ids,
     token_type_ids, attention_mask <int>[B, (C,) S] (params {"bert": ...}), deterministic, and of
     it what the head reads: with `reads_tokens` every token's features <dtype>[B, S, *tail],
-    else the sentence vector [B, (C,) *tail] (the pooled [CLS], or the feature layers at [CLS]);
-    tail = (H,), or (K, H) for K feature layers."""
+    else the sentence vector [B, (C,) *tail] (the pooled [CLS], or the feature layers at [CLS],
+    or their mean over the real tokens with pooler "mean": `sentence_vector`); tail = (H,), or
+    (K, H) for K feature layers."""
 
     config: BertConfig
     reads_tokens: bool
@@ -173,7 +175,7 @@ class FrozenEncoder(nn.Module):
         sequence, pooled = encode(self, flat(input_ids), flat(token_type_ids), flat(attention_mask), True)
         if self.reads_tokens:  # tagging and span QA: no choice axis
             return sequence
-        sentence = sequence[:, 0] if pooled is None else pooled
+        sentence = sentence_vector(self.config, sequence, pooled, flat(attention_mask))
         return sentence.reshape(*shape[:-1], *sentence.shape[1:])
 
 
@@ -199,11 +201,21 @@ def encoder_features(module: nn.Module, input_ids, token_type_ids, attention_mas
     return layers.reshape(*layers.shape[:2], -1), None  # concat in the listed order; "last": the one layer
 
 
-def _sentence_vector(features: Array, pooled: Array | None, cls_positions: Array | None = None) -> Array:
-    """The vector a sentence-level head reads: the pooled [CLS], or (feature-based) the
-    features at [CLS] <dtype>[B, F] (at cls_positions <int>[B, K]: [B, K, F])."""
+def sentence_vector(config: BertConfig, features: Array, pooled: Array | None, attention_mask: Array | None,
+                    cls_positions: Array | None = None, sequence_ids: Array | None = None, cached: bool = False
+                    ) -> Array:
+    """The vector a sentence-level head reads: the pooled one, or (feature-based) the features
+    <dtype>[B, S, *F] at [CLS], or with config.pooler "mean" (a ModernBERT's) their mean over
+    the sequence's real tokens, as its pooler reads them -> [B, *F]; packed rows (cls_positions
+    <int>[B, K], sequence_ids <int>[B, S]) -> [B, K, *F]. cached: `features` hold that vector at
+    position 0 already (`FrozenEncoder`'s)."""
     if pooled is not None:
         return pooled
+    if config.pooler == "mean" and not cached:
+        if cls_positions is not None:
+            return token_mean(features, sequence_ids, cls_positions.shape[1])
+        return token_mean(features, jnp.ones(features.shape[:2], jnp.int32) if attention_mask is None
+                          else attention_mask)
     return features[:, 0] if cls_positions is None else gather_positions(features, cls_positions)
 
 
@@ -358,7 +370,8 @@ class BertForSequenceClassification(nn.Module):
         features, pooled = encoder_features(self, input_ids, token_type_ids, attention_mask, deterministic,
                                             frozen_encoder, encoded, position_ids=position_ids,
                                             sequence_ids=sequence_ids, pooled_positions=cls_positions)
-        pooled = _sentence_vector(features, pooled, cls_positions)
+        pooled = sentence_vector(self.config, features, pooled, attention_mask, cls_positions, sequence_ids,
+                                 cached=encoded is not None)
         pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         return logits_layer(self.config, self.num_labels, "classifier")(pooled)
 
@@ -485,7 +498,7 @@ class BertForMultipleChoice(nn.Module):
             encoded = tuple(None if x is None else x.reshape(batch * choices, *x.shape[2:]) for x in encoded)
         features, pooled = encoder_features(self, flat(input_ids), flat(token_type_ids), flat(attention_mask),
                                             deterministic, frozen_encoder, encoded)
-        pooled = _sentence_vector(features, pooled)
+        pooled = sentence_vector(self.config, features, pooled, flat(attention_mask), cached=encoded is not None)
         pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         scores = logits_layer(self.config, 1, "classifier")(pooled)
         return scores.reshape(batch, choices)
