@@ -186,6 +186,8 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     identity = {"weights": weights, "model": encoder_fields, "reads_tokens": reads_tokens,
                 "kept": [list(example_shape), str(kept.dtype)], "rows": "whole batches",
                 "process": f"{jax.process_index()} of {jax.process_count()}"}
+    if bert.feature_based and bert.pooler == "mean" and not reads_tokens:
+        identity["sentence"] = "token mean"  # caches from before kept the [CLS] position's: not reused
     cache = feature_cache.FeatureCache(split, cache_directory(config, workdir),
                                        feature_cache.cache_name(split, identity), reads_tokens, example_shape,
                                        kept.dtype)
