@@ -779,7 +779,7 @@ def bert_wordpiece_differences(path: str) -> list[str]:
     which runs it as written."""
     if not path.endswith(".json"):
         return []
-    settings = json.loads(_read_bytes(path))
+    settings = _tokenizer_json(path)
     model, normalizer = settings.get("model") or {}, settings.get("normalizer") or {}
     found = []
     if normalizer.get("type") != "BertNormalizer":
@@ -856,7 +856,7 @@ def wordpiece_casing(path: str) -> bool | None:
     lower-cases, puts CJK characters apart and drops control characters)."""
     if not path.endswith(".json"):
         return None
-    normalizer = json.loads(_read_bytes(path)).get("normalizer") or {}
+    normalizer = _tokenizer_json(path).get("normalizer") or {}
     if normalizer.get("type") != "BertNormalizer":
         return None
     lower = normalizer.get("lowercase", True)
@@ -867,9 +867,23 @@ def wordpiece_casing(path: str) -> bool | None:
     return lower
 
 
+def _tokenizer_json(path: str) -> dict:
+    """A tokenizer.json's settings; ValueError naming the file when it is not one (not JSON, or
+    not an object whose model, normalizer and pre_tokenizer are objects or null)."""
+    try:
+        settings = json.loads(_read_bytes(path))
+    except ValueError as e:  # (JSONDecodeError and UnicodeDecodeError are ValueErrors)
+        raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from None
+    if not isinstance(settings, dict) or not all(isinstance(settings.get(key) or {}, dict)
+                                                 for key in ("model", "normalizer", "pre_tokenizer")):
+        raise ValueError(f"{path}: not a Hugging Face tokenizer.json (a JSON object whose model, normalizer and "
+                         "pre_tokenizer are objects)")
+    return settings
+
+
 def _tokenizer_json_vocab(path: str) -> list[str]:
     try:
-        model = json.loads(_read_bytes(path))["model"]
+        model = _tokenizer_json(path)["model"]
         vocab, kind = dict(model["vocab"]), model["type"]
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ValueError(f"{path}: not a Hugging Face tokenizer.json (no model.vocab and model.type)") from None

@@ -489,6 +489,16 @@ def test_a_vocabulary_whose_casing_contradicts_do_lower_case_is_warned_of(tmp_pa
     assert "looks" not in caplog.text
 
 
+def test_a_malformed_tokenizer_json_given_as_a_wordpiece_vocabulary_is_named(tmp_path):
+    """A truncated tokenizer.json, or one holding a list, was a JSONDecodeError or AttributeError
+    traceback naming no file (a review)."""
+    for name, text in (("cut.json", '{"model": {"type": "WordPiece", "vocab": {"[PAD]": 0'), ("list.json", "[1, 2]"),
+                       ("normalizer.json", '{"normalizer": ["lowercase"]}')):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=f"{tmp_path / name}: not a Hugging Face tokenizer.json"):
+            tokenization.load_tokenizer("wordpiece", str(tmp_path / name), None)
+
+
 def test_a_bert_tokenizer_json_read_as_kind_huggingface_spans_what_it_drops():
     """Kind huggingface with BERT's normaliser left a decomposed accent, soft hyphen or zero-width
     space out of the span before it ('José' answered as 'Jose'; a review): spans as WordPiece's."""
