@@ -67,7 +67,7 @@ class Loop:
         self.fixed_metrics = dict(fixed_metrics or {})  # logged with every record, e.g. compile time
         is_writer = jax.process_index() == 0
         self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step)
-        self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer)
+        self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer, work=rows_read)
         self.peak_flops, self.peak_source = (peak_flops_per_device(bfloat16_products) if flops_per_sequence
                                              else (None, ""))
         self.watcher = preemption.PreemptionWatcher(start_step)
@@ -77,7 +77,7 @@ class Loop:
             checkpointer, start_step))
         self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []
-        self.pending_sequences = 0.0
+        self.pending_rows: list[float] = []  # each pending step's sequences: its weight in the logged mean
         self.window_start, self.window_paused = time.perf_counter(), 0.0
         self.last: dict[str, float] = {}
 
@@ -87,18 +87,22 @@ class Loop:
     def record(self, step: int, metrics: dict[str, jax.Array], state: TrainState,
                sequences: float | None = None) -> None:
         self.pending.append(metrics)
-        self.pending_sequences += self.sequences_per_step if sequences is None else sequences
+        self.pending_rows.append(self.sequences_per_step if sequences is None else sequences)
         self.progress.advance(step)
         if step % self.log_every == 0 or step == self.num_steps:
             self._log(step, state)
 
     def _log(self, step: int, state: TrainState) -> None:
-        """Writes the steps recorded since the last log as one row at `step` (their mean)."""
+        """Writes the steps recorded since the last log as one row at `step`: their mean, each
+        weighted by its sequences (a growing batch's small steps count less), and the learning
+        rate of the last."""
         fetched = jax.device_get(self.pending)
         seconds = (time.perf_counter() - self.window_start - self.window_paused) / len(self.pending)
-        last = {name: float(np.mean([m[name] for m in fetched])) for name in fetched[0]}
+        last = {name: float(np.average([m[name] for m in fetched], weights=self.pending_rows)) for name in fetched[0]}
+        if "learning_rate" in last:
+            last["learning_rate"] = float(fetched[-1]["learning_rate"])
         last.update(self.fixed_metrics, step_time=seconds,
-                    sequences_per_second=self.pending_sequences / len(self.pending) / seconds)
+                    sequences_per_second=sum(self.pending_rows) / len(self.pending) / seconds)
         if self.tokens_per_sequence:
             last["tokens_per_second"] = last["sequences_per_second"] * self.tokens_per_sequence
         if self.flops_per_sequence:
@@ -114,7 +118,7 @@ class Loop:
             eta = f" ETA {console.format_duration(eta)}" if eta is not None else ""
             self.console(f"step {step}/{self.num_steps} {shown} lr {last['learning_rate']:.2e} "
                          f"gnorm {last['grad_norm']:.2f} {rate}{mfu}{eta}")
-        self.pending, self.pending_sequences = [], 0.0
+        self.pending, self.pending_rows = [], []
         self.window_start, self.window_paused = time.perf_counter(), 0.0
         self.last.update(last)
         worst, skipped = jax.device_get((state.worst_bad_run, state.skipped_steps))

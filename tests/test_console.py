@@ -152,3 +152,16 @@ def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback():
                "cli.run(main)\n").format(root=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
+
+
+def test_the_eta_of_a_growing_batch_prices_the_steps_left_by_their_work(clock):
+    """A batch warmup's early steps are small: priced by their number, the ETA at the end of a
+    ramp from 1 to 4 units was under half the true one (a review)."""
+    rows = lambda step: step if step <= 50 else 50 + 4 * (step - 50)  # noqa: E731  (rows before `step`)
+    progress = console.Progress(total=100, stream=io.StringIO(), work=rows)
+    progress.advance(1)
+    for step in range(2, 51):  # 1 row a step, 0.1 s a row
+        clock[0] += 0.1
+        progress.advance(step)
+    assert progress.eta_seconds() == pytest.approx(20.0)  # 50 steps of 4 rows at 0.1 s a row
+    assert console.Progress(total=100, stream=io.StringIO()).work(7) == 7  # without: steps

@@ -11,7 +11,7 @@ import contextlib
 import shutil
 import sys
 import time
-from typing import TextIO
+from typing import Callable, TextIO
 
 _REDRAW_SECONDS = 0.2
 
@@ -38,11 +38,16 @@ class Progress:
     own speed); the ETA adds the recurring pauses' share of the time so far (evaluations and
     checkpoints come again; `pause(recurring=False)`, a compile wait, does not). Both skip the
     first step (compilation); pauses before it (e.g. compiling ahead) do not count.
+    work(step): the work before `step` (rows, where the batch grows): the ETA prices the steps
+    left by their work at the pace so far, not by their number (the small early steps of a
+    batch warmup made it a fraction of the true one); None: steps.
     """
 
     def __init__(self, total: int, start: int = 0, *, label: str = "step", stream: TextIO | None = None,
-                 enabled: bool = True, unit: str = "steps", line_seconds: float | None = None):
+                 enabled: bool = True, unit: str = "steps", line_seconds: float | None = None,
+                 work: Callable[[int], float] | None = None):
         self.total, self.step, self.label, self.unit = total, start, label, unit
+        self.work = work or (lambda step: step)
         self.line_seconds = line_seconds
         self.stream = stream or sys.stdout
         self.enabled = enabled
@@ -81,8 +86,9 @@ class Progress:
     def eta_seconds(self) -> float | None:
         if self._first_step is None or self.step <= self._first_step:
             return None
-        per_step = (self._active_seconds() + self._recurring_paused) / (self.step - self._first_step)
-        return (self.total - self.step) * per_step
+        done = self.work(self.step) - self.work(self._first_step)  # the work of the timed steps
+        per_work = (self._active_seconds() + self._recurring_paused) / max(done, 1e-9)
+        return (self.work(self.total) - self.work(self.step)) * per_work
 
     def pause(self, recurring: bool = True) -> None:
         if self._pause_start is None:
