@@ -196,9 +196,14 @@ class Loop:
 
     def next_batch(self, batches: Iterator, step: int, state: TrainState) -> Any:
         """The next item of `input(...)`. A stop signal while the input stalls saves `state`
-        (at `step`, if not saved yet) and raises TrainingStopped."""
+        (at `step`, if not saved yet) and raises TrainingStopped. The first logged row's time
+        starts when the first batch is there: the input pipeline's start-up (files opened,
+        shuffle buffers filled) is not the steps' pace."""
         try:
-            return next(batches)
+            batch = next(batches)
+            if step == self.start_step:
+                self.window_start, self.window_paused = time.perf_counter(), 0.0
+            return batch
         except preemption.InputInterrupted as stopped:
             with self.paused():
                 self._log_before_stopping(step, state)
