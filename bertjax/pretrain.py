@@ -26,7 +26,7 @@ from bertjax.batch_warmup import BatchWarmup
 from bertjax.metrics import pretraining_flops_per_sequence
 from bertjax.models import (BertConfig, BertForPreTraining, pretraining_counts, pretraining_loss_terms,
                             pretraining_sums, stack_layers)
-from bertjax.runtime import compilation_cache, fileio
+from bertjax.runtime import compilation_cache, compile_ahead, fileio
 
 log = logging.getLogger(__name__)
 
@@ -371,6 +371,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             loop.console(alarm.warning)
             loop.writer.write(step, {"mlm_plateau_warning": 1.0})
 
+    # The sizes between, compiled in a background thread while the first steps run: compiled
+    # where the batch grows, each stopped the loop for its compile, through which a stop signal
+    # waited (minutes for a large model on a TPU, past a preemption's grace period).
+    def compile_growth(rows: int):
+        with sharding.activate(mesh):
+            return compile_for(rows)
+    growth = dict.fromkeys(warmup.rows(at) for at in range(start_step, min(train_cfg.num_steps, warmup.warmup_steps)))
+    ahead = compile_ahead.CompileAhead(compile_growth, [rows for rows in growth if rows not in compiled])
     step = start_step
     batches = loop.input(train_data.batches(start_step, start_unit))
     try:
@@ -381,9 +389,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             if step > start_step and rows != warmup.rows(step - 1):
                 how_compiled = "compiled at the start"
                 if rows not in compiled:
-                    with loop.paused(recurring=False), sharding.activate(mesh):
-                        compiled[rows], seconds = compile_for(rows)
-                    how_compiled = f"compiled its step in {seconds:.1f}s"
+                    with loop.paused(recurring=False):
+                        compiled[rows], seconds, waited = ahead.take(rows)
+                    how_compiled = f"compiled its step in {seconds:.1f}s ({seconds - waited:.1f}s of it while training)"
                 loop.console(f"step {step}: the batch grows to {rows} rows; {how_compiled}")
             batch = place(loop.next_batch(batches, step, state), mesh)
             with sharding.activate(mesh):
@@ -394,6 +402,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                 evaluate_at(step, state)
             loop.save(step, state)
     finally:
+        ahead.close()
         loop.close()
     loop.console(f"done: step {step}; metrics in {fileio.join(workdir, 'metrics.jsonl')}, TensorBoard in "
                  f"{fileio.join(workdir, 'tensorboard')}, checkpoints in {checkpointer.directory}")
