@@ -123,7 +123,7 @@ class BertSelfAttention(nn.Module):
             context = jax.nn.dot_product_attention(q, k, v, mask=attention_mask(sequence_ids, packed),
                                                    implementation="cudnn" if impl == "cudnn" else None, **local)
         context = context.reshape(batch, length, hidden)
-        return dense(config, hidden, (Axis.HEADS, Axis.EMBED), "output")(context)
+        return dense(config, hidden, (Axis.HEADS, Axis.EMBED), "output", role="out")(context)
 
     def _xla_attention(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
         """Softmax attention in plain XLA ops, with attention dropout; <dtype>[B, S, N, D].

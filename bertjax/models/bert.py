@@ -144,7 +144,7 @@ class BertLayer(nn.Module):
         config = self.config
         hidden = dense(config, config.intermediate_size, (Axis.EMBED, Axis.MLP), "intermediate")(x)
         hidden = constrain(activation(config.hidden_act)(hidden), (Axis.ACT_BATCH, Axis.ACT_LENGTH, Axis.ACT_MLP))
-        output = lambda h: dense(config, config.hidden_size, (Axis.MLP, Axis.EMBED), "output")(h)
+        output = lambda h: dense(config, config.hidden_size, (Axis.MLP, Axis.EMBED), "output", role="out")(h)
         if not config.gated_mlp:
             return dropout(output(hidden))
         gate = dense(config, config.intermediate_size, (Axis.EMBED, Axis.MLP), "intermediate_gate")(x)
@@ -215,7 +215,7 @@ class BertEncoder(nn.Module):
     def setup(self):
         self.embeddings = BertEmbeddings(self.config)
         self.encoder = BertTransformer(self.config)
-        self.pooler = dense(self.config, self.config.hidden_size, (Axis.EMBED, Axis.MLP), "pooler")
+        self.pooler = dense(self.config, self.config.hidden_size, (Axis.EMBED, Axis.MLP), "pooler", role="out")
         if self.config.pooler != "tanh":
             self.pooler_norm = layer_norm(self.config, "pooler_norm")
 

@@ -235,7 +235,7 @@ class MaskedLMHead(nn.Module):
         decoder: the encoder's tied `attend`, [..., H] (, float32_logits) -> [..., vocab].
         """
         config = self.config
-        hidden = dense(config, config.hidden_size, (Axis.EMBED, Axis.MLP), "transform")(hidden)
+        hidden = dense(config, config.hidden_size, (Axis.EMBED, Axis.MLP), "transform", role="out")(hidden)
         hidden = layer_norm(config, "transform_norm")(activation(config.hidden_act)(hidden))
         bias = self.param("output_bias", nn.with_logical_partitioning(nn.initializers.zeros_init(), (Axis.VOCAB,)),
                           (config.vocab_size,), config.param_dtype)
@@ -250,7 +250,7 @@ def token_transform(config: BertConfig, sequence: Array) -> Array:
     the calling task model's compact method); else `sequence` as it is."""
     if not config.token_transform:
         return sequence
-    sequence = dense(config, config.hidden_size, (Axis.EMBED, Axis.MLP), TOKEN_TRANSFORM[0])(sequence)
+    sequence = dense(config, config.hidden_size, (Axis.EMBED, Axis.MLP), TOKEN_TRANSFORM[0], role="out")(sequence)
     return layer_norm(config, TOKEN_TRANSFORM[1])(activation(config.hidden_act)(sequence))
 
 
@@ -259,7 +259,7 @@ def logits_layer(config: BertConfig, outputs: int, name: str) -> nn.Dense:
     its few outputs are the scores that are compared, thresholded and reported (in bfloat16 a
     regression score in [2, 4) lies on a grid of 1/64, SQuAD's null odds on a coarse one)."""
     return dense(config.replace(dtype="float32", matmul_precision="default"), outputs, (Axis.EMBED, Axis.CLASSES),
-                 name, bias=True)
+                 name, bias=True, role="final")
 
 
 def gather_positions(sequence: Array, positions: Array) -> Array:

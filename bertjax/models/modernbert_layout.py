@@ -15,6 +15,7 @@ import numpy as np
 
 from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.heads import TOKEN_TRANSFORM
+from bertjax.models.primitives import init_stddev
 from bertjax.models.tensor_files import (read_safetensors, write_fast_tokenizer_config, write_huggingface_files,
                                          write_tokenizer_config)
 from bertjax.models.variable_table import Variable, gather_params, get_param, param_heads, plain_params
@@ -201,7 +202,7 @@ def modern_pooler(config: BertConfig) -> list[Variable]:
 
 def _fresh_pooler(config: BertConfig) -> dict[str, Any]:
     """bertjax's "cls"/"mean" pooler, initialised as a new classification head is (a fixed seed)."""
-    h, std = config.hidden_size, config.initializer_range
+    h, std = config.hidden_size, init_stddev(config, "out")
     kernel = np.clip(np.random.default_rng(0).normal(0.0, std, (h, h)), -2 * std, 2 * std).astype(np.float32)
     pooler = {"kernel": kernel, **({"bias": np.zeros(h, np.float32)} if config.use_bias else {})}
     norm = {"scale": np.ones(h, np.float32), **({"bias": np.zeros(h, np.float32)} if config.norm_bias else {})}

@@ -5,6 +5,7 @@ layer norms and activations as BertConfig chooses them."""
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -18,9 +19,24 @@ Array = jax.Array
 _partition = nn.with_logical_partitioning
 
 
-def dense_init(config: BertConfig, names: tuple[str, ...]):
-    """Truncated-normal(initializer_range) kernel init carrying logical axis names."""
-    return _partition(nn.initializers.truncated_normal(config.initializer_range), names)
+def init_stddev(config: BertConfig, role: str = "in") -> float:
+    """A kernel's init stddev (truncated normal, cut at 2 sigma). BERT: initializer_range for
+    every one. A pre-norm encoder (the modern one), as ModernBERT initialises: "in"
+    initializer_range; "out" (a layer that writes into the residual stream, or a prediction
+    head's dense) initializer_range / sqrt(2 L), so that the un-normalised residual stream's
+    variance does not grow with depth; "final" (a task's logits) hidden_size ** -0.5."""
+    if config.norm_placement != "pre" or role == "in":
+        return config.initializer_range
+    if role == "out":
+        return config.initializer_range / math.sqrt(2 * config.num_hidden_layers)
+    if role == "final":
+        return config.hidden_size ** -0.5
+    raise ValueError(f"init_stddev: role must be 'in', 'out' or 'final', got {role!r}")
+
+
+def dense_init(config: BertConfig, names: tuple[str, ...], role: str = "in"):
+    """Truncated-normal(`init_stddev`) kernel init carrying logical axis names."""
+    return _partition(nn.initializers.truncated_normal(init_stddev(config, role)), names)
 
 
 def zeros_init(names: tuple[str, ...]):
@@ -73,12 +89,14 @@ def over_rows(fn: Callable[[Array], Array], x: Array) -> Array:
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-def dense(config: BertConfig, features: int, names: tuple[str, str], name: str, bias: bool | None = None) -> nn.Dense:
-    """A dense layer with a bias when `bias` says (None: config.use_bias)."""
+def dense(config: BertConfig, features: int, names: tuple[str, str], name: str, bias: bool | None = None,
+          role: str = "in") -> nn.Dense:
+    """A dense layer with a bias when `bias` says (None: config.use_bias), its kernel drawn as
+    `init_stddev(config, role)` says."""
     product = functools.partial(dot_over_rows, bfloat16_operands=config.matmul_precision == "bfloat16")
     return nn.Dense(
         features, dtype=config.dtype, param_dtype=config.param_dtype, dot_general=product,
         use_bias=config.use_bias if bias is None else bias,
-        kernel_init=dense_init(config, names), bias_init=zeros_init(names[1:]), name=name)
+        kernel_init=dense_init(config, names, role), bias_init=zeros_init(names[1:]), name=name)
 
 

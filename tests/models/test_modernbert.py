@@ -303,3 +303,26 @@ def test_a_mixed_model_has_no_hugging_face_layout(tmp_path):
     params = BertEncoder(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
     with pytest.raises(ValueError, match="mixes BERT and ModernBERT switches"):
         convert.export_huggingface(config, jax.tree_util.tree_map(np.asarray, params), str(tmp_path))
+
+
+def test_a_fresh_modern_encoder_initialises_as_modernbert():
+    """Every kernel was drawn at 0.02 (a review): ModernBERT draws the layers that write into the
+    residual stream, and its heads' dense, at 0.02 / sqrt(2 L) and a task's logits at
+    hidden ** -0.5. Truncated at 2 sigma, a draw's std is 0.88 of the stated one. BERT keeps
+    0.02 everywhere, as the original."""
+    import flax.linen as nn
+
+    truncated = 0.8796  # the std of a normal cut at +-2 sigma
+    for preset, out, final in (("modernbert-tiny", 0.02 / np.sqrt(8), 128 ** -0.5), ("tiny", 0.02, 0.02)):
+        config = BertConfig.preset(preset, vocab_size=64)
+        ids = jnp.ones((2, 16), jnp.int32)
+        params = nn.unbox(BertForSequenceClassification(config, 64).init(jax.random.key(0), ids)["params"])
+        layer = params["bert"]["encoder"]["layer_1"]
+        stds = {name: float(np.std(kernel)) for name, kernel in (
+            ("query", layer["attention"]["query"]["kernel"]), ("intermediate", layer["intermediate"]["kernel"]),
+            ("attention output", layer["attention"]["output"]["kernel"]), ("output", layer["output"]["kernel"]),
+            ("pooler", params["bert"]["pooler"]["kernel"]), ("classifier", params["classifier"]["kernel"]))}
+        want = {"query": 0.02, "intermediate": 0.02, "attention output": out, "output": out, "pooler": out,
+                "classifier": final}
+        for name, std in stds.items():
+            assert abs(std / (truncated * want[name]) - 1) < 0.1, (preset, name, std, want[name])
