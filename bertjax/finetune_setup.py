@@ -73,7 +73,7 @@ def load_tokenizer(config: ml_collections.ConfigDict,
             key = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else
                    f"config.init_checkpoint={config.init_checkpoint}")
             raise ValueError(f"{key}: {e}") from None
-    if data.vocab_path:  # do_lower_case None: a tokenizer.json's own casing, else lower-cased
+    if data.vocab_path:  # do_lower_case None: a tokenizer.json's own casing, else a vocab.txt's tokens show it
         return tokenization.load_tokenizer(data.tokenizer, data.vocab_path, data.do_lower_case)
     if source is not None:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocabulary "

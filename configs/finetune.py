@@ -105,7 +105,8 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.vocab_path = ""          # "" = the checkpoint's vocabulary
     config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece | huggingface (tokenizer.json; with vocab_path)
-    config.data.do_lower_case = config_dict.placeholder(bool)  # None = the checkpoint's casing
+    # None: the checkpoint's casing, else a tokenizer.json's, else a vocab.txt's tokens say (over 1% capitals: cased)
+    config.data.do_lower_case = config_dict.placeholder(bool)
     config.data.max_seq_length = 128
     config.data.num_buckets = 4          # batch lengths: at most this many, fitted to the training batches
     config.data.group_by_length = True   # batches of rows of similar length (shuffled batch order)

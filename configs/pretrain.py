@@ -13,7 +13,8 @@ The argument may add options after the preset, comma separated:
   configs/pretrain.py:modernbert-base,modern
                                     the modern objective and schedule: masked LM only (no NSP),
                                     full rows (documents end to end, [SEP] between, cut at
-                                    max_seq_length: no padding), 30% of tokens masked (80/10/10
+                                    max_seq_length; padding only in the last row of each batch of
+                                    128 documents), 30% of tokens masked (80/10/10
                                     kept), warmup-stable-decay (1-sqrt over the last 10%), AdamW
                                     with bias correction; any preset takes it. Its further
                                     switches, off by default: attention within each document of
@@ -76,11 +77,12 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     # by the argument; config.model.preset must stay it (another size would train on this one's).
     config.recipe = preset
 
-    # -- Model: every BertConfig field; unset (None) ones come from config.init_checkpoint when
-    #    there is one (its architecture, GELU form, LayerNorm epsilon, dropout), else from
-    #    `preset`; vocab_size 0 = the tokenizer's. dtype unset is bfloat16 on TPU/GPU and
-    #    float32 on CPU; matmul_precision unset is bfloat16 on a CPU with AMX-BF16 (bfloat16
-    #    operands, float32 sums, as a TPU multiplies float32), else default. --
+    # -- Model: every BertConfig field; unset (None) ones come from the run's own checkpoints when
+    #    it resumes, else from config.init_checkpoint when there is one (its architecture, GELU
+    #    form, LayerNorm epsilon, dropout), else from `preset`; vocab_size 0 = the tokenizer's.
+    #    dtype unset is bfloat16 on TPU/GPU and float32 on CPU; matmul_precision unset is
+    #    bfloat16 on a CPU with AMX-BF16 (bfloat16 operands, float32 sums, as a TPU multiplies
+    #    float32), else default. --
     config.model = ml_collections.ConfigDict({field: config_dict.placeholder(type(value))
                                               for field, value in BertConfig().to_dict().items()})
     config.model.preset = preset
@@ -145,8 +147,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
 
     # -- Checkpoints: <workdir>/checkpoints. Resume order: that -> init_checkpoint -> scratch. --
-    config.checkpoint = ml_collections.ConfigDict(dict(every=config_dict.placeholder(int), keep=3,  # as eval_every
-                                                       async_save=True))
+    # every: unset takes eval_every's default (>= 1 when set).
+    config.checkpoint = ml_collections.ConfigDict(dict(every=config_dict.placeholder(int), keep=3, async_save=True))
     config.init_checkpoint = ""  # bertjax checkpoint, Hugging Face dir or Google TF release dir
     config.init_checkpoint_required = False  # phase2, long: continuations, refused from random weights
 
