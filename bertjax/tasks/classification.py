@@ -173,7 +173,11 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
         texts_a.append(row[keys["text_a_key"]])
         if keys["text_b_key"]:
             texts_b.append(row[keys["text_b_key"]])
-        ids.append(row.get("id", row.get("idx", len(ids))))
+        given = row.get("id", row.get("idx"))  # (a null id is none)
+        if given is not None and any(c in str(given) for c in "\t\n\r"):
+            raise ValueError(f"{where}: id {given!r} holds a tab or a line break, which the predictions' TSV cannot "
+                             "hold")
+        ids.append(len(ids) if given is None else given)
         if labeled:
             label = row[keys["label_key"]]
             if not isinstance(label, (str, int, float)) or isinstance(label, bool):
@@ -182,6 +186,10 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
             labels.append(label)
     if not texts_a:
         raise ValueError(f"{path}: no examples (an empty file?)")
+    if keys["text_b_key"] and not any(b.strip() for b in texts_b):  # a pair model nothing could be predicted with
+        logging.warning("%s: column %r (config.data.text_b_key) is empty in every row: read as single texts (set "
+                        "config.data.text_b_key='' to say so)", path, keys["text_b_key"])
+        keys["text_b_key"], texts_b = "", []
     empty = [where for where, a, b in zip(lines, texts_a, texts_b or texts_a) if not a.strip() or not b.strip()]
     if empty:
         logging.warning("%s: %d of %d examples have an empty text (the first at %s); they are kept", path,
@@ -193,6 +201,20 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
     return Examples(path, texts_a, texts_b if keys["text_b_key"] else None,
                     _parse_labels(labels, lines, regression, keys["label_key"]) if labeled else None, ids,
                     locations=lines)
+
+
+def _given_label_names(names: str, regression: bool) -> tuple[str, ...] | None:
+    """config.data.label_names as a tuple (None when unset); ValueError for names that are not
+    distinct and non-empty, or given to a regression (which has no classes: they were ignored)."""
+    if not names:
+        return None
+    if regression:
+        raise ValueError(f"config.data.label_names={names!r} names classes, and this is a regression (config.task="
+                         "regression or config.data.label_kind='float'): leave it unset")
+    label_names = tuple(name.strip() for name in names.split(","))
+    if "" in label_names or len(set(label_names)) < len(label_names):
+        raise ValueError(f"config.data.label_names={names!r}: expected distinct, non-empty names separated by commas")
+    return label_names
 
 
 def _refuse_one_number_written_twice(label_names: tuple[str, ...], path: str) -> None:
@@ -293,18 +315,12 @@ def load_task(config, tokenizer) -> Task:
         split_names = ["train", "dev"]
     elif task in ("classification", "regression"):
         regression = task == "regression" or data.label_kind == "float"
+        label_names = _given_label_names(data.label_names, regression)  # checked before any file is read
         files = dict(own_files(config))
         train = read_file(files["train"], data, regression=regression)
         evals = [read_file(files["eval"], data, regression=regression)] if "eval" in files else []
         tests = [read_file(files["test"], data, regression=regression, labeled=False)] if "test" in files else []
-        if regression:
-            label_names = None
-        elif data.label_names:
-            label_names = tuple(name.strip() for name in data.label_names.split(","))
-            if "" in label_names or len(set(label_names)) < len(label_names):
-                raise ValueError(f"config.data.label_names={data.label_names!r}: expected distinct, non-empty "
-                                 "names separated by commas")
-        else:
+        if label_names is None and not regression:
             label_names = tuple(sorted(set(train.labels)))
             _refuse_one_number_written_twice(label_names, data.train_file)
             logging.info("%s: labels %s (sorted; set config.data.label_names to fix the order)", data.train_file,

@@ -161,12 +161,31 @@ def test_regression_files(tmp_path, tokenizer):
     ([{"text_a": "x", "text_b": "y", "label": "a"}], "csv", {"label_names": "a,b,a"},
      r"config.data.label_names='a,b,a': expected distinct, non-empty names"),
     ([{"text_a": "x", "text_b": "y", "label": "a"}], "csv", {"label_names": "a,b,"}, "expected distinct, non-empty"),
+    # Class names given to a regression were dropped without a word (a review).
+    ([{"text_a": "x", "text_b": "y", "label": 1.5}], "jsonl", {"task": "regression", "label_names": "neg,pos"},
+     r"config.data.label_names='neg,pos' names classes, and this is a regression"),
+    # An id the predictions' TSV cannot hold in one field.
+    ([{"id": "q\tz", "text_a": "x", "text_b": "y", "label": "a"}], "jsonl", {},
+     r"train.jsonl:1: id 'q\\tz' holds a tab or a line break"),
 ])
 def test_bad_files_name_the_file_line_and_key(tmp_path, tokenizer, rows, fmt, options, message):
     path = _write(tmp_path / f"train.{fmt}", rows, fmt)
     config = _config(options.pop("task", "classification"), train_file=path, **options)
     with pytest.raises(ValueError, match=message):
         classification.load_task(config, tokenizer)
+
+
+def test_a_text_b_column_empty_in_every_row_reads_single_texts(tmp_path, tokenizer, caplog):
+    """A template's text_b column left empty made a pair model (info pairs: True) that prediction
+    then refused both one text and a pair with an empty second (a review); a null id was 'None'."""
+    rows = [{"id": None, "text_a": "a warm city", "text_b": "", "label": "good"},
+            {"id": 7, "text_a": "a cold city", "text_b": " ", "label": "bad"}]
+    path = _write(tmp_path / "train.jsonl", rows, "jsonl")
+    with caplog.at_level("WARNING"):
+        loaded = classification.load_task(_config("classification", train_file=path), tokenizer)
+    assert "column 'text_b' (config.data.text_b_key) is empty in every row: read as single texts" in caplog.text
+    assert loaded.info["pairs"] is False and loaded.train.examples.examples.ids == [0, 7]
+    assert tokenizer.decode(loaded.train.features["input_ids"][0][:loaded.train.lengths[0]]) == "[CLS] a warm city [SEP]"
 
 
 def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
@@ -448,3 +467,22 @@ def test_own_file_label_settings_are_refused_for_a_dataset_task(tokenizer):
             classification.load_task(_config(task, **data), tokenizer)
     with pytest.raises(ValueError, match=r"config.data.label_names='O,B-PER' is for your own files \(config.task=ner\)"):
         tagging.load_task(_config("conll2003", label_names="O,B-PER"), tokenizer)
+
+
+def test_a_tsv_quoted_by_a_csv_writer_is_warned_of(tmp_path, caplog):
+    """pandas' to_csv(sep="\\t") quotes a field holding a quote; TSV is read literally (GLUE's
+    files need it), so the quotes stayed in the text without a word (a review)."""
+    import csv
+
+    path = tmp_path / "train.tsv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f, delimiter="\t").writerows([["text", "label"], ['a "great" film', "pos"], ["plain", "neg"]])
+    with caplog.at_level("WARNING"):
+        rows = list(read_records(str(path)))
+    assert rows[0][1]["text"] == '"a ""great"" film"'  # literal, as documented
+    assert f"{path}:2: a field quoted as a CSV writer quotes it" in caplog.text and caplog.text.count("a field quoted as") == 1
+    caplog.clear()
+    path.write_text('text\tlabel\n"quotes" of its own\tpos\n')
+    with caplog.at_level("WARNING"):
+        list(read_records(str(path)))
+    assert not caplog.text
