@@ -22,6 +22,7 @@ import codecs
 import csv
 import dataclasses
 import json
+import logging
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -242,6 +243,7 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
     except csv.Error as e:
         raise ValueError(f"{path}:1: not valid {file_format.upper()} ({e})") from None
     blank_lines = []  # of a one-column file, not yet known to be followed by a row
+    quoted_warned = False
     while True:
         first = reader.line_num + 1
         try:
@@ -267,7 +269,18 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
                 raise ValueError(f"{path}:{first}: {error}") from None
             yield f"{path}:{first}", error
             continue
+        if file_format == "tsv" and not quoted_warned and any(_csv_quoted(field) for field in fields):
+            quoted_warned = True
+            logging.warning("%s:%d: a field quoted as a CSV writer quotes it (\"...\"\"...\"); TSV fields are read "
+                            "literally, quotes kept: write the file as .csv (or set config.data.file_format=csv)",
+                            path, first)
         yield f"{path}:{first}", dict(zip(header, fields))
+
+
+def _csv_quoted(field: str) -> bool:
+    """Whether a TSV field looks quoted by a CSV writer (pandas' to_csv(sep="\\t"), csv.writer):
+    in quotes, with a quote inside doubled."""
+    return len(field) > 3 and field[0] == field[-1] == '"' and '""' in field[1:-1]
 
 
 def _jsonl_records(path: str, bad_rows: str) -> Iterator[tuple[str, dict | ValueError]]:

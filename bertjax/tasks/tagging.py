@@ -108,7 +108,8 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
 
     for number, line in enumerate(user_lines(path), start=1):
         # Columns are split at spaces and tabs only, as conlleval's: a token may hold a no-break space.
-        stripped = line.strip(" \t\r\n")
+        # A byte-order mark starts a line where files that had one were joined (cat): dropped.
+        stripped = line.lstrip("\ufeff").strip(" \t\r\n")
         columns = re.split(r"[ \t]+", stripped) if stripped else []
         if not columns or columns[0] == DOCSTART:
             end_sentence()

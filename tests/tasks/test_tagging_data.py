@@ -191,6 +191,10 @@ def test_conll_with_a_byte_order_mark_and_other_line_endings(tmp_path, newline):
     path.write_bytes(newline.join(lines).encode("utf-8") + newline.encode())
     examples = tagging.read_conll(str(path))
     assert examples.sentences == [["EU", "rejects"], ["Peter"]] and examples.tags == [["B-ORG", "O"], ["B-PER"]]
+    # Two such files joined (cat): the second mark starts a line inside; it made its -DOCSTART- a
+    # one-word sentence, trained and scored (a review).
+    path.write_bytes((newline.join(lines) + newline).encode("utf-8") * 2)
+    assert tagging.read_conll(str(path)).sentences == [["EU", "rejects"], ["Peter"]] * 2
 
 
 @pytest.mark.parametrize("names", ["O,B-PER,B-PER", "O,B-PER,", "B-PER,I-PER", "O,B-PER,PER"])
