@@ -47,7 +47,8 @@ TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one l
 class ChoiceExamples:
     """One split's examples: contexts[i], choices[i] (a list of >= 2 texts), labels <int64>[N]
     (-1 = unlabeled), locations[i] ('file:line' or 'tfds:name[split]#index'); truncated <bool>[N]
-    (set by `featurize`): a (context, choice) pair of the example was cut to max_seq_length."""
+    (set by `featurize`): a (context, choice) pair of the example was cut to max_seq_length;
+    ids[i]: the row's "id" where a file's rows have one (else its index), None without any."""
 
     source: str
     contexts: list[str]
@@ -55,6 +56,7 @@ class ChoiceExamples:
     labels: np.ndarray
     locations: list[str]
     truncated: np.ndarray | None = None
+    ids: list | None = None
 
     def __len__(self) -> int:
         return len(self.contexts)
@@ -68,8 +70,13 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
     otherwise each line needs an integer label in [0, its number of choices) or -1
     (unlabeled). Blank lines are skipped; anything else malformed raises ValueError naming
     file:line and what was expected."""
-    contexts, choices, labels, locations = [], [], [], []
+    contexts, choices, labels, locations, ids = [], [], [], [], []
     for where, row in read_records(path, "jsonl"):
+        given = row.get("id")
+        if given is not None and any(c in str(given) for c in "\t\n\r"):
+            raise ValueError(f"{where}: id {given!r} holds a tab or a line break, which the predictions' TSV cannot "
+                             "hold")
+        ids.append(given)
         if not isinstance(row.get(context_key), str):
             raise ValueError(f"{where}: expected an object with a {context_key!r} string")
         options = row.get(choices_key)
@@ -87,7 +94,9 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
                                  f"(or -1 for unlabeled), got {label!r}")
         contexts.append(row[context_key]), choices.append(options), labels.append(label)
         locations.append(where)
-    return ChoiceExamples(path, contexts, choices, np.array(labels, np.int64), locations)
+    given = any(i is not None for i in ids)
+    return ChoiceExamples(path, contexts, choices, np.array(labels, np.int64), locations,
+                          ids=[n if i is None else i for n, i in enumerate(ids)] if given else None)
 
 
 def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamples:
@@ -221,12 +230,14 @@ def load_task(config, tokenizer) -> Task:
 
 
 def write_predictions(split: Split, predictions: dict, directory: str) -> list[str]:
-    """<directory>/<split>.tsv: `index  prediction  label` (the example's row in the split,
-    the predicted choice's index, the gold one; no label column for an unlabeled split)."""
+    """<directory>/<split>.tsv: `index  prediction  label` (the row's "id" where the file's rows
+    have one, else its place in the split; the predicted choice's index, the gold one; no label
+    column for an unlabeled split)."""
     predicted = predict(split, predictions["scores"])
-    labels = split.features["label"]
+    labels, ids = split.features["label"], split.examples.ids
     lines = ["index\tprediction" + ("\tlabel" if split.has_labels else "")]
-    lines += [f"{i}\t{p}" + (f"\t{labels[i]}" if split.has_labels else "") for i, p in enumerate(predicted)]
+    lines += [f"{i if ids is None else ids[i]}\t{p}" + (f"\t{labels[i]}" if split.has_labels else "")
+              for i, p in enumerate(predicted)]
     return [write_lines(fileio.join(directory, f"{split.name}.tsv"), lines)]
 
 
