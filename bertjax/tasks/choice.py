@@ -32,8 +32,8 @@ from absl import logging
 from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
 from bertjax.runtime import fileio
-from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, own_files, read_records,
-                                  truncation, write_lines)
+from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, example_ids, own_files,
+                                  read_records, truncation, write_lines)
 from bertjax.tasks.family import Family, no_options
 
 MAX_SEQ_LENGTH = 128
@@ -48,7 +48,7 @@ class ChoiceExamples:
     """One split's examples: contexts[i], choices[i] (a list of >= 2 texts), labels <int64>[N]
     (-1 = unlabeled), locations[i] ('file:line' or 'tfds:name[split]#index'); truncated <bool>[N]
     (set by `featurize`): a (context, choice) pair of the example was cut to max_seq_length;
-    ids[i]: the row's "id" where a file's rows have one (else its index), None without any."""
+    ids[i]: the row's "id" (or "idx") where a file's rows have them (`example_ids`), else None."""
 
     source: str
     contexts: list[str]
@@ -72,11 +72,7 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
     file:line and what was expected."""
     contexts, choices, labels, locations, ids = [], [], [], [], []
     for where, row in read_records(path, "jsonl"):
-        given = row.get("id")
-        if given is not None and any(c in str(given) for c in "\t\n\r"):
-            raise ValueError(f"{where}: id {given!r} holds a tab or a line break, which the predictions' TSV cannot "
-                             "hold")
-        ids.append(given)
+        ids.append(row.get("id", row.get("idx")))
         if not isinstance(row.get(context_key), str):
             raise ValueError(f"{where}: expected an object with a {context_key!r} string")
         options = row.get(choices_key)
@@ -94,9 +90,8 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
                                  f"(or -1 for unlabeled), got {label!r}")
         contexts.append(row[context_key]), choices.append(options), labels.append(label)
         locations.append(where)
-    given = any(i is not None for i in ids)
     return ChoiceExamples(path, contexts, choices, np.array(labels, np.int64), locations,
-                          ids=[n if i is None else i for n, i in enumerate(ids)] if given else None)
+                          ids=example_ids(ids, locations))
 
 
 def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamples:

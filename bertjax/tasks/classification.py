@@ -35,8 +35,8 @@ from bertjax.data.sources import prepared_tfds_builder
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
 from bertjax.runtime import fileio
-from bertjax.tasks.common import (Split, Task, bert_inputs, encode_pairs, own_files, read_records, truncation,
-                                  write_lines)
+from bertjax.tasks.common import (Split, Task, bert_inputs, encode_pairs, example_ids, own_files, read_records,
+                                  truncation, write_lines)
 from bertjax.tasks.family import Family, hf_label_names, no_options
 from bertjax.tasks.raw_text import text_pair
 
@@ -150,13 +150,17 @@ def read_demo(split: str) -> Examples:
                     [names[label] for _, _, label in examples], list(range(len(examples))))
 
 
-def read_file(path: str, data_config, *, regression: bool, labeled: bool = True) -> Examples:
+def read_file(path: str, data_config, *, regression: bool, labeled: bool = True, pairs: bool | None = None
+              ) -> Examples:
     """Your own CSV/TSV/JSONL file -> Examples (labeled=False: a test file, labels not read).
+    pairs: whether to read config.data.text_b_key (False: single texts whatever the file
+    holds); None: this file decides, single texts when its column is empty in every row (the
+    training file decides for the others: the model reads what it trained on).
 
     Errors name file:line and the config key: a missing column, a text that is not text,
     labels of mixed types or (regression) not numbers, an empty file.
     """
-    keys = {"text_a_key": data_config.text_a_key, "text_b_key": data_config.text_b_key,
+    keys = {"text_a_key": data_config.text_a_key, "text_b_key": data_config.text_b_key if pairs is not False else "",
             "label_key": data_config.label_key if labeled else ""}
     for key in ("text_a_key", "label_key") if labeled else ("text_a_key",):
         if not keys[key]:
@@ -173,11 +177,7 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
         texts_a.append(row[keys["text_a_key"]])
         if keys["text_b_key"]:
             texts_b.append(row[keys["text_b_key"]])
-        given = row.get("id", row.get("idx"))  # (a null id is none)
-        if given is not None and any(c in str(given) for c in "\t\n\r"):
-            raise ValueError(f"{where}: id {given!r} holds a tab or a line break, which the predictions' TSV cannot "
-                             "hold")
-        ids.append(len(ids) if given is None else given)
+        ids.append(row.get("id", row.get("idx")))
         if labeled:
             label = row[keys["label_key"]]
             if not isinstance(label, (str, int, float)) or isinstance(label, bool):
@@ -186,10 +186,10 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
             labels.append(label)
     if not texts_a:
         raise ValueError(f"{path}: no examples (an empty file?)")
-    if keys["text_b_key"] and not any(b.strip() for b in texts_b):  # a pair model nothing could be predicted with
-        logging.warning("%s: column %r (config.data.text_b_key) is empty in every row: read as single texts (set "
-                        "config.data.text_b_key='' to say so)", path, keys["text_b_key"])
-        keys["text_b_key"], texts_b = "", []
+    if pairs is None and keys["text_b_key"] and not any(b.strip() for b in texts_b):  # else a pair model nothing
+        logging.warning("%s: column %r (config.data.text_b_key) is empty in every row: single texts, in every "
+                        "file (set config.data.text_b_key='' to say so)", path, keys["text_b_key"])
+        keys["text_b_key"], texts_b = "", []  # could be predicted with
     empty = [where for where, a, b in zip(lines, texts_a, texts_b or texts_a) if not a.strip() or not b.strip()]
     if empty:
         logging.warning("%s: %d of %d examples have an empty text (the first at %s); they are kept", path,
@@ -199,8 +199,8 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True)
                          f"({', '.join(f'{t} at {w}' for t, w in label_types.items())}); expected all "
                          f"{'numbers' if regression else 'class names'}")
     return Examples(path, texts_a, texts_b if keys["text_b_key"] else None,
-                    _parse_labels(labels, lines, regression, keys["label_key"]) if labeled else None, ids,
-                    locations=lines)
+                    _parse_labels(labels, lines, regression, keys["label_key"]) if labeled else None,
+                    example_ids(ids, lines) or list(range(len(texts_a))), locations=lines)
 
 
 def _given_label_names(names: str, regression: bool) -> tuple[str, ...] | None:
@@ -318,8 +318,10 @@ def load_task(config, tokenizer) -> Task:
         label_names = _given_label_names(data.label_names, regression)  # checked before any file is read
         files = dict(own_files(config))
         train = read_file(files["train"], data, regression=regression)
-        evals = [read_file(files["eval"], data, regression=regression)] if "eval" in files else []
-        tests = [read_file(files["test"], data, regression=regression, labeled=False)] if "test" in files else []
+        pairs = train.texts_b is not None
+        evals = [read_file(files["eval"], data, regression=regression, pairs=pairs)] if "eval" in files else []
+        tests = ([read_file(files["test"], data, regression=regression, labeled=False, pairs=pairs)]
+                 if "test" in files else [])
         if label_names is None and not regression:
             label_names = tuple(sorted(set(train.labels)))
             _refuse_one_number_written_twice(label_names, data.train_file)

@@ -277,6 +277,23 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
         yield f"{path}:{first}", dict(zip(header, fields))
 
 
+def example_ids(given: list, locations: list[str]) -> list | None:
+    """The ids a file's rows give ("id", else "idx"; None where a row has none), for the
+    predictions' index column; None when no row gives one. ValueError naming file:line for a
+    file where some rows give one and others not (a row's place could be another's id), or an
+    id a TSV field cannot hold."""
+    if all(value is None for value in given):
+        return None
+    for value, where in zip(given, locations):
+        if value is None:
+            raise ValueError(f"{where}: no id, where other rows have one: give every row an id (\"id\" or \"idx\"), "
+                             "or none")
+        if any(c in str(value) for c in "\t\n\r"):
+            raise ValueError(f"{where}: id {value!r} holds a tab or a line break, which the predictions' TSV cannot "
+                             "hold")
+    return given
+
+
 def _csv_quoted(field: str) -> bool:
     """Whether a TSV field looks quoted by a CSV writer (pandas' to_csv(sep="\\t"), csv.writer):
     in quotes, with a quote inside doubled."""

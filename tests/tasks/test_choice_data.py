@@ -81,13 +81,15 @@ def test_predictions_carry_the_rows_ids(tmp_path, demo_tokenizer):
     """The predictions' index was the row's place in the split: a file's ids were lost, and a
     blank line shifted every row after it against the file (a review)."""
     rows = [{"id": "q-7", "context": "The fox", "choices": ["eats", "sleeps"], "label": 1}, "",
-            {"context": "A river", "choices": ["flows", "x"], "label": 0}]
+            {"idx": 12, "context": "A river", "choices": ["flows", "x"], "label": 0}]
     split = choice.load_split(demo_tokenizer, _write_jsonl(tmp_path, rows), "dev", max_seq_length=16)
     choice.write_predictions(split, {"scores": np.array([[0.1, 0.9], [0.8, 0.2]])}, str(tmp_path / "out"))
     assert (tmp_path / "out" / "dev.tsv").read_text().splitlines() == ["index\tprediction\tlabel", "q-7\t1\t1",
-                                                                       "1\t0\t0"]
+                                                                       "12\t0\t0"]
     with pytest.raises(ValueError, match=r":1: id 'a\\tb' holds a tab"):
         choice.read_jsonl(_write_jsonl(tmp_path, [{"id": "a\tb", "context": "c", "choices": ["x", "y"], "label": 0}]))
+    with pytest.raises(ValueError, match=r":3: no id, where other rows have one"):
+        choice.read_jsonl(_write_jsonl(tmp_path, [rows[0], "", {**rows[2], "idx": None}]))
 
 
 @pytest.mark.parametrize("row, message", [

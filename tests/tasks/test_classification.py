@@ -164,9 +164,12 @@ def test_regression_files(tmp_path, tokenizer):
     # Class names given to a regression were dropped without a word (a review).
     ([{"text_a": "x", "text_b": "y", "label": 1.5}], "jsonl", {"task": "regression", "label_names": "neg,pos"},
      r"config.data.label_names='neg,pos' names classes, and this is a regression"),
-    # An id the predictions' TSV cannot hold in one field.
+    # An id the predictions' TSV cannot hold in one field; ids on some rows only (a row's place
+    # could be another's id).
     ([{"id": "q\tz", "text_a": "x", "text_b": "y", "label": "a"}], "jsonl", {},
      r"train.jsonl:1: id 'q\\tz' holds a tab or a line break"),
+    ([{"id": 1, "text_a": "x", "text_b": "y", "label": "a"}, {"text_a": "x", "text_b": "y", "label": "a"}], "jsonl",
+     {}, r"train.jsonl:2: no id, where other rows have one"),
 ])
 def test_bad_files_name_the_file_line_and_key(tmp_path, tokenizer, rows, fmt, options, message):
     path = _write(tmp_path / f"train.{fmt}", rows, fmt)
@@ -179,13 +182,16 @@ def test_a_text_b_column_empty_in_every_row_reads_single_texts(tmp_path, tokeniz
     """A template's text_b column left empty made a pair model (info pairs: True) that prediction
     then refused both one text and a pair with an empty second (a review); a null id was 'None'."""
     rows = [{"id": None, "text_a": "a warm city", "text_b": "", "label": "good"},
-            {"id": 7, "text_a": "a cold city", "text_b": " ", "label": "bad"}]
+            {"id": None, "text_a": "a cold city", "text_b": " ", "label": "bad"}]
     path = _write(tmp_path / "train.jsonl", rows, "jsonl")
+    dev = _write(tmp_path / "dev.jsonl", [{**rows[0], "text_b": "a second text"}], "jsonl")
     with caplog.at_level("WARNING"):
-        loaded = classification.load_task(_config("classification", train_file=path), tokenizer)
-    assert "column 'text_b' (config.data.text_b_key) is empty in every row: read as single texts" in caplog.text
-    assert loaded.info["pairs"] is False and loaded.train.examples.examples.ids == [0, 7]
-    assert tokenizer.decode(loaded.train.features["input_ids"][0][:loaded.train.lengths[0]]) == "[CLS] a warm city [SEP]"
+        loaded = classification.load_task(_config("classification", train_file=path, eval_file=dev), tokenizer)
+    assert "column 'text_b' (config.data.text_b_key) is empty in every row: single texts, in every file" in caplog.text
+    assert loaded.info["pairs"] is False and loaded.train.examples.examples.ids == [0, 1]
+    # Every file as the model trains: the dev file's second texts are not read.
+    for split in (loaded.train, loaded.eval_splits[0]):
+        assert tokenizer.decode(split.features["input_ids"][0][:split.lengths[0]]) == "[CLS] a warm city [SEP]"
 
 
 def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
