@@ -188,16 +188,22 @@ def resolve_cadence(config: ml_collections.ConfigDict) -> None:
 
 def check_recipe(config: ml_collections.ConfigDict, workdir: str) -> None:
     """ValueError when config.model.preset is not the preset whose recipe (batch, steps, rate,
-    length) the config carries (config.recipe; `--config.recipe` overrides it on purpose). A
+    length) the config carries (config.recipe; `--config.recipe` overrides it on purpose), or
+    when a resume's recipe is not the one its checkpoints trained with: the model comes from
+    them, so another preset's recipe would train it at that preset's batch, steps and rate. A
     run that resumes checkpoints saved before recipes were recorded is left as it was."""
     recipe, preset = config.get("recipe"), config.model.get("preset")
-    if not recipe or preset == recipe:
-        return
     own = run_config.own_checkpoints(workdir)
-    if own and "recipe" not in (checkpointing.read_meta(own).get("config") or {}):
+    saved = (checkpointing.read_meta(own).get("config") or {}) if own else {}
+    if own and "recipe" not in saved:
         return
-    raise ValueError(f"config.model.preset={preset!r}, but the recipe (batch, steps, rate, length) is {recipe!r}'s: "
-                     f"choose the preset in --config=configs/pretrain.py:{preset}")
+    if own and recipe != saved["recipe"]:
+        raise ValueError(f"workdir {workdir} holds a run of the {saved['recipe']!r} recipe, and this config is "
+                         f"{recipe!r}'s: resume it with --config=configs/pretrain.py:{saved['recipe']} (any "
+                         "options after it too), or give a new workdir")
+    if recipe and preset != recipe:
+        raise ValueError(f"config.model.preset={preset!r}, but the recipe (batch, steps, rate, length) is "
+                         f"{recipe!r}'s: choose the preset in --config=configs/pretrain.py:{preset}")
 
 
 def _init_checkpoint_run(config: ml_collections.ConfigDict) -> dict:

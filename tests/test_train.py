@@ -293,6 +293,12 @@ def test_a_model_preset_other_than_the_recipes_is_refused(tmp_path, five_steps):
         pretrain_setup.check_recipe(config, str(tmp_path / "new"))
     config.recipe = "base"  # on purpose
     pretrain_setup.check_recipe(config, str(tmp_path / "new"))
+    # A resume whose model comes from its checkpoints (tiny's recipe) under base's config would
+    # train the tiny model at base's batch, steps and rate (a review): refused.
+    with pytest.raises(ValueError, match=r"holds a run of the 'tiny' recipe, and this config is 'base''s: resume it "
+                                         r"with --config=configs/pretrain.py:tiny"):
+        pretrain_setup.check_recipe(pretrain_config.get_config("base"), str(five_steps))
+    pretrain_setup.check_recipe(_config(), str(five_steps))
 
 
 def test_a_checkpoint_of_another_size_than_the_recipes_is_warned_of(caplog, five_steps):
