@@ -551,7 +551,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
             evaluate_at(step, state)
         while step < train_cfg.num_steps:
-            batch = next(batches)
+            batch = loop.next_batch(batches, step, state)
             step_fn = _train_step(programs, batching.batch_shape(batch), loop, clock)
             with sharding.activate(mesh):
                 state, metrics = step_fn(state, trainer.whole_batch(batch, mesh), programs.step_inputs)

@@ -304,8 +304,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
 
     # -- The step, compiled once per batch size with explicit shardings (once, without batch
     #    warmup; with it the first size and the largest the run reaches now, so that a batch too
-    #    large for memory fails here rather than hours into the ramp, and the sizes between when
-    #    the warmup reaches them); the state is donated. --
+    #    large for memory fails here rather than hours into the ramp, and the sizes between in a
+    #    background thread while the first steps run: below); the state is donated. --
     start_step = int(jax.device_get(state.step))
     if start_step > train_cfg.num_steps:  # e.g. phase2 given its phase-1 workdir: it would end at once
         raise ValueError(f"{checkpointer.directory} is at step {start_step}, past config.train.num_steps="
@@ -378,7 +378,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         with sharding.activate(mesh):
             return compile_for(rows)
     growth = dict.fromkeys(warmup.rows(at) for at in range(start_step, min(train_cfg.num_steps, warmup.warmup_steps)))
-    ahead = compile_ahead.CompileAhead(compile_growth, [rows for rows in growth if rows not in compiled])
+    growth = [rows for rows in growth if rows not in compiled]
+    ahead = compile_ahead.CompileAhead(compile_growth, growth)
+    if growth:
+        loop.console(f"compiling the step for the {len(growth)} batch size(s) between ({', '.join(map(str, growth))} "
+                     "rows) in the background")
     step = start_step
     batches = loop.input(train_data.batches(start_step, start_unit))
     try:
@@ -391,7 +395,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                 if rows not in compiled:
                     with loop.paused(recurring=False):
                         compiled[rows], seconds, waited = ahead.take(rows)
-                    how_compiled = f"compiled its step in {seconds:.1f}s ({seconds - waited:.1f}s of it while training)"
+                    how_compiled = f"compiled its step in {seconds:.1f}s" + (
+                        f" ({seconds - waited:.1f}s of it while training)" if seconds - waited >= 0.1 else "")
                 loop.console(f"step {step}: the batch grows to {rows} rows; {how_compiled}")
             batch = place(loop.next_batch(batches, step, state), mesh)
             with sharding.activate(mesh):

@@ -176,8 +176,8 @@ def resolve_cadence(config: ml_collections.ConfigDict) -> None:
     """Sets an unset config.train.eval_every and config.checkpoint.every from the run's own
     length (after its options and overrides): every 500 steps or a quarter of a shorter run,
     every twentieth of a run longer than 10,000 steps, at most every 10,000 (the paper's). It
-    grows with the run: a step of 10,000 to 500 steps at once left runs of 10,001-199,999 steps
-    two evaluations (no plateau alarm, nothing kept from a killed run before the middle)."""
+    never falls as the run grows: every run evaluates (the plateau alarm needs several
+    evaluations) and keeps checkpoints well before its end."""
     steps = config.train.num_steps
     every = max(1, min(10_000, max(min(500, steps // 4), steps // 20))) if isinstance(steps, int) else 10_000
     if config.train.eval_every is None:

@@ -495,8 +495,8 @@ def load_tokenizer(kind: str, path: str, do_lower_case: bool | None = True) -> T
     """"wordpiece" + vocab.txt, "sentencepiece" + .model or "huggingface" + tokenizer.json -> Tokenizer.
 
     `do_lower_case` applies to WordPiece only (None: a tokenizer.json's own casing, else what a
-    vocab.txt's tokens show: `Tokenizer.from_vocab_file`): a SentencePiece model or a tokenizer.json carries its own normalisation
-    (see `data.vocabularies.train_sentencepiece`).
+    vocab.txt's tokens show: `Tokenizer.from_vocab_file`): a SentencePiece model or a
+    tokenizer.json carries its own normalisation (see `data.vocabularies.train_sentencepiece`).
     """
     if kind == "wordpiece":
         return Tokenizer.from_vocab_file(path, do_lower_case)
@@ -809,7 +809,7 @@ def _capitals_share(tokens: tuple[str, ...]) -> float | None:
 def _vocab_looks_uncased(path: str, tokens: tuple[str, ...]) -> bool:
     """do_lower_case for a vocab.txt given none: False when capitals are in over 1% of its tokens
     (Google's cased releases: about a fifth; uncased ones: none), else True, the original's
-    default. Said when it keeps the case, which a run lower-cased before."""
+    default. Said when it keeps the case, so that a user expecting lower-casing sees why not."""
     share = _capitals_share(tokens)
     if share is None or share <= 0.01:
         return True

@@ -195,8 +195,9 @@ class Loop:
         return self._input
 
     def next_batch(self, batches: Iterator, step: int, state: TrainState) -> Any:
-        """The next item of `input(...)`. A stop signal while the input stalls saves `state`
-        (at `step`, if not saved yet) and raises TrainingStopped. The first logged row's time
+        """The next item of `batches` (`input(...)`'s, or any iterator). A stop signal while the
+        input stalls saves `state` (at `step`, if not saved yet) and raises TrainingStopped
+        (`input(...)`'s read-ahead hears it while waiting). The first logged row's time
         starts when the first batch is there: the input pipeline's start-up (files opened,
         shuffle buffers filled) is not the steps' pace."""
         try:

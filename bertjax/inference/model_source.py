@@ -113,8 +113,8 @@ class ModelSource:
         """The tokenizer that comes with the model, or `vocab_path` (which must then be the
         same vocabulary when the model names one). do_lower_case (WordPiece only: a
         SentencePiece model or a tokenizer.json normalises as it says) None: the model's
-        casing, else the vocabulary file's (a tokenizer.json says), else lower-cased with a
-        warning."""
+        casing, else the vocabulary file's (a tokenizer.json says), else what a vocab.txt's
+        tokens show (`Tokenizer.from_vocab_file`), with a warning."""
         saved = self.tokenizer_spec
         if not vocab_path and not saved:
             raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt, tokenizer.json or a saved "
@@ -141,7 +141,7 @@ class ModelSource:
         if lower is None and tokenization.wordpiece_casing(path) is None:
             import logging
             logging.getLogger(__name__).warning(
-                "%s: casing not recorded; do_lower_case=%s, as its vocabulary's tokens show (set do_lower_case to "
+                "%s: casing not recorded; do_lower_case=%s, judged from its vocabulary's tokens (set do_lower_case to "
                 "change it)", self.path, tokenizer.do_lower_case)
         return self._checked(tokenizer, vocab_path)
 
