@@ -60,6 +60,10 @@ UNKNOWN_SHARE_WARNED = 0.01  # of the corpus's tokens [UNK]: a vocabulary that d
 # Version of the text source's reading (2: a line of Unicode spaces ends a document, as the
 # original's strip() made it): an interrupted prepare is never resumed with another.
 TEXT_READER = 2
+# Version of the sentence splitter that cuts JSONL, Parquet and TFDS documents (2: ¿ and ¡ open
+# a sentence): likewise.
+SENTENCE_SPLITTER = 2
+_SPLIT_SOURCES = ("jsonl", "parquet", "tfds")
 PREPARE_LOCK = ".prepare.lock"  # not the workdir's .lock: config.data.prepared_dir may be the run's workdir
 _PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal (a log file)
 
@@ -148,6 +152,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         "source": data_config.source, "units": units, "eval_fraction": float(data_config.eval_fraction),
         "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
         **({"text_reader": TEXT_READER} if data_config.source == "text" else {}),
+        **({"sentence_splitter": SENTENCE_SPLITTER} if data_config.source in _SPLIT_SOURCES else {}),
         # A byte-level BPE's sentences after a document's first carry their leading space.
         **({"sentence_prefix": tokenizer.word_prefix} if tokenizer.word_prefix else {}),
     }
@@ -166,9 +171,9 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
 
 def _prepared_already(output_dir: str, settings: dict) -> dict:
     """The metadata of `output_dir`, prepared earlier; a ValueError for other settings. A
-    finished folder read with an earlier text reader, or tokenized before sentences carried a
-    byte-level BPE's leading space, is whole in itself: used, with a warning (only resuming one
-    across versions would mix them at unit boundaries)."""
+    finished folder read with an earlier text reader or sentence splitter, or tokenized before
+    sentences carried a byte-level BPE's leading space, is whole in itself: used, with a
+    warning (only resuming one across versions would mix them at unit boundaries)."""
     metadata = read_metadata(output_dir)
     found = metadata["settings"]
     if found.get("source") == settings.get("source") == "text" and found.get("text_reader", 1) < TEXT_READER:
@@ -178,6 +183,10 @@ def _prepared_already(output_dir: str, settings: dict) -> dict:
         found = {key: value for key, value in found.items() if key != "text_reader"}
         if "text_reader" in settings:
             found["text_reader"] = settings["text_reader"]
+    if "sentence_splitter" in settings and found.get("sentence_splitter", 1) < SENTENCE_SPLITTER:
+        logging.warning("%s was prepared by an earlier sentence splitter (%s): '¿' and '¡' did not start a sentence "
+                        "there; prepare again to have them start one", output_dir, found.get("sentence_splitter", 1))
+        found = {**found, "sentence_splitter": settings["sentence_splitter"]}
     if "sentence_prefix" in settings and "sentence_prefix" not in found:
         _warn_unprefixed(output_dir)
         found = {**found, "sentence_prefix": settings["sentence_prefix"]}

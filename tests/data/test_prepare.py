@@ -249,23 +249,32 @@ def test_other_settings_in_the_same_directory_are_refused(tmp_path):
         prepare.ensure_prepared(_config(tmp_path, eval_fraction=1.0), out)
 
 
-def test_a_folder_from_an_earlier_text_reader_is_used_whole_but_never_resumed(tmp_path, caplog):
-    """Lines of Unicode spaces end documents since text_reader 2: a finished folder from
-    before is whole in itself (used, with a warning); an interrupted one resumed with the new
-    reader would read the sentences at a unit boundary by both rules (a review): refused."""
-    _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+@pytest.mark.parametrize("version, source, warned", [
+    ("text_reader", "text", "was prepared by an earlier reader of text files (1)"),
+    ("sentence_splitter", "jsonl", "was prepared by an earlier sentence splitter (1)")])
+def test_a_folder_from_an_earlier_reader_is_used_whole_but_never_resumed(tmp_path, caplog, version, source, warned):
+    """Lines of Unicode spaces end documents since text_reader 2, ¿ and ¡ open sentences since
+    sentence_splitter 2: a finished folder from before is whole in itself (used, with a
+    warning); an interrupted one resumed with the new reader would read the sentences at a unit
+    boundary by both rules (a review): refused."""
+    if source == "text":
+        _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+        config = _config(tmp_path)
+    else:
+        (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "Row {i}. ¿Qué? Fin."}}\n' for i in range(5)))
+        config = _config(tmp_path, source="jsonl", input_pattern=str(tmp_path / "a.jsonl"), text_key="text")
     out = tmp_path / "out"
-    prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
+    prepare.ensure_prepared(config, str(out), num_workers=1)
     for name in ("metadata.json", "settings.json"):  # as the earlier reader wrote them
         saved = json.loads((out / name).read_text())
-        (saved.get("settings", saved)).pop("text_reader")
+        (saved.get("settings", saved)).pop(version)
         (out / name).write_text(json.dumps(saved))
     with caplog.at_level("WARNING"):
-        prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
-    assert "was prepared by an earlier reader of text files (1)" in caplog.text
+        prepare.ensure_prepared(config, str(out), num_workers=1)
+    assert warned in caplog.text
     (out / "metadata.json").unlink()  # interrupted before its end
-    with pytest.raises(ValueError, match=r"other settings \(text_reader nothing there, 2 now\)"):
-        prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
+    with pytest.raises(ValueError, match=rf"other settings \({version} nothing there, 2 now\)"):
+        prepare.ensure_prepared(config, str(out), num_workers=1)
 
 
 def test_sentencepiece_and_parallel_workers(tmp_path):
