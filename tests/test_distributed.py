@@ -22,6 +22,7 @@ def calls(monkeypatch):
             monkeypatch.delenv(name)
     recorded = []
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: recorded.append(kwargs))
+    monkeypatch.setattr(distributed, "wait_for_coordinator", lambda address, process_id: None)
     return recorded
 
 
@@ -105,6 +106,23 @@ def test_explicit_flags_on_and_off(calls):
     with pytest.raises(ValueError, match=r"--distributed must be one of \('auto', 'on', 'off'\), got 'yes'"):
         distributed.initialize("yes")
     assert len(calls) == 2
+
+
+def test_a_coordinator_address_nothing_answers_is_named(monkeypatch):
+    """A mistyped --coordinator_address (or process 0 not started) waited jax's 300 s in silence,
+    then aborted in C++ blaming "another task" (a review): the other processes name it."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(distributed, "COORDINATOR_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: pytest.fail("jax.distributed was started"))
+    with pytest.raises(ValueError, match=rf"--coordinator_address=127.0.0.1:{port}: process 1 found no coordinator "
+                                         r"there in 1s \(ConnectionRefusedError"):
+        distributed.initialize("on", f"127.0.0.1:{port}", 2, 1)
+    with pytest.raises(ValueError, match=r"--coordinator_address='nohost': expected host:port"):
+        distributed.initialize("on", "nohost", 2, 1)
 
 
 def test_on_without_a_cluster_or_flags_names_the_flags(monkeypatch):

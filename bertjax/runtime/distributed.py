@@ -25,15 +25,45 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
 
 import jax
 
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "on", "off")
+COORDINATOR_WAIT_SECONDS = 300.0  # as long as jax.distributed's own initialization timeout
+_WAITING_SAID_EVERY_SECONDS = 30.0
 # What launchers jax does not detect set for each process (Open MPI 5 no longer sets the
 # OMPI_MCA_orte_hnp_uri jax looks for; torchrun-style launchers; MPICH / Intel MPI).
 WORLD_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
+
+
+def wait_for_coordinator(address: str, process_id: int) -> None:
+    """On a process other than 0: waits until the coordinator (process 0's) takes connections
+    at `address`, saying so every 30 s; ValueError naming the address after
+    COORDINATOR_WAIT_SECONDS. jax.distributed's own wait on a wrong address is silent, then a
+    C++ abort that blames "another task", which no launcher can turn into one line."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--coordinator_address={address!r}: expected host:port")
+    start = said = time.monotonic()
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):
+                return
+        except OSError as e:
+            waited = time.monotonic() - start
+            if waited >= COORDINATOR_WAIT_SECONDS:
+                raise ValueError(f"--coordinator_address={address}: process {process_id} found no coordinator there "
+                                 f"in {waited:.0f}s ({type(e).__name__}: {e}); process 0 runs it: start process 0 with "
+                                 "the same --coordinator_address, the address of its host") from None
+            if time.monotonic() - said >= _WAITING_SAID_EVERY_SECONDS:
+                said = time.monotonic()
+                log.warning("process %d: waiting %.0fs for the coordinator at %s (process 0)", process_id, waited,
+                            address)
+            time.sleep(min(1.0, COORDINATOR_WAIT_SECONDS - waited))
 
 
 def detect_cluster() -> type | None:
@@ -96,6 +126,8 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
                      f"{cluster.__name__} with one process" if cluster else "no multi-process cluster environment")
             return False
         log.info("--distributed=auto: %s with %d processes", cluster.__name__, processes)
+    if coordinator_address is not None and process_id and (num_processes is None or process_id < num_processes):
+        wait_for_coordinator(coordinator_address, process_id)  # (a process_id out of range: jax's error, at once)
     try:
         jax.distributed.initialize(**flags)
     except ValueError as e:  # jax: "coordinator_address should be defined." and the like
