@@ -256,7 +256,7 @@ class Checkpointer:
         _check_abstract(abstract_state, "abstract_state")
         if step is not None:
             return self._read(abstract_state, step)
-        steps = sorted(self._manager.all_steps(), reverse=True)
+        steps = agreed_steps(sorted(self._manager.all_steps(), reverse=True))
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         unreadable, error = [], None
@@ -327,6 +327,18 @@ class Checkpointer:
             self._manager.close()
         except Exception as e:
             raise self._save_failed(e) from e
+
+
+def agreed_steps(steps: list[int]) -> list[int]:
+    """Process 0's `steps` on every process (a broadcast, so every process must call it): each
+    lists the checkpoint folder itself, and a file system whose listings lag (NFS's cached
+    attributes, just after a preemption) would have each restore another step, a mixed state."""
+    if jax.process_count() == 1:
+        return steps
+    count = int(multihost_utils.broadcast_one_to_all(np.int32(len(steps))))
+    mine = np.full(count, -1, np.int64)
+    mine[:min(count, len(steps))] = steps[:count]
+    return [int(step) for step in multihost_utils.broadcast_one_to_all(mine)]
 
 
 def _on_every_process(ok: bool) -> bool:

@@ -351,9 +351,10 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
     """
     # A preemption notice during the restore: JAX picks the step after the one each host last
     # told it, so tell it now where the run resumes (see bertjax/runtime/preemption.py).
-    preemption.report_start((checkpointer.latest_step() if checkpointer is not None else None) or 0)
+    newest = checkpointing.agreed_steps(checkpointer.all_steps()[::-1])[:1] if checkpointer is not None else []
+    preemption.report_start(newest[0] if newest else 0)
     with sharding.activate(mesh):
-        if checkpointer is not None and checkpointer.latest_step() is not None:
+        if newest:  # (process 0's listing: every process resumes, or none)
             try:
                 state, meta = checkpointer.restore(with_shardings(abstract, shardings))
             except checkpointing.CheckpointMismatchError as error:

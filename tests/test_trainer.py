@@ -235,6 +235,9 @@ _INTERLEAVED = textwrap.dedent("""
             print("held", flush=True)
     except Exception as error:
         print(f"refused {type(error).__name__}", flush=True)
+    # Checkpoint steps as process 0 lists them (another's listing may lag): one step restored.
+    from bertjax import checkpointing
+    print(f"agreed {checkpointing.agreed_steps([9, 5] if jax.process_index() == 0 else [5])}", flush=True)
     # A shared step that fails on process 0 (a tokenizer it cannot read): both stop at once.
     def load():
         raise FileNotFoundError("no vocab.txt")
@@ -257,6 +260,7 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
         assert "busy workdir " in out and "held" not in out.splitlines() and "refused " in out, out
     assert "refused ValueError" in outputs[1][1] and "refused ValueError" not in outputs[0][1]  # process 0: its own
     assert "first failed FileNotFoundError: no vocab.txt" in outputs[0][1], outputs[0][1]
+    assert all("agreed [9, 5]" in out for _, out, _ in outputs), outputs
     assert "first failed ValueError: tokenizer: process 0 failed" in outputs[1][1], outputs[1][1]
     digests = [next(line for line in out.splitlines() if line.startswith("digest ")) for _, out, _ in outputs]
     assert digests[0] == digests[1] and digests[0].endswith(" True"), digests
