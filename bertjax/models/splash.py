@@ -42,8 +42,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, sequence_ids: jax.Array,
     padding is id 0 and sees only padding; half_window: and only keys that near) -> <T>[B, S, N, D].
 
     Under a mesh (`sharding.activate`) the kernel runs on each device's rows and heads (batch
-    over data and fsdp, heads over tensor, as the activations are laid out): XLA cannot
-    partition a Mosaic kernel, so a jit over several devices would not compile on a TPU."""
+    over data and fsdp, heads over tensor, as the activations are laid out; a dimension they
+    do not divide, as a model's one-row initialisation batch, is whole on every device): XLA
+    cannot partition a Mosaic kernel, so a jit over several devices would not compile on a TPU."""
     if jax.default_backend() == "gpu":
         raise ValueError("BertConfig.attention_impl='splash' is a TPU kernel; use 'cudnn' on GPUs")
     if q.shape[1] % 128:
@@ -53,7 +54,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, sequence_ids: jax.Array,
     if mesh.empty or mesh.size == 1:
         return _local_attention(q, k, v, sequence_ids, half_window)
     batch = tuple(name for name in ("data", "fsdp") if name in mesh.axis_names)
-    rows = P(batch, None, "tensor" if "tensor" in mesh.axis_names else None, None)  # [B, S, N, D]
+    batch = batch if q.shape[0] % int(np.prod([mesh.shape[name] for name in batch])) == 0 else None
+    heads = "tensor" if "tensor" in mesh.axis_names and q.shape[2] % mesh.shape["tensor"] == 0 else None
+    rows = P(batch, None, heads, None)  # [B, S, N, D]
     local = jax.shard_map(functools.partial(_local_attention, half_window=half_window), mesh=mesh,
                           in_specs=(rows, rows, rows, P(batch, None)), out_specs=rows, check_vma=False)
     return local(q, k, v, sequence_ids)
