@@ -49,6 +49,9 @@ STATE, META = "state", "meta"
 FORMAT = "bertjax"
 # Waits before the 2nd and 3rd attempt to read a step: long enough to ride out a gs:// blip.
 READ_RETRY_SECONDS = (2.0, 8.0)
+# Waits before listing a checkpoint folder again when the processes list different steps (a
+# shared file system whose listings lag behind, NFS's cached attributes after a preemption).
+LISTING_RETRY_SECONDS = (2.0, 5.0, 10.0, 20.0)
 COMMIT_FILE = "commit_success.txt"  # orbax's "this step is complete" marker on GCS
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,10 @@ class CheckpointSaveError(OSError):
 
 class CheckpointUnreadableError(OSError):
     """No checkpoint of a directory could be read (corrupt or truncated files)."""
+
+
+class CheckpointListingError(OSError):
+    """The processes of a run list different steps in its checkpoint folder."""
 
 
 def brief(error: Exception) -> str:
@@ -189,6 +196,25 @@ class Checkpointer:
         """Finalized steps, oldest first (includes a save still in progress)."""
         return sorted(self._manager.all_steps())
 
+    def agreed_steps(self) -> list[int]:
+        """The finalized steps, newest first, as every process lists them (a collective: every
+        process must call it). Each process lists the folder itself, and decides its saves by
+        its own listing: processes that differ would restore different steps (a mixed state)
+        or one would save alone (a hang). A listing that differs from process 0's is read again
+        LISTING_RETRY_SECONDS apart, then CheckpointListingError on every process."""
+        for wait in (*LISTING_RETRY_SECONDS, None):
+            steps = sorted(self._manager.all_steps(), reverse=True)
+            agreed = agreed_steps(steps)
+            if _on_every_process(steps == agreed):
+                return agreed
+            if wait is None:
+                raise CheckpointListingError(
+                    f"the processes list other steps in {self.directory} than process 0 ({agreed}) after "
+                    f"{sum(LISTING_RETRY_SECONDS):.0f}s: is it a folder every host shares, on a file system whose "
+                    "listings agree? Run again once they do")
+            time.sleep(wait)
+            self._manager.reload()
+
     def save(self, step: int, state: Any, *, data_position: int, config: dict, force: bool = False,
              extra_meta: dict | None = None, replace: bool = False) -> bool:
         """Starts saving `state` (a pytree of jax.Arrays) at `step`; returns whether it did.
@@ -256,7 +282,7 @@ class Checkpointer:
         _check_abstract(abstract_state, "abstract_state")
         if step is not None:
             return self._read(abstract_state, step)
-        steps = agreed_steps(sorted(self._manager.all_steps(), reverse=True))
+        steps = self.agreed_steps()
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         unreadable, error = [], None
@@ -330,9 +356,7 @@ class Checkpointer:
 
 
 def agreed_steps(steps: list[int]) -> list[int]:
-    """Process 0's `steps` on every process (a broadcast, so every process must call it): each
-    lists the checkpoint folder itself, and a file system whose listings lag (NFS's cached
-    attributes, just after a preemption) would have each restore another step, a mixed state."""
+    """Process 0's `steps` on every process (a broadcast, so every process must call it)."""
     if jax.process_count() == 1:
         return steps
     count = int(multihost_utils.broadcast_one_to_all(np.int32(len(steps))))

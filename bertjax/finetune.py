@@ -476,7 +476,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                                "best/ checked")
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
                                                    async_save=False)
-    best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.latest_step() else None
+    # (every process reads it, or none: restoring it below is a collective)
+    best_meta = checkpointing.read_meta(best_checkpointer.directory) if best_checkpointer.agreed_steps() else None
     # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
     # weights there at the end, with no metrics).
     best = best_meta["extra"] if best_meta and best_meta["extra"].get("metrics") else None

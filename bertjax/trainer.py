@@ -351,7 +351,7 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
     """
     # A preemption notice during the restore: JAX picks the step after the one each host last
     # told it, so tell it now where the run resumes (see bertjax/runtime/preemption.py).
-    newest = checkpointing.agreed_steps(checkpointer.all_steps()[::-1])[:1] if checkpointer is not None else []
+    newest = checkpointer.agreed_steps()[:1] if checkpointer is not None else []
     preemption.report_start(newest[0] if newest else 0)
     with sharding.activate(mesh):
         if newest:  # (process 0's listing: every process resumes, or none)

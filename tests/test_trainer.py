@@ -238,6 +238,15 @@ _INTERLEAVED = textwrap.dedent("""
     # Checkpoint steps as process 0 lists them (another's listing may lag): one step restored.
     from bertjax import checkpointing
     print(f"agreed {checkpointing.agreed_steps([9, 5] if jax.process_index() == 0 else [5])}", flush=True)
+    # Listings that stay different (a folder not shared, listings that lag): refused on both.
+    checkpointer = checkpointing.Checkpointer(os.path.join(tempfile.gettempdir(), f"bertjax-listing-{sys.argv[1]}"),
+                                              save_interval_steps=1, max_to_keep=2, async_save=False)
+    checkpointer._manager.all_steps = lambda: [7] if jax.process_index() == 0 else [3]  # as each would list it
+    checkpointing.LISTING_RETRY_SECONDS = (0.1,)
+    try:
+        checkpointer.agreed_steps()
+    except checkpointing.CheckpointListingError as error:
+        print(f"listing {error}", flush=True)
     # A shared step that fails on process 0 (a tokenizer it cannot read): both stop at once.
     def load():
         raise FileNotFoundError("no vocab.txt")
@@ -261,6 +270,8 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
     assert "refused ValueError" in outputs[1][1] and "refused ValueError" not in outputs[0][1]  # process 0: its own
     assert "first failed FileNotFoundError: no vocab.txt" in outputs[0][1], outputs[0][1]
     assert all("agreed [9, 5]" in out for _, out, _ in outputs), outputs
+    assert all("listing the processes list other steps in" in out and "than process 0 ([7])" in out
+               for _, out, _ in outputs), outputs
     assert "first failed ValueError: tokenizer: process 0 failed" in outputs[1][1], outputs[1][1]
     digests = [next(line for line in out.splitlines() if line.startswith("digest ")) for _, out, _ in outputs]
     assert digests[0] == digests[1] and digests[0].endswith(" True"), digests
