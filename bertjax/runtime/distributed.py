@@ -44,7 +44,11 @@ def wait_for_coordinator(address: str, process_id: int) -> None:
     """On a process other than 0: waits until the coordinator (process 0's) takes connections
     at `address`, saying so every 30 s; ValueError naming the address after
     COORDINATOR_WAIT_SECONDS. jax.distributed's own wait on a wrong address is silent, then a
-    C++ abort that blames "another task", which no launcher can turn into one line."""
+    C++ abort that blames "another task", which no launcher can turn into one line. Anything
+    that takes connections there passes (a service other than jax's then fails as before); a
+    gRPC target with a scheme (dns:///host:port) is left to jax."""
+    if "://" in address:
+        return
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--coordinator_address={address!r}: expected host:port")
