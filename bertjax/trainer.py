@@ -439,38 +439,27 @@ def hold_workdir(workdir: str) -> Iterator[None]:
 def hold_lock(workdir: str) -> Iterator[None]:
     """Process 0 holds `<workdir>/.lock` (the other processes of the run share the workdir); when
     it cannot (another run holds it: WorkdirBusyError; not a folder, not writable), every process
-    raises, not process 0 alone (the others would wait for it at their next barrier): the others
-    WorkdirBusyError when busy, else a ValueError pointing at process 0's error."""
+    raises (`_on_process_zero`)."""
     from bertjax.runtime import workdir_lock
 
     with contextlib.ExitStack() as held:
-        refused = None
-        if jax.process_index() == 0:
-            try:
-                held.enter_context(workdir_lock.hold(workdir))
-            except Exception as e:  # noqa: BLE001 -- every process must hear of it before anyone raises
-                refused = e
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
-            outcome = 0 if refused is None else 1 if isinstance(refused, workdir_lock.WorkdirBusyError) else 2
-            outcome = int(multihost_utils.broadcast_one_to_all(np.int32(outcome)))
-            if refused is None and outcome == 1:
-                raise workdir_lock.WorkdirBusyError(f"workdir {workdir} is in use by another run (process 0 "
-                                                    "found its lock held)")
-            if refused is None and outcome == 2:
-                raise ValueError(f"workdir {workdir}: process 0 could not lock it (its error says why)")
-        if refused is not None:
-            raise refused
+        _on_process_zero(lambda: held.enter_context(workdir_lock.hold(workdir)), f"workdir {workdir}")
         yield
 
 
 def process_zero_first(fn: Callable[[], Any], what: str) -> Any:
-    """Runs fn on process 0, then on the others (shared files are written once, without races).
-    When it raises on process 0, every process raises, not process 0 alone (the others would
-    wait at the barrier until the coordinator's timeout): the others a ValueError pointing at
-    process 0's error."""
-    from jax.experimental import multihost_utils
+    """Runs fn on process 0, then on the others (shared files are written once, without races);
+    when it raises on process 0, every process raises (`_on_process_zero`)."""
+    result = _on_process_zero(fn, what)
+    return result if jax.process_index() == 0 else fn()
+
+
+def _on_process_zero(fn: Callable[[], Any], what: str) -> Any:
+    """fn() on process 0 alone (None elsewhere), then a barrier every process passes. When it
+    raised there, every process raises, not process 0 alone (the others would wait at their
+    next barrier until the coordinator's timeout): process 0 its error, the others
+    WorkdirBusyError when it was one, else a ValueError pointing at process 0's error."""
+    from bertjax.runtime import workdir_lock
 
     result, failed = None, None
     if jax.process_index() == 0:
@@ -479,9 +468,14 @@ def process_zero_first(fn: Callable[[], Any], what: str) -> Any:
         except Exception as e:  # noqa: BLE001 -- every process must hear of it before anyone raises
             failed = e
     if jax.process_count() > 1:
-        # A collective: also the barrier the others wait at while process 0 writes.
-        if int(multihost_utils.broadcast_one_to_all(np.int32(failed is not None))) and failed is None:
+        from jax.experimental import multihost_utils
+
+        outcome = 0 if failed is None else 1 if isinstance(failed, workdir_lock.WorkdirBusyError) else 2
+        outcome = int(multihost_utils.broadcast_one_to_all(np.int32(outcome)))
+        if failed is None and outcome == 1:
+            raise workdir_lock.WorkdirBusyError(f"{what} is in use by another run (process 0 found its lock held)")
+        if failed is None and outcome == 2:
             raise ValueError(f"{what}: process 0 failed (its error says why)")
     if failed is not None:
         raise failed
-    return result if jax.process_index() == 0 else fn()
+    return result

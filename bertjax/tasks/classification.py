@@ -186,10 +186,11 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True,
             labels.append(label)
     if not texts_a:
         raise ValueError(f"{path}: no examples (an empty file?)")
-    if pairs is None and keys["text_b_key"] and not any(b.strip() for b in texts_b):  # else a pair model nothing
+    # An empty column read as pairs would make a pair model nothing could be predicted with.
+    if pairs is None and keys["text_b_key"] and not any(b.strip() for b in texts_b):
         logging.warning("%s: column %r (config.data.text_b_key) is empty in every row: single texts, in every "
                         "file (set config.data.text_b_key='' to say so)", path, keys["text_b_key"])
-        keys["text_b_key"], texts_b = "", []  # could be predicted with
+        keys["text_b_key"], texts_b = "", []
     empty = [where for where, a, b in zip(lines, texts_a, texts_b or texts_a) if not a.strip() or not b.strip()]
     if empty:
         logging.warning("%s: %d of %d examples have an empty text (the first at %s); they are kept", path,
