@@ -82,7 +82,7 @@ def main(_):
             "or fine-tune it first"))
     if _TEXT.value and not batch_predict.input_reader(family).text_lines:
         raise ValueError(f"a {family} model's inputs are not one line of text: give them as JSONL with --input")
-    keys, named = batch_predict.default_keys(family, source.data), []
+    keys, named = batch_predict.default_keys(family, source.data, source.task_info), []
     for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),
                        ("context", _CONTEXT_KEY), ("choices", _CHOICES_KEY)):
         if name in keys and flag.value is not None:  # the roles this model's inputs have

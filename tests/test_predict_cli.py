@@ -58,6 +58,17 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
             "a blank line (this task has no empty input)"
     assert batch_predict.check(_fake("classification", pairs=False), "classification", records[0][1]) == \
         "the model was trained on single texts; give one text (no ' ||| ')"
+    # A model that trained on single texts because its training file's text_b column was empty
+    # (its config still names the column) reads the same files' rows as single texts.
+    single = _fake("classification", pairs=False)
+    (tmp_path / "empty_b.csv").write_text("text_a,text_b,label\ngood film,,1\n")
+    keys = batch_predict.default_keys("classification", {"text_a_key": "text_a", "text_b_key": "text_b"},
+                                      single.task_info)
+    [(_, item)] = batch_predict.read_inputs(str(tmp_path / "empty_b.csv"), "classification", "csv", keys)
+    assert item == ("good film", None) and batch_predict.check(single, "classification", item) is None
+    [(_, named_pair)] = _read(tmp_path / "empty_b.csv", "classification")  # --text_b_key named: refused, saying so
+    assert batch_predict.check(single, "classification", named_pair) == (
+        "the model was trained on single texts; this input has a second text (a file's rows: leave --text_b_key out)")
 
     # A column the user named (--text_b_key) and the row lacks: an error, never a single text
     # (a Hugging Face classifier does not say whether it reads pairs, so nothing else would say).

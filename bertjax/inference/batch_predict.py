@@ -51,7 +51,7 @@ class _FillMask:
     def read_line(self, line: str):
         return line.strip() or ValueError("a blank line (this task has no empty input)")
 
-    def input_keys(self, data: dict) -> dict[str, str]:
+    def input_keys(self, data: dict, task_info: dict) -> dict[str, str]:
         return {"text_a": "text"}
 
     def from_row(self, row: dict, keys: dict[str, str]):
@@ -69,10 +69,11 @@ def input_reader(family: str):
     return FILL_MASK if family == FILL_MASK.name else tasks.FAMILIES[family]
 
 
-def default_keys(family: str, data: dict | None) -> dict[str, str]:
+def default_keys(family: str, data: dict | None, task_info: dict | None = None) -> dict[str, str]:
     """The columns a row's inputs are read from ({role: column}): the fine-tuning run's own
-    (its config.data, `ModelSource.data`), else BERT's names."""
-    return input_reader(family).input_keys(data or {})
+    (its config.data, `ModelSource.data`), else BERT's names; none for a role its model does
+    not read (`task_info`: a single-text classifier's second text)."""
+    return input_reader(family).input_keys(data or {}, task_info or {})
 
 
 def file_format(path: str, family: str, chosen: str = "auto") -> str:

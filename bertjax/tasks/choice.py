@@ -289,7 +289,7 @@ class ChoiceFamily(Family):
                             **({"truncated": True} if cut[i] else {})})
         return results
 
-    def input_keys(self, data):
+    def input_keys(self, data, task_info):
         return {"context": data.get("context_key", "context"), "choices": data.get("choices_key", "choices")}
 
     def serving_inputs(self, task_info):

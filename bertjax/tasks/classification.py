@@ -435,14 +435,16 @@ class ClassificationFamily(Family):
 
     def parse(self, item, task_info):
         text_a, text_b = text_pair(item)
-        if text_b is not None and not (text_a.strip() and text_b.strip()):
-            raise ValueError(f"the {'first' if not text_a.strip() else 'second'} text of the pair is empty")
         wants_pairs = task_info.get("pairs")  # None: a Hugging Face classifier, which does not say
         if wants_pairs is not None and (text_b is not None) != wants_pairs:
-            pair = ("give 'text_a ||| text_b'" if isinstance(item, str) else
-                    "this input has no second text (a file's rows: the column --text_b_key names)")
-            raise ValueError(f"the model was trained on {'pairs' if wants_pairs else 'single texts'}; "
-                             + (pair if wants_pairs else "give one text (no ' ||| ')"))
+            if isinstance(item, str):
+                fix = "give 'text_a ||| text_b'" if wants_pairs else "give one text (no ' ||| ')"
+            else:  # a file's row, or a Python tuple or dict
+                fix = ("this input has no second text (a file's rows: the column --text_b_key names)" if wants_pairs
+                       else "this input has a second text (a file's rows: leave --text_b_key out)")
+            raise ValueError(f"the model was trained on {'pairs' if wants_pairs else 'single texts'}; {fix}")
+        if text_b is not None and not (text_a.strip() and text_b.strip()):
+            raise ValueError(f"the {'first' if not text_a.strip() else 'second'} text of the pair is empty")
         return text_a, text_b
 
     def predict(self, model, parsed, **options):
@@ -461,8 +463,10 @@ class ClassificationFamily(Family):
             results.append({**result, "truncated": True} if cut else result)  # the model saw its first tokens only
         return results
 
-    def input_keys(self, data):
-        return {"text_a": data.get("text_a_key", "text_a"), "text_b": data.get("text_b_key", "text_b")}
+    def input_keys(self, data, task_info):
+        # A model trained on single texts reads none, even where its training file had an empty column.
+        text_b = "" if task_info.get("pairs") is False else data.get("text_b_key", "text_b")
+        return {"text_a": data.get("text_a_key", "text_a"), "text_b": text_b}
 
     def from_row(self, row, keys):
         return row[keys["text_a"]], (row.get(keys["text_b"]) if keys["text_b"] else None)

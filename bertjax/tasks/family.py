@@ -81,9 +81,9 @@ class Family:
         ValueError saying why not. Whitespace around a text means nothing to it."""
         return line.strip()
 
-    def input_keys(self, data: dict) -> dict[str, str]:
+    def input_keys(self, data: dict, task_info: dict) -> dict[str, str]:
         """The columns a CSV/TSV/JSONL row's input is read from: the run's config.data names,
-        else BERT's ({role: column})."""
+        else BERT's ({role: column}; "" for a role the model does not read)."""
         raise NotImplementedError
 
     def from_row(self, row: dict, keys: dict[str, str]) -> Any:

@@ -462,7 +462,7 @@ class SquadFamily(Family):
         return {"question": question, "context": context} if context is not None else ValueError(
             "expected 'question ||| context'")
 
-    def input_keys(self, data):
+    def input_keys(self, data, task_info):
         return {"question": "question", "context": data.get("context_key", "context")}
 
     def from_row(self, row, keys):

@@ -495,7 +495,7 @@ class TaggingFamily(Family):
     def read_line(self, line):
         return line  # as given: entity offsets count from the line's first character
 
-    def input_keys(self, data):
+    def input_keys(self, data, task_info):
         return {"text_a": "text"}
 
     def from_row(self, row, keys):
