@@ -108,6 +108,8 @@ def test_bad_layers_pooling_and_truncation_are_reported(minilm):
         minilm.features(["a"], pooling="max")
     with pytest.raises(ValueError, match=r"texts: give a list of inputs, not one string \(wrap it: \['hi'\]\)"):
         minilm.features("hi")
+    with pytest.raises(ValueError, match=r"texts: give a list of inputs, not one dict"):  # else read as its keys
+        minilm.features({"text_a": "a", "text_b": "b"})
     with pytest.raises(ValueError, match=r"input 2: expected a text, 'text_a \|\|\| text_b' or a"):
         minilm.features(["a", None])
     with pytest.raises(ValueError, match=r"precision must be one of \('float32', 'bfloat16'\)"):

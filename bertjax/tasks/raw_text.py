@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 # google-research/bert's extract_features.py input, "text_a ||| text_b": greedy, so the last separator splits.
@@ -42,8 +43,10 @@ def text_pair(item: Any) -> tuple[str, str | None]:
 
 
 def not_one_string(texts: Any, what: str = "texts") -> Any:
-    """`texts` as given; a lone string is a ValueError (iterating it would give one input per
-    character)."""
+    """`texts` as given; a lone string or dict is a ValueError (iterating it would give one
+    input per character, or per key)."""
     if isinstance(texts, str):
         raise ValueError(f"{what}: give a list of inputs, not one string (wrap it: [{texts[:40]!r}])")
+    if isinstance(texts, Mapping):
+        raise ValueError(f"{what}: give a list of inputs, not one dict (wrap it: [{{...}}])")
     return texts
