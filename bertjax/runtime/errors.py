@@ -18,4 +18,5 @@ class TrainingDiverged(TrainingStopped):
 
 class RunSettingsError(ValueError):
     """A run's settings that do not work with its data, known only once the data is read (a
-    warmup share that gives no warmup step): a sweep records it and goes on to its next run."""
+    warmup share that gives no warmup step, a batch larger than the training split): a sweep
+    records it and goes on to its next run."""

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from bertjax.runtime.errors import RunSettingsError
 from bertjax.tasks import packing
 from bertjax.tasks.common import SEQUENCE_FEATURES, Split
 
@@ -116,7 +117,7 @@ class TrainBatches:
         self.group_by_length, self.pack_examples = group_by_length and not pack_examples, pack_examples
         self._orders: dict[int, np.ndarray] = {}
         if len(split) < batch_size:
-            raise ValueError(f"the {split.name} split has {len(split)} examples, fewer than one batch "
+            raise RunSettingsError(f"the {split.name} split has {len(split)} examples, fewer than one batch "
                              f"(config.train.batch_size={batch_size})")
         self.row_counts = [batch_size]
         if pack_examples:

@@ -232,6 +232,13 @@ def test_training_batches_are_a_function_of_their_index_and_cover_each_epoch(tok
         assert b["input_ids"].shape[1] == batching.bucket_for(int(split.lengths[b["label"]].max()), [2, 4, 8])
     resumed = next(batching.TrainBatches(split, 4, 0, [2, 4, 8], group_by_length=False).batches(start_batch=3))
     np.testing.assert_array_equal(resumed["input_ids"], stream[3]["input_ids"])
+    # A batch larger than the split is the run's settings (a sweep records it and goes on to its
+    # next run; a review: a grid's batch 32 over 20 examples stopped the whole sweep).
+    from bertjax.runtime.errors import RunSettingsError
+
+    with pytest.raises(RunSettingsError, match=r"the train split has 10 examples, fewer than one batch "
+                                               r"\(config.train.batch_size=16\)"):
+        batching.TrainBatches(split, 16, 0, [2, 4, 8])
 
 
 def test_splash_attention_gets_batches_of_whole_128_token_blocks():
