@@ -26,6 +26,10 @@ _CONFIG, _WORKDIR = cli.define_run_flags("Fine-tuning config (configs/finetune.p
 
 
 def main(_):
+    grid = [arg.split("=")[0] for arg in sys.argv[1:] if arg.startswith("--config.train.sweep_")]
+    if grid and not _CONFIG.value.train.sweep:  # else one run at config.train's values, without a word
+        raise ValueError(f"{grid[0]} sets the sweep's grid, which only a sweep runs: add ',sweep' to --config "
+                         "(configs/finetune.py:<task>,sweep)")
     cli.start_distributed()
     from bertjax import finetune, sweep
 

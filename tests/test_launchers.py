@@ -59,6 +59,9 @@ CASES = [
     ("finetune.py", [FINETUNE + ":cola", "--config.init_checkpoint={tmp}"], "matches no known checkpoint layout"),
     ("finetune.py", [FINETUNE + ":classification", "--config.data.vocab_path={tmp}/vocab.txt"],
      "needs config.data.train_file"),
+    # The grid's values without a sweep ran one run at config.train's values, without a word (a review).
+    ("finetune.py", [FINETUNE + ":mrpc", "--config.train.sweep_learning_rates=1e-5,2e-5"],
+     "--config.train.sweep_learning_rates sets the sweep's grid, which only a sweep runs: add ',sweep'"),
     ("prepare_data.py", [PRETRAIN, "--output_dir={tmp}/out", "--config.data.source=tfds",
                          "--config.data.vocab_path={tmp}/vocab.txt"], "needs config.data.tfds_name"),
     ("prepare_data.py", [PRETRAIN], "--output_dir must have a value"),
