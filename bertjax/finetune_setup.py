@@ -94,6 +94,15 @@ def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | Non
                          f"tokens but the tokenizer has {vocab_size} (config.data.vocab_path)")
     if checkpoint is None and fields.get("vocab_size") is None:
         fields["vocab_size"] = vocab_size
+    preset = config.model.preset
+    if checkpoint is not None and preset:  # the checkpoint sizes the model: say so when the preset differs
+        sized = BertConfig.preset(preset)
+        differs = [name for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+                   if getattr(sized, name) != getattr(checkpoint, name)]
+        if differs:
+            log.warning(
+                "config.model.preset=%r is not used: config.init_checkpoint sizes the model (%s %d, not the preset's "
+                "%d)", preset, differs[0], getattr(checkpoint, differs[0]), getattr(sized, differs[0]))
     return bert_config.resolve(fields, checkpoint=checkpoint, preset=config.model.preset,
                                **bert_config.this_host())
 

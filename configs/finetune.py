@@ -38,7 +38,8 @@ original script, run_classifier.py's lr 5e-5 (with batch 32 and 3 epochs, inside
 paper's grid); multiple choice as the paper's SWAG (lr 2e-5, batch 16, 3 epochs).
 Model: every BertConfig field is unset (None) and comes from the checkpoint; set one to
 change it (dropout, dtype, scan_layers, ...); an architecture value that contradicts the
-checkpoint is an error. Without a checkpoint the model is `model.preset` from scratch.
+checkpoint is an error. Without a checkpoint the model is `model.preset` from scratch (BERT-base
+unset); with one, a preset of another size is not used (a warning says so).
 On a CPU with AMX-BF16, model.matmul_precision unset means bfloat16 for the training steps
 (dense layers multiply bfloat16 operands with float32 sums, as a TPU multiplies float32;
 about 1.5x faster steps); evaluation and the predictions written always run at full
@@ -96,10 +97,10 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.init_checkpoint = ""  # bertjax run/checkpoint, Hugging Face dir or Google TF release; "" = scratch
     config.reuse_head = False    # also restore the checkpoint's task head (it must fit this task)
 
-    # -- Model: unset fields (None) come from the checkpoint; `preset` only without one. --
+    # -- Model: unset fields (None) come from the checkpoint; `preset` ("" = base) only without one. --
     config.model = ml_collections.ConfigDict({field: config_dict.placeholder(type(value))
                                               for field, value in BertConfig().to_dict().items()})
-    config.model.preset = "base"
+    config.model.preset = ""
 
     # -- Data. --
     config.data = ml_collections.ConfigDict()

@@ -72,8 +72,12 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
     tokenizer = finetune_setup.load_tokenizer(config, source)
     assert tokenizer.vocab_hash == json.load(open(os.path.join(pretrained_run, "tokenizer", "tokenizer.json")))[
         "vocab_hash"]
-    bert = finetune_setup.model_config(config, source.bert, tokenizer.vocab_size)
+    with caplog.at_level("WARNING"):
+        bert = finetune_setup.model_config(config, source.bert, tokenizer.vocab_size)
     assert (bert.hidden_size, bert.intermediate_size) == (64, 128)  # the shape comes from the checkpoint
+    # ... and the demo config's preset (tiny: 128 units) is said to be unused (a review: silently).
+    assert "config.model.preset='tiny' is not used: config.init_checkpoint sizes the model (hidden_size 64, " \
+           "not the preset's 128)" in caplog.text
     task = tasks.load_task(config, tokenizer)
     model = task.make_model(bert)
     batch = {k: v[:2, :8] if v.ndim == 2 else v[:2] for k, v in task.train.features.items()}
