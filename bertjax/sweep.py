@@ -1,10 +1,17 @@
 """The paper's fine-tuning grid (section A.3: learning rates, batch sizes, epochs), one
 fine-tuning run per point, each in WORKDIR/sweep/<values> and resumable; the best by the
-task's main metric first."""
+task's main metric first.
+
+A WORKDIR holds one sweep's settings (WORKDIR/sweep_settings.json: everything but the grid
+and where or how often things happen): a rerun with other settings is refused, since its
+finished runs would be reported as the new settings' results. A finished run's row
+(WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun without loading the run again.
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
 from typing import Any
@@ -12,11 +19,18 @@ from typing import Any
 import jax
 import ml_collections
 
-from bertjax import finetune, finetune_setup, sharding, trainer
+from bertjax import finetune, finetune_setup, run_config, sharding, trainer
 from bertjax.runtime import cli, fileio
 from bertjax.runtime.errors import RunSettingsError, TrainingDiverged
 
 log = logging.getLogger(__name__)
+
+# What may differ between two invocations of one sweep: the grid, which sets these three, and
+# the operational settings (the checkpoint to start from is not one here: the runs' results depend on it).
+_GRID_SETTINGS = ("train.learning_rate", "train.batch_size", "train.num_epochs")
+_FREE_SETTINGS = (*(key for key in run_config.OPERATIONAL_SETTINGS if key != "init_checkpoint"),
+                  *_GRID_SETTINGS, "train.feature_cache_dir")
+SETTINGS_FILE, ROW_FILE = "sweep_settings.json", "sweep_row.json"
 
 
 def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list:
@@ -48,11 +62,26 @@ def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml
                              f"sweep_epochs): {e}") from None
 
 
+def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """ValueError when WORKDIR holds a sweep run with other settings than `config`'s (the grid
+    and operational settings aside); else records these settings there (process 0)."""
+    path = fileio.join(workdir, SETTINGS_FILE)
+    if fileio.exists(path):
+        changes = run_config.changed_settings(fileio.read_json(path), config.to_dict(), left_out=_FREE_SETTINGS)
+        if changes:
+            shown = "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
+            raise ValueError(f"{workdir} holds a sweep with other settings ({shown}): its finished runs would be "
+                             f"reported as this one's; give a new workdir, or the settings of {path}")
+    elif jax.process_index() == 0:
+        fileio.write_json(path, json.loads(json.dumps(config.to_dict())))
+
+
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
     """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid (epochs
-    only when config.train.num_steps is 0), each in WORKDIR/sweep/<values> (resumable: a
-    finished run returns at once), prints a table and
-    writes WORKDIR/sweep_results.json; returns the rows, best first by the task's main metric."""
+    only when config.train.num_steps is 0), each in WORKDIR/sweep/<values> (resumable; a
+    finished run's row is reused), prints a table and writes WORKDIR/sweep_results.json
+    (with the rows of earlier invocations' other grid points); returns the rows, best first
+    by the task's main metric."""
     grid = [_grid_values(config.train, "sweep_learning_rates", float),
             _grid_values(config.train, "sweep_batch_sizes", int), _grid_values(config.train, "sweep_epochs", float)]
     fixed_steps = config.train.num_steps  # > 0 (e.g. `quick`): every run has this length, whatever its epochs
@@ -73,9 +102,10 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
         runs.append((f"lr{learning_rate:g}_batch{batch_size}_{length}", run))
     _check_every_run(config, runs)
-    # One sweep per WORKDIR: a second would rerun the finished runs and write its own partial
+    # One sweep per WORKDIR: a second would run the same runs and write its own partial
     # sweep_results.json (each run's folder has a lock of its own).
     with trainer.hold_lock(workdir):
+        trainer.process_zero_first(lambda: _check_same_sweep(config, workdir), "sweep settings")
         results, metric = _run_all(workdir, runs)
     results = _ranked(results, metric)
     if jax.process_index() == 0:
@@ -95,14 +125,26 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
 
 def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
              ) -> tuple[list[dict[str, Any]], str | None]:
-    """Fine-tunes each (name, config) of `runs` in WORKDIR/sweep/<name>, writing the rows so far
-    after each: (the rows in run order, the main metric's column; None when no run evaluated)."""
-    results, metric = [], None
+    """Fine-tunes each (name, config) of `runs` in WORKDIR/sweep/<name> (a finished one's row
+    read back), writing the rows so far after each, with those of grid points run by earlier
+    invocations: (the rows, the main metric's column; None when no run evaluated)."""
+    results_file = fileio.join(workdir, "sweep_results.json")
+    names = {name for name, _ in runs}
+    earlier = [row for row in (fileio.read_json(results_file) if fileio.exists(results_file) else [])
+               if row["run"] not in names]  # another grid's points: kept, never lost to a narrower rerun
+    results, metric = list(earlier), None
     for name, run in runs:
+        run_dir = fileio.join(workdir, "sweep", name)
+        if fileio.exists(fileio.join(run_dir, ROW_FILE)):
+            finished = fileio.read_json(fileio.join(run_dir, ROW_FILE))
+            log.info("the sweep's run %s finished before: its result is reused", name)
+            results.append(finished["row"])
+            metric = finished["metric"]
+            continue
         learning_rate, batch_size, epochs = run.train.learning_rate, run.train.batch_size, run.train.num_epochs
         row = {"run": name, "learning_rate": learning_rate, "batch_size": batch_size, "epochs": epochs}
         try:
-            summary = finetune.finetune(run, fileio.join(workdir, "sweep", name))
+            summary = finetune.finetune(run, run_dir)
         except Exception as e:  # noqa: BLE001 (a run's own failure is recorded; any other is raised)
             failure = _run_failure(e)
             if failure is None:
@@ -114,9 +156,15 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
                 results.append({**row, "best_step": None})
                 _write_results(workdir, results, metric)
                 continue
+        if summary["best"] is None and "error" not in row:
+            raise ValueError(f"the sweep's run {name} evaluated nothing: the task has no evaluation split "
+                             "(config.data.eval_file), and a sweep ranks its runs by their evaluation")
         metric = f"eval_{summary['main_metric']}"  # the task's: F1 for MRPC, Spearman for STS-B, ...
         best = summary["best"] or {"metrics": {}, "step": None}
         results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
+        if "error" not in row and jax.process_index() == 0:  # (a failed run is tried again by a rerun)
+            fileio.makedirs(run_dir)
+            fileio.write_json(fileio.join(run_dir, ROW_FILE), {"row": results[-1], "metric": metric})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
     return results, metric
 

@@ -62,7 +62,7 @@ def _demo_config(**train):
     return config
 
 
-def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrained_run, tmp_path):
+def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrained_run, tmp_path, caplog):
     from bertjax import finetune, optim, sharding, tasks, trainer
     from bertjax.models.convert import load_pretrained
 
@@ -315,6 +315,41 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog):
     assert "best: lr" in capsys.readouterr().out
     again = sweep.sweep(config, str(tmp_path))  # resumable: finished runs are not trained again
     assert again == results
+
+
+def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other_settings(tmp_path, monkeypatch):
+    from bertjax import finetune, sweep
+
+    calls = []
+
+    def run(config, workdir):
+        calls.append(config.train.learning_rate)
+        return {"best": {"step": 4, "metrics": {"f1": config.train.learning_rate * 100}}, "main_metric": "f1"}
+
+    monkeypatch.setattr(finetune, "finetune", run)
+    config = _demo_config()
+    config.train.update(sweep=True, sweep_learning_rates="1e-3,1e-4", sweep_batch_sizes="16", sweep_epochs="1")
+    first = sweep.sweep(config, str(tmp_path))
+    # A rerun (after a preemption, or for the table) reads the finished runs' rows: it restored and
+    # predicted each run again, and wrote the rows it had replayed so far (a review).
+    assert sweep.sweep(config, str(tmp_path)) == first and calls == [1e-3, 1e-4]
+    config.train.sweep_learning_rates = "2e-3"  # a narrower grid: its point runs, the others' rows stay
+    results = sweep.sweep(config, str(tmp_path))
+    assert calls == [1e-3, 1e-4, 2e-3] and json.load(open(tmp_path / "sweep_results.json")) == results
+    assert [row["run"] for row in results] == ["lr0.002_batch16_epochs1", "lr0.001_batch16_epochs1",
+                                               "lr0.0001_batch16_epochs1"]
+    # Other settings would report the finished runs' results as theirs: refused before any run.
+    config.train.warmup_proportion = 0.06
+    with pytest.raises(ValueError, match=r"holds a sweep with other settings \(train.warmup_proportion 0.1 -> "
+                                         r"0.06\): its finished runs would be reported as this one's"):
+        sweep.sweep(config, str(tmp_path))
+    assert len(calls) == 3
+    # Runs that evaluate nothing (no eval_file) rank nothing: the sweep stops after the first.
+    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {"best": None, "main_metric": "accuracy"})
+    (tmp_path / "no_eval").mkdir()
+    with pytest.raises(ValueError, match=r"the sweep's run lr0.002_batch16_epochs1 evaluated nothing: the task has "
+                                         r"no evaluation split \(config.data.eval_file\)"):
+        sweep.sweep(config, str(tmp_path / "no_eval"))
 
 
 def test_a_run_diverging_after_an_evaluation_keeps_its_best_weights_and_predicts_with_them(tmp_path):
