@@ -33,8 +33,12 @@ results = []
 for path, inputs in json.load(sys.stdin):
     serve = tf.saved_model.load(path).signatures["serving_default"]
     specs = serve.structured_input_signature[1]
-    outputs = serve(**{name: tf.constant(value, specs[name].dtype) if value else
-                       tf.zeros([0] * specs[name].shape.rank, specs[name].dtype) for name, value in inputs.items()})
+    try:
+        outputs = serve(**{name: tf.constant(value, specs[name].dtype) if value else
+                           tf.zeros([0] * specs[name].shape.rank, specs[name].dtype) for name, value in inputs.items()})
+    except tf.errors.InvalidArgumentError as e:  # the request refused, as a server answers it
+        results.append({"error": e.message})
+        continue
     results.append({"inputs": sorted(serve.structured_input_signature[1]), "outputs": {
         name: (np.char.decode(value.numpy().astype(bytes), "utf-8") if value.dtype == tf.string
                else value.numpy()).tolist() for name, value in outputs.items()}})

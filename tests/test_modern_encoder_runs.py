@@ -97,7 +97,7 @@ def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
     finetune.finetune(config, str(tmp_path / "run"))
     model = bertjax.load_model(str(tmp_path / "run"))
     assert model.bert.position_embedding == "rope" and model.tokenizer.kind == "huggingface"
-    texts = [text for text, _ in REVIEWS] + ["a " * 30 + "dull film"]  # beyond the window of 16
+    texts = [text for text, _ in REVIEWS] + ["a " * 30 + "dull film", "a " * 140 + "dull film"]  # window 16, length 128
     want = model.predict(texts)
     assert [answer["label"] for answer in want[:4]] == [y for _, y in REVIEWS]
     masks = bertjax.load_model(HF_MASKED_LM).fill_mask(["the [MASK] was great", "[MASK] [MASK]"])
@@ -108,10 +108,18 @@ def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
     task = json.load(open(os.path.join(extra, "task.json")))
     client = tokenizers.Tokenizer.from_file(os.path.join(extra, "tokenizer.json"))  # [CLS] $A [SEP]
     client.enable_padding(pad_id=task["special_ids"]["pad"])
-    rows = client.encode_batch(texts)
-    inputs = {"input_ids": [r.ids for r in rows], "segment_ids": [[0] * len(r.ids) for r in rows],
-              "input_mask": [r.attention_mask for r in rows]}
-    (result,) = serve_with_tensorflow_only([(saved, inputs)], str(tmp_path))
+
+    def request():
+        rows = client.encode_batch(texts)
+        return {"input_ids": [r.ids for r in rows], "segment_ids": [[0] * len(r.ids) for r in rows],
+                "input_mask": [r.attention_mask for r in rows]}
+
+    # Rows past max_seq_length are refused (a review: they ran at positions the model never
+    # trained at, unlike predict); the client truncates as the docs say.
+    untruncated = request()
+    client.enable_truncation(max_length=task["max_seq_length"])
+    refused, result = serve_with_tensorflow_only([(saved, untruncated), (saved, request())], str(tmp_path))
+    assert "rows longer than max_seq_length=128 tokens" in refused["error"]
     assert result["inputs"] == sorted(export.TOKEN_ID_INPUTS)
     logits = np.asarray(result["outputs"]["logits"])
     probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)

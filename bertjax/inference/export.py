@@ -148,7 +148,8 @@ def _token_ids_module(model):
     """The SavedModel without a tokenizer: input_ids, segment_ids, input_mask <int32>[B, S]
     ([B, C, S] for multiple choice) -> the network's float32 logits: `logits` (classification
     [B, K], regression [B, 1], tagging [B, S, K], choice [B, C]) or `start_logits`, `end_logits`
-    [B, S] (span QA)."""
+    [B, S] (span QA). Rows longer than max_seq_length are refused: the model would read
+    positions it never trained at, where predict truncates."""
     from bertjax.runtime.tf_cpu import tf
 
     module = tf.Module()
@@ -158,7 +159,12 @@ def _token_ids_module(model):
     specs = [tf.TensorSpec((None,) * rank, tf.int32, name=name) for name in TOKEN_ID_INPUTS]
 
     def serve(input_ids, segment_ids, input_mask):
-        out = apply(module.params, input_ids, segment_ids, input_mask)
+        fits = tf.debugging.assert_less_equal(
+            tf.shape(input_ids)[-1], model.max_seq_length,
+            message=f"rows longer than max_seq_length={model.max_seq_length} tokens (assets.extra/task.json): "
+                    "truncate them as the client's tokenizer encodes")
+        with tf.control_dependencies([fits]):
+            out = apply(module.params, input_ids, segment_ids, input_mask)
         return dict(zip(("start_logits", "end_logits"), out)) if isinstance(out, tuple) else {"logits": out}
 
     return module, tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
