@@ -201,6 +201,19 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
     (tmp_path / "accents.json").write_text(json.dumps(settings))
     with pytest.raises(ValueError, match=r"accents.json: its settings \(BertNormalizer strip_accents=False\) differ"):
         tokenization.Tokenizer.from_vocab_file(str(tmp_path / "accents.json"))
+    # ... as a model's, it runs as written (as transformers' fast tokenizer does), even beside a
+    # vocab.txt (a review: the folder did not resolve at all).
+    (tmp_path / "accents").mkdir()
+    for name in ("config.json", "model.safetensors", "vocab.txt"):
+        os.symlink(os.path.join(MINILM_DIR, name), tmp_path / "accents" / name)
+    (tmp_path / "accents" / "tokenizer.json").write_text(json.dumps(settings))
+    accents = model_source.resolve(str(tmp_path / "accents"))
+    assert accents.tokenizer_spec["kind"] == "huggingface"
+    assert accents.load_tokenizer().encode("Café") != tokenizer.encode("Café")  # its accent kept
+    (tmp_path / "accents" / "config.json").unlink()
+    (tmp_path / "accents" / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"accents/config.json: expected a JSON object of config keys, got a list"):
+        model_source.resolve(str(tmp_path / "accents"))
     (tmp_path / "bpe.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0}}}))
     with pytest.raises(ValueError, match="bpe.json: a BPE tokenizer; bertjax reads WordPiece"):
         tokenization.read_vocab(str(tmp_path / "bpe.json"))
@@ -337,6 +350,22 @@ def test_a_source_says_whether_its_pooler_learnt(tmp_path):
     convert.export_huggingface(minilm_config, {**minilm, "mlm": mlm}, str(tmp_path / "masked_lm"),
                                architecture="BertForMaskedLM")
     assert model_source.resolve(str(tmp_path / "masked_lm")).pooler_trained
+    # BertModel(add_pooling_layer=False) saves no pooler: it loads with a fresh one (a review: refused).
+    import safetensors.numpy
+
+    from bertjax.models import tensor_files
+
+    (tmp_path / "no_pooler").mkdir()
+    os.symlink(os.path.join(MINILM_DIR, "config.json"), tmp_path / "no_pooler" / "config.json")
+    tensors = tensor_files.read_safetensors(os.path.join(MINILM_DIR, "model.safetensors"))
+    safetensors.numpy.save_file({name: value for name, value in tensors.items() if "pooler" not in name},
+                                str(tmp_path / "no_pooler" / "model.safetensors"))
+    pooler_less = model_source.resolve(str(tmp_path / "no_pooler"))
+    assert not pooler_less.pooler_trained
+    params = pooler_less.load_params()["bert"]
+    np.testing.assert_array_equal(params["embeddings"]["word_embeddings"]["embedding"],
+                                  minilm["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    assert params["pooler"]["kernel"].std() > 0  # drawn, not zero
 
 
 def test_an_untrained_pooler_is_not_exported_as_if_trained(tmp_path):

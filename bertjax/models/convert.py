@@ -147,6 +147,7 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     must equal them, and `cls.predictions.decoder.bias` must equal `cls.predictions.bias`.
     """
     hf_config = fileio.read_json(fileio.join(path, "config.json"))
+    check_config_object(hf_config, fileio.join(path, "config.json"))
     if hf_config.get("model_type") == "modernbert":
         return load_modernbert(path, hf_config)
     config = hf_config_to_bert(hf_config, fileio.join(path, "config.json"))
@@ -168,9 +169,9 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.word_embeddings.weight")):
         raise ValueError(f"{file}: 'cls.predictions.decoder.weight' is not tied to the word embeddings; "
                          "bertjax ties the MLM decoder to them")
-    architectures = hf_config.get("architectures") or []
+    architectures = hf_config.get("architectures") or ["the model"]
     pooler = ("pooler.dense.weight", "pooler.dense.bias")
-    if architectures and set(architectures) <= set(_HF_NO_POOLER) and not set(pooler) & set(tensors):
+    if not set(pooler) & set(tensors):  # BertFor{MaskedLM,TokenClassification,...}, BertModel(add_pooling_layer=False)
         # Initialised as Hugging Face initialises a missing pooler: a zero one would make a frozen
         # encoder's pooled [CLS] zero for every input, leaving a classifier only its bias.
         logging.warning("%s: %s has no pooler; bertjax's starts freshly initialised (a frozen encoder's pooled "
@@ -544,6 +545,7 @@ def pretrained_config(path: str) -> BertConfig:
     if layout == "huggingface":
         config_path = fileio.join(directory, "config.json")
         values = fileio.read_json(config_path)
+        check_config_object(values, config_path)
         if values.get("model_type") == "modernbert":
             return modernbert_config(values, config_path)
         return hf_config_to_bert(values, config_path)
@@ -641,11 +643,14 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
         return None
     vocab = fileio.join(directory, "vocab.txt")
     tokenizer_json = fileio.join(directory, "tokenizer.json")
+    has_json = layout == "huggingface" and fileio.exists(tokenizer_json)
+    if has_json and not _is_wordpiece_json(tokenizer_json):
+        # BPE, Unigram, or a WordPiece that normalises or splits otherwise: run as written, as
+        # transformers' fast tokenizer runs it, even beside a vocab.txt (which would lose that).
+        return {"kind": "huggingface", "path": tokenizer_json, "do_lower_case": False}
     if not fileio.exists(vocab):
-        if layout != "huggingface" or not fileio.exists(tokenizer_json):
+        if not has_json:
             return None
-        if not _is_wordpiece_json(tokenizer_json):
-            return {"kind": "huggingface", "path": tokenizer_json, "do_lower_case": False}  # BPE, Unigram
         vocab = tokenizer_json
     do_lower_case, refused = None, None
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")
