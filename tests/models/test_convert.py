@@ -314,9 +314,12 @@ def test_huggingface_pooler_less_architecture_gets_a_fresh_pooler(tmp_path):
     assert not loaded["bert"]["pooler"]["bias"].any()
     params["bert"]["pooler"] = loaded["bert"]["pooler"]
     assert_trees_equal(loaded, params)
-    # Any other architecture must have its pooler.
+    # So does BertModel(add_pooling_layer=False), as in Hugging Face (a review: refused); half a
+    # pooler is a damaged file.
     hf_config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**hf_config, "architectures": ["BertModel"]}))
+    assert_trees_equal(bertjax.load_pretrained(str(tmp_path))[1], params)
+    save_file({**tensors, "bert.pooler.dense.bias": np.zeros(8, np.float32)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match="missing variable 'pooler.dense.weight'"):
         bertjax.load_pretrained(str(tmp_path))
 
