@@ -54,6 +54,8 @@ def test_a_modern_run_pretrains_and_exports_to_hugging_face(modern_run, tmp_path
                    "--format=huggingface")
     assert sorted(os.listdir(exported)) == ["config.json", "model.safetensors", "tokenizer.json",
                                             "tokenizer_config.json"]
+    assert json.loads((exported / "tokenizer_config.json").read_text())["model_input_names"] == [
+        "input_ids", "attention_mask"]  # ModernBertModel takes no token_type_ids
     # The heads written, not the run's: ModernBertForMaskedLM has no next-sentence head.
     assert f"wrote {exported} (huggingface layout, heads: ['mlm'], vocab: " in summary and "cased" not in summary
     # The run's own special tokens (transformers' defaults are ModernBERT's vocabulary's, past this one's end).

@@ -85,14 +85,14 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
              f"rope_parameters.{kind}.rope_type must be 'default' (plain RoPE)")
     act = values.get("hidden_activation", "gelu")
     need(isinstance(act, str) and act in _MODERN_ACT, f"hidden_activation {act!r} is not one of {sorted(_MODERN_ACT)}")
-    need(values.get("classifier_activation", act) == act,
-         f"classifier_activation {values.get('classifier_activation')!r} differs from hidden_activation {act!r}")
+    head_act = values.get("classifier_activation", "gelu")  # transformers' default, whatever hidden_activation says
+    need(head_act == act, f"classifier_activation {head_act!r} differs from hidden_activation {act!r}")
     bias = values.get("attention_bias", False)
     need(values.get("mlp_bias", False) == bias and values.get("classifier_bias", False) == bias,
          "attention_bias, mlp_bias and classifier_bias must agree (bertjax has one use_bias)")
     need(values.get("decoder_bias", True), "decoder_bias must be true (bertjax's MLM decoder has a bias)")
     window = values.get("local_attention", 128)
-    need(window % 2 == 0, f"local_attention {window} must be even")
+    need(window % 2 == 0 and window > 0, f"local_attention {window} must be even and positive")
     dropouts = {key: values.get(key, 0.0) for key in
                 ("embedding_dropout", "mlp_dropout", "attention_dropout", "classifier_dropout")}
     if len(set(dropouts.values())) > 1:  # training only: inference runs without dropout
@@ -316,8 +316,8 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     if tokenizer_path:  # a tokenizer.json (a bertjax run saves it as hf_tokenizer.json) or a vocab.txt
         wordpiece = not tokenizer_path.endswith(".json")
         fileio.copy(tokenizer_path, fileio.join(out_dir, "vocab.txt" if wordpiece else "tokenizer.json"))
-        if wordpiece and do_lower_case is not None:
-            write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
-        elif not wordpiece:
-            write_fast_tokenizer_config(out_dir, tokenizer, config.max_position_embeddings)
+        if wordpiece:  # (always: its tokenizer must give no token_type_ids)
+            write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings, token_types=False)
+        else:
+            write_fast_tokenizer_config(out_dir, tokenizer, config.max_position_embeddings, token_types=False)
     return heads

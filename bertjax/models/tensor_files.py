@@ -98,20 +98,30 @@ def write_huggingface_files(out_dir: str, tensors: dict[str, np.ndarray], hf_con
 
 
 
-def write_tokenizer_config(out_dir: str, do_lower_case: bool, model_max_length: int) -> None:
+_NO_TOKEN_TYPES = {"model_input_names": ["input_ids", "attention_mask"]}
+
+
+def write_tokenizer_config(out_dir: str, do_lower_case: bool | None, model_max_length: int,
+                           token_types: bool = True) -> None:
     """Writes tokenizer_config.json for a vocab.txt beside it: transformers' BertTokenizer
-    lower-cases unless told otherwise, so a cased model needs it (bertjax reads it back)."""
+    lower-cases unless told otherwise, so a cased model needs it (bertjax reads it back; None:
+    unknown, not written). token_types: as `write_fast_tokenizer_config`."""
     fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
-        "tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case, "model_max_length": model_max_length})
+        "tokenizer_class": "BertTokenizer", "model_max_length": model_max_length,
+        **({} if do_lower_case is None else {"do_lower_case": do_lower_case}),
+        **({} if token_types else _NO_TOKEN_TYPES)})
 
 
-def write_fast_tokenizer_config(out_dir: str, tokenizer, model_max_length: int) -> None:
+def write_fast_tokenizer_config(out_dir: str, tokenizer, model_max_length: int, token_types: bool = True) -> None:
     """Writes tokenizer_config.json for a tokenizer.json beside it that is not BERT's WordPiece
     (a BPE, a Unigram, a WordPiece normalising otherwise): without it transformers builds a
     BERT model's tokenizer as BertTokenizerFast, which resets the normaliser to BERT's, and
-    knows no mask or separator token. `tokenizer`: the file as a bertjax Tokenizer."""
+    knows no mask or separator token. `tokenizer`: the file as a bertjax Tokenizer.
+    token_types: False for a model without token type embeddings (ModernBERT), whose
+    tokenizer must not give token_type_ids (ModernBertModel's forward takes none)."""
     names = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
     ids = (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id)
     fileio.write_json(fileio.join(out_dir, "tokenizer_config.json"), {
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
+        **({} if token_types else _NO_TOKEN_TYPES),
         **{name: tokenizer.id_to_token(token_id) for name, token_id in zip(names, ids)}})

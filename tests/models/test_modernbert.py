@@ -161,6 +161,12 @@ def test_a_wordpiece_modernbert_keeps_its_casing(tmp_path):
     saved = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
     assert saved["do_lower_case"] is False and saved["tokenizer_class"] == "BertTokenizer"
     assert convert.checkpoint_vocabulary(str(tmp_path / "out"))["do_lower_case"] is False
+    # ModernBertModel's forward takes no token_type_ids, which BertTokenizer gives by default (a
+    # review): the written tokenizer's inputs are the model's, the casing unknown or not.
+    assert saved["model_input_names"] == ["input_ids", "attention_mask"]
+    convert.export_huggingface(config, params, str(tmp_path / "unknown"), str(vocab))
+    saved = json.loads((tmp_path / "unknown" / "tokenizer_config.json").read_text())
+    assert saved["model_input_names"] == ["input_ids", "attention_mask"] and "do_lower_case" not in saved
 
 
 def test_the_windowed_attention_forms_agree():
@@ -235,6 +241,10 @@ def test_transformers_4_rope_keys_are_read_as_it_reads_them():
 @pytest.mark.parametrize("values, message", [
     ({"classifier_pooling": "max"}, r"classifier_pooling must be one of \('tanh', 'cls', 'mean'\), got 'max'"),
     ({"local_attention": None}, r"a value of the wrong type \(unsupported operand"),
+    # Hugging Face reads 0 as a window of +-0 keys, bertjax as no window at all (a review).
+    ({"local_attention": 0}, "local_attention 0 must be even and positive"),
+    # transformers' default classifier_activation is gelu, whatever hidden_activation says.
+    ({"hidden_activation": "silu"}, "classifier_activation 'gelu' differs from hidden_activation 'silu'"),
     ({"rope_parameters": [1]}, r"a value of the wrong type"),
     ({"hidden_activation": ["gelu"]}, r"hidden_activation \['gelu'\] is not one of"),
     ([{"hidden_size": 8}], "expected a JSON object of config keys, got a list"),
