@@ -431,3 +431,34 @@ def test_a_model_whose_step_does_not_read_is_refused_naming_the_earlier_steps(tm
     _corrupt_array_data(tmp_path / "run" / "checkpoints" / "3")
     with pytest.raises(checkpointing.CheckpointUnreadableError, match=r"checkpoints/3 does not read"):
         model_source.resolve(str(tmp_path / "run")).load_params()
+
+
+def test_a_sharded_hugging_face_checkpoint_reads_as_one(tmp_path):
+    """save_pretrained past max_shard_size writes model-0000k-of-0000n.safetensors and an index
+    naming each tensor's shard: read as the single file (a review: no known layout)."""
+    import safetensors.numpy
+
+    from bertjax.inference import model_source
+    from bertjax.models import convert, tensor_files
+
+    tensors = tensor_files.read_safetensors(os.path.join(MINILM_DIR, "model.safetensors"))
+    names = sorted(tensors)
+    shards = {name: f"model-0000{1 + (i >= len(names) // 2)}-of-00002.safetensors" for i, name in enumerate(names)}
+    for shard in set(shards.values()):
+        safetensors.numpy.save_file({name: tensors[name] for name in names if shards[name] == shard},
+                                    str(tmp_path / shard))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": shards}))
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
+        os.symlink(os.path.join(MINILM_DIR, name), tmp_path / name)
+    source = model_source.resolve(str(tmp_path))
+    assert source.pooler_trained and source.load_tokenizer().encode("Hello world") == [7592, 2088]
+    _, whole = convert.load_pretrained(MINILM_DIR)
+    for a, b in zip(jax.tree_util.tree_leaves(source.load_params()), jax.tree_util.tree_leaves(whole)):
+        np.testing.assert_array_equal(a, b)
+    fingerprint = source.weights_fingerprint()
+    (tmp_path / "README.md").write_text("a card")  # other files leave the weights' identity as it is
+    assert model_source.resolve(str(tmp_path)).weights_fingerprint() == fingerprint
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../x.safetensors"}}))
+    with pytest.raises(ValueError, match=r"model.safetensors.index.json: expected a 'weight_map' object of tensor "
+                                         "names to shard files of this folder"):
+        model_source.resolve(str(tmp_path))

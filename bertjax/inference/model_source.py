@@ -78,7 +78,7 @@ class ModelSource:
         if self.layout == "bertjax":  # a step folder holds its weights and meta only
             return fileio.fingerprint(self.weights)
         if self.layout == "huggingface":
-            files = [fileio.join(self.weights, name) for name in ("config.json", "model.safetensors")]
+            files = [fileio.join(self.weights, "config.json"), *tensor_files.weight_files(self.weights)]
         else:
             prefix = convert.tf_checkpoint_prefix(self.weights)
             folder, name = fileio.parent(prefix), os.path.basename(prefix)  # (a name glob would misread "[")
@@ -174,7 +174,7 @@ def resolve(path: str | ModelSource) -> ModelSource:
     hf_config = fileio.read_json(fileio.join(directory, "config.json"))
     # Whether the file holds a pooler (BERT), or a head that ModernBERT's loads into it
     # (modernbert_layout.load_modernbert): bert-base-uncased's says BertForMaskedLM, and has one.
-    names = tensor_files.safetensors_names(fileio.join(directory, "model.safetensors"))
+    names = tensor_files.weight_names(directory)
     wanted = "head.dense.weight" if hf_config.get("model_type") == "modernbert" else "pooler.dense.weight"
     trained = any(name == wanted or name.endswith("." + wanted) for name in names)
     return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=trained), hf_config)

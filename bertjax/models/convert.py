@@ -27,8 +27,8 @@ import numpy as np
 from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.modernbert_layout import (export_modernbert, load_modernbert, modern_pooler, modernbert_config,
                                               modernbert_variable_table)
-from bertjax.models.tensor_files import (read_safetensors, write_fast_tokenizer_config, write_huggingface_files,
-                                         write_tokenizer_config)
+from bertjax.models.tensor_files import (SHARD_INDEX, read_weights, write_fast_tokenizer_config,
+                                         write_huggingface_files, write_tokenizer_config)
 from bertjax.models.variable_table import (ARCH_KEYS, gather_params, get_param, is_modern, param_heads,
                                           plain_params, variable_table)
 from bertjax.runtime import fileio
@@ -151,9 +151,9 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     if hf_config.get("model_type") == "modernbert":
         return load_modernbert(path, hf_config)
     config = hf_config_to_bert(hf_config, fileio.join(path, "config.json"))
-    file = fileio.join(path, "model.safetensors")
+    file, stored = read_weights(path)
     tensors = {}
-    for key, value in read_safetensors(file).items():
+    for key, value in stored.items():
         if _HF_IGNORED.search(key):
             continue
         name = _hf_name(key)
@@ -500,7 +500,7 @@ def _to_numpy(tree: Any) -> Any:
 # Any layout
 # ------------------------------------------------------------------------------------------------
 
-_LAYOUTS = """  Hugging Face: config.json + model.safetensors
+_LAYOUTS = """  Hugging Face: config.json + model.safetensors (or its shards' model.safetensors.index.json)
   Google TF release: bert_config.json + bert_model.ckpt.index (or a 'checkpoint' file)
   bertjax: a checkpoint step folder (state/ + meta/), a run's checkpoint directory, or the run's workdir"""
 
@@ -515,7 +515,7 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     if not fileio.isdir(path):
         raise FileNotFoundError(f"{path!r} is not a directory; expected a checkpoint directory:\n{_LAYOUTS}")
     files = set(fileio.listdir(path))
-    if {"config.json", "model.safetensors"} <= files:
+    if "config.json" in files and files & {"model.safetensors", SHARD_INDEX}:
         return "huggingface", path
     if "bert_config.json" in files and ("bert_model.ckpt.index" in files or "checkpoint" in files):
         return "tf", path
@@ -533,8 +533,11 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
             f"config.checkpoint.every steps); wait for one, or give a finished run")
     hint = ""
     if "pytorch_model.bin" in files:
-        hint = ("\npytorch_model.bin needs PyTorch to read; convert it once with transformers: "
-                "AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)")
+        hint = ("\npytorch_model.bin needs PyTorch to read; convert it once, every tensor under its own name "
+                "(AutoModel would drop the task head): python -c \"import torch, safetensors.torch as st; "
+                "d = 'DIR'; w = torch.load(d + '/pytorch_model.bin', map_location='cpu', weights_only=True); "
+                "st.save_file({k: v.clone().contiguous() for k, v in w.items()}, d + '/model.safetensors', "
+                "metadata={'format': 'pt'})\"")
     raise FileNotFoundError(f"{path!r} matches no known checkpoint layout; looked for:\n"
                             f"{_LAYOUTS}\nfound: {sorted(files)}{hint}")
 

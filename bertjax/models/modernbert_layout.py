@@ -16,7 +16,7 @@ import numpy as np
 from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.heads import TOKEN_TRANSFORM
 from bertjax.models.primitives import init_stddev
-from bertjax.models.tensor_files import (read_safetensors, write_fast_tokenizer_config, write_huggingface_files,
+from bertjax.models.tensor_files import (read_weights, write_fast_tokenizer_config, write_huggingface_files,
                                          write_tokenizer_config)
 from bertjax.models.variable_table import Variable, gather_params, get_param, param_heads, plain_params
 from bertjax.runtime import fileio
@@ -218,12 +218,13 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
     head: bertjax's pooler does too (the masked-LM head's transform, or the token transform);
     from ModernBertModel, which has none, it starts fresh."""
     config = modernbert_config(hf_config, fileio.join(path, "config.json"))
-    file = fileio.join(path, "model.safetensors")
     architectures = hf_config.get("architectures") or ["ModernBertModel"]
     if len(architectures) != 1 or architectures[0] not in MODERNBERT_ARCHITECTURES:
-        raise ValueError(f"{file}: architectures {architectures} is not one of {sorted(MODERNBERT_ARCHITECTURES)}")
+        raise ValueError(f"{fileio.join(path, 'config.json')}: architectures {architectures} is not one of "
+                         f"{sorted(MODERNBERT_ARCHITECTURES)}")
     heads, token_level = MODERNBERT_ARCHITECTURES[architectures[0]]
-    tensors = {key.removeprefix("model."): value for key, value in read_safetensors(file).items()}
+    file, stored = read_weights(path)
+    tensors = {key.removeprefix("model."): value for key, value in stored.items()}
     decoder = tensors.pop("decoder.weight", None)
     if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.tok_embeddings.weight")):
         raise ValueError(f"{file}: 'decoder.weight' is not tied to the embeddings; bertjax ties the MLM decoder")

@@ -1,5 +1,6 @@
-"""Hugging Face's model files: model.safetensors read into numpy whatever its floating-point
-type, and a model folder's model.safetensors + config.json (+ tokenizer_config.json) written.
+"""Hugging Face's model files: model.safetensors (or its shards) read into numpy whatever its
+floating-point type, and a model folder's model.safetensors + config.json (+
+tokenizer_config.json) written.
 
 `safetensors.numpy` cannot load bfloat16 tensors (numpy has no such type), the type many
 checkpoints are published in, and it raises its own errors for a cut-off file. The format
@@ -25,6 +26,7 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_d
            "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 _FLOATS = ("F64", "F32", "F16", "BF16")  # read as float32, bertjax's host params
 _MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
+SHARD_INDEX = "model.safetensors.index.json"
 
 
 def safetensors_names(file: str) -> list[str]:
@@ -74,6 +76,38 @@ def read_safetensors(file: str) -> dict[str, np.ndarray]:
         array = np.frombuffer(body[start:end], _DTYPES[entry["dtype"]]).reshape(entry["shape"])
         tensors[name] = array.astype(np.float32) if entry["dtype"] in _FLOATS else array.copy()
     return tensors
+
+
+def weight_files(directory: str) -> list[str]:
+    """The files holding a Hugging Face folder's weights: its model.safetensors, else the
+    shards its model.safetensors.index.json names (save_pretrained's past max_shard_size)."""
+    single, index = fileio.join(directory, "model.safetensors"), fileio.join(directory, SHARD_INDEX)
+    if fileio.exists(single) or not fileio.exists(index):
+        return [single]
+    values = fileio.read_json(index)
+    weight_map = values.get("weight_map") if isinstance(values, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(name, str) and "/" not in name for name in weight_map.values()):
+        raise ValueError(f"{index}: expected a 'weight_map' object of tensor names to shard files of this folder")
+    return [fileio.join(directory, name) for name in sorted(set(weight_map.values()))]
+
+
+def read_weights(directory: str) -> tuple[str, dict[str, np.ndarray]]:
+    """(what errors name the weights by, {name: array}) of a Hugging Face folder, its shards
+    read as one (`weight_files`)."""
+    files = weight_files(directory)
+    tensors: dict[str, np.ndarray] = {}
+    for file in files:
+        for name, value in read_safetensors(file).items():
+            if name in tensors:
+                raise ValueError(f"{file}: tensor {name!r} is in another shard too")
+            tensors[name] = value
+    return (files[0] if len(files) == 1 else fileio.join(directory, SHARD_INDEX)), tensors
+
+
+def weight_names(directory: str) -> list[str]:
+    """The tensor names of a Hugging Face folder's weights, from the headers alone."""
+    return [name for file in weight_files(directory) for name in safetensors_names(file)]
 
 
 def write_huggingface_files(out_dir: str, tensors: dict[str, np.ndarray], hf_config: dict[str, Any],
