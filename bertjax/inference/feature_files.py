@@ -160,12 +160,13 @@ def _write_shard(path: str, first: int, features: list[dict[str, Any]], layers: 
               "layers": np.asarray(layers, np.int32)}
     if pooling == "none":
         tokens = [token for feature in features for token in feature["tokens"]]
-        arrays["values"] = np.concatenate([np.swapaxes(f["values"], 0, 1) for f in features]).astype(dtype, copy=False)
+        # Cast as joined: a float32 copy of the whole shard beside it would double its memory.
+        arrays["values"] = np.concatenate([np.swapaxes(f["values"], 0, 1) for f in features], dtype=dtype)
         arrays["offsets"] = np.cumsum([0] + [len(f["tokens"]) for f in features], dtype=np.int64)
         arrays["token_ids"] = np.concatenate([f["token_ids"] for f in features]).astype(np.int32)
         arrays["tokens"] = np.asarray(tokens, dtype=str)
     else:
-        arrays["values"] = np.stack([f["values"] for f in features]).astype(dtype, copy=False)
+        arrays["values"] = np.stack([f["values"] for f in features], dtype=dtype)
     fileio.write_with(path, lambda f: np.savez(f, **arrays))
 
 

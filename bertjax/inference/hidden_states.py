@@ -16,7 +16,7 @@ from bertjax.tasks.raw_text import not_one_string, text_pair
 POOLINGS = ("none", "cls", "mean")
 CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
 # Per-token features of a chunk are gathered padded to max_seq_length ([N, K, H, S] float32):
-# a chunk holds at most this many bytes of them (BERT-large, 4 layers at 512: 32 examples).
+# a chunk holds at most this many bytes of them (BERT-large, 4 layers at 512: 128 examples).
 CHUNK_BYTES = 1 << 30
 
 
