@@ -31,6 +31,7 @@ to the newest readable step, with the same warning, and moves nothing.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -354,6 +355,18 @@ class Checkpointer:
         except Exception as e:
             raise self._save_failed(e) from e
 
+
+def weights_digest(params) -> str:
+    """sha256 of `params`' values (numpy or jax.Arrays of any sharding; every process calls
+    this): weights named by what they are rather than by the path or copy they came from (a
+    frozen encoder's feature cache, a features folder)."""
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        values = np.ascontiguousarray(leaf if getattr(leaf, "is_fully_addressable", True)
+                                      else multihost_utils.process_allgather(leaf, tiled=True))
+        digest.update(f"{jax.tree_util.keystr(path)}{values.shape}{values.dtype}".encode())
+        digest.update(values.tobytes())
+    return digest.hexdigest()
 
 def agreed_steps(steps: list[int]) -> list[int]:
     """Process 0's `steps` on every process (a broadcast, so every process must call it)."""

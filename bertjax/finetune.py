@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import logging
 import math
 import os
@@ -173,7 +172,7 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
                     reads_tokens: bool, encoder_params, encoder_shardings, mesh, batch_size: int,
                     buckets: list[int], weights: str) -> tuple[feature_cache.FeatureCache, str]:
     """The frozen encoder's outputs for every example of `split`, computed (or found) once:
-    (the cache, what happened). weights: `weights_digest(encoder_params)`."""
+    (the cache, what happened). weights: `checkpointing.weights_digest(encoder_params)`."""
     encoder = FrozenEncoder(bert, reads_tokens)
     inputs = ("input_ids", "segment_ids", "input_mask")
     apply = lambda params, batch: encoder.apply({"params": {"bert": params}}, *(batch[n] for n in inputs))  # noqa: E731
@@ -204,21 +203,6 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
                             agree=_fewest_over_processes)
     progress.close()
     return cache, message
-
-
-def weights_digest(params) -> str:
-    """sha256 of `params`' values (jax.Arrays, any sharding; every process calls this): the weights
-    a frozen encoder runs, named by what they are rather than by the path they came from (a
-    resumed run runs its own checkpoint's, whatever its init_checkpoint holds by then)."""
-    from jax.experimental import multihost_utils
-
-    digest = hashlib.sha256()
-    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-        values = np.ascontiguousarray(
-            leaf if leaf.is_fully_addressable else multihost_utils.process_allgather(leaf, tiled=True))
-        digest.update(f"{jax.tree_util.keystr(path)}{values.shape}{values.dtype}".encode())
-        digest.update(values.tobytes())
-    return digest.hexdigest()
 
 
 def _fewest_over_processes(count: int) -> int:
@@ -498,7 +482,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         caches: dict[str, feature_cache.FeatureCache] = {}
         if frozen and config.train.cache_features:
             with loop.paused(recurring=False), clock.phase("cache features"):  # not in the first steps' time and rate
-                weights = weights_digest(state.params["bert"])
+                weights = checkpointing.weights_digest(state.params["bert"])
                 for split in [task.train, *task.eval_splits, *task.test_splits]:
                     encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")
                     caches[split.name], message = cached_features(

@@ -341,8 +341,28 @@ def test_features_written_inside_the_model_folder_resume_and_are_known_again(tmp
     said.clear()
     feature_files.extract(model, str(tmp_path / "in.txt"), str(outside), layers=(-1,), shard_size=2, log=said.append)
     assert said == [f"{outside} is complete (3 examples); nothing to do"]
+    # A folder written when the weights were known by their files' names, sizes and times.
+    manifest["settings"]["weights"] = model.source.weights_fingerprint()
+    (outside / "manifest.json").write_text(json.dumps(manifest))
+    said.clear()
+    feature_files.extract(model, str(tmp_path / "in.txt"), str(outside), layers=(-1,), shard_size=2, log=said.append)
+    assert said == [f"{outside} is complete (3 examples); nothing to do"]
+    # The weights are known by their values: a copy of the same file resumes (each host of a
+    # multi-host run may hold its own copy), other values are refused.
     os.remove(model_dir / "model.safetensors")
     shutil.copy(os.path.join(MINILM_DIR, "model.safetensors"), model_dir / "model.safetensors")
+    copied = bertjax.load_model(str(model_dir), max_seq_length=16, batch_size=2)
+    said.clear()
+    feature_files.extract(copied, str(tmp_path / "in.txt"), output, layers=(-1,), shard_size=2, log=said.append)
+    assert said == [f"{output} is complete (3 examples); nothing to do"]
+    import safetensors.numpy
+
+    from bertjax.models import tensor_files
+
+    tensors = tensor_files.read_safetensors(os.path.join(MINILM_DIR, "model.safetensors"))
+    tensors["pooler.dense.bias"] = tensors["pooler.dense.bias"] + 0.01
+    os.remove(model_dir / "model.safetensors")
+    safetensors.numpy.save_file(tensors, str(model_dir / "model.safetensors"))
     changed = bertjax.load_model(str(model_dir), max_seq_length=16, batch_size=2)
     with pytest.raises(ValueError, match=r"other settings \(the checkpoint's weights changed\)"):
         feature_files.extract(changed, str(tmp_path / "in.txt"), output, layers=(-1,), shard_size=2)
@@ -424,6 +444,7 @@ def test_processes_write_their_own_shards_and_process_0_merges_them(minilm, tmp_
     options = dict(layers=(-1,), pooling="mean", shard_size=3)
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "one"), log=lambda _: None, **options)
     monkeypatch.setattr(multihost_utils, "sync_global_devices", lambda name: None)
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda mine: np.stack([mine, mine]))  # the same
     monkeypatch.setattr(hidden_states, "CHUNK_EXAMPLES", 3)  # one shard a chunk: a failure comes after a written shard
     said = []
 
@@ -462,6 +483,11 @@ def test_processes_write_their_own_shards_and_process_0_merges_them(minilm, tmp_
     with pytest.raises(ValueError, match="--output=.*x.jsonl: JSONL is written by one process; give a folder for a "
                                          "multi-host run"):
         as_process(1, output="x.jsonl")
+    # A host with another copy of the input (or checkpoint, flags) would write its shards into the
+    # same folder, silently (a review): every process refuses.
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda mine: np.stack([mine, mine ^ 1]))
+    with pytest.raises(ValueError, match="process 1's settings differ from process 0's"):
+        as_process(0, output="hosts")
 
 
 def test_two_launcher_processes_split_the_shards_and_match_one_process(tmp_path):

@@ -32,7 +32,8 @@ Outputs (`extract`), by the name given:
 Several JAX processes (a multi-host run, jax.distributed started; shard folders only: a
 JSONL output is refused): shard k (examples k * shard_size on) is written by process
 k % P (P = jax.process_count()). Each process reads the input, featurizes only its shards'
-examples on its own devices (no communication but two barriers) and keeps its progress
+examples on its own devices (no communication but a check that every process has the same
+settings, input and weights, and two barriers) and keeps its progress
 in manifest-process{p}-of-{P}.json (the fields of manifest.json, and "processes": P); a
 run resumes process by process, and only with the same P. After its last shard each
 process waits for the others, then process 0 writes manifest.json, their manifests
@@ -43,6 +44,7 @@ a one-process run's. The folder must be one every host sees (gs://, a shared fil
 from __future__ import annotations
 
 import bisect
+import hashlib
 import io
 import itertools
 import json
@@ -55,6 +57,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from bertjax import checkpointing
 from bertjax.runtime import console, fileio
 from bertjax.tasks import common
 
@@ -231,14 +234,15 @@ _IDENTITIES = {"input": "the input file's text changed", "weights": "the checkpo
 
 
 def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, Any],
-                    whole_folder_weights: Callable[[], str]) -> None:
+                    earlier_weights: Callable[[], tuple[str, ...]]) -> None:
     """A ValueError naming what differs between a folder's features and this run's.
-    `whole_folder_weights()`: the weights' fingerprint as folders written before
-    `ModelSource.weights_fingerprint` recorded it (the model's whole folder), also accepted."""
+    `earlier_weights()`: the identities folders written before the weights were known by
+    their values recorded for the same files (the model's whole folder, then its weight
+    files'), also accepted."""
     saved = manifest.get("settings", {})
     changed = [key for key in settings if key in saved and saved[key] != settings[key]  # (keys added since: unknown)
                and key not in _RECORDED_ONLY]
-    if changed.count("weights") and saved["weights"] == whole_folder_weights():
+    if changed.count("weights") and saved["weights"] in earlier_weights():
         changed.remove("weights")
     if manifest.get("format") != FORMAT or changed:
         shown = [_IDENTITIES[k] if k in _IDENTITIES and k in saved else f"{k}: {saved.get(k)!r} there, "
@@ -248,7 +252,8 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
 
 
 def _resume_point(output: str, settings: dict[str, Any], process: int, processes: int,
-                  examples_per_shard: int, whole_folder_weights: Callable[[], str]) -> tuple[dict[str, Any], bool]:
+                  examples_per_shard: int, earlier_weights: Callable[[], tuple[str, ...]]
+                  ) -> tuple[dict[str, Any], bool]:
     """(this process's manifest to continue from, whether the folder is complete): the
     folder's (same settings, same process count) or a fresh one of `examples_per_shard`
     examples a shard. A ValueError for a folder
@@ -271,7 +276,7 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
                              "); give a new or empty folder")
         return fresh, False
     for manifest in manifests.values():
-        _check_settings(output, manifest, settings, whole_folder_weights)
+        _check_settings(output, manifest, settings, earlier_weights)
     if manifests.get(MANIFEST, {}).get("complete"):
         return manifests[MANIFEST], True
     other = sorted({manifest.get("processes", 1) for manifest in manifests.values()} - {processes})
@@ -279,6 +284,20 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
         raise ValueError(f"--output={output} holds the progress of a run of {other[0]} process(es), this run has "
                          f"{processes}; resume it with {other[0]} or give a new folder")
     return manifests.get(progress_file(process, processes), fresh), False
+
+
+def _check_same_everywhere(settings: dict[str, Any], processes: int) -> None:
+    """A ValueError on every process when their settings differ (a host with another copy of
+    the input, another checkpoint, other flags): each would write its shards into one folder."""
+    if processes == 1:
+        return
+    compared = {key: value for key, value in settings.items() if key not in _RECORDED_ONLY}
+    digest = np.frombuffer(hashlib.sha256(json.dumps(compared, sort_keys=True).encode()).digest(), np.uint8)
+    every = np.asarray(multihost_utils.process_allgather(digest))  # [processes, 32]: each process decides alike
+    differing = [process for process in range(processes) if not np.array_equal(every[process], every[0])]
+    if differing:
+        raise ValueError(f"process {differing[0]}'s settings differ from process 0's (another input file, checkpoint "
+                         "or tokenizer, or other flags): every host must extract the same")
 
 
 def _merge(output: str, processes: int, total: int) -> dict[str, Any]:
@@ -335,16 +354,19 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     total = count_inputs(input_file, file_format, text_a_key, text_b_key)
     settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
                 "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
-                "weights": model.source.weights_fingerprint(), "tokenizer": _tokenizer_identity(model.tokenizer),
+                "weights": checkpointing.weights_digest(model.params),
+                "tokenizer": _tokenizer_identity(model.tokenizer),
                 "precision": model.precision, "activations": model.bert.dtype, "max_seq_length": model.max_seq_length,
                 "layers": list(layers), "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
     who = f"process {process} of {processes}: " if processes > 1 else ""
     if to_jsonl:  # one piece: the whole input
         manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)
     else:
+        _check_same_everywhere(settings, processes)
         manifest, finished = _resume_point(output, settings, process, processes,
                                            shard_examples(model, tuple(layers), pooling, dtype, shard_size),
-                                           lambda: fileio.fingerprint(model.source.weights))
+                                           lambda: (fileio.fingerprint(model.source.weights),
+                                                    model.source.weights_fingerprint()))
         if finished:
             log(f"{output} is complete ({total} examples); nothing to do")
             return {"examples": total, "truncated": manifest["truncated"], "new": 0, "seconds": 0.0}
