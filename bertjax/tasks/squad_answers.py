@@ -99,6 +99,8 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
             continue
         diff = (NO_SPAN_NULL_ODDS if best_span is None else
                 null_score - best_span["start_logit"] - best_span["end_logit"])
+        if not np.isfinite(diff):  # a diverged model's NaN scores: no answer, and odds JSON can hold
+            diff = NO_SPAN_NULL_ODDS
         null_odds[examples.ids[q]] = float(diff)
         predictions[examples.ids[q]] = "" if diff > null_score_diff_threshold else best_span["text"]
     return predictions, nbest, null_odds

@@ -9,7 +9,7 @@ import tensorflow_datasets as tfds
 
 from bertjax import tokenization
 from bertjax.data import vocabularies
-from bertjax.tasks import squad
+from bertjax.tasks import squad, squad_answers
 
 # -- Tokenizer offsets. --
 
@@ -254,6 +254,11 @@ def test_postprocess_v2_null_threshold_both_ways(bert_tokenizer, tmp_path):
     assert predictions == {"q0": "w2"}
     predictions, _, _ = squad.postprocess(split, start, end, null_score_diff_threshold=0.4)
     assert predictions == {"q0": ""}
+    # A diverged model's NaN logits: no answer, with odds a JSON reader takes (a review: NaN odds
+    # were written, and ordered the best-threshold search by the dict's order).
+    start[0, 0] = np.nan
+    predictions, _, null_odds = squad.postprocess(split, start, end)
+    assert predictions == {"q0": ""} and null_odds == {"q0": squad_answers.NO_SPAN_NULL_ODDS}
 
 
 def test_the_best_threshold_is_searched_above_the_runs_too(bert_tokenizer, tmp_path):
