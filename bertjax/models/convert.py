@@ -400,9 +400,9 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
         raise ValueError(f"export_tf_checkpoint: {vocab_path} is not a WordPiece vocabulary, and the TF layout "
                          "holds a vocab.txt only; write the huggingface layout (which keeps a tokenizer.json)")
     fileio.makedirs(out_dir)
-    with fileio.open_file(fileio.join(out_dir, "bert_config.json"), "w") as f:
-        json.dump(tf_config, f, indent=2, sort_keys=True)
     write_tf1_checkpoint(values, fileio.join(out_dir, "bert_model.ckpt"))
+    with fileio.open_file(fileio.join(out_dir, "bert_config.json"), "w") as f:  # after the weights: a failed
+        json.dump(tf_config, f, indent=2, sort_keys=True)                     # write is no checkpoint
     if tokens is not None:
         from bertjax import tokenization
 
@@ -415,11 +415,15 @@ def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
     from bertjax.runtime.tf_cpu import tf
 
     with tf.Graph().as_default():
-        variables = [tf.compat.v1.Variable(value, name=name) for name, value in values.items()]
+        # Values fed to placeholders, not held as constants: a graph is limited to 2 GB, which a
+        # model of ~500M parameters passes.
+        fed = {name: tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape) for name, value in values.items()}
+        variables = [tf.compat.v1.Variable(fed[name], name=name) for name in values]
         # Relative names in the `checkpoint` file: a copied folder reads its own files, never the original's.
         saver = tf.compat.v1.train.Saver(variables, save_relative_paths=True)
         with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
+            session.run([variable.initializer for variable in variables],
+                        feed_dict={fed[name]: value for name, value in values.items()})
             saver.save(session, prefix, write_meta_graph=False)
 
 

@@ -401,9 +401,22 @@ def test_tf_release_import(tf_release):
     assert np.isfinite(np.asarray(sequence)).all()
 
 
-def test_tf_export_round_trip(tf_release, tmp_path, caplog):
+def test_tf_export_round_trip(tf_release, tmp_path, caplog, monkeypatch):
+    from bertjax.runtime.tf_cpu import tf
+
     directory, config, _ = tf_release
     _, params = bertjax.load_pretrained(directory)
+    graph_bytes, save = [], tf.compat.v1.train.Saver.save
+
+    def saving(saver, *args, **kwargs):
+        graph_bytes.append(tf.compat.v1.get_default_graph().as_graph_def().ByteSize())
+        return save(saver, *args, **kwargs)
+
+    monkeypatch.setattr(tf.compat.v1.train.Saver, "save", saving)
+    # The weights are fed, not graph constants: TF refuses graphs over 2 GB (a review: ~500M
+    # parameters could not be exported).
+    convert.write_tf1_checkpoint({"big": np.ones((1024, 1024), np.float32)}, str(tmp_path / "big" / "model.ckpt"))
+    assert graph_bytes == [pytest.approx(0, abs=100_000)]  # not the 4 MB of values
     convert.export_tf_checkpoint(config, params, str(tmp_path / "out"))
     config2, params2 = bertjax.load_pretrained(str(tmp_path / "out"))
     assert config2 == config
