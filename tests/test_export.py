@@ -240,6 +240,48 @@ def test_an_export_that_fails_leaves_no_version_behind(minilm_classifier_run, tm
     assert sorted(os.listdir(saved)) == ["assets", "assets.extra", "fingerprint.pb", "saved_model.pb", "variables"]
 
 
+def test_a_remote_version_is_uploaded_with_its_graph_last_and_removed_when_the_upload_fails(monkeypatch):
+    """gs:// has no folder renames: the version is written locally and uploaded with
+    saved_model.pb last, since TensorFlow Serving loads a version once that is there (a review:
+    written in place, a preemption left a loadable version without assets.extra/task.json)."""
+    import uuid
+
+    from bertjax.inference import export
+    from bertjax.runtime import fileio
+
+    def write(folder):
+        for name in ("saved_model.pb", "variables/variables.index", "assets.extra/task.json"):
+            os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
+            with open(os.path.join(folder, name), "w") as f:
+                f.write(name)
+
+    target = f"ram://bertjax-export-{uuid.uuid4().hex}/serving/1"
+    uploaded, copy = [], fileio.copy
+
+    def copying(source, destination):
+        if destination.endswith("saved_model.pb"):  # everything else is there first
+            assert fileio.exists(f"{target}/assets.extra/task.json") and fileio.exists(
+                f"{target}/variables/variables.index")
+        uploaded.append(destination.removeprefix(target + "/"))
+        copy(source, destination)
+
+    monkeypatch.setattr(fileio, "copy", copying)
+    export._write_whole(target, write)
+    assert uploaded == ["assets.extra/task.json", "variables/variables.index", "saved_model.pb"]
+    assert fileio.open_file(f"{target}/assets.extra/task.json").read() == "assets.extra/task.json"
+
+    def failing(source, destination):
+        if destination.endswith("variables.index"):
+            raise OSError("preempted")
+        copy(source, destination)
+
+    monkeypatch.setattr(fileio, "copy", failing)
+    again = target.replace("/1", "/2")
+    with pytest.raises(OSError, match="preempted"):
+        export._write_whole(again, write)
+    assert not fileio.exists(again)
+
+
 def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
     from bertjax.inference import export
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import tempfile
 from typing import Any, Callable
 
 from bertjax import tasks
@@ -103,16 +104,23 @@ def _write_whole(target: str, write: Callable[[str], None]) -> None:
     """write(folder) so that `target` (a version folder, absent or empty) appears whole or not
     at all: locally into a hidden sibling renamed into place, so TensorFlow Serving, watching
     the parent for numbered folders, never loads a half-written version; remote (gs://, where
-    folders cannot be renamed), in place and removed if writing fails."""
+    folders cannot be renamed), written locally, then uploaded with saved_model.pb last (a
+    version is loadable only once it is there) and removed if the upload fails."""
     from bertjax.runtime import fileio
 
     if fileio.is_remote(target):
-        try:
-            write(target)
-        except BaseException:
-            if fileio.exists(target):
-                fileio.rmtree(target)
-            raise
+        with tempfile.TemporaryDirectory(prefix="bertjax-export-") as local:
+            write(local)
+            files = sorted(os.path.relpath(os.path.join(top, name), local)
+                           for top, _, names in os.walk(local) for name in names)
+            try:
+                for relative in sorted(files, key=lambda name: name == "saved_model.pb"):  # (a stable sort)
+                    fileio.makedirs(fileio.parent(fileio.join(target, relative)))
+                    fileio.copy(os.path.join(local, relative), fileio.join(target, relative))
+            except BaseException:
+                if fileio.exists(target):
+                    fileio.rmtree(target)
+                raise
         return
     tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.tmp-{os.getpid()}")
     try:
