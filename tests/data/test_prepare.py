@@ -444,3 +444,24 @@ def test_pretraining_takes_the_casing_a_tokenizer_json_says(tmp_path):
     assert prepare.load_tokenizer_for(data, str(tmp_path)).do_lower_case
     data.update(vocab_path=str(tmp_path / "cased.json"), do_lower_case=True)
     assert prepare.load_tokenizer_for(data, str(tmp_path)).do_lower_case
+
+
+def test_preparing_in_a_multi_host_run_leaves_jaxs_sigterm_handler_alone(monkeypatch):
+    """jax.distributed installs its SIGTERM handler from C (the coordinated preemption save):
+    Python sees SIG_DFL there and put that back after preparing, so process 0 later died on a
+    preemption without the save every host waits for (a review). In a multi-host run prepare
+    changes nothing; in one process, SIGTERM stops its pool and the handler before comes back."""
+    import signal
+
+    import jax
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
+    assert prepare._stop_on_sigterm() is None and signal.getsignal(signal.SIGTERM) is before
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+    previous = prepare._stop_on_sigterm()
+    try:
+        assert signal.getsignal(signal.SIGTERM) is prepare._raise_preempted
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert previous in (before, signal.SIG_DFL)
