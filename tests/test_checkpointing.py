@@ -110,8 +110,8 @@ def test_save_restore_round_trip_keeps_types_and_shardings(tmp_path, state8):
     assert not ckpt.save(15, state, data_position=0, config=CONFIG)  # not on the interval
     # An async save has copied the arrays off the devices when save() returns, so the
     # trainer may donate them to the next step right away.
-    expected = jax.tree.map(np.array, state)
-    donated = jax.tree.map(lambda x: x.copy(), state)
+    donated = jax.tree.map(lambda x: x + 1, state)  # other values than step 10's: each restore reads its own step
+    expected = jax.tree.map(np.array, donated)
     best = {"best_step": 20, "best_metrics": {"accuracy": 0.5}}
     ckpt.save(20, donated, data_position=0, config=CONFIG, extra_meta=best)
     for leaf in jax.tree.leaves(donated):

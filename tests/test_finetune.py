@@ -726,7 +726,7 @@ def test_a_run_failing_before_its_first_step_gives_back_the_signal_handlers(tmp_
     assert {number: signal.getsignal(number) for number in before} == before
 
 
-def test_a_run_stopped_at_an_evaluation_step_evaluates_it_when_resumed(tmp_path, monkeypatch):
+def test_a_run_stopped_at_an_evaluation_step_evaluates_it_when_resumed(tmp_path, monkeypatch, capsys):
     """Stopped at step 2, an evaluation step, the run saves before evaluating; the resumed run
     evaluates step 2 before its first step, so its evaluations, best/ and predictions are the
     uninterrupted run's."""
@@ -748,7 +748,10 @@ def test_a_run_stopped_at_an_evaluation_step_evaluates_it_when_resumed(tmp_path,
     workdir = str(tmp_path / "stopped" / "run")
     assert [r["step"] for r in _metrics(workdir) if "eval_loss" in r] == []  # saved, not evaluated
     assert checkpointing.read_meta(os.path.join(workdir, "checkpoints"))["extra"]["evaluation_owed"]
+    capsys.readouterr()
     tiny_finetune_run("classification", tmp_path / "stopped", train=train, **files)
+    output = "".join(capsys.readouterr())  # a resume (a run from scratch would give the same rows)
+    assert "resumed from" in output and "; starting at step 2" in output, output[-2000:]
     evaluations = lambda run: [{k: v for k, v in r.items() if k.startswith(("step", "eval_"))}  # noqa: E731
                                for r in _metrics(run) if "eval_loss" in r]
     assert [r["step"] for r in evaluations(workdir)] == [2, 4]

@@ -238,9 +238,12 @@ def test_a_failed_evaluation_saves_its_step_first_and_the_resumed_run_evaluates(
     resumed = _loop(tmp_path, num_steps=10, eval_every=2, start_step=2)
     try:
         assert resumed.owes_evaluation
-        with pytest.raises(RuntimeError):  # failing again where it resumed: nothing new to save
+        # Failing again where it resumed: nothing new to save, and the evaluation's own error
+        # comes out (TrainingStopped is a RuntimeError too).
+        with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED") as failed:
             with resumed.evaluation(2, {"w": jnp.ones(3)}):
                 raise RuntimeError("RESOURCE_EXHAUSTED: out of memory")
+        assert type(failed.value) is RuntimeError
     finally:
         resumed.close()
     assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,

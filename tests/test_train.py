@@ -78,8 +78,15 @@ def test_sigterm_then_resume_replays_the_uninterrupted_run_bitwise(tmp_path, pre
     assert "preempted (SIGTERM): saved step" in stderr
     stopped_at = max(_losses(_metrics(workdir)))
     assert 7 <= stopped_at < 24, "the signal should land mid-run"
+    assert f"saved step {stopped_at} to" in stderr
 
-    assert "resumed with" not in _run(workdir, prepared_dir, *steps).stderr  # the same settings
+    rerun = _run(workdir, prepared_dir, *steps)
+    assert "resumed with" not in rerun.stderr  # the same settings
+    # From the step the signal saved (a run from scratch, or from an older step, replays the
+    # same losses: the metrics alone cannot tell).
+    said = rerun.stdout + rerun.stderr
+    assert f"resumed from {workdir}/checkpoints at step {stopped_at}" in said and \
+        f"starting at step {stopped_at} of 24" in said, said[-3000:]
     resumed = _losses(_metrics(workdir))
     assert sorted(resumed) == list(range(1, 25))
     assert resumed == reference  # every step, bitwise (floats round-trip exactly through JSON)
