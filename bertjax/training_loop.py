@@ -72,9 +72,9 @@ class Loop:
                                              else (None, ""))
         self.watcher = preemption.PreemptionWatcher(start_step)
         self._evaluation_left: int | None = None  # the step whose evaluation a stop put off
-        # A run stopped at an evaluation step saved first: its evaluation comes before the first step.
-        self.owes_evaluation = bool(start_step and self.is_eval_step(start_step) and _evaluation_owed_at(
-            checkpointer, start_step))
+        # A run stopped at an evaluation step saved first: its evaluation comes before the first
+        # step, under this run's cadence or not (else those weights could never be the best).
+        self.owes_evaluation = bool(start_step and self.eval_every and _evaluation_owed_at(checkpointer, start_step))
         self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []
         self.pending_rows: list[float] = []  # each pending step's sequences: its weight in the logged mean
