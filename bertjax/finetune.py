@@ -518,17 +518,18 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             they are the best."""
             nonlocal best, best_predictions
             params = state.params
+            # best/'s save inside: one that fails saves the step too, owing its evaluation.
             with loop.evaluation(step, state), clock.phase("evaluate"):
                 results, predictions = evaluator.evaluate(params)
-            with loop.paused(), clock.phase("evaluate"):
                 main = results[task.eval_splits[0].name]
-                loop.write_eval(step, _eval_record(results))
                 if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
-                    best, best_predictions = {"step": step, "metrics": main}, predictions
                     # replace: a resumed run evaluates a step again, and best/ may hold its
                     # earlier (other) weights and score.
-                    best_checkpointer.save(step, {"params": params}, data_position=step,
-                                           config=saved_config, force=True, extra_meta=best, replace=True)
+                    best_checkpointer.save(step, {"params": params}, data_position=step, config=saved_config,
+                                           force=True, extra_meta={"step": step, "metrics": main}, replace=True)
+                    best, best_predictions = {"step": step, "metrics": main}, predictions
+            with loop.paused(), clock.phase("evaluate"):
+                loop.write_eval(step, _eval_record(results))
 
         if config.train.eval_at_start and start_step == 0 and task.eval_splits:
             with loop.paused(), clock.phase("evaluate"):  # the starting point, for comparison only: never best/

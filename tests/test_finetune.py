@@ -762,6 +762,34 @@ def test_a_run_stopped_at_an_evaluation_step_evaluates_it_when_resumed(tmp_path,
         sorted(os.listdir(os.path.join(reference, "predictions")))
 
 
+def test_a_failed_save_of_the_best_weights_saves_the_step_owing_its_evaluation(tmp_path, monkeypatch):
+    """best/'s save came after the evaluation's guard: one that failed (a gs:// write error)
+    lost every step since the last checkpoint (a review). The step is saved, its evaluation
+    owed, and the resumed run evaluates it first."""
+    from bertjax import checkpointing
+    from small_runs import tiny_finetune_run
+
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    files = dict(train_file=str(tmp_path / "data.csv"), eval_file=str(tmp_path / "data.csv"), text_b_key="")
+    save = checkpointing.Checkpointer.save
+
+    def failing(checkpointer, step, *args, **kwargs):
+        if kwargs.get("replace"):  # best/'s
+            raise checkpointing.CheckpointSaveError(f"writing step {step}: quota exceeded")
+        return save(checkpointer, step, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpointing.Checkpointer, "save", failing)
+        with pytest.raises(checkpointing.CheckpointSaveError, match="quota exceeded"):
+            tiny_finetune_run("classification", tmp_path / "failed", train={"num_steps": 4, "eval_every": 2}, **files)
+    workdir = os.path.join(tmp_path, "failed", "run")
+    assert checkpointing.read_meta(os.path.join(workdir, "checkpoints"))["step"] == 2
+    assert checkpointing.read_meta(os.path.join(workdir, "checkpoints"))["extra"]["evaluation_owed"]
+    tiny_finetune_run("classification", tmp_path / "failed", train={"num_steps": 4, "eval_every": 2}, **files)
+    assert [r["step"] for r in _metrics(workdir) if "eval_loss" in r] == [2, 4]
+
+
 def test_from_scratch_fine_tunes_the_checkpoints_model_and_tokenizer_from_random_weights(pretrained_run):
     """The demo's baseline: a fine-tuning config of another size (the demo's tiny) came out as
     that size, not the pre-trained model's (a review); what the config sets (dropout) stays."""
