@@ -370,12 +370,15 @@ def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, pa
     """The console line that says what the run will do."""
     shape = (f"examples packed into rows of {train_batches.buckets[0]} tokens, {train_batches.row_counts} rows a step"
              if packed else f"batches padded to {train_batches.buckets}")
-    cut = [f"{s.name}: {s.truncation}" for s in (task.train, *task.eval_splits, *task.test_splits) if s.truncation]
-    return (f"{task.name}: {len(task.train)} training examples"
-            + "".join(f", {len(s)} {s.name}" for s in task.eval_splits + task.test_splits)
+    splits = (task.train, *task.eval_splits, *task.test_splits)
+    cut = [f"{s.name}: " + ", ".join(([] if s.source_examples is None else [f"{len(s)} windows"])
+                                     + ([s.truncation] if s.truncation else []))
+           for s in splits if s.truncation or s.source_examples is not None]
+    return (f"{task.name}: {task.train.examples_per_epoch} training examples"
+            + "".join(f", {s.examples_per_epoch} {s.name}" for s in task.eval_splits + task.test_splits)
             + (f" ({'; '.join(cut)})" if cut else "")
             + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
-            + f" ({train_cfg.num_steps * train_cfg.batch_size / len(task.train):.2f} epochs), "
+            + f" ({train_cfg.num_steps * train_cfg.batch_size / task.train.examples_per_epoch:.2f} epochs), "
             + f"lr {train_cfg.learning_rate:g}, "
             + f"warmup {train_cfg.warmup_steps}; {shape}; {how}"
             + ("; the encoder frozen" if frozen else "") + f"; starting at step {start_step}")
@@ -409,7 +412,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         task = tasks.load_task(config, tokenizer)
     train_batches, eval_buckets = training_batches(config, task.train, mesh_shape[0] * mesh_shape[1],
                                                    bert.length_multiple)
-    train_cfg = schedule_config(config, len(task.train))
+    train_cfg = schedule_config(config, task.train.examples_per_epoch)
     eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
     eval_every = train_cfg.eval_every or train_batches.steps_per_epoch()
 

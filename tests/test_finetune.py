@@ -401,6 +401,13 @@ def test_the_run_summary_says_what_was_cut_to_fit():
     batches.steps_per_epoch = lambda: 4
     train_cfg.num_steps, train_cfg.batch_size = 9, 32
     assert "9 steps of 32 (2.88 epochs)" in finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
+    # Span QA counts epochs in questions, as run_squad.py does, and its rows are windows of them.
+    task.train = Split("train", {}, np.zeros(100, np.int32), source_examples=80)
+    line = finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
+    assert line.startswith("squad: 80 training examples, 3 validation, 3 test (train: 100 windows; test: 1 of 3 "
+                           "questions cut to 64 tokens); 9 steps of 32 (3.60 epochs)"), line
+    config = _demo_config(batch_size=32, num_epochs=2.0, num_steps=0)
+    assert finetune_setup.schedule_config(config, task.train.examples_per_epoch).num_steps == 5  # int(80 / 32 * 2)
 
 
 def test_adam_bias_correction_is_a_finetune_option_off_by_default():

@@ -47,6 +47,8 @@ class Split:
     has_labels: False for test splits (GLUE test labels are -1): predicted, not scored.
     truncation: what was cut to fit, for the run's summary ("12 of 3,000 examples cut to 128
       tokens"); "" when nothing was.
+    source_examples: the examples the rows are windows of (span QA's questions), which the
+      original scripts count an epoch in; None when each row is one example.
     """
 
     name: str
@@ -55,6 +57,7 @@ class Split:
     examples: Any = None
     has_labels: bool = True
     truncation: str = ""
+    source_examples: int | None = None
 
     def __post_init__(self):
         n = len(self.lengths)
@@ -64,6 +67,11 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    @property
+    def examples_per_epoch(self) -> int:
+        """What an epoch counts: the source examples, else the rows."""
+        return len(self) if self.source_examples is None else self.source_examples
 
 
 @dataclasses.dataclass

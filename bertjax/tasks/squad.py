@@ -169,8 +169,10 @@ def featurize(tokenizer, examples: SquadExamples, split_name: str, is_training: 
     logging.info("%s: %d questions -> %d windows (max_seq_length %d, doc_stride %d)", examples.source,
                  int(kept.sum()), len(example_index), max_seq_length, doc_stride)
     has_labels = bool(examples.is_impossible.any() or any(examples.answers))
+    # An epoch counts questions, as run_squad.py's num_train_steps does (its input is the windows).
     return Split(split_name, features, lengths, windows, has_labels,
-                 truncation(q_len[kept] > max_query_length, "questions", max_query_length))
+                 truncation(q_len[kept] > max_query_length, "questions", max_query_length),
+                 source_examples=int(kept.sum()))
 
 
 def _answer_tokens(examples: SquadExamples, offsets, c_start, c_len):
