@@ -263,6 +263,6 @@ class Loop:
             self.progress.close()
             self.checkpointer.wait_until_finished()
             self.checkpointer.close()
+        finally:  # a failed last save must not lose the metrics logged before it, nor keep the handlers
             self.watcher.close()
-        finally:  # a failed last save must not lose the metrics logged before it
             self.writer.close()

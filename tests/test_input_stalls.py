@@ -158,6 +158,31 @@ def test_a_stop_signal_at_the_last_step_finishes_the_run(tmp_path):
                                       async_save=False).all_steps() == [2, 3]
 
 
+
+def test_a_signal_the_last_step_did_not_stop_for_stops_the_next_run_of_the_process(tmp_path):
+    """A signal at a run's last step finishes that run; the demo's next stage or a sweep's next
+    run then started with the handlers put back and the signal forgotten, and ran on until
+    the scheduler's SIGKILL (a review): it stops at its first step."""
+    import jax.numpy as jnp
+
+    loop = _loop(tmp_path / "first", num_steps=3)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        loop.save(3, {"w": jnp.ones(3)})  # the run finishes
+    finally:
+        loop.close()
+    following = _loop(tmp_path / "next", num_steps=3)
+    try:
+        assert following.watcher.should_stop(1)
+    finally:
+        following.close()
+    again = _loop(tmp_path / "again", num_steps=3)  # heeded once, then forgotten
+    try:
+        assert not again.watcher.should_stop(1)
+    finally:
+        again.close()
+
+
 def test_a_stop_logs_the_steps_since_the_last_log_step(tmp_path):
     """The resumed run starts after the stop's step and never logs the steps before it: they are
     written as a row at that step (a review found up to log_every - 1 steps lost)."""

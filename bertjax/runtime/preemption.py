@@ -70,6 +70,9 @@ def report_start(step: int) -> None:
         _reached(step)
 
 
+_unheeded: str | None = None  # a signal a closed watcher received and its run finished without heeding
+
+
 class PreemptionWatcher:
     """Create one after `jax.distributed.initialize` (if any); call `should_stop` every step.
 
@@ -79,9 +82,12 @@ class PreemptionWatcher:
 
     def __init__(self, start_step: int = 0):
         """start_step: the step the run starts from (restored), the one before its first."""
+        global _unheeded
         self.coordinated = jax.distributed.is_initialized()
         report_start(start_step)
-        self.signalled = None  # single process: the name of the signal the handler received
+        # Single process: the name of the signal the handler received (or an earlier watcher's
+        # that its run finished without stopping for: the next run in this process stops).
+        self.signalled, _unheeded = _unheeded, None
         self._decided: tuple[int, bool] | None = None  # multi-process: (step, JAX's answer) last given
         self._warned = False
         self._installed = not self.coordinated  # a Python handler would replace the runtime's
@@ -123,11 +129,17 @@ class PreemptionWatcher:
         return self.signalled or "SIGTERM"
 
     def close(self) -> None:
-        """Puts back the SIGTERM and SIGINT handlers installed before (single process)."""
+        """Puts back the SIGTERM and SIGINT handlers installed before (single process). A signal
+        received that the run did not stop for (it came at the last step) is handed to the next
+        watcher of this process: the demo's next stage, a sweep's next run stop at their first
+        step rather than run on until the scheduler's SIGKILL."""
+        global _unheeded
         if self._installed:
             for number, handler in self._previous.items():
                 signal.signal(number, handler)
             self._installed = False
+            if self.signalled and not self._warned:
+                _unheeded = self.signalled
 
 
 class InputInterrupted(Exception):
