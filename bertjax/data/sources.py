@@ -522,7 +522,9 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
     seconds rather than after TFDS's ten retries (about 3.5 minutes); once the host
     answered, TFDS's own retries apply.
     """
-    import tensorflow_datasets as tfds
+    from bertjax.runtime import tf_cpu
+
+    tfds = tf_cpu.datasets()
     from tensorflow_datasets.core.download import downloader
 
     builder = tfds.builder(name, data_dir=data_dir)
@@ -560,7 +562,9 @@ def _tfds_units(data_config: Any) -> list[dict]:
     """The TFDS split as units of about TFDS_EXAMPLES_PER_UNIT examples (at most 256), each naming
     its dataset, slice ("train[0:25000]": plain strings, which the prepared folder's settings
     hold and compare), text feature and data_dir."""
-    import tensorflow_datasets as tfds
+    from bertjax.runtime import tf_cpu
+
+    tfds = tf_cpu.datasets()
     if not data_config.tfds_name:
         raise ValueError("config.data.source='tfds' needs config.data.tfds_name, e.g. 'wikipedia/20230601.en'")
     data_dir = data_config.get("tfds_data_dir") or None
@@ -588,7 +592,9 @@ def _tfds_units(data_config: Any) -> list[dict]:
 
 
 def _read_tfds(name: str, split: str, feature: str, data_dir: str | None, drops: DropCounter) -> Iterator[list[str]]:
-    import tensorflow_datasets as tfds
+    from bertjax.runtime import tf_cpu
+
+    tfds = tf_cpu.datasets()
     dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
     for index, example in enumerate(tfds.as_numpy(dataset.map(lambda x: x[feature]))):
         sentences = _sentences_of(example, feature, f"{name}[{split}]#{index}", drops)

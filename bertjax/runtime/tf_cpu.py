@@ -17,7 +17,19 @@ import tensorflow as tf  # noqa: E402
 try:
     tf.config.set_visible_devices([], "GPU")
 except RuntimeError:  # TF's devices were already initialised by someone else; too late to hide.
-    pass
+    if tf.config.list_physical_devices("GPU"):
+        import logging
+
+        logging.getLogger(__name__).warning("TensorFlow was set up before bertjax.runtime.tf_cpu: it sees the GPUs, "
+                                            "and may take their memory from JAX")
+
+
+def datasets():
+    """tensorflow_datasets, with TensorFlow set up here first: TFDS imports TensorFlow itself
+    (when a builder first reads), past the settings above."""
+    import tensorflow_datasets
+
+    return tensorflow_datasets
 
 
 def no_autograph(function):

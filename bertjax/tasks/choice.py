@@ -96,7 +96,9 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
 
 def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamples:
     """TFDS hellaswag or piqa -> ChoiceExamples; bad examples are counted, logged skips."""
-    import tensorflow_datasets as tfds
+    from bertjax.runtime import tf_cpu
+
+    tfds = tf_cpu.datasets()
     if name not in TFDS_FIELDS:
         raise ValueError(f"unknown multiple-choice TFDS dataset {name!r}; expected one of {sorted(TFDS_FIELDS)}")
     context_key, choice_keys = TFDS_FIELDS[name]

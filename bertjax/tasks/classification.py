@@ -106,7 +106,9 @@ def _decode(values) -> list[str]:
 def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submission_file: str = "") -> Examples:
     """One split of TFDS glue/<task> (or `dataset`, e.g. glue/ax) -> Examples; test labels (-1)
     become None."""
-    import tensorflow_datasets as tfds
+    from bertjax.runtime import tf_cpu
+
+    tfds = tf_cpu.datasets()
 
     spec = GLUE[task]
     name = dataset or f"glue/{task}"

@@ -140,7 +140,9 @@ def read_tfds(name: str = "squad/v1.1", split: str = "train", data_dir: str | No
     """TFDS `squad/v1.1` or `squad/v2.0` -> SquadExamples, the official `data` rebuilt by
     grouping the questions by title and context. Examples with an empty or repeated id are
     counted, logged skips."""
-    import tensorflow_datasets as tfds
+    from bertjax.runtime import tf_cpu
+
+    tfds = tf_cpu.datasets()
     if name.split("/")[-1] not in ("v1.1", "v2.0"):
         raise ValueError(f"unknown SQuAD TFDS dataset {name!r}; expected 'squad/v1.1' or 'squad/v2.0'")
     builder = ExampleBuilder(f"tfds:{name}[{split}]", strict=False)

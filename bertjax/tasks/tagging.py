@@ -158,7 +158,9 @@ def read_tfds(name: str = "conll2003", split: str = "train", data_dir: str | Non
     """TFDS conll2003 (or a dataset with `tokens` and a sequence of class labels) ->
     TaggingExamples. A sentence whose tag count differs from its token count, or that is
     empty, is a counted, logged skip. Test splits keep their tags (CoNLL-2003 has them)."""
-    import tensorflow_datasets as tfds
+    from bertjax.runtime import tf_cpu
+
+    tfds = tf_cpu.datasets()
     builder = prepared_tfds_builder(name, data_dir)
     label_names = list(builder.info.features[tag_feature].feature.names)
     source, skips = f"tfds:{name}[{split}]", DropCounter()

@@ -500,3 +500,31 @@ def test_a_tsv_quoted_by_a_csv_writer_is_warned_of(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         list(read_records(str(path)))
     assert not caplog.text
+
+
+def test_tensorflow_is_set_up_before_tfds_imports_it():
+    """TFDS imports TensorFlow itself when a builder first reads: before bertjax.runtime.tf_cpu,
+    its notices were on and it kept the GPUs (a review). A fresh process reading GLUE under mock
+    data records the settings TensorFlow was first imported with."""
+    import subprocess
+    import sys
+
+    code = r"""
+import importlib.abc, os, sys
+seen = []
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" and not seen:
+            seen.append(os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
+sys.meta_path.insert(0, Watch())
+import tensorflow_datasets as tfds
+from bertjax.tasks import classification
+with tfds.testing.mock_data(num_examples=2):
+    classification.read_glue("rte", "", "train", None)
+print("first imported with", seen)
+"""
+    env = {key: value for key, value in os.environ.items() if key != "TF_ENABLE_ONEDNN_OPTS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "first imported with ['0']" in done.stdout, done.stdout  # tf_cpu's setting (its oneDNN notice off)
