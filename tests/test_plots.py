@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from bertjax.runtime import plots
 
 
@@ -78,3 +80,34 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     with pytest.raises(OSError, match="No space left"):
         fileio.write_with(str(tmp_path / "out.json"), fail)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plot_that_fails_leaves_the_last_one_and_files_reach_the_disk_before_their_name(tmp_path, monkeypatch):
+    """The PNG was written in place: a failed write left a cut-off file that looked whole (a
+    review). Files written whole (fileio.write_with) are synced, then the folder's rename, so a
+    machine that stops leaves the old file or the new one, never an empty one under the name."""
+    import os
+
+    import matplotlib.figure
+
+    from bertjax.runtime import fileio
+
+    _write_metrics(tmp_path / "run", [{"step": s, "loss": 1.0 / s} for s in range(1, 5)])
+    output = tmp_path / "curves.png"
+    plots.plot_runs({"a": str(tmp_path / "run")}, {"loss": ["loss"]}, str(output))
+    before = output.read_bytes()
+
+    def failing(figure, file, **kwargs):
+        file.write(b"\x89PNG half")
+        raise OSError("No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(matplotlib.figure.Figure, "savefig", failing)
+        with pytest.raises(OSError, match="No space left"):
+            plots.plot_runs({"a": str(tmp_path / "run")}, {"loss": ["loss"]}, str(output))
+    assert output.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["curves.png", "run"]
+
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
+    fileio.write_json(str(tmp_path / "row.json"), {"a": 1})
+    assert synced == [f"{tmp_path}/row.json.tmp-{os.getpid()}", str(tmp_path)]

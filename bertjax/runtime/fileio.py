@@ -162,8 +162,11 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def write_with(path: str, write: Callable[[Any], Any]) -> None:
     """write(binary file) to `path` atomically, as `write_bytes`. A local file is written as
-    `write` goes (large output is never held whole in memory); a remote one is built in memory
-    first, since a remote file being written cannot seek, which zip formats (.npz) do."""
+    `write` goes (large output is never held whole in memory) and reaches the disk before it
+    takes its name (else a machine that stops, as a preempted VM past its grace period, can
+    leave an empty file under the name: a 'not valid JSON' on every later run); a remote one is
+    built in memory first, since a remote file being written cannot seek, which zip formats
+    (.npz) do."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         if is_remote(path):
@@ -171,10 +174,18 @@ def write_with(path: str, write: Callable[[Any], Any]) -> None:
             write(buffer)
             with open_file(tmp, "wb") as f:
                 f.write(buffer.getvalue())
+            rename(tmp, path)
         else:
             with open_file(tmp, "wb") as f:
                 write(f)
-        rename(tmp, path)
+                f.flush()
+                os.fsync(f.fileno())
+            rename(tmp, path)
+            folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+            try:  # the rename itself
+                os.fsync(folder)
+            finally:
+                os.close(folder)
     except BaseException:  # a full disk, an interrupt: no partial file left beside `path`
         if exists(tmp):
             remove(tmp)

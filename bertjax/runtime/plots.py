@@ -72,8 +72,7 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
         figure.suptitle(title)
     figure.tight_layout()
     fileio.makedirs(fileio.parent(output))
-    with fileio.open_file(output, "wb") as f:
-        figure.savefig(f, format="png", dpi=110)
+    fileio.write_with(output, lambda f: figure.savefig(f, format="png", dpi=110))  # whole or not at all
     plt.close(figure)
     return output
 
