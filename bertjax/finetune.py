@@ -468,6 +468,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
     # weights there at the end, with no metrics).
     best = best_meta["extra"] if best_meta and best_meta["extra"].get("metrics") else None
+    if best is not None and not task.eval_splits:  # relaunched without them: the last weights are the result
+        log.warning("%s holds the best evaluation of an earlier launch (step %d); with no evaluation split now, "
+                    "this run's last weights replace it", best_checkpointer.directory, best["step"])
+        best = None
     loop = training_loop.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
@@ -574,7 +578,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         params = restored["params"]
     elif not task.eval_splits:
         best_checkpointer.save(step, {"params": state.params}, data_position=step, config=saved_config, force=True,
-                               extra_meta={"step": step, "metrics": {}})
+                               extra_meta={"step": step, "metrics": {}}, replace=True)  # (an earlier launch's)
     best_checkpointer.close()
     written = []
     directory = fileio.join(workdir, "predictions")

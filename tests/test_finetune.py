@@ -797,6 +797,24 @@ def test_a_failed_save_of_the_best_weights_saves_the_step_owing_its_evaluation(t
     assert [r["step"] for r in _metrics(workdir) if "eval_loss" in r] == [2, 4]
 
 
+def test_a_run_relaunched_without_its_evaluation_split_says_its_last_weights_are_the_result(tmp_path, capsys):
+    """best/ took the last weights while the console and the result still gave the earlier
+    launch's best evaluation (a review): the result is the last weights, said so."""
+    from bertjax import checkpointing
+    from small_runs import tiny_finetune_run
+
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    files = dict(train_file=str(tmp_path / "data.csv"), text_b_key="")
+    workdir = tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "data.csv"), **files)
+    assert checkpointing.read_meta(os.path.join(workdir, "best"))["extra"]["metrics"]
+    capsys.readouterr()
+    tiny_finetune_run("classification", tmp_path, eval_file="", **files)
+    output = "".join(capsys.readouterr())
+    assert "no evaluation split: the last weights (step 2) are the result" in output and "best accuracy" not in output
+    assert checkpointing.read_meta(os.path.join(workdir, "best"))["extra"] == {"step": 2, "metrics": {}}
+
+
 def test_from_scratch_fine_tunes_the_checkpoints_model_and_tokenizer_from_random_weights(pretrained_run):
     """The demo's baseline: a fine-tuning config of another size (the demo's tiny) came out as
     that size, not the pre-trained model's (a review); what the config sets (dropout) stays."""
