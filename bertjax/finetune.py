@@ -34,7 +34,7 @@ import logging
 import math
 import os
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import ml_collections
@@ -297,8 +297,10 @@ class Evaluator:
     buckets: list[int]
     caches: dict[str, feature_cache.FeatureCache]  # by split name: a frozen encoder's cached features
 
-    def run_split(self, params, split: Split, score: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-        """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when `score`."""
+    def run_split(self, params, split: Split, score: bool = True, between_batches: Callable[[], None] = lambda: None
+                  ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """(metrics, predictions [N, ...]) of one split; metrics only for labelled splits when
+        `score`. between_batches(): called before each batch (a stop signal's check)."""
         mesh = self.programs.mesh
         totals, gathered = trainer.EvalTotals(), batching.InSplitOrder(split, self.task.sequence_outputs)
         progress = console.Progress(math.ceil(len(split) / self.batch_size), label=f"evaluate {split.name}",
@@ -306,6 +308,7 @@ class Evaluator:
         with sharding.activate(mesh):
             for index, (batch, real) in enumerate(batching.eval_batches(split, self.batch_size, self.buckets),
                                                   start=1):
+                between_batches()
                 if split.name in self.caches:
                     batch = self.caches[split.name].add_to_eval_batch(batch, real)
                 eval_step, _, _ = self.programs.take(("eval", _batch_key(batch)))
@@ -319,9 +322,11 @@ class Evaluator:
             return {}, predictions
         return {"loss": totals.means()["loss"], **self.task.evaluate(split, predictions)}, predictions
 
-    def evaluate(self, params) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, np.ndarray]]]:
+    def evaluate(self, params, between_batches: Callable[[], None] = lambda: None
+                 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, np.ndarray]]]:
         """({split: metrics}, {split: predictions}) over the evaluation splits."""
-        done = {split.name: self.run_split(params, split) for split in self.task.eval_splits}
+        done = {split.name: self.run_split(params, split, between_batches=between_batches)
+                for split in self.task.eval_splits}
         return {name: metrics for name, (metrics, _) in done.items()}, {name: p for name, (_, p) in done.items()}
 
 
@@ -527,7 +532,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             params = state.params
             # best/'s save inside: one that fails saves the step too, owing its evaluation.
             with loop.evaluation(step, state), clock.phase("evaluate"):
-                results, predictions = evaluator.evaluate(params)
+                results, predictions = evaluator.evaluate(params, lambda: loop.check_stop_during_evaluation(step))
                 main = results[task.eval_splits[0].name]
                 if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
                     # replace: a resumed run evaluates a step again, and best/ may hold its

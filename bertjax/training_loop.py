@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 _EVALUATION_OWED = "evaluation_owed"  # checkpoint meta "extra": the step's evaluation was put off
 
 
+class EvaluationInterrupted(Exception):
+    """A stop signal came during an evaluation (`Loop.check_stop_during_evaluation`)."""
+
+
 def _evaluation_owed_at(checkpointer, step: int) -> bool:
     """Whether the checkpoint of `step` was saved by a stop that put off its evaluation."""
     from bertjax.runtime import fileio
@@ -151,16 +155,30 @@ class Loop:
             return False
         return True
 
+    def check_stop_during_evaluation(self, step: int) -> None:
+        """Between an evaluation's batches: EvaluationInterrupted when a stop signal came (one
+        process: a dev set can take minutes, past a notice's grace period; several processes
+        stop only at steps they agree on, at the save after it)."""
+        if not self.watcher.coordinated and self.watcher.signalled and self.watcher.should_stop(step):
+            raise EvaluationInterrupted
+
     @contextlib.contextmanager
     def evaluation(self, step: int, state: TrainState):
         """Around the evaluation after `step` (paused): one that fails (out of device memory,
-        a bad evaluation file) first saves `state` at `step` with the evaluation owed, so the
-        steps since the last checkpoint are not lost and the resumed run evaluates first. The
-        save is collective: only work every process does belongs inside (not process 0's
-        metrics writes), so that a failure here is every process's."""
+        a bad evaluation file) or that a stop signal interrupts (`check_stop_during_evaluation`)
+        first saves `state` at `step` with the evaluation owed, so the steps since the last
+        checkpoint are not lost and the resumed run evaluates first. The save is collective:
+        only work every process does belongs inside (not process 0's metrics writes), so that a
+        failure here is every process's."""
         with self.paused():
             try:
                 yield
+            except EvaluationInterrupted:
+                self._evaluation_left = step
+                self._save_now(step, state)
+                raise TrainingStopped(f"preempted ({self.watcher.signal_name}) during the evaluation after step "
+                                      f"{step}: saved step {step} to {self.checkpointer.directory}; run the same "
+                                      "command again to resume (it evaluates first)") from None
             except Exception:
                 self._evaluation_left = step
                 try:  # the evaluation's error is the one to report, whatever the save does

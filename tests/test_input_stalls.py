@@ -326,6 +326,32 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
     assert checkpointing.read_meta(str(tmp_path / "signalled" / "checkpoints" / "5"))["extra"]["evaluation_owed"]
 
 
+def test_a_signal_during_an_evaluation_stops_it_and_saves_its_step_owing_it(tmp_path):
+    """A dev-set evaluation (minutes for SQuAD) was run to its end before a signal that came
+    during it was heeded, past a notice's grace period (a review): checked between batches,
+    the step is saved, the evaluation owed, and the run stops."""
+    import jax.numpy as jnp
+
+    from bertjax import checkpointing, training_loop
+
+    loop = _loop(tmp_path, num_steps=10, eval_every=2)
+    batches = []
+    try:
+        assert loop.evaluates(2)
+        with pytest.raises(training_loop.TrainingStopped, match=r"preempted \(SIGTERM\) during the evaluation after "
+                                                                r"step 2: saved step 2"):
+            with loop.evaluation(2, {"w": jnp.ones(3)}):
+                for batch in range(5):
+                    loop.check_stop_during_evaluation(2)
+                    batches.append(batch)
+                    if batch == 1:
+                        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        loop.close()
+    assert batches == [0, 1]
+    assert checkpointing.read_meta(str(tmp_path / "checkpoints" / "2"))["extra"]["evaluation_owed"]
+
+
 def test_a_signal_during_an_evaluation_stops_at_its_step(tmp_path):
     """The question 'stop here?' is asked before an evaluation and again at the save: a signal
     that came in between stops the run at that step, not one later (a review of the above)."""
