@@ -45,6 +45,21 @@ def test_the_rate_leaves_pauses_out_and_the_eta_counts_them(clock):
     assert progress.steps_per_second() == pytest.approx(2.0) and progress.eta_seconds() == pytest.approx(65.0)
 
 
+def test_a_pool_of_workers_is_timed_from_its_start(clock):
+    """Data preparation's 64 workers finish their first 64 units together after 60 s: skipped
+    as if a compilation, the rate was 64 units over no time and the ETA a fraction of the true
+    one (a review: 9.6 s shown for 900 s left). Timed from the start: 1.07 units/s, 900 s."""
+    progress = console.Progress(total=1024, stream=io.StringIO(), timed_from_start=True)
+    for round_ in (1, 2):
+        clock[0] += 60.0
+        for unit in range(64 * (round_ - 1) + 1, 64 * round_ + 1):
+            progress.advance(unit)
+        if round_ == 1:
+            assert progress.steps_per_second() == pytest.approx(64 / 60) and progress.eta_seconds() == \
+                pytest.approx(900.0)
+    assert progress.eta_seconds() == pytest.approx(840.0)
+
+
 def test_a_pause_before_the_first_step_does_not_count(clock):
     """Compiling ahead (fine-tuning's length buckets) before step 1 used to be subtracted from
     the timed window, so the rate was huge and the ETA 0s for the first hundred steps."""

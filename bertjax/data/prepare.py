@@ -221,7 +221,7 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     num_workers = min(num_workers or _default_workers(units), max(1, len(jobs)))
     start = time.time()
     progress = console.Progress(len(units), len(units) - len(jobs), label="prepare", unit="units",
-                                line_seconds=_PROGRESS_LINE_SECONDS)
+                                line_seconds=_PROGRESS_LINE_SECONDS, timed_from_start=True)
     progress.line(f"preparing {len(jobs)} of {len(units)} units of {data_config.source} text into {output_dir} "
                   f"({num_workers} process{'es' if num_workers > 1 else ''})")
     if num_workers == 1:

@@ -38,6 +38,9 @@ class Progress:
     own speed); the ETA adds the recurring pauses' share of the time so far (evaluations and
     checkpoints come again; `pause(recurring=False)`, a compile wait, does not). Both skip the
     first step (compilation); pauses before it (e.g. compiling ahead) do not count.
+    timed_from_start: time from the start instead, for work without a compilation (a pool of
+    workers, whose first round of units ends at once: skipped, the rate was that round's
+    count over seconds and the ETA a fraction of the true one).
     work(step): the work before `step` (rows, where the batch grows): the ETA prices the steps
     left by their work at the pace so far, not by their number (the small early steps of a
     batch warmup made it a fraction of the true one); None: steps.
@@ -45,7 +48,7 @@ class Progress:
 
     def __init__(self, total: int, start: int = 0, *, label: str = "step", stream: TextIO | None = None,
                  enabled: bool = True, unit: str = "steps", line_seconds: float | None = None,
-                 work: Callable[[int], float] | None = None):
+                 work: Callable[[int], float] | None = None, timed_from_start: bool = False):
         self.total, self.step, self.label, self.unit = total, start, label, unit
         self.work = work or (lambda step: step)
         self.line_seconds = line_seconds
@@ -60,6 +63,8 @@ class Progress:
         self._pause_recurs = True
         self._last_draw = 0.0
         self._last_line = time.perf_counter()
+        if timed_from_start:  # no compilation to leave out; a pool's first round finishes together
+            self._first_step, self._clock_start = start, self._last_line
 
     def advance(self, step: int) -> None:
         now = time.perf_counter()
