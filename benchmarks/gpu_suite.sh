@@ -25,15 +25,21 @@ cudnn="--config.model.attention_impl=cudnn --config.model.attention_probs_dropou
 summary="$results/summary.md"
 : > "$results/runs.txt"
 : > "$work/tails.md"
+# The commit: BERTJAX_COMMIT where the copy has no .git (the device tool's working tree).
+commit=${BERTJAX_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
 {
-  echo "gpu_suite.sh $* (budget ${budget} s), $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "gpu_suite.sh $* (budget ${budget} s), $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, GPU ${gpu:-unknown}"
   echo
-  echo "| run | compile (s) | median step (ms) | range (ms) | seq/s | MFU | peak device memory (MB) |"
-  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  echo "| run | compile (s) | median step (ms) | range (ms) | timed steps | seq/s | MFU | peak device memory (MB) |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 } > "$summary"
 
 # The bertjax column of one row of launch/benchmark.py's table ("-" where the run printed none).
 value() { awk -v row="$2" 'index($0, row) == 1 { v = substr($0, length(row) + 1); split(v, f, " "); print f[1]; exit }' "$1" | grep . || echo -; }
+
+# The bertjax column of the "timed steps" row ("10 after 2 warm-up"), whole.
+steps() { awk 'index($0, "timed steps") == 1 { sub(/^timed steps +/, ""); sub(/  +.*/, ""); print; exit }' "$1" | grep . || echo -; }
 
 # [need=SECONDS] run NAME COMMAND...: the command under the budget (it starts only while `need`,
 # default MIN_RUN, seconds are left), its output to $WORK/NAME.txt and runs.txt.
@@ -42,7 +48,7 @@ run() {
   shift
   if ((left < ${need:-$min_run})); then
     echo "== $name: not run, ${left} s of the budget left"
-    echo "| $name | not run: ${left} s of the ${budget} s budget left | | | | | |" >> "$summary"
+    echo "| $name | not run: ${left} s of the ${budget} s budget left | | | | | | |" >> "$summary"
     return 1
   fi
   local limit=$((left < run_timeout ? left : run_timeout))
@@ -52,13 +58,14 @@ run() {
   tail -n 12 "$work/$name.txt"
   { echo "== $name: $* (exit $status)"; cat "$work/$name.txt"; echo; } >> "$results/runs.txt"
   if ((status == 124)); then
-    echo "| $name | stopped after ${limit} s | | | | | |" >> "$summary"
+    echo "| $name | stopped after ${limit} s | | | | | | |" >> "$summary"
   elif grep -q '^median step (ms)' "$work/$name.txt"; then
     local f=$work/$name.txt
     echo "| $name | $(value "$f" "compile time (s)") | $(value "$f" "median step (ms)") | $(value "$f" "step range (ms)") |" \
-         "$(value "$f" "sequences/s") | $(value "$f" "MFU") | $(value "$f" "peak device memory (MB)") |" >> "$summary"
+         "$(steps "$f") | $(value "$f" "sequences/s") | $(value "$f" "MFU") | $(value "$f" "peak device memory (MB)") |" \
+         >> "$summary"
   else
-    echo "| $name | exit $status: its last lines below | | | | | |" >> "$summary"
+    echo "| $name | exit $status: its last lines below | | | | | | |" >> "$summary"
     { echo; echo "$name (exit $status):"; echo '```'; tail -n 25 "$work/$name.txt"; echo '```'; } >> "$work/tails.md"
   fi
   return "$status"

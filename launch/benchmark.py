@@ -352,6 +352,7 @@ def _columns(times: list[float], flops_per_row: float, peak: float, devices: int
     tflops = flops_per_row * _BATCH.value / step / devices / 1e12
     return {"median step (ms)": f"{step * 1e3:.1f}",
             "step range (ms)": f"{min(times) * 1e3:.1f}..{max(times) * 1e3:.1f}",
+            "timed steps": f"{len(times)} after {_WARMUP.value} warm-up",
             "sequences/s": f"{_BATCH.value / step:.2f}", "tokens/s": f"{_BATCH.value * _SEQ.value / step:.0f}",
             "model TFLOP/s per device": f"{tflops:.3f}", "MFU": f"{tflops * 1e12 / peak:.1%}"}
 

@@ -32,9 +32,10 @@ def test_a_packed_bf16_profiled_run_prints_the_table_and_is_summarised_by_op_kin
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert "pack_pairs 2, dtype bfloat16" in lines[0] and "scan True" in lines[0]
-    for row in ("compile time (s)", "median step (ms)", "step range (ms)", "sequences/s", "model TFLOP/s per device",
-                "MFU", "peak host RSS (MB)"):  # the rows benchmarks/gpu_suite.sh reads
+    for row in ("compile time (s)", "median step (ms)", "step range (ms)", "timed steps", "sequences/s",
+                "model TFLOP/s per device", "MFU", "peak host RSS (MB)"):  # the rows benchmarks/gpu_suite.sh reads
         assert any(line.startswith(row) for line in lines), row
+    assert next(line for line in lines if line.startswith("timed steps")).split()[2:] == ["1", "after", "1", "warm-up"]
     assert lines[-1].startswith("seq_per_s=") and float(lines[-1].split("=")[1]) > 0
 
     summary = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "trace_summary.py"), str(tmp_path),
@@ -60,6 +61,7 @@ if script == "benchmark.py":
     preset = next(a.split("=")[1] for a in args if a.startswith("--preset="))
     print(f"BERT-{preset} (335.1M params), batch 256, length 128, {' '.join(args[1:])}")
     for row, value in [("compile time (s)", "53.2"), ("median step (ms)", "153.7"), ("step range (ms)", "150.4..156.7"),
+                       ("timed steps", "3 after 2 warm-up" if "--steps=3" in args else "10 after 2 warm-up"),
                        ("sequences/s", "1665.58"), ("tokens/s", "213194"), ("model TFLOP/s per device", "400.907"),
                        ("MFU", "40.5%"), ("peak device memory (MB)", "33645")]:
         print(f"{row:28} {value:>18}")
@@ -89,11 +91,13 @@ def test_the_gpu_suite_summarises_each_run_and_keeps_to_its_budget(tmp_path):
     """benchmarks/gpu_suite.sh (run on a GPU, driven here by a stand-in python): one summary row a
     run in the order asked, the step table's numbers read from each run; a run that outlasts
     its share of the budget is stopped, and what no longer fits is listed as not run."""
-    result, summary, rows = _gpu_suite(tmp_path / "a", "check", "profile", "packed")
+    result, summary, rows = _gpu_suite(tmp_path / "a", "check", "profile", "packed", BERTJAX_COMMIT="abc1234")
     assert result.returncode == 0, result.stderr
     assert list(rows)[1:] == ["check", "profile_large128_cudnn", "profile_large128_ops", "large512_packed",
                               "large512_cudnn"]
-    assert rows["large512_packed"] == ["53.2", "153.7", "150.4..156.7", "1665.58", "40.5%", "33645"]
+    assert rows["large512_packed"] == ["53.2", "153.7", "150.4..156.7", "10 after 2 warm-up", "1665.58", "40.5%", "33645"]
+    assert rows["profile_large128_cudnn"][3] == "3 after 2 warm-up"  # each row says what it timed (a review)
+    assert summary.splitlines()[0].endswith(", commit abc1234, GPU unknown")  # the commit given where no .git is
     assert rows["check"][0] == rows["profile_large128_ops"][0] == "exit 0: its last lines below"
     assert "fused, padded: output 9.94e-3" in summary and "matmul     78.7" in summary
     runs = (tmp_path / "a" / "out" / "runs.txt").read_text()
