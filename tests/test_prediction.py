@@ -129,6 +129,12 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path):
             assert result["start"] in offsets[:, 0] and result["end"] in offsets[:, 1]
         else:
             assert (result["start"], result["end"]) == (-1, -1)
+    # Made to answer (the null answer never wins), every question's span is checked, whatever a
+    # two-step model chose above (it may answer nothing at all).
+    forced = model.predict(inputs, null_score_diff_threshold=1e12)
+    assert all(result["answer"] for result in forced)
+    for result, item in zip(forced, inputs):
+        assert item["context"][result["start"]:result["end"]] == result["answer"]
     with pytest.raises(ValueError, match="input 2: an empty context"):
         model.predict([inputs[0], {"question": "why?", "context": "  "}])
     # Options that select no span are refused, not answered "" with null odds 1e9 (a review);

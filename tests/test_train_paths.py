@@ -95,8 +95,29 @@ def test_init_checkpoint_with_other_sizes_is_refused_before_compiling(tmp_path, 
 
 
 def test_whole_word_masking_trains_through_the_full_pipeline(tmp_path, prepared_dir):
+    """The setting reaches the run's pipeline: a masked '##' piece has the piece before it
+    masked too (the demo vocabulary has 198 of them), which masking piece by piece breaks; a
+    segment cut inside a word starts with a '##' piece after [CLS] or [SEP], a word of its own."""
     from bertjax import pretrain
+    from bertjax.data import pipelines, prepare
 
+    def split_words(whole_word_mask: bool) -> int:
+        config = _config(prepared_dir)
+        config.data.update(whole_word_mask=whole_word_mask, max_predictions_per_seq=20)
+        tokenizer = prepare.load_tokenizer_for(config.data, prepared_dir)
+        continuation = tokenizer.continuation_mask()
+        pipeline = pipelines.make_pipeline(config.data, str(tmp_path / "pipeline"), batch_size=64)
+        broken = 0
+        for batch, _ in zip(pipeline.batches(), range(4)):
+            for row, positions, ids, weights in zip(batch["input_ids"], batch["masked_lm_positions"],
+                                                    batch["masked_lm_ids"], batch["masked_lm_weights"]):
+                masked = set(positions[weights > 0].tolist())
+                broken += sum(continuation[i] and p - 1 not in masked
+                              and row[p - 1] not in (tokenizer.cls_id, tokenizer.sep_id)
+                              for p, i in zip(positions[weights > 0], ids[weights > 0]))
+        return broken
+
+    assert split_words(True) == 0 and split_words(False) > 0
     config = _config(prepared_dir, steps=4)
     config.data.whole_word_mask = True
     pretrain.train_and_evaluate(config, str(tmp_path))

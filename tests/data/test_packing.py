@@ -62,6 +62,17 @@ def test_pack_rows_keeps_every_pair_whole_and_in_first_fit_order():
                                       rows["cls_positions"][r][rows["sequence_ids"][r][
                                           rows["masked_lm_positions"][r][real]] - 1] + 100)  # shifted by the offset
     assert found == len(lengths)
+    # The placement is first fit, as the docstring says (a review: any placement that kept the
+    # pairs whole passed): each pair in order into the first row with room for its tokens,
+    # its predictions and one more pair, at that row's next slot and position.
+    used = np.zeros((len(lengths), 3), np.int64)  # tokens, predictions, pairs of each row
+    for i, (n, p) in enumerate(zip(lengths, pairs["masked_lm_weights"].sum(1).astype(int))):
+        r = next(r for r in range(len(used)) if used[r, 0] + n <= pairs["input_ids"].shape[1]
+                 and used[r, 1] + p <= MAX_PREDICTIONS and used[r, 2] < 3)
+        slot = used[r, 2]
+        assert rows["cls_positions"][r, slot] == used[r, 0], (i, r, slot)
+        assert np.array_equal(rows["input_ids"][r, rows["sequence_ids"][r] == slot + 1], pairs["input_ids"][i, :n])
+        used[r] += (n, p, 1)
 
 
 def test_pack_rows_eager_equals_in_tf_data():
