@@ -102,7 +102,8 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
         if not np.isfinite(diff):  # a diverged model's NaN scores: no answer, and odds JSON can hold
             diff = NO_SPAN_NULL_ODDS
         null_odds[examples.ids[q]] = float(diff)
-        predictions[examples.ids[q]] = "" if diff > null_score_diff_threshold else best_span["text"]
+        no_answer = best_span is None or diff > null_score_diff_threshold  # (a threshold past the no-span odds too)
+        predictions[examples.ids[q]] = "" if no_answer else best_span["text"]
     return predictions, nbest, null_odds
 
 
