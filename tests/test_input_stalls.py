@@ -136,6 +136,11 @@ def test_a_stop_while_the_input_stalls_saves_and_names_the_step(tmp_path, monkey
         loop.close()
     assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
                                       async_save=False).latest_step() == 1
+    following = _loop(tmp_path / "next", num_steps=3)  # the signal was heeded: not the next run's
+    try:
+        assert not following.watcher.should_stop(1)
+    finally:
+        following.close()
 
 
 def test_a_stop_signal_at_the_last_step_finishes_the_run(tmp_path):
@@ -156,7 +161,6 @@ def test_a_stop_signal_at_the_last_step_finishes_the_run(tmp_path):
         loop.close()
     assert checkpointing.Checkpointer(str(tmp_path / "checkpoints"), save_interval_steps=1, max_to_keep=2,
                                       async_save=False).all_steps() == [2, 3]
-
 
 
 def test_a_signal_the_last_step_did_not_stop_for_stops_the_next_run_of_the_process(tmp_path):

@@ -89,7 +89,7 @@ class PreemptionWatcher:
         # that its run finished without stopping for: the next run in this process stops).
         self.signalled, _unheeded = _unheeded, None
         self._decided: tuple[int, bool] | None = None  # multi-process: (step, JAX's answer) last given
-        self._warned = False
+        self.heeded = False  # the run stopped for the signal (a step, an input wait, a second Ctrl-C)
         self._installed = not self.coordinated  # a Python handler would replace the runtime's
         if self._installed:
             # None: the handler before was not set from Python; SIG_DFL is then the best guess.
@@ -100,6 +100,7 @@ class PreemptionWatcher:
         del frame
         if signum == signal.SIGINT:
             if self.signalled:
+                self.heeded = True
                 raise KeyboardInterrupt  # a second Ctrl-C: quit now
             print("\ninterrupted: stopping with a checkpoint after this step (Ctrl-C again quits without saving)",
                   file=sys.stderr, flush=True)
@@ -117,8 +118,8 @@ class PreemptionWatcher:
             self._decided = (step, bool(stop))
         else:  # a signal that came since the last question stops this step
             stop = self.signalled
-        if stop and not self._warned:  # (asked again for the step it stops at)
-            self._warned = True
+        if stop and not self.heeded:  # (asked again for the step it stops at)
+            self.heeded = True
             log.warning("preemption: %s received%s; stopping at step %d", self.signal_name,
                         " by a host of this run" if self.coordinated else "", step)
         return bool(stop)
@@ -138,7 +139,7 @@ class PreemptionWatcher:
             for number, handler in self._previous.items():
                 signal.signal(number, handler)
             self._installed = False
-            if self.signalled and not self._warned:
+            if self.signalled and not self.heeded:
                 _unheeded = self.signalled
 
 
@@ -204,7 +205,7 @@ def interruptible(batches: Iterator, watcher: PreemptionWatcher, poll_seconds: f
                     break
                 except queue.Empty:
                     if watcher.signalled:
-                        interrupted = True
+                        interrupted = watcher.heeded = True
                         raise InputInterrupted(watcher.signal_name, time.monotonic() - start) from None
             if error is not None:
                 raise error
