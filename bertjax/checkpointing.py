@@ -368,6 +368,7 @@ def weights_digest(params) -> str:
         digest.update(values.tobytes())
     return digest.hexdigest()
 
+
 def agreed_steps(steps: list[int]) -> list[int]:
     """Process 0's `steps` on every process (a broadcast, so every process must call it)."""
     if jax.process_count() == 1:

@@ -305,18 +305,20 @@ class Evaluator:
         totals, gathered = trainer.EvalTotals(), batching.InSplitOrder(split, self.task.sequence_outputs)
         progress = console.Progress(math.ceil(len(split) / self.batch_size), label=f"evaluate {split.name}",
                                     enabled=jax.process_index() == 0, unit="batches")
-        with sharding.activate(mesh):
-            for index, (batch, real) in enumerate(batching.eval_batches(split, self.batch_size, self.buckets),
-                                                  start=1):
-                between_batches()
-                if split.name in self.caches:
-                    batch = self.caches[split.name].add_to_eval_batch(batch, real)
-                eval_step, _, _ = self.programs.take(("eval", _batch_key(batch)))
-                sums, counts, predictions = _host(eval_step(params, trainer.whole_batch(batch, mesh)))
-                totals.add(sums, counts)
-                gathered.add(real, predictions)
-                progress.advance(index)  # done (n/n only once the last batch is)
-        progress.close()
+        try:  # (a stop between batches closes the progress line too)
+            with sharding.activate(mesh):
+                for index, (batch, real) in enumerate(batching.eval_batches(split, self.batch_size, self.buckets),
+                                                      start=1):
+                    between_batches()
+                    if split.name in self.caches:
+                        batch = self.caches[split.name].add_to_eval_batch(batch, real)
+                    eval_step, _, _ = self.programs.take(("eval", _batch_key(batch)))
+                    sums, counts, predictions = _host(eval_step(params, trainer.whole_batch(batch, mesh)))
+                    totals.add(sums, counts)
+                    gathered.add(real, predictions)
+                    progress.advance(index)  # done (n/n only once the last batch is)
+        finally:
+            progress.close()
         predictions = gathered.arrays
         if not (score and split.has_labels):
             return {}, predictions

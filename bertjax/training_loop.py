@@ -183,10 +183,11 @@ class Loop:
                 self._evaluation_left = step
                 try:  # the evaluation's error is the one to report, whatever the save does
                     self._save_now(step, state)
-                    log.error("the evaluation after step %d failed; saved step %d to %s (the resumed run evaluates "
-                              "it first)", step, step, self.checkpointer.directory)
+                    log.error("the evaluation after step %d (or keeping its weights as the best) failed; saved step "
+                              "%d to %s (the resumed run evaluates it first)", step, step, self.checkpointer.directory)
                 except Exception:  # noqa: BLE001
-                    log.exception("the evaluation after step %d failed, and so did saving the step", step)
+                    log.exception("the evaluation after step %d (or keeping its weights as the best) failed, and so "
+                                  "did saving the step", step)
                 raise
 
     @contextlib.contextmanager

@@ -181,15 +181,26 @@ def write_with(path: str, write: Callable[[Any], Any]) -> None:
                 f.flush()
                 os.fsync(f.fileno())
             rename(tmp, path)
-            folder = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-            try:  # the rename itself
-                os.fsync(folder)
-            finally:
-                os.close(folder)
+            _sync_folder(os.path.dirname(os.path.abspath(path)))
     except BaseException:  # a full disk, an interrupt: no partial file left beside `path`
         if exists(tmp):
             remove(tmp)
         raise
+
+
+def _sync_folder(folder: str) -> None:
+    """The folder's entries (a rename) to disk, where its file system can (some network and
+    virtual ones refuse a folder's fsync: the file is in place all the same)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def write_json(path: str, value: Any) -> None:

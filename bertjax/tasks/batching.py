@@ -118,7 +118,7 @@ class TrainBatches:
         self._orders: dict[int, np.ndarray] = {}
         if len(split) < batch_size:
             raise RunSettingsError(f"the {split.name} split has {len(split)} examples, fewer than one batch "
-                             f"(config.train.batch_size={batch_size})")
+                                   f"(config.train.batch_size={batch_size})")
         self.row_counts = [batch_size]
         if pack_examples:
             needed = [len(self._packed_rows(index)) for index in range(min(self.steps_per_epoch(), FIT_BATCHES))]
