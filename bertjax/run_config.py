@@ -73,12 +73,16 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
     return changes
 
 
+def first_changes(changes: list[str]) -> str:
+    """The first few changes and how many more, for one line."""
+    more = f"; and {len(changes) - _SHOWN_CHANGES} more" if len(changes) > _SHOWN_CHANGES else ""
+    return "; ".join(changes[:_SHOWN_CHANGES]) + more
+
+
 def describe_changes(changes: list[str]) -> str:
     """One line for the console: the first few changes and how many more."""
-    shown = "; ".join(changes[:_SHOWN_CHANGES])
-    more = f"; and {len(changes) - _SHOWN_CHANGES} more" if len(changes) > _SHOWN_CHANGES else ""
     return (f"resumed with {len(changes)} setting(s) changed since the checkpoint, so this is not an exact "
-            f"continuation: {shown}{more}")
+            f"continuation: {first_changes(changes)}")
 
 
 def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> None:

@@ -18,18 +18,20 @@ from typing import Any
 
 import jax
 import ml_collections
+from flax.traverse_util import flatten_dict
 
-from bertjax import finetune, finetune_setup, run_config, sharding, trainer
+from bertjax import finetune, finetune_setup, run_config, sharding, tasks, trainer
 from bertjax.runtime import cli, fileio
 from bertjax.runtime.errors import RunSettingsError, TrainingDiverged
 
 log = logging.getLogger(__name__)
 
-# What may differ between two invocations of one sweep: the grid, which sets these three, and
-# the operational settings (the checkpoint to start from is not one here: the runs' results depend on it).
-_GRID_SETTINGS = ("train.learning_rate", "train.batch_size", "train.num_epochs")
-_FREE_SETTINGS = (*(key for key in run_config.OPERATIONAL_SETTINGS if key != "init_checkpoint"),
-                  *_GRID_SETTINGS, "train.feature_cache_dir")
+# What may differ between two invocations of one sweep: the grid (its keys and the three it
+# sets) and the operational settings, but for the checkpoint and the vocabulary to start from
+# (a finished run's reused row never meets the checks a resumed run makes of them).
+_GRID_SETTINGS = ("train.sweep_", "train.learning_rate", "train.batch_size", "train.num_epochs")
+_RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS
+                       if key not in ("init_checkpoint", "data.vocab_path")), *_GRID_SETTINGS, "train.feature_cache_dir")
 SETTINGS_FILE, ROW_FILE = "sweep_settings.json", "sweep_row.json"
 
 
@@ -63,15 +65,20 @@ def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml
 
 
 def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """ValueError when WORKDIR holds a sweep run with other settings than `config`'s (the grid
-    and operational settings aside); else records these settings there (process 0)."""
+    """ValueError when WORKDIR holds finished runs of a sweep with other settings than
+    `config`'s (the grid and operational settings aside; settings a newer bertjax added are
+    not compared); else records these settings there (process 0): a sweep none of whose
+    runs finished (a typo fixed) takes the new ones."""
     path = fileio.join(workdir, SETTINGS_FILE)
-    if fileio.exists(path):
-        changes = run_config.changed_settings(fileio.read_json(path), config.to_dict(), left_out=_FREE_SETTINGS)
+    if fileio.exists(path) and fileio.glob(fileio.join(workdir, "sweep", "*", ROW_FILE)):
+        saved = flatten_dict(fileio.read_json(path), sep=".")
+        current = flatten_dict(json.loads(json.dumps(config.to_dict())), sep=".")
+        changes = [f"{key} {saved[key]!r} -> {current.get(key, 'unset')!r}" for key in sorted(saved)
+                   if not key.startswith(_RERUN_MAY_CHANGE) and saved[key] != current.get(key, "unset")]
         if changes:
-            shown = "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
-            raise ValueError(f"{workdir} holds a sweep with other settings ({shown}): its finished runs would be "
-                             f"reported as this one's; give a new workdir, or the settings of {path}")
+            raise ValueError(f"{workdir} holds a sweep with other settings ({run_config.first_changes(changes)}): "
+                             f"its finished runs would be reported as this one's; give a new workdir, or the "
+                             f"settings of {path}")
     elif jax.process_index() == 0:
         fileio.write_json(path, json.loads(json.dumps(config.to_dict())))
 
@@ -80,8 +87,8 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid (epochs
     only when config.train.num_steps is 0), each in WORKDIR/sweep/<values> (resumable; a
     finished run's row is reused), prints a table and writes WORKDIR/sweep_results.json
-    (with the rows of earlier invocations' other grid points); returns the rows, best first
-    by the task's main metric."""
+    (with the rows of earlier invocations' other grid points); returns this grid's rows, best
+    first by the task's main metric."""
     grid = [_grid_values(config.train, "sweep_learning_rates", float),
             _grid_values(config.train, "sweep_batch_sizes", int), _grid_values(config.train, "sweep_epochs", float)]
     fixed_steps = config.train.num_steps  # > 0 (e.g. `quick`): every run has this length, whatever its epochs
@@ -102,12 +109,16 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
         runs.append((f"lr{learning_rate:g}_batch{batch_size}_{length}", run))
     _check_every_run(config, runs)
+    family = tasks.family_of_task(config.task)
+    if config.task in family.own_file_tasks and not (config.data.eval_file or config.data.test_file):
+        raise ValueError(f"config.task={config.task!r} reads your files and none is to evaluate: a sweep ranks its "
+                         "runs by their evaluation (set config.data.eval_file)")
     # One sweep per WORKDIR: a second would run the same runs and write its own partial
     # sweep_results.json (each run's folder has a lock of its own).
     with trainer.hold_lock(workdir):
         trainer.process_zero_first(lambda: _check_same_sweep(config, workdir), "sweep settings")
         results, metric = _run_all(workdir, runs)
-    results = _ranked(results, metric)
+    results = _ranked(results, metric)  # with the earlier invocations' other points
     if jax.process_index() == 0:
         columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
         print("\n" + "  ".join(f"{c:>24}" for c in columns))
@@ -120,7 +131,8 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         best = results[0] if metric in results[0] else None
         print((f"best: {best['run']} ({metric} {best[metric]:.4f}); " if best else "no run evaluated; ")
               + f"all in {fileio.join(workdir, 'sweep_results.json')}")
-    return results
+    names = {name for name, _ in runs}
+    return [row for row in results if row["run"] in names]  # this grid's (what the launcher judges)
 
 
 def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
@@ -166,6 +178,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
             fileio.makedirs(run_dir)
             fileio.write_json(fileio.join(run_dir, ROW_FILE), {"row": results[-1], "metric": metric})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
+    _write_results(workdir, results, metric)  # (every run's row reused: the file may predate one)
     return results, metric
 
 

@@ -335,15 +335,35 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     assert sweep.sweep(config, str(tmp_path)) == first and calls == [1e-3, 1e-4]
     config.train.sweep_learning_rates = "2e-3"  # a narrower grid: its point runs, the others' rows stay
     results = sweep.sweep(config, str(tmp_path))
-    assert calls == [1e-3, 1e-4, 2e-3] and json.load(open(tmp_path / "sweep_results.json")) == results
-    assert [row["run"] for row in results] == ["lr0.002_batch16_epochs1", "lr0.001_batch16_epochs1",
-                                               "lr0.0001_batch16_epochs1"]
-    # Other settings would report the finished runs' results as theirs: refused before any run.
+    assert calls == [1e-3, 1e-4, 2e-3] and [row["run"] for row in results] == ["lr0.002_batch16_epochs1"]
+    assert [row["run"] for row in json.load(open(tmp_path / "sweep_results.json"))] == [
+        "lr0.002_batch16_epochs1", "lr0.001_batch16_epochs1", "lr0.0001_batch16_epochs1"]
+    # Other settings would report the finished runs' results as theirs: refused before any run;
+    # a setting the saved ones lack (added by a newer bertjax) is not compared.
+    settings = json.load(open(tmp_path / "sweep_settings.json"))
+    del settings["train"]["eval_at_start"], settings["data"]["label_names"]
+    (tmp_path / "sweep_settings.json").write_text(json.dumps(settings))
     config.train.warmup_proportion = 0.06
     with pytest.raises(ValueError, match=r"holds a sweep with other settings \(train.warmup_proportion 0.1 -> "
                                          r"0.06\): its finished runs would be reported as this one's"):
         sweep.sweep(config, str(tmp_path))
     assert len(calls) == 3
+    # A sweep none of whose runs finished (its first stopped on a bad file) takes new settings.
+    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: (_ for _ in ()).throw(ValueError("no file")))
+    (tmp_path / "typo").mkdir()
+    with pytest.raises(ValueError, match="no file"):
+        sweep.sweep(config, str(tmp_path / "typo"))
+    monkeypatch.setattr(finetune, "finetune", run)
+    config.train.warmup_proportion = 0.1
+    assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "typo"))] == ["lr0.002_batch16_epochs1"]
+    # Your own files with nothing to evaluate: refused before the first run trains.
+    own = _demo_config()
+    own.task = "classification"
+    own.data.update(train_file=str(tmp_path / "train.csv"), eval_file="")
+    own.train.update(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
+    with pytest.raises(ValueError, match=r"config.task='classification' reads your files and none is to evaluate"):
+        sweep.sweep(own, str(tmp_path / "typo"))
+    assert len(calls) == 4
     # Runs that evaluate nothing (no eval_file) rank nothing: the sweep stops after the first.
     monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {"best": None, "main_metric": "accuracy"})
     (tmp_path / "no_eval").mkdir()
