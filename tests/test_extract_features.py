@@ -485,9 +485,20 @@ def test_processes_write_their_own_shards_and_process_0_merges_them(minilm, tmp_
         as_process(1, output="x.jsonl")
     # A host with another copy of the input (or checkpoint, flags) would write its shards into the
     # same folder, silently (a review): every process refuses.
-    monkeypatch.setattr(multihost_utils, "process_allgather", lambda mine: np.stack([mine, mine ^ 1]))
+    other = lambda mine, failed=0: np.concatenate([mine[:32] ^ 1, [failed]]).astype(np.uint8)  # noqa: E731
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda mine: np.stack([mine, other(mine)]))
     with pytest.raises(ValueError, match="process 1's settings differ from process 0's"):
         as_process(0, output="hosts")
+    # A host that cannot read its own copy stops them all, rather than leave them at the check.
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda mine: np.stack([mine, other(mine, failed=1)]))
+    with pytest.raises(ValueError, match="process 1 could not read its input or model"):
+        as_process(0, output="hosts")
+    gathered = []
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda mine: gathered.append(mine) or np.stack([mine, mine]))
+    os.rename(tmp_path / "in.txt", tmp_path / "gone.txt")
+    with pytest.raises((ValueError, OSError)):
+        as_process(1, output="hosts")
+    assert len(gathered) == 1 and gathered[0][32] == 1  # it told the others before raising
 
 
 def test_two_launcher_processes_split_the_shards_and_match_one_process(tmp_path):

@@ -286,14 +286,26 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
     return manifests.get(progress_file(process, processes), fresh), False
 
 
-def _check_same_everywhere(settings: dict[str, Any], processes: int) -> None:
+def _check_same_everywhere(settings: dict[str, Any] | None, processes: int) -> None:
     """A ValueError on every process when their settings differ (a host with another copy of
-    the input, another checkpoint, other flags): each would write its shards into one folder."""
+    the input, another checkpoint, other flags): each would write its shards into one folder.
+    settings None: this process could not read its own (it raises its error; the others
+    raise here instead of waiting for it)."""
     if processes == 1:
         return
-    compared = {key: value for key, value in settings.items() if key not in _RECORDED_ONLY}
-    digest = np.frombuffer(hashlib.sha256(json.dumps(compared, sort_keys=True).encode()).digest(), np.uint8)
-    every = np.asarray(multihost_utils.process_allgather(digest))  # [processes, 32]: each process decides alike
+    mine = np.zeros(33, np.uint8)  # a digest of the settings, then 1 where they could not be read
+    if settings is None:
+        mine[32] = 1
+    else:
+        compared = {key: value for key, value in settings.items() if key not in _RECORDED_ONLY}
+        mine[:32] = np.frombuffer(hashlib.sha256(json.dumps(compared, sort_keys=True).encode()).digest(), np.uint8)
+    every = np.asarray(multihost_utils.process_allgather(mine))  # [processes, 33]: each process decides alike
+    if settings is None:
+        return
+    failed = [process for process in range(processes) if every[process, 32]]
+    if failed:
+        raise ValueError(f"process {failed[0]} could not read its input or model (its own error says why): every "
+                         "host stops")
     differing = [process for process in range(processes) if not np.array_equal(every[process], every[0])]
     if differing:
         raise ValueError(f"process {differing[0]}'s settings differ from process 0's (another input file, checkpoint "
@@ -347,17 +359,21 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     folder = os.path.dirname(output)
     if to_jsonl and folder and not fileio.is_remote(output) and not os.path.isdir(folder):
         raise ValueError(f"--output={output}: the folder {folder} does not exist; create it first")
-    if not fileio.can_read_twice(input_file):
-        raise ValueError(f"--input_file={input_file} is a pipe or stream: features read their input more than once "
-                         "(to count it, to know it again on resume, to extract); save it to a file first")
-    file_format = input_format(input_file, input_format_name)
-    total = count_inputs(input_file, file_format, text_a_key, text_b_key)
-    settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
-                "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
-                "weights": checkpointing.weights_digest(model.params),
-                "tokenizer": _tokenizer_identity(model.tokenizer),
-                "precision": model.precision, "activations": model.bert.dtype, "max_seq_length": model.max_seq_length,
-                "layers": list(layers), "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
+    try:  # what each host reads for itself: one that cannot read its copy stops every host (below)
+        if not fileio.can_read_twice(input_file):
+            raise ValueError(f"--input_file={input_file} is a pipe or stream: features read their input more than "
+                             "once (to count it, to know it again on resume, to extract); save it to a file first")
+        file_format = input_format(input_file, input_format_name)
+        total = count_inputs(input_file, file_format, text_a_key, text_b_key)
+        settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
+                    "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
+                    "weights": checkpointing.weights_digest(model.params),
+                    "tokenizer": _tokenizer_identity(model.tokenizer), "precision": model.precision,
+                    "activations": model.bert.dtype, "max_seq_length": model.max_seq_length, "layers": list(layers),
+                    "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
+    except (ValueError, OSError):
+        _check_same_everywhere(None, processes)  # the others learn of it, rather than wait at the check
+        raise
     who = f"process {process} of {processes}: " if processes > 1 else ""
     if to_jsonl:  # one piece: the whole input
         manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)
