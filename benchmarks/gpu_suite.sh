@@ -39,7 +39,10 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/nu
 value() { awk -v row="$2" 'index($0, row) == 1 { v = substr($0, length(row) + 1); split(v, f, " "); print f[1]; exit }' "$1" | grep . || echo -; }
 
 # The bertjax column of the "timed steps" row ("10 after 2 warm-up"), whole.
-steps() { awk 'index($0, "timed steps") == 1 { sub(/^timed steps +/, ""); sub(/  +.*/, ""); print; exit }' "$1" | grep . || echo -; }
+steps() {
+  awk 'index($0, "timed steps") == 1 { sub(/^timed steps +/, ""); sub(/  +.*/, ""); print; exit }' "$1" | grep . ||
+    echo -
+}
 
 # [need=SECONDS] run NAME COMMAND...: the command under the budget (it starts only while `need`,
 # default MIN_RUN, seconds are left), its output to $WORK/NAME.txt and runs.txt.
@@ -61,9 +64,9 @@ run() {
     echo "| $name | stopped after ${limit} s | | | | | | |" >> "$summary"
   elif grep -q '^median step (ms)' "$work/$name.txt"; then
     local f=$work/$name.txt
-    echo "| $name | $(value "$f" "compile time (s)") | $(value "$f" "median step (ms)") | $(value "$f" "step range (ms)") |" \
-         "$(steps "$f") | $(value "$f" "sequences/s") | $(value "$f" "MFU") | $(value "$f" "peak device memory (MB)") |" \
-         >> "$summary"
+    echo "| $name | $(value "$f" "compile time (s)") | $(value "$f" "median step (ms)") |" \
+         "$(value "$f" "step range (ms)") | $(steps "$f") | $(value "$f" "sequences/s") | $(value "$f" "MFU") |" \
+         "$(value "$f" "peak device memory (MB)") |" >> "$summary"
   else
     echo "| $name | exit $status: its last lines below | | | | | | |" >> "$summary"
     { echo; echo "$name (exit $status):"; echo '```'; tail -n 25 "$work/$name.txt"; echo '```'; } >> "$work/tails.md"

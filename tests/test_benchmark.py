@@ -95,7 +95,8 @@ def test_the_gpu_suite_summarises_each_run_and_keeps_to_its_budget(tmp_path):
     assert result.returncode == 0, result.stderr
     assert list(rows)[1:] == ["check", "profile_large128_cudnn", "profile_large128_ops", "large512_packed",
                               "large512_cudnn"]
-    assert rows["large512_packed"] == ["53.2", "153.7", "150.4..156.7", "10 after 2 warm-up", "1665.58", "40.5%", "33645"]
+    assert rows["large512_packed"] == ["53.2", "153.7", "150.4..156.7", "10 after 2 warm-up", "1665.58", "40.5%",
+                                       "33645"]
     assert rows["profile_large128_cudnn"][3] == "3 after 2 warm-up"  # each row says what it timed (a review)
     assert summary.splitlines()[0].endswith(", commit abc1234, GPU unknown")  # the commit given where no .git is
     assert rows["check"][0] == rows["profile_large128_ops"][0] == "exit 0: its last lines below"
