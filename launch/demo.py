@@ -64,9 +64,19 @@ def _check_configs(pretrain_config, finetune_config) -> None:
     try:
         finetune_setup.check_train_values(finetune_config.train)
         if pretrained is not None:
-            finetune_setup.checked_model(finetune_config, pretrained, vocab_size)
+            finetune_setup.checked_model(_from_pretrained(finetune_config, ""), pretrained, vocab_size)
     except ValueError as e:
         raise ValueError(f"--finetune: {e}") from None
+
+
+def _from_pretrained(finetune_config, pretrain_dir: str):
+    """The fine-tuning config continuing the model pre-trained in `pretrain_dir`: the checkpoint
+    sizes the model, so the config's preset (its size without one) is left unset."""
+    config = finetune_config.copy_and_resolve_references()
+    with config.unlocked():
+        config.init_checkpoint = pretrain_dir
+        config.model.preset = ""
+    return config
 
 
 def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
@@ -122,9 +132,7 @@ def main(_):
     score, metric = {}, "accuracy"
     for name, run_dir in runs.items():
         if name == "pretrained":
-            config = _FINETUNE.value.copy_and_resolve_references()
-            with config.unlocked():
-                config.init_checkpoint = pretrain_dir
+            config = _from_pretrained(_FINETUNE.value, pretrain_dir)
         else:  # the same model and tokenizer, randomly initialised
             config = finetune_setup.from_scratch(_FINETUNE.value, pretrain_dir)
         summary = finetune.finetune(config, run_dir)
