@@ -57,13 +57,14 @@ def check_same_kind(workdir: str, config: dict[str, Any]) -> None:
 
 
 def changed_settings(saved: dict[str, Any], current: dict[str, Any],
-                     left_out: tuple[str, ...] = OPERATIONAL_SETTINGS) -> list[str]:
+                     left_out: tuple[str, ...] = OPERATIONAL_SETTINGS, saved_keys_only: bool = False) -> list[str]:
     """'key saved -> current' for each setting (dotted key) that differs between two configs,
-    the keys starting with `left_out` (operational settings) left out."""
+    the keys starting with `left_out` (operational settings) left out; saved_keys_only: keys
+    `saved` lacks (added by a newer bertjax) left out too."""
     old = flatten_dict(saved, sep=".")
     new = flatten_dict(json.loads(json.dumps(current)), sep=".")  # as the checkpoint stored it
     changes = []
-    for key in sorted(set(old) | set(new)):
+    for key in sorted(set(old) if saved_keys_only else set(old) | set(new)):
         if (left_out and key.startswith(left_out)) or old.get(key, "unset") == new.get(key, "unset"):
             continue
         recorded_later = ("data.process_count", "init_weights", "recipe")  # (also under a prefix: the demo's)

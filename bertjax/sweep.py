@@ -18,7 +18,6 @@ from typing import Any
 
 import jax
 import ml_collections
-from flax.traverse_util import flatten_dict
 
 from bertjax import finetune, finetune_setup, run_config, sharding, tasks, trainer
 from bertjax.runtime import cli, fileio
@@ -30,8 +29,9 @@ log = logging.getLogger(__name__)
 # sets) and the operational settings, but for the checkpoint and the vocabulary to start from
 # (a finished run's reused row never meets the checks a resumed run makes of them).
 _GRID_SETTINGS = ("train.sweep_", "train.learning_rate", "train.batch_size", "train.num_epochs")
-_RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS
-                       if key not in ("init_checkpoint", "data.vocab_path")), *_GRID_SETTINGS, "train.feature_cache_dir")
+_KEPT_FOR_A_RERUN = ("init_checkpoint", "data.vocab_path")
+_RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS if key not in _KEPT_FOR_A_RERUN),
+                     *_GRID_SETTINGS, "train.feature_cache_dir")
 SETTINGS_FILE, ROW_FILE = "sweep_settings.json", "sweep_row.json"
 
 
@@ -71,10 +71,8 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     runs finished (a typo fixed) takes the new ones."""
     path = fileio.join(workdir, SETTINGS_FILE)
     if fileio.exists(path) and fileio.glob(fileio.join(workdir, "sweep", "*", ROW_FILE)):
-        saved = flatten_dict(fileio.read_json(path), sep=".")
-        current = flatten_dict(json.loads(json.dumps(config.to_dict())), sep=".")
-        changes = [f"{key} {saved[key]!r} -> {current.get(key, 'unset')!r}" for key in sorted(saved)
-                   if not key.startswith(_RERUN_MAY_CHANGE) and saved[key] != current.get(key, "unset")]
+        changes = run_config.changed_settings(fileio.read_json(path), config.to_dict(), left_out=_RERUN_MAY_CHANGE,
+                                              saved_keys_only=True)
         if changes:
             raise ValueError(f"{workdir} holds a sweep with other settings ({run_config.first_changes(changes)}): "
                              f"its finished runs would be reported as this one's; give a new workdir, or the "
