@@ -8,8 +8,13 @@ import tempfile
 
 from small_runs import SMALL_MODEL, minilm_reviews_config, xla_flags  # plain Python: imports no JAX
 
-# Must happen before jax is imported anywhere: the mesh tests need 8 devices; compiles at -O0.
-os.environ.setdefault("XLA_FLAGS", xla_flags(8))
+# Must happen before jax is imported anywhere: 8 simulated CPU devices for the tests marked
+# `multidevice` (meshes, data parallelism, sharded checkpoints), or BERTJAX_TEST_DEVICES of
+# them. tests/run_tests.sh runs the other tests on one: 8 simulated devices share the same 2
+# cores, so a run on them spends much of its time dispatching to and reducing across them (the
+# MiniLM fine-tuning fixture, minilm_classifier_run: 34 s on one, 133 s on eight). Compiles at -O0.
+DEVICES = int(os.environ.get("BERTJAX_TEST_DEVICES", "8"))
+os.environ.setdefault("XLA_FLAGS", xla_flags(DEVICES))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -54,6 +59,7 @@ def pytest_configure(config):
     compilation_cache.enable()  # the session's cache (above): many tests compile the same small steps
     config.addinivalue_line("markers", "slow: long-running test, skipped unless --runslow")
     config.addinivalue_line("markers", "heavy: a default-suite test of a minute or more on two cores, run first")
+    config.addinivalue_line("markers", "multidevice: needs 8 devices (the default; skipped under BERTJAX_TEST_DEVICES=1)")
 
 
 def pytest_unconfigure(config):
@@ -64,6 +70,11 @@ def pytest_collection_modifyitems(config, items):
     # Heavy tests first: the two xdist workers (tests/run_tests.sh: --dist worksteal) then share
     # the light ones at the end, instead of one worker starting a 3-minute test as the other finishes.
     items.sort(key=lambda item: "heavy" not in item.keywords)
+    if DEVICES < 8:
+        few = pytest.mark.skip(reason=f"needs 8 devices, this process has {DEVICES} (BERTJAX_TEST_DEVICES)")
+        for item in items:
+            if "multidevice" in item.keywords:
+                item.add_marker(few)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")

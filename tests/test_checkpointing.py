@@ -23,6 +23,8 @@ from bertjax import checkpointing, optim, sharding
 from bertjax.models import BertConfig, BertEncoder
 from small_runs import xla_flags
 
+pytestmark = pytest.mark.multidevice  # states sharded over the 8 simulated devices, restored onto fewer
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = {"model": {"preset": "tiny"}, "train": {"learning_rate": 1e-3}}
 

@@ -305,6 +305,7 @@ def test_frozen_runs_keep_the_encoder_bit_for_bit_in_every_family(encoder_run, t
     _assert_same(start["bert"], loaded["bert"])
 
 
+@pytest.mark.multidevice  # fine-tuning data-parallel over the 8 simulated devices, its features cached sharded
 @pytest.mark.parametrize("task, model, heads", FAMILIES, ids=[family[0] for family in FAMILIES])
 def test_cached_features_train_the_head_as_the_frozen_encoder_does(encoder_run, tmp_path, capsys, task, model,
                                                                      heads):

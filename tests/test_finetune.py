@@ -468,6 +468,7 @@ def test_warmup_limits_are_named_by_the_key_fine_tuning_sets():
         finetune_setup.check_train_values(_demo_config(num_epochs=float("inf")).train)
 
 
+@pytest.mark.multidevice  # a grid point the 8 devices cannot split
 def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     # MRPC-like: accuracy and F1 disagree; the paper picks the grid point by F1.
     from bertjax import finetune, sweep

@@ -24,6 +24,7 @@ def minilm():
     return bertjax.load_model(MINILM_DIR, max_seq_length=64, batch_size=3)
 
 
+@pytest.mark.multidevice  # the batches split over the 8 simulated devices
 def test_features_of_every_layer_equal_huggingface_hidden_states(minilm):
     reference = np.load(REFERENCE)
     features = minilm.features(SENTENCES, layers=range(-7, 0))
@@ -90,6 +91,7 @@ def test_pooled_features_are_the_cls_vector_and_the_mean_over_real_tokens(minilm
         np.testing.assert_allclose(mean[i]["values"][0], reference["hidden_states"][-1, i][real].mean(0), atol=1e-4)
 
 
+@pytest.mark.multidevice
 def test_batching_and_buckets_change_no_number(minilm):
     long = " ".join(["word"] * 50)
     crowd = minilm.features(["Short one.", long, "Short one.", long, "two words"], pooling="mean")

@@ -9,6 +9,8 @@ from jax.sharding import PartitionSpec
 from bertjax import sharding
 from bertjax.models import BertConfig, BertEncoder
 
+pytestmark = pytest.mark.multidevice  # meshes over the 8 simulated devices
+
 
 def test_mesh_shape_resolves_the_rest_and_validates():
     assert sharding.mesh_shape(8, data=-1, fsdp=4, tensor=1) == (2, 4, 1)

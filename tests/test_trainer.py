@@ -14,6 +14,8 @@ from bertjax.models import BertConfig, BertForPreTraining
 from bertjax.pretrain import objective
 from small_runs import two_cpu_processes
 
+pytestmark = pytest.mark.multidevice  # the train step data-parallel over the 8 simulated devices
+
 CONFIG = BertConfig.preset("tiny", vocab_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
                            attention_probs_dropout_prob=0.0)
 TRAIN = ml_collections.ConfigDict(dict(optim.DEFAULTS, learning_rate=1e-2, warmup_steps=2, num_steps=10))

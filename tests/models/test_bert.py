@@ -545,6 +545,7 @@ def test_a_window_without_local_layers_is_refused():
     assert bert_config.resolve({}, preset="modernbert-tiny").attention_window == 16  # the presets' own windows
 
 
+@pytest.mark.multidevice
 def test_splash_attention_runs_per_device_under_a_mesh(monkeypatch):
     """The Pallas kernel sat inside the jit over the mesh: XLA cannot partition a Mosaic kernel,
     so on a TPU any mesh of more than one device failed at the first compile (a review; on a
