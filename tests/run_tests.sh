@@ -3,9 +3,9 @@
 # add `--runslow` to include them) in two passes, each on two worker processes (pytest-xdist;
 # `-n 0` runs a pass in one) that steal queued tests from each other and each listing its 20
 # slowest (CI's budget is "well under 20 minutes" on two cores): the tests marked
-# `multidevice` on 8 simulated CPU devices, then the rest on one, where the same runs go
-# several times faster (tests/conftest.py). Extra arguments go to both passes; a pass that
-# selects no test is no failure unless neither selects one.
+# `multidevice` on 8 simulated CPU devices, then the rest on one, where runs are faster
+# (tests/conftest.py). Extra arguments go to both passes; a pass that selects no test is no
+# failure unless neither selects one; an interrupted pass (Ctrl-C) or a usage error ends both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash launch/setup_env.sh
@@ -19,10 +19,11 @@ for pass in "8 multidevice" "1 not multidevice"; do
   status=0
   BERTJAX_TEST_DEVICES=$devices .venv/bin/python -m pytest -n 2 --dist worksteal --durations=20 \
     -m "${pass#* }" "$@" || status=$?  # pytest.ini: testpaths = tests
-  case $status in
+  case $status in  # pytest's exit codes
     0) ran=1 ;;
+    1) ran=1 failed=1 ;;  # tests failed: the other pass runs too
     5) ;;  # no test selected in this pass
-    *) failed=$status ;;
+    *) exit "$status" ;;  # interrupted, an internal error, a usage error
   esac
 done
 if [ "$failed" != 0 ]; then exit "$failed"; fi
