@@ -11,8 +11,8 @@ from small_runs import SMALL_MODEL, minilm_reviews_config, xla_flags  # plain Py
 # Must happen before jax is imported anywhere: 8 simulated CPU devices for the tests marked
 # `multidevice` (meshes, data parallelism, sharded checkpoints), or BERTJAX_TEST_DEVICES of
 # them. tests/run_tests.sh runs the other tests on one: 8 simulated devices share the same 2
-# cores, so a run on them spends much of its time dispatching to and reducing across them (the
-# MiniLM fine-tuning fixture, minilm_classifier_run: 34 s on one, 133 s on eight). Compiles at -O0.
+# cores, so a run on them spends much of its time dispatching to and reducing across them
+# (benchmarks/README.md#the-test-suite). Compiles at -O0.
 DEVICES = int(os.environ.get("BERTJAX_TEST_DEVICES", "8"))
 os.environ.setdefault("XLA_FLAGS", xla_flags(DEVICES))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
