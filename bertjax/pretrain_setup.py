@@ -22,7 +22,7 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
     what can be checked before data is prepared or anything compiled (unset settings that
     follow from others resolved on the way)."""
     from bertjax.data import prepare  # TensorFlow only for input
-    from bertjax.data.pretraining import check_data_config
+    from bertjax.data.pretraining_config import check_data_config
 
     continuing = config.get("init_checkpoint_required")
     if continuing and not config.init_checkpoint and not run_config.own_checkpoints(workdir):

@@ -25,7 +25,7 @@ from bertjax.runtime import cli  # noqa: E402  (first: quiets TensorFlow before 
 from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bertjax.data import masking, pipelines, prepare  # noqa: E402
+from bertjax.data import prepare  # noqa: E402  (TensorFlow's pipeline modules: in main, after the checks)
 from bertjax.runtime import fileio  # noqa: E402
 
 cli.define_config_file("config", None, "Pre-training config file.", "pre-training")
@@ -81,6 +81,8 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
     specials = np.isin(unmasked, [tokenizer.cls_id, tokenizer.sep_id]) & (examples["input_mask"] > 0)
     candidates = lengths - specials.sum(1)
     if labels.shape[1] == 1:
+        from bertjax.data import masking
+
         expected = masking.num_to_predict(lengths, config.masked_lm_prob, config.max_predictions_per_seq).numpy()
         rule = f"; equal to min(max, max(1, round(n*p))): {np.mean(predictions == expected):.1%}"
     else:
@@ -123,6 +125,8 @@ def main(_):
     if FLAGS.dump and fileio.exists(FLAGS.dump):
         raise ValueError(f"--dump={FLAGS.dump} exists; give another name (it would be overwritten)")
     prepare.check_vocabulary_given(config.data)
+    from bertjax.data import pipelines
+
     workdir = FLAGS.workdir or default_workdir(config.data)
     pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=min(256, FLAGS.num_examples),
                                        split=FLAGS.split)

@@ -181,11 +181,16 @@ def test_help_lists_the_launchers_flags(launcher, flags):
 @pytest.mark.parametrize("launcher, args", [("pretrain.py", [PRETRAIN, "--config.train.global_batch_size=0"]),
                                             ("finetune.py", [FINETUNE + ":demo", "--config.train.batch_size=0"])])
 def test_a_run_refused_by_a_config_check_writes_nothing(tmp_path, launcher, args):
+    """... and imports neither TensorFlow (the input pipeline's) nor scipy (a regression
+    metric's) first: a bad flag costs seconds, not their imports."""
     workdir = tmp_path / "run"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPROFILEIMPORTTIME": "1"}  # each import, on stderr
     result = subprocess.run([sys.executable, os.path.join(ROOT, "launch", launcher), *args, f"--workdir={workdir}"],
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300)
+                            env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "must be a positive int, got 0" in result.stderr, result.stderr[-3000:]
     assert os.listdir(workdir) == [".lock"]  # the lock the run held (bertjax/runtime/workdir_lock.py), nothing else
+    imported = {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "jax" in imported and not imported & {"tensorflow", "scipy"}
 
 
 def test_launchers_give_gpu_matmuls_to_cublas_unless_the_flags_choose():

@@ -562,11 +562,11 @@ def _tfds_units(data_config: Any) -> list[dict]:
     """The TFDS split as units of about TFDS_EXAMPLES_PER_UNIT examples (at most 256), each naming
     its dataset, slice ("train[0:25000]": plain strings, which the prepared folder's settings
     hold and compare), text feature and data_dir."""
+    if not data_config.tfds_name:  # before TensorFlow's import: a bad flag fails at once
+        raise ValueError("config.data.source='tfds' needs config.data.tfds_name, e.g. 'wikipedia/20230601.en'")
     from bertjax.runtime import tf_cpu
 
     tfds = tf_cpu.datasets()
-    if not data_config.tfds_name:
-        raise ValueError("config.data.source='tfds' needs config.data.tfds_name, e.g. 'wikipedia/20230601.en'")
     data_dir = data_config.get("tfds_data_dir") or None
     try:
         builder = prepared_tfds_builder(data_config.tfds_name, data_dir)

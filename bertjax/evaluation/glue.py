@@ -16,7 +16,6 @@ comparison of numbers.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 _MAIN_METRIC = {"cola": "matthews_corrcoef", "stsb": "spearman", "mrpc": "f1", "qqp": "f1",
                 "regression": "pearson"}
@@ -39,6 +38,8 @@ def compute_metrics(task: str, predictions, labels) -> dict[str, float]:
         raise ValueError(f"{task}: predictions {predictions.shape} and labels {labels.shape} must be "
                          "two non-empty 1-D sequences of the same length")
     if task in ("stsb", "regression"):
+        from scipy import stats  # a large import every fine-tuning launcher would otherwise pay at start-up
+
         predictions, labels = predictions.astype(np.float64), labels.astype(np.float64)
         result = {"pearson": correlation(stats.pearsonr, predictions, labels),
                   "spearman": correlation(stats.spearmanr, predictions, labels)}

@@ -135,10 +135,10 @@ def test_token_ids_beyond_the_vocabulary_are_refused(files):
 
 def test_masking_settings_the_records_already_have_are_refused():
     """Original records come masked: a whole-word or 30% masking setting changed nothing, silently."""
-    from bertjax.data import pretraining
+    from bertjax.data import pretraining_config
 
-    pretraining.check_data_config(data_config())
+    pretraining_config.check_data_config(data_config())
     for change in (dict(whole_word_mask=True), dict(masked_lm_prob=0.3), dict(mask_token_prob=0.9)):
         with pytest.raises(ValueError, match=r"config.data: whole_word_mask, masked_lm_prob, mask_token_prob and "
                                              r"random_token_prob would change nothing with source='original_tfrecord'"):
-            pretraining.check_data_config(data_config(**change))
+            pretraining_config.check_data_config(data_config(**change))

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import synthetic
-from bertjax.data import masking, pairing, pretraining
+from bertjax.data import masking, pairing, pretraining, pretraining_config
 from configs import pretrain
 
 CLS, SEP, PAD, MASK = 2, 3, 0, 4
@@ -252,7 +252,7 @@ def test_the_masking_split_and_rate_are_settings(corpus):
     rows = np.broadcast_to(np.arange(len(real))[:, None], real.shape)
     assert (batch["input_ids"][rows[real], batch["masked_lm_positions"][real]] == MASK).all()
     with pytest.raises(ValueError, match="mask_token_prob and random_token_prob must be"):
-        pretraining.check_data_config(data_config(mask_token_prob=0.8, random_token_prob=0.3))
+        pretraining_config.check_data_config(data_config(mask_token_prob=0.8, random_token_prob=0.3))
 
 
 def test_a_prediction_cap_below_the_masking_rate_is_warned_at_start_up(caplog):
@@ -261,9 +261,9 @@ def test_a_prediction_cap_below_the_masking_rate_is_warned_at_start_up(caplog):
     import logging
 
     with caplog.at_level(logging.WARNING):
-        pretraining.check_data_config(pretrain.get_config("base").data)  # 128 tokens: 19 wanted, 20 allowed
+        pretraining_config.check_data_config(pretrain.get_config("base").data)  # 128 tokens: 19 wanted, 20 allowed
         assert not caplog.records
-        pretraining.check_data_config(data_config(max_seq_length=512, max_predictions_per_seq=20))
+        pretraining_config.check_data_config(data_config(max_seq_length=512, max_predictions_per_seq=20))
     assert "max_predictions_per_seq=20 caps the masked tokens of a full row of 512 at 3.9%, below " \
            "masked_lm_prob=0.15 (77 tokens); raise it to 77" in caplog.text
 
@@ -550,7 +550,7 @@ def test_full_rows_cover_every_token_once_and_resume_exactly(tmp_path):
             for key in want_batch:
                 np.testing.assert_array_equal(want_batch[key], got[key])
     with pytest.raises(ValueError, match="full_rows .* needs next_sentence_prediction=False"):
-        pretraining.check_data_config(data_config(full_rows=True))
+        pretraining_config.check_data_config(data_config(full_rows=True))
 
 
 def test_full_rows_attend_within_each_document(tmp_path, monkeypatch):
@@ -593,9 +593,9 @@ def test_full_rows_attend_within_each_document(tmp_path, monkeypatch):
     assert documents_seen > 20  # rows do hold several documents
     assert ((document["input_ids"] == SEP) & (ids != SEP)).sum() == len(ids)  # one a row, inside a document
     with pytest.raises(ValueError, match="full_rows_attention must be one of across, document"):
-        pretraining.check_data_config(data_config(**settings, full_rows_attention="row"))
+        pretraining_config.check_data_config(data_config(**settings, full_rows_attention="row"))
     with pytest.raises(ValueError, match="full_rows_attention='document' is for full rows"):
-        pretraining.check_data_config(data_config(full_rows_attention="document"))
+        pretraining_config.check_data_config(data_config(full_rows_attention="document"))
 
 
 def tf_records(path):
