@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.runtime import fileio
+from bertjax.runtime import event_files, fileio
 
 from bertjax.models.config import BertConfig
 
@@ -111,40 +111,13 @@ def _rows_up_to(path: str, step: int) -> list[str]:
     return [line for line in fileio.read_bytes(path).decode("utf-8").splitlines(keepends=True) if keep(line)]
 
 
-def _trim_event_files(directory: str, step: int, tf) -> None:
-    """Rewrites the TensorBoard event files in `directory` (local or gs://) without their
-    events after `step` (all of them at step 0), as _rows_up_to does for metrics.jsonl, and
-    without a record a killed run left half-written: a resumed run logs those steps again, and
-    a reader would see both (TensorBoard's purge on a restart needs a SessionLog event, which
-    TF2's summary API does not write)."""
-    from tensorflow.core.util import event_pb2
-
-    for path in tf.io.gfile.glob(fileio.join(directory, "events.out.tfevents.*")):
-        records, complete = [], True
-        try:
-            for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
-                records.append(record)
-        except tf.errors.DataLossError:  # the last record cut short
-            complete = False
-        events = [event_pb2.Event.FromString(record) for record in records]
-        kept = [record for record, event in zip(records, events)
-                if not event.summary.value or 0 < step and event.step <= step]
-        if complete and len(kept) == len(records):
-            continue
-        temporary = fileio.join(directory, "trimming.tmp")  # no "tfevents": TensorBoard skips it
-        with tf.io.TFRecordWriter(temporary) as out:
-            for record in kept:
-                out.write(record)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
-
-
 class MetricsWriter:
     """Writes scalars to DIR/metrics.jsonl, TensorBoard event files in DIR/tensorboard, and the console.
 
     Only the first process writes; the others keep nothing. A run that resumes at
     `start_step` first drops the rows and TensorBoard events an interrupted run logged after
-    it (they belong to steps that will be trained again), so both hold one timeline. A local file is
-    appended to; a gs:// one, which cannot be, is rewritten whole (atomically) at most every
+    it (they belong to steps that will be trained again), so both hold one timeline. Local files
+    are appended to; on gs://, which cannot append, both are rewritten whole at most every
     REMOTE_WRITE_SECONDS (GCS takes about one write a second to an object) and at close.
     """
 
@@ -160,16 +133,8 @@ class MetricsWriter:
         fileio.write_bytes(self.path, "".join(self._rows).encode("utf-8"))
         self._jsonl = None if fileio.is_remote(self.path) else open(self.path, "a", encoding="utf-8")
         self._written = time.monotonic()
-        from bertjax.runtime.tf_cpu import tf  # lazily: only the writing process needs it
-        from tensorflow.core.framework import summary_pb2
-
-        self._tf = tf
-        if tf.io.gfile.isdir(fileio.join(workdir, "tensorboard")):
-            _trim_event_files(fileio.join(workdir, "tensorboard"), start_step, tf)
-        self._summary = tf.summary.create_file_writer(fileio.join(workdir, "tensorboard"))
-        # What TensorBoard's own scalar summary writes, without needing the tensorboard package.
-        self._scalar_metadata = summary_pb2.SummaryMetadata(
-            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
+        event_files.trim(fileio.join(workdir, "tensorboard"), start_step)
+        self._events = event_files.EventFileWriter(fileio.join(workdir, "tensorboard"))
 
     def write(self, step: int, scalars: dict[str, Any], *, prefix: str = "") -> None:
         if not self.enabled:
@@ -183,11 +148,7 @@ class MetricsWriter:
         else:
             self._jsonl.write(row)
             self._jsonl.flush()
-        with self._summary.as_default():
-            for name, value in values.items():
-                self._tf.summary.write(name, self._tf.constant(value, self._tf.float32), step=step,
-                                       metadata=self._scalar_metadata)
-        self._summary.flush()
+        self._events.add_scalars(step, values)
 
     def flush(self) -> None:
         """Writes a gs:// metrics.jsonl now (a local one is written row by row)."""
@@ -204,8 +165,9 @@ class MetricsWriter:
                 self._jsonl.close()
             else:
                 self._write_remote()
-            self._summary.close()
+            self._events.close()
 
     def _write_remote(self) -> None:
         fileio.write_bytes(self.path, "".join(self._rows).encode("utf-8"))
+        self._events.flush()
         self._written = time.monotonic()

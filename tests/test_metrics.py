@@ -146,3 +146,40 @@ def test_metrics_writer_files_read_back(tmp_path):
             scalars.append((event.step, value.tag, float(tf.make_ndarray(value.tensor))))
     assert scalars == [(1, "loss", 2.5), (1, "learning_rate", pytest.approx(1e-4)), (2, "loss", 2.0),
                        (2, "eval_mlm_accuracy", 0.25)]
+
+
+def _events(path) -> list:
+    """The Event protos of an event file, their wall times zeroed."""
+    events = list(tf.compat.v1.train.summary_iterator(str(path)))
+    for event in events:
+        event.wall_time = 0.0
+    return events
+
+
+def test_event_files_hold_what_tensorflows_summary_writer_writes(tmp_path):
+    """bertjax.runtime.event_files encodes Events by hand (no TensorFlow in a fine-tuning run):
+    the same protos tf.summary.write makes for the same scalars (steps 0 and past 2^31, tags
+    outside ASCII, extreme floats), and trimming reads files TensorFlow wrote."""
+    from bertjax.runtime import event_files
+
+    scalars = [(0, {"eval_accuracy": 0.5}), (1, {"loss": -1.5, "λ_rate": 1e-30}), (2**33 + 5, {"big": 3.4e38})]
+    with tf.summary.create_file_writer(str(tmp_path / "tf")).as_default():
+        for step, values in scalars:
+            for tag, value in values.items():
+                tf.summary.write(tag, tf.constant(value, tf.float32), step=step, metadata=tf.compat.v1.SummaryMetadata(
+                    plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString())
+    ours = event_files.EventFileWriter(str(tmp_path / "ours"))
+    for step, values in scalars:
+        ours.add_scalars(step, values)
+    ours.close()
+    [theirs] = glob.glob(str(tmp_path / "tf" / event_files.FILE_PATTERN))
+    expected = _events(theirs)
+    assert len(expected) == 5 and expected[0].source_metadata.writer == "tensorflow.core.util.events_writer"
+    expected[0].source_metadata.writer = event_files.WRITER  # the version event names its writer; 4 scalars
+    assert _events(ours.path) == expected
+
+    with open(theirs, "ab") as f:  # a killed run's last record, cut short
+        f.write(b"\x17\x00\x00")
+    event_files.trim(str(tmp_path / "tf"), 1)
+    assert [(event.step, value.tag) for event in _events(theirs) for value in event.summary.value] == [
+        (0, "eval_accuracy"), (1, "loss"), (1, "λ_rate")]
