@@ -54,9 +54,13 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    import jax
+
     from bertjax.runtime import compilation_cache
 
-    compilation_cache.enable()  # the session's cache (above): many tests compile the same small steps
+    compilation_cache.enable()  # the session's cache (above): many tests compile the same small steps,
+    # most of them in under the second below which the launchers leave a program uncached
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     config.addinivalue_line("markers", "slow: long-running test, skipped unless --runslow")
     config.addinivalue_line("markers", "heavy: a default-suite test of a minute or more on two cores, run first")
     config.addinivalue_line("markers", "multidevice: needs 8 devices (the default; skipped under BERTJAX_TEST_DEVICES=1)")
