@@ -129,7 +129,10 @@ def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
     np.testing.assert_allclose(probabilities, [[w["probabilities"][n] for n in names] for w in want], atol=1e-4)
 
 
-@pytest.mark.parametrize("task", ["ner", "squad", "choice"])
+# Span QA by default: the per-token heads' path (ModernBERT's token transform, the export to
+# Hugging Face) that tagging shares; tagging and multiple choice with --runslow.
+@pytest.mark.parametrize("task", [pytest.param("ner", marks=pytest.mark.slow), "squad",
+                                  pytest.param("choice", marks=pytest.mark.slow)])
 def test_every_other_family_fine_tunes_a_hugging_face_modernbert(task, tmp_path):
     """Tagging, span QA (v2.0, windows over contexts beyond the attention window) and multiple
     choice: a few steps from ModernBertForMaskedLM, then predict answers every input. Tagging and

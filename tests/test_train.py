@@ -170,6 +170,13 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir)
     assert (workdir / "checkpoints" / str(records[-1]["step"])).is_dir()
 
 
+def test_the_context_extension_is_the_modern_encoders_longest_context_only():
+    assert pretrain_config.get_config("modernbert-tiny,modern,long").data.max_seq_length == 1024
+    with pytest.raises(ValueError, match="'long' extends the modern encoder's context"):
+        pretrain_config.get_config("base,long")
+
+
+@pytest.mark.slow  # three runs; a run from another's weights in the default suite: test_train_paths' init_checkpoint
 def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):
     """Issue 49: `,modern,long` at 1,024 tokens (modernbert-tiny's longest) with a larger global
     theta starts from the 64-token run's weights: its first loss is far below a fresh model's.
@@ -197,9 +204,6 @@ def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):
     run(tmp_path / "fresh", ",long", *extension, "--config.init_checkpoint_required=False")  # (refused unasked)
     first = lambda workdir: _metrics(workdir)[0]
     assert first(tmp_path / "long")["mlm_loss"] < first(tmp_path / "fresh")["mlm_loss"] - 0.5
-    assert pretrain_config.get_config("modernbert-tiny,modern,long").data.max_seq_length == 1024
-    with pytest.raises(ValueError, match="'long' extends the modern encoder's context"):
-        pretrain_config.get_config("base,long")
 
 
 @pytest.mark.slow  # three runs; restoring a pre-training checkpoint's weights: tests/test_finetune.py
