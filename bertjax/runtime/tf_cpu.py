@@ -4,25 +4,15 @@ Importing `tf` from here hides every GPU from TensorFlow first, so it never take
 accelerator memory from JAX. Every bertjax module that uses TensorFlow imports it this way.
 Unless the environment says otherwise, TensorFlow's C++ start-up notices are off: its
 INFO/WARNING logs, and the oneDNN notice (oneDNN's float kernels are off too, which
-changes nothing here: the input pipelines do integer work). Nor does TensorFlow import
-Keras at start-up: it does so only to register Keras's optimizers for SavedModels that hold
-them, which bertjax neither writes nor reads; `tf.keras` still imports Keras when used.
+changes nothing here: the input pipelines do integer work).
 """
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-_KERAS_SKIPPED = "keras" not in sys.modules
-if _KERAS_SKIPPED:
-    sys.modules["keras"] = None  # `import keras...` raises ImportError, which TensorFlow's start-up passes over
-try:
-    import tensorflow as tf  # noqa: E402
-finally:
-    if _KERAS_SKIPPED and sys.modules.get("keras", 0) is None:
-        del sys.modules["keras"]  # importable again, for whoever asks
+import tensorflow as tf  # noqa: E402
 
 try:
     tf.config.set_visible_devices([], "GPU")
