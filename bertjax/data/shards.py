@@ -14,14 +14,12 @@ prepare's workers never import TensorFlow; only `parse_documents` needs it.
 
 from __future__ import annotations
 
-import struct
 from typing import Sequence
 
-import google_crc32c
 import numpy as np
 
 from bertjax import ragged
-from bertjax.runtime import fileio
+from bertjax.runtime import fileio, tfrecord
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -36,9 +34,7 @@ class RecordWriter:
         self._file = fileio.open_file(path, "wb")
 
     def write(self, record: bytes) -> None:
-        length = struct.pack("<Q", len(record))
-        self._file.write(b"".join([length, struct.pack("<I", _masked_crc(length)), record,
-                                   struct.pack("<I", _masked_crc(record))]))
+        self._file.write(tfrecord.frame(record))
 
     def close(self) -> None:
         self._file.close()
@@ -48,11 +44,6 @@ class RecordWriter:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
-
-
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def encode_documents(token_ids: np.ndarray, sentence_lengths: np.ndarray, document_sentences: np.ndarray) -> list[bytes]:

@@ -1,11 +1,11 @@
 """TensorBoard event files of scalars, written and trimmed without TensorFlow.
 
-An event file is a sequence of TFRecords (length, its masked CRC-32C, the bytes, theirs),
-each an `Event` protocol buffer; TensorBoard reads every file in a folder whose name holds
+An event file is a sequence of TFRecords (bertjax/runtime/tfrecord.py), each an `Event`
+protocol buffer; TensorBoard reads every file in a folder whose name holds
 "tfevents". The few messages a scalar needs are encoded here by hand, field numbers from
 TensorFlow's event.proto, summary.proto and tensor.proto, the same records
 `tf.summary.write` makes (tests/test_metrics.py compares them): a fine-tuning run reads its
-data without TensorFlow, and importing it only to log would cost every run seconds at start-up.
+data without TensorFlow, so it need not load TensorFlow only to log.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import struct
 import time
 from typing import Iterator
 
-import google_crc32c
+import numpy as np
 
-from bertjax.runtime import fileio
+from bertjax.runtime import fileio, tfrecord
 
 FILE_PATTERN = "events.out.tfevents.*"
 _FILE_VERSION = b"brain.Event:2"
 WRITER = "bertjax.runtime.event_files"  # the file's source_metadata (TensorFlow's names its events_writer)
 _DT_FLOAT = 1  # TensorFlow's DataType enum
-_WRITERS = itertools.count()  # two writers opened in one second by one process get two files
+_WRITERS = itertools.count()  # two writers opened in one second by one process get two files, in order
 
 
 def _varint(value: int) -> bytes:
@@ -52,8 +52,11 @@ _SCALARS_METADATA = _message_field(1, _message_field(1, b"scalars"))
 
 def scalar_event(tag: str, value: float, step: int, wall_time: float) -> bytes:
     """Event{wall_time, step, summary{value{tag, tensor: a float32 scalar, metadata: scalars}}}."""
-    # TensorProto{dtype, tensor_shape: [] (a scalar), tensor_content: its little-endian bytes}
-    tensor = _key(1, 0) + _varint(_DT_FLOAT) + _message_field(2, b"") + _message_field(4, struct.pack("<f", value))
+    # TensorProto{dtype, tensor_shape: [] (a scalar), tensor_content: its little-endian bytes}; a
+    # value beyond float32's range becomes an infinity, as in tf.constant (a diverged run's MSE).
+    with np.errstate(over="ignore"):
+        content = np.asarray(value, "<f4").tobytes()
+    tensor = _key(1, 0) + _varint(_DT_FLOAT) + _message_field(2, b"") + _message_field(4, content)
     summary_value = _message_field(1, tag.encode("utf-8")) + _message_field(8, tensor) + _message_field(
         9, _SCALARS_METADATA)
     step_field = _key(2, 0) + _varint(step) if step else b""  # proto3 leaves a zero out
@@ -64,34 +67,6 @@ def _version_event(wall_time: float) -> bytes:
     """The event that opens every file: Event{wall_time, file_version, source_metadata{writer}}."""
     return (_key(1, 1) + struct.pack("<d", wall_time) + _message_field(3, _FILE_VERSION)
             + _message_field(10, _message_field(1, WRITER.encode())))
-
-
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return ((crc >> 15 | crc << 17) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _record(data: bytes) -> bytes:
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", _masked_crc(length)) + data + struct.pack("<I", _masked_crc(data))
-
-
-def read_records(data: bytes) -> tuple[list[bytes], bool]:
-    """(the records of an event file's bytes, whether the file ends with a whole one): a
-    killed writer can leave its last record cut short, which is not returned."""
-    records, position = [], 0
-    while position + 12 <= len(data):
-        length_bytes = data[position:position + 8]
-        (length,) = struct.unpack("<Q", length_bytes)
-        end = position + 12 + length + 4
-        if struct.unpack_from("<I", data, position + 8)[0] != _masked_crc(length_bytes) or end > len(data):
-            break
-        record = data[position + 12:end - 4]
-        if struct.unpack_from("<I", data, end - 4)[0] != _masked_crc(record):
-            break
-        records.append(record)
-        position = end
-    return records, position == len(data)
 
 
 def _read_varint(data: bytes, position: int) -> tuple[int, int]:
@@ -141,14 +116,14 @@ def trim(directory: str, step: int) -> None:
     run logs those steps again, and a reader would see both (TensorBoard's purge on a restart
     needs a SessionLog event, which TF2's summary API does not write)."""
     for path in fileio.glob(fileio.join(directory, FILE_PATTERN)):
-        records, complete = read_records(fileio.read_bytes(path))
+        records, complete = tfrecord.read_records(fileio.read_bytes(path))
         kept = []
         for record in records:
             event_step, values = step_and_values(record)
             if not values or 0 < step and event_step <= step:
                 kept.append(record)
         if not (complete and len(kept) == len(records)):
-            _replace(path, b"".join(map(_record, kept)))
+            _replace(path, b"".join(map(tfrecord.frame, kept)))
 
 
 def _replace(path: str, data: bytes) -> None:
@@ -163,15 +138,19 @@ def _replace(path: str, data: bytes) -> None:
 
 class EventFileWriter:
     """Scalars to a new event file in `directory`. A local file gets each `add_scalars` at
-    once; a remote one (gs://, which cannot be appended to) is written whole at `flush`."""
+    once; a remote one (gs://, which cannot be appended to) is written whole at `flush`, when
+    anything was added since the last. Files of one process and second sort in opening order."""
 
     def __init__(self, directory: str):
         fileio.makedirs(directory)
-        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(_WRITERS)}.v2"
+        name = (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}."
+                f"{next(_WRITERS):05d}.v2")
         self.path = fileio.join(directory, name)
         self._remote = fileio.is_remote(self.path)
-        self._records = bytearray()  # remote: the whole file, written at flush
+        self._records = bytearray()  # remote: the whole file
+        self._unwritten = False  # remote: records added since the last flush
         self._file = None if self._remote else open(self.path, "ab")
+        self._closed = False
         self._append(_version_event(time.time()))
         self.flush()
 
@@ -186,16 +165,22 @@ class EventFileWriter:
     def flush(self) -> None:
         if self._file is not None:
             self._file.flush()
-        else:
+        elif self._unwritten:
             _replace(self.path, bytes(self._records))
+            self._unwritten = False
 
     def close(self) -> None:
+        """Flushes and closes; a second close does nothing."""
+        if self._closed:
+            return
         self.flush()
         if self._file is not None:
             self._file.close()
+        self._closed = True
 
     def _append(self, event: bytes) -> None:
         if self._file is not None:
-            self._file.write(_record(event))
+            self._file.write(tfrecord.frame(event))
         else:
-            self._records += _record(event)
+            self._records += tfrecord.frame(event)
+            self._unwritten = True
