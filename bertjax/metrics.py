@@ -151,7 +151,7 @@ class MetricsWriter:
         self._events.add_scalars(step, values)
 
     def flush(self) -> None:
-        """Writes a gs:// metrics.jsonl now (a local one is written row by row)."""
+        """Writes a gs:// workdir's metrics.jsonl and TensorBoard events now (local ones are written row by row)."""
         if self.enabled and self._jsonl is None:
             self._write_remote()
 

@@ -216,7 +216,7 @@ MODERN_VARIANT = ("modern:train.optimizer=stable_adamw:data.full_rows_attention=
 # Slow (models pre-trained and fine-tuned end to end): its parts run in the default suite, the
 # modern recipe's switches (tests/test_optim.py stable_adamw, tests/data/test_pretraining.py
 # document attention, tests/test_batch_warmup.py) and a run started from another's checkpoint
-# inside its mesh (tests/test_train.py context extension, tests/test_train_paths.py init_checkpoint).
+# inside its mesh (tests/test_train_paths.py init_checkpoint; tests/test_train.py's context extension with --runslow).
 @pytest.mark.slow
 def test_the_budget_benchmark_prints_a_row_per_recipe_and_budget(tmp_path):
     """benchmarks/budget.py end to end at a toy budget: both recipes pre-train on Python's language

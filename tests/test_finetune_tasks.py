@@ -348,8 +348,7 @@ def test_own_squad_files_write_official_prediction_files(tmp_path):
 def test_own_conll_files_write_conll_predictions(tmp_path):
     """eval.conll: `token gold predicted` for every word of the evaluation file; a test file
     without tags is predicted (`token predicted`), not scored. The run, its TensorBoard events
-    included, never imports TensorFlow: own files need no input pipeline, and its import
-    would cost seconds at every start."""
+    included, never imports TensorFlow: own files need no input pipeline of TensorFlow's."""
     result = _launch(tmp_path / "run", "ner", *_small_args(tmp_path / "run"), *_own_ner_files(tmp_path),
                      PYTHONPROFILEIMPORTTIME="1")
     assert result.returncode == 0, result.stderr[-3000:]

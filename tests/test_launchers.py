@@ -183,7 +183,7 @@ def test_help_lists_the_launchers_flags(launcher, flags):
                                             ("finetune.py", [FINETUNE + ":demo", "--config.train.batch_size=0"])])
 def test_a_run_refused_by_a_config_check_writes_nothing(tmp_path, launcher, args):
     """... and imports neither TensorFlow (the input pipeline's) nor scipy (a regression
-    metric's) first: a bad flag costs seconds, not their imports."""
+    metric's) first: a bad flag is refused before the run loads what only a running job needs."""
     workdir = tmp_path / "run"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPROFILEIMPORTTIME": "1"}  # each import, on stderr
     result = subprocess.run([sys.executable, os.path.join(ROOT, "launch", launcher), *args, f"--workdir={workdir}"],

@@ -119,12 +119,17 @@ def test_metrics_of_a_remote_workdir_are_written_there_and_resumed(remote_dir, t
     # hard kill after it would leave a gap that the resumed run never logs again (a review).
     writer = metrics.MetricsWriter(remote_dir, start_step=3)
     writer.write(4, {"loss": 0.25})
-    assert len(fileio.read_bytes(path).decode().splitlines()) == 3
+    assert len(fileio.read_bytes(path).decode().splitlines()) == 3 and (4, "loss", 0.25) not in _remote_scalars(
+        remote_dir)  # the events wait with the rows
     writer.flush()
     assert json.loads(fileio.read_bytes(path).decode().splitlines()[-1]) == {"step": 4, "loss": 0.25}
     writer.close()
     # The TensorBoard events there too, written whole at the same times, trimmed as the rows are.
-    scalars = [(event.step, value.tag, float(tf.make_ndarray(value.tensor)))
-               for events in sorted(fileio.glob(fileio.join(remote_dir, "tensorboard", "events.out.tfevents.*")))
-               for event in tf.compat.v1.train.summary_iterator(events) for value in event.summary.value]
-    assert scalars == [(1, "loss", 3.0), (2, "loss", 2.0), (3, "loss", 0.5), (4, "loss", 0.25)]
+    assert _remote_scalars(remote_dir) == [(1, "loss", 3.0), (2, "loss", 2.0), (3, "loss", 0.5), (4, "loss", 0.25)]
+
+
+def _remote_scalars(workdir):
+    """(step, tag, value) of the scalars in `workdir`'s event files, in file-name order."""
+    return [(event.step, value.tag, float(tf.make_ndarray(value.tensor)))
+            for events in sorted(fileio.glob(fileio.join(workdir, "tensorboard", "events.out.tfevents.*")))
+            for event in tf.compat.v1.train.summary_iterator(events) for value in event.summary.value]
