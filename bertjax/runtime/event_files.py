@@ -146,10 +146,9 @@ class EventFileWriter:
         name = (f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}."
                 f"{next(_WRITERS):05d}.v2")
         self.path = fileio.join(directory, name)
-        self._remote = fileio.is_remote(self.path)
         self._records = bytearray()  # remote: the whole file
         self._unwritten = False  # remote: records added since the last flush
-        self._file = None if self._remote else open(self.path, "ab")
+        self._file = None if fileio.is_remote(self.path) else open(self.path, "ab")
         self._closed = False
         self._append(_version_event(time.time()))
         self.flush()
