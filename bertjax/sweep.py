@@ -70,7 +70,7 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     not compared); else records these settings there (process 0): a sweep none of whose
     runs finished (a typo fixed) takes the new ones."""
     path = fileio.join(workdir, SETTINGS_FILE)
-    if fileio.exists(path) and fileio.glob(fileio.join(workdir, "sweep", "*", ROW_FILE)):
+    if fileio.exists(path) and fileio.glob(fileio.join(fileio.escape(workdir), "sweep", "*", ROW_FILE)):
         changes = run_config.changed_settings(fileio.read_json(path), config.to_dict(), left_out=_RERUN_MAY_CHANGE,
                                               saved_keys_only=True)
         if changes:

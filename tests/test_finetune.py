@@ -329,24 +329,25 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     monkeypatch.setattr(finetune, "finetune", run)
     config = _demo_config()
     config.train.update(sweep=True, sweep_learning_rates="1e-3,1e-4", sweep_batch_sizes="16", sweep_epochs="1")
-    first = sweep.sweep(config, str(tmp_path))
+    workdir = tmp_path / "grid[1]"  # glob characters in the name are the name
+    first = sweep.sweep(config, str(workdir))
     # A rerun (after a preemption, or for the table) reads the finished runs' rows: it restored and
     # predicted each run again, and wrote the rows it had replayed so far (a review).
-    assert sweep.sweep(config, str(tmp_path)) == first and calls == [1e-3, 1e-4]
+    assert sweep.sweep(config, str(workdir)) == first and calls == [1e-3, 1e-4]
     config.train.sweep_learning_rates = "2e-3"  # a narrower grid: its point runs, the others' rows stay
-    results = sweep.sweep(config, str(tmp_path))
+    results = sweep.sweep(config, str(workdir))
     assert calls == [1e-3, 1e-4, 2e-3] and [row["run"] for row in results] == ["lr0.002_batch16_epochs1"]
-    assert [row["run"] for row in json.load(open(tmp_path / "sweep_results.json"))] == [
+    assert [row["run"] for row in json.load(open(workdir / "sweep_results.json"))] == [
         "lr0.002_batch16_epochs1", "lr0.001_batch16_epochs1", "lr0.0001_batch16_epochs1"]
     # Other settings would report the finished runs' results as theirs: refused before any run;
     # a setting the saved ones lack (added by a newer bertjax) is not compared.
-    settings = json.load(open(tmp_path / "sweep_settings.json"))
+    settings = json.load(open(workdir / "sweep_settings.json"))
     del settings["train"]["eval_at_start"], settings["data"]["label_names"]
-    (tmp_path / "sweep_settings.json").write_text(json.dumps(settings))
+    (workdir / "sweep_settings.json").write_text(json.dumps(settings))
     config.train.warmup_proportion = 0.06
     with pytest.raises(ValueError, match=r"holds a sweep with other settings \(train.warmup_proportion 0.1 -> "
                                          r"0.06\): its finished runs would be reported as this one's"):
-        sweep.sweep(config, str(tmp_path))
+        sweep.sweep(config, str(workdir))
     assert len(calls) == 3
     # A sweep none of whose runs finished (its first stopped on a bad file) takes new settings.
     monkeypatch.setattr(finetune, "finetune", lambda config, workdir: (_ for _ in ()).throw(ValueError("no file")))

@@ -99,32 +99,33 @@ def test_a_resumed_run_drops_the_rows_logged_after_its_checkpoint(tmp_path):
 def _scalar_events(directory) -> list[tuple[str, int, float]]:
     """(tag, step, value) of every scalar in `directory`'s event files, in file order."""
     return [(value.tag, event.step, float(tf.make_ndarray(value.tensor)))
-            for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*")))
+            for path in sorted(glob.glob(os.path.join(glob.escape(str(directory)), "events.out.tfevents.*")))
             for event in tf.compat.v1.train.summary_iterator(path) for value in event.summary.value]
 
 
 def test_a_resumed_run_drops_the_tensorboard_events_logged_after_its_checkpoint(tmp_path):
-    writer = metrics.MetricsWriter(str(tmp_path))
+    workdir = tmp_path / "run[1]*"  # glob characters in the name are the name
+    writer = metrics.MetricsWriter(str(workdir))
     writer.write(0, {"accuracy": 0.5}, prefix="eval_")
     for step in (1, 2, 3, 4):
         writer.write(step, {"loss": 4.0 - step})
     writer.close()
-    [first] = glob.glob(str(tmp_path / "tensorboard" / "events.out.tfevents.*"))
+    [first] = glob.glob(glob.escape(str(workdir / "tensorboard")) + "/events.out.tfevents.*")
     with open(first, "ab") as f:  # a killed run's last record, cut short
         f.write(b"\x17\x00\x00")
     time.sleep(1.1)  # event files are named by the second they were opened in
-    writer = metrics.MetricsWriter(str(tmp_path), start_step=2)  # resumed from the step-2 checkpoint
+    writer = metrics.MetricsWriter(str(workdir), start_step=2)  # resumed from the step-2 checkpoint
     for step in (3, 4):
         writer.write(step, {"loss": 1.0 / step})
     writer.close()
-    assert _scalar_events(tmp_path / "tensorboard") == [
+    assert _scalar_events(workdir / "tensorboard") == [
         ("eval_accuracy", 0, 0.5), ("loss", 1, 3.0), ("loss", 2, 2.0), ("loss", 3, pytest.approx(1 / 3)),
         ("loss", 4, 0.25)]
-    assert sorted(os.listdir(tmp_path / "tensorboard"))[0] == os.path.basename(first)  # trimmed in place
+    assert sorted(os.listdir(workdir / "tensorboard"))[0] == os.path.basename(first)  # trimmed in place
 
     time.sleep(1.1)
-    metrics.MetricsWriter(str(tmp_path), start_step=0).close()  # starting over: every step again
-    assert _scalar_events(tmp_path / "tensorboard") == []
+    metrics.MetricsWriter(str(workdir), start_step=0).close()  # starting over: every step again
+    assert _scalar_events(workdir / "tensorboard") == []
 
 
 def test_metrics_writer_files_read_back(tmp_path):

@@ -115,7 +115,7 @@ def trim(directory: str, step: int) -> None:
     `step` (all of them at step 0) and without a record a killed run left cut short: a resumed
     run logs those steps again, and a reader would see both (TensorBoard's purge on a restart
     needs a SessionLog event, which TF2's summary API does not write)."""
-    for path in fileio.glob(fileio.join(directory, FILE_PATTERN)):
+    for path in fileio.glob(fileio.join(fileio.escape(directory), FILE_PATTERN)):
         records, complete = tfrecord.read_records(fileio.read_bytes(path))
         kept = []
         for record in records:

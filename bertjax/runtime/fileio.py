@@ -130,6 +130,12 @@ def glob(pattern: str) -> list[str]:
     return _gfile().glob(pattern) if is_remote(pattern) else glob_lib.glob(pattern)
 
 
+def escape(path: str) -> str:
+    """`path` as a glob pattern matching itself only: a folder named "run[1]" is not the
+    pattern "run1" (local and remote globs both match as fnmatch does)."""
+    return glob_lib.escape(path)
+
+
 def size(path: str) -> int:
     """Bytes in the file; FileNotFoundError if there is none."""
     if not is_remote(path):
