@@ -6,15 +6,15 @@ import os
 import shutil
 import tempfile
 
-from small_runs import SMALL_MODEL, minilm_reviews_config, xla_flags  # plain Python: imports no JAX
+from small_runs import SMALL_MODEL, minilm_reviews_config, suite_xla_flags  # plain Python: imports no JAX
 
 # Must happen before jax is imported anywhere: 8 simulated CPU devices for the tests marked
 # `multidevice` (meshes, data parallelism, sharded checkpoints), or BERTJAX_TEST_DEVICES of
 # them. tests/run_tests.sh runs the other tests on one: 8 simulated devices share the same 2
 # cores, so a run on them spends much of its time dispatching to and reducing across them
-# (benchmarks/README.md#the-test-suite). Compiles at -O0.
+# (benchmarks/README.md#the-test-suite). Compiles at -O0. Flags the shell exports are kept.
 DEVICES = int(os.environ.get("BERTJAX_TEST_DEVICES", "8"))
-os.environ.setdefault("XLA_FLAGS", xla_flags(DEVICES))
+os.environ["XLA_FLAGS"] = suite_xla_flags(os.environ.get("XLA_FLAGS", ""), DEVICES)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")

@@ -11,6 +11,15 @@ def xla_flags(devices: int = 1, optimized: bool = False) -> str:
     return flags if optimized else f"{flags} --xla_backend_optimization_level=0"
 
 
+def suite_xla_flags(given: str, devices: int) -> str:
+    """XLA_FLAGS for the test processes when the shell exports `given`: its flags kept (a dump
+    folder, another optimization level), its device count replaced by `devices`
+    (BERTJAX_TEST_DEVICES decides it: the multidevice tests need 8), -O0 unless it names a level."""
+    kept = [flag for flag in given.split() if not flag.startswith("--xla_force_host_platform_device_count")]
+    named = {flag.split("=")[0] for flag in kept}
+    return " ".join([*kept, *(flag for flag in xla_flags(devices).split() if flag.split("=")[0] not in named)])
+
+
 def imported_modules(stderr: str) -> set[str]:
     """The modules a process imported, from its stderr under PYTHONPROFILEIMPORTTIME=1."""
     return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
