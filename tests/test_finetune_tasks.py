@@ -503,6 +503,7 @@ def test_bad_input_through_the_launcher_ends_with_one_line(tmp_path, case):
 
 
 
+@pytest.mark.slow  # test_span_qa_learns_from_minilm (default) asserts the same learning, from a real checkpoint
 def test_span_qa_head_learns_in_seconds(tmp_path):
     """A second check that span QA learns, from scratch (test_span_qa_learns_from_minilm, from
     a real checkpoint, is the full one): the one-layer model of the mock-data runs, from scratch,
