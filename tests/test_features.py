@@ -345,15 +345,24 @@ def test_cached_features_train_the_head_as_the_frozen_encoder_does(encoder_run, 
     assert later and all(r["learning_rate"] > 0 and r["grad_norm"] > 0 for r in later), steps
 
 
-def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_path, capsys):
+def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_path, capsys, monkeypatch):
     """Two frozen tagging runs with other head settings (BiLSTM size, concat vs weighted sum)
-    and one cache folder: the second reuses the first's features; other layers compute anew."""
+    and one cache folder: the second reuses the first's features; other layers compute anew.
+    Each run stops once its caches are there (training on them is the test above's)."""
     from bertjax import finetune
+
+    class CachesDone(Exception):
+        pass
+
+    def stop(**_):
+        raise CachesDone
+
+    monkeypatch.setattr(finetune, "Programs", stop)  # built right after the caches, before any step
 
     def run(name, **model):
         config = _frozen_config("conll2003", tmp_path / name, encoder_run, **model)
         config.train.feature_cache_dir = str(tmp_path / "cache")
-        with MOCKS["conll2003"]():
+        with MOCKS["conll2003"](), pytest.raises(CachesDone):
             finetune.finetune(config, str(tmp_path / name / "run"))
         return "".join(capsys.readouterr())
 
