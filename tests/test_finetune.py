@@ -610,8 +610,6 @@ def test_bad_input_ends_with_one_line_and_keeps_the_workdir(tmp_path, args, mess
 
 def test_unknown_task_and_config_key(tmp_path):
     for args, message in ((["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":sst3"], "unknown task 'sst3'"),
-                          (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
-                            "--config.train.learning_rat=1e-4"], "did you mean 'learning_rate'"),
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":squad",
                             f"--config.init_checkpoint={MINILM_DIR}", "--config.data.pack_examples=2"],
                            "packing is for classification and tagging tasks"),
