@@ -122,14 +122,15 @@ def small_pretrained_run(tmp_path_factory):
     from bertjax import pretrain
     from configs import pretrain as pretrain_config
 
-    workdir = str(tmp_path_factory.mktemp("small_pretrain"))
-    config = pretrain_config.get_config("tiny")
-    config.model.update(SMALL_MODEL)
-    config.data.update(max_seq_length=64, max_predictions_per_seq=10)
-    config.train.update(num_steps=4, global_batch_size=16, warmup_steps=1, log_every=2, eval_every=0)
-    config.checkpoint.every = 4
-    pretrain.train_and_evaluate(config, workdir)
-    return workdir
+    def build(directory):
+        config = pretrain_config.get_config("tiny")
+        config.model.update(SMALL_MODEL)
+        config.data.update(max_seq_length=64, max_predictions_per_seq=10)
+        config.train.update(num_steps=4, global_batch_size=16, warmup_steps=1, log_every=2, eval_every=0)
+        config.checkpoint.every = 4
+        pretrain.train_and_evaluate(config, str(directory / "run"))
+
+    return str(_built_once(tmp_path_factory, "small_pretrain", build) / "run")
 
 
 @pytest.fixture(scope="session")
