@@ -172,16 +172,9 @@ def _export_and_serve(cases, directory):
 
 
 @pytest.fixture(scope="module")
-def exported_classifier(minilm_classifier_run, tmp_path_factory):
-    texts = [t for t, _ in REVIEWS] + ["a dull film, sadly", "Ünïcödé 日本 " + "w" * 120, "a fine film " * 100]
-    return _export_and_serve({"classification": (minilm_classifier_run, None, {"text": texts}, texts)},
-                             tmp_path_factory.mktemp("exports"))["classification"]
-
-
-@pytest.fixture(scope="module")
-def exported(runs, tmp_path_factory):
-    """Regression on pairs, tagging, squad and choice: tiny runs (the prediction tests' runs and one
-    regression run, about a minute in all), exported and served."""
+def exported(runs, minilm_classifier_run, tmp_path_factory):
+    """Classification (MiniLM), regression on pairs, tagging, squad and choice (tiny runs: the
+    prediction tests' and one regression run), exported and served by one TensorFlow process."""
     directory = tmp_path_factory.mktemp("exports")
     rows = [(a, b, float(len(a) % 5)) for a, b in zip(["a cat sat", "the dog ran far away", "hello there"] * 6,
                                                         ["on a mat", "so fast", "general kenobi you are bold"] * 6)]
@@ -212,7 +205,9 @@ def exported(runs, tmp_path_factory):
     predicted_choices = [{"context": c, "choices": options} for c, options in zip(*choices.values())]
     choices["context"] += choices["context"][:2]  # fewer than two choices: predict refuses such a row
     choices["choices"] += [[""] * 4, ["", runs["choice"][1][0][1][0], "", ""]]
+    reviews = [t for t, _ in REVIEWS] + ["a dull film, sadly", "Ünïcödé 日本 " + "w" * 120, "a fine film " * 100]
     return _export_and_serve({
+        "classification": (minilm_classifier_run, None, {"text": reviews}, reviews),
         "regression": (regression, LENGTH, pairs, list(zip(pairs["text_a"], pairs["text_b"]))[:2]),
         "tagging": (runs["ner"][0], LENGTH, {"text": sentences}, sentences),
         "squad": (runs["squad"][0], LENGTH, qa, [{"question": q, "context": c} for q, c in zip(*qa.values())]),
@@ -313,8 +308,8 @@ def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(minilm_classifier_
     assert max(abs(r["probability"] - e["probability"]) for r, e in zip(rounded, exact)) > 1e-6
 
 
-def test_classification_export_returns_labels_and_probabilities(exported_classifier):
-    model, inputs, want, got = exported_classifier
+def test_classification_export_returns_labels_and_probabilities(exported):
+    model, inputs, want, got = exported["classification"]
     names = model.task_info["label_names"]
     assert got["label"] == [w["label"] for w in want] and got["label"][:5] == [label for _, label in REVIEWS] + ["bad"]
     assert got["label_names"] == [names] * len(want)
