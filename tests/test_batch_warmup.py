@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bertjax.batch_warmup import BatchWarmup, validate
-from test_train import _losses, _metrics, _run
+from test_train import _losses, _metrics, _run_here
 
 
 def test_the_batch_grows_linearly_in_units_and_reaches_the_full_batch_at_the_end_of_the_warmup():
@@ -62,22 +62,23 @@ def test_warmup_sizes_that_split_over_every_device_and_process_are_accepted():
     validate(train, data_parallel=2, process_count=2)
 
 
-def test_a_run_interrupted_in_the_warmup_resumes_to_the_uninterrupted_losses(tmp_path, prepared_dir):
+def test_a_run_interrupted_in_the_warmup_resumes_to_the_uninterrupted_losses(tmp_path, prepared_dir, capsys):
     settings = ["--config.train.num_steps=12", "--config.train.batch_warmup_start=4",
                 "--config.train.batch_warmup_steps=8", "--config.checkpoint.every=6"]
-    result = _run(tmp_path / "run", prepared_dir, *settings)
-    assert "the batch grows 4 -> 16 rows over the first 8 steps" in result.stdout
+    _run_here(tmp_path / "run", prepared_dir, *settings)
+    stdout = capsys.readouterr().out
+    assert "the batch grows 4 -> 16 rows over the first 8 steps" in stdout
     # The largest batch compiles at the start (a batch too large for memory fails there, not late).
-    assert "compiled the train step at 4 and 16 rows in" in result.stdout
-    assert [line.split(" in ")[0] for line in result.stdout.splitlines() if "the batch grows to" in line] == [
+    assert "compiled the train step at 4 and 16 rows in" in stdout
+    assert [line.split(" in ")[0] for line in stdout.splitlines() if "the batch grows to" in line] == [
         "step 3: the batch grows to 8 rows; compiled its step", "step 6: the batch grows to 12 rows; compiled its step",
         "step 8: the batch grows to 16 rows; compiled at the start"]
     # The sizes between compile in a background thread from the start, not where they are needed
     # (a compile there held off a stop signal: minutes on a TPU).
-    assert "compiling the step for the 2 batch size(s) between (8, 12 rows) in the background" in result.stdout
+    assert "compiling the step for the 2 batch size(s) between (8, 12 rows) in the background" in stdout
     reference = _losses(_metrics(tmp_path / "run"))
     assert sorted(reference) == list(range(1, 13))
     shutil.rmtree(tmp_path / "run" / "checkpoints" / "12")  # as if stopped after the checkpoint at step 6
-    resumed = _run(tmp_path / "run", prepared_dir, *settings)
-    assert "starting at step 6 of 12" in resumed.stdout
+    _run_here(tmp_path / "run", prepared_dir, *settings)
+    assert "starting at step 6 of 12" in capsys.readouterr().out
     assert _losses(_metrics(tmp_path / "run")) == reference  # every step, bitwise
