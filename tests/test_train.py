@@ -414,8 +414,8 @@ def test_held_out_metrics_use_float32_products_when_training_uses_bfloat16(tmp_p
     from bertjax.models import BertForPreTraining
 
     workdir = tmp_path / "run"
-    _run(workdir, prepared_dir, "--config.train.num_steps=2", "--config.train.eval_every=2",
-         "--config.train.eval_batches=2", "--config.model.matmul_precision=bfloat16")
+    _run_here(workdir, prepared_dir, "--config.train.num_steps=2", "--config.train.eval_every=2",
+              "--config.train.eval_batches=2", "--config.model.matmul_precision=bfloat16")
     logged = [r for r in _metrics(workdir) if "eval_loss" in r][-1]["eval_loss"]
     config = ml_collections.ConfigDict(checkpointing.read_meta(str(workdir / "checkpoints" / "2"))["config"])
     assert config.model.matmul_precision == "bfloat16"  # how the run trained, recorded
