@@ -115,6 +115,18 @@ def _repo_on_path():
 
 
 @pytest.fixture(scope="session")
+def launchers():
+    """Launcher processes forked from one that has imported JAX and the model code once
+    (tests/forked_launchers.py), for the many launches refused before a run starts: each
+    would spend most of its time importing them."""
+    from forked_launchers import Server
+
+    server = Server()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
 def small_pretrained_run(tmp_path_factory):
     """A pre-training workdir (demo corpus, 4 steps of a one-layer model): checkpoint, MLM and
     NSP heads, tokenizer."""

@@ -583,7 +583,7 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     (["--config.data.train_file={train}", "--config.train.sweep=True", "--config.train.sweep_learning_rates=abc"],
      "config.train.sweep_learning_rates must be comma-separated positive floats, got 'abc'"),
 ])
-def test_bad_input_ends_with_one_line_and_keeps_the_workdir(tmp_path, args, message):
+def test_bad_input_ends_with_one_line_and_keeps_the_workdir(launchers, tmp_path, args, message):
     files = {"missing": str(tmp_path / "missing.csv"), "train": str(tmp_path / "train.jsonl"),
              "unknown": str(tmp_path / "unknown.jsonl"), "empty": str(tmp_path / "empty.csv"),
              "mixed": str(tmp_path / "mixed.jsonl"), "other_vocab": str(tmp_path / "vocab.txt")}
@@ -598,7 +598,7 @@ def test_bad_input_ends_with_one_line_and_keeps_the_workdir(tmp_path, args, mess
     (workdir / "keep.txt").write_text("written before")
     command, env = _launch(workdir, "--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":classification",
                            f"--config.init_checkpoint={MINILM_DIR}", *[a.format(**files) for a in args])
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    result = launchers.run(command[1:], env, cwd=os.getcwd(), timeout=300)  # conftest.py: forked
     assert result.returncode == 2, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
@@ -608,7 +608,7 @@ def test_bad_input_ends_with_one_line_and_keeps_the_workdir(tmp_path, args, mess
     assert (workdir / "keep.txt").read_text() == "written before"
 
 
-def test_unknown_task_and_config_key(tmp_path):
+def test_unknown_task_and_config_key(launchers, tmp_path):
     for args, message in ((["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":sst3"], "unknown task 'sst3'"),
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":squad",
                             f"--config.init_checkpoint={MINILM_DIR}", "--config.data.pack_examples=2"],
@@ -620,7 +620,7 @@ def test_unknown_task_and_config_key(tmp_path):
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
                             "--config.train.optimizer=adamw2"], "config.train.optimizer must be one of")):
         command, env = _launch(tmp_path, *args)
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        result = launchers.run(command[1:], env, cwd=os.getcwd(), timeout=120)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 

@@ -143,7 +143,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("launcher, args, message", CASES, ids=[f"{c[0]}:{i}" for i, c in enumerate(CASES)])
-def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
+def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args, message):
     (tmp_path / "text.txt").write_text("One sentence.\nAnother one.\n")
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
     (tmp_path / "blank.txt").write_text("\n  \n")
@@ -155,8 +155,8 @@ def test_expected_failures_end_with_one_line(tmp_path, launcher, args, message):
     env.pop("BERTJAX_VERBOSE", None)
     if launcher in ("pretrain.py", "finetune.py") and not any(a.startswith("--workdir") for a in args):
         args = [*args, "--workdir={tmp}/run"]
-    command = [sys.executable, os.path.join(ROOT, "launch", launcher), *[a.format(tmp=tmp_path) for a in args]]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = launchers.run([os.path.join(ROOT, "launch", launcher), *[a.format(tmp=tmp_path) for a in args]], env,
+                           cwd=tmp_path, timeout=300)
     # One error line, last; before it at most warnings that name what was dropped where (a
     # corpus of blank files: which file), never a traceback.
     lines = [line for line in result.stderr.splitlines() if line.strip()
