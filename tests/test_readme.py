@@ -67,12 +67,13 @@ def test_the_readme_has_the_two_quick_start_commands():
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if _python_argv(c)])
-def test_python_commands_parse(command, tmp_path):
+def test_python_commands_parse(launchers, command, tmp_path):
     argv = _python_argv(command)
-    if argv[1] == "-m":
-        argv = argv[:3] + ["--help"]
     env = {**os.environ, "BERTJAX_CHECK_FLAGS": "1", "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    if argv[1] == "-m":
+        result = subprocess.run(argv[:3] + ["--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    else:  # a script: forked (tests/conftest.py), as the launchers' other refusals and checks are
+        result = launchers.run(argv[1:], env, cwd=ROOT, timeout=120)
     assert result.returncode == 0, f"{command}\n{result.stderr[-2000:]}"
 
 
