@@ -654,17 +654,18 @@ def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path):
     (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
     files = dict(train_file=str(tmp_path / "data.csv"), eval_file=str(tmp_path / "data.csv"), text_b_key="")
     workdir = tiny_finetune_run("classification", tmp_path, **files)
+    other = {"learning_rate": 7e-4}  # tells the runs apart (an argument of the compiled step: no recompile)
     shutil.rmtree(os.path.join(workdir, "checkpoints"))
-    tiny_finetune_run("classification", tmp_path, model={"hidden_dropout_prob": 0.3}, **files)
+    tiny_finetune_run("classification", tmp_path, train=other, **files)
     stale = [name for name in os.listdir(workdir) if name.startswith("best.stale-")]
     assert len(stale) == 1 and os.listdir(os.path.join(workdir, stale[0]))  # kept whole
     best = checkpointing.read_meta(os.path.join(workdir, "best"))
-    assert best["config"]["model"]["hidden_dropout_prob"] == 0.3  # the new run's own best
+    assert best["config"]["train"]["learning_rate"] == 7e-4  # the new run's own best
     # An unreadable best/ in a run that resumes is moved aside too, not a dead end.
     for meta in pathlib.Path(workdir, "best").glob("*/meta/**/*"):
         if meta.is_file():
             meta.write_bytes(b"\x00 not json")
-    tiny_finetune_run("classification", tmp_path, model={"hidden_dropout_prob": 0.3}, **files)
+    tiny_finetune_run("classification", tmp_path, train=other, **files)
     assert len([name for name in os.listdir(workdir) if name.startswith("best.unreadable-")]) == 1
     # That run had finished: no step was left to evaluate, so its last weights are evaluated and
     # kept (best/ was left empty, the predictions silently from weights best/ did not hold).
