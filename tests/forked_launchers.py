@@ -59,6 +59,12 @@ def _serve():
 
     for module in _IMPORTED_BY_THE_CONFIGS:
         importlib.import_module(module)
+    import threading
+
+    from jax._src import xla_bridge
+
+    if threading.active_count() > 1 or xla_bridge._backends or "tensorflow" in sys.modules:  # not safe to fork
+        raise RuntimeError("the launcher server's imports started a thread, a JAX backend or TensorFlow")
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()
