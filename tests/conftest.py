@@ -117,8 +117,8 @@ def _repo_on_path():
 @pytest.fixture(scope="session")
 def launchers():
     """Launcher processes forked from one that has imported JAX and the model code once
-    (tests/forked_launchers.py), for the many launches refused before a run starts: each
-    would spend most of its time importing them."""
+    (tests/forked_launchers.py), for the many short launches (refusals, flag checks,
+    conversions) that would each spend most of their time importing them."""
     from forked_launchers import Server
 
     server = Server()

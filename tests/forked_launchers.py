@@ -1,15 +1,18 @@
-"""Launcher processes forked from a server that has already imported what every launcher
-imports before it reads its flags (JAX, Flax, optax, the model and task code: about 1.5 s of
-a refused launch's 2 s). The tests of launchers refusing bad input start dozens of them;
-forked, each is the launcher's own code from `if __name__ == "__main__"` on, in a process of
-its own, with its own argv, environment, folder, stdout, stderr and exit code.
+"""Launcher processes forked from a server that has already imported what the launchers import
+before they read their flags (JAX, Flax, optax, the model and task code). The tests start
+dozens of launchers that refuse bad input or only parse flags; forked, each skips those imports
+(benchmarks/README.md#the-test-suite) and is otherwise `python *argv`: the launcher script run
+whole as __main__, in a process of its own, with its own argv, environment, folder, stdout,
+stderr and exit code, ended as Python ends a script (exit handlers included).
 
-Fork safety: the server imports modules only. No JAX backend, TensorFlow or thread pool is
-started before a fork, so each child starts its own as a fresh process would. What a fresh
-launch does differently, and the tests that keep it: host_memory.configure's restart and
-kept freed memory (off here: JAX is imported; tests/test_host_memory.py), and the imports a
-refusal makes (tests/test_launchers.py's `test_a_run_refused_by_a_config_check_writes_nothing`,
-a fresh process).
+What a fresh launch does that a forked one cannot, and where it stays tested:
+- settings read when a module is imported come from the server: the child refuses a request
+  whose JAX_* or PYTHON* variables differ from the server's;
+- host_memory.configure's restart with huge pages and its kept freed memory are off
+  (tests/test_host_memory.py), and which modules a refusal imports is a fresh process's
+  (tests/test_launchers.py's `test_a_run_refused_by_a_config_check_writes_nothing`).
+The server refuses to fork once its imports have started a Python thread, a JAX backend or
+TensorFlow, none of which survive a fork.
 """
 
 import json
@@ -22,6 +25,7 @@ import tempfile
 
 _IMPORTED_BY_THE_CONFIGS = ("numpy", "absl.app", "absl.flags", "ml_collections", "jax", "flax.linen", "optax",
                             "bertjax.models", "bertjax.optim", "bertjax.tasks")
+_READ_AT_IMPORT = ("JAX_", "PYTHON")  # environment variables whose values the server's imports fixed
 
 
 class Server:
@@ -33,6 +37,8 @@ class Server:
                                          stdout=subprocess.PIPE, stderr=self._log, text=True)
 
     def run(self, argv: list[str], env: dict[str, str], cwd: str, timeout: int) -> subprocess.CompletedProcess:
+        """As subprocess.run([sys.executable, *argv], env=env, cwd=cwd, timeout=timeout,
+        capture_output=True, text=True, stdin=subprocess.DEVNULL)."""
         with tempfile.TemporaryDirectory() as folder:
             outputs = {name: os.path.join(folder, name) for name in ("stdout", "stderr")}
             request = {"argv": argv, "env": env, "cwd": str(cwd), "timeout": timeout, **outputs}
@@ -46,7 +52,10 @@ class Server:
             for name, path in outputs.items():
                 with open(path, encoding="utf-8", errors="replace") as f:
                     texts[name] = f.read()
-        return subprocess.CompletedProcess(argv, json.loads(answer)["returncode"], texts["stdout"], texts["stderr"])
+        returncode = json.loads(answer)["returncode"]
+        if returncode == -signal.SIGALRM:
+            raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, texts["stdout"], texts["stderr"])
+        return subprocess.CompletedProcess([sys.executable, *argv], returncode, texts["stdout"], texts["stderr"])
 
     def close(self):
         self._process.stdin.close()
@@ -56,53 +65,45 @@ class Server:
 
 def _serve():
     import importlib
+    import threading
 
     for module in _IMPORTED_BY_THE_CONFIGS:
         importlib.import_module(module)
-    import threading
-
     from jax._src import xla_bridge
 
-    if threading.active_count() > 1 or xla_bridge._backends or "tensorflow" in sys.modules:  # not safe to fork
+    if threading.active_count() > 1 or xla_bridge._backends or "tensorflow" in sys.modules:
         raise RuntimeError("the launcher server's imports started a thread, a JAX backend or TensorFlow")
+    fixed = {key: value for key, value in os.environ.items() if key.startswith(_READ_AT_IMPORT)}
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _launch(request)  # never returns
+            _become(request, fixed)  # the child never comes back here: it ends as the script does
         _, status = os.waitpid(pid, 0)
         print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
 
 
-def _launch(request):
-    """In the forked child: runs the launcher request["argv"] as `python *argv` would, then exits."""
-    code = 1
-    try:
-        signal.alarm(request["timeout"])  # a hung launcher is killed, as subprocess.run's timeout would
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"], BERTJAX_KEEP_FREED_MEMORY="0", BERTJAX_HUGE_PAGES="0")
-        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
-                                (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
-            os.dup2(os.open(path, flags), fd)
-        script = request["argv"][0]
-        sys.argv = list(request["argv"])
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
-        try:
-            runpy.run_path(script, run_name="__main__")
-            code = 0
-        except SystemExit as e:
-            if isinstance(e.code, str):
-                print(e.code, file=sys.stderr)
-            code = e.code if isinstance(e.code, int) else int(e.code is not None)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+def _become(request, fixed):
+    """In the forked child: becomes `python *request["argv"]`. Raises SystemExit (or what the
+    script raises), which ends this process as it ends a script."""
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
+                            (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
+        os.dup2(os.open(path, flags), fd)  # first: whatever fails below is the test's to read
+    signal.alarm(request["timeout"])  # a hung launcher is killed; Server.run raises TimeoutExpired
+    asked = {key: value for key, value in request["env"].items() if key.startswith(_READ_AT_IMPORT)}
+    if asked != fixed:
+        differ = sorted(set(asked.items()) ^ set(fixed.items()))
+        raise RuntimeError(f"a forked launch needs the server's JAX_* and PYTHON* variables (its imports read "
+                           f"them); these differ: {differ}: start this launch as a fresh process")
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"], BERTJAX_KEEP_FREED_MEMORY="0", BERTJAX_HUGE_PAGES="0")
+    script = request["argv"][0]
+    sys.argv = list(request["argv"])
+    sys.orig_argv = [sys.executable, *request["argv"]]  # what a restart of the process runs
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+    sys.exit(0)
 
 
 if __name__ == "__main__":

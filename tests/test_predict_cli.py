@@ -360,12 +360,12 @@ def _predict(*args, stdin=None):
 def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_classifier_run, launchers, tmp_path):
     import bertjax
 
-    def _predict(*args):  # forked (tests/conftest.py): five launches of the same launcher
+    def forked_predict(*args):  # forked (tests/conftest.py): five launches of the same launcher
         return launchers.run([PREDICT, *args], {**os.environ, "JAX_PLATFORMS": "cpu"}, cwd=os.getcwd(), timeout=300)
 
     rows = [{"review": text} for text, _ in REVIEWS] + [{"text": "no review column"}]
     (tmp_path / "new.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    result = _predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
+    result = forked_predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
                       f"--output={tmp_path}/o.jsonl", "--on_error=skip")
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
@@ -377,23 +377,23 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     assert lines[4] == {"error": why, "where": f"{tmp_path}/new.jsonl:5"}
     assert "skipped 1 of 5 inputs" in result.stderr
 
-    failed = _predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
+    failed = forked_predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
                       f"--output={tmp_path}/f.jsonl")
     assert failed.returncode == 2 and failed.stderr.strip().splitlines() == [
         f"error: {tmp_path}/new.jsonl:5: {why}; --on_error=skip writes an error line for each and goes on"]
     assert not (tmp_path / "f.jsonl").exists()
     before = (tmp_path / "new.jsonl").read_bytes()
-    onto_input = _predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
+    onto_input = forked_predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
                           f"--output={tmp_path}/new.jsonl", "--on_error=skip")
     assert onto_input.returncode == 2 and onto_input.stderr.strip().splitlines() == [
         f"error: --output={tmp_path}/new.jsonl is the input file; give another name (it would be overwritten)"]
     assert (tmp_path / "new.jsonl").read_bytes() == before
-    nowhere = _predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
+    nowhere = forked_predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
                        f"--output={tmp_path}/nodir/o.jsonl")
     assert nowhere.returncode == 2 and nowhere.stderr.strip().splitlines() == [
         f"error: --output={tmp_path}/nodir/o.jsonl: no folder {tmp_path}/nodir to write it in"]
     written = (tmp_path / "o.jsonl").read_bytes()
-    again = _predict(f"--model={minilm_classifier_run}", f"--text={REVIEWS[0][0]}", f"--output={tmp_path}/o.jsonl")
+    again = forked_predict(f"--model={minilm_classifier_run}", f"--text={REVIEWS[0][0]}", f"--output={tmp_path}/o.jsonl")
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [
         f"error: --output={tmp_path}/o.jsonl exists; remove it or give another name"]
     assert (tmp_path / "o.jsonl").read_bytes() == written

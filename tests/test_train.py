@@ -50,14 +50,21 @@ def _run(workdir, prepared_dir, *extra, devices=1, check=True, optimized=False):
 
 
 def _run_here(workdir, prepared_dir, *extra):
-    """What `_run(workdir, prepared_dir, *extra)` runs, in this process: no launcher start-up
-    (Python, JAX, TensorFlow), for tests whose claim is not about the process."""
+    """What `_run(workdir, prepared_dir, *extra)` runs (flags of int, float and str values), in
+    this process: no launcher start-up, for tests whose claim is not about the process. On one
+    device, as `_run` (tests/run_tests.sh runs these tests so); skipped on more."""
+    import jax
+
     from bertjax import pretrain
 
+    if jax.device_count() != 1:
+        pytest.skip("an in-process run on one device: BERTJAX_TEST_DEVICES=1 (tests/run_tests.sh's second pass)")
     config = pretrain_config.get_config("tiny")
     for flag in (f"--config.data.prepared_dir={prepared_dir}", *SMALL, *extra):
         (section, key), value = flag.removeprefix("--config.").split("=", 1)[0].split("."), flag.split("=", 1)[1]
-        config[section][key] = config[section].get_type(key)(value)  # (a placeholder's type for None)
+        kind = config[section].get_type(key)  # (a placeholder's type for None)
+        assert kind in (int, float, str), f"{flag}: parse a {kind.__name__} as the launcher does"
+        config[section][key] = kind(value)
     return pretrain.train_and_evaluate(config, str(workdir))
 
 
