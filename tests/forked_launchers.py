@@ -36,12 +36,15 @@ class Server:
         self._process = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._log, text=True)
 
-    def run(self, argv: list[str], env: dict[str, str], cwd: str, timeout: int) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None,
+            timeout: int = 300) -> subprocess.CompletedProcess:
         """As subprocess.run([sys.executable, *argv], env=env, cwd=cwd, timeout=timeout,
-        capture_output=True, text=True, stdin=subprocess.DEVNULL)."""
+        capture_output=True, text=True, stdin=subprocess.DEVNULL): this environment and
+        folder unless given."""
+        env, cwd = dict(os.environ) if env is None else env, os.getcwd() if cwd is None else str(cwd)
         with tempfile.TemporaryDirectory() as folder:
             outputs = {name: os.path.join(folder, name) for name in ("stdout", "stderr")}
-            request = {"argv": argv, "env": env, "cwd": str(cwd), "timeout": timeout, **outputs}
+            request = {"argv": argv, "env": env, "cwd": cwd, "timeout": timeout, **outputs}
             self._process.stdin.write(json.dumps(request) + "\n")
             self._process.stdin.flush()
             answer = self._process.stdout.readline()

@@ -598,7 +598,7 @@ def test_bad_input_ends_with_one_line_and_keeps_the_workdir(launchers, tmp_path,
     (workdir / "keep.txt").write_text("written before")
     command, env = _launch(workdir, "--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":classification",
                            f"--config.init_checkpoint={MINILM_DIR}", *[a.format(**files) for a in args])
-    result = launchers.run(command[1:], env, cwd=os.getcwd(), timeout=300)  # conftest.py: forked
+    result = launchers.run(command[1:], env)  # conftest.py: forked
     assert result.returncode == 2, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
@@ -620,7 +620,7 @@ def test_unknown_task_and_config_key(launchers, tmp_path):
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
                             "--config.train.optimizer=adamw2"], "config.train.optimizer must be one of")):
         command, env = _launch(tmp_path, *args)
-        result = launchers.run(command[1:], env, cwd=os.getcwd(), timeout=120)
+        result = launchers.run(command[1:], env, timeout=120)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 

@@ -156,7 +156,7 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     if launcher in ("pretrain.py", "finetune.py") and not any(a.startswith("--workdir") for a in args):
         args = [*args, "--workdir={tmp}/run"]
     result = launchers.run([os.path.join(ROOT, "launch", launcher), *[a.format(tmp=tmp_path) for a in args]], env,
-                           cwd=tmp_path, timeout=300)
+                           cwd=tmp_path)
     # One error line, last; before it at most warnings that name what was dropped where (a
     # corpus of blank files: which file), never a traceback.
     lines = [line for line in result.stderr.splitlines() if line.strip()

@@ -361,7 +361,7 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     import bertjax
 
     def forked_predict(*args):  # forked (tests/conftest.py): five launches of the same launcher
-        return launchers.run([PREDICT, *args], {**os.environ, "JAX_PLATFORMS": "cpu"}, cwd=os.getcwd(), timeout=300)
+        return launchers.run([PREDICT, *args])
 
     rows = [{"review": text} for text, _ in REVIEWS] + [{"text": "no review column"}]
     (tmp_path / "new.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -449,8 +449,7 @@ def test_tf_export_round_trip(tf_release, tmp_path, caplog, monkeypatch):
 def _convert(launchers, *flags):
     """launch/convert_checkpoint.py with `flags`, forked (tests/conftest.py: launchers) -> the finished
     process, which succeeded."""
-    done = launchers.run([os.path.join(REPO, "launch", "convert_checkpoint.py"), *flags], dict(os.environ), cwd=REPO,
-                         timeout=300)
+    done = launchers.run([os.path.join(REPO, "launch", "convert_checkpoint.py"), *flags], cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
