@@ -88,6 +88,18 @@ def test_an_npz_is_written_to_a_remote_path(remote_dir):
     assert fileio.listdir(remote_dir) == ["shard-00000.npz"]
 
 
+@pytest.mark.parametrize("name", ["run[1]", "a\\b", "a\\[x]", "what?*"])
+def test_an_escaped_folder_name_matches_itself_only_locally_and_remotely(remote_dir, tmp_path, name):
+    """Python's glob has no escape character, TensorFlow's remote glob (C fnmatch) has the
+    backslash: fileio.escape writes each one's pattern ("a\\b" escaped as for Python matched nothing remotely)."""
+    for root in (str(tmp_path), remote_dir):
+        for folder in (name, "run1", "ab", "ax", "whatever"):  # what the unescaped patterns would match
+            fileio.makedirs(fileio.join(root, folder))
+            fileio.write_bytes(fileio.join(root, folder, "f.txt"), folder.encode())
+        found = fileio.glob(fileio.join(fileio.escape(fileio.join(root, name)), "*.txt"))
+        assert found == [fileio.join(root, name, "f.txt")], (root, found)
+
+
 def test_the_demo_vocabulary_is_cached_once_on_a_remote_path(remote_dir):
     cache = fileio.join(remote_dir, "cache")
     path = demo_corpus.demo_vocab_path(cache)

@@ -132,7 +132,11 @@ def glob(pattern: str) -> list[str]:
 
 def escape(path: str) -> str:
     """`path` as a glob pattern matching itself only: a folder named "run[1]" is not the
-    pattern "run1" (local and remote globs both match as fnmatch does)."""
+    pattern "run1". Python's glob has no escape character, so its wildcards go in brackets;
+    TensorFlow's remote glob is C fnmatch, where a backslash escapes the next character (and
+    so must itself be escaped: "a\\b" as given would match "ab")."""
+    if is_remote(path):
+        return "".join("\\" + c if c in "\\*?[" else c for c in path)
     return glob_lib.escape(path)
 
 
