@@ -146,35 +146,37 @@ LENGTH = 64  # every tiny run's input fits one window: the export takes one
 
 
 def _export_and_serve(cases, directory):
-    """{family: (model path, max_seq_length, serving inputs, predict's inputs)} -> {family: (model,
-    serving inputs, predict's results, the SavedModel's outputs from a TF-only process)}."""
+    """{name: (family, model path, max_seq_length, precision, serving inputs, predict's inputs)} ->
+    {name: (model, serving inputs, predict's results, the SavedModel's outputs from a TF-only
+    process)}, predict's and the SavedModel's products at `precision`."""
     import bertjax
     from bertjax.inference import export
 
     calls, found = [], {}
-    for family, (path, length, inputs, predict_inputs) in cases.items():
-        model = bertjax.load_model(path, max_seq_length=length, batch_size=4)
-        saved = export.export_saved_model(path, str(directory / family), max_seq_length=length)
+    for name, (family, path, length, precision, inputs, predict_inputs) in cases.items():
+        model = bertjax.load_model(path, max_seq_length=length, batch_size=4, precision=precision)
+        saved = export.export_saved_model(path, str(directory / name), max_seq_length=length, precision=precision)
         assert os.path.basename(saved) == "1" and os.path.exists(os.path.join(saved, "saved_model.pb"))
         with open(os.path.join(saved, "assets.extra", "task.json")) as f:
             recorded = json.load(f)
         assert (recorded["family"], recorded["precision"], recorded["max_seq_length"]) == (
-            family if family != "regression" else "classification", "float32", model.max_seq_length)
+            family, precision, model.max_seq_length)
         calls += [(saved, inputs), (saved, {name: [] for name in inputs})]  # and an empty batch (issue 46, 8)
-        found[family] = (model, inputs, model.predict(predict_inputs))
+        found[name] = (model, inputs, model.predict(predict_inputs))
     results = serve_with_tensorflow_only(calls, str(directory))
     results, empty = results[0::2], results[1::2]
     for (model, _, _), result, nothing in zip(found.values(), results, empty):
         assert result["inputs"] == sorted(export.serving_inputs(model.task_info))
         assert set(nothing["outputs"]) == set(result["outputs"]) and all(
             value == [] for value in nothing["outputs"].values()), nothing
-    return {family: (*found[family], result["outputs"]) for family, result in zip(found, results)}
+    return {name: (*found[name], result["outputs"]) for name, result in zip(found, results)}
 
 
 @pytest.fixture(scope="module")
 def exported(runs, minilm_classifier_run, tmp_path_factory):
-    """Classification (MiniLM), regression on pairs, tagging, squad and choice (tiny runs: the
-    prediction tests' and one regression run), exported and served by one TensorFlow process."""
+    """Classification (MiniLM, with float32 and with bfloat16 products), regression on pairs,
+    tagging, squad and choice (tiny runs: the prediction tests' and one regression run),
+    exported and served by one TensorFlow process."""
     directory = tmp_path_factory.mktemp("exports")
     rows = [(a, b, float(len(a) % 5)) for a, b in zip(["a cat sat", "the dog ran far away", "hello there"] * 6,
                                                         ["on a mat", "so fast", "general kenobi you are bold"] * 6)]
@@ -207,11 +209,14 @@ def exported(runs, minilm_classifier_run, tmp_path_factory):
     choices["choices"] += [[""] * 4, ["", runs["choice"][1][0][1][0], "", ""]]
     reviews = [t for t, _ in REVIEWS] + ["a dull film, sadly", "Ünïcödé 日本 " + "w" * 120, "a fine film " * 100]
     return _export_and_serve({
-        "classification": (minilm_classifier_run, None, {"text": reviews}, reviews),
-        "regression": (regression, LENGTH, pairs, list(zip(pairs["text_a"], pairs["text_b"]))[:2]),
-        "tagging": (runs["ner"][0], LENGTH, {"text": sentences}, sentences),
-        "squad": (runs["squad"][0], LENGTH, qa, [{"question": q, "context": c} for q, c in zip(*qa.values())]),
-        "choice": (runs["choice"][0], LENGTH, choices, predicted_choices),
+        "classification": ("classification", minilm_classifier_run, None, "float32", {"text": reviews}, reviews),
+        "bfloat16": ("classification", minilm_classifier_run, None, "bfloat16", {"text": reviews}, reviews),
+        "regression": ("classification", regression, LENGTH, "float32", pairs,
+                       list(zip(pairs["text_a"], pairs["text_b"]))[:2]),
+        "tagging": ("tagging", runs["ner"][0], LENGTH, "float32", {"text": sentences}, sentences),
+        "squad": ("squad", runs["squad"][0], LENGTH, "float32", qa,
+                  [{"question": q, "context": c} for q, c in zip(*qa.values())]),
+        "choice": ("choice", runs["choice"][0], LENGTH, "float32", choices, predicted_choices),
     }, directory)
 
 
@@ -286,25 +291,17 @@ def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
         export.export_saved_model(minilm_classifier_run, str(tmp_path / "serving"))
 
 
-def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(minilm_classifier_run, tmp_path):
+def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(exported):
     """--precision=bfloat16: the SavedModel multiplies bfloat16 operands as load_model(...,
-    precision="bfloat16") does, and says so in assets.extra/task.json."""
-    import bertjax
-    from bertjax.inference import export
-
-    texts = [t for t, _ in REVIEWS] + ["a dull film, sadly", "what a wonderful , warm film"]
-    saved = export.export_saved_model(minilm_classifier_run, str(tmp_path / "bf16"), precision="bfloat16")
-    with open(os.path.join(saved, "assets.extra", "task.json")) as f:
-        assert json.load(f)["precision"] == "bfloat16"
-    (result,) = serve_with_tensorflow_only([(saved, {"text": texts})], str(tmp_path))
-    rounded = bertjax.load_model(minilm_classifier_run, precision="bfloat16").predict(texts)
-    exact = bertjax.load_model(minilm_classifier_run).predict(texts)
+    precision="bfloat16") does (and says so in assets.extra/task.json: checked by the fixture)."""
+    _, _, rounded, got = exported["bfloat16"]
+    _, _, exact, _ = exported["classification"]  # the same model and texts in float32
     names = rounded[0]["probabilities"].keys()
     # Padding to the batch's longest row (serving) or to a bucket (predict) changes float32 sums
     # in their last bits, which a bfloat16 rounding downstream can then carry further.
-    np.testing.assert_allclose(result["outputs"]["probabilities"],
-                               [[r["probabilities"][n] for n in names] for r in rounded], atol=2e-3)
-    assert result["outputs"]["label"] == [r["label"] for r in rounded] == [e["label"] for e in exact]
+    np.testing.assert_allclose(got["probabilities"], [[r["probabilities"][n] for n in names] for r in rounded],
+                               atol=2e-3)
+    assert got["label"] == [r["label"] for r in rounded] == [e["label"] for e in exact]
     assert max(abs(r["probability"] - e["probability"]) for r, e in zip(rounded, exact)) > 1e-6
 
 
