@@ -416,6 +416,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # -- The task's data, tokenized in memory (every host holds it: batches are cut the same
     #    way everywhere, and each device takes its rows of each). --
     with clock.phase("read and tokenize"):
+        # A TFDS dataset not yet prepared: process 0 prepares it first, so that hosts sharing
+        # its folder (gs://) find it there rather than all writing it at once (TFDS renames
+        # its finished folder into place: all but the first would fail).
+        trainer.process_zero_first(lambda: tasks.prepare_tfds(config), "TFDS datasets")
         task = tasks.load_task(config, tokenizer)
     train_batches, eval_buckets = training_batches(config, task.train, mesh_shape[0] * mesh_shape[1],
                                                    bert.length_multiple)

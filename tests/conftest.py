@@ -114,6 +114,35 @@ def _repo_on_path():
         sys.path.insert(0, root)
 
 
+@pytest.fixture
+def tfds_reads(monkeypatch):
+    """{"prepared": [...], "read": [...]}: the TFDS datasets a fine-tuning run asked builders
+    of while process 0 prepared them first (finetune's process_zero_first "TFDS datasets"),
+    and after."""
+    import tensorflow_datasets as tfds
+
+    from bertjax import trainer
+
+    reads = {"prepared": [], "read": []}
+    phase = ["read"]
+    builder, first = tfds.builder, trainer.process_zero_first
+
+    def recording_builder(name, **kwargs):
+        reads[phase[0]].append(name)
+        return builder(name, **kwargs)
+
+    def recording_first(fn, what):
+        phase[0] = "prepared" if what == "TFDS datasets" else phase[0]
+        try:
+            return first(fn, what)
+        finally:
+            phase[0] = "read"
+
+    monkeypatch.setattr(tfds, "builder", recording_builder)
+    monkeypatch.setattr(trainer, "process_zero_first", recording_first)
+    return reads
+
+
 @pytest.fixture(scope="session")
 def launchers():
     """Launcher processes forked from one that has imported JAX and the model code once

@@ -227,10 +227,11 @@ def test_packed_finetuning_from_minilm_learns_a_small_file(tmp_path):
                                   pytest.param("mrpc", marks=pytest.mark.slow), pytest.param("qqp", marks=pytest.mark.slow),
                                   pytest.param("qnli", marks=pytest.mark.slow), pytest.param("rte", marks=pytest.mark.slow),
                                   pytest.param("wnli", marks=pytest.mark.slow)])
-def test_glue_tasks_run_on_mock_data(tmp_path, task):
+def test_glue_tasks_run_on_mock_data(tmp_path, tfds_reads, task):
     """Single sentences (CoLA), regression (STS-B), two evaluation splits and AX (MNLI); the
     other tasks' data paths are covered by tests/tasks/test_classification.py, and they run
-    here with --runslow."""
+    here with --runslow. Process 0 prepares each dataset the run reads before the others read
+    it (a multi-host run's shared folder)."""
     from bertjax import finetune
     from bertjax.data.corpora import demo_corpus
     from bertjax.tasks import classification
@@ -241,6 +242,7 @@ def test_glue_tasks_run_on_mock_data(tmp_path, task):
     config.train.update(num_steps=2, batch_size=8, log_every=1)
     with tfds.testing.mock_data(num_examples=8):
         summary = finetune.finetune(config, str(tmp_path / task))
+    assert tfds_reads["prepared"] and set(tfds_reads["read"]) == set(tfds_reads["prepared"]), tfds_reads
     evaluations = check_metrics_and_best(tmp_path / task, summary)
     assert [r["step"] for r in evaluations] == [1, 2]  # one epoch is one step here: evaluated at both
     evaluation = evaluations[-1]

@@ -212,14 +212,16 @@ def _small_config(task, tmp_path, **data):
 
 @pytest.mark.parametrize("task", ["squad_v2", "conll2003", "hellaswag", pytest.param("squad_v1", marks=pytest.mark.slow),
                                   pytest.param("piqa", marks=pytest.mark.slow)])
-def test_tfds_tasks_run_on_mock_data(tmp_path, task):
+def test_tfds_tasks_run_on_mock_data(tmp_path, tfds_reads, task):
     """One run per family by default (v2.0 has v1.1's path and more; HellaSwag's choices are
-    ragged, PIQA's always two); squad_v1 and piqa run with --runslow."""
+    ragged, PIQA's always two); squad_v1 and piqa run with --runslow. Process 0 prepares each
+    dataset the run reads before the others read it (a multi-host run's shared folder)."""
     from bertjax import finetune
 
     config = _small_config(task, tmp_path, max_query_length=12)
     with MOCKS[task]():
         summary = finetune.finetune(config, str(tmp_path / task))
+    assert tfds_reads["prepared"] and set(tfds_reads["read"]) == set(tfds_reads["prepared"]), tfds_reads
     keys, files = EXPECTED[task]
     evaluations = check_metrics_and_best(tmp_path / task, summary)
     assert evaluations[-1]["step"] == 2

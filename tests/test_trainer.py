@@ -257,7 +257,38 @@ _INTERLEAVED = textwrap.dedent("""
         trainer.process_zero_first(load, "tokenizer")
     except Exception as error:
         print(f"first failed {type(error).__name__}: {error}", flush=True)
+    # A TFDS dataset not yet prepared in a folder both processes share, as fine-tuning prepares
+    # it: process 0 prepares it, process 1 finds it there (both writing it, the second's rename
+    # of its finished folder into place would fail).
+    import shutil
+    import ml_collections
+    import tensorflow_datasets as tfds
+    from bertjax import tasks
+
+    class BertjaxSharedFolder(tfds.core.GeneratorBasedBuilder):
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self):
+            features = tfds.features.FeaturesDict({"text": tfds.features.Text()})
+            return tfds.core.DatasetInfo(builder=self, features=features)
+
+        def _split_generators(self, dl_manager):
+            return {"train": self._generate_examples()}
+
+        def _generate_examples(self):
+            print("preparing", flush=True)
+            for i in range(3):
+                yield i, {"text": f"line {i}"}
+
+    tasks.FAMILIES["classification"].tfds_datasets = lambda config: ("bertjax_shared_folder",)
+    shared = os.path.join(tempfile.gettempdir(), f"bertjax-tfds-{sys.argv[1]}")
+    config = ml_collections.ConfigDict({"task": "cola", "data": {"tfds_data_dir": shared}})
+    trainer.process_zero_first(lambda: tasks.prepare_tfds(config), "TFDS datasets")
+    dataset = tfds.builder("bertjax_shared_folder", data_dir=shared).as_dataset(split="train", shuffle_files=False)
+    print(f"tfds {sorted(row['text'].decode() for row in tfds.as_numpy(dataset))}", flush=True)
     multihost_utils.sync_global_devices("done")
+    if jax.process_index() == 0:
+        shutil.rmtree(shared)
     os._exit(0)
 """)
 
@@ -278,3 +309,5 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
     assert "first failed ValueError: tokenizer: process 0 failed" in outputs[1][1], outputs[1][1]
     digests = [next(line for line in out.splitlines() if line.startswith("digest ")) for _, out, _ in outputs]
     assert digests[0] == digests[1] and digests[0].endswith(" True True"), digests
+    assert ["preparing" in out for _, out, _ in outputs] == [True, False], outputs
+    assert all("tfds ['line 0', 'line 1', 'line 2']" in out for _, out, _ in outputs), outputs

@@ -5,11 +5,13 @@ demo, your CSV/TSV/JSONL), squad.py (span QA; squad_examples.py reads its files,
 squad_answers.py decodes spans, squad_serving.py in the SavedModel), tagging.py (NER),
 choice.py (multiple choice).
 `FAMILIES` below is the registry; `load_task(config, tokenizer)` builds the configured task
-(`config.task`) as a `common.Task`: its tokenized splits, head, loss and official evaluation.
+(`config.task`) as a `common.Task`: its tokenized splits, head, loss and official evaluation;
+`prepare_tfds(config)` prepares the TFDS datasets it reads.
 """
 
 from __future__ import annotations
 
+from bertjax.data.sources import prepared_tfds_builder
 from bertjax.tasks import choice, classification, squad, tagging
 from bertjax.tasks.family import Family
 
@@ -42,6 +44,14 @@ def load_task(config, tokenizer):
     family = family_of_task(config.task)
     check_own_files(config, family.own_file_tasks)
     return family.load_task(config, tokenizer)
+
+
+def prepare_tfds(config) -> None:
+    """Downloads and prepares, where they are not yet, the TFDS datasets config.task reads
+    (`sources.prepared_tfds_builder`): `finetune` has process 0 do it before the others look,
+    so that on a folder they share (gs://) one process writes it, not every host at once."""
+    for name in family_of_task(config.task).tfds_datasets(config):
+        prepared_tfds_builder(name, config.data.tfds_data_dir or None)
 
 
 def check_own_files(config, own_file_tasks: tuple[str, ...]) -> None:

@@ -259,6 +259,9 @@ class ChoiceFamily(Family):
 
     load_task = staticmethod(load_task)  # this module's
 
+    def tfds_datasets(self, config) -> tuple[str, ...]:
+        return (config.task,) if config.task in TFDS_SPLITS else ()
+
     def network(self, bert, task_info):
         return BertForMultipleChoice(bert)
 

@@ -416,6 +416,10 @@ class ClassificationFamily(Family):
 
     load_task = staticmethod(load_task)  # this module's
 
+    def tfds_datasets(self, config) -> tuple[str, ...]:
+        spec = GLUE.get(config.task)
+        return () if spec is None else (f"glue/{config.task}", *sorted({d for d, _, _ in spec.test_splits if d}))
+
     def network(self, bert, task_info):
         if task_info.get("multi_label"):
             raise ValueError("a multi-label classifier (Hugging Face problem_type 'multi_label_classification': an "

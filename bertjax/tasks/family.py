@@ -45,6 +45,10 @@ class Family:
         """config.task of this family -> its `tasks.common.Task`."""
         raise NotImplementedError
 
+    def tfds_datasets(self, config) -> tuple[str, ...]:
+        """The TFDS datasets `load_task` reads for config.task; () for a task of your own files."""
+        return ()
+
     def network(self, bert: BertConfig, task_info: dict) -> nn.Module:
         """The encoder with this family's head, for prediction and export."""
         raise NotImplementedError

@@ -375,6 +375,9 @@ class SquadFamily(Family):
 
     load_task = staticmethod(load_task)  # this module's
 
+    def tfds_datasets(self, config) -> tuple[str, ...]:
+        return (TFDS_NAMES[config.task],) if config.task in TFDS_NAMES else ()
+
     def network(self, bert, task_info):
         return BertForQuestionAnswering(bert)
 

@@ -459,6 +459,9 @@ class TaggingFamily(Family):
 
     load_task = staticmethod(load_task)  # this module's
 
+    def tfds_datasets(self, config) -> tuple[str, ...]:
+        return ("conll2003",) if config.task == "conll2003" else ()
+
     def network(self, bert, task_info):
         return BertForTokenClassification(bert, num_labels=len(task_info["label_names"]))
 
