@@ -262,8 +262,11 @@ def tensorflow_tokenizer(tokenizer):
             if self.lower:
                 strings = tf.strings.regex_replace(tft.normalize_utf8(strings, "NFD"), self.stripped, "")
                 # Lower-cased one character at a time, as `tokenizers` does: a word's last capital
-                # sigma is σ, not the final ς that TensorFlow's lower() writes.
-                strings = tf.strings.lower(tf.strings.regex_replace(strings, "Σ", "σ"), encoding="utf-8")
+                # sigma is σ, not the final ς that TensorFlow's lower() writes. ICU's lower() follows
+                # the serving process's locale, where Turkish and Azeri make I a dotless ı: I is
+                # lowered here first (İ and the other dotted capitals are I and a mark after NFD).
+                strings = tf.strings.regex_replace(tf.strings.regex_replace(strings, "Σ", "σ"), "I", "i")
+                strings = tf.strings.lower(strings, encoding="utf-8")
             return strings
 
         def pieces(self, words):
