@@ -632,7 +632,8 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     Hugging Face and Google releases: their vocab.txt (WordPiece; a Hugging Face directory
     without one: the WordPiece vocabulary in its tokenizer.json, or any other tokenizer.json
     whole, kind "huggingface", as ModernBERT's BPE); do_lower_case from
-    tokenizer_config.json or tokenizer.json's BertNormalizer (Hugging Face), bert_config.json
+    tokenizer_config.json (True where it is silent, as transformers reads it) or tokenizer.json's
+    BertNormalizer (Hugging Face), bert_config.json
     (a bertjax TF export), or from the release's name (`release_casing`), else None (the
     caller's default). bertjax: the
     tokenizer the run saved in <workdir>/tokenizer (see tokenization.save_tokenizer).
@@ -664,6 +665,10 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     if layout == "huggingface" and fileio.exists(tokenizer_config):
         settings = fileio.read_json(tokenizer_config)
         do_lower_case = settings.get("do_lower_case")
+        if do_lower_case is None and settings.get("tokenizer_class") != "PreTrainedTokenizerFast":
+            # BertTokenizer's default, which transformers applies over a cased tokenizer.json too
+            # (the generic fast class runs tokenizer.json as written: read below).
+            do_lower_case = True
         refused = _wordpiece_settings_problem(settings, tokenizer_config)
     if do_lower_case is None and layout == "huggingface" and fileio.exists(tokenizer_json):
         from bertjax import tokenization

@@ -513,6 +513,23 @@ def test_a_run_with_a_wordpiece_tokenizer_json_converts_with_its_casing(launcher
         5, 6, 7]
 
 
+@pytest.mark.parametrize("settings, lower", [
+    ({"tokenizer_class": "BertTokenizer"}, True), ({}, True), ({"do_lower_case": False}, False),
+    ({"tokenizer_class": "PreTrainedTokenizerFast"}, False)])
+def test_a_tokenizer_config_silent_on_casing_lower_cases_as_transformers_does(tmp_path, settings, lower):
+    """transformers 5.24 lower-cases for a tokenizer_config.json without do_lower_case (BertTokenizer's
+    default), even over a tokenizer.json that keeps case; only the generic fast class runs that file
+    as written. bertjax read such a folder as cased ("Café" -> [UNK]) while its own settings check
+    assumed lower case (a review)."""
+    folder = tmp_path / "model"
+    shutil.copytree(MINILM_DIR, folder)
+    layout = json.loads((folder / "tokenizer.json").read_text())
+    layout["normalizer"]["lowercase"] = False
+    (folder / "tokenizer.json").write_text(json.dumps(layout))
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    assert convert.checkpoint_vocabulary(str(folder))["do_lower_case"] is lower
+
+
 def test_a_sentencepiece_run_converts_and_says_its_tokenizer_is_not_written(launchers, tmp_path):
     """Neither layout's BERT tokenizer reads a SentencePiece model: the summary said 'vocab: None'."""
     from bertjax import checkpointing, tokenization
