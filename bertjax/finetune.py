@@ -460,8 +460,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     "(a masked-LM-only run, or a class without one): frozen, it is a fixed random projection. "
                     "config.model.feature_combine=concat reads the last layer's [CLS] itself", config.init_checkpoint)
     pretrained = (lambda: pretrained_params(config, source, bert, abstract.params)) if source else None
+    # Whether the pooler learnt, here or before: read back by model_source (a frozen encoder's
+    # warning below, the Hugging Face export's classes without a pooler).
+    pooler_read = not (frozen or tasks.family_of_task(config.task).reads_tokens or bert.feature_based)
+    pooler_trained = pooler_read or bool(source and (source.pooler_trained or pooler_from_masked_lm(source, bert)))
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info,
-                    "init_weights": _init_weights(source, config, workdir)}
+                    "init_weights": _init_weights(source, config, workdir), "pooler_trained": pooler_trained}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                        pretrained_source=config.init_checkpoint, config=saved_config, frozen=frozen)

@@ -392,6 +392,18 @@ def test_an_untrained_pooler_is_not_exported_as_if_trained(tmp_path):
         assert np.array_equal(pooler, params["bert"]["pooler"]["kernel"] + 1) is nsp
 
 
+def test_a_fine_tuned_model_says_whether_its_pooler_learnt(runs, unevaluated_run):
+    """A head that reads the pooled [CLS] trains the pooler; tagging and span-QA heads read every
+    token and leave it as it began, here from scratch: never learnt (a review: read as learnt, so
+    written into their Hugging Face export and no frozen-encoder warning from such a model)."""
+    from bertjax.inference import model_source
+
+    assert model_source.resolve(unevaluated_run[0]).pooler_trained  # classification
+    assert model_source.resolve(runs["choice"][0]).pooler_trained
+    assert not model_source.resolve(runs["ner"][0]).pooler_trained
+    assert not model_source.resolve(runs["squad"][0]).pooler_trained
+
+
 def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
     """do_lower_case applies to WordPiece only (a SentencePiece model normalises as it says), yet
     a run saved with one was refused: 'was trained cased ... would give it other ids' (a review)."""

@@ -46,7 +46,8 @@ class ModelSource:
     bertjax run (None otherwise). task: the fine-tuning task name (None: a pre-trained
     model). task_info: see the module docstring. pooler_trained: False when the pooler never
     learnt (a masked-LM-only pre-training run's; one a Hugging Face class without it left to
-    a fresh initialisation): a frozen encoder's pooled [CLS] is then a fixed random projection.
+    a fresh initialisation; a fine-tuning run's whose head never read it from one such):
+    a frozen encoder's pooled [CLS] is then a fixed random projection.
     """
 
     path: str
@@ -237,9 +238,12 @@ def _resolve_bertjax(path: str, directory: str) -> ModelSource:
     spec = convert.checkpoint_vocabulary(directory)
     task = run.get("task") or None
     info = dict(run.get("task_info") or {})
-    masked_lm_only = task is None and (run.get("data") or {}).get("next_sentence_prediction") is False
+    if task is None:
+        pooler_trained = (run.get("data") or {}).get("next_sentence_prediction") is not False
+    else:  # runs before the key was recorded: as pre-trained ones were read
+        pooler_trained = run.get("pooler_trained", True)
     return ModelSource(path, "bertjax", directory, bert, spec, run_config=run, task=task, task_info=info,
-                       pooler_trained=not masked_lm_only)
+                       pooler_trained=pooler_trained)
 
 
 def _with_hf_task(source: ModelSource, hf_config: dict) -> ModelSource:
