@@ -27,10 +27,12 @@ _MODERN_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
 # and "head.norm" are then config.token_transform's params, else bertjax's pooler).
 MODERNBERT_ARCHITECTURES = {"ModernBertModel": ((), False), "ModernBertForMaskedLM": (("mlm",), False),
                             "ModernBertForSequenceClassification": (("classifier",), False),
+                            "ModernBertForMultipleChoice": (("classifier",), False),  # one output: a choice's score
                             "ModernBertForTokenClassification": (("classifier",), True),
                             "ModernBertForQuestionAnswering": (("qa_outputs",), True)}
 MODERN_FOR_BERT = {"BertModel": "ModernBertModel", "BertForMaskedLM": "ModernBertForMaskedLM",
                     "BertForSequenceClassification": "ModernBertForSequenceClassification",
+                    "BertForMultipleChoice": "ModernBertForMultipleChoice",
                     "BertForTokenClassification": "ModernBertForTokenClassification",
                     "BertForQuestionAnswering": "ModernBertForQuestionAnswering"}
 # Hugging Face fuses some products bertjax keeps apart: name -> the bertjax parts, in order.
@@ -289,6 +291,9 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     if MODERNBERT_ARCHITECTURES.get(architecture) != held:
         raise ValueError(f"export_huggingface: architecture {architecture!r} does not hold the heads "
                          f"{sorted(set(params) - {'bert'})}; expected one of {sorted(MODERNBERT_ARCHITECTURES)}")
+    if architecture == "ModernBertForMultipleChoice" and num_labels != 1:  # its classifier scores each choice
+        raise ValueError(f"export_huggingface: ModernBertForMultipleChoice has a classifier of one output (a score "
+                         f"per choice); this one has {num_labels}")
     prefix = "model." if heads else ""
     tensors = {}
     for var in modernbert_variable_table(config, heads, num_labels, token_level):

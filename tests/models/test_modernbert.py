@@ -114,17 +114,37 @@ def test_a_new_head_starts_from_the_checkpoints_head_as_hugging_face_loads_it():
         assert all(np.array_equal(started[name][k], mlm["mlm"][part][k]) for k in mlm["mlm"][part])
 
 
-def test_an_export_hugging_face_cannot_hold_says_why(tmp_path):
-    """A modern multiple-choice model, or a tagger fine-tuned without the token transform, was
-    refused as 'does not hold the heads ['classifier']' (a review): the reasons are named."""
+def test_a_multiple_choice_model_exports_as_modernbert_for_multiple_choice(tmp_path):
+    """transformers has ModernBertForMultipleChoice (the sequence classifier's layout with one
+    output): a modern choice model was refused, 'Hugging Face has no ModernBERT class' (a review).
+    It is written under that class, read back as a choice model with the same weights; a
+    classifier of three outputs is no choice scorer."""
+    from bertjax.inference import model_source
+
     config, params = convert.load_pretrained(os.path.join(HF_DIR, "classifier"))
-    with pytest.raises(ValueError, match="Hugging Face has no ModernBERT class for BertForMultipleChoice"):
-        convert.export_huggingface(config, params, str(tmp_path / "choice"), architecture="BertForMultipleChoice")
+    with pytest.raises(ValueError, match="ModernBertForMultipleChoice has a classifier of one output"):
+        convert.export_huggingface(config, params, str(tmp_path / "three"), architecture="BertForMultipleChoice")
+    kernel, bias = params["classifier"]["kernel"], params["classifier"]["bias"]
+    params = {**params, "classifier": {"kernel": kernel[:, :1], "bias": bias[:1]}}
+    convert.export_huggingface(config, params, str(tmp_path / "choice"), architecture="BertForMultipleChoice")
+    assert json.loads((tmp_path / "choice" / "config.json").read_text())["architectures"] == [
+        "ModernBertForMultipleChoice"]
+    source = model_source.resolve(str(tmp_path / "choice"))
+    assert source.task_info["family"] == "choice"
+    loaded = source.load_params()
+    assert jax.tree.structure(loaded) == jax.tree.structure(params)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(loaded), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+def test_an_export_hugging_face_cannot_hold_says_why(tmp_path):
+    """A tagger fine-tuned without the token transform was refused as 'does not hold the heads
+    ['classifier']' (a review): the reason is named."""
     config, params = convert.load_pretrained(os.path.join(HF_DIR, "token_classifier"))
     bare = {name: tree for name, tree in params.items() if not name.startswith("token_transform")}
     with pytest.raises(ValueError, match="fine-tuned with config.model.token_transform=False"):
         convert.export_huggingface(config, bare, str(tmp_path / "tags"), architecture="BertForTokenClassification")
-    assert not os.path.exists(tmp_path / "choice") and not os.path.exists(tmp_path / "tags")
+    assert not os.path.exists(tmp_path / "tags")
 
 
 @pytest.mark.parametrize("model", ["masked_lm", "classifier", "token_classifier", "question_answering"])
