@@ -121,6 +121,13 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     for family in ("tagging", "squad"):
         with pytest.raises(ValueError, match=r"rows.txt looks like jsonl, not one input a line"):
             batch_predict.file_format(str(tmp_path / "rows.txt"), family)
+    # As JSON Lines are written too: a byte order mark first, U+2028 unescaped, CRLF endings, a
+    # first line longer than the 64 KiB read first (each passed for text lines: a review).
+    for name, rows in (("bom.txt", "\ufeff{}\n{}\n"), ("separator.txt", '{"text": "a\u2028b"}\n{}\n'),
+                       ("windows.txt", "{}\r\n{}\r\n"), ("long.txt", json.dumps({"text": "w " * 50000}) + "\n{}")):
+        (tmp_path / name).write_text(rows, newline="")
+        with pytest.raises(ValueError, match=rf"{name} looks like jsonl, not one input a line"):
+            batch_predict.file_format(str(tmp_path / name), "classification")
     # A pipe (stdin, <(zcat ...)) is never read ahead: its first lines would be lost to the predictions.
     import threading
 
