@@ -116,6 +116,8 @@ def test_trainers_read_files_only_when_told_to(tmp_path):
     from_lines = vocabularies.train_wordpiece(CORPUS, 120, str(tmp_path / "lines"))
     assert len(open(from_file).read().split()) == len(open(from_lines).read().split())
     assert {"river", "quickly"} <= set(open(from_file).read().split())
+    (tmp_path / "marked.txt").write_bytes(b"\xef\xbb\xbfHello world\r\nagain\n")  # a byte order mark: not text
+    assert list(vocabularies.file_lines([str(tmp_path / "marked.txt")] * 2)) == ["Hello world", "again"] * 2
     # A list of file names would train on the names ("corpus", "txt", "tmp"): refused.
     with pytest.raises(ValueError, match=r"texts names files \(e.g. .*corpus.txt\).*texts=file_lines\(paths\)"):
         vocabularies.train_wordpiece([str(corpus), str(tmp_path / "missing.txt")], 120, str(tmp_path / "names"))

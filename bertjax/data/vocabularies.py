@@ -131,15 +131,17 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
 
 def file_lines(paths: Iterable[str]) -> Iterator[str]:
     """The lines of the text files at `paths` (local or gs://), read lazily, for the trainers'
-    `texts`; a missing file is a FileNotFoundError naming it (before any line is read)."""
+    `texts`, without a file's byte order mark (as the pre-training reader reads them: the BPE
+    trainer would learn its bytes onto each file's first word); a missing file is a
+    FileNotFoundError naming it (before any line is read)."""
     paths = list(paths)
     for path in paths:
         if not fileio.exists(path):
             raise FileNotFoundError(f"{path}: no such file")
     for path in paths:
         with fileio.open_file(path, "rb") as f:
-            for line in f:
-                yield line.decode("utf-8", errors="replace").rstrip("\r\n")
+            for number, line in enumerate(f):
+                yield line.decode("utf-8-sig" if number == 0 else "utf-8", errors="replace").rstrip("\r\n")
 
 
 def _lines(texts: Iterable[str]) -> Iterator[str]:
