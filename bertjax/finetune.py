@@ -454,16 +454,17 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
     if source and config.reuse_head:
         check_reused_head(source, task.info)
-    if source and frozen and not source.pooler_trained and not pooler_from_masked_lm(source, bert) and not (
-            tasks.family_of_task(config.task).reads_tokens or bert.feature_based):
+    # Whether the head reads the pooled [CLS], and whether the pooler it starts from had learnt.
+    reads_pooler = not (tasks.family_of_task(config.task).reads_tokens or bert.feature_based)
+    pooler_learnt = bool(source and (source.pooler_trained or pooler_from_masked_lm(source, bert)))
+    if source and frozen and reads_pooler and not pooler_learnt:
         log.warning("config.train.freeze_encoder: the head reads the pooled [CLS], and %s's pooler never learnt "
                     "(a masked-LM-only run, or a class without one): frozen, it is a fixed random projection. "
                     "config.model.feature_combine=concat reads the last layer's [CLS] itself", config.init_checkpoint)
     pretrained = (lambda: pretrained_params(config, source, bert, abstract.params)) if source else None
-    # Whether the pooler learnt, here or before: read back by model_source (a frozen encoder's
-    # warning below, the Hugging Face export's classes without a pooler).
-    pooler_read = not (frozen or tasks.family_of_task(config.task).reads_tokens or bert.feature_based)
-    pooler_trained = pooler_read or bool(source and (source.pooler_trained or pooler_from_masked_lm(source, bert)))
+    # Whether the pooler learnt, before or here: read back by model_source (a run started from
+    # this one warns as above; the Hugging Face export leaves it out of classes without one).
+    pooler_trained = pooler_learnt or (reads_pooler and not frozen)
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info,
                     "init_weights": _init_weights(source, config, workdir), "pooler_trained": pooler_trained}
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
