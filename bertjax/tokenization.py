@@ -432,7 +432,7 @@ class Tokenizer:
             if sp.IsByte(i):  # "<0xNN>"
                 return _bytes_continue(bytes([int(piece[3:5], 16)]))
             return not (piece.startswith("\u2581") or sp.IsControl(i) or sp.IsUnknown(i) or sp.IsUnused(i)
-                        or piece in SPECIAL_TOKENS or _a_word_alone(piece[0]))
+                        or piece in SPECIAL_TOKENS or _starts_word(piece[0]))
 
         return np.array([continues(i, piece) for i, piece in enumerate(self._tokens)], dtype=bool)
 
@@ -457,7 +457,7 @@ class Tokenizer:
                 byte = _BYTE_PIECE.fullmatch(token) if model.get("byte_fallback") else None
                 if byte:
                     return _bytes_continue(bytes([int(byte.group(1), 16)]))
-                return not (token.startswith("\u2581") or _a_word_alone(token[:1] or " "))
+                return not (token.startswith("\u2581") or _starts_word(token[:1] or " "))
         return np.array([token not in added and continues(token) for token in self._tokens], dtype=bool)
 
 
@@ -635,8 +635,15 @@ def _bytes_continue(piece: bytes) -> bool:
         return True
     size = 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
     if len(piece) >= size:
-        return not _a_word_alone(piece[:size].decode("utf-8", errors="replace"))
+        return not _starts_word(piece[:size].decode("utf-8", errors="replace"))
     return not (0xE3 <= lead <= 0xE9 or lead == 0xF0)
+
+
+def _starts_word(char: str) -> bool:
+    """Whether a piece that begins with `char` starts a word without a word-start mark: BERT's
+    basic split ends a word at whitespace (a tab or no-break space is a piece of its own in a
+    byte-level BPE, which marks only a space) and puts punctuation and CJK apart."""
+    return char.isspace() or _a_word_alone(char)
 
 
 def _a_word_alone(char: str) -> bool:

@@ -195,6 +195,25 @@ def test_whole_words_of_text_without_spaces_are_bert_words(tmp_path):
     assert tokenization._bytes_continue("ï".encode()[:1]) and not tokenization._bytes_continue(b",")
 
 
+def test_whole_words_split_at_a_tab_or_no_break_space_in_a_byte_level_bpe(tmp_path):
+    """A byte-level BPE marks only a space as a word start: a tab or no-break space is a piece
+    of its own, and it read as continuing the word before it, so whole-word masking took
+    "beta<TAB>gamma" and "10<NBSP>km" for one word each (a review). Whitespace starts a word, as
+    in BERT's basic split; the piece after it travels with it, as a word does with its space."""
+    sentences = [f"word{i % 37} other{i % 11}\tthird{i % 5} {i}\u00a0km fourth{i % 3}" for i in range(300)]
+    bpe = tokenization.load_tokenizer("huggingface", vocabularies.train_bpe(sentences, 300, str(tmp_path)))
+    continues = bpe.continuation_mask()
+    ids = bpe.encode("alpha beta\tgamma 10\u00a0km delta\u3000epsilon")
+    words = []
+    for token_id in ids:
+        if continues[token_id] and words:  # the text's first piece has no mark: [CLS] is before it
+            words[-1].append(token_id)
+        else:
+            words.append([token_id])
+    assert [bpe.decode(word).strip() for word in words] == ["alpha", "beta", "gamma", "10", "km", "delta", "epsilon"]
+    assert not tokenization._bytes_continue(b"\t") and not tokenization._bytes_continue("\u00a0".encode())
+
+
 def test_byte_fallback_pieces_of_a_tokenizer_json_continue_by_their_bytes(tmp_path):
     """A Metaspace tokenizer.json with byte fallback: "<0xNN>" begins with '<', punctuation, and
     every byte piece became a word of its own, so whole-word masking could mask half a character."""
