@@ -175,6 +175,7 @@ class Loop:
                 yield
             except EvaluationInterrupted:
                 self._evaluation_left = step
+                self._log_before_stopping(step, state)
                 self._save_now(step, state)
                 raise TrainingStopped(f"preempted ({self.watcher.signal_name}) during the evaluation after step "
                                       f"{step}: saved step {step} to {self.checkpointer.directory}; run the same "
@@ -182,6 +183,7 @@ class Loop:
             except Exception:
                 self._evaluation_left = step
                 try:  # the evaluation's error is the one to report, whatever the save does
+                    self._log_before_stopping(step, state)
                     self._save_now(step, state)
                     log.error("the evaluation after step %d (or keeping its weights as the best) failed; saved step "
                               "%d to %s (the resumed run evaluates it first)", step, step, self.checkpointer.directory)

@@ -2,6 +2,7 @@
 document of one sentence), and any other stall still stops on SIGTERM. Each run that could
 hang runs in a subprocess with a timeout, so a regression fails instead of stalling CI."""
 
+import json
 import os
 import signal
 import subprocess
@@ -249,23 +250,52 @@ def test_a_stop_at_an_evaluation_step_saves_first_and_the_resumed_run_evaluates(
         assert other.owes_evaluation is owed
 
 
+def _record_unlogged_steps(loop, last_step: int):
+    """Records steps 1..last_step (loss 2.0, none bad) on a loop whose log steps come later: their
+    row is written at a stop, or never (the resumed run starts after the saved step). Returns the
+    last step's state."""
+    import flax
+    import jax
+    import jax.numpy as jnp
+
+    @flax.struct.dataclass
+    class State:
+        w: jax.Array
+        worst_bad_run: jax.Array
+        skipped_steps: jax.Array
+
+    metrics = {"loss": jnp.float32(2.0), "learning_rate": jnp.float32(0.1), "grad_norm": jnp.float32(1.0)}
+    state = State(jnp.ones(3), jnp.int32(0), jnp.int32(0))
+    for step in range(1, last_step + 1):
+        loop.record(step, metrics, state)
+    return state
+
+
+def _logged(workdir) -> list[tuple[int, float]]:
+    """(step, loss) of each row of workdir's metrics.jsonl."""
+    return [(row["step"], row["loss"]) for row in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines())]
+
+
 def test_a_failed_evaluation_saves_its_step_first_and_the_resumed_run_evaluates(tmp_path):
     """An evaluation that fails (out of device memory on its first run, eval_every steps in)
     came before the step's checkpoint: with checkpoint.every = eval_every a run never saved
-    anything (a review). The failure saves the step, owing its evaluation, and is raised."""
+    anything (a review). The failure saves the step, owing its evaluation, and the steps since
+    the last log row (another review: they were lost), and is raised."""
     import jax.numpy as jnp
 
     from bertjax import checkpointing
 
-    loop = _loop(tmp_path, num_steps=10, eval_every=2)
+    loop = _loop(tmp_path, num_steps=10, log_every=5, eval_every=2)
     try:
+        state = _record_unlogged_steps(loop, 2)
         assert loop.evaluates(2)
         with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
-            with loop.evaluation(2, {"w": jnp.ones(3)}):
+            with loop.evaluation(2, state):
                 raise RuntimeError("RESOURCE_EXHAUSTED: out of memory")
     finally:
         loop.close()
     assert checkpointing.read_meta(str(tmp_path / "checkpoints" / "2"))["extra"]["evaluation_owed"]
+    assert _logged(tmp_path) == [(2, 2.0)]
     resumed = _loop(tmp_path, num_steps=10, eval_every=2, start_step=2)
     try:
         assert resumed.owes_evaluation
@@ -333,18 +363,18 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
 def test_a_signal_during_an_evaluation_stops_it_and_saves_its_step_owing_it(tmp_path):
     """A dev-set evaluation (minutes for SQuAD) was run to its end before a signal that came
     during it was heeded, past a notice's grace period (a review): checked between batches,
-    the step is saved, the evaluation owed, and the run stops."""
-    import jax.numpy as jnp
-
+    the step is saved, the evaluation owed, and the run stops; the steps since the last log row
+    are written first, as at any other stop (another review: they were lost)."""
     from bertjax import checkpointing, training_loop
 
-    loop = _loop(tmp_path, num_steps=10, eval_every=2)
+    loop = _loop(tmp_path, num_steps=10, log_every=5, eval_every=2)
     batches = []
     try:
+        state = _record_unlogged_steps(loop, 2)
         assert loop.evaluates(2)
         with pytest.raises(training_loop.TrainingStopped, match=r"preempted \(SIGTERM\) during the evaluation after "
                                                                 r"step 2: saved step 2"):
-            with loop.evaluation(2, {"w": jnp.ones(3)}):
+            with loop.evaluation(2, state):
                 for batch in range(5):
                     loop.check_stop_during_evaluation(2)
                     batches.append(batch)
@@ -354,6 +384,7 @@ def test_a_signal_during_an_evaluation_stops_it_and_saves_its_step_owing_it(tmp_
         loop.close()
     assert batches == [0, 1]
     assert checkpointing.read_meta(str(tmp_path / "checkpoints" / "2"))["extra"]["evaluation_owed"]
+    assert _logged(tmp_path) == [(2, 2.0)]
 
 
 def test_a_signal_during_an_evaluation_stops_at_its_step(tmp_path):
