@@ -393,6 +393,14 @@ def main(_):
             raise ValueError(f"--compare needs {' and '.join(missing)}: pip install -e '.[bench]'")
     import jax
 
+    from bertjax import optim, sharding
+
+    optim.validate_train_config(config.train)  # before the step compiles, as the launchers do
+    data, fsdp, _ = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    accum = config.train.grad_accum_steps
+    if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1 or _BATCH.value % (data * fsdp * accum):
+        raise ValueError(f"config.train.grad_accum_steps={accum!r}: --batch_size={_BATCH.value} must be divisible by "
+                         f"the data-parallel size (mesh data x fsdp = {data * fsdp}) times a positive grad_accum_steps")
     jax_run = JaxRun(config)
     bert, batch, seq = jax_run.bert, _BATCH.value, _SEQ.value
     print(f"BERT-{_PRESET.value} ({jax_run.num_params / 1e6:.1f}M params), batch {batch}, length {seq}, "

@@ -124,6 +124,9 @@ CASES = [
     ("benchmark.py", ["--config.model.hiden_size=3"], "--config.model.hiden_size: no such config key"),
     ("benchmark.py", ["--preset=modernbert-base", "--compare"], "--compare runs Hugging Face's BertForPreTraining"),
     ("benchmark.py", ["--config.train.global_batch_size=64"], "config.train.global_batch_size: the benchmark's batch"),
+    ("benchmark.py", ["--batch_size=8", "--config.train.grad_accum_steps=3"],
+     "config.train.grad_accum_steps=3: --batch_size=8 must be divisible"),
+    ("benchmark.py", ["--config.train.grad_accum_steps=0"], "config.train.grad_accum_steps=0: --batch_size="),
     # predict.py: a path that is no model, a model without the head or task asked for.
     ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--input={tmp}/header.csv"],
