@@ -60,6 +60,10 @@ _PRECISION = cli.define_precision_flag()
 def main(_):
     if _INPUT.value and _TEXT.value:
         raise ValueError("give --input or --text, not both")
+    file_flags = [f"--{flag.name}" for flag in (_FORMAT, _TEXT_A_KEY, _TEXT_B_KEY, _QUESTION_KEY, _CONTEXT_KEY,
+                                                 _CHOICES_KEY) if flags.FLAGS[flag.name].present]
+    if _TEXT.value and file_flags:  # else ignored without a word
+        raise ValueError(f"{', '.join(file_flags)}: how to read --input (or stdin), not --text")
     import bertjax
     from bertjax.inference import batch_predict, model_source
     from bertjax.runtime import fileio
@@ -82,12 +86,18 @@ def main(_):
             "or fine-tune it first"))
     if _TEXT.value and not batch_predict.input_reader(family).text_lines:
         raise ValueError(f"a {family} model's inputs are not one line of text: give them as JSONL with --input")
+    if family != "fill_mask" and flags.FLAGS[_TOP_K.name].present:
+        raise ValueError(f"--top_k: the tokens per [MASK] of --task=fill_mask, not a {family} model's")
     keys, named = batch_predict.default_keys(family, source.data, source.task_info), []
     for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),
                        ("context", _CONTEXT_KEY), ("choices", _CHOICES_KEY)):
-        if name in keys and flag.value is not None:  # the roles this model's inputs have
-            keys[name] = flag.value
-            named.append(name)
+        if flag.value is None:
+            continue
+        if not keys.get(name):  # a role this model's inputs do not have (a single-text classifier's text_b)
+            raise ValueError(f"--{flag.name}={flag.value}: this {family} model reads no {name} "
+                             f"(its inputs: {', '.join(role for role, column in keys.items() if column)})")
+        keys[name] = flag.value
+        named.append(name)
     if _TEXT.value:
         records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:

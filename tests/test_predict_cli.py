@@ -404,6 +404,16 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [
         f"error: --output={tmp_path}/o.jsonl exists; remove it or give another name"]
     assert (tmp_path / "o.jsonl").read_bytes() == written
+    # Flags that would change nothing for this model or input are refused, not ignored (a review).
+    for flags, error in (
+            (["--top_k=1"], "--top_k: the tokens per [MASK] of --task=fill_mask, not a classification model's"),
+            ([f"--input={tmp_path}/new.jsonl", "--text_b_key=other"],
+             "--text_b_key=other: this classification model reads no text_b (its inputs: text_a)"),
+            (["--input_format=csv", "--text_a_key=review"], "--input_format, --text_a_key: how to read --input (or "
+                                                             "stdin), not --text")):
+        ignored = forked_predict(f"--model={minilm_classifier_run}", *flags,
+                                 *([] if any(f.startswith("--input=") for f in flags) else ["--text=fun"]))
+        assert ignored.returncode == 2 and ignored.stderr.strip().splitlines() == [f"error: {error}"]
 
 
 def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_pretrained_run, tmp_path):
