@@ -134,6 +134,17 @@ def test_csv_and_jsonl_columns_give_the_features_of_the_same_text_lines(minilm, 
         np.testing.assert_allclose([g["values"] for g in got], [e["values"] for e in expected], atol=1e-6)
     with pytest.raises(ValueError, match=r"in.csv:2: no column 'text' \(--text_a_key\); the row has"):
         feature_files.extract(minilm, str(tmp_path / "in.csv"), str(tmp_path / "x"), log=lambda _: None)
+    # JSON Lines in a file named as text: refused, as predict refuses it (a review: each line's raw
+    # JSON, braces and quotes, was an example); read as text when asked.
+    (tmp_path / "rows.txt").write_text((tmp_path / "in.jsonl").read_text())
+    with pytest.raises(ValueError, match=re.escape(f"--input_file={tmp_path}/rows.txt looks like jsonl, not one input "
+                                                   "a line: pass --input_format=jsonl")):
+        feature_files.extract(minilm, str(tmp_path / "rows.txt"), str(tmp_path / "x"), log=lambda _: None)
+    assert not (tmp_path / "x").exists()
+    feature_files.extract(minilm, str(tmp_path / "rows.txt"), str(tmp_path / "raw.jsonl"), input_format_name="text",
+                          layers=(-1,), log=lambda _: None)
+    tokens = [feature["token"] for feature in json.loads((tmp_path / "raw.jsonl").read_text().splitlines()[0])["features"]]
+    assert tokens[:3] == ["[CLS]", "{", '"']
 
 
 def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm, tmp_path):
@@ -403,8 +414,10 @@ def test_a_shard_of_per_token_features_is_bounded_by_bytes(minilm, tmp_path, mon
 
 
 def test_the_truncated_count_of_a_resumed_run_equals_the_uninterrupted_one(minilm, tmp_path):
-    """Issue 46, 5: truncations are counted with their shard, not for the whole chunk before it."""
-    (tmp_path / "in.txt").write_text("\n".join([" ".join(["long"] * 100)] * 30) + "\n")  # every one truncated
+    """Issue 46, 5: truncations are counted with their shard, not for the whole chunk before it.
+    A folder that holds truncated examples, resumed or complete, is refused with
+    --fail_on_truncation (a review: the flag checked only the examples of its own run)."""
+    (tmp_path / "in.txt").write_text("short\n" + "\n".join([" ".join(["long"] * 100)] * 29) + "\n")
 
     class StoppedAfter15:
         """minilm, interrupted after 15 examples: one shard of 10 written."""
@@ -420,9 +433,17 @@ def test_the_truncated_count_of_a_resumed_run_equals_the_uninterrupted_one(minil
     with pytest.raises(KeyboardInterrupt):
         feature_files.extract(StoppedAfter15(), str(tmp_path / "in.txt"), str(tmp_path / "out"), **options)
     written = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert (written["examples_done"], written["truncated"]) == (10, 10)
+    assert (written["examples_done"], written["truncated"]) == (10, 9)
+    refused = re.escape(f"--fail_on_truncation: {tmp_path}/out already holds example 2 ({tmp_path}/in.txt:2) cut to "
+                        "--max_seq_length=64 tokens by a run without the flag")
+    with pytest.raises(ValueError, match=refused):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), fail_on_truncation=True,
+                              **options)
     done = feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), **options)
-    assert done["truncated"] == 30 == json.loads((tmp_path / "out" / "manifest.json").read_text())["truncated"]
+    assert done["truncated"] == 29 == json.loads((tmp_path / "out" / "manifest.json").read_text())["truncated"]
+    with pytest.raises(ValueError, match=refused):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), fail_on_truncation=True,
+                              **options)
 
 
 # -- Several processes. --

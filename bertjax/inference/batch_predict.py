@@ -88,10 +88,9 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     peekable = path or ("/dev/stdin" if _stdin_is_a_file() else "")
     if (found == "text" and chosen == "auto" and reader.text_lines and peekable and fileio.exists(peekable)
             and fileio.can_read_twice(peekable)):
-        first = _first_lines(peekable)
+        first = common.first_lines(peekable)
         written_in = reader.format_of_text(first) if reader.extensions else None
-        if not written_in and first and all(isinstance(common.json_object(line, k), dict)
-                                                for k, line in enumerate(first, start=1)):
+        if not written_in and common.json_lines(first):
             written_in = "jsonl"
         if written_in:  # its lines read as texts would give an answer for each, silently wrong
             raise ValueError(f"{path or 'stdin'} looks like {written_in}, not one input a line: pass "
@@ -105,23 +104,6 @@ def _stdin_is_a_file() -> bool:
         return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
     except (OSError, ValueError, AttributeError):  # no stdin, or one without a file descriptor
         return False
-
-
-def _first_lines(path: str, count: int = 20) -> list[str]:
-    """Up to `count` non-blank lines from the start of `path` (its first 64 KiB, or up to the end
-    of its first line, within 64 MiB), split where the text reader splits them: at line feeds
-    (at carriage returns in a file without one), not at U+2028 or U+0085, which a JSON line may
-    hold unescaped; a byte order mark is not part of the first."""
-    with fileio.open_file(path, "rb") as f:
-        head = f.read(1 << 16)
-        ended = len(head) < 1 << 16
-        while not ended and b"\n" not in head and len(head) < 1 << 26:
-            more = f.read(1 << 20)
-            head, ended = head + more, not more
-    text = head.decode("utf-8-sig", errors="replace")
-    lines = [line.removesuffix("\r") for line in text.split("\n")] if "\n" in text else text.split("\r")
-    whole = lines if ended else lines[:-1]  # the last may be cut
-    return [line for line in whole if line.strip()][:count]
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],

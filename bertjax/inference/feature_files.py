@@ -75,10 +75,16 @@ _PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not o
 
 def input_format(path: str, file_format: str = "") -> str:
     """"text", "csv", "tsv" or "jsonl": file_format, else from the extension (.json is JSONL,
-    anything not CSV/TSV/JSON(L) is text)."""
+    anything not CSV/TSV/JSON(L) is text); a ValueError for a file so read as text whose first
+    lines are JSON objects (each line's raw JSON would be an example), as predict refuses it."""
     if file_format and file_format not in INPUT_FORMATS:
         raise ValueError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {file_format!r}")
-    return common.file_format(path, file_format)
+    found = common.file_format(path, file_format)
+    if (found == "text" and not file_format and fileio.exists(path) and fileio.can_read_twice(path)
+            and common.json_lines(common.first_lines(path))):
+        raise ValueError(f"--input_file={path} looks like jsonl, not one input a line: pass --input_format=jsonl (and "
+                         "--text_a_key) or --input_format=text to read each line as an input")
+    return found
 
 
 def read_inputs(path: str, file_format: str = "", text_a_key: str = "text", text_b_key: str = "") -> Iterator[Any]:
@@ -253,10 +259,10 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
 
 def _resume_point(output: str, settings: dict[str, Any], process: int, processes: int,
                   examples_per_shard: int, earlier_weights: Callable[[], tuple[str, ...]]
-                  ) -> tuple[dict[str, Any], bool]:
-    """(this process's manifest to continue from, whether the folder is complete): the
-    folder's (same settings, same process count) or a fresh one of `examples_per_shard`
-    examples a shard. A ValueError for a folder
+                  ) -> tuple[dict[str, Any], bool, list[dict[str, Any]]]:
+    """(this process's manifest to continue from, whether the folder is complete, the folder's
+    manifests): the folder's (same settings, same process count) or a fresh one of
+    `examples_per_shard` examples a shard. A ValueError for a folder
     of other settings, of another process count or of other files. Every process reads
     every progress file, so all of them reach the same verdict."""
     if fileio.exists(output) and not fileio.isdir(output):
@@ -274,16 +280,30 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
         if others:
             raise ValueError(f"--output={output} is not empty and has no {MANIFEST} (it has {', '.join(others[:4])}"
                              "); give a new or empty folder")
-        return fresh, False
+        return fresh, False, []
     for manifest in manifests.values():
         _check_settings(output, manifest, settings, earlier_weights)
     if manifests.get(MANIFEST, {}).get("complete"):
-        return manifests[MANIFEST], True
+        return manifests[MANIFEST], True, list(manifests.values())
     other = sorted({manifest.get("processes", 1) for manifest in manifests.values()} - {processes})
     if other:
         raise ValueError(f"--output={output} holds the progress of a run of {other[0]} process(es), this run has "
                          f"{processes}; resume it with {other[0]} or give a new folder")
-    return manifests.get(progress_file(process, processes), fresh), False
+    return manifests.get(progress_file(process, processes), fresh), False, list(manifests.values())
+
+
+def _first_truncated(output: str, manifests: list[dict[str, Any]]) -> int | None:
+    """The first example the folder's written shards hold cut to max_seq_length (its 0-based
+    number in the input), or None; only shards whose manifests count one are read, and only
+    their flags."""
+    if not any(manifest["truncated"] for manifest in manifests):
+        return None
+    shards = {shard["file"]: shard for manifest in manifests for shard in manifest["shards"]}
+    for shard in sorted(shards.values(), key=lambda shard: shard["first"]):
+        with fileio.open_file(fileio.join(output, shard["file"]), "rb") as f, np.load(f) as arrays:
+            if "truncated" in arrays and arrays["truncated"].any():
+                return int(arrays["line_index"][np.argmax(arrays["truncated"])])
+    return None
 
 
 def _check_same_everywhere(settings: dict[str, Any] | None, processes: int) -> None:
@@ -341,7 +361,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
 
     dtype: the shards' values, "float32" or "float16" (JSONL: 6 decimal places).
     fail_on_truncation: an input longer than the model's max_seq_length is a ValueError
-      naming it (otherwise it is truncated and counted).
+      naming it (otherwise it is truncated and counted); so is a shard folder that holds one
+      already, written without the flag.
     """
     model.layer_indices(layers)  # a bad index fails before any input is read
     if dtype not in ("float32", "float16"):
@@ -379,10 +400,17 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)
     else:
         _check_same_everywhere(settings, processes)
-        manifest, finished = _resume_point(output, settings, process, processes,
-                                           shard_examples(model, tuple(layers), pooling, dtype, shard_size),
-                                           lambda: (fileio.fingerprint(model.source.weights),
-                                                    model.source.weights_fingerprint()))
+        manifest, finished, written = _resume_point(output, settings, process, processes,
+                                                    shard_examples(model, tuple(layers), pooling, dtype, shard_size),
+                                                    lambda: (fileio.fingerprint(model.source.weights),
+                                                             model.source.weights_fingerprint()))
+        # A run without the flag may have cut some already; every process reads the same shards.
+        first = _first_truncated(output, written) if fail_on_truncation else None
+        if first is not None:
+            raise ValueError(f"--fail_on_truncation: {output} already holds example {first + 1} ("
+                             f"{input_location(input_file, file_format, first)}) cut to --max_seq_length="
+                             f"{model.max_seq_length} tokens by a run without the flag; give a new --output, or drop "
+                             "the flag to finish this one")
         if finished:
             log(f"{output} is complete ({total} examples); nothing to do")
             return {"examples": total, "truncated": manifest["truncated"], "new": 0, "seconds": 0.0}

@@ -320,6 +320,29 @@ def _jsonl_records(path: str, bad_rows: str) -> Iterator[tuple[str, dict | Value
         yield f"{path}:{number}", row
 
 
+def first_lines(path: str, count: int = 20) -> list[str]:
+    """Up to `count` non-blank lines from the start of `path` (its first 64 KiB, or up to the end
+    of its first line, within 64 MiB), split where the text reader splits them: at line feeds
+    (at carriage returns in a file without one), not at U+2028 or U+0085, which a JSON line may
+    hold unescaped; a byte order mark is not part of the first."""
+    with fileio.open_file(path, "rb") as f:
+        head = f.read(1 << 16)
+        ended = len(head) < 1 << 16
+        while not ended and b"\n" not in head and len(head) < 1 << 26:
+            more = f.read(1 << 20)
+            head, ended = head + more, not more
+    text = head.decode("utf-8-sig", errors="replace")
+    lines = [line.removesuffix("\r") for line in text.split("\n")] if "\n" in text else text.split("\r")
+    whole = lines if ended else lines[:-1]  # the last may be cut
+    return [line for line in whole if line.strip()][:count]
+
+
+def json_lines(first: list[str]) -> bool:
+    """Whether a file's first lines (`first_lines`) are each a JSON object: JSON Lines, which read
+    as lines of text would make each line's raw JSON an input."""
+    return bool(first) and all(isinstance(json_object(line, k), dict) for k, line in enumerate(first, start=1))
+
+
 def json_object(line: str, number: int) -> dict | ValueError | None:
     """JSONL line `number` -> its object (None: a blank line), or a ValueError saying what is wrong."""
     if not line.strip():
