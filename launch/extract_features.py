@@ -66,12 +66,26 @@ def parse_layers(text: str) -> tuple[int, ...]:
     return layers
 
 
+def _refuse_ignored_flags(input_format: str) -> None:
+    """A ValueError for flags that would change nothing (else dropped without a word): a shard
+    folder's for a JSONL output, a CSV/TSV/JSONL input's columns for lines of text."""
+    given = lambda *names: [f"--{name}" for name in names if flags.FLAGS[name].present]
+    if _OUTPUT.value.endswith(".jsonl") and given("output_dtype", "shard_size"):
+        raise ValueError(f"{', '.join(given('output_dtype', 'shard_size'))}: a shard folder's; --output="
+                         f"{_OUTPUT.value} is one JSONL file (values to 6 decimal places)")
+    if input_format == "text" and given("text_a_key", "text_b_key"):
+        raise ValueError(f"{', '.join(given('text_a_key', 'text_b_key'))}: columns of a CSV/TSV/JSONL input; --input_"
+                         f"file={_INPUT.value} is read as lines of text ('a ||| b' a pair)")
+
+
 def main(_):
     layers = parse_layers(_LAYERS.value)
+    from bertjax.inference import feature_files
+
+    _refuse_ignored_flags(feature_files.input_format(_INPUT.value, _INPUT_FORMAT.value))
     cli.start_distributed()
     import bertjax
     import jax
-    from bertjax.inference import feature_files
 
     model = bertjax.load_model(_CHECKPOINT.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                precision=_PRECISION.value, **_VOCABULARY())

@@ -102,6 +102,11 @@ CASES = [
                              "--layers=-1,last"], "--layers=-1,last: expected comma-separated integers"),
     ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/blank.txt",
                              "--output={tmp}/out.jsonl"], "--input_file={tmp}/blank.txt: no examples (an empty file?)"),
+    # Flags that would change nothing (a review: dropped without a word).
+    ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt", "--output={tmp}/out.jsonl",
+                             "--shard_size=8"], "--shard_size: a shard folder's; --output={tmp}/out.jsonl is one JSONL"),
+    ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt", "--output={tmp}/out",
+                             "--text_b_key=b"], "--text_b_key: columns of a CSV/TSV/JSONL input; --input_file="),
     # The demo's two config flags are checked as --config is.
     ("demo.py", ["--pretrain=configs/nothere.py"], "--pretrain=configs/nothere.py: cannot load the config file"),
     ("demo.py", ["--finetune.train.num_epochz=2"], "--finetune.train.num_epochz: no such config key"),
