@@ -151,8 +151,9 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
             results.append(finished["row"])
             metric = finished["metric"]
             continue
-        learning_rate, batch_size, epochs = run.train.learning_rate, run.train.batch_size, run.train.num_epochs
-        row = {"run": name, "learning_rate": learning_rate, "batch_size": batch_size, "epochs": epochs}
+        # A run of config.train.num_steps steps took no part of num_epochs: its row says its steps.
+        length = {"steps": run.train.num_steps} if run.train.num_steps else {"epochs": run.train.num_epochs}
+        row = {"run": name, "learning_rate": run.train.learning_rate, "batch_size": run.train.batch_size, **length}
         try:
             summary = finetune.finetune(run, run_dir)
         except Exception as e:  # noqa: BLE001 (a run's own failure is recorded; any other is raised)

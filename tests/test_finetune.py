@@ -305,6 +305,7 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog):
     assert "the sweep's grid sets learning_rate (config.train.sweep_learning_rates=[0.001, 0.0001]): " \
            "config.train.learning_rate=3e-05 is not used" in caplog.text and "config.train.batch_size" not in caplog.text
     assert sorted(r["learning_rate"] for r in results) == [1e-4, 1e-3]
+    assert [(r["steps"], "epochs" in r) for r in results] == [(4, False)] * 2  # num_steps, not the unused epochs
     assert results[0]["eval_accuracy"] >= results[1]["eval_accuracy"]
     for row in results:  # each row is its own run's: its logged evaluation, at its learning rate
         with open(tmp_path / "sweep" / row["run"] / "metrics.jsonl") as f:
