@@ -256,7 +256,14 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     progress.close()
     logging.info("prepare: units done in %.1fs", time.time() - start)
     fileio.rmtree(fileio.join(output_dir, ".incomplete"))
-    metadata = _collect_metadata(output_dir, units, settings, tokenizer)
+    try:
+        metadata = _collect_metadata(output_dir, units, settings, tokenizer)
+    except ValueError:
+        # Data nothing can train on: its settings and units go, so the run the error asks for
+        # (another eval_fraction, text key or corpus) prepares afresh instead of being refused.
+        fileio.remove(settings_path)
+        fileio.rmtree(fileio.join(output_dir, "done"))
+        raise
     fileio.write_json(fileio.join(output_dir, "metadata.json"), metadata)
     train, held_out = metadata["splits"]["train"], metadata["splits"]["eval"]
     progress.line(f"prepared {train['documents']:,} training documents ({train['tokens']:,} tokens) and "

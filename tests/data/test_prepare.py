@@ -161,12 +161,16 @@ def test_a_document_longer_than_any_real_one_is_warned(tmp_path, caplog, monkeyp
 
 
 def test_a_corpus_held_out_whole_says_so(tmp_path):
-    """Issue 46, 10: its one document hashed into the held-out split; not 'no documents'."""
+    """Issue 46, 10: its one document hashed into the held-out split; not 'no documents'. The
+    run the error asks for then prepares (a review: the rejected run's settings.json refused it
+    as other settings)."""
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_text("Just one sentence.\nAnd another one.\n")
     with pytest.raises(ValueError, match=r"all 1 document\(s\) of the source fell into the held-out split "
                                          r"\(config.data.eval_fraction=0.99"):
         prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.99), str(tmp_path / "out"), num_workers=1)
+    metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "out"), num_workers=1)
+    assert (metadata["splits"]["train"]["documents"], metadata["splits"]["eval"]["documents"]) == (1, 0)
 
 
 def test_no_documents_is_a_clear_error(tmp_path):
