@@ -258,9 +258,9 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     fileio.rmtree(fileio.join(output_dir, ".incomplete"))
     try:
         metadata = _collect_metadata(output_dir, units, settings, tokenizer)
-    except ValueError:
-        # Data nothing can train on: its settings and units go, so the run the error asks for
-        # (another eval_fraction, text key or corpus) prepares afresh instead of being refused.
+    except NothingToTrainOn:
+        # Its settings and units go, so the run the error asks for (another eval_fraction, text
+        # key or corpus) prepares afresh instead of being refused as other settings.
         fileio.remove(settings_path)
         fileio.rmtree(fileio.join(output_dir, "done"))
         raise
@@ -422,6 +422,10 @@ class _AttrDict(dict):
 
 # -- Metadata. --
 
+class NothingToTrainOn(ValueError):
+    """Prepared units that hold no training document (all held out, or every row dropped)."""
+
+
 def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: tokenization.Tokenizer) -> dict:
     splits = {split: {"shards": [], "shard_documents": [], "documents": 0, "sentences": 0, "tokens": 0,
                       "unknown_tokens": 0, "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
@@ -441,12 +445,12 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
         logging.warning("prepare: dropped %d x %s (the log above says where the first ones are)", count, reason)
     documents = splits["train"]["documents"] + splits["eval"]["documents"]
     if splits["train"]["documents"] == 0 and splits["eval"]["documents"]:
-        raise ValueError(f"prepare: all {documents} document(s) of the source fell into the held-out split "
+        raise NothingToTrainOn(f"prepare: all {documents} document(s) of the source fell into the held-out split "
                          f"(config.data.eval_fraction={settings['eval_fraction']}: each document is held out by a "
                          "hash of its text), none is left to train on; give more documents (a blank line "
                          "separates them) or set config.data.eval_fraction=0")
     if splits["train"]["documents"] == 0:
-        raise ValueError(f"prepare: the source gave no training documents ({documents} in all; "
+        raise NothingToTrainOn(f"prepare: the source gave no training documents ({documents} in all; "
                          f"dropped: {dict(dropped) or 'nothing'}); check config.data.source/input_pattern")
     if documents < 2:
         logging.warning("prepare: a one-document corpus; NSP draws its random B from that document, so "
