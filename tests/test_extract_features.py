@@ -143,7 +143,8 @@ def test_csv_and_jsonl_columns_give_the_features_of_the_same_text_lines(minilm, 
     assert not (tmp_path / "x").exists()
     feature_files.extract(minilm, str(tmp_path / "rows.txt"), str(tmp_path / "raw.jsonl"), input_format_name="text",
                           layers=(-1,), log=lambda _: None)
-    tokens = [feature["token"] for feature in json.loads((tmp_path / "raw.jsonl").read_text().splitlines()[0])["features"]]
+    first_line = json.loads((tmp_path / "raw.jsonl").read_text().splitlines()[0])
+    tokens = [feature["token"] for feature in first_line["features"]]
     assert tokens[:3] == ["[CLS]", "{", '"']
 
 
