@@ -39,7 +39,6 @@ _LIMIT_ALPHABET = flags.DEFINE_integer(
     "become [UNK]); 0 = every character seen. Raise it for a corpus of many scripts or CJK text.", lower_bound=0)
 _SAMPLE_LINES = 2000  # lines kept to report the [UNK] share of the trained vocabulary
 flags.mark_flags_as_required(["input", "output_dir"])
-_EXTENSION_SOURCES = {"jsonl": "jsonl", "json": "jsonl", "parquet": "parquet"}
 
 
 def source_of(paths: list[str], chosen: str) -> str:
@@ -47,9 +46,15 @@ def source_of(paths: list[str], chosen: str) -> str:
     (a ValueError naming two files of different kinds)."""
     if chosen != "auto":
         return chosen
-    kinds = {_EXTENSION_SOURCES.get(path.rsplit(".", 1)[-1].lower(), "text") for path in paths}
+    from bertjax.tasks import common
+
+    extensions = {**common.JSONL_EXTENSIONS, "parquet": "parquet"}
+    kinds = {extensions.get(path.rsplit(".", 1)[-1].lower(), "text") for path in paths}
     if len(kinds) > 1:
         raise ValueError(f"--input mixes {' and '.join(sorted(kinds))} files; give files of one kind, or --source")
+    if kinds == {"text"} and common.json_lines(common.first_lines(paths[0])):  # a vocabulary of braces and keys
+        raise ValueError(f"--input: {paths[0]} looks like JSON Lines, not text; pass --source=jsonl (and --text_key),"
+                         " or --source=text to learn from its lines as they are")
     return kinds.pop()
 
 

@@ -93,6 +93,8 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/blank.txt", "--output_dir={tmp}/out"],
      "no text in its 1 text file(s) (dropped: {{'blank_file': 1}})"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}"], "vocab.txt exists; remove it"),
+    ("train_tokenizer.py", ["--input={tmp}/rows.txt", "--output_dir={tmp}/vocab"],
+     "--input: {tmp}/rows.txt looks like JSON Lines, not text; pass --source=jsonl"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir=gs://bucket/vocab"],
      "--output_dir=gs://bucket/vocab: give a local folder, then copy it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
@@ -156,6 +158,7 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
     (tmp_path / "blank.txt").write_text("\n  \n")
     (tmp_path / "header.csv").write_text("text\n")
+    (tmp_path / "rows.txt").write_text('{"text": "One sentence."}\n{"text": "Another one."}\n')
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text('{"hidden_size": 64,')  # truncated
     (tmp_path / "hf" / "model.safetensors").write_bytes(b"")

@@ -191,16 +191,18 @@ def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = Fal
                     yield ValueError(why)
 
 
+JSONL_EXTENSIONS = {"jsonl": "jsonl", "json": "jsonl", "ndjson": "jsonl", "jsonlines": "jsonl"}  # JSON Lines' names
+
+
 def file_format(path: str, chosen: str = "", extensions: dict[str, str] | None = None) -> str:
     """The format a user's input file is read in: `chosen`, else from the file name: .csv, .tsv,
-    .jsonl (and .json) are rows (`read_records`), `extensions` a task family's own formats
+    .jsonl (and .json, .ndjson, .jsonlines) are rows (`read_records`), `extensions` a task family's own formats
     (SQuAD's .json, CoNLL), anything else lines of text (`user_lines`)."""
     if chosen:
         return chosen
     name = path.rsplit("/", 1)[-1]
     extension = name.rsplit(".", 1)[-1].lower() if "." in name else ""
-    return (extensions or {}).get(extension) or {"csv": "csv", "tsv": "tsv", "jsonl": "jsonl",
-                                                   "json": "jsonl"}.get(extension, "text")
+    return (extensions or {}).get(extension) or {"csv": "csv", "tsv": "tsv", **JSONL_EXTENSIONS}.get(extension, "text")
 
 
 def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> Iterator[tuple[str, dict | ValueError]]:
@@ -218,7 +220,7 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
     repeats a column name, malformed CSV quoting (the line its record starts on), bytes that
     are not UTF-8.
     """
-    file_format = file_format or {"json": "jsonl"}.get(path.rsplit(".", 1)[-1].lower(), path.rsplit(".", 1)[-1].lower())
+    file_format = file_format or JSONL_EXTENSIONS.get(path.rsplit(".", 1)[-1].lower(), path.rsplit(".", 1)[-1].lower())
     if file_format not in ("csv", "tsv", "jsonl"):
         raise ValueError(f"{path}: unknown file format {file_format!r}; expected .csv, .tsv or .jsonl "
                          "(or set config.data.file_format)")

@@ -88,16 +88,16 @@ def test_train_tokenizer_refuses_an_output_folder_it_cannot_make_before_training
 def test_train_tokenizer_reads_jsonl_rows_as_prepare_does(tmp_path):
     """JSONL was read as raw lines: the vocabulary learned 'u00e9', 'text' and 'id' from the
     JSON itself, never 'é' (a review). Rows are read through the same sources as pre-training
-    (--source auto: by extension), and files of two kinds are refused."""
+    (--source auto: by extension, .ndjson as .jsonl), and files of two kinds are refused."""
     rows = [{"id": i, "text": f"Le café numéro {i} est très célèbre. Où est-il?"} for i in range(300)]
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    out = _run("launch/train_tokenizer.py", "--kind=wordpiece", f"--input={tmp_path}/rows.jsonl", "--vocab_size=200",
+    (tmp_path / "rows.ndjson").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = _run("launch/train_tokenizer.py", "--kind=wordpiece", f"--input={tmp_path}/rows.ndjson", "--vocab_size=200",
                "--nodo_lower_case", f"--output_dir={tmp_path / 'wp'}")
     assert "vocab_hash" in out and "dropped" not in out
     vocabulary = (tmp_path / "wp" / "vocab.txt").read_text().split("\n")
     assert "é" in vocabulary and not {"u00e9", "text", '"', "{"} & set(vocabulary)
     (tmp_path / "notes.txt").write_text("Plain text.\n")
-    mixed = subprocess.run([sys.executable, "launch/train_tokenizer.py", f"--input={tmp_path}/rows.jsonl,"
+    mixed = subprocess.run([sys.executable, "launch/train_tokenizer.py", f"--input={tmp_path}/rows.ndjson,"
                             f"{tmp_path}/notes.txt", f"--output_dir={tmp_path / 'mixed'}"],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert mixed.returncode == 2 and mixed.stderr.strip() == (
