@@ -3,6 +3,7 @@ path, and what a fine-tuning run saves for it (label names, its result in best/)
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -167,6 +168,23 @@ def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():
     assert (source.bert.num_hidden_layers, source.bert.hidden_size, source.bert.vocab_size) == (6, 384, 30522)
     tokenizer = source.load_tokenizer()
     assert tokenizer.do_lower_case and tokenizer.encode("Hello world") == [7592, 2088]
+
+
+def test_a_vocabulary_of_the_size_of_a_releases_but_other_tokens_is_refused(tmp_path):
+    """A release (Hugging Face, Google's TF) records no vocabulary hash: any vocabulary of its size
+    was taken, and the embeddings read other ids (a review: 'the movie' became [21732, 25596]).
+    Its tokens are compared; a copy of its own vocabulary elsewhere is its vocabulary."""
+    from bertjax.inference import model_source
+
+    source = model_source.resolve(MINILM_DIR)
+    tokens = open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8").read().splitlines()
+    (tmp_path / "copy.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    assert source.load_tokenizer(str(tmp_path / "copy.txt")).encode("the movie") == [1996, 3185]
+    swapped = [*tokens[:1996], tokens[1997], tokens[1996], *tokens[1998:]]
+    (tmp_path / "swapped.txt").write_text("\n".join(swapped) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/swapped.txt is not the vocabulary {MINILM_DIR} comes "
+                                                   f"with ({MINILM_DIR}/vocab.txt: id 1996 is 'the' there, 'of' here)")):
+        source.load_tokenizer(str(tmp_path / "swapped.txt"))
 
 
 def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_path):

@@ -155,6 +155,16 @@ class ModelSource:
         if tokenizer.vocab_size != self.bert.vocab_size:
             raise ValueError(f"{self.path} has a vocabulary of {self.bert.vocab_size} tokens but the tokenizer has "
                              f"{tokenizer.vocab_size} ({tokenizer.path})")
+        if vocab_path and saved and not saved.get("vocab_hash") and saved.get("path"):
+            # A release's own vocabulary (Hugging Face, Google's TF) has no recorded hash: its tokens
+            # are compared, since one of the same size but other tokens would give other ids.
+            own = tokenization.load_tokenizer(saved["kind"], saved["path"], saved.get("do_lower_case"))
+            differ = next((i for i in range(own.vocab_size) if own.id_to_token(i) != tokenizer.id_to_token(i)), None)
+            if own.vocab_size != tokenizer.vocab_size or differ is not None:
+                where = (f"id {differ} is {own.id_to_token(differ)!r} there, {tokenizer.id_to_token(differ)!r} here"
+                         if differ is not None else f"{own.vocab_size} tokens there")
+                raise ValueError(f"{vocab_path} is not the vocabulary {self.path} comes with ({saved['path']}: "
+                                 f"{where}); leave the vocabulary unset to use the model's")
         return tokenizer
 
 
