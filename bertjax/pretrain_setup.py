@@ -5,6 +5,7 @@ finetune_setup.py; the loop is in pretrain.py)."""
 from __future__ import annotations
 
 import logging
+import tempfile
 
 import jax
 import ml_collections
@@ -37,12 +38,34 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
     data_dir = config.data.prepared_dir or fileio.join(workdir, "data")
     checkpoint, checkpoint_name = checkpoint_config(config, workdir)
     bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), checkpoint, checkpoint_name)
+    if config.init_checkpoint and not run_config.own_checkpoints(workdir):  # (a resume has its own tokenizer)
+        check_init_vocabulary(config)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape)
     if not run_config.own_checkpoints(workdir):  # (a resume was warned of when it started)
         warn_if_recipe_of_another_size(config, bert)
     warn_if_demo_corpus(config.data, bert)
     return bert, mesh_shape, data_dir
+
+
+def check_init_vocabulary(config: ml_collections.ConfigDict) -> None:
+    """A ValueError when the run's tokenizer is not the vocabulary config.init_checkpoint was
+    trained with (a bertjax run's: its tokens and casing; a release's: its tokens): its
+    embeddings would read other ids, and the new run would hand that tokenizer on as its own."""
+    from bertjax.data import prepare
+    from bertjax.inference import model_source
+
+    data = config.data
+    given = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else "the prepared data's vocabulary"
+             if data.source == "prepared" else "the demo vocabulary (config.data.vocab_path='')")
+    with tempfile.TemporaryDirectory() as scratch:  # where the demo vocabulary is written: nowhere the run keeps
+        tokenizer = prepare.load_tokenizer_for(data, scratch)
+    try:
+        source = model_source.resolve(config.init_checkpoint)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
+    source.check_vocabulary(tokenizer, f"{given} (do_lower_case={tokenizer.do_lower_case})",
+                            "set config.data.vocab_path and do_lower_case to the checkpoint's")
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint: BertConfig | None = None,

