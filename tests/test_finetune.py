@@ -101,6 +101,29 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
     assert not np.array_equal(fresh["bert"]["pooler"]["kernel"], restored["bert"]["pooler"]["kernel"])
 
 
+def test_fine_tuning_longer_than_the_pre_training_is_warned_of(pretrained_run, caplog):
+    """Fine-tuning checked only max_position_embeddings: SQuAD's 384 from a phase-1 run at 128
+    read untrained position embeddings without a word (a review). A bertjax run's length is
+    known; a release's is not, and is not guessed."""
+    from bertjax import finetune
+    from bertjax.models import BertConfig
+
+    config = _demo_config()
+    config.init_checkpoint = pretrained_run
+    source = finetune_setup.checkpoint_source(config)
+    assert source.max_seq_length == 64
+    for length, warned in ((64, False), (128, True)):
+        caplog.clear()
+        config.data.max_seq_length = length
+        finetune.warn_if_longer_than_trained(config, source, BertConfig())
+        assert ("config.data.max_seq_length=128 is longer than the 64 tokens" in caplog.text) is warned
+    assert "the position embeddings past it are untrained" in caplog.text
+    config.init_checkpoint = MINILM_DIR
+    caplog.clear()
+    finetune.warn_if_longer_than_trained(config, finetune_setup.checkpoint_source(config), BertConfig())
+    assert not caplog.text
+
+
 def test_a_resume_needs_only_its_workdir_and_refuses_another_vocabulary(pretrained_run, tmp_path, caplog):
     """A fine-tuning run resumes from its own checkpoint: its init_checkpoint may be gone (a
     recreated VM's local disk); a vocabulary other than the one it trained with is refused
