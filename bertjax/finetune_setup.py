@@ -43,8 +43,19 @@ def checkpoint_source(config: ml_collections.ConfigDict, workdir: str | None = N
 
 
 def check_reused_head(source: model_source.ModelSource, task_info: dict) -> None:
-    """ValueError when config.reuse_head would take a head trained on other labels, or on the
-    same ones in another order: each of its rows would answer another label, silently."""
+    """ValueError when config.reuse_head would take a head trained for another task family, as
+    a regression head for a classifier or the reverse, or on other labels, or on the same ones
+    in another order: each of its rows would answer another label, silently (a regression head
+    and a multiple-choice scorer are both one output a row, so their shapes agree)."""
+    def kind(info: dict) -> str | None:
+        family = info.get("family")
+        regression = family == "classification" and info.get("label_names") is None
+        return "a regression" if regression else family and f"a {family}"
+
+    if kind(source.task_info) and kind(task_info) and kind(source.task_info) != kind(task_info):
+        raise ValueError(f"config.reuse_head: {source.path}'s head is {kind(source.task_info)} head, this run's task "
+                         f"({task_info['family']}) needs {kind(task_info)} one; fine-tune a new head "
+                         "(config.reuse_head=False)")
     theirs, ours = source.task_info.get("label_names"), task_info.get("label_names")
     if theirs is None or ours is None or list(theirs) == list(ours):
         return

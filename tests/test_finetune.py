@@ -721,6 +721,16 @@ def test_a_reused_head_must_answer_this_runs_labels_in_its_order():
     generic = types.SimpleNamespace(path="hf-sst2", task_info={"label_names": ["LABEL_0", "LABEL_1"]})
     finetune_setup.check_reused_head(generic, {"label_names": ["negative", "positive"]})
     finetune_setup.check_reused_head(types.SimpleNamespace(path="x", task_info={}), {"label_names": ["a", "b"]})
+    # Another family's head, or regression's for a classifier: a regression head and a choice
+    # scorer are both [H, 1], so one loaded as the other without a word (another review).
+    regression = types.SimpleNamespace(path="stsb", task_info={"family": "classification", "label_names": None})
+    with pytest.raises(ValueError, match=r"stsb's head is a regression head, this run's task \(choice\) needs a "
+                                         r"choice one; fine-tune a new head \(config.reuse_head=False\)"):
+        finetune_setup.check_reused_head(regression, {"family": "choice"})
+    with pytest.raises(ValueError, match=r"a regression head, this run's task \(classification\) needs a "
+                                         r"classification one"):
+        finetune_setup.check_reused_head(regression, {"family": "classification", "label_names": ["a", "b"]})
+    finetune_setup.check_reused_head(regression, {"family": "classification", "label_names": None})
 
 
 def test_a_modern_masked_lm_runs_pooler_starts_from_its_masked_lm_transform():
