@@ -341,9 +341,13 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     prefix = tf_checkpoint_prefix(path)
     if prefix is None:
         raise ValueError(f"{path}: no TF checkpoint (looked for bert_model.ckpt.index and a 'checkpoint' file)")
-    reader = tf.compat.v1.train.NewCheckpointReader(prefix)  # the prefix as given (no directory guess)
-    tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
-               if not _TF_IGNORED.search(name)}
+    try:  # a copy cut short fails in TensorFlow's reader with its own words, naming no file
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)  # the prefix as given (no directory guess)
+        tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+                   if not _TF_IGNORED.search(name)}
+    except (IndexError, tf.errors.OpError) as e:
+        raise ValueError(f"{prefix}: the TF checkpoint does not read whole (cut off or corrupt: copy it again; "
+                         f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
     table = variable_table(config, *_detect_heads(tensors, _TF_HEAD_PREFIXES, "output_bias"))
     return config, gather_params(table, tensors, "tf", prefix)
 

@@ -1,8 +1,10 @@
 """Checkpoint import/export: HF parity on MiniLM, round trips, the TF1 release layout, errors,
 and the golden parameter table per preset."""
 
+import glob
 import json
 import os
+import re
 import shutil
 
 import flax
@@ -397,6 +399,17 @@ def test_tf_release_import(tf_release):
     sequence, pooled = jax.jit(BertEncoder(config).apply)({"params": params["bert"]}, ids, np.zeros_like(ids), ids > 0)
     assert sequence.shape == (1, 6, 8) and pooled.shape == (1, 8)
     assert np.isfinite(np.asarray(sequence)).all()
+
+
+def test_a_tf_checkpoint_cut_off_in_a_copy_is_named(tf_release, tmp_path):
+    """A TF checkpoint whose data file was cut short ended in TensorFlow's bare 'IndexError: Read
+    less bytes than requested', naming no file, as a launcher's traceback (a review)."""
+    shutil.copytree(tf_release[0], tmp_path / "release")
+    [data] = glob.glob(str(tmp_path / "release" / "bert_model.ckpt.data-*"))
+    os.truncate(data, os.path.getsize(data) // 2)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/release/bert_model.ckpt: the TF checkpoint does not "
+                                                   "read whole (cut off or corrupt: copy it again")):
+        bertjax.load_pretrained(str(tmp_path / "release"))
 
 
 def test_tf_export_round_trip(tf_release, tmp_path, caplog, monkeypatch):
