@@ -208,7 +208,7 @@ _NOT_TEXT = {b"\x1f\x8b": "gzip-compressed", b"BZh": "bzip2-compressed", b"\x28\
 
 def check_text_files(units: list[dict], source: str) -> None:
     """Before a text or JSONL corpus is prepared: ValueError naming a file whose first bytes say
-    it is compressed or binary; a warning when a `source` "text" corpus's first line is a JSON
+    it is compressed or binary, or (text) that its lines end in a carriage return alone; a warning when a `source` "text" corpus's first line is a JSON
     object (a JSONL file: each row would be a sentence of JSON syntax)."""
     paths = sorted({unit.get("path") or unit.get("jsonl") for unit in units} - {None})
     for number, path in enumerate(paths):
@@ -221,6 +221,10 @@ def check_text_files(units: list[dict], source: str) -> None:
         if nuls > len(head) // 4:  # (a stray NUL is cleaning's to drop, as BERT's does)
             raise ValueError(f"{path}: {nuls} of its first {len(head)} bytes are NUL (UTF-16 without a byte-order "
                              f"mark, or binary?), not UTF-8 text; convert it first")
+        if source == "text" and head.count(b"\r") > 1 and b"\n" not in head:  # the whole file one sentence
+            raise ValueError(f"{path}: its lines end in a carriage return alone (classic Mac OS), where the reader "
+                             "splits at line feeds only (one sentence a line, a blank line between documents); "
+                             "convert them first (tr '\\r' '\\n')")
         first = head.split(b"\n", 1)[0].strip()
         if number == 0 and source == "text" and first.startswith(b"{") and first.endswith(b"}"):
             try:

@@ -112,6 +112,12 @@ def test_a_compressed_or_binary_file_is_refused_by_name(tmp_path):
             sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / name))), "text")
     (tmp_path / "stray.txt").write_bytes(b"A sentence with a stray \x00 NUL.\n")  # cleaning drops it, as BERT's
     sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "stray.txt"))), "text")
+    # Classic Mac line endings: the whole file was one document of one sentence (a review).
+    (tmp_path / "mac.txt").write_bytes(b"First sentence.\rSecond sentence.\r\rOther document.\r")
+    with pytest.raises(ValueError, match=r"mac.txt: its lines end in a carriage return alone \(classic Mac OS\)"):
+        sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "mac.txt"))), "text")
+    (tmp_path / "windows.txt").write_bytes(b"First sentence.\r\nSecond sentence.\r\n\r\nOther document.\r\n")
+    sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "windows.txt"))), "text")
 
 
 def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
