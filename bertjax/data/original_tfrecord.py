@@ -10,6 +10,7 @@ into the same batch format as `PretrainingPipeline`. Epoch e's order is a functi
 
 from __future__ import annotations
 
+from concurrent import futures
 from typing import Iterator
 
 import numpy as np
@@ -82,7 +83,10 @@ class OriginalTFRecordPipeline:
         self.spec = feature_spec(data_config.max_seq_length, data_config.max_predictions_per_seq)
         sizes = check_files_not_empty(self.paths)
         self.vocab_size = vocab_size  # token ids are checked against it (None: not checked)
-        _check_first_record(self.paths[0], self.spec, vocab_size)
+        # Every file's first record, not the first file's only: a glob over phase-1 (128/20) and
+        # phase-2 (512/76) files would fail only when training reached the other kind.
+        with futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda path: _check_first_record(path, self.spec, vocab_size), self.paths))
         self.batch_size = batch_size
         self.shuffle_buffer = data_config.instance_shuffle_buffer
         self.seed = data_config.seed if seed is None else seed

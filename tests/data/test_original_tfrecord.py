@@ -95,10 +95,17 @@ def test_resume_and_host_split(files):
             next(last.batches(start))
 
 
-def test_wrong_lengths_name_the_file_and_key(files):
+def test_wrong_lengths_name_the_file_and_key(files, tmp_path):
     with pytest.raises(ValueError, match=f"{files[0]}: feature 'input_ids' has {SEQ} values.*max_seq_length"):
         original_tfrecord.OriginalTFRecordPipeline(data_config(max_seq_length=32), paths=files,
                                                                batch_size=4)
+    # A file of another phase's lengths among them is named at the start, not when training
+    # reaches it as a "corrupt or truncated" file (a review).
+    write_original(str(tmp_path / "phase2.tfrecord"), 0, 5, seq=2 * SEQ, pred=PRED + 2)
+    with pytest.raises(ValueError, match=f"phase2.tfrecord: feature 'input_ids' has {2 * SEQ} values, the config "
+                                         f"expects {SEQ}"):
+        original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=[*files, str(tmp_path / "phase2.tfrecord")],
+                                                   batch_size=4)
 
 
 def test_records_that_are_not_examples_are_named(tmp_path):
@@ -124,9 +131,10 @@ def test_token_ids_beyond_the_vocabulary_are_refused(files):
     of an id beyond the table gives NaN, and every step would be skipped as non-finite."""
     with pytest.raises(ValueError, match=f"{files[2]} holds token id 200, but the vocabulary .* has 150 tokens"):
         original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files[2:], batch_size=4, vocab_size=150)
-    pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=4, vocab_size=150)
-    with pytest.raises(ValueError, match=r"a record \(input_ids\) of .*original-0.tfrecord, .*original-1.tfrecord and "
-                                         r"1 more files holds token id 2\d\d, but the vocabulary"):
+    # Each file's first record is checked at the start; the rest as they are read.
+    pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files[:2], batch_size=4, vocab_size=110)
+    with pytest.raises(ValueError, match=r"a record \(input_ids\) of .*original-0.tfrecord, .*original-1.tfrecord "
+                                         r"holds token id 11\d, but the vocabulary"):
         for _ in pipeline.batches():
             pass
     whole = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=4, vocab_size=220)
