@@ -253,6 +253,30 @@ def test_other_settings_in_the_same_directory_are_refused(tmp_path):
         prepare.ensure_prepared(_config(tmp_path, eval_fraction=1.0), out)
 
 
+def test_a_corpus_edited_in_place_to_the_same_size_is_other_data(tmp_path):
+    """A prepared folder knew its files by path and byte range only: a corpus lower-cased in place
+    (the same size) was reused as it was, old text and all (a review). Each unit carries a sample
+    of its text; a folder prepared before units did is compared without it."""
+    _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+    out = tmp_path / "out"
+    prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
+    [corpus] = (tmp_path / "in").iterdir()
+    text = corpus.read_text()
+    os.utime(corpus)  # touched, the same text: reused
+    prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
+    corpus.write_text(text.lower())
+    assert len(text.lower().encode()) == len(text.encode())
+    with pytest.raises(ValueError, match=r"other settings \(units\[0\].content '[0-9a-f]{16}' there, '[0-9a-f]{16}' "
+                                         r"now\): delete it"):
+        prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
+    for name in ("metadata.json", "settings.json"):  # as a bertjax before the samples wrote them
+        saved = json.loads((out / name).read_text())
+        for unit in saved.get("settings", saved)["units"]:
+            unit.pop("content")
+        (out / name).write_text(json.dumps(saved))
+    prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
+
+
 @pytest.mark.parametrize("version, source, warned", [
     ("text_reader", "text", "was prepared by an earlier reader of text files (1)"),
     ("sentence_splitter", "jsonl", "was prepared by an earlier sentence splitter (1)")])
