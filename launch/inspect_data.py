@@ -114,8 +114,17 @@ _PREPARE_KEYS = ("source", "input_pattern", "text_key", "tfds_name", "tfds_split
 
 
 def default_workdir(data_config) -> str:
-    """<tmp>/bertjax_inspect/<hash of what decides the prepared data>: a folder per corpus."""
+    """<tmp>/bertjax_inspect/<hash of what decides the prepared data>: a folder per corpus, and
+    per state of its files and vocabulary (an edit since makes another, where a folder kept for
+    the pattern's name alone would be refused as prepared with other settings)."""
+    from bertjax.data import sources
+
     settings = {key: data_config[key] for key in _PREPARE_KEYS}
+    if data_config.source in ("text", "jsonl", "parquet"):
+        units = sources.list_units(data_config)
+        settings.update(units=units, content=sources.content_samples(units))
+    if data_config.vocab_path:
+        settings["vocabulary"] = fileio.content_hash(data_config.vocab_path)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return os.path.join(tempfile.gettempdir(), "bertjax_inspect", digest)
 

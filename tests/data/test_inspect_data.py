@@ -28,12 +28,18 @@ def test_render_and_statistics(tmp_path):
     assert stats["NSP random (label 1)"] == f"{np.mean(batch['next_sentence_labels']):.1%}"
 
 
-def test_each_corpus_gets_its_own_default_folder():
+def test_each_corpus_gets_its_own_default_folder(tmp_path):
+    """... and each state of its files: a corpus edited since its last inspection was refused
+    as 'prepared with other settings', naming a temporary folder the user never chose (a review)."""
     demo, text, masked = (pretrain.get_config("tiny").data for _ in range(3))
-    text.update(dict(source="text", input_pattern="/data/*.txt"))
+    (tmp_path / "a.txt").write_text("One sentence.\nTwo sentences.\n")
+    text.update(dict(source="text", input_pattern=str(tmp_path / "*.txt")))
     masked.update(dict(masked_lm_prob=0.2, max_seq_length=64))  # applied online: the same prepared data
     assert inspect_data.default_workdir(demo) == inspect_data.default_workdir(masked)
-    assert inspect_data.default_workdir(demo) != inspect_data.default_workdir(text)
+    before = inspect_data.default_workdir(text)
+    assert inspect_data.default_workdir(demo) != before
+    (tmp_path / "a.txt").write_text("ONE sentence.\nTwo sentences.\n")  # the same size
+    assert inspect_data.default_workdir(text) != before
 
 
 def test_packed_rows_count_nsp_over_their_real_pairs(tmp_path):
