@@ -447,9 +447,11 @@ _KEY_CHECK_ROWS = 100  # rows of the first JSONL file in which config.data.text_
 
 def _check_jsonl_key(path: str, text_key: str) -> None:
     """ValueError when none of the first _KEY_CHECK_ROWS rows (JSON objects) of `path` has
-    `text_key`: a misspelt key would otherwise drop every row of the corpus, found only after
-    a whole pass. Lines that are not such rows are left to the reader's counted drops."""
+    `text_key` holding a string: a misspelt key, or one of a list or an object, would otherwise
+    drop every row of the corpus, found only after a whole pass. Lines that are not such rows,
+    and null texts, are left to the reader's counted drops."""
     seen: set[str] = set()
+    kinds: set[str] = set()  # what the key holds where it is not text
     rows = 0
     with fileio.open_file(path, "rb") as f:
         for raw in itertools.islice(f, 10 * _KEY_CHECK_ROWS):
@@ -458,13 +460,18 @@ def _check_jsonl_key(path: str, text_key: str) -> None:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
             if isinstance(row, dict):
-                if text_key in row:
+                if isinstance(row.get(text_key), str):
                     return
+                if row.get(text_key) is not None:
+                    kinds.add(type(row[text_key]).__name__)
                 seen.update(row)
                 rows += 1
                 if rows == _KEY_CHECK_ROWS:
                     break
-    if rows:
+    if kinds:
+        raise ValueError(f"{path}: the key {text_key!r} (config.data.text_key) of its first {rows} rows holds "
+                         f"{' and '.join(sorted(kinds))}, never text")
+    if rows and text_key not in seen:
         raise ValueError(f"{path}: none of its first {rows} rows has the key {text_key!r} (config.data.text_key); "
                          f"they have {sorted(seen)[:20]}")
 

@@ -68,21 +68,27 @@ def test_bad_jsonl_rows_are_counted_and_logged_with_file_and_line(tmp_path, capl
 def test_a_misspelt_jsonl_key_is_refused_before_anything_is_read_or_written(tmp_path):
     """text_key=text on rows keyed "content" read the whole corpus, dropped every row, then
     left a prepared folder whose settings refused the corrected key, the difference cut off
-    in the message (a review). The first rows are checked up front, naming the file and key;
-    a folder prepared with other settings names the very field that differs."""
-    rows = [{"content": f"Row {i} one. Row {i} two.", "id": i} for i in range(50)]
+    in the message (a review). The first rows are checked up front, naming the file and key (and
+    a key that holds no text: another review); a folder prepared with other settings names the
+    very field that differs."""
+    rows = [{"content": f"Row {i} one. Row {i} two.", "id": i, "title": f"Title {i}."} for i in range(50)]
     (tmp_path / "c.jsonl").write_text("not json\n" + "".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "out"
     with pytest.raises(ValueError, match=r"c.jsonl: none of its first 50 rows has the key 'text' "
-                                         r"\(config.data.text_key\); they have \['content', 'id'\]"):
+                                         r"\(config.data.text_key\); they have \['content', 'id', 'title'\]"):
         prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl"), str(out), num_workers=1)
     assert not out.exists()
     prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl", text_key="content", eval_fraction=0.0),
                             str(out), num_workers=1)
     with pytest.raises(ValueError, match=r"holds data prepared with other settings \(units\[0\]\.text_key "
-                                         r"'content' there, 'id' now\)"):
-        prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl", text_key="id", eval_fraction=0.0), str(out),
-                                num_workers=1)
+                                         r"'content' there, 'title' now\)"):
+        prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl", text_key="title", eval_fraction=0.0),
+                                str(out), num_workers=1)
+    with pytest.raises(ValueError, match=r"c.jsonl: the key 'id' \(config.data.text_key\) of its first 50 rows holds "
+                                         r"int, never text"):
+        prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl", text_key="id", eval_fraction=0.0),
+                                str(tmp_path / "by_id"), num_workers=1)
+    assert not (tmp_path / "by_id").exists()
 
 
 @pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
