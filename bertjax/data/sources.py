@@ -217,6 +217,9 @@ def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files
         if not matches:
             raise FileNotFoundError(f"{key}: {pattern!r} matches no file")
         for path in matches:
+            if not fileio.is_remote(path) and os.path.isdir(path):  # read as a file: "[Errno 21] Is a directory"
+                raise ValueError(f"{key}: {pattern!r} matches the folder {path}; give globs of files ("
+                                 f"{os.path.join(path, '*')})")
             paths.setdefault(path if fileio.is_remote(path) else os.path.realpath(path), path)
     if not paths:
         raise ValueError(f"{key} is empty; give comma-separated globs of {files}")

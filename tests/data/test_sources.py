@@ -88,6 +88,10 @@ def test_a_file_named_twice_is_read_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert sources.expand_patterns(f"corpus/*.txt,./corpus/x.txt,{tmp_path}/corpus/x.txt,link.txt") == [
         "corpus/x.txt", "corpus/y.txt"]
+    # A folder among the matches (a review: "[Errno 21] Is a directory" from deep in the reader).
+    with pytest.raises(ValueError, match=r"input_pattern: '\*' matches the folder corpus; give globs of files "
+                                         r"\(corpus/\*\)"):
+        sources.expand_patterns("*")
 
 
 def test_a_compressed_or_binary_file_is_refused_by_name(tmp_path):
