@@ -239,8 +239,9 @@ _NOT_TEXT = {b"\x1f\x8b": "gzip-compressed", b"BZh": "bzip2-compressed", b"\x28\
 
 def check_text_files(units: list[dict], source: str) -> None:
     """Before a text or JSONL corpus is prepared: ValueError naming a file whose first bytes say
-    it is compressed or binary, or (text) that its lines end in a carriage return alone; a warning when a `source` "text" corpus's first line is a JSON
-    object (a JSONL file: each row would be a sentence of JSON syntax)."""
+    it is compressed or binary, or (text) that its lines end in a carriage return alone; a
+    warning when a `source` "text" corpus's first line is a JSON object (a JSONL file: each row
+    would be a sentence of JSON syntax)."""
     paths = sorted({unit.get("path") or unit.get("jsonl") for unit in units} - {None})
     for number, path in enumerate(paths):
         with fileio.open_file(path, "rb") as f:
