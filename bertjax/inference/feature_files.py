@@ -294,9 +294,9 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
 
 def _first_truncated(output: str, manifests: list[dict[str, Any]]) -> int | None:
     """The first example the folder's written shards hold cut to max_seq_length (its 0-based
-    number in the input), or None; only shards whose manifests count one are read, and only
-    their flags."""
-    if not any(manifest["truncated"] for manifest in manifests):
+    number in the input), or None. Shards are opened only when a manifest counts one, and then
+    in input order up to it, each for its flags alone."""
+    if not any(manifest.get("truncated") for manifest in manifests):
         return None
     shards = {shard["file"]: shard for manifest in manifests for shard in manifest["shards"]}
     for shard in sorted(shards.values(), key=lambda shard: shard["first"]):
