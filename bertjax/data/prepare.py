@@ -198,8 +198,8 @@ def _prepared_already(output_dir: str, settings: dict) -> dict:
 
 
 def _without_unsampled_content(found: dict, settings: dict) -> dict:
-    """`settings` as a folder prepared before units carried a sample of their text records
-    them (compared without it: their text cannot be checked)."""
+    """`settings` without the units' text samples where `found` has none (a folder prepared
+    before units carried them): such a folder is compared by its files' paths and ranges."""
     if any("content" in unit for unit in found.get("units", [])):
         return settings
     return {**settings, "units": [{key: value for key, value in unit.items() if key != "content"}
