@@ -48,13 +48,12 @@ def check_reused_head(source: model_source.ModelSource, task_info: dict) -> None
     in another order: each of its rows would answer another label, silently (a regression head
     and a multiple-choice scorer are both one output a row, so their shapes agree)."""
     def kind(info: dict) -> str | None:
-        family = info.get("family")
-        regression = family == "classification" and info.get("label_names") is None
-        return "a regression" if regression else family and f"a {family}"
+        family = tasks.FAMILIES.get(info.get("family"))
+        return family and family.head_kind(info)
 
     if kind(source.task_info) and kind(task_info) and kind(source.task_info) != kind(task_info):
-        raise ValueError(f"config.reuse_head: {source.path}'s head is {kind(source.task_info)} head, this run's task "
-                         f"({task_info['family']}) needs {kind(task_info)} one; fine-tune a new head "
+        raise ValueError(f"config.reuse_head: {source.path}'s head is a {kind(source.task_info)} head, this run's "
+                         f"task ({task_info['family']}) needs a {kind(task_info)} one; fine-tune a new head "
                          "(config.reuse_head=False)")
     theirs, ours = source.task_info.get("label_names"), task_info.get("label_names")
     if theirs is None or ours is None or list(theirs) == list(ours):

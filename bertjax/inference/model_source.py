@@ -159,8 +159,9 @@ class ModelSource:
         """A ValueError (naming `given`, ending in `remedy`) when `tokenizer` is not the
         vocabulary the model comes with: a bertjax run's by its recorded hash (tokens and
         casing); a release's (Hugging Face, Google's TF), which records none, token by token,
-        since one of its size but other tokens would give other ids. Nothing to compare for a
-        model that names no vocabulary."""
+        since one of its size but other tokens would give other ids (one of another size is left
+        to the callers' size check, which names both). Nothing to compare for a model that names
+        no vocabulary."""
         saved = self.tokenizer_spec
         if not saved or not saved.get("path"):
             return
@@ -170,13 +171,12 @@ class ModelSource:
                                  f"do_lower_case={saved.get('do_lower_case')}); {remedy}")
             return
         own = tokenization.load_tokenizer(saved["kind"], saved["path"], saved.get("do_lower_case"))
-        size = min(own.vocab_size, tokenizer.vocab_size)
-        differ = next((i for i in range(size) if own.id_to_token(i) != tokenizer.id_to_token(i)), None)
-        if differ is not None or own.vocab_size != tokenizer.vocab_size:
-            where = (f"id {differ} is {own.id_to_token(differ)!r} there, {tokenizer.id_to_token(differ)!r} here"
-                     if differ is not None else f"{own.vocab_size} tokens there, {tokenizer.vocab_size} here")
-            raise ValueError(f"{given} is not the vocabulary {self.path} comes with ({saved['path']}: {where}); "
-                             f"{remedy}")
+        if own.vocab_size != tokenizer.vocab_size:  # the sizes' own check names them
+            return
+        differ = next((i for i in range(own.vocab_size) if own.id_to_token(i) != tokenizer.id_to_token(i)), None)
+        if differ is not None:
+            raise ValueError(f"{given} is not the vocabulary {self.path} comes with ({saved['path']}: id {differ} is "
+                             f"{own.id_to_token(differ)!r} there, {tokenizer.id_to_token(differ)!r} here); {remedy}")
 
 
 def resolve(path: str | ModelSource) -> ModelSource:

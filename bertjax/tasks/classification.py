@@ -436,6 +436,9 @@ class ClassificationFamily(Family):
             info["multi_label"] = True
         return ("regression" if regression else "classification"), info
 
+    def head_kind(self, task_info):
+        return "regression" if task_info.get("label_names") is None else self.name
+
     def hf_config_keys(self, task_info):
         return {"problem_type": "multi_label_classification"} if task_info.get("multi_label") else {}
 

@@ -57,6 +57,11 @@ class Family:
         """A Hugging Face `config.json` of `hf_architecture` -> (task name, task_info)."""
         return self.own_file_tasks[0], {"family": self.name}
 
+    def head_kind(self, task_info: dict) -> str:
+        """What a trained head of this family answers, for refusing one reused by another kind
+        of task (config.reuse_head): the family's name."""
+        return self.name
+
     def hf_config_keys(self, task_info: dict) -> dict:
         """The `config.json` keys (besides the labels) that `task_info_from_hf` reads back."""
         return {}
