@@ -61,7 +61,7 @@ def bertjax_forward(path: str, precision: str):
 
     source = model_source.resolve(path)
     bert = engine.inference_config(source.bert, precision)
-    params = jax.tree.map(np.asarray, source.load_params())["bert"]
+    params = engine.encoder_kernels_rounded(bert, jax.tree.map(jax.numpy.asarray, source.load_params()))["bert"]
     encoder = BertEncoder(bert)
     apply = jax.jit(lambda p, ids: encoder.apply({"params": p}, ids, None, jax.numpy.ones_like(ids))[0])
 

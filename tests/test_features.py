@@ -110,6 +110,32 @@ def test_a_bilstm_head_initialises_in_16_bit_parameters():
         np.testing.assert_allclose(kernel @ kernel.T, np.eye(8), atol=0.03)  # still orthogonal
 
 
+def test_only_kernels_of_bfloat16_products_are_stored_rounded():
+    """kernels_in_bfloat16 over a BiLSTM tagger with bfloat16 products: the encoder's dense
+    kernels (and the pooler's) become bfloat16 and the outputs stay the same; the LSTM's kernels and the float32
+    logits layer, read by float32 products, keep their float32 values, as every other leaf."""
+    from bertjax.models import BertConfig, BertForTokenClassification, primitives
+
+    config = BertConfig(**TINY, tagging_head="bilstm", lstm_hidden_size=8, matmul_precision="bfloat16")
+    inputs = _inputs()
+    model = BertForTokenClassification(config, num_labels=5)
+    params = nn.unbox(model.init(jax.random.key(0), *inputs)["params"])
+    stored = primitives.kernels_in_bfloat16(model, params, *inputs)
+    names = lambda path: tuple(entry.key for entry in path)
+    rounded = {names(path) for path, leaf in jax.tree_util.tree_leaves_with_path(stored) if leaf.dtype == jnp.bfloat16}
+    assert rounded == {("bert", "encoder", f"layer_{i}", *dense, "kernel") for i in range(TINY["num_hidden_layers"])
+                       for dense in (("attention", "query"), ("attention", "key"), ("attention", "value"),
+                                     ("attention", "output"), ("intermediate",), ("output",))} | {
+        ("bert", "pooler", "kernel")}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(stored):
+        if names(path) not in rounded:
+            original = params
+            for name in names(path):
+                original = original[name]
+            assert leaf is original, names(path)
+    np.testing.assert_array_equal(model.apply({"params": stored}, *inputs), model.apply({"params": params}, *inputs))
+
+
 def test_bilstm_tagging_head_runs_over_the_real_tokens_only():
     """A row's logits do not depend on its padding (the backward LSTM starts at its last real
     token); two layers of forward/backward cells under "bilstm"."""

@@ -54,6 +54,28 @@ def test_bfloat16_products_keep_the_features_close_to_float32(minilm):
         assert np.abs(a - b).max() > 1e-4
 
 
+def test_bfloat16_products_run_with_the_encoder_kernels_rounded_once(minilm):
+    """With bfloat16 products on a CPU the batches read the encoder's dense kernels stored in
+    bfloat16 (rounded once at load instead of every batch): the same features as rounding
+    them each call, while `params` (digests, the SavedModel) stay the loaded float32 ones."""
+    import jax
+    import jax.numpy as jnp
+
+    import bertjax
+
+    fast = bertjax.load_model(MINILM_DIR, max_seq_length=64, batch_size=3, precision="bfloat16")
+    kernels = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(fast._run_params["bert"])
+               if path[-1].key == "kernel"]
+    assert kernels and all(kernel.dtype == jnp.bfloat16 for kernel in kernels)
+    assert all(leaf.dtype == np.float32 for leaf in jax.tree_util.tree_leaves(fast.params))
+    texts = ["the quick brown fox jumps over the lazy dog", "a short one"]
+    once = fast.features(texts)
+    fast._run_params = fast._params  # the float32 kernels, rounded by every product
+    for a, b in zip(once, fast.features(texts)):
+        np.testing.assert_array_equal(a["values"], b["values"])
+    assert minilm._run_params is minilm._params  # float32 products: nothing rounded, nothing copied
+
+
 def test_float32_programs_are_traced_at_float32_precision_wherever_they_run(minilm):
     """JAX's default precision lets a TPU multiply float32 operands in one bfloat16 pass and a
     GPU in TF32: a model loaded with precision="float32" traces its programs at "float32"; the

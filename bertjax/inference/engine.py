@@ -85,6 +85,7 @@ class Model:
         self.buckets = inference_buckets(max_seq_length)
         replicated = NamedSharding(mesh, PartitionSpec())
         self._params = jax.device_put(params, replicated)
+        self._run_params = encoder_kernels_rounded(bert, self._params)  # shares every leaf it does not round
         self._compiled: dict[tuple, Callable] = {}
         self._replicated = replicated
 
@@ -126,7 +127,7 @@ class Model:
         """
         gathered = batching.InSplitOrder(split, sequence_outputs)
         for batch, real in batching.eval_batches(split, self.batch_size, self.buckets):
-            gathered.add(real, self._compiled_for(key, apply, batch)(self._params, batch))
+            gathered.add(real, self._compiled_for(key, apply, batch)(self._run_params, batch))
             if progress is not None:
                 progress(gathered.count)
         return gathered.arrays
@@ -331,6 +332,20 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     mesh = sharding.create_mesh(data=-1, devices=devices)
     params = jax.tree.map(np.asarray, source.load_params())
     return Model(source, params, tokenizer, bert, length, batch_size, mesh)
+
+
+def encoder_kernels_rounded(bert: BertConfig, params: dict[str, Any]) -> dict[str, Any]:
+    """The params the batches run with: `params` itself, or with bfloat16 products on a CPU
+    (`matmul_precision` "bfloat16") the encoder's dense kernels stored rounded to bfloat16
+    (`primitives.kernels_in_bfloat16`: the same numbers, without rounding them again every
+    batch). The heads keep theirs: their few outputs are float32 products, and small."""
+    if bert.matmul_precision != "bfloat16":
+        return params
+    from bertjax.models import BertEncoder, primitives
+
+    ids = np.zeros((1, 8), np.int32)
+    return {**params, "bert": primitives.kernels_in_bfloat16(BertEncoder(bert), params["bert"], ids, ids,
+                                                             np.ones_like(ids))}
 
 
 def inference_config(bert: BertConfig, precision: str, backend: str | None = None) -> BertConfig:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from bertjax.models import bf16_matmul
 from bertjax.models.config import BertConfig
@@ -81,6 +82,33 @@ def dot_over_rows(inputs: Array, kernel: Array, dimension_numbers: Any, precisio
         return over_rows(lambda rows: bf16_matmul.matmul(rows, kernel).astype(inputs.dtype), inputs)
     return over_rows(lambda rows: jax.lax.dot_general(rows, kernel, (((1,), (0,)), ((), ())), precision=precision,
                                                       preferred_element_type=preferred_element_type), inputs)
+
+
+def kernels_in_bfloat16(module: nn.Module, params: Any, *inputs: Any) -> Any:
+    """`params` with the kernel of every dense layer whose product rounds its operands to
+    bfloat16 (`dot_over_rows(bfloat16_operands=True)`) stored rounded; every other leaf as it is.
+
+    The same products (rounding is idempotent), without converting each float32 kernel again
+    on every call: inference's bfloat16 forward on a CPU spent 7-9% of its time there
+    (benchmarks/README.md#bfloat16-inference-on-amx). The layers are the ones
+    `module.apply({"params": params}, *inputs)` calls, found by tracing it for shapes only;
+    a kernel any other product reads (a head's float32 logits, an LSTM) stays float32."""
+    rounded = set()
+
+    def record(call, args, kwargs, context):
+        product = getattr(context.module, "dot_general", None)
+        if isinstance(context.module, nn.Dense) and getattr(product, "keywords", {}).get("bfloat16_operands"):
+            rounded.add(context.module.path)
+        return call(*args, **kwargs)
+
+    with nn.intercept_methods(record):
+        jax.eval_shape(lambda tree: module.apply({"params": tree}, *inputs), params)
+
+    def cast(path, leaf):
+        names = tuple(entry.key for entry in path)
+        return leaf.astype(jnp.bfloat16) if names[-1] == "kernel" and names[:-1] in rounded else leaf
+
+    return jax.tree_util.tree_map_with_path(cast, params)
 
 
 def over_rows(fn: Callable[[Array], Array], x: Array) -> Array:
