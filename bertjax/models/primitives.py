@@ -88,8 +88,8 @@ def kernels_in_bfloat16(module: nn.Module, params: Any, *inputs: Any) -> Any:
     """`params` with the kernel of every dense layer whose product rounds its operands to
     bfloat16 (`dot_over_rows(bfloat16_operands=True)`) stored rounded; every other leaf as it is.
 
-    The same products (rounding is idempotent), without converting each float32 kernel again
-    on every call: inference's bfloat16 forward on a CPU spent 7-9% of its time there
+    The same products (rounding is idempotent), without a conversion of each float32 kernel
+    on every call, which inference would otherwise repeat batch after batch
     (benchmarks/README.md#bfloat16-inference-on-amx). The layers are the ones
     `module.apply({"params": params}, *inputs)` calls, found by tracing it for shapes only;
     a kernel any other product reads (a head's float32 logits, an LSTM) stays float32."""
