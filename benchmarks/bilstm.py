@@ -40,6 +40,8 @@ def main():
     parser.add_argument("--features", type=int, default=1536, help="MiniLM's last four layers concatenated")
     parser.add_argument("--units", type=int, default=768, help="per direction (the BERT paper's Table 7)")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--matmul_precision", default="default", choices=["default", "bfloat16"],
+                        help="bertjax's input projections on bfloat16 operands (the default for training on AMX)")
     args = parser.parse_args()
 
     import flax.linen as nn
@@ -65,7 +67,8 @@ def main():
     lengths = jnp.asarray(rng.integers(s // 3, s + 1, b))
     mask = (jnp.arange(s)[None] < lengths[:, None]).astype(jnp.int32)
     config = BertConfig(vocab_size=8, hidden_size=64, num_hidden_layers=1, num_attention_heads=1,
-                        intermediate_size=64, tagging_head="bilstm", lstm_hidden_size=args.units)
+                        intermediate_size=64, tagging_head="bilstm", lstm_hidden_size=args.units,
+                        matmul_precision=args.matmul_precision)
     params = BiLSTM(config).init(jax.random.key(0), x, mask)["params"]
     forms = {"bertjax BiLSTM": lambda p, x: BiLSTM(config).apply({"params": p}, x, mask),
              "flax nn.Bidirectional": lambda p, x: FlaxBiLSTM().apply({"params": p}, x, lengths)}

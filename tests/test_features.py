@@ -136,6 +136,41 @@ def test_only_kernels_of_bfloat16_products_are_stored_rounded():
     np.testing.assert_array_equal(model.apply({"params": stored}, *inputs), model.apply({"params": params}, *inputs))
 
 
+def test_bilstm_input_projections_take_bfloat16_operands_with_bfloat16_products():
+    """matmul_precision="bfloat16": both directions' input projections of a layer are one
+    product of bfloat16 operands (forward and the kernel's gradient), as the dense layers'; the
+    recurrence stays float32. Outputs and gradients stay near the float32 head's."""
+    from bertjax.models import BertConfig
+    from bertjax.models.heads import BiLSTM
+
+    exact = BertConfig(**TINY, tagging_head="bilstm", lstm_hidden_size=8)
+    rounded = exact.replace(matmul_precision="bfloat16")
+    ids, _, mask = _inputs(real=(10, 6))
+    x = jax.random.normal(jax.random.key(2), (2, 10, 24))
+    params = BiLSTM(exact).init(jax.random.key(0), x, mask)["params"]
+    run = lambda config: lambda p: BiLSTM(config).apply({"params": p}, x, mask)
+    reference, out = run(exact)(params), run(rounded)(params)
+    assert 1e-5 < np.abs(out - reference).max() < 0.02
+    loss = lambda config: lambda p: jnp.sum(jnp.sin(run(config)(p)))
+    grads, reference_grads = jax.grad(loss(rounded))(params), jax.grad(loss(exact))(params)
+    for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(reference_grads)):
+        assert np.abs(a - b).max() <= 0.05 * np.abs(b).max() + 1e-6
+
+    def products(jaxpr):  # every dot_general, inside nested calls too
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                yield eqn
+            for value in eqn.params.values():
+                inner = getattr(value, "jaxpr", value)
+                if hasattr(inner, "eqns"):
+                    yield from products(inner)
+
+    found = list(products(jax.make_jaxpr(jax.grad(loss(rounded)))(params).jaxpr))
+    projections = [eqn for eqn in found if all(v.aval.ndim == 2 for v in eqn.invars)]  # the recurrence's are batched
+    assert len(projections) == 6  # each layer's product and its two gradients' (XLA drops layer 0's input one)
+    assert all(v.aval.dtype == jnp.bfloat16 for eqn in projections for v in eqn.invars)
+
+
 def test_bilstm_tagging_head_runs_over_the_real_tokens_only():
     """A row's logits do not depend on its padding (the backward LSTM starts at its last real
     token); two layers of forward/backward cells under "bilstm"."""

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax.models import bf16_matmul
 from bertjax.models.bert import BertEncoder, token_mean
 from bertjax.models.primitives import activation, dense, layer_norm
 from bertjax.models.config import BertConfig
@@ -101,6 +102,19 @@ class _Param(nn.Module):
         return self.param(name, init, shape, dtype)
 
 
+def _input_projection(config: BertConfig, x: Array, w_input: Array) -> Array:
+    """Both directions' input projections of every step, x [B, S, F] . w_input [2, F, G] ->
+    [2, B, S, G]. With bfloat16 products (matmul_precision) one [B S, F] x [F, 2 G] product of
+    `bf16_matmul`, as the dense layers multiply: the largest products of the head, where AMX
+    is fastest; the recurrence keeps its state's products in float32."""
+    if config.matmul_precision != "bfloat16":
+        return jnp.einsum("bsf,dfg->dbsg", x, w_input)
+    batch, length, features = x.shape
+    kernel = jnp.moveaxis(w_input, 0, 1).reshape(features, -1)  # [F, 2 G]: the directions side by side
+    rows = bf16_matmul.matmul(x.reshape(batch * length, features), kernel).astype(x.dtype)
+    return jnp.moveaxis(rows.reshape(batch, length, 2, -1), 2, 0)
+
+
 class BiLSTM(nn.Module):
     """Two bidirectional LSTM layers (`lstm_hidden_size` units per direction):
     <dtype>[B, S, F] and attention_mask <int>[B, S] -> <dtype>[B, S, 2 x units].
@@ -131,7 +145,7 @@ class BiLSTM(nn.Module):
             weights = [_LSTMWeights(units, config.param_dtype, name=f"{direction}_{i}")(x.shape[-1])
                        for direction in ("forward", "backward")]
             w_input, w_recurrent, bias = (jnp.stack(w).astype(config.dtype) for w in zip(*weights))
-            projected = jnp.einsum("bsf,dfg->dbsg", x.astype(config.dtype), w_input) + bias[:, None, None]
+            projected = _input_projection(config, x.astype(config.dtype), w_input) + bias[:, None, None]
             projected = jnp.stack([projected[0], jnp.take_along_axis(projected[1], reverse, axis=1)])
             hidden = lstm_recurrence(jnp.moveaxis(projected, 2, 0), w_recurrent, real.T)
             hidden = jnp.moveaxis(hidden, 0, 2).astype(config.dtype)     # [2, B, S, U]
