@@ -156,16 +156,9 @@ def test_bilstm_input_projections_take_bfloat16_operands_with_bfloat16_products(
     for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(reference_grads)):
         assert np.abs(a - b).max() <= 0.05 * np.abs(b).max() + 1e-6
 
-    def products(jaxpr):  # every dot_general, inside nested calls too
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "dot_general":
-                yield eqn
-            for value in eqn.params.values():
-                inner = getattr(value, "jaxpr", value)
-                if hasattr(inner, "eqns"):
-                    yield from products(inner)
+    from models.test_bert import _dot_generals
 
-    found = list(products(jax.make_jaxpr(jax.grad(loss(rounded)))(params).jaxpr))
+    found = list(_dot_generals(jax.make_jaxpr(jax.grad(loss(rounded)))(params).jaxpr))
     projections = [eqn for eqn in found if all(v.aval.ndim == 2 for v in eqn.invars)]  # the recurrence's are batched
     assert len(projections) == 6  # each layer's product and its two gradients' (XLA drops layer 0's input one)
     assert all(v.aval.dtype == jnp.bfloat16 for eqn in projections for v in eqn.invars)
