@@ -11,9 +11,9 @@ and [rows, I] x [I, H] (the feed-forward), and 2,048^3. Precisions: float32; bfl
 with float32 sums, as bertjax's `bf16_matmul` multiplies (`precision="bfloat16"` on a CPU)
 against PyTorch's `torch.nn.functional.linear` under `torch.autocast("cpu", dtype=torch.bfloat16)`
 (bfloat16 result); both convert their float32 operands on every call, as a forward does (a
-column gives XLA's kernel alone, on operands already in bfloat16). Median of --repeats calls after 3 untimed ones; the result buffers are
-reused on both sides (XLA's freshly allocated outputs would otherwise add page faults: see
-benchmarks/README.md#host-memory-in-inference).
+column gives XLA's kernel alone, on operands already in bfloat16). Median of --repeats calls
+after 3 untimed ones; the result buffers are reused on both sides (XLA's freshly allocated
+outputs would otherwise add page faults: see benchmarks/README.md#host-memory-in-inference).
 """
 
 import argparse

@@ -112,8 +112,9 @@ def test_a_bilstm_head_initialises_in_16_bit_parameters():
 
 def test_only_kernels_of_bfloat16_products_are_stored_rounded():
     """kernels_in_bfloat16 over a BiLSTM tagger with bfloat16 products: the encoder's dense
-    kernels (and the pooler's) become bfloat16 and the outputs stay the same; the LSTM's kernels and the float32
-    logits layer, read by float32 products, keep their float32 values, as every other leaf."""
+    kernels (and the pooler's) become bfloat16 and the outputs stay the same; the LSTM's
+    kernels (not nn.Dense layers) and the float32 logits layer stay as they are, as every
+    other leaf."""
     from bertjax.models import BertConfig, BertForTokenClassification, primitives
 
     config = BertConfig(**TINY, tagging_head="bilstm", lstm_hidden_size=8, matmul_precision="bfloat16")
@@ -145,7 +146,7 @@ def test_bilstm_input_projections_take_bfloat16_operands_with_bfloat16_products(
 
     exact = BertConfig(**TINY, tagging_head="bilstm", lstm_hidden_size=8)
     rounded = exact.replace(matmul_precision="bfloat16")
-    ids, _, mask = _inputs(real=(10, 6))
+    mask = _inputs(real=(10, 6))[2]
     x = jax.random.normal(jax.random.key(2), (2, 10, 24))
     params = BiLSTM(exact).init(jax.random.key(0), x, mask)["params"]
     run = lambda config: lambda p: BiLSTM(config).apply({"params": p}, x, mask)

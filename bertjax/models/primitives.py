@@ -92,7 +92,8 @@ def kernels_in_bfloat16(module: nn.Module, params: Any, *inputs: Any) -> Any:
     on every call, which inference would otherwise repeat batch after batch
     (benchmarks/README.md#bfloat16-inference-on-amx). The layers are the ones
     `module.apply({"params": params}, *inputs)` calls, found by tracing it for shapes only;
-    a kernel any other product reads (a head's float32 logits, an LSTM) stays float32."""
+    any other kernel (a head's float32 logits layer, an LSTM's, stacked per layer before its
+    products) stays as it is."""
     rounded = set()
 
     def record(call, args, kwargs, context):
