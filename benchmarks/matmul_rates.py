@@ -12,7 +12,7 @@ with float32 sums, as bertjax's `bf16_matmul` multiplies (`precision="bfloat16"`
 against PyTorch's `torch.nn.functional.linear` under `torch.autocast("cpu", dtype=torch.bfloat16)`
 (bfloat16 result); both convert their float32 operands on every call, as a forward does (a
 column gives XLA's kernel alone, on operands already in bfloat16). Median of --repeats calls
-after 3 untimed ones; the result buffers are reused on both sides (XLA's freshly allocated
+after 2 untimed ones; the result buffers are reused on both sides (XLA's freshly allocated
 outputs would otherwise add page faults: see benchmarks/README.md#host-memory-in-inference).
 """
 
@@ -21,10 +21,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from encoder_forward import median_seconds  # noqa: E402  (two untimed calls, then the median)
 ROWS = 32 * 128
 MODELS = {"minilm": (384, 1536, 6), "base": (768, 3072, 12)}  # hidden, intermediate, layers
 
@@ -38,17 +40,6 @@ def shapes() -> list[tuple[str, int, int, int]]:
     return out
 
 
-def median_seconds(call, repeats: int) -> float:
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - began)
-    return sorted(times)[len(times) // 2]
-
-
 def jax_side(repeats: int) -> dict[str, float]:
     """{"<label> <precision>": seconds} for XLA:CPU."""
     import jax
@@ -57,7 +48,7 @@ def jax_side(repeats: int) -> dict[str, float]:
 
     from bertjax.models import bf16_matmul
 
-    products = {"float32": jax.jit(lambda x, w: x @ w, donate_argnums=()),
+    products = {"float32": jax.jit(lambda x, w: x @ w),
                 "bfloat16": jax.jit(bf16_matmul.matmul)}
     results = {}
     for label, m, k, n in shapes():
