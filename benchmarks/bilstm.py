@@ -41,7 +41,7 @@ def main():
     parser.add_argument("--units", type=int, default=768, help="per direction (the BERT paper's Table 7)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--matmul_precision", default="default", choices=["default", "bfloat16"],
-                        help="bertjax's input projections on bfloat16 operands (the default for training on AMX)")
+                        help="bertjax's products on bfloat16 operands (the default for training on AMX)")
     args = parser.parse_args()
 
     import flax.linen as nn

@@ -137,10 +137,10 @@ def test_only_kernels_of_bfloat16_products_are_stored_rounded():
     np.testing.assert_array_equal(model.apply({"params": stored}, *inputs), model.apply({"params": params}, *inputs))
 
 
-def test_bilstm_input_projections_take_bfloat16_operands_with_bfloat16_products():
+def test_bilstm_products_take_bfloat16_operands_with_bfloat16_products():
     """matmul_precision="bfloat16": both directions' input projections of a layer are one
-    product of bfloat16 operands (forward and the kernel's gradient), as the dense layers'; the
-    recurrence stays float32. Outputs and gradients stay near the float32 head's."""
+    product of bfloat16 operands (forward and the kernel's gradient), as the dense layers', and
+    so are the recurrence's products. Outputs and gradients stay near the float32 head's."""
     from bertjax.models import BertConfig
     from bertjax.models.heads import BiLSTM
 
@@ -162,7 +162,8 @@ def test_bilstm_input_projections_take_bfloat16_operands_with_bfloat16_products(
     found = list(_dot_generals(jax.make_jaxpr(jax.grad(loss(rounded)))(params).jaxpr))
     projections = [eqn for eqn in found if all(v.aval.ndim == 2 for v in eqn.invars)]  # the recurrence's are batched
     assert len(projections) == 6  # each layer's product and its two gradients' (XLA drops layer 0's input one)
-    assert all(v.aval.dtype == jnp.bfloat16 for eqn in projections for v in eqn.invars)
+    assert len(found) == 12  # and each layer's forward step, backward step and recurrent weights' gradient
+    assert all(v.aval.dtype == jnp.bfloat16 for eqn in found for v in eqn.invars)
 
 
 def test_bilstm_tagging_head_runs_over_the_real_tokens_only():

@@ -63,7 +63,7 @@ class BertConfig:
     `hidden_act`: "gelu" is the exact erf form (Hugging Face parity), "gelu_tanh" the
     original TF release's approximation. `dtype` is the compute dtype, `param_dtype`
     the stored (master) dtype. `matmul_precision` "bfloat16": the dense layers (and the
-    BiLSTM head's input projections) multiply bfloat16-rounded operands and accumulate in
+    BiLSTM head's products) multiply bfloat16-rounded operands and accumulate in
     float32 (what a TPU does with float32
     operands by default; on a CPU with AMX-BF16 about 3x faster than float32, see
     bertjax.models.bf16_matmul); "default": the products in `dtype`, as XLA does them.

@@ -106,13 +106,19 @@ def _input_projection(config: BertConfig, x: Array, w_input: Array) -> Array:
     """Both directions' input projections of every step, x [B, S, F] . w_input [2, F, G] ->
     [2, B, S, G]. With bfloat16 products (matmul_precision) one [B S, F] x [F, 2 G] product of
     `bf16_matmul`, as the dense layers multiply: the largest products of the head, where AMX
-    is fastest; the recurrence keeps its state's products in float32."""
+    is fastest."""
     if config.matmul_precision != "bfloat16":
         return jnp.einsum("bsf,dfg->dbsg", x, w_input)
     batch, length, features = x.shape
     kernel = jnp.moveaxis(w_input, 0, 1).reshape(features, -1)  # [F, 2 G]: the directions side by side
     rows = bf16_matmul.matmul(x.reshape(batch * length, features), kernel).astype(x.dtype)
     return jnp.moveaxis(rows.reshape(batch, length, 2, -1), 2, 0)
+
+
+def _recurrent_product_dtype(config: BertConfig) -> str:
+    """The recurrence's product operands: bfloat16 where the dense layers' are (matmul_precision),
+    else the compute dtype."""
+    return "bfloat16" if config.matmul_precision == "bfloat16" else config.dtype
 
 
 class BiLSTM(nn.Module):
@@ -147,7 +153,8 @@ class BiLSTM(nn.Module):
             w_input, w_recurrent, bias = (jnp.stack(w).astype(config.dtype) for w in zip(*weights))
             projected = _input_projection(config, x.astype(config.dtype), w_input) + bias[:, None, None]
             projected = jnp.stack([projected[0], jnp.take_along_axis(projected[1], reverse, axis=1)])
-            hidden = lstm_recurrence(jnp.moveaxis(projected, 2, 0), w_recurrent, real.T)
+            hidden = lstm_recurrence(jnp.moveaxis(projected, 2, 0), w_recurrent, real.T,
+                                     _recurrent_product_dtype(config))
             hidden = jnp.moveaxis(hidden, 0, 2).astype(config.dtype)     # [2, B, S, U]
             x = jnp.concatenate([hidden[0], jnp.take_along_axis(hidden[1], reverse, axis=1)], axis=-1)
         return x
