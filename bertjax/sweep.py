@@ -3,9 +3,11 @@ fine-tuning run per point, each in WORKDIR/sweep/<values> and resumable; the bes
 task's main metric first.
 
 A WORKDIR holds one sweep's settings (WORKDIR/sweep_settings.json: everything but the grid
-and where or how often things happen): a rerun with other settings is refused, since its
-finished runs would be reported as the new settings' results. A finished run's row
-(WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun without loading the run again.
+and where or how often things happen): a rerun with other settings is refused once a run has
+trained under them, since its results (or its checkpoints, resumed) would be reported as the
+new settings'. A finished run's row (WORKDIR/sweep/<values>/sweep_row.json) is reused by a
+rerun without loading the run again, unless the rerun names another data.test_file: then the
+run writes its predictions for it, as a finished fine-tuning run relaunched does.
 """
 
 from __future__ import annotations
@@ -64,20 +66,43 @@ def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml
                              f"sweep_epochs): {e}") from None
 
 
+def _trained_before(workdir: str) -> str | None:
+    """What runs of the sweep in WORKDIR trained, if any did: a finished run's row, an evaluated
+    row of a run that failed later (diverged), or a run's checkpoints (it would resume)."""
+    runs = fileio.join(fileio.escape(workdir), "sweep", "*")
+    if fileio.glob(fileio.join(runs, ROW_FILE)):
+        return "its finished runs"
+    results_file = fileio.join(workdir, "sweep_results.json")
+    if fileio.exists(results_file) and any(row.get("best_step") is not None for row in fileio.read_json(results_file)):
+        return "its evaluated runs"
+    if any(run_config.own_checkpoints(run_dir) for run_dir in fileio.glob(runs)):
+        return "its runs' checkpoints (resumed)"
+    return None
+
+
 def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """ValueError when WORKDIR holds finished runs of a sweep with other settings than
+    """ValueError when WORKDIR holds trained runs of a sweep with other settings than
     `config`'s (the grid and operational settings aside; settings a newer bertjax added are
     not compared); else records these settings there (process 0): a sweep none of whose
-    runs finished (a typo fixed) takes the new ones."""
+    runs trained (a typo fixed) takes the new ones, and its failed runs' rows are dropped."""
     path = fileio.join(workdir, SETTINGS_FILE)
-    if fileio.exists(path) and fileio.glob(fileio.join(fileio.escape(workdir), "sweep", "*", ROW_FILE)):
-        changes = run_config.changed_settings(fileio.read_json(path), config.to_dict(), left_out=_RERUN_MAY_CHANGE,
-                                              saved_keys_only=True)
-        if changes:
-            raise ValueError(f"{workdir} holds a sweep with other settings ({run_config.first_changes(changes)}): "
-                             f"its finished runs would be reported as this one's; give a new workdir, or the "
-                             f"settings of {path}")
-    elif jax.process_index() == 0:
+    changes = fileio.exists(path) and run_config.changed_settings(
+        fileio.read_json(path), config.to_dict(), left_out=_RERUN_MAY_CHANGE, saved_keys_only=True)
+    if not changes:
+        if not fileio.exists(path) and jax.process_index() == 0:
+            fileio.write_json(path, json.loads(json.dumps(config.to_dict())))
+        return
+    trained = _trained_before(workdir)
+    if trained:
+        raise ValueError(f"{workdir} holds a sweep with other settings ({run_config.first_changes(changes)}): "
+                         f"{trained} would be reported as this one's; give a new workdir, or the "
+                         f"settings of {path}")
+    if jax.process_index() == 0:
+        results_file = fileio.join(workdir, "sweep_results.json")
+        if fileio.exists(results_file):  # failures under the old settings, none of them this sweep's
+            log.warning("the sweep's settings changed (%s) before any run trained: the failed runs' rows in %s are "
+                        "dropped", run_config.first_changes(changes), results_file)
+            fileio.remove(results_file)
         fileio.write_json(path, json.loads(json.dumps(config.to_dict())))
 
 
@@ -136,8 +161,9 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
 def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
              ) -> tuple[list[dict[str, Any]], str | None]:
     """Fine-tunes each (name, config) of `runs` in WORKDIR/sweep/<name> (a finished one's row
-    read back), writing the rows so far after each, with those of grid points run by earlier
-    invocations: (the rows, the main metric's column; None when no run evaluated)."""
+    read back, or for another test file its predictions written), writing the rows so far
+    after each, with those of grid points run by earlier invocations: (the rows, the main
+    metric's column; None when no run evaluated)."""
     results_file = fileio.join(workdir, "sweep_results.json")
     names = {name for name, _ in runs}
     earlier = [row for row in (fileio.read_json(results_file) if fileio.exists(results_file) else [])
@@ -145,12 +171,16 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
     results, metric = list(earlier), None
     for name, run in runs:
         run_dir = fileio.join(workdir, "sweep", name)
-        if fileio.exists(fileio.join(run_dir, ROW_FILE)):
-            finished = fileio.read_json(fileio.join(run_dir, ROW_FILE))
+        row_file = fileio.join(run_dir, ROW_FILE)
+        finished = fileio.read_json(row_file) if fileio.exists(row_file) else None
+        if finished and finished.get("test_file", "") == run.data.test_file:  # (rows before it was recorded: "")
             log.info("the sweep's run %s finished before: its result is reused", name)
             results.append(finished["row"])
             metric = finished["metric"]
             continue
+        if finished:
+            log.info("the sweep's run %s finished before: writing its predictions for config.data.test_file=%r",
+                     name, run.data.test_file)
         # A run of config.train.num_steps steps took no part of num_epochs: its row says its steps.
         length = {"steps": run.train.num_steps} if run.train.num_steps else {"epochs": run.train.num_epochs}
         row = {"run": name, "learning_rate": run.train.learning_rate, "batch_size": run.train.batch_size, **length}
@@ -175,7 +205,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
         if "error" not in row and jax.process_index() == 0:  # (a failed run is tried again by a rerun)
             fileio.makedirs(run_dir)
-            fileio.write_json(fileio.join(run_dir, ROW_FILE), {"row": results[-1], "metric": metric})
+            fileio.write_json(row_file, {"row": results[-1], "metric": metric, "test_file": run.data.test_file})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
     _write_results(workdir, results, metric)  # (every run's row reused: the file may predate one)
     return results, metric

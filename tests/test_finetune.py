@@ -383,6 +383,13 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     monkeypatch.setattr(finetune, "finetune", run)
     config.train.warmup_proportion = 0.1
     assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "typo"))] == ["lr0.002_batch16_epochs1"]
+    # A rerun naming a test file: each finished run writes its predictions for it (its row was
+    # reused, the old predictions left: a review), once.
+    config.data.test_file = str(tmp_path / "test.tsv")
+    assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "typo"))] == ["lr0.002_batch16_epochs1"]
+    assert calls == [1e-3, 1e-4, 2e-3, 2e-3, 2e-3]
+    sweep.sweep(config, str(tmp_path / "typo"))
+    assert len(calls) == 5
     # Your own files with nothing to evaluate: refused before the first run trains.
     own = _demo_config()
     own.task = "classification"
@@ -390,13 +397,58 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     own.train.update(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
     with pytest.raises(ValueError, match=r"config.task='classification' reads your files and none is to evaluate"):
         sweep.sweep(own, str(tmp_path / "typo"))
-    assert len(calls) == 4
+    assert len(calls) == 5
     # Runs that evaluate nothing (no eval_file) rank nothing: the sweep stops after the first.
     monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {"best": None, "main_metric": "accuracy"})
     (tmp_path / "no_eval").mkdir()
     with pytest.raises(ValueError, match=r"the sweep's run lr0.002_batch16_epochs1 evaluated nothing: the task has "
                                          r"no evaluation split \(config.data.eval_file\)"):
         sweep.sweep(config, str(tmp_path / "no_eval"))
+
+
+def test_a_sweep_takes_new_settings_only_while_no_run_has_trained(tmp_path, monkeypatch, caplog):
+    """Failed runs under the old settings write no sweep_row.json, yet one may have evaluated
+    (diverged later) or saved checkpoints a rerun would resume: the new settings were taken
+    and the old run ranked first (a review). Runs that failed before training leave nothing
+    to mix up: new settings are taken and their rows dropped."""
+    from bertjax import finetune, sweep
+    from bertjax.runtime.errors import RunSettingsError, TrainingDiverged
+
+    grid = dict(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
+    config, fixed = _demo_config(**grid), _demo_config(**grid, warmup_proportion=0.06)
+
+    def diverged(config, workdir):
+        raise TrainingDiverged("non-finite", result={"best": {"step": 2, "metrics": {"f1": 0.9}}, "main_metric": "f1"})
+
+    monkeypatch.setattr(finetune, "finetune", diverged)
+    sweep.sweep(config, str(tmp_path / "evaluated"))
+    with pytest.raises(ValueError, match=r"holds a sweep with other settings \(train.warmup_proportion 0.1 -> 0.06\): "
+                                         r"its evaluated runs would be reported as this one's"):
+        sweep.sweep(fixed, str(tmp_path / "evaluated"))
+
+    def interrupted(config, workdir):
+        for item in ("state", "meta"):
+            os.makedirs(os.path.join(workdir, "checkpoints", "3", item))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune, "finetune", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.sweep(config, str(tmp_path / "interrupted"))
+    with pytest.raises(ValueError, match=r"its runs' checkpoints \(resumed\) would be reported as this one's"):
+        sweep.sweep(fixed, str(tmp_path / "interrupted"))
+
+    def too_short(config, workdir):
+        raise RunSettingsError("no warmup step")
+
+    monkeypatch.setattr(finetune, "finetune", too_short)
+    sweep.sweep(config, str(tmp_path / "failed"))
+    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {
+        "best": {"step": 4, "metrics": {"f1": 0.5}}, "main_metric": "f1"})
+    with caplog.at_level("WARNING"):
+        [row] = sweep.sweep(fixed, str(tmp_path / "failed"))
+    assert "before any run trained: the failed runs' rows" in caplog.text
+    assert row["eval_f1"] == 0.5 and "error" not in row
+    assert json.load(open(tmp_path / "failed" / "sweep_settings.json"))["train"]["warmup_proportion"] == 0.06
 
 
 def test_a_run_diverging_after_an_evaluation_keeps_its_best_weights_and_predicts_with_them(tmp_path):
