@@ -331,12 +331,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                                                                   parts=train_cfg.grad_accum_steps),
                           in_shardings=(shardings.params, batch_shardings),
                           compiler_options=compilation_cache.compiler_options())
+        # A run relaunched after its last step trains nothing: nothing compiled ahead (an
+        # evaluation it still owes compiles when it runs).
+        finished = start_step == train_cfg.num_steps
         compiled, compile_seconds = {}, 0.0
-        if eval_batches:
+        if eval_batches and not finished:
             eval_fn, compile_seconds = trainer.compile_step(
                 eval_fn, trainer.with_shardings(abstract.params, shardings.params),
                 abstract_inputs(config, train_cfg.global_batch_size))
-        for rows in sorted({warmup.rows(start_step), warmup.rows(train_cfg.num_steps - 1)}):
+        for rows in [] if finished else sorted({warmup.rows(start_step), warmup.rows(train_cfg.num_steps - 1)}):
             compiled[rows], seconds = compile_for(rows)
             compile_seconds += seconds
     loop = training_loop.Loop(
@@ -356,8 +359,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             f"{warmup.warmup_steps} steps" if warmup.active else "")
     sizes = f" at {' and '.join(map(str, compiled))} rows" if len(compiled) > 1 else ""
     evaluation = " and the evaluation" if eval_batches else ""
-    loop.console(f"{loop_console}; {how}; compiled the train step{sizes}{evaluation} in {compile_seconds:.1f}s; "
-                 f"starting at step {start_step} of {train_cfg.num_steps}{ramp}")
+    if finished:
+        loop.console(f"{loop_console}; {how}; at step {start_step} of {train_cfg.num_steps}: nothing left to train")
+    else:
+        loop.console(f"{loop_console}; {how}; compiled the train step{sizes}{evaluation} in {compile_seconds:.1f}s; "
+                     f"starting at step {start_step} of {train_cfg.num_steps}{ramp}")
 
     # -- The loop. Metrics stay on device until a log step: no host round-trip per step. --
     def evaluate_at(step: int, state) -> None:

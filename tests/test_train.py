@@ -416,6 +416,19 @@ def test_a_workdir_past_the_runs_last_step_is_refused(tmp_path, prepared_dir, fi
         f"(phase2, long) runs in a new --workdir with config.init_checkpoint={workdir}")
 
 
+def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five_steps, monkeypatch, capsys):
+    """Relaunched after its last step (the demo run again, a retry script), a run compiled its
+    train and evaluation steps, then ran no step (a review)."""
+    from bertjax import trainer
+
+    workdir = _copy(five_steps, tmp_path)
+    compiled = []
+    monkeypatch.setattr(trainer, "compile_step", lambda *args: compiled.append(args) or (args[0], 0.0))
+    _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.train.eval_every=5")
+    assert compiled == []
+    assert "at step 5 of 5: nothing left to train" in capsys.readouterr().out
+
+
 def test_a_resume_with_another_batch_size_picks_the_stream_up_where_it_stopped(tmp_path, prepared_dir, five_steps,
                                                                                   caplog):
     """Five steps of 16 rows read 80 rows; resumed at 40 rows a step, step 5 would have been row
