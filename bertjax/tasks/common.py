@@ -162,6 +162,15 @@ def write_lines(path: str, lines: list[str]) -> str:
 _MAX_FIELD_CHARS = 2**31 - 1  # a CSV/TSV field's longest (the csv module's default is 131,072)
 
 
+class NotUtf8(ValueError):
+    """A line that is not UTF-8 (`user_lines` with bad_lines="yield"): what is wrong, and `text`,
+    the line decoded with U+FFFD for its bad bytes (a CSV record's quotes and commas kept)."""
+
+    def __init__(self, why: str, text: str):
+        super().__init__(why)
+        self.text = text
+
+
 def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = False) -> Iterator[str | ValueError]:
     """The lines of a user's text file (local or gs://), streamed, UTF-8, with a leading
     byte-order mark (as Excel writes) dropped. Lines end at \\n, \\r\\n or a lone \\r (old Mac
@@ -188,7 +197,7 @@ def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = Fal
                     why = f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); save the file as UTF-8"
                     if bad_lines != "yield":
                         raise ValueError(f"{path}:{number}: {why}") from None
-                    yield ValueError(why)
+                    yield NotUtf8(why, raw.decode("utf-8", errors="replace"))
 
 
 JSONL_EXTENSIONS = {"jsonl": "jsonl", "json": "jsonl", "ndjson": "jsonl", "jsonlines": "jsonl"}  # JSON Lines' names
@@ -228,14 +237,24 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
         yield from _jsonl_records(path, bad_rows)
         return
     csv.field_size_limit(_MAX_FIELD_CHARS)
-    not_utf8: dict[int, ValueError] = {}  # bad_rows="yield": line number -> why, read as a blank line
+    # bad_rows="yield": line number -> why. The line is read with U+FFFD for its bad bytes, so
+    # that a record it is part of (a quoted field over several lines) stays one record, refused whole.
+    not_utf8: dict[int, ValueError] = {}
 
     def readable_lines() -> Iterator[str]:
         for number, line in enumerate(user_lines(path, bad_lines=bad_rows), start=1):
-            if isinstance(line, ValueError):
+            if isinstance(line, NotUtf8):
                 not_utf8[number] = line
-                line = "\n"
+                line = line.text
             yield line
+
+    def not_utf8_in(first: int, last: int) -> ValueError | None:
+        """Why the first of lines first..last that is not UTF-8 is not (each forgotten), or None."""
+        bad = sorted(number for number in not_utf8 if first <= number <= last)
+        errors = [not_utf8.pop(number) for number in bad]
+        if not errors:
+            return None
+        return errors[0] if bad[0] == first else ValueError(f"line {bad[0]} of the record: {errors[0]}")
 
     lines = readable_lines()
     # strict: a malformed quoted CSV field (a quote left open at the end) is an error, not text.
@@ -260,11 +279,11 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
             fields = next(reader, None)
         except csv.Error as e:
             to = f"; the record starting here runs to line {reader.line_num}" if reader.line_num > first else ""
-            error = ValueError(f"not valid {file_format.upper()} ({e}{to})")
+            error = not_utf8_in(first, reader.line_num) or ValueError(f"not valid {file_format.upper()} ({e}{to})")
         else:
             if fields is None:
                 return
-            error = not_utf8.pop(first, None) if not fields else None
+            error = not_utf8_in(first, reader.line_num)
             if not fields and error is None:
                 if len(header) == 1:
                     blank_lines.append(first)
@@ -345,18 +364,36 @@ def json_lines(first: list[str]) -> bool:
     return bool(first) and all(isinstance(json_object(line, k), dict) for k, line in enumerate(first, start=1))
 
 
+def _not_json_constant(name: str):
+    """Python's json reads NaN and Infinity (which its writer emits for a missing float); JSON
+    has neither: a NaN label read on as a class of its own, "nan"."""
+    raise ValueError(f"{name} is not JSON (no number: write null, or leave the row out)")
+
+
+def _object_of_unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are each given once: json keeps the last of a repeated key, a
+    value dropped without a word (a CSV header naming a column twice is refused too)."""
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ValueError(f"the object gives {', '.join(map(repr, repeated))} more than once")
+    return dict(pairs)
+
+
 def json_object(line: str, number: int) -> dict | ValueError | None:
     """JSONL line `number` -> its object (None: a blank line), or a ValueError saying what is wrong."""
     if not line.strip():
         return None
     try:
-        row = json.loads(line)
+        row = json.loads(line, parse_constant=_not_json_constant, object_pairs_hook=_object_of_unique_keys)
     except json.JSONDecodeError as e:
         why = e.msg.removesuffix(" at")  # some of json's messages end in "at"
         cut_short = e.pos >= len(line.rstrip())  # the line ended inside an object or array
         hint = ("; expected JSON Lines, one object a line: this looks like a JSON document over several "
                 "lines" if number == 1 and cut_short and line.lstrip()[:1] in ("[", "{") else "")
         return ValueError(f"not JSON ({why} at column {e.colno}){hint}")
+    except ValueError as e:  # from the two hooks
+        return e
     if not isinstance(row, dict):
         hint = " (JSON Lines: one object a line, not an array of them)" if isinstance(row, list) else ""
         return ValueError(f"expected a JSON object, got {type(row).__name__}{hint}")

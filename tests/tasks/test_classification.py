@@ -393,6 +393,23 @@ def test_a_quote_left_open_is_named_by_the_line_its_record_starts_on(tmp_path):
         next(rows)
 
 
+def test_a_line_not_utf8_inside_a_quoted_field_refuses_its_record_whole(tmp_path):
+    """--on_error=skip read a bad line as a blank one: in a field's middle the record was
+    predicted with that line gone, the error never said; opening the field, its quote was lost
+    and the rest of the record read as an input of its own (a review). One error, in the
+    record's place; the rows around it as they are."""
+    path = tmp_path / "test.csv"
+    path.write_bytes(b'text,label\ngood,pos\n"first part\ncaf\xe9\nlast part",pos\n"caf\xe9 opens\nsecond part",neg\n'
+                     b"after,neg\n")
+    rows = list(read_records(str(path), bad_rows="yield"))
+    assert [where for where, _ in rows] == [f"{path}:2", f"{path}:3", f"{path}:6", f"{path}:8"]
+    assert rows[0][1] == {"text": "good", "label": "pos"} and rows[3][1] == {"text": "after", "label": "neg"}
+    assert str(rows[1][1]) == "line 4 of the record: not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8"
+    assert str(rows[2][1]) == "not UTF-8 (byte 0xe9 at column 5); save the file as UTF-8"
+    with pytest.raises(ValueError, match=r"test.csv:4: not UTF-8 \(byte 0xe9 at column 4\)"):
+        list(read_records(str(path)))
+
+
 def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_place(tmp_path):
     """A one-column TSV cannot quote an empty text: a blank line is one (prediction ids and
     output rows stay in line with the file); blank lines at the end, and in a file of several
@@ -417,6 +434,12 @@ def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_p
     ('[{"text": "a", "label": 0}]\n', r"test.json:1: expected a JSON object, got list \(JSON Lines: one object a "
                                       r"line, not an array of them\)"),
     ('{"text": "a", "label": 0,}\n', r"test.json:1: not JSON \([^;]* at column 26\)$"),  # no hint: one line
+    # Python's json reads NaN (which its writer emits for a missing float): a class "nan" (a review).
+    ('{"text": "a", "label": 0}\n{"text": "b", "label": NaN}\n',
+     r"test.json:2: NaN is not JSON \(no number: write null, or leave the row out\)"),
+    ('{"text": "a", "score": -Infinity}\n', "test.json:1: -Infinity is not JSON"),
+    # A repeated key: json keeps the last, the first value dropped without a word (a review).
+    ('{"text": "great", "label": "pos", "label": "neg"}\n', "test.json:1: the object gives 'label' more than once"),
 ])
 def test_a_json_file_that_is_not_json_lines_says_so(tmp_path, content, message):
     (tmp_path / "test.json").write_text(content)
