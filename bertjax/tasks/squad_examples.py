@@ -127,10 +127,14 @@ def _check_unicode(text: str, where: str) -> None:
 
 
 def _objects(parent, key: str, where: str) -> list[dict]:
-    """parent[key], checked to be a list of JSON objects (a missing key: none)."""
+    """parent[key], checked to be a list of JSON objects (an empty list: none). A missing key
+    is an error: a misspelt one ("paragraph", "qa") lost its questions without a word, and
+    the official scorer fails on it at the first evaluation."""
     if not isinstance(parent, dict):
         raise ValueError(f"{where} is not a JSON object")
-    children = parent.get(key, [])
+    if key not in parent:
+        raise ValueError(f"{where} has no {key!r} list (keys: {sorted(parent)})")
+    children = parent[key]
     if not isinstance(children, list) or not all(isinstance(c, dict) for c in children):
         raise ValueError(f"{where}: {key!r} must be a list of JSON objects")
     return children

@@ -327,6 +327,20 @@ def test_json_malformed_questions_name_file_and_position(tmp_path, qa, message):
         squad.read_json(path)
 
 
+@pytest.mark.parametrize("data, message", [
+    ([{"title": "T", "paragraph": []}], r"data\[1\] has no 'paragraphs' list \(keys: \['paragraph', 'title'\]\)"),
+    ([{"title": "T", "paragraphs": [{"context": CONTEXT, "qa": []}]}],
+     r"data\[1\].paragraphs\[0\] has no 'qas' list"),
+])
+def test_json_misspelt_paragraphs_or_questions_are_refused(tmp_path, data, message):
+    """Their questions were read as none: lost from training, left out of predictions, and the
+    scorer failed on the file after training (a review)."""
+    good = {"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [_qa(0, "1940")]}]}
+    path = _write(tmp_path, [good, *data])
+    with pytest.raises(ValueError, match=f"{path}: {message}"):
+        squad.read_json(path)
+
+
 def test_json_context_with_a_lone_surrogate_names_its_position(tmp_path):
     path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT + "\ud83d", "qas": [_qa(0, "1940")]}]}])
     with pytest.raises(ValueError, match=rf"{path}: data\[0\].paragraphs\[0\].context holds a lone surrogate"):
