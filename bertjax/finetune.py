@@ -404,18 +404,15 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         return _finetune(config, workdir)
 
 
-def warn_if_longer_than_trained(config: ml_collections.ConfigDict, source, bert) -> None:
+def warn_if_longer_than_trained(config: ml_collections.ConfigDict, source) -> None:
     """A warning when the run's inputs are longer than its starting bertjax run trained at:
     positions past that length start untrained (SQuAD's 384 from a phase-1 run at 128), as the
     original's README warns; phase2 pre-trains them."""
-    trained = source.max_seq_length if source is not None else None
     length = config.data.max_seq_length
-    if trained and length > trained:
-        what = ("the position embeddings past it are untrained" if bert.position_embedding == "absolute" else
-                "its attention never saw distances past it")
-        log.warning("config.data.max_seq_length=%d is longer than the %d tokens %s trained at: %s; pre-train at the "
-                    "longer length first (configs/pretrain.py's phase2) or fine-tune at %d", length, trained,
-                    source.path, what, trained)
+    untrained = source.untrained_past(length) if source is not None else None
+    if untrained:
+        log.warning("config.data.max_seq_length=%d is longer than %s; pre-train at the longer length first "
+                    "(configs/pretrain.py's phase2) or fine-tune at %d", length, untrained, source.max_seq_length)
 
 
 def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -425,7 +422,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, source), "tokenizer")
     run_config.check_same_tokenizer(workdir, tokenizer)
     bert, mesh_shape = checked_model(config, source and source.bert, tokenizer.vocab_size)
-    warn_if_longer_than_trained(config, source, bert)
+    warn_if_longer_than_trained(config, source)
     mesh = sharding.create_mesh(*mesh_shape)
 
     # -- The task's data, tokenized in memory (every host holds it: batches are cut the same

@@ -14,6 +14,12 @@ original's JSONL layout; anything else is a folder of .npz shards that a second 
 same command resumes after a kill (layouts: bertjax/inference/feature_files.py). Exit codes: 0 done,
 2 a bad flag or input (one line).
 
+--layers counts the embeddings' output as layer 0, so a positive index names the layer one
+below the original's (whose 0 is the first Transformer layer); negative indices, the usual
+-1,-2,-3,-4, name the same layers in both, and the JSONL's "index" is the index as given.
+--max_seq_length defaults to the length a bertjax run trained at (positions past it never
+trained), else 128, as the original.
+
 Multi-host (a TPU pod slice, several GPU nodes): start the same command on every host
 (--distributed, --coordinator_address, --num_processes, --process_id as for pre-training;
 detected on pod slices and SLURM) with a folder every host sees as --output; each process
@@ -40,8 +46,9 @@ _LAYERS = flags.DEFINE_string("layers", "-1,-2,-3,-4", "hidden states to write, 
                               "layer, 0 the embeddings' output")
 _POOLING = flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: every token's vector; cls: the "
                              "[CLS] vector; mean: the mean over the example's tokens (padding excluded)")
-_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", 128, "longest example in tokens; longer ones are "
-                                       "truncated and counted", lower_bound=1)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "longest example in tokens; longer ones are "
+                                       "truncated and counted (default: the length a bertjax run trained at, "
+                                       "else 128, the original's)", lower_bound=1)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch", lower_bound=1)
 _PRECISION = cli.define_precision_flag()
 _OUTPUT_DTYPE = flags.DEFINE_enum("output_dtype", "float32", ["float32", "float16"], "the shards' values")
@@ -87,8 +94,11 @@ def main(_):
     import bertjax
     import jax
 
-    model = bertjax.load_model(_CHECKPOINT.value, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
-                               precision=_PRECISION.value, **_VOCABULARY())
+    from bertjax.inference import model_source
+
+    source = model_source.resolve(_CHECKPOINT.value)
+    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value or source.max_seq_length or 128,
+                               batch_size=_BATCH_SIZE.value, precision=_PRECISION.value, **_VOCABULARY())
     try:
         model.layer_indices(layers)
     except ValueError as e:

@@ -54,6 +54,18 @@ def test_the_launchers_jsonl_equals_huggingface_hidden_states_of_every_layer(tmp
             np.testing.assert_allclose(values, reference["hidden_states"][layers, i, t], atol=1e-4, rtol=0)
 
 
+def test_the_launcher_cuts_at_the_length_a_bertjax_run_trained_at(small_pretrained_run, tmp_path):
+    """--max_seq_length defaulted to 128 whatever the model: a run trained at 64 read inputs
+    of 65-128 tokens through untrained position embeddings (a review). Its own length now; a
+    release's 128, the original's default."""
+    (tmp_path / "in.txt").write_text("short\n" + "word " * 100 + "\n")
+    done = subprocess.run([sys.executable, LAUNCHER, f"--checkpoint={small_pretrained_run}",
+                           f"--input_file={tmp_path}/in.txt", f"--output={tmp_path}/out.jsonl", "--layers=-1"],
+                          env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "2 examples (1 truncated to 64 tokens)" in done.stdout, done.stdout + done.stderr
+    assert "untrained" not in done.stderr
+
+
 def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
     (tmp_path / "earlier.jsonl").write_text('{"linex_index": 0}\n')

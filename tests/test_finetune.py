@@ -106,7 +106,6 @@ def test_fine_tuning_longer_than_the_pre_training_is_warned_of(pretrained_run, c
     read untrained position embeddings without a word (a review). A bertjax run's length is
     known; a release's is not, and is not guessed."""
     from bertjax import finetune
-    from bertjax.models import BertConfig
 
     config = _demo_config()
     config.init_checkpoint = pretrained_run
@@ -115,12 +114,12 @@ def test_fine_tuning_longer_than_the_pre_training_is_warned_of(pretrained_run, c
     for length, warned in ((64, False), (128, True)):
         caplog.clear()
         config.data.max_seq_length = length
-        finetune.warn_if_longer_than_trained(config, source, BertConfig())
+        finetune.warn_if_longer_than_trained(config, source)
         assert ("config.data.max_seq_length=128 is longer than the 64 tokens" in caplog.text) is warned
     assert "the position embeddings past it are untrained" in caplog.text
     config.init_checkpoint = MINILM_DIR
     caplog.clear()
-    finetune.warn_if_longer_than_trained(config, finetune_setup.checkpoint_source(config), BertConfig())
+    finetune.warn_if_longer_than_trained(config, finetune_setup.checkpoint_source(config))
     assert not caplog.text
 
 

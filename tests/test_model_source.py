@@ -296,6 +296,19 @@ def test_a_pretraining_workdir_resolves_to_its_newest_checkpoint(small_pretraine
         source.load_tokenizer(do_lower_case=False)
 
 
+def test_inputs_longer_than_the_run_trained_at_are_warned_of(small_pretrained_run, caplog):
+    """load_model checked only max_position_embeddings: a run trained at 64 tokens loaded at
+    128 gave longer inputs' outputs from untrained position embeddings, without a word or a
+    truncated flag (a review). Fine-tuning warns the same way; a release's length is unknown."""
+    import bertjax
+
+    for length, warned in ((None, False), (64, False), (128, True)):
+        caplog.clear()
+        assert bertjax.load_model(small_pretrained_run, max_seq_length=length).max_seq_length == (length or 64)
+        assert ("max_seq_length=128 is longer than the 64 tokens" in caplog.text) is warned, caplog.text
+    assert "the position embeddings past it are untrained; inputs longer than that meet them" in caplog.text
+
+
 def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
     from bertjax.inference import model_source
 

@@ -325,6 +325,10 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     if not 8 <= length <= bert.max_position_embeddings:
         raise ValueError(f"max_seq_length={length} must be in [8, the model's max_position_embeddings="
                          f"{bert.max_position_embeddings}]")
+    untrained = source.untrained_past(length)
+    if untrained:  # as fine-tuning warns: outputs of longer inputs would come from untrained weights
+        logging.warning("max_seq_length=%d is longer than %s; inputs longer than that meet them (max_seq_length=%d "
+                        "cuts them there, marked truncated)", length, untrained, source.max_seq_length)
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     devices = jax.local_devices()

@@ -67,6 +67,18 @@ class ModelSource:
         length = self.data.get("max_seq_length")
         return None if length is None else int(length)
 
+    def untrained_past(self, length: int) -> str | None:
+        """What inputs of `length` tokens would meet that this run never trained (the position
+        embeddings, or the modern encoder's attention at those distances), as "the N tokens
+        PATH trained at: ..."; None when they meet nothing untrained (or the run's length is
+        not known: a release's is not guessed)."""
+        trained = self.max_seq_length
+        if not trained or length <= trained:
+            return None
+        what = ("the position embeddings past it are untrained" if self.bert.position_embedding == "absolute" else
+                "its attention never saw distances past it")
+        return f"the {trained} tokens {self.path} trained at: {what}"
+
     @property
     def data(self) -> dict[str, Any]:
         """The run config's data section ({} without a run config)."""
