@@ -308,6 +308,31 @@ def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(exported):
     assert max(abs(r["probability"] - e["probability"]) for r, e in zip(rounded, exact)) > 1e-6
 
 
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_a_bfloat16_export_stores_the_encoders_kernels_rounded(minilm_classifier_run, precision):
+    """With bfloat16 products the artefact held float32 kernels and rounded each of them in its
+    graph on every call: the encoder's dense kernels are stored rounded now (the same numbers,
+    half their bytes), every other variable as loaded; a float32 export keeps them all."""
+    import jax
+
+    import bertjax
+    from bertjax.inference import export
+
+    model = bertjax.load_model(minilm_classifier_run, max_seq_length=16, precision=precision)
+    variables = dict(jax.tree_util.tree_leaves_with_path(export._variables(model)))
+    params = dict(jax.tree_util.tree_leaves_with_path(model.params))
+    assert variables.keys() == params.keys()
+    rounded = 0
+    for path, variable in variables.items():
+        names = [entry.key for entry in path]
+        dense = names[-1] == "kernel" and names[:2] in (["bert", "encoder"], ["bert", "pooler"])
+        want = params[path].astype(jax.numpy.bfloat16) if dense and precision == "bfloat16" else params[path]
+        assert variable.dtype.name == want.dtype.name, names
+        np.testing.assert_array_equal(np.asarray(variable.numpy(), np.float32), np.asarray(want, np.float32))
+        rounded += variable.dtype.name == "bfloat16"
+    assert rounded == (6 * 6 + 1 if precision == "bfloat16" else 0)  # MiniLM's 6 layers of 6 dense layers, the pooler
+
+
 def test_classification_export_returns_labels_and_probabilities(exported):
     model, inputs, want, got = exported["classification"]
     names = model.task_info["label_names"]

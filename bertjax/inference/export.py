@@ -161,7 +161,7 @@ def _token_ids_module(model):
     from bertjax.runtime.tf_cpu import tf
 
     module = tf.Module()
-    module.params = tf.nest.map_structure(tf.Variable, model.params)
+    module.params = _variables(model)
     apply = _jax_function(model)
     rank = 3 if model.family.choice_axis else 2
     specs = [tf.TensorSpec((None,) * rank, tf.int32, name=name) for name in TOKEN_ID_INPUTS]
@@ -413,6 +413,25 @@ class ServingContext:
     run_data: dict
 
 
+def _cpu_config(model):
+    """The BertConfig the artefact computes with: the CPU form of the model's precision, whatever
+    the exporting host, so that its numbers do not depend on where it was made (bfloat16:
+    bfloat16 products, float32 activations)."""
+    from bertjax.inference import engine
+
+    return engine.inference_config(model.source.bert, model.precision, backend="cpu")
+
+
+def _variables(model):
+    """The params as tf.Variables: float32, but with bfloat16 products the encoder's dense kernels
+    stored rounded (`engine.encoder_kernels_rounded`): the same numbers, half their bytes in
+    the artefact, and no rounding of every kernel on every call."""
+    from bertjax.inference import engine
+    from bertjax.runtime.tf_cpu import tf
+
+    return tf.nest.map_structure(tf.Variable, engine.encoder_kernels_rounded(_cpu_config(model), model.params))
+
+
 def _jax_function(model):
     """The fine-tuned network as a TF function of (params, input_ids, segment_ids, input_mask),
     float32 outputs, batch (and choices) and length symbolic."""
@@ -421,10 +440,7 @@ def _jax_function(model):
 
     from bertjax.inference import engine
 
-    # The CPU form of the precision, whatever the exporting host: the artefact's numbers do
-    # not depend on where it was made (bfloat16: bfloat16 products, float32 activations).
-    bert = engine.inference_config(model.source.bert, model.precision, backend="cpu")
-    network = model.family.network(bert, model.task_info)
+    network = model.family.network(_cpu_config(model), model.task_info)
 
     def apply(params, input_ids, segment_ids, input_mask):
         with engine.product_precision(model.precision):
@@ -444,7 +460,7 @@ def _serving_module(model):
 
     module = tf.Module()
     module.tokenizer = tensorflow_tokenizer(model.tokenizer)
-    module.params = tf.nest.map_structure(tf.Variable, model.params)  # float32 numpy
+    module.params = _variables(model)
     apply = _jax_function(model)
     context = ServingContext(tokenizer=module.tokenizer, layout=_Layout(model.tokenizer, model.max_seq_length),
                              model=lambda *ids: apply(module.params, *ids), task_info=model.task_info,
