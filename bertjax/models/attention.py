@@ -116,7 +116,10 @@ class BertSelfAttention(nn.Module):
 
             context = splash.attention(q, k, v, sequence_ids, half if self.window else None)
         elif impl == "cudnn" and not packed:  # padding as lengths: rows are left-aligned
-            lengths = jnp.sum(sequence_ids > 0, axis=1, dtype=jnp.int32)
+            # At least one key: a row that is all padding (an evaluation batch's filler rows,
+            # a multiple-choice example's missing choices) would be a zero-length sequence,
+            # which cuDNN releases have failed on; its outputs are never read.
+            lengths = jnp.maximum(jnp.sum(sequence_ids > 0, axis=1, dtype=jnp.int32), 1)
             context = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn",
                                                    **local)
         else:

@@ -200,6 +200,30 @@ def test_attention_implementations_match_xla(tiny_params, impl):
     np.testing.assert_allclose(np.asarray(out)[mask], np.asarray(reference)[mask], atol=1e-5)
 
 
+def test_cudnn_attention_gives_an_all_padding_row_one_key(tiny_params, monkeypatch):
+    """cuDNN takes padding as key lengths; a row of padding only (an evaluation batch's filler
+    rows, missing choices) was a zero-length sequence, which cuDNN releases have failed on.
+    Run here through XLA's form of the same call (cuDNN needs a GPU): the lengths it gets, and
+    the real rows' outputs."""
+    calls = []
+    plain = jax.nn.dot_product_attention
+
+    def recorded(*args, key_value_seq_lengths=None, implementation=None, **kwargs):
+        calls.append((implementation, key_value_seq_lengths))
+        return plain(*args, key_value_seq_lengths=key_value_seq_lengths, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", recorded)
+    ids, types, mask = _inputs()
+    mask = mask.at[0].set(0)  # a filler row
+    config = TINY.replace(attention_impl="cudnn", attention_probs_dropout_prob=0.0, dtype="bfloat16")
+    out = BertEncoder(config).apply({"params": tiny_params}, ids, types, mask)[0]
+    reference = BertEncoder(TINY.replace(dtype="bfloat16")).apply({"params": tiny_params}, ids, types, mask)[0]
+    assert [(implementation, list(lengths)) for implementation, lengths in calls] == [("cudnn", [1, 8, 5])] * 2
+    real = np.asarray(mask, bool)
+    np.testing.assert_allclose(np.asarray(out, np.float32)[real], np.asarray(reference, np.float32)[real], atol=0.05)
+    assert np.isfinite(np.asarray(out, np.float32)).all()
+
+
 def test_splash_attention_takes_any_multiple_of_128():
     """Its blocks were 512 rows from 512 tokens on, so 640 (a multiple of 128, as it asks) failed
     deep in Pallas (a review)."""
