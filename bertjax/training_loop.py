@@ -99,10 +99,18 @@ class Loop:
     def _log(self, step: int, state: TrainState) -> None:
         """Writes the steps recorded since the last log as one row at `step`: their mean, each
         weighted by its sequences (a growing batch's small steps count less), and the learning
-        rate of the last."""
+        rate of the last. A step skipped for a non-finite loss counts in `skipped` (the share of
+        the window's rows) and nowhere else: its loss would make the whole row's mean NaN."""
         fetched = jax.device_get(self.pending)
         seconds = (time.perf_counter() - self.window_start - self.window_paused) / len(self.pending)
-        last = {name: float(np.average([m[name] for m in fetched], weights=self.pending_rows)) for name in fetched[0]}
+        rows = np.asarray(self.pending_rows, np.float64)
+        skipped = np.asarray([float(m.get("skipped", 0.0)) for m in fetched])
+        updated = skipped < 1.0 if skipped.sum() < len(fetched) else np.ones(len(fetched), bool)  # (all: NaN shows)
+
+        def mean(name: str, steps: np.ndarray) -> float:
+            return float(np.average(np.asarray([m[name] for m in fetched])[steps], weights=rows[steps]))
+
+        last = {name: mean(name, np.ones(len(fetched), bool) if name == "skipped" else updated) for name in fetched[0]}
         if "learning_rate" in last:
             last["learning_rate"] = float(fetched[-1]["learning_rate"])
         last.update(self.fixed_metrics, step_time=seconds,
@@ -120,8 +128,9 @@ class Loop:
             mfu = f" mfu {last['mfu']:.1%} [{self.peak_source}]" if "mfu" in last else ""
             eta = self.progress.eta_seconds()
             eta = f" ETA {console.format_duration(eta)}" if eta is not None else ""
+            dropped = f" ({int(skipped.sum())} of {len(fetched)} steps skipped: non-finite)" if skipped.sum() else ""
             self.console(f"step {step}/{self.num_steps} {shown} lr {last['learning_rate']:.2e} "
-                         f"gnorm {last['grad_norm']:.2f} {rate}{mfu}{eta}")
+                         f"gnorm {last['grad_norm']:.2f} {rate}{mfu}{eta}{dropped}")
         self.pending, self.pending_rows = [], []
         self.window_start, self.window_paused = time.perf_counter(), 0.0
         self.last.update(last)

@@ -35,6 +35,25 @@ def test_a_logged_row_weighs_steps_by_their_rows_and_gives_the_last_learning_rat
     assert row["sequences_per_second"] * row["step_time"] == pytest.approx(2.0)  # 4 rows over 2 steps
 
 
+def test_a_skipped_step_leaves_the_logged_means_to_the_steps_that_updated(tmp_path, capsys):
+    """One step skipped for a non-finite loss made its whole row NaN (loss, grad_norm and the
+    accuracies of every step in the window; a review). Its share is `skipped`; a window of
+    skipped steps only still shows NaN."""
+    loop, state = _loop(tmp_path, num_steps=4, sequences_per_step=4.0)
+    steps = ((1, 2.0, 0.5, 0.0), (2, np.nan, 0.0, 1.0), (3, np.nan, 0.0, 1.0), (4, np.inf, 0.1, 1.0))
+    try:
+        for step, loss, accuracy, skipped in steps:
+            metrics = {"loss": loss, "mlm_accuracy": accuracy, "learning_rate": 1e-4, "grad_norm": loss,
+                       "skipped": skipped}
+            loop.record(step, {name: np.float32(value) for name, value in metrics.items()}, state)
+    finally:
+        loop.close()
+    first, second = (json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines())
+    assert (first["loss"], first["grad_norm"], first["mlm_accuracy"], first["skipped"]) == (2.0, 2.0, 0.5, 0.5)
+    assert np.isnan(second["loss"]) and second["skipped"] == 1.0
+    assert "(1 of 2 steps skipped: non-finite)" in capsys.readouterr().out
+
+
 def test_the_first_logged_row_is_timed_from_the_first_batch(tmp_path, monkeypatch):
     """The first row's step time took in the input pipeline's start-up (0.49 s against 0.007-0.03
     s for the next rows of a tiny run; a review)."""
