@@ -6,8 +6,9 @@ A WORKDIR holds one sweep's settings (WORKDIR/sweep_settings.json: everything bu
 and where or how often things happen): a rerun with other settings is refused once a run has
 trained under them, since its results (or its checkpoints, resumed) would be reported as the
 new settings'. A finished run's row (WORKDIR/sweep/<values>/sweep_row.json) is reused by a
-rerun without loading the run again, unless the rerun names another data.test_file: then the
-run writes its predictions for it, as a finished fine-tuning run relaunched does.
+rerun without loading the run again, unless the rerun names a data.test_file the run has not
+predicted: then the run writes its predictions for it, as a finished fine-tuning run relaunched
+does.
 """
 
 from __future__ import annotations
@@ -173,7 +174,9 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         run_dir = fileio.join(workdir, "sweep", name)
         row_file = fileio.join(run_dir, ROW_FILE)
         finished = fileio.read_json(row_file) if fileio.exists(row_file) else None
-        if finished and finished.get("test_file", "") == run.data.test_file:  # (rows before it was recorded: "")
+        # A test file the finished run has not predicted (a row from before the file was
+        # recorded, with one given now, predicts once more; none given now: nothing to write).
+        if finished and (not run.data.test_file or finished.get("test_file") == run.data.test_file):
             log.info("the sweep's run %s finished before: its result is reused", name)
             results.append(finished["row"])
             metric = finished["metric"]

@@ -388,6 +388,8 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "typo"))] == ["lr0.002_batch16_epochs1"]
     assert calls == [1e-3, 1e-4, 2e-3, 2e-3, 2e-3]
     sweep.sweep(config, str(tmp_path / "typo"))
+    config.data.test_file = ""  # none: nothing to write, the row reused
+    sweep.sweep(config, str(tmp_path / "typo"))
     assert len(calls) == 5
     # Your own files with nothing to evaluate: refused before the first run trains.
     own = _demo_config()

@@ -124,7 +124,9 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     # As JSON Lines are written too: a byte order mark first, U+2028 unescaped, CRLF endings, a
     # first line longer than the 64 KiB read first (each passed for text lines: a review).
     for name, rows in (("bom.txt", "\ufeff{}\n{}\n"), ("separator.txt", '{"text": "a\u2028b"}\n{}\n'),
-                       ("windows.txt", "{}\r\n{}\r\n"), ("long.txt", json.dumps({"text": "w " * 50000}) + "\n{}")):
+                       ("windows.txt", "{}\r\n{}\r\n"), ("long.txt", json.dumps({"text": "w " * 50000}) + "\n{}"),
+                       # as Python's json writes a missing float, and a key twice: JSON Lines to refuse, not text
+                       ("nan.txt", '{"text": "a", "score": NaN}\n{"text": "b", "text": "c"}\n')):
         (tmp_path / name).write_text(rows, newline="")
         with pytest.raises(ValueError, match=rf"{name} looks like jsonl, not one input a line"):
             batch_predict.file_format(str(tmp_path / name), "classification")

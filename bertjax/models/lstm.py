@@ -5,9 +5,8 @@ computed beforehand as one product, and each step is one [2, B, U] x [2, U, 4U] 
 the gates (flax's OptimizedLSTMCell: gates i, f, g, o; c' = f c + i g, h' = o tanh(c')).
 The products take their operands in `product_dtype` and sum in float32; the gates, the cell
 and the hidden state stay float32. With bfloat16 products (matmul_precision="bfloat16", as
-the dense layers multiply) the hidden state is rounded only as a product's operand, as
-PyTorch's LSTM under torch.autocast rounds it; on a CPU with AMX the recurrence's small
-products are several times faster so.
+the dense layers multiply, for a CPU's AMX units) the hidden state is rounded only as a
+product's operand, as PyTorch's LSTM under torch.autocast rounds it.
 
 Why a custom VJP: differentiating the scan accumulates the recurrent weights' gradient a step
 at a time, a [U, B] x [B, 4U] product per step whose B rows (the batch) keep it far below

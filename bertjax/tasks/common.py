@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import json
 import logging
+import math
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -254,7 +255,7 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
         errors = [not_utf8.pop(number) for number in bad]
         if not errors:
             return None
-        return errors[0] if bad[0] == first else ValueError(f"line {bad[0]} of the record: {errors[0]}")
+        return errors[0] if bad[0] == first else ValueError(f"line {bad[0]} (inside this record): {errors[0]}")
 
     lines = readable_lines()
     # strict: a malformed quoted CSV field (a quote left open at the end) is an error, not text.
@@ -279,7 +280,10 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
             fields = next(reader, None)
         except csv.Error as e:
             to = f"; the record starting here runs to line {reader.line_num}" if reader.line_num > first else ""
-            error = not_utf8_in(first, reader.line_num) or ValueError(f"not valid {file_format.upper()} ({e}{to})")
+            error = ValueError(f"not valid {file_format.upper()} ({e}{to})")
+            encoding_error = not_utf8_in(first, reader.line_num)
+            if encoding_error:  # both said at once: one fix, one rerun
+                error = ValueError(f"{encoding_error}; and {error}")
         else:
             if fields is None:
                 return
@@ -360,14 +364,28 @@ def first_lines(path: str, count: int = 20) -> list[str]:
 
 def json_lines(first: list[str]) -> bool:
     """Whether a file's first lines (`first_lines`) are each a JSON object: JSON Lines, which read
-    as lines of text would make each line's raw JSON an input."""
-    return bool(first) and all(isinstance(json_object(line, k), dict) for k, line in enumerate(first, start=1))
+    as lines of text would make each line's raw JSON an input. As Python's json reads them (NaN,
+    a repeated key): such a file is JSON Lines to refuse, not text."""
+    def an_object(line: str) -> bool:
+        try:
+            return isinstance(json.loads(line), dict)
+        except ValueError:
+            return False
+    return bool(first) and all(an_object(line) for line in first)
 
 
 def _not_json_constant(name: str):
     """Python's json reads NaN and Infinity (which its writer emits for a missing float); JSON
     has neither: a NaN label read on as a class of its own, "nan"."""
     raise ValueError(f"{name} is not JSON (no number: write null, or leave the row out)")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float; one past float's range (1e999) would read as infinity."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is past a float's range")
+    return value
 
 
 def _object_of_unique_keys(pairs: list[tuple[str, object]]) -> dict:
@@ -385,7 +403,8 @@ def json_object(line: str, number: int) -> dict | ValueError | None:
     if not line.strip():
         return None
     try:
-        row = json.loads(line, parse_constant=_not_json_constant, object_pairs_hook=_object_of_unique_keys)
+        row = json.loads(line, parse_constant=_not_json_constant, parse_float=_finite_float,
+                         object_pairs_hook=_object_of_unique_keys)
     except json.JSONDecodeError as e:
         why = e.msg.removesuffix(" at")  # some of json's messages end in "at"
         cut_short = e.pos >= len(line.rstrip())  # the line ended inside an object or array

@@ -404,10 +404,16 @@ def test_a_line_not_utf8_inside_a_quoted_field_refuses_its_record_whole(tmp_path
     rows = list(read_records(str(path), bad_rows="yield"))
     assert [where for where, _ in rows] == [f"{path}:2", f"{path}:3", f"{path}:6", f"{path}:8"]
     assert rows[0][1] == {"text": "good", "label": "pos"} and rows[3][1] == {"text": "after", "label": "neg"}
-    assert str(rows[1][1]) == "line 4 of the record: not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8"
+    assert str(rows[1][1]) == "line 4 (inside this record): not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8"
     assert str(rows[2][1]) == "not UTF-8 (byte 0xe9 at column 5); save the file as UTF-8"
     with pytest.raises(ValueError, match=r"test.csv:4: not UTF-8 \(byte 0xe9 at column 4\)"):
         list(read_records(str(path)))
+    # A quote left open as well: both said, not the second only after the first is fixed.
+    path.write_bytes(b'text,label\n"a\n\xe9 open,pos\nb,neg\n')
+    [(where, error)] = list(read_records(str(path), bad_rows="yield"))
+    assert where == f"{path}:2" and str(error) == (
+        "line 3 (inside this record): not UTF-8 (byte 0xe9 at column 1); save the file as UTF-8; and not valid "
+        "CSV (unexpected end of data; the record starting here runs to line 4)")
 
 
 def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_place(tmp_path):
@@ -438,6 +444,7 @@ def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_p
     ('{"text": "a", "label": 0}\n{"text": "b", "label": NaN}\n',
      r"test.json:2: NaN is not JSON \(no number: write null, or leave the row out\)"),
     ('{"text": "a", "score": -Infinity}\n', "test.json:1: -Infinity is not JSON"),
+    ('{"text": "a", "score": 1e999}\n', r"test.json:1: 1e999 is past a float's range"),
     # A repeated key: json keeps the last, the first value dropped without a word (a review).
     ('{"text": "great", "label": "pos", "label": "neg"}\n', "test.json:1: the object gives 'label' more than once"),
 ])
