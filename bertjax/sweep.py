@@ -35,7 +35,7 @@ _GRID_SETTINGS = ("train.sweep_", "train.learning_rate", "train.batch_size", "tr
 _KEPT_FOR_A_RERUN = ("init_checkpoint", "data.vocab_path")
 _RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS if key not in _KEPT_FOR_A_RERUN),
                      *_GRID_SETTINGS, "train.feature_cache_dir")
-SETTINGS_FILE, ROW_FILE = "sweep_settings.json", "sweep_row.json"
+SETTINGS_FILE, ROW_FILE, RESULTS_FILE = "sweep_settings.json", "sweep_row.json", "sweep_results.json"
 
 
 def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list:
@@ -73,7 +73,7 @@ def _trained_before(workdir: str) -> str | None:
     runs = fileio.join(fileio.escape(workdir), "sweep", "*")
     if fileio.glob(fileio.join(runs, ROW_FILE)):
         return "its finished runs"
-    results_file = fileio.join(workdir, "sweep_results.json")
+    results_file = fileio.join(workdir, RESULTS_FILE)
     if fileio.exists(results_file) and any(row.get("best_step") is not None for row in fileio.read_json(results_file)):
         return "its evaluated runs"
     if any(run_config.own_checkpoints(run_dir) for run_dir in fileio.glob(runs)):
@@ -87,10 +87,11 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     not compared); else records these settings there (process 0): a sweep none of whose
     runs trained (a typo fixed) takes the new ones, and its failed runs' rows are dropped."""
     path = fileio.join(workdir, SETTINGS_FILE)
-    changes = fileio.exists(path) and run_config.changed_settings(
-        fileio.read_json(path), config.to_dict(), left_out=_RERUN_MAY_CHANGE, saved_keys_only=True)
+    saved = fileio.read_json(path) if fileio.exists(path) else None
+    changes = saved is not None and run_config.changed_settings(
+        saved, config.to_dict(), left_out=_RERUN_MAY_CHANGE, saved_keys_only=True)
     if not changes:
-        if not fileio.exists(path) and jax.process_index() == 0:
+        if saved is None and jax.process_index() == 0:
             fileio.write_json(path, json.loads(json.dumps(config.to_dict())))
         return
     trained = _trained_before(workdir)
@@ -99,7 +100,7 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
                          f"{trained} would be reported as this one's; give a new workdir, or the "
                          f"settings of {path}")
     if jax.process_index() == 0:
-        results_file = fileio.join(workdir, "sweep_results.json")
+        results_file = fileio.join(workdir, RESULTS_FILE)
         if fileio.exists(results_file):  # failures under the old settings, none of them this sweep's
             log.warning("the sweep's settings changed (%s) before any run trained: the failed runs' rows in %s are "
                         "dropped", run_config.first_changes(changes), results_file)
@@ -154,7 +155,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
                 print(f"{row['run']}: failed, {row['error']}")
         best = results[0] if metric in results[0] else None
         print((f"best: {best['run']} ({metric} {best[metric]:.4f}); " if best else "no run evaluated; ")
-              + f"all in {fileio.join(workdir, 'sweep_results.json')}")
+              + f"all in {fileio.join(workdir, RESULTS_FILE)}")
     names = {name for name, _ in runs}
     return [row for row in results if row["run"] in names]  # this grid's (what the launcher judges)
 
@@ -165,7 +166,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
     read back, or for another test file its predictions written), writing the rows so far
     after each, with those of grid points run by earlier invocations: (the rows, the main
     metric's column; None when no run evaluated)."""
-    results_file = fileio.join(workdir, "sweep_results.json")
+    results_file = fileio.join(workdir, RESULTS_FILE)
     names = {name for name, _ in runs}
     earlier = [row for row in (fileio.read_json(results_file) if fileio.exists(results_file) else [])
                if row["run"] not in names]  # another grid's points: kept, never lost to a narrower rerun
@@ -222,7 +223,7 @@ def _ranked(results: list[dict[str, Any]], metric: str | None) -> list[dict[str,
 def _write_results(workdir: str, results: list[dict[str, Any]], metric: str | None) -> None:
     """The rows so far, ranked, to WORKDIR/sweep_results.json (process 0)."""
     if jax.process_index() == 0:
-        fileio.write_json(fileio.join(workdir, "sweep_results.json"), _ranked(results, metric))
+        fileio.write_json(fileio.join(workdir, RESULTS_FILE), _ranked(results, metric))
 
 
 def _run_failure(error: Exception) -> str | None:

@@ -105,12 +105,13 @@ class Loop:
         seconds = (time.perf_counter() - self.window_start - self.window_paused) / len(self.pending)
         rows = np.asarray(self.pending_rows, np.float64)
         skipped = np.asarray([float(m.get("skipped", 0.0)) for m in fetched])
-        updated = skipped < 1.0 if skipped.sum() < len(fetched) else np.ones(len(fetched), bool)  # (all: NaN shows)
+        every = np.ones(len(fetched), bool)
+        updated = skipped < 1.0 if skipped.sum() < len(fetched) else every  # (all skipped: NaN shows)
 
         def mean(name: str, steps: np.ndarray) -> float:
             return float(np.average(np.asarray([m[name] for m in fetched])[steps], weights=rows[steps]))
 
-        last = {name: mean(name, np.ones(len(fetched), bool) if name == "skipped" else updated) for name in fetched[0]}
+        last = {name: mean(name, every if name == "skipped" else updated) for name in fetched[0]}
         if "learning_rate" in last:
             last["learning_rate"] = float(fetched[-1]["learning_rate"])
         last.update(self.fixed_metrics, step_time=seconds,

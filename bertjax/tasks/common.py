@@ -19,6 +19,7 @@ rule, shared by SQuAD contexts (squad.py) and long tagged sentences (tagging.py)
 from __future__ import annotations
 
 import codecs
+import collections
 import csv
 import dataclasses
 import json
@@ -391,8 +392,7 @@ def _finite_float(text: str) -> float:
 def _object_of_unique_keys(pairs: list[tuple[str, object]]) -> dict:
     """A JSON object whose keys are each given once: json keeps the last of a repeated key, a
     value dropped without a word (a CSV header naming a column twice is refused too)."""
-    keys = [key for key, _ in pairs]
-    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    repeated = sorted(key for key, count in collections.Counter(key for key, _ in pairs).items() if count > 1)
     if repeated:
         raise ValueError(f"the object gives {', '.join(map(repr, repeated))} more than once")
     return dict(pairs)
