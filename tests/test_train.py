@@ -429,6 +429,24 @@ def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five
     assert "at step 5 of 5: nothing left to train" in capsys.readouterr().out
 
 
+def test_a_finished_run_owing_its_last_evaluation_evaluates_it_when_relaunched(tmp_path, prepared_dir, five_steps,
+                                                                                capsys):
+    """A stop signal (or a failed evaluation) at the last step saves that step owing its
+    evaluation: relaunched, the run trains nothing (and compiles no step ahead) but still
+    evaluates those weights, else the finished run's last evaluation would never be written."""
+    workdir = _copy(five_steps, tmp_path)
+    meta_file = workdir / "checkpoints" / "5" / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    meta["extra"]["evaluation_owed"] = True
+    meta_file.write_text(json.dumps(meta))
+    _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.train.eval_every=5")
+    assert "at step 5 of 5: nothing left to train" in capsys.readouterr().out
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [row for row in rows if "eval_mlm_accuracy" in row]
+    assert [row["step"] for row in evaluations] == [5]
+    assert 0.0 <= evaluations[0]["eval_mlm_accuracy"] <= 1.0 and np.isfinite(evaluations[0]["eval_loss"])
+
+
 def test_a_resume_with_another_batch_size_picks_the_stream_up_where_it_stopped(tmp_path, prepared_dir, five_steps,
                                                                                   caplog):
     """Five steps of 16 rows read 80 rows; resumed at 40 rows a step, step 5 would have been row
