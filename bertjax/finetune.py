@@ -200,7 +200,7 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     progress = console.Progress(math.ceil(len(split) / batch_size), label="cache features",
                                 enabled=jax.process_index() == 0, unit="batches")
     message = cache.compute(encode_batch, batch_size, buckets, progress=lambda done, _: progress.advance(done),
-                            agree=_fewest_over_processes)
+                            fewest=_fewest_over_processes)
     progress.close()
     return cache, message
 

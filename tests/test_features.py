@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+import time
 
 import flax.linen as nn
 import jax
@@ -481,6 +482,60 @@ def test_two_runs_computing_one_feature_cache_take_turns(tmp_path):
     np.testing.assert_array_equal(messages["second_values"], messages["first_values"])
 
 
+def test_two_multi_process_runs_computing_one_feature_cache_do_not_wait_for_each_other(tmp_path):
+    """Each process of a run locks its own cache file, then meets the others in a collective
+    (where to start). Two 2-process runs started together on one feature_cache_dir: run A's
+    process 0 held lock 0 and waited in the collective for its process 1, blocked on lock 1,
+    which run B's process 1 held while waiting for its process 0, blocked on lock 0: for ever
+    (a review). A run's processes now lock together or let go and try again."""
+    import threading
+
+    from bertjax.tasks import feature_cache
+    from bertjax.tasks.common import Split
+
+    ids = np.arange(1, 1 + 12 * 4, dtype=np.int32).reshape(12, 4)
+    split = Split("train", {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": np.ones_like(ids)},
+                  np.full(12, 4, np.int32))
+
+    class Run:
+        """Two threads as one run's processes: `fewest` is their collective (a minimum)."""
+
+        def __init__(self):
+            self.barrier, self.counts = threading.Barrier(2, timeout=20), [0, 0]
+
+        def fewest(self, process: int, count: int) -> int:
+            self.counts[process] = count
+            self.barrier.wait()
+            smallest = min(self.counts)
+            self.barrier.wait()  # both read before either writes its next count
+            return smallest
+
+    runs, results = {"A": Run(), "B": Run()}, {}
+
+    def process(run: str, index: int, delay: float):
+        cache = feature_cache.FeatureCache(split, str(tmp_path), f"train-process{index}", False, (4, 1), np.float32)
+        time.sleep(delay)
+        try:
+            results[run, index] = cache.compute(lambda batch: batch["input_ids"][..., None].astype(np.float32), 4,
+                                                [4], fewest=lambda count: runs[run].fewest(index, count))
+            results[run, index, "values"] = np.array(cache.values)
+        except threading.BrokenBarrierError:
+            results[run, index] = "stuck in the collective"
+
+    threads = [threading.Thread(target=process, args=args, daemon=True)
+               for args in (("A", 0, 0.0), ("B", 1, 0.0), ("A", 1, 0.3), ("B", 0, 0.3))]  # the locks crossed
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(key for key in results if len(key) == 2) == [("A", 0), ("A", 1), ("B", 0), ("B", 1)]
+    messages = [results[key] for key in sorted(results) if len(key) == 2]
+    assert all(message.startswith(("cached", "reusing")) for message in messages), messages
+    for key in [key for key in results if len(key) == 3]:
+        np.testing.assert_array_equal(results[key][..., 0], ids)
+
+
 def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp_path):
     """A computation stopped after some batches carries on from the last recorded one, the stored
     values equal one uninterrupted computation, and the cache is a file mapped into memory
@@ -523,7 +578,7 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
         assert resumed.batches_done(16, [4, 8, 12]) == resumed.batches_done(8, [4, 12]) == 0
         calls.clear()
         # Processes that run the encoder together start where the one furthest behind stopped.
-        message = resumed.compute(encode, 8, [4, 8, 12], agree=lambda done: min(done, 1))
+        message = resumed.compute(encode, 8, [4, 8, 12], fewest=lambda count: min(count, 1))
         assert len(calls) == 4 and "resumed at batch 1 of 5" in message  # 37 rows: 5 batches of 8
         np.testing.assert_array_equal(resumed.values, whole.values)
         calls.clear()

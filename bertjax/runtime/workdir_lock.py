@@ -35,7 +35,11 @@ LOCK_NAME = ".lock"
 
 
 class WorkdirBusyError(ValueError):
-    """Another run holds the workdir."""
+    """Another run holds the workdir; `holder` says who (pid@host since when), as its lock file does."""
+
+    def __init__(self, message: str, holder: str = "another run"):
+        super().__init__(message)
+        self.holder = holder
 
 
 @contextlib.contextmanager
@@ -65,7 +69,7 @@ def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str
             holder = lock_file.read().strip() or "another process (starting up)"
             if wait is None:
                 raise WorkdirBusyError(f"workdir {workdir} is in use by {holder}; wait for that run to end or stop "
-                                       f"it, or choose another --workdir (lock file: {path})") from None
+                                       f"it, or choose another --workdir (lock file: {path})", holder) from None
             wait(holder)
             fcntl.flock(lock_file, fcntl.LOCK_EX)
         lock_file.truncate(0)

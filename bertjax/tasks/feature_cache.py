@@ -31,11 +31,13 @@ when its batches are the same.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import logging
 import os
+import random
 import shutil
 import time
 from typing import Any, Callable, Iterator
@@ -102,26 +104,41 @@ class FeatureCache:
 
     def compute(self, encode: Callable[[dict[str, np.ndarray]], np.ndarray], batch_size: int, buckets: list[int],
                 progress: Callable[[int, int], None] | None = None,
-                agree: Callable[[int], int] = lambda done: done) -> str:
+                fewest: Callable[[int], int] = lambda count: count) -> str:
         """Runs `encode(batch) -> <[B, ...]>` (the frozen encoder's kept outputs for an evaluation
         batch of the split: [B, L, *tail] per token, or [B, *example_shape]) over the split, from
         where an earlier computation stopped, and opens the result. progress(done, total) after
-        each batch. agree(batches done here) -> where every process starts (several processes
-        run `encode` together, so all must run the same batches: the fewest any has done).
+        each batch. fewest(count) -> the smallest count of all the run's processes (each calls
+        it: a collective), for where every process starts (several processes run `encode`
+        together, so all must run the same batches) and whether all hold their locks.
         Returns what happened, for the console.
 
         Another run computing the same cache (a sweep's runs started together, or runs sharing
         config.train.feature_cache_dir) is waited for: its file is locked while it computes, so
-        neither truncates the rows the other wrote."""
+        neither truncates the rows the other wrote. A run's processes lock their files together
+        or not at all: one holding its lock while waiting in a collective for a process blocked
+        by another run (which holds that lock and waits for this run's) would wait for ever."""
         directory = os.path.dirname(self.path)
-        waiting = lambda holder: log.info("%s is being computed by %s: waiting for it", self.path, holder)
-        with workdir_lock.hold(directory, wait=waiting, lock_name=os.path.basename(self.path) + ".lock"):
-            return self._compute(encode, batch_size, buckets, progress, agree)
+        lock_name = os.path.basename(self.path) + ".lock"
+        waited = False
+        while True:
+            with contextlib.ExitStack() as held:
+                try:
+                    held.enter_context(workdir_lock.hold(directory, lock_name=lock_name))
+                    locked = 1
+                except workdir_lock.WorkdirBusyError as busy:
+                    locked, holder = 0, busy.holder
+                if fewest(locked):
+                    return self._compute(encode, batch_size, buckets, progress, fewest)
+            if not waited:
+                log.info("%s is being computed by %s: waiting for it", self.path, "another run" if locked else holder)
+                waited = True
+            time.sleep(random.uniform(0.5, 2.0))  # random: two runs that let go together try again apart
 
-    def _compute(self, encode, batch_size, buckets, progress, agree) -> str:
+    def _compute(self, encode, batch_size, buckets, progress, fewest) -> str:
         total = -(-len(self.split) // batch_size)
         self.batch_size, self.buckets = batch_size, list(buckets)
-        start = agree(self.batches_done(batch_size, buckets))
+        start = fewest(self.batches_done(batch_size, buckets))
         if start < total:
             if start == 0:
                 self._write_manifest(0)  # first: an earlier manifest does not describe the zeroed file
