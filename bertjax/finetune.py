@@ -170,9 +170,11 @@ def cache_directory(config: ml_collections.ConfigDict, workdir: str) -> str:
 
 def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Split, bert: BertConfig,
                     reads_tokens: bool, encoder_params, encoder_shardings, mesh, batch_size: int,
-                    buckets: list[int], weights: str) -> tuple[feature_cache.FeatureCache, str]:
+                    buckets: list[int], weights: str, stop: Callable[[], str | None] = lambda: None
+                    ) -> tuple[feature_cache.FeatureCache, str]:
     """The frozen encoder's outputs for every example of `split`, computed (or found) once:
-    (the cache, what happened). weights: `checkpointing.weights_digest(encoder_params)`."""
+    (the cache, what happened). weights: `checkpointing.weights_digest(encoder_params)`;
+    stop: `FeatureCache.compute`'s."""
     encoder = FrozenEncoder(bert, reads_tokens)
     inputs = ("input_ids", "segment_ids", "input_mask")
     apply = lambda params, batch: encoder.apply({"params": {"bert": params}}, *(batch[n] for n in inputs))  # noqa: E731
@@ -199,9 +201,11 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
 
     progress = console.Progress(math.ceil(len(split) / batch_size), label="cache features",
                                 enabled=jax.process_index() == 0, unit="batches")
-    message = cache.compute(encode_batch, batch_size, buckets, progress=lambda done, _: progress.advance(done),
-                            fewest=_fewest_over_processes)
-    progress.close()
+    try:
+        message = cache.compute(encode_batch, batch_size, buckets, progress=lambda done, _: progress.advance(done),
+                                fewest=_fewest_over_processes, stop=stop)
+    finally:
+        progress.close()
     return cache, message
 
 
@@ -522,7 +526,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")
                     caches[split.name], message = cached_features(
                         config, workdir, split, encoder_config, tasks.family_of_task(config.task).reads_tokens,
-                        state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, weights)
+                        state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, weights,
+                        stop=loop.watcher.stop_now)
                     loop.console(f"{split.name}: {message}")
             example = {**example, **caches[task.train.name].gather(train_batches.examples(0),
                                                                    example["input_ids"].shape[-1])}

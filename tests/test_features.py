@@ -406,6 +406,41 @@ def test_cached_features_train_the_head_as_the_frozen_encoder_does(encoder_run, 
     assert later and all(r["learning_rate"] > 0 and r["grad_norm"] > 0 for r in later), steps
 
 
+def test_a_stop_signal_while_caching_features_stops_there_and_the_relaunch_resumes(encoder_run, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """SIGTERM (a preemption's notice) or Ctrl-C while the frozen encoder's features were being
+    computed was heard only after every split's cache, the compile and a first step (a review):
+    past a notice's grace period on a large split. The computation stops after its batch, keeps
+    the batches done, and the relaunched run resumes there and trains."""
+    import signal
+
+    from bertjax import checkpointing, finetune
+    from bertjax.runtime.errors import TrainingStopped
+
+    config = _frozen_config("classification", tmp_path, encoder_run)
+    config.data.update(train_file=_pairs_file(tmp_path))
+    config.train.eval_batch_size = 4  # 16 examples: 4 batches
+    host, batches = finetune._host, []
+
+    def signalled_in_the_second_batch(tree):
+        batches.append(1)
+        if len(batches) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return host(tree)
+
+    monkeypatch.setattr(finetune, "_host", signalled_in_the_second_batch)
+    with pytest.raises(TrainingStopped, match=r"SIGTERM while caching the frozen encoder's features: 2 of 4 batches"):
+        finetune.finetune(config, str(tmp_path / "run"))
+    assert len(batches) == 2 and checkpointing.latest_step(str(tmp_path / "run" / "checkpoints")) is None
+    monkeypatch.setattr(finetune, "_host", host)
+    capsys.readouterr()
+    summary = finetune.finetune(config, str(tmp_path / "run"))
+    assert "resumed at batch 2 of 4" in capsys.readouterr().out
+    assert summary["last"]["loss"] > 0
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        assert [json.loads(line)["step"] for line in f if '"loss"' in line][-1] == 4
+
+
 def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_path, capsys, monkeypatch):
     """Two frozen tagging runs with other head settings (BiLSTM size, concat vs weighted sum)
     and one cache folder: the second reuses the first's features; other layers compute anew.

@@ -124,6 +124,15 @@ class PreemptionWatcher:
                         " by a host of this run" if self.coordinated else "", step)
         return bool(stop)
 
+    def stop_now(self) -> str | None:
+        """For work before the first step, which has no step to stop at: the signal received
+        (single process), marked heeded, else None; a multi-process run stops only at a step
+        every host agrees on (`should_stop`), so None there."""
+        if self.coordinated or not self.signalled:
+            return None
+        self.heeded = True
+        return self.signal_name
+
     @property
     def signal_name(self) -> str:
         """The signal that stops the run: SIGTERM, or SIGINT (Ctrl-C, single process)."""

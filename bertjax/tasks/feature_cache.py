@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from bertjax.runtime import workdir_lock
+from bertjax.runtime.errors import TrainingStopped
 from bertjax.tasks.batching import TrainBatches, eval_batches
 from bertjax.tasks.common import Split
 
@@ -104,13 +105,15 @@ class FeatureCache:
 
     def compute(self, encode: Callable[[dict[str, np.ndarray]], np.ndarray], batch_size: int, buckets: list[int],
                 progress: Callable[[int, int], None] | None = None,
-                fewest: Callable[[int], int] = lambda count: count) -> str:
+                fewest: Callable[[int], int] = lambda count: count,
+                stop: Callable[[], str | None] = lambda: None) -> str:
         """Runs `encode(batch) -> <[B, ...]>` (the frozen encoder's kept outputs for an evaluation
         batch of the split: [B, L, *tail] per token, or [B, *example_shape]) over the split, from
         where an earlier computation stopped, and opens the result. progress(done, total) after
         each batch. fewest(count) -> the smallest count of all the run's processes (each calls
         it: a collective), for where every process starts (several processes run `encode`
-        together, so all must run the same batches) and whether all hold their locks.
+        together, so all must run the same batches) and whether all hold their locks. stop() ->
+        a stop signal's name after a batch (TrainingStopped, the batches done kept), else None.
         Returns what happened, for the console.
 
         Another run computing the same cache (a sweep's runs started together, or runs sharing
@@ -129,13 +132,13 @@ class FeatureCache:
                 except workdir_lock.WorkdirBusyError as busy:
                     locked, holder = 0, busy.holder
                 if fewest(locked):
-                    return self._compute(encode, batch_size, buckets, progress, fewest)
+                    return self._compute(encode, batch_size, buckets, progress, fewest, stop)
             if not waited:
                 log.info("%s is being computed by %s: waiting for it", self.path, "another run" if locked else holder)
                 waited = True
             time.sleep(random.uniform(0.5, 2.0))  # random: two runs that let go together try again apart
 
-    def _compute(self, encode, batch_size, buckets, progress, fewest) -> str:
+    def _compute(self, encode, batch_size, buckets, progress, fewest, stop) -> str:
         total = -(-len(self.split) // batch_size)
         self.batch_size, self.buckets = batch_size, list(buckets)
         start = fewest(self.batches_done(batch_size, buckets))
@@ -149,10 +152,15 @@ class FeatureCache:
                 if index < start:
                     continue
                 self._store(values, real, np.asarray(encode(batch)))
-                if index + 1 == total or time.monotonic() - saved > _SAVE_SECONDS:
+                signal_name = stop()
+                if index + 1 == total or time.monotonic() - saved > _SAVE_SECONDS or signal_name:
                     values.flush()
                     self._write_manifest(index + 1)
                     saved = time.monotonic()
+                if signal_name and index + 1 < total:
+                    raise TrainingStopped(f"{signal_name} while caching the frozen encoder's features: {index + 1} "
+                                          f"of {total} batches kept in {self.path}; run the same command again "
+                                          "to resume")
                 if progress is not None:
                     progress(index + 1, total)
             del values
