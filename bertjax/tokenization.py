@@ -782,8 +782,9 @@ def bert_wordpiece_differences(path: str) -> list[str]:
     """What a WordPiece tokenizer.json does otherwise than BERT's WordPiece, which
     `Tokenizer.from_vocab_file` builds from its vocabulary ([] for a vocab.txt): a normaliser
     other than BertNormalizer (NFKC first, none at all), another pre-tokenizer (digits split
-    apart), another word limit or unknown token. Such a file is read as kind "huggingface",
-    which runs it as written."""
+    apart), another word limit or unknown token, tokens added to its vocabulary (matched whole
+    before the WordPiece split, some with ids past the vocabulary's). Such a file is read as
+    kind "huggingface", which runs it as written."""
     if not path.endswith(".json"):
         return []
     settings = _tokenizer_json(path)
@@ -798,6 +799,13 @@ def bert_wordpiece_differences(path: str) -> list[str]:
     for key, bert in (("max_input_chars_per_word", MAX_INPUT_CHARS_PER_WORD), ("unk_token", "[UNK]")):
         if model.get(key, bert) != bert:
             found.append(f"{key} {model[key]!r}")
+    # BERT's own files list its special tokens here, each at its vocabulary id; a literal
+    # "[MASK]" in text is read as text either way (Tokenizer's docstring).
+    vocab = model.get("vocab") if isinstance(model.get("vocab"), dict) else {}
+    added = [token.get("content") for token in settings.get("added_tokens") or [] if not isinstance(token, dict)
+             or not token.get("special") or vocab.get(token.get("content")) != token.get("id")]
+    if added:
+        found.append(f"added_tokens {added[:3]}" + (f" and {len(added) - 3} more" if len(added) > 3 else ""))
     return found
 
 

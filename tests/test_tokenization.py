@@ -443,10 +443,14 @@ def test_fill_mask_continues_the_text_after_a_mask_with_sentencepiece(tmp_path, 
     ("nfkc", lambda s: s.update(normalizer={"type": "Sequence", "normalizers": [
         {"type": "NFKC"}, s["normalizer"]]}), "\uff26\uff55\uff4c\uff4c", [2440]),
     ("longer_words", lambda s: s["model"].update(max_input_chars_per_word=200), "x" * 150, None),
+    ("added_tokens", lambda s: s["added_tokens"].append({  # matched whole: 'hello world', not 'hello ##world'
+        "id": s["model"]["vocab"]["hello"], "content": "hello", "single_word": False, "lstrip": False,
+        "rstrip": False, "normalized": True, "special": False}), "helloworld", [7592, 2088]),
 ])
 def test_a_wordpiece_tokenizer_json_that_is_not_berts_runs_as_written(tmp_path, name, change, text, ids):
-    """A WordPiece tokenizer.json with another normaliser, pre-tokenizer or word limit was read
-    as BERT's WordPiece from its vocabulary ('Ｆｕｌｌ' -> [UNK], '12345' -> '123 ##45'; a review):
+    """A WordPiece tokenizer.json with another normaliser, pre-tokenizer, word limit or added
+    tokens was read as BERT's WordPiece from its vocabulary ('Ｆｕｌｌ' -> [UNK], '12345' -> '123
+    ##45', an added token split into pieces; reviews):
     refused as a WordPiece vocabulary, and a model folder's runs as written (kind huggingface)."""
     import shutil
 
