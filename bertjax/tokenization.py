@@ -360,8 +360,8 @@ class Tokenizer:
                     for span in row:
                         while span[0] < span[1] and text[span[0]].isspace():
                             span[0] += 1
-            if self._drops_characters:
-                _over_dropped_characters(texts, offsets, lengths)
+            if self._drops_characters:  # (a form feed is a word break to byte-level BPE, dropped by BERT's)
+                _over_dropped_characters(texts, offsets, lengths, _WORD_BREAK if self._fast is None else _ANY_SPACE)
             return ids, offsets, lengths
         from sentencepiece import sentencepiece_pb2
         rows, spans = [], []
@@ -569,6 +569,7 @@ _ASCII_CONTROLS = bytes(c for c in [*range(1, 32), 127] if c not in b"\t\n\r")
 # whitespace (\t \n \r, the Zs characters, U+2028, U+2029) ends a word; ASCII symbols, Unicode
 # punctuation and these CJK ideograph blocks are words of their own.
 _WORD_BREAK = re.compile("[\t\n\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+_ANY_SPACE = re.compile(r"\s")  # what ends a word to other tokenizers: every character str.isspace() takes
 ASCII_SYMBOL_RANGES = ((0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E))
 CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
               (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
@@ -660,10 +661,12 @@ def _drops_characters(fast: tokenizers.Tokenizer) -> bool:
     return bool(json.loads(fast.to_str()).get("normalizer"))
 
 
-def _over_dropped_characters(texts: Sequence[str], offsets: np.ndarray, lengths: np.ndarray) -> None:
-    """Extends each token's span (in place) over the characters right after it in its word that
-    no span holds: the ones normalisation dropped (not after a word of one character, such as
-    punctuation, whose word ends with it). Texts of printable ASCII have none."""
+def _over_dropped_characters(texts: Sequence[str], offsets: np.ndarray, lengths: np.ndarray,
+                             word_break: re.Pattern) -> None:
+    """Extends each token's span (in place) over the characters right after it in its word (up
+    to a `word_break` character) that no span holds: the ones normalisation dropped (not after a
+    word of one character, such as punctuation, whose word ends with it). Texts of printable
+    ASCII have none."""
     first = 0
     for text, count in zip(texts, lengths.tolist()):
         row, first = offsets[first:first + count], first + count
@@ -673,7 +676,7 @@ def _over_dropped_characters(texts: Sequence[str], offsets: np.ndarray, lengths:
             end, limit = row[t, 1], (row[t + 1, 0] if t + 1 < count else len(text))
             if end == 0 or end >= limit or _a_word_alone(text[end - 1]):
                 continue
-            while end < limit and not _WORD_BREAK.match(text, end) and not _a_word_alone(text[end]):
+            while end < limit and not word_break.match(text, end) and not _a_word_alone(text[end]):
                 end += 1
             row[t, 1] = end
 

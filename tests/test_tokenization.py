@@ -372,6 +372,18 @@ def test_offsets_keep_the_characters_normalisation_drops_inside_a_word():
                                                "?", "ab\x01c", "d", "*"]
 
 
+def test_a_byte_level_bpe_tokens_span_ends_at_whitespace_bert_would_drop():
+    """A form feed (PDF text), vertical tab or U+0085 is a token of its own to byte-level BPE but
+    a control character BERT's cleaning drops inside a word: the span of the token before it
+    was extended over it as over a dropped character, so an answer's text ended in '\\x0c' (a
+    review)."""
+    tokenizer = tokenization.load_tokenizer("huggingface", MODERNBERT_TOKENIZER)
+    for text in ("Paris\x0cLondon", "Paris\x0c London", "a\x0bb\x85c\u2028d\x1fe"):
+        _, offsets = tokenizer.encode_with_offsets(text)
+        assert not any(text[a:b] != text[a:b].strip() for a, b in offsets), [text[a:b] for a, b in offsets]
+        assert "".join(text[a:b] for a, b in offsets) == "".join(text.split())
+
+
 def test_fill_mask_cuts_the_text_at_a_mask_as_the_models_tokenizer_does(tmp_path):
     """ModernBERT's tokenizer.json gives [MASK] lstrip: the space before it is the mask's.
     Fill-mask tokenized the text between masks alone, so "the cat [MASK]" carried a lone 'Ġ'
