@@ -230,8 +230,14 @@ def load_modernbert(path: str, hf_config: dict[str, Any]) -> tuple[BertConfig, d
     decoder = tensors.pop("decoder.weight", None)
     if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.tok_embeddings.weight")):
         raise ValueError(f"{file}: 'decoder.weight' is not tied to the embeddings; bertjax ties the MLM decoder")
+    fused_rows = {"attn.Wqkv": 3 * config.hidden_size, "mlp.Wi": 2 * config.intermediate_size}
     for fused, parts in _FUSED.items():
         for name in [n for n in tensors if re.search(rf"(^|\.){re.escape(fused)}\.(weight|bias)$", n)]:
+            expected = (fused_rows[fused], config.hidden_size) if name.endswith("weight") else (fused_rows[fused],)
+            if tensors[name].shape != expected:  # (split, a part's shape would name no key of the file)
+                key = f"model.{name}" if f"model.{name}" in stored else name
+                raise ValueError(f"{file}: tensor {key!r} has shape {tensors[name].shape}, expected {expected} "
+                                 f"({' | '.join(parts)}, as config.json's sizes give)")
             for k, part in enumerate(np.split(tensors.pop(name), len(parts))):
                 tensors[f"{name}#{k}"] = part
     num_labels = tensors["classifier.bias"].shape[0] if "classifier.bias" in tensors else 2

@@ -47,9 +47,23 @@ def _header(file: str, read: Callable[[int], bytes]) -> tuple[dict, int]:
     if header_size > _MAX_HEADER_BYTES:  # read() would try to allocate it
         raise ValueError(f"{file}: not a safetensors file (its first 8 bytes give a header of {header_size} bytes)")
     try:
-        return json.loads(read(header_size)), 8 + header_size
+        header = json.loads(read(header_size))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ValueError(f"{file}: not a safetensors file, or cut off (its header does not read as JSON)") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{file}: a damaged header: a JSON {type(header).__name__}, expected an object of tensors")
+    for name, entry in header.items():
+        if name != "__metadata__" and not (
+                isinstance(entry, dict) and isinstance(entry.get("dtype"), str)
+                and _ints(entry.get("shape")) and all(size >= 0 for size in entry["shape"])
+                and _ints(entry.get("data_offsets")) and len(entry["data_offsets"]) == 2):
+            raise ValueError(f"{file}: a damaged header: tensor {name!r} is {entry!r}, expected {{dtype: a string, "
+                             "shape: sizes, data_offsets: [start, end]}")
+    return header, 8 + header_size
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
 
 
 def read_safetensors(file: str) -> dict[str, np.ndarray]:
@@ -112,12 +126,15 @@ def weight_names(directory: str) -> list[str]:
 
 def write_huggingface_files(out_dir: str, tensors: dict[str, np.ndarray], hf_config: dict[str, Any],
                             num_labels: int, label_names: list[str] | None) -> None:
-    """Writes model.safetensors and config.json, with id2label/label2id for a classifier of
-    `num_labels` outputs (0: none; default names LABEL_<i>)."""
+    """Writes model.safetensors and config.json (`hf_config`, its "architectures" set), with
+    id2label/label2id for a classifier of `num_labels` outputs (0: none; default names LABEL_<i>)."""
     from safetensors.numpy import save
 
-    if num_labels == 1 and not label_names:  # one output: a regression, which Hugging Face must be told
-        hf_config["problem_type"] = "regression"  # (else its pipeline reads the value through a sigmoid)
+    # One output: a regression, which Hugging Face must be told (else its pipeline reads the value
+    # through a sigmoid); a multiple-choice head's one output is each choice's score.
+    scores_choices = hf_config["architectures"][0].endswith("ForMultipleChoice")
+    if num_labels == 1 and not label_names and not scores_choices:
+        hf_config["problem_type"] = "regression"
     if num_labels:
         names = list(label_names) if label_names else [f"LABEL_{i}" for i in range(num_labels)]
         if len(names) != num_labels:

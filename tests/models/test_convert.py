@@ -114,6 +114,14 @@ def test_a_bfloat16_checkpoint_reads_as_its_float32_values_and_a_cut_off_one_is_
     with pytest.raises(ValueError, match=rf"model.safetensors: tensor '{name}' has data_offsets \[{start}, {end - 2}\], "
                                          r"which do not hold its shape \[\d+\] of BF16"):
         bertjax.load_pretrained(str(tmp_path))
+    # A header of the wrong structure: named, not a KeyError or AttributeError (a review).
+    for damaged_header, message in (
+            ({**header, name: {"dtype": "BF16", "shape": header[name]["shape"]}}, rf"tensor '{name}' is \{{"),
+            ([1, 2], "a JSON list, expected an object of tensors")):
+        damaged = json.dumps(damaged_header, separators=(",", ":")).encode().ljust(header_size)
+        (tmp_path / "model.safetensors").write_bytes(whole[:8] + damaged + whole[8 + header_size:])
+        with pytest.raises(ValueError, match=rf"model.safetensors: a damaged header: {message}"):
+            bertjax.load_pretrained(str(tmp_path))
     (tmp_path / "model.safetensors").write_bytes(whole[:100])
     with pytest.raises(ValueError, match="model.safetensors: not a safetensors file, or cut off"):
         bertjax.load_pretrained(str(tmp_path))

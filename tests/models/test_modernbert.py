@@ -127,14 +127,35 @@ def test_a_multiple_choice_model_exports_as_modernbert_for_multiple_choice(tmp_p
     kernel, bias = params["classifier"]["kernel"], params["classifier"]["bias"]
     params = {**params, "classifier": {"kernel": kernel[:, :1], "bias": bias[:1]}}
     convert.export_huggingface(config, params, str(tmp_path / "choice"), architecture="BertForMultipleChoice")
-    assert json.loads((tmp_path / "choice" / "config.json").read_text())["architectures"] == [
-        "ModernBertForMultipleChoice"]
+    written = json.loads((tmp_path / "choice" / "config.json").read_text())
+    assert written["architectures"] == ["ModernBertForMultipleChoice"]
+    assert "problem_type" not in written  # one output, each choice's score: no regression (a review)
     source = model_source.resolve(str(tmp_path / "choice"))
     assert source.task_info["family"] == "choice"
     loaded = source.load_params()
     assert jax.tree.structure(loaded) == jax.tree.structure(params)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(loaded), jax.tree.leaves(params)):
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+def test_a_fused_tensor_of_the_wrong_shape_is_named_as_the_file_stores_it(tmp_path):
+    """A Wqkv or Wi whose rows are not what config.json's sizes give failed in numpy's split
+    ('array split does not result in an equal division'), or was named by a part's key that no
+    file holds, 'layers.0.attn.Wqkv.weight#0' (a review)."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    for key, cut in (("model.layers.1.attn.Wqkv.weight", 1), ("model.layers.0.mlp.Wi.weight", 2)):
+        folder = tmp_path / key
+        shutil.copytree(os.path.join(HF_DIR, "masked_lm"), folder)
+        tensors = load_file(str(folder / "model.safetensors"))
+        rows, columns = tensors[key].shape
+        tensors[key] = tensors[key][:-cut].copy()
+        save_file(tensors, str(folder / "model.safetensors"))
+        with pytest.raises(ValueError, match=rf"model.safetensors: tensor '{key}' has shape \({rows - cut}, "
+                                             rf"{columns}\), expected \({rows}, {columns}\)"):
+            convert.load_pretrained(str(folder))
 
 
 def test_an_export_hugging_face_cannot_hold_says_why(tmp_path):
