@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import math
 import os
@@ -160,12 +161,20 @@ _HEAD_ONLY_FIELDS = ("feature_combine", "tagging_head", "lstm_hidden_size", "hid
 
 
 def cache_directory(config: ml_collections.ConfigDict, workdir: str) -> str:
-    """config.train.feature_cache_dir, else WORKDIR/feature_cache on a local workdir, else the
-    temporary folder (the cache is memory-mapped: it needs a local disk)."""
+    """config.train.feature_cache_dir, else WORKDIR/feature_cache on a local workdir, else a
+    folder of the temporary folder for this workdir (the cache is memory-mapped: it needs a
+    local disk), removed when the run (or sweep) ends (`temporary_cache`)."""
     if config.train.feature_cache_dir:
         return config.train.feature_cache_dir
-    return fileio.join(workdir, "feature_cache") if not fileio.is_remote(workdir) else fileio.join(
-        tempfile.gettempdir(), "bertjax_feature_cache")
+    if not fileio.is_remote(workdir):
+        return fileio.join(workdir, "feature_cache")
+    return os.path.join(tempfile.gettempdir(), "bertjax_feature_cache", hashlib.sha256(workdir.encode()).hexdigest()[:16])
+
+
+def temporary_cache(config: ml_collections.ConfigDict, workdir: str) -> bool:
+    """Whether `cache_directory` is a folder no one chose (a gs:// workdir's, in the temporary
+    folder): left there, every run's caches would fill the machine's disk, unseen."""
+    return not config.train.feature_cache_dir and fileio.is_remote(workdir)
 
 
 def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Split, bert: BertConfig,
@@ -632,6 +641,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                      f"{best_checkpointer.directory}")
     loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, "
                  + (f"predictions in {directory}" if written else "no predictions (no eval_file or test_file)"))
+    if caches and temporary_cache(config, workdir):
+        for cache in caches.values():
+            cache.remove()
+        loop.console(f"removed the cached features from {cache_directory(config, workdir)} (a temporary folder)")
     loop.console(clock.summary(rest="train and start-up"))
     result = {"best": best, "last": loop.last, "predictions": written, "main_metric": task.main_metric,
               "seconds": clock.seconds(rest="train and start-up")}

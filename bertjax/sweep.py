@@ -17,6 +17,7 @@ import itertools
 import json
 import logging
 import math
+import shutil
 from typing import Any
 
 import jax
@@ -143,6 +144,8 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     with trainer.hold_lock(workdir):
         trainer.process_zero_first(lambda: _check_same_sweep(config, workdir), "sweep settings")
         results, metric = _run_all(workdir, runs)
+    if finetune.temporary_cache(config, workdir):  # its runs' one cache, in a folder no one chose
+        shutil.rmtree(finetune.cache_directory(config, workdir), ignore_errors=True)
     results = _ranked(results, metric)  # with the earlier invocations' other points
     if jax.process_index() == 0:
         columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})

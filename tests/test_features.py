@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 
 import flax.linen as nn
@@ -439,6 +440,31 @@ def test_a_stop_signal_while_caching_features_stops_there_and_the_relaunch_resum
     assert summary["last"]["loss"] > 0
     with open(tmp_path / "run" / "metrics.jsonl") as f:
         assert [json.loads(line)["step"] for line in f if '"loss"' in line][-1] == 4
+
+
+def test_a_cache_in_a_folder_no_one_chose_is_removed_when_the_run_ends(encoder_run, tmp_path, monkeypatch, capsys):
+    """A gs:// workdir's caches went to one folder of $TMPDIR that every run on the machine
+    filled and none emptied, gigabytes a split, until a later run found no room (a review).
+    The folder is the workdir's own now, and the run that finishes removes its caches; a
+    folder the user names (feature_cache_dir, a local workdir's WORKDIR/feature_cache) stays."""
+    from bertjax import finetune
+
+    config = _frozen_config("classification", tmp_path, encoder_run)
+    config.data.update(train_file=_pairs_file(tmp_path), eval_file=_pairs_file(tmp_path))
+    folders = {workdir: finetune.cache_directory(config, workdir) for workdir in ("gs://b/one", "gs://b/two")}
+    assert len(set(folders.values())) == 2 and all(folder.startswith(tempfile.gettempdir()) for folder in folders.values())
+    assert finetune.temporary_cache(config, "gs://b/one") and not finetune.temporary_cache(config, str(tmp_path))
+    config.train.feature_cache_dir = str(tmp_path / "named")
+    assert not finetune.temporary_cache(config, "gs://b/one")
+    finetune.finetune(config, str(tmp_path / "kept"))
+    assert len(list((tmp_path / "named").glob("*.bin"))) == 2  # train and eval, kept for the next run
+    # A gs:// workdir's run, here on a local folder standing for the temporary one.
+    config.train.feature_cache_dir = str(tmp_path / "temporary")
+    monkeypatch.setattr(finetune, "temporary_cache", lambda *_: True)
+    capsys.readouterr()
+    summary = finetune.finetune(config, str(tmp_path / "run"))
+    assert summary["best"] is not None and not (tmp_path / "temporary").exists()
+    assert f"removed the cached features from {tmp_path / 'temporary'}" in capsys.readouterr().out
 
 
 def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_path, capsys, monkeypatch):

@@ -218,6 +218,16 @@ class FeatureCache:
                        "batch_size": self.batch_size, "buckets": self.buckets}, f)
         os.replace(partial, self.manifest_path)
 
+    def remove(self) -> None:
+        """Deletes the stored features, their progress and lock, and the folder if that leaves it
+        empty (the lock file with them: its folder belongs to one run)."""
+        self.values = None
+        for path in (self.path, self.manifest_path, self.path + ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(self.path))
+
     def gather(self, examples: np.ndarray, length: int) -> dict[str, np.ndarray]:
         """The kept features of `examples` <int>[B] for a batch cut to `length` tokens:
         {CACHED_TOKENS: [B, length, *tail]} (zeros past each example's tokens) or
