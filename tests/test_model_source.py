@@ -325,6 +325,38 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
         model_source.resolve(str(run))
 
 
+def test_a_fine_tuning_run_that_has_not_ended_is_not_read_as_its_result(unevaluated_run, tmp_path, caplog):
+    """A fine-tuning workdir stopped before its first evaluation (best/ empty) was read through
+    checkpoints/: predict, export and convert used half-trained weights that were never
+    scored, with exit 0 and no word (a review). Refused now, naming the step and the way to
+    those weights; best/ of a run stopped before its end is read with a warning."""
+    import shutil
+
+    from bertjax.inference import model_source
+
+    workdir = tmp_path / "run"
+    shutil.copytree(unevaluated_run[0], workdir)
+    meta_file = workdir / "checkpoints" / "2" / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    meta["config"]["train"]["num_steps"] = 10  # as if stopped at step 2 of 10
+    meta_file.write_text(json.dumps(meta))
+    shutil.move(workdir / "best", tmp_path / "best")
+    (workdir / "best").mkdir()
+    with pytest.raises(ValueError, match=rf"{workdir} is a fine-tuning run stopped at step 2 of 10, before its first "
+                                         rf"evaluation \(best/ is empty\): run its command again to finish it, or "
+                                         rf"give {workdir / 'checkpoints'} to use the weights of step 2"):
+        model_source.resolve(str(workdir))
+    assert model_source.resolve(str(workdir / "checkpoints")).weights.startswith(str(workdir / "checkpoints"))
+    os.rmdir(workdir / "best")
+    shutil.move(tmp_path / "best", workdir / "best")
+    caplog.clear()
+    assert model_source.resolve(str(workdir)).weights.startswith(str(workdir / "best"))
+    assert f"is a fine-tuning run stopped at step 2 of 10: {workdir / 'best'} holds its best evaluation" in caplog.text
+    caplog.clear()
+    model_source.resolve(unevaluated_run[0])  # ended: nothing to say
+    assert "stopped at step" not in caplog.text
+
+
 def test_a_vocabulary_other_than_the_models_is_refused(unevaluated_run, tmp_path):
     from bertjax.inference import model_source
 

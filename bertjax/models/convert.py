@@ -533,6 +533,8 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     # may be gone: the optimizer state is 3x the weights); a pre-training workdir has no best/.
     for candidate in (path, fileio.join(path, "best"), fileio.join(path, "checkpoints")):
         if checkpointing.is_bertjax_checkpoint(candidate):
+            if candidate != path:
+                _check_fine_tuning_ended(path, candidate)
             return "bertjax", candidate
     if files & {"checkpoints", "best", "metrics.jsonl"}:  # a bertjax run's workdir, with no weights yet
         raise FileNotFoundError(
@@ -548,6 +550,29 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
                 "metadata={'format': 'pt'})\"")
     raise FileNotFoundError(f"{path!r} matches no known checkpoint layout; looked for:\n"
                             f"{_LAYOUTS}\nfound: {sorted(files)}{hint}")
+
+
+def _check_fine_tuning_ended(workdir: str, directory: str) -> None:
+    """A fine-tuning workdir read through its result (`directory`: best/, or checkpoints/ where
+    best/ is empty) before its run reached its last step: checkpoints/ alone are a run stopped
+    before its first evaluation, weights half-trained and never scored (ValueError: given as
+    WORKDIR/checkpoints they load); best/ holds the best evaluation so far (warned)."""
+    from bertjax import checkpointing
+
+    checkpoints = fileio.join(workdir, "checkpoints")
+    if not checkpointing.is_bertjax_checkpoint(checkpoints):  # (a finished run may drop its training state)
+        return
+    meta = checkpointing.read_meta(checkpoints)
+    run = meta.get("config") or {}
+    step, steps = meta.get("step"), (run.get("train") or {}).get("num_steps")
+    if not run.get("task") or not isinstance(step, int) or not isinstance(steps, int) or step >= steps:
+        return  # pre-training (its result is checkpoints/), or a run that ended
+    if directory == checkpoints:
+        raise ValueError(f"{workdir} is a fine-tuning run stopped at step {step} of {steps}, before its first "
+                         f"evaluation (best/ is empty): run its command again to finish it, or give {checkpoints} "
+                         f"to use the weights of step {step}")
+    logging.warning("%s is a fine-tuning run stopped at step %d of %d: %s holds its best evaluation so far (step %s)",
+                    workdir, step, steps, directory, checkpointing.read_meta(directory).get("step"))
 
 
 def pretrained_config(path: str) -> BertConfig:
