@@ -82,6 +82,9 @@ def main(_):
         if vocab_size != config.vocab_size:
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab_file)")
+        if _VOCAB.value is not None:  # of its size, other tokens: other ids, as predict and fine-tuning refuse
+            source.check_vocabulary(tokenization.load_tokenizer(kind, vocab, do_lower_case), vocab,
+                                    "give the vocabulary it was trained with (--vocab_file), or leave it unset")
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
         extra = model_source.hf_config_keys(source.task_info)

@@ -286,12 +286,20 @@ def test_a_remote_version_is_uploaded_with_its_graph_last_and_removed_when_the_u
 
 
 def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
-    from bertjax.inference import export
+    from unittest import mock
+
+    from bertjax.inference import engine, export
 
     os.makedirs(tmp_path / "serving")
     (tmp_path / "serving" / "1").write_text("not a folder")
     with pytest.raises(ValueError, match=r"serving/1 is a file; give another --output or --version"):
         export.export_saved_model(minilm_classifier_run, str(tmp_path / "serving"))
+    # An --output under a file: TensorFlow's FailedPreconditionError, a traceback after the whole
+    # load and trace (a review); now refused first, the model never loaded.
+    (tmp_path / "notes.txt").write_text("a file")
+    with mock.patch.object(engine, "load_model", side_effect=AssertionError("loaded")), pytest.raises(
+            ValueError, match=rf"--output={tmp_path}/notes.txt/serving: {tmp_path}/notes.txt is a file; give a folder"):
+        export.export_saved_model(minilm_classifier_run, str(tmp_path / "notes.txt" / "serving"))
 
 
 def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(exported):

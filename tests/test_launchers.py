@@ -82,6 +82,9 @@ CASES = [
      "--architecture applies only to --format=huggingface"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab_file={tmp}/vocab.txt"],
      "vocab.txt has 6 tokens but the checkpoint"),
+    # A vocabulary of the model's size with other tokens: other ids (a review: written beside the weights).
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab_file={tmp}/swapped.txt"],
+     "swapped.txt is not the vocabulary"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/hf"], "--output={tmp}/hf is not empty (it "
                                                                             "has config.json, model.safetensors)"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt"], "is a file"),
@@ -158,6 +161,9 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
     (tmp_path / "blank.txt").write_text("\n  \n")
     (tmp_path / "header.csv").write_text("text\n")
+    tokens = open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8").read().splitlines()
+    tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
+    (tmp_path / "swapped.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
     (tmp_path / "rows.txt").write_text('{"text": "One sentence."}\n{"text": "Another one."}\n')
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text('{"hidden_size": 64,')  # truncated

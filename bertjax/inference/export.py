@@ -83,6 +83,8 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
         raise ValueError(f"{target} is a file; give another --output or --version")
     if fileio.exists(target) and fileio.listdir(target):
         raise ValueError(f"{target} is not empty; give another --output or --version")
+    if not fileio.is_remote(output_dir):  # before the model loads and traces
+        _check_can_make(output_dir)
     from bertjax.runtime.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
 
     model = engine.load_model(source, max_seq_length=max_seq_length, precision=precision, vocab_path=vocab_path,
@@ -98,6 +100,18 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
 
     _write_whole(target, write)
     return target
+
+
+def _check_can_make(output_dir: str) -> None:
+    """ValueError unless the local folder `output_dir` exists or can be made: its nearest existing
+    ancestor a writable folder (TensorFlow's own error, after the whole export, was a traceback)."""
+    existing = os.path.abspath(output_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"--output={output_dir}: {existing} is a file; give a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--output={output_dir}: {existing} is not writable")
 
 
 def _write_whole(target: str, write: Callable[[str], None]) -> None:
@@ -123,6 +137,10 @@ def _write_whole(target: str, write: Callable[[str], None]) -> None:
                 raise
         return
     tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.tmp-{os.getpid()}")
+    try:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--output={os.path.dirname(target)}: cannot make the folder ({e.strerror})") from None
     try:
         write(tmp)
         if os.path.isdir(target):
