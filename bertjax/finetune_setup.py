@@ -79,12 +79,15 @@ def load_tokenizer(config: ml_collections.ConfigDict,
     if source is not None and (data.vocab_path or source.tokenizer_spec):
         try:
             return source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case)
-        except ValueError as e:
+        except (ValueError, OSError) as e:  # (a file that is not there: FileNotFoundError)
             key = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else
                    f"config.init_checkpoint={config.init_checkpoint}")
             raise ValueError(f"{key}: {e}") from None
     if data.vocab_path:  # do_lower_case None: a tokenizer.json's own casing, else a vocab.txt's tokens show it
-        return tokenization.load_tokenizer(data.tokenizer, data.vocab_path, data.do_lower_case)
+        try:
+            return tokenization.load_tokenizer(data.tokenizer, data.vocab_path, data.do_lower_case)
+        except OSError as e:
+            raise ValueError(f"config.data.vocab_path={data.vocab_path}: {e}") from None
     if source is not None:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocabulary "
                          "(vocab.txt, tokenizer.json); "

@@ -56,6 +56,11 @@ CASES = [
     ("pretrain.py", [PRETRAIN, "--config.data.input_pattern={tmp}/text.txt", "--config.data.vocab_path={tmp}/vocab.txt"],
      "input_pattern and tfds_name name a corpus, but source is 'demo'"),
     ("pretrain.py", [PRETRAIN, "--config.init_checkpoint={tmp}/nothing"], "config.init_checkpoint="),
+    # A vocabulary that is not there: the key named (a review: only the file's path).
+    ("pretrain.py", [PRETRAIN, "--config.data.source=text", "--config.data.input_pattern={tmp}/text.txt",
+                     "--config.data.vocab_path={tmp}/none.txt"], "config.data.vocab_path={tmp}/none.txt: "),
+    ("finetune.py", [FINETUNE + ":demo", "--config.data.vocab_path={tmp}/none.txt"],
+     "config.data.vocab_path={tmp}/none.txt: "),
     ("pretrain.py", [PRETRAIN, "--config.model.hidden_act=swish"], "BertConfig.hidden_act must be one of"),
     ("finetune.py", [FINETUNE + ":cola", "--config.init_checkpoint={tmp}"], "matches no known checkpoint layout"),
     ("finetune.py", [FINETUNE + ":classification", "--config.data.vocab_path={tmp}/vocab.txt"],

@@ -78,7 +78,10 @@ def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokeniz
             raise ValueError("config.data.vocab_path='' selects the demo WordPiece vocabulary, but "
                              f"config.data.tokenizer={data_config.tokenizer!r}; give a vocab_path")
         return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(cache_dir), do_lower_case=True)
-    return tokenization.load_tokenizer(data_config.tokenizer, data_config.vocab_path, data_config.do_lower_case)
+    try:
+        return tokenization.load_tokenizer(data_config.tokenizer, data_config.vocab_path, data_config.do_lower_case)
+    except OSError as e:  # (a file that is not there: FileNotFoundError)
+        raise ValueError(f"config.data.vocab_path={data_config.vocab_path}: {e}") from None
 
 
 def check_vocabulary_given(data_config: Any) -> None:

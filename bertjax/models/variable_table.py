@@ -136,6 +136,9 @@ def get_param(tree: dict, path: tuple[str, ...], source: str) -> np.ndarray:
     return np.asarray(node)
 
 
+_SHOWN = 8  # problems (and unexpected names) an error lists
+
+
 def gather_params(table: list[Variable], tensors: dict[str, np.ndarray], fmt: str, source: str
                   ) -> dict[str, Any]:
     """Picks every variable of `table` out of `tensors` ({name in format fmt: array}) into
@@ -156,9 +159,11 @@ def gather_params(table: list[Variable], tensors: dict[str, np.ndarray], fmt: st
             set_param(params, var.path, np.ascontiguousarray(value.T) if transposed else value)
     unexpected = sorted(set(tensors) - {var.hf if fmt == "hf" else var.tf for var in table})
     if unexpected:
-        problems.append(f"unexpected variables (not part of a BERT of this config): {unexpected}")
-    if problems:
-        raise ValueError(f"{source}: checkpoint does not match the BERT config:\n  " + "\n  ".join(problems))
+        problems.append(f"unexpected variables (not part of a BERT of this config): {unexpected[:_SHOWN]}"
+                        + (f" and {len(unexpected) - _SHOWN} more" if len(unexpected) > _SHOWN else ""))
+    if problems:  # (a size that differs mis-shapes every layer's variables: the first ones tell)
+        shown = problems[:_SHOWN] + ([f"... and {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else [])
+        raise ValueError(f"{source}: checkpoint does not match the BERT config:\n  " + "\n  ".join(shown))
     return params
 
 

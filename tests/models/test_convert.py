@@ -661,6 +661,16 @@ def test_mismatched_missing_and_unexpected_variables_are_named(tmp_path):
     assert "'encoder.layer.1.intermediate.dense.weight' has shape (16, 9), expected (16, 8)" in message
     assert "missing variable 'pooler.dense.bias' (expected shape (8,))" in message
     assert "unexpected variables" in message and "'encoder.layer.2.output.dense.weight'" in message
+    # Another hidden size mis-shapes every variable: the first few, and how many more (a review:
+    # one line of some 4,000 characters).
+    wider = BertConfig(**{**TINY, "hidden_size": 2 * TINY["hidden_size"]})
+    convert.export_huggingface(wider, random_params(wider), str(tmp_path / "wider"))
+    json_file = tmp_path / "wider" / "config.json"
+    json_file.write_text(json.dumps({**json.loads(json_file.read_text()), "hidden_size": TINY["hidden_size"]}))
+    with pytest.raises(ValueError) as error:
+        bertjax.load_pretrained(str(tmp_path / "wider"))
+    lines = str(error.value).splitlines()
+    assert len(lines) == 10 and re.fullmatch(r"  \.\.\. and \d+ more", lines[-1]), lines
 
 
 # ------------------------------------------------------------------------------------------------
