@@ -53,7 +53,7 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batc
 _PRECISION = cli.define_precision_flag()
 _OUTPUT_DTYPE = flags.DEFINE_enum("output_dtype", "float32", ["float32", "float16"], "the shards' values")
 _SHARD_SIZE = flags.DEFINE_integer("shard_size", 1024, "examples per shard (fewer where they would hold over "
-                                   "512 MiB of values at --max_seq_length)")
+                                   "512 MiB of values at --max_seq_length)", lower_bound=1)
 _INPUT_FORMAT = flags.DEFINE_enum("input_format", "", ["", "text", "csv", "tsv", "jsonl"],
                                   "'' = from --input_file's extension (.csv .tsv .json(l); anything else is text)")
 _TEXT_A_KEY = flags.DEFINE_string("text_a_key", "text", "CSV/TSV/JSONL: the column of the (first) text")

@@ -133,6 +133,8 @@ def main(_):
     config = FLAGS.config
     if FLAGS.dump and fileio.exists(FLAGS.dump):
         raise ValueError(f"--dump={FLAGS.dump} exists; give another name (it would be overwritten)")
+    if FLAGS.dump and not fileio.isdir(fileio.parent(FLAGS.dump)):  # before the examples are drawn
+        raise ValueError(f"--dump={FLAGS.dump}: no folder {fileio.parent(FLAGS.dump)} to write it in")
     prepare.check_vocabulary_given(config.data)
     from bertjax.data import pipelines
 

@@ -28,7 +28,8 @@ from absl import flags  # noqa: E402
 _KIND = flags.DEFINE_enum("kind", "wordpiece", ["wordpiece", "sentencepiece", "bpe"], "Vocabulary kind.")
 _TOKENIZER_KIND = {"wordpiece": "wordpiece", "sentencepiece": "sentencepiece", "bpe": "huggingface"}
 _INPUT = flags.DEFINE_string("input", None, "Comma-separated globs of text, JSONL or Parquet files (--source).")
-_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size, special tokens included.")
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size, special tokens included.",
+                                   lower_bound=6)  # the 5 special tokens and one more: checked before the corpus
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where vocab.txt (spm.model, tokenizer.json) is written.")
 _DO_LOWER_CASE = flags.DEFINE_bool("do_lower_case", True, "Lower-case (and for WordPiece strip accents).")
 _SOURCE = flags.DEFINE_enum("source", "auto", ["auto", "text", "jsonl", "parquet"],

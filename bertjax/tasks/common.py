@@ -211,9 +211,14 @@ def file_format(path: str, chosen: str = "", extensions: dict[str, str] | None =
     (SQuAD's .json, CoNLL), anything else lines of text (`user_lines`)."""
     if chosen:
         return chosen
-    name = path.rsplit("/", 1)[-1]
-    extension = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    extension = _extension(path)
     return (extensions or {}).get(extension) or {"csv": "csv", "tsv": "tsv", **JSONL_EXTENSIONS}.get(extension, "text")
+
+
+def _extension(path: str) -> str:
+    """The file name's extension, lower-cased ("" for none: a dot in a folder's name is not one)."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name.rsplit(".", 1)[-1].lower() if "." in name else ""
 
 
 def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> Iterator[tuple[str, dict | ValueError]]:
@@ -231,10 +236,11 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
     repeats a column name, malformed CSV quoting (the line its record starts on), bytes that
     are not UTF-8.
     """
-    file_format = file_format or JSONL_EXTENSIONS.get(path.rsplit(".", 1)[-1].lower(), path.rsplit(".", 1)[-1].lower())
+    extension = _extension(path)
+    file_format = file_format or JSONL_EXTENSIONS.get(extension, extension)
     if file_format not in ("csv", "tsv", "jsonl"):
-        raise ValueError(f"{path}: unknown file format {file_format!r}; expected .csv, .tsv or .jsonl "
-                         "(or set config.data.file_format)")
+        found = f"format {file_format!r}" if file_format else "extension"
+        raise ValueError(f"{path}: unknown file {found}; expected .csv, .tsv or .jsonl (or set config.data.file_format)")
     if file_format == "jsonl":
         yield from _jsonl_records(path, bad_rows)
         return

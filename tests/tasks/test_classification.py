@@ -381,6 +381,20 @@ def test_malformed_csv_is_named_by_file_and_line(tmp_path, tokenizer, content, m
         classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv")), tokenizer)
 
 
+def test_a_file_of_rows_without_an_extension_is_named_as_such(tmp_path):
+    """A train file named `train` was 'unknown file format {whole path}' (a review: the path
+    taken as the extension, a dot in a folder's name too)."""
+    folder = tmp_path / "glue.v1"
+    folder.mkdir()
+    (folder / "train").write_text("text,label\nfine,pos\n")
+    with pytest.raises(ValueError, match=rf"^{folder}/train: unknown file extension; expected .csv, .tsv or .jsonl "
+                                         r"\(or set config.data.file_format\)$"):
+        next(read_records(str(folder / "train")))
+    with pytest.raises(ValueError, match=r"train.txt: unknown file format 'txt'"):
+        next(read_records(str(folder / "train.txt")))
+    assert next(read_records(str(folder / "train"), file_format="csv"))[1] == {"text": "fine", "label": "pos"}
+
+
 def test_a_quote_left_open_is_named_by_the_line_its_record_starts_on(tmp_path):
     """The csv module reports where it gave up (the end of the file for an unclosed quote);
     the row to fix is where the record began. A row's place is its first line."""
