@@ -54,8 +54,9 @@ The feature-based approach (the BERT paper's Table 7: a frozen encoder feeding a
 train.freeze_encoder: the encoder's weights never change (no gradient, no optimizer state);
 train.cache_features (with freeze_encoder; default True): the encoder runs once over the
 training set before the first step and every step reads its stored outputs
-(bertjax/tasks/feature_cache.py), in train.feature_cache_dir (default WORKDIR/feature_cache;
-a sweep shares WORKDIR/feature_cache between its runs);
+(bertjax/tasks/feature_cache.py), in train.feature_cache_dir (default WORKDIR/feature_cache,
+which a sweep's runs share; for a gs:// workdir a temporary folder of its own, removed when the
+run or sweep ends);
 model.feature_layers: hidden states read (0 = embeddings, -1 = last layer; default -1);
 model.feature_combine: last (one layer) | concat | weighted_sum (learned softmax weights);
 model.tagging_head: linear | bilstm (two layers, model.lstm_hidden_size units a direction,
@@ -156,7 +157,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.train.max_consecutive_bad_steps = 10
     config.train.freeze_encoder = False  # the feature-based approach: train the head only
     config.train.cache_features = True   # with freeze_encoder: the encoder runs once, not every step
-    config.train.feature_cache_dir = ""  # "" = WORKDIR/feature_cache (a local disk: it is memory-mapped)
+    config.train.feature_cache_dir = ""  # "" = WORKDIR/feature_cache, or a temporary folder (a local disk: memory-mapped)
     config.train.adam_bias_correction = False  # True: Adam's bias correction (torch's AdamW)
     config.train.sweep = "sweep" in options
     config.train.sweep_learning_rates = "5e-5,3e-5,2e-5"
