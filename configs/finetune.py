@@ -157,7 +157,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.train.max_consecutive_bad_steps = 10
     config.train.freeze_encoder = False  # the feature-based approach: train the head only
     config.train.cache_features = True   # with freeze_encoder: the encoder runs once, not every step
-    config.train.feature_cache_dir = ""  # "" = WORKDIR/feature_cache, or a temporary folder (a local disk: memory-mapped)
+    config.train.feature_cache_dir = ""  # "" = WORKDIR/feature_cache or a temporary folder (memory-mapped: local)
     config.train.adam_bias_correction = False  # True: Adam's bias correction (torch's AdamW)
     config.train.sweep = "sweep" in options
     config.train.sweep_learning_rates = "5e-5,3e-5,2e-5"
