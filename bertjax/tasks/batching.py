@@ -121,7 +121,7 @@ class TrainBatches:
                                    f"(config.train.batch_size={batch_size})")
         self.row_counts = [batch_size]
         if pack_examples:
-            needed = [len(self._packed_rows(index)) for index in range(min(self.steps_per_epoch(), FIT_BATCHES))]
+            needed = [len(self._packed_rows(index)) for index in range(FIT_BATCHES)]
             self.row_counts = fitted_bucket_lengths(needed, batch_size, num_row_counts, row_multiple)
 
     def epoch_order(self, epoch: int) -> np.ndarray:

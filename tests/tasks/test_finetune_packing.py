@@ -58,6 +58,20 @@ def test_packed_batch_layout(demo_tokenizer):
     assert batch["example_weights"].tolist() == [[1, 1, 0], [1, 0, 0]]
 
 
+def test_the_row_counts_are_fitted_over_several_epochs_of_a_short_one():
+    """The row counts were fitted to the first epoch alone when it is shorter than FIT_BATCHES:
+    on SST-2-like lengths (3,000 examples, 94 batches of 32 an epoch, up to 16 a row) 17 of the
+    next four epochs' batches needed more rows than any fitted count and ran at 32 rows instead
+    of 7-9, each such shape compiled mid-run (a review). Fitted over FIT_BATCHES batches, epochs
+    included, none of the first five epochs' batches falls back."""
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(10), 0.6, 3000).astype(np.int32) + 2, 3, 66)
+    split = Split("train", {"input_ids": np.zeros((len(lengths), 1), np.int32)}, lengths)
+    batches = batching.TrainBatches(split, 32, 0, [72], group_by_length=False, pack_examples=16)
+    rows = [batches.shape(index)[0] for index in range(5 * batches.steps_per_epoch())]
+    assert set(rows) <= set(batches.row_counts) and max(batches.row_counts) < 16, (batches.row_counts, max(rows))
+
+
 def test_packed_training_batches_are_the_unpacked_batches_examples_in_fewer_rows(demo_tokenizer):
     """Each step packs the same batch_size examples the unpacked stream gives it (every
     example once an epoch, across the epoch's end), into rows padded to a fitted row count
