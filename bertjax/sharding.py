@@ -16,6 +16,7 @@ arrays must split evenly), so e.g. BERT's 30522-token vocabulary still works on 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from typing import Any, Callable, Sequence
 
@@ -26,6 +27,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
+log = logging.getLogger(__name__)
 
 class Axis:
     """The logical axis names: the model and heads name their arrays' axes with these, never with
@@ -108,12 +110,27 @@ def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, tensor: int = 1)
 def create_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """Builds the ('data', 'fsdp', 'tensor') mesh over all (or the given) devices."""
     devices = list(jax.devices() if devices is None else devices)
-    shape = mesh_shape(len(devices), data, fsdp, tensor)
+    return Mesh(device_grid(mesh_shape(len(devices), data, fsdp, tensor), devices), MESH_AXES,
+                axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
+def device_grid(shape: tuple[int, int, int], devices: Sequence[Any]) -> np.ndarray:
+    """The devices as a [data, fsdp, tensor] array: in the slice's topology-aware order, unless
+    that lays a tensor group over two processes (on a TPU pod the chip network's order can put a
+    row of chips that crosses hosts on the tensor axis), where each process would hold another's
+    batch rows too (pre-training's host_split='files' refuses that); then in process order, which
+    keeps each tensor group on one host."""
     try:  # topology-aware order on TPU slices
-        device_array = mesh_utils.create_device_mesh(shape, devices)
+        grid = mesh_utils.create_device_mesh(shape, devices)
     except (ValueError, NotImplementedError, AssertionError):
-        device_array = np.asarray(devices).reshape(shape)
-    return Mesh(device_array, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+        grid = np.asarray(devices).reshape(shape)
+    if all(len({device.process_index for device in group}) == 1 for group in grid.reshape(-1, shape[2])):
+        return grid
+    by_process = np.asarray(sorted(devices, key=lambda device: (device.process_index, device.id))).reshape(shape)
+    if all(len({device.process_index for device in group}) == 1 for group in by_process.reshape(-1, shape[2])):
+        log.info("mesh %s: the topology's device order puts tensor groups across hosts; in host order instead", shape)
+        return by_process
+    return grid  # a tensor group larger than a host's devices: across hosts whatever the order
 
 
 def data_parallel_size(mesh: Mesh) -> int:
