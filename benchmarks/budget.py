@@ -95,9 +95,9 @@ def recipe_config(recipe: str, steps: int, data_dir: str, corpus: str, vocab: st
     preset = _PRESET.value if _ARCH.value == "bert" else f"modernbert-{_PRESET.value}"
     config = pretrain_config.get_config(preset + (",modern" if name == "modern" else ""))
     length = _SEQ_LEN.value
+    # (max_predictions_per_seq follows the length and the recipe's masked_lm_prob: configs/pretrain.py)
     config.data.update(source="text", input_pattern=corpus, vocab_path=vocab, prepared_dir=data_dir,
-                       max_seq_length=length,
-                       max_predictions_per_seq=-(-length * round(config.data.masked_lm_prob * 100) // 100))
+                       max_seq_length=length)
     config.train.update(global_batch_size=_BATCH.value, num_steps=steps, warmup_steps=max(1, steps // 10),
                         log_every=max(1, steps // 10), eval_every=0)
     if not config.train.get("adam_bias_correction", False) and _PRESET.value != "tiny":
@@ -108,14 +108,32 @@ def recipe_config(recipe: str, steps: int, data_dir: str, corpus: str, vocab: st
     return config
 
 
+def calibration_config(recipe: str, data_dir: str, corpus: str, vocab: str):
+    """`recipe`'s config for `steps_per_second`: 40 steps at the full batch (no batch warmup)."""
+    config = recipe_config(recipe, 40, data_dir, corpus, vocab)
+    config.train.update(log_every=10, batch_warmup_start=0, batch_warmup_steps=0)
+    return config
+
+
+def check_recipe(recipe: str) -> None:
+    """ValueError naming the key of `recipe` (and its calibration run) that pre-training would
+    refuse: before any run, not once the recipes before it have spent their budgets."""
+    from bertjax import batch_warmup, optim
+    from bertjax.data.pretraining_config import check_data_config
+
+    # (the budgets' step counts come from the calibration: checked at a count longer than any)
+    for config in (recipe_config(recipe, 10**6, "", "", ""), calibration_config(recipe, "", "", "")):
+        optim.validate_train_config(config.train)
+        check_data_config(config.data)
+        batch_warmup.validate(config.train, 1, 1)
+
+
 def steps_per_second(recipe: str, workdir: str, data_dir: str, corpus: str, vocab: str) -> float:
     """The recipe's steady training rate: a 40-step run, the median of its logged windows'
     step times after the first (one window's time swung the budgets by a fifth)."""
     from bertjax import pretrain
 
-    config = recipe_config(recipe, 40, data_dir, corpus, vocab)
-    config.train.update(log_every=10, batch_warmup_start=0)  # the full batch's rate
-    pretrain.train_and_evaluate(config, workdir)
+    pretrain.train_and_evaluate(calibration_config(recipe, data_dir, corpus, vocab), workdir)
     with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
         times = [json.loads(line)["step_time"] for line in f if '"step_time"' in line]
     return 1.0 / statistics.median(times[1:])
@@ -194,7 +212,7 @@ def main(argv):
 
     budgets = [(budget, seconds(budget)) for budget in _BUDGETS.value]
     for recipe in _RECIPES.value:
-        recipe_config(recipe, 10, "", "", "")  # a bad recipe fails here, before any run
+        check_recipe(recipe)
     workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="budget_")
     os.makedirs(workdir, exist_ok=True)
     corpus = (python_docs.write(os.path.join(workdir, "python_docs.txt")) if _CORPUS.value == "python_docs"

@@ -44,20 +44,23 @@ def evaluations(workdir: str) -> list[dict]:
 
 def table(runs: dict[str, list[dict]]) -> list[str]:
     """Per evaluation step, each seed's eval MLM (its multiple of the unigram guess) and NSP
-    accuracy, then the guesses; the last line per seed says whether it stalled."""
+    accuracy (a recipe with NSP), then the guesses; the last line per seed says whether it stalled."""
     seeds = list(runs)
     by_step = {seed: {r["step"]: r for r in rows if "eval_mlm_accuracy" in r} for seed, rows in runs.items()}
     any_rows = next(iter(by_step[seeds[0]].values()))
-    guess = f"MLM guess {any_rows['eval_mlm_unigram_accuracy']:.4f}, NSP guess {any_rows['eval_nsp_majority_accuracy']:.4f}"
-    lines = [f"held-out accuracy per evaluation ({guess}: the most frequent masked token, the majority label)",
-             "  step | " + " | ".join(f"seed {seed}: MLM (x guess)  NSP" for seed in seeds)]
+    nsp = "eval_nsp_accuracy" in any_rows  # (masked LM alone, as ,modern: no NSP column)
+    guess = f"MLM guess {any_rows['eval_mlm_unigram_accuracy']:.4f}" + (
+        f", NSP guess {any_rows['eval_nsp_majority_accuracy']:.4f}" if nsp else "")
+    lines = [f"held-out accuracy per evaluation ({guess}: the most frequent masked token"
+             + (", the majority label)" if nsp else ")"),
+             "  step | " + " | ".join(f"seed {seed}: MLM (x guess)" + ("  NSP" if nsp else "") for seed in seeds)]
     for step in sorted(set().union(*(rows.keys() for rows in by_step.values()))):
         cells = []
         for seed in seeds:
             row = by_step[seed].get(step)
-            cells.append(" " * 26 if row is None else
-                         f"{row['eval_mlm_accuracy']:.4f} ({row['eval_mlm_accuracy'] / row['eval_mlm_unigram_accuracy']:.2f}x) "
-                         f"  {row['eval_nsp_accuracy']:.4f}")
+            cells.append(" " * (26 if nsp else 17) if row is None else
+                         f"{row['eval_mlm_accuracy']:.4f} ({row['eval_mlm_accuracy'] / row['eval_mlm_unigram_accuracy']:.2f}x)"
+                         + (f"   {row['eval_nsp_accuracy']:.4f}" if nsp else ""))
         lines.append(f"{step:6d} | " + " | ".join(cells))
     for seed in seeds:
         alarms = [r["step"] for r in runs[seed] if "mlm_plateau_warning" in r]

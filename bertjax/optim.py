@@ -84,10 +84,10 @@ def validate_train_config(train_config: Any) -> None:
           f"an int in [0, config.train.num_steps={num_steps}] (a shorter run needs a shorter warmup: set both)")
     if schedule == "inverse_sqrt":
         check("warmup_steps", warmup > 0, "> 0 for the 'inverse_sqrt' schedule")
+    fraction, shape = _wsd(train_config)  # checked whatever the schedule (a bad value read later, or never)
+    check("decay_fraction", _is_number(fraction) and 0 <= fraction <= 1, "in [0, 1]")
+    check("decay_shape", shape in DECAY_SHAPES, f"one of {DECAY_SHAPES}")
     if schedule == "wsd":
-        fraction, shape = _wsd(train_config)
-        check("decay_fraction", _is_number(fraction) and 0 <= fraction <= 1, "in [0, 1] for the 'wsd' schedule")
-        check("decay_shape", shape in DECAY_SHAPES, f"one of {DECAY_SHAPES}")
         check("warmup_steps", warmup <= num_steps * (1 - fraction),
               f"at most the steps before the decay, num_steps x (1 - decay_fraction) = {num_steps * (1 - fraction):g}")
     wd = _get(train_config, "weight_decay")

@@ -182,6 +182,25 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     assert len(ends) == 2 and lines[header - 1] == ends[1]
 
 
+_RECIPE_TABLE = """
+import pretrain_recipe
+rows = lambda accuracy: [{"step": 1, "eval_mlm_accuracy": accuracy, "eval_mlm_unigram_accuracy": 0.05}]
+print("\\n".join(pretrain_recipe.table({"42": rows(0.1), "1": rows(0.2)})))
+"""
+
+
+def test_the_recipe_table_of_masked_lm_alone_has_no_nsp_column():
+    """A recipe without NSP (',modern') trained every seed, then died on the NSP keys its runs
+    never log (a review)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "benchmarks")])}
+    result = subprocess.run([sys.executable, "-c", _RECIPE_TABLE], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[:3] == [
+        "held-out accuracy per evaluation (MLM guess 0.0500: the most frequent masked token)",
+        "  step | seed 42: MLM (x guess) | seed 1: MLM (x guess)", "     1 | 0.1000 (2.00x) | 0.2000 (4.00x)"]
+
+
 _SET_VALUES = """
 import budget
 from configs import pretrain
@@ -207,6 +226,34 @@ def test_a_budget_recipe_sets_any_config_value_in_its_type():
     # 52: 40% of 128, the masking cap following the rate.
     assert result.stdout.splitlines() == ["True 64 stable_adamw 52",
                                           "--recipes: config.model.scan_layerz does not exist"]
+
+
+_CHECK_RECIPES = """
+import budget
+from absl import flags
+flags.FLAGS(["budget.py"])  # the defaults: --preset=tiny, --seq_len=128
+budget.check_recipe("modern:train.batch_warmup_start=8:train.batch_warmup_steps=40")
+print(budget.recipe_config("modern:data.masked_lm_prob=0.4", 10, "", "", "").data.max_predictions_per_seq)
+for bad in ("modern:train.optimizer=bogus", "original:train.decay_shape=bogus"):
+    try:
+        budget.check_recipe(bad)
+    except ValueError as e:
+        print(e)
+"""
+
+
+def test_a_budget_recipe_is_checked_whole_before_any_run():
+    """A recipe with batch-size warmup failed at its calibration run (which turned the warmup's
+    start off and left its steps: refused since), and a bad value only when that recipe's turn
+    came, after the recipes before it had spent their budgets; a recipe's masking rate was
+    capped at the preset's 15% or 30% of a row (a review). All checked at the start now."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "benchmarks")])}
+    result = subprocess.run([sys.executable, "-c", _CHECK_RECIPES], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "52", "config.train.optimizer must be one of ('adamw', 'stable_adamw', 'lamb'), got 'bogus'",
+        "config.train.decay_shape must be one of ('linear', '1-sqrt'), got 'bogus'"]
 
 
 MODERN_VARIANT = ("modern:train.optimizer=stable_adamw:data.full_rows_attention=document"
