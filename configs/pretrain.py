@@ -68,6 +68,13 @@ def _derive_max_predictions(data: ml_collections.ConfigDict) -> None:
     data.max_predictions_per_seq = (-((-(length * share) + 1e-9) // 1)).to_int()
 
 
+def _warm_up_a_tenth(train: ml_collections.ConfigDict) -> None:
+    """A continuation's (phase2, long) warmup: a tenth of its steps (within every preset's own
+    warmup), following config.train.num_steps when it is set (a FieldReference): fixed, a
+    shorter run warmed up through its stable phase; a value set replaces it."""
+    train.warmup_steps = train.get_ref("num_steps") // 10
+
+
 def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     preset, *options = arg.split(",")
     preset_model = BertConfig.preset(preset)  # an unknown preset: a ValueError naming the known ones
@@ -162,7 +169,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         config.data.max_seq_length = 512  # the cap on masked tokens follows: 77 at 15%
         config.init_checkpoint_required = True
         config.train.num_steps = max(1, config.train.num_steps // 9)  # 90% of steps were phase 1
-        config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
+        _warm_up_a_tenth(config.train)
     if "modern" in options:
         # RoBERTa dropped NSP, ModernBERT masks 30% and decays the rate only at the end
         # (warmup-stable-decay, 1-sqrt): a run can then be extended or stopped at any point.
@@ -183,7 +190,7 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
         config.train.global_batch_size = config_dict.placeholder(int)
         config.data.max_seq_length = preset_model.max_position_embeddings
         config.train.num_steps = max(1, config.train.num_steps // 10)
-        config.train.warmup_steps = min(config.train.warmup_steps, config.train.num_steps // 10)
+        _warm_up_a_tenth(config.train)
     unknown = set(options) - {"phase2", "modern", "long"}
     if unknown:
         raise ValueError(f"configs/pretrain.py: unknown options {sorted(unknown)} in {arg!r}")

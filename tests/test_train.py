@@ -199,6 +199,22 @@ def test_the_context_extension_is_the_modern_encoders_longest_context_only():
         pretrain_config.get_config("base,long")
 
 
+@pytest.mark.parametrize("arg, steps, warmup", [("modernbert-base,modern,long", 90_000, 9_000),
+                                                ("base,phase2", 100_000, 10_000), ("tiny,phase2", 444, 44)])
+def test_a_continuations_warmup_follows_its_steps(arg, steps, warmup):
+    """The warmup of long (and phase2) was fixed from the preset's steps: long with the
+    num_steps the docs suggest for a smaller budget (10,000) warmed up for 9,000 steps, no stable
+    phase, the decay in the last 1,000; one step fewer was refused (a review). A tenth of
+    whatever num_steps is set (as --config.train.num_steps sets the field); a warmup set stays."""
+    config = pretrain_config.get_config(arg)
+    assert (config.train.num_steps, config.train.warmup_steps) == (steps, warmup)
+    config.train.num_steps = 10_000
+    assert config.train.warmup_steps == 1_000
+    config.train.warmup_steps = 300
+    config.train.num_steps = 20_000
+    assert config.train.warmup_steps == 300
+
+
 @pytest.mark.slow  # three runs; a run from another's weights in the default suite: test_train_paths' init_checkpoint
 def test_the_context_extension_continues_a_shorter_modern_run(tmp_path):
     """Issue 49: `,modern,long` at 1,024 tokens (modernbert-tiny's longest) with a larger global
