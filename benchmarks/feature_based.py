@@ -78,8 +78,10 @@ def main(_):
             config.data.update(train_file=train, eval_file=dev, max_seq_length=32, num_buckets=1)
             config.model.update(feature_layers=layers, feature_combine=combine, tagging_head=head,
                                 lstm_hidden_size=_LSTM.value if head == "bilstm" else None)
+            # The encoder runs every step, frozen or not: the step times compare its forward alone
+            # with fine-tuning (frozen_vs_finetune.py times whole runs on cached features).
             config.train.update(freeze_encoder=freeze, num_steps=_STEPS.value, batch_size=32, log_every=10,
-                                eval_every=_STEPS.value, learning_rate=learning_rate)
+                                eval_every=_STEPS.value, learning_rate=learning_rate, cache_features=False)
             config.checkpoint.every = _STEPS.value
             workdir = os.path.join(tmp, f"run{index}")
             finetune.finetune(config, workdir)
