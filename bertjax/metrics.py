@@ -69,6 +69,20 @@ def pretraining_flops_per_sequence(config: BertConfig, seq_len: int, num_predict
     return 3.0 * (total + heads)
 
 
+def mean_pretraining_flops(config: BertConfig, seq_len: int, num_predictions: int, sequence_ids: Any = None,
+                           next_sentence_prediction: bool = True) -> float:
+    """`pretraining_flops_per_sequence` averaged over a batch's rows, each row with its blocks'
+    lengths: `sequence_ids` <int>[B, L] (1, 2, ... per packed pair or document that attends
+    within itself, 0 = padding); None: whole rows."""
+    if sequence_ids is None:
+        return pretraining_flops_per_sequence(config, seq_len, num_predictions,
+                                              next_sentence_prediction=next_sentence_prediction)
+    return float(np.mean([pretraining_flops_per_sequence(config, seq_len, num_predictions,
+                                                         tuple(int(n) for n in np.bincount(row)[1:]),
+                                                         next_sentence_prediction)
+                          for row in np.asarray(sequence_ids)]))
+
+
 def measure_peak_flops(seconds: float = 0.5, size: int = 1024, bfloat16_operands: bool = False) -> float:
     """FLOP/s of a matmul loop on the default device, the 'peak' used on CPU: float32
     operands, or `bfloat16_operands` with float32 sums (matmul_precision="bfloat16")."""

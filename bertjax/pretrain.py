@@ -23,7 +23,7 @@ import numpy as np
 
 from bertjax import checkpointing, optim, pretrain_setup, run_config, sharding, tokenization, trainer, training_loop
 from bertjax.batch_warmup import BatchWarmup
-from bertjax.metrics import pretraining_flops_per_sequence
+from bertjax.metrics import mean_pretraining_flops, pretraining_flops_per_sequence
 from bertjax.models import (BertConfig, BertForPreTraining, pretraining_counts, pretraining_loss_terms,
                             pretraining_sums, stack_layers)
 from bertjax.runtime import compilation_cache, compile_ahead, fileio
@@ -404,7 +404,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                     how_compiled = f"compiled its step in {seconds:.1f}s" + (
                         f" ({seconds - waited:.1f}s of it while training)" if seconds - waited >= 0.1 else "")
                 loop.console(f"step {step}: the batch grows to {rows} rows; {how_compiled}")
-            batch = place(loop.next_batch(batches, step, state), mesh)
+            batch = loop.next_batch(batches, step, state)
+            if step == start_step and "sequence_ids" in batch:  # packed pairs or documents attend within
+                loop.flops_per_sequence = mean_pretraining_flops(   # their own blocks: counted so, as a mean
+                    bert, config.data.max_seq_length, config.data.max_predictions_per_seq, batch["sequence_ids"],
+                    next_sentence_prediction=nsp)
+            batch = place(batch, mesh)
             with sharding.activate(mesh):
                 state, metrics = compiled[rows](state, batch, step_inputs)
             step += 1

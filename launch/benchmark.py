@@ -98,10 +98,6 @@ def _predictions() -> int:
     return int(np.ceil(0.15 * _SEQ.value))
 
 
-def _pair_lengths(sequence_ids: np.ndarray | None) -> tuple[int, ...] | None:
-    return None if sequence_ids is None else tuple(np.bincount(sequence_ids)[1:])
-
-
 def bert_config_of(config: ml_collections.ConfigDict) -> BertConfig:
     """`--preset` with the `config.model` fields that are set."""
 
@@ -168,7 +164,7 @@ class JaxRun:
         import jax
 
         from bertjax import optim, sharding, pretrain, trainer
-        from bertjax.metrics import pretraining_flops_per_sequence
+        from bertjax.metrics import mean_pretraining_flops
         from bertjax.models import BertForPreTraining
 
         self.jax = jax
@@ -178,9 +174,9 @@ class JaxRun:
         rng = np.random.default_rng(0)
         host_batches = [synthetic_batch(rng, _BATCH.value, _SEQ.value, _predictions(), self.bert.vocab_size,
                                         pairs_per_row=_PACK.value) for _ in range(4)]
-        self.flops_per_row = float(np.mean([
-            pretraining_flops_per_sequence(self.bert, _SEQ.value, _predictions(), _pair_lengths(row))
-            for b in host_batches for row in b.get("sequence_ids", [None] * _BATCH.value)]))
+        self.flops_per_row = float(np.mean([mean_pretraining_flops(self.bert, _SEQ.value, _predictions(),
+                                                                   batch.get("sequence_ids"))
+                                            for batch in host_batches]))
         model = BertForPreTraining(self.bert)
         task = pretrain.objective(model)
         optimizer = optim.make_optimizer(train_cfg)

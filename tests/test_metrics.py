@@ -79,6 +79,19 @@ def test_pretraining_flops_per_sequence_by_hand():
                                                   next_sentence_prediction=False) == 3 * (forward - pooler - nsp)
 
 
+def test_packed_rows_count_the_attention_inside_their_blocks():
+    """A row of two packed pairs (or documents that attend within themselves) runs each block's
+    attention, not the whole row's, and one NSP head a pair: the mean over a batch's rows, from
+    their sequence_ids (0: padding)."""
+    config = BertConfig(vocab_size=10, hidden_size=4, num_hidden_layers=2, num_attention_heads=2, intermediate_size=8)
+    flops = lambda blocks: metrics.pretraining_flops_per_sequence(config, 6, 2, blocks)  # noqa: E731
+    sequence_ids = np.array([[1, 1, 1, 2, 2, 2], [1, 1, 1, 1, 0, 0]])
+    assert metrics.mean_pretraining_flops(config, 6, 2, sequence_ids) == (flops((3, 3)) + flops((4,))) / 2
+    assert flops((3, 3)) < flops(None)  # 2 x 3^2 of attention, not 6^2 (the by-hand count above)
+    assert metrics.mean_pretraining_flops(config, 6, 2, None, next_sentence_prediction=False) == \
+        metrics.pretraining_flops_per_sequence(config, 6, 2, next_sentence_prediction=False)
+
+
 def test_a_resumed_run_drops_the_rows_logged_after_its_checkpoint(tmp_path):
     rows = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5}, {"step": 2, "eval_loss": 2.6}, {"step": 3, "loss": 2.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "lo')
