@@ -98,16 +98,20 @@ def _hf_model(model_dir: str, max_seq_length: int, precision: str, sort_by_lengt
     model = BertForSequenceClassification.from_pretrained(model_dir).eval()
 
     def predict(texts, batch_size):
-        order = np.arange(len(texts))
-        if sort_by_length:  # tokenized once to sort, as bertjax does (counted in the time)
-            lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=max_seq_length)["input_ids"]]
-            order = np.argsort(lengths, kind="stable")
+        order, encoded = np.arange(len(texts)), None
+        if sort_by_length:  # tokenized once, sorted, each batch padded from those ids, as bertjax does
+            encoded = tokenizer(texts, truncation=True, max_length=max_seq_length)
+            order = np.argsort([len(ids) for ids in encoded["input_ids"]], kind="stable")
         results = np.zeros((len(texts), len(LABELS)), np.float32)
         with torch.inference_mode(), _autocast(precision):
             for start in range(0, len(texts), batch_size):
                 rows = order[start:start + batch_size]
-                batch = tokenizer([texts[i] for i in rows], padding=True, truncation=True,
-                                  max_length=max_seq_length, return_tensors="pt")
+                if encoded is not None:
+                    batch = tokenizer.pad({key: [encoded[key][i] for i in rows] for key in encoded},
+                                          return_tensors="pt")
+                else:
+                    batch = tokenizer([texts[i] for i in rows], padding=True, truncation=True,
+                                      max_length=max_seq_length, return_tensors="pt")
                 results[rows] = torch.softmax(model(**batch).logits.float(), -1).numpy()
         return results
 
