@@ -58,8 +58,11 @@ def table(runs: dict[str, list[dict]]) -> list[str]:
         cells = []
         for seed in seeds:
             row = by_step[seed].get(step)
-            cells.append(" " * (26 if nsp else 17) if row is None else
-                         f"{row['eval_mlm_accuracy']:.4f} ({row['eval_mlm_accuracy'] / row['eval_mlm_unigram_accuracy']:.2f}x)"
+            if row is None:
+                cells.append(" " * (26 if nsp else 17))
+                continue
+            ratio = row["eval_mlm_accuracy"] / row["eval_mlm_unigram_accuracy"]
+            cells.append(f"{row['eval_mlm_accuracy']:.4f} ({ratio:.2f}x)"
                          + (f"   {row['eval_nsp_accuracy']:.4f}" if nsp else ""))
         lines.append(f"{step:6d} | " + " | ".join(cells))
     for seed in seeds:

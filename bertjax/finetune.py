@@ -168,7 +168,8 @@ def cache_directory(config: ml_collections.ConfigDict, workdir: str) -> str:
         return config.train.feature_cache_dir
     if not fileio.is_remote(workdir):
         return fileio.join(workdir, "feature_cache")
-    return os.path.join(tempfile.gettempdir(), "bertjax_feature_cache", hashlib.sha256(workdir.encode()).hexdigest()[:16])
+    own = hashlib.sha256(workdir.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "bertjax_feature_cache", own)
 
 
 def temporary_cache(config: ml_collections.ConfigDict, workdir: str) -> bool:

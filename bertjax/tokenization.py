@@ -805,8 +805,12 @@ def bert_wordpiece_differences(path: str) -> list[str]:
     # BERT's own files list its special tokens here, each at its vocabulary id; a literal
     # "[MASK]" in text is read as text either way (Tokenizer's docstring).
     vocab = model.get("vocab") if isinstance(model.get("vocab"), dict) else {}
-    added = [token.get("content") for token in settings.get("added_tokens") or [] if not isinstance(token, dict)
-             or not token.get("special") or vocab.get(token.get("content")) != token.get("id")]
+    def bert_special(token: object) -> bool:
+        return (isinstance(token, dict) and bool(token.get("special"))
+                and vocab.get(token.get("content")) == token.get("id"))
+
+    added = [token.get("content") if isinstance(token, dict) else token
+             for token in settings.get("added_tokens") or [] if not bert_special(token)]
     if added:
         found.append(f"added_tokens {added[:3]}" + (f" and {len(added) - 3} more" if len(added) > 3 else ""))
     return found

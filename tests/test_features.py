@@ -433,6 +433,15 @@ def test_a_stop_signal_while_caching_features_stops_there_and_the_relaunch_resum
     with pytest.raises(TrainingStopped, match=r"SIGTERM while caching the frozen encoder's features: 2 of 4 batches"):
         finetune.finetune(config, str(tmp_path / "run"))
     assert len(batches) == 2 and checkpointing.latest_step(str(tmp_path / "run" / "checkpoints")) is None
+    # A signal in a split's last batch: that split is whole, the stop comes at the next one's
+    # first batch (or the first step), nothing left to compute again.
+    from bertjax.tasks import feature_cache
+    from bertjax.tasks.common import Split
+
+    split = Split("train", {"input_ids": np.ones((4, 2), np.int32)}, np.full(4, 2, np.int32))
+    whole = feature_cache.FeatureCache(split, str(tmp_path / "whole"), "one", False, (2,), np.float32)
+    assert whole.compute(lambda batch: batch["input_ids"].astype(np.float32), 4, [2], stop=lambda: "SIGTERM")
+    assert whole.batches_done(4, [2]) == 1
     monkeypatch.setattr(finetune, "_host", host)
     capsys.readouterr()
     summary = finetune.finetune(config, str(tmp_path / "run"))
@@ -452,7 +461,8 @@ def test_a_cache_in_a_folder_no_one_chose_is_removed_when_the_run_ends(encoder_r
     config = _frozen_config("classification", tmp_path, encoder_run)
     config.data.update(train_file=_pairs_file(tmp_path), eval_file=_pairs_file(tmp_path))
     folders = {workdir: finetune.cache_directory(config, workdir) for workdir in ("gs://b/one", "gs://b/two")}
-    assert len(set(folders.values())) == 2 and all(folder.startswith(tempfile.gettempdir()) for folder in folders.values())
+    assert len(set(folders.values())) == 2
+    assert all(folder.startswith(tempfile.gettempdir()) for folder in folders.values())
     assert finetune.temporary_cache(config, "gs://b/one") and not finetune.temporary_cache(config, str(tmp_path))
     config.train.feature_cache_dir = str(tmp_path / "named")
     assert not finetune.temporary_cache(config, "gs://b/one")

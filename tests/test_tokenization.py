@@ -449,6 +449,14 @@ def test_fill_mask_continues_the_text_after_a_mask_with_sentencepiece(tmp_path, 
         assert ids.tolist() == want and lengths.tolist() == [len(want)], (masked, tokenizer.id_to_token(int(ids[-1])))
 
 
+def test_added_tokens_that_are_not_a_list_of_objects_are_a_difference(tmp_path):
+    """(A malformed entry was guarded against, then read as an object: an AttributeError.)"""
+    settings = json.load(open(os.path.join(os.path.dirname(_minilm_vocab()), "tokenizer.json")))
+    settings["added_tokens"].append("x")
+    (tmp_path / "tokenizer.json").write_text(json.dumps(settings))
+    assert tokenization.bert_wordpiece_differences(str(tmp_path / "tokenizer.json")) == ["added_tokens ['x']"]
+
+
 @pytest.mark.parametrize("name, change, text, ids", [
     ("digits", lambda s: s.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
         {"type": "BertPreTokenizer"}, {"type": "Digits", "individual_digits": True}]}), "12345", [1015, 1016, 1017, 1018, 1019]),

@@ -240,7 +240,8 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
     file_format = file_format or JSONL_EXTENSIONS.get(extension, extension)
     if file_format not in ("csv", "tsv", "jsonl"):
         found = f"format {file_format!r}" if file_format else "extension"
-        raise ValueError(f"{path}: unknown file {found}; expected .csv, .tsv or .jsonl (or set config.data.file_format)")
+        raise ValueError(f"{path}: unknown file {found}; expected .csv, .tsv or .jsonl "
+                         "(or set config.data.file_format)")
     if file_format == "jsonl":
         yield from _jsonl_records(path, bad_rows)
         return

@@ -152,12 +152,13 @@ class FeatureCache:
                 if index < start:
                     continue
                 self._store(values, real, np.asarray(encode(batch)))
-                signal_name = stop()
+                # (a signal in a split's last batch is left for the next split's first, or the first step)
+                signal_name = stop() if index + 1 < total else None
                 if index + 1 == total or time.monotonic() - saved > _SAVE_SECONDS or signal_name:
                     values.flush()
                     self._write_manifest(index + 1)
                     saved = time.monotonic()
-                if signal_name and index + 1 < total:
+                if signal_name:
                     raise TrainingStopped(f"{signal_name} while caching the frozen encoder's features: {index + 1} "
                                           f"of {total} batches kept in {self.path}; run the same command again "
                                           "to resume")
