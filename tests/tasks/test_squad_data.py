@@ -261,6 +261,18 @@ def test_postprocess_v2_null_threshold_both_ways(bert_tokenizer, tmp_path):
     assert predictions == {"q0": ""} and null_odds == {"q0": squad_answers.NO_SPAN_NULL_ODDS}
 
 
+def test_a_version_is_read_as_the_scorer_reads_it(tmp_path):
+    """read_json(version="2.0") decided the unanswerable questions as v2.0 and post-processed as
+    v1.1: no null answer, no null_odds.json (a review)."""
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"id": "a", "question": "Where?", "answers": [{"text": "France", "answer_start": 12}]}]}]}]}))
+    assert squad.read_json(str(path), version="2.0").version == "v2.0"
+    assert squad.read_json(str(path), version="v1.1").version == "v1.1"
+    with pytest.raises(ValueError, match="version must be 'v1.1' or 'v2.0'"):
+        squad.read_json(str(path), version="3")
+
+
 def test_the_best_threshold_is_searched_above_the_runs_too(bert_tokenizer, tmp_path):
     """An answerable question whose right span loses to the null answer by 0.5: predicted "" at
     the default threshold 0 (exact 0), and the search finds the threshold 0.5 that answers it,
