@@ -210,7 +210,7 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
             return _host(encode(encoder_params, trainer.whole_batch({n: batch[n] for n in inputs}, mesh)))
 
     progress = console.Progress(math.ceil(len(split) / batch_size), label="cache features",
-                                enabled=jax.process_index() == 0, unit="batches")
+                                enabled=jax.process_index() == 0, unit="batches", line_seconds=console.LINE_SECONDS)
     try:
         message = cache.compute(encode_batch, batch_size, buckets, progress=lambda done, _: progress.advance(done),
                                 fewest=_fewest_over_processes, stop=stop)
@@ -318,7 +318,7 @@ class Evaluator:
         mesh = self.programs.mesh
         totals, gathered = trainer.EvalTotals(), batching.InSplitOrder(split, self.task.sequence_outputs)
         progress = console.Progress(math.ceil(len(split) / self.batch_size), label=f"evaluate {split.name}",
-                                    enabled=jax.process_index() == 0, unit="batches")
+                                    enabled=jax.process_index() == 0, unit="batches", line_seconds=console.LINE_SECONDS)
         try:  # (a stop between batches closes the progress line too)
             with sharding.activate(mesh):
                 for index, (batch, real) in enumerate(batching.eval_batches(split, self.batch_size, self.buckets),

@@ -124,14 +124,14 @@ class Loop:
         self.writer.write(step, last)
         shown = " ".join(f"{key} {last[key]:.4f}" for key in self.console_keys if key in last)
         self.progress.show(shown)
-        if not self.progress.live:
-            rate = f"{last['sequences_per_second']:.1f} seq/s"
-            mfu = f" mfu {last['mfu']:.1%} [{self.peak_source}]" if "mfu" in last else ""
-            eta = self.progress.eta_seconds()
-            eta = f" ETA {console.format_duration(eta)}" if eta is not None else ""
-            dropped = f" ({int(skipped.sum())} of {len(fetched)} steps skipped: non-finite)" if skipped.sum() else ""
-            self.console(f"step {step}/{self.num_steps} {shown} lr {last['learning_rate']:.2e} "
-                         f"gnorm {last['grad_norm']:.2f} {rate}{mfu}{eta}{dropped}")
+        # A line per log step (on a terminal too, above the live line): the run's history.
+        rate = f"{last['sequences_per_second']:.1f} seq/s"
+        mfu = f" mfu {last['mfu']:.1%} [{self.peak_source}]" if "mfu" in last else ""
+        eta = self.progress.eta_seconds()
+        eta = f" ETA {console.format_duration(eta)}" if eta is not None else ""
+        dropped = f" ({int(skipped.sum())} of {len(fetched)} steps skipped: non-finite)" if skipped.sum() else ""
+        self.console(f"step {step}/{self.num_steps} {shown} lr {last['learning_rate']:.2e} "
+                     f"gnorm {last['grad_norm']:.2f} {rate}{mfu}{eta}{dropped}")
         self.pending, self.pending_rows = [], []
         self.window_start, self.window_paused = time.perf_counter(), 0.0
         self.last.update(last)

@@ -110,6 +110,35 @@ def test_phase_clock_sums_phases_and_the_rest(clock):
     assert phases.summary("train") == "time: 47s = 15s compile + 5s evaluate + 27s train"
 
 
+def test_the_live_line_cuts_the_values_not_the_rate_and_eta(clock, monkeypatch):
+    """On a narrow terminal the logged values pushed the rate and ETA off the line, leaving
+    a number's first digits (a review): the values give way, whole pairs, the last first."""
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(console.shutil, "get_terminal_size", lambda fallback: os.terminal_size((90, 24)))
+    stream = Terminal()
+    progress = console.Progress(total=60, label="fine-tune demo", stream=stream)
+    progress.advance(1)
+    for step in range(2, 23):
+        clock[0] += 0.1
+        progress.advance(step)
+    progress.show("loss 0.6951 accuracy 0.4688 mse 0.1234 something 1.0000")
+    drawn = stream.getvalue().split("\r\x1b[K")[-1]
+    assert drawn == "fine-tune demo 22/60 [=======             ]  37% loss 0.6951 10.0 steps/s ETA 4s", drawn
+
+
+def test_the_phase_summary_adds_up(clock):
+    """Parts under half a second were dropped and each rounded alone: '10s = 5s compile + 2s
+    evaluate + 2s train and start-up' (a review). The rest takes what the shown parts leave."""
+    phases = console.PhaseClock()
+    for name, seconds in (("compile", 4.4), ("evaluate", 1.4), ("save", 0.4), ("predict", 0.45)):
+        phases.add(name, seconds)
+    clock[0] += 9.7
+    assert phases.summary("train") == "time: 10s = 4s compile + 1s evaluate + 5s train"
+
+
 def test_an_orbax_error_keeps_its_line_but_not_its_traceback():
     """A failed save makes orbax log four errors with tracebacks (some 300 lines) before
     bertjax's own one-line error: quiet, their lines stay and the tracebacks go."""

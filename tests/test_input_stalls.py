@@ -271,6 +271,29 @@ def _record_unlogged_steps(loop, last_step: int):
     return state
 
 
+def test_a_terminal_gets_a_line_per_log_step_above_the_live_line(tmp_path, monkeypatch):
+    """On a terminal only the live line showed the log steps, so lr, gnorm, MFU and the skipped
+    steps never appeared and no loss history stayed on screen (a review); the docs promise a
+    line per log step above it."""
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    loop = _loop(tmp_path, num_steps=10, log_every=2)
+    try:
+        _record_unlogged_steps(loop, 4)
+    finally:
+        loop.close()
+    lines = [line.split("\r\x1b[K")[-1] for line in terminal.getvalue().split("\n")]
+    logged = [line for line in lines if line.startswith("step ")]
+    assert [line.split()[1] for line in logged] == ["2/10", "4/10"] and "lr 1.00e-01 gnorm 1.00" in logged[0]
+
+
 def _logged(workdir) -> list[tuple[int, float]]:
     """(step, loss) of each row of workdir's metrics.jsonl."""
     return [(row["step"], row["loss"]) for row in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines())]

@@ -65,7 +65,6 @@ TEXT_READER = 2
 SENTENCE_SPLITTER = 2
 _SPLIT_SOURCES = ("jsonl", "parquet", "tfds")
 PREPARE_LOCK = ".prepare.lock"  # not the workdir's .lock: config.data.prepared_dir may be the run's workdir
-_PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal (a log file)
 
 
 def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokenizer:
@@ -236,7 +235,7 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     num_workers = min(num_workers or _default_workers(units), max(1, len(jobs)))
     start = time.time()
     progress = console.Progress(len(units), len(units) - len(jobs), label="prepare", unit="units",
-                                line_seconds=_PROGRESS_LINE_SECONDS, timed_from_start=True)
+                                line_seconds=console.LINE_SECONDS, timed_from_start=True)
     progress.line(f"preparing {len(jobs)} of {len(units)} units of {data_config.source} text into {output_dir} "
                   f"({num_workers} process{'es' if num_workers > 1 else ''})")
     if num_workers == 1:

@@ -68,7 +68,6 @@ _INTERRUPTED_WRITE = re.compile(r".+\.tmp-\d+")  # fileio.write_bytes's name bef
 _SHARD_FILE = re.compile(r"shard-\d{5,}\.npz")  # (see _shard_name)
 INPUT_FORMATS = ("text", "csv", "tsv", "jsonl")
 SHARD_BYTES = 512 << 20  # a shard's values at most, whatever --shard_size asks
-_PROGRESS_LINE_SECONDS = 30.0  # a permanent progress line this often when not on a terminal
 
 
 # -- Inputs. --
@@ -422,7 +421,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     own = start + sum(min(unit, total - piece * unit) for piece in pieces)  # this process's examples in all
     if start:
         log(f"{who}resuming {output} at example {start} of {own} ({len(manifest['shards'])} shards written)")
-    progress = console.Progress(own, start, label="examples", unit="examples", line_seconds=_PROGRESS_LINE_SECONDS)
+    progress = console.Progress(own, start, label="examples", unit="examples", line_seconds=console.LINE_SECONDS)
 
     def example_number(position: int) -> int:
         """This call's position-th example -> its 0-based number in the input."""

@@ -1,8 +1,8 @@
 """The console, for people: a live progress line on a terminal, plain lines elsewhere.
 
 On a terminal, `Progress` keeps one line at the bottom up to date (step/total, a bar, the
-last logged values, rate and ETA) and prints permanent lines above it. Not on a terminal
-(CI logs, `> file`), nothing is redrawn: only the permanent lines appear, one per log step.
+last logged values, rate and ETA) and prints permanent lines above it, one per log step. Not
+on a terminal (CI logs, `> file`), nothing is redrawn: only the permanent lines appear.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from typing import Callable, TextIO
 
 _REDRAW_SECONDS = 0.2
+LINE_SECONDS = 30.0  # a long phase's permanent progress line this often off a terminal (a log file)
 
 
 def format_duration(seconds: float) -> str:
@@ -30,7 +31,7 @@ class Progress:
     """Step progress of one phase (`label`), from `start` to `total`.
 
     advance(step): after each step (cheap: redraws at most every 0.2 s on a terminal).
-    show(text): the values shown in the live line, e.g. "loss 3.21 acc 0.40".
+    show(text): the values shown in the live line, "name value" pairs: "loss 3.21 acc 0.40".
     line(text): a permanent line (printed above the live line).
     line_seconds: off a terminal, `advance` also prints a permanent status line (step/total,
     rate, ETA) this often.
@@ -127,26 +128,34 @@ class Progress:
             self.stream.flush()
         self.live = False
 
-    def _status(self, bar: bool) -> str:
-        """'label step/total [bar] percent text rate ETA' (the bar and percent only if `bar`)."""
-        parts = [f"{self.label} {self.step}/{self.total}"]
+    def _status(self, bar: bool, width: int | None = None) -> str:
+        """'label step/total [bar] percent text rate ETA' (the bar and percent only if `bar`);
+        within `width` characters, the text ("name value" pairs) is what gives way."""
+        head = [f"{self.label} {self.step}/{self.total}"]
         if bar:
             fraction = min(1.0, self.step / max(self.total, 1))
             bar_width = 20
             filled = int(fraction * bar_width)
-            parts += ["[" + "=" * filled + " " * (bar_width - filled) + "]", f"{fraction:4.0%}"]
-        parts.append(self.text)
+            head += ["[" + "=" * filled + " " * (bar_width - filled) + "]", f"{fraction:4.0%}"]
+        tail = []
         rate, eta = self.steps_per_second(), self.eta_seconds()
         if rate:
-            parts.append(f"{rate:.1f} {self.unit}/s")
+            tail.append(f"{rate:.1f} {self.unit}/s")
         if eta is not None:
-            parts.append(f"ETA {format_duration(eta)}")
-        return " ".join(part for part in parts if part)
+            tail.append(f"ETA {format_duration(eta)}")
+        text = self.text
+        if width is not None:  # whole "name value" pairs give way, the last first (a cut value would misread)
+            words = text.split()
+            while words and len(" ".join(head + words + tail)) > width:
+                words = words[:-2]
+            text = " ".join(words)
+        status = " ".join(part for part in head + [text] + tail if part)
+        return status if width is None else status[:width]
 
     def _draw(self, now: float) -> None:
         self._last_draw = now
         width = shutil.get_terminal_size((100, 20)).columns
-        self.stream.write("\r\x1b[K" + self._status(bar=True)[:width - 1])
+        self.stream.write("\r\x1b[K" + self._status(bar=True, width=width - 1))
         self.stream.flush()
 
 
@@ -176,8 +185,11 @@ class PhaseClock:
         return {**self.totals, rest: max(0.0, total - sum(self.totals.values())), "total": total}
 
     def summary(self, rest: str = "other") -> str:
-        """'time: 41s = 3s tokenize + 12s compile + ...' for the console."""
+        """'time: 41s = 3s tokenize + 12s compile + ...' for the console: whole seconds that add
+        up to the total (a phase under half a second is counted in `rest`)."""
         seconds = self.seconds(rest)
-        parts = " + ".join(f"{format_duration(value)} {name}" for name, value in seconds.items()
-                           if name != "total" and value >= 0.5)
-        return f"time: {format_duration(seconds['total'])}" + (f" = {parts}" if parts else "")
+        total = round(seconds.pop("total"))
+        shown = {name: round(value) for name, value in seconds.items() if name != rest and round(value) > 0}
+        shown[rest] = max(0, total - sum(shown.values()))
+        parts = " + ".join(f"{format_duration(value)} {name}" for name, value in shown.items() if value)
+        return f"time: {format_duration(total)}" + (f" = {parts}" if parts else "")
