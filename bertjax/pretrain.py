@@ -189,12 +189,18 @@ class PlateauAlarm:
 
     PLATEAU_MARGIN = 1.1
 
-    def __init__(self, unigram: float, patience: int):
+    def __init__(self, unigram: float, patience: int, bias_corrected: bool = False):
+        """bias_corrected: the run's optimizer already corrects its first updates (no fix to offer)."""
         self.unigram, self.patience = unigram, patience
+        self.fixes = ([] if bias_corrected else ["config.train.adam_bias_correction=True"]) + [
+            "a lower config.train.learning_rate", "a longer config.train.warmup_steps"]
         self.steps_at_guess: list[int] = []
         self.warning: str | None = None
+        self.warned_at: int | None = None  # the step of the warning
+        self.last: tuple[int, float] | None = None  # (step, accuracy) of the last evaluation
 
     def check(self, step: int, mlm_accuracy: float) -> str | None:
+        self.last = (step, mlm_accuracy)
         if mlm_accuracy >= self.PLATEAU_MARGIN * self.unigram:
             self.steps_at_guess = []
             return None
@@ -205,13 +211,19 @@ class PlateauAlarm:
             f"WARNING: held-out masked-LM accuracy {mlm_accuracy:.4f} has stayed below {self.PLATEAU_MARGIN}x the "
             f"unigram guess {self.unigram:.4f} (always the most frequent masked token) for {len(self.steps_at_guess)} "
             f"evaluations (steps {self.steps_at_guess[0]}-{step}): the model is not learning. Likely fixes: "
-            f"config.train.adam_bias_correction=True, a lower config.train.learning_rate or a longer "
-            f"config.train.warmup_steps (docs/pretraining.md, Pre-training recipes)")
+            f"{', '.join(self.fixes[:-1])} or {self.fixes[-1]} (docs/pretraining.md, Pre-training recipes)")
+        self.warned_at = step
         return self.warning
 
     @property
     def stalled(self) -> bool:
         return bool(self.warning and self.steps_at_guess)
+
+    def ending(self) -> str:
+        """The run's last line when it ended stalled: its last evaluation, not the warning's again."""
+        step, accuracy = self.last
+        return (f"the run ended at the unigram guess: held-out masked-LM accuracy {accuracy:.4f} at step {step} "
+                f"(the guess {self.unigram:.4f}); see the warning at step {self.warned_at}")
 
 
 # ======================================================================================
@@ -275,7 +287,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     eval_batches = fixed_eval_batches(config, workdir)
     guesses = (guess_accuracies(eval_batches, bert.vocab_size, config.data.next_sentence_prediction)
                if eval_batches else {})
-    alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals)
+    alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals,
+                         bias_corrected=train_cfg.optimizer != "adamw" or bool(train_cfg.get("adam_bias_correction")))
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
     nsp = config.data.next_sentence_prediction
@@ -423,5 +436,5 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     loop.console(f"done: step {step}; metrics in {fileio.join(workdir, 'metrics.jsonl')}, TensorBoard in "
                  f"{fileio.join(workdir, 'tensorboard')}, checkpoints in {checkpointer.directory}")
     if eval_batches and alarm.stalled:
-        loop.console(f"the run ended at the unigram guess; {alarm.warning}")
+        loop.console(alarm.ending())
     return loop.last

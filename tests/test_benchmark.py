@@ -177,9 +177,9 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
         with open(os.path.join(tmp_path, seed, "metrics.jsonl")) as f:
             records = [json.loads(line) for line in f]
         assert [r["step"] for r in records if "mlm_plateau_warning" in r] == [3]
-    assert result.stdout.count("has stayed below 1.1x the unigram guess") == 4  # per seed: at step 3, at the end
-    ends = [line for line in lines if line.startswith("the run ended at the unigram guess; WARNING: held-out")]
-    assert len(ends) == 2 and lines[header - 1] == ends[1]
+    assert result.stdout.count("has stayed below 1.1x the unigram guess") == 2  # per seed, at step 3
+    ends = [line for line in lines if line.startswith("the run ended at the unigram guess: held-out")]
+    assert len(ends) == 2 and lines[header - 1] == ends[1] and ends[1].endswith("see the warning at step 3")
 
 
 _RECIPE_TABLE = """

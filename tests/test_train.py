@@ -767,6 +767,14 @@ def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
     assert alarm.check(800, 0.08) is None and not alarm.stalled  # 0.08 >= 1.1 x 0.064: learning
     never = pretrain.PlateauAlarm(unigram=0.064, patience=0)
     assert [never.check(step, 0.064) for step in range(1, 10)] == [None] * 9 and not never.stalled
+    # A run whose Adam corrects its first updates (the tiny preset) was told to turn that on; the
+    # run's last line repeated the warning's old numbers, not its last evaluation's (a review).
+    corrected = pretrain.PlateauAlarm(unigram=0.064, patience=2, bias_corrected=True)
+    warning = [corrected.check(step, 0.05) for step in (2, 4)][-1]
+    assert "adam_bias_correction" not in warning and "Likely fixes: a lower config.train.learning_rate or" in warning
+    corrected.check(6, 0.066)
+    assert corrected.ending() == ("the run ended at the unigram guess: held-out masked-LM accuracy 0.0660 at step 6 "
+                                  "(the guess 0.0640); see the warning at step 4")
 
 
 def test_a_model_bigger_than_tiny_on_the_demo_corpus_is_warned_about(caplog):
