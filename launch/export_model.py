@@ -14,6 +14,7 @@ BPE) exports taking token ids, with its tokenizer.json in OUTPUT/VERSION/assets.
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -37,14 +38,17 @@ _PRECISION = cli.define_precision_flag("float32")
 
 
 def main(_):
+    started = time.perf_counter()
     from bertjax.inference import export, model_source
+    from bertjax.runtime import console
 
     source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
     source = model_source.with_task_version(source, _SQUAD_VERSION.value)
     target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value,
                                        precision=_PRECISION.value, **_VOCABULARY())
     inputs = export.serving_inputs(source.task_info, (source.tokenizer_spec or {}).get("kind", "wordpiece"))
-    print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)}; {_PRECISION.value} products)")
+    print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)}; {_PRECISION.value} products) "
+          f"in {console.format_duration(time.perf_counter() - started)}")
 
 
 if __name__ == "__main__":

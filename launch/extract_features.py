@@ -99,10 +99,15 @@ def main(_):
     source = model_source.resolve(_CHECKPOINT.value)
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value or source.max_seq_length or 128,
                                batch_size=_BATCH_SIZE.value, precision=_PRECISION.value, **_VOCABULARY())
+    states = model.bert.num_hidden_layers + 1  # (the embeddings' output is one)
+    if not flags.FLAGS["layers"].present and len(layers) > states:  # the original's last four, of fewer
+        layers = layers[:states]
+        print(f"--layers: the default {_LAYERS.value} reads more hidden states than the model's {states}; "
+              f"reading {','.join(map(str, layers))}", file=sys.stderr)
     try:
         model.layer_indices(layers)
     except ValueError as e:
-        raise ValueError(f"--layers={_LAYERS.value}: {e}") from None
+        raise ValueError(f"--layers={','.join(map(str, layers))}: {e}") from None
     done = feature_files.extract(
         model, _INPUT.value, _OUTPUT.value, layers=layers, pooling=_POOLING.value,
         input_format_name=_INPUT_FORMAT.value, text_a_key=_TEXT_A_KEY.value, text_b_key=_TEXT_B_KEY.value,

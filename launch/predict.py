@@ -21,6 +21,7 @@ input (one line).
 import functools
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -58,6 +59,7 @@ _PRECISION = cli.define_precision_flag()
 
 
 def main(_):
+    started = time.perf_counter()
     if _INPUT.value and _TEXT.value:
         raise ValueError("give --input or --text, not both")
     file_flags = [f"--{flag.name}" for flag in (_FORMAT, _TEXT_A_KEY, _TEXT_B_KEY, _QUESTION_KEY, _CONTEXT_KEY,
@@ -66,7 +68,7 @@ def main(_):
         raise ValueError(f"{', '.join(file_flags)}: how to read --input (or stdin), not --text")
     import bertjax
     from bertjax.inference import batch_predict, model_source
-    from bertjax.runtime import fileio
+    from bertjax.runtime import console, fileio
 
     if _INPUT.value and _OUTPUT.value and fileio.same_file(_INPUT.value, _OUTPUT.value):
         raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
@@ -129,7 +131,8 @@ def main(_):
         print(f"skipped {summary['skipped']} of {summary['inputs']} inputs (error lines in the output)",
               file=sys.stderr)
     if _OUTPUT.value:
-        print(f"wrote {summary['inputs']} lines to {_OUTPUT.value}", file=sys.stderr)
+        print(f"wrote {summary['inputs']} lines to {_OUTPUT.value} in "
+              f"{console.format_duration(time.perf_counter() - started)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,23 @@ def test_the_launcher_cuts_at_the_length_a_bertjax_run_trained_at(small_pretrain
     assert "untrained" not in done.stderr
 
 
+def test_the_default_layers_of_a_model_with_fewer_read_what_it_has(small_pretrained_run, tmp_path):
+    """The original's default, the last four layers (-1,-2,-3,-4), failed on the demo's own
+    models, naming a --layers the user never gave (a review): a one-layer model's two hidden
+    states are read, and said so. A --layers given is checked as given."""
+    (tmp_path / "in.txt").write_text("short\n")
+    command = [sys.executable, LAUNCHER, f"--checkpoint={small_pretrained_run}", f"--input_file={tmp_path}/in.txt"]
+    done = subprocess.run([*command, f"--output={tmp_path}/out.jsonl"], env=ENV, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the default -1,-2,-3,-4 reads more hidden states than the model's 2; reading -1,-2" in done.stderr
+    record = json.loads((tmp_path / "out.jsonl").read_text().splitlines()[0])
+    assert [layer["index"] for layer in record["features"][0]["layers"]] == [-1, -2]
+    refused = subprocess.run([*command, f"--output={tmp_path}/other.jsonl", "--layers=-1,-3"], env=ENV,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--layers=-1,-3: layer index -3 is outside [-2, 1]" in refused.stderr
+
+
 def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
     (tmp_path / "earlier.jsonl").write_text('{"linex_index": 0}\n')
