@@ -185,7 +185,7 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     # One error line, last; before it at most warnings that name what was dropped where (a
     # corpus of blank files: which file), never a traceback.
     lines = [line for line in result.stderr.splitlines() if line.strip()
-             and not (launcher == "train_tokenizer.py" and re.match(r"W\d{4} .*dropped", line))]
+             and not (launcher == "train_tokenizer.py" and re.match(r"warning: .*dropped", line))]
     assert result.returncode == 2, result.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message.format(tmp=tmp_path) in lines[0], \
         result.stderr[-3000:]

@@ -72,6 +72,16 @@ class _LibraryNoise(logging.Filter):
         return "bertjax" in record.pathname or "deprecat" not in record.getMessage().lower()
 
 
+class _PlainFormatter(logging.Formatter):
+    """'warning: message', as the launchers' 'error: ' lines: absl's prefix (date, time, thread
+    id, source file:line) says nothing to the person running bertjax (BERTJAX_VERBOSE keeps it)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()
+        return f"{record.levelname.lower()}: {record.message}" + (
+            "\n" + self.formatException(record.exc_info) if record.exc_info else "")
+
+
 def _drop_orbax_read_leftovers(unraisable) -> None:
     """sys.unraisablehook: drops the abandoned reads of a corrupt checkpoint (their errors are
     already in bertjax's one-line warning) and reports anything else as usual."""
@@ -97,6 +107,7 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message="coroutine '_read_array", category=RuntimeWarning)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_LibraryNoise())
+        handler.setFormatter(_PlainFormatter())
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message=".*Sharding info not provided.*")
