@@ -26,7 +26,7 @@ from bertjax.batch_warmup import BatchWarmup
 from bertjax.metrics import mean_pretraining_flops, pretraining_flops_per_sequence
 from bertjax.models import (BertConfig, BertForPreTraining, pretraining_counts, pretraining_loss_terms,
                             pretraining_sums, stack_layers)
-from bertjax.runtime import compilation_cache, compile_ahead, fileio
+from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +265,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     from bertjax.data import prepare  # TensorFlow only for input
 
     train_cfg = config.train
+    clock = console.PhaseClock()  # where the run's time went: its last line
 
     # -- Tokenizer, model config, mesh: validated before data preparation or compiling. --
     bert, mesh_shape, data_dir = pretrain_setup.checked_model(config, workdir)
@@ -280,11 +281,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
 
     # -- Input: prepared once (process 0 first, the others then find it done); the eval
     #    batches are read once per run. --
-    if config.data.source != "original_tfrecord":
-        trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
-    warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start, train_cfg.batch_warmup_steps)
-    train_data = HostBatches(config, workdir, "train", warmup)
-    eval_batches = fixed_eval_batches(config, workdir)
+    with clock.phase("prepare data"):
+        if config.data.source != "original_tfrecord":
+            trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
+        warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start,
+                             train_cfg.batch_warmup_steps)
+        train_data = HostBatches(config, workdir, "train", warmup)
+        eval_batches = fixed_eval_batches(config, workdir)
     guesses = (guess_accuracies(eval_batches, bert.vocab_size, config.data.next_sentence_prediction)
                if eval_batches else {})
     alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals,
@@ -355,6 +358,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         for rows in [] if finished else sorted({warmup.rows(start_step), warmup.rows(train_cfg.num_steps - 1)}):
             compiled[rows], seconds = compile_for(rows)
             compile_seconds += seconds
+        clock.add("compile", compile_seconds)
     loop = training_loop.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config,
         num_steps=train_cfg.num_steps, start_step=start_step, log_every=train_cfg.log_every,
@@ -382,9 +386,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     def evaluate_at(step: int, state) -> None:
         """Evaluates the weights of `state` (after `step`), logs it, and warns of a masked LM stuck
         at the unigram guess."""
-        with loop.evaluation(step, state):
+        with loop.evaluation(step, state), clock.phase("evaluate"):
             results = {**evaluate(eval_fn, state.params, eval_batches, mesh, place, task.loss_terms), **guesses}
-        with loop.paused():
+        with loop.paused(), clock.phase("evaluate"):
             loop.write_eval(step, results)
         if alarm.check(step, results["mlm_accuracy"]):
             loop.console(alarm.warning)
@@ -412,7 +416,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             if step > start_step and rows != warmup.rows(step - 1):
                 how_compiled = "compiled at the start"
                 if rows not in compiled:
-                    with loop.paused(recurring=False):
+                    with loop.paused(recurring=False), clock.phase("compile"):
                         compiled[rows], seconds, waited = ahead.take(rows)
                     how_compiled = f"compiled its step in {seconds:.1f}s" + (
                         f" ({seconds - waited:.1f}s of it while training)" if seconds - waited >= 0.1 else "")
@@ -429,12 +433,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             loop.record(step, metrics, state, sequences=rows)
             if loop.evaluates(step):
                 evaluate_at(step, state)
-            loop.save(step, state)
+            with clock.phase("save"):
+                loop.save(step, state)
     finally:
         ahead.close()
-        loop.close()
-    loop.console(f"done: step {step}; metrics in {fileio.join(workdir, 'metrics.jsonl')}, TensorBoard in "
-                 f"{fileio.join(workdir, 'tensorboard')}, checkpoints in {checkpointer.directory}")
+        with clock.phase("save"):
+            loop.close()
+    loop.console(f"done: step {step}; checkpoints in {checkpointer.directory} (fine-tuning's "
+                 f"config.init_checkpoint={workdir}), the tokenizer in {fileio.join(workdir, 'tokenizer')}, metrics in "
+                 f"{fileio.join(workdir, 'metrics.jsonl')}, TensorBoard in {fileio.join(workdir, 'tensorboard')}")
     if eval_batches and alarm.stalled:
         loop.console(alarm.ending())
+    loop.console(clock.summary(rest="train and start-up"))
     return loop.last

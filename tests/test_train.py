@@ -456,7 +456,10 @@ def test_a_finished_run_owing_its_last_evaluation_evaluates_it_when_relaunched(t
     meta["extra"]["evaluation_owed"] = True
     meta_file.write_text(json.dumps(meta))
     _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.train.eval_every=5")
-    assert "at step 5 of 5: nothing left to train" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "at step 5 of 5: nothing left to train" in out
+    # The run's last line says where its time went (a console review: pre-training had none).
+    assert re.search(r"\ntime: \d+s = .*train and start-up\n$", out) and f"the tokenizer in {workdir}/tokenizer" in out
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     evaluations = [row for row in rows if "eval_mlm_accuracy" in row]
     assert [row["step"] for row in evaluations] == [5]
