@@ -277,7 +277,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     place = trainer.global_batch if config.data.host_split == "files" else trainer.whole_batch
     if config.data.host_split == "files":
         trainer.check_rows_per_process(mesh, train_cfg.global_batch_size)
-    loop_console = f"mesh {dict(mesh.shape)} over {jax.device_count()} devices ({jax.process_count()} processes)"
+    devices, processes = jax.device_count(), jax.process_count()
+    loop_console = (f"mesh data {mesh.shape['data']} x fsdp {mesh.shape['fsdp']} x tensor {mesh.shape['tensor']} over "
+                    f"{devices} device{'s' * (devices > 1)} ({processes} process{'es' * (processes > 1)})")
 
     # -- Input: prepared once (process 0 first, the others then find it done); the eval
     #    batches are read once per run. --
