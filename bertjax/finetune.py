@@ -332,7 +332,7 @@ class Evaluator:
                     gathered.add(real, predictions)
                     progress.advance(index)  # done (n/n only once the last batch is)
         finally:
-            progress.close()
+            progress.close(keep=False)  # (its result is the next line)
         predictions = gathered.arrays
         if not (score and split.has_labels):
             return {}, predictions

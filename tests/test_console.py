@@ -129,6 +129,22 @@ def test_the_live_line_cuts_the_values_not_the_rate_and_eta(clock, monkeypatch):
     assert drawn == "fine-tune demo 22/60 [=======             ]  37% loss 0.6951 10.0 steps/s ETA 4s", drawn
 
 
+def test_a_live_line_whose_result_follows_is_cleared(clock):
+    """An evaluation's finished bar stayed above its own result line on a terminal, two lines
+    for every evaluation (a review)."""
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for keep, ending in ((True, "\n"), (False, "\r\x1b[K")):
+        stream = Terminal()
+        progress = console.Progress(total=2, label="evaluate dev", stream=stream)
+        progress.advance(1), progress.advance(2)
+        progress.close(keep=keep)
+        written = stream.getvalue()
+        assert written.endswith(ending) and "evaluate dev 2/2" in written.split("\r\x1b[K")[-1 - (not keep)]
+
+
 def test_the_phase_summary_adds_up(clock):
     """Parts under half a second were dropped and each rounded alone: '10s = 5s compile + 2s
     evaluate + 2s train and start-up' (a review). The rest takes what the shown parts leave."""

@@ -122,9 +122,11 @@ class Progress:
             self._draw(time.perf_counter())
         self.stream.flush()
 
-    def close(self) -> None:
+    def close(self, keep: bool = True) -> None:
+        """Ends the live line: kept on screen, or (`keep` False: a phase whose result is the next
+        line, as an evaluation's) cleared."""
         if self.live:
-            self.stream.write("\n")
+            self.stream.write("\n" if keep else "\r\x1b[K")
             self.stream.flush()
         self.live = False
 
