@@ -83,6 +83,20 @@ def test_the_default_layers_of_a_model_with_fewer_read_what_it_has(small_pretrai
     assert refused.returncode == 2 and "--layers=-1,-3: layer index -3 is outside [-2, 1]" in refused.stderr
 
 
+def test_a_text_files_pairs_split_as_the_originals():
+    """google-research/bert's extract_features.py matches "(.*) ||| (.*)" on the stripped line:
+    a separator at either end is text. Read with prediction's rule ("a |||" a pair with an empty
+    side), such lines lost their '|||' and gave other tokens and features (a review)."""
+    import tempfile
+
+    lines = ["||| b c", "a b |||", "a ||| ", "x ||| y ||| z", "  p ||| q  ", "a|||b"]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        assert list(feature_files.read_inputs(f.name)) == [
+            ("||| b c", None), ("a b |||", None), ("a |||", None), ("x ||| y", "z"), ("p", "q"), ("a|||b", None)]
+
+
 def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
     (tmp_path / "earlier.jsonl").write_text('{"linex_index": 0}\n')

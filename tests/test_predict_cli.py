@@ -173,8 +173,8 @@ def test_a_stray_carriage_return_does_not_start_another_input(tmp_path):
     records = _read(tmp_path / "in.txt", "classification")
     assert records == [(f"{tmp_path}/in.txt:1", "first half\rsecond half"), (f"{tmp_path}/in.txt:2", "next line"),
                        (f"{tmp_path}/in.txt:3", "last")]
-    assert list(feature_files.read_inputs(str(tmp_path / "in.txt"))) == ["first half\rsecond half", "next line",
-                                                                         "last"]
+    assert list(feature_files.read_inputs(str(tmp_path / "in.txt"))) == [("first half\rsecond half", None),
+                                                                         ("next line", None), ("last", None)]
     (tmp_path / "in.jsonl").write_bytes(b'{"text": "x",\r"label": 1}\n{"text": "y"}\r\n')  # JSON's whitespace
     assert _read(tmp_path / "in.jsonl", "classification", text_a="text") == [
         (f"{tmp_path}/in.jsonl:1", ("x", None)), (f"{tmp_path}/in.jsonl:2", ("y", None))]

@@ -86,15 +86,22 @@ def input_format(path: str, file_format: str = "") -> str:
     return found
 
 
+# google-research/bert's extract_features.py reads "a ||| b" so, on the stripped line: a " ||| "
+# at either end is text ("a |||" is one text), the last one splits.
+_ORIGINAL_PAIR = re.compile(r"(.*) \|\|\| (.*)")
+
+
 def read_inputs(path: str, file_format: str = "", text_a_key: str = "text", text_b_key: str = "") -> Iterator[Any]:
-    """The examples of `path` in order, streamed: text lines ("a ||| b" is a pair) or (a, b)
-    tuples from the columns text_a_key and text_b_key ("" = single texts) of a CSV/TSV/JSONL
-    file, read as predict reads them (`tasks.common`). Errors name file:line: a missing
-    column, a field that is not text, bytes that are not UTF-8."""
+    """The examples of `path` in order, streamed, as (a, b) tuples (b None: a single text): a text
+    file's lines ("a ||| b" a pair, `_ORIGINAL_PAIR`) or the columns text_a_key and text_b_key
+    ("" = single texts) of a CSV/TSV/JSONL file, read as predict reads them (`tasks.common`).
+    Errors name file:line: a missing column, a field that is not text, bytes that are not UTF-8."""
     file_format = input_format(path, file_format)
     if file_format == "text":
         for line in common.user_lines(path, one_input_a_line=True):
-            yield line.rstrip("\r\n").strip()
+            line = line.rstrip("\r\n").strip()
+            pair = _ORIGINAL_PAIR.fullmatch(line)
+            yield (line, None) if pair is None else pair.groups()
         return
     for where, row in common.read_records(path, file_format):
         texts = []
@@ -116,7 +123,7 @@ def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", tex
     count = nonblank = 0
     for example in read_inputs(path, file_format, text_a_key, text_b_key):
         count += 1
-        nonblank += bool(example if isinstance(example, str) else example[0] or example[1])
+        nonblank += bool(example[0] or example[1])
     if not nonblank:
         raise ValueError(f"--input_file={path}: no examples (an empty file?)")
     return count
