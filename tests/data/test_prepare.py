@@ -12,6 +12,7 @@ from bertjax import tokenization
 from bertjax.data import vocabularies
 from bertjax.data import prepare, shards, sources
 from bertjax.data.corpora import demo_corpus
+from bertjax.runtime import console
 
 
 def _config(tmp_path, **overrides):
@@ -43,7 +44,7 @@ def _read_split(metadata, split):
 def test_prepare_writes_every_document_once_with_counts(tmp_path, monkeypatch, capsys):
     documents = _write_corpus(tmp_path)
     out = str(tmp_path / "out")
-    monkeypatch.setattr(prepare, "_PROGRESS_LINE_SECONDS", 0.0)
+    monkeypatch.setattr(console, "LINE_SECONDS", 0.0)
     metadata = prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
     # Off a terminal (a log file), progress lines still come (a review: none did, for hours).
     assert [line.split()[:2] for line in capsys.readouterr().out.splitlines() if line.startswith("prepare ")] == [
