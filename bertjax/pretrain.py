@@ -220,7 +220,7 @@ class PlateauAlarm:
         return bool(self.warning and self.steps_at_guess)
 
     def ending(self) -> str:
-        """The run's last line when it ended stalled: its last evaluation, not the warning's again."""
+        """The run's closing line when it ended stalled: its last evaluation, not the warning's again."""
         step, accuracy = self.last
         return (f"the run ended at the unigram guess: held-out masked-LM accuracy {accuracy:.4f} at step {step} "
                 f"(the guess {self.unigram:.4f}); see the warning at step {self.warned_at}")

@@ -152,7 +152,7 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
     """Two seeds of a one-layer model on the default corpus (Python's language reference) and
     vocabulary at lr 1e-7, which cannot learn: every evaluation at the guess, both seeds marked
     STALLED. The plateau alarm goes off at the third evaluation at the guess (the default
-    config.train.plateau_evals), once, and each run's last line repeats it."""
+    config.train.plateau_evals), once, and each run ends with its last evaluation, then its time."""
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "pretrain_recipe.py"), f"--workdir={tmp_path}",
                "--seeds=42,1", "--config.train.learning_rate=1e-7", "--config.train.num_steps=4",
                "--config.train.warmup_steps=0", "--config.train.eval_every=1", "--config.train.eval_batches=2",
@@ -179,7 +179,8 @@ def test_pretrain_recipe_prints_each_seed_next_to_the_guesses(tmp_path):
         assert [r["step"] for r in records if "mlm_plateau_warning" in r] == [3]
     assert result.stdout.count("has stayed below 1.1x the unigram guess") == 2  # per seed, at step 3
     ends = [line for line in lines if line.startswith("the run ended at the unigram guess: held-out")]
-    assert len(ends) == 2 and lines[header - 1] == ends[1] and ends[1].endswith("see the warning at step 3")
+    assert len(ends) == 2 and lines[header - 2] == ends[1] and ends[1].endswith("see the warning at step 3")
+    assert lines[header - 1].startswith("time: ")
 
 
 _RECIPE_TABLE = """

@@ -152,7 +152,12 @@ def test_the_phase_summary_adds_up(clock):
     for name, seconds in (("compile", 4.4), ("evaluate", 1.4), ("save", 0.4), ("predict", 0.45)):
         phases.add(name, seconds)
     clock[0] += 9.7
-    assert phases.summary("train") == "time: 10s = 4s compile + 1s evaluate + 5s train"
+    assert phases.summary("train") == "time: 10s = 4s compile + 2s evaluate + 1s predict + 3s train"
+    thirds = console.PhaseClock()  # three phases of 0.6 s: 1 + 1 + 1 was more than the 2 s total
+    for name in ("compile", "evaluate", "save"):
+        thirds.add(name, 0.6)
+    clock[0] += 1.8
+    assert thirds.summary() == "time: 2s = 1s compile + 1s save"
 
 
 def test_an_orbax_error_keeps_its_line_but_not_its_traceback():

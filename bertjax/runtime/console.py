@@ -188,10 +188,13 @@ class PhaseClock:
 
     def summary(self, rest: str = "other") -> str:
         """'time: 41s = 3s tokenize + 12s compile + ...' for the console: whole seconds that add
-        up to the total (a phase under half a second is counted in `rest`)."""
+        up to the total (rounded as running sums, so no part's rounding piles up; 0s parts left out)."""
         seconds = self.seconds(rest)
-        total = round(seconds.pop("total"))
-        shown = {name: round(value) for name, value in seconds.items() if name != rest and round(value) > 0}
-        shown[rest] = max(0, total - sum(shown.values()))
+        total, so_far, shown = round(seconds.pop("total")), 0.0, {}
+        seconds.pop(rest)  # (what the phases leave of the total)
+        for name, value in seconds.items():
+            shown[name] = round(so_far + value) - round(so_far)
+            so_far += value
+        shown[rest] = max(0, total - round(so_far))  # (0 where phases overlapped: a compile in the background)
         parts = " + ".join(f"{format_duration(value)} {name}" for name, value in shown.items() if value)
         return f"time: {format_duration(total)}" + (f" = {parts}" if parts else "")
