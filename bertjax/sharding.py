@@ -120,14 +120,17 @@ def device_grid(shape: tuple[int, int, int], devices: Sequence[Any]) -> np.ndarr
     row of chips that crosses hosts on the tensor axis), where each process would hold another's
     batch rows too (pre-training's host_split='files' refuses that); then in process order, which
     keeps each tensor group on one host."""
+    def groups_on_one_host(grid: np.ndarray) -> bool:
+        return all(len({device.process_index for device in group}) == 1 for group in grid.reshape(-1, shape[2]))
+
     try:  # topology-aware order on TPU slices
         grid = mesh_utils.create_device_mesh(shape, devices)
     except (ValueError, NotImplementedError, AssertionError):
         grid = np.asarray(devices).reshape(shape)
-    if all(len({device.process_index for device in group}) == 1 for group in grid.reshape(-1, shape[2])):
+    if groups_on_one_host(grid):
         return grid
     by_process = np.asarray(sorted(devices, key=lambda device: (device.process_index, device.id))).reshape(shape)
-    if all(len({device.process_index for device in group}) == 1 for group in by_process.reshape(-1, shape[2])):
+    if groups_on_one_host(by_process):
         log.info("mesh %s: the topology's device order puts tensor groups across hosts; in host order instead", shape)
         return by_process
     return grid  # a tensor group larger than a host's devices: across hosts whatever the order

@@ -79,6 +79,7 @@ class FeatureCache:
         self.split, self.reads_tokens = split, reads_tokens
         self.example_shape, self.dtype = tuple(example_shape), np.dtype(dtype)
         self.path = os.path.join(directory, name + ".bin")
+        self.lock_name = name + ".bin.lock"  # (held while it computes: `compute`)
         self.manifest_path = os.path.join(directory, name + ".json")
         lengths = split.lengths.astype(np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]) if reads_tokens else None
@@ -122,12 +123,11 @@ class FeatureCache:
         or not at all: one holding its lock while waiting in a collective for a process blocked
         by another run (which holds that lock and waits for this run's) would wait for ever."""
         directory = os.path.dirname(self.path)
-        lock_name = os.path.basename(self.path) + ".lock"
         waited = False
         while True:
             with contextlib.ExitStack() as held:
                 try:
-                    held.enter_context(workdir_lock.hold(directory, lock_name=lock_name))
+                    held.enter_context(workdir_lock.hold(directory, lock_name=self.lock_name))
                     locked = 1
                 except workdir_lock.WorkdirBusyError as busy:
                     locked, holder = 0, busy.holder
@@ -223,7 +223,7 @@ class FeatureCache:
         """Deletes the stored features, their progress and lock, and the folder if that leaves it
         empty (the lock file with them: its folder belongs to one run)."""
         self.values = None
-        for path in (self.path, self.manifest_path, self.path + ".lock"):
+        for path in (self.path, self.manifest_path, os.path.join(os.path.dirname(self.path), self.lock_name)):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
         with contextlib.suppress(OSError):

@@ -77,10 +77,10 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
             version = squad_metrics.file_version(raw)
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
-    elif f"v{str(version).removeprefix('v')}" in ("v1.1", "v2.0"):  # "2.0" as the scorer takes it: "v2.0"
-        version = f"v{str(version).removeprefix('v')}"
-    else:
+    elif f"v{str(version).removeprefix('v')}" not in ("v1.1", "v2.0"):
         raise ValueError(f"read_json: version must be 'v1.1' or 'v2.0' (or None: the file's), got {version!r}")
+    else:  # "2.0" as the scorer takes it: "v2.0"
+        version = f"v{str(version).removeprefix('v')}"
     # A v2.0 question with no answer and no "is_impossible" is unanswerable, as the official
     # scorer reads it (its gold answer is ""), in a file that is labelled at all: one with no
     # answer and no "is_impossible" anywhere is unlabelled (a test file), not all unanswerable.
