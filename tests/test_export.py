@@ -163,6 +163,9 @@ def _export_and_serve(cases, directory):
             recorded = json.load(f)
         assert (recorded["family"], recorded["precision"], recorded["max_seq_length"]) == (
             family, precision, model.max_seq_length)
+        if family == "squad":  # what a client of a token-id export needs to answer as the graph does
+            assert recorded["settings"] == {"max_query_length": 12, "doc_stride": 8, "n_best_size": 20,
+                                            "max_answer_length": 30, "null_score_diff_threshold": 0.0}
         calls += [(saved, inputs), (saved, {name: [] for name in inputs})]  # and an empty batch (issue 46, 8)
         found[name] = (model, inputs, model.predict(predict_inputs))
     results = serve_with_tensorflow_only(calls, str(directory))
@@ -196,6 +199,9 @@ def exported(runs, minilm_classifier_run, tmp_path_factory):
     # Uncased, ≠ ≮ ≯ are punctuation (= < >): words of their own in both (a review found "x≠y" one
     # word to predict and three to the export).
     sentences += [sentences[2].replace(" ", "\u2260", 1) + " x\u226fy"]
+    # Served only: the last word's first piece fits the window and its second does not ("otters"
+    # is two pieces), so the row is cut all the same (a review found it said not).
+    served_sentences = sentences + ["a " * (LENGTH - 3) + "otters"]
     qa = {"question": [row[2] for row in runs["squad"][1]], "context": [row[1] for row in runs["squad"][1]]}
     accented = str.maketrans({"a": "á", "e": "e\u0301", "o": "ö", "n": "ñ", "s": "ß", " ": " \x01"})
     qa = {"question": qa["question"] + qa["question"][:6],  # issue 46, 7: offsets inside accented words
@@ -216,7 +222,7 @@ def exported(runs, minilm_classifier_run, tmp_path_factory):
         "bfloat16": ("classification", minilm_classifier_run, None, "bfloat16", {"text": reviews}, reviews),
         "regression": ("classification", regression, LENGTH, "float32", pairs,
                        list(zip(pairs["text_a"], pairs["text_b"]))[:2]),
-        "tagging": ("tagging", runs["ner"][0], LENGTH, "float32", {"text": sentences}, sentences),
+        "tagging": ("tagging", runs["ner"][0], LENGTH, "float32", {"text": served_sentences}, sentences),
         "squad": ("squad", runs["squad"][0], LENGTH, "float32", qa,
                   [{"question": q, "context": c} for q, c in zip(*qa.values())]),
         "choice": ("choice", runs["choice"][0], LENGTH, "float32", choices, predicted_choices),
@@ -368,6 +374,8 @@ def test_tagging_export_tags_each_word(exported):
         assert [text.encode()[s:e].decode() for s, e in zip(starts[:n], ends[:n])] == w["words"]
     # One window a sentence: a row whose tokens overflow it says so (predict reads further windows).
     assert got["truncated"] == [len(model.tokenizer.encode(text)) + 2 > LENGTH for text in inputs["text"]]
+    assert len(model.tokenizer.encode(inputs["text"][-1])) == LENGTH - 1 and got["truncated"][-1]
+    assert got["tags"][-1][LENGTH - 3] != ""  # its last word tagged from its first piece
 
 
 def test_squad_export_answers_with_offsets(exported):

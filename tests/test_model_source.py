@@ -541,3 +541,26 @@ def test_a_sharded_hugging_face_checkpoint_reads_as_one(tmp_path):
     with pytest.raises(ValueError, match=r"model.safetensors.index.json: expected a 'weight_map' object of tensor "
                                          "names to shard files of this folder"):
         model_source.resolve(str(tmp_path))
+
+
+def test_a_vocabulary_given_is_read_as_the_file_it_is(tmp_path):
+    """--vocab_file takes a tokenizer.json that is not BERT's WordPiece (ModernBERT's BPE) or a
+    SentencePiece model: read as what it is, not as WordPiece (a review: a ModernBERT folder
+    saved without its tokenizer.json could not be given it back)."""
+    from bertjax import tokenization
+    from bertjax.inference import model_source
+    from bertjax.models import convert
+
+    modernbert = os.path.join(ROOT, "tests", "models", "hf_modernbert", "masked_lm")
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(os.path.join(modernbert, name), tmp_path / name)
+    source = model_source.resolve(str(tmp_path))
+    assert source.tokenizer_spec is None
+    given = os.path.join(modernbert, "tokenizer.json")
+    tokenizer = source.load_tokenizer(given)
+    own = model_source.resolve(modernbert).load_tokenizer()
+    assert tokenizer.kind == own.kind == "huggingface" and tokenizer.encode("a fine film") == own.encode("a fine film")
+    assert convert.vocabulary_kind(os.path.join(MINILM_DIR, "tokenizer.json")) == "wordpiece"
+    assert convert.vocabulary_kind(os.path.join(MINILM_DIR, "vocab.txt")) == "wordpiece"
+    assert convert.vocabulary_kind(str(tmp_path / "spm.model")) == "sentencepiece"
+    assert tokenization.load_tokenizer("huggingface", given).vocab_hash == tokenizer.vocab_hash

@@ -100,6 +100,7 @@ def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
     model = bertjax.load_model(str(tmp_path / "run"))
     assert model.bert.position_embedding == "rope" and model.tokenizer.kind == "huggingface"
     texts = [text for text, _ in REVIEWS] + ["a " * 30 + "dull film", "a " * 140 + "dull film"]  # window 16, length 128
+    texts += ["a dull [SEP] [CLS] film"]  # special tokens written in a text are text to bertjax and to the client
     want = model.predict(texts)
     assert [answer["label"] for answer in want[:4]] == [y for _, y in REVIEWS]
     masks = bertjax.load_model(HF_MASKED_LM).fill_mask(["the [MASK] was great", "[MASK] [MASK]"])
@@ -109,6 +110,7 @@ def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
     extra = os.path.join(saved, "assets.extra")
     task = json.load(open(os.path.join(extra, "task.json")))
     client = tokenizers.Tokenizer.from_file(os.path.join(extra, "tokenizer.json"))  # [CLS] $A [SEP]
+    client.encode_special_tokens = task["encode_special_tokens"]  # as the docs' client does
     client.enable_padding(pad_id=task["special_ids"]["pad"])
 
     def request():

@@ -22,16 +22,21 @@ Inputs (each <string>[batch]) and outputs, per task family:
   regression      the same inputs -> value <float32>[B], truncated <bool>[B]
   tagging         text -> words <string>[B, W] (BERT's basic split, as written), tags <string>[B, W],
                   word_start / word_end <int64>[B, W] (byte offsets into the text); rows padded with
-                  "" and -1; words past the max_seq_length window are tagged ""
+                  "" and -1; words past the max_seq_length window are tagged ""; truncated <bool>[B]
+                  (the sentence's tokens overflow the window: predict reads further windows)
   squad           question + context -> answer <string>[B], start / end <int64>[B] (byte offsets into
                   the context; -1 for no answer), score <float32>[B] (the best span's
                   start + end logit), null_odds <float32>[B] (null score minus the best span's; v2.0
-                  models answer "" above the run's threshold). One window: the question is cut to
-                  max_query_length tokens and the context to what fits (bertjax's predict slides
-                  windows over long contexts instead).
+                  models answer "" above the run's threshold), truncated <bool>[B]. One window: the
+                  question is cut to max_query_length tokens and the context to what fits (bertjax's
+                  predict slides windows over long contexts instead), and either cut is `truncated`.
   choice          context <string>[B] + choices <string>[B, C] (a row with fewer choices padded
                   with "") -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding),
-                  truncated <bool>[B] (a (context, choice) pair was longer than max_seq_length)
+                  truncated <bool>[B] (a (context, choice) pair was longer than max_seq_length); a
+                  row of fewer than two choices (predict refuses it) has choice -1, probabilities 0
+
+assets.extra/task.json records the task, its label names, max_seq_length, the precision and
+the run's settings that the graph applies (span QA: `settings`, squad.settings).
 
 Why jax2tf rather than orbax-export: orbax-export (0.0.8, 2025-09) is a thin layer over the
 same jax2tf/jax.export lowering and pins its own orbax/JAX ranges; jax2tf ships with JAX
@@ -198,19 +203,25 @@ def _token_ids_module(model):
 
 def _write_assets(model, target: str) -> None:
     """assets.extra/ (TensorFlow Serving's folder for files beside the model): task.json, the
-    task and its label names, max_seq_length and the products' precision; for a model that
-    takes token ids also the tokenizer.json the client tokenizes with and the row layout."""
+    task and its label names, max_seq_length, the products' precision and the family's serving
+    settings (span QA's windowing and answer settings); for a model that takes token ids also
+    the tokenizer.json the client tokenizes with and the row layout."""
     from bertjax.runtime import fileio
 
     extra = fileio.join(target, "assets.extra")
     fileio.makedirs(extra)
     task = {**model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision}
+    settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data)
+    if settings:
+        task["settings"] = settings
     if takes_token_ids(model.tokenizer):
         fileio.copy(model.tokenizer.path, fileio.join(extra, "tokenizer.json"))
         tokenizer = model.tokenizer
         task.update({
             "inputs": list(TOKEN_ID_INPUTS),
             "layout": "[CLS] a [SEP] (b [SEP]), segment 0 then 1, padded with pad_id and input_mask 0",
+            # bertjax reads "[SEP]" written in a text as text; tokenizers' own default is the token
+            "encode_special_tokens": True,
             "special_ids": {"cls": tokenizer.cls_id, "sep": tokenizer.sep_id, "pad": tokenizer.pad_id,
                             "mask": tokenizer.mask_id}})
     fileio.write_json(fileio.join(extra, "task.json"), task)

@@ -121,10 +121,11 @@ class ModelSource:
                 f"{self.weights} does not read ({checkpointing.brief(e)}); {hint}") from e
         return params
 
-    def load_tokenizer(self, vocab_path: str = "", kind: str = "wordpiece",
+    def load_tokenizer(self, vocab_path: str = "", kind: str | None = None,
                        do_lower_case: bool | None = None) -> tokenization.Tokenizer:
         """The tokenizer that comes with the model, or `vocab_path` (which must then be the
-        same vocabulary when the model names one). do_lower_case (WordPiece only: a
+        same vocabulary when the model names one) read as `kind` (None: as the file is,
+        `convert.vocabulary_kind`). do_lower_case (WordPiece only: a
         SentencePiece model or a tokenizer.json normalises as it says) None: the model's
         casing, else the vocabulary file's (a tokenizer.json says), else what a vocab.txt's
         tokens show (`Tokenizer.from_vocab_file`), with a warning."""
@@ -135,7 +136,8 @@ class ModelSource:
         if not vocab_path and saved.get("refused"):
             raise ValueError(f"{saved['refused']}; give the vocabulary to read it with (vocab_path; the launchers' "
                              "--vocab_file)")
-        kind, path = (kind, vocab_path) if vocab_path else (saved["kind"], saved["path"])
+        kind, path = (kind or convert.vocabulary_kind(vocab_path), vocab_path) if vocab_path else (
+            saved["kind"], saved["path"])
         if kind != "wordpiece":  # a SentencePiece model or tokenizer.json normalises as it says
             return self._checked(tokenization.load_tokenizer(kind, path), vocab_path)
         lower = do_lower_case

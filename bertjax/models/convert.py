@@ -272,6 +272,18 @@ def _wordpiece_tokens(vocab_path: str | None) -> list[str] | None:
     return tokenization.read_vocab(vocab_path)
 
 
+def vocabulary_kind(path: str) -> str:
+    """The tokenizer kind a vocabulary file given on its own (the launchers' --vocab_file) is read
+    as: a SentencePiece model (.model), a tokenizer.json that is not BERT's plain WordPiece
+    ("huggingface": run as written, as `checkpoint_vocabulary` reads one beside a checkpoint),
+    else "wordpiece" (a vocab.txt, or a tokenizer.json of BERT's WordPiece)."""
+    if path.endswith(".model"):
+        return "sentencepiece"
+    if path.endswith(".json") and not _is_wordpiece_json(path):
+        return "huggingface"
+    return "wordpiece"
+
+
 def _is_wordpiece_json(path: str) -> bool:
     """Whether the tokenizer.json at `path` is BERT's WordPiece (else BPE, Unigram, or a WordPiece
     that normalises or splits otherwise: used whole, as written)."""

@@ -336,8 +336,8 @@ def define_vocabulary_flags() -> Callable[[], dict[str, Any]]:
     """--vocab_file and --do_lower_case (the original scripts' names): the tokenizer of a model
     that comes with none, or one to use instead of its own. Returns a function giving
     `load_model`'s vocab_path and do_lower_case arguments from them."""
-    vocab = flags.DEFINE_string("vocab_file", "", "WordPiece vocab.txt or Hugging Face tokenizer.json (default: "
-                                "the model's own)")
+    vocab = flags.DEFINE_string("vocab_file", "", "WordPiece vocab.txt, Hugging Face tokenizer.json or SentencePiece "
+                                ".model, read as it is (default: the model's own)")
     lower = flags.DEFINE_bool("do_lower_case", None, "whether --vocab_file is uncased (default: the model's "
                               "casing, else what the vocabulary's tokens show)")
     return lambda: {"vocab_path": vocab.value, "do_lower_case": lower.value}

@@ -127,6 +127,12 @@ class Family:
                     f"not {tokenizer.kind}")
         return None
 
+    def serving_settings(self, data: dict) -> dict:
+        """The run's settings (its config.data: `data`) that `serve` bakes into the graph beyond
+        the layout, recorded in the export's task.json: a client of a token-id export applies
+        them itself; none by default."""
+        return {}
+
     def serve(self, serving, inputs: dict) -> dict:
         """The signature's body: {name: <string> input} -> {name: output}, in TensorFlow ops.
         `serving` is an `inference.export.ServingContext`: the tokenizer in TF Text, the

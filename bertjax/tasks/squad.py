@@ -490,11 +490,15 @@ class SquadFamily(Family):
                     f"{query} tokens (max_query_length) and 3 special tokens; give at least {query + 4}")
         return super().check_export(tokenizer, max_seq_length, data)
 
+    def serving_settings(self, data):
+        return settings(data)
+
     def serve(self, serving, inputs):
         from bertjax.tasks import squad_serving
 
-        return squad_serving.best_spans(serving, inputs["question"], inputs["context"],
-                                        serving.task_info.get("squad_version", "v1.1"), settings(serving.run_data))
+        version = serving.task_info.get("squad_version", "v1.1")
+        return squad_serving.best_spans(serving, inputs["question"], inputs["context"], version,
+                                        self.serving_settings(serving.run_data))
 
 
 FAMILY = SquadFamily()

@@ -525,14 +525,16 @@ class TaggingFamily(Family):
     def serve(self, serving, inputs):
         """-> words <string>[B, W] (as written), tags <string>[B, W], word_start / word_end
         <int64>[B, W] (byte offsets); rows padded with "" and -1; truncated <bool>[B]. One window
-        a sentence: words past it are tagged "" and the row is `truncated` (predict reads them
-        in further windows, and tags each word from the window where it has the most context)."""
+        a sentence: words past it are tagged "" and a row whose tokens overflow it is `truncated`
+        (predict reads them in further windows, and tags each word from the window where it has
+        the most context)."""
         from bertjax.runtime.tf_cpu import tf
 
         text = inputs["text"]
         words, starts, ends = serving.tokenizer.words(text, every_written_word=True)
         pieces = serving.tokenizer.pieces(words)
-        input_ids, segment_ids, input_mask, _ = serving.layout(pieces.merge_dims(1, 2))
+        ids = pieces.merge_dims(1, 2)
+        input_ids, segment_ids, input_mask, _ = serving.layout(ids)
         predicted = tf.argmax(serving.model(input_ids, segment_ids, input_mask), axis=-1)  # [B, S]
         # Each word's first sub-word sits at 1 + the tokens before it ([CLS] first).
         first = 1 + tf.cumsum(pieces.row_lengths(axis=2), axis=1, exclusive=True)  # [B, (W)]
@@ -546,7 +548,7 @@ class TaggingFamily(Family):
         return {"words": starts.with_flat_values(originals).to_tensor(""),
                 "tags": first.with_flat_values(tags).to_tensor(""),
                 "word_start": starts.to_tensor(-1), "word_end": ends.to_tensor(-1),
-                "truncated": tf.reduce_any(~fits, axis=1)}
+                "truncated": serving.layout.truncated(ids)}  # also when a last word's first piece fits
 
 
 FAMILY = TaggingFamily()
