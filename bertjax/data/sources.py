@@ -148,23 +148,33 @@ CONTENT_BLOCK = 4096  # bytes of each of the four blocks `content_samples` hashe
 
 
 def content_samples(units: list[dict]) -> list[str | None]:
-    """A sample of each byte-range unit's text (text, JSONL; None for others): SHA-256 (16 hex) of
-    four 4 KiB blocks of its range, the first, the last and two evenly between. Its path and
-    range say which bytes a prepared folder holds; this says that they are still the same text,
-    where an edit kept the file's size (case folded, tabs as spaces), without reading a corpus
-    whole at every start. An edit inside none of the blocks goes unseen. Read in parallel (cheap
-    on GCS too)."""
+    """A sample of each file unit's text (text, JSONL, Parquet; None for others: a TFDS unit
+    carries its dataset's version as its "content"): SHA-256 (16 hex)
+    of four 4 KiB blocks of its range, the first, the last and two evenly between (Parquet: of its
+    text column's stored bytes, with each row group's stored size). Its path and range say which
+    bytes a prepared folder holds; this says that they are still the same text, where an edit
+    kept the file's size or the text's length (case folded, tabs as spaces, names masked),
+    without reading a corpus whole at every start. An edit inside none of the blocks goes
+    unseen. Read in parallel (cheap on GCS too)."""
     def sample(unit: dict) -> str | None:
-        path = unit.get("path") or unit.get("jsonl")
+        path = unit.get("path") or unit.get("jsonl") or unit.get("parquet")
         if path is None:
             return None
-        start, end = unit["range"]
         digest = hashlib.sha256()
         with fileio.open_file(path, "rb") as f:
-            for offset in sorted({start, start + (end - start) // 3, start + 2 * (end - start) // 3,
-                                  max(start, end - CONTENT_BLOCK)}):
-                f.seek(offset)
-                digest.update(f.read(min(CONTENT_BLOCK, end - offset)))
+            if "parquet" in unit:  # the text column's chunks, end to end
+                ranges = _parquet_text_ranges(f, unit)
+                digest.update(";".join(str(end - start) for start, end in ranges).encode())
+            else:
+                ranges = [tuple(unit["range"])]
+            size = sum(end - start for start, end in ranges)
+            for at in sorted({0, size // 3, 2 * size // 3, max(0, size - CONTENT_BLOCK)}):
+                for start, end in ranges:  # the block from `at` bytes into the ranges, to its range's end
+                    if at < end - start:
+                        f.seek(start + at)
+                        digest.update(f.read(min(CONTENT_BLOCK, end - start - at)))
+                        break
+                    at -= end - start
         return digest.hexdigest()[:16]
 
     with futures.ThreadPoolExecutor(32) as pool:
@@ -243,7 +253,8 @@ def check_text_files(units: list[dict], source: str) -> None:
     warning when a `source` "text" corpus's first line is a JSON object (a JSONL file: each row
     would be a sentence of JSON syntax)."""
     paths = sorted({unit.get("path") or unit.get("jsonl") for unit in units} - {None})
-    for number, path in enumerate(paths):
+    json_rows = []  # text files whose first line is a JSON object: every file is looked at
+    for path in paths:
         with fileio.open_file(path, "rb") as f:
             head = f.read(4096)
         for magic, what in _NOT_TEXT.items():
@@ -258,14 +269,16 @@ def check_text_files(units: list[dict], source: str) -> None:
                              "splits at line feeds only (one sentence a line, a blank line between documents); "
                              "convert them first (tr '\\r' '\\n')")
         first = head.split(b"\n", 1)[0].strip()
-        if number == 0 and source == "text" and first.startswith(b"{") and first.endswith(b"}"):
+        if source == "text" and first.startswith(b"{") and first.endswith(b"}"):
             try:
-                is_object = isinstance(json.loads(first), dict)
+                if isinstance(json.loads(first), dict):
+                    json_rows.append(path)
             except ValueError:
-                is_object = False
-            if is_object:
-                logging.warning("%s: its first line is a JSON object, read as a sentence of text "
-                                "(config.data.source='text'); for JSONL rows set config.data.source=jsonl", path)
+                pass
+    if json_rows:
+        more = f" (and {len(json_rows) - 1} more of the {len(paths)} files)" if len(json_rows) > 1 else ""
+        logging.warning("%s%s: its first line is a JSON object, read as a sentence of text "
+                        "(config.data.source='text'); for JSONL rows set config.data.source=jsonl", json_rows[0], more)
 
 
 def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:
@@ -498,6 +511,19 @@ def _parquet_units(paths: list[str], text_key: str) -> list[dict]:
     return units
 
 
+def _parquet_text_ranges(f, unit: dict) -> list[tuple[int, int]]:
+    """The byte ranges of the text column's chunks (compressed, as stored) in a Parquet unit's
+    row groups, in file order (none for a unit without rows)."""
+    parquet = _parquet_file(f, unit["parquet"], unit["text_key"])
+    column = [parquet.schema.column(i).path for i in range(len(parquet.schema))].index(unit["text_key"])
+    ranges = []
+    for group in range(*unit["row_groups"]):
+        chunk = parquet.metadata.row_group(group).column(column)
+        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        ranges.append((start, start + chunk.total_compressed_size))
+    return sorted(ranges)
+
+
 def _text_bytes_per_row_group(path: str, text_key: str) -> list[int]:
     """Uncompressed bytes of the `text_key` column in each row group of Parquet file `path`."""
     with fileio.open_file(path, "rb") as f:
@@ -630,8 +656,11 @@ def _tfds_units(data_config: Any) -> list[dict]:
     parts = min(256, max(1, examples // TFDS_EXAMPLES_PER_UNIT))
     slices = [f"{split}[{k * examples // parts}:{(k + 1) * examples // parts}]" for k in range(parts)] \
         if parts > 1 else [split]
-    return [{"tfds": data_config.tfds_name, "tfds_split": part, "text_feature": feature, "data_dir": data_dir}
-            for part in slices]
+    # Its text's stand-in for `content_samples`: the version TFDS reads, which a newer
+    # tensorflow-datasets may change under the same name.
+    version = f"version {builder.version}"
+    return [{"tfds": data_config.tfds_name, "tfds_split": part, "text_feature": feature, "data_dir": data_dir,
+             "content": version} for part in slices]
 
 
 def _read_tfds(name: str, split: str, feature: str, data_dir: str | None, drops: DropCounter) -> Iterator[list[str]]:

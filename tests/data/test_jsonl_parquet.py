@@ -201,3 +201,25 @@ def test_prepared_jsonl_and_parquet_match_the_same_text_file(tmp_path):
     assert splits["jsonl"] == splits["parquet"] == splits["text"]
     total = splits["text"]["train"]["documents"] + splits["text"]["eval"]["documents"]
     assert total == len(documents) and splits["text"]["eval"]["documents"] > 0
+
+
+def test_a_parquet_file_rewritten_in_place_is_other_data(tmp_path, monkeypatch):
+    """A Parquet unit carries a sample of its text column's stored bytes: a rewrite that keeps the
+    text's length (names masked, case folded) is other data, refused, not its old shards reused (a
+    review). Another column's edit is not the text's."""
+    monkeypatch.setattr(sources, "TEXT_UNIT_BYTES", 900)  # units of several row groups
+    path = tmp_path / "corpus.parquet"
+    texts = [f"Cat{i:03d} sat on a mat. It was warm there." for i in range(60)]
+    _write_parquet(path, texts, 10, id=list(range(60)))
+    config = _config("parquet", path, eval_fraction=0.0)
+    units = sources.list_units(config)
+    assert len(units) > 1 and all(sources.content_samples(units))
+    prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)
+    _write_parquet(path, texts, 10, id=[i + 1 for i in range(60)])  # only the other column
+    prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)
+    masked = [text.replace("Cat", "Dog") for text in texts[:30]] + texts[30:]
+    _write_parquet(path, masked, 10, id=list(range(60)))
+    assert [unit["bytes"] for unit in sources.list_units(config)] == [unit["bytes"] for unit in units]
+    with pytest.raises(ValueError, match=r"other settings \(units\[0\].content '[0-9a-f]{16}' there, '[0-9a-f]{16}' "
+                                         r"now\): delete it"):
+        prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)

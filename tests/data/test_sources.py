@@ -132,6 +132,14 @@ def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
     (tmp_path / "braces.txt").write_text("{not json} but a sentence.\n")
     sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "braces.txt"))), "text")
     assert not caplog.text
+    # Every file is looked at, not the first alone (a review: a.txt then b.jsonl went unwarned).
+    (tmp_path / "a.txt").write_text("A sentence.\nAnother one.\n")
+    (tmp_path / "b.jsonl").write_text('{"text": "Row one. Row two."}\n')
+    sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "[ab].*"))), "text")
+    assert "b.jsonl: its first line is a JSON object" in caplog.text
+    caplog.clear()
+    sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "*"))), "text")
+    assert "b.jsonl (and 1 more of the 4 files): its first line is a JSON object" in caplog.text
 
 
 @pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
@@ -241,7 +249,7 @@ def test_a_large_tfds_split_is_cut_into_slices_a_prepared_folder_can_hold(monkey
 
     with tfds.testing.mock_data(num_examples=4):
         features = sources.prepared_tfds_builder("imdb_reviews", None).info.features
-    sized = types.SimpleNamespace(info=types.SimpleNamespace(
+    sized = types.SimpleNamespace(version="1.0.0", info=types.SimpleNamespace(
         features=features, splits={"train": types.SimpleNamespace(num_examples=30)}))
     monkeypatch.setattr(sources, "prepared_tfds_builder", lambda name, data_dir: sized)
     monkeypatch.setattr(sources, "TFDS_EXAMPLES_PER_UNIT", 7)
@@ -249,6 +257,11 @@ def test_a_large_tfds_split_is_cut_into_slices_a_prepared_folder_can_hold(monkey
     assert json.loads(json.dumps(units)) == units
     assert [unit["tfds_split"] for unit in units] == ["train[0:7]", "train[7:15]", "train[15:22]", "train[22:30]"]
     assert {(unit["tfds"], unit["text_feature"], unit["data_dir"]) for unit in units} == {("imdb_reviews", "text", None)}
+    # The version read stands for the text: a newer tensorflow-datasets' other version is other data.
+    assert {unit["content"] for unit in units} == {"version 1.0.0"}
+    sized.version = "1.0.1"
+    assert [unit["content"] for unit in sources.list_units(_config(source="tfds", tfds_name="imdb_reviews"))] == [
+        "version 1.0.1"] * 4
     other = sources.list_units(_config(source="tfds", tfds_name="imdb_reviews", tfds_text_feature="label"))
     assert other != units and [u["tfds_split"] for u in other] == [u["tfds_split"] for u in units]
     # A misspelt split is named before anything is written (a review: it failed in a worker,
