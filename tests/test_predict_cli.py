@@ -40,6 +40,11 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     pairs = _fake("classification", pairs=True)
     assert [batch_predict.check(pairs, "classification", item) for _, item in records] == [
         None, "the model was trained on pairs; give 'text_a ||| text_b'", "the second text of the pair is empty", None]
+    # A file's row with an empty second text is data, read as fine-tuning read it (a review: the
+    # model's own dev file was refused by predict).
+    (tmp_path / "dev.csv").write_text("text_a,text_b,label\na cat,,1\n")
+    [(_, item)] = _read(tmp_path / "dev.csv", "classification")
+    assert item == ("a cat", "") and batch_predict.check(pairs, "classification", item) is None
     (tmp_path / "one_column.csv").write_text("text_a,other\na cat,a dog\n")  # a pair model's rows, text_b missing
     [(_, item)] = _read(tmp_path / "one_column.csv", "classification")
     assert batch_predict.check(pairs, "classification", item) == (

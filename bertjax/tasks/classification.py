@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import jax
@@ -235,22 +236,33 @@ def _refuse_one_number_written_twice(label_names: tuple[str, ...], path: str) ->
                          f"{len(same)} classes; write each class one way")
 
 
+# A score as written: ASCII digits (float() also reads '1_5' as 15 and other scripts' digits).
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
+
+
 def _parse_labels(labels: list, label_lines: list[str], regression: bool, column: str) -> list:
     """Class names as strings, stripped (`pos ` is `pos`), or (regression) finite floats;
-    an empty label is an error naming file:line (it would otherwise become a class)."""
+    an empty label, or one with a tab or line break (the predictions' TSV could not hold it),
+    is an error naming file:line (it would otherwise become a class)."""
     if not regression:
         names = [str(label).strip() for label in labels]
         if "" in names:
             where = label_lines[names.index("")]
             raise ValueError(f"{where}: empty label (column {column!r}, config.data.label_key); every training "
                              f"and evaluation example needs one")
+        for name, where in zip(names, label_lines):
+            if any(c in name for c in "\t\n\r"):
+                raise ValueError(f"{where}: label {name!r} holds a tab or a line break, which the predictions' TSV "
+                                 "cannot hold")
         return names
     numbers = []
     for label, where in zip(labels, label_lines):
         try:
+            if isinstance(label, str) and not _NUMBER.fullmatch(label):
+                raise ValueError
             value = float(label)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: label {label!r} is not a number (config.data.label_kind='float')") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{where}: label {label!r:.60} is not a number (config.data.label_kind='float')") from None
         if not math.isfinite(value):
             raise ValueError(f"{where}: label {label!r} is not a finite number")
         numbers.append(value)
@@ -452,7 +464,9 @@ class ClassificationFamily(Family):
                 fix = ("this input has no second text (a file's rows: the column --text_b_key names)" if wants_pairs
                        else "this input has a second text (a file's rows: leave --text_b_key out)")
             raise ValueError(f"the model was trained on {'pairs' if wants_pairs else 'single texts'}; {fix}")
-        if text_b is not None and not (text_a.strip() and text_b.strip()):
+        # A line typed as 'a ||| ' lost a side; a file's row with an empty field is data, which
+        # fine-tuning and its evaluation read (an empty b laid out as a single text) and so does predict.
+        if isinstance(item, str) and text_b is not None and not (text_a.strip() and text_b.strip()):
             raise ValueError(f"the {'first' if not text_a.strip() else 'second'} text of the pair is empty")
         return text_a, text_b
 

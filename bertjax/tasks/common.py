@@ -232,9 +232,9 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
     field may be of any length. Blank lines are not rows, except in a file of one column,
     where a blank line followed by more rows is an empty text (so row k is still line k + 1;
     blank lines at the end are not rows). Errors name file:line: a JSONL line that is not a
-    JSON object, a CSV/TSV row with more or fewer fields than the header, a header that
-    repeats a column name, malformed CSV quoting (the line its record starts on), bytes that
-    are not UTF-8.
+    JSON object, a CSV/TSV row with more or fewer fields than the header, a row of several
+    columns that repeats the header (files joined with theirs), a header that repeats a column
+    name, malformed CSV quoting (the line its record starts on), bytes that are not UTF-8.
     """
     extension = _extension(path)
     file_format = file_format or JSONL_EXTENSIONS.get(extension, extension)
@@ -302,6 +302,9 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
                 continue
             if error is None and len(fields) != len(header):
                 error = ValueError(f"{len(fields)} fields, the header has {len(header)} ({header})")
+            elif error is None and len(header) > 1 and fields == header:  # e.g. files joined with cat
+                error = ValueError(f"the header again ({header}), as a row: remove it (files joined with their "
+                                   "headers?)")
         for line in blank_lines:  # rows before this one, in their place (an error's too)
             yield f"{path}:{line}", {header[0]: ""}
         blank_lines.clear()

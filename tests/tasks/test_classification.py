@@ -154,6 +154,16 @@ def test_regression_files(tmp_path, tokenizer):
      {"task": "regression"}, r"train.csv:3: label 'high' is not a number"),
     ([{"text_a": "x", "text_b": "y", "label": True}], "jsonl", {"task": "regression"},
      r"train.jsonl:1: label True should be a class name or a number"),
+    # Scores float() reads otherwise, or not at all (a review: '1_5' was 15.0; a huge integer a traceback).
+    ([{"text_a": "x", "text_b": "y", "label": "1_5"}], "csv", {"task": "regression"},
+     r"train.csv:2: label '1_5' is not a number"),
+    ([{"text_a": "x", "text_b": "y", "label": "\u0663"}], "jsonl", {"task": "regression"},
+     r"train.jsonl:1: label '\u0663' is not a number"),
+    ([{"text_a": "x", "text_b": "y", "label": 10 ** 400}], "jsonl", {"task": "regression"},
+     r"train.jsonl:1: label 1000000000.* is not a number"),
+    # A class name the predictions' TSV cannot hold in one field.
+    ([{"text_a": "x", "text_b": "y", "label": "pos\tx"}], "jsonl", {},
+     r"train.jsonl:1: label 'pos\\tx' holds a tab or a line break"),
     ([{"text_a": "x", "text_b": "y", "label": ["a"]}], "jsonl", {}, r"train.jsonl:1: label \['a'\] should be a class"),
     ([{"text_a": 5, "text_b": "y", "label": "a"}], "jsonl", {}, r"train.jsonl:1: column 'text_a' should be text"),
     ([{"text_a": "x", "text_b": "y", "label": "a"}], "csv", {"label_key": ""},
@@ -218,6 +228,13 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
     bad.write_text("text_a\ttext_b\tlabel\nx\ty\n")
     with pytest.raises(ValueError, match=r"bad.tsv:2: 2 fields, the header has 3"):
         classification.load_task(_config("classification", train_file=str(bad)), tokenizer)
+    # Files joined with `cat`, headers and all: the second header is no example of a class 'label'
+    # (a review: it became a third class, said only at info level).
+    joined = tmp_path / "joined.csv"
+    joined.write_text("text_a,text_b,label\ngood,x,pos\nbad,y,neg\ntext_a,text_b,label\nfine,z,pos\n")
+    with pytest.raises(ValueError, match=r"joined.csv:4: the header again \(\['text_a', 'text_b', 'label'\]\), "
+                                         r"as a row: remove it"):
+        classification.load_task(_config("classification", train_file=str(joined)), tokenizer)
 
 
 def test_training_batches_are_a_function_of_their_index_and_cover_each_epoch(tokenizer):
