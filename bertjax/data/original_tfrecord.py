@@ -17,7 +17,7 @@ import numpy as np
 from google.protobuf import message
 
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
-                                  shuffle_seed)
+                                  shuffle_seed, without_autotuning_thread)
 from bertjax.runtime.tf_cpu import no_autograph, tf
 
 _MAX_EPOCHS = 1 << 40
@@ -134,7 +134,8 @@ class OriginalTFRecordPipeline:
         epoch, offset = divmod(position, self.epoch_size()) if position else (0, 0)
         ds = tf.data.Dataset.range(epoch, _MAX_EPOCHS).flat_map(no_autograph(self._epoch)).skip(offset)
         ds = ds.batch(self.batch_size, drop_remainder=True)
-        return ds.map(no_autograph(self._parse), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        ds = ds.map(no_autograph(self._parse), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        return without_autotuning_thread(ds)
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's."""

@@ -52,7 +52,7 @@ from absl import logging
 from bertjax.runtime import fileio
 from bertjax.data import masking, pairing, shards
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
-                                  shuffle_seed)
+                                  shuffle_seed, without_autotuning_thread)
 from bertjax.data.pretraining_config import check_data_config
 from bertjax.runtime.tf_cpu import no_autograph, tf
 
@@ -289,7 +289,7 @@ class PretrainingPipeline:
         if not self.pack_pairs:
             ds = tf.data.Dataset.zip(tf.data.Dataset.range(start_batch, _MAX_EPOCHS), ds)
             ds = ds.map(no_autograph(self._build), num_parallel_calls=_AUTOTUNE)
-        return ds.prefetch(_AUTOTUNE)
+        return without_autotuning_thread(ds.prefetch(_AUTOTUNE))
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's.

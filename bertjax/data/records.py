@@ -22,6 +22,18 @@ FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions"
 BatchCheck = Callable[[tf.Tensor], "str | None"]
 
 
+def without_autotuning_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` without tf.data's autotuning model, whose thread sleeps up to a minute between
+    optimisations: an iterator read from one thread (preemption.interruptible's) and let go
+    from another waited for that sleep to end when released, at the end of every run and
+    where a preempted run has seconds (benchmarks/log/2026-12-01.md). AUTOTUNE then means a
+    fixed parallelism (TensorFlow's: up to 16 calls a map stage) and prefetch buffers that
+    grow as the reader waits."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def find_bad_file(paths: list[str], check_batch: BatchCheck) -> tuple[str, str] | None:
     """Reads every record of every file; returns (path, reason) for the first bad one, else None."""
     for path in paths:

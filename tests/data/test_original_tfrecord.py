@@ -70,6 +70,7 @@ def test_a_glob_that_matches_nothing_is_named(files, tmp_path):
 def test_resume_and_host_split(files):
     pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=7)
     assert pipeline.holds_at_least(60) and not pipeline.holds_at_least(61)  # 3 files of 20 records
+    assert pipeline.dataset(0).options().autotune.enabled is False  # (records.without_autotuning_thread)
     fresh = pipeline.batches()
     fresh = [next(fresh) for _ in range(25)]  # ~3 epochs
     resumed = pipeline.batches(start_batch=17)

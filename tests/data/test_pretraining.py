@@ -328,6 +328,9 @@ def test_resume_is_exact(tmp_path):
     pipeline = pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
                                                tokenizer=synthetic.tokenizer_for(40))
     fresh = take(pipeline, 40)
+    # No autotuning thread: its minute-long sleeps held up the iterator's release at a run's end
+    # (records.without_autotuning_thread); AUTOTUNE stages run at a fixed parallelism.
+    assert pipeline.dataset(0).options().autotune.enabled is False
     size = pipeline.epoch_size(0)
     assert size < 40 * 8 // 2  # the 40 batches span more than two epochs
     counting = pretraining.PretrainingPipeline(config, shard_paths=paths, batch_size=8,
