@@ -151,14 +151,21 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
         print("\n" + "  ".join(f"{c:>24}" for c in columns))
         for row in results:
-            print("  ".join(f"{row.get(c, ''):>24.4f}" if isinstance(row.get(c), float) else f"{str(row.get(c)):>24}"
-                            for c in columns))
+            cells = {**row, "run": row["run"] + (" (failed)" if "error" in row else "")}
+            print("  ".join(f"{cells[c]:>24.4f}" if isinstance(cells.get(c), float)
+                            else f"{'' if cells.get(c) is None else cells[c]!s:>24}" for c in columns))
         for row in results:
             if "error" in row:
                 print(f"{row['run']}: failed, {row['error']}")
-        best = results[0] if metric in results[0] else None
-        print((f"best: {best['run']} ({metric} {best[metric]:.4f}); " if best else "no run evaluated; ")
-              + f"all in {fileio.join(workdir, RESULTS_FILE)}")
+        top = results[0] if metric in results[0] else None
+        if top is None:
+            print("no run evaluated; ", end="")
+        elif "error" in top:  # only failed runs evaluated: ranked after any finished one
+            print(f"no run finished; the best evaluation before its run failed: {top['run']} ({metric} "
+                  f"{top[metric]:.4f}); ", end="")
+        else:
+            print(f"best: {top['run']} ({metric} {top[metric]:.4f}); ", end="")
+        print(f"all in {fileio.join(workdir, RESULTS_FILE)}")
     names = {name for name, _ in runs}
     return [row for row in results if row["run"] in names]  # this grid's (what the launcher judges)
 
@@ -214,13 +221,23 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
             fileio.makedirs(run_dir)
             fileio.write_json(row_file, {"row": results[-1], "metric": metric, "test_file": run.data.test_file})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
+    if metric is None:  # every run of this grid failed: the main metric as earlier grids' runs recorded it
+        metric = next((_recorded_metric(workdir, row["run"]) for row in earlier
+                       if _recorded_metric(workdir, row["run"])), None)
     _write_results(workdir, results, metric)  # (every run's row reused: the file may predate one)
     return results, metric
 
 
+def _recorded_metric(workdir: str, name: str) -> str | None:
+    """The main metric's column a finished run of the sweep recorded with its row, or None."""
+    row_file = fileio.join(workdir, "sweep", name, ROW_FILE)
+    return fileio.read_json(row_file)["metric"] if fileio.exists(row_file) else None
+
+
 def _ranked(results: list[dict[str, Any]], metric: str | None) -> list[dict[str, Any]]:
-    """The rows best first by `metric` (None: no run evaluated yet)."""
-    return sorted(results, key=lambda row: -row.get(metric, -math.inf))
+    """The rows best first by `metric` (None: no run evaluated yet), the failed ones after every
+    finished one: a run that diverged keeps its best evaluation before it, which is no result."""
+    return sorted(results, key=lambda row: ("error" in row, -row.get(metric, -math.inf)))
 
 
 def _write_results(workdir: str, results: list[dict[str, Any]], metric: str | None) -> None:

@@ -603,7 +603,32 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     results = sweep.sweep(config, str(tmp_path / "mixed"))
     assert [(r["run"], r["best_step"], r.get("eval_f1"), r["error"][:14]) for r in results] == [
         ("lr0.001_batch16_steps20", 4, 0.60, "stopping at st"), ("lr0.0001_batch16_steps20", None, None, "config.train.w")]
-    assert "best: lr0.001_batch16_steps20 (eval_f1 0.6000)" in capsys.readouterr().out
+    assert ("no run finished; the best evaluation before its run failed: lr0.001_batch16_steps20 (eval_f1 0.6000)"
+            in capsys.readouterr().out)
+    # A diverged run's evaluation before it is no result: it ranks after every finished run,
+    # whatever its score, and is marked in the table (a review: it was named the best).
+    def diverged_higher(run, workdir):
+        if run.train.learning_rate == 1e-4:
+            raise TrainingDiverged("stopping at step 9", result={"best": {"step": 4, "metrics": metrics[1e-4]},
+                                                                 "main_metric": "f1"})
+        return {"best": {"step": 4, "metrics": metrics[1e-3]}, "main_metric": "f1"}
+
+    monkeypatch.setattr(finetune, "finetune", diverged_higher)
+    (tmp_path / "diverged_higher").mkdir()
+    results = sweep.sweep(config, str(tmp_path / "diverged_higher"))
+    assert [(r["run"], r["eval_f1"], "error" in r) for r in results] == [
+        ("lr0.001_batch16_steps20", 0.60, False), ("lr0.0001_batch16_steps20", 0.85, True)]
+    printed = capsys.readouterr().out
+    assert "best: lr0.001_batch16_steps20 (eval_f1 0.6000)" in printed and "lr0.0001_batch16_steps20 (failed)" in printed
+    # A rerun whose every run fails without an evaluation still ranks the earlier grid's rows by
+    # the main metric those recorded (a review: 'no run evaluated' under an evaluated row).
+    monkeypatch.setattr(finetune, "finetune", lambda run, workdir: (_ for _ in ()).throw(
+        RunSettingsError("config.train.warmup_proportion=0.01 gives no warmup step")))
+    config.train.update(sweep_learning_rates="5e-5")
+    sweep.sweep(config, str(tmp_path / "diverged_higher"))
+    printed = capsys.readouterr().out
+    assert "best: lr0.001_batch16_steps20 (eval_f1 0.6000)" in printed and " None" not in printed
+    config.train.update(sweep_learning_rates="1e-3,1e-4")
 
     def preempted_second(run, workdir):
         if run.train.learning_rate == 1e-4:
