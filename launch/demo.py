@@ -143,7 +143,8 @@ def main(_):
         {"pre-training": pretrain_dir},
         {"loss": ["loss", "eval_loss"], "masked-LM accuracy": ["mlm_accuracy", "eval_mlm_accuracy"],
          "next-sentence accuracy": ["nsp_accuracy", "eval_nsp_accuracy"]},
-        fileio.join(pretrain_dir, "training_curves.png"), title=f"Pre-training ({_PRETRAIN.value.model.preset} preset, demo corpus)")
+        fileio.join(pretrain_dir, "training_curves.png"),
+        title=f"Pre-training ({_PRETRAIN.value.model.preset} preset, demo corpus)")
     finetune_plot = plots.plot_runs(
         {"from pre-training": runs["pretrained"], "from scratch": runs["scratch"]},
         {"training loss": ["loss"], f"dev {metric}": [f"eval_{metric}"]}, fileio.join(workdir, "finetune_curves.png"),

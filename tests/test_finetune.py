@@ -619,7 +619,8 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     assert [(r["run"], r["eval_f1"], "error" in r) for r in results] == [
         ("lr0.001_batch16_steps20", 0.60, False), ("lr0.0001_batch16_steps20", 0.85, True)]
     printed = capsys.readouterr().out
-    assert "best: lr0.001_batch16_steps20 (eval_f1 0.6000)" in printed and "lr0.0001_batch16_steps20 (failed)" in printed
+    assert "best: lr0.001_batch16_steps20 (eval_f1 0.6000)" in printed
+    assert "lr0.0001_batch16_steps20 (failed)" in printed
     # A rerun whose every run fails without an evaluation still ranks the earlier grid's rows by
     # the main metric those recorded (a review: 'no run evaluated' under an evaluated row).
     monkeypatch.setattr(finetune, "finetune", lambda run, workdir: (_ for _ in ()).throw(
