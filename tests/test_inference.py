@@ -194,3 +194,25 @@ def test_fill_mask_needs_a_head_and_a_mask(minilm, small_pretrained_run):
         minilm.fill_mask(["paris is the [MASK] of france."])
     with pytest.raises(ValueError, match="input 2 has no \\[MASK\\] token"):
         bertjax.load_model(small_pretrained_run, max_seq_length=32).fill_mask(["a [MASK] .", "no mask here"])
+
+
+def test_fill_mask_answers_alike_whatever_the_other_texts_mask_counts(small_pretrained_run):
+    """Each call gathers the most masks of any text rounded up to a power of two, so calls with
+    other counts reuse the compiled steps (a review: every new count compiled every bucket
+    again); a text's answers do not depend on the texts beside it. top_k is an int."""
+    import bertjax
+
+    model = bertjax.load_model(small_pretrained_run, max_seq_length=32)
+    alone = model.fill_mask(["the [MASK] lives in a city ."], top_k=3)
+    for crowd in (["[MASK] [MASK] [MASK] works ."], ["[MASK] [MASK] [MASK] [MASK] works ."]):
+        together = model.fill_mask(["the [MASK] lives in a city ."] + crowd, top_k=3)
+        assert [t["token_id"] for t in together[0][0]] == [t["token_id"] for t in alone[0][0]]
+        np.testing.assert_allclose([t["probability"] for t in together[0][0]],
+                                   [t["probability"] for t in alone[0][0]], atol=1e-6)
+    widths = {key[0][2] for key in model._compiled if key[0][0] == "fill_mask"}
+    assert widths == {1, 4}  # 3 and 4 masks: one width
+    for bad in (2.5, True, 0):
+        with pytest.raises(ValueError, match=r"top_k must be an int in \[1, "):
+            model.fill_mask(["a [MASK] ."], top_k=bad)
+    with pytest.raises(ValueError, match=r"max_seq_length=0 must be in \[8, "):
+        bertjax.load_model(small_pretrained_run, max_seq_length=0)

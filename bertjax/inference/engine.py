@@ -221,9 +221,11 @@ class Model:
 
     # -- Fill-mask (bertjax/inference/fill_mask.py). --
 
-    def fill_mask(self, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]]]]:
+    def fill_mask(self, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]] | None]]:
         """For each text (or "a ||| b" pair) with one or more [MASK], the top_k tokens at each
-        mask: [{"token", "token_id", "probability"}], best first (`fill_mask.fill_mask`)."""
+        mask: [{"token", "token_id", "probability"}], best first, or None for a mask that
+        truncation to max_seq_length cut off (`fill_mask.fill_mask`; `fill_mask_rows` also says
+        which texts were cut)."""
         from bertjax.inference import fill_mask
 
         return fill_mask.fill_mask(self, texts, top_k)
@@ -321,7 +323,8 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     source = model_source.resolve(path)
     tokenizer = source.load_tokenizer(vocab_path, do_lower_case=do_lower_case)
     bert = inference_config(source.bert, precision or ("bfloat16" if jax.default_backend() != "cpu" else "float32"))
-    length = max_seq_length or source.max_seq_length or min(512, bert.max_position_embeddings)
+    length = max_seq_length if max_seq_length is not None else (
+        source.max_seq_length or min(512, bert.max_position_embeddings))
     if not 8 <= length <= bert.max_position_embeddings:
         raise ValueError(f"max_seq_length={length} must be in [8, the model's max_position_embeddings="
                          f"{bert.max_position_embeddings}]")

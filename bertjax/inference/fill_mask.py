@@ -53,15 +53,17 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
         raise ValueError(f"{model.source.path} has no masked-LM head (it has {list(model.heads) or 'only the encoder'})"
                          "; fill-mask needs a pre-training checkpoint or a Hugging Face BertForMaskedLM/"
                          "BertForPreTraining")
-    if not 1 <= top_k <= model.bert.vocab_size:
-        raise ValueError(f"top_k must be in [1, {model.bert.vocab_size}], got {top_k}")
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= model.bert.vocab_size:
+        raise ValueError(f"top_k must be an int in [1, {model.bert.vocab_size}], got {top_k!r}")
     texts = list(not_one_string(texts))
     split, counts, pairs, truncated = _masked(model, texts)
     ids = split.features["input_ids"]
     for i in np.flatnonzero(counts == 0)[:1]:
         raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {model.max_seq_length} "
                          f"tokens): {str(texts[i])[:80]!r}")
-    width = int(counts.max(initial=1))
+    # Gathered positions a row: the most masks of any text, rounded up to a power of two, so that
+    # calls (the command line's blocks of lines) with other counts reuse the compiled buckets.
+    width = 1 << (int(counts.max(initial=1)) - 1).bit_length()
     positions = np.zeros((len(texts), width), np.int32)
     for i, row in enumerate(ids):
         found = np.flatnonzero(row == model.tokenizer.mask_id)
@@ -76,7 +78,7 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
         probabilities, tokens = jax.lax.top_k(jax.nn.softmax(logits, -1), k)
         return {"probabilities": probabilities, "tokens": tokens}
 
-    outputs = model.run(("fill_mask", k), apply, split)
+    outputs = model.run(("fill_mask", k, width), apply, split)
     results = []
     for i, (text_a, text_b) in enumerate(pairs):
         answers = [[{"token": model.tokenizer.id_to_token(int(token)), "token_id": int(token), "probability": float(p)}
