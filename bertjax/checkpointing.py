@@ -54,6 +54,7 @@ READ_RETRY_SECONDS = (2.0, 8.0)
 # shared file system whose listings lag behind, NFS's cached attributes after a preemption).
 LISTING_RETRY_SECONDS = (2.0, 5.0, 10.0, 20.0)
 COMMIT_FILE = "commit_success.txt"  # orbax's "this step is complete" marker on GCS
+_REPLACED = re.compile(r"(\d+)\.replaced-\d{8}T\d{6}Z")  # a step a replacing save moved aside
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -169,12 +170,11 @@ class Checkpointer:
         """A replacing save (`save(replace=True)`) that was killed or failed left its step only in
         `<step>.replaced-<UTC time>`: moved back (the newest such copy), so that best/ keeps the
         weights it had; a copy whose step was saved again since is deleted."""
-        pattern = re.compile(r"(\d+)\.replaced-\d{8}T\d{6}Z")
         if jax.process_index() == 0 and self.directory.exists():
-            copies = sorted((path for path in self.directory.iterdir() if pattern.fullmatch(path.name)),
+            copies = sorted((path for path in self.directory.iterdir() if _REPLACED.fullmatch(path.name)),
                             key=lambda path: path.name, reverse=True)  # newest first within a step
             for path in copies:
-                step = self.directory / pattern.fullmatch(path.name).group(1)
+                step = self.directory / _REPLACED.fullmatch(path.name).group(1)
                 if step.exists():
                     path.rmtree()
                 else:
@@ -488,6 +488,13 @@ def is_bertjax_checkpoint(path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def holds_replaced_step(directory: str) -> bool:
+    """Whether a checkpoint directory holds a step that a killed replacing save left aside
+    (`<step>.replaced-<UTC time>`), which `Checkpointer` moves back into place."""
+    path = epath.Path(directory)
+    return path.is_dir() and any(_REPLACED.fullmatch(child.name) for child in path.iterdir())
 
 
 def read_meta(path: str) -> dict:

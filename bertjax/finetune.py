@@ -350,8 +350,9 @@ def _set_best_aside(best: str, fresh: bool) -> bool:
     """Moves `best` (a workdir's best/) aside, nothing deleted, when this run cannot build on it:
     to best.stale-<UTC time> when the run starts from step 0 (it must not compare with, or end
     on, weights it did not train), to best.unreadable-<UTC time> when it cannot be read."""
-    if not checkpointing.is_bertjax_checkpoint(best):  # none, or an empty folder a killed run left
-        return True
+    # (a step a killed replacing save set aside counts: the Checkpointer would move it back)
+    if not (checkpointing.is_bertjax_checkpoint(best) or checkpointing.holds_replaced_step(best)):
+        return True  # none, or an empty folder a killed run left
     if fresh:
         log.warning("%s holds another run's best weights (this run starts from step 0): moved aside to %s, "
                     "nothing deleted", best, checkpointing.move_aside(best, "stale"))
@@ -451,7 +452,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                                                    bert.length_multiple)
     train_cfg = schedule_config(config, task.train.examples_per_epoch)
     eval_batch_size = train_cfg.eval_batch_size or train_cfg.batch_size
-    eval_every = train_cfg.eval_every or train_batches.steps_per_epoch()
+    # Once per epoch as the schedule counts one: examples, which for span QA are the questions,
+    # not their windows (the rows trained on; a short max_seq_length gives several a question).
+    eval_every = train_cfg.eval_every or math.ceil(task.train.examples_per_epoch / train_batches.batch_size)
 
     # -- Model, objective, optimizer, shardings, state (resume order). --
     model = task.make_model(bert)

@@ -766,6 +766,13 @@ def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path):
     assert len(stale) == 1 and os.listdir(os.path.join(workdir, stale[0]))  # kept whole
     best = checkpointing.read_meta(os.path.join(workdir, "best"))
     assert best["config"]["train"]["learning_rate"] == 7e-4  # the new run's own best
+    # A best/ whose step a killed replacing save left as <step>.replaced-<time> is another run's
+    # too (a review: the Checkpointer moved it back and the new run competed with its score).
+    [step] = os.listdir(os.path.join(workdir, "best"))
+    os.rename(os.path.join(workdir, "best", step), os.path.join(workdir, "best", f"{step}.replaced-20250101T000000Z"))
+    shutil.rmtree(os.path.join(workdir, "checkpoints"))
+    tiny_finetune_run("classification", tmp_path, train=other, **files)
+    assert len([name for name in os.listdir(workdir) if name.startswith("best.stale-")]) == 2
     # An unreadable best/ in a run that resumes is moved aside too, not a dead end.
     for meta in pathlib.Path(workdir, "best").glob("*/meta/**/*"):
         if meta.is_file():

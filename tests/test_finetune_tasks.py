@@ -539,3 +539,18 @@ def test_span_qa_head_learns_in_seconds(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     evaluations = [r for r in _metrics(tmp_path / "run") if "eval_f1" in r]
     assert [r["step"] for r in evaluations] == [40] and evaluations[0]["eval_f1"] > 90, evaluations
+
+
+def test_span_qa_evaluates_once_an_epoch_of_questions(tmp_path):
+    """The schedule counts a SQuAD epoch in questions (run_squad.py's); the default evaluation
+    once an epoch counts the same, not the windows trained on, of which a short max_seq_length
+    makes several a question (a review: evaluation then came only at the end)."""
+    from small_runs import tiny_finetune_run
+
+    for name, seed in (("train", 5), ("dev", 6)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(squad_json(qa_rows(16, seed=seed))))
+    run = tiny_finetune_run("squad", tmp_path, train=dict(num_steps=0, num_epochs=2),
+                            train_file=str(tmp_path / "train.json"), eval_file=str(tmp_path / "dev.json"),
+                            max_seq_length=24, max_query_length=8, doc_stride=4)
+    evaluated = [row["step"] for row in _metrics(run) if any(key.startswith("eval_") for key in row)]
+    assert evaluated == [2, 4]  # 16 questions in batches of 8, two epochs
