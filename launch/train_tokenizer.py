@@ -59,13 +59,6 @@ def source_of(paths: list[str], chosen: str) -> str:
     return kinds.pop()
 
 
-def sentences(data_config, drops):
-    """Every sentence of the source's documents, as prepare reads them."""
-    from bertjax.data import sources
-    for document in sources.iter_documents(data_config, drops):
-        yield from document
-
-
 def main(_):
     from bertjax import tokenization
     from bertjax.data import vocabularies
@@ -89,7 +82,7 @@ def main(_):
     if data_config.source in ("text", "jsonl"):  # what prepare refuses: a compressed, binary or UTF-16 file
         sources.check_text_files(sources.list_units(data_config), data_config.source)
     drops = sources.DropCounter()
-    lines = sentences(data_config, drops)
+    lines = vocabularies.sentences_as_prepared(sources.iter_documents(data_config, drops), kind)
     first = next(lines, None)
     if first is None:
         raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} {data_config.source} file(s)"

@@ -682,3 +682,16 @@ def test_fill_mask_with_a_tokenizer_json_reads_as_running_text(tmp_path, layout)
             assert row == want, (masked, [tokenizer.id_to_token(t) for t in row])
         else:  # "the mat. the cats sat": 'mat' '.' and 'cat' 's' around the masks
             assert [tokenizer.id_to_token(t) for t in row] == ["▁the", "[MASK]", ".", "▁the", "[MASK]", "s", "▁sat"]
+
+
+def test_a_byte_level_bpe_learns_sentences_as_prepare_encodes_them(tmp_path):
+    """prepare encodes a document's later sentences with the space they have in running text
+    (the byte-level BPE's word_prefix); the vocabulary trained for it sees them so, and learns
+    'ĠThe' (a review: it learnt 'The' alone, and the shards held a lone 'Ġ' before it)."""
+    documents = [[f"The fox number {i} runs.", "The dog sleeps.", "The cat eats fish."] for i in range(60)]
+    lines = list(vocabularies.sentences_as_prepared(documents, "huggingface"))
+    assert lines[:3] == ["The fox number 0 runs.", " The dog sleeps.", " The cat eats fish."]
+    assert list(vocabularies.sentences_as_prepared(documents[:1], "wordpiece")) == documents[0]
+    tokenizer = tokenization.load_tokenizer("huggingface", vocabularies.train_bpe(lines, 320, str(tmp_path)))
+    assert tokenizer.word_prefix == " "
+    assert [tokenizer.id_to_token(i) for i in tokenizer.encode(tokenizer.word_prefix + "The dog sleeps.")][0] == "ĠThe"

@@ -129,6 +129,17 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
     return path
 
 
+def sentences_as_prepared(documents: Iterable[list[str]], kind: str) -> Iterator[str]:
+    """Each document's sentences as prepare encodes them with a tokenizer of `kind` trained
+    here: after a document's first, a byte-level BPE's ("huggingface") with the space they have
+    in running text (the trained tokenizer's word_prefix), so that it learns the words that
+    begin them as the shards hold them ("ĠThe", not "The" after a lone "Ġ")."""
+    prefix = " " if kind == "huggingface" else ""
+    for document in documents:
+        for k, sentence in enumerate(document):
+            yield prefix + sentence if k else sentence
+
+
 def file_lines(paths: Iterable[str]) -> Iterator[str]:
     """The lines of the text files at `paths` (local or gs://), read lazily, for the trainers'
     `texts`, without a file's byte order mark (as the pre-training reader reads them: the BPE
