@@ -827,11 +827,25 @@ def _capitals_share(tokens: tuple[str, ...]) -> float | None:
     return sum(any(c.isupper() for c in token) for token in words) / len(words)
 
 
+def _combining_marks(tokens: tuple[str, ...]) -> int:
+    """How many of a vocabulary's tokens hold a combining mark (Unicode Mn: Devanagari's vowel
+    signs, Arabic's harakat, a decomposed accent), which an uncased vocabulary cannot hold:
+    BERT's lower-casing strips them."""
+    return sum(any(unicodedata.category(c) == "Mn" for c in token) for token in tokens)
+
+
 @functools.lru_cache(maxsize=None)  # once a vocabulary (a run loads it several times)
 def _vocab_looks_uncased(path: str, tokens: tuple[str, ...]) -> bool:
     """do_lower_case for a vocab.txt given none: False when capitals are in over 1% of its tokens
-    (Google's cased releases: about a fifth; uncased ones: none), else True, the original's
+    (Google's cased releases: about a fifth; uncased ones: none) or any token holds a combining
+    mark (a vocabulary of a script without case, made cased), else True, the original's
     default. Said when it keeps the case, so that a user expecting lower-casing sees why not."""
+    marks = _combining_marks(tokens)
+    if marks:
+        logging.getLogger(__name__).info(
+            "%s looks cased (%d of its tokens hold combining marks, which lower-casing strips): text keeps its case "
+            "and marks (do_lower_case=False); set config.data.do_lower_case / --do_lower_case to choose", path, marks)
+        return False
     share = _capitals_share(tokens)
     if share is None or share <= 0.01:
         return True
@@ -847,10 +861,12 @@ def _warn_if_casing_contradicts(path: str, tokens: tuple[str, ...], do_lower_cas
     over 1% of its tokens with cased letters) lower-cased reads every capitalised word as pieces
     or [UNK]; an uncased one (capitals in under 0.1%) kept cased reads capitals as [UNK]. The
     original checks the casing against the release's name for the same reason."""
-    share = _capitals_share(tokens)
-    if share is None:
+    share, marks = _capitals_share(tokens), _combining_marks(tokens)
+    if do_lower_case and marks:
+        looks = f"cased ({marks} of its tokens hold combining marks, which lower-casing strips)"
+    elif share is None:
         return
-    if do_lower_case and share > 0.01:
+    elif do_lower_case and share > 0.01:
         looks = f"cased ({share:.1%} of its tokens have capitals)"
     elif not do_lower_case and share < 0.001:
         looks = f"uncased ({share:.2%} of its tokens have capitals)"

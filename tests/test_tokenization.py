@@ -695,3 +695,21 @@ def test_a_byte_level_bpe_learns_sentences_as_prepare_encodes_them(tmp_path):
     tokenizer = tokenization.load_tokenizer("huggingface", vocabularies.train_bpe(lines, 320, str(tmp_path)))
     assert tokenizer.word_prefix == " "
     assert [tokenizer.id_to_token(i) for i in tokenizer.encode(tokenizer.word_prefix + "The dog sleeps.")][0] == "ĠThe"
+
+
+def test_a_vocabulary_of_a_script_without_case_keeps_its_marks(tmp_path, caplog):
+    """A vocab.txt does not record its casing; its capitals tell for Latin scripts, and its
+    combining marks (Devanagari's vowel signs) for scripts without case, which lower-casing
+    would strip (a review: a cased Hindi vocabulary was read uncased, its words in pieces)."""
+    lines = ["नमस्ते दुनिया यह एक वाक्य है", "किताब मेज़ पर रखी है", "हम हिंदी में लिखते हैं"] * 50
+    path = vocabularies.train_wordpiece(lines, 200, str(tmp_path), do_lower_case=False)
+    tokenizer = tokenization.load_tokenizer("wordpiece", path, None)
+    trained = tokenization.load_tokenizer("wordpiece", path, False)
+    assert not tokenizer.do_lower_case and tokenizer.encode(lines[0]) == trained.encode(lines[0])
+    assert len(trained.encode("नमस्ते दुनिया")) == 2
+    with caplog.at_level("WARNING"):
+        tokenization.load_tokenizer("wordpiece", path, True)
+    assert "combining marks, which lower-casing strips" in caplog.text
+    english = tokenization.load_tokenizer("wordpiece", vocabularies.train_wordpiece(
+        ["the cat sat on the mat", "a dog ran far"] * 50, 60, str(tmp_path / "en"), do_lower_case=True), None)
+    assert english.do_lower_case  # no marks, no capitals: the original's default
