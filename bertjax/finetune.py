@@ -350,9 +350,10 @@ def _set_best_aside(best: str, fresh: bool) -> bool:
     """Moves `best` (a workdir's best/) aside, nothing deleted, when this run cannot build on it:
     to best.stale-<UTC time> when the run starts from step 0 (it must not compare with, or end
     on, weights it did not train), to best.unreadable-<UTC time> when it cannot be read."""
-    # (a step a killed replacing save set aside counts: the Checkpointer would move it back)
-    if not (checkpointing.is_bertjax_checkpoint(best) or checkpointing.holds_replaced_step(best)):
-        return True  # none, or an empty folder a killed run left
+    # None, or an empty folder a killed run left; or, resuming, only a step a killed replacing
+    # save set aside, which the Checkpointer moves back (a fresh run sets that aside too).
+    if not checkpointing.is_bertjax_checkpoint(best) and not (fresh and checkpointing.holds_replaced_step(best)):
+        return True
     if fresh:
         log.warning("%s holds another run's best weights (this run starts from step 0): moved aside to %s, "
                     "nothing deleted", best, checkpointing.move_aside(best, "stale"))

@@ -108,8 +108,9 @@ class Tokenizer:
         local or gs://) or a Hugging Face `tokenizer.json` (see `read_vocab`; its normaliser
         must be one this tokenizer reproduces: `wordpiece_casing` checks it). do_lower_case
         None: a tokenizer.json's casing, else what a vocab.txt's tokens show (cased when over 1%
-        of them have capitals, else lower-cased, as with too few to tell); one that contradicts
-        the file's is used as asked, with a warning."""
+        of them have capitals, or, with too few cased tokens to tell, when any holds a combining
+        mark; else lower-cased); one that contradicts the file's is used as asked, with a
+        warning."""
         differences = bert_wordpiece_differences(path)
         if differences:
             raise ValueError(f"{path}: its settings ({', '.join(differences)}) differ from BERT's WordPiece, which "
@@ -837,16 +838,17 @@ def _combining_marks(tokens: tuple[str, ...]) -> int:
 @functools.lru_cache(maxsize=None)  # once a vocabulary (a run loads it several times)
 def _vocab_looks_uncased(path: str, tokens: tuple[str, ...]) -> bool:
     """do_lower_case for a vocab.txt given none: False when capitals are in over 1% of its tokens
-    (Google's cased releases: about a fifth; uncased ones: none) or any token holds a combining
-    mark (a vocabulary of a script without case, made cased), else True, the original's
-    default. Said when it keeps the case, so that a user expecting lower-casing sees why not."""
-    marks = _combining_marks(tokens)
+    (Google's cased releases: about a fifth; uncased ones: none), or, with too few cased tokens
+    to tell (a script without case), when any token holds a combining mark; else True, the
+    original's default. Said when it keeps the case, so that a user expecting lower-casing sees
+    why not."""
+    share = _capitals_share(tokens)
+    marks = _combining_marks(tokens) if share is None else 0
     if marks:
         logging.getLogger(__name__).info(
             "%s looks cased (%d of its tokens hold combining marks, which lower-casing strips): text keeps its case "
             "and marks (do_lower_case=False); set config.data.do_lower_case / --do_lower_case to choose", path, marks)
         return False
-    share = _capitals_share(tokens)
     if share is None or share <= 0.01:
         return True
     logging.getLogger(__name__).info(
@@ -861,7 +863,8 @@ def _warn_if_casing_contradicts(path: str, tokens: tuple[str, ...], do_lower_cas
     over 1% of its tokens with cased letters) lower-cased reads every capitalised word as pieces
     or [UNK]; an uncased one (capitals in under 0.1%) kept cased reads capitals as [UNK]. The
     original checks the casing against the release's name for the same reason."""
-    share, marks = _capitals_share(tokens), _combining_marks(tokens)
+    share = _capitals_share(tokens)
+    marks = _combining_marks(tokens) if share is None else 0  # a script without case: its marks tell
     if do_lower_case and marks:
         looks = f"cased ({marks} of its tokens hold combining marks, which lower-casing strips)"
     elif share is None:

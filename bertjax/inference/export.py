@@ -73,7 +73,8 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
     on; a Hugging Face classifier, which does not say: text). vocab_path, do_lower_case,
     precision: as `load_model`'s (float32 by default on every platform: the model may be served
     anywhere; bfloat16 is the CPU form, bfloat16 products around float32 activations, whatever
-    the exporting host); assets.extra/task.json records the task, the length and the precision."""
+    the exporting host); assets.extra/task.json records the task, the length, the precision and
+    what a client needs (`_write_assets`)."""
     from bertjax.runtime import fileio
     from bertjax.inference import engine, model_source
 
