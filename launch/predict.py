@@ -13,9 +13,11 @@ bertjax/inference/batch_predict.py), or stdin (lines of text; JSONL for multiple
 --input_format=jsonl). What each task family returns: bertjax/inference/engine.py. Bad inputs
 are named by file:line: --on_error=fail (default) stops with exit code 2 before predicting;
 skip writes {"error", "where"} in their place. --vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
-Inputs are read and predicted a chunk at a time (bounded memory); a file is checked whole
-before the first prediction, stdin as it arrives. Exit codes: 0 done, 2 bad model, flag or
-input (one line).
+Inputs are read and predicted a chunk at a time (bounded memory, 1,024 inputs: stdin's answers
+come a chunk at a time, or at its end); a file is checked whole before the first prediction,
+stdin a chunk at a time (an earlier chunk's answers may be out). Exit codes: 0 done, 2 bad model,
+flag or input, or a model answering NaN (one line), 130 Ctrl-C, 141 the reader of stdout left
+(| head).
 """
 
 import functools

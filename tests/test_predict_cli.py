@@ -295,6 +295,31 @@ def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
     write, close = batch_predict.jsonl_writer(str(out))
     close(True)  # no inputs: an empty file
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == ""
+    # A model whose outputs went NaN: JSON has none (a strict reader refuses the line) and its
+    # label was an argmax over NaNs; the run fails, writing nothing (a review: exit 0, 'NaN').
+    out.unlink()
+    write, close = batch_predict.jsonl_writer(str(out))
+    write({"label": "good", "probability": 0.9})
+    with pytest.raises(ValueError, match=r"the model answered with a number that is not finite \(NaN or infinity\): "
+                                         r"\{'label': 'bad', 'probability': nan\}; its weights are broken"):
+        write({"label": "bad", "probability": float("nan")})
+    close(False)
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_a_reader_that_leaves_ends_the_launcher_quietly(tmp_path):
+    """`predict ... | head -1`: the closed pipe ends the run with the shells' SIGPIPE code and no
+    error line (a review: 'error: [Errno 32] Broken pipe', exit 2)."""
+    script = tmp_path / "lines.py"
+    script.write_text("import sys\nsys.path.insert(0, %r)\nfrom bertjax.runtime import cli\n"
+                      "def main(argv):\n    for i in range(200000):\n        print(i)\n"
+                      "cli.run(main)\n" % ROOT)
+    result = subprocess.run(f"{sys.executable} {script} | head -1", shell=True, capture_output=True, text=True,
+                            executable="/bin/bash", env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert result.stdout == "0\n" and "error" not in result.stderr and "Traceback" not in result.stderr
+    status = subprocess.run(f"set -o pipefail; {sys.executable} {script} | head -1 > /dev/null", shell=True,
+                            executable="/bin/bash", env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert status.returncode == 141
 
 
 def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pretrained_run):

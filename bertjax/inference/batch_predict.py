@@ -299,7 +299,12 @@ def jsonl_writer(path: str | None):
     def write(record: dict) -> None:
         if not opened:
             opened.append(sys.stdout if path is None else fileio.open_file(tmp, "w"))
-        opened[0].write(json.dumps(record, ensure_ascii=False, default=_plain) + "\n")
+        try:  # JSON has no NaN: a line a strict reader refuses, and a label argmax picked from NaNs
+            line = json.dumps(record, ensure_ascii=False, default=_plain, allow_nan=False)
+        except ValueError:
+            raise ValueError(f"the model answered with a number that is not finite (NaN or infinity): "
+                             f"{str(record)[:160]}; its weights are broken (a run that diverged?)") from None
+        opened[0].write(line + "\n")
 
     def close(completed: bool = True) -> None:
         if completed and not opened and path is not None:  # no input, no line: still this run's output

@@ -55,6 +55,7 @@ from absl import app, flags  # noqa: E402
 flags.disclaim_key_flags()
 
 EXIT_ERROR, EXIT_STOPPED, EXIT_INTERRUPTED = 2, 3, 130  # 130: the shells' code for a SIGINT
+EXIT_PIPE_CLOSED = 141  # the shells' code for a SIGPIPE: what `yes | head` leaves
 LAUNCHERS = {"pre-training": "launch/pretrain.py", "fine-tuning": "launch/finetune.py"}
 _CONFIG_KINDS: dict[str, str] = {}  # config flag -> the kind of config (a key of LAUNCHERS) it must hold
 # Loggers that talk at INFO about their own business during a normal run.
@@ -244,6 +245,9 @@ def run(main: Callable[[list[str]], None]) -> None:
         except TrainingStopped as stopped:
             print(f"stopped: {stopped}", file=sys.stderr)
             _exit(EXIT_STOPPED)
+        except BrokenPipeError:  # the reader of stdout left (predict ... | head): done, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush would fail again)
+            os._exit(EXIT_PIPE_CLOSED)
         except KeyboardInterrupt:  # a second Ctrl-C (the first saves and stops), or one before the steps:
             print("interrupted (Ctrl-C)", file=sys.stderr)  # now, not after a compile or a stalled input
             sys.stdout.flush(), sys.stderr.flush()
