@@ -273,15 +273,21 @@ def _number(where: str, position: int) -> int:
 def progress_line() -> Callable[[int, int | None], None]:
     """A progress reporter for predict_all: one stderr line per chunk on inputs of more than
     one chunk (a stream's: from its second), with the rate and, where the total is known,
-    the time left."""
-    start = time.time()
+    the time left, both from the first chunk's end on: the time before it went to reading and
+    checking the inputs and compiling, which later chunks do not repeat."""
+    first: list[tuple[float, int]] = []  # (time, inputs done) at the first report
 
     def report(done: int, total: int | None) -> None:
-        if done > CHUNK_INPUTS or (total or 0) > CHUNK_INPUTS:
-            rate = done / max(time.time() - start, 1e-9)
-            left = "" if total is None else f", ETA {console.format_duration((total - done) / max(rate, 1e-9))}"
-            of = "" if total is None else f"/{total}"
-            print(f"predicted {done}{of} inputs ({rate:.0f}/s{left})", file=sys.stderr, flush=True)
+        if not (done > CHUNK_INPUTS or (total or 0) > CHUNK_INPUTS):
+            return
+        now, of = time.time(), "" if total is None else f"/{total}"
+        if not first:
+            first.append((now, done))
+            print(f"predicted {done}{of} inputs", file=sys.stderr, flush=True)
+            return
+        rate = (done - first[0][1]) / max(now - first[0][0], 1e-9)
+        left = "" if total is None else f", ETA {console.format_duration((total - done) / max(rate, 1e-9))}"
+        print(f"predicted {done}{of} inputs ({rate:.0f}/s{left})", file=sys.stderr, flush=True)
 
     return report
 
