@@ -320,6 +320,13 @@ def test_a_reader_that_leaves_ends_the_launcher_quietly(tmp_path):
     status = subprocess.run(f"set -o pipefail; {sys.executable} {script} | head -1 > /dev/null", shell=True,
                             executable="/bin/bash", env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
     assert status.returncode == 141
+    # A broken pipe that is not stdout's (a remote file's connection) stays an error.
+    script.write_text("import sys\nsys.path.insert(0, %r)\nfrom bertjax.runtime import cli\n"
+                      "def main(argv):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+                      "cli.run(main)\n" % ROOT)
+    other = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert other.returncode == 2 and "error: " in other.stderr and "Broken pipe" in other.stderr
 
 
 def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pretrained_run):

@@ -23,6 +23,7 @@ import difflib
 import logging
 import os
 import re
+import select
 import sys
 import warnings
 from typing import Any, Callable
@@ -245,7 +246,11 @@ def run(main: Callable[[list[str]], None]) -> None:
         except TrainingStopped as stopped:
             print(f"stopped: {stopped}", file=sys.stderr)
             _exit(EXIT_STOPPED)
-        except BrokenPipeError:  # the reader of stdout left (predict ... | head): done, quietly
+        except BrokenPipeError as e:
+            if not _stdout_reader_left():  # another connection broke (a remote file's): an error
+                print(f"error: {error_line(e)}", file=sys.stderr)
+                _exit(EXIT_ERROR)
+            # The reader of stdout left (predict ... | head): done, quietly.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush would fail again)
             os._exit(EXIT_PIPE_CLOSED)
         except KeyboardInterrupt:  # a second Ctrl-C (the first saves and stops), or one before the steps:
@@ -268,6 +273,16 @@ def run(main: Callable[[list[str]], None]) -> None:
 def config_kind(config) -> str:
     """'fine-tuning' for a configs/finetune.py config (it names a task), else 'pre-training'."""
     return "fine-tuning" if "task" in config else "pre-training"
+
+
+def _stdout_reader_left() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll flags its write end with POLLERR)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poll.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's capture), or no poll
+        return False
 
 
 def _exit(code: int) -> None:
