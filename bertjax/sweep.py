@@ -222,8 +222,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
             fileio.write_json(row_file, {"row": results[-1], "metric": metric, "test_file": run.data.test_file})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
     if metric is None:  # every run of this grid failed: the main metric as earlier grids' runs recorded it
-        metric = next((_recorded_metric(workdir, row["run"]) for row in earlier
-                       if _recorded_metric(workdir, row["run"])), None)
+        metric = next(filter(None, (_recorded_metric(workdir, row["run"]) for row in earlier)), None)
     _write_results(workdir, results, metric)  # (every run's row reused: the file may predate one)
     return results, metric
 

@@ -515,7 +515,7 @@ def _parquet_text_ranges(f, unit: dict) -> list[tuple[int, int]]:
     """The byte ranges of the text column's chunks (compressed, as stored) in a Parquet unit's
     row groups, in file order (none for a unit without rows)."""
     parquet = _parquet_file(f, unit["parquet"], unit["text_key"])
-    column = [parquet.schema.column(i).path for i in range(len(parquet.schema))].index(unit["text_key"])
+    column = _text_column(parquet, unit["text_key"])
     ranges = []
     for group in range(*unit["row_groups"]):
         chunk = parquet.metadata.row_group(group).column(column)
@@ -528,9 +528,14 @@ def _text_bytes_per_row_group(path: str, text_key: str) -> list[int]:
     """Uncompressed bytes of the `text_key` column in each row group of Parquet file `path`."""
     with fileio.open_file(path, "rb") as f:
         parquet = _parquet_file(f, path, text_key)
-        column = [parquet.schema.column(i).path for i in range(len(parquet.schema))].index(text_key)
+        column = _text_column(parquet, text_key)
         return [parquet.metadata.row_group(i).column(column).total_uncompressed_size
                 for i in range(parquet.num_row_groups)]
+
+
+def _text_column(parquet, text_key: str) -> int:
+    """The index of column `text_key` in a ParquetFile's row groups' column chunks."""
+    return [parquet.schema.column(i).path for i in range(len(parquet.schema))].index(text_key)
 
 
 def _parquet_file(f, path: str, text_key: str):
