@@ -111,3 +111,45 @@ def test_a_plot_that_fails_leaves_the_last_one_and_files_reach_the_disk_before_t
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
     fileio.write_json(str(tmp_path / "row.json"), {"a": 1})
     assert synced == [f"{tmp_path}/row.json.tmp-{os.getpid()}", str(tmp_path)]
+
+
+def test_a_record_without_a_step_is_named_by_its_line(tmp_path, capsys):
+    """A record without "step", or a line that is not an object, gave a traceback; blank lines
+    made the line numbers of errors wrong (a review)."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\n\n\n{"loss": 1}\n{"step": 3, "loss": 0.5}\n')
+    assert plots.main([str(tmp_path / "run"), f"--output={tmp_path}/x.png"]) == 2
+    assert 'run/metrics.jsonl:4: expected a record with an integer "step", got {"loss": 1}' in capsys.readouterr().err
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\n\n[1, 2]\n{"step": 3, "loss": 0.5}\n')
+    assert plots.main([str(tmp_path / "run"), f"--output={tmp_path}/x.png"]) == 2
+    assert "run/metrics.jsonl:3: expected a record" in capsys.readouterr().err
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\n\n\n{"step": 2, "lo\n{"step": 3}\n')
+    assert plots.main([str(tmp_path / "run"), f"--output={tmp_path}/x.png"]) == 2
+    assert "run/metrics.jsonl:4: not a JSON record (" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_diverged_run_says_where_its_line_ends(tmp_path, monkeypatch):
+    """matplotlib draws NaN and inf as nothing: a diverged loss just stopped, with no word."""
+    import matplotlib.axes
+
+    _write_metrics(tmp_path / "run", [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0},
+                                      {"step": 3, "loss": float("nan")}, {"step": 4, "loss": float("inf")}])
+    labels = []
+    plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, *a, **k: labels.append(k["label"]) or plot(
+        self, *a, **k))
+    plots.plot_runs({"run": str(tmp_path / "run")}, {"loss": ["loss"]}, str(tmp_path / "x.png"))
+    assert labels == ["loss (not finite from step 3)"]
+
+
+def test_folders_with_equals_signs_and_repeated_labels(tmp_path, capsys):
+    """A sweep's folder 'lr=1e-4' was split into the label 'lr' and the folder '1e-4'; a label
+    given twice kept only the last run."""
+    _write_metrics(tmp_path / "lr=1e-4", [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0}])
+    _write_metrics(tmp_path / "other", [{"step": 1, "loss": 3.5}, {"step": 2, "loss": 2.5}])
+    assert plots.main([str(tmp_path / "lr=1e-4"), f"--output={tmp_path}/x.png"]) == 0
+    assert (tmp_path / "x.png").exists()
+    assert plots.main([f"a={tmp_path}/other", f"a={tmp_path}/lr=1e-4", f"--output={tmp_path}/y.png"]) == 2
+    assert "two runs are labelled 'a'" in capsys.readouterr().err
+    assert not (tmp_path / "y.png").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 
 from bertjax.runtime import fileio
@@ -23,14 +24,17 @@ def read_metrics(workdir: str) -> list[dict]:
     by_step: dict[tuple[int, frozenset], dict] = {}
     path = fileio.join(workdir, "metrics.jsonl")
     with fileio.open_file(path) as f:
-        lines = [line for line in f if line.strip()]
-    for number, line in enumerate(lines, start=1):
+        lines = [(number, line) for number, line in enumerate(f, start=1) if line.strip()]
+    for index, (number, line) in enumerate(lines):
         try:
             record = json.loads(line)
         except ValueError as e:
-            if number == len(lines):  # a half-written last line (a killed run, a full disk): left out
+            if index == len(lines) - 1:  # a half-written last line (a killed run, a full disk): left out
                 break
             raise ValueError(f"{path}:{number}: not a JSON record ({e})") from None
+        if not isinstance(record, dict) or isinstance(record.get("step"), bool) or not isinstance(
+                record.get("step"), int):
+            raise ValueError(f"{path}:{number}: expected a record with an integer \"step\", got {line.strip()}"[:300])
         by_step[(record["step"], frozenset(record))] = record
     return sorted(by_step.values(), key=lambda r: r["step"])
 
@@ -62,6 +66,10 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
                     continue
                 steps, values = zip(*points)
                 name = " ".join(part for part in (label if len(records) > 1 else "", metric) if part)
+                # A diverged run's NaN or inf draws as nothing: the legend says where the line ends.
+                broken = next((step for step, value in points if not _finite(value)), None)
+                if broken is not None:
+                    name += f" (not finite from step {broken})"
                 few = len(points) < 30 or metric.startswith("eval_")
                 axis.plot(steps, values, label=name, linewidth=1.3, marker="o" if few else None, markersize=4)
         axis.set_title(panel)
@@ -77,6 +85,23 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
     return output
 
 
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _labelled_runs(arguments: list[str]) -> dict[str, str]:
+    """{label: workdir} from WORKDIR or LABEL=WORKDIR arguments: an existing folder is a WORKDIR
+    even with '=' in its name (a sweep's lr=1e-4); a label given twice is an error."""
+    runs = {}
+    for argument in arguments:
+        label, workdir = (argument.split("=", 1) if "=" in argument and not fileio.isdir(argument)
+                          else (argument, argument))
+        if label in runs:
+            raise ValueError(f"two runs are labelled {label!r} ({runs[label]} and {workdir}): give each its own label")
+        runs[label] = workdir
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     from bertjax.runtime import cli
 
@@ -85,9 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="the PNG to write")
     parser.add_argument("--metrics", default="loss,eval_loss", help="comma-separated metric names")
     args = parser.parse_args(argv)
-    runs = dict(run.split("=", 1) if "=" in run else (run, run) for run in args.runs)
     try:
-        print(plot_runs(runs, {metric: [metric] for metric in args.metrics.split(",")}, args.output))
+        print(plot_runs(_labelled_runs(args.runs), {metric: [metric] for metric in args.metrics.split(",")}, args.output))
     except Exception as e:  # noqa: BLE001 (expected_failure keeps a bug's traceback)
         line = cli.error_line(e) if isinstance(e, (OSError, ValueError)) else cli.expected_failure(e)
         if line is None:
