@@ -117,7 +117,8 @@ def test_a_record_without_a_step_is_named_by_its_line(tmp_path, capsys):
     """A record without "step", or a line that is not an object, gave a traceback; blank lines
     made the line numbers of errors wrong (a review)."""
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\n\n\n{"loss": 1}\n{"step": 3, "loss": 0.5}\n')
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "loss": 2}\n\n\n{"loss": 1}\n{"step": 3, "loss": 0.5}\n')
     assert plots.main([str(tmp_path / "run"), f"--output={tmp_path}/x.png"]) == 2
     assert 'run/metrics.jsonl:4: expected a record with an integer "step", got {"loss": 1}' in capsys.readouterr().err
     (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 2}\n\n[1, 2]\n{"step": 3, "loss": 0.5}\n')

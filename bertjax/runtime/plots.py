@@ -97,7 +97,8 @@ def _labelled_runs(arguments: list[str]) -> dict[str, str]:
         label, workdir = (argument.split("=", 1) if "=" in argument and not fileio.isdir(argument)
                           else (argument, argument))
         if label in runs:
-            raise ValueError(f"two runs are labelled {label!r} ({runs[label]} and {workdir}): give each its own label")
+            raise ValueError(f"two runs are labelled {label!r} ({runs[label]} and {workdir}): "
+                             "give each its own label")
         runs[label] = workdir
     return runs
 
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", default="loss,eval_loss", help="comma-separated metric names")
     args = parser.parse_args(argv)
     try:
-        print(plot_runs(_labelled_runs(args.runs), {metric: [metric] for metric in args.metrics.split(",")}, args.output))
+        panels = {metric: [metric] for metric in args.metrics.split(",")}
+        print(plot_runs(_labelled_runs(args.runs), panels, args.output))
     except Exception as e:  # noqa: BLE001 (expected_failure keeps a bug's traceback)
         line = cli.error_line(e) if isinstance(e, (OSError, ValueError)) else cli.expected_failure(e)
         if line is None:
