@@ -70,8 +70,10 @@ case "$command" in
     tpu create "$TPU_NAME" --accelerator-type="$ACCELERATOR" --version="$RUNTIME" ${SPOT:+--spot}
     ;;
   install)
-    tar czf /tmp/bertjax.tgz --exclude=.venv --exclude=.git --exclude='workdir*' .
-    tpu scp /tmp/bertjax.tgz "$TPU_NAME":/tmp/bertjax.tgz --worker=all
+    # Anchored at the top: an unanchored 'workdir*' also drops bertjax/runtime/workdir_lock.py.
+    archive=${TMPDIR:-/tmp}/bertjax.tgz
+    tar czf "$archive" --exclude=./.venv --exclude=./.git --exclude='./workdir*' .
+    tpu scp "$archive" "$TPU_NAME":/tmp/bertjax.tgz --worker=all
     on_workers all "set -e; mkdir -p $REMOTE_DIR && tar xzf /tmp/bertjax.tgz -C $REMOTE_DIR && cd $REMOTE_DIR
       python3 -m pip install -q --user -U uv
       if [ ! -x .venv/bin/python$PYTHON_VERSION ]; then  # none yet, or one made with the image's 3.10

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 
 import pytest
@@ -80,11 +81,20 @@ def test_create_with_an_explicit_runtime_or_an_unknown_accelerator(tpu_vm):
     assert result.returncode == 2 and "no default runtime for ACCELERATOR=v9-8; set RUNTIME" in result.stderr
 
 
-def test_install_makes_a_python_3_11_venv_with_uv(tpu_vm):
+def test_install_makes_a_python_3_11_venv_with_uv(tpu_vm, tmp_path):
     run, calls = tpu_vm
-    assert run("install").returncode == 0
+    assert run("install", TMPDIR=str(tmp_path)).returncode == 0
     scp, ssh = calls()
-    assert scp[:5] == ["compute", "tpus", "tpu-vm", "scp", "/tmp/bertjax.tgz"] and "--worker=all" in scp
+    archive = str(tmp_path / "bertjax.tgz")
+    assert scp[:6] == ["compute", "tpus", "tpu-vm", "scp", archive, "bert-pod:/tmp/bertjax.tgz"]
+    assert "--worker=all" in scp
+    # Every package file goes: an unanchored --exclude='workdir*' dropped bertjax/runtime/workdir_lock.py.
+    with tarfile.open(archive) as tar:
+        shipped = {os.path.normpath(name) for name in tar.getnames()}
+    package = {os.path.relpath(os.path.join(top, name), ROOT)
+               for top, _, names in os.walk(os.path.join(ROOT, "bertjax")) for name in names if name.endswith(".py")}
+    assert package and package <= shipped, sorted(package - shipped)
+    assert not any(name.startswith((".git/", ".venv/")) for name in shipped)
     command = ssh[ssh.index("--worker=all") + 1]
     assert "python3 -m uv venv -q --python 3.11 .venv" in command and "[ ! -x .venv/bin/python3.11 ]" in command
     assert "uv pip install -q --python .venv/bin/python -e '.[tpu]'" in command
