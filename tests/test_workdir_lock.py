@@ -1,5 +1,6 @@
 """Tests for bertjax.runtime.workdir_lock: one run per workdir, released however the holder ends."""
 
+import errno
 import logging
 import os
 import signal
@@ -66,3 +67,28 @@ def test_gs_workdirs_are_not_locked_and_say_so(caplog):
             with workdir_lock.hold("gs://bucket/run"):
                 pass
     assert "gs://bucket/run is not locked against a second run" in caplog.text
+
+
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP])
+def test_a_file_system_without_locks_runs_unlocked_and_says_so(tmp_path, monkeypatch, caplog, code):
+    """Lustre without -o flock (ENOSYS) and NFSv3 without lockd (ENOLCK) refuse flock itself;
+    the run stopped with "[Errno 38] Function not implemented", naming neither file nor folder."""
+    def refuse(file, operation):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(workdir_lock.fcntl, "flock", refuse)
+    with caplog.at_level(logging.WARNING, logger="bertjax.runtime.workdir_lock"):
+        with workdir_lock.hold(str(tmp_path / "run")):
+            pass
+    assert f"{tmp_path / 'run'} is not locked against a second run at the same time: its file system does not " \
+           f"support locks ({os.strerror(code)})" in caplog.text
+
+
+def test_other_lock_errors_still_stop_the_run(tmp_path, monkeypatch):
+    def fail(file, operation):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(workdir_lock.fcntl, "flock", fail)
+    with pytest.raises(OSError, match="Input/output error"):
+        with workdir_lock.hold(str(tmp_path / "run")):
+            pass

@@ -7,7 +7,8 @@ gets WorkdirBusyError naming the workdir and the holder.
 Local workdirs: `fcntl.flock` on the open lock file. The kernel releases it when the
 holder exits, however it exits (kill -9 included), so a crash never leaves a stale lock;
 the file itself stays and says who held it last (pid@host and start time). NFS and other
-network file systems may not honour flock across machines.
+network file systems may not honour flock across machines; one that refuses locks outright
+(Lustre mounted without flock, NFSv3 without lockd) runs unlocked, with a warning.
 
 gs:// workdirs are not locked (a warning says so). GCS can create an object only if it
 does not exist yet, but an object cannot be released by a process that is killed, so a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import logging
 import os
@@ -32,6 +34,8 @@ from bertjax.runtime import fileio
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
+# flock's errors on file systems without locks, as opposed to a lock another run holds.
+_NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
 
 
 class WorkdirBusyError(ValueError):
@@ -62,14 +66,16 @@ def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, lock_name)
     with open(path, "a+", encoding="utf-8") as lock_file:
-        try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        locked = _try_lock(lock_file, workdir)
+        if locked is None:
+            yield
+            return
+        if not locked:
             lock_file.seek(0)
             holder = lock_file.read().strip() or "another process (starting up)"
             if wait is None:
                 raise WorkdirBusyError(f"workdir {workdir} is in use by {holder}; wait for that run to end or stop "
-                                       f"it, or choose another --workdir (lock file: {path})", holder) from None
+                                       f"it, or choose another --workdir (lock file: {path})", holder)
             wait(holder)
             fcntl.flock(lock_file, fcntl.LOCK_EX)
         lock_file.truncate(0)
@@ -80,3 +86,19 @@ def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str
             yield
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _try_lock(lock_file, workdir: str) -> bool | None:
+    """True: locked; False: another process holds the lock; None: the file system has no locks
+    (Lustre without -o flock, NFSv3 without lockd), where a run must still start: it warns."""
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        if e.errno not in _NO_LOCKS:
+            raise
+        log.warning("%s is not locked against a second run at the same time: its file system does not support "
+                    "locks (%s)", workdir, os.strerror(e.errno))
+        return None
