@@ -10,6 +10,7 @@
 #   bash launch/tpu_vm.sh run --config=configs/pretrain.py:base --workdir=gs://my-bucket/bert-base \
 #       --config.data.source=text --config.data.input_pattern='gs://my-bucket/text/*.txt' \
 #       --config.data.vocab_path=gs://my-bucket/vocab.txt --config.data.prepared_dir=gs://my-bucket/prepared
+#   (BERTJAX_COMPILATION_CACHE=gs://my-bucket/xla-cache before `run`: every worker loads compiled steps)
 #   bash launch/tpu_vm.sh logs              # last 100 lines of every worker's log; --worker=0 -f to follow one
 #   bash launch/tpu_vm.sh stop              # SIGTERM: the run saves a checkpoint and exits
 #   bash launch/tpu_vm.sh run finetune --config=configs/finetune.py:sst2 --workdir=gs://my-bucket/sst2 ...
@@ -90,6 +91,11 @@ case "$command" in
     [ $# -gt 0 ] || usage  # the launcher's flags: --config and --workdir at least
     # --distributed=on: jax.distributed.initialize() finds the other workers from the TPU metadata.
     trainer=".venv/bin/python launch/$launcher.py --distributed=on $(printf '%q ' "$@")"
+    # JAX writes compilation-cache entries from process 0 only: a cache on each worker's own disk
+    # serves none of the others, so a gs:// cache given here goes to every worker.
+    if [ -n "${BERTJAX_COMPILATION_CACHE:-}" ]; then
+      trainer="env BERTJAX_COMPILATION_CACHE=$(printf '%q' "$BERTJAX_COMPILATION_CACHE") $trainer"
+    fi
     # The run's own shell writes its pid, then becomes the trainer (exec); setsid + nohup +
     # redirected stdin/stdout detach it from the ssh session. Each run gets its own log file.
     on_workers all "cd $REMOTE_DIR && mkdir -p logs && $running_pid

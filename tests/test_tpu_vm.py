@@ -167,6 +167,25 @@ def test_run_defaults_to_pretrain(tpu_vm):
     assert run("run", "finetune").returncode == 2  # no flags: the usage
 
 
+def test_run_gives_every_worker_the_compilation_cache_named(tpu_vm, tmp_path):
+    """JAX writes cache entries from process 0 only: a cache on each worker's disk helps none of
+    the others, so a shared (gs://) cache named here reaches every worker's trainer."""
+    run, calls = tpu_vm
+    worker = tmp_path / "worker"
+    (worker / ".venv" / "bin").mkdir(parents=True)
+    (worker / ".venv" / "bin" / "python").write_text(
+        '#!/usr/bin/env bash\nprintf %s "$BERTJAX_COMPILATION_CACHE" > cache.tmp && mv cache.tmp cache.txt\n')
+    (worker / ".venv" / "bin" / "python").chmod(0o755)
+    assert run("run", "--config=configs/pretrain.py:base", BERTJAX_COMPILATION_CACHE="gs://b/xla cache").returncode == 0
+    assert _on_worker(_worker_command(calls()[-1])[1]).returncode == 0
+    deadline = time.time() + 30
+    while time.time() < deadline and not (worker / "cache.txt").exists():
+        time.sleep(0.05)
+    assert (worker / "cache.txt").read_text() == "gs://b/xla cache"
+    assert run("run", "--config=configs/pretrain.py:base", BERTJAX_COMPILATION_CACHE="").returncode == 0
+    assert "BERTJAX_COMPILATION_CACHE" not in _worker_command(calls()[-1])[1]
+
+
 def test_stop_gives_up_waiting_and_says_how_to_end_the_run(tpu_vm, tmp_path):
     """A run that does not reach a training step (preparing data, compiling, hung in a
     collective) never exited on SIGTERM, and `stop` waited forever (a review)."""

@@ -9,6 +9,7 @@ The cache lives in $BERTJAX_COMPILATION_CACHE, else
 $XDG_CACHE_HOME/bertjax/xla (~/.cache/bertjax/xla); BERTJAX_COMPILATION_CACHE=off turns it
 off. Entries are keyed by the program, the compiler options and the devices, so a stale
 entry is never used; delete the folder to reclaim the space. From Python, call `enable()`.
+JAX writes entries from process 0 only: a multi-host run needs a folder every host reads (gs://).
 """
 
 from __future__ import annotations
