@@ -93,6 +93,8 @@ def validate(train_config, data_parallel: int, process_count: int) -> None:
         raise ValueError(f"config.train.batch_warmup_start={start} must be divisible by the data-parallel size "
                          f"times config.train.grad_accum_steps and by the processes ({granule}): every batch size "
                          f"of the warmup is split that way")
-    if not 1 <= steps <= train_config.num_steps:
+    # The full batch's first step is step `steps`: a warmup as long as the run never reaches it.
+    if not 1 <= steps < train_config.num_steps:
         raise ValueError(f"config.train.batch_warmup_steps must be in [1, config.train.num_steps="
-                         f"{train_config.num_steps}] when batch_warmup_start is set, got {steps}")
+                         f"{train_config.num_steps}) when batch_warmup_start is set (the batch reaches "
+                         f"global_batch_size at step batch_warmup_steps), got {steps}")

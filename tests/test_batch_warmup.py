@@ -37,6 +37,8 @@ def test_each_step_joins_its_units_in_stream_order():
     (dict(batch_warmup_start=5), "batch_warmup_start=5 must divide config.train.global_batch_size=32"),
     (dict(batch_warmup_start=4, grad_accum_steps=8), r"divisible by the data-parallel size .* \(16\)"),
     (dict(batch_warmup_start=8, batch_warmup_steps=0), r"batch_warmup_steps must be in \[1, "),
+    # A warmup as long as the run never trained at global_batch_size (a review): 8, 16, 24 rows only.
+    (dict(batch_warmup_start=8, batch_warmup_steps=100), r"must be in \[1, config.train.num_steps=100\)"),
     (dict(batch_warmup_start=-8), "batch_warmup_start must be an int >= 0"),
     # Steps without a starting batch were accepted and did nothing (a review).
     (dict(batch_warmup_start=0), r"batch_warmup_steps=10 needs config.train.batch_warmup_start"),
