@@ -190,7 +190,12 @@ def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -
     except (KeyError, TypeError, ValueError):
         raise ValueError(f"{unset}; {config.init_checkpoint} is no pre-training run (its saved config has no "
                          "train.global_batch_size and data.max_seq_length): set it") from None
-    config.train.global_batch_size = max(1, tokens // config.data.max_seq_length)
+    rows, left = divmod(tokens, config.data.max_seq_length)
+    if left or not rows:  # rounded, the continuation would train on other batches than it promises
+        raise ValueError(f"{unset}; its {tokens} tokens a batch are {tokens / config.data.max_seq_length:.3g} rows of "
+                         f"{config.data.max_seq_length} tokens (config.data.max_seq_length), not a whole number: "
+                         "set config.train.global_batch_size")
+    config.train.global_batch_size = rows
     log.info("config.train.global_batch_size=%d: the %d tokens a batch of %s", config.train.global_batch_size,
              tokens, config.init_checkpoint)
 

@@ -180,6 +180,20 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
     long.init_checkpoint = str(shorter)
     pretrain_setup.resolve_global_batch_size(long, str(tmp_path / "long"))
     assert long.train.global_batch_size == 32  # 262,144 tokens at 8,192
+    # Tokens that make no whole number of rows were rounded (down to 1 row at least) with an
+    # INFO line, off by default: 4x the shorter run's tokens a batch from tiny's recipe (a review).
+    for batch in (4, 40):  # 4,096 tokens: half a row; 40,960: 5 rows
+        long.train.global_batch_size = None
+        checkpointer.save(1 + batch, {"w": jnp.zeros(2)}, data_position=1,
+                          config={**modern.to_dict(), "train": {**modern.train.to_dict(), "global_batch_size": batch}})
+        checkpointer.wait_until_finished()
+        if batch == 40:
+            pretrain_setup.resolve_global_batch_size(long, str(tmp_path / "long"))
+            assert long.train.global_batch_size == 5
+            continue
+        with pytest.raises(ValueError, match=r"its 4096 tokens a batch are 0\.5 rows of 8192 tokens \(config\.data"
+                                             r"\.max_seq_length\), not a whole number: set config.train.global_batch"):
+            pretrain_setup.resolve_global_batch_size(long, str(tmp_path / "long"))
     # A resumed run keeps the batch it trained with, whatever the shorter run says now.
     resumed = pretrain_config.get_config("modernbert-base,modern,long")
     resumed.init_checkpoint = str(shorter)
