@@ -613,3 +613,24 @@ def test_two_launcher_processes_split_the_shards_and_match_one_process(tmp_path)
     for g, e in zip(got, expected):
         assert g["tokens"] == e["tokens"]
         np.testing.assert_allclose(g["values"], e["values"], atol=1e-5, rtol=0)
+
+
+def test_a_jsonl_reaches_the_disk_before_its_name_and_a_killed_runs_file_goes(minilm, tmp_path, monkeypatch):
+    """The JSONL was renamed into place unsynced: a machine stopping after "wrote" could leave
+    it empty under its name, refused as existing by every later run. A run killed with -9 left
+    its NAME.jsonl.tmp-<pid> (gigabytes) for good (a review)."""
+    (tmp_path / "in.txt").write_text("short\nanother line\n")
+    dead = subprocess.Popen(["true"])  # a process that has exited
+    dead.wait()
+    (tmp_path / f"out.jsonl.tmp-{dead.pid}").write_text('{"linex_index": 0')
+    alive = tmp_path / f"out.jsonl.tmp-{os.getppid()}"  # a running process's: another run writing the same output
+    alive.write_text("writing\n")
+    synced, said = [], []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or fsync(fd))
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"), layers=(-1,),
+                          pooling="cls", log=said.append)
+    assert synced == [f"{tmp_path}/out.jsonl.tmp-{os.getpid()}", str(tmp_path)]
+    assert sorted(os.listdir(tmp_path)) == ["in.txt", "out.jsonl", alive.name]
+    assert said == [f"removed {tmp_path}/out.jsonl.tmp-{dead.pid}, left by a killed run (process {dead.pid}, gone)"]
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2

@@ -12,8 +12,8 @@ Outputs (`extract`), by the name given:
     pooling "cls"/"mean": {"linex_index": i, "pooling": "mean", "layers":
                      [{"index": -1, "values": [H floats]}, ...]}
     and "truncated": true in an example cut to max_seq_length (its first tokens only);
-  written to `<name>.tmp-<pid>` and renamed when complete (removed if the run fails; kept, with
-  an error, if another run wrote `<name>` meanwhile).
+  written to `<name>.tmp-<pid>` and renamed when complete (removed if the run fails, or by the
+  next run if it was killed; kept, with an error, if another run wrote `<name>` meanwhile).
 * anything else: a folder of shards, each holding `shard_size` consecutive examples (fewer
   where that many at full length would hold over SHARD_BYTES of values: `shard_examples`),
   in bounded memory, resumable after a kill:
@@ -355,6 +355,29 @@ def _merge(output: str, processes: int, total: int) -> dict[str, Any]:
             "num_examples": total}
 
 
+def _remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
+    """Removes the `<output>.tmp-<pid>` of a local run killed where it could not clean up (kill -9,
+    the out-of-memory killer), whose process is gone: it can hold gigabytes nothing will read.
+    A running process's file (another run writing the same output) is left alone."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if fileio.is_remote(output) or not os.path.isdir(folder):
+        return
+    prefix = os.path.basename(output) + ".tmp-"
+    for name in os.listdir(folder):
+        pid = name[len(prefix):]
+        if not (name.startswith(prefix) and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # running (here): its own run's file
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # another user's process, running
+            continue
+        os.remove(os.path.join(folder, name))
+        log(f"removed {os.path.join(folder, name)}, left by a killed run (process {pid}, gone)")
+
+
 def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-1, -2, -3, -4),
             pooling: str = "none", input_format_name: str = "", text_a_key: str = "text", text_b_key: str = "",
             dtype: str = "float32", shard_size: int = 1024, fail_on_truncation: bool = False,
@@ -404,6 +427,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     who = f"process {process} of {processes}: " if processes > 1 else ""
     if to_jsonl:  # one piece: the whole input
         manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)
+        _remove_killed_runs_files(output, log)
     else:
         _check_same_everywhere(settings, processes)
         manifest, finished, written = _resume_point(output, settings, process, processes,
@@ -464,7 +488,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
             if fileio.exists(output):
                 raise ValueError(f"--output={output} was written by another run while this one ran; kept, and "
                                  f"this run's features are in {tmp}")
-            fileio.rename(tmp, output)
+            fileio.finish_write(tmp, output)
             manifest["examples_done"], manifest["truncated"] = total, len(truncated_at)
         else:
             if processes > 1:  # every process has checked the folder before any writes to it

@@ -188,14 +188,23 @@ def write_with(path: str, write: Callable[[Any], Any]) -> None:
         else:
             with open_file(tmp, "wb") as f:
                 write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            rename(tmp, path)
-            _sync_folder(os.path.dirname(os.path.abspath(path)))
+            finish_write(tmp, path)
     except BaseException:  # a full disk, an interrupt: no partial file left beside `path`
         if exists(tmp):
             remove(tmp)
         raise
+
+
+def finish_write(tmp: str, path: str) -> None:
+    """Renames the complete file `tmp` (closed) to `path`. A local one reaches the disk before it
+    takes the name, and the rename after: a machine that stops (a preempted VM past its grace
+    period) leaves no `path` or the whole file, never an empty or cut one under the name."""
+    if not is_remote(path):
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    rename(tmp, path)
+    if not is_remote(path):
+        _sync_folder(os.path.dirname(os.path.abspath(path)))
 
 
 def _sync_folder(folder: str) -> None:
