@@ -236,6 +236,13 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="is not empty and has no manifest.json"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "other"))
+    # Another tool's manifest.json gave a traceback (a list) or blamed "other settings ()" (a review).
+    for foreign in ('["a", "b"]', '{"name": "my-web-app"}'):
+        (tmp_path / "other" / "manifest.json").write_text(foreign)
+        with pytest.raises(ValueError, match=r"--output=.*other: its manifest.json is no features manifest of "
+                                             r"bertjax's; give a new or empty folder"):
+            feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "other"), log=lambda _: None)
+        assert (tmp_path / "other" / "manifest.json").read_text() == foreign
 
 
 def test_a_failed_jsonl_run_leaves_no_tmp_file_and_an_earlier_complete_file_untouched(minilm, tmp_path):

@@ -287,7 +287,10 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
             raise ValueError(f"--output={output} is not empty and has no {MANIFEST} (it has {', '.join(others[:4])}"
                              "); give a new or empty folder")
         return fresh, False, []
-    for manifest in manifests.values():
+    for name, manifest in manifests.items():
+        if not (isinstance(manifest, dict) and "format" in manifest):  # another tool's file of that name
+            raise ValueError(f"--output={output}: its {name} is no features manifest of bertjax's; give a new or "
+                             "empty folder")
         _check_settings(output, manifest, settings, earlier_weights)
     if manifests.get(MANIFEST, {}).get("complete"):
         return manifests[MANIFEST], True, list(manifests.values())
