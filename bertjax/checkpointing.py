@@ -163,6 +163,12 @@ class Checkpointer:
         )
         handlers = {STATE: _state_handler(), META: ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers, options=options)
+        # JAX's preemption sync point keeps the last step any caller gave it, and a notice picks the
+        # step after the highest a host gave. orbax's save-finalizing thread asks with the saved
+        # step while training has moved on: a notice then would pick a step already passed, and a
+        # one-process run would never stop for it. preemption.PreemptionWatcher alone asks, with
+        # the training step; a preemption's save is a forced one, which needs no answer from orbax.
+        self._manager.reached_preemption = lambda step: False
         self._saving: int | None = None  # the step of a save that may still be in flight
         self._recover_replaced()
 

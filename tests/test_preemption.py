@@ -142,3 +142,25 @@ def test_a_signal_between_two_runs_of_a_sweep_stops_the_next_at_its_first_step()
     """JAX fixed the sync point one past the first run's last step (orbax's final save reports
     it), which the next run, counting from 1, never reached (a review)."""
     assert _stop_steps(first_step=1, signal_at=-2) == ["1", "1"]
+
+
+def test_only_the_watcher_asks_jaxs_sync_point(tmp_path, monkeypatch):
+    """JAX keeps the last step any caller gave its sync point. orbax's save-finalizing thread
+    asked with the saved step after training had moved on: a notice then picked a step already
+    passed, and a one-process coordinated run (tpu_vm.sh on one host) never stopped (a review)."""
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+
+    from bertjax import checkpointing
+
+    asked = []
+    monkeypatch.setattr(multihost_utils, "reached_preemption_sync_point", lambda step: asked.append(step) or False)
+    checkpointer = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=2, max_to_keep=2)
+    for step in range(1, 6):
+        checkpointer.due(step)
+        checkpointer.save(step, {"w": jnp.full(3, step)}, data_position=step, config={})
+    checkpointer.save(5, {"w": jnp.zeros(3)}, data_position=5, config={}, force=True)
+    checkpointer.wait_until_finished()
+    assert checkpointer.all_steps() == [4, 5]
+    checkpointer.close()
+    assert asked == []

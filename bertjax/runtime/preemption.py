@@ -16,8 +16,8 @@ background thread) and picks the step after the furthest one. Until a signal arr
 `should_stop` is a local counter comparison: no device collective, nothing that waits
 for the device or for other hosts, so the step pipeline is never stalled. The rule JAX
 sets: every host calls it once per step, counting from the same start, and JAX keeps the
-last number any caller gave. orbax asks the same question with the training step (its save
-policy, at every save), so this class passes the training step too; `report_start` tells JAX
+last number any caller gave, so nothing else may ask (checkpointing.Checkpointer keeps orbax
+from asking with a saved step) and this class passes the training step; `report_start` tells JAX
 the step a run resumes from as soon as its workdir is held (trainer.hold_workdir), before the
 data are read, and again before its restore (trainer.initial_state), so a signal during
 start-up stops every host at its first step.
