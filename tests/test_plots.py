@@ -1,6 +1,7 @@
 """Training-curve PNGs from metrics.jsonl: resumed runs read once per step, files written, errors in one line."""
 
 import json
+import re
 
 import pytest
 
@@ -110,7 +111,13 @@ def test_a_plot_that_fails_leaves_the_last_one_and_files_reach_the_disk_before_t
     synced = []
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
     fileio.write_json(str(tmp_path / "row.json"), {"a": 1})
-    assert synced == [f"{tmp_path}/row.json.tmp-{os.getpid()}", str(tmp_path)]
+    first = synced[0]
+    assert len(synced) == 2 and synced[1] == str(tmp_path)
+    assert re.fullmatch(rf"{tmp_path}/row\.json\.tmp-{os.getpid()}\d{{10}}", synced[0])
+    # Unique per write, not per process: hosts of a run (pid 1 in containers) can write one file.
+    synced.clear()
+    fileio.write_json(str(tmp_path / "row.json"), {"a": 1})
+    assert synced[0].startswith(f"{tmp_path}/row.json.tmp-{os.getpid()}") and synced[0] != first
 
 
 def test_a_record_without_a_step_is_named_by_its_line(tmp_path, capsys):

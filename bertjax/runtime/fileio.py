@@ -177,7 +177,9 @@ def write_with(path: str, write: Callable[[Any], Any]) -> None:
     leave an empty file under the name: a 'not valid JSON' on every later run); a remote one is
     built in memory first, since a remote file being written cannot seek, which zip formats
     (.npz) do."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    # The pid alone is not unique: processes of a multi-host run on gs:// may write the same file
+    # (host_split=global_batch's epoch sizes) and have the same pid (1, in containers).
+    tmp = f"{path}.tmp-{os.getpid()}{int.from_bytes(os.urandom(4), 'big'):010d}"
     try:
         if is_remote(path):
             buffer = io.BytesIO()
