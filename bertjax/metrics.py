@@ -109,18 +109,21 @@ def peak_flops_per_device(bfloat16_operands: bool = False) -> tuple[float, str]:
     return measure_peak_flops(bfloat16_operands=bfloat16_operands), f"measured {operands} matmul ({kind})"
 
 
-def _rows_up_to(path: str, step: int) -> list[str]:
+def _rows_up_to(path: str, step: int, redone: str = "") -> list[str]:
     """The lines of the JSONL file at `path` (local or gs://) of steps up to `step`, without a
-    line a killed run left half-written. No lines at step 0: a run that starts there starts
-    over, its step-0 evaluation included."""
+    line a killed run left half-written, nor (`redone`, a prefix) rows at `step` of the metrics
+    this run logs again there. No lines at step 0: a run that starts there starts over, its
+    step-0 evaluation included."""
     if not fileio.exists(path) or step == 0:
         return []
 
     def keep(line: str) -> bool:
         try:
-            return json.loads(line).get("step", 0) <= step
+            row = json.loads(line)
         except ValueError:
             return False
+        at = row.get("step", 0)
+        return at < step or at == step and not (redone and any(key.startswith(redone) for key in row))
 
     return [line for line in fileio.read_bytes(path).decode("utf-8").splitlines(keepends=True) if keep(line)]
 
@@ -137,17 +140,19 @@ class MetricsWriter:
 
     REMOTE_WRITE_SECONDS = 30.0
 
-    def __init__(self, workdir: str, *, enabled: bool = True, start_step: int = 0):
+    def __init__(self, workdir: str, *, enabled: bool = True, start_step: int = 0, redone: str = ""):
+        """redone: the prefix of metrics the run logs again at `start_step` (an evaluation a stop
+        put off, which a run killed after logging it owes still): their earlier rows go."""
         self.enabled = enabled
         if not enabled:
             return
         fileio.makedirs(workdir)
         self.path = fileio.join(workdir, "metrics.jsonl")
-        self._rows = _rows_up_to(self.path, start_step)
+        self._rows = _rows_up_to(self.path, start_step, redone)
         fileio.write_bytes(self.path, "".join(self._rows).encode("utf-8"))
         self._jsonl = None if fileio.is_remote(self.path) else open(self.path, "a", encoding="utf-8")
         self._written = time.monotonic()
-        event_files.trim(fileio.join(workdir, "tensorboard"), start_step)
+        event_files.trim(fileio.join(workdir, "tensorboard"), start_step, redone)
         self._events = event_files.EventFileWriter(fileio.join(workdir, "tensorboard"))
 
     def write(self, step: int, scalars: dict[str, Any], *, prefix: str = "") -> None:

@@ -69,16 +69,18 @@ class Loop:
         self.sequences_per_step, self.tokens_per_sequence = sequences_per_step, tokens_per_sequence
         self.flops_per_sequence, self.console_keys = flops_per_sequence, console_keys
         self.fixed_metrics = dict(fixed_metrics or {})  # logged with every record, e.g. compile time
+        # A run stopped at an evaluation step saved first: its evaluation comes before the first
+        # step, under this run's cadence or not (else those weights could never be the best).
+        self.owes_evaluation = bool(start_step and eval_every and _evaluation_owed_at(checkpointer, start_step))
         is_writer = jax.process_index() == 0
-        self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step)
+        # (A run killed after logging the owed evaluation owes it still: logged once, not twice.)
+        self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step,
+                                    redone="eval_" if self.owes_evaluation else "")
         self.progress = console.Progress(num_steps, start_step, label=label, enabled=is_writer, work=rows_read)
         self.peak_flops, self.peak_source = (peak_flops_per_device(bfloat16_products) if flops_per_sequence
                                              else (None, ""))
         self.watcher = preemption.PreemptionWatcher(start_step)
         self._evaluation_left: int | None = None  # the step whose evaluation a stop put off
-        # A run stopped at an evaluation step saved first: its evaluation comes before the first
-        # step, under this run's cadence or not (else those weights could never be the best).
-        self.owes_evaluation = bool(start_step and self.eval_every and _evaluation_owed_at(checkpointer, start_step))
         self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []
         self.pending_rows: list[float] = []  # each pending step's sequences: its weight in the logged mean

@@ -240,8 +240,16 @@ def test_a_stop_at_an_evaluation_step_saves_first_and_the_resumed_run_evaluates(
     finally:
         loop.close()
     resumed = _loop(tmp_path, num_steps=10, eval_every=2, start_step=4)
+    resumed.write_eval(4, {"accuracy": 0.5})
     resumed.close()
     assert resumed.owes_evaluation
+    # Killed before its next save, it left the owed evaluation's row: the next resume, which owes
+    # it still, logs it once more in its place, not beside it.
+    again = _loop(tmp_path, num_steps=10, eval_every=2, start_step=4)
+    again.write_eval(4, {"accuracy": 0.5})
+    again.close()
+    with open(tmp_path / "metrics.jsonl") as f:
+        assert [line for line in f if "eval_" in line] == ['{"step": 4, "eval_accuracy": 0.5}\n']
     # Resumed with another cadence the evaluation is still owed (a review: step 4's weights were
     # never evaluated, so they could never be the best); a run that evaluates nothing owes none.
     for eval_every, owed in ((3, True), (0, False)):

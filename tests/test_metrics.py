@@ -141,6 +141,28 @@ def test_a_resumed_run_drops_the_tensorboard_events_logged_after_its_checkpoint(
     assert _scalar_events(workdir / "tensorboard") == []
 
 
+def test_a_run_that_owes_an_evaluation_logs_it_once(tmp_path):
+    """Stopped at an evaluation step S, a run saves S with the evaluation owed; its resume logs
+    that evaluation at S first. Killed before its next checkpoint, the next resume restores S,
+    owes it still and logs it again: metrics.jsonl and TensorBoard held it twice (a review)."""
+    writer = metrics.MetricsWriter(str(tmp_path))
+    for step in (1, 2):
+        writer.write(step, {"loss": 3.0 - step})
+    writer.close()
+    time.sleep(1.1)  # event files are named by the second they were opened in
+    for run in range(2):  # the resume that is killed, then the one after it
+        writer = metrics.MetricsWriter(str(tmp_path), start_step=2, redone="eval_")
+        writer.write(2, {"accuracy": 0.5 + run / 10}, prefix="eval_")
+        writer.write(3, {"loss": 0.5})
+        writer.close()
+        time.sleep(1.1)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0}, {"step": 2, "eval_accuracy": 0.6},
+                    {"step": 3, "loss": 0.5}]
+    assert _scalar_events(tmp_path / "tensorboard") == [
+        ("loss", 1, 2.0), ("loss", 2, 1.0), ("eval_accuracy", 2, pytest.approx(0.6)), ("loss", 3, 0.5)]
+
+
 def test_metrics_writer_files_read_back(tmp_path):
     writer = metrics.MetricsWriter(str(tmp_path))
     writer.write(1, {"loss": 2.5, "learning_rate": np.float32(1e-4)})

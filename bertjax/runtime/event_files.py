@@ -110,17 +110,26 @@ def step_and_values(event: bytes) -> tuple[int, int]:
     return step, values
 
 
-def trim(directory: str, step: int) -> None:
+def _tags(event: bytes) -> list[str]:
+    """The tags of the event's summary values."""
+    return [next((tag.decode("utf-8") for number, tag in _fields(value) if number == 1), "")
+            for number, summary in _fields(event) if number == 5
+            for field, value in _fields(summary) if field == 1]
+
+
+def trim(directory: str, step: int, redone: str = "") -> None:
     """Rewrites the event files in `directory` (local or remote) without their summaries after
-    `step` (all of them at step 0) and without a record a killed run left cut short: a resumed
-    run logs those steps again, and a reader would see both (TensorBoard's purge on a restart
-    needs a SessionLog event, which TF2's summary API does not write)."""
+    `step` (all of them at step 0), nor (`redone`, a prefix) those at `step` whose tags the run
+    logs again there, and without a record a killed run left cut short: a resumed run logs those
+    steps again, and a reader would see both (TensorBoard's purge on a restart needs a
+    SessionLog event, which TF2's summary API does not write)."""
     for path in fileio.glob(fileio.join(fileio.escape(directory), FILE_PATTERN)):
         records, complete = tfrecord.read_records(fileio.read_bytes(path))
         kept = []
         for record in records:
             event_step, values = step_and_values(record)
-            if not values or 0 < step and event_step <= step:
+            redone_here = redone and event_step == step and any(tag.startswith(redone) for tag in _tags(record))
+            if not values or 0 < step and event_step <= step and not redone_here:
                 kept.append(record)
         if not (complete and len(kept) == len(records)):
             _replace(path, b"".join(map(tfrecord.frame, kept)))
