@@ -6,9 +6,9 @@ rows over its first 50B tokens). The batch grows in whole units of `start` rows:
 
     units(step) = min(K, 1 + floor((K - 1) x step / warmup_steps)),  K = global_batch_size / start
 
-so the run trains at start, 2 x start, ..., global_batch_size rows, reaching the full batch at
-`warmup_steps`. Each size is a shape of its own: the train step compiles once per size (K
-programs, not one per step), and the input reads batches of `start` rows and joins `units(step)`
+(step 0-based) so the run trains at start, 2 x start, ... rows over its first `warmup_steps`
+steps and at global_batch_size after them. Each size is a shape of its own: the train step
+compiles once per size it reaches (at most K programs, not one per step), and the input reads batches of `start` rows and joins `units(step)`
 of them. Where the data stands is a pure function of the step (`units_before`), so a resumed
 run reads on exactly where the interrupted one stopped; a run resumed with other batch settings
 goes on after the rows its checkpoint read (`pretrain.resume_unit`).
@@ -93,8 +93,8 @@ def validate(train_config, data_parallel: int, process_count: int) -> None:
         raise ValueError(f"config.train.batch_warmup_start={start} must be divisible by the data-parallel size "
                          f"times config.train.grad_accum_steps and by the processes ({granule}): every batch size "
                          f"of the warmup is split that way")
-    # The full batch's first step is step `steps`: a warmup as long as the run never reaches it.
+    # The full batch comes after the warmup's steps: a warmup as long as the run never reaches it.
     if not 1 <= steps < train_config.num_steps:
         raise ValueError(f"config.train.batch_warmup_steps must be in [1, config.train.num_steps="
-                         f"{train_config.num_steps}) when batch_warmup_start is set (the batch reaches "
-                         f"global_batch_size at step batch_warmup_steps), got {steps}")
+                         f"{train_config.num_steps}) when batch_warmup_start is set (the steps after the warmup's "
+                         f"take global_batch_size), got {steps}")

@@ -422,7 +422,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                         compiled[rows], seconds, waited = ahead.take(rows)
                     how_compiled = f"compiled its step in {seconds:.1f}s" + (
                         f" ({seconds - waited:.1f}s of it while training)" if seconds - waited >= 0.1 else "")
-                loop.console(f"step {step}: the batch grows to {rows} rows; {how_compiled}")
+                # (1-based, as the metrics' rows and checkpoints count steps)
+                loop.console(f"step {step + 1}: the batch grows to {rows} rows; {how_compiled}")
             batch = loop.next_batch(batches, step, state)
             if step == start_step and "sequence_ids" in batch:  # packed pairs or documents attend within
                 loop.flops_per_sequence = mean_pretraining_flops(   # their own blocks: counted so, as a mean

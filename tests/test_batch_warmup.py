@@ -73,8 +73,8 @@ def test_a_run_interrupted_in_the_warmup_resumes_to_the_uninterrupted_losses(tmp
     # The largest batch compiles at the start (a batch too large for memory fails there, not late).
     assert "compiled the train step at 4 and 16 rows in" in stdout
     assert [line.split(" in ")[0] for line in stdout.splitlines() if "the batch grows to" in line] == [
-        "step 3: the batch grows to 8 rows; compiled its step", "step 6: the batch grows to 12 rows; compiled its step",
-        "step 8: the batch grows to 16 rows; compiled at the start"]
+        "step 4: the batch grows to 8 rows; compiled its step", "step 7: the batch grows to 12 rows; compiled its step",
+        "step 9: the batch grows to 16 rows; compiled at the start"]
     # The sizes between compile in a background thread from the start, not where they are needed
     # (a compile there held off a stop signal: minutes on a TPU).
     assert "compiling the step for the 2 batch size(s) between (8, 12 rows) in the background" in stdout
