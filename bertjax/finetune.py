@@ -478,12 +478,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
              for name, spec in _abstract_batch(example, 1, train_batches.buckets[0]).items()}  # no cached features
     init_params = lambda: model.init(
         jax.random.key(config.seed), *task.inputs(dummy), **packing.model_inputs(dummy))["params"]
+    if source and config.reuse_head:  # (before the checkpointer: a refused run writes nothing)
+        check_reused_head(source, task.info)
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh, frozen)
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
-    if source and config.reuse_head:
-        check_reused_head(source, task.info)
     # Whether the head reads the pooled [CLS], and whether the pooler it starts from had learnt.
     reads_pooler = not (tasks.family_of_task(config.task).reads_tokens or bert.feature_based)
     pooler_learnt = bool(source and (source.pooler_trained or pooler_from_masked_lm(source, bert)))
@@ -497,9 +497,13 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     pooler_trained = pooler_learnt or (reads_pooler and not frozen)
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info,
                     "init_weights": _init_weights(source, config, workdir), "pooler_trained": pooler_trained}
-    state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
-                                       optimizer=optimizer, mesh=mesh, pretrained=pretrained,
-                                       pretrained_source=config.init_checkpoint, config=saved_config, frozen=frozen)
+    try:
+        state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
+                                           optimizer=optimizer, mesh=mesh, pretrained=pretrained,
+                                           pretrained_source=config.init_checkpoint, config=saved_config, frozen=frozen)
+    except BaseException:  # an async checkpointer left open fails in its thread at exit: a second error line
+        checkpointer.close()
+        raise
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
     start_step = int(jax.device_get(state.step))
