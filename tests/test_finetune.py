@@ -459,14 +459,22 @@ def test_a_run_diverging_after_an_evaluation_keeps_its_best_weights_and_predicts
     from bertjax import finetune
     from bertjax.runtime.errors import TrainingDiverged
 
+    import bertjax
+    from bertjax.data.corpora import demo_corpus
+
     config = _demo_config(num_steps=12, eval_every=1, learning_rate=1e30, max_consecutive_bad_steps=2)
     config.model.update(num_hidden_layers=1, **SMALL_MODEL)
+    config.seed = 1  # whose first weights answer "unrelated": the diverged ones' NaN would argmax to "continues"
     with pytest.raises(TrainingDiverged, match=r"consecutive steps had a non-finite loss.*The best evaluation before "
                                                r"it \(step 1\) is the result") as caught:
         finetune.finetune(config, str(tmp_path))
     result = caught.value.result
-    assert result["best"]["step"] == 1 and result["predictions"]
-    assert all(os.path.getsize(path) for path in result["predictions"])
+    assert result["best"]["step"] == 1 and result["predictions"] == [str(tmp_path / "predictions" / "dev.tsv")]
+    written = [line.split("\t")[1] for line in (tmp_path / "predictions" / "dev.tsv").read_text().splitlines()[1:]]
+    examples, _ = demo_corpus.demo_task("dev")
+    best = bertjax.load_model(str(tmp_path / "best")).predict([(a, b) for a, b, _ in examples[:32]])
+    assert written[:32] == [answer["label"] for answer in best] and len(written) == len(examples)
+    assert set(written) != {"continues"}  # (what the diverged weights' predictions would be)
     stopped = [r["step"] for r in _metrics(tmp_path) if "loss" in r][-1]
     assert stopped < 12 and (tmp_path / "checkpoints" / str(stopped)).is_dir()
 
@@ -790,6 +798,23 @@ def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path):
     best = checkpointing.read_meta(os.path.join(workdir, "best"))
     assert best["step"] == checkpointing.read_meta(os.path.join(workdir, "checkpoints"))["step"]
     assert "accuracy" in best["extra"]["metrics"]
+
+
+def test_a_refused_head_leaves_no_checkpoints_folder(pretrained_run, tmp_path, monkeypatch):
+    """The head check ran after the async checkpointer was made and never closed: a refused
+    run left checkpoints/ and, at exit, often a second error line from orbax's thread (a
+    walkthrough of the docs)."""
+    from bertjax import finetune
+
+    def refuse(source, task_info):
+        raise ValueError("the head answers other labels")
+
+    monkeypatch.setattr(finetune, "check_reused_head", refuse)
+    config = _demo_config(num_steps=1)
+    config.update(init_checkpoint=os.path.join(pretrained_run, "checkpoints"), reuse_head=True)
+    with pytest.raises(ValueError, match="the head answers other labels"):
+        finetune.finetune(config, str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == [".lock"]
 
 
 def test_a_reused_head_must_answer_this_runs_labels_in_its_order():

@@ -55,6 +55,11 @@ def _exported(tmp_path, layout, hidden_act, layer_norm_eps, vocab_size):
                       intermediate_size=128, hidden_act=hidden_act, layer_norm_eps=layer_norm_eps)
     ids = np.zeros((1, 8), np.int32)
     params = BertForPreTraining(bert).init(jax.random.key(3), ids, ids, ids, np.zeros((1, 2), np.int32))["params"]
+    # Noise on every leaf: a restore that kept a fresh model's zeros and ones (biases, layer
+    # norms) anywhere would otherwise pass.
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(4), len(leaves))
+    params = tree.unflatten([leaf + 0.05 * jax.random.normal(key, leaf.shape) for leaf, key in zip(leaves, keys)])
     directory = str(tmp_path / layout)
     export = convert.export_huggingface if layout == "huggingface" else convert.export_tf_checkpoint
     export(bert, params, directory)
@@ -78,9 +83,12 @@ def test_init_checkpoint_keeps_its_architecture_and_weights(tmp_path, prepared_d
     model = meta["config"]["model"]
     assert (model["hidden_act"], model["layer_norm_eps"]) == (hidden_act, layer_norm_eps)
     assert (model["hidden_size"], model["num_hidden_layers"], model["intermediate_size"]) == (64, 2, 128)
-    np.testing.assert_allclose(params["bert"]["embeddings"]["word_embeddings"]["embedding"],
-                               weights["bert"]["embeddings"]["word_embeddings"]["embedding"], atol=1e-6)
-    np.testing.assert_allclose(params["mlm"]["output_bias"], weights["mlm"]["output_bias"], atol=1e-6)
+    # Every weight of the checkpoint, heads included, is where the run started (one step at a
+    # learning rate of 0 at the warmup's start leaves them all).
+    restored, saved = (dict(jax.tree_util.tree_flatten_with_path(tree)[0]) for tree in (params, weights))
+    assert set(restored) == set(saved) and len(saved) > 30
+    for path, value in saved.items():
+        np.testing.assert_allclose(restored[path], value, atol=1e-6, err_msg=jax.tree_util.keystr(path))
 
 
 def test_init_checkpoint_with_other_sizes_is_refused_before_compiling(tmp_path, prepared_dir):
