@@ -179,6 +179,10 @@ def test_two_processes_reading_their_own_files_train_together(tmp_path, prepared
 
 
 def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir):
+    import jax
+
+    from bertjax import checkpointing
+
     workdir = tmp_path / "diverging"
     result = _run(workdir, prepared_dir, "--config.train.num_steps=40", "--config.train.learning_rate=1e30",
                   "--config.train.max_consecutive_bad_steps=3", check=False)
@@ -190,7 +194,9 @@ def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir)
     assert records[-1]["step"] < 40
     # The weights it stopped with (never updated by the bad steps) are kept, at the stop's step.
     assert f"saved at step {records[-1]['step']}" in result.stderr
-    assert (workdir / "checkpoints" / str(records[-1]["step"])).is_dir()
+    meta, params = checkpointing.load_params(str(workdir / "checkpoints"))
+    assert meta["step"] == records[-1]["step"]
+    assert all(np.isfinite(leaf).all() for leaf in jax.tree_util.tree_leaves(params))
 
 
 def test_the_context_extension_is_the_modern_encoders_longest_context_only():

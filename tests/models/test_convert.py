@@ -401,12 +401,55 @@ def test_tf_release_import(tf_release):
                                   variables["cls/predictions/transform/LayerNorm/beta"])
     np.testing.assert_array_equal(params["mlm"]["output_bias"], variables["cls/predictions/output_bias"])
     np.testing.assert_array_equal(params["nsp"]["kernel"], variables["cls/seq_relationship/output_weights"].T)
-    # Every written weight landed somewhere, bit for bit.
     assert sum(x.size for x in jax.tree_util.tree_leaves(params)) == sum(x.size for x in variables.values())
-    ids = np.array([[2, 5, 7, 3, 0, 0]])
-    sequence, pooled = jax.jit(BertEncoder(config).apply)({"params": params["bert"]}, ids, np.zeros_like(ids), ids > 0)
-    assert sequence.shape == (1, 6, 8) and pooled.shape == (1, 8)
-    assert np.isfinite(np.asarray(sequence)).all()
+    # Every weight in its place: the model's outputs equal modeling.py's maths written here over
+    # the release's own names (a swapped query and key, or a layer norm's gamma and beta, differ).
+    ids = np.array([[2, 5, 7, 3, 0, 0], [2, 9, 3, 11, 12, 3]])
+    types = np.array([[0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1]])
+    positions = np.array([[1, 2], [4, 1]])
+    mlm_logits, nsp_logits = jax.jit(BertForPreTraining(config).apply)({"params": params}, ids, types, ids > 0, positions)
+    expected_mlm, expected_nsp = _modeling_py(variables, config, ids, types, positions)
+    np.testing.assert_allclose(mlm_logits, expected_mlm, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(nsp_logits, expected_nsp, rtol=1e-4, atol=1e-4)
+
+
+def _modeling_py(variables, config, ids, types, positions):
+    """google-research/bert's modeling.py and run_pretraining.py heads, in numpy over the TF
+    release's variable names -> (MLM logits [B, P, V], NSP logits [B, 2])."""
+    v = {name: value.astype(np.float64) for name, value in variables.items()}
+
+    def norm(x, name):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + config.layer_norm_eps) * v[f"{name}/gamma"] + v[f"{name}/beta"]
+
+    def dense(x, name):
+        return x @ v[f"{name}/kernel"] + v[f"{name}/bias"]
+
+    def gelu(x):  # modeling.py's gelu: the tanh approximation
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+    batch, length = ids.shape
+    heads, width = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+    x = (v["bert/embeddings/word_embeddings"][ids] + v["bert/embeddings/token_type_embeddings"][types]
+         + v["bert/embeddings/position_embeddings"][:length])
+    x = norm(x, "bert/embeddings/LayerNorm")
+    adder = (1.0 - (ids > 0)[:, None, None, :]) * -10000.0
+    for layer in range(config.num_hidden_layers):
+        p = f"bert/encoder/layer_{layer}"
+        q, k, w = (dense(x, f"{p}/attention/self/{name}").reshape(batch, length, heads, width).transpose(0, 2, 1, 3)
+                   for name in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(width) + adder
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        context = (probs @ w).transpose(0, 2, 1, 3).reshape(batch, length, heads * width)
+        x = norm(dense(context, f"{p}/attention/output/dense") + x, f"{p}/attention/output/LayerNorm")
+        x = norm(dense(gelu(dense(x, f"{p}/intermediate/dense")), f"{p}/output/dense") + x, f"{p}/output/LayerNorm")
+    pooled = np.tanh(dense(x[:, 0], "bert/pooler/dense"))
+    masked = np.take_along_axis(x, positions[..., None], axis=1)
+    masked = norm(gelu(dense(masked, "cls/predictions/transform/dense")), "cls/predictions/transform/LayerNorm")
+    mlm = masked @ v["bert/embeddings/word_embeddings"].T + v["cls/predictions/output_bias"]
+    nsp = pooled @ v["cls/seq_relationship/output_weights"].T + v["cls/seq_relationship/output_bias"]
+    return mlm, nsp
 
 
 def test_a_tf_checkpoint_cut_off_in_a_copy_is_named(tf_release, tmp_path):

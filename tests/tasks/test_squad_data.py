@@ -418,9 +418,10 @@ def test_tfds_mock_data_counts_unfound_answers(bert_tokenizer, name, caplog):
         validation = squad.load_split(bert_tokenizer, name, "validation", max_seq_length=64, max_query_length=16)
     examples = validation.examples.examples
     assert examples.version == name[-4:] and examples.source == f"tfds:{name}[validation]"
-    impossible = examples.is_impossible
     # Random text: no possible training answer is found; impossible (v2.0) questions are kept.
+    impossible = train.examples.examples.is_impossible
     assert set(train.examples.example_index.tolist()) == set(np.flatnonzero(impossible).tolist())
+    assert (not impossible.any()) == (name == "squad/v1.1")  # (v2.0's mock data holds some)
     if not impossible.all():
         assert "answer_not_found" in caplog.text
     assert set(validation.examples.example_index.tolist()) == set(range(len(examples)))
