@@ -324,15 +324,24 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
 def example_ids(given: list, locations: list[str]) -> list | None:
     """The ids a file's rows give ("id", else "idx"; None where a row has none), for the
     predictions' index column; None when no row gives one. ValueError naming file:line for a
-    file where some rows give one and others not (a row's place could be another's id), or an
-    id a TSV field cannot hold."""
+    file where some rows give one and others not (a row's place could be another's id), an
+    empty or repeated id (its predictions could not be told apart), or an id a TSV field cannot
+    hold."""
     if all(value is None for value in given):
         return None
+    first_at: dict[str, str] = {}
     for value, where in zip(given, locations):
         if value is None:
             raise ValueError(f"{where}: no id, where other rows have one: give every row an id (\"id\" or \"idx\"), "
                              "or none")
-        if any(c in str(value) for c in "\t\n\r"):
+        shown = str(value)
+        if not shown.strip():
+            raise ValueError(f"{where}: an empty id: give every row an id (\"id\" or \"idx\"), or none")
+        if shown in first_at:
+            raise ValueError(f"{where}: id {value!r} again (first at {first_at[shown]}): the predictions of the two "
+                             "could not be told apart; give each row its own id")
+        first_at[shown] = where
+        if any(c in shown for c in "\t\n\r"):
             raise ValueError(f"{where}: id {value!r} holds a tab or a line break, which the predictions' TSV cannot "
                              "hold")
     return given

@@ -180,6 +180,12 @@ def test_regression_files(tmp_path, tokenizer):
      r"train.jsonl:1: id 'q\\tz' holds a tab or a line break"),
     ([{"id": 1, "text_a": "x", "text_b": "y", "label": "a"}, {"text_a": "x", "text_b": "y", "label": "a"}], "jsonl",
      {}, r"train.jsonl:2: no id, where other rows have one"),
+    # Empty or repeated ids went into predictions/<split>.tsv, rows no one could tell apart.
+    ([{"id": "a", "text_a": "x", "text_b": "y", "label": "a"}, {"id": " ", "text_a": "x", "text_b": "y", "label": "a"}],
+     "csv", {}, r"train.csv:3: an empty id"),
+    ([{"id": "a", "text_a": "x", "text_b": "y", "label": "a"}, {"id": "b", "text_a": "x", "text_b": "y", "label": "a"},
+      {"id": "a", "text_a": "z", "text_b": "y", "label": "b"}], "csv", {},
+     r"train.csv:4: id 'a' again \(first at .*train.csv:2\): the predictions of the two could not be told apart"),
 ])
 def test_bad_files_name_the_file_line_and_key(tmp_path, tokenizer, rows, fmt, options, message):
     path = _write(tmp_path / f"train.{fmt}", rows, fmt)
