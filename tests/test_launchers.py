@@ -160,6 +160,12 @@ CASES = [
      "has a vocabulary of 30522 tokens but the tokenizer has 6"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out", "--pairs"],
      "pairs is for a classification model, not a model without a task"),
+    # A walkthrough of the docs: a missing input named as the flag, before the model loads; a
+    # misspelt flag with the closest; overrides before the config they override.
+    ("predict.py", [f"--model={MINILM_DIR}", "--input={tmp}/nothere.txt"], "--input={tmp}/nothere.txt: no such file"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--txt=hi"], "--txt: no such flag; did you mean --text?"),
+    ("finetune.py", ["--config.train.num_steps=3", "--config=configs/finetune.py:demo"],
+     "--config.train.num_steps: give --config=... first, then the overrides of its keys"),
 ]
 
 

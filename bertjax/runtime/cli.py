@@ -167,6 +167,13 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
             return f"--{flag_name}: no such config key ({message})"
         suggestion = _closest_key(flag, flag_name, argv)
         return f"{flag}: no such config key" + (f"; did you mean {suggestion!r}?" if suggestion else "")
+    if unknown and "." not in unknown.group(1):  # absl suggests only the closest few, often none
+        close = difflib.get_close_matches(unknown.group(1), [name for name in flags.FLAGS if len(name) > 1], n=1,
+                                          cutoff=0.6)
+        return f"--{unknown.group(1)}: no such flag" + (f"; did you mean --{close[0]}?" if close else "")
+    early = re.fullmatch(r"Found (--[\w.]+)=?.* in argv before a value for (--\w+) was specified", message)
+    if early:  # ml_collections reads the overrides after the config
+        return f"{early.group(1)}: give {early.group(2)}=... first, then the overrides of its keys"
     config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
     if "Failed loading config file" in message or "earlier failure to load" in message:
         reason = re.search(r"\[Errno \d+\] ([^:]+)", message)
