@@ -173,7 +173,9 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True,
         lines.append(where)
         for config_key, column in keys.items():
             if column and column not in row:
-                raise ValueError(f"{where}: no column {column!r} (config.data.{config_key}); the row has {sorted(row)}")
+                single = "; config.data.text_b_key='' reads single texts" if config_key == "text_b_key" else ""
+                raise ValueError(f"{where}: no column {column!r} (config.data.{config_key}); the row has "
+                                 f"{sorted(row)}{single}")
         for column in (keys["text_a_key"], keys["text_b_key"]):
             if column and not isinstance(row[column], str):
                 raise ValueError(f"{where}: column {column!r} should be text, got {row[column]!r}"[:300])

@@ -148,6 +148,8 @@ def test_regression_files(tmp_path, tokenizer):
 @pytest.mark.parametrize("rows, fmt, options, message", [
     ([{"text": "x", "label": "a"}], "jsonl", {}, r"train.jsonl:1: no column 'text_a' \(config.data.text_a_key\)"),
     ([{"text_a": "x", "text_b": "y"}], "csv", {}, r"train.csv:2: no column 'label' \(config.data.label_key\)"),
+    ([{"text_a": "x", "label": "a"}], "csv", {}, r"train.csv:2: no column 'text_b' \(config.data.text_b_key\); the "
+     r"row has \['label', 'text_a'\]; config.data.text_b_key='' reads single texts"),
     ([{"text_a": "x", "text_b": "y", "label": 1}, {"text_a": "x", "text_b": "y", "label": "b"}], "jsonl", {},
      r"the 'label' column mixes types \(number at .*train.jsonl:1, str at .*train.jsonl:2\)"),
     ([{"text_a": "x", "text_b": "y", "label": "1.5"}, {"text_a": "x", "text_b": "y", "label": "high"}], "csv",
