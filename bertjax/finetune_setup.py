@@ -250,4 +250,5 @@ def schedule_config(config: ml_collections.ConfigDict, examples_per_epoch: int) 
         raise RunSettingsError(f"config.train.warmup_proportion={train.warmup_proportion} gives no warmup step in "
                                f"this run's {train.num_steps} steps, and the 'inverse_sqrt' schedule needs one: raise it")
     optim.validate_train_config(train)
+    optim.warn_if_no_decay(train)
     return train

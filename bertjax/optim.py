@@ -24,6 +24,7 @@ or any attribute object) through these keys:
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -107,6 +108,17 @@ def validate_train_config(train_config: Any) -> None:
 # --------------------------------------------------------------------------------------
 # Schedules
 # --------------------------------------------------------------------------------------
+
+def warn_if_no_decay(train_config: Any) -> None:
+    """A warning for a 'wsd' run whose decay is one step or less: every update runs at the peak
+    rate (the rate reaches 0 at num_steps, one past the last update's count)."""
+    fraction, _ = _wsd(train_config)
+    decay = train_config.num_steps * fraction
+    if train_config.schedule == "wsd" and 0 < decay <= 1:
+        logging.getLogger(__name__).warning(
+            "config.train.decay_fraction=%g of num_steps=%d is %.2g steps: one or less, so no update runs below "
+            "the peak learning rate", fraction, train_config.num_steps, decay)
+
 
 def _wsd(train_config: Any) -> tuple[Any, Any]:
     """The 'wsd' schedule's (decay_fraction, decay_shape), with their defaults."""

@@ -89,6 +89,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     unset cadence resolved first: `resolve_cadence`)."""
     resolve_cadence(config)
     optim.validate_train_config(config.train)
+    optim.warn_if_no_decay(config.train)
     data, fsdp, tensor = mesh_shape
     train = config.train
     for key in ("global_batch_size", "grad_accum_steps", "log_every", "eval_every", "eval_batches",

@@ -78,6 +78,21 @@ def test_warmup_stable_decay_settings_are_checked(change, message):
         optim.validate_train_config(train_config(schedule="wsd", **change))
 
 
+def test_a_decay_under_one_step_is_said(caplog):
+    """A 4-step 'wsd' run decays over 0.4 steps: none, every update at the peak rate, with no
+    word (a walkthrough of the docs)."""
+    for steps in (4, 10):
+        schedule = optim.make_schedule(train_config(schedule="wsd", num_steps=steps, warmup_steps=0))
+        assert float(schedule(steps - 1)) == pytest.approx(1e-4)  # the last update's count
+    schedule = optim.make_schedule(train_config(schedule="wsd", num_steps=20, warmup_steps=0))
+    assert float(schedule(19)) == pytest.approx(0.5e-4)  # two steps of decay: the last at half
+    with caplog.at_level("WARNING"):
+        for steps, schedule in ((4, "wsd"), (10, "wsd"), (20, "wsd"), (4, "linear")):  # linear decays from step 0
+            optim.warn_if_no_decay(train_config(schedule=schedule, num_steps=steps, warmup_steps=0))
+    assert caplog.messages == [f"config.train.decay_fraction=0.1 of num_steps={steps} is {decay} steps: one or less, "
+                               "so no update runs below the peak learning rate" for steps, decay in ((4, 0.4), (10, 1))]
+
+
 def test_schedule_is_jittable():
     schedule = optim.make_schedule(train_config())
     np.testing.assert_allclose(jax.jit(schedule)(jnp.int32(500)), schedule(500))
