@@ -98,7 +98,8 @@ def statistics(examples: dict, tokenizer, config) -> dict[str, str]:
             f"{np.mean((shown != tokenizer.mask_id) & (shown != original)):.1%}",
         "predictions per sequence": f"mean {predictions.mean():.2f}, min {predictions.min()}, max {predictions.max()}"
                                     + rule,
-        "NSP random (label 1)": f"{(labels * weights).sum() / weights.sum():.1%}",
+        **({"NSP random (label 1)": f"{(labels * weights).sum() / weights.sum():.1%}"}
+           if config.next_sentence_prediction else {}),
         "length": f"mean {lengths.mean():.1f}, median {np.median(lengths):.0f}, min {lengths.min()}, max "
                   f"{lengths.max()} of {max_len}",
         "length histogram (eighths of max)": ", ".join(
@@ -129,6 +130,20 @@ def default_workdir(data_config) -> str:
     return os.path.join(tempfile.gettempdir(), "bertjax_inspect", digest)
 
 
+def _run_prepared_dir(workdir: str) -> str:
+    """The prepared_dir the training run in `workdir` read (its checkpoints' saved config), or
+    '' (its own workdir/data, or no run there yet)."""
+    from bertjax import checkpointing, run_config
+
+    directory = run_config.own_checkpoints(workdir)
+    if directory is None:
+        return ""
+    prepared = checkpointing.read_meta(directory)["config"].get("data", {}).get("prepared_dir", "")
+    if prepared:
+        print(f"reading the data the run in {workdir} read: {prepared}")
+    return prepared
+
+
 def main(_):
     config = FLAGS.config
     if FLAGS.dump and fileio.exists(FLAGS.dump):
@@ -139,6 +154,8 @@ def main(_):
     from bertjax.data import pipelines
 
     workdir = FLAGS.workdir or default_workdir(config.data)
+    if FLAGS.workdir and not config.data.prepared_dir:
+        config.data.prepared_dir = _run_prepared_dir(FLAGS.workdir)
     pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=min(256, FLAGS.num_examples),
                                        split=FLAGS.split)
     tokenizer = getattr(pipeline, "tokenizer", None) or prepare.load_tokenizer_for(config.data, workdir)
@@ -149,11 +166,12 @@ def main(_):
         if count >= FLAGS.num_examples:
             break
     examples = {k: np.concatenate([b[k] for b in batches])[:FLAGS.num_examples] for k in batches[0]}
+    nsp = config.data.next_sentence_prediction  # (off: full rows, whose labels are placeholders)
     for i in range(min(FLAGS.num_print, FLAGS.num_examples)):
         example = {k: v[i] for k, v in examples.items()}
         labels, weights = nsp_labels({k: v[i:i + 1] for k, v in examples.items()})
         said = ", ".join(f"{int(label)} ({'random' if label else 'IsNext'})" for label in labels[0][weights[0] > 0])
-        print(f"--- example {i}: NSP label{'s' if labels.shape[1] > 1 else ''} {said}")
+        print(f"--- example {i}" + (f": NSP label{'s' if labels.shape[1] > 1 else ''} {said}" if nsp else ""))
         print(render(example, tokenizer))
     print("--- statistics")
     for name, value in statistics(examples, tokenizer, config.data).items():

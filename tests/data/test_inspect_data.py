@@ -77,3 +77,21 @@ def test_candidates_are_the_real_tokens_other_than_cls_and_sep_without_nsp():
     config.update(dict(max_seq_length=10, max_predictions_per_seq=3, next_sentence_prediction=False))
     stats = inspect_data.statistics(batch, tokenizer, config)
     assert stats["masked share of candidates"].startswith("40.00%")
+    assert "NSP random (label 1)" not in stats  # (no NSP: its labels are placeholders; a walkthrough)
+
+
+def test_a_runs_workdir_reads_the_data_the_run_read(tmp_path, capsys):
+    """--workdir of a run that read config.data.prepared_dir prepared a second copy into
+    workdir/data, where the docs say a run's workdir reuses its data (a walkthrough)."""
+    import jax.numpy as jnp
+
+    from bertjax import checkpointing
+
+    assert inspect_data._run_prepared_dir(str(tmp_path / "nothing")) == ""
+    for run, prepared in (("own", ""), ("shared", str(tmp_path / "prepared"))):
+        checkpointer = checkpointing.Checkpointer(str(tmp_path / run / "checkpoints"), save_interval_steps=1,
+                                                  max_to_keep=1, async_save=False)
+        checkpointer.save(1, {"w": jnp.zeros(2)}, data_position=1, config={"data": {"prepared_dir": prepared}})
+        checkpointer.close()
+        assert inspect_data._run_prepared_dir(str(tmp_path / run)) == prepared
+    assert capsys.readouterr().out == f"reading the data the run in {tmp_path}/shared read: {tmp_path}/prepared\n"
