@@ -56,8 +56,10 @@ _SHARD_SIZE = flags.DEFINE_integer("shard_size", 1024, "examples per shard (fewe
                                    "512 MiB of values at --max_seq_length)", lower_bound=1)
 _INPUT_FORMAT = flags.DEFINE_enum("input_format", "", ["", "text", "csv", "tsv", "jsonl"],
                                   "'' = from --input_file's extension (.csv .tsv .json(l); anything else is text)")
-_TEXT_A_KEY = flags.DEFINE_string("text_a_key", "text", "CSV/TSV/JSONL: the column of the (first) text")
-_TEXT_B_KEY = flags.DEFINE_string("text_b_key", "", "CSV/TSV/JSONL: the column of the second text ('' = none)")
+_TEXT_A_KEY = flags.DEFINE_string("text_a_key", None, "CSV/TSV/JSONL: the column of the (first) text (default: "
+                                  "a fine-tuning run's config.data.text_a_key, else 'text')")
+_TEXT_B_KEY = flags.DEFINE_string("text_b_key", None, "CSV/TSV/JSONL: the column of the second text ('' = none; "
+                                  "default: a fine-tuning run's on pairs, else none)")
 _FAIL_ON_TRUNCATION = flags.DEFINE_bool("fail_on_truncation", False, "an example longer than --max_seq_length "
                                         "is an error instead of truncated and counted")
 _VOCABULARY = cli.define_vocabulary_flags()
@@ -108,9 +110,10 @@ def main(_):
         model.layer_indices(layers)
     except ValueError as e:
         raise ValueError(f"--layers={','.join(map(str, layers))}: {e}") from None
+    text_a_key, text_b_key = feature_files.input_columns(source, _TEXT_A_KEY.value, _TEXT_B_KEY.value)
     done = feature_files.extract(
         model, _INPUT.value, _OUTPUT.value, layers=layers, pooling=_POOLING.value,
-        input_format_name=_INPUT_FORMAT.value, text_a_key=_TEXT_A_KEY.value, text_b_key=_TEXT_B_KEY.value,
+        input_format_name=_INPUT_FORMAT.value, text_a_key=text_a_key, text_b_key=text_b_key,
         dtype=_OUTPUT_DTYPE.value, shard_size=_SHARD_SIZE.value, fail_on_truncation=_FAIL_ON_TRUNCATION.value)
     if done["new"]:
         where = f" on process {jax.process_index()} of {jax.process_count()}" if jax.process_count() > 1 else ""

@@ -641,3 +641,19 @@ def test_a_jsonl_reaches_the_disk_before_its_name_and_a_killed_runs_file_goes(mi
     assert sorted(os.listdir(tmp_path)) == ["in.txt", "out.jsonl", alive.name]
     assert said == [f"removed {tmp_path}/out.jsonl.tmp-{dead.pid}, left by a killed run (process {dead.pid}, gone)"]
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
+
+
+def test_the_launchers_columns_default_to_the_fine_tuning_runs():
+    """--text_a_key defaulted to 'text' whatever the model: a fine-tuning run's own dev.csv
+    (columns text_a, label) failed with "no column 'text'", where predict reads the run's
+    columns (a walkthrough of the docs)."""
+    import types
+
+    pairs = types.SimpleNamespace(data={"text_a_key": "question", "text_b_key": "answer"},
+                                  task_info={"pairs": True})
+    single = types.SimpleNamespace(data={"text_a_key": "review", "text_b_key": "text_b"}, task_info={"pairs": False})
+    pretrained = types.SimpleNamespace(data={}, task_info=None)
+    assert feature_files.input_columns(pairs, None, None) == ("question", "answer")
+    assert feature_files.input_columns(single, None, None) == ("review", "")
+    assert feature_files.input_columns(pretrained, None, None) == ("text", "")
+    assert feature_files.input_columns(pairs, "q", "") == ("q", "")  # the flags, where given

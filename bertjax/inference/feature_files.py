@@ -193,6 +193,18 @@ def shard_examples(model, layers: tuple[int, ...], pooling: str, dtype: str, sha
     return max(1, min(shard_size, SHARD_BYTES // example))
 
 
+def input_columns(source, text_a_key: str | None, text_b_key: str | None) -> tuple[str, str]:
+    """The columns a CSV/TSV/JSONL input's texts are read from: those given (None: not given),
+    else the fine-tuning run's own (`ModelSource.data`, as predict and its fine-tuning files
+    read them; the second only for a model trained on pairs), else 'text' alone."""
+    data, info = source.data, source.task_info or {}
+    if text_a_key is None:
+        text_a_key = data.get("text_a_key") or "text"
+    if text_b_key is None:
+        text_b_key = (data.get("text_b_key") or "") if info.get("pairs") else ""
+    return text_a_key, text_b_key
+
+
 def read_features(folder: str) -> Iterator[dict[str, Any]]:
     """The examples of a shard folder, in input order: {"index": line index, "values":
     <[K, T, H]> with "tokens", "token_ids" (pooling "none"), or <[K, H]>; "truncated": whether
