@@ -85,7 +85,7 @@ CASES = [
      "--architecture"),
     ("pretrain.py", [PRETRAIN, "--workdir={tmp}/text.txt"], "is a file; give a folder"),
     ("convert_checkpoint.py", ["--input={tmp}/hf", "--output={tmp}/out"], "hf/config.json: not valid JSON"),
-    ("convert_checkpoint.py", ["--input={tmp}/nothing", "--output={tmp}/out"], "is not a directory"),
+    ("convert_checkpoint.py", ["--input={tmp}/nothing", "--output={tmp}/out"], "nothing' does not exist"),
     ("convert_checkpoint.py", ["--input={tmp}", "--output={tmp}/out", "--format=tf", "--architecture=BertModel"],
      "--architecture applies only to --format=huggingface"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab_file={tmp}/vocab.txt"],
@@ -97,7 +97,7 @@ CASES = [
                                                                             "has config.json, model.safetensors)"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt"], "is a file"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out"], "is not a fine-tuned model"),
-    ("export_model.py", ["--model={tmp}/nothing", "--output={tmp}/out"], "is not a directory"),
+    ("export_model.py", ["--model={tmp}/nothing", "--output={tmp}/out"], "nothing' does not exist"),
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/out", "--vocab_size=3"],
      "--vocab_size"),  # (a review: refused after reading the corpus, leaving --output_dir made)

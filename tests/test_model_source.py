@@ -315,8 +315,23 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(FileNotFoundError, match="matches no known checkpoint layout"):
         model_source.resolve(str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="is not a directory"):
+    with pytest.raises(FileNotFoundError, match="notes.txt' is a file, not a directory; expected a checkpoint"):
         model_source.resolve(str(tmp_path / "notes.txt"))
+    with pytest.raises(FileNotFoundError, match="nothing' does not exist; expected a checkpoint directory"):
+        model_source.resolve(str(tmp_path / "nothing"))
+    # A step keep-last-N deleted was 'not a directory', naming none of the steps there (a walkthrough).
+    import jax.numpy as jnp
+
+    from bertjax import checkpointing
+
+    saved = checkpointing.Checkpointer(str(tmp_path / "kept" / "checkpoints"), save_interval_steps=300,
+                                       max_to_keep=2, async_save=False)
+    for step in (300, 600, 900):
+        saved.save(step, {"params": {"w": jnp.zeros(2)}}, data_position=step, config={})
+    saved.close()
+    with pytest.raises(FileNotFoundError, match=r"checkpoints/300' does not exist; the steps saved in .*kept/checkpoints "
+                                                r"are 600, 900 \(older ones are deleted: config.checkpoint.keep\)"):
+        model_source.resolve(str(tmp_path / "kept" / "checkpoints" / "300"))
     # A fine-tuning run before its first evaluation or save (issue 46, 9): said so, not "no layout".
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

@@ -525,6 +525,16 @@ _LAYOUTS = """  Hugging Face: config.json + model.safetensors (or its shards' mo
   bertjax: a checkpoint step folder (state/ + meta/), a run's checkpoint directory, or the run's workdir"""
 
 
+def _steps_beside(path: str) -> list[int]:
+    """The steps of the bertjax checkpoint directory `path` would be a step folder of, if any."""
+    from bertjax import checkpointing
+
+    folder = fileio.parent(path)
+    if not (os.path.basename(path.rstrip("/")).isdigit() and checkpointing.is_bertjax_checkpoint(folder)):
+        return []
+    return sorted(int(name) for name in fileio.listdir(folder) if name.isdigit())
+
+
 def checkpoint_layout(path: str) -> tuple[str, str]:
     """(layout, directory to read) of a checkpoint path, local or gs://.
 
@@ -533,7 +543,12 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     """
     path = os.fspath(path)
     if not fileio.isdir(path):
-        raise FileNotFoundError(f"{path!r} is not a directory; expected a checkpoint directory:\n{_LAYOUTS}")
+        what = "is a file, not a directory" if fileio.exists(path) else "does not exist"
+        steps = _steps_beside(path)
+        if steps:  # a step that keep-last-N deleted, or a typo
+            raise FileNotFoundError(f"{path!r} {what}; the steps saved in {fileio.parent(path)} are "
+                                    f"{', '.join(map(str, steps))} (older ones are deleted: config.checkpoint.keep)")
+        raise FileNotFoundError(f"{path!r} {what}; expected a checkpoint directory:\n{_LAYOUTS}")
     files = set(fileio.listdir(path))
     if "config.json" in files and files & {"model.safetensors", SHARD_INDEX}:
         return "huggingface", path
