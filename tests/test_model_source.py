@@ -329,8 +329,9 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
     for step in (300, 600, 900):
         saved.save(step, {"params": {"w": jnp.zeros(2)}}, data_position=step, config={})
     saved.close()
-    with pytest.raises(FileNotFoundError, match=r"checkpoints/300' does not exist; the steps saved in .*kept/checkpoints "
-                                                r"are 600, 900 \(older ones are deleted: config.checkpoint.keep\)"):
+    with pytest.raises(FileNotFoundError, match=r"checkpoints/300' does not exist; the steps saved in "
+                                                r".*kept/checkpoints are 600, 900 \(older ones are deleted: "
+                                                r"config.checkpoint.keep\)"):
         model_source.resolve(str(tmp_path / "kept" / "checkpoints" / "300"))
     # A fine-tuning run before its first evaluation or save (issue 46, 9): said so, not "no layout".
     run = tmp_path / "run"
