@@ -59,6 +59,9 @@ def check_reused_head(source: model_source.ModelSource, task_info: dict) -> None
     if theirs is None or ours is None or list(theirs) == list(ours):
         return
     if all(re.fullmatch(r"LABEL_\d+", name) for name in theirs):  # a Hugging Face head that names no label
+        if len(theirs) != len(ours):  # (else a shape mismatch deep in the restore)
+            raise ValueError(f"config.reuse_head: {source.path}'s head answers {len(theirs)} labels, this run's task "
+                             f"has {len(ours)} ({', '.join(ours)}); fine-tune a new head (config.reuse_head=False)")
         logging.warning("config.reuse_head: %s's head names its labels %s only; its row k answers this run's "
                         "label k (%s)", source.path, list(theirs), list(ours))
         return
