@@ -236,7 +236,9 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     start = time.time()
     progress = console.Progress(len(units), len(units) - len(jobs), label="prepare", unit="units",
                                 line_seconds=console.LINE_SECONDS, timed_from_start=True)
-    progress.line(f"preparing {len(jobs)} of {len(units)} units of {data_config.source} text into {output_dir} "
+    kind = "the demo corpus" if data_config.source == "demo" else (
+        "text" if data_config.source == "text" else f"{data_config.source} text")
+    progress.line(f"preparing {len(jobs)} of {len(units)} units of {kind} into {output_dir} "
                   f"({num_workers} process{'es' if num_workers > 1 else ''})")
     if num_workers == 1:
         for done, job in enumerate(jobs, start=len(units) - len(jobs) + 1):

@@ -379,10 +379,10 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     never trained (`pooler_trained` False: a masked-LM-only run's) is written with a warning and
     bertjax_pooler_untrained, so that bertjax reading the folder says so again.
     """
-    missing = "the modern encoder" if is_modern(config) else (
+    missing = "the modern encoder (ModernBERT)" if is_modern(config) else (
         f"hidden_act {config.hidden_act!r}" if config.hidden_act not in ("gelu", "gelu_tanh", "relu") else "")
     if missing:
-        raise ValueError(f"export_tf_checkpoint: the original TF code has no {missing}; export to Hugging Face")
+        raise ValueError(f"export_tf_checkpoint: the original TF code cannot run {missing}; export to Hugging Face")
     _check_bert_layout(config, "export_tf_checkpoint")
     config, params = _two_token_type_rows(config, plain_params(params))
     values = {}
