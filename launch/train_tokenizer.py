@@ -114,9 +114,9 @@ def main(_):
             if kind == "wordpiece" and unknown > 0.01 and _LIMIT_ALPHABET.value else "")
     dropped = f"; dropped {dict(drops.counts)} (see the warnings above)" if drops.counts else ""
     print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, [UNK] {unknown:.2%} of the first {len(sample):,} "
-          f"lines' tokens{hint}, vocab_hash {tokenizer.vocab_hash}{dropped}")
-    if kind == "wordpiece":
-        print(f"use it with config.data.vocab_path={path} config.data.do_lower_case={_DO_LOWER_CASE.value}")
+          f"sentences' tokens{hint}, vocab_hash {tokenizer.vocab_hash}{dropped}")
+    casing = "" if kind == "huggingface" else f" --config.data.do_lower_case={_DO_LOWER_CASE.value}"  # (BPE: none)
+    print(f"use it with --config.data.tokenizer={kind} --config.data.vocab_path={path}{casing}")
 
 
 if __name__ == "__main__":

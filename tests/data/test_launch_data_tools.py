@@ -55,6 +55,7 @@ def test_train_bpe_then_prepare_with_it(tmp_path):
                f"--output_dir={tmp_path / 'bpe'}")
     path = str(tmp_path / "bpe" / "tokenizer.json")
     assert f"wrote {path}: 400 tokens" in out
+    assert f"use it with --config.data.tokenizer=huggingface --config.data.vocab_path={path}\n" in out, out
     tokenizer = tokenization.load_tokenizer("huggingface", path)
     assert tokenizer.mask_id == 4 and len(tokenizer.encode("The mayor of the city is here.")) < 20  # 30 bytes
     out = _run("launch/prepare_data.py", "--config=configs/pretrain.py:modernbert-tiny",
@@ -114,10 +115,11 @@ def test_train_tokenizer_reports_unknown_characters_and_keeps_every_one_when_ask
     out = _run("launch/train_tokenizer.py", f"--input={tmp_path}/cjk.txt", "--vocab_size=3000",
                f"--output_dir={tmp_path / 'limited'}")
     assert "raise --limit_alphabet=1000: characters past it are unknown" in out, out
-    assert "use it with config.data.vocab_path=" in out and "config.data.do_lower_case=True" in out
+    assert f"use it with --config.data.tokenizer=wordpiece --config.data.vocab_path={tmp_path}/limited/vocab.txt " \
+           "--config.data.do_lower_case=True" in out, out
     out = _run("launch/train_tokenizer.py", f"--input={tmp_path}/cjk.txt", "--vocab_size=3000", "--limit_alphabet=0",
                f"--output_dir={tmp_path / 'all'}")
-    assert "[UNK] 0.00% of the first 600 lines' tokens" in out, out
+    assert "[UNK] 0.00% of the first 600 sentences' tokens" in out, out
     # An alphabet larger than the size asked for: the vocabulary comes out larger, said so (a review).
     out = _run("launch/train_tokenizer.py", f"--input={tmp_path}/cjk.txt", "--vocab_size=1000", "--limit_alphabet=0",
                f"--output_dir={tmp_path / 'over'}")
