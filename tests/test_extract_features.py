@@ -649,11 +649,14 @@ def test_the_launchers_columns_default_to_the_fine_tuning_runs():
     columns (a walkthrough of the docs)."""
     import types
 
-    pairs = types.SimpleNamespace(data={"text_a_key": "question", "text_b_key": "answer"},
-                                  task_info={"pairs": True})
-    single = types.SimpleNamespace(data={"text_a_key": "review", "text_b_key": "text_b"}, task_info={"pairs": False})
+    data = {"text_a_key": "question", "text_b_key": "answer"}  # (every fine-tuning config has text_a_key)
+    pairs = types.SimpleNamespace(data=data, task_info={"family": "classification", "pairs": True})
+    single = types.SimpleNamespace(data=data, task_info={"family": "classification", "pairs": False})
+    tagger = types.SimpleNamespace(data=data, task_info={"family": "tagging"})
+    squad = types.SimpleNamespace(data=data, task_info={"family": "squad"})
     pretrained = types.SimpleNamespace(data={}, task_info=None)
     assert feature_files.input_columns(pairs, None, None) == ("question", "answer")
-    assert feature_files.input_columns(single, None, None) == ("review", "")
-    assert feature_files.input_columns(pretrained, None, None) == ("text", "")
+    assert feature_files.input_columns(single, None, None) == ("question", "")
+    for other in (tagger, squad, pretrained):  # what predict reads a tagger's sentences from; else 'text'
+        assert feature_files.input_columns(other, None, None) == ("text", "")
     assert feature_files.input_columns(pairs, "q", "") == ("q", "")  # the flags, where given

@@ -195,13 +195,17 @@ def shard_examples(model, layers: tuple[int, ...], pooling: str, dtype: str, sha
 
 def input_columns(source, text_a_key: str | None, text_b_key: str | None) -> tuple[str, str]:
     """The columns a CSV/TSV/JSONL input's texts are read from: those given (None: not given),
-    else the fine-tuning run's own (`ModelSource.data`, as predict and its fine-tuning files
-    read them; the second only for a model trained on pairs), else 'text' alone."""
-    data, info = source.data, source.task_info or {}
+    else those predict reads for the run's task family (`batch_predict.default_keys`: a
+    classifier's own columns, the second only for a model trained on pairs; a tagger's
+    'text'), else 'text' alone."""
+    from bertjax.inference import batch_predict
+
+    info = source.task_info or {}
+    keys = batch_predict.default_keys(info["family"], source.data, info) if info.get("family") else {}
     if text_a_key is None:
-        text_a_key = data.get("text_a_key") or "text"
+        text_a_key = keys.get("text_a") or "text"
     if text_b_key is None:
-        text_b_key = (data.get("text_b_key") or "") if info.get("pairs") else ""
+        text_b_key = (keys.get("text_b") or "") if info.get("pairs") else ""
     return text_a_key, text_b_key
 
 
