@@ -65,8 +65,9 @@ class ChoiceExamples:
 # -- Reading. --
 
 def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choices",
-               label_key: str | None = "label") -> ChoiceExamples:
-    """A JSONL file (local or gs://) -> ChoiceExamples. label_key None: an unlabeled file;
+               label_key: str | None = "label", predicted: bool = True) -> ChoiceExamples:
+    """A JSONL file (local or gs://) -> ChoiceExamples. predicted: whether its predictions are
+    written, which needs distinct ids (`example_ids`). label_key None: an unlabeled file;
     otherwise each line needs an integer label in [0, its number of choices) or -1
     (unlabeled). Blank lines are skipped; anything else malformed raises ValueError naming
     file:line and what was expected."""
@@ -91,7 +92,7 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
         contexts.append(row[context_key]), choices.append(options), labels.append(label)
         locations.append(where)
     return ChoiceExamples(path, contexts, choices, np.array(labels, np.int64), locations,
-                          ids=example_ids(ids, locations))
+                          ids=example_ids(ids, locations, distinct=predicted))
 
 
 def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamples:
@@ -198,7 +199,7 @@ def load_task(config, tokenizer) -> Task:
             if not isinstance(data[key], str) or not data[key]:
                 raise ValueError(f"config.data.{key} must name a JSON key, got {data[key]!r}")
         sources = [(name, read_jsonl(path, data.context_key, data.choices_key, None if name == "test" else
-                                     data.label_key)) for name, path in own_files(config)]
+                                     data.label_key, predicted=name != "train")) for name, path in own_files(config)]
     else:
         raise ValueError(f"config.task={config.task!r} is not a multiple-choice task")
     check_nonempty(sources, "examples")

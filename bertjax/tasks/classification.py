@@ -153,12 +153,13 @@ def read_demo(split: str) -> Examples:
                     [names[label] for _, _, label in examples], list(range(len(examples))))
 
 
-def read_file(path: str, data_config, *, regression: bool, labeled: bool = True, pairs: bool | None = None
-              ) -> Examples:
+def read_file(path: str, data_config, *, regression: bool, labeled: bool = True, pairs: bool | None = None,
+              predicted: bool = True) -> Examples:
     """Your own CSV/TSV/JSONL file -> Examples (labeled=False: a test file, labels not read).
     pairs: whether to read config.data.text_b_key (False: single texts whatever the file
     holds); None: this file decides, single texts when its column is empty in every row (the
-    training file decides for the others: the model reads what it trained on).
+    training file decides for the others: the model reads what it trained on). predicted:
+    whether its predictions are written, which needs distinct ids (`example_ids`).
 
     Errors name file:line and the config key: a missing column, a text that is not text,
     labels of mixed types or (regression) not numbers, an empty file.
@@ -206,7 +207,7 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True,
                          f"{'numbers' if regression else 'class names'}")
     return Examples(path, texts_a, texts_b if keys["text_b_key"] else None,
                     _parse_labels(labels, lines, regression, keys["label_key"]) if labeled else None,
-                    example_ids(ids, lines) or list(range(len(texts_a))), locations=lines)
+                    example_ids(ids, lines, distinct=predicted) or list(range(len(texts_a))), locations=lines)
 
 
 def _given_label_names(names: str, regression: bool) -> tuple[str, ...] | None:
@@ -334,7 +335,7 @@ def load_task(config, tokenizer) -> Task:
         regression = task == "regression" or data.label_kind == "float"
         label_names = _given_label_names(data.label_names, regression)  # checked before any file is read
         files = dict(own_files(config))
-        train = read_file(files["train"], data, regression=regression)
+        train = read_file(files["train"], data, regression=regression, predicted=False)
         pairs = train.texts_b is not None
         evals = [read_file(files["eval"], data, regression=regression, pairs=pairs)] if "eval" in files else []
         tests = ([read_file(files["test"], data, regression=regression, labeled=False, pairs=pairs)]

@@ -321,12 +321,13 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
         yield f"{path}:{first}", dict(zip(header, fields))
 
 
-def example_ids(given: list, locations: list[str]) -> list | None:
+def example_ids(given: list, locations: list[str], distinct: bool = True) -> list | None:
     """The ids a file's rows give ("id", else "idx"; None where a row has none), for the
     predictions' index column; None when no row gives one. ValueError naming file:line for a
     file where some rows give one and others not (a row's place could be another's id), an
-    empty or repeated id (its predictions could not be told apart), or an id a TSV field cannot
-    hold."""
+    empty id, a repeated one where `distinct` (a file whose predictions are written: they
+    could not be told apart; a training file's may repeat, oversampled rows), or an id a TSV
+    field cannot hold."""
     if all(value is None for value in given):
         return None
     first_at: dict[str, str] = {}
@@ -337,7 +338,7 @@ def example_ids(given: list, locations: list[str]) -> list | None:
         shown = str(value)
         if not shown.strip():
             raise ValueError(f"{where}: an empty id: give every row an id (\"id\" or \"idx\"), or none")
-        if shown in first_at:
+        if distinct and shown in first_at:
             raise ValueError(f"{where}: id {value!r} again (first at {first_at[shown]}): the predictions of the two "
                              "could not be told apart; give each row its own id")
         first_at[shown] = where

@@ -185,15 +185,30 @@ def test_regression_files(tmp_path, tokenizer):
     # Empty or repeated ids went into predictions/<split>.tsv, rows no one could tell apart.
     ([{"id": "a", "text_a": "x", "text_b": "y", "label": "a"}, {"id": " ", "text_a": "x", "text_b": "y", "label": "a"}],
      "csv", {}, r"train.csv:3: an empty id"),
-    ([{"id": "a", "text_a": "x", "text_b": "y", "label": "a"}, {"id": "b", "text_a": "x", "text_b": "y", "label": "a"},
-      {"id": "a", "text_a": "z", "text_b": "y", "label": "b"}], "csv", {},
-     r"train.csv:4: id 'a' again \(first at .*train.csv:2\): the predictions of the two could not be told apart"),
 ])
 def test_bad_files_name_the_file_line_and_key(tmp_path, tokenizer, rows, fmt, options, message):
     path = _write(tmp_path / f"train.{fmt}", rows, fmt)
     config = _config(options.pop("task", "classification"), train_file=path, **options)
     with pytest.raises(ValueError, match=message):
         classification.load_task(config, tokenizer)
+
+
+def test_ids_repeated_in_a_file_whose_predictions_are_written_are_refused(tmp_path, tokenizer):
+    """Two rows with id 'a' went into predictions/<split>.tsv, rows no one could tell apart (a
+    walkthrough); a training file's ids may repeat (oversampled rows), its predictions are not
+    written (the review of that fix)."""
+    rows = [{"id": "a", "text_a": "x", "text_b": "y", "label": "a"}, {"id": "b", "text_a": "x", "text_b": "y",
+                                                                      "label": "b"},
+            {"id": "a", "text_a": "z", "text_b": "y", "label": "b"}]
+    repeated = _write(tmp_path / "repeated.csv", rows, "csv")
+    distinct = _write(tmp_path / "distinct.csv", rows[:2], "csv")
+    loaded = classification.load_task(_config("classification", train_file=repeated, eval_file=distinct), tokenizer)
+    assert loaded.train.examples.examples.ids == ["a", "b", "a"]
+    for key in ("eval_file", "test_file"):
+        config = _config("classification", train_file=distinct, **{key: repeated})
+        with pytest.raises(ValueError, match=r"repeated.csv:4: id 'a' again \(first at .*repeated.csv:2\): the "
+                                             r"predictions of the two could not be told apart"):
+            classification.load_task(config, tokenizer)
 
 
 def test_a_text_b_column_empty_in_every_row_reads_single_texts(tmp_path, tokenizer, caplog):
