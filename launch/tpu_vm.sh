@@ -71,9 +71,11 @@ case "$command" in
     tpu create "$TPU_NAME" --accelerator-type="$ACCELERATOR" --version="$RUNTIME" ${SPOT:+--spot}
     ;;
   install)
-    # Anchored at the top: an unanchored 'workdir*' also drops bertjax/runtime/workdir_lock.py.
+    # The files listed by find, pruned at the top: tar's --exclude='workdir*' also drops
+    # bertjax/runtime/workdir_lock.py, and bsdtar (macOS) matches './workdir*' anywhere too.
     archive=${TMPDIR:-/tmp}/bertjax.tgz
-    tar czf "$archive" --exclude=./.venv --exclude=./.git --exclude='./workdir*' .
+    find . \( -path ./.git -o -path ./.venv -o -path './workdir*' \) -prune -o \( -type f -o -type l \) -print0 |
+      tar czf "$archive" --null -T -
     tpu scp "$archive" "$TPU_NAME":/tmp/bertjax.tgz --worker=all
     on_workers all "set -e; mkdir -p $REMOTE_DIR && tar xzf /tmp/bertjax.tgz -C $REMOTE_DIR && cd $REMOTE_DIR
       python3 -m pip install -q --user -U uv
