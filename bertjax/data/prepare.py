@@ -470,8 +470,9 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
                          f"dropped: {dict(dropped) or 'nothing'}); check config.data.source/input_pattern")
     if splits["eval"]["documents"] == 0 and settings["eval_fraction"] > 0:  # (else: pre-training's error, later)
         logging.warning("prepare: none of the %d document(s) fell into the held-out split (config.data.eval_fraction="
-                        "%s: each document is held out by a hash of its text): a run evaluates nothing; give more "
-                        "documents (a blank line separates them) or set config.train.eval_every=0", documents,
+                        "%s: each document is held out by a hash of its text): a pre-training run that evaluates "
+                        "will stop at its start; give more documents (a blank line separates them) or set "
+                        "config.train.eval_every=0", documents,
                         settings["eval_fraction"])
     if documents < 2:
         logging.warning("prepare: a one-document corpus; NSP draws its random B from that document, so "

@@ -175,15 +175,16 @@ def test_a_corpus_held_out_whole_says_so(tmp_path):
 
 
 def test_a_corpus_with_nothing_held_out_says_so(tmp_path, caplog):
-    """20 documents at eval_fraction 0.01: none held out, said nowhere until pre-training stopped
-    with 'no eval documents' (a walkthrough of the docs)."""
+    """A few documents at a small eval_fraction: none held out, said nowhere until pre-training
+    stopped with 'no eval documents' (a walkthrough of the docs)."""
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_text("".join(f"Document {i} is here.\nIt has two sentences.\n\n"
                                                    for i in range(3)))
     metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.01), str(tmp_path / "out"), num_workers=1)
     assert (metadata["splits"]["train"]["documents"], metadata["splits"]["eval"]["documents"]) == (3, 0)
     assert ("none of the 3 document(s) fell into the held-out split (config.data.eval_fraction=0.01: each document "
-            "is held out by a hash of its text): a run evaluates nothing") in caplog.text
+            "is held out by a hash of its text): a pre-training run that evaluates will stop at its "
+            "start") in caplog.text
     caplog.clear()
     prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "none"), num_workers=1)
     assert "held-out split" not in caplog.text  # none asked for
