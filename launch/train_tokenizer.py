@@ -18,6 +18,7 @@ keeps case (--do_lower_case does not apply) and knows every byte, so no text is 
 
 import itertools
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -116,7 +117,7 @@ def main(_):
     print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, [UNK] {unknown:.2%} of the first {len(sample):,} "
           f"sentences' tokens{hint}, vocab_hash {tokenizer.vocab_hash}{dropped}")
     casing = "" if kind == "huggingface" else f" --config.data.do_lower_case={_DO_LOWER_CASE.value}"  # (BPE: none)
-    print(f"use it with --config.data.tokenizer={kind} --config.data.vocab_path={path}{casing}")
+    print(f"use it with --config.data.tokenizer={kind} --config.data.vocab_path={shlex.quote(path)}{casing}")
 
 
 if __name__ == "__main__":
