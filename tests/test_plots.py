@@ -113,7 +113,7 @@ def test_a_plot_that_fails_leaves_the_last_one_and_files_reach_the_disk_before_t
     fileio.write_json(str(tmp_path / "row.json"), {"a": 1})
     first = synced[0]
     assert len(synced) == 2 and synced[1] == str(tmp_path)
-    assert re.fullmatch(rf"{tmp_path}/row\.json\.tmp-{os.getpid()}\d{{10}}", synced[0])
+    assert re.fullmatch(rf"{tmp_path}/row\.json\.tmp-{os.getpid()}-[0-9a-f]{{8}}", synced[0])
     # Unique per write, not per process: hosts of a run (pid 1 in containers) can write one file.
     synced.clear()
     fileio.write_json(str(tmp_path / "row.json"), {"a": 1})

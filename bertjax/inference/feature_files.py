@@ -66,7 +66,7 @@ from bertjax.tasks import common
 FORMAT = "bertjax-features/1"
 MANIFEST = "manifest.json"
 _PROGRESS_FILE = re.compile(r"manifest-process\d+-of-\d+\.json")  # a multi-process run's own progress
-_INTERRUPTED_WRITE = re.compile(r".+\.tmp-\d+")  # fileio.write_bytes's name before its rename: a killed run's
+_INTERRUPTED_WRITE = re.compile(r".+\.tmp-[\w-]+")  # fileio.write_bytes's name before its rename: a killed run's
 _SHARD_FILE = re.compile(r"shard-\d{5,}\.npz")  # (see _shard_name)
 INPUT_FORMATS = ("text", "csv", "tsv", "jsonl")
 SHARD_BYTES = 512 << 20  # a shard's values at most, whatever --shard_size asks

@@ -179,7 +179,7 @@ def write_with(path: str, write: Callable[[Any], Any]) -> None:
     (.npz) do."""
     # The pid alone is not unique: processes of a multi-host run on gs:// may write the same file
     # (host_split=global_batch's epoch sizes) and have the same pid (1, in containers).
-    tmp = f"{path}.tmp-{os.getpid()}{int.from_bytes(os.urandom(4), 'big'):010d}"
+    tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         if is_remote(path):
             buffer = io.BytesIO()
