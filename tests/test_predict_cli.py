@@ -488,8 +488,8 @@ def test_json_lines_named_json_for_a_span_qa_model_are_named_as_such(tmp_path):
 
     (tmp_path / "q.json").write_text('{"question": "who", "context": "bob"}\n{"question": "who", "context": "al"}\n')
     with pytest.raises(ValueError, match=r"q.json: not valid JSON \(Extra data\) at line 2 column 1; one JSON object "
-                                         r"a line is JSON Lines, not the SQuAD layout \(predict reads it with "
-                                         r"--input_format=jsonl\)"):
+                                         r"a line is JSON Lines, not the SQuAD layout \(fine-tuning reads only the "
+                                         r"SQuAD layout; predict reads JSON Lines with --input_format=jsonl\)"):
         squad_examples.read_json(str(tmp_path / "q.json"))
     (tmp_path / "one.json").write_text('{"question": "who", "context": "bob"}\n')
     with pytest.raises(ValueError, match=r"one.json: expected a JSON object with a 'data' list \(the SQuAD layout\); "

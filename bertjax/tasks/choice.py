@@ -75,7 +75,9 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
     for where, row in read_records(path, "jsonl"):
         ids.append(row.get("id", row.get("idx")))
         if not isinstance(row.get(context_key), str):
-            raise ValueError(f"{where}: expected an object with a {context_key!r} string")
+            missing = (f"; the row has {sorted(row)} (config.data.context_key and choices_key name the columns)"
+                       if context_key not in row else "")
+            raise ValueError(f"{where}: expected an object with a {context_key!r} string{missing}"[:400])
         options = row.get(choices_key)
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
             raise ValueError(f"{where}: expected {choices_key!r} to be a list of at least 2 strings, "

@@ -62,8 +62,8 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
     question without answers or "is_impossible", in a file with either elsewhere, is
     unanswerable, as the scorer reads it).
     """
-    jsonl_hint = ("; one JSON object a line is JSON Lines, not the SQuAD layout (predict reads it with "
-                  "--input_format=jsonl)")
+    jsonl_hint = ("; one JSON object a line is JSON Lines, not the SQuAD layout (fine-tuning reads only the "
+                  "SQuAD layout; predict reads JSON Lines with --input_format=jsonl)")
     try:
         raw = fileio.read_json(path)
     except json.JSONDecodeError as e:  # "Extra data" at line 2: JSON Lines named .json

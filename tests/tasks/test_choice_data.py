@@ -98,7 +98,9 @@ def test_predictions_carry_the_rows_ids(tmp_path, demo_tokenizer):
 
 @pytest.mark.parametrize("row, message", [
     ('{"context": "a", "choices": ["x", "y"], "label": 0', "not JSON"),
-    ({"choices": ["x", "y"], "label": 0}, "expected an object with a 'context' string"),
+    ({"choices": ["x", "y"], "label": 0}, r"expected an object with a 'context' string; the row has \['choices', "
+     r"'label'\] \(config.data.context_key and choices_key name the columns\)"),
+    ({"context": 3, "choices": ["x", "y"], "label": 0}, r"expected an object with a 'context' string$"),
     ({"context": "a", "choices": ["x"], "label": 0}, r"expected 'choices' to be a list of at least 2 .*got \['x'\]"),
     ({"context": "a", "choices": "xy", "label": 0}, "expected 'choices' to be a list"),
     ({"context": "a", "choices": ["x", "y"], "label": 2}, r"expected 'label' to be an integer in \[0, 2\).*got 2"),
