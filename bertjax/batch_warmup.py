@@ -9,9 +9,10 @@ rows over its first 50B tokens). The batch grows in whole units of `start` rows:
 (step 0-based) so the run trains at start, 2 x start, ... rows over its first `warmup_steps`
 steps and at global_batch_size after them. Each size is a shape of its own: the train step
 compiles once per size it reaches (at most K programs, not one per step), and the input
-reads batches of `start` rows and joins `units(step)` of them. Where the data stands is a pure function of the step (`units_before`), so a resumed
-run reads on exactly where the interrupted one stopped; a run resumed with other batch settings
-goes on after the rows its checkpoint read (`pretrain.resume_unit`).
+reads batches of `start` rows and joins `units(step)` of them. Where the data stands is a pure
+function of the step (`units_before`), so a resumed run reads on exactly where the interrupted
+one stopped; a run resumed with other batch settings goes on after the rows its checkpoint
+read (`pretrain.resume_unit`).
 """
 
 from __future__ import annotations

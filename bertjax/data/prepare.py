@@ -472,8 +472,7 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
         logging.warning("prepare: none of the %d document(s) fell into the held-out split (config.data.eval_fraction="
                         "%s: each document is held out by a hash of its text): a pre-training run that evaluates "
                         "will stop at its start; give more documents (a blank line separates them) or set "
-                        "config.train.eval_every=0", documents,
-                        settings["eval_fraction"])
+                        "config.train.eval_every=0", documents, settings["eval_fraction"])
     if documents < 2:
         logging.warning("prepare: a one-document corpus; NSP draws its random B from that document, so "
                         "IsNext and NotNext differ only in order (is there a blank line between documents?)")

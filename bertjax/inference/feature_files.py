@@ -376,10 +376,11 @@ def _merge(output: str, processes: int, total: int) -> dict[str, Any]:
             "num_examples": total}
 
 
-def _jsonl_temporary(output: str) -> str:
+def _jsonl_temporary(output: str, pid: int | str | None = None) -> str:
     """The name a JSONL output is written under until complete: the host and the process (a
-    second run writing the same output, here or on another host, has a file of its own)."""
-    return f"{output}.tmp-{socket.gethostname()}-{os.getpid()}"
+    second run writing the same output, here or on another host, has a file of its own).
+    pid: another process's (default: this one's; "": the name's part before any pid)."""
+    return f"{output}.tmp-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
 def _remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
@@ -390,7 +391,7 @@ def _remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
     folder = os.path.dirname(os.path.abspath(output))
     if fileio.is_remote(output) or not os.path.isdir(folder):
         return
-    prefix = f"{os.path.basename(output)}.tmp-{socket.gethostname()}-"  # (as _jsonl_temporary names them)
+    prefix = os.path.basename(_jsonl_temporary(output, pid=""))
     for name in os.listdir(folder):
         pid = name[len(prefix):]
         if not (name.startswith(prefix) and pid.isdigit() and len(pid) < 10):
