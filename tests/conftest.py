@@ -1,12 +1,11 @@
 """Test-wide set-up: 8 simulated CPU devices (for sharding tests), a temporary folder of
 the session's own, and the `slow` marker."""
 
-import fcntl
 import os
 import shutil
 import tempfile
 
-from small_runs import SMALL_MODEL, minilm_reviews_config, suite_xla_flags  # plain Python: imports no JAX
+from small_runs import SMALL_MODEL, built_once, minilm_reviews_config, suite_xla_flags  # plain Python: imports no JAX
 
 # Must happen before jax is imported anywhere: 8 simulated CPU devices for the tests marked
 # `multidevice` (meshes, data parallelism, sharded checkpoints), or BERTJAX_TEST_DEVICES of
@@ -87,25 +86,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _built_once(tmp_path_factory, name, build):
-    """The session's directory `name`, filled by `build(directory)` once for all pytest-xdist
-    workers: the first to ask builds it under a lock, the others wait and share it (read-only)."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        directory = tmp_path_factory.mktemp(name)
-        build(directory)
-        return directory
-    root = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's own
-    directory = root / name
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not (directory / ".built").exists():
-            shutil.rmtree(directory, ignore_errors=True)
-            directory.mkdir()
-            build(directory)
-            (directory / ".built").touch()
-    return directory
-
-
 def _repo_on_path():
     import sys
 
@@ -171,7 +151,7 @@ def small_pretrained_run(tmp_path_factory):
         config.checkpoint.every = 4
         pretrain.train_and_evaluate(config, str(directory / "run"))
 
-    return str(_built_once(tmp_path_factory, "small_pretrain", build) / "run")
+    return str(built_once(tmp_path_factory, "small_pretrain", build) / "run")
 
 
 @pytest.fixture(scope="session")
@@ -187,7 +167,7 @@ def minilm_classifier_run(tmp_path_factory):
                                     str(directory / "run"))
         assert summary["best"]["metrics"]["accuracy"] == 1.0, summary
 
-    return str(_built_once(tmp_path_factory, "minilm_classifier", build) / "run")
+    return str(built_once(tmp_path_factory, "minilm_classifier", build) / "run")
 
 
 @pytest.fixture(scope="session")
@@ -223,6 +203,6 @@ def runs(tmp_path_factory):
         tiny_finetune_run("choice", directory / "choice", train_file=str(directory / "choice_train.jsonl"),
                           eval_file=str(directory / "choice_dev.jsonl"))
 
-    directory = _built_once(tmp_path_factory, "prediction_runs", build)
+    directory = built_once(tmp_path_factory, "prediction_runs", build)
     dev_rows = {"ner": ner_dev, "ner_bilstm": ner_dev, "squad": squad_dev, "choice": choice_dev}
     return {family: (str(directory / family / "run"), rows) for family, rows in dev_rows.items()}

@@ -48,6 +48,29 @@ def two_cpu_processes(script: str, devices_each: int = 2, timeout: int = 120) ->
     return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
 
 
+def built_once(tmp_path_factory, name, build):
+    """The session's directory `name`, filled by `build(directory)` once for all pytest-xdist
+    workers: the first to ask builds it under a lock, the others wait and share it (read-only)."""
+    import fcntl
+    import os
+    import shutil
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        directory = tmp_path_factory.mktemp(name)
+        build(directory)
+        return directory
+    root = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's own
+    directory = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (directory / ".built").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            (directory / ".built").touch()
+    return directory
+
+
 # A one-layer model of the tiny preset's family: seconds per run on a CPU.
 SMALL_MODEL = dict(preset="tiny", num_hidden_layers=1, hidden_size=64, num_attention_heads=2, intermediate_size=128)
 # Four reviews, two labels: what `minilm_classifier_run` learns.

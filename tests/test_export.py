@@ -3,6 +3,7 @@ process that imports only TensorFlow, answers as `model.predict` does for every 
 
 import json
 import os
+import pickle
 import random
 import shlex
 import subprocess
@@ -10,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from small_runs import REVIEWS, tiny_finetune_run
+from small_runs import REVIEWS, built_once, tiny_finetune_run
 
 # Loads SavedModels and calls their serving signature on strings (or token ids), with TensorFlow alone (TensorFlow
 # imports JAX when it is installed, as an option: here it cannot).
@@ -149,8 +150,9 @@ LENGTH = 64  # every tiny run's input fits one window: the export takes one
 
 def _export_and_serve(cases, directory):
     """{name: (family, model path, max_seq_length, precision, serving inputs, predict's inputs)} ->
-    {name: (model, serving inputs, predict's results, the SavedModel's outputs from a TF-only
-    process)}, predict's and the SavedModel's products at `precision`."""
+    {name: (model path, max_seq_length, precision, serving inputs, predict's results, the
+    SavedModel's outputs from a TF-only process)}, predict's and the SavedModel's products at
+    `precision`."""
     import bertjax
     from bertjax.inference import export
 
@@ -167,22 +169,36 @@ def _export_and_serve(cases, directory):
             assert recorded["settings"] == {"max_query_length": 12, "doc_stride": 8, "n_best_size": 20,
                                             "max_answer_length": 30, "null_score_diff_threshold": 0.0}
         calls += [(saved, inputs), (saved, {name: [] for name in inputs})]  # and an empty batch (issue 46, 8)
-        found[name] = (model, inputs, model.predict(predict_inputs))
+        found[name] = (model, path, length, precision, inputs, model.predict(predict_inputs))
     results = serve_with_tensorflow_only(calls, str(directory))
     results, empty = results[0::2], results[1::2]
-    for (model, _, _), result, nothing in zip(found.values(), results, empty):
+    for (model, *_), result, nothing in zip(found.values(), results, empty):
         assert result["inputs"] == sorted(export.serving_inputs(model.task_info))
         assert set(nothing["outputs"]) == set(result["outputs"]) and all(
             value == [] for value in nothing["outputs"].values()), nothing
-    return {name: (*found[name], result["outputs"]) for name, result in zip(found, results)}
+    return {name: (*found[name][1:], result["outputs"]) for name, result in zip(found, results)}
 
 
 @pytest.fixture(scope="module")
 def exported(runs, minilm_classifier_run, tmp_path_factory):
-    """Classification (MiniLM, with float32 and with bfloat16 products), regression on pairs,
+    """{name: (model, serving inputs, predict's results, the SavedModel's outputs)}:
+    classification (MiniLM, with float32 and with bfloat16 products), regression on pairs,
     tagging, squad and choice (tiny runs: the prediction tests' and one regression run),
-    exported and served by one TensorFlow process."""
-    directory = tmp_path_factory.mktemp("exports")
+    exported and served by one TensorFlow process once for all the session's test processes
+    (each of them loads the models again)."""
+    import bertjax
+
+    def build(directory):
+        served = _export_and_serve(_serving_cases(runs, minilm_classifier_run, directory), directory)
+        (directory / "served.pkl").write_bytes(pickle.dumps(served))
+
+    served = pickle.loads((built_once(tmp_path_factory, "exports", build) / "served.pkl").read_bytes())
+    return {name: (bertjax.load_model(path, max_seq_length=length, batch_size=4, precision=precision), *results)
+            for name, (path, length, precision, *results) in served.items()}
+
+
+def _serving_cases(runs, minilm_classifier_run, directory):
+    """_export_and_serve's cases: the runs' inputs, with the edge cases reviews found."""
     rows = [(a, b, float(len(a) % 5)) for a, b in zip(["a cat sat", "the dog ran far away", "hello there"] * 6,
                                                         ["on a mat", "so fast", "general kenobi you are bold"] * 6)]
     (directory / "pairs.csv").write_text("text_a,text_b,label\n" + "".join(f"{a},{b},{y}\n" for a, b, y in rows))
@@ -217,7 +233,7 @@ def exported(runs, minilm_classifier_run, tmp_path_factory):
     choices["choices"] += [[""] * 4, ["", runs["choice"][1][0][1][0], "", ""]]
     reviews = [t for t, _ in REVIEWS] + ["a dull film, sadly", "Ünïcödé 日本 " + "w" * 120, "a fine film " * 100,
                                          "I LIKED IT: AN INTERESTING FILM IN ITALIAN"]
-    return _export_and_serve({
+    return {
         "classification": ("classification", minilm_classifier_run, None, "float32", {"text": reviews}, reviews),
         "bfloat16": ("classification", minilm_classifier_run, None, "bfloat16", {"text": reviews}, reviews),
         "regression": ("classification", regression, LENGTH, "float32", pairs,
@@ -226,7 +242,7 @@ def exported(runs, minilm_classifier_run, tmp_path_factory):
         "squad": ("squad", runs["squad"][0], LENGTH, "float32", qa,
                   [{"question": q, "context": c} for q, c in zip(*qa.values())]),
         "choice": ("choice", runs["choice"][0], LENGTH, "float32", choices, predicted_choices),
-    }, directory)
+    }
 
 
 def test_an_export_that_fails_leaves_no_version_behind(minilm_classifier_run, tmp_path, monkeypatch):
