@@ -52,7 +52,7 @@ def test_masked_lm_only_pretraining_leaves_the_pooler_untrained():
     saturate it)."""
     model = BertForPreTraining(CONFIG, next_sentence_prediction=False)
     positions = jnp.asarray([[1, 4, 0], [2, 3, 6]], jnp.int32)
-    params = nn.unbox(model.init(jax.random.key(0), IDS, TYPES, MASK, positions)["params"])
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), IDS, TYPES, MASK, positions)["params"])
     assert set(params) == {"bert", "mlm"}
     batch = {"masked_lm_ids": np.array([[3, 9, 0], [4, 5, 6]]),
              "masked_lm_weights": np.array([[1, 1, 0], [1, 1, 1]], np.float32),
@@ -63,7 +63,7 @@ def test_masked_lm_only_pretraining_leaves_the_pooler_untrained():
         assert nsp_logits is None
         return pretraining_loss(mlm_logits, nsp_logits, batch)
 
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    (loss, metrics), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(params)
     assert set(metrics) == {"mlm_loss", "mlm_accuracy"}
     np.testing.assert_allclose(loss, metrics["mlm_loss"], rtol=1e-6)
     assert loss > 1.0

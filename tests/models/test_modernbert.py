@@ -220,21 +220,22 @@ def test_the_windowed_attention_forms_agree():
     padded[1, 20:] = 0
     packed = np.concatenate([np.full(15, 1), np.full(17, 2), np.zeros(5)]).astype(np.int32)[None].repeat(2, 0)
     for sequence_ids, is_packed in ((padded, False), (packed, True)):
-        layer = lambda cfg: BertSelfAttention(cfg, True, is_packed, window=8, rope_theta=10_000.0)
-        params = layer(config).init(jax.random.key(0), x, jnp.asarray(sequence_ids))
-        blocked = layer(config).apply(params, x, jnp.asarray(sequence_ids))
+        # Jitted: eager, every op of every form compiled on its own.
+        layer = lambda cfg: jax.jit(BertSelfAttention(cfg, True, is_packed, window=8, rope_theta=10_000.0).apply)
+        params = BertSelfAttention(config, True, is_packed, window=8, rope_theta=10_000.0).init(
+            jax.random.key(0), x, jnp.asarray(sequence_ids))
+        blocked = layer(config)(params, x, jnp.asarray(sequence_ids))
         real = sequence_ids > 0
-        fused = layer(config.replace(attention_impl="fused")).apply(params, x, jnp.asarray(sequence_ids))
+        fused = layer(config.replace(attention_impl="fused"))(params, x, jnp.asarray(sequence_ids))
         np.testing.assert_allclose(np.asarray(blocked)[real], np.asarray(fused)[real], atol=2e-5)
         short = x[:, :12]  # S <= 1.5 w: the banded form
-        band = layer(config).apply(params, short, jnp.asarray(sequence_ids[:, :12]))
-        band_fused = layer(config.replace(attention_impl="fused")).apply(params, short, jnp.asarray(sequence_ids[:, :12]))
+        band = layer(config)(params, short, jnp.asarray(sequence_ids[:, :12]))
+        band_fused = layer(config.replace(attention_impl="fused"))(params, short, jnp.asarray(sequence_ids[:, :12]))
         np.testing.assert_allclose(np.asarray(band)[real[:, :12]], np.asarray(band_fused)[real[:, :12]], atol=2e-5)
         # cuDNN has no two-sided window (jax raises at trace time): a local layer runs as XLA's
         # (in bfloat16: cuDNN has no float32 form).
-        half = layer(config.replace(dtype="bfloat16")).apply(params, x, jnp.asarray(sequence_ids))
-        cudnn = layer(config.replace(attention_impl="cudnn", dtype="bfloat16")).apply(params, x,
-                                                                                   jnp.asarray(sequence_ids))
+        half = layer(config.replace(dtype="bfloat16"))(params, x, jnp.asarray(sequence_ids))
+        cudnn = layer(config.replace(attention_impl="cudnn", dtype="bfloat16"))(params, x, jnp.asarray(sequence_ids))
         np.testing.assert_array_equal(np.asarray(cudnn, np.float32), np.asarray(half, np.float32))
 
 
@@ -247,11 +248,12 @@ def test_a_packed_row_encodes_each_sequence_as_alone():
     sequence_ids = np.concatenate([np.full(30, 1), np.full(21, 2), np.zeros(5)])[None].astype(np.int32)
     position_ids = np.concatenate([np.arange(30), np.arange(21), np.zeros(5)])[None].astype(np.int32)
     encoder = BertEncoder(config)
-    params = encoder.init(jax.random.key(0), jnp.asarray(row))
-    packed, pooled = encoder.apply(params, jnp.asarray(row), position_ids=jnp.asarray(position_ids),
-                                   sequence_ids=jnp.asarray(sequence_ids), pooled_positions=jnp.asarray([[0, 30]]))
+    params = jax.jit(encoder.init)(jax.random.key(0), jnp.asarray(row))
+    encode = jax.jit(encoder.apply)  # eager, each length compiled every op of its own
+    packed, pooled = encode(params, jnp.asarray(row), position_ids=jnp.asarray(position_ids),
+                            sequence_ids=jnp.asarray(sequence_ids), pooled_positions=jnp.asarray([[0, 30]]))
     for start, tokens, k in ((0, first, 0), (30, second, 1)):
-        alone, alone_pooled = encoder.apply(params, jnp.asarray(tokens[None]))
+        alone, alone_pooled = encode(params, jnp.asarray(tokens[None]))
         np.testing.assert_allclose(np.asarray(packed)[0, start:start + len(tokens)], np.asarray(alone)[0], atol=2e-5)
         np.testing.assert_allclose(np.asarray(pooled)[0, k], np.asarray(alone_pooled)[0], atol=2e-5)
 
