@@ -115,12 +115,20 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     assert _read(tmp_path / "pos.conll", "tagging") == [(f"{tmp_path}/pos.conll:1", ["EU", "rejects"])]
     # A CoNLL file named .txt (as the fine-tuning configs name theirs) read as one sentence a
     # line would tag "EU B-ORG" as four words, and a blank line as a sentence: refused.
-    for name, text in (("test.txt", "-DOCSTART- O\n\nEU B-ORG\nrejects O\n"), ("dev", "EU NNP B-NP\nsays VBZ O\n")):
+    # So would an untagged test file (each word a sentence), or one of words and POS tags.
+    for name, text in (("test.txt", "-DOCSTART- O\n\nEU B-ORG\nrejects O\n"), ("dev", "EU NNP B-NP\nsays VBZ O\n"),
+                       ("untagged.txt", "\nEU\nrejects\nGerman\n\n\nPeter\nBlackburn\n"),
+                       ("pos.txt", "EU NNP\nrejects VBZ\n\nPeter NNP\n")):
         (tmp_path / name).write_text(text)
         with pytest.raises(ValueError, match=rf"{name} looks like conll, not one input a line: pass "
                                              r"--input_format=conll \(or --input_format=text"):
             batch_predict.file_format(str(tmp_path / name), "tagging")
         assert batch_predict.file_format(str(tmp_path / name), "tagging", "text") == "text"
+    # Sentences a line, some of them a word or blank, are sentences.
+    for name, text in (("words.txt", "Paris\nLondon\nOslo\n"), ("spaced.txt", "Anna sings\n\nin Oslo today\n"),
+                       ("singles.txt", "Paris\n\nLondon\n")):
+        (tmp_path / name).write_text(text)
+        assert batch_predict.file_format(str(tmp_path / name), "tagging") == "text"
     # JSON Lines in a .txt would be tagged token by token ({, ", text, ...): refused as every family refuses it.
     (tmp_path / "rows.txt").write_text(json.dumps({"text": "John lives in Paris"}) + "\n")
     for family in ("tagging", "squad"):

@@ -366,11 +366,12 @@ def _jsonl_records(path: str, bad_rows: str) -> Iterator[tuple[str, dict | Value
         yield f"{path}:{number}", row
 
 
-def first_lines(path: str, count: int = 20) -> list[str]:
+def first_lines(path: str, count: int = 20, blank: bool = False) -> list[str]:
     """Up to `count` non-blank lines from the start of `path` (its first 64 KiB, or up to the end
     of its first line, within 64 MiB), split where the text reader splits them: at line feeds
     (at carriage returns in a file without one), not at U+2028 or U+0085, which a JSON line may
-    hold unescaped; a byte order mark is not part of the first."""
+    hold unescaped; a byte order mark is not part of the first. `blank`: the blank lines among
+    them too, as ""."""
     with fileio.open_file(path, "rb") as f:
         head = f.read(1 << 16)
         ended = len(head) < 1 << 16
@@ -380,7 +381,14 @@ def first_lines(path: str, count: int = 20) -> list[str]:
     text = head.decode("utf-8-sig", errors="replace")
     lines = [line.removesuffix("\r") for line in text.split("\n")] if "\n" in text else text.split("\r")
     whole = lines if ended else lines[:-1]  # the last may be cut
-    return [line for line in whole if line.strip()][:count]
+    found, written = [], 0
+    for line in whole:
+        if written == count:
+            break
+        written += bool(line.strip())
+        if line.strip() or blank:
+            found.append(line if line.strip() else "")
+    return found
 
 
 def json_lines(first: list[str]) -> bool:

@@ -108,8 +108,8 @@ class Family:
         raise ValueError(f"input format {input_format!r} is not one a {self.name} model reads")
 
     def format_of_text(self, lines: list[str]) -> str:
-        """One of the family's own formats (`extensions`) that a file's first non-blank `lines`
-        are plainly written in, else "": a file whose name says text but whose lines are not."""
+        """One of the family's own formats (`extensions`) that a file's first `lines` (blank ones
+        as "") are plainly written in, else "": a file whose name says text but whose lines are not."""
         return ""
 
     # -- The serving export (`inference.export`): TensorFlow ops. --

@@ -8,8 +8,8 @@ a blank line between sentences, `-DOCSTART-` lines skipped.
 Features: every word is tokenized on its own (in bulk); a word that yields no tokens
 becomes [UNK]. `[CLS] sub-words [SEP]`; the word's label sits on its first sub-word, and
 its other sub-words, [CLS], [SEP] and padding have weight 0. A sentence longer than
-`max_seq_length - 2` tokens continues in further windows that overlap by `stride` tokens
-(half a window by default, as `common.sliding_windows`); each word is predicted (weight 1)
+`max_seq_length - 2` tokens continues in further windows starting every `stride` tokens
+(half a window by default: they overlap by the rest, as `common.sliding_windows`); each word is predicted (weight 1)
 in exactly one window, the one where its first sub-word has the most context
 (`common.max_context_flags`), so no word is dropped from training or evaluation.
 
@@ -512,10 +512,22 @@ class TaggingFamily(Family):
         return zip(examples.locations, examples.sentences)
 
     def format_of_text(self, lines):
-        """CoNLL: a -DOCSTART- line, or token lines that all end in a tag column."""
-        columns = [line.split() for line in lines]
+        """CoNLL: a -DOCSTART- line; token lines that all end in a tag column; or blocks of token
+        lines parted by blank lines, every line of as many columns (at most CoNLL's 4): an
+        untagged test file, or one of words and POS tags, where each word read as a sentence
+        would be tagged alone."""
+        columns = [line.split() for line in lines if line]
         if any(row[0] == "-DOCSTART-" for row in columns) or columns and all(
                 len(row) >= 2 and ner_metrics.is_tag(row[-1]) for row in columns):
+            return "conll"
+        runs, run = [], 0  # the lengths of the runs of non-blank lines
+        for line in [*lines, ""]:
+            if line:
+                run += 1
+            elif run:
+                runs, run = [*runs, run], 0
+        widths = {len(row) for row in columns}
+        if len(runs) > 1 and max(runs) > 1 and len(widths) == 1 and max(widths) <= 4:
             return "conll"
         return ""
 
