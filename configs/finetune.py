@@ -127,7 +127,7 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data.text_a_key = "text_a"
     config.data.text_b_key = "text_b"    # "" = single sentences
     config.data.label_key = "label"
-    config.data.label_names = ""         # comma-separated; "" = sorted labels (tags) of the training file
+    config.data.label_names = ""         # comma-separated; "" = the training file's, sorted (tags: "O" first)
     config.data.label_kind = "class"     # class | float (regression)
     # Span QA (squad_v1, squad_v2, squad: train_file, eval_file, test_file in the SQuAD JSON layout).
     config.data.doc_stride = 128         # tokens between the starts of a long context's windows
