@@ -316,9 +316,10 @@ def load_task(config, tokenizer) -> Task:
     then sorted) or config.data.label_names (comma-separated)."""
     data = config.data
     if config.task == "conll2003":
-        if data.label_names:
-            raise ValueError(f"config.data.label_names={data.label_names!r} is for your own files (config.task=ner); "
-                             f"conll2003 has its dataset's tags: leave it unset")
+        for key, default in (("label_names", ""), ("tag_column", -1)):
+            if data[key] != default:
+                raise ValueError(f"config.data.{key}={data[key]!r} is for your own files (config.task=ner); "
+                                 f"conll2003 has its dataset's tags: leave it unset")
         data_dir = data.tfds_data_dir or None
         sources = [(split, read_tfds("conll2003", split, data_dir)) for split in ("train", "dev", "test")]
         num_evals = 2

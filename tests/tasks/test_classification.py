@@ -564,6 +564,8 @@ def test_own_file_label_settings_are_refused_for_a_dataset_task(tokenizer):
             classification.load_task(_config(task, **data), tokenizer)
     with pytest.raises(ValueError, match=r"config.data.label_names='O,B-PER' is for your own files \(config.task=ner\)"):
         tagging.load_task(_config("conll2003", label_names="O,B-PER"), tokenizer)
+    with pytest.raises(ValueError, match=r"config.data.tag_column=2 is for your own files \(config.task=ner\)"):
+        tagging.load_task(_config("conll2003", tag_column=2), tokenizer)
 
 
 def test_a_tsv_quoted_by_a_csv_writer_is_warned_of(tmp_path, caplog):
