@@ -461,7 +461,9 @@ def test_the_readme_serving_commands_match_the_export():
     curl = next(c for c in commands if c.startswith("curl"))
     output = next(a.split("=", 1)[1] for a in exporting if a.startswith("--output="))
     flags = dict(a[2:].split("=", 1) for a in docker if a.startswith("--") and "=" in a)
-    assert set(flags) == {"rest_api_port", "model_name", "model_base_path"}  # tensorflow_model_server's flags
+    assert set(flags) == {"rest_api_port", "model_name", "model_base_path", "xla_cpu_compilation_enabled"}
+    # The model is an XlaCallModule op: without XLA on, the server loads it and fails every request.
+    assert flags["xla_cpu_compilation_enabled"] == "true"
     assert docker[docker.index("--entrypoint") + 1] == "tensorflow_model_server"
     assert docker[docker.index("-v") + 1] == f"{output}:{flags['model_base_path']}"
     assert docker[docker.index("-p") + 1] == f"{flags['rest_api_port']}:{flags['rest_api_port']}"
