@@ -9,9 +9,9 @@ Features: every word is tokenized on its own (in bulk); a word that yields no to
 becomes [UNK]. `[CLS] sub-words [SEP]`; the word's label sits on its first sub-word, and
 its other sub-words, [CLS], [SEP] and padding have weight 0. A sentence longer than
 `max_seq_length - 2` tokens continues in further windows starting every `stride` tokens
-(half a window by default: they overlap by the rest, as `common.sliding_windows`); each word is predicted (weight 1)
-in exactly one window, the one where its first sub-word has the most context
-(`common.max_context_flags`), so no word is dropped from training or evaluation.
+(half a window by default: they overlap by the rest, as `common.sliding_windows`); each word
+is predicted (weight 1) in exactly one window, the one where its first sub-word has the most
+context (`common.max_context_flags`), so no word is dropped from training or evaluation.
 
     Split.features: input_ids, segment_ids, input_mask, label_ids <int32>[N, S];
                     label_weights <float32>[N, S] (1 where a word is predicted, also when
