@@ -27,7 +27,7 @@ def _inputs(batch=3, length=12, seed=0):
 
 
 def _init(config, inputs):
-    return nn.unbox(BertEncoder(config).init(jax.random.key(0), *inputs)["params"])
+    return nn.unbox(jax.jit(BertEncoder(config).init)(jax.random.key(0), *inputs)["params"])
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_attention_dropout_gradient_equals_plain_dropout():
 @pytest.mark.parametrize("remat_policy", ["none", "full", "dots", "dots_no_batch"])
 def test_scan_and_remat_match_unrolled(tiny_params, remat_policy):
     inputs = _inputs()
-    reference = BertEncoder(TINY).apply({"params": tiny_params}, *inputs)[0]
+    reference = jax.jit(BertEncoder(TINY).apply)({"params": tiny_params}, *inputs)[0]
     scanned = TINY.replace(scan_layers=True, remat_policy=remat_policy)
     stacked = stack_layers(tiny_params, TINY.num_hidden_layers)
     assert jax.tree_util.tree_structure(stacked) == jax.tree_util.tree_structure(_init(scanned, inputs))
@@ -158,8 +158,8 @@ def test_scan_and_remat_match_unrolled(tiny_params, remat_policy):
 
     # Gradients agree too (remat changes what is stored, never what is computed).
     loss = lambda config, p: jnp.sum(BertEncoder(config).apply({"params": p}, *inputs)[0] ** 2)
-    grad_unrolled = jax.grad(lambda p: loss(TINY, p))(tiny_params)
-    grad_scanned = unstack_layers(jax.grad(lambda p: loss(scanned, p))(stacked))
+    grad_unrolled = jax.jit(jax.grad(lambda p: loss(TINY, p)))(tiny_params)  # eager, each op compiles alone
+    grad_scanned = unstack_layers(jax.jit(jax.grad(lambda p: loss(scanned, p)))(stacked))
     for a, b in zip(jax.tree_util.tree_leaves(grad_unrolled), jax.tree_util.tree_leaves(grad_scanned)):
         np.testing.assert_allclose(a, b, atol=2e-4, rtol=1e-4)
 
