@@ -64,10 +64,6 @@ def test_warmup_sizes_that_split_over_every_device_and_process_are_accepted():
     validate(train, data_parallel=2, process_count=2)
 
 
-# Three runs (25 s on two cores): run with --runslow. The default suite keeps the warmup's
-# units in stream order (above) and a resume at another batch size picking the stream up where
-# it stopped (tests/test_train.py).
-@pytest.mark.slow
 def test_a_run_interrupted_in_the_warmup_resumes_to_the_uninterrupted_losses(tmp_path, prepared_dir, capsys):
     settings = ["--config.train.num_steps=12", "--config.train.batch_warmup_start=4",
                 "--config.train.batch_warmup_steps=8", "--config.checkpoint.every=6"]

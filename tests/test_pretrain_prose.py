@@ -1,7 +1,7 @@
 """Pre-training on real prose with a real BERT vocabulary: Python's language reference
 (bertjax/data/corpora/python_docs.py, shipped with every CPython; 78 documents, about 50,000 tokens)
 and the MiniLM checkpoint's uncased vocab.txt (30,522 tokens). The tiny preset's defaults
-must leave the unigram guess and learn next sentence prediction (both with --runslow). A run
+must leave the unigram guess (and, with --runslow, learn next sentence prediction). A run
 that cannot learn trips the plateau alarm: tests/test_benchmark.py (pretrain_recipe, --runslow)."""
 
 import json
@@ -46,11 +46,7 @@ def _evaluations(records):
     return [r for r in records if "eval_mlm_accuracy" in r]
 
 
-# A CPU-minute on two cores, the default suite's longest test: run with --runslow. The default
-# suite keeps the tiny preset's recipe learning both objectives, on the topic world
-# (tests/test_transfer.py: test_next_sentence_prediction_learns).
 @pytest.mark.heavy
-@pytest.mark.slow
 def test_tiny_preset_defaults_leave_the_unigram_guess_on_prose(tmp_path, prose):
     """The tiny preset's recipe (Adam with bias correction, lr 1e-3, 100 warmup steps, batch 16,
     length 64) for 300 steps (about a CPU-minute). Measured 2026-11-26 (benchmarks/README.md,
