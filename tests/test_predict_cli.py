@@ -118,6 +118,7 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     # So would an untagged test file (each word a sentence), or one of words and POS tags.
     for name, text in (("test.txt", "-DOCSTART- O\n\nEU B-ORG\nrejects O\n"), ("dev", "EU NNP B-NP\nsays VBZ O\n"),
                        ("untagged.txt", "\nEU\nrejects\nGerman\n\n\nPeter\nBlackburn\n"),
+                       ("long.txt", "word\n" * 40 + "\nPeter\n"),  # a first sentence past 20 words
                        ("pos.txt", "EU NNP\nrejects VBZ\n\nPeter NNP\n")):
         (tmp_path / name).write_text(text)
         with pytest.raises(ValueError, match=rf"{name} looks like conll, not one input a line: pass "
@@ -134,6 +135,10 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     for family in ("tagging", "squad"):
         with pytest.raises(ValueError, match=r"rows.txt looks like jsonl, not one input a line"):
             batch_predict.file_format(str(tmp_path / "rows.txt"), family)
+    # Word lists a line, blank lines between: JSON Lines too (blocks of lines of one width, as CoNLL's).
+    (tmp_path / "words.txt").write_text('{"words": ["EU"]}\n{"words": ["rejects"]}\n\n{"words": ["Peter"]}\n')
+    with pytest.raises(ValueError, match=r"words.txt looks like jsonl, not one input a line"):
+        batch_predict.file_format(str(tmp_path / "words.txt"), "tagging")
     # As JSON Lines are written too: a byte order mark first, U+2028 unescaped, CRLF endings, a
     # first line longer than the 64 KiB read first (each passed for text lines: a review).
     for name, rows in (("bom.txt", "\ufeff{}\n{}\n"), ("separator.txt", '{"text": "a\u2028b"}\n{}\n'),

@@ -88,10 +88,11 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     peekable = path or ("/dev/stdin" if _stdin_is_a_file() else "")
     if (found == "text" and chosen == "auto" and reader.text_lines and peekable and fileio.exists(peekable)
             and fileio.can_read_twice(peekable)):
-        first = common.first_lines(peekable, blank=True)
-        written_in = reader.format_of_text(first) if reader.extensions else None
-        if not written_in and common.json_lines([line for line in first if line]):
-            written_in = "jsonl"
+        # Enough lines for a CoNLL file's first blank line after a long sentence.
+        first = common.first_lines(peekable, count=100, blank=True)
+        written_in = "jsonl" if common.json_lines([line for line in first if line]) else None
+        if not written_in and reader.extensions:
+            written_in = reader.format_of_text(first)
         if written_in:  # its lines read as texts would give an answer for each, silently wrong
             raise ValueError(f"{path or 'stdin'} looks like {written_in}, not one input a line: pass "
                              f"--input_format={written_in} (or --input_format=text to read each line as an input)")
