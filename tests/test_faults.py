@@ -277,9 +277,9 @@ def test_a_damaged_prepared_metadata_json_is_named_and_shards_are_untouched(tmp_
 # (e) Two runs on one workdir at the same time: the second refuses in one line.
 # ---------------------------------------------------------------------------------------
 
-# Two launcher runs (15-18 s on two cores): run with --runslow. The default suite keeps the
-# lock's refusal and release (tests/test_workdir_lock.py) and a launcher's SIGTERM, save and
-# exit 3 (tests/test_train.py::test_sigterm_then_resume_replays_the_uninterrupted_run_bitwise).
+# Two launcher runs: run with --runslow. The default suite keeps the lock's refusal and release
+# (tests/test_workdir_lock.py) and a launcher's SIGTERM, save and exit 3
+# (tests/test_train.py::test_sigterm_then_resume_replays_the_uninterrupted_run_bitwise).
 @pytest.mark.slow
 def test_a_second_run_on_the_same_workdir_refuses(tmp_path, prepared_dir):
     workdir = tmp_path / "run"

@@ -158,7 +158,7 @@ def test_scan_and_remat_match_unrolled(tiny_params, remat_policy):
 
     # Gradients agree too (remat changes what is stored, never what is computed).
     loss = lambda config, p: jnp.sum(BertEncoder(config).apply({"params": p}, *inputs)[0] ** 2)
-    grad_unrolled = jax.jit(jax.grad(lambda p: loss(TINY, p)))(tiny_params)  # eager, each op compiles alone
+    grad_unrolled = jax.jit(jax.grad(lambda p: loss(TINY, p)))(tiny_params)  # jitted: eager ops compile one by one
     grad_scanned = unstack_layers(jax.jit(jax.grad(lambda p: loss(scanned, p)))(stacked))
     for a, b in zip(jax.tree_util.tree_leaves(grad_unrolled), jax.tree_util.tree_leaves(grad_scanned)):
         np.testing.assert_allclose(a, b, atol=2e-4, rtol=1e-4)
@@ -265,7 +265,7 @@ def test_packed_rows_equal_each_sequence_alone(tiny_params, impl):
     out, pooled = jax.jit(BertEncoder(config).apply)({"params": tiny_params}, **packed)
     assert pooled.shape == (2, 3, TINY.hidden_size)
     row_of = [(0, 0, 0), (0, 1, 7), (0, 2, 16), (1, 0, 0), (1, 1, 11)]  # (row, slot, start)
-    encode_alone = jax.jit(BertEncoder(TINY).apply)  # eager, each length compiled every op of its own
+    encode_alone = jax.jit(BertEncoder(TINY).apply)  # jitted: eagerly, every op compiles for every length
     for ids, (row, slot, start) in zip(sequences, row_of):
         alone, alone_pooled = encode_alone({"params": tiny_params}, ids[None],
                                            (np.arange(len(ids)) >= 3).astype(np.int32)[None])

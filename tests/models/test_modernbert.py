@@ -249,7 +249,7 @@ def test_a_packed_row_encodes_each_sequence_as_alone():
     position_ids = np.concatenate([np.arange(30), np.arange(21), np.zeros(5)])[None].astype(np.int32)
     encoder = BertEncoder(config)
     params = jax.jit(encoder.init)(jax.random.key(0), jnp.asarray(row))
-    encode = jax.jit(encoder.apply)  # eager, each length compiled every op of its own
+    encode = jax.jit(encoder.apply)  # jitted: eagerly, every op compiles for every length
     packed, pooled = encode(params, jnp.asarray(row), position_ids=jnp.asarray(position_ids),
                             sequence_ids=jnp.asarray(sequence_ids), pooled_positions=jnp.asarray([[0, 30]]))
     for start, tokens, k in ((0, first, 0), (30, second, 1)):
