@@ -251,8 +251,10 @@ def featurize(tokenizer, examples: TaggingExamples, split_name: str, max_seq_len
 
 def load_split(tokenizer, source: str, split: str, label_names: list[str] | None = None,
                max_seq_length: int = MAX_SEQ_LENGTH, data_dir: str | None = None, **read_args) -> Split:
-    """"conll2003" (TFDS, `split` in train/dev/test) or a CoNLL file path (named `split`;
-    read_args: tag_column, token_column) -> featurize(...)'s Split."""
+    """"conll2003" (TFDS, `split` in train/dev/test; read_args: tag_feature) or a CoNLL file
+    path (named `split`; read_args: tag_column, token_column) -> featurize(...)'s Split. Give
+    a file other than the training file the training file's `label_names`: its own tags, sorted,
+    would number the labels otherwise."""
     if source == "conll2003":
         examples = read_tfds(source, split, data_dir, **read_args)
     else:
