@@ -112,9 +112,11 @@ def validate_train_config(train_config: Any) -> None:
 def warn_if_no_decay(train_config: Any) -> None:
     """A warning for a 'wsd' run whose decay is one step or less: every update runs at the peak
     rate (the rate reaches 0 at num_steps, one past the last update's count)."""
+    if train_config.schedule != "wsd":
+        return
     fraction, _ = _wsd(train_config)
     decay = train_config.num_steps * fraction
-    if train_config.schedule == "wsd" and 0 < decay <= 1:
+    if 0 < decay <= 1:
         logging.getLogger(__name__).warning(
             "config.train.decay_fraction=%g of num_steps=%d is %.2g steps: one or less, so no update runs below "
             "the peak learning rate", fraction, train_config.num_steps, decay)

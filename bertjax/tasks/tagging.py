@@ -528,7 +528,8 @@ class TaggingFamily(Family):
             if line:
                 run += 1
             elif run:
-                runs, run = [*runs, run], 0
+                runs.append(run)
+                run = 0
         widths = {len(row) for row in columns}
         if len(runs) > 1 and max(runs) > 1 and len(widths) == 1 and max(widths) <= 4:
             return "conll"
