@@ -107,10 +107,9 @@ class Tokenizer:
         """A WordPiece tokenizer from a BERT `vocab.txt` (one token per line, id = line number;
         local or gs://) or a Hugging Face `tokenizer.json` (see `read_vocab`; its normaliser
         must be one this tokenizer reproduces: `wordpiece_casing` checks it). do_lower_case
-        None: a tokenizer.json's casing, else what a vocab.txt's tokens show (cased when over 1%
-        of them have capitals, or, with too few cased tokens to tell, when any holds a combining
-        mark; else lower-cased); one that contradicts the file's is used as asked, with a
-        warning."""
+        None: a tokenizer.json's casing, else what a vocab.txt's tokens show (cased when BERT's
+        lower-casing would change over 1% of them: capitals, accents, marks, Hangul; else
+        lower-cased); one that contradicts the file's is used as asked, with a warning."""
         differences = bert_wordpiece_differences(path)
         if differences:
             raise ValueError(f"{path}: its settings ({', '.join(differences)}) differ from BERT's WordPiece, which "
@@ -828,53 +827,55 @@ def _capitals_share(tokens: tuple[str, ...]) -> float | None:
     return sum(any(c.isupper() for c in token) for token in words) / len(words)
 
 
-def _combining_marks(tokens: tuple[str, ...]) -> int:
-    """How many of a vocabulary's tokens hold a combining mark (Unicode Mn: Devanagari's vowel
-    signs, Arabic's harakat, a decomposed accent), which an uncased vocabulary cannot hold:
-    BERT's lower-casing strips them."""
-    return sum(any(unicodedata.category(c) == "Mn" for c in token) for token in tokens)
+def _lower_cased(token: str) -> str:
+    """`token` as BERT's uncased normalisation leaves it: lower-cased, then decomposed (NFD:
+    an accent apart from its letter, a Hangul syllable into its letters) with the combining
+    marks (Unicode Mn: accents, Devanagari's vowel signs, kana's voicing marks) dropped."""
+    return "".join(c for c in unicodedata.normalize("NFD", token.lower()) if unicodedata.category(c) != "Mn")
+
+
+def _changed_share(tokens: tuple[str, ...]) -> float:
+    """The share of a vocabulary's tokens (special tokens aside) that BERT's uncased
+    normalisation changes. An uncased vocabulary was made from text so normalised: none of its
+    tokens change. A cased one's capitals, accents, marks and Hangul syllables do, in any
+    script, a script without case too."""
+    words = [token for token in tokens if not (token.startswith("[") and token.endswith("]"))]
+    return sum(_lower_cased(token) != token for token in words) / max(len(words), 1)
 
 
 @functools.lru_cache(maxsize=None)  # once a vocabulary (a run loads it several times)
 def _vocab_looks_uncased(path: str, tokens: tuple[str, ...]) -> bool:
-    """do_lower_case for a vocab.txt given none: False when capitals are in over 1% of its tokens
-    (Google's cased releases: about a fifth; uncased ones: none), or, with too few cased tokens
-    to tell (a script without case), when any token holds a combining mark; else True, the
+    """do_lower_case for a vocab.txt given none: False when BERT's lower-casing changes over 1%
+    of its tokens (Google's cased releases: about a fifth; uncased ones: none), else True, the
     original's default. Said when it keeps the case, so that a user expecting lower-casing sees
     why not."""
-    share = _capitals_share(tokens)
-    marks = _combining_marks(tokens) if share is None else 0
-    if marks:
-        logging.getLogger(__name__).info(
-            "%s looks cased (%d of its tokens hold combining marks, which lower-casing strips): text keeps its case "
-            "and marks (do_lower_case=False); set config.data.do_lower_case / --do_lower_case to choose", path, marks)
-        return False
-    if share is None or share <= 0.01:
+    share = _changed_share(tokens)
+    if share <= 0.01:
         return True
     logging.getLogger(__name__).info(
-        "%s looks cased (%.1f%% of its tokens have capitals): text keeps its case (do_lower_case=False); set "
-        "config.data.do_lower_case / --do_lower_case to choose", path, 100 * share)
+        "%s looks cased (%.1f%% of its tokens change when lower-cased and stripped of accents and marks): text keeps "
+        "its case and marks (do_lower_case=False); set config.data.do_lower_case / --do_lower_case to choose", path,
+        100 * share)
     return False
 
 
 @functools.lru_cache(maxsize=None)  # once a vocabulary and casing (a run loads it several times)
 def _warn_if_casing_contradicts(path: str, tokens: tuple[str, ...], do_lower_case: bool) -> None:
-    """A warning when a vocabulary's tokens contradict `do_lower_case`: a cased one (capitals in
-    over 1% of its tokens with cased letters) lower-cased reads every capitalised word as pieces
-    or [UNK]; an uncased one (capitals in under 0.1%) kept cased reads capitals as [UNK]. The
-    original checks the casing against the release's name for the same reason."""
-    share = _capitals_share(tokens)
-    marks = _combining_marks(tokens) if share is None else 0  # a script without case: its marks tell
-    if do_lower_case and marks:
-        looks = f"cased ({marks} of its tokens hold combining marks, which lower-casing strips)"
-    elif share is None:
-        return
-    elif do_lower_case and share > 0.01:
-        looks = f"cased ({share:.1%} of its tokens have capitals)"
-    elif not do_lower_case and share < 0.001:
-        looks = f"uncased ({share:.2%} of its tokens have capitals)"
+    """A warning when a vocabulary's tokens contradict `do_lower_case`: a cased one (over 1% of
+    its tokens changed by lower-casing) lower-cased reads every such word as pieces or [UNK];
+    an uncased one (capitals in under 0.1% of its tokens with cased letters) kept cased reads
+    capitals as [UNK]. The original checks the casing against the release's name for the same
+    reason."""
+    if do_lower_case:
+        share = _changed_share(tokens)
+        if share <= 0.01:
+            return
+        looks = f"cased ({share:.1%} of its tokens change when lower-cased and stripped of accents and marks)"
     else:
-        return
+        share = _capitals_share(tokens)
+        if share is None or share >= 0.001:
+            return
+        looks = f"uncased ({share:.2%} of its tokens have capitals)"
     logging.getLogger(__name__).warning(
         "%s looks %s but do_lower_case=%s: text is tokenized otherwise than the vocabulary was made for; set "
         "do_lower_case=%s (config.data.do_lower_case, --do_lower_case)", path, looks, do_lower_case,

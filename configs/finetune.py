@@ -107,8 +107,8 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.data = ml_collections.ConfigDict()
     config.data.vocab_path = ""          # "" = the checkpoint's vocabulary
     config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece | huggingface (tokenizer.json; with vocab_path)
-    # None: the checkpoint's casing, else a tokenizer.json's, else a vocab.txt's tokens say (over 1% capitals,
-    # or in a script without case a combining mark: cased)
+    # None: the checkpoint's casing, else a tokenizer.json's, else a vocab.txt's tokens say (cased when BERT's
+    # lower-casing would change over 1% of them: capitals, accents, marks, Hangul)
     config.data.do_lower_case = config_dict.placeholder(bool)
     config.data.max_seq_length = 128
     config.data.num_buckets = 4          # batch lengths: at most this many, fitted to the training batches

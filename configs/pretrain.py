@@ -109,8 +109,8 @@ def get_config(arg: str = "tiny") -> ml_collections.ConfigDict:
     config.data.tokenizer = "wordpiece"  # wordpiece | sentencepiece | huggingface (a tokenizer.json)
     config.data.vocab_path = ""          # "" -> the demo vocabulary (source=prepared: the folder's own)
     # None: a tokenizer.json's casing (its BertNormalizer), else what a vocab.txt's tokens show
-    # (cased when over 1% have capitals or, a script without case, any a combining mark; else
-    # lower-cased), as fine-tuning resolves it.
+    # (cased when BERT's lower-casing would change over 1% of them: capitals, accents, marks,
+    # Hangul; else lower-cased), as fine-tuning resolves it.
     config.data.do_lower_case = config_dict.placeholder(bool)
     small = preset in ("tiny", "modernbert-tiny")
     config.data.max_seq_length = 64 if small else 128

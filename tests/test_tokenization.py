@@ -697,6 +697,24 @@ def test_a_byte_level_bpe_learns_sentences_as_prepare_encodes_them(tmp_path):
     assert [tokenizer.id_to_token(i) for i in tokenizer.encode(tokenizer.word_prefix + "The dog sleeps.")][0] == "ĠThe"
 
 
+@pytest.mark.parametrize("lines", [
+    ["été café forêt", "la forêt est près du café", "un été très chaud à noël"],  # lower-case, accented
+    ["안녕하세요 세계", "이것은 문장입니다", "우리는 한국어로 씁니다"],  # Hangul: no case, no marks until NFD
+    ["がくせい だいがく", "ぎんこう で はたらく", "ごはん を たべる"]], ids=["french", "korean", "kana"])
+def test_a_cased_vocabulary_with_few_capitals_is_read_cased(tmp_path, lines):
+    """A vocabulary trained with --nodo_lower_case on text with few capitals was read uncased
+    when do_lower_case was left unset: lower-case French lost its accents ('été' -> 'e ##t ##e'),
+    Korean and kana became [UNK]s, with no word (a review). BERT's lower-casing changes no token
+    of an uncased vocabulary; here it changes most."""
+    path = vocabularies.train_wordpiece(lines * 50, 120, str(tmp_path), do_lower_case=False)
+    cased = tokenization.load_tokenizer("wordpiece", path, False)
+    unset = tokenization.load_tokenizer("wordpiece", path, None)
+    assert not unset.do_lower_case
+    assert [unset.encode(line) for line in lines] == [cased.encode(line) for line in lines]
+    assert cased.unk_id not in cased.encode(lines[1])
+    assert tokenization.load_tokenizer("wordpiece", _minilm_vocab(), None).do_lower_case  # uncased: none change
+
+
 def test_a_vocabulary_of_a_script_without_case_keeps_its_marks(tmp_path, caplog):
     """A vocab.txt does not record its casing; its capitals tell for Latin scripts, and its
     combining marks (Devanagari's vowel signs) for scripts without case, which lower-casing
@@ -709,7 +727,7 @@ def test_a_vocabulary_of_a_script_without_case_keeps_its_marks(tmp_path, caplog)
     assert len(trained.encode("नमस्ते दुनिया")) == 2
     with caplog.at_level("WARNING"):
         tokenization.load_tokenizer("wordpiece", path, True)
-    assert "combining marks, which lower-casing strips" in caplog.text
+    assert "change when lower-cased and stripped of accents and marks" in caplog.text
     english = tokenization.load_tokenizer("wordpiece", vocabularies.train_wordpiece(
         ["the cat sat on the mat", "a dog ran far"] * 50, 60, str(tmp_path / "en"), do_lower_case=True), None)
     assert english.do_lower_case  # no marks, no capitals: the original's default
