@@ -30,7 +30,8 @@ _VOCAB = flags.DEFINE_string("vocab_file", None, "vocab.txt or tokenizer.json to
 flags.DEFINE_alias("vocab", "vocab_file")  # this launcher's earlier name
 _LOWER_CASE = flags.DEFINE_bool(
     "do_lower_case", None, "whether the vocabulary is uncased, written to the Hugging Face tokenizer_config.json "
-    "(default: what the input says: tokenizer_config.json, a release named (un)cased_L-..., a bertjax run's tokenizer)")
+    "(default: what the input says: tokenizer_config.json, a release named (un)cased_L-..., a bertjax run's tokenizer; "
+    "a bertjax run's own casing cannot be changed)")
 _SQUAD_VERSION = flags.DEFINE_enum("squad_version", None, ["v1.1", "v2.0"],
                                    "span QA: v2.0 for a model trained to abstain, where a Hugging Face config.json "
                                    "does not say; written to the output's config.json (default: the run's; a "
@@ -64,8 +65,13 @@ def main(_):
     saved = source.tokenizer_spec  # vocab.txt (or tokenizer.json) beside it, or a bertjax run's tokenizer
     if saved and saved["kind"] in ("wordpiece", "huggingface"):  # a tokenizer.json goes with a ModernBERT
         vocab = saved["path"] if vocab is None else vocab
-        if do_lower_case is None and saved["kind"] == "wordpiece":
-            do_lower_case = saved["do_lower_case"]
+        trained = saved["do_lower_case"] if saved["kind"] == "wordpiece" else None
+        if do_lower_case is None:
+            do_lower_case = trained
+        elif trained is not None and do_lower_case != trained and source.layout == "bertjax":  # how it trained
+            raise ValueError(f"--input={_INPUT.value} was trained {'un' if trained else ''}cased (do_lower_case="
+                             f"{trained}); --do_lower_case={do_lower_case} would write a casing that gives it other "
+                             "ids: leave it unset")
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
         do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says

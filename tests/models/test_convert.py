@@ -550,6 +550,33 @@ def test_converted_hugging_face_directory_keeps_the_casing(launchers, tf_release
     assert convert.checkpoint_vocabulary(str(out))["do_lower_case"] is expected  # and fine-tuning reads it back
 
 
+def test_a_runs_casing_is_not_overridden_by_the_flag(launchers, tmp_path):
+    """--do_lower_case against a bertjax run's recorded casing wrote it into the export: a run
+    trained uncased came out "cased", and Hugging Face and bertjax then read capitals with other
+    ids (a review). Refused in one line; the flag that agrees, or none, converts."""
+    from bertjax import checkpointing, tokenization
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "##s"]
+    (tmp_path / "vocab.txt").write_text("".join(f"{t}\n" for t in words + [f"t{i}" for i in range(
+        TINY["vocab_size"] - len(words))]))
+    config = BertConfig(**TINY)
+    run = tmp_path / "run"
+    ckpt = checkpointing.Checkpointer(str(run / "checkpoints"), save_interval_steps=1, max_to_keep=1, async_save=False)
+    ckpt.save(1, {"params": random_params(config, ("mlm",))}, data_position=0, config={"model": config.to_dict()})
+    ckpt.close()
+    tokenization.save_tokenizer(tokenization.Tokenizer.from_vocab_file(str(tmp_path / "vocab.txt"), True),
+                                str(run / "tokenizer"))
+    refused = launchers.run([os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={run}",
+                             f"--output={tmp_path / 'hf'}", "--nodo_lower_case"], cwd=REPO)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert f"--input={run} was trained uncased (do_lower_case=True); --do_lower_case=False would write" in \
+        refused.stderr
+    assert not (tmp_path / "hf").exists()
+    done = _convert(launchers, f"--input={run}", f"--output={tmp_path / 'hf'}", "--do_lower_case")
+    assert "uncased)" in done.stdout
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is True
+
+
 def test_a_run_with_a_wordpiece_tokenizer_json_converts_with_its_casing(launchers, tmp_path):
     """A run trained with an uncased BERT's tokenizer.json (config.data.tokenizer=huggingface) was
     converted with tokenizer_config.json's do_lower_case false: "Hello Worlds" -> two [UNK]s in
