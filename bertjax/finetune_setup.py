@@ -81,16 +81,20 @@ def load_tokenizer(config: ml_collections.ConfigDict,
     data = config.data
     if source is not None and (data.vocab_path or source.tokenizer_spec):
         try:
-            return source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case)
+            tokenizer = source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case)
         except (ValueError, OSError) as e:  # (a file that is not there: FileNotFoundError)
             key = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else
                    f"config.init_checkpoint={config.init_checkpoint}")
             raise ValueError(f"{key}: {e}") from None
+        tokenization.check_casing_setting(tokenizer, data.do_lower_case)
+        return tokenizer
     if data.vocab_path:  # do_lower_case None: a tokenizer.json's own casing, else a vocab.txt's tokens show it
         try:
-            return tokenization.load_tokenizer(data.tokenizer, data.vocab_path, data.do_lower_case)
+            tokenizer = tokenization.load_tokenizer(data.tokenizer, data.vocab_path, data.do_lower_case)
         except OSError as e:
             raise ValueError(f"config.data.vocab_path={data.vocab_path}: {e}") from None
+        tokenization.check_casing_setting(tokenizer, data.do_lower_case)
+        return tokenizer
     if source is not None:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocabulary "
                          "(vocab.txt, tokenizer.json); "

@@ -100,6 +100,18 @@ class Tokenizer:
         digest.update(model_bytes if kind != "wordpiece" else "\n".join(self._tokens).encode())
         self.vocab_hash = digest.hexdigest()
 
+    def lower_cases(self) -> bool:
+        """Whether capitals reach the vocabulary lower-cased: WordPiece's do_lower_case, else what
+        the model's own normalisation does (a SentencePiece model trained with case folding, a
+        tokenizer.json with a Lowercase normaliser), which do_lower_case does not change."""
+        if self._sentencepiece is not None:
+            normalize = self._sentencepiece.Normalize
+        elif self._fast is not None:
+            normalize = self._fast.normalizer.normalize_str if self._fast.normalizer else str
+        else:
+            return self.do_lower_case
+        return normalize("Ab") == normalize("ab")
+
     # -- Construction. --
 
     @classmethod
@@ -489,6 +501,19 @@ def saved_tokenizer_spec(directory: str) -> dict:
     spec = fileio.read_json(fileio.join(directory, SAVED_TOKENIZER))
     return {"kind": spec["kind"], "path": fileio.join(directory, spec["file"]), "do_lower_case": spec["do_lower_case"],
             "vocab_hash": spec["vocab_hash"]}
+
+
+def check_casing_setting(tokenizer: Tokenizer, do_lower_case: bool | None) -> None:
+    """ValueError when config.data.do_lower_case is set against a tokenizer that normalises by
+    itself (a SentencePiece model, a tokenizer.json read as kind huggingface): the setting would
+    be ignored, and the text read otherwise than the user asked."""
+    if do_lower_case is None or tokenizer.kind == "wordpiece" or tokenizer.lower_cases() == do_lower_case:
+        return
+    retrain = (f"; launch/train_tokenizer.py --{'' if do_lower_case else 'no'}do_lower_case trains one that "
+               f"{'lower-cases' if do_lower_case else 'keeps case'}") if tokenizer.kind == "sentencepiece" else ""
+    raise ValueError(f"config.data.do_lower_case={do_lower_case}, but {tokenizer.path} "
+                     f"{'lower-cases' if tokenizer.lower_cases() else 'keeps case'} by its own normalisation, which "
+                     f"the setting does not change (it applies to a WordPiece vocab.txt): leave it unset{retrain}")
 
 
 def load_tokenizer(kind: str, path: str, do_lower_case: bool | None = True) -> Tokenizer:

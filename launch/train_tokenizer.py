@@ -116,7 +116,8 @@ def main(_):
     dropped = f"; dropped {dict(drops.counts)} (see the warnings above)" if drops.counts else ""
     print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, [UNK] {unknown:.2%} of the first {len(sample):,} "
           f"sentences' tokens{hint}, vocab_hash {tokenizer.vocab_hash}{dropped}")
-    casing = "" if kind == "huggingface" else f" --config.data.do_lower_case={_DO_LOWER_CASE.value}"  # (BPE: none)
+    # A vocab.txt does not record its casing; a SentencePiece model and a BPE hold their normalisation.
+    casing = f" --config.data.do_lower_case={_DO_LOWER_CASE.value}" if kind == "wordpiece" else ""
     print(f"use it with --config.data.tokenizer={kind} --config.data.vocab_path={shlex.quote(path)}{casing}")
 
 

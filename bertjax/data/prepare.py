@@ -78,9 +78,12 @@ def load_tokenizer_for(data_config: Any, cache_dir: str) -> tokenization.Tokeniz
                              f"config.data.tokenizer={data_config.tokenizer!r}; give a vocab_path")
         return tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(cache_dir), do_lower_case=True)
     try:
-        return tokenization.load_tokenizer(data_config.tokenizer, data_config.vocab_path, data_config.do_lower_case)
+        tokenizer = tokenization.load_tokenizer(data_config.tokenizer, data_config.vocab_path,
+                                                data_config.do_lower_case)
     except OSError as e:  # (a file that is not there: FileNotFoundError)
         raise ValueError(f"config.data.vocab_path={data_config.vocab_path}: {e}") from None
+    tokenization.check_casing_setting(tokenizer, data_config.do_lower_case)
+    return tokenizer
 
 
 def check_vocabulary_given(data_config: Any) -> None:

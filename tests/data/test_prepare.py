@@ -491,6 +491,29 @@ def test_pretraining_takes_the_casing_a_tokenizer_json_says(tmp_path):
     assert prepare.load_tokenizer_for(data, str(tmp_path)).do_lower_case
 
 
+@pytest.mark.parametrize("folds", [True, False])
+def test_a_casing_set_against_a_sentencepiece_models_own_is_refused(tmp_path, folds):
+    """config.data.do_lower_case does not change a SentencePiece model's normalisation: set
+    against it, it was ignored without a word (a case-folding model lower-cased a run told
+    do_lower_case=False; a review). Refused naming the key; unset, or agreeing, it loads."""
+    from bertjax import tokenization
+    from bertjax.data import vocabularies
+    from configs import pretrain as pretrain_config
+
+    lines = [f"The Fox number {i} jumps over the Fence" for i in range(200)]
+    path = vocabularies.train_sentencepiece(lines, 40, str(tmp_path), do_lower_case=folds)
+    assert tokenization.load_tokenizer("sentencepiece", path).lower_cases() is folds
+    data = pretrain_config.get_config("tiny").data
+    data.update(source="text", tokenizer="sentencepiece", vocab_path=path)
+    for agrees in (None, folds):
+        data.do_lower_case = agrees
+        assert prepare.load_tokenizer_for(data, str(tmp_path)).kind == "sentencepiece"
+    data.do_lower_case = not folds
+    with pytest.raises(ValueError, match=f"config.data.do_lower_case={not folds}, but {path} "
+                                         f"{'lower-cases' if folds else 'keeps case'} by its own normalisation"):
+        prepare.load_tokenizer_for(data, str(tmp_path))
+
+
 def test_preparing_in_a_multi_host_run_leaves_jaxs_sigterm_handler_alone(monkeypatch):
     """jax.distributed installs its SIGTERM handler from C (the coordinated preemption save):
     Python sees SIG_DFL there and put that back after preparing, so process 0 later died on a
