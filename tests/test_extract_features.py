@@ -234,6 +234,22 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
     cased = bertjax.load_model(MINILM_DIR, max_seq_length=64, do_lower_case=False)
     with pytest.raises(ValueError, match=r"other settings \(the tokenizer changed \(its vocabulary or casing\)\)"):
         feature_files.extract(cased, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
+    # The same weights read as another model (its config.json edited; Google's release loads as
+    # gelu_tanh, a Hugging Face copy as gelu) give other features: the folder was "complete" (a review).
+    (tmp_path / "relu").mkdir()
+    for name in os.listdir(MINILM_DIR):
+        if name != "config.json":
+            os.symlink(os.path.join(MINILM_DIR, name), tmp_path / "relu" / name)
+    config = json.loads(open(os.path.join(MINILM_DIR, "config.json")).read())
+    (tmp_path / "relu" / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
+    relu = bertjax.load_model(str(tmp_path / "relu"), max_seq_length=64)
+    with pytest.raises(ValueError, match=r"other settings \(model hidden_act: 'gelu' there, 'relu' now\)"):
+        feature_files.extract(relu, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
+    # Read back, an example's values are its own: not a view keeping its whole shard alive.
+    assert all(f["values"].base is None for f in feature_files.read_features(str(tmp_path / "out")))
+    with pytest.raises(ValueError, match=r"--pooling must be one of \('none', 'cls', 'mean'\), got 'max'"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "max"), pooling="max")
+    assert not (tmp_path / "max").exists()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="is not empty and has no manifest.json"):
@@ -315,6 +331,26 @@ def test_a_pipe_is_refused_and_an_input_that_shrinks_is_never_reported_whole(min
     assert not (tmp_path / "o.jsonl").exists() and not (tmp_path / "o.jsonl.tmp").exists()
     manifest = json.loads((tmp_path / "folder" / feature_files.MANIFEST).read_text())
     assert (manifest["examples_done"], manifest["complete"]) == (2, False)
+
+    def growing(path, *args, **kwargs):  # another program appends lines before the extraction reads
+        reads.append(path)
+        if len(reads) == 2:
+            with open(path, "a") as f:
+                f.write("four\nfive\n")
+        return real_read(path, *args, **kwargs)
+
+    for output in ("g.jsonl", "grown"):  # the lines counted were extracted, the new ones not: not whole
+        reads.clear()
+        (tmp_path / "in.txt").write_text("one\ntwo\nthree\n")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(feature_files, "read_inputs", growing)
+            with pytest.raises(ValueError, match=r"in.txt: 14 bytes when its examples were counted, 24 now: it "
+                                                 r"changed during the extraction"):
+                feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / output), shard_size=3,
+                                      log=lambda _: None)
+    assert not (tmp_path / "g.jsonl").exists()
+    with pytest.raises(ValueError, match=r"other settings \(the input file's text changed\)"):  # a rerun says so
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "grown"), shard_size=3)
 
 
 def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_path):

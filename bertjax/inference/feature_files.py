@@ -60,6 +60,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from bertjax import checkpointing
+from bertjax.inference import hidden_states
 from bertjax.runtime import console, fileio
 from bertjax.tasks import common
 
@@ -129,6 +130,16 @@ def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", tex
     if not nonblank:
         raise ValueError(f"--input_file={path}: no examples (an empty file?)")
     return count
+
+
+def _check_unchanged(path: str, counted_bytes: int) -> None:
+    """A ValueError when the input's size is not what it was when counted (another program still
+    writing it): the features would lack its new lines, yet be reported whole."""
+    now = fileio.size(path)
+    if now != counted_bytes:
+        raise ValueError(f"--input_file={path}: {counted_bytes} bytes when its examples were counted, {now} now: it "
+                         "changed during the extraction (is another program still writing it?); extract again once "
+                         "it is complete")
 
 
 def _check_all_read(path: str, got: int, wanted: int) -> None:
@@ -233,10 +244,13 @@ def read_features(folder: str) -> Iterator[dict[str, Any]]:
                 example["truncated"] = bool(arrays["truncated"][j])
             if "offsets" in arrays:
                 rows = slice(arrays["offsets"][j], arrays["offsets"][j + 1])
+                # Copies: a view would keep the whole shard (up to SHARD_BYTES) alive while any
+                # example's values are kept.
                 yield {**example, "tokens": arrays["tokens"][rows].tolist(),
-                       "token_ids": arrays["token_ids"][rows], "values": np.swapaxes(arrays["values"][rows], 0, 1)}
+                       "token_ids": arrays["token_ids"][rows].copy(),
+                       "values": np.swapaxes(arrays["values"][rows], 0, 1).copy()}
             else:
-                yield {**example, "values": arrays["values"][j]}
+                yield {**example, "values": arrays["values"][j].copy()}
 
 
 def progress_file(process: int, processes: int) -> str:
@@ -248,6 +262,19 @@ def input_identity(path: str) -> dict[str, Any]:
     """What identifies an input file's text: its size and content hash (a file touched but not
     changed still resumes)."""
     return {"bytes": fileio.size(path), "sha256": fileio.content_hash(path)}
+
+
+# BertConfig fields that leave an encoder's hidden states as they are at inference: how it
+# runs, dropout, initialisation, the task heads.
+_NOT_IN_FEATURES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "scan_layers",
+                    "remat_policy", "attention_impl", "feature_layers", "feature_combine", "tagging_head",
+                    "lstm_hidden_size", "pooler", "token_transform")
+
+
+def _model_identity(bert) -> dict[str, Any]:
+    """The encoder's configuration that makes the numbers with its weights (its activation,
+    layer norm, positions, attention): the same weights read as another model give others."""
+    return {key: value for key, value in bert.to_dict().items() if key not in _NOT_IN_FEATURES}
 
 
 def _tokenizer_identity(tokenizer) -> dict[str, Any]:
@@ -263,6 +290,17 @@ _IDENTITIES = {"input": "the input file's text changed", "weights": "the checkpo
                "tokenizer": "the tokenizer changed (its vocabulary or casing)"}
 
 
+def _difference(key: str, saved: Any, now: Any) -> str:
+    """What changed in setting `key`, for people: a fingerprint by what it stands for, a
+    configuration by its first field that differs."""
+    if key in _IDENTITIES:
+        return _IDENTITIES[key]
+    if isinstance(saved, dict) and isinstance(now, dict):
+        field = next(field for field in sorted(saved.keys() | now.keys()) if saved.get(field) != now.get(field))
+        return f"{key} {field}: {saved.get(field)!r} there, {now.get(field)!r} now"
+    return f"{key}: {saved!r} there, {now!r} now"
+
+
 def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, Any],
                     earlier_weights: Callable[[], tuple[str, ...]]) -> None:
     """A ValueError naming what differs between a folder's features and this run's.
@@ -275,8 +313,7 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
     if changed.count("weights") and saved["weights"] in earlier_weights():
         changed.remove("weights")
     if manifest.get("format") != FORMAT or changed:
-        shown = [_IDENTITIES[k] if k in _IDENTITIES and k in saved else f"{k}: {saved.get(k)!r} there, "
-                 f"{settings[k]!r} now" for k in changed[:3]]
+        shown = [_difference(k, saved[k], settings[k]) for k in changed[:3]]
         raise ValueError(f"--output={output} holds features made with other settings ("
                          + ", ".join(shown) + "); give a new folder or the same flags and files")
 
@@ -423,6 +460,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
       already, written without the flag.
     """
     model.layer_indices(layers)  # a bad index fails before any input is read
+    if pooling not in hidden_states.POOLINGS:
+        raise ValueError(f"--pooling must be one of {hidden_states.POOLINGS}, got {pooling!r}")
     if dtype not in ("float32", "float16"):
         raise ValueError(f"--output_dtype must be float32 or float16, got {dtype!r}")
     if not isinstance(shard_size, int) or shard_size < 1:
@@ -443,10 +482,11 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
             raise ValueError(f"--input_file={input_file} is a pipe or stream: features read their input more than "
                              "once (to count it, to know it again on resume, to extract); save it to a file first")
         file_format = input_format(input_file, input_format_name)
+        counted_bytes = fileio.size(input_file)
         total = count_inputs(input_file, file_format, text_a_key, text_b_key)
         settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
                     "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
-                    "weights": checkpointing.weights_digest(model.params),
+                    "weights": checkpointing.weights_digest(model.params), "model": _model_identity(model.bert),
                     "tokenizer": _tokenizer_identity(model.tokenizer), "precision": model.precision,
                     "activations": model.bert.dtype, "max_seq_length": model.max_seq_length, "layers": list(layers),
                     "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
@@ -511,6 +551,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                     for written, feature in enumerate(features, start=1):
                         f.write(jsonl_line(written - 1, feature, tuple(layers), pooling) + "\n")
                 _check_all_read(input_file, written, total)
+                _check_unchanged(input_file, counted_bytes)
             except BaseException:  # an error or Ctrl-C: no half-written file left behind
                 fileio.remove(tmp)
                 raise
@@ -535,6 +576,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                 manifest["complete"] = manifest["examples_done"] == own
                 fileio.write_json(path, {**manifest, "num_examples": total})
             _check_all_read(input_file, manifest["examples_done"] - start, own - start)
+            _check_unchanged(input_file, counted_bytes)  # (the folder records the counted text: a rerun refuses)
     finally:
         progress.close()
     done = {"examples": total, "truncated": manifest["truncated"], "new": manifest["examples_done"] - start,
