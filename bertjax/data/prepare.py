@@ -22,8 +22,8 @@ and vocabulary hash, eval fraction), and returns the metadata.
 
 Layout of `output_dir`: metadata.json, settings.json, train-*.tfrecord, eval-*.tfrecord,
 done/, .incomplete/, .prepare.lock (a second prepare into the folder waits for the first,
-then reads its data; bertjax.runtime.workdir_lock), and the demo vocabulary when the config
-uses it.
+then reads its data; bertjax.runtime.workdir_lock), and a copy of the vocabulary (or
+SentencePiece model, tokenizer.json) under its own name, so that the folder moves with it.
 """
 
 from __future__ import annotations
@@ -283,6 +283,11 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
         fileio.remove(settings_path)
         fileio.rmtree(fileio.join(output_dir, "done"))
         raise
+    # The folder carries its vocabulary: copied to another machine or a bucket, it still reads
+    # with it (`_prepared_tokenizer` looks inside first).
+    inside = fileio.join(output_dir, os.path.basename(tokenizer.path))
+    if os.path.basename(tokenizer.path) not in ("metadata.json", "settings.json") and not fileio.exists(inside):
+        fileio.copy(tokenizer.path, inside)
     fileio.write_json(fileio.join(output_dir, "metadata.json"), metadata)
     train, held_out = metadata["splits"]["train"], metadata["splits"]["eval"]
     progress.line(f"prepared {train['documents']:,} training documents ({train['tokens']:,} tokens) and "

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import ml_collections
 import numpy as np
@@ -91,6 +92,16 @@ def test_a_prepared_directory_brings_its_own_tokenizer(tmp_path):
     os.remove(saved_vocab)
     with pytest.raises(FileNotFoundError, match="which is gone: set config.data.vocab_path"):
         prepare.load_tokenizer_for(moved, "unused")
+    # A vocabulary of the user's own moves with the folder too, the original gone (a review found
+    # the folder held only its path).
+    (tmp_path / "mine").mkdir()
+    shutil.copy(demo_corpus.demo_vocab_path(str(tmp_path / "cache")), tmp_path / "mine" / "vocab.txt")
+    metadata = prepare.ensure_prepared(_config(tmp_path, vocab_path=str(tmp_path / "mine" / "vocab.txt")),
+                                       str(tmp_path / "own"), num_workers=1)
+    shutil.rmtree(tmp_path / "mine")
+    os.rename(tmp_path / "own", tmp_path / "own_moved")
+    own = _config(tmp_path, source="prepared", input_pattern=str(tmp_path / "own_moved"))
+    assert prepare.load_tokenizer_for(own, "unused").vocab_hash == metadata["tokenizer"]["vocab_hash"]
 
 
 def test_eval_split_is_by_document_content_not_worker_layout(tmp_path, monkeypatch):
@@ -325,7 +336,7 @@ def test_a_folder_from_an_earlier_reader_is_used_whole_but_never_resumed(tmp_pat
 def test_sentencepiece_and_parallel_workers(tmp_path):
     documents = _write_corpus(tmp_path, num_files=2, docs_per_file=20)
     model = vocabularies.train_sentencepiece([s for d in documents for s in d], 300, str(tmp_path / "spm"))
-    config = _config(tmp_path, tokenizer="sentencepiece", vocab_path=model)
+    config = _config(tmp_path, tokenizer="sentencepiece", vocab_path=model, do_lower_case=None)  # the model says
     metadata = prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=2)
     tokenizer = tokenization.Tokenizer.from_sentencepiece(model)
     assert metadata["tokenizer"]["kind"] == "sentencepiece"
