@@ -8,7 +8,8 @@ original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
         --output=/ckpt/bert-base-hf --format=huggingface
 
 The vocabulary is written from --vocab_file, else from <input>/vocab.txt (a Hugging Face directory
-without one: its tokenizer.json; a bertjax run: its saved tokenizer) when present. A
+without one: its tokenizer.json; a bertjax run: its saved tokenizer; a SentencePiece model as
+spm.model, which bertjax reads back and BERT's tokenizers do not) when present. A
 fine-tuned classifier or tagger keeps its label names (config.json's id2label), and its
 architecture follows its task. --output must be a new or empty folder (two
 layouts never mix).
@@ -79,9 +80,9 @@ def main(_):
     if saved and saved.get("refused") and vocab == saved["path"]:  # written beside the weights, BERT's tokenizer
         vocab, do_lower_case = None, _LOWER_CASE.value                # would read it with other ids
         left_out = f", tokenizer not written: {saved['refused']}"
-    elif vocab is None and saved:  # a SentencePiece model: neither layout's BERT tokenizer reads it
-        left_out = (f", tokenizer not written: {saved['path']} is a {saved['kind']} model, which this layout's "
-                    "BERT tokenizer does not read; keep it beside the weights yourself")
+    elif vocab is None and saved:  # a SentencePiece model: neither layout's BERT tokenizer reads it; bertjax does
+        left_out = (f", tokenizer: {saved['kind']} model {convert.SENTENCEPIECE_FILE} (read by bertjax; this layout's "
+                    "BERT tokenizer does not read one)")
     if vocab is not None:  # checked before anything is written
         vocab_size = (len(tokenization.read_vocab(vocab)) if kind == "wordpiece"
                       else tokenization.load_tokenizer(kind, vocab).vocab_size)
@@ -105,6 +106,8 @@ def main(_):
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case,
                                              pooler_trained=source.pooler_trained)
+    if saved and vocab is None and saved["kind"] == "sentencepiece":
+        fileio.copy(saved["path"], fileio.join(output, convert.SENTENCEPIECE_FILE))
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
           f"vocab: {vocab}{_casing(vocab, do_lower_case, kind == 'huggingface' and do_lower_case is None)}{left_out})")
 

@@ -680,6 +680,11 @@ def _wordpiece_settings_problem(settings: dict[str, Any], path: str) -> str | No
     return None
 
 
+# The SentencePiece model a bertjax export writes beside the weights (neither layout's BERT
+# tokenizer reads one; bertjax reads it back).
+SENTENCEPIECE_FILE = "spm.model"
+
+
 def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     """The tokenizer that comes with a checkpoint: {"kind", "path", "do_lower_case"} (and
     "refused": why bertjax cannot reproduce it, for a WordPiece vocabulary whose
@@ -687,7 +692,8 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
 
     Hugging Face and Google releases: their vocab.txt (WordPiece; a Hugging Face directory
     without one: the WordPiece vocabulary in its tokenizer.json, or any other tokenizer.json
-    whole, kind "huggingface", as ModernBERT's BPE); do_lower_case from
+    whole, kind "huggingface", as ModernBERT's BPE; either layout without both: the
+    SentencePiece model a bertjax export wrote, SENTENCEPIECE_FILE); do_lower_case from
     tokenizer_config.json (True where it is silent, as transformers reads it) or tokenizer.json's
     BertNormalizer (Hugging Face), bert_config.json
     (a bertjax TF export), or from the release's name (`release_casing`), else None (the
@@ -713,9 +719,12 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
         # transformers' fast tokenizer runs it, even beside a vocab.txt (which would lose that).
         return {"kind": "huggingface", "path": tokenizer_json, "do_lower_case": False}
     if not fileio.exists(vocab):
-        if not has_json:
+        if has_json:
+            vocab = tokenizer_json
+        elif fileio.exists(fileio.join(directory, SENTENCEPIECE_FILE)):  # a bertjax export's (its own normalisation)
+            return {"kind": "sentencepiece", "path": fileio.join(directory, SENTENCEPIECE_FILE), "do_lower_case": False}
+        else:
             return None
-        vocab = tokenizer_json
     do_lower_case, refused = None, None
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")
     if layout == "huggingface" and fileio.exists(tokenizer_config):
