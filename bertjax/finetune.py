@@ -449,6 +449,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         # its finished folder into place: all but the first would fail).
         trainer.process_zero_first(lambda: tasks.prepare_tfds(config), "TFDS datasets")
         task = tasks.load_task(config, tokenizer)
+    run_config.check_same_task(workdir, task.info)  # before anything is written there
     train_batches, eval_buckets = training_batches(config, task.train, mesh_shape[0] * mesh_shape[1],
                                                    bert.length_multiple)
     train_cfg = schedule_config(config, task.train.examples_per_epoch)

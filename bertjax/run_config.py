@@ -87,6 +87,35 @@ def describe_changes(changes: list[str]) -> str:
             f"continuation: {first_changes(changes)}")
 
 
+# What a fine-tuned head's outputs mean (a task's info, bertjax.tasks): another value reads them otherwise.
+_HEAD_MEANING = ("family", "label_names", "pairs", "squad_version", "multi_label")
+
+
+def check_same_task(workdir: str, task_info: dict[str, Any]) -> None:
+    """ValueError when a fine-tuning run resumes (`workdir` has checkpoints) with a task that
+    reads its trained head otherwise: its labels in another order or renamed, pairs for single
+    texts, another SQuAD version. Its predictions, scores and best/ would name each output
+    otherwise, silently (other changed settings are only warned of)."""
+    directory = own_checkpoints(workdir)
+    if directory is None:
+        return
+    try:
+        saved = (checkpointing.read_meta(directory).get("config") or {}).get("task_info")
+    except (OSError, ValueError):  # left for the restore to report
+        return
+    current = json.loads(json.dumps(task_info))  # as the checkpoint stored it
+    changed = next((key for key in _HEAD_MEANING if isinstance(saved, dict) and key in saved
+                    and saved[key] != current.get(key)), None)
+    if changed is None:
+        return
+    was = saved[changed]
+    reorder = changed == "label_names" and was and sorted(was) == sorted(current.get(changed) or [])
+    fix = f"config.data.label_names={','.join(was)}" if reorder else "the data and settings it trained with"
+    raise ValueError(f"workdir {workdir} trained its head with {changed} {was!r}; this run's {current.get(changed)!r} "
+                     f"would read its outputs otherwise (its predictions and scores under other names): resume with "
+                     f"{fix}, or give a new workdir")
+
+
 def check_same_tokenizer(workdir: str, tokenizer: tokenization.Tokenizer) -> None:
     """ValueError when a run resumes (`workdir` has checkpoints) with another vocabulary or
     casing than the one it trained with and saved (WORKDIR/tokenizer): its weights would read

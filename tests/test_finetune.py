@@ -757,6 +757,26 @@ def test_pretrained_beats_scratch_on_the_demo_task(tmp_path):
     assert with_checkpoint > from_scratch + 0.05, (with_checkpoint, from_scratch)
 
 
+def test_a_resume_that_would_read_the_head_otherwise_is_refused(tmp_path):
+    """A finished run rerun with its labels in another order (the order the start-up log invites
+    one to set) resumed with a warning only, and wrote every prediction under the other label's
+    name (a review). Refused before anything is written; the same order resumes."""
+    from small_runs import tiny_finetune_run
+
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    files = dict(train_file=str(tmp_path / "data.csv"), eval_file=str(tmp_path / "data.csv"), text_b_key="")
+    workdir = tiny_finetune_run("classification", tmp_path, **files)
+    written = sorted(os.listdir(os.path.join(workdir, "predictions")))
+    with pytest.raises(ValueError, match=r"trained its head with label_names \['neg', 'pos'\]; this run's \['pos', "
+                                         r"'neg'\] would read its outputs otherwise .*config.data.label_names=neg,pos"):
+        tiny_finetune_run("classification", tmp_path, label_names="pos,neg", **files)
+    with pytest.raises(ValueError, match=r"trained its head with pairs False; this run's True"):
+        tiny_finetune_run("classification", tmp_path, **{**files, "text_b_key": "label"})
+    assert sorted(os.listdir(os.path.join(workdir, "predictions"))) == written
+    tiny_finetune_run("classification", tmp_path, label_names="neg,pos", **files)
+
+
 def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path):
     """A run killed before its first checkpoint leaves best/ (written at each evaluation) and
     no checkpoints/: a new run there starts from step 0 and must not compare with, or end on,
