@@ -292,7 +292,7 @@ def _own_squad_files(tmp_path):
     dev.write_text(json.dumps(squad_json(qa_rows(8, seed=6, impossible_every=3), "v2.0")))
     unanswered = squad_json(qa_rows(4, seed=7))
     for paragraph in unanswered["data"][0]["paragraphs"]:
-        del paragraph["qas"][0]["answers"]  # a file to predict: no answers at all (read as v1.1)
+        del paragraph["qas"][0]["answers"]  # a file to predict: no answers at all
     test.write_text(json.dumps(unanswered))
     return [f"--config.data.train_file={train}", f"--config.data.eval_file={dev}", f"--config.data.test_file={test}",
             "--config.data.max_query_length=12"]
@@ -337,7 +337,8 @@ def test_own_squad_files_write_official_prediction_files(tmp_path):
             assert all(contexts[qid][e["start"]:e["end"]] == e["text"] if e["text"] else e["start"] == e["end"] == -1
                        for e in entries)
     assert all(isinstance(value, float) for value in null_odds.values())
-    assert sorted(os.listdir(predictions / "test")) == ["nbest_predictions.json", "predictions.json"]  # v1.1: no odds
+    # The unlabelled test file is predicted by the training file's version (v2.0): with its odds.
+    assert sorted(os.listdir(predictions / "test")) == ["nbest_predictions.json", "null_odds.json", "predictions.json"]
     scored = subprocess.run([sys.executable, "-m", "bertjax.evaluation.squad", str(tmp_path / "dev.json"),
                              str(predictions / "eval" / "predictions.json"), "--na-prob-file",
                              str(predictions / "eval" / "null_odds.json"), "--na-prob-thresh", "0.0"],

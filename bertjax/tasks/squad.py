@@ -255,7 +255,8 @@ TFDS_NAMES = {"squad_v1": "squad/v1.1", "squad_v2": "squad/v2.0"}
 def load_task(config, tokenizer) -> Task:
     """The configured span QA task with its windows tokenized: squad_v1 / squad_v2 (TFDS:
     train, scored on validation) or squad (your JSON files: config.data.train_file,
-    eval_file scored, test_file only predicted; each file's version read from itself).
+    eval_file scored, test_file only predicted; the training and evaluation files' versions
+    read from themselves, the test file predicted by the training file's).
 
     Config keys (config.data): max_seq_length, doc_stride, max_query_length (features),
     n_best_size, max_answer_length, null_score_diff_threshold (predictions); a value out
@@ -274,7 +275,11 @@ def load_task(config, tokenizer) -> Task:
         data_dir = data.tfds_data_dir or None
         sources = [(split, read_tfds(TFDS_NAMES[config.task], split, data_dir)) for split in ("train", "validation")]
     elif config.task == "squad":
-        sources = [(name, read_json(path)) for name, path in own_files(config)]
+        sources = []
+        for name, path in own_files(config):
+            # A test file is predicted as the model will answer: by the training file's version
+            # (an unlabelled one says none, and read as v1.1 a v2.0 model's answers never abstain).
+            sources.append((name, read_json(path, version=sources[0][1].version if name == "test" else None)))
     else:
         raise ValueError(f"config.task={config.task!r} is not a span QA task")
     check_nonempty(sources, "questions")

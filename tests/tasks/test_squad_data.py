@@ -408,6 +408,24 @@ def test_json_v2_impossible_questions_and_empty_context(bert_tokenizer, tmp_path
         squad._check_scorable(unlabelled)
 
 
+def test_a_test_file_is_predicted_by_the_training_files_version(tmp_path, bert_tokenizer):
+    """An unlabelled test file says no version (no "version", answers or is_impossible): read as
+    v1.1, a v2.0 model's test predictions never abstained and no null_odds.json was written (a
+    review). It takes the training file's, as launch/predict.py takes the model's."""
+    from configs import finetune as finetune_config
+
+    train = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [
+        _qa(0, "1940"), _qa(1, None, is_impossible=True)]}]}], "train.json", "v2.0")
+    test = tmp_path / "test.json"
+    test.write_text(json.dumps({"data": [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [
+        {"id": "t0", "question": "When did she stop teaching?"}]}]}]}))
+    config = finetune_config.get_config("squad")
+    config.data.update(train_file=train, eval_file="", test_file=str(test), max_seq_length=64, max_query_length=16)
+    task = squad.load_task(config, bert_tokenizer)
+    assert [split.examples.examples.version for split in task.test_splits] == ["v2.0"]
+    assert task.info["squad_version"] == "v2.0"
+
+
 # -- TFDS under mock data. --
 
 @pytest.mark.parametrize("name", ["squad/v1.1", "squad/v2.0"])
