@@ -36,8 +36,8 @@ from bertjax.data.sources import prepared_tfds_builder
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
 from bertjax.runtime import fileio
-from bertjax.tasks.common import (Split, Task, bert_inputs, encode_pairs, example_ids, own_files, read_records,
-                                  truncation, write_lines)
+from bertjax.tasks.common import (Split, Task, bert_inputs, encode_pairs, example_ids, file_format, own_files,
+                                  read_records, truncation, write_lines)
 from bertjax.tasks.family import Family, hf_label_names, no_options
 from bertjax.tasks.raw_text import text_pair
 
@@ -175,8 +175,11 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True,
         for config_key, column in keys.items():
             if column and column not in row:
                 single = "; config.data.text_b_key='' reads single texts" if config_key == "text_b_key" else ""
+                # A file without a header line has its first row read as the column names.
+                header = ("; line 1 is read as the header, the column names: a file without one needs one"
+                          if file_format(path, data_config.file_format) != "jsonl" else "")
                 raise ValueError(f"{where}: no column {column!r} (config.data.{config_key}); the row has "
-                                 f"{sorted(row)}{single}")
+                                 f"{sorted(row)}{single}{header}")
         for column in (keys["text_a_key"], keys["text_b_key"]):
             if column and not isinstance(row[column], str):
                 raise ValueError(f"{where}: column {column!r} should be text, got {row[column]!r}"[:300])

@@ -145,6 +145,16 @@ def test_regression_files(tmp_path, tokenizer):
     assert loaded.main_metric == "pearson"
 
 
+def test_a_csv_without_a_header_is_told_its_first_row_was_read_as_one(tmp_path, tokenizer):
+    """A CSV of rows only lost its first row to the header, and the error showed that row as the
+    columns, without saying why (a review)."""
+    (tmp_path / "train.csv").write_text("great movie,pos\nawful,neg\n")
+    with pytest.raises(ValueError, match=r"train.csv:2: no column 'text_a' .*the row has \['great movie', 'pos'\]"
+                                         r"; line 1 is read as the header, the column names"):
+        classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv"), eval_file=""),
+                                 tokenizer)
+
+
 @pytest.mark.parametrize("rows, fmt, options, message", [
     ([{"text": "x", "label": "a"}], "jsonl", {}, r"train.jsonl:1: no column 'text_a' \(config.data.text_a_key\)"),
     ([{"text_a": "x", "text_b": "y"}], "csv", {}, r"train.csv:2: no column 'label' \(config.data.label_key\)"),
