@@ -496,6 +496,29 @@ def save_tokenizer(tokenizer: Tokenizer, directory: str) -> None:
     fileio.write_json(fileio.join(directory, SAVED_TOKENIZER), spec)
 
 
+def hf_tokenizer_json(tokenizer: Tokenizer) -> str:
+    """A kind "huggingface" tokenizer's tokenizer.json as bertjax reads it, for the libraries
+    that read its every part (the exports). Its post-processor lays rows out as bertjax does,
+    [CLS] a [SEP] and b [SEP] in segment 1, with this tokenizer's own special tokens, whatever
+    the file's said (bertjax lays rows out itself and never reads it). Where tokens carry the
+    space before their word (byte-level BPE), its mask token takes in the space before it, as
+    bertjax's fill-mask reads "the [MASK]": pre-training masks whole 'Ġword' tokens, so a lone
+    'Ġ' before a mask is no text the model saw."""
+    from tokenizers import processors
+
+    fast = tokenizers.Tokenizer.from_str(tokenizer._fast.to_str())
+    cls, sep = tokenizer.id_to_token(tokenizer.cls_id), tokenizer.id_to_token(tokenizer.sep_id)
+    fast.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, tokenizer.cls_id), (sep, tokenizer.sep_id)])
+    settings = json.loads(fast.to_str())
+    if tokenizer.trailing_space_is_token:
+        for added in settings.get("added_tokens") or []:
+            if added.get("id") == tokenizer.mask_id:
+                added["lstrip"] = True
+    return json.dumps(settings, ensure_ascii=False, indent=2)
+
+
 def saved_tokenizer_spec(directory: str) -> dict:
     """{"kind", "path", "do_lower_case", "vocab_hash"} of a tokenizer saved by `save_tokenizer`."""
     spec = fileio.read_json(fileio.join(directory, SAVED_TOKENIZER))

@@ -72,6 +72,17 @@ def test_a_modern_run_pretrains_and_exports_to_hugging_face(modern_run, tmp_path
             np.testing.assert_array_equal(a, b)
     text = ["Anna lives in [MASK] and works there .", "a " * 40 + "[MASK] ."]  # the second beyond the window
     assert bertjax.load_model(str(exported)).fill_mask(text) == bertjax.load_model(str(workdir)).fill_mask(text)
+    # Hugging Face's tokenizer reads the exported file as bertjax reads the run: the layout, and
+    # no lone 'Ġ' before a mask (the trained file had neither; a review).
+    import tokenizers
+    from bertjax.inference import engine
+
+    own = bertjax.load_model(str(workdir)).tokenizer
+    hugging_face = tokenizers.Tokenizer.from_file(str(exported / "tokenizer.json"))
+    ids, _ = engine._MaskKeeping(own).encode_flat(text[:1])
+    assert hugging_face.encode(text[0]).ids == [own.cls_id, *ids.tolist(), own.sep_id]
+    pair = hugging_face.encode("Anna lives", "in Oslo")
+    assert pair.ids == [own.cls_id, *own.encode("Anna lives"), own.sep_id, *own.encode("in Oslo"), own.sep_id]
 
 
 def jax_leaves(tree):

@@ -556,6 +556,33 @@ def test_a_bert_tokenizer_json_read_as_kind_huggingface_spans_what_it_drops():
     assert got[1][0].tolist() == [0, 5]  # "José"
 
 
+def test_an_exported_tokenizer_json_lays_out_and_masks_as_bertjax_reads_it(tmp_path):
+    """bertjax lays rows out itself and never reads a tokenizer.json's post-processor, and
+    exports copied the file whole: one without BERT's layout (none, RoBERTa's doubled [SEP])
+    gave other libraries other rows, and a trained BPE's [MASK] left the space before it as a
+    lone 'Ġ' that pre-training never showed the model (a review)."""
+    import tokenizers
+
+    from bertjax.inference import engine
+
+    lines = [f"Paris is a capital and a city of France, number {i}. A cat sat on a mat." for i in range(300)]
+    path = vocabularies.train_bpe(lines, 400, str(tmp_path))
+    settings = json.loads(open(path).read())
+    settings["post_processor"] = None
+    (tmp_path / "bare.json").write_text(json.dumps(settings))
+    tokenizer = tokenization.load_tokenizer("huggingface", str(tmp_path / "bare.json"))
+    exported = tokenizers.Tokenizer.from_str(tokenization.hf_tokenizer_json(tokenizer))
+    cls, sep = tokenizer.cls_id, tokenizer.sep_id
+    pair = exported.encode("a cat", "a mat")
+    assert pair.ids == [cls, *tokenizer.encode("a cat"), sep, *tokenizer.encode("a mat"), sep]
+    assert pair.type_ids == [0] * (len(tokenizer.encode("a cat")) + 2) + [1] * (len(tokenizer.encode("a mat")) + 1)
+    masked = "Paris is a [MASK] of France."
+    ids, _ = engine._MaskKeeping(tokenizer).encode_flat([masked])
+    assert exported.encode(masked).ids == [cls, *ids.tolist(), sep]
+    assert tokenizers.Tokenizer.from_file(path).encode(masked).ids != [cls, *ids.tolist(), sep]  # the file as trained
+    assert [exported.encode(line).ids[1:-1] for line in lines[:3]] == tokenizer.encode_batch(lines[:3])
+
+
 def test_a_bpe_sentencepiece_model_keeps_its_own_segmentation(tmp_path):
     """The tie order (ascending powers of one word) is for unigram models, whose segmentations of
     a repeated word tie; a BPE model's is deterministic and was reordered into one sentencepiece

@@ -51,7 +51,7 @@ import shutil
 import tempfile
 from typing import Any, Callable
 
-from bertjax import tasks
+from bertjax import tasks, tokenization
 
 SIGNATURE = "serving_default"
 TOKEN_ID_INPUTS = ("input_ids", "segment_ids", "input_mask")  # the export of a tokenizer TF Text lacks
@@ -216,7 +216,8 @@ def _write_assets(model, target: str) -> None:
     if settings:
         task["settings"] = settings
     if takes_token_ids(model.tokenizer):
-        fileio.copy(model.tokenizer.path, fileio.join(extra, "tokenizer.json"))
+        fileio.write_bytes(fileio.join(extra, "tokenizer.json"),
+                           tokenization.hf_tokenizer_json(model.tokenizer).encode("utf-8"))
         tokenizer = model.tokenizer
         task.update({
             "inputs": list(TOKEN_ID_INPUTS),

@@ -257,7 +257,10 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
         if do_lower_case is not None:
             write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings)
     elif whole_tokenizer is not None:  # a BPE or Unigram tokenizer.json holds its own normalisation
-        fileio.copy(vocab_path, fileio.join(out_dir, "tokenizer.json"))
+        from bertjax import tokenization
+
+        fileio.write_bytes(fileio.join(out_dir, "tokenizer.json"),
+                           tokenization.hf_tokenizer_json(whole_tokenizer).encode("utf-8"))
         write_fast_tokenizer_config(out_dir, whole_tokenizer, config.max_position_embeddings)
     return heads
 

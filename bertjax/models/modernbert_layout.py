@@ -327,7 +327,11 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     write_huggingface_files(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if tokenizer_path:  # a tokenizer.json (a bertjax run saves it as hf_tokenizer.json) or a vocab.txt
         wordpiece = not tokenizer_path.endswith(".json")
-        fileio.copy(tokenizer_path, fileio.join(out_dir, "vocab.txt" if wordpiece else "tokenizer.json"))
+        if wordpiece:
+            fileio.copy(tokenizer_path, fileio.join(out_dir, "vocab.txt"))
+        else:
+            fileio.write_bytes(fileio.join(out_dir, "tokenizer.json"),
+                               tokenization.hf_tokenizer_json(tokenizer).encode("utf-8"))
         if wordpiece:  # (always: its tokenizer must give no token_type_ids)
             write_tokenizer_config(out_dir, do_lower_case, config.max_position_embeddings, token_types=False)
         else:

@@ -253,7 +253,16 @@ def test_a_bert_with_a_bpe_tokenizer_exports_it_whole_or_refuses_before_writing(
     convert.export_huggingface(config, params, str(tmp_path / "hf"), vocab_path=bpe)
     assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "tokenizer.json",
                                                    "tokenizer_config.json"]
-    assert (tmp_path / "hf" / "tokenizer.json").read_bytes() == open(bpe, "rb").read()
+    # Its own tokens and normalisation, with bertjax's layout: b in BERT's segment 1.
+    import tokenizers
+
+    written = tokenizers.Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    original = tokenizers.Tokenizer.from_file(bpe)
+    texts = ["The capital of France is Paris.", "naïve café, ok"]
+    assert [written.encode(text).ids for text in texts] == [original.encode(text).ids for text in texts]
+    assert written.encode("a", "b").type_ids == [0, 0, 0, 1, 1]
+    space = original.token_to_id("\u0120")  # 'Ġ' alone: before a [MASK] it goes with the mask, as bertjax reads it
+    assert written.encode("is [MASK] ok").ids == [i for i in original.encode("is [MASK] ok").ids if i != space]
     # Without a tokenizer_config.json transformers would read it as BertTokenizerFast, resetting its
     # normaliser to BERT's and knowing no mask token (a review).
     assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text()) == {
