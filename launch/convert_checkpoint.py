@@ -95,6 +95,8 @@ def main(_):
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
         extra = model_source.hf_config_keys(source.task_info)
+        if source.max_seq_length:  # no layout has a place for it: bertjax reads it back
+            extra[convert.TRAINED_LENGTH] = source.max_seq_length
         if saved and vocab is None:  # a tokenizer not copied (SentencePiece): its ids
             ids = modernbert_layout.special_token_ids(tokenization.load_tokenizer(
                 saved["kind"], saved["path"], saved["do_lower_case"]))
@@ -105,7 +107,7 @@ def main(_):
                                            pooler_trained=source.pooler_trained)
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case,
-                                             pooler_trained=source.pooler_trained)
+                                             pooler_trained=source.pooler_trained, trained_length=source.max_seq_length)
     if saved and vocab is None and saved["kind"] == "sentencepiece":
         fileio.copy(saved["path"], fileio.join(output, convert.SENTENCEPIECE_FILE))
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "

@@ -59,12 +59,13 @@ class ModelSource:
     task: str | None = None
     task_info: dict = dataclasses.field(default_factory=dict)
     pooler_trained: bool = True
+    recorded_length: int | None = None  # the length an export of a bertjax run says it trained at
 
     @property
     def max_seq_length(self) -> int | None:
-        """The length a bertjax run trained with, fine-tuning or pre-training (None: not a bertjax
-        run): positions past it were never trained."""
-        length = self.data.get("max_seq_length")
+        """The length a bertjax run trained with, fine-tuning or pre-training, its own or as its
+        export records it (None: not known, a release's): positions past it were never trained."""
+        length = self.data.get("max_seq_length", self.recorded_length)
         return None if length is None else int(length)
 
     def untrained_past(self, length: int) -> str | None:
@@ -205,15 +206,17 @@ def resolve(path: str | ModelSource) -> ModelSource:
     bert = convert.pretrained_config(directory)
     spec = convert.checkpoint_vocabulary(directory)
     if layout == "tf":
-        untrained = fileio.read_json(fileio.join(directory, "bert_config.json")).get(convert.TF_POOLER_UNTRAINED)
-        return ModelSource(path, layout, directory, bert, spec, pooler_trained=not untrained)
+        tf_config = fileio.read_json(fileio.join(directory, "bert_config.json"))
+        return ModelSource(path, layout, directory, bert, spec, pooler_trained=not tf_config.get(
+            convert.TF_POOLER_UNTRAINED), recorded_length=tf_config.get(convert.TRAINED_LENGTH))
     hf_config = fileio.read_json(fileio.join(directory, "config.json"))
     # Whether the file holds a pooler (BERT), or a head that ModernBERT's loads into it
     # (modernbert_layout.load_modernbert): bert-base-uncased's says BertForMaskedLM, and has one.
     names = tensor_files.weight_names(directory)
     wanted = "head.dense.weight" if hf_config.get("model_type") == "modernbert" else "pooler.dense.weight"
     trained = any(name == wanted or name.endswith("." + wanted) for name in names)
-    return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=trained), hf_config)
+    return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=trained,
+                                     recorded_length=hf_config.get(convert.TRAINED_LENGTH)), hf_config)
 
 
 def _family_with(source: ModelSource, has: Callable[[Any], Any], what: str):

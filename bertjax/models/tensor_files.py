@@ -27,6 +27,9 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_d
 _FLOATS = ("F64", "F32", "F16", "BF16")  # read as float32, bertjax's host params
 _MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
 SHARD_INDEX = "model.safetensors.index.json"
+# config.json's (and bert_config.json's) key for the length a bertjax run trained at, which no
+# layout has a place for: read back, inputs past it are warned of as the run's own would be.
+TRAINED_LENGTH = "bertjax_max_seq_length"
 
 
 def safetensors_names(file: str) -> list[str]:

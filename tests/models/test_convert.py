@@ -559,6 +559,22 @@ def test_converted_hugging_face_directory_keeps_the_casing(launchers, tf_release
     assert convert.checkpoint_vocabulary(str(out))["do_lower_case"] is expected  # and fine-tuning reads it back
 
 
+def test_an_export_of_a_run_keeps_the_length_it_trained_at(launchers, small_pretrained_run, tmp_path):
+    """No layout has a place for it: a run pre-trained at 64 tokens was exported with
+    model_max_length its 512 positions, and read back, by bertjax and by Hugging Face, as good
+    for 512 tokens without a word, where the run itself warns (a review)."""
+    from bertjax.inference import model_source
+
+    for layout in ("huggingface", "tf"):
+        _convert(launchers, f"--input={small_pretrained_run}", f"--output={tmp_path / layout}", f"--format={layout}")
+        source = model_source.resolve(str(tmp_path / layout))
+        assert source.bert.max_position_embeddings == 512 and source.max_seq_length == 64
+        assert source.untrained_past(128) == (f"the 64 tokens {tmp_path / layout} trained at: the position embeddings "
+                                              "past it are untrained")
+        assert bertjax.load_model(source).max_seq_length == 64
+    assert json.loads((tmp_path / "huggingface" / "tokenizer_config.json").read_text())["model_max_length"] == 64
+
+
 def test_a_runs_casing_is_not_overridden_by_the_flag(launchers, tmp_path):
     """--do_lower_case against a bertjax run's recorded casing wrote it into the export: a run
     trained uncased came out "cased", and Hugging Face and bertjax then read capitals with other
