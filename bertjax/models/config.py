@@ -341,6 +341,8 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
         for name in ARCHITECTURE_FIELDS:
             if rotary and name == "max_position_embeddings":  # no weights: a context extension may raise it
                 continue
+            if name == "pooler" and {values.get(name), checkpoint.pooler} <= {"cls", "mean"}:
+                continue  # the same head weights over the [CLS] vector or the tokens' mean (classifier_pooling)
             if name in values and values[name] != getattr(checkpoint, name):
                 raise ValueError(f"{source}.{name}={values[name]!r} but the checkpoint has {name}="
                                  f"{getattr(checkpoint, name)!r}; leave {source}.{name} unset to take the checkpoint's")

@@ -35,6 +35,18 @@ def test_a_checkpoint_gives_its_architecture_and_refuses_contradictions():
         resolve({"hidden_sise": 3})
 
 
+def test_a_modern_checkpoints_pooling_may_be_the_cls_vector_or_the_mean():
+    """The modern head's weights read the [CLS] vector or the tokens' mean alike (Hugging Face's
+    classifier_pooling), yet the other was refused as another architecture (a review); the
+    original BERT's tanh pooler is another set of weights, and stays refused."""
+    modern = BertConfig.preset("modernbert-tiny")
+    assert modern.pooler == "cls" and resolve({"pooler": "mean"}, checkpoint=modern).pooler == "mean"
+    assert resolve({"pooler": "cls"}, checkpoint=modern.replace(pooler="mean")).pooler == "cls"
+    assert resolve({}, checkpoint=modern.replace(pooler="mean")).pooler == "mean"
+    with pytest.raises(ValueError, match="config.model.pooler='tanh' but the checkpoint has pooler='cls'"):
+        resolve({"pooler": "tanh"}, checkpoint=modern)
+
+
 def test_a_rotary_checkpoints_context_can_grow_and_idle_position_settings_are_refused(caplog):
     """Rotary positions hold no weights, so a context extension may raise max_position_embeddings
     past the checkpoint's (it was refused, so the larger theta could not lengthen the context: a
