@@ -72,9 +72,12 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     every = number("global_attn_every_n_layers", values.get("global_attn_every_n_layers", 3), int)
     if values.get("layer_types"):
         pattern = ["full_attention" if i % every == 0 else "sliding_attention" for i in range(layers)]
-        need(values["layer_types"] == pattern, f"layer_types {values['layer_types']} is not every "
-             f"{every}th layer global, the pattern bertjax builds (global_attn_every_n_layers)")
+        need(values["layer_types"] == pattern, f"layer_types {values['layer_types']} is not one layer in "
+             f"{every} global, from the first, the pattern bertjax builds (global_attn_every_n_layers)")
     rope = values.get("rope_parameters") or {}
+    need(isinstance(rope, dict) and all(isinstance(rope.get(kind) or {}, dict) for kind in
+                                        ("full_attention", "sliding_attention")),
+         f"rope_parameters must be an object of full_attention and sliding_attention objects, got {rope!r}"[:300])
     global_theta = (rope.get("full_attention") or {}).get("rope_theta", values.get("global_rope_theta", 160_000.0))
     # transformers 4's local_rope_theta null means the global theta.
     local_theta = (rope.get("sliding_attention") or {}).get("rope_theta", values.get("local_rope_theta", 10_000.0))
@@ -93,8 +96,8 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     need(values.get("mlp_bias", False) == bias and values.get("classifier_bias", False) == bias,
          "attention_bias, mlp_bias and classifier_bias must agree (bertjax has one use_bias)")
     need(values.get("decoder_bias", True), "decoder_bias must be true (bertjax's MLM decoder has a bias)")
-    window = values.get("local_attention", 128)
-    need(window % 2 == 0 and window > 0, f"local_attention {window} must be even and positive")
+    window = number("local_attention", values.get("local_attention", 128), int)
+    need(window % 2 == 0, f"local_attention {window} must be even and positive")
     dropouts = {key: values.get(key, 0.0) for key in
                 ("embedding_dropout", "mlp_dropout", "attention_dropout", "classifier_dropout")}
     if len(set(dropouts.values())) > 1:  # training only: inference runs without dropout

@@ -283,12 +283,15 @@ def test_transformers_4_rope_keys_are_read_as_it_reads_them():
 
 @pytest.mark.parametrize("values, message", [
     ({"classifier_pooling": "max"}, r"classifier_pooling must be one of \('tanh', 'cls', 'mean'\), got 'max'"),
-    ({"local_attention": None}, r"a value of the wrong type \(unsupported operand"),
+    # A value of another type was "a value of the wrong type (unsupported operand ...)", naming no key (a review).
+    ({"local_attention": None}, "local_attention must be a positive int, got None"),
+    ({"local_attention": "128"}, "local_attention must be a positive int, got '128'"),
     # Hugging Face reads 0 as a window of +-0 keys, bertjax as no window at all (a review).
-    ({"local_attention": 0}, "local_attention 0 must be even and positive"),
+    ({"local_attention": 0}, "local_attention must be a positive int, got 0"),
+    ({"local_attention": 7}, "local_attention 7 must be even and positive"),
     # transformers' default classifier_activation is gelu, whatever hidden_activation says.
     ({"hidden_activation": "silu"}, "classifier_activation 'gelu' differs from hidden_activation 'silu'"),
-    ({"rope_parameters": [1]}, r"a value of the wrong type"),
+    ({"rope_parameters": [1]}, r"rope_parameters must be an object of full_attention and sliding_attention objects"),
     ({"hidden_activation": ["gelu"]}, r"hidden_activation \['gelu'\] is not one of"),
     ([{"hidden_size": 8}], "expected a JSON object of config keys, got a list"),
     ({"global_rope_theta": "abc"}, r"the global rope_theta \(rope_parameters or global_rope_theta\) must be a "
