@@ -150,8 +150,11 @@ def gather_params(table: list[Variable], tensors: dict[str, np.ndarray], fmt: st
         name = var.hf if fmt == "hf" else var.tf
         transposed = var.hf_transposed if fmt == "hf" else var.tf_transposed
         expected = var.shape[::-1] if transposed else var.shape
-        if name not in tensors:
-            problems.append(f"missing variable {name!r} (expected shape {expected})")
+        if name not in tensors:  # a fused tensor's part ('attn.Wqkv.bias#0') by the file's own name, once
+            missing = (f"missing variable {name!r} (expected shape {expected})" if "#" not in name
+                       else f"missing variable {name.split('#')[0]!r}")
+            if missing not in problems:
+                problems.append(missing)
         elif tensors[name].shape != expected:
             problems.append(f"variable {name!r} has shape {tensors[name].shape}, expected {expected}")
         else:

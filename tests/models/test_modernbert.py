@@ -6,6 +6,7 @@ other, packing, and the switches' validation."""
 
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -279,6 +280,19 @@ def test_transformers_4_rope_keys_are_read_as_it_reads_them():
     with pytest.raises(ValueError, match=r"config.json: rope_scaling \{'type': 'linear', 'factor': 2.0\}: "
                                          "bertjax's RoPE is unscaled"):
         modernbert_layout.modernbert_config({"rope_scaling": {"type": "linear", "factor": 2.0}})
+
+
+def test_a_config_json_that_contradicts_its_weights_names_the_files_tensors(tmp_path):
+    """attention_bias true over bias-free weights named bertjax's split of a fused tensor,
+    'layers.0.attn.Wqkv.bias#0', which is no name in the file (a review)."""
+    folder = tmp_path / "biased"
+    shutil.copytree(os.path.join(HF_DIR, "masked_lm"), folder)
+    settings = json.loads((folder / "config.json").read_text())
+    settings.update(attention_bias=True, mlp_bias=True, classifier_bias=True)
+    (folder / "config.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match=r"missing variable 'layers.0.attn.Wqkv.bias'\n") as refused:
+        convert.load_pretrained(str(folder))
+    assert "#" not in str(refused.value)
 
 
 @pytest.mark.parametrize("values, message", [
