@@ -99,7 +99,8 @@ def main(_):
     from bertjax.inference import model_source
 
     source = model_source.resolve(_CHECKPOINT.value)
-    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value or source.max_seq_length or 128,
+    default_length = source.max_seq_length or min(128, source.bert.max_position_embeddings)  # the original's 128
+    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value or default_length,
                                batch_size=_BATCH_SIZE.value, precision=_PRECISION.value, **_VOCABULARY())
     states = model.bert.num_hidden_layers + 1  # (the embeddings' output is one)
     if not flags.FLAGS["layers"].present and len(layers) > states:  # the original's last four, of fewer

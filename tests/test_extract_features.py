@@ -85,6 +85,31 @@ def test_the_default_layers_of_a_model_with_fewer_read_what_it_has(small_pretrai
     assert refused.returncode == 2 and "--layers=-1,-3: layer index -3 is outside [-2, 1]" in refused.stderr
 
 
+def test_the_default_length_of_a_model_with_fewer_positions_is_its_own(launchers, tmp_path):
+    """A release (no run length) with fewer than 128 positions was refused at the default 128:
+    "max_seq_length=128 must be in [8, ...]", naming no flag (a review). Its positions are the default."""
+    import flax
+    import numpy as np
+
+    from bertjax.data.corpora import demo_corpus
+    from bertjax.models import BertConfig, convert
+    from bertjax.models.variable_table import variable_table
+
+    vocab = demo_corpus.demo_vocab_path(str(tmp_path))
+    config = BertConfig(vocab_size=len(demo_corpus.demo_vocab_tokens()), hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    rng = np.random.default_rng(0)
+    params = flax.traverse_util.unflatten_dict({var.path: rng.standard_normal(var.shape).astype(np.float32)
+                                                for var in variable_table(config, ())})
+    convert.export_huggingface(config, params, str(tmp_path / "short"), vocab_path=vocab)
+    (tmp_path / "in.txt").write_text("the cat sat on the mat\n" + "word " * 100 + "\n")
+    done = launchers.run([LAUNCHER, f"--checkpoint={tmp_path / 'short'}", f"--input_file={tmp_path / 'in.txt'}",
+                          f"--output={tmp_path / 'out.jsonl'}", "--layers=-1"], cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(lines[1]["features"]) == 64 and lines[1]["truncated"] is True
+
+
 def test_a_text_files_pairs_split_as_the_originals():
     """google-research/bert's extract_features.py matches "(.*) ||| (.*)" on the stripped line:
     a separator at either end is text. Read with prediction's rule ("a |||" a pair with an empty
