@@ -47,7 +47,7 @@ def main(_):
         raise ValueError("--architecture applies only to --format=huggingface")
     from bertjax.runtime import fileio
     from bertjax.inference import model_source
-    from bertjax import tokenization
+    from bertjax import tasks, tokenization
     from bertjax.models import convert, modernbert_layout
 
     known = convert.HF_ARCHITECTURES + tuple(modernbert_layout.MODERNBERT_ARCHITECTURES)
@@ -92,11 +92,15 @@ def main(_):
         if _VOCAB.value is not None:  # of its size, other tokens: other ids, as predict and fine-tuning refuse
             source.check_vocabulary(tokenization.load_tokenizer(kind, vocab, do_lower_case), vocab,
                                     "give the vocabulary it was trained with (--vocab_file), or leave it unset")
+    # What using the model needs of the run's config.data, which neither layout has a place for.
+    family = source.task_info.get("family")
+    run_data = {**({"max_seq_length": source.max_seq_length} if source.max_seq_length else {}),
+                **(tasks.FAMILIES[family].serving_settings(source.data) if family in tasks.FAMILIES else {})}
     if _FORMAT.value == "huggingface":
         architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
         extra = model_source.hf_config_keys(source.task_info)
-        if source.max_seq_length:  # no layout has a place for it: bertjax reads it back
-            extra[convert.TRAINED_LENGTH] = source.max_seq_length
+        if run_data:
+            extra[convert.RUN_DATA] = run_data
         if saved and vocab is None:  # a tokenizer not copied (SentencePiece): its ids
             ids = modernbert_layout.special_token_ids(tokenization.load_tokenizer(
                 saved["kind"], saved["path"], saved["do_lower_case"]))
@@ -107,7 +111,7 @@ def main(_):
                                            pooler_trained=source.pooler_trained)
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case,
-                                             pooler_trained=source.pooler_trained, trained_length=source.max_seq_length)
+                                             pooler_trained=source.pooler_trained, run_data=run_data)
     if saved and vocab is None and saved["kind"] == "sentencepiece":
         fileio.copy(saved["path"], fileio.join(output, convert.SENTENCEPIECE_FILE))
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "

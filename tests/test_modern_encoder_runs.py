@@ -62,7 +62,7 @@ def test_a_modern_run_pretrains_and_exports_to_hugging_face(modern_run, tmp_path
     written = json.loads((exported / "config.json").read_text())
     # The length it trained at, which ModernBERT's layout has no place for (a review: read back as
     # good for all its 1,024 positions, Hugging Face's model_max_length too).
-    assert written["bertjax_max_seq_length"] == 64 and written["max_position_embeddings"] == 1024
+    assert written["bertjax_data"] == {"max_seq_length": 64} and written["max_position_embeddings"] == 1024
     assert json.loads((exported / "tokenizer_config.json").read_text())["model_max_length"] == 64
     vocabulary = json.loads((exported / "tokenizer.json").read_text())["model"]["vocab"]
     assert [written[f"{name}_token_id"] for name in ("pad", "cls", "sep")] == [vocabulary[t] for t in

@@ -157,9 +157,13 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, os.path.join(root, "launch", "convert_checkpoint.py"), f"--input={workdir}",
                     f"--output={tmp_path}/hf"], check=True, capture_output=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    converted = bertjax.load_model(str(tmp_path / "hf"), batch_size=8)  # (windows of Hugging Face's defaults)
+    converted = bertjax.load_model(str(tmp_path / "hf"), batch_size=8)
     assert converted.task_info["squad_version"] == "v2.0"
-    assert all("null_odds" in result for result in converted.predict(inputs))
+    # The run's length and windows go with it (config.json's bertjax_data): the run's own answers.
+    assert converted.max_seq_length == model.max_seq_length
+    again = converted.predict(inputs)
+    assert [r["answer"] for r in again] == [r["answer"] for r in results]
+    assert [r["null_odds"] for r in again] == pytest.approx([r["null_odds"] for r in results], abs=1e-4)
     # A Hugging Face SQuAD 2.0 model from elsewhere: config.json without squad_version reads as
     # v1.1 (a span for every question); the caller can say v2.0 (--squad_version).
     from bertjax.inference import model_source

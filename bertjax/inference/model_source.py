@@ -59,13 +59,13 @@ class ModelSource:
     task: str | None = None
     task_info: dict = dataclasses.field(default_factory=dict)
     pooler_trained: bool = True
-    recorded_length: int | None = None  # the length an export of a bertjax run says it trained at
+    recorded_data: dict = dataclasses.field(default_factory=dict)  # an export's record of its run's (RUN_DATA)
 
     @property
     def max_seq_length(self) -> int | None:
         """The length a bertjax run trained with, fine-tuning or pre-training, its own or as its
         export records it (None: not known, a release's): positions past it were never trained."""
-        length = self.data.get("max_seq_length", self.recorded_length)
+        length = self.data.get("max_seq_length")
         return None if length is None else int(length)
 
     def untrained_past(self, length: int) -> str | None:
@@ -82,8 +82,9 @@ class ModelSource:
 
     @property
     def data(self) -> dict[str, Any]:
-        """The run config's data section ({} without a run config)."""
-        return (self.run_config or {}).get("data", {})
+        """The run config's data section; an export's record of it (what using the model needs:
+        its length, span QA's windows); else {}."""
+        return self.run_config.get("data", {}) if self.run_config else self.recorded_data
 
     def weights_fingerprint(self) -> str:
         """What identifies the weights without reading them (`fileio.fingerprint` of the files
@@ -208,7 +209,7 @@ def resolve(path: str | ModelSource) -> ModelSource:
     if layout == "tf":
         tf_config = fileio.read_json(fileio.join(directory, "bert_config.json"))
         return ModelSource(path, layout, directory, bert, spec, pooler_trained=not tf_config.get(
-            convert.TF_POOLER_UNTRAINED), recorded_length=tf_config.get(convert.TRAINED_LENGTH))
+            convert.TF_POOLER_UNTRAINED), recorded_data=tf_config.get(convert.RUN_DATA) or {})
     hf_config = fileio.read_json(fileio.join(directory, "config.json"))
     # Whether the file holds a pooler (BERT), or a head that ModernBERT's loads into it
     # (modernbert_layout.load_modernbert): bert-base-uncased's says BertForMaskedLM, and has one.
@@ -216,7 +217,7 @@ def resolve(path: str | ModelSource) -> ModelSource:
     wanted = "head.dense.weight" if hf_config.get("model_type") == "modernbert" else "pooler.dense.weight"
     trained = any(name == wanted or name.endswith("." + wanted) for name in names)
     return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=trained,
-                                     recorded_length=hf_config.get(convert.TRAINED_LENGTH)), hf_config)
+                                     recorded_data=hf_config.get(convert.RUN_DATA) or {}), hf_config)
 
 
 def _family_with(source: ModelSource, has: Callable[[Any], Any], what: str):

@@ -27,8 +27,8 @@ import numpy as np
 from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.modernbert_layout import (export_modernbert, load_modernbert, modern_pooler, modernbert_config,
                                               modernbert_variable_table)
-from bertjax.models.tensor_files import (SHARD_INDEX, TRAINED_LENGTH, read_weights, write_fast_tokenizer_config,
-                                         write_huggingface_files, write_tokenizer_config)
+from bertjax.models.tensor_files import (RUN_DATA, SHARD_INDEX, read_weights, trained_length,
+                                         write_fast_tokenizer_config, write_huggingface_files, write_tokenizer_config)
 from bertjax.models.variable_table import (ARCH_KEYS, gather_params, get_param, is_modern, param_heads,
                                           plain_params, variable_table)
 from bertjax.runtime import fileio
@@ -198,8 +198,9 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     "BertForMultipleChoice" (a "classifier" head defaults to BertForSequenceClassification).
     `label_names` (one per classifier output) become config.json's id2label/label2id
     (default LABEL_<i>). `extra_config`: more config.json keys, which transformers keeps and
-    ignores (a span-QA run's squad_version, read back by bertjax; TRAINED_LENGTH, the length a
-    run trained at, also the tokenizer's model_max_length). `pooler_trained` False (a
+    ignores (a span-QA run's squad_version, read back by bertjax; RUN_DATA, what using the model
+    needs of the run's config.data, its length also the tokenizer's model_max_length).
+    `pooler_trained` False (a
     masked-LM-only pre-training run's pooler): a class without a pooler (BertForMaskedLM) is
     written without it, so that a classifier loaded from the folder, by Hugging Face or by
     bertjax, starts from a fresh one and says so, rather than from random weights that look trained.
@@ -257,13 +258,13 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
             do_lower_case = tokenization.wordpiece_casing(vocab_path)
         if do_lower_case is not None:
             write_tokenizer_config(out_dir, do_lower_case,
-                                   hf_config.get(TRAINED_LENGTH) or config.max_position_embeddings)
+                                   trained_length(hf_config) or config.max_position_embeddings)
     elif whole_tokenizer is not None:  # a BPE or Unigram tokenizer.json holds its own normalisation
         from bertjax import tokenization
 
         fileio.write_bytes(fileio.join(out_dir, "tokenizer.json"),
                            tokenization.hf_tokenizer_json(whole_tokenizer).encode("utf-8"))
-        write_fast_tokenizer_config(out_dir, whole_tokenizer, hf_config.get(TRAINED_LENGTH) or
+        write_fast_tokenizer_config(out_dir, whole_tokenizer, trained_length(hf_config) or
                                     config.max_position_embeddings)
     return heads
 
@@ -372,7 +373,7 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: str,
                          vocab_path: str | None = None, do_lower_case: bool | None = None,
-                         pooler_trained: bool = True, trained_length: int | None = None) -> tuple[str, ...]:
+                         pooler_trained: bool = True, run_data: dict[str, Any] | None = None) -> tuple[str, ...]:
     """Writes `out_dir`/bert_config.json + bert_model.ckpt.* with the original TF1 names;
     returns the heads written. The original layout has no place for the casing (Google's
     releases say it in the folder's name, cased_L-... or uncased_L-..., which bertjax reads):
@@ -383,8 +384,8 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     bertjax_exact_gelu; likewise a LayerNorm epsilon other than its hard-coded 1e-12: both
     in bert_config.json, which bertjax reads back. The layout always holds a pooler: one that
     never trained (`pooler_trained` False: a masked-LM-only run's) is written with a warning and
-    bertjax_pooler_untrained, so that bertjax reading the folder says so again; `trained_length`
-    (the length a bertjax run trained at) goes in as TRAINED_LENGTH, which bertjax reads back.
+    bertjax_pooler_untrained, so that bertjax reading the folder says so again; `run_data` (what
+    using the model needs of a bertjax run's config.data) goes in as RUN_DATA, read back too.
     """
     missing = "the modern encoder (ModernBERT)" if is_modern(config) else (
         f"hidden_act {config.hidden_act!r}" if config.hidden_act not in ("gelu", "gelu_tanh", "relu") else "")
@@ -418,8 +419,8 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
         logging.warning("export_tf_checkpoint: the pooler never trained; the TF layout holds one, so it is written "
                         "and a classifier reading it starts from its random weights")
         tf_config[TF_POOLER_UNTRAINED] = True
-    if trained_length:
-        tf_config[TRAINED_LENGTH] = trained_length
+    if run_data:
+        tf_config[RUN_DATA] = run_data
     tokens = _wordpiece_tokens(vocab_path)  # read before anything is written
     if vocab_path and tokens is None:
         raise ValueError(f"export_tf_checkpoint: {vocab_path} is not a WordPiece vocabulary, and the TF layout "

@@ -16,7 +16,7 @@ import numpy as np
 from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.heads import TOKEN_TRANSFORM
 from bertjax.models.primitives import init_stddev
-from bertjax.models.tensor_files import (TRAINED_LENGTH, read_weights, write_fast_tokenizer_config,
+from bertjax.models.tensor_files import (read_weights, trained_length, write_fast_tokenizer_config,
                                          write_huggingface_files, write_tokenizer_config)
 from bertjax.models.variable_table import Variable, gather_params, get_param, param_heads, plain_params
 from bertjax.runtime import fileio
@@ -330,7 +330,7 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     write_huggingface_files(out_dir, tensors, hf_config, num_labels if "classifier" in heads else 0, label_names)
     if tokenizer_path:  # a tokenizer.json (a bertjax run saves it as hf_tokenizer.json) or a vocab.txt
         wordpiece = not tokenizer_path.endswith(".json")
-        model_max_length = hf_config.get(TRAINED_LENGTH) or config.max_position_embeddings
+        model_max_length = trained_length(hf_config) or config.max_position_embeddings
         if wordpiece:
             fileio.copy(tokenizer_path, fileio.join(out_dir, "vocab.txt"))
         else:

@@ -27,9 +27,15 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_d
 _FLOATS = ("F64", "F32", "F16", "BF16")  # read as float32, bertjax's host params
 _MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
 SHARD_INDEX = "model.safetensors.index.json"
-# config.json's (and bert_config.json's) key for the length a bertjax run trained at, which no
-# layout has a place for: read back, inputs past it are warned of as the run's own would be.
-TRAINED_LENGTH = "bertjax_max_seq_length"
+# config.json's (and bert_config.json's) key for what using a bertjax run's model needs of its
+# config.data and no layout has a place for: the length it trained at (inputs past it are
+# warned of, as the run's own), span QA's windows and answer settings. model_source reads it back.
+RUN_DATA = "bertjax_data"
+
+
+def trained_length(settings: dict) -> int | None:
+    """The length a run trained at, as a config.json (bert_config.json) `settings` records it."""
+    return (settings.get(RUN_DATA) or {}).get("max_seq_length")
 
 
 def safetensors_names(file: str) -> list[str]:
