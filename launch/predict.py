@@ -109,7 +109,7 @@ def main(_):
     else:
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
         read = functools.partial(batch_predict.read_inputs, _INPUT.value or "/dev/stdin", family, input_format,
-                                 keys, source.data, named)
+                                 keys, source.data, named, check_lines=_FORMAT.value == "auto")
         if _INPUT.value and fileio.can_read_twice(_INPUT.value):  # checked whole first, then predicted
             records = batch_predict.Reread(read)
             if next(iter(records), None) is None:

@@ -510,6 +510,59 @@ def test_json_lines_named_json_for_a_span_qa_model_are_named_as_such(tmp_path):
         squad_examples.read_json(str(tmp_path / "one.json"))
 
 
+def test_json_lines_or_conll_from_a_pipe_are_refused_and_text_loses_no_line(tmp_path):
+    """A pipe (cat in.jsonl | predict.py) is never read ahead by file_format, so JSON Lines and
+    CoNLL from one were read as texts, an answer for each, silently wrong (a review). Its first
+    lines are checked as they are read, before any is an input; text keeps every line."""
+    import threading
+
+    from bertjax.inference import batch_predict
+
+    def piped(text, family, check_lines=True):
+        os.mkfifo(tmp_path / "pipe")
+        writer = threading.Thread(target=lambda: (tmp_path / "pipe").write_text(text), daemon=True)
+        writer.start()
+        try:
+            keys = batch_predict.default_keys(family, None)
+            return list(batch_predict.read_inputs(str(tmp_path / "pipe"), family, "text", keys,
+                                                  check_lines=check_lines))
+        finally:
+            writer.join(10)
+            os.remove(tmp_path / "pipe")
+
+    for text, family, written_in in (('{"text": "great fun"}\n{"text": "dull"}\n', "classification", "jsonl"),
+                                     ("EU B-ORG\nrejects O\n\nPeter B-PER\nBlackburn I-PER\n",
+                                      "tagging", "conll")):
+        with pytest.raises(ValueError, match=rf"pipe looks like {written_in}, not one input a line"):
+            piped(text, family)
+    lines = [f"line {k}" for k in range(250)]
+    assert [item for _, item in piped("\n".join(lines) + "\n", "tagging")] == lines
+    assert len(piped('{"text": "x"}\n', "classification", check_lines=False)) == 1  # --input_format=text
+
+
+def test_a_pair_models_second_text_is_never_dropped_without_a_word(tmp_path, caplog):
+    """A Hugging Face classifier (pairs unknown) read rows without the default 'text_b' column, or
+    with a null one, as single texts without a word (a review): a null is refused in its row, as
+    fine-tuning refuses it, and a column the rows lack is warned of once."""
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in (
+        {"sentence1": "a", "sentence2": "b"}, {"sentence1": "c", "sentence2": None})))
+    [(_, first), (where, second)] = _read(tmp_path / "pairs.jsonl", "classification", text_a="sentence1",
+                                          text_b="sentence2")
+    assert first == ("a", "b") and where.endswith("pairs.jsonl:2")
+    assert isinstance(second, ValueError) and "column 'sentence2' holds None, not text" in str(second)
+    with caplog.at_level("WARNING"):
+        rows = _read(tmp_path / "pairs.jsonl", "classification", text_a="sentence1")
+    assert [item for _, item in rows] == [("a", None), ("c", None)]
+    assert caplog.text.count("no 'text_b' column, so the inputs are read without their text_b") == 1
+
+
+def test_span_qa_rows_keep_their_idx_as_fine_tuning_does(tmp_path):
+    """A row's "idx" named it in fine-tuning's files but not in predict's output (a review)."""
+    (tmp_path / "qa.jsonl").write_text(json.dumps({"idx": 7, "question": "who", "context": "bob"}) + "\n")
+    [(_, item)] = _read(tmp_path / "qa.jsonl", "squad")
+    assert item["id"] == "7"
+
+
 def test_json_lines_given_as_text_are_refused_for_their_format(minilm_classifier_run, tmp_path):
     """JSON Lines redirected into stdin (or in a .txt file) had each line's JSON classified as
     text, {"review": ...} and all (a review): refused, naming --input_format=jsonl. A pipe is

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import re
 import stat
@@ -88,15 +89,23 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     peekable = path or ("/dev/stdin" if _stdin_is_a_file() else "")
     if (found == "text" and chosen == "auto" and reader.text_lines and peekable and fileio.exists(peekable)
             and fileio.can_read_twice(peekable)):
-        # Enough lines for a CoNLL file's first blank line after a long sentence.
-        first = common.first_lines(peekable, count=100, blank=True)
-        written_in = "jsonl" if common.json_lines([line for line in first if line]) else None
-        if not written_in and reader.extensions:
-            written_in = reader.format_of_text(first)
-        if written_in:  # its lines read as texts would give an answer for each, silently wrong
-            raise ValueError(f"{path or 'stdin'} looks like {written_in}, not one input a line: pass "
-                             f"--input_format={written_in} (or --input_format=text to read each line as an input)")
+        _refuse_other_formats(common.first_lines(peekable, count=LOOKED_AHEAD, blank=True), reader, path or "stdin")
     return "jsonl" if found == "text" and chosen == "auto" and not reader.text_lines else found
+
+
+LOOKED_AHEAD = 100  # lines: enough for a CoNLL file's first blank line after a long sentence
+
+
+def _refuse_other_formats(first: list[str], reader, name: str) -> None:
+    """ValueError when the first lines (a blank one "") of what would be read one input a line
+    are JSON Lines or the family's own format (CoNLL): each line read as a text would get an
+    answer, silently wrong."""
+    written_in = "jsonl" if common.json_lines([line for line in first if line]) else None
+    if not written_in and reader.extensions:
+        written_in = reader.format_of_text(first)
+    if written_in:
+        raise ValueError(f"{name} looks like {written_in}, not one input a line: pass --input_format={written_in} "
+                         "(or --input_format=text to read each line as an input)")
 
 
 def _stdin_is_a_file() -> bool:
@@ -108,18 +117,29 @@ def _stdin_is_a_file() -> bool:
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
-                data: dict | None = None, named: Iterable[str] = ()) -> Iterator[tuple[str, Any]]:
+                data: dict | None = None, named: Iterable[str] = (), check_lines: bool = False
+                ) -> Iterator[tuple[str, Any]]:
     """(where, item) per input, in file order; item is what Model.predict (fill_mask: a text)
     takes, or a ValueError for a row that does not have the columns the task reads. data: the
     run's config.data (CoNLL's tag_column). named: the roles whose columns the user named
     (--text_b_key, ...): a row without one is an error even where the role is optional (a
-    missing second text would otherwise make a pair a single text)."""
+    missing second text would otherwise make a pair a single text); one not named and not in
+    the rows is warned of once. check_lines: text whose format was taken from its name: its
+    first lines are checked as `file_format` checks a file's, before any is an input (a pipe,
+    which `file_format` cannot read ahead)."""
     named = [role for role in named if keys.get(role)]
     reader = input_reader(family)
     if input_format == "text":
-        for number, line in enumerate(common.user_lines(path, bad_lines="yield", one_input_a_line=True), start=1):
+        lines = common.user_lines(path, bad_lines="yield", one_input_a_line=True)
+        if check_lines and reader.text_lines:
+            head = list(itertools.islice(lines, LOOKED_AHEAD))
+            _refuse_other_formats([line.rstrip("\r\n") for line in head if isinstance(line, str)], reader,
+                                  "stdin" if path == "/dev/stdin" else path)
+            lines = itertools.chain(head, lines)
+        for number, line in enumerate(lines, start=1):
             yield f"{path}:{number}", line if isinstance(line, ValueError) else reader.read_line(line.rstrip("\r\n"))
     elif input_format in ("csv", "tsv", "jsonl"):
+        absent_said = False
         for where, row in common.read_records(path, input_format, bad_rows="yield"):
             if isinstance(row, ValueError):  # a row that does not read: an error in its place
                 yield where, row
@@ -128,10 +148,21 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
                 missing = next((keys[role] for role in named if keys[role] not in row), None)
                 if missing is not None:
                     raise KeyError(missing)
-                yield where, reader.from_row(row, keys)
+                item = reader.from_row(row, keys)
             except KeyError as e:
                 yield where, ValueError(f"no {e.args[0]!r} column (the task reads {reader.columns(keys)}; "
                                         f"the row has {sorted(row)})")
+                continue
+            except ValueError as e:  # a value of a column the task reads that is not one
+                yield where, e
+                continue
+            absent = [role for role, column in keys.items() if column and column not in row]
+            if absent and not absent_said:  # an optional role (a second text): the rows are read without it
+                absent_said = True
+                logging.getLogger(__name__).warning(
+                    "%s: no %r column, so the inputs are read without their %s (--%s_key names its column)", where,
+                    keys[absent[0]], absent[0], absent[0])
+            yield where, item
     elif input_format in FORMATS:
         yield from reader.read_formatted(path, input_format, data or {})
     else:

@@ -498,7 +498,10 @@ class ClassificationFamily(Family):
         return {"text_a": data.get("text_a_key", "text_a"), "text_b": text_b}
 
     def from_row(self, row, keys):
-        return row[keys["text_a"]], (row.get(keys["text_b"]) if keys["text_b"] else None)
+        text_b = row.get(keys["text_b"]) if keys["text_b"] else None
+        if keys["text_b"] in row and not isinstance(text_b, str):  # as fine-tuning refuses it: never a single text
+            raise ValueError(f"column {keys['text_b']!r} holds {text_b!r}, not text (an empty second text is \"\")"[:300])
+        return row[keys["text_a"]], text_b
 
     def columns(self, keys):
         return repr(keys["text_a"]) + (f", and {keys['text_b']!r} for a pair" if keys["text_b"] else "")

@@ -477,7 +477,8 @@ class SquadFamily(Family):
 
     def from_row(self, row, keys):
         item = {"question": row[keys["question"]], "context": row[keys["context"]]}
-        return {**item, "id": str(row["id"])} if row.get("id") is not None else item
+        given = row.get("id", row.get("idx"))  # as fine-tuning's files name their rows
+        return {**item, "id": str(given)} if given is not None else item
 
     def read_formatted(self, path: str, input_format: str, data: dict):
         """SQuAD's official layout: every question, with its id."""
