@@ -230,6 +230,15 @@ def check_recipe(config: ml_collections.ConfigDict, workdir: str) -> None:
         raise ValueError(f"workdir {workdir} holds a run of the {saved['recipe']!r} recipe, and this config is "
                          f"{recipe!r}'s: resume it with --config=configs/pretrain.py:{saved['recipe']} (any "
                          "options after it too), or give a new workdir")
+    # A continuation (phase2, long) is a new run from another's weights: given that run's
+    # workdir it resumed it instead, at its step and schedule, and saved over its checkpoints.
+    continuing = bool(config.get("init_checkpoint_required"))
+    if own and "init_checkpoint_required" in saved and continuing != bool(saved["init_checkpoint_required"]):
+        raise ValueError(
+            f"workdir {workdir} holds the run this config continues (phase2, long: a new run from its weights, "
+            f"schedule and steps its own): give it a new workdir, with --config.init_checkpoint={workdir}"
+            if continuing else f"workdir {workdir} holds a run that continues another (phase2, long): resume it with "
+            "the same options after the preset, or give a new workdir")
     if recipe and preset != recipe:
         raise ValueError(f"config.model.preset={preset!r}, but the recipe (batch, steps, rate, length) is "
                          f"{recipe!r}'s: choose the preset in --config=configs/pretrain.py:{preset}")

@@ -356,6 +356,13 @@ def test_a_model_preset_other_than_the_recipes_is_refused(tmp_path, five_steps):
                                          r"with --config=configs/pretrain.py:tiny"):
         pretrain_setup.check_recipe(pretrain_config.get_config("base"), str(five_steps))
     pretrain_setup.check_recipe(_config(), str(five_steps))
+    # phase2 given the workdir of the run it continues resumed that run at its step, Adam state and
+    # schedule, then saved over its checkpoints (a review): refused, and so is the other way round.
+    continuation = pretrain_config.get_config("tiny,phase2")
+    continuation.init_checkpoint = str(five_steps)
+    with pytest.raises(ValueError, match=rf"workdir {five_steps} holds the run this config continues \(phase2, long: "
+                                         rf"a new run .*give it a new workdir, with --config.init_checkpoint={five_steps}"):
+        pretrain_setup.check_recipe(continuation, str(five_steps))
 
 
 def test_a_checkpoint_of_another_size_than_the_recipes_is_warned_of(caplog, five_steps):
