@@ -360,8 +360,9 @@ def test_a_model_preset_other_than_the_recipes_is_refused(tmp_path, five_steps):
     # schedule, then saved over its checkpoints (a review): refused, and so is the other way round.
     continuation = pretrain_config.get_config("tiny,phase2")
     continuation.init_checkpoint = str(five_steps)
-    with pytest.raises(ValueError, match=rf"workdir {five_steps} holds the run this config continues \(phase2, long: "
-                                         rf"a new run .*give it a new workdir, with --config.init_checkpoint={five_steps}"):
+    with pytest.raises(ValueError, match=rf"workdir {five_steps} holds the run this config continues \(phase2, "
+                                         rf"long: a new run .*give it a new workdir, with "
+                                         rf"--config.init_checkpoint={five_steps}"):
         pretrain_setup.check_recipe(continuation, str(five_steps))
 
 
