@@ -66,13 +66,16 @@ def main(_):
     saved = source.tokenizer_spec  # vocab.txt (or tokenizer.json) beside it, or a bertjax run's tokenizer
     if saved and saved["kind"] in ("wordpiece", "huggingface"):  # a tokenizer.json goes with a ModernBERT
         vocab = saved["path"] if vocab is None else vocab
-        trained = saved["do_lower_case"] if saved["kind"] == "wordpiece" else None
-        if do_lower_case is None:
-            do_lower_case = trained
-        elif trained is not None and do_lower_case != trained and source.layout == "bertjax":  # how it trained
+        if do_lower_case is None and saved["kind"] == "wordpiece":
+            do_lower_case = saved["do_lower_case"]
+        # How a run trained: its vocab.txt's recorded casing, or a BERT tokenizer.json's own.
+        trained = saved["do_lower_case"] if saved["kind"] == "wordpiece" else (
+            tokenization.wordpiece_casing(saved["path"]) if not tokenization.bert_wordpiece_differences(saved["path"])
+            else None)
+        if trained is not None and _LOWER_CASE.value not in (None, trained) and source.layout == "bertjax":
             raise ValueError(f"--input={_INPUT.value} was trained {'un' if trained else ''}cased (do_lower_case="
-                             f"{trained}); --do_lower_case={do_lower_case} would write a casing that gives it other "
-                             "ids: leave it unset")
+                             f"{trained}); --do_lower_case={_LOWER_CASE.value} would write a casing that gives it "
+                             "other ids: leave it unset")
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
         do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says

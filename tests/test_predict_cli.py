@@ -537,6 +537,8 @@ def test_json_lines_or_conll_from_a_pipe_are_refused_and_text_loses_no_line(tmp_
             piped(text, family)
     lines = [f"line {k}" for k in range(250)]
     assert [item for _, item in piped("\n".join(lines) + "\n", "tagging")] == lines
+    # A line of spaces is a blank one, as in a file's first lines (a review of this check: a traceback).
+    assert len(piped("John lives in Paris\n   \nMary works\n", "tagging")) == 3
     assert len(piped('{"text": "x"}\n', "classification", check_lines=False)) == 1  # --input_format=text
 
 
@@ -554,6 +556,9 @@ def test_a_pair_models_second_text_is_never_dropped_without_a_word(tmp_path, cap
         rows = _read(tmp_path / "pairs.jsonl", "classification", text_a="sentence1")
     assert [item for _, item in rows] == [("a", None), ("c", None)]
     assert caplog.text.count("no 'text_b' column, so the inputs are read without their text_b") == 1
+    # A single-text model reads no second text, whatever columns the rows have (pandas' index: "").
+    (tmp_path / "indexed.csv").write_text(",text_a,label\n0,good film,pos\n")
+    assert [item for _, item in _read(tmp_path / "indexed.csv", "classification", text_b="")] == [("good film", None)]
 
 
 def test_span_qa_rows_keep_their_idx_as_fine_tuning_does(tmp_path):

@@ -287,7 +287,8 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     # with it (`_prepared_tokenizer` looks inside first).
     inside = fileio.join(output_dir, os.path.basename(tokenizer.path))
     if os.path.basename(tokenizer.path) not in ("metadata.json", "settings.json") and not fileio.exists(inside):
-        fileio.copy(tokenizer.path, inside)
+        fileio.copy(tokenizer.path, inside + ".tmp")  # whole or not there: a kill mid-copy leaves no short one
+        fileio.rename(inside + ".tmp", inside)
     fileio.write_json(fileio.join(output_dir, "metadata.json"), metadata)
     train, held_out = metadata["splits"]["train"], metadata["splits"]["eval"]
     progress.line(f"prepared {train['documents']:,} training documents ({train['tokens']:,} tokens) and "

@@ -133,8 +133,9 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
         lines = common.user_lines(path, bad_lines="yield", one_input_a_line=True)
         if check_lines and reader.text_lines:
             head = list(itertools.islice(lines, LOOKED_AHEAD))
-            _refuse_other_formats([line.rstrip("\r\n") for line in head if isinstance(line, str)], reader,
-                                  "stdin" if path == "/dev/stdin" else path)
+            # As first_lines gives a file's: a line of spaces is a blank one, "".
+            first = [line.rstrip("\r\n") if line.strip() else "" for line in head if isinstance(line, str)]
+            _refuse_other_formats(first, reader, "stdin" if path == "/dev/stdin" else path)
             lines = itertools.chain(head, lines)
         for number, line in enumerate(lines, start=1):
             yield f"{path}:{number}", line if isinstance(line, ValueError) else reader.read_line(line.rstrip("\r\n"))

@@ -574,9 +574,10 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                 manifest["shards"].append({"file": name, "first": first, "count": len(batch)})
                 manifest["examples_done"] += len(batch)
                 manifest["complete"] = manifest["examples_done"] == own
+                if manifest["complete"]:  # never marked whole short of lines added meanwhile
+                    _check_unchanged(input_file, counted_bytes)  # (a rerun refuses: the folder records the text)
                 fileio.write_json(path, {**manifest, "num_examples": total})
             _check_all_read(input_file, manifest["examples_done"] - start, own - start)
-            _check_unchanged(input_file, counted_bytes)  # (the folder records the counted text: a rerun refuses)
     finally:
         progress.close()
     done = {"examples": total, "truncated": manifest["truncated"], "new": manifest["examples_done"] - start,

@@ -499,7 +499,7 @@ class ClassificationFamily(Family):
 
     def from_row(self, row, keys):
         text_b = row.get(keys["text_b"]) if keys["text_b"] else None
-        if keys["text_b"] in row and not isinstance(text_b, str):  # as fine-tuning refuses it: never a single text
+        if keys["text_b"] and keys["text_b"] in row and not isinstance(text_b, str):  # as fine-tuning refuses it
             raise ValueError(f"column {keys['text_b']!r} holds {text_b!r}, not text (an empty second text is "
                              '"")'[:300])
         return row[keys["text_a"]], text_b

@@ -625,6 +625,10 @@ def test_a_run_with_a_wordpiece_tokenizer_json_converts_with_its_casing(launcher
     done = _convert(launchers, f"--input={run}", f"--output={out}")
     assert "uncased)" in done.stdout, done.stdout
     assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is True
+    # Its casing is the tokenizer.json's own: a flag against it is refused, as for a vocab.txt's.
+    refused = launchers.run([os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={run}",
+                             f"--output={tmp_path / 'cased'}", "--nodo_lower_case"], cwd=REPO)
+    assert refused.returncode != 0 and "was trained uncased (do_lower_case=True)" in refused.stderr
     spec = convert.checkpoint_vocabulary(str(out))
     assert tokenization.load_tokenizer(spec["kind"], spec["path"], spec["do_lower_case"]).encode("Hello Worlds") == [
         5, 6, 7]
