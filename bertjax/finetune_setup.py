@@ -75,26 +75,31 @@ def check_reused_head(source: model_source.ModelSource, task_info: dict) -> None
 def load_tokenizer(config: ml_collections.ConfigDict,
                    source: model_source.ModelSource | None = None) -> tokenization.Tokenizer:
     """config.data.vocab_path if set, else the tokenizer that comes with the checkpoint
-    (`source`), else (from scratch) the demo vocabulary for the demo task."""
+    (`source`), else (from scratch) the demo vocabulary for the demo task; a
+    config.data.do_lower_case it cannot apply is refused (`check_casing_setting`)."""
+    tokenizer = _configured_tokenizer(config, source)
+    tokenization.check_casing_setting(tokenizer, config.data.do_lower_case)
+    return tokenizer
+
+
+def _configured_tokenizer(config: ml_collections.ConfigDict,
+                          source: model_source.ModelSource | None) -> tokenization.Tokenizer:
+    """`load_tokenizer`'s tokenizer, before its casing check."""
     from bertjax.data.corpora import demo_corpus
 
     data = config.data
     if source is not None and (data.vocab_path or source.tokenizer_spec):
         try:
-            tokenizer = source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case)
+            return source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case)
         except (ValueError, OSError) as e:  # (a file that is not there: FileNotFoundError)
             key = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else
                    f"config.init_checkpoint={config.init_checkpoint}")
             raise ValueError(f"{key}: {e}") from None
-        tokenization.check_casing_setting(tokenizer, data.do_lower_case)
-        return tokenizer
     if data.vocab_path:  # do_lower_case None: a tokenizer.json's own casing, else a vocab.txt's tokens show it
         try:
-            tokenizer = tokenization.load_tokenizer(data.tokenizer, data.vocab_path, data.do_lower_case)
+            return tokenization.load_tokenizer(data.tokenizer, data.vocab_path, data.do_lower_case)
         except OSError as e:
             raise ValueError(f"config.data.vocab_path={data.vocab_path}: {e}") from None
-        tokenization.check_casing_setting(tokenizer, data.do_lower_case)
-        return tokenizer
     if source is not None:
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} comes with no vocabulary "
                          "(vocab.txt, tokenizer.json); "
