@@ -467,6 +467,20 @@ def _newest_readable(path: str, read: Callable[[epath.Path], T]) -> T:
         f"{brief(error)})") from error
 
 
+def check_fits(path: str, abstract_state: Any) -> None:
+    """CheckpointMismatchError when the newest readable step of `path` (a step folder or a
+    checkpoint directory) holds another tree or other shapes than `abstract_state` (leaves with
+    a shape); reads the tree's metadata, no arrays."""
+    def read(step_dir: epath.Path) -> None:
+        handler = ocp.PyTreeCheckpointHandler()
+        try:
+            _check_matches(abstract_state, handler.metadata(step_dir / STATE).tree, f"checkpoint {step_dir}")
+        finally:
+            handler.close()
+
+    _newest_readable(path, read)
+
+
 def latest_step(directory: str) -> int | None:
     """The newest finalized step in a checkpoint directory (None: none, or no such directory),
     from the folder names alone."""

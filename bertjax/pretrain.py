@@ -281,6 +281,24 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     loop_console = (f"mesh data {mesh.shape['data']} x fsdp {mesh.shape['fsdp']} x tensor {mesh.shape['tensor']} over "
                     f"{devices} device{'s' * (devices > 1)} ({processes} process{'es' * (processes > 1)})")
 
+    # -- Model, objective, optimizer, shardings (abstract): a resume the run's checkpoints
+    #    cannot give is refused now, not after hours of data preparation. --
+    nsp = config.data.next_sentence_prediction
+    model = BertForPreTraining(bert, next_sentence_prediction=nsp)
+    task = objective(model)
+    optimizer = optim.make_optimizer(train_cfg)
+    batch_abstract = abstract_inputs(config, train_cfg.global_batch_size)
+    dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in batch_abstract.items()}
+    init_params = lambda: model.init(jax.random.key(config.seed), **model_inputs(dummy))["params"]
+    abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
+    pretrained = None
+    if config.init_checkpoint:
+        pretrained = lambda: pretrained_params(config.init_checkpoint, bert, abstract.params)
+    saved_config = {**config.to_dict(), "model": bert.to_dict()}
+    if config.data.host_split == "files":  # each host reads its own files: their split follows the host count
+        saved_config["data"]["process_count"] = jax.process_count()
+    trainer.check_resumable(workdir, abstract, saved_config, train_cfg.num_steps)
+
     # -- Input: prepared once (process 0 first, the others then find it done); the eval
     #    batches are read once per run. --
     with clock.phase("prepare data"):
@@ -295,24 +313,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals,
                          bias_corrected=train_cfg.optimizer != "adamw" or bool(train_cfg.get("adam_bias_correction")))
 
-    # -- Model, objective, optimizer, shardings, state (resume order). --
-    nsp = config.data.next_sentence_prediction
-    model = BertForPreTraining(bert, next_sentence_prediction=nsp)
-    task = objective(model)
-    optimizer = optim.make_optimizer(train_cfg)
-    batch_abstract = abstract_inputs(config, train_cfg.global_batch_size)
-    dummy = {name: np.zeros(spec.shape, spec.dtype) for name, spec in batch_abstract.items()}
-    init_params = lambda: model.init(jax.random.key(config.seed), **model_inputs(dummy))["params"]
-    abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh)
+    # -- The state, in the resume order. --
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
-    pretrained = None
-    if config.init_checkpoint:
-        pretrained = lambda: pretrained_params(config.init_checkpoint, bert, abstract.params)
-    saved_config = {**config.to_dict(), "model": bert.to_dict()}
-    if config.data.host_split == "files":  # each host reads its own files: their split follows the host count
-        saved_config["data"]["process_count"] = jax.process_count()
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                        pretrained_source=config.init_checkpoint, config=saved_config)
@@ -325,10 +329,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     #    large for memory fails here rather than hours into the ramp, and the sizes between in a
     #    background thread while the first steps run: below); the state is donated. --
     start_step = int(jax.device_get(state.step))
-    if start_step > train_cfg.num_steps:  # e.g. phase2 given its phase-1 workdir: it would end at once
-        raise ValueError(f"{checkpointer.directory} is at step {start_step}, past config.train.num_steps="
-                         f"{train_cfg.num_steps}: nothing to train. A continuation (phase2, long) runs in a new "
-                         f"--workdir with config.init_checkpoint={workdir}")
     start_unit, resumed_note = resume_unit(str(checkpointer.directory), start_step, warmup)
     units_at_start = warmup.units_before(start_step)
     if resumed_note:

@@ -319,12 +319,33 @@ def place_params(pretrained: dict[str, Any], abstract_params: dict, param_shardi
     return placed
 
 
-def _with_changed_settings(error: Exception, checkpointer, config: dict | None) -> str:
-    """`error` (the run's state does not fit its latest checkpoint) and the settings that changed
-    since that checkpoint, which are what changed the state's tree (an optimizer, gradient
-    clipping, scanned layers)."""
+def check_resumable(workdir: str, abstract: TrainState, config: dict, num_steps: int) -> None:
+    """Refuses, before any data is prepared or read, a resume that `workdir`'s checkpoints cannot
+    give (nothing when it has none): ValueError when they are past `num_steps` (nothing to
+    train: a continuation given its first phase's workdir), CheckpointMismatchError, naming the
+    settings changed since (`config`: the run's saved_config), when they hold another state tree
+    than `abstract` (an optimizer, clipping, scanned layers, the model's shape). Reads metadata
+    only; the restore checks what it reads again."""
+    directory = run_config.own_checkpoints(workdir)
+    if directory is None:
+        return
+    step = checkpointing.read_meta(directory)["step"]
+    if step > num_steps:
+        raise ValueError(f"{directory} is at step {step}, past config.train.num_steps={num_steps}: nothing to "
+                         f"train. A continuation (phase2, long) runs in a new --workdir with "
+                         f"config.init_checkpoint={workdir}")
     try:
-        saved = checkpointing.read_meta(str(checkpointer.directory)).get("config") or {}
+        checkpointing.check_fits(directory, abstract)
+    except checkpointing.CheckpointMismatchError as error:
+        raise checkpointing.CheckpointMismatchError(_with_changed_settings(error, directory, config)) from None
+
+
+def _with_changed_settings(error: Exception, directory: str, config: dict | None) -> str:
+    """`error` (the run's state does not fit its latest checkpoint, in `directory`) and the
+    settings that changed since that checkpoint, which are what changed the state's tree (an
+    optimizer, gradient clipping, scanned layers)."""
+    try:
+        saved = checkpointing.read_meta(directory).get("config") or {}
     except (OSError, ValueError):
         return str(error)
     changes = run_config.changed_settings(saved, config) if config is not None else []
@@ -359,7 +380,7 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
                 state, meta = checkpointer.restore(with_shardings(abstract, shardings))
             except checkpointing.CheckpointMismatchError as error:
                 raise checkpointing.CheckpointMismatchError(
-                    _with_changed_settings(error, checkpointer, config)) from None
+                    _with_changed_settings(error, str(checkpointer.directory), config)) from None
             changes = run_config.changed_settings(meta["config"], config) if config is not None else []
             if changes:
                 log.warning("%s", run_config.describe_changes(changes))

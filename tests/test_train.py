@@ -435,15 +435,28 @@ def test_a_continuation_reading_the_same_document_order_is_warned_of(tmp_path, p
     assert not caplog.text
 
 
-def test_a_workdir_past_the_runs_last_step_is_refused(tmp_path, prepared_dir, five_steps):
+def test_a_resume_the_checkpoints_cannot_give_is_refused_before_the_data(tmp_path, prepared_dir, five_steps,
+                                                                         monkeypatch):
     """phase2 given its phase-1 workdir restored step 900,000 of a 100,000-step run and ended at
-    once, exit 0, with phase 2 never trained."""
+    once, exit 0, with phase 2 never trained. Both this and a changed optimizer tree were refused
+    only after the corpus was prepared (hours on a real one) and the whole state restored."""
+    from bertjax import pretrain
+    from bertjax.data import prepare
+
+    def never(*args, **kwargs):
+        raise AssertionError("the data was read before the refusal")
+
+    monkeypatch.setattr(prepare, "ensure_prepared", never)
+    monkeypatch.setattr(pretrain, "HostBatches", never)
     workdir = _copy(five_steps, tmp_path)
     with pytest.raises(ValueError) as refused:
         _run_here(workdir, prepared_dir, "--config.train.num_steps=3")
     assert str(refused.value) == (
         f"{workdir}/checkpoints is at step 5, past config.train.num_steps=3: nothing to train. A continuation "
         f"(phase2, long) runs in a new --workdir with config.init_checkpoint={workdir}")
+    with pytest.raises(ValueError, match=r"opt_state.*Settings changed since that checkpoint: train.max_grad_norm "
+                                         r"1.0 -> 0.0.*: set them back to resume, or give the run a new workdir"):
+        _run_here(workdir, prepared_dir, "--config.train.num_steps=10", "--config.train.max_grad_norm=0.0")
 
 
 def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five_steps, monkeypatch, capsys):
