@@ -561,6 +561,33 @@ def test_a_pair_models_second_text_is_never_dropped_without_a_word(tmp_path, cap
     assert [item for _, item in _read(tmp_path / "indexed.csv", "classification", text_b="")] == [("good film", None)]
 
 
+def test_a_rows_bad_value_is_named_by_its_own_column(tmp_path):
+    """Rows read through the run's columns (context_key "passage", ...) were refused as
+    "expected {'context': text, 'choices': [...]}": keys the user's file never had (a review)."""
+    rows = {"squad": [{"q": "who", "passage": 5}, {"q": ["who"], "passage": "bob"}],
+            "choice": [{"passage": None, "opts": ["a", "b"]}, {"passage": "p", "opts": "a|b"},
+                       {"passage": "p", "opts": ["a", ""]}],
+            "classification": [{"sentence": 3}],
+            "tagging": [{"sentence": {"w": 1}}, {"sentence": ["EU", ""]}]}
+    keys = {"squad": dict(question="q", context="passage"), "choice": dict(context="passage", choices="opts"),
+            "classification": dict(text_a="sentence"), "tagging": dict(text_a="sentence")}
+    expected = {"squad": ["column 'passage' holds 5, not text (the context)",
+                          "column 'q' holds ['who'], not text (the question)"],
+                "choice": ["column 'passage' holds None, not text (the context)",
+                           "column 'opts' holds 'a|b', not a list of at least 2 texts",
+                           "column 'opts' holds ['a', ''], not a list of at least 2 texts"],
+                "classification": ["column 'sentence' holds 3, not text (the text)"],
+                "tagging": ["column 'sentence' holds {'w': 1}, not a sentence or a list of non-empty words",
+                            "column 'sentence' holds ['EU', ''], not a sentence or a list of non-empty words"]}
+    for family, family_rows in rows.items():
+        (tmp_path / f"{family}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in family_rows))
+        read = _read(tmp_path / f"{family}.jsonl", family, **keys[family])
+        assert all(isinstance(item, ValueError) for _, item in read), (family, read)
+        assert [str(item).split(" (the choices")[0] for _, item in read] == expected[family]
+    (tmp_path / "good.jsonl").write_text(json.dumps({"passage": "p", "opts": ["a", "b", ""]}) + "\n")
+    assert _read(tmp_path / "good.jsonl", "choice", **keys["choice"])[0][1] == {"context": "p", "choices": ["a", "b", ""]}
+
+
 def test_span_qa_rows_keep_their_idx_as_fine_tuning_does(tmp_path):
     """A row's "idx" named it in fine-tuning's files but not in predict's output (a review)."""
     (tmp_path / "qa.jsonl").write_text(json.dumps({"idx": 7, "question": "who", "context": "bob"}) + "\n")

@@ -34,7 +34,7 @@ from bertjax.models import BertForMultipleChoice, example_counts, multiple_choic
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, example_ids, own_files,
                                   read_records, truncation, write_lines)
-from bertjax.tasks.family import Family, no_options
+from bertjax.tasks.family import Family, column_text, no_options
 
 MAX_SEQ_LENGTH = 128
 TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one list or several texts))
@@ -299,6 +299,14 @@ class ChoiceFamily(Family):
 
     def input_keys(self, data, task_info):
         return {"context": data.get("context_key", "context"), "choices": data.get("choices_key", "choices")}
+
+    def from_row(self, row, keys):
+        context, choices = column_text(row, keys["context"], "context"), row[keys["choices"]]
+        if not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)
+                and sum(c != "" for c in choices) >= 2):
+            raise ValueError(f"column {keys['choices']!r} holds {choices!r}, not a list of at least 2 texts (the "
+                             'choices; "" is no choice)'[:300])
+        return {"context": context, "choices": choices}
 
     def serving_inputs(self, task_info):
         return ("context", 1), ("choices", 2)

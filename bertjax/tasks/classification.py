@@ -38,7 +38,7 @@ from bertjax.models import BertForSequenceClassification, classification_sums, e
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, encode_pairs, example_ids, file_format, own_files,
                                   read_records, truncation, write_lines)
-from bertjax.tasks.family import Family, hf_label_names, no_options
+from bertjax.tasks.family import Family, column_text, hf_label_names, no_options
 from bertjax.tasks.raw_text import text_pair
 
 
@@ -498,11 +498,10 @@ class ClassificationFamily(Family):
         return {"text_a": data.get("text_a_key", "text_a"), "text_b": text_b}
 
     def from_row(self, row, keys):
-        text_b = row.get(keys["text_b"]) if keys["text_b"] else None
-        if keys["text_b"] and keys["text_b"] in row and not isinstance(text_b, str):  # as fine-tuning refuses it
-            raise ValueError(f"column {keys['text_b']!r} holds {text_b!r}, not text (an empty second text is "
-                             '"")'[:300])
-        return row[keys["text_a"]], text_b
+        text_a = column_text(row, keys["text_a"], "text")
+        if keys["text_b"] and keys["text_b"] in row:  # (a null one too: as fine-tuning refuses it)
+            return text_a, column_text(row, keys["text_b"], 'second text; an empty one is ""')
+        return text_a, None
 
     def columns(self, keys):
         return repr(keys["text_a"]) + (f", and {keys['text_b']!r} for a pair" if keys["text_b"] else "")

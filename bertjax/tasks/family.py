@@ -21,6 +21,16 @@ import flax.linen as nn
 from bertjax.models.config import BertConfig
 
 
+def column_text(row: dict, column: str, role: str) -> str:
+    """A file row's `column`, which holds the input's `role` (its question, context, ...), as
+    text; a ValueError naming the column otherwise (KeyError for a missing one). A row's error
+    names its own columns, not the role's key in a raw input, which the file may not use."""
+    value = row[column]
+    if not isinstance(value, str):
+        raise ValueError(f"column {column!r} holds {value!r}, not text (the {role})"[:300])
+    return value
+
+
 class Family:
     """One task family. Subclasses set the class attributes and implement the methods."""
 

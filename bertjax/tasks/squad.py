@@ -46,7 +46,7 @@ from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_nonempty, max_context_flags,
                                   own_files, sliding_windows, truncation)
-from bertjax.tasks.family import Family
+from bertjax.tasks.family import Family, column_text
 from bertjax.tasks.raw_text import split_pair
 from bertjax.tasks.squad_examples import (ExampleBuilder, SquadExamples, log_skips, read_json, read_tfds,
                                           warn_if_versions_differ)
@@ -476,7 +476,7 @@ class SquadFamily(Family):
         return {"question": "question", "context": data.get("context_key", "context")}
 
     def from_row(self, row, keys):
-        item = {"question": row[keys["question"]], "context": row[keys["context"]]}
+        item = {role: column_text(row, keys[role], role) for role in ("question", "context")}
         given = row.get("id", row.get("idx"))  # as fine-tuning's files name their rows
         return {**item, "id": str(given)} if given is not None else item
 

@@ -507,7 +507,12 @@ class TaggingFamily(Family):
         return {"text_a": "text"}
 
     def from_row(self, row, keys):
-        return row[keys["text_a"]]  # a sentence or a list of words
+        sentence = row[keys["text_a"]]  # a sentence or a list of words
+        if not (isinstance(sentence, str) or isinstance(sentence, list)
+                and all(isinstance(word, str) and word for word in sentence)):
+            raise ValueError(f"column {keys['text_a']!r} holds {sentence!r}, not a sentence or a list of non-empty "
+                             "words"[:300])
+        return sentence
 
     def read_formatted(self, path: str, input_format: str, data: dict):
         """CoNLL: each sentence's words (the first column; the others, tags or not, are ignored)."""
