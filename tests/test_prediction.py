@@ -106,7 +106,7 @@ def test_tagging_predicts_the_runs_own_tags_and_entity_spans(runs, run, tmp_path
         model.predict([["ok", ""]])
 
 
-def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path):
+def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, caplog):
     import subprocess
     import sys
 
@@ -172,11 +172,16 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path):
     del hf_config["squad_version"]
     (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
     elsewhere = model_source.resolve(str(tmp_path / "hf"))
-    assert elsewhere.task_info["squad_version"] == "v1.1"
+    assert "squad_version" not in elsewhere.task_info
+    caplog.clear()
     told = bertjax.load_model(model_source.with_task_version(elsewhere, "v2.0"), batch_size=8)
     answers = told.predict(inputs)
     assert [r["null_odds"] for r in answers] == [r["null_odds"] for r in converted.predict(inputs)]
+    assert "does not say which squad_version" not in caplog.text
+    # Read as v1.1 without a word, a SQuAD 2.0 model answered every question (a review).
     assert not any("null_odds" in r for r in bertjax.load_model(elsewhere, batch_size=8).predict(inputs))
+    assert (f"{elsewhere.path} does not say which squad_version it was fine-tuned on (a Hugging Face config.json "
+            "without it): it answers as v1.1; if it was trained on another (v2.0), give --squad_version") in caplog.text
     assert model_source.with_task_version(elsewhere, None) is elsewhere
     with pytest.raises(ValueError, match="was fine-tuned on squad_version v2.0, not v1.1"):
         model_source.with_task_version(model_source.resolve(workdir), "v1.1")

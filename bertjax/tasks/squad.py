@@ -387,10 +387,12 @@ class SquadFamily(Family):
         return BertForQuestionAnswering(bert)
 
     def task_info_from_hf(self, hf_config):
-        # bertjax's export says which SQuAD a model answers; a Hugging Face model does not (v1.1:
-        # a span for every question, no null odds).
-        version = hf_config.get("squad_version", "v1.1")
-        if version not in ("v1.1", "v2.0"):
+        # bertjax's export says which SQuAD a model answers; a Hugging Face model does not, and
+        # is read as v1.1 (a span for every question, no null odds), which load_model warns of.
+        if "squad_version" not in hf_config:
+            return "squad", {"family": self.name}
+        version = hf_config["squad_version"]
+        if version not in self.versions:
             raise ValueError(f"config.json: squad_version {version!r} is not 'v1.1' or 'v2.0'")
         return "squad", {"family": self.name, "squad_version": version}
 
