@@ -18,7 +18,10 @@ Missing predictions in v2.0 (choice made): the official script skips them when s
 but then looks every question up for HasAns_*/NoAns_* and crashes (KeyError), and its
 best-threshold search starts from all no-answer questions while dividing by the predicted
 ones. Here a question without a prediction is left out of every total alike (logged as a
-warning with the count); when every question is predicted the numbers are the official's.
+warning with the count); when every question is predicted the numbers are the official's,
+but for one: where "all null" scores best and some probability is <= 0 (bertjax's null odds
+often are), best_*_thresh is below the lowest one, not the official 0.0, which would answer
+those questions and score otherwise (`_best_threshold`).
 
     python -m bertjax.evaluation.squad DATA.json PRED.json [--na-prob-file F]
         [--na-prob-thresh T] [--version 1.1|2.0]
