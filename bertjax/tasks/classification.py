@@ -227,9 +227,10 @@ def _given_label_names(names: str, regression: bool) -> tuple[str, ...] | None:
     return label_names
 
 
-def _refuse_one_number_written_twice(label_names: tuple[str, ...], path: str) -> None:
-    """ValueError when two class names are one number ("1" and "1.0", as files joined from two
-    exports may hold): they would be two classes, silently."""
+def _refuse_one_number_written_twice(label_names: tuple[str, ...], train: Examples) -> None:
+    """ValueError when two class names of `train`'s labels are one number ("1" and "1.0", as
+    files joined from two exports may hold), naming the first line of each: they would be two
+    classes, silently."""
     by_value: dict[float, list[str]] = {}
     for name in label_names:
         try:
@@ -238,8 +239,10 @@ def _refuse_one_number_written_twice(label_names: tuple[str, ...], path: str) ->
             continue
     same = next((names for names in by_value.values() if len(names) > 1), None)
     if same:
-        raise ValueError(f"{path}: the labels {same} are one number written {len(same)} ways, which would be "
-                         f"{len(same)} classes; write each class one way")
+        lines = "" if train.locations is None else " (first at lines {})".format(", ".join(
+            train.locations[train.labels.index(name)].rsplit(":", 1)[-1] for name in same))
+        raise ValueError(f"{train.source}: the labels {same}{lines} are one number written {len(same)} ways, which "
+                         f"would be {len(same)} classes; write each class one way")
 
 
 # A score as written: ASCII digits (float() also reads '1_5' as 15 and other scripts' digits).
@@ -345,7 +348,7 @@ def load_task(config, tokenizer) -> Task:
                  if "test" in files else [])
         if label_names is None and not regression:
             label_names = tuple(sorted(set(train.labels)))
-            _refuse_one_number_written_twice(label_names, data.train_file)
+            _refuse_one_number_written_twice(label_names, train)
             logging.info("%s: labels %s (sorted; set config.data.label_names to fix the order)", data.train_file,
                          list(label_names))
             if _look_like_scores(label_names):

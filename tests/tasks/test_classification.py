@@ -549,7 +549,8 @@ def test_labels_are_stripped_and_an_empty_label_is_an_error(tmp_path, tokenizer)
                                  tokenizer)
     # Two exports joined, one writing float labels: "1" and "1.0" became two of four classes (a review).
     (tmp_path / "train.csv").write_text("text_a,label\ngood film,1\nbad film,0\nfine film,1.0\ndull film,0.0\n")
-    with pytest.raises(ValueError, match=r"train.csv: the labels \['0', '0.0'\] are one number written 2 ways"):
+    with pytest.raises(ValueError, match=r"train.csv: the labels \['0', '0.0'\] \(first at lines 3, 5\) are one number "
+                                         r"written 2 ways"):
         classification.load_task(_config("classification", train_file=str(tmp_path / "train.csv"), text_b_key=""),
                                  tokenizer)
 
