@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 from absl import logging
 import sentencepiece as spm
 import tokenizers
-from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from bertjax import tokenization
 from bertjax.runtime import fileio
@@ -106,7 +106,9 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
     """Trains a byte-level BPE tokenizer on `texts` (lines; for files, `file_lines(paths)`),
     shaped as ModernBERT's (NFC, GPT-2's split, no prefix space; every byte in the alphabet, so
     no text is unknown). Writes `<output_dir>/tokenizer.json` (kind "huggingface") with [PAD], [UNK], [CLS],
-    [SEP], [MASK] at ids 0..4 and a `[CLS] $A [SEP] $B [SEP]` post-processor for other libraries."""
+    [SEP], [MASK] at ids 0..4, laid out for other libraries as bertjax's exports are
+    (`tokenization.hf_tokenizer_json`: rows as bertjax lays them out, the mask taking in the
+    space before it)."""
     _check_vocab_size(vocab_size)
     smallest = len(tokenization.SPECIAL_TOKENS) + len(pre_tokenizers.ByteLevel.alphabet())
     if vocab_size < smallest:  # every byte is a token: fewer would come out larger than asked
@@ -120,12 +122,13 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
                                   special_tokens=list(tokenization.SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     backend.train_from_iterator(_lines(texts), trainer=trainer)
-    backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "tokenizer.json")
     backend.save(path)
-    _check_special_ids(path, tokenization.Tokenizer.from_tokenizer_json(path))
+    trained = tokenization.Tokenizer.from_tokenizer_json(path)
+    _check_special_ids(path, trained)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(tokenization.hf_tokenizer_json(trained))
     return path
 
 
