@@ -373,9 +373,19 @@ def test_classification_export_returns_labels_and_probabilities(exported):
     assert got["truncated"] == [w.get("truncated", False) for w in want] and got["truncated"][-2]  # 300 words: cut
 
 
-def test_regression_export_on_pairs_returns_the_value(exported):
+def test_regression_export_on_pairs_returns_the_value(exported, launchers, tmp_path):
     model, inputs, want, got = exported["regression"]
     assert model.task_info["pairs"] and model.task_info["label_names"] is None
+    # Converted to Hugging Face, it still reads pairs (a review: "pairs" was lost, and its
+    # SavedModel from that folder took one text).
+    from bertjax.inference import model_source
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    converted = launchers.run([os.path.join(root, "launch", "convert_checkpoint.py"), f"--input={model.source.path}",
+                               f"--output={tmp_path / 'hf'}"])
+    assert converted.returncode == 0, converted.stderr
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["pairs"] is True
+    assert model_source.resolve(str(tmp_path / "hf")).task_info["pairs"] is True
     np.testing.assert_allclose(got["value"][:2], [w["value"] for w in want], atol=1e-4)
     assert got["truncated"][:2] == [False, True] == [w.get("truncated", False) for w in want]  # the 2nd pair is cut
     assert got["truncated"][2] is False  # [CLS] + 62 tokens + [SEP]: all of it seen

@@ -455,13 +455,18 @@ class ClassificationFamily(Family):
         info = {"family": self.name, "label_names": None if regression else names}
         if hf_config.get("problem_type") == "multi_label_classification":  # its encoder still serves: init, features
             info["multi_label"] = True
+        if isinstance(hf_config.get("pairs"), bool):  # bertjax's export says it; Hugging Face's own do not
+            info["pairs"] = hf_config["pairs"]
         return ("regression" if regression else "classification"), info
 
     def head_kind(self, task_info):
         return "regression" if task_info.get("label_names") is None else self.name
 
     def hf_config_keys(self, task_info):
-        return {"problem_type": "multi_label_classification"} if task_info.get("multi_label") else {}
+        keys = {"problem_type": "multi_label_classification"} if task_info.get("multi_label") else {}
+        if task_info.get("pairs") is not None:  # else a pair model reads back as one of unknown inputs
+            keys["pairs"] = bool(task_info["pairs"])
+        return keys
 
     def parse(self, item, task_info):
         text_a, text_b = text_pair(item)
