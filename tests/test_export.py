@@ -528,3 +528,17 @@ def test_serving_span_candidates_are_predicts_n_best(n_best_size, answer):
     assert got["answer"].numpy()[0].decode() == answer and not got["truncated"].numpy()[0]
     if not answer:
         assert got["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS
+
+
+def test_a_token_id_taggers_export_says_how_its_words_are_tokenized(tmp_path):
+    """A tagger that takes token ids (a tokenizer.json: no TF Text tokenizer) leaves the words to
+    the client, which task.json did not tell how predict tokenizes them (each alone, those after
+    the first with a space before: a review found the client's ids differed)."""
+    import bertjax
+    from bertjax.inference import export
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert", "token_classifier")
+    saved = export.export_saved_model(path, str(tmp_path / "serving"))
+    task = json.load(open(os.path.join(saved, "assets.extra", "task.json")))
+    assert task["layout"] == export.ROW_LAYOUT and task["inputs"] == list(export.TOKEN_ID_INPUTS)
+    assert task["word_prefix"] == bertjax.load_model(path).tokenizer.word_prefix == " "

@@ -124,6 +124,7 @@ def test_a_hugging_face_modernbert_fine_tunes_predicts_and_exports(tmp_path):
     saved = export.export_saved_model(str(tmp_path / "run"), str(tmp_path / "serving"))
     extra = os.path.join(saved, "assets.extra")
     task = json.load(open(os.path.join(extra, "task.json")))
+    assert task["layout"] == export.ROW_LAYOUT and "word_prefix" not in task  # (the docs' client: test_tokenization)
     client = tokenizers.Tokenizer.from_file(os.path.join(extra, "tokenizer.json"))  # [CLS] $A [SEP]
     client.encode_special_tokens = task["encode_special_tokens"]  # as the docs' client does
     client.enable_padding(pad_id=task["special_ids"]["pad"])

@@ -780,3 +780,44 @@ def test_a_vocabulary_of_a_script_without_case_keeps_its_marks(tmp_path, caplog)
     with caplog.at_level("WARNING"):
         assert tokenization.load_tokenizer("wordpiece", str(latin), None).do_lower_case
     assert not caplog.text
+
+
+def test_the_docs_token_id_client_builds_bertjax_rows(tmp_path):
+    """docs/modern-encoder.md's client for a token-id SavedModel, run as written on a trained BPE:
+    its rows and segments are bertjax's, pairs cut as BERT cuts them (a review: the client's
+    `tokenizers` truncation cut the other text on a tie, and every segment id was 0)."""
+    import re
+
+    from bertjax.inference import export
+    from bertjax.tasks import common
+
+    docs = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                             "modern-encoder.md")).read()
+    client_code = next(block for block in re.findall(r"```python\n(.*?)```", docs, re.S) if "def row(" in block)
+    lines = [f"Paris is a capital and a city of France, number {i}. A cat sat on a mat." for i in range(300)]
+    tokenizer = tokenization.load_tokenizer("huggingface", vocabularies.train_bpe(lines, 400, str(tmp_path / "bpe")))
+    folder = tmp_path / "serving" / "reviews" / "1" / "assets.extra"
+    folder.mkdir(parents=True)
+    (folder / "tokenizer.json").write_text(tokenization.hf_tokenizer_json(tokenizer))
+    length = 16
+    (folder / "task.json").write_text(json.dumps({
+        "max_seq_length": length, "encode_special_tokens": True, "layout": export.ROW_LAYOUT,
+        "special_ids": {"cls": tokenizer.cls_id, "sep": tokenizer.sep_id, "pad": tokenizer.pad_id}}))
+    namespace = {}
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        exec(client_code, namespace)
+    finally:
+        os.chdir(cwd)
+    texts_a = ["a cat", "a cat sat on a mat " * 3, "Paris is a capital", "a [SEP] cat", "number 1 " * 9, "x"]
+    texts_b = ["a mat", "a city", "of France " * 4, "[MASK]", "number 2 " * 9, ""]
+    features, lengths, _ = common.encode_pairs(tokenizer, texts_a, texts_b, length)
+    for k, (a, b) in enumerate(zip(texts_a, texts_b)):
+        ids, segments = namespace["row"](a, b)
+        assert ids == features["input_ids"][k, :lengths[k]].tolist(), (a, b)
+        assert segments == features["segment_ids"][k, :lengths[k]].tolist(), (a, b)
+    single, single_lengths, _ = common.encode_pairs(tokenizer, texts_a, None, length)
+    assert namespace["row"](texts_a[1])[0] == single["input_ids"][1, :single_lengths[1]].tolist()
+    inputs = namespace["inputs"]
+    assert inputs["segment_ids"] == [[0] * len(inputs["input_ids"][0])]

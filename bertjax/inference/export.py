@@ -81,7 +81,8 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
     source = model_source.with_pairs(model_source.resolve(model_path), pairs)
     if source.task_info.get("family") not in tasks.FAMILIES:
         raise ValueError(f"{source.path} is not a fine-tuned model (no task saved with it); export needs a "
-                         "fine-tuning run or a Hugging Face BertFor<Task> directory")
+                         "fine-tuning run or a Hugging Face BertFor<Task> or ModernBertFor<Task> directory (the "
+                         "encoder's features: launch/extract_features.py)")
     if fileio.exists(output_dir) and not fileio.isdir(output_dir):
         raise ValueError(f"--output={output_dir} is a file; give a folder")
     target = fileio.join(output_dir, str(version))
@@ -202,6 +203,16 @@ def _token_ids_module(model):
     return module, tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
 
 
+# How bertjax lays out the rows a token-id SavedModel takes (task.json's "layout"): what a
+# client must do to get predict's answers (docs/modern-encoder.md#serving has the code).
+ROW_LAYOUT = ("[CLS] a [SEP] (b [SEP]; none when b has no tokens), segment 0 then 1, padded with pad_id and "
+              "input_mask 0; each text tokenized alone, without special tokens; a pair longer than "
+              "max_seq_length cut one token at a time from the end of the longer text (of b on a tie), a single "
+              "text from its end; span QA: a = the question (its first max_query_length tokens), b = windows "
+              "of the context doc_stride tokens apart; multiple choice: a = the context, b = each choice; "
+              "tagging: a = the words, each tokenized alone, those after the first as word_prefix + word")
+
+
 def _write_assets(model, target: str) -> None:
     """assets.extra/ (TensorFlow Serving's folder for files beside the model): task.json, the
     task and its label names, max_seq_length, the products' precision and the family's serving
@@ -221,11 +232,17 @@ def _write_assets(model, target: str) -> None:
         tokenizer = model.tokenizer
         task.update({
             "inputs": list(TOKEN_ID_INPUTS),
-            "layout": "[CLS] a [SEP] (b [SEP]), segment 0 then 1, padded with pad_id and input_mask 0",
+            "layout": ROW_LAYOUT,
             # bertjax reads "[SEP]" written in a text as text; tokenizers' own default is the token
             "encode_special_tokens": True,
             "special_ids": {"cls": tokenizer.cls_id, "sep": tokenizer.sep_id, "pad": tokenizer.pad_id,
                             "mask": tokenizer.mask_id}})
+        if tasks.FAMILIES[model.task_info["family"]].token_level:
+            # Its words are tokenized each alone, every one after the first with this before it,
+            # as tagging's predict does: the run's (a bertjax run from before it was recorded:
+            # none), a Hugging Face tagger's tokenizer's.
+            task["word_prefix"] = model.task_info.get("word_prefix", "" if model.source.layout == "bertjax"
+                                                      else tokenizer.word_prefix)
     fileio.write_json(fileio.join(extra, "task.json"), task)
 
 
