@@ -269,14 +269,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
 
     # -- Tokenizer, model config, mesh: validated before data preparation or compiling. --
     bert, mesh_shape, data_dir = pretrain_setup.checked_model(config, workdir)
-    # Only now (it may write the demo vocabulary into data_dir): a refused run writes nothing.
-    tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
-    run_config.check_same_tokenizer(workdir, tokenizer)  # before WORKDIR/tokenizer is written again
     mesh = sharding.create_mesh(*mesh_shape)
     # Each host reads its own rows (host_split="files"), or every host the whole batch.
     place = trainer.global_batch if config.data.host_split == "files" else trainer.whole_batch
     if config.data.host_split == "files":
         trainer.check_rows_per_process(mesh, train_cfg.global_batch_size)
+    # Only now (it may write the demo vocabulary into data_dir): a refused run writes nothing.
+    tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
+    run_config.check_same_tokenizer(workdir, tokenizer)  # before WORKDIR/tokenizer is written again
     devices, processes = jax.device_count(), jax.process_count()
     loop_console = (f"mesh data {mesh.shape['data']} x fsdp {mesh.shape['fsdp']} x tensor {mesh.shape['tensor']} over "
                     f"{devices} device{'s' * (devices > 1)} ({processes} process{'es' * (processes > 1)})")

@@ -91,7 +91,7 @@ class OriginalTFRecordPipeline:
         self.shuffle_buffer = data_config.instance_shuffle_buffer
         self.seed = data_config.seed if seed is None else seed
         self.process_index, self.process_count = process_index, process_count
-        self.file_ids, self.record_shard = host_file_split(sizes, process_index, process_count)
+        self.file_ids, self.record_shard = host_file_split(sizes, process_index, process_count, warn=True)
         self._epoch_size: int | None = None
 
     def _epoch(self, epoch) -> tf.data.Dataset:

@@ -89,7 +89,8 @@ class PretrainingPipeline:
         self.split = split
         self.paths = sorted(shard_paths)
         shard_sizes = check_files_not_empty(self.paths)
-        self.file_ids, self.record_shard = host_file_split(shard_sizes, process_index, process_count)
+        self.file_ids, self.record_shard = host_file_split(shard_sizes, process_index, process_count,
+                                                           warn=split == "train")
         self.seed = data_config.seed if seed is None else seed
         self.process_index = process_index
         self.tokenizer = tokenizer

@@ -10,6 +10,7 @@ from concurrent import futures
 from typing import Callable, Iterator
 
 import numpy as np
+from absl import logging
 
 from bertjax.runtime import fileio
 from bertjax.runtime.tf_cpu import tf
@@ -87,7 +88,7 @@ def check_files_not_empty(paths: list[str]) -> list[int]:
 _HOST_IMBALANCE = 1.25  # whole files per host while no host reads more than this many times another's bytes
 
 
-def host_file_split(sizes: list[int], process_index: int, process_count: int):
+def host_file_split(sizes: list[int], process_index: int, process_count: int, warn: bool = False):
     """(the file ids this host reads, record shard (count, index) or None), from every file's
     size in bytes (the same list on every host).
 
@@ -96,7 +97,8 @@ def host_file_split(sizes: list[int], process_index: int, process_count: int):
     the least-loaded's bytes. Every host feeds the same rows per step, so a host with less
     data would repeat it more often (dealing files in turn gave one host every 64 MB unit of
     each file and another every file's tail). Else every host reads all files and keeps every
-    n-th record."""
+    n-th record, which process 0 warns of where `warn` (the training input): the reading grows
+    with the host count, and nothing else would say why the input is slow."""
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index {process_index} not in [0, {process_count})")
     ids = list(range(len(sizes)))
@@ -109,6 +111,11 @@ def host_file_split(sizes: list[int], process_index: int, process_count: int):
         owned[host].append(i)
     if min(loads) > 0 and max(loads) <= _HOST_IMBALANCE * min(loads):
         return sorted(owned[process_index]), None
+    if warn and process_index == 0:
+        logging.warning("%d input files (%.3g GB) do not deal evenly over %d hosts (whole files, at most %g times "
+                        "the bytes of another): every host reads all of them and keeps one record in %d, %d "
+                        "times the reading; this takes about 4 files a host of similar size", len(sizes),
+                        sum(sizes) / 1e9, process_count, _HOST_IMBALANCE, process_count, process_count)
     return ids, (process_count, process_index)
 
 

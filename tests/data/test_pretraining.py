@@ -436,7 +436,7 @@ def test_recorded_epoch_sizes_apply_to_settings_that_keep_the_row_count(tmp_path
         other.epoch_size(0)
 
 
-def test_hosts_get_whole_files_only_where_their_bytes_balance():
+def test_hosts_get_whole_files_only_where_their_bytes_balance(caplog):
     """Files dealt in turn gave one host every full 64 MB unit of each file and the other every
     file's tail (a review: 640 vs 10 here, so the second host's documents came round 64 times
     as often). Dealt largest first to the least-loaded host, the bytes balance; where whole
@@ -452,10 +452,18 @@ def test_hosts_get_whole_files_only_where_their_bytes_balance():
     three = [host_file_split([30, 30, 20, 20, 10, 10], i, 3)[0] for i in range(3)]
     assert [sum([30, 30, 20, 20, 10, 10][i] for i in ids) for ids in three] == [40, 40, 40]
     assert [host_file_split([64] * 36, i, 8)[1] for i in range(8)] == [None] * 8  # 5 or 4 shards a host
-    assert [host_file_split([64] * 30, i, 8)[1] for i in range(8)] == [(8, i) for i in range(8)]  # 4 or 3
+    assert [host_file_split([64] * 30, i, 8, warn=True)[1] for i in range(8)] == [(8, i) for i in range(8)]  # 4 or 3
     for sizes in ([100, 10, 10], [50]):  # one large file / fewer files than hosts
-        assert [host_file_split(sizes, i, 2) for i in range(2)] == [
+        assert [host_file_split(sizes, i, 2, warn=True) for i in range(2)] == [
             (list(range(len(sizes))), (2, 0)), (list(range(len(sizes))), (2, 1))]
+    # Said once, by process 0 (a review: 200 shards of 64 MB on 64 hosts were read 64 times over
+    # without a word, only a slow input to show for it).
+    assert caplog.text.count("do not deal evenly over") == 3
+    assert "3 input files (1.2e-07 GB) do not deal evenly over 2 hosts" in caplog.text
+    assert "every host reads all of them and keeps one record in 2, 2 times the reading" in caplog.text
+    caplog.clear()
+    host_file_split([50], 0, 2)  # (an evaluation split: small, and read once)
+    assert not caplog.text
     assert host_file_split([5, 1], 0, 1) == ([0, 1], None)
     with pytest.raises(ValueError, match=r"process_index 2 not in \[0, 2\)"):
         host_file_split([1, 1], 2, 2)
