@@ -1,14 +1,15 @@
-"""The paper's fine-tuning grid (section A.3: learning rates, batch sizes, epochs), one
-fine-tuning run per point, each in WORKDIR/sweep/<values> and resumable; the best by the
-task's main metric first.
+"""The paper's fine-tuning grid (section A.3: learning rates, batch sizes, epochs; with
+config.train.sweep_seeds its random restarts too), one fine-tuning run per point, each in
+WORKDIR/sweep/<values> and resumable; the best by the task's main metric first.
 
 A WORKDIR holds one sweep's settings (WORKDIR/sweep_settings.json: everything but the grid
-and where or how often things happen): a rerun with other settings is refused once a run has
-trained under them, since its results (or its checkpoints, resumed) would be reported as the
-new settings'. A finished run's row (WORKDIR/sweep/<values>/sweep_row.json) is reused by a
-rerun without loading the run again, unless the rerun names a data.test_file the run has not
-predicted: then the run writes its predictions for it, as a finished fine-tuning run relaunched
-does.
+and where or how often things happen, though how often the runs evaluate counts, and the
+step folder they start from): a rerun with other settings is refused once a run has trained
+under them, since its results (or its checkpoints, resumed) would be reported as the new
+settings'. A finished run's row (WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun
+without loading the run again, unless the rerun names a data.test_file the run has not
+predicted: then the run writes its predictions for it, as a finished fine-tuning run
+relaunched does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import shutil
 from typing import Any
 
@@ -24,6 +26,7 @@ import jax
 import ml_collections
 
 from bertjax import finetune, finetune_setup, run_config, sharding, tasks, trainer
+from bertjax.inference import model_source
 from bertjax.runtime import cli, fileio
 from bertjax.runtime.errors import RunSettingsError, TrainingDiverged
 
@@ -31,9 +34,10 @@ log = logging.getLogger(__name__)
 
 # What may differ between two invocations of one sweep: the grid (its keys and the three it
 # sets) and the operational settings, but for the checkpoint and the vocabulary to start from
-# (a finished run's reused row never meets the checks a resumed run makes of them).
+# (a finished run's reused row never meets the checks a resumed run makes of them) and how
+# often the runs evaluate (each row is its run's best evaluation: more of them, a higher one).
 _GRID_SETTINGS = ("train.sweep_", "train.learning_rate", "train.batch_size", "train.num_epochs")
-_KEPT_FOR_A_RERUN = ("init_checkpoint", "data.vocab_path")
+_KEPT_FOR_A_RERUN = ("init_checkpoint", "data.vocab_path", "train.eval_every")
 _RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS if key not in _KEPT_FOR_A_RERUN),
                      *_GRID_SETTINGS, "train.feature_cache_dir")
 SETTINGS_FILE, ROW_FILE, RESULTS_FILE = "sweep_settings.json", "sweep_row.json", "sweep_results.json"
@@ -82,18 +86,29 @@ def _trained_before(workdir: str) -> str | None:
     return None
 
 
+def _settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """What a sweep's runs are compared by: `config`, and the step folder config.init_checkpoint
+    names now ("init_weights"; a pre-training workdir's newest step, which a pre-training run
+    still going moves on)."""
+    init_weights = model_source.resolve(config.init_checkpoint).weights if config.init_checkpoint else ""
+    if init_weights and not fileio.is_remote(init_weights):
+        init_weights = os.path.abspath(init_weights)
+    return json.loads(json.dumps({**config.to_dict(), "init_weights": init_weights}))
+
+
 def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     """ValueError when WORKDIR holds trained runs of a sweep with other settings than
-    `config`'s (the grid and operational settings aside; settings a newer bertjax added are
-    not compared); else records these settings there (process 0): a sweep none of whose
-    runs trained (a typo fixed) takes the new ones, and its failed runs' rows are dropped."""
+    `config`'s (`_settings`: the grid and operational settings aside; settings a newer bertjax
+    added are not compared); else records these settings there (process 0): a sweep none of
+    whose runs trained (a typo fixed) takes the new ones, and its failed runs' rows are dropped."""
     path = fileio.join(workdir, SETTINGS_FILE)
     saved = fileio.read_json(path) if fileio.exists(path) else None
+    settings = _settings(config)
     changes = saved is not None and run_config.changed_settings(
-        saved, config.to_dict(), left_out=_RERUN_MAY_CHANGE, saved_keys_only=True)
+        saved, settings, left_out=_RERUN_MAY_CHANGE, saved_keys_only=True)
     if not changes:
         if saved is None and jax.process_index() == 0:
-            fileio.write_json(path, json.loads(json.dumps(config.to_dict())))
+            fileio.write_json(path, settings)
         return
     trained = _trained_before(workdir)
     if trained:
@@ -106,17 +121,20 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
             log.warning("the sweep's settings changed (%s) before any run trained: the failed runs' rows in %s are "
                         "dropped", run_config.first_changes(changes), results_file)
             fileio.remove(results_file)
-        fileio.write_json(path, json.loads(json.dumps(config.to_dict())))
+        fileio.write_json(path, settings)
 
 
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
-    """Fine-tunes once per (learning rate, batch size, epochs) of the configured grid (epochs
-    only when config.train.num_steps is 0), each in WORKDIR/sweep/<values> (resumable; a
+    """Fine-tunes once per (learning rate, batch size, epochs, seed) of the configured grid
+    (epochs only when config.train.num_steps is 0; seeds only where config.train.sweep_seeds
+    names them: config.seed and config.data.seed both take each), each in
+    WORKDIR/sweep/<values> (resumable; a
     finished run's row is reused), prints a table and writes WORKDIR/sweep_results.json
     (with the rows of earlier invocations' other grid points); returns this grid's rows, best
     first by the task's main metric."""
     grid = [_grid_values(config.train, "sweep_learning_rates", float),
             _grid_values(config.train, "sweep_batch_sizes", int), _grid_values(config.train, "sweep_epochs", float)]
+    seeds = _grid_values(config.train, "sweep_seeds", int) if str(config.train.sweep_seeds) else [None]
     fixed_steps = config.train.num_steps  # > 0 (e.g. `quick`): every run has this length, whatever its epochs
     if fixed_steps:
         log.warning("config.train.num_steps=%d fixes each run's length: the epochs grid %s is not used",
@@ -128,12 +146,15 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
             log.warning("the sweep's grid sets %s (config.train.%s=%s): config.train.%s=%s is not used",
                         key, grid_key, values, key, config.train[key])
     runs = []
-    for learning_rate, batch_size, epochs in itertools.product(*grid):
+    for learning_rate, batch_size, epochs, seed in itertools.product(*grid, seeds):
         run = ml_collections.ConfigDict(config.to_dict())
         run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False,
                          feature_cache_dir=finetune.cache_directory(config, workdir))  # frozen: one cache for every run
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
-        runs.append((f"lr{learning_rate:g}_batch{batch_size}_{length}", run))
+        name = f"lr{learning_rate:g}_batch{batch_size}_{length}"
+        if seed is not None:  # a restart: another head initialisation, dropout and example order
+            run.seed, run.data.seed, name = seed, seed, f"{name}_seed{seed}"
+        runs.append((name, run))
     _check_every_run(config, runs)
     family = tasks.family_of_task(config.task)
     if config.task in family.own_file_tasks and not (config.data.eval_file or config.data.test_file):
@@ -197,7 +218,8 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
                      name, run.data.test_file)
         # A run of config.train.num_steps steps took no part of num_epochs: its row says its steps.
         length = {"steps": run.train.num_steps} if run.train.num_steps else {"epochs": run.train.num_epochs}
-        row = {"run": name, "learning_rate": run.train.learning_rate, "batch_size": run.train.batch_size, **length}
+        row = {"run": name, "learning_rate": run.train.learning_rate, "batch_size": run.train.batch_size, **length,
+               "seed": run.seed}
         try:
             summary = finetune.finetune(run, run_dir)
         except Exception as e:  # noqa: BLE001 (a run's own failure is recorded; any other is raised)

@@ -164,6 +164,8 @@ def get_config(arg: str = "demo") -> ml_collections.ConfigDict:
     config.train.sweep_learning_rates = "5e-5,3e-5,2e-5"
     config.train.sweep_batch_sizes = "16,32"
     config.train.sweep_epochs = "2,3,4"
+    config.train.sweep_seeds = ""        # "1,2,3": each point again with these seeds (init, dropout and data
+                                         # order): the paper's random restarts; "" = config.seed alone
 
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     config.checkpoint = ml_collections.ConfigDict(dict(every=1000, keep=2, async_save=True))

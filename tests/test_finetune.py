@@ -408,6 +408,62 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
         sweep.sweep(config, str(tmp_path / "no_eval"))
 
 
+def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(pretrained_run, tmp_path,
+                                                                              monkeypatch):
+    """A pre-training workdir as config.init_checkpoint names its newest step: a rerun after that
+    run went on mixed runs from two steps in one table, and a rerun evaluating more often ranked
+    its rows (the best of more evaluations) with the others, both without a word (a review)."""
+    from bertjax import finetune, sweep
+
+    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {
+        "best": {"step": 4, "metrics": {"f1": config.train.learning_rate * 100}}, "main_metric": "f1"})
+    shutil.copytree(pretrained_run, tmp_path / "pretrained")
+    config = _demo_config(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
+    config.init_checkpoint = str(tmp_path / "pretrained")
+    sweep.sweep(config, str(tmp_path / "grid"))
+    config.train.sweep_learning_rates = "1e-3,1e-4"
+    config.train.eval_every = 1
+    with pytest.raises(ValueError, match=r"other settings \(train.eval_every 0 -> 1\)"):
+        sweep.sweep(config, str(tmp_path / "grid"))
+    config.train.eval_every = 0
+    shutil.copytree(tmp_path / "pretrained" / "checkpoints" / "4", tmp_path / "pretrained" / "checkpoints" / "8")
+    with pytest.raises(ValueError, match=r"other settings \(init_weights '\S+/pretrained/checkpoints/4' -> "
+                                         r"'\S+/pretrained/checkpoints/8'\)"):
+        sweep.sweep(config, str(tmp_path / "grid"))
+    shutil.rmtree(tmp_path / "pretrained" / "checkpoints" / "8")
+    assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "grid"))] == [
+        "lr0.001_batch16_epochs1", "lr0.0001_batch16_epochs1"]
+
+
+def test_a_sweep_restarts_each_point_with_each_seed(tmp_path, monkeypatch):
+    """The paper's random restarts (BERT-large on small data): config.train.sweep_seeds runs each
+    point once per seed, each with its own initialisation, dropout and example order."""
+    from bertjax import finetune, sweep
+
+    seen = []
+
+    def run(config, workdir):
+        seen.append((os.path.basename(workdir), config.seed, config.data.seed))
+        return {"best": {"step": 4, "metrics": {"f1": config.seed / 10}}, "main_metric": "f1"}
+
+    monkeypatch.setattr(finetune, "finetune", run)
+    config = _demo_config(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1",
+                          sweep_seeds="1,2")
+    results = sweep.sweep(config, str(tmp_path))
+    assert seen == [("lr0.001_batch16_epochs1_seed1", 1, 1), ("lr0.001_batch16_epochs1_seed2", 2, 2)]
+    assert [(row["run"], row["seed"]) for row in results] == [("lr0.001_batch16_epochs1_seed2", 2),
+                                                              ("lr0.001_batch16_epochs1_seed1", 1)]
+    # Its workdir is no model: the error names the best run's, which is one.
+    from bertjax.models import convert
+
+    with pytest.raises(FileNotFoundError, match=rf"is a sweep's workdir, not a model: .* its best so far is "
+                                                rf"{tmp_path}/sweep/lr0.001_batch16_epochs1_seed2"):
+        convert.checkpoint_layout(str(tmp_path))
+    config.train.sweep_seeds = "1,1"
+    with pytest.raises(ValueError, match=r"config.train.sweep_seeds='1,1' names 1 more than once"):
+        sweep.sweep(config, str(tmp_path))
+
+
 def test_a_sweep_takes_new_settings_only_while_no_run_has_trained(tmp_path, monkeypatch, caplog):
     """Failed runs under the old settings write no sweep_row.json, yet one may have evaluated
     (diverged later) or saved checkpoints a rerun would resume: the new settings were taken

@@ -573,6 +573,8 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
             if candidate != path:
                 _check_fine_tuning_ended(path, candidate)
             return "bertjax", candidate
+    if "sweep_results.json" in files:  # (bertjax.sweep.RESULTS_FILE)
+        raise FileNotFoundError(_sweep_workdir(path))
     if files & {"checkpoints", "best", "metrics.jsonl"}:  # a bertjax run's workdir, with no weights yet
         raise FileNotFoundError(
             f"{path!r} is a bertjax run with no saved weights yet: neither best/ (a fine-tuning run writes it at "
@@ -587,6 +589,17 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
                 "metadata={'format': 'pt'})\"")
     raise FileNotFoundError(f"{path!r} matches no known checkpoint layout; looked for:\n"
                             f"{_LAYOUTS}\nfound: {sorted(files)}{hint}")
+
+
+def _sweep_workdir(path: str) -> str:
+    """Why a sweep's workdir is no model, and which of its runs to give instead: each run is a
+    workdir of its own, and which is best is the sweep's table, read when it was written."""
+    rows = fileio.read_json(fileio.join(path, "sweep_results.json"))  # ranked, best first
+    best = next((row for row in rows if "error" not in row and row.get("best_step") is not None), None)
+    named = ("no run of it has finished yet" if best is None else
+             f"its best so far is {fileio.join(path, 'sweep', best['run'])}")
+    return (f"{path!r} is a sweep's workdir, not a model: each of its runs is a fine-tuning workdir in "
+            f"{fileio.join(path, 'sweep')}/<run>, ranked in sweep_results.json; {named}")
 
 
 def _check_fine_tuning_ended(workdir: str, directory: str) -> None:
