@@ -40,20 +40,41 @@ FLAGS = flags.FLAGS
 
 
 def render(example: dict, tokenizer) -> str:
-    """One sequence as text; masked positions as [original→shown]."""
+    """One sequence as text; masked positions as [original→shown]; a word piece joined to the
+    word before it, but not to [CLS] or [SEP] (a segment cut at its front starts with one)."""
     ids, n = example["input_ids"], int(example["input_mask"].sum())
     masked = {int(p): int(i) for p, i, w in zip(example["masked_lm_positions"], example["masked_lm_ids"],
                                                  example["masked_lm_weights"]) if w > 0}
+    special = {tokenizer.cls_id, tokenizer.sep_id}
     words = []
     for position in range(n):
         shown = tokenizer.id_to_token(int(ids[position]))
         if position in masked:
             words.append(f"[{tokenizer.id_to_token(masked[position])}→{shown}]")
-        elif shown.startswith("##") and words:
+        elif shown.startswith("##") and words and int(ids[position - 1]) not in special:
             words[-1] += shown[2:]
         else:
             words.append(shown)
     return " ".join(words)
+
+
+def layout(example: dict) -> str:
+    """The row's segments as runs of positions, "A 0-48, B 49-63" (packed rows: each pair's,
+    "2A 33-50"), and where the position ids start again: what the model reads besides the ids."""
+    n = int(example["input_mask"].sum())
+    segments = np.asarray(example["segment_ids"][:n])
+    packed = "sequence_ids" in example
+    pairs = np.asarray(example["sequence_ids"][:n]) if packed else np.zeros(n, np.int64)
+    runs, start = [], 0
+    for position in range(1, n + 1):
+        if position == n or (segments[position], pairs[position]) != (segments[start], pairs[start]):
+            runs.append(f"{pairs[start] if packed else ''}{'AB'[segments[start]]} {start}-{position - 1}")
+            start = position
+    line = "segments: " + ", ".join(runs)
+    if "position_ids" in example:
+        restarts = np.flatnonzero(np.asarray(example["position_ids"][:n]) == 0)
+        line += "; position ids from 0 at " + ", ".join(map(str, restarts))
+    return line
 
 
 def nsp_labels(examples: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -173,6 +194,7 @@ def main(_):
         said = ", ".join(f"{int(label)} ({'random' if label else 'IsNext'})" for label in labels[0][weights[0] > 0])
         print(f"--- example {i}" + (f": NSP label{'s' if labels.shape[1] > 1 else ''} {said}" if nsp else ""))
         print(render(example, tokenizer))
+        print(layout(example))
     print("--- statistics")
     for name, value in statistics(examples, tokenizer, config.data).items():
         print(f"{name:>40}: {value}")

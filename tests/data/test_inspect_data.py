@@ -22,6 +22,21 @@ def test_render_and_statistics(tmp_path):
     position, original = int(example["masked_lm_positions"][0]), int(example["masked_lm_ids"][0])
     shown = tokenizer.id_to_token(int(example["input_ids"][position]))
     assert f"[t{original}→{shown}]" in text
+    # What the model reads besides the ids (a review: the docs' "see what the model sees" left
+    # segment ids out).
+    first_b = int(np.argmax(example["segment_ids"]))
+    length = int(example["input_mask"].sum())
+    assert inspect_data.layout(example) == f"segments: A 0-{first_b - 1}, B {first_b}-{length - 1}"
+    # A segment cut at its front starts with a word piece, which stays apart from [CLS].
+    class WithPieces:  # the same tokens, but id 7 a word piece
+        cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
+
+        def id_to_token(self, i):
+            return "##ing" if i == 7 else tokenizer.id_to_token(i)
+
+    cut = {**example, "input_ids": example["input_ids"].copy(), "masked_lm_weights": 0 * example["masked_lm_weights"]}
+    cut["input_ids"][[1, 2]] = [7, 7]
+    assert inspect_data.render(cut, WithPieces()).startswith("[CLS] ##inging ")
     stats = inspect_data.statistics(batch, tokenizer, config)
     assert stats["sequences"] == "64"
     assert "equal to min(max, max(1, round(n*p))): 100.0%" in stats["predictions per sequence"]
@@ -57,6 +72,9 @@ def test_packed_rows_count_nsp_over_their_real_pairs(tmp_path):
     stats = inspect_data.statistics(batch, tokenizer, config)
     assert stats["NSP random (label 1)"] == f"{(labels * weights).sum() / weights.sum():.1%}"
     candidates = batch["input_mask"].sum() - 3 * weights.sum()
+    row = next(k for k in range(64) if weights[k].sum() > 1)  # a row of several pairs: each its runs, positions
+    shown = inspect_data.layout({key: value[row] for key, value in batch.items()})
+    assert shown.startswith("segments: 1A 0-") and ", 2A " in shown and "; position ids from 0 at 0, " in shown
     assert stats["masked share of candidates"].startswith(f"{(batch['masked_lm_weights'] > 0).sum() / candidates:.2%}")
     assert "pairs a row, each masked on its own" in stats["predictions per sequence"]
 
