@@ -138,12 +138,17 @@ def test_the_huggingface_export_keeps_the_label_names(unevaluated_run, tmp_path)
     exported = model_source.resolve(str(tmp_path / "hf"))
     assert (exported.layout, exported.task) == ("huggingface", "classification")
     assert exported.task_info["label_names"] == ["neg", "pos"]
-    # config.json does not say whether a classifier reads pairs: the caller may (the export's --pairs);
-    # the run itself does say, and keeps it.
-    assert "pairs" not in exported.task_info and model_source.with_pairs(exported, None) is exported
-    assert model_source.with_pairs(exported, True).task_info == {**exported.task_info, "pairs": True}
-    with pytest.raises(ValueError, match="was fine-tuned on single texts, not pairs"):
-        model_source.with_pairs(model_source.resolve(workdir), True)
+    # The run says whether it reads pairs, and so does its export; a Hugging Face config.json from
+    # elsewhere does not: the caller may (the export's --pairs).
+    assert exported.task_info["pairs"] is False and hf_config["pairs"] is False
+    for source in (model_source.resolve(workdir), exported):
+        with pytest.raises(ValueError, match="was fine-tuned on single texts, not pairs"):
+            model_source.with_pairs(source, True)
+    del hf_config["pairs"]
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
+    elsewhere = model_source.resolve(str(tmp_path / "hf"))
+    assert "pairs" not in elsewhere.task_info and model_source.with_pairs(elsewhere, None) is elsewhere
+    assert model_source.with_pairs(elsewhere, True).task_info == {**elsewhere.task_info, "pairs": True}
     # A multi-label classifier (independent sigmoids): its encoder serves, its softmax answers would be wrong.
     hf_config["problem_type"] = "multi_label_classification"
     (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))
