@@ -76,7 +76,9 @@ def _default_config() -> ml_collections.ConfigDict:
 _PRESET = flags.DEFINE_string("preset", "base", "BERT size: tiny, mini, small, medium, base, large.")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Global batch (rows per step).", lower_bound=1)
 _SEQ = flags.DEFINE_integer("seq_len", 128, "Sequence length.", lower_bound=8)
-_PREDICTIONS = flags.DEFINE_integer("predictions", 0, "Masked positions per row (0: ceil(0.15 x seq_len)).",
+_PREDICTIONS = flags.DEFINE_integer("predictions", 0, "Masked positions per row (0: ceil(0.15 x seq_len), the "
+                                    "original recipe's; the step has the NSP head whatever the preset: the modern "
+                                    "recipe's 30% is ceil(0.3 x seq_len)).",
                                     lower_bound=0)
 _PACK = flags.DEFINE_integer("pack_pairs", 0, "0: one pair per row, unpacked; K >= 1: packed rows of K pairs.",
                              lower_bound=0)
