@@ -891,6 +891,13 @@ def _changed_share(tokens: tuple[str, ...]) -> float:
     return sum(_lower_cased(token) != token for token in words) / max(len(words), 1)
 
 
+def vocab_casing(path: str) -> bool:
+    """do_lower_case as bertjax reads a WordPiece vocabulary given none: a tokenizer.json's
+    BertNormalizer's, else what a vocab.txt's tokens say (`_vocab_looks_uncased`)."""
+    casing = wordpiece_casing(path)
+    return casing if casing is not None else _vocab_looks_uncased(path, tuple(read_vocab(path)))
+
+
 @functools.lru_cache(maxsize=None)  # once a vocabulary (a run loads it several times)
 def _vocab_looks_uncased(path: str, tokens: tuple[str, ...]) -> bool:
     """do_lower_case for a vocab.txt given none: False when BERT's lower-casing changes over 1%

@@ -79,6 +79,9 @@ def main(_):
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
         do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says
+    judged = kind == "wordpiece" and vocab is not None and do_lower_case is None
+    if judged:  # as bertjax reads the vocab.txt (its tokens): written, else transformers lower-cases any
+        do_lower_case = tokenization.vocab_casing(vocab)
     left_out = ""
     if saved and saved.get("refused") and vocab == saved["path"]:  # written beside the weights, BERT's tokenizer
         vocab, do_lower_case = None, _LOWER_CASE.value                # would read it with other ids
@@ -118,18 +121,19 @@ def main(_):
     if saved and vocab is None and saved["kind"] == "sentencepiece":
         fileio.copy(saved["path"], fileio.join(output, convert.SENTENCEPIECE_FILE))
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
-          f"vocab: {vocab}{_casing(vocab, do_lower_case, kind == 'huggingface' and do_lower_case is None)}{left_out})")
+          f"vocab: {vocab}{_casing(vocab, do_lower_case, kind == 'huggingface' and do_lower_case is None, judged)}"
+          f"{left_out})")
 
 
-def _casing(vocab: str | None, do_lower_case: bool | None, copied_whole: bool) -> str:
-    """What the written folder says of its casing, for the summary line."""
+def _casing(vocab: str | None, do_lower_case: bool | None, copied_whole: bool, judged: bool) -> str:
+    """What the written folder says of its casing, for the summary line (judged: from the
+    vocabulary's tokens, as nothing said it)."""
     if vocab is None or (copied_whole and vocab.endswith(".json")):
         return ""  # no vocabulary, or a tokenizer.json copied whole: its own normaliser says
-    if do_lower_case is None:
-        return ", casing unknown, not stored"
     where = " (in bert_config.json, read by bertjax; Google's code reads it from the folder's name)" * (
         _FORMAT.value == "tf")
-    return f", {'un' if do_lower_case else ''}cased{where}"
+    how = " as its tokens say (nothing else did: --do_lower_case to choose)" if judged else ""
+    return f", {'un' if do_lower_case else ''}cased{how}{where}"
 
 
 if __name__ == "__main__":

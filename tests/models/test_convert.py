@@ -531,8 +531,9 @@ def _convert(launchers, *flags):
 def test_command_line_converter(launchers, tf_release, tmp_path):
     directory, config, _ = tf_release
     out = tmp_path / "hf"
-    _convert(launchers, f"--input={directory}", f"--output={out}", "--format=huggingface")
-    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "vocab.txt"]
+    done = _convert(launchers, f"--input={directory}", f"--output={out}", "--format=huggingface")
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+    assert "uncased as its tokens say (nothing else did: --do_lower_case to choose)" in done.stdout
     config2, params2 = bertjax.load_pretrained(str(out))
     assert config2 == config
     assert_trees_equal(params2, bertjax.load_pretrained(directory)[1])
@@ -557,6 +558,21 @@ def test_converted_hugging_face_directory_keeps_the_casing(launchers, tf_release
     saved = json.loads((out / "tokenizer_config.json").read_text())
     assert saved["do_lower_case"] is expected and saved["tokenizer_class"] == "BertTokenizer"
     assert convert.checkpoint_vocabulary(str(out))["do_lower_case"] is expected  # and fine-tuning reads it back
+
+
+def test_a_cased_vocabulary_no_name_speaks_for_is_written_cased(launchers, tf_release, tmp_path):
+    """A cased release in a folder not named like one (bert-base-cased-tf) was converted without
+    tokenizer_config.json: transformers lower-cased its text, bertjax (judging the tokens) did
+    not, and the two readers of one export gave other ids (a review)."""
+    directory = tmp_path / "bert-base-cased-tf"
+    shutil.copytree(tf_release[0], directory)
+    tokens = (directory / "vocab.txt").read_text().split("\n")
+    (directory / "vocab.txt").write_text("\n".join(token.capitalize() if token.startswith("tok") else token
+                                                   for token in tokens))
+    done = _convert(launchers, f"--input={directory}", f"--output={tmp_path / 'hf'}")
+    assert "cased as its tokens say (nothing else did: --do_lower_case to choose)" in done.stdout
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is False
+    assert convert.checkpoint_vocabulary(str(tmp_path / "hf"))["do_lower_case"] is False
 
 
 def test_an_export_of_a_run_keeps_the_length_it_trained_at(launchers, small_pretrained_run, tmp_path):
