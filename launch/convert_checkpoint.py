@@ -117,7 +117,11 @@ def main(_):
                                            pooler_trained=source.pooler_trained)
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case,
-                                             pooler_trained=source.pooler_trained, run_data=run_data)
+                                             pooler_trained=source.pooler_trained, run_data=run_data,
+                                             architecture=_ARCHITECTURE.value or model_source.hf_architecture(
+                                                 source.task_info),
+                                             label_names=source.task_info.get("label_names"),
+                                             task_keys=model_source.hf_config_keys(source.task_info))
     if saved and vocab is None and saved["kind"] == "sentencepiece":
         fileio.copy(saved["path"], fileio.join(output, convert.SENTENCEPIECE_FILE))
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "

@@ -159,6 +159,10 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
                     f"--output={tmp_path}/hf"], check=True, capture_output=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     converted = bertjax.load_model(str(tmp_path / "hf"), batch_size=8)
     assert converted.task_info["squad_version"] == "v2.0"
+    subprocess.run([sys.executable, os.path.join(root, "launch", "convert_checkpoint.py"), f"--input={workdir}",
+                    f"--output={tmp_path}/tf", "--format=tf"], check=True, capture_output=True,
+                   env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert bertjax.load_model(str(tmp_path / "tf"), batch_size=8).predict(inputs[:3]) == results[:3]
     # The run's length and windows go with it (config.json's bertjax_data): the run's own answers.
     assert converted.max_seq_length == model.max_seq_length
     again = converted.predict(inputs)
@@ -180,8 +184,9 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
     assert "does not say which squad_version" not in caplog.text
     # Read as v1.1 without a word, a SQuAD 2.0 model answered every question (a review).
     assert not any("null_odds" in r for r in bertjax.load_model(elsewhere, batch_size=8).predict(inputs))
-    assert (f"{elsewhere.path} does not say which squad_version it was fine-tuned on (a Hugging Face config.json "
-            "without it): it answers as v1.1; if it was trained on another (v2.0), give --squad_version") in caplog.text
+    assert (f"{elsewhere.path} does not say which squad_version it was fine-tuned on (a Hugging Face or TF "
+            "checkpoint from elsewhere): it answers as v1.1; if it was trained on another (v2.0), give --squad_version"
+            ) in caplog.text
     assert model_source.with_task_version(elsewhere, None) is elsewhere
     with pytest.raises(ValueError, match="was fine-tuned on squad_version v2.0, not v1.1"):
         model_source.with_task_version(model_source.resolve(workdir), "v1.1")

@@ -323,8 +323,8 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     source = model_source.resolve(path)
     family = tasks.FAMILIES.get(source.task_info.get("family"))
     if family is not None and family.versions and family.version_key not in source.task_info:
-        logging.warning("%s does not say which %s it was fine-tuned on (a Hugging Face config.json without it): it "
-                        "answers as %s; if it was trained on another (%s), give --%s (Python: "
+        logging.warning("%s does not say which %s it was fine-tuned on (a Hugging Face or TF checkpoint from "
+                        "elsewhere): it answers as %s; if it was trained on another (%s), give --%s (Python: "
                         "model_source.with_task_version)", source.path, family.version_key, family.versions[0],
                         ", ".join(family.versions[1:]), family.version_key)
     tokenizer = source.load_tokenizer(vocab_path, do_lower_case=do_lower_case)

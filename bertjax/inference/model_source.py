@@ -208,8 +208,9 @@ def resolve(path: str | ModelSource) -> ModelSource:
     spec = convert.checkpoint_vocabulary(directory)
     if layout == "tf":
         tf_config = fileio.read_json(fileio.join(directory, "bert_config.json"))
-        return ModelSource(path, layout, directory, bert, spec, pooler_trained=not tf_config.get(
-            convert.TF_POOLER_UNTRAINED), recorded_data=tf_config.get(convert.RUN_DATA) or {})
+        return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=not tf_config.get(
+            convert.TF_POOLER_UNTRAINED), recorded_data=tf_config.get(convert.RUN_DATA) or {}),
+            convert.tf_task_config(directory))
     hf_config = fileio.read_json(fileio.join(directory, "config.json"))
     # Whether the file holds a pooler (BERT), or a head that ModernBERT's loads into it
     # (modernbert_layout.load_modernbert): bert-base-uncased's says BertForMaskedLM, and has one.
@@ -286,7 +287,8 @@ def _resolve_bertjax(path: str, directory: str) -> ModelSource:
 
 
 def _with_hf_task(source: ModelSource, hf_config: dict) -> ModelSource:
-    """A Hugging Face BertFor<Task> directory's task and task_info (its family reads the labels)."""
+    """A Hugging Face BertFor<Task> directory's task and task_info (its family reads the labels),
+    or a TF checkpoint's, as `convert.tf_task_config` says it in the same keys."""
     from bertjax import tasks
 
     families = [tasks.family_of_architecture(name) for name in hf_config.get("architectures") or []]

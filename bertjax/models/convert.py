@@ -27,7 +27,7 @@ import numpy as np
 from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.modernbert_layout import (export_modernbert, load_modernbert, modern_pooler, modernbert_config,
                                               modernbert_variable_table)
-from bertjax.models.tensor_files import (RUN_DATA, SHARD_INDEX, read_weights, trained_length,
+from bertjax.models.tensor_files import (RUN_DATA, SHARD_INDEX, label_keys, read_weights, trained_length,
                                          write_fast_tokenizer_config, write_huggingface_files, write_tokenizer_config)
 from bertjax.models.variable_table import (ARCH_KEYS, gather_params, get_param, is_modern, param_heads,
                                           plain_params, variable_table)
@@ -318,6 +318,9 @@ def _guess_architecture(heads: tuple[str, ...]) -> str:
 # BertConfig.from_json_file sets them as attributes nobody reads): exact GELU, the casing.
 _TF_EXACT_GELU, _TF_CASING = "bertjax_exact_gelu", "do_lower_case"
 TF_POOLER_UNTRAINED = "bertjax_pooler_untrained"
+# A fine-tuned model's task in bert_config.json, as a Hugging Face config.json says it
+# (architectures, id2label, ...): the TF layout has no place of its own for it.
+TF_TASK = "bertjax_task"
 
 
 def tf_config_to_bert(values: dict[str, Any], source: str = "bert_config.json") -> BertConfig:
@@ -351,6 +354,29 @@ def tf_checkpoint_prefix(path: str) -> str | None:
     return None
 
 
+def tf_task_config(path: str) -> dict[str, Any]:
+    """The task a TF checkpoint's head says, as a Hugging Face config.json says it (which
+    model_source reads): bertjax's own export's, recorded (TF_TASK); else run_classifier.py's
+    `output_weights` [labels, hidden], a BertForSequenceClassification whose labels are named
+    LABEL_<i> (the checkpoint names none; one output: a regression), or run_squad.py's
+    `cls/squad/`, a BertForQuestionAnswering; {} for a pre-trained checkpoint."""
+    recorded = fileio.read_json(fileio.join(path, "bert_config.json")).get(TF_TASK)
+    if recorded:
+        return recorded
+    prefix = tf_checkpoint_prefix(path)
+    if prefix is None:
+        return {}
+    from bertjax.runtime.tf_cpu import tf
+
+    shapes = tf.compat.v1.train.NewCheckpointReader(prefix).get_variable_to_shape_map()
+    if "output_weights" in shapes:
+        architecture = "BertForSequenceClassification"
+        return {"architectures": [architecture], **label_keys(architecture, shapes["output_weights"][0], None)}
+    if any(name.startswith(_TF_HEAD_PREFIXES["qa_outputs"]) for name in shapes):
+        return {"architectures": ["BertForQuestionAnswering"]}
+    return {}
+
+
 def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
     """Reads `path`/bert_config.json + a TF1 checkpoint (original variable names) -> (config, params)."""
     from bertjax.runtime.tf_cpu import tf
@@ -373,7 +399,9 @@ def load_tf_checkpoint(path: str) -> tuple[BertConfig, dict[str, Any]]:
 
 def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: str,
                          vocab_path: str | None = None, do_lower_case: bool | None = None,
-                         pooler_trained: bool = True, run_data: dict[str, Any] | None = None) -> tuple[str, ...]:
+                         pooler_trained: bool = True, run_data: dict[str, Any] | None = None,
+                         architecture: str | None = None, label_names: list[str] | None = None,
+                         task_keys: dict[str, Any] | None = None) -> tuple[str, ...]:
     """Writes `out_dir`/bert_config.json + bert_model.ckpt.* with the original TF1 names;
     returns the heads written. The original layout has no place for the casing (Google's
     releases say it in the folder's name, cased_L-... or uncased_L-..., which bertjax reads):
@@ -386,6 +414,8 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     never trained (`pooler_trained` False: a masked-LM-only run's) is written with a warning and
     bertjax_pooler_untrained, so that bertjax reading the folder says so again; `run_data` (what
     using the model needs of a bertjax run's config.data) goes in as RUN_DATA, read back too.
+    A task head's meaning (`architecture`, `label_names`, `task_keys`: as export_huggingface's,
+    e.g. squad_version) goes in as TF_TASK, which `tf_task_config` reads back.
     """
     missing = "the modern encoder (ModernBERT)" if is_modern(config) else (
         f"hidden_act {config.hidden_act!r}" if config.hidden_act not in ("gelu", "gelu_tanh", "relu") else "")
@@ -421,6 +451,10 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
         tf_config[TF_POOLER_UNTRAINED] = True
     if run_data:
         tf_config[RUN_DATA] = run_data
+    if "classifier" in heads or "qa_outputs" in heads:
+        architecture = architecture or _guess_architecture(heads)
+        tf_config[TF_TASK] = {"architectures": [architecture], **(task_keys or {}),
+                              **label_keys(architecture, num_labels if "classifier" in heads else 0, label_names)}
     tokens = _wordpiece_tokens(vocab_path)  # read before anything is written
     if vocab_path and tokens is None:
         raise ValueError(f"export_tf_checkpoint: {vocab_path} is not a WordPiece vocabulary, and the TF layout "

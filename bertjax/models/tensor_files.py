@@ -133,23 +133,30 @@ def weight_names(directory: str) -> list[str]:
     return [name for file in weight_files(directory) for name in safetensors_names(file)]
 
 
+def label_keys(architecture: str, num_labels: int, label_names: list[str] | None) -> dict[str, Any]:
+    """The config.json keys that say what a classifier of `num_labels` outputs answers (0: none):
+    id2label/label2id (default names LABEL_<i>) and, for one output that is no multiple-choice
+    score, problem_type "regression", which Hugging Face must be told (else its pipeline reads
+    the value through a sigmoid)."""
+    keys: dict[str, Any] = {}
+    if num_labels == 1 and not label_names and not architecture.endswith("ForMultipleChoice"):
+        keys["problem_type"] = "regression"
+    if num_labels:
+        names = list(label_names) if label_names else [f"LABEL_{i}" for i in range(num_labels)]
+        if len(names) != num_labels:
+            raise ValueError(f"{len(names)} label names for a classifier of {num_labels} outputs")
+        keys["id2label"] = {str(i): name for i, name in enumerate(names)}
+        keys["label2id"] = {name: i for i, name in enumerate(names)}
+    return keys
+
+
 def write_huggingface_files(out_dir: str, tensors: dict[str, np.ndarray], hf_config: dict[str, Any],
                             num_labels: int, label_names: list[str] | None) -> None:
     """Writes model.safetensors and config.json (`hf_config`, its "architectures" set), with
     id2label/label2id for a classifier of `num_labels` outputs (0: none; default names LABEL_<i>)."""
     from safetensors.numpy import save
 
-    # One output: a regression, which Hugging Face must be told (else its pipeline reads the value
-    # through a sigmoid); a multiple-choice head's one output is each choice's score.
-    scores_choices = hf_config["architectures"][0].endswith("ForMultipleChoice")
-    if num_labels == 1 and not label_names and not scores_choices:
-        hf_config["problem_type"] = "regression"
-    if num_labels:
-        names = list(label_names) if label_names else [f"LABEL_{i}" for i in range(num_labels)]
-        if len(names) != num_labels:
-            raise ValueError(f"export_huggingface: {len(names)} label names for a classifier of {num_labels} outputs")
-        hf_config["id2label"] = {str(i): name for i, name in enumerate(names)}
-        hf_config["label2id"] = {name: i for i, name in enumerate(names)}
+    hf_config.update(label_keys(hf_config["architectures"][0], num_labels, label_names))
     fileio.makedirs(out_dir)
     with fileio.open_file(fileio.join(out_dir, "model.safetensors"), "wb") as f:
         f.write(save(tensors, metadata={"format": "pt"}))

@@ -560,6 +560,36 @@ def test_converted_hugging_face_directory_keeps_the_casing(launchers, tf_release
     assert convert.checkpoint_vocabulary(str(out))["do_lower_case"] is expected  # and fine-tuning reads it back
 
 
+def test_a_tf_classifiers_head_is_a_task_that_predicts(tf_release, tmp_path, caplog):
+    """run_classifier.py's output_weights loaded as a head, yet the model read as pre-trained:
+    predict said it had no task, and reusing the head was never checked for label order (a
+    review). It reads as a classifier whose labels the checkpoint does not name, as a Hugging
+    Face head named LABEL_<i> does; run_squad.py's as span QA."""
+    from bertjax.inference import model_source
+
+    directory, config, variables = tf_release
+    rng = np.random.default_rng(3)
+    h = config.hidden_size
+    classifier = {"output_weights": rng.normal(size=(3, h)).astype(np.float32),
+                  "output_bias": rng.normal(size=(3,)).astype(np.float32)}
+    for name, head in (("classifier", classifier),
+                       ("squad", {"cls/squad/output_weights": rng.normal(size=(2, h)).astype(np.float32),
+                                  "cls/squad/output_bias": np.zeros(2, np.float32)})):
+        (tmp_path / name).mkdir()
+        write_tf1_release(str(tmp_path / name), config, {**variables, **head})
+        shutil.copy(os.path.join(directory, "vocab.txt"), tmp_path / name)
+    source = model_source.resolve(str(tmp_path / "classifier"))
+    assert source.task_info == {"family": "classification", "label_names": ["LABEL_0", "LABEL_1", "LABEL_2"]}
+    np.testing.assert_array_equal(source.load_params()["classifier"]["kernel"], classifier["output_weights"].T)
+    assert model_source.resolve(str(tmp_path / "squad")).task_info == {"family": "squad"}
+    assert model_source.resolve(directory).task_info == {}  # pre-trained: no task
+    from bertjax import finetune_setup
+
+    with caplog.at_level("WARNING"):
+        finetune_setup.check_reused_head(source, {"family": "classification", "label_names": ["a", "b", "c"]})
+    assert "names its labels ['LABEL_0', 'LABEL_1', 'LABEL_2'] only; its row k answers this run's label k" in caplog.text
+
+
 def test_a_cased_vocabulary_no_name_speaks_for_is_written_cased(launchers, tf_release, tmp_path):
     """A cased release in a folder not named like one (bert-base-cased-tf) was converted without
     tokenizer_config.json: transformers lower-cased its text, bertjax (judging the tokens) did
