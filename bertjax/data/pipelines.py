@@ -20,6 +20,9 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if data_config.source == "original_tfrecord":
         key = "input_pattern" if split == "train" else "eval_input_pattern"
+        if not data_config[key] and split == "eval":  # (evaluation is on by default)
+            raise ValueError("config.data.eval_input_pattern is empty: give the held-out records' globs (made as the "
+                             "training ones were), or evaluate nothing with config.train.eval_every=0")
         paths = sources.expand_patterns(data_config[key], f"config.data.{key}", "TFRecord files")
         vocab_size = prepare.vocab_size_for(data_config, data_config.prepared_dir or fileio.join(workdir, "data"))
         return original_tfrecord.OriginalTFRecordPipeline(data_config, paths=paths, batch_size=batch_size,

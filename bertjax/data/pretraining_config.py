@@ -55,7 +55,9 @@ def check_data_config(data_config) -> None:
         if not ok:
             raise ValueError(f"config.data: {message}")
     wanted = max(1, round(d.max_seq_length * d.masked_lm_prob))  # a full row's share, as the original counts
-    if d.max_predictions_per_seq < wanted:  # the original's cap: legitimate, but rarely what a longer row meant
+    # The original's cap: legitimate, but rarely what a longer row meant (the original's records
+    # were made with theirs, which their shapes fix).
+    if d.max_predictions_per_seq < wanted and d.source != "original_tfrecord":
         logging.warning("config.data.max_predictions_per_seq=%d caps the masked tokens of a full row of %d at "
                         "%.1f%%, below masked_lm_prob=%g (%d tokens); raise it to %d for that rate",
                         d.max_predictions_per_seq, d.max_seq_length, 100 * d.max_predictions_per_seq / d.max_seq_length,

@@ -333,7 +333,9 @@ def tf_config_to_bert(values: dict[str, Any], source: str = "bert_config.json") 
 
 def tf_checkpoint_prefix(path: str) -> str | None:
     """`path`/bert_model.ckpt if its index exists, else the latest checkpoint named in `path`/checkpoint
-    (in `path` itself when it is there: a copied folder's file may name the original's), else None."""
+    (in `path` itself when it is there: a copied folder's file may name the original's), else
+    the one checkpoint in `path` (a run_pretraining.py step copied without its `checkpoint`
+    file), else None."""
     prefix = fileio.join(path, "bert_model.ckpt")
     if fileio.exists(prefix + ".index"):
         return prefix
@@ -351,7 +353,11 @@ def tf_checkpoint_prefix(path: str) -> str | None:
                 return prefix
         raise ValueError(f"{fileio.join(path, 'checkpoint')} names {named}, whose .index is neither there nor in "
                          f"{path}")
-    return None
+    indexes = [name for name in fileio.listdir(path) if name.endswith(".index")]
+    if len(indexes) > 1:
+        raise ValueError(f"{path} holds {len(indexes)} TF checkpoints ({', '.join(sorted(indexes)[:4])}) and no "
+                         "'checkpoint' file naming one: give a folder with one")
+    return fileio.join(path, indexes[0].removesuffix(".index")) if indexes else None
 
 
 def tf_task_config(path: str) -> dict[str, Any]:
@@ -587,6 +593,9 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     """
     path = os.fspath(path)
     if not fileio.isdir(path):
+        if fileio.exists(path + ".index"):  # Google's README's $BERT_BASE_DIR/bert_model.ckpt
+            raise FileNotFoundError(f"{path!r} is a TF checkpoint's prefix; give the folder that holds it and its "
+                                    f"bert_config.json: {fileio.parent(path)}")
         what = "is a file, not a directory" if fileio.exists(path) else "does not exist"
         steps = _steps_beside(path)
         if steps:  # a step that keep-last-N deleted, or a typo
@@ -596,7 +605,7 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     files = set(fileio.listdir(path))
     if "config.json" in files and files & {"model.safetensors", SHARD_INDEX}:
         return "huggingface", path
-    if "bert_config.json" in files and ("bert_model.ckpt.index" in files or "checkpoint" in files):
+    if "bert_config.json" in files and any(name == "checkpoint" or name.endswith(".index") for name in files):
         return "tf", path
     from bertjax import checkpointing
 

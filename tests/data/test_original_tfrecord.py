@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertjax.data import original_tfrecord, pipelines
+from bertjax.data import original_tfrecord, pipelines, pretraining_config
 from configs import pretrain
 
 SEQ, PRED = 16, 3
@@ -65,6 +65,20 @@ def test_a_glob_that_matches_nothing_is_named(files, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"config.data.input_pattern: '.*/original-\*.tfrecrod' matches no"):
         pipelines.make_pipeline(data_config(f"{files[0]},{tmp_path}/original-*.tfrecrod"), str(tmp_path),
                                 batch_size=6)
+
+
+def test_the_original_records_fix_the_cap_and_need_their_own_held_out_files(files, tmp_path, caplog):
+    """Phase 2's records (512 tokens, 76 predictions by the original README's rule) were warned
+    "raise it to 77", which every record's shape would then refuse; evaluation, on by default,
+    failed on an empty eval_input_pattern without naming config.train.eval_every=0 (a review)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        pretraining_config.check_data_config(data_config(max_seq_length=512, max_predictions_per_seq=76))
+    assert not caplog.records
+    with pytest.raises(ValueError, match=r"config.data.eval_input_pattern is empty: give the held-out records' globs "
+                                         r".* or evaluate nothing with config.train.eval_every=0"):
+        pipelines.make_pipeline(data_config(files[0]), str(tmp_path), batch_size=6, split="eval")
 
 
 def test_resume_and_host_split(files):

@@ -590,6 +590,29 @@ def test_a_tf_classifiers_head_is_a_task_that_predicts(tf_release, tmp_path, cap
     assert "names its labels ['LABEL_0', 'LABEL_1', 'LABEL_2'] only; its row k answers this run's label k" in caplog.text
 
 
+def test_a_tf_checkpoint_is_found_by_its_prefix_or_alone_in_its_folder(tf_release, tmp_path):
+    """Google's README names $BERT_BASE_DIR/bert_model.ckpt, which was 'does not exist'; a
+    run_pretraining.py step copied without its 'checkpoint' file matched no layout (a review)."""
+    directory, config, variables = tf_release
+    with pytest.raises(FileNotFoundError, match=rf"bert_model.ckpt' is a TF checkpoint's prefix; give the folder "
+                                                rf"that holds it and its bert_config.json: {directory}"):
+        convert.checkpoint_layout(os.path.join(directory, "bert_model.ckpt"))
+    step = tmp_path / "step"
+    step.mkdir()
+    shutil.copy(os.path.join(directory, "bert_config.json"), step)
+    for name in os.listdir(directory):
+        if name.startswith("bert_model.ckpt"):
+            shutil.copy(os.path.join(directory, name), step / name.replace("bert_model.ckpt", "model.ckpt-1234"))
+    assert convert.checkpoint_layout(str(step)) == ("tf", str(step))
+    assert_trees_equal(bertjax.load_pretrained(str(step))[1], bertjax.load_pretrained(directory)[1])
+    for name in os.listdir(step):
+        if name.startswith("model.ckpt-1234"):
+            shutil.copy(step / name, step / name.replace("1234", "2000"))
+    with pytest.raises(ValueError, match=r"holds 2 TF checkpoints \(model.ckpt-1234.index, model.ckpt-2000.index\) "
+                                         r"and no 'checkpoint' file naming one"):
+        bertjax.load_pretrained(str(step))
+
+
 def test_a_cased_vocabulary_no_name_speaks_for_is_written_cased(launchers, tf_release, tmp_path):
     """A cased release in a folder not named like one (bert-base-cased-tf) was converted without
     tokenizer_config.json: transformers lower-cased its text, bertjax (judging the tokens) did
