@@ -154,10 +154,13 @@ def steps_within(recipe: str, full_steps: int, data_dir: str, corpus: str, vocab
     return steps
 
 
-def common_mlm_accuracy(run_dir: str, config, batches: int = 20) -> tuple[float, int]:
+HELD_OUT_BATCHES = 20  # of 32 rows
+
+
+def common_mlm_accuracy(run_dir: str, config, batches: int = HELD_OUT_BATCHES) -> tuple[float, int]:
     """(held-out masked-LM accuracy of the run's weights on the same rows for every recipe: the
-    eval split as single-document rows, 15% masked, 80/10/10; the distinct rows the split holds,
-    which `batches` of 32 read again, masked anew, where they are fewer)."""
+    eval split as single-document rows, 15% masked, 80/10/10; the rows an epoch of the split
+    holds, which `batches` of 32 read again, cut and masked anew, where they are fewer)."""
     import jax
     import numpy as np
 
@@ -248,9 +251,12 @@ def main(argv):
     scratch = downstream_accuracy("", train_file, dev_file, os.path.join(workdir, "scratch"), vocab) if _SCRATCH.value \
         else None
     arch = "BERT" if _ARCH.value == "bert" else "ModernBERT"
+    from bertjax.data import prepare
+
+    held_out_documents = prepare.ensure_prepared(config.data, data_dir)["splits"]["eval"]["documents"]
     print(f"\n{arch}-{_PRESET.value}, {_BATCH.value} x {_SEQ_LEN.value}, corpus {_CORPUS.value}, task {_TASK.value}; "
-          f"held-out MLM over {held_out_rows} distinct rows; dev accuracy the best of the grid and of each run's "
-          "evaluations, one seed")
+          f"held-out MLM: {HELD_OUT_BATCHES * 32} rows cut from {held_out_documents} held-out documents ({held_out_rows} rows an "
+          "epoch); dev accuracy: the best of the grid and of each run's evaluations, one seed")
     print("| recipe | budget | steps | tokens seen | held-out MLM (15%) | dev accuracy (lr) | pre-training s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for recipe, budget, steps, tokens, mlm, dev, lr, spent in rows:
