@@ -43,14 +43,16 @@ _RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS if key not
 SETTINGS_FILE, ROW_FILE, RESULTS_FILE = "sweep_settings.json", "sweep_row.json", "sweep_results.json"
 
 
-def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type) -> list:
-    """The comma-separated positive numbers of config.train.<key>, each naming a run of its own."""
+def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type, smallest: int = 1) -> list:
+    """The comma-separated numbers of config.train.<key> (floats positive, ints from `smallest`:
+    1, or 0 for seeds), each naming a run of its own."""
     try:
         values = [kind(value) for value in str(train[key]).split(",")]
     except ValueError:
         values = []
-    if not values or any(value <= 0 for value in values):
-        raise ValueError(f"config.train.{key} must be comma-separated positive {kind.__name__}s, got {train[key]!r}")
+    if not values or any(value <= 0 if kind is float else value < smallest for value in values):
+        sign = "positive" if kind is float or smallest > 0 else "non-negative"
+        raise ValueError(f"config.train.{key} must be comma-separated {sign} {kind.__name__}s, got {train[key]!r}")
     names = [f"{value:g}" if kind is float else str(value) for value in values]  # as the run folders name them
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:  # one folder: the second run would resume the first and report its result as its own
@@ -86,11 +88,18 @@ def _trained_before(workdir: str) -> str | None:
     return None
 
 
-def _settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
+def _settings(config: ml_collections.ConfigDict, saved: dict[str, Any] | None) -> dict[str, Any]:
     """What a sweep's runs are compared by: `config`, and the step folder config.init_checkpoint
     names now ("init_weights"; a pre-training workdir's newest step, which a pre-training run
-    still going moves on)."""
-    init_weights = model_source.resolve(config.init_checkpoint).weights if config.init_checkpoint else ""
+    still going moves on); where it no longer reads (gone with a recreated machine) the one
+    `saved` (the sweep's recorded settings) names: finished runs are reused, and a run that
+    needs the weights says so itself."""
+    init_weights = ""
+    if config.init_checkpoint:
+        try:
+            init_weights = model_source.resolve(config.init_checkpoint).weights
+        except (OSError, ValueError):
+            init_weights = (saved or {}).get("init_weights", "")
     if init_weights and not fileio.is_remote(init_weights):
         init_weights = os.path.abspath(init_weights)
     return json.loads(json.dumps({**config.to_dict(), "init_weights": init_weights}))
@@ -103,7 +112,7 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     whose runs trained (a typo fixed) takes the new ones, and its failed runs' rows are dropped."""
     path = fileio.join(workdir, SETTINGS_FILE)
     saved = fileio.read_json(path) if fileio.exists(path) else None
-    settings = _settings(config)
+    settings = _settings(config, saved)
     changes = saved is not None and run_config.changed_settings(
         saved, settings, left_out=_RERUN_MAY_CHANGE, saved_keys_only=True)
     if not changes:
@@ -134,7 +143,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     first by the task's main metric."""
     grid = [_grid_values(config.train, "sweep_learning_rates", float),
             _grid_values(config.train, "sweep_batch_sizes", int), _grid_values(config.train, "sweep_epochs", float)]
-    seeds = _grid_values(config.train, "sweep_seeds", int) if str(config.train.sweep_seeds) else [None]
+    seeds = _grid_values(config.train, "sweep_seeds", int, smallest=0) if str(config.train.sweep_seeds) else [None]
     fixed_steps = config.train.num_steps  # > 0 (e.g. `quick`): every run has this length, whatever its epochs
     if fixed_steps:
         log.warning("config.train.num_steps=%d fixes each run's length: the epochs grid %s is not used",

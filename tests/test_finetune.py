@@ -433,6 +433,9 @@ def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(p
     shutil.rmtree(tmp_path / "pretrained" / "checkpoints" / "8")
     assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "grid"))] == [
         "lr0.001_batch16_epochs1", "lr0.0001_batch16_epochs1"]
+    # Gone since (a recreated machine): the finished runs' rows are still the sweep's.
+    shutil.rmtree(tmp_path / "pretrained")
+    assert len(sweep.sweep(config, str(tmp_path / "grid"))) == 2
 
 
 def test_a_sweep_restarts_each_point_with_each_seed(tmp_path, monkeypatch):
@@ -451,6 +454,10 @@ def test_a_sweep_restarts_each_point_with_each_seed(tmp_path, monkeypatch):
                           sweep_seeds="1,2")
     results = sweep.sweep(config, str(tmp_path))
     assert seen == [("lr0.001_batch16_epochs1_seed1", 1, 1), ("lr0.001_batch16_epochs1_seed2", 2, 2)]
+    config.train.sweep_seeds = "0"  # a seed like any other
+    sweep.sweep(config, str(tmp_path))
+    assert seen[-1] == ("lr0.001_batch16_epochs1_seed0", 0, 0)
+    config.train.sweep_seeds = "1,2"
     assert [(row["run"], row["seed"]) for row in results] == [("lr0.001_batch16_epochs1_seed2", 2),
                                                               ("lr0.001_batch16_epochs1_seed1", 1)]
     # Its workdir is no model: the error names the best run's, which is one.

@@ -76,7 +76,8 @@ class OriginalTFRecordPipeline:
     """Batches of original pre-training records; same interface as `PretrainingPipeline`."""
 
     def __init__(self, data_config, *, paths: list[str], batch_size: int, process_index: int = 0,
-                 process_count: int = 1, seed: int | None = None, vocab_size: int | None = None):
+                 process_count: int = 1, seed: int | None = None, vocab_size: int | None = None,
+                 split: str = "train"):
         if not paths:
             raise ValueError("OriginalTFRecordPipeline: no input files")
         self.paths = sorted(paths)
@@ -91,7 +92,8 @@ class OriginalTFRecordPipeline:
         self.shuffle_buffer = data_config.instance_shuffle_buffer
         self.seed = data_config.seed if seed is None else seed
         self.process_index, self.process_count = process_index, process_count
-        self.file_ids, self.record_shard = host_file_split(sizes, process_index, process_count, warn=True)
+        self.file_ids, self.record_shard = host_file_split(sizes, process_index, process_count,
+                                                           warn=split == "train")
         self._epoch_size: int | None = None
 
     def _epoch(self, epoch) -> tf.data.Dataset:

@@ -27,7 +27,7 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
         vocab_size = prepare.vocab_size_for(data_config, data_config.prepared_dir or fileio.join(workdir, "data"))
         return original_tfrecord.OriginalTFRecordPipeline(data_config, paths=paths, batch_size=batch_size,
                                                           process_index=process_index, process_count=process_count,
-                                                          vocab_size=vocab_size)
+                                                          vocab_size=vocab_size, split=split)
     data_dir = data_config.prepared_dir or fileio.join(workdir, "data")
     metadata = prepare.ensure_prepared(data_config, data_dir)
     tokenizer = prepare.load_tokenizer_for(data_config, data_dir)

@@ -210,7 +210,9 @@ ROW_LAYOUT = ("[CLS] a [SEP] (b [SEP]; none when b has no tokens), segment 0 the
               "max_seq_length cut one token at a time from the end of the longer text (of b on a tie), a single "
               "text from its end; span QA: a = the question (its first max_query_length tokens), b = windows "
               "of the context doc_stride tokens apart; multiple choice: a = the context, b = each choice; "
-              "tagging: a = the words, each tokenized alone, those after the first as word_prefix + word")
+              "tagging: a = the words, each tokenized alone, those after the first as word_prefix + word, a word "
+              "of no tokens one [UNK], a sentence longer than the row in windows (max_seq_length - 2) // 2 "
+              "tokens apart, each word tagged from the window where it is furthest from an edge")
 
 
 def _write_assets(model, target: str) -> None:

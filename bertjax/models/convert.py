@@ -362,13 +362,16 @@ def tf_checkpoint_prefix(path: str) -> str | None:
 
 def tf_task_config(path: str) -> dict[str, Any]:
     """The task a TF checkpoint's head says, as a Hugging Face config.json says it (which
-    model_source reads): bertjax's own export's, recorded (TF_TASK); else run_classifier.py's
+    model_source reads): bertjax's own export's, recorded (TF_TASK; none from an export written
+    before it was, whose `output_weights` may be any head); else run_classifier.py's
     `output_weights` [labels, hidden], a BertForSequenceClassification whose labels are named
     LABEL_<i> (the checkpoint names none; one output: a regression), or run_squad.py's
     `cls/squad/`, a BertForQuestionAnswering; {} for a pre-trained checkpoint."""
-    recorded = fileio.read_json(fileio.join(path, "bert_config.json")).get(TF_TASK)
-    if recorded:
-        return recorded
+    tf_config = fileio.read_json(fileio.join(path, "bert_config.json"))
+    if TF_TASK in tf_config:
+        return tf_config[TF_TASK]
+    if "layer_norm_eps" in tf_config:  # bertjax's export from before TF_TASK: any head is output_weights
+        return {}
     prefix = tf_checkpoint_prefix(path)
     if prefix is None:
         return {}

@@ -79,6 +79,13 @@ def test_the_original_records_fix_the_cap_and_need_their_own_held_out_files(file
     with pytest.raises(ValueError, match=r"config.data.eval_input_pattern is empty: give the held-out records' globs "
                                          r".* or evaluate nothing with config.train.eval_every=0"):
         pipelines.make_pipeline(data_config(files[0]), str(tmp_path), batch_size=6, split="eval")
+    # One held-out file on several hosts: every host reads it, as it should, without a warning
+    # meant for the training input (a review).
+    with caplog.at_level(logging.WARNING):
+        pipelines.make_pipeline(data_config(eval_input_pattern=files[0]), str(tmp_path), batch_size=6, split="eval",
+                                process_index=0, process_count=2)
+        pipelines.make_pipeline(data_config(files[0]), str(tmp_path), batch_size=6, process_index=0, process_count=2)
+    assert caplog.text.count("do not deal evenly") == 1
 
 
 def test_resume_and_host_split(files):

@@ -583,6 +583,11 @@ def test_a_tf_classifiers_head_is_a_task_that_predicts(tf_release, tmp_path, cap
     np.testing.assert_array_equal(source.load_params()["classifier"]["kernel"], classifier["output_weights"].T)
     assert model_source.resolve(str(tmp_path / "squad")).task_info == {"family": "squad"}
     assert model_source.resolve(directory).task_info == {}  # pre-trained: no task
+    # bertjax's own TF export from before it recorded its task (bert_config.json with its
+    # layer_norm_eps) stores a tagger's head as output_weights too: no task, not a classifier.
+    tf_config = json.loads((tmp_path / "classifier" / "bert_config.json").read_text())
+    (tmp_path / "classifier" / "bert_config.json").write_text(json.dumps({**tf_config, "layer_norm_eps": 1e-12}))
+    assert model_source.resolve(str(tmp_path / "classifier")).task_info == {}
     from bertjax import finetune_setup
 
     with caplog.at_level("WARNING"):
