@@ -35,6 +35,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import threading
@@ -64,6 +65,7 @@ TEXT_READER = 2
 # a sentence): likewise.
 SENTENCE_SPLITTER = 2
 _SPLIT_SOURCES = ("jsonl", "parquet", "tfds")
+_SHARD_NAME = re.compile(r"(train|eval)-\d{5}-of-\d{5}\.tfrecord")  # shards.shard_name's
 PREPARE_LOCK = ".prepare.lock"  # not the workdir's .lock: config.data.prepared_dir may be the run's workdir
 
 
@@ -177,6 +179,23 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
 
 
+def _check_nothing_else_there(output_dir: str, tokenizer: tokenization.Tokenizer) -> None:
+    """ValueError when `output_dir`, not yet a prepare's (no settings.json), holds anything but
+    the locks, the tokenizer load_tokenizer_for may have written there and an empty done/ (a
+    prepare killed as it began): the shards would mix into a folder of other files, and a
+    prepare that finds nothing to train on clears its done/."""
+    if not fileio.isdir(output_dir) or fileio.exists(fileio.join(output_dir, "settings.json")):
+        return
+    done = fileio.join(output_dir, "done")
+    ours = {PREPARE_LOCK, workdir_lock.LOCK_NAME, ".incomplete", os.path.basename(tokenizer.path)}
+    others = sorted(name for name in fileio.listdir(output_dir) if name not in ours
+                    and not (name == "done" and fileio.isdir(done) and not fileio.listdir(done)))
+    if others:
+        raise ValueError(f"{output_dir} holds files that are not prepared data ({', '.join(others[:4])}"
+                         f"{', ...' if len(others) > 4 else ''}): prepare into a new or empty folder "
+                         "(config.data.prepared_dir; prepare_data.py's --output_dir)")
+
+
 def _prepared_already(output_dir: str, settings: dict) -> dict:
     """The metadata of `output_dir`, prepared earlier; a ValueError for other settings. A
     finished folder read with an earlier text reader or sentence splitter, or tokenized before
@@ -221,6 +240,7 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
              num_workers: int | None) -> dict:
     """Writes the shards of every unit not yet done, then metadata.json (the caller holds the
     folder: one prepare at a time, as `.incomplete/` is cleared here)."""
+    _check_nothing_else_there(output_dir, tokenizer)
     fileio.makedirs(fileio.join(output_dir, "done"))
     settings_path = fileio.join(output_dir, "settings.json")
     if fileio.exists(settings_path):  # an interrupted run: resume only with the same settings
@@ -278,8 +298,11 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     try:
         metadata = _collect_metadata(output_dir, units, settings, tokenizer)
     except NothingToTrainOn:
-        # Its settings and units go, so the run the error asks for (another eval_fraction, text
-        # key or corpus) prepares afresh instead of being refused as other settings.
+        # Its settings, units and shards go, so the run the error asks for (another eval_fraction,
+        # text key or corpus) prepares afresh instead of being refused as other settings.
+        for name in fileio.listdir(output_dir):
+            if _SHARD_NAME.fullmatch(name):
+                fileio.remove(fileio.join(output_dir, name))
         fileio.remove(settings_path)
         fileio.rmtree(fileio.join(output_dir, "done"))
         raise
@@ -543,8 +566,8 @@ def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
                        for key in sorted(set(found) | set(wanted))
                        if (key in found, found.get(key)) != (key in wanted, wanted.get(key))]
         differ = "; ".join(f"{where} {short(there)} there, {short(now)} now" for where, there, now in differences)
-        raise ValueError(f"{output_dir} holds data prepared with other settings ({differ}): delete it, or prepare "
-                         "into another folder (config.data.prepared_dir; prepare_data.py's --output_dir)")
+        raise ValueError(f"{output_dir} holds data prepared with other settings ({differ}): prepare into another "
+                         "folder (config.data.prepared_dir; prepare_data.py's --output_dir), or delete that one")
 
 
 def _done_path(output_dir: str, index: int) -> str:

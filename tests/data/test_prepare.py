@@ -273,12 +273,33 @@ def test_other_settings_in_the_same_directory_are_refused(tmp_path):
     _write_corpus(tmp_path, num_files=1, docs_per_file=5)
     out = str(tmp_path / "out")
     prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
-    with pytest.raises(ValueError, match=r"other settings \(eval_fraction 0\.\d+ there, 0\.\d+ now\): delete it"):
+    with pytest.raises(ValueError, match=r"other settings \(eval_fraction 0\.\d+ there, 0\.\d+ now\): prepare into "):
         prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.5), out, num_workers=1)
     with pytest.raises(ValueError, match="demo WordPiece vocabulary"):
         prepare.load_tokenizer_for(_config(tmp_path, tokenizer="sentencepiece"), out)
     with pytest.raises(ValueError, match="eval_fraction must be in"):
         prepare.ensure_prepared(_config(tmp_path, eval_fraction=1.0), out)
+
+
+def test_a_folder_of_other_files_is_never_prepared_into(tmp_path):
+    """A folder of the user's own (a done/ of reports, a fine-tuning workdir) was prepared into,
+    the shards mixed with its files, and a prepare that found nothing to train on deleted its
+    done/ with them (a review)."""
+    _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+    mine = tmp_path / "mine"
+    (mine / "done").mkdir(parents=True)
+    (mine / "done" / "report.txt").write_text("important\n")
+    with pytest.raises(ValueError, match=rf"{mine} holds files that are not prepared data \(done\): prepare into a "
+                                         r"new or empty folder"):
+        prepare.ensure_prepared(_config(tmp_path), str(mine), num_workers=1)
+    assert (mine / "done" / "report.txt").read_text() == "important\n"
+    assert not [name for name in os.listdir(mine) if name.endswith(".tfrecord")]
+    # A new folder, or one holding only what a run writes first (its lock, an empty done/ of a
+    # prepare killed as it began), is prepared.
+    fresh = tmp_path / "fresh"
+    (fresh / "done").mkdir(parents=True)
+    (fresh / ".lock").write_text("")
+    assert prepare.ensure_prepared(_config(tmp_path), str(fresh), num_workers=1)["splits"]
 
 
 def test_a_corpus_edited_in_place_to_the_same_size_is_other_data(tmp_path):
@@ -295,7 +316,7 @@ def test_a_corpus_edited_in_place_to_the_same_size_is_other_data(tmp_path):
     corpus.write_text(text.lower())
     assert len(text.lower().encode()) == len(text.encode())
     with pytest.raises(ValueError, match=r"other settings \(units\[0\].content '[0-9a-f]{16}' there, '[0-9a-f]{16}' "
-                                         r"now\): delete it"):
+                                         r"now\): prepare into "):
         prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
     for name in ("metadata.json", "settings.json"):  # as a bertjax before the samples wrote them
         saved = json.loads((out / name).read_text())
