@@ -78,8 +78,10 @@ def parse_layers(text: str) -> tuple[int, ...]:
 def _refuse_ignored_flags(input_format: str) -> None:
     """A ValueError for flags that would change nothing (else dropped without a word): a shard
     folder's for a JSONL output, a CSV/TSV/JSONL input's columns for lines of text."""
+    from bertjax.inference import feature_files
+
     given = lambda *names: [f"--{name}" for name in names if flags.FLAGS[name].present]
-    if _OUTPUT.value.endswith(".jsonl") and given("output_dtype", "shard_size"):
+    if feature_files.writes_jsonl(_OUTPUT.value) and given("output_dtype", "shard_size"):
         raise ValueError(f"{', '.join(given('output_dtype', 'shard_size'))}: a shard folder's; --output="
                          f"{_OUTPUT.value} is one JSONL file (values to 6 decimal places)")
     if input_format == "text" and given("text_a_key", "text_b_key"):

@@ -155,6 +155,19 @@ def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):
                               log=lambda _: None)
 
 
+def test_a_file_name_of_another_kind_is_refused_and_jsonl_in_any_case_is_jsonl(minilm, tmp_path):
+    """--output=feats.json wrote a folder of .npz shards named feats.json, and OUT.JSONL too,
+    each reported 'wrote' without a word (a review)."""
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    for name in ("feats.json", "feats.npz"):
+        with pytest.raises(ValueError, match=rf"--output=.*/{name}: the features are one JSONL file \(a name ending "
+                                             r"in .jsonl\) or a folder of .npz shards \(any other name\)"):
+            feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / name), log=lambda _: None)
+        assert not (tmp_path / name).exists()
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "OUT.JSONL"), log=lambda _: None)
+    assert len((tmp_path / "OUT.JSONL").read_text().splitlines()) == len(SENTENCES)
+
+
 def test_pooled_jsonl_has_one_vector_per_example_and_layer(minilm, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "mean.jsonl"), layers=(-1, 0),

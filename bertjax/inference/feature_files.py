@@ -444,6 +444,21 @@ def _remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
         log(f"removed {os.path.join(folder, name)}, left by a killed run (process {pid}, gone)")
 
 
+# Names a user means as one file; anything but *.jsonl is a shard folder, which such a name
+# would be without a word.
+_FILE_SUFFIXES = (".json", ".npz", ".npy", ".txt", ".csv", ".tsv", ".h5", ".parquet")
+
+
+def writes_jsonl(output: str) -> bool:
+    """Whether `output` is one JSONL file (a name ending in .jsonl, in any case) rather than a
+    folder of shards; a ValueError for a name of another kind of file."""
+    name = os.path.basename(output.rstrip("/")).lower()
+    if name.endswith(_FILE_SUFFIXES):
+        raise ValueError(f"--output={output}: the features are one JSONL file (a name ending in .jsonl) or a folder "
+                         f"of .npz shards (any other name), not a {os.path.splitext(name)[1]} file")
+    return name.endswith(".jsonl")
+
+
 def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-1, -2, -3, -4),
             pooling: str = "none", input_format_name: str = "", text_a_key: str = "text", text_b_key: str = "",
             dtype: str = "float32", shard_size: int = 1024, fail_on_truncation: bool = False,
@@ -468,7 +483,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         raise ValueError(f"--shard_size must be a positive int, got {shard_size!r}")
     if fileio.same_file(input_file, output):
         raise ValueError(f"--output={output} is the input file; give another name (it would be overwritten)")
-    to_jsonl = output.endswith(".jsonl")
+    to_jsonl = writes_jsonl(output)
     process, processes = jax.process_index(), jax.process_count()
     if to_jsonl and processes > 1:
         raise ValueError(f"--output={output}: JSONL is written by one process; give a folder for a multi-host run")
