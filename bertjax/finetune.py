@@ -499,6 +499,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info,
                     "init_weights": _init_weights(source, config, workdir), "pooler_trained": pooler_trained}
     try:
+        run_config.check_finished_unchanged(workdir, saved_config, train_cfg.num_steps)
         state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                            optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                            pretrained_source=config.init_checkpoint, config=saved_config, frozen=frozen)

@@ -23,8 +23,8 @@ from bertjax.runtime import fileio
 OPERATIONAL_SETTINGS = ("checkpoint.", "mesh.", "init_checkpoint", "train.log_every", "train.eval_every",
                         "train.eval_at_start", "train.eval_batches", "train.eval_batch_size",
                         "train.max_consecutive_bad_steps", "train.plateau_evals",
-                        "train.sweep", "data.prepared_dir", "data.tfds_data_dir", "data.vocab_path",
-                        "data.test_file")
+                        "train.sweep", "train.feature_cache_dir", "data.prepared_dir", "data.tfds_data_dir",
+                        "data.vocab_path", "data.test_file")
 _SHOWN_CHANGES = 8
 
 
@@ -73,6 +73,25 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
             continue  # from before they were recorded
         changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}")
     return changes
+
+
+def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: int) -> None:
+    """ValueError when `workdir`'s run has trained all its `num_steps` steps and `config` (this
+    run's saved_config) changes what it computes: relaunched, it would train nothing and report
+    the old result under the new settings (the same settings, or other operational ones, are a
+    finished run relaunched: for its last evaluation, or a test file's predictions)."""
+    directory = own_checkpoints(workdir)
+    if directory is None:
+        return
+    try:
+        meta = checkpointing.read_meta(directory)
+    except (OSError, ValueError):  # left for the restore to report
+        return
+    changes = changed_settings(meta.get("config") or {}, config) if meta["step"] >= num_steps else []
+    if changes:
+        raise ValueError(f"{workdir} has trained all its {num_steps} steps, and this run changes what it computes "
+                         f"({first_changes(changes)}): nothing would train, and its old result would stand as this "
+                         "run's; give a new workdir")
 
 
 def first_changes(changes: list[str]) -> str:

@@ -322,7 +322,8 @@ def place_params(pretrained: dict[str, Any], abstract_params: dict, param_shardi
 def check_resumable(workdir: str, abstract: TrainState, config: dict, num_steps: int) -> None:
     """Refuses, before any data is prepared or read, a resume that `workdir`'s checkpoints cannot
     give (nothing when it has none): ValueError when they are past `num_steps` (nothing to
-    train: a continuation given its first phase's workdir), CheckpointMismatchError, naming the
+    train: a continuation given its first phase's workdir) or at it with settings that change
+    what the run computes (`run_config.check_finished_unchanged`), CheckpointMismatchError, naming the
     settings changed since (`config`: the run's saved_config), when they hold another state tree
     than `abstract` (an optimizer, clipping, scanned layers, the model's shape). Reads metadata
     only; the restore checks what it reads again."""
@@ -334,6 +335,7 @@ def check_resumable(workdir: str, abstract: TrainState, config: dict, num_steps:
         raise ValueError(f"{directory} is at step {step}, past config.train.num_steps={num_steps}: nothing to "
                          f"train. A continuation (phase2, long) runs in a new --workdir with "
                          f"config.init_checkpoint={workdir}")
+    run_config.check_finished_unchanged(workdir, config, num_steps)
     try:
         checkpointing.check_fits(directory, abstract)
     except checkpointing.CheckpointMismatchError as error:

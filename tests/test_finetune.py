@@ -1108,3 +1108,23 @@ def test_from_scratch_leaves_out_what_the_checkpoints_model_does_not_use(pretrai
     assert scratch.model.global_attention_every is None and scratch.model.attention_window == 0
     bert = finetune_setup.model_config(scratch, None, 786)
     assert (bert.position_embedding, bert.attention_window, bert.hidden_size) == ("rope", 0, 64)
+
+
+def test_a_finished_run_relaunched_with_other_settings_is_refused(minilm_classifier_run, tmp_path):
+    """Relaunched with another learning rate, a finished run said 'resumed with 1 setting
+    changed', trained nothing and kept its old model and predictions as the new settings'
+    result (a review). Refused before the restore; the same settings, or a test file to
+    predict, still relaunch it."""
+    from bertjax import finetune
+    from small_runs import minilm_reviews_config
+
+    workdir = tmp_path / "run"
+    shutil.copytree(minilm_classifier_run, workdir)
+    config = minilm_reviews_config(pathlib.Path(minilm_classifier_run).parent, copies=8, max_seq_length=16)
+    config.train.learning_rate = 5e-4
+    with pytest.raises(ValueError, match=rf"{workdir} has trained all its 12 steps, and this run changes what it "
+                                         r"computes \(train.learning_rate 0.0001 -> 0.0005\): nothing would train"):
+        finetune.finetune(config, str(workdir))
+    config.train.learning_rate = 1e-4
+    config.data.test_file = config.data.eval_file
+    assert finetune.finetune(config, str(workdir))["best"]["metrics"]["accuracy"] == 1.0

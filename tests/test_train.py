@@ -457,6 +457,10 @@ def test_a_resume_the_checkpoints_cannot_give_is_refused_before_the_data(tmp_pat
     with pytest.raises(ValueError, match=r"opt_state.*Settings changed since that checkpoint: train.max_grad_norm "
                                          r"1.0 -> 0.0.*: set them back to resume, or give the run a new workdir"):
         _run_here(workdir, prepared_dir, "--config.train.num_steps=10", "--config.train.max_grad_norm=0.0")
+    # Finished, and relaunched to compute otherwise: it would train nothing and keep its result.
+    with pytest.raises(ValueError, match=r"has trained all its 5 steps, and this run changes what it computes "
+                                         r"\(data.masked_lm_prob 0.15 -> 0.2\)"):
+        _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.data.masked_lm_prob=0.2")
 
 
 def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five_steps, monkeypatch, capsys):
