@@ -90,6 +90,7 @@ def _refuse_ignored_flags(input_format: str) -> None:
 
 
 def main(_):
+    cli.unwind_on_sigterm()  # a stopped run leaves no half-written --output
     layers = parse_layers(_LAYERS.value)
     from bertjax.inference import feature_files
 

@@ -61,6 +61,7 @@ _PRECISION = cli.define_precision_flag()
 
 
 def main(_):
+    cli.unwind_on_sigterm()  # a stopped run leaves no half-written --output
     started = time.perf_counter()
     if _INPUT.value and _TEXT.value:
         raise ValueError("give --input or --text, not both")

@@ -627,3 +627,25 @@ def test_the_progress_rate_counts_from_the_first_chunk(monkeypatch, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["predicted 1024/4096 inputs", "predicted 2048/4096 inputs (1024/s, ETA 2s)",
                      "predicted 3072/4096 inputs (1024/s, ETA 1s)"]
+
+
+def test_sigterm_leaves_no_half_written_output(minilm_classifier_run, tmp_path):
+    """Stopped by SIGTERM (a job scheduler, `timeout`), predict left its temporary file for good
+    (each run's has its process id) and said nothing; Ctrl-C cleaned up (a review). It unwinds
+    as Ctrl-C does: one line, exit 143, nothing written."""
+    import glob
+    import signal
+    import time
+
+    (tmp_path / "in.txt").write_text("a fine film, truly\n" * 60_000)
+    process = subprocess.Popen([sys.executable, PREDICT, f"--model={minilm_classifier_run}",
+                                f"--input={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out.jsonl'}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    deadline = time.time() + 240
+    while not glob.glob(str(tmp_path / "out.jsonl.tmp-*")) and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143 and stderr.strip().splitlines()[-1] == "interrupted (SIGTERM)", stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import select
+import signal
 import sys
 import warnings
 from typing import Any, Callable
@@ -57,6 +58,21 @@ flags.disclaim_key_flags()
 
 EXIT_ERROR, EXIT_STOPPED, EXIT_INTERRUPTED = 2, 3, 130  # 130: the shells' code for a SIGINT
 EXIT_PIPE_CLOSED = 141  # the shells' code for a SIGPIPE: what `yes | head` leaves
+EXIT_TERMINATED = 143  # the shells' code for a SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM in a launcher with nothing to save on the way out (predict, features): it unwinds
+    as a Ctrl-C does, so that what the launcher was writing is removed, not left half written."""
+
+
+def unwind_on_sigterm() -> None:
+    """SIGTERM raises Terminated in the main thread (the training launchers save and stop on it
+    instead: bertjax.runtime.preemption)."""
+    def terminated(signum, frame):
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminated)
 LAUNCHERS = {"pre-training": "launch/pretrain.py", "fine-tuning": "launch/finetune.py"}
 _CONFIG_KINDS: dict[str, str] = {}  # config flag -> the kind of config (a key of LAUNCHERS) it must hold
 # Loggers that talk at INFO about their own business during a normal run.
@@ -260,10 +276,11 @@ def run(main: Callable[[list[str]], None]) -> None:
             # The reader of stdout left (predict ... | head): done, quietly.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush would fail again)
             os._exit(EXIT_PIPE_CLOSED)
-        except KeyboardInterrupt:  # a second Ctrl-C (the first saves and stops), or one before the steps:
-            print("interrupted (Ctrl-C)", file=sys.stderr)  # now, not after a compile or a stalled input
+        except KeyboardInterrupt as interrupt:  # a second Ctrl-C (the first saves and stops), or one before the
+            terminated = isinstance(interrupt, Terminated)  # steps: now, not after a compile or a stalled input
+            print(f"interrupted ({'SIGTERM' if terminated else 'Ctrl-C'})", file=sys.stderr)
             sys.stdout.flush(), sys.stderr.flush()
-            os._exit(EXIT_INTERRUPTED)
+            os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
         except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
             print(f"error: {error_line(e)}", file=sys.stderr)
             _exit(EXIT_ERROR)
