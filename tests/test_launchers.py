@@ -166,6 +166,10 @@ CASES = [
     ("predict.py", [f"--model={MINILM_DIR}", "--txt=hi"], "--txt: no such flag; did you mean --text?"),
     ("finetune.py", ["--config.train.num_steps=3", "--config=configs/finetune.py:demo"],
      "--config.train.num_steps: give --config=... first, then the overrides of its keys"),
+    # A config file of the user's own that lacks a key: a traceback wherever the run read it (a review).
+    ("pretrain.py", ["--config={tmp}/partial.py"],
+     "--config={tmp}/partial.py has no data.short_seq_prob: a pre-training config needs every key of "
+     "configs/pretrain.py's"),
 ]
 
 
@@ -179,6 +183,9 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
     (tmp_path / "swapped.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
     (tmp_path / "rows.txt").write_text('{"text": "One sentence."}\n{"text": "Another one."}\n')
+    (tmp_path / "partial.py").write_text(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom configs import pretrain\n\n\n"
+                                         "def get_config():\n    config = pretrain.get_config('tiny')\n"
+                                         "    del config.data['short_seq_prob']\n    return config\n")
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text('{"hidden_size": 64,')  # truncated
     (tmp_path / "hf" / "model.safetensors").write_bytes(b"")

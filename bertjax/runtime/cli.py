@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import logging
 import os
 import re
@@ -74,6 +75,8 @@ def unwind_on_sigterm() -> None:
 
     signal.signal(signal.SIGTERM, terminated)
 LAUNCHERS = {"pre-training": "launch/pretrain.py", "fine-tuning": "launch/finetune.py"}
+# Each kind's config module and a config of it: every config of a kind has the same keys.
+_REFERENCE_CONFIGS = {"pre-training": ("pretrain.py", "tiny"), "fine-tuning": ("finetune.py", "demo")}
 _CONFIG_KINDS: dict[str, str] = {}  # config flag -> the kind of config (a key of LAUNCHERS) it must hold
 # Loggers that talk at INFO about their own business during a normal run.
 _CHATTY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorflow", "tensorflow_datasets", "bertjax")
@@ -246,10 +249,33 @@ def _parse_flags(argv: list[str]) -> list[str]:
                       else f"--{flag_name} takes a {kind} config")  # launch/demo.py's --pretrain, --finetune
             print(f"error: {config_arg} is a {given} config: {remedy}", file=sys.stderr)
             sys.exit(EXIT_ERROR)
+        missing = _missing_keys(flags.FLAGS[flag_name].value, kind)
+        if missing:  # else a traceback wherever the run first reads one
+            config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            print(f"error: {config_arg} has no {', '.join(missing[:5])}{more}: a {kind} config needs every key of "
+                  f"configs/{_REFERENCE_CONFIGS[kind][0]}'s (start from one of them)", file=sys.stderr)
+            sys.exit(EXIT_ERROR)
     if len(remaining) > 1:
         print(f"error: unexpected arguments: {remaining[1:]}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
     return remaining
+
+
+def _missing_keys(config, kind: str) -> list[str]:
+    """The dotted keys of the repository's configs of `kind` that `config` lacks ([] where the
+    repository's configs/ is not there, as in an installed package without it)."""
+    from flax.traverse_util import flatten_dict
+
+    file, option = _REFERENCE_CONFIGS[kind]
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", file)
+    if not os.path.exists(path):
+        return []
+    spec = importlib.util.spec_from_file_location(f"_bertjax_reference_{kind}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    keys = lambda c: set(flatten_dict(c.to_dict(), sep=".", keep_empty_nodes=True))
+    return sorted(keys(module.get_config(option)) - keys(config))
 
 
 def run(main: Callable[[list[str]], None]) -> None:
