@@ -60,6 +60,20 @@ def source_of(paths: list[str], chosen: str) -> str:
     return kinds.pop()
 
 
+def _train(kind: str, texts) -> str:
+    """Trains a tokenizer of `kind` on `texts` into --output_dir; returns the file written."""
+    from bertjax.data import vocabularies
+
+    if kind == "huggingface":
+        return vocabularies.train_bpe(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value)
+    if kind == "wordpiece":
+        return vocabularies.train_wordpiece(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value,
+                                            do_lower_case=_DO_LOWER_CASE.value,
+                                            limit_alphabet=_LIMIT_ALPHABET.value or None)
+    return vocabularies.train_sentencepiece(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value,
+                                            do_lower_case=_DO_LOWER_CASE.value)
+
+
 def main(_):
     from bertjax import tokenization
     from bertjax.data import vocabularies
@@ -88,21 +102,18 @@ def main(_):
     if first is None:
         raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} {data_config.source} file(s)"
                          + (f" (dropped: {dict(drops.counts)})" if drops.counts else ""))
+    made = not fileio.exists(_OUTPUT_DIR.value)
     try:  # before training, which can take a while: a folder that cannot be made fails now
         fileio.makedirs(_OUTPUT_DIR.value)
     except OSError as e:
         raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: cannot make the folder ({e.strerror or e})") from None
     sample = [first, *itertools.islice(lines, _SAMPLE_LINES - 1)]
-    texts = itertools.chain(sample, lines)
-    if kind == "huggingface":
-        path = vocabularies.train_bpe(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value)
-    elif kind == "wordpiece":
-        path = vocabularies.train_wordpiece(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value,
-                                            do_lower_case=_DO_LOWER_CASE.value,
-                                            limit_alphabet=_LIMIT_ALPHABET.value or None)
-    else:
-        path = vocabularies.train_sentencepiece(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value,
-                                                do_lower_case=_DO_LOWER_CASE.value)
+    try:
+        path = _train(kind, itertools.chain(sample, lines))
+    except BaseException:  # (a refused size, a Ctrl-C): the folder made for it is not left empty
+        if made and not fileio.listdir(_OUTPUT_DIR.value):
+            os.rmdir(_OUTPUT_DIR.value)
+        raise
     tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
     ids, _ = tokenizer.encode_flat(sample)
     unknown = float((ids == tokenizer.unk_id).mean()) if len(ids) else 0.0

@@ -101,6 +101,8 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/out", "--vocab_size=3"],
      "--vocab_size"),  # (a review: refused after reading the corpus, leaving --output_dir made)
+    ("train_tokenizer.py", ["--kind=bpe", "--input={tmp}/text.txt", "--output_dir={tmp}/out", "--vocab_size=100"],
+     "vocab_size must be at least 261 for byte-level BPE"),  # (refused by the trainer: no empty folder left)
     ("train_tokenizer.py", ["--input={tmp}/blank.txt", "--output_dir={tmp}/out"],
      "no text in its 1 text file(s) (dropped: {{'blank_file': 1}})"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}"], "vocab.txt exists; remove it"),
