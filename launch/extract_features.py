@@ -121,7 +121,9 @@ def main(_):
         dtype=_OUTPUT_DTYPE.value, shard_size=_SHARD_SIZE.value, fail_on_truncation=_FAIL_ON_TRUNCATION.value)
     if done["new"]:
         where = f" on process {jax.process_index()} of {jax.process_count()}" if jax.process_count() > 1 else ""
-        print(f"wrote {_OUTPUT.value}: {done['examples']} examples ({done['truncated']} truncated to "
+        earlier = done["examples"] - done["new"]  # a resumed folder's, written by the run before
+        resumed = f", {done['new']} of them now, {earlier} before" if earlier > 0 and not where else ""
+        print(f"wrote {_OUTPUT.value}: {done['examples']} examples{resumed} ({done['truncated']} truncated to "
               f"{model.max_seq_length} tokens), {done['new'] / max(done['seconds'], 1e-9):.1f} examples/s{where}")
 
 

@@ -75,6 +75,8 @@ def main(_):
 
     if _INPUT.value and not fileio.exists(_INPUT.value):  # before the model loads
         raise ValueError(f"--input={_INPUT.value}: no such file")
+    if _INPUT.value and fileio.isdir(_INPUT.value):
+        raise ValueError(f"--input={_INPUT.value} is a folder; give a file of inputs")
     if _INPUT.value and _OUTPUT.value and fileio.same_file(_INPUT.value, _OUTPUT.value):
         raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
     if _OUTPUT.value and fileio.exists(_OUTPUT.value):  # an earlier run's predictions are not replaced unasked

@@ -418,8 +418,10 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_result(minilm, tmp_pa
                                          "examples\\); run the same command again to finish it"):
         next(feature_files.read_features(str(tmp_path / "killed")))
     said = []  # resumed in this process: the launcher's own code path, without a second start-up
-    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "killed"), layers=(-1,), pooling="mean",
-                          shard_size=10, log=said.append)
+    done = feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "killed"), layers=(-1,),
+                                 pooling="mean", shard_size=10, log=said.append)
+    # (the launcher's summary says how many this run wrote: a review found the whole 200 claimed)
+    assert (done["examples"], done["new"]) == (200, 200 - written["examples_done"])
     assert said == [f"resuming {tmp_path}/killed at example {written['examples_done']} of 200 "
                     f"({written['examples_done'] // 10} shards written)"]
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "whole"), layers=(-1,), pooling="mean",

@@ -165,6 +165,9 @@ CASES = [
     # A walkthrough of the docs: a missing input named as the flag, before the model loads; a
     # misspelt flag with the closest; overrides before the config they override.
     ("predict.py", [f"--model={MINILM_DIR}", "--input={tmp}/nothere.txt"], "--input={tmp}/nothere.txt: no such file"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--input={tmp}/hf"], "--input={tmp}/hf is a folder; give a file of inputs"),
+    ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/hf", "--output={tmp}/out"],
+     "--input_file={tmp}/hf is a folder; give a file of inputs"),
     ("predict.py", [f"--model={MINILM_DIR}", "--txt=hi"], "--txt: no such flag; did you mean --text?"),
     ("finetune.py", ["--config.train.num_steps=3", "--config=configs/finetune.py:demo"],
      "--config.train.num_steps: give --config=... first, then the overrides of its keys"),

@@ -81,6 +81,8 @@ def input_format(path: str, file_format: str = "") -> str:
     lines are JSON objects (each line's raw JSON would be an example), as predict refuses it."""
     if file_format and file_format not in INPUT_FORMATS:
         raise ValueError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {file_format!r}")
+    if fileio.isdir(path):
+        raise ValueError(f"--input_file={path} is a folder; give a file of inputs")
     found = common.file_format(path, file_format)
     if (found == "text" and not file_format and fileio.exists(path) and fileio.can_read_twice(path)
             and common.json_lines(common.first_lines(path))):
