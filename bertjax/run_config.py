@@ -26,6 +26,9 @@ OPERATIONAL_SETTINGS = ("checkpoint.", "mesh.", "init_checkpoint", "train.log_ev
                         "train.sweep", "train.feature_cache_dir", "data.prepared_dir", "data.tfds_data_dir",
                         "data.vocab_path", "data.test_file")
 _SHOWN_CHANGES = 8
+# Model fields a config may leave to the machine (bertjax.models.config.resolve): a finished run
+# relaunched on another kind of host (to predict a test file) gets other values, and is the same run.
+_HOST_DEFAULTS = ("model.dtype", "model.matmul_precision")
 
 
 def run_kind(config: dict[str, Any]) -> str:
@@ -87,7 +90,8 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
         meta = checkpointing.read_meta(directory)
     except (OSError, ValueError):  # left for the restore to report
         return
-    changes = changed_settings(meta.get("config") or {}, config) if meta["step"] >= num_steps else []
+    changes = (changed_settings(meta.get("config") or {}, config, left_out=(*OPERATIONAL_SETTINGS, *_HOST_DEFAULTS))
+               if meta["step"] >= num_steps else [])
     if changes:
         raise ValueError(f"{workdir} has trained all its {num_steps} steps, and this run changes what it computes "
                          f"({first_changes(changes)}): nothing would train, and its old result would stand as this "

@@ -90,12 +90,12 @@ def _refuse_ignored_flags(input_format: str) -> None:
 
 
 def main(_):
-    cli.unwind_on_sigterm()  # a stopped run leaves no half-written --output
     layers = parse_layers(_LAYERS.value)
     from bertjax.inference import feature_files
 
     _refuse_ignored_flags(feature_files.input_format(_INPUT.value, _INPUT_FORMAT.value))
     cli.start_distributed()
+    cli.unwind_on_sigterm()  # (after: jax.distributed installs its own) a stopped run leaves no half-written output
     import bertjax
     import jax
 

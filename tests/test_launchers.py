@@ -178,6 +178,18 @@ CASES = [
 ]
 
 
+def test_a_config_without_the_keys_read_with_defaults_still_runs(launchers, tmp_path):
+    """Configs written before recipe or adam_bias_correction were added ran, and still do (a
+    review: the check for missing keys refused them)."""
+    (tmp_path / "older.py").write_text(
+        f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom configs import pretrain\n\n\ndef get_config():\n"
+        "    config = pretrain.get_config('tiny')\n    del config['recipe'], config.train['adam_bias_correction']\n"
+        "    return config\n")
+    result = launchers.run([os.path.join(ROOT, "launch", "pretrain.py"), f"--config={tmp_path}/older.py",
+                            f"--workdir={tmp_path}/run"], {**os.environ, "BERTJAX_CHECK_FLAGS": "1"}, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == "flags and config ok", result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("launcher, args, message", CASES, ids=[f"{c[0]}:{i}" for i, c in enumerate(CASES)])
 def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args, message):
     (tmp_path / "text.txt").write_text("One sentence.\nAnother one.\n")

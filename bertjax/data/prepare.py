@@ -179,21 +179,26 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
 
 
-def _check_nothing_else_there(output_dir: str, tokenizer: tokenization.Tokenizer) -> None:
+def _clear_leftovers_or_refuse(output_dir: str, tokenizer: tokenization.Tokenizer) -> None:
     """ValueError when `output_dir`, not yet a prepare's (no settings.json), holds anything but
-    the locks, the tokenizer load_tokenizer_for may have written there and an empty done/ (a
-    prepare killed as it began): the shards would mix into a folder of other files, and a
-    prepare that finds nothing to train on clears its done/."""
+    what a prepare writes: the locks, the tokenizer load_tokenizer_for may have written there,
+    an empty done/ (a prepare killed as it began) and shards, which a prepare that found nothing
+    to train on left before this version and are removed here (no record says they are done).
+    Else the shards would mix into a folder of other files, and a prepare that finds nothing
+    to train on clears its done/."""
     if not fileio.isdir(output_dir) or fileio.exists(fileio.join(output_dir, "settings.json")):
         return
     done = fileio.join(output_dir, "done")
     ours = {PREPARE_LOCK, workdir_lock.LOCK_NAME, ".incomplete", os.path.basename(tokenizer.path)}
-    others = sorted(name for name in fileio.listdir(output_dir) if name not in ours
+    names = fileio.listdir(output_dir)
+    others = sorted(name for name in names if name not in ours and not _SHARD_NAME.fullmatch(name)
                     and not (name == "done" and fileio.isdir(done) and not fileio.listdir(done)))
     if others:
         raise ValueError(f"{output_dir} holds files that are not prepared data ({', '.join(others[:4])}"
                          f"{', ...' if len(others) > 4 else ''}): prepare into a new or empty folder "
                          "(config.data.prepared_dir; prepare_data.py's --output_dir)")
+    for name in filter(_SHARD_NAME.fullmatch, names):
+        fileio.remove(fileio.join(output_dir, name))
 
 
 def _prepared_already(output_dir: str, settings: dict) -> dict:
@@ -240,7 +245,7 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
              num_workers: int | None) -> dict:
     """Writes the shards of every unit not yet done, then metadata.json (the caller holds the
     folder: one prepare at a time, as `.incomplete/` is cleared here)."""
-    _check_nothing_else_there(output_dir, tokenizer)
+    _clear_leftovers_or_refuse(output_dir, tokenizer)
     fileio.makedirs(fileio.join(output_dir, "done"))
     settings_path = fileio.join(output_dir, "settings.json")
     if fileio.exists(settings_path):  # an interrupted run: resume only with the same settings
@@ -303,8 +308,8 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
         for name in fileio.listdir(output_dir):
             if _SHARD_NAME.fullmatch(name):
                 fileio.remove(fileio.join(output_dir, name))
-        fileio.remove(settings_path)
         fileio.rmtree(fileio.join(output_dir, "done"))
+        fileio.remove(settings_path)  # last: while it is there, the folder is a prepare's
         raise
     # The folder carries its vocabulary: copied to another machine or a bucket, it still reads
     # with it (`_prepared_tokenizer` looks inside first).

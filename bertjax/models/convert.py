@@ -363,21 +363,24 @@ def tf_checkpoint_prefix(path: str) -> str | None:
 def tf_task_config(path: str) -> dict[str, Any]:
     """The task a TF checkpoint's head says, as a Hugging Face config.json says it (which
     model_source reads): bertjax's own export's, recorded (TF_TASK; none from an export written
-    before it was, whose `output_weights` may be any head); else run_classifier.py's
+    before it was, whose `output_weights` may be any head, unless Google's code fine-tuned it
+    since); else run_classifier.py's
     `output_weights` [labels, hidden], a BertForSequenceClassification whose labels are named
     LABEL_<i> (the checkpoint names none; one output: a regression), or run_squad.py's
     `cls/squad/`, a BertForQuestionAnswering; {} for a pre-trained checkpoint."""
     tf_config = fileio.read_json(fileio.join(path, "bert_config.json"))
     if TF_TASK in tf_config:
         return tf_config[TF_TASK]
-    if "layer_norm_eps" in tf_config:  # bertjax's export from before TF_TASK: any head is output_weights
-        return {}
     prefix = tf_checkpoint_prefix(path)
     if prefix is None:
         return {}
     from bertjax.runtime.tf_cpu import tf
 
     shapes = tf.compat.v1.train.NewCheckpointReader(prefix).get_variable_to_shape_map()
+    # bertjax's own export from before TF_TASK (its layer_norm_eps; no trainer's global_step):
+    # any head of it is output_weights. Google's code fine-tuning an export saves its step.
+    if "layer_norm_eps" in tf_config and "global_step" not in shapes:
+        return {}
     if "output_weights" in shapes:
         architecture = "BertForSequenceClassification"
         return {"architectures": [architecture], **label_keys(architecture, shapes["output_weights"][0], None)}

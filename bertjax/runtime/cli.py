@@ -77,6 +77,10 @@ def unwind_on_sigterm() -> None:
 LAUNCHERS = {"pre-training": "launch/pretrain.py", "fine-tuning": "launch/finetune.py"}
 # Each kind's config module and a config of it: every config of a kind has the same keys.
 _REFERENCE_CONFIGS = {"pre-training": ("pretrain.py", "tiny"), "fine-tuning": ("finetune.py", "demo")}
+# Keys the runs read with a default, added after configs were written without them: not required.
+_OPTIONAL_KEYS = ("recipe", "init_checkpoint_required", "model.preset", "train.adam_bias_correction",
+                  "train.schedule", "train.decay_fraction", "train.decay_shape", "data.full_rows",
+                  "data.tfds_data_dir", "data.label_kind", "data.eval_input_pattern")
 _CONFIG_KINDS: dict[str, str] = {}  # config flag -> the kind of config (a key of LAUNCHERS) it must hold
 # Loggers that talk at INFO about their own business during a normal run.
 _CHATTY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorflow", "tensorflow_datasets", "bertjax")
@@ -263,8 +267,9 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def _missing_keys(config, kind: str) -> list[str]:
-    """The dotted keys of the repository's configs of `kind` that `config` lacks ([] where the
-    repository's configs/ is not there, as in an installed package without it)."""
+    """The dotted keys of the repository's configs of `kind` that `config` lacks, but for those
+    read with a default ([] where the repository's configs/ is not there, as in an installed
+    package without it)."""
     from flax.traverse_util import flatten_dict
 
     file, option = _REFERENCE_CONFIGS[kind]
@@ -275,7 +280,7 @@ def _missing_keys(config, kind: str) -> list[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     keys = lambda c: set(flatten_dict(c.to_dict(), sep=".", keep_empty_nodes=True))
-    return sorted(keys(module.get_config(option)) - keys(config))
+    return sorted(keys(module.get_config(option)) - keys(config) - set(_OPTIONAL_KEYS))
 
 
 def run(main: Callable[[list[str]], None]) -> None:

@@ -300,6 +300,13 @@ def test_a_folder_of_other_files_is_never_prepared_into(tmp_path):
     (fresh / "done").mkdir(parents=True)
     (fresh / ".lock").write_text("")
     assert prepare.ensure_prepared(_config(tmp_path), str(fresh), num_workers=1)["splits"]
+    # The shards an older version left after finding nothing to train on are no other files:
+    # removed (no record says they are done), then prepared afresh.
+    left = tmp_path / "left"
+    left.mkdir()
+    (left / "train-00000-of-00009.tfrecord").write_bytes(b"stale")
+    assert prepare.ensure_prepared(_config(tmp_path), str(left), num_workers=1)["splits"]
+    assert not (left / "train-00000-of-00009.tfrecord").exists()
 
 
 def test_a_corpus_edited_in_place_to_the_same_size_is_other_data(tmp_path):

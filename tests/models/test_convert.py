@@ -588,6 +588,11 @@ def test_a_tf_classifiers_head_is_a_task_that_predicts(tf_release, tmp_path, cap
     tf_config = json.loads((tmp_path / "classifier" / "bert_config.json").read_text())
     (tmp_path / "classifier" / "bert_config.json").write_text(json.dumps({**tf_config, "layer_norm_eps": 1e-12}))
     assert model_source.resolve(str(tmp_path / "classifier")).task_info == {}
+    # ... unless Google's run_classifier.py fine-tuned that export since (its checkpoint has a step).
+    (tmp_path / "tuned").mkdir()
+    write_tf1_release(str(tmp_path / "tuned"), config, {**variables, **classifier, "global_step": np.int64(9)})
+    (tmp_path / "tuned" / "bert_config.json").write_text(json.dumps({**tf_config, "layer_norm_eps": 1e-12}))
+    assert model_source.resolve(str(tmp_path / "tuned")).task_info["family"] == "classification"
     from bertjax import finetune_setup
 
     with caplog.at_level("WARNING"):
