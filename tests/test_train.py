@@ -459,8 +459,8 @@ def test_a_resume_the_checkpoints_cannot_give_is_refused_before_the_data(tmp_pat
         _run_here(workdir, prepared_dir, "--config.train.num_steps=10", "--config.train.max_grad_norm=0.0")
     # Finished, and relaunched to compute otherwise: it would train nothing and keep its result.
     with pytest.raises(ValueError, match=r"has trained all its 5 steps, and this run changes what it computes "
-                                         r"\(data.masked_lm_prob 0.15 -> 0.2\)"):
-        _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.data.masked_lm_prob=0.2")
+                                         r"\(train.learning_rate 0.001 -> 0.002\)"):
+        _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.train.learning_rate=2e-3")
 
 
 def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five_steps, monkeypatch, capsys):
