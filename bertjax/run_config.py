@@ -80,7 +80,7 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
 
 def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: int) -> None:
     """ValueError when `workdir`'s run has trained all its `num_steps` steps and `config` (this
-    run's saved_config) changes how its weights train (the model, config.train, the seed):
+    run's saved_config) changes how its weights train (the model, config.train, the seeds):
     relaunched, it would train nothing and report the old result under the new settings (the
     same settings, or other data files, are a finished run relaunched: for its last
     evaluation, or a test file's predictions)."""
@@ -93,9 +93,10 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
         return
     changes = (changed_settings(meta.get("config") or {}, config, left_out=(*OPERATIONAL_SETTINGS, *_HOST_DEFAULTS))
                if meta["step"] >= num_steps else [])
-    # What trains the weights: the model, the training settings, the seed. Another evaluation
+    # What trains the weights: the model, the training settings, the seeds. Another evaluation
     # file, or none, and label names the task checks itself (check_same_task) are a relaunch's.
-    changes = [change for change in changes if change.split(" ", 1)[0].startswith(("model.", "train.", "seed"))]
+    trains = lambda key: key.startswith(("model.", "train.")) or key in ("seed", "data.seed")  # noqa: E731
+    changes = [change for change in changes if trains(change.split(" ", 1)[0])]
     if changes:
         raise ValueError(f"{workdir} has trained all its {num_steps} steps, and this run changes what it computes "
                          f"({first_changes(changes)}): nothing would train, and its old result would stand as this "

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 _GRID_SETTINGS = ("train.sweep_", "train.learning_rate", "train.batch_size", "train.num_epochs")
 _KEPT_FOR_A_RERUN = ("init_checkpoint", "data.vocab_path", "train.eval_every")
 _RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS if key not in _KEPT_FOR_A_RERUN),
-                     *_GRID_SETTINGS, "train.feature_cache_dir")
+                     *_GRID_SETTINGS)
 SETTINGS_FILE, ROW_FILE, RESULTS_FILE = "sweep_settings.json", "sweep_row.json", "sweep_results.json"
 
 
