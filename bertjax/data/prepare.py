@@ -35,7 +35,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import re
 import signal
 import sys
 import threading
@@ -65,7 +64,6 @@ TEXT_READER = 2
 # a sentence): likewise.
 SENTENCE_SPLITTER = 2
 _SPLIT_SOURCES = ("jsonl", "parquet", "tfds")
-_SHARD_NAME = re.compile(r"(train|eval)-\d{5}-of-\d{5}\.tfrecord")  # shards.shard_name's
 PREPARE_LOCK = ".prepare.lock"  # not the workdir's .lock: config.data.prepared_dir may be the run's workdir
 
 
@@ -191,13 +189,13 @@ def _clear_leftovers_or_refuse(output_dir: str, tokenizer: tokenization.Tokenize
     done = fileio.join(output_dir, "done")
     ours = {PREPARE_LOCK, workdir_lock.LOCK_NAME, ".incomplete", os.path.basename(tokenizer.path)}
     names = fileio.listdir(output_dir)
-    others = sorted(name for name in names if name not in ours and not _SHARD_NAME.fullmatch(name)
+    others = sorted(name for name in names if name not in ours and not shards.is_shard_name(name)
                     and not (name == "done" and fileio.isdir(done) and not fileio.listdir(done)))
     if others:
         raise ValueError(f"{output_dir} holds files that are not prepared data ({', '.join(others[:4])}"
                          f"{', ...' if len(others) > 4 else ''}): prepare into a new or empty folder "
                          "(config.data.prepared_dir; prepare_data.py's --output_dir)")
-    for name in filter(_SHARD_NAME.fullmatch, names):
+    for name in filter(shards.is_shard_name, names):
         fileio.remove(fileio.join(output_dir, name))
 
 
@@ -306,7 +304,7 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
         # Its settings, units and shards go, so the run the error asks for (another eval_fraction,
         # text key or corpus) prepares afresh instead of being refused as other settings.
         for name in fileio.listdir(output_dir):
-            if _SHARD_NAME.fullmatch(name):
+            if shards.is_shard_name(name):
                 fileio.remove(fileio.join(output_dir, name))
         fileio.rmtree(fileio.join(output_dir, "done"))
         fileio.remove(settings_path)  # last: while it is there, the folder is a prepare's

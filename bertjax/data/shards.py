@@ -14,6 +14,7 @@ prepare's workers never import TensorFlow; only `parse_documents` needs it.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -24,6 +25,11 @@ from bertjax.runtime import fileio, tfrecord
 
 def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether a file name is one `shard_name` gives (a prepared split's shard)."""
+    return re.fullmatch(r"(train|eval)-\d{5}-of-\d{5}\.tfrecord", name) is not None
 
 
 class RecordWriter:

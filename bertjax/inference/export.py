@@ -239,12 +239,7 @@ def _write_assets(model, target: str) -> None:
             "encode_special_tokens": True,
             "special_ids": {"cls": tokenizer.cls_id, "sep": tokenizer.sep_id, "pad": tokenizer.pad_id,
                             "mask": tokenizer.mask_id}})
-        if tasks.FAMILIES[model.task_info["family"]].token_level:
-            # Its words are tokenized each alone, every one after the first with this before it,
-            # as tagging's predict does: the run's (a bertjax run from before it was recorded:
-            # none), a Hugging Face tagger's tokenizer's.
-            task["word_prefix"] = model.task_info.get("word_prefix", "" if model.source.layout == "bertjax"
-                                                      else tokenizer.word_prefix)
+        task.update(tasks.FAMILIES[model.task_info["family"]].token_id_client(model))
     fileio.write_json(fileio.join(extra, "task.json"), task)
 
 

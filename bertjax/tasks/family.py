@@ -143,6 +143,11 @@ class Family:
         them itself; none by default."""
         return {}
 
+    def token_id_client(self, model) -> dict:
+        """What a client of a token-id export needs beyond the layout to build `model`'s rows as
+        `predict` does (task.json's keys); none by default."""
+        return {}
+
     def serve(self, serving, inputs: dict) -> dict:
         """The signature's body: {name: <string> input} -> {name: output}, in TensorFlow ops.
         `serving` is an `inference.export.ServingContext`: the tokenizer in TF Text, the

@@ -403,6 +403,13 @@ def _word_splitter() -> tokenizers.Tokenizer:
 _WORDS = _word_splitter()
 
 
+def _trained_prefix(model) -> str | None:
+    """What `model` (an inference Model) tokenized each word after a sentence's first with, as
+    it was trained: its run's recorded word_prefix; "" for a bertjax run from before that was
+    recorded (words alone); None for a Hugging Face tagger (the tokenizer's own, probed)."""
+    return model.task_info.get("word_prefix", "" if model.source.layout == "bertjax" else None)
+
+
 def sentence_words(item) -> tuple[str, list[str], list[tuple[int, int]] | None]:
     """A raw sentence -> (it, its words as written, their character spans); a list of words ->
     (None, words, None)."""
@@ -474,6 +481,11 @@ class TaggingFamily(Family):
     def parse(self, item, task_info):
         return sentence_words(item)
 
+    def token_id_client(self, model):
+        # Each word tokenized alone, every one after a sentence's first with this before it.
+        trained = _trained_prefix(model)
+        return {"word_prefix": model.tokenizer.word_prefix if trained is None else trained}
+
     def predict(self, model, parsed, **options):
         no_options(self, options)
         if model.tokenizer.kind == "wordpiece" and model.tokenizer.do_lower_case:
@@ -481,10 +493,7 @@ class TaggingFamily(Family):
         names = model.task_info["label_names"]
         examples = TaggingExamples("inputs", [words for _, words, _ in parsed], None, list(names),
                                    [f"input {i}" for i in range(1, len(parsed) + 1)])
-        # As the model was trained: a bertjax run from before word_prefix was recorded tokenized
-        # words alone (""); a Hugging Face tagger, the tokenizer's own way (probed).
-        trained = model.task_info.get("word_prefix", "" if model.source.layout == "bertjax" else None)
-        split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length, word_prefix=trained)
+        split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length, word_prefix=_trained_prefix(model))
         predicted = model.run_network(_label_ids, split, sequence_outputs=("token_logits",))["token_logits"]
         tags = predictions_to_tags(split, predicted) if any(words for _, words, _ in parsed) else [[] for _ in parsed]
         entity_tags = all(ner_metrics.is_tag(name) for name in names)  # O, B-/I-/E-/S-<type>
