@@ -94,10 +94,11 @@ def main(_):
 
     data_config = ml_collections.ConfigDict(dict(source=source_of(paths, _SOURCE.value), input_pattern=_INPUT.value,
                                                  text_key=_TEXT_KEY.value))
+    units = sources.list_units(data_config)
     if data_config.source in ("text", "jsonl"):  # what prepare refuses: a compressed, binary or UTF-16 file
-        sources.check_text_files(sources.list_units(data_config), data_config.source)
+        sources.check_text_files(units, data_config.source)
     drops = sources.DropCounter()
-    lines = vocabularies.sentences_as_prepared(sources.iter_documents(data_config, drops), kind)
+    lines = vocabularies.training_sentences(data_config, units, drops, kind)
     first = next(lines, None)
     if first is None:
         raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} {data_config.source} file(s)"

@@ -1,13 +1,17 @@
 """Tokenizer: reference parity on a real BERT vocabulary, special ids, training both kinds."""
 
+import io
 import json
 import os
+import re
+import time
 
+import ml_collections
 import numpy as np
 import pytest
 
 from bertjax import tokenization
-from bertjax.data import vocabularies
+from bertjax.data import sources, vocabularies
 
 HERE = os.path.dirname(__file__)
 
@@ -735,6 +739,42 @@ def test_a_byte_level_bpe_learns_sentences_as_prepare_encodes_them(tmp_path):
     tokenizer = tokenization.load_tokenizer("huggingface", vocabularies.train_bpe(lines, 320, str(tmp_path)))
     assert tokenizer.word_prefix == " "
     assert [tokenizer.id_to_token(i) for i in tokenizer.encode(tokenizer.word_prefix + "The dog sleeps.")][0] == "ĠThe"
+
+
+def test_a_trainer_reads_the_corpus_with_progress_and_eta(tmp_path, monkeypatch):
+    """train_tokenizer said nothing for as long as the trainer read (a review: 40 s on 35 MB).
+    The progress follows the sentences the trainer takes (a corpus without blank lines is one
+    document: counted as it was read, the line jumped to the end at once), in MB, unit by unit."""
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    now = [100.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(sources, "TEXT_UNIT_BYTES", 1_000_000)
+    text = "".join(f"Sentence {i} of a corpus without blank lines, to count its bytes.\n" for i in range(36_000))
+    (tmp_path / "corpus.txt").write_text(text)
+    data_config = ml_collections.ConfigDict(dict(source="text", input_pattern=str(tmp_path / "corpus.txt")))
+    units = sources.list_units(data_config)
+    stream = Terminal()
+    taken = []
+    for sentence in vocabularies.training_sentences(data_config, units, sources.DropCounter(), "wordpiece", stream):
+        taken.append(sentence)
+        now[0] += 0.0001  # 36,000 sentences of 2.4 MB in 3.6 s
+        if len(taken) == 18_000:  # half the corpus taken: the line says 1 MB of 3, and the ETA the rest
+            assert stream.getvalue().split("\r\x1b[K")[-1] == "read 1/3 [======              ]  33% 0.7 MB/s ETA 3s"
+    assert taken == text.splitlines() and len(units) == 3
+    drawn = re.findall(r"read (\d)/3 ", stream.getvalue())
+    assert drawn == ["1", "2", "3"], drawn  # each MB as it was taken, then cleared for the last line
+    assert stream.getvalue().endswith("\r\x1b[Kread 36,000 sentences (2.4 MB) in 4s; training the vocabulary\n")
+
+    demo = ml_collections.ConfigDict(dict(source="demo"))  # no bytes to count: units
+    units, stream = sources.list_units(demo), Terminal()
+    sentences = sum(len(document) for document in sources.iter_documents(demo))
+    assert len(list(vocabularies.training_sentences(demo, units, sources.DropCounter(), "wordpiece", stream))) \
+        == sentences
+    assert f"read {len(units)}/{len(units)} [====" in stream.getvalue()
+    assert stream.getvalue().endswith(f"read {sentences:,} sentences in 0s; training the vocabulary\n")
 
 
 @pytest.mark.parametrize("lines", [

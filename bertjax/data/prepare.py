@@ -325,7 +325,7 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
 def _default_workers(units: list[dict]) -> int:
     """One per core, or 1 (in-process) for a small corpus (the demo; text, JSONL or Parquet
     under 8 MB of text), where starting workers costs more than it saves."""
-    sizes = [u["range"][1] - u["range"][0] if "range" in u else u.get("bytes") for u in units]  # None: TFDS, demo
+    sizes = [sources.unit_bytes(unit) for unit in units]  # None: TFDS, demo
     small = all("demo" in u for u in units) or (None not in sizes and sum(sizes) < SMALL_CORPUS_BYTES)
     return 1 if small else os.cpu_count() or 1
 

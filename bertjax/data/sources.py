@@ -193,6 +193,14 @@ def unit_name(unit: dict) -> str:
     return "{} bytes {}-{}".format(unit.get("path") or unit["jsonl"], *unit["range"])
 
 
+def unit_bytes(unit: dict) -> int | None:
+    """The bytes of text a unit from `list_units` holds: its byte range (text, JSONL), its text
+    column uncompressed (Parquet); None where unknown (TFDS, demo)."""
+    if "range" in unit:
+        return unit["range"][1] - unit["range"][0]
+    return unit.get("bytes")
+
+
 def read_unit(data_config: Any, unit: dict, drops: DropCounter) -> Iterator[list[str]]:
     """The documents of one unit from `list_units`, each a non-empty list of sentences."""
     if "demo" in unit:

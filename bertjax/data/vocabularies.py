@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import Iterable, Iterator
+import sys
+import time
+from typing import Any, Iterable, Iterator, TextIO
 
 from absl import logging
 import sentencepiece as spm
@@ -16,11 +18,13 @@ import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from bertjax import tokenization
-from bertjax.runtime import fileio
+from bertjax.data import sources
+from bertjax.runtime import console, fileio
 
 # Lines longer than this SentencePiece skips in training (its default, 4,192, left out most of
 # a corpus of paragraph lines).
 SENTENCEPIECE_MAX_LINE_BYTES = 1 << 16
+_MB = 1_000_000
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_lower_case: bool = True,
@@ -141,6 +145,46 @@ def sentences_as_prepared(documents: Iterable[list[str]], kind: str) -> Iterator
     for document in documents:
         for k, sentence in enumerate(document):
             yield prefix + sentence if k else sentence
+
+
+def training_sentences(data_config: Any, units: list[dict], drops: sources.DropCounter, kind: str,
+                       stream: TextIO | None = None) -> Iterator[str]:
+    """The sentences of `units` (`sources.list_units(data_config)`) as `sentences_as_prepared`
+    gives them to a trainer of `kind`, with a progress line on `stream` (stdout) as the trainer
+    takes them: MB of text with an ETA (units for TFDS and the demo); and a line when they end
+    (if any), for the trainer's merges follow unseen."""
+    sizes = [sources.unit_bytes(unit) for unit in units]
+    by_bytes = None not in sizes
+    total = sum(sizes) if by_bytes else len(units)
+    steps = -(-total // _MB) if by_bytes else total
+    progress = console.Progress(steps, label="read", stream=stream, unit="MB" if by_bytes else "units",
+                                line_seconds=console.LINE_SECONDS, timed_from_start=True)
+
+    def step(taken: int) -> int:  # whole MB taken (the last counts whole), or units
+        return steps if taken >= total else taken // _MB if by_bytes else taken
+
+    # The text taken, a newline a sentence (a text file's bytes, near enough), wherever a unit's
+    # reader stops (a document begun in a unit is read to its end); caught up at each unit's end
+    # where the file holds more than its text (JSONL's keys).
+    start, taken, done, count = time.perf_counter(), 0, 0, 0
+    for index, unit in enumerate(units):
+        for sentence in sentences_as_prepared(sources.read_unit(data_config, unit, drops), kind):
+            count += 1
+            if by_bytes:
+                taken += len(sentence.encode()) + 1
+                if step(min(taken, total - 1)) != progress.step:
+                    progress.advance(step(min(taken, total - 1)))
+            yield sentence
+        done += sizes[index] if by_bytes else 1
+        taken = max(taken, done)
+        if step(taken) != progress.step:
+            progress.advance(step(taken))
+    progress.close(keep=False)
+    if not count:  # nothing to train on: the caller says so
+        return
+    size = f" ({done / _MB:,.1f} MB)" if by_bytes else ""
+    print(f"read {count:,} sentences{size} in {console.format_duration(time.perf_counter() - start)}; "
+          "training the vocabulary", file=stream or sys.stdout, flush=True)
 
 
 def file_lines(paths: Iterable[str]) -> Iterator[str]:
