@@ -117,6 +117,7 @@ def _fill_mask(pretrain_dir: str) -> list[dict]:
 
 
 def main(_):
+    cli.stop_on_sigterm()  # between the stages and outside their steps: exit 3, as inside them
     from bertjax.runtime import fileio, plots
     from bertjax import finetune, finetune_setup, pretrain
 

@@ -31,6 +31,7 @@ def main(_):
         raise ValueError(f"{grid[0]} sets the sweep's grid, which only a sweep runs: add ',sweep' to --config "
                          "(configs/finetune.py:<task>,sweep)")
     cli.start_distributed()
+    cli.stop_on_sigterm()  # (after: a multi-process run's is jax.distributed's)
     from bertjax import finetune, sweep
 
     if _CONFIG.value.train.sweep:

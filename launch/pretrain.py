@@ -27,6 +27,7 @@ _CONFIG, _WORKDIR = cli.define_run_flags("Pre-training config file (configs/pret
 
 def main(_):
     cli.start_distributed()
+    cli.stop_on_sigterm()  # (after: a multi-process run's is jax.distributed's)
     from bertjax import pretrain
 
     pretrain.train_and_evaluate(_CONFIG.value, _WORKDIR.value)

@@ -222,6 +222,39 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     assert not (tmp_path / "out").exists() and not (tmp_path / "run" / "checkpoints").exists()  # nothing written
 
 
+def test_a_sigterm_before_the_training_steps_stops_as_a_preemption(tmp_path):
+    """A SIGTERM while fine-tuning read its data (or compiled, or wrote predictions after the
+    last step) killed the launcher with 143 and no word, where a scheduler retries on 3 (a
+    review). The launcher here blocks reading its training file, a pipe nobody writes."""
+    import errno
+    import signal
+    import time
+
+    os.mkfifo(tmp_path / "train.csv")
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "launch", "finetune.py"), FINETUNE + ":classification,quick",
+         f"--workdir={tmp_path / 'run'}", f"--config.data.train_file={tmp_path / 'train.csv'}",
+         f"--config.data.vocab_path={os.path.join(MINILM_DIR, 'vocab.txt')}", "--config.data.text_b_key="],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    deadline = time.time() + 240
+    while True:  # until the launcher opens the pipe to read it: then a writer can open it
+        try:
+            writer = os.open(tmp_path / "train.csv", os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as error:
+            assert error.errno == errno.ENXIO and process.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+    try:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        os.close(writer)
+    assert process.returncode == 3, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1].startswith("stopped: SIGTERM outside the training steps: run the same "
+                                                      "command again"), stderr[-2000:]
+    assert os.listdir(tmp_path / "run") == [".lock"]
+
+
 @pytest.mark.parametrize("launcher, flags", [("pretrain.py", ("--config:", "--workdir:", "--distributed:")),
                                              ("finetune.py", ("--config:", "--workdir:")),
                                              ("demo.py", ("--pretrain:", "--finetune:", "--workdir:")),

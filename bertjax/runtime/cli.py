@@ -74,6 +74,28 @@ def unwind_on_sigterm() -> None:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, terminated)
+
+
+def stop_on_sigterm() -> None:
+    """The training launchers: SIGTERM outside the training steps (reading and tokenizing,
+    restoring, compiling, writing predictions) stops the run as a preemption does, with exit
+    code 3 (run the same command again), where it killed the process with 143 and no word; while
+    the steps run the loop's watcher saves a step instead. Single process only: a multi-process
+    run's SIGTERM is jax.distributed's (its coordinated stop); call after `start_distributed`."""
+    import jax
+
+    if jax.distributed.is_initialized():
+        return
+
+    def stop(signum, frame):
+        from bertjax.runtime.errors import TrainingStopped
+
+        raise TrainingStopped("SIGTERM outside the training steps: run the same command again (it carries on "
+                              "from the last checkpoint, if any)")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 LAUNCHERS = {"pre-training": "launch/pretrain.py", "fine-tuning": "launch/finetune.py"}
 # Each kind's config module and a config of it: every config of a kind has the same keys.
 _REFERENCE_CONFIGS = {"pre-training": ("pretrain.py", "tiny"), "fine-tuning": ("finetune.py", "demo")}
