@@ -346,10 +346,29 @@ class Evaluator:
         return {name: metrics for name, (metrics, _) in done.items()}, {name: p for name, (_, p) in done.items()}
 
 
-def _set_best_aside(best: str, fresh: bool) -> bool:
+def evaluation_digest(task: Task) -> str | None:
+    """SHA-256 (16 hex) of what the task's evaluation splits hold (names, inputs, labels): best/
+    records the evaluation its score was measured on. None without evaluation splits."""
+    if not task.eval_splits:
+        return None
+    digest = hashlib.sha256()
+    for split in task.eval_splits:
+        digest.update(split.name.encode())
+        for key in sorted(split.features):
+            array = np.ascontiguousarray(split.features[key])
+            digest.update(f"{key} {array.dtype} {array.shape}".encode())
+            digest.update(array.reshape(-1).view(np.uint8))
+    return digest.hexdigest()[:16]
+
+
+def _set_best_aside(best: str, fresh: bool, finished: bool = False, evaluated_on: str | None = None) -> bool:
     """Moves `best` (a workdir's best/) aside, nothing deleted, when this run cannot build on it:
     to best.stale-<UTC time> when the run starts from step 0 (it must not compare with, or end
-    on, weights it did not train), to best.unreadable-<UTC time> when it cannot be read."""
+    on, weights it did not train), to best.unreadable-<UTC time> when it cannot be read, to
+    best.other-evaluation-<UTC time> when a run with steps left is evaluated otherwise than the
+    best was chosen (`evaluated_on`, evaluation_digest: another eval_file, another length, or
+    none), whose scores do not compare with its. A finished run keeps its best/ whatever its
+    evaluation now: its result, scored on the evaluation given (`_finetune`)."""
     # None, or an empty folder a killed run left; or, resuming, only a step a killed replacing
     # save set aside, which the Checkpointer moves back (a fresh run sets that aside too).
     if not checkpointing.is_bertjax_checkpoint(best) and not (fresh and checkpointing.holds_replaced_step(best)):
@@ -359,10 +378,21 @@ def _set_best_aside(best: str, fresh: bool) -> bool:
                     "nothing deleted", best, checkpointing.move_aside(best, "stale"))
         return True
     try:
-        checkpointing.read_meta(best)
+        chosen = checkpointing.read_meta(best)["extra"]
     except checkpointing.CheckpointUnreadableError as error:
         log.warning("%s is unreadable (%s): moved aside to %s, nothing deleted; the best so far starts again at "
                     "the next evaluation", best, error, checkpointing.move_aside(best, "unreadable"))
+        return True
+    if finished or not chosen.get("metrics"):  # (no metrics: a run without evaluation's last weights)
+        return True
+    if evaluated_on is None:
+        log.warning("%s holds the best weights by an evaluation this run does not have (no evaluation split now): "
+                    "moved aside to %s, nothing deleted; this run's last weights will be its result", best,
+                    checkpointing.move_aside(best, "other-evaluation"))
+    elif chosen.get("evaluated_on", evaluated_on) != evaluated_on:  # (not recorded: a run from before it was)
+        log.warning("%s holds the best weights by another evaluation (config.data.eval_file, or what its rows hold, "
+                    "changed): moved aside to %s, nothing deleted; the best so far starts again at the next "
+                    "evaluation, on this run's", best, checkpointing.move_aside(best, "other-evaluation"))
     return True
 
 
@@ -412,9 +442,11 @@ def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, pa
 # ======================================================================================
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Fine-tunes to the configured length; returns {"best": metrics of the best checkpoint,
-    "last": the last logged metrics, "predictions": files written, "main_metric": the
-    task's metric that picks the best checkpoint}."""
+    """Fine-tunes to the configured length; returns {"best": {"step", "metrics", "evaluated_on"}
+    of the best checkpoint, "rescored": {split: metrics} of its weights on an evaluation other
+    than the one that chose them (a finished run relaunched with another eval_file), "last":
+    the last logged metrics, "predictions": files written, "main_metric": the task's metric
+    that picks the best checkpoint, "seconds": where the time went}."""
     with trainer.hold_workdir(workdir):
         run_config.check_same_kind(workdir, config.to_dict())  # before anything is written there
         return _finetune(config, workdir)
@@ -511,8 +543,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     start_step = int(jax.device_get(state.step))
 
     # -- The loop's bookkeeping: logs, checkpoints, the best evaluation so far. --
-    trainer.process_zero_first(lambda: _set_best_aside(fileio.join(workdir, "best"), fresh=start_step == 0),
-                               "best/ checked")
+    evaluated_on = evaluation_digest(task)
+    finished = start_step >= train_cfg.num_steps
+    trainer.process_zero_first(lambda: _set_best_aside(fileio.join(workdir, "best"), fresh=start_step == 0,
+                                                       finished=finished, evaluated_on=evaluated_on), "best/ checked")
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
                                                    async_save=False)
     # (every process reads it, or none: restoring it below is a collective)
@@ -520,10 +554,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
     # weights there at the end, with no metrics).
     best = best_meta["extra"] if best_meta and best_meta["extra"].get("metrics") else None
-    if best is not None and not task.eval_splits:  # relaunched without them: the last weights are the result
-        log.warning("%s holds the best evaluation of an earlier launch (step %d); with no evaluation split now, "
-                    "this run's last weights replace it", best_checkpointer.directory, best["step"])
-        best = None
+    # A finished run relaunched with another evaluation (or none) keeps the best/ it chose: the
+    # evaluation given scores those weights at the end (a new labelled eval_file scores the result).
+    rescored = best is not None and best.get("evaluated_on", evaluated_on) != evaluated_on
     loop = training_loop.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
@@ -585,9 +618,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
                     # replace: a resumed run evaluates a step again, and best/ may hold its
                     # earlier (other) weights and score.
+                    best = {"step": step, "metrics": main, "evaluated_on": evaluated_on}
                     best_checkpointer.save(step, {"params": params}, data_position=step, config=saved_config,
-                                           force=True, extra_meta={"step": step, "metrics": main}, replace=True)
-                    best, best_predictions = {"step": step, "metrics": main}, predictions
+                                           force=True, extra_meta=best, replace=True)
+                    best_predictions = predictions
             with loop.paused(), clock.phase("evaluate"):
                 loop.write_eval(step, _eval_record(results))
 
@@ -629,24 +663,30 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     if best is not None and to_predict:
         restored, _ = best_checkpointer.restore({"params": trainer.with_shardings(abstract.params, shardings.params)})
         params = restored["params"]
-    elif not task.eval_splits:
+    elif not task.eval_splits and best is None:
         best_checkpointer.save(step, {"params": state.params}, data_position=step, config=saved_config, force=True,
                                extra_meta={"step": step, "metrics": {}}, replace=True)  # (an earlier launch's)
     best_checkpointer.close()
-    written = []
+    written, rescores = [], {}
     directory = fileio.join(workdir, "predictions")
     with clock.phase("predict"):
         for split in task.eval_splits + task.test_splits:
-            if split.name in to_predict:
-                _, predictions = evaluator.run_split(params, split, score=False)  # written post-processed once
+            if split.name in to_predict:  # written post-processed once; scored if best/ was chosen otherwise
+                scores, predictions = evaluator.run_split(params, split, score=rescored and split in task.eval_splits)
+                if scores:
+                    rescores[split.name] = scores
             else:  # the best weights' evaluation, run by this process
                 predictions = best_predictions[split.name]
             if jax.process_index() == 0:
                 written += task.write_predictions(split, predictions, directory)
     programs.close()
     if best is not None:
-        loop.console(f"best {task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']} "
-                     f"(weights in {best_checkpointer.directory})")
+        chosen = (f"{task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']}"
+                  + (" on an earlier launch's evaluation" if rescored else ""))
+        loop.console(f"best {chosen} (weights in {best_checkpointer.directory})")
+        for name, scores in rescores.items():
+            loop.console(f"those weights score {task.main_metric} {scores[task.main_metric]:.4f} on {name}: "
+                         + " ".join(f"{key} {value:.4f}" for key, value in scores.items()))
     elif not task.eval_splits:
         loop.console(f"no evaluation split: the last weights (step {step}) are the result, in "
                      f"{best_checkpointer.directory}")
@@ -657,8 +697,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             cache.remove()
         loop.console(f"removed the cached features from {cache_directory(config, workdir)} (a temporary folder)")
     loop.console(clock.summary(rest="train and start-up"))
-    result = {"best": best, "last": loop.last, "predictions": written, "main_metric": task.main_metric,
-              "seconds": clock.seconds(rest="train and start-up")}
+    result = {"best": best, "rescored": rescores, "last": loop.last, "predictions": written,
+              "main_metric": task.main_metric, "seconds": clock.seconds(rest="train and start-up")}
     if diverged is not None:
         raise TrainingDiverged(f"{diverged} The best evaluation before it (step {best['step']}) is the result: "
                                f"weights in {best_checkpointer.directory}, predictions in {directory}.", result=result)

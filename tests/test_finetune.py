@@ -1059,9 +1059,10 @@ def test_a_failed_save_of_the_best_weights_saves_the_step_owing_its_evaluation(t
     assert [r["step"] for r in _metrics(workdir) if "eval_loss" in r] == [2, 4]
 
 
-def test_a_run_relaunched_without_its_evaluation_split_says_its_last_weights_are_the_result(tmp_path, capsys):
+def test_a_finished_run_relaunched_without_its_evaluation_split_says_whose_best_it_keeps(tmp_path, capsys):
     """best/ took the last weights while the console and the result still gave the earlier
-    launch's best evaluation (a review): the result is the last weights, said so."""
+    launch's best evaluation (a review); then replacing them lost the best weights (a later
+    review). A finished run keeps them, and the console says whose evaluation chose them."""
     from bertjax import checkpointing
     from small_runs import tiny_finetune_run
 
@@ -1069,12 +1070,15 @@ def test_a_run_relaunched_without_its_evaluation_split_says_its_last_weights_are
     (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
     files = dict(train_file=str(tmp_path / "data.csv"), text_b_key="")
     workdir = tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "data.csv"), **files)
-    assert checkpointing.read_meta(os.path.join(workdir, "best"))["extra"]["metrics"]
+    best = checkpointing.read_meta(os.path.join(workdir, "best"))
+    assert best["extra"]["metrics"]
     capsys.readouterr()
     tiny_finetune_run("classification", tmp_path, eval_file="", **files)
     output = "".join(capsys.readouterr())
-    assert "no evaluation split: the last weights (step 2) are the result" in output and "best accuracy" not in output
-    assert checkpointing.read_meta(os.path.join(workdir, "best"))["extra"] == {"step": 2, "metrics": {}}
+    accuracy = best["extra"]["metrics"]["accuracy"]
+    assert f"best accuracy {accuracy:.4f} at step 2 on an earlier launch's evaluation" in output, output
+    assert "no evaluation split" not in output
+    assert checkpointing.read_meta(os.path.join(workdir, "best")) == best
 
 
 def test_from_scratch_fine_tunes_the_checkpoints_model_and_tokenizer_from_random_weights(pretrained_run):
@@ -1130,3 +1134,56 @@ def test_a_finished_run_relaunched_with_other_settings_is_refused(minilm_classif
     # (on another kind of host too: the products' precision it resolves is not the run's settings)
     config.model.matmul_precision = "default"
     assert finetune.finetune(config, str(workdir))["best"]["metrics"]["accuracy"] == 1.0
+
+
+def test_a_finished_run_scores_its_best_weights_on_a_new_evaluation_and_keeps_them_without_one(
+        minilm_classifier_run, tmp_path):
+    """Relaunched with a new labelled eval_file (the docs' way to score a file), a finished run
+    printed the old file's best score and rewrote eval.tsv for the new one; relaunched without
+    an evaluation split, it replaced its best weights, kept nowhere else, by its last (a review).
+    best/ is the run's result either way: the new file scores those weights."""
+    from bertjax import checkpointing, finetune
+    from small_runs import REVIEWS
+
+    workdir = tmp_path / "run"
+    shutil.copytree(minilm_classifier_run, workdir)
+    best = checkpointing.read_meta(str(workdir / "best"))
+    config = minilm_reviews_config(pathlib.Path(minilm_classifier_run).parent, copies=8, max_seq_length=16)
+    flipped = {"good": "bad", "bad": "good"}
+    (tmp_path / "flipped.csv").write_text("review,sentiment\n" + "".join(f"{review},{flipped[label]}\n"
+                                                                         for review, label in REVIEWS * 2))
+    config.data.eval_file = str(tmp_path / "flipped.csv")
+    result = finetune.finetune(config, str(workdir))
+    assert result["rescored"]["eval"]["accuracy"] == 0.0  # the weights that got all four right, every label flipped
+    assert result["best"]["step"] == best["step"] and result["best"]["metrics"]["accuracy"] == 1.0
+    rows = (workdir / "predictions" / "eval.tsv").read_text().splitlines()
+    assert len(rows) == 1 + 8 and all(line.split("\t")[1] != line.split("\t")[2] for line in rows[1:])
+    config.data.eval_file = ""
+    config.data.test_file = str(tmp_path / "flipped.csv")
+    assert finetune.finetune(config, str(workdir))["best"]["step"] == best["step"]
+    assert checkpointing.read_meta(str(workdir / "best")) == best  # kept, not replaced by the last weights
+    assert not [name for name in os.listdir(workdir) if name.startswith("best.")]
+
+
+def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_best(tmp_path):
+    """Resumed with another eval_file, a run compared its new scores with the best of the old
+    file and kept weights that score worse on this one as its best (a review). That best/ is
+    moved aside; the best starts again on this run's evaluation."""
+    from bertjax import checkpointing
+    from small_runs import tiny_finetune_run
+
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    (tmp_path / "other.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows[::-1][:6]))
+    files = dict(train_file=str(tmp_path / "data.csv"), text_b_key="")
+    workdir = tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "data.csv"), **files)
+    first = checkpointing.read_meta(os.path.join(workdir, "best"))["extra"]
+    tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "other.csv"),
+                      train={"num_steps": 4, "eval_every": 2}, **files)
+    [aside] = [name for name in os.listdir(workdir) if name.startswith("best.other-evaluation-")]
+    assert checkpointing.read_meta(os.path.join(workdir, aside))["extra"] == first  # kept whole
+    best = checkpointing.read_meta(os.path.join(workdir, "best"))["extra"]
+    assert best["step"] == 4 and best["evaluated_on"] != first["evaluated_on"]
+    tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "other.csv"),
+                      train={"num_steps": 4, "eval_every": 2}, **files)  # the same evaluation: nothing moved
+    assert len([name for name in os.listdir(workdir) if name.startswith("best.")]) == 1
