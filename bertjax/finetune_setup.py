@@ -217,6 +217,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     check_int(data, "pack_examples", 0)
     check_int(data, "seed", 0)  # numpy's generators take no negative seed
     family = tasks.family_of_task(config.task)
+    tasks.check_own_files(config)  # before a dataset it would ignore them for is downloaded and prepared
     if data.pack_examples and not family.packs_examples:
         packing = [other.name for other in tasks.FAMILIES.values() if other.packs_examples]
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for {' and '.join(packing)} "

@@ -111,6 +111,11 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir=gs://bucket/vocab"],
      "--output_dir=gs://bucket/vocab: give a local folder, then copy it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
+    # Refused before the dataset is downloaded and prepared (a review: offline, "glue/stsb is not
+    # prepared"; online, MNLI downloaded, then the refusal).
+    ("finetune.py", [FINETUNE + ":stsb", "--config.data.train_file={tmp}/header.csv",
+                     f"--config.data.vocab_path={os.path.join(MINILM_DIR, 'vocab.txt')}"],
+     "config.task='stsb' reads its own dataset and would ignore config.data.train_file: for your own files use"),
     ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt", "--output={tmp}/out",
                              "--layers=-1,-8"], "--layers=-1,-8: layer index -8 is outside [-7, 6]"),
     ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt", "--output={tmp}/out",

@@ -42,7 +42,7 @@ def family_of_architecture(architecture: str) -> Family | None:
 def load_task(config, tokenizer):
     """config.task -> its family's Task."""
     family = family_of_task(config.task)
-    check_own_files(config, family.own_file_tasks)
+    check_own_files(config)
     return family.load_task(config, tokenizer)
 
 
@@ -54,11 +54,18 @@ def prepare_tfds(config) -> None:
         prepared_tfds_builder(name, config.data.tfds_data_dir or None)
 
 
-def check_own_files(config, own_file_tasks: tuple[str, ...]) -> None:
-    """ValueError when a task that reads a dataset is given your own files (which it would
-    ignore), naming the task of the same family that reads them."""
+def check_own_files(config) -> None:
+    """ValueError when a task that reads a dataset is given your own files, or a setting only
+    your files' tasks read (a column's name, label names), which it would ignore; naming the
+    task of the same family that reads them."""
+    family = family_of_task(config.task)
+    if config.task in family.own_file_tasks:
+        return
     given = [f"config.data.{key}" for key in _OWN_FILE_KEYS if config.data[key]]
-    if given and config.task not in own_file_tasks:
-        instead = " or ".join(repr(task) for task in own_file_tasks)
+    given += [f"config.data.{key}={config.data.get(key, unset)!r}" for key, unset in family.own_file_settings.items()
+              if config.data.get(key, unset) != unset]
+    if given:
+        instead = " or ".join(repr(task) for task in family.own_file_tasks)
         raise ValueError(f"config.task={config.task!r} reads its own dataset and would ignore {', '.join(given)}: for "
-                         f"your own files use the task {instead} (--config=configs/finetune.py:{own_file_tasks[0]})")
+                         f"your own files use the task {instead} (--config=configs/finetune.py:"
+                         f"{family.own_file_tasks[0]})")

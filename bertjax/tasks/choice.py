@@ -256,6 +256,7 @@ class ChoiceFamily(Family):
     name = "choice"
     tasks = TASKS
     own_file_tasks = ("choice",)
+    own_file_settings = {"context_key": "context", "choices_key": "choices", "label_key": "label"}
     hf_architecture = "BertForMultipleChoice"
     text_lines = False
     choice_axis = True

@@ -319,9 +319,6 @@ def load_task(config, tokenizer) -> Task:
     """The configured classification/regression task with its splits tokenized."""
     task, data = config.task, config.data
     data_dir = data.tfds_data_dir or None
-    if task in (*GLUE, "demo") and (data.label_names or data.get("label_kind", "class") != "class"):
-        raise ValueError(f"config.data.label_names and label_kind are for your own files (config.task="
-                         f"classification or regression); {task}'s labels are its dataset's: leave them unset")
     if task in GLUE:
         spec = GLUE[task]
         label_names = spec.labels
@@ -431,6 +428,8 @@ class ClassificationFamily(Family):
     name = "classification"
     tasks = TASKS
     own_file_tasks = ("classification", "regression")
+    own_file_settings = {"file_format": "", "text_a_key": "text_a", "text_b_key": "text_b", "label_key": "label",
+                         "label_names": "", "label_kind": "class"}
     hf_architecture = "BertForSequenceClassification"
     packs_examples = True
     pair_inputs = True

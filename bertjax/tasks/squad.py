@@ -374,6 +374,7 @@ class SquadFamily(Family):
     version_key = "squad_version"
     reads_tokens = True
     own_file_tasks = ("squad",)
+    own_file_settings = {"skip_bad_answers": False}  # (TFDS's questions whose answer is not there: always skipped)
     hf_architecture = "BertForQuestionAnswering"
     serves_words = True
     extensions = {"json": "squad_json"}

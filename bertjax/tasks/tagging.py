@@ -318,10 +318,6 @@ def load_task(config, tokenizer) -> Task:
     then sorted) or config.data.label_names (comma-separated)."""
     data = config.data
     if config.task == "conll2003":
-        for key, default in (("label_names", ""), ("tag_column", -1)):
-            if data[key] != default:
-                raise ValueError(f"config.data.{key}={data[key]!r} is for your own files (config.task=ner); "
-                                 f"conll2003 has its dataset's tags: leave it unset")
         data_dir = data.tfds_data_dir or None
         sources = [(split, read_tfds("conll2003", split, data_dir)) for split in ("train", "dev", "test")]
         num_evals = 2
@@ -460,6 +456,7 @@ class TaggingFamily(Family):
     name = "tagging"
     tasks = TASKS
     own_file_tasks = ("ner",)
+    own_file_settings = {"label_names": "", "tag_column": -1}
     hf_architecture = "BertForTokenClassification"
     serves_words = True
     packs_examples = True

@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -564,19 +565,28 @@ def test_empty_texts_are_counted_and_the_first_is_named(tmp_path, tokenizer, cap
     assert warnings[0].endswith("train.csv:3); they are kept")
 
 
-def test_own_file_label_settings_are_refused_for_a_dataset_task(tokenizer):
+def test_own_file_settings_are_refused_for_a_dataset_task(tokenizer):
     """label_names (the order a reused head answers in) and label_kind were silently ignored by
-    GLUE, demo and conll2003 tasks, whose labels are their dataset's (a review)."""
-    from bertjax.tasks import tagging
+    GLUE, demo and conll2003 tasks, whose labels are their dataset's (a review); so were a
+    column's name (sst2 with text_a_key=review ran on its dataset's sentences) and text_b_key=''
+    (pairs still). Refused, naming each and the task that reads them (a later review)."""
+    from bertjax import tasks
 
-    for task, data in (("sst2", dict(label_names="positive,negative")), ("demo", dict(label_kind="float"))):
-        with pytest.raises(ValueError, match=rf"config.data.label_names and label_kind are for your own files .*; "
-                                             rf"{task}'s labels are its dataset's"):
-            classification.load_task(_config(task, **data), tokenizer)
-    with pytest.raises(ValueError, match=r"config.data.label_names='O,B-PER' is for your own files \(config.task=ner\)"):
-        tagging.load_task(_config("conll2003", label_names="O,B-PER"), tokenizer)
-    with pytest.raises(ValueError, match=r"config.data.tag_column=2 is for your own files \(config.task=ner\)"):
-        tagging.load_task(_config("conll2003", tag_column=2), tokenizer)
+    cases = [("sst2", dict(label_names="positive,negative"), "config.data.label_names='positive,negative'"),
+             ("demo", dict(label_kind="float"), "config.data.label_kind='float'"),
+             ("sst2", dict(text_a_key="review"), "config.data.text_a_key='review'"),
+             ("mrpc", dict(text_b_key="", label_key="y"), "config.data.text_b_key='', config.data.label_key='y'"),
+             ("conll2003", dict(label_names="O,B-PER"), "config.data.label_names='O,B-PER'"),
+             ("conll2003", dict(tag_column=2), "config.data.tag_column=2"),
+             ("hellaswag", dict(choices_key="endings"), "config.data.choices_key='endings'"),
+             ("squad_v2", dict(skip_bad_answers=True), "config.data.skip_bad_answers=True")]
+    for task, data, named in cases:
+        with pytest.raises(ValueError, match=rf"config.task='{task}' reads its own dataset and would ignore "
+                                             rf"{re.escape(named)}: for your own files use the task '"):
+            tasks.load_task(_config(task, **data), tokenizer)
+    for family in tasks.FAMILIES.values():  # "unset" is each key's default in configs/finetune.py
+        defaults = _config(family.own_file_tasks[0]).data
+        assert family.own_file_settings == {key: defaults[key] for key in family.own_file_settings}, family.name
 
 
 def test_a_tsv_quoted_by_a_csv_writer_is_warned_of(tmp_path, caplog):
