@@ -398,6 +398,8 @@ def write_predictions(split: Split, predictions: dict, directory: str) -> list[s
     lines = ["index\tprediction" + ("\tlabel" if split.has_labels else "")]
     for i, (index, prediction) in enumerate(zip(info.examples.ids, shown)):
         label = info.examples.labels[i] if split.has_labels else None
+        if split.has_labels and info.label_names is None:  # TFDS's float32 STS-B 3.32 as 3.32, not 3.319999933
+            label = f"{label:.6g}"
         lines.append(f"{index}\t{prediction}" + (f"\t{label}" if split.has_labels else ""))
     written = [write_lines(fileio.join(directory, f"{split.name}.tsv"), lines)]
     if info.examples.submission_file:
@@ -409,7 +411,8 @@ def write_predictions(split: Split, predictions: dict, directory: str) -> list[s
             submitted = [str(int(v)) for v in values]
         else:
             submitted = shown
-        lines = ["index\tprediction"] + [f"{index}\t{p}" for index, p in zip(info.examples.ids, submitted)]
+        # In the order of GLUE's test.tsv (TFDS shuffles its rows when it prepares them).
+        lines = ["index\tprediction"] + [f"{index}\t{p}" for index, p in sorted(zip(info.examples.ids, submitted))]
         written.append(write_lines(fileio.join(directory, "glue", info.examples.submission_file), lines))
     return written
 

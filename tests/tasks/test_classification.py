@@ -87,19 +87,41 @@ def test_glue_submission_files_use_glue_label_strings(tmp_path, tokenizer):
     classification.write_predictions(ax, {"prediction": np.array([0, 1, 2, 2])}, str(tmp_path))
     lines = (tmp_path / "glue" / "AX.tsv").read_text().splitlines()
     ids = ax.examples.examples.ids
-    assert lines == ["index\tprediction", f"{ids[0]}\tentailment", f"{ids[1]}\tneutral", f"{ids[2]}\tcontradiction",
-                     f"{ids[3]}\tcontradiction"]
+    assert lines == ["index\tprediction"] + [f"{index}\t{label}" for index, label in sorted(zip(
+        ids, ["entailment", "neutral", "contradiction", "contradiction"]))]
     classification.write_predictions(wnli.test_splits[0], {"prediction": np.array([1, 0, 1, 1])}, str(tmp_path))
-    assert (tmp_path / "glue" / "WNLI.tsv").read_text().splitlines()[1:3] == [
-        f"{wnli.test_splits[0].examples.examples.ids[0]}\t1", f"{wnli.test_splits[0].examples.examples.ids[1]}\t0"]
+    assert (tmp_path / "glue" / "WNLI.tsv").read_text().splitlines()[1:] == [
+        f"{index}\t{label}" for index, label in sorted(zip(wnli.test_splits[0].examples.examples.ids, [1, 0, 1, 1]))]
     classification.write_predictions(stsb.test_splits[0], {"prediction": np.array([5.7, -0.2, 2.345, 3.0])},
                                      str(tmp_path))
-    scores = [line.split("\t")[1] for line in (tmp_path / "glue" / "STS-B.tsv").read_text().splitlines()[1:]]
-    assert scores == ["5.000", "0.000", "2.345", "3.000"]  # clipped to STS-B's [0, 5]
+    scores = dict(line.split("\t") for line in (tmp_path / "glue" / "STS-B.tsv").read_text().splitlines()[1:])
+    assert [scores[str(index)] for index in stsb.test_splits[0].examples.examples.ids] == [
+        "5.000", "0.000", "2.345", "3.000"]  # clipped to STS-B's [0, 5]
     dev = (tmp_path / "validation_matched.tsv")
     assert not dev.exists()
     classification.write_predictions(mnli.eval_splits[0], {"prediction": np.zeros(4, np.int64)}, str(tmp_path))
     assert dev.read_text().splitlines()[0] == "index\tprediction\tlabel"
+
+
+def test_glue_submission_rows_follow_the_index_and_scores_read_as_written(tmp_path, tokenizer):
+    """TFDS shuffles a GLUE split's rows when it prepares it: the submission files came out in
+    that order, not test.tsv's; and STS-B's float32 gold scores were written 3.319999933242798
+    (a review)."""
+    import tensorflow as tf
+
+    def as_dataset(self, *args, **kwargs):  # rows in TFDS's (shuffled) order
+        return tf.data.Dataset.from_tensor_slices({"sentence1": [b"a b", b"c", b"d e f"],
+                                                   "sentence2": [b"g", b"h", b"i"],
+                                                   "label": np.float32([3.32, 1.1, 4.0]), "idx": [2, 0, 1]})
+
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+        stsb = classification.load_task(_config("stsb", max_seq_length=32), tokenizer)
+    [test] = stsb.test_splits  # (mock data labels the test split too; scored submission or not, the file's rows)
+    classification.write_predictions(test, {"prediction": np.float32([2.5, 0.5, 1.5])}, str(tmp_path))
+    assert (tmp_path / "glue" / "STS-B.tsv").read_text().splitlines() == [
+        "index\tprediction", "0\t0.500", "1\t1.500", "2\t2.500"]
+    classification.write_predictions(stsb.eval_splits[0], {"prediction": np.float32([2.5, 0.5, 1.5])}, str(tmp_path))
+    assert (tmp_path / "validation.tsv").read_text().splitlines()[1:] == ["2\t2.5\t3.32", "0\t0.5\t1.1", "1\t1.5\t4"]
 
 
 def _write(path, rows, fmt):
