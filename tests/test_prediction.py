@@ -137,6 +137,17 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
         assert item["context"][result["start"]:result["end"]] == result["answer"]
     with pytest.raises(ValueError, match="input 2: an empty context"):
         model.predict([inputs[0], {"question": "why?", "context": "  "}])
+    # Only characters the tokenizer drops: no context at all, which was answered "no answer" with
+    # probability 1.0 (a review).
+    for item, empty in (({"question": "why?", "context": "\u200b\u200b"}, "context"),
+                        ({"question": "\x00", "context": inputs[0]["context"]}, "question")):
+        with pytest.raises(ValueError, match=rf"input 2: an empty {empty} \(only whitespace, control or invisible"):
+            model.predict([inputs[0], item])
+    with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number, got '1'"):
+        model.predict(inputs[:1], null_score_diff_threshold="1")  # (a TypeError from math.isfinite)
+    # A length that leaves no room for the context: refused when loaded, not at the first predict.
+    with pytest.raises(ValueError, match="max_seq_length 8 leaves no room for a context after a question of up to"):
+        bertjax.load_model(workdir, max_seq_length=8)
     # Options that select no span are refused, not answered "" with null odds 1e9 (a review);
     # given as the run's own values, the answers are the defaults'.
     for options, name in (({"n_best_size": -1}, "n_best_size"), ({"max_answer_length": 0}, "max_answer_length")):
@@ -183,7 +194,10 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
     assert [r["null_odds"] for r in answers] == [r["null_odds"] for r in converted.predict(inputs)]
     assert "does not say which squad_version" not in caplog.text
     # Read as v1.1 without a word, a SQuAD 2.0 model answered every question (a review).
-    assert not any("null_odds" in r for r in bertjax.load_model(elsewhere, batch_size=8).predict(inputs))
+    as_v1 = bertjax.load_model(elsewhere, batch_size=8)
+    assert not any("null_odds" in r for r in as_v1.predict(inputs))
+    with pytest.raises(ValueError, match="null_score_diff_threshold is for a SQuAD v2.0 model"):
+        as_v1.predict(inputs[:1], null_score_diff_threshold=-5.0)  # (ignored without a word: a review)
     assert (f"{elsewhere.path} does not say which squad_version it was fine-tuned on (a Hugging Face or TF "
             "checkpoint from elsewhere): it answers as v1.1; if it was trained on another (v2.0), give --squad_version"
             ) in caplog.text

@@ -334,6 +334,9 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     if not 8 <= length <= bert.max_position_embeddings:
         raise ValueError(f"max_seq_length={length} must be in [8, the model's max_position_embeddings="
                          f"{bert.max_position_embeddings}]")
+    too_short = family and family.check_length(length, source.data)  # (else refused at the first predict)
+    if too_short:
+        raise ValueError(too_short)
     untrained = source.untrained_past(length)
     if untrained:  # as fine-tuning warns: outputs of longer inputs would come from untrained weights
         logging.warning("max_seq_length=%d is longer than %s; inputs longer than that meet them (max_seq_length=%d "

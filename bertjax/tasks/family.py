@@ -129,6 +129,11 @@ class Family:
         """The signature's inputs: (name, rank) of each <string> tensor, rank 1 = [batch]."""
         raise NotImplementedError
 
+    def check_length(self, max_seq_length: int, data: dict | None = None) -> str | None:
+        """Why a model of this family cannot read inputs at `max_seq_length` (its run's
+        config.data: `data`), or None."""
+        return None
+
     def check_export(self, tokenizer, max_seq_length: int = 512, data: dict | None = None) -> str | None:
         """Why a model with this tokenizer, exported at `max_seq_length` (its run's config.data:
         `data`), cannot be exported, or None: a family whose serving graph reads words
@@ -136,7 +141,7 @@ class Family:
         if self.serves_words and tokenizer.kind != "wordpiece":
             return (f"the export of {self.name} reads words (BERT's split) and needs a WordPiece vocabulary, "
                     f"not {tokenizer.kind}")
-        return None
+        return self.check_length(max_seq_length, data)
 
     def serving_settings(self, data: dict) -> dict:
         """The run's settings (its config.data: `data`) that `serve` bakes into the graph beyond

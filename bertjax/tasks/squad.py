@@ -34,6 +34,7 @@ import dataclasses
 import functools
 import math
 import os
+import unicodedata
 
 import jax.numpy as jnp
 import numpy as np
@@ -360,6 +361,12 @@ def _span_logits(outputs) -> dict:
     return {"start_logits": outputs[0].astype(jnp.float32), "end_logits": outputs[1].astype(jnp.float32)}
 
 
+def _has_text(text: str) -> bool:
+    """Whether `text` holds a character a tokenizer keeps: not whitespace, a control or an
+    invisible formatting character (a zero-width space), which BERT's normalisation drops."""
+    return any(unicodedata.category(character)[0] not in "CZ" for character in text)
+
+
 class SquadFamily(Family):
     """Raw input: {"question", "context", "id" (optional)} -> {"id", "answer", "start", "end"
     (character offsets into the context; -1 for no answer), "probability", "null_odds" (v2.0
@@ -404,8 +411,10 @@ class SquadFamily(Family):
         if not (isinstance(item, dict) and isinstance(item.get("question"), str)
                 and isinstance(item.get("context"), str)):
             raise ValueError(f"expected {{'question': text, 'context': text}}, got {item!r}"[:300])
-        if not item["question"].strip() or not item["context"].strip():
-            raise ValueError(f"an empty {'question' if not item['question'].strip() else 'context'}")
+        for key in ("question", "context"):
+            if not _has_text(item[key]):
+                raise ValueError(f"an empty {key}" + (" (only whitespace, control or invisible characters, which "
+                                                      "tokenizers drop)" if item[key].strip() else ""))
         if "id" in item and not (isinstance(item["id"], str) and item["id"].strip()):
             raise ValueError(f"an id must be a non-empty text, got {item['id']!r}")
         return item
@@ -439,8 +448,14 @@ class SquadFamily(Family):
         for name, value in (("n_best_size", n_best_size), ("max_answer_length", max_answer_length)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-        if null_score_diff_threshold is not None and not math.isfinite(null_score_diff_threshold):
-            raise ValueError(f"null_score_diff_threshold must be a finite number, got {null_score_diff_threshold!r}")
+        if null_score_diff_threshold is not None:
+            if (isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, (
+                    int, float, np.integer, np.floating)) or not math.isfinite(null_score_diff_threshold)):
+                raise ValueError(f"null_score_diff_threshold must be a finite number, got "
+                                 f"{null_score_diff_threshold!r}")
+            if model.task_info.get("squad_version", "v1.1") != "v2.0":
+                raise ValueError("null_score_diff_threshold is for a SQuAD v2.0 model, which may answer 'no answer'; "
+                                 "this one answers as v1.1, a span for every question")
         builder = ExampleBuilder("inputs", strict=True)
         for i, item in enumerate(parsed, start=1):
             builder.add(item.get("id", str(i)), item["question"], item["context"], [], False)
@@ -492,12 +507,12 @@ class SquadFamily(Family):
     def serving_inputs(self, task_info):
         return ("question", 1), ("context", 1)
 
-    def check_export(self, tokenizer, max_seq_length=512, data=None):
+    def check_length(self, max_seq_length, data=None):
         query = settings(data or {})["max_query_length"]
         if max_seq_length < query + 4:  # as featurize: no room would be left for the context
             return (f"max_seq_length {max_seq_length} leaves no room for a context after a question of up to "
                     f"{query} tokens (max_query_length) and 3 special tokens; give at least {query + 4}")
-        return super().check_export(tokenizer, max_seq_length, data)
+        return None
 
     def serving_settings(self, data):
         return settings(data)
