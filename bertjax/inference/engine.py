@@ -120,13 +120,19 @@ class Model:
 
         Rows are taken in order of length, batched `batch_size` at a time (the last batch
         padded with zero rows), each batch cut to its bucket length (`batching.eval_batches`);
-        `apply` is compiled once per (key, batch shape): `key` names what `apply` computes.
+        fewer rows than `batch_size` make one batch of the device count times the smallest
+        power of two that holds them (a call with one input computes one row a device, not
+        `batch_size`: a loop predicting one input at a time). `apply` is compiled once per
+        (key, batch shape): `key` names what `apply` computes.
         Returns {name: <[N, ...]>} in the split's row order, the outputs named in
         `sequence_outputs` (the sequence their last axis) padded back to the split's width
         (`batching.InSplitOrder`). progress(rows done).
         """
         gathered = batching.InSplitOrder(split, sequence_outputs)
-        for batch, real in batching.eval_batches(split, self.batch_size, self.buckets):
+        rows = self.mesh.devices.size
+        while rows < min(len(split), self.batch_size):
+            rows *= 2
+        for batch, real in batching.eval_batches(split, min(rows, self.batch_size), self.buckets):
             gathered.add(real, self._compiled_for(key, apply, batch)(self._run_params, batch))
             if progress is not None:
                 progress(gathered.count)
