@@ -350,6 +350,13 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
     (run / "metrics.jsonl").write_text('{"step": 1, "loss": 0.7}\n')
     with pytest.raises(FileNotFoundError, match=r"is a bertjax run with no saved weights yet: neither best/"):
         model_source.resolve(str(run))
+    # An export (TF Serving's version folders): named, not "no layout ... found: ['1']" (a review).
+    (tmp_path / "export" / "1" / "variables").mkdir(parents=True)
+    (tmp_path / "export" / "1" / "saved_model.pb").write_bytes(b"")
+    for given in ("export", "export/1"):
+        with pytest.raises(FileNotFoundError,
+                           match=r"is a TensorFlow SavedModel \(.*export/1(/saved_model.pb)?\): serve it"):
+            model_source.resolve(str(tmp_path / given))
 
 
 def test_a_fine_tuning_run_that_has_not_ended_is_not_read_as_its_result(unevaluated_run, tmp_path, caplog):
@@ -413,7 +420,7 @@ def _tiny_run(checkpoints, vocab_size=30, steps=(1,), data=None):
     return params
 
 
-def test_a_source_says_whether_its_pooler_learnt(tmp_path):
+def test_a_source_says_whether_its_pooler_learnt(tmp_path, caplog):
     """A frozen encoder's pooled [CLS] is a fixed random projection when the pooler never learnt:
     fine-tuning warns of it (a review found frozen classifiers reading such a pooler)."""
     from bertjax.inference import model_source
@@ -456,6 +463,9 @@ def test_a_source_says_whether_its_pooler_learnt(tmp_path):
     np.testing.assert_array_equal(params["embeddings"]["word_embeddings"]["embedding"],
                                   minilm["bert"]["embeddings"]["word_embeddings"]["embedding"])
     assert params["pooler"]["kernel"].std() > 0  # drawn, not zero
+    # Loading one warned of frozen encoders at every load, a tagger's predictions too (a review):
+    # fine-tuning a frozen encoder that reads it warns instead (pooler_trained False).
+    assert not [record for record in caplog.records if record.levelname == "WARNING" and "pooler" in record.message]
 
 
 def test_an_untrained_pooler_is_not_exported_as_if_trained(tmp_path):

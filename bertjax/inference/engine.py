@@ -247,7 +247,9 @@ class Model:
     def predict(self, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
         """The fine-tuned task's predictions on raw inputs, one dict per input, in order; what
         each family takes and returns: this module's docstring. Options go to the
-        family (e.g. squad's n_best_size); a bad input is a ValueError naming its position."""
+        family (e.g. squad's n_best_size); a bad input is a ValueError naming its position.
+        Every input is tokenized and predicted in one call, its outputs held together: give a
+        large input in chunks (launch/predict.py reads 1,024 at a time)."""
         family = self.family
         parsed = [at_position(i, lambda item: family.parse(item, self.task_info), item)
                   for i, item in enumerate(not_one_string(inputs, "inputs"), start=1)]
@@ -322,7 +324,10 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     batch_size: examples per compiled batch (rounded up to a multiple of the device count).
     precision: "float32" or "bfloat16" products (default: bfloat16 on TPU/GPU, float32 on CPU;
       see the module docstring and benchmarks/README.md for how often the two agree).
-    vocab_path / do_lower_case: override the tokenizer that comes with the model.
+    vocab_path / do_lower_case: the tokenizer for a model that comes without one; for a model
+      that names its vocabulary, vocab_path must be the same one (another is refused), and
+      do_lower_case another casing than a bertjax run trained with is refused (a release's
+      is overridden, with a warning) (`ModelSource.load_tokenizer`).
     """
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} (or None: the platform's default), got {precision!r}")

@@ -169,14 +169,12 @@ def load_huggingface(path: str) -> tuple[BertConfig, dict[str, Any]]:
     if decoder is not None and not np.array_equal(decoder, tensors.get("embeddings.word_embeddings.weight")):
         raise ValueError(f"{file}: 'cls.predictions.decoder.weight' is not tied to the word embeddings; "
                          "bertjax ties the MLM decoder to them")
-    architectures = hf_config.get("architectures") or ["the model"]
     pooler = ("pooler.dense.weight", "pooler.dense.bias")
     if not set(pooler) & set(tensors):  # BertFor{MaskedLM,TokenClassification,...}, BertModel(add_pooling_layer=False)
         # Initialised as Hugging Face initialises a missing pooler: a zero one would make a frozen
-        # encoder's pooled [CLS] zero for every input, leaving a classifier only its bias.
-        logging.warning("%s: %s has no pooler; bertjax's starts freshly initialised (a frozen encoder's pooled "
-                        "[CLS] is then a random projection: config.model.feature_combine=concat reads the last "
-                        "layer's [CLS] itself)", file, architectures[0])
+        # encoder's pooled [CLS] zero for every input, leaving a classifier only its bias. Said
+        # where it matters: fine-tuning a frozen encoder whose head reads it (model_source's
+        # pooler_trained), not at every load (a tagger's or span QA's predictions never read it).
         h, rng = config.hidden_size, np.random.default_rng(0)
         tensors.update({pooler[0]: rng.normal(0.0, config.initializer_range, (h, h)).astype(np.float32),
                         pooler[1]: np.zeros((h,), np.float32)})
@@ -624,6 +622,12 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
             return "bertjax", candidate
     if "sweep_results.json" in files:  # (bertjax.sweep.RESULTS_FILE)
         raise FileNotFoundError(_sweep_workdir(path))
+    saved_model = [name for name in sorted(files) if name == "saved_model.pb"
+                   or fileio.exists(fileio.join(path, name, "saved_model.pb"))]  # (TF Serving's version folders)
+    if saved_model:
+        raise FileNotFoundError(f"{path!r} is a TensorFlow SavedModel ({fileio.join(path, saved_model[0])}): serve it "
+                                "(TensorFlow Serving, tf.saved_model.load; docs/using-a-model.md); bertjax loads the "
+                                "run it was exported from")
     if files & {"checkpoints", "best", "metrics.jsonl"}:  # a bertjax run's workdir, with no weights yet
         raise FileNotFoundError(
             f"{path!r} is a bertjax run with no saved weights yet: neither best/ (a fine-tuning run writes it at "
