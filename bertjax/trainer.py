@@ -383,9 +383,16 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
             except checkpointing.CheckpointMismatchError as error:
                 raise checkpointing.CheckpointMismatchError(
                     _with_changed_settings(error, str(checkpointer.directory), config)) from None
-            changes = run_config.changed_settings(meta["config"], config) if config is not None else []
+            # The weights a run started from are not read on a resume: another (or the same moved)
+            # is no change to the continuation, said apart.
+            left_out = (*run_config.OPERATIONAL_SETTINGS, "init_weights")
+            changes = run_config.changed_settings(meta["config"], config, left_out) if config is not None else []
             if changes:
                 log.warning("%s", run_config.describe_changes(changes))
+            started, named = (meta["config"] or {}).get("init_weights"), (config or {}).get("init_weights")
+            if started and named and started != named:
+                log.warning("resumed from the run's own checkpoint: config.init_checkpoint now names %s, not the %s "
+                            "it started from, and a resume does not read it", named, started)
             # Non-finite steps count from the resume: a run stopped for them is resumed (at a lower
             # learning rate) from a checkpoint whose count may already be at the limit.
             state = state.replace(bad_steps=state.bad_steps * 0, worst_bad_run=state.worst_bad_run * 0)

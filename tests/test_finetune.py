@@ -135,22 +135,25 @@ def test_a_resume_needs_only_its_workdir_and_refuses_another_vocabulary(pretrain
     config.init_checkpoint = str(init)
     config.checkpoint.every = 1
     finetune.finetune(config, str(tmp_path / "run"))
-    # The init checkpoint went on (a pre-training run still saving): the resume says so, as for
-    # any changed setting (a finished run returned the older weights' results silently; a review).
+    # The init checkpoint went on (a pre-training run still saving): the resume says so (a
+    # finished run returned the older weights' results silently; a review), and that it does
+    # not read them: no change to the continuation (a later review: a moved init_checkpoint
+    # was called "not an exact continuation").
     steps = sorted(int(name) for name in os.listdir(init / "checkpoints") if name.isdigit())
     shutil.copytree(init / "checkpoints" / str(steps[-1]), init / "checkpoints" / str(steps[-1] + 100))
     config.train.num_steps = 3
     with caplog.at_level("WARNING"):
         finetune.finetune(config, str(tmp_path / "run"))
-    assert "resumed with 2 setting(s) changed" in caplog.text and "init_weights" in caplog.text  # and num_steps
-    assert f"checkpoints/{steps[-1]}' -> '{init}/checkpoints/{steps[-1] + 100}'" in caplog.text
+    assert "resumed with 1 setting(s) changed" in caplog.text and "init_weights" not in caplog.text  # num_steps
+    assert (f"config.init_checkpoint now names {init}/checkpoints/{steps[-1] + 100}, not the {init}/checkpoints/"
+            f"{steps[-1]} it started from, and a resume does not read it") in caplog.text
     caplog.clear()
     shutil.rmtree(init)
     config.train.num_steps = 4
     with caplog.at_level("WARNING"):
         summary = finetune.finetune(config, str(tmp_path / "run"))
     assert f"config.init_checkpoint={init} cannot be read" in caplog.text
-    assert "init_weights" not in caplog.text  # resumed from its own: the weights it started from
+    assert "init_checkpoint now names" not in caplog.text  # resumed from its own: the weights it started from
     assert [r["step"] for r in _metrics(tmp_path / "run") if "loss" in r] == [1, 2, 3, 4] and summary["last"]
     # Without a checkpoint that names its vocabulary, only the run's saved tokenizer can tell.
     vocab = (tmp_path / "run" / "tokenizer" / "vocab.txt").read_text().splitlines()
