@@ -619,14 +619,16 @@ def test_the_progress_rate_counts_from_the_first_chunk(monkeypatch, capsys):
     start made the first ETA several times too long (a review: 214/s said, 1,500/s true)."""
     from bertjax.inference import batch_predict
 
-    clock = iter([100.0, 101.0, 102.0])
+    clock = iter([100.0, 120.0, 140.0, 150.0])
     monkeypatch.setattr(batch_predict.time, "time", lambda: next(clock))
     report = batch_predict.progress_line()
-    for done in (1024, 2048, 3072):
+    for done in (1024, 2048, 3072, 4096):
         report(done, 4096)
+    # Off a terminal (a log file: a line a chunk was 60 lines for 60,000 inputs, a review): the
+    # first, one at most every 30 s, the last.
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ["predicted 1024/4096 inputs", "predicted 2048/4096 inputs (1024/s, ETA 2s)",
-                     "predicted 3072/4096 inputs (1024/s, ETA 1s)"]
+    assert lines == ["predicted 1024/4096 inputs", "predicted 3072/4096 inputs (51/s, ETA 20s)",
+                     "predicted 4096/4096 inputs (61/s, ETA 0s)"]
 
 
 def test_sigterm_leaves_no_half_written_output(minilm_classifier_run, tmp_path):

@@ -304,11 +304,13 @@ def _number(where: str, position: int) -> int:
 
 
 def progress_line() -> Callable[[int, int | None], None]:
-    """A progress reporter for predict_all: one stderr line per chunk on inputs of more than
-    one chunk (a stream's: from its second), with the rate and, where the total is known,
-    the time left, both from the first chunk's end on: the time before it went to reading and
-    checking the inputs and compiling, which later chunks do not repeat."""
+    """A progress reporter for predict_all: stderr lines on inputs of more than one chunk (a
+    stream's: from its second), one a chunk on a terminal, else (a log file) the first, then
+    at most one every console.LINE_SECONDS and the last; with the rate and, where the total is
+    known, the time left, both from the first chunk's end on: the time before it went to
+    reading and checking the inputs and compiling, which later chunks do not repeat."""
     first: list[tuple[float, int]] = []  # (time, inputs done) at the first report
+    last_line = [0.0]
 
     def report(done: int, total: int | None) -> None:
         if not (done > CHUNK_INPUTS or (total or 0) > CHUNK_INPUTS):
@@ -316,8 +318,12 @@ def progress_line() -> Callable[[int, int | None], None]:
         now, of = time.time(), "" if total is None else f"/{total}"
         if not first:
             first.append((now, done))
+            last_line[0] = now
             print(f"predicted {done}{of} inputs", file=sys.stderr, flush=True)
             return
+        if not sys.stderr.isatty() and now - last_line[0] < console.LINE_SECONDS and done != total:
+            return
+        last_line[0] = now
         rate = (done - first[0][1]) / max(now - first[0][0], 1e-9)
         left = "" if total is None else f", ETA {console.format_duration((total - done) / max(rate, 1e-9))}"
         print(f"predicted {done}{of} inputs ({rate:.0f}/s{left})", file=sys.stderr, flush=True)
