@@ -111,6 +111,11 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir=gs://bucket/vocab"],
      "--output_dir=gs://bucket/vocab: give a local folder, then copy it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
+    # A path under a file ("[Errno 20] Not a directory", and "the folder does not exist": a review).
+    ("pretrain.py", [PRETRAIN, "--workdir={tmp}/text.txt/run"],
+     "workdir {tmp}/text.txt/run: cannot make the folder ({tmp}/text.txt is a file)"),
+    ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt",
+                             "--output={tmp}/text.txt/out.jsonl"], "{tmp}/text.txt is a file, not a folder"),
     # Refused before the dataset is downloaded and prepared (a review: offline, "glue/stsb is not
     # prepared"; online, MNLI downloaded, then the refusal).
     ("finetune.py", [FINETUNE + ":stsb", "--config.data.train_file={tmp}/header.csv",

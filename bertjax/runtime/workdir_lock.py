@@ -46,6 +46,14 @@ class WorkdirBusyError(ValueError):
         self.holder = holder
 
 
+def _why_not_made(path: str, error: OSError) -> str:
+    """What stops a folder being made at `path`: the file on its way, else the OS's reason."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    return f"{parent} is a file" if os.path.isfile(parent) else error.strerror or str(error)
+
+
 @contextlib.contextmanager
 def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str = LOCK_NAME) -> Iterator[None]:
     """Holds `<workdir>/<lock_name>` (creating the workdir) until the block ends.
@@ -63,7 +71,10 @@ def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str
         raise ValueError("the workdir must be a folder's path, got ''")
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ValueError(f"workdir {workdir} is a file; give a folder")
-    os.makedirs(workdir, exist_ok=True)
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as error:  # a file on its path (Errno 20), no permission
+        raise ValueError(f"workdir {workdir}: cannot make the folder ({_why_not_made(workdir, error)})") from None
     path = os.path.join(workdir, lock_name)
     with open(path, "a+", encoding="utf-8") as lock_file:
         locked = _try_lock(lock_file, workdir)
