@@ -159,6 +159,8 @@ CASES = [
     ("benchmark.py", ["--config.train.grad_accum_steps=0"], "config.train.grad_accum_steps=0: --batch_size="),
     # predict.py: a path that is no model, a model without the head or task asked for.
     ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
+    ("predict.py", ["--model={tmp}", "--text=hi", "--output=/dev/null"],  # (a review: "exists; remove it")
+     "--output=/dev/null is no regular file; leave --output unset to write to stdout"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--input={tmp}/header.csv"],
      "--input={tmp}/header.csv: no inputs (an empty file?)"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--text=a [MASK] .", "--output={tmp}/out"],
