@@ -145,7 +145,7 @@ class Loop:
                 self._evaluation_left = step
             self._save_now(step, state)
             if step < self.num_steps and self.watcher.should_stop(step):  # a stop signal too: it wins
-                raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to "
+                raise TrainingStopped(f"{self.watcher.stopped_by}: saved step {step} to "
                                       f"{self.checkpointer.directory} (its last {int(worst)} steps had a non-finite "
                                       f"loss or gradient); run the same command again to resume")
             raise TrainingDiverged(
@@ -189,7 +189,7 @@ class Loop:
                 self._evaluation_left = step
                 self._log_before_stopping(step, state)
                 self._save_now(step, state)
-                raise TrainingStopped(f"preempted ({self.watcher.signal_name}) during the evaluation after step "
+                raise TrainingStopped(f"{self.watcher.stopped_by} during the evaluation after step "
                                       f"{step}: saved step {step} to {self.checkpointer.directory}; run the same "
                                       "command again to resume (it evaluates first)") from None
             except Exception:
@@ -244,9 +244,10 @@ class Loop:
                 self._save_now(step, state)
             saved = self.checkpointer.latest_step()
             raise TrainingStopped(
-                f"preempted ({stopped.signal_name}) at step {step} after waiting {stopped.waited:.0f}s for the input "
-                f"pipeline; " + (f"saved step {saved} to {self.checkpointer.directory}; run the same command again "
-                                 f"to resume" if saved is not None else "nothing was saved")) from None
+                f"{preemption.stopped_by(stopped.signal_name)} at step {step} after waiting {stopped.waited:.0f}s "
+                f"for the input pipeline; " + (f"saved step {saved} to {self.checkpointer.directory}; run the same "
+                                               f"command again to resume" if saved is not None else "nothing was saved")
+            ) from None
 
     def _log_before_stopping(self, step: int, state: TrainState) -> None:
         """The steps since the last log step as a row at `step`, written out before a stop: the
@@ -286,7 +287,7 @@ class Loop:
             if step < self.num_steps and self.watcher.should_stop(step):
                 self._log_before_stopping(step, state)
                 self._save_now(step, state, extra_meta)
-                raise TrainingStopped(f"preempted ({self.watcher.signal_name}): saved step {step} to "
+                raise TrainingStopped(f"{self.watcher.stopped_by}: saved step {step} to "
                                       f"{self.checkpointer.directory}; run the same command again to resume")
 
     def close(self) -> None:

@@ -26,18 +26,22 @@ def test_sigterm_sets_the_flag_and_close_restores_the_handler():
         os.kill(os.getpid(), signal.SIGTERM)
         assert watcher.signalled
         assert watcher.should_stop(2)  # single process: checked at every step
+        assert watcher.stopped_by == "preempted (SIGTERM)"
     finally:
         watcher.close()
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-def test_ctrl_c_stops_with_a_checkpoint_and_a_second_one_quits(capsys):
+def test_ctrl_c_stops_with_a_checkpoint_and_a_second_one_quits(capsys, caplog):
+    """... said as an interruption, once: a Ctrl-C printed three lines, the last calling it a
+    preemption (a review)."""
     before = signal.getsignal(signal.SIGINT)
     watcher = PreemptionWatcher()
     try:
         os.kill(os.getpid(), signal.SIGINT)
         assert watcher.should_stop(1) and watcher.signal_name == "SIGINT"
         assert "stopping with a checkpoint after this step" in capsys.readouterr().err
+        assert watcher.stopped_by == "interrupted (Ctrl-C)" and "preemption" not in caplog.text
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     finally:

@@ -73,6 +73,12 @@ def report_start(step: int) -> None:
 _unheeded: str | None = None  # a signal a closed watcher received and its run finished without heeding
 
 
+def stopped_by(signal_name: str) -> str:
+    """How a stop is told: 'preempted (SIGTERM)', or for SIGINT 'interrupted (Ctrl-C)' (a person,
+    not a scheduler)."""
+    return "interrupted (Ctrl-C)" if signal_name == "SIGINT" else f"preempted ({signal_name})"
+
+
 class PreemptionWatcher:
     """Create one after `jax.distributed.initialize` (if any); call `should_stop` every step.
 
@@ -120,8 +126,9 @@ class PreemptionWatcher:
             stop = self.signalled
         if stop and not self.heeded:  # (asked again for the step it stops at)
             self.heeded = True
-            log.warning("preemption: %s received%s; stopping at step %d", self.signal_name,
-                        " by a host of this run" if self.coordinated else "", step)
+            if self.signal_name != "SIGINT":  # (a Ctrl-C's handler has said so on the console)
+                log.warning("preemption: %s received%s; stopping at step %d", self.signal_name,
+                            " by a host of this run" if self.coordinated else "", step)
         return bool(stop)
 
     def stop_now(self) -> str | None:
@@ -137,6 +144,11 @@ class PreemptionWatcher:
     def signal_name(self) -> str:
         """The signal that stops the run: SIGTERM, or SIGINT (Ctrl-C, single process)."""
         return self.signalled or "SIGTERM"
+
+    @property
+    def stopped_by(self) -> str:
+        """How the stop is told (`stopped_by`): 'preempted (SIGTERM)', 'interrupted (Ctrl-C)'."""
+        return stopped_by(self.signal_name)
 
     def close(self) -> None:
         """Puts back the SIGTERM and SIGINT handlers installed before (single process). A signal
