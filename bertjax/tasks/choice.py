@@ -271,7 +271,7 @@ class ChoiceFamily(Family):
 
     def parse(self, item, task_info):
         choices = item.get("choices") if isinstance(item, dict) else None
-        if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
+        if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, (list, tuple))
                 and all(isinstance(c, str) for c in choices) and sum(c != "" for c in choices) >= 2):
             raise ValueError(f"expected {{'context': text, 'choices': [at least 2 texts]}} (\"\" is no choice), "
                              f"got {item!r}"[:300])
