@@ -55,6 +55,7 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 from typing import Any, Callable, Iterator
 
@@ -612,6 +613,9 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
     builder = tfds.builder(name, data_dir=data_dir)
     if builder.is_prepared():
         return builder
+    root = str(builder.data_dir_root)  # what a failed attempt makes there (the dataset's folders, downloads/)
+    made = [path for path in (root, os.path.join(root, builder.name), os.path.join(root, "downloads"))
+            if not fileio.is_remote(path) and not os.path.exists(path)]
     retries = downloader.MAX_RETRIES
     downloader.MAX_RETRIES = 0
     try:
@@ -625,6 +629,8 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
             downloader.MAX_RETRIES = retries
             builder.download_and_prepare()  # the host answered: with TFDS's retries
             return builder
+        for path in made:  # an empty dataset folder left makes TFDS warn of it at every later start
+            shutil.rmtree(path, ignore_errors=True)
         raise ValueError(
             f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and cannot be downloaded here (no network: "
             f"{_error_host(error)}). Prepare it where there is one: python -c \"import tensorflow_datasets as tfds; "

@@ -62,6 +62,13 @@ def test_a_dataset_neither_prepared_nor_downloadable_fails_without_retrying(tmp_
     assert "cannot be downloaded here (no network: " in message and "does not resolve" in message
     assert f"tfds.builder('{dataset}', data_dir='DIR').download_and_prepare()" in message
     assert "gs://" in message and "config.data.tfds_data_dir" in message
+    # Nothing left behind: an empty dataset folder made TFDS warn "has no dataset_info.json" at
+    # every later start (a review found ~/tensorflow_datasets/glue/ after one such attempt).
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "mine").mkdir()  # a folder the user keeps there stays
+    with pytest.raises(ValueError):
+        tasks.load_task(_config(task, tfds_data_dir=str(tmp_path)), tokenizer=None)
+    assert os.listdir(tmp_path) == ["mine"]
 
 
 def test_a_connection_error_other_than_no_network_gets_tfds_retries(tmp_path, monkeypatch):
