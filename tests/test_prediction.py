@@ -268,6 +268,8 @@ def test_multiple_choice_predicts_the_runs_own_choices(runs):
         assert np.argmax(result["probabilities"]) == result["choice"]
     with pytest.raises(ValueError, match="at least 2 texts"):
         model.predict([{"context": "x", "choices": ["only one"]}])
+    with pytest.raises(ValueError, match=r"input 1: choice 1 is only whitespace; give it a text"):
+        model.predict([{"context": "x", "choices": ["one", " \t", "two"]}])  # (scored on no tokens: a review)
     context, choices, _ = dev[0]  # a tuple of choices is as good as a list (a review: refused)
     assert model.predict([{"context": context, "choices": tuple(choices)}]) == results[:1]
     # "" is no choice, as in the SavedModel's padded rows: probability 0, the others as without it.

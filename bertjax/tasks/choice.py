@@ -82,9 +82,10 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
             raise ValueError(f"{where}: expected {choices_key!r} to be a list of at least 2 strings, "
                              f"got {options!r}"[:300])
-        if "" in options:  # prediction and the SavedModel read "" as no choice (fixed-width inputs)
-            raise ValueError(f"{where}: choice {options.index('')} is empty; every choice needs a text (\"\" is "
-                             "no choice when predicting)")
+        empty = next((k for k, option in enumerate(options) if not option.strip()), None)
+        if empty is not None:  # prediction and the SavedModel read "" as no choice (fixed-width inputs)
+            raise ValueError(f"{where}: choice {empty} is empty; every choice needs a text (\"\" is no choice when "
+                             "predicting)")
         label = -1
         if label_key is not None:
             label = row.get(label_key)
@@ -275,6 +276,9 @@ class ChoiceFamily(Family):
                 and all(isinstance(c, str) for c in choices) and sum(c != "" for c in choices) >= 2):
             raise ValueError(f"expected {{'context': text, 'choices': [at least 2 texts]}} (\"\" is no choice), "
                              f"got {item!r}"[:300])
+        blank = next((k for k, choice in enumerate(choices) if choice and not choice.strip()), None)
+        if blank is not None:  # no tokens: [CLS] context [SEP] alone, scored as a choice
+            raise ValueError(f"choice {blank} is only whitespace; give it a text (\"\" is no choice)")
         return item
 
     def predict(self, model, parsed, **options):

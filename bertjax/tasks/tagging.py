@@ -90,7 +90,8 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
     """A CoNLL-format file (local or gs://) -> TaggingExamples.
 
     tag_column None: an unlabeled file (tokens only); tags_optional: unlabeled too when the
-    first token line has no tag column. label_names None: the file's own tags, sorted with
+    first token line has no tag column, or when no tag names an entity (a placeholder "O"
+    column some tools write: scored, every F1 would be 0). label_names None: the file's own tags, sorted with
     "O" first (use it for the training file, then pass its label_names to the others).
     Errors name file:line: a line without the tag (or token) column, a line with another
     number of columns than the file's first token line, a tag that is not "O" or
@@ -131,12 +132,17 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
             tag = columns[tag_column]
             if known is not None and tag not in known:
                 raise ValueError(f"{path}:{number}: unknown tag {tag!r}; known tags: {list(label_names)} (the "
-                                 "training file's, or config.data.label_names: list every tag there)")
+                                 "training file's, or config.data.label_names: list every tag there)"
+                                 + (f"; if column {tag_column} (config.data.tag_column) is no NER tag here (a POS "
+                                    "or chunk column), give this file its tokens alone" if tags_optional else ""))
             if not ner_metrics.is_tag(tag):
                 raise ValueError(f"{path}:{number}: tag {tag!r} is neither 'O' nor B-, I-, E- or S-<type> "
                                  f"(config.data.tag_column={tag_column} picks the column)")
             word_tags.append(tag)
     end_sentence()
+    if tag_column is not None and tags_optional and all(tag == "O" for sentence in tags for tag in sentence):
+        logging.warning("%s: every tag is 'O' (a placeholder column?): predicted, not scored", path)
+        tag_column = None
     if tag_column is None:
         return TaggingExamples(path, sentences, None, list(label_names or ["O"]), locations)
     if label_names is None:

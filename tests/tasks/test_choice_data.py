@@ -108,6 +108,7 @@ def test_predictions_carry_the_rows_ids(tmp_path, demo_tokenizer):
     ({"context": "a", "choices": ["x", "y"], "label": "1"}, "expected 'label'.*got '1'"),
     # A real choice in training but no choice when predicting (a review): refused where read.
     ({"context": "a", "choices": ["x", ""], "label": 1}, r"choice 1 is empty; every choice needs a text"),
+    ({"context": "a", "choices": [" ", "x"], "label": 1}, r"choice 0 is empty; every choice needs a text"),
 ])
 def test_jsonl_bad_lines_name_file_and_line(tmp_path, row, message):
     path = _write_jsonl(tmp_path, [{"context": "ok", "choices": ["x", "y"], "label": 0}, row])

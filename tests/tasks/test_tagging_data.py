@@ -158,6 +158,17 @@ def test_conll_tags_optional_decided_by_the_first_token_line(tmp_path):
     path.write_text("EU B-ORG\nrejects\n", encoding="utf-8")
     with pytest.raises(ValueError, match=rf"{path}:2: expected the token in column 0 and the tag in column -1"):
         tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
+    # A placeholder "O" column (some tools need one): scored, its F1 was 0 at every evaluation, and
+    # with no eval_file it picked the best checkpoint (a review). Read as unlabeled.
+    path.write_text("EU O\nrejects O\n\nPeter O\n", encoding="utf-8")
+    placeholder = tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
+    assert placeholder.tags is None and placeholder.sentences == [["EU", "rejects"], ["Peter"]]
+    assert tagging.read_conll(str(path), label_names=["O", "B-ORG"]).tags == [["O", "O"], ["O"]]  # dev: scored
+    # POS and chunk columns in a test file meant to be untagged: the tag column reads a chunk tag.
+    path.write_text("EU NNP B-NP\nrejects VBZ B-VP\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"unknown tag 'B-NP'; known tags: .*; if column -1 \(config.data.tag_column\) "
+                                         r"is no NER tag here \(a POS or chunk column\), give this file its tokens"):
+        tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
 
 
 def test_conll_bad_lines_name_file_and_line(tmp_path):
