@@ -82,9 +82,10 @@ def training_batches(config: ml_collections.ConfigDict, train: Split, data_paral
 
 def _init_weights(source: model_source.ModelSource | None, config: ml_collections.ConfigDict, workdir: str) -> str:
     """The step folder fine-tuning starts from ("" from scratch), saved with the run's config: a
-    resume whose config.init_checkpoint now holds other weights (a pre-training run that went
-    on) says so, as for any changed setting. When that checkpoint is gone and the run resumes
-    from its own (`checkpoint_source`), the one it started from."""
+    resume whose config.init_checkpoint now names other weights (a pre-training run that went
+    on, a folder moved) says so, and that it does not read them (trainer.initial_state); a
+    sweep compares it. When that checkpoint is gone and the run resumes from its own
+    (`checkpoint_source`), the one it started from."""
     if source is None:
         return ""
     own = run_config.own_checkpoints(workdir)
@@ -544,7 +545,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
     # -- The loop's bookkeeping: logs, checkpoints, the best evaluation so far. --
     evaluated_on = evaluation_digest(task)
-    finished = start_step >= train_cfg.num_steps
+    # (a run stopped in its last evaluation owes it: not finished, it evaluates again)
+    finished = start_step >= train_cfg.num_steps and not (
+        task.eval_splits and training_loop.evaluation_owed_at(checkpointer, start_step))
     trainer.process_zero_first(lambda: _set_best_aside(fileio.join(workdir, "best"), fresh=start_step == 0,
                                                        finished=finished, evaluated_on=evaluated_on), "best/ checked")
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,

@@ -28,7 +28,7 @@ class EvaluationInterrupted(Exception):
     """A stop signal came during an evaluation (`Loop.check_stop_during_evaluation`)."""
 
 
-def _evaluation_owed_at(checkpointer, step: int) -> bool:
+def evaluation_owed_at(checkpointer, step: int) -> bool:
     """Whether the checkpoint of `step` was saved by a stop that put off its evaluation."""
     from bertjax.runtime import fileio
 
@@ -71,7 +71,7 @@ class Loop:
         self.fixed_metrics = dict(fixed_metrics or {})  # logged with every record, e.g. compile time
         # A run stopped at an evaluation step saved first: its evaluation comes before the first
         # step, under this run's cadence or not (else those weights could never be the best).
-        self.owes_evaluation = bool(start_step and eval_every and _evaluation_owed_at(checkpointer, start_step))
+        self.owes_evaluation = bool(start_step and eval_every and evaluation_owed_at(checkpointer, start_step))
         is_writer = jax.process_index() == 0
         # (A run killed after logging the owed evaluation owes it still: logged once, not twice.)
         self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step,

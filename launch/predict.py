@@ -127,6 +127,9 @@ def main(_):
                       file=sys.stderr)
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                precision=_PRECISION.value, **_VOCABULARY())
+    too_short = family != "fill_mask" and model.family.check_length(model.max_seq_length, source.data)
+    if too_short:  # before an output is opened or an input predicted
+        raise ValueError(f"--{too_short}")
     write, close = batch_predict.jsonl_writer(_OUTPUT.value)
     completed = False
     try:

@@ -298,6 +298,40 @@ def test_a_transient_read_error_is_retried_and_nothing_is_moved(tmp_path, small8
     ckpt.close()
 
 
+def test_a_sigterm_while_a_step_is_read_stops_it_and_is_no_read_error(tmp_path, small8, monkeypatch):
+    """A training launcher's SIGTERM outside the steps (cli.stop_on_sigterm) raised an Exception:
+    a restore took it for a failed read and tried again, then went on ignoring the signal; a step
+    read for the newest readable was set aside as unreadable (a review). It is a StopSignal, which
+    no `except Exception` takes."""
+    import signal
+
+    from bertjax.runtime import cli
+    from bertjax.runtime.errors import StopSignal
+
+    state, abstract = small8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=3, async_save=False)
+    ckpt.save(1, state, data_position=11, config=CONFIG)
+    ckpt.save(2, state, data_position=22, config=CONFIG)
+    before = _files(tmp_path)
+    real, attempts = ocp.CheckpointManager.restore, []
+
+    def signalled(manager, step, *args, **kwargs):
+        attempts.append(step)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here, inside the read
+        return real(manager, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", signalled)
+    previous = signal.getsignal(signal.SIGTERM)
+    cli.stop_on_sigterm()
+    try:
+        with pytest.raises(StopSignal, match="SIGTERM outside the training steps"):
+            ckpt.restore(abstract)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert attempts == [2] and _files(tmp_path) == before  # one attempt, nothing set aside
+    ckpt.close()
+
+
 def test_a_step_that_keeps_failing_is_moved_aside_intact_never_deleted(tmp_path, small8, monkeypatch, caplog):
     state, abstract = small8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=2, async_save=False)

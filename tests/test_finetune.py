@@ -1168,7 +1168,7 @@ def test_a_finished_run_scores_its_best_weights_on_a_new_evaluation_and_keeps_th
     assert not [name for name in os.listdir(workdir) if name.startswith("best.")]
 
 
-def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_best(tmp_path):
+def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_best(tmp_path, monkeypatch):
     """Resumed with another eval_file, a run compared its new scores with the best of the old
     file and kept weights that score worse on this one as its best (a review). That best/ is
     moved aside; the best starts again on this run's evaluation."""
@@ -1190,3 +1190,12 @@ def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_bes
     tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "other.csv"),
                       train={"num_steps": 4, "eval_every": 2}, **files)  # the same evaluation: nothing moved
     assert len([name for name in os.listdir(workdir) if name.startswith("best.")]) == 1
+    # Stopped in its last evaluation, a run owes it: not finished, so its best/ is not kept across
+    # evaluations either (a review: the owed evaluation was compared with the old file's best).
+    from bertjax import training_loop
+
+    monkeypatch.setattr(training_loop, "evaluation_owed_at", lambda checkpointer, step: True)
+    tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "data.csv"),
+                      train={"num_steps": 4, "eval_every": 2}, **files)
+    assert len([name for name in os.listdir(workdir) if name.startswith("best.other-evaluation-")]) == 2
+    assert checkpointing.read_meta(os.path.join(workdir, "best"))["extra"]["evaluated_on"] == first["evaluated_on"]

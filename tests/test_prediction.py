@@ -145,9 +145,18 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
             model.predict([inputs[0], item])
     with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number, got '1'"):
         model.predict(inputs[:1], null_score_diff_threshold="1")  # (a TypeError from math.isfinite)
-    # A length that leaves no room for the context: refused when loaded, not at the first predict.
+    # A length that leaves no room for the context: said so (it was a featurize error); the
+    # features of such a model at that length are no question's (a review: refused at load).
+    short = bertjax.load_model(workdir, max_seq_length=8)
     with pytest.raises(ValueError, match="max_seq_length 8 leaves no room for a context after a question of up to"):
-        bertjax.load_model(workdir, max_seq_length=8)
+        short.predict(inputs[:1])
+    assert short.features(["a context"], pooling="mean")[0]["values"].shape[0] == 1
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    refused = subprocess.run([sys.executable, os.path.join(root, "launch", "predict.py"), f"--model={workdir}",
+                              "--text=who? ||| a context", "--max_seq_length=8"], capture_output=True, text=True,
+                             env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+        "error: --max_seq_length 8 leaves no room for a context"), refused.stderr[-2000:]
     # Options that select no span are refused, not answered "" with null odds 1e9 (a review);
     # given as the run's own values, the answers are the defaults'.
     for options, name in (({"n_best_size": -1}, "n_best_size"), ({"max_answer_length": 0}, "max_answer_length")):
@@ -165,7 +174,6 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
     long_question = {**inputs[0], "id": "long", "question": " ".join(["where"] * (limit + 1))}
     assert [r.get("truncated") for r in model.predict([inputs[0], long_question])] == [None, True]
     # Converted to Hugging Face and read back, it still answers SQuAD 2.0 ("no answer", null odds).
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, os.path.join(root, "launch", "convert_checkpoint.py"), f"--input={workdir}",
                     f"--output={tmp_path}/hf"], check=True, capture_output=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     converted = bertjax.load_model(str(tmp_path / "hf"), batch_size=8)

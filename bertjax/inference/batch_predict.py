@@ -306,9 +306,10 @@ def _number(where: str, position: int) -> int:
 def progress_line() -> Callable[[int, int | None], None]:
     """A progress reporter for predict_all: stderr lines on inputs of more than one chunk (a
     stream's: from its second), one a chunk on a terminal, else (a log file) the first, then
-    at most one every console.LINE_SECONDS and the last; with the rate and, where the total is
-    known, the time left, both from the first chunk's end on: the time before it went to
-    reading and checking the inputs and compiling, which later chunks do not repeat."""
+    at most one every console.LINE_SECONDS and, where the total is known, the last; with the
+    rate and, where the total is known, the time left, both from the first chunk's end on:
+    the time before it went to reading and checking the inputs and compiling, which later
+    chunks do not repeat."""
     first: list[tuple[float, int]] = []  # (time, inputs done) at the first report
     last_line = [0.0]
 

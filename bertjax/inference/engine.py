@@ -12,13 +12,13 @@ features on raw text.
 
 Every call tokenizes its inputs in bulk, sorts them by length into batches padded only to
 the smallest bucket that holds them (`inference_buckets`: 8, 16, 24, 32, 48, ...), runs each
-batch through a function jit-compiled once per (purpose, bucket) and data-parallel over
-all local devices, and returns results in input order. `precision` (load_model) chooses the
-products: "float32" (the default on CPU), or "bfloat16" (the default on TPU/GPU) -- bfloat16
-operands with float32 sums: on TPU/GPU the whole network computes in bfloat16 (float32
-parameters); on a CPU the activations stay float32 and only the dense layers' products round
-their operands (`bf16_matmul`: fast on CPUs with AMX-BF16 or AVX512_BF16, emulated and slower
-elsewhere).
+batch through a function jit-compiled once per (purpose, bucket, rows: batch_size, or fewer
+for a call of fewer inputs) and data-parallel over all local devices, and returns results in
+input order. `precision` (load_model) chooses the products: "float32" (the default on CPU),
+or "bfloat16" (the default on TPU/GPU) -- bfloat16 operands with float32 sums: on TPU/GPU
+the whole network computes in bfloat16 (float32 parameters); on a CPU the activations stay
+float32 and only the dense layers' products round their operands (`bf16_matmul`: fast on
+CPUs with AMX-BF16 or AVX512_BF16, emulated and slower elsewhere).
 
 `predict` on a fine-tuned model: inputs are parsed, featurized and post-processed by the
 model's task family (bertjax/tasks/, the `FAMILY` of each module), with the lengths the run
@@ -345,9 +345,6 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     if not 8 <= length <= bert.max_position_embeddings:
         raise ValueError(f"max_seq_length={length} must be in [8, the model's max_position_embeddings="
                          f"{bert.max_position_embeddings}]")
-    too_short = family and family.check_length(length, source.data)  # (else refused at the first predict)
-    if too_short:
-        raise ValueError(too_short)
     untrained = source.untrained_past(length)
     if untrained:  # as fine-tuning warns: outputs of longer inputs would come from untrained weights
         logging.warning("max_seq_length=%d is longer than %s; inputs longer than that meet them (max_seq_length=%d "

@@ -88,10 +88,10 @@ def stop_on_sigterm() -> None:
         return
 
     def stop(signum, frame):
-        from bertjax.runtime.errors import TrainingStopped
+        from bertjax.runtime.errors import StopSignal
 
-        raise TrainingStopped("SIGTERM outside the training steps: run the same command again (it carries on "
-                              "from the last checkpoint, if any)")
+        raise StopSignal("SIGTERM outside the training steps: run the same command again (it carries on from the "
+                         "last checkpoint, if any)")
 
     signal.signal(signal.SIGTERM, stop)
 
@@ -314,12 +314,12 @@ def run(main: Callable[[list[str]], None]) -> None:
             return
         quiet_libraries()
         from bertjax.runtime import compilation_cache
-        from bertjax.runtime.errors import TrainingStopped
+        from bertjax.runtime.errors import StopSignal, TrainingStopped
 
         compilation_cache.enable()
         try:
             main(argv)
-        except TrainingStopped as stopped:
+        except (TrainingStopped, StopSignal) as stopped:
             print(f"stopped: {stopped}", file=sys.stderr)
             _exit(EXIT_STOPPED)
         except BrokenPipeError as e:

@@ -6,6 +6,13 @@ class TrainingStopped(RuntimeError):
     """The run stopped early on purpose (preemption, non-finite losses); the message says why."""
 
 
+class StopSignal(BaseException):
+    """SIGTERM to a training launcher outside its loop's steps (`cli.stop_on_sigterm`): not an
+    Exception, as a Ctrl-C's KeyboardInterrupt is not, so that no `except Exception` on its way
+    takes it for a failure (a checkpoint read retried, a step set aside as unreadable, a save
+    reported failed); the launcher stops with exit code 3, as for TrainingStopped."""
+
+
 class TrainingDiverged(TrainingStopped):
     """Stopped after too many non-finite steps in a row: the run's settings, not the machine
     (a sweep records it and goes on to its next run). `result`: a fine-tuning run's summary

@@ -142,6 +142,8 @@ def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submiss
                              f"{expected} (a split is labelled throughout or not at all)")
         if spec.labels is not None:
             labels = [spec.labels[label] for label in labels]
+        else:  # TFDS's float32 scores as GLUE wrote them: 3.32, not 3.319999933242798
+            labels = [float(str(np.float32(label))) for label in labels]
     return Examples(f"tfds:{name}[{split}]", texts_a, texts_b if key_b else None, labels, ids, submission_file)
 
 
@@ -398,8 +400,6 @@ def write_predictions(split: Split, predictions: dict, directory: str) -> list[s
     lines = ["index\tprediction" + ("\tlabel" if split.has_labels else "")]
     for i, (index, prediction) in enumerate(zip(info.examples.ids, shown)):
         label = info.examples.labels[i] if split.has_labels else None
-        if split.has_labels and info.label_names is None:  # TFDS's float32 STS-B 3.32 as 3.32, not 3.319999933
-            label = f"{label:.6g}"
         lines.append(f"{index}\t{prediction}" + (f"\t{label}" if split.has_labels else ""))
     written = [write_lines(fileio.join(directory, f"{split.name}.tsv"), lines)]
     if info.examples.submission_file:

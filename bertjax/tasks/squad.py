@@ -442,6 +442,9 @@ class SquadFamily(Family):
 
     def predict(self, model, parsed, n_best_size: int | None = None, max_answer_length: int | None = None,
                 null_score_diff_threshold: float | None = None):
+        too_short = self.check_length(model.max_seq_length, model.source.data)
+        if too_short:
+            raise ValueError(too_short)
         run = settings(model.source.data)
         n_best_size = int(run["n_best_size"]) if n_best_size is None else n_best_size
         max_answer_length = int(run["max_answer_length"]) if max_answer_length is None else max_answer_length

@@ -121,7 +121,8 @@ def test_glue_submission_rows_follow_the_index_and_scores_read_as_written(tmp_pa
     assert (tmp_path / "glue" / "STS-B.tsv").read_text().splitlines() == [
         "index\tprediction", "0\t0.500", "1\t1.500", "2\t2.500"]
     classification.write_predictions(stsb.eval_splits[0], {"prediction": np.float32([2.5, 0.5, 1.5])}, str(tmp_path))
-    assert (tmp_path / "validation.tsv").read_text().splitlines()[1:] == ["2\t2.5\t3.32", "0\t0.5\t1.1", "1\t1.5\t4"]
+    assert (tmp_path / "validation.tsv").read_text().splitlines()[1:] == [
+        "2\t2.5\t3.32", "0\t0.5\t1.1", "1\t1.5\t4.0"]
 
 
 def _write(path, rows, fmt):
