@@ -69,8 +69,12 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
         return kind(value)
 
     layers = number("num_hidden_layers", values.get("num_hidden_layers", 22), int)
-    every = number("global_attn_every_n_layers", values.get("global_attn_every_n_layers", 3), int)
-    if values.get("layer_types"):
+    types = values.get("layer_types")
+    # transformers 5 may write the pattern as layer_types alone: its period is the second global layer's index.
+    globals_at = [i for i, kind in enumerate(types or []) if kind == "full_attention"]
+    implied = (globals_at[1] if len(globals_at) > 1 else layers) if types else 3
+    every = number("global_attn_every_n_layers", values.get("global_attn_every_n_layers", implied), int)
+    if types:
         pattern = ["full_attention" if i % every == 0 else "sliding_attention" for i in range(layers)]
         need(values["layer_types"] == pattern, f"layer_types {values['layer_types']} is not one layer in "
              f"{every} global, from the first, the pattern bertjax builds (global_attn_every_n_layers)")

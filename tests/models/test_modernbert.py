@@ -320,6 +320,20 @@ def test_a_config_json_error_names_the_file_and_its_key(values, message):
         modernbert_layout.modernbert_config(values, "/models/x/config.json")
 
 
+def test_a_layer_pattern_given_as_layer_types_alone_is_read():
+    """transformers 5 writes a ModernBertConfig(layer_types=[...]) without
+    global_attn_every_n_layers: one global layer in 2 was read as one in 3 and refused (a
+    review), though bertjax builds it."""
+    every_2 = ["full_attention", "sliding_attention"] * 2
+    assert modernbert_layout.modernbert_config({"num_hidden_layers": 4, "layer_types": every_2}
+                                               ).global_attention_every == 2
+    assert modernbert_layout.modernbert_config({"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2}
+                                               ).global_attention_every == 1
+    with pytest.raises(ValueError, match=r"is not one layer in 2 global, from the first"):
+        modernbert_layout.modernbert_config({"num_hidden_layers": 4, "layer_types": [
+            "full_attention", "sliding_attention", "full_attention", "full_attention"]})
+
+
 def test_dropouts_bertjax_cannot_hold_apart_are_warned_of(caplog):
     """Hugging Face's attention_dropout also drops the attention output, which bertjax drops with
     the hidden dropout (mlp_dropout's); inference is the same, further training is not."""
