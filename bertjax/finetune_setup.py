@@ -114,7 +114,7 @@ def _configured_tokenizer(config: ml_collections.ConfigDict,
 def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | None, vocab_size: int) -> BertConfig:
     """`config.model` (None = unset) over the checkpoint's architecture, or the preset's."""
     fields = dict(config.model)
-    if checkpoint is not None and checkpoint.vocab_size != vocab_size:
+    if checkpoint is not None and not model_source.table_fits(checkpoint.vocab_size, vocab_size):
         raise ValueError(f"config.init_checkpoint={config.init_checkpoint} has a vocabulary of {checkpoint.vocab_size} "
                          f"tokens but the tokenizer has {vocab_size} (config.data.vocab_path)")
     if checkpoint is None and fields.get("vocab_size") is None:
@@ -200,7 +200,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     """Raises ValueError naming the key of the first inconsistent or out-of-range value."""
     train, data = config.train, config.data
     data_parallel, tensor = mesh_shape[0] * mesh_shape[1], mesh_shape[2]
-    if bert.vocab_size != vocab_size:
+    if not model_source.table_fits(bert.vocab_size, vocab_size):
         raise ValueError(f"config.model.vocab_size={bert.vocab_size} but the tokenizer has {vocab_size} tokens")
     check_train_values(train)
     check_batch_sizes(train, data_parallel)

@@ -755,7 +755,7 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     (["--config.data.train_file={train}", "--config.data.max_seq_length=1024"],
      "max_seq_length=1024 must be in"),
     (["--config.data.train_file={train}", "--config.data.vocab_path={other_vocab}"],
-     "has a vocabulary of 30522 tokens but the tokenizer has"),
+     r"vocab.txt: 30522 tokens, 7 here\); leave the vocabulary unset to use the model's"),
     (["--config.data.train_file={train}", "--config.data.label_kind=flaot"],
      "config.data.label_kind must be 'class' or 'float'"),
     (["--config.data.train_file={train}", "--config.data.seed=-1"],  # numpy's message, after tokenizing

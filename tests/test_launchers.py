@@ -171,7 +171,7 @@ CASES = [
      "is a pre-trained model with no task: it has no masked-LM head for --task=fill_mask; "
      "launch/extract_features.py gives its features"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--text=a [MASK] .", "--vocab_file={tmp}/vocab.txt"],
-     "has a vocabulary of 30522 tokens but the tokenizer has 6"),
+     "model/vocab.txt: 30522 tokens, 6 here); leave the vocabulary unset to use the model's"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out", "--pairs"],
      "pairs is for a classification model, not a model without a task"),
     # A walkthrough of the docs: a missing input named as the flag, before the model loads; a

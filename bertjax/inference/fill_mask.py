@@ -53,8 +53,9 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
         raise ValueError(f"{model.source.path} has no masked-LM head (it has {list(model.heads) or 'only the encoder'})"
                          "; fill-mask needs a pre-training checkpoint or a Hugging Face BertForMaskedLM/"
                          "BertForPreTraining")
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= model.bert.vocab_size:
-        raise ValueError(f"top_k must be an int in [1, {model.bert.vocab_size}], got {top_k!r}")
+    known = model.tokenizer.vocab_size  # (a table padded past the tokenizer: rows no token reads)
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= known:
+        raise ValueError(f"top_k must be an int in [1, {known}], got {top_k!r}")
     texts = list(not_one_string(texts))
     split, counts, pairs, truncated = _masked(model, texts)
     ids = split.features["input_ids"]
@@ -74,7 +75,7 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
     def apply(params, batch):
         logits = _MaskedLM(bert).apply({"params": {"bert": params["bert"], "mlm": params["mlm"]}},
                                        batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                                       batch["mask_positions"])
+                                       batch["mask_positions"])[..., :known]
         probabilities, tokens = jax.lax.top_k(jax.nn.softmax(logits, -1), k)
         return {"probabilities": probabilities, "tokens": tokens}
 

@@ -34,6 +34,17 @@ from bertjax.runtime import fileio
 
 
 
+PADDED_ROWS = 128  # the most embedding rows past a tokenizer's ids that a table may pad
+
+
+def table_fits(table_rows: int, tokens: int) -> bool:
+    """Whether an embedding table of `table_rows` serves a tokenizer of `tokens` ids: the same
+    size, or padded past them to a multiple of 64 by fewer than PADDED_ROWS rows (as
+    ModernBERT-family checkpoints may be: rows no token reads). A smaller table misses ids;
+    another larger one (BERT's 30,522) is another vocabulary's."""
+    return table_rows == tokens or (table_rows % 64 == 0 and 0 < table_rows - tokens < PADDED_ROWS)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSource:
     """A resolved model path.
@@ -166,7 +177,7 @@ class ModelSource:
         """`tokenizer`, or ValueError when it is not the model's vocabulary."""
         if vocab_path:
             self.check_vocabulary(tokenizer, vocab_path, "leave the vocabulary unset to use the model's")
-        if tokenizer.vocab_size != self.bert.vocab_size:
+        if not table_fits(self.bert.vocab_size, tokenizer.vocab_size):
             raise ValueError(f"{self.path} has a vocabulary of {self.bert.vocab_size} tokens but the tokenizer has "
                              f"{tokenizer.vocab_size} ({tokenizer.path})")
         return tokenizer
@@ -174,10 +185,9 @@ class ModelSource:
     def check_vocabulary(self, tokenizer: tokenization.Tokenizer, given: str, remedy: str) -> None:
         """A ValueError (naming `given`, ending in `remedy`) when `tokenizer` is not the
         vocabulary the model comes with: a bertjax run's by its recorded hash (tokens and
-        casing); a release's (Hugging Face, Google's TF), which records none, token by token,
-        since one of its size but other tokens would give other ids (one of another size is left
-        to the callers' size check, which names both). Nothing to compare for a model that names
-        no vocabulary."""
+        casing); a release's (Hugging Face, Google's TF), which records none, by its size and
+        token by token, since one of its size but other tokens would give other ids. Nothing to
+        compare for a model that names no vocabulary."""
         saved = self.tokenizer_spec
         if not saved or not saved.get("path"):
             return
@@ -187,8 +197,9 @@ class ModelSource:
                                  f"do_lower_case={saved.get('do_lower_case')}); {remedy}")
             return
         own = tokenization.load_tokenizer(saved["kind"], saved["path"], saved.get("do_lower_case"))
-        if own.vocab_size != tokenizer.vocab_size:  # the sizes' own check names them
-            return
+        if own.vocab_size != tokenizer.vocab_size:
+            raise ValueError(f"{given} is not the vocabulary {self.path} comes with ({saved['path']}: "
+                             f"{own.vocab_size} tokens, {tokenizer.vocab_size} here); {remedy}")
         differ = next((i for i in range(own.vocab_size) if own.id_to_token(i) != tokenizer.id_to_token(i)), None)
         if differ is not None:
             raise ValueError(f"{given} is not the vocabulary {self.path} comes with ({saved['path']}: id {differ} is "

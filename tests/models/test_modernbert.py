@@ -320,6 +320,43 @@ def test_a_config_json_error_names_the_file_and_its_key(values, message):
         modernbert_layout.modernbert_config(values, "/models/x/config.json")
 
 
+def test_an_embedding_table_padded_past_the_tokenizer_is_read(tmp_path):
+    """ModernBERT-family checkpoints may pad the embedding table past their tokenizer's ids (to
+    a multiple of 64): transformers runs one, bertjax refused it everywhere (a review). The
+    padded rows are no token's: fill-mask answers as without them. A vocabulary of another size
+    than the model's own is still refused."""
+    import safetensors.numpy
+
+    import bertjax
+    from bertjax.models import tensor_files
+
+    padded = tmp_path / "padded"
+    shutil.copytree(os.path.join(HF_DIR, "masked_lm"), padded)
+    tensors = tensor_files.read_safetensors(str(padded / "model.safetensors"))
+    rows = 384 - tensors["decoder.bias"].shape[0]
+    tensors["model.embeddings.tok_embeddings.weight"] = np.concatenate(
+        [tensors["model.embeddings.tok_embeddings.weight"], np.zeros((rows, 32), np.float32)])
+    tensors["decoder.bias"] = np.concatenate([tensors["decoder.bias"], np.full(rows, 50.0, np.float32)])
+    safetensors.numpy.save_file(tensors, str(padded / "model.safetensors"))
+    config = json.loads((padded / "config.json").read_text())
+    (padded / "config.json").write_text(json.dumps({**config, "vocab_size": 384}))
+    texts = ["the [MASK] sat on the mat .", "a [MASK] of [MASK] words"]
+    model = bertjax.load_model(str(padded))
+    assert model.bert.vocab_size == 384 and model.tokenizer.vocab_size == 320
+    # (the padded rows' bias of 50 would win every mask if they were read)
+    assert model.fill_mask(texts, top_k=3) == bertjax.load_model(os.path.join(HF_DIR, "masked_lm")).fill_mask(
+        texts, top_k=3)
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 320\]"):
+        model.fill_mask(texts, top_k=384)
+    tokenizer = json.loads((padded / "tokenizer.json").read_text())  # 64 tokens fewer: another vocabulary
+    tokenizer["model"]["vocab"] = {t: i for t, i in tokenizer["model"]["vocab"].items() if i < 256}
+    tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"] if t["id"] < 256]
+    tokenizer["model"]["merges"] = []
+    (tmp_path / "small.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(ValueError, match=r"small.json is not the vocabulary .* comes with \(.*: 320 tokens, 256 here"):
+        bertjax.load_model(str(padded), vocab_path=str(tmp_path / "small.json"))
+
+
 def test_a_layer_pattern_given_as_layer_types_alone_is_read():
     """transformers 5 writes a ModernBertConfig(layer_types=[...]) without
     global_attn_every_n_layers: one global layer in 2 was read as one in 3 and refused (a
