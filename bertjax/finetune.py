@@ -38,6 +38,7 @@ import tempfile
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
@@ -146,8 +147,9 @@ def _abstract_batch(example: dict[str, np.ndarray], batch_size: int, length: int
 
 
 def _batch_key(batch: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
-    """A batch's (name, shape, dtype) triples, numpy or abstract: what a step is compiled for."""
-    return tuple((name, tuple(value.shape), np.dtype(value.dtype).str) for name, value in sorted(batch.items()))
+    """A batch's (name, shape, dtype name) triples, numpy or abstract: what a step is compiled
+    for. (The dtype's name: bfloat16's numpy str is '<V2', a raw two-byte type.)"""
+    return tuple((name, tuple(value.shape), np.dtype(value.dtype).name) for name, value in sorted(batch.items()))
 
 
 def _host(tree: Any) -> Any:
@@ -267,7 +269,7 @@ class Programs:
             if kind == "train":
                 return trainer.compile_step(self._train_jit, trainer.with_shardings(self.abstract, self.shardings),
                                             _abstract_batch(self.example, *shapes), self.step_inputs)
-            batch = {name: jax.ShapeDtypeStruct(shape, np.dtype(dtype)) for name, shape, dtype in shapes}
+            batch = {name: jax.ShapeDtypeStruct(shape, jnp.dtype(dtype)) for name, shape, dtype in shapes}
             return trainer.compile_step(self._eval_jit, trainer.with_shardings(self.abstract.params,
                                                                                self.shardings.params), batch)
 

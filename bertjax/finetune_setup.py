@@ -233,6 +233,9 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         tagging = [name for other in tasks.FAMILIES.values() if other.token_level for name in other.tasks]
         raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "
                          f"{tagging}, not config.task={config.task!r}; leave it 'linear'")
+    if train.feature_cache_dir and not (train.freeze_encoder and train.cache_features):
+        raise ValueError(f"config.train.feature_cache_dir={train.feature_cache_dir} has no effect: features are "
+                         "cached for a frozen encoder (config.train.freeze_encoder=True, cache_features=True)")
     if train.feature_cache_dir and fileio.is_remote(train.feature_cache_dir):
         raise ValueError(f"config.train.feature_cache_dir={train.feature_cache_dir}: the cached features are "
                          "memory-mapped, which needs a local folder")

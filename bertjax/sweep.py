@@ -155,10 +155,11 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
             log.warning("the sweep's grid sets %s (config.train.%s=%s): config.train.%s=%s is not used",
                         key, grid_key, values, key, config.train[key])
     runs = []
+    cached = config.train.freeze_encoder and config.train.cache_features  # then one feature cache for every run
     for learning_rate, batch_size, epochs, seed in itertools.product(*grid, seeds):
         run = ml_collections.ConfigDict(config.to_dict())
         run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False,
-                         feature_cache_dir=finetune.cache_directory(config, workdir))  # frozen: one cache for every run
+                         feature_cache_dir=finetune.cache_directory(config, workdir) if cached else "")
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
         name = f"lr{learning_rate:g}_batch{batch_size}_{length}"
         if seed is not None:  # a restart: another head initialisation, dropout and example order

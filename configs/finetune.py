@@ -56,7 +56,7 @@ train.cache_features (with freeze_encoder; default True): the encoder runs once 
 training set before the first step and every step reads its stored outputs
 (bertjax/tasks/feature_cache.py), in train.feature_cache_dir (default WORKDIR/feature_cache,
 which a sweep's runs share; for a gs:// workdir a temporary folder of its own, removed when the
-run or sweep ends);
+run or sweep finishes, kept for a relaunch when it fails or stops);
 model.feature_layers: hidden states read (0 = embeddings, -1 = last layer; default -1);
 model.feature_combine: last (one layer) | concat | weighted_sum (learned softmax weights);
 model.tagging_head: linear | bilstm (two layers, model.lstm_hidden_size units a direction,

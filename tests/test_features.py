@@ -407,6 +407,27 @@ def test_cached_features_train_the_head_as_the_frozen_encoder_does(encoder_run, 
     assert later and all(r["learning_rate"] > 0 and r["grad_norm"] > 0 for r in later), steps
 
 
+def test_features_cached_in_bfloat16_are_evaluated(encoder_run, tmp_path, capsys):
+    """With bfloat16 activations (a GPU's or TPU's default) the cached run trained, then every
+    evaluation failed to compile ("No dtype_to_ir_type handler for dtype: |V2": the compiled
+    evaluations were keyed by numpy's str of bfloat16, a raw two-byte type), and so did every
+    resume (a review). The cache holds bfloat16, and the evaluation equals the uncached run's."""
+    from bertjax import finetune
+
+    metrics = {}
+    for cache in (True, False):
+        config = _frozen_config("conll2003", tmp_path / str(cache), encoder_run, feature_layers="1,0",
+                                feature_combine="concat", tagging_head="bilstm", lstm_hidden_size=8, dtype="bfloat16")
+        config.train.cache_features = cache
+        with MOCKS["conll2003"]():
+            metrics[cache] = finetune.finetune(config, str(tmp_path / str(cache) / "run"))["best"]["metrics"]
+    capsys.readouterr()
+    [train] = (tmp_path / "True" / "run" / "feature_cache").glob("train-*.bin")
+    assert train.read_bytes() and "bfloat16" in (tmp_path / "True" / "run" / "feature_cache").joinpath(
+        train.name.replace(".bin", ".json")).read_text()
+    assert metrics[True]["loss"] == pytest.approx(metrics[False]["loss"], rel=1e-2)
+
+
 def test_a_stop_signal_while_caching_features_stops_there_and_the_relaunch_resumes(encoder_run, tmp_path,
                                                                                   monkeypatch, capsys):
     """SIGTERM (a preemption's notice) or Ctrl-C while the frozen encoder's features were being
@@ -712,8 +733,8 @@ def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path,
     monkeypatch.setattr(os, "posix_fallocate", no_room)
     allocated.clear()
     full = feature_cache.FeatureCache(split, str(tmp_path), "train-full", False, (1024,), np.float32)
-    with pytest.raises(ValueError, match=rf"feature_cache_dir={tmp_path}: the cached features need 0.0 GiB, the disk "
-                                         r"has [\d.]+ GiB free \(No space left on device\)"):
+    with pytest.raises(ValueError, match=rf"feature_cache_dir={tmp_path}: the cached features need [\d.]+ MiB, the "
+                                         r"disk has [\d.]+ [GM]iB free \(No space left on device\)"):
         full.compute(encode, 16, [8])
     assert not allocated and os.path.getsize(full.path) == 0  # what was taken, given back
 
@@ -728,8 +749,20 @@ def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path,
     import shutil as shutil_module
 
     monkeypatch.setattr(shutil_module, "disk_usage", lambda path: type("Usage", (), {"free": 1000})())
-    with pytest.raises(ValueError, match=r"the disk has 0.0 GiB free \(not enough free space\)"):
+    with pytest.raises(ValueError, match=r"need 0.2 MiB, the disk has 0.0 MiB free \(not enough free space\)"):
         feature_cache.FeatureCache(split, str(tmp_path), "train-tiny", False, (1024,), np.float32).compute(
+            encode, 16, [8])  # (a review: "need 0.0 GiB, the disk has 0.0 GiB free")
+    monkeypatch.undo()
+    # A folder that cannot be written (a read-only mount): named, with the way out (a review:
+    # "[Errno 30] Read-only file system: '...bin.lock'", naming neither setting).
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(feature_cache.workdir_lock, "hold", read_only)
+    with pytest.raises(ValueError, match=rf"feature_cache_dir={tmp_path}: cannot write the cached features there "
+                                         r"\(Read-only file system\); give a folder that can be written or set "
+                                         r"config.train.cache_features=False"):
+        feature_cache.FeatureCache(split, str(tmp_path), "train-ro", False, (1024,), np.float32).compute(
             encode, 16, [8])
 
 

@@ -111,6 +111,9 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir=gs://bucket/vocab"],
      "--output_dir=gs://bucket/vocab: give a local folder, then copy it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
+    # Set for a run that fine-tunes its encoder (freeze_encoder forgotten): ignored without a word.
+    ("finetune.py", [FINETUNE + ":demo", "--config.train.feature_cache_dir={tmp}/cache"],
+     "config.train.feature_cache_dir={tmp}/cache has no effect: features are cached for a frozen encoder"),
     # A path under a file ("[Errno 20] Not a directory", and "the folder does not exist": a review).
     ("pretrain.py", [PRETRAIN, "--workdir={tmp}/text.txt/run"],
      "workdir {tmp}/text.txt/run: cannot make the folder ({tmp}/text.txt is a file)"),

@@ -67,6 +67,11 @@ def cache_name(split: Split, identity: dict[str, Any]) -> str:
     return f"{split.name}-{digest.hexdigest()[:20]}"
 
 
+def _size(nbytes: int) -> str:
+    """1.5 GiB, 3.0 MiB: a size in the unit that shows it."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
 class FeatureCache:
     """The stored encoder outputs of one split (see the module docstring).
 
@@ -131,6 +136,10 @@ class FeatureCache:
                     locked = 1
                 except workdir_lock.WorkdirBusyError as busy:
                     locked, holder = 0, busy.holder
+                except OSError as error:  # a read-only folder, no permission
+                    raise ValueError(f"config.train.feature_cache_dir={directory}: cannot write the cached features "
+                                     f"there ({error.strerror or error}); give a folder that can be written or set "
+                                     "config.train.cache_features=False") from None
                 if fewest(locked):
                     return self._compute(encode, batch_size, buckets, progress, fewest, stop)
             if not waited:
@@ -201,8 +210,8 @@ class FeatureCache:
                 f.truncate(0)  # the blocks taken so far, given back
         free = shutil.disk_usage(os.path.dirname(self.path)).free
         raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached features need "
-                         f"{self.nbytes / 2**30:.1f} GiB, the disk has {free / 2**30:.1f} GiB free ({no_room}); "
-                         "give a folder with room or set config.train.cache_features=False")
+                         f"{_size(self.nbytes)}, the disk has {_size(free)} free ({no_room}); give a folder with room "
+                         "or set config.train.cache_features=False")
 
     def _store(self, values: np.memmap, real: np.ndarray, outputs: np.ndarray) -> None:
         if not self.reads_tokens:
