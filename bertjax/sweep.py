@@ -159,7 +159,8 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     for learning_rate, batch_size, epochs, seed in itertools.product(*grid, seeds):
         run = ml_collections.ConfigDict(config.to_dict())
         run.train.update(learning_rate=learning_rate, batch_size=batch_size, num_epochs=epochs, sweep=False,
-                         feature_cache_dir=finetune.cache_directory(config, workdir) if cached else "")
+                         feature_cache_dir=finetune.cache_directory(config, workdir) if cached
+                         else config.train.feature_cache_dir)  # (else set to no effect: each run refuses it)
         length = f"steps{fixed_steps}" if fixed_steps else f"epochs{epochs:g}"
         name = f"lr{learning_rate:g}_batch{batch_size}_{length}"
         if seed is not None:  # a restart: another head initialisation, dropout and example order

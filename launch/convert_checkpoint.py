@@ -92,7 +92,7 @@ def main(_):
     if vocab is not None:  # checked before anything is written
         vocab_size = (len(tokenization.read_vocab(vocab)) if kind == "wordpiece"
                       else tokenization.load_tokenizer(kind, vocab).vocab_size)
-        if vocab_size != config.vocab_size:
+        if not model_source.table_fits(config.vocab_size, vocab_size):
             raise ValueError(f"{vocab} has {vocab_size} tokens but the checkpoint {_INPUT.value} has vocab_size "
                              f"{config.vocab_size}: give the vocabulary it was trained with (--vocab_file)")
         if _VOCAB.value is not None:  # of its size, other tokens: other ids, as predict and fine-tuning refuse

@@ -79,6 +79,8 @@ def main(_):
         raise ValueError(f"--input={_INPUT.value} is a folder; give a file of inputs")
     if _INPUT.value and _OUTPUT.value and fileio.same_file(_INPUT.value, _OUTPUT.value):
         raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
+    if _OUTPUT.value and fileio.isdir(_OUTPUT.value):
+        raise ValueError(f"--output={_OUTPUT.value} is a folder; give a file's name")
     if _OUTPUT.value and fileio.exists(_OUTPUT.value) and not os.path.isfile(_OUTPUT.value) \
             and not fileio.is_remote(_OUTPUT.value):  # /dev/stdout, a pipe: the output is written aside, then renamed
         raise ValueError(f"--output={_OUTPUT.value} is no regular file; leave --output unset to write to stdout")

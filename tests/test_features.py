@@ -451,7 +451,8 @@ def test_a_stop_signal_while_caching_features_stops_there_and_the_relaunch_resum
         return host(tree)
 
     monkeypatch.setattr(finetune, "_host", signalled_in_the_second_batch)
-    with pytest.raises(TrainingStopped, match=r"SIGTERM while caching the frozen encoder's features: 2 of 4 batches"):
+    with pytest.raises(TrainingStopped,
+                       match=r"preempted \(SIGTERM\) while caching the frozen encoder's features: 2 of 4 batches"):
         finetune.finetune(config, str(tmp_path / "run"))
     assert len(batches) == 2 and checkpointing.latest_step(str(tmp_path / "run" / "checkpoints")) is None
     # A signal in a split's last batch: that split is whole, the stop comes at the next one's
@@ -758,6 +759,11 @@ def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path,
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
+    (tmp_path / "a_file").write_text("")  # (a review: called a "workdir")
+    with pytest.raises(ValueError, match=rf"config.train.feature_cache_dir={tmp_path}/a_file/cache: cannot make the "
+                                         rf"folder \({tmp_path}/a_file is a file\)"):
+        feature_cache.FeatureCache(split, str(tmp_path / "a_file" / "cache"), "train-x", False, (1024,),
+                                   np.float32).compute(encode, 16, [8])
     monkeypatch.setattr(feature_cache.workdir_lock, "hold", read_only)
     with pytest.raises(ValueError, match=rf"feature_cache_dir={tmp_path}: cannot write the cached features there "
                                          r"\(Read-only file system\); give a folder that can be written or set "

@@ -119,6 +119,8 @@ CASES = [
      "workdir {tmp}/text.txt/run: cannot make the folder ({tmp}/text.txt is a file)"),
     ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt",
                              "--output={tmp}/text.txt/out.jsonl"], "{tmp}/text.txt is a file, not a folder"),
+    ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt",
+                             "--output={tmp}/text.txt/shards"], "{tmp}/text.txt is a file, not a folder"),
     # Refused before the dataset is downloaded and prepared (a review: offline, "glue/stsb is not
     # prepared"; online, MNLI downloaded, then the refusal).
     ("finetune.py", [FINETUNE + ":stsb", "--config.data.train_file={tmp}/header.csv",
@@ -162,6 +164,7 @@ CASES = [
     ("benchmark.py", ["--config.train.grad_accum_steps=0"], "config.train.grad_accum_steps=0: --batch_size="),
     # predict.py: a path that is no model, a model without the head or task asked for.
     ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
+    ("predict.py", ["--model={tmp}", "--text=hi", "--output={tmp}"], "--output={tmp} is a folder; give a file's name"),
     ("predict.py", ["--model={tmp}", "--text=hi", "--output=/dev/null"],  # (a review: "exists; remove it")
      "--output=/dev/null is no regular file; leave --output unset to write to stdout"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--input={tmp}/header.csv"],

@@ -171,7 +171,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
     waiting = lambda holder: print(f"{output_dir} is being prepared by {holder}; waiting for it to finish",  # noqa: E731
                                    file=sys.stderr, flush=True)
-    with workdir_lock.hold(output_dir, wait=waiting, lock_name=PREPARE_LOCK):
+    with workdir_lock.hold(output_dir, wait=waiting, lock_name=PREPARE_LOCK, named="the prepared data's folder "):
         if fileio.exists(fileio.join(output_dir, "metadata.json")):  # what the one waited for prepared
             return _prepared_already(output_dir, settings)
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)

@@ -613,9 +613,15 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
     builder = tfds.builder(name, data_dir=data_dir)
     if builder.is_prepared():
         return builder
-    root = str(builder.data_dir_root)  # what a failed attempt makes there (the dataset's folders, downloads/)
-    made = [path for path in (root, os.path.join(root, builder.name), os.path.join(root, "downloads"))
-            if not fileio.is_remote(path) and not os.path.exists(path)]
+    # What a failed attempt makes there: the dataset's folders down to its version's, the name's
+    # .config, downloads/; those that were not there are removed after it.
+    root, path, folders = str(builder.data_dir_root), str(builder.data_dir), []
+    while path.startswith(root + os.sep):
+        folders.append(path)
+        path = os.path.dirname(path)
+    candidates = (root, *reversed(folders), os.path.join(root, builder.name, ".config"),
+                  os.path.join(root, "downloads"))
+    made = [path for path in candidates if not fileio.is_remote(path) and not os.path.exists(path)]
     retries = downloader.MAX_RETRIES
     downloader.MAX_RETRIES = 0
     try:
@@ -629,7 +635,7 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
             downloader.MAX_RETRIES = retries
             builder.download_and_prepare()  # the host answered: with TFDS's retries
             return builder
-        for path in made:  # an empty dataset folder left makes TFDS warn of it at every later start
+        for path in made:  # (empty folders, a metadata file: litter in the user's TFDS folder)
             shutil.rmtree(path, ignore_errors=True)
         raise ValueError(
             f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and cannot be downloaded here (no network: "

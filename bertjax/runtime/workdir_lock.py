@@ -55,12 +55,14 @@ def _why_not_made(path: str, error: OSError) -> str:
 
 
 @contextlib.contextmanager
-def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str = LOCK_NAME) -> Iterator[None]:
+def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str = LOCK_NAME,
+         named: str = "workdir ") -> Iterator[None]:
     """Holds `<workdir>/<lock_name>` (creating the workdir) until the block ends.
 
     Raises WorkdirBusyError when another process holds it; with `wait`, calls wait(holder)
     once instead and blocks until the holder lets go (or dies). A lock of another name in the
-    same folder is another lock (a run may prepare data into its own workdir).
+    same folder is another lock (a run may prepare data into its own workdir). `named`: how
+    an error names the folder ("workdir ", "config.train.feature_cache_dir=").
     """
     if fileio.is_remote(workdir):
         log.warning("%s is not locked against a second run at the same time (gs:// workdirs cannot be locked)",
@@ -70,11 +72,11 @@ def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str
     if not workdir:
         raise ValueError("the workdir must be a folder's path, got ''")
     if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise ValueError(f"workdir {workdir} is a file; give a folder")
+        raise ValueError(f"{named}{workdir} is a file; give a folder")
     try:
         os.makedirs(workdir, exist_ok=True)
     except OSError as error:  # a file on its path (Errno 20), no permission
-        raise ValueError(f"workdir {workdir}: cannot make the folder ({_why_not_made(workdir, error)})") from None
+        raise ValueError(f"{named}{workdir}: cannot make the folder ({_why_not_made(workdir, error)})") from None
     path = os.path.join(workdir, lock_name)
     with open(path, "a+", encoding="utf-8") as lock_file:
         locked = _try_lock(lock_file, workdir)

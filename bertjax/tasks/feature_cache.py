@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from bertjax.runtime import workdir_lock
+from bertjax.runtime import preemption, workdir_lock
 from bertjax.runtime.errors import TrainingStopped
 from bertjax.tasks.batching import TrainBatches, eval_batches
 from bertjax.tasks.common import Split
@@ -132,7 +132,8 @@ class FeatureCache:
         while True:
             with contextlib.ExitStack() as held:
                 try:
-                    held.enter_context(workdir_lock.hold(directory, lock_name=self.lock_name))
+                    held.enter_context(workdir_lock.hold(directory, lock_name=self.lock_name,
+                                                         named="config.train.feature_cache_dir="))
                     locked = 1
                 except workdir_lock.WorkdirBusyError as busy:
                     locked, holder = 0, busy.holder
@@ -168,9 +169,9 @@ class FeatureCache:
                     self._write_manifest(index + 1)
                     saved = time.monotonic()
                 if signal_name:
-                    raise TrainingStopped(f"{signal_name} while caching the frozen encoder's features: {index + 1} "
-                                          f"of {total} batches kept in {self.path}; run the same command again "
-                                          "to resume")
+                    raise TrainingStopped(f"{preemption.stopped_by(signal_name)} while caching the frozen encoder's "
+                                          f"features: {index + 1} of {total} batches kept in {self.path}; run the "
+                                          "same command again to resume")
                 if progress is not None:
                     progress(index + 1, total)
             del values
