@@ -172,8 +172,9 @@ def training_sentences(data_config: Any, units: list[dict], drops: sources.DropC
             count += 1
             if by_bytes:
                 taken += len(sentence.encode()) + 1
-                if step(min(taken, total - 1)) != progress.step:
-                    progress.advance(step(min(taken, total - 1)))
+                at = step(min(taken, total - 1))  # (the last MB counts when the units end)
+                if at != progress.step:
+                    progress.advance(at)
             yield sentence
         done += sizes[index] if by_bytes else 1
         taken = max(taken, done)

@@ -492,11 +492,10 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     if to_jsonl and fileio.exists(output):  # an earlier run's features are not replaced unasked
         raise ValueError(f"--output={output} exists; remove it or give another name")
     folder = os.path.dirname(output)
-    if not to_jsonl and folder and not fileio.is_remote(output) and os.path.isfile(folder):
+    if folder and not fileio.is_remote(output) and os.path.isfile(folder):
         raise ValueError(f"--output={output}: {folder} is a file, not a folder")
     if to_jsonl and folder and not fileio.is_remote(output) and not os.path.isdir(folder):
-        raise ValueError(f"--output={output}: {folder} is a file, not a folder" if os.path.exists(folder) else
-                         f"--output={output}: the folder {folder} does not exist; create it first")
+        raise ValueError(f"--output={output}: the folder {folder} does not exist; create it first")
     try:  # what each host reads for itself: one that cannot read its copy stops every host (below)
         if not fileio.can_read_twice(input_file):
             raise ValueError(f"--input_file={input_file} is a pipe or stream: features read their input more than "

@@ -197,9 +197,9 @@ class ModelSource:
                                  f"do_lower_case={saved.get('do_lower_case')}); {remedy}")
             return
         own = tokenization.load_tokenizer(saved["kind"], saved["path"], saved.get("do_lower_case"))
-        if own.vocab_size != tokenizer.vocab_size and not table_fits(self.bert.vocab_size, own.vocab_size):
-            return  # its own does not fit its table (tokens added, the table resized): the size check decides
         if own.vocab_size != tokenizer.vocab_size:
+            if not table_fits(self.bert.vocab_size, own.vocab_size):
+                return  # its own does not fit its table (tokens added, the table resized): the size check decides
             raise ValueError(f"{given} is not the vocabulary {self.path} comes with ({saved['path']}: "
                              f"{own.vocab_size} tokens, {tokenizer.vocab_size} here); {remedy}")
         differ = next((i for i in range(own.vocab_size) if own.id_to_token(i) != tokenizer.id_to_token(i)), None)
