@@ -105,7 +105,7 @@ def test_float32_programs_are_traced_at_float32_precision_wherever_they_run(mini
 
 def test_a_call_with_few_inputs_computes_few_rows(monkeypatch):
     """Every call was padded to batch_size rows: a loop predicting one input at a time paid for
-    32 rows a call (a review: 16x slower than batch_size=1). Fewer inputs than batch_size make
+    32 rows a call (a review). Fewer inputs than batch_size make
     one batch of the device count times the smallest power of two that holds them; more, full
     batches as before. The numbers do not change."""
     import jax

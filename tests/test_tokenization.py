@@ -742,7 +742,7 @@ def test_a_byte_level_bpe_learns_sentences_as_prepare_encodes_them(tmp_path):
 
 
 def test_a_trainer_reads_the_corpus_with_progress_and_eta(tmp_path, monkeypatch):
-    """train_tokenizer said nothing for as long as the trainer read (a review: 40 s on 35 MB).
+    """train_tokenizer said nothing for as long as the trainer read (a review).
     The progress follows the sentences the trainer takes (a corpus without blank lines is one
     document: counted as it was read, the line jumped to the end at once), in MB, unit by unit."""
     class Terminal(io.StringIO):
