@@ -273,7 +273,8 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     else:
         # spawn: TF and fork do not mix. A broken pool raises instead of hanging.
         context = multiprocessing.get_context("spawn")
-        pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker)
+        pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker,
+                                           initargs=(os.getpid(),))
         previous = _stop_on_sigterm()
         try:
             running = [pool.submit(_prepare_unit, job) for job in jobs]
@@ -364,6 +365,7 @@ def _read_json(path: str, remedy: str) -> Any:
 # -- Worker side. --
 
 _TOKENIZERS: dict[tuple, tokenization.Tokenizer] = {}
+_ORPHAN_CHECK_SECONDS = 0.5
 
 
 class _Preempted(Exception):
@@ -385,9 +387,18 @@ def _stop_on_sigterm():
     return signal.signal(signal.SIGTERM, _raise_preempted) or signal.SIG_DFL
 
 
-def _init_worker() -> None:
+def _init_worker(parent: int) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a signal to the process group: the main process decides
+    # ...so a main process killed outright (SIGKILL, the OOM killer) would leave its workers
+    # running for good, ignoring SIGTERM: each leaves as soon as it is orphaned.
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_ORPHAN_CHECK_SECONDS)
+    os._exit(1)  # its unit unfinished: no done-marker, prepared again on the next run
 
 
 def _prepare_unit(job: tuple) -> None:

@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import time
 
 import ml_collections
 import numpy as np
@@ -572,3 +573,47 @@ def test_preparing_in_a_multi_host_run_leaves_jaxs_sigterm_handler_alone(monkeyp
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert previous in (before, signal.SIG_DFL)
+
+
+def test_a_worker_leaves_when_the_main_process_is_killed_outright(tmp_path):
+    """Workers ignore SIGTERM (a signal to the process group is the main process's to handle):
+    a main process killed by SIGKILL (the OOM killer, a scheduler's hard stop) left them running
+    for good, writing shards into the folder after it and then waiting forever (a walkthrough).
+    Orphaned, a worker now exits."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import os, time\n"
+        "from concurrent import futures\n"
+        "import multiprocessing\n"
+        "from bertjax.data import prepare\n"
+        "if __name__ == '__main__':\n"
+        "    pool = futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('spawn'),\n"
+        "                                       initializer=prepare._init_worker, initargs=(os.getpid(),))\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    pool.submit(time.sleep, 120)\n"
+        "    time.sleep(120)\n")
+    main = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(main.stdout.readline())
+    finally:
+        main.kill()
+        main.wait()
+    deadline = time.time() + 20
+    while _running(worker) and time.time() < deadline:
+        time.sleep(0.1)
+    left_running = _running(worker)
+    if left_running:
+        os.kill(worker, 9)
+    assert not left_running
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
