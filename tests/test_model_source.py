@@ -601,3 +601,36 @@ def test_a_vocabulary_given_is_read_as_the_file_it_is(tmp_path):
     assert convert.vocabulary_kind(os.path.join(MINILM_DIR, "vocab.txt")) == "wordpiece"
     assert convert.vocabulary_kind(str(tmp_path / "spm.model")) == "sentencepiece"
     assert tokenization.load_tokenizer("huggingface", given).vocab_hash == tokenizer.vocab_hash
+
+
+def test_a_huggingface_classifier_without_id2label_has_its_num_labels(unevaluated_run, tmp_path):
+    """transformers reads a config.json with num_labels and no id2label (older Hub models) as
+    that many LABEL_<i> classes, and one with neither by its default; bertjax built a head of 0
+    outputs and predict and export ended in a flax shape traceback (a walkthrough). Labels that
+    do not fit the weights' classifier are refused in one line naming config.json."""
+    import bertjax
+    from bertjax.inference import model_source
+    from bertjax.models import convert
+
+    workdir, _ = unevaluated_run
+    run = model_source.resolve(workdir)
+    params = run.load_params()
+    kernel, bias = params["classifier"]["kernel"], params["classifier"]["bias"]  # [H, 2], [2]
+    params["classifier"] = {"kernel": np.concatenate([kernel, kernel[:, :1] - 1], 1),
+                            "bias": np.concatenate([bias, bias[:1]])}
+    folder = tmp_path / "three"
+    convert.export_huggingface(run.bert, params, str(folder), vocab_path=run.tokenizer_spec["path"],
+                               label_names=["a", "b", "c"])
+    hf_config = json.load(open(folder / "config.json"))
+    del hf_config["id2label"], hf_config["label2id"]
+    for num_labels in (3, None):  # given; or neither: the weights' count, as convert_checkpoint reads it
+        (folder / "config.json").write_text(json.dumps({**hf_config, **({"num_labels": num_labels}
+                                                                       if num_labels else {})}))
+        source = model_source.resolve(str(folder))
+        assert source.task_info["label_names"] == ["LABEL_0", "LABEL_1", "LABEL_2"]
+        [answer] = bertjax.load_model(str(folder)).predict(["fine weather today"])
+        assert answer["label"] in ("LABEL_0", "LABEL_1", "LABEL_2") and len(answer["probabilities"]) == 3
+    (folder / "config.json").write_text(json.dumps({**hf_config, "id2label": {"0": "neg", "1": "pos"}}))
+    with pytest.raises(ValueError, match=r"three/config.json names 2 labels \(id2label, or num_labels\), and the "
+                                         r"weights' classifier.bias has 3 outputs"):
+        model_source.resolve(str(folder))

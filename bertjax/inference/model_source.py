@@ -208,6 +208,11 @@ class ModelSource:
                              f"{own.id_to_token(differ)!r} there, {tokenizer.id_to_token(differ)!r} here); {remedy}")
 
 
+# The Hugging Face name of a classifier's or tagger's output bias (BERT's and ModernBERT's): its
+# rows are the outputs config.json's labels name.
+HF_CLASSIFIER_BIAS = "classifier.bias"
+
+
 def resolve(path: str | ModelSource) -> ModelSource:
     """A model path (see the module docstring) -> its ModelSource (a ModelSource as it is);
     FileNotFoundError or ValueError naming the path and what was expected."""
@@ -227,11 +232,20 @@ def resolve(path: str | ModelSource) -> ModelSource:
     hf_config = fileio.read_json(fileio.join(directory, "config.json"))
     # Whether the file holds a pooler (BERT), or a head that ModernBERT's loads into it
     # (modernbert_layout.load_modernbert): bert-base-uncased's says BertForMaskedLM, and has one.
-    names = tensor_files.weight_names(directory)
+    shapes = tensor_files.weight_shapes(directory)
     wanted = "head.dense.weight" if hf_config.get("model_type") == "modernbert" else "pooler.dense.weight"
-    trained = any(name == wanted or name.endswith("." + wanted) for name in names)
-    return _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=trained,
-                                     recorded_data=hf_config.get(convert.RUN_DATA) or {}), hf_config)
+    trained = any(name == wanted or name.endswith("." + wanted) for name in shapes)
+    classifier = shapes.get(HF_CLASSIFIER_BIAS)
+    if classifier and "id2label" not in hf_config and "num_labels" not in hf_config:
+        hf_config = {**hf_config, "num_labels": classifier[0]}  # as convert_checkpoint reads it
+    source = _with_hf_task(ModelSource(path, layout, directory, bert, spec, pooler_trained=trained,
+                                       recorded_data=hf_config.get(convert.RUN_DATA) or {}), hf_config)
+    names = source.task_info.get("label_names")
+    if classifier and names is not None and len(names) != classifier[0]:  # else flax fails at the first input
+        raise ValueError(f"{fileio.join(directory, 'config.json')} names {len(names)} labels (id2label, or "
+                         f"num_labels), and the weights' {HF_CLASSIFIER_BIAS} has {classifier[0]} outputs: "
+                         "correct its id2label")
+    return source
 
 
 def _family_with(source: ModelSource, has: Callable[[Any], Any], what: str):

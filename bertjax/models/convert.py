@@ -637,7 +637,7 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     if "pytorch_model.bin" in files:
         hint = ("\npytorch_model.bin needs PyTorch to read; convert it once, every tensor under its own name "
                 "(AutoModel would drop the task head): python -c \"import torch, safetensors.torch as st; "
-                "d = 'DIR'; w = torch.load(d + '/pytorch_model.bin', map_location='cpu', weights_only=True); "
+                f"d = {path!r}; w = torch.load(d + '/pytorch_model.bin', map_location='cpu', weights_only=True); "
                 "st.save_file({k: v.clone().contiguous() for k, v in w.items()}, d + '/model.safetensors', "
                 "metadata={'format': 'pt'})\"")
     raise FileNotFoundError(f"{path!r} matches no known checkpoint layout; looked for:\n"

@@ -40,9 +40,14 @@ def trained_length(settings: dict) -> int | None:
 
 def safetensors_names(file: str) -> list[str]:
     """The tensor names of a safetensors `file` (local or gs://), from its header alone."""
+    return list(safetensors_shapes(file))
+
+
+def safetensors_shapes(file: str) -> dict[str, tuple[int, ...]]:
+    """{tensor name: shape} of a safetensors `file` (local or gs://), from its header alone."""
     with fileio.open_file(file, "rb") as f:
         header, _ = _header(file, f.read)
-    return [name for name in header if name != "__metadata__"]
+    return {name: tuple(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
 
 
 def _header(file: str, read: Callable[[int], bytes]) -> tuple[dict, int]:
@@ -128,9 +133,9 @@ def read_weights(directory: str) -> tuple[str, dict[str, np.ndarray]]:
     return (files[0] if len(files) == 1 else fileio.join(directory, SHARD_INDEX)), tensors
 
 
-def weight_names(directory: str) -> list[str]:
-    """The tensor names of a Hugging Face folder's weights, from the headers alone."""
-    return [name for file in weight_files(directory) for name in safetensors_names(file)]
+def weight_shapes(directory: str) -> dict[str, tuple[int, ...]]:
+    """{tensor name: shape} of a Hugging Face folder's weights, from the headers alone."""
+    return {name: shape for file in weight_files(directory) for name, shape in safetensors_shapes(file).items()}
 
 
 def label_keys(architecture: str, num_labels: int, label_names: list[str] | None) -> dict[str, Any]:

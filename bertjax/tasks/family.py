@@ -162,9 +162,11 @@ class Family:
 
 
 def hf_label_names(hf_config: dict) -> list[str]:
-    """A Hugging Face config's id2label as a list (keys may be ints or their strings)."""
+    """A Hugging Face config's id2label as a list (keys may be ints or their strings); without
+    one, transformers' names for its num_labels (default 2): LABEL_0, LABEL_1, ..."""
     id2label = hf_config.get("id2label") or {}
-    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(len(id2label))]
+    count = len(id2label) if id2label else hf_config.get("num_labels", 2)
+    return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count)]
 
 
 def at_position(position: int, parse: Callable[[Any], Any], item: Any) -> Any:

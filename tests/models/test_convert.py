@@ -831,7 +831,8 @@ def test_unknown_layout_lists_what_was_looked_for(tmp_path):
         bertjax.load_pretrained(str(tmp_path))
     message = str(error.value)
     for expected in ("config.json + model.safetensors", "bert_config.json + bert_model.ckpt.index",
-                     "bertjax: a checkpoint step folder", "pytorch_model.bin needs PyTorch"):
+                     "bertjax: a checkpoint step folder", "pytorch_model.bin needs PyTorch",
+                     f"d = {str(tmp_path)!r}; w = torch.load("):  # the folder given, ready to paste
         assert expected in message
 
 
