@@ -39,7 +39,7 @@ _TEXT_KEY = flags.DEFINE_string("text_key", "text", "JSONL/Parquet: the column o
 _LIMIT_ALPHABET = flags.DEFINE_integer(
     "limit_alphabet", 1000, "WordPiece: the most characters kept as tokens of their own (the most frequent; others "
     "become [UNK]); 0 = every character seen. Raise it for a corpus of many scripts or CJK text.", lower_bound=0)
-_SAMPLE_LINES = 2000  # lines kept to report the [UNK] share of the trained vocabulary
+_SAMPLE_LINES = 2000  # sentences kept to report the [UNK] share of the trained vocabulary
 flags.mark_flags_as_required(["input", "output_dir"])
 
 

@@ -136,7 +136,11 @@ def list_units(data_config: Any) -> list[dict]:
     if source == "jsonl":
         units = [{"jsonl": path, "range": [start, end], "text_key": data_config.text_key}
                  for path, start, end in _text_ranges(data_config.input_pattern)]
-        _check_jsonl_key(units[0]["jsonl"], data_config.text_key)
+        # Every file's: files written by other jobs may name the text otherwise (read in
+        # parallel, a few KiB each: cheap on GCS too).
+        with futures.ThreadPoolExecutor(32) as pool:
+            list(pool.map(functools.partial(_check_jsonl_key, text_key=data_config.text_key),
+                          dict.fromkeys(unit["jsonl"] for unit in units)))
         return units
     if source == "parquet":
         return _parquet_units(expand_patterns(data_config.input_pattern), data_config.text_key)
@@ -468,7 +472,7 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
                     yield sentences
 
 
-_KEY_CHECK_ROWS = 100  # rows of the first JSONL file in which config.data.text_key must appear
+_KEY_CHECK_ROWS = 100  # rows of each JSONL file in which config.data.text_key must appear
 
 
 def _check_jsonl_key(path: str, text_key: str) -> None:

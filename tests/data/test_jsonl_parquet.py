@@ -36,13 +36,14 @@ def _write_parquet(path, texts, row_group_size, **columns):
 def test_jsonl_rows_are_documents_cut_into_sentences(tmp_path):
     (tmp_path / "a.jsonl").write_text(json.dumps({"text": "Alpha one. Alpha two!\nAlpha three.", "id": 1}) + "\n"
                                       + json.dumps({"id": 2, "text": "Beta only"}) + "\n")
-    (tmp_path / "b.jsonl").write_text("\n" + json.dumps({"body": "Gamma one. Gamma two."}) + "\n\n")
+    (tmp_path / "b.jsonl").write_text("\n" + json.dumps({"body": "Gamma one. Gamma two."}) + "\n\n"
+                                      + json.dumps({"text": "Delta one."}) + "\n")
     docs, drops, units = _read_all(_config("jsonl", tmp_path / "*.jsonl"))
-    assert docs == [["Alpha one.", "Alpha two!", "Alpha three."], ["Beta only"]]
+    assert docs == [["Alpha one.", "Alpha two!", "Alpha three."], ["Beta only"], ["Delta one."]]
     assert drops.counts == {"missing_text_key": 1}  # blank lines are not rows
     assert [u["jsonl"][-7:] for u in units] == ["a.jsonl", "b.jsonl"] and units[0]["text_key"] == "text"
     docs, drops, _ = _read_all(_config("jsonl", tmp_path / "b.jsonl", text_key="body"))
-    assert docs == [["Gamma one.", "Gamma two."]] and not drops.counts
+    assert docs == [["Gamma one.", "Gamma two."]] and drops.counts == {"missing_text_key": 1}
     # A byte-order mark (Windows tools write one) does not cost the first row.
     (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"text": "Bom one."}\n{"text": "Bom two."}\n')
     docs, drops, _ = _read_all(_config("jsonl", tmp_path / "bom.jsonl"))
@@ -89,6 +90,15 @@ def test_a_misspelt_jsonl_key_is_refused_before_anything_is_read_or_written(tmp_
         prepare.ensure_prepared(_config("jsonl", tmp_path / "c.jsonl", text_key="id", eval_fraction=0.0),
                                 str(tmp_path / "by_id"), num_workers=1)
     assert not (tmp_path / "by_id").exists()
+    # Every file's rows are checked, not only the first file's: a file of another key was
+    # dropped row by row and the run went on (a walkthrough).
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "a.jsonl").write_text("".join(json.dumps({"text": row["content"]}) + "\n" for row in rows))
+    (tmp_path / "more" / "b.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(ValueError, match=r"b.jsonl: none of its first 50 rows has the key 'text'"):
+        prepare.ensure_prepared(_config("jsonl", tmp_path / "more" / "*.jsonl"), str(tmp_path / "more_out"),
+                                num_workers=1)
+    assert not (tmp_path / "more_out").exists()
 
 
 @pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
