@@ -350,12 +350,15 @@ class Evaluator:
 
 
 def evaluation_digest(task: Task) -> str | None:
-    """SHA-256 (16 hex) of what the task's evaluation splits hold (names, inputs, labels): best/
-    records the evaluation its score was measured on. None without evaluation splits."""
-    if not task.eval_splits:
-        return None
+    """`splits_digest` of the task's evaluation splits: best/ records the evaluation its score
+    was measured on. None without evaluation splits."""
+    return splits_digest(task.eval_splits) if task.eval_splits else None
+
+
+def splits_digest(splits: list[Split]) -> str:
+    """SHA-256 (16 hex) of what `splits` hold (names, inputs, labels)."""
     digest = hashlib.sha256()
-    for split in task.eval_splits:
+    for split in splits:
         digest.update(split.name.encode())
         for key in sorted(split.features):
             array = np.ascontiguousarray(split.features[key])
@@ -532,7 +535,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # this one warns as above; the Hugging Face export leaves it out of classes without one).
     pooler_trained = pooler_learnt or (reads_pooler and not frozen)
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info,
-                    "init_weights": _init_weights(source, config, workdir), "pooler_trained": pooler_trained}
+                    "init_weights": _init_weights(source, config, workdir), "pooler_trained": pooler_trained,
+                    # (the rows trained on, wherever their file now lies: a finished run relaunched
+                    # on other rows would train nothing, run_config.check_finished_unchanged)
+                    "train_data_digest": splits_digest([task.train])}
     try:
         run_config.check_finished_unchanged(workdir, saved_config, train_cfg.num_steps)
         state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,

@@ -71,7 +71,7 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
         if (left_out and key.startswith(left_out)) or old.get(key, "unset") == new.get(key, "unset"):
             continue
         # (also under a prefix: the demo's)
-        recorded_later = ("data.process_count", "init_weights", "recipe", "pooler_trained")
+        recorded_later = ("data.process_count", "init_weights", "recipe", "pooler_trained", "train_data_digest")
         if key not in old and any(key == name or key.endswith("." + name) for name in recorded_later):
             continue  # from before they were recorded
         changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}")
@@ -80,10 +80,12 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
 
 def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: int) -> None:
     """ValueError when `workdir`'s run has trained all its `num_steps` steps and `config` (this
-    run's saved_config) changes how its weights train (the model, config.train, the seeds):
-    relaunched, it would train nothing and report the old result under the new settings (the
-    same settings, or other data files, are a finished run relaunched: for its last
-    evaluation, or a test file's predictions)."""
+    run's saved_config) changes how its weights train (the model, config.train, the seeds, a
+    fine-tuning run's training rows, `train_data_digest`, and the weights it starts from,
+    `init_weights`, where those it started from are still there): relaunched, it would train
+    nothing and report the old result under the new settings (the same settings, files moved,
+    another evaluation or test file are a finished run relaunched: for its last evaluation, or
+    a test file's predictions)."""
     directory = own_checkpoints(workdir)
     if directory is None:
         return
@@ -93,14 +95,22 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
         return
     changes = (changed_settings(meta.get("config") or {}, config, left_out=(*OPERATIONAL_SETTINGS, *_HOST_DEFAULTS))
                if meta["step"] >= num_steps else [])
-    # What trains the weights: the model, the training settings, the seeds. Another evaluation
-    # file, or none, and label names the task checks itself (check_same_task) are a relaunch's.
-    trains = lambda key: key.startswith(("model.", "train.")) or key in ("seed", "data.seed")  # noqa: E731
+    # What trains the weights: the model, the training settings, the seeds, the training rows,
+    # the starting weights (a folder since moved is the same). Another evaluation file, or none,
+    # and label names the task checks itself (check_same_task) are a relaunch's.
+    started = (meta.get("config") or {}).get("init_weights")
+
+    def trains(key: str) -> bool:
+        return (key.startswith(("model.", "train.")) or key in ("seed", "data.seed", "train_data_digest")
+                or (key == "init_weights" and bool(started) and fileio.exists(started)))
+
     changes = [change for change in changes if trains(change.split(" ", 1)[0])]
     if changes:
+        as_it_was = (f"; to relaunch it as it is (a test file to predict), config.init_checkpoint={started}"
+                     if any(change.startswith("init_weights ") for change in changes) else "")
         raise ValueError(f"{workdir} has trained all its {num_steps} steps, and this run changes what it computes "
                          f"({first_changes(changes)}): nothing would train, and its old result would stand as this "
-                         "run's; give a new workdir")
+                         f"run's; give a new workdir{as_it_was}")
 
 
 def first_changes(changes: list[str]) -> str:

@@ -1133,6 +1133,15 @@ def test_a_finished_run_relaunched_with_other_settings_is_refused(minilm_classif
                                          r"computes \(train.learning_rate 0.0001 -> 0.0005\): nothing would train"):
         finetune.finetune(config, str(workdir))
     config.train.learning_rate = 1e-4
+    # Other rows to train on (another file: a walkthrough); the same rows moved relaunch it.
+    lines = pathlib.Path(config.data.train_file).read_text().splitlines(keepends=True)
+    (tmp_path / "other.csv").write_text("".join(lines[:-1]))
+    config.data.train_file = str(tmp_path / "other.csv")
+    with pytest.raises(ValueError, match=r"has trained all its 12 steps, and this run changes what it computes "
+                                         r"\(train_data_digest '[0-9a-f]{16}' -> '[0-9a-f]{16}'\)"):
+        finetune.finetune(config, str(workdir))
+    (tmp_path / "moved.csv").write_text("".join(lines))
+    config.data.train_file = str(tmp_path / "moved.csv")
     config.data.test_file = config.data.eval_file
     # (on another kind of host too: the products' precision it resolves is not the run's settings)
     config.model.matmul_precision = "default"

@@ -43,3 +43,38 @@ def test_the_host_count_of_a_run_reading_its_own_files_is_a_change_but_not_when_
     assert run_config.changed_settings({"data": {"process_count": 2}}, {"data": {"process_count": 4}}) == [
         "data.process_count 2 -> 4"]
     assert run_config.changed_settings({"data": {}}, {"data": {"process_count": 4}}) == []
+
+
+def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not_moved_ones(tmp_path, monkeypatch):
+    """A finished fine-tuning run relaunched on another train_file, or from another
+    init_checkpoint (comparing two pre-trained models in one workdir), warned, trained nothing and
+    printed its old score as theirs (a walkthrough). The rows count by their digest, so a train
+    file moved is the same run; the weights by their folder, where it is still there (one since
+    moved is the same run: a resume does not read it)."""
+    import pytest
+
+    from bertjax import checkpointing
+
+    started = tmp_path / "pretrained" / "100"
+    started.mkdir(parents=True)
+    saved = {**SAVED, "init_weights": str(started), "train_data_digest": "aaaa",
+             "data": {**SAVED["data"], "train_file": "/data/train.csv"}}
+    monkeypatch.setattr(run_config, "own_checkpoints", lambda workdir: workdir + "/checkpoints")
+    monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": saved})
+    run_config.check_finished_unchanged("/w", {**saved, "data": {**saved["data"], "train_file": "/moved/train.csv"}},
+                                        10)
+    with pytest.raises(ValueError, match=r"^/w has trained all its 10 steps, and this run changes what it computes "
+                                         r"\(train_data_digest 'aaaa' -> 'bbbb'\): nothing would train, .*; give a "
+                                         r"new workdir$"):
+        run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb"}, 10)
+    other = {**saved, "init_weights": "/elsewhere/200"}
+    with pytest.raises(ValueError, match=rf"\(init_weights '{started}' -> '/elsewhere/200'\).*give a new workdir; to "
+                                         rf"relaunch it as it is \(a test file to predict\), "
+                                         rf"config.init_checkpoint={started}$"):
+        run_config.check_finished_unchanged("/w", other, 10)
+    run_config.check_finished_unchanged("/w", other, 11)  # steps left: a resume, which warns
+    started.rmdir()  # moved
+    run_config.check_finished_unchanged("/w", other, 10)
+    # From before the digest was recorded: no change.
+    monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": SAVED})
+    run_config.check_finished_unchanged("/w", {**SAVED, "train_data_digest": "bbbb"}, 10)
