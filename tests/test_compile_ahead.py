@@ -37,6 +37,12 @@ def test_keys_compile_in_order_in_the_background_and_are_handed_over_once_ready(
         assert all(thread.startswith("bertjax-compile") for _, thread in compiler.compiled)
         program, seconds, waited = ahead.take("b")
         assert (program, seconds, waited) == ("program b", 0.25, 0.0)
+        # Idle and open, its thread alive, it compiles nothing: interpreter shutdown ends the
+        # thread at once (counted, one process of a multi-host run left by os._exit: a walkthrough).
+        while compiling() and time.time() < deadline:
+            time.sleep(0.01)
+        assert not compiling()
+        assert any(thread.name.startswith("bertjax-compile") and thread.is_alive() for thread in threading.enumerate())
     assert len(compiler.compiled) == 3  # nothing compiled twice
 
 
@@ -66,3 +72,30 @@ def test_an_error_while_compiling_is_raised_by_take_for_that_key():
         with pytest.raises(ValueError, match="cannot compile 'broken'"):
             ahead.take("broken")
         assert ahead.take("a")[0] == "program a"
+
+
+def test_a_stopped_multi_host_process_leaves_jaxs_shutdown_barrier_before_any_os_exit(monkeypatch):
+    """Every process of a multi-host run stops at the same step; one that then ended by os._exit
+    (a compile under way there) skipped JAX's shutdown barrier, and process 0, waiting there,
+    aborted 90 s later with a C++ stack instead of exit 3 (a walkthrough). A stop passes the
+    barrier first, whatever each process does next; an error alone does not wait for the others."""
+    import jax
+
+    from bertjax.runtime import cli, compile_ahead
+
+    calls = []
+
+    def os_exit(code):
+        calls.append(("os._exit", code))
+        raise SystemExit(code)
+
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(jax.distributed, "shutdown", lambda: calls.append("shutdown"))
+    monkeypatch.setattr(cli.os, "_exit", os_exit)
+    monkeypatch.setattr(compile_ahead, "compiling", lambda: True)
+    for code, expected in ((cli.EXIT_STOPPED, ["shutdown", ("os._exit", cli.EXIT_STOPPED)]),
+                           (cli.EXIT_ERROR, [("os._exit", cli.EXIT_ERROR)])):
+        calls.clear()
+        with pytest.raises(SystemExit):
+            cli._exit(code)
+        assert calls == expected

@@ -371,11 +371,17 @@ def _exit(code: int) -> None:
       it, up to a minute on a GPU, past a preemption's grace period;
     - under jax.distributed, after an error: the shutdown waits for every process, so a process
       that failed alone (e.g. on --fail_on_truncation) would wait minutes for the others, themselves
-      waiting for it at their next barrier; gone, it ends their wait with an error."""
+      waiting for it at their next barrier; gone, it ends their wait with an error.
+    Under jax.distributed a stop (every process stops at the same step) first leaves JAX's
+    shutdown barrier with the others: a process ending by os._exit would skip it, and leave the
+    others waiting there until they abort."""
     from bertjax.runtime import compile_ahead, preemption
 
     jax = sys.modules.get("jax")
-    failed_alone = code == EXIT_ERROR and jax is not None and jax.distributed.is_initialized()
+    distributed = jax is not None and jax.distributed.is_initialized()
+    if code == EXIT_STOPPED and distributed:
+        jax.distributed.shutdown()
+    failed_alone = code == EXIT_ERROR and distributed
     if preemption.input_thread_alive() or compile_ahead.compiling() or failed_alone:
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(code)

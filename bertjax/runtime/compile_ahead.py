@@ -15,12 +15,27 @@ import time
 from typing import Any, Callable, Hashable, Iterable
 
 THREAD_PREFIX = "bertjax-compile"
+_running = 0  # compiles under way in background threads
+_running_lock = threading.Lock()
 
 
 def compiling() -> bool:
-    """Whether a compile thread is still alive: interpreter shutdown would wait for its
-    compile to finish (`cli._exit` ends the process with os._exit instead)."""
-    return any(thread.name.startswith(THREAD_PREFIX) and thread.is_alive() for thread in threading.enumerate())
+    """Whether a background thread is compiling: interpreter shutdown would wait for it to
+    finish (`cli._exit` ends the process with os._exit instead). An idle thread does not count:
+    the shutdown ends it at once (counted, a multi-host run's processes left by different
+    exits, and the one waiting at JAX's shutdown barrier aborted)."""
+    return _running > 0
+
+
+def _counted(compile_fn: Callable[[Hashable], tuple[Any, float]], key: Hashable) -> tuple[Any, float]:
+    global _running
+    with _running_lock:
+        _running += 1
+    try:
+        return compile_fn(key)
+    finally:
+        with _running_lock:
+            _running -= 1
 
 
 class CompileAhead:
@@ -39,7 +54,7 @@ class CompileAhead:
     def __init__(self, compile_fn: Callable[[Hashable], tuple[Any, float]], keys: Iterable[Hashable]):
         self._compile_fn = compile_fn
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=THREAD_PREFIX)
-        self._futures = {key: self._pool.submit(compile_fn, key) for key in dict.fromkeys(keys)}
+        self._futures = {key: self._pool.submit(_counted, compile_fn, key) for key in dict.fromkeys(keys)}
 
     def take(self, key: Hashable) -> tuple[Any, float, float]:
         """(the compiled program, the seconds its compilation took, the seconds the caller
