@@ -539,6 +539,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     # (the rows trained on, wherever their file now lies: a finished run relaunched
                     # on other rows would train nothing, run_config.check_finished_unchanged)
                     "train_data_digest": splits_digest([task.train])}
+    evaluated_on = evaluation_digest(task)
+    trainer.check_same_on_every_process({**saved_config, "evaluation_digest": evaluated_on})
     try:
         run_config.check_finished_unchanged(workdir, saved_config, train_cfg.num_steps)
         state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
@@ -552,7 +554,6 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     start_step = int(jax.device_get(state.step))
 
     # -- The loop's bookkeeping: logs, checkpoints, the best evaluation so far. --
-    evaluated_on = evaluation_digest(task)
     # (a run stopped in its last evaluation owes it: not finished, it evaluates again)
     finished = start_step >= train_cfg.num_steps and not (
         task.eval_splits and training_loop.evaluation_owed_at(checkpointer, start_step))

@@ -297,6 +297,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     saved_config = {**config.to_dict(), "model": bert.to_dict()}
     if config.data.host_split == "files":  # each host reads its own files: their split follows the host count
         saved_config["data"]["process_count"] = jax.process_count()
+    trainer.check_same_on_every_process(saved_config)
     trainer.check_resumable(workdir, abstract, saved_config, train_cfg.num_steps)
 
     # -- Input: prepared once (process 0 first, the others then find it done); the eval

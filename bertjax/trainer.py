@@ -32,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import hashlib
+import json
 import logging
 import time
 from typing import Any, Callable, Iterator
@@ -475,6 +477,38 @@ def hold_lock(workdir: str) -> Iterator[None]:
     with contextlib.ExitStack() as held:
         _on_process_zero(lambda: held.enter_context(workdir_lock.hold(workdir)), f"workdir {workdir}")
         yield
+
+
+def check_same_on_every_process(settings: dict[str, Any]) -> None:
+    """ValueError on every process when the processes of a multi-host run were given other
+    `settings` (the run's saved config, with digests of the data every host reads): each would
+    train, evaluate and save with its own, silently (process 0's learning rate logged, the
+    others' applied), or hang at a barrier one of them never reaches. Names the first setting
+    that differs from process 0's. "The same command on every host", checked."""
+    if jax.process_count() == 1:
+        return
+    from flax.traverse_util import flatten_dict
+    from jax.experimental import multihost_utils
+
+    flat = flatten_dict(json.loads(json.dumps(settings, default=str)), sep=".")
+    keys = sorted(flat)
+    digest = lambda text: np.frombuffer(hashlib.sha256(text.encode()).digest()[:8], np.uint8)  # noqa: E731
+    mine = np.stack([digest("\n".join(keys)), *(digest(json.dumps(flat[key], sort_keys=True)) for key in keys)])
+    # The key lists first: where they agree, every process gathers arrays of one shape.
+    names = np.asarray(multihost_utils.process_allgather(mine[0]))  # [processes, 8]
+    other = next((p for p in range(len(names)) if not np.array_equal(names[p], names[0])), None)
+    if other is not None:
+        raise ValueError(f"process {other} was given other settings than process 0 (another bertjax version, or "
+                         "config file): give every host the same command")
+    every = np.asarray(multihost_utils.process_allgather(mine))  # [processes, 1 + keys, 8]
+    for key_index, key in enumerate(keys, start=1):
+        other = next((p for p in range(len(every)) if not np.array_equal(every[p, key_index], every[0, key_index])),
+                     None)
+        if other is not None:
+            what = (f"the data it read ({key})" if key.endswith("_digest") else
+                    f"{key} ({flat[key]!r} on process {jax.process_index()})")
+            raise ValueError(f"process {other} differs from process 0 in {what}: give every host the same command, "
+                             "and the same files")
 
 
 def process_zero_first(fn: Callable[[], Any], what: str) -> Any:

@@ -178,6 +178,26 @@ def test_two_processes_reading_their_own_files_train_together(tmp_path, prepared
     assert sorted(losses) == [1, 2, 3, 4] and np.all(np.isfinite(list(losses.values())))
 
 
+def test_processes_given_other_settings_stop_with_one_line_naming_it(tmp_path, prepared_dir):
+    """Two processes given other learning rates trained silently, each with its own (process 0's
+    logged), and other num_steps hung at the last save (a walkthrough): every host is checked
+    to run the same settings before anything is written (finetune.py adds its data's digests)."""
+    workdir = tmp_path / "mixed"
+    port = _free_port()
+    rates = ["0.001", "0.5"]
+    processes = [subprocess.Popen(
+        _command(workdir, prepared_dir, "--config.train.num_steps=4", f"--config.train.learning_rate={rate}",
+                 f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"),
+        env=_env(devices=1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i, rate in enumerate(rates)]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for i, (p, (_, stderr)) in enumerate(zip(processes, outputs)):
+        assert p.returncode == 2, stderr[-5000:]
+        assert stderr.strip().splitlines()[-1] == (
+            f"error: process 1 differs from process 0 in train.learning_rate ({float(rates[i])!r} on process {i}): "
+            "give every host the same command, and the same files")
+    assert not (workdir / "checkpoints").exists()
+
+
 def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir):
     import jax
 

@@ -313,3 +313,38 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
     assert digests[0] == digests[1] and digests[0].endswith(" True True"), digests
     assert ["preparing" in out for _, out, _ in outputs] == [True, False], outputs
     assert all("tfds ['line 0', 'line 1', 'line 2']" in out for _, out, _ in outputs), outputs
+
+
+
+def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch):
+    """check_same_on_every_process, as process 0 of two sees it: a setting by its key and value,
+    the data by what it is (a host with another copy of the evaluation file scored its own rows
+    against process 0's: a walkthrough), another set of keys by itself."""
+    from jax.experimental import multihost_utils
+
+    def sent(settings):  # what a process gives process_allgather: its key list's digest, then all
+        arrays = []
+        monkeypatch.setattr(multihost_utils, "process_allgather", lambda a: arrays.append(a) or np.stack([a, a]))
+        trainer.check_same_on_every_process(settings)
+        return arrays
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    mine = {"train": {"learning_rate": 0.001}, "evaluation_digest": "aaaa"}
+    outcomes = {}
+    for name, theirs in [("same", mine), ("rate", {**mine, "train": {"learning_rate": 0.5}}),
+                         ("data", {**mine, "evaluation_digest": "bbbb"}), ("keys", {**mine, "added": 1})]:
+        other = iter(sent(theirs))
+        monkeypatch.setattr(multihost_utils, "process_allgather", lambda a: np.stack([a, next(other)]))
+        try:
+            trainer.check_same_on_every_process(mine)
+            outcomes[name] = None
+        except ValueError as error:
+            outcomes[name] = str(error)
+    assert outcomes == {
+        "same": None,
+        "rate": "process 1 differs from process 0 in train.learning_rate (0.001 on process 0): give every host the "
+                "same command, and the same files",
+        "data": "process 1 differs from process 0 in the data it read (evaluation_digest): give every host the same "
+                "command, and the same files",
+        "keys": "process 1 was given other settings than process 0 (another bertjax version, or config file): give "
+                "every host the same command"}
