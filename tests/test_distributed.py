@@ -96,7 +96,12 @@ def test_auto_names_a_failing_detection(calls, monkeypatch):
         distributed.initialize("auto")
 
 
-def test_explicit_flags_on_and_off(calls):
+def test_explicit_flags_on_and_off(calls, capsys):
+    assert distributed.initialize("auto", "10.0.0.1:1234", 2, 0)
+    # (process 0 without the others waited 300 s in silence, then a C++ abort: a walkthrough)
+    assert "process 0: coordinating at 10.0.0.1:1234; waiting for the other 1 process(es) to join" in \
+        capsys.readouterr().out
+    calls.clear()
     assert distributed.initialize("auto", "10.0.0.1:1234", 2, 1)
     assert distributed.initialize("on")
     assert calls == [{"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 1}, NO_FLAGS]

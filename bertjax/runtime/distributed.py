@@ -40,6 +40,9 @@ _WAITING_SAID_EVERY_SECONDS = 30.0
 WORLD_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE")
 
 
+JAX_INITIALIZATION_SECONDS = 300  # jax.distributed.initialize's own initialization_timeout
+
+
 def wait_for_coordinator(address: str, process_id: int) -> None:
     """On a process other than 0: waits until the coordinator (process 0's) takes connections
     at `address`, saying so every 30 s; ValueError naming the address after
@@ -132,6 +135,9 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
         log.info("--distributed=auto: %s with %d processes", cluster.__name__, processes)
     if coordinator_address is not None and process_id and (num_processes is None or process_id < num_processes):
         wait_for_coordinator(coordinator_address, process_id)  # (a process_id out of range: jax's error, at once)
+    if process_id == 0 and num_processes:  # jax waits for the others in silence, then aborts in C++
+        print(f"process 0: coordinating at {coordinator_address}; waiting for the other {num_processes - 1} "
+              f"process(es) to join (jax ends the run after {JAX_INITIALIZATION_SECONDS} s without them)", flush=True)
     try:
         jax.distributed.initialize(**flags)
     except ValueError as e:  # jax: "coordinator_address should be defined." and the like
