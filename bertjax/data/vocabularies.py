@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import time
 from typing import Any, Iterable, Iterator, TextIO
@@ -48,7 +49,13 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_l
         vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(tokenization.SPECIAL_TOKENS),
         continuing_subword_prefix="##", show_progress=False,
         **({} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}))
-    backend.train_from_iterator(_lines(texts), trainer=trainer)
+    counts = collections.Counter()
+    # (its own normaliser and pre-tokenizer: the backend's, called from the iterator it trains on, deadlock)
+    backend.train_from_iterator(_without_long_words(_lines(texts), tokenization.bert_normalizer(do_lower_case),
+                                                    pre_tokenizers.BertPreTokenizer(), counts), trainer=trainer)
+    if counts["long_words"]:
+        logging.warning("WordPiece left out %d words longer than %d characters (BERT's tokenizer reads each as one "
+                        "[UNK])", counts["long_words"], tokenization.MAX_INPUT_CHARS_PER_WORD)
     vocab = backend.get_vocab()
     tokens = sorted(vocab, key=vocab.get)
     if tokens[:len(tokenization.SPECIAL_TOKENS)] != list(tokenization.SPECIAL_TOKENS):
@@ -201,6 +208,26 @@ def file_lines(paths: Iterable[str]) -> Iterator[str]:
         with fileio.open_file(path, "rb") as f:
             for number, line in enumerate(f):
                 yield line.decode("utf-8-sig" if number == 0 else "utf-8", errors="replace").rstrip("\r\n")
+
+
+# A run of non-space characters this long may hold a word past MAX_INPUT_CHARS_PER_WORD.
+_LONG_RUN = re.compile(r"\S{%d,}" % (tokenization.MAX_INPUT_CHARS_PER_WORD + 1))
+
+
+def _without_long_words(lines: Iterable[str], normalizer: normalizers.Normalizer,
+                        pre_tokenizer: pre_tokenizers.PreTokenizer, counts: collections.Counter) -> Iterator[str]:
+    """`lines`, each word longer than MAX_INPUT_CHARS_PER_WORD (as `normalizer` and
+    `pre_tokenizer` make words) left out, counted in counts["long_words"]. Such a word encodes as one [UNK], yet
+    the trainer merged its repeats (a 300,000-character run: 35 s, and x-runs filling vocabulary
+    slots that can never be emitted). Lines without a long run pass as they are; the others pass
+    normalised, as the trainer would read them (normalising again changes nothing)."""
+    for line in lines:
+        if _LONG_RUN.search(line):
+            words = [word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line))]
+            kept = [word for word in words if len(word) <= tokenization.MAX_INPUT_CHARS_PER_WORD]
+            counts["long_words"] += len(words) - len(kept)
+            line = " ".join(kept)
+        yield line
 
 
 def _lines(texts: Iterable[str]) -> Iterator[str]:
