@@ -99,3 +99,20 @@ def test_a_stopped_multi_host_process_leaves_jaxs_shutdown_barrier_before_any_os
         with pytest.raises(SystemExit):
             cli._exit(code)
         assert calls == expected
+
+
+def test_a_collective_whose_peer_has_gone_is_one_line_and_an_exit_at_once(monkeypatch):
+    """A process of a two-process run that failed alone (a file missing on its host) or was killed
+    left the other with an 88-line traceback ("Gloo AllGather failed: ... Connection closed by
+    peer"), then a 100 s wait at JAX's shutdown barrier and a C++ abort (a walkthrough)."""
+    import jax
+
+    from bertjax.runtime import cli
+
+    error = RuntimeError("UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:547] "
+                         "Connection closed by peer [127.0.0.1]:11186")
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+    assert cli.expected_failure(error) is None  # one process: no peer, a bug's traceback
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
+    assert cli.expected_failure(error).startswith(
+        "another process of this run has gone (its own output says why): this one stops too (UNKNOWN: Gloo")

@@ -177,8 +177,13 @@ def expected_failure(error: BaseException) -> str | None:
     """The one line for a failure that is the user's to fix but is neither a ValueError nor an
     OSError, else None (a bug: its traceback is kept): out of device memory (XLA's
     RESOURCE_EXHAUSTED, a JaxRuntimeError), and a remote path that is missing or not readable
-    (TensorFlow's gfile raises its own NotFoundError, PermissionDeniedError, ...)."""
+    (TensorFlow's gfile raises its own NotFoundError, PermissionDeniedError, ...), and, in a
+    multi-host run, a collective or barrier that failed because another process went away (it
+    failed or was killed: its own output says why; here a traceback, then the interpreter's
+    shutdown waited for it until JAX aborted)."""
     message = error_line(error)
+    if _peer_lost(message):
+        return f"another process of this run has gone (its own output says why): this one stops too ({message[:200]})"
     if out_of_device_memory(error):
         return ("out of device memory: lower the batch size (config.train.global_batch_size or batch_size, "
                 "--batch_size) or max_seq_length, or shard the model over more devices (config.mesh.fsdp); "
@@ -189,6 +194,16 @@ def expected_failure(error: BaseException) -> str | None:
     if remote and isinstance(error, remote) and "://" in message:
         return message
     return None
+
+
+# What a collective or barrier says when a peer process has gone: gloo's (CPU) closed connection,
+# the coordination service's missed heartbeats.
+_PEER_LOST = ("Connection closed by peer", "heartbeat timeout", "stopped sending heartbeats")
+
+
+def _peer_lost(message: str) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and jax.distributed.is_initialized() and any(sign in message for sign in _PEER_LOST)
 
 
 def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config") -> str:
