@@ -520,9 +520,6 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     if source and config.reuse_head:  # (before the checkpointer: a refused run writes nothing)
         check_reused_head(source, task.info)
     abstract, shardings = trainer.state_shardings(init_params, optimizer, mesh, frozen)
-    checkpointer = checkpointing.Checkpointer(
-        fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
-        max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
     # Whether the head reads the pooled [CLS], and whether the pooler it starts from had learnt.
     reads_pooler = not (tasks.family_of_task(config.task).reads_tokens or bert.feature_based)
     pooler_learnt = bool(source and (source.pooler_trained or pooler_from_masked_lm(source, bert)))
@@ -541,6 +538,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     "train_data_digest": splits_digest([task.train])}
     evaluated_on = evaluation_digest(task)
     trainer.check_same_on_every_process({**saved_config, "evaluation_digest": evaluated_on})
+    checkpointer = checkpointing.Checkpointer(
+        fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
+        max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
     try:
         run_config.check_finished_unchanged(workdir, saved_config, train_cfg.num_steps)
         state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,

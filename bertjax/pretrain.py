@@ -302,7 +302,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
 
     # -- Input: prepared once (process 0 first, the others then find it done); the eval
     #    batches are read once per run. --
-    with clock.phase("prepare data"):
+    with clock.phase("prepare and read data"):
         if config.data.source != "original_tfrecord":
             trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
         warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start,

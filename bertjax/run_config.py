@@ -26,6 +26,8 @@ OPERATIONAL_SETTINGS = ("checkpoint.", "mesh.", "init_checkpoint", "train.log_ev
                         "train.sweep", "train.feature_cache_dir", "data.prepared_dir", "data.tfds_data_dir",
                         "data.vocab_path", "data.test_file")
 _SHOWN_CHANGES = 8
+# The settings that cut a fine-tuning task's examples into rows.
+_ROW_CUTTING = ("data.max_seq_length", "data.doc_stride", "data.max_query_length")
 # Model fields a config may leave to the machine (bertjax.models.config.resolve): a finished run
 # relaunched on another kind of host (to predict a test file) gets other values, and is the same run.
 _HOST_DEFAULTS = ("model.dtype", "model.matmul_precision")
@@ -99,9 +101,13 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
     # the starting weights (a folder since moved is the same). Another evaluation file, or none,
     # and label names the task checks itself (check_same_task) are a relaunch's.
     started = (meta.get("config") or {}).get("init_weights")
+    # Rows cut otherwise (a finished run relaunched to evaluate at another length) digest
+    # otherwise from the same file: the digest says nothing then.
+    recut = any(change.split(" ", 1)[0] in _ROW_CUTTING for change in changes)
 
     def trains(key: str) -> bool:
-        return (key.startswith(("model.", "train.")) or key in ("seed", "data.seed", "train_data_digest")
+        return (key.startswith(("model.", "train.")) or key in ("seed", "data.seed")
+                or (key == "train_data_digest" and not recut)
                 or (key == "init_weights" and bool(started) and fileio.exists(started)))
 
     changes = [change for change in changes if trains(change.split(" ", 1)[0])]

@@ -479,6 +479,10 @@ def hold_lock(workdir: str) -> Iterator[None]:
         yield
 
 
+# Settings each host may set for itself: a sweep's temporary feature cache, under each host's $TMPDIR.
+_HOST_LOCAL_SETTINGS = ("train.feature_cache_dir",)
+
+
 def check_same_on_every_process(settings: dict[str, Any]) -> None:
     """ValueError on every process when the processes of a multi-host run were given other
     `settings` (the run's saved config, with digests of the data every host reads): each would
@@ -491,7 +495,7 @@ def check_same_on_every_process(settings: dict[str, Any]) -> None:
     from jax.experimental import multihost_utils
 
     flat = flatten_dict(json.loads(json.dumps(settings, default=str)), sep=".")
-    keys = sorted(flat)
+    keys = sorted(key for key in flat if key not in _HOST_LOCAL_SETTINGS)
     digest = lambda text: np.frombuffer(hashlib.sha256(text.encode()).digest()[:8], np.uint8)  # noqa: E731
     mine = np.stack([digest("\n".join(keys)), *(digest(json.dumps(flat[key], sort_keys=True)) for key in keys)])
     # The key lists first: where they agree, every process gathers arrays of one shape.

@@ -55,6 +55,19 @@ def test_auto_with_a_multi_process_cluster_lets_jax_detect_the_rest(calls, monke
     assert ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, 10) == expected
 
 
+def test_process_0_of_a_detected_cluster_says_it_waits_for_the_others(calls, monkeypatch, capsys):
+    """Process 0 waits for the others in jax's silence (300 s, then a C++ abort) where a
+    scheduler starts them (a review: the line was for flags given by hand alone)."""
+    for process_id, said in (("2", False), ("0", True)):
+        for key, value in {**SLURM, "SLURM_PROCID": process_id}.items():
+            monkeypatch.setenv(key, value)
+        assert distributed.initialize("auto")
+        assert ("process 0: coordinating; waiting for the other 3 process(es) to join" in capsys.readouterr().out
+                ) is said
+    assert distributed.initialize("on", "10.0.0.1:1234", 1, 0)  # one process: nothing to wait for
+    assert "waiting" not in capsys.readouterr().out
+
+
 def test_auto_on_gke_tpu_workers(calls, monkeypatch):
     monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
     for key, value in {"TPU_WORKER_HOSTNAMES": "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4", "TPU_WORKER_ID": "3",

@@ -329,9 +329,11 @@ def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch)
         return arrays
 
     monkeypatch.setattr(jax, "process_count", lambda: 2)
-    mine = {"train": {"learning_rate": 0.001}, "evaluation_digest": "aaaa"}
+    mine = {"train": {"learning_rate": 0.001, "feature_cache_dir": "/tmp/a"}, "evaluation_digest": "aaaa"}
     outcomes = {}
-    for name, theirs in [("same", mine), ("rate", {**mine, "train": {"learning_rate": 0.5}}),
+    # (a sweep's temporary feature cache lies under each host's own $TMPDIR: a review)
+    for name, theirs in [("same", {**mine, "train": {"learning_rate": 0.001, "feature_cache_dir": "/var/tmp/b"}}),
+                         ("rate", {**mine, "train": {"learning_rate": 0.5, "feature_cache_dir": "/tmp/a"}}),
                          ("data", {**mine, "evaluation_digest": "bbbb"}), ("keys", {**mine, "added": 1})]:
         other = iter(sent(theirs))
         monkeypatch.setattr(multihost_utils, "process_allgather", lambda a: np.stack([a, next(other)]))

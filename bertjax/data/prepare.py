@@ -152,6 +152,8 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     if not 0.0 <= data_config.eval_fraction < 1.0:
         raise ValueError(f"config.data.eval_fraction must be in [0, 1), got {data_config.eval_fraction}")
     units = sources.list_units(data_config)  # first: a bad source writes nothing
+    if not fileio.exists(fileio.join(output_dir, "metadata.json")):  # only to prepare (a read of each file)
+        sources.check_text_files(units, data_config.source)
     tokenizer = load_tokenizer_for(data_config, output_dir)
     # Each unit with a sample of its text: a file edited in place to the same size is other data.
     described = [{**unit, "content": content} if content else unit
@@ -166,7 +168,6 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     }
     if fileio.exists(fileio.join(output_dir, "metadata.json")):
         return _prepared_already(output_dir, settings)
-    sources.check_text_files(units, data_config.source)  # only to prepare (a read a file), before writing
     if fileio.is_remote(output_dir):  # not lockable: two prepares at once there are the user's to avoid
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
     waiting = lambda holder: print(f"{output_dir} is being prepared by {holder}; waiting for it to finish",  # noqa: E731

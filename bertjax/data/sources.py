@@ -134,14 +134,8 @@ def list_units(data_config: Any) -> list[dict]:
     if source == "text":
         return [{"path": path, "range": [start, end]} for path, start, end in _text_ranges(data_config.input_pattern)]
     if source == "jsonl":
-        units = [{"jsonl": path, "range": [start, end], "text_key": data_config.text_key}
-                 for path, start, end in _text_ranges(data_config.input_pattern)]
-        # Every file's: files written by other jobs may name the text otherwise (read in
-        # parallel, a few KiB each: cheap on GCS too).
-        with futures.ThreadPoolExecutor(32) as pool:
-            list(pool.map(functools.partial(_check_jsonl_key, text_key=data_config.text_key),
-                          dict.fromkeys(unit["jsonl"] for unit in units)))
-        return units
+        return [{"jsonl": path, "range": [start, end], "text_key": data_config.text_key}
+                for path, start, end in _text_ranges(data_config.input_pattern)]
     if source == "parquet":
         return _parquet_units(expand_patterns(data_config.input_pattern), data_config.text_key)
     if source == "tfds":
@@ -262,9 +256,11 @@ _NOT_TEXT = {b"\x1f\x8b": "gzip-compressed", b"BZh": "bzip2-compressed", b"\x28\
 
 def check_text_files(units: list[dict], source: str) -> None:
     """Before a text or JSONL corpus is prepared: ValueError naming a file whose first bytes say
-    it is compressed or binary, or (text) that its lines end in a carriage return alone; a
-    warning when a `source` "text" corpus's first line is a JSON object (a JSONL file: each row
-    would be a sentence of JSON syntax)."""
+    it is compressed or binary, or (text) that its lines end in a carriage return alone, or
+    (JSONL) whose first rows lack the text key (`_check_jsonl_key`: in every file, as files
+    written by other jobs may name the text otherwise); a warning when a `source` "text"
+    corpus's first line is a JSON object (a JSONL file: each row would be a sentence of JSON
+    syntax)."""
     paths = sorted({unit.get("path") or unit.get("jsonl") for unit in units} - {None})
     json_rows = []  # text files whose first line is a JSON object: every file is looked at
     for path in paths:
@@ -288,6 +284,9 @@ def check_text_files(units: list[dict], source: str) -> None:
                     json_rows.append(path)
             except ValueError:
                 pass
+    if source == "jsonl" and units:  # (in parallel, a few KiB each: cheap on GCS too)
+        with futures.ThreadPoolExecutor(32) as pool:
+            list(pool.map(functools.partial(_check_jsonl_key, text_key=units[0]["text_key"]), paths))
     if json_rows:
         more = f" (and {len(json_rows) - 1} more of the {len(paths)} files)" if len(json_rows) > 1 else ""
         logging.warning("%s%s: its first line is a JSON object, read as a sentence of text "

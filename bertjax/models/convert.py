@@ -635,9 +635,11 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
             f"config.checkpoint.every steps); wait for one, or give a finished run")
     hint = ""
     if "pytorch_model.bin" in files:
+        # (the folder as given, where it pastes into the shell's double quotes as it is)
+        folder = repr(path) if not (fileio.is_remote(path) or set(path) & set("'\"$`\\")) else "'DIR'"
         hint = ("\npytorch_model.bin needs PyTorch to read; convert it once, every tensor under its own name "
                 "(AutoModel would drop the task head): python -c \"import torch, safetensors.torch as st; "
-                f"d = {path!r}; w = torch.load(d + '/pytorch_model.bin', map_location='cpu', weights_only=True); "
+                f"d = {folder}; w = torch.load(d + '/pytorch_model.bin', map_location='cpu', weights_only=True); "
                 "st.save_file({k: v.clone().contiguous() for k, v in w.items()}, d + '/model.safetensors', "
                 "metadata={'format': 'pt'})\"")
     raise FileNotFoundError(f"{path!r} matches no known checkpoint layout; looked for:\n"

@@ -133,11 +133,19 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
                      f"{cluster.__name__} with one process" if cluster else "no multi-process cluster environment")
             return False
         log.info("--distributed=auto: %s with %d processes", cluster.__name__, processes)
+        num_processes_known, process_id_known = processes, None
+        try:  # (for the waiting line only; a TPU pod's asks the metadata server, jax asks again)
+            process_id_known = cluster.get_process_id()
+        except (RuntimeError, KeyError, OSError, ValueError):
+            pass
+    else:
+        num_processes_known, process_id_known = num_processes, process_id
     if coordinator_address is not None and process_id and (num_processes is None or process_id < num_processes):
         wait_for_coordinator(coordinator_address, process_id)  # (a process_id out of range: jax's error, at once)
-    if process_id == 0 and num_processes:  # jax waits for the others in silence, then aborts in C++
-        print(f"process 0: coordinating at {coordinator_address}; waiting for the other {num_processes - 1} "
-              f"process(es) to join (jax ends the run after {JAX_INITIALIZATION_SECONDS} s without them)", flush=True)
+    if process_id_known == 0 and (num_processes_known or 0) > 1:  # jax waits for them in silence, then aborts in C++
+        where = f" at {coordinator_address}" if coordinator_address else ""
+        print(f"process 0: coordinating{where}; waiting for the other {num_processes_known - 1} process(es) to join "
+              f"(jax ends the run after {JAX_INITIALIZATION_SECONDS} s without them)", flush=True)
     try:
         jax.distributed.initialize(**flags)
     except ValueError as e:  # jax: "coordinator_address should be defined." and the like

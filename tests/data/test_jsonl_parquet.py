@@ -66,7 +66,7 @@ def test_bad_jsonl_rows_are_counted_and_logged_with_file_and_line(tmp_path, capl
         assert f"c.jsonl:{line}: dropped ({reason}" in caplog.text
 
 
-def test_a_misspelt_jsonl_key_is_refused_before_anything_is_read_or_written(tmp_path):
+def test_a_misspelt_jsonl_key_is_refused_before_anything_is_read_or_written(tmp_path, monkeypatch):
     """text_key=text on rows keyed "content" read the whole corpus, dropped every row, then
     left a prepared folder whose settings refused the corrected key, the difference cut off
     in the message (a review). The first rows are checked up front, naming the file and key (and
@@ -99,6 +99,14 @@ def test_a_misspelt_jsonl_key_is_refused_before_anything_is_read_or_written(tmp_
         prepare.ensure_prepared(_config("jsonl", tmp_path / "more" / "*.jsonl"), str(tmp_path / "more_out"),
                                 num_workers=1)
     assert not (tmp_path / "more_out").exists()
+    # A folder prepared already (by a bertjax that checked the first file alone) is read, not
+    # refused at every resume (a review): the check is preparation's.
+    with monkeypatch.context() as patched:
+        patched.setattr(sources, "_check_jsonl_key", lambda path, text_key: None)
+        prepare.ensure_prepared(_config("jsonl", tmp_path / "more" / "*.jsonl"), str(tmp_path / "more_out"),
+                                num_workers=1)
+    assert prepare.ensure_prepared(_config("jsonl", tmp_path / "more" / "*.jsonl"), str(tmp_path / "more_out"),
+                                   num_workers=1)["splits"]["train"]["documents"] > 0
 
 
 @pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
