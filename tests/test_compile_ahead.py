@@ -77,7 +77,7 @@ def test_an_error_while_compiling_is_raised_by_take_for_that_key():
 def test_a_stopped_multi_host_process_leaves_jaxs_shutdown_barrier_before_any_os_exit(monkeypatch):
     """Every process of a multi-host run stops at the same step; one that then ended by os._exit
     (a compile under way there) skipped JAX's shutdown barrier, and process 0, waiting there,
-    aborted 90 s later with a C++ stack instead of exit 3 (a walkthrough). A stop passes the
+    aborted later with a C++ stack instead of exit 3 (a walkthrough). A stop passes the
     barrier first, whatever each process does next; an error alone does not wait for the others."""
     import jax
 
@@ -104,7 +104,7 @@ def test_a_stopped_multi_host_process_leaves_jaxs_shutdown_barrier_before_any_os
 def test_a_collective_whose_peer_has_gone_is_one_line_and_an_exit_at_once(monkeypatch):
     """A process of a two-process run that failed alone (a file missing on its host) or was killed
     left the other with an 88-line traceback ("Gloo AllGather failed: ... Connection closed by
-    peer"), then a 100 s wait at JAX's shutdown barrier and a C++ abort (a walkthrough)."""
+    peer"), then a wait at JAX's shutdown barrier and a C++ abort (a walkthrough)."""
     import jax
 
     from bertjax.runtime import cli

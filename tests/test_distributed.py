@@ -56,7 +56,7 @@ def test_auto_with_a_multi_process_cluster_lets_jax_detect_the_rest(calls, monke
 
 
 def test_process_0_of_a_detected_cluster_says_it_waits_for_the_others(calls, monkeypatch, capsys):
-    """Process 0 waits for the others in jax's silence (300 s, then a C++ abort) where a
+    """Process 0 waits for the others in jax's silence (up to its limit, then a C++ abort) where a
     scheduler starts them (a review: the line was for flags given by hand alone)."""
     for process_id, said in (("2", False), ("0", True)):
         for key, value in {**SLURM, "SLURM_PROCID": process_id}.items():
@@ -111,7 +111,7 @@ def test_auto_names_a_failing_detection(calls, monkeypatch):
 
 def test_explicit_flags_on_and_off(calls, capsys):
     assert distributed.initialize("auto", "10.0.0.1:1234", 2, 0)
-    # (process 0 without the others waited 300 s in silence, then a C++ abort: a walkthrough)
+    # (process 0 without the others waited jax's limit in silence, then a C++ abort: a walkthrough)
     assert "process 0: coordinating at 10.0.0.1:1234; waiting for the other 1 process(es) to join" in \
         capsys.readouterr().out
     calls.clear()

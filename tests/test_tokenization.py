@@ -115,7 +115,7 @@ def test_train_wordpiece_puts_specials_first_and_round_trips(tmp_path):
 
 def test_wordpiece_trains_on_the_words_it_can_emit(tmp_path, caplog):
     """A word past BERT's 100 characters encodes as one [UNK]; the trainer merged its repeats: a
-    row of 300,000 x's took 35 s (quadratic) and filled 19 vocabulary slots with x-runs up to
+    row of 300,000 x's took time quadratic in its length and filled 19 vocabulary slots with x-runs up to
     131,074 characters (a walkthrough). It is left out, and the summary counts it; CJK text,
     long runs without spaces that BERT splits per character, is not."""
     cjk = "北京大学的学生们在图书馆里认真地学习着各种各样的知识" * 5  # 135 characters, no space

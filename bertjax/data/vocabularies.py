@@ -217,9 +217,9 @@ _LONG_RUN = re.compile(r"\S{%d,}" % (tokenization.MAX_INPUT_CHARS_PER_WORD + 1))
 def _without_long_words(lines: Iterable[str], normalizer: normalizers.Normalizer,
                         pre_tokenizer: pre_tokenizers.PreTokenizer, counts: collections.Counter) -> Iterator[str]:
     """`lines`, each word longer than MAX_INPUT_CHARS_PER_WORD (as `normalizer` and
-    `pre_tokenizer` make words) left out, counted in counts["long_words"]. Such a word encodes as one [UNK], yet
-    the trainer merged its repeats (a 300,000-character run: 35 s, and x-runs filling vocabulary
-    slots that can never be emitted). Lines without a long run pass as they are; the others pass
+    `pre_tokenizer` make words) left out, counted in counts["long_words"]. Such a word encodes
+    as one [UNK], yet the trainer merged its repeats, in time quadratic in its length, into
+    vocabulary entries that can never be emitted. Lines without a long run pass as they are; the others pass
     normalised, as the trainer would read them (normalising again changes nothing)."""
     for line in lines:
         if _LONG_RUN.search(line):
