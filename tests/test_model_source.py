@@ -484,7 +484,7 @@ def test_an_untrained_pooler_is_not_exported_as_if_trained(tmp_path):
                                    pooler_trained=source.pooler_trained)
         from bertjax.models import tensor_files
 
-        names = tensor_files.safetensors_names(str(exported / "model.safetensors"))
+        names = tensor_files.safetensors_shapes(str(exported / "model.safetensors"))
         assert ("bert.pooler.dense.weight" in names) is nsp
         reloaded = model_source.resolve(str(exported))
         assert reloaded.pooler_trained is nsp

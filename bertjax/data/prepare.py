@@ -152,7 +152,8 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     if not 0.0 <= data_config.eval_fraction < 1.0:
         raise ValueError(f"config.data.eval_fraction must be in [0, 1), got {data_config.eval_fraction}")
     units = sources.list_units(data_config)  # first: a bad source writes nothing
-    if not fileio.exists(fileio.join(output_dir, "metadata.json")):  # only to prepare (a read of each file)
+    prepared = fileio.exists(fileio.join(output_dir, "metadata.json"))
+    if not prepared:  # only to prepare (a read of each file)
         sources.check_text_files(units, data_config.source)
     tokenizer = load_tokenizer_for(data_config, output_dir)
     # Each unit with a sample of its text: a file edited in place to the same size is other data.
@@ -166,7 +167,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         # A byte-level BPE's sentences after a document's first carry their leading space.
         **({"sentence_prefix": tokenizer.word_prefix} if tokenizer.word_prefix else {}),
     }
-    if fileio.exists(fileio.join(output_dir, "metadata.json")):
+    if prepared:
         return _prepared_already(output_dir, settings)
     if fileio.is_remote(output_dir):  # not lockable: two prepares at once there are the user's to avoid
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)

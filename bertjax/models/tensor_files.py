@@ -38,11 +38,6 @@ def trained_length(settings: dict) -> int | None:
     return (settings.get(RUN_DATA) or {}).get("max_seq_length")
 
 
-def safetensors_names(file: str) -> list[str]:
-    """The tensor names of a safetensors `file` (local or gs://), from its header alone."""
-    return list(safetensors_shapes(file))
-
-
 def safetensors_shapes(file: str) -> dict[str, tuple[int, ...]]:
     """{tensor name: shape} of a safetensors `file` (local or gs://), from its header alone."""
     with fileio.open_file(file, "rb") as f:
