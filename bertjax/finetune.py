@@ -642,6 +642,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 loop.write_eval(0, _eval_record(evaluator.evaluate(state.params)[0]))
         if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
             evaluate_at(step, state)
+        loop.check_not_diverged()  # (its best evaluation before it: the result, as when it stopped)
         while step < train_cfg.num_steps:
             batch = loop.next_batch(batches, step, state)
             step_fn = _train_step(programs, batching.batch_shape(batch), loop, clock)
@@ -713,5 +714,6 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
               "main_metric": task.main_metric, "seconds": clock.seconds(rest="train and start-up")}
     if diverged is not None:
         raise TrainingDiverged(f"{diverged} The best evaluation before it (step {best['step']}) is the result: "
-                               f"weights in {best_checkpointer.directory}, predictions in {directory}.", result=result)
+                               f"weights in {best_checkpointer.directory}, predictions in {directory}.", result=result,
+                               resumable=diverged.resumable)
     return result

@@ -414,6 +414,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     try:
         if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
             evaluate_at(step, state)
+        loop.check_not_diverged()
         while step < train_cfg.num_steps:
             rows = warmup.rows(step)
             if step > start_step and rows != warmup.rows(step - 1):

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 
 _EVALUATION_OWED = "evaluation_owed"  # checkpoint meta "extra": the step's evaluation was put off
+_DIVERGED = "diverged"  # checkpoint meta "extra": the run stopped there for non-finite steps (why)
 
 
 class EvaluationInterrupted(Exception):
@@ -30,10 +31,15 @@ class EvaluationInterrupted(Exception):
 
 def evaluation_owed_at(checkpointer, step: int) -> bool:
     """Whether the checkpoint of `step` was saved by a stop that put off its evaluation."""
+    return bool(_saved_extra(checkpointer, step).get(_EVALUATION_OWED))
+
+
+def _saved_extra(checkpointer, step: int) -> dict[str, Any]:
+    """The checkpoint of `step`'s meta "extra" ({} when there is none)."""
     from bertjax.runtime import fileio
 
     folder = fileio.join(str(checkpointer.directory), str(step))
-    return fileio.exists(folder) and bool(checkpointing.read_meta(folder)["extra"].get(_EVALUATION_OWED))
+    return checkpointing.read_meta(folder)["extra"] if fileio.exists(folder) else {}
 
 
 class Loop:
@@ -72,6 +78,11 @@ class Loop:
         # A run stopped at an evaluation step saved first: its evaluation comes before the first
         # step, under this run's cadence or not (else those weights could never be the best).
         self.owes_evaluation = bool(start_step and eval_every and evaluation_owed_at(checkpointer, start_step))
+        # A run that stopped for non-finite steps at its last step has none left to resume: relaunched, it
+        # is still no result (`check_not_diverged`).
+        self.diverged_at_end = (_saved_extra(checkpointer, start_step).get(_DIVERGED)
+                                if start_step and start_step >= num_steps else None)
+        self._diverged: str | None = None  # why this run stopped, saved with its step
         is_writer = jax.process_index() == 0
         # (A run killed after logging the owed evaluation owes it still: logged once, not twice.)
         self.writer = MetricsWriter(workdir, enabled=is_writer, start_step=start_step,
@@ -143,16 +154,29 @@ class Loop:
             # (owing this step's evaluation, if it has one).
             if self.is_eval_step(step):
                 self._evaluation_left = step
+            last = step >= self.num_steps
+            self._diverged = (
+                f"stopping at step {step}: {int(worst)} consecutive steps had a non-finite loss or gradient "
+                f"(config.train.max_consecutive_bad_steps={self.max_consecutive_bad_steps}); {int(skipped)} skipped "
+                f"in all. Weights were never updated from them (saved at step {step}): "
+                + ("it was the run's last step, so none is left to resume: train again in a new workdir at a lower "
+                   "learning rate, or check the data." if last else
+                   "lower the learning rate or check the data, then run the same command again to resume."))
             self._save_now(step, state)
-            if step < self.num_steps and self.watcher.should_stop(step):  # a stop signal too: it wins
+            if not last and self.watcher.should_stop(step):  # a stop signal too: it wins
                 raise TrainingStopped(f"{self.watcher.stopped_by}: saved step {step} to "
                                       f"{self.checkpointer.directory} (its last {int(worst)} steps had a non-finite "
                                       f"loss or gradient); run the same command again to resume")
+            raise TrainingDiverged(self._diverged, resumable=not last)
+
+    def check_not_diverged(self) -> None:
+        """TrainingDiverged (not resumable) when the run, relaunched after its last step, had
+        stopped there for non-finite steps: its weights and evaluations are no result."""
+        if self.diverged_at_end:
             raise TrainingDiverged(
-                f"stopping at step {step}: {int(worst)} consecutive steps had a non-finite loss or gradient "
-                f"(config.train.max_consecutive_bad_steps={self.max_consecutive_bad_steps}); {int(skipped)} skipped "
-                f"in all. Weights were never updated from them (saved at step {step}): lower the learning rate or "
-                f"check the data, then run the same command again to resume.")
+                f"the run in {self.workdir} stopped at its last step ({self.start_step}) for non-finite losses or "
+                "gradients, so none is left to resume: train again in a new workdir at a lower learning rate, or "
+                "check the data.", resumable=False)
 
     def is_eval_step(self, step: int) -> bool:
         return bool(self.eval_every) and (step % self.eval_every == 0 or step == self.num_steps)
@@ -270,6 +294,8 @@ class Loop:
             extra["rows_read"] = int(self.rows_read(step))
         if self._evaluation_left == step:
             extra[_EVALUATION_OWED] = True
+        if self._diverged:
+            extra[_DIVERGED] = self._diverged
         return extra or extra_meta
 
     def save(self, step: int, state: TrainState, extra_meta: dict | None = None) -> None:

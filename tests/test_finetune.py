@@ -546,6 +546,36 @@ def test_a_run_diverging_after_an_evaluation_keeps_its_best_weights_and_predicts
     assert stopped < 12 and (tmp_path / "checkpoints" / str(stopped)).is_dir()
 
 
+def test_a_run_diverged_at_its_last_step_is_no_result_when_relaunched(tmp_path, capsys):
+    """Divergence is read at log steps, so a short run's only check is its last step, which the
+    stop saves: relaunched (a sweep's rerun), that finished run trained nothing and reported its
+    scores as a result, ranked best (a review). It is the same divergence again, with its best
+    evaluation before it, and not resumable: no step is left to resume at a lower rate."""
+    import ml_collections
+
+    from bertjax import finetune, sweep
+    from bertjax.runtime.errors import TrainingDiverged
+
+    # (warmup from 0 over the first step: step 1's weights are finite, then 1e30 makes each step non-finite)
+    config = _demo_config(num_steps=3, eval_every=1, log_every=3, max_consecutive_bad_steps=1, warmup_proportion=0.4)
+    config.model.update(num_hidden_layers=1, **SMALL_MODEL)
+    config.train.update(sweep=True, sweep_learning_rates="1e30,1e-3", sweep_batch_sizes="16", sweep_epochs="1")
+    for launch in range(2):
+        results = {row["run"]: row for row in sweep.sweep(config, str(tmp_path))}
+        diverged, fine = results["lr1e+30_batch16_steps3"], results["lr0.001_batch16_steps3"]
+        said = "stopping at step 3: 1 consecutive steps" if launch == 0 else "stopped at its last step (3)"
+        assert said in diverged["error"] and "error" not in fine, launch
+        assert diverged["best_step"] == 1 and "none is left to resume" in diverged["error"]
+        assert "best: lr0.001_batch16_steps3" in capsys.readouterr().out
+    run_dir = str(tmp_path / "sweep" / "lr1e+30_batch16_steps3")
+    run = ml_collections.ConfigDict(config.to_dict())
+    run.train.update(sweep=False, learning_rate=1e30)
+    with pytest.raises(TrainingDiverged, match=r"stopped at its last step \(3\) for non-finite losses.*The best "
+                                               r"evaluation before it \(step 1\) is the result") as caught:
+        finetune.finetune(run, run_dir)
+    assert not caught.value.resumable and caught.value.result["best"]["step"] == 1
+
+
 def test_schedule_counts_steps_like_run_classifier():
     # int(N / batch * epochs) and warmup int(proportion * steps): 1000 / 32 * 3 = 93.75 -> 93, 9.
     config = _demo_config(batch_size=32, num_epochs=3.0, num_steps=0)

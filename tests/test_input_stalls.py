@@ -390,6 +390,26 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
         loop.close()
     assert checkpointing.read_meta(str(tmp_path / "signalled" / "checkpoints" / "5"))["extra"]["evaluation_owed"]
 
+    # At the run's last step no step is left to resume: not resumable, and a relaunch (which
+    # trains nothing) says so again, in both stages, rather than finishing as a result.
+    loop = _loop(tmp_path / "last", num_steps=5, log_every=5)
+    try:
+        for step in range(1, 5):
+            loop.record(step, metrics, State(jnp.ones(3), jnp.int32(step), jnp.int32(step)))
+        with pytest.raises(training_loop.TrainingDiverged, match=r"saved at step 5\): it was the run's last step, "
+                                                                 r"so none is left to resume") as stopped:
+            loop.record(5, metrics, State(jnp.ones(3), jnp.int32(5), jnp.int32(5)))
+        assert not stopped.value.resumable
+    finally:
+        loop.close()
+    relaunched = _loop(tmp_path / "last", num_steps=5, start_step=5)
+    try:
+        with pytest.raises(training_loop.TrainingDiverged, match=r"stopped at its last step \(5\)") as again:
+            relaunched.check_not_diverged()
+        assert not again.value.resumable
+    finally:
+        relaunched.close()
+
 
 def test_a_signal_during_an_evaluation_stops_it_and_saves_its_step_owing_it(tmp_path):
     """A dev-set evaluation (minutes for SQuAD) was run to its end before a signal that came

@@ -335,6 +335,9 @@ def run(main: Callable[[list[str]], None]) -> None:
         try:
             main(argv)
         except (TrainingStopped, StopSignal) as stopped:
+            if not getattr(stopped, "resumable", True):  # diverged at its last step: a retry trains nothing
+                print(f"error: {stopped}", file=sys.stderr)
+                _exit(EXIT_ERROR)
             print(f"stopped: {stopped}", file=sys.stderr)
             _exit(EXIT_STOPPED)
         except BrokenPipeError as e:

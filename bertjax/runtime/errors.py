@@ -16,11 +16,13 @@ class StopSignal(BaseException):
 class TrainingDiverged(TrainingStopped):
     """Stopped after too many non-finite steps in a row: the run's settings, not the machine
     (a sweep records it and goes on to its next run). `result`: a fine-tuning run's summary
-    when it had evaluated before (its best weights and their predictions are written), else None."""
+    when it had evaluated before (its best weights and their predictions are written), else None.
+    `resumable`: False when it stopped at its last step (no step is left to resume at a lower
+    learning rate): the launchers end with an error, not the exit code a scheduler retries."""
 
-    def __init__(self, message: str, result: dict | None = None):
+    def __init__(self, message: str, result: dict | None = None, resumable: bool = True):
         super().__init__(message)
-        self.result = result
+        self.result, self.resumable = result, resumable
 
 
 class RunSettingsError(ValueError):
