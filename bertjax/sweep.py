@@ -3,8 +3,8 @@ config.train.sweep_seeds its random restarts too), one fine-tuning run per point
 WORKDIR/sweep/<values> and resumable; the best by the task's main metric first.
 
 A WORKDIR holds one sweep's settings (WORKDIR/sweep_settings.json: everything but the grid
-and where or how often things happen, though how often the runs evaluate counts, and the
-step folder they start from): a rerun with other settings is refused once a run has trained
+and where or how often things happen, though how often the runs evaluate counts, the step
+folder they start from and the contents of their training and evaluation files): a rerun with other settings is refused once a run has trained
 under them, since its results (or its checkpoints, resumed) would be reported as the new
 settings'. A finished run's row (WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun
 without loading the run again, unless the rerun names a data.test_file the run has not
@@ -41,6 +41,8 @@ _KEPT_FOR_A_RERUN = ("init_checkpoint", "data.vocab_path", "train.eval_every")
 _RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS if key not in _KEPT_FOR_A_RERUN),
                      *_GRID_SETTINGS)
 SETTINGS_FILE, ROW_FILE, RESULTS_FILE = "sweep_settings.json", "sweep_row.json", "sweep_results.json"
+# The files whose contents a sweep's rows depend on: compared by content (`_settings`), not by path.
+_DATA_FILES = ("train_file", "eval_file")
 
 
 def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type, smallest: int = 1) -> list:
@@ -89,20 +91,31 @@ def _trained_before(workdir: str) -> str | None:
 
 
 def _settings(config: ml_collections.ConfigDict, saved: dict[str, Any] | None) -> dict[str, Any]:
-    """What a sweep's runs are compared by: `config`, and the step folder config.init_checkpoint
+    """What a sweep's runs are compared by: `config`; the step folder config.init_checkpoint
     names now ("init_weights"; a pre-training workdir's newest step, which a pre-training run
-    still going moves on); where it no longer reads (gone with a recreated machine) the one
-    `saved` (the sweep's recorded settings) names: finished runs are reused, and a run that
-    needs the weights says so itself."""
+    still going moves on); the training and evaluation files' contents ("data_contents",
+    SHA-256: a file rewritten at its path gives other results, one moved the same). Where the
+    weights or a file no longer read (gone with a recreated machine), the ones `saved` (the
+    sweep's recorded settings) name: finished runs are reused, and a run that needs them says
+    so itself."""
+    saved = saved or {}
     init_weights = ""
     if config.init_checkpoint:
         try:
             init_weights = model_source.resolve(config.init_checkpoint).weights
         except (OSError, ValueError):
-            init_weights = (saved or {}).get("init_weights", "")
+            init_weights = saved.get("init_weights", "")
     if init_weights and not fileio.is_remote(init_weights):
         init_weights = os.path.abspath(init_weights)
-    return json.loads(json.dumps({**config.to_dict(), "init_weights": init_weights}))
+    contents = {}
+    for key in _DATA_FILES:
+        path = config.data[key]
+        if path:
+            try:
+                contents[key] = fileio.content_hash(path)[:16]
+            except OSError:
+                contents[key] = saved.get("data_contents", {}).get(key, "")
+    return json.loads(json.dumps({**config.to_dict(), "init_weights": init_weights, "data_contents": contents}))
 
 
 def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -113,8 +126,10 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     path = fileio.join(workdir, SETTINGS_FILE)
     saved = fileio.read_json(path) if fileio.exists(path) else None
     settings = _settings(config, saved)
+    # (settings from before the contents were recorded compare the files' paths)
+    paths = tuple(f"data.{key}" for key in _DATA_FILES) if saved and "data_contents" in saved else ()
     changes = saved is not None and run_config.changed_settings(
-        saved, settings, left_out=_RERUN_MAY_CHANGE, saved_keys_only=True)
+        saved, settings, left_out=(*_RERUN_MAY_CHANGE, *paths), saved_keys_only=True)
     if not changes:
         if saved is None and jax.process_index() == 0:
             fileio.write_json(path, settings)

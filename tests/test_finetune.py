@@ -411,6 +411,33 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
         sweep.sweep(config, str(tmp_path / "no_eval"))
 
 
+def test_a_sweeps_rerun_compares_its_files_by_content_not_path(tmp_path, monkeypatch):
+    """A rerun after the evaluation file's labels were mended at the same path reported the old
+    rows (accuracy 0.0 from flipped labels) as the new file's, and an identical file moved was
+    refused (a review): the files' contents are what the rows depend on."""
+    from bertjax import finetune, sweep
+
+    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {
+        "best": {"step": 4, "metrics": {"accuracy": 0.5}}, "main_metric": "accuracy"})
+    rows = "text_a,label\n" + "".join(f"words {i},{'good' if i % 2 else 'bad'}\n" for i in range(32))
+    (tmp_path / "train.csv").write_text(rows)
+    (tmp_path / "dev.csv").write_text(rows)
+    config = _demo_config(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
+    config.task = "classification"
+    config.data.update(train_file=str(tmp_path / "train.csv"), eval_file=str(tmp_path / "dev.csv"), text_b_key="")
+    sweep.sweep(config, str(tmp_path / "grid"))
+    (tmp_path / "moved").mkdir()
+    shutil.move(tmp_path / "train.csv", tmp_path / "moved" / "train.csv")
+    config.data.train_file = str(tmp_path / "moved" / "train.csv")
+    sweep.sweep(config, str(tmp_path / "grid"))  # the same rows: the same sweep
+    (tmp_path / "dev.csv").write_text(rows.replace("bad", "poor"))
+    with pytest.raises(ValueError, match=r"holds a sweep with other settings \(data_contents.eval_file '[0-9a-f]{16}' "
+                                         r"-> '[0-9a-f]{16}'\): its finished runs would be reported as this one's"):
+        sweep.sweep(config, str(tmp_path / "grid"))
+    (tmp_path / "dev.csv").unlink()  # gone (a recreated machine): the finished rows are still the table
+    sweep.sweep(config, str(tmp_path / "grid"))
+
+
 def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(pretrained_run, tmp_path,
                                                                               monkeypatch):
     """A pre-training workdir as config.init_checkpoint names its newest step: a rerun after that
