@@ -4,9 +4,9 @@ WORKDIR/sweep/<values> and resumable; the best by the task's main metric first.
 
 A WORKDIR holds one sweep's settings (WORKDIR/sweep_settings.json: everything but the grid
 and where or how often things happen, though how often the runs evaluate counts, the step
-folder they start from and the contents of their training and evaluation files): a rerun with other settings is refused once a run has trained
-under them, since its results (or its checkpoints, resumed) would be reported as the new
-settings'. A finished run's row (WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun
+folder they start from and the contents of their training and evaluation files): a rerun
+with other settings is refused once a run has trained under them, since its results (or its
+checkpoints, resumed) would be reported as the new settings'. A finished run's row (WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun
 without loading the run again, unless the rerun names a data.test_file the run has not
 predicted: then the run writes its predictions for it, as a finished fine-tuning run
 relaunched does.
