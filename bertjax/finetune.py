@@ -454,7 +454,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     the last logged metrics, "predictions": files written, "main_metric": the task's metric
     that picks the best checkpoint, "seconds": where the time went}."""
     with trainer.hold_workdir(workdir):
-        run_config.check_same_kind(workdir, config.to_dict())  # before anything is written there
+        run_config.check_sweep_or_run(workdir, sweep=False)  # before anything is written there
+        run_config.check_same_kind(workdir, config.to_dict())
         return _finetune(config, workdir)
 
 

@@ -26,6 +26,8 @@ OPERATIONAL_SETTINGS = ("checkpoint.", "mesh.", "init_checkpoint", "train.log_ev
                         "train.sweep", "train.feature_cache_dir", "data.prepared_dir", "data.tfds_data_dir",
                         "data.vocab_path", "data.test_file")
 _SHOWN_CHANGES = 8
+# Where a fine-tuning sweep's workdir records its settings (bertjax/sweep.py).
+SWEEP_SETTINGS_FILE = "sweep_settings.json"
 # The settings that cut a fine-tuning task's examples into rows.
 _ROW_CUTTING = ("data.max_seq_length", "data.doc_stride", "data.max_query_length")
 # Model fields a config may leave to the machine (bertjax.models.config.resolve): a finished run
@@ -42,6 +44,20 @@ def own_checkpoints(workdir: str) -> str | None:
     """`workdir`/checkpoints when the run there has saved a checkpoint (it resumes), else None."""
     directory = fileio.join(workdir, "checkpoints")
     return directory if checkpointing.is_bertjax_checkpoint(directory) else None
+
+
+def check_sweep_or_run(workdir: str, sweep: bool) -> None:
+    """ValueError when `workdir` holds a fine-tuning sweep (SWEEP_SETTINGS_FILE) and this is
+    one run, or one run (its checkpoints/ or best/) and this is a sweep: the two would mix in
+    one folder, and predict, given it, would take the run's best/ for the sweep's result."""
+    if not sweep and fileio.exists(fileio.join(workdir, SWEEP_SETTINGS_FILE)):
+        raise ValueError(f"workdir {workdir} holds a fine-tuning sweep ({SWEEP_SETTINGS_FILE}): add ',sweep' to "
+                         "--config (configs/finetune.py:<task>,sweep) to go on with it, or give this run a new workdir")
+    held = [name for name in ("checkpoints", "best")
+            if checkpointing.is_bertjax_checkpoint(fileio.join(workdir, name))]
+    if sweep and held:
+        raise ValueError(f"workdir {workdir} holds a training run ({held[0]}/): a sweep needs a workdir of its "
+                         "own (each of its runs goes in WORKDIR/sweep/<run>); give it a new one")
 
 
 def check_same_kind(workdir: str, config: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ _GRID_SETTINGS = ("train.sweep_", "train.learning_rate", "train.batch_size", "tr
 _KEPT_FOR_A_RERUN = ("init_checkpoint", "data.vocab_path", "train.eval_every")
 _RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS if key not in _KEPT_FOR_A_RERUN),
                      *_GRID_SETTINGS)
-SETTINGS_FILE, ROW_FILE, RESULTS_FILE = "sweep_settings.json", "sweep_row.json", "sweep_results.json"
+SETTINGS_FILE, ROW_FILE, RESULTS_FILE = run_config.SWEEP_SETTINGS_FILE, "sweep_row.json", "sweep_results.json"
 # The files whose contents a sweep's rows depend on: compared by content (`_settings`), not by path.
 _DATA_FILES = ("train_file", "eval_file")
 
@@ -189,6 +189,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     # One sweep per WORKDIR: a second would run the same runs and write its own partial
     # sweep_results.json (each run's folder has a lock of its own).
     with trainer.hold_lock(workdir):
+        run_config.check_sweep_or_run(workdir, sweep=True)
         trainer.process_zero_first(lambda: _check_same_sweep(config, workdir), "sweep settings")
         results, metric = _run_all(workdir, runs)
     if finetune.temporary_cache(config, workdir):  # its runs' one cache, in a folder no one chose

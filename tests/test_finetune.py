@@ -438,6 +438,30 @@ def test_a_sweeps_rerun_compares_its_files_by_content_not_path(tmp_path, monkeyp
     sweep.sweep(config, str(tmp_path / "grid"))
 
 
+def test_a_sweeps_workdir_and_a_runs_are_not_mixed(pretrained_run, tmp_path, monkeypatch):
+    """One run launched without ',sweep' on a sweep's workdir trained in its root (best/ beside
+    sweep/), and predict given the workdir then took that run for the sweep's best (a review);
+    a sweep on a run's workdir did the same the other way round."""
+    from bertjax import finetune, sweep
+
+    real_finetune = finetune.finetune
+    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {
+        "best": {"step": 4, "metrics": {"f1": 0.5}}, "main_metric": "f1"})
+    config = _demo_config(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
+    sweep.sweep(config, str(tmp_path / "grid"))
+    config.train.sweep = False
+    with pytest.raises(ValueError, match=r"grid holds a fine-tuning sweep \(sweep_settings.json\): add ',sweep' to "
+                                         r"--config .* or give this run a new workdir"):
+        real_finetune(config, str(tmp_path / "grid"))
+    assert sorted(os.listdir(tmp_path / "grid")) == [".lock", "sweep", "sweep_results.json", "sweep_settings.json"]
+    shutil.copytree(os.path.join(pretrained_run, "checkpoints"), tmp_path / "run" / "checkpoints")
+    config.train.sweep = True
+    with pytest.raises(ValueError, match=r"run holds a training run \(checkpoints/\): a sweep needs a workdir of "
+                                         r"its own"):
+        sweep.sweep(config, str(tmp_path / "run"))
+    assert sorted(os.listdir(tmp_path / "run")) == [".lock", "checkpoints"]
+
+
 def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(pretrained_run, tmp_path,
                                                                               monkeypatch):
     """A pre-training workdir as config.init_checkpoint names its newest step: a rerun after that
