@@ -212,12 +212,26 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
                          f"max_position_embeddings={bert.max_position_embeddings}]")
     bert.check_runnable(data.max_seq_length)
     batching.bucket_lengths(data.max_seq_length, data.num_buckets)
+    check_run_settings(config)
+    tasks.check_own_files(config)  # before a dataset it would ignore them for is downloaded and prepared
+    if data.pack_examples and bert.tagging_head != "linear":
+        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packed rows need "
+                         f"config.model.tagging_head='linear' (the BiLSTM reads whole rows); set one of them")
+    if bert.tagging_head != "linear" and not tasks.family_of_task(config.task).token_level:
+        tagging = [name for other in tasks.FAMILIES.values() if other.token_level for name in other.tasks]
+        raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "
+                         f"{tagging}, not config.task={config.task!r}; leave it 'linear'")
+
+
+def check_run_settings(config: ml_collections.ConfigDict) -> None:
+    """ValueError naming the first data, caching or checkpoint setting that does not work with
+    the others (no model, data or devices needed: a sweep checks them before its first run)."""
+    train, data = config.train, config.data
     if data.label_kind not in ("class", "float"):
         raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")
     check_int(data, "pack_examples", 0)
     check_int(data, "seed", 0)  # numpy's generators take no negative seed
     family = tasks.family_of_task(config.task)
-    tasks.check_own_files(config)  # before a dataset it would ignore them for is downloaded and prepared
     if data.pack_examples and not family.packs_examples:
         packing = [other.name for other in tasks.FAMILIES.values() if other.packs_examples]
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing is for {' and '.join(packing)} "
@@ -226,13 +240,6 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packing saves the encoder's work on "
                          "padding, which features cached once (config.train.freeze_encoder with cache_features) "
                          "save already; set config.data.pack_examples=0 or config.train.cache_features=False")
-    if data.pack_examples and bert.tagging_head != "linear":
-        raise ValueError(f"config.data.pack_examples={data.pack_examples}: packed rows need "
-                         f"config.model.tagging_head='linear' (the BiLSTM reads whole rows); set one of them")
-    if bert.tagging_head != "linear" and not family.token_level:
-        tagging = [name for other in tasks.FAMILIES.values() if other.token_level for name in other.tasks]
-        raise ValueError(f"config.model.tagging_head={bert.tagging_head!r} is for tagging tasks "
-                         f"{tagging}, not config.task={config.task!r}; leave it 'linear'")
     if train.feature_cache_dir and not (train.freeze_encoder and train.cache_features):
         raise ValueError(f"config.train.feature_cache_dir={train.feature_cache_dir} has no effect: features are "
                          "cached for a frozen encoder (config.train.freeze_encoder=True, cache_features=True)")

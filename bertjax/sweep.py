@@ -65,7 +65,8 @@ def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type, smalles
 
 def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collections.ConfigDict]]) -> None:
     """Each grid point's training values and batch sizes checked before the first run trains, so
-    that a bad one fails at the start, naming the sweep key, not after the runs before it."""
+    that a bad one fails at the start, naming the sweep key, not after the runs before it; then
+    the settings no grid point changes, before the sweep writes anything."""
     data, fsdp, _ = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     for name, run in runs:
         try:
@@ -74,6 +75,7 @@ def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml
         except ValueError as e:
             raise ValueError(f"the sweep's run {name} (config.train.sweep_learning_rates, sweep_batch_sizes, "
                              f"sweep_epochs): {e}") from None
+    finetune_setup.check_run_settings(runs[0][1])
 
 
 def _trained_before(workdir: str) -> str | None:

@@ -462,6 +462,19 @@ def test_a_sweeps_workdir_and_a_runs_are_not_mixed(pretrained_run, tmp_path, mon
     assert sorted(os.listdir(tmp_path / "run")) == [".lock", "checkpoints"]
 
 
+def test_a_sweep_refused_for_its_settings_writes_nothing(tmp_path, monkeypatch):
+    """A setting every run refuses (a feature cache for an encoder that is not frozen) failed
+    in the first run, after the sweep had written its settings and the run's folder (a review)."""
+    from bertjax import finetune, sweep
+
+    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: pytest.fail("a run started"))
+    config = _demo_config(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1",
+                          feature_cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=r"feature_cache_dir=.*cache has no effect"):
+        sweep.sweep(config, str(tmp_path / "grid"))
+    assert not (tmp_path / "grid").exists()
+
+
 def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(pretrained_run, tmp_path,
                                                                               monkeypatch):
     """A pre-training workdir as config.init_checkpoint names its newest step: a rerun after that
