@@ -130,7 +130,9 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
     if changes:
         as_it_was = (f"; to relaunch it as it is (a test file to predict), config.init_checkpoint={started}"
                      if any(change.startswith("init_weights ") for change in changes) else "")
-        raise ValueError(f"{workdir} has trained all its {num_steps} steps, and this run changes what it computes "
+        trained = (f"all its {num_steps} steps" if meta["step"] == num_steps else
+                   f"{meta['step']} steps, past this run's {num_steps}")
+        raise ValueError(f"{workdir} has trained {trained}, and this run changes what it computes "
                          f"({first_changes(changes)}): nothing would train, and its old result would stand as this "
                          f"run's; give a new workdir{as_it_was}")
 

@@ -46,14 +46,14 @@ _DATA_FILES = ("train_file", "eval_file")
 
 
 def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type, smallest: int = 1) -> list:
-    """The comma-separated numbers of config.train.<key> (floats positive, ints from `smallest`:
+    """The comma-separated numbers of config.train.<key> (floats positive and finite, ints from `smallest`:
     1, or 0 for seeds), each naming a run of its own."""
     try:
         values = [kind(value) for value in str(train[key]).split(",")]
     except ValueError:
         values = []
-    if not values or any(value <= 0 if kind is float else value < smallest for value in values):
-        sign = "positive" if kind is float or smallest > 0 else "non-negative"
+    if not values or any(not 0 < value < math.inf if kind is float else value < smallest for value in values):
+        sign = "finite positive" if kind is float else "positive" if smallest > 0 else "non-negative"
         raise ValueError(f"config.train.{key} must be comma-separated {sign} {kind.__name__}s, got {train[key]!r}")
     names = [f"{value:g}" if kind is float else str(value) for value in values]  # as the run folders name them
     repeated = sorted({name for name in names if names.count(name) > 1})

@@ -215,6 +215,8 @@ def test_csv_and_jsonl_columns_give_the_features_of_the_same_text_lines(minilm, 
                               pooling="cls", text_a_key=keys[0], text_b_key=keys[1], log=lambda _: None)
         got = list(feature_files.read_features(str(tmp_path / f"{name}.out")))
         np.testing.assert_allclose([g["values"] for g in got], [e["values"] for e in expected], atol=1e-6)
+    with pytest.raises(ValueError, match=r"in.csv is a file: read_features reads an extraction's folder"):
+        list(feature_files.read_features(str(tmp_path / "in.csv")))
     with pytest.raises(ValueError, match=r"in.csv:2: no column 'text' \(--text_a_key\); the row has"):
         feature_files.extract(minilm, str(tmp_path / "in.csv"), str(tmp_path / "x"), log=lambda _: None)
     # JSON Lines in a file named as text: refused, as predict refuses it (a review: each line's raw

@@ -462,6 +462,16 @@ def test_a_sweeps_workdir_and_a_runs_are_not_mixed(pretrained_run, tmp_path, mon
     assert sorted(os.listdir(tmp_path / "run")) == [".lock", "checkpoints"]
 
 
+@pytest.mark.parametrize("grid", ["inf", "1e-3,nan", "0", "1e-3,,2e-3"])
+def test_a_sweeps_learning_rates_are_finite_positive_floats(grid):
+    from bertjax import sweep
+
+    config = _demo_config(sweep_learning_rates=grid)
+    with pytest.raises(ValueError, match=f"config.train.sweep_learning_rates must be comma-separated finite positive "
+                                         f"floats, got '{grid}'"):
+        sweep._grid_values(config.train, "sweep_learning_rates", float)
+
+
 def test_a_sweep_refused_for_its_settings_writes_nothing(tmp_path, monkeypatch):
     """A setting every run refuses (a feature cache for an encoder that is not frozen) failed
     in the first run, after the sweep had written its settings and the run's folder (a review)."""
@@ -855,7 +865,7 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     (["--config.data.train_file={train}", "--config.data.seed=-1"],  # numpy's message, after tokenizing
      r"config.data.seed must be an int >= 0, got -1"),
     (["--config.data.train_file={train}", "--config.train.sweep=True", "--config.train.sweep_learning_rates=abc"],
-     "config.train.sweep_learning_rates must be comma-separated positive floats, got 'abc'"),
+     "config.train.sweep_learning_rates must be comma-separated finite positive floats, got 'abc'"),
 ])
 def test_bad_input_ends_with_one_line_and_keeps_the_workdir(launchers, tmp_path, args, message):
     files = {"missing": str(tmp_path / "missing.csv"), "train": str(tmp_path / "train.jsonl"),
@@ -890,7 +900,7 @@ def test_unknown_task_and_config_key(launchers, tmp_path):
                           # Optimizer keys before the data (squad: no file to read or tokenize first).
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":squad",
                             f"--config.init_checkpoint={MINILM_DIR}", "--config.train.learning_rate=-1"],
-                           "config.train.learning_rate must be > 0, got -1"),
+                           "config.train.learning_rate must be finite and > 0, got -1"),
                           (["--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
                             "--config.train.optimizer=adamw2"], "config.train.optimizer must be one of")):
         command, env = _launch(tmp_path, *args)

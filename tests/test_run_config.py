@@ -67,6 +67,8 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
                                          r"\(train_data_digest 'aaaa' -> 'bbbb'\): nothing would train, .*; give a "
                                          r"new workdir$"):
         run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb"}, 10)
+    with pytest.raises(ValueError, match=r"^/w has trained 10 steps, past this run's 6, and this run changes"):
+        run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb"}, 6)  # (it trained 10)
     # Rows cut at another length (a finished run evaluated at another length, as the docs allow):
     # the digest of the same file differs, and says nothing (a review).
     run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb",

@@ -642,7 +642,7 @@ def _config(**changes):
     (dict(train__global_batch_size=30), "global_batch_size=30 must be divisible by the data-parallel size"),
     (dict(data__max_seq_length=1024), "max_seq_length=1024 exceeds the model's max_position_embeddings=512"),
     (dict(data__masked_lm_prob=1.7), "masked_lm_prob must be in"),
-    (dict(train__learning_rate=-1.0), "train.learning_rate must be > 0"),
+    (dict(train__learning_rate=-1.0), "train.learning_rate must be finite and > 0"),
     (dict(train__grad_accum_steps=0), "grad_accum_steps must be a positive int"),
     (dict(model__vocab_size=999), "vocab_size=999 does not match the tokenizer"),
     (dict(model__num_attention_heads=3), "config.model: BertConfig.hidden_size"),

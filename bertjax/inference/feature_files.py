@@ -230,6 +230,9 @@ def read_features(folder: str) -> Iterator[dict[str, Any]]:
     it was cut to max_seq_length (absent in shards written before it was recorded)}. A ValueError for a
     folder whose extraction has not finished (a killed run's shards are part of the input)."""
     path = fileio.join(folder, MANIFEST)
+    if fileio.exists(folder) and not fileio.isdir(folder):
+        raise ValueError(f"{folder} is a file: read_features reads an extraction's folder of shards (a .jsonl "
+                         "extraction is JSON lines, one example a line)")
     if not fileio.exists(path):
         raise ValueError(f"{folder}: no {MANIFEST}, so no finished extraction (a multi-process run writes it when "
                          "every process is done)")

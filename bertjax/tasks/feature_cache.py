@@ -176,7 +176,7 @@ class FeatureCache:
                     progress(index + 1, total)
             del values
         self.values = np.memmap(self.path, self.dtype, "r", shape=self.shape)
-        size = f"{self.nbytes / 2**20:,.0f} MiB"
+        size = _size(self.nbytes)
         if start >= total:
             return f"reusing the cached features in {self.path} ({size})"
         return f"cached the frozen encoder's features in {self.path} ({size})" + (
