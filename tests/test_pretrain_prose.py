@@ -1,5 +1,5 @@
 """Pre-training on real prose with a real BERT vocabulary: Python's language reference
-(bertjax/data/corpora/python_docs.py, shipped with every CPython; 78 documents, about 50,000 tokens)
+(bertjax/data/corpora/python_docs.py, shipped with every CPython; 78 documents, about 65,000 tokens)
 and the MiniLM checkpoint's uncased vocab.txt (30,522 tokens). The tiny preset's defaults
 must leave the unigram guess (and, with --runslow, learn next sentence prediction). A run
 that cannot learn trips the plateau alarm: tests/test_benchmark.py (pretrain_recipe, --runslow)."""
