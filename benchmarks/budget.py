@@ -55,7 +55,8 @@ _LEARNING_RATES = flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "the fin
 _EPOCHS = flags.DEFINE_float("epochs", 3.0, "fine-tuning epochs")
 _SEQ_LEN = flags.DEFINE_integer("max_seq_length", 128, "pre-training length")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "pre-training rows per step")
-_WORKDIR = flags.DEFINE_string("workdir", "", "where the runs go; empty: a new temporary folder")
+_WORKDIR = flags.DEFINE_string("workdir", "", "where the runs go; empty: a new temporary folder. The same command "
+                                "again resumes there, reusing its finished runs; other settings are refused")
 _SCRATCH = flags.DEFINE_bool("scratch", True, "also fine-tune the model from scratch (the table's last row)")
 
 
@@ -117,6 +118,53 @@ def calibration_config(recipe: str, data_dir: str, corpus: str, vocab: str):
     config = recipe_config(recipe, 40, data_dir, corpus, vocab)
     config.train.update(log_every=10, batch_warmup_start=0, batch_warmup_steps=0)
     return config
+
+
+# The flags a run's folder (named by recipe and budget) depends on: a workdir holds one set.
+_RUN_SETTINGS = ("preset", "arch", "corpus", "vocab_path", "task", "learning_rates", "epochs", "max_seq_length",
+                 "batch_size")
+SETTINGS_FILE, RUN_FILE = "budget_settings.json", "budget_run.json"
+
+
+def check_workdir(workdir: str) -> None:
+    """ValueError when `workdir` holds the runs of other settings (its SETTINGS_FILE), or other
+    files without one: its runs, named by recipe and budget only, would be resumed, trained no
+    further, and printed as this measurement. Else records this command's settings there."""
+    current = {name: flags.FLAGS[name].value for name in _RUN_SETTINGS}
+    path = os.path.join(workdir, SETTINGS_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        changed = [name for name in _RUN_SETTINGS if saved.get(name) != current[name]]
+        if changed:
+            name = changed[0]
+            raise ValueError(f"--workdir={workdir} holds the runs of other settings (--{name}={saved.get(name)!r} "
+                             f"there, {current[name]!r} now): give a new --workdir")
+        return
+    if os.path.isdir(workdir) and os.listdir(workdir):
+        raise ValueError(f"--workdir={workdir} is not empty and holds no {SETTINGS_FILE}: give a new or empty folder")
+    os.makedirs(workdir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(current, f)
+
+
+def pretrain_once(config, run_dir: str) -> float | None:
+    """Pre-trains `config` in `run_dir`: the seconds it took, recorded there (RUN_FILE), so that
+    a rerun reusing the finished run reports them; None for a run resumed part way (its seconds
+    are not one sitting's)."""
+    from bertjax import pretrain
+
+    record = os.path.join(run_dir, RUN_FILE)
+    if os.path.exists(record):
+        with open(record, encoding="utf-8") as f:
+            return json.load(f)["seconds"]
+    resumed = os.path.isdir(os.path.join(run_dir, "checkpoints"))
+    start = time.perf_counter()
+    pretrain.train_and_evaluate(config, run_dir)
+    spent = None if resumed else time.perf_counter() - start
+    with open(record, "w", encoding="utf-8") as f:
+        json.dump({"seconds": spent}, f)
+    return spent
 
 
 def check_recipe(recipe: str) -> None:
@@ -211,19 +259,22 @@ def downstream_accuracy(run_dir: str, train_file: str, dev_file: str, workdir: s
     return best
 
 
+def _seconds(spent: float | None) -> str:
+    return "resumed" if spent is None else f"{spent:.0f}"
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     from benchmarks.tasks import task_files
     from benchmarks.vocabularies import minilm_vocab_path
-    from bertjax import pretrain
     from bertjax.data.corpora import python_docs
 
     budgets = [(budget, seconds(budget)) for budget in _BUDGETS.value]
     for recipe in _RECIPES.value:
         check_recipe(recipe)
     workdir = _WORKDIR.value or tempfile.mkdtemp(prefix="budget_")
-    os.makedirs(workdir, exist_ok=True)
+    check_workdir(workdir)
     corpus = (python_docs.write(os.path.join(workdir, "python_docs.txt")) if _CORPUS.value == "python_docs"
               else _CORPUS.value)
     vocab = _VOCAB.value or minilm_vocab_path()
@@ -237,16 +288,14 @@ def main(argv):
             run_dir = os.path.join(workdir, f"{folder}_{budget}")
             steps = steps_within(recipe, max(10, int(rate * limit * 0.95)), data_dir, corpus, vocab)
             config = recipe_config(recipe, steps, data_dir, corpus, vocab)
-            start = time.perf_counter()
-            pretrain.train_and_evaluate(config, run_dir)
-            spent = time.perf_counter() - start
+            spent = pretrain_once(config, run_dir)
             mlm, held_out_rows = common_mlm_accuracy(run_dir, config)
             dev, lr = downstream_accuracy(run_dir, train_file, dev_file, os.path.join(run_dir, "finetune"), vocab)
             warmup = BatchWarmup(config.train.global_batch_size, config.train.batch_warmup_start,
                                  config.train.batch_warmup_steps)
             tokens = warmup.units_before(steps) * warmup.unit * _SEQ_LEN.value
             rows.append((recipe, budget, steps, tokens, mlm, dev, lr, spent))
-            print(f"{recipe} {budget}: {steps} steps, MLM {mlm:.4f}, dev {dev:.4f} (lr {lr}), {spent:.0f} s",
+            print(f"{recipe} {budget}: {steps} steps, MLM {mlm:.4f}, dev {dev:.4f} (lr {lr}), {_seconds(spent)} s",
                   flush=True)
     scratch = downstream_accuracy("", train_file, dev_file, os.path.join(workdir, "scratch"), vocab) if _SCRATCH.value \
         else None
@@ -260,7 +309,8 @@ def main(argv):
     print("| recipe | budget | steps | tokens seen | held-out MLM (15%) | dev accuracy (lr) | pre-training s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for recipe, budget, steps, tokens, mlm, dev, lr, spent in rows:
-        print(f"| {recipe} | {budget} | {steps:,} | {tokens / 1e6:.1f}M | {mlm:.4f} | {dev:.4f} ({lr}) | {spent:.0f} |")
+        print(f"| {recipe} | {budget} | {steps:,} | {tokens / 1e6:.1f}M | {mlm:.4f} | {dev:.4f} ({lr}) | "
+              f"{_seconds(spent)} |")
     if scratch:
         print(f"| from scratch | - | 0 | 0 | - | {scratch[0]:.4f} ({scratch[1]}) | 0 |")
 

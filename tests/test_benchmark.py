@@ -187,6 +187,11 @@ _RECIPE_TABLE = """
 import pretrain_recipe
 rows = lambda accuracy: [{"step": 1, "eval_mlm_accuracy": accuracy, "eval_mlm_unigram_accuracy": 0.05}]
 print("\\n".join(pretrain_recipe.table({"42": rows(0.1), "1": rows(0.2)})))
+at_guess = [{"step": 10, "eval_mlm_accuracy": 0.03, "eval_mlm_unigram_accuracy": 0.05}]
+stalled = at_guess + [{"step": 10, "mlm_plateau_warning": 1.0}]
+left = stalled + [{"step": 20, "eval_mlm_accuracy": 0.2, "eval_mlm_unigram_accuracy": 0.05}]
+for rows in (at_guess, stalled, left):
+    print(pretrain_recipe.verdict(rows))
 """
 
 
@@ -200,6 +205,13 @@ def test_the_recipe_table_of_masked_lm_alone_has_no_nsp_column():
     assert result.stdout.splitlines()[:3] == [
         "held-out accuracy per evaluation (MLM guess 0.0500: the most frequent masked token)",
         "  step | seed 42: MLM (x guess) | seed 1: MLM (x guess)", "     1 | 0.1000 (2.00x) | 0.2000 (4.00x)"]
+    # The verdict is the numbers': a run of fewer evaluations than the alarm needs, at the guess,
+    # was said to have "left the unigram guess" (a walkthrough: 0.36x and 0.77x).
+    assert result.stdout.splitlines()[-3:] == [
+        "at the unigram guess at its last evaluation (0.60x at step 10), without a plateau alarm "
+        "(config.train.plateau_evals in a row below 1.1x): train longer to tell",
+        "STALLED at the unigram guess (0.60x at step 10, plateau alarm at step 10)",
+        "left the unigram guess (4.00x at step 20, plateau alarm at step 10)"]
 
 
 _SET_VALUES = """
@@ -255,6 +267,39 @@ def test_a_budget_recipe_is_checked_whole_before_any_run():
     assert result.stdout.splitlines() == [
         "52", "config.train.optimizer must be one of ('adamw', 'stable_adamw', 'lamb'), got 'bogus'",
         "config.train.decay_shape must be one of ('linear', '1-sqrt'), got 'bogus'"]
+
+
+_CHECK_WORKDIR = """
+import sys
+import budget
+from absl import flags
+workdir = sys.argv[1]
+flags.FLAGS(["budget.py", "--max_seq_length=64"])
+budget.check_workdir(workdir)
+budget.check_workdir(workdir)  # the same command again: resumed there
+flags.FLAGS.max_seq_length = 32
+try:
+    budget.check_workdir(workdir)
+except ValueError as e:
+    print(str(e).replace(workdir, "W"))
+"""
+
+
+def test_a_budget_workdir_holds_the_runs_of_one_set_of_settings(tmp_path):
+    """A second command with another --max_seq_length in the same --workdir resumed the first's
+    runs (named by recipe and budget only), trained nothing, and printed their steps, accuracy and
+    calibration as its own (a walkthrough)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "benchmarks")])}
+    (tmp_path / "runs" / "calibrate_original").mkdir(parents=True)  # a folder from before the settings file
+    (tmp_path / "runs" / "calibrate_original" / "metrics.jsonl").write_text("")
+    result = subprocess.run([sys.executable, "-c", _CHECK_WORKDIR, str(tmp_path / "new")], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "--workdir=W holds the runs of other settings (--max_seq_length=64 there, 32 now): give a new --workdir"]
+    result = subprocess.run([sys.executable, "-c", _CHECK_WORKDIR, str(tmp_path / "runs")], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert "is not empty and holds no budget_settings.json" in result.stderr
 
 
 MODERN_VARIANT = ("modern:train.optimizer=stable_adamw:data.full_rows_attention=document"
