@@ -3,8 +3,10 @@ r"""See what the model sees: pre-training examples decoded, with masks and NSP l
   python launch/inspect_data.py --config=configs/pretrain.py:tiny --num_examples=2000 \
       [--num_print=3] [--dump=/tmp/examples.npz] [--workdir=/tmp/bert_tiny] [--split=eval]
 
---workdir: a training run's workdir reuses the data it prepared; without it the data is
-prepared under the temporary folder, one folder per data config.
+--workdir: a pre-training run's workdir shows the examples that run reads: its data settings
+(the data it prepared, its masking, lengths and pairing; where --config says otherwise, a line
+says what), or a workdir before its run, where the data is prepared as the run will reuse it.
+Without it the data is prepared under the temporary folder, one folder per data config.
 
 Draws --num_examples sequences from the configured pipeline (preparing the data first if
 needed, as training does), prints the first --num_print of them as text (a masked
@@ -33,8 +35,9 @@ flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --
                      lower_bound=1)
 flags.DEFINE_integer("num_print", 3, "Sequences to print as text.", lower_bound=0)
 flags.DEFINE_string("dump", "", "Write the raw examples to this .npz file.")
-flags.DEFINE_string("workdir", "", "Where data is prepared when config.data.prepared_dir is '' (a training run's "
-                    "workdir: its data is reused); default: a folder per data config under the temporary folder.")
+flags.DEFINE_string("workdir", "", "A pre-training run's workdir: the examples it reads, by its data settings (a "
+                    "workdir before its run: the data prepared there); default: a folder per data config under "
+                    "the temporary folder.")
 flags.DEFINE_enum("split", "train", ["train", "eval"], "Which split to inspect.")
 FLAGS = flags.FLAGS
 
@@ -151,18 +154,31 @@ def default_workdir(data_config) -> str:
     return os.path.join(tempfile.gettempdir(), "bertjax_inspect", digest)
 
 
-def _run_prepared_dir(workdir: str) -> str:
-    """The prepared_dir the training run in `workdir` read (its checkpoints' saved config), or
-    '' (its own workdir/data, or no run there yet)."""
+def _take_the_runs_data_settings(config, workdir: str) -> None:
+    """config.data as the pre-training run in `workdir` read it (its checkpoints' saved config:
+    its prepared data, masking, lengths, pairing), saying where --config differs; nothing for a
+    workdir before its run (empty, or only its prepared data/). ValueError for any other folder:
+    a fine-tuning run's, or one holding other files, where preparing would write data/."""
     from bertjax import checkpointing, run_config
 
     directory = run_config.own_checkpoints(workdir)
     if directory is None:
-        return ""
-    prepared = checkpointing.read_meta(directory)["config"].get("data", {}).get("prepared_dir", "")
-    if prepared:
-        print(f"reading the data the run in {workdir} read: {prepared}")
-    return prepared
+        others = sorted(set(fileio.listdir(workdir)) - {"data", ".lock"}) if fileio.isdir(workdir) else []
+        if others:
+            raise ValueError(f"--workdir={workdir} holds no pre-training run's checkpoints but {others[0]}: give a "
+                             "pre-training run's workdir, or leave --workdir out")
+        return
+    saved = checkpointing.read_meta(directory)["config"] or {}
+    if run_config.run_kind(saved) != "pre-training":
+        raise ValueError(f"--workdir={workdir} holds a {run_config.run_kind(saved)} run; inspect_data shows "
+                         "pre-training examples: give a pre-training run's workdir")
+    data = {key: value for key, value in saved.get("data", {}).items() if key in config.data}
+    changes = run_config.changed_settings({"data": config.data.to_dict()}, {"data": data}, left_out=(),
+                                          saved_keys_only=True)
+    with config.unlocked():
+        config.data.update(data)
+    print(f"the examples the run in {workdir} reads, by its data settings"
+          + (f" (--config's -> the run's: {run_config.first_changes(changes)})" if changes else ""))
 
 
 def main(_):
@@ -171,12 +187,12 @@ def main(_):
         raise ValueError(f"--dump={FLAGS.dump} exists; give another name (it would be overwritten)")
     if FLAGS.dump and not fileio.isdir(fileio.parent(FLAGS.dump)):  # before the examples are drawn
         raise ValueError(f"--dump={FLAGS.dump}: no folder {fileio.parent(FLAGS.dump)} to write it in")
+    if FLAGS.workdir:
+        _take_the_runs_data_settings(config, FLAGS.workdir)
     prepare.check_vocabulary_given(config.data)
     from bertjax.data import pipelines
 
     workdir = FLAGS.workdir or default_workdir(config.data)
-    if FLAGS.workdir and not config.data.prepared_dir:
-        config.data.prepared_dir = _run_prepared_dir(FLAGS.workdir)
     pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=min(256, FLAGS.num_examples),
                                        split=FLAGS.split)
     tokenizer = getattr(pipeline, "tokenizer", None) or prepare.load_tokenizer_for(config.data, workdir)

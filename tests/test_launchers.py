@@ -73,6 +73,9 @@ CASES = [
     ("prepare_data.py", [PRETRAIN], "--output_dir must have a value"),
     ("inspect_data.py", [PRETRAIN, "--config.data.max_seq_lenth=3"], "did you mean 'max_seq_length'"),
     ("inspect_data.py", [PRETRAIN, "--num_examples=0"], "--num_examples"),
+    # A folder that is no pre-training workdir: preparing would write data/ into it (a walkthrough).
+    ("inspect_data.py", [PRETRAIN, "--workdir={tmp}"], "--workdir={tmp} holds no pre-training run's checkpoints "
+                                                       "but blank.txt"),
     ("inspect_data.py", [PRETRAIN, "--dump={tmp}/text.txt"], "--dump={tmp}/text.txt exists; give another name"),
     ("inspect_data.py", [PRETRAIN, "--dump={tmp}/none/x.npz"], "--dump={tmp}/none/x.npz: no folder {tmp}/none"),
     ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/text.txt", "--output={tmp}/out",
@@ -238,6 +241,32 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     assert len(lines) == 1 and lines[0].startswith("error: ") and message.format(tmp=tmp_path) in lines[0], \
         result.stderr[-3000:]
     assert not (tmp_path / "out").exists() and not (tmp_path / "run" / "checkpoints").exists()  # nothing written
+
+
+def test_inspect_data_shows_the_examples_a_pretraining_run_reads(small_pretrained_run, minilm_classifier_run,
+                                                                   tmp_path):
+    """Given a run's workdir, inspect_data reused the data it prepared but drew the examples by
+    --config's masking and pairing: 15% masked shown for a run that masked 30% (a walkthrough).
+    It takes the run's data settings, saying where --config differs; a fine-tuning run's workdir
+    is refused."""
+    import shutil
+
+    shutil.copytree(small_pretrained_run, tmp_path / "run")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    command = [sys.executable, os.path.join(ROOT, "launch", "inspect_data.py"), PRETRAIN,
+               "--config.data.masked_lm_prob=0.3", "--num_examples=64", "--num_print=0"]
+    result = subprocess.run([*command, f"--workdir={tmp_path / 'run'}"], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"the examples the run in {tmp_path / 'run'} reads, by its data settings (--config's -> the run's: "
+            "data.masked_lm_prob 0.3 -> 0.15; data.max_predictions_per_seq 20 -> 10)") in result.stdout
+    [predictions] = [line for line in result.stdout.splitlines() if "predictions per sequence" in line]
+    assert "max 10;" in predictions  # the run's cap, not --config's 20
+    result = subprocess.run([*command, f"--workdir={minilm_classifier_run}"], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"error: --workdir={minilm_classifier_run} holds a fine-tuning task 'classification' run; inspect_data "
+        "shows pre-training examples: give a pre-training run's workdir")
 
 
 def test_a_sigterm_before_the_training_steps_stops_as_a_preemption(tmp_path):
