@@ -257,19 +257,22 @@ def _init_checkpoint_run(config: ml_collections.ConfigDict) -> dict:
 
 
 def warn_if_recipe_of_another_size(config: ml_collections.ConfigDict, bert: BertConfig) -> None:
-    """A warning when config.init_checkpoint gives a model of another size than the recipe's
-    preset (the model then comes from the checkpoint, the batch, steps and rate from the
-    recipe: BERT-base trained at tiny's rate of 1e-3, say), unless the checkpoint's own run
-    had this recipe (a continuation of a resized run)."""
+    """A warning when config.init_checkpoint gives a model of another size or architecture
+    than the recipe's preset (the model then comes from the checkpoint, the batch, steps and
+    rate from the recipe: BERT-base trained at tiny's rate of 1e-3, or a BERT checkpoint under
+    a modernbert-<size> recipe, say), unless the checkpoint's own run had this recipe (a
+    continuation of a resized run)."""
     recipe = config.get("recipe")
     if not (config.init_checkpoint and recipe):
         return
-    shape = lambda model: (model.num_hidden_layers, model.hidden_size)
+    kind = lambda model: ("ModernBERT" if model.position_embedding == "rope" else "BERT",
+                          model.num_hidden_layers, model.hidden_size)
     intended = BertConfig.preset(recipe)
-    if shape(bert) != shape(intended) and _init_checkpoint_run(config).get("recipe") != recipe:
-        log.warning("config.init_checkpoint=%s is a %d x %d model, but the recipe (batch, steps, rate, length) is "
-                    "%r's, for %d x %d: choose its size's recipe in --config=configs/pretrain.py:<preset>",
-                    config.init_checkpoint, *shape(bert), recipe, *shape(intended))
+    if kind(bert) != kind(intended) and _init_checkpoint_run(config).get("recipe") != recipe:
+        log.warning("config.init_checkpoint=%s is a %s model of %d x %d (the checkpoint gives the model), but the "
+                    "recipe (batch, steps, rate, length) is %r's, for a %s of %d x %d: choose its recipe in "
+                    "--config=configs/pretrain.py:<preset>", config.init_checkpoint, *kind(bert), recipe,
+                    *kind(intended))
 
 
 def warn_if_same_document_order(config: ml_collections.ConfigDict, workdir: str) -> None:

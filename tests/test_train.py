@@ -398,8 +398,16 @@ def test_a_checkpoint_of_another_size_than_the_recipes_is_warned_of(caplog, five
     pretrain_setup.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny"))
     assert not caplog.text
     pretrain_setup.warn_if_recipe_of_another_size(config, BertConfig.preset("base"))
-    assert ("config.init_checkpoint=/checkpoints/bert-base is a 12 x 768 model, but the recipe (batch, steps, rate, "
-            "length) is 'tiny''s, for 2 x 128") in caplog.text
+    assert ("config.init_checkpoint=/checkpoints/bert-base is a BERT model of 12 x 768 (the checkpoint gives the "
+            "model), but the recipe (batch, steps, rate, length) is 'tiny''s, for a BERT of 2 x 128") in caplog.text
+    caplog.clear()
+    # The modern encoder's recipe from a BERT checkpoint of its size trains a BERT (a walkthrough:
+    # the warning said nothing when the sizes matched, and only sizes otherwise).
+    modern = pretrain_config.get_config("modernbert-tiny,modern")
+    modern.init_checkpoint = "/checkpoints/bert"
+    pretrain_setup.warn_if_recipe_of_another_size(modern, BertConfig.preset("tiny", num_hidden_layers=4))
+    assert ("is a BERT model of 4 x 128 (the checkpoint gives the model), but the recipe (batch, steps, rate, length) "
+            "is 'modernbert-tiny''s, for a ModernBERT of 4 x 128") in caplog.text
     caplog.clear()
     config.init_checkpoint = str(five_steps)
     pretrain_setup.warn_if_recipe_of_another_size(config, BertConfig.preset("tiny", num_hidden_layers=1, hidden_size=64))
