@@ -173,8 +173,8 @@ def _take_the_runs_data_settings(config, workdir: str) -> None:
         raise ValueError(f"--workdir={workdir} holds a {run_config.run_kind(saved)} run; inspect_data shows "
                          "pre-training examples: give a pre-training run's workdir")
     data = {key: value for key, value in saved.get("data", {}).items() if key in config.data}
-    changes = run_config.changed_settings({"data": config.data.to_dict()}, {"data": data}, left_out=(),
-                                          saved_keys_only=True)
+    changes = [f"data.{key} {config.data[key]!r} -> {value!r}" for key, value in sorted(data.items())
+               if config.data[key] != value]
     with config.unlocked():
         config.data.update(data)
     print(f"the examples the run in {workdir} reads, by its data settings"

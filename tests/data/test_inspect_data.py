@@ -100,16 +100,24 @@ def test_candidates_are_the_real_tokens_other_than_cls_and_sep_without_nsp():
 
 def test_a_runs_workdir_reads_the_data_the_run_read(tmp_path, capsys):
     """--workdir of a run that read config.data.prepared_dir prepared a second copy into
-    workdir/data, where the docs say a run's workdir reuses its data (a walkthrough)."""
+    workdir/data, where the docs say a run's workdir reuses its data (a walkthrough); and drew
+    the rows by --config's masking, not the run's (a walkthrough): the run's data settings."""
     import jax.numpy as jnp
 
     from bertjax import checkpointing
 
-    assert inspect_data._run_prepared_dir(str(tmp_path / "nothing")) == ""
+    untouched = pretrain.get_config("tiny")
+    inspect_data._take_the_runs_data_settings(untouched, str(tmp_path / "nothing"))  # no run there yet
+    assert untouched.data.to_dict() == pretrain.get_config("tiny").data.to_dict()
     for run, prepared in (("own", ""), ("shared", str(tmp_path / "prepared"))):
         checkpointer = checkpointing.Checkpointer(str(tmp_path / run / "checkpoints"), save_interval_steps=1,
                                                   max_to_keep=1, async_save=False)
-        checkpointer.save(1, {"w": jnp.zeros(2)}, data_position=1, config={"data": {"prepared_dir": prepared}})
+        checkpointer.save(1, {"w": jnp.zeros(2)}, data_position=1,
+                          config={"data": {"prepared_dir": prepared, "masked_lm_prob": 0.3, "gone_key": 1}})
         checkpointer.close()
-        assert inspect_data._run_prepared_dir(str(tmp_path / run)) == prepared
-    assert capsys.readouterr().out == f"reading the data the run in {tmp_path}/shared read: {tmp_path}/prepared\n"
+        config = pretrain.get_config("tiny")
+        inspect_data._take_the_runs_data_settings(config, str(tmp_path / run))
+        assert (config.data.prepared_dir, config.data.masked_lm_prob) == (prepared, 0.3)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"the examples the run in {tmp_path}/shared reads, by its data settings (--config's -> the run's: "
+        f"data.masked_lm_prob 0.15 -> 0.3; data.prepared_dir '' -> '{tmp_path}/prepared')")
