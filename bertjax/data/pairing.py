@@ -153,7 +153,9 @@ def truncated_lengths(len_a: tf.Tensor, len_b: tf.Tensor, max_num_tokens: int) -
 
 def full_rows(tokens: tf.RaggedTensor, sep_id: int, row_length: int) -> dict:
     """D documents -> rows of `row_length` tokens cut from them end to end, each document
-    followed by [SEP] (the last row shorter): every token once, in order.
+    followed by [SEP] (the last row shorter): every token once, in order. A last row that
+    would hold only the last document's [SEP] is left out: it has no token to predict, and
+    the row before ends at that document's end, closed by the row's own [SEP].
 
     Args: tokens <int32>[D, (T)]. Returns chunk_documents' instance fields: a_tokens
     <int32>[R, (row_length)], b_tokens empty, is_random False."""
@@ -161,6 +163,8 @@ def full_rows(tokens: tf.RaggedTensor, sep_id: int, row_length: int) -> dict:
                                                   tf.ones([tokens.nrows()], tf.int64))
     stream = tf.concat([tokens, separators], axis=1).flat_values
     total, row_length = tf.size(stream, out_type=tf.int64), tf.constant(row_length, tf.int64)
+    total = tf.where((total % row_length == 1) & (total > row_length), total - 1, total)
+    stream = stream[:total]
     rows = (total + row_length - 1) // row_length
     lengths = tf.minimum(row_length, total - tf.range(rows) * row_length)
     a_tokens = tf.RaggedTensor.from_row_lengths(stream, lengths)
