@@ -152,13 +152,13 @@ def pretrain_once(config, run_dir: str) -> float | None:
     """Pre-trains `config` in `run_dir`: the seconds it took, recorded there (RUN_FILE), so that
     a rerun reusing the finished run reports them; None for a run resumed part way (its seconds
     are not one sitting's)."""
-    from bertjax import pretrain
+    from bertjax import pretrain, run_config
 
     record = os.path.join(run_dir, RUN_FILE)
     if os.path.exists(record):
         with open(record, encoding="utf-8") as f:
             return json.load(f)["seconds"]
-    resumed = os.path.isdir(os.path.join(run_dir, "checkpoints"))
+    resumed = run_config.own_checkpoints(run_dir) is not None  # (a run killed before its save left checkpoints/)
     start = time.perf_counter()
     pretrain.train_and_evaluate(config, run_dir)
     spent = None if resumed else time.perf_counter() - start

@@ -162,6 +162,9 @@ class Checkpointer:
             cleanup_tmp_directories=True,  # leftovers of saves killed part-way
         )
         handlers = {STATE: _state_handler(), META: ocp.JsonCheckpointHandler()}
+        # Before the manager, whose start cleans up unfinished steps in a thread of its own: a copy
+        # moved back meanwhile could be taken for one.
+        self._recover_replaced()
         self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers, options=options)
         # JAX's preemption sync point keeps the last step any caller gave it, and a notice picks the
         # step after the highest a host gave. orbax's save-finalizing thread asks with the saved
@@ -170,26 +173,27 @@ class Checkpointer:
         # the training step; a preemption's save is a forced one, which needs no answer from orbax.
         self._manager.reached_preemption = lambda step: False
         self._saving: int | None = None  # the step of a save that may still be in flight
-        self._recover_replaced()
 
     def _recover_replaced(self) -> None:
         """A replacing save (`save(replace=True)`) that was killed or failed left its step only in
         `<step>.replaced-<UTC time>`: moved back (the newest such copy), so that best/ keeps the
-        weights it had; a copy whose step was saved again since is deleted."""
+        weights it had, over what the killed save left at `<step>` (on gs:// orbax writes a step
+        in place, its commit file last); a copy whose step was saved again since is deleted."""
         if jax.process_index() == 0 and self.directory.exists():
             copies = sorted((path for path in self.directory.iterdir() if _REPLACED.fullmatch(path.name)),
                             key=lambda path: path.name, reverse=True)  # newest first within a step
             for path in copies:
                 step = self.directory / _REPLACED.fullmatch(path.name).group(1)
-                if step.exists():
+                if _is_step_dir(step):
                     path.rmtree()
                 else:
+                    if step.exists():
+                        step.rmtree()
                     _move(path, step)
                     log.warning("%s: a save that replaced step %s did not finish; its earlier copy is back",
                                 self.directory, step.name)
         if jax.process_count() > 1:
             multihost_utils.sync_global_devices(f"bertjax.checkpointing: {self.directory} replaced steps recovered")
-        self._manager.reload()
 
     def due(self, step: int) -> bool:
         """Whether `save(step, ...)` without force saves (a multiple of save_interval_steps)."""

@@ -641,9 +641,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         if config.train.eval_at_start and start_step == 0 and task.eval_splits:
             with loop.paused(), clock.phase("evaluate"):  # the starting point, for comparison only: never best/
                 loop.write_eval(0, _eval_record(evaluator.evaluate(state.params)[0]))
+        loop.check_not_diverged()  # (its best evaluation before it: the result, as when it stopped)
         if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
             evaluate_at(step, state)
-        loop.check_not_diverged()  # (its best evaluation before it: the result, as when it stopped)
         while step < train_cfg.num_steps:
             batch = loop.next_batch(batches, step, state)
             step_fn = _train_step(programs, batching.batch_shape(batch), loop, clock)

@@ -33,7 +33,7 @@ def checkpoint_source(config: ml_collections.ConfigDict, workdir: str | None = N
         return None
     try:
         return model_source.resolve(config.init_checkpoint)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, *fileio.remote_errors()) as e:
         own = run_config.own_checkpoints(workdir) if workdir else None
         if own is None:
             raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None

@@ -92,14 +92,14 @@ def validate_train_config(train_config: Any) -> None:
         check("warmup_steps", warmup <= num_steps * (1 - fraction),
               f"at most the steps before the decay, num_steps x (1 - decay_fraction) = {num_steps * (1 - fraction):g}")
     wd = _get(train_config, "weight_decay")
-    check("weight_decay", _is_number(wd) and wd >= 0, ">= 0")
+    check("weight_decay", _is_number(wd) and wd >= 0, "finite and >= 0")
     for key in ("adam_b1", "adam_b2"):
         value = _get(train_config, key)
         check(key, _is_number(value) and 0 <= value < 1, "in [0, 1)")
     eps = _get(train_config, "adam_eps")
     check("adam_eps", _is_number(eps) and eps > 0, "finite and > 0")
     clip = _get(train_config, "max_grad_norm")
-    check("max_grad_norm", _is_number(clip) and clip >= 0, ">= 0 (0 disables clipping)")
+    check("max_grad_norm", _is_number(clip) and clip >= 0, "finite and >= 0 (0 disables clipping)")
     bias_correction = getattr(train_config, "adam_bias_correction", False)
     if not isinstance(bias_correction, bool):
         raise ValueError(f"config.train.adam_bias_correction must be a bool, got {bias_correction!r}")

@@ -412,9 +412,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     step = start_step
     batches = loop.input(train_data.batches(start_step, start_unit))
     try:
+        loop.check_not_diverged()
         if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating
             evaluate_at(step, state)
-        loop.check_not_diverged()
         while step < train_cfg.num_steps:
             rows = warmup.rows(step)
             if step > start_step and rows != warmup.rows(step - 1):

@@ -53,10 +53,12 @@ def check_sweep_or_run(workdir: str, sweep: bool) -> None:
     if not sweep and fileio.exists(fileio.join(workdir, SWEEP_SETTINGS_FILE)):
         raise ValueError(f"workdir {workdir} holds a fine-tuning sweep ({SWEEP_SETTINGS_FILE}): add ',sweep' to "
                          "--config (configs/finetune.py:<task>,sweep) to go on with it, or give this run a new workdir")
-    held = [name for name in ("checkpoints", "best")
-            if checkpointing.is_bertjax_checkpoint(fileio.join(workdir, name))]
-    if sweep and held:
-        raise ValueError(f"workdir {workdir} holds a training run ({held[0]}/): a sweep needs a workdir of its "
+    if not sweep:
+        return
+    held = ("checkpoints" if own_checkpoints(workdir) else
+            "best" if checkpointing.is_bertjax_checkpoint(fileio.join(workdir, "best")) else None)
+    if held:
+        raise ValueError(f"workdir {workdir} holds a training run ({held}/): a sweep needs a workdir of its "
                          "own (each of its runs goes in WORKDIR/sweep/<run>); give it a new one")
 
 

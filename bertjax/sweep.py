@@ -6,10 +6,10 @@ A WORKDIR holds one sweep's settings (WORKDIR/sweep_settings.json: everything bu
 and where or how often things happen, though how often the runs evaluate counts, the step
 folder they start from and the contents of their training and evaluation files): a rerun
 with other settings is refused once a run has trained under them, since its results (or its
-checkpoints, resumed) would be reported as the new settings'. A finished run's row (WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun
-without loading the run again, unless the rerun names a data.test_file the run has not
-predicted: then the run writes its predictions for it, as a finished fine-tuning run
-relaunched does.
+checkpoints, resumed) would be reported as the new settings'. A finished run's row
+(WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun without loading the run again,
+unless the rerun names a data.test_file the run has not predicted: then the run writes its
+predictions for it, as a finished fine-tuning run relaunched does.
 """
 
 from __future__ import annotations
@@ -105,18 +105,15 @@ def _settings(config: ml_collections.ConfigDict, saved: dict[str, Any] | None) -
     if config.init_checkpoint:
         try:
             init_weights = model_source.resolve(config.init_checkpoint).weights
-        except (OSError, ValueError):
+        except (OSError, ValueError, *fileio.remote_errors()):
             init_weights = saved.get("init_weights", "")
     if init_weights and not fileio.is_remote(init_weights):
         init_weights = os.path.abspath(init_weights)
     contents = {}
-    for key in _DATA_FILES:
+    for key in _DATA_FILES:  # (every key, "" for none: a file added later is a change too)
         path = config.data[key]
-        if path:
-            try:
-                contents[key] = fileio.content_hash(path)[:16]
-            except OSError:
-                contents[key] = saved.get("data_contents", {}).get(key, "")
+        contents[key] = ("" if not path else fileio.content_hash(path)[:16] if fileio.exists(path)
+                         else saved.get("data_contents", {}).get(key, ""))
     return json.loads(json.dumps({**config.to_dict(), "init_weights": init_weights, "data_contents": contents}))
 
 

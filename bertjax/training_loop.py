@@ -151,10 +151,10 @@ class Loop:
         worst, skipped = jax.device_get((state.worst_bad_run, state.skipped_steps))
         if worst >= self.max_consecutive_bad_steps:
             # The weights were never updated from the bad steps: they are the good ones before them, kept
-            # (owing this step's evaluation, if it has one).
-            if self.is_eval_step(step):
-                self._evaluation_left = step
+            # (owing this step's evaluation, if it has one and steps are left to resume).
             last = step >= self.num_steps
+            if self.is_eval_step(step) and not last:
+                self._evaluation_left = step
             self._diverged = (
                 f"stopping at step {step}: {int(worst)} consecutive steps had a non-finite loss or gradient "
                 f"(config.train.max_consecutive_bad_steps={self.max_consecutive_bad_steps}); {int(skipped)} skipped "

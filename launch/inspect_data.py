@@ -154,16 +154,20 @@ def default_workdir(data_config) -> str:
     return os.path.join(tempfile.gettempdir(), "bertjax_inspect", digest)
 
 
+# What a pre-training workdir holds before its first checkpoint (and inspect_data's epoch sizes).
+_PRETRAINING_WORKDIR = {".lock", "checkpoints", "data", "epoch_sizes", "metrics.jsonl", "tensorboard", "tokenizer"}
+
+
 def _take_the_runs_data_settings(config, workdir: str) -> None:
     """config.data as the pre-training run in `workdir` read it (its checkpoints' saved config:
     its prepared data, masking, lengths, pairing), saying where --config differs; nothing for a
-    workdir before its run (empty, or only its prepared data/). ValueError for any other folder:
+    workdir before its first checkpoint (its prepared data/, logs). ValueError for any other folder:
     a fine-tuning run's, or one holding other files, where preparing would write data/."""
     from bertjax import checkpointing, run_config
 
     directory = run_config.own_checkpoints(workdir)
     if directory is None:
-        others = sorted(set(fileio.listdir(workdir)) - {"data", ".lock"}) if fileio.isdir(workdir) else []
+        others = sorted(set(fileio.listdir(workdir)) - _PRETRAINING_WORKDIR) if fileio.isdir(workdir) else []
         if others:
             raise ValueError(f"--workdir={workdir} holds no pre-training run's checkpoints but {others[0]}: give a "
                              "pre-training run's workdir, or leave --workdir out")
@@ -185,7 +189,8 @@ def main(_):
     config = FLAGS.config
     if FLAGS.dump and fileio.exists(FLAGS.dump):
         raise ValueError(f"--dump={FLAGS.dump} exists; give another name (it would be overwritten)")
-    if FLAGS.dump and not fileio.isdir(fileio.parent(FLAGS.dump)):  # before the examples are drawn
+    if FLAGS.dump and not fileio.is_remote(FLAGS.dump) and not fileio.isdir(fileio.parent(FLAGS.dump)):
+        # (before the examples are drawn; a gs:// prefix needs no folder)
         raise ValueError(f"--dump={FLAGS.dump}: no folder {fileio.parent(FLAGS.dump)} to write it in")
     if FLAGS.workdir:
         _take_the_runs_data_settings(config, FLAGS.workdir)
@@ -215,8 +220,7 @@ def main(_):
     for name, value in statistics(examples, tokenizer, config.data).items():
         print(f"{name:>40}: {value}")
     if FLAGS.dump:
-        with fileio.open_file(FLAGS.dump, "wb") as f:
-            np.savez(f, **examples)
+        fileio.write_with(FLAGS.dump, lambda f: np.savez(f, **examples))  # (zip seeks: gs:// files cannot)
         print(f"wrote {len(examples['input_ids'])} examples to {FLAGS.dump}")
 
 

@@ -86,7 +86,8 @@ def main(_):
         raise ValueError(f"--output={_OUTPUT.value} is no regular file; leave --output unset to write to stdout")
     if _OUTPUT.value and fileio.exists(_OUTPUT.value):  # an earlier run's predictions are not replaced unasked
         raise ValueError(f"--output={_OUTPUT.value} exists; remove it or give another name")
-    if _OUTPUT.value and not fileio.isdir(fileio.parent(_OUTPUT.value)):  # before the model loads
+    if _OUTPUT.value and not fileio.is_remote(_OUTPUT.value) and not fileio.isdir(fileio.parent(_OUTPUT.value)):
+        # (before the model loads; a gs:// prefix needs no folder)
         raise ValueError(f"--output={_OUTPUT.value}: no folder {fileio.parent(_OUTPUT.value)} to write it in")
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line

@@ -199,6 +199,14 @@ def test_interval_keep_last_n_and_force(tmp_path, small8):
     assert again.all_steps() == [30, 33] and sorted(os.listdir(tmp_path)) == ["30", "33"]
     assert checkpointing.read_meta(str(tmp_path / "33"))["extra"] == {"score": 2}
     again.close()
+    # On gs:// orbax writes a step in place: a killed replacing save leaves an unfinished 33/
+    # beside the copy, which was deleted as if 33 were saved (a review: best/ lost).
+    checkpointing.move_aside(str(tmp_path / "33"), "replaced")
+    (tmp_path / "33" / "meta").mkdir(parents=True)  # (no state/: unfinished)
+    again = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=2, async_save=False)
+    assert again.all_steps() == [30, 33] and sorted(os.listdir(tmp_path)) == ["30", "33"]
+    assert checkpointing.read_meta(str(tmp_path / "33"))["extra"] == {"score": 2}
+    again.close()
     with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):
         ckpt.save(40, state, data_position=40, config={"bad": object()})
     with pytest.raises(ValueError, match="config and extra_meta must be JSON-serializable"):

@@ -261,6 +261,10 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
     os.utime(tmp_path / "in.txt")  # touched, same text: still complete
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=said.append)
     assert said == [f"{tmp_path}/out is complete (2 examples); nothing to do"]
+    said.clear()  # a column name, which lines of text do not have (a walkthrough: named as a difference)
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), text_a_key="review",
+                          log=said.append)
+    assert said == [f"{tmp_path}/out is complete (2 examples); nothing to do"]
     # The same file and model by other spellings of their paths (a review found them "other settings").
     said.clear()
     relative = os.path.relpath(tmp_path / "in.txt")
@@ -270,6 +274,8 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
     (tmp_path / "in.txt").write_text("other\n" + " ".join(["word"] * 100) + "\n")
     with pytest.raises(ValueError, match=r"other settings \(the input file's text changed\); give a new folder"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), log=lambda _: None)
+    with pytest.raises(ValueError, match=r"other settings \(the input file's text changed, pooling: 'none' there, "):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out"), pooling="mean")
     (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
     cased = bertjax.load_model(MINILM_DIR, max_seq_length=64, do_lower_case=False)
     with pytest.raises(ValueError, match=r"other settings \(the tokenizer changed \(its vocabulary or casing\)\)"):

@@ -436,6 +436,12 @@ def test_a_sweeps_rerun_compares_its_files_by_content_not_path(tmp_path, monkeyp
         sweep.sweep(config, str(tmp_path / "grid"))
     (tmp_path / "dev.csv").unlink()  # gone (a recreated machine): the finished rows are still the table
     sweep.sweep(config, str(tmp_path / "grid"))
+    # An evaluation file where the first runs had none (ranked by a labelled test file) is another sweep.
+    config.data.update(eval_file="", test_file=str(tmp_path / "moved" / "train.csv"))
+    sweep.sweep(config, str(tmp_path / "no_eval"))
+    config.data.eval_file = str(tmp_path / "moved" / "train.csv")
+    with pytest.raises(ValueError, match=r"other settings \(data_contents.eval_file '' -> '[0-9a-f]{16}'"):
+        sweep.sweep(config, str(tmp_path / "no_eval"))
 
 
 def test_a_sweeps_workdir_and_a_runs_are_not_mixed(pretrained_run, tmp_path, monkeypatch):
@@ -648,6 +654,26 @@ def test_a_run_diverged_at_its_last_step_is_no_result_when_relaunched(tmp_path, 
                                                r"evaluation before it \(step 1\) is the result") as caught:
         finetune.finetune(run, run_dir)
     assert not caught.value.resumable and caught.value.result["best"]["step"] == 1
+
+
+def test_a_resume_whose_remote_starting_checkpoint_cannot_be_read_uses_its_own(monkeypatch):
+    """A gs:// init_checkpoint that became unreadable (403) on a resume: gfile's
+    PermissionDeniedError is no OSError, and the documented fall-back to the run's own
+    checkpoints never came (a review)."""
+    from bertjax import run_config
+    from bertjax.inference import model_source
+    from bertjax.runtime.tf_cpu import tf
+
+    def resolve(path):
+        if path.startswith("gs://"):
+            raise tf.errors.PermissionDeniedError(None, None, f"{path}: 403 Forbidden")
+        return f"resolved {path}"
+
+    monkeypatch.setattr(model_source, "resolve", resolve)
+    monkeypatch.setattr(run_config, "own_checkpoints", lambda workdir: f"{workdir}/checkpoints")
+    config = _demo_config()
+    config.init_checkpoint = "gs://bucket/bert-base"
+    assert finetune_setup.checkpoint_source(config, "/w") == "resolved /w/checkpoints"
 
 
 def test_schedule_counts_steps_like_run_classifier():

@@ -392,7 +392,7 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
 
     # At the run's last step no step is left to resume: not resumable, and a relaunch (which
     # trains nothing) says so again, in both stages, rather than finishing as a result.
-    loop = _loop(tmp_path / "last", num_steps=5, log_every=5)
+    loop = _loop(tmp_path / "last", num_steps=5, log_every=5, eval_every=5)
     try:
         for step in range(1, 5):
             loop.record(step, metrics, State(jnp.ones(3), jnp.int32(step), jnp.int32(step)))
@@ -402,7 +402,9 @@ def test_a_diverged_run_saves_the_weights_it_stopped_with(tmp_path):
         assert not stopped.value.resumable
     finally:
         loop.close()
-    relaunched = _loop(tmp_path / "last", num_steps=5, start_step=5)
+    # (its evaluation is not owed: a relaunch would evaluate it, and take it for a result)
+    assert not checkpointing.read_meta(str(tmp_path / "last" / "checkpoints" / "5"))["extra"].get("evaluation_owed")
+    relaunched = _loop(tmp_path / "last", num_steps=5, start_step=5, eval_every=5)
     try:
         with pytest.raises(training_loop.TrainingDiverged, match=r"stopped at its last step \(5\)") as again:
             relaunched.check_not_diverged()

@@ -103,15 +103,15 @@ def test_schedule_is_jittable():
 @pytest.mark.parametrize("key,value,message", [
     ("learning_rate", 0.0, "train.learning_rate must be finite and > 0, got 0.0"),
     ("learning_rate", float("inf"), "train.learning_rate must be finite and > 0, got inf"),  # finite: inf passed (a review)
-    ("weight_decay", float("nan"), "train.weight_decay must be >= 0, got nan"),
+    ("weight_decay", float("nan"), "train.weight_decay must be finite and >= 0, got nan"),
     ("warmup_steps", 2000, "train.warmup_steps must be an int in [0, config.train.num_steps=1000]"),
     ("optimizer", "sgd", "train.optimizer must be one of"),
     ("schedule", "step", "train.schedule must be one of"),
     ("num_steps", 0, "train.num_steps must be an int >= 1"),
     ("adam_b2", 1.0, "train.adam_b2 must be in [0, 1)"),
     ("adam_eps", 0, "train.adam_eps must be finite and > 0"),
-    ("max_grad_norm", -1.0, "train.max_grad_norm must be >= 0"),
-    ("weight_decay", -0.1, "train.weight_decay must be >= 0"),
+    ("max_grad_norm", -1.0, "train.max_grad_norm must be finite and >= 0"),
+    ("weight_decay", -0.1, "train.weight_decay must be finite and >= 0"),
 ])
 def test_validate_names_the_bad_key(key, value, message):
     with pytest.raises(ValueError, match=re.escape(message)):

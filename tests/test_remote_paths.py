@@ -145,3 +145,17 @@ def _remote_scalars(workdir):
     return [(event.step, value.tag, float(tf.make_ndarray(value.tensor)))
             for events in sorted(fileio.glob(fileio.join(workdir, "tensorboard", "events.out.tfevents.*")))
             for event in tf.compat.v1.train.summary_iterator(events) for value in event.summary.value]
+
+
+def test_the_squad_scorer_reads_a_runs_predictions_on_a_remote_path(remote_dir, capsys):
+    """docs/finetuning.md's scorer on a gs:// workdir's predictions: open() said 'No such file'."""
+    from bertjax.evaluation import squad
+
+    data = {"version": "v2.0", "data": [{"paragraphs": [{"context": "Paris is in France.", "qas": [
+        {"id": "q1", "question": "Where?", "answers": [{"text": "France", "answer_start": 12}]}]}]}]}
+    fileio.write_json(f"{remote_dir}/dev.json", data)
+    fileio.write_json(f"{remote_dir}/predictions.json", {"q1": "in France"})
+    assert squad.main([f"{remote_dir}/dev.json", f"{remote_dir}/predictions.json"]) == 0
+    assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(100 * 2 / 3)
+    assert squad.main([f"{remote_dir}/dev.json", f"{remote_dir}/none.json"]) == 2  # one line, no traceback
+    assert capsys.readouterr().err.startswith(f"error: {remote_dir}/none.json: cannot read JSON")

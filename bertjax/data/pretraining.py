@@ -61,6 +61,9 @@ _MAX_EPOCHS = 1 << 40  # "forever"
 _DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
 _COUNT_BATCH = 256  # row counts summed in the graph per Python step while counting an epoch
 _PACK_WINDOW = 256  # pairs packed together (pack_pairs > 0)
+# The rule that cuts full rows (pairing.full_rows; 2: no last row of a lone [SEP]): epoch sizes
+# counted under another rule are not reused.
+_FULL_ROWS_RULE = 2
 DOCUMENT_FIELDS = ("sequence_ids", "position_ids", "cls_positions")  # full_rows_attention="document"
 # Salts that keep the stateless random streams of different stages apart.
 _DOC_ORDER, _CHUNK, _INSTANCE_ORDER, _BATCH, _PACK = range(5)
@@ -106,7 +109,8 @@ class PretrainingPipeline:
             "record_shard": self.record_shard, "seed": self.seed, "process_index": process_index,
             "max_seq_length": data_config.max_seq_length, "short_seq_prob": data_config.short_seq_prob,
             "nsp": self.nsp, "shuffle_buffer": data_config.shuffle_buffer, "chunk_batch": _DOCS_PER_CHUNK_BATCH,
-            "pack_pairs": self.pack_pairs, "pack_window": _PACK_WINDOW, "full_rows": self.full_rows,
+            "pack_pairs": self.pack_pairs, "pack_window": _PACK_WINDOW,
+            "full_rows": _FULL_ROWS_RULE if self.full_rows else False,
             # Packed rows also depend on the instances' order and their masked tokens (each row's
             # prediction budget).
             **({"instance_shuffle_buffer": data_config.instance_shuffle_buffer,

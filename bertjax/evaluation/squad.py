@@ -37,6 +37,8 @@ import re
 import string
 import sys
 
+from bertjax.runtime import fileio
+
 log = logging.getLogger(__name__)
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -227,10 +229,10 @@ def _version(version: str) -> str:
 
 
 def _load_json(path: str):
+    """The JSON in `path` (local or gs://: a fine-tuning run's predictions on a gs:// workdir)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as error:
+        return fileio.read_json(path)
+    except Exception as error:  # noqa: BLE001 (OSError, bad JSON, and gs://'s own errors, which are no OSError)
         raise ValueError(f"{path}: cannot read JSON ({error})") from None
 
 

@@ -313,8 +313,10 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
     their values recorded for the same files (the model's whole folder, then its weight
     files'), also accepted."""
     saved = manifest.get("settings", {})
+    unused = ("text_a_key", "text_b_key") if settings.get("input_format") == "text" else ()  # (lines: no columns)
     changed = [key for key in settings if key in saved and saved[key] != settings[key]  # (keys added since: unknown)
-               and key not in _RECORDED_ONLY]
+               and key not in _RECORDED_ONLY + unused]
+    changed.sort(key=lambda key: key not in (*_IDENTITIES, "model"))  # what makes the numbers, first
     if changed.count("weights") and saved["weights"] in earlier_weights():
         changed.remove("weights")
     if manifest.get("format") != FORMAT or changed:
@@ -512,7 +514,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                     "tokenizer": _tokenizer_identity(model.tokenizer), "precision": model.precision,
                     "activations": model.bert.dtype, "max_seq_length": model.max_seq_length, "layers": list(layers),
                     "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
-    except (ValueError, OSError):
+    except (ValueError, OSError, *fileio.remote_errors()):
         _check_same_everywhere(None, processes)  # the others learn of it, rather than wait at the check
         raise
     who = f"process {process} of {processes}: " if processes > 1 else ""

@@ -188,9 +188,9 @@ def expected_failure(error: BaseException) -> str | None:
         return ("out of device memory: lower the batch size (config.train.global_batch_size or batch_size, "
                 "--batch_size) or max_seq_length, or shard the model over more devices (config.mesh.fsdp); "
                 f"{message[:300]}")
-    tf = sys.modules.get("tensorflow")
-    remote = ((tf.errors.NotFoundError, tf.errors.PermissionDeniedError, tf.errors.UnauthenticatedError)
-              if tf is not None and hasattr(tf, "errors") else ())
+    from bertjax.runtime import fileio
+
+    remote = fileio.remote_errors()
     if remote and isinstance(error, remote) and "://" in message:
         return message
     return None

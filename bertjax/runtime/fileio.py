@@ -16,6 +16,7 @@ import os
 import posixpath
 import shutil
 import stat
+import sys
 from typing import IO, Any, Callable
 
 
@@ -26,6 +27,15 @@ def is_remote(path: str) -> bool:
 def _gfile():
     from bertjax.runtime.tf_cpu import tf
     return tf.io.gfile
+
+
+def remote_errors() -> tuple[type[BaseException], ...]:
+    """TensorFlow's errors for a remote file missing or unreadable (gfile raises them, and they
+    are no OSError), once TensorFlow is loaded (a remote path loads it); () before."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not hasattr(tf, "errors"):
+        return ()
+    return tf.errors.NotFoundError, tf.errors.PermissionDeniedError, tf.errors.UnauthenticatedError
 
 
 def join(*parts: str) -> str:

@@ -1,6 +1,7 @@
 """launch/inspect_data.py: rendering with visible masks, and the statistics it prints."""
 
 import numpy as np
+import pytest
 
 import synthetic
 from bertjax.data import pretraining
@@ -108,7 +109,13 @@ def test_a_runs_workdir_reads_the_data_the_run_read(tmp_path, capsys):
 
     untouched = pretrain.get_config("tiny")
     inspect_data._take_the_runs_data_settings(untouched, str(tmp_path / "nothing"))  # no run there yet
+    for name in ("data", "epoch_sizes", "tokenizer", "tensorboard", "metrics.jsonl"):  # nor its first save yet
+        (tmp_path / "starting" / name).mkdir(parents=True)
+    inspect_data._take_the_runs_data_settings(untouched, str(tmp_path / "starting"))
     assert untouched.data.to_dict() == pretrain.get_config("tiny").data.to_dict()
+    (tmp_path / "starting" / "best").mkdir()  # a fine-tuning run's
+    with pytest.raises(ValueError, match=r"starting holds no pre-training run's checkpoints but best"):
+        inspect_data._take_the_runs_data_settings(untouched, str(tmp_path / "starting"))
     for run, prepared in (("own", ""), ("shared", str(tmp_path / "prepared"))):
         checkpointer = checkpointing.Checkpointer(str(tmp_path / run / "checkpoints"), save_interval_steps=1,
                                                   max_to_keep=1, async_save=False)
