@@ -168,6 +168,19 @@ def test_bad_layers_pooling_and_truncation_are_reported(minilm):
 
     with pytest.raises(ValueError, match="layer index 7 is outside"):
         minilm.features(["a"], layers=(7,))
+    for layers in (-1, (-1.5,), "-1"):  # (a bare int: a TypeError; -1.5: layer -1, a walkthrough)
+        with pytest.raises(ValueError, match=r"layers: give a list of layer indices \(ints\), got"):
+            minilm.features(["a"], layers=layers)
+    assert minilm.features(["a"], layers=[np.int64(-1)], pooling="cls")[0]["values"].shape == (1, 384)
+    for texts in (None, 5, b"ab"):  # (a bare TypeError, or the bytes' numbers as inputs)
+        with pytest.raises(ValueError, match=r"texts: give a list"):
+            minilm.features(texts)
+    for length in (16.0, "16"):  # (an AttributeError deep in the bucket ladder; a numpy int is an int)
+        with pytest.raises(ValueError, match=f"max_seq_length={length} must be in"):
+            bertjax.load_model(MINILM_DIR, max_seq_length=length)
+    assert bertjax.load_model(MINILM_DIR, max_seq_length=np.int64(16)).max_seq_length == 16
+    with pytest.raises(ValueError, match="batch_size must be a positive int, got True"):
+        bertjax.load_model(MINILM_DIR, batch_size=True)
     with pytest.raises(ValueError, match="pooling must be one of"):
         minilm.features(["a"], pooling="max")
     with pytest.raises(ValueError, match=r"texts: give a list of inputs, not one string \(wrap it: \['hi'\]\)"):

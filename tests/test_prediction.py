@@ -276,8 +276,9 @@ def test_multiple_choice_predicts_the_runs_own_choices(runs):
         assert np.argmax(result["probabilities"]) == result["choice"]
     with pytest.raises(ValueError, match="at least 2 texts"):
         model.predict([{"context": "x", "choices": ["only one"]}])
-    with pytest.raises(ValueError, match=r"input 1: choice 1 is only whitespace; give it a text"):
-        model.predict([{"context": "x", "choices": ["one", " \t", "two"]}])  # (scored on no tokens: a review)
+    for blank in (" \t", "\u200b", "\x00"):  # (scored on no tokens: a review; a zero-width space, a walkthrough)
+        with pytest.raises(ValueError, match=r"input 1: choice 1 is only whitespace, control or invisible characters"):
+            model.predict([{"context": "x", "choices": ["one", blank, "two"]}])
     context, choices, _ = dev[0]  # a tuple of choices is as good as a list (a review: refused)
     assert model.predict([{"context": context, "choices": tuple(choices)}]) == results[:1]
     # "" is no choice, as in the SavedModel's padded rows: probability 0, the others as without it.

@@ -195,6 +195,8 @@ class Model:
         """Layer indices as non-negative positions in the [L + 1] hidden-state stack; a
         ValueError naming the bad index and the valid range."""
         count = self.bert.num_hidden_layers + 1
+        if not isinstance(layers, Sequence) or isinstance(layers, str) or not all(map(_is_int, layers)):
+            raise ValueError(f"layers: give a list of layer indices (ints), got {layers!r}")
         layers = tuple(int(layer) for layer in layers)
         if not layers:
             raise ValueError("layers: give at least one layer index")
@@ -315,6 +317,11 @@ class _MaskKeeping:
         return pieces
 
 
+def _is_int(value: Any) -> bool:
+    """An int (a numpy integer too), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | None = None, batch_size: int = 32,
                precision: str | None = None, vocab_path: str = "", do_lower_case: bool | None = None) -> Model:
     """Loads a model for inference from any path `bertjax.inference.model_source` resolves, or its ModelSource.
@@ -342,17 +349,18 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     bert = inference_config(source.bert, precision or ("bfloat16" if jax.default_backend() != "cpu" else "float32"))
     length = max_seq_length if max_seq_length is not None else (
         source.max_seq_length or min(512, bert.max_position_embeddings))
-    if not 8 <= length <= bert.max_position_embeddings:
+    if not _is_int(length) or not 8 <= length <= bert.max_position_embeddings:
         raise ValueError(f"max_seq_length={length} must be in [8, the model's max_position_embeddings="
                          f"{bert.max_position_embeddings}]")
+    length = int(length)  # (a numpy integer has no bit_length, which the bucket ladder asks)
     untrained = source.untrained_past(length)
     if untrained:  # as fine-tuning warns: outputs of longer inputs would come from untrained weights
         logging.warning("max_seq_length=%d is longer than %s; inputs longer than that meet them (max_seq_length=%d "
                         "cuts them there, marked truncated)", length, untrained, source.max_seq_length)
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if not _is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     devices = jax.local_devices()
-    batch_size = -(-batch_size // len(devices)) * len(devices)
+    batch_size = -(-int(batch_size) // len(devices)) * len(devices)
     mesh = sharding.create_mesh(data=-1, devices=devices)
     params = jax.tree.map(np.asarray, source.load_params())
     return Model(source, params, tokenizer, bert, length, batch_size, mesh)

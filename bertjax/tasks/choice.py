@@ -35,6 +35,7 @@ from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, example_ids, own_files,
                                   read_records, truncation, write_lines)
 from bertjax.tasks.family import Family, column_text, no_options
+from bertjax.tasks.raw_text import has_text
 
 MAX_SEQ_LENGTH = 128
 TFDS_FIELDS = {  # name -> (context feature, features holding the choices (one list or several texts))
@@ -276,9 +277,10 @@ class ChoiceFamily(Family):
                 and all(isinstance(c, str) for c in choices) and sum(c != "" for c in choices) >= 2):
             raise ValueError(f"expected {{'context': text, 'choices': [at least 2 texts]}} (\"\" is no choice), "
                              f"got {item!r}"[:300])
-        blank = next((k for k, choice in enumerate(choices) if choice and not choice.strip()), None)
+        blank = next((k for k, choice in enumerate(choices) if choice and not has_text(choice)), None)
         if blank is not None:  # no tokens: [CLS] context [SEP] alone, scored as a choice
-            raise ValueError(f"choice {blank} is only whitespace; give it a text (\"\" is no choice)")
+            raise ValueError(f"choice {blank} is only whitespace, control or invisible characters; give it a text "
+                             "(\"\" is no choice)")
         return item
 
     def predict(self, model, parsed, **options):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # google-research/bert's extract_features.py input, "text_a ||| text_b": greedy, so the last separator splits.
@@ -43,10 +44,18 @@ def text_pair(item: Any) -> tuple[str, str | None]:
 
 
 def not_one_string(texts: Any, what: str = "texts") -> Any:
-    """`texts` as given; a lone string or dict is a ValueError (iterating it would give one
-    input per character, or per key)."""
-    if isinstance(texts, str):
+    """`texts` as given; a lone string, bytes or dict is a ValueError (iterating it would give
+    one input per character, byte or key), as is anything that is no iterable of inputs."""
+    if isinstance(texts, (str, bytes)):
         raise ValueError(f"{what}: give a list of inputs, not one string (wrap it: [{texts[:40]!r}])")
     if isinstance(texts, Mapping):
         raise ValueError(f"{what}: give a list of inputs, not one dict (wrap it: [{{...}}])")
+    if not isinstance(texts, Iterable):
+        raise ValueError(f"{what}: give a list (or any iterable) of inputs, got {texts!r}"[:200])
     return texts
+
+
+def has_text(text: str) -> bool:
+    """Whether `text` holds a character a tokenizer keeps: not whitespace, a control or an
+    invisible formatting character (a zero-width space), which BERT's normalisation drops."""
+    return any(unicodedata.category(character)[0] not in "CZ" for character in text)

@@ -34,7 +34,6 @@ import dataclasses
 import functools
 import math
 import os
-import unicodedata
 
 import jax.numpy as jnp
 import numpy as np
@@ -48,7 +47,7 @@ from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_nonempty, max_context_flags,
                                   own_files, sliding_windows, truncation)
 from bertjax.tasks.family import Family, column_text
-from bertjax.tasks.raw_text import split_pair
+from bertjax.tasks.raw_text import has_text, split_pair
 from bertjax.tasks.squad_examples import (ExampleBuilder, SquadExamples, log_skips, read_json, read_tfds,
                                           warn_if_versions_differ)
 from bertjax.tasks.squad_answers import (MAX_ANSWER_LENGTH, N_BEST_SIZE, NULL_SCORE_DIFF_THRESHOLD, postprocess,
@@ -361,12 +360,6 @@ def _span_logits(outputs) -> dict:
     return {"start_logits": outputs[0].astype(jnp.float32), "end_logits": outputs[1].astype(jnp.float32)}
 
 
-def _has_text(text: str) -> bool:
-    """Whether `text` holds a character a tokenizer keeps: not whitespace, a control or an
-    invisible formatting character (a zero-width space), which BERT's normalisation drops."""
-    return any(unicodedata.category(character)[0] not in "CZ" for character in text)
-
-
 class SquadFamily(Family):
     """Raw input: {"question", "context", "id" (optional)} -> {"id", "answer", "start", "end"
     (character offsets into the context; -1 for no answer), "probability", "null_odds" (v2.0
@@ -410,9 +403,10 @@ class SquadFamily(Family):
     def parse(self, item, task_info):
         if not (isinstance(item, dict) and isinstance(item.get("question"), str)
                 and isinstance(item.get("context"), str)):
-            raise ValueError(f"expected {{'question': text, 'context': text}}, got {item!r}"[:300])
+            raise ValueError(f"expected a dict {{'question': text, 'context': text}} (the command line's "
+                             f"'question ||| context' lines become one), got {item!r}"[:300])
         for key in ("question", "context"):
-            if not _has_text(item[key]):
+            if not has_text(item[key]):
                 raise ValueError(f"an empty {key}" + (" (only whitespace, control or invisible characters, which "
                                                       "tokenizers drop)" if item[key].strip() else ""))
         if "id" in item and not (isinstance(item["id"], str) and item["id"].strip()):
