@@ -204,6 +204,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.model.vocab_size={bert.vocab_size} but the tokenizer has {vocab_size} tokens")
     check_train_values(train)
     check_batch_sizes(train, data_parallel)
+    sharding.check_training_mesh(mesh_shape)
     if bert.num_attention_heads % tensor:
         raise ValueError(f"config.mesh.tensor={tensor} must divide the number of attention heads "
                          f"({bert.num_attention_heads})")

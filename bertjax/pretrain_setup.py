@@ -91,6 +91,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     optim.validate_train_config(config.train)
     optim.warn_if_no_decay(config.train)
     data, fsdp, tensor = mesh_shape
+    sharding.check_training_mesh(mesh_shape)
     train = config.train
     for key in ("global_batch_size", "grad_accum_steps", "log_every", "eval_every", "eval_batches",
                 "max_consecutive_bad_steps", "plateau_evals"):

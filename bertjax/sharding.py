@@ -107,6 +107,19 @@ def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, tensor: int = 1)
     return sizes["data"], sizes["fsdp"], sizes["tensor"]
 
 
+def check_training_mesh(shape: tuple[int, int, int]) -> None:
+    """ValueError for a training mesh with data, fsdp and tensor all above 1: XLA's partitioner
+    (jax 0.10.2, Shardy and GSPMD alike) gives wrong gradients through the word-embedding lookup
+    on such meshes for some batch shapes (pre-training at batch 16 on 2 x 2 x 2: encoder kernels'
+    gradients off by up to their size; a 20-line pure-JAX case in the docs), with no error. Any
+    two of the axes compute what one device does."""
+    if min(shape) > 1:
+        data, fsdp, tensor = shape
+        raise ValueError(f"config.mesh: data={data}, fsdp={fsdp} and tensor={tensor} all above 1 train on wrong "
+                         "gradients (an XLA partitioner fault: docs/scaling-and-tpus.md); use two of the axes, e.g. "
+                         f"config.mesh.data=1, fsdp={data * fsdp}, tensor={tensor}")
+
+
 def create_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """Builds the ('data', 'fsdp', 'tensor') mesh over all (or the given) devices."""
     devices = list(jax.devices() if devices is None else devices)

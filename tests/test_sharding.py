@@ -23,6 +23,26 @@ def test_mesh_shape_resolves_the_rest_and_validates():
         sharding.mesh_shape(8, data=8, tensor=0)
 
 
+def test_training_refuses_a_mesh_of_three_axes_above_one():
+    """On data=2, fsdp=2, tensor=2 pre-training trained on wrong gradients without an error (a
+    walkthrough: encoder kernels' gradients off by up to their size, against one device; an XLA
+    partitioner fault, docs/scaling-and-tpus.md). Any two axes are right."""
+    from bertjax import finetune_setup, pretrain_setup
+    from configs import finetune, pretrain
+
+    for shape in ((2, 2, 2), (4, 2, 2), (2, 2, 4)):
+        with pytest.raises(ValueError, match=rf"config.mesh: data={shape[0]}, fsdp={shape[1]} and tensor={shape[2]} "
+                                             r"all above 1 train on wrong gradients"):
+            sharding.check_training_mesh(shape)
+    for shape in ((1, 4, 2), (4, 1, 2), (2, 4, 1), (8, 1, 1)):
+        sharding.check_training_mesh(shape)
+    with pytest.raises(ValueError, match="use two of the axes, e.g. config.mesh.data=1, fsdp=4, tensor=2"):
+        pretrain_setup.validate_config(pretrain.get_config("tiny"), BertConfig.preset("tiny"), (2, 2, 2))
+    demo = finetune.get_config("demo")
+    with pytest.raises(ValueError, match="all above 1 train on wrong gradients"):
+        finetune_setup.validate_config(demo, BertConfig.preset("tiny", vocab_size=784), (2, 2, 2), 784)
+
+
 def test_logical_to_spec_drops_axes_that_do_not_divide():
     mesh = sharding.create_mesh(data=1, fsdp=4, tensor=2)
     assert sharding.logical_to_spec(("vocab", "embed"), (30522, 768), mesh) == PartitionSpec("tensor", "fsdp")

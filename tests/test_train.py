@@ -123,7 +123,7 @@ def _free_port():
 
 @pytest.mark.heavy
 def test_two_processes_match_one_process_with_eight_devices(tmp_path, prepared_dir):
-    common = ["--config.train.num_steps=6", "--config.mesh.fsdp=2", "--config.mesh.tensor=2",
+    common = ["--config.train.num_steps=6", "--config.mesh.fsdp=4", "--config.mesh.tensor=2",
               "--config.data.host_split=global_batch"]
     single = tmp_path / "single"
     _run(single, prepared_dir, *common, devices=8)

@@ -68,7 +68,8 @@ class BertConfig:
     operands by default; on a CPU with AMX-BF16 about 3x faster than float32, see
     bertjax.models.bf16_matmul); "default": the products in `dtype`, as XLA does them.
     `scan_layers`/`remat_policy`/`attention_impl` change how the encoder is compiled,
-    never what it computes.
+    never what it computes from given weights (a run from scratch with `scan_layers` draws
+    its layers' initial weights otherwise: one random key split over the stacked layers).
 
     What a fine-tuning task head reads (the feature-based approach, BERT paper section 5.3;
     see bertjax.models.heads): `feature_layers`, comma-separated indices into the encoder's
