@@ -40,7 +40,7 @@ def _imports(tree):
 # package -> the bertjax packages and modules it may import (besides itself)
 ALLOWED = {
     "bertjax.runtime": (),
-    "bertjax.evaluation": (),
+    "bertjax.evaluation": ("bertjax.runtime",),  # (file access: the SQuAD scorer reads gs:// predictions)
     "bertjax.data": ("bertjax.runtime", "bertjax.tokenization", "bertjax.ragged"),
     "bertjax.tasks": ("bertjax.runtime", "bertjax.data", "bertjax.evaluation", "bertjax.models", "bertjax.ragged",
                       "bertjax.tokenization"),

@@ -1,1 +1,2 @@
-"""Official metrics (GLUE, SQuAD, CoNLL NER), in numpy: no JAX, no TensorFlow."""
+"""Official metrics (GLUE, SQuAD, CoNLL NER), in numpy: no JAX; TensorFlow only to read a gs://
+file (bertjax.runtime.fileio)."""
