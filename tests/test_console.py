@@ -182,6 +182,15 @@ def test_an_orbax_error_keeps_its_line_but_not_its_traceback():
     assert logging.Formatter().format(orbax) == "save failed"
 
 
+def test_the_one_line_keeps_an_escaped_line_feed_the_user_is_told_to_type():
+    """The advice for a file of carriage returns read "tr '\\r' ' '", which joins the whole file
+    into one line (a review): only real line breaks become spaces."""
+    from bertjax.runtime import cli
+
+    error = ValueError("a.txt: ends lines in a carriage return;\n convert them first (tr '\\r' '\\n')")
+    assert cli.error_line(error) == "a.txt: ends lines in a carriage return; convert them first (tr '\\r' '\\n')"
+
+
 def test_out_of_memory_and_unreadable_remote_paths_are_one_line_errors():
     """Out of device memory and a gs:// path that is missing or forbidden are the user's to fix
     but are neither ValueError nor OSError: they ended in a traceback (a review). Any other

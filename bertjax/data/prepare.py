@@ -189,6 +189,13 @@ def _clear_leftovers_or_refuse(output_dir: str, tokenizer: tokenization.Tokenize
     if not fileio.isdir(output_dir) or fileio.exists(fileio.join(output_dir, "settings.json")):
         return
     done = fileio.join(output_dir, "done")
+    inside = fileio.join(output_dir, os.path.basename(tokenizer.path))
+    if fileio.exists(inside) and fileio.read_bytes(inside) != fileio.read_bytes(tokenizer.path):
+        # The folder carries its tokenizer under that name: the other file would stay, and the
+        # data would then read with a vocabulary it was not made with.
+        raise ValueError(f"{inside} is not the tokenizer given ({tokenizer.path}), and a prepared folder keeps its own "
+                         "under that name: prepare into a new or empty folder (config.data.prepared_dir; "
+                         "prepare_data.py's --output_dir)")
     ours = {PREPARE_LOCK, workdir_lock.LOCK_NAME, ".incomplete", os.path.basename(tokenizer.path)}
     names = fileio.listdir(output_dir)
     others = sorted(name for name in names if name not in ours and not shards.is_shard_name(name)

@@ -161,11 +161,12 @@ def quiet_libraries() -> None:
 
 
 def error_line(error: BaseException) -> str:
-    """An exception's message on one line (its cause's, if it has none of its own)."""
+    """An exception's message on one line (its cause's, if it has none of its own). Only real
+    line breaks go: a message's escaped "\\n" may be advice to type (tr '\\r' '\\n')."""
     while error is not None and not str(error).strip():
         error = error.__cause__ or error.__context__
     message = str(error) if error is not None else "unknown error"
-    return " ".join(message.replace("\\n", " ").split())
+    return " ".join(message.split())
 
 
 def out_of_device_memory(error: BaseException) -> bool:

@@ -310,6 +310,26 @@ def test_a_folder_of_other_files_is_never_prepared_into(tmp_path):
     assert not (left / "train-00000-of-00009.tfrecord").exists()
 
 
+def test_another_vocabulary_under_the_tokenizers_name_is_refused(tmp_path):
+    """A folder holding another vocab.txt was prepared into and kept it: the data then failed to
+    read, "the vocabulary ... has changed since" (a review). The same vocabulary there (the
+    demo's, written into the folder) is the folder's own."""
+    _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+    (tmp_path / "mine").mkdir()
+    vocab = tmp_path / "mine" / "vocab.txt"
+    shutil.copy(demo_corpus.demo_vocab_path(str(tmp_path / "cache")), vocab)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nother\n")
+    with pytest.raises(ValueError, match=rf"{folder}/vocab.txt is not the tokenizer given \({vocab}\)"):
+        prepare.ensure_prepared(_config(tmp_path, vocab_path=str(vocab)), str(folder), num_workers=1)
+    assert (folder / "vocab.txt").read_text().endswith("other\n") and not {"settings.json", "done"} & set(os.listdir(folder))
+    shutil.copy(vocab, folder / "vocab.txt")
+    metadata = prepare.ensure_prepared(_config(tmp_path, vocab_path=str(vocab)), str(folder), num_workers=1)
+    reuse = _config(tmp_path, source="prepared", input_pattern=str(folder))
+    assert prepare.load_tokenizer_for(reuse, "unused").vocab_hash == metadata["tokenizer"]["vocab_hash"]
+
+
 def test_a_corpus_edited_in_place_to_the_same_size_is_other_data(tmp_path):
     """A prepared folder knew its files by path and byte range only: a corpus lower-cased in place
     (the same size) was reused as it was, old text and all (a review). Each unit carries a sample
