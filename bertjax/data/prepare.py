@@ -35,6 +35,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import threading
@@ -160,7 +161,8 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     described = [{**unit, "content": content} if content else unit
                  for unit, content in zip(units, sources.content_samples(units))]
     settings = {
-        "source": data_config.source, "units": described, "eval_fraction": float(data_config.eval_fraction),
+        "source": data_config.source, "units": _with_absolute_paths({"units": described})["units"],
+        "eval_fraction": float(data_config.eval_fraction),
         "tokenizer": tokenizer.kind, "vocab_hash": tokenizer.vocab_hash, "do_lower_case": tokenizer.do_lower_case,
         **({"text_reader": TEXT_READER} if data_config.source == "text" else {}),
         **({"sentence_splitter": SENTENCE_SPLITTER} if data_config.source in _SPLIT_SOURCES else {}),
@@ -341,7 +343,8 @@ def _default_workers(units: list[dict]) -> int:
 
 
 def read_metadata(directory: str) -> dict:
-    """metadata.json of a prepared directory, with `dir` added; clear errors if absent, foreign or damaged."""
+    """metadata.json of a prepared directory, with `dir` added; clear errors if absent, foreign,
+    damaged or missing a shard it lists (found before a run, not when its reader reaches it)."""
     path = fileio.join(directory, "metadata.json")
     if not fileio.exists(path):
         raise FileNotFoundError(f"{path} not found: not a prepared data directory (or preparation never finished)")
@@ -353,6 +356,12 @@ def read_metadata(directory: str) -> dict:
     missing = [key for key in ("settings", "tokenizer", "splits") if key not in metadata]
     if missing:
         raise ValueError(f"{path}: damaged, no {missing}; {REBUILD_METADATA}")
+    present = set(fileio.listdir(directory))
+    gone = [name for split in metadata["splits"].values() for name in split.get("shards", []) if name not in present]
+    if gone:
+        listed = ", ".join(gone[:3]) + (", ..." if len(gone) > 3 else "")
+        raise FileNotFoundError(f"{directory} lacks {len(gone)} of the shards its metadata.json lists ({listed}): "
+                                "copy them back, or delete the folder and prepare again")
     return dict(metadata, dir=directory)
 
 
@@ -445,6 +454,8 @@ def _prepare_unit(job: tuple) -> None:
         document_characters = np.bincount(document_of_sentence, weights=[len(s) for s in sentences],
                                           minlength=len(batch))
         has_tokens = document_sentences > 0
+        for d in np.flatnonzero(~has_tokens):  # every sentence dropped: the document is gone too, and counted
+            drops.drop("document_without_tokens", sources.unit_name(unit), repr(" ".join(batch[d])[:80]))
         document_sentences, document_tokens, document_characters, unknown = (
             counts[has_tokens] for counts in (document_sentences, document_tokens, document_characters, unknown))
         records = shards.encode_documents(token_ids, sentence_lengths[kept], document_sentences)
@@ -581,16 +592,37 @@ def _first_difference(found: Any, wanted: Any, where: str) -> tuple[str, Any, An
     return where, found, wanted
 
 
+_UNIT_PATH_KEYS = ("path", "jsonl", "parquet")
+
+
+def _with_absolute_paths(settings: dict) -> dict:
+    """`settings` with its units' local files named by their real path: a corpus named "a.txt" from
+    its folder and by its full path from another is the same corpus (a relative path saved by an
+    earlier version reads from the current folder)."""
+    def absolute(unit: dict) -> dict:
+        return {key: value if key not in _UNIT_PATH_KEYS or fileio.is_remote(value) else os.path.realpath(value)
+                for key, value in unit.items()}
+    return {**settings, "units": [absolute(unit) for unit in settings.get("units", [])]}
+
+
 def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
-    wanted = _without_unsampled_content(found, wanted)
+    found, wanted = _with_absolute_paths(found), _with_absolute_paths(_without_unsampled_content(found, wanted))
     if found != wanted:
         short = lambda value: repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."  # noqa: E731
         differences = [_first_difference(found.get(key, _Absent()), wanted.get(key, _Absent()), key)
                        for key in sorted(set(found) | set(wanted))
                        if (key in found, found.get(key)) != (key in wanted, wanted.get(key))]
-        differ = "; ".join(f"{where} {short(there)} there, {short(now)} now" for where, there, now in differences)
+        differ = "; ".join(f"{where} {short(there)} there, {short(now)} now{_unit_named(where, wanted)}"
+                           for where, there, now in differences)
         raise ValueError(f"{output_dir} holds data prepared with other settings ({differ}): prepare into another "
                          "folder (config.data.prepared_dir; prepare_data.py's --output_dir), or delete that one")
+
+
+def _unit_named(where: str, settings: dict) -> str:
+    """" (in corpus.txt bytes 0-67108864)" for a unit's text that changed ("units[3].content"),
+    else ""."""
+    match = re.fullmatch(r"units\[(\d+)\]\.content", where)
+    return "" if match is None else f" (in {sources.unit_name(settings['units'][int(match.group(1))])})"
 
 
 def _done_path(output_dir: str, index: int) -> str:

@@ -30,7 +30,8 @@ a `DropCounter` under a reason, and the first few per reason are logged with `fi
     are kept (NSP then always draws B from another document) and prepare warns when
     most documents have one sentence, since the file is probably not in BERT format;
   * control characters, 10,000-character words -> kept here; the tokenizer removes the
-    former and turns the latter into [UNK].
+    former and turns the latter into [UNK]. Preparing then drops a sentence left with no
+    token ("sentence_without_tokens") and a document left with none ("document_without_tokens").
 JSONL and Parquet rows (and TFDS examples, where it applies):
   * a line that is not UTF-8 -> "non_utf8_line"; Parquet text that is not UTF-8, or JSON
     text with a lone surrogate (an unpaired \\ud800-style escape) -> "non_utf8_document";

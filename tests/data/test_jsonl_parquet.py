@@ -239,5 +239,5 @@ def test_a_parquet_file_rewritten_in_place_is_other_data(tmp_path, monkeypatch):
     _write_parquet(path, masked, 10, id=list(range(60)))
     assert [unit["bytes"] for unit in sources.list_units(config)] == [unit["bytes"] for unit in units]
     with pytest.raises(ValueError, match=r"other settings \(units\[0\].content '[0-9a-f]{16}' there, '[0-9a-f]{16}' "
-                                         r"now\): prepare into "):
+                                         rf"now \(in {path} row groups 0-\d+\)\): prepare into "):
         prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)

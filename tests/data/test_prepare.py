@@ -117,14 +117,17 @@ def test_eval_split_is_by_document_content_not_worker_layout(tmp_path, monkeypat
 def test_bad_input_is_dropped_and_counted(tmp_path, caplog):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_bytes(
-        b"Good first.\nBad \xff line.\n\x01\x02\x7f\n" + b"w" * 10_000 + b" end.\n\nOne more document.\n")
+        b"Good first.\nBad \xff line.\n\x01\x02\x7f\n" + b"w" * 10_000 + b" end.\n\nOne more document.\n"
+        b"\n\x01\n\x03\x04\n")  # a document of no tokens: it went without a count of its own (a review)
     (tmp_path / "in" / "empty.txt").write_bytes(b"")
     (tmp_path / "in" / "blank.txt").write_bytes(b"\n\n  \n")
     metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "out"), num_workers=1)
-    assert metadata["dropped"] == {"blank_file": 1, "empty_file": 1, "non_utf8_line": 1, "sentence_without_tokens": 1}
+    assert metadata["dropped"] == {"blank_file": 1, "empty_file": 1, "non_utf8_line": 1, "sentence_without_tokens": 3,
+                                   "document_without_tokens": 1}
     assert "a.txt:2: dropped (non_utf8_line)" in caplog.text
     size = (tmp_path / "in" / "a.txt").stat().st_size  # the unit and the text, not the unit's dict
     assert f"a.txt bytes 0-{size}: dropped (sentence_without_tokens): '\\x01\\x02\\x7f'" in caplog.text
+    assert f"a.txt bytes 0-{size}: dropped (document_without_tokens): '\\x01 \\x03\\x04'" in caplog.text
     train = _read_split(metadata, "train")
     tokenizer = prepare.load_tokenizer_for(_config(tmp_path), str(tmp_path / "out"))
     assert train == [[tokenizer.encode("Good first."), [tokenizer.unk_id] + tokenizer.encode("end.")],
@@ -330,6 +333,39 @@ def test_another_vocabulary_under_the_tokenizers_name_is_refused(tmp_path):
     assert prepare.load_tokenizer_for(reuse, "unused").vocab_hash == metadata["tokenizer"]["vocab_hash"]
 
 
+def test_a_prepared_folder_missing_a_shard_is_refused_when_read(tmp_path):
+    """A rerun on a folder whose shard was deleted said it was prepared; the loss showed only
+    when training read that file (a review)."""
+    _write_corpus(tmp_path, num_files=1, docs_per_file=5)
+    out = tmp_path / "out"
+    metadata = prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
+    shard = metadata["splits"]["train"]["shards"][0]
+    os.remove(out / shard)
+    with pytest.raises(FileNotFoundError, match=rf"{out} lacks 1 of the shards its metadata.json lists \({shard}\)"):
+        prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
+    with pytest.raises(FileNotFoundError, match="lacks 1 of the shards"):
+        prepare.ensure_prepared(_config(tmp_path, source="prepared", input_pattern=str(out)), "unused")
+
+
+def test_a_corpus_named_from_another_folder_is_the_same_corpus(tmp_path, monkeypatch):
+    """The corpus named "in/part0.txt" from its parent and by its full path was "other settings"
+    (units[0].path), refusing to resume or reuse the folder (a review)."""
+    _write_corpus(tmp_path, num_files=2, docs_per_file=5)
+    out = str(tmp_path / "out")
+    monkeypatch.chdir(tmp_path)
+    first = prepare.ensure_prepared(_config(tmp_path, input_pattern="in/*.txt"), out, num_workers=1)
+    assert prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)["splits"] == first["splits"]
+    monkeypatch.chdir(tmp_path / "in")
+    assert prepare.ensure_prepared(_config(tmp_path, input_pattern="*.txt"), out, num_workers=1)["splits"] == \
+        first["splits"]
+    (tmp_path / "elsewhere" / "in").mkdir(parents=True)
+    shutil.copy(tmp_path / "in" / "part0.txt", tmp_path / "elsewhere" / "in")
+    shutil.copy(tmp_path / "in" / "part1.txt", tmp_path / "elsewhere" / "in")
+    monkeypatch.chdir(tmp_path / "elsewhere")  # another corpus by the same relative name
+    with pytest.raises(ValueError, match=r"other settings \(units\[0\].path "):
+        prepare.ensure_prepared(_config(tmp_path, input_pattern="in/*.txt"), out, num_workers=1)
+
+
 def test_a_corpus_edited_in_place_to_the_same_size_is_other_data(tmp_path):
     """A prepared folder knew its files by path and byte range only: a corpus lower-cased in place
     (the same size) was reused as it was, old text and all (a review). Each unit carries a sample
@@ -344,7 +380,7 @@ def test_a_corpus_edited_in_place_to_the_same_size_is_other_data(tmp_path):
     corpus.write_text(text.lower())
     assert len(text.lower().encode()) == len(text.encode())
     with pytest.raises(ValueError, match=r"other settings \(units\[0\].content '[0-9a-f]{16}' there, '[0-9a-f]{16}' "
-                                         r"now\): prepare into "):
+                                         rf"now \(in {corpus} bytes 0-\d+\)\): prepare into "):
         prepare.ensure_prepared(_config(tmp_path), str(out), num_workers=1)
     for name in ("metadata.json", "settings.json"):  # as a bertjax before the samples wrote them
         saved = json.loads((out / name).read_text())
