@@ -526,22 +526,24 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
     for reason, count in sorted(dropped.items()):
         logging.warning("prepare: dropped %d x %s (the log above says where the first ones are)", count, reason)
     documents = splits["train"]["documents"] + splits["eval"]["documents"]
+    text = settings["source"] == "text"  # where a blank line parts documents (JSONL and Parquet: a row each)
+    more = "give more documents" + (" (a blank line separates them)" if text else "")
     if splits["train"]["documents"] == 0 and splits["eval"]["documents"]:
         raise NothingToTrainOn(f"prepare: all {documents} document(s) of the source fell into the held-out split "
                          f"(config.data.eval_fraction={settings['eval_fraction']}: each document is held out by a "
-                         "hash of its text), none is left to train on; give more documents (a blank line "
-                         "separates them) or set config.data.eval_fraction=0")
+                         f"hash of its text), none is left to train on; {more} or set config.data.eval_fraction=0")
     if splits["train"]["documents"] == 0:
         raise NothingToTrainOn(f"prepare: the source gave no training documents ({documents} in all; "
                          f"dropped: {dict(dropped) or 'nothing'}); check config.data.source/input_pattern")
     if splits["eval"]["documents"] == 0 and settings["eval_fraction"] > 0:  # (else: pre-training's error, later)
         logging.warning("prepare: none of the %d document(s) fell into the held-out split (config.data.eval_fraction="
                         "%s: each document is held out by a hash of its text): a pre-training run that evaluates "
-                        "will stop at its start; give more documents (a blank line separates them) or set "
-                        "config.train.eval_every=0", documents, settings["eval_fraction"])
+                        "will stop at its start; %s or set config.train.eval_every=0", documents,
+                        settings["eval_fraction"], more)
     if documents < 2:
         logging.warning("prepare: a one-document corpus; NSP draws its random B from that document, so "
-                        "IsNext and NotNext differ only in order (is there a blank line between documents?)")
+                        "IsNext and NotNext differ only in order%s", " (is there a blank line between documents?)"
+                        if text else "")
     tokens = splits["train"]["tokens"] + splits["eval"]["tokens"]
     unknown = splits["train"]["unknown_tokens"] + splits["eval"]["unknown_tokens"]
     if unknown > UNKNOWN_SHARE_WARNED * tokens:  # a vocabulary of another language or casing, or too few characters
@@ -552,13 +554,13 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
     if single > documents / 2:
         logging.warning("prepare: %d of %d documents have one sentence: %s", single, documents,
                         "is there a blank line after every sentence? BERT format is one sentence per line, a blank "
-                        "line between documents" if settings["source"] == "text" else
+                        "line between documents" if text else
                         "the sentence splitter (bertjax/data/sources.py: split_sentences) found no sentence end in "
                         "most documents; next-sentence prediction needs documents of several sentences")
     if longest > LONG_DOCUMENT_SENTENCES:
         logging.warning("prepare: a document of %d sentences%s; the pipeline pads each batch of documents to its "
                         "longest, so one this long costs memory in every batch it is in", longest,
-                        ": is there a blank line between documents?" if settings["source"] == "text" else "")
+                        ": is there a blank line between documents?" if text else "")
     return {
         "format": FORMAT,
         "settings": settings,

@@ -151,6 +151,16 @@ def test_one_document_and_one_sentence_documents_are_defined(tmp_path, caplog):
     prepare.ensure_prepared(_config(tmp_path, source="jsonl", input_pattern=str(tmp_path / "in" / "a.jsonl"),
                                     text_key="text", eval_fraction=0.0), str(tmp_path / "jsonl"), num_workers=1)
     assert "the sentence splitter" in caplog.text and "blank line after every sentence" not in caplog.text
+    # A JSONL row is a document: no hint of blank lines between documents (a review).
+    caplog.clear()
+    (tmp_path / "in" / "one.jsonl").write_text('{"text": "One. Two. Three."}\n')
+    one_row = _config(tmp_path, source="jsonl", input_pattern=str(tmp_path / "in" / "one.jsonl"), text_key="text",
+                      eval_fraction=0.99)
+    with pytest.raises(ValueError, match=r"none is left to train on; give more documents or set config.data.eval_"):
+        prepare.ensure_prepared(one_row, str(tmp_path / "one_row"), num_workers=1)
+    one_row.eval_fraction = 0.0
+    prepare.ensure_prepared(one_row, str(tmp_path / "one_row"), num_workers=1)
+    assert "one-document corpus" in caplog.text and "blank line" not in caplog.text
 
 
 def test_a_corpus_the_vocabulary_does_not_fit_is_warned_of(tmp_path, caplog):
