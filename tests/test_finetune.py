@@ -713,6 +713,8 @@ def test_the_run_summary_says_what_was_cut_to_fit():
                            "questions cut to 64 tokens); 9 steps of 32 (3.60 epochs)"), line
     config = _demo_config(batch_size=32, num_epochs=2.0, num_steps=0)
     assert finetune_setup.schedule_config(config, task.train.examples_per_epoch).num_steps == 5  # int(80 / 32 * 2)
+    task.train = Split("train", {}, np.zeros(100, np.int32), source_examples=100)  # no sentence windowed
+    assert "(test: 1 of 3 questions cut" in finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
 
 
 def test_adam_bias_correction_is_a_finetune_option_off_by_default():

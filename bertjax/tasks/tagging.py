@@ -116,15 +116,20 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
             end_sentence()
             continue
         if tags_optional and not sentences and not words and not _has_columns(columns, token_column, tag_column):
+            if len(columns) > 1:  # columns beside the token, none where the tag is looked for: tags elsewhere?
+                logging.warning("%s:%d: %d columns, none at config.data.tag_column=%d: read as untagged (predicted, "
+                                "not scored); to score it, give it the training file's columns", path, number,
+                                len(columns), tag_column)
             tag_column = None  # the first token line has no tag: an unlabeled file
+        shown = line.rstrip("\r\n")  # as written: a line of U+00A0 is no blank line to conlleval
         if not _has_columns(columns, token_column, tag_column):
             raise ValueError(f"{path}:{number}: expected the token in column {token_column}"
                              + ("" if tag_column is None else f" and the tag in column {tag_column}")
-                             + f", got {len(columns)} column(s): {line.rstrip()!r}")
+                             + f", got {len(columns)} column(s): {shown!r}")
         width = width or len(columns)
         if len(columns) != width:
             raise ValueError(f"{path}:{number}: {len(columns)} columns, but the file's first token line has "
-                             f"{width}: {line.rstrip()!r}")
+                             f"{width}: {shown!r}")
         if not words:
             first_line = number
         words.append(columns[token_column])
@@ -140,6 +145,10 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
                                  f"(config.data.tag_column={tag_column} picks the column)")
             word_tags.append(tag)
     end_sentence()
+    if sentences and max(map(len, sentences)) > 1 and all(
+            words[0] == "1" and all(_WORD_INDEX.fullmatch(word) for word in words) for words in sentences):
+        raise ValueError(f"{path}: column {token_column} numbers each sentence's words 1, 2, 3 (CoNLL-U's ID column?) "
+                         f"where the words were expected: give the words first (`grep -v '^#' {path} | cut -f2-`)")
     if tag_column is not None and tags_optional and all(tag == "O" for sentence in tags for tag in sentence):
         logging.warning("%s: every tag is 'O' (a placeholder column?): predicted, not scored", path)
         tag_column = None
@@ -149,6 +158,10 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
         found = {tag for sentence in tags for tag in sentence}
         label_names = ["O"] + sorted(found - {"O"})
     return TaggingExamples(path, sentences, tags, list(label_names), locations)
+
+
+# A CoNLL-U ID: a word's number, a multiword token's range ("3-4") or an empty node's ("5.1").
+_WORD_INDEX = re.compile(r"\d+(-\d+|\.\d+)?")
 
 
 def _has_columns(columns: list[str], token_column: int, tag_column: int | None) -> bool:
@@ -252,7 +265,9 @@ def featurize(tokenizer, examples: TaggingExamples, split_name: str, max_seq_len
     windows = TaggingWindows(examples, sentence_index, np.where(inside, pick(token_word, -1), -1).astype(np.int32))
     logging.info("%s: %d sentences -> %d windows (max_seq_length %d)", examples.source, len(examples), n,
                  max_seq_length)
-    return Split(split_name, features, (length + 2).astype(np.int32), windows, examples.tags is not None)
+    # An epoch counts sentences, as span QA's counts questions: a long sentence's windows are one example.
+    return Split(split_name, features, (length + 2).astype(np.int32), windows, examples.tags is not None,
+                 source_examples=len(examples))
 
 
 def load_split(tokenizer, source: str, split: str, label_names: list[str] | None = None,
@@ -535,7 +550,8 @@ class TaggingFamily(Family):
         """CoNLL: a -DOCSTART- line; token lines that all end in a tag column; or blocks of token
         lines parted by blank lines, every line of as many columns (at most CoNLL's 4): an
         untagged test file, or one of words and POS tags, where each word read as a sentence
-        would be tagged alone."""
+        would be tagged alone; or CoNLL-U's lines of ten tab-separated fields (which the CoNLL
+        reader refuses, naming the words' column)."""
         columns = [line.split() for line in lines if line]
         if any(row[0] == "-DOCSTART-" for row in columns) or columns and all(
                 len(row) >= 2 and ner_metrics.is_tag(row[-1]) for row in columns):
@@ -549,6 +565,9 @@ class TaggingFamily(Family):
                 run = 0
         widths = {len(row) for row in columns}
         if len(runs) > 1 and max(runs) > 1 and len(widths) == 1 and max(widths) <= 4:
+            return "conll"
+        words = [line for line in lines if line and not line.startswith("#")]  # CoNLL-U: # comments
+        if words and all(len(line.split("\t")) == 10 for line in words):  # CoNLL-U's ten tab-separated fields
             return "conll"
         return ""
 

@@ -75,6 +75,9 @@ def test_long_sentence_windows_predict_every_word_once(bert_tokenizer, max_seq_l
     split = tagging.featurize(bert_tokenizer, _examples(sentences, tags), "dev", max_seq_length, stride)
     windows = split.examples
     assert (np.bincount(windows.sentence_index) > 1).sum() >= 2  # the long sentences are windowed
+    # An epoch, and the run's summary, count the 3 sentences, not their windows (a review saw
+    # "24 training examples" for 2 sentences).
+    assert len(split) > 3 and split.source_examples == split.examples_per_epoch == 3
     weights = split.features["label_weights"] > 0
     for s, sentence in enumerate(sentences):
         rows = np.flatnonzero(windows.sentence_index == s)
@@ -150,7 +153,7 @@ def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path):
     assert examples.tags == [["B-ORG", "O", "O"], ["O"]]
 
 
-def test_conll_tags_optional_decided_by_the_first_token_line(tmp_path):
+def test_conll_tags_optional_decided_by_the_first_token_line(tmp_path, caplog):
     path = tmp_path / "test.txt"
     path.write_text("-DOCSTART-\n\nEU\nrejects\n", encoding="utf-8")
     unlabeled = tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
@@ -169,6 +172,40 @@ def test_conll_tags_optional_decided_by_the_first_token_line(tmp_path):
     with pytest.raises(ValueError, match=r"unknown tag 'B-NP'; known tags: .*; if column -1 \(config.data.tag_column\) "
                                          r"is no NER tag here \(a POS or chunk column\), give this file its tokens"):
         tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
+    # A tagged test file of fewer columns than tag_column, set for the training file's: it went
+    # unscored without a word (a review).
+    assert "read as untagged" not in caplog.text
+    path.write_text("EU\tB-ORG\nrejects\tO\n", encoding="utf-8")
+    assert tagging.read_conll(str(path), label_names=["O", "B-ORG"], tag_column=3, tags_optional=True).tags is None
+    assert (f"{path}:1: 2 columns, none at config.data.tag_column=3: read as untagged (predicted, not scored); to "
+            "score it, give it the training file's columns") in caplog.text
+    caplog.clear()
+    path.write_text("EU\nrejects\n", encoding="utf-8")  # tokens alone: untagged, as meant
+    assert tagging.read_conll(str(path), label_names=["O", "B-ORG"], tag_column=3, tags_optional=True).tags is None
+    assert not caplog.text
+    # A line of no-break spaces is a token of its own to conlleval: the error shows it.
+    path.write_text("EU B-ORG\n\u00a0\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"got 1 column\(s\): '\\xa0'"):
+        tagging.read_conll(str(path), label_names=["O", "B-ORG"])
+
+
+def test_a_conllu_file_is_neither_text_lines_nor_its_word_numbers(tmp_path):
+    """A CoNLL-U file given to predict was tagged line by line, each line a sentence of its ten
+    fields (a review); read as CoNLL, its words would be the ID column's 1, 2, 3."""
+    rows = ["1\tAnna\tanna\tPROPN\t_\t_\t2\tnsubj\t_\t_", "2\tsleeps\tsleep\tVERB\t_\t_\t0\troot\t_\t_",
+            "3-4\tdu\t_\t_\t_\t_\t_\t_\t_\t_"]
+    lines = ["# sent_id = 1", *rows, "", "# sent_id = 2", rows[0], rows[1], ""]
+    assert tagging.FAMILY.format_of_text(lines) == "conll"
+    assert tagging.FAMILY.format_of_text(["Anna sleeps .", "", "Bob runs ."]) == ""
+    path = tmp_path / "ud.conll"
+    path.write_text("\n".join([*rows, "", rows[0], rows[1], ""]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{path}: column 0 numbers each sentence's words 1, 2, 3 \(CoNLL-U's ID "
+                                         r"column\?\) where the words were expected: give the words first"):
+        tagging.read_conll(str(path), tag_column=None)
+    assert tagging.read_conll(str(path), tag_column=None, token_column=1).sentences == [["Anna", "sleeps", "du"],
+                                                                                         ["Anna", "sleeps"]]
+    path.write_text("1 O\n2 O\n\n3 O\n", encoding="utf-8")  # numbers as words: a sentence not counting from 1
+    assert tagging.read_conll(str(path)).sentences == [["1", "2"], ["3"]]
 
 
 def test_conll_bad_lines_name_file_and_line(tmp_path):
