@@ -55,10 +55,19 @@ def prepare_tfds(config) -> None:
 
 
 def check_own_files(config) -> None:
-    """ValueError when a task that reads a dataset is given your own files, or a setting only
-    your files' tasks read (a column's name, label names), which it would ignore; naming the
+    """ValueError when config.task would ignore a config.data setting it is given: another
+    family's (a SQuAD window's stride for NER), or, for a task that reads a dataset, your own
+    files or a setting only your files' tasks read (a column's name, label names), naming the
     task of the same family that reads them."""
     family = family_of_task(config.task)
+    others = [(key, unset, other) for other in FAMILIES.values() if other is not family
+              for key, unset in other.family_settings.items() if key not in family.family_settings]
+    given = [(f"config.data.{key}={config.data[key]!r}", other) for key, unset, other in others
+             if key in config.data and config.data[key] != unset]
+    if given:
+        setting, other = given[0]
+        raise ValueError(f"{setting} is read by {other.name} tasks ({', '.join(other.tasks)}) only: config.task="
+                         f"{config.task!r} would ignore it; leave it unset")
     if config.task in family.own_file_tasks:
         return
     given = [f"config.data.{key}" for key in _OWN_FILE_KEYS if config.data[key]]

@@ -259,6 +259,7 @@ class ChoiceFamily(Family):
     tasks = TASKS
     own_file_tasks = ("choice",)
     own_file_settings = {"context_key": "context", "choices_key": "choices", "label_key": "label"}
+    family_settings = {"choices_key": "choices"}
     hf_architecture = "BertForMultipleChoice"
     text_lines = False
     choice_axis = True

@@ -433,6 +433,7 @@ class ClassificationFamily(Family):
     own_file_tasks = ("classification", "regression")
     own_file_settings = {"file_format": "", "text_a_key": "text_a", "text_b_key": "text_b", "label_key": "label",
                          "label_names": "", "label_kind": "class"}
+    family_settings = {"file_format": "", "text_a_key": "text_a", "text_b_key": "text_b", "label_kind": "class"}
     hf_architecture = "BertForSequenceClassification"
     packs_examples = True
     pair_inputs = True

@@ -38,6 +38,7 @@ class Family:
     tasks: tuple[str, ...] = ()         # the config.task names it serves
     own_file_tasks: tuple[str, ...] = ()  # those that read your files (config.data.train_file, ...)
     own_file_settings: dict[str, Any] = {}  # config.data keys only those read, and the values that leave them unset
+    family_settings: dict[str, Any] = {}  # config.data keys no other family reads, and their defaults
     hf_architecture: str = ""           # its Hugging Face class (BertFor<Task>)
     packs_examples: bool = False        # several examples per row (config.data.pack_examples)
     token_level: bool = False           # a label per token (config.model.tagging_head applies)

@@ -375,6 +375,8 @@ class SquadFamily(Family):
     reads_tokens = True
     own_file_tasks = ("squad",)
     own_file_settings = {"skip_bad_answers": False}  # (TFDS's questions whose answer is not there: always skipped)
+    family_settings = {"doc_stride": 128, "max_query_length": 64, "n_best_size": 20, "max_answer_length": 30,
+                       "null_score_diff_threshold": 0.0, "skip_bad_answers": False}
     hf_architecture = "BertForQuestionAnswering"
     serves_words = True
     extensions = {"json": "squad_json"}

@@ -14,6 +14,7 @@ from absl import logging
 from bertjax.data.sources import DropCounter, prepared_tfds_builder
 from bertjax.evaluation import squad as squad_metrics
 from bertjax.runtime import fileio
+from bertjax.tasks.raw_text import has_text
 
 
 @dataclasses.dataclass
@@ -87,6 +88,7 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
     unanswered_means_impossible = version.removeprefix("v") == "2.0" and any(
         qa.get("answers") or "is_impossible" in qa for qa in squad_metrics.file_questions(raw))
     builder = ExampleBuilder(path, strict=True)
+    empty_questions = []
     for a, article in enumerate(raw["data"]):
         for p, paragraph in enumerate(_objects(article, "paragraphs", f"{path}: data[{a}]")):
             where = f"data[{a}].paragraphs[{p}]"
@@ -116,7 +118,13 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
                 if not isinstance(impossible, bool):  # bool("false") would be True
                     raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "
                                      f"boolean), not {impossible!r}")
+                if not has_text(qa["question"]):
+                    empty_questions.append(qid)
                 builder.add(qid, qa["question"], paragraph["context"], answers, impossible)
+    if empty_questions:  # kept, as run_squad.py keeps them; predict refuses one typed in
+        logging.warning("%s: %d question(s) with no text (ids %s), read as [CLS] [SEP] context", path,
+                        len(empty_questions), ", ".join(map(repr, empty_questions[:5]))
+                        + (", ..." if len(empty_questions) > 5 else ""))
     return builder.build(version, data=raw["data"])
 
 

@@ -478,6 +478,7 @@ class TaggingFamily(Family):
     tasks = TASKS
     own_file_tasks = ("ner",)
     own_file_settings = {"label_names": "", "tag_column": -1}
+    family_settings = {"tag_column": -1}
     hf_architecture = "BertForTokenClassification"
     serves_words = True
     packs_examples = True

@@ -35,6 +35,22 @@ def test_own_files_on_a_dataset_task_name_the_task_that_reads_them(tmp_path, tas
         tasks.load_task(config, tokenizer=None)
 
 
+@pytest.mark.parametrize("task, setting, reader", [
+    ("ner", "doc_stride=4", "squad tasks"), ("squad", "tag_column=2", "tagging tasks"),
+    ("conll2003", "max_query_length=5", "squad tasks"), ("choice", "text_b_key=''", "classification tasks"),
+    ("mrpc", "choices_key='endings'", "choice tasks")])
+def test_another_familys_setting_is_refused_not_ignored(task, setting, reader):
+    """`:ner --config.data.doc_stride=4` trained without a word of the stride it ignored (a
+    review). Every family's own defaults pass, for every task."""
+    key, value = setting.split("=")
+    config = _config(task, **{key: eval(value)})
+    with pytest.raises(ValueError, match=rf"config.data.{key}={value} is read by {reader} \(.*\) only: "
+                                         rf"config.task='{task}' would ignore it"):
+        tasks.check_own_files(config)
+    for name in tasks.task_names():
+        tasks.check_own_files(_config(name))
+
+
 @pytest.fixture
 def offline(monkeypatch):
     """No name resolves (as on a machine without network), and TFDS's GCS mirror is absent."""

@@ -369,6 +369,18 @@ def test_json_with_a_byte_order_mark_is_read(tmp_path):
     assert squad.read_json(path).ids == ["q1"]
 
 
+def test_an_empty_question_in_a_file_is_read_and_said(tmp_path, caplog):
+    """A question of no text was trained on as [CLS] [SEP] context without a word, where predict
+    refuses one (a review). Kept, as run_squad.py keeps it, and said."""
+    path = _write(tmp_path, [{"title": "t", "paragraphs": [{"context": "A fox.", "qas": [
+        {"id": "q1", "question": "", "answers": [{"text": "fox", "answer_start": 2}]},
+        {"id": "q2", "question": "\u200b ", "answers": [{"text": "fox", "answer_start": 2}]},
+        {"id": "q3", "question": "Who?", "answers": [{"text": "fox", "answer_start": 2}]}]}]}])
+    caplog.set_level(logging.WARNING)
+    assert squad.read_json(path).ids == ["q1", "q2", "q3"]
+    assert f"{path}: 2 question(s) with no text (ids 'q1', 'q2'), read as [CLS] [SEP] context" in caplog.text
+
+
 def test_training_and_evaluation_of_different_versions_is_reported(tmp_path, caplog):
     answered = {"id": "q1", "question": "Who?", "answers": [{"text": "fox", "answer_start": 2}]}
     unanswerable = {"id": "q2", "question": "Why?", "answers": [], "is_impossible": True}
