@@ -60,6 +60,7 @@ def main(_):
     if present:  # never mix two checkpoints' files
         raise ValueError(f"--output={output} is not empty (it has {', '.join(present[:4])}"
                          f"{', ...' if len(present) > 4 else ''}); give a new or empty folder")
+    fileio.check_can_make(output, "--output")  # before the model loads
     source = model_source.with_task_version(model_source.resolve(_INPUT.value), _SQUAD_VERSION.value)
     config, params = source.bert, source.load_params()
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
@@ -100,6 +101,11 @@ def main(_):
                                     "give the vocabulary it was trained with (--vocab_file), or leave it unset")
     # What using the model needs of the run's config.data, which neither layout has a place for.
     family = source.task_info.get("family")
+    named = tasks.family_of_architecture(_ARCHITECTURE.value) if _ARCHITECTURE.value else None
+    if named is not None and family in tasks.FAMILIES and named.name != family:  # a head of one shape, read anew
+        raise ValueError(f"--architecture={_ARCHITECTURE.value} is a {named.name} class, but {_INPUT.value} is a "
+                         f"{family} model ({tasks.FAMILIES[family].hf_architecture}): its head would be read as a "
+                         f"{named.name} head; leave --architecture unset, or name a class without a task head")
     run_data = {**({"max_seq_length": source.max_seq_length} if source.max_seq_length else {}),
                 **(tasks.FAMILIES[family].serving_settings(source.data) if family in tasks.FAMILIES else {})}
     if _FORMAT.value == "huggingface":

@@ -40,13 +40,13 @@ _PRECISION = cli.define_precision_flag("float32")
 def main(_):
     started = time.perf_counter()
     from bertjax.inference import export, model_source
-    from bertjax.runtime import console
+    from bertjax.runtime import console, fileio
 
     source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
     source = model_source.with_task_version(source, _SQUAD_VERSION.value)
     target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value,
                                        precision=_PRECISION.value, **_VOCABULARY())
-    inputs = export.serving_inputs(source.task_info, (source.tokenizer_spec or {}).get("kind", "wordpiece"))
+    inputs = fileio.read_json(fileio.join(target, "assets.extra", "task.json"))["inputs"]  # what was written
     print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)}; {_PRECISION.value} products) "
           f"in {console.format_duration(time.perf_counter() - started)}")
 

@@ -165,6 +165,7 @@ def _export_and_serve(cases, directory):
             recorded = json.load(f)
         assert (recorded["family"], recorded["precision"], recorded["max_seq_length"]) == (
             family, precision, model.max_seq_length)
+        assert recorded["inputs"] == list(export.serving_inputs(model.task_info))
         if family == "squad":  # what a client of a token-id export needs to answer as the graph does
             assert recorded["settings"] == {"max_query_length": 12, "doc_stride": 8, "n_best_size": 20,
                                             "max_answer_length": 30, "null_score_diff_threshold": 0.0}
@@ -305,6 +306,20 @@ def test_a_remote_version_is_uploaded_with_its_graph_last_and_removed_when_the_u
     with pytest.raises(OSError, match="preempted"):
         export._write_whole(again, write)
     assert not fileio.exists(again)
+
+
+def test_a_version_folder_given_as_the_output_is_refused(minilm_classifier_run, tmp_path):
+    """--output=serving/1, a SavedModel already, wrote serving/1/1 beside its saved_model.pb, which
+    TensorFlow Serving kept serving (a walkthrough)."""
+    from bertjax.inference import export
+
+    version = tmp_path / "serving" / "1"
+    version.mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"graph")
+    with pytest.raises(ValueError, match=rf"--output={version} is a SavedModel's version folder; give the model's "
+                                         rf"folder \({tmp_path}/serving\) and a new --version"):
+        export.export_saved_model(minilm_classifier_run, str(version))
+    assert sorted(os.listdir(version)) == ["saved_model.pb"]
 
 
 def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
@@ -528,6 +543,28 @@ def test_serving_span_candidates_are_predicts_n_best(n_best_size, answer):
     assert got["answer"].numpy()[0].decode() == answer and not got["truncated"].numpy()[0]
     if not answer:
         assert got["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS
+
+
+def test_the_launcher_names_the_inputs_it_wrote_with_a_tokenizer_json_given(tmp_path, launchers):
+    """A ModernBERT classifier without its tokenizer.json, exported with --vocab_file=tokenizer.json,
+    takes token ids; the launcher said "inputs: text", from the model's own (absent) tokenizer (a
+    walkthrough). It names what task.json records, which is what the signature takes."""
+    import shutil
+
+    from bertjax.inference import export
+
+    given = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert", "classifier")
+    (tmp_path / "model").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(given, name), tmp_path / "model")
+    result = launchers.run([os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launch",
+                                         "export_model.py"), f"--model={tmp_path}/model",
+                            f"--vocab_file={given}/tokenizer.json", f"--output={tmp_path}/serving"],
+                           {**os.environ, "JAX_PLATFORMS": "cpu"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"inputs: {', '.join(export.TOKEN_ID_INPUTS)};" in result.stdout, result.stdout
+    task = json.load(open(tmp_path / "serving" / "1" / "assets.extra" / "task.json"))
+    assert task["inputs"] == list(export.TOKEN_ID_INPUTS)
 
 
 def test_a_token_id_taggers_export_says_how_its_words_are_tokenized(tmp_path):

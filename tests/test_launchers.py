@@ -86,6 +86,12 @@ CASES = [
      "'no_such_dataset' is not a TFDS dataset"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--architecture=Foo"],
      "--architecture"),
+    # A classifier's head written as a tagger's: it loaded as a tagger of the labels (a walkthrough).
+    ("convert_checkpoint.py", [f"--input={ROOT}/tests/models/hf_modernbert/classifier", "--output={tmp}/out",
+                               "--architecture=ModernBertForTokenClassification"],
+     f"--architecture=ModernBertForTokenClassification is a tagging class, but {ROOT}/tests/models/hf_modernbert/"
+     "classifier is a classification model (BertForSequenceClassification): its head would be read as a tagging "
+     "head"),
     ("pretrain.py", [PRETRAIN, "--workdir={tmp}/text.txt"], "is a file; give a folder"),
     ("convert_checkpoint.py", ["--input={tmp}/hf", "--output={tmp}/out"], "hf/config.json: not valid JSON"),
     ("convert_checkpoint.py", ["--input={tmp}/nothing", "--output={tmp}/out"], "nothing' does not exist"),
@@ -99,6 +105,8 @@ CASES = [
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/hf"], "--output={tmp}/hf is not empty (it "
                                                                             "has config.json, model.safetensors)"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt"], "is a file"),
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt/hf"],
+     "--output={tmp}/text.txt/hf: {tmp}/text.txt is a file; give a folder"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out"], "is not a fine-tuned model"),
     ("export_model.py", ["--model={tmp}/nothing", "--output={tmp}/out"], "nothing' does not exist"),
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),

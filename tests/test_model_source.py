@@ -181,6 +181,21 @@ def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():
     assert tokenizer.do_lower_case and tokenizer.encode("Hello world") == [7592, 2088]
 
 
+def test_a_huggingface_task_class_without_its_head_is_refused_before_predicting(tmp_path):
+    """A config.json naming BertForSequenceClassification over an encoder's weights (no
+    classifier) ended predict and export in flax's ScopeParamNotFoundError (a walkthrough)."""
+    from bertjax import load_model
+
+    for name in ("model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        os.symlink(os.path.join(MINILM_DIR, name), tmp_path / name)
+    config = json.load(open(os.path.join(MINILM_DIR, "config.json")))
+    config.update(architectures=["BertForSequenceClassification"], id2label={"0": "bad", "1": "good"})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=rf"{tmp_path} says it is a classification model \(BertForSequenceClassifi"
+                                         r"cation\), but its weights hold no task head \(only bert\)"):
+        load_model(str(tmp_path))
+
+
 def test_a_vocabulary_of_the_size_of_a_releases_but_other_tokens_is_refused(tmp_path):
     """A release (Hugging Face, Google's TF) records no vocabulary hash: any vocabulary of its size
     was taken, and the embeddings read other ids (a review: 'the movie' became [21732, 25596]).

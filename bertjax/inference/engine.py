@@ -363,6 +363,11 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     batch_size = -(-int(batch_size) // len(devices)) * len(devices)
     mesh = sharding.create_mesh(data=-1, devices=devices)
     params = jax.tree.map(np.asarray, source.load_params())
+    if family is not None and set(params) <= {"bert", "mlm", "nsp"}:  # pre-training's heads, no task's
+        raise ValueError(f"{source.path} says it is a {family.name} model ({family.hf_architecture}), but its weights "
+                         f"hold no task head (only {', '.join(sorted(params))}): an encoder without its fine-tuned "
+                         "head, whose predictions would come from nothing trained; fine-tune it first "
+                         "(launch/finetune.py --config.init_checkpoint=...)")
     return Model(source, params, tokenizer, bert, length, batch_size, mesh)
 
 

@@ -85,13 +85,15 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
                          "encoder's features: launch/extract_features.py)")
     if fileio.exists(output_dir) and not fileio.isdir(output_dir):
         raise ValueError(f"--output={output_dir} is a file; give a folder")
+    if fileio.exists(fileio.join(output_dir, "saved_model.pb")):  # TF Serving would keep serving it, not one inside
+        raise ValueError(f"--output={output_dir} is a SavedModel's version folder; give the model's folder "
+                         f"({fileio.parent(output_dir)}) and a new --version")
     target = fileio.join(output_dir, str(version))
     if fileio.exists(target) and not fileio.isdir(target):
         raise ValueError(f"{target} is a file; give another --output or --version")
     if fileio.exists(target) and fileio.listdir(target):
         raise ValueError(f"{target} is not empty; give another --output or --version")
-    if not fileio.is_remote(output_dir):  # before the model loads and traces
-        _check_can_make(output_dir)
+    fileio.check_can_make(output_dir, "--output")  # before the model loads and traces
     from bertjax.runtime.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
 
     model = engine.load_model(source, max_seq_length=max_seq_length, precision=precision, vocab_path=vocab_path,
@@ -107,18 +109,6 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
 
     _write_whole(target, write)
     return target
-
-
-def _check_can_make(output_dir: str) -> None:
-    """ValueError unless the local folder `output_dir` exists or can be made: its nearest existing
-    ancestor a writable folder (TensorFlow's own error, after the whole export, was a traceback)."""
-    existing = os.path.abspath(output_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise ValueError(f"--output={output_dir}: {existing} is a file; give a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--output={output_dir}: {existing} is not writable")
 
 
 def _write_whole(target: str, write: Callable[[str], None]) -> None:
@@ -217,14 +207,15 @@ ROW_LAYOUT = ("[CLS] a [SEP] (b [SEP]; none when b has no tokens), segment 0 the
 
 def _write_assets(model, target: str) -> None:
     """assets.extra/ (TensorFlow Serving's folder for files beside the model): task.json, the
-    task and its label names, max_seq_length, the products' precision and the family's serving
-    settings (span QA's windowing and answer settings); for a model that takes token ids also
-    the tokenizer.json the client tokenizes with and the row layout."""
+    task and its label names, max_seq_length, the products' precision, the signature's inputs
+    and the family's serving settings (span QA's windowing and answer settings); for a model
+    that takes token ids also the tokenizer.json the client tokenizes with and the row layout."""
     from bertjax.runtime import fileio
 
     extra = fileio.join(target, "assets.extra")
     fileio.makedirs(extra)
-    task = {**model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision}
+    task = {**model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision,
+            "inputs": list(serving_inputs(model.task_info, model.tokenizer.kind))}
     settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data)
     if settings:
         task["settings"] = settings
@@ -233,7 +224,6 @@ def _write_assets(model, target: str) -> None:
                            tokenization.hf_tokenizer_json(model.tokenizer).encode("utf-8"))
         tokenizer = model.tokenizer
         task.update({
-            "inputs": list(TOKEN_ID_INPUTS),
             "layout": ROW_LAYOUT,
             # bertjax reads "[SEP]" written in a text as text; tokenizers' own default is the token
             "encode_special_tokens": True,

@@ -49,6 +49,21 @@ def parent(path: str) -> str:
     return os.path.dirname(os.path.abspath(path))
 
 
+def check_can_make(folder: str, named: str) -> None:
+    """ValueError unless the local `folder` exists or can be made: its nearest existing ancestor
+    a writable folder, said before the work whose output it holds (the write's own error came
+    after it, a traceback). `named`: the setting, for the message. A remote folder: no check."""
+    if is_remote(folder):
+        return
+    existing = os.path.abspath(folder)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"{named}={folder}: {existing} is a file; give a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{named}={folder}: {existing} is not writable")
+
+
 def open_file(path: str, mode: str = "r") -> IO:
     """Like open(path, mode) (text modes are UTF-8)."""
     if is_remote(path):
