@@ -43,22 +43,29 @@ FLAGS = flags.FLAGS
 
 
 def render(example: dict, tokenizer) -> str:
-    """One sequence as text; masked positions as [original→shown]; a word piece joined to the
-    word before it, but not to [CLS] or [SEP] (a segment cut at its front starts with one)."""
-    ids, n = example["input_ids"], int(example["input_mask"].sum())
+    """One sequence as text, a word at a time: its tokens decoded together (WordPiece's "##",
+    byte-level BPE's "Ġ" and SentencePiece's "▁" gone); masked positions as [original→shown]; a
+    word piece joined to the word before it, but not to [CLS] or [SEP] (a segment cut at its
+    front starts with one) nor to a masked token."""
+    ids, n = [int(i) for i in example["input_ids"]], int(example["input_mask"].sum())
     masked = {int(p): int(i) for p, i, w in zip(example["masked_lm_positions"], example["masked_lm_ids"],
                                                  example["masked_lm_weights"]) if w > 0}
     special = {tokenizer.cls_id, tokenizer.sep_id}
-    words = []
+    continues = tokenizer.continuation_mask()
+
+    def text(word: list[int]) -> str:
+        return tokenizer.decode(word).strip() or tokenizer.id_to_token(word[0])  # (a control piece decodes to "")
+
+    words: list[list[int] | str] = []  # a word's ids, or a masked position's rendering
     for position in range(n):
-        shown = tokenizer.id_to_token(int(ids[position]))
+        token = ids[position]
         if position in masked:
-            words.append(f"[{tokenizer.id_to_token(masked[position])}→{shown}]")
-        elif shown.startswith("##") and words and int(ids[position - 1]) not in special:
-            words[-1] += shown[2:]
+            words.append(f"[{text([masked[position]])}→{text([token])}]")
+        elif continues[token] and words and isinstance(words[-1], list) and words[-1][-1] not in special:
+            words[-1].append(token)
         else:
-            words.append(shown)
-    return " ".join(words)
+            words.append([token])
+    return " ".join(word if isinstance(word, str) else text(word) for word in words)
 
 
 def layout(example: dict) -> str:

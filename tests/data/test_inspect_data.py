@@ -28,20 +28,45 @@ def test_render_and_statistics(tmp_path):
     first_b = int(np.argmax(example["segment_ids"]))
     length = int(example["input_mask"].sum())
     assert inspect_data.layout(example) == f"segments: A 0-{first_b - 1}, B {first_b}-{length - 1}"
-    # A segment cut at its front starts with a word piece, which stays apart from [CLS].
-    class WithPieces:  # the same tokens, but id 7 a word piece
-        cls_id, sep_id = tokenizer.cls_id, tokenizer.sep_id
-
-        def id_to_token(self, i):
-            return "##ing" if i == 7 else tokenizer.id_to_token(i)
-
-    cut = {**example, "input_ids": example["input_ids"].copy(), "masked_lm_weights": 0 * example["masked_lm_weights"]}
-    cut["input_ids"][[1, 2]] = [7, 7]
-    assert inspect_data.render(cut, WithPieces()).startswith("[CLS] ##inging ")
     stats = inspect_data.statistics(batch, tokenizer, config)
     assert stats["sequences"] == "64"
     assert "equal to min(max, max(1, round(n*p))): 100.0%" in stats["predictions per sequence"]
     assert stats["NSP random (label 1)"] == f"{np.mean(batch['next_sentence_labels']):.1%}"
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "huggingface"])
+def test_a_rows_words_read_as_words_whatever_marks_the_tokenizer_uses(tmp_path, kind):
+    """Only WordPiece's "##" pieces were joined: a byte-level BPE's rows printed "Ġ u n a f ..."
+    (a walkthrough). A piece that starts a segment cut at its front stays apart from [CLS], and
+    a masked piece from the word around it."""
+    import os
+
+    from bertjax import tokenization
+    from bertjax.data.corpora import demo_corpus
+
+    if kind == "wordpiece":
+        tokenizer = tokenization.Tokenizer.from_vocab_file(demo_corpus.demo_vocab_path(str(tmp_path)))
+        words = "the unaffable zebra visited oslo ."
+    else:
+        tokenizer = tokenization.load_tokenizer("huggingface", os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "hf_modernbert", "classifier",
+            "tokenizer.json"), None)
+        words = "The unaffable zebra visited Oslo ."
+    ids = tokenizer.encode("The unaffable zebra visited Oslo.")
+    assert len(ids) > 20  # the words in many pieces
+    row = [tokenizer.cls_id, *ids, tokenizer.sep_id]
+    example = {"input_ids": np.array(row), "input_mask": np.ones(len(row), np.int32),
+               "masked_lm_positions": np.array([0]), "masked_lm_ids": np.array([0]), "masked_lm_weights": np.zeros(1)}
+    assert inspect_data.render(example, tokenizer) == f"[CLS] {words} [SEP]"
+    cut = {**example, "input_ids": np.array([tokenizer.cls_id, *ids[2:], tokenizer.sep_id])}
+    cut["input_mask"] = np.ones(len(cut["input_ids"]), np.int32)
+    continuing = tokenizer.decode(ids[2:3]).strip()
+    assert inspect_data.render(cut, tokenizer).startswith(f"[CLS] {continuing}")
+    masked = {**example, "input_ids": np.array([*row[:3], tokenizer.mask_id, *row[4:]]),
+              "masked_lm_positions": np.array([3]), "masked_lm_ids": np.array([row[3]]),
+              "masked_lm_weights": np.ones(1)}
+    shown = inspect_data.render(masked, tokenizer)
+    assert f"[{tokenizer.decode([row[3]]).strip() or tokenizer.id_to_token(row[3])}→[MASK]]" in shown, shown
 
 
 def test_each_corpus_gets_its_own_default_folder(tmp_path):
