@@ -116,7 +116,7 @@ def main(_):
     if _TEXT.value:
         records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:
-        input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value)
+        input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value, keys)
         read = functools.partial(batch_predict.read_inputs, _INPUT.value or "/dev/stdin", family, input_format,
                                  keys, source.data, named, check_lines=_FORMAT.value == "auto")
         if _INPUT.value and fileio.can_read_twice(_INPUT.value):  # checked whole first, then predicted

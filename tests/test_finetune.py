@@ -693,7 +693,8 @@ def test_the_run_summary_says_what_was_cut_to_fit():
     def split(name, truncation=""):
         return Split(name, {}, np.zeros(3, np.int32), truncation=truncation)
 
-    task = SimpleNamespace(name="squad", train=split("train", "2 of 3 questions cut to 64 tokens"),
+    task = SimpleNamespace(name="squad", info={"family": "squad"},
+                           train=split("train", "2 of 3 questions cut to 64 tokens"),
                            eval_splits=[split("validation")], test_splits=[split("test", "1 of 3 questions cut to 64 "
                                                                                      "tokens")])
     batches = SimpleNamespace(buckets=[128], steps_per_epoch=lambda: 1)
@@ -715,6 +716,14 @@ def test_the_run_summary_says_what_was_cut_to_fit():
     assert finetune_setup.schedule_config(config, task.train.examples_per_epoch).num_steps == 5  # int(80 / 32 * 2)
     task.train = Split("train", {}, np.zeros(100, np.int32), source_examples=100)  # no sentence windowed
     assert "(test: 1 of 3 questions cut" in finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
+    # The classes a run guessed from its training file, seen before it trains (a walkthrough: a
+    # CSV's 'nan' and 'Good' beside 'good' became classes without a word).
+    task.info = {"family": "classification", "label_names": ["Good", "bad", "good", "nan"]}
+    line = finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
+    assert "; labels Good, bad, good, nan; 9 steps of 32" in line, line
+    task.info["label_names"] = [f"c{i}" for i in range(12)]
+    assert "; labels c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, ... (12); 9 steps" in finetune._run_summary(
+        task, train_cfg, batches, False, "bucketed", (), 0)
 
 
 def test_adam_bias_correction_is_a_finetune_option_off_by_default():

@@ -149,6 +149,22 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
         (tmp_path / name).write_text(rows, newline="")
         with pytest.raises(ValueError, match=rf"{name} looks like jsonl, not one input a line"):
             batch_predict.file_format(str(tmp_path / name), "classification")
+    # A CSV or TSV under a header naming the model's text column: its header and its rows' ids
+    # were classified as text (a walkthrough). A sentence with a comma is no header.
+    keys = {"text_a": "review", "text_b": ""}
+    for name, rows, written_in in (("rows.csv.txt", 'id,"review"\nt0,a fox\n', "csv"),
+                                   ("rows.tsv.txt", "review\tid\na fox\tt0\n", "tsv")):
+        (tmp_path / name).write_text(rows)
+        with pytest.raises(ValueError, match=rf"{name} looks like {written_in}, not one input a line: pass "
+                                             rf"--input_format={written_in}"):
+            batch_predict.file_format(str(tmp_path / name), "classification", keys=keys)
+        assert batch_predict.file_format(str(tmp_path / name), "classification", "text", keys) == "text"
+    (tmp_path / "prose.txt").write_text("A fox, a cat and a dog.\nreviews, mostly good\n")
+    assert batch_predict.file_format(str(tmp_path / "prose.txt"), "classification", keys=keys) == "text"
+    (tmp_path / "piped.txt").write_text("id,review\nt0,a fox\n")  # as a pipe's lines are checked, in reading
+    lines = batch_predict.read_inputs(str(tmp_path / "piped.txt"), "classification", "text", keys, check_lines=True)
+    with pytest.raises(ValueError, match=r"piped.txt looks like csv"):
+        next(lines)
     # A pipe (stdin, <(zcat ...)) is never read ahead: its first lines would be lost to the predictions.
     import threading
 

@@ -77,9 +77,10 @@ def default_keys(family: str, data: dict | None, task_info: dict | None = None) 
     return input_reader(family).input_keys(data or {}, task_info or {})
 
 
-def file_format(path: str, family: str, chosen: str = "auto") -> str:
+def file_format(path: str, family: str, chosen: str = "auto", keys: dict[str, str] | None = None) -> str:
     """The format an input file (path "": stdin) is read in (see the module docstring); "auto"
-    for a family whose inputs are not one line of text (multiple choice): JSONL, not text."""
+    for a family whose inputs are not one line of text (multiple choice): JSONL, not text.
+    keys: the columns the model's inputs are read from, which a CSV or TSV header names."""
     reader = input_reader(family)
     readable = ("text", "csv", "tsv", "jsonl", *reader.extensions.values())
     if chosen not in ("auto", *readable):
@@ -89,20 +90,27 @@ def file_format(path: str, family: str, chosen: str = "auto") -> str:
     peekable = path or ("/dev/stdin" if _stdin_is_a_file() else "")
     if (found == "text" and chosen == "auto" and reader.text_lines and peekable and fileio.exists(peekable)
             and fileio.can_read_twice(peekable)):
-        _refuse_other_formats(common.first_lines(peekable, count=LOOKED_AHEAD, blank=True), reader, path or "stdin")
+        _refuse_other_formats(common.first_lines(peekable, count=LOOKED_AHEAD, blank=True), reader, path or "stdin",
+                              keys)
     return "jsonl" if found == "text" and chosen == "auto" and not reader.text_lines else found
 
 
 LOOKED_AHEAD = 100  # lines: enough for a CoNLL file's first blank line after a long sentence
 
 
-def _refuse_other_formats(first: list[str], reader, name: str) -> None:
+def _refuse_other_formats(first: list[str], reader, name: str, keys: dict[str, str] | None = None) -> None:
     """ValueError when the first lines (a blank one "") of what would be read one input a line
-    are JSON Lines or the family's own format (CoNLL): each line read as a text would get an
-    answer, silently wrong."""
+    are JSON Lines, the family's own format (CoNLL) or CSV/TSV under a header naming one of
+    `keys`' columns: each line read as a text would get an answer, silently wrong (the header
+    and the rows' ids too)."""
     written_in = "jsonl" if common.json_lines([line for line in first if line]) else None
     if not written_in and reader.extensions:
         written_in = reader.format_of_text(first)
+    columns = {column for column in (keys or {}).values() if column}
+    for separator, csv_format in (("\t", "tsv"), (",", "csv")):
+        header = [field.strip().strip('"') for field in first[0].split(separator)] if first else []
+        if not written_in and len(header) > 1 and columns & set(header):
+            written_in = csv_format
     if written_in:
         raise ValueError(f"{name} looks like {written_in}, not one input a line: pass --input_format={written_in} "
                          "(or --input_format=text to read each line as an input)")
@@ -135,7 +143,7 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
             head = list(itertools.islice(lines, LOOKED_AHEAD))
             # As first_lines gives a file's: a line of spaces is a blank one, "".
             first = [line.rstrip("\r\n") if line.strip() else "" for line in head if isinstance(line, str)]
-            _refuse_other_formats(first, reader, "stdin" if path == "/dev/stdin" else path)
+            _refuse_other_formats(first, reader, "stdin" if path == "/dev/stdin" else path, keys)
             lines = itertools.chain(head, lines)
         for number, line in enumerate(lines, start=1):
             yield f"{path}:{number}", line if isinstance(line, ValueError) else reader.read_line(line.rstrip("\r\n"))

@@ -168,6 +168,12 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True,
     """
     keys = {"text_a_key": data_config.text_a_key, "text_b_key": data_config.text_b_key if pairs is not False else "",
             "label_key": data_config.label_key if labeled else ""}
+    named = [(key, column) for key, column in keys.items() if column]
+    for k, (key, column) in enumerate(named):  # a text read as its own label, or a pair of one text twice
+        for other, same in named[k + 1:]:
+            if same == column:
+                raise ValueError(f"config.data.{key} and config.data.{other} both name the column {column!r}: each "
+                                 "role needs a column of its own")
     for key in ("text_a_key", "label_key") if labeled else ("text_a_key",):
         if not keys[key]:
             raise ValueError(f"config.data.{key} must name a column of {path}")
@@ -180,6 +186,11 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True,
                 # A file without a header line has its first row read as the column names.
                 header = ("; line 1 is read as the header, the column names: a file without one needs one"
                           if file_format(path, data_config.file_format) != "jsonl" else "")
+                [name] = row if len(row) == 1 else [""]
+                if header and any(s in name for s in "\t,;|"):  # one column whose name holds another separator
+                    fits = "tsv" if "\t" in name else "csv" if "," in name else ""
+                    header = ("; the header is one column holding a separator: " + (
+                        f"set config.data.file_format={fits}" if fits else "bertjax reads CSV (,) and TSV (tab)"))
                 raise ValueError(f"{where}: no column {column!r} (config.data.{config_key}); the row has "
                                  f"{sorted(row)}{single}{header}")
         for column in (keys["text_a_key"], keys["text_b_key"]):
@@ -245,6 +256,26 @@ def _refuse_one_number_written_twice(label_names: tuple[str, ...], train: Exampl
             train.locations[train.labels.index(name)].rsplit(":", 1)[-1] for name in same))
         raise ValueError(f"{train.source}: the labels {same}{lines} are one number written {len(same)} ways, which "
                          f"would be {len(same)} classes; write each class one way")
+
+
+# Labels that are a missing value written as text (pandas writes NaN and None as these with astype(str)).
+_MISSING_AS_TEXT = ("nan", "none", "null")
+
+
+def _warn_of_suspect_labels(label_names: tuple[str, ...], path: str) -> None:
+    """Warns of classes guessed from a training file that are likely no classes: a missing value
+    written as text ('nan') and names that differ only in case ('Good', 'good')."""
+    missing = [name for name in label_names if name.lower() in _MISSING_AS_TEXT]
+    if missing:
+        logging.warning("%s: the label(s) %s read as a missing value written as text: each is a class of its own; "
+                        "leave those rows out", path, missing)
+    by_case: dict[str, list[str]] = {}
+    for name in label_names:
+        by_case.setdefault(name.casefold(), []).append(name)
+    twins = [names for names in by_case.values() if len(names) > 1]
+    if twins:
+        logging.warning("%s: labels that differ only in case are classes of their own: %s", path,
+                        "; ".join(", ".join(names) for names in twins))
 
 
 # A score as written: ASCII digits (float() also reads '1_5' as 15 and other scripts' digits).
@@ -353,6 +384,7 @@ def load_task(config, tokenizer) -> Task:
             if _look_like_scores(label_names):
                 logging.warning("%s: the labels %s look like scores; they are classes unless "
                                 "config.data.label_kind='float' (regression)", data.train_file, list(label_names)[:8])
+            _warn_of_suspect_labels(label_names, data.train_file)
         split_names = list(files)
     else:
         raise ValueError(f"config.task={task!r} is not a classification task")

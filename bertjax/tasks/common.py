@@ -131,7 +131,7 @@ def check_int(data_config, key: str, minimum: int) -> None:
 def own_files(config) -> list[tuple[str, str]]:
     """[(split name, path)] of your own files: ("train", config.data.train_file), then
     ("eval", eval_file) and ("test", test_file) where set. Errors name the key: no
-    train_file, or a file that does not exist."""
+    train_file, or a file that does not exist or is a folder."""
     data = config.data
     if not data.train_file:
         raise ValueError(f"config.task={config.task!r} needs config.data.train_file (and eval_file)")
@@ -140,6 +140,8 @@ def own_files(config) -> list[tuple[str, str]]:
         if data[key]:
             if not fileio.exists(data[key]):
                 raise ValueError(f"config.data.{key}={data[key]}: no such file")
+            if fileio.isdir(data[key]):
+                raise ValueError(f"config.data.{key}={data[key]} is a folder; give a file")
             files.append((name, data[key]))
     return files
 
@@ -406,7 +408,7 @@ def json_lines(first: list[str]) -> bool:
 def _not_json_constant(name: str):
     """Python's json reads NaN and Infinity (which its writer emits for a missing float); JSON
     has neither: a NaN label read on as a class of its own, "nan"."""
-    raise ValueError(f"{name} is not JSON (no number: write null, or leave the row out)")
+    raise ValueError(f"{name} is not JSON (a missing number: leave the row out)")
 
 
 def _finite_float(text: str) -> float:

@@ -294,6 +294,37 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
         classification.load_task(_config("classification", train_file=str(joined)), tokenizer)
 
 
+def test_labels_that_are_likely_no_classes_are_warned_of_and_one_column_has_one_role(tmp_path, tokenizer, caplog):
+    """A CSV's 'nan' (pandas' missing value as text) and 'Good' beside 'good' became classes
+    without a word; a label column also read as text_b trained to accuracy 1.0 on its own
+    answer (a walkthrough)."""
+    train = tmp_path / "train.csv"
+    train.write_text("review,sentiment\na,good\nb,Good\nc,nan\nd,bad\n")
+    config = _config("classification", train_file=str(train), text_a_key="review", text_b_key="",
+                     label_key="sentiment")
+    with caplog.at_level("WARNING"):
+        task = classification.load_task(config, tokenizer)
+    assert task.info["label_names"] == ["Good", "bad", "good", "nan"]
+    assert "the label(s) ['nan'] read as a missing value written as text" in caplog.text
+    assert "labels that differ only in case are classes of their own: Good, good" in caplog.text
+    # A TSV named .csv, and a folder as the file: said so.
+    tsv = tmp_path / "tabs.csv"
+    tsv.write_text("review\tsentiment\na\tgood\n")
+    config.data.train_file = str(tsv)
+    with pytest.raises(ValueError, match=r"the header is one column holding a separator: set config.data.file_for"
+                                         r"mat=tsv"):
+        classification.load_task(config, tokenizer)
+    (tmp_path / "folder.csv").mkdir()
+    config.data.train_file = str(tmp_path / "folder.csv")
+    with pytest.raises(ValueError, match=r"config.data.train_file=.*folder.csv is a folder; give a file"):
+        classification.load_task(config, tokenizer)
+    config.data.train_file = str(train)
+    for text_a, text_b in (("review", "sentiment"), ("sentiment", ""), ("review", "review")):
+        config.data.update(text_a_key=text_a, text_b_key=text_b)
+        with pytest.raises(ValueError, match=r"config.data.text_\w_key and config.data.\w+_key both name the column"):
+            classification.load_task(config, tokenizer)
+
+
 def test_training_batches_are_a_function_of_their_index_and_cover_each_epoch(tokenizer):
     split = Split("train", {"input_ids": np.arange(10 * 8, dtype=np.int32).reshape(10, 8), "label": np.arange(10)},
                   lengths=np.array([2, 3, 8, 2, 5, 2, 2, 3, 4, 2], np.int32))
@@ -530,7 +561,7 @@ def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_p
     ('{"text": "a", "label": 0,}\n', r"test.json:1: not JSON \([^;]* at column 26\)$"),  # no hint: one line
     # Python's json reads NaN (which its writer emits for a missing float): a class "nan" (a review).
     ('{"text": "a", "label": 0}\n{"text": "b", "label": NaN}\n',
-     r"test.json:2: NaN is not JSON \(no number: write null, or leave the row out\)"),
+     r"test.json:2: NaN is not JSON \(a missing number: leave the row out\)"),
     ('{"text": "a", "score": -Infinity}\n', "test.json:1: -Infinity is not JSON"),
     ('{"text": "a", "score": 1e999}\n', r"test.json:1: 1e999 is past a float's range"),
     # A repeated key: json keeps the last, the first value dropped without a word (a review).
