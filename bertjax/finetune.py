@@ -686,6 +686,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     best_checkpointer.close()
     written, rescores = [], {}
     directory = fileio.join(workdir, "predictions")
+    # An earlier launch's predictions (another test file, a finished run relaunched): said when replaced.
+    earlier = ({path: fileio.content_hash(path) for path in fileio.files_under(directory)}
+               if jax.process_index() == 0 else {})
     with clock.phase("predict"):
         for split in task.eval_splits + task.test_splits:
             if split.name in to_predict:  # written post-processed once; scored if best/ was chosen otherwise
@@ -707,6 +710,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     elif not task.eval_splits:
         loop.console(f"no evaluation split: the last weights (step {step}) are the result, in "
                      f"{best_checkpointer.directory}")
+    replaced = [path for path in written if earlier.get(path) not in (None, fileio.content_hash(path))]
+    if replaced:
+        loop.console(f"replaced an earlier launch's predictions with this one's: {', '.join(replaced)}")
     loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, "
                  + (f"predictions in {directory}" if written else "no predictions (no eval_file or test_file)"))
     if caches and temporary_cache(config, workdir):

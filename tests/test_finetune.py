@@ -213,7 +213,7 @@ def _assert_learns(summary, workdir):
     assert summary["best"]["metrics"]["accuracy"] >= 0.75
 
 
-def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(minilm_classifier_run, tmp_path):
+def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(minilm_classifier_run, tmp_path, capsys):
     """The session's MiniLM run (conftest), copied: its log, best weights and predictions; then
     the same run again, on the copy, with a test file."""
     from bertjax import finetune
@@ -232,6 +232,16 @@ def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(minilm_classifier_
     assert again["best"] == summary["best"] and _metrics(tmp_path / "run") == logged  # no step, no evaluation
     lines = (tmp_path / "run" / "predictions" / "test.tsv").read_text().splitlines()
     assert lines == ["index\tprediction", "r1\tgood", "r2\tbad"]
+    # Another test file replaces those predictions, and says so (a walkthrough: without a word);
+    # the same ones written again are no news.
+    capsys.readouterr()
+    finetune.finetune(config, str(tmp_path / "run"))
+    assert "replaced an earlier launch's predictions" not in capsys.readouterr().out
+    (tmp_path / "newer.csv").write_text("id,review\nr3,i loved every minute\n")
+    config.data.test_file = str(tmp_path / "newer.csv")
+    finetune.finetune(config, str(tmp_path / "run"))
+    out = capsys.readouterr().out
+    assert f"replaced an earlier launch's predictions with this one's: {tmp_path}/run/predictions/test.tsv\n" in out
 
 
 @pytest.mark.slow  # packed logits, loss, gradients and resume: tests/tasks/test_finetune_packing.py

@@ -254,6 +254,14 @@ def write_json(path: str, value: Any) -> None:
     write_bytes(path, json.dumps(value, indent=1, sort_keys=True).encode("utf-8"))
 
 
+def files_under(folder: str) -> list[str]:
+    """The files under `folder`, walked, named as join(folder, ...) names them; [] for none."""
+    if not isdir(folder):
+        return []
+    walk = _gfile().walk if is_remote(folder) else os.walk
+    return [join(top, name) for top, _, names in walk(folder) for name in names]
+
+
 def content_hash(path: str) -> str:
     """SHA-256 of a file's bytes (read in 1 MB blocks), hex."""
     digest = hashlib.sha256()
