@@ -26,7 +26,7 @@ from bertjax.batch_warmup import BatchWarmup
 from bertjax.metrics import mean_pretraining_flops, pretraining_flops_per_sequence
 from bertjax.models import (BertConfig, BertForPreTraining, pretraining_counts, pretraining_loss_terms,
                             pretraining_sums, stack_layers)
-from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
+from bertjax.runtime import compilation_cache, compile_ahead, console, fileio, plots
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class PlateauAlarm:
     `check(step, mlm_accuracy)` after each evaluation returns the warning the first time
     `patience` evaluations in a row scored below PLATEAU_MARGIN x `unigram`, else None;
     `stalled` says whether the alarm went off and the last evaluation is still there. A resumed
-    run counts from its first evaluation.
+    run `replay`s the evaluations logged before it, so that preemptions do not reset the count.
     """
 
     PLATEAU_MARGIN = 1.1
@@ -214,6 +214,13 @@ class PlateauAlarm:
             f"{', '.join(self.fixes[:-1])} or {self.fixes[-1]} (docs/pretraining.md, Pre-training recipes)")
         self.warned_at = step
         return self.warning
+
+    def replay(self, records: list[dict]) -> None:
+        """Counts an earlier launch's evaluations (metrics.jsonl's records, in step order), as an
+        uninterrupted run would have; a warning they reach was said by that launch."""
+        for record in records:
+            if "eval_mlm_accuracy" in record:
+                self.check(record["step"], record["eval_mlm_accuracy"])
 
     @property
     def stalled(self) -> bool:
@@ -375,6 +382,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         label="pre-train",
         fixed_metrics={"compile_seconds": compile_seconds}, bfloat16_products=bert.matmul_precision == "bfloat16",
         rows_read=lambda at: (start_unit + warmup.units_before(at) - units_at_start) * warmup.unit)
+    logged = fileio.join(workdir, "metrics.jsonl")  # (process 0's, trimmed to this launch's start by the loop)
+    if start_step and eval_batches and fileio.exists(logged):
+        alarm.replay(plots.read_metrics(workdir))
     ramp = (f"; the batch grows {warmup.unit} -> {train_cfg.global_batch_size} rows over the first "
             f"{warmup.warmup_steps} steps" if warmup.active else "")
     sizes = f" at {' and '.join(map(str, compiled))} rows" if len(compiled) > 1 else ""

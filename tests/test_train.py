@@ -839,6 +839,23 @@ def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
                                   "(the guess 0.0640); see the warning at step 4")
 
 
+def test_a_resumed_runs_plateau_alarm_counts_the_evaluations_before_it():
+    """A run preempted more often than every plateau_evals evaluations never raised the alarm: each
+    launch counted from its own first evaluation (a walkthrough). The evaluations metrics.jsonl
+    holds count, as in a run never stopped; a warning they reached is not said again."""
+    from bertjax import pretrain
+
+    records = [{"step": 100, "loss": 7.0}, {"step": 100, "eval_mlm_accuracy": 0.05},
+               {"step": 200, "eval_mlm_accuracy": 0.06}]
+    resumed = pretrain.PlateauAlarm(unigram=0.064, patience=3)
+    resumed.replay(records)
+    assert not resumed.stalled and "(steps 100-300)" in resumed.check(300, 0.05)
+    stopped_after = pretrain.PlateauAlarm(unigram=0.064, patience=3)
+    stopped_after.replay([*records, {"step": 300, "eval_mlm_accuracy": 0.05}, {"step": 300, "mlm_plateau_warning": 1}])
+    assert stopped_after.stalled and stopped_after.check(400, 0.05) is None  # said once, by the first launch
+    assert stopped_after.ending().endswith("see the warning at step 300")
+
+
 def test_a_model_bigger_than_tiny_on_the_demo_corpus_is_warned_about(caplog):
     """config.data.source defaults to the demo corpus: `:base` without data flags would pre-train
     BERT-base on a toy; the start-up says so. tiny (the quick start) and real corpora do not warn."""

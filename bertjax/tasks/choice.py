@@ -79,14 +79,18 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
             missing = (f"; the row has {sorted(row)} (config.data.context_key and choices_key name the columns)"
                        if context_key not in row else "")
             raise ValueError(f"{where}: expected an object with a {context_key!r} string{missing}"[:400])
+        missing = next(((key, name) for key, name in ((choices_key, "choices_key"), (label_key, "label_key"))
+                        if key is not None and key not in row), None)
+        if missing:  # (a null is the value's error below)
+            raise ValueError(f"{where}: no {missing[0]!r} (config.data.{missing[1]}); the row has {sorted(row)}"[:400])
         options = row.get(choices_key)
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options) or len(options) < 2:
             raise ValueError(f"{where}: expected {choices_key!r} to be a list of at least 2 strings, "
                              f"got {options!r}"[:300])
-        empty = next((k for k, option in enumerate(options) if not option.strip()), None)
+        empty = next((k for k, option in enumerate(options) if not has_text(option)), None)
         if empty is not None:  # prediction and the SavedModel read "" as no choice (fixed-width inputs)
-            raise ValueError(f"{where}: choice {empty} is empty; every choice needs a text (\"\" is no choice when "
-                             "predicting)")
+            raise ValueError(f"{where}: choice {empty} is empty or only whitespace, control or invisible characters "
+                             "(which tokenizers drop); every choice needs a text (\"\" is no choice when predicting)")
         label = -1
         if label_key is not None:
             label = row.get(label_key)

@@ -104,11 +104,18 @@ def test_predictions_carry_the_rows_ids(tmp_path, demo_tokenizer):
     ({"context": "a", "choices": ["x"], "label": 0}, r"expected 'choices' to be a list of at least 2 .*got \['x'\]"),
     ({"context": "a", "choices": "xy", "label": 0}, "expected 'choices' to be a list"),
     ({"context": "a", "choices": ["x", "y"], "label": 2}, r"expected 'label' to be an integer in \[0, 2\).*got 2"),
-    ({"context": "a", "choices": ["x", "y"]}, "expected 'label'.*got None"),
+    ({"context": "a", "choices": ["x", "y"]}, r"no 'label' \(config.data.label_key\); the row has \['choices', "
+     r"'context'\]"),  # (a walkthrough: "got None", as for a null)
+    ({"context": "a", "options": ["x", "y"], "label": 0}, r"no 'choices' \(config.data.choices_key\)"),
+    ({"context": "a", "choices": ["x", "y"], "label": None}, "expected 'label'.*got None"),
     ({"context": "a", "choices": ["x", "y"], "label": "1"}, "expected 'label'.*got '1'"),
     # A real choice in training but no choice when predicting (a review): refused where read.
-    ({"context": "a", "choices": ["x", ""], "label": 1}, r"choice 1 is empty; every choice needs a text"),
-    ({"context": "a", "choices": [" ", "x"], "label": 1}, r"choice 0 is empty; every choice needs a text"),
+    ({"context": "a", "choices": ["x", ""], "label": 1}, r"choice 1 is empty or only whitespace, control or "),
+    ({"context": "a", "choices": [" ", "x"], "label": 1}, r"choice 0 is empty or only whitespace"),
+    # Trained as [CLS] context [SEP] [SEP], refused by predict (a walkthrough).
+    ({"context": "a", "choices": ["x", "\u200b"], "label": 1}, r"choice 1 is empty or only whitespace, control or "
+     r"invisible characters \(which tokenizers drop\); every choice needs a text"),
+    ({"context": "a", "choices": ["\x01", "x"], "label": 1}, r"choice 0 is empty or only whitespace"),
 ])
 def test_jsonl_bad_lines_name_file_and_line(tmp_path, row, message):
     path = _write_jsonl(tmp_path, [{"context": "ok", "choices": ["x", "y"], "label": 0}, row])
