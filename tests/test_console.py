@@ -180,6 +180,14 @@ def test_an_orbax_error_keeps_its_line_but_not_its_traceback():
     assert noise.filter(orbax) and noise.filter(ours)
     assert orbax.exc_info is None and ours.exc_info is exc_info
     assert logging.Formatter().format(orbax) == "save failed"
+    # A second Ctrl-C while orbax waits for a save: "error: ... Save Finalize thread failed"
+    # said a save failed that had not (a walkthrough). The launcher's "interrupted" line says it.
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        interrupted = logging.LogRecord("absl", logging.ERROR, "/x/orbax/checkpoint/checkpoint_manager.py", 1,
+                                        "Save Finalize thread (save_finalize) failed.", None, sys.exc_info())
+    assert not noise.filter(interrupted)
 
 
 def test_the_one_line_keeps_an_escaped_line_feed_the_user_is_told_to_type():

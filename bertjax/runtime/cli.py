@@ -111,9 +111,13 @@ _CHATTY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorflow", "tensorflow_da
 class _LibraryNoise(logging.Filter):
     """Drops libraries' deprecation notices (TensorFlow, TFDS, orbax): they repeat and are not
     for the person running bertjax. orbax's errors keep their line but lose their traceback
-    (a failed save logs four, some 300 lines): bertjax reports the failure itself, in one line."""
+    (a failed save logs four, some 300 lines): bertjax reports the failure itself, in one line;
+    one whose cause is a second Ctrl-C goes whole (a wait for a save, stopped: "Save Finalize
+    thread failed", where the save may have finished; the launcher says it was interrupted)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if "orbax" in record.pathname and record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            return False
         if "orbax" in record.pathname and record.exc_info:
             record.exc_info, record.exc_text = None, None
         return "bertjax" in record.pathname or "deprecat" not in record.getMessage().lower()
