@@ -215,6 +215,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     batching.bucket_lengths(data.max_seq_length, data.num_buckets)
     check_run_settings(config)
     tasks.check_own_files(config)  # before a dataset it would ignore them for is downloaded and prepared
+    tasks.warn_of_other_families_settings(config)
     if data.pack_examples and bert.tagging_head != "linear":
         raise ValueError(f"config.data.pack_examples={data.pack_examples}: packed rows need "
                          f"config.model.tagging_head='linear' (the BiLSTM reads whole rows); set one of them")

@@ -981,7 +981,7 @@ def test_a_resume_that_would_read_the_head_otherwise_is_refused(tmp_path):
     from small_runs import tiny_finetune_run
 
     rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
-    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    (tmp_path / "data.csv").write_text("text_a,other,label\n" + "".join(f"{t},more,{y}\n" for t, y in rows))
     files = dict(train_file=str(tmp_path / "data.csv"), eval_file=str(tmp_path / "data.csv"), text_b_key="")
     workdir = tiny_finetune_run("classification", tmp_path, **files)
     written = sorted(os.listdir(os.path.join(workdir, "predictions")))
@@ -989,7 +989,7 @@ def test_a_resume_that_would_read_the_head_otherwise_is_refused(tmp_path):
                                          r"'neg'\] would read its outputs otherwise .*config.data.label_names=neg,pos"):
         tiny_finetune_run("classification", tmp_path, label_names="pos,neg", **files)
     with pytest.raises(ValueError, match=r"trained its head with pairs False; this run's True"):
-        tiny_finetune_run("classification", tmp_path, **{**files, "text_b_key": "label"})
+        tiny_finetune_run("classification", tmp_path, **{**files, "text_b_key": "other"})
     assert sorted(os.listdir(os.path.join(workdir, "predictions"))) == written
     tiny_finetune_run("classification", tmp_path, label_names="neg,pos", **files)
 

@@ -183,7 +183,8 @@ def test_a_huggingface_encoder_is_a_pretrained_model_with_its_vocabulary():
 
 def test_a_huggingface_task_class_without_its_head_is_refused_before_predicting(tmp_path):
     """A config.json naming BertForSequenceClassification over an encoder's weights (no
-    classifier) ended predict and export in flax's ScopeParamNotFoundError (a walkthrough)."""
+    classifier) ended predict and export in flax's ScopeParamNotFoundError (a walkthrough). Its
+    features are the encoder's: given."""
     from bertjax import load_model
 
     for name in ("model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json"):
@@ -191,9 +192,12 @@ def test_a_huggingface_task_class_without_its_head_is_refused_before_predicting(
     config = json.load(open(os.path.join(MINILM_DIR, "config.json")))
     config.update(architectures=["BertForSequenceClassification"], id2label={"0": "bad", "1": "good"})
     (tmp_path / "config.json").write_text(json.dumps(config))
+    model = load_model(str(tmp_path), max_seq_length=16)
     with pytest.raises(ValueError, match=rf"{tmp_path} says it is a classification model \(BertForSequenceClassifi"
                                          r"cation\), but its weights hold no task head \(only bert\)"):
-        load_model(str(tmp_path))
+        model.predict(["a fine film"])
+    [features] = model.features(["a fine film"], pooling="cls")
+    assert np.asarray(features["values"]).shape == (1, 384)
 
 
 def test_a_vocabulary_of_the_size_of_a_releases_but_other_tokens_is_refused(tmp_path):

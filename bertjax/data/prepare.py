@@ -357,7 +357,9 @@ def read_metadata(directory: str) -> dict:
     if missing:
         raise ValueError(f"{path}: damaged, no {missing}; {REBUILD_METADATA}")
     present = set(fileio.listdir(directory))
-    gone = [name for split in metadata["splits"].values() for name in split.get("shards", []) if name not in present]
+    gone = [name for split in metadata["splits"].values()  # (a shard of no documents is never read)
+            for name, count in zip(split.get("shards", []), split.get("shard_documents", []))
+            if count and name not in present]
     if gone:
         listed = ", ".join(gone[:3]) + (", ..." if len(gone) > 3 else "")
         raise FileNotFoundError(f"{directory} lacks {len(gone)} of the shards its metadata.json lists ({listed}): "
@@ -594,7 +596,7 @@ def _first_difference(found: Any, wanted: Any, where: str) -> tuple[str, Any, An
     return where, found, wanted
 
 
-_UNIT_PATH_KEYS = ("path", "jsonl", "parquet")
+_UNIT_PATH_KEYS = ("path", "jsonl", "parquet", "data_dir")  # (TFDS's data_dir: "" for its default)
 
 
 def _with_absolute_paths(settings: dict) -> dict:
@@ -602,8 +604,8 @@ def _with_absolute_paths(settings: dict) -> dict:
     its folder and by its full path from another is the same corpus (a relative path saved by an
     earlier version reads from the current folder)."""
     def absolute(unit: dict) -> dict:
-        return {key: value if key not in _UNIT_PATH_KEYS or fileio.is_remote(value) else os.path.realpath(value)
-                for key, value in unit.items()}
+        return {key: value if key not in _UNIT_PATH_KEYS or not value or fileio.is_remote(value)
+                else os.path.realpath(value) for key, value in unit.items()}
     return {**settings, "units": [absolute(unit) for unit in settings.get("units", [])]}
 
 

@@ -100,12 +100,20 @@ class Model:
 
     @property
     def family(self) -> Family:
-        """The fine-tuned model's task family; ValueError for a model without a task."""
+        """The fine-tuned model's task family; ValueError for a model without a task, or whose
+        weights hold no task head (a Hugging Face config naming a task class over an encoder's
+        weights: its features are the encoder's, its predictions would come from nothing)."""
         name = self.task_info.get("family")
         if name not in tasks.FAMILIES:
             raise ValueError(f"{self.source.path} is not a fine-tuned model (no task saved with it); "
                              f"{no_task_advice(self.heads)}")
-        return tasks.FAMILIES[name]
+        family = tasks.FAMILIES[name]
+        if set(self.heads) <= {"mlm", "nsp"}:  # pre-training's heads, no task's
+            raise ValueError(f"{self.source.path} says it is a {name} model ({family.hf_architecture}), but its "
+                             f"weights hold no task head (only {', '.join(['bert', *self.heads])}): an encoder without its "
+                             "fine-tuned head; fine-tune it first (launch/finetune.py --config.init_checkpoint=...), "
+                             "or take its features")
+        return family
 
     @property
     def params(self) -> dict[str, Any]:
@@ -363,11 +371,6 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     batch_size = -(-int(batch_size) // len(devices)) * len(devices)
     mesh = sharding.create_mesh(data=-1, devices=devices)
     params = jax.tree.map(np.asarray, source.load_params())
-    if family is not None and set(params) <= {"bert", "mlm", "nsp"}:  # pre-training's heads, no task's
-        raise ValueError(f"{source.path} says it is a {family.name} model ({family.hf_architecture}), but its weights "
-                         f"hold no task head (only {', '.join(sorted(params))}): an encoder without its fine-tuned "
-                         "head, whose predictions would come from nothing trained; fine-tune it first "
-                         "(launch/finetune.py --config.init_checkpoint=...)")
     return Model(source, params, tokenizer, bert, length, batch_size, mesh)
 
 

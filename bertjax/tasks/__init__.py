@@ -11,6 +11,8 @@ choice.py (multiple choice).
 
 from __future__ import annotations
 
+from absl import logging
+
 from bertjax.data.sources import prepared_tfds_builder
 from bertjax.tasks import choice, classification, squad, tagging
 from bertjax.tasks.family import Family
@@ -54,20 +56,23 @@ def prepare_tfds(config) -> None:
         prepared_tfds_builder(name, config.data.tfds_data_dir or None)
 
 
+def warn_of_other_families_settings(config) -> None:
+    """Warns of each config.data setting given away from its default that only another family's
+    tasks read (a SQuAD window's stride for NER): config.task ignores it. A warning, not an
+    error: one config may serve the tasks of several families."""
+    family = family_of_task(config.task)
+    for other in FAMILIES.values():
+        for key, default in other.family_settings.items():
+            if other is not family and key not in family.family_settings and config.data.get(key, default) != default:
+                logging.warning("config.data.%s=%r is read by %s tasks (%s) only: config.task=%r ignores it", key,
+                                config.data[key], other.name, ", ".join(other.tasks), config.task)
+
+
 def check_own_files(config) -> None:
-    """ValueError when config.task would ignore a config.data setting it is given: another
-    family's (a SQuAD window's stride for NER), or, for a task that reads a dataset, your own
-    files or a setting only your files' tasks read (a column's name, label names), naming the
+    """ValueError when a task that reads a dataset is given your own files, or a setting only
+    your files' tasks read (a column's name, label names), which it would ignore; naming the
     task of the same family that reads them."""
     family = family_of_task(config.task)
-    others = [(key, unset, other) for other in FAMILIES.values() if other is not family
-              for key, unset in other.family_settings.items() if key not in family.family_settings]
-    given = [(f"config.data.{key}={config.data[key]!r}", other) for key, unset, other in others
-             if key in config.data and config.data[key] != unset]
-    if given:
-        setting, other = given[0]
-        raise ValueError(f"{setting} is read by {other.name} tasks ({', '.join(other.tasks)}) only: config.task="
-                         f"{config.task!r} would ignore it; leave it unset")
     if config.task in family.own_file_tasks:
         return
     given = [f"config.data.{key}" for key in _OWN_FILE_KEYS if config.data[key]]

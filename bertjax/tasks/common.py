@@ -49,8 +49,8 @@ class Split:
     has_labels: False for test splits (GLUE test labels are -1): predicted, not scored.
     truncation: what was cut to fit, for the run's summary ("12 of 3,000 examples cut to 128
       tokens"); "" when nothing was.
-    source_examples: the examples the rows are windows of (span QA's questions, tagging's
-      sentences), which the original scripts count an epoch in; None when each row is one example.
+    source_examples: the examples the rows are windows of (span QA's questions), which the
+      original scripts count an epoch in; None when each row is one example.
     """
 
     name: str

@@ -115,6 +115,9 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
         if not columns or columns[0] == DOCSTART:
             end_sentence()
             continue
+        if not sentences and not words and _CONLLU_COMMENT.match(stripped):  # the file's first line, as UD's start
+            raise ValueError(f"{path}:{number}: a CoNLL-U comment ({stripped[:60]!r}), where CoNLL-2003's layout has "
+                             f"a token a line: give the words first (`grep -v '^#' {path} | cut -f2-`)")
         if tags_optional and not sentences and not words and not _has_columns(columns, token_column, tag_column):
             if len(columns) > 1:  # columns beside the token, none where the tag is looked for: tags elsewhere?
                 logging.warning("%s:%d: %d columns, none at config.data.tag_column=%d: read as untagged (predicted, "
@@ -160,6 +163,9 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
     return TaggingExamples(path, sentences, tags, list(label_names), locations)
 
 
+# CoNLL-U's comment lines ("# sent_id = 1", "# text = ...", "# newdoc id = ..."): a "#" token
+# of CoNLL-2003 is followed by its tag, never by "name =".
+_CONLLU_COMMENT = re.compile(r"#\s*[\w.-]+( [\w.-]+)?\s*=")
 # A CoNLL-U ID: a word's number, a multiword token's range ("3-4") or an empty node's ("5.1").
 _WORD_INDEX = re.compile(r"\d+(-\d+|\.\d+)?")
 
@@ -265,9 +271,7 @@ def featurize(tokenizer, examples: TaggingExamples, split_name: str, max_seq_len
     windows = TaggingWindows(examples, sentence_index, np.where(inside, pick(token_word, -1), -1).astype(np.int32))
     logging.info("%s: %d sentences -> %d windows (max_seq_length %d)", examples.source, len(examples), n,
                  max_seq_length)
-    # An epoch counts sentences, as span QA's counts questions: a long sentence's windows are one example.
-    return Split(split_name, features, (length + 2).astype(np.int32), windows, examples.tags is not None,
-                 source_examples=len(examples))
+    return Split(split_name, features, (length + 2).astype(np.int32), windows, examples.tags is not None)
 
 
 def load_split(tokenizer, source: str, split: str, label_names: list[str] | None = None,

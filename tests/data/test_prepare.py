@@ -336,7 +336,8 @@ def test_another_vocabulary_under_the_tokenizers_name_is_refused(tmp_path):
     (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nother\n")
     with pytest.raises(ValueError, match=rf"{folder}/vocab.txt is not the tokenizer given \({vocab}\)"):
         prepare.ensure_prepared(_config(tmp_path, vocab_path=str(vocab)), str(folder), num_workers=1)
-    assert (folder / "vocab.txt").read_text().endswith("other\n") and not {"settings.json", "done"} & set(os.listdir(folder))
+    assert (folder / "vocab.txt").read_text().endswith("other\n")
+    assert not {"settings.json", "done"} & set(os.listdir(folder))
     shutil.copy(vocab, folder / "vocab.txt")
     metadata = prepare.ensure_prepared(_config(tmp_path, vocab_path=str(vocab)), str(folder), num_workers=1)
     reuse = _config(tmp_path, source="prepared", input_pattern=str(folder))
