@@ -715,8 +715,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         loop.console(f"replaced an earlier launch's predictions with this one's: {', '.join(replaced)}")
     loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, "
                  + (f"predictions in {directory}" if written else "no predictions (no eval_file or test_file)"))
-    if caches and temporary_cache(config, workdir):
-        for cache in caches.values():
+    if caches and temporary_cache(config, workdir) and not (diverged is not None and diverged.resumable):
+        for cache in caches.values():  # (a run to relaunch keeps it, as a stopped one does)
             cache.remove()
         loop.console(f"removed the cached features from {cache_directory(config, workdir)} (a temporary folder)")
     loop.console(clock.summary(rest="train and start-up"))

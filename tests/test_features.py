@@ -497,6 +497,15 @@ def test_a_cache_in_a_folder_no_one_chose_is_removed_when_the_run_ends(encoder_r
     summary = finetune.finetune(config, str(tmp_path / "run"))
     assert summary["best"] is not None and not (tmp_path / "temporary").exists()
     assert f"removed the cached features from {tmp_path / 'temporary'}" in capsys.readouterr().out
+    # A run that diverges after an evaluation is one to relaunch, as a stopped one: its caches
+    # stay (a review: removed, so the relaunch ran the encoder again).
+    from bertjax.runtime.errors import TrainingDiverged
+
+    config.train.update(learning_rate=1e9, eval_every=2, log_every=1, max_consecutive_bad_steps=1, num_steps=20)
+    with pytest.raises(TrainingDiverged) as diverged:
+        finetune.finetune(config, str(tmp_path / "diverged"))
+    assert diverged.value.resumable and diverged.value.result is not None, diverged.value
+    assert len(list((tmp_path / "temporary").glob("*.bin"))) == 2
 
 
 def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_path, capsys, monkeypatch):

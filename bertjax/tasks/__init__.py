@@ -11,6 +11,8 @@ choice.py (multiple choice).
 
 from __future__ import annotations
 
+from typing import Any
+
 from absl import logging
 
 from bertjax.data.sources import prepared_tfds_builder
@@ -57,15 +59,20 @@ def prepare_tfds(config) -> None:
 
 
 def warn_of_other_families_settings(config) -> None:
-    """Warns of each config.data setting given away from its default that only another family's
-    tasks read (a SQuAD window's stride for NER): config.task ignores it. A warning, not an
-    error: one config may serve the tasks of several families."""
+    """Warns of each config.data setting given away from its default that only other families'
+    tasks read (a SQuAD window's stride for NER, a column's name for SQuAD): config.task ignores
+    it. A warning, not an error: one config may serve the tasks of several families."""
     family = family_of_task(config.task)
+    readers: dict[str, list[Family]] = {}
+    defaults: dict[str, Any] = {}
     for other in FAMILIES.values():
-        for key, default in other.family_settings.items():
-            if other is not family and key not in family.family_settings and config.data.get(key, default) != default:
-                logging.warning("config.data.%s=%r is read by %s tasks (%s) only: config.task=%r ignores it", key,
-                                config.data[key], other.name, ", ".join(other.tasks), config.task)
+        for key, default in {**other.own_file_settings, **other.family_settings}.items():
+            readers.setdefault(key, []).append(other)
+            defaults.setdefault(key, default)
+    for key, those in readers.items():
+        if family not in those and config.data.get(key, defaults[key]) != defaults[key]:
+            logging.warning("config.data.%s=%r is read by %s tasks only: config.task=%r ignores it", key,
+                            config.data[key], " and ".join(other.name for other in those), config.task)
 
 
 def check_own_files(config) -> None:
