@@ -112,7 +112,7 @@ def _fill_mask(pretrain_dir: str) -> list[dict]:
     probes = demo_corpus.FILL_MASK_PROBES
     answers = bertjax.load_model(pretrain_dir).fill_mask([text for text, _ in probes], top_k=3)
     return [{"text": text, "expected": expected,
-             "top": [(guess["token"], round(guess["probability"], 4)) for guess in masks[0]]}
+             "top": [(guess["text"], round(guess["probability"], 4)) for guess in masks[0]]}
             for (text, expected), masks in zip(probes, answers)]
 
 

@@ -373,6 +373,22 @@ def test_train_bpe_writes_a_modernbert_shaped_tokenizer(tmp_path):
         *tokenizer.encode("The"), 4, *tokenizer.encode(" jumps")]
 
 
+def test_a_tokens_text_is_written_without_the_space_marker_of_its_kind(tmp_path):
+    """Fill-mask's answers showed a byte-level BPE's 'Ġcapital' and SentencePiece's '▁fox'
+    (a review): `token_text` is the piece as one writes it; WordPiece's '##' stays."""
+    bpe = tokenization.load_tokenizer("huggingface", MODERNBERT_TOKENIZER)
+    word = bpe.encode(" layers")
+    assert len(word) == 1 and bpe.id_to_token(word[0]) == "\u0120layers" and bpe.token_text(word[0]) == "layers"
+    assert bpe.token_text(bpe.mask_id) == "[MASK]"
+    pieces = tokenization.load_tokenizer(
+        "sentencepiece", vocabularies.train_sentencepiece(CORPUS, vocab_size=80, output_dir=str(tmp_path)))
+    fox = pieces.encode("fox")
+    assert [pieces.id_to_token(i) for i in fox][0].startswith("\u2581")
+    assert "".join(pieces.token_text(i) for i in fox) == "fox" and pieces.token_text(pieces.cls_id) == "[CLS]"
+    wordpiece = tokenization.load_tokenizer("wordpiece", _minilm_vocab(), True)
+    assert [wordpiece.token_text(i) for i in wordpiece.encode("playing")] in (["playing"], ["play", "##ing"])
+
+
 def test_a_tokenizer_json_without_a_special_token_is_named(tmp_path):
     import tokenizers
     from tokenizers import models

@@ -37,7 +37,8 @@ class _MaskedLM(nn.Module):
 
 def fill_mask(model, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]] | None]]:
     """For each text (or "a ||| b" pair) with one or more [MASK], one entry per [MASK] in
-    order: the top_k tokens there, [{"token", "token_id", "probability"}] best first, or None
+    order: the top_k tokens there, [{"token", "text", "token_id", "probability"}] best first
+    ("token" the vocabulary's entry, "text" as a reader writes it: `Tokenizer.token_text`), or None
     for a mask that truncation to max_seq_length cut off (`fill_mask_rows` also says which
     texts were cut). The masked-LM head must be in the checkpoint (pre-training runs, Google's
     releases, Hugging Face BertForPreTraining/BertForMaskedLM); ValueError naming the input
@@ -82,7 +83,8 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
     outputs = model.run(("fill_mask", k, width), apply, split)
     results = []
     for i, (text_a, text_b) in enumerate(pairs):
-        answers = [[{"token": model.tokenizer.id_to_token(int(token)), "token_id": int(token), "probability": float(p)}
+        answers = [[{"token": model.tokenizer.id_to_token(int(token)), "text": model.tokenizer.token_text(int(token)),
+                     "token_id": int(token), "probability": float(p)}
                     for token, p in zip(outputs["tokens"][i, m], outputs["probabilities"][i, m])]
                    for m in range(int(counts[i]))]
         # Truncation cuts each side's end: its first masks are kept, the rest are None.

@@ -366,6 +366,8 @@ def test_an_embedding_table_padded_past_the_tokenizer_is_read(tmp_path):
     assert converted.returncode == 0, converted.stderr[-2000:]
     answers = model.fill_mask(texts, top_k=3)
     assert bertjax.load_model(str(tmp_path / "huggingface")).fill_mask(texts, top_k=3) == answers
+    guesses = [guess for masks in answers for mask in masks for guess in mask]
+    assert all(g["text"] == model.tokenizer.token_text(g["token_id"]) and "\u0120" not in g["text"] for g in guesses)
     # A folder whose own vocabulary no longer fits its table (tokens added, the table resized): the
     # vocabulary that fits is taken, not refused for differing from the folder's own (a review).
     shutil.copy(tmp_path / "small.json", padded / "tokenizer.json")  # 256 tokens: 128 short of the table
