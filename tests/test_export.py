@@ -536,13 +536,19 @@ def test_serving_span_candidates_are_predicts_n_best(n_best_size, answer):
     start, end = np.full((1, 13), -5.0, np.float32), np.full((1, 13), -5.0, np.float32)
     start[0, [0, 11, 5]], end[0, [0, 6, 7]] = (0.0, 10.0, 8.0), (0.0, 10.0, 8.0)  # best start 11 > best end 6
     serving = types.SimpleNamespace(tokenizer=tokenizer, layout=export._Layout(ids, 64),
-                                    model=lambda *inputs: (tf.constant(start), tf.constant(end)))
+                                    model=lambda ids, *_: (tf.constant(start)[:, :ids.shape[1]],
+                                                           tf.constant(end)[:, :ids.shape[1]]))
     options = {"max_query_length": 64, "max_answer_length": 30, "n_best_size": n_best_size,
                "null_score_diff_threshold": 0.0}
     got = squad_serving.best_spans(serving, tf.constant(["q"]), tf.constant(["a b c d e f g h"]), "v1.1", options)
     assert got["answer"].numpy()[0].decode() == answer and not got["truncated"].numpy()[0]
     if not answer:
         assert got["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS
+    # A question without tokens (predict refuses it) chose a span from the context alone (a review).
+    tokenizer.ids = lambda question: tf.ragged.constant([[]], tf.int32)
+    unasked = squad_serving.best_spans(serving, tf.constant([" "]), tf.constant(["a b c d e f g h"]), "v1.1", options)
+    assert unasked["answer"].numpy()[0] == b"" and (unasked["start"].numpy()[0], unasked["end"].numpy()[0]) == (-1, -1)
+    assert unasked["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS
 
 
 def test_the_launcher_names_the_inputs_it_wrote_with_a_tokenizer_json_given(tmp_path, launchers):

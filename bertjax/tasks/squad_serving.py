@@ -11,7 +11,8 @@ def best_spans(serving, question, context, version: str, options: dict) -> dict:
     """<string>[B] x 2 -> answer <string>[B], start / end <int64>[B] (byte offsets into the
     context; -1 for no answer), score <float32>[B] (the best span's start + end logit),
     null_odds <float32>[B] (null score minus the best span's, NO_SPAN_NULL_ODDS without one;
-    v2.0 models answer "" above the run's threshold), truncated <bool>[B] (the question was cut
+    v2.0 models answer "" above the run's threshold; a question or context without tokens,
+    which predict refuses, has no span), truncated <bool>[B] (the question was cut
     to max_query_length tokens or the context to what fits: predict reads the rest in further
     windows). Spans pair the n_best_size highest start and end logits, as predict's.
     options: the run's settings (`squad.settings`)."""
@@ -37,7 +38,8 @@ def best_spans(serving, question, context, version: str, options: dict) -> dict:
         _, index = tf.math.top_k(real, tf.minimum(options["n_best_size"], length))  # ties: the lower index first
         return tf.reduce_any(tf.one_hot(index, length, on_value=True, off_value=False), axis=1)
 
-    valid = (context_mask[:, :, None] & context_mask[:, None, :] & allowed[None]
+    asked = (question_ids.row_lengths() > 0)[:, None, None]  # else the context alone chose a span
+    valid = (asked & context_mask[:, :, None] & context_mask[:, None, :] & allowed[None]
              & top(start_logits)[:, :, None] & top(end_logits)[:, None, :])
     scores = tf.reshape(tf.where(valid, start_logits[:, :, None] + end_logits[:, None, :], -1e30), [batch, -1])
     flat, best = tf.argmax(scores, axis=1, output_type=tf.int32), tf.reduce_max(scores, axis=1)
