@@ -433,11 +433,12 @@ def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, pa
     names = task.info.get("label_names") or []  # the training file's, sorted, unless given: seen before training
     labels = f"; labels {', '.join(names[:10])}{f', ... ({len(names)})' if len(names) > 10 else ''}" if names else ""
     windowed = [s for s in splits if s.source_examples not in (None, len(s))]
-    cut = [f"{s.name}: " + ", ".join(([f"{len(s)} windows"] if s in windowed else [])
+    cut = [f"{s.name}: " + ", ".join(([f"{len(s)} windows" + (", an epoch" if s.epoch_of_windows else "")]
+                                      if s in windowed else [])
                                      + ([s.truncation] if s.truncation else []))
            for s in splits if s.truncation or s in windowed]
-    return (f"{task.name}: {task.train.examples_per_epoch} training examples"
-            + "".join(f", {s.examples_per_epoch} {s.name}" for s in task.eval_splits + task.test_splits)
+    return (f"{task.name}: {task.train.example_count} training examples"
+            + "".join(f", {s.example_count} {s.name}" for s in task.eval_splits + task.test_splits)
             + (f" ({'; '.join(cut)})" if cut else "") + labels
             + f"; {train_cfg.num_steps} steps of {train_cfg.batch_size}"
             + f" ({train_cfg.num_steps * train_cfg.batch_size / task.train.examples_per_epoch:.2f} epochs), "

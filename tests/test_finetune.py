@@ -724,6 +724,13 @@ def test_the_run_summary_says_what_was_cut_to_fit():
                            "questions cut to 64 tokens); 9 steps of 32 (3.60 epochs)"), line
     config = _demo_config(batch_size=32, num_epochs=2.0, num_steps=0)
     assert finetune_setup.schedule_config(config, task.train.examples_per_epoch).num_steps == 5  # int(80 / 32 * 2)
+    # Tagging's rows are windows of sentences too, but its epoch counts the windows: the line
+    # counted windows as examples (a walkthrough).
+    task.train = Split("train", {}, np.zeros(100, np.int32), source_examples=80, epoch_of_windows=True)
+    line = finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
+    assert line.startswith("squad: 80 training examples, 3 validation, 3 test (train: 100 windows, an epoch; test: "
+                           "1 of 3 questions cut to 64 tokens); 9 steps of 32 (2.88 epochs)"), line
+    assert finetune_setup.schedule_config(config, task.train.examples_per_epoch).num_steps == 6  # int(100 / 32 * 2)
     task.train = Split("train", {}, np.zeros(100, np.int32), source_examples=100)  # no sentence windowed
     assert "(test: 1 of 3 questions cut" in finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
     # The classes a run guessed from its training file, seen before it trains (a walkthrough: a

@@ -49,8 +49,11 @@ class Split:
     has_labels: False for test splits (GLUE test labels are -1): predicted, not scored.
     truncation: what was cut to fit, for the run's summary ("12 of 3,000 examples cut to 128
       tokens"); "" when nothing was.
-    source_examples: the examples the rows are windows of (span QA's questions), which the
-      original scripts count an epoch in; None when each row is one example.
+    source_examples: the examples the rows are windows of (span QA's questions, tagging's
+      sentences); None when each row is one example.
+    epoch_of_windows: whether an epoch is the rows all the same (tagging, as token
+      classification's recipes count it), not the source examples (span QA: run_squad.py's
+      questions).
     """
 
     name: str
@@ -60,6 +63,7 @@ class Split:
     has_labels: bool = True
     truncation: str = ""
     source_examples: int | None = None
+    epoch_of_windows: bool = False
 
     def __post_init__(self):
         n = len(self.lengths)
@@ -73,6 +77,11 @@ class Split:
     @property
     def examples_per_epoch(self) -> int:
         """What an epoch counts: the source examples, else the rows."""
+        return len(self) if self.source_examples is None or self.epoch_of_windows else self.source_examples
+
+    @property
+    def example_count(self) -> int:
+        """The examples the split holds: the source examples, else the rows."""
         return len(self) if self.source_examples is None else self.source_examples
 
 

@@ -271,7 +271,8 @@ def featurize(tokenizer, examples: TaggingExamples, split_name: str, max_seq_len
     windows = TaggingWindows(examples, sentence_index, np.where(inside, pick(token_word, -1), -1).astype(np.int32))
     logging.info("%s: %d sentences -> %d windows (max_seq_length %d)", examples.source, len(examples), n,
                  max_seq_length)
-    return Split(split_name, features, (length + 2).astype(np.int32), windows, examples.tags is not None)
+    return Split(split_name, features, (length + 2).astype(np.int32), windows, examples.tags is not None,
+                 source_examples=len(examples), epoch_of_windows=True)
 
 
 def load_split(tokenizer, source: str, split: str, label_names: list[str] | None = None,

@@ -75,6 +75,7 @@ def test_long_sentence_windows_predict_every_word_once(bert_tokenizer, max_seq_l
     split = tagging.featurize(bert_tokenizer, _examples(sentences, tags), "dev", max_seq_length, stride)
     windows = split.examples
     assert (np.bincount(windows.sentence_index) > 1).sum() >= 2  # the long sentences are windowed
+    assert split.example_count == 3 and split.examples_per_epoch == len(split) > 3  # an epoch: the windows
     weights = split.features["label_weights"] > 0
     for s, sentence in enumerate(sentences):
         rows = np.flatnonzero(windows.sentence_index == s)
