@@ -22,7 +22,7 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
         key = "input_pattern" if split == "train" else "eval_input_pattern"
         if not data_config[key] and split == "eval":  # (evaluation is on by default)
             raise ValueError("config.data.eval_input_pattern is empty: give the held-out records' globs (made as the "
-                             "training ones were), or evaluate nothing with config.train.eval_every=0")
+                             "training ones were), or have pre-training evaluate nothing with config.train.eval_every=0")
         paths = sources.expand_patterns(data_config[key], f"config.data.{key}", "TFRecord files")
         vocab_size = prepare.vocab_size_for(data_config, data_config.prepared_dir or fileio.join(workdir, "data"))
         return original_tfrecord.OriginalTFRecordPipeline(data_config, paths=paths, batch_size=batch_size,
@@ -39,7 +39,7 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
     if not paths:
         documents = sum(entry["documents"] for entry in metadata["splits"].values())
         fraction = metadata["settings"]["eval_fraction"]  # the folder's: a prepared source's may differ
-        remedy = "; evaluate nothing with config.train.eval_every=0" if split == "eval" else ""
+        remedy = "; have pre-training evaluate nothing with config.train.eval_every=0" if split == "eval" else ""
         raise ValueError(f"{metadata['dir']}: no {split} documents among the corpus's {documents} (prepared with "
                          f"config.data.eval_fraction={fraction}){remedy}")
     epoch_sizes_path = fileio.join(workdir, "epoch_sizes", f"{split}-{process_index:05d}-of-{process_count:05d}.json")

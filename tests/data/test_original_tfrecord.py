@@ -77,7 +77,7 @@ def test_the_original_records_fix_the_cap_and_need_their_own_held_out_files(file
         pretraining_config.check_data_config(data_config(max_seq_length=512, max_predictions_per_seq=76))
     assert not caplog.records
     with pytest.raises(ValueError, match=r"config.data.eval_input_pattern is empty: give the held-out records' globs "
-                                         r".* or evaluate nothing with config.train.eval_every=0"):
+                                         r".* or have pre-training evaluate nothing with config.train.eval_every=0"):
         pipelines.make_pipeline(data_config(files[0]), str(tmp_path), batch_size=6, split="eval")
     # One held-out file on several hosts: every host reads it, as it should, without a warning
     # meant for the training input (a review).
