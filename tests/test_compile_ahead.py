@@ -116,3 +116,8 @@ def test_a_collective_whose_peer_has_gone_is_one_line_and_an_exit_at_once(monkey
     monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
     assert cli.expected_failure(error).startswith(
         "another process of this run has gone (its own output says why): this one stops too (UNKNOWN: Gloo")
+    # A peer killed inside a training step's all-reduce resets the connection (a walkthrough: a
+    # traceback, then a 90 s wait for the heartbeat timeout and an abort).
+    reset = RuntimeError("UNKNOWN: Gloo all-reduce failed: [external/gloo/gloo/transport/tcp/pair.cc:538] Read error "
+                         "[127.0.0.1]:39088: Connection reset by peer")
+    assert cli.expected_failure(reset).startswith("another process of this run has gone")

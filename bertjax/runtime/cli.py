@@ -201,9 +201,11 @@ def expected_failure(error: BaseException) -> str | None:
     return None
 
 
-# What a collective or barrier says when a peer process has gone: gloo's (CPU) closed connection,
-# the coordination service's missed heartbeats.
-_PEER_LOST = ("Connection closed by peer", "heartbeat timeout", "stopped sending heartbeats")
+# What a collective or barrier says when a peer process has gone: gloo's (CPU) closed connection
+# (reset where the peer was killed inside a collective), the coordination service's missed
+# heartbeats.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "heartbeat timeout",
+              "stopped sending heartbeats")
 
 
 def _peer_lost(message: str) -> bool:
