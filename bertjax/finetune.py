@@ -632,7 +632,11 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             with loop.evaluation(step, state), clock.phase("evaluate"):
                 results, predictions = evaluator.evaluate(params, lambda: loop.check_stop_during_evaluation(step))
                 main = results[task.eval_splits[0].name]
-                if best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
+                finite = all(map(math.isfinite, (main["loss"], main[task.main_metric])))
+                if not finite:  # weights gone non-finite (diverging): their argmax scores are no result
+                    log.warning("the evaluation at step %d is not finite (loss %s): not kept as the best", step,
+                                main["loss"])
+                elif best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
                     # replace: a resumed run evaluates a step again, and best/ may hold its
                     # earlier (other) weights and score.
                     best = {"step": step, "metrics": main, "evaluated_on": evaluated_on}

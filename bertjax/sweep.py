@@ -182,9 +182,11 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         runs.append((name, run))
     _check_every_run(config, runs)
     family = tasks.family_of_task(config.task)
-    if config.task in family.own_file_tasks and not (config.data.eval_file or config.data.test_file):
+    scored = config.data.eval_file or (family.scores_test_file and config.data.test_file)
+    if config.task in family.own_file_tasks and not scored:
         raise ValueError(f"config.task={config.task!r} reads your files and none is to evaluate: a sweep ranks its "
-                         "runs by their evaluation (set config.data.eval_file)")
+                         "runs by their evaluation (set config.data.eval_file"
+                         + ("" if family.scores_test_file else "; a test file is predicted, not scored") + ")")
     # One sweep per WORKDIR: a second would run the same runs and write its own partial
     # sweep_results.json (each run's folder has a lock of its own).
     with trainer.hold_lock(workdir):
@@ -283,8 +285,15 @@ def _recorded_metric(workdir: str, name: str) -> str | None:
 
 def _ranked(results: list[dict[str, Any]], metric: str | None) -> list[dict[str, Any]]:
     """The rows best first by `metric` (None: no run evaluated yet), the failed ones after every
-    finished one: a run that diverged keeps its best evaluation before it, which is no result."""
-    return sorted(results, key=lambda row: ("error" in row, -row.get(metric, -math.inf)))
+    finished one: a run that diverged keeps its best evaluation before it, which is no result.
+    Ties go to the lower eval loss, then the run's name: never to the order earlier invocations
+    ran in, which would change the best run (what predict and export load) on a rerun."""
+    def key(row):
+        score, loss = row.get(metric, -math.inf), row.get("eval_loss", math.inf)
+        return ("error" in row, -score if math.isfinite(score) else math.inf, loss if math.isfinite(loss) else math.inf,
+                row["run"])
+
+    return sorted(results, key=key)
 
 
 def _write_results(workdir: str, results: list[dict[str, Any]], metric: str | None) -> None:

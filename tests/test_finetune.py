@@ -412,6 +412,10 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     own.train.update(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
     with pytest.raises(ValueError, match=r"config.task='classification' reads your files and none is to evaluate"):
         sweep.sweep(own, str(tmp_path / "typo"))
+    own.data.test_file = str(tmp_path / "test.tsv")  # predicted, not scored: one run trained, then refused
+    with pytest.raises(ValueError, match=r"none is to evaluate: .* \(set config.data.eval_file; a test file is "
+                                         r"predicted, not scored\)"):
+        sweep.sweep(own, str(tmp_path / "typo"))
     assert len(calls) == 5
     # Runs that evaluate nothing (no eval_file) rank nothing: the sweep stops after the first.
     monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {"best": None, "main_metric": "accuracy"})
@@ -636,6 +640,24 @@ def test_a_run_diverging_after_an_evaluation_keeps_its_best_weights_and_predicts
     assert stopped < 12 and (tmp_path / "checkpoints" / str(stopped)).is_dir()
 
 
+def test_an_evaluation_of_non_finite_weights_is_never_the_best(tmp_path, caplog):
+    """Without warmup, 1e30 makes the first step's weights non-finite: their evaluation (loss
+    NaN, accuracy the argmax of NaN logits) was kept as the diverged run's "best evaluation
+    before it", its result (a walkthrough)."""
+    from bertjax import finetune
+    from bertjax.runtime.errors import TrainingDiverged
+
+    config = _demo_config(num_steps=12, eval_every=1, learning_rate=1e30, max_consecutive_bad_steps=3,
+                          warmup_proportion=0.0)
+    config.model.update(num_hidden_layers=1, **SMALL_MODEL)
+    with caplog.at_level("WARNING"), pytest.raises(TrainingDiverged) as caught:
+        finetune.finetune(config, str(tmp_path))
+    assert "best evaluation" not in str(caught.value) and getattr(caught.value, "result", None) is None
+    assert "the evaluation at step 1 is not finite (loss nan): not kept as the best" in caplog.text
+    assert not (tmp_path / "best").exists() or not any(p.name.isdigit() for p in (tmp_path / "best").iterdir())
+    assert not (tmp_path / "predictions").exists()
+
+
 def test_a_run_diverged_at_its_last_step_is_no_result_when_relaunched(tmp_path, capsys):
     """Divergence is read at log steps, so a short run's only check is its last step, which the
     stop saves: relaunched (a sweep's rerun), that finished run trained nothing and reported its
@@ -819,6 +841,20 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(finetune, "finetune", lambda run, workdir: (_ for _ in ()).throw(TrainingStopped("preempted")))
     with pytest.raises(TrainingStopped, match="preempted"):  # a preemption stops the sweep, to resume
         sweep.sweep(config, str(tmp_path / "diverged"))
+
+    # Tied scores: the lower dev loss, then the name; the earlier invocations' rows came first,
+    # so a narrower rerun changed the best run, which predict and export load (a walkthrough).
+    tied = {1e-3: {"loss": 0.4, "f1": 0.85}, 1e-4: {"loss": 0.3, "f1": 0.85}, 5e-5: {"loss": 0.3, "f1": 0.85}}
+    monkeypatch.setattr(finetune, "finetune", lambda run, workdir: {
+        "best": {"step": 4, "metrics": tied[run.train.learning_rate]}, "main_metric": "f1"})
+    (tmp_path / "tied").mkdir()
+    for rates in ("1e-3", "5e-5", "1e-4", "1e-3"):
+        config.train.sweep_learning_rates = rates
+        sweep.sweep(config, str(tmp_path / "tied"))
+        ranked = [row["run"] for row in json.load(open(tmp_path / "tied" / "sweep_results.json"))]
+        assert ranked[0] == ("lr0.001_batch16_steps20" if rates == "1e-3" and len(ranked) == 1 else
+                             "lr0.0001_batch16_steps20" if len(ranked) == 3 else "lr5e-05_batch16_steps20"), ranked
+    config.train.sweep_learning_rates = "1e-3,1e-4"
 
     # A run that diverged after an evaluation keeps it (its best/ and predictions are written); a
     # warmup share that gives a run's length no step is the run's failure; and the rows so far are

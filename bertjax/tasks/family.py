@@ -37,6 +37,7 @@ class Family:
     name: str = ""                      # task_info["family"]
     tasks: tuple[str, ...] = ()         # the config.task names it serves
     own_file_tasks: tuple[str, ...] = ()  # those that read your files (config.data.train_file, ...)
+    scores_test_file: bool = False      # their labelled test_file is scored, as an eval_file is (else predicted)
     own_file_settings: dict[str, Any] = {}  # config.data keys only those read, and the values that leave them unset
     family_settings: dict[str, Any] = {}  # config.data keys no other family reads, and their defaults
     hf_architecture: str = ""           # its Hugging Face class (BertFor<Task>)

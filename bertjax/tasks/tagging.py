@@ -482,6 +482,7 @@ class TaggingFamily(Family):
     name = "tagging"
     tasks = TASKS
     own_file_tasks = ("ner",)
+    scores_test_file = True
     own_file_settings = {"label_names": "", "tag_column": -1}
     family_settings = {"tag_column": -1}
     hf_architecture = "BertForTokenClassification"
