@@ -63,6 +63,10 @@ def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type, smalles
     return values
 
 
+# Each training value a grid sets -> the grid key that lists its values.
+_GRID_KEYS = {"learning_rate": "sweep_learning_rates", "batch_size": "sweep_batch_sizes", "num_epochs": "sweep_epochs"}
+
+
 def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml_collections.ConfigDict]]) -> None:
     """Each grid point's training values and batch sizes checked before the first run trains, so
     that a bad one fails at the start, naming the sweep key, not after the runs before it; then
@@ -72,9 +76,10 @@ def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml
         try:
             finetune_setup.check_train_values(run.train)
             finetune_setup.check_batch_sizes(run.train, data * fsdp)
-        except ValueError as e:
-            raise ValueError(f"the sweep's run {name} (config.train.sweep_learning_rates, sweep_batch_sizes, "
-                             f"sweep_epochs): {e}") from None
+        except ValueError as e:  # named by the grid key that gave the bad value, where the message says
+            grid = [f"config.train.{key}={config.train[key]!r}" for value, key in _GRID_KEYS.items()
+                    if f"config.train.{value}=" in str(e)]
+            raise ValueError(f"the sweep's run {name} ({', '.join(grid) or 'config.train.sweep_*'}): {e}") from None
     finetune_setup.check_run_settings(runs[0][1])
 
 
@@ -155,16 +160,14 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     finished run's row is reused), prints a table and writes WORKDIR/sweep_results.json
     (with the rows of earlier invocations' other grid points); returns this grid's rows, best
     first by the task's main metric."""
-    grid = [_grid_values(config.train, "sweep_learning_rates", float),
-            _grid_values(config.train, "sweep_batch_sizes", int), _grid_values(config.train, "sweep_epochs", float)]
+    grid = [_grid_values(config.train, key, kind) for key, kind in zip(_GRID_KEYS.values(), (float, int, float))]
     seeds = _grid_values(config.train, "sweep_seeds", int, smallest=0) if str(config.train.sweep_seeds) else [None]
     fixed_steps = config.train.num_steps  # > 0 (e.g. `quick`): every run has this length, whatever its epochs
     if fixed_steps:
         log.warning("config.train.num_steps=%d fixes each run's length: the epochs grid %s is not used",
                     fixed_steps, grid[2])
         grid[2] = [config.train.num_epochs]
-    for key, grid_key, values in (("learning_rate", "sweep_learning_rates", grid[0]),
-                                  ("batch_size", "sweep_batch_sizes", grid[1]), ("num_epochs", "sweep_epochs", grid[2])):
+    for (key, grid_key), values in zip(_GRID_KEYS.items(), grid):
         if config.train[key] not in values:  # e.g. a smaller batch_size given to fit memory
             log.warning("the sweep's grid sets %s (config.train.%s=%s): config.train.%s=%s is not used",
                         key, grid_key, values, key, config.train[key])
@@ -237,13 +240,13 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         # A test file the finished run has not predicted (a row from before the file was
         # recorded, with one given now, predicts once more; none given now: nothing to write).
         if finished and (not run.data.test_file or finished.get("test_file") == run.data.test_file):
-            log.info("the sweep's run %s finished before: its result is reused", name)
+            _say(f"the sweep's run {name} finished before: its result is reused")
             results.append(finished["row"])
             metric = finished["metric"]
             continue
         if finished:
-            log.info("the sweep's run %s finished before: writing its predictions for config.data.test_file=%r",
-                     name, run.data.test_file)
+            _say(f"the sweep's run {name} finished before: writing its predictions for "
+                 f"config.data.test_file={run.data.test_file!r}")
         # A run of config.train.num_steps steps took no part of num_epochs: its row says its steps.
         length = {"steps": run.train.num_steps} if run.train.num_steps else {"epochs": run.train.num_epochs}
         row = {"run": name, "learning_rate": run.train.learning_rate, "batch_size": run.train.batch_size, **length,
@@ -275,6 +278,12 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         metric = next(filter(None, (_recorded_metric(workdir, row["run"]) for row in earlier)), None)
     _write_results(workdir, results, metric)  # (every run's row reused: the file may predate one)
     return results, metric
+
+
+def _say(line: str) -> None:
+    """A line for the console (process 0): what the sweep does with a run it did not train now."""
+    if jax.process_index() == 0:
+        print(line, flush=True)
 
 
 def _recorded_metric(workdir: str, name: str) -> str | None:

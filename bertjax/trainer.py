@@ -483,6 +483,11 @@ def hold_lock(workdir: str) -> Iterator[None]:
 _HOST_LOCAL_SETTINGS = ("train.feature_cache_dir",)
 
 
+# A digest of the rows every host reads -> the settings naming the files they come from (same
+# paths, other contents: a host with its own copy).
+_DIGESTED_FILES = {"train_data_digest": ("data.train_file",), "evaluation_digest": ("data.eval_file", "data.test_file")}
+
+
 def check_same_on_every_process(settings: dict[str, Any]) -> None:
     """ValueError on every process when the processes of a multi-host run were given other
     `settings` (the run's saved config, with digests of the data every host reads): each would
@@ -509,8 +514,9 @@ def check_same_on_every_process(settings: dict[str, Any]) -> None:
         other = next((p for p in range(len(every)) if not np.array_equal(every[p, key_index], every[0, key_index])),
                      None)
         if other is not None:
-            what = (f"the data it read ({key})" if key.endswith("_digest") else
-                    f"{key} ({flat[key]!r} on process {jax.process_index()})")
+            files = [f"{name}={flat[name]!r}" for name in _DIGESTED_FILES.get(key, ()) if flat.get(name)]
+            what = (f"the data it read ({key}{': ' + ', '.join(files) if files else ''})" if key.endswith("_digest")
+                    else f"{key} ({flat[key]!r} on process {jax.process_index()})")
             raise ValueError(f"process {other} differs from process 0 in {what}: give every host the same command, "
                              "and the same files")
 

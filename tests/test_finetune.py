@@ -354,6 +354,8 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog, monkeypatch)
     # Resumable: finished runs are not trained again (a retrain would give the same rows here).
     monkeypatch.setattr(finetune, "finetune", lambda config, workdir: pytest.fail(f"{workdir} trained again"))
     assert sweep.sweep(config, str(tmp_path)) == results
+    # ...and the console says so (a walkthrough: the table alone, as if both had run again).
+    assert f"the sweep's run {results[0]['run']} finished before: its result is reused" in capsys.readouterr().out
 
 
 def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other_settings(tmp_path, monkeypatch):
@@ -450,7 +452,8 @@ def test_a_sweeps_rerun_compares_its_files_by_content_not_path(tmp_path, monkeyp
         sweep.sweep(config, str(tmp_path / "grid"))
     (tmp_path / "dev.csv").unlink()  # gone (a recreated machine): the finished rows are still the table
     sweep.sweep(config, str(tmp_path / "grid"))
-    # An evaluation file where the first runs had none (ranked by a labelled test file) is another sweep.
+    # An evaluation file where the first runs had none (NER's: ranked by a tagged test file) is another sweep.
+    config.task = "ner"
     config.data.update(eval_file="", test_file=str(tmp_path / "moved" / "train.csv"))
     sweep.sweep(config, str(tmp_path / "no_eval"))
     config.data.eval_file = str(tmp_path / "moved" / "train.csv")
@@ -916,8 +919,8 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     trained = []
     monkeypatch.setattr(finetune, "finetune", lambda run, workdir: trained.append(run) or {})
     config.train.update(sweep_batch_sizes="16,12")
-    with pytest.raises(ValueError, match=r"the sweep's run lr0.001_batch12_steps20 \(config.train.sweep_learning_rates, "
-                                         r"sweep_batch_sizes, sweep_epochs\): config.train.batch_size=12 must be "
+    with pytest.raises(ValueError, match=r"the sweep's run lr0.001_batch12_steps20 \(config.train.sweep_batch_sizes="
+                                         r"'16,12'\): config.train.batch_size=12 must be "
                                          r"divisible by the data-parallel size"):
         sweep.sweep(config, str(tmp_path / "uneven"))
     assert not trained

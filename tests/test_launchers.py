@@ -26,6 +26,8 @@ CASES = [
     ("pretrain.py", [PRETRAIN, "--config.train.num_steps=abc"], "--config.train.num_steps=abc"),
     ("finetune.py", [FINETUNE + ":demo", "--config.train.warmup_steps=3"],  # spelling would say 'num_steps'
      "--config.train.warmup_steps: no such config key; did you mean 'warmup_proportion'?"),
+    ("finetune.py", [FINETUNE + ":demo,sweep", "--config.train.sweep_lrs=1e-3"],  # spelling would say 'sweep'
+     "--config.train.sweep_lrs: no such config key; did you mean 'sweep_learning_rates'?"),
     ("pretrain.py", [PRETRAIN, "--config.tain.num_steps=3"], "--config.tain.num_steps: no config section 'tain'; "
                                                              "did you mean 'train'?"),
     # A config given to the other training launcher.

@@ -329,7 +329,8 @@ def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch)
         return arrays
 
     monkeypatch.setattr(jax, "process_count", lambda: 2)
-    mine = {"train": {"learning_rate": 0.001, "feature_cache_dir": "/tmp/a"}, "evaluation_digest": "aaaa"}
+    mine = {"train": {"learning_rate": 0.001, "feature_cache_dir": "/tmp/a"}, "evaluation_digest": "aaaa",
+            "data": {"eval_file": "dev.csv", "test_file": ""}}
     outcomes = {}
     # (a sweep's temporary feature cache lies under each host's own $TMPDIR: a review)
     for name, theirs in [("same", {**mine, "train": {"learning_rate": 0.001, "feature_cache_dir": "/var/tmp/b"}}),
@@ -346,7 +347,8 @@ def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch)
         "same": None,
         "rate": "process 1 differs from process 0 in train.learning_rate (0.001 on process 0): give every host the "
                 "same command, and the same files",
-        "data": "process 1 differs from process 0 in the data it read (evaluation_digest): give every host the same "
-                "command, and the same files",
+        # (the file named: a walkthrough's two hosts had other copies of one relative path)
+        "data": "process 1 differs from process 0 in the data it read (evaluation_digest: data.eval_file='dev.csv'): "
+                "give every host the same command, and the same files",
         "keys": "process 1 was given other settings than process 0 (another bertjax version, or config file): give "
                 "every host the same command"}

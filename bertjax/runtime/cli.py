@@ -268,8 +268,25 @@ def _closest_key(override: str, flag_name: str, argv: list[str]) -> str | None:
         return None
     if _OTHER_STAGES_KEY.get(key) in keys:
         return _OTHER_STAGES_KEY[key]
+    abbreviated = [name for name in keys if _abbreviates(key.split("_"), name.split("_"))]
+    if len(abbreviated) == 1:  # sweep_lr: sweep_learning_rates, where spelling alone says 'sweep'
+        return abbreviated[0]
     close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     return close[0] if close else next((name for name in keys if key in name), None)
+
+
+def _abbreviates(typed: list[str], words: list[str]) -> bool:
+    """Whether the words of a typed key abbreviate a key's words, in order and all of them: each
+    a word itself or the initials of a run of words, with or without a plural "s"
+    (['sweep', 'lrs'] of ['sweep', 'learning', 'rates']; ['lr'] of ['learning', 'rate'])."""
+    if not typed or not words:
+        return not typed and not words
+    for n in range(1, len(words) + 1):
+        initials = "".join(word[0] for word in words[:n])
+        spelled = n == 1 and typed[0] == words[0]
+        if (spelled or (n > 1 and typed[0] in (initials, initials + "s"))) and _abbreviates(typed[1:], words[n:]):
+            return True
+    return False
 
 
 # A key of one stage's config.train -> the other stage's for the same thing (spelling alone
