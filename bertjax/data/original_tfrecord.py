@@ -17,10 +17,11 @@ import numpy as np
 from google.protobuf import message
 
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
-                                  shuffle_seed, without_autotuning_thread)
+                                  shuffle_seed, tf_message, without_autotuning_thread)
 from bertjax.runtime.tf_cpu import no_autograph, tf
 
 _MAX_EPOCHS = 1 << 40
+_COUNT_BATCH = 4096  # records counted per Python step while counting an epoch
 
 
 def feature_spec(max_seq_length: int, max_predictions: int) -> dict:
@@ -42,7 +43,7 @@ def _check_first_record(path: str, spec: dict, vocab_size: int | None) -> None:
     try:
         first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
     except tf.errors.OpError as e:
-        raise ValueError(f"unreadable TFRecord file {path}: {e.message.splitlines()[0]}") from e
+        raise ValueError(f"unreadable TFRecord file {path}: {tf_message(e)}") from e
     if first is None:
         raise ValueError(f"no records in {path}")
     try:
@@ -50,16 +51,29 @@ def _check_first_record(path: str, spec: dict, vocab_size: int | None) -> None:
     except message.DecodeError:
         raise ValueError(f"{path}: its records are not tf.train.Example protos (not a create_pretraining_data.py "
                          "file; a bertjax prepared shard is read with config.data.source='prepared')") from None
-    for key, feature in spec.items():
-        if key not in example.features.feature:
-            raise ValueError(f"{path}: feature {key!r} missing (not a create_pretraining_data.py record?)")
-        values = example.features.feature[key]
-        length = len(values.float_list.value) if feature.dtype == tf.float32 else len(values.int64_list.value)
-        if length != feature.shape[0]:
-            raise ValueError(f"{path}: feature {key!r} has {length} values, the config expects {feature.shape[0]} "
-                             "(check config.data.max_seq_length / max_predictions_per_seq)")
+    problem = _example_problem(example, spec)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
     for key in _TOKEN_IDS:
         _check_ids(max(example.features.feature[key].int64_list.value, default=0), vocab_size, path)
+
+
+def _example_problem(example: tf.train.Example, spec: dict) -> str | None:
+    """What keeps a record from parsing as `spec` says (a feature missing, of another type or
+    length), or None."""
+    for key, feature in spec.items():
+        if key not in example.features.feature:
+            return f"feature {key!r} missing (not a create_pretraining_data.py record?)"
+        values = example.features.feature[key]
+        floats, ints = len(values.float_list.value), len(values.int64_list.value)
+        wanted, other = ("float", "int64") if feature.dtype == tf.float32 else ("int64", "float")
+        length = floats if wanted == "float" else ints
+        if not length and (ints or floats or len(values.bytes_list.value)):
+            return f"feature {key!r} holds {other if ints or floats else 'bytes'} values; {wanted} was expected"
+        if length != feature.shape[0]:
+            return (f"feature {key!r} has {length} values, the config expects {feature.shape[0]} (check "
+                    "config.data.max_seq_length / max_predictions_per_seq)")
+    return None
 
 
 # Features holding token ids: each below the vocabulary's size, or its embedding lookup gives NaN.
@@ -109,16 +123,39 @@ class OriginalTFRecordPipeline:
     def epoch_size(self) -> int:
         """Records per epoch on this host (one counting pass, cached)."""
         if self._epoch_size is None:
-            self._epoch_size = int(self._epoch(tf.constant(0, tf.int64)).reduce(tf.constant(0, tf.int64),
-                                                                                no_autograph(lambda n, _: n + 1)))
+            self._epoch_size = self._count(self._epoch(tf.constant(0, tf.int64)))
         return self._epoch_size
 
     def holds_at_least(self, count: int) -> bool:
         """Whether an epoch has at least `count` records on this host (reads no further)."""
         if self._epoch_size is not None:
             return self._epoch_size >= count
-        records = self._epoch(tf.constant(0, tf.int64)).take(count)
-        return int(records.reduce(tf.constant(0, tf.int64), no_autograph(lambda n, _: n + 1))) >= count
+        return self._count(self._epoch(tf.constant(0, tf.int64)).take(count)) >= count
+
+    def _count(self, records: tf.data.Dataset) -> int:
+        """The records of `records`; a file that cannot be read is named (a resume counts the
+        whole corpus before its first step: a truncated file stopped it with a traceback)."""
+        sizes = records.batch(_COUNT_BATCH).map(no_autograph(lambda batch: tf.shape(batch, tf.int64)[0]))
+        return sum(int(size) for size in iterate_naming_bad_files(sizes, self._host_paths(), self._bad_records))
+
+    def _host_paths(self) -> list[str]:
+        return [self.paths[i] for i in self.file_ids]
+
+    def _bad_records(self, serialized: tf.Tensor, offset: int) -> str | None:
+        """<string>[N] records (the first the file's record `offset`) -> the first one that does
+        not parse as the config says, or None."""
+        try:
+            self._parse(serialized)
+            return None
+        except tf.errors.InvalidArgumentError as e:
+            for index, record in enumerate(serialized.numpy(), start=offset + 1):
+                try:
+                    problem = _example_problem(tf.train.Example.FromString(record), self.spec)
+                except message.DecodeError:
+                    problem = "not a tf.train.Example proto"
+                if problem:
+                    return f"record {index}: {problem}"
+            return tf_message(e)
 
     def _parse(self, serialized: tf.Tensor) -> dict:
         features = tf.io.parse_example(serialized, self.spec)
@@ -141,9 +178,8 @@ class OriginalTFRecordPipeline:
 
     def batches(self, start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
         """Host-local numpy batches from batch `start_batch` on, exactly as a fresh iterator's."""
-        paths = [self.paths[i] for i in self.file_ids]
-        for batch in iterate_naming_bad_files(self.dataset(start_batch), paths,
-                                              lambda serialized: self._parse(serialized) and None):
+        paths = self._host_paths()
+        for batch in iterate_naming_bad_files(self.dataset(start_batch), paths, self._bad_records):
             for key in _TOKEN_IDS:
                 _check_ids(int(batch[key].max()), self.vocab_size, f"a record ({key}) of {', '.join(paths[:2])}"
                            + (f" and {len(paths) - 2} more files" if len(paths) > 2 else ""))

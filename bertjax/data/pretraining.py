@@ -52,7 +52,7 @@ from absl import logging
 from bertjax.runtime import fileio
 from bertjax.data import masking, pairing, shards
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
-                                  shuffle_seed, without_autotuning_thread)
+                                  shuffle_seed, tf_message, without_autotuning_thread)
 from bertjax.data.pretraining_config import check_data_config
 from bertjax.runtime.tf_cpu import no_autograph, tf
 
@@ -69,12 +69,13 @@ DOCUMENT_FIELDS = ("sequence_ids", "position_ids", "cls_positions")  # full_rows
 _DOC_ORDER, _CHUNK, _INSTANCE_ORDER, _BATCH, _PACK = range(5)
 
 
-def check_document_batch(serialized: tf.Tensor) -> str | None:
-    """<string>[N] shard records -> what is wrong with them, or None."""
+def check_document_batch(serialized: tf.Tensor, offset: int) -> str | None:
+    """<string>[N] shard records (the first the file's record `offset`) -> what is wrong with
+    them, or None."""
     try:
         shards.parse_documents(serialized)
     except tf.errors.InvalidArgumentError as e:
-        return e.message.splitlines()[0]
+        return f"a corrupt record among records {offset + 1}-{offset + len(serialized)} ({tf_message(e)})"
     return None
 
 

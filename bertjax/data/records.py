@@ -6,6 +6,7 @@ feature names of the original create_pretraining_data.py records.
 
 from __future__ import annotations
 
+import re
 from concurrent import futures
 from typing import Callable, Iterator
 
@@ -19,8 +20,17 @@ from bertjax.runtime.tf_cpu import tf
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                  "masked_lm_weights", "next_sentence_labels")
 
-# <string>[N] serialized records -> what is wrong with them, or None.
-BatchCheck = Callable[[tf.Tensor], "str | None"]
+# <string>[N] serialized records, the first one's index in its file -> what is wrong with
+# them, or None.
+BatchCheck = Callable[[tf.Tensor, int], "str | None"]
+
+
+def tf_message(error: tf.errors.OpError) -> str:
+    """A TensorFlow error's first line without the op's wrapping ("{{function_node ...}}",
+    "[Op:ParseExampleV2] name:"), which says nothing to a user."""
+    line = error.message.strip().splitlines()[0] if error.message.strip() else type(error).__name__
+    line = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", line)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", line).strip()
 
 
 def without_autotuning_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -35,17 +45,23 @@ def without_autotuning_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
-def find_bad_file(paths: list[str], check_batch: BatchCheck) -> tuple[str, str] | None:
-    """Reads every record of every file; returns (path, reason) for the first bad one, else None."""
+def find_bad_file(paths: list[str], check_batch: BatchCheck) -> str | None:
+    """Reads every record of every file: a line naming the first bad file and what is wrong
+    with it (records that cannot be read, or one `check_batch` finds wrong), else None."""
     for path in paths:
+        offset = 0
         try:
-            for batch in tf.data.TFRecordDataset(path).batch(4096):
-                problem = check_batch(batch)
+            for batch in tf.data.TFRecordDataset(path).batch(_CHECK_BATCH):
+                problem = check_batch(batch, offset)
                 if problem:
-                    return path, problem
+                    return f"{path}: {problem}"
+                offset += int(batch.shape[0])
         except tf.errors.OpError as e:
-            return path, e.message.splitlines()[0]
+            return f"corrupt or truncated file {path}: {tf_message(e)}"
     return None
+
+
+_CHECK_BATCH = 4096  # records a check reads at once
 
 
 def iterate_naming_bad_files(dataset: tf.data.Dataset, paths: list[str],
@@ -61,7 +77,7 @@ def iterate_naming_bad_files(dataset: tf.data.Dataset, paths: list[str],
             bad = find_bad_file(paths, check_batch)
             if bad is None:
                 raise
-            raise ValueError(f"corrupt or truncated file {bad[0]}: {bad[1]}") from e
+            raise ValueError(bad) from e
         yield batch
 
 

@@ -142,10 +142,46 @@ def test_truncated_file_is_named(files):
     with open(files[2], "r+b") as f:
         f.truncate(os.path.getsize(files[2]) - 30)
     pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=4)
-    with pytest.raises(ValueError, match=f"corrupt or truncated file {files[2]}"):
+    with pytest.raises(ValueError, match=f"corrupt or truncated file {files[2]}: truncated record at \\d+"):
         it = pipeline.batches()
         for _ in range(30):
             next(it)
+    # A resume counts the epoch before its first batch (the default shuffle buffer reads it whole
+    # too): the count raised TensorFlow's DataLossError, naming no file, on every relaunch (a walkthrough).
+    pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=files, batch_size=4)
+    with pytest.raises(ValueError, match=f"corrupt or truncated file {files[2]}"):
+        next(pipeline.batches(start_batch=20))
+
+
+def test_a_bad_record_inside_a_file_is_named_by_its_number_and_feature(files, tmp_path):
+    """A record past the first with 31 of 32 input_ids was "corrupt or truncated" with
+    TensorFlow's op wrapping; one with integer weights "had 0 values" (a walkthrough)."""
+    bad = str(tmp_path / "bad.tfrecord")
+    good = [r.numpy() for r in tf.data.TFRecordDataset(files[0])]
+    for feature, change, said in [
+            ("input_ids", lambda f: f.int64_list.value.pop(), f"record 3: feature 'input_ids' has {SEQ - 1} values, "
+                                                             f"the config expects {SEQ}"),
+            ("masked_lm_weights",
+             lambda f: f.CopyFrom(tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * PRED))),
+             "record 3: feature 'masked_lm_weights' holds int64 values; float was expected")]:
+        example = tf.train.Example.FromString(good[2])
+        change(example.features.feature[feature])
+        with tf.io.TFRecordWriter(bad) as writer:
+            for record in good[:2] + [example.SerializeToString()] + good[3:]:
+                writer.write(record)
+        pipeline = original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=[bad], batch_size=4)
+        with pytest.raises(ValueError, match=f"^{bad}: {said}"):
+            for _ in pipeline.batches():
+                pass
+
+
+def test_tensorflows_op_wrapping_is_left_out_of_messages(tmp_path):
+    path = str(tmp_path / "text.tfrecord")
+    open(path, "w").write("hello world\n")
+    with pytest.raises(ValueError) as caught:
+        original_tfrecord.OriginalTFRecordPipeline(data_config(), paths=[path], batch_size=4)
+    assert str(caught.value).startswith(f"unreadable TFRecord file {path}: corrupted record at 0")
+    assert "function_node" not in str(caught.value) and "[Op:" not in str(caught.value)
 
 
 def test_token_ids_beyond_the_vocabulary_are_refused(files):

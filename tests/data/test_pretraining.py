@@ -515,7 +515,8 @@ def test_shard_with_a_malformed_record_is_named(tmp_path):
         writer.write(np.array([3, 1, 1, 9], "<i4").tobytes())  # sentences of 1, 1 and 9 tokens, no tokens
     pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=8,
                                                tokenizer=synthetic.tokenizer_for(100))
-    with pytest.raises(ValueError, match=f"corrupt or truncated file {paths[0]}: sentence lengths do not add up"):
+    with pytest.raises(ValueError, match=f"{paths[0]}: a corrupt record among records 1-2 \\(sentence lengths do not "
+                                         "add up"):
         take(pipeline, 200)
 
 
