@@ -427,12 +427,14 @@ class Tokenizer:
 
     def token_text(self, token_id: int) -> str:
         """A token as a reader writes it: decoded alone, without the space byte-level BPE and
-        SentencePiece put on a word's first token ('Ġcat', '▁cat' -> 'cat'); WordPiece's
-        vocabulary entry as it is ('##ing' says it continues a word)."""
+        SentencePiece put on a word's first token ('Ġcat', '▁cat' -> 'cat'), a token of
+        whitespace alone as that whitespace ('Ġ' -> ' ', 'Ċ' -> '\\n'); WordPiece's vocabulary
+        entry as it is ('##ing' says it continues a word)."""
         token = self.id_to_token(token_id)
         if self._wordpiece is not None:
             return token
-        return self.decode([token_id]).strip() or token
+        decoded = self.decode([token_id])
+        return decoded.strip() or decoded or token
 
     def continuation_mask(self) -> np.ndarray:
         """<bool>[vocab_size]: True where a token continues the previous token's word.

@@ -44,7 +44,8 @@ FLAGS = flags.FLAGS
 
 def render(example: dict, tokenizer) -> str:
     """One sequence as text, a word at a time: its tokens decoded together (WordPiece's "##",
-    byte-level BPE's "Ġ" and SentencePiece's "▁" gone); masked positions as [original→shown]; a
+    byte-level BPE's "Ġ" and SentencePiece's "▁" gone; a token of whitespace alone as "␣" or
+    "\\n"); masked positions as [original→shown]; a
     word piece joined to the word before it, but not to [CLS] or [SEP] (a segment cut at its
     front starts with one) nor to a masked token."""
     ids, n = [int(i) for i in example["input_ids"]], int(example["input_mask"].sum())
@@ -54,7 +55,10 @@ def render(example: dict, tokenizer) -> str:
     continues = tokenizer.continuation_mask()
 
     def text(word: list[int]) -> str:
-        return tokenizer.decode(word).strip() or tokenizer.id_to_token(word[0])  # (a control piece decodes to "")
+        decoded = tokenizer.decode(word)
+        if decoded and not decoded.strip():  # a byte-level BPE's lone "Ġ" (the space before a digit), "Ċ"
+            return repr(decoded)[1:-1].replace(" ", "\u2423")
+        return decoded.strip() or tokenizer.id_to_token(word[0])  # (a control piece decodes to "")
 
     words: list[list[int] | str] = []  # a word's ids, or a masked position's rendering
     for position in range(n):

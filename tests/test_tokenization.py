@@ -380,6 +380,7 @@ def test_a_tokens_text_is_written_without_the_space_marker_of_its_kind(tmp_path)
     word = bpe.encode(" layers")
     assert len(word) == 1 and bpe.id_to_token(word[0]) == "\u0120layers" and bpe.token_text(word[0]) == "layers"
     assert bpe.token_text(bpe.mask_id) == "[MASK]"
+    assert bpe.token_text(bpe.encode(" 3")[0]) == " "  # a lone 'Ġ' is a space, not its marker
     pieces = tokenization.load_tokenizer(
         "sentencepiece", vocabularies.train_sentencepiece(CORPUS, vocab_size=80, output_dir=str(tmp_path)))
     fox = pieces.encode("fox")

@@ -67,6 +67,16 @@ def test_a_rows_words_read_as_words_whatever_marks_the_tokenizer_uses(tmp_path, 
               "masked_lm_weights": np.ones(1)}
     shown = inspect_data.render(masked, tokenizer)
     assert f"[{tokenizer.decode([row[3]]).strip() or tokenizer.id_to_token(row[3])}→[MASK]]" in shown, shown
+    if kind != "wordpiece":  # the space before a masked digit, a token alone: shown as "Ġ" (a walkthrough)
+        ids = tokenizer.encode("About 3 cats")
+        digit = ids.index(tokenizer.encode("3")[0])
+        assert tokenizer.id_to_token(ids[digit - 1]) == "\u0120"
+        row = [tokenizer.cls_id, *ids, tokenizer.sep_id]
+        row[digit + 1] = tokenizer.mask_id
+        spaced = {"input_ids": np.array(row), "input_mask": np.ones(len(row), np.int32),
+                  "masked_lm_positions": np.array([digit + 1]), "masked_lm_ids": np.array([ids[digit]]),
+                  "masked_lm_weights": np.ones(1)}
+        assert inspect_data.render(spaced, tokenizer).startswith("[CLS] About \u2423 [3→[MASK]]")
 
 
 def test_each_corpus_gets_its_own_default_folder(tmp_path):
