@@ -364,7 +364,7 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     untrained = source.untrained_past(length)
     if untrained:  # as fine-tuning warns: outputs of longer inputs would come from untrained weights
         logging.warning("max_seq_length=%d is longer than %s; inputs longer than that meet them (max_seq_length=%d "
-                        "cuts them there, marked truncated)", length, untrained, source.max_seq_length)
+                        "keeps to the trained positions)", length, untrained, source.max_seq_length)
     if not _is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     devices = jax.local_devices()

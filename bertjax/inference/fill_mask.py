@@ -14,6 +14,7 @@ import numpy as np
 from bertjax.models import BertEncoder
 from bertjax.models.config import BertConfig
 from bertjax.models.heads import MaskedLMHead, gather_positions
+from bertjax.models.variable_table import is_modern
 from bertjax.tasks.common import Split
 from bertjax.tasks.family import at_position
 from bertjax.tasks.raw_text import not_one_string, text_pair
@@ -51,9 +52,9 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
     "truncated": True when the text was longer than max_seq_length (the model saw its first
     tokens only, so context after a mask may be missing even when every mask is answered)."""
     if "mlm" not in model.heads:
+        hugging_face = "ModernBertForMaskedLM" if is_modern(model.bert) else "BertForMaskedLM/BertForPreTraining"
         raise ValueError(f"{model.source.path} has no masked-LM head (it has {list(model.heads) or 'only the encoder'})"
-                         "; fill-mask needs a pre-training checkpoint or a Hugging Face BertForMaskedLM/"
-                         "BertForPreTraining")
+                         f"; fill-mask needs a pre-training checkpoint or a Hugging Face {hugging_face}")
     known = model.tokenizer.vocab_size  # (a table padded past the tokenizer: rows no token reads)
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= known:
         raise ValueError(f"top_k must be an int in [1, {known}], got {top_k!r}")

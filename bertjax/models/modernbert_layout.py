@@ -302,8 +302,9 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     architecture = MODERN_FOR_BERT.get(architecture, architecture) or next(
         name for name, classes_heads in MODERNBERT_ARCHITECTURES.items() if classes_heads == held)
     if MODERNBERT_ARCHITECTURES.get(architecture) != held:
+        fitting = sorted(name for name, classes_heads in MODERNBERT_ARCHITECTURES.items() if classes_heads == held)
         raise ValueError(f"export_huggingface: architecture {architecture!r} does not hold the heads "
-                         f"{sorted(set(params) - {'bert'})}; expected one of {sorted(MODERNBERT_ARCHITECTURES)}")
+                         f"{sorted(set(params) - {'bert'})}; expected {' or '.join(fitting) or 'none'}")
     if architecture == "ModernBertForMultipleChoice" and num_labels != 1:  # its classifier scores each choice
         raise ValueError(f"export_huggingface: ModernBertForMultipleChoice has a classifier of one output (a score "
                          f"per choice); this one has {num_labels}")

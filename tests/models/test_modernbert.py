@@ -169,6 +169,18 @@ def test_an_export_hugging_face_cannot_hold_says_why(tmp_path):
     with pytest.raises(ValueError, match="fine-tuned with config.model.token_transform=False"):
         convert.export_huggingface(config, bare, str(tmp_path / "tags"), architecture="BertForTokenClassification")
     assert not os.path.exists(tmp_path / "tags")
+    # Another class than the heads': the one that holds them is named, not a list with the refused one
+    # in it (a walkthrough).
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "classifier"))
+    with pytest.raises(ValueError, match=r"'ModernBertForMaskedLM' does not hold the heads \['classifier'\]; "
+                                         r"expected ModernBertForMultipleChoice or ModernBertForSequenceClassification$"):
+        convert.export_huggingface(config, params, str(tmp_path / "mlm"), architecture="ModernBertForMaskedLM")
+    # ...and fill-mask on a model without the masked-LM head names ModernBERT's class that has one.
+    import bertjax
+
+    with pytest.raises(ValueError, match="fill-mask needs a pre-training checkpoint or a Hugging Face "
+                                         "ModernBertForMaskedLM$"):
+        bertjax.load_model(os.path.join(HF_DIR, "classifier")).fill_mask(["a [MASK] b"])
 
 
 @pytest.mark.parametrize("model", ["masked_lm", "classifier", "token_classifier", "question_answering"])
