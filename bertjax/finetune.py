@@ -131,6 +131,14 @@ def pooler_from_masked_lm(source: model_source.ModelSource, bert: BertConfig) ->
     return bert.pooler != "tanh" and not source.pooler_trained and source.layout == "bertjax"
 
 
+def pooler_origin(source: model_source.ModelSource, bert: BertConfig) -> str:
+    """Where a head reading the pooled [CLS] finds its pooler, for the start-up line (its
+    masked-LM transform, or an untrained one); "" for the checkpoint's trained pooler."""
+    if pooler_from_masked_lm(source, bert):
+        return "; the pooler from its masked-LM transform"
+    return "" if source.pooler_trained else "; its pooler never trained (as initialised)"
+
+
 # ======================================================================================
 # Batches and predictions on the host.
 # ======================================================================================
@@ -554,6 +562,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     except BaseException:  # an async checkpointer left open fails in its thread at exit: a second error line
         checkpointer.close()
         raise
+    if source and reads_pooler and how.startswith("initialised"):
+        how += pooler_origin(source, bert)
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
     start_step = int(jax.device_get(state.step))

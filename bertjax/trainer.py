@@ -404,7 +404,8 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
         if pretrained is not None:
             loaded = place_params(pretrained(), abstract.params, shardings.params, pretrained_source)
             params = {**params, **loaded}
-            how = f"initialised {sorted(loaded)} from {pretrained_source}; the rest from scratch"
+            new = sorted(set(params) - set(loaded))
+            how = f"initialised {sorted(loaded)} from {pretrained_source}" + (f"; {new} new" if new else "")
         state = jax.jit(lambda p: new_state(p, optimizer, frozen), out_shardings=shardings, donate_argnums=0)(params)
     return state, how
 

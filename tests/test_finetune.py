@@ -90,7 +90,7 @@ def test_partial_restore_takes_the_encoder_bit_for_bit_and_a_fresh_head(pretrain
                                        optimizer=optimizer, mesh=mesh,
                                        pretrained=lambda: finetune.pretrained_params(config, source, bert, abstract.params),
                                        pretrained_source=config.init_checkpoint)
-    assert "initialised ['bert']" in how
+    assert how == f"initialised ['bert'] from {config.init_checkpoint}; ['classifier'] new"  # (not "the rest")
     _, saved = load_pretrained(config.init_checkpoint)
     restored, fresh = jax.device_get(state.params), jax.device_get(jax.jit(lambda: __import__("flax").linen.unbox(
         init_params()))())
@@ -1170,6 +1170,11 @@ def test_a_modern_masked_lm_runs_pooler_starts_from_its_masked_lm_transform():
         assert params["bert"]["pooler_norm"] is expected["transform_norm"]
     untrained = Run("run", "bertjax", "run/checkpoints/1", bert, None, pooler_trained=False)
     assert finetune.pooler_from_masked_lm(untrained, bert)
+    # The start-up line says which (a walkthrough: "initialised ['bert']" for all three).
+    assert finetune.pooler_origin(untrained, bert) == "; the pooler from its masked-LM transform"
+    assert finetune.pooler_origin(Run("run", "bertjax", "run/checkpoints/1", bert, None), bert) == ""
+    assert finetune.pooler_origin(Run("hf", "huggingface", "hf", bert, None, pooler_trained=False), bert) == (
+        "; its pooler never trained (as initialised)")
     assert not finetune.pooler_from_masked_lm(untrained, BertConfig.preset("tiny", vocab_size=50))  # BERT's tanh
 
 
