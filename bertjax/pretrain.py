@@ -285,8 +285,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     tokenizer = trainer.process_zero_first(lambda: prepare.load_tokenizer_for(config.data, data_dir), "tokenizer")
     run_config.check_same_tokenizer(workdir, tokenizer)  # before WORKDIR/tokenizer is written again
     devices, processes = jax.device_count(), jax.process_count()
-    loop_console = (f"mesh data {mesh.shape['data']} x fsdp {mesh.shape['fsdp']} x tensor {mesh.shape['tensor']} over "
-                    f"{devices} device{'s' * (devices > 1)} ({processes} process{'es' * (processes > 1)})")
+    loop_console = (f"model {bert.describe()}; tokenizer {tokenizer.kind} {str(tokenizer.path).rsplit('/', 1)[-1]} "
+                    f"({tokenizer.vocab_size} tokens); mesh data {mesh.shape['data']} x fsdp {mesh.shape['fsdp']} "
+                    f"x tensor {mesh.shape['tensor']} over {devices} device{'s' * (devices > 1)} "
+                    f"({processes} process{'es' * (processes > 1)})")
 
     # -- Model, objective, optimizer, shardings (abstract): a resume the run's checkpoints
     #    cannot give is refused now, not after hours of data preparation. --

@@ -501,7 +501,12 @@ def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five
     monkeypatch.setattr(trainer, "compile_step", lambda *args: compiled.append(args) or (args[0], 0.0))
     _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.train.eval_every=5")
     assert compiled == []
-    assert "at step 5 of 5: nothing left to train" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "at step 5 of 5: nothing left to train" in printed
+    # The model and tokenizer are named (a walkthrough: a modern preset trained on the demo's
+    # WordPiece with nothing said).
+    assert re.search(r"model 1 layer of 64 \(2 heads\); tokenizer wordpiece demo_vocab-\S+\.txt \(\d+ tokens\); "
+                     r"mesh data", printed), printed
 
 
 def test_a_finished_run_owing_its_last_evaluation_evaluates_it_when_relaunched(tmp_path, prepared_dir, five_steps,

@@ -223,6 +223,22 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    def describe(self) -> str:
+        """The architecture in a few words, for a run's start-up line: "4 layers of 128 (2 heads),
+        rotary positions, a 16-token window in 2 of 3 layers, pre-norm, GeGLU"."""
+        layers = self.num_hidden_layers
+        parts = [f"{layers} layer{'s' * (layers > 1)} of {self.hidden_size} ({self.num_attention_heads} heads)"]
+        if self.position_embedding != "absolute":
+            parts.append("rotary positions")
+        local = sum(not self.is_global_layer(i) for i in range(self.num_hidden_layers))
+        if self.attention_window and local:
+            parts.append(f"a {self.attention_window}-token window in {local} of {self.num_hidden_layers} layers")
+        if self.norm_placement != "post":
+            parts.append(f"{self.norm_placement}-norm")
+        if self.gated_mlp:
+            parts.append("a gated MLP")
+        return ", ".join(parts)
+
     @property
     def length_multiple(self) -> int:
         """Every batch's sequence length must be a multiple of this: splash's kernel tiles the

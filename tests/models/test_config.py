@@ -69,3 +69,10 @@ def test_a_rotary_checkpoints_context_can_grow_and_idle_position_settings_are_re
     with pytest.raises(ValueError, match=r"lstm_hidden_size=256 has no effect with tagging_head='linear'"):
         resolve({"lstm_hidden_size": 256}, preset="tiny")
     assert resolve({"lstm_hidden_size": 256, "tagging_head": "bilstm"}, preset="tiny").lstm_hidden_size == 256
+
+
+def test_a_config_describes_its_architecture_in_words():
+    """What a pre-training run's start-up line names: the modern switches beside the sizes."""
+    assert BertConfig.preset("base").describe() == "12 layers of 768 (12 heads)"
+    assert BertConfig.preset("modernbert-tiny").describe() == (
+        "4 layers of 128 (2 heads), rotary positions, a 16-token window in 2 of 4 layers, pre-norm, a gated MLP")
