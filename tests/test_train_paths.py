@@ -91,6 +91,19 @@ def test_init_checkpoint_keeps_its_architecture_and_weights(tmp_path, prepared_d
         np.testing.assert_allclose(restored[path], value, atol=1e-6, err_msg=jax.tree_util.keystr(path))
 
 
+def test_a_task_head_pre_training_does_not_use_is_warned_of(caplog):
+    """Pre-training from a fine-tuned classifier left its head out without a word (a walkthrough)."""
+    from bertjax import pretrain
+    from bertjax.models.config import BertConfig
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert", "classifier")
+    with caplog.at_level("WARNING"):
+        params = pretrain.pretrained_params(path, BertConfig.preset("modernbert-tiny"), {"bert": {}, "mlm": {}})
+    assert sorted(params) == ["bert"]
+    assert f"config.init_checkpoint={path}: its ['classifier'] weights are not used (pre-training has no such " \
+           "head)" in caplog.text
+
+
 def test_init_checkpoint_with_other_sizes_is_refused_before_compiling(tmp_path, prepared_dir):
     from bertjax import pretrain
 
