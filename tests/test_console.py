@@ -234,6 +234,15 @@ def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback():
                "cli.run(main)\n").format(root=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
+    # A Ctrl-C that lands in a destructor (TensorFlow's clean-up of its functions) is one all the
+    # same: Python printed it and went on, so a second Ctrl-C saved and stopped (a walkthrough).
+    program = program.replace("    raise KeyboardInterrupt\n", "    class Function:\n"
+                                                                "        def __del__(self): raise KeyboardInterrupt\n"
+                                                                "    Function()\n"
+                                                                "    print('went on')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
+    assert "went on" not in done.stdout
 
 
 def test_the_eta_of_a_growing_batch_prices_the_steps_left_by_their_work(clock):

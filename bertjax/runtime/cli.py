@@ -133,12 +133,26 @@ class _PlainFormatter(logging.Formatter):
             "\n" + self.formatException(record.exc_info) if record.exc_info else "")
 
 
-def _drop_orbax_read_leftovers(unraisable) -> None:
-    """sys.unraisablehook: drops the abandoned reads of a corrupt checkpoint (their errors are
-    already in bertjax's one-line warning) and reports anything else as usual."""
+def _unraisable(unraisable) -> None:
+    """sys.unraisablehook: a Ctrl-C (or SIGTERM) that landed in a destructor (TensorFlow's
+    clean-up of its functions) quits as it would anywhere else: Python prints it and goes on,
+    so a second Ctrl-C saved and stopped instead of quitting. Drops the abandoned reads of a
+    corrupt checkpoint (their errors are already in bertjax's one-line warning); reports
+    anything else as usual."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _quit_interrupted(unraisable.exc_value)
     leftover = "_read_array" in repr(unraisable.object) or "Event loop is closed" in str(unraisable.exc_value)
-    if not leftover:
+    if _VERBOSE or not leftover:
         sys.__unraisablehook__(unraisable)
+
+
+def _quit_interrupted(interrupt: KeyboardInterrupt) -> None:
+    """Exits now, 143 for SIGTERM (Terminated), 130 for Ctrl-C: after a compile or a stalled input
+    thread would be too late."""
+    terminated = isinstance(interrupt, Terminated)
+    print(f"interrupted ({'SIGTERM' if terminated else 'Ctrl-C'})", file=sys.stderr)
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
 def quiet_libraries() -> None:
@@ -154,7 +168,6 @@ def quiet_libraries() -> None:
     # orbax reads checkpoints in asyncio tasks; when a file is corrupt, every failed task's
     # error (pages of TensorStore specs) is reported again after bertjax has handled it.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    sys.unraisablehook = _drop_orbax_read_leftovers
     warnings.filterwarnings("ignore", message="coroutine '_read_array", category=RuntimeWarning)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_LibraryNoise())
@@ -352,6 +365,7 @@ def run(main: Callable[[list[str]], None]) -> None:
             print("flags and config ok")
             return
         quiet_libraries()
+        sys.unraisablehook = _unraisable
         from bertjax.runtime import compilation_cache
         from bertjax.runtime.errors import StopSignal, TrainingStopped
 
@@ -371,11 +385,8 @@ def run(main: Callable[[list[str]], None]) -> None:
             # The reader of stdout left (predict ... | head): done, quietly.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush would fail again)
             os._exit(EXIT_PIPE_CLOSED)
-        except KeyboardInterrupt as interrupt:  # a second Ctrl-C (the first saves and stops), or one before the
-            terminated = isinstance(interrupt, Terminated)  # steps: now, not after a compile or a stalled input
-            print(f"interrupted ({'SIGTERM' if terminated else 'Ctrl-C'})", file=sys.stderr)
-            sys.stdout.flush(), sys.stderr.flush()
-            os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+        except KeyboardInterrupt as interrupt:  # a second Ctrl-C (the first saves and stops), or one before the steps
+            _quit_interrupted(interrupt)
         except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
             print(f"error: {error_line(e)}", file=sys.stderr)
             _exit(EXIT_ERROR)
