@@ -200,6 +200,13 @@ CASES = [
     ("extract_features.py", [f"--checkpoint={MINILM_DIR}", "--input_file={tmp}/hf", "--output={tmp}/out"],
      "--input_file={tmp}/hf is a folder; give a file of inputs"),
     ("predict.py", [f"--model={MINILM_DIR}", "--txt=hi"], "--txt: no such flag; did you mean --text?"),
+    # absl's own suggestion had the raw message through; a misspelt --config before its key; a
+    # boolean's value as a Python tuple (a walkthrough).
+    ("pretrain.py", [PRETRAIN, "--workdr=/tmp/x"], "--workdr: no such flag; did you mean --workdir?"),
+    ("pretrain.py", [PRETRAIN, "--confg.train.num_steps=3"],
+     "--confg.train.num_steps: no such flag; did you mean --config.train.num_steps?"),
+    ("pretrain.py", [PRETRAIN, "--config.data.next_sentence_prediction=maybe"],
+     "--config.data.next_sentence_prediction=maybe: expected True or False"),
     ("finetune.py", ["--config.train.num_steps=3", "--config=configs/finetune.py:demo"],
      "--config.train.num_steps: give --config=... first, then the overrides of its keys"),
     # A config file of the user's own that lacks a key: a traceback wherever the run read it (a review).

@@ -239,7 +239,7 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
         if not flag.endswith(f".{bad}"):  # a section on the way: --config.tain.num_steps
             return f"{flag}: no config section {bad!r}; did you mean {suggestion!r}?"
         return f"{flag}: no such config key; did you mean {suggestion!r}?"
-    unknown = re.fullmatch(r"Unknown command line flag '([\w.]+)'", message)
+    unknown = re.match(r"Unknown command line flag '([\w.]+)'", message)  # (absl may add its own suggestion)
     if isinstance(error, (AttributeError, KeyError)) or (unknown and unknown.group(1).startswith(f"{flag_name}.")):
         key = unknown.group(1).split(".")[-1] if unknown else message.strip("'\"")
         flag = next((a for a in overrides if a.endswith(f".{key}")), None)
@@ -247,10 +247,15 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
             return f"--{flag_name}: no such config key ({message})"
         suggestion = _closest_key(flag, flag_name, argv)
         return f"{flag}: no such config key" + (f"; did you mean {suggestion!r}?" if suggestion else "")
-    if unknown and "." not in unknown.group(1):  # absl suggests only the closest few, often none
-        close = difflib.get_close_matches(unknown.group(1), [name for name in flags.FLAGS if len(name) > 1], n=1,
-                                          cutoff=0.6)
-        return f"--{unknown.group(1)}: no such flag" + (f"; did you mean --{close[0]}?" if close else "")
+    if unknown:  # absl suggests only the closest few, often none; --confg.train.x: the flag before the dot
+        name, dot, rest = unknown.group(1).partition(".")
+        close = difflib.get_close_matches(name, [flag for flag in flags.FLAGS if len(flag) > 1], n=1, cutoff=0.6)
+        return f"--{unknown.group(1)}: no such flag" + (f"; did you mean --{close[0]}{dot}{rest}?" if close else "")
+    boolean = re.search(r"Non-boolean argument to boolean flag', '(.*)'\)", message)
+    if boolean:  # ml_collections' tuple ('Non-boolean argument to boolean flag', 'maybe')
+        flag = next((a.split("=")[0] for a in argv if a.startswith("--") and a.endswith(f"={boolean.group(1)}")),
+                    f"--{flag_name}")
+        return f"{flag}={boolean.group(1)}: expected True or False"
     early = re.fullmatch(r"Found (--[\w.]+)=?.* in argv before a value for (--\w+) was specified", message)
     if early:  # ml_collections reads the overrides after the config
         return f"{early.group(1)}: give {early.group(2)}=... first, then the overrides of its keys"
