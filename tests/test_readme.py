@@ -74,7 +74,7 @@ def test_python_commands_parse(launchers, command, tmp_path):
         result = subprocess.run(argv[:3] + ["--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     else:  # a script: forked (tests/conftest.py), as the launchers' other refusals and checks are
         result = launchers.run(argv[1:], env, cwd=ROOT, timeout=120)
-        assert "flags and config ok" in result.stdout, f"{command}\n{result.stdout[-2000:]}"  # parsed, not run
+        assert "flags and config parse" in result.stdout, f"{command}\n{result.stdout[-2000:]}"  # parsed, not run
     assert result.returncode == 0, f"{command}\n{result.stderr[-2000:]}"
 
 

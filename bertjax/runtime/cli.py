@@ -367,7 +367,7 @@ def run(main: Callable[[list[str]], None]) -> None:
 
     def wrapped(argv):
         if os.environ.get("BERTJAX_CHECK_FLAGS"):  # the README's commands are checked this way
-            print("flags and config ok")
+            print("flags and config parse (their values are checked when the command runs)")
             return
         quiet_libraries()
         sys.unraisablehook = _unraisable
