@@ -161,3 +161,18 @@ def test_folders_with_equals_signs_and_repeated_labels(tmp_path, capsys):
     assert plots.main([f"a={tmp_path}/other", f"a={tmp_path}/lr=1e-4", f"--output={tmp_path}/y.png"]) == 2
     assert "two runs are labelled 'a'" in capsys.readouterr().err
     assert not (tmp_path / "y.png").exists()
+
+
+def test_a_sweeps_workdir_plots_its_runs_and_the_output_is_a_png_file(tmp_path, capsys, monkeypatch):
+    """A sweep's workdir was 'No such file: metrics.jsonl'; a .jpg output held PNG bytes, and a
+    folder as the output named an internal temporary file (a walkthrough)."""
+    for run in ("lr0.001_batch16_epochs1", "lr0.0001_batch16_epochs1"):
+        _write_metrics(tmp_path / "sw" / "sweep" / run, [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0}])
+    drawn = []
+    monkeypatch.setattr(plots, "plot_runs", lambda runs, panels, output: drawn.append(runs) or output)
+    assert plots.main([f"grid={tmp_path}/sw", f"--output={tmp_path}/x.png"]) == 0
+    assert drawn == [{f"grid/{run}": str(tmp_path / "sw" / "sweep" / run)
+                      for run in ("lr0.0001_batch16_epochs1", "lr0.001_batch16_epochs1")}]
+    for output in (f"{tmp_path}/x.jpg", str(tmp_path)):
+        assert plots.main([f"{tmp_path}/sw", f"--output={output}"]) == 2
+        assert f"--output={output}: give the name of a .png file to write" in capsys.readouterr().err

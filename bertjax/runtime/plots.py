@@ -2,6 +2,8 @@
 
     python -m bertjax.runtime.plots WORKDIR [LABEL=WORKDIR ...] --output=curves.png [--metrics=loss,eval_accuracy]
 
+A sweep's WORKDIR stands for its runs, each drawn as LABEL/<run>.
+
 One panel per metric (or per group of metrics), one line per run and metric (steps on the
 x axis); evaluation metrics (`eval_*`) and short runs are drawn with markers.
 """
@@ -91,15 +93,23 @@ def _finite(value) -> bool:
 
 def _labelled_runs(arguments: list[str]) -> dict[str, str]:
     """{label: workdir} from WORKDIR or LABEL=WORKDIR arguments: an existing folder is a WORKDIR
-    even with '=' in its name (a sweep's lr=1e-4); a label given twice is an error."""
+    even with '=' in its name (a sweep's lr=1e-4); a sweep's workdir is its runs, each labelled
+    LABEL/<run>; a label given twice is an error."""
     runs = {}
     for argument in arguments:
         label, workdir = (argument.split("=", 1) if "=" in argument and not fileio.isdir(argument)
                           else (argument, argument))
-        if label in runs:
-            raise ValueError(f"two runs are labelled {label!r} ({runs[label]} and {workdir}): "
-                             "give each its own label")
-        runs[label] = workdir
+        swept = sorted(fileio.glob(fileio.join(fileio.escape(workdir), "sweep", "*", "metrics.jsonl")))
+        if swept and not fileio.exists(fileio.join(workdir, "metrics.jsonl")):
+            folders = [fileio.parent(path) for path in swept]
+            named = {f"{label}/{folder.rstrip('/').rsplit('/', 1)[-1]}": folder for folder in folders}
+        else:
+            named = {label: workdir}
+        for label, workdir in named.items():
+            if label in runs:
+                raise ValueError(f"two runs are labelled {label!r} ({runs[label]} and {workdir}): "
+                                 "give each its own label")
+            runs[label] = workdir
     return runs
 
 
@@ -112,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", default="loss,eval_loss", help="comma-separated metric names")
     args = parser.parse_args(argv)
     try:
+        if not args.output.lower().endswith(".png") or fileio.isdir(args.output):
+            raise ValueError(f"--output={args.output}: give the name of a .png file to write")
         panels = {metric: [metric] for metric in args.metrics.split(",")}
         print(plot_runs(_labelled_runs(args.runs), panels, args.output))
     except Exception as e:  # noqa: BLE001 (expected_failure keeps a bug's traceback)
