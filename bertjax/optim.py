@@ -89,7 +89,8 @@ def validate_train_config(train_config: Any) -> None:
     check("decay_fraction", _is_number(fraction) and 0 <= fraction <= 1, "in [0, 1]")
     check("decay_shape", shape in DECAY_SHAPES, f"one of {DECAY_SHAPES}")
     if schedule == "wsd":
-        check("warmup_steps", warmup <= num_steps * (1 - fraction),
+        # (within rounding: 1000 x (1 - 0.9) is 99.99999999999997, and a warmup of 100 fits)
+        check("warmup_steps", warmup <= num_steps * (1 - fraction) + 1e-6,
               f"at most the steps before the decay, num_steps x (1 - decay_fraction) = {num_steps * (1 - fraction):g}")
     wd = _get(train_config, "weight_decay")
     check("weight_decay", _is_number(wd) and wd >= 0, "finite and >= 0")

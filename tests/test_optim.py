@@ -78,6 +78,14 @@ def test_warmup_stable_decay_settings_are_checked(change, message):
         optim.validate_train_config(train_config(schedule="wsd", **change))
 
 
+def test_a_warmup_ending_where_the_decay_starts_is_not_refused_by_rounding():
+    """1000 x (1 - 0.9) is 99.99999999999997: a warmup of 100 was 'at most ... = 100, got 100'
+    (a walkthrough)."""
+    optim.validate_train_config(train_config(schedule="wsd", num_steps=1000, warmup_steps=100, decay_fraction=0.9))
+    with pytest.raises(ValueError, match="warmup_steps must be at most"):
+        optim.validate_train_config(train_config(schedule="wsd", num_steps=1000, warmup_steps=101, decay_fraction=0.9))
+
+
 def test_a_decay_under_one_step_is_said(caplog):
     """A 4-step 'wsd' run decays over 0.4 steps: none, every update at the peak rate, with no
     word (a walkthrough of the docs)."""
