@@ -15,6 +15,7 @@ the numbers an uninterrupted run would have produced.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Callable
 
 import jax
@@ -185,17 +186,20 @@ class PlateauAlarm:
     """Warns once when held-out MLM accuracy stays at the unigram guess (always the most frequent
     masked token: what a model that learned nothing but token frequencies scores).
 
-    `check(step, mlm_accuracy)` after each evaluation returns the warning the first time
-    `patience` evaluations in a row scored below PLATEAU_MARGIN x `unigram`, else None;
+    `check(step, mlm_accuracy, mlm_loss)` after each evaluation returns the warning the first
+    time `patience` evaluations in a row scored below PLATEAU_MARGIN x `unigram`, else None: a
+    model that collapsed onto the frequent tokens (an update too large) gets other fixes than
+    one whose loss is still near a uniform guess's, ln(`vocab_size`) (it has barely moved);
     `stalled` says whether the alarm went off and the last evaluation is still there. A resumed
     run `replay`s the evaluations logged before it, so that preemptions do not reset the count.
     """
 
     PLATEAU_MARGIN = 1.1
 
-    def __init__(self, unigram: float, patience: int, bias_corrected: bool = False):
+    def __init__(self, unigram: float, patience: int, bias_corrected: bool = False, vocab_size: int = 0):
         """bias_corrected: the run's optimizer already corrects its first updates (no fix to offer)."""
         self.unigram, self.patience = unigram, patience
+        self.uniform_loss = math.log(vocab_size) if vocab_size > 1 else math.inf
         self.fixes = ([] if bias_corrected else ["config.train.adam_bias_correction=True"]) + [
             "a lower config.train.learning_rate", "a longer config.train.warmup_steps"]
         self.steps_at_guess: list[int] = []
@@ -203,7 +207,7 @@ class PlateauAlarm:
         self.warned_at: int | None = None  # the step of the warning
         self.last: tuple[int, float] | None = None  # (step, accuracy) of the last evaluation
 
-    def check(self, step: int, mlm_accuracy: float) -> str | None:
+    def check(self, step: int, mlm_accuracy: float, mlm_loss: float | None = None) -> str | None:
         self.last = (step, mlm_accuracy)
         if mlm_accuracy >= self.PLATEAU_MARGIN * self.unigram:
             self.steps_at_guess = []
@@ -211,11 +215,17 @@ class PlateauAlarm:
         self.steps_at_guess.append(step)
         if self.warning or not self.patience or len(self.steps_at_guess) < self.patience:
             return None
+        if mlm_loss is not None and mlm_loss >= 0.9 * self.uniform_loss:  # near ln(V): the weights barely moved
+            why = (f"its held-out loss {mlm_loss:.3f} is still near a uniform guess's {self.uniform_loss:.3f}: the "
+                   "model has barely moved. Likely fixes: a higher config.train.learning_rate, or more steps "
+                   "(the warmup of config.train.warmup_steps may not be over)")
+        else:
+            why = (f"the model is not learning past token frequencies, or not yet (a short run may not have got past "
+                   f"this plateau). Likely fixes: {', '.join(self.fixes[:-1])} or {self.fixes[-1]}")
         self.warning = (
             f"WARNING: held-out masked-LM accuracy {mlm_accuracy:.4f} has stayed below {self.PLATEAU_MARGIN}x the "
             f"unigram guess {self.unigram:.4f} (always the most frequent masked token) for {len(self.steps_at_guess)} "
-            f"evaluations (steps {self.steps_at_guess[0]}-{step}): the model is not learning. Likely fixes: "
-            f"{', '.join(self.fixes[:-1])} or {self.fixes[-1]} (docs/pretraining.md, Pre-training recipes)")
+            f"evaluations (steps {self.steps_at_guess[0]}-{step}): {why} (docs/pretraining.md, Pre-training recipes)")
         self.warned_at = step
         return self.warning
 
@@ -224,7 +234,7 @@ class PlateauAlarm:
         uninterrupted run would have; a warning they reach was said by that launch."""
         for record in records:
             if "eval_mlm_accuracy" in record:
-                self.check(record["step"], record["eval_mlm_accuracy"])
+                self.check(record["step"], record["eval_mlm_accuracy"], record.get("eval_mlm_loss"))
 
     @property
     def stalled(self) -> bool:
@@ -325,7 +335,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     guesses = (guess_accuracies(eval_batches, bert.vocab_size, config.data.next_sentence_prediction)
                if eval_batches else {})
     alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals,
-                         bias_corrected=train_cfg.optimizer != "adamw" or bool(train_cfg.get("adam_bias_correction")))
+                         bias_corrected=train_cfg.optimizer != "adamw" or bool(train_cfg.get("adam_bias_correction")),
+                         vocab_size=tokenizer.vocab_size)
 
     # -- The state, in the resume order. --
     checkpointer = checkpointing.Checkpointer(
@@ -409,7 +420,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
             results = {**evaluate(eval_fn, state.params, eval_batches, mesh, place, task.loss_terms), **guesses}
         with loop.paused(), clock.phase("evaluate"):
             loop.write_eval(step, results)
-        if alarm.check(step, results["mlm_accuracy"]):
+        if alarm.check(step, results["mlm_accuracy"], results["mlm_loss"]):
             loop.console(alarm.warning)
             loop.writer.write(step, {"mlm_plateau_warning": 1.0})
 

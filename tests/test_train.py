@@ -842,6 +842,13 @@ def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
     corrected.check(6, 0.066)
     assert corrected.ending() == ("the run ended at the unigram guess: held-out masked-LM accuracy 0.0660 at step 6 "
                                   "(the guess 0.0640); see the warning at step 4")
+    # A loss still near ln(V) (1e-9 as the rate) was told to lower the rate (a walkthrough): the
+    # model barely moved, which a higher rate or more steps mend; a collapsed one keeps the fixes.
+    for loss, said, unsaid in ((6.9, "a higher config.train.learning_rate, or more steps", "a lower"),
+                               (4.1, "a lower config.train.learning_rate", "a higher")):
+        alarm = pretrain.PlateauAlarm(unigram=0.064, patience=2, vocab_size=1000)  # ln(1000) = 6.908
+        warning = [alarm.check(step, 0.05, loss) for step in (2, 4)][-1]
+        assert said in warning and unsaid not in warning, warning
 
 
 def test_a_resumed_runs_plateau_alarm_counts_the_evaluations_before_it():
