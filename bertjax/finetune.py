@@ -486,6 +486,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # -- Checkpoint, tokenizer, model config, mesh: validated before any data or compile. --
     clock = console.PhaseClock()  # where the run's time goes, summed up at the end
     source = checkpoint_source(config, workdir)
+    run_config.warn_if_unfinished_start(config.init_checkpoint, workdir)
     tokenizer = trainer.process_zero_first(lambda: load_tokenizer(config, source), "tokenizer")
     run_config.check_same_tokenizer(workdir, tokenizer)
     bert, mesh_shape = checked_model(config, source and source.bert, tokenizer.vocab_size)

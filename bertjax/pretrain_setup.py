@@ -44,6 +44,7 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
     validate_config(config, bert, mesh_shape)
     if not run_config.own_checkpoints(workdir):  # (a resume was warned of when it started)
         warn_if_recipe_of_another_size(config, bert)
+        run_config.warn_if_unfinished_start(config.init_checkpoint, workdir)
     warn_if_demo_corpus(config.data, bert)
     return bert, mesh_shape, data_dir
 

@@ -12,6 +12,7 @@ no longer an exact continuation says so.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from flax.traverse_util import flatten_dict
@@ -38,6 +39,28 @@ _HOST_DEFAULTS = ("model.dtype", "model.matmul_precision")
 def run_kind(config: dict[str, Any]) -> str:
     """'pre-training' or "fine-tuning task 'x'", from a run's (saved) config."""
     return f"fine-tuning task {config['task']!r}" if config.get("task") else "pre-training"
+
+
+def warn_if_unfinished_start(init_checkpoint: str, workdir: str) -> None:
+    """A warning when a new run starts from a bertjax pre-training run that stopped before its
+    num_steps (preempted, never relaunched): phase 2 or fine-tuning would start from weights a
+    tenth trained without a word. A step folder named on purpose is taken as given."""
+    from bertjax.models.convert import checkpoint_layout
+
+    if not init_checkpoint or own_checkpoints(workdir) or init_checkpoint.rstrip("/").rsplit("/", 1)[-1].isdigit():
+        return
+    try:
+        layout, directory = checkpoint_layout(init_checkpoint)
+        meta = checkpointing.read_meta(directory) if layout == "bertjax" else {}
+    except (OSError, ValueError):  # (named where its weights are read)
+        return
+    config = meta.get("config") or {}
+    total = (config.get("train") or {}).get("num_steps")
+    if run_kind(config) == "pre-training" and isinstance(total, int) and meta["step"] < total:
+        logging.getLogger(__name__).warning(
+            "config.init_checkpoint=%s is at step %d of its run's %d: that run has not finished (relaunch it with its "
+            "own workdir to finish it); this run starts from its weights as they are", init_checkpoint, meta["step"],
+            total)
 
 
 def own_checkpoints(workdir: str) -> str | None:

@@ -84,3 +84,22 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
     # From before the digest was recorded: no change.
     monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": SAVED})
     run_config.check_finished_unchanged("/w", {**SAVED, "train_data_digest": "bbbb"}, 10)
+
+
+def test_a_start_from_an_unfinished_pre_training_run_is_warned_of(tmp_path, monkeypatch, caplog):
+    """Phase 2 from a phase 1 stopped at step 60 of 600 said 'initialised ... from' it, nothing
+    more (a walkthrough). A finished run, a fine-tuning run's best step, a step folder named on
+    purpose and another layout are started from without a word."""
+    from bertjax.models import convert
+
+    metas = {"unfinished": {"step": 60, "config": {"train": {"num_steps": 600}}},
+             "finished": {"step": 600, "config": {"train": {"num_steps": 600}}},
+             "finetuned": {"step": 60, "config": {"task": "classification", "train": {"num_steps": 600}}}}
+    monkeypatch.setattr(convert, "checkpoint_layout", lambda path: ("bertjax", path))
+    monkeypatch.setattr(run_config.checkpointing, "read_meta", lambda directory: metas[directory.split("/")[0]])
+    with caplog.at_level("WARNING"):
+        for path in ("unfinished", "finished", "finetuned", "unfinished/checkpoints/60"):
+            run_config.warn_if_unfinished_start(path, str(tmp_path / "new"))
+    assert caplog.messages == ["config.init_checkpoint=unfinished is at step 60 of its run's 600: that run has not "
+                               "finished (relaunch it with its own workdir to finish it); this run starts from its "
+                               "weights as they are"]
