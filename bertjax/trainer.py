@@ -355,8 +355,19 @@ def _with_changed_settings(error: Exception, directory: str, config: dict | None
     changes = run_config.changed_settings(saved, config) if config is not None else []
     if not changes:
         return str(error)
-    return (f"{error}. Settings changed since that checkpoint: {'; '.join(changes[:8])}: set them back to "
-            f"resume, or give the run a new workdir")
+    # The settings that decide the state's tree first (the line had them after pages of tree
+    # paths and among harmless changes: a review); then the others, then the paths.
+    holding = [change for change in changes if change.startswith(_STATE_SETTINGS)]
+    others = [change for change in changes if change not in holding]
+    said = "; ".join((holding or changes)[:8])
+    also = f" (changed too: {'; '.join(others[:4])})" if holding and others else ""
+    return (f"{directory} holds another state than this run's. Settings changed since that checkpoint: {said}: set "
+            f"them back to resume, or give the run a new workdir{also}. The difference: {error}")
+
+
+# Settings that change what a checkpoint holds (an optimizer's slots, a clipping stage, the
+# layers' layout, the model's shapes).
+_STATE_SETTINGS = ("train.optimizer", "train.max_grad_norm", "train.freeze_encoder", "model.")
 
 
 def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, init_params: Callable[[], Any],

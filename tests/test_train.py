@@ -482,8 +482,11 @@ def test_a_resume_the_checkpoints_cannot_give_is_refused_before_the_data(tmp_pat
     assert str(refused.value) == (
         f"{workdir}/checkpoints is at step 5, past config.train.num_steps=3: nothing to train. A continuation "
         f"(phase2, long) runs in a new --workdir with config.init_checkpoint={workdir}")
-    with pytest.raises(ValueError, match=r"opt_state.*Settings changed since that checkpoint: train.max_grad_norm "
-                                         r"1.0 -> 0.0.*: set them back to resume, or give the run a new workdir"):
+    # (the setting that changes what the checkpoint holds first, the harmless ones after, the tree last)
+    with pytest.raises(ValueError, match=r"holds another state than this run's. Settings changed since that "
+                                         r"checkpoint: train.max_grad_norm 1.0 -> 0.0: set them back to resume, or "
+                                         r"give the run a new workdir \(changed too: train.num_steps 5 -> 10\). The "
+                                         r"difference: .*opt_state"):
         _run_here(workdir, prepared_dir, "--config.train.num_steps=10", "--config.train.max_grad_norm=0.0")
     # Finished, and relaunched to compute otherwise: it would train nothing and keep its result.
     with pytest.raises(ValueError, match=r"has trained all its 5 steps, and this run changes what it computes "

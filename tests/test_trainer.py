@@ -127,7 +127,7 @@ def test_a_resumed_run_counts_non_finite_steps_afresh(setup, tmp_path):
     # is named in the refusal, not only the tree paths that differ.
     unclipped = ml_collections.ConfigDict(dict(TRAIN, max_grad_norm=0.0))
     with pytest.raises(checkpointing.CheckpointMismatchError,
-                       match=r"opt_state.*Settings changed since that checkpoint: train.max_grad_norm 1.0 -> 0.0: set "
+                       match=r"Settings changed since that checkpoint: train.max_grad_norm 1.0 -> 0.0: set "
                              r"them back to resume, or give the run a new workdir"):
         fresh_state(checkpointer, train=unclipped, config={"train": dict(unclipped)})
 
