@@ -300,7 +300,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     run_config.check_same_tokenizer(workdir, tokenizer)  # before WORKDIR/tokenizer is written again
     devices, processes = jax.device_count(), jax.process_count()
     loop_console = (f"model {bert.describe()}; tokenizer {tokenizer.kind} {str(tokenizer.path).rsplit('/', 1)[-1]} "
-                    f"({tokenizer.vocab_size} tokens); mesh data {mesh.shape['data']} x fsdp {mesh.shape['fsdp']} "
+                    f"({tokenizer.vocab_size} tokens); batch {train_cfg.global_batch_size} x "
+                    f"{config.data.max_seq_length} tokens; mesh data {mesh.shape['data']} x fsdp {mesh.shape['fsdp']} "
                     f"x tensor {mesh.shape['tensor']} over {devices} device{'s' * (devices > 1)} "
                     f"({processes} process{'es' * (processes > 1)})")
 

@@ -508,8 +508,9 @@ def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five
     assert "at step 5 of 5: nothing left to train" in printed
     # The model and tokenizer are named (a walkthrough: a modern preset trained on the demo's
     # WordPiece with nothing said).
+    # The batch too (a walkthrough: ,long's resolved batch was said nowhere).
     assert re.search(r"model 1 layer of 64 \(2 heads\); tokenizer wordpiece demo_vocab-\S+\.txt \(\d+ tokens\); "
-                     r"mesh data", printed), printed
+                     r"batch 16 x 64 tokens; mesh data", printed), printed
 
 
 def test_a_finished_run_owing_its_last_evaluation_evaluates_it_when_relaunched(tmp_path, prepared_dir, five_steps,
