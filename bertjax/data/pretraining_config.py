@@ -42,9 +42,11 @@ def check_data_config(data_config) -> None:
          "whole_word_mask, masked_lm_prob, mask_token_prob and random_token_prob would change nothing with "
          "source='original_tfrecord': create_pretraining_data.py masked its records (leave them at "
          f"{', '.join(map(str, ORIGINAL_MASKING))})"),
-        (not d.full_rows or (not d.next_sentence_prediction and not d.pack_pairs and d.source != "original_tfrecord"),
-         "full_rows (documents end to end, cut into rows) needs next_sentence_prediction=False, pack_pairs=0 and "
-         "a prepared source"),
+        *((not (d.full_rows and clash), f"full_rows=True (documents end to end, cut into rows) needs {need}")
+          for clash, need in ((d.next_sentence_prediction, "next_sentence_prediction=False (a row has no pair)"),
+                              (d.pack_pairs, f"pack_pairs=0 (it is {d.pack_pairs}: rows are full already)"),
+                              (d.source == "original_tfrecord", "a prepared source (original_tfrecord rows are "
+                                                                "fixed)"))),
         (d.full_rows_attention in FULL_ROWS_ATTENTION,
          f"full_rows_attention must be one of {', '.join(FULL_ROWS_ATTENTION)}, got {d.full_rows_attention!r}"),
         (d.full_rows or d.full_rows_attention == "across",

@@ -566,8 +566,11 @@ def test_full_rows_cover_every_token_once_and_resume_exactly(tmp_path):
         for want_batch, got in zip(batches[start:start + 3], take(pipeline, 3, start_batch=start)):
             for key in want_batch:
                 np.testing.assert_array_equal(want_batch[key], got[key])
-    with pytest.raises(ValueError, match="full_rows .* needs next_sentence_prediction=False"):
+    with pytest.raises(ValueError, match="full_rows.* needs next_sentence_prediction=False"):
         pretraining_config.check_data_config(data_config(full_rows=True))
+    # Each requirement by itself (the line named all three, whichever failed: a walkthrough).
+    with pytest.raises(ValueError, match=r"full_rows=True .* needs pack_pairs=0 \(it is 2: rows are full already\)$"):
+        pretraining_config.check_data_config(data_config(full_rows=True, next_sentence_prediction=False, pack_pairs=2))
 
 
 @pytest.mark.parametrize("documents, rows", [
