@@ -563,7 +563,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     except BaseException:  # an async checkpointer left open fails in its thread at exit: a second error line
         checkpointer.close()
         raise
-    if source and reads_pooler and how.startswith("initialised"):
+    if source and reads_pooler and not int(jax.device_get(state.step)):  # started from the source, not resumed
         how += pooler_origin(source, bert)
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))
