@@ -441,9 +441,9 @@ def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, pa
     names = task.info.get("label_names") or []  # the training file's, sorted, unless given: seen before training
     labels = f"; labels {', '.join(names[:10])}{f', ... ({len(names)})' if len(names) > 10 else ''}" if names else ""
     windowed = [s for s in splits if s.source_examples not in (None, len(s))]
-    cut = [f"{s.name}: " + ", ".join(([f"{len(s)} windows" + (", an epoch" if s.epoch_of_windows else "")]
-                                      if s in windowed else [])
-                                     + ([s.truncation] if s.truncation else []))
+    epoch = ", an epoch" if task.train.epoch_of_windows else ""  # (what the training split's epoch counts)
+    cut = [f"{s.name}: " + ", ".join(([f"{len(s)} windows" + (epoch if s is task.train else "")] if s in windowed
+                                      else []) + ([s.truncation] if s.truncation else []))
            for s in splits if s.truncation or s in windowed]
     return (f"{task.name}: {task.train.example_count} training examples"
             + "".join(f", {s.example_count} {s.name}" for s in task.eval_splits + task.test_splits)

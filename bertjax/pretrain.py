@@ -86,9 +86,10 @@ def pretrained_params(path: str, bert: BertConfig, model_params: Any) -> dict[st
     if bert.scan_layers:
         loaded = {**loaded, "bert": stack_layers(loaded["bert"], bert.num_hidden_layers)}
     unused = sorted(set(loaded) - set(model_params))
-    if unused:  # a fine-tuned model's task head: pre-training has none such
-        log.warning("config.init_checkpoint=%s: its %s weights are not used (pre-training has no such head)", path,
-                    unused)
+    if unused:  # a fine-tuned model's task head, or NSP's where this run has none
+        why = ": config.data.next_sentence_prediction=False" if "nsp" in unused else ""
+        log.warning("config.init_checkpoint=%s: its %s weights are not used (this run has no such head%s)", path,
+                    unused, why)
     return {name: tree for name, tree in loaded.items() if name in model_params}
 
 

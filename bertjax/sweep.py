@@ -74,12 +74,14 @@ def _check_every_run(config: ml_collections.ConfigDict, runs: list[tuple[str, ml
     data, fsdp, _ = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     for name, run in runs:
         try:
-            finetune_setup.check_train_values(run.train)
+            finetune_setup.check_train_values(run.train)  # (its message names the key)
+        except ValueError as e:
+            raise ValueError(f"the sweep's run {name}: {e}") from None
+        try:
             finetune_setup.check_batch_sizes(run.train, data * fsdp)
-        except ValueError as e:  # named by the grid key that gave the bad value, where the message says
-            grid = [f"config.train.{key}={config.train[key]!r}" for value, key in _GRID_KEYS.items()
-                    if f"config.train.{value}=" in str(e)]
-            raise ValueError(f"the sweep's run {name} ({', '.join(grid) or 'config.train.sweep_*'}): {e}") from None
+        except ValueError as e:
+            raise ValueError(f"the sweep's run {name} (config.train.sweep_batch_sizes="
+                             f"{config.train.sweep_batch_sizes!r}): {e}") from None
     finetune_setup.check_run_settings(runs[0][1])
 
 
@@ -187,9 +189,10 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     family = tasks.family_of_task(config.task)
     scored = config.data.eval_file or (family.scores_test_file and config.data.test_file)
     if config.task in family.own_file_tasks and not scored:
+        predicted = config.data.test_file and not family.scores_test_file
         raise ValueError(f"config.task={config.task!r} reads your files and none is to evaluate: a sweep ranks its "
                          "runs by their evaluation (set config.data.eval_file"
-                         + ("" if family.scores_test_file else "; a test file is predicted, not scored") + ")")
+                         + ("; a test file is predicted, not scored" if predicted else "") + ")")
     # One sweep per WORKDIR: a second would run the same runs and write its own partial
     # sweep_results.json (each run's folder has a lock of its own).
     with trainer.hold_lock(workdir):

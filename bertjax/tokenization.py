@@ -428,12 +428,15 @@ class Tokenizer:
     def token_text(self, token_id: int) -> str:
         """A token as a reader writes it: decoded alone, without the space byte-level BPE and
         SentencePiece put on a word's first token ('Ġcat', '▁cat' -> 'cat'), a token of
-        whitespace alone as that whitespace ('Ġ' -> ' ', 'Ċ' -> '\\n'); WordPiece's vocabulary
-        entry as it is ('##ing' says it continues a word)."""
+        whitespace alone as that whitespace ('Ġ', '▁' -> ' ', 'Ċ' -> '\\n'); WordPiece's vocabulary
+        entry as it is ('##ing' says it continues a word), and the special tokens by name."""
         token = self.id_to_token(token_id)
-        if self._wordpiece is not None:
+        special = token_id in (self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id)
+        if self._wordpiece is not None or special:  # (SentencePiece decodes [UNK] as "⁇")
             return token
         decoded = self.decode([token_id])
+        if not decoded and token and set(token) <= {"\u2581"}:  # SentencePiece's lone '▁' decodes to ""
+            return " " * len(token)
         return decoded.strip() or decoded or token
 
     def continuation_mask(self) -> np.ndarray:

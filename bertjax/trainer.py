@@ -357,7 +357,7 @@ def _with_changed_settings(error: Exception, directory: str, config: dict | None
         return str(error)
     # The settings that decide the state's tree first (the line had them after pages of tree
     # paths and among harmless changes: a review); then the others, then the paths.
-    holding = [change for change in changes if change.startswith(_STATE_SETTINGS)]
+    holding = [change for change in changes if change.split(" ", 1)[0] in _STATE_SETTINGS]
     others = [change for change in changes if change not in holding]
     said = "; ".join((holding or changes)[:8])
     also = f" (changed too: {'; '.join(others[:4])})" if holding and others else ""
@@ -365,9 +365,14 @@ def _with_changed_settings(error: Exception, directory: str, config: dict | None
             f"them back to resume, or give the run a new workdir{also}. The difference: {error}")
 
 
-# Settings that change what a checkpoint holds (an optimizer's slots, a clipping stage, the
-# layers' layout, the model's shapes).
-_STATE_SETTINGS = ("train.optimizer", "train.max_grad_norm", "train.freeze_encoder", "model.")
+# Settings that change what a checkpoint holds (an optimizer's slots, a clipping stage, a head,
+# the layers' layout, the model's shapes); dropout or the attention kernel change none of it.
+_STATE_SETTINGS = {
+    "train.optimizer", "train.max_grad_norm", "train.freeze_encoder", "data.next_sentence_prediction", "task",
+    "data.label_names", *(f"model.{key}" for key in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+        "max_position_embeddings", "type_vocab_size", "position_embedding", "use_bias", "norm_bias", "gated_mlp",
+        "pooler", "token_transform", "tagging_head", "lstm_hidden_size", "scan_layers"))}
 
 
 def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, init_params: Callable[[], Any],

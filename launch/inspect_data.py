@@ -56,8 +56,10 @@ def render(example: dict, tokenizer) -> str:
 
     def text(word: list[int]) -> str:
         decoded = tokenizer.decode(word)
-        if decoded and not decoded.strip():  # a byte-level BPE's lone "Ġ" (the space before a digit), "Ċ"
-            return repr(decoded)[1:-1].replace(" ", "\u2423")
+        if not decoded.strip():  # a lone space piece ('Ġ' before a digit, SentencePiece's '▁', 'Ċ')
+            spaces = "".join(tokenizer.token_text(i) for i in word)
+            if spaces and not spaces.strip():
+                return repr(spaces)[1:-1].replace(" ", "\u2423")
         return decoded.strip() or tokenizer.id_to_token(word[0])  # (a control piece decodes to "")
 
     words: list[list[int] | str] = []  # a word's ids, or a masked position's rendering

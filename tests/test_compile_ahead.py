@@ -121,3 +121,4 @@ def test_a_collective_whose_peer_has_gone_is_one_line_and_an_exit_at_once(monkey
     reset = RuntimeError("UNKNOWN: Gloo all-reduce failed: [external/gloo/gloo/transport/tcp/pair.cc:538] Read error "
                          "[127.0.0.1]:39088: Connection reset by peer")
     assert cli.expected_failure(reset).startswith("another process of this run has gone")
+    assert cli.expected_failure(RuntimeError("gs://b/x: Connection reset by peer")) is None  # a remote read's

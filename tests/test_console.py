@@ -239,6 +239,7 @@ def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback():
     program = program.replace("    raise KeyboardInterrupt\n", "    class Function:\n"
                                                                 "        def __del__(self): raise KeyboardInterrupt\n"
                                                                 "    Function()\n"
+                                                                "    for _ in range(40): time.sleep(0.05)\n"
                                                                 "    print('went on')\n")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr

@@ -414,7 +414,7 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     own.train.update(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
     with pytest.raises(ValueError, match=r"config.task='classification' reads your files and none is to evaluate"):
         sweep.sweep(own, str(tmp_path / "typo"))
-    own.data.test_file = str(tmp_path / "test.tsv")  # predicted, not scored: one run trained, then refused
+    own.data.test_file = str(tmp_path / "test.tsv")  # predicted, not scored (a walkthrough: a whole run, then refused)
     with pytest.raises(ValueError, match=r"none is to evaluate: .* \(set config.data.eval_file; a test file is "
                                          r"predicted, not scored\)"):
         sweep.sweep(own, str(tmp_path / "typo"))
@@ -752,9 +752,12 @@ def test_the_run_summary_says_what_was_cut_to_fit():
     # Tagging's rows are windows of sentences too, but its epoch counts the windows: the line
     # counted windows as examples (a walkthrough).
     task.train = Split("train", {}, np.zeros(100, np.int32), source_examples=80, epoch_of_windows=True)
+    task.eval_splits = [Split("validation", {}, np.zeros(4, np.int32), source_examples=3, epoch_of_windows=True)]
     line = finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)
-    assert line.startswith("squad: 80 training examples, 3 validation, 3 test (train: 100 windows, an epoch; test: "
-                           "1 of 3 questions cut to 64 tokens); 9 steps of 32 (2.88 epochs)"), line
+    assert line.startswith("squad: 80 training examples, 3 validation, 3 test (train: 100 windows, an epoch; "
+                           "validation: 4 windows; test: 1 of 3 questions cut to 64 tokens); 9 steps of 32 (2.88 "
+                           "epochs)"), line
+    task.eval_splits = [split("validation")]
     assert finetune_setup.schedule_config(config, task.train.examples_per_epoch).num_steps == 6  # int(100 / 32 * 2)
     task.train = Split("train", {}, np.zeros(100, np.int32), source_examples=100)  # no sentence windowed
     assert "(test: 1 of 3 questions cut" in finetune._run_summary(task, train_cfg, batches, False, "bucketed", (), 0)

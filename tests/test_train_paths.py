@@ -100,8 +100,8 @@ def test_a_task_head_pre_training_does_not_use_is_warned_of(caplog):
     with caplog.at_level("WARNING"):
         params = pretrain.pretrained_params(path, BertConfig.preset("modernbert-tiny"), {"bert": {}, "mlm": {}})
     assert sorted(params) == ["bert"]
-    assert f"config.init_checkpoint={path}: its ['classifier'] weights are not used (pre-training has no such " \
-           "head)" in caplog.text
+    assert f"config.init_checkpoint={path}: its ['classifier'] weights are not used (this run has no such head)" \
+        in caplog.text
 
 
 def test_init_checkpoint_with_other_sizes_is_refused_before_compiling(tmp_path, prepared_dir):

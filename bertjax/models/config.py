@@ -225,9 +225,9 @@ class BertConfig:
 
     def describe(self) -> str:
         """The architecture in a few words, for a run's start-up line: "4 layers of 128 (2 heads),
-        rotary positions, a 16-token window in 2 of 3 layers, pre-norm, GeGLU"."""
-        layers = self.num_hidden_layers
-        parts = [f"{layers} layer{'s' * (layers > 1)} of {self.hidden_size} ({self.num_attention_heads} heads)"]
+        rotary positions, a 16-token window in 2 of 4 layers, pre-norm, a gated MLP"."""
+        layers, heads = self.num_hidden_layers, self.num_attention_heads
+        parts = [f"{layers} layer{'s' * (layers > 1)} of {self.hidden_size} ({heads} head{'s' * (heads > 1)})"]
         if self.position_embedding != "absolute":
             parts.append("rotary positions")
         local = sum(not self.is_global_layer(i) for i in range(self.num_hidden_layers))

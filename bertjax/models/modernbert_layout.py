@@ -304,7 +304,7 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     if MODERNBERT_ARCHITECTURES.get(architecture) != held:
         fitting = sorted(name for name, classes_heads in MODERNBERT_ARCHITECTURES.items() if classes_heads == held)
         raise ValueError(f"export_huggingface: architecture {architecture!r} does not hold the heads "
-                         f"{sorted(set(params) - {'bert'})}; expected {' or '.join(fitting) or 'none'}")
+                         f"{sorted(set(params) - {'bert'})}; expected {' or '.join(fitting) or 'no ModernBERT class'}")
     if architecture == "ModernBertForMultipleChoice" and num_labels != 1:  # its classifier scores each choice
         raise ValueError(f"export_huggingface: ModernBertForMultipleChoice has a classifier of one output (a score "
                          f"per choice); this one has {num_labels}")

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import _thread
 import difflib
 import importlib.util
 import logging
@@ -27,6 +28,7 @@ import re
 import select
 import signal
 import sys
+import threading
 import warnings
 from typing import Any, Callable
 
@@ -134,21 +136,28 @@ class _PlainFormatter(logging.Formatter):
 
 
 def _unraisable(unraisable) -> None:
-    """sys.unraisablehook: a Ctrl-C (or SIGTERM) that landed in a destructor (TensorFlow's
-    clean-up of its functions) quits as it would anywhere else: Python prints it and goes on,
-    so a second Ctrl-C saved and stopped instead of quitting. Drops the abandoned reads of a
-    corrupt checkpoint (their errors are already in bertjax's one-line warning); reports
-    anything else as usual."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        _quit_interrupted(unraisable.exc_value)
+    """sys.unraisablehook: a Ctrl-C or SIGTERM whose handler raised inside a destructor
+    (TensorFlow's clean-up of its functions) is raised again in the main thread, by the same
+    signal's handler, where it unwinds as anywhere else (outputs being written removed): Python
+    prints it and goes on, so a second Ctrl-C saved and stopped instead of quitting. Drops the
+    abandoned reads of a corrupt checkpoint (their errors are already in bertjax's one-line
+    warning); reports anything else as usual."""
+    from bertjax.runtime.errors import StopSignal
+
+    if isinstance(unraisable.exc_value, (KeyboardInterrupt, StopSignal)):
+        terminated = isinstance(unraisable.exc_value, (Terminated, StopSignal))
+        # From another thread, a moment later: the main thread runs a signal's handler at once,
+        # and raised here it would be ignored again.
+        threading.Timer(0.05, _thread.interrupt_main, [signal.SIGTERM if terminated else signal.SIGINT]).start()
+        return
     leftover = "_read_array" in repr(unraisable.object) or "Event loop is closed" in str(unraisable.exc_value)
     if _VERBOSE or not leftover:
         sys.__unraisablehook__(unraisable)
 
 
 def _quit_interrupted(interrupt: KeyboardInterrupt) -> None:
-    """Exits now, 143 for SIGTERM (Terminated), 130 for Ctrl-C: after a compile or a stalled input
-    thread would be too late."""
+    """Exits now, 143 for SIGTERM (Terminated), 130 for Ctrl-C (a second one, or one before the
+    steps): after a compile or a stalled input thread would be too late."""
     terminated = isinstance(interrupt, Terminated)
     print(f"interrupted ({'SIGTERM' if terminated else 'Ctrl-C'})", file=sys.stderr)
     sys.stdout.flush(), sys.stderr.flush()
@@ -215,15 +224,16 @@ def expected_failure(error: BaseException) -> str | None:
 
 
 # What a collective or barrier says when a peer process has gone: gloo's (CPU) closed connection
-# (reset where the peer was killed inside a collective), the coordination service's missed
-# heartbeats.
+# (reset where the peer was killed inside a collective: gloo's only, as a remote read's may be),
+# the coordination service's missed heartbeats.
 _PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "heartbeat timeout",
               "stopped sending heartbeats")
 
 
 def _peer_lost(message: str) -> bool:
     jax = sys.modules.get("jax")
-    return jax is not None and jax.distributed.is_initialized() and any(sign in message for sign in _PEER_LOST)
+    signs = any(sign in message for sign in _PEER_LOST) and ("reset by peer" not in message or "Gloo" in message)
+    return jax is not None and jax.distributed.is_initialized() and signs
 
 
 def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config") -> str:
