@@ -387,7 +387,8 @@ def test_a_tokens_text_is_written_without_the_space_marker_of_its_kind(tmp_path)
     assert [pieces.id_to_token(i) for i in fox][0].startswith("\u2581")
     assert "".join(pieces.token_text(i) for i in fox) == "fox" and pieces.token_text(pieces.cls_id) == "[CLS]"
     # (a review: a lone '▁' decodes to "", [UNK] to "⁇")
-    assert pieces.token_text([pieces.id_to_token(i) for i in range(80)].index("\u2581")) == " " and pieces.token_text(pieces.unk_id) == "[UNK]"
+    space = [pieces.id_to_token(i) for i in range(80)].index("\u2581")
+    assert pieces.token_text(space) == " " and pieces.token_text(pieces.unk_id) == "[UNK]"
     wordpiece = tokenization.load_tokenizer("wordpiece", _minilm_vocab(), True)
     assert [wordpiece.token_text(i) for i in wordpiece.encode("playing")] in (["playing"], ["play", "##ing"])
 
