@@ -81,6 +81,13 @@ bench() {
 }
 
 sections=${*:-check profile packed large base compile triton}
+known=" check profile packed large base compile triton slowcompile "
+for section in $sections; do  # all named before any runs: a typo must not cost the device time before it
+  if [[ "$known" != *" $section "* ]]; then
+    echo "unknown section $section (check, profile, packed, large, base, compile, triton, slowcompile)" >&2
+    exit 2
+  fi
+done
 # slowcompile: BERT-base with the XLA attention has not compiled in 150-210 s on an H100/H200
 # since 2026-11-26 (44 s on 2026-11-22), autotuning off too. Dropout's custom gradient
 # (11ada33) is suspect 1: the same step without attention dropout, then a smaller batch.
@@ -115,8 +122,6 @@ for section in $sections; do
       bench base128_xla_no_attention_dropout --preset=base --batch_size=256 --seq_len=128 \
         --config.model.attention_probs_dropout_prob=0
       bench base128_xla_batch32 --preset=base --batch_size=32 --seq_len=128 ;;
-    *) echo "unknown section $section (check, profile, packed, large, base, compile, triton, slowcompile)" >&2
-       exit 2 ;;
   esac
 done
 cat "$work/tails.md" >> "$summary"

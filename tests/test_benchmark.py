@@ -112,6 +112,9 @@ def test_the_gpu_suite_summarises_each_run_and_keeps_to_its_budget(tmp_path):
 
     result, _, _ = _gpu_suite(tmp_path / "c", "everything")
     assert result.returncode == 2 and "unknown section everything" in result.stderr
+    # A typo after a real section stops before the first run, not after it has spent device time.
+    result, _, _ = _gpu_suite(tmp_path / "d", "base", "bogus")
+    assert result.returncode == 2 and "unknown section bogus" in result.stderr and "==" not in result.stdout
 
 
 def test_compare_without_pytorch_is_one_error_line(tmp_path):
