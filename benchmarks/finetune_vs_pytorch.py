@@ -335,6 +335,18 @@ def main():
         print(json.dumps(run_bertjax(spec) if args.side == "bertjax" else run_pytorch(spec)))
         return
 
+    sides = args.sides.split(",")
+    for side in sides:  # before any side runs: a typo ran as another side (-fp32 as a warm plain run)
+        framework, *variants = side.split("-")
+        if framework not in ("bertjax", "pytorch") or not set(variants) <= (
+                {"warm", "packed", "f32"} if framework == "bertjax" else {"f32"}):
+            parser.error(f"--sides: unknown side {side!r} (bertjax[-warm|-packed][-f32], pytorch[-f32])")
+    if any(side.startswith("pytorch") for side in sides):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from torch_check import require_torch
+
+        require_torch(args.torch_python)
+
     directory = tempfile.mkdtemp(prefix="finetune_vs_pytorch_")
     train_file, eval_file = args.train_file, args.eval_file
     if not train_file:
@@ -345,20 +357,20 @@ def main():
             "eval_file": eval_file, "text_key": args.text_key, "label_key": args.label_key,
             "train_examples": len(train_inputs), "epochs": args.epochs, "max_seq_length": args.max_seq_length,
             "batch_size": args.batch_size, "learning_rate": args.learning_rate}
-    spec["cache"] = os.path.join(directory, "xla_cache")
     from bertjax.models import bf16_matmul
 
     bfloat16_default = bf16_matmul.has_amx_bf16()  # bertjax's training products without -f32
     rows = {}
-    for side in args.sides.split(","):
+    for side in sides:
         framework, variants = side.split("-")[0], side.split("-")[1:]
         python = args.torch_python if framework == "pytorch" else sys.executable
-        packed = ({"pack_examples": args.pack_examples, "cache": spec["cache"] + "_packed"} if "packed" in variants
-                  else {})
+        # A compilation cache a side: empty for each first run; -warm reads the one its first run wrote.
+        cache = os.path.join(directory, "xla_cache_" + "_".join(v for v in variants if v != "warm"))
+        packed = {"pack_examples": args.pack_examples} if "packed" in variants else {}
         full = {"matmul_precision": "default"} if "f32" in variants else {}
         torch_bfloat16 = bfloat16_default and "f32" not in variants
         rows[side] = _side(python, framework, {**spec, **packed, **full, "torch_bfloat16": torch_bfloat16,
-                                               "workdir": os.path.join(directory, side)})
+                                               "cache": cache, "workdir": os.path.join(directory, side)})
         if framework == "pytorch":
             rows[side]["metric"] = score_pytorch(args.task, rows[side].pop("predictions"), eval_labels)
     metric = "accuracy" if args.task == "classification" else "entity F1"

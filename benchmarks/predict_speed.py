@@ -207,7 +207,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.side:
         return _run_side(args)
+    if args.examples < 1 or args.repeats < 1 or args.batch_size < 1:
+        parser.error("--examples, --repeats and --batch_size must be >= 1")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_check import require_torch
 
+    require_torch(args.torch_python, "the Hugging Face sides")  # (before the bertjax side's minutes)
     directory = tempfile.mkdtemp(prefix="predict_speed_")
     models = _build_classifiers(args.models.split(","), directory)
     texts_path = os.path.join(directory, "texts.json")

@@ -68,7 +68,9 @@ running_pid='pid=$(cat logs/run.pid 2>/dev/null || true); kill -0 "$pid" 2>/dev/
 case "$command" in
   create)
     RUNTIME=${RUNTIME:-$(runtime_for "$ACCELERATOR")}
-    tpu create "$TPU_NAME" --accelerator-type="$ACCELERATOR" --version="$RUNTIME" ${SPOT:+--spot}
+    spot=()
+    if [[ "${SPOT:-0}" == 1 ]]; then spot=(--spot); fi  # (SPOT=0 asked for none, and got one)
+    tpu create "$TPU_NAME" --accelerator-type="$ACCELERATOR" --version="$RUNTIME" ${spot[@]+"${spot[@]}"}
     ;;
   install)
     # The files listed by find, pruned at the top: tar's --exclude='workdir*' also drops

@@ -122,3 +122,7 @@ def test_a_collective_whose_peer_has_gone_is_one_line_and_an_exit_at_once(monkey
                          "[127.0.0.1]:39088: Connection reset by peer")
     assert cli.expected_failure(reset).startswith("another process of this run has gone")
     assert cli.expected_failure(RuntimeError("gs://b/x: Connection reset by peer")) is None  # a remote read's
+    # ...and one multihost_utils raises as a ValueError (a peer refused at start-up: a walkthrough).
+    assert cli.input_error_line(ValueError(reset.args[0])).startswith("another process of this run has gone")
+    assert cli.input_error_line(ValueError("config.train.num_steps must be >= 1")) == (
+        "config.train.num_steps must be >= 1")

@@ -128,9 +128,10 @@ def host_file_split(sizes: list[int], process_index: int, process_count: int, wa
     if min(loads) > 0 and max(loads) <= _HOST_IMBALANCE * min(loads):
         return sorted(owned[process_index]), None
     if warn and process_index == 0:
-        logging.warning("%d input files (%.3g GB) do not deal evenly over %d hosts (whole files, at most %g times "
-                        "the bytes of another): every host reads all of them and keeps one record in %d, %d "
-                        "times the reading; this takes about 4 files a host of similar size", len(sizes),
+        logging.warning("%d record files (prepared shards or TFRecords, %.3g GB) do not deal evenly over %d hosts "
+                        "(whole files, at most %g times the bytes of another): every host reads all of them and "
+                        "keeps one record in %d, %d times the reading; files deal evenly from about 4 a host of "
+                        "similar size (a larger corpus prepares into more shards)", len(sizes),
                         sum(sizes) / 1e9, process_count, _HOST_IMBALANCE, process_count, process_count)
     return ids, (process_count, process_index)
 

@@ -195,6 +195,14 @@ def error_line(error: BaseException) -> str:
     return " ".join(message.split())
 
 
+def input_error_line(error: BaseException) -> str:
+    """The line for a ValueError or OSError: its own, unless it is a collective's failure because
+    another process went away (multihost_utils raises those as a ValueError: a peer that failed
+    at start-up left this one with gloo's "Connection reset by peer" and no word of why)."""
+    line = error_line(error)
+    return expected_failure(error) if _peer_lost(line) else line
+
+
 def out_of_device_memory(error: BaseException) -> bool:
     """Whether `error` is XLA's RESOURCE_EXHAUSTED (a JaxRuntimeError): a batch or model too large."""
     return type(error).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(error)
@@ -403,7 +411,7 @@ def run(main: Callable[[list[str]], None]) -> None:
         except KeyboardInterrupt as interrupt:  # a second Ctrl-C (the first saves and stops), or one before the steps
             _quit_interrupted(interrupt)
         except (ValueError, OSError) as e:  # configuration and input errors (FileNotFoundError is an OSError)
-            print(f"error: {error_line(e)}", file=sys.stderr)
+            print(f"error: {input_error_line(e)}", file=sys.stderr)
             _exit(EXIT_ERROR)
         except Exception as e:
             why = expected_failure(e)

@@ -459,7 +459,7 @@ def test_hosts_get_whole_files_only_where_their_bytes_balance(caplog):
     # Said once, by process 0 (a review: 200 shards of 64 MB on 64 hosts were read 64 times over
     # without a word, only a slow input to show for it).
     assert caplog.text.count("do not deal evenly over") == 3
-    assert "3 input files (1.2e-07 GB) do not deal evenly over 2 hosts" in caplog.text
+    assert "3 record files (prepared shards or TFRecords, 1.2e-07 GB) do not deal evenly over 2 hosts" in caplog.text
     assert "every host reads all of them and keeps one record in 2, 2 times the reading" in caplog.text
     caplog.clear()
     host_file_split([50], 0, 2)  # (an evaluation split: small, and read once)
