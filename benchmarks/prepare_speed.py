@@ -71,12 +71,14 @@ def _measure(corpus_dir: str) -> None:
     metadata = prepare.ensure_prepared(config, output_dir, num_workers=_NUM_WORKERS.value)
     seconds = time.time() - start
     cpu_seconds = 0.0
-    for name in os.listdir(os.path.join(output_dir, "done")):
+    units = os.listdir(os.path.join(output_dir, "done"))
+    for name in units:
         with open(os.path.join(output_dir, "done", name)) as f:
             cpu_seconds += json.load(f)["cpu_seconds"]
     print(json.dumps({
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
+        "workers": min(_NUM_WORKERS.value, len(units)),  # (one unit, or one worker: the main process prepares it)
         "tokens": sum(metadata["splits"][s]["tokens"] for s in ("train", "eval")),
         "parent_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
@@ -97,11 +99,13 @@ def main(argv):
                    f"--num_workers={_NUM_WORKERS.value}", f"--vocab_path={_VOCAB_PATH.value}"]
         output = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True).stdout
         result = json.loads(output.strip().splitlines()[-1])
-        rate = size / 1e6 / result["seconds"]
-        print(f"{size / 1e6:6.1f} MB text, {result['tokens']:>10,} tokens: wall {result['seconds']:5.1f} s = "
-              f"{rate / _NUM_WORKERS.value:5.2f} MB/s per core with start-up; "
+        rate, workers = size / 1e6 / result["seconds"], result["workers"]
+        memory = (f"largest worker {result['worker_peak_rss_mb']:.0f} MB" if workers > 1 else
+                  "prepared in the main process")
+        print(f"{size / 1e6:6.1f} MB text, {result['tokens']:>10,} tokens, {workers} worker(s) used: wall "
+              f"{result['seconds']:5.1f} s = {rate / workers:5.2f} MB/s per core with start-up; "
               f"{size / 1e6 / result['cpu_seconds']:5.2f} MB per worker CPU-second; peak RSS parent "
-              f"{result['parent_peak_rss_mb']:.0f} MB, largest worker {result['worker_peak_rss_mb']:.0f} MB")
+              f"{result['parent_peak_rss_mb']:.0f} MB, {memory}")
     shutil.rmtree(_WORKDIR.value, ignore_errors=True)
 
 
