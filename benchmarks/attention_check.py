@@ -5,16 +5,18 @@ r"""Each attention implementation against plain XLA attention on this machine's 
 For padded rows and for packed rows (three sequences per row, block-diagonal), prints the
 relative error ||out - ref|| / ||ref|| of the encoder output (real tokens only) and of
 the gradient of a scalar loss with respect to all parameters. Implementations tried:
-"fused" everywhere, "cudnn" on GPUs, "splash" on TPUs (and, interpreted, on CPU).
+"fused" everywhere, "cudnn" on GPUs, "splash" on TPUs (and, interpreted, on CPU) at lengths
+that are a multiple of its 128-token tiles.
 """
 
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from anywhere
+from bertjax.runtime import cli  # noqa: E402  (bad flags: one line)
 
 _PRESET = flags.DEFINE_string("preset", "small", "BERT size.")
 _DTYPE = flags.DEFINE_string("dtype", "bfloat16", "Compute dtype (cuDNN needs bfloat16 or float16).")
@@ -43,7 +45,11 @@ def main(_):
     from bertjax.models import BertConfig, BertEncoder
 
     backend = jax.default_backend()
-    impls = ["fused"] + (["cudnn"] if backend == "gpu" else []) + (["splash"] if backend in ("tpu", "cpu") else [])
+    if _LENGTH.value < 8 or _DTYPE.value not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"--seq_len must be >= 8 and --dtype float32, bfloat16 or float16 (got {_LENGTH.value}, "
+                         f"{_DTYPE.value!r})")
+    impls = ["fused"] + (["cudnn"] if backend == "gpu" else []) + (
+        ["splash"] if backend in ("tpu", "cpu") and _LENGTH.value % 128 == 0 else [])  # (splash tiles 128 tokens)
     base = BertConfig.preset(_PRESET.value, vocab_size=1000, dtype=_DTYPE.value, hidden_dropout_prob=0.0,
                              attention_probs_dropout_prob=0.0)
     rng = np.random.default_rng(0)
@@ -73,4 +79,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

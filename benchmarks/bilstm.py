@@ -43,6 +43,8 @@ def main():
     parser.add_argument("--matmul_precision", default="default", choices=["default", "bfloat16"],
                         help="bertjax's products on bfloat16 operands (the default for training on AMX)")
     args = parser.parse_args()
+    if min(args.batch, args.length, args.features, args.units, args.repeats) < 1:
+        parser.error("--batch, --length, --features, --units and --repeats must be >= 1")
 
     import flax.linen as nn
     import jax

@@ -183,7 +183,12 @@ def main():
     parser.add_argument("--train", action="store_true", help="the modernbert-base pre-training step instead")
     parser.add_argument("--remat_policy", default="none", help="--train: the model's remat_policy")
     args = parser.parse_args()
-    lengths = [int(n) for n in args.lengths.split(",")]
+    try:
+        lengths = [int(n) for n in args.lengths.split(",")]
+    except ValueError:
+        parser.error(f"--lengths={args.lengths}: give token counts separated by commas (512,2048)")
+    if min(lengths) < 1 or args.repeats < (0 if args.train else 1):
+        parser.error("--lengths must be >= 1, --repeats >= 1 (0 with --train: memory only)")
     if args.train:
         print("| tokens | s per step | temporary GiB | state GiB |\n| ---: | ---: | ---: | ---: |")
         for length, seconds, temporary, state in train_rows(lengths, args.repeats, args.remat_policy):

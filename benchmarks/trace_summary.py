@@ -114,6 +114,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="steps in the trace (benchmark.py traces 3)")
     parser.add_argument("--top", type=int, default=25, help="ops to list")
     args = parser.parse_args()
+    if args.steps < 1 or args.top < 1:
+        parser.error("--steps and --top must be >= 1")
     print("\n".join(summarize(newest_trace(args.directory), args.steps, args.top)))
 
 
