@@ -29,6 +29,7 @@ import argparse
 import csv
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -41,11 +42,16 @@ from bertjax.runtime import cli  # noqa: E402,F401  (quiets TensorFlow before an
 ROWS = ("features", "labels", "tags", "answers")
 
 
-def _timed(fn):
-    fn()  # compile every bucket
-    start = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - start
+def _timed(fn, passes: int = 3):
+    """(fn's result, the median seconds of `passes` timed calls after one that compiles every
+    bucket): one timed pass varied 2.7x between back-to-back runs on a shared machine."""
+    fn()
+    seconds = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        result = fn()
+        seconds.append(time.perf_counter() - start)
+    return result, statistics.median(seconds)
 
 
 def feature_row(texts, minilm):
