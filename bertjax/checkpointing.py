@@ -273,10 +273,10 @@ class Checkpointer:
         self._saving = None
 
     def _save_failed(self, error: Exception) -> CheckpointSaveError:
-        step, self._saving = self._saving, None
+        step, self._saving = self._saving, None  # (None: its failure was reported once already)
+        what = f"checkpoint step {step}" if step is not None else "a checkpoint"
         return CheckpointSaveError(
-            f"saving checkpoint step {step} to {self.directory} failed ({brief(error)}); "
-            f"the steps saved before it are untouched")
+            f"saving {what} to {self.directory} failed ({brief(error)}); the steps saved before it are untouched")
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
         """Restores (state, meta) laid out as `abstract_state` says.

@@ -192,6 +192,10 @@ def test_interval_keep_last_n_and_force(tmp_path, small8):
     failing._manager.save = lambda *args, **kwargs: (_ for _ in ()).throw(OSError("No space left on device"))
     with pytest.raises(checkpointing.CheckpointSaveError, match="saving checkpoint step 33 .* failed"):
         failing.save(33, state, data_position=33, config=CONFIG, force=True, replace=True)
+    # The same failure met again (the run's close waits for saves too) said "step None" (a walkthrough).
+    failing._manager.wait_until_finished = lambda: (_ for _ in ()).throw(TimeoutError("write barrier"))
+    with pytest.raises(checkpointing.CheckpointSaveError, match=f"^saving a checkpoint to {tmp_path} failed"):
+        failing.wait_until_finished()
     aside = [name for name in os.listdir(tmp_path) if name.startswith("33.replaced-")]
     assert len(aside) == 1 and checkpointing.read_meta(str(tmp_path / aside[0]))["extra"] == {"score": 2}
     # The next run's Checkpointer puts it back: best/ keeps the weights it had.
