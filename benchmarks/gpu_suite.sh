@@ -13,6 +13,14 @@
 # run: compile, median step, seq/s, MFU, memory, or why it did not run) and runs.txt (every
 # run's output) go to $OUT where it is set (the device tool brings that folder back), else $WORK.
 set -uo pipefail
+sections=${*:-check profile packed large base compile triton}
+known=" check profile packed large base compile triton slowcompile "
+for section in $sections; do  # all checked first: a typo must cost no device time, nor the last summary
+  if [[ "$known" != *" $section "* ]]; then
+    echo "unknown section $section (check, profile, packed, large, base, compile, triton, slowcompile)" >&2
+    exit 2
+  fi
+done
 work=${WORK:-/tmp/bertjax_gpu}
 results=${OUT:-$work}
 mkdir -p "$work" "$results"
@@ -80,14 +88,6 @@ bench() {
   run "$name" $py launch/benchmark.py --nopipeline "$@"
 }
 
-sections=${*:-check profile packed large base compile triton}
-known=" check profile packed large base compile triton slowcompile "
-for section in $sections; do  # all named before any runs: a typo must not cost the device time before it
-  if [[ "$known" != *" $section "* ]]; then
-    echo "unknown section $section (check, profile, packed, large, base, compile, triton, slowcompile)" >&2
-    exit 2
-  fi
-done
 # slowcompile: BERT-base with the XLA attention has not compiled in 150-210 s on an H100/H200
 # since 2026-11-26 (44 s on 2026-11-22), autotuning off too. Dropout's custom gradient
 # (11ada33) is suspect 1: the same step without attention dropout, then a smaller batch.

@@ -93,6 +93,10 @@ def main():
     if args.side == "torch":
         print(json.dumps(torch_side(args.repeats)))
         return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_check import require_torch
+
+    require_torch(args.torch_python, modules="torch")  # (before the JAX side's minutes)
     ours = jax_side(args.repeats)
     try:
         theirs = torch_side(args.repeats)

@@ -372,7 +372,8 @@ _STATE_SETTINGS = {
     "data.label_names", *(f"model.{key}" for key in (
         "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
         "max_position_embeddings", "type_vocab_size", "position_embedding", "use_bias", "norm_bias", "gated_mlp",
-        "pooler", "token_transform", "tagging_head", "lstm_hidden_size", "scan_layers"))}
+        "pooler", "token_transform", "tagging_head", "lstm_hidden_size", "scan_layers", "norm_placement",
+        "feature_combine", "feature_layers"))}
 
 
 def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, init_params: Callable[[], Any],

@@ -69,7 +69,11 @@ case "$command" in
   create)
     RUNTIME=${RUNTIME:-$(runtime_for "$ACCELERATOR")}
     spot=()
-    if [[ "${SPOT:-0}" == 1 ]]; then spot=(--spot); fi  # (SPOT=0 asked for none, and got one)
+    case "${SPOT:-0}" in  # (SPOT=0 asked for none, and got one)
+      1 | true | yes) spot=(--spot) ;;
+      0 | false | no) ;;
+      *) echo "SPOT=$SPOT: give 1 (a spot slice) or 0" >&2; exit 2 ;;
+    esac
     tpu create "$TPU_NAME" --accelerator-type="$ACCELERATOR" --version="$RUNTIME" ${spot[@]+"${spot[@]}"}
     ;;
   install)

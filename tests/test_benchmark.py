@@ -139,7 +139,7 @@ def test_flag_values_the_batch_cannot_take_are_one_error_line(args, error):
 
 @pytest.mark.slow  # packing's layout and gradients: tests/tasks/test_finetune_packing.py
 def test_finetune_packing_benchmark_prints_its_table():
-    command = [sys.executable, os.path.join(ROOT, "benchmarks", "finetune_packing.py"), "--preset=tiny", "--steps=4",
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "finetune_packing.py"), "--preset=tiny", "--steps=10",
                "--log_every=2", "--pack=16", "--examples=400", "--max_seq_length=32", "--num_buckets=1"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)

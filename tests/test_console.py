@@ -244,6 +244,10 @@ def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback():
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
     assert "went on" not in done.stdout
+    # ...also where the launcher's main returns before it lands again (a review).
+    returning = program.replace("    for _ in range(40): time.sleep(0.05)\n", "")
+    done = subprocess.run([sys.executable, "-c", returning], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
 
 
 def test_the_eta_of_a_growing_batch_prices_the_steps_left_by_their_work(clock):

@@ -147,12 +147,25 @@ def _unraisable(unraisable) -> None:
     if isinstance(unraisable.exc_value, (KeyboardInterrupt, StopSignal)):
         terminated = isinstance(unraisable.exc_value, (Terminated, StopSignal))
         # From another thread, a moment later: the main thread runs a signal's handler at once,
-        # and raised here it would be ignored again.
-        threading.Timer(0.05, _thread.interrupt_main, [signal.SIGTERM if terminated else signal.SIGINT]).start()
+        # and raised here it would be ignored again. A launcher whose main returns first raises
+        # it then (`_raise_pending_interrupt`).
+        _PENDING_INTERRUPT[:] = [unraisable.exc_value]
+        timer = threading.Timer(0.05, _thread.interrupt_main, [signal.SIGTERM if terminated else signal.SIGINT])
+        timer.daemon = True
+        timer.start()
         return
     leftover = "_read_array" in repr(unraisable.object) or "Event loop is closed" in str(unraisable.exc_value)
     if _VERBOSE or not leftover:
         sys.__unraisablehook__(unraisable)
+
+
+_PENDING_INTERRUPT: list[BaseException] = []  # an interrupt raised in a destructor, not yet raised again
+
+
+def _raise_pending_interrupt() -> None:
+    """Raises an interrupt a destructor swallowed that has not landed again yet."""
+    if _PENDING_INTERRUPT:
+        raise _PENDING_INTERRUPT.pop()
 
 
 def _quit_interrupted(interrupt: KeyboardInterrupt) -> None:
@@ -395,6 +408,7 @@ def run(main: Callable[[list[str]], None]) -> None:
         compilation_cache.enable()
         try:
             main(argv)
+            _raise_pending_interrupt()
         except (TrainingStopped, StopSignal) as stopped:
             if not getattr(stopped, "resumable", True):  # diverged at its last step: a retry trains nothing
                 print(f"error: {stopped}", file=sys.stderr)
