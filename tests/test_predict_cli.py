@@ -383,7 +383,7 @@ def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pr
     written = []
     batch_predict.predict_all(model, "fill_mask", [("f.txt:4", some_cut)], written.append, top_k=2)
     assert len(written[0]["masks"]) == 2 and written[0]["masks"][1] is None and written[0]["truncated"]
-    assert [sorted(entry) for entry in written[0]["masks"][0]] == [["probability", "token", "token_id"]] * 2
+    assert [sorted(entry) for entry in written[0]["masks"][0]] == [["probability", "text", "token", "token_id"]] * 2
     # Context cut after the only [MASK]: answered, and still said to be truncated (the model
     # never saw the rest); a text that fits says nothing.
     context_cut = "a [MASK] " + "word " * 30
