@@ -18,8 +18,9 @@ or any attribute object) through these keys:
     weight_decay   decoupled weight decay on kernels and embeddings, >= 0
     adam_b1, adam_b2, adam_eps
     max_grad_norm  global-norm clipping threshold; 0 disables clipping
-    adam_bias_correction  optional, default False (the original); True for the tiny preset's
-                   recipe: see `scale_by_bert_adam`
+    adam_bias_correction  'adamw' only (optional, default False, the original); True for the tiny
+                   preset's recipe: see `scale_by_bert_adam`. 'stable_adamw' and 'lamb' always
+                   bias-correct, whatever this says.
 """
 
 from __future__ import annotations

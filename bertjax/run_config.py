@@ -41,10 +41,14 @@ def run_kind(config: dict[str, Any]) -> str:
     return f"fine-tuning task {config['task']!r}" if config.get("task") else "pre-training"
 
 
+_WARNED_UNFINISHED: set[tuple[str, int]] = set()  # (init_checkpoint, step): a sweep's runs warn once
+
+
 def warn_if_unfinished_start(init_checkpoint: str, workdir: str) -> None:
     """A warning when a new run starts from a bertjax pre-training run that stopped before its
     num_steps (preempted, never relaunched): phase 2 or fine-tuning would start from weights a
-    tenth trained without a word. A step folder named on purpose is taken as given."""
+    tenth trained without a word. A step folder named on purpose is taken as given. Once per
+    process for each start: a sweep's runs share theirs."""
     from bertjax.models.convert import checkpoint_layout
 
     if not init_checkpoint or own_checkpoints(workdir) or init_checkpoint.rstrip("/").rsplit("/", 1)[-1].isdigit():
@@ -56,7 +60,9 @@ def warn_if_unfinished_start(init_checkpoint: str, workdir: str) -> None:
         return
     config = meta.get("config") or {}
     total = (config.get("train") or {}).get("num_steps")
-    if run_kind(config) == "pre-training" and isinstance(total, int) and meta["step"] < total:
+    if (run_kind(config) == "pre-training" and isinstance(total, int) and meta["step"] < total
+            and (init_checkpoint, meta["step"]) not in _WARNED_UNFINISHED):
+        _WARNED_UNFINISHED.add((init_checkpoint, meta["step"]))
         logging.getLogger(__name__).warning(
             "config.init_checkpoint=%s is at step %d of its run's %d: that run has not finished (relaunch it with its "
             "own workdir to finish it); this run starts from its weights as they are", init_checkpoint, meta["step"],

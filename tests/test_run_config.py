@@ -89,7 +89,8 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
 def test_a_start_from_an_unfinished_pre_training_run_is_warned_of(tmp_path, monkeypatch, caplog):
     """Phase 2 from a phase 1 stopped at step 60 of 600 said 'initialised ... from' it, nothing
     more (a walkthrough). A finished run, a fine-tuning run's best step, a step folder named on
-    purpose and another layout are started from without a word."""
+    purpose and another layout are started from without a word. A sweep's runs, each starting
+    from it, warn once."""
     from bertjax.models import convert
 
     metas = {"unfinished": {"step": 60, "config": {"train": {"num_steps": 600}}},
@@ -97,8 +98,9 @@ def test_a_start_from_an_unfinished_pre_training_run_is_warned_of(tmp_path, monk
              "finetuned": {"step": 60, "config": {"task": "classification", "train": {"num_steps": 600}}}}
     monkeypatch.setattr(convert, "checkpoint_layout", lambda path: ("bertjax", path))
     monkeypatch.setattr(run_config.checkpointing, "read_meta", lambda directory: metas[directory.split("/")[0]])
+    monkeypatch.setattr(run_config, "_WARNED_UNFINISHED", set())
     with caplog.at_level("WARNING"):
-        for path in ("unfinished", "finished", "finetuned", "unfinished/checkpoints/60"):
+        for path in ("unfinished", "finished", "finetuned", "unfinished/checkpoints/60", "unfinished"):
             run_config.warn_if_unfinished_start(path, str(tmp_path / "new"))
     assert caplog.messages == ["config.init_checkpoint=unfinished is at step 60 of its run's 600: that run has not "
                                "finished (relaunch it with its own workdir to finish it); this run starts from its "
