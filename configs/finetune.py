@@ -32,8 +32,9 @@ learning rate 2e-5 (the paper picked per task from {5e-5, 4e-5, 3e-5, 2e-5} on d
 run_classifier.py's own default is 5e-5: use `sweep` to pick). One departure, for speed:
 batches of examples of similar length (`data.group_by_length`; False: the original's random
 batches; docs/faithfulness.md). Per family:
-SQuAD as run_squad.py (length 384, doc_stride 128, max_query_length 64, lr 3e-5, 2 epochs,
-n_best_size 20, max_answer_length 30, null_score_diff_threshold 0.0); NER, which has no
+SQuAD as the original README runs run_squad.py (length 384, doc_stride 128, max_query_length
+64, lr 3e-5, 2 epochs, n_best_size 20, max_answer_length 30, null_score_diff_threshold 0.0;
+the script's own flags default to lr 5e-5 and 3 epochs); NER, which has no
 original script, run_classifier.py's lr 5e-5 (with batch 32 and 3 epochs, inside the
 paper's grid); multiple choice as the paper's SWAG (lr 2e-5, batch 16, 3 epochs).
 Model: every BertConfig field is unset (None) and comes from the checkpoint; set one to
