@@ -99,6 +99,8 @@ class Tokenizer:
         digest = hashlib.sha256(f"{kind}\ndo_lower_case={do_lower_case}\n".encode())
         digest.update(model_bytes if kind != "wordpiece" else "\n".join(self._tokens).encode())
         self.vocab_hash = digest.hexdigest()
+        if kind != "wordpiece":  # recorded (metadata, manifests) as it reads text; the hash above as before
+            self.do_lower_case = self.lower_cases()
 
     def lower_cases(self) -> bool:
         """Whether capitals reach the vocabulary lower-cased: WordPiece's do_lower_case, else what
@@ -540,15 +542,16 @@ def saved_tokenizer_spec(directory: str) -> dict:
             "vocab_hash": spec["vocab_hash"]}
 
 
-def check_casing_setting(tokenizer: Tokenizer, do_lower_case: bool | None) -> None:
-    """ValueError when config.data.do_lower_case is set against a tokenizer that normalises by
+def check_casing_setting(tokenizer: Tokenizer, do_lower_case: bool | None,
+                         setting: str = "config.data.do_lower_case") -> None:
+    """ValueError when `setting` (do_lower_case) is set against a tokenizer that normalises by
     itself (a SentencePiece model, a tokenizer.json read as kind huggingface): the setting would
     be ignored, and the text read otherwise than the user asked."""
     if do_lower_case is None or tokenizer.kind == "wordpiece" or tokenizer.lower_cases() == do_lower_case:
         return
     retrain = (f"; launch/train_tokenizer.py --{'' if do_lower_case else 'no'}do_lower_case trains one that "
                f"{'lower-cases' if do_lower_case else 'keeps case'}") if tokenizer.kind == "sentencepiece" else ""
-    raise ValueError(f"config.data.do_lower_case={do_lower_case}, but {tokenizer.path} "
+    raise ValueError(f"{setting}={do_lower_case}, but {tokenizer.path} "
                      f"{'lower-cases' if tokenizer.lower_cases() else 'keeps case'} by its own normalisation, which "
                      f"the setting does not change (it applies to a WordPiece vocab.txt): leave it unset{retrain}")
 
@@ -1045,4 +1048,8 @@ def read_vocab(path: str) -> list[str]:
     for line, token in enumerate(tokens, start=1):
         if not token.strip():
             raise ValueError(f"{path}:{line}: empty vocabulary entry")
+    if tokens and all(re.fullmatch(r"\S+\t-?[0-9.]+(e-?[0-9]+)?", token) for token in tokens[:5]):
+        raise ValueError(f"{path}:1: {tokens[0]!r}: a piece and its score, as a SentencePiece model's .vocab lists "
+                         "them, not a WordPiece vocabulary; give the .model file beside it, with "
+                         "config.data.tokenizer=sentencepiece")
     return tokens

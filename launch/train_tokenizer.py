@@ -32,7 +32,8 @@ _INPUT = flags.DEFINE_string("input", None, "Comma-separated globs of text, JSON
 _VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size, special tokens included.",
                                    lower_bound=6)  # the 5 special tokens and one more: checked before the corpus
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where vocab.txt (spm.model, tokenizer.json) is written.")
-_DO_LOWER_CASE = flags.DEFINE_bool("do_lower_case", True, "Lower-case (and for WordPiece strip accents).")
+_DO_LOWER_CASE = flags.DEFINE_bool("do_lower_case", True, "Lower-case (and for WordPiece strip accents); "
+                                    "WordPiece and SentencePiece only: a byte-level BPE keeps case, as ModernBERT's.")
 _SOURCE = flags.DEFINE_enum("source", "auto", ["auto", "text", "jsonl", "parquet"],
                             "What the files hold (config.data.source's kinds); auto: by their extensions.")
 _TEXT_KEY = flags.DEFINE_string("text_key", "text", "JSONL/Parquet: the column of the text (config.data.text_key).")
@@ -129,7 +130,10 @@ def main(_):
     print(f"wrote {path}: {tokenizer.vocab_size} tokens{fewer}, [UNK] {unknown:.2%} of the first {len(sample):,} "
           f"sentences' tokens{hint}, vocab_hash {tokenizer.vocab_hash}{dropped}")
     # A vocab.txt does not record its casing; a SentencePiece model and a BPE hold their normalisation.
-    casing = f" --config.data.do_lower_case={_DO_LOWER_CASE.value}" if kind == "wordpiece" else ""
+    casing = (f" --config.data.do_lower_case={_DO_LOWER_CASE.value}" if kind == "wordpiece" else
+              f" (it {'lower-cases' if tokenizer.lower_cases() else 'keeps case'} by itself: "
+              f"--{'no' if tokenizer.lower_cases() else ''}do_lower_case trains one that does not)"
+              if kind == "sentencepiece" else "")
     print(f"use it with --config.data.tokenizer={kind} --config.data.vocab_path={shlex.quote(path)}{casing}")
 
 

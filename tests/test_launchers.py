@@ -357,3 +357,48 @@ def test_launchers_give_gpu_matmuls_to_cublas_unless_the_flags_choose():
     result = subprocess.run([sys.executable, "-c", importing_cli], env=env, cwd=ROOT, capture_output=True, text=True,
                             timeout=60, check=True)
     assert result.stdout.strip() == "--xla_gpu_enable_triton_gemm=false"
+
+
+def test_inspect_data_keeps_a_sentencepiece_word_whole_across_its_masked_pieces(launchers, tmp_path):
+    """A SentencePiece word with a masked piece read as two words ('a [t→venria]' for 'at'),
+    where WordPiece's '##' shows the piece continues (a walkthrough): the pieces are written
+    against each other."""
+    (tmp_path / "render.py").write_text(f'''import sys
+sys.path.insert(0, {os.path.join(ROOT, "launch")!r})
+import numpy as np
+import inspect_data
+from bertjax import tokenization
+from bertjax.data import vocabularies
+
+corpus = [f"on weekends she goes to work at the shipping yard number {{i}}" for i in range(200)]
+tokenizer = tokenization.load_tokenizer("sentencepiece", vocabularies.train_sentencepiece(corpus, 45, sys.argv[1]))
+pieces = ["[CLS]", "\\u2581w", "e", "e", "k", "e", "n", "d", "s", "\\u2581sh", "e", "[SEP]"]
+index = {{tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}}
+ids = [index[piece] for piece in pieces]
+shown = list(ids)
+shown[4], shown[5], shown[9] = tokenizer.mask_id, tokenizer.mask_id, tokenizer.mask_id
+print(inspect_data.render({{"input_ids": np.array(shown), "input_mask": np.ones(len(ids)),
+                           "masked_lm_positions": np.array([4, 5, 9]),
+                           "masked_lm_ids": np.array([ids[4], ids[5], ids[9]]), "masked_lm_weights": np.ones(3)}},
+                          tokenizer))
+''')
+    result = launchers.run([str(tmp_path / "render.py"), str(tmp_path / "spm")], {**os.environ, "JAX_PLATFORMS": "cpu"},
+                           cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "[CLS] wee[k→[MASK]][e→[MASK]]nds [sh→[MASK]]e [SEP]"
+
+
+@pytest.mark.parametrize("casing", ["--do_lower_case", "--nodo_lower_case"])
+def test_train_tokenizer_says_how_a_sentencepiece_model_cases(launchers, tmp_path, casing):
+    """A vocab.txt's summary gave the do_lower_case to train with, a SentencePiece model's nothing,
+    though by default it lower-cases (a walkthrough): a cased corpus's NER run would fold case
+    unwarned. It says which, and the flag that trains the other."""
+    (tmp_path / "text.txt").write_text("".join(f"The Fox number {i} jumps over the Fence.\n" for i in range(300)))
+    result = launchers.run([os.path.join(ROOT, "launch", "train_tokenizer.py"), "--kind=sentencepiece", casing,
+                            f"--input={tmp_path / 'text.txt'}", f"--output_dir={tmp_path / 'spm'}", "--vocab_size=60"],
+                           {**os.environ, "JAX_PLATFORMS": "cpu"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lower = casing == "--do_lower_case"
+    assert result.stdout.splitlines()[-1].endswith(
+        f"(it {'lower-cases' if lower else 'keeps case'} by itself: --{'no' if lower else ''}do_lower_case trains "
+        "one that does not)")

@@ -523,9 +523,11 @@ def test_a_fine_tuned_model_says_whether_its_pooler_learnt(runs, unevaluated_run
     assert not model_source.resolve(runs["squad"][0]).pooler_trained
 
 
-def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
-    """do_lower_case applies to WordPiece only (a SentencePiece model normalises as it says), yet
-    a run saved with one was refused: 'was trained cased ... would give it other ids' (a review)."""
+def test_a_sentencepiece_run_takes_its_own_casing_and_refuses_the_other(tmp_path):
+    """do_lower_case applies to WordPiece only (a SentencePiece model normalises as it says): a
+    run saved with one was refused as 'trained cased ... would give it other ids' (a review),
+    then any setting was taken and the other casing silently ignored by predict, features and
+    export (a walkthrough), where fine-tuning refuses it: now refused alike, in one line."""
     from bertjax import tokenization
     from bertjax.data import vocabularies
     from bertjax.inference import model_source
@@ -536,9 +538,13 @@ def test_a_sentencepiece_run_takes_any_do_lower_case(tmp_path):
     _tiny_run(tmp_path / "run" / "checkpoints", vocab_size=tokenizer.vocab_size)
     tokenization.save_tokenizer(tokenizer, str(tmp_path / "run" / "tokenizer"))
     source = model_source.resolve(str(tmp_path / "run"))
-    for lower in (True, False, None):
+    assert not tokenizer.lower_cases() and not tokenizer.do_lower_case  # (train_sentencepiece's default)
+    for lower in (False, None):
         loaded = source.load_tokenizer(do_lower_case=lower)
         assert loaded.kind == "sentencepiece" and loaded.encode("the fox runs") == tokenizer.encode("the fox runs")
+    with pytest.raises(ValueError, match=r"^do_lower_case \(config.data.do_lower_case, --do_lower_case\)=True, "
+                                         r"but .*spm.model keeps case by its own normalisation"):
+        source.load_tokenizer(do_lower_case=True)
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

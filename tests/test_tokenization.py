@@ -1,5 +1,6 @@
 """Tokenizer: reference parity on a real BERT vocabulary, special ids, training both kinds."""
 
+import hashlib
 import io
 import json
 import os
@@ -76,6 +77,11 @@ def test_bad_vocab_files_name_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"spm.model:3: vocabulary is not valid UTF-8 \(a SentencePiece model\? "
                                          r"set config.data.tokenizer=sentencepiece\)"):
         tokenization.load_tokenizer("wordpiece", str(model))
+    listing = tmp_path / "spm.vocab"  # the model's piece list beside it: 'lacks the special tokens' (a walkthrough)
+    listing.write_text("[PAD]\t0\n[UNK]\t0\n[CLS]\t0\n[SEP]\t0\n[MASK]\t0\n\u2581the\t-3.0713\ns\t-3.5e-05\n")
+    with pytest.raises(ValueError, match=r"spm.vocab:1: '\[PAD\]\\t0': a piece and its score, as a SentencePiece "
+                                         r"model's .vocab lists them, .* give the .model file beside it"):
+        tokenization.load_tokenizer("wordpiece", str(listing))
     with pytest.raises(ValueError, match="unknown tokenizer kind"):
         tokenization.load_tokenizer("bpe", str(path))
     # A byte-order mark and spaces around a token are no part of it (the original strips lines).
@@ -163,6 +169,14 @@ def test_train_sentencepiece_fixed_special_ids(tmp_path, do_lower_case):
     assert mask[ids].tolist() == [not p.startswith("\u2581") and p != "." for p in pieces]  # punctuation: a word
     assert "." in pieces and not mask[:5].any()
     assert (tokenizer.encode("The FOX") == tokenizer.encode("the fox")) == do_lower_case
+    # Recorded as it reads text (prepared data, feature manifests): a walkthrough's lower-casing
+    # model said do_lower_case False everywhere. Its hash is what earlier runs recorded.
+    assert tokenizer.do_lower_case == do_lower_case
+    tokenization.save_tokenizer(tokenizer, str(tmp_path / "saved"))
+    assert tokenization.saved_tokenizer_spec(str(tmp_path / "saved"))["do_lower_case"] == do_lower_case
+    legacy = hashlib.sha256(b"sentencepiece\ndo_lower_case=False\n")
+    legacy.update(open(path, "rb").read())
+    assert tokenizer.vocab_hash == legacy.hexdigest()
 
 
 def test_sentencepiece_keeps_paragraph_lines_and_says_what_it_left_out(tmp_path, monkeypatch, caplog):

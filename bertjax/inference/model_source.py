@@ -141,7 +141,8 @@ class ModelSource:
         `convert.vocabulary_kind`). do_lower_case (WordPiece only: a
         SentencePiece model or a tokenizer.json normalises as it says) None: the model's
         casing, else the vocabulary file's (a tokenizer.json says), else what a vocab.txt's
-        tokens show (`Tokenizer.from_vocab_file`), with a warning."""
+        tokens show (`Tokenizer.from_vocab_file`), with a warning. One that contradicts how a
+        SentencePiece model or tokenizer.json normalises is refused (`check_casing_setting`)."""
         saved = self.tokenizer_spec
         if not vocab_path and not saved:
             raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt, tokenizer.json or a saved "
@@ -152,7 +153,10 @@ class ModelSource:
         kind, path = (kind or convert.vocabulary_kind(vocab_path), vocab_path) if vocab_path else (
             saved["kind"], saved["path"])
         if kind != "wordpiece":  # a SentencePiece model or tokenizer.json normalises as it says
-            return self._checked(tokenization.load_tokenizer(kind, path), vocab_path)
+            tokenizer = tokenization.load_tokenizer(kind, path)
+            tokenization.check_casing_setting(tokenizer, do_lower_case,
+                                              "do_lower_case (config.data.do_lower_case, --do_lower_case)")
+            return self._checked(tokenizer, vocab_path)
         lower = do_lower_case
         known = saved["do_lower_case"] if saved and saved["kind"] == "wordpiece" else None
         if lower is not None and known is not None and lower != known:
