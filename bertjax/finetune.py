@@ -650,7 +650,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 elif best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
                     # replace: a resumed run evaluates a step again, and best/ may hold its
                     # earlier (other) weights and score.
-                    best = {"step": step, "metrics": main, "evaluated_on": evaluated_on}
+                    # (every split's: a sweep's table shows MNLI's mismatched score beside the matched)
+                    best = {"step": step, "metrics": _eval_record(results), "evaluated_on": evaluated_on}
                     best_checkpointer.save(step, {"params": params}, data_position=step, config=saved_config,
                                            force=True, extra_meta=best, replace=True)
                     best_predictions = predictions
@@ -717,7 +718,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 written += task.write_predictions(split, predictions, directory)
     programs.close()
     if best is not None:
-        chosen = (f"{task.main_metric} {best['metrics'][task.main_metric]:.4f} at step {best['step']}"
+        others = "".join(f", {name} {value:.4f}" for name, value in best["metrics"].items()
+                         if name.endswith(f"_{task.main_metric}") and name != task.main_metric)
+        chosen = (f"{task.main_metric} {best['metrics'][task.main_metric]:.4f}{others} at step {best['step']}"
                   + (" on an earlier launch's evaluation" if rescored else ""))
         loop.console(f"best {chosen} (weights in {best_checkpointer.directory})")
         for name, scores in rescores.items():

@@ -219,7 +219,9 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
             print(f"no run finished; the best evaluation before its run failed: {top['run']} ({metric} "
                   f"{top[metric]:.4f}); ", end="")
         else:
-            print(f"best: {top['run']} ({metric} {top[metric]:.4f}); ", end="")
+            predictions = fileio.join(workdir, "sweep", top["run"], "predictions")
+            print(f"best: {top['run']} ({metric} {top[metric]:.4f}); "
+                  + (f"its predictions in {predictions}; " if fileio.exists(predictions) else ""), end="")
         print(f"all in {fileio.join(workdir, RESULTS_FILE)}")
     names = {name for name, _ in runs}
     return [row for row in results if row["run"] in names]  # this grid's (what the launcher judges)

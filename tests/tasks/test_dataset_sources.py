@@ -4,6 +4,7 @@ No test here touches the network: name resolution is made to fail."""
 
 import logging
 import os
+import re
 import socket
 import sys
 import time
@@ -113,3 +114,15 @@ def test_a_connection_error_other_than_no_network_gets_tfds_retries(tmp_path, mo
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", download_and_prepare)
     builder = sources.prepared_tfds_builder("glue/cola", str(tmp_path))
     assert builder.name == "glue" and retries_seen == [0, downloader.MAX_RETRIES] and downloader.MAX_RETRIES == 10
+
+
+@pytest.mark.parametrize("where", ["a file", "inside a file"])
+def test_a_tfds_folder_that_cannot_be_one_is_named_once(tmp_path, where):
+    """config.data.tfds_data_dir naming a file ended in '[Errno 20] Not a directory: .../downloads',
+    after the download was tried twice (taken for a connection error; a walkthrough)."""
+    (tmp_path / "pairs.txt").write_text("a\tb\n")
+    folder = str(tmp_path / "pairs.txt") + ("" if where == "a file" else "/tfds")
+    with pytest.raises(ValueError, match=rf"^TFDS's folder {re.escape(folder)} \(config.data.tfds_data_dir\) cannot "
+                                         r"hold dataset 'glue/rte': Not a directory: "):
+        sources.prepared_tfds_builder("glue/rte", folder)
+    assert sorted(os.listdir(tmp_path)) == ["pairs.txt"]
