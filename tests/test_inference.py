@@ -172,12 +172,22 @@ def test_bad_layers_pooling_and_truncation_are_reported(minilm):
         with pytest.raises(ValueError, match=r"layers: give a list of layer indices \(ints\), got"):
             minilm.features(["a"], layers=layers)
     assert minilm.features(["a"], layers=[np.int64(-1)], pooling="cls")[0]["values"].shape == (1, 384)
+    assert minilm.features(["a"], layers=np.array([-1, 0]), pooling="cls")[0]["values"].shape == (2, 384)
+    with pytest.raises(ValueError, match="layer index 7 is outside"):  # at the call, not where first iterated
+        minilm.iter_features(["a"], layers=(7,))
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        minilm.iter_features(["a"], pooling="max")
+    with pytest.raises(ValueError, match=r"texts: give a list"):
+        minilm.iter_features("a")
     for texts in (None, 5, b"ab"):  # (a bare TypeError, or the bytes' numbers as inputs)
         with pytest.raises(ValueError, match=r"texts: give a list"):
             minilm.features(texts)
     for length in (16.0, "16"):  # (an AttributeError deep in the bucket ladder; a numpy int is an int)
-        with pytest.raises(ValueError, match=f"max_seq_length={length} must be in"):
+        with pytest.raises(ValueError, match=f"max_seq_length={length!r} must be an int in"):  # ('16' read as 16)
             bertjax.load_model(MINILM_DIR, max_seq_length=length)
+    for path in (None, 5):  # (os.fspath's 'expected str, bytes or os.PathLike object', naming no argument)
+        with pytest.raises(TypeError, match=r"load_model: path must be a model's path \(str or os.PathLike\), got"):
+            bertjax.load_model(path)
     assert bertjax.load_model(MINILM_DIR, max_seq_length=np.int64(16)).max_seq_length == 16
     with pytest.raises(ValueError, match="batch_size must be a positive int, got True"):
         bertjax.load_model(MINILM_DIR, batch_size=True)
@@ -268,5 +278,5 @@ def test_fill_mask_answers_alike_whatever_the_other_texts_mask_counts(small_pret
     for bad in (2.5, True, 0):
         with pytest.raises(ValueError, match=r"top_k must be an int in \[1, "):
             model.fill_mask(["a [MASK] ."], top_k=bad)
-    with pytest.raises(ValueError, match=r"max_seq_length=0 must be in \[8, "):
+    with pytest.raises(ValueError, match=r"max_seq_length=0 must be an int in \[8, "):
         bertjax.load_model(small_pretrained_run, max_seq_length=0)

@@ -7,7 +7,8 @@ features on raw text.
     # [{"label": "good", "probability": 0.98, "probabilities": {"bad": 0.02, "good": 0.98}}]
     lm = bertjax.load_model("workdir/pretrain")         # a checkpoint with a masked-LM head
     lm.fill_mask(["paris is the [MASK] of france."], top_k=3)
-    # [[[{"token": "capital", "token_id": 3007, "probability": 0.91}, ...]]]   one list per [MASK]
+    # [[[{"token": "capital", "text": "capital", "token_id": 3007, "probability": 0.91}, ...]]]
+    #   one list per [MASK]
     model.features(["a sentence", "a first ||| and a second"], layers=(-1, -2), pooling="mean")
 
 Every call tokenizes its inputs in bulk, sorts them by length into batches padded only to
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
@@ -203,6 +205,8 @@ class Model:
         """Layer indices as non-negative positions in the [L + 1] hidden-state stack; a
         ValueError naming the bad index and the valid range."""
         count = self.bert.num_hidden_layers + 1
+        if isinstance(layers, np.ndarray) and layers.ndim == 1:
+            layers = layers.tolist()
         if not isinstance(layers, Sequence) or isinstance(layers, str) or not all(map(_is_int, layers)):
             raise ValueError(f"layers: give a list of layer indices (ints), got {layers!r}")
         layers = tuple(int(layer) for layer in layers)
@@ -239,7 +243,8 @@ class Model:
 
     def fill_mask(self, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]] | None]]:
         """For each text (or "a ||| b" pair) with one or more [MASK], the top_k tokens at each
-        mask: [{"token", "token_id", "probability"}], best first, or None for a mask that
+        mask: [{"token", "text", "token_id", "probability"}] ("text" as a reader writes the token:
+        `Tokenizer.token_text`), best first, or None for a mask that
         truncation to max_seq_length cut off (`fill_mask.fill_mask`; `fill_mask_rows` also says
         which texts were cut)."""
         from bertjax.inference import fill_mask
@@ -344,6 +349,8 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
       do_lower_case another casing than a bertjax run trained with is refused (a release's
       is overridden, with a warning) (`ModelSource.load_tokenizer`).
     """
+    if not isinstance(path, (str, os.PathLike, model_source.ModelSource)):
+        raise TypeError(f"load_model: path must be a model's path (str or os.PathLike), got {path!r}"[:200])
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} (or None: the platform's default), got {precision!r}")
     source = model_source.resolve(path)
@@ -358,7 +365,7 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
     length = max_seq_length if max_seq_length is not None else (
         source.max_seq_length or min(512, bert.max_position_embeddings))
     if not _is_int(length) or not 8 <= length <= bert.max_position_embeddings:
-        raise ValueError(f"max_seq_length={length} must be in [8, the model's max_position_embeddings="
+        raise ValueError(f"max_seq_length={length!r} must be an int in [8, the model's max_position_embeddings="
                          f"{bert.max_position_embeddings}]")
     length = int(length)  # (a numpy integer has no bit_length, which the bucket ladder asks)
     untrained = source.untrained_past(length)

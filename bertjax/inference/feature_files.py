@@ -321,8 +321,8 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
         changed.remove("weights")
     if manifest.get("format") != FORMAT or changed:
         shown = [_difference(k, saved[k], settings[k]) for k in changed[:3]]
-        raise ValueError(f"--output={output} holds features made with other settings ("
-                         + ", ".join(shown) + "); give a new folder or the same flags and files")
+        raise ValueError(f"the output folder {output} holds features made with other settings ("
+                         + ", ".join(shown) + "); give a new folder or the same settings and files")
 
 
 def _resume_point(output: str, settings: dict[str, Any], process: int, processes: int,

@@ -60,23 +60,28 @@ def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: 
     if pooling == "none":
         example_bytes = len(indices) * bert.hidden_size * model.max_seq_length * 4
         chunk_size = min(CHUNK_EXAMPLES, max(model.batch_size, CHUNK_BYTES // example_bytes))
-    done = 0
-    remaining = iter(not_one_string(texts))
-    for chunk in iter(lambda: list(itertools.islice(remaining, chunk_size)), []):
-        pairs = [at_position(done + i, text_pair, text) for i, text in enumerate(chunk, start=1)]
-        split, truncated = model.encode_texts(pairs)
-        if truncated.any() and on_truncated is not None:
-            on_truncated(done + np.flatnonzero(truncated))
-        outputs = model.run(("features", indices, pooling), apply, split,
-                           progress=None if progress is None else lambda k, done=done: progress(done + k),
-                           sequence_outputs=("hidden",))
-        for i in range(len(split)):
-            length = int(split.lengths[i])
-            cut = {"truncated": True} if truncated[i] else {}
-            if pooling == "none":
-                ids = split.features["input_ids"][i, :length]
-                yield {"tokens": [model.tokenizer.id_to_token(int(t)) for t in ids], "token_ids": ids,
-                       "values": np.ascontiguousarray(outputs["hidden"][i, :, :, :length].swapaxes(-1, -2)), **cut}
-            else:
-                yield {"values": outputs["pooled"][i], **cut}
-        done += len(split)
+    remaining = iter(not_one_string(texts))  # (refused here, at the call, as bad layers and pooling are)
+
+    def features() -> Iterator[dict[str, Any]]:
+        done = 0
+        for chunk in iter(lambda: list(itertools.islice(remaining, chunk_size)), []):
+            pairs = [at_position(done + i, text_pair, text) for i, text in enumerate(chunk, start=1)]
+            split, truncated = model.encode_texts(pairs)
+            if truncated.any() and on_truncated is not None:
+                on_truncated(done + np.flatnonzero(truncated))
+            outputs = model.run(("features", indices, pooling), apply, split,
+                                progress=None if progress is None else lambda k, done=done: progress(done + k),
+                                sequence_outputs=("hidden",))
+            for i in range(len(split)):
+                length = int(split.lengths[i])
+                cut = {"truncated": True} if truncated[i] else {}
+                if pooling == "none":
+                    ids = split.features["input_ids"][i, :length]
+                    values = outputs["hidden"][i, :, :, :length].swapaxes(-1, -2)
+                    yield {"tokens": [model.tokenizer.id_to_token(int(t)) for t in ids], "token_ids": ids,
+                           "values": np.ascontiguousarray(values), **cut}
+                else:
+                    yield {"values": outputs["pooled"][i], **cut}
+            done += len(split)
+
+    return features()
