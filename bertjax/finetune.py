@@ -603,23 +603,28 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         if frozen and config.train.cache_features:
             with loop.paused(recurring=False), clock.phase("cache features"):  # not in the first steps' time and rate
                 weights = checkpointing.weights_digest(state.params["bert"])
-                for split in [task.train, *task.eval_splits, *task.test_splits]:
+                # (a finished run relaunched, to predict a new test file say, trains no step)
+                trains = start_step < train_cfg.num_steps
+                for split in [*([task.train] if trains else []), *task.eval_splits, *task.test_splits]:
                     encoder_config = bert if split is task.train else bert.replace(matmul_precision="default")
                     caches[split.name], message = cached_features(
                         config, workdir, split, encoder_config, tasks.family_of_task(config.task).reads_tokens,
                         state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, weights,
                         stop=loop.watcher.stop_now)
                     loop.console(f"{split.name}: {message}")
-            example = {**example, **caches[task.train.name].gather(train_batches.examples(0),
-                                                                   example["input_ids"].shape[-1])}
+            if trains:
+                example = {**example, **caches[task.train.name].gather(train_batches.examples(0),
+                                                                       example["input_ids"].shape[-1])}
 
         # -- The steps: the train step compiled once per batch shape the batches use, evaluation
         #    (sums and per-row predictions, replicated to every host) once per evaluation shape;
         #    compiled ahead in a background thread, in the order the run needs them. --
         # (any split's batch: the splits share the features' shapes)
-        eval_example, real = next(batching.eval_batches(task.train, eval_batch_size, eval_buckets))
+        shaped_by = next((split for split in (task.train, *task.eval_splits, *task.test_splits)
+                          if split.name in caches), task.train)
+        eval_example, real = next(batching.eval_batches(shaped_by, eval_batch_size, eval_buckets))
         if caches:
-            eval_example = caches[task.train.name].add_to_eval_batch(eval_example, real)
+            eval_example = caches[shaped_by.name].add_to_eval_batch(eval_example, real)
         first_epoch = min(train_cfg.num_steps - start_step, train_batches.steps_per_epoch())
         programs = Programs(
             mesh=mesh, abstract=abstract, shardings=shardings, objective=objective, task=task, train_cfg=train_cfg,
@@ -632,7 +637,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
         step = start_step
         batches = train_batches.batches(start_batch=start_step)
-        if caches:
+        if task.train.name in caches:
             batches = caches[task.train.name].with_features(batches, train_batches, start_step)
         def evaluate_at(step: int, state) -> None:
             """Evaluates the weights of `state` (after `step`), logs it, keeps them in best/ when
@@ -738,6 +743,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         for cache in caches.values():  # (a run to relaunch keeps it, as a stopped one does)
             cache.remove()
         loop.console(f"removed the cached features from {cache_directory(config, workdir)} (a temporary folder)")
+    elif caches:  # (gigabytes at scale: said, as a folder the user may want back)
+        size = feature_cache.readable_size(sum(cache.nbytes for cache in caches.values()))
+        loop.console(f"the frozen encoder's cached features stay in {cache_directory(config, workdir)} ({size} for "
+                     "this run): a run on the same weights and inputs reuses them; delete them when none will")
     loop.console(clock.summary(rest="train and start-up"))
     result = {"best": best, "rescored": rescores, "last": loop.last, "predictions": written,
               "main_metric": task.main_metric, "seconds": clock.seconds(rest="train and start-up")}

@@ -3,6 +3,7 @@ frozen encoder (no optimizer state, no backward pass, bit-identical weights) for
 family, exact resume, the loaders, bad input."""
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -508,6 +509,28 @@ def test_a_cache_in_a_folder_no_one_chose_is_removed_when_the_run_ends(encoder_r
     assert len(list((tmp_path / "temporary").glob("*.bin"))) == 2
 
 
+def test_a_finished_run_relaunched_caches_no_training_features(encoder_run, tmp_path, capsys):
+    """A finished frozen run relaunched (to predict a new test file, say) computed its whole
+    training split's cache again for no step (a walkthrough: gigabytes and minutes at scale)."""
+    from bertjax import finetune
+
+    config = _frozen_config("classification", tmp_path, encoder_run)
+    config.data.update(train_file=_pairs_file(tmp_path), eval_file=_pairs_file(tmp_path))
+    config.train.feature_cache_dir = str(tmp_path / "cache")
+    first = finetune.finetune(config, str(tmp_path / "run"))
+    [train_cache] = (tmp_path / "cache").glob("train-*.bin")
+    train_cache.unlink()
+    capsys.readouterr()
+    again = finetune.finetune(config, str(tmp_path / "run"))
+    printed = capsys.readouterr().out
+    assert not list((tmp_path / "cache").glob("train-*.bin")) and "train: " not in printed, printed
+    assert "eval: reusing the cached features" in printed
+    size = os.path.getsize(next((tmp_path / "cache").glob("eval-*.bin"))) / 2**20
+    assert (f"the frozen encoder's cached features stay in {tmp_path / 'cache'} ({size:.1f} MiB for this run): a run "
+            "on the same weights and inputs reuses them; delete them when none will") in printed
+    assert again["best"]["metrics"] == pytest.approx(first["best"]["metrics"])
+
+
 def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_path, capsys, monkeypatch):
     """Two frozen tagging runs with other head settings (BiLSTM size, concat vs weighted sum)
     and one cache folder: the second reuses the first's features; other layers compute anew.
@@ -542,10 +565,11 @@ def test_runs_that_differ_in_the_head_share_one_feature_cache(encoder_run, tmp_p
     assert len(list((tmp_path / "cache").glob("train-*.bin"))) == 4
 
 
-def test_two_runs_computing_one_feature_cache_take_turns(tmp_path):
+def test_two_runs_computing_one_feature_cache_take_turns(tmp_path, caplog):
     """Two runs computing the same cache at once (a sweep's runs sharing feature_cache_dir): the
     second truncated the file under the first, which then trusted zeros behind a complete
-    manifest (a review). The second now waits, then reuses what the first computed."""
+    manifest (a review). The second now waits, saying so (a walkthrough saw a run silent for as
+    long as the other computed: the line was at INFO), then reuses what the first computed."""
     import threading
 
     from bertjax.tasks import feature_cache
@@ -580,6 +604,7 @@ def test_two_runs_computing_one_feature_cache_take_turns(tmp_path):
     release.set()
     first.join(30), second.join(30)
     assert calls == ["first"] * 5 and "reusing the cached features" in messages["second"]
+    assert [r.levelname for r in caplog.records if "is being computed by" in r.getMessage()] == ["WARNING"]
     np.testing.assert_array_equal(messages["first_values"][..., 0], ids)
     np.testing.assert_array_equal(messages["second_values"], messages["first_values"])
 
@@ -712,6 +737,29 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
     assert "reusing the cached features" in again.compute(encode, 16, [6, 12])
     assert not calls
     np.testing.assert_array_equal(again.values, whole.values)
+    # A finished cache in a folder that cannot be written (shared read-only) is read without its
+    # lock; it was refused ('cannot write the cached features there', a walkthrough).
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    hold = feature_cache.workdir_lock.hold
+    feature_cache.workdir_lock.hold = read_only
+    try:
+        assert "reusing the cached features" in cache(tmp_path / "whole").compute(encode, 8, [4, 8, 12])
+        with pytest.raises(ValueError, match="cannot write the cached features there"):  # one to compute: refused
+            cache(tmp_path / "unwritable").compute(encode, 8, [4, 8, 12])
+    finally:
+        feature_cache.workdir_lock.hold = hold
+    # A file cut short (a copy, a full disk) behind a finished manifest was mapped: 'mmap length
+    # is greater than file size' (a walkthrough). It is computed anew.
+    expected = np.array(whole.values)
+    del whole, again  # (their maps of the file: not read once it is cut)
+    with open(cache(tmp_path / "whole").path, "r+b") as f:
+        f.truncate(expected.nbytes // 2)
+    calls.clear()
+    recomputed = cache(tmp_path / "whole")
+    assert "cached the frozen encoder's features" in recomputed.compute(encode, 8, [4, 8, 12]) and len(calls) == 5
+    np.testing.assert_array_equal(recomputed.values, expected)
 
 
 def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path, monkeypatch):

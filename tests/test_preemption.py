@@ -40,7 +40,7 @@ def test_ctrl_c_stops_with_a_checkpoint_and_a_second_one_quits(capsys, caplog):
     try:
         os.kill(os.getpid(), signal.SIGINT)
         assert watcher.should_stop(1) and watcher.signal_name == "SIGINT"
-        assert "stopping with a checkpoint after this step" in capsys.readouterr().err
+        assert "stopping after this step or batch, with what is done saved" in capsys.readouterr().err
         assert watcher.stopped_by == "interrupted (Ctrl-C)" and "preemption" not in caplog.text
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)

@@ -108,7 +108,9 @@ class PreemptionWatcher:
             if self.signalled:
                 self.heeded = True
                 raise KeyboardInterrupt  # a second Ctrl-C: quit now
-            print("\ninterrupted: stopping with a checkpoint after this step (Ctrl-C again quits without saving)",
+            # (the same watcher stops the caching of a frozen encoder's features, batch by batch)
+            print("\ninterrupted: stopping after this step or batch, with what is done saved (Ctrl-C again quits "
+                  "without saving)",
                   file=sys.stderr, flush=True)
         self.signalled = self.signalled or signal.Signals(signum).name
 

@@ -67,7 +67,7 @@ def cache_name(split: Split, identity: dict[str, Any]) -> str:
     return f"{split.name}-{digest.hexdigest()[:20]}"
 
 
-def _size(nbytes: int) -> str:
+def readable_size(nbytes: int) -> str:
     """1.5 GiB, 3.0 MiB: a size in the unit that shows it."""
     return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
@@ -98,16 +98,29 @@ class FeatureCache:
         when an earlier computation finished, whatever its batches (a sweep over batch sizes
         computes once); else what one with the same batches (they decide which examples each
         holds) finished; 0 for none."""
-        if not (os.path.exists(self.manifest_path) and os.path.exists(self.path)):
-            return 0
-        with open(self.manifest_path) as f:
-            manifest = json.load(f)
-        if manifest.get("shape") != list(self.shape) or not manifest.get("batch_size"):
+        manifest = self._manifest()
+        if manifest is None:
             return 0
         if manifest["batches_done"] >= -(-len(self.split) // manifest["batch_size"]):
             return -(-len(self.split) // batch_size)
         same = (manifest.get("batch_size"), manifest.get("buckets")) == (batch_size, list(buckets))
         return manifest["batches_done"] if same else 0
+
+    def _manifest(self) -> dict[str, Any] | None:
+        """The manifest of a cache file of this one's shape, its size whole; None for none (a
+        file cut short, by a full disk or a copy, is computed anew rather than mapped)."""
+        if not (os.path.exists(self.manifest_path) and os.path.exists(self.path)):
+            return None
+        with open(self.manifest_path) as f:
+            manifest = json.load(f)
+        if (manifest.get("shape") != list(self.shape) or not manifest.get("batch_size")
+                or os.path.getsize(self.path) != self.nbytes):
+            return None
+        return manifest
+
+    def _complete(self) -> bool:
+        manifest = self._manifest()
+        return manifest is not None and manifest["batches_done"] >= -(-len(self.split) // manifest["batch_size"])
 
     def compute(self, encode: Callable[[dict[str, np.ndarray]], np.ndarray], batch_size: int, buckets: list[int],
                 progress: Callable[[int, int], None] | None = None,
@@ -128,6 +141,11 @@ class FeatureCache:
         or not at all: one holding its lock while waiting in a collective for a process blocked
         by another run (which holds that lock and waits for this run's) would wait for ever."""
         directory = os.path.dirname(self.path)
+        # A finished cache (every process's) is read without its lock: a folder that cannot be
+        # written (shared, read-only) serves it.
+        if fewest(int(self._complete())):
+            self.values = np.memmap(self.path, self.dtype, "r", shape=self.shape)
+            return f"reusing the cached features in {self.path} ({readable_size(self.nbytes)})"
         waited = False
         while True:
             with contextlib.ExitStack() as held:
@@ -143,8 +161,9 @@ class FeatureCache:
                                      "config.train.cache_features=False") from None
                 if fewest(locked):
                     return self._compute(encode, batch_size, buckets, progress, fewest, stop)
-            if not waited:
-                log.info("%s is being computed by %s: waiting for it", self.path, "another run" if locked else holder)
+            if not waited:  # (a warning: a run that waits minutes says why)
+                log.warning("%s is being computed by %s: waiting for it", self.path,
+                            "another run" if locked else holder)
                 waited = True
             time.sleep(random.uniform(0.5, 2.0))  # random: two runs that let go together try again apart
 
@@ -176,7 +195,7 @@ class FeatureCache:
                     progress(index + 1, total)
             del values
         self.values = np.memmap(self.path, self.dtype, "r", shape=self.shape)
-        size = _size(self.nbytes)
+        size = readable_size(self.nbytes)
         if start >= total:
             return f"reusing the cached features in {self.path} ({size})"
         return f"cached the frozen encoder's features in {self.path} ({size})" + (
@@ -211,7 +230,7 @@ class FeatureCache:
                 f.truncate(0)  # the blocks taken so far, given back
         free = shutil.disk_usage(os.path.dirname(self.path)).free
         raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached features need "
-                         f"{_size(self.nbytes)}, the disk has {_size(free)} free ({no_room}); give a folder with room "
+                         f"{readable_size(self.nbytes)}, the disk has {readable_size(free)} free ({no_room}); give a folder with room "
                          "or set config.train.cache_features=False")
 
     def _store(self, values: np.memmap, real: np.ndarray, outputs: np.ndarray) -> None:
