@@ -230,8 +230,8 @@ class FeatureCache:
                 f.truncate(0)  # the blocks taken so far, given back
         free = shutil.disk_usage(os.path.dirname(self.path)).free
         raise ValueError(f"config.train.feature_cache_dir={os.path.dirname(self.path)}: the cached features need "
-                         f"{readable_size(self.nbytes)}, the disk has {readable_size(free)} free ({no_room}); give a folder with room "
-                         "or set config.train.cache_features=False")
+                         f"{readable_size(self.nbytes)}, the disk has {readable_size(free)} free ({no_room}); give a "
+                         "folder with room or set config.train.cache_features=False")
 
     def _store(self, values: np.memmap, real: np.ndarray, outputs: np.ndarray) -> None:
         if not self.reads_tokens:
