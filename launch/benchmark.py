@@ -394,7 +394,9 @@ def main(_):
     from bertjax import optim, sharding
 
     optim.validate_train_config(config.train)  # before the step compiles, as the launchers do
-    data, fsdp, _ = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    sharding.check_training_mesh(mesh_shape)  # (a step timed on a mesh whose gradients are wrong is no figure)
+    data, fsdp, _ = mesh_shape
     accum = config.train.grad_accum_steps
     if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1 or _BATCH.value % (data * fsdp * accum):
         raise ValueError(f"config.train.grad_accum_steps={accum!r}: --batch_size={_BATCH.value} must be divisible by "

@@ -402,3 +402,13 @@ def test_train_tokenizer_says_how_a_sentencepiece_model_cases(launchers, tmp_pat
     assert result.stdout.splitlines()[-1].endswith(
         f"(it {'lower-cases' if lower else 'keeps case'} by itself: --{'no' if lower else ''}do_lower_case trains "
         "one that does not)")
+
+
+def test_the_benchmark_refuses_the_three_axis_mesh_training_refuses(launchers, tmp_path):
+    """launch/benchmark.py timed steps on data=2, fsdp=2, tensor=2, whose gradients XLA computes
+    wrongly, where pre-training and fine-tuning refuse it (a review of the scaling docs)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    result = launchers.run([os.path.join(ROOT, "launch", "benchmark.py"), "--config.mesh.data=2",
+                            "--config.mesh.fsdp=2", "--config.mesh.tensor=2"], env, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
+        "error: config.mesh: data=2, fsdp=2 and tensor=2 all above 1 train on wrong gradients"), result.stderr[-3000:]
