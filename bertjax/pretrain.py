@@ -197,9 +197,11 @@ class PlateauAlarm:
 
     PLATEAU_MARGIN = 1.1
 
-    def __init__(self, unigram: float, patience: int, bias_corrected: bool = False, vocab_size: int = 0):
-        """bias_corrected: the run's optimizer already corrects its first updates (no fix to offer)."""
-        self.unigram, self.patience = unigram, patience
+    def __init__(self, unigram: float, patience: int, bias_corrected: bool = False, vocab_size: int = 0,
+                 num_steps: int = 0):
+        """bias_corrected: the run's optimizer already corrects its first updates (no fix to offer);
+        num_steps: the run's, said beside the step (a short run may end on the plateau)."""
+        self.unigram, self.patience, self.num_steps = unigram, patience, num_steps
         self.uniform_loss = math.log(vocab_size) if vocab_size > 1 else math.inf
         self.fixes = ([] if bias_corrected else ["config.train.adam_bias_correction=True"]) + [
             "a lower config.train.learning_rate", "a longer config.train.warmup_steps"]
@@ -221,10 +223,12 @@ class PlateauAlarm:
                    "model has barely moved. Likely fixes: a higher config.train.learning_rate, or more steps "
                    "(the warmup of config.train.warmup_steps may not be over)")
         else:
-            why = (f"the model is not learning past token frequencies, or not yet (a short run may not have got past "
-                   f"this plateau). Likely fixes: {', '.join(self.fixes[:-1])} or {self.fixes[-1]}")
+            of = f" of this run's {self.num_steps}" if self.num_steps else ""
+            why = (f"the model is not learning past token frequencies, or not yet: step {step}{of} (a short run may "
+                   f"end before it gets past this plateau: more steps mend that). Likely fixes otherwise: "
+                   f"{', '.join(self.fixes[:-1])} or {self.fixes[-1]}")
         self.warning = (
-            f"WARNING: held-out masked-LM accuracy {mlm_accuracy:.4f} has stayed below {self.PLATEAU_MARGIN}x the "
+            f"warning: held-out masked-LM accuracy {mlm_accuracy:.4f} has stayed below {self.PLATEAU_MARGIN}x the "
             f"unigram guess {self.unigram:.4f} (always the most frequent masked token) for {len(self.steps_at_guess)} "
             f"evaluations (steps {self.steps_at_guess[0]}-{step}): {why} (docs/pretraining.md, Pre-training recipes)")
         self.warned_at = step
@@ -338,7 +342,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
                if eval_batches else {})
     alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals,
                          bias_corrected=train_cfg.optimizer != "adamw" or bool(train_cfg.get("adam_bias_correction")),
-                         vocab_size=tokenizer.vocab_size)
+                         vocab_size=tokenizer.vocab_size, num_steps=train_cfg.num_steps)
 
     # -- The state, in the resume order. --
     checkpointer = checkpointing.Checkpointer(

@@ -14,6 +14,7 @@ Running it again resumes an interrupted run, or returns quickly once everything 
 with other settings it is refused (WORKDIR/demo_settings.json): give another --workdir.
 """
 
+import collections
 import logging
 import os
 import sys
@@ -79,6 +80,9 @@ def _from_pretrained(finetune_config, pretrain_dir: str):
     return config
 
 
+_DERIVED = ("--pretrain.train.eval_every ", "--pretrain.checkpoint.every ")
+
+
 def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
     """ValueError when `workdir` holds a demo run with other settings (any: another corpus or
     vocabulary too) that trained: each finished stage would return its earlier results as this
@@ -93,15 +97,29 @@ def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
     if fileio.exists(path) and fileio.exists(fileio.join(workdir, "pretrain", "checkpoints")):
         changes = [f"--{change}" for change in run_config.changed_settings(fileio.read_json(path), settings,
                                                                            left_out=())]
+        # The cadence that follows num_steps (`resolve_cadence`) last: the flag given leads.
+        changes.sort(key=lambda change: change.startswith(_DERIVED))
         if changes:
+            more = f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
             raise ValueError(f"--workdir={workdir} holds a demo run with other settings ({'; '.join(changes[:3])}"
-                             f"{'; ...' if len(changes) > 3 else ''}): its finished stages would answer for this "
-                             "one; give another --workdir (WORKDIR=... bash launch/demo.sh)")
+                             f"{more}): its finished stages would answer for this one; give another --workdir "
+                             "(WORKDIR=... bash launch/demo.sh)")
         return
     if not fileio.exists(path) and fileio.exists(fileio.join(workdir, "pretrain")):  # from before they were recorded
         logging.warning("%s holds a demo run that recorded no settings: it is taken as this one's", workdir)
     fileio.makedirs(workdir)
     fileio.write_json(path, settings)
+
+
+def _majority_share(task: str) -> float | None:
+    """The demo task's dev accuracy of always answering its most frequent label (None for another task)."""
+    from bertjax.data.corpora import demo_corpus
+
+    if task != "demo":
+        return None
+    examples, _ = demo_corpus.demo_task("dev")
+    counts = collections.Counter(label for _, _, label in examples)
+    return max(counts.values()) / len(examples)
 
 
 def _fill_mask(pretrain_dir: str) -> list[dict]:
@@ -162,18 +180,28 @@ def main(_):
     }
     fileio.write_json(fileio.join(workdir, "results.json"), results)
     share = metric == "accuracy"  # shown as a percentage; MCC, Spearman, F1 ... as numbers
-    rows = [("pre-training: held-out masked-LM accuracy", results["pretrain_mlm_accuracy"], True),
-            ("pre-training: held-out next-sentence accuracy", results["pretrain_nsp_accuracy"], True),
-            ("pre-training: fill-mask top-1 right (the 10 above)", results["fill_mask_top1_accuracy"], True),
-            (f"{config.task} task dev {metric}, fine-tuned from pre-training", score["pretrained"], share),
-            (f"{config.task} task dev {metric}, same fine-tuning from scratch", score["scratch"], share)]
-    print("\nfill-mask, the pre-trained model's top 3 (* where the first is the world's word):")
+    # What a model that learnt nothing scores, beside each figure: the most frequent masked token,
+    # the majority next-sentence label and, on the demo task, the majority dev label.
+    majority = _majority_share(config.task) if share else None
+    rows = [("pre-training: held-out masked-LM accuracy", results["pretrain_mlm_accuracy"], True,
+             _last(pretrain_metrics, "eval_mlm_unigram_accuracy"), "always the most frequent token"),
+            ("pre-training: held-out next-sentence accuracy", results["pretrain_nsp_accuracy"], True,
+             _last(pretrain_metrics, "eval_nsp_majority_accuracy"), "always the majority label"),
+            ("pre-training: fill-mask top-1 right (the 10 above)", results["fill_mask_top1_accuracy"], True, None, ""),
+            (f"{config.task} task dev {metric}, fine-tuned from pre-training", score["pretrained"], share, None, ""),
+            (f"{config.task} task dev {metric}, same fine-tuning from scratch", score["scratch"], share, majority,
+             "always the majority label")]
+    print("\nfill-mask, the pre-trained model's top 3 (* where the first is the world's word, else its word after ->):")
     for probe in fill_mask:
-        mark = "*" if probe["top"][0][0] == probe["expected"] else " "
+        right = probe["top"][0][0] == probe["expected"]
         guesses = ", ".join(f"{token} {probability:.2f}" for token, probability in probe["top"])
-        print(f"  {mark} {probe['text']:<56} {guesses}")
-    print("\n" + "\n".join(f"  {name:<55} {value:6.1%}" if percent else f"  {name:<55} {value:6.3f}"
-                            for name, value, percent in rows if value is not None))
+        wanted = "" if right else f" -> {probe['expected']}"
+        print(f"  {'*' if right else ' '} {probe['text']:<56} {guesses}{wanted}")
+    print()
+    for name, value, percent, baseline, what in rows:
+        if value is not None:
+            shown = f"{value:6.1%}" if percent else f"{value:6.3f}"
+            print(f"  {name:<55} {shown}" + (f"   ({what}: {baseline:.1%})" if baseline is not None else ""))
     print(f"\nresults: {fileio.join(workdir, 'results.json')}\nplots:   {pretrain_plot}\n         {finetune_plot}\n"
           f"TensorBoard: tensorboard --logdir {workdir}\ntotal time: {time.time() - start:.0f}s")
 

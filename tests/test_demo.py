@@ -64,6 +64,12 @@ def test_demo_runs_both_stages_and_reports_fill_mask(tmp_path, prepared_dir):
     printed = result.stdout
     assert "She is 20 [MASK] old ." in printed and f"{results['fill_mask_top1_accuracy']:6.1%}" in printed
     assert "demo task dev accuracy, same fine-tuning from scratch" in printed
+    # Beside each figure what a model that learnt nothing scores, and a missed probe's word (a walkthrough).
+    unigram = [json.loads(line) for line in open(tmp_path / "pretrain" / "metrics.jsonl")][-1]
+    assert f"(always the most frequent token: {unigram['eval_mlm_unigram_accuracy']:.1%})" in printed
+    assert "same fine-tuning from scratch" in printed and "(always the majority label: 50.0%)" in printed
+    missed = [p for p in probes if p["top"][0][0] != p["expected"]]
+    assert all(f" -> {p['expected']}" in printed for p in missed)
     # Run again with another setting, the finished stages answered for it (a review): refused.
     again = subprocess.run(_command(tmp_path, prepared_dir, "--pretrain.seed=1"),
                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300)
@@ -80,3 +86,24 @@ def test_a_demo_refused_before_training_does_not_hold_its_workdir_to_those_setti
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 2 and "warmup_steps" in result.stderr.strip().splitlines()[-1], result.stderr
         assert "holds a demo run with other settings" not in result.stderr
+
+
+def test_a_changed_demo_is_refused_naming_the_flags_given_first(launchers, tmp_path):
+    """Refused on a used workdir, `--pretrain.seed=7 --pretrain.train.num_steps=300` was named as
+    'checkpoint.every 500 -> 75; seed 42 -> 7; train.eval_every 500 -> 75; ...': the steps
+    given hidden behind two values they set (a walkthrough)."""
+    from bertjax import pretrain_setup
+    from configs import finetune as finetune_config
+    from configs import pretrain as pretrain_config
+
+    recorded = pretrain_config.get_config("tiny")
+    pretrain_setup.resolve_cadence(recorded)
+    settings = {"pretrain": recorded.to_dict(), "finetune": finetune_config.get_config("demo").to_dict()}
+    (tmp_path / "demo_settings.json").write_text(json.dumps(settings))
+    (tmp_path / "pretrain" / "checkpoints").mkdir(parents=True)
+    result = launchers.run([os.path.join(ROOT, "launch", "demo.py"), f"--workdir={tmp_path}", "--pretrain.seed=7",
+                            "--pretrain.train.num_steps=300"], {**os.environ, "JAX_PLATFORMS": "cpu"}, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"error: --workdir={tmp_path} holds a demo run with other settings (--pretrain.seed 42 -> 7; "
+        "--pretrain.train.num_steps 4000 -> 300; --pretrain.checkpoint.every 500 -> 75; and 1 more): its finished "
+        "stages would answer for this one; give another --workdir (WORKDIR=... bash launch/demo.sh)"), result.stderr

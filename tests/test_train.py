@@ -842,7 +842,15 @@ def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
     # run's last line repeated the warning's old numbers, not its last evaluation's (a review).
     corrected = pretrain.PlateauAlarm(unigram=0.064, patience=2, bias_corrected=True)
     warning = [corrected.check(step, 0.05) for step in (2, 4)][-1]
-    assert "adam_bias_correction" not in warning and "Likely fixes: a lower config.train.learning_rate or" in warning
+    assert "adam_bias_correction" not in warning and "Likely fixes otherwise: a lower config.train.learning_rate or" \
+        in warning
+    # A short run (the demo at 300 steps) was told only of the rate and warmup (a walkthrough):
+    # its step and the run's length are said, with more steps as the mend of a plateau not yet left.
+    short = pretrain.PlateauAlarm(unigram=0.064, patience=2, num_steps=300)
+    warning = [short.check(step, 0.05) for step in (150, 225)][-1]
+    assert warning.startswith("warning: held-out masked-LM accuracy 0.0500") and (
+        "or not yet: step 225 of this run's 300 (a short run may end before it gets past this plateau: more steps "
+        "mend that)") in warning
     corrected.check(6, 0.066)
     assert corrected.ending() == ("the run ended at the unigram guess: held-out masked-LM accuracy 0.0660 at step 6 "
                                   "(the guess 0.0640); see the warning at step 4")
