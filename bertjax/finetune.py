@@ -34,6 +34,7 @@ import hashlib
 import logging
 import math
 import os
+import shutil
 import tempfile
 from typing import Any, Callable
 
@@ -474,12 +475,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 def warn_if_longer_than_trained(config: ml_collections.ConfigDict, source) -> None:
     """A warning when the run's inputs are longer than its starting bertjax run trained at:
     positions past that length start untrained (SQuAD's 384 from a phase-1 run at 128), as the
-    original's README warns; phase2 pre-trains them."""
+    original's README warns; phase2 pre-trains them (a rotary model's context: the modern recipe's long)."""
     length = config.data.max_seq_length
     untrained = source.untrained_past(length) if source is not None else None
     if untrained:
+        longer = ("its 'modern,long' option" if source.bert.position_embedding == "rope" else "its phase2")
         log.warning("config.data.max_seq_length=%d is longer than %s; pre-train at the longer length first "
-                    "(configs/pretrain.py's phase2) or fine-tune at %d", length, untrained, source.max_seq_length)
+                    "(configs/pretrain.py, %s) or fine-tune at %d", length, untrained, longer, source.max_seq_length)
 
 
 def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -723,8 +725,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 written += task.write_predictions(split, predictions, directory)
     programs.close()
     if best is not None:
-        others = "".join(f", {name} {value:.4f}" for name, value in best["metrics"].items()
-                         if name.endswith(f"_{task.main_metric}") and name != task.main_metric)
+        # (the other dev splits' by name: SQuAD v2's HasAns_f1 and best_f1 are the main split's)
+        others = "".join(f", {name} {best['metrics'][name]:.4f}" for split in task.eval_splits[1:]
+                         if (name := f"{split.name}_{task.main_metric}") in best["metrics"])
         chosen = (f"{task.main_metric} {best['metrics'][task.main_metric]:.4f}{others} at step {best['step']}"
                   + (" on an earlier launch's evaluation" if rescored else ""))
         loop.console(f"best {chosen} (weights in {best_checkpointer.directory})")
@@ -742,6 +745,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     if caches and temporary_cache(config, workdir) and not (diverged is not None and diverged.resumable):
         for cache in caches.values():  # (a run to relaunch keeps it, as a stopped one does)
             cache.remove()
+        # (a finished run relaunched caches no training split: an earlier launch's file may be there)
+        shutil.rmtree(cache_directory(config, workdir), ignore_errors=True)
         loop.console(f"removed the cached features from {cache_directory(config, workdir)} (a temporary folder)")
     elif caches:  # (gigabytes at scale: said, as a folder the user may want back)
         size = feature_cache.readable_size(sum(cache.nbytes for cache in caches.values()))

@@ -90,7 +90,8 @@ def _configured_tokenizer(config: ml_collections.ConfigDict,
     data = config.data
     if source is not None and (data.vocab_path or source.tokenizer_spec):
         try:
-            return source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case)
+            return source.load_tokenizer(data.vocab_path, data.tokenizer, data.do_lower_case,
+                                         casing_setting="config.data.do_lower_case")
         except (ValueError, OSError) as e:  # (a file that is not there: FileNotFoundError)
             key = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else
                    f"config.init_checkpoint={config.init_checkpoint}")

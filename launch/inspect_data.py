@@ -47,9 +47,9 @@ def render(example: dict, tokenizer) -> str:
     byte-level BPE's "Ġ" and SentencePiece's "▁" gone; a token of whitespace alone as "␣" or
     "\\n"); masked positions as [original→shown]; a
     word piece joined to the word before it, but not to [CLS] or [SEP] (a segment cut at its
-    front starts with one). Next to a masked token a piece of the same word stays apart,
-    WordPiece's marked by its "##" ("s [##n→[MASK]] ##owy"), other tokenizers' written against
-    its neighbour with no space ("weeke[nds→[MASK]]")."""
+    front starts with one). Next to a masked token a piece of the same word stays apart where
+    its "##" shows it continues (WordPiece: "s [##n→[MASK]] ##owy"), else is written against
+    its neighbour with no space (SentencePiece, BPE: "weeke[nds→[MASK]]")."""
     ids, n = [int(i) for i in example["input_ids"]], int(example["input_mask"].sum())
     masked = {int(p): int(i) for p, i, w in zip(example["masked_lm_positions"], example["masked_lm_ids"],
                                                  example["masked_lm_weights"]) if w > 0}
@@ -68,12 +68,12 @@ def render(example: dict, tokenizer) -> str:
     glued: set[int] = set()  # words written against the one before: the same word's, across a mask
     for position in range(n):
         token = ids[position]
-        joins = bool(continues[masked.get(position, token)] and words
-                     and (isinstance(words[-1], str) or words[-1][-1] not in special))
+        original = masked.get(position, token)
+        joins = bool(continues[original] and words and (isinstance(words[-1], str) or words[-1][-1] not in special))
         if joins and position not in masked and isinstance(words[-1], list):
             words[-1].append(token)
             continue
-        if joins and tokenizer.kind != "wordpiece":
+        if joins and not tokenizer.id_to_token(original).startswith("##"):  # (a "##" piece shows it continues)
             glued.add(len(words))
         words.append(f"[{text([masked[position]])}→{text([token])}]" if position in masked else [token])
     return "".join(("" if i == 0 or i in glued else " ") + (word if isinstance(word, str) else text(word))

@@ -753,3 +753,20 @@ def test_the_launchers_columns_default_to_the_fine_tuning_runs():
     for other in (tagger, squad, pretrained):  # what predict reads a tagger's sentences from; else 'text'
         assert feature_files.input_columns(other, None, None) == ("text", "")
     assert feature_files.input_columns(pairs, "q", "") == ("q", "")  # the flags, where given
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "wordpiece"])
+def test_a_folder_of_a_self_normalising_tokenizer_written_by_earlier_code_reads_as_the_same(kind):
+    """Earlier code recorded do_lower_case False for every SentencePiece model: a lower-casing
+    one's folder, recorded as it reads now, was refused as 'the tokenizer changed' (a review).
+    Such a tokenizer's file (the vocabulary's digest) decides its casing; WordPiece's setting counts."""
+    from bertjax.inference import feature_files
+
+    now = {"tokenizer": {"kind": kind, "vocabulary": "abc", "do_lower_case": True}, "pooling": "none"}
+    manifest = {"format": feature_files.FORMAT,
+                "settings": {**now, "tokenizer": {**now["tokenizer"], "do_lower_case": False}}}
+    if kind == "sentencepiece":
+        feature_files._check_settings("out", manifest, now, lambda: ())
+    else:
+        with pytest.raises(ValueError, match=r"\(the tokenizer changed \(its vocabulary or casing\)\)"):
+            feature_files._check_settings("out", manifest, now, lambda: ())

@@ -498,6 +498,12 @@ def test_a_cache_in_a_folder_no_one_chose_is_removed_when_the_run_ends(encoder_r
     summary = finetune.finetune(config, str(tmp_path / "run"))
     assert summary["best"] is not None and not (tmp_path / "temporary").exists()
     assert f"removed the cached features from {tmp_path / 'temporary'}" in capsys.readouterr().out
+    # Relaunched finished, the run caches no training split: one an earlier launch left (stopped
+    # after its last step) went unremoved, said removed all the same (a review).
+    (tmp_path / "temporary").mkdir()
+    (tmp_path / "temporary" / "train-left.bin").write_bytes(b"0" * 64)
+    finetune.finetune(config, str(tmp_path / "run"))
+    assert not (tmp_path / "temporary").exists()
     # A run that diverges after an evaluation is one to relaunch, as a stopped one: its caches
     # stay (a review: removed, so the relaunch ran the encoder again).
     from bertjax.runtime.errors import TrainingDiverged

@@ -1,6 +1,7 @@
 """Fine-tuning end to end: partial restore from a pre-training run, imported weights (MiniLM),
 every GLUE task through TFDS mock data, exact resume after SIGTERM, the sweep, bad input."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -117,6 +118,13 @@ def test_fine_tuning_longer_than_the_pre_training_is_warned_of(pretrained_run, c
         finetune.warn_if_longer_than_trained(config, source)
         assert ("config.data.max_seq_length=128 is longer than the 64 tokens" in caplog.text) is warned
     assert "the position embeddings past it are untrained" in caplog.text
+    assert "(configs/pretrain.py, its phase2) or fine-tune at 64" in caplog.text
+    # A rotary model's longer context is the modern recipe's 'long', not phase2 (a walkthrough:
+    # phase2 trains at 512, shorter than the 1024 its run had trained at).
+    caplog.clear()
+    finetune.warn_if_longer_than_trained(config, dataclasses.replace(source, bert=source.bert.replace(
+        position_embedding="rope")))
+    assert "(configs/pretrain.py, its 'modern,long' option) or fine-tune at 64" in caplog.text
     config.init_checkpoint = MINILM_DIR
     caplog.clear()
     finetune.warn_if_longer_than_trained(config, finetune_setup.checkpoint_source(config))

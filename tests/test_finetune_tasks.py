@@ -212,7 +212,7 @@ def _small_config(task, tmp_path, **data):
 
 @pytest.mark.parametrize("task", ["squad_v2", "conll2003", "hellaswag", pytest.param("squad_v1", marks=pytest.mark.slow),
                                   pytest.param("piqa", marks=pytest.mark.slow)])
-def test_tfds_tasks_run_on_mock_data(tmp_path, tfds_reads, task):
+def test_tfds_tasks_run_on_mock_data(tmp_path, tfds_reads, task, capsys):
     """One run per family by default (v2.0 has v1.1's path and more; HellaSwag's choices are
     ragged, PIQA's always two); squad_v1 and piqa run with --runslow. Process 0 prepares each
     dataset the run reads before the others read it (a multi-host run's shared folder)."""
@@ -228,6 +228,11 @@ def test_tfds_tasks_run_on_mock_data(tmp_path, tfds_reads, task):
     assert set(keys) <= set(evaluations[-1]), sorted(evaluations[-1])
     for file in files:
         assert (tmp_path / task / "predictions" / file).exists(), file
+    # The best line names the main metric and each other scored split's (CoNLL's test F1), not
+    # SQuAD v2's HasAns_f1 and best_f1, which are the dev split's own (a review).
+    [best] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("best ")]
+    others = ", test_f1 [0-9.]+" if task == "conll2003" else ""
+    assert re.fullmatch(rf"best {summary['main_metric']} [0-9.]+{others} at step \d+ \(weights in .*\)", best), best
 
 
 # -- Learning: fine-tuning clearly beats the untrained starting point. --

@@ -381,11 +381,23 @@ print(inspect_data.render({{"input_ids": np.array(shown), "input_mask": np.ones(
                            "masked_lm_positions": np.array([4, 5, 9]),
                            "masked_lm_ids": np.array([ids[4], ids[5], ids[9]]), "masked_lm_weights": np.ones(3)}},
                           tokenizer))
+# A WordPiece tokenizer.json read as kind huggingface shows its '##' as WordPiece does: apart.
+wordpiece = tokenization.load_tokenizer("huggingface", {os.path.join(MINILM_DIR, "tokenizer.json")!r})
+ids = [wordpiece.cls_id, *wordpiece.encode("zarelton kaliportish"), wordpiece.sep_id]
+pieces = [wordpiece.id_to_token(i) for i in ids]
+masked = [i for i, piece in enumerate(pieces) if not piece.startswith("##")][1:-1]
+shown = [wordpiece.mask_id if i in masked else token for i, token in enumerate(ids)]
+print(pieces)
+print(inspect_data.render({{"input_ids": np.array(shown), "input_mask": np.ones(len(ids)),
+                           "masked_lm_positions": np.array(masked), "masked_lm_ids": np.array([ids[i] for i in masked]),
+                           "masked_lm_weights": np.ones(len(masked))}}, wordpiece))
 ''')
     result = launchers.run([str(tmp_path / "render.py"), str(tmp_path / "spm")], {**os.environ, "JAX_PLATFORMS": "cpu"},
                            cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[-1] == "[CLS] wee[k→[MASK]][e→[MASK]]nds [sh→[MASK]]e [SEP]"
+    lines = result.stdout.splitlines()
+    assert lines[-3] == "[CLS] wee[k→[MASK]][e→[MASK]]nds [sh→[MASK]]e [SEP]"
+    assert lines[-1] == "[CLS] [za→[MASK]] ##relton [kali→[MASK]] ##portish [SEP]", lines[-2:]
 
 
 @pytest.mark.parametrize("casing", ["--do_lower_case", "--nodo_lower_case"])

@@ -542,9 +542,16 @@ def test_a_sentencepiece_run_takes_its_own_casing_and_refuses_the_other(tmp_path
     for lower in (False, None):
         loaded = source.load_tokenizer(do_lower_case=lower)
         assert loaded.kind == "sentencepiece" and loaded.encode("the fox runs") == tokenizer.encode("the fox runs")
-    with pytest.raises(ValueError, match=r"^do_lower_case \(config.data.do_lower_case, --do_lower_case\)=True, "
-                                         r"but .*spm.model keeps case by its own normalisation"):
+    with pytest.raises(ValueError, match=r"^do_lower_case=True, but .*spm.model keeps case by its own normalisation"):
         source.load_tokenizer(do_lower_case=True)
+    from bertjax import finetune_setup
+    from configs import finetune as finetune_config
+
+    config = finetune_config.get_config("classification")
+    config.init_checkpoint, config.data.do_lower_case = str(tmp_path / "run"), True
+    with pytest.raises(ValueError, match=rf"^config.init_checkpoint={re.escape(str(tmp_path))}/run: "
+                                         r"config.data.do_lower_case=True, but .*spm.model keeps case"):
+        finetune_setup.load_tokenizer(config, source)
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

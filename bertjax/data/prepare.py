@@ -610,6 +610,10 @@ def _with_absolute_paths(settings: dict) -> dict:
 
 
 def _check_same_settings(output_dir: str, found: dict, wanted: dict) -> None:
+    if wanted.get("tokenizer") != "wordpiece" and "do_lower_case" in found:
+        # A SentencePiece model's or tokenizer.json's casing is its file's, which vocab_hash covers;
+        # code before recorded False for every such tokenizer, whatever it did.
+        found = {**found, "do_lower_case": wanted.get("do_lower_case")}
     found, wanted = _with_absolute_paths(found), _with_absolute_paths(_without_unsampled_content(found, wanted))
     if found != wanted:
         short = lambda value: repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."  # noqa: E731

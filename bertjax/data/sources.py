@@ -636,7 +636,7 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
             for path in made:
                 shutil.rmtree(path, ignore_errors=True)
             raise ValueError(f"TFDS's folder {root} (config.data.tfds_data_dir) cannot hold dataset {name!r}: "
-                             f"{error.strerror or error}: {error.filename}") from None
+                             f"{error.strerror or type(error).__name__}: {error.filename}") from None
         cause = error
         while cause is not None and not isinstance(cause, socket.gaierror):
             cause = cause.__cause__ or cause.__context__

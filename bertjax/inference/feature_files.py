@@ -282,6 +282,16 @@ def _model_identity(bert) -> dict[str, Any]:
     return {key: value for key, value in bert.to_dict().items() if key not in _NOT_IN_FEATURES}
 
 
+def _own_casing_as_now(saved: dict[str, Any], key: str, now: dict[str, Any]) -> dict[str, Any]:
+    """`saved` with the recorded casing of a tokenizer that normalises by itself (not WordPiece:
+    its file, which the vocabulary's digest covers, decides) taken as `now` records it: code
+    before recorded False for every such tokenizer, whatever it did."""
+    recorded, current = saved.get(key), now.get(key)
+    if not (isinstance(recorded, dict) and isinstance(current, dict) and current.get("kind") != "wordpiece"):
+        return saved
+    return {**saved, key: {**recorded, "do_lower_case": current.get("do_lower_case")}}
+
+
 def _tokenizer_identity(tokenizer) -> dict[str, Any]:
     """The tokenizer that makes the numbers: its kind, vocabulary (by content) and casing."""
     return {"kind": tokenizer.kind, "vocabulary": fileio.content_hash(tokenizer.path),
@@ -312,7 +322,7 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
     `earlier_weights()`: the identities folders written before the weights were known by
     their values recorded for the same files (the model's whole folder, then its weight
     files'), also accepted."""
-    saved = manifest.get("settings", {})
+    saved = _own_casing_as_now(manifest.get("settings", {}), "tokenizer", settings)
     unused = ("text_a_key", "text_b_key") if settings.get("input_format") == "text" else ()  # (lines: no columns)
     changed = [key for key in settings if key in saved and saved[key] != settings[key]  # (keys added since: unknown)
                and key not in _RECORDED_ONLY + unused]

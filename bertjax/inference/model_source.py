@@ -134,15 +134,16 @@ class ModelSource:
                 f"{self.weights} does not read ({checkpointing.brief(e)}); {hint}") from e
         return params
 
-    def load_tokenizer(self, vocab_path: str = "", kind: str | None = None,
-                       do_lower_case: bool | None = None) -> tokenization.Tokenizer:
+    def load_tokenizer(self, vocab_path: str = "", kind: str | None = None, do_lower_case: bool | None = None,
+                       casing_setting: str = "do_lower_case") -> tokenization.Tokenizer:
         """The tokenizer that comes with the model, or `vocab_path` (which must then be the
         same vocabulary when the model names one) read as `kind` (None: as the file is,
         `convert.vocabulary_kind`). do_lower_case (WordPiece only: a
         SentencePiece model or a tokenizer.json normalises as it says) None: the model's
         casing, else the vocabulary file's (a tokenizer.json says), else what a vocab.txt's
         tokens show (`Tokenizer.from_vocab_file`), with a warning. One that contradicts how a
-        SentencePiece model or tokenizer.json normalises is refused (`check_casing_setting`)."""
+        SentencePiece model or tokenizer.json normalises is refused (`check_casing_setting`), naming
+        `casing_setting`."""
         saved = self.tokenizer_spec
         if not vocab_path and not saved:
             raise ValueError(f"{self.path} comes with no vocabulary (vocab.txt, tokenizer.json or a saved "
@@ -154,8 +155,7 @@ class ModelSource:
             saved["kind"], saved["path"])
         if kind != "wordpiece":  # a SentencePiece model or tokenizer.json normalises as it says
             tokenizer = tokenization.load_tokenizer(kind, path)
-            tokenization.check_casing_setting(tokenizer, do_lower_case,
-                                              "do_lower_case (config.data.do_lower_case, --do_lower_case)")
+            tokenization.check_casing_setting(tokenizer, do_lower_case, casing_setting)
             return self._checked(tokenizer, vocab_path)
         lower = do_lower_case
         known = saved["do_lower_case"] if saved and saved["kind"] == "wordpiece" else None

@@ -441,6 +441,23 @@ def test_sentencepiece_and_parallel_workers(tmp_path):
     assert np.unique([len(d) for d in got]).size > 1
 
 
+def test_a_lower_casing_sentencepiece_folder_prepared_by_earlier_code_is_used(tmp_path):
+    """Earlier code recorded do_lower_case False for every SentencePiece model; recorded as the
+    model reads now, a lower-casing model's folder (and so its pre-training run's resume) was
+    refused as 'other settings (do_lower_case False there, True now)' (a review)."""
+    documents = _write_corpus(tmp_path, num_files=1, docs_per_file=20)
+    model = vocabularies.train_sentencepiece([s for d in documents for s in d], 300, str(tmp_path / "spm"),
+                                             do_lower_case=True)
+    config = _config(tmp_path, tokenizer="sentencepiece", vocab_path=model, do_lower_case=None)
+    metadata = prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)
+    assert metadata["settings"]["do_lower_case"] is True and metadata["tokenizer"]["do_lower_case"] is True
+    metadata_path = tmp_path / "out" / "metadata.json"
+    earlier = json.loads(metadata_path.read_text())
+    earlier["settings"]["do_lower_case"] = earlier["tokenizer"]["do_lower_case"] = False
+    metadata_path.write_text(json.dumps(earlier))
+    assert prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)["settings"]["do_lower_case"] is False
+
+
 def test_a_byte_level_bpe_tokenizes_each_sentence_as_its_running_text_does(tmp_path, caplog):
     """A byte-level BPE marks a word start by the space before it ('ĠThen'): a sentence after a
     document's first is tokenized as it stands in the document, so its first word is marked
