@@ -441,14 +441,17 @@ def json_object(line: str, number: int) -> dict | ValueError | None:
     """JSONL line `number` -> its object (None: a blank line), or a ValueError saying what is wrong."""
     if not line.strip():
         return None
+    line = line.rstrip("\r\n")  # (parsed with its newline, an error was placed at column 1 of a line after it)
     try:
         row = json.loads(line, parse_constant=_not_json_constant, parse_float=_finite_float,
                          object_pairs_hook=_object_of_unique_keys)
     except json.JSONDecodeError as e:
         why = e.msg.removesuffix(" at")  # some of json's messages end in "at"
-        cut_short = e.pos >= len(line.rstrip())  # the line ended inside an object or array
+        # A document over several lines breaks its first line after an opening or a separator
+        # ('{', '{"data": [', '"version": "1.1",'); a one-line object cut short, after a value.
+        opened = line.rstrip()[-1:] in ("{", "[", ",", ":")
         hint = ("; expected JSON Lines, one object a line: this looks like a JSON document over several "
-                "lines" if number == 1 and cut_short and line.lstrip()[:1] in ("[", "{") else "")
+                "lines" if number == 1 and opened and line.lstrip()[:1] in ("[", "{") else "")
         return ValueError(f"not JSON ({why} at column {e.colno}){hint}")
     except ValueError as e:  # from the two hooks
         return e

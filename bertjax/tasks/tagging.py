@@ -100,7 +100,7 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
     sentences, tags, locations = [], [], []
     words, word_tags, first_line = [], [], 0
     known = None if label_names is None else set(label_names)
-    width = None  # the columns of the file's first token line
+    width, first = None, ""  # the columns of the file's first token line, and that line
 
     def end_sentence():
         if words:
@@ -129,10 +129,12 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
             raise ValueError(f"{path}:{number}: expected the token in column {token_column}"
                              + ("" if tag_column is None else f" and the tag in column {tag_column}")
                              + f", got {len(columns)} column(s): {shown!r}")
-        width = width or len(columns)
-        if len(columns) != width:
+        if width is None:
+            width, first = len(columns), f"line {number}: {shown!r}"
+        if len(columns) != width:  # (a token holding a space, here or there, was blamed on the line after it)
             raise ValueError(f"{path}:{number}: {len(columns)} columns, but the file's first token line has "
-                             f"{width}: {shown!r}")
+                             f"{width}: {shown!r} against {first}; columns are split at any whitespace, so a token "
+                             "holding a space adds one")
         if not words:
             first_line = number
         words.append(columns[token_column])

@@ -559,6 +559,12 @@ def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_p
     ('[{"text": "a", "label": 0}]\n', r"test.json:1: expected a JSON object, got list \(JSON Lines: one object a "
                                       r"line, not an array of them\)"),
     ('{"text": "a", "label": 0,}\n', r"test.json:1: not JSON \([^;]* at column 26\)$"),  # no hint: one line
+    # An object cut short on one line: its own column (the newline's was given: column 1 of a
+    # line after it), and no hint of a document over several lines (a walkthrough).
+    ('{"text": "Anna Smith", "x": 1\n', r"test.json:1: not JSON \(Expecting ',' delimiter at column 30\)$"),
+    ('{"text": "a", "label": 0}\n{"text": "b", "label": 1\n', r"test.json:2: not JSON \([^;]* at column 25\)$"),
+    ('{\n  "data": [\n', "test.json:1: not JSON .*; expected JSON Lines, one object a line: this looks like a JSON "
+                       "document over several lines"),
     # Python's json reads NaN (which its writer emits for a missing float): a class "nan" (a review).
     ('{"text": "a", "label": 0}\n{"text": "b", "label": NaN}\n',
      r"test.json:2: NaN is not JSON \(a missing number: leave the row out\)"),
