@@ -479,7 +479,10 @@ def warn_if_longer_than_trained(config: ml_collections.ConfigDict, source) -> No
     length = config.data.max_seq_length
     untrained = source.untrained_past(length) if source is not None else None
     if untrained:
-        longer = ("its 'modern,long' option" if source.bert.position_embedding == "rope" else "its phase2")
+        preset = ((source.run_config or {}).get("model") or {}).get("preset") or ""
+        # ('long' extends a modernbert-* preset's rotary context alone: configs/pretrain.py refuses others)
+        longer = ("its 'modern,long' option" if source.bert.position_embedding == "rope"
+                  and preset.startswith("modernbert") else "its phase2")
         log.warning("config.data.max_seq_length=%d is longer than %s; pre-train at the longer length first "
                     "(configs/pretrain.py, %s) or fine-tune at %d", length, untrained, longer, source.max_seq_length)
 
@@ -742,10 +745,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         loop.console(f"replaced an earlier launch's predictions with this one's: {', '.join(replaced)}")
     loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, "
                  + (f"predictions in {directory}" if written else "no predictions (no eval_file or test_file)"))
-    if caches and temporary_cache(config, workdir) and not (diverged is not None and diverged.resumable):
-        for cache in caches.values():  # (a run to relaunch keeps it, as a stopped one does)
+    # (a run to relaunch keeps it, as a stopped one does; one relaunched finished, or without
+    # caching, may find an earlier launch's files there, built for no split of this one)
+    if (temporary_cache(config, workdir) and fileio.isdir(cache_directory(config, workdir))
+            and not (diverged is not None and diverged.resumable)):
+        for cache in caches.values():
             cache.remove()
-        # (a finished run relaunched caches no training split: an earlier launch's file may be there)
         shutil.rmtree(cache_directory(config, workdir), ignore_errors=True)
         loop.console(f"removed the cached features from {cache_directory(config, workdir)} (a temporary folder)")
     elif caches:  # (gigabytes at scale: said, as a folder the user may want back)

@@ -97,8 +97,9 @@ def _check_same_demo(workdir: str, pretrain_config, finetune_config) -> None:
     if fileio.exists(path) and fileio.exists(fileio.join(workdir, "pretrain", "checkpoints")):
         changes = [f"--{change}" for change in run_config.changed_settings(fileio.read_json(path), settings,
                                                                            left_out=())]
-        # The cadence that follows num_steps (`resolve_cadence`) last: the flag given leads.
-        changes.sort(key=lambda change: change.startswith(_DERIVED))
+        # The cadence that follows num_steps (`resolve_cadence`) last, unless given: the flags given lead.
+        given = {arg.split("=")[0] for arg in sys.argv[1:]}
+        changes.sort(key=lambda change: change.startswith(_DERIVED) and change.split(" ")[0] not in given)
         if changes:
             more = f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
             raise ValueError(f"--workdir={workdir} holds a demo run with other settings ({'; '.join(changes[:3])}"

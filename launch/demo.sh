@@ -2,8 +2,9 @@
 # The whole job on the embedded demo corpus: installs into ./.venv, prepares the data,
 # pre-trains the tiny preset, fine-tunes on the demo task from that checkpoint and from
 # scratch, and prints the results (workdir/demo/results.json, PNG curves). 2 to 4 minutes
-# on 2 cores, plus the install the first time. Re-running resumes, or returns quickly once done. Extra arguments go
-# to launch/demo.py, e.g.  bash launch/demo.sh --pretrain.train.num_steps=300
+# on 2 cores, plus the install the first time. Re-running resumes, or returns quickly once
+# done. Extra arguments go to launch/demo.py, e.g.
+#   bash launch/demo.sh --pretrain.train.num_steps=300
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash launch/setup_env.sh

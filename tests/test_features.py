@@ -504,6 +504,14 @@ def test_a_cache_in_a_folder_no_one_chose_is_removed_when_the_run_ends(encoder_r
     (tmp_path / "temporary" / "train-left.bin").write_bytes(b"0" * 64)
     finetune.finetune(config, str(tmp_path / "run"))
     assert not (tmp_path / "temporary").exists()
+    # So too for one that caches nothing relaunched: no split to evaluate or predict (a review).
+    config.data.eval_file = ""
+    finetune.finetune(config, str(tmp_path / "train_only"))
+    (tmp_path / "temporary").mkdir()
+    (tmp_path / "temporary" / "train-left.bin").write_bytes(b"0" * 64)
+    finetune.finetune(config, str(tmp_path / "train_only"))
+    assert not (tmp_path / "temporary").exists()
+    config.data.eval_file = _pairs_file(tmp_path)
     # A run that diverges after an evaluation is one to relaunch, as a stopped one: its caches
     # stay (a review: removed, so the relaunch ran the encoder again).
     from bertjax.runtime.errors import TrainingDiverged

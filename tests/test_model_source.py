@@ -545,7 +545,6 @@ def test_a_sentencepiece_run_takes_its_own_casing_and_refuses_the_other(tmp_path
     with pytest.raises(ValueError, match=r"^do_lower_case=True, but .*spm.model keeps case by its own normalisation"):
         source.load_tokenizer(do_lower_case=True)
     from bertjax import finetune_setup
-    from configs import finetune as finetune_config
 
     config = finetune_config.get_config("classification")
     config.init_checkpoint, config.data.do_lower_case = str(tmp_path / "run"), True

@@ -133,7 +133,7 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
             width, first = len(columns), f"line {number}: {shown!r}"
         if len(columns) != width:  # (a token holding a space, here or there, was blamed on the line after it)
             raise ValueError(f"{path}:{number}: {len(columns)} columns, but the file's first token line has "
-                             f"{width}: {shown!r} against {first}; columns are split at any whitespace, so a token "
+                             f"{width}: {shown!r} against {first}; columns are split at spaces and tabs, so a token "
                              "holding a space adds one")
         if not words:
             first_line = number

@@ -76,7 +76,8 @@ def test_a_rows_words_read_as_words_whatever_marks_the_tokenizer_uses(tmp_path, 
         spaced = {"input_ids": np.array(row), "input_mask": np.ones(len(row), np.int32),
                   "masked_lm_positions": np.array([digit + 1]), "masked_lm_ids": np.array([ids[digit]]),
                   "masked_lm_weights": np.ones(1)}
-        assert inspect_data.render(spaced, tokenizer).startswith("[CLS] About \u2423 [3→[MASK]]")
+        # (the digit continues the space's word: written against it, as any piece beside a mask)
+        assert inspect_data.render(spaced, tokenizer).startswith("[CLS] About \u2423[3→[MASK]] cats")
 
 
 def test_each_corpus_gets_its_own_default_folder(tmp_path):

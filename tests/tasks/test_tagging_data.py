@@ -229,7 +229,7 @@ def test_conll_bad_lines_name_file_and_line(tmp_path):
 @pytest.mark.parametrize("content, message", [
     ("Peter PER\nlives O\n", r":1: tag 'PER' is neither 'O' nor B-, I-, E- or S-<type> \(config.data.tag_column=-1"),
     ("EU NNP B-ORG\nGerman B-NP\n", r":2: 2 columns, but the file's first token line has 3: 'German B-NP' against "
-                                   r"line 1: 'EU NNP B-ORG'; columns are split at any whitespace, so a token holding "
+                                   r"line 1: 'EU NNP B-ORG'; columns are split at spaces and tabs, so a token holding "
                                    r"a space adds one"),
 ])
 def test_conll_tags_and_columns_are_checked_when_read(tmp_path, content, message):
