@@ -506,6 +506,10 @@ _HOST_LOCAL_SETTINGS = ("train.feature_cache_dir",)
 _DIGESTED_FILES = {"train_data_digest": ("data.train_file",), "evaluation_digest": ("data.eval_file", "data.test_file")}
 
 
+# The most of a setting's name that a differing key list names (a config key is far shorter).
+_KEY_BYTES = 128
+
+
 def check_same_on_every_process(settings: dict[str, Any]) -> None:
     """ValueError on every process when the processes of a multi-host run were given other
     `settings` (the run's saved config, with digests of the data every host reads): each would
@@ -525,8 +529,8 @@ def check_same_on_every_process(settings: dict[str, Any]) -> None:
     names = np.asarray(multihost_utils.process_allgather(mine[0]))  # [processes, 8]
     other = next((p for p in range(len(names)) if not np.array_equal(names[p], names[0])), None)
     if other is not None:
-        raise ValueError(f"process {other} was given other settings than process 0 (another bertjax version, or "
-                         "config file): give every host the same command")
+        raise ValueError(f"process {other} was given other settings than process 0 ({_keys_differing(keys, other)}; "
+                         "another bertjax version, or config file): give every host the same command")
     every = np.asarray(multihost_utils.process_allgather(mine))  # [processes, 1 + keys, 8]
     for key_index, key in enumerate(keys, start=1):
         other = next((p for p in range(len(every)) if not np.array_equal(every[p, key_index], every[0, key_index])),
@@ -537,6 +541,27 @@ def check_same_on_every_process(settings: dict[str, Any]) -> None:
                     else f"{key} ({flat[key]!r} on process {jax.process_index()})")
             raise ValueError(f"process {other} differs from process 0 in {what}: give every host the same command, "
                              "and the same files")
+
+
+def _keys_differing(keys: list[str], other: int) -> str:
+    """The first setting process 0 has and process `other` lacks, or else the first the other
+    has alone, the same on every process (the names gathered as bytes padded to the longest
+    list): "process 1 has no train.x" or "process 1 has train.y, which process 0 has not"."""
+    from jax.experimental import multihost_utils
+
+    counts = np.asarray(multihost_utils.process_allgather(np.int32(len(keys)))).reshape(-1)
+    padded = np.zeros((int(counts.max()), _KEY_BYTES), np.uint8)
+    for row, key in enumerate(keys):
+        encoded = key.encode()[:_KEY_BYTES]
+        padded[row, :len(encoded)] = np.frombuffer(encoded, np.uint8)
+    every = np.asarray(multihost_utils.process_allgather(padded))  # [processes, longest, _KEY_BYTES]
+    names = [[row.tobytes().rstrip(b"\0").decode(errors="replace") for row in every[p, :counts[p]]]
+             for p in (0, other)]
+    missing = next((key for key in names[0] if key not in set(names[1])), None)
+    if missing is not None:
+        return f"process {other} has no {missing}"
+    added = next((key for key in names[1] if key not in set(names[0])), "?")
+    return f"process {other} has {added}, which process 0 has not"
 
 
 def process_zero_first(fn: Callable[[], Any], what: str) -> Any:

@@ -319,30 +319,50 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
 def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch):
     """check_same_on_every_process, as process 0 of two sees it: a setting by its key and value,
     the data by what it is (a host with another copy of the evaluation file scored its own rows
-    against process 0's: a walkthrough), another set of keys by itself."""
+    against process 0's: a walkthrough), another set of keys by the first key one lacks (a
+    review: no name was given). Two threads stand for the two processes."""
+    import threading
+
     from jax.experimental import multihost_utils
 
-    def sent(settings):  # what a process gives process_allgather: its key list's digest, then all
-        arrays = []
-        monkeypatch.setattr(multihost_utils, "process_allgather", lambda a: arrays.append(a) or np.stack([a, a]))
-        trainer.check_same_on_every_process(settings)
-        return arrays
+    process = threading.local()
+    barrier, sent = threading.Barrier(2), [None, None]
+
+    def allgather(array):  # [processes, ...]: what each thread sent, once both have
+        sent[process.index] = np.asarray(array)
+        barrier.wait()
+        gathered = np.stack(sent)
+        barrier.wait()
+        return gathered
+
+    def two_processes(settings: list[dict]) -> list[str | None]:
+        errors = [None, None]
+
+        def run(index):
+            process.index = index
+            try:
+                trainer.check_same_on_every_process(settings[index])
+            except ValueError as error:
+                errors[index] = str(error)
+
+        threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        return errors
 
     monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "process_index", lambda: process.index)
+    monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
     mine = {"train": {"learning_rate": 0.001, "feature_cache_dir": "/tmp/a"}, "evaluation_digest": "aaaa",
             "data": {"eval_file": "dev.csv", "test_file": ""}}
-    outcomes = {}
+    outcomes, seconds = {}, {}
     # (a sweep's temporary feature cache lies under each host's own $TMPDIR: a review)
     for name, theirs in [("same", {**mine, "train": {"learning_rate": 0.001, "feature_cache_dir": "/var/tmp/b"}}),
                          ("rate", {**mine, "train": {"learning_rate": 0.5, "feature_cache_dir": "/tmp/a"}}),
                          ("data", {**mine, "evaluation_digest": "bbbb"}), ("keys", {**mine, "added": 1})]:
-        other = iter(sent(theirs))
-        monkeypatch.setattr(multihost_utils, "process_allgather", lambda a: np.stack([a, next(other)]))
-        try:
-            trainer.check_same_on_every_process(mine)
-            outcomes[name] = None
-        except ValueError as error:
-            outcomes[name] = str(error)
+        outcomes[name], seconds[name] = two_processes([mine, theirs])
     assert outcomes == {
         "same": None,
         "rate": "process 1 differs from process 0 in train.learning_rate (0.001 on process 0): give every host the "
@@ -350,5 +370,9 @@ def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch)
         # (the file named: a walkthrough's two hosts had other copies of one relative path)
         "data": "process 1 differs from process 0 in the data it read (evaluation_digest: data.eval_file='dev.csv'): "
                 "give every host the same command, and the same files",
-        "keys": "process 1 was given other settings than process 0 (another bertjax version, or config file): give "
-                "every host the same command"}
+        "keys": "process 1 was given other settings than process 0 (process 1 has added, which process 0 has not; "
+                "another bertjax version, or config file): give every host the same command"}
+    assert seconds["keys"] == outcomes["keys"]  # (every process names the same key)
+    assert two_processes([mine, {**mine, "data": {"eval_file": "dev.csv"}}])[1] == (
+        "process 1 was given other settings than process 0 (process 1 has no data.test_file; another bertjax "
+        "version, or config file): give every host the same command")
