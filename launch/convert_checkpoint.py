@@ -15,6 +15,7 @@ architecture follows its task. --output must be a new or empty folder (two
 layouts never mix).
 """
 
+import logging
 import os
 import sys
 
@@ -61,7 +62,18 @@ def main(_):
         raise ValueError(f"--output={output} is not empty (it has {', '.join(present[:4])}"
                          f"{', ...' if len(present) > 4 else ''}); give a new or empty folder")
     fileio.check_can_make(output, "--output")  # before the model loads
-    source = model_source.with_task_version(model_source.resolve(_INPUT.value), _SQUAD_VERSION.value)
+    if _VOCAB.value is not None and not fileio.exists(_VOCAB.value):
+        raise ValueError(f"--vocab_file={_VOCAB.value}: no such file")
+    if _VOCAB.value is not None and fileio.isdir(_VOCAB.value):
+        raise ValueError(f"--vocab_file={_VOCAB.value} is a folder; give its vocab.txt or tokenizer.json")
+    source = model_source.resolve(_INPUT.value)
+    try:
+        source = model_source.with_task_version(source, _SQUAD_VERSION.value)
+    except ValueError as e:
+        raise ValueError(f"--squad_version={_SQUAD_VERSION.value}: {e}") from None
+    if _ARCHITECTURE.value in modernbert_layout.MODERNBERT_ARCHITECTURES and not convert.is_modern(source.bert):
+        raise ValueError(f"--architecture={_ARCHITECTURE.value} is a ModernBERT class, but {_INPUT.value} is a BERT "
+                         f"model: name one of {', '.join(convert.HF_ARCHITECTURES)}")
     config, params = source.bert, source.load_params()
     vocab, do_lower_case = _VOCAB.value, _LOWER_CASE.value
     saved = source.tokenizer_spec  # vocab.txt (or tokenizer.json) beside it, or a bertjax run's tokenizer
@@ -77,6 +89,10 @@ def main(_):
             raise ValueError(f"--input={_INPUT.value} was trained {'un' if trained else ''}cased (do_lower_case="
                              f"{trained}); --do_lower_case={_LOWER_CASE.value} would write a casing that gives it "
                              "other ids: leave it unset")
+        if trained is not None and _LOWER_CASE.value not in (None, trained) and vocab == saved["path"]:
+            logging.warning("--do_lower_case=%s writes a casing other than %s's own (do_lower_case=%s): its "
+                            "tokenizer will give other ids than the model trained on, unless that was wrong",
+                            _LOWER_CASE.value, _INPUT.value, trained)
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
         do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says
@@ -84,9 +100,11 @@ def main(_):
     if judged:  # as bertjax reads the vocab.txt (its tokens): written, else transformers lower-cases any
         do_lower_case = tokenization.vocab_casing(vocab)
     left_out = ""
-    if saved and saved.get("refused") and vocab == saved["path"]:  # written beside the weights, BERT's tokenizer
-        vocab, do_lower_case = None, _LOWER_CASE.value                # would read it with other ids
+    if saved and saved.get("refused") and vocab == saved["path"] and _VOCAB.value is None:  # written beside the
+        vocab, do_lower_case = None, _LOWER_CASE.value  # weights, BERT's tokenizer would read it with other ids
         left_out = f", tokenizer not written: {saved['refused']}"
+    elif saved and saved.get("refused"):  # a vocabulary given: written with a casing alone, read as BERT's
+        left_out = f", the input's own tokenizer not reproduced: {saved['refused']}"
     elif vocab is None and saved:  # a SentencePiece model: neither layout's BERT tokenizer reads it; bertjax does
         left_out = (f", tokenizer: {saved['kind']} model {convert.SENTENCEPIECE_FILE} (read by bertjax; this layout's "
                     "BERT tokenizer does not read one)")
@@ -124,14 +142,14 @@ def main(_):
     else:
         heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case,
                                              pooler_trained=source.pooler_trained, run_data=run_data,
-                                             architecture=_ARCHITECTURE.value or model_source.hf_architecture(
-                                                 source.task_info),
+                                             architecture=model_source.hf_architecture(source.task_info),
                                              label_names=source.task_info.get("label_names"),
                                              task_keys=model_source.hf_config_keys(source.task_info))
     if saved and vocab is None and saved["kind"] == "sentencepiece":
         fileio.copy(saved["path"], fileio.join(output, convert.SENTENCEPIECE_FILE))
+    casing = _casing(vocab, do_lower_case, kind == "huggingface" and do_lower_case is None, judged)
     print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
-          f"vocab: {vocab}{_casing(vocab, do_lower_case, kind == 'huggingface' and do_lower_case is None, judged)}"
+          f"vocab: {vocab or 'none'}{casing}"
           f"{left_out})")
 
 

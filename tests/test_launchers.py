@@ -107,6 +107,15 @@ CASES = [
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/hf"], "--output={tmp}/hf is not empty (it "
                                                                             "has config.json, model.safetensors)"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt"], "is a file"),
+    # The flag named, not a bare errno or an export function's name (a walkthrough).
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab_file={tmp}/none.txt"],
+     "--vocab_file={tmp}/none.txt: no such file"),
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab_file={tmp}"],
+     "--vocab_file={tmp} is a folder; give its vocab.txt or tokenizer.json"),
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--squad_version=v2.0"],
+     f"--squad_version=v2.0: {MINILM_DIR}: a task version is for a squad model"),
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--architecture=ModernBertModel"],
+     f"--architecture=ModernBertModel is a ModernBERT class, but {MINILM_DIR} is a BERT model: name one of BertModel"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt/hf"],
      "--output={tmp}/text.txt/hf: {tmp}/text.txt is a file; give a folder"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out"], "is not a fine-tuned model"),

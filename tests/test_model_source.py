@@ -290,6 +290,15 @@ def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_
     assert converted.returncode == 0, converted.stderr[-2000:]
     assert "tokenizer not written: " in converted.stdout and "BertJapaneseTokenizer" in converted.stdout
     assert sorted(os.listdir(tmp_path / "converted")) == ["config.json", "model.safetensors"]
+    # Its vocab.txt given was dropped as the folder's own, though asked for (a walkthrough): written,
+    # and the summary says the input's tokenizer is not what it will read as.
+    converted = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "convert_checkpoint.py"),
+                                f"--input={tmp_path}", f"--output={tmp_path / 'given'}",
+                                f"--vocab_file={tmp_path / 'tokenizer.json'}"],
+                               capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert converted.returncode == 0, converted.stderr[-2000:]
+    assert "the input's own tokenizer not reproduced: " in converted.stdout, converted.stdout
+    assert "vocab.txt" in os.listdir(tmp_path / "given")
 
 
 def test_a_cased_tokenizer_json_keeps_its_case_and_ignores_its_saved_padding(tmp_path, caplog):

@@ -191,6 +191,9 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
     # v1.1 (a span for every question); the caller can say v2.0 (--squad_version).
     from bertjax.inference import model_source
 
+    # (one that says its version is not answered as another: a walkthrough found it silently so)
+    with pytest.raises(ValueError, match=r"was fine-tuned on squad_version v2.0, not v1.1 \(its config says so\)"):
+        model_source.with_task_version(model_source.resolve(str(tmp_path / "tf")), "v1.1")
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
     del hf_config["squad_version"]
     (tmp_path / "hf" / "config.json").write_text(json.dumps(hf_config))

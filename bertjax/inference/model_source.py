@@ -284,16 +284,16 @@ def with_task_version(source: ModelSource, version: str | None) -> ModelSource:
     """`source` answering as its task's `version` (a family's `versions`: SQuAD's "v2.0" may
     abstain, with null odds), for a Hugging Face model whose config.json does not say (a QA
     model reads as "v1.1"); None leaves it as it is. ValueError for a model whose task has no
-    such version, or a bertjax run fine-tuned on another."""
+    such version, or one that says it is another (a bertjax run, or its export's config.json)."""
     if version is None:
         return source
     info = source.task_info
     family = _family_with(source, lambda family: family.versions, "a task version is")
     if version not in family.versions:
         raise ValueError(f"{family.version_key} must be one of {', '.join(family.versions)}, got {version!r}")
-    if source.layout == "bertjax" and info.get(family.version_key, version) != version:
+    if info.get(family.version_key, version) != version:  # (silently answered otherwise: a walkthrough)
         raise ValueError(f"{source.path} was fine-tuned on {family.version_key} {info[family.version_key]}, "
-                         f"not {version}")
+                         f"not {version}" + ("" if source.layout == "bertjax" else " (its config says so)"))
     return dataclasses.replace(source, task_info={**info, family.version_key: version})
 
 

@@ -210,11 +210,15 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     tokens = _wordpiece_tokens(vocab_path)  # read before anything is written
     config, params = _two_token_type_rows(config, plain_params(params))
     heads, num_labels = param_heads(params, config, "export_huggingface")
-    prefix = "bert." if heads else ""
     architecture = architecture or _guess_architecture(heads)
     if architecture not in HF_ARCHITECTURES:  # a ModernBERT class would read these names as another model
         raise ValueError(f"export_huggingface: architecture {architecture!r} is not a BERT class; expected one of "
                          f"{', '.join(HF_ARCHITECTURES)}")
+    unread = [head for head in heads if head not in _HEADS_OF.get(architecture, ())]
+    if unread:  # (written, a classifier under BertModel read back as a task its class does not say, unnamed labels)
+        logging.warning("export_huggingface: %s does not read the head(s) %s: left out", architecture, unread)
+        heads = tuple(head for head in heads if head not in unread)
+    prefix = "bert." if heads else ""
     omit_pooler = not pooler_trained and architecture in _HF_NO_POOLER
     if not pooler_trained and not omit_pooler:
         logging.warning("export_huggingface: the pooler never trained; %s holds one, so it is written and a "
@@ -456,8 +460,9 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     if do_lower_case is not None:
         tf_config[_TF_CASING] = do_lower_case
     if not pooler_trained:
-        logging.warning("export_tf_checkpoint: the pooler never trained; the TF layout holds one, so it is written "
-                        "and a classifier reading it starts from its random weights")
+        logging.warning("export_tf_checkpoint: the pooler never trained (or the model was saved without one); the "
+                        "TF layout holds one, so it is written and a classifier reading it starts from its random "
+                        "weights")
         tf_config[TF_POOLER_UNTRAINED] = True
     if run_data:
         tf_config[RUN_DATA] = run_data
@@ -574,8 +579,8 @@ def _to_numpy(tree: Any) -> Any:
 # Any layout
 # ------------------------------------------------------------------------------------------------
 
-_LAYOUTS = """  Hugging Face: config.json + model.safetensors (or its shards' model.safetensors.index.json)
-  Google TF release: bert_config.json + bert_model.ckpt.index (or a 'checkpoint' file)
+_LAYOUTS = """  Hugging Face: config.json + model.safetensors (or its shards' model.safetensors.index.json);
+  Google TF release: bert_config.json + bert_model.ckpt.index (or a 'checkpoint' file);
   bertjax: a checkpoint step folder (state/ + meta/), a run's checkpoint directory, or the run's workdir"""
 
 

@@ -154,6 +154,21 @@ def test_huggingface_round_trip_with_heads(tmp_path, heads, architecture):
     assert_trees_equal(params2, params)
 
 
+def test_a_head_the_named_class_does_not_read_is_left_out(tmp_path, caplog):
+    """A classifier exported as BertModel (the converter's advice for an encoder alone) kept its
+    head, and read back as a classifier of labels LABEL_<i>, its names lost (a walkthrough)."""
+    config = BertConfig(**TINY)
+    params = random_params(config, ("classifier",), num_labels=3)
+    heads = convert.export_huggingface(config, params, str(tmp_path), architecture="BertModel",
+                                       label_names=["neg", "neu", "pos"])
+    assert heads == () and "BertModel does not read the head(s) ['classifier']: left out" in caplog.text
+    assert not [name for name in load_file(str(tmp_path / "model.safetensors")) if "classifier" in name]
+    assert "id2label" not in json.loads((tmp_path / "config.json").read_text())
+    config2, params2 = bertjax.load_pretrained(str(tmp_path))
+    assert set(params2) == {"bert"}
+    assert_trees_equal(params2["bert"], params["bert"])
+
+
 def test_an_export_says_what_hugging_face_needs_or_refuses_what_it_cannot_hold(tmp_path):
     """A one-output classifier is a regression (else transformers' pipeline reads its value
     through a sigmoid); silu round-trips; an architecture without its head, a switch BERT's
@@ -558,6 +573,17 @@ def test_converted_hugging_face_directory_keeps_the_casing(launchers, tf_release
     saved = json.loads((out / "tokenizer_config.json").read_text())
     assert saved["do_lower_case"] is expected and saved["tokenizer_class"] == "BertTokenizer"
     assert convert.checkpoint_vocabulary(str(out))["do_lower_case"] is expected  # and fine-tuning reads it back
+
+
+def test_a_casing_against_the_releases_own_is_written_with_a_warning(launchers, tmp_path):
+    """--do_lower_case=false over MiniLM's recorded lower-casing wrote a cased tokenizer for an
+    uncased vocabulary without a word ("Hello" then [UNK]: a walkthrough); allowed, as the
+    docs say (a release's record may be wrong), but said."""
+    result = _convert(launchers, f"--input={MINILM_DIR}", f"--output={tmp_path / 'hf'}", "--do_lower_case=false")
+    assert f"--do_lower_case=False writes a casing other than {MINILM_DIR}'s own (do_lower_case=True)" in result.stderr
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is False
+    result = _convert(launchers, f"--input={MINILM_DIR}", f"--output={tmp_path / 'same'}", "--do_lower_case=true")
+    assert "writes a casing other than" not in result.stderr
 
 
 def test_a_tf_classifiers_head_is_a_task_that_predicts(tf_release, tmp_path, caplog):
