@@ -29,11 +29,23 @@ OPERATIONAL_SETTINGS = ("checkpoint.", "mesh.", "init_checkpoint", "train.log_ev
 _SHOWN_CHANGES = 8
 # Where a fine-tuning sweep's workdir records its settings (bertjax/sweep.py).
 SWEEP_SETTINGS_FILE = "sweep_settings.json"
+# Fine-tuning settings that lay the training examples into rows, and evaluation's alike.
+_ROWS_OF_TRAINING = ("data.pack_examples", "data.group_by_length")
+# Where a pre-training run's text is (files moved, another held-out set: a finished run relaunched).
+_PRETRAINING_FILES = ("data.input_pattern", "data.eval_input_pattern")
 # The settings that cut a fine-tuning task's examples into rows.
 _ROW_CUTTING = ("data.max_seq_length", "data.doc_stride", "data.max_query_length")
 # Model fields a config may leave to the machine (bertjax.models.config.resolve): a finished run
 # relaunched on another kind of host (to predict a test file) gets other values, and is the same run.
 _HOST_DEFAULTS = ("model.dtype", "model.matmul_precision")
+
+
+def check_seed(value: Any, key: str) -> None:
+    """ValueError naming `key` (config.seed, config.data.seed) unless `value` is an int in
+    [0, 2**63): jax's keys and TensorFlow's take 64-bit seeds, numpy's no negative one (past
+    that, a traceback from jax.random.key, or TensorFlow's error after the data's preparation)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise ValueError(f"{key} must be an int in [0, 2**63), got {value!r}")
 
 
 def run_kind(config: dict[str, Any]) -> str:
@@ -151,9 +163,13 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
     # Rows cut otherwise (a finished run relaunched to evaluate at another length) digest
     # otherwise from the same file: the digest says nothing then.
     recut = any(change.split(" ", 1)[0] in _ROW_CUTTING for change in changes)
+    pretraining = run_kind(config) == "pre-training"
 
     def trains(key: str) -> bool:
-        return (key.startswith(("model.", "train.")) or key in ("seed", "data.seed")
+        # (pre-training's every data setting makes its rows: masking, lengths, pairing, a
+        # walkthrough's relaunch changed four, warned and said 'done'; fine-tuning's evaluate too)
+        return (key.startswith(("model.", "train.")) or key in ("seed", "data.seed", *_ROWS_OF_TRAINING)
+                or (pretraining and key.startswith("data.") and key not in _PRETRAINING_FILES)
                 or (key == "train_data_digest" and not recut)
                 or (key == "init_weights" and bool(started) and fileio.exists(started)))
 

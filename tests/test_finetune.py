@@ -975,7 +975,9 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     (["--config.data.train_file={train}", "--config.data.label_kind=flaot"],
      "config.data.label_kind must be 'class' or 'float'"),
     (["--config.data.train_file={train}", "--config.data.seed=-1"],  # numpy's message, after tokenizing
-     r"config.data.seed must be an int >= 0, got -1"),
+     r"config.data.seed must be an int in \[0, 2\*\*63\), got -1"),
+    (["--config.data.train_file={train}", "--config.seed=99999999999999999999"],  # (jax.random.key's traceback)
+     r"config.seed must be an int in \[0, 2\*\*63\), got 99999999999999999999"),
     (["--config.data.train_file={train}", "--config.train.sweep=True", "--config.train.sweep_learning_rates=abc"],
      "config.train.sweep_learning_rates must be comma-separated finite positive floats, got 'abc'"),
 ])

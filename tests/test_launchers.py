@@ -107,6 +107,17 @@ CASES = [
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/hf"], "--output={tmp}/hf is not empty (it "
                                                                             "has config.json, model.safetensors)"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt"], "is a file"),
+    # A key of one's own config file that nothing reads was ignored without a word (a walkthrough).
+    ("pretrain.py", ["--config={tmp}/extra.py"], "--config={tmp}/extra.py has train.learning_rat, which no "
+                                                 "pre-training run reads; did you mean 'train.learning_rate'?"),
+    # A seed past 64 bits: jax.random.key's traceback, after the data was prepared (a walkthrough).
+    ("pretrain.py", [PRETRAIN, "--config.seed=99999999999999999999"],
+     "config.seed must be an int in [0, 2**63), got 99999999999999999999"),
+    # Refused after the corpus was prepared into the workdir (a walkthrough): nothing there now.
+    ("inspect_data.py", [PRETRAIN, "--workdir={tmp}/run", "--config.data.mask_token_prob=2"], "mask_token_prob"),
+    # A launcher without --config: no such flag, not 'no such config key' (a walkthrough).
+    ("predict.py", [f"--model={MINILM_DIR}", "--text=a", "--config.train.num_steps=3"],
+     "--config.train.num_steps: no such flag"),
     # The flag named, not a bare errno or an export function's name (a walkthrough).
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--vocab_file={tmp}/none.txt"],
      "--vocab_file={tmp}/none.txt: no such file"),
@@ -237,6 +248,14 @@ def test_a_config_without_the_keys_read_with_defaults_still_runs(launchers, tmp_
     assert result.returncode == 0 and result.stdout.startswith("flags and config parse"), result.stderr[-2000:]
 
 
+def test_check_flags_set_to_0_checks_nothing_alone(launchers, tmp_path):
+    """BERTJAX_CHECK_FLAGS=0 parsed the flags and ran nothing, where BERTJAX_VERBOSE=0 is off (a
+    walkthrough): 0 is off, the run goes on to its own checks."""
+    result = launchers.run([os.path.join(ROOT, "launch", "pretrain.py"), PRETRAIN, "--config.train.num_steps=-5",
+                            f"--workdir={tmp_path}/run"], {**os.environ, "BERTJAX_CHECK_FLAGS": "0"}, cwd=tmp_path)
+    assert result.returncode == 2 and "num_steps" in result.stderr, result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("launcher, args, message", CASES, ids=[f"{c[0]}:{i}" for i, c in enumerate(CASES)])
 def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args, message):
     (tmp_path / "text.txt").write_text("One sentence.\nAnother one.\n")
@@ -250,6 +269,9 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     (tmp_path / "partial.py").write_text(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom configs import pretrain\n\n\n"
                                          "def get_config():\n    config = pretrain.get_config('tiny')\n"
                                          "    del config.data['short_seq_prob']\n    return config\n")
+    (tmp_path / "extra.py").write_text(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom configs import pretrain\n\n\n"
+                                       "def get_config():\n    config = pretrain.get_config('tiny')\n"
+                                       "    config.train.learning_rat = 1e-3\n    return config\n")
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text('{"hidden_size": 64,')  # truncated
     (tmp_path / "hf" / "model.safetensors").write_bytes(b"")
@@ -267,6 +289,7 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     assert len(lines) == 1 and lines[0].startswith("error: ") and message.format(tmp=tmp_path) in lines[0], \
         result.stderr[-3000:]
     assert not (tmp_path / "out").exists() and not (tmp_path / "run" / "checkpoints").exists()  # nothing written
+    assert not (tmp_path / "run" / "data").exists()
 
 
 def test_inspect_data_shows_the_examples_a_pretraining_run_reads(small_pretrained_run, minilm_classifier_run,

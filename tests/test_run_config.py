@@ -57,7 +57,7 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
 
     started = tmp_path / "pretrained" / "100"
     started.mkdir(parents=True)
-    saved = {**SAVED, "init_weights": str(started), "train_data_digest": "aaaa",
+    saved = {**SAVED, "task": "classification", "init_weights": str(started), "train_data_digest": "aaaa",
              "data": {**SAVED["data"], "train_file": "/data/train.csv"}}
     monkeypatch.setattr(run_config, "own_checkpoints", lambda workdir: workdir + "/checkpoints")
     monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": saved})
@@ -81,9 +81,19 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
     run_config.check_finished_unchanged("/w", other, 11)  # steps left: a resume, which warns
     started.rmdir()  # moved
     run_config.check_finished_unchanged("/w", other, 10)
+    # Rows laid out otherwise train otherwise (a walkthrough: relaunched packed, 'done' in 0 steps).
+    with pytest.raises(ValueError, match=r"\(data.pack_examples 'unset' -> 4\): nothing would train"):
+        run_config.check_finished_unchanged("/w", {**saved, "data": {**saved["data"], "pack_examples": 4}}, 10)
     # From before the digest was recorded: no change.
+    monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": {**SAVED, "task": "x"}})
+    run_config.check_finished_unchanged("/w", {**SAVED, "task": "x", "train_data_digest": "bbbb"}, 10)
+    # Pre-training's data settings make its rows (masking, lengths): each changes what it computes;
+    # its text moved or another held-out set do not (a walkthrough: four changed, warned, 'done').
     monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": SAVED})
-    run_config.check_finished_unchanged("/w", {**SAVED, "train_data_digest": "bbbb"}, 10)
+    with pytest.raises(ValueError, match=r"\(data.max_seq_length 128 -> 64\): nothing would train"):
+        run_config.check_finished_unchanged("/w", {**SAVED, "data": {**SAVED["data"], "max_seq_length": 64}}, 10)
+    run_config.check_finished_unchanged("/w", {**SAVED, "data": {**SAVED["data"], "input_pattern": "/moved/*.txt",
+                                                                 "eval_input_pattern": "/held/*.txt"}}, 10)
 
 
 def test_a_start_from_an_unfinished_pre_training_run_is_warned_of(tmp_path, monkeypatch, caplog):

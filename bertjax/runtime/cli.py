@@ -271,7 +271,8 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
             return f"{flag}: no config section {bad!r}; did you mean {suggestion!r}?"
         return f"{flag}: no such config key; did you mean {suggestion!r}?"
     unknown = re.match(r"Unknown command line flag '([\w.]+)'", message)  # (absl may add its own suggestion)
-    if isinstance(error, (AttributeError, KeyError)) or (unknown and unknown.group(1).startswith(f"{flag_name}.")):
+    config_key = unknown and unknown.group(1).startswith(f"{flag_name}.") and flag_name in flags.FLAGS
+    if isinstance(error, (AttributeError, KeyError)) or config_key:  # (a launcher without --config: no such flag)
         key = unknown.group(1).split(".")[-1] if unknown else message.strip("'\"")
         flag = next((a for a in overrides if a.endswith(f".{key}")), None)
         if flag is None:
@@ -363,12 +364,19 @@ def _parse_flags(argv: list[str]) -> list[str]:
                       else f"--{flag_name} takes a {kind} config")  # launch/demo.py's --pretrain, --finetune
             print(f"error: {config_arg} is a {given} config: {remedy}", file=sys.stderr)
             sys.exit(EXIT_ERROR)
-        missing = _missing_keys(flags.FLAGS[flag_name].value, kind)
+        missing, extra = _key_differences(flags.FLAGS[flag_name].value, kind)
+        config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
         if missing:  # else a traceback wherever the run first reads one
-            config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             print(f"error: {config_arg} has no {', '.join(missing[:5])}{more}: a {kind} config needs every key of "
                   f"configs/{_REFERENCE_CONFIGS[kind][0]}'s (start from one of them)", file=sys.stderr)
+            sys.exit(EXIT_ERROR)
+        if extra:  # else set in one's own file and read by nothing, without a word (a walkthrough)
+            key, known = extra[0]
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            print(f"error: {config_arg} has {key}, which no {kind} run reads"
+                  + (f"; did you mean {close[0]!r}?" if close else f" (configs/{_REFERENCE_CONFIGS[kind][0]} has "
+                     "every key it reads)"), file=sys.stderr)
             sys.exit(EXIT_ERROR)
     if len(remaining) > 1:
         print(f"error: unexpected arguments: {remaining[1:]}", file=sys.stderr)
@@ -376,28 +384,33 @@ def _parse_flags(argv: list[str]) -> list[str]:
     return remaining
 
 
-def _missing_keys(config, kind: str) -> list[str]:
-    """The dotted keys of the repository's configs of `kind` that `config` lacks, but for those
-    read with a default ([] where the repository's configs/ is not there, as in an installed
-    package without it)."""
+def _key_differences(config, kind: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(the dotted keys of the repository's configs of `kind` that `config` lacks, but for those
+    read with a default; [(a key `config` has that they lack, the keys of its section)]), both
+    empty where the repository's configs/ is not there, as in an installed package without it."""
     from flax.traverse_util import flatten_dict
 
     file, option = _REFERENCE_CONFIGS[kind]
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", file)
     if not os.path.exists(path):
-        return []
+        return [], []
     spec = importlib.util.spec_from_file_location(f"_bertjax_reference_{kind}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     keys = lambda c: set(flatten_dict(c.to_dict(), sep=".", keep_empty_nodes=True))
-    return sorted(keys(module.get_config(option)) - keys(config) - set(_OPTIONAL_KEYS))
+    reference, given = keys(module.get_config(option)), keys(config)
+    section = lambda key: key.rpartition(".")[0]  # noqa: E731
+    # (a key under one the reference holds whole, an empty dict of its own, is that key's value)
+    extra = [(key, sorted(k for k in reference if section(k) == section(key))) for key in sorted(given - reference)
+             if not any(key.startswith(f"{known}.") for known in reference)]
+    return sorted(reference - given - set(_OPTIONAL_KEYS)), extra
 
 
 def run(main: Callable[[list[str]], None]) -> None:
     """absl's app.run(main) with quiet libraries, one-line flag and input errors, exit codes."""
 
     def wrapped(argv):
-        if os.environ.get("BERTJAX_CHECK_FLAGS"):  # the README's commands are checked this way
+        if os.environ.get("BERTJAX_CHECK_FLAGS", "0") != "0":  # the README's commands are checked this way
             print("flags and config parse (their values are checked when the command runs)")
             return
         quiet_libraries()
