@@ -50,6 +50,7 @@ from bertjax.finetune_setup import (check_reused_head, checked_model, checkpoint
 from bertjax.inference import model_source
 from bertjax.models import BertConfig, FrozenEncoder, stack_layers
 from bertjax.models.heads import TOKEN_TRANSFORM
+from bertjax.models.variable_table import is_modern
 from bertjax.runtime import compilation_cache, compile_ahead, console, fileio
 from bertjax.runtime.errors import TrainingDiverged
 from bertjax.tasks import batching, feature_cache, packing
@@ -479,8 +480,10 @@ def warn_if_longer_than_trained(config: ml_collections.ConfigDict, source) -> No
     length = config.data.max_seq_length
     untrained = source.untrained_past(length) if source is not None else None
     if untrained:
-        preset = ((source.run_config or {}).get("model") or {}).get("preset") or ""
-        # ('long' extends a modernbert-* preset's rotary context alone: configs/pretrain.py refuses others)
+        # ('long' extends a modernbert-* preset's rotary context alone: configs/pretrain.py refuses
+        # others; the run's preset is its saved recipe, an export's the modern encoder it holds)
+        preset = (source.run_config.get("recipe") or "" if source.run_config
+                  else "modernbert" if is_modern(source.bert) else "")
         longer = ("its 'modern,long' option" if source.bert.position_embedding == "rope"
                   and preset.startswith("modernbert") else "its phase2")
         log.warning("config.data.max_seq_length=%d is longer than %s; pre-train at the longer length first "

@@ -233,7 +233,7 @@ def check_run_settings(config: ml_collections.ConfigDict) -> None:
     if data.label_kind not in ("class", "float"):
         raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")
     check_int(data, "pack_examples", 0)
-    run_config.check_seed(config.seed, "config.seed")
+    run_config.check_seed(config.seed, "config.seed", minimum=-2**63)
     run_config.check_seed(data.seed, "config.data.seed")
     family = tasks.family_of_task(config.task)
     if data.pack_examples and not family.packs_examples:

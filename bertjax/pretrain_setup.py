@@ -34,7 +34,7 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
     resolve_global_batch_size(config, workdir)
     warn_if_same_document_order(config, workdir)
     check_data_config(config.data)
-    run_config.check_seed(config.seed, "config.seed")
+    run_config.check_seed(config.seed, "config.seed", minimum=-2**63)
     run_config.check_seed(config.data.seed, "config.data.seed")
     prepare.check_vocabulary_given(config.data)
     data_dir = config.data.prepared_dir or fileio.join(workdir, "data")

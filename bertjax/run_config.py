@@ -31,8 +31,14 @@ _SHOWN_CHANGES = 8
 SWEEP_SETTINGS_FILE = "sweep_settings.json"
 # Fine-tuning settings that lay the training examples into rows, and evaluation's alike.
 _ROWS_OF_TRAINING = ("data.pack_examples", "data.group_by_length")
-# Where a pre-training run's text is (files moved, another held-out set: a finished run relaunched).
-_PRETRAINING_FILES = ("data.input_pattern", "data.eval_input_pattern")
+# The data settings that make a pre-training run's rows from its text: its corpus, held-out
+# share, lengths, pairing, masking and order. (Not where the text is, its tokenizer, which
+# check_same_tokenizer compares, nor how hosts split it: a finished run relaunches on those.)
+_PRETRAINING_ROWS = tuple(f"data.{key}" for key in (
+    "tfds_name", "tfds_split", "tfds_text_feature", "text_key", "eval_fraction", "max_seq_length", "short_seq_prob",
+    "next_sentence_prediction", "full_rows", "full_rows_attention", "pack_pairs", "masked_lm_prob",
+    "mask_token_prob", "random_token_prob", "max_predictions_per_seq", "whole_word_mask", "shuffle_buffer",
+    "instance_shuffle_buffer"))
 # The settings that cut a fine-tuning task's examples into rows.
 _ROW_CUTTING = ("data.max_seq_length", "data.doc_stride", "data.max_query_length")
 # Model fields a config may leave to the machine (bertjax.models.config.resolve): a finished run
@@ -40,12 +46,14 @@ _ROW_CUTTING = ("data.max_seq_length", "data.doc_stride", "data.max_query_length
 _HOST_DEFAULTS = ("model.dtype", "model.matmul_precision")
 
 
-def check_seed(value: Any, key: str) -> None:
-    """ValueError naming `key` (config.seed, config.data.seed) unless `value` is an int in
-    [0, 2**63): jax's keys and TensorFlow's take 64-bit seeds, numpy's no negative one (past
-    that, a traceback from jax.random.key, or TensorFlow's error after the data's preparation)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
-        raise ValueError(f"{key} must be an int in [0, 2**63), got {value!r}")
+def check_seed(value: Any, key: str, minimum: int = 0) -> None:
+    """ValueError naming `key` unless `value` is an int in [minimum, 2**63): jax's keys
+    (config.seed: any 64-bit int) and TensorFlow's take 64-bit seeds, numpy's (config.data.seed)
+    none below 0. Past that, a traceback from jax.random.key, or TensorFlow's error after the
+    data's preparation."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value < 2**63:
+        shown = "-2**63" if minimum == -2**63 else minimum
+        raise ValueError(f"{key} must be an int in [{shown}, 2**63), got {value!r}")
 
 
 def run_kind(config: dict[str, Any]) -> str:
@@ -142,7 +150,8 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
 def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: int) -> None:
     """ValueError when `workdir`'s run has trained all its `num_steps` steps and `config` (this
     run's saved_config) changes how its weights train (the model, config.train, the seeds, a
-    fine-tuning run's training rows, `train_data_digest`, and the weights it starts from,
+    pre-training run's data settings that make its rows, a fine-tuning run's training rows,
+    `train_data_digest`, their packing and grouping, and the weights it starts from,
     `init_weights`, where those it started from are still there): relaunched, it would train
     nothing and report the old result under the new settings (the same settings, files moved,
     another evaluation or test file are a finished run relaunched: for its last evaluation, or
@@ -166,10 +175,9 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
     pretraining = run_kind(config) == "pre-training"
 
     def trains(key: str) -> bool:
-        # (pre-training's every data setting makes its rows: masking, lengths, pairing, a
-        # walkthrough's relaunch changed four, warned and said 'done'; fine-tuning's evaluate too)
+        # (pre-training's rows: a walkthrough's relaunch changed four, warned and said 'done')
         return (key.startswith(("model.", "train.")) or key in ("seed", "data.seed", *_ROWS_OF_TRAINING)
-                or (pretraining and key.startswith("data.") and key not in _PRETRAINING_FILES)
+                or (pretraining and key in _PRETRAINING_ROWS)
                 or (key == "train_data_digest" and not recut)
                 or (key == "init_weights" and bool(started) and fileio.exists(started)))
 

@@ -28,8 +28,8 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bertjax.data import prepare  # noqa: E402  (TensorFlow's pipeline modules: in main, after the checks)
-from bertjax.runtime import fileio  # noqa: E402
 from bertjax.data.pretraining_config import check_data_config  # noqa: E402
+from bertjax.runtime import fileio  # noqa: E402
 
 cli.define_config_file("config", None, "Pre-training config file.", "pre-training")
 flags.DEFINE_integer("num_examples", 1000, "Sequences to draw (statistics and --dump cover all of them).",
@@ -214,7 +214,10 @@ def main(_):
         raise ValueError(f"--dump={FLAGS.dump}: no folder {fileio.parent(FLAGS.dump)} to write it in")
     if FLAGS.workdir:
         _take_the_runs_data_settings(config, FLAGS.workdir)
+    from bertjax import run_config
+
     check_data_config(config.data)  # before the corpus is prepared into the workdir
+    run_config.check_seed(config.data.seed, "config.data.seed")
     prepare.check_vocabulary_given(config.data)
     from bertjax.data import pipelines
 

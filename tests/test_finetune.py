@@ -121,13 +121,19 @@ def test_fine_tuning_longer_than_the_pre_training_is_warned_of(pretrained_run, c
     assert "(configs/pretrain.py, its phase2) or fine-tune at 64" in caplog.text
     # A rotary model's longer context is the modern recipe's 'long', not phase2 (a walkthrough:
     # phase2 trains at 512, shorter than the 1024 its run had trained at).
-    # (Only a modernbert-* preset's: 'long' refuses a bert-* preset with rotary positions, a review.)
+    # (Only a modernbert-* preset's, as the run saved it: 'long' refuses a bert-* preset with
+    # rotary positions, a review; an export without the run's config: its modern encoder.)
     rotary = source.bert.replace(position_embedding="rope")
+    assert source.run_config["recipe"] == "tiny"
     for preset, advice in (("modernbert-tiny", "its 'modern,long' option"), ("tiny", "its phase2")):
         caplog.clear()
-        run_config = {**source.run_config, "model": {**source.run_config["model"], "preset": preset}}
-        finetune.warn_if_longer_than_trained(config, dataclasses.replace(source, bert=rotary, run_config=run_config))
+        run = {**source.run_config, "recipe": preset}
+        finetune.warn_if_longer_than_trained(config, dataclasses.replace(source, bert=rotary, run_config=run))
         assert f"(configs/pretrain.py, {advice}) or fine-tune at 64" in caplog.text
+    caplog.clear()
+    finetune.warn_if_longer_than_trained(config, dataclasses.replace(
+        source, bert=rotary.replace(norm_placement="pre"), run_config=None, recorded_data={"max_seq_length": 64}))
+    assert "(configs/pretrain.py, its 'modern,long' option) or fine-tune at 64" in caplog.text
     config.init_checkpoint = MINILM_DIR
     caplog.clear()
     finetune.warn_if_longer_than_trained(config, finetune_setup.checkpoint_source(config))
@@ -974,10 +980,10 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
      r"vocab.txt: 30522 tokens, 7 here\); leave the vocabulary unset to use the model's"),
     (["--config.data.train_file={train}", "--config.data.label_kind=flaot"],
      "config.data.label_kind must be 'class' or 'float'"),
-    (["--config.data.train_file={train}", "--config.data.seed=-1"],  # numpy's message, after tokenizing
+    (["--config.data.train_file={train}", "--config.data.seed=-1"],  # (numpy's message, after tokenizing)
      r"config.data.seed must be an int in \[0, 2\*\*63\), got -1"),
     (["--config.data.train_file={train}", "--config.seed=99999999999999999999"],  # (jax.random.key's traceback)
-     r"config.seed must be an int in \[0, 2\*\*63\), got 99999999999999999999"),
+     r"config.seed must be an int in \[-2\*\*63, 2\*\*63\), got 99999999999999999999"),
     (["--config.data.train_file={train}", "--config.train.sweep=True", "--config.train.sweep_learning_rates=abc"],
      "config.train.sweep_learning_rates must be comma-separated finite positive floats, got 'abc'"),
 ])

@@ -94,6 +94,12 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
         run_config.check_finished_unchanged("/w", {**SAVED, "data": {**SAVED["data"], "max_seq_length": 64}}, 10)
     run_config.check_finished_unchanged("/w", {**SAVED, "data": {**SAVED["data"], "input_pattern": "/moved/*.txt",
                                                                  "eval_input_pattern": "/held/*.txt"}}, 10)
+    # ... nor the host count it runs on, a value each launch sets, nor its tokenizer's settings,
+    # which the tokenizer check compares (a review: a 4-host run's owed evaluation on 2 hosts).
+    monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": {
+        **SAVED, "data": {**SAVED["data"], "process_count": 4, "do_lower_case": None}}})
+    run_config.check_finished_unchanged("/w", {**SAVED, "data": {**SAVED["data"], "process_count": 2,
+                                                                 "do_lower_case": True}}, 10)
 
 
 def test_a_start_from_an_unfinished_pre_training_run_is_warned_of(tmp_path, monkeypatch, caplog):

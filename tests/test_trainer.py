@@ -344,12 +344,16 @@ def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch)
                 trainer.check_same_on_every_process(settings[index])
             except ValueError as error:
                 errors[index] = str(error)
+            except BaseException as error:  # noqa: BLE001 (anything else fails the test, not the thread alone)
+                errors[index] = error
 
         threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=60)
+        assert not any(thread.is_alive() for thread in threads) and not any(
+            isinstance(error, BaseException) for error in errors), errors
         return errors
 
     monkeypatch.setattr(jax, "process_count", lambda: 2)

@@ -214,6 +214,10 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     if architecture not in HF_ARCHITECTURES:  # a ModernBERT class would read these names as another model
         raise ValueError(f"export_huggingface: architecture {architecture!r} is not a BERT class; expected one of "
                          f"{', '.join(HF_ARCHITECTURES)}")
+    lacking = [head for head in _HEADS_OF.get(architecture, ()) if head not in heads]
+    if lacking:
+        raise ValueError(f"export_huggingface: {architecture} needs the head(s) {lacking}, which the checkpoint does "
+                         f"not have (it has {list(heads) or 'none'}); name another architecture")
     unread = [head for head in heads if head not in _HEADS_OF.get(architecture, ())]
     if unread:  # (written, a classifier under BertModel read back as a task its class does not say, unnamed labels)
         logging.warning("export_huggingface: %s does not read the head(s) %s: left out", architecture, unread)
@@ -233,10 +237,6 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
                              f"expected {var.shape}")
         name = var.hf if var.path[0] != "bert" else prefix + var.hf
         tensors[name] = np.ascontiguousarray(value.T if var.hf_transposed else value)
-    lacking = [head for head in _HEADS_OF.get(architecture, ()) if head not in heads]
-    if lacking:
-        raise ValueError(f"export_huggingface: {architecture} needs the head(s) {lacking}, which the checkpoint does "
-                         f"not have (it has {list(heads) or 'none'}); name another architecture")
     if architecture == "BertForMultipleChoice" and num_labels != 1:  # its classifier scores each choice
         raise ValueError(f"export_huggingface: BertForMultipleChoice has a classifier of one output (a score per "
                          f"choice); this one has {num_labels}")

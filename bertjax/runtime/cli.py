@@ -14,7 +14,8 @@
 * Expected failures (a misspelt or bad config value, a missing or unreadable input, a
   checkpoint that does not fit, a busy workdir) end with one line `error: ...` on stderr
   and exit code 2; a run stopped on purpose (preemption, non-finite losses) with its
-  message and exit code 3. Anything else is a bug and keeps its traceback.
+  message and exit code 3 (2 for non-finite losses at its last step: no step is left to
+  resume, so not the code a scheduler retries). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -410,7 +411,7 @@ def run(main: Callable[[list[str]], None]) -> None:
     """absl's app.run(main) with quiet libraries, one-line flag and input errors, exit codes."""
 
     def wrapped(argv):
-        if os.environ.get("BERTJAX_CHECK_FLAGS", "0") != "0":  # the README's commands are checked this way
+        if os.environ.get("BERTJAX_CHECK_FLAGS", "") not in ("", "0"):  # the README's commands are checked this way
             print("flags and config parse (their values are checked when the command runs)")
             return
         quiet_libraries()
