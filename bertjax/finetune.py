@@ -482,8 +482,10 @@ def warn_if_longer_than_trained(config: ml_collections.ConfigDict, source) -> No
     if untrained:
         # ('long' extends a modernbert-* preset's rotary context alone: configs/pretrain.py refuses
         # others; the run's preset is its saved recipe, an export's the modern encoder it holds)
-        preset = (source.run_config.get("recipe") or "" if source.run_config
-                  else "modernbert" if is_modern(source.bert) else "")
+        if source.run_config:
+            preset = source.run_config.get("recipe") or ""
+        else:
+            preset = "modernbert" if is_modern(source.bert) else ""
         longer = ("its 'modern,long' option" if source.bert.position_embedding == "rope"
                   and preset.startswith("modernbert") else "its phase2")
         log.warning("config.data.max_seq_length=%d is longer than %s; pre-train at the longer length first "

@@ -555,12 +555,13 @@ def _keys_differing(keys: list[str], other: int) -> str:
         encoded = key.encode()[:_KEY_BYTES]
         padded[row, :len(encoded)] = np.frombuffer(encoded, np.uint8)
     every = np.asarray(multihost_utils.process_allgather(padded))  # [processes, longest, _KEY_BYTES]
-    names = [[row.tobytes().rstrip(b"\0").decode(errors="replace") for row in every[p, :counts[p]]]
-             for p in (0, other)]
-    missing = next((key for key in names[0] if key not in set(names[1])), None)
+    keys_0, keys_other = ([row.tobytes().rstrip(b"\0").decode(errors="replace") for row in every[p, :counts[p]]]
+                         for p in (0, other))
+    set_0, set_other = set(keys_0), set(keys_other)
+    missing = next((key for key in keys_0 if key not in set_other), None)
     if missing is not None:
         return f"process {other} has no {missing}"
-    added = next((key for key in names[1] if key not in set(names[0])), "?")
+    added = next((key for key in keys_other if key not in set_0), "?")
     return f"process {other} has {added}, which process 0 has not"
 
 

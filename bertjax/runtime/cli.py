@@ -359,14 +359,13 @@ def _parse_flags(argv: list[str]) -> list[str]:
         sys.exit(EXIT_ERROR)
     for flag_name, kind in _CONFIG_KINDS.items():
         given = config_kind(flags.FLAGS[flag_name].value)
+        config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
         if given != kind:
-            config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
             remedy = (f"run it with {LAUNCHERS[given]}" if flag_name == "config"
                       else f"--{flag_name} takes a {kind} config")  # launch/demo.py's --pretrain, --finetune
             print(f"error: {config_arg} is a {given} config: {remedy}", file=sys.stderr)
             sys.exit(EXIT_ERROR)
         missing, extra = _key_differences(flags.FLAGS[flag_name].value, kind)
-        config_arg = next((a for a in reversed(argv) if a.startswith(f"--{flag_name}=")), f"--{flag_name}")
         if missing:  # else a traceback wherever the run first reads one
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             print(f"error: {config_arg} has no {', '.join(missing[:5])}{more}: a {kind} config needs every key of "
