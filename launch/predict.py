@@ -103,7 +103,8 @@ def main(_):
         raise ValueError(f"a {family} model's inputs are not one line of text: give them as JSONL with --input")
     if family != "fill_mask" and flags.FLAGS[_TOP_K.name].present:
         raise ValueError(f"--top_k: the tokens per [MASK] of --task=fill_mask, not a {family} model's")
-    keys, named = batch_predict.default_keys(family, source.data, source.task_info), []
+    keys = batch_predict.default_keys(family, source.data, source.task_info)
+    required = batch_predict.required_roles(family, keys, source.task_info)
     for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),
                        ("context", _CONTEXT_KEY), ("choices", _CHOICES_KEY)):
         if flag.value is None:
@@ -112,13 +113,13 @@ def main(_):
             raise ValueError(f"--{flag.name}={flag.value}: this {family} model reads no {name} "
                              f"(its inputs: {', '.join(role for role, column in keys.items() if column)})")
         keys[name] = flag.value
-        named.append(name)
+        required += [name] if name not in required else []
     if _TEXT.value:
         records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value, keys)
         read = functools.partial(batch_predict.read_inputs, _INPUT.value or "/dev/stdin", family, input_format,
-                                 keys, source.data, named, check_lines=_FORMAT.value == "auto")
+                                 keys, source.data, required, check_lines=_FORMAT.value == "auto")
         if _INPUT.value and fileio.can_read_twice(_INPUT.value):  # checked whole first, then predicted
             records = batch_predict.Reread(read)
             if next(iter(records), None) is None:
@@ -146,9 +147,15 @@ def main(_):
     if summary["skipped"]:
         print(f"skipped {summary['skipped']} of {summary['inputs']} inputs (error lines in the output)",
               file=sys.stderr)
+    cut = summary["truncated"]
+    longer = (f"{cut} input{' was' if cut == 1 else 's were'} cut to fit {model.max_seq_length} tokens "
+              '(marked "truncated": true)') if cut else ""
     if _OUTPUT.value:
         print(f"wrote {summary['inputs']} lines to {_OUTPUT.value} in "
-              f"{console.format_duration(time.perf_counter() - started)}", file=sys.stderr)
+              f"{console.format_duration(time.perf_counter() - started)}" + (f"; {longer}" if cut else ""),
+              file=sys.stderr)
+    elif cut:  # (the predictions went to stdout)
+        print(longer, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -231,6 +231,15 @@ def test_csv_and_jsonl_columns_give_the_features_of_the_same_text_lines(minilm, 
     first_line = json.loads((tmp_path / "raw.jsonl").read_text().splitlines()[0])
     tokens = [feature["token"] for feature in first_line["features"]]
     assert tokens[:3] == ["[CLS]", "{", '"']
+    # So is a TSV file named as text whose header names the column read (a review: the header was
+    # example 0 and each row's label part of its text).
+    (tmp_path / "reviews.txt").write_text("text\tsentiment\ngreat fun\tgood\n")
+    with pytest.raises(ValueError, match=re.escape(f"--input_file={tmp_path}/reviews.txt looks like tsv, not one input "
+                                                   "a line: pass --input_format=tsv or --input_format=text")):
+        feature_files.extract(minilm, str(tmp_path / "reviews.txt"), str(tmp_path / "x"), log=lambda _: None)
+    assert not (tmp_path / "x").exists()
+    tsv = list(feature_files.read_inputs(str(tmp_path / "reviews.txt"), "tsv"))
+    assert tsv == [("great fun", None)]
 
 
 def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm, tmp_path):
@@ -250,6 +259,7 @@ def test_truncation_is_counted_or_an_error_and_other_settings_are_refused(minilm
     with pytest.raises(ValueError, match=re.escape(f"--fail_on_truncation: example 3 ({tmp_path}/five.txt:3) is "
                                                    "longer than --max_seq_length=64 tokens")):
         feature_files.extract(minilm, str(tmp_path / "five.txt"), str(tmp_path / "t"), fail_on_truncation=True)
+    assert not (tmp_path / "t").exists()  # (its first shard refused: no empty folder left behind)
     (tmp_path / "five.csv").write_text("text\none\n\ntwo\n" + "long " * 100 + "\nfour\n" + "longer " * 100 + "\n")
     # One column: the blank line 3 is an empty text (example 2), as in a text file.
     with pytest.raises(ValueError, match=re.escape(f"example 4 ({tmp_path}/five.csv:5) is longer")):

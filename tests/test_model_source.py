@@ -378,6 +378,13 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
     (run / "metrics.jsonl").write_text('{"step": 1, "loss": 0.7}\n')
     with pytest.raises(FileNotFoundError, match=r"is a bertjax run with no saved weights yet: neither best/"):
         model_source.resolve(str(run))
+    (tmp_path / "failed").mkdir()  # a run that failed before it wrote anything but its lock
+    (tmp_path / "failed" / ".lock").write_text("")
+    with pytest.raises(FileNotFoundError, match=r"is a bertjax run with no saved weights yet"):
+        model_source.resolve(str(tmp_path / "failed"))
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"or the run's workdir;\nfound: \[\]$"):  # (one line: "...; found")
+        model_source.resolve(str(tmp_path / "nothing"))
     # An export (TF Serving's version folders): named, not "no layout ... found: ['1']" (a review).
     (tmp_path / "export" / "1" / "variables").mkdir(parents=True)
     (tmp_path / "export" / "1" / "saved_model.pb").write_bytes(b"")

@@ -81,7 +81,7 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     (tmp_path / "mrpc.csv").write_text("sentence1,sentence_2\nA man sings.,A man is singing.\n")
     chosen = {**batch_predict.default_keys("classification", None), "text_a": "sentence1", "text_b": "sentence2"}
     [(_, error)] = batch_predict.read_inputs(str(tmp_path / "mrpc.csv"), "classification", "csv", chosen,
-                                             named=["text_a", "text_b"])
+                                             required=["text_a", "text_b"])
     assert str(error).startswith("no 'sentence2' column (the task reads 'sentence1', and 'sentence2' for a pair;")
     [(_, item)] = batch_predict.read_inputs(str(tmp_path / "mrpc.csv"), "classification", "csv", chosen)
     assert item == ("A man sings.", None)  # unnamed, the second text is optional
@@ -230,7 +230,7 @@ def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_c
                                         progress=lambda done, total: seen.append((done, total)))
     assert seen == [(2, 5), (4, 5), (5, 5)]
     assert summary == {"inputs": 5, "predicted": 4, "skipped": 1, "errors": [
-        ("f.txt:9", "the model was trained on single texts; give one text (no ' ||| ')")]}
+        ("f.txt:9", "the model was trained on single texts; give one text (no ' ||| ')")], "truncated": 0}
     expected = model.predict([text for text, _ in REVIEWS])
     # (equal to rounding: a chunk's last, smaller batch multiplies fewer rows at once)
     assert [row["label"] for row in written[:2] + written[3:]] == [row["label"] for row in expected]
@@ -269,7 +269,7 @@ def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_
     written = []
     summary = batch_predict.predict_all(model, "classification", stream(), lambda row: (
         written.append(row), pulled_at_write.append(len(pulled))), "fail")
-    assert summary == {"inputs": 8, "predicted": 8, "skipped": 0, "errors": []}
+    assert summary == {"inputs": 8, "predicted": 8, "skipped": 0, "errors": [], "truncated": 0}
     assert pulled_at_write == [2, 2, 4, 4, 6, 6, 8, 8]  # one chunk read ahead of its lines, no more
     assert written == model.predict(texts)
     written, pulled[:] = [], []
@@ -291,7 +291,8 @@ def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_
     monkeypatch.setattr(batch_predict, "SHOWN_ERRORS", 2)
     bad = [(f"-:{i}", ValueError(f"bad {i}")) for i in range(1, 6)]
     summary = batch_predict.predict_all(model, "classification", iter(bad), written.append, "skip")
-    assert summary == {"inputs": 5, "predicted": 0, "skipped": 5, "errors": [("-:1", "bad 1"), ("-:2", "bad 2")]}
+    assert summary == {"inputs": 5, "predicted": 0, "skipped": 5, "errors": [("-:1", "bad 1"), ("-:2", "bad 2")],
+                       "truncated": 0}
 
 
 def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
@@ -375,14 +376,15 @@ def test_a_fill_mask_input_whose_masks_are_cut_off_is_named_and_skipped(small_pr
     summary = batch_predict.predict_all(model, "fill_mask", records, written.append, "skip", top_k=2)
     why = ("no [MASK] within the first 16 tokens (the text is truncated there; raise --max_seq_length or "
            "shorten it)")
-    assert summary == {"inputs": 3, "predicted": 2, "skipped": 1, "errors": [("f.txt:2", why)]}
+    assert summary == {"inputs": 3, "predicted": 2, "skipped": 1, "errors": [("f.txt:2", why)], "truncated": 0}
     assert written[1] == {"error": why, "where": "f.txt:2"}
     assert [written[0]["masks"], written[2]["masks"]] == model.fill_mask(["the [MASK] sat .", "a [MASK] ."], top_k=2)
     # Every [MASK] is answered or named (issue 46, 6): one entry per mask, None where truncation cut it.
     some_cut = "a [MASK] " + "word " * 30 + "[MASK] end"
     written = []
-    batch_predict.predict_all(model, "fill_mask", [("f.txt:4", some_cut)], written.append, top_k=2)
-    assert len(written[0]["masks"]) == 2 and written[0]["masks"][1] is None and written[0]["truncated"]
+    summary = batch_predict.predict_all(model, "fill_mask", [("f.txt:4", some_cut)], written.append, top_k=2)
+    assert summary["truncated"] == 1 and len(written[0]["masks"]) == 2
+    assert written[0]["masks"][1] is None and written[0]["truncated"]
     assert [sorted(entry) for entry in written[0]["masks"][0]] == [["probability", "text", "token", "token_id"]] * 2
     # Context cut after the only [MASK]: answered, and still said to be truncated (the model
     # never saw the rest); a text that fits says nothing.
@@ -486,6 +488,14 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
         ignored = forked_predict(f"--model={minilm_classifier_run}", *flags,
                                  *([] if any(f.startswith("--input=") for f in flags) else ["--text=fun"]))
         assert ignored.returncode == 2 and ignored.stderr.strip().splitlines() == [f"error: {error}"]
+    # An input cut to the model's length is counted at the end, not only marked in its line.
+    (tmp_path / "long.txt").write_text("a fine film\n" + "a fine film " * 20 + "\n")
+    cut = forked_predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/long.txt",
+                         f"--output={tmp_path}/long.jsonl")
+    assert cut.returncode == 0 and cut.stderr.strip().splitlines()[-1].endswith(
+        '; 1 input was cut to fit 16 tokens (marked "truncated": true)')
+    assert [json.loads(line).get("truncated") for line in (tmp_path / "long.jsonl").read_text().splitlines()] == [
+        None, True]
 
 
 def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_pretrained_run, tmp_path):
@@ -566,6 +576,8 @@ def test_a_pair_models_second_text_is_never_dropped_without_a_word(tmp_path, cap
     """A Hugging Face classifier (pairs unknown) read rows without the default 'text_b' column, or
     with a null one, as single texts without a word (a review): a null is refused in its row, as
     fine-tuning refuses it, and a column the rows lack is warned of once."""
+    from bertjax.inference import batch_predict
+
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in (
         {"sentence1": "a", "sentence2": "b"}, {"sentence1": "c", "sentence2": None})))
     [(_, first), (where, second)] = _read(tmp_path / "pairs.jsonl", "classification", text_a="sentence1",
@@ -574,8 +586,19 @@ def test_a_pair_models_second_text_is_never_dropped_without_a_word(tmp_path, cap
     assert isinstance(second, ValueError) and "column 'sentence2' holds None, not text" in str(second)
     with caplog.at_level("WARNING"):
         rows = _read(tmp_path / "pairs.jsonl", "classification", text_a="sentence1")
-    assert [item for _, item in rows] == [("a", None), ("c", None)]
+        again = _read(tmp_path / "pairs.jsonl", "classification", text_a="sentence1")  # (predict reads twice)
+    assert [item for _, item in rows] == [item for _, item in again] == [("a", None), ("c", None)]
     assert caplog.text.count("no 'text_b' column, so the inputs are read without their text_b") == 1
+    # A bertjax pair classifier needs the second text: a row without its column is refused,
+    # naming it, with no warning first that the rows are read as single texts.
+    keys = batch_predict.default_keys("classification", {"text_a_key": "sentence1"}, {"pairs": True})
+    required = batch_predict.required_roles("classification", keys, {"pairs": True})
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        [(_, error), _] = batch_predict.read_inputs(str(tmp_path / "pairs.jsonl"), "classification", "jsonl", keys,
+                                                    required=required)
+    assert str(error) == ("no 'text_b' column (the task reads 'sentence1', and 'text_b' for a pair; the row has "
+                          "['sentence1', 'sentence2'])") and not caplog.text
     # A single-text model reads no second text, whatever columns the rows have (pandas' index: "").
     (tmp_path / "indexed.csv").write_text(",text_a,label\n0,good film,pos\n")
     assert [item for _, item in _read(tmp_path / "indexed.csv", "classification", text_b="")] == [("good film", None)]
@@ -627,6 +650,11 @@ def test_json_lines_given_as_text_are_refused_for_their_format(minilm_classifier
     assert redirected.returncode == 2 and redirected.stderr.strip().splitlines() == [
         "error: stdin looks like jsonl, not one input a line: pass --input_format=jsonl (or --input_format=text to "
         "read each line as an input)"]
+    piped = subprocess.run([sys.executable, PREDICT, f"--model={minilm_classifier_run}", "--input_format=jsonl"],
+                           input='{"review": "ok"}\n{"review":\n', capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert piped.returncode == 2 and piped.stderr.strip().splitlines()[-1].startswith(
+        "error: stdin:2: not JSON")  # named as the refusal above names it, not /dev/stdin:2
     from bertjax.inference import batch_predict
 
     with pytest.raises(ValueError, match=r"rows.txt looks like jsonl, not one input a line"):

@@ -55,6 +55,9 @@ class _FillMask:
     def input_keys(self, data: dict, task_info: dict) -> dict[str, str]:
         return {"text_a": "text"}
 
+    def optional_roles(self, task_info: dict) -> tuple[str, ...]:
+        return ()
+
     def from_row(self, row: dict, keys: dict[str, str]):
         return row[keys["text_a"]]
 
@@ -77,6 +80,13 @@ def default_keys(family: str, data: dict | None, task_info: dict | None = None) 
     return input_reader(family).input_keys(data or {}, task_info or {})
 
 
+def required_roles(family: str, keys: dict[str, str], task_info: dict | None = None) -> list[str]:
+    """The roles of `keys` whose columns every row must have for this model (`read_inputs`'
+    `required`): all but those its family takes as optional for it (`Family.optional_roles`)."""
+    optional = input_reader(family).optional_roles(task_info or {})
+    return [role for role in keys if role not in optional]
+
+
 def file_format(path: str, family: str, chosen: str = "auto", keys: dict[str, str] | None = None) -> str:
     """The format an input file (path "": stdin) is read in (see the module docstring); "auto"
     for a family whose inputs are not one line of text (multiple choice): JSONL, not text.
@@ -95,6 +105,7 @@ def file_format(path: str, family: str, chosen: str = "auto", keys: dict[str, st
     return "jsonl" if found == "text" and chosen == "auto" and not reader.text_lines else found
 
 
+_ABSENT_SAID: set[tuple[str, str]] = set()  # (file, column) an optional column is absent from, warned of
 LOOKED_AHEAD = 100  # lines: enough for a CoNLL file's first blank line after a long sentence
 
 
@@ -105,12 +116,12 @@ def _refuse_other_formats(first: list[str], reader, name: str, keys: dict[str, s
     and the rows' ids too)."""
     written_in = "jsonl" if common.json_lines([line for line in first if line]) else None
     if not written_in and reader.extensions:
-        written_in = reader.format_of_text(first)
-    columns = {column for column in (keys or {}).values() if column}
-    for separator, csv_format in (("\t", "tsv"), (",", "csv")):
-        header = [field.strip().strip('"') for field in first[0].split(separator)] if first else []
-        if not written_in and len(header) > 1 and columns & set(header):
-            written_in = csv_format
+        try:
+            written_in = reader.format_of_text(first)
+        except ValueError as e:  # a format the family reads once converted
+            raise ValueError(f"{name} looks like {str(e).replace('FILE', name)}") from None
+    if not written_in and first:
+        written_in = common.header_format(first[0], (keys or {}).values())
     if written_in:
         raise ValueError(f"{name} looks like {written_in}, not one input a line: pass --input_format={written_in} "
                          "(or --input_format=text to read each line as an input)")
@@ -125,36 +136,38 @@ def _stdin_is_a_file() -> bool:
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
-                data: dict | None = None, named: Iterable[str] = (), check_lines: bool = False
+                data: dict | None = None, required: Iterable[str] = (), check_lines: bool = False
                 ) -> Iterator[tuple[str, Any]]:
     """(where, item) per input, in file order; item is what Model.predict (fill_mask: a text)
     takes, or a ValueError for a row that does not have the columns the task reads. data: the
-    run's config.data (CoNLL's tag_column). named: the roles whose columns the user named
-    (--text_b_key, ...): a row without one is an error even where the role is optional (a
-    missing second text would otherwise make a pair a single text); one not named and not in
-    the rows is warned of once. check_lines: text whose format was taken from its name: its
-    first lines are checked as `file_format` checks a file's, before any is an input (a pipe,
-    which `file_format` cannot read ahead)."""
-    named = [role for role in named if keys.get(role)]
+    run's config.data (CoNLL's tag_column). required: roles a row without which is an error
+    even where the family's reader takes it as optional (one the user named with --text_b_key,
+    or a pair classifier's second text: its absence would otherwise make a pair a single text);
+    another absent from the rows is warned of once a file and column. check_lines: text whose
+    format was taken from its name: its first lines are checked as `file_format` checks a
+    file's, before any is an input (a pipe, which `file_format` cannot read ahead). Stdin
+    (/dev/stdin) is named "stdin" in each input's place."""
+    required = [role for role in required if keys.get(role)]
     reader = input_reader(family)
+    name = "stdin" if path == "/dev/stdin" else path  # as inputs are named in messages
     if input_format == "text":
         lines = common.user_lines(path, bad_lines="yield", one_input_a_line=True)
         if check_lines and reader.text_lines:
             head = list(itertools.islice(lines, LOOKED_AHEAD))
             # As first_lines gives a file's: a line of spaces is a blank one, "".
             first = [line.rstrip("\r\n") if line.strip() else "" for line in head if isinstance(line, str)]
-            _refuse_other_formats(first, reader, "stdin" if path == "/dev/stdin" else path, keys)
+            _refuse_other_formats(first, reader, name, keys)
             lines = itertools.chain(head, lines)
         for number, line in enumerate(lines, start=1):
-            yield f"{path}:{number}", line if isinstance(line, ValueError) else reader.read_line(line.rstrip("\r\n"))
+            yield f"{name}:{number}", line if isinstance(line, ValueError) else reader.read_line(line.rstrip("\r\n"))
     elif input_format in ("csv", "tsv", "jsonl"):
-        absent_said = False
         for where, row in common.read_records(path, input_format, bad_rows="yield"):
+            where = name + where[len(path):]
             if isinstance(row, ValueError):  # a row that does not read: an error in its place
                 yield where, row
                 continue
             try:
-                missing = next((keys[role] for role in named if keys[role] not in row), None)
+                missing = next((keys[role] for role in required if keys[role] not in row), None)
                 if missing is not None:
                     raise KeyError(missing)
                 item = reader.from_row(row, keys)
@@ -166,8 +179,8 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
                 yield where, e
                 continue
             absent = [role for role, column in keys.items() if column and column not in row]
-            if absent and not absent_said:  # an optional role (a second text): the rows are read without it
-                absent_said = True
+            if absent and (path, keys[absent[0]]) not in _ABSENT_SAID:  # an optional role: read without it
+                _ABSENT_SAID.add((path, keys[absent[0]]))  # (once, however often the file is read)
                 logging.getLogger(__name__).warning(
                     "%s: no %r column, so the inputs are read without their %s (--%s_key names its column)", where,
                     keys[absent[0]], absent[0], absent[0])
@@ -263,7 +276,8 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
     input, in order; memory holds one chunk. on_error "fail": a bad input is a ValueError
     naming it, before the first prediction when the records can be read twice (a list, a
     `Reread`), else (stdin) before its own chunk's. Returns {"inputs", "predicted", "skipped":
-    the count, "errors": the first SHOWN_ERRORS (where, why)}. progress(done, total or None)."""
+    the count, "errors": the first SHOWN_ERRORS (where, why), "truncated": results so marked}.
+    progress(done, total or None)."""
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     total = None
@@ -279,7 +293,7 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
                         bad, first = bad + 1, first or (where, why)
             if first:
                 raise _refusal(first, bad)
-    inputs, predicted, skipped, errors = 0, 0, 0, []
+    inputs, predicted, skipped, truncated, errors = 0, 0, 0, 0, []
     for chunk, problems in _checked_chunks(model, family, records):
         bad = [(where, why) for (where, _), why in zip(chunk, problems) if why]
         if bad and on_error == "fail":
@@ -293,6 +307,7 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
         else:
             results = model.predict(items) if items else []
         answers = dict(zip(good, results))
+        truncated += sum(bool(result.get("truncated")) for result in results)
         for i, (where, _) in enumerate(chunk):
             write(answers[i] if i in answers else {"error": problems[i], "where": where})
         inputs, predicted, skipped = inputs + len(chunk), predicted + len(good), skipped + len(bad)
@@ -302,7 +317,7 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
     if total is not None and inputs != total:  # e.g. a file still being written to
         raise ValueError(f"the input held {total} inputs when checked and {inputs} when predicted; did it change "
                          "meanwhile?")
-    return {"inputs": inputs, "predicted": predicted, "skipped": skipped, "errors": errors}
+    return {"inputs": inputs, "predicted": predicted, "skipped": skipped, "errors": errors, "truncated": truncated}
 
 
 def _number(where: str, position: int) -> int:

@@ -203,7 +203,7 @@ class Model:
 
     def layer_indices(self, layers: Sequence[int]) -> tuple[int, ...]:
         """Layer indices as non-negative positions in the [L + 1] hidden-state stack; a
-        ValueError naming the bad index and the valid range."""
+        ValueError naming the bad index and the valid range, or two naming the same layer."""
         count = self.bert.num_hidden_layers + 1
         if isinstance(layers, np.ndarray) and layers.ndim == 1:
             layers = layers.tolist()
@@ -216,7 +216,13 @@ class Model:
             if not -count <= layer < count:
                 raise ValueError(f"layer index {layer} is outside [-{count}, {count - 1}]: the model has "
                                  f"{count - 1} layers (0 = the embeddings' output, -1 = the last layer)")
-        return tuple(layer % count for layer in layers)
+        positions = tuple(layer % count for layer in layers)
+        for i, position in enumerate(positions):
+            if position in positions[:i]:  # (as config.model.feature_layers must be distinct)
+                twice = f"layer {layers[i]} is given twice" if layers[i] in layers[:i] else (
+                    f"layers {layers[positions.index(position)]} and {layers[i]} are the same one of {count}")
+                raise ValueError(f"{twice}; give each layer once")
+        return positions
 
     def encode_texts(self, pairs: list[tuple[str, str | None]],
                      keep_masks: bool = False) -> tuple[Split, np.ndarray]:

@@ -53,7 +53,7 @@ import os
 import re
 import socket
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -75,19 +75,28 @@ SHARD_BYTES = 512 << 20  # a shard's values at most, whatever --shard_size asks
 
 # -- Inputs. --
 
-def input_format(path: str, file_format: str = "") -> str:
+def input_format(path: str, file_format: str = "", columns: Sequence[str] = ()) -> str:
     """"text", "csv", "tsv" or "jsonl": file_format, else from the extension (.json is JSONL,
-    anything not CSV/TSV/JSON(L) is text); a ValueError for a file so read as text whose first
-    lines are JSON objects (each line's raw JSON would be an example), as predict refuses it."""
+    anything not CSV/TSV/JSON(L) is text); a ValueError for a file that does not exist, and for
+    one so read as text whose first lines are JSON objects, or CSV/TSV under a header naming
+    one of `columns` (each line's raw JSON, or the header and the rows' other fields, would be
+    in an example), as predict refuses them."""
     if file_format and file_format not in INPUT_FORMATS:
         raise ValueError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {file_format!r}")
     if fileio.isdir(path):
         raise ValueError(f"--input_file={path} is a folder; give a file of inputs")
+    if not fileio.exists(path):
+        stdin = " (stdin is not read: features read their input more than once; save it to a file)" * (path == "-")
+        raise ValueError(f"--input_file={path}: no such file{stdin}")
     found = common.file_format(path, file_format)
-    if (found == "text" and not file_format and fileio.exists(path) and fileio.can_read_twice(path)
-            and common.json_lines(common.first_lines(path))):
-        raise ValueError(f"--input_file={path} looks like jsonl, not one input a line: pass --input_format=jsonl (and "
-                         "--text_a_key) or --input_format=text to read each line as an input")
+    if found != "text" or file_format or not fileio.can_read_twice(path):
+        return found
+    first = common.first_lines(path)
+    written_in = "jsonl" if common.json_lines(first) else common.header_format(first[0], columns) if first else None
+    if written_in:
+        also = " (and --text_a_key)" if written_in == "jsonl" else ""
+        raise ValueError(f"--input_file={path} looks like {written_in}, not one input a line: pass --input_format="
+                         f"{written_in}{also} or --input_format=text to read each line as an input")
     return found
 
 
@@ -130,7 +139,7 @@ def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", tex
         count += 1
         nonblank += bool(example[0] or example[1])
     if not nonblank:
-        raise ValueError(f"--input_file={path}: no examples (an empty file?)")
+        raise ValueError(f"--input_file={path}: no examples (an empty file, or blank lines only?)")
     return count
 
 
@@ -515,7 +524,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         if not fileio.can_read_twice(input_file):
             raise ValueError(f"--input_file={input_file} is a pipe or stream: features read their input more than "
                              "once (to count it, to know it again on resume, to extract); save it to a file first")
-        file_format = input_format(input_file, input_format_name)
+        file_format = input_format(input_file, input_format_name, (text_a_key, text_b_key))
         counted_bytes = fileio.size(input_file)
         total = count_inputs(input_file, file_format, text_a_key, text_b_key)
         settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
@@ -597,10 +606,11 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         else:
             if processes > 1:  # every process has checked the folder before any writes to it
                 multihost_utils.sync_global_devices(f"bertjax features start {output}")
-            fileio.makedirs(output)
             path = fileio.join(output, progress_file(process, processes))
             shards = zip(pieces, iter(lambda: list(itertools.islice(features, unit)), []))
             for k, (number, batch) in enumerate(shards):
+                if k == 0:  # made once there is a shard to write: a first example refused leaves no empty folder
+                    fileio.makedirs(output)
                 name, first = _shard_name(number), number * unit
                 lo, hi = k * unit, k * unit + len(batch)  # its positions in this call
                 manifest["truncated"] += bisect.bisect_left(truncated_at, hi) - bisect.bisect_left(truncated_at, lo)
@@ -618,6 +628,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
             "seconds": time.perf_counter() - began}
     if processes > 1:
         manifest["complete"] = manifest["examples_done"] == own  # (written also by a process without shards)
+        fileio.makedirs(output)
         fileio.write_json(path, {**manifest, "num_examples": total})
         multihost_utils.sync_global_devices(f"bertjax features done {output}")
         merged = _merge(output, processes, total)

@@ -31,7 +31,7 @@ from bertjax.models.tensor_files import (RUN_DATA, SHARD_INDEX, label_keys, read
                                          write_fast_tokenizer_config, write_huggingface_files, write_tokenizer_config)
 from bertjax.models.variable_table import (ARCH_KEYS, gather_params, get_param, is_modern, param_heads,
                                           plain_params, variable_table)
-from bertjax.runtime import fileio
+from bertjax.runtime import fileio, workdir_lock
 
 _HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
            "gelu_fast": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -633,7 +633,7 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
         raise FileNotFoundError(f"{path!r} is a TensorFlow SavedModel ({fileio.join(path, saved_model[0])}): serve it "
                                 "(TensorFlow Serving, tf.saved_model.load; docs/using-a-model.md); bertjax loads the "
                                 "run it was exported from")
-    if files & {"checkpoints", "best", "metrics.jsonl"}:  # a bertjax run's workdir, with no weights yet
+    if files & {"checkpoints", "best", "metrics.jsonl", workdir_lock.LOCK_NAME}:  # a bertjax workdir, no weights yet
         raise FileNotFoundError(
             f"{path!r} is a bertjax run with no saved weights yet: neither best/ (a fine-tuning run writes it at "
             f"its first evaluation and at its end) nor a complete step in checkpoints/ (written every "
@@ -648,7 +648,7 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
                 "st.save_file({k: v.clone().contiguous() for k, v in w.items()}, d + '/model.safetensors', "
                 "metadata={'format': 'pt'})\"")
     raise FileNotFoundError(f"{path!r} matches no known checkpoint layout; looked for:\n"
-                            f"{_LAYOUTS}\nfound: {sorted(files)}{hint}")
+                            f"{_LAYOUTS};\nfound: {sorted(files)}{hint}")
 
 
 def _sweep_workdir(path: str) -> str:

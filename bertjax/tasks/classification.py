@@ -540,6 +540,9 @@ class ClassificationFamily(Family):
         text_b = "" if task_info.get("pairs") is False else data.get("text_b_key", "text_b")
         return {"text_a": data.get("text_a_key", "text_a"), "text_b": text_b}
 
+    def optional_roles(self, task_info):
+        return ("text_b",) if task_info.get("pairs") is None else ()
+
     def from_row(self, row, keys):
         text_a = column_text(row, keys["text_a"], "text")
         if keys["text_b"] and keys["text_b"] in row:  # (a null one too: as fine-tuning refuses it)

@@ -25,7 +25,7 @@ import dataclasses
 import json
 import logging
 import math
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -400,6 +400,18 @@ def first_lines(path: str, count: int = 20, blank: bool = False) -> list[str]:
         if line.strip() or blank:
             found.append(line if line.strip() else "")
     return found
+
+
+def header_format(first_line: str, columns: Iterable[str]) -> str | None:
+    """"tsv" or "csv" when a file's first line is a header of several fields, one of them among
+    `columns` (those the task reads): read one input a line, the header and each row's other
+    fields would be texts. None otherwise."""
+    columns = {column for column in columns if column}
+    for separator, csv_format in (("\t", "tsv"), (",", "csv")):
+        header = [field.strip().strip('"') for field in first_line.split(separator)]
+        if len(header) > 1 and columns & set(header):
+            return csv_format
+    return None
 
 
 def json_lines(first: list[str]) -> bool:

@@ -108,6 +108,11 @@ class Family:
         else BERT's ({role: column}; "" for a role the model does not read)."""
         raise NotImplementedError
 
+    def optional_roles(self, task_info: dict) -> tuple[str, ...]:
+        """The roles of `input_keys` a row may lack, its input read without them (a second text
+        for a classifier that does not say whether it reads pairs); every other is required."""
+        return ()
+
     def from_row(self, row: dict, keys: dict[str, str]) -> Any:
         """A CSV/TSV/JSONL row -> a raw input; KeyError for a missing column."""
         return {role: row[column] for role, column in keys.items() if column}
@@ -122,7 +127,8 @@ class Family:
 
     def format_of_text(self, lines: list[str]) -> str:
         """One of the family's own formats (`extensions`) that a file's first `lines` (blank ones
-        as "") are plainly written in, else "": a file whose name says text but whose lines are not."""
+        as "") are plainly written in, else "": a file whose name says text but whose lines are not.
+        A ValueError saying what to do for a format the family reads only once converted."""
         return ""
 
     # -- The serving export (`inference.export`): TensorFlow ops. --

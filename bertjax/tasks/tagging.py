@@ -559,8 +559,8 @@ class TaggingFamily(Family):
         """CoNLL: a -DOCSTART- line; token lines that all end in a tag column; or blocks of token
         lines parted by blank lines, every line of as many columns (at most CoNLL's 4): an
         untagged test file, or one of words and POS tags, where each word read as a sentence
-        would be tagged alone; or CoNLL-U's lines of ten tab-separated fields (which the CoNLL
-        reader refuses, naming the words' column)."""
+        would be tagged alone. CoNLL-U's lines of ten tab-separated fields: a ValueError (the
+        CoNLL reader would read its ID column as the words)."""
         columns = [line.split() for line in lines if line]
         if any(row[0] == "-DOCSTART-" for row in columns) or columns and all(
                 len(row) >= 2 and ner_metrics.is_tag(row[-1]) for row in columns):
@@ -577,7 +577,8 @@ class TaggingFamily(Family):
             return "conll"
         words = [line for line in lines if line and not line.startswith("#")]  # CoNLL-U: # comments
         if words and all(len(line.split("\t")) == 10 for line in words):  # CoNLL-U's ten tab-separated fields
-            return "conll"
+            raise ValueError("CoNLL-U (ten tab-separated fields a word), not one input a line: give its words first "
+                             "(`grep -v '^#' FILE | cut -f2-`), then --input_format=conll")
         return ""
 
     def serving_inputs(self, task_info):

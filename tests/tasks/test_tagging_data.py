@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 import sys
 
 import numpy as np
@@ -193,7 +194,16 @@ def test_a_conllu_file_is_neither_text_lines_nor_its_word_numbers(tmp_path):
     rows = ["1\tAnna\tanna\tPROPN\t_\t_\t2\tnsubj\t_\t_", "2\tsleeps\tsleep\tVERB\t_\t_\t0\troot\t_\t_",
             "3-4\tdu\t_\t_\t_\t_\t_\t_\t_\t_"]
     lines = ["# sent_id = 1", *rows, "", "# sent_id = 2", rows[0], rows[1], ""]
-    assert tagging.FAMILY.format_of_text(lines) == "conll"
+    with pytest.raises(ValueError, match=re.escape("CoNLL-U (ten tab-separated fields a word), not one input a line: "
+                                                   "give its words first (`grep -v '^#' FILE | cut -f2-`), then")):
+        tagging.FAMILY.format_of_text(lines)
+    from bertjax.inference import batch_predict  # predict names the file in the advice
+
+    (tmp_path / "ud.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/ud.txt looks like CoNLL-U (ten tab-separated fields a "
+                                                   f"word), not one input a line: give its words first (`grep -v '^#' "
+                                                   f"{tmp_path}/ud.txt | cut -f2-`), then --input_format=conll")):
+        batch_predict.file_format(str(tmp_path / "ud.txt"), "tagging")
     assert tagging.FAMILY.format_of_text(["Anna sleeps .", "", "Bob runs ."]) == ""
     path = tmp_path / "ud.conll"
     path.write_text("\n".join([*rows, "", rows[0], rows[1], ""]) + "\n", encoding="utf-8")
