@@ -102,8 +102,8 @@ def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, tensor: int = 1)
             raise ValueError(f"config.mesh: {num_devices} devices are not divisible by the fixed axes {sizes}")
         sizes[unknown[0]] = num_devices // known
     if math.prod(sizes.values()) != num_devices:
-        raise ValueError(f"config.mesh: data*fsdp*tensor = {math.prod(sizes.values())} but there are {num_devices} "
-                         f"devices ({sizes})")
+        there = "there is 1 device" if num_devices == 1 else f"there are {num_devices} devices"
+        raise ValueError(f"config.mesh: data*fsdp*tensor = {math.prod(sizes.values())} but {there} ({sizes})")
     return sizes["data"], sizes["fsdp"], sizes["tensor"]
 
 

@@ -21,6 +21,8 @@ def test_mesh_shape_resolves_the_rest_and_validates():
         sharding.mesh_shape(8, data=-1, fsdp=3)
     with pytest.raises(ValueError, match="mesh.tensor must be a positive int"):
         sharding.mesh_shape(8, data=8, tensor=0)
+    with pytest.raises(ValueError, match=r"data\*fsdp\*tensor = 2 but there is 1 device \("):
+        sharding.mesh_shape(1, data=1, fsdp=2)
 
 
 def test_training_refuses_a_mesh_of_three_axes_above_one():

@@ -355,6 +355,9 @@ def _parse_flags(argv: list[str]) -> list[str]:
         for flag_name in [name for name in flags.FLAGS if is_config_flag(flags.FLAGS[name])]:
             _ = flags.FLAGS[flag_name].value.keys  # a config file that failed to load raises only when read
     except Exception as e:  # noqa: BLE001 -- any parse failure is the user's input, reported in one line
+        named = re.match(r"flag --(\w+)=", str(e))  # absl names the flag whose value failed (demo's --pretrain)
+        if named and named.group(1) in _CONFIG_KINDS:
+            flag_name = named.group(1)
         print(f"error: {_flag_error(e, argv, flag_name)}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
     for flag_name, kind in _CONFIG_KINDS.items():
