@@ -180,7 +180,8 @@ CASES = [
     # The demo's two config flags are checked as --config is.
     ("demo.py", ["--pretrain=configs/nothere.py"], "--pretrain=configs/nothere.py: cannot load the config file"),
     ("demo.py", [PRETRAIN.replace("--config", "--pretrain") + ",fast"],  # (named --config before: a review)
-     PRETRAIN.replace("--config", "--pretrain") + ",fast: configs/pretrain.py: unknown options ['fast'] in 'tiny,fast'"),
+     PRETRAIN.replace("--config", "--pretrain")
+     + ",fast: configs/pretrain.py: unknown options ['fast'] in 'tiny,fast'"),
     ("demo.py", ["--finetune.train.num_epochz=2"], "--finetune.train.num_epochz: no such config key"),
     # ... and what the demo needs of them, before its pre-training stage.
     ("demo.py", ["--finetune.train.batch_size=0", "--workdir={tmp}/out"],
