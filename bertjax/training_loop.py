@@ -231,7 +231,10 @@ class Loop:
     @contextlib.contextmanager
     def paused(self, recurring: bool = True):
         """Time out of the steps' rate: evaluations and checkpoints, which come again and count
-        in the ETA, or (`recurring` False) a one-off wait such as a compile, which does not."""
+        in the ETA, or (`recurring` False) a one-off wait such as a compile, which does not. The
+        steps still queued on the device finish first: their time is the steps', not the pause's
+        (else an evaluation's clock took it in, and the row after it showed several times the rate)."""
+        jax.block_until_ready(self.pending)
         start = time.perf_counter()
         self.progress.pause(recurring)
         try:
