@@ -102,6 +102,7 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     need(values.get("decoder_bias", True), "decoder_bias must be true (bertjax's MLM decoder has a bias)")
     window = number("local_attention", values.get("local_attention", 128), int)
     need(window % 2 == 0, f"local_attention {window} must be even and positive")
+    window = window if every > 1 else 0  # every layer global: bertjax says so with no window
     dropouts = {key: values.get(key, 0.0) for key in
                 ("embedding_dropout", "mlp_dropout", "attention_dropout", "classifier_dropout")}
     if len(set(dropouts.values())) > 1:  # training only: inference runs without dropout
@@ -137,9 +138,9 @@ def modernbert_hf_config(config: BertConfig) -> dict[str, Any]:
                 (("position_embedding", "rope"), ("norm_placement", "pre"), ("gated_mlp", True),
                  ("type_vocab_size", 0), ("pooler", config.pooler if config.pooler != "tanh" else "cls or mean"))
                 if getattr(config, name) != want]
-    if problems or config.attention_window == 0:
+    if problems:
         raise ValueError("this model mixes BERT and ModernBERT switches, which no Hugging Face class holds: "
-                         + ", ".join(problems + ["attention_window=0 (ModernBERT: > 0)"] * (config.attention_window == 0)))
+                         + ", ".join(problems))
     act = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu", "silu": "silu"}[config.hidden_act]
     return {"model_type": "modernbert", "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
             "num_hidden_layers": config.num_hidden_layers, "num_attention_heads": config.num_attention_heads,
@@ -148,7 +149,9 @@ def modernbert_hf_config(config: BertConfig) -> dict[str, Any]:
             "norm_eps": config.layer_norm_eps, "norm_bias": config.norm_bias, "attention_bias": config.use_bias,
             "mlp_bias": config.use_bias, "classifier_bias": config.use_bias, "decoder_bias": True,
             "global_rope_theta": config.rope_theta, "local_rope_theta": config.local_rope_theta,
-            "local_attention": config.attention_window, "global_attn_every_n_layers": config.global_attention_every,
+            # No window: every layer global, one in 1 (local_attention then unread; its default).
+            "local_attention": config.attention_window or 128,
+            "global_attn_every_n_layers": config.global_attention_every if config.attention_window else 1,
             "classifier_pooling": config.pooler, "embedding_dropout": config.hidden_dropout_prob,
             "mlp_dropout": config.hidden_dropout_prob, "attention_dropout": config.attention_probs_dropout_prob,
             "classifier_dropout": config.hidden_dropout_prob,

@@ -451,6 +451,24 @@ def test_an_export_without_a_tokenizer_warns_of_transformers_default_special_ids
         convert.export_huggingface(config, params, str(tmp_path / "wrong"), extra_config=ids)
 
 
+def test_a_modernbert_without_local_layers_exports_as_one_global_layer_in_one(tmp_path):
+    """attention_window=0 (every layer global) was refused as a mixed model (a walkthrough), though
+    global_attn_every_n_layers=1 says it; it reads back as the same encoder."""
+    config = BertConfig.preset("modernbert-tiny", vocab_size=64, attention_window=0)
+    params = jax.tree_util.tree_map(np.asarray, BertEncoder(config).init(
+        jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
+    convert.export_huggingface(config, {"bert": params}, str(tmp_path))
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["global_attn_every_n_layers"] == 1
+    back, loaded = convert.load_pretrained(str(tmp_path))
+    assert back.attention_window == 0 and all(back.is_global_layer(i) for i in range(back.num_hidden_layers))
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, 40)))
+    assert np.array_equal(BertEncoder(config).apply({"params": params}, ids)[0],
+                          BertEncoder(back).apply({"params": loaded["bert"]}, ids)[0])
+    assert modernbert_layout.modernbert_config({"local_attention": 64, "global_attn_every_n_layers": 1}
+                                               ).attention_window == 0
+
+
 def test_a_mixed_model_has_no_hugging_face_layout(tmp_path):
     config = BertConfig.preset("tiny", vocab_size=30, position_embedding="rope")
     params = BertEncoder(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
