@@ -166,7 +166,8 @@ class Tokenizer:
         try:
             processor.LoadFromSerializedProto(model_bytes)
         except RuntimeError as e:
-            raise ValueError(f"{path}: not a SentencePiece model ({e})") from None
+            hint = _kind_hint(model_bytes, "sentencepiece")
+            raise ValueError(f"{path}: not a SentencePiece model ({e}){hint}") from None
         tokens = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
         tokenizer = cls("sentencepiece", path, False, tokens, sentencepiece=processor, model_bytes=model_bytes)
         if tokenizer.pad_id != processor.pad_id() or tokenizer.unk_id != processor.unk_id():
@@ -185,7 +186,8 @@ class Tokenizer:
         try:
             fast = tokenizers.Tokenizer.from_str(model_bytes.decode("utf-8"))
         except Exception as e:  # tokenizers raises its own Exception types
-            raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
+            raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e}){_kind_hint(model_bytes, 'huggingface')}"
+                             ) from None
         fast.encode_special_tokens = True  # "[MASK]" written in the text is text
         # Hub files often keep the padding and truncation they were saved with (e.g. fixed 128):
         # BERT's inputs are laid out, cut and padded by the caller, never by the tokenizer.
@@ -554,6 +556,20 @@ def check_casing_setting(tokenizer: Tokenizer, do_lower_case: bool | None,
     raise ValueError(f"{setting}={do_lower_case}, but {tokenizer.path} "
                      f"{'lower-cases' if tokenizer.lower_cases() else 'keeps case'} by its own normalisation, which "
                      f"the setting does not change (it applies to a WordPiece vocab.txt): leave it unset{retrain}")
+
+
+def _kind_hint(content: bytes, given: str) -> str:
+    """What a tokenizer file that does not read as the kind `given` looks like, and the kind to
+    set: a JSON object (a tokenizer.json), other text (a WordPiece vocab.txt, a token a line),
+    or neither (binary: a SentencePiece model); "" where it looks like the kind given."""
+    try:
+        text = content.decode("utf-8").lstrip("\ufeff \t\r\n")
+    except UnicodeDecodeError:
+        looks = "sentencepiece", "a SentencePiece model"
+    else:
+        looks = ("huggingface", "a Hugging Face tokenizer.json") if text.startswith("{") else (
+            "wordpiece", "a WordPiece vocab.txt (a token a line)")
+    return "" if looks[0] == given else f"; {looks[1]}? set config.data.tokenizer={looks[0]}"
 
 
 def load_tokenizer(kind: str, path: str, do_lower_case: bool | None = True) -> Tokenizer:

@@ -200,7 +200,7 @@ def test_a_huggingface_task_class_without_its_head_is_refused_before_predicting(
     assert np.asarray(features["values"]).shape == (1, 384)
 
 
-def test_a_vocabulary_of_the_size_of_a_releases_but_other_tokens_is_refused(tmp_path):
+def test_a_vocabulary_of_the_size_of_a_releases_but_other_tokens_is_refused(tmp_path, caplog):
     """A release (Hugging Face, Google's TF) records no vocabulary hash: any vocabulary of its size
     was taken, and the embeddings read other ids (a review: 'the movie' became [21732, 25596]).
     Its tokens are compared; a copy of its own vocabulary elsewhere is its vocabulary."""
@@ -215,6 +215,18 @@ def test_a_vocabulary_of_the_size_of_a_releases_but_other_tokens_is_refused(tmp_
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/swapped.txt is not the vocabulary {MINILM_DIR} comes "
                                                    f"with ({MINILM_DIR}/vocab.txt: id 1996 is 'the' there, 'of' here)")):
         source.load_tokenizer(str(tmp_path / "swapped.txt"))
+    # A release that records no casing: the refusal comes alone, without a casing judged first
+    # from the refused file's tokens (a walkthrough).
+    (tmp_path / "bare").mkdir()
+    for name in ("config.json", "model.safetensors", "vocab.txt"):
+        os.symlink(os.path.join(MINILM_DIR, name), tmp_path / "bare" / name)
+    bare = model_source.resolve(str(tmp_path / "bare"))
+    with caplog.at_level("WARNING"), pytest.raises(ValueError, match="swapped.txt is not the vocabulary"):
+        bare.load_tokenizer(str(tmp_path / "swapped.txt"))
+    assert "casing not recorded" not in caplog.text
+    with caplog.at_level("WARNING"):
+        bare.load_tokenizer(str(tmp_path / "copy.txt"))
+    assert "casing not recorded; do_lower_case=True, judged from its vocabulary's tokens" in caplog.text
 
 
 def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_path):

@@ -416,8 +416,17 @@ def test_a_tokenizer_json_without_a_special_token_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"tokenizer.json: no \[CLS\] token \(looked for \[CLS\], <s>, <cls>\)"):
         tokenization.load_tokenizer("huggingface", str(path))
     path.write_text("{not json")
-    with pytest.raises(ValueError, match="tokenizer.json: not a Hugging Face tokenizer.json"):
+    with pytest.raises(ValueError, match=r"tokenizer.json: not a Hugging Face tokenizer.json \([^)]*\)$"):
         tokenization.load_tokenizer("huggingface", str(path))
+    # A file of another kind says which kind it looks like (a walkthrough: a vocab.txt given as
+    # a tokenizer.json was a parser's message alone).
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\nhello\n")
+    with pytest.raises(ValueError, match=r"vocab.txt: not a Hugging Face tokenizer.json \(.*\); a WordPiece vocab.txt "
+                                         r"\(a token a line\)\? set config.data.tokenizer=wordpiece$"):
+        tokenization.load_tokenizer("huggingface", str(tmp_path / "vocab.txt"))
+    with pytest.raises(ValueError, match=r"tokenizer.json: not a SentencePiece model \(.*\); a Hugging Face "
+                                         r"tokenizer.json\? set config.data.tokenizer=huggingface$"):
+        tokenization.load_tokenizer("sentencepiece", str(path))
 
 
 def test_offsets_keep_the_characters_normalisation_drops_inside_a_word():

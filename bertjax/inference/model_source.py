@@ -169,13 +169,13 @@ class ModelSource:
                 "%s says do_lower_case=%s; using do_lower_case=%s as asked", self.path, known, lower)
         if lower is None:
             lower = known
-        tokenizer = tokenization.load_tokenizer(kind, path, lower)  # None: the file's casing, else its tokens'
-        if lower is None and tokenization.wordpiece_casing(path) is None:
-            import logging
+        tokenizer = self._checked(tokenization.load_tokenizer(kind, path, lower), vocab_path)  # None: the
+        if lower is None and tokenization.wordpiece_casing(path) is None:  # file's casing, else its tokens'
+            import logging  # (after the check: a vocabulary refused is no model's casing to judge)
             logging.getLogger(__name__).warning(
                 "%s: casing not recorded; do_lower_case=%s, judged from its vocabulary's tokens (set do_lower_case to "
                 "change it)", self.path, tokenizer.do_lower_case)
-        return self._checked(tokenizer, vocab_path)
+        return tokenizer
 
     def _checked(self, tokenizer: tokenization.Tokenizer, vocab_path: str) -> tokenization.Tokenizer:
         """`tokenizer`, or ValueError when it is not the model's vocabulary."""
