@@ -329,29 +329,37 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     trainer.check_same_on_every_process(saved_config)
     trainer.check_resumable(workdir, abstract, saved_config, train_cfg.num_steps)
 
-    # -- Input: prepared once (process 0 first, the others then find it done); the eval
-    #    batches are read once per run. --
-    with clock.phase("prepare and read data"):
-        if config.data.source != "original_tfrecord":
-            trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
-        warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start,
-                             train_cfg.batch_warmup_steps)
-        train_data = HostBatches(config, workdir, "train", warmup)
-        eval_batches = fixed_eval_batches(config, workdir)
+    checkpointer = checkpointing.Checkpointer(
+        fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
+        max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
+    warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start, train_cfg.batch_warmup_steps)
+
+    def read_data() -> tuple[HostBatches, list[dict[str, np.ndarray]]]:
+        """The input: prepared once (process 0 first, the others then find it done); the
+        training stream, and the eval batches read once per run."""
+        with clock.phase("prepare and read data"):
+            if config.data.source != "original_tfrecord":
+                trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
+            return HostBatches(config, workdir, "train", warmup), fixed_eval_batches(config, workdir)
+
+    # A run relaunched after its last step, its evaluation done, reads no data (a corpus's
+    # preparation checks and held-out batches would be a wait before doing nothing).
+    latest = checkpointer.latest_step()
+    nothing_left = latest == train_cfg.num_steps and not training_loop.evaluation_owed_at(checkpointer, latest)
+    train_data, eval_batches = (None, []) if nothing_left else read_data()
+
+    # -- The state, in the resume order. --
+    state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
+                                       optimizer=optimizer, mesh=mesh, pretrained=pretrained,
+                                       pretrained_source=config.init_checkpoint, config=saved_config)
+    log.info("%s", how)
+    if train_data is None and int(jax.device_get(state.step)) < train_cfg.num_steps:  # (the last step unreadable)
+        train_data, eval_batches = read_data()
     guesses = (guess_accuracies(eval_batches, bert.vocab_size, config.data.next_sentence_prediction)
                if eval_batches else {})
     alarm = PlateauAlarm(guesses.get("mlm_unigram_accuracy", 0.0), train_cfg.plateau_evals,
                          bias_corrected=train_cfg.optimizer != "adamw" or bool(train_cfg.get("adam_bias_correction")),
                          vocab_size=tokenizer.vocab_size, num_steps=train_cfg.num_steps)
-
-    # -- The state, in the resume order. --
-    checkpointer = checkpointing.Checkpointer(
-        fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
-        max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
-    state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
-                                       optimizer=optimizer, mesh=mesh, pretrained=pretrained,
-                                       pretrained_source=config.init_checkpoint, config=saved_config)
-    log.info("%s", how)
     if jax.process_index() == 0:  # only now: a run that cannot restore leaves the workdir as it was
         tokenization.save_tokenizer(tokenizer, fileio.join(workdir, "tokenizer"))  # fine-tuning finds it here
 
@@ -443,7 +451,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         loop.console(f"compiling the step for the {len(growth)} batch size(s) between ({', '.join(map(str, growth))} "
                      "rows) in the background")
     step = start_step
-    batches = loop.input(train_data.batches(start_step, start_unit))
+    batches = loop.input(train_data.batches(start_step, start_unit) if train_data else iter(()))  # (nothing left)
     try:
         loop.check_not_diverged()
         if loop.owes_evaluation:  # stopped at an evaluation step: saved before evaluating

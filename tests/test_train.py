@@ -496,14 +496,16 @@ def test_a_resume_the_checkpoints_cannot_give_is_refused_before_the_data(tmp_pat
 
 def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five_steps, monkeypatch, capsys):
     """Relaunched after its last step (the demo run again, a retry script), a run compiled its
-    train and evaluation steps, then ran no step (a review)."""
-    from bertjax import trainer
+    train and evaluation steps, then ran no step (a review); it also prepared and read its data
+    (a walkthrough: a wait before doing nothing, long on a real corpus)."""
+    from bertjax import pretrain, trainer
 
     workdir = _copy(five_steps, tmp_path)
-    compiled = []
+    compiled, read = [], []
     monkeypatch.setattr(trainer, "compile_step", lambda *args: compiled.append(args) or (args[0], 0.0))
+    monkeypatch.setattr(pretrain, "HostBatches", lambda *args: read.append(args))
     _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.train.eval_every=5")
-    assert compiled == []
+    assert compiled == [] and read == []
     printed = capsys.readouterr().out
     assert "at step 5 of 5: nothing left to train" in printed
     # The model and tokenizer are named (a walkthrough: a modern preset trained on the demo's
@@ -511,6 +513,19 @@ def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five
     # The batch too (a walkthrough: ,long's resolved batch was said nowhere).
     assert re.search(r"model 1 layer of 64 \(2 heads\); tokenizer wordpiece demo_vocab-\S+\.txt \(\d+ tokens\); "
                      r"batch 16 x 64 tokens; mesh data", printed), printed
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (orbax's failed read)
+def test_a_finished_run_whose_last_step_is_unreadable_reads_its_data_and_trains_again(tmp_path, prepared_dir):
+    """A relaunched finished run reads no data; when its last checkpoint then proves unreadable
+    and it resumes from the one before, it reads the data after all and trains the steps again."""
+    workdir = tmp_path / "run"
+    _run_here(workdir, prepared_dir, "--config.train.num_steps=4", "--config.checkpoint.every=2")
+    with open(workdir / "checkpoints" / "4" / "state" / "_METADATA", "r+b") as f:
+        f.truncate(10)
+    _run_here(workdir, prepared_dir, "--config.train.num_steps=4", "--config.checkpoint.every=2")
+    assert [row["step"] for row in _metrics(workdir) if "loss" in row][-2:] == [3, 4]
+    assert sorted(int(name) for name in os.listdir(workdir / "checkpoints") if name.isdigit())[-1] == 4
 
 
 def test_a_finished_run_owing_its_last_evaluation_evaluates_it_when_relaunched(tmp_path, prepared_dir, five_steps,
