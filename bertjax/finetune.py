@@ -582,7 +582,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # -- The loop's bookkeeping: logs, checkpoints, the best evaluation so far. --
     # (a run stopped in its last evaluation owes it: not finished, it evaluates again)
     finished = start_step >= train_cfg.num_steps and not (
-        task.eval_splits and training_loop.evaluation_owed_at(checkpointer, start_step))
+        task.eval_splits and training_loop.evaluation_owed_at(str(checkpointer.directory), start_step))
     trainer.process_zero_first(lambda: _set_best_aside(fileio.join(workdir, "best"), fresh=start_step == 0,
                                                        finished=finished, evaluated_on=evaluated_on), "best/ checked")
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,

@@ -287,6 +287,24 @@ def evaluate(eval_fn, params, batches: list[dict[str, np.ndarray]], mesh, place:
     return means
 
 
+def _nothing_left(checkpoints: str, num_steps: int) -> bool:
+    """Whether the newest checkpoint in `checkpoints` is step `num_steps` with no evaluation
+    owed: the run has nothing left to do. Process 0's reading, on every process (they then
+    all read the batches, or none); False where its meta does not read (the restore decides)."""
+    done = False
+    if jax.process_index() == 0:
+        latest = checkpointing.latest_step(checkpoints)
+        try:
+            done = latest == num_steps and not training_loop.evaluation_owed_at(checkpoints, latest)
+        except (ValueError, OSError, KeyError):  # an unreadable meta: the restore falls back, or says why
+            done = False
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        done = bool(multihost_utils.broadcast_one_to_all(np.int32(done)))
+    return done
+
+
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     from bertjax.data import prepare  # TensorFlow only for input
 
@@ -329,31 +347,35 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     trainer.check_same_on_every_process(saved_config)
     trainer.check_resumable(workdir, abstract, saved_config, train_cfg.num_steps)
 
-    checkpointer = checkpointing.Checkpointer(
-        fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
-        max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)
     warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start, train_cfg.batch_warmup_steps)
 
-    def read_data() -> tuple[HostBatches, list[dict[str, np.ndarray]]]:
-        """The input: prepared once (process 0 first, the others then find it done); the
-        training stream, and the eval batches read once per run."""
+    def read_data(nothing_left: bool = False) -> tuple[HostBatches | None, list[dict[str, np.ndarray]]]:
+        """The input: prepared once (process 0 first, the others then find it done), or found
+        to be the corpus given; the training stream, and the eval batches read once per run
+        (neither for a run with `nothing_left`)."""
         with clock.phase("prepare and read data"):
             if config.data.source != "original_tfrecord":
                 trainer.process_zero_first(lambda: prepare.ensure_prepared(config.data, data_dir), "prepared data")
+            if nothing_left:
+                return None, []
             return HostBatches(config, workdir, "train", warmup), fixed_eval_batches(config, workdir)
 
-    # A run relaunched after its last step, its evaluation done, reads no data (a corpus's
-    # preparation checks and held-out batches would be a wait before doing nothing).
-    latest = checkpointer.latest_step()
-    nothing_left = latest == train_cfg.num_steps and not training_loop.evaluation_owed_at(checkpointer, latest)
-    train_data, eval_batches = (None, []) if nothing_left else read_data()
+    # A run relaunched after its last step, its evaluation done, reads no batches (the held-out
+    # ones would be a wait before doing nothing); its corpus is still checked against the one
+    # prepared (else a finished run relaunched on another corpus said "done").
+    checkpoints = fileio.join(workdir, "checkpoints")
+    train_data, eval_batches = read_data(nothing_left=_nothing_left(checkpoints, train_cfg.num_steps))
 
     # -- The state, in the resume order. --
+    checkpointer = checkpointing.Checkpointer(
+        checkpoints, save_interval_steps=config.checkpoint.every, max_to_keep=config.checkpoint.keep,
+        async_save=config.checkpoint.async_save)
     state, how = trainer.initial_state(checkpointer, abstract, shardings, init_params=init_params,
                                        optimizer=optimizer, mesh=mesh, pretrained=pretrained,
                                        pretrained_source=config.init_checkpoint, config=saved_config)
     log.info("%s", how)
-    if train_data is None and int(jax.device_get(state.step)) < train_cfg.num_steps:  # (the last step unreadable)
+    start_step = int(jax.device_get(state.step))  # (the same on every process)
+    if train_data is None and start_step < train_cfg.num_steps:  # the last step unreadable: an earlier one restored
         train_data, eval_batches = read_data()
     guesses = (guess_accuracies(eval_batches, bert.vocab_size, config.data.next_sentence_prediction)
                if eval_batches else {})
@@ -367,7 +389,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     #    warmup; with it the first size and the largest the run reaches now, so that a batch too
     #    large for memory fails here rather than hours into the ramp, and the sizes between in a
     #    background thread while the first steps run: below); the state is donated. --
-    start_step = int(jax.device_get(state.step))
     start_unit, resumed_note = resume_unit(str(checkpointer.directory), start_step, warmup)
     units_at_start = warmup.units_before(start_step)
     if resumed_note:

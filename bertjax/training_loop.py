@@ -29,16 +29,17 @@ class EvaluationInterrupted(Exception):
     """A stop signal came during an evaluation (`Loop.check_stop_during_evaluation`)."""
 
 
-def evaluation_owed_at(checkpointer, step: int) -> bool:
-    """Whether the checkpoint of `step` was saved by a stop that put off its evaluation."""
-    return bool(_saved_extra(checkpointer, step).get(_EVALUATION_OWED))
+def evaluation_owed_at(directory: str, step: int) -> bool:
+    """Whether the checkpoint of `step` in `directory` was saved by a stop that put off its
+    evaluation."""
+    return bool(_saved_extra(directory, step).get(_EVALUATION_OWED))
 
 
-def _saved_extra(checkpointer, step: int) -> dict[str, Any]:
-    """The checkpoint of `step`'s meta "extra" ({} when there is none)."""
+def _saved_extra(directory: str, step: int) -> dict[str, Any]:
+    """The meta "extra" of the checkpoint of `step` in `directory` ({} when there is none)."""
     from bertjax.runtime import fileio
 
-    folder = fileio.join(str(checkpointer.directory), str(step))
+    folder = fileio.join(directory, str(step))
     return checkpointing.read_meta(folder)["extra"] if fileio.exists(folder) else {}
 
 
@@ -77,10 +78,11 @@ class Loop:
         self.fixed_metrics = dict(fixed_metrics or {})  # logged with every record, e.g. compile time
         # A run stopped at an evaluation step saved first: its evaluation comes before the first
         # step, under this run's cadence or not (else those weights could never be the best).
-        self.owes_evaluation = bool(start_step and eval_every and evaluation_owed_at(checkpointer, start_step))
+        self.owes_evaluation = bool(start_step and eval_every
+                                    and evaluation_owed_at(str(checkpointer.directory), start_step))
         # A run that stopped for non-finite steps at its last step has none left to resume: relaunched, it
         # is still no result (`check_not_diverged`).
-        self.diverged_at_end = (_saved_extra(checkpointer, start_step).get(_DIVERGED)
+        self.diverged_at_end = (_saved_extra(str(checkpointer.directory), start_step).get(_DIVERGED)
                                 if start_step and start_step >= num_steps else None)
         self._diverged: str | None = None  # why this run stopped, saved with its step
         is_writer = jax.process_index() == 0
@@ -229,12 +231,14 @@ class Loop:
                 raise
 
     @contextlib.contextmanager
-    def paused(self, recurring: bool = True):
+    def paused(self, recurring: bool = True, drain: bool = True):
         """Time out of the steps' rate: evaluations and checkpoints, which come again and count
-        in the ETA, or (`recurring` False) a one-off wait such as a compile, which does not. The
-        steps still queued on the device finish first: their time is the steps', not the pause's
-        (else an evaluation's clock took it in, and the row after it showed several times the rate)."""
-        jax.block_until_ready(self.pending)
+        in the ETA, or (`recurring` False) a one-off wait such as a compile, which does not. With
+        `drain`, the steps still queued on the device finish first: their time is the steps', not
+        the pause's (else an evaluation's clock took it in, and the row after it showed several
+        times the rate). Without, the host goes on queueing steps ahead of the device."""
+        if drain:
+            jax.block_until_ready(self.pending)
         start = time.perf_counter()
         self.progress.pause(recurring)
         try:
@@ -307,7 +311,7 @@ class Loop:
             # A gs:// metrics.jsonl is written every 30 s: first the rows up to this checkpoint,
             # which a resume from it never logs again.
             self.writer.flush()
-        with self.paused():
+        with self.paused(drain=due):  # (a step that saves nothing leaves the steps queued)
             if due:
                 self.checkpointer.save(step, state, data_position=step, config=self.saved_config,
                                        force=step == self.num_steps, extra_meta=self._extra_meta(step, extra_meta))

@@ -508,6 +508,12 @@ def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five
     assert compiled == [] and read == []
     printed = capsys.readouterr().out
     assert "at step 5 of 5: nothing left to train" in printed
+    # Its corpus is still checked: another one is refused, not reported done (a walkthrough).
+    (tmp_path / "other.txt").write_text("Another corpus entirely.\nWith two sentences.\n\n" * 4)
+    with pytest.raises(ValueError, match="other settings"):
+        _run_here(workdir, prepared_dir, "--config.train.num_steps=5", "--config.train.eval_every=5",
+                  "--config.data.source=text", f"--config.data.input_pattern={tmp_path}/other.txt",
+                  f"--config.data.vocab_path={next((workdir / 'tokenizer').glob('*.txt'))}")
     # The model and tokenizer are named (a walkthrough: a modern preset trained on the demo's
     # WordPiece with nothing said).
     # The batch too (a walkthrough: ,long's resolved batch was said nowhere).
@@ -516,14 +522,17 @@ def test_a_finished_run_relaunched_compiles_nothing(tmp_path, prepared_dir, five
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (orbax's failed read)
-def test_a_finished_run_whose_last_step_is_unreadable_reads_its_data_and_trains_again(tmp_path, prepared_dir):
+def test_a_finished_run_whose_last_step_is_unreadable_reads_its_data_and_trains_again(tmp_path, prepared_dir,
+                                                                                      caplog):
     """A relaunched finished run reads no data; when its last checkpoint then proves unreadable
     and it resumes from the one before, it reads the data after all and trains the steps again."""
     workdir = tmp_path / "run"
     _run_here(workdir, prepared_dir, "--config.train.num_steps=4", "--config.checkpoint.every=2")
     with open(workdir / "checkpoints" / "4" / "state" / "_METADATA", "r+b") as f:
         f.truncate(10)
-    _run_here(workdir, prepared_dir, "--config.train.num_steps=4", "--config.checkpoint.every=2")
+    with caplog.at_level("WARNING"):
+        _run_here(workdir, prepared_dir, "--config.train.num_steps=4", "--config.checkpoint.every=2")
+    assert "is unreadable" in caplog.text and "falling back" in caplog.text
     assert [row["step"] for row in _metrics(workdir) if "loss" in row][-2:] == [3, 4]
     assert sorted(int(name) for name in os.listdir(workdir / "checkpoints") if name.isdigit())[-1] == 4
 

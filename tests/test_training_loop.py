@@ -95,5 +95,9 @@ def test_an_evaluation_waits_for_the_queued_steps_before_its_own_clock_starts(tm
         loop.pending.append(slow_step(x))
         with loop.paused():
             assert loop.pending[-1]["loss"].is_ready()
+        # A step that saves nothing leaves the device working while the host queues the next.
+        loop.pending.append(slow_step(x))
+        loop.save(1, state)
+        assert not loop.pending[-1]["loss"].is_ready()
     finally:
         loop.close()
