@@ -93,28 +93,30 @@ def main(_):
     layers = parse_layers(_LAYERS.value)
     from bertjax.inference import feature_files
 
-    _refuse_ignored_flags(feature_files.input_format(_INPUT.value, _INPUT_FORMAT.value))
+    feature_files.input_format(_INPUT.value, _INPUT_FORMAT.value)  # (a file that is not there: before all else)
     cli.start_distributed()
     cli.unwind_on_sigterm()  # (after: jax.distributed installs its own) a stopped run leaves no half-written output
     import bertjax
     import jax
 
-    from bertjax.inference import model_source
+    from bertjax.inference import engine, model_source
 
+    # The input's columns and the layers are checked against the model's files, before it loads.
     source = model_source.resolve(_CHECKPOINT.value)
-    default_length = source.max_seq_length or min(128, source.bert.max_position_embeddings)  # the original's 128
-    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value or default_length,
-                               batch_size=_BATCH_SIZE.value, precision=_PRECISION.value, **_VOCABULARY())
-    states = model.bert.num_hidden_layers + 1  # (the embeddings' output is one)
+    text_a_key, text_b_key = feature_files.input_columns(source, _TEXT_A_KEY.value, _TEXT_B_KEY.value)
+    _refuse_ignored_flags(feature_files.input_format(_INPUT.value, _INPUT_FORMAT.value, (text_a_key, text_b_key)))
+    states = source.bert.num_hidden_layers + 1  # (the embeddings' output is one)
     if not flags.FLAGS["layers"].present and len(layers) > states:  # the original's last four, of fewer
         layers = layers[:states]
         print(f"--layers: the default {_LAYERS.value} reads more hidden states than the model's {states}; "
               f"reading {','.join(map(str, layers))}", file=sys.stderr)
     try:
-        model.layer_indices(layers)
+        engine.hidden_state_positions(layers, source.bert.num_hidden_layers)
     except ValueError as e:
         raise ValueError(f"--layers={','.join(map(str, layers))}: {e}") from None
-    text_a_key, text_b_key = feature_files.input_columns(source, _TEXT_A_KEY.value, _TEXT_B_KEY.value)
+    default_length = source.max_seq_length or min(128, source.bert.max_position_embeddings)  # the original's 128
+    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value or default_length,
+                               batch_size=_BATCH_SIZE.value, precision=_PRECISION.value, **_VOCABULARY())
     done = feature_files.extract(
         model, _INPUT.value, _OUTPUT.value, layers=layers, pooling=_POOLING.value,
         input_format_name=_INPUT_FORMAT.value, text_a_key=text_a_key, text_b_key=text_b_key,

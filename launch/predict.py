@@ -113,13 +113,15 @@ def main(_):
             raise ValueError(f"--{flag.name}={flag.value}: this {family} model reads no {name} "
                              f"(its inputs: {', '.join(role for role, column in keys.items() if column)})")
         keys[name] = flag.value
-        required += [name] if name not in required else []
+        if name not in required:
+            required.append(name)
     if _TEXT.value:
         records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:
         input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value, keys)
         read = functools.partial(batch_predict.read_inputs, _INPUT.value or "/dev/stdin", family, input_format,
-                                 keys, source.data, required, check_lines=_FORMAT.value == "auto")
+                                 keys, source.data, required, check_lines=_FORMAT.value == "auto",
+                                 warned=set())  # (one warning, however often the file is read)
         if _INPUT.value and fileio.can_read_twice(_INPUT.value):  # checked whole first, then predicted
             records = batch_predict.Reread(read)
             if next(iter(records), None) is None:
@@ -148,8 +150,8 @@ def main(_):
         print(f"skipped {summary['skipped']} of {summary['inputs']} inputs (error lines in the output)",
               file=sys.stderr)
     cut = summary["truncated"]
-    longer = (f"{cut} input{' was' if cut == 1 else 's were'} cut to fit {model.max_seq_length} tokens "
-              '(marked "truncated": true)') if cut else ""
+    longer = (f"{cut} input{' was' if cut == 1 else 's were'} truncated to fit the model (marked "
+              '"truncated": true)') if cut else ""
     if _OUTPUT.value:
         print(f"wrote {summary['inputs']} lines to {_OUTPUT.value} in "
               f"{console.format_duration(time.perf_counter() - started)}" + (f"; {longer}" if cut else ""),

@@ -458,7 +458,7 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    drops.drop("invalid_json", line_where, f"{e.msg} at column {e.colno}")
+                    drops.drop("invalid_json", line_where, f"{e.msg.removesuffix(' at')} at column {e.colno}")
                     continue
                 if not isinstance(row, dict):
                     drops.drop("row_not_object", line_where, f"{_JSON_TYPES.get(type(row))}, expected an object")
@@ -478,13 +478,15 @@ _KEY_CHECK_ROWS = 100  # rows of each JSONL file in which config.data.text_key m
 def _check_jsonl_key(path: str, text_key: str) -> None:
     """ValueError when none of the first _KEY_CHECK_ROWS rows (JSON objects) of `path` has
     `text_key` holding a string: a misspelt key, or one of a list or an object, would otherwise
-    drop every row of the corpus, found only after a whole pass. Lines that are not such rows,
-    and null texts, are left to the reader's counted drops."""
+    drop every row of the corpus, found only after a whole pass; so would a file none of whose
+    first lines is a JSON object (a JSON array, CSV or text named .jsonl). Some lines that are
+    not such rows, among rows, are left to the reader's counted drops."""
     seen: set[str] = set()
     kinds: set[str] = set()  # what the key holds where it is not text
-    rows = 0
+    rows = lines = 0
     with fileio.open_file(path, "rb") as f:
         for raw in itertools.islice(f, 10 * _KEY_CHECK_ROWS):
+            lines += bool(raw.strip())
             try:
                 row = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError):
@@ -492,12 +494,15 @@ def _check_jsonl_key(path: str, text_key: str) -> None:
             if isinstance(row, dict):
                 if isinstance(row.get(text_key), str):
                     return
-                if row.get(text_key) is not None:
-                    kinds.add(type(row[text_key]).__name__)
+                if text_key in row:
+                    kinds.add("null" if row[text_key] is None else type(row[text_key]).__name__)
                 seen.update(row)
                 rows += 1
                 if rows == _KEY_CHECK_ROWS:
                     break
+    if lines and not rows:
+        raise ValueError(f"{path}: none of its first {lines} lines is a JSON object, one a line as JSON Lines "
+                         "has them (a JSON array, CSV or text named .jsonl?)")
     if kinds:
         raise ValueError(f"{path}: the key {text_key!r} (config.data.text_key) of its first {rows} rows holds "
                          f"{' and '.join(sorted(kinds))}, never text")

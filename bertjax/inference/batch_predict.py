@@ -105,7 +105,6 @@ def file_format(path: str, family: str, chosen: str = "auto", keys: dict[str, st
     return "jsonl" if found == "text" and chosen == "auto" and not reader.text_lines else found
 
 
-_ABSENT_SAID: set[tuple[str, str]] = set()  # (file, column) an optional column is absent from, warned of
 LOOKED_AHEAD = 100  # lines: enough for a CoNLL file's first blank line after a long sentence
 
 
@@ -119,7 +118,8 @@ def _refuse_other_formats(first: list[str], reader, name: str, keys: dict[str, s
         try:
             written_in = reader.format_of_text(first)
         except ValueError as e:  # a format the family reads once converted
-            raise ValueError(f"{name} looks like {str(e).replace('FILE', name)}") from None
+            file = name if name != "stdin" else "FILE"  # (a command's file, not the word stdin)
+            raise ValueError(f"{name} looks like {str(e).replace('FILE', file)}") from None
     if not written_in and first:
         written_in = common.header_format(first[0], (keys or {}).values())
     if written_in:
@@ -136,18 +136,20 @@ def _stdin_is_a_file() -> bool:
 
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
-                data: dict | None = None, required: Iterable[str] = (), check_lines: bool = False
-                ) -> Iterator[tuple[str, Any]]:
+                data: dict | None = None, required: Iterable[str] = (), check_lines: bool = False,
+                warned: set[str] | None = None) -> Iterator[tuple[str, Any]]:
     """(where, item) per input, in file order; item is what Model.predict (fill_mask: a text)
     takes, or a ValueError for a row that does not have the columns the task reads. data: the
     run's config.data (CoNLL's tag_column). required: roles a row without which is an error
     even where the family's reader takes it as optional (one the user named with --text_b_key,
     or a pair classifier's second text: its absence would otherwise make a pair a single text);
-    another absent from the rows is warned of once a file and column. check_lines: text whose
+    another absent from the rows is warned of once (`warned`: the columns so warned of, shared
+    by the readings of one file, which predict reads more than once). check_lines: text whose
     format was taken from its name: its first lines are checked as `file_format` checks a
     file's, before any is an input (a pipe, which `file_format` cannot read ahead). Stdin
     (/dev/stdin) is named "stdin" in each input's place."""
     required = [role for role in required if keys.get(role)]
+    warned = set() if warned is None else warned
     reader = input_reader(family)
     name = "stdin" if path == "/dev/stdin" else path  # as inputs are named in messages
     if input_format == "text":
@@ -179,8 +181,8 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
                 yield where, e
                 continue
             absent = [role for role, column in keys.items() if column and column not in row]
-            if absent and (path, keys[absent[0]]) not in _ABSENT_SAID:  # an optional role: read without it
-                _ABSENT_SAID.add((path, keys[absent[0]]))  # (once, however often the file is read)
+            if absent and keys[absent[0]] not in warned:  # an optional role: the rows are read without it
+                warned.add(keys[absent[0]])
                 logging.getLogger(__name__).warning(
                     "%s: no %r column, so the inputs are read without their %s (--%s_key names its column)", where,
                     keys[absent[0]], absent[0], absent[0])

@@ -202,27 +202,8 @@ class Model:
         return hidden_states.iter_features(self, texts, layers, pooling, on_truncated, progress)
 
     def layer_indices(self, layers: Sequence[int]) -> tuple[int, ...]:
-        """Layer indices as non-negative positions in the [L + 1] hidden-state stack; a
-        ValueError naming the bad index and the valid range, or two naming the same layer."""
-        count = self.bert.num_hidden_layers + 1
-        if isinstance(layers, np.ndarray) and layers.ndim == 1:
-            layers = layers.tolist()
-        if not isinstance(layers, Sequence) or isinstance(layers, str) or not all(map(_is_int, layers)):
-            raise ValueError(f"layers: give a list of layer indices (ints), got {layers!r}")
-        layers = tuple(int(layer) for layer in layers)
-        if not layers:
-            raise ValueError("layers: give at least one layer index")
-        for layer in layers:
-            if not -count <= layer < count:
-                raise ValueError(f"layer index {layer} is outside [-{count}, {count - 1}]: the model has "
-                                 f"{count - 1} layers (0 = the embeddings' output, -1 = the last layer)")
-        positions = tuple(layer % count for layer in layers)
-        for i, position in enumerate(positions):
-            if position in positions[:i]:  # (as config.model.feature_layers must be distinct)
-                twice = f"layer {layers[i]} is given twice" if layers[i] in layers[:i] else (
-                    f"layers {layers[positions.index(position)]} and {layers[i]} are the same one of {count}")
-                raise ValueError(f"{twice}; give each layer once")
-        return positions
+        """`hidden_state_positions` of this model's layers."""
+        return hidden_state_positions(layers, self.bert.num_hidden_layers)
 
     def encode_texts(self, pairs: list[tuple[str, str | None]],
                      keep_masks: bool = False) -> tuple[Split, np.ndarray]:
@@ -334,6 +315,31 @@ class _MaskKeeping:
             stripped = rstrip and j > 0 and part[:1].isspace()  # a mask precedes and takes the space
             pieces.append((part.lstrip() if stripped else part, not stripped))
         return pieces
+
+
+def hidden_state_positions(layers: Sequence[int], num_hidden_layers: int) -> tuple[int, ...]:
+    """Layer indices as non-negative positions in the [L + 1] hidden-state stack of a model of
+    `num_hidden_layers` layers; a ValueError naming the bad index and the valid range, or two
+    naming the same layer."""
+    count = num_hidden_layers + 1
+    if isinstance(layers, np.ndarray) and layers.ndim == 1:
+        layers = layers.tolist()
+    if not isinstance(layers, Sequence) or isinstance(layers, str) or not all(map(_is_int, layers)):
+        raise ValueError(f"layers: give a list of layer indices (ints), got {layers!r}")
+    layers = tuple(int(layer) for layer in layers)
+    if not layers:
+        raise ValueError("layers: give at least one layer index")
+    for layer in layers:
+        if not -count <= layer < count:
+            raise ValueError(f"layer index {layer} is outside [-{count}, {count - 1}]: the model has "
+                             f"{count - 1} layers (0 = the embeddings' output, -1 = the last layer)")
+    positions = tuple(layer % count for layer in layers)
+    for i, position in enumerate(positions):
+        if position in positions[:i]:  # (as config.model.feature_layers must be distinct)
+            twice = f"layer {layers[i]} is given twice" if layers[i] in layers[:i] else (
+                f"layers {layers[positions.index(position)]} and {layers[i]} are the same one of {count}")
+            raise ValueError(f"{twice}; give each layer once")
+    return positions
 
 
 def _is_int(value: Any) -> bool:

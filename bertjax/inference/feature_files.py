@@ -85,9 +85,11 @@ def input_format(path: str, file_format: str = "", columns: Sequence[str] = ()) 
         raise ValueError(f"--input_format must be one of {', '.join(INPUT_FORMATS)}, got {file_format!r}")
     if fileio.isdir(path):
         raise ValueError(f"--input_file={path} is a folder; give a file of inputs")
+    if path == "-" and not fileio.exists(path):
+        raise ValueError("--input_file=-: no such file (stdin is not read: features read their input more than "
+                         "once; save it to a file)")
     if not fileio.exists(path):
-        stdin = " (stdin is not read: features read their input more than once; save it to a file)" * (path == "-")
-        raise ValueError(f"--input_file={path}: no such file{stdin}")
+        raise ValueError(f"--input_file={path}: no such file")
     found = common.file_format(path, file_format)
     if found != "text" or file_format or not fileio.can_read_twice(path):
         return found

@@ -169,9 +169,11 @@ class ModelSource:
                 "%s says do_lower_case=%s; using do_lower_case=%s as asked", self.path, known, lower)
         if lower is None:
             lower = known
-        tokenizer = self._checked(tokenization.load_tokenizer(kind, path, lower), vocab_path)  # None: the
-        if lower is None and tokenization.wordpiece_casing(path) is None:  # file's casing, else its tokens'
-            import logging  # (after the check: a vocabulary refused is no model's casing to judge)
+        # lower None: the file's casing, else its tokens'; judged after the check (a vocabulary
+        # refused is no model's casing to warn of).
+        tokenizer = self._checked(tokenization.load_tokenizer(kind, path, lower), vocab_path)
+        if lower is None and tokenization.wordpiece_casing(path) is None:
+            import logging
             logging.getLogger(__name__).warning(
                 "%s: casing not recorded; do_lower_case=%s, judged from its vocabulary's tokens (set do_lower_case to "
                 "change it)", self.path, tokenizer.do_lower_case)

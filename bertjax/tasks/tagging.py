@@ -117,7 +117,8 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
             continue
         if not sentences and not words and _CONLLU_COMMENT.match(stripped):  # the file's first line, as UD's start
             raise ValueError(f"{path}:{number}: a CoNLL-U comment ({stripped[:60]!r}), where CoNLL-2003's layout has "
-                             f"a token a line: give the words first (`grep -v '^#' {path} | cut -f2-`)")
+                             f"a token a line: give the words first (`grep -Ev '^(#|[0-9]+[-.])' {path} | cut -f2-`: "
+                             "no comments, multiword tokens or empty nodes)")
         if tags_optional and not sentences and not words and not _has_columns(columns, token_column, tag_column):
             if len(columns) > 1:  # columns beside the token, none where the tag is looked for: tags elsewhere?
                 logging.warning("%s:%d: %d columns, none at config.data.tag_column=%d: read as untagged (predicted, "
@@ -153,7 +154,8 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
     if sentences and max(map(len, sentences)) > 1 and all(
             words[0] == "1" and all(_WORD_INDEX.fullmatch(word) for word in words) for words in sentences):
         raise ValueError(f"{path}: column {token_column} numbers each sentence's words 1, 2, 3 (CoNLL-U's ID column?) "
-                         f"where the words were expected: give the words first (`grep -v '^#' {path} | cut -f2-`)")
+                         f"where the words were expected: give the words first (`grep -Ev '^(#|[0-9]+[-.])' {path} | "
+                         "cut -f2-`: no comments, multiword tokens or empty nodes)")
     if tag_column is not None and tags_optional and all(tag == "O" for sentence in tags for tag in sentence):
         logging.warning("%s: every tag is 'O' (a placeholder column?): predicted, not scored", path)
         tag_column = None
@@ -578,7 +580,8 @@ class TaggingFamily(Family):
         words = [line for line in lines if line and not line.startswith("#")]  # CoNLL-U: # comments
         if words and all(len(line.split("\t")) == 10 for line in words):  # CoNLL-U's ten tab-separated fields
             raise ValueError("CoNLL-U (ten tab-separated fields a word), not one input a line: give its words first "
-                             "(`grep -v '^#' FILE | cut -f2-`), then --input_format=conll")
+                             "(`grep -Ev '^(#|[0-9]+[-.])' FILE | cut -f2`: no comments, multiword tokens or empty "
+                             "nodes), then --input_format=conll")
         return ""
 
     def serving_inputs(self, task_info):

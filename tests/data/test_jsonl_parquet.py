@@ -99,6 +99,17 @@ def test_a_misspelt_jsonl_key_is_refused_before_anything_is_read_or_written(tmp_
         prepare.ensure_prepared(_config("jsonl", tmp_path / "more" / "*.jsonl"), str(tmp_path / "more_out"),
                                 num_workers=1)
     assert not (tmp_path / "more_out").exists()
+    # So is a file of no JSON objects (an array, text named .jsonl), or of null texts only: each
+    # gave nothing, counted among the drops, and the run went on (a walkthrough).
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "a.jsonl").write_text((tmp_path / "more" / "a.jsonl").read_text())
+    for content, why in ((json.dumps(rows, indent=1), r"b.jsonl: none of its first \d+ lines is a JSON object"),
+                         ("".join(json.dumps({"text": None}) + "\n" for _ in range(3)),
+                          r"b.jsonl: the key 'text' \(config.data.text_key\) of its first 3 rows holds null, never")):
+        (tmp_path / "odd" / "b.jsonl").write_text(content)
+        with pytest.raises(ValueError, match=why):
+            prepare.ensure_prepared(_config("jsonl", tmp_path / "odd" / "*.jsonl"), str(tmp_path / "odd_out"),
+                                    num_workers=1)
     # A folder prepared already (by a bertjax that checked the first file alone) is read, not
     # refused at every resume (a review): the check is preparation's.
     with monkeypatch.context() as patched:

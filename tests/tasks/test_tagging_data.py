@@ -190,20 +190,27 @@ def test_conll_tags_optional_decided_by_the_first_token_line(tmp_path, caplog):
 
 def test_a_conllu_file_is_neither_text_lines_nor_its_word_numbers(tmp_path):
     """A CoNLL-U file given to predict was tagged line by line, each line a sentence of its ten
-    fields (a review); read as CoNLL, its words would be the ID column's 1, 2, 3."""
+    fields (a review); read as CoNLL, its words would be the ID column's 1, 2, 3. The advice
+    given is a command that gives the words alone, a multiword token's parts and not itself."""
+    import subprocess
+
+    from bertjax.inference import batch_predict
+
     rows = ["1\tAnna\tanna\tPROPN\t_\t_\t2\tnsubj\t_\t_", "2\tsleeps\tsleep\tVERB\t_\t_\t0\troot\t_\t_",
             "3-4\tdu\t_\t_\t_\t_\t_\t_\t_\t_"]
     lines = ["# sent_id = 1", *rows, "", "# sent_id = 2", rows[0], rows[1], ""]
     with pytest.raises(ValueError, match=re.escape("CoNLL-U (ten tab-separated fields a word), not one input a line: "
-                                                   "give its words first (`grep -v '^#' FILE | cut -f2-`), then")):
+                                                   "give its words first (`grep -Ev '^(#|[0-9]+[-.])' FILE | "
+                                                   "cut -f2`: no comments, multiword tokens or empty nodes), then")):
         tagging.FAMILY.format_of_text(lines)
-    from bertjax.inference import batch_predict  # predict names the file in the advice
-
     (tmp_path / "ud.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/ud.txt looks like CoNLL-U (ten tab-separated fields a "
-                                                   f"word), not one input a line: give its words first (`grep -v '^#' "
-                                                   f"{tmp_path}/ud.txt | cut -f2-`), then --input_format=conll")):
-        batch_predict.file_format(str(tmp_path / "ud.txt"), "tagging")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/ud.txt looks like CoNLL-U")) as refused:
+        batch_predict.file_format(str(tmp_path / "ud.txt"), "tagging")  # predict names the file in the command
+    command = re.search(r"`(.*)`", str(refused.value)).group(1)
+    assert command == f"grep -Ev '^(#|[0-9]+[-.])' {tmp_path}/ud.txt | cut -f2"
+    (tmp_path / "words.conll").write_text(subprocess.run(command, shell=True, capture_output=True, text=True,
+                                                         check=True).stdout)
+    assert tagging.read_conll(str(tmp_path / "words.conll"), tag_column=None).sentences == [["Anna", "sleeps"]] * 2
     assert tagging.FAMILY.format_of_text(["Anna sleeps .", "", "Bob runs ."]) == ""
     path = tmp_path / "ud.conll"
     path.write_text("\n".join([*rows, "", rows[0], rows[1], ""]) + "\n", encoding="utf-8")
