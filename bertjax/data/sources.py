@@ -38,8 +38,8 @@ JSONL and Parquet rows (and TFDS examples, where it applies):
   * a line that is not JSON -> "invalid_json"; a JSON value other than an object ->
     "row_not_object"; an object without `text_key` -> "missing_text_key";
   * text that is not a string (null, a number, ...) -> "text_not_string";
-  * empty text, or text with no sentences -> "blank_document"; a Parquet file without
-    rows -> "empty_file".
+  * empty text, or text with no sentences -> "blank_document"; a Parquet or JSONL file
+    without rows -> "empty_file" (a JSONL file of blank lines: "blank_file").
   A Parquet file without the `text_key` column, with a column that is not strings, or that
   is not readable Parquet is a ValueError naming the file.
 """
@@ -443,7 +443,7 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
     with fileio.open_file(path, "rb") as f:
         position = _first_line_at(f, start)
         where = _line_locator(path, position)
-        index = -1
+        index, nonblank = -1, False
         for lines, past_end in _line_blocks(f, position, end):
             if past_end:
                 return
@@ -455,6 +455,7 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
                     continue
                 if not line.strip():
                     continue
+                nonblank = True
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
@@ -470,6 +471,8 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
                 sentences = _sentences_of(row[text_key], text_key, line_where, drops)
                 if sentences:
                     yield sentences
+        if start == 0 and not nonblank:  # a whole file without a row, as a text file's
+            drops.drop("empty_file" if f.tell() == 0 else "blank_file", path)
 
 
 _KEY_CHECK_ROWS = 100  # rows of each JSONL file in which config.data.text_key must appear

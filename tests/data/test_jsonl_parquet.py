@@ -252,3 +252,13 @@ def test_a_parquet_file_rewritten_in_place_is_other_data(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"other settings \(units\[0\].content '[0-9a-f]{16}' there, '[0-9a-f]{16}' "
                                          rf"now \(in {path} row groups 0-\d+\)\): prepare into "):
         prepare.ensure_prepared(config, str(tmp_path / "out"), num_workers=1)
+
+
+def test_an_empty_or_blank_jsonl_file_is_counted_as_a_text_files_is(tmp_path):
+    """A JSONL file without a row gave no document and no word (a walkthrough), where a text or
+    Parquet file without one is counted."""
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "One. Two."}) + "\n")
+    (tmp_path / "b.jsonl").write_text("")
+    (tmp_path / "c.jsonl").write_text("\n \n")
+    docs, drops, _ = _read_all(_config("jsonl", tmp_path / "*.jsonl"))
+    assert docs == [["One.", "Two."]] and drops.counts == {"empty_file": 1, "blank_file": 1}
