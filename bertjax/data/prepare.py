@@ -217,21 +217,27 @@ def _prepared_already(output_dir: str, settings: dict) -> dict:
     warning (only resuming one across versions would mix them at unit boundaries)."""
     metadata = read_metadata(output_dir)
     found = metadata["settings"]
+    earlier = []  # the warnings of an earlier version's folder: given once it is found to be this corpus's
     if found.get("source") == settings.get("source") == "text" and found.get("text_reader", 1) < TEXT_READER:
-        logging.warning("%s was prepared by an earlier reader of text files (%s): a line of only Unicode spaces "
-                        "(U+00A0, U+3000) did not end a document there; prepare again to have it end one",
-                        output_dir, found.get("text_reader", 1))
+        reader = found.get("text_reader", 1)
+        earlier.append(lambda: logging.warning(
+            "%s was prepared by an earlier reader of text files (%s): a line of only Unicode spaces (U+00A0, "
+            "U+3000) did not end a document there; prepare again to have it end one", output_dir, reader))
         found = {key: value for key, value in found.items() if key != "text_reader"}
         if "text_reader" in settings:
             found["text_reader"] = settings["text_reader"]
     if "sentence_splitter" in settings and found.get("sentence_splitter", 1) < SENTENCE_SPLITTER:
-        logging.warning("%s was prepared by an earlier sentence splitter (%s): '¿' and '¡' did not start a sentence "
-                        "there; prepare again to have them start one", output_dir, found.get("sentence_splitter", 1))
+        splitter = found.get("sentence_splitter", 1)
+        earlier.append(lambda: logging.warning(
+            "%s was prepared by an earlier sentence splitter (%s): '¿' and '¡' did not start a sentence there; "
+            "prepare again to have them start one", output_dir, splitter))
         found = {**found, "sentence_splitter": settings["sentence_splitter"]}
     if "sentence_prefix" in settings and "sentence_prefix" not in found:
-        _warn_unprefixed(output_dir)
+        earlier.append(lambda: _warn_unprefixed(output_dir))
         found = {**found, "sentence_prefix": settings["sentence_prefix"]}
-    _check_same_settings(output_dir, found, settings)
+    _check_same_settings(output_dir, found, settings)  # (another corpus: refused, without the warnings)
+    for warn in earlier:
+        warn()
     return metadata
 
 

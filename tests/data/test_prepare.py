@@ -424,6 +424,13 @@ def test_a_folder_from_an_earlier_reader_is_used_whole_but_never_resumed(tmp_pat
     with caplog.at_level("WARNING"):
         prepare.ensure_prepared(config, str(out), num_workers=1)
     assert warned in caplog.text
+    # Given for another corpus, the folder is refused without the warning first (a walkthrough).
+    caplog.clear()
+    other = ml_collections.ConfigDict(config.to_dict())
+    other.eval_fraction = 0.5
+    with caplog.at_level("WARNING"), pytest.raises(ValueError, match="other settings"):
+        prepare.ensure_prepared(other, str(out), num_workers=1)
+    assert warned not in caplog.text
     (out / "metadata.json").unlink()  # interrupted before its end
     with pytest.raises(ValueError, match=rf"other settings \({version} nothing there, 2 now\)"):
         prepare.ensure_prepared(config, str(out), num_workers=1)
