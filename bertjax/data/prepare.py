@@ -173,6 +173,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         return _prepared_already(output_dir, settings)
     if fileio.is_remote(output_dir):  # not lockable: two prepares at once there are the user's to avoid
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
+    _clear_leftovers_or_refuse(output_dir, tokenizer, clear=False)
     waiting = lambda holder: print(f"{output_dir} is being prepared by {holder}; waiting for it to finish",  # noqa: E731
                                    file=sys.stderr, flush=True)
     with workdir_lock.hold(output_dir, wait=waiting, lock_name=PREPARE_LOCK, named="the prepared data's folder "):
@@ -181,13 +182,14 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
         return _prepare(data_config, output_dir, units, tokenizer, settings, num_workers)
 
 
-def _clear_leftovers_or_refuse(output_dir: str, tokenizer: tokenization.Tokenizer) -> None:
+def _clear_leftovers_or_refuse(output_dir: str, tokenizer: tokenization.Tokenizer, clear: bool = True) -> None:
     """ValueError when `output_dir`, not yet a prepare's (no settings.json), holds anything but
     what a prepare writes: the locks, the tokenizer load_tokenizer_for may have written there,
     an empty done/ (a prepare killed as it began) and shards, which a prepare that found nothing
     to train on left before this version and are removed here (no record says they are done).
     Else the shards would mix into a folder of other files, and a prepare that finds nothing
-    to train on clears its done/."""
+    to train on clears its done/. `clear` False: the refusal alone (before the folder's lock is
+    taken, so that a folder of other files is left without one)."""
     if not fileio.isdir(output_dir) or fileio.exists(fileio.join(output_dir, "settings.json")):
         return
     done = fileio.join(output_dir, "done")
@@ -206,7 +208,7 @@ def _clear_leftovers_or_refuse(output_dir: str, tokenizer: tokenization.Tokenize
         raise ValueError(f"{output_dir} holds files that are not prepared data ({', '.join(others[:4])}"
                          f"{', ...' if len(others) > 4 else ''}): prepare into a new or empty folder "
                          "(config.data.prepared_dir; prepare_data.py's --output_dir)")
-    for name in filter(shards.is_shard_name, names):
+    for name in filter(shards.is_shard_name, names) if clear else ():
         fileio.remove(fileio.join(output_dir, name))
 
 

@@ -308,6 +308,7 @@ def test_a_folder_of_other_files_is_never_prepared_into(tmp_path):
         prepare.ensure_prepared(_config(tmp_path), str(mine), num_workers=1)
     assert (mine / "done" / "report.txt").read_text() == "important\n"
     assert not [name for name in os.listdir(mine) if name.endswith(".tfrecord")]
+    assert prepare.PREPARE_LOCK not in os.listdir(mine)  # (a walkthrough: the refusal left its lock there)
     # A new folder, or one holding only what a run writes first (its lock, an empty done/ of a
     # prepare killed as it began), is prepared.
     fresh = tmp_path / "fresh"
