@@ -297,7 +297,7 @@ def _nothing_left(checkpoints: str, num_steps: int) -> bool:
         try:
             done = latest == num_steps and not training_loop.evaluation_owed_at(checkpoints, latest)
         except (ValueError, OSError, KeyError):  # an unreadable meta: the restore falls back, or says why
-            done = False
+            pass
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 

@@ -93,7 +93,6 @@ def main(_):
     layers = parse_layers(_LAYERS.value)
     from bertjax.inference import feature_files
 
-    feature_files.input_format(_INPUT.value, _INPUT_FORMAT.value)  # (a file that is not there: before all else)
     cli.start_distributed()
     cli.unwind_on_sigterm()  # (after: jax.distributed installs its own) a stopped run leaves no half-written output
     import bertjax
