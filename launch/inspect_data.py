@@ -199,10 +199,26 @@ def _take_the_runs_data_settings(config, workdir: str) -> None:
     data = {key: value for key, value in saved.get("data", {}).items() if key in config.data}
     changes = [f"data.{key} {config.data[key]!r} -> {value!r}" for key, value in sorted(data.items())
                if config.data[key] != value]
+    _check_relative_paths_resolve(data, workdir)
     with config.unlocked():
         config.data.update(data)
     print(f"the examples the run in {workdir} reads, by its data settings"
           + (f" (--config's -> the run's: {run_config.first_changes(changes)})" if changes else ""))
+
+
+# The data settings that name files or folders.
+_PATH_KEYS = ("input_pattern", "eval_input_pattern", "vocab_path", "prepared_dir", "tfds_data_dir")
+
+
+def _check_relative_paths_resolve(data: dict, workdir: str) -> None:
+    """ValueError for a run's local relative path that names nothing from this folder: it was
+    relative to the folder the run was launched from."""
+    for key in _PATH_KEYS:
+        for path in (part.strip() for part in str(data.get(key) or "").split(",")):
+            if path and not fileio.is_remote(path) and not os.path.isabs(path) and not fileio.glob(path):
+                raise ValueError(f"the run in {workdir} was given config.data.{key}={data[key]!r}, relative to the "
+                                 f"folder it was launched from; {path!r} names nothing from here ({os.getcwd()}): "
+                                 "run inspect_data from that folder")
 
 
 def main(_):

@@ -329,6 +329,33 @@ def test_inspect_data_shows_the_examples_a_pretraining_run_reads(small_pretraine
         "shows pre-training examples: give a pre-training run's workdir")
 
 
+def test_inspect_data_names_a_runs_relative_corpus_path_from_another_folder(small_pretrained_run, tmp_path):
+    """A run launched with a relative --config.data.input_pattern, inspected from another folder,
+    failed on the run's own setting as if it were --config's ("matches no file"); it is named as
+    the run's, relative to the folder the run was launched from."""
+    import glob
+    import json
+    import shutil
+
+    shutil.copytree(small_pretrained_run, tmp_path / "run")
+    for meta_file in glob.glob(str(tmp_path / "run" / "checkpoints" / "*" / "meta" / "metadata")):
+        with open(meta_file) as f:
+            meta = json.load(f)
+        meta["config"]["data"].update(source="text", input_pattern="corpus/*.txt",
+                                      vocab_path=str(tmp_path / "run" / "tokenizer" / "vocab.txt"))
+        with open(meta_file, "w") as f:
+            json.dump(meta, f)
+    (tmp_path / "elsewhere").mkdir()
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "inspect_data.py"), PRETRAIN,
+                             f"--workdir={tmp_path / 'run'}"], env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                            cwd=tmp_path / "elsewhere", capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"error: the run in {tmp_path / 'run'} was given config.data.input_pattern='corpus/*.txt', relative to the "
+        f"folder it was launched from; 'corpus/*.txt' names nothing from here ({tmp_path / 'elsewhere'}): run "
+        "inspect_data from that folder"), result.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "run")) == sorted(os.listdir(small_pretrained_run))  # nothing written
+
+
 def test_a_sigterm_before_the_training_steps_stops_as_a_preemption(tmp_path):
     """A SIGTERM while fine-tuning read its data (or compiled, or wrote predictions after the
     last step) killed the launcher with 143 and no word, where a scheduler retries on 3 (a
