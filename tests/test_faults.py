@@ -111,6 +111,28 @@ def test_sigterm_during_prepare_stops_the_workers_and_exits_3(tmp_path):
     assert result.returncode == 0 and (output / "metadata.json").exists(), result.stderr[-3000:]
 
 
+def test_ctrl_c_during_prepare_says_the_units_done_are_kept(tmp_path):
+    """Ctrl-C (SIGINT to the whole foreground group, workers too) said only "interrupted", after a
+    traceback from each worker, where SIGTERM says the units done are kept and the same command
+    resumes (a walkthrough): it stops as SIGTERM does."""
+    command = _prepare_command(tmp_path)
+    output = tmp_path / "out"
+    process = subprocess.Popen(command(output), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    _wait_for(lambda: _units_done(output) >= 1, process, "a unit was done")
+    os.killpg(process.pid, signal.SIGINT)
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode == 3, stderr[-3000:]
+    [said] = stderr.strip().splitlines()
+    kept = int(said.split("the ")[1].split(" units")[0])
+    assert said == (f"stopped: interrupted (Ctrl-C) while preparing {output}: the {kept} units done are kept; run "
+                    "the same command again to resume") and 1 <= kept < 16, stderr[-3000:]
+    result = subprocess.run(command(output), env=_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and (output / "metadata.json").exists(), result.stderr[-3000:]
+    [resumed] = [line for line in (result.stdout + result.stderr).splitlines() if " of 16 units of" in line]
+    assert int(resumed.split("preparing ")[1].split(" of")[0]) <= 16 - kept, resumed  # the kept ones not redone
+
+
 def test_kill_9_during_prepare_then_rerun_gives_identical_shards(tmp_path):
     command = _prepare_command(tmp_path)
     reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"

@@ -285,36 +285,15 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
         "text" if data_config.source == "text" else f"{data_config.source} text")
     progress.line(f"preparing {len(jobs)} of {len(units)} units of {kind} into {output_dir} "
                   f"({num_workers} process{'es' if num_workers > 1 else ''})")
-    if num_workers == 1:
-        for done, job in enumerate(jobs, start=len(units) - len(jobs) + 1):
-            _prepare_unit(job)
-            progress.advance(done)
-    else:
-        # spawn: TF and fork do not mix. A broken pool raises instead of hanging.
-        context = multiprocessing.get_context("spawn")
-        pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker,
-                                           initargs=(os.getpid(),))
-        previous = _stop_on_sigterm()
-        try:
-            running = [pool.submit(_prepare_unit, job) for job in jobs]
-            # As units finish, in any order: one slow unit does not hold the count still.
-            for done, finished in enumerate(futures.as_completed(running), start=len(units) - len(jobs) + 1):
-                finished.result()
-                progress.advance(done)
-            pool.shutdown()
-        except futures.process.BrokenProcessPool as e:
-            raise RuntimeError("prepare: a worker process died. If this was called from a script, call it under "
-                               "`if __name__ == '__main__':` (workers re-import the main module), or pass "
-                               "num_workers=1") from e
-        except _Preempted:
-            from bertjax.runtime.errors import TrainingStopped
+    try:
+        _prepare_units(jobs, len(units), num_workers, progress)
+    except (_Preempted, KeyboardInterrupt) as stop:  # SIGTERM in a pool, Ctrl-C
+        from bertjax.runtime.errors import TrainingStopped
 
-            raise TrainingStopped(f"preempted (SIGTERM) while preparing {output_dir}: the units done are kept; "
-                                  f"run the same command again to resume") from None
-        finally:  # units not started are dropped; the workers finish the ones they hold, then exit
-            pool.shutdown(wait=False, cancel_futures=True)
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+        done = sum(fileio.exists(_done_path(output_dir, i)) for i in range(len(units)))
+        raise TrainingStopped(f"{'preempted (SIGTERM)' if isinstance(stop, _Preempted) else 'interrupted (Ctrl-C)'} "
+                              f"while preparing {output_dir}: the {done} units done are kept; run the same command "
+                              "again to resume") from None
     progress.close()
     logging.info("prepare: units done in %.1fs", time.time() - start)
     fileio.rmtree(fileio.join(output_dir, ".incomplete"))
@@ -388,6 +367,49 @@ def _read_json(path: str, remedy: str) -> Any:
         return fileio.read_json(path)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: damaged, not valid JSON ({e}); {remedy}") from None
+
+
+def _prepare_units(jobs: list, num_units: int, num_workers: int, progress: console.Progress) -> None:
+    """Prepares each unit of `jobs` (one process, or a pool of `num_workers`), advancing
+    `progress` as each finishes; _Preempted on SIGTERM in a pool (its workers then exit)."""
+    if num_workers == 1:
+        for done, job in enumerate(jobs, start=num_units - len(jobs) + 1):
+            _prepare_unit(job)
+            progress.advance(done)
+    else:
+        # spawn: TF and fork do not mix. A broken pool raises instead of hanging.
+        context = multiprocessing.get_context("spawn")
+        pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker,
+                                           initargs=(os.getpid(),))
+        previous = _stop_on_sigterm()
+        try:
+            running = _submit_ignoring_ctrl_c(pool, jobs)
+            # As units finish, in any order: one slow unit does not hold the count still.
+            for done, finished in enumerate(futures.as_completed(running), start=num_units - len(jobs) + 1):
+                finished.result()
+                progress.advance(done)
+            pool.shutdown()
+        except futures.process.BrokenProcessPool as e:
+            raise RuntimeError("prepare: a worker process died. If this was called from a script, call it under "
+                               "`if __name__ == '__main__':` (workers re-import the main module), or pass "
+                               "num_workers=1") from e
+        finally:  # units not started are dropped; the workers finish the ones they hold, then exit
+            pool.shutdown(wait=False, cancel_futures=True)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+def _submit_ignoring_ctrl_c(pool: futures.ProcessPoolExecutor, jobs: list) -> list[futures.Future]:
+    """`jobs` submitted to `pool`, whose workers start as they are submitted, with SIGINT ignored
+    (Python keeps an ignored SIGINT ignored): a Ctrl-C, sent to the whole process group, stops
+    the main process alone, which says what is kept, where each worker printed a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        return [pool.submit(_prepare_unit, job) for job in jobs]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return [pool.submit(_prepare_unit, job) for job in jobs]
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # -- Worker side. --
