@@ -156,6 +156,8 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     prepared = fileio.exists(fileio.join(output_dir, "metadata.json"))
     if not prepared:  # only to prepare (a read of each file)
         sources.check_text_files(units, data_config.source)
+        if not data_config.vocab_path:  # (the demo vocabulary is written into the folder next)
+            _refuse_other_files(output_dir, demo_corpus.demo_vocab_name())
     tokenizer = load_tokenizer_for(data_config, output_dir)
     # Each unit with a sample of its text: a file edited in place to the same size is other data.
     described = [{**unit, "content": content} if content else unit
@@ -192,7 +194,6 @@ def _clear_leftovers_or_refuse(output_dir: str, tokenizer: tokenization.Tokenize
     taken, so that a folder of other files is left without one)."""
     if not fileio.isdir(output_dir) or fileio.exists(fileio.join(output_dir, "settings.json")):
         return
-    done = fileio.join(output_dir, "done")
     inside = fileio.join(output_dir, os.path.basename(tokenizer.path))
     if fileio.exists(inside) and fileio.read_bytes(inside) != fileio.read_bytes(tokenizer.path):
         # The folder carries its tokenizer under that name: the other file would stay, and the
@@ -200,16 +201,25 @@ def _clear_leftovers_or_refuse(output_dir: str, tokenizer: tokenization.Tokenize
         raise ValueError(f"{inside} is not the tokenizer given ({tokenizer.path}), and a prepared folder keeps its own "
                          "under that name: prepare into a new or empty folder (config.data.prepared_dir; "
                          "prepare_data.py's --output_dir)")
-    ours = {PREPARE_LOCK, workdir_lock.LOCK_NAME, ".incomplete", os.path.basename(tokenizer.path)}
-    names = fileio.listdir(output_dir)
-    others = sorted(name for name in names if name not in ours and not shards.is_shard_name(name)
+    _refuse_other_files(output_dir, os.path.basename(tokenizer.path))
+    for name in filter(shards.is_shard_name, fileio.listdir(output_dir)) if clear else ():
+        fileio.remove(fileio.join(output_dir, name))
+
+
+def _refuse_other_files(output_dir: str, tokenizer_name: str) -> None:
+    """ValueError when `output_dir`, not yet a prepare's (no settings.json), holds anything but
+    what a prepare writes: the locks, its tokenizer file `tokenizer_name`, an empty done/,
+    shards."""
+    if not fileio.isdir(output_dir) or fileio.exists(fileio.join(output_dir, "settings.json")):
+        return
+    done = fileio.join(output_dir, "done")
+    ours = {PREPARE_LOCK, workdir_lock.LOCK_NAME, ".incomplete", tokenizer_name}
+    others = sorted(name for name in fileio.listdir(output_dir) if name not in ours and not shards.is_shard_name(name)
                     and not (name == "done" and fileio.isdir(done) and not fileio.listdir(done)))
     if others:
         raise ValueError(f"{output_dir} holds files that are not prepared data ({', '.join(others[:4])}"
                          f"{', ...' if len(others) > 4 else ''}): prepare into a new or empty folder "
                          "(config.data.prepared_dir; prepare_data.py's --output_dir)")
-    for name in filter(shards.is_shard_name, names) if clear else ():
-        fileio.remove(fileio.join(output_dir, name))
 
 
 def _prepared_already(output_dir: str, settings: dict) -> dict:

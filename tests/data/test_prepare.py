@@ -15,6 +15,7 @@ from bertjax.data import vocabularies
 from bertjax.data import prepare, shards, sources
 from bertjax.data.corpora import demo_corpus
 from bertjax.runtime import console
+from bertjax.runtime.errors import TrainingStopped
 
 
 def _config(tmp_path, **overrides):
@@ -237,7 +238,7 @@ def test_killed_run_leaves_no_accepted_shard_and_rerun_skips_finished_units(tmp_
         real(job)
 
     monkeypatch.setattr(prepare, "_prepare_unit", dies_on_unit_2)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(TrainingStopped, match=r"interrupted \(Ctrl-C\) while preparing .*: the 2 units done are kept"):
         prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
     assert calls == [0, 1, 2]
     assert not os.path.exists(os.path.join(out, "metadata.json"))
@@ -298,7 +299,7 @@ def test_other_settings_in_the_same_directory_are_refused(tmp_path):
 def test_a_folder_of_other_files_is_never_prepared_into(tmp_path):
     """A folder of the user's own (a done/ of reports, a fine-tuning workdir) was prepared into,
     the shards mixed with its files, and a prepare that found nothing to train on deleted its
-    done/ with them (a review)."""
+    done/ with them (a review). The refusal writes nothing there."""
     _write_corpus(tmp_path, num_files=1, docs_per_file=5)
     mine = tmp_path / "mine"
     (mine / "done").mkdir(parents=True)
@@ -308,7 +309,8 @@ def test_a_folder_of_other_files_is_never_prepared_into(tmp_path):
         prepare.ensure_prepared(_config(tmp_path), str(mine), num_workers=1)
     assert (mine / "done" / "report.txt").read_text() == "important\n"
     assert not [name for name in os.listdir(mine) if name.endswith(".tfrecord")]
-    assert prepare.PREPARE_LOCK not in os.listdir(mine)  # (a walkthrough: the refusal left its lock there)
+    # Nothing written there: neither the refusal's lock nor the demo vocabulary (walkthroughs).
+    assert os.listdir(mine) == ["done"]
     # A new folder, or one holding only what a run writes first (its lock, an empty done/ of a
     # prepare killed as it began), is prepared.
     fresh = tmp_path / "fresh"

@@ -340,12 +340,21 @@ def demo_vocab_tokens() -> list[str]:
     return list(tokenization.SPECIAL_TOKENS) + sorted(words | pieces)
 
 
+def _demo_vocab_bytes() -> bytes:
+    return "".join(t + "\n" for t in demo_vocab_tokens()).encode("utf-8")
+
+
+def demo_vocab_name() -> str:
+    """The demo vocab.txt's file name: it carries the content hash, so a changed lexicon never
+    reuses a stale file."""
+    return f"demo_vocab-{hashlib.sha256(_demo_vocab_bytes()).hexdigest()[:12]}.txt"
+
+
 def demo_vocab_path(cache_dir: str) -> str:
     """Writes the demo vocab.txt under `cache_dir` (local or gs://) once, atomically, and
-    returns its path. The file name carries the content hash, so a changed lexicon never
-    reuses a stale file."""
-    data = "".join(t + "\n" for t in demo_vocab_tokens()).encode("utf-8")
-    path = fileio.join(cache_dir, f"demo_vocab-{hashlib.sha256(data).hexdigest()[:12]}.txt")
+    returns its path (named `demo_vocab_name()`)."""
+    data = _demo_vocab_bytes()
+    path = fileio.join(cache_dir, demo_vocab_name())
     if not fileio.exists(path):
         fileio.makedirs(cache_dir)
         fileio.write_bytes(path, data)
