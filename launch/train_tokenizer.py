@@ -44,21 +44,30 @@ _SAMPLE_LINES = 2000  # sentences kept to report the [UNK] share of the trained 
 flags.mark_flags_as_required(["input", "output_dir"])
 
 
+_COMPRESSED = (".gz", ".bz2", ".zst", ".xz")  # (refused as such once the kind is known: decompress first)
+
+
 def source_of(paths: list[str], chosen: str) -> str:
-    """The source kind the files are read as: `chosen`, or for "auto" their common extension's
-    (a ValueError naming two files of different kinds)."""
+    """The source kind the files are read as: `chosen`, or for "auto" their common extension's,
+    a compression suffix aside (a ValueError naming two files of different kinds)."""
     if chosen != "auto":
         return chosen
     from bertjax.tasks import common
 
     extensions = {**common.JSONL_EXTENSIONS, "parquet": "parquet"}
-    kinds = {extensions.get(path.rsplit(".", 1)[-1].lower(), "text") for path in paths}
+    kinds = {}  # kind -> a file of that kind
+    for path in paths:
+        name = path.lower()
+        name = next((name[:-len(suffix)] for suffix in _COMPRESSED if name.endswith(suffix)), name)
+        kinds.setdefault(extensions.get(name.rsplit(".", 1)[-1], "text"), path)
     if len(kinds) > 1:
-        raise ValueError(f"--input mixes {' and '.join(sorted(kinds))} files; give files of one kind, or --source")
-    if kinds == {"text"} and common.json_lines(common.first_lines(paths[0])):  # a vocabulary of braces and keys
+        mixed = " and ".join(f"{kind} ({path})" for kind, path in sorted(kinds.items()))
+        raise ValueError(f"--input mixes {mixed} files; give files of one kind, or --source")
+    [kind] = kinds
+    if kind == "text" and common.json_lines(common.first_lines(paths[0])):  # a vocabulary of braces and keys
         raise ValueError(f"--input: {paths[0]} looks like JSON Lines, not text; pass --source=jsonl (and --text_key),"
                          " or --source=text to learn from its lines as they are")
-    return kinds.pop()
+    return kind
 
 
 def _train(kind: str, texts) -> str:

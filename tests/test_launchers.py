@@ -2,6 +2,7 @@
 and no traceback: a misspelt or bad config value, a missing input, a wrong checkpoint. And
 every launcher hands GPU matmuls to cuBLAS."""
 
+import gzip
 import os
 import re
 import subprocess
@@ -141,6 +142,9 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}"], "vocab.txt exists; remove it"),
     ("train_tokenizer.py", ["--input={tmp}/rows.txt", "--output_dir={tmp}/vocab"],
      "--input: {tmp}/rows.txt looks like JSON Lines, not text; pass --source=jsonl"),
+    # Named as compressed, not "mixes jsonl and text" (a walkthrough).
+    ("train_tokenizer.py", ["--input={tmp}/rows.jsonl,{tmp}/rows.jsonl.gz", "--output_dir={tmp}/vocab"],
+     "{tmp}/rows.jsonl.gz: gzip-compressed, not UTF-8 text; decompress or convert it first"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir=gs://bucket/vocab"],
      "--output_dir=gs://bucket/vocab: give a local folder, then copy it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
@@ -277,6 +281,8 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
     (tmp_path / "swapped.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
     (tmp_path / "rows.txt").write_text('{"text": "One sentence."}\n{"text": "Another one."}\n')
+    (tmp_path / "rows.jsonl").write_text('{"text": "One sentence."}\n{"text": "Another one."}\n')
+    (tmp_path / "rows.jsonl.gz").write_bytes(gzip.compress(b'{"text": "One sentence."}\n'))
     (tmp_path / "partial.py").write_text(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom configs import pretrain\n\n\n"
                                          "def get_config():\n    config = pretrain.get_config('tiny')\n"
                                          "    del config.data['short_seq_prob']\n    return config\n")

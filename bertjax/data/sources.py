@@ -259,25 +259,19 @@ def check_text_files(units: list[dict], source: str) -> None:
     """Before a text or JSONL corpus is prepared: ValueError naming a file whose first bytes say
     it is compressed or binary, or (text) that its lines end in a carriage return alone, or
     (JSONL) whose first rows lack the text key (`_check_jsonl_key`: in every file, as files
-    written by other jobs may name the text otherwise); a warning when a `source` "text"
-    corpus's first line is a JSON object (a JSONL file: each row would be a sentence of JSON
-    syntax)."""
+    written by other jobs may name the text otherwise), and how many other files are refused
+    too (the next few named); a warning when a `source` "text" corpus's first line is a JSON
+    object (a JSONL file: each row would be a sentence of JSON syntax)."""
     paths = sorted({unit.get("path") or unit.get("jsonl") for unit in units} - {None})
     json_rows = []  # text files whose first line is a JSON object: every file is looked at
+    problems = {}  # path -> why it is refused
     for path in paths:
         with fileio.open_file(path, "rb") as f:
             head = f.read(4096)
-        for magic, what in _NOT_TEXT.items():
-            if head.startswith(magic):
-                raise ValueError(f"{path}: {what}, not UTF-8 text; decompress or convert it first")
-        nuls = head.count(b"\x00")
-        if nuls > len(head) // 4:  # (a stray NUL is cleaning's to drop, as BERT's does)
-            raise ValueError(f"{path}: {nuls} of its first {len(head)} bytes are NUL (UTF-16 without a byte-order "
-                             f"mark, or binary?), not UTF-8 text; convert it first")
-        if source == "text" and head.count(b"\r") > 1 and b"\n" not in head:  # the whole file one sentence
-            raise ValueError(f"{path}: its lines end in a carriage return alone (classic Mac OS), where the reader "
-                             "splits at line feeds only (one sentence a line, a blank line between documents); "
-                             "convert them first (tr '\\r' '\\n')")
+        problem = _not_text(path, head, source)
+        if problem:
+            problems[path] = problem
+            continue
         first = head.split(b"\n", 1)[0].strip()
         if source == "text" and first.startswith(b"{") and first.endswith(b"}"):
             try:
@@ -286,12 +280,43 @@ def check_text_files(units: list[dict], source: str) -> None:
             except ValueError:
                 pass
     if source == "jsonl" and units:  # (in parallel, a few KiB each: cheap on GCS too)
+        def key_problem(path: str) -> str | None:
+            try:
+                _check_jsonl_key(path, units[0]["text_key"])
+            except ValueError as e:
+                return str(e)
+            return None
+
         with futures.ThreadPoolExecutor(32) as pool:
-            list(pool.map(functools.partial(_check_jsonl_key, text_key=units[0]["text_key"]), paths))
+            readable = [path for path in paths if path not in problems]
+            problems.update((path, problem) for path, problem in zip(readable, pool.map(key_problem, readable))
+                            if problem)
+    if problems:
+        refused = [path for path in paths if path in problems]
+        others = (f" (and {len(refused) - 1} more of the {len(paths)} files: {', '.join(refused[1:4])}"
+                  f"{', ...' if len(refused) > 4 else ''})") if len(refused) > 1 else ""
+        raise ValueError(problems[refused[0]] + others)
     if json_rows:
         more = f" (and {len(json_rows) - 1} more of the {len(paths)} files)" if len(json_rows) > 1 else ""
         logging.warning("%s%s: its first line is a JSON object, read as a sentence of text "
                         "(config.data.source='text'); for JSONL rows set config.data.source=jsonl", json_rows[0], more)
+
+
+def _not_text(path: str, head: bytes, source: str) -> str | None:
+    """Why `path`, whose first bytes are `head`, cannot be read as UTF-8 text (`source` text:
+    nor as lines), or None."""
+    for magic, what in _NOT_TEXT.items():
+        if head.startswith(magic):
+            return f"{path}: {what}, not UTF-8 text; decompress or convert it first"
+    nuls = head.count(b"\x00")
+    if nuls > len(head) // 4:  # (a stray NUL is cleaning's to drop, as BERT's does)
+        return (f"{path}: {nuls} of its first {len(head)} bytes are NUL (UTF-16 without a byte-order mark, or "
+                "binary?), not UTF-8 text; convert it first")
+    if source == "text" and head.count(b"\r") > 1 and b"\n" not in head:  # the whole file one sentence
+        return (f"{path}: its lines end in a carriage return alone (classic Mac OS), where the reader splits at line "
+                "feeds only (one sentence a line, a blank line between documents); convert them first "
+                "(tr '\\r' '\\n')")
+    return None
 
 
 def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:

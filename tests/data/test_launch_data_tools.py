@@ -102,7 +102,8 @@ def test_train_tokenizer_reads_jsonl_rows_as_prepare_does(tmp_path):
                             f"{tmp_path}/notes.txt", f"--output_dir={tmp_path / 'mixed'}"],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert mixed.returncode == 2 and mixed.stderr.strip() == (
-        "error: --input mixes jsonl and text files; give files of one kind, or --source"), mixed.stderr[-2000:]
+        f"error: --input mixes jsonl ({tmp_path}/rows.ndjson) and text ({tmp_path}/notes.txt) files; give files of "
+        "one kind, or --source"), mixed.stderr[-2000:]
 
 
 def test_train_tokenizer_reports_unknown_characters_and_keeps_every_one_when_asked(tmp_path):

@@ -124,6 +124,37 @@ def test_a_compressed_or_binary_file_is_refused_by_name(tmp_path):
     sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "windows.txt"))), "text")
 
 
+def test_every_refused_file_of_a_corpus_is_counted(tmp_path):
+    """Only the first bad file was named: a corpus of many compressed files, or JSONL files from
+    other jobs, was mended one file per launch (a walkthrough). The first is named with its
+    reason, and the others counted, the next few named."""
+    import gzip
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(6):
+        (corpus / f"part{i}.txt").write_text("One sentence.\nTwo.\n")
+    for i in (1, 2, 3, 5):
+        (corpus / f"part{i}.txt").write_bytes(gzip.compress(b"One sentence.\n"))
+    (corpus / "part4.txt").write_bytes(b"First.\rSecond.\r\rOther.\r")
+    with pytest.raises(ValueError) as refused:
+        sources.check_text_files(sources.list_units(_config(input_pattern=str(corpus / "*.txt"))), "text")
+    assert str(refused.value) == (f"{corpus}/part1.txt: gzip-compressed, not UTF-8 text; decompress or convert it "
+                                  f"first (and 4 more of the 6 files: {corpus}/part2.txt, {corpus}/part3.txt, "
+                                  f"{corpus}/part4.txt, ...)")
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "a.jsonl").write_text('{"text": "Fine."}\n')
+    (rows / "b.jsonl").write_text('{"body": "Another key."}\n')
+    (rows / "c.jsonl").write_bytes(gzip.compress(b'{"text": "Fine."}\n'))
+    units = sources.list_units(_config(source="jsonl", input_pattern=str(rows / "*.jsonl"), text_key="text"))
+    with pytest.raises(ValueError) as refused:
+        sources.check_text_files(units, "jsonl")
+    assert str(refused.value) == (f"{rows}/b.jsonl: none of its first 1 rows has the key 'text' "
+                                  f"(config.data.text_key); they have ['body'] (and 1 more of the 3 files: "
+                                  f"{rows}/c.jsonl)")
+
+
 def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
     (tmp_path / "rows.txt").write_text('{"text": "One sentence. Another."}\n{"text": "More."}\n')
     sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "rows.txt"))), "text")
