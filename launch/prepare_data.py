@@ -28,8 +28,13 @@ flags.mark_flags_as_required(["config", "output_dir"])
 
 
 def main(_):
-    from bertjax.data import prepare
+    from bertjax.data import prepare, sources
 
+    source = _CONFIG.value.data.source
+    if source not in (*sources.SOURCES, "prepared"):  # (before the vocabulary's check names it as a corpus)
+        read_as_is = " (original_tfrecord records are read as they are: pre-train on them)"
+        raise ValueError(f"config.data.source={source!r}: prepare_data.py prepares one of {', '.join(sources.SOURCES)}"
+                         + (read_as_is if source == "original_tfrecord" else ""))
     prepare.check_vocabulary_given(_CONFIG.value.data)
     metadata = prepare.ensure_prepared(_CONFIG.value.data, _OUTPUT_DIR.value, num_workers=_NUM_WORKERS.value)
     summary = {split: {k: v for k, v in counts.items() if k not in ("shards", "shard_documents")}

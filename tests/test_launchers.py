@@ -148,6 +148,9 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir=gs://bucket/vocab"],
      "--output_dir=gs://bucket/vocab: give a local folder, then copy it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),
+    # Not "needs config.data.vocab_path" (a walkthrough).
+    ("prepare_data.py", [PRETRAIN, "--config.data.source=json", "--output_dir={tmp}/out"],
+     "config.data.source='json': prepare_data.py prepares one of demo, text, jsonl, parquet, tfds"),
     # Set for a run that fine-tunes its encoder (freeze_encoder forgotten): ignored without a word.
     ("finetune.py", [FINETUNE + ":demo", "--config.train.feature_cache_dir={tmp}/cache"],
      "config.train.feature_cache_dir={tmp}/cache has no effect: features are cached for a frozen encoder"),
@@ -305,8 +308,8 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     assert result.returncode == 2, result.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message.format(tmp=tmp_path) in lines[0], \
         result.stderr[-3000:]
-    assert not (tmp_path / "out").exists() and not (tmp_path / "run" / "checkpoints").exists()  # nothing written
-    assert not (tmp_path / "run" / "data").exists()
+    # Nothing written: not even the workdir, made for its lock (a walkthrough).
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
 
 
 def test_inspect_data_shows_the_examples_a_pretraining_run_reads(small_pretrained_run, minilm_classifier_run,
@@ -392,7 +395,7 @@ def test_a_sigterm_before_the_training_steps_stops_as_a_preemption(tmp_path):
     assert process.returncode == 3, stderr[-2000:]
     assert stderr.strip().splitlines()[-1].startswith("stopped: SIGTERM outside the training steps: run the same "
                                                       "command again"), stderr[-2000:]
-    assert os.listdir(tmp_path / "run") == [".lock"]
+    assert not (tmp_path / "run").exists()  # made for the run's lock, and nothing written
 
 
 @pytest.mark.parametrize("launcher, flags", [("pretrain.py", ("--config:", "--workdir:", "--distributed:")),
@@ -417,7 +420,7 @@ def test_a_run_refused_by_a_config_check_writes_nothing(tmp_path, launcher, args
     result = subprocess.run([sys.executable, os.path.join(ROOT, "launch", launcher), *args, f"--workdir={workdir}"],
                             env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "must be a positive int, got 0" in result.stderr, result.stderr[-3000:]
-    assert os.listdir(workdir) == [".lock"]  # the lock the run held (bertjax/runtime/workdir_lock.py), nothing else
+    assert not workdir.exists()  # made for the run's lock (bertjax/runtime/workdir_lock.py), and nothing written
     imported = imported_modules(result.stderr)
     assert "jax" in imported and not imported & {"tensorflow", "scipy"}
 

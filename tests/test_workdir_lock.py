@@ -61,6 +61,26 @@ def test_the_same_process_cannot_enter_twice_and_may_enter_again_after(tmp_path)
         pass
 
 
+def test_a_workdir_made_for_a_run_that_wrote_nothing_is_removed(tmp_path):
+    """A launcher refused at start-up (a config error, after taking the lock) left a new folder
+    holding only its .lock (a walkthrough). The folders the lock made go when nothing else was
+    written; a folder that was there, or one written in, stays; so does a waited-for lock's."""
+    with pytest.raises(ValueError, match="refused"):
+        with workdir_lock.hold(str(tmp_path / "new" / "run")):
+            raise ValueError("refused")
+    assert os.listdir(tmp_path) == []
+    with workdir_lock.hold(str(tmp_path / "new" / "run")):
+        (tmp_path / "new" / "run" / "metrics.jsonl").write_text("{}\n")
+    assert sorted(os.listdir(tmp_path / "new" / "run")) == [".lock", "metrics.jsonl"]
+    (tmp_path / "there").mkdir()
+    with workdir_lock.hold(str(tmp_path / "there")):
+        pass
+    assert os.listdir(tmp_path / "there") == [".lock"]
+    with workdir_lock.hold(str(tmp_path / "waited"), wait=lambda holder: None, lock_name=".prepare.lock"):
+        pass
+    assert os.listdir(tmp_path / "waited") == [".prepare.lock"]
+
+
 def test_gs_workdirs_are_not_locked_and_say_so(caplog):
     with caplog.at_level(logging.WARNING, logger="bertjax.runtime.workdir_lock"):
         with workdir_lock.hold("gs://bucket/run"):

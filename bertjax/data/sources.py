@@ -141,7 +141,7 @@ def list_units(data_config: Any) -> list[dict]:
         return _parquet_units(expand_patterns(data_config.input_pattern), data_config.text_key)
     if source == "tfds":
         return _tfds_units(data_config)
-    raise ValueError(f"config.data.source={source!r} has no text to read; expected one of {SOURCES}")
+    raise ValueError(f"config.data.source={source!r} has no text to read; expected one of {', '.join(SOURCES)}")
 
 
 CONTENT_BLOCK = 4096  # bytes of each of the four blocks `content_samples` hashes

@@ -46,6 +46,31 @@ class WorkdirBusyError(ValueError):
         self.holder = holder
 
 
+def _first_missing(path: str) -> str | None:
+    """The outermost folder of `path` (absolute) that does not exist yet; None if `path` exists."""
+    path, missing = os.path.abspath(path), None
+    while not os.path.exists(path):
+        missing, path = path, os.path.dirname(path)
+    return missing
+
+
+def _remove_if_unused(workdir: str, lock_name: str, made: str) -> None:
+    """Removes `workdir`'s lock file and the folders up to `made` (those `hold` made) when the
+    lock file is all they hold. Best effort: a run starting there meanwhile keeps them."""
+    try:
+        if os.listdir(workdir) != [lock_name]:
+            return
+        os.remove(os.path.join(workdir, lock_name))
+        path = os.path.abspath(workdir)
+        while True:
+            os.rmdir(path)  # (only while empty)
+            if path == made:
+                return
+            path = os.path.dirname(path)
+    except OSError:
+        pass
+
+
 def _why_not_made(path: str, error: OSError) -> str:
     """What stops a folder being made at `path`: the file on its way, else the OS's reason."""
     parent = os.path.dirname(os.path.abspath(path))
@@ -57,7 +82,10 @@ def _why_not_made(path: str, error: OSError) -> str:
 @contextlib.contextmanager
 def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str = LOCK_NAME,
          named: str = "workdir ") -> Iterator[None]:
-    """Holds `<workdir>/<lock_name>` (creating the workdir) until the block ends.
+    """Holds `<workdir>/<lock_name>` (creating the workdir) until the block ends. Without `wait`,
+    a workdir made here that holds nothing else by then is removed with its lock: a run refused
+    at start-up (a config error) leaves no folder behind. (A waiter would go on to hold a lock
+    file no longer there, beside a new one.)
 
     Raises WorkdirBusyError when another process holds it; with `wait`, calls wait(holder)
     once instead and blocks until the holder lets go (or dies). A lock of another name in the
@@ -73,10 +101,21 @@ def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str
         raise ValueError("the workdir must be a folder's path, got ''")
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ValueError(f"{named}{workdir} is a file; give a folder")
+    made = _first_missing(workdir) if wait is None else None
     try:
         os.makedirs(workdir, exist_ok=True)
     except OSError as error:  # a file on its path (Errno 20), no permission
         raise ValueError(f"{named}{workdir}: cannot make the folder ({_why_not_made(workdir, error)})") from None
+    try:
+        with _held(workdir, lock_name, wait):
+            yield
+    finally:
+        if made is not None:
+            _remove_if_unused(workdir, lock_name, made)
+
+
+@contextlib.contextmanager
+def _held(workdir: str, lock_name: str, wait: Callable[[str], None] | None) -> Iterator[None]:
     path = os.path.join(workdir, lock_name)
     with open(path, "a+", encoding="utf-8") as lock_file:
         locked = _try_lock(lock_file, workdir)
