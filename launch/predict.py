@@ -9,10 +9,11 @@ r"""Predicts with a trained model on raw input: one JSONL line per input, in inp
 from the run) or, with --task=fill_mask, a pre-trained checkpoint with a masked-LM head
 (bertjax pre-training run, Google's TF release, Hugging Face BertForMaskedLM /
 BertForPreTraining). Inputs: --text (repeatable), --input=FILE (formats: see
-bertjax/inference/batch_predict.py), or stdin (lines of text; JSONL for multiple choice or with
---input_format=jsonl). What each task family returns: bertjax/inference/engine.py. Bad inputs
-are named by file:line: --on_error=fail (default) stops with exit code 2 before predicting;
-skip writes {"error", "where"} in their place. --vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
+bertjax/inference/batch_predict.py), or stdin (--input left out or -: lines of text; JSONL for
+multiple choice or with --input_format=jsonl). What each task family returns:
+bertjax/inference/engine.py. Bad inputs are named by file:line: --on_error=fail (default) stops
+with exit code 2 before predicting; skip writes {"error", "where"} in their place.
+--vocab_file / --do_lower_case: the tokenizer of a model that comes without one.
 Inputs are read and predicted a chunk at a time (bounded memory, 1,024 inputs: stdin's answers
 come a chunk at a time, or at its end); a file is checked whole before the first prediction,
 stdin a chunk at a time (an earlier chunk's answers may be out). Exit codes: 0 done, 2 bad model,
@@ -34,7 +35,7 @@ from absl import flags  # noqa: E402
 
 _MODEL = flags.DEFINE_string("model", None, "fine-tuning workdir, or a checkpoint for --task=fill_mask",
                              required=True)
-_INPUT = flags.DEFINE_string("input", None, "file of inputs (default: stdin, unless --text)")
+_INPUT = flags.DEFINE_string("input", None, "file of inputs (default, or -: stdin, unless --text)")
 _TEXT = flags.DEFINE_multi_string("text", [], "an input on the command line (repeatable)")
 _OUTPUT = flags.DEFINE_string("output", None, "a new JSONL file to write (default: stdout)")
 _TASK = flags.DEFINE_enum("task", None, ["fill_mask"], "fill_mask: top-k tokens at each [MASK] "
@@ -73,11 +74,12 @@ def main(_):
     from bertjax.inference import batch_predict, model_source
     from bertjax.runtime import console, fileio
 
-    if _INPUT.value and not fileio.exists(_INPUT.value):  # before the model loads
-        raise ValueError(f"--input={_INPUT.value}: no such file")
-    if _INPUT.value and fileio.isdir(_INPUT.value):
-        raise ValueError(f"--input={_INPUT.value} is a folder; give a file of inputs")
-    if _INPUT.value and _OUTPUT.value and fileio.same_file(_INPUT.value, _OUTPUT.value):
+    input_file = None if _INPUT.value == "-" else _INPUT.value  # (-: stdin, as when --input is left out)
+    if input_file and not fileio.exists(input_file):  # before the model loads
+        raise ValueError(f"--input={input_file}: no such file")
+    if input_file and fileio.isdir(input_file):
+        raise ValueError(f"--input={input_file} is a folder; give a file of inputs")
+    if input_file and _OUTPUT.value and fileio.same_file(input_file, _OUTPUT.value):
         raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
     if _OUTPUT.value and fileio.isdir(_OUTPUT.value):
         raise ValueError(f"--output={_OUTPUT.value} is a folder; give a file's name")
@@ -118,17 +120,17 @@ def main(_):
     if _TEXT.value:
         records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:
-        input_format = batch_predict.file_format(_INPUT.value or "", family, _FORMAT.value, keys)
-        read = functools.partial(batch_predict.read_inputs, _INPUT.value or "/dev/stdin", family, input_format,
+        input_format = batch_predict.file_format(input_file or "", family, _FORMAT.value, keys)
+        read = functools.partial(batch_predict.read_inputs, input_file or "/dev/stdin", family, input_format,
                                  keys, source.data, required, check_lines=_FORMAT.value == "auto",
                                  warned=set())  # (one warning, however often the file is read)
-        if _INPUT.value and fileio.can_read_twice(_INPUT.value):  # checked whole first, then predicted
+        if input_file and fileio.can_read_twice(input_file):  # checked whole first, then predicted
             records = batch_predict.Reread(read)
             if next(iter(records), None) is None:
-                raise ValueError(f"--input={_INPUT.value}: no inputs (an empty file?)")
+                raise ValueError(f"--input={input_file}: no inputs (an empty file?)")
         else:  # stdin or a pipe: predicted as it arrives (an empty one is nothing to say)
             records = read()
-            if not _INPUT.value and sys.stdin.isatty():  # else it waits at a terminal without a word
+            if not input_file and sys.stdin.isatty():  # else it waits at a terminal without a word
                 print("reading inputs from the terminal, one a line (Ctrl-D ends; --input=FILE or --text=...)",
                       file=sys.stderr)
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,

@@ -523,6 +523,10 @@ def test_the_command_line_fills_masks_of_a_huggingface_export_from_stdin(small_p
     piped = _predict(f"--model={tmp_path}/hf", "--task=fill_mask", "--top_k=3", "--max_seq_length=32",
                      "--input=/dev/stdin", stdin="\n".join(texts) + "\n")
     assert piped.returncode == 0 and piped.stdout == result.stdout, piped.stderr
+    # "-" is stdin, as most tools read it ("--input=-: no such file" before: a walkthrough).
+    dash = _predict(f"--model={tmp_path}/hf", "--task=fill_mask", "--top_k=3", "--max_seq_length=32", "--input=-",
+                    stdin="\n".join(texts) + "\n")
+    assert dash.returncode == 0 and dash.stdout == result.stdout, dash.stderr
 
 
 def test_json_lines_named_json_for_a_span_qa_model_are_named_as_such(tmp_path):
