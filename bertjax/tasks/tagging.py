@@ -100,7 +100,7 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
     sentences, tags, locations = [], [], []
     words, word_tags, first_line = [], [], 0
     known = None if label_names is None else set(label_names)
-    width, first = None, ""  # the columns of the file's first token line, and that line
+    width, first, first_columns = None, "", []  # the columns of the file's first token line, and that line
 
     def end_sentence():
         if words:
@@ -131,7 +131,7 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
                              + ("" if tag_column is None else f" and the tag in column {tag_column}")
                              + f", got {len(columns)} column(s): {shown!r}")
         if width is None:
-            width, first = len(columns), f"line {number}: {shown!r}"
+            width, first, first_columns = len(columns), f"line {number}: {shown!r}", columns
         if len(columns) != width:  # (a token holding a space, here or there, was blamed on the line after it)
             raise ValueError(f"{path}:{number}: {len(columns)} columns, but the file's first token line has "
                              f"{width}: {shown!r} against {first}; columns are split at spaces and tabs, so a token "
@@ -151,6 +151,11 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
                                  f"(config.data.tag_column={tag_column} picks the column)")
             word_tags.append(tag)
     end_sentence()
+    if (tag_column is None and width is not None and width >= 3 and all(len(words) == 1 for words in sentences)
+            and not ner_metrics.is_tag(first_columns[-1])):  # (else each sentence would be its first word)
+        raise ValueError(f"{path}: each of its {len(sentences)} sentence(s) is one line of {width} columns ({first}): "
+                         "a sentence a line? CoNLL's layout has a word a line, a blank line between sentences "
+                         "(predict reads a sentence a line with --input_format=text)")
     if sentences and max(map(len, sentences)) > 1 and all(
             words[0] == "1" and all(_WORD_INDEX.fullmatch(word) for word in words) for words in sentences):
         raise ValueError(f"{path}: column {token_column} numbers each sentence's words 1, 2, 3 (CoNLL-U's ID column?) "

@@ -230,6 +230,24 @@ def test_a_conllu_file_is_neither_text_lines_nor_its_word_numbers(tmp_path):
     assert tagging.read_conll(str(path)).sentences == [["1", "2"], ["3"]]
 
 
+def test_a_sentence_a_line_read_as_conll_is_refused(tmp_path):
+    """--input_format=conll on a sentence a line, every line of as many words, predicted each
+    sentence's first word alone (a walkthrough). One-line sentences of three columns or more,
+    the last no tag, are refused; CoNLL's own one-word sentences are read."""
+    path = tmp_path / "sentences.conll"
+    path.write_text("John lives in Paris\n\nMary works at Google\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(
+            f"{path}: each of its 2 sentence(s) is one line of 4 columns (line 1: 'John lives in Paris'): a sentence "
+            "a line? CoNLL's layout has a word a line, a blank line between sentences (predict reads a sentence a "
+            "line with --input_format=text)")):
+        tagging.read_conll(str(path), tag_column=None)
+    for text, sentences in (("Paris NNP B-NP B-LOC\n\nRome NNP B-NP B-LOC\n", [["Paris"], ["Rome"]]),
+                            ("Paris NNP\n\nRome NNP\n", [["Paris"], ["Rome"]]),
+                            ("a b c\nd e f\n", [["a", "d"]])):
+        path.write_text(text, encoding="utf-8")
+        assert tagging.read_conll(str(path), tag_column=None).sentences == sentences
+
+
 def test_conll_bad_lines_name_file_and_line(tmp_path):
     path = tmp_path / "dev.txt"
     path.write_text("EU B-ORG\nrejects O\n\nPeter B-PER\nBlackburn\n", encoding="utf-8")
