@@ -577,6 +577,28 @@ def test_json_lines_or_conll_from_a_pipe_are_refused_and_text_loses_no_line(tmp_
     assert len(piped('{"text": "x"}\n', "classification", check_lines=False)) == 1  # --input_format=text
 
 
+def test_conll_and_squad_from_stdin_are_named_stdin():
+    """Stdin's CoNLL and SQuAD inputs, and their errors, were named /dev/stdin where every other
+    format's are named stdin (a walkthrough)."""
+    script = ("import sys; from bertjax.inference import batch_predict as b\n"
+              "family, form = sys.argv[1:]\n"
+              "try:\n"
+              "    print([where for where, _ in b.read_inputs('/dev/stdin', family, form, b.default_keys(family, None))])\n"
+              "except ValueError as e:\n"
+              "    print(e)\n")
+
+    def read(family, input_format, text):
+        return subprocess.run([sys.executable, "-c", script, family, input_format], input=text, capture_output=True,
+                              text=True, timeout=300, cwd=ROOT, check=True).stdout.strip()
+
+    assert read("tagging", "conll", "EU\nrejects\n\nPeter\n") == "['stdin:1', 'stdin:4']"
+    assert read("tagging", "conll", "EU B-ORG\nrejects\n") == (
+        "stdin:2: 1 columns, but the file's first token line has 2: 'rejects' against line 1: 'EU B-ORG'; columns "
+        "are split at spaces and tabs, so a token holding a space adds one")
+    squad = {"data": [{"paragraphs": [{"context": "Bob sleeps.", "qas": [{"id": "q1", "question": "Who?"}]}]}]}
+    assert read("squad", "squad_json", json.dumps(squad)) == "['stdin: id q1']"
+
+
 def test_a_pair_models_second_text_is_never_dropped_without_a_word(tmp_path, caplog):
     """A Hugging Face classifier (pairs unknown) read rows without the default 'text_b' column, or
     with a null one, as single texts without a word (a review): a null is refused in its row, as

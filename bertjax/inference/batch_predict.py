@@ -187,8 +187,15 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
                     "%s: no %r column, so the inputs are read without their %s (--%s_key names its column)", where,
                     keys[absent[0]], absent[0], absent[0])
             yield where, item
-    elif input_format in FORMATS:
-        yield from reader.read_formatted(path, input_format, data or {})
+    elif input_format in FORMATS:  # (read whole: a bad file's error names it, as each input's place does)
+        try:
+            examples = list(reader.read_formatted(path, input_format, data or {}))
+        except ValueError as e:
+            if not str(e).startswith(path):
+                raise
+            raise ValueError(name + str(e)[len(path):]) from None
+        for where, item in examples:
+            yield (name + where[len(path):] if where.startswith(path) else where), item
     else:
         raise ValueError(f"input format {input_format!r} is not one of {FORMATS}")
 
