@@ -582,8 +582,9 @@ def test_conll_and_squad_from_stdin_are_named_stdin():
     format's are named stdin (a walkthrough)."""
     script = ("import sys; from bertjax.inference import batch_predict as b\n"
               "family, form = sys.argv[1:]\n"
+              "keys = b.default_keys(family, None)\n"
               "try:\n"
-              "    print([where for where, _ in b.read_inputs('/dev/stdin', family, form, b.default_keys(family, None))])\n"
+              "    print([where for where, _ in b.read_inputs('/dev/stdin', family, form, keys)])\n"
               "except ValueError as e:\n"
               "    print(e)\n")
 
