@@ -645,6 +645,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
 
         # -- The loop. --
         best_predictions: dict[str, dict[str, np.ndarray]] = {}  # this process's best evaluation's, reused at the end
+        not_finite: list[tuple[int, float]] = []  # (step, loss) of this launch's evaluations that were not finite
         step = start_step
         batches = train_batches.batches(start_batch=start_step)
         if task.train.name in caches:
@@ -662,6 +663,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 if not finite:  # weights gone non-finite (diverging): their argmax scores are no result
                     log.warning("the evaluation at step %d is not finite (loss %s): not kept as the best", step,
                                 main["loss"])
+                    not_finite.append((step, main["loss"]))
                 elif best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
                     # replace: a resumed run evaluates a step again, and best/ may hold its
                     # earlier (other) weights and score.
@@ -690,10 +692,16 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 evaluate_at(step, state)
             with clock.phase("save"):
                 loop.save(step, state)
-        if best is None and task.eval_splits:  # a finished run relaunched over a best/ moved aside unreadable
+        if best is None and task.eval_splits and not not_finite:  # relaunched over a best/ moved aside unreadable
             log.warning("no readable best weights and no step left to evaluate: the last weights (step %d) are "
-                        "evaluated and kept in %s", step, best_checkpointer.directory)
+                        "evaluated, to be kept in %s", step, best_checkpointer.directory)
             evaluate_at(step, state)
+        if best is None and not_finite:  # (a relaunch counts non-finite steps afresh: it may end so)
+            last, loss = not_finite[-1]
+            raise TrainingDiverged(
+                f"no evaluation of the run in {workdir} is finite (the last, at step {last}: loss {loss}): its weights "
+                "are no result, and nothing was predicted with them; train again in a new workdir at a lower "
+                "learning rate, or check the data.", resumable=False)
     except BaseException as error:
         if isinstance(error, TrainingDiverged) and best is not None:
             diverged = error  # the best weights evaluated before it are still a result: predicted below

@@ -683,6 +683,30 @@ def test_an_evaluation_of_non_finite_weights_is_never_the_best(tmp_path, caplog)
     assert not (tmp_path / "predictions").exists()
 
 
+def test_a_relaunch_that_finishes_with_no_finite_evaluation_is_no_result(tmp_path, caplog):
+    """A resume counts non-finite steps afresh, so the same command relaunched after a divergence
+    stop trained its last steps, evaluated NaN, said the last weights were "kept" in best/, and
+    predicted with them, exit code 0 (a walkthrough). It is refused, nothing predicted."""
+    from bertjax import finetune
+    from bertjax.runtime.errors import TrainingDiverged
+
+    config = _demo_config(num_steps=6, eval_every=1, log_every=1, learning_rate=1e30, max_consecutive_bad_steps=4,
+                          warmup_proportion=0.0)
+    config.model.update(num_hidden_layers=1, **SMALL_MODEL)
+    with pytest.raises(TrainingDiverged, match="stopping at step 5: 4 consecutive steps") as caught:
+        finetune.finetune(config, str(tmp_path))
+    assert caught.value.resumable
+    with caplog.at_level("WARNING"), pytest.raises(TrainingDiverged) as caught:
+        finetune.finetune(config, str(tmp_path))
+    assert str(caught.value) == (
+        f"no evaluation of the run in {tmp_path} is finite (the last, at step 6: loss nan): its weights are no "
+        "result, and nothing was predicted with them; train again in a new workdir at a lower learning rate, or "
+        "check the data.") and not caught.value.resumable
+    assert "are evaluated, to be kept in" not in caplog.text
+    assert not (tmp_path / "predictions").exists()
+    assert not (tmp_path / "best").exists() or not any(p.name.isdigit() for p in (tmp_path / "best").iterdir())
+
+
 def test_a_run_diverged_at_its_last_step_is_no_result_when_relaunched(tmp_path, capsys):
     """Divergence is read at log steps, so a short run's only check is its last step, which the
     stop saves: relaunched (a sweep's rerun), that finished run trained nothing and reported its
