@@ -406,9 +406,10 @@ def _set_best_aside(best: str, fresh: bool, finished: bool = False, evaluated_on
                     "moved aside to %s, nothing deleted; this run's last weights will be its result", best,
                     checkpointing.move_aside(best, "other-evaluation"))
     elif chosen.get("evaluated_on", evaluated_on) != evaluated_on:  # (not recorded: a run from before it was)
-        log.warning("%s holds the best weights by another evaluation (config.data.eval_file, or what its rows hold, "
-                    "changed): moved aside to %s, nothing deleted; the best so far starts again at the next "
-                    "evaluation, on this run's", best, checkpointing.move_aside(best, "other-evaluation"))
+        log.warning("%s holds the best weights by another evaluation (its examples as read differ: "
+                    "config.data.eval_file, the rows it holds, or how they are cut and tokenized, e.g. "
+                    "config.data.max_seq_length): moved aside to %s, nothing deleted; the best so far starts again at "
+                    "the next evaluation, on this run's", best, checkpointing.move_aside(best, "other-evaluation"))
     return True
 
 

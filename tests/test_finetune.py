@@ -1430,10 +1430,11 @@ def test_a_finished_run_scores_its_best_weights_on_a_new_evaluation_and_keeps_th
     assert not [name for name in os.listdir(workdir) if name.startswith("best.")]
 
 
-def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_best(tmp_path, monkeypatch):
+def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_best(tmp_path, monkeypatch, caplog):
     """Resumed with another eval_file, a run compared its new scores with the best of the old
     file and kept weights that score worse on this one as its best (a review). That best/ is
-    moved aside; the best starts again on this run's evaluation."""
+    moved aside; the best starts again on this run's evaluation. The warning names what can
+    make an evaluation another, a length too (a walkthrough: it named the file alone)."""
     from bertjax import checkpointing
     from small_runs import tiny_finetune_run
 
@@ -1443,8 +1444,11 @@ def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_bes
     files = dict(train_file=str(tmp_path / "data.csv"), text_b_key="")
     workdir = tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "data.csv"), **files)
     first = checkpointing.read_meta(os.path.join(workdir, "best"))["extra"]
-    tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "other.csv"),
-                      train={"num_steps": 4, "eval_every": 2}, **files)
+    with caplog.at_level("WARNING"):
+        tiny_finetune_run("classification", tmp_path, eval_file=str(tmp_path / "other.csv"),
+                          train={"num_steps": 4, "eval_every": 2}, **files)
+    assert ("holds the best weights by another evaluation (its examples as read differ: config.data.eval_file, the "
+            "rows it holds, or how they are cut and tokenized, e.g. config.data.max_seq_length)") in caplog.text
     [aside] = [name for name in os.listdir(workdir) if name.startswith("best.other-evaluation-")]
     assert checkpointing.read_meta(os.path.join(workdir, aside))["extra"] == first  # kept whole
     best = checkpointing.read_meta(os.path.join(workdir, "best"))["extra"]
