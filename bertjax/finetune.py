@@ -97,6 +97,18 @@ def _init_weights(source: model_source.ModelSource | None, config: ml_collection
     return source.weights if fileio.is_remote(source.weights) else os.path.abspath(source.weights)
 
 
+def _positions_trained(length: int, source: model_source.ModelSource | None, frozen: bool) -> int | None:
+    """The longest length the run's positions will have trained at, saved with its config: a run
+    started from it warns of untrained positions past that, not past this run's own length (a
+    walkthrough: a run at 64 from a 48-token fine-tuning of a 64-token pre-training was warned).
+    None when the starting model's is not known (a release)."""
+    if source is None:
+        return length
+    if source.positions_trained is None or frozen:
+        return source.positions_trained
+    return max(length, source.positions_trained)
+
+
 def pretrained_params(config: ml_collections.ConfigDict, source: model_source.ModelSource, bert: BertConfig,
                       model_params: dict[str, Any]) -> dict[str, Any]:
     """The encoder of config.init_checkpoint (and with config.reuse_head every other part of the
@@ -490,7 +502,7 @@ def warn_if_longer_than_trained(config: ml_collections.ConfigDict, source) -> No
         longer = ("its 'modern,long' option" if source.bert.position_embedding == "rope"
                   and preset.startswith("modernbert") else "its phase2")
         log.warning("config.data.max_seq_length=%d is longer than %s; pre-train at the longer length first "
-                    "(configs/pretrain.py, %s) or fine-tune at %d", length, untrained, longer, source.max_seq_length)
+                    "(configs/pretrain.py, %s) or fine-tune at %d", length, untrained, longer, source.positions_trained)
 
 
 def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -558,6 +570,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     pooler_trained = pooler_learnt or (reads_pooler and not frozen)
     saved_config = {**config.to_dict(), "model": bert.to_dict(), "train": train_cfg.to_dict(), "task_info": task.info,
                     "init_weights": _init_weights(source, config, workdir), "pooler_trained": pooler_trained,
+                    "positions_trained": _positions_trained(config.data.max_seq_length, source, frozen),
                     # (the rows trained on, wherever their file now lies: a finished run relaunched
                     # on other rows would train nothing, run_config.check_finished_unchanged)
                     "train_data_digest": splits_digest([task.train])}

@@ -140,7 +140,8 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
         if (left_out and key.startswith(left_out)) or old.get(key, "unset") == new.get(key, "unset"):
             continue
         # (also under a prefix: the demo's)
-        recorded_later = ("data.process_count", "init_weights", "recipe", "pooler_trained", "train_data_digest")
+        recorded_later = ("data.process_count", "init_weights", "recipe", "pooler_trained", "train_data_digest",
+                          "positions_trained")
         if key not in old and any(key == name or key.endswith("." + name) for name in recorded_later):
             continue  # from before they were recorded
         changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}")

@@ -404,7 +404,7 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
                     _with_changed_settings(error, str(checkpointer.directory), config)) from None
             # The weights a run started from are not read on a resume: another (or the same moved)
             # is no change to the continuation, said apart.
-            left_out = (*run_config.OPERATIONAL_SETTINGS, "init_weights")
+            left_out = (*run_config.OPERATIONAL_SETTINGS, "init_weights", "positions_trained")
             changes = run_config.changed_settings(meta["config"], config, left_out) if config is not None else []
             if changes:
                 log.warning("%s", run_config.describe_changes(changes))

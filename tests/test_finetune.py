@@ -140,6 +140,36 @@ def test_fine_tuning_longer_than_the_pre_training_is_warned_of(pretrained_run, c
     assert not caplog.text
 
 
+def test_a_fine_tuned_run_records_the_longest_length_its_positions_trained_at(pretrained_run, minilm_classifier_run,
+                                                                              caplog):
+    """A run started from a fine-tuning run was warned of untrained positions past that run's own
+    length, though the model it had started from trained longer (a walkthrough: 64 tokens from
+    a 48-token fine-tuning of a 64-token pre-training). A fine-tuning run records the longer of
+    the two (its starting model's, frozen; unknown after a release, whose length is not guessed)."""
+    from bertjax import finetune
+
+    config = _demo_config()
+    config.init_checkpoint = pretrained_run
+    pretraining = finetune_setup.checkpoint_source(config)
+    assert pretraining.positions_trained == 64
+    assert finetune._positions_trained(48, pretraining, frozen=False) == 64
+    assert finetune._positions_trained(128, pretraining, frozen=False) == 128
+    assert finetune._positions_trained(128, pretraining, frozen=True) == 64  # (frozen: its positions never trained)
+    assert finetune._positions_trained(48, None, frozen=False) == 48  # from scratch
+    fine_tuned = dataclasses.replace(pretraining, run_config={**pretraining.run_config, "task": "demo",
+                                                              "data": {"max_seq_length": 48}, "positions_trained": 64})
+    assert fine_tuned.max_seq_length == 48 and fine_tuned.untrained_past(64) is None
+    assert fine_tuned.untrained_past(65).startswith("the 64 tokens")
+    # MiniLM's (a release: not known) fine-tuned at 16 tokens: nothing guessed past 16.
+    config.init_checkpoint = minilm_classifier_run
+    classifier = finetune_setup.checkpoint_source(config)
+    assert classifier.max_seq_length == 16 and classifier.positions_trained is None
+    config.data.max_seq_length = 64
+    with caplog.at_level("WARNING"):
+        finetune.warn_if_longer_than_trained(config, classifier)
+    assert "untrained" not in caplog.text
+
+
 def test_a_resume_needs_only_its_workdir_and_refuses_another_vocabulary(pretrained_run, tmp_path, caplog):
     """A fine-tuning run resumes from its own checkpoint: its init_checkpoint may be gone (a
     recreated VM's local disk); a vocabulary other than the one it trained with is refused

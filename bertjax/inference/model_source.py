@@ -79,12 +79,21 @@ class ModelSource:
         length = self.data.get("max_seq_length")
         return None if length is None else int(length)
 
+    @property
+    def positions_trained(self) -> int | None:
+        """The longest length this model's positions trained at: a fine-tuning run's record of it
+        (its own length or its starting model's, the longer; None after a model whose length is
+        not known), else its run's length (`max_seq_length`)."""
+        if self.run_config and "positions_trained" in self.run_config:
+            return self.run_config["positions_trained"]
+        return self.max_seq_length
+
     def untrained_past(self, length: int) -> str | None:
-        """What inputs of `length` tokens would meet that this run never trained (the position
+        """What inputs of `length` tokens would meet that this model never trained (the position
         embeddings, or the modern encoder's attention at those distances), as "the N tokens
-        PATH trained at: ..."; None when they meet nothing untrained (or the run's length is
-        not known: a release's is not guessed)."""
-        trained = self.max_seq_length
+        PATH trained at: ..."; None when they meet nothing untrained (or the length it trained
+        at is not known: a release's is not guessed)."""
+        trained = self.positions_trained
         if not trained or length <= trained:
             return None
         what = ("the position embeddings past it are untrained" if self.bert.position_embedding == "absolute" else
