@@ -199,6 +199,14 @@ def first_changes(changes: list[str]) -> str:
     return "; ".join(changes[:_SHOWN_CHANGES]) + more
 
 
+def without_moved_training_file(changes: list[str], saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`changes` less config.data.train_file's where the training rows digest as they did
+    (`train_data_digest`): the same file moved or copied is the same continuation."""
+    digest = saved.get("train_data_digest")
+    same_rows = digest is not None and digest == current.get("train_data_digest")
+    return [change for change in changes if not (same_rows and change.split(" ", 1)[0] == "data.train_file")]
+
+
 def describe_changes(changes: list[str]) -> str:
     """One line for the console: the first few changes and how many more."""
     return (f"resumed with {len(changes)} setting(s) changed since the checkpoint, so this is not an exact "

@@ -405,7 +405,10 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
             # The weights a run started from are not read on a resume: another (or the same moved)
             # is no change to the continuation, said apart.
             left_out = (*run_config.OPERATIONAL_SETTINGS, "init_weights", "positions_trained")
-            changes = run_config.changed_settings(meta["config"], config, left_out) if config is not None else []
+            changes = []
+            if config is not None:
+                changes = run_config.changed_settings(meta["config"], config, left_out)
+                changes = run_config.without_moved_training_file(changes, meta["config"] or {}, config)
             if changes:
                 log.warning("%s", run_config.describe_changes(changes))
             started, named = (meta["config"] or {}).get("init_weights"), (config or {}).get("init_weights")

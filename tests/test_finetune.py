@@ -1460,6 +1460,31 @@ def test_a_finished_run_scores_its_best_weights_on_a_new_evaluation_and_keeps_th
     assert not [name for name in os.listdir(workdir) if name.startswith("best.")]
 
 
+def test_a_resume_from_a_moved_training_file_is_an_exact_continuation(tmp_path, caplog):
+    """Resumed with a copy of its training file elsewhere, a run was told "1 setting(s) changed
+    since the checkpoint, so this is not an exact continuation: data.train_file" (a walkthrough):
+    the same rows, digested, are the same continuation; other rows at the new path are not."""
+    from small_runs import tiny_finetune_run
+
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    (tmp_path / "moved").mkdir()
+    shutil.copy(tmp_path / "data.csv", tmp_path / "moved" / "data.csv")
+    files = dict(text_b_key="", eval_file=str(tmp_path / "data.csv"))
+    tiny_finetune_run("classification", tmp_path, train_file=str(tmp_path / "data.csv"), **files)
+    with caplog.at_level("WARNING"):
+        tiny_finetune_run("classification", tmp_path, train={"num_steps": 3},
+                          train_file=str(tmp_path / "moved" / "data.csv"), **files)
+    assert "resumed with 1 setting(s) changed" in caplog.text and "data.train_file" not in caplog.text  # num_steps
+    (tmp_path / "other.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows[::-1]))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        tiny_finetune_run("classification", tmp_path, train={"num_steps": 4}, train_file=str(tmp_path / "other.csv"),
+                          **files)
+    assert (f"not an exact continuation: data.train_file '{tmp_path}/moved/data.csv' -> '{tmp_path}/other.csv'"
+            in caplog.text), caplog.text
+
+
 def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_best(tmp_path, monkeypatch, caplog):
     """Resumed with another eval_file, a run compared its new scores with the best of the old
     file and kept weights that score worse on this one as its best (a review). That best/ is
