@@ -895,6 +895,17 @@ def test_the_feature_cache_is_named_by_the_weights_the_run_runs_not_by_its_init_
 
 # -- Bad input. --
 
+def test_bad_feature_layers_are_shown_an_example_of_the_models_own():
+    """A walkthrough: -1,-2,-3,-4 (the paper's) refused for a model of two layers, suggesting itself."""
+    from bertjax.models import BertConfig
+
+    for layers, example in ((2, "-1,-2"), (12, "-1,-2,-3,-4")):
+        with pytest.raises(ValueError, match=rf"in \[-{layers + 1}, {layers}\] of the embeddings and the {layers} "
+                                             rf"layers \(e.g. {example}\), got '-1,-20'"):
+            BertConfig.preset("tiny", vocab_size=100, num_hidden_layers=layers, feature_layers="-1,-20",
+                              feature_combine="concat")
+
+
 @pytest.mark.parametrize("model, message", [
     (dict(feature_layers="-1,-6"), r"config.model.feature_layers\) must be distinct comma-separated indices in "
                                    r"\[-5, 4\] of the embeddings and the 4 layers"),

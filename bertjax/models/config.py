@@ -194,9 +194,10 @@ class BertConfig:
     def feature_layer_indices(self) -> tuple[int, ...]:
         """`feature_layers` as distinct indices in [0, L] of the hidden states [L + 1, ...]."""
         count = self.num_hidden_layers + 1
-        expected = (f"BertConfig.feature_layers (config.model.feature_layers) must be distinct comma-separated indices in [-{count}, "
-                    f"{count - 1}] of the embeddings and the {count - 1} layers (e.g. -1,-2,-3,-4), "
-                    f"got {self.feature_layers!r}")
+        last_layers = ",".join(str(-k) for k in range(1, min(4, count - 1) + 1))  # (this model's own example)
+        expected = (f"BertConfig.feature_layers (config.model.feature_layers) must be distinct comma-separated "
+                    f"indices in [-{count}, {count - 1}] of the embeddings and the {count - 1} layers (e.g. "
+                    f"{last_layers}), got {self.feature_layers!r}")
         try:
             indices = tuple(int(part) for part in str(self.feature_layers).split(","))
         except ValueError:
