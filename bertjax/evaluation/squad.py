@@ -83,7 +83,12 @@ def evaluate(dataset: list, predictions: dict[str, str], version: str = "2.0",
         raise ValueError("the dataset has no questions")
     for qid, _ in questions:
         if qid in predictions and not isinstance(predictions[qid], str):
-            raise ValueError(f"question {qid!r}: the prediction {predictions[qid]!r} is not a string")
+            found = predictions[qid]
+            shown = repr(found) if len(repr(found)) <= 60 else repr(found)[:57] + "..."
+            nbest = isinstance(found, list) and all(isinstance(entry, dict) and "text" in entry for entry in found)
+            raise ValueError(f"question {qid!r}: the prediction is a {type(found).__name__} ({shown}), not an "
+                             "answer's text" + ("; an n-best file? give the predictions file (question id -> "
+                                                "answer text)" if nbest else ""))
     if _version(version) == "1.1":
         if na_probs is not None:
             raise ValueError("no-answer probabilities need version 2.0")

@@ -180,6 +180,15 @@ def test_command_line_bad_input(tmp_path):
         assert len(run.stderr.strip().splitlines()) == 1 and str(tmp_path / bad) in run.stderr, run.stderr
     run = _cli(tmp_path / "nodata.json", tmp_path / "missing.json")  # the data file is read first
     assert run.returncode == 2 and str(tmp_path / "nodata.json") in run.stderr
+    # The n-best file given for the predictions: named as such, its 20 entries not printed (a walkthrough).
+    (tmp_path / "v1.json").write_text(json.dumps({"version": "1.1", "data": _data(("a", ["Denver Broncos"]))}))
+    (tmp_path / "nbest.json").write_text(json.dumps({"a": [{"text": f"answer {k}", "probability": 0.05}
+                                                           for k in range(20)]}))
+    run = _cli(tmp_path / "v1.json", tmp_path / "nbest.json")
+    assert run.returncode == 2 and run.stderr.strip() == (
+        f"error: {tmp_path}/nbest.json on {tmp_path}/v1.json: question 'a': the prediction is a list ([{{'text': "
+        "'answer 0', 'probability': 0.05}, {'text': 'ans...), not an answer's text; an n-best file? give "
+        "the predictions file (question id -> answer text)"), run.stderr
 
 
 @pytest.mark.parametrize("stated, impossible, want", [
