@@ -48,9 +48,11 @@ from __future__ import annotations
 
 import codecs
 import collections
+import contextlib
 from concurrent import futures
 import functools
 import hashlib
+import io
 import itertools
 import json
 import math
@@ -648,8 +650,9 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
     from tensorflow_datasets.core.download import downloader
 
     builder = tfds.builder(name, data_dir=data_dir)
-    if builder.is_prepared():
-        return builder
+    with _quiet_tfds():  # (it warns of the dataset's folder it found not prepared: what is asked)
+        if builder.is_prepared():
+            return builder
     # What a failed attempt makes there: the dataset's folders down to its version's, the name's
     # .config, downloads/; those that were not there are removed after it.
     root, path, folders = str(builder.data_dir_root), str(builder.data_dir), []
@@ -662,7 +665,10 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
     retries = downloader.MAX_RETRIES
     downloader.MAX_RETRIES = 0
     try:
-        builder.download_and_prepare()
+        # Offline, the attempt's announcement, progress bars and folder warnings would only
+        # precede the error; with a network they are the download's progress.
+        with _quiet_tfds() if not _resolves(_TFDS_HOST) else contextlib.nullcontext():
+            builder.download_and_prepare()
         return builder
     except OSError as error:  # requests' errors are OSErrors
         if error.filename and str(error.filename).startswith(root):  # the folder, not the network
@@ -686,6 +692,33 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
             f"gs://your-bucket/tfds) and set config.data.tfds_data_dir to it") from None
     finally:
         downloader.MAX_RETRIES = retries
+
+
+_TFDS_HOST = "storage.googleapis.com"  # TFDS's own mirror: a machine with a network resolves it
+
+
+def _resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, 443)
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_tfds() -> Iterator[None]:
+    """TFDS's stdout announcement, progress bars and absl warnings held back for the block."""
+    from tensorflow_datasets.core.utils import tqdm_utils
+
+    active, verbosity = tqdm_utils._active, logging.get_verbosity()  # (no public getter for the bars' setting)
+    tqdm_utils.display_progress_bar(False)
+    logging.set_verbosity(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        tqdm_utils.display_progress_bar(active)
+        logging.set_verbosity(verbosity)
 
 
 def _error_host(error: BaseException) -> str:
