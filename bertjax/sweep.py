@@ -203,12 +203,7 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         shutil.rmtree(finetune.cache_directory(config, workdir), ignore_errors=True)
     results = _ranked(results, metric)  # with the earlier invocations' other points
     if jax.process_index() == 0:
-        columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
-        print("\n" + "  ".join(f"{c:>24}" for c in columns))
-        for row in results:
-            cells = {**row, "run": row["run"] + (" (failed)" if "error" in row else "")}
-            print("  ".join(f"{cells[c]:>24.4f}" if isinstance(cells.get(c), float)
-                            else f"{'' if cells.get(c) is None else cells[c]!s:>24}" for c in columns))
+        print("\n" + "\n".join(results_table(results)))
         for row in results:
             if "error" in row:
                 print(f"{row['run']}: failed, {row['error']}")
@@ -283,6 +278,22 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         metric = next(filter(None, (_recorded_metric(workdir, row["run"]) for row in earlier)), None)
     _write_results(workdir, results, metric)  # (every run's row reused: the file may predate one)
     return results, metric
+
+
+def results_table(results: list[dict[str, Any]]) -> list[str]:
+    """The rows as lines of a table: run, best step and each evaluation metric, every column as
+    wide as its widest cell (a seed's or a failed run's name is longer than most)."""
+    columns = ["run", "best_step"] + sorted({key for row in results for key in row if key.startswith("eval_")})
+
+    def cell(row: dict[str, Any], column: str) -> str:
+        value = row["run"] + (" (failed)" if "error" in row else "") if column == "run" else row.get(column)
+        return f"{value:.4f}" if isinstance(value, float) else "" if value is None else str(value)
+
+    cells = [[cell(row, column) for column in columns] for row in results]
+    widths = [max(len(column), *(len(line[k]) for line in cells)) for k, column in enumerate(columns)]
+    return ["  ".join(text.ljust(width) if k == 0 else text.rjust(width)
+                      for k, (text, width) in enumerate(zip(line, widths))).rstrip()
+            for line in [columns, *cells]]
 
 
 def _say(line: str) -> None:

@@ -885,6 +885,19 @@ def test_warmup_limits_are_named_by_the_key_fine_tuning_sets():
         finetune_setup.check_train_values(_demo_config(num_epochs=float("inf")).train)
 
 
+def test_the_sweep_table_fits_its_columns_to_the_longest_cell():
+    """A seed's run name, or a failed run's, was longer than the table's fixed 24 characters and
+    shifted its row's columns (a walkthrough)."""
+    from bertjax import sweep
+
+    rows = [{"run": "lr0.0001_batch32_steps20_seed2", "best_step": 20, "eval_accuracy": 0.5, "eval_loss": 0.69},
+            {"run": "lr1e+30_batch32_steps20", "best_step": None, "error": "diverged"}]
+    assert sweep.results_table(rows) == [
+        "run                               best_step  eval_accuracy  eval_loss",
+        "lr0.0001_batch32_steps20_seed2           20         0.5000     0.6900",
+        "lr1e+30_batch32_steps20 (failed)"]
+
+
 @pytest.mark.multidevice  # a grid point the 8 devices cannot split
 def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
     # MRPC-like: accuracy and F1 disagree; the paper picks the grid point by F1.
