@@ -381,32 +381,38 @@ def _read_json(path: str, remedy: str) -> Any:
 
 def _prepare_units(jobs: list, num_units: int, num_workers: int, progress: console.Progress) -> None:
     """Prepares each unit of `jobs` (one process, or a pool of `num_workers`), advancing
-    `progress` as each finishes; _Preempted on SIGTERM in a pool (its workers then exit)."""
-    if num_workers == 1:
-        for done, job in enumerate(jobs, start=num_units - len(jobs) + 1):
-            _prepare_unit(job)
-            progress.advance(done)
-    else:
-        # spawn: TF and fork do not mix. A broken pool raises instead of hanging.
-        context = multiprocessing.get_context("spawn")
-        pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker,
-                                           initargs=(os.getpid(),))
-        previous = _stop_on_sigterm()
-        try:
-            running = _submit_ignoring_ctrl_c(pool, jobs)
-            # As units finish, in any order: one slow unit does not hold the count still.
-            for done, finished in enumerate(futures.as_completed(running), start=num_units - len(jobs) + 1):
-                finished.result()
+    `progress` as each finishes; _Preempted on SIGTERM (a pool's workers then exit)."""
+    previous = _stop_on_sigterm()
+    try:
+        if num_workers == 1:
+            for done, job in enumerate(jobs, start=num_units - len(jobs) + 1):
+                _prepare_unit(job)
                 progress.advance(done)
-            pool.shutdown()
-        except futures.process.BrokenProcessPool as e:
-            raise RuntimeError("prepare: a worker process died. If this was called from a script, call it under "
-                               "`if __name__ == '__main__':` (workers re-import the main module), or pass "
-                               "num_workers=1") from e
-        finally:  # units not started are dropped; the workers finish the ones they hold, then exit
-            pool.shutdown(wait=False, cancel_futures=True)
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+        else:
+            _prepare_in_pool(jobs, num_units, num_workers, progress)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _prepare_in_pool(jobs: list, num_units: int, num_workers: int, progress: console.Progress) -> None:
+    # spawn: TF and fork do not mix. A broken pool raises instead of hanging.
+    context = multiprocessing.get_context("spawn")
+    pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker,
+                                       initargs=(os.getpid(),))
+    try:
+        running = _submit_ignoring_ctrl_c(pool, jobs)
+        # As units finish, in any order: one slow unit does not hold the count still.
+        for done, finished in enumerate(futures.as_completed(running), start=num_units - len(jobs) + 1):
+            finished.result()
+            progress.advance(done)
+        pool.shutdown()
+    except futures.process.BrokenProcessPool as e:
+        raise RuntimeError("prepare: a worker process died. If this was called from a script, call it under "
+                           "`if __name__ == '__main__':` (workers re-import the main module), or pass "
+                           "num_workers=1") from e
+    finally:  # units not started are dropped; the workers finish the ones they hold, then exit
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _submit_ignoring_ctrl_c(pool: futures.ProcessPoolExecutor, jobs: list) -> list[futures.Future]:
@@ -438,7 +444,7 @@ def _raise_preempted(signum, frame) -> None:
 
 def _stop_on_sigterm():
     """SIGTERM raises _Preempted in the main thread (the handler before is returned), so the
-    pool is shut down rather than its workers orphaned. None (nothing changed) off the main
+    pool is shut down rather than its workers orphaned, and the stop says what is kept. None (nothing changed) off the main
     thread, and in a multi-host run, whose SIGTERM handler JAX installs from C for its
     coordinated preemption save: Python sees it as SIG_DFL, and would put that back instead."""
     jax = sys.modules.get("jax")  # (data preparation does not import JAX itself)

@@ -284,6 +284,28 @@ def test_a_second_prepare_into_the_folder_waits_and_reads_the_first_ones_data(tm
         assert prepare.ensure_prepared(_config(tmp_path), own)["splits"] == first["splits"]
 
 
+def test_sigterm_while_preparing_in_process_stops_keeping_the_units_done(tmp_path, monkeypatch):
+    """A corpus prepared in the launcher's own process (under 8 MB) was killed by SIGTERM with
+    exit code 143 and no word; a pool's preparation stops, saying the units done are kept."""
+    import signal
+
+    _write_corpus(tmp_path, num_files=4, docs_per_file=10)
+    out = str(tmp_path / "out")
+    real = prepare._prepare_unit
+
+    def terminated_in_unit_2(job):
+        if job[5] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        real(job)
+
+    monkeypatch.setattr(prepare, "_prepare_unit", terminated_in_unit_2)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(TrainingStopped, match=r"preempted \(SIGTERM\) while preparing .*: the 2 units done are kept; "
+                                              r"run the same command again to resume"):
+        prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
 def test_other_settings_in_the_same_directory_are_refused(tmp_path):
     _write_corpus(tmp_path, num_files=1, docs_per_file=5)
     out = str(tmp_path / "out")
