@@ -444,9 +444,10 @@ def _raise_preempted(signum, frame) -> None:
 
 def _stop_on_sigterm():
     """SIGTERM raises _Preempted in the main thread (the handler before is returned), so the
-    pool is shut down rather than its workers orphaned, and the stop says what is kept. None (nothing changed) off the main
-    thread, and in a multi-host run, whose SIGTERM handler JAX installs from C for its
-    coordinated preemption save: Python sees it as SIG_DFL, and would put that back instead."""
+    pool is shut down rather than its workers orphaned, and the stop says what is kept. None
+    (nothing changed) off the main thread, and in a multi-host run, whose SIGTERM handler JAX
+    installs from C for its coordinated preemption save: Python sees it as SIG_DFL, and would
+    put that back instead."""
     jax = sys.modules.get("jax")  # (data preparation does not import JAX itself)
     if threading.current_thread() is not threading.main_thread() or (jax and jax.distributed.is_initialized()):
         return None
