@@ -81,6 +81,21 @@ def test_a_workdir_made_for_a_run_that_wrote_nothing_is_removed(tmp_path):
     assert os.listdir(tmp_path / "waited") == [".prepare.lock"]
 
 
+def test_a_run_refused_as_busy_removes_nothing(tmp_path, monkeypatch):
+    """A second launch that saw the workdir missing, then found it locked by the first, removed
+    the first's lock and folder on its way out (a review): only a run that held the lock removes
+    what it made."""
+    workdir = tmp_path / "run"
+    holder = _start_holder(workdir)
+    monkeypatch.setattr(workdir_lock, "_first_missing", lambda path: str(workdir))  # (as if it were missing)
+    with pytest.raises(workdir_lock.WorkdirBusyError):
+        with workdir_lock.hold(str(workdir)):
+            pytest.fail("entered a workdir another process holds")
+    assert os.listdir(workdir) == [".lock"] and f"{holder.pid}@" in (workdir / ".lock").read_text()
+    holder.stdin.close()
+    assert holder.wait(timeout=60) == 0
+
+
 def test_gs_workdirs_are_not_locked_and_say_so(caplog):
     with caplog.at_level(logging.WARNING, logger="bertjax.runtime.workdir_lock"):
         with workdir_lock.hold("gs://bucket/run"):

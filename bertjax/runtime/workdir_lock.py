@@ -55,8 +55,8 @@ def _first_missing(path: str) -> str | None:
 
 
 def _remove_if_unused(workdir: str, lock_name: str, made: str) -> None:
-    """Removes `workdir`'s lock file and the folders up to `made` (those `hold` made) when the
-    lock file is all they hold. Best effort: a run starting there meanwhile keeps them."""
+    """Removes `workdir`'s lock file and the folders up to `made` when the lock file is all they
+    hold. Best effort: a run starting there meanwhile keeps them."""
     try:
         if os.listdir(workdir) != [lock_name]:
             return
@@ -106,18 +106,16 @@ def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str
         os.makedirs(workdir, exist_ok=True)
     except OSError as error:  # a file on its path (Errno 20), no permission
         raise ValueError(f"{named}{workdir}: cannot make the folder ({_why_not_made(workdir, error)})") from None
-    try:
-        with _held(workdir, lock_name, wait):
-            yield
-    finally:
-        if made is not None:
-            _remove_if_unused(workdir, lock_name, made)
+    with _held(workdir, lock_name, wait, made):
+        yield
 
 
 @contextlib.contextmanager
-def _held(workdir: str, lock_name: str, wait: Callable[[str], None] | None) -> Iterator[None]:
+def _held(workdir: str, lock_name: str, wait: Callable[[str], None] | None, made: str | None) -> Iterator[None]:
+    """The lock held for the block; then, still held, the folders up to `made` (those `hold` made)
+    removed when the lock file is all they hold."""
     path = os.path.join(workdir, lock_name)
-    with open(path, "a+", encoding="utf-8") as lock_file:
+    with _open_lock_file(workdir, path) as lock_file:
         locked = _try_lock(lock_file, workdir)
         if locked is None:
             yield
@@ -137,7 +135,17 @@ def _held(workdir: str, lock_name: str, wait: Callable[[str], None] | None) -> I
         try:
             yield
         finally:
+            if made is not None:  # (held: a run that starts meanwhile locks a new file, which stays)
+                _remove_if_unused(workdir, lock_name, made)
             fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _open_lock_file(workdir: str, path: str):
+    try:
+        return open(path, "a+", encoding="utf-8")
+    except FileNotFoundError:  # the folder removed just now by a run that made it and wrote nothing
+        os.makedirs(workdir, exist_ok=True)
+        return open(path, "a+", encoding="utf-8")
 
 
 def _try_lock(lock_file, workdir: str) -> bool | None:
