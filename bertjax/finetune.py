@@ -99,9 +99,9 @@ def _init_weights(source: model_source.ModelSource | None, config: ml_collection
 
 def _positions_trained(length: int, source: model_source.ModelSource | None, frozen: bool) -> int | None:
     """The longest length the run's positions will have trained at, saved with its config: a run
-    started from it warns of untrained positions past that, not past this run's own length (a
-    walkthrough: a run at 64 from a 48-token fine-tuning of a 64-token pre-training was warned).
-    None when the starting model's is not known (a release)."""
+    started from it warns of untrained positions past that, not past this run's own length, which
+    may be shorter than its starting model's. None when the starting model's is not known (a
+    release)."""
     if source is None:
         return length
     if source.positions_trained is None or frozen:

@@ -60,6 +60,7 @@ import os
 import re
 import shutil
 import socket
+import threading
 from typing import Any, Callable, Iterator
 
 from absl import logging
@@ -697,12 +698,22 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
 _TFDS_HOST = "storage.googleapis.com"  # TFDS's own mirror: a machine with a network resolves it
 
 
-def _resolves(host: str) -> bool:
-    try:
-        socket.getaddrinfo(host, 443)
-        return True
-    except OSError:
-        return False
+def _resolves(host: str, timeout: float = 2.0) -> bool:
+    """Whether `host` resolves within `timeout` seconds (getaddrinfo has no timeout of its own: an
+    unreachable DNS server would hold it for the resolver's)."""
+    answer: list[bool] = []
+
+    def look_up() -> None:
+        try:
+            socket.getaddrinfo(host, 443)
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    thread = threading.Thread(target=look_up, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(answer and answer[0])
 
 
 @contextlib.contextmanager
@@ -710,7 +721,8 @@ def _quiet_tfds() -> Iterator[None]:
     """TFDS's stdout announcement, progress bars and absl warnings held back for the block."""
     from tensorflow_datasets.core.utils import tqdm_utils
 
-    active, verbosity = tqdm_utils._active, logging.get_verbosity()  # (no public getter for the bars' setting)
+    # (no public getter for the bars' setting: a release without it had them on)
+    active, verbosity = getattr(tqdm_utils, "_active", True), logging.get_verbosity()
     tqdm_utils.display_progress_bar(False)
     logging.set_verbosity(logging.ERROR)
     try:

@@ -85,7 +85,8 @@ def evaluate(dataset: list, predictions: dict[str, str], version: str = "2.0",
         if qid in predictions and not isinstance(predictions[qid], str):
             found = predictions[qid]
             shown = repr(found) if len(repr(found)) <= 60 else repr(found)[:57] + "..."
-            nbest = isinstance(found, list) and all(isinstance(entry, dict) and "text" in entry for entry in found)
+            nbest = isinstance(found, list) and bool(found) and all(isinstance(entry, dict) and "text" in entry
+                                                                    for entry in found)
             raise ValueError(f"question {qid!r}: the prediction is a {type(found).__name__} ({shown}), not an "
                              "answer's text" + ("; an n-best file? give the predictions file (question id -> "
                                                 "answer text)" if nbest else ""))

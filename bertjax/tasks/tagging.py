@@ -135,7 +135,9 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
         if len(columns) != width:  # (a token holding a space, here or there, was blamed on the line after it)
             raise ValueError(f"{path}:{number}: {len(columns)} columns, but the file's first token line has "
                              f"{width}: {shown!r} against {first}; columns are split at spaces and tabs, so a token "
-                             "holding a space adds one")
+                             "holding a space adds one"
+                             + (f"; {_SENTENCE_A_LINE}" if tag_column is None and _words_beside(columns)
+                                and _words_beside(first_columns) else ""))
         if not words:
             first_line = number
         words.append(columns[token_column])
@@ -151,11 +153,10 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
                                  f"(config.data.tag_column={tag_column} picks the column)")
             word_tags.append(tag)
     end_sentence()
-    if (tag_column is None and width is not None and width >= 3 and all(len(words) == 1 for words in sentences)
-            and not ner_metrics.is_tag(first_columns[-1])):  # (else each sentence would be its first word)
+    if tag_column is None and all(len(words) == 1 for words in sentences) and _words_beside(first_columns):
+        # (else each sentence would be its first word)
         raise ValueError(f"{path}: each of its {len(sentences)} sentence(s) is one line of {width} columns ({first}): "
-                         "a sentence a line? CoNLL's layout has a word a line, a blank line between sentences "
-                         "(predict reads a sentence a line with --input_format=text)")
+                         + _SENTENCE_A_LINE)
     if sentences and max(map(len, sentences)) > 1 and all(
             words[0] == "1" and all(_WORD_INDEX.fullmatch(word) for word in words) for words in sentences):
         raise ValueError(f"{path}: column {token_column} numbers each sentence's words 1, 2, 3 (CoNLL-U's ID column?) "
@@ -170,6 +171,18 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
         found = {tag for sentence in tags for tag in sentence}
         label_names = ["O"] + sorted(found - {"O"})
     return TaggingExamples(path, sentences, tags, list(label_names), locations)
+
+
+_SENTENCE_A_LINE = ("a sentence a line? CoNLL's layout has a word a line, a blank line between sentences (predict "
+                     "reads a sentence a line with --input_format=text)")
+
+
+def _words_beside(columns: list[str]) -> bool:
+    """Whether a line's columns past the token look like more words of a sentence, not CoNLL's
+    annotations: three columns at least, none a tag ("B-PER", "NNP", "O"), a placeholder ("_")
+    or punctuation."""
+    return len(columns) >= 3 and not any(column == "_" or column.isupper() or not any(c.isalpha() for c in column)
+                                         for column in columns[1:])
 
 
 # CoNLL-U's comment lines ("# sent_id = 1", "# text = ...", "# newdoc id = ..."): a "#" token

@@ -238,7 +238,8 @@ def test_killed_run_leaves_no_accepted_shard_and_rerun_skips_finished_units(tmp_
         real(job)
 
     monkeypatch.setattr(prepare, "_prepare_unit", dies_on_unit_2)
-    with pytest.raises(TrainingStopped, match=r"interrupted \(Ctrl-C\) while preparing .*: the 2 units done are kept"):
+    with pytest.raises(TrainingStopped, match=r"interrupted \(Ctrl-C\) while preparing .*: the units done \(2 of 4 "
+                                              r"so far\) are kept"):
         prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
     assert calls == [0, 1, 2]
     assert not os.path.exists(os.path.join(out, "metadata.json"))
@@ -300,8 +301,8 @@ def test_sigterm_while_preparing_in_process_stops_keeping_the_units_done(tmp_pat
 
     monkeypatch.setattr(prepare, "_prepare_unit", terminated_in_unit_2)
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(TrainingStopped, match=r"preempted \(SIGTERM\) while preparing .*: the 2 units done are kept; "
-                                              r"run the same command again to resume"):
+    with pytest.raises(TrainingStopped, match=r"preempted \(SIGTERM\) while preparing .*: the units done \(2 of 4 so "
+                                              r"far\) are kept; run the same command again to resume"):
         prepare.ensure_prepared(_config(tmp_path), out, num_workers=1)
     assert signal.getsignal(signal.SIGTERM) == before
 

@@ -233,7 +233,8 @@ def test_a_conllu_file_is_neither_text_lines_nor_its_word_numbers(tmp_path):
 def test_a_sentence_a_line_read_as_conll_is_refused(tmp_path):
     """--input_format=conll on a sentence a line, every line of as many words, predicted each
     sentence's first word alone (a walkthrough). One-line sentences of three columns or more,
-    the last no tag, are refused; CoNLL's own one-word sentences are read."""
+    words beside the first, are refused, and lines of other word counts say the same; CoNLL's
+    own one-word sentences, annotated, are read (a review: 'Paris NNP _' was refused)."""
     path = tmp_path / "sentences.conll"
     path.write_text("John lives in Paris\n\nMary works at Google\n", encoding="utf-8")
     with pytest.raises(ValueError, match=re.escape(
@@ -241,8 +242,13 @@ def test_a_sentence_a_line_read_as_conll_is_refused(tmp_path):
             "a line? CoNLL's layout has a word a line, a blank line between sentences (predict reads a sentence a "
             "line with --input_format=text)")):
         tagging.read_conll(str(path), tag_column=None)
+    path.write_text("John lives in Paris\nMary works at Google today\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(
+            "so a token holding a space adds one; a sentence a line? CoNLL's layout has a word a line")):
+        tagging.read_conll(str(path), tag_column=None)
     for text, sentences in (("Paris NNP B-NP B-LOC\n\nRome NNP B-NP B-LOC\n", [["Paris"], ["Rome"]]),
                             ("Paris NNP\n\nRome NNP\n", [["Paris"], ["Rome"]]),
+                            ("Paris NNP _\n\nRome NNP _\n", [["Paris"], ["Rome"]]),
                             ("a b c\nd e f\n", [["a", "d"]])):
         path.write_text(text, encoding="utf-8")
         assert tagging.read_conll(str(path), tag_column=None).sentences == sentences
