@@ -170,13 +170,19 @@ def _export_and_serve(cases, directory):
             assert recorded["settings"] == {"max_query_length": 12, "doc_stride": 8, "n_best_size": 20,
                                             "max_answer_length": 30, "null_score_diff_threshold": 0.0}
         calls += [(saved, inputs), (saved, {name: [] for name in inputs})]  # and an empty batch (issue 46, 8)
+        # A row of no columns (a REST client's "choices": [] in every instance): no answer, as
+        # documented (a walkthrough: pages of XLA's shape assertion).
+        calls += [(saved, {name: [[]] if rank == 2 else [inputs[name][0]]
+                           for name, rank in model.family.serving_inputs(model.task_info)})]
         found[name] = (model, path, length, precision, inputs, model.predict(predict_inputs))
     results = serve_with_tensorflow_only(calls, str(directory))
-    results, empty = results[0::2], results[1::2]
-    for (model, *_), result, nothing in zip(found.values(), results, empty):
+    results, empty, no_columns = results[0::3], results[1::3], results[2::3]
+    for (model, *_), result, nothing, columnless in zip(found.values(), results, empty, no_columns):
         assert result["inputs"] == sorted(export.serving_inputs(model.task_info))
         assert set(nothing["outputs"]) == set(result["outputs"]) and all(
             value == [] for value in nothing["outputs"].values()), nothing
+        if model.family.name == "choice":
+            assert columnless["outputs"] == {"choice": [-1], "probabilities": [[]], "truncated": [False]}, columnless
     return {name: (*found[name][1:], result["outputs"]) for name, result in zip(found, results)}
 
 
@@ -229,9 +235,15 @@ def _serving_cases(runs, minilm_classifier_run, directory):
     choices["choices"].append(["", *runs["choice"][1][0][1][:2], ""])
     choices["context"].append("a very long context " * LENGTH)  # its pairs cut: said by both
     choices["choices"].append([*runs["choice"][1][0][1][:2], "", ""])
-    predicted_choices = [{"context": c, "choices": options} for c, options in zip(*choices.values())]
-    choices["context"] += choices["context"][:2]  # fewer than two choices: predict refuses such a row
-    choices["choices"] += [[""] * 4, ["", runs["choice"][1][0][1][0], "", ""]]
+    # A choice of blanks or an invisible character, which predict refuses, is no choice to the
+    # export (a walkthrough: each took a fifth of the probability): predict given "" there.
+    choices["context"].append(choices["context"][0])
+    choices["choices"].append([runs["choice"][1][0][1][0], "   ", "\x07", runs["choice"][1][0][1][1]])
+    predicted_choices = [{"context": c, "choices": [o if o.strip(" \x07") else "" for o in options]}
+                         for c, options in zip(*choices.values())]
+    choices["context"] += choices["context"][:3]  # fewer than two choices: predict refuses such a row
+    choices["choices"] += [[""] * 4, ["", runs["choice"][1][0][1][0], "", ""],
+                           [runs["choice"][1][0][1][0], " ", "", ""]]
     reviews = [t for t, _ in REVIEWS] + ["a dull film, sadly", "Ünïcödé 日本 " + "w" * 120, "a fine film " * 100,
                                          "I LIKED IT: AN INTERESTING FILM IN ITALIAN"]
     return {
@@ -463,10 +475,10 @@ def test_tensorflow_wordpiece_gives_bertjax_offsets():
 
 def test_choice_export_picks_the_same_choice(exported):
     model, inputs, want, got = exported["choice"]
-    assert got["choice"] == [w["choice"] for w in want] + [-1, -1]  # rows of fewer than two choices: none
-    assert got["probabilities"][-2:] == [[0.0] * 4] * 2
-    assert got["truncated"] == [bool(w.get("truncated")) for w in want] + [False, False]
-    assert got["truncated"][len(want) - 1] and not any(got["truncated"][:-3])
+    assert got["choice"] == [w["choice"] for w in want] + [-1] * 3  # rows of fewer than two choices: none
+    assert got["probabilities"][-3:] == [[0.0] * 4] * 3
+    assert got["truncated"] == [bool(w.get("truncated")) for w in want] + [False] * 3
+    assert got["truncated"][len(want) - 2] and not any(got["truncated"][:len(want) - 2])
     for probabilities, w in zip(got["probabilities"], want):
         assert len(w["probabilities"]) == 4  # predict given the padded rows: 0 where the SavedModel has 0
         np.testing.assert_allclose(probabilities, w["probabilities"], atol=1e-4)

@@ -326,22 +326,26 @@ class ChoiceFamily(Family):
     def serve(self, serving, inputs):
         """context <string>[B] + choices <string>[B, C] (a row with fewer choices padded with "")
         -> choice <int64>[B], probabilities <float32>[B, C] (0 for padding), truncated <bool>[B]
-        (a (context, choice) pair was longer than max_seq_length, as predict's "truncated"). A row
-        of fewer than two choices, which predict refuses, has no answer: choice -1, probabilities 0."""
+        (a (context, choice) pair was longer than max_seq_length, as predict's "truncated"). A
+        choice of no token ("", or blanks and invisible characters, which predict refuses) is no
+        choice; a row of fewer than two, which predict refuses, has no answer: choice -1,
+        probabilities 0 (C = 0 too)."""
         from bertjax.runtime.tf_cpu import tf
 
         context, choices = inputs["context"], inputs["choices"]
+        given_count = tf.shape(choices)[1]  # (no column: one of "", as the model's shapes need one)
+        choices = tf.cond(given_count > 0, lambda: choices, lambda: tf.fill([tf.shape(choices)[0], 1], ""))
         batch, count = tf.shape(choices)[0], tf.shape(choices)[1]
         contexts = tf.reshape(tf.tile(context[:, None], [1, count]), [-1])
         ids_a, ids_b = serving.tokenizer.ids(contexts), serving.tokenizer.ids(tf.reshape(choices, [-1]))
         rows = serving.layout(ids_a, ids_b)[:3]
         shaped = [tf.reshape(x, [batch, count, -1]) for x in rows]
-        given = choices != ""  # "" pads a row's choices
+        given = tf.reshape(ids_b.row_lengths() > 0, [batch, count])  # "" pads a row's choices; blanks are none
         scores = tf.where(given, serving.model(*shaped), -np.inf)
         answered = tf.reduce_sum(tf.cast(given, tf.int32), axis=-1) >= 2  # else softmax of -inf: NaN
         cut = tf.reshape(serving.layout.truncated(ids_a, ids_b), [batch, count]) & given
         return {"choice": tf.where(answered, tf.argmax(scores, axis=-1), -1),
-                "probabilities": tf.where(answered[:, None], tf.nn.softmax(scores, axis=-1), 0.0),
+                "probabilities": tf.where(answered[:, None], tf.nn.softmax(scores, axis=-1), 0.0)[:, :given_count],
                 "truncated": tf.reduce_any(cut, axis=-1)}
 
 
