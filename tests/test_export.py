@@ -258,6 +258,19 @@ def _serving_cases(runs, minilm_classifier_run, directory):
     }
 
 
+def test_paths_may_be_pathlib_and_a_missing_vocabulary_is_named(minilm_classifier_run, tmp_path):
+    """A pathlib.Path output raised "argument of type 'PosixPath' is not iterable", and a
+    missing vocab_path the OS's bare "[Errno 2]" (a walkthrough)."""
+    import bertjax
+    from bertjax.inference import export
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=f"--output={tmp_path}/file is a file; give a folder"):
+        export.export_saved_model(minilm_classifier_run, tmp_path / "file")
+    with pytest.raises(FileNotFoundError, match=f"vocab_path={tmp_path}/none.txt: no such file"):
+        bertjax.load_model(minilm_classifier_run, vocab_path=tmp_path / "none.txt")
+
+
 def test_an_export_that_fails_leaves_no_version_behind(minilm_classifier_run, tmp_path, monkeypatch):
     """Written beside its version folder and renamed into place: TensorFlow Serving, watching
     the folder, never sees a half-written version, and the same command can run again."""

@@ -132,6 +132,11 @@ CASES = [
      "--output={tmp}/text.txt/hf: {tmp}/text.txt is a file; give a folder"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out"], "is not a fine-tuned model"),
     ("export_model.py", ["--model={tmp}/nothing", "--output={tmp}/out"], "nothing' does not exist"),
+    # Named by its flag (a walkthrough: "[Errno 2] No such file or directory").
+    ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out", "--vocab_file={tmp}/none.txt"],
+     "--vocab_file={tmp}/none.txt: no such file"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--text=a [MASK]", "--vocab_file={tmp}"],
+     "--vocab_file={tmp} is a folder; give its vocab.txt, tokenizer.json or .model"),
     ("train_tokenizer.py", ["--input={tmp}/none/*.txt", "--output_dir={tmp}/vocab"], "matches no file"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/out", "--vocab_size=3"],
      "--vocab_size"),  # (a review: refused after reading the corpus, leaving --output_dir made)

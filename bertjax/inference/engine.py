@@ -52,7 +52,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from bertjax import sharding, tasks, tokenization
 from bertjax.inference import model_source
 from bertjax.models.config import BertConfig
-from bertjax.runtime import compilation_cache
+from bertjax.runtime import compilation_cache, fileio
 from bertjax.tasks import batching
 from bertjax.tasks.common import Split, encode_pairs
 from bertjax.tasks.family import Family, at_position
@@ -365,6 +365,11 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
         raise TypeError(f"load_model: path must be a model's path (str or os.PathLike), got {path!r}"[:200])
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} (or None: the platform's default), got {precision!r}")
+    vocab_path = os.fspath(vocab_path) if vocab_path else ""
+    if vocab_path and fileio.isdir(vocab_path):
+        raise ValueError(f"vocab_path={vocab_path} is a folder; give its vocab.txt, tokenizer.json or .model")
+    if vocab_path and not fileio.exists(vocab_path):
+        raise FileNotFoundError(f"vocab_path={vocab_path}: no such file")
     source = model_source.resolve(path)
     family = tasks.FAMILIES.get(source.task_info.get("family"))
     if family is not None and family.versions and family.version_key not in source.task_info:

@@ -63,7 +63,7 @@ def _character_class(ranges: tuple[tuple[int, int], ...]) -> str:
     return "[" + "".join(fr"\x{{{low:X}}}" + (fr"-\x{{{high:X}}}" if high > low else "") for low, high in ranges) + "]"
 
 
-def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_length: int | None = None,
+def export_saved_model(model_path, output_dir: str | os.PathLike, version: int = 1, max_seq_length: int | None = None,
                        pairs: bool | None = None, vocab_path: str = "", do_lower_case: bool | None = None,
                        precision: str = "float32") -> str:
     """Writes the SavedModel of the fine-tuned model at `model_path` (any path
@@ -78,6 +78,7 @@ def export_saved_model(model_path, output_dir: str, version: int = 1, max_seq_le
     from bertjax.runtime import fileio
     from bertjax.inference import engine, model_source
 
+    output_dir = os.fspath(output_dir)  # (a pathlib.Path, as model_path may be)
     source = model_source.with_pairs(model_source.resolve(model_path), pairs)
     if source.task_info.get("family") not in tasks.FAMILIES:
         raise ValueError(f"{source.path} is not a fine-tuned model (no task saved with it); export needs a "

@@ -548,7 +548,17 @@ def define_vocabulary_flags() -> Callable[[], dict[str, Any]]:
                                 ".model, read as it is (default: the model's own)")
     lower = flags.DEFINE_bool("do_lower_case", None, "whether --vocab_file is uncased (default: the model's "
                               "casing, else what the vocabulary's tokens show)")
-    return lambda: {"vocab_path": vocab.value, "do_lower_case": lower.value}
+
+    def arguments() -> dict[str, Any]:
+        from bertjax.runtime import fileio
+
+        if vocab.value and fileio.isdir(vocab.value):
+            raise ValueError(f"--vocab_file={vocab.value} is a folder; give its vocab.txt, tokenizer.json or .model")
+        if vocab.value and not fileio.exists(vocab.value):
+            raise ValueError(f"--vocab_file={vocab.value}: no such file")
+        return {"vocab_path": vocab.value, "do_lower_case": lower.value}
+
+    return arguments
 
 
 def define_precision_flag(default: str | None = None) -> flags.FlagHolder:
