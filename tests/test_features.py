@@ -949,7 +949,9 @@ def test_a_bilstm_head_outside_tagging_or_packed_and_a_non_bool_freeze_are_error
         finetune_setup.check_train_values(config.train)
 
 
-def test_feature_based_heads_are_not_exported_as_a_hugging_face_model(tmp_path):
+def test_feature_based_heads_are_not_exported_as_a_hugging_face_model(tmp_path, caplog):
+    """... but --architecture=BertModel writes the encoder alone, as docs/weights.md says (a
+    walkthrough: refused with or without it, pointing to params['bert'], Python only)."""
     from bertjax.models import BertConfig, BertForTokenClassification
     from bertjax.models.convert import export_huggingface
 
@@ -957,10 +959,15 @@ def test_feature_based_heads_are_not_exported_as_a_hugging_face_model(tmp_path):
     ids, segments, mask = _inputs()
     params = nn.unbox(BertForTokenClassification(config, 3).init(jax.random.key(0), ids, segments, mask)["params"])
     with pytest.raises(ValueError, match=r"export_huggingface: the task head \['bilstm', 'classifier'\] reads "
-                                         r"features .* export the encoder alone"):
+                                         r"features .* the encoder alone is written by --architecture=BertModel"):
         export_huggingface(config, params, str(tmp_path / "hf"))
     export_huggingface(config, params["bert"], str(tmp_path / "hf"))
     assert (tmp_path / "hf" / "model.safetensors").exists()
+    with caplog.at_level("WARNING"):
+        assert export_huggingface(config, params, str(tmp_path / "encoder"), architecture="BertModel") == ()
+    assert "BertModel does not read the feature-based head(s) ['bilstm', 'classifier']: left out" in caplog.text
+    written = [(tmp_path / name / "model.safetensors").read_bytes() for name in ("encoder", "hf")]
+    assert written[0] == written[1]
 
 
 @pytest.mark.slow

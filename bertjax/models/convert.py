@@ -203,6 +203,12 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     written without it, so that a classifier loaded from the folder, by Hugging Face or by
     bertjax, starts from a fresh one and says so, rather than from random weights that look trained.
     """
+    feature_heads = sorted(set(plain_params(params)) - {"bert"}) if config.feature_based else []
+    if architecture in ("BertModel", "ModernBertModel") and feature_heads and "bert" in plain_params(params):
+        # (the class of the encoder alone: a feature-based head has no class to go to)
+        logging.warning("export_huggingface: %s does not read the feature-based head(s) %s: left out", architecture,
+                        feature_heads)
+        params = {"bert": plain_params(params)["bert"]}
     if is_modern(config):
         return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path, do_lower_case,
                                  extra_config)

@@ -205,7 +205,8 @@ def param_heads(params: dict[str, Any], config: BertConfig, export: str = "") ->
             raise ValueError(f"{export}: the task head {sorted(set(params) - {'bert'})} reads features "
                              f"(feature_layers={config.feature_layers!r}, feature_combine={config.feature_combine!r}, "
                              f"tagging_head={config.tagging_head!r}) that no Hugging Face or TF BERT class has; "
-                             "export the encoder alone (params['bert'])")
+                             "the encoder alone is written by --architecture=BertModel (ModernBertModel for the "
+                             "modern encoder) in the Hugging Face format")
         return (), 2
     num_labels = np.shape(params["classifier"]["bias"])[0] if "classifier" in params else 2
     return tuple(head for head in HEADS if head in params), num_labels
