@@ -965,9 +965,9 @@ def _warn_if_casing_contradicts(path: str, tokens: tuple[str, ...], do_lower_cas
             return
         looks = f"uncased ({share:.2%} of its tokens have capitals)"
     logging.getLogger(__name__).warning(
-        "%s looks %s but do_lower_case=%s: text is tokenized otherwise than the vocabulary was made for; set "
-        "do_lower_case=%s (config.data.do_lower_case, --do_lower_case)", path, looks, do_lower_case,
-        not do_lower_case)
+        "%s looks %s but do_lower_case=%s: text is tokenized otherwise than the vocabulary was made for; to train, "
+        "set do_lower_case=%s (config.data.do_lower_case, --do_lower_case); a model trained so reads its text so",
+        path, looks, do_lower_case, not do_lower_case)
 
 
 def _unreproduced(normalizer: dict) -> list[str]:

@@ -590,6 +590,10 @@ def test_a_vocabulary_whose_casing_contradicts_do_lower_case_is_warned_of(tmp_pa
     with caplog.at_level("WARNING"):
         tokenization.Tokenizer.from_vocab_file(uncased, do_lower_case=False)
     assert "looks uncased (0.01% of its tokens have capitals)" in caplog.text
+    # Said of training: a walkthrough's export of a model trained so was told to set the casing
+    # the same command then refused (a model's casing is how it trained).
+    assert "to train, set do_lower_case=True (config.data.do_lower_case, --do_lower_case); a model trained so " \
+           "reads its text so" in caplog.text
     # Not set: a vocab.txt's tokens decide (it was lower-cased, only warned of, a review).
     assert tokenization.Tokenizer.from_vocab_file(str(cased), do_lower_case=None).encode("The Quick") == \
         tokenization.Tokenizer.from_vocab_file(str(cased), do_lower_case=False).encode("The Quick")
