@@ -83,7 +83,8 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
     if source.task_info.get("family") not in tasks.FAMILIES:
         raise ValueError(f"{source.path} is not a fine-tuned model (no task saved with it); export needs a "
                          "fine-tuning run or a Hugging Face BertFor<Task> or ModernBertFor<Task> directory (the "
-                         "encoder's features: launch/extract_features.py)")
+                         "encoder's features: launch/extract_features.py; fill-mask: predict.py --task=fill_mask, "
+                         "not exported)")
     if fileio.exists(output_dir) and not fileio.isdir(output_dir):
         raise ValueError(f"--output={output_dir} is a file; give a folder")
     if fileio.exists(fileio.join(output_dir, "saved_model.pb")):  # TF Serving would keep serving it, not one inside
