@@ -52,7 +52,6 @@ import contextlib
 from concurrent import futures
 import functools
 import hashlib
-import io
 import itertools
 import json
 import math
@@ -60,7 +59,6 @@ import os
 import re
 import shutil
 import socket
-import threading
 from typing import Any, Callable, Iterator
 
 from absl import logging
@@ -651,7 +649,7 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
     from tensorflow_datasets.core.download import downloader
 
     builder = tfds.builder(name, data_dir=data_dir)
-    with _quiet_tfds():  # (it warns of the dataset's folder it found not prepared: what is asked)
+    with _absl_errors_only():  # (TFDS warns of the dataset's folder it found not prepared: what is asked)
         if builder.is_prepared():
             return builder
     # What a failed attempt makes there: the dataset's folders down to its version's, the name's
@@ -666,10 +664,7 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
     retries = downloader.MAX_RETRIES
     downloader.MAX_RETRIES = 0
     try:
-        # Offline, the attempt's announcement, progress bars and folder warnings would only
-        # precede the error; with a network they are the download's progress.
-        with _quiet_tfds() if not _resolves(_TFDS_HOST) else contextlib.nullcontext():
-            builder.download_and_prepare()
+        builder.download_and_prepare()  # (its output shown: a dataset without downloads prepares offline)
         return builder
     except OSError as error:  # requests' errors are OSErrors
         if error.filename and str(error.filename).startswith(root):  # the folder, not the network
@@ -695,41 +690,13 @@ def prepared_tfds_builder(name: str, data_dir: str | None):
         downloader.MAX_RETRIES = retries
 
 
-_TFDS_HOST = "storage.googleapis.com"  # TFDS's own mirror: a machine with a network resolves it
-
-
-def _resolves(host: str, timeout: float = 2.0) -> bool:
-    """Whether `host` resolves within `timeout` seconds (getaddrinfo has no timeout of its own: an
-    unreachable DNS server would hold it for the resolver's)."""
-    answer: list[bool] = []
-
-    def look_up() -> None:
-        try:
-            socket.getaddrinfo(host, 443)
-            answer.append(True)
-        except OSError:
-            answer.append(False)
-
-    thread = threading.Thread(target=look_up, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(answer and answer[0])
-
-
 @contextlib.contextmanager
-def _quiet_tfds() -> Iterator[None]:
-    """TFDS's stdout announcement, progress bars and absl warnings held back for the block."""
-    from tensorflow_datasets.core.utils import tqdm_utils
-
-    # (no public getter for the bars' setting: a release without it had them on)
-    active, verbosity = getattr(tqdm_utils, "_active", True), logging.get_verbosity()
-    tqdm_utils.display_progress_bar(False)
+def _absl_errors_only() -> Iterator[None]:
+    verbosity = logging.get_verbosity()
     logging.set_verbosity(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
+        yield
     finally:
-        tqdm_utils.display_progress_bar(active)
         logging.set_verbosity(verbosity)
 
 
