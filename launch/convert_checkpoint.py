@@ -67,10 +67,8 @@ def main(_):
     if _VOCAB.value is not None and fileio.isdir(_VOCAB.value):
         raise ValueError(f"--vocab_file={_VOCAB.value} is a folder; give its vocab.txt or tokenizer.json")
     source = model_source.resolve(_INPUT.value)
-    try:
+    with cli.named_by_flag(f"--squad_version={_SQUAD_VERSION.value}"):
         source = model_source.with_task_version(source, _SQUAD_VERSION.value)
-    except ValueError as e:
-        raise ValueError(f"--squad_version={_SQUAD_VERSION.value}: {e}") from None
     if _ARCHITECTURE.value in modernbert_layout.MODERNBERT_ARCHITECTURES and not convert.is_modern(source.bert):
         raise ValueError(f"--architecture={_ARCHITECTURE.value} is a ModernBERT class, but {_INPUT.value} is a BERT "
                          f"model: name one of {', '.join(convert.HF_ARCHITECTURES)}")

@@ -42,8 +42,11 @@ def main(_):
     from bertjax.inference import export, model_source
     from bertjax.runtime import console, fileio
 
-    source = model_source.with_pairs(model_source.resolve(_MODEL.value), _PAIRS.value)
-    source = model_source.with_task_version(source, _SQUAD_VERSION.value)
+    source = model_source.resolve(_MODEL.value)
+    with cli.named_by_flag(f"--{'' if _PAIRS.value else 'no'}pairs"):
+        source = model_source.with_pairs(source, _PAIRS.value)
+    with cli.named_by_flag(f"--squad_version={_SQUAD_VERSION.value}"):
+        source = model_source.with_task_version(source, _SQUAD_VERSION.value)
     target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value,
                                        precision=_PRECISION.value, **_VOCABULARY())
     inputs = fileio.read_json(fileio.join(target, "assets.extra", "task.json"))["inputs"]  # what was written

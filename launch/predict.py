@@ -93,7 +93,8 @@ def main(_):
         raise ValueError(f"--output={_OUTPUT.value}: no folder {fileio.parent(_OUTPUT.value)} to write it in")
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
-    source = model_source.with_task_version(source, _SQUAD_VERSION.value)
+    with cli.named_by_flag(f"--squad_version={_SQUAD_VERSION.value}"):
+        source = model_source.with_task_version(source, _SQUAD_VERSION.value)
     family = "fill_mask" if _TASK.value else source.task_info.get("family")
     if family is None:
         has_mlm_head = "mlm" in source.load_params()

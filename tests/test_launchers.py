@@ -233,8 +233,12 @@ CASES = [
      "launch/extract_features.py gives its features"),
     ("predict.py", [f"--model={MINILM_DIR}", "--task=fill_mask", "--text=a [MASK] .", "--vocab_file={tmp}/vocab.txt"],
      "model/vocab.txt: 30522 tokens, 6 here); leave the vocabulary unset to use the model's"),
+    ("predict.py", [f"--model={MINILM_DIR}", "--text=a", "--squad_version=v2.0"],
+     f"--squad_version=v2.0: {MINILM_DIR}: a task version is for a squad model"),
+    ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out", "--nopairs"],
+     f"--nopairs: {MINILM_DIR}: pairs is for a classification model, not a model without a task"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out", "--pairs"],
-     "pairs is for a classification model, not a model without a task"),
+     f"--pairs: {MINILM_DIR}: pairs is for a classification model, not a model without a task"),
     # A walkthrough of the docs: a missing input named as the flag, before the model loads; a
     # misspelt flag with the closest; overrides before the config they override.
     ("predict.py", [f"--model={MINILM_DIR}", "--input={tmp}/nothere.txt"], "--input={tmp}/nothere.txt: no such file"),

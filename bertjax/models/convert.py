@@ -223,7 +223,7 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     lacking = [head for head in _HEADS_OF.get(architecture, ()) if head not in heads]
     if lacking:
         raise ValueError(f"export_huggingface: {architecture} needs the head(s) {lacking}, which the checkpoint does "
-                         f"not have (it has {list(heads) or 'none'}); name another architecture")
+                         f"not have (it has {list(heads) or 'none'}); name another architecture (--architecture)")
     unread = [head for head in heads if head not in _HEADS_OF.get(architecture, ())]
     if unread:  # (written, a classifier under BertModel read back as a task its class does not say, unnamed labels)
         logging.warning("export_huggingface: %s does not read the head(s) %s: left out", architecture, unread)

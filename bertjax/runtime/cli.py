@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import _thread
+import contextlib
 import difflib
 import importlib.util
 import logging
@@ -207,6 +208,16 @@ def error_line(error: BaseException) -> str:
         error = error.__cause__ or error.__context__
     message = str(error) if error is not None else "unknown error"
     return " ".join(message.split())
+
+
+@contextlib.contextmanager
+def named_by_flag(flag: str):
+    """Prefixes a ValueError raised inside with `flag` (e.g. "--pairs"): a library's message
+    names its Python argument, which a launcher's user never typed."""
+    try:
+        yield
+    except ValueError as e:
+        raise ValueError(f"{flag}: {e}") from None
 
 
 def input_error_line(error: BaseException) -> str:

@@ -165,7 +165,8 @@ def test_a_head_the_named_class_does_not_read_is_left_out(tmp_path, caplog):
     assert not [name for name in load_file(str(tmp_path / "model.safetensors")) if "classifier" in name]
     assert "id2label" not in json.loads((tmp_path / "config.json").read_text())
     with pytest.raises(ValueError, match=r"BertForMaskedLM needs the head\(s\) \['mlm'\], which the checkpoint does "
-                                         r"not have \(it has \['classifier'\]\)"):  # (not 'none', once left out)
+                                         r"not have \(it has \['classifier'\]\); name another architecture "
+                                         r"\(--architecture\)"):
         convert.export_huggingface(config, params, str(tmp_path / "mlm"), architecture="BertForMaskedLM")
     config2, params2 = bertjax.load_pretrained(str(tmp_path))
     assert set(params2) == {"bert"}
