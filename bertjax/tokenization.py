@@ -141,11 +141,7 @@ class Tokenizer:
                 do_lower_case, "lower-cases" if do_lower_case else "keeps its case")
         if casing is None:  # a vocab.txt does not say: its tokens do
             _warn_if_casing_contradicts(path, tuple(tokens), do_lower_case)
-        vocab = {}
-        for line, token in enumerate(tokens, start=1):
-            if token in vocab:
-                raise ValueError(f"{path}:{line}: token {token!r} repeats line {vocab[token] + 1}")
-            vocab[token] = line - 1
+        vocab = {token: token_id for token_id, token in enumerate(tokens)}  # (read_vocab refused repeats)
         backend = tokenizers.Tokenizer(models.WordPiece(
             vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
         backend.normalizer = bert_normalizer(do_lower_case)
@@ -1061,9 +1057,13 @@ def read_vocab(path: str) -> list[str]:
     tokens = [t.strip() for t in text.removeprefix("\ufeff").split("\n")]
     if tokens and tokens[-1] == "":
         tokens.pop()
+    seen = {}
     for line, token in enumerate(tokens, start=1):
         if not token.strip():
             raise ValueError(f"{path}:{line}: empty vocabulary entry")
+        if token in seen:  # one of the two ids would never be given: the file is not the model's vocabulary
+            raise ValueError(f"{path}:{line}: token {token!r} repeats line {seen[token]}")
+        seen[token] = line
     if tokens and all(re.fullmatch(r"\S+\t-?[0-9.]+(e-?[0-9]+)?", token) for token in tokens[:5]):
         raise ValueError(f"{path}:1: {tokens[0]!r}: a piece and its score, as a SentencePiece model's .vocab lists "
                          "them, not a WordPiece vocabulary; give the .model file beside it, with "

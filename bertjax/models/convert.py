@@ -356,9 +356,16 @@ def tf_checkpoint_prefix(path: str) -> str | None:
                              "model_checkpoint_path: \"...\")")
         named = state.model_checkpoint_path
         # An Estimator writes absolute paths: a copied folder's file still names the original's.
-        for prefix in (fileio.join(path, os.path.basename(named)), named):
-            if fileio.exists(prefix + ".index"):
-                return prefix
+        local = fileio.join(path, os.path.basename(named))
+        if fileio.exists(local + ".index"):
+            return local
+        if fileio.glob(fileio.escape(local) + ".data-*"):  # else the original's weights, read without a word
+            raise ValueError(f"{local}.index is missing beside its .data file(s): an incomplete copy? Copy the "
+                             "checkpoint's .index too")
+        if fileio.exists(named + ".index"):
+            logging.warning("%s names %s, outside %s: its weights are read from there", fileio.join(path, "checkpoint"),
+                            named, path)
+            return named
         raise ValueError(f"{fileio.join(path, 'checkpoint')} names {named}, whose .index is neither there nor in "
                          f"{path}")
     indexes = [name for name in fileio.listdir(path) if name.endswith(".index")]

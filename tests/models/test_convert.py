@@ -200,6 +200,11 @@ def test_an_export_says_what_hugging_face_needs_or_refuses_what_it_cannot_hold(t
     for export in (convert.export_huggingface, convert.export_tf_checkpoint):
         with pytest.raises(ValueError, match=f"{export.__name__}: type_vocab_size=0: BERT's checkpoint layout holds"):
             export(no_types, random_params(no_types), str(tmp_path / "switch"))
+    repeated = tmp_path / "vocab.txt"  # a walkthrough: written, then refused by every reader of it
+    repeated.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\na\n")
+    for export in (convert.export_huggingface, convert.export_tf_checkpoint):
+        with pytest.raises(ValueError, match=r"vocab.txt:8: token 'a' repeats line 6"):
+            export(config, random_params(config), str(tmp_path / "switch"), str(repeated))
     assert not (tmp_path / "a").exists() and not (tmp_path / "switch").exists() and not (tmp_path / "tf_silu").exists()
 
 
@@ -516,6 +521,11 @@ def test_tf_export_round_trip(tf_release, tmp_path, caplog, monkeypatch):
     # an error, not a read of the original folder's weights.
     assert str(tmp_path) not in (tmp_path / "out" / "checkpoint").read_text()
     shutil.copytree(tmp_path / "out", tmp_path / "copy", ignore=shutil.ignore_patterns("*.index"))
+    with pytest.raises(ValueError, match=r"copy/bert_model.ckpt.index is missing beside its .data file\(s\): an "
+                                         r"incomplete copy\?"):
+        bertjax.load_pretrained(str(tmp_path / "copy"))
+    for file in (tmp_path / "copy").glob("bert_model.ckpt.data-*"):
+        file.unlink()
     with pytest.raises(ValueError, match=r"copy/checkpoint names .*bert_model.ckpt, whose .index is neither there "
                                          r"nor in .*copy"):
         bertjax.load_pretrained(str(tmp_path / "copy"))
@@ -528,6 +538,21 @@ def test_tf_export_round_trip(tf_release, tmp_path, caplog, monkeypatch):
         shutil.copy(file, moved / file.name.replace("bert_model.ckpt", "model.ckpt-7"))
     (moved / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path / "gone" / "model.ckpt-7"}"\n')
     assert_trees_equal(bertjax.load_pretrained(str(moved))[1], params)
+    # The same with its .index lost while the original folder is still there: an error, not the
+    # original's weights read in silence (a walkthrough: another run's head came back).
+    (moved / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path / "out" / "bert_model.ckpt"}"\n')
+    for file in moved.glob("model.ckpt-7.*"):
+        file.rename(moved / file.name.replace("model.ckpt-7", "bert_model.ckpt"))
+    (moved / "bert_model.ckpt.index").unlink()
+    with pytest.raises(ValueError, match=r"moved/bert_model.ckpt.index is missing beside its .data file"):
+        bertjax.load_pretrained(str(moved))
+    # With none of its files there, the folder's `checkpoint` names the original's: read, and said.
+    for file in moved.glob("bert_model.ckpt.*"):
+        file.unlink()
+    with caplog.at_level("WARNING"):
+        assert_trees_equal(bertjax.load_pretrained(str(moved))[1], params)
+    original = tmp_path / "out" / "bert_model.ckpt"
+    assert f"names {original}, outside {moved}: its weights are read from there" in caplog.text
     # Exact GELU, which the original's "gelu" is not, comes back as exact GELU (a review found gelu_tanh).
     exact = config.replace(hidden_act="gelu")
     convert.export_tf_checkpoint(exact, params, str(tmp_path / "exact"))
