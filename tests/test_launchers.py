@@ -128,6 +128,7 @@ CASES = [
      f"--squad_version=v2.0: {MINILM_DIR}: a task version is for a squad model"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--architecture=ModernBertModel"],
      f"--architecture=ModernBertModel is a ModernBERT class, but {MINILM_DIR} is a BERT model: name one of BertModel"),
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output="], "--output is empty; give a folder"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt/hf"],
      "--output={tmp}/text.txt/hf: {tmp}/text.txt is a file; give a folder"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out"], "is not a fine-tuned model"),

@@ -53,6 +53,8 @@ def check_can_make(folder: str, named: str) -> None:
     """ValueError unless the local `folder` exists or can be made: its nearest existing ancestor
     a writable folder, said before the work whose output it holds (the write's own error came
     after it, a traceback). `named`: the setting, for the message. A remote folder: no check."""
+    if not folder:  # (else the current folder's files, or an errno after the work)
+        raise ValueError(f"{named} is empty; give a folder")
     if is_remote(folder):
         return
     existing = os.path.abspath(folder)
