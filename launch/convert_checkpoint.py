@@ -146,7 +146,10 @@ def main(_):
     if saved and vocab is None and saved["kind"] == "sentencepiece":
         fileio.copy(saved["path"], fileio.join(output, convert.SENTENCEPIECE_FILE))
     casing = _casing(vocab, do_lower_case, kind == "huggingface" and do_lower_case is None, judged)
-    print(f"wrote {output} ({_FORMAT.value} layout, heads: {list(heads) or 'none'}, "
+    # The class written: a BERT class named for a modern encoder is its ModernBERT counterpart.
+    written_class = (f"class {fileio.read_json(fileio.join(output, 'config.json'))['architectures'][0]}, "
+                     if _FORMAT.value == "huggingface" else "")
+    print(f"wrote {output} ({_FORMAT.value} layout, {written_class}heads: {list(heads) or 'none'}, "
           f"vocab: {vocab or 'none'}{casing}"
           f"{left_out})")
 

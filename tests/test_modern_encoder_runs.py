@@ -57,7 +57,9 @@ def test_a_modern_run_pretrains_and_exports_to_hugging_face(modern_run, tmp_path
     assert json.loads((exported / "tokenizer_config.json").read_text())["model_input_names"] == [
         "input_ids", "attention_mask"]  # ModernBertModel takes no token_type_ids
     # The heads written, not the run's: ModernBertForMaskedLM has no next-sentence head.
-    assert f"wrote {exported} (huggingface layout, heads: ['mlm'], vocab: " in summary and "cased" not in summary
+    # The class too: a BERT class named is written as ModernBERT's (a walkthrough: not said).
+    assert f"wrote {exported} (huggingface layout, class ModernBertForMaskedLM, heads: ['mlm'], vocab: " in summary
+    assert "cased" not in summary
     # The run's own special tokens (transformers' defaults are ModernBERT's vocabulary's, past this one's end).
     written = json.loads((exported / "config.json").read_text())
     # The length it trained at, which ModernBERT's layout has no place for (a review: read back as

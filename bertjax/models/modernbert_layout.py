@@ -284,10 +284,7 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     warning. Returns the heads written."""
     hf_config = {**modernbert_hf_config(config), **(extra_config or {})}
     params = plain_params(params)
-    if {"mlm", "nsp"} <= set(params):
-        logging.warning("export_huggingface: ModernBertForMaskedLM holds no next-sentence head or pooler; "
-                        "the run's 'nsp' head and pooler are not written")
-        params.pop("nsp")
+    left_out_nsp = params.pop("nsp") if {"mlm", "nsp"} <= set(params) else None
     heads, num_labels = param_heads(params, config, "export_huggingface")
     token_level = TOKEN_TRANSFORM[0] in params
     if architecture and architecture.startswith("Bert") and architecture not in MODERN_FOR_BERT:
@@ -311,6 +308,9 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     if architecture == "ModernBertForMultipleChoice" and num_labels != 1:  # its classifier scores each choice
         raise ValueError(f"export_huggingface: ModernBertForMultipleChoice has a classifier of one output (a score "
                          f"per choice); this one has {num_labels}")
+    if left_out_nsp is not None:  # (said once nothing refuses the export: a walkthrough saw it before a refusal)
+        logging.warning("export_huggingface: ModernBertForMaskedLM holds no next-sentence head or pooler; "
+                        "the run's 'nsp' head and pooler are not written")
     prefix = "model." if heads else ""
     tensors = {}
     for var in modernbert_variable_table(config, heads, num_labels, token_level):

@@ -161,12 +161,13 @@ def gather_params(table: list[Variable], tensors: dict[str, np.ndarray], fmt: st
             value = np.asarray(tensors[name], dtype=np.float32)
             set_param(params, var.path, np.ascontiguousarray(value.T) if transposed else value)
     unexpected = sorted(set(tensors) - {var.hf if fmt == "hf" else var.tf for var in table})
-    if unexpected:
-        problems.append(f"unexpected variables (not part of a BERT of this config): {unexpected[:_SHOWN]}"
+    if unexpected:  # first: under another prefix (distilbert.*) every variable is missing, and these say why
+        problems.insert(0, f"unexpected variables (not part of a BERT of this config): {unexpected[:_SHOWN]}"
                         + (f" and {len(unexpected) - _SHOWN} more" if len(unexpected) > _SHOWN else ""))
     if problems:  # (a size that differs mis-shapes every layer's variables: the first ones tell)
         shown = problems[:_SHOWN] + ([f"... and {len(problems) - _SHOWN} more"] if len(problems) > _SHOWN else [])
-        raise ValueError(f"{source}: checkpoint does not match the BERT config:\n  " + "\n  ".join(shown))
+        # (";" ends each: a launcher prints the message on one line)
+        raise ValueError(f"{source}: checkpoint does not match the BERT config:\n  " + ";\n  ".join(shown))
     return params
 
 

@@ -905,6 +905,12 @@ def test_mismatched_missing_and_unexpected_variables_are_named(tmp_path):
     assert "'encoder.layer.1.intermediate.dense.weight' has shape (16, 9), expected (16, 8)" in message
     assert "missing variable 'pooler.dense.bias' (expected shape (8,))" in message
     assert "unexpected variables" in message and "'encoder.layer.2.output.dense.weight'" in message
+    assert "(16, 8);\n" in message  # each problem ended, for the launchers' one line (a walkthrough)
+    # Weights under another model's prefix: the names it has come first, not only the missing.
+    save_file({f"distilbert.{name}": value for name, value in tensors.items()}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"config:\n  unexpected variables \(not part of a BERT of this config\): "
+                                         r"\['distilbert\."):
+        bertjax.load_pretrained(str(tmp_path))
     # Another hidden size mis-shapes every variable: the first few, and how many more (a review:
     # one line of some 4,000 characters).
     wider = BertConfig(**{**TINY, "hidden_size": 2 * TINY["hidden_size"]})

@@ -161,7 +161,7 @@ def test_a_fused_tensor_of_the_wrong_shape_is_named_as_the_file_stores_it(tmp_pa
             convert.load_pretrained(str(folder))
 
 
-def test_an_export_hugging_face_cannot_hold_says_why(tmp_path):
+def test_an_export_hugging_face_cannot_hold_says_why(tmp_path, caplog):
     """A tagger fine-tuned without the token transform was refused as 'does not hold the heads
     ['classifier']' (a review): the reason is named."""
     config, params = convert.load_pretrained(os.path.join(HF_DIR, "token_classifier"))
@@ -175,6 +175,17 @@ def test_an_export_hugging_face_cannot_hold_says_why(tmp_path):
     with pytest.raises(ValueError, match=r"'ModernBertForMaskedLM' does not hold the heads \['classifier'\]; "
                                          r"expected ModernBertForMultipleChoice or ModernBertForSequenceClassification$"):
         convert.export_huggingface(config, params, str(tmp_path / "mlm"), architecture="ModernBertForMaskedLM")
+    # A pre-training run's NSP head is said to be left out only of an export that goes on (a
+    # walkthrough saw the warning before a refusal of the class named).
+    config, params = convert.load_pretrained(os.path.join(HF_DIR, "masked_lm"))
+    params["nsp"] = {"kernel": np.zeros((config.hidden_size, 2), np.float32), "bias": np.zeros(2, np.float32)}
+    left_out = "ModernBertForMaskedLM holds no next-sentence head or pooler"
+    with caplog.at_level("WARNING"), pytest.raises(ValueError, match=r"'ModernBertModel' does not hold the heads"):
+        convert.export_huggingface(config, params, str(tmp_path / "bare"), architecture="ModernBertModel")
+    assert left_out not in caplog.text
+    with caplog.at_level("WARNING"):
+        assert convert.export_huggingface(config, params, str(tmp_path / "mlm")) == ("mlm",)
+    assert left_out in caplog.text
     # ...and fill-mask on a model without the masked-LM head names ModernBERT's class that has one.
     import bertjax
 
@@ -304,7 +315,7 @@ def test_a_config_json_that_contradicts_its_weights_names_the_files_tensors(tmp_
     settings = json.loads((folder / "config.json").read_text())
     settings.update(attention_bias=True, mlp_bias=True, classifier_bias=True)
     (folder / "config.json").write_text(json.dumps(settings))
-    with pytest.raises(ValueError, match=r"missing variable 'layers.0.attn.Wqkv.bias'\n") as refused:
+    with pytest.raises(ValueError, match=r"missing variable 'layers.0.attn.Wqkv.bias';\n") as refused:
         convert.load_pretrained(str(folder))
     assert "#" not in str(refused.value)
 
