@@ -906,6 +906,11 @@ def test_mismatched_missing_and_unexpected_variables_are_named(tmp_path):
     assert "missing variable 'pooler.dense.bias' (expected shape (8,))" in message
     assert "unexpected variables" in message and "'encoder.layer.2.output.dense.weight'" in message
     assert "(16, 8);\n" in message  # each problem ended, for the launchers' one line (a walkthrough)
+    tensors["pooler.dense.bias"] = np.zeros(8, np.int32)  # (a walkthrough: cast to float32 in silence)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"'pooler.dense.bias' holds int32 values, expected floating-point weights "
+                                         r"\(a quantized checkpoint\?\)"):
+        bertjax.load_pretrained(str(tmp_path))
     # Weights under another model's prefix: the names it has come first, not only the missing.
     save_file({f"distilbert.{name}": value for name, value in tensors.items()}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match=r"config:\n  unexpected variables \(not part of a BERT of this config\): "
