@@ -633,6 +633,10 @@ def test_a_sharded_hugging_face_checkpoint_reads_as_one(tmp_path):
     fingerprint = source.weights_fingerprint()
     (tmp_path / "README.md").write_text("a card")  # other files leave the weights' identity as it is
     assert model_source.resolve(str(tmp_path)).weights_fingerprint() == fingerprint
+    os.remove(tmp_path / "model-00002-of-00002.safetensors")  # a walkthrough: a bare errno naming the shard
+    with pytest.raises(ValueError, match=r"model.safetensors.index.json names 1 shard\(s\) not in the folder "
+                                         r"\(.*model-00002-of-00002.safetensors\): an incomplete copy or download\?"):
+        model_source.resolve(str(tmp_path))
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../x.safetensors"}}))
     with pytest.raises(ValueError, match=r"model.safetensors.index.json: expected a 'weight_map' object of tensor "
                                          "names to shard files of this folder"):

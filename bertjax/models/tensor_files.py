@@ -112,7 +112,12 @@ def weight_files(directory: str) -> list[str]:
     if not isinstance(weight_map, dict) or not weight_map or not all(
             isinstance(name, str) and "/" not in name for name in weight_map.values()):
         raise ValueError(f"{index}: expected a 'weight_map' object of tensor names to shard files of this folder")
-    return [fileio.join(directory, name) for name in sorted(set(weight_map.values()))]
+    files = [fileio.join(directory, name) for name in sorted(set(weight_map.values()))]
+    absent = [file for file in files if not fileio.exists(file)]
+    if absent:  # (else a bare errno naming the shard alone)
+        raise ValueError(f"{index} names {len(absent)} shard(s) not in the folder ({absent[0]}"
+                         f"{', ...' if len(absent) > 1 else ''}): an incomplete copy or download?")
+    return files
 
 
 def read_weights(directory: str) -> tuple[str, dict[str, np.ndarray]]:
