@@ -143,6 +143,27 @@ def test_a_coordinator_address_nothing_answers_is_named(monkeypatch):
         distributed.initialize("on", "nohost", 2, 1)
 
 
+@pytest.mark.parametrize("flags, message", [
+    # Process 0 as process 1: jax's IndexError, a segmentation fault, a silent wait (a walkthrough).
+    (("nohost", 2, 0), r"--coordinator_address='nohost': expected host:port, the port in 1-65535"),
+    (("127.0.0.1:abc", 2, 0), r"--coordinator_address='127.0.0.1:abc': expected host:port"),
+    (("127.0.0.1:", 2, 0), r"--coordinator_address='127.0.0.1:': expected host:port"),
+    (("127.0.0.1:99999", 2, 1), r"--coordinator_address='127.0.0.1:99999': expected host:port, the port in 1-65535"),
+    (("[]:80", 2, 1), r"expected host:port"),
+    # A negative process waited for the coordinator before jax's range check.
+    (("127.0.0.1:1234", 2, -1), r"--process_id=-1: expected 0 to 1 \(--num_processes=2\)"),
+    (("127.0.0.1:1234", 2, 2), r"--process_id=2: expected 0 to 1 \(--num_processes=2\)"),
+    ((None, None, -3), r"--process_id=-3: expected 0 or more"),
+    (("127.0.0.1:1234", 0, 0), r"--num_processes=0: expected the number of processes, 1 or more"),
+])
+def test_flags_no_process_could_start_with_are_refused_on_every_process(monkeypatch, flags, message):
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: pytest.fail("jax.distributed was started"))
+    monkeypatch.setattr(distributed, "wait_for_coordinator", lambda *args: pytest.fail("waited for a coordinator"))
+    with pytest.raises(ValueError, match=message):
+        distributed.initialize("on", *flags)
+    assert distributed.host_and_port("[::1]:8476") == ("::1", 8476)
+
+
 def test_on_without_a_cluster_or_flags_names_the_flags(monkeypatch):
     def jax_initialize(**kwargs):
         raise ValueError("coordinator_address should be defined.")
@@ -153,11 +174,11 @@ def test_on_without_a_cluster_or_flags_names_the_flags(monkeypatch):
         distributed.initialize("on")
     # Flags given: jax's own reason alone, not advice to pass them (a review).
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: (_ for _ in ()).throw(
-        ValueError("process_id must be < num_processes")))
+        ValueError("jax.distributed.initialize should only be called once.")))
     with pytest.raises(ValueError) as refused:
-        distributed.initialize("on", "localhost:23456", 2, 2)
-    assert str(refused.value) == ("--distributed=on: jax.distributed could not start (process_id must be < "
-                                  "num_processes)")
+        distributed.initialize("on", "localhost:23456", 2, 0)
+    assert str(refused.value) == ("--distributed=on: jax.distributed could not start (jax.distributed.initialize "
+                                  "should only be called once.)")
 
 
 # The processes leave with os._exit after a last barrier: jax's exit-time teardown of the

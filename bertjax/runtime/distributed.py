@@ -52,13 +52,11 @@ def wait_for_coordinator(address: str, process_id: int) -> None:
     gRPC target with a scheme (dns:///host:port) is left to jax."""
     if "://" in address:
         return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--coordinator_address={address!r}: expected host:port")
+    host, port = host_and_port(address)
     start = said = time.monotonic()
     while True:
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):
+            with socket.create_connection((host, port), timeout=5.0):
                 return
         except OSError as e:
             waited = time.monotonic() - start
@@ -71,6 +69,27 @@ def wait_for_coordinator(address: str, process_id: int) -> None:
                 log.warning("process %d: waiting %.0fs for the coordinator at %s (process 0)", process_id, waited,
                             address)
             time.sleep(min(1.0, COORDINATOR_WAIT_SECONDS - waited))
+
+
+def host_and_port(address: str) -> tuple[str, int]:
+    """(host, port) of a --coordinator_address "host:port" ("[::1]:port" for IPv6); ValueError
+    for anything else (jax's own reading fails with an IndexError, a segmentation fault, or a
+    silent wait on process 0)."""
+    host, _, port = address.rpartition(":")
+    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--coordinator_address={address!r}: expected host:port, the port in 1-65535")
+    return host.strip("[]"), int(port)
+
+
+def _check_process_flags(coordinator_address: str | None, num_processes: int | None, process_id: int | None) -> None:
+    """ValueError for flags that no process could start with, before any process waits on them."""
+    if coordinator_address is not None and "://" not in coordinator_address:  # (a gRPC target: jax's to read)
+        host_and_port(coordinator_address)
+    if num_processes is not None and num_processes < 1:
+        raise ValueError(f"--num_processes={num_processes}: expected the number of processes, 1 or more")
+    if process_id is not None and (process_id < 0 or (num_processes is not None and process_id >= num_processes)):
+        within = f"0 to {num_processes - 1} (--num_processes={num_processes})" if num_processes else "0 or more"
+        raise ValueError(f"--process_id={process_id}: expected {within}")
 
 
 def detect_cluster() -> type | None:
@@ -112,6 +131,7 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
         if given:
             raise ValueError(f"--distributed=off contradicts --{', --'.join(given)}")
         return False
+    _check_process_flags(coordinator_address, num_processes, process_id)
     if mode == "auto" and not given:
         try:
             cluster = detect_cluster()
@@ -140,8 +160,8 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
             pass
     else:
         num_processes_known, process_id_known = num_processes, process_id
-    if coordinator_address is not None and process_id and (num_processes is None or process_id < num_processes):
-        wait_for_coordinator(coordinator_address, process_id)  # (a process_id out of range: jax's error, at once)
+    if coordinator_address is not None and process_id:
+        wait_for_coordinator(coordinator_address, process_id)
     if process_id_known == 0 and (num_processes_known or 0) > 1:  # jax waits for them in silence, then aborts in C++
         where = f" at {coordinator_address}" if coordinator_address else ""
         print(f"process 0: coordinating{where}; waiting for the other {num_processes_known - 1} process(es) to join "
