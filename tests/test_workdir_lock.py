@@ -3,6 +3,7 @@
 import errno
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,6 +70,17 @@ def test_a_workdir_made_for_a_run_that_wrote_nothing_is_removed(tmp_path):
         with workdir_lock.hold(str(tmp_path / "new" / "run")):
             raise ValueError("refused")
     assert os.listdir(tmp_path) == []
+    # Refused once its empty checkpoints/ was made (fine-tuning's reuse_head check: a walkthrough).
+    with pytest.raises(ValueError, match="refused"):
+        with workdir_lock.hold(str(tmp_path / "new" / "run")):
+            (tmp_path / "new" / "run" / "checkpoints" / "tmp").mkdir(parents=True)
+            raise ValueError("refused")
+    assert os.listdir(tmp_path) == []
+    with workdir_lock.hold(str(tmp_path / "new" / "run")):
+        (tmp_path / "new" / "run" / "checkpoints" / "1").mkdir(parents=True)
+        (tmp_path / "new" / "run" / "checkpoints" / "1" / "meta.json").write_text("{}\n")
+    assert sorted(os.listdir(tmp_path / "new" / "run")) == [".lock", "checkpoints"]
+    shutil.rmtree(tmp_path / "new")
     with workdir_lock.hold(str(tmp_path / "new" / "run")):
         (tmp_path / "new" / "run" / "metrics.jsonl").write_text("{}\n")
     assert sorted(os.listdir(tmp_path / "new" / "run")) == [".lock", "metrics.jsonl"]

@@ -54,12 +54,27 @@ def _first_missing(path: str) -> str | None:
     return missing
 
 
+def _empty_folders(workdir: str, lock_name: str) -> list[str] | None:
+    """The folders inside `workdir`, innermost first, when its lock file is its only file (a
+    run refused after making its checkpoints/ folder); None when it holds anything else."""
+    folders = []
+    for root, dirs, files in os.walk(workdir, topdown=False):
+        if files != ([lock_name] if root == workdir else []) or any(
+                os.path.islink(os.path.join(root, name)) for name in dirs):
+            return None
+        folders += [os.path.join(root, name) for name in dirs]
+    return folders
+
+
 def _remove_if_unused(workdir: str, lock_name: str, made: str) -> None:
-    """Removes `workdir`'s lock file and the folders up to `made` when the lock file is all they
-    hold. Best effort: a run starting there meanwhile keeps them."""
+    """Removes `workdir`'s lock file and the folders up to `made` when the lock file and empty
+    folders are all they hold. Best effort: a run starting there meanwhile keeps them."""
     try:
-        if os.listdir(workdir) != [lock_name]:
+        folders = _empty_folders(workdir, lock_name)
+        if folders is None:
             return
+        for folder in folders:
+            os.rmdir(folder)  # (only while empty)
         os.remove(os.path.join(workdir, lock_name))
         path = os.path.abspath(workdir)
         while True:
@@ -83,8 +98,8 @@ def _why_not_made(path: str, error: OSError) -> str:
 def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str = LOCK_NAME,
          named: str = "workdir ") -> Iterator[None]:
     """Holds `<workdir>/<lock_name>` (creating the workdir) until the block ends. Without `wait`,
-    a workdir made here that holds nothing else by then is removed with its lock: a run refused
-    at start-up (a config error) leaves no folder behind. (A waiter would go on to hold a lock
+    a workdir made here that holds nothing else by then (empty folders aside) is removed with
+    its lock: a run refused at start-up (a config error) leaves no folder behind. (A waiter would go on to hold a lock
     file no longer there, beside a new one.)
 
     Raises WorkdirBusyError when another process holds it; with `wait`, calls wait(holder)
