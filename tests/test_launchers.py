@@ -112,6 +112,10 @@ CASES = [
     ("pretrain.py", ["--config={tmp}/extra.py"], "--config={tmp}/extra.py has train.learning_rat, which no "
                                                  "pre-training run reads; did you mean 'train.learning_rate'?"),
     # A seed past 64 bits: jax.random.key's traceback, after the data was prepared (a walkthrough).
+    # Python's own words were passed on: "invalid literal for int() with base 10" (a walkthrough).
+    ("pretrain.py", [PRETRAIN, "--config.mesh.fsdp=2.5"], "--config.mesh.fsdp=2.5: expected an int"),
+    ("pretrain.py", [PRETRAIN, "--config.train.learning_rate=abc"],
+     "--config.train.learning_rate=abc: expected a number"),
     ("pretrain.py", [PRETRAIN, "--config.seed=99999999999999999999"],
      "config.seed must be an int in [-2**63, 2**63), got 99999999999999999999"),
     # Refused after the corpus was prepared into the workdir (a walkthrough): nothing there now.

@@ -307,6 +307,10 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
     if "Failed loading config file" in message or "earlier failure to load" in message:
         reason = re.search(r"\[Errno \d+\] ([^:]+)", message)
         return f"{config_arg}: cannot load the config file ({reason.group(1) if reason else message})"
+    typed = re.fullmatch(r"flag (--[\w.]+=.*?): (invalid literal for int\(\)|could not convert string to float)"
+                         r".*", message)
+    if typed:  # ml_collections parses by the key's type and passes on Python's own words
+        return f"{typed.group(1)}: expected {'an int' if 'int' in typed.group(2) else 'a number'}"
     if isinstance(error, flags.Error):
         if "Traceback" in str(error):  # get_config raised: keep its last line, the exception itself
             last = [line for line in str(error).splitlines() if line.strip()][-1]
