@@ -232,6 +232,9 @@ def check_run_settings(config: ml_collections.ConfigDict) -> None:
     train, data = config.train, config.data
     if data.label_kind not in ("class", "float"):
         raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")
+    if data.file_format not in ("", "csv", "tsv", "jsonl"):  # (else the first file's error blamed its extension)
+        raise ValueError(f"config.data.file_format must be csv, tsv, jsonl or '' (from each file's extension), got "
+                         f"{data.file_format!r}")
     check_int(data, "pack_examples", 0)
     run_config.check_seed(config.seed, "config.seed", minimum=-2**63)
     run_config.check_seed(data.seed, "config.data.seed")

@@ -1047,6 +1047,8 @@ def test_sweep_ranks_by_the_tasks_main_metric(tmp_path, monkeypatch, capsys):
      r"vocab.txt: 30522 tokens, 7 here\); leave the vocabulary unset to use the model's"),
     (["--config.data.train_file={train}", "--config.data.label_kind=flaot"],
      "config.data.label_kind must be 'class' or 'float'"),
+    (["--config.data.train_file={train}", "--config.data.file_format=xml"],  # (was: "unknown file format 'xml'")
+     r"config.data.file_format must be csv, tsv, jsonl or '' \(from each file's extension\), got 'xml'"),
     (["--config.data.train_file={train}", "--config.data.seed=-1"],  # (numpy's message, after tokenizing)
      r"config.data.seed must be an int in \[0, 2\*\*63\), got -1"),
     (["--config.data.train_file={train}", "--config.seed=99999999999999999999"],  # (jax.random.key's traceback)

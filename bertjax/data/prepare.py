@@ -107,12 +107,23 @@ def vocab_size_for(data_config: Any, cache_dir: str) -> int:
     return load_tokenizer_for(data_config, cache_dir).vocab_size
 
 
+def _prepared_input(data_config: Any) -> dict:
+    """`read_metadata` of the folder a "prepared" source reads, its errors naming the setting."""
+    if not data_config.input_pattern:
+        raise ValueError("config.data.source='prepared' reads the folder config.data.input_pattern names (a "
+                         "prepare_data.py --output_dir), which is unset")
+    try:
+        return read_metadata(data_config.input_pattern)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"config.data.input_pattern={data_config.input_pattern}: {e}") from None
+
+
 def _prepared_tokenizer(data_config: Any) -> tokenization.Tokenizer:
     """The tokenizer the directory `input_pattern` was prepared with: the one its metadata
     names (or a file of that name inside the directory, e.g. the demo vocabulary of a folder
     that was moved), or `vocab_path` when set, which must then be the same vocabulary."""
     directory = data_config.input_pattern
-    saved = read_metadata(directory)["tokenizer"]
+    saved = _prepared_input(data_config)["tokenizer"]
     inside = fileio.join(directory, os.path.basename(saved["path"]))
     path = data_config.vocab_path or (inside if fileio.exists(inside) else saved["path"])
     if not data_config.vocab_path and not fileio.exists(path):
@@ -144,7 +155,7 @@ def ensure_prepared(data_config: Any, output_dir: str, num_workers: int | None =
     Raises ValueError when `output_dir` holds data prepared with other settings.
     """
     if data_config.source == "prepared":
-        metadata = read_metadata(data_config.input_pattern)
+        metadata = _prepared_input(data_config)
         settings = metadata["settings"]
         if (settings.get("tokenizer") == "huggingface" and "sentence_prefix" not in settings
                 and _prepared_tokenizer(data_config).word_prefix):

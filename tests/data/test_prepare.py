@@ -70,6 +70,14 @@ def test_prepare_writes_every_document_once_with_counts(tmp_path, monkeypatch, c
     on_disk = json.load(open(os.path.join(out, "metadata.json")))
     assert dict(on_disk, dir=out) == metadata
     assert prepare.ensure_prepared(_config(tmp_path, source="prepared", input_pattern=out), "unused") == metadata
+    # The setting named (a walkthrough: "metadata.json not found", naming neither key nor folder).
+    for read in (prepare.ensure_prepared, prepare.load_tokenizer_for):
+        with pytest.raises(ValueError, match=r"config.data.source='prepared' reads the folder "
+                                             r"config.data.input_pattern names .*, which is unset"):
+            read(_config(tmp_path, source="prepared", input_pattern=""), "unused")
+        with pytest.raises(FileNotFoundError, match=rf"config.data.input_pattern={tmp_path}: {tmp_path}/metadata.json "
+                                                    "not found: not a prepared data directory"):
+            read(_config(tmp_path, source="prepared", input_pattern=str(tmp_path)), "unused")
 
 
 def test_a_prepared_directory_brings_its_own_tokenizer(tmp_path):
