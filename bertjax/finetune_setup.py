@@ -161,8 +161,9 @@ def check_train_values(train: ml_collections.ConfigDict) -> None:
     for key in ("num_steps", "eval_every", "eval_batch_size"):
         if not isinstance(train[key], int) or train[key] < 0:
             raise ValueError(f"config.train.{key} must be an int >= 0, got {train[key]!r}")
-    if not train.num_steps and not (isinstance(train.num_epochs, (int, float)) and 0 < train.num_epochs < math.inf):
-        raise ValueError(f"config.train.num_epochs must be > 0 (or set config.train.num_steps), got {train.num_epochs!r}")
+    # (checked where num_steps overrides it too: accepted then, it was refused by a later run's check)
+    if not (isinstance(train.num_epochs, (int, float)) and 0 < train.num_epochs < math.inf):
+        raise ValueError(f"config.train.num_epochs must be > 0, got {train.num_epochs!r}")
     if not 0.0 <= train.warmup_proportion <= 1.0:  # (NaN fails this too)
         raise ValueError(f"config.train.warmup_proportion must be in [0, 1], got {train.warmup_proportion}")
     # Fine-tuning sets warmup_steps from warmup_proportion: the schedules' warmup limits in its terms.

@@ -144,7 +144,9 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
                           "positions_trained")
         if key not in old and any(key == name or key.endswith("." + name) for name in recorded_later):
             continue  # from before they were recorded
-        changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}")
+        # A digest alone says nothing of the file it digests (a walkthrough).
+        what = " (the rows of config.data.train_file)" if key.endswith("train_data_digest") else ""
+        changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}{what}")
     return changes
 
 

@@ -398,9 +398,11 @@ def main(_):
     sharding.check_training_mesh(mesh_shape)  # (a step timed on a mesh whose gradients are wrong is no figure)
     data, fsdp, _ = mesh_shape
     accum = config.train.grad_accum_steps
-    if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1 or _BATCH.value % (data * fsdp * accum):
-        raise ValueError(f"config.train.grad_accum_steps={accum!r}: --batch_size={_BATCH.value} must be divisible by "
-                         f"the data-parallel size (mesh data x fsdp = {data * fsdp}) times a positive grad_accum_steps")
+    if not isinstance(accum, int) or isinstance(accum, bool) or accum < 1:
+        raise ValueError(f"config.train.grad_accum_steps must be a positive int, got {accum!r}")
+    if _BATCH.value % (data * fsdp * accum):  # (the batch named first: it is the value given; a walkthrough)
+        raise ValueError(f"--batch_size={_BATCH.value} must be divisible by the data-parallel size (mesh data x fsdp "
+                         f"= {data * fsdp}) times config.train.grad_accum_steps={accum}")
     jax_run = JaxRun(config)
     bert, batch, seq = jax_run.bert, _BATCH.value, _SEQ.value
     print(f"BERT-{_PRESET.value} ({jax_run.num_params / 1e6:.1f}M params), batch {batch}, length {seq}, "

@@ -880,9 +880,11 @@ def test_warmup_limits_are_named_by_the_key_fine_tuning_sets():
     with pytest.raises(ValueError, match=r"warmup_proportion=0.01 gives no warmup step in this run's 30 steps"):
         finetune_setup.schedule_config(short, examples_per_epoch=160)  # 160 / 16 x 3 epochs
     # inf passed "> 0" and overflowed in schedule_config after the data was read (a review).
-    with pytest.raises(ValueError, match=r"config.train.num_epochs must be > 0 \(or set config.train.num_steps\), "
-                                         r"got inf"):
+    with pytest.raises(ValueError, match=r"config.train.num_epochs must be > 0, got inf"):
         finetune_setup.check_train_values(_demo_config(num_epochs=float("inf")).train)
+    # Where num_steps overrides it too: accepted, a relaunch was then refused for its change (a walkthrough).
+    with pytest.raises(ValueError, match=r"config.train.num_epochs must be > 0, got -1"):
+        finetune_setup.check_train_values(_demo_config(num_epochs=-1, num_steps=20).train)
 
 
 def test_the_sweep_table_fits_its_columns_to_the_longest_cell():
@@ -1436,7 +1438,8 @@ def test_a_finished_run_relaunched_with_other_settings_is_refused(minilm_classif
     (tmp_path / "other.csv").write_text("".join(lines[:-1]))
     config.data.train_file = str(tmp_path / "other.csv")
     with pytest.raises(ValueError, match=r"has trained all its 12 steps, and this run changes what it computes "
-                                         r"\(train_data_digest '[0-9a-f]{16}' -> '[0-9a-f]{16}'\)"):
+                                         r"\(train_data_digest '[0-9a-f]{16}' -> '[0-9a-f]{16}' \(the rows of "
+                                         r"config.data.train_file\)\)"):
         finetune.finetune(config, str(workdir))
     (tmp_path / "moved.csv").write_text("".join(lines))
     config.data.train_file = str(tmp_path / "moved.csv")

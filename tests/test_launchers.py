@@ -220,8 +220,10 @@ CASES = [
     ("benchmark.py", ["--preset=modernbert-base", "--compare"], "--compare runs Hugging Face's BertForPreTraining"),
     ("benchmark.py", ["--config.train.global_batch_size=64"], "config.train.global_batch_size: the benchmark's batch"),
     ("benchmark.py", ["--batch_size=8", "--config.train.grad_accum_steps=3"],
-     "config.train.grad_accum_steps=3: --batch_size=8 must be divisible"),
-    ("benchmark.py", ["--config.train.grad_accum_steps=0"], "config.train.grad_accum_steps=0: --batch_size="),
+     "--batch_size=8 must be divisible by the data-parallel size (mesh data x fsdp = 1) times "
+     "config.train.grad_accum_steps=3"),
+    ("benchmark.py", ["--config.train.grad_accum_steps=0"],
+     "config.train.grad_accum_steps must be a positive int, got 0"),
     # predict.py: a path that is no model, a model without the head or task asked for.
     ("predict.py", ["--model={tmp}", "--text=hi"], "matches no known checkpoint layout"),
     ("predict.py", ["--model={tmp}", "--text=hi", "--output={tmp}"], "--output={tmp} is a folder; give a file's name"),

@@ -64,8 +64,8 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
     run_config.check_finished_unchanged("/w", {**saved, "data": {**saved["data"], "train_file": "/moved/train.csv"}},
                                         10)
     with pytest.raises(ValueError, match=r"^/w has trained all its 10 steps, and this run changes what it computes "
-                                         r"\(train_data_digest 'aaaa' -> 'bbbb'\): nothing would train, .*; give a "
-                                         r"new workdir$"):
+                                         r"\(train_data_digest 'aaaa' -> 'bbbb' \(the rows of "
+                                         r"config.data.train_file\)\): nothing would train, .*; give a new workdir$"):
         run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb"}, 10)
     with pytest.raises(ValueError, match=r"^/w has trained 10 steps, past this run's 6, and this run changes"):
         run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb"}, 6)  # (it trained 10)
