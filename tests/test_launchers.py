@@ -114,6 +114,8 @@ CASES = [
     # A seed past 64 bits: jax.random.key's traceback, after the data was prepared (a walkthrough).
     # Python's own words were passed on: "invalid literal for int() with base 10" (a walkthrough).
     ("pretrain.py", [PRETRAIN, "--config.mesh.fsdp=2.5"], "--config.mesh.fsdp=2.5: expected an int"),
+    # absl's line a required flag, three lines in all (a walkthrough).
+    ("extract_features.py", [], "missing the required flags --checkpoint, --input_file, --output (--help describes"),
     ("pretrain.py", [PRETRAIN, "--config.train.learning_rate=abc"],
      "--config.train.learning_rate=abc: expected a number"),
     ("pretrain.py", [PRETRAIN, "--config.seed=99999999999999999999"],
