@@ -15,6 +15,7 @@ import ml_collections
 
 from bertjax import optim, run_config, sharding, tasks, tokenization
 from bertjax.inference import model_source
+from bertjax.tasks import common
 from bertjax.models import BertConfig
 from bertjax.models import config as bert_config
 from bertjax.runtime import fileio
@@ -161,7 +162,7 @@ def check_train_values(train: ml_collections.ConfigDict) -> None:
     for key in ("num_steps", "eval_every", "eval_batch_size"):
         if not isinstance(train[key], int) or train[key] < 0:
             raise ValueError(f"config.train.{key} must be an int >= 0, got {train[key]!r}")
-    # (checked where num_steps overrides it too: accepted then, it was refused by a later run's check)
+    # (where num_steps overrides it too: it is saved with the run, and a relaunch compares it)
     if not (isinstance(train.num_epochs, (int, float)) and 0 < train.num_epochs < math.inf):
         raise ValueError(f"config.train.num_epochs must be > 0, got {train.num_epochs!r}")
     if not 0.0 <= train.warmup_proportion <= 1.0:  # (NaN fails this too)
@@ -233,9 +234,9 @@ def check_run_settings(config: ml_collections.ConfigDict) -> None:
     train, data = config.train, config.data
     if data.label_kind not in ("class", "float"):
         raise ValueError(f"config.data.label_kind must be 'class' or 'float' (regression), got {data.label_kind!r}")
-    if data.file_format not in ("", "csv", "tsv", "jsonl"):  # (else the first file's error blamed its extension)
-        raise ValueError(f"config.data.file_format must be csv, tsv, jsonl or '' (from each file's extension), got "
-                         f"{data.file_format!r}")
+    if data.file_format not in ("", *common.ROW_FORMATS):  # (else the first file's error blamed its extension)
+        raise ValueError(f"config.data.file_format must be {', '.join(common.ROW_FORMATS)} or '' (from each file's "
+                         f"extension), got {data.file_format!r}")
     check_int(data, "pack_examples", 0)
     run_config.check_seed(config.seed, "config.seed", minimum=-2**63)
     run_config.check_seed(data.seed, "config.data.seed")

@@ -161,7 +161,19 @@ def test_flags_no_process_could_start_with_are_refused_on_every_process(monkeypa
     monkeypatch.setattr(distributed, "wait_for_coordinator", lambda *args: pytest.fail("waited for a coordinator"))
     with pytest.raises(ValueError, match=message):
         distributed.initialize("on", *flags)
+
+
+def test_a_coordinator_address_is_host_and_port_as_grpc_reads_it():
+    """IPv6 in brackets (gRPC reads an unbracketed address of several colons as all host); a
+    target with a scheme is jax's to read (a review)."""
+    assert distributed.host_and_port("localhost:1234") == ("localhost", 1234)
     assert distributed.host_and_port("[::1]:8476") == ("::1", 8476)
+    assert distributed.host_and_port("[fe80::1%eth0]:80") == ("fe80::1%eth0", 80)
+    for address in ("fe80::1", "::1:8476", "host]:80", "[host:80", "127.0.0.1:\u00b2", "127.0.0.1:0", ":80"):
+        with pytest.raises(ValueError, match="expected host:port, the port in 1-65535"):
+            distributed.host_and_port(address)
+    assert distributed.is_grpc_target("dns:///coordinator:1234") and distributed.is_grpc_target("ipv4:10.0.0.1:80")
+    assert not distributed.is_grpc_target("10.0.0.1:80")
 
 
 def test_on_without_a_cluster_or_flags_names_the_flags(monkeypatch):

@@ -111,13 +111,13 @@ CASES = [
     # A key of one's own config file that nothing reads was ignored without a word (a walkthrough).
     ("pretrain.py", ["--config={tmp}/extra.py"], "--config={tmp}/extra.py has train.learning_rat, which no "
                                                  "pre-training run reads; did you mean 'train.learning_rate'?"),
-    # A seed past 64 bits: jax.random.key's traceback, after the data was prepared (a walkthrough).
     # Python's own words were passed on: "invalid literal for int() with base 10" (a walkthrough).
     ("pretrain.py", [PRETRAIN, "--config.mesh.fsdp=2.5"], "--config.mesh.fsdp=2.5: expected an int"),
-    # absl's line a required flag, three lines in all (a walkthrough).
-    ("extract_features.py", [], "missing the required flags --checkpoint, --input_file, --output (--help describes"),
     ("pretrain.py", [PRETRAIN, "--config.train.learning_rate=abc"],
      "--config.train.learning_rate=abc: expected a number"),
+    # absl's line a required flag, three lines in all (a walkthrough).
+    ("extract_features.py", [], "missing the required flags --checkpoint, --input_file, --output (--help describes"),
+    # A seed past 64 bits: jax.random.key's traceback, after the data was prepared (a walkthrough).
     ("pretrain.py", [PRETRAIN, "--config.seed=99999999999999999999"],
      "config.seed must be an int in [-2**63, 2**63), got 99999999999999999999"),
     # Refused after the corpus was prepared into the workdir (a walkthrough): nothing there now.
@@ -135,6 +135,7 @@ CASES = [
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/out", "--architecture=ModernBertModel"],
      f"--architecture=ModernBertModel is a ModernBERT class, but {MINILM_DIR} is a BERT model: name one of BertModel"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output="], "--output is empty; give a folder"),
+    ("export_model.py", [f"--model={MINILM_DIR}", "--output="], "--output is empty; give a folder"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt/hf"],
      "--output={tmp}/text.txt/hf: {tmp}/text.txt is a file; give a folder"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out"], "is not a fine-tuned model"),

@@ -67,6 +67,9 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
                                          r"\(train_data_digest 'aaaa' -> 'bbbb' \(the rows of "
                                          r"config.data.train_file\)\): nothing would train, .*; give a new workdir$"):
         run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb"}, 10)
+    built_in = {**saved, "data": {**saved["data"], "train_file": ""}}  # a task's own data (TFDS): no file to name
+    assert run_config.changed_settings(built_in, {**built_in, "train_data_digest": "bbbb"}) == [
+        "train_data_digest 'aaaa' -> 'bbbb' (the rows of the training data)"]
     with pytest.raises(ValueError, match=r"^/w has trained 10 steps, past this run's 6, and this run changes"):
         run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb"}, 6)  # (it trained 10)
     # Rows cut at another length (a finished run evaluated at another length, as the docs allow):

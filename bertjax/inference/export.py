@@ -79,6 +79,8 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
     from bertjax.inference import engine, model_source
 
     output_dir = os.fspath(output_dir)  # (a pathlib.Path, as model_path may be)
+    if not output_dir:  # (else the current folder's saved_model.pb or 1/ is what the checks below see)
+        raise ValueError("--output is empty; give a folder")
     source = model_source.with_pairs(model_source.resolve(model_path), pairs)
     if source.task_info.get("family") not in tasks.FAMILIES:
         raise ValueError(f"{source.path} is not a fine-tuned model (no task saved with it); export needs a "

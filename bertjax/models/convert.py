@@ -6,7 +6,8 @@ params tree is described) with its Hugging Face and TF names, so import and expo
 mapping.
 
 Strictness: a missing or mis-shaped variable is an error naming it with the expected and
-found shapes. Unexpected variables are an error too (weights are never dropped silently),
+found shapes, and so is an integer tensor (a quantized checkpoint's, which cast to float32
+would be no weights). Unexpected variables are an error too (weights are never dropped silently),
 except bookkeeping that holds no weights: Hugging Face `position_ids` buffers, and TF
 optimizer slots (`adam_m`, `adam_v`), `global_step` and the TF2 object graph. One
 exception to "missing is an error": Hugging Face's BertForMaskedLM, BertForTokenClassification
@@ -16,6 +17,7 @@ Face's does (with a warning).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -223,7 +225,8 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     lacking = [head for head in _HEADS_OF.get(architecture, ()) if head not in heads]
     if lacking:
         raise ValueError(f"export_huggingface: {architecture} needs the head(s) {lacking}, which the checkpoint does "
-                         f"not have (it has {list(heads) or 'none'}); name another architecture (--architecture)")
+                         f"not have (it has {list(heads) or 'none'}); name another architecture "
+                         "(--architecture; Python: architecture=)")
     unread = [head for head in heads if head not in _HEADS_OF.get(architecture, ())]
     if unread:  # (written, a classifier under BertModel read back as a task its class does not say, unnamed labels)
         logging.warning("export_huggingface: %s does not read the head(s) %s: left out", architecture, unread)
@@ -359,20 +362,36 @@ def tf_checkpoint_prefix(path: str) -> str | None:
         local = fileio.join(path, os.path.basename(named))
         if fileio.exists(local + ".index"):
             return local
-        if fileio.glob(fileio.escape(local) + ".data-*"):  # else the original's weights, read without a word
-            raise ValueError(f"{local}.index is missing beside its .data file(s): an incomplete copy? Copy the "
-                             "checkpoint's .index too")
+        _check_not_cut_off(local)  # else the original's weights, read without a word
         if fileio.exists(named + ".index"):
-            logging.warning("%s names %s, outside %s: its weights are read from there", fileio.join(path, "checkpoint"),
-                            named, path)
+            _say_read_from_outside(path, named)
             return named
         raise ValueError(f"{fileio.join(path, 'checkpoint')} names {named}, whose .index is neither there nor in "
                          f"{path}")
     indexes = [name for name in fileio.listdir(path) if name.endswith(".index")]
+    if not indexes:  # (a release copied without its bert_model.ckpt.index: "no TF checkpoint" said less)
+        for name in fileio.listdir(path):
+            if ".data-" in name:
+                _check_not_cut_off(fileio.join(path, name.split(".data-")[0]))
     if len(indexes) > 1:
         raise ValueError(f"{path} holds {len(indexes)} TF checkpoints ({', '.join(sorted(indexes)[:4])}) and no "
                          "'checkpoint' file naming one: give a folder with one")
     return fileio.join(path, indexes[0].removesuffix(".index")) if indexes else None
+
+
+def _check_not_cut_off(prefix: str) -> None:
+    """ValueError when a TF checkpoint's .data files are at `prefix` without its .index."""
+    if fileio.glob(fileio.escape(prefix) + ".data-*"):
+        raise ValueError(f"{prefix}.index is missing beside its .data file(s): an incomplete copy? Copy the "
+                         "checkpoint's .index too")
+
+
+@functools.lru_cache(maxsize=None)
+def _say_read_from_outside(path: str, named: str) -> None:
+    """Warns, once a process (a load resolves the prefix three times), that `path`'s `checkpoint`
+    file names weights outside it."""
+    logging.warning("%s names %s, outside %s: its weights are read from there", fileio.join(path, "checkpoint"),
+                    named, path)
 
 
 def tf_task_config(path: str) -> dict[str, Any]:
@@ -627,7 +646,9 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
     files = set(fileio.listdir(path))
     if "config.json" in files and files & {"model.safetensors", SHARD_INDEX}:
         return "huggingface", path
-    if "bert_config.json" in files and any(name == "checkpoint" or name.endswith(".index") for name in files):
+    # (.data files alone: a copy that lost its .index, which tf_checkpoint_prefix names)
+    if "bert_config.json" in files and any(name == "checkpoint" or name.endswith(".index") or ".data-" in name
+                                           for name in files):
         return "tf", path
     from bertjax import checkpointing
 

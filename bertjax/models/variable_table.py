@@ -157,7 +157,7 @@ def gather_params(table: list[Variable], tensors: dict[str, np.ndarray], fmt: st
                 problems.append(missing)
         elif tensors[name].shape != expected:
             problems.append(f"variable {name!r} has shape {tensors[name].shape}, expected {expected}")
-        elif np.asarray(tensors[name]).dtype.kind in "biu":  # (a quantized checkpoint's: cast, they are no weights)
+        elif np.asarray(tensors[name]).dtype.kind in "biu":  # (a quantized checkpoint's ints: cast, garbage weights)
             problems.append(f"variable {name!r} holds {np.asarray(tensors[name]).dtype} values, expected "
                             "floating-point weights (a quantized checkpoint?)")
         else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 
@@ -50,7 +51,7 @@ def wait_for_coordinator(address: str, process_id: int) -> None:
     C++ abort that blames "another task", which no launcher can turn into one line. Anything
     that takes connections there passes (a service other than jax's then fails as before); a
     gRPC target with a scheme (dns:///host:port) is left to jax."""
-    if "://" in address:
+    if is_grpc_target(address):
         return
     host, port = host_and_port(address)
     start = said = time.monotonic()
@@ -72,18 +73,24 @@ def wait_for_coordinator(address: str, process_id: int) -> None:
 
 
 def host_and_port(address: str) -> tuple[str, int]:
-    """(host, port) of a --coordinator_address "host:port" ("[::1]:port" for IPv6); ValueError
-    for anything else (jax's own reading fails with an IndexError, a segmentation fault, or a
-    silent wait on process 0)."""
-    host, _, port = address.rpartition(":")
-    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+    """(host, port) of a --coordinator_address "host:port" ("[::1]:port" for IPv6: gRPC reads
+    an unbracketed address of several colons as all host); ValueError for anything else (jax's
+    own reading fails with an IndexError, a segmentation fault, or a silent wait on process 0)."""
+    parsed = re.fullmatch(r"\[([^\[\]]+)\]:([0-9]{1,5})|([^:\[\]]+):([0-9]{1,5})", address)
+    if parsed is None or not 0 < int(parsed.group(2) or parsed.group(4)) < 65536:
         raise ValueError(f"--coordinator_address={address!r}: expected host:port, the port in 1-65535")
-    return host.strip("[]"), int(port)
+    return parsed.group(1) or parsed.group(3), int(parsed.group(2) or parsed.group(4))
+
+
+def is_grpc_target(address: str) -> bool:
+    """Whether `address` names a gRPC target with a scheme (dns:///host:port, ipv4:1.2.3.4:port),
+    which jax reads itself."""
+    return re.match(r"(dns|ipv4|ipv6|unix|unix-abstract|vsock|xds):", address) is not None
 
 
 def _check_process_flags(coordinator_address: str | None, num_processes: int | None, process_id: int | None) -> None:
     """ValueError for flags that no process could start with, before any process waits on them."""
-    if coordinator_address is not None and "://" not in coordinator_address:  # (a gRPC target: jax's to read)
+    if coordinator_address is not None and not is_grpc_target(coordinator_address):
         host_and_port(coordinator_address)
     if num_processes is not None and num_processes < 1:
         raise ValueError(f"--num_processes={num_processes}: expected the number of processes, 1 or more")

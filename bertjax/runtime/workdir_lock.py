@@ -57,8 +57,14 @@ def _first_missing(path: str) -> str | None:
 def _empty_folders(workdir: str, lock_name: str) -> list[str] | None:
     """The folders inside `workdir`, innermost first, when its lock file is its only file (a
     run refused after making its checkpoints/ folder); None when it holds anything else."""
+    if os.listdir(workdir) == [lock_name]:
+        return []
+
+    def unreadable(error: OSError):  # (os.walk skips a folder it cannot list: taken for empty)
+        raise error
+
     folders = []
-    for root, dirs, files in os.walk(workdir, topdown=False):
+    for root, dirs, files in os.walk(workdir, topdown=False, onerror=unreadable):
         if files != ([lock_name] if root == workdir else []) or any(
                 os.path.islink(os.path.join(root, name)) for name in dirs):
             return None
@@ -97,10 +103,10 @@ def _why_not_made(path: str, error: OSError) -> str:
 @contextlib.contextmanager
 def hold(workdir: str, wait: Callable[[str], None] | None = None, lock_name: str = LOCK_NAME,
          named: str = "workdir ") -> Iterator[None]:
-    """Holds `<workdir>/<lock_name>` (creating the workdir) until the block ends. Without `wait`,
-    a workdir made here that holds nothing else by then (empty folders aside) is removed with
-    its lock: a run refused at start-up (a config error) leaves no folder behind. (A waiter would go on to hold a lock
-    file no longer there, beside a new one.)
+    """Holds `<workdir>/<lock_name>` (creating the workdir) until the block ends. Without
+    `wait`, a workdir made here that holds nothing else by then (empty folders aside) is
+    removed with its lock: a run refused at start-up (a config error) leaves no folder behind.
+    (A waiter would go on to hold a lock file no longer there, beside a new one.)
 
     Raises WorkdirBusyError when another process holds it; with `wait`, calls wait(holder)
     once instead and blocks until the holder lets go (or dies). A lock of another name in the

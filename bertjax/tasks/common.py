@@ -213,6 +213,7 @@ def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = Fal
                     yield NotUtf8(why, raw.decode("utf-8", errors="replace"))
 
 
+ROW_FORMATS = ("csv", "tsv", "jsonl")  # config.data.file_format's values ("" = by the file's extension)
 JSONL_EXTENSIONS = {"jsonl": "jsonl", "json": "jsonl", "ndjson": "jsonl", "jsonlines": "jsonl"}  # JSON Lines' names
 
 
@@ -249,7 +250,7 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
     """
     extension = _extension(path)
     file_format = file_format or JSONL_EXTENSIONS.get(extension, extension)
-    if file_format not in ("csv", "tsv", "jsonl"):
+    if file_format not in ROW_FORMATS:
         found = f"format {file_format!r}" if file_format else "extension"
         raise ValueError(f"{path}: unknown file {found}; expected .csv, .tsv or .jsonl "
                          "(or set config.data.file_format)")

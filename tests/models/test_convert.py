@@ -166,7 +166,7 @@ def test_a_head_the_named_class_does_not_read_is_left_out(tmp_path, caplog):
     assert "id2label" not in json.loads((tmp_path / "config.json").read_text())
     with pytest.raises(ValueError, match=r"BertForMaskedLM needs the head\(s\) \['mlm'\], which the checkpoint does "
                                          r"not have \(it has \['classifier'\]\); name another architecture "
-                                         r"\(--architecture\)"):
+                                         r"\(--architecture; Python: architecture=\)"):
         convert.export_huggingface(config, params, str(tmp_path / "mlm"), architecture="BertForMaskedLM")
     config2, params2 = bertjax.load_pretrained(str(tmp_path))
     assert set(params2) == {"bert"}
@@ -551,8 +551,11 @@ def test_tf_export_round_trip(tf_release, tmp_path, caplog, monkeypatch):
         file.unlink()
     with caplog.at_level("WARNING"):
         assert_trees_equal(bertjax.load_pretrained(str(moved))[1], params)
+        from bertjax.inference import model_source
+
+        model_source.resolve(str(moved)).load_params()  # (which resolves the prefix three times: said once)
     original = tmp_path / "out" / "bert_model.ckpt"
-    assert f"names {original}, outside {moved}: its weights are read from there" in caplog.text
+    assert caplog.text.count(f"names {original}, outside {moved}: its weights are read from there") == 1
     # Exact GELU, which the original's "gelu" is not, comes back as exact GELU (a review found gelu_tanh).
     exact = config.replace(hidden_act="gelu")
     convert.export_tf_checkpoint(exact, params, str(tmp_path / "exact"))
@@ -676,6 +679,11 @@ def test_a_tf_checkpoint_is_found_by_its_prefix_or_alone_in_its_folder(tf_releas
     with pytest.raises(ValueError, match=r"holds 2 TF checkpoints \(model.ckpt-1234.index, model.ckpt-2000.index\) "
                                          r"and no 'checkpoint' file naming one"):
         bertjax.load_pretrained(str(step))
+    # A release copied without its .index (and no 'checkpoint' file): named as such (a review).
+    copied = tmp_path / "copied"
+    shutil.copytree(directory, copied, ignore=shutil.ignore_patterns("*.index", "checkpoint"))
+    with pytest.raises(ValueError, match=r"copied/bert_model.ckpt.index is missing beside its .data file\(s\)"):
+        bertjax.load_pretrained(str(copied))
 
 
 def test_a_cased_vocabulary_no_name_speaks_for_is_written_cased(launchers, tf_release, tmp_path):
