@@ -73,7 +73,7 @@ CASES = [
      "--config.train.sweep_learning_rates sets the sweep's grid, which only a sweep runs: add ',sweep'"),
     ("prepare_data.py", [PRETRAIN, "--output_dir={tmp}/out", "--config.data.source=tfds",
                          "--config.data.vocab_path={tmp}/vocab.txt"], "needs config.data.tfds_name"),
-    ("prepare_data.py", [PRETRAIN], "--output_dir must have a value"),
+    ("prepare_data.py", [PRETRAIN], "missing the required flag --output_dir (--help describes it)"),
     ("inspect_data.py", [PRETRAIN, "--config.data.max_seq_lenth=3"], "did you mean 'max_seq_length'"),
     ("inspect_data.py", [PRETRAIN, "--num_examples=0"], "--num_examples"),
     # A folder that is no pre-training workdir: preparing would write data/ into it (a walkthrough).

@@ -309,7 +309,8 @@ def _flag_error(error: BaseException, argv: list[str], flag_name: str = "config"
         return f"{config_arg}: cannot load the config file ({reason.group(1) if reason else message})"
     required = re.findall(r"Flag (--\w+) must have a value other than None", message)
     if required:  # absl's one line a flag (a walkthrough: three lines for extract_features without flags)
-        return f"missing the required flag{'s' * (len(required) > 1)} {', '.join(required)} (--help describes them)"
+        flags_named = ("flags " if len(required) > 1 else "flag ") + ", ".join(required)
+        return f"missing the required {flags_named} (--help describes {'them' if len(required) > 1 else 'it'})"
     typed = re.fullmatch(r"flag (--[\w.]+=.*?): (invalid literal for int\(\)|could not convert string to float)"
                          r".*", message)
     if typed:  # ml_collections parses by the key's type and passes on Python's own words
