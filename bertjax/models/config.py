@@ -91,7 +91,8 @@ class BertConfig:
     [CLS]) or "cls" / "mean" (ModernBERT's head: dense, activation, norm over [CLS] or the
     mean of the real tokens); `token_transform`: the tagging and span-QA heads put ModernBERT's
     dense, activation, norm over every token before their output layer (its
-    ModernBertForTokenClassification / ModernBertForQuestionAnswering head; BERT's have none);
+    ModernBertForTokenClassification / ModernBertForQuestionAnswering head; BERT's have none;
+    a feature-based head's features go to the output layer as they are);
     `type_vocab_size` 0 for no segment embeddings. Presets
     "modernbert-base" / "-large" (and "-tiny", "-mini" for CPUs) set them all (MODERN_ARCHITECTURE).
     """

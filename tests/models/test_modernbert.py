@@ -117,6 +117,29 @@ def test_a_new_head_starts_from_the_checkpoints_head_as_hugging_face_loads_it():
         assert all(np.array_equal(started[name][k], mlm["mlm"][part][k]) for k in mlm["mlm"][part])
 
 
+@pytest.mark.parametrize("head", [dict(tagging_head="bilstm", lstm_hidden_size=8),
+                                  dict(feature_layers="-1,-2", feature_combine="concat")])
+def test_a_feature_based_head_reads_its_features_without_the_token_transform(head):
+    """The token transform, started from the masked-LM head's (shaped for the last layer), sat
+    over concatenated layers or a BiLSTM's outputs: fine-tuning from a ModernBERT refused the
+    checkpoint's transform as the wrong shape, or put it over fresh BiLSTM outputs (a walkthrough)."""
+    import ml_collections
+
+    from bertjax import finetune
+    from bertjax.inference import model_source
+
+    source = model_source.resolve(os.path.join(HF_DIR, "masked_lm"))
+    config = source.bert.replace(**head)
+    ids = jnp.ones((2, 8), jnp.int32)
+    for model in (BertForTokenClassification(config, num_labels=3), BertForQuestionAnswering(config)):
+        params = model.init(jax.random.key(0), ids, attention_mask=ids)["params"]
+        assert not {"token_transform", "token_transform_norm"} & set(params), sorted(params)
+        run = ml_collections.ConfigDict({"reuse_head": False, "init_checkpoint": source.path})
+        assert sorted(finetune.pretrained_params(run, source, config, params)) == ["bert"]
+        logits = model.apply({"params": params}, ids, attention_mask=ids)
+        assert np.isfinite(np.asarray(jax.tree_util.tree_leaves(logits)[0])).all()
+
+
 def test_a_multiple_choice_model_exports_as_modernbert_for_multiple_choice(tmp_path):
     """transformers has ModernBertForMultipleChoice (the sequence classifier's layout with one
     output): a modern choice model was refused, 'Hugging Face has no ModernBERT class' (a review).
