@@ -120,6 +120,9 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.data.max_seq_length={data_config.max_seq_length} exceeds the model's "
                          f"max_position_embeddings={bert.max_position_embeddings}")
     bert.check_runnable(data_config.max_seq_length)
+    if bert.attention_window // 2 >= bert.max_position_embeddings - 1:  # (a typo's window: no layer is local)
+        log.warning("config.model.attention_window=%d spans the model's %d positions: every layer sees every "
+                    "token, as with attention_window=0", bert.attention_window, bert.max_position_embeddings)
     if not 0.0 < data_config.masked_lm_prob < 1.0:
         raise ValueError(f"config.data.masked_lm_prob must be in (0, 1), got {data_config.masked_lm_prob}")
     if not 0.0 <= data_config.short_seq_prob <= 1.0:

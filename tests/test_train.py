@@ -708,6 +708,20 @@ def test_bad_config_values_are_named_before_compiling(changes, message):
         pretrain_setup.validate_config(config, bert, mesh_shape=(8, 1, 1))
 
 
+def test_a_window_that_spans_every_position_is_warned_of(caplog):
+    """attention_window=4096 on a 512-position model trained with no local layer, its start-up
+    line saying 'a 4096-token window in 2 of 4 layers' (a walkthrough)."""
+    from bertjax import pretrain_setup
+
+    for window, warned in ((4096, True), (1022, True), (1020, False), (0, False)):
+        caplog.clear()
+        config = _config(model__attention_window=window, model__global_attention_every=3 if window else 1)
+        with caplog.at_level("WARNING"):
+            pretrain_setup.validate_config(config, pretrain_setup.model_config(config, vocab_size=786), (8, 1, 1))
+        said = f"config.model.attention_window={window} spans the model's 512 positions: every layer sees every token"
+        assert (said in caplog.text) is warned, caplog.text
+
+
 def test_a_short_run_checkpoints_and_evaluates_before_its_end(caplog):
     """The cadence follows the run's own length (phase2 and long shorten a preset's: 444 steps
     checkpointed every 500 kept nothing from a killed run); an override past it is warned of."""

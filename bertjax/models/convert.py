@@ -28,7 +28,7 @@ import numpy as np
 
 from bertjax.models.config import BertConfig, check_config_object
 from bertjax.models.modernbert_layout import (export_modernbert, load_modernbert, modern_pooler, modernbert_config,
-                                              modernbert_variable_table)
+                                              modernbert_hf_config, modernbert_variable_table)
 from bertjax.models.tensor_files import (RUN_DATA, SHARD_INDEX, label_keys, read_weights, trained_length,
                                          write_fast_tokenizer_config, write_huggingface_files, write_tokenizer_config)
 from bertjax.models.variable_table import (ARCH_KEYS, gather_params, get_param, is_modern, param_heads,
@@ -466,7 +466,13 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
     missing = "the modern encoder (ModernBERT)" if is_modern(config) else (
         f"hidden_act {config.hidden_act!r}" if config.hidden_act not in ("gelu", "gelu_tanh", "relu") else "")
     if missing:
-        raise ValueError(f"export_tf_checkpoint: the original TF code cannot run {missing}; export to Hugging Face")
+        advice = "export to Hugging Face"
+        if is_modern(config):
+            try:
+                modernbert_hf_config(config)
+            except ValueError as e:  # a mix of switches: Hugging Face refuses it too (a walkthrough)
+                advice = f"keep it in bertjax's layout; {e}"
+        raise ValueError(f"export_tf_checkpoint: the original TF code cannot run {missing}; {advice}")
     _check_bert_layout(config, "export_tf_checkpoint")
     config, params = _two_token_type_rows(config, plain_params(params))
     values = {}

@@ -185,8 +185,13 @@ def test_an_export_says_what_hugging_face_needs_or_refuses_what_it_cannot_hold(t
     silu = BertConfig(**TINY, hidden_act="silu")
     convert.export_huggingface(silu, random_params(silu), str(tmp_path / "silu"))
     assert bertjax.load_pretrained(str(tmp_path / "silu"))[0] == silu
-    with pytest.raises(ValueError, match="the original TF code cannot run hidden_act 'silu'"):
+    with pytest.raises(ValueError, match="the original TF code cannot run hidden_act 'silu'; export to Hugging Face"):
         convert.export_tf_checkpoint(silu, random_params(silu), str(tmp_path / "tf_silu"))
+    # A model of some modern switches alone: Hugging Face holds no such mix either (a walkthrough).
+    rope = BertConfig(**TINY, position_embedding="rope")
+    with pytest.raises(ValueError, match=r"cannot run the modern encoder \(ModernBERT\); keep it in bertjax's "
+                                         r"layout; this model mixes BERT and ModernBERT switches"):
+        convert.export_tf_checkpoint(rope, random_params(rope), str(tmp_path / "tf_silu"))
     with pytest.raises(ValueError, match=r"BertForSequenceClassification needs the head\(s\) \['classifier'\]"):
         convert.export_huggingface(config, random_params(config, ("mlm",)), str(tmp_path / "a"),
                                    architecture="BertForSequenceClassification")
