@@ -368,7 +368,7 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
         base = BertConfig(**checkpoint_fields(checkpoint))
         for name in (*ROPE_FIELDS, "max_position_embeddings"):
             if rotary and values.get(name, getattr(checkpoint, name)) != getattr(checkpoint, name):
-                logging.getLogger(__name__).warning("%s.%s=%g replaces the checkpoint's %g (a context extension)",
+                logging.getLogger(__name__).warning("%s.%s=%g replaces the checkpoint's %g (as a context extension does)",
                                                     source, name, values[name], getattr(checkpoint, name))
     else:
         base = BertConfig.preset(preset) if preset else BertConfig()

@@ -56,7 +56,7 @@ def test_a_rotary_checkpoints_context_can_grow_and_idle_position_settings_are_re
     with caplog.at_level("WARNING"):
         longer = resolve({"rope_theta": 640_000.0, "max_position_embeddings": 4096}, checkpoint=modern)
     assert (longer.max_position_embeddings, longer.rope_theta) == (4096, 640_000.0)
-    assert "max_position_embeddings=4096 replaces the checkpoint's 1024 (a context extension)" in caplog.text
+    assert "max_position_embeddings=4096 replaces the checkpoint's 1024 (as a context extension does)" in caplog.text
     with pytest.raises(ValueError, match="max_position_embeddings=1024 but the checkpoint has max_position_embeddings"):
         resolve({"max_position_embeddings": 1024}, checkpoint=BertConfig.preset("tiny"))
     with pytest.raises(ValueError, match=r"config.model.global_attention_every=3 has no effect with attention_window=0"):
