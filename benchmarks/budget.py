@@ -41,6 +41,7 @@ from bertjax.runtime import cli  # noqa: E402  (quiets TensorFlow before anythin
 from absl import app, flags  # noqa: E402
 
 from bertjax.batch_warmup import BatchWarmup  # noqa: E402
+from bertjax.models.convert import vocabulary_kind  # noqa: E402
 
 _BUDGETS = flags.DEFINE_list("budgets", ["5m", "15m"], "wall-clock pre-training budgets: 90s, 5m, 1h")
 _RECIPES = flags.DEFINE_list("recipes", ["original", "modern"],
@@ -49,7 +50,8 @@ _PRESET = flags.DEFINE_string("preset", "mini", "model size: tiny, mini, small, 
                                "tiny, mini, base, large)")
 _ARCH = flags.DEFINE_enum("arch", "bert", ["bert", "modern"], "the encoder: BERT's or ModernBERT's architecture")
 _CORPUS = flags.DEFINE_string("corpus", "python_docs", "globs of BERT-format text, or python_docs")
-_VOCAB = flags.DEFINE_string("vocab_path", "", "WordPiece vocab.txt; empty: MiniLM's uncased 30,522 tokens")
+_VOCAB = flags.DEFINE_string("vocab_path", "", "vocab.txt, tokenizer.json (e.g. a BPE one, as ModernBERT's) or "
+                              "SentencePiece .model, read as its name says; empty: MiniLM's uncased 30,522 tokens")
 _TASK = flags.DEFINE_string("task", "polarity", "train.csv,dev.csv (columns text,label) or polarity")
 _LEARNING_RATES = flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "the fine-tuning grid")
 _EPOCHS = flags.DEFINE_float("epochs", 3.0, "fine-tuning epochs")
@@ -102,7 +104,7 @@ def recipe_config(recipe: str, steps: int, data_dir: str, corpus: str, vocab: st
     length = _SEQ_LEN.value
     # (max_predictions_per_seq follows the length and the recipe's masked_lm_prob: configs/pretrain.py)
     config.data.update(source="text", input_pattern=corpus, vocab_path=vocab, prepared_dir=data_dir,
-                       max_seq_length=length)
+                       max_seq_length=length, tokenizer=vocabulary_kind(vocab))
     config.train.update(global_batch_size=_BATCH.value, num_steps=steps, warmup_steps=max(1, steps // 10),
                         log_every=max(1, steps // 10), eval_every=0)
     if not config.train.get("adam_bias_correction", False) and _PRESET.value != "tiny":
@@ -250,7 +252,7 @@ def downstream_accuracy(run_dir: str, train_file: str, dev_file: str, workdir: s
             config.init_checkpoint = run_dir
         else:
             config.model.preset = _PRESET.value if _ARCH.value == "bert" else f"modernbert-{_PRESET.value}"
-            config.data.vocab_path = vocab
+            config.data.update(vocab_path=vocab, tokenizer=vocabulary_kind(vocab))
         config.data.update(train_file=train_file, eval_file=dev_file, text_a_key="text", text_b_key="",
                            label_key="label", max_seq_length=64)
         config.train.update(learning_rate=float(lr), num_epochs=_EPOCHS.value, batch_size=32, log_every=1000)

@@ -250,6 +250,7 @@ from absl import flags
 flags.FLAGS(["budget.py"])  # the defaults: --preset=tiny, --seq_len=128
 budget.check_recipe("modern:train.batch_warmup_start=8:train.batch_warmup_steps=40")
 print(budget.recipe_config("modern:data.masked_lm_prob=0.4", 10, "", "", "").data.max_predictions_per_seq)
+print(budget.recipe_config("modern", 10, "", "", "spm.model").data.tokenizer)  # (was read as WordPiece: a walkthrough)
 for bad in ("modern:train.optimizer=bogus", "original:train.decay_shape=bogus"):
     try:
         budget.check_recipe(bad)
@@ -268,7 +269,7 @@ def test_a_budget_recipe_is_checked_whole_before_any_run():
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == [
-        "52", "config.train.optimizer must be one of ('adamw', 'stable_adamw', 'lamb'), got 'bogus'",
+        "52", "sentencepiece", "config.train.optimizer must be one of ('adamw', 'stable_adamw', 'lamb'), got 'bogus'",
         "config.train.decay_shape must be one of ('linear', '1-sqrt'), got 'bogus'"]
 
 
