@@ -51,6 +51,12 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
     return bert, mesh_shape, data_dir
 
 
+def tokenizer_named(data: ml_collections.ConfigDict) -> str:
+    """The tokenizer config.data chooses, for a message."""
+    return (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else "the prepared data's vocabulary"
+            if data.source == "prepared" else "the demo vocabulary (config.data.vocab_path='')")
+
+
 def check_init_vocabulary(config: ml_collections.ConfigDict) -> None:
     """A ValueError when the run's tokenizer is not the vocabulary config.init_checkpoint was
     trained with (a bertjax run's: its tokens and casing; a release's: its tokens): its
@@ -59,8 +65,7 @@ def check_init_vocabulary(config: ml_collections.ConfigDict) -> None:
     from bertjax.inference import model_source
 
     data = config.data
-    given = (f"config.data.vocab_path={data.vocab_path}" if data.vocab_path else "the prepared data's vocabulary"
-             if data.source == "prepared" else "the demo vocabulary (config.data.vocab_path='')")
+    given = tokenizer_named(data)
     with tempfile.TemporaryDirectory() as scratch:  # where the demo vocabulary is written: nowhere the run keeps
         tokenizer = prepare.load_tokenizer_for(data, scratch)
     try:
@@ -81,8 +86,9 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint:
         raise ValueError(f"config.model.vocab_size={fields['vocab_size']} does not match the tokenizer's "
                          f"vocabulary ({vocab_size} tokens; config.data.vocab_path); use 0 to take it from there")
     if checkpoint is not None and checkpoint.vocab_size != vocab_size:
-        raise ValueError(f"{checkpoint_name} has a vocabulary of "
-                         f"{checkpoint.vocab_size} tokens but the tokenizer (config.data.vocab_path) has {vocab_size}")
+        raise ValueError(f"{checkpoint_name} has a vocabulary of {checkpoint.vocab_size} tokens but the tokenizer, "
+                         f"{tokenizer_named(config.data)}, has {vocab_size}: give the one it trained with "
+                         "(config.data.vocab_path, config.data.tokenizer)")
     fields["vocab_size"] = vocab_size
     return bert_config.resolve(fields, checkpoint=checkpoint, preset=fields.get("preset"), **bert_config.this_host())
 

@@ -110,7 +110,10 @@ def test_init_checkpoint_with_other_sizes_is_refused_before_compiling(tmp_path, 
     directory, _ = _exported(tmp_path, "huggingface", "gelu", 1e-12, vocab_size=100)
     config = _config(prepared_dir)
     config.init_checkpoint = directory
-    with pytest.raises(ValueError, match=r"has a vocabulary of 100 tokens but the tokenizer .* has"):
+    # The tokenizer named as chosen (a walkthrough: "config.data.vocab_path" for a default never set).
+    with pytest.raises(ValueError, match=r"has a vocabulary of 100 tokens but the tokenizer, the demo vocabulary "
+                                         r"\(config.data.vocab_path=''\), has 784: give the one it trained with "
+                                         r"\(config.data.vocab_path, config.data.tokenizer\)"):
         pretrain.train_and_evaluate(config, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
