@@ -12,6 +12,8 @@
 # Each run's output goes to $WORK/<run>.txt (default /tmp/bertjax_gpu); summary.md (one row a
 # run: compile, median step, seq/s, MFU, memory, or why it did not run) and runs.txt (every
 # run's output) go to $OUT where it is set (the device tool brings that folder back), else $WORK.
+# Without a GPU (nvidia-smi lists none) it stops at once, unless SUITE_ANY_BACKEND is set; it
+# exits 1 when no run succeeded.
 set -uo pipefail
 sections=${*:-check profile packed large base compile triton}
 known=" check profile packed large base compile triton slowcompile "
@@ -21,14 +23,21 @@ for section in $sections; do  # all checked first: a typo must cost no device ti
     exit 2
   fi
 done
-work=${WORK:-/tmp/bertjax_gpu}
-results=${OUT:-$work}
+# Where a CPU would spend the whole budget on runs that cannot succeed (cuDNN's), and exit 0.
+if [[ -z ${SUITE_ANY_BACKEND:-} ]] && ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "no GPU: nvidia-smi lists none; gpu_suite.sh times NVIDIA GPUs (SUITE_ANY_BACKEND=1 runs it anyway)" >&2
+  exit 2
+fi
+work=$(realpath -m "${WORK:-/tmp/bertjax_gpu}")
+results=$(realpath -m "${OUT:-$work}")
+cd "$(dirname "$0")/.." || exit 2  # (launch/ and benchmarks/ are named from the repository's root)
 mkdir -p "$work" "$results"
 py=${PYTHON:-python3}
 budget=${SUITE_BUDGET:-540}
 min_run=${MIN_RUN:-150}
 run_timeout=${RUN_TIMEOUT:-300}
 start=$SECONDS
+succeeded=0
 cudnn="--config.model.attention_impl=cudnn --config.model.attention_probs_dropout_prob=0"
 summary="$results/summary.md"
 : > "$results/runs.txt"
@@ -66,6 +75,7 @@ run() {
   echo "== $name (stopped after ${limit} s): $*"
   timeout "$limit" "$@" > "$work/$name.txt" 2>&1
   local status=$?
+  ((status == 0)) && succeeded=$((succeeded + 1))
   tail -n 12 "$work/$name.txt"
   { echo "== $name: $* (exit $status)"; cat "$work/$name.txt"; echo; } >> "$results/runs.txt"
   if ((status == 124)); then
@@ -127,3 +137,7 @@ done
 cat "$work/tails.md" >> "$summary"
 echo
 cat "$summary"
+if ((succeeded == 0)); then  # (a summary of failures is no result: say so to whatever ran the suite)
+  echo "no run of the suite succeeded" >&2
+  exit 1
+fi

@@ -403,6 +403,7 @@ def main(_):
     if _BATCH.value % (data * fsdp * accum):  # (the batch named first: it is the value given; a walkthrough)
         raise ValueError(f"--batch_size={_BATCH.value} must be divisible by the data-parallel size (mesh data x fsdp "
                          f"= {data * fsdp}) times config.train.grad_accum_steps={accum}")
+    bert_config_of(config).check_runnable(_SEQ.value, "--seq_len")  # (cuDNN's on a CPU: a traceback at the compile)
     jax_run = JaxRun(config)
     bert, batch, seq = jax_run.bert, _BATCH.value, _SEQ.value
     print(f"BERT-{_PRESET.value} ({jax_run.num_params / 1e6:.1f}M params), batch {batch}, length {seq}, "

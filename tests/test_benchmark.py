@@ -55,6 +55,8 @@ GPU_STUB = r"""
 import os, sys, time
 args = sys.argv[1:]
 script = os.path.basename(args[0])
+if os.environ.get("STUB_FAIL"):
+    sys.exit("RuntimeError: cuDNN is not detected.")
 if script == "benchmark.py":
     if os.environ.get("STUB_SLOW_XLA") and "--config.model.attention_impl=cudnn" not in args:
         time.sleep(600)
@@ -74,13 +76,15 @@ else:
 
 
 def _gpu_suite(tmp_path, *sections, **env):
+    """The suite run from `tmp_path` (any folder: it finds launch/ itself) with the stand-in python,
+    as on a GPU (SUITE_ANY_BACKEND: this machine has none) unless `env` says otherwise."""
     tmp_path.mkdir()
     stub = tmp_path / "stub_python.py"
     stub.write_text(GPU_STUB)
-    env = {**os.environ, "PYTHON": f"{sys.executable} {stub}", "WORK": str(tmp_path / "work"),
-           "OUT": str(tmp_path / "out"), **env}
-    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_suite.sh"), *sections], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "PYTHON": f"{sys.executable} {stub}", "WORK": "work", "OUT": str(tmp_path / "out"),
+           "SUITE_ANY_BACKEND": "1", **env}
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_suite.sh"), *sections], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120)
     summary = (tmp_path / "out" / "summary.md").read_text() if result.returncode == 0 else ""
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
             for line in summary.splitlines() if line.startswith("| ") and "---" not in line}
@@ -115,6 +119,13 @@ def test_the_gpu_suite_summarises_each_run_and_keeps_to_its_budget(tmp_path):
     # A typo after a real section stops before the first run, not after it has spent device time.
     result, _, _ = _gpu_suite(tmp_path / "d", "base", "bogus")
     assert result.returncode == 2 and "unknown section bogus" in result.stderr and "==" not in result.stdout
+    # No GPU: stopped at once, not a budget spent on CPU runs that cannot succeed, then exit 0; a
+    # suite of failures is no result (a walkthrough).
+    result, _, _ = _gpu_suite(tmp_path / "e", "check", SUITE_ANY_BACKEND="", PATH="/usr/bin:/bin")
+    assert result.returncode == 2 and "no GPU: nvidia-smi lists none" in result.stderr and "==" not in result.stdout
+    result, _, _ = _gpu_suite(tmp_path / "f", "check", "large", STUB_FAIL="1")
+    assert result.returncode == 1 and "no run of the suite succeeded" in result.stderr
+    assert "| large128 | exit 1: its last lines below |" in (tmp_path / "f" / "out" / "summary.md").read_text()
 
 
 def test_compare_without_pytorch_is_one_error_line(tmp_path):

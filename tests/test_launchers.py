@@ -225,6 +225,9 @@ CASES = [
     ("benchmark.py", ["--batch_size=8", "--config.train.grad_accum_steps=3"],
      "--batch_size=8 must be divisible by the data-parallel size (mesh data x fsdp = 1) times "
      "config.train.grad_accum_steps=3"),
+    # A kernel this backend lacks: one line, not cuDNN's traceback at the compile (a walkthrough).
+    ("benchmark.py", ["--config.model.attention_impl=cudnn", "--config.model.attention_probs_dropout_prob=0",
+                      "--config.model.dtype=bfloat16"], "config.model.attention_impl='cudnn' does not run on cpu"),
     ("benchmark.py", ["--config.train.grad_accum_steps=0"],
      "config.train.grad_accum_steps must be a positive int, got 0"),
     # predict.py: a path that is no model, a model without the head or task asked for.
