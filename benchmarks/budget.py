@@ -51,7 +51,8 @@ _PRESET = flags.DEFINE_string("preset", "mini", "model size: tiny, mini, small, 
 _ARCH = flags.DEFINE_enum("arch", "bert", ["bert", "modern"], "the encoder: BERT's or ModernBERT's architecture")
 _CORPUS = flags.DEFINE_string("corpus", "python_docs", "globs of BERT-format text, or python_docs")
 _VOCAB = flags.DEFINE_string("vocab_path", "", "vocab.txt, tokenizer.json (e.g. a BPE one, as ModernBERT's) or "
-                              "SentencePiece .model, read as its name says; empty: MiniLM's uncased 30,522 tokens")
+                              "SentencePiece .model, its kind by its extension (a tokenizer.json's by its model); "
+                              "empty: MiniLM's uncased 30,522 tokens")
 _TASK = flags.DEFINE_string("task", "polarity", "train.csv,dev.csv (columns text,label) or polarity")
 _LEARNING_RATES = flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "the fine-tuning grid")
 _EPOCHS = flags.DEFINE_float("epochs", 3.0, "fine-tuning epochs")

@@ -13,7 +13,8 @@
 # run: compile, median step, seq/s, MFU, memory, or why it did not run) and runs.txt (every
 # run's output) go to $OUT where it is set (the device tool brings that folder back), else $WORK.
 # Without a GPU (nvidia-smi lists none) it stops at once, unless SUITE_ANY_BACKEND is set; it
-# exits 1 when no run succeeded.
+# exits 1 when no run exited 0. It runs from the repository's root: a relative PYTHON is read
+# from there.
 set -uo pipefail
 sections=${*:-check profile packed large base compile triton}
 known=" check profile packed large base compile triton slowcompile "
@@ -23,9 +24,9 @@ for section in $sections; do  # all checked first: a typo must cost no device ti
     exit 2
   fi
 done
-# Where a CPU would spend the whole budget on runs that cannot succeed (cuDNN's), and exit 0.
+# On a CPU every cuDNN run fails, and the others spend the budget for no GPU figure.
 if [[ -z ${SUITE_ANY_BACKEND:-} ]] && ! nvidia-smi -L > /dev/null 2>&1; then
-  echo "no GPU: nvidia-smi lists none; gpu_suite.sh times NVIDIA GPUs (SUITE_ANY_BACKEND=1 runs it anyway)" >&2
+  echo "no GPU: nvidia-smi lists none; gpu_suite.sh times NVIDIA GPUs (SUITE_ANY_BACKEND set runs it anyway)" >&2
   exit 2
 fi
 work=$(realpath -m "${WORK:-/tmp/bertjax_gpu}")

@@ -116,7 +116,8 @@ def pretrained_params(config: ml_collections.ConfigDict, source: model_source.Mo
 
     A token transform (config.model.token_transform, tagging and span QA) starts from the
     checkpoint's own, else its masked-LM head's transform (the same dense, activation, norm), as
-    Hugging Face's ModernBertFor<Task> loads the pre-trained `head.*`; so does the modern
+    Hugging Face's ModernBertFor<Task> loads the pre-trained `head.*`, unless the head is
+    feature-based (its transform reads combined layers or a BiLSTM's outputs); so does the modern
     encoder's pooler (dense, activation, norm) where it never learnt (`pooler_from_masked_lm`)."""
     loaded = source.load_params()
     wanted = tuple(model_params) if config.reuse_head else ("bert",)
@@ -127,7 +128,8 @@ def pretrained_params(config: ml_collections.ConfigDict, source: model_source.Mo
     if bert.scan_layers:
         loaded = {**loaded, "bert": stack_layers(loaded["bert"], bert.num_hidden_layers)}
     params = {name: loaded[name] for name in wanted}
-    if TOKEN_TRANSFORM[0] in model_params and TOKEN_TRANSFORM[0] not in params:
+    # (a feature-based head's transform reads other features than the last layer's: it starts fresh)
+    if TOKEN_TRANSFORM[0] in model_params and TOKEN_TRANSFORM[0] not in params and not bert.feature_based:
         if TOKEN_TRANSFORM[0] in loaded:
             params.update({name: loaded[name] for name in TOKEN_TRANSFORM})
         elif "mlm" in loaded:

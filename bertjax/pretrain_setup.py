@@ -84,11 +84,14 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int, checkpoint:
     fields = dict(config.model)
     if fields["vocab_size"] not in (0, vocab_size):
         raise ValueError(f"config.model.vocab_size={fields['vocab_size']} does not match the tokenizer's "
-                         f"vocabulary ({vocab_size} tokens; config.data.vocab_path); use 0 to take it from there")
+                         f"vocabulary ({vocab_size} tokens; {tokenizer_named(config.data)}); use 0 to take it from "
+                         "there")
     if checkpoint is not None and checkpoint.vocab_size != vocab_size:
         raise ValueError(f"{checkpoint_name} has a vocabulary of {checkpoint.vocab_size} tokens but the tokenizer, "
-                         f"{tokenizer_named(config.data)}, has {vocab_size}: give the one it trained with "
-                         "(config.data.vocab_path, config.data.tokenizer)")
+                         f"{tokenizer_named(config.data)}, has {vocab_size}: " + (
+                             "prepare the data again with the vocabulary it trained with" if config.data.source ==
+                             "prepared" else "give the one it trained with (config.data.vocab_path, "
+                             "config.data.tokenizer)"))
     fields["vocab_size"] = vocab_size
     return bert_config.resolve(fields, checkpoint=checkpoint, preset=fields.get("preset"), **bert_config.this_host())
 
@@ -128,7 +131,8 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     bert.check_runnable(data_config.max_seq_length)
     if bert.attention_window // 2 >= bert.max_position_embeddings - 1:  # (a typo's window: no layer is local)
         log.warning("config.model.attention_window=%d spans the model's %d positions: every layer sees every "
-                    "token, as with attention_window=0", bert.attention_window, bert.max_position_embeddings)
+                    "token (the local layers keep local_rope_theta)", bert.attention_window,
+                    bert.max_position_embeddings)
     if not 0.0 < data_config.masked_lm_prob < 1.0:
         raise ValueError(f"config.data.masked_lm_prob must be in (0, 1), got {data_config.masked_lm_prob}")
     if not 0.0 <= data_config.short_seq_prob <= 1.0:

@@ -121,7 +121,11 @@ def test_the_gpu_suite_summarises_each_run_and_keeps_to_its_budget(tmp_path):
     assert result.returncode == 2 and "unknown section bogus" in result.stderr and "==" not in result.stdout
     # No GPU: stopped at once, not a budget spent on CPU runs that cannot succeed, then exit 0; a
     # suite of failures is no result (a walkthrough).
-    result, _, _ = _gpu_suite(tmp_path / "e", "check", SUITE_ANY_BACKEND="", PATH="/usr/bin:/bin")
+    no_gpu = tmp_path / "no_gpu"
+    no_gpu.mkdir()
+    (no_gpu / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 6\n")
+    (no_gpu / "nvidia-smi").chmod(0o755)
+    result, _, _ = _gpu_suite(tmp_path / "e", "check", SUITE_ANY_BACKEND="", PATH=f"{no_gpu}:{os.environ['PATH']}")
     assert result.returncode == 2 and "no GPU: nvidia-smi lists none" in result.stderr and "==" not in result.stdout
     result, _, _ = _gpu_suite(tmp_path / "f", "check", "large", STUB_FAIL="1")
     assert result.returncode == 1 and "no run of the suite succeeded" in result.stderr

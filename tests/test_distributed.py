@@ -173,7 +173,7 @@ def test_a_coordinator_address_is_host_and_port_as_grpc_reads_it():
         with pytest.raises(ValueError, match="expected host:port, the port in 1-65535"):
             distributed.host_and_port(address)
     assert distributed.is_grpc_target("dns:///coordinator:1234") and distributed.is_grpc_target("ipv4:10.0.0.1:80")
-    assert not distributed.is_grpc_target("10.0.0.1:80")
+    assert not distributed.is_grpc_target("10.0.0.1:80") and not distributed.is_grpc_target("dns:1234")  # (a host)
 
 
 def test_on_without_a_cluster_or_flags_names_the_flags(monkeypatch):

@@ -91,8 +91,7 @@ class BertConfig:
     [CLS]) or "cls" / "mean" (ModernBERT's head: dense, activation, norm over [CLS] or the
     mean of the real tokens); `token_transform`: the tagging and span-QA heads put ModernBERT's
     dense, activation, norm over every token before their output layer (its
-    ModernBertForTokenClassification / ModernBertForQuestionAnswering head; BERT's have none;
-    a feature-based head's features go to the output layer as they are);
+    ModernBertForTokenClassification / ModernBertForQuestionAnswering head; BERT's have none);
     `type_vocab_size` 0 for no segment embeddings. Presets
     "modernbert-base" / "-large" (and "-tiny", "-mini" for CPUs) set them all (MODERN_ARCHITECTURE).
     """
@@ -368,8 +367,9 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
         base = BertConfig(**checkpoint_fields(checkpoint))
         for name in (*ROPE_FIELDS, "max_position_embeddings"):
             if rotary and values.get(name, getattr(checkpoint, name)) != getattr(checkpoint, name):
-                logging.getLogger(__name__).warning("%s.%s=%g replaces the checkpoint's %g (as a context extension does)",
-                                                    source, name, values[name], getattr(checkpoint, name))
+                logging.getLogger(__name__).warning(
+                    "%s.%s=%g replaces the checkpoint's %g (as a context extension does)", source, name, values[name],
+                    getattr(checkpoint, name))
     else:
         base = BertConfig.preset(preset) if preset else BertConfig()
     if "dtype" not in values:

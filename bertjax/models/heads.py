@@ -266,12 +266,10 @@ class MaskedLMHead(nn.Module):
 
 
 def token_transform(config: BertConfig, sequence: Array) -> Array:
-    """With config.token_transform, ModernBERT's prediction head over every token <dtype>[B, S, H]
+    """With config.token_transform, ModernBERT's prediction head over every token <dtype>[B, S, F]
     -> [B, S, H]: dense, activation, norm (params "token_transform", "token_transform_norm" of
-    the calling task model's compact method); else, or over a feature-based head's features
-    (config.feature_based: layers combined, a BiLSTM's outputs), `sequence` as it is: the
-    transform, which starts from the masked-LM head's, reads the last layer alone."""
-    if not config.token_transform or config.feature_based:
+    the calling task model's compact method); else `sequence` as it is."""
+    if not config.token_transform:
         return sequence
     sequence = dense(config, config.hidden_size, (Axis.EMBED, Axis.MLP), TOKEN_TRANSFORM[0], role="out")(sequence)
     return layer_norm(config, TOKEN_TRANSFORM[1])(activation(config.hidden_act)(sequence))

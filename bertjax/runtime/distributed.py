@@ -85,7 +85,7 @@ def host_and_port(address: str) -> tuple[str, int]:
 def is_grpc_target(address: str) -> bool:
     """Whether `address` names a gRPC target with a scheme (dns:///host:port, ipv4:1.2.3.4:port),
     which jax reads itself."""
-    return re.match(r"(dns|ipv4|ipv6|unix|unix-abstract|vsock|xds):", address) is not None
+    return re.match(r"(dns|ipv4|ipv6|unix|unix-abstract|vsock|xds):(?![0-9]+$)", address) is not None
 
 
 def _check_process_flags(coordinator_address: str | None, num_processes: int | None, process_id: int | None) -> None:

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import flax.linen
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -119,10 +120,11 @@ def test_a_new_head_starts_from_the_checkpoints_head_as_hugging_face_loads_it():
 
 @pytest.mark.parametrize("head", [dict(tagging_head="bilstm", lstm_hidden_size=8),
                                   dict(feature_layers="-1,-2", feature_combine="concat")])
-def test_a_feature_based_head_reads_its_features_without_the_token_transform(head):
-    """The token transform, started from the masked-LM head's (shaped for the last layer), sat
+def test_a_feature_based_heads_token_transform_starts_fresh(head):
+    """The token transform was started from the masked-LM head's, which read the last layer,
     over concatenated layers or a BiLSTM's outputs: fine-tuning from a ModernBERT refused the
-    checkpoint's transform as the wrong shape, or put it over fresh BiLSTM outputs (a walkthrough)."""
+    checkpoint's transform as the wrong shape, or put it over fresh BiLSTM outputs (a walkthrough).
+    It starts fresh there, over the features' width; a run trained so still loads as it was."""
     import ml_collections
 
     from bertjax import finetune
@@ -132,8 +134,10 @@ def test_a_feature_based_head_reads_its_features_without_the_token_transform(hea
     config = source.bert.replace(**head)
     ids = jnp.ones((2, 8), jnp.int32)
     for model in (BertForTokenClassification(config, num_labels=3), BertForQuestionAnswering(config)):
-        params = model.init(jax.random.key(0), ids, attention_mask=ids)["params"]
-        assert not {"token_transform", "token_transform_norm"} & set(params), sorted(params)
+        params = flax.linen.meta.unbox(model.init(jax.random.key(0), ids, attention_mask=ids)["params"])
+        width = ((16 if isinstance(model, BertForTokenClassification) else config.hidden_size)  # (QA: no BiLSTM)
+                 if "lstm_hidden_size" in head else 2 * config.hidden_size)
+        assert params["token_transform"]["kernel"].shape == (width, config.hidden_size)
         run = ml_collections.ConfigDict({"reuse_head": False, "init_checkpoint": source.path})
         assert sorted(finetune.pretrained_params(run, source, config, params)) == ["bert"]
         logits = model.apply({"params": params}, ids, attention_mask=ids)
