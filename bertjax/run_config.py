@@ -144,12 +144,11 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
                           "positions_trained")
         if key not in old and any(key == name or key.endswith("." + name) for name in recorded_later):
             continue  # from before they were recorded
-        # A digest alone says nothing of the file it digests (a walkthrough); a built-in task's
-        # rows come from its own data.
-        own_file = old.get(key.replace("train_data_digest", "data.train_file")) or new.get(
-            key.replace("train_data_digest", "data.train_file"))
-        what = (f" (the rows of {'config.data.train_file' if own_file else 'the training data'})"
-                if key.endswith("train_data_digest") else "")
+        what = ""
+        if key.endswith("train_data_digest"):  # (a digest alone says nothing of the file it digests: a walkthrough)
+            file_key = key.replace("train_data_digest", "data.train_file")  # (unset: a built-in task's own data)
+            own_file = old.get(file_key) or new.get(file_key)
+            what = f" (the rows of {'config.data.train_file' if own_file else 'the training data'})"
         changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}{what}")
     return changes
 

@@ -205,12 +205,13 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     written without it, so that a classifier loaded from the folder, by Hugging Face or by
     bertjax, starts from a fresh one and says so, rather than from random weights that look trained.
     """
-    feature_heads = sorted(set(plain_params(params)) - {"bert"}) if config.feature_based else []
-    if architecture in ("BertModel", "ModernBertModel") and feature_heads and "bert" in plain_params(params):
+    params = plain_params(params)
+    feature_heads = sorted(set(params) - {"bert"}) if config.feature_based else []
+    if architecture in ("BertModel", "ModernBertModel") and feature_heads and "bert" in params:
         # (the class of the encoder alone: a feature-based head has no class to go to)
         logging.warning("export_huggingface: %s does not read the feature-based head(s) %s: left out", architecture,
                         feature_heads)
-        params = {"bert": plain_params(params)["bert"]}
+        params = {"bert": params["bert"]}
     if is_modern(config):
         return export_modernbert(config, params, out_dir, architecture, label_names, vocab_path, do_lower_case,
                                  extra_config)
@@ -368,11 +369,11 @@ def tf_checkpoint_prefix(path: str) -> str | None:
             return named
         raise ValueError(f"{fileio.join(path, 'checkpoint')} names {named}, whose .index is neither there nor in "
                          f"{path}")
-    indexes = [name for name in fileio.listdir(path) if name.endswith(".index")]
-    if not indexes:  # (a release copied without its bert_model.ckpt.index: "no TF checkpoint" said less)
-        for name in fileio.listdir(path):
-            if ".data-" in name:
-                _check_not_cut_off(fileio.join(path, name.split(".data-")[0]))
+    names = fileio.listdir(path)
+    indexes = [name for name in names if name.endswith(".index")]
+    data = next((name for name in names if ".data-" in name), None)
+    if data and not indexes:  # (a release copied without its bert_model.ckpt.index: "no TF checkpoint" said less)
+        _check_not_cut_off(fileio.join(path, data.split(".data-")[0]))
     if len(indexes) > 1:
         raise ValueError(f"{path} holds {len(indexes)} TF checkpoints ({', '.join(sorted(indexes)[:4])}) and no "
                          "'checkpoint' file naming one: give a folder with one")

@@ -158,7 +158,7 @@ def gather_params(table: list[Variable], tensors: dict[str, np.ndarray], fmt: st
         elif tensors[name].shape != expected:
             problems.append(f"variable {name!r} has shape {tensors[name].shape}, expected {expected}")
         elif np.asarray(tensors[name]).dtype.kind in "biu":  # (a quantized checkpoint's ints: cast, garbage weights)
-            problems.append(f"variable {name!r} holds {np.asarray(tensors[name]).dtype} values, expected "
+            problems.append(f"variable {name!r} holds {tensors[name].dtype} values, expected "
                             "floating-point weights (a quantized checkpoint?)")
         else:
             value = np.asarray(tensors[name], dtype=np.float32)
