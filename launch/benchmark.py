@@ -162,7 +162,7 @@ def synthetic_batch(rng: np.random.Generator, batch: int, seq: int, predictions:
 class JaxRun:
     """The compiled pre-training step, its state and a few synthetic batches on the mesh."""
 
-    def __init__(self, config: ml_collections.ConfigDict):
+    def __init__(self, config: ml_collections.ConfigDict, bert: BertConfig):
         import jax
 
         from bertjax import optim, sharding, pretrain, trainer
@@ -170,7 +170,7 @@ class JaxRun:
         from bertjax.models import BertForPreTraining
 
         self.jax = jax
-        self.bert = bert_config_of(config)
+        self.bert = bert
         train_cfg = config.train
         mesh = sharding.create_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
         rng = np.random.default_rng(0)
@@ -359,7 +359,8 @@ def main(_):
     config = _CONFIG.value
     if _MEMORY_OF.value:  # a child of --compare: one framework, its own peak RSS
         _reset_peak_rss()
-        run = JaxRun(config) if _MEMORY_OF.value == "jax" else TorchRun(bert_config_of(config))
+        bert = bert_config_of(config)
+        run = JaxRun(config, bert) if _MEMORY_OF.value == "jax" else TorchRun(bert)
         run.timed(_STEPS.value)
         print(f"peak_rss_mb={_peak_rss_mb():.1f}")
         return
@@ -377,8 +378,9 @@ def main(_):
     changed = [key for key in _BATCH_KEYS if config.train[key] != _default_config().train[key]]
     if changed:
         raise ValueError(f"config.train.{changed[0]}: the benchmark's batch is --batch_size rows every step")
+    bert = bert_config_of(config)  # once: a warning from resolving it prints once
     if _COMPARE.value:  # checked before the JAX step compiles
-        bert, plain = bert_config_of(config), BertConfig()
+        plain = BertConfig()
         other = [f"{name}={getattr(bert, name)!r}" for name in _NOT_IN_HF_BERT
                  if getattr(bert, name) != getattr(plain, name)]
         if other:
@@ -403,9 +405,9 @@ def main(_):
     if _BATCH.value % (data * fsdp * accum):  # (the batch named first: it is the value given; a walkthrough)
         raise ValueError(f"--batch_size={_BATCH.value} must be divisible by the data-parallel size (mesh data x fsdp "
                          f"= {data * fsdp}) times config.train.grad_accum_steps={accum}")
-    bert_config_of(config).check_runnable(_SEQ.value, "--seq_len")  # (cuDNN's on a CPU: a traceback at the compile)
-    jax_run = JaxRun(config)
-    bert, batch, seq = jax_run.bert, _BATCH.value, _SEQ.value
+    bert.check_runnable(_SEQ.value, "--seq_len")  # (cuDNN's on a CPU: a traceback at the compile)
+    jax_run = JaxRun(config, bert)
+    batch, seq = _BATCH.value, _SEQ.value
     print(f"BERT-{_PRESET.value} ({jax_run.num_params / 1e6:.1f}M params), batch {batch}, length {seq}, "
           f"{_predictions()} predictions/row, pack_pairs {_PACK.value}, dtype {bert.dtype}, "
           f"matmul_precision {bert.matmul_precision}, "
