@@ -85,6 +85,13 @@ def _train(kind: str, texts) -> str:
 
 
 def main(_):
+    # The library's messages name the config.data settings these flags stand for.
+    with cli.settings_as_flags({"config.data.text_key": "--text_key", "config.data.source": "--source",
+                                "config.data.input_pattern": "--input"}):
+        train_tokenizer()
+
+
+def train_tokenizer() -> None:
     from bertjax import tokenization
     from bertjax.data import vocabularies
     from bertjax.data import sources

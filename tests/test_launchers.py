@@ -158,6 +158,9 @@ CASES = [
     # Named as compressed, not "mixes jsonl and text" (a walkthrough).
     ("train_tokenizer.py", ["--input={tmp}/rows.jsonl,{tmp}/rows.jsonl.gz", "--output_dir={tmp}/vocab"],
      "{tmp}/rows.jsonl.gz: gzip-compressed, not UTF-8 text; decompress or convert it first"),
+    # The flag, not the config setting it stands for, which the user never typed.
+    ("train_tokenizer.py", ["--input={tmp}/rows.jsonl", "--text_key=body", "--output_dir={tmp}/vocab"],
+     "{tmp}/rows.jsonl: none of its first 2 rows has the key 'body' (--text_key); they have ['text']"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir=gs://bucket/vocab"],
      "--output_dir=gs://bucket/vocab: give a local folder, then copy it"),
     ("pretrain.py", [PRETRAIN, "stray"], "unexpected arguments: ['stray']"),

@@ -220,6 +220,19 @@ def named_by_flag(flag: str):
         raise ValueError(f"{flag}: {e}") from None
 
 
+@contextlib.contextmanager
+def settings_as_flags(flags: dict[str, str]):
+    """Names a launcher's flags (e.g. {"config.data.text_key": "--text_key"}) where a
+    library's ValueError names the config setting the flag stands for."""
+    try:
+        yield
+    except ValueError as e:
+        message = str(e)
+        for setting, flag in flags.items():
+            message = message.replace(setting, flag)
+        raise ValueError(message) from None
+
+
 def input_error_line(error: BaseException) -> str:
     """The line for a ValueError or OSError: its own, unless it is a collective's failure because
     another process went away (multihost_utils raises those as a ValueError: a peer that failed
