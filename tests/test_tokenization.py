@@ -922,3 +922,24 @@ def test_the_docs_token_id_client_builds_bertjax_rows(tmp_path):
     assert namespace["row"](texts_a[1])[0] == single["input_ids"][1, :single_lengths[1]].tolist()
     inputs = namespace["inputs"]
     assert inputs["segment_ids"] == [[0] * len(inputs["input_ids"][0])]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "huggingface", "sentencepiece"])
+def test_control_and_invisible_characters_that_end_a_word_are_in_no_span(kind, tmp_path):
+    """A zero-width space or direction mark after a word (Wikipedia text has them) was in the
+    span before it: span QA answered 'hello\\u200b' and scored 0 against the gold 'hello' (a
+    review). Inside a word, and accents after one, they stay in the span before them."""
+    if kind == "sentencepiece":
+        lines = [f"Paris is a capital and a city of France, number {i}. He said hello to a bell." for i in range(300)]
+        tokenizer = tokenization.load_tokenizer(kind, vocabularies.train_sentencepiece(lines, 70, str(tmp_path)))
+        texts, want = ["a \x07bell\x07 b"], [["a", "\x07", "be", "ll", "", "b"]]
+    else:
+        name = "vocab.txt" if kind == "wordpiece" else "tokenizer.json"
+        tokenizer = tokenization.load_tokenizer(kind, os.path.join(os.path.dirname(_minilm_vocab()), name))
+        texts = ["He said hello\u200b, then", "Paris\u200e is", "a \x07bell\x07", "Jose\u0301\u200b met",
+                 "zero\u200bwidth"]
+        want = [["He", "said", "hello", ",", "then"], ["Paris", "is"], ["a", "bell"], ["Jose\u0301", "met"],
+                ["zero\u200b", "wi", "dt", "h"]]
+    _, offsets, lengths = tokenizer.encode_flat_with_offsets(texts)
+    rows = np.split(offsets, np.cumsum(lengths)[:-1])
+    assert [[text[a:b] for a, b in row] for text, row in zip(texts, rows)] == want

@@ -340,11 +340,16 @@ def tensorflow_tokenizer(tokenizer):
             made = lambda byte: tf.searchsorted(made_up_to[None], byte[None], side="right")[0]
             start = tf.gather(tf.concat([char_start, [0]], 0), made(begin))
             # The token's last character, then, when the token ends with it, those after it in
-            # its word that normalisation drops (their running total stays put), as
-            # Tokenizer's offsets keep them.
+            # its word that normalisation drops (their running total stays put) up to the word's
+            # last visible one, as Tokenizer's offsets keep them: control and invisible formatting
+            # characters that end the word stay out.
             last = made(finish - 1)
             made_last = tf.gather(tf.concat([made_up_to, [0]], 0), last)
-            word_last = tf.cast(tf.gather(tf.cumsum(chars.row_lengths()) - 1, word), last.dtype)
+            invisible = tf.strings.regex_full_match(chars.flat_values, r"[\p{Cc}\p{Cf}]")
+            position = tf.range(tf.size(invisible, out_type=tf.int64))
+            last_visible = tf.math.unsorted_segment_max(tf.where(invisible, tf.constant(-1, tf.int64), position),
+                                                        chars.value_rowids(), chars.nrows())
+            word_last = tf.cast(tf.gather(last_visible, word), last.dtype)
             dropped_after = tf.minimum(made(made_last) - 1, word_last)
             last = tf.where(tf.equal(finish, made_last), tf.maximum(dropped_after, last), last)
             end = tf.gather(tf.concat([char_end, [0]], 0), last)
