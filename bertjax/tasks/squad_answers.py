@@ -90,8 +90,9 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
         totals = np.array([e["start_logit"] + e["end_logit"] for e in entries])
         probabilities = np.exp(totals - totals.max())
         probabilities /= probabilities.sum()
-        nbest[examples.ids[q]] = [{"text": e["text"], "probability": float(p), "start_logit": e["start_logit"],
-                                   "end_logit": e["end_logit"], "start": e["start"], "end": e["end"]}
+        nbest[examples.ids[q]] = [{"text": e["text"], "probability": _number(p),
+                                   "start_logit": _number(e["start_logit"]), "end_logit": _number(e["end_logit"]),
+                                   "start": e["start"], "end": e["end"]}
                                   for e, p in zip(entries, probabilities)]
         best_span = next((e for e in entries if e["text"]), None)
         if not v2:
@@ -105,6 +106,12 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
         no_answer = best_span is None or diff > null_score_diff_threshold  # (a threshold past the no-span odds too)
         predictions[examples.ids[q]] = "" if no_answer else best_span["text"]
     return predictions, nbest, null_odds
+
+
+def _number(value: float) -> float | None:
+    """`value`, or None (JSON's null) for a diverged model's NaN or infinity, which JSON has no
+    form for: Python writes a bare NaN that strict readers refuse."""
+    return float(value) if np.isfinite(value) else None
 
 
 def write_predictions(directory: str, predictions: dict, nbest: dict, null_odds: dict | None = None) -> dict[str, str]:

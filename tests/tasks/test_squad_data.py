@@ -257,8 +257,10 @@ def test_postprocess_v2_null_threshold_both_ways(bert_tokenizer, tmp_path):
     # A diverged model's NaN logits: no answer, with odds a JSON reader takes (a review: NaN odds
     # were written, and ordered the best-threshold search by the dict's order).
     start[0, 0] = np.nan
-    predictions, _, null_odds = squad.postprocess(split, start, end)
+    predictions, nbest, null_odds = squad.postprocess(split, start, end)
     assert predictions == {"q0": ""} and null_odds == {"q0": squad_answers.NO_SPAN_NULL_ODDS}
+    # ... and an n-best list a strict JSON reader takes: null for what is not a number (a review).
+    assert json.loads(json.dumps(nbest, allow_nan=False)) and nbest["q0"][0]["probability"] is None
 
 
 def test_a_version_is_read_as_the_scorer_reads_it(tmp_path):
