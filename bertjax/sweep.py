@@ -222,6 +222,12 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     return [row for row in results if row["run"] in names]  # this grid's (what the launcher judges)
 
 
+def _test_file_record(run: ml_collections.ConfigDict) -> dict[str, str]:
+    """The test file a run predicts, by name and contents (a file rewritten in place is another)."""
+    path = run.data.test_file
+    return {"test_file": path, "test_file_contents": fileio.content_hash(path) if path and fileio.exists(path) else ""}
+
+
 def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
              ) -> tuple[list[dict[str, Any]], str | None]:
     """Fine-tunes each (name, config) of `runs` in WORKDIR/sweep/<name> (a finished one's row
@@ -237,9 +243,11 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         run_dir = fileio.join(workdir, "sweep", name)
         row_file = fileio.join(run_dir, ROW_FILE)
         finished = fileio.read_json(row_file) if fileio.exists(row_file) else None
-        # A test file the finished run has not predicted (a row from before the file was
-        # recorded, with one given now, predicts once more; none given now: nothing to write).
-        if finished and (not run.data.test_file or finished.get("test_file") == run.data.test_file):
+        # A test file the finished run has not predicted, or one rewritten since (a row from
+        # before the file was recorded, with one given now, predicts once more; none given now:
+        # nothing to write).
+        if finished and (not run.data.test_file or _test_file_record(run) == {
+                key: finished.get(key) for key in ("test_file", "test_file_contents")}):
             _say(f"the sweep's run {name} finished before: its result is reused")
             results.append(finished["row"])
             metric = finished["metric"]
@@ -272,7 +280,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
         if "error" not in row and jax.process_index() == 0:  # (a failed run is tried again by a rerun)
             fileio.makedirs(run_dir)
-            fileio.write_json(row_file, {"row": results[-1], "metric": metric, "test_file": run.data.test_file})
+            fileio.write_json(row_file, {"row": results[-1], "metric": metric, **_test_file_record(run)})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
     if metric is None:  # every run of this grid failed: the main metric as earlier grids' runs recorded it
         metric = next(filter(None, (_recorded_metric(workdir, row["run"]) for row in earlier)), None)

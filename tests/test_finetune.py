@@ -456,9 +456,14 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "typo"))] == ["lr0.002_batch16_epochs1"]
     assert calls == [1e-3, 1e-4, 2e-3, 2e-3, 2e-3]
     sweep.sweep(config, str(tmp_path / "typo"))
+    # The same name rewritten in place: predicted again (a review: the old predictions were kept).
+    (tmp_path / "test.tsv").write_text("sentence\nA new one.\n")
+    sweep.sweep(config, str(tmp_path / "typo"))
+    sweep.sweep(config, str(tmp_path / "typo"))
+    assert calls == [1e-3, 1e-4, 2e-3, 2e-3, 2e-3, 2e-3]
     config.data.test_file = ""  # none: nothing to write, the row reused
     sweep.sweep(config, str(tmp_path / "typo"))
-    assert len(calls) == 5
+    assert len(calls) == 6
     # Your own files with nothing to evaluate: refused before the first run trains.
     own = _demo_config()
     own.task = "classification"
@@ -470,7 +475,7 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     with pytest.raises(ValueError, match=r"none is to evaluate: .* \(set config.data.eval_file; a test file is "
                                          r"predicted, not scored\)"):
         sweep.sweep(own, str(tmp_path / "typo"))
-    assert len(calls) == 5
+    assert len(calls) == 6
     # Runs that evaluate nothing (no eval_file) rank nothing: the sweep stops after the first.
     monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {"best": None, "main_metric": "accuracy"})
     (tmp_path / "no_eval").mkdir()
