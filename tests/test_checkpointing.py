@@ -390,12 +390,22 @@ def test_on_gs_a_step_is_moved_aside_by_copy_then_delete(tmp_path, small8, monke
         copied.append(str(self))
         return real_copy(self, dst, overwrite)
 
+    committed_when_deleted, real_rmtree = {}, path_class.rmtree
+
+    def rmtree(self, *args, **kwargs):
+        committed_when_deleted[str(self)] = (self / checkpointing.COMMIT_FILE).exists()
+        return real_rmtree(self, *args, **kwargs)
+
     monkeypatch.setattr(path_class, "copy", copy)
+    monkeypatch.setattr(path_class, "rmtree", rmtree)
     monkeypatch.setattr(checkpointing, "_is_remote", lambda path: True)
     _failing_restore(monkeypatch, lambda step, attempt: step == 2)
     assert ckpt.restore(abstract)[1]["step"] == 1
     [aside] = _aside(tmp_path, 2)
     assert _files(tmp_path / aside) == step2 and not (tmp_path / "2").exists()
+    # The source's commit file goes first: a delete killed part-way leaves no step that reads as
+    # complete, which the recovery of a replaced step would keep over its intact copy (a review).
+    assert committed_when_deleted[str(tmp_path / "2")] is False
     assert len(copied) == len(step2) and copied[-1] == str(tmp_path / "2" / checkpointing.COMMIT_FILE)
     ckpt.close()
 
