@@ -404,8 +404,9 @@ def _set_best_aside(best: str, fresh: bool, finished: bool = False, evaluated_on
     if not checkpointing.is_bertjax_checkpoint(best) and not (fresh and checkpointing.holds_replaced_step(best)):
         return True
     if fresh:
-        log.warning("%s holds another run's best weights (this run starts from step 0): moved aside to %s, "
-                    "nothing deleted", best, checkpointing.move_aside(best, "stale"))
+        log.warning("%s holds best weights this run did not train (it starts from step 0, with no checkpoint to "
+                    "resume: another run's, or one killed before its first checkpoint): moved aside to %s, nothing "
+                    "deleted", best, checkpointing.move_aside(best, "stale"))
         return True
     try:
         chosen = checkpointing.read_meta(best)["extra"]
