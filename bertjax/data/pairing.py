@@ -106,8 +106,8 @@ def chunk_documents(tokens: tf.RaggedTensor, sentence_lengths: tf.RaggedTensor, 
     a_token_start, a_token_end = table_at(starts, document, a_start), table_at(ends, document, a_end - 1)
     # Random B: another document of the batch (uniformly), from a random sentence on until
     # B reaches target - len(A) tokens (at least one sentence). A batch of one document (a
-    # one-document corpus or host, or an epoch's last batch) takes it from that document, as
-    # the original does when ten draws found no other.
+    # one-document corpus, host or split; an epoch's last document joins the batch before it)
+    # takes it from that document, as the original does when ten draws found no other.
     u_row, u_first = tf.unstack(tf.random.stateless_uniform([2, tf.size(document)], random_seed))
     other = (document + 1 + tf.cast(u_row * tf.cast(num_docs - 1, tf.float32), tf.int32)) % num_docs
     other_sentences = tf.gather(num_sentences, other)

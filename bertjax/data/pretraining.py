@@ -79,6 +79,22 @@ def check_document_batch(serialized: tf.Tensor, offset: int) -> str | None:
     return None
 
 
+def _lone_last_document_joined(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """`batches` of serialized documents, with a last batch of one document joined to the batch
+    before it: alone it has no other document to draw NSP's random B from, so a one-sentence
+    document was dropped from the epoch and a longer one paired with itself, where the epoch had
+    other documents. A lone document with no batch before it (a one-document host) stays."""
+    none = tf.constant([], tf.string)
+
+    def hold_one_back(held, batch):  # -> (the batch held next, the batch given now: none is dropped)
+        joined = (tf.size(batch) == 1) & (tf.size(held) > 0)
+        return (tf.cond(joined, lambda: none, lambda: batch),
+                tf.cond(joined, lambda: tf.concat([held, batch], 0), lambda: held))
+
+    end = tf.data.Dataset.from_tensors(none)  # flushes the batch held last
+    return batches.concatenate(end).scan(none, hold_one_back).filter(lambda batch: tf.size(batch) > 0)
+
+
 class PretrainingPipeline:
     """Host-local masked-LM + NSP batches from prepared shards (see the module docstring)."""
 
@@ -156,7 +172,7 @@ class PretrainingPipeline:
                 next_sentence_prediction=self.nsp)
             return {key: out[key] for key in ("a_tokens", "b_tokens", "is_random")}
 
-        docs = self._documents(order_key).batch(_DOCS_PER_CHUNK_BATCH).enumerate()
+        docs = _lone_last_document_joined(self._documents(order_key).batch(_DOCS_PER_CHUNK_BATCH)).enumerate()
         return docs.map(no_autograph(chunk), num_parallel_calls=_AUTOTUNE)
 
     def _epoch(self, epoch) -> tf.data.Dataset:

@@ -180,7 +180,7 @@ def test_layout_and_nsp(big_batch):
 
 def test_a_lone_document_draws_random_b_from_itself_and_loses_no_sentence():
     """The original takes a random B from the same document when ten draws found no other: a
-    one-document corpus (or host, or an epoch's last batch) keeps its 50/50 labels."""
+    one-document corpus (or host, or split) keeps its 50/50 labels."""
     sentences = 3000
     lengths = tf.RaggedTensor.from_row_lengths(tf.fill([sentences], 10), [sentences])
     tokens = tf.RaggedTensor.from_row_lengths(tf.range(sentences * 10), [sentences * 10])
@@ -192,6 +192,26 @@ def test_a_lone_document_draws_random_b_from_itself_and_loses_no_sentence():
     used = np.concatenate([out["a_tokens"].flat_values.numpy(),
                            out["b_tokens"].flat_values.numpy()[np.repeat(~is_random, out["b_tokens"].row_lengths())]])
     np.testing.assert_array_equal(np.sort(used), np.arange(sentences * 10))
+
+
+@pytest.mark.parametrize("documents", [129, 257, 128, 2])
+def test_an_epochs_last_lone_document_is_paired_with_the_others(tmp_path, documents):
+    """Documents are chunked 128 at a time: an epoch of 129 left the last one alone, and a
+    one-sentence document alone has no B: dropped from every such epoch without a word (a
+    review). Each one-sentence document here makes one row, its B from another document."""
+    paths = synthetic.write_shards(str(tmp_path), documents, 1, min_sentences=1, max_sentences=1)
+    pipeline = pretraining.PretrainingPipeline(data_config(), shard_paths=paths, batch_size=1,
+                                               tokenizer=synthetic.tokenizer_for(documents))
+    assert pipeline._count_rows(0) == pipeline._count_rows(1) == documents
+    batch = concat(take(pipeline, documents))  # the first epoch
+    firsts = []
+    for row, mask in zip(unmasked(batch), batch["input_mask"]):
+        row = row[:mask.sum()]
+        sep = list(row).index(SEP)
+        (doc_a, _), (doc_b, _) = synthetic.decode_token(row[1:sep]), synthetic.decode_token(row[sep + 1:-1])
+        assert doc_a[0] != doc_b[0]
+        firsts.append(doc_a[0])
+    assert sorted(firsts) == list(range(documents))  # every document once
 
 
 def test_short_target_share_per_document():
