@@ -82,6 +82,14 @@ def check_can_pair(data_config, metadata: dict, split: str) -> None:
             "split into sentences? (BERT format: one a line; JSONL, Parquet and TFDS text is split at [.!?] and "
             "a space before a capital, so lower-cased or unpunctuated text stays whole paragraphs)",
             corpus_name(data_config), split, per_sentence, data_config.max_seq_length, effect)
+    # A corpus of one document prepare warns of; a split of one (the other documents in the
+    # other split) nothing did.
+    corpus_documents = sum(each["documents"] for each in metadata["splits"].values())
+    if data_config.next_sentence_prediction and entry["documents"] == 1 < entry["sentences"] and corpus_documents > 1:
+        logging.warning(
+            "%s: its %s split is one document, so next-sentence prediction draws its random B from that document "
+            "and IsNext and NotNext differ only in order%s", corpus_name(data_config), split,
+            " (its NSP accuracy says little)" if split == "eval" else "")
     if data_config.next_sentence_prediction and entry["documents"] == 1 and entry["sentences"] == 1:
         raise ValueError(
             f"{corpus_name(data_config)}: its {split} split is one document of one sentence ({entry['tokens']:,} "

@@ -634,6 +634,28 @@ def test_sentences_longer_than_half_a_pair_are_warned_of(caplog):
     assert not caplog.text
 
 
+def test_a_split_of_one_document_is_warned_of(caplog):
+    """A two-document corpus with one document held out: each split's NSP pairs draw their
+    random B from their one document, the held-out NSP accuracy meaningless, without a word
+    (prepare warned of a corpus of one document only; a review)."""
+    from bertjax.data import pipelines
+
+    config = ml_collections.ConfigDict(dict(source="text", input_pattern="a.txt", tfds_name="",
+                                            next_sentence_prediction=True, max_seq_length=128))
+    halves = {"splits": {name: {"documents": 1, "sentences": 40, "tokens": 400} for name in ("train", "eval")}}
+    pipelines.check_can_pair(config, halves, "eval")
+    assert ("config.data.input_pattern='a.txt': its eval split is one document, so next-sentence prediction draws "
+            "its random B from that document and IsNext and NotNext differ only in order (its NSP accuracy says "
+            "little)") in caplog.text
+    caplog.clear()
+    halves["splits"]["eval"]["documents"] = 0  # a corpus of one document: prepare said so already
+    pipelines.check_can_pair(config, halves, "train")
+    config.next_sentence_prediction = False
+    halves["splits"]["eval"]["documents"] = 1
+    pipelines.check_can_pair(config, halves, "train")
+    assert not caplog.text
+
+
 def test_pretraining_takes_the_casing_a_tokenizer_json_says(tmp_path):
     """config.data.do_lower_case defaulted to True: a cased tokenizer.json (BertNormalizer
     lowercase=false) had the whole corpus lower-cased, with a warning only (a review). Unset,
