@@ -133,7 +133,7 @@ def test_wordpiece_trains_on_the_words_it_can_emit(tmp_path, caplog):
     assert "WordPiece left out 2 words longer than 100 characters" in caplog.text
 
 
-def test_trainers_read_files_only_when_told_to(tmp_path):
+def test_trainers_read_files_only_when_told_to(tmp_path, caplog):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(CORPUS) + "\n")
     from_file = vocabularies.train_wordpiece(vocabularies.file_lines([str(corpus)]), 120, str(tmp_path / "file"))
@@ -142,6 +142,12 @@ def test_trainers_read_files_only_when_told_to(tmp_path):
     assert {"river", "quickly"} <= set(open(from_file).read().split())
     (tmp_path / "marked.txt").write_bytes(b"\xef\xbb\xbfHello world\r\nagain\n")  # a byte order mark: not text
     assert list(vocabularies.file_lines([str(tmp_path / "marked.txt")] * 2)) == ["Hello world", "again"] * 2
+    # A line that is not UTF-8 is left out and counted, as pre-training's reader does: decoded with
+    # replacement characters, the vocabulary learnt text training never sees (a review).
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9 noir\nplain\n\xff\xfe\n")
+    with caplog.at_level("WARNING"):
+        assert list(vocabularies.file_lines([str(tmp_path / "latin1.txt")])) == ["plain"]
+    assert f"{tmp_path / 'latin1.txt'}: 2 line(s) not UTF-8 left out (the first: line 1)" in caplog.text
     # A list of file names would train on the names ("corpus", "txt", "tmp"): refused.
     with pytest.raises(ValueError, match=r"texts names files \(e.g. .*corpus.txt\).*texts=file_lines\(paths\)"):
         vocabularies.train_wordpiece([str(corpus), str(tmp_path / "missing.txt")], 120, str(tmp_path / "names"))

@@ -199,15 +199,25 @@ def file_lines(paths: Iterable[str]) -> Iterator[str]:
     """The lines of the text files at `paths` (local or gs://), read lazily, for the trainers'
     `texts`, without a file's byte order mark (as the pre-training reader reads them: the BPE
     trainer would learn its bytes onto each file's first word); a missing file is a
-    FileNotFoundError naming it (before any line is read)."""
+    FileNotFoundError naming it (before any line is read). A line that is not UTF-8 is left
+    out, as pre-training's reader leaves it out, and counted in a warning naming the file
+    (decoded with replacement characters, the vocabulary would learn text training never sees)."""
     paths = list(paths)
     for path in paths:
         if not fileio.exists(path):
             raise FileNotFoundError(f"{path}: no such file")
     for path in paths:
+        bad, first_bad = 0, None
         with fileio.open_file(path, "rb") as f:
             for number, line in enumerate(f):
-                yield line.decode("utf-8-sig" if number == 0 else "utf-8", errors="replace").rstrip("\r\n")
+                try:
+                    text = line.decode("utf-8-sig" if number == 0 else "utf-8")
+                except UnicodeDecodeError:
+                    bad, first_bad = bad + 1, first_bad or number + 1
+                    continue
+                yield text.rstrip("\r\n")
+        if bad:
+            logging.warning("%s: %d line(s) not UTF-8 left out (the first: line %d)", path, bad, first_bad)
 
 
 # A run of non-space characters this long may hold a word past MAX_INPUT_CHARS_PER_WORD.
