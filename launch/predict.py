@@ -134,14 +134,15 @@ def main(_):
             if not input_file and sys.stdin.isatty():  # else it waits at a terminal without a word
                 print("reading inputs from the terminal, one a line (Ctrl-D ends; --input=FILE or --text=...)",
                       file=sys.stderr)
-    model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
-                               precision=_PRECISION.value, **_VOCABULARY())
-    too_short = family != "fill_mask" and model.family.check_length(model.max_seq_length, source.data)
-    if too_short:  # before an output is opened or an input predicted
-        raise ValueError(f"--{too_short}")
-    write, close = batch_predict.jsonl_writer(_OUTPUT.value)
+    with cli.named_by_flag(f"--output={_OUTPUT.value}"):  # (opened now: a folder it cannot write in fails here)
+        write, close = batch_predict.jsonl_writer(_OUTPUT.value)
     completed = False
     try:
+        model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
+                                   precision=_PRECISION.value, **_VOCABULARY())
+        too_short = family != "fill_mask" and model.family.check_length(model.max_seq_length, source.data)
+        if too_short:  # before an input is predicted
+            raise ValueError(f"--{too_short}")
         summary = batch_predict.predict_all(model, family, records, write, _ON_ERROR.value, _TOP_K.value,
                                             progress=batch_predict.progress_line())
         completed = True

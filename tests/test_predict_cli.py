@@ -2,8 +2,10 @@
 (and lines of text), bad ones named by file:line and skipped or fatal, one JSONL line per
 input in input order, the same answers as the Python API."""
 
+import errno
 import json
 import os
+import socket
 import subprocess
 import sys
 import types
@@ -296,8 +298,27 @@ def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_
                        "truncated": 0}
 
 
+def test_an_output_folder_that_cannot_be_written_fails_before_the_model_loads(tmp_path, monkeypatch):
+    """A read-only folder failed at the first batch's write, after the input was read and the
+    model loaded, with an OS error naming the temporary file (a walkthrough): the launcher makes
+    the writer first, and the writer opens its file at once, naming the folder."""
+    from bertjax.inference import batch_predict
+    from bertjax.runtime import fileio
+
+    def read_only(path, mode="r"):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+    monkeypatch.setattr(fileio, "open_file", read_only)
+    with pytest.raises(ValueError, match=rf"^cannot write in {tmp_path} \(Read-only file system\)$"):
+        batch_predict.jsonl_writer(str(tmp_path / "out.jsonl"))
+    assert os.listdir(tmp_path) == []
+    with open(os.path.join(os.path.dirname(__file__), "..", "launch", "predict.py")) as f:
+        launcher = f.read()
+    assert launcher.index("jsonl_writer(") < launcher.index("load_model(")
+
+
 def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
-    """JSONL lines go to NAME.tmp-<pid>, renamed at the end (issue 46, 3): a run that fails
+    """JSONL lines go to NAME.tmp-<host>-<pid>, renamed at the end (issue 46, 3): a run that fails
     midway leaves no half file and an earlier NAME as it was; a NAME another run wrote while
     this one ran is kept (two runs shared NAME.tmp and the later replaced the earlier: a review)."""
     from bertjax.inference import batch_predict
@@ -311,12 +332,13 @@ def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == "earlier\n"
     write, close = batch_predict.jsonl_writer(str(out))
     write({"label": "good"}), write({"value": 1.5})
+    mine = f"out.jsonl.tmp-{socket.gethostname()}-{os.getpid()}"
     with pytest.raises(ValueError, match=r"out.jsonl was written by another run while this one ran; kept, and this "
-                                         rf"run's predictions are in .*out.jsonl.tmp-{os.getpid()}"):
+                                         rf"run's predictions are in .*{mine}"):
         close(True)
     assert out.read_text() == "earlier\n"
-    assert (tmp_path / f"out.jsonl.tmp-{os.getpid()}").read_text() == '{"label": "good"}\n{"value": 1.5}\n'
-    os.remove(tmp_path / f"out.jsonl.tmp-{os.getpid()}")
+    assert (tmp_path / mine).read_text() == '{"label": "good"}\n{"value": 1.5}\n'
+    os.remove(tmp_path / mine)
     out.unlink()
     write, close = batch_predict.jsonl_writer(str(out))
     write({"label": "good"}), write({"value": 1.5})
@@ -330,9 +352,22 @@ def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
     write, close = batch_predict.jsonl_writer(str(out))
     close(True)  # no inputs: an empty file
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == ""
+    # A run killed outright (kill -9, out of memory) left its NAME.tmp for good: removed by the next
+    # run, said; a running process's is left (a walkthrough; extract_features already did this).
+    out.unlink()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / f"out.jsonl.tmp-{socket.gethostname()}-{dead.pid}").write_text('{"label": "go')
+    alive = tmp_path / f"out.jsonl.tmp-{socket.gethostname()}-{os.getppid()}"
+    alive.write_text("")
+    said = []
+    write, close = batch_predict.jsonl_writer(str(out), log=said.append)
+    close(False)
+    assert said == [f"removed {tmp_path}/out.jsonl.tmp-{socket.gethostname()}-{dead.pid}, left by a killed run "
+                    f"(process {dead.pid}, gone)"] and sorted(os.listdir(tmp_path)) == [alive.name]
+    alive.unlink()
     # A model whose outputs went NaN: JSON has none (a strict reader refuses the line) and its
     # label was an argmax over NaNs; the run fails, writing nothing (a review: exit 0, 'NaN').
-    out.unlink()
     write, close = batch_predict.jsonl_writer(str(out))
     write({"label": "good", "probability": 0.9})
     with pytest.raises(ValueError, match=r"the model answered with a number that is not finite \(NaN or infinity\): "

@@ -22,6 +22,7 @@ squad_json and conll files, read whole, and span QA's ids, kept to refuse a repe
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -364,19 +365,26 @@ def progress_line() -> Callable[[int, int | None], None]:
     return report
 
 
-def jsonl_writer(path: str | None):
+def jsonl_writer(path: str | None, log: Callable[[str], None] = functools.partial(print, file=sys.stderr)):
     """(write(dict), close(completed)) for JSONL lines to `path` (local or gs://), or stdout when
-    None. The lines go to `path`.tmp-<pid>, renamed to `path` by close(True) (no lines: an empty
-    file, never an older one left in place): a run that fails midway (close(False)) leaves
-    neither a half file nor a changed `path`; one that fails before its first line leaves
-    nothing at all; a `path` another run wrote meanwhile is kept, and close(True) says where
-    this run's lines are."""
+    None. The lines go to `fileio.temporary_name(path)`, opened now (a folder that cannot be
+    written is a ValueError before any work), renamed to `path` by close(True) (no lines: an
+    empty file, never an older one left in place): a run that fails (close(False)) leaves
+    neither a half file nor a changed `path`; a `path` another run wrote meanwhile is kept, and
+    close(True) says where this run's lines are. A killed run's file is removed first (`log`
+    says so)."""
     opened = []
-    tmp = None if path is None else f"{path}.tmp-{os.getpid()}"
+    tmp = None if path is None else fileio.temporary_name(path)
+    if path is not None:
+        fileio.remove_killed_runs_files(path, log)
+        try:
+            opened.append(fileio.open_file(tmp, "w"))
+        except (OSError, *fileio.remote_errors()) as e:
+            raise ValueError(f"cannot write in {fileio.parent(path) or '.'} ({e.strerror or e})") from None
 
     def write(record: dict) -> None:
         if not opened:
-            opened.append(sys.stdout if path is None else fileio.open_file(tmp, "w"))
+            opened.append(sys.stdout)
         try:  # JSON has no NaN: a line a strict reader refuses, and a label argmax picked from NaNs
             line = json.dumps(record, ensure_ascii=False, default=_plain, allow_nan=False)
         except ValueError:
@@ -385,8 +393,6 @@ def jsonl_writer(path: str | None):
         opened[0].write(line + "\n")
 
     def close(completed: bool = True) -> None:
-        if completed and not opened and path is not None:  # no input, no line: still this run's output
-            opened.append(fileio.open_file(tmp, "w"))
         for out in opened:
             if path is None:
                 out.flush()

@@ -51,7 +51,6 @@ import itertools
 import json
 import os
 import re
-import socket
 import time
 from typing import Any, Callable, Iterator, Sequence
 
@@ -441,37 +440,6 @@ def _merge(output: str, processes: int, total: int) -> dict[str, Any]:
             "num_examples": total}
 
 
-def _jsonl_temporary(output: str, pid: int | str | None = None) -> str:
-    """The name a JSONL output is written under until complete: the host and the process (a
-    second run writing the same output, here or on another host, has a file of its own).
-    pid: another process's (default: this one's; "": the name's part before any pid)."""
-    return f"{output}.tmp-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
-
-
-def _remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
-    """Removes the `_jsonl_temporary` file of a run on this host killed where it could not clean
-    up (kill -9, the out-of-memory killer), whose process is gone: it can hold gigabytes nothing
-    will read. A running process's file (another run writing the same output) is left alone,
-    and so is every other host's (a shared folder: its processes cannot be asked from here)."""
-    folder = os.path.dirname(os.path.abspath(output))
-    if fileio.is_remote(output) or not os.path.isdir(folder):
-        return
-    prefix = os.path.basename(_jsonl_temporary(output, pid=""))
-    for name in os.listdir(folder):
-        pid = name[len(prefix):]
-        if not (name.startswith(prefix) and pid.isdigit() and len(pid) < 10):
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # running (here): its own run's file
-        except ProcessLookupError:
-            pass
-        except PermissionError:  # another user's process, running
-            continue
-        os.remove(os.path.join(folder, name))
-        log(f"removed {os.path.join(folder, name)}, left by a killed run (process {pid}, gone)")
-
-
 # Names a user means as one file; anything but *.jsonl is a shard folder, which such a name
 # would be without a word.
 _FILE_SUFFIXES = (".json", ".npz", ".npy", ".txt", ".csv", ".tsv", ".h5", ".parquet")
@@ -541,7 +509,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     who = f"process {process} of {processes}: " if processes > 1 else ""
     if to_jsonl:  # one piece: the whole input
         manifest, unit, pieces = {"examples_done": 0, "truncated": 0}, total, range(1)
-        _remove_killed_runs_files(output, log)
+        fileio.remove_killed_runs_files(output, log)
     else:
         _check_same_everywhere(settings, processes)
         manifest, finished, written = _resume_point(output, settings, process, processes,
@@ -589,7 +557,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                                    progress=lambda done: progress.advance(start + done))
     try:
         if to_jsonl:
-            tmp = _jsonl_temporary(output)
+            tmp = fileio.temporary_name(output)
             try:
                 written = 0
                 with fileio.open_file(tmp, "w") as f:

@@ -15,6 +15,7 @@ import json
 import os
 import posixpath
 import shutil
+import socket
 import stat
 import sys
 from typing import IO, Any, Callable
@@ -293,3 +294,34 @@ def fingerprint(path: str) -> str:
                 stat = os.stat(full)
                 entries.append((os.path.relpath(full, path) if top else "", stat.st_size, stat.st_mtime_ns))
     return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
+
+
+def temporary_name(output: str, pid: int | str | None = None) -> str:
+    """The name a file `output` is written under until complete: the host and the process (a
+    second run writing the same output, here or on another host, has a file of its own).
+    pid: another process's (default: this one's; "": the name's part before any pid)."""
+    return f"{output}.tmp-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
+
+
+def remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
+    """Removes the `temporary_name` file of a run on this host killed where it could not clean
+    up (kill -9, the out-of-memory killer), whose process is gone: it can hold gigabytes nothing
+    will read. A running process's file (another run writing the same output) is left alone,
+    and so is every other host's (a shared folder: its processes cannot be asked from here)."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if is_remote(output) or not os.path.isdir(folder):
+        return
+    prefix = os.path.basename(temporary_name(output, pid=""))
+    for name in os.listdir(folder):
+        pid = name[len(prefix):]
+        if not (name.startswith(prefix) and pid.isdigit() and len(pid) < 10):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # running (here): its own run's file
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # another user's process, running
+            continue
+        os.remove(os.path.join(folder, name))
+        log(f"removed {os.path.join(folder, name)}, left by a killed run (process {pid}, gone)")
