@@ -403,8 +403,9 @@ def initial_state(checkpointer, abstract: TrainState, shardings: TrainState, *, 
                 raise checkpointing.CheckpointMismatchError(
                     _with_changed_settings(error, str(checkpointer.directory), config)) from None
             # The weights a run started from are not read on a resume: another (or the same moved)
-            # is no change to the continuation, said apart.
-            left_out = (*run_config.OPERATIONAL_SETTINGS, "init_weights", "positions_trained")
+            # is no change to the continuation, said apart. Nor is what evaluates it: fine-tuning's
+            # best/ says when its evaluation differs (the same file moved does not).
+            left_out = (*run_config.OPERATIONAL_SETTINGS, "init_weights", "positions_trained", "data.eval_file")
             changes = []
             if config is not None:
                 changes = run_config.changed_settings(meta["config"], config, left_out)

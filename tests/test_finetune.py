@@ -1495,10 +1495,12 @@ def test_a_resume_from_a_moved_training_file_is_an_exact_continuation(tmp_path, 
     shutil.copy(tmp_path / "data.csv", tmp_path / "moved" / "data.csv")
     files = dict(text_b_key="", eval_file=str(tmp_path / "data.csv"))
     tiny_finetune_run("classification", tmp_path, train_file=str(tmp_path / "data.csv"), **files)
+    files["eval_file"] = str(tmp_path / "moved" / "data.csv")  # moved too: no change to the continuation either
     with caplog.at_level("WARNING"):
         tiny_finetune_run("classification", tmp_path, train={"num_steps": 3},
                           train_file=str(tmp_path / "moved" / "data.csv"), **files)
     assert "resumed with 1 setting(s) changed" in caplog.text and "data.train_file" not in caplog.text  # num_steps
+    assert "data.eval_file" not in caplog.text and "another evaluation" not in caplog.text
     from bertjax import checkpointing  # (a run from scratch: its own length, recorded for runs started from it)
     assert checkpointing.read_meta(str(tmp_path / "run" / "checkpoints"))["config"]["positions_trained"] == 32
     (tmp_path / "other.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows[::-1]))
