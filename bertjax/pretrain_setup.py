@@ -31,7 +31,6 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
                          "long: the modern encoder's full context from its shorter run's): set config.init_checkpoint "
                          "to that run's workdir")
     check_recipe(config, workdir)
-    resolve_global_batch_size(config, workdir)
     warn_if_same_document_order(config, workdir)
     check_data_config(config.data)
     run_config.check_seed(config.seed, "config.seed", minimum=-2**63)
@@ -42,6 +41,8 @@ def checked_model(config: ml_collections.ConfigDict, workdir: str) -> tuple[Bert
     bert = model_config(config, prepare.vocab_size_for(config.data, data_dir), checkpoint, checkpoint_name)
     if config.init_checkpoint and not run_config.own_checkpoints(workdir):  # (a resume has its own tokenizer)
         check_init_vocabulary(config)
+    check_length(config.data, bert)  # before the batch size that follows from it (`,long`)
+    resolve_global_batch_size(config, workdir)
     mesh_shape = sharding.mesh_shape(jax.device_count(), config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
     validate_config(config, bert, mesh_shape)
     if not run_config.own_checkpoints(workdir):  # (a resume was warned of when it started)
@@ -125,10 +126,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
         raise ValueError(f"config.mesh.tensor={tensor} must divide the number of attention heads "
                          f"({bert.num_attention_heads})")
     data_config = config.data
-    if data_config.max_seq_length > bert.max_position_embeddings:
-        raise ValueError(f"config.data.max_seq_length={data_config.max_seq_length} exceeds the model's "
-                         f"max_position_embeddings={bert.max_position_embeddings}")
-    bert.check_runnable(data_config.max_seq_length)
+    check_length(data_config, bert)
     if bert.attention_window // 2 >= bert.max_position_embeddings - 1:  # (a typo's window: no layer is local)
         log.warning("config.model.attention_window=%d spans the model's %d positions: every layer sees every "
                     "token (the local layers keep local_rope_theta)", bert.attention_window,
@@ -176,6 +174,15 @@ def warn_if_demo_corpus(data_config, bert) -> None:
         log.warning("pre-training a %d-layer, %d-wide model on the embedded demo corpus (config.data.source='demo', "
                     "a toy for the quick start): give your corpus with config.data.source=text|jsonl|parquet|tfds "
                     "and config.data.input_pattern (docs/pretraining.md)", bert.num_hidden_layers, bert.hidden_size)
+
+
+def check_length(data_config: ml_collections.ConfigDict, bert: BertConfig) -> None:
+    """ValueError when config.data.max_seq_length is past the model's positions, or a length its
+    attention kernel cannot run."""
+    if data_config.max_seq_length > bert.max_position_embeddings:
+        raise ValueError(f"config.data.max_seq_length={data_config.max_seq_length} exceeds the model's "
+                         f"max_position_embeddings={bert.max_position_embeddings}")
+    bert.check_runnable(data_config.max_seq_length)
 
 
 def resolve_global_batch_size(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -169,6 +169,7 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
     import jax.numpy as jnp
 
     from bertjax import checkpointing, pretrain_setup
+    from bertjax.models.config import BertConfig
 
     assert pretrain_config.get_config("base").data.max_predictions_per_seq == 20  # the original's at 128
     phase2 = pretrain_config.get_config("base,phase2")
@@ -226,6 +227,17 @@ def test_derived_settings_follow_the_overrides_they_derive_from(tmp_path):
                                                       config={**resumed.to_dict(), "train": {"global_batch_size": 4}})
     pretrain_setup.resolve_global_batch_size(resumed, str(tmp_path / "long"))
     assert resumed.train.global_batch_size == 4
+    # A length past the model's positions is named as such, not as a batch of 26.2 rows that the
+    # length made (a walkthrough: the batch's error came first).
+    past = pretrain_config.get_config("modernbert-base,modern,long")
+    past.init_checkpoint, past.data.max_seq_length = str(tmp_path / "from-a-run"), 10_000
+    run_model = BertConfig.preset("modernbert-base").replace(vocab_size=784).to_dict()  # (the demo vocabulary's)
+    checkpointing.Checkpointer(str(tmp_path / "from-a-run" / "checkpoints"), save_interval_steps=1, max_to_keep=1,
+                               async_save=False).save(1, {"w": jnp.zeros(2)}, data_position=1,
+                                                      config={**modern.to_dict(), "model": run_model})
+    with pytest.raises(ValueError, match=r"^config.data.max_seq_length=10000 exceeds the model's "
+                                         r"max_position_embeddings=8192$"):
+        pretrain_setup.checked_model(past, str(tmp_path / "past"))
 
 
 def test_a_prepared_folder_holds_out_what_it_was_prepared_with(tmp_path):
