@@ -89,7 +89,7 @@ def main():
             jax.block_until_ready(step(params, x))
             times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
-        print(f"| {name} | {seconds * 1e3:.0f} | {flops / seconds / 1e9:.1f} | {flops / seconds / peak:.0%} |")
+        print(f"| {name} | {seconds * 1e3:.1f} | {flops / seconds / 1e9:.1f} | {flops / seconds / peak:.0%} |")
 
 
 if __name__ == "__main__":

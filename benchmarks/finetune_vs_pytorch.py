@@ -387,7 +387,9 @@ def main():
     print(f"\n{args.task}, {args.model}: {len(train_inputs)} training examples x {args.epochs:g} epochs, "
           f"{len(eval_inputs)} dev, length {args.max_seq_length}, batch {args.batch_size}, lr {args.learning_rate:g}")
     columns = ["whole run", *PHASES, "examples_per_second", "metric"]
-    print("| side | " + " | ".join(f"{c} (s)" if c in PHASES or c == "whole run" else c for c in columns) + " |")
+    names = {"metric": f"dev {metric} (%)"}  # (the task's: its column named, not "metric")
+    print("| side | " + " | ".join(f"{c} (s)" if c in PHASES or c == "whole run" else names.get(c, c)
+                                  for c in columns) + " |")
     print("|" + " --- |" * (len(columns) + 1))
     for side, row in rows.items():
         cells = [f"{row[c]:.1f}" if c != "metric" else f"{100 * row[c]:.1f}" for c in columns]

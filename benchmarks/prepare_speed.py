@@ -89,6 +89,10 @@ def main(argv):
     sys.path.insert(0, ROOT)
     if _MEASURE.value:
         return _measure(_MEASURE.value)
+    if _SMALL_MB.value * _FACTOR.value * 1e6 <= FILE_BYTES or _FACTOR.value < 2:  # (whole files of FILE_BYTES)
+        raise SystemExit(f"error: --small_mb={_SMALL_MB.value:g} --factor={_FACTOR.value}: the corpora are written "
+                         f"in whole files of {FILE_BYTES / 1e6:.2f} MB, so both would be one file of one size; give "
+                         "a larger corpus above that, and --factor at least 2")
     shutil.rmtree(_WORKDIR.value, ignore_errors=True)
     print(f"prepare: {_NUM_WORKERS.value} worker(s) on {os.cpu_count()} CPU core(s), "
           f"vocab {_VOCAB_PATH.value or 'demo'}, text {_TEXT_FILE.value or 'demo corpus'}")
