@@ -361,6 +361,7 @@ class Tokenizer:
         other characters: the word's text is what a reader sees, and an answer 'hello\u200b'
         would score 0 against 'hello'.
         """
+        texts = texts if isinstance(texts, str) else list(texts)  # (read twice: a generator once)
         with _encoding(texts):
             ids, offsets, lengths = self._encode_flat_with_offsets(texts)
         _invisible_word_ends_out(texts, offsets, lengths)
@@ -771,7 +772,7 @@ def _invisible_word_ends_out(texts: Sequence[str], offsets: np.ndarray, lengths:
     first = 0
     for text, count in zip(texts, lengths.tolist()):
         row, first = offsets[first:first + count], first + count
-        if text.isascii() and text.isprintable():
+        if text.isprintable():  # (no character of Cc or Cf is)
             continue
         for span in row:
             start, end = span
@@ -788,8 +789,10 @@ def _sentencepiece_char_spans(text: str, proto) -> np.ndarray:
     is_char_start = (np.frombuffer(text.encode("utf-8"), np.uint8) & 0xC0) != 0x80
     char_at_byte = np.concatenate([[0], np.cumsum(is_char_start)])  # byte offset -> characters before it
     spans = char_at_byte[spans]
-    is_space = np.fromiter((c.isspace() for c in text), bool, len(text))
-    # next_visible[i]: the first non-whitespace character at or after i (len(text) if none).
+    # SentencePiece's normaliser drops control and invisible formatting characters (a zero-width
+    # space) as it drops whitespace: a word's piece must not start with them either.
+    is_space = np.fromiter((c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text), bool, len(text))
+    # next_visible[i]: the first visible character at or after i (len(text) if none).
     positions = np.where(is_space, len(text), np.arange(len(text)))
     next_visible = np.minimum.accumulate(np.append(positions, len(text))[::-1])[::-1]
     spans[:, 0] = np.minimum(next_visible[spans[:, 0]], spans[:, 1])

@@ -938,7 +938,8 @@ def test_control_and_invisible_characters_that_end_a_word_are_in_no_span(kind, t
     if kind == "sentencepiece":
         lines = [f"Paris is a capital and a city of France, number {i}. He said hello to a bell." for i in range(300)]
         tokenizer = tokenization.load_tokenizer(kind, vocabularies.train_sentencepiece(lines, 70, str(tmp_path)))
-        texts, want = ["a \x07bell\x07 b"], [["a", "\x07", "be", "ll", "", "b"]]
+        texts = ["a \x07bell\x07 b", "said \u200bhello", "said\u200b hello"]  # (before a word too: its '▁' drops it)
+        want = [["a", "", "be", "ll", "", "b"], *[["", "s", "a", "i", "d", "", "h", "ell", "o"]] * 2]
     else:
         name = "vocab.txt" if kind == "wordpiece" else "tokenizer.json"
         tokenizer = tokenization.load_tokenizer(kind, os.path.join(os.path.dirname(_minilm_vocab()), name))
