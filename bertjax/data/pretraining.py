@@ -59,6 +59,9 @@ from bertjax.runtime.tf_cpu import no_autograph, tf
 _AUTOTUNE = tf.data.AUTOTUNE
 _MAX_EPOCHS = 1 << 40  # "forever"
 _DOCS_PER_CHUNK_BATCH = 128  # documents chunked together (vectorized)
+# The rule that batches an epoch's documents (2: a lone last document joins the batch before
+# it, `_lone_last_document_joined`): epoch sizes counted under another rule are not reused.
+_CHUNK_RULE = 2
 _COUNT_BATCH = 256  # row counts summed in the graph per Python step while counting an epoch
 _PACK_WINDOW = 256  # pairs packed together (pack_pairs > 0)
 # The rule that cuts full rows (pairing.full_rows; 2: no last row of a lone [SEP]): epoch sizes
@@ -125,7 +128,8 @@ class PretrainingPipeline:
             "shards": [(os.path.basename(self.paths[i]), shard_sizes[i]) for i in self.file_ids],
             "record_shard": self.record_shard, "seed": self.seed, "process_index": process_index,
             "max_seq_length": data_config.max_seq_length, "short_seq_prob": data_config.short_seq_prob,
-            "nsp": self.nsp, "shuffle_buffer": data_config.shuffle_buffer, "chunk_batch": _DOCS_PER_CHUNK_BATCH,
+            "nsp": self.nsp, "shuffle_buffer": data_config.shuffle_buffer,
+            "chunk_batch": [_DOCS_PER_CHUNK_BATCH, _CHUNK_RULE],
             "pack_pairs": self.pack_pairs, "pack_window": _PACK_WINDOW,
             "full_rows": _FULL_ROWS_RULE if self.full_rows else False,
             # Packed rows also depend on the instances' order and their masked tokens (each row's
