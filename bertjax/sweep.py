@@ -222,10 +222,13 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     return [row for row in results if row["run"] in names]  # this grid's (what the launcher judges)
 
 
-def _test_file_record(run: ml_collections.ConfigDict) -> dict[str, str]:
-    """The test file a run predicts, by name and contents (a file rewritten in place is another)."""
+def _test_file_record(run: ml_collections.ConfigDict, finished: dict[str, Any]) -> dict[str, str]:
+    """The test file a run predicts, by name and contents (a file rewritten in place is another;
+    one gone since, on a new machine, the `finished` row's, as `_settings` takes a data file's)."""
     path = run.data.test_file
-    return {"test_file": path, "test_file_contents": fileio.content_hash(path) if path and fileio.exists(path) else ""}
+    contents = (fileio.content_hash(path)[:16] if path and fileio.exists(path)
+                else finished.get("test_file_contents", ""))
+    return {"test_file": path, "test_file_contents": contents}
 
 
 def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
@@ -246,7 +249,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         # A test file the finished run has not predicted, or one rewritten since (a row from
         # before the file was recorded, with one given now, predicts once more; none given now:
         # nothing to write).
-        if finished and (not run.data.test_file or _test_file_record(run) == {
+        if finished and (not run.data.test_file or _test_file_record(run, finished) == {
                 key: finished.get(key) for key in ("test_file", "test_file_contents")}):
             _say(f"the sweep's run {name} finished before: its result is reused")
             results.append(finished["row"])
@@ -280,7 +283,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
         if "error" not in row and jax.process_index() == 0:  # (a failed run is tried again by a rerun)
             fileio.makedirs(run_dir)
-            fileio.write_json(row_file, {"row": results[-1], "metric": metric, **_test_file_record(run)})
+            fileio.write_json(row_file, {"row": results[-1], "metric": metric, **_test_file_record(run, {})})
         _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
     if metric is None:  # every run of this grid failed: the main metric as earlier grids' runs recorded it
         metric = next(filter(None, (_recorded_metric(workdir, row["run"]) for row in earlier)), None)

@@ -461,6 +461,9 @@ def test_a_rerun_sweep_reuses_finished_runs_keeps_other_points_and_refuses_other
     sweep.sweep(config, str(tmp_path / "typo"))
     sweep.sweep(config, str(tmp_path / "typo"))
     assert calls == [1e-3, 1e-4, 2e-3, 2e-3, 2e-3, 2e-3]
+    (tmp_path / "test.tsv").unlink()  # gone since (a new machine): the finished row stands, as for a data file
+    sweep.sweep(config, str(tmp_path / "typo"))
+    assert len(calls) == 6
     config.data.test_file = ""  # none: nothing to write, the row reused
     sweep.sweep(config, str(tmp_path / "typo"))
     assert len(calls) == 6
