@@ -22,7 +22,6 @@ squad_json and conll files, read whole, and span QA's ids, kept to refuse a repe
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import logging
@@ -365,22 +364,23 @@ def progress_line() -> Callable[[int, int | None], None]:
     return report
 
 
-def jsonl_writer(path: str | None, log: Callable[[str], None] = functools.partial(print, file=sys.stderr)):
+def jsonl_writer(path: str | None, log: Callable[[str], None] | None = None):
     """(write(dict), close(completed)) for JSONL lines to `path` (local or gs://), or stdout when
     None. The lines go to `fileio.temporary_name(path)`, opened now (a folder that cannot be
     written is a ValueError before any work), renamed to `path` by close(True) (no lines: an
     empty file, never an older one left in place): a run that fails (close(False)) leaves
     neither a half file nor a changed `path`; a `path` another run wrote meanwhile is kept, and
-    close(True) says where this run's lines are. A killed run's file is removed first (`log`
-    says so)."""
+    close(True) says where this run's lines are. A killed run's file is removed first (`log`,
+    default stderr, says so). (On gs:// the file is made at the first write: a bucket that
+    cannot be written fails there.)"""
     opened = []
     tmp = None if path is None else fileio.temporary_name(path)
     if path is not None:
-        fileio.remove_killed_runs_files(path, log)
         try:
+            fileio.remove_killed_runs_files(path, log or (lambda line: print(line, file=sys.stderr)))
             opened.append(fileio.open_file(tmp, "w"))
         except (OSError, *fileio.remote_errors()) as e:
-            raise ValueError(f"cannot write in {fileio.parent(path) or '.'} ({e.strerror or e})") from None
+            raise ValueError(f"cannot write in {fileio.parent(path)} ({getattr(e, 'strerror', None) or e})") from None
 
     def write(record: dict) -> None:
         if not opened:
