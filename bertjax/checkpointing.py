@@ -407,15 +407,17 @@ def move_aside(directory: str, why: str) -> str:
 
 def _move(source: epath.Path, target: epath.Path) -> None:
     """A local rename (atomic); on gs:// a copy with orbax's commit file last, then a delete
-    with the source's commit file first, so an interrupted move leaves the step complete in at
-    least one place and a half-deleted source never reads as a step (which the recovery of a
-    replaced step would keep over its intact copy)."""
+    with the source's commit files first (a step's own, or each step's of a moved checkpoint
+    directory), so an interrupted move leaves the step complete in at least one place and a
+    half-deleted source never reads as a step (which the recovery of a replaced step would
+    keep over its intact copy)."""
     if not _is_remote(source):
         source.rename(target)
         return
     _copy_tree(source, target)
-    if (source / COMMIT_FILE).exists():
-        (source / COMMIT_FILE).unlink()
+    for folder in (source, *(child for child in source.iterdir() if child.is_dir())):
+        if (folder / COMMIT_FILE).exists():
+            (folder / COMMIT_FILE).unlink()
     source.rmtree()
 
 

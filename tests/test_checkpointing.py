@@ -393,7 +393,8 @@ def test_on_gs_a_step_is_moved_aside_by_copy_then_delete(tmp_path, small8, monke
     committed_when_deleted, real_rmtree = {}, path_class.rmtree
 
     def rmtree(self, *args, **kwargs):
-        committed_when_deleted[str(self)] = (self / checkpointing.COMMIT_FILE).exists()
+        folders = (self, *(child for child in self.iterdir() if child.is_dir()))
+        committed_when_deleted[str(self)] = any((folder / checkpointing.COMMIT_FILE).exists() for folder in folders)
         return real_rmtree(self, *args, **kwargs)
 
     monkeypatch.setattr(path_class, "copy", copy)
@@ -408,6 +409,9 @@ def test_on_gs_a_step_is_moved_aside_by_copy_then_delete(tmp_path, small8, monke
     assert committed_when_deleted[str(tmp_path / "2")] is False
     assert len(copied) == len(step2) and copied[-1] == str(tmp_path / "2" / checkpointing.COMMIT_FILE)
     ckpt.close()
+    aside = checkpointing.move_aside(str(tmp_path), "stale")  # a whole checkpoint directory (best/): its steps' too
+    assert committed_when_deleted[str(tmp_path)] is False
+    assert os.path.exists(os.path.join(aside, "1", checkpointing.COMMIT_FILE)) and not os.path.exists(tmp_path)
 
 
 def _corrupt_array_data(step_dir):
