@@ -374,9 +374,10 @@ class Evaluator:
 
 
 def evaluation_digest(task: Task) -> str | None:
-    """`splits_digest` of the task's evaluation splits: best/ records the evaluation its score
-    was measured on. None without evaluation splits."""
-    return splits_digest(task.eval_splits) if task.eval_splits else None
+    """`splits_digest` of the evaluation split best/ is chosen on (the first: a tagged test file
+    scored beside it is no other evaluation of the best): best/ records the evaluation its
+    score was measured on. None without evaluation splits."""
+    return splits_digest(task.eval_splits[:1]) if task.eval_splits else None
 
 
 def splits_digest(splits: list[Split]) -> str:
@@ -578,7 +579,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     # on other rows would train nothing, run_config.check_finished_unchanged)
                     "train_data_digest": splits_digest([task.train])}
     evaluated_on = evaluation_digest(task)
-    trainer.check_same_on_every_process({**saved_config, "evaluation_digest": evaluated_on})
+    scored_on = splits_digest(task.eval_splits) if task.eval_splits else None  # every host scores the same rows
+    trainer.check_same_on_every_process({**saved_config, "evaluation_digest": scored_on})
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)

@@ -1515,6 +1515,25 @@ def test_a_resume_from_a_moved_training_file_is_an_exact_continuation(tmp_path, 
             in caplog.text), caplog.text
 
 
+def test_a_tagged_test_file_given_on_a_resume_is_no_other_evaluation(tmp_path, caplog):
+    """NER scores a tagged test file beside its eval file, and both were digested as the
+    evaluation best/ was chosen on: a test file added on a resume moved best/ aside as 'another
+    evaluation' (a walkthrough), though best/ is chosen on the eval file alone."""
+    from small_runs import tiny_finetune_run
+    from test_finetune_tasks import ner_sentences, write_conll
+
+    write_conll(tmp_path / "train.txt", ner_sentences(16, seed=5))
+    write_conll(tmp_path / "dev.txt", ner_sentences(6, seed=6))
+    write_conll(tmp_path / "test.txt", ner_sentences(6, seed=7))
+    files = dict(train_file=str(tmp_path / "train.txt"), eval_file=str(tmp_path / "dev.txt"), max_seq_length=16)
+    workdir = tiny_finetune_run("ner", tmp_path, **files)
+    with caplog.at_level("WARNING"):
+        tiny_finetune_run("ner", tmp_path, train={"num_steps": 4}, test_file=str(tmp_path / "test.txt"), **files)
+    assert "another evaluation" not in caplog.text and not [name for name in os.listdir(workdir)
+                                                            if name.startswith("best.")]
+    assert os.path.exists(os.path.join(workdir, "predictions", "test.conll"))
+
+
 def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_best(tmp_path, monkeypatch, caplog):
     """Resumed with another eval_file, a run compared its new scores with the best of the old
     file and kept weights that score worse on this one as its best (a review). That best/ is
