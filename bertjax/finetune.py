@@ -775,6 +775,13 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     replaced = [path for path in written if earlier.get(path) not in (None, fileio.content_hash(path))]
     if replaced:
         loop.console(f"replaced an earlier launch's predictions with this one's: {', '.join(replaced)}")
+    # An earlier launch's file of a split this one has not (its test file, given then) came from
+    # the weights of then: after steps trained now they may no longer be the result's.
+    kept = sorted(set(earlier) - set(written))
+    if kept and step > start_step:
+        log.warning("%s: an earlier launch's predictions, from the weights it ended with; this launch trained steps "
+                    "%d to %d since, so they may not be best/'s answers: give the file again (config.data.test_file) "
+                    "to predict it with them", ", ".join(kept), start_step + 1, step)
     loop.console(f"done: metrics in {fileio.join(workdir, 'metrics.jsonl')}, "
                  + (f"predictions in {directory}" if written else "no predictions (no eval_file or test_file)"))
     # (a run to relaunch keeps it, as a stopped one does; one relaunched finished, or without

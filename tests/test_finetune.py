@@ -1515,6 +1515,26 @@ def test_a_resume_from_a_moved_training_file_is_an_exact_continuation(tmp_path, 
             in caplog.text), caplog.text
 
 
+def test_an_earlier_launchs_test_predictions_left_after_more_training_are_said(tmp_path, caplog):
+    """A finished run relaunched to train longer, without its test file, kept predictions/test.tsv
+    from the weights of then beside the new eval predictions, saying nothing (a walkthrough)."""
+    from small_runs import tiny_finetune_run
+
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
+    (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    (tmp_path / "test.csv").write_text("text_a\n" + "".join(f"{t}\n" for t, _ in rows[:4]))
+    files = dict(train_file=str(tmp_path / "data.csv"), eval_file=str(tmp_path / "data.csv"), text_b_key="")
+    workdir = tiny_finetune_run("classification", tmp_path, test_file=str(tmp_path / "test.csv"), **files)
+    [test_predictions] = [name for name in os.listdir(os.path.join(workdir, "predictions")) if "test" in name]
+    with caplog.at_level("WARNING"):
+        tiny_finetune_run("classification", tmp_path, **files)  # relaunched as it was: nothing trained, nothing said
+    assert "an earlier launch's predictions" not in caplog.text
+    with caplog.at_level("WARNING"):
+        tiny_finetune_run("classification", tmp_path, train={"num_steps": 4}, **files)
+    assert (f"{workdir}/predictions/{test_predictions}: an earlier launch's predictions, from the weights it ended "
+            "with; this launch trained steps 3 to 4 since") in caplog.text
+
+
 def test_a_tagged_test_file_given_on_a_resume_is_no_other_evaluation(tmp_path, caplog):
     """NER scores a tagged test file beside its eval file, and both were digested as the
     evaluation best/ was chosen on: a test file added on a resume moved best/ aside as 'another
