@@ -445,7 +445,8 @@ BAD_INPUT = [  # (task, {file name: text}, config.data overrides, error)
     ("ner", {"train.txt": _conll_file(), "eval.txt": _conll_file(_unknown_tag)}, {},
      r"eval.txt:\d+: unknown tag 'B-XYZ'"),
     ("ner", {"train.txt": _conll_file(_missing_tag)}, {},
-     r"train.txt:\d+: expected the token in column 0 and the tag in column -1, got 1 column"),
+     r"train.txt:\d+: expected the token in column 0 and the tag in the last column \(config.data.tag_column=-1\), "
+     r"got 1 column"),
     ("ner", {"train.txt": _conll_file()}, {"tag_column": 0}, r"config.data.tag_column must be an int other than 0"),
     ("choice", {"train.jsonl": _choice_file(lambda rows: rows[1].pop("choices"))}, {},
      r"train.jsonl:2: no 'choices' \(config.data.choices_key\); the row has \['context', 'label'\]"),

@@ -313,7 +313,10 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
                     blank_lines.append(first)
                 continue
             if error is None and len(fields) != len(header):
-                error = ValueError(f"{len(fields)} fields, the header has {len(header)} ({header})")
+                quoted = file_format == "tsv" and any(_csv_quoted(field) or field.startswith('"') for field in fields)
+                error = ValueError(f"{len(fields)} fields, the header has {len(header)} ({header})" + (
+                    "; a field starts with a quote: TSV fields are read literally, so a CSV writer's quoted tab "
+                    "splits it (write the file as .csv, or set config.data.file_format=csv)" if quoted else ""))
             elif error is None and len(header) > 1 and fields == header:  # e.g. files joined with cat
                 error = ValueError(f"the header again ({header}), as a row: remove it (files joined with their "
                                    "headers?)")

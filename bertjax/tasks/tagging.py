@@ -127,8 +127,10 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
             tag_column = None  # the first token line has no tag: an unlabeled file
         shown = line.rstrip("\r\n")  # as written: a line of U+00A0 is no blank line to conlleval
         if not _has_columns(columns, token_column, tag_column):
+            tag_at = (f"the last column (config.data.tag_column={tag_column})" if tag_column == -1 else
+                      f"column {tag_column}")
             raise ValueError(f"{path}:{number}: expected the token in column {token_column}"
-                             + ("" if tag_column is None else f" and the tag in column {tag_column}")
+                             + ("" if tag_column is None else f" and the tag in {tag_at}")
                              + f", got {len(columns)} column(s): {shown!r}")
         if width is None:
             width, first, first_columns = len(columns), f"line {number}: {shown!r}", columns

@@ -283,7 +283,12 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
     assert "look like scores; they are classes unless config.data.label_kind='float'" in caplog.text
     bad = tmp_path / "bad.tsv"
     bad.write_text("text_a\ttext_b\tlabel\nx\ty\n")
-    with pytest.raises(ValueError, match=r"bad.tsv:2: 2 fields, the header has 3"):
+    with pytest.raises(ValueError, match=r"bad.tsv:2: 2 fields, the header has 3 \(\['text_a', 'text_b', 'label'\]\)$"):
+        classification.load_task(_config("classification", train_file=str(bad)), tokenizer)
+    # A CSV writer's quoted field holding a tab, in a TSV: the quote named as the cause (a walkthrough).
+    bad.write_text('text_a\ttext_b\tlabel\n"x\ty"\tz\tpos\n')
+    with pytest.raises(ValueError, match=r"bad.tsv:2: 4 fields, the header has 3 .*; a field starts with a quote: TSV "
+                                         r"fields are read literally, so a CSV writer's quoted tab splits it"):
         classification.load_task(_config("classification", train_file=str(bad)), tokenizer)
     # Files joined with `cat`, headers and all: the second header is no example of a class 'label'
     # (a review: it became a third class, said only at info level).

@@ -158,7 +158,8 @@ def test_conll_tags_optional_decided_by_the_first_token_line(tmp_path, caplog):
     unlabeled = tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
     assert unlabeled.tags is None and unlabeled.sentences == [["EU", "rejects"]]
     path.write_text("EU B-ORG\nrejects\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{path}:2: expected the token in column 0 and the tag in column -1"):
+    with pytest.raises(ValueError, match=rf"{path}:2: expected the token in column 0 and the tag in the last column "
+                                         r"\(config.data.tag_column=-1\)"):
         tagging.read_conll(str(path), label_names=["O", "B-ORG"], tags_optional=True)
     # A placeholder "O" column (some tools need one): scored, its F1 was 0 at every evaluation, and
     # with no eval_file it picked the best checkpoint (a review). Read as unlabeled.
