@@ -791,7 +791,8 @@ def _sentencepiece_char_spans(text: str, proto) -> np.ndarray:
     spans = char_at_byte[spans]
     # SentencePiece's normaliser drops control and invisible formatting characters (a zero-width
     # space) as it drops whitespace: a word's piece must not start with them either.
-    is_space = np.fromiter((c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text), bool, len(text))
+    is_space = np.fromiter((c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text), bool,
+                           len(text))
     # next_visible[i]: the first visible character at or after i (len(text) if none).
     positions = np.where(is_space, len(text), np.arange(len(text)))
     next_visible = np.minimum.accumulate(np.append(positions, len(text))[::-1])[::-1]

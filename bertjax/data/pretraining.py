@@ -11,9 +11,10 @@ Batches have the original create_pretraining_data.py features, fixed shapes:
   next_sentence_labels                    <int32>[B]   (0 = IsNext, 1 = random)
 
 Full rows (`full_rows`, masked LM only, RoBERTa's and ModernBERT's layout): each batch of 128
-documents (129 where an epoch's last would be alone) is laid end to end, every document followed by [SEP], and cut into rows of
-max_seq_length - 2 tokens, each row `[CLS] ... [SEP]`: no pair sampling, and padding only in
-the last row of each batch of documents. Attention runs across the documents of a row (the
+documents (129 where an epoch's last would be alone) is laid end to end, every document
+followed by [SEP], and cut into rows of max_seq_length - 2 tokens, each row
+`[CLS] ... [SEP]`: no pair sampling, and padding only in the last row of each batch of
+documents. Attention runs across the documents of a row (the
 [SEP] between them marks the boundary), or with `full_rows_attention="document"` within each
 document: batches then add packing's sequence_ids and position_ids <int32>[B, max_seq_length]
 (positions restart at each document) and cls_positions <int32>[B, 1] (the row's [CLS]).

@@ -313,7 +313,7 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
                     blank_lines.append(first)
                 continue
             if error is None and len(fields) != len(header):
-                quoted = file_format == "tsv" and any(_csv_quoted(field) or field.startswith('"') for field in fields)
+                quoted = file_format == "tsv" and any(field.startswith('"') for field in fields)
                 error = ValueError(f"{len(fields)} fields, the header has {len(header)} ({header})" + (
                     "; a field starts with a quote: TSV fields are read literally, so a CSV writer's quoted tab "
                     "splits it (write the file as .csv, or set config.data.file_format=csv)" if quoted else ""))
