@@ -113,6 +113,7 @@ def main(_):
         engine.hidden_state_positions(layers, source.bert.num_hidden_layers)
     except ValueError as e:
         raise ValueError(f"--layers={','.join(map(str, layers))}: {e}") from None
+    feature_files.check_output(_INPUT.value, _OUTPUT.value)  # before the model loads
     default_length = source.max_seq_length or min(128, source.bert.max_position_embeddings)  # the original's 128
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value or default_length,
                                batch_size=_BATCH_SIZE.value, precision=_PRECISION.value, **_VOCABULARY())

@@ -155,6 +155,18 @@ def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):
                               log=lambda _: None)
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc: a folder no file can be made in, even by root")
+def test_an_output_no_file_can_be_made_in_is_one_line_naming_the_flag(tmp_path):
+    """An unwritable --output failed after the model loaded, with the OS error of its temporary
+    file (a walkthrough; permission bits do not stop root, so the check makes a file)."""
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
+    for output in ("/proc/feats.jsonl", "/proc/feats"):
+        done = subprocess.run([sys.executable, LAUNCHER, f"--checkpoint={MINILM_DIR}",
+                               f"--input_file={tmp_path}/in.txt", f"--output={output}"], env=ENV, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+            f"error: --output={output}: cannot write in /proc (No such file or directory)"], done.stderr
+
+
 def test_a_file_name_of_another_kind_is_refused_and_jsonl_in_any_case_is_jsonl(minilm, tmp_path):
     """--output=feats.json wrote a folder of .npz shards named feats.json, and OUT.JSONL too,
     each reported 'wrote' without a word (a review)."""

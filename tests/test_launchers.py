@@ -138,6 +138,9 @@ CASES = [
     ("export_model.py", [f"--model={MINILM_DIR}", "--output="], "--output is empty; give a folder"),
     ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output={tmp}/text.txt/hf"],
      "--output={tmp}/text.txt/hf: {tmp}/text.txt is a file; give a folder"),
+    # A folder no file can be made in, even by root (os.access said it could: an OS error late).
+    ("convert_checkpoint.py", [f"--input={MINILM_DIR}", "--output=/proc/hf"],
+     "--output=/proc/hf: cannot write in /proc (No such file or directory)"),
     ("export_model.py", [f"--model={MINILM_DIR}", "--output={tmp}/out"], "is not a fine-tuned model"),
     ("export_model.py", ["--model={tmp}/nothing", "--output={tmp}/out"], "nothing' does not exist"),
     # Named by its flag (a walkthrough: "[Errno 2] No such file or directory").

@@ -455,6 +455,23 @@ def writes_jsonl(output: str) -> bool:
     return name.endswith(".jsonl")
 
 
+def check_output(input_file: str, output: str) -> None:
+    """A ValueError naming --output where `extract` could not write it: the input itself, an
+    existing JSONL file, a folder that is a file, missing (JSONL) or refuses files. Cheap: the
+    launcher asks before the model loads."""
+    if fileio.same_file(input_file, output):
+        raise ValueError(f"--output={output} is the input file; give another name (it would be overwritten)")
+    to_jsonl = writes_jsonl(output)
+    if to_jsonl and fileio.exists(output):  # an earlier run's features are not replaced unasked
+        raise ValueError(f"--output={output} exists; remove it or give another name")
+    folder = os.path.dirname(output)
+    if folder and not fileio.is_remote(output) and os.path.isfile(folder):
+        raise ValueError(f"--output={output}: {folder} is a file, not a folder")
+    if to_jsonl and folder and not fileio.is_remote(output) and not os.path.isdir(folder):
+        raise ValueError(f"--output={output}: the folder {folder} does not exist; create it first")
+    fileio.check_can_make(output, "--output")  # (a new JSONL file is made where a folder would be)
+
+
 def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-1, -2, -3, -4),
             pooling: str = "none", input_format_name: str = "", text_a_key: str = "text", text_b_key: str = "",
             dtype: str = "float32", shard_size: int = 1024, fail_on_truncation: bool = False,
@@ -477,19 +494,11 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         raise ValueError(f"--output_dtype must be float32 or float16, got {dtype!r}")
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"--shard_size must be a positive int, got {shard_size!r}")
-    if fileio.same_file(input_file, output):
-        raise ValueError(f"--output={output} is the input file; give another name (it would be overwritten)")
+    check_output(input_file, output)
     to_jsonl = writes_jsonl(output)
     process, processes = jax.process_index(), jax.process_count()
     if to_jsonl and processes > 1:
         raise ValueError(f"--output={output}: JSONL is written by one process; give a folder for a multi-host run")
-    if to_jsonl and fileio.exists(output):  # an earlier run's features are not replaced unasked
-        raise ValueError(f"--output={output} exists; remove it or give another name")
-    folder = os.path.dirname(output)
-    if folder and not fileio.is_remote(output) and os.path.isfile(folder):
-        raise ValueError(f"--output={output}: {folder} is a file, not a folder")
-    if to_jsonl and folder and not fileio.is_remote(output) and not os.path.isdir(folder):
-        raise ValueError(f"--output={output}: the folder {folder} does not exist; create it first")
     try:  # what each host reads for itself: one that cannot read its copy stops every host (below)
         if not fileio.can_read_twice(input_file):
             raise ValueError(f"--input_file={input_file} is a pipe or stream: features read their input more than "

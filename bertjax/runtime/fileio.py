@@ -18,6 +18,7 @@ import shutil
 import socket
 import stat
 import sys
+import tempfile
 from typing import IO, Any, Callable
 
 
@@ -52,8 +53,11 @@ def parent(path: str) -> str:
 
 def check_can_make(folder: str, named: str) -> None:
     """ValueError unless the local `folder` exists or can be made: its nearest existing ancestor
-    a writable folder, said before the work whose output it holds (the write's own error came
-    after it, a traceback). `named`: the setting, for the message. A remote folder: no check."""
+    a folder a file can be made in, said before the work whose output it holds (the write's own
+    error came after it, a traceback). Tried by making and removing a file: permission bits do
+    not stop root (os.access says yes), and some folders refuse files whatever their bits
+    (/proc). `named`: the setting, for the message. A remote
+    folder: no check."""
     if not folder:  # (else the current folder's files, or an errno after the work)
         raise ValueError(f"{named} is empty; give a folder")
     if is_remote(folder):
@@ -63,8 +67,12 @@ def check_can_make(folder: str, named: str) -> None:
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise ValueError(f"{named}={folder}: {existing} is a file; give a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{named}={folder}: {existing} is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".bertjax-write-check-", dir=existing)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(f"{named}={folder}: cannot write in {existing} ({e.strerror or e})") from None
 
 
 def open_file(path: str, mode: str = "r") -> IO:
