@@ -141,7 +141,7 @@ class Tokenizer:
                 do_lower_case, "lower-cases" if do_lower_case else "keeps its case")
         if casing is None:  # a vocab.txt does not say: its tokens do
             _warn_if_casing_contradicts(path, tuple(tokens), do_lower_case)
-        vocab = {token: token_id for token_id, token in enumerate(tokens)}  # (read_vocab refused repeats)
+        vocab = {token: token_id for token_id, token in enumerate(tokens)}  # a repeated token: its last id
         backend = tokenizers.Tokenizer(models.WordPiece(
             vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
         backend.normalizer = bert_normalizer(do_lower_case)
@@ -1043,14 +1043,43 @@ def _tokenizer_json_vocab(path: str) -> list[str]:
     if kind != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
         raise ValueError(f"{path}: a {kind} tokenizer; bertjax reads WordPiece with '##' continuations "
                          "(vocab.txt, tokenizer.json) or a SentencePiece .model")
-    tokens = sorted(vocab, key=vocab.get)
-    if [vocab[token] for token in tokens] != list(range(len(tokens))):
-        raise ValueError(f"{path}: model.vocab's ids are not 0..{len(tokens) - 1}, one per token (tokens only in "
+    ids = sorted(vocab.values())
+    if not all(type(i) is int and i >= 0 for i in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: model.vocab's ids are not whole numbers from 0, one per token (tokens only in "
                          "added_tokens are not read)")
-    for token in tokens:
-        if not token.strip() or "\n" in token or "\r" in token:
-            raise ValueError(f"{path}: token {vocab[token]} ({token!r}) is empty or holds a line break")
+    for token in vocab:  # (an empty token is a vocab.txt's empty line, as transformers converts it)
+        if "\n" in token or "\r" in token:
+            raise ValueError(f"{path}: token {vocab[token]} ({token!r}) holds a line break")
+    # An id without a token: a vocab.txt's repeated line, as transformers converts it.
+    tokens = [""] * (ids[-1] + 1 if ids else 0)
+    for token, i in vocab.items():
+        tokens[i] = token
     return tokens
+
+
+def unused_ids(tokens: Sequence[str]) -> list[int]:
+    """The ids of a WordPiece vocabulary that text never gets: its empty entries, and each
+    token's entries but its last (the original's load_vocab maps a token to its last line)."""
+    last = {token: i for i, token in enumerate(tokens)}
+    return [i for i, token in enumerate(tokens) if not token or last[token] != i]
+
+
+def tokens_without_repeats(tokens: Sequence[str]) -> list[str]:
+    """`tokens` with each of `unused_ids` renamed '[unused line N]' (line N = id + 1; a name no
+    word matches: BERT's words hold no spaces), for libraries that refuse repeated entries
+    (TF Text); the ids text gets are unchanged."""
+    unused = set(unused_ids(tokens))
+    return [f"[unused line {i + 1}]" if i in unused else token for i, token in enumerate(tokens)]
+
+
+@functools.lru_cache(maxsize=None)  # once a file (a run reads its vocabulary several times)
+def _warn_of_unused_lines(path: str, tokens: tuple[str, ...], ids: tuple[int, ...]) -> None:
+    shown = ", ".join(f"line {i + 1} ({token!r})" if token else f"line {i + 1} (empty)"
+                      for i, token in zip(ids[:5], tokens[:5]))
+    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    logging.getLogger(__name__).warning(
+        "%s: %d entries are ids text never gets: %s%s; a token on several lines gets the id of its last, as in the "
+        "original's and Hugging Face's readers", path, len(ids), shown, more)
 
 
 def write_vocab(tokens: list[str], target: str) -> None:
@@ -1068,9 +1097,19 @@ def _read_bytes(path: str) -> bytes:
 def read_vocab(path: str) -> list[str]:
     """A WordPiece vocabulary's tokens in id order, from a BERT vocab.txt (one token per line)
     or a Hugging Face tokenizer.json (its WordPiece model's vocab: what transformers 5 saves
-    in place of vocab.txt). ValueError naming the file and line (or key) that is wrong."""
-    if path.endswith(".json"):
-        return _tokenizer_json_vocab(path)
+    in place of vocab.txt). ValueError naming the file and line (or key) that is wrong. Every
+    line is an id, as the model's embedding rows are: an empty line, or a token a later line
+    repeats (published vocabularies have both), is an id text never gets (`unused_ids`),
+    warned of, as the original's and Hugging Face's readers keep a repeated token's last id."""
+    tokens = _tokenizer_json_vocab(path) if path.endswith(".json") else _vocab_txt_tokens(path)
+    unused = unused_ids(tokens)
+    if unused:
+        _warn_of_unused_lines(path, tuple(tokens[i] for i in unused), tuple(unused))
+    return tokens
+
+
+def _vocab_txt_tokens(path: str) -> list[str]:
+    """A vocab.txt's lines, stripped, in id order."""
     data = _read_bytes(path)
     try:
         text = data.decode("utf-8")
@@ -1084,13 +1123,6 @@ def read_vocab(path: str) -> list[str]:
     tokens = [t.strip() for t in text.removeprefix("\ufeff").split("\n")]
     if tokens and tokens[-1] == "":
         tokens.pop()
-    seen = {}
-    for line, token in enumerate(tokens, start=1):
-        if not token.strip():
-            raise ValueError(f"{path}:{line}: empty vocabulary entry")
-        if token in seen:  # one of the two ids would never be given: the file is not the model's vocabulary
-            raise ValueError(f"{path}:{line}: token {token!r} repeats line {seen[token]}")
-        seen[token] = line
     if tokens and all(re.fullmatch(r"\S+\t-?[0-9.]+(e-?[0-9]+)?", token) for token in tokens[:5]):
         raise ValueError(f"{path}:1: {tokens[0]!r}: a piece and its score, as a SentencePiece model's .vocab lists "
                          "them, not a WordPiece vocabulary; give the .model file beside it, with "

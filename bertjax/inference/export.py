@@ -251,14 +251,15 @@ def tensorflow_tokenizer(tokenizer):
     (Tokenizer.encode's ids); WordPiece also has `words` and `pieces` (BERT's split, then WordPiece)."""
     from bertjax.runtime import fileio
     from bertjax.runtime.tf_cpu import tf
-    from bertjax.tokenization import MAX_INPUT_CHARS_PER_WORD, bert_character_classes, piece_roots
+    from bertjax.tokenization import (MAX_INPUT_CHARS_PER_WORD, bert_character_classes, piece_roots,
+                                      tokens_without_repeats)
 
     import tensorflow_text as tft  # after bertjax.runtime.tf_cpu, which sets TensorFlow up first
 
     class WordPiece(tf.Module):
         def __init__(self):
             super().__init__()
-            tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+            tokens = tokens_without_repeats([tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)])
             self.lower = tokenizer.do_lower_case
             # BERT's basic split as training's `tokenizers` makes it (whitespace ends a word;
             # punctuation and CJK ideographs, and uncased ≠ ≮ ≯ (= < > once normalised), are words
