@@ -793,9 +793,13 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         shutil.rmtree(cache_directory(config, workdir), ignore_errors=True)
         loop.console(f"removed the cached features from {cache_directory(config, workdir)} (a temporary folder)")
     elif caches:  # (gigabytes at scale: said, as a folder the user may want back)
-        size = feature_cache.readable_size(sum(cache.nbytes for cache in caches.values()))
-        loop.console(f"the frozen encoder's cached features stay in {cache_directory(config, workdir)} ({size} for "
-                     "this run): a run on the same weights and inputs reuses them; delete them when none will")
+        own = sum(cache.nbytes for cache in caches.values())
+        others = feature_cache.stored_bytes(cache_directory(config, workdir)) - own
+        more = (f", and {feature_cache.readable_size(others)} of other inputs or settings: earlier launches', "
+                "finished or stopped" if others > 0 else "")
+        loop.console(f"the frozen encoder's cached features stay in {cache_directory(config, workdir)} "
+                     f"({feature_cache.readable_size(own)} for this run{more}): a run on the same weights and inputs "
+                     "reuses them; delete them when none will")
     loop.console(clock.summary(rest="train and start-up"))
     result = {"best": best, "rescored": rescores, "last": loop.last, "predictions": written,
               "main_metric": task.main_metric, "seconds": clock.seconds(rest="train and start-up")}

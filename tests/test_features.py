@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -527,6 +528,7 @@ def test_a_finished_run_relaunched_caches_no_training_features(encoder_run, tmp_
     """A finished frozen run relaunched (to predict a new test file, say) computed its whole
     training split's cache again for no step (a walkthrough: gigabytes and minutes at scale)."""
     from bertjax import finetune
+    from bertjax.tasks import feature_cache
 
     config = _frozen_config("classification", tmp_path, encoder_run)
     config.data.update(train_file=_pairs_file(tmp_path), eval_file=_pairs_file(tmp_path))
@@ -534,14 +536,17 @@ def test_a_finished_run_relaunched_caches_no_training_features(encoder_run, tmp_
     first = finetune.finetune(config, str(tmp_path / "run"))
     [train_cache] = (tmp_path / "cache").glob("train-*.bin")
     train_cache.unlink()
+    # What a launch stopped while computing left for other settings: counted (a walkthrough: unseen).
+    (tmp_path / "cache" / "train-0123.bin").write_bytes(bytes(3072))
     capsys.readouterr()
     again = finetune.finetune(config, str(tmp_path / "run"))
     printed = capsys.readouterr().out
-    assert not list((tmp_path / "cache").glob("train-*.bin")) and "train: " not in printed, printed
-    assert "eval: reusing the cached features" in printed
-    size = os.path.getsize(next((tmp_path / "cache").glob("eval-*.bin"))) / 2**20
-    assert (f"the frozen encoder's cached features stay in {tmp_path / 'cache'} ({size:.1f} MiB for this run): a run "
-            "on the same weights and inputs reuses them; delete them when none will") in printed
+    assert [p.name for p in (tmp_path / "cache").glob("train-*.bin")] == ["train-0123.bin"]
+    assert "train: " not in printed and "eval: reusing the cached features" in printed, printed
+    size = feature_cache.readable_size(os.path.getsize(next((tmp_path / "cache").glob("eval-*.bin"))))
+    assert (f"the frozen encoder's cached features stay in {tmp_path / 'cache'} ({size} for this run, and 3.0 KiB of "
+            "other inputs or settings: earlier launches', finished or stopped): a run on the same weights and inputs "
+            "reuses them; delete them when none will") in printed
     assert again["best"]["metrics"] == pytest.approx(first["best"]["metrics"])
 
 
@@ -621,6 +626,25 @@ def test_two_runs_computing_one_feature_cache_take_turns(tmp_path, caplog):
     assert [r.levelname for r in caplog.records if "is being computed by" in r.getMessage()] == ["WARNING"]
     np.testing.assert_array_equal(messages["first_values"][..., 0], ids)
     np.testing.assert_array_equal(messages["second_values"], messages["first_values"])
+    # Ctrl-C while waiting stops the wait (it went on waiting, then trained a step: a walkthrough).
+    from bertjax.runtime import workdir_lock
+    from bertjax.runtime.errors import TrainingStopped
+
+    other = feature_cache.FeatureCache(split, str(tmp_path), "train-y", False, (4, 1), np.float32)
+    stopped = []
+
+    def wait_for_the_other_run():
+        try:
+            other.compute(lambda batch: batch["input_ids"][..., None].astype(np.float32), 4, [4], stop=lambda: "SIGINT")
+        except TrainingStopped as stop:
+            stopped.append(str(stop))
+
+    with workdir_lock.hold(str(tmp_path), lock_name=other.lock_name):
+        waiter = threading.Thread(target=wait_for_the_other_run, daemon=True)
+        waiter.start()
+        waiter.join(30)
+    assert len(stopped) == 1 and re.fullmatch(r"interrupted \(Ctrl-C\) while waiting for another run's cached features "
+                                              r"in .*train-y.bin; run the same command again to go on", stopped[0])
 
 
 def test_two_multi_process_runs_computing_one_feature_cache_do_not_wait_for_each_other(tmp_path):
@@ -774,6 +798,17 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
     recomputed = cache(tmp_path / "whole")
     assert "cached the frozen encoder's features" in recomputed.compute(encode, 8, [4, 8, 12]) and len(calls) == 5
     np.testing.assert_array_equal(recomputed.values, expected)
+    # A progress record cut short or emptied (a copy, a crash): every run on the folder failed
+    # with 'Expecting value: line 1 column 31 (char 30)', naming no file (a walkthrough).
+    del recomputed
+    for cut in (30, 0):
+        with open(cache(tmp_path / "whole").manifest_path, "r+") as f:
+            f.truncate(cut)
+        calls.clear()
+        again = cache(tmp_path / "whole")
+        assert "cached the frozen encoder's features" in again.compute(encode, 8, [4, 8, 12]) and len(calls) == 5
+        np.testing.assert_array_equal(again.values, expected)
+        del again
 
 
 def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path, monkeypatch):
@@ -805,8 +840,8 @@ def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path,
     monkeypatch.setattr(os, "posix_fallocate", no_room)
     allocated.clear()
     full = feature_cache.FeatureCache(split, str(tmp_path), "train-full", False, (1024,), np.float32)
-    with pytest.raises(ValueError, match=rf"feature_cache_dir={tmp_path}: the cached features need [\d.]+ MiB, the "
-                                         r"disk has [\d.]+ [GM]iB free \(No space left on device\)"):
+    with pytest.raises(ValueError, match=rf"feature_cache_dir={tmp_path}: the cached features need [\d.]+ [KM]iB, the "
+                                         r"disk has [\d.]+ [KMG]iB free \(No space left on device\)"):
         full.compute(encode, 16, [8])
     assert not allocated and os.path.getsize(full.path) == 0  # what was taken, given back
 
@@ -821,7 +856,7 @@ def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path,
     import shutil as shutil_module
 
     monkeypatch.setattr(shutil_module, "disk_usage", lambda path: type("Usage", (), {"free": 1000})())
-    with pytest.raises(ValueError, match=r"need 0.2 MiB, the disk has 0.0 MiB free \(not enough free space\)"):
+    with pytest.raises(ValueError, match=r"need 256.0 KiB, the disk has 1.0 KiB free \(not enough free space\)"):
         feature_cache.FeatureCache(split, str(tmp_path), "train-tiny", False, (1024,), np.float32).compute(
             encode, 16, [8])  # (a review: "need 0.0 GiB, the disk has 0.0 GiB free")
     monkeypatch.undo()

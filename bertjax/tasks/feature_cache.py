@@ -68,8 +68,18 @@ def cache_name(split: Split, identity: dict[str, Any]) -> str:
 
 
 def readable_size(nbytes: int) -> str:
-    """1.5 GiB, 3.0 MiB: a size in the unit that shows it."""
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+    """1.5 GiB, 3.0 MiB, 12.0 KiB: a size in the unit that shows it."""
+    for unit, power in (("GiB", 30), ("MiB", 20)):
+        if nbytes >= 2**power:
+            return f"{nbytes / 2**power:.1f} {unit}"
+    return f"{nbytes / 2**10:.1f} KiB"
+
+
+def stored_bytes(directory: str) -> int:
+    """The bytes of every cache file in `directory` (this run's, and earlier launches' for other
+    inputs or settings, finished or stopped while computing)."""
+    with os.scandir(directory) as entries:
+        return sum(entry.stat().st_size for entry in entries if entry.name.endswith(".bin") and entry.is_file())
 
 
 class FeatureCache:
@@ -111,9 +121,13 @@ class FeatureCache:
         file cut short, by a full disk or a copy, is computed anew rather than mapped)."""
         if not (os.path.exists(self.manifest_path) and os.path.exists(self.path)):
             return None
-        with open(self.manifest_path) as f:
-            manifest = json.load(f)
-        if (manifest.get("shape") != list(self.shape) or not manifest.get("batch_size")
+        try:  # one cut short or emptied (a copy, a full disk, a crash while written): none
+            with open(self.manifest_path) as f:
+                manifest = json.load(f)
+        except ValueError:
+            return None
+        if (not isinstance(manifest, dict) or manifest.get("shape") != list(self.shape)
+                or not manifest.get("batch_size") or not isinstance(manifest.get("batches_done"), int)
                 or os.path.getsize(self.path) != self.nbytes):
             return None
         return manifest
@@ -165,6 +179,10 @@ class FeatureCache:
                 log.warning("%s is being computed by %s: waiting for it", self.path,
                             "another run" if locked else holder)
                 waited = True
+            signal_name = stop()  # (a wait as long as the other run's computation: Ctrl-C stops it)
+            if signal_name:
+                raise TrainingStopped(f"{preemption.stopped_by(signal_name)} while waiting for another run's cached "
+                                      f"features in {self.path}; run the same command again to go on")
             time.sleep(random.uniform(0.5, 2.0))  # random: two runs that let go together try again apart
 
     def _compute(self, encode, batch_size, buckets, progress, fewest, stop) -> str:
