@@ -49,8 +49,9 @@ def main(_):
         source = model_source.with_task_version(source, _SQUAD_VERSION.value)
     target = export.export_saved_model(source, _OUTPUT.value, _VERSION.value, _MAX_SEQ_LENGTH.value,
                                        precision=_PRECISION.value, **_VOCABULARY())
-    inputs = fileio.read_json(fileio.join(target, "assets.extra", "task.json"))["inputs"]  # what was written
-    print(f"wrote {target} (signature {export.SIGNATURE}, inputs: {', '.join(inputs)}; {_PRECISION.value} products) "
+    written = fileio.read_json(fileio.join(target, "assets.extra", "task.json"))  # what was written
+    print(f"wrote {target} from {written['weights']} (signature {export.SIGNATURE}, inputs: "
+          f"{', '.join(written['inputs'])}; {_PRECISION.value} products) "
           f"in {console.format_duration(time.perf_counter() - started)}")
 
 

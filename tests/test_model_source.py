@@ -414,6 +414,7 @@ def test_a_fine_tuning_run_that_has_not_ended_is_not_read_as_its_result(unevalua
     import shutil
 
     from bertjax.inference import model_source
+    from bertjax.runtime import workdir_lock
 
     workdir = tmp_path / "run"
     shutil.copytree(unevaluated_run[0], workdir)
@@ -427,12 +428,23 @@ def test_a_fine_tuning_run_that_has_not_ended_is_not_read_as_its_result(unevalua
                                          rf"evaluation \(best/ is empty\): run its command again to finish it, or "
                                          rf"give {workdir / 'checkpoints'} to use the weights of step 2"):
         model_source.resolve(str(workdir))
+    # A run read while it trains is no run to launch again (a walkthrough: an export mid-run).
+    with workdir_lock.hold(str(workdir)):
+        with pytest.raises(ValueError, match=rf"{workdir} is a fine-tuning run still training \(by {os.getpid()}@\S+ "
+                                             r"since [^;]+; step 2 of 10 saved last\), before its first evaluation "
+                                             r"\(best/ is empty\): wait for its first evaluation, or give"):
+            model_source.resolve(str(workdir))
+    assert workdir_lock.holder(str(workdir)) is None
     assert model_source.resolve(str(workdir / "checkpoints")).weights.startswith(str(workdir / "checkpoints"))
     os.rmdir(workdir / "best")
     shutil.move(tmp_path / "best", workdir / "best")
     caplog.clear()
     assert model_source.resolve(str(workdir)).weights.startswith(str(workdir / "best"))
     assert f"is a fine-tuning run stopped at step 2 of 10: {workdir / 'best'} holds its best evaluation" in caplog.text
+    caplog.clear()
+    with workdir_lock.hold(str(workdir)):
+        model_source.resolve(str(workdir))
+    assert "is a fine-tuning run still training (by " in caplog.text and "saved last): " in caplog.text
     caplog.clear()
     model_source.resolve(unevaluated_run[0])  # ended: nothing to say
     assert "stopped at step" not in caplog.text

@@ -89,6 +89,11 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
                          "not exported)")
     if fileio.exists(output_dir) and not fileio.isdir(output_dir):
         raise ValueError(f"--output={output_dir} is a file; give a folder")
+    checkpoint_folder = _checkpoint_folder_holding(output_dir)
+    if checkpoint_folder:
+        raise ValueError(f"--output={output_dir} is in {checkpoint_folder}, a run's checkpoint folder: a run saving "
+                         "there deletes numbered folders it did not write (the export's versions) or reads them as "
+                         "checkpoints; give a folder outside checkpoints/ and best/")
     if fileio.exists(fileio.join(output_dir, "saved_model.pb")):  # TF Serving would keep serving it, not one inside
         raise ValueError(f"--output={output_dir} is a SavedModel's version folder; give the model's folder "
                          f"({fileio.parent(output_dir)}) and a new --version")
@@ -211,14 +216,17 @@ ROW_LAYOUT = ("[CLS] a [SEP] (b [SEP]; none when b has no tokens), segment 0 the
 
 def _write_assets(model, target: str) -> None:
     """assets.extra/ (TensorFlow Serving's folder for files beside the model): task.json, the
-    task and its label names, max_seq_length, the products' precision, the signature's inputs
-    and the family's serving settings (span QA's windowing and answer settings); for a model
-    that takes token ids also the tokenizer.json the client tokenizes with and the row layout."""
+    model as given and the folder its weights came from (a run's best/<step>, or a checkpoint
+    of one still training), the task and its label names, max_seq_length, the products'
+    precision, the signature's inputs and the family's serving settings (span QA's windowing
+    and answer settings); for a model that takes token ids also the tokenizer.json the client
+    tokenizes with and the row layout."""
     from bertjax.runtime import fileio
 
     extra = fileio.join(target, "assets.extra")
     fileio.makedirs(extra)
-    task = {**model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision,
+    task = {"model": model.source.path, "weights": model.source.weights, "task": model.source.task,
+            **model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision,
             "inputs": list(serving_inputs(model.task_info, model.tokenizer.kind))}
     settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data)
     if settings:
@@ -245,6 +253,23 @@ def serving_inputs(task_info: dict, tokenizer_kind: str = "wordpiece") -> tuple[
 
 
 # -- The tokenizer in TensorFlow ops. --
+
+def _checkpoint_folder_holding(output_dir: str) -> str | None:
+    """`output_dir` or the folder above it that is a bertjax checkpoint directory (a run's
+    checkpoints/ or best/, one of its steps, or an empty best/ beside checkpoints/), else None."""
+    from bertjax import checkpointing
+    from bertjax.runtime import fileio
+
+    path = output_dir.rstrip("/") if fileio.is_remote(output_dir) else os.path.abspath(output_dir)
+    while True:
+        above = fileio.parent(path)
+        if fileio.isdir(path) and (checkpointing.is_bertjax_checkpoint(path) or (
+                os.path.basename(path) in ("checkpoints", "best") and fileio.isdir(fileio.join(above, "checkpoints")))):
+            return path
+        if above == path or (fileio.is_remote(path) and not fileio.is_remote(above)):  # the root, a bucket's
+            return None
+        path = above
+
 
 def tensorflow_tokenizer(tokenizer):
     """The TF Text twin of a bertjax Tokenizer, a tf.Module: `ids(<string>[B]) -> <int32>[B, (T)]`
@@ -286,6 +311,14 @@ def tensorflow_tokenizer(tokenizer):
             long = tf.strings.length(flat, unit="UTF8_CHAR") > MAX_INPUT_CHARS_PER_WORD
             if every_written_word:
                 long |= (tf.strings.length(flat) == 0) & (tf.strings.length(self.clean(words.flat_values)) > 0)
+                # A word as written starts and ends where tagging.sentence_words' does: without the
+                # characters BERT's clean-up drops (a zero-width space, a control character) at its edges.
+                written, trim = words.flat_values, tf.strings.regex_replace
+                bytes_of = lambda strings: tf.cast(tf.strings.length(strings), starts.dtype)  # noqa: E731
+                starts = starts.with_flat_values(starts.flat_values + bytes_of(written)
+                                                 - bytes_of(trim(written, f"^{self.dropped}+", "")))
+                ends = ends.with_flat_values(ends.flat_values - bytes_of(written)
+                                             + bytes_of(trim(written, f"{self.dropped}+$", "")))
             flat = tf.where(long, "[UNK]", flat)  # the vocabulary's own [UNK] entry
             keep = words.with_flat_values(tf.strings.length(flat) > 0)
             return tuple(tf.ragged.boolean_mask(x, keep) for x in

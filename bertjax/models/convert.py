@@ -718,12 +718,15 @@ def _check_fine_tuning_ended(workdir: str, directory: str) -> None:
     step, steps = meta.get("step"), (run.get("train") or {}).get("num_steps")
     if not run.get("task") or not isinstance(step, int) or not isinstance(steps, int) or step >= steps:
         return  # pre-training (its result is checkpoints/), or a run that ended
+    running = workdir_lock.holder(workdir)  # (a run read while it trains: not one to launch again)
+    state = (f"still training (by {running}; step {step} of {steps} saved last)" if running else
+             f"stopped at step {step} of {steps}")
     if directory == checkpoints:
-        raise ValueError(f"{workdir} is a fine-tuning run stopped at step {step} of {steps}, before its first "
-                         f"evaluation (best/ is empty): run its command again to finish it, or give {checkpoints} "
-                         f"to use the weights of step {step}")
-    logging.warning("%s is a fine-tuning run stopped at step %d of %d: %s holds its best evaluation so far (step %s)",
-                    workdir, step, steps, directory, checkpointing.read_meta(directory).get("step"))
+        then = "wait for its first evaluation" if running else "run its command again to finish it"
+        raise ValueError(f"{workdir} is a fine-tuning run {state}, before its first evaluation (best/ is empty): "
+                         f"{then}, or give {checkpoints} to use the weights of step {step}")
+    logging.warning("%s is a fine-tuning run %s: %s holds its best evaluation so far (step %s)",
+                    workdir, state, directory, checkpointing.read_meta(directory).get("step"))
 
 
 def pretrained_config(path: str) -> BertConfig:

@@ -46,6 +46,24 @@ class WorkdirBusyError(ValueError):
         self.holder = holder
 
 
+def holder(workdir: str, lock_name: str = LOCK_NAME) -> str | None:
+    """Who holds `workdir`'s lock now (pid@host since when), read without taking it; None when
+    no run does, or none can be told (a gs:// workdir, no lock file, a file system without
+    locks, a lock file this process cannot read)."""
+    if fileio.is_remote(workdir):
+        return None
+    try:
+        with open(os.path.join(workdir, lock_name), encoding="utf-8") as lock_file:
+            try:
+                fcntl.flock(lock_file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return lock_file.read().strip() or "another process (starting up)"
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+    except OSError:
+        return None
+    return None
+
+
 def _first_missing(path: str) -> str | None:
     """The outermost folder of `path` (absolute) that does not exist yet; None if `path` exists."""
     path, missing = os.path.abspath(path), None
