@@ -614,6 +614,16 @@ def test_a_model_whose_step_does_not_read_is_refused_naming_the_earlier_steps(tm
     _corrupt_array_data(tmp_path / "run" / "checkpoints" / "3")
     with pytest.raises(checkpointing.CheckpointUnreadableError, match=r"checkpoints/3 does not read"):
         model_source.resolve(str(tmp_path / "run")).load_params()
+    # The step chosen, deleted before it loaded by the run still saving there (its keep): said so,
+    # with the newest step; it said 'no earlier step is beside it' though newer ones were (a walkthrough).
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "3")
+    chosen = model_source.resolve(str(tmp_path / "run" / "checkpoints"))
+    shutil.copytree(tmp_path / "run" / "checkpoints" / "1", tmp_path / "run" / "checkpoints" / "4")
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "2")
+    with pytest.raises(checkpointing.CheckpointUnreadableError, match=r"checkpoints/2 was deleted while it loaded "
+                                                                      r"\(a run saving there keeps only its newest "
+                                                                      r"steps\); load again for the newest, step 4"):
+        chosen.load_params()
     # The failed reads' coroutines, collected here where their "Event loop is closed" is
     # expected (filtered above), not during whichever test this worker runs next.
     import gc
