@@ -255,6 +255,12 @@ def check_run_settings(config: ml_collections.ConfigDict) -> None:
     if train.feature_cache_dir and fileio.is_remote(train.feature_cache_dir):
         raise ValueError(f"config.train.feature_cache_dir={train.feature_cache_dir}: the cached features are "
                          "memory-mapped, which needs a local folder")
+    if train.feature_cache_dir:  # (a shared read-only folder serves finished caches: said now, not refused)
+        try:
+            fileio.check_can_make(train.feature_cache_dir, "config.train.feature_cache_dir")
+        except ValueError as unwritable:
+            log.warning("%s: only features cached there already are read; a split without them stops the run when "
+                        "it reaches them, after its start-up", unwritable)
     if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
         raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
                          f"{config.checkpoint.keep}")

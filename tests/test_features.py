@@ -811,6 +811,20 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
         del again
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc: a folder no file can be made in, even by root")
+def test_a_feature_cache_folder_that_cannot_be_written_is_said_at_start_up(caplog):
+    """It failed once the first split's features were wanted, after tokenizing and building the
+    model (a walkthrough); a shared read-only folder of finished caches still serves, so it is a
+    warning, before any work."""
+    config = finetune_config.get_config("classification")
+    config.train.update(freeze_encoder=True, cache_features=True, feature_cache_dir="/proc/bertjax-cache")
+    finetune_setup.check_run_settings(config)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "config.train.feature_cache_dir=/proc/bertjax-cache: cannot write in /proc (No such file or directory): only "
+        "features cached there already are read; a split without them stops the run when it reaches them, after its "
+        "start-up"]
+
+
 def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path, monkeypatch):
     """A disk that fills up under a memory-mapped write kills the process with SIGBUS and no
     message: the file's blocks are allocated before the encoder runs (a review found a sparse
