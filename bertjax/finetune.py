@@ -795,8 +795,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     elif caches:  # (gigabytes at scale: said, as a folder the user may want back)
         own = sum(cache.nbytes for cache in caches.values())
         others = feature_cache.stored_bytes(cache_directory(config, workdir)) - own
-        more = (f", and {feature_cache.readable_size(others)} of other inputs or settings: earlier launches', "
-                "finished or stopped" if others > 0 else "")
+        more = f", and {feature_cache.readable_size(others)} of other cache files" if others > 0 else ""
         loop.console(f"the frozen encoder's cached features stay in {cache_directory(config, workdir)} "
                      f"({feature_cache.readable_size(own)} for this run{more}): a run on the same weights and inputs "
                      "reuses them; delete them when none will")

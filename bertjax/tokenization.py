@@ -1043,14 +1043,16 @@ def _tokenizer_json_vocab(path: str) -> list[str]:
     if kind != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
         raise ValueError(f"{path}: a {kind} tokenizer; bertjax reads WordPiece with '##' continuations "
                          "(vocab.txt, tokenizer.json) or a SentencePiece .model")
-    ids = sorted(vocab.values())
-    if not all(type(i) is int and i >= 0 for i in ids) or len(set(ids)) != len(ids):
+    if not all(type(i) is int and i >= 0 for i in vocab.values()) or len(set(vocab.values())) != len(vocab):
         raise ValueError(f"{path}: model.vocab's ids are not whole numbers from 0, one per token (tokens only in "
                          "added_tokens are not read)")
-    for token in vocab:  # (an empty token is a vocab.txt's empty line, as transformers converts it)
+    ids = sorted(vocab.values())
+    if ids and ids[-1] >= 2 * len(ids):  # (a vocab.txt's repeated lines leave some ids out, not most)
+        raise ValueError(f"{path}: model.vocab's ids run to {ids[-1]} for {len(ids)} tokens")
+    for token in vocab:  # (an empty token: a vocab.txt's empty line, converted)
         if "\n" in token or "\r" in token:
             raise ValueError(f"{path}: token {vocab[token]} ({token!r}) holds a line break")
-    # An id without a token: a vocab.txt's repeated line, as transformers converts it.
+    # An id without a token: a vocab.txt's repeated line, converted (a dict keeps one id a token).
     tokens = [""] * (ids[-1] + 1 if ids else 0)
     for token, i in vocab.items():
         tokens[i] = token
@@ -1073,13 +1075,17 @@ def tokens_without_repeats(tokens: Sequence[str]) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)  # once a file (a run reads its vocabulary several times)
-def _warn_of_unused_lines(path: str, tokens: tuple[str, ...], ids: tuple[int, ...]) -> None:
-    shown = ", ".join(f"line {i + 1} ({token!r})" if token else f"line {i + 1} (empty)"
-                      for i, token in zip(ids[:5], tokens[:5]))
+def _warn_of_unused_entries(path: str, tokens: tuple[str, ...], ids: tuple[int, ...], in_json: bool) -> None:
+    if in_json:
+        shown = ", ".join(f"id {i}" + (f" ({token!r})" if token else "") for i, token in zip(ids[:5], tokens[:5]))
+        why = "ids without a token (a vocab.txt's empty or repeated lines, converted)"
+    else:
+        shown = ", ".join(f"line {i + 1} ({token!r})" if token else f"line {i + 1} (empty)"
+                          for i, token in zip(ids[:5], tokens[:5]))
+        why = "a token on several lines gets the id of its last, as in the original's load_vocab"
     more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-    logging.getLogger(__name__).warning(
-        "%s: %d entries are ids text never gets: %s%s; a token on several lines gets the id of its last, as in the "
-        "original's and Hugging Face's readers", path, len(ids), shown, more)
+    logging.getLogger(__name__).warning("%s: %d entries are ids text never gets: %s%s; %s", path, len(ids), shown,
+                                        more, why)
 
 
 def write_vocab(tokens: list[str], target: str) -> None:
@@ -1100,11 +1106,13 @@ def read_vocab(path: str) -> list[str]:
     in place of vocab.txt). ValueError naming the file and line (or key) that is wrong. Every
     line is an id, as the model's embedding rows are: an empty line, or a token a later line
     repeats (published vocabularies have both), is an id text never gets (`unused_ids`),
-    warned of, as the original's and Hugging Face's readers keep a repeated token's last id."""
-    tokens = _tokenizer_json_vocab(path) if path.endswith(".json") else _vocab_txt_tokens(path)
+    warned of; the original's load_vocab gives a repeated token its last line's id too.
+    (tokenizer.json: an id without a token is "".)"""
+    in_json = path.endswith(".json")
+    tokens = _tokenizer_json_vocab(path) if in_json else _vocab_txt_tokens(path)
     unused = unused_ids(tokens)
     if unused:
-        _warn_of_unused_lines(path, tuple(tokens[i] for i in unused), tuple(unused))
+        _warn_of_unused_entries(path, tuple(tokens[i] for i in unused), tuple(unused), in_json)
     return tokens
 
 

@@ -360,6 +360,7 @@ def test_an_output_in_a_runs_checkpoint_folder_is_refused(minilm_classifier_run,
 
     os.symlink(os.path.join(minilm_classifier_run, "checkpoints"), tmp_path / "checkpoints")  # (the shared run: read)
     (tmp_path / "best").mkdir()  # a run's best/ before its first evaluation: no step yet
+    (tmp_path / ".lock").write_text("")  # (what makes tmp_path a run's folder)
     for output, folder in ((tmp_path / "checkpoints", tmp_path / "checkpoints"),
                            (tmp_path / "checkpoints" / "serving", tmp_path / "checkpoints"),
                            (tmp_path / "best", tmp_path / "best")):
@@ -367,6 +368,10 @@ def test_an_output_in_a_runs_checkpoint_folder_is_refused(minilm_classifier_run,
                                              r"saving there deletes numbered folders it did not write"):
             export.export_saved_model(minilm_classifier_run, str(output))
     assert sorted(os.listdir(tmp_path / "best")) == [] and not (tmp_path / "checkpoints" / "serving").exists()
+    # A folder of that name that is no run's (a review: every "checkpoints" was refused).
+    (tmp_path / "models" / "checkpoints").mkdir(parents=True)
+    assert export._checkpoint_folder_holding(str(tmp_path / "models" / "checkpoints" / "serving")) is None
+    assert export._checkpoint_folder_holding(str(tmp_path / "models" / "checkpoints")) is None
 
 
 def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):

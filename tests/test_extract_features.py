@@ -162,7 +162,8 @@ def test_an_output_no_file_can_be_made_in_is_one_line_naming_the_flag(tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
     for output in ("/proc/feats.jsonl", "/proc/feats"):
         done = subprocess.run([sys.executable, LAUNCHER, f"--checkpoint={MINILM_DIR}",
-                               f"--input_file={tmp_path}/in.txt", f"--output={output}"], env=ENV, capture_output=True, text=True, timeout=300)
+                               f"--input_file={tmp_path}/in.txt", f"--output={output}"],
+                              env=ENV, capture_output=True, text=True, timeout=300)
         assert done.returncode == 2 and done.stderr.strip().splitlines() == [
             f"error: --output={output}: cannot write in /proc (No such file or directory)"], done.stderr
 

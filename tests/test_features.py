@@ -545,8 +545,8 @@ def test_a_finished_run_relaunched_caches_no_training_features(encoder_run, tmp_
     assert "train: " not in printed and "eval: reusing the cached features" in printed, printed
     size = feature_cache.readable_size(os.path.getsize(next((tmp_path / "cache").glob("eval-*.bin"))))
     assert (f"the frozen encoder's cached features stay in {tmp_path / 'cache'} ({size} for this run, and 3.0 KiB of "
-            "other inputs or settings: earlier launches', finished or stopped): a run on the same weights and inputs "
-            "reuses them; delete them when none will") in printed
+            "other cache files): a run on the same weights and inputs reuses them; delete them when none will"
+            ) in printed
     assert again["best"]["metrics"] == pytest.approx(first["best"]["metrics"])
 
 

@@ -91,7 +91,7 @@ def test_bad_vocab_files_name_file_and_line(tmp_path):
 def test_repeated_and_empty_vocabulary_lines_are_ids_as_in_the_originals_reader(tmp_path, caplog):
     """Published vocabularies hold empty lines and tokens on two lines (whitespace-only entries
     strip to the same text); they were refused, though the original's load_vocab (a dict: a
-    token's last line) and Hugging Face read them. Every line stays an id, an embedding row."""
+    token's last line) reads them. Every line stays an id, an embedding row."""
     from tokenizers import models, normalizers, pre_tokenizers
 
     lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "", "world", "hello", "##s", "\u3000", "!"]
@@ -107,21 +107,30 @@ def test_repeated_and_empty_vocabulary_lines_are_ids_as_in_the_originals_reader(
     assert tokenizer.encode("hello worlds!") == [original[t] for t in ("hello", "world", "##s", "!")] == [8, 7, 9, 11]
     assert [r.getMessage() for r in caplog.records] == [
         f"{path}: 3 entries are ids text never gets: line 6 ('hello'), line 7 (empty), line 11 (empty); a token on "
-        "several lines gets the id of its last, as in the original's and Hugging Face's readers"]
+        "several lines gets the id of its last, as in the original's load_vocab"]
     saved = tmp_path / "saved"
     tokenization.save_tokenizer(tokenizer, str(saved))  # every line kept: the ids are the embedding rows
     assert tokenization.read_vocab(str(saved / "vocab.txt")) == [line.strip() for line in lines]
-    # transformers converts such a vocab.txt to a tokenizer.json of ids with gaps: the same ids.
+    # The tokenizer.json of such a dict (its ids have gaps: the repeated lines'): the same ids.
     backend = tokenizers.Tokenizer(models.WordPiece(original, unk_token="[UNK]"))
     backend.normalizer = normalizers.BertNormalizer(lowercase=True)
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.save(str(tmp_path / "tokenizer.json"))
+    caplog.clear()
     from_json = tokenization.Tokenizer.from_vocab_file(str(tmp_path / "tokenizer.json"))
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{tmp_path / 'tokenizer.json'}: 3 entries are ids text never gets: id 5, id 6, id 10; ids without a token "
+        "(a vocab.txt's empty or repeated lines, converted)"]
     assert tokenization.read_vocab(str(tmp_path / "tokenizer.json")) == [
         "" if i in (5, 6, 10) else line for i, line in enumerate(lines)]
     assert from_json.vocab_size == len(lines) and from_json.encode("hello worlds!") == [8, 7, 9, 11]
     assert tokenization.tokens_without_repeats([line.strip() for line in lines])[5:8] == [
         "[unused line 6]", "[unused line 7]", "world"]
+    sparse = json.loads((tmp_path / "tokenizer.json").read_text())
+    sparse["model"]["vocab"]["far"] = 10**12  # (a list of 10**12 entries, were gaps filled blindly)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(sparse))
+    with pytest.raises(ValueError, match=r"tokenizer.json: model.vocab's ids run to 1000000000000 for 11 tokens"):
+        tokenization.read_vocab(str(tmp_path / "tokenizer.json"))
 
 
 def test_saving_a_tokenizer_onto_its_own_vocabulary_keeps_it(tmp_path):

@@ -139,3 +139,29 @@ def test_other_lock_errors_still_stop_the_run(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="Input/output error"):
         with workdir_lock.hold(str(tmp_path / "run")):
             pass
+
+
+def test_the_holder_is_read_without_keeping_the_lock_and_a_run_starting_meanwhile_starts(tmp_path, monkeypatch):
+    """An export of a run still training said it had stopped (a walkthrough): `holder` tells who
+    holds a workdir; the instant it takes the lock shared to tell does not refuse a run starting."""
+    workdir = tmp_path / "run"
+    assert workdir_lock.holder(str(workdir)) is None  # no lock file
+    holder = _start_holder(workdir)
+    assert workdir_lock.holder(str(workdir)).startswith(f"{holder.pid}@{socket.gethostname()} since ")
+    holder.stdin.close()
+    assert holder.stdout.readline() == "released\n" and holder.wait(30) == 0
+    assert workdir_lock.holder(str(workdir)) is None  # released: the file stays, naming the last holder
+    # A run that starts while `holder` holds the lock for its instant tries again and starts.
+    import fcntl
+
+    flock, calls = fcntl.flock, []
+
+    def busy_once(lock_file, operation):
+        calls.append(operation)
+        if len(calls) == 1:
+            raise BlockingIOError(errno.EWOULDBLOCK, "held shared by holder()")
+        return flock(lock_file, operation)
+
+    monkeypatch.setattr(fcntl, "flock", busy_once)
+    with workdir_lock.hold(str(workdir)):
+        assert len(calls) == 2

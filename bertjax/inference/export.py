@@ -35,8 +35,9 @@ Inputs (each <string>[batch]) and outputs, per task family:
                   truncated <bool>[B] (a (context, choice) pair was longer than max_seq_length); a
                   row of fewer than two choices (predict refuses it) has choice -1, probabilities 0
 
-assets.extra/task.json records the task, its label names, max_seq_length, the precision and
-the run's settings that the graph applies (span QA: `settings`, squad.settings).
+assets.extra/task.json records the model given and its weights' folder, the task, its label
+names, max_seq_length, the precision and the run's settings that the graph applies (span QA:
+`settings`, squad.settings).
 
 Why jax2tf rather than orbax-export: orbax-export (0.0.8, 2025-09) is a thin layer over the
 same jax2tf/jax.export lowering and pins its own orbax/JAX ranges; jax2tf ships with JAX
@@ -73,8 +74,8 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
     on; a Hugging Face classifier, which does not say: text). vocab_path, do_lower_case,
     precision: as `load_model`'s (float32 by default on every platform: the model may be served
     anywhere; bfloat16 is the CPU form, bfloat16 products around float32 activations, whatever
-    the exporting host); assets.extra/task.json records the task, the length, the precision and
-    what a client needs (`_write_assets`)."""
+    the exporting host); assets.extra/task.json records the weights, the task, the length, the
+    precision and what a client needs (`_write_assets`)."""
     from bertjax.runtime import fileio
     from bertjax.inference import engine, model_source
 
@@ -214,6 +215,25 @@ ROW_LAYOUT = ("[CLS] a [SEP] (b [SEP]; none when b has no tokens), segment 0 the
               "tokens apart, each word tagged from the window where it is furthest from an edge")
 
 
+def _checkpoint_folder_holding(output_dir: str) -> str | None:
+    """`output_dir` or the folder above it that is a bertjax checkpoint directory (a run's
+    checkpoints/ or best/ with a step, one of its steps) or a run's checkpoints/ or best/ before
+    its first save (beside the run's lock file), else None."""
+    from bertjax import checkpointing
+    from bertjax.runtime import fileio, workdir_lock
+
+    path = output_dir.rstrip("/") if fileio.is_remote(output_dir) else os.path.abspath(output_dir)
+    while True:
+        above = fileio.parent(path)
+        if fileio.isdir(path) and (checkpointing.is_bertjax_checkpoint(path) or (
+                os.path.basename(path) in ("checkpoints", "best")
+                and fileio.exists(fileio.join(above, workdir_lock.LOCK_NAME)))):
+            return path
+        if above == path or (fileio.is_remote(path) and not fileio.is_remote(above)):  # the root, a bucket's
+            return None
+        path = above
+
+
 def _write_assets(model, target: str) -> None:
     """assets.extra/ (TensorFlow Serving's folder for files beside the model): task.json, the
     model as given and the folder its weights came from (a run's best/<step>, or a checkpoint
@@ -253,23 +273,6 @@ def serving_inputs(task_info: dict, tokenizer_kind: str = "wordpiece") -> tuple[
 
 
 # -- The tokenizer in TensorFlow ops. --
-
-def _checkpoint_folder_holding(output_dir: str) -> str | None:
-    """`output_dir` or the folder above it that is a bertjax checkpoint directory (a run's
-    checkpoints/ or best/, one of its steps, or an empty best/ beside checkpoints/), else None."""
-    from bertjax import checkpointing
-    from bertjax.runtime import fileio
-
-    path = output_dir.rstrip("/") if fileio.is_remote(output_dir) else os.path.abspath(output_dir)
-    while True:
-        above = fileio.parent(path)
-        if fileio.isdir(path) and (checkpointing.is_bertjax_checkpoint(path) or (
-                os.path.basename(path) in ("checkpoints", "best") and fileio.isdir(fileio.join(above, "checkpoints")))):
-            return path
-        if above == path or (fileio.is_remote(path) and not fileio.is_remote(above)):  # the root, a bucket's
-            return None
-        path = above
-
 
 def tensorflow_tokenizer(tokenizer):
     """The TF Text twin of a bertjax Tokenizer, a tf.Module: `ids(<string>[B]) -> <int32>[B, (T)]`

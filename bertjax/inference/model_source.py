@@ -136,8 +136,8 @@ class ModelSource:
         except Exception as e:  # noqa: BLE001 (orbax/tensorstore raise many kinds for unreadable files)
             if self.layout != "bertjax":
                 raise
-            newest = checkpointing.latest_step(fileio.parent(self.weights))
-            if not fileio.exists(self.weights) and newest is not None:  # a run still saving keeps its newest steps
+            newest = None if fileio.exists(self.weights) else checkpointing.latest_step(fileio.parent(self.weights))
+            if newest is not None:  # deleted meanwhile: a run still saving keeps its newest steps
                 raise checkpointing.CheckpointUnreadableError(
                     f"{self.weights} was deleted while it loaded (a run saving there keeps only its newest steps); "
                     f"load again for the newest, step {newest}") from e

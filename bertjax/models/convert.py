@@ -255,7 +255,7 @@ def export_huggingface(config: BertConfig, params: dict[str, Any], out_dir: str,
     # The tokenizer written beside it says where padding is (0 in BERT's vocabularies, not in all).
     whole_tokenizer = None  # a BPE or Unigram tokenizer.json, copied whole below
     if tokens is not None and "[PAD]" in tokens:
-        hf_config["pad_token_id"] = tokens.index("[PAD]")
+        hf_config["pad_token_id"] = len(tokens) - 1 - tokens[::-1].index("[PAD]")  # a repeated token's last id
     elif tokens is None and vocab_path:
         from bertjax import tokenization
 

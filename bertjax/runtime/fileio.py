@@ -56,8 +56,7 @@ def check_can_make(folder: str, named: str) -> None:
     a folder a file can be made in, said before the work whose output it holds (the write's own
     error came after it, a traceback). Tried by making and removing a file: permission bits do
     not stop root (os.access says yes), and some folders refuse files whatever their bits
-    (/proc). `named`: the setting, for the message. A remote
-    folder: no check."""
+    (/proc). `named`: the setting, for the message. A remote folder: no check."""
     if not folder:  # (else the current folder's files, or an errno after the work)
         raise ValueError(f"{named} is empty; give a folder")
     if is_remote(folder):

@@ -27,6 +27,7 @@ import fcntl
 import logging
 import os
 import socket
+import time
 from typing import Callable, Iterator
 
 from bertjax.runtime import fileio
@@ -47,9 +48,10 @@ class WorkdirBusyError(ValueError):
 
 
 def holder(workdir: str, lock_name: str = LOCK_NAME) -> str | None:
-    """Who holds `workdir`'s lock now (pid@host since when), read without taking it; None when
-    no run does, or none can be told (a gs:// workdir, no lock file, a file system without
-    locks, a lock file this process cannot read)."""
+    """Who holds `workdir`'s lock now (pid@host since when), told by taking it shared for an
+    instant (a run starting then tries again: `_try_lock`); None when no run does, or none can
+    be told (a gs:// workdir, no lock file, a file system without locks, a lock file this
+    process cannot read)."""
     if fileio.is_remote(workdir):
         return None
     try:
@@ -191,7 +193,11 @@ def _try_lock(lock_file, workdir: str) -> bool | None:
     """True: locked; False: another process holds the lock; None: the file system has no locks
     (Lustre without -o flock, NFSv3 without lockd), where a run must still start: it warns."""
     try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # once more: `holder` takes the lock for an instant to read it
+            time.sleep(0.1)
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         return False

@@ -76,10 +76,15 @@ def readable_size(nbytes: int) -> str:
 
 
 def stored_bytes(directory: str) -> int:
-    """The bytes of every cache file in `directory` (this run's, and earlier launches' for other
-    inputs or settings, finished or stopped while computing)."""
+    """The bytes of every cache file in `directory` (this run's and any other's: earlier launches'
+    for other inputs or settings, finished or stopped while computing, or a run's computing now)."""
+    total = 0
     with os.scandir(directory) as entries:
-        return sum(entry.stat().st_size for entry in entries if entry.name.endswith(".bin") and entry.is_file())
+        for entry in entries:
+            if entry.name.endswith(".bin"):
+                with contextlib.suppress(FileNotFoundError):  # (removed meanwhile by another run)
+                    total += entry.stat().st_size if entry.is_file() else 0
+    return total
 
 
 class FeatureCache:
@@ -146,7 +151,8 @@ class FeatureCache:
         each batch. fewest(count) -> the smallest count of all the run's processes (each calls
         it: a collective), for where every process starts (several processes run `encode`
         together, so all must run the same batches) and whether all hold their locks. stop() ->
-        a stop signal's name after a batch (TrainingStopped, the batches done kept), else None.
+        a stop signal's name after a batch, or while waiting for another run (TrainingStopped, the
+        batches done kept), else None.
         Returns what happened, for the console.
 
         Another run computing the same cache (a sweep's runs started together, or runs sharing

@@ -207,10 +207,12 @@ def test_an_export_says_what_hugging_face_needs_or_refuses_what_it_cannot_hold(t
             export(no_types, random_params(no_types), str(tmp_path / "switch"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "switch").exists() and not (tmp_path / "tf_silu").exists()
     repeated = tmp_path / "vocab.txt"  # every line an id, as the original reads it (it was refused)
-    repeated.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\na\n")
+    repeated.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\na\n[PAD]\n")
     for export in (convert.export_huggingface, convert.export_tf_checkpoint):
         export(config, random_params(config), str(tmp_path / export.__name__), str(repeated))
         assert (tmp_path / export.__name__ / "vocab.txt").read_text() == repeated.read_text()
+    # Padding is the id the tokenizer gives [PAD]: its last line's, as the original's reader.
+    assert json.loads((tmp_path / "export_huggingface" / "config.json").read_text())["pad_token_id"] == 8
 
 
 def test_an_export_reads_the_same_in_readers_that_index_the_token_types_and_says_its_padding(tmp_path, caplog):
