@@ -688,6 +688,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     # earlier (other) weights and score.
                     # (every split's: a sweep's table shows MNLI's mismatched score beside the matched)
                     best = {"step": step, "metrics": _eval_record(results), "evaluated_on": evaluated_on}
+                    # (two managers saving at once call one cross-host barrier from two threads,
+                    # which orbax refuses: a two-host run crashed when a save was still finishing)
+                    checkpointer.wait_until_finished()
                     best_checkpointer.save(step, {"params": params}, data_position=step, config=saved_config,
                                            force=True, extra_meta=best, replace=True)
                     best_predictions = predictions

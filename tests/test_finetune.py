@@ -170,6 +170,46 @@ def test_a_fine_tuned_run_records_the_longest_length_its_positions_trained_at(pr
     assert "untrained" not in caplog.text
 
 
+def test_best_is_saved_once_the_training_checkpoint_before_it_is_on_disk(pretrained_run, tmp_path, monkeypatch):
+    """Two orbax managers saving at once meet in one cross-host barrier from two threads: a
+    two-host run crashed ('Barrier ... is already ongoing') when best/ was saved while the step's
+    training checkpoint was still being written in the background (a walkthrough)."""
+    from bertjax import checkpointing, finetune
+
+    save, wait = checkpointing.Checkpointer.save, checkpointing.Checkpointer.wait_until_finished
+    unfinished, seen_by_best = set(), []
+    kind = lambda checkpointer: os.path.basename(str(checkpointer.directory))  # noqa: E731
+
+    def tracked_save(self, step, *args, **kwargs):
+        if kind(self) == "best":
+            seen_by_best.append(set(unfinished))
+        started = save(self, step, *args, **kwargs)
+        if started and kind(self) == "checkpoints":
+            unfinished.add(step)
+        return started
+
+    def tracked_wait(self):
+        wait(self)
+        if kind(self) == "checkpoints":
+            unfinished.clear()
+
+    evaluate, evaluations = finetune.Evaluator.evaluate, []
+
+    def always_better(self, params, *args, **kwargs):  # (every evaluation a new best: saved to best/)
+        results, predictions = evaluate(self, params, *args, **kwargs)
+        evaluations.append(1)
+        return {name: {**metrics, "accuracy": float(len(evaluations))} for name, metrics in results.items()}, predictions
+
+    monkeypatch.setattr(checkpointing.Checkpointer, "save", tracked_save)
+    monkeypatch.setattr(checkpointing.Checkpointer, "wait_until_finished", tracked_wait)
+    monkeypatch.setattr(finetune.Evaluator, "evaluate", always_better)
+    config = _demo_config(num_steps=3, eval_every=1)
+    config.init_checkpoint = pretrained_run
+    config.checkpoint.update(every=1, async_save=True)
+    finetune.finetune(config, str(tmp_path / "run"))
+    assert len(seen_by_best) == 3 and not any(seen_by_best), seen_by_best
+
+
 def test_a_resume_needs_only_its_workdir_and_refuses_another_vocabulary(pretrained_run, tmp_path, caplog):
     """A fine-tuning run resumes from its own checkpoint: its init_checkpoint may be gone (a
     recreated VM's local disk); a vocabulary other than the one it trained with is refused
