@@ -198,7 +198,8 @@ def test_best_is_saved_once_the_training_checkpoint_before_it_is_on_disk(pretrai
     def always_better(self, params, *args, **kwargs):  # (every evaluation a new best: saved to best/)
         results, predictions = evaluate(self, params, *args, **kwargs)
         evaluations.append(1)
-        return {name: {**metrics, "accuracy": float(len(evaluations))} for name, metrics in results.items()}, predictions
+        better = {name: {**metrics, "accuracy": float(len(evaluations))} for name, metrics in results.items()}
+        return better, predictions
 
     monkeypatch.setattr(checkpointing.Checkpointer, "save", tracked_save)
     monkeypatch.setattr(checkpointing.Checkpointer, "wait_until_finished", tracked_wait)
