@@ -580,7 +580,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     "train_data_digest": splits_digest([task.train])}
     evaluated_on = evaluation_digest(task)
     scored_on = splits_digest(task.eval_splits) if task.eval_splits else None  # every host scores the same rows
-    trainer.check_same_on_every_process({**saved_config, "evaluation_digest": scored_on})
+    # (and predicts the same rows: hosts with other test files under one path wrote one file of both)
+    tested_on = splits_digest(task.test_splits) if task.test_splits else None
+    trainer.check_same_on_every_process({**saved_config, "evaluation_digest": scored_on, "test_digest": tested_on,
+                                         "workdir": workdir})  # (else a traceback at the checkpoints' first barrier)
     checkpointer = checkpointing.Checkpointer(
         fileio.join(workdir, "checkpoints"), save_interval_steps=config.checkpoint.every,
         max_to_keep=config.checkpoint.keep, async_save=config.checkpoint.async_save)

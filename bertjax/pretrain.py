@@ -344,7 +344,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
     saved_config = {**config.to_dict(), "model": bert.to_dict()}
     if config.data.host_split == "files":  # each host reads its own files: their split follows the host count
         saved_config["data"]["process_count"] = jax.process_count()
-    trainer.check_same_on_every_process(saved_config)
+    trainer.check_same_on_every_process({**saved_config, "workdir": workdir})  # (another: a barrier's traceback)
     trainer.check_resumable(workdir, abstract, saved_config, train_cfg.num_steps)
 
     warmup = BatchWarmup(train_cfg.global_batch_size, train_cfg.batch_warmup_start, train_cfg.batch_warmup_steps)

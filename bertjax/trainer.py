@@ -507,7 +507,8 @@ _HOST_LOCAL_SETTINGS = ("train.feature_cache_dir",)
 
 # A digest of the rows every host reads -> the settings naming the files they come from (same
 # paths, other contents: a host with its own copy).
-_DIGESTED_FILES = {"train_data_digest": ("data.train_file",), "evaluation_digest": ("data.eval_file", "data.test_file")}
+_DIGESTED_FILES = {"train_data_digest": ("data.train_file",), "evaluation_digest": ("data.eval_file", "data.test_file"),
+                   "test_digest": ("data.test_file",)}
 
 
 # The most of a setting's name that a differing key list names (a config key is far shorter).

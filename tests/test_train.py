@@ -295,6 +295,23 @@ def five_steps(tmp_path_factory, prepared_dir):
     return workdir
 
 
+def test_every_host_is_checked_to_share_the_workdir(tmp_path, prepared_dir, monkeypatch):
+    """A host given another --workdir failed with a traceback at orbax's first barrier (a
+    walkthrough): the workdir is one of the settings every host must share, named if not."""
+    from bertjax import trainer
+
+    class Checked(Exception):
+        pass
+
+    def record(settings):
+        assert settings["workdir"] == str(tmp_path / "run")
+        raise Checked
+
+    monkeypatch.setattr(trainer, "check_same_on_every_process", record)
+    with pytest.raises(Checked):
+        _run_here(tmp_path / "run", prepared_dir, "--config.train.num_steps=5")
+
+
 def _copy(run, tmp_path):
     shutil.copytree(run, tmp_path / "run")
     return tmp_path / "run"

@@ -360,12 +360,13 @@ def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch)
     monkeypatch.setattr(jax, "process_index", lambda: process.index)
     monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
     mine = {"train": {"learning_rate": 0.001, "feature_cache_dir": "/tmp/a"}, "evaluation_digest": "aaaa",
-            "data": {"eval_file": "dev.csv", "test_file": ""}}
+            "test_digest": "aaaa", "data": {"eval_file": "dev.csv", "test_file": ""}}
     outcomes, seconds = {}, {}
     # (a sweep's temporary feature cache lies under each host's own $TMPDIR: a review)
     for name, theirs in [("same", {**mine, "train": {"learning_rate": 0.001, "feature_cache_dir": "/var/tmp/b"}}),
                          ("rate", {**mine, "train": {"learning_rate": 0.5, "feature_cache_dir": "/tmp/a"}}),
-                         ("data", {**mine, "evaluation_digest": "bbbb"}), ("keys", {**mine, "added": 1})]:
+                         ("data", {**mine, "evaluation_digest": "bbbb"}), ("keys", {**mine, "added": 1}),
+                         ("test", {**mine, "test_digest": "bbbb"})]:
         outcomes[name], seconds[name] = two_processes([mine, theirs])
     assert outcomes == {
         "same": None,
@@ -375,7 +376,9 @@ def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch)
         "data": "process 1 differs from process 0 in the data it read (evaluation_digest: data.eval_file='dev.csv'): "
                 "give every host the same command, and the same files",
         "keys": "process 1 was given other settings than process 0 (process 1 has added, which process 0 has not; "
-                "another bertjax version, or config file): give every host the same command"}
+                "another bertjax version, or config file): give every host the same command",
+        "test": "process 1 differs from process 0 in the data it read (test_digest): give every host the same "
+                "command, and the same files"}
     assert seconds["keys"] == outcomes["keys"]  # (every process names the same key)
     assert two_processes([mine, {**mine, "data": {"eval_file": "dev.csv"}}])[1] == (
         "process 1 was given other settings than process 0 (process 1 has no data.test_file; another bertjax "
