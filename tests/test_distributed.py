@@ -109,6 +109,17 @@ def test_auto_names_a_failing_detection(calls, monkeypatch):
         distributed.initialize("auto")
 
 
+def test_processes_with_other_device_counts_are_named(calls, monkeypatch):
+    """Hosts of one run given other device counts failed at the first gather with 'cannot
+    reshape array of size 3 into shape (2,1)' (a walkthrough)."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(jax, "devices", lambda: [SimpleNamespace(process_index=p) for p in (0, 0, 1)])
+    with pytest.raises(ValueError, match=r"^the processes have other numbers of devices \(process 0: 2, process 1: "
+                                         r"1\); give every host the same devices"):
+        distributed.initialize("auto", "10.0.0.1:1234", 2, 1)
+
+
 def test_explicit_flags_on_and_off(calls, capsys):
     assert distributed.initialize("auto", "10.0.0.1:1234", 2, 0)
     # (process 0 without the others waited jax's limit in silence, then a C++ abort: a walkthrough)

@@ -23,6 +23,7 @@ On CPU the processes talk through gloo collectives: jax's default for
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import re
@@ -182,4 +183,10 @@ def initialize(mode: str = "auto", coordinator_address: str | None = None, num_p
         hint = (f". No cluster environment (Cloud TPU pod slice, SLURM, Open MPI, Kubernetes) was detected: pass "
                 f"{listed}" if missing and _no_cluster() else "")
         raise ValueError(f"--distributed={mode}: jax.distributed could not start ({e}){hint}") from None
+    # (a mesh gives each process an equal share: else 'cannot reshape array of size 3 into shape (2,1)')
+    counts = collections.Counter(device.process_index for device in jax.devices())
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"process {process}: {count}" for process, count in sorted(counts.items()))
+        raise ValueError(f"the processes have other numbers of devices ({listed}); give every host the same "
+                         "devices (XLA_FLAGS' device count, CUDA_VISIBLE_DEVICES)")
     return True
