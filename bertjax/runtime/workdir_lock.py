@@ -59,11 +59,16 @@ def holder(workdir: str, lock_name: str = LOCK_NAME) -> str | None:
             try:
                 fcntl.flock(lock_file, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                return lock_file.read().strip() or "another process (starting up)"
+                return _holder_named(lock_file)
             fcntl.flock(lock_file, fcntl.LOCK_UN)
     except OSError:
         return None
     return None
+
+
+def _holder_named(lock_file) -> str:
+    """What the holder wrote in the lock file (pid@host since when); it writes once it holds it."""
+    return lock_file.read().strip() or "another process (starting up)"
 
 
 def _first_missing(path: str) -> str | None:
@@ -163,7 +168,7 @@ def _held(workdir: str, lock_name: str, wait: Callable[[str], None] | None, made
             return
         if not locked:
             lock_file.seek(0)
-            holder = lock_file.read().strip() or "another process (starting up)"
+            holder = _holder_named(lock_file)
             if wait is None:
                 raise WorkdirBusyError(f"workdir {workdir} is in use by {holder}; wait for that run to end or stop "
                                        f"it, or choose another --workdir (lock file: {path})", holder)
