@@ -134,10 +134,10 @@ def main(_):
             if not input_file and sys.stdin.isatty():  # else it waits at a terminal without a word
                 print("reading inputs from the terminal, one a line (Ctrl-D ends; --input=FILE or --text=...)",
                       file=sys.stderr)
-    with cli.named_by_flag(f"--output={_OUTPUT.value}"):  # (opened now: a folder it cannot write in fails here)
-        write, close = batch_predict.jsonl_writer(_OUTPUT.value)
-    completed = False
+    completed, close = False, None
     try:
+        with cli.named_by_flag(f"--output={_OUTPUT.value}"):  # (opened now: a folder it cannot write in fails here)
+            write, close = batch_predict.jsonl_writer(_OUTPUT.value)
         model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                    precision=_PRECISION.value, **_VOCABULARY())
         too_short = family != "fill_mask" and model.family.check_length(model.max_seq_length, source.data)
@@ -147,7 +147,10 @@ def main(_):
                                             progress=batch_predict.progress_line())
         completed = True
     finally:
-        close(completed)
+        if close is not None:
+            close(completed)
+        elif _OUTPUT.value and fileio.exists(fileio.temporary_name(_OUTPUT.value)):  # a stop as it was made
+            fileio.remove(fileio.temporary_name(_OUTPUT.value))
     for where, why in summary["errors"]:
         print(f"skipped {where}: {why}", file=sys.stderr)
     if summary["skipped"]:
