@@ -110,18 +110,24 @@ def test_the_default_length_of_a_model_with_fewer_positions_is_its_own(launchers
     assert len(lines[1]["features"]) == 64 and lines[1]["truncated"] is True
 
 
-def test_a_text_files_pairs_split_as_the_originals():
+def test_a_text_files_pairs_split_as_the_originals(minilm):
     """google-research/bert's extract_features.py matches "(.*) ||| (.*)" on the stripped line:
     a separator at either end is text. Read with prediction's rule ("a |||" a pair with an empty
-    side), such lines lost their '|||' and gave other tokens and features (a review)."""
+    side), such lines lost their '|||' and gave other tokens and features (a review); so did
+    the same texts given to Model.features in Python, which the manual says gives the file's
+    features (a later review)."""
     import tempfile
 
     lines = ["||| b c", "a b |||", "a ||| ", "x ||| y ||| z", "  p ||| q  ", "a|||b"]
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
         f.write("\n".join(lines) + "\n")
         f.flush()
-        assert list(feature_files.read_inputs(f.name)) == [
-            ("||| b c", None), ("a b |||", None), ("a |||", None), ("x ||| y", "z"), ("p", "q"), ("a|||b", None)]
+        pairs = list(feature_files.read_inputs(f.name))
+    assert pairs == [
+        ("||| b c", None), ("a b |||", None), ("a |||", None), ("x ||| y", "z"), ("p", "q"), ("a|||b", None)]
+    from_text = minilm.features(lines, pooling="none")
+    assert [result["tokens"] for result in from_text] == [result["tokens"] for result in minilm.features(pairs)]
+    assert from_text[1]["tokens"] == ["[CLS]", "a", "b", "|", "|", "|", "[SEP]"]
 
 
 def test_an_existing_jsonl_is_not_replaced(minilm, tmp_path):

@@ -42,6 +42,56 @@ def test_classification_predicts_labels_and_probabilities(minilm_classifier_run)
     assert [r["label"] for r in model.predict([text for text, _ in REVIEWS * 8])] == written
 
 
+def test_iter_predict_streams_a_generator_a_chunk_at_a_time(minilm_classifier_run):
+    """Model.predict held every input and result at once, and a user splitting a large input
+    into calls got span QA ids counted afresh each call (a review): iter_predict reads a chunk,
+    yields its results and only then reads the next, with positions over the whole input.
+    A table (a DataFrame iterates over its column names) and arrays of other shapes were read
+    as inputs; check_input let through a text predict refuses."""
+    import bertjax
+
+    model = bertjax.load_model(minilm_classifier_run, batch_size=2)
+    texts = [text for text, _ in REVIEWS] * 2 + ["a dull and boring film"]
+    pulled = []
+
+    def stream():
+        for i, text in enumerate(texts, start=1):
+            pulled.append(i)
+            yield text
+
+    streamed = []
+    for result in model.iter_predict(stream(), chunk_size=3):
+        streamed.append(result)
+        assert len(pulled) == min(-(-len(streamed) // 3) * 3, len(texts))  # only this result's chunk read
+    whole = model.predict(texts)
+    assert [r["label"] for r in streamed] == [r["label"] for r in whole]
+    np.testing.assert_allclose([r["probability"] for r in streamed], [r["probability"] for r in whole], atol=1e-5)
+    bad = iter(model.iter_predict(texts[:4] + [42], chunk_size=2))
+    assert [next(bad)["label"] for _ in range(4)] == [label for _, label in REVIEWS]
+    with pytest.raises(ValueError, match=r"^input 5: expected a text"):  # its place in the whole input
+        next(bad)
+    for chunk_size in (0, 2.0, True):
+        with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+            model.iter_predict(texts, chunk_size=chunk_size)
+
+    class Table:  # what matters of a pandas DataFrame: iterating it gives its column names
+        columns = ["review"]
+
+        def __iter__(self):
+            return iter(self.columns)
+
+    with pytest.raises(ValueError, match=r"not a table .* one column \(df\['text'\]\)"):
+        model.predict(Table())
+    with pytest.raises(ValueError, match=r"an array of shape \(2, 1\)"):
+        model.predict(np.array([[texts[0]], [texts[1]]]))
+    with pytest.raises(ValueError, match=r"an array of shape \(\)"):
+        model.predict(np.array(texts[0]))
+    assert [r["label"] for r in model.predict(np.array(texts[:2]))] == [r["label"] for r in whole[:2]]
+    model.check_input(texts[0])
+    with pytest.raises(ValueError, match=r"^not valid Unicode: a lone surrogate"):
+        model.check_input("good \ud83d film")
+
+
 def _assert_entity_offsets(sentence, result):
     """Each entity's offsets are its first word's start and its last word's end in `sentence`,
     the words found there apart from the prediction."""
@@ -252,6 +302,13 @@ def test_span_qa_ids_are_unique_over_a_whole_input_and_every_input_gets_its_line
         batch_predict.predict_all(model, "squad", records, written.append)
     with pytest.raises(ValueError, match="input 2: the id 'a' is input 1's too"):
         model.predict([rows[0], rows[3]])
+    # Streamed from Python, a chunk at a time: numbers and clashes count over the whole input.
+    streamed = model.iter_predict([{"question": question, "context": context}] * 3, chunk_size=2)
+    assert [result["id"] for result in streamed] == ["1", "2", "3"]
+    with pytest.raises(ValueError, match="input 3: the id 'a' is input 1's too"):
+        list(model.iter_predict([rows[0], rows[2], rows[3]], chunk_size=2))
+    with pytest.raises(ValueError, match=r"unknown options \['bogus'\] for squad"):
+        model.predict([rows[0]], bogus=1)
     # An id that is another question's number: the message says where that id came from.
     with pytest.raises(ValueError, match=r"input 2: the id '1' is input 1's number \(it has no id\); ids must be "
                                          r"unique; give every question an id, or none"):

@@ -41,6 +41,7 @@ trained with; bad inputs raise ValueError naming the input's position (1-based):
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -55,10 +56,11 @@ from bertjax.models.config import BertConfig
 from bertjax.runtime import compilation_cache, fileio
 from bertjax.tasks import batching
 from bertjax.tasks.common import Split, encode_pairs
-from bertjax.tasks.family import Family, at_position
+from bertjax.tasks.family import Family, at_position, parse_checked
 from bertjax.tasks.raw_text import not_one_string
 
 PRECISIONS = ("float32", "bfloat16")
+PREDICTED_TOGETHER = 1024  # `iter_predict`'s inputs a call: bounds memory; sorting by length pads little
 
 
 def inference_buckets(max_seq_length: int) -> list[int]:
@@ -246,24 +248,47 @@ class Model:
 
     # -- Task predictions. --
 
-    def predict(self, inputs: Sequence[Any], **options) -> list[dict[str, Any]]:
+    def predict(self, inputs: Iterable[Any], **options) -> list[dict[str, Any]]:
         """The fine-tuned task's predictions on raw inputs, one dict per input, in order; what
         each family takes and returns: this module's docstring. Options go to the
         family (e.g. squad's n_best_size); a bad input is a ValueError naming its position.
-        Every input is tokenized and predicted in one call, its outputs held together: give a
-        large input in chunks (launch/predict.py reads 1,024 at a time)."""
-        family = self.family
-        parsed = [at_position(i, lambda item: family.parse(item, self.task_info), item)
-                  for i, item in enumerate(not_one_string(inputs, "inputs"), start=1)]
-        parsed, clashes = family.identify(parsed, list(range(1, len(parsed) + 1)), seen={})
-        for index, why in sorted(clashes.items())[:1]:
-            raise ValueError(f"input {index + 1}: {why}")
-        return family.predict(self, parsed, **options) if parsed else []
+        Every input is tokenized and predicted in one call, its outputs held together: for a
+        large input, `iter_predict`."""
+        return list(self.iter_predict(inputs, chunk_size=None, **options))
+
+    def iter_predict(self, inputs: Iterable[Any], chunk_size: int | None = PREDICTED_TOGETHER,
+                     **options) -> Iterator[dict[str, Any]]:
+        """`predict`'s results one at a time, in input order, the inputs read and predicted
+        `chunk_size` at a time (None: all in one call): memory holds one chunk, so inputs of
+        any number (a generator over a file's lines) stream through. A bad input is a
+        ValueError naming its position, raised when its chunk is read (the results before that
+        chunk are out); span QA's ids (given, or made from the position) are unique over the
+        whole input, not a chunk. A model without a task, bad inputs or chunk_size are refused
+        at the call."""
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                       or chunk_size < 1):
+            raise ValueError(f"chunk_size must be a positive int (or None: one call), got {chunk_size!r}")
+        family, remaining = self.family, iter(not_one_string(inputs, "inputs"))
+
+        def results() -> Iterator[dict[str, Any]]:
+            seen: dict = {}  # span QA's ids so far
+            done = 0
+            while chunk := list(itertools.islice(remaining, chunk_size)):
+                positions = list(range(done + 1, done + len(chunk) + 1))
+                parsed = [at_position(position, lambda item: family.parse(item, self.task_info), item)
+                          for position, item in zip(positions, chunk)]
+                parsed, clashes = family.identify(parsed, positions, seen)
+                for index, why in sorted(clashes.items())[:1]:
+                    raise ValueError(f"input {positions[index]}: {why}")
+                yield from family.predict(self, parsed, **options)
+                done += len(chunk)
+
+        return results()
 
     def check_input(self, item: Any) -> None:
         """Raises the ValueError `predict` would raise for this one input, less its "input N: "
         prefix, without running the model: lets a caller skip bad inputs and keep the good ones."""
-        self.family.parse(item, self.task_info)
+        parse_checked(lambda item: self.family.parse(item, self.task_info), item)
 
 
 def no_task_advice(heads: tuple[str, ...]) -> str:

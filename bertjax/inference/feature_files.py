@@ -62,6 +62,7 @@ from bertjax import checkpointing
 from bertjax.inference import hidden_states
 from bertjax.runtime import console, fileio
 from bertjax.tasks import common
+from bertjax.tasks.raw_text import original_pair
 
 FORMAT = "bertjax-features/1"
 MANIFEST = "manifest.json"
@@ -101,22 +102,15 @@ def input_format(path: str, file_format: str = "", columns: Sequence[str] = ()) 
     return found
 
 
-# google-research/bert's extract_features.py reads "a ||| b" so, on the stripped line: a " ||| "
-# at either end is text ("a |||" is one text), the last one splits.
-_ORIGINAL_PAIR = re.compile(r"(.*) \|\|\| (.*)")
-
-
 def read_inputs(path: str, file_format: str = "", text_a_key: str = "text", text_b_key: str = "") -> Iterator[Any]:
     """The examples of `path` in order, streamed, as (a, b) tuples (b None: a single text): a text
-    file's lines ("a ||| b" a pair, `_ORIGINAL_PAIR`) or the columns text_a_key and text_b_key
+    file's lines ("a ||| b" a pair, `raw_text.original_pair`) or the columns text_a_key and text_b_key
     ("" = single texts) of a CSV/TSV/JSONL file, read as predict reads them (`tasks.common`).
     Errors name file:line: a missing column, a field that is not text, bytes that are not UTF-8."""
     file_format = input_format(path, file_format)
     if file_format == "text":
         for line in common.user_lines(path, one_input_a_line=True):
-            line = line.rstrip("\r\n").strip()
-            pair = _ORIGINAL_PAIR.fullmatch(line)
-            yield (line, None) if pair is None else pair.groups()
+            yield original_pair(line.rstrip("\r\n"))
         return
     for where, row in common.read_records(path, file_format):
         texts = []

@@ -11,7 +11,7 @@ import numpy as np
 
 from bertjax.models import BertEncoder
 from bertjax.tasks.family import at_position
-from bertjax.tasks.raw_text import not_one_string, text_pair
+from bertjax.tasks.raw_text import not_one_string, original_pair, text_pair
 
 POOLINGS = ("none", "cls", "mean")
 CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host memory on long inputs
@@ -20,13 +20,20 @@ CHUNK_EXAMPLES = 4096  # examples tokenized and sorted together: bounds host mem
 CHUNK_BYTES = 1 << 30
 
 
+def read_text(item: Any) -> tuple[str, str | None]:
+    """One input of `iter_features` -> (text_a, text_b or None): "a ||| b" split as the
+    original extract_features.py splits a line (`raw_text.original_pair`), so that a text gives
+    the features its line in a file gives (feature_files.py)."""
+    return text_pair(item, split=original_pair)
+
+
 def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: Sequence[int] = (-1,),
                   pooling: str = "none", on_truncated: Callable[[np.ndarray], None] | None = None,
                   progress: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
     """Contextual features, one dict per input, in input order, computed in chunks of
     CHUNK_EXAMPLES (bounded memory on long inputs).
 
-    texts: strings ("a ||| b" is a pair) or (a, b) tuples (b None: single text).
+    texts: strings ("a ||| b" is a pair, `read_text`) or (a, b) tuples (b None: single text).
     layers: indices into the hidden-state stack [embeddings, layer 1, ..., layer L]
       (-1 = the last layer, 0 = the embeddings' output), as Hugging Face's hidden_states.
     pooling: "none" -> {"tokens": [str] (with [CLS]/[SEP]), "token_ids": <int32>[T],
@@ -65,7 +72,7 @@ def iter_features(model, texts: Iterable[str | tuple[str, str | None]], layers: 
     def features() -> Iterator[dict[str, Any]]:
         done = 0
         for chunk in iter(lambda: list(itertools.islice(remaining, chunk_size)), []):
-            pairs = [at_position(done + i, text_pair, text) for i, text in enumerate(chunk, start=1)]
+            pairs = [at_position(done + i, read_text, text) for i, text in enumerate(chunk, start=1)]
             split, truncated = model.encode_texts(pairs)
             if truncated.any() and on_truncated is not None:
                 on_truncated(done + np.flatnonzero(truncated))

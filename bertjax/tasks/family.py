@@ -177,12 +177,17 @@ def hf_label_names(hf_config: dict) -> list[str]:
     return [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count)]
 
 
+def parse_checked(parse: Callable[[Any], Any], item: Any) -> Any:
+    """parse(item), a text in it that is not valid Unicode a ValueError first (before a
+    tokenizer would name it by its place in a batch)."""
+    _check_unicode(item)
+    return parse(item)
+
+
 def at_position(position: int, parse: Callable[[Any], Any], item: Any) -> Any:
-    """parse(item) for the input at `position` (1-based), which its ValueError names (a text
-    that is not valid Unicode too, before a tokenizer would name it by its place in a batch)."""
+    """`parse_checked(parse, item)` for the input at `position` (1-based), which its ValueError names."""
     try:
-        _check_unicode(item)
-        return parse(item)
+        return parse_checked(parse, item)
     except ValueError as e:
         raise ValueError(f"input {position}: {e}"[:300]) from None  # 300 characters at most
 

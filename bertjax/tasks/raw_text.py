@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Callable
 
 # google-research/bert's extract_features.py input, "text_a ||| text_b": greedy, so the last separator splits.
 _PAIR = re.compile(r"(.*) \|\|\| (.*)", re.DOTALL)
 _FIRST_PAIR = re.compile(r"(.*?) \|\|\| (.*)", re.DOTALL)
+# ... and on the stripped line for features: a " ||| " at either end is text ("a |||" is one text).
+_ORIGINAL_PAIR = re.compile(r"(.*) \|\|\| (.*)", re.DOTALL)
 
 
 def split_pair(text: str, at_first: bool = False) -> tuple[str, str | None]:
@@ -26,12 +28,21 @@ def split_pair(text: str, at_first: bool = False) -> tuple[str, str | None]:
     return pair.group(1).strip(), second
 
 
-def text_pair(item: Any) -> tuple[str, str | None]:
-    """One text input -> (text_a, text_b or None): a text ("a ||| b" is a pair), an (a, b) tuple
-    or list (b None: a single text), or {"text_a" (or "text"), "text_b" (optional)}; a
-    ValueError saying what was expected otherwise."""
+def original_pair(text: str) -> tuple[str, str | None]:
+    """"a ||| b" -> ("a", "b") as google-research/bert's extract_features.py splits its lines:
+    the stripped text, the last " ||| " splits, one at either end is text ("a |||" -> ("a |||",
+    None)): the feature-based approach's rule, for files and Python alike."""
+    text = text.strip()
+    pair = _ORIGINAL_PAIR.fullmatch(text)
+    return (text, None) if pair is None else pair.groups()
+
+
+def text_pair(item: Any, split: Callable[[str], tuple[str, str | None]] = split_pair) -> tuple[str, str | None]:
+    """One text input -> (text_a, text_b or None): a text ("a ||| b" is a pair, as `split` cuts
+    it), an (a, b) tuple or list (b None: a single text), or {"text_a" (or "text"), "text_b"
+    (optional)}; a ValueError saying what was expected otherwise."""
     if isinstance(item, str):
-        return split_pair(item)
+        return split(item)
     if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) and isinstance(
             item[1], (str, type(None))):
         return item[0], item[1]
@@ -45,11 +56,17 @@ def text_pair(item: Any) -> tuple[str, str | None]:
 
 def not_one_string(texts: Any, what: str = "texts") -> Any:
     """`texts` as given; a lone string, bytes or dict is a ValueError (iterating it would give
-    one input per character, byte or key), as is anything that is no iterable of inputs."""
+    one input per character, byte or key), as is a table (a pandas DataFrame iterates over its
+    column names), an array of other than one axis, or anything that is no iterable of inputs."""
     if isinstance(texts, (str, bytes)):
         raise ValueError(f"{what}: give a list of inputs, not one string (wrap it: [{texts[:40]!r}])")
     if isinstance(texts, Mapping):
         raise ValueError(f"{what}: give a list of inputs, not one dict (wrap it: [{{...}}])")
+    if hasattr(texts, "columns"):
+        raise ValueError(f"{what}: give a list of inputs, not a table (iterating it gives its column names): one "
+                         "column (df['text']), or rows of several (df[['text_a', 'text_b']].itertuples(index=False))")
+    if getattr(texts, "ndim", 1) != 1:
+        raise ValueError(f"{what}: give a list of inputs, got an array of shape {getattr(texts, 'shape', '?')}")
     if not isinstance(texts, Iterable):
         raise ValueError(f"{what}: give a list (or any iterable) of inputs, got {texts!r}"[:200])
     return texts

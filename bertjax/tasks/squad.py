@@ -46,7 +46,7 @@ from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_nonempty, max_context_flags,
                                   own_files, sliding_windows, truncation)
-from bertjax.tasks.family import Family, column_text
+from bertjax.tasks.family import Family, column_text, no_options
 from bertjax.tasks.raw_text import has_text, split_pair
 from bertjax.tasks.squad_examples import (ExampleBuilder, SquadExamples, log_skips, read_json, read_tfds,
                                           warn_if_versions_differ)
@@ -437,7 +437,8 @@ class SquadFamily(Family):
         return identified, clashes
 
     def predict(self, model, parsed, n_best_size: int | None = None, max_answer_length: int | None = None,
-                null_score_diff_threshold: float | None = None):
+                null_score_diff_threshold: float | None = None, **options):
+        no_options(self, options)
         too_short = self.check_length(model.max_seq_length, model.source.data)
         if too_short:
             raise ValueError(too_short)
