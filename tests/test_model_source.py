@@ -368,8 +368,14 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
         model_source.resolve(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="notes.txt' is a file, not a directory; expected a checkpoint"):
         model_source.resolve(str(tmp_path / "notes.txt"))
-    with pytest.raises(FileNotFoundError, match="nothing' does not exist; expected a checkpoint directory"):
+    with pytest.raises(FileNotFoundError, match="nothing' does not exist; expected a checkpoint directory") as e:
         model_source.resolve(str(tmp_path / "nothing"))
+    assert "Hub" not in str(e.value)
+    # A Hub name, as Hugging Face's from_pretrained takes it, is said to be one no download serves.
+    for name in ("bert-base-uncased", "answerdotai/ModernBERT-base"):
+        with pytest.raises(FileNotFoundError, match=rf"if '{name}' is a Hugging Face Hub name: bertjax reads folders "
+                                                    rf"and downloads nothing; .*huggingface-cli download {name} "):
+            model_source.resolve(name)
     # A step keep-last-N deleted was 'not a directory', naming none of the steps there (a walkthrough).
     import jax.numpy as jnp
 

@@ -195,9 +195,10 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     records = _read(tmp_path / "latin1.txt", "classification")
     assert [batch_predict.check(_fake("classification"), "classification", item) for _, item in records] == [
         None, "not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8", None]
-    (tmp_path / "masks.txt").write_text("the [MASK] sat .\nno mask\n")
+    (tmp_path / "masks.txt").write_text("the [MASK] sat .\nno mask\nthe [mask] sat .\n")
     assert [batch_predict.check(None, "fill_mask", item) for _, item in _read(tmp_path / "masks.txt", "fill_mask")] \
-        == [None, "no [MASK] in 'no mask'"]
+        == [None, "no [MASK] in 'no mask'",
+            "no [MASK] in 'the [mask] sat .' ([MASK] is matched in capitals: '[mask]' is text)"]
 
 
 def test_a_stray_carriage_return_does_not_start_another_input(tmp_path):

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from bertjax import tasks
 from bertjax.runtime import console, fileio
-from bertjax.tasks import common
+from bertjax.tasks import common, raw_text
 
 FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll")
 CHUNK_INPUTS = 1024  # inputs predicted per call: bounds memory, and the progress line's step
@@ -224,7 +224,9 @@ def check(model, family: str, item: Any) -> str | None:
     if isinstance(item, ValueError):
         return str(item)
     if family == FILL_MASK.name:
-        return None if isinstance(item, str) and "[MASK]" in item else f"no [MASK] in {str(item)[:80]!r}"
+        if isinstance(item, str) and "[MASK]" in item:
+            return None
+        return f"no [MASK] in {str(item)[:80]!r}" + (raw_text.mask_case_hint(item) if isinstance(item, str) else "")
     try:
         tasks.FAMILIES[family].parse(item, model.task_info)
     except ValueError as e:

@@ -17,7 +17,7 @@ from bertjax.models.heads import MaskedLMHead, gather_positions
 from bertjax.models.variable_table import is_modern
 from bertjax.tasks.common import Split
 from bertjax.tasks.family import at_position
-from bertjax.tasks.raw_text import not_one_string, text_pair
+from bertjax.tasks.raw_text import mask_case_hint, not_one_string, text_pair
 
 
 _MASK = "[MASK]"
@@ -63,7 +63,7 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
     ids = split.features["input_ids"]
     for i in np.flatnonzero(counts == 0)[:1]:
         raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {model.max_seq_length} "
-                         f"tokens): {str(texts[i])[:80]!r}")
+                         f"tokens): {str(texts[i])[:80]!r}" + mask_case_hint(" ".join(filter(None, pairs[i]))))
     # Gathered positions a row: the most masks of any text, rounded up to a power of two, so that
     # calls (the command line's blocks of lines) with other counts reuse the compiled buckets.
     width = 1 << (int(counts.max(initial=1)) - 1).bit_length()

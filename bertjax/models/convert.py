@@ -618,6 +618,7 @@ def _to_numpy(tree: Any) -> Any:
 # Any layout
 # ------------------------------------------------------------------------------------------------
 
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # "bert-base-uncased", "answerdotai/ModernBERT-base"
 _LAYOUTS = """  Hugging Face: config.json + model.safetensors (or its shards' model.safetensors.index.json);
   Google TF release: bert_config.json + bert_model.ckpt.index (or a 'checkpoint' file);
   bertjax: a checkpoint step folder (state/ + meta/), a run's checkpoint directory, or the run's workdir"""
@@ -649,7 +650,10 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
         if steps:  # a step that keep-last-N deleted, or a typo
             raise FileNotFoundError(f"{path!r} {what}; the steps saved in {fileio.parent(path)} are "
                                     f"{', '.join(map(str, steps))} (older ones are deleted: config.checkpoint.keep)")
-        raise FileNotFoundError(f"{path!r} {what}; expected a checkpoint directory:\n{_LAYOUTS}")
+        hub = ("" if fileio.exists(path) or not _HUB_NAME.fullmatch(path) else
+               f"\n(if {path!r} is a Hugging Face Hub name: bertjax reads folders and downloads nothing; fetch it "
+               f"where the network is, e.g. `huggingface-cli download {path} --local-dir DIR`, and give DIR)")
+        raise FileNotFoundError(f"{path!r} {what}; expected a checkpoint directory:\n{_LAYOUTS}{hub}")
     files = set(fileio.listdir(path))
     if "config.json" in files and files & {"model.safetensors", SHARD_INDEX}:
         return "huggingface", path

@@ -72,6 +72,12 @@ def not_one_string(texts: Any, what: str = "texts") -> Any:
     return texts
 
 
+def mask_case_hint(text: str) -> str:
+    """For a text without [MASK]: a note when it holds the word in other letters ("[mask]"),
+    which the tokenizer reads as text (the mask token is matched as written), else ""."""
+    return " ([MASK] is matched in capitals: '[mask]' is text)" if "[mask]" in text.lower() else ""
+
+
 def has_text(text: str) -> bool:
     """Whether `text` holds a character a tokenizer keeps: not whitespace, a control or an
     invisible formatting character (a zero-width space), which BERT's normalisation drops."""
