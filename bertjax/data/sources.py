@@ -634,60 +634,185 @@ def _read_parquet(path: str, first: int, stop: int, text_key: str, drops: DropCo
 
 # -- TFDS. --
 
-def prepared_tfds_builder(name: str, data_dir: str | None):
-    """The TFDS builder of `name`, prepared in `data_dir` (None: TFDS's default folder),
-    downloaded and prepared there first when it is not.
-
-    The download is tried once first: with no network (its host does not resolve) a
-    ValueError names the dataset, the folder and how to prepare it elsewhere, within
-    seconds rather than after TFDS's ten retries (about 3.5 minutes); once the host
-    answered, TFDS's own retries apply.
-    """
+def tfds_builder(name: str, data_dir: str | None, key: str = "config.data.tfds_name"):
+    """TFDS's builder of `name` ("dataset/config:version"; a dataset prepared in `data_dir`
+    from code not in TFDS is found there), prepared or not; a name TFDS cannot build is a
+    ValueError naming `key` and what TFDS has instead (its configs, its versions)."""
     from bertjax.runtime import tf_cpu
 
     tfds = tf_cpu.datasets()
+    from tensorflow_datasets.core.dataset_info import DatasetInfoFileError
+
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except DatasetInfoFileError as error:  # a dataset read from its folder alone, whose record is gone
+        raise ValueError(f"TFDS dataset {name!r} in {data_dir or 'TFDS_DATA_DIR'} is incomplete ({error}), as a "
+                         "preparation stopped or a copy cut short leaves it: prepare it again") from None
+    except tfds.core.registered.DatasetNotFoundError:  # its message lists every dataset TFDS has
+        where = f", nor one prepared in {data_dir} under that name and version" if data_dir else ""
+        raise ValueError(f"{key}={name!r} is not a TFDS dataset (names: https://www.tensorflow.org/datasets/catalog)"
+                         f"{where}") from None
+    except (AssertionError, ValueError) as error:  # a version or config it lacks
+        why = str(error).split('": ', 1)[-1].strip().rstrip(":")  # (less TFDS's "Failed to construct ..." prefix)
+        if "BuilderConfig" in why:
+            configs = [config.name for config in tfds.builder_cls(name.split("/")[0].split(":")[0]).BUILDER_CONFIGS]
+            why = f"{why.split('. Here are', 1)[0]}; its configs: {', '.join(configs)}"
+        raise ValueError(f"{key}={name!r}: {why}") from None
+
+
+def prepared_tfds_builder(name: str, data_dir: str | None, check: Callable[[Any], None] = lambda builder: None):
+    """The TFDS builder of `name`, prepared in `data_dir` (None: TFDS's default folder),
+    downloaded and prepared there first when it is not; check(builder) runs first, on what
+    TFDS knows of the dataset before its download (its features), so that a wrong setting
+    does not wait for one. A prepared folder missing a file or with one cut short is a
+    ValueError saying to prepare it again (`_damage`).
+
+    The download is tried once first: with no network (no connection is made: the host does
+    not resolve, refuses, or the proxy cannot be reached) a ValueError names the dataset, the
+    folder and how to prepare it elsewhere, within seconds rather than after TFDS's ten retries
+    (about 3.5 minutes); once the host answered, TFDS's own retries apply.
+    """
     from tensorflow_datasets.core.download import downloader
 
-    builder = tfds.builder(name, data_dir=data_dir)
+    builder = tfds_builder(name, data_dir)
+    check(builder)
     with _absl_errors_only():  # (TFDS warns of the dataset's folder it found not prepared: what is asked)
-        if builder.is_prepared():
-            return builder
-    # What a failed attempt makes there: the dataset's folders down to its version's, the name's
-    # .config, downloads/; those that were not there are removed after it.
+        prepared = builder.is_prepared()
+    if prepared:
+        return _whole(builder, name)
+    # What a failed attempt makes there: the dataset's folders down to its version's (and the
+    # folders above, where the given one does not exist), the name's .config, downloads/;
+    # those that were not there are removed after it.
     root, path, folders = str(builder.data_dir_root), str(builder.data_dir), []
     while path.startswith(root + os.sep):
         folders.append(path)
         path = os.path.dirname(path)
-    candidates = (root, *reversed(folders), os.path.join(root, builder.name, ".config"),
+    above, path = [], root
+    while os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+        above.append(path)
+    candidates = (*reversed(above), root, *reversed(folders), os.path.join(root, builder.name, ".config"),
                   os.path.join(root, "downloads"))
     made = [path for path in candidates if not fileio.is_remote(path) and not os.path.exists(path)]
+    missing_root = root in made
     retries = downloader.MAX_RETRIES
     downloader.MAX_RETRIES = 0
     try:
         builder.download_and_prepare()  # (its output shown: a dataset without downloads prepares offline)
-        return builder
+        return _whole(builder, name)  # (TFDS takes a version folder without its record for one prepared)
     except OSError as error:  # requests' errors are OSErrors
         if error.filename and str(error.filename).startswith(root):  # the folder, not the network
-            for path in made:
-                shutil.rmtree(path, ignore_errors=True)
+            _remove_made(made)
             raise ValueError(f"TFDS's folder {root} (config.data.tfds_data_dir) cannot hold dataset {name!r}: "
                              f"{error.strerror or type(error).__name__}: {error.filename}") from None
-        cause = error
-        while cause is not None and not isinstance(cause, socket.gaierror):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
+        unreached = _no_connection(error)
+        if unreached is None:
             downloader.MAX_RETRIES = retries
             builder.download_and_prepare()  # the host answered: with TFDS's retries
-            return builder
-        for path in made:  # (empty folders, a metadata file: litter in the user's TFDS folder)
-            shutil.rmtree(path, ignore_errors=True)
+            return _whole(builder, name)
+        _remove_made(made)  # (empty folders, a metadata file: litter in the user's TFDS folder)
+        there = _versions_there(builder)
+        found = (f"; the folder {root} does not exist" if missing_root else
+                 f"; {os.path.dirname(builder.data_dir)} holds version {', '.join(there)} only, not the "
+                 f"{builder.version} this tensorflow-datasets reads" if there else "")
         raise ValueError(
-            f"TFDS dataset {name!r} is not prepared in {builder.data_dir} and cannot be downloaded here (no network: "
-            f"{_error_host(error)}). Prepare it where there is one: python -c \"import tensorflow_datasets as tfds; "
+            f"TFDS dataset {name!r} is not prepared in {builder.data_dir}{found}, and cannot be downloaded here (no "
+            f"network: {unreached}). Prepare it where there is one: python -c \"import tensorflow_datasets as tfds; "
             f"tfds.builder('{name}', data_dir='DIR').download_and_prepare()\", copy DIR here (on a TPU VM, to "
             f"gs://your-bucket/tfds) and set config.data.tfds_data_dir to it") from None
     finally:
         downloader.MAX_RETRIES = retries
+
+
+def read_tfds_split(builder, split: str, batch_size: int = 0) -> Iterator[Any]:
+    """The examples (batches of batch_size: numpy) of a prepared builder's split, in order; a
+    split it lacks, or a file missing or cut short under it, is a ValueError naming the dataset
+    and its folder (TFDS's and TensorFlow's own errors name neither, or come as tracebacks)."""
+    from bertjax.runtime import tf_cpu
+
+    tfds, tf = tf_cpu.datasets(), tf_cpu.tf
+    name = f"{builder.name}/{builder.builder_config.name}" if builder.builder_config else builder.name
+    try:
+        dataset = builder.as_dataset(split=split, shuffle_files=False)
+    except ValueError as error:  # "Unknown split 'test'. Should be one of [...]"
+        raise ValueError(f"TFDS dataset {name!r} in {builder.data_dir}: {error}") from None
+    try:
+        yield from tfds.as_numpy(dataset.batch(batch_size) if batch_size else dataset)
+    except (tf.errors.NotFoundError, tf.errors.DataLossError) as error:
+        why = error.message.splitlines()[0][:300]
+        raise ValueError(f"TFDS dataset {name!r} in {builder.data_dir} is incomplete (reading {split!r}: {why}): "
+                         "remove that folder and prepare it again") from None
+
+
+def _whole(builder, name: str):
+    """`builder`, or a ValueError when its prepared folder is incomplete (`_damage`)."""
+    damage = _damage(builder)
+    if damage:
+        raise ValueError(f"TFDS dataset {name!r} in {builder.data_dir} is incomplete ({damage}), as a preparation "
+                         "stopped or a copy cut short leaves it: remove that folder and prepare it again")
+    return builder
+
+
+def _damage(builder) -> str | None:
+    """What a prepared TFDS folder lacks: its splits' record (dataset_info.json), a split's
+    file, or (TFRecord files, whose size the record fixes) a file's full size; None when whole.
+    Not checked where the version's folder is not a local one (a mocked dataset, gs://:
+    listing a bucket's every shard at start-up costs more than reading them finds)."""
+    folder = str(builder.data_dir)
+    if fileio.is_remote(folder) or not os.path.isdir(folder):
+        return None
+    if not os.path.exists(os.path.join(folder, "dataset_info.json")):
+        return "no dataset_info.json"
+    if not builder.info.splits:
+        return "dataset_info.json lists no split"
+    tfrecord = str(getattr(builder.info, "file_format", "")).lower().endswith("tfrecord")
+    for split_name, split in builder.info.splits.items():
+        sizes = []
+        for file in split.filenames:
+            path = os.path.join(folder, file)
+            if not os.path.exists(path):
+                return f"split {split_name!r} has no file {file}"
+            sizes.append(os.path.getsize(path))
+        # A TFRecord file holds each example with 16 bytes of framing: its split's bytes are known.
+        expected = int(split.num_bytes) + 16 * int(split.num_examples)
+        if tfrecord and split.num_bytes and sum(sizes) < expected:
+            return f"the files of split {split_name!r} hold {sum(sizes):,} bytes of {expected:,}"
+    return None
+
+
+def _versions_there(builder) -> list[str]:
+    """The versions prepared beside the one `builder` reads (another tensorflow-datasets')."""
+    parent = os.path.dirname(str(builder.data_dir))
+    if fileio.is_remote(parent) or not os.path.isdir(parent):
+        return []
+    return sorted(name for name in os.listdir(parent) if re.fullmatch(r"\d+\.\d+\.\d+", name)
+                  and os.path.exists(os.path.join(parent, name, "dataset_info.json")))
+
+
+def _remove_made(made: list[str]) -> None:
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _no_connection(error: BaseException) -> str | None:
+    """How a download failed to connect at all (the host does not resolve, refused, or the
+    proxy cannot be reached; no host answered), or None: it answered, and TFDS's retries may help."""
+    chain, cause = [], error
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    host = next(filter(None, (re.search(r"host='([^']+)'", str(cause)) for cause in chain)), None)
+    host = host.group(1) if host else "the host"
+    for cause in chain:
+        kind = type(cause).__name__
+        if isinstance(cause, socket.gaierror):
+            return f"{host} does not resolve"
+        if kind == "ProxyError":  # requests' and urllib3's
+            return f"the proxy for {host} cannot be reached"
+        if isinstance(cause, (ConnectionRefusedError, socket.timeout)) or kind in ("NewConnectionError",
+                                                                                  "ConnectTimeoutError"):
+            return f"{host} cannot be reached ({kind})"
+    return None
 
 
 @contextlib.contextmanager
@@ -700,12 +825,6 @@ def _absl_errors_only() -> Iterator[None]:
         logging.set_verbosity(verbosity)
 
 
-def _error_host(error: BaseException) -> str:
-    """'<host> does not resolve' for a connection error that names its host, else the error's type."""
-    host = re.search(r"host='([^']+)'", str(error))
-    return f"{host.group(1)} does not resolve" if host else type(error).__name__
-
-
 def _tfds_units(data_config: Any) -> list[dict]:
     """The TFDS split as units of about TFDS_EXAMPLES_PER_UNIT examples (at most 256), each naming
     its dataset, slice ("train[0:25000]": plain strings, which the prepared folder's settings
@@ -714,23 +833,34 @@ def _tfds_units(data_config: Any) -> list[dict]:
         raise ValueError("config.data.source='tfds' needs config.data.tfds_name, e.g. 'wikipedia/20230601.en'")
     from bertjax.runtime import tf_cpu
 
-    tfds = tf_cpu.datasets()
     data_dir = data_config.get("tfds_data_dir") or None
-    try:
-        builder = prepared_tfds_builder(data_config.tfds_name, data_dir)
-    except tfds.core.registered.DatasetNotFoundError:  # its message lists every dataset TFDS has
-        raise ValueError(f"config.data.tfds_name={data_config.tfds_name!r} is not a TFDS dataset (names: "
-                         "https://www.tensorflow.org/datasets/catalog)") from None
-    feature = data_config.tfds_text_feature
-    if feature not in builder.info.features:
-        raise ValueError(f"TFDS dataset {data_config.tfds_name!r} has no feature {feature!r} "
-                         f"(config.data.tfds_text_feature); it has {sorted(builder.info.features)}")
-    split, splits = data_config.tfds_split, builder.info.splits
-    names = (part.split("[")[0].strip() for part in split.split("+"))
-    unknown = [name for name in names if name not in splits and name != "all"]  # "all": TFDS's every split
+    name, feature, split = data_config.tfds_name, data_config.tfds_text_feature, data_config.tfds_split
+
+    def check(builder) -> None:  # before a download: the features are known without one
+        features = builder.info.features
+        texts = sorted(key for key, spec in features.items() if spec.tf_dtype == tf_cpu.tf.string and not spec.shape)
+        if feature not in features:
+            raise ValueError(f"TFDS dataset {name!r} has no feature {feature!r} (config.data.tfds_text_feature); "
+                             f"it has {sorted(features)}" + (f", of which text: {texts}" if texts else ""))
+        if feature not in texts:
+            raise ValueError(f"feature {feature!r} of TFDS dataset {name!r} (config.data.tfds_text_feature) is not "
+                             f"one text a document (it is {type(features[feature]).__name__} of "
+                             f"{features[feature].tf_dtype.name}); its text features: {texts or 'none'}")
+
+    builder = prepared_tfds_builder(name, data_dir, check)
+    splits = builder.info.splits
+    named = (part.split("[")[0].strip() for part in split.split("+"))
+    unknown = [part for part in named if part not in splits and part != "all"]  # "all": TFDS's every split
     if splits and unknown:  # (a builder with no split information, as under tfds.testing.mock_data: unchecked)
-        raise ValueError(f"TFDS dataset {data_config.tfds_name!r} has no split {unknown[0]!r} "
+        raise ValueError(f"TFDS dataset {name!r} has no split {unknown[0]!r} "
                          f"(config.data.tfds_split={split!r}); it has {sorted(splits)}")
+    tfds = tf_cpu.datasets()
+    try:  # a slice TFDS cannot read ("train[:200%]", "train[:1000]" of 300) is refused here, not when first read
+        tfds.core.ReadInstruction.from_spec(split)
+        if isinstance(splits, tfds.core.SplitDict) and splits:
+            splits[split]
+    except (ValueError, AssertionError) as error:
+        raise ValueError(f"config.data.tfds_split={split!r}: {' '.join(str(error).split())}") from None
     examples = splits[split].num_examples if split in splits else 0  # a slice ("train[:10%]") is one unit
     parts = min(256, max(1, examples // TFDS_EXAMPLES_PER_UNIT))
     slices = [f"{split}[{k * examples // parts}:{(k + 1) * examples // parts}]" for k in range(parts)] \
@@ -743,11 +873,8 @@ def _tfds_units(data_config: Any) -> list[dict]:
 
 
 def _read_tfds(name: str, split: str, feature: str, data_dir: str | None, drops: DropCounter) -> Iterator[list[str]]:
-    from bertjax.runtime import tf_cpu
-
-    tfds = tf_cpu.datasets()
-    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
-    for index, example in enumerate(tfds.as_numpy(dataset.map(lambda x: x[feature]))):
+    examples = read_tfds_split(tfds_builder(name, data_dir), split)
+    for index, example in enumerate(example[feature] for example in examples):
         sentences = _sentences_of(example, feature, f"{name}[{split}]#{index}", drops)
         if sentences:
             yield sentences

@@ -53,9 +53,20 @@ def load_task(config, tokenizer):
 def prepare_tfds(config) -> None:
     """Downloads and prepares, where they are not yet, the TFDS datasets config.task reads
     (`sources.prepared_tfds_builder`): `finetune` has process 0 do it before the others look,
-    so that on a folder they share (gs://) one process writes it, not every host at once."""
-    for name in family_of_task(config.task).tfds_datasets(config):
-        prepared_tfds_builder(name, config.data.tfds_data_dir or None)
+    so that on a folder they share (gs://) one process writes it, not every host at once. One
+    that cannot be is a ValueError naming the others that cannot (MNLI reads glue/mnli and
+    glue/ax: one launch says both)."""
+    names, failed = family_of_task(config.task).tfds_datasets(config), []
+    for name in names:
+        try:
+            prepared_tfds_builder(name, config.data.tfds_data_dir or None)
+        except ValueError as error:
+            failed.append((name, error))
+    if failed:
+        others = [name for name, _ in failed[1:]]
+        also = f" (config.task={config.task!r} reads {', '.join(names)}; {', '.join(others)} cannot be read here " \
+               "either: prepare every one)" if others else ""
+        raise ValueError(f"{failed[0][1]}{also}") from None
 
 
 def warn_of_other_families_settings(config) -> None:

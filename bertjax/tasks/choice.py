@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax.data.sources import DropCounter, prepared_tfds_builder
+from bertjax.data.sources import DropCounter, prepared_tfds_builder, read_tfds_split
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, example_ids, own_files,
@@ -105,17 +105,13 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
 
 def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamples:
     """TFDS hellaswag or piqa -> ChoiceExamples; bad examples are counted, logged skips."""
-    from bertjax.runtime import tf_cpu
-
-    tfds = tf_cpu.datasets()
     if name not in TFDS_FIELDS:
         raise ValueError(f"unknown multiple-choice TFDS dataset {name!r}; expected one of {sorted(TFDS_FIELDS)}")
     context_key, choice_keys = TFDS_FIELDS[name]
     source, skips = f"tfds:{name}[{split}]", DropCounter()
     contexts, choices, labels, locations = [], [], [], []
     text = lambda value: value.decode("utf-8", errors="replace")
-    dataset = prepared_tfds_builder(name, data_dir).as_dataset(split=split, shuffle_files=False)
-    for index, example in enumerate(tfds.as_numpy(dataset)):
+    for index, example in enumerate(read_tfds_split(prepared_tfds_builder(name, data_dir), split)):
         where = f"{source}#{index}"
         if len(choice_keys) == 1:
             options = [text(o) for o in example[choice_keys[0]]]

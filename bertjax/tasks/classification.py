@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bertjax.data.sources import prepared_tfds_builder
+from bertjax.data.sources import prepared_tfds_builder, read_tfds_split
 from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
 from bertjax.runtime import fileio
@@ -107,10 +107,6 @@ def _decode(values) -> list[str]:
 def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submission_file: str = "") -> Examples:
     """One split of TFDS glue/<task> (or `dataset`, e.g. glue/ax) -> Examples; test labels (-1)
     become None."""
-    from bertjax.runtime import tf_cpu
-
-    tfds = tf_cpu.datasets()
-
     spec = GLUE[task]
     name = dataset or f"glue/{task}"
     builder = prepared_tfds_builder(name, data_dir)
@@ -121,7 +117,7 @@ def read_glue(task: str, dataset: str, split: str, data_dir: str | None, submiss
                              "a TFDS version change? Predictions would be mislabelled")
     texts_a, texts_b, labels, ids = [], [], [], []
     key_a, key_b = spec.text_keys
-    for batch in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False).batch(4096)):
+    for batch in read_tfds_split(builder, split, batch_size=4096):
         texts_a += _decode(batch[key_a])
         if key_b:
             texts_b += _decode(batch[key_b])

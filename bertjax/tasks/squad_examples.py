@@ -11,7 +11,7 @@ import json
 import numpy as np
 from absl import logging
 
-from bertjax.data.sources import DropCounter, prepared_tfds_builder
+from bertjax.data.sources import DropCounter, prepared_tfds_builder, read_tfds_split
 from bertjax.evaluation import squad as squad_metrics
 from bertjax.runtime import fileio
 from bertjax.tasks.raw_text import has_text
@@ -156,15 +156,11 @@ def read_tfds(name: str = "squad/v1.1", split: str = "train", data_dir: str | No
     """TFDS `squad/v1.1` or `squad/v2.0` -> SquadExamples, the official `data` rebuilt by
     grouping the questions by title and context. Examples with an empty or repeated id are
     counted, logged skips."""
-    from bertjax.runtime import tf_cpu
-
-    tfds = tf_cpu.datasets()
     if name.split("/")[-1] not in ("v1.1", "v2.0"):
         raise ValueError(f"unknown SQuAD TFDS dataset {name!r}; expected 'squad/v1.1' or 'squad/v2.0'")
     builder = ExampleBuilder(f"tfds:{name}[{split}]", strict=False)
-    dataset = prepared_tfds_builder(name, data_dir).as_dataset(split=split, shuffle_files=False)
     text = lambda value: value.decode("utf-8", errors="replace")
-    for index, ex in enumerate(tfds.as_numpy(dataset)):
+    for index, ex in enumerate(read_tfds_split(prepared_tfds_builder(name, data_dir), split)):
         answers = [(text(t), int(s)) for t, s in zip(ex["answers"]["text"], ex["answers"]["answer_start"])]
         builder.add(text(ex["id"]), text(ex["question"]), text(ex["context"]), answers,
                     bool(ex.get("is_impossible", False)), title=text(ex["title"]), index=index)

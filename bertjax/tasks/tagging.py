@@ -29,7 +29,7 @@ import tokenizers
 from absl import logging
 
 from bertjax import ragged
-from bertjax.data.sources import DropCounter, prepared_tfds_builder
+from bertjax.data.sources import DropCounter, prepared_tfds_builder, read_tfds_split
 from bertjax.evaluation import ner as ner_metrics
 from bertjax.models import BertForTokenClassification, example_counts, token_classification_sums
 from bertjax.runtime import fileio
@@ -207,15 +207,11 @@ def read_tfds(name: str = "conll2003", split: str = "train", data_dir: str | Non
     """TFDS conll2003 (or a dataset with `tokens` and a sequence of class labels) ->
     TaggingExamples. A sentence whose tag count differs from its token count, or that is
     empty, is a counted, logged skip. Test splits keep their tags (CoNLL-2003 has them)."""
-    from bertjax.runtime import tf_cpu
-
-    tfds = tf_cpu.datasets()
     builder = prepared_tfds_builder(name, data_dir)
     label_names = list(builder.info.features[tag_feature].feature.names)
     source, skips = f"tfds:{name}[{split}]", DropCounter()
     sentences, tags, locations = [], [], []
-    dataset = builder.as_dataset(split=split, shuffle_files=False)
-    for index, example in enumerate(tfds.as_numpy(dataset)):
+    for index, example in enumerate(read_tfds_split(builder, split)):
         words = [w.decode("utf-8", errors="replace") for w in example["tokens"]]
         label_ids = example[tag_feature]
         where = f"{source}#{index}"

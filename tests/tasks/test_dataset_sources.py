@@ -128,3 +128,155 @@ def test_a_tfds_folder_that_cannot_be_one_is_named_once(tmp_path, where):
                                          r"hold dataset 'glue/rte': Not a directory: "):
         sources.prepared_tfds_builder("glue/rte", folder)
     assert sorted(os.listdir(tmp_path)) == ["pairs.txt"]
+
+
+@pytest.mark.parametrize("proxy", [False, True])
+def test_a_refused_connection_or_a_dead_proxy_is_no_network_too(tmp_path, monkeypatch, proxy):
+    """Only an unresolvable host was 'no network': a refused connection or a proxy that cannot
+    be reached took TFDS's ten retries (3.5 minutes of warnings) and ended in requests' own
+    error, leaving folders behind (a walkthrough). No host answered either: the same one line."""
+    from tensorflow_datasets.core.utils import gcs_utils
+
+    def refused(self, address):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, port, *args, **kwargs: [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port or 443))])
+    monkeypatch.setattr(socket.socket, "connect", refused)
+    monkeypatch.setattr(gcs_utils, "exists", lambda path: False)
+    for variable in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    if proxy:
+        monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    slept, sleep = [], time.sleep
+    monkeypatch.setattr(time, "sleep", lambda seconds: (slept.append(seconds), sleep(seconds))[1])
+    folder = tmp_path / "missing" / "tfds"  # the folders above the one given are not left either
+    reason = "the proxy for .* cannot be reached" if proxy else r"\S+ cannot be reached \(\w+\)"
+    with pytest.raises(ValueError, match=rf"^TFDS dataset 'glue/cola' is not prepared in {folder}/glue/cola/\S+; "
+                                         rf"the folder {folder} does not exist, and cannot be downloaded here \(no "
+                                         rf"network: {reason}\)"):
+        sources.prepared_tfds_builder("glue/cola", str(folder))
+    assert sum(slept) < 1, slept
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_mnli_launch_names_every_dataset_it_cannot_read(tmp_path, offline):
+    """MNLI reads glue/mnli and glue/ax: the user prepared the first one the error named, and
+    the next launch named the second (a walkthrough)."""
+    with pytest.raises(ValueError, match=r"^TFDS dataset 'glue/mnli' is not prepared .* \(config.task='mnli' "
+                                         r"reads glue/mnli, glue/ax; glue/ax cannot be read here either: prepare "
+                                         r"every one\)$"):
+        tasks.prepare_tfds(_config("mnli", tfds_data_dir=str(tmp_path)))
+
+
+_PREPARE_CORPUS = """
+import sys
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+class TinyTextCorpus(tfds.core.GeneratorBasedBuilder):
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+            {"text": tfds.features.Text(), "title": tfds.features.Text(), "number": tfds.features.Scalar(np.int32)}))
+
+    def _split_generators(self, download_manager):
+        return {"train": self._generate_examples(40), "validation": self._generate_examples(6)}
+
+    def _generate_examples(self, count):
+        for i in range(count):
+            yield i, {"text": f"Document {i} starts here. It has a second sentence.", "title": f"doc {i}", "number": i}
+
+TinyTextCorpus(data_dir=sys.argv[1]).download_and_prepare()
+"""
+
+
+@pytest.fixture(scope="module")
+def prepared_corpus(tmp_path_factory):
+    """A dataset TFDS does not know, prepared offline by its own code in another process (so
+    that this one reads it from the folder alone, as a user given the folder does):
+    tiny_text_corpus 1.0.0, text, title and an int feature; train (40 documents) and validation (6)."""
+    import subprocess
+
+    folder = tmp_path_factory.mktemp("tfds")
+    subprocess.run([sys.executable, "-c", _PREPARE_CORPUS, str(folder)], check=True, capture_output=True,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300)
+    return folder
+
+
+def _copy(prepared, tmp_path):
+    import shutil
+
+    shutil.copytree(prepared, tmp_path / "tfds")
+    return tmp_path / "tfds", tmp_path / "tfds" / "tiny_text_corpus" / "1.0.0"
+
+
+def _pretraining_data(folder, **settings):
+    import ml_collections
+
+    return ml_collections.ConfigDict({"source": "tfds", "tfds_name": "tiny_text_corpus", "tfds_split": "train",
+                                      "tfds_text_feature": "text", "tfds_data_dir": str(folder), **settings})
+
+
+def test_a_prepared_folder_missing_a_file_or_cut_short_is_named_at_start_up(prepared_corpus, tmp_path):
+    """A half-prepared or half-copied folder ended in a traceback (KeyError: splits is empty;
+    NotFoundError or DataLossError from the first read, after the model was built): its
+    damage is named at start-up with what to do (a walkthrough)."""
+    folder, version = _copy(prepared_corpus, tmp_path)
+    units = sources.list_units(_pretraining_data(folder))
+    assert [unit["tfds_split"] for unit in units] == ["train"]
+    documents = list(sources.read_unit(_pretraining_data(folder), units[0], sources.DropCounter()))
+    assert sorted(documents) == sorted([f"Document {i} starts here.", "It has a second sentence."] for i in range(40))
+
+    [train_file] = [name for name in os.listdir(version) if "-train.tfrecord" in name]
+    whole = (version / train_file).read_bytes()
+    incomplete = (rf"^TFDS dataset 'tiny_text_corpus' in {version} is incomplete \({{}}\), as a preparation stopped "
+                  r"or a copy cut short leaves it: remove that folder and prepare it again$")
+    (version / train_file).write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(ValueError, match=incomplete.format(rf"the files of split 'train' hold {len(whole) // 2:,} "
+                                                            rf"bytes of {len(whole):,}")):
+        sources.list_units(_pretraining_data(folder))
+    # Cut after start-up (a copy still arriving): the read names it too, not DataLossError.
+    builder = sources.tfds_builder("tiny_text_corpus", str(folder))
+    with pytest.raises(ValueError, match=rf"^TFDS dataset 'tiny_text_corpus' in {version} is incomplete \(reading "
+                                         r"'train': .*truncated.*\): remove that folder and prepare it again$"):
+        list(sources.read_tfds_split(builder, "train"))
+    (version / train_file).unlink()
+    with pytest.raises(ValueError, match=incomplete.format(f"split 'train' has no file {train_file}")):
+        sources.list_units(_pretraining_data(folder))
+    (version / train_file).write_bytes(whole)
+    with pytest.raises(ValueError, match=rf"^TFDS dataset 'tiny_text_corpus' in {version}: Unknown split 'test'"):
+        list(sources.read_tfds_split(builder, "test"))
+    (version / "dataset_info.json").unlink()
+    with pytest.raises(ValueError, match=rf"^TFDS dataset 'tiny_text_corpus' in {folder} is incomplete \(Could not "
+                                         r"read dataset info from .*dataset_info.json\), as a preparation stopped"):
+        sources.list_units(_pretraining_data(folder))
+
+
+def test_tfds_settings_are_checked_before_anything_is_read_or_downloaded(prepared_corpus, tmp_path, offline):
+    """A feature that is no text dropped every document, then blamed config.data.source; a
+    feature a dataset lacks was named only after its download; a version or config TFDS lacks,
+    and a slice it cannot read, ended in tracebacks or errors naming no key (a walkthrough)."""
+    folder, _ = _copy(prepared_corpus, tmp_path)
+    with pytest.raises(ValueError, match=r"^feature 'number' of TFDS dataset 'tiny_text_corpus' "
+                                         r"\(config.data.tfds_text_feature\) is not one text a document \(it is Scalar "
+                                         r"of int32\); its text features: \['text', 'title'\]$"):
+        sources.list_units(_pretraining_data(folder, tfds_text_feature="number"))
+    # Offline, a dataset not prepared: the feature is refused, not the download.
+    with pytest.raises(ValueError, match=r"^TFDS dataset 'mnist' has no feature 'text' \(config.data.tfds_text_feature"
+                                         r"\); it has \['image', 'label'\]$"):
+        sources.list_units(_pretraining_data(tmp_path / "empty", tfds_name="mnist"))
+    for split, why in (("train[:200%]", "Error parsing split 'train\\[:200%\\]'"),
+                       ("train[:1000]", "Requested slice \\[:1000\\] incompatible with 40 examples")):
+        with pytest.raises(ValueError, match=rf"^config.data.tfds_split='{re.escape(split)}': {why}"):
+            sources.list_units(_pretraining_data(folder, tfds_split=split))
+    assert len(sources.list_units(_pretraining_data(folder, tfds_split="train[:50%]+validation"))) == 1
+    for name, why in (("imdb_reviews:9.9.9", "Dataset imdb_reviews cannot be loaded at version 9.9.9, only: 1.0.0"),
+                      ("imdb_reviews/nosuch", "BuilderConfig nosuch not found with version None; its configs: "
+                                              "plain_text$"),
+                      ("tiny_text_corpus:2.0.0", rf"is not a TFDS dataset .*, nor one prepared in {folder} under that "
+                                                 "name and version")):
+        with pytest.raises(ValueError, match=rf"^config.data.tfds_name='{re.escape(name)}'(: | ){why}"):
+            sources.list_units(_pretraining_data(folder, tfds_name=name))
