@@ -222,13 +222,15 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     # "rows": caches from before every process fed whole batches (trainer.whole_batch) may hold
     # other examples' features on a mesh that interleaves the processes: not reused.
     identity = {"weights": weights, "model": encoder_fields, "reads_tokens": reads_tokens,
-                "kept": [list(example_shape), str(kept.dtype)], "rows": "whole batches",
-                "process": f"{jax.process_index()} of {jax.process_count()}"}
+                "kept": [list(example_shape), str(kept.dtype)], "rows": "whole batches"}
     if bert.feature_based and bert.pooler == "mean" and not reads_tokens:
         identity["sentence"] = "token mean"  # caches from before kept the [CLS] position's: not reused
-    cache = feature_cache.FeatureCache(split, cache_directory(config, workdir),
-                                       feature_cache.cache_name(split, identity), reads_tokens, example_shape,
-                                       kept.dtype)
+    # Each process keeps a copy of its own (processes sharing a folder would write one file at once).
+    names = [feature_cache.cache_name(split, {**identity, "process": f"{k} of {jax.process_count()}"})
+             for k in range(jax.process_count())]
+    own = names.pop(jax.process_index())
+    cache = feature_cache.FeatureCache(split, cache_directory(config, workdir), own, reads_tokens, example_shape,
+                                       kept.dtype, copies=tuple(names))
     in_shardings = (encoder_shardings, {n: sharding.batch_sharding(mesh, first[n].ndim) for n in inputs})
     encode = jax.jit(apply, in_shardings=in_shardings, out_shardings=NamedSharding(mesh, PartitionSpec()),
                      compiler_options=compilation_cache.compiler_options())
@@ -799,7 +801,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
         shutil.rmtree(cache_directory(config, workdir), ignore_errors=True)
         loop.console(f"removed the cached features from {cache_directory(config, workdir)} (a temporary folder)")
     elif caches:  # (gigabytes at scale: said, as a folder the user may want back)
-        own = sum(cache.nbytes for cache in caches.values())
+        own = sum(cache.stored_bytes() for cache in caches.values())  # (the other processes' copies too)
         others = feature_cache.stored_bytes(cache_directory(config, workdir)) - own
         more = f", and {feature_cache.readable_size(others)} of other cache files" if others > 0 else ""
         loop.console(f"the frozen encoder's cached features stay in {cache_directory(config, workdir)} "

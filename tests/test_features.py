@@ -647,6 +647,77 @@ def test_two_runs_computing_one_feature_cache_take_turns(tmp_path, caplog):
                                               r"in .*train-y.bin; run the same command again to go on", stopped[0])
 
 
+class _ThreadedRun:
+    """Two threads as one run's processes: `fewest` is their collective (a minimum)."""
+
+    def __init__(self):
+        import threading
+
+        self.barrier, self.counts = threading.Barrier(2, timeout=20), [0, 0]
+
+    def fewest(self, process: int, count: int) -> int:
+        self.counts[process] = count
+        self.barrier.wait()
+        smallest = min(self.counts)
+        self.barrier.wait()  # both read before either writes its next count
+        return smallest
+
+
+def test_a_process_whose_copy_is_finished_writes_nothing_while_another_computes(tmp_path):
+    """Host 0's cache finished, host 1's missing (a disk replaced): every process started again
+    from batch 0 and host 0 zeroed its finished file, which another run reading it then read as
+    zeros; in a folder it could not write (a shared read-only one), the run failed (a
+    walkthrough). Host 0 now runs the encoder with host 1 and leaves its file as it was."""
+    import threading
+
+    from bertjax.tasks import feature_cache
+    from bertjax.tasks.common import Split
+
+    ids = np.arange(1, 1 + 12 * 4, dtype=np.int32).reshape(12, 4)
+    split = Split("train", {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": np.ones_like(ids)},
+                  np.full(12, 4, np.int32))
+    folders = [tmp_path / "host0", tmp_path / "host1"]
+    folders[0].mkdir()
+    encode = lambda batch: batch["input_ids"][..., None].astype(np.float32)  # noqa: E731
+    finished = feature_cache.FeatureCache(split, str(folders[0]), "train-x", False, (4, 1), np.float32)
+    finished.compute(encode, 4, [4])
+    before, files = os.stat(finished.path), sorted(os.listdir(folders[0]))
+    reader = np.memmap(finished.path, np.float32, "r", shape=finished.shape)  # another run's, reading it
+    run, results, encoded = _ThreadedRun(), {}, [0, 0]
+
+    def process(index):
+        def counted(batch):
+            encoded[index] += 1
+            return encode(batch)
+
+        cache = feature_cache.FeatureCache(split, str(folders[index]), "train-x", False, (4, 1), np.float32)
+        results[index] = cache.compute(counted, 4, [4], fewest=lambda count: run.fewest(index, count))
+        results[index, "values"] = np.array(cache.values)
+
+    threads = [threading.Thread(target=process, args=(index,), daemon=True) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert encoded == [3, 3]  # together: on hosts, each batch is one computation over both
+    assert results[0] == (f"reusing the cached features in {finished.path} (0.2 KiB); another process of this run "
+                          "computed its copy")
+    assert results[1].startswith("cached the frozen encoder's features in")
+    after = os.stat(finished.path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sorted(os.listdir(folders[0])) == files  # not even a lock: the folder may be read-only
+    np.testing.assert_array_equal(reader[..., 0], ids)
+    for index in (0, 1):
+        np.testing.assert_array_equal(results[index, "values"][..., 0], ids)
+    # In a folder the processes share, this run's bytes are every copy's: the end's line counted
+    # the other processes' copies as "other cache files", for a user to delete (a walkthrough).
+    (folders[1] / "train-x.bin").rename(folders[0] / "train-x1.bin")
+    shared = feature_cache.FeatureCache(split, str(folders[0]), "train-x", False, (4, 1), np.float32,
+                                        copies=("train-x1",))
+    assert shared.stored_bytes() == 2 * shared.nbytes == feature_cache.stored_bytes(str(folders[0]))
+
+
 def test_two_multi_process_runs_computing_one_feature_cache_do_not_wait_for_each_other(tmp_path):
     """Each process of a run locks its own cache file, then meets the others in a collective
     (where to start). Two 2-process runs started together on one feature_cache_dir: run A's
@@ -662,20 +733,7 @@ def test_two_multi_process_runs_computing_one_feature_cache_do_not_wait_for_each
     split = Split("train", {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": np.ones_like(ids)},
                   np.full(12, 4, np.int32))
 
-    class Run:
-        """Two threads as one run's processes: `fewest` is their collective (a minimum)."""
-
-        def __init__(self):
-            self.barrier, self.counts = threading.Barrier(2, timeout=20), [0, 0]
-
-        def fewest(self, process: int, count: int) -> int:
-            self.counts[process] = count
-            self.barrier.wait()
-            smallest = min(self.counts)
-            self.barrier.wait()  # both read before either writes its next count
-            return smallest
-
-    runs, results = {"A": Run(), "B": Run()}, {}
+    runs, results = {"A": _ThreadedRun(), "B": _ThreadedRun()}, {}
 
     def process(run: str, index: int, delay: float):
         cache = feature_cache.FeatureCache(split, str(tmp_path), f"train-process{index}", False, (4, 1), np.float32)

@@ -92,11 +92,13 @@ class FeatureCache:
 
     reads_tokens: kept per token (offsets from split.lengths) or per example.
     example_shape: one example's kept shape without the token axis: tail, or (C, *tail).
+    copies: the names of the same run's other processes' copies (each process keeps its own).
     """
 
     def __init__(self, split: Split, directory: str, name: str, reads_tokens: bool,
-                 example_shape: tuple[int, ...], dtype: Any):
+                 example_shape: tuple[int, ...], dtype: Any, copies: tuple[str, ...] = ()):
         self.split, self.reads_tokens = split, reads_tokens
+        self.copy_paths = [os.path.join(directory, copy + ".bin") for copy in copies]
         self.example_shape, self.dtype = tuple(example_shape), np.dtype(dtype)
         self.path = os.path.join(directory, name + ".bin")
         self.lock_name = name + ".bin.lock"  # (held while it computes: `compute`)
@@ -107,6 +109,14 @@ class FeatureCache:
         self.shape = (rows, *self.example_shape)
         self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
         self.values: np.memmap | None = None
+
+    def stored_bytes(self) -> int:
+        """The bytes of this cache and of its other processes' copies in its folder (a shared one)."""
+        total = 0
+        for path in [self.path, *self.copy_paths]:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.path.getsize(path)
+        return total
 
     def batches_done(self, batch_size: int, buckets: list[int]) -> int:
         """How many of `compute`'s batches of `batch_size` cut to `buckets` are done: all of them
@@ -159,20 +169,26 @@ class FeatureCache:
         config.train.feature_cache_dir) is waited for: its file is locked while it computes, so
         neither truncates the rows the other wrote. A run's processes lock their files together
         or not at all: one holding its lock while waiting in a collective for a process blocked
-        by another run (which holds that lock and waits for this run's) would wait for ever."""
+        by another run (which holds that lock and waits for this run's) would wait for ever.
+
+        A process whose own copy is finished while another's is not (a host's disk replaced, a
+        copy cut short) runs the encoder with the others and writes nothing: its file, which
+        other runs may be reading, is never rewritten, and may lie in a folder it cannot write."""
         directory = os.path.dirname(self.path)
         # A finished cache (every process's) is read without its lock: a folder that cannot be
         # written (shared, read-only) serves it.
-        if fewest(int(self._complete())):
+        complete = self._complete()
+        if fewest(int(complete)):
             self.values = np.memmap(self.path, self.dtype, "r", shape=self.shape)
             return f"reusing the cached features in {self.path} ({readable_size(self.nbytes)})"
         waited = False
         while True:
             with contextlib.ExitStack() as held:
+                locked = 1
                 try:
-                    held.enter_context(workdir_lock.hold(directory, lock_name=self.lock_name,
-                                                         named="config.train.feature_cache_dir="))
-                    locked = 1
+                    if not complete:
+                        held.enter_context(workdir_lock.hold(directory, lock_name=self.lock_name,
+                                                             named="config.train.feature_cache_dir="))
                 except workdir_lock.WorkdirBusyError as busy:
                     locked, holder = 0, busy.holder
                 except OSError as error:  # a read-only folder, no permission
@@ -180,10 +196,13 @@ class FeatureCache:
                                      f"there ({error.strerror or error}); give a folder that can be written or set "
                                      "config.train.cache_features=False") from None
                 if fewest(locked):
-                    return self._compute(encode, batch_size, buckets, progress, fewest, stop)
+                    return self._compute(encode, batch_size, buckets, progress, fewest, stop, write=not complete)
             if not waited:  # (a warning: a run that waits minutes says why)
-                log.warning("%s is being computed by %s: waiting for it", self.path,
-                            "another run" if locked else holder)
+                if locked:
+                    log.warning("another process of this run waits for another run computing its copy of %s: "
+                                "waiting with it", os.path.basename(self.path))
+                else:
+                    log.warning("%s is being computed by %s: waiting for it", self.path, holder)
                 waited = True
             signal_name = stop()  # (a wait as long as the other run's computation: Ctrl-C stops it)
             if signal_name:
@@ -191,23 +210,29 @@ class FeatureCache:
                                       f"features in {self.path}; run the same command again to go on")
             time.sleep(random.uniform(0.5, 2.0))  # random: two runs that let go together try again apart
 
-    def _compute(self, encode, batch_size, buckets, progress, fewest, stop) -> str:
+    def _compute(self, encode, batch_size, buckets, progress, fewest, stop, write: bool) -> str:
+        """`compute`'s batches from the fewest any process has done; write: whether this
+        process stores them (not when its own copy is finished: the others need its encoder)."""
         total = -(-len(self.split) // batch_size)
         self.batch_size, self.buckets = batch_size, list(buckets)
         start = fewest(self.batches_done(batch_size, buckets))
         if start < total:
-            if start == 0:
-                self._write_manifest(0)  # first: an earlier manifest does not describe the zeroed file
-            self._reserve(zeroed=start == 0)
-            values = np.memmap(self.path, self.dtype, "r+", shape=self.shape)
+            values = None
+            if write:
+                if start == 0:
+                    self._write_manifest(0)  # first: an earlier manifest does not describe the zeroed file
+                self._reserve(zeroed=start == 0)
+                values = np.memmap(self.path, self.dtype, "r+", shape=self.shape)
             saved = time.monotonic()
             for index, (batch, real) in enumerate(eval_batches(self.split, batch_size, buckets)):
                 if index < start:
                     continue
-                self._store(values, real, np.asarray(encode(batch)))
+                outputs = np.asarray(encode(batch))
+                if write:
+                    self._store(values, real, outputs)
                 # (a signal in a split's last batch is left for the next split's first, or the first step)
                 signal_name = stop() if index + 1 < total else None
-                if index + 1 == total or time.monotonic() - saved > _SAVE_SECONDS or signal_name:
+                if write and (index + 1 == total or time.monotonic() - saved > _SAVE_SECONDS or signal_name):
                     values.flush()
                     self._write_manifest(index + 1)
                     saved = time.monotonic()
@@ -220,8 +245,9 @@ class FeatureCache:
             del values
         self.values = np.memmap(self.path, self.dtype, "r", shape=self.shape)
         size = readable_size(self.nbytes)
-        if start >= total:
-            return f"reusing the cached features in {self.path} ({size})"
+        if start >= total or not write:
+            return f"reusing the cached features in {self.path} ({size})" + (
+                "" if write else "; another process of this run computed its copy")
         return f"cached the frozen encoder's features in {self.path} ({size})" + (
             f", resumed at batch {start} of {total}" if start else "")
 
