@@ -33,12 +33,8 @@ def step_flops(batch: int, length: int, features: int, units: int) -> float:
     return float(total)
 
 
-class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The docstring as written, and each flag's default."""
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_Help)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=48, help="tokens a row (CoNLL-2003 sentences: 40-60 pieces)")
     parser.add_argument("--features", type=int, default=1536, help="MiniLM's last four layers concatenated")

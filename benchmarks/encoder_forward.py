@@ -91,8 +91,7 @@ def torch_forward(path: str, precision: str):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="minilm,base")
     parser.add_argument("--lengths", default="128,512")
     parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"])

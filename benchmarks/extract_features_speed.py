@@ -120,8 +120,7 @@ def hf_seconds(path: str, inputs: list[str], batch_size: int, torch_python: str,
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="minilm,base")
     parser.add_argument("--examples", type=int, default=0, help="inputs per run (default: 256 MiniLM, 64 base)")
     parser.add_argument("--batch_size", type=int, default=32)

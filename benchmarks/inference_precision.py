@@ -196,12 +196,8 @@ def fine_tuned_reader(minilm, workdir):
     return os.path.join(workdir, "run")
 
 
-class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The docstring as written, and each flag's default."""
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_Help)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--classifier", default="", help="a fine-tuned classifier; '' = fine-tune MiniLM here")
     parser.add_argument("--tagger", default="", help="a fine-tuned tagger; '' = fine-tune MiniLM here")
     parser.add_argument("--reader", default="", help="a fine-tuned span-QA reader; '' = fine-tune MiniLM here")

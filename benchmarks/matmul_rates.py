@@ -85,8 +85,7 @@ def forward_seconds(results: dict[str, float], name: str, precision: str) -> flo
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--torch_python", default=sys.executable, help="a Python with torch, when this one has none")
     parser.add_argument("--side", default="", help=argparse.SUPPRESS)  # --side=torch: the subprocess

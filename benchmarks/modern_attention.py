@@ -176,8 +176,7 @@ def train_rows(lengths, repeats, remat_policy="none"):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", default="512,2048,8192")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--encoder", action="store_true", help="time the whole modernbert-base encoder instead")

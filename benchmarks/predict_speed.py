@@ -189,8 +189,7 @@ def _build_classifiers(names: list[str], directory: str) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="minilm,base")
     parser.add_argument("--examples", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=32)

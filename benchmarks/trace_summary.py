@@ -109,8 +109,7 @@ def summarize(path: str, steps: int, top: int) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("directory", help="the --profile_dir of launch/benchmark.py")
     parser.add_argument("--steps", type=int, default=3, help="steps in the trace (benchmark.py traces 3)")
     parser.add_argument("--top", type=int, default=25, help="ops to list")
