@@ -260,6 +260,9 @@ def test_fill_mask_needs_a_head_and_a_mask(minilm, small_pretrained_run):
     with pytest.raises(ValueError, match="input 2 has no \\[MASK\\] token") as e:
         model.fill_mask(["a [MASK] .", "no mask here"])
     assert "capitals" not in str(e.value)
+    with pytest.raises(ValueError, match="input 1 has no \\[MASK\\] token") as e:  # cut off, not in small letters
+        model.fill_mask(["a " * 40 + "[MASK] ."])
+    assert "capitals" not in str(e.value)
     # The word in small letters is text to the tokenizer, which matches the mask token as written.
     with pytest.raises(ValueError, match=r"input 1 has no \[MASK\] token .*: 'a \[mask\] \.' \(\[MASK\] is matched in "
                                          r"capitals: '\[mask\]' is text\)"):

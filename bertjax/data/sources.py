@@ -646,17 +646,24 @@ def tfds_builder(name: str, data_dir: str | None, key: str = "config.data.tfds_n
     try:
         return tfds.builder(name, data_dir=data_dir)
     except DatasetInfoFileError as error:  # a dataset read from its folder alone, whose record is gone
-        raise ValueError(f"TFDS dataset {name!r} in {data_dir or 'TFDS_DATA_DIR'} is incomplete ({error}), as a "
-                         "preparation stopped or a copy cut short leaves it: prepare it again") from None
+        folder = re.search(r"from (.*)/dataset_info\.json", str(error))
+        raise ValueError(f"TFDS dataset {name!r} is incomplete ({error}), as a preparation stopped or a copy cut "
+                         f"short leaves it: remove {folder.group(1) if folder else 'its folder'} and prepare it "
+                         "again") from None
     except tfds.core.registered.DatasetNotFoundError:  # its message lists every dataset TFDS has
         where = f", nor one prepared in {data_dir} under that name and version" if data_dir else ""
         raise ValueError(f"{key}={name!r} is not a TFDS dataset (names: https://www.tensorflow.org/datasets/catalog)"
                          f"{where}") from None
     except (AssertionError, ValueError) as error:  # a version or config it lacks
         why = str(error).split('": ', 1)[-1].strip().rstrip(":")  # (less TFDS's "Failed to construct ..." prefix)
+        why = " ".join(why.split())
         if "BuilderConfig" in why:
-            configs = [config.name for config in tfds.builder_cls(name.split("/")[0].split(":")[0]).BUILDER_CONFIGS]
-            why = f"{why.split('. Here are', 1)[0]}; its configs: {', '.join(configs)}"
+            why = why.split(". Here are", 1)[0]
+            try:
+                configs = [config.name for config in tfds.builder_cls(name.split("/")[0].split(":")[0]).BUILDER_CONFIGS]
+                why += f"; its configs: {', '.join(configs)}"
+            except Exception:  # noqa: BLE001 (a name of a community namespace: its configs are not listed)
+                pass
         raise ValueError(f"{key}={name!r}: {why}") from None
 
 
@@ -688,7 +695,7 @@ def prepared_tfds_builder(name: str, data_dir: str | None, check: Callable[[Any]
         folders.append(path)
         path = os.path.dirname(path)
     above, path = [], root
-    while os.path.dirname(path) != path:
+    while not fileio.is_remote(root) and os.path.dirname(path) != path:
         path = os.path.dirname(path)
         above.append(path)
     candidates = (*reversed(above), root, *reversed(folders), os.path.join(root, builder.name, ".config"),
@@ -724,16 +731,19 @@ def prepared_tfds_builder(name: str, data_dir: str | None, check: Callable[[Any]
         downloader.MAX_RETRIES = retries
 
 
-def read_tfds_split(builder, split: str, batch_size: int = 0) -> Iterator[Any]:
-    """The examples (batches of batch_size: numpy) of a prepared builder's split, in order; a
-    split it lacks, or a file missing or cut short under it, is a ValueError naming the dataset
-    and its folder (TFDS's and TensorFlow's own errors name neither, or come as tracebacks)."""
+def read_tfds_split(builder, split: str, batch_size: int = 0, feature: str = "") -> Iterator[Any]:
+    """The examples (batches of batch_size: numpy) of a prepared builder's split, in order (only
+    their `feature`, when one is named: the others are not decoded); a split it lacks, or a file
+    missing or cut short under it, is a ValueError naming the dataset and its folder (TFDS's
+    and TensorFlow's own errors name neither, or come as tracebacks)."""
     from bertjax.runtime import tf_cpu
 
     tfds, tf = tf_cpu.datasets(), tf_cpu.tf
     name = f"{builder.name}/{builder.builder_config.name}" if builder.builder_config else builder.name
     try:
         dataset = builder.as_dataset(split=split, shuffle_files=False)
+        if feature:
+            dataset = dataset.map(lambda example: example[feature])
     except ValueError as error:  # "Unknown split 'test'. Should be one of [...]"
         raise ValueError(f"TFDS dataset {name!r} in {builder.data_dir}: {error}") from None
     try:
@@ -773,10 +783,11 @@ def _damage(builder) -> str | None:
             if not os.path.exists(path):
                 return f"split {split_name!r} has no file {file}"
             sizes.append(os.path.getsize(path))
-        # A TFRecord file holds each example with 16 bytes of framing: its split's bytes are known.
-        expected = int(split.num_bytes) + 16 * int(split.num_examples)
-        if tfrecord and split.num_bytes and sum(sizes) < expected:
-            return f"the files of split {split_name!r} hold {sum(sizes):,} bytes of {expected:,}"
+        # The record's bytes: the examples' (TFDS's writer; TFRecord files add 16 bytes of framing
+        # to each), or the files' (other writers): files holding fewer were cut short.
+        if tfrecord and split.num_bytes and sum(sizes) < int(split.num_bytes):
+            return (f"the files of split {split_name!r} hold {sum(sizes):,} bytes, fewer than the "
+                    f"{int(split.num_bytes):,} its record counts")
     return None
 
 
@@ -843,9 +854,10 @@ def _tfds_units(data_config: Any) -> list[dict]:
             raise ValueError(f"TFDS dataset {name!r} has no feature {feature!r} (config.data.tfds_text_feature); "
                              f"it has {sorted(features)}" + (f", of which text: {texts}" if texts else ""))
         if feature not in texts:
+            kind = getattr(features[feature].tf_dtype, "name", "several features")
             raise ValueError(f"feature {feature!r} of TFDS dataset {name!r} (config.data.tfds_text_feature) is not "
-                             f"one text a document (it is {type(features[feature]).__name__} of "
-                             f"{features[feature].tf_dtype.name}); its text features: {texts or 'none'}")
+                             f"one text a document (it is {type(features[feature]).__name__} of {kind}); its text "
+                             f"features: {texts or 'none'}")
 
     builder = prepared_tfds_builder(name, data_dir, check)
     splits = builder.info.splits
@@ -873,8 +885,7 @@ def _tfds_units(data_config: Any) -> list[dict]:
 
 
 def _read_tfds(name: str, split: str, feature: str, data_dir: str | None, drops: DropCounter) -> Iterator[list[str]]:
-    examples = read_tfds_split(tfds_builder(name, data_dir), split)
-    for index, example in enumerate(example[feature] for example in examples):
+    for index, example in enumerate(read_tfds_split(tfds_builder(name, data_dir), split, feature=feature)):
         sentences = _sentences_of(example, feature, f"{name}[{split}]#{index}", drops)
         if sentences:
             yield sentences

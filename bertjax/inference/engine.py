@@ -51,7 +51,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from bertjax import sharding, tasks, tokenization
-from bertjax.inference import model_source
+from bertjax.inference import batch_predict, model_source
 from bertjax.models.config import BertConfig
 from bertjax.runtime import compilation_cache, fileio
 from bertjax.tasks import batching
@@ -60,7 +60,6 @@ from bertjax.tasks.family import Family, at_position, parse_checked
 from bertjax.tasks.raw_text import not_one_string
 
 PRECISIONS = ("float32", "bfloat16")
-PREDICTED_TOGETHER = 1024  # `iter_predict`'s inputs a call: bounds memory; sorting by length pads little
 
 
 def inference_buckets(max_seq_length: int) -> list[int]:
@@ -256,16 +255,17 @@ class Model:
         large input, `iter_predict`."""
         return list(self.iter_predict(inputs, chunk_size=None, **options))
 
-    def iter_predict(self, inputs: Iterable[Any], chunk_size: int | None = PREDICTED_TOGETHER,
+    def iter_predict(self, inputs: Iterable[Any], chunk_size: int | None = batch_predict.CHUNK_INPUTS,
                      **options) -> Iterator[dict[str, Any]]:
         """`predict`'s results one at a time, in input order, the inputs read and predicted
-        `chunk_size` at a time (None: all in one call): memory holds one chunk, so inputs of
-        any number (a generator over a file's lines) stream through. A bad input is a
-        ValueError naming its position, raised when its chunk is read (the results before that
-        chunk are out); span QA's ids (given, or made from the position) are unique over the
-        whole input, not a chunk. A model without a task, bad inputs or chunk_size are refused
-        at the call."""
-        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+        `chunk_size` at a time (None: all in one call): memory holds one chunk (and span QA's
+        ids), so inputs of any number (a generator over a file's lines) stream through. A bad
+        input is a ValueError naming its position, raised when its chunk is read (the results
+        before that chunk are out); span QA's ids (given, or made from the position) are unique
+        over the whole input, not a chunk. A model without a task, `inputs` that are no list
+        of inputs (one string, a table) and a bad chunk_size are refused at the call; unknown
+        options with the first chunk."""
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
                                        or chunk_size < 1):
             raise ValueError(f"chunk_size must be a positive int (or None: one call), got {chunk_size!r}")
         family, remaining = self.family, iter(not_one_string(inputs, "inputs"))
@@ -273,7 +273,7 @@ class Model:
         def results() -> Iterator[dict[str, Any]]:
             seen: dict = {}  # span QA's ids so far
             done = 0
-            while chunk := list(itertools.islice(remaining, chunk_size)):
+            while chunk := list(itertools.islice(remaining, None if chunk_size is None else int(chunk_size))):
                 positions = list(range(done + 1, done + len(chunk) + 1))
                 parsed = [at_position(position, lambda item: family.parse(item, self.task_info), item)
                           for position, item in zip(positions, chunk)]

@@ -10,8 +10,6 @@ from typing import Any, Callable
 # google-research/bert's extract_features.py input, "text_a ||| text_b": greedy, so the last separator splits.
 _PAIR = re.compile(r"(.*) \|\|\| (.*)", re.DOTALL)
 _FIRST_PAIR = re.compile(r"(.*?) \|\|\| (.*)", re.DOTALL)
-# ... and on the stripped line for features: a " ||| " at either end is text ("a |||" is one text).
-_ORIGINAL_PAIR = re.compile(r"(.*) \|\|\| (.*)", re.DOTALL)
 
 
 def split_pair(text: str, at_first: bool = False) -> tuple[str, str | None]:
@@ -33,7 +31,7 @@ def original_pair(text: str) -> tuple[str, str | None]:
     the stripped text, the last " ||| " splits, one at either end is text ("a |||" -> ("a |||",
     None)): the feature-based approach's rule, for files and Python alike."""
     text = text.strip()
-    pair = _ORIGINAL_PAIR.fullmatch(text)
+    pair = _PAIR.fullmatch(text)  # (on the stripped text: no space around a separator at an end)
     return (text, None) if pair is None else pair.groups()
 
 
@@ -75,7 +73,8 @@ def not_one_string(texts: Any, what: str = "texts") -> Any:
 def mask_case_hint(text: str) -> str:
     """For a text without [MASK]: a note when it holds the word in other letters ("[mask]"),
     which the tokenizer reads as text (the mask token is matched as written), else ""."""
-    return " ([MASK] is matched in capitals: '[mask]' is text)" if "[mask]" in text.lower() else ""
+    lower = any(word != "[MASK]" for word in re.findall(r"\[mask\]", text, re.IGNORECASE))
+    return " ([MASK] is matched in capitals: '[mask]' is text)" if lower else ""
 
 
 def has_text(text: str) -> bool:
