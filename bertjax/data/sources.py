@@ -634,10 +634,12 @@ def _read_parquet(path: str, first: int, stop: int, text_key: str, drops: DropCo
 
 # -- TFDS. --
 
-def tfds_builder(name: str, data_dir: str | None, key: str = "config.data.tfds_name"):
+def tfds_builder(name: str, data_dir: str | None, key: str = ""):
     """TFDS's builder of `name` ("dataset/config:version"; a dataset prepared in `data_dir`
     from code not in TFDS is found there), prepared or not; a name TFDS cannot build is a
-    ValueError naming `key` and what TFDS has instead (its configs, its versions)."""
+    ValueError naming `key` (the setting that gave the name, if one did) and what TFDS has
+    instead (its configs, its versions)."""
+    named = f"{key}={name!r}" if key else f"TFDS dataset {name!r}"
     from bertjax.runtime import tf_cpu
 
     tfds = tf_cpu.datasets()
@@ -652,7 +654,7 @@ def tfds_builder(name: str, data_dir: str | None, key: str = "config.data.tfds_n
                          "again") from None
     except tfds.core.registered.DatasetNotFoundError:  # its message lists every dataset TFDS has
         where = f", nor one prepared in {data_dir} under that name and version" if data_dir else ""
-        raise ValueError(f"{key}={name!r} is not a TFDS dataset (names: https://www.tensorflow.org/datasets/catalog)"
+        raise ValueError(f"{named} is not a TFDS dataset (names: https://www.tensorflow.org/datasets/catalog)"
                          f"{where}") from None
     except (AssertionError, ValueError) as error:  # a version or config it lacks
         why = str(error).split('": ', 1)[-1].strip().rstrip(":")  # (less TFDS's "Failed to construct ..." prefix)
@@ -664,15 +666,16 @@ def tfds_builder(name: str, data_dir: str | None, key: str = "config.data.tfds_n
                 why += f"; its configs: {', '.join(configs)}"
             except Exception:  # noqa: BLE001 (a name of a community namespace: its configs are not listed)
                 pass
-        raise ValueError(f"{key}={name!r}: {why}") from None
+        raise ValueError(f"{named}: {why}") from None
 
 
-def prepared_tfds_builder(name: str, data_dir: str | None, check: Callable[[Any], None] = lambda builder: None):
+def prepared_tfds_builder(name: str, data_dir: str | None, check: Callable[[Any], None] = lambda builder: None,
+                          key: str = ""):
     """The TFDS builder of `name`, prepared in `data_dir` (None: TFDS's default folder),
     downloaded and prepared there first when it is not; check(builder) runs first, on what
     TFDS knows of the dataset before its download (its features), so that a wrong setting
-    does not wait for one. A prepared folder missing a file or with one cut short is a
-    ValueError saying to prepare it again (`_damage`).
+    does not wait for one; key: `tfds_builder`'s. A prepared folder missing a file or with one
+    cut short is a ValueError saying to prepare it again (`_damage`).
 
     The download is tried once first: with no network (no connection is made: the host does
     not resolve, refuses, or the proxy cannot be reached) a ValueError names the dataset, the
@@ -681,7 +684,7 @@ def prepared_tfds_builder(name: str, data_dir: str | None, check: Callable[[Any]
     """
     from tensorflow_datasets.core.download import downloader
 
-    builder = tfds_builder(name, data_dir)
+    builder = tfds_builder(name, data_dir, key)
     check(builder)
     with _absl_errors_only():  # (TFDS warns of the dataset's folder it found not prepared: what is asked)
         prepared = builder.is_prepared()
@@ -859,7 +862,7 @@ def _tfds_units(data_config: Any) -> list[dict]:
                              f"one text a document (it is {type(features[feature]).__name__} of {kind}); its text "
                              f"features: {texts or 'none'}")
 
-    builder = prepared_tfds_builder(name, data_dir, check)
+    builder = prepared_tfds_builder(name, data_dir, check, key="config.data.tfds_name")
     splits = builder.info.splits
     named = (part.split("[")[0].strip() for part in split.split("+"))
     unknown = [part for part in named if part not in splits and part != "all"]  # "all": TFDS's every split

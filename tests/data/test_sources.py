@@ -281,7 +281,7 @@ def test_a_large_tfds_split_is_cut_into_slices_a_prepared_folder_can_hold(monkey
     features = tfds.features.FeaturesDict({"text": tfds.features.Text(), "title": tfds.features.Text()})
     sized = types.SimpleNamespace(version="1.0.0", info=types.SimpleNamespace(
         features=features, splits={"train": types.SimpleNamespace(num_examples=30)}))
-    monkeypatch.setattr(sources, "prepared_tfds_builder", lambda name, data_dir, check: (check(sized), sized)[1])
+    monkeypatch.setattr(sources, "prepared_tfds_builder", lambda name, data_dir, check, key: (check(sized), sized)[1])
     monkeypatch.setattr(sources, "TFDS_EXAMPLES_PER_UNIT", 7)
     units = sources.list_units(_config(source="tfds", tfds_name="imdb_reviews"))
     assert json.loads(json.dumps(units)) == units
