@@ -17,6 +17,7 @@ keeps case (--do_lower_case does not apply) and knows every byte, so no text is 
 """
 
 import itertools
+import logging
 import os
 import shlex
 import sys
@@ -40,7 +41,14 @@ _TEXT_KEY = flags.DEFINE_string("text_key", "text", "JSONL/Parquet: the column o
 _LIMIT_ALPHABET = flags.DEFINE_integer(
     "limit_alphabet", 1000, "WordPiece: the most characters kept as tokens of their own (the most frequent; others "
     "become [UNK]); 0 = every character seen. Raise it for a corpus of many scripts or CJK text.", lower_bound=0)
+_CHARACTER_COVERAGE = flags.DEFINE_float(
+    "character_coverage", 0.9995, "SentencePiece: the share of the corpus's characters its alphabet covers (the "
+    "rarest others become [UNK]); lower it (SentencePiece takes 0.98 at least) for a small vocabulary of a large "
+    "alphabet.", lower_bound=0.98, upper_bound=1.0)
 _SAMPLE_LINES = 2000  # sentences kept to report the [UNK] share of the trained vocabulary
+# Flags that only some kinds read: given for another, they would change nothing without a word.
+_KINDS_READING = {"do_lower_case": ("wordpiece", "sentencepiece"), "limit_alphabet": ("wordpiece",),
+                  "character_coverage": ("sentencepiece",)}
 flags.mark_flags_as_required(["input", "output_dir"])
 
 
@@ -81,7 +89,8 @@ def _train(kind: str, texts) -> str:
                                             do_lower_case=_DO_LOWER_CASE.value,
                                             limit_alphabet=_LIMIT_ALPHABET.value or None)
     return vocabularies.train_sentencepiece(texts, _VOCAB_SIZE.value, _OUTPUT_DIR.value,
-                                            do_lower_case=_DO_LOWER_CASE.value)
+                                            do_lower_case=_DO_LOWER_CASE.value,
+                                            character_coverage=_CHARACTER_COVERAGE.value)
 
 
 def main(_):
@@ -103,6 +112,10 @@ def train_tokenizer() -> None:
                          "tokenizer trainers write local files")
     paths = sources.expand_patterns(_INPUT.value, "--input")
     kind = _TOKENIZER_KIND[_KIND.value]
+    for name, readers in _KINDS_READING.items():
+        if flags.FLAGS[name].present and _KIND.value not in readers:
+            logging.warning("--%s is not read by --kind=%s (only by %s): it changes nothing", name, _KIND.value,
+                            " and ".join(readers))
     target = fileio.join(_OUTPUT_DIR.value, "tokenizer.json" if kind == "huggingface" else
                          tokenization.VOCABULARY_FILE[kind])
     if fileio.exists(target):  # checkpoints trained with it would no longer match
@@ -126,13 +139,22 @@ def train_tokenizer() -> None:
     except OSError as e:
         raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: cannot make the folder ({e.strerror or e})") from None
     sample = [first, *itertools.islice(lines, _SAMPLE_LINES - 1)]
+    before = set(fileio.listdir(_OUTPUT_DIR.value))
     try:
         path = _train(kind, itertools.chain(sample, lines))
-    except BaseException:  # (a refused size, a Ctrl-C): the folder made for it is not left empty
+        tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
+        if tokenizer.vocab_size <= len(tokenization.SPECIAL_TOKENS):
+            raise ValueError(f"--input={_INPUT.value}: the trainer kept no token of its text, only the special "
+                             f"tokens (its {len(paths)} file(s) hold characters BERT's clean-up drops, control "
+                             "characters, say); give text")
+    except BaseException:
+        # (a refused size, no token learnt, a Ctrl-C: SentencePiece's C++ trainer, which Python cannot
+        # stop, may have finished its files by then): nothing written is left as if it were a result.
+        for name in set(fileio.listdir(_OUTPUT_DIR.value)) - before:
+            os.remove(os.path.join(_OUTPUT_DIR.value, name))
         if made and not fileio.listdir(_OUTPUT_DIR.value):
             os.rmdir(_OUTPUT_DIR.value)
         raise
-    tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
     ids, _ = tokenizer.encode_flat(sample)
     unknown = float((ids == tokenizer.unk_id).mean()) if len(ids) else 0.0
     fewer = (f" (fewer than --vocab_size={_VOCAB_SIZE.value}: no more pieces occur twice)"
@@ -150,7 +172,8 @@ def train_tokenizer() -> None:
               f" (it {'lower-cases' if tokenizer.lower_cases() else 'keeps case'} by itself: "
               f"--{'no' if tokenizer.lower_cases() else ''}do_lower_case trains one that does not)"
               if kind == "sentencepiece" else "")
-    print(f"use it with --config.data.tokenizer={kind} --config.data.vocab_path={shlex.quote(path)}{casing}")
+    print(f"use it with --config.data.tokenizer={kind} --config.data.vocab_path={shlex.quote(os.path.abspath(path))}"
+          f"{casing}")
 
 
 if __name__ == "__main__":

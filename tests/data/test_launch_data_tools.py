@@ -77,6 +77,33 @@ def test_the_data_tools_name_the_launcher_of_a_fine_tuning_config(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_train_tokenizer_leaves_nothing_for_a_corpus_without_tokens_and_warns_of_flags_it_ignores(tmp_path):
+    """A corpus of control characters 'succeeded' with a vocabulary of the five special tokens;
+    --do_lower_case for a BPE was ignored without a word; SentencePiece's advice to lower
+    --character_coverage named a flag the launcher lacked (a walkthrough)."""
+    (tmp_path / "control.txt").write_bytes(b"\x01\x02\x03\n\x07\x08\n")
+    result = subprocess.run([sys.executable, "launch/train_tokenizer.py", f"--input={tmp_path}/control.txt",
+                             f"--output_dir={tmp_path}/vocab", "--vocab_size=1000"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and result.stderr.strip().endswith(
+        f"error: --input={tmp_path}/control.txt: the trainer kept no token of its text, only the special tokens (its "
+        "1 file(s) hold characters BERT's clean-up drops, control characters, say); give text"), result.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["control.txt"]  # neither the vocabulary nor the folder made for it
+    pattern = _corpus(tmp_path)
+    result = subprocess.run([sys.executable, "launch/train_tokenizer.py", "--kind=bpe", "--do_lower_case",
+                             f"--input={pattern}", f"--output_dir={tmp_path}/bpe", "--vocab_size=300"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and ("warning: --do_lower_case is not read by --kind=bpe (only by wordpiece and "
+                                       "sentencepiece): it changes nothing") in result.stderr, result.stderr[-2000:]
+    small = [sys.executable, "launch/train_tokenizer.py", "--kind=sentencepiece", f"--input={pattern}",
+             "--vocab_size=40"]
+    result = subprocess.run([*small, f"--output_dir={tmp_path}/spm"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2 and "with --character_coverage option" in result.stderr, result.stderr[-2000:]
+    _run(*small[1:], f"--output_dir={tmp_path}/spm", "--character_coverage=0.98")
+    assert tokenization.load_tokenizer("sentencepiece", str(tmp_path / "spm" / "spm.model")).vocab_size == 40
+
+
 def test_train_tokenizer_refuses_an_output_folder_it_cannot_make_before_training(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     result = subprocess.run([sys.executable, "launch/train_tokenizer.py", "--kind=wordpiece",
