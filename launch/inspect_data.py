@@ -169,7 +169,10 @@ def default_workdir(data_config) -> str:
         units = sources.list_units(data_config)
         settings.update(units=units, content=sources.content_samples(units))
     if data_config.vocab_path:
-        settings["vocabulary"] = fileio.content_hash(data_config.vocab_path)
+        try:
+            settings["vocabulary"] = fileio.content_hash(data_config.vocab_path)
+        except OSError as e:  # (not there, a folder)
+            raise ValueError(f"config.data.vocab_path={data_config.vocab_path}: {e.strerror or e}") from None
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return os.path.join(tempfile.gettempdir(), "bertjax_inspect", digest)
 

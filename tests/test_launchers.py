@@ -44,6 +44,9 @@ CASES = [
      "set config.init_checkpoint to that run's workdir"),  # a batch size given: still not from scratch
     ("inspect_data.py", [PRETRAIN, "--config.data.source=text", "--config.data.input_pattern={tmp}/text.txt"],
      "config.data.source='text' needs config.data.vocab_path"),
+    ("inspect_data.py", [PRETRAIN, "--config.data.source=text", "--config.data.input_pattern={tmp}/text.txt",
+                         "--config.data.vocab_path={tmp}/none/vocab.txt"],
+     "config.data.vocab_path={tmp}/none/vocab.txt: No such file or directory"),  # (was a bare errno line)
     ("pretrain.py", ["--config=configs/nothere.py"], "cannot load the config file"),
     ("pretrain.py", [PRETRAIN, "--config.data.masked_lm_prob=1.7"], "masked_lm_prob must be in (0, 1)"),
     ("pretrain.py", [PRETRAIN, "--config.data.source=txt"], "source must be one of demo, text, jsonl, parquet, tfds, "
