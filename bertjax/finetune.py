@@ -644,7 +644,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     caches[split.name], message = cached_features(
                         config, workdir, split, encoder_config, tasks.family_of_task(config.task).reads_tokens,
                         state.params["bert"], shardings.params["bert"], mesh, eval_batch_size, eval_buckets, weights,
-                        stop=loop.watcher.stop_now)
+                        stop=loop.watcher.stop_in_step)
                     loop.console(f"{split.name}: {message}")
             if trains:
                 example = {**example, **caches[task.train.name].gather(train_batches.examples(0),

@@ -168,3 +168,44 @@ def test_only_the_watcher_asks_jaxs_sync_point(tmp_path, monkeypatch):
     assert checkpointer.all_steps() == [4, 5]
     checkpointer.close()
     assert asked == []
+
+
+# Processes 0 and 1 ask `stop_in_step` at the same points (as the feature cache's batches do);
+# process 0 is sent SIGTERM after its fourth question.
+_STOP_IN_STEP = textwrap.dedent("""
+    import os
+    import signal
+    import sys
+    import time
+    from bertjax.runtime import distributed
+    assert distributed.initialize("auto", f"127.0.0.1:{sys.argv[1]}", 2, int(sys.argv[2]))
+    import jax
+    from jax.experimental import multihost_utils
+    from bertjax.runtime.preemption import PreemptionWatcher
+    watcher = PreemptionWatcher(0)
+    for batch in range(400):
+        name = watcher.stop_in_step()
+        if name:
+            print(f"stopped after {batch} batches by {name}, heeded {watcher.heeded}", flush=True)
+            break
+        if batch == 3 and jax.process_index() == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.02)
+    multihost_utils.sync_global_devices("done")
+    os._exit(0)
+""")
+
+
+def test_a_sigterm_stops_work_before_the_first_step_on_every_host_at_the_same_point():
+    """On several hosts a SIGTERM during the frozen encoder's caching was heeded only at the
+    first step, after every split was cached (a walkthrough: 63 to 122 s after the signal,
+    past a TPU VM's notice). JAX's coordination service learns of the notice; the hosts ask it
+    at the same points and agree, so all stop together, within a point or two of the signal."""
+    from small_runs import two_cpu_processes
+
+    results = two_cpu_processes(_STOP_IN_STEP, devices_each=1)
+    stops = []
+    for returncode, out, err in results:
+        assert returncode == 0, err[-3000:]
+        stops += re.findall(r"stopped after (\d+) batches by SIGTERM, heeded True", out)
+    assert len(stops) == 2 and stops[0] == stops[1] and 4 <= int(stops[0]) < 100, (stops, [r[1] for r in results])

@@ -20,7 +20,9 @@ last number any caller gave, so nothing else may ask (checkpointing.Checkpointer
 from asking with a saved step) and this class passes the training step; `report_start` tells JAX
 the step a run resumes from as soon as its workdir is held (trainer.hold_workdir), before the
 data are read, and again before its restore (trainer.initial_state), so a signal during
-start-up stops every host at its first step.
+start-up stops every host at its first step. Long work before the first step that the hosts
+do in step (the frozen encoder's caching) asks `stop_in_step` instead: the notice key JAX's
+service keeps, agreed by a collective.
 
 A step waits for its batch: `interruptible(batches, watcher)` produces them in a
 background thread and waits for each in short, interruptible waits, so a stalled input
@@ -39,6 +41,7 @@ import time
 from typing import Iterator
 
 import jax
+import numpy as np
 from jax.experimental import multihost_utils
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,22 @@ def report_start(step: int) -> None:
 
 
 _unheeded: str | None = None  # a signal a closed watcher received and its run finished without heeding
+# The key JAX's preemption sync manager sets in the coordination service when a host is sent
+# SIGTERM (its C++ handler, which a Python one would replace, tells Python nothing else).
+_NOTICE_KEY = "RECEIVED_PREEMPTION_NOTICE"
+
+
+def _notice_received() -> bool:
+    """Whether some host of this multi-process run was sent SIGTERM: JAX's notice key is set.
+    False where this JAX keeps no such key (its internals changed): the run then stops at its
+    first step, as `should_stop` decides."""
+    try:
+        from jax._src import distributed
+
+        distributed.global_state.client.key_value_try_get(_NOTICE_KEY)
+        return True
+    except Exception:  # noqa: BLE001 (NOT_FOUND: no notice; or no such client in this JAX)
+        return False
 
 
 def stopped_by(signal_name: str) -> str:
@@ -138,6 +157,21 @@ class PreemptionWatcher:
         (single process), marked heeded, else None; a multi-process run stops only at a step
         every host agrees on (`should_stop`), so None there."""
         if self.coordinated or not self.signalled:
+            return None
+        self.heeded = True
+        return self.signal_name
+
+    def stop_in_step(self) -> str | None:
+        """`stop_now` for work before the first step that every process does in step with the
+        others (the frozen encoder's caching: each calls this at the same points; a collective
+        on several processes), where a multi-process run can stop too: "SIGTERM" on every
+        process once any host's notice reached JAX's coordination service, marked heeded."""
+        if not self.coordinated:
+            return self.stop_now()
+        noticed = np.int64(_notice_received())
+        if jax.process_count() > 1:
+            noticed = np.max(multihost_utils.process_allgather(noticed))
+        if not noticed:
             return None
         self.heeded = True
         return self.signal_name
