@@ -226,11 +226,10 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     if bert.feature_based and bert.pooler == "mean" and not reads_tokens:
         identity["sentence"] = "token mean"  # caches from before kept the [CLS] position's: not reused
     # Each process keeps a copy of its own (processes sharing a folder would write one file at once).
-    names = [feature_cache.cache_name(split, {**identity, "process": f"{k} of {jax.process_count()}"})
-             for k in range(jax.process_count())]
-    own = names.pop(jax.process_index())
+    own = feature_cache.cache_name(split, {**identity, "process": f"{jax.process_index()} of {jax.process_count()}"})
+    copies = tuple(name for name in _names_over_processes(own) if name != own)
     cache = feature_cache.FeatureCache(split, cache_directory(config, workdir), own, reads_tokens, example_shape,
-                                       kept.dtype, copies=tuple(names))
+                                       kept.dtype, copies=copies)
     in_shardings = (encoder_shardings, {n: sharding.batch_sharding(mesh, first[n].ndim) for n in inputs})
     encode = jax.jit(apply, in_shardings=in_shardings, out_shardings=NamedSharding(mesh, PartitionSpec()),
                      compiler_options=compilation_cache.compiler_options())
@@ -246,6 +245,17 @@ def cached_features(config: ml_collections.ConfigDict, workdir: str, split: Spli
     finally:
         progress.close()
     return cache, message
+
+
+def _names_over_processes(name: str) -> list[str]:
+    """Every process's `name` (of one length on all: each calls this), gathered rather than each
+    hashing every process's split again."""
+    if jax.process_count() == 1:
+        return [name]
+    from jax.experimental import multihost_utils
+
+    rows = multihost_utils.process_allgather(np.frombuffer(name.encode(), np.uint8))
+    return [bytes(row).decode() for row in np.asarray(rows).reshape(jax.process_count(), -1)]
 
 
 def _fewest_over_processes(count: int) -> int:

@@ -171,8 +171,9 @@ def default_workdir(data_config) -> str:
     if data_config.vocab_path:
         try:
             settings["vocabulary"] = fileio.content_hash(data_config.vocab_path)
-        except OSError as e:  # (not there, a folder)
-            raise ValueError(f"config.data.vocab_path={data_config.vocab_path}: {e.strerror or e}") from None
+        except (OSError, *fileio.remote_errors()) as e:  # (not there, a folder)
+            why = getattr(e, "strerror", None) or getattr(e, "message", None) or e
+            raise ValueError(f"config.data.vocab_path={data_config.vocab_path}: {why}") from None
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     return os.path.join(tempfile.gettempdir(), "bertjax_inspect", digest)
 

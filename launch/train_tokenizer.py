@@ -16,6 +16,7 @@ huggingface for a bpe tokenizer.json) and `config.data.vocab_path` at the writte
 keeps case (--do_lower_case does not apply) and knows every byte, so no text is unknown.
 """
 
+import contextlib
 import itertools
 import logging
 import os
@@ -29,6 +30,7 @@ from absl import flags  # noqa: E402
 
 _KIND = flags.DEFINE_enum("kind", "wordpiece", ["wordpiece", "sentencepiece", "bpe"], "Vocabulary kind.")
 _TOKENIZER_KIND = {"wordpiece": "wordpiece", "sentencepiece": "sentencepiece", "bpe": "huggingface"}
+_WRITES = {"wordpiece": ("vocab.txt",), "sentencepiece": ("spm.model", "spm.vocab"), "huggingface": ("tokenizer.json",)}
 _INPUT = flags.DEFINE_string("input", None, "Comma-separated globs of text, JSONL or Parquet files (--source).")
 _VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size, special tokens included.",
                                    lower_bound=6)  # the 5 special tokens and one more: checked before the corpus
@@ -139,7 +141,8 @@ def train_tokenizer() -> None:
     except OSError as e:
         raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: cannot make the folder ({e.strerror or e})") from None
     sample = [first, *itertools.islice(lines, _SAMPLE_LINES - 1)]
-    before = set(fileio.listdir(_OUTPUT_DIR.value))
+    # What the trainer of this kind writes (not another program's files in the same folder).
+    written = [name for name in _WRITES[kind] if not fileio.exists(fileio.join(_OUTPUT_DIR.value, name))]
     try:
         path = _train(kind, itertools.chain(sample, lines))
         tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
@@ -150,8 +153,9 @@ def train_tokenizer() -> None:
     except BaseException:
         # (a refused size, no token learnt, a Ctrl-C: SentencePiece's C++ trainer, which Python cannot
         # stop, may have finished its files by then): nothing written is left as if it were a result.
-        for name in set(fileio.listdir(_OUTPUT_DIR.value)) - before:
-            os.remove(os.path.join(_OUTPUT_DIR.value, name))
+        for name in written:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(_OUTPUT_DIR.value, name))
         if made and not fileio.listdir(_OUTPUT_DIR.value):
             os.rmdir(_OUTPUT_DIR.value)
         raise

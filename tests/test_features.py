@@ -718,6 +718,64 @@ def test_a_process_whose_copy_is_finished_writes_nothing_while_another_computes(
     assert shared.stored_bytes() == 2 * shared.nbytes == feature_cache.stored_bytes(str(folders[0]))
 
 
+@pytest.mark.parametrize("failing", ["lock", "disk"])
+def test_a_process_that_cannot_store_its_cache_stops_the_others_with_it(tmp_path, monkeypatch, failing):
+    """One host's folder cannot be written, or its disk has no room: it raised alone and the
+    other processes waited in the next collective until JAX's heartbeat gave up, with no word of
+    why (a review). Every process now stops, the failing one with its own reason."""
+    import contextlib
+    import threading
+
+    from bertjax.runtime import workdir_lock
+    from bertjax.tasks import feature_cache
+    from bertjax.tasks.common import Split
+
+    ids = np.arange(1, 1 + 12 * 4, dtype=np.int32).reshape(12, 4)
+    split = Split("train", {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": np.ones_like(ids)},
+                  np.full(12, 4, np.int32))
+    folders = [tmp_path / "host0", tmp_path / "host1"]
+    hold, reserve = workdir_lock.hold, feature_cache.FeatureCache._reserve
+
+    def lock(directory, **kwargs):
+        if failing == "lock" and directory == str(folders[1]):
+            raise PermissionError(13, "Permission denied")
+        return hold(directory, **kwargs)
+
+    def room(self, zeroed):
+        if failing == "disk" and self.path.startswith(str(folders[1])):
+            raise ValueError("the disk has no room")
+        return reserve(self, zeroed)
+
+    monkeypatch.setattr(workdir_lock, "hold", lock)
+    monkeypatch.setattr(feature_cache.FeatureCache, "_reserve", room)
+    run, errors = _ThreadedRun(), {}
+
+    def process(index):
+        cache = feature_cache.FeatureCache(split, str(folders[index]), "train-x", False, (4, 1), np.float32)
+        with contextlib.suppress(ValueError):
+            try:
+                cache.compute(lambda batch: batch["input_ids"][..., None].astype(np.float32), 4, [4],
+                              fewest=lambda count: run.fewest(index, count))
+            except ValueError as error:
+                errors[index] = str(error)
+                raise
+
+    for folder in folders:
+        folder.mkdir()
+    threads = [threading.Thread(target=process, args=(index,), daemon=True) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors[0] == ("another process of this run could not store its cached features (its log says why): "
+                         "this one stops with it")
+    assert errors[1] == ("the disk has no room" if failing == "disk" else
+                         f"config.train.feature_cache_dir={folders[1]}: cannot write the cached features there "
+                         "(Permission denied); give a folder that can be written or set "
+                         "config.train.cache_features=False")
+
+
 def test_two_multi_process_runs_computing_one_feature_cache_do_not_wait_for_each_other(tmp_path):
     """Each process of a run locks its own cache file, then meets the others in a collective
     (where to start). Two 2-process runs started together on one feature_cache_dir: run A's

@@ -184,7 +184,7 @@ class FeatureCache:
         waited = False
         while True:
             with contextlib.ExitStack() as held:
-                locked = 1
+                locked, failure = 1, None  # (said to the others before raising: they would wait for ever)
                 try:
                     if not complete:
                         held.enter_context(workdir_lock.hold(directory, lock_name=self.lock_name,
@@ -192,10 +192,14 @@ class FeatureCache:
                 except workdir_lock.WorkdirBusyError as busy:
                     locked, holder = 0, busy.holder
                 except OSError as error:  # a read-only folder, no permission
-                    raise ValueError(f"config.train.feature_cache_dir={directory}: cannot write the cached features "
-                                     f"there ({error.strerror or error}); give a folder that can be written or set "
-                                     "config.train.cache_features=False") from None
-                if fewest(locked):
+                    locked, failure = -1, ValueError(
+                        f"config.train.feature_cache_dir={directory}: cannot write the cached features there "
+                        f"({error.strerror or error}); give a folder that can be written or set "
+                        "config.train.cache_features=False")
+                agreed = fewest(locked)
+                if agreed < 0:
+                    raise failure or _another_process_failed()
+                if agreed:
                     return self._compute(encode, batch_size, buckets, progress, fewest, stop, write=not complete)
             if not waited:  # (a warning: a run that waits minutes says why)
                 if locked:
@@ -217,12 +221,17 @@ class FeatureCache:
         self.batch_size, self.buckets = batch_size, list(buckets)
         start = fewest(self.batches_done(batch_size, buckets))
         if start < total:
-            values = None
+            values, failure = None, None
             if write:
-                if start == 0:
-                    self._write_manifest(0)  # first: an earlier manifest does not describe the zeroed file
-                self._reserve(zeroed=start == 0)
-                values = np.memmap(self.path, self.dtype, "r+", shape=self.shape)
+                try:
+                    if start == 0:
+                        self._write_manifest(0)  # first: an earlier manifest does not describe the zeroed file
+                    self._reserve(zeroed=start == 0)
+                    values = np.memmap(self.path, self.dtype, "r+", shape=self.shape)
+                except (OSError, ValueError) as error:  # (a full disk: said to the others, who would wait)
+                    failure = error
+            if not fewest(0 if failure else 1):
+                raise failure or _another_process_failed()
             saved = time.monotonic()
             for index, (batch, real) in enumerate(eval_batches(self.split, batch_size, buckets)):
                 if index < start:
@@ -334,6 +343,11 @@ class FeatureCache:
         """`train_batches.batches(start_batch)` with each batch's kept features added."""
         for index, batch in enumerate(batches, start=start_batch):
             yield {**batch, **self.gather(train_batches.examples(index), batch["input_ids"].shape[-1])}
+
+
+def _another_process_failed() -> ValueError:
+    return ValueError("another process of this run could not store its cached features (its log says why): this "
+                      "one stops with it")
 
 
 def model_inputs(batch: dict[str, Any], feature_based: bool) -> dict[str, Any]:
