@@ -647,6 +647,18 @@ def test_two_runs_computing_one_feature_cache_take_turns(tmp_path, caplog):
                                               r"in .*train-y.bin; run the same command again to go on", stopped[0])
 
 
+def _as_two_processes(process) -> None:
+    """process(0) and process(1) in threads, as one run's two processes; both must end."""
+    import threading
+
+    threads = [threading.Thread(target=process, args=(index,), daemon=True) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+
+
 class _ThreadedRun:
     """Two threads as one run's processes: `fewest` is their collective (a minimum)."""
 
@@ -668,8 +680,6 @@ def test_a_process_whose_copy_is_finished_writes_nothing_while_another_computes(
     from batch 0 and host 0 zeroed its finished file, which another run reading it then read as
     zeros; in a folder it could not write (a shared read-only one), the run failed (a
     walkthrough). Host 0 now runs the encoder with host 1 and leaves its file as it was."""
-    import threading
-
     from bertjax.tasks import feature_cache
     from bertjax.tasks.common import Split
 
@@ -694,12 +704,7 @@ def test_a_process_whose_copy_is_finished_writes_nothing_while_another_computes(
         results[index] = cache.compute(counted, 4, [4], fewest=lambda count: run.fewest(index, count))
         results[index, "values"] = np.array(cache.values)
 
-    threads = [threading.Thread(target=process, args=(index,), daemon=True) for index in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads)
+    _as_two_processes(process)
     assert encoded == [3, 3]  # together: on hosts, each batch is one computation over both
     assert results[0] == (f"reusing the cached features in {finished.path} (0.2 KiB); another process of this run "
                           "computed its copy")
@@ -724,7 +729,6 @@ def test_a_process_that_cannot_store_its_cache_stops_the_others_with_it(tmp_path
     other processes waited in the next collective until JAX's heartbeat gave up, with no word of
     why (a review). Every process now stops, the failing one with its own reason."""
     import contextlib
-    import threading
 
     from bertjax.runtime import workdir_lock
     from bertjax.tasks import feature_cache
@@ -762,12 +766,7 @@ def test_a_process_that_cannot_store_its_cache_stops_the_others_with_it(tmp_path
 
     for folder in folders:
         folder.mkdir()
-    threads = [threading.Thread(target=process, args=(index,), daemon=True) for index in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads)
+    _as_two_processes(process)
     assert errors[0] == ("another process of this run could not store its cached features (its log says why): "
                          "this one stops with it")
     assert errors[1] == ("the disk has no room" if failing == "disk" else
