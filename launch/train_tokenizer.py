@@ -95,6 +95,16 @@ def _train(kind: str, texts) -> str:
                                             character_coverage=_CHARACTER_COVERAGE.value)
 
 
+def _folders_to_make(folder: str) -> list[str]:
+    """The folders of the local path `folder` that do not exist yet, innermost first."""
+    missing = []
+    folder = os.path.abspath(folder)
+    while not os.path.exists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
 def main(_):
     # The library's messages name the config.data settings these flags stand for.
     with cli.settings_as_flags({"config.data.text_key": "--text_key", "config.data.source": "--source",
@@ -112,6 +122,7 @@ def train_tokenizer() -> None:
     if fileio.is_remote(_OUTPUT_DIR.value):  # the trainers write local files
         raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: give a local folder, then copy it (gsutil cp -r); the "
                          "tokenizer trainers write local files")
+    fileio.check_can_make(_OUTPUT_DIR.value, "--output_dir")  # before the reading and training
     paths = sources.expand_patterns(_INPUT.value, "--input")
     kind = _TOKENIZER_KIND[_KIND.value]
     for name, readers in _KINDS_READING.items():
@@ -135,7 +146,7 @@ def train_tokenizer() -> None:
     if first is None:
         raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} {data_config.source} file(s)"
                          + (f" (dropped: {dict(drops.counts)})" if drops.counts else ""))
-    made = not fileio.exists(_OUTPUT_DIR.value)
+    made = _folders_to_make(_OUTPUT_DIR.value)
     try:  # before training, which can take a while: a folder that cannot be made fails now
         fileio.makedirs(_OUTPUT_DIR.value)
     except OSError as e:
@@ -156,8 +167,10 @@ def train_tokenizer() -> None:
         for name in written:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(_OUTPUT_DIR.value, name))
-        if made and not fileio.listdir(_OUTPUT_DIR.value):
-            os.rmdir(_OUTPUT_DIR.value)
+        for folder in made:  # innermost first: each only when left empty
+            if os.listdir(folder):
+                break
+            os.rmdir(folder)
         raise
     ids, _ = tokenizer.encode_flat(sample)
     unknown = float((ids == tokenizer.unk_id).mean()) if len(ids) else 0.0

@@ -80,15 +80,16 @@ def test_the_data_tools_name_the_launcher_of_a_fine_tuning_config(tmp_path):
 def test_train_tokenizer_leaves_nothing_for_a_corpus_without_tokens_and_warns_of_flags_it_ignores(tmp_path):
     """A corpus of control characters 'succeeded' with a vocabulary of the five special tokens;
     --do_lower_case for a BPE was ignored without a word; SentencePiece's advice to lower
-    --character_coverage named a flag the launcher lacked (a walkthrough)."""
+    --character_coverage named a flag the launcher lacked; the failure left the new parent
+    folders of a nested --output_dir behind (walkthroughs)."""
     (tmp_path / "control.txt").write_bytes(b"\x01\x02\x03\n\x07\x08\n")
     result = subprocess.run([sys.executable, "launch/train_tokenizer.py", f"--input={tmp_path}/control.txt",
-                             f"--output_dir={tmp_path}/vocab", "--vocab_size=1000"], cwd=ROOT, capture_output=True,
+                             f"--output_dir={tmp_path}/new/nested/vocab", "--vocab_size=1000"], cwd=ROOT, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 2 and result.stderr.strip().endswith(
         f"error: --input={tmp_path}/control.txt: the trainer kept no token of its text, only the special tokens (its "
         "1 file(s) hold characters BERT's clean-up drops, control characters, say); give text"), result.stderr[-2000:]
-    assert sorted(os.listdir(tmp_path)) == ["control.txt"]  # neither the vocabulary nor the folder made for it
+    assert sorted(os.listdir(tmp_path)) == ["control.txt"]  # neither the vocabulary nor the folders made for it
     pattern = _corpus(tmp_path)
     result = subprocess.run([sys.executable, "launch/train_tokenizer.py", "--kind=bpe", "--do_lower_case",
                              f"--input={pattern}", f"--output_dir={tmp_path}/bpe", "--vocab_size=300"], cwd=ROOT,
@@ -105,12 +106,16 @@ def test_train_tokenizer_leaves_nothing_for_a_corpus_without_tokens_and_warns_of
 
 
 def test_train_tokenizer_refuses_an_output_folder_it_cannot_make_before_training(tmp_path):
+    """A file as --output_dir said only "File exists" (a walkthrough)."""
     (tmp_path / "file").write_text("not a folder")
-    result = subprocess.run([sys.executable, "launch/train_tokenizer.py", "--kind=wordpiece",
-                             f"--input={_corpus(tmp_path)}", "--vocab_size=300", f"--output_dir={tmp_path}/file/sub"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2 and result.stderr.strip() == (
-        f"error: --output_dir={tmp_path}/file/sub: cannot make the folder (Not a directory)"), result.stderr[-2000:]
+    pattern = _corpus(tmp_path)
+    for output_dir in (f"{tmp_path}/file", f"{tmp_path}/file/sub"):
+        result = subprocess.run([sys.executable, "launch/train_tokenizer.py", "--kind=wordpiece", f"--input={pattern}",
+                                 "--vocab_size=300", f"--output_dir={output_dir}"],
+                                cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2 and result.stderr.strip() == (
+            f"error: --output_dir={output_dir}: {tmp_path}/file is a file; give a folder"), result.stderr[-2000:]
+    assert (tmp_path / "file").read_text() == "not a folder"
 
 
 def test_train_tokenizer_reads_jsonl_rows_as_prepare_does(tmp_path):
