@@ -84,8 +84,8 @@ def test_train_tokenizer_leaves_nothing_for_a_corpus_without_tokens_and_warns_of
     folders of a nested --output_dir behind (walkthroughs)."""
     (tmp_path / "control.txt").write_bytes(b"\x01\x02\x03\n\x07\x08\n")
     result = subprocess.run([sys.executable, "launch/train_tokenizer.py", f"--input={tmp_path}/control.txt",
-                             f"--output_dir={tmp_path}/new/nested/vocab", "--vocab_size=1000"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300)
+                             f"--output_dir={tmp_path}/new/nested/vocab", "--vocab_size=1000"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and result.stderr.strip().endswith(
         f"error: --input={tmp_path}/control.txt: the trainer kept no token of its text, only the special tokens (its "
         "1 file(s) hold characters BERT's clean-up drops, control characters, say); give text"), result.stderr[-2000:]
