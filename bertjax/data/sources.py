@@ -643,10 +643,18 @@ def tfds_builder(name: str, data_dir: str | None, key: str = ""):
     from bertjax.runtime import tf_cpu
 
     tfds = tf_cpu.datasets()
+    from google.protobuf import json_format
     from tensorflow_datasets.core.dataset_info import DatasetInfoFileError
 
     try:
         return tfds.builder(name, data_dir=data_dir)
+    except json_format.ParseError as error:  # (its message names neither the dataset nor the file)
+        damaged = _unreadable_records(name, data_dir)
+        why = str(error).split('": ', 1)[-1].splitlines()[0].rstrip(".")  # (less TFDS's "Failed to construct")
+        raise ValueError(f"TFDS dataset {name!r}: {' and '.join(damaged) or 'its dataset_info.json'} is not the "
+                         f"record TFDS writes ({why}), as a copy cut short or an edit leaves it: remove "
+                         f"{' and '.join(os.path.dirname(path) for path in damaged) or 'its folder'} and prepare it "
+                         "again") from None
     except DatasetInfoFileError as error:  # a dataset read from its folder alone, whose record is gone
         folder = re.search(r"from (.*)/dataset_info\.json", str(error))
         raise ValueError(f"TFDS dataset {name!r} is incomplete ({error}), as a preparation stopped or a copy cut "
@@ -667,6 +675,26 @@ def tfds_builder(name: str, data_dir: str | None, key: str = ""):
             except Exception:  # noqa: BLE001 (a name of a community namespace: its configs are not listed)
                 pass
         raise ValueError(f"{named}: {why}") from None
+
+
+def _unreadable_records(name: str, data_dir: str | None) -> list[str]:
+    """The dataset_info.json files of dataset `name` (in `data_dir`, or TFDS's default folders)
+    that TFDS cannot read."""
+    from google.protobuf import json_format
+    from tensorflow_datasets.core.proto import dataset_info_pb2
+    from tensorflow_datasets.core.utils import file_utils
+
+    dataset = name.split("/")[0].split(":")[0]
+    found = []
+    for root in file_utils.list_data_dirs(given_data_dir=data_dir):
+        # (dataset/version/ or dataset/config/version/)
+        for path in [*fileio.glob(fileio.join(str(root), dataset, "*", "dataset_info.json")),
+                     *fileio.glob(fileio.join(str(root), dataset, "*", "*", "dataset_info.json"))]:
+            try:
+                json_format.Parse(fileio.read_bytes(path), dataset_info_pb2.DatasetInfo())
+            except (json_format.ParseError, ValueError):  # (not JSON, not UTF-8, or not the record's fields)
+                found.append(path)
+    return sorted(found)
 
 
 def prepared_tfds_builder(name: str, data_dir: str | None, check: Callable[[Any], None] = lambda builder: None,

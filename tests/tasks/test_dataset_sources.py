@@ -230,7 +230,8 @@ def _pretraining_data(folder, **settings):
 def test_a_prepared_folder_missing_a_file_or_cut_short_is_named_at_start_up(prepared_corpus, tmp_path):
     """A half-prepared or half-copied folder ended in a traceback (KeyError: splits is empty;
     NotFoundError or DataLossError from the first read, after the model was built): its
-    damage is named at start-up with what to do (a walkthrough)."""
+    damage is named at start-up with what to do (a walkthrough); so is a dataset_info.json cut
+    short, TFDS's own dataset or not (protobuf's ParseError named neither the file nor the dataset)."""
     folder, version = _copy(prepared_corpus, tmp_path)
     units = sources.list_units(_pretraining_data(folder))
     assert [unit["tfds_split"] for unit in units] == ["train"]
@@ -256,6 +257,19 @@ def test_a_prepared_folder_missing_a_file_or_cut_short_is_named_at_start_up(prep
     (version / train_file).write_bytes(whole)
     with pytest.raises(ValueError, match=rf"^TFDS dataset 'tiny_text_corpus' in {version}: Unknown split 'test'"):
         list(sources.read_tfds_split(builder, "test"))
+    record = (version / "dataset_info.json").read_text()
+    (version / "dataset_info.json").write_text(record[:len(record) // 2])
+    damaged = (r"^TFDS dataset '{}': {}/dataset_info.json is not the record TFDS writes \(Failed to load JSON: "
+               r"Unterminated string [^()]* \(char \d+\)\), as a copy cut short or an edit leaves it: remove {} and "
+               r"prepare it again$")
+    with pytest.raises(ValueError, match=damaged.format("tiny_text_corpus", version, version)):
+        sources.list_units(_pretraining_data(folder))
+    registered = sources.tfds_builder("glue/cola", str(tmp_path / "other"))
+    os.makedirs(registered.data_dir)
+    with open(os.path.join(registered.data_dir, "dataset_info.json"), "w") as f:
+        f.write(record[:len(record) // 2])
+    with pytest.raises(ValueError, match=damaged.format("glue/cola", registered.data_dir, registered.data_dir)):
+        sources.prepared_tfds_builder("glue/cola", str(tmp_path / "other"))
     (version / "dataset_info.json").unlink()
     with pytest.raises(ValueError, match=r"^TFDS dataset 'tiny_text_corpus' is incomplete \(Could not read dataset "
                                          r"info from .*dataset_info.json\), .*: remove "
