@@ -1071,22 +1071,23 @@ def test_bad_feature_layers_are_shown_an_example_of_the_models_own():
 
 
 @pytest.mark.parametrize("model, message", [
-    (dict(feature_layers="-1,-6"), r"config.model.feature_layers\) must be distinct comma-separated indices in "
+    (dict(feature_layers="-1,-6"), r"config.model.feature_layers must be distinct comma-separated indices in "
                                    r"\[-5, 4\] of the embeddings and the 4 layers"),
-    (dict(feature_layers="-1,4", feature_combine="concat"), r"config.model.feature_layers\) must be distinct"),
-    (dict(feature_layers="last"), r"config.model.feature_layers\) must be distinct"),
-    (dict(feature_layers="-1,-2"), r"names 2 layers but feature_combine='last' reads one: set config.model."
+    (dict(feature_layers="-1,4", feature_combine="concat"), r"config.model.feature_layers must be distinct"),
+    (dict(feature_layers="last"), r"config.model.feature_layers must be distinct"),
+    (dict(feature_layers="-1,-2"), r"config.model.feature_layers='-1,-2' names 2 layers but feature_combine='last' "
+                                   r"reads one: set config.model."
                                    r"feature_combine to 'concat' or 'weighted_sum'"),
-    (dict(feature_combine="sum"), r"BertConfig.feature_combine must be one of \('last', 'concat', 'weighted_sum'\)"),
-    (dict(tagging_head="lstm"), r"BertConfig.tagging_head must be one of \('linear', 'bilstm'\)"),
-    (dict(lstm_hidden_size=0), r"BertConfig.lstm_hidden_size must be a positive int"),
+    (dict(feature_combine="sum"), r"config.model.feature_combine must be one of \('last', 'concat', 'weighted_sum'\)"),
+    (dict(tagging_head="lstm"), r"config.model.tagging_head must be one of \('linear', 'bilstm'\)"),
+    (dict(lstm_hidden_size=0), r"config.model.lstm_hidden_size must be a positive int"),
 ])
 def test_bad_feature_options_name_the_key(model, message):
     from bertjax.models import BertConfig
     from bertjax.models import config as bert_config
 
     checkpoint = BertConfig.preset("mini", vocab_size=100)
-    with pytest.raises(ValueError, match=r"^config.model: .*" + message):
+    with pytest.raises(ValueError, match=r"^(config.model: .*)?" + message):
         bert_config.resolve(model, checkpoint=checkpoint)
 
 

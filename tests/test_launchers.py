@@ -67,7 +67,7 @@ CASES = [
                      "--config.data.vocab_path={tmp}/none.txt"], "config.data.vocab_path={tmp}/none.txt: "),
     ("finetune.py", [FINETUNE + ":demo", "--config.data.vocab_path={tmp}/none.txt"],
      "config.data.vocab_path={tmp}/none.txt: "),
-    ("pretrain.py", [PRETRAIN, "--config.model.hidden_act=swish"], "BertConfig.hidden_act must be one of"),
+    ("pretrain.py", [PRETRAIN, "--config.model.hidden_act=swish"], "error: config.model.hidden_act must be one of"),
     ("finetune.py", [FINETUNE + ":cola", "--config.init_checkpoint={tmp}"], "matches no known checkpoint layout"),
     ("finetune.py", [FINETUNE + ":classification", "--config.data.vocab_path={tmp}/vocab.txt"],
      "needs config.data.train_file"),

@@ -186,7 +186,7 @@ class BertConfig:
         self._check_choice("tagging_head", TAGGING_HEADS)
         layers = self.feature_layer_indices
         if self.feature_combine == "last" and len(layers) != 1:
-            raise ValueError(f"BertConfig.feature_layers (config.model.feature_layers) = {self.feature_layers!r} names "
+            raise ValueError(f"BertConfig.feature_layers={self.feature_layers!r} names "
                              f"{len(layers)} layers but feature_combine='last' reads one: set config.model."
                              "feature_combine to 'concat' or 'weighted_sum'")
 
@@ -195,7 +195,7 @@ class BertConfig:
         """`feature_layers` as distinct indices in [0, L] of the hidden states [L + 1, ...]."""
         count = self.num_hidden_layers + 1
         last_layers = ",".join(str(-k) for k in range(1, min(4, count - 1) + 1))  # (this model's own example)
-        expected = (f"BertConfig.feature_layers (config.model.feature_layers) must be distinct comma-separated "
+        expected = (f"BertConfig.feature_layers must be distinct comma-separated "
                     f"indices in [-{count}, {count - 1}] of the embeddings and the {count - 1} layers (e.g. "
                     f"{last_layers}), got {self.feature_layers!r}")
         try:
@@ -378,8 +378,9 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
         values["matmul_precision"] = "bfloat16" if bf16_matmul_units and not accelerator else "default"
     try:
         config = base.replace(**values)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{source}: {e}") from None
+    except (TypeError, ValueError) as e:  # named by the key the user sets, not the dataclass's field
+        message = str(e).replace("BertConfig.", f"{source}.")
+        raise ValueError(message if message.startswith(f"{source}.") else f"{source}: {message}") from None
     if values.get("attention_window") and config.global_attention_every == 1:  # (an import may say so: all global)
         raise ValueError(f"{source}.attention_window={config.attention_window} has no effect with "
                          f"global_attention_every=1 (every layer attends globally); set "
