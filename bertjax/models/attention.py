@@ -135,7 +135,7 @@ class BertSelfAttention(nn.Module):
         slower straight from [B, S, N, D] (benchmarks/README.md#heads-first-attention).
         From QUERY_BLOCK x 2 tokens on, without attention dropout, queries go in blocks of
         QUERY_BLOCK, one after another: each block's [B, N, block, S] scores stay in cache
-        where the whole [B, N, S, S] went through memory, 1.4x to 3x faster on a CPU
+        where the whole [B, N, S, S] went through memory, which is faster on a CPU
         (benchmarks/README.md#the-modern-encoders-attention)."""
         q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
         length = q.shape[2]
