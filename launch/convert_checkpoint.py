@@ -66,6 +66,10 @@ def main(_):
         raise ValueError(f"--vocab_file={_VOCAB.value}: no such file")
     if _VOCAB.value is not None and fileio.isdir(_VOCAB.value):
         raise ValueError(f"--vocab_file={_VOCAB.value} is a folder; give its vocab.txt or tokenizer.json")
+    if _VOCAB.value is not None and convert.vocabulary_kind(_VOCAB.value) == "sentencepiece":
+        raise ValueError(f"--vocab_file={_VOCAB.value} is a SentencePiece model; the layouts written here take a "
+                         "vocab.txt or a tokenizer.json (a bertjax run's own SentencePiece model is copied as "
+                         f"{convert.SENTENCEPIECE_FILE} with --vocab_file unset)")
     source = model_source.resolve(_INPUT.value)
     with cli.named_by_flag(f"--squad_version={_SQUAD_VERSION.value}"):
         source = model_source.with_task_version(source, _SQUAD_VERSION.value)
@@ -92,6 +96,9 @@ def main(_):
                             "tokenizer will give other ids than the model trained on, unless that was wrong",
                             _LOWER_CASE.value, _INPUT.value, trained)
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
+    wordpiece = vocab is not None and (kind == "wordpiece" or not tokenization.bert_wordpiece_differences(vocab))
+    if saved is None and do_lower_case is None and wordpiece:  # a folder recording its casing, not its vocabulary
+        do_lower_case = convert.recorded_casing(_INPUT.value)
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
         do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says
     judged = kind == "wordpiece" and vocab is not None and do_lower_case is None

@@ -229,6 +229,27 @@ def test_a_vocabulary_of_the_size_of_a_releases_but_other_tokens_is_refused(tmp_
     assert "casing not recorded; do_lower_case=True, judged from its vocabulary's tokens" in caplog.text
 
 
+def test_a_folder_recording_its_casing_but_no_vocabulary_keeps_that_casing(tmp_path, caplog):
+    """A folder whose tokenizer_config.json says do_lower_case=false, given its vocabulary
+    (vocab_path, --vocab_file), ran lower-casing, 'judged from its vocabulary's tokens' (a
+    walkthrough): the casing it records is the one used."""
+    from bertjax.inference import model_source
+
+    tokens = open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8").read().splitlines()
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    (tmp_path / "model").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(os.path.join(MINILM_DIR, name), tmp_path / "model" / name)
+    (tmp_path / "model" / "tokenizer_config.json").write_text('{"do_lower_case": false}')
+    source = model_source.resolve(str(tmp_path / "model"))
+    assert source.tokenizer_spec is None
+    with caplog.at_level("WARNING"):
+        tokenizer = source.load_tokenizer(str(tmp_path / "vocab.txt"))
+    assert tokenizer.do_lower_case is False and "casing not recorded" not in caplog.text
+    assert tokenizer.encode("The") != source.load_tokenizer(str(tmp_path / "vocab.txt"), do_lower_case=True).encode(
+        "The")
+
+
 def test_a_huggingface_directory_without_vocab_txt_reads_its_tokenizer_json(tmp_path):
     """transformers 5 saves tokenizer.json and no vocab.txt: its WordPiece vocabulary and casing
     are read from it, and whatever copies the vocabulary on writes a vocab.txt."""

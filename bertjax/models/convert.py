@@ -856,8 +856,25 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
             return {"kind": "sentencepiece", "path": fileio.join(directory, SENTENCEPIECE_FILE), "do_lower_case": False}
         else:
             return None
-    do_lower_case, refused = None, None
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")
+    refused = (_wordpiece_settings_problem(fileio.read_json(tokenizer_config), tokenizer_config)
+               if layout == "huggingface" and fileio.exists(tokenizer_config) else None)
+    spec = {"kind": "wordpiece", "path": vocab, "do_lower_case": recorded_casing(path)}
+    return {**spec, "refused": refused} if refused else spec
+
+
+def recorded_casing(path: str) -> bool | None:
+    """The WordPiece casing a Hugging Face or TF checkpoint's files record, with or without a
+    vocabulary beside them: tokenizer_config.json's do_lower_case (True where it is silent, as
+    transformers' BertTokenizer reads it), else tokenizer.json's BertNormalizer, else a bertjax TF
+    export's bert_config.json, else the release's name (`release_casing`); None where nothing
+    says it (a bertjax run's casing is its saved tokenizer's)."""
+    layout, directory = checkpoint_layout(path)
+    if layout == "bertjax":
+        return None
+    do_lower_case = None
+    tokenizer_config = fileio.join(directory, "tokenizer_config.json")
+    tokenizer_json = fileio.join(directory, "tokenizer.json")
     if layout == "huggingface" and fileio.exists(tokenizer_config):
         settings = fileio.read_json(tokenizer_config)
         do_lower_case = settings.get("do_lower_case")
@@ -865,7 +882,6 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
             # BertTokenizer's default, which transformers applies over a cased tokenizer.json too
             # (the generic fast class runs tokenizer.json as written: read below).
             do_lower_case = True
-        refused = _wordpiece_settings_problem(settings, tokenizer_config)
     if do_lower_case is None and layout == "huggingface" and fileio.exists(tokenizer_json):
         from bertjax import tokenization
 
@@ -874,5 +890,4 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
         do_lower_case = fileio.read_json(fileio.join(directory, "bert_config.json")).get(_TF_CASING)
     if do_lower_case is None:
         do_lower_case = release_casing(os.path.basename(os.path.normpath(directory)))
-    spec = {"kind": "wordpiece", "path": vocab, "do_lower_case": do_lower_case}
-    return {**spec, "refused": refused} if refused else spec
+    return do_lower_case

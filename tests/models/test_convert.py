@@ -599,6 +599,25 @@ def test_command_line_converter(launchers, tf_release, tmp_path):
     assert convert.checkpoint_vocabulary(str(tmp_path / "tf"))["do_lower_case"] is False
     _convert(launchers, f"--input={tmp_path / 'tf'}", f"--output={tmp_path / 'hf_again'}", "--format=huggingface")
     assert json.loads((tmp_path / "hf_again" / "tokenizer_config.json").read_text())["do_lower_case"] is False
+    # Its vocabulary kept elsewhere and given (--vocab_file): the casing the folder records is
+    # still its casing, not one judged from the tokens (a walkthrough wrote it lower-casing).
+    shutil.copytree(tmp_path / "tf", tmp_path / "tf_bare")
+    tokens = (tmp_path / "tf_bare" / "vocab.txt").read_text().splitlines()
+    os.remove(tmp_path / "tf_bare" / "vocab.txt")
+    (tmp_path / "given.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *tokens[5:]]) + "\n")
+    done = _convert(launchers, f"--input={tmp_path / 'tf_bare'}", f"--output={tmp_path / 'hf_given'}",
+                    f"--vocab_file={tmp_path / 'given.txt'}")
+    assert ", cased)" in done.stdout and "casing not recorded" not in done.stderr, done.stdout + done.stderr[-2000:]
+    assert json.loads((tmp_path / "hf_given" / "tokenizer_config.json").read_text())["do_lower_case"] is False
+    # A SentencePiece model as the vocabulary was read as a vocab.txt's lines.
+    (tmp_path / "spm.model").write_bytes(b"\x0a\x0b\x00\xff")
+    refused = launchers.run([os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={tmp_path / 'tf'}",
+                             f"--output={tmp_path / 'spm_out'}", f"--vocab_file={tmp_path / 'spm.model'}"], cwd=REPO)
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        f"error: --vocab_file={tmp_path / 'spm.model'} is a SentencePiece model; the layouts written here take a "
+        "vocab.txt or a tokenizer.json (a bertjax run's own SentencePiece model is copied as spm.model with "
+        "--vocab_file unset)"), refused.stderr[-2000:]
+    assert not (tmp_path / "spm_out").exists()
 
 
 @pytest.mark.parametrize("source, flag, expected", [("minilm", [], True),
