@@ -511,6 +511,35 @@ def earlier_steps(step_folder: str) -> list[str]:
     return [str(step_dir) for step_dir in siblings if int(step_dir.name) < int(folder.name)]
 
 
+def checkpoint_folder_holding(path: str) -> str | None:
+    """`path` or the folder above it that is a bertjax checkpoint directory (a run's
+    checkpoints/ or best/ with a step, one of its steps) or a run's checkpoints/ or best/ before
+    its first save (beside the run's lock file), else None."""
+    from bertjax.runtime import fileio, workdir_lock
+
+    path = path.rstrip("/") if fileio.is_remote(path) else os.path.abspath(path)
+    while True:
+        above = fileio.parent(path)
+        if fileio.isdir(path) and (is_bertjax_checkpoint(path) or (
+                os.path.basename(path) in ("checkpoints", "best")
+                and fileio.exists(fileio.join(above, workdir_lock.LOCK_NAME)))):
+            return path
+        if above == path or (fileio.is_remote(path) and not fileio.is_remote(above)):  # the root, a bucket's
+            return None
+        path = above
+
+
+def refuse_checkpoint_folder(output: str, named: str, written: str) -> None:
+    """ValueError when `output` (the setting `named`) is in a run's checkpoint folder
+    (`checkpoint_folder_holding`): a run saving there deletes numbered folders it did not write
+    (`written`, what the command writes) or reads them as checkpoints."""
+    folder = checkpoint_folder_holding(output)
+    if folder:
+        raise ValueError(f"{named}={output} is in {folder}, a run's checkpoint folder: a run saving there deletes "
+                         f"numbered folders it did not write ({written}) or reads them as checkpoints; give a folder "
+                         "outside checkpoints/ and best/")
+
+
 def is_bertjax_checkpoint(path: str) -> bool:
     """True for a bertjax checkpoint step folder or a directory of them."""
     try:

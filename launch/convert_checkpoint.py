@@ -62,6 +62,9 @@ def main(_):
         raise ValueError(f"--output={output} is not empty (it has {', '.join(present[:4])}"
                          f"{', ...' if len(present) > 4 else ''}); give a new or empty folder")
     fileio.check_can_make(output, "--output")  # before the model loads
+    from bertjax import checkpointing
+
+    checkpointing.refuse_checkpoint_folder(output, "--output", "this conversion")
     if _VOCAB.value is not None and not fileio.exists(_VOCAB.value):
         raise ValueError(f"--vocab_file={_VOCAB.value}: no such file")
     if _VOCAB.value is not None and fileio.isdir(_VOCAB.value):
@@ -131,27 +134,34 @@ def main(_):
                          f"{named.name} head; leave --architecture unset, or name a class without a task head")
     run_data = {**({"max_seq_length": source.max_seq_length} if source.max_seq_length else {}),
                 **(tasks.FAMILIES[family].serving_settings(source.data) if family in tasks.FAMILIES else {})}
-    if _FORMAT.value == "huggingface":
-        architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
-        extra = model_source.hf_config_keys(source.task_info)
-        if run_data:
-            extra[convert.RUN_DATA] = run_data
-        if saved and vocab is None:  # a tokenizer not copied (SentencePiece): its ids
-            ids = modernbert_layout.special_token_ids(tokenization.load_tokenizer(
-                saved["kind"], saved["path"], saved["do_lower_case"]))
-            extra.update(ids if convert.is_modern(config) else {"pad_token_id": ids["pad_token_id"]})
-        heads = convert.export_huggingface(config, params, output, vocab, architecture=architecture,
-                                           do_lower_case=do_lower_case,
-                                           label_names=source.task_info.get("label_names"), extra_config=extra,
-                                           pooler_trained=source.pooler_trained)
-    else:
-        heads = convert.export_tf_checkpoint(config, params, output, vocab, do_lower_case=do_lower_case,
-                                             pooler_trained=source.pooler_trained, run_data=run_data,
-                                             architecture=model_source.hf_architecture(source.task_info),
-                                             label_names=source.task_info.get("label_names"),
-                                             task_keys=model_source.hf_config_keys(source.task_info))
-    if saved and vocab is None and saved["kind"] == "sentencepiece":
-        fileio.copy(saved["path"], fileio.join(output, convert.SENTENCEPIECE_FILE))
+    heads = []
+
+    def write(folder: str) -> None:
+        if _FORMAT.value == "huggingface":
+            architecture = _ARCHITECTURE.value or model_source.hf_architecture(source.task_info)
+            extra = model_source.hf_config_keys(source.task_info)
+            if run_data:
+                extra[convert.RUN_DATA] = run_data
+            if saved and vocab is None:  # a tokenizer not copied (SentencePiece): its ids
+                ids = modernbert_layout.special_token_ids(tokenization.load_tokenizer(
+                    saved["kind"], saved["path"], saved["do_lower_case"]))
+                extra.update(ids if convert.is_modern(config) else {"pad_token_id": ids["pad_token_id"]})
+            heads.extend(convert.export_huggingface(config, params, folder, vocab, architecture=architecture,
+                                                    do_lower_case=do_lower_case,
+                                                    label_names=source.task_info.get("label_names"),
+                                                    extra_config=extra, pooler_trained=source.pooler_trained))
+        else:
+            heads.extend(convert.export_tf_checkpoint(
+                config, params, folder, vocab, do_lower_case=do_lower_case, pooler_trained=source.pooler_trained,
+                run_data=run_data, architecture=model_source.hf_architecture(source.task_info),
+                label_names=source.task_info.get("label_names"),
+                task_keys=model_source.hf_config_keys(source.task_info)))
+        if saved and vocab is None and saved["kind"] == "sentencepiece":
+            fileio.copy(saved["path"], fileio.join(folder, convert.SENTENCEPIECE_FILE))
+
+    # Whole or not at all: a folder cut short (a full disk) would load, or be refused as not empty.
+    fileio.write_folder_whole(output, write, "--output",
+                              last="config.json" if _FORMAT.value == "huggingface" else "bert_config.json")
     casing = _casing(vocab, do_lower_case, kind == "huggingface" and do_lower_case is None, judged)
     # The class written: a BERT class named for a modern encoder is its ModernBERT counterpart.
     written_class = (f"class {fileio.read_json(fileio.join(output, 'config.json'))['architectures'][0]}, "

@@ -303,7 +303,6 @@ def test_a_remote_version_is_uploaded_with_its_graph_last_and_removed_when_the_u
     written in place, a preemption left a loadable version without assets.extra/task.json)."""
     import uuid
 
-    from bertjax.inference import export
     from bertjax.runtime import fileio
 
     def write(folder):
@@ -323,7 +322,7 @@ def test_a_remote_version_is_uploaded_with_its_graph_last_and_removed_when_the_u
         copy(source, destination)
 
     monkeypatch.setattr(fileio, "copy", copying)
-    export._write_whole(target, write)
+    fileio.write_folder_whole(target, write, "--output", last="saved_model.pb")
     assert uploaded == ["assets.extra/task.json", "variables/variables.index", "saved_model.pb"]
     assert fileio.open_file(f"{target}/assets.extra/task.json").read() == "assets.extra/task.json"
 
@@ -335,7 +334,7 @@ def test_a_remote_version_is_uploaded_with_its_graph_last_and_removed_when_the_u
     monkeypatch.setattr(fileio, "copy", failing)
     again = target.replace("/1", "/2")
     with pytest.raises(OSError, match="preempted"):
-        export._write_whole(again, write)
+        fileio.write_folder_whole(again, write, "--output", last="saved_model.pb")
     assert not fileio.exists(again)
 
 
@@ -356,6 +355,7 @@ def test_a_version_folder_given_as_the_output_is_refused(minilm_classifier_run, 
 def test_an_output_in_a_runs_checkpoint_folder_is_refused(minilm_classifier_run, tmp_path):
     """--output=RUN/checkpoints wrote version 1 there, which the run's next save deleted as an old
     step; one in best/ was read as a checkpoint and moved aside (a walkthrough)."""
+    from bertjax import checkpointing
     from bertjax.inference import export
 
     os.symlink(os.path.join(minilm_classifier_run, "checkpoints"), tmp_path / "checkpoints")  # (the shared run: read)
@@ -370,8 +370,8 @@ def test_an_output_in_a_runs_checkpoint_folder_is_refused(minilm_classifier_run,
     assert sorted(os.listdir(tmp_path / "best")) == [] and not (tmp_path / "checkpoints" / "serving").exists()
     # A folder of that name that is no run's (a review: every "checkpoints" was refused).
     (tmp_path / "models" / "checkpoints").mkdir(parents=True)
-    assert export._checkpoint_folder_holding(str(tmp_path / "models" / "checkpoints" / "serving")) is None
-    assert export._checkpoint_folder_holding(str(tmp_path / "models" / "checkpoints")) is None
+    assert checkpointing.checkpoint_folder_holding(str(tmp_path / "models" / "checkpoints" / "serving")) is None
+    assert checkpointing.checkpoint_folder_holding(str(tmp_path / "models" / "checkpoints")) is None
 
 
 def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
@@ -389,6 +389,24 @@ def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
     with mock.patch.object(engine, "load_model", side_effect=AssertionError("loaded")), pytest.raises(
             ValueError, match=rf"--output={tmp_path}/notes.txt/serving: {tmp_path}/notes.txt is a file; give a folder"):
         export.export_saved_model(minilm_classifier_run, str(tmp_path / "notes.txt" / "serving"))
+
+
+def test_a_disk_that_fills_up_leaves_no_version_and_names_the_output(minilm_classifier_run, tmp_path):
+    """A full disk ended in TensorFlow's 50-line ResourceExhaustedError traceback (a
+    walkthrough): one error naming the version folder, and nothing of it left behind."""
+    import resource
+
+    from bertjax.inference import export
+
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, limits[1]))  # writes past 1 MiB fail (EFBIG), as if full
+    try:
+        with pytest.raises(ValueError, match=rf"^--output: cannot write {tmp_path}/serving/1 \(File too large\); "
+                                             r"nothing of it was left$"):
+            export.export_saved_model(minilm_classifier_run, str(tmp_path / "serving"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    assert os.listdir(tmp_path / "serving") == []
 
 
 def test_a_bfloat16_export_serves_what_bfloat16_predict_gives(exported):
@@ -670,12 +688,13 @@ def test_the_launcher_names_the_inputs_it_wrote_with_a_tokenizer_json_given(tmp_
 def test_a_token_id_taggers_export_says_how_its_words_are_tokenized(tmp_path):
     """A tagger that takes token ids (a tokenizer.json: no TF Text tokenizer) leaves the words to
     the client, which task.json did not tell how predict tokenizes them (each alone, those after
-    the first with a space before: a review found the client's ids differed)."""
+    the first with a space before: a review found the client's ids differed). The model's path
+    is recorded absolute, as given relative or not (a walkthrough)."""
     import bertjax
     from bertjax.inference import export
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert", "token_classifier")
-    saved = export.export_saved_model(path, str(tmp_path / "serving"))
+    saved = export.export_saved_model(os.path.relpath(path), str(tmp_path / "serving"))
     task = json.load(open(os.path.join(saved, "assets.extra", "task.json")))
     assert task["model"] == task["weights"] == path
     assert task["layout"] == export.ROW_LAYOUT and task["inputs"] == list(export.TOKEN_ID_INPUTS)

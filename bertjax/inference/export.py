@@ -48,8 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 from typing import Any, Callable
 
 from bertjax import tasks, tokenization
@@ -76,6 +74,7 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
     anywhere; bfloat16 is the CPU form, bfloat16 products around float32 activations, whatever
     the exporting host); assets.extra/task.json records the weights, the task, the length, the
     precision and what a client needs (`_write_assets`)."""
+    from bertjax import checkpointing
     from bertjax.runtime import fileio
     from bertjax.inference import engine, model_source
 
@@ -90,11 +89,7 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
                          "not exported)")
     if fileio.exists(output_dir) and not fileio.isdir(output_dir):
         raise ValueError(f"--output={output_dir} is a file; give a folder")
-    checkpoint_folder = _checkpoint_folder_holding(output_dir)
-    if checkpoint_folder:
-        raise ValueError(f"--output={output_dir} is in {checkpoint_folder}, a run's checkpoint folder: a run saving "
-                         "there deletes numbered folders it did not write (the export's versions) or reads them as "
-                         "checkpoints; give a folder outside checkpoints/ and best/")
+    checkpointing.refuse_checkpoint_folder(output_dir, "--output", "the export's versions")
     if fileio.exists(fileio.join(output_dir, "saved_model.pb")):  # TF Serving would keep serving it, not one inside
         raise ValueError(f"--output={output_dir} is a SavedModel's version folder; give the model's folder "
                          f"({fileio.parent(output_dir)}) and a new --version")
@@ -104,6 +99,7 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
     if fileio.exists(target) and fileio.listdir(target):
         raise ValueError(f"{target} is not empty; give another --output or --version")
     fileio.check_can_make(output_dir, "--output")  # before the model loads and traces
+    from bertjax.runtime import tf_cpu
     from bertjax.runtime.tf_cpu import tf  # before tensorflow_text imports TensorFlow its own way
 
     model = engine.load_model(source, max_seq_length=max_seq_length, precision=precision, vocab_path=vocab_path,
@@ -114,47 +110,14 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
         module, signature = _tokenizing_module(model, source.path)
 
     def write(folder: str) -> None:
-        tf.saved_model.save(module, folder, signatures={SIGNATURE: signature})
+        try:
+            tf.saved_model.save(module, folder, signatures={SIGNATURE: signature})
+        except tf.errors.OpError as e:  # (a full disk: ResourceExhaustedError) the disk's, as an OSError's
+            raise OSError(tf_cpu.op_error_reason(e)) from None
         _write_assets(model, folder)
 
-    _write_whole(target, write)
+    fileio.write_folder_whole(target, write, "--output", last="saved_model.pb")
     return target
-
-
-def _write_whole(target: str, write: Callable[[str], None]) -> None:
-    """write(folder) so that `target` (a version folder, absent or empty) appears whole or not
-    at all: locally into a hidden sibling renamed into place, so TensorFlow Serving, watching
-    the parent for numbered folders, never loads a half-written version; remote (gs://, where
-    folders cannot be renamed), written locally, then uploaded with saved_model.pb last (a
-    version is loadable only once it is there) and removed if the upload fails."""
-    from bertjax.runtime import fileio
-
-    if fileio.is_remote(target):
-        with tempfile.TemporaryDirectory(prefix="bertjax-export-") as local:
-            write(local)
-            files = sorted(os.path.relpath(os.path.join(top, name), local)
-                           for top, _, names in os.walk(local) for name in names)
-            try:
-                for relative in sorted(files, key=lambda name: name == "saved_model.pb"):  # (a stable sort)
-                    fileio.makedirs(fileio.parent(fileio.join(target, relative)))
-                    fileio.copy(os.path.join(local, relative), fileio.join(target, relative))
-            except BaseException:
-                if fileio.exists(target):
-                    fileio.rmtree(target)
-                raise
-        return
-    tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.tmp-{os.getpid()}")
-    try:
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--output={os.path.dirname(target)}: cannot make the folder ({e.strerror})") from None
-    try:
-        write(tmp)
-        if os.path.isdir(target):
-            os.rmdir(target)  # empty: checked before anything was written
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # nothing left once renamed; a failed write's files
 
 
 def _tokenizing_module(model, path: str):
@@ -215,25 +178,6 @@ ROW_LAYOUT = ("[CLS] a [SEP] (b [SEP]; none when b has no tokens), segment 0 the
               "tokens apart, each word tagged from the window where it is furthest from an edge")
 
 
-def _checkpoint_folder_holding(output_dir: str) -> str | None:
-    """`output_dir` or the folder above it that is a bertjax checkpoint directory (a run's
-    checkpoints/ or best/ with a step, one of its steps) or a run's checkpoints/ or best/ before
-    its first save (beside the run's lock file), else None."""
-    from bertjax import checkpointing
-    from bertjax.runtime import fileio, workdir_lock
-
-    path = output_dir.rstrip("/") if fileio.is_remote(output_dir) else os.path.abspath(output_dir)
-    while True:
-        above = fileio.parent(path)
-        if fileio.isdir(path) and (checkpointing.is_bertjax_checkpoint(path) or (
-                os.path.basename(path) in ("checkpoints", "best")
-                and fileio.exists(fileio.join(above, workdir_lock.LOCK_NAME)))):
-            return path
-        if above == path or (fileio.is_remote(path) and not fileio.is_remote(above)):  # the root, a bucket's
-            return None
-        path = above
-
-
 def _write_assets(model, target: str) -> None:
     """assets.extra/ (TensorFlow Serving's folder for files beside the model): task.json, the
     model as given and the folder its weights came from (a run's best/<step>, or a checkpoint
@@ -245,7 +189,9 @@ def _write_assets(model, target: str) -> None:
 
     extra = fileio.join(target, "assets.extra")
     fileio.makedirs(extra)
-    task = {"model": model.source.path, "weights": model.source.weights, "task": model.source.task,
+    # (absolute: a relative path names nothing once the export is served from elsewhere)
+    where = lambda path: path if fileio.is_remote(path) else os.path.abspath(path)  # noqa: E731
+    task = {"model": where(model.source.path), "weights": where(model.source.weights), "task": model.source.task,
             **model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision,
             "inputs": list(serving_inputs(model.task_info, model.tokenizer.kind))}
     settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data)

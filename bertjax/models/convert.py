@@ -526,6 +526,7 @@ def export_tf_checkpoint(config: BertConfig, params: dict[str, Any], out_dir: st
 
 def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
     """Saves {TF variable name: array} as a TF1 checkpoint at `prefix` (graph-mode Saver)."""
+    from bertjax.runtime import tf_cpu
     from bertjax.runtime.tf_cpu import tf
 
     with tf.Graph().as_default():
@@ -538,7 +539,10 @@ def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
         with tf.compat.v1.Session() as session:
             session.run([variable.initializer for variable in variables],
                         feed_dict={fed[name]: value for name, value in values.items()})
-            saver.save(session, prefix, write_meta_graph=False)
+            try:
+                saver.save(session, prefix, write_meta_graph=False)
+            except tf.errors.OpError as e:  # (a full disk: ResourceExhaustedError) the disk's, as an OSError's
+                raise OSError(tf_cpu.op_error_reason(e)) from None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -332,3 +332,41 @@ def remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
             continue
         os.remove(os.path.join(folder, name))
         log(f"removed {os.path.join(folder, name)}, left by a killed run (process {pid}, gone)")
+
+
+def write_folder_whole(target: str, write: Callable[[str], None], named: str, last: str = "") -> None:
+    """write(folder) so that `target` (absent or empty: checked before) appears whole or not at
+    all: locally into a hidden sibling renamed into place, so nothing reads a half-written folder
+    (TensorFlow Serving watching for versions, a model path, a rerun refused as not empty);
+    remote (gs://, where folders cannot be renamed), written locally, then uploaded with `last`
+    (the file that makes the folder loadable) last, and removed if the upload fails. A write
+    that fails for the disk (full, read-only) is a ValueError naming `named` (the setting) and
+    the target, with nothing left."""
+    if is_remote(target):
+        with tempfile.TemporaryDirectory(prefix="bertjax-write-") as local:
+            write(local)
+            files = sorted(os.path.relpath(os.path.join(top, name), local)
+                           for top, _, names in os.walk(local) for name in names)
+            try:
+                for relative in sorted(files, key=lambda name: name == last):  # (a stable sort)
+                    makedirs(parent(join(target, relative)))
+                    copy(os.path.join(local, relative), join(target, relative))
+            except BaseException:
+                if exists(target):
+                    rmtree(target)
+                raise
+        return
+    tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.tmp-{os.getpid()}")
+    try:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{named}: cannot make the folder {os.path.dirname(tmp)} ({e.strerror})") from None
+    try:
+        write(tmp)
+        if os.path.isdir(target):
+            os.rmdir(target)  # empty: checked before anything was written
+        os.replace(tmp, target)
+    except OSError as e:  # (ENOSPC, EROFS, EDQUOT: the disk's; the traceback would name the hidden folder)
+        raise ValueError(f"{named}: cannot write {target} ({e.strerror or e}); nothing of it was left") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing left once renamed; a failed write's files

@@ -8,6 +8,7 @@ changes nothing here: the input pipelines do integer work).
 """
 
 import os
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -37,3 +38,13 @@ def no_autograph(function):
     functions use TensorFlow's control flow ops themselves, and AutoGraph's rewriting of their
     source took seconds each time a pipeline was built."""
     return tf.autograph.experimental.do_not_convert(function)
+
+
+def op_error_reason(error: "tf.errors.OpError") -> str:
+    """What went wrong in a TensorFlow op's error: a save's "PATH.tempstate123; File too large
+    [Op:SaveV2]" -> "File too large", without the graph's trace that its message begins with
+    ("Graph execution error: Detected at node ..."), the temporary file's name or the op's."""
+    trace = ("[[", "File ", "Detected at", "Node:", "Graph execution")
+    lines = [line.strip() for line in error.message.splitlines() if line.strip() and not line.strip().startswith(trace)]
+    reason = lines[-1].rsplit("; ", 1)[-1] if lines else error.message.strip()
+    return re.sub(r"\s*\[Op:\w+\].*$", "", reason)
