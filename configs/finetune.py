@@ -42,8 +42,8 @@ change it (dropout, dtype, scan_layers, ...); an architecture value that contrad
 checkpoint is an error. Without a checkpoint the model is `model.preset` from scratch (BERT-base
 unset); with one, a preset of another size is not used (a warning says so).
 On a CPU with AMX-BF16, model.matmul_precision unset means bfloat16 for the training steps
-(dense layers multiply bfloat16 operands with float32 sums, as a TPU multiplies float32;
-about 1.5x faster steps); evaluation and the predictions written always run at full
+(dense layers multiply bfloat16 operands with float32 sums, as a TPU multiplies float32:
+faster steps); evaluation and the predictions written always run at full
 precision, as `bertjax.load_model` does. Set it to `default` for float32 products.
 
 The feature-based approach (the BERT paper's Table 7: a frozen encoder feeding a BiLSTM):
