@@ -315,6 +315,33 @@ def test_an_output_folder_that_cannot_be_written_fails_before_the_model_loads(tm
     assert os.listdir(tmp_path) == []
 
 
+def test_a_full_disk_is_named_and_leaves_no_half_file(tmp_path):
+    """A full disk was '[Errno 28] No space left on device', naming no file (a walkthrough):
+    the error names --output, and neither a half file nor a changed earlier one is left."""
+    import resource
+
+    from bertjax.inference import batch_predict
+
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n")
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 12, limits[1]))  # writes past 4 KiB fail (EFBIG), as if full
+    try:
+        write, close = batch_predict.jsonl_writer(str(out))
+        with pytest.raises(ValueError, match=rf"^--output={out}: cannot write \(File too large\)"):
+            for _ in range(10_000):
+                write({"label": "good", "probability": 0.5})
+            close(True)
+        close(False)  # as the launcher's finally does
+        write, close = batch_predict.jsonl_writer(str(out))
+        write({"label": "x" * 6000})  # (buffered: the file refuses it when it is closed)
+        with pytest.raises(ValueError, match=rf"^--output={out}: cannot write \(File too large\); nothing of it"):
+            close(True)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == "earlier\n"
+
+
 def test_predictions_reach_their_file_whole_or_not_at_all(tmp_path):
     """JSONL lines go to NAME.tmp-<host>-<pid>, renamed at the end (issue 46, 3): a run that fails
     midway leaves no half file and an earlier NAME as it was; a NAME another run wrote while

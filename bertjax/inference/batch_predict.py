@@ -392,14 +392,26 @@ def jsonl_writer(path: str | None, log: Callable[[str], None] | None = None):
         except ValueError:
             raise ValueError(f"the model answered with a number that is not finite (NaN or infinity): "
                              f"{str(record)[:160]}; its weights are broken (a run that diverged?)") from None
-        opened[0].write(line + "\n")
+        try:
+            opened[0].write(line + "\n")
+        except OSError as e:  # (a full disk: the error names no file)
+            if path is None:
+                raise
+            raise ValueError(f"--output={path}: cannot write ({e.strerror or e})") from None
 
     def close(completed: bool = True) -> None:
         for out in opened:
             if path is None:
                 out.flush()
                 continue
-            out.close()
+            try:
+                out.close()  # (the last lines reach the file here: a full disk can refuse them)
+            except OSError as e:
+                fileio.remove(tmp)
+                if completed:
+                    raise ValueError(f"--output={path}: cannot write ({e.strerror or e}); nothing of it was "
+                                     "left") from None
+                continue
             if completed and fileio.exists(path):
                 raise ValueError(f"--output={path} was written by another run while this one ran; kept, and "
                                  f"this run's predictions are in {tmp}")
