@@ -273,6 +273,28 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(tmp_path, failu
     assert "restored step 1 steps [1] dir ['1']" in result.stdout  # the next Checkpointer cleans the tmp folder
 
 
+def test_a_full_disk_names_the_file_an_atomic_write_was_for(tmp_path):
+    """A write refused for the disk raised '[Errno 28] No space left on device', naming no file
+    (a walkthrough): fileio's atomic writes name the file they were writing, and leave the
+    earlier one as it was."""
+    import errno
+    import resource
+
+    from bertjax.runtime import fileio
+
+    path = tmp_path / "metrics.json"
+    path.write_text("earlier")
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 12, limits[1]))  # writes past 4 KiB fail (EFBIG), as if full
+    try:
+        with pytest.raises(OSError) as caught:
+            fileio.write_bytes(str(path), b"x" * (1 << 13))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    assert (caught.value.errno, caught.value.filename) == (errno.EFBIG, str(path))
+    assert os.listdir(tmp_path) == ["metrics.json"] and path.read_text() == "earlier"
+
+
 # ---------------------------------------------------------------------------------------
 # (d) A damaged metadata.json of prepared data: one line naming it, shards untouched.
 # ---------------------------------------------------------------------------------------

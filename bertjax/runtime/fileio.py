@@ -226,9 +226,11 @@ def write_with(path: str, write: Callable[[Any], Any]) -> None:
             with open_file(tmp, "wb") as f:
                 write(f)
             finish_write(tmp, path)
-    except BaseException:  # a full disk, an interrupt: no partial file left beside `path`
+    except BaseException as e:  # a full disk, an interrupt: no partial file left beside `path`
         if exists(tmp):
             remove(tmp)
+        if isinstance(e, OSError) and e.errno and e.filename is None:  # (a write's error names no file)
+            raise OSError(e.errno, e.strerror, path) from None
         raise
 
 
