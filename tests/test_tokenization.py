@@ -885,6 +885,12 @@ def test_a_trainer_reads_the_corpus_with_progress_and_eta(tmp_path, monkeypatch)
         == sentences
     assert f"read {len(units)}/{len(units)} [====" in stream.getvalue()
     assert stream.getvalue().endswith(f"read {sentences:,} sentences in 0s; training the vocabulary\n")
+    # A small file: its kB, not "0.0 MB"; one sentence, not "1 sentences" (a walkthrough).
+    (tmp_path / "one.txt").write_text("A single sentence of a tiny corpus.\n")
+    tiny = ml_collections.ConfigDict(dict(source="text", input_pattern=str(tmp_path / "one.txt")))
+    stream = Terminal()
+    list(vocabularies.training_sentences(tiny, sources.list_units(tiny), sources.DropCounter(), "wordpiece", stream))
+    assert stream.getvalue().endswith("read 1 sentence (36 bytes) in 0s; training the vocabulary\n"), stream.getvalue()
 
 
 @pytest.mark.parametrize("lines", [

@@ -190,8 +190,10 @@ def training_sentences(data_config: Any, units: list[dict], drops: sources.DropC
     progress.close(keep=False)
     if not count:  # nothing to train on: the caller says so
         return
-    size = f" ({done / _MB:,.1f} MB)" if by_bytes else ""
-    print(f"read {count:,} sentences{size} in {console.format_duration(time.perf_counter() - start)}; "
+    size = ("" if not by_bytes else f" ({done / _MB:,.1f} MB)" if done >= _MB // 10 else
+            f" ({done / 1024:,.1f} kB)" if done >= 1024 else f" ({done} bytes)")  # (a small file: not "0.0 MB")
+    took = console.format_duration(time.perf_counter() - start)
+    print(f"read {count:,} sentence{'s' * (count != 1)}{size} in {took}; "
           "training the vocabulary", file=stream or sys.stdout, flush=True)
 
 
