@@ -61,10 +61,10 @@ def main(_):
     if present:  # never mix two checkpoints' files
         raise ValueError(f"--output={output} is not empty (it has {', '.join(present[:4])}"
                          f"{', ...' if len(present) > 4 else ''}); give a new or empty folder")
-    fileio.check_can_make(output, "--output")  # before the model loads
     from bertjax import checkpointing
 
     checkpointing.refuse_checkpoint_folder(output, "--output", "this conversion")
+    fileio.check_can_make(output, "--output")  # before the model loads
     if _VOCAB.value is not None and not fileio.exists(_VOCAB.value):
         raise ValueError(f"--vocab_file={_VOCAB.value}: no such file")
     if _VOCAB.value is not None and fileio.isdir(_VOCAB.value):
@@ -99,8 +99,8 @@ def main(_):
                             "tokenizer will give other ids than the model trained on, unless that was wrong",
                             _LOWER_CASE.value, _INPUT.value, trained)
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
-    wordpiece = vocab is not None and (kind == "wordpiece" or not tokenization.bert_wordpiece_differences(vocab))
-    if saved is None and do_lower_case is None and wordpiece:  # a folder recording its casing, not its vocabulary
+    # A folder recording its casing but not its vocabulary, given one that records none (a vocab.txt).
+    if saved is None and do_lower_case is None and kind == "wordpiece" and source.layout != "bertjax":
         do_lower_case = convert.recorded_casing(_INPUT.value)
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
         do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says

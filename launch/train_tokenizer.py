@@ -151,10 +151,10 @@ def train_tokenizer() -> None:
         fileio.makedirs(_OUTPUT_DIR.value)
     except OSError as e:
         raise ValueError(f"--output_dir={_OUTPUT_DIR.value}: cannot make the folder ({e.strerror or e})") from None
-    sample = [first, *itertools.islice(lines, _SAMPLE_LINES - 1)]
     # What the trainer of this kind writes (not another program's files in the same folder).
     written = [name for name in _WRITES[kind] if not fileio.exists(fileio.join(_OUTPUT_DIR.value, name))]
     try:
+        sample = [first, *itertools.islice(lines, _SAMPLE_LINES - 1)]
         path = _train(kind, itertools.chain(sample, lines))
         tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
         if tokenizer.vocab_size <= len(tokenization.SPECIAL_TOKENS):
@@ -164,13 +164,14 @@ def train_tokenizer() -> None:
     except BaseException:
         # (a refused size, no token learnt, a Ctrl-C: SentencePiece's C++ trainer, which Python cannot
         # stop, may have finished its files by then): nothing written is left as if it were a result.
-        for name in written:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(_OUTPUT_DIR.value, name))
-        for folder in made:  # innermost first: each only when left empty
-            if os.listdir(folder):
-                break
-            os.rmdir(folder)
+        with contextlib.suppress(OSError):  # (not to hide the error being raised)
+            for name in written:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(_OUTPUT_DIR.value, name))
+            for folder in made:  # innermost first: each only when left empty
+                if os.listdir(folder):
+                    break
+                os.rmdir(folder)
         raise
     ids, _ = tokenizer.encode_flat(sample)
     unknown = float((ids == tokenizer.unk_id).mean()) if len(ids) else 0.0

@@ -48,6 +48,24 @@ def two_cpu_processes(script: str, devices_each: int = 2, timeout: int = 120) ->
     return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
 
 
+def on_a_full_disk(argv: list[str], limit: int, cwd: str | None = None, timeout: int = 300):
+    """`python *argv` (a script and its flags, or -c CODE) in a process that cannot write a
+    file past `limit` bytes: RLIMIT_FSIZE makes such a write fail with EFBIG, as a full disk
+    fails with ENOSPC (Python ignores the SIGXFSZ that comes with it). Without the compilation
+    cache, whose entries a cut write would leave to the other tests. -> CompletedProcess."""
+    import os
+    import subprocess
+    import sys
+
+    limited = ("import os, resource, sys; limit = int(sys.argv[1]); "
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)); "
+               "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo, BERTJAX_COMPILATION_CACHE="off", JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-c", limited, str(limit), *argv], cwd=cwd or repo, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def built_once(tmp_path_factory, name, build):
     """The session's directory `name`, filled by `build(directory)` once for all pytest-xdist
     workers: the first to ask builds it under a lock, the others wait and share it (read-only)."""

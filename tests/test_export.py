@@ -392,20 +392,15 @@ def test_a_version_that_is_a_file_is_named(minilm_classifier_run, tmp_path):
 
 
 def test_a_disk_that_fills_up_leaves_no_version_and_names_the_output(minilm_classifier_run, tmp_path):
-    """A full disk ended in TensorFlow's 50-line ResourceExhaustedError traceback (a
-    walkthrough): one error naming the version folder, and nothing of it left behind."""
-    import resource
+    """A full disk ended in TensorFlow's traceback (a walkthrough): one error naming the
+    version folder, and nothing of it left behind."""
+    from small_runs import on_a_full_disk
 
-    from bertjax.inference import export
-
-    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, limits[1]))  # writes past 1 MiB fail (EFBIG), as if full
-    try:
-        with pytest.raises(ValueError, match=rf"^--output: cannot write {tmp_path}/serving/1 \(File too large\); "
-                                             r"nothing of it was left$"):
-            export.export_saved_model(minilm_classifier_run, str(tmp_path / "serving"))
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    result = on_a_full_disk(["launch/export_model.py", f"--model={minilm_classifier_run}",
+                             f"--output={tmp_path}/serving"], limit=1 << 20)  # (the weights do not fit)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"error: --output: cannot write {tmp_path}/serving/1 (File too large); nothing of it was left"), \
+        result.stderr[-2000:]
     assert os.listdir(tmp_path / "serving") == []
 
 

@@ -277,21 +277,21 @@ def test_a_full_disk_names_the_file_an_atomic_write_was_for(tmp_path):
     """A write refused for the disk raised '[Errno 28] No space left on device', naming no file
     (a walkthrough): fileio's atomic writes name the file they were writing, and leave the
     earlier one as it was."""
-    import errno
-    import resource
-
-    from bertjax.runtime import fileio
+    from small_runs import on_a_full_disk
 
     path = tmp_path / "metrics.json"
     path.write_text("earlier")
-    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 12, limits[1]))  # writes past 4 KiB fail (EFBIG), as if full
-    try:
-        with pytest.raises(OSError) as caught:
-            fileio.write_bytes(str(path), b"x" * (1 << 13))
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
-    assert (caught.value.errno, caught.value.filename) == (errno.EFBIG, str(path))
+    code = textwrap.dedent("""
+        import errno, sys
+        from bertjax.runtime import fileio
+
+        try:
+            fileio.write_bytes(sys.argv[1], b"x" * (1 << 13))
+        except OSError as e:
+            print(errno.errorcode[e.errno], e.filename)
+    """)
+    result = on_a_full_disk(["-c", code, str(path)], limit=1 << 12)
+    assert result.returncode == 0 and result.stdout == f"EFBIG {path}\n", result.stderr[-2000:]
     assert os.listdir(tmp_path) == ["metrics.json"] and path.read_text() == "earlier"
 
 

@@ -1087,7 +1087,7 @@ def test_bad_feature_options_name_the_key(model, message):
     from bertjax.models import config as bert_config
 
     checkpoint = BertConfig.preset("mini", vocab_size=100)
-    with pytest.raises(ValueError, match=r"^(config.model: .*)?" + message):
+    with pytest.raises(ValueError, match="^" + message):
         bert_config.resolve(model, checkpoint=checkpoint)
 
 

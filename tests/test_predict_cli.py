@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import types
 
 import numpy as np
@@ -318,27 +319,32 @@ def test_an_output_folder_that_cannot_be_written_fails_before_the_model_loads(tm
 def test_a_full_disk_is_named_and_leaves_no_half_file(tmp_path):
     """A full disk was '[Errno 28] No space left on device', naming no file (a walkthrough):
     the error names --output, and neither a half file nor a changed earlier one is left."""
-    import resource
-
-    from bertjax.inference import batch_predict
+    from small_runs import on_a_full_disk
 
     out = tmp_path / "out.jsonl"
     out.write_text("earlier\n")
-    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 12, limits[1]))  # writes past 4 KiB fail (EFBIG), as if full
-    try:
-        write, close = batch_predict.jsonl_writer(str(out))
-        with pytest.raises(ValueError, match=rf"^--output={out}: cannot write \(File too large\)"):
+    code = textwrap.dedent("""
+        import sys
+        from bertjax.inference import batch_predict
+
+        write, close = batch_predict.jsonl_writer(sys.argv[1])
+        try:
             for _ in range(10_000):
                 write({"label": "good", "probability": 0.5})
-            close(True)
+        except ValueError as e:
+            print(e)
         close(False)  # as the launcher's finally does
-        write, close = batch_predict.jsonl_writer(str(out))
+        write, close = batch_predict.jsonl_writer(sys.argv[1])
         write({"label": "x" * 6000})  # (buffered: the file refuses it when it is closed)
-        with pytest.raises(ValueError, match=rf"^--output={out}: cannot write \(File too large\); nothing of it"):
+        try:
             close(True)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        except ValueError as e:
+            print(e)
+    """)
+    result = on_a_full_disk(["-c", code, str(out)], limit=1 << 12)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [f"--output={out}: cannot write (File too large)",
+                                          f"--output={out}: cannot write (File too large); nothing of it was left"]
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"] and out.read_text() == "earlier\n"
 
 

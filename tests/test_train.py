@@ -703,7 +703,8 @@ def _config(**changes):
     (dict(train__learning_rate=-1.0), "train.learning_rate must be finite and > 0"),
     (dict(train__grad_accum_steps=0), "grad_accum_steps must be a positive int"),
     (dict(model__vocab_size=999), "vocab_size=999 does not match the tokenizer"),
-    (dict(model__num_attention_heads=3), "config.model.hidden_size"),
+    (dict(model__num_attention_heads=3), "config.model.hidden_size (128) must be divisible by "
+                                          "config.model.num_attention_heads (3)"),
     (dict(checkpoint__every=0), "config.checkpoint.every"),
     (dict(train__plateau_evals=-1), "config.train.plateau_evals must be an int >= 0, got -1"),
     (dict(data__eval_fraction=0.0), "config.data.eval_fraction=0 holds out no documents, but config.train.eval_every"),

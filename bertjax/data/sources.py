@@ -651,10 +651,11 @@ def tfds_builder(name: str, data_dir: str | None, key: str = ""):
     except json_format.ParseError as error:  # (its message names neither the dataset nor the file)
         damaged = _unreadable_records(name, data_dir)
         why = str(error).split('": ', 1)[-1].splitlines()[0].rstrip(".")  # (less TFDS's "Failed to construct")
-        raise ValueError(f"TFDS dataset {name!r}: {' and '.join(damaged) or 'its dataset_info.json'} is not the "
-                         f"record TFDS writes ({why}), as a copy cut short or an edit leaves it: remove "
-                         f"{' and '.join(os.path.dirname(path) for path in damaged) or 'its folder'} and prepare it "
-                         "again") from None
+        folders = (" and ".join(os.path.dirname(path) for path in damaged)
+                   or f"its folder in {data_dir or 'TFDS_DATA_DIR'}")
+        raise ValueError(f"TFDS dataset {name!r}: {' and '.join(damaged) or 'its dataset_info.json'} "
+                         f"{'are' if len(damaged) > 1 else 'is'} not the record TFDS writes ({why}), as a copy cut "
+                         f"short or an edit leaves it: remove {folders} and prepare it again") from None
     except DatasetInfoFileError as error:  # a dataset read from its folder alone, whose record is gone
         folder = re.search(r"from (.*)/dataset_info\.json", str(error))
         raise ValueError(f"TFDS dataset {name!r} is incomplete ({error}), as a preparation stopped or a copy cut "
@@ -679,20 +680,25 @@ def tfds_builder(name: str, data_dir: str | None, key: str = ""):
 
 def _unreadable_records(name: str, data_dir: str | None) -> list[str]:
     """The dataset_info.json files of dataset `name` (in `data_dir`, or TFDS's default folders)
-    that TFDS cannot read."""
+    that TFDS cannot read ([] where they cannot be listed: the message then names the folder)."""
     from google.protobuf import json_format
+    from tensorflow_datasets.core import naming
     from tensorflow_datasets.core.proto import dataset_info_pb2
     from tensorflow_datasets.core.utils import file_utils
 
-    dataset = name.split("/")[0].split(":")[0]
+    try:  # (TFDS's own parsing: "namespace:dataset/config:version")
+        dataset = naming.parse_builder_name_kwargs(name)[0].name
+        roots = file_utils.list_data_dirs(given_data_dir=data_dir)
+    except Exception:  # noqa: BLE001 (TFDS's internals changed: not to hide the error being named)
+        return []
     found = []
-    for root in file_utils.list_data_dirs(given_data_dir=data_dir):
+    for root in roots:
         # (dataset/version/ or dataset/config/version/)
         for path in [*fileio.glob(fileio.join(str(root), dataset, "*", "dataset_info.json")),
                      *fileio.glob(fileio.join(str(root), dataset, "*", "*", "dataset_info.json"))]:
             try:
                 json_format.Parse(fileio.read_bytes(path), dataset_info_pb2.DatasetInfo())
-            except (json_format.ParseError, ValueError):  # (not JSON, not UTF-8, or not the record's fields)
+            except (json_format.ParseError, ValueError, OSError):  # (not JSON or UTF-8, other fields, unreadable)
                 found.append(path)
     return sorted(found)
 

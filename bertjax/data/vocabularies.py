@@ -190,11 +190,18 @@ def training_sentences(data_config: Any, units: list[dict], drops: sources.DropC
     progress.close(keep=False)
     if not count:  # nothing to train on: the caller says so
         return
-    size = ("" if not by_bytes else f" ({done / _MB:,.1f} MB)" if done >= _MB // 10 else
-            f" ({done / 1024:,.1f} kB)" if done >= 1024 else f" ({done} bytes)")  # (a small file: not "0.0 MB")
+    size = f" ({_text_size(done)})" if by_bytes else ""
     took = console.format_duration(time.perf_counter() - start)
     print(f"read {count:,} sentence{'s' * (count != 1)}{size} in {took}; "
           "training the vocabulary", file=stream or sys.stdout, flush=True)
+
+
+def _text_size(size: int) -> str:
+    """A number of bytes as the progress line counts them: "2.4 MB", "36.5 kB" or "36 bytes"
+    (a small corpus: not "0.0 MB")."""
+    if size >= _MB // 10:
+        return f"{size / _MB:,.1f} MB"
+    return f"{size / 1000:,.1f} kB" if size >= 1000 else f"{size} byte{'s' * (size != 1)}"
 
 
 def file_lines(paths: Iterable[str]) -> Iterator[str]:

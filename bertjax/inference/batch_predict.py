@@ -22,6 +22,7 @@ squad_json and conll files, read whole, and span QA's ids, kept to refuse a repe
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -394,10 +395,10 @@ def jsonl_writer(path: str | None, log: Callable[[str], None] | None = None):
                              f"{str(record)[:160]}; its weights are broken (a run that diverged?)") from None
         try:
             opened[0].write(line + "\n")
-        except OSError as e:  # (a full disk: the error names no file)
+        except (OSError, *fileio.remote_errors()) as e:  # (a full disk: the error names no file)
             if path is None:
                 raise
-            raise ValueError(f"--output={path}: cannot write ({e.strerror or e})") from None
+            raise ValueError(f"--output={path}: cannot write ({getattr(e, 'strerror', None) or e})") from None
 
     def close(completed: bool = True) -> None:
         for out in opened:
@@ -406,11 +407,12 @@ def jsonl_writer(path: str | None, log: Callable[[str], None] | None = None):
                 continue
             try:
                 out.close()  # (the last lines reach the file here: a full disk can refuse them)
-            except OSError as e:
-                fileio.remove(tmp)
+            except (OSError, *fileio.remote_errors()) as e:
+                with contextlib.suppress(OSError, *fileio.remote_errors()):  # (not to hide the error before)
+                    fileio.remove(tmp)
                 if completed:
-                    raise ValueError(f"--output={path}: cannot write ({e.strerror or e}); nothing of it was "
-                                     "left") from None
+                    raise ValueError(f"--output={path}: cannot write ({getattr(e, 'strerror', None) or e}); "
+                                     "nothing of it was left") from None
                 continue
             if completed and fileio.exists(path):
                 raise ValueError(f"--output={path} was written by another run while this one ran; kept, and "

@@ -112,8 +112,8 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
     def write(folder: str) -> None:
         try:
             tf.saved_model.save(module, folder, signatures={SIGNATURE: signature})
-        except tf.errors.OpError as e:  # (a full disk: ResourceExhaustedError) the disk's, as an OSError's
-            raise OSError(tf_cpu.op_error_reason(e)) from None
+        except tf.errors.OpError as e:  # a full disk's, as fileio's OSError (write_folder_whole names it)
+            raise tf_cpu.disk_error(e, folder) or e from None
         _write_assets(model, folder)
 
     fileio.write_folder_whole(target, write, "--output", last="saved_model.pb")

@@ -172,9 +172,11 @@ class ModelSource:
             tokenization.check_casing_setting(tokenizer, do_lower_case, casing_setting)
             return self._checked(tokenizer, vocab_path)
         lower = do_lower_case
-        # (a folder may record its casing without its vocabulary: a TF export's bert_config.json)
-        known = (saved["do_lower_case"] if saved and saved["kind"] == "wordpiece" else
-                 convert.recorded_casing(self.path) if not saved else None)
+        known = saved["do_lower_case"] if saved and saved["kind"] == "wordpiece" else None
+        if not saved and self.layout != "bertjax" and tokenization.wordpiece_casing(path) is None:
+            # A folder may record its casing without its vocabulary (a TF export's bert_config.json),
+            # where the vocabulary given records none (a vocab.txt, not a tokenizer.json's normalizer).
+            known = convert.recorded_casing(self.path)
         if lower is not None and known is not None and lower != known:
             if self.layout == "bertjax":  # the run's own tokenizer: its casing is how it trained
                 raise ValueError(f"{self.path} was trained {'un' if known else ''}cased (do_lower_case={known}); "

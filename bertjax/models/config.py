@@ -161,7 +161,7 @@ class BertConfig:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"BertConfig.hidden_size ({self.hidden_size}) must be divisible by "
-                f"num_attention_heads ({self.num_attention_heads})")
+                f"BertConfig.num_attention_heads ({self.num_attention_heads})")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -300,7 +300,7 @@ class BertConfig:
             message = str(e)
             for field, key in (keys or {}).items():
                 message = message.replace(f"BertConfig.{field} ", f"{key} ")
-            raise ValueError(f"{source}: {message.removeprefix('BertConfig.')}") from None
+            raise ValueError(f"{source}: {message.replace('BertConfig.', '')}") from None
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -541,8 +541,8 @@ def write_tf1_checkpoint(values: dict[str, np.ndarray], prefix: str) -> None:
                         feed_dict={fed[name]: value for name, value in values.items()})
             try:
                 saver.save(session, prefix, write_meta_graph=False)
-            except tf.errors.OpError as e:  # (a full disk: ResourceExhaustedError) the disk's, as an OSError's
-                raise OSError(tf_cpu.op_error_reason(e)) from None
+            except tf.errors.OpError as e:  # a full disk's, as fileio's OSError (write_folder_whole names it)
+                raise tf_cpu.disk_error(e, os.path.dirname(prefix)) or e from None
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ hosts with hundreds of cores.
 
 from __future__ import annotations
 
+import errno
 import glob as glob_lib
 import hashlib
 import io
@@ -336,14 +337,19 @@ def remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
         log(f"removed {os.path.join(folder, name)}, left by a killed run (process {pid}, gone)")
 
 
+# A write's errors that are the disk's (full, over quota, too large a file, read-only, not
+# permitted), not the program's.
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def write_folder_whole(target: str, write: Callable[[str], None], named: str, last: str = "") -> None:
     """write(folder) so that `target` (absent or empty: checked before) appears whole or not at
     all: locally into a hidden sibling renamed into place, so nothing reads a half-written folder
     (TensorFlow Serving watching for versions, a model path, a rerun refused as not empty);
     remote (gs://, where folders cannot be renamed), written locally, then uploaded with `last`
-    (the file that makes the folder loadable) last, and removed if the upload fails. A write
-    that fails for the disk (full, read-only) is a ValueError naming `named` (the setting) and
-    the target, with nothing left."""
+    (the file that makes the folder loadable) last, and removed if the upload fails. A local
+    write that fails for the disk (full, read-only: `DISK_ERRNOS`) is a ValueError naming
+    `named` (the setting) and the target, with nothing left; other errors pass as they are."""
     if is_remote(target):
         with tempfile.TemporaryDirectory(prefix="bertjax-write-") as local:
             write(local)
@@ -358,17 +364,24 @@ def write_folder_whole(target: str, write: Callable[[str], None], named: str, la
                     rmtree(target)
                 raise
         return
-    tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.tmp-{os.getpid()}")
+    target = os.path.abspath(target)  # (without a trailing slash: the folder's own name)
     try:
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        # A folder of its own (not one a killed run of the same pid left, whose files would join).
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=os.path.dirname(target))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # (mkdtemp's is the owner's alone: as a folder made here would be)
     except OSError as e:
-        raise ValueError(f"{named}: cannot make the folder {os.path.dirname(tmp)} ({e.strerror})") from None
+        raise ValueError(f"{named}: cannot make a folder in {os.path.dirname(target)} ({e.strerror})") from None
     try:
         write(tmp)
         if os.path.isdir(target):
             os.rmdir(target)  # empty: checked before anything was written
         os.replace(tmp, target)
-    except OSError as e:  # (ENOSPC, EROFS, EDQUOT: the disk's; the traceback would name the hidden folder)
+    except OSError as e:
+        if e.errno not in DISK_ERRNOS:
+            raise
         raise ValueError(f"{named}: cannot write {target} ({e.strerror or e}); nothing of it was left") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # nothing left once renamed; a failed write's files

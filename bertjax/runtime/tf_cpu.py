@@ -7,6 +7,7 @@ INFO/WARNING logs, and the oneDNN notice (oneDNN's float kernels are off too, wh
 changes nothing here: the input pipelines do integer work).
 """
 
+import errno
 import os
 import re
 
@@ -40,11 +41,16 @@ def no_autograph(function):
     return tf.autograph.experimental.do_not_convert(function)
 
 
-def op_error_reason(error: "tf.errors.OpError") -> str:
-    """What went wrong in a TensorFlow op's error: a save's "PATH.tempstate123; File too large
-    [Op:SaveV2]" -> "File too large", without the graph's trace that its message begins with
-    ("Graph execution error: Detected at node ..."), the temporary file's name or the op's."""
-    trace = ("[[", "File ", "Detected at", "Node:", "Graph execution")
-    lines = [line.strip() for line in error.message.splitlines() if line.strip() and not line.strip().startswith(trace)]
-    reason = lines[-1].rsplit("; ", 1)[-1] if lines else error.message.strip()
-    return re.sub(r"\s*\[Op:\w+\].*$", "", reason)
+
+def disk_error(error: "tf.errors.OpError", folder: str) -> OSError | None:
+    """The OSError a TensorFlow op's error stands for when it is the disk's refusal to write a
+    file under `folder` (full, too large a file, not permitted: errno as `fileio.DISK_ERRNOS`),
+    its reason without the graph's trace ("Graph execution error: Detected at node ...") or the
+    file's temporary name; None for any other error (a tracing or program error)."""
+    number = {"ResourceExhaustedError": errno.ENOSPC, "OutOfRangeError": errno.EFBIG,
+              "PermissionDeniedError": errno.EACCES}.get(type(error).__name__)
+    line = next((line for line in error.message.splitlines() if folder in line), None)
+    if number is None or line is None:
+        return None
+    reason = re.sub(r"\s*\[Op:\w+\].*$", "", line.rsplit("; ", 1)[-1]).strip()  # (PATH; reason [Op:SaveV2])
+    return OSError(number, reason or os.strerror(number))

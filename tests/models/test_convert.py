@@ -620,30 +620,24 @@ def test_command_line_converter(launchers, tf_release, tmp_path):
     assert not (tmp_path / "spm_out").exists()
 
 
-def test_a_conversion_is_written_whole_or_not_at_all_and_never_into_a_runs_checkpoints(tmp_path):
+def test_a_conversion_is_written_whole_or_not_at_all_and_never_into_a_runs_checkpoints(launchers, tmp_path):
     """A full disk left config.json and vocab.txt without tokenizer_config.json: the folder then
     loaded with the other casing, and the same command again was refused as not empty; the
-    TF layout's failure was a 94-line traceback. An --output inside a run's checkpoints/ was
+    TF layout's failure was TensorFlow's traceback. An --output inside a run's checkpoints/ was
     written there, and the run's next resume moved it aside (walkthroughs)."""
-    import resource
-    import subprocess
-    import sys
+    from small_runs import on_a_full_disk
 
-    limit = 1 << 20  # writes past 1 MiB fail (EFBIG), as on a full disk; MiniLM's weights are 90 MB
-    for layout in ("huggingface", "tf"):
-        result = subprocess.run(
-            [sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={MINILM_DIR}",
-             f"--output={tmp_path / layout}", f"--format={layout}"], cwd=REPO, capture_output=True, text=True,
-            timeout=300, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    for layout in ("huggingface", "tf"):  # (MiniLM's weights do not fit in 1 MiB)
+        result = on_a_full_disk([os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={MINILM_DIR}",
+                                 f"--output={tmp_path / layout}", f"--format={layout}"], limit=1 << 20)
         assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
             f"error: --output: cannot write {tmp_path / layout} (File too large); nothing of it was left"), \
             result.stderr[-2000:]
     assert os.listdir(tmp_path) == []
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "run" / ".lock").write_text("")
-    result = subprocess.run([sys.executable, os.path.join(REPO, "launch", "convert_checkpoint.py"),
-                             f"--input={MINILM_DIR}", f"--output={tmp_path / 'run' / 'checkpoints' / '25'}"], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    result = launchers.run([os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={MINILM_DIR}",
+                            f"--output={tmp_path / 'run' / 'checkpoints' / '25'}"], cwd=REPO)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
         f"error: --output={tmp_path}/run/checkpoints/25 is in {tmp_path}/run/checkpoints, a run's checkpoint folder: "
         "a run saving there deletes numbered folders it did not write (this conversion) or reads them as "
