@@ -421,7 +421,8 @@ def write_predictions(split: Split, predictions: dict, directory: str) -> list[s
     info: SplitInfo = split.examples
     values = predictions["prediction"]
     if info.label_names is None:
-        shown = [f"{value:.6g}" for value in values]
+        # The shortest digits that read back as the same number (no digit of it lost, none invented).
+        shown = [np.format_float_positional(value, unique=True, trim="-") for value in values]
     else:
         shown = [info.label_names[int(value)] for value in values]
     fileio.makedirs(directory)

@@ -467,7 +467,11 @@ def json_object(line: str, number: int) -> dict | ValueError | None:
         # ('{', '{"data": [', '"version": "1.1",'); a one-line object cut short, after a value.
         opened = line.rstrip()[-1:] in ("{", "[", ",", ":")
         hint = ("; expected JSON Lines, one object a line: this looks like a JSON document over several "
-                "lines" if number == 1 and opened and line.lstrip()[:1] in ("[", "{") else "")
+                "lines" if number == 1 and opened and line.lstrip()[:1] in ("[", "{") else
+                # (a CSV or TSV with its header, as SWAG's files are, or plain text)
+                f"; expected JSON Lines, one object a line: this looks like "
+                f"{'CSV or TSV' if ',' in line or chr(9) in line else 'text'}"
+                if number == 1 and line.lstrip()[:1] not in ("[", "{") else "")
         return ValueError(f"not JSON ({why} at column {e.colno}){hint}")
     except ValueError as e:  # from the two hooks
         return e

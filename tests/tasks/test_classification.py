@@ -123,6 +123,11 @@ def test_glue_submission_rows_follow_the_index_and_scores_read_as_written(tmp_pa
     classification.write_predictions(stsb.eval_splits[0], {"prediction": np.float32([2.5, 0.5, 1.5])}, str(tmp_path))
     assert (tmp_path / "validation.tsv").read_text().splitlines()[1:] == [
         "2\t2.5\t3.32", "0\t0.5\t1.1", "1\t1.5\t4.0"]
+    # A value's every digit (1234567 was written 1.23457e+06: a walkthrough).
+    classification.write_predictions(stsb.eval_splits[0], {"prediction": np.float32([1234567.0, 0.1, 3.0])},
+                                     str(tmp_path))
+    assert [line.split("\t")[1] for line in (tmp_path / "validation.tsv").read_text().splitlines()[1:]] == [
+        "1234567", "0.1", "3"]
 
 
 def _write(path, rows, fmt):
@@ -577,6 +582,11 @@ def test_blank_lines_of_a_one_column_file_are_empty_texts_and_keep_the_rows_in_p
     ('{"text": "a", "score": 1e999}\n', r"test.json:1: 1e999 is past a float's range"),
     # A repeated key: json keeps the last, the first value dropped without a word (a review).
     ('{"text": "great", "label": "pos", "label": "neg"}\n', "test.json:1: the object gives 'label' more than once"),
+    # A CSV given where JSON Lines are read (SWAG's files to the choice task): said (a walkthrough).
+    ('id,sent1,ending0,ending1,label\n', r"test.json:1: not JSON \(Expecting value at column 1\); expected JSON "
+                                         r"Lines, one object a line: this looks like CSV or TSV$"),
+    ("A sentence of text.\n", r"test.json:1: not JSON \(Expecting value at column 1\); expected JSON Lines, one "
+                              r"object a line: this looks like text$"),
 ])
 def test_a_json_file_that_is_not_json_lines_says_so(tmp_path, content, message):
     (tmp_path / "test.json").write_text(content)
