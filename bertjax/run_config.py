@@ -148,7 +148,12 @@ def changed_settings(saved: dict[str, Any], current: dict[str, Any],
         if key.endswith("train_data_digest"):  # (a digest alone says nothing of the file it digests: a walkthrough)
             file_key = key.replace("train_data_digest", "data.train_file")  # (unset: a built-in task's own data)
             own_file = old.get(file_key) or new.get(file_key)
-            what = f" (the rows of {'config.data.train_file' if own_file else 'the training data'})"
+            # Rows cut at another length digest otherwise from the same file (a walkthrough read
+            # the note as the file having changed).
+            recut = [cut for cut in _ROW_CUTTING if old.get(key.replace("train_data_digest", cut))
+                     != new.get(key.replace("train_data_digest", cut))]
+            what = (f" (the rows of {'config.data.train_file' if own_file else 'the training data'}"
+                    + (f", cut anew by the changed {' and '.join(recut)})" if recut else ")"))
         changes.append(f"{key} {old.get(key, 'unset')!r} -> {new.get(key, 'unset')!r}{what}")
     return changes
 

@@ -74,8 +74,10 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
         run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb"}, 6)  # (it trained 10)
     # Rows cut at another length (a finished run evaluated at another length, as the docs allow):
     # the digest of the same file differs, and says nothing (a review).
-    run_config.check_finished_unchanged("/w", {**saved, "train_data_digest": "bbbb",
-                                               "data": {**saved["data"], "max_seq_length": 256}}, 10)
+    recut = {**saved, "train_data_digest": "bbbb", "data": {**saved["data"], "max_seq_length": 256}}
+    run_config.check_finished_unchanged("/w", recut, 10)
+    assert "train_data_digest 'aaaa' -> 'bbbb' (the rows of config.data.train_file, cut anew by the changed " \
+           "data.max_seq_length)" in run_config.changed_settings(saved, recut)  # (not the file: a walkthrough)
     other = {**saved, "init_weights": "/elsewhere/200"}
     with pytest.raises(ValueError, match=rf"\(init_weights '{started}' -> '/elsewhere/200'\).*give a new workdir; to "
                                          rf"relaunch it as it is \(a test file to predict\), "
