@@ -94,7 +94,8 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     assert (where, item) == (f"{tmp_path}/rows.csv:2", ("good film", None))
     [(_, missing)] = _read(tmp_path / "rows.csv", "classification")
     assert batch_predict.check(pairs, "classification", missing) == \
-        "no 'text_a' column (the task reads 'text_a', and 'text_b' for a pair; the row has ['review', 'stars'])"
+        "no 'text_a' column (the task reads 'text_a', and 'text_b' for a pair; the row has ['review', 'stars']; " \
+        "--text_a_key names another)"
 
     (tmp_path / "tab.jsonl").write_text('{"text": "a\tb"}\n')
     [(where, error)] = _read(tmp_path / "tab.jsonl", "tagging")  # an error in the line's place
@@ -521,7 +522,7 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     assert [line["label"] for line in lines[:4]] == [label for _, label in REVIEWS]
     for line, want in zip(lines, expected):
         assert line["probabilities"] == pytest.approx(want["probabilities"], abs=1e-5)
-    why = "no 'review' column (the task reads 'review'; the row has ['text'])"
+    why = "no 'review' column (the task reads 'review'; the row has ['text']; --text_a_key names another)"
     assert lines[4] == {"error": why, "where": f"{tmp_path}/new.jsonl:5"}
     assert "skipped 1 of 5 inputs" in result.stderr
 
@@ -698,7 +699,7 @@ def test_a_pair_models_second_text_is_never_dropped_without_a_word(tmp_path, cap
         [(_, error), _] = batch_predict.read_inputs(str(tmp_path / "pairs.jsonl"), "classification", "jsonl", keys,
                                                     required=required)
     assert str(error) == ("no 'text_b' column (the task reads 'sentence1', and 'text_b' for a pair; the row has "
-                          "['sentence1', 'sentence2'])") and not caplog.text
+                          "['sentence1', 'sentence2']; --text_b_key names another)") and not caplog.text
     # A single-text model reads no second text, whatever columns the rows have (pandas' index: "").
     (tmp_path / "indexed.csv").write_text(",text_a,label\n0,good film,pos\n")
     assert [item for _, item in _read(tmp_path / "indexed.csv", "classification", text_b="")] == [("good film", None)]

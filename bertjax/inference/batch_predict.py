@@ -175,8 +175,10 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
                     raise KeyError(missing)
                 item = reader.from_row(row, keys)
             except KeyError as e:
+                role = next((role for role, column in keys.items() if column == e.args[0]), None)
+                flag = f"; --{role}_key names another" if role else ""
                 yield where, ValueError(f"no {e.args[0]!r} column (the task reads {reader.columns(keys)}; "
-                                        f"the row has {sorted(row)})")
+                                        f"the row has {sorted(row)}{flag})")
                 continue
             except ValueError as e:  # a value of a column the task reads that is not one
                 yield where, e
