@@ -145,14 +145,16 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
         words.append(columns[token_column])
         if tag_column is not None:
             tag = columns[tag_column]
+            layout = _layout_hint(first_columns)  # (a file in another layout fails at its first tag)
             if known is not None and tag not in known:
                 raise ValueError(f"{path}:{number}: unknown tag {tag!r}; known tags: {list(label_names)} (the "
                                  "training file's, or config.data.label_names: list every tag there)"
-                                 + (f"; if column {tag_column} (config.data.tag_column) is no NER tag here (a POS "
-                                    "or chunk column), give this file its tokens alone" if tags_optional else ""))
+                                 + (layout or f"; if column {tag_column} (config.data.tag_column) is no NER tag here "
+                                    "(a POS or chunk column), give this file its tokens alone" if tags_optional
+                                    else layout))
             if not ner_metrics.is_tag(tag):
                 raise ValueError(f"{path}:{number}: tag {tag!r} is neither 'O' nor B-, I-, E- or S-<type> "
-                                 f"(config.data.tag_column={tag_column} picks the column)")
+                                 f"(config.data.tag_column={tag_column} picks the column){layout}")
             word_tags.append(tag)
     end_sentence()
     if tag_column is None and all(len(words) == 1 for words in sentences) and _words_beside(first_columns):
@@ -177,6 +179,17 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
 
 _SENTENCE_A_LINE = ("a sentence a line? CoNLL's layout has a word a line, a blank line between sentences (predict "
                      "reads a sentence a line with --input_format=text)")
+
+
+def _layout_hint(columns: list[str]) -> str:
+    """What a file whose first token line has `columns` looks like when it is not CoNLL's layout
+    (JSON Lines, as Hugging Face's tokens/ner_tags; a sentence a line: most columns past the
+    first are words), as "; ..." for an error's end; "" when it looks like CoNLL."""
+    if columns and columns[0].startswith("{"):
+        return ("; JSON Lines? The tagging task reads CoNLL's layout: a word and its tag a line, a blank line "
+                "between sentences")
+    words = sum(column.isalpha() and not column.isupper() for column in columns[1:])
+    return f"; {_SENTENCE_A_LINE}" if len(columns) >= 3 and 2 * words >= len(columns) - 1 else ""
 
 
 def _words_beside(columns: list[str]) -> bool:

@@ -281,6 +281,28 @@ def test_conll_tags_and_columns_are_checked_when_read(tmp_path, content, message
         tagging.read_conll(str(path))
 
 
+def test_a_file_in_another_layout_says_what_it_looks_like(tmp_path):
+    """Hugging Face's JSON Lines (tokens, ner_tags) and a sentence a line, given to the tagging
+    task, failed at a 'tag' that was a word or a piece of JSON, or advised that a POS column
+    was there (a walkthrough): the error says what the file looks like."""
+    path = tmp_path / "train.conll"
+    path.write_text('{"tokens": ["Anna", "visited", "Oslo"], "ner_tags": ["B-PER", "O", "B-LOC"]}\n')
+    with pytest.raises(ValueError, match=re.escape(
+            f"{path}:1: tag '\"B-LOC\"]}}' is neither 'O' nor B-, I-, E- or S-<type> (config.data.tag_column=-1 "
+            "picks the column); JSON Lines? The tagging task reads CoNLL's layout: a word and its tag a line, a blank "
+            "line between sentences")):
+        tagging.read_conll(str(path))
+    path.write_text("Anna visited Oslo\n")
+    with pytest.raises(ValueError, match=re.escape("tag 'Oslo' is neither 'O' nor B-, I-, E- or S-<type> "
+                                                   "(config.data.tag_column=-1 picks the column); a sentence a line?")):
+        tagging.read_conll(str(path))
+    path.write_text("Anna Smith visited Oslo .\n")  # a test file, its tags optional: not a POS column either
+    with pytest.raises(ValueError, match=re.escape("unknown tag '.'; known tags: ['O', 'B-PER'] (the training file's, "
+                                                   "or config.data.label_names: list every tag there); a sentence a "
+                                                   "line?")):
+        tagging.read_conll(str(path), label_names=["O", "B-PER"], tags_optional=True)
+
+
 @pytest.mark.parametrize("newline", ["\r\n", "\r"])  # Windows, old Mac
 def test_conll_with_a_byte_order_mark_and_other_line_endings(tmp_path, newline):
     path = tmp_path / "train.txt"
