@@ -456,6 +456,15 @@ def _train_step(programs: Programs, shape: tuple[int, int], loop: training_loop.
     return step_fn
 
 
+def _better(metrics: dict[str, float], best: dict[str, float], main_metric: str) -> bool:
+    """Whether an evaluation's `metrics` beat the best's: a higher main metric, or the same with a
+    lower loss (as a sweep ranks its runs: a small dev set's accuracy ties often, and the earlier
+    step, its loss far higher, was kept)."""
+    if metrics[main_metric] != best[main_metric]:
+        return metrics[main_metric] > best[main_metric]
+    return metrics["loss"] < best.get("loss", math.inf)
+
+
 def _eval_record(results: dict[str, dict[str, float]]) -> dict[str, float]:
     """{split: metrics} (the first split the main one) -> one record: the main split's metrics
     under their own names, the other splits' prefixed with the split's name."""
@@ -698,7 +707,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     log.warning("the evaluation at step %d is not finite (loss %s): not kept as the best", step,
                                 main["loss"])
                     not_finite.append((step, main["loss"]))
-                elif best is None or main[task.main_metric] > best["metrics"][task.main_metric]:
+                elif best is None or _better(main, best["metrics"], task.main_metric):
                     # replace: a resumed run evaluates a step again, and best/ may hold its
                     # earlier (other) weights and score.
                     # (every split's: a sweep's table shows MNLI's mismatched score beside the matched)

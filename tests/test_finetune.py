@@ -1655,3 +1655,23 @@ def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_bes
                       train={"num_steps": 4, "eval_every": 2}, **files)
     assert len([name for name in os.listdir(workdir) if name.startswith("best.other-evaluation-")]) == 2
     assert checkpointing.read_meta(os.path.join(workdir, "best"))["extra"]["evaluated_on"] == first["evaluated_on"]
+
+
+def test_a_tie_on_the_main_metric_keeps_the_evaluation_of_lower_loss(tmp_path, monkeypatch):
+    """A small dev set's accuracy ties often: best/ kept the earliest step of the tie, its loss
+    twice the later one's, where a sweep ranks a tie by the lower dev loss (a walkthrough)."""
+    from bertjax import checkpointing, finetune
+
+    evaluate, losses = finetune.Evaluator.evaluate, iter([0.9, 0.5, 0.7, 0.6])
+
+    def tied(self, params, *args, **kwargs):  # the same accuracy at every evaluation, the losses above
+        results, predictions = evaluate(self, params, *args, **kwargs)
+        main = next(iter(results.values()))
+        main.update(accuracy=0.75, loss=next(losses))
+        return results, predictions
+
+    monkeypatch.setattr(finetune.Evaluator, "evaluate", tied)
+    config = _demo_config(num_steps=4, eval_every=1)
+    config.model.update(num_hidden_layers=1, **SMALL_MODEL)
+    finetune.finetune(config, str(tmp_path))
+    assert checkpointing.latest_step(str(tmp_path / "best")) == 2  # step 2's loss 0.5, the lowest of the tie
