@@ -392,6 +392,11 @@ def load_task(config, tokenizer) -> Task:
     for split in splits[1:1 + len(evals)]:
         if not split.has_labels:
             raise ValueError(f"{split.examples.examples.source}: an evaluation split needs labels")
+        scores = split.examples.examples.labels
+        if label_names is None and len(set(scores)) == 1:  # (correlation.py gives 0 for a constant)
+            logging.warning("%s: every score is %s: Pearson's and Spearman's correlations are undefined there "
+                            "(logged as 0), so the best checkpoint is picked by the dev loss alone",
+                            split.examples.examples.source, scores[0])
     metric_task = task if task in GLUE else ("regression" if label_names is None else "classification")
     num_labels = 1 if label_names is None else len(label_names)
 

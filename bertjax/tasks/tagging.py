@@ -396,6 +396,10 @@ def load_task(config, tokenizer) -> Task:
         for name, path in others:  # a test file without tags is predicted, not scored
             sources.append((name, read_conll(path, tag_column, train.label_names, tags_optional=name == "test")))
         num_evals = sum(examples.tags is not None for _, examples in sources[1:])
+        for _, examples in sources[1:1 + num_evals]:
+            if all(tag == "O" for sentence in examples.tags for tag in sentence):
+                logging.warning("%s: every tag is 'O', no entity to find: F1 is 0 at every evaluation, so the best "
+                                "checkpoint is picked by the dev loss alone", examples.source)
         if [name for name, _ in sources[1:1 + num_evals]] == ["test"]:
             logging.warning("%s: the tagged test file is the only scored one, so it picks the best checkpoint "
                             "(model selection on the test set); give config.data.eval_file to choose on that",

@@ -174,6 +174,19 @@ def test_regression_files(tmp_path, tokenizer):
     assert loaded.main_metric == "pearson"
 
 
+def test_an_evaluation_file_of_one_score_is_warned_of(tmp_path, tokenizer, caplog):
+    """Every dev score 2.5: Pearson and Spearman logged 0 at every step and best/ kept the first
+    evaluation, without a word (a walkthrough)."""
+    import logging
+
+    train = _write(tmp_path / "train.jsonl", [{"text_a": "a", "label": 1.5}, {"text_a": "c", "label": 4}], "jsonl")
+    dev = _write(tmp_path / "dev.jsonl", [{"text_a": "a", "label": 2.5}, {"text_a": "c", "label": 2.5}], "jsonl")
+    with caplog.at_level(logging.WARNING):
+        classification.load_task(_config("regression", train_file=train, eval_file=dev, text_b_key=""), tokenizer)
+    assert (f"{dev}: every score is 2.5: Pearson's and Spearman's correlations are undefined there (logged as 0), so "
+            "the best checkpoint is picked by the dev loss alone") in caplog.text
+
+
 def test_a_csv_without_a_header_is_told_its_first_row_was_read_as_one(tmp_path, tokenizer):
     """A CSV of rows only lost its first row to the header, and the error showed that row as the
     columns, without saying why (a review)."""

@@ -352,6 +352,12 @@ def test_a_tagged_test_file_without_an_eval_file_is_warned_to_pick_the_best_chec
     with caplog.at_level(logging.WARNING):
         task = tagging.load_task(config, bert_tokenizer)
     assert [split.name for split in task.eval_splits] == ["eval", "test"] and "only scored" not in caplog.text
+    # A dev file without an entity scores F1 0 at every step, said (a walkthrough: no word of it).
+    (tmp_path / "dev.txt").write_text("Peter O\nlives O\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        tagging.load_task(config, bert_tokenizer)
+    assert ("dev.txt: every tag is 'O', no entity to find: F1 is 0 at every evaluation, so the best checkpoint is "
+            "picked by the dev loss alone") in caplog.text
 
 
 def test_write_conll(tmp_path):
