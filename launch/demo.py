@@ -1,8 +1,8 @@
 r"""The whole job on the embedded demo corpus, end to end (`bash launch/demo.sh` installs, then runs this).
 
   1. prepare the demo corpus (tokenizer and shards) and pre-train the tiny preset;
-  2. fine-tune on the demo task from that checkpoint, and the same run from scratch;
-  3. ask the pre-trained model to fill in a masked word in ten sentences of the demo world;
+  2. ask the pre-trained model to fill in a masked word in ten sentences of the demo world;
+  3. fine-tune on the demo task from that checkpoint, and the same run from scratch;
   4. print a results table and write WORKDIR/results.json and PNG training curves.
 
   python launch/demo.py [--workdir=workdir/demo] [--pretrain.train.num_steps=300] \
@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bertjax.runtime import host_memory  # noqa: E402
@@ -51,13 +51,16 @@ def _check_configs(pretrain_config, finetune_config) -> None:
                          "reports held-out accuracy")
     from bertjax.data import prepare
 
+    from bertjax import optim
+
     pretrained = None  # the model pre-trained here, which fine-tuning continues
-    if not pretrain_config.init_checkpoint:
-        try:
+    try:  # (before the workdir is made, and before a finished run's settings are compared)
+        optim.validate_train_config(pretrain_config.train)
+        if not pretrain_config.init_checkpoint:
             vocab_size = prepare.vocab_size_for(pretrain_config.data, "")  # (the demo's is counted, not written)
             pretrained = pretrain_setup.model_config(pretrain_config, vocab_size)
-        except ValueError as e:
-            raise ValueError(f"--pretrain: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"--pretrain: {e}") from None
     if finetune_config.train.sweep or finetune_config.init_checkpoint:  # the demo runs one of each, from here
         raise ValueError("--finetune: the demo fine-tunes once from the model it pre-trains and once from scratch: "
                          "leave train.sweep and init_checkpoint unset (launch/finetune.py runs a sweep or another "
@@ -146,6 +149,7 @@ def main(_):
             "scratch": fileio.join(workdir, "finetune_scratch")}
 
     _check_configs(_PRETRAIN.value, _FINETUNE.value)
+    fileio.check_can_make(workdir, "--workdir")
     _check_same_demo(workdir, _PRETRAIN.value, _FINETUNE.value)
     pretrain.train_and_evaluate(_PRETRAIN.value, pretrain_dir)
     fill_mask = _fill_mask(pretrain_dir)

@@ -81,13 +81,26 @@ def test_demo_runs_both_stages_and_reports_fill_mask(tmp_path, prepared_dir):
 
 def test_a_demo_refused_before_training_does_not_hold_its_workdir_to_those_settings(tmp_path, prepared_dir):
     """A setting refused at start-up (warmup past the run's steps) recorded the demo's settings
-    all the same, and the corrected command was then refused as 'another demo run'."""
+    all the same, and the corrected command was then refused as 'another demo run'; the error
+    did not say which of the demo's two configs it meant (walkthroughs)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
     for warmup in (9, 10):
         result = subprocess.run(_command(tmp_path, prepared_dir, f"--pretrain.train.warmup_steps={warmup}"), env=env,
                                 capture_output=True, text=True, timeout=300)
-        assert result.returncode == 2 and "warmup_steps" in result.stderr.strip().splitlines()[-1], result.stderr
+        assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
+            "error: --pretrain: config.train.warmup_steps must be"), result.stderr
         assert "holds a demo run with other settings" not in result.stderr
+        assert "demo_settings.json" not in os.listdir(tmp_path)
+
+
+def test_a_demo_workdir_that_is_a_file_is_named(launchers, tmp_path):
+    """'[Errno 17] File exists' named neither --workdir nor what was expected (a walkthrough)."""
+    (tmp_path / "file").write_text("not a folder")
+    result = launchers.run([os.path.join(ROOT, "launch", "demo.py"), f"--workdir={tmp_path}/file"],
+                           {**os.environ, "JAX_PLATFORMS": "cpu"}, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"error: --workdir={tmp_path}/file: {tmp_path}/file is a file; give a folder"), result.stderr[-2000:]
+    assert (tmp_path / "file").read_text() == "not a folder"
 
 
 def test_a_changed_demo_is_refused_naming_the_flags_given_first(launchers, tmp_path):
