@@ -65,7 +65,7 @@ class BertConfig:
     the stored (master) dtype. `matmul_precision` "bfloat16": the dense layers (and the
     BiLSTM head's products) multiply bfloat16-rounded operands and accumulate in
     float32 (what a TPU does with float32
-    operands by default; on a CPU with AMX-BF16 about 3x faster than float32, see
+    operands by default; on a CPU with AMX-BF16 faster than float32, see
     bertjax.models.bf16_matmul); "default": the products in `dtype`, as XLA does them.
     `scan_layers`/`remat_policy`/`attention_impl` change how the encoder is compiled,
     never what it computes from given weights (a run from scratch with `scan_layers` draws
