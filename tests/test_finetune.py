@@ -36,16 +36,17 @@ def _metrics(workdir):
 
 
 def check_metrics_and_best(workdir, summary) -> list[dict]:
-    """Every logged number is finite, and the summary's best is the first evaluation with the
-    highest main metric (what finetune keeps: a later tie does not replace it), with its
-    value. Returns the evaluation records."""
+    """Every logged number is finite, and the summary's best is the evaluation with the highest
+    main metric (what finetune keeps: a tie to the lower dev loss, then the earlier step), with
+    its value. Returns the evaluation records."""
     records = _metrics(workdir)
     numbers = [value for record in records for value in record.values() if isinstance(value, float)]
     assert numbers and np.all(np.isfinite(numbers)), records
     key = f"eval_{summary['main_metric']}"
     evaluations = [record for record in records if key in record]
     top = max(record[key] for record in evaluations)
-    assert summary["best"]["step"] == next(record["step"] for record in evaluations if record[key] == top)
+    tied = [record for record in evaluations if record[key] == top]
+    assert summary["best"]["step"] == min(tied, key=lambda record: (record["eval_loss"], record["step"]))["step"]
     assert summary["best"]["metrics"][summary["main_metric"]] == pytest.approx(top)
     return evaluations
 
