@@ -94,7 +94,7 @@ def _init_weights(source: model_source.ModelSource | None, config: ml_collection
     own = run_config.own_checkpoints(workdir)
     if own is not None and source.path == own:
         return (checkpointing.read_meta(own).get("config") or {}).get("init_weights", "")
-    return source.weights if fileio.is_remote(source.weights) else os.path.abspath(source.weights)
+    return fileio.absolute(source.weights)
 
 
 def _positions_trained(length: int, source: model_source.ModelSource | None, frozen: bool) -> int | None:

@@ -99,9 +99,8 @@ def main(_):
                             "tokenizer will give other ids than the model trained on, unless that was wrong",
                             _LOWER_CASE.value, _INPUT.value, trained)
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
-    # A folder recording its casing but not its vocabulary, given one that records none (a vocab.txt).
-    if saved is None and do_lower_case is None and kind == "wordpiece" and source.layout != "bertjax":
-        do_lower_case = convert.recorded_casing(_INPUT.value)
+    if do_lower_case is None and kind == "wordpiece" and vocab is not None:  # (a folder without its vocabulary)
+        do_lower_case = source.recorded_casing_for(vocab)
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):
         do_lower_case = tokenization.wordpiece_casing(vocab)  # BERT's WordPiece: its BertNormalizer says
     judged = kind == "wordpiece" and vocab is not None and do_lower_case is None

@@ -626,7 +626,7 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
         "format": FORMAT,
         "settings": settings,
         "tokenizer": {"kind": tokenizer.kind, "do_lower_case": tokenizer.do_lower_case,
-                      "path": tokenizer.path if fileio.is_remote(tokenizer.path) else os.path.abspath(tokenizer.path),
+                      "path": fileio.absolute(tokenizer.path),
                       "vocab_hash": tokenizer.vocab_hash, "vocab_size": tokenizer.vocab_size,
                       "pad_id": tokenizer.pad_id, "unk_id": tokenizer.unk_id, "cls_id": tokenizer.cls_id,
                       "sep_id": tokenizer.sep_id, "mask_id": tokenizer.mask_id},

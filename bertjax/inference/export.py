@@ -190,8 +190,8 @@ def _write_assets(model, target: str) -> None:
     extra = fileio.join(target, "assets.extra")
     fileio.makedirs(extra)
     # (absolute: a relative path names nothing once the export is served from elsewhere)
-    where = lambda path: path if fileio.is_remote(path) else os.path.abspath(path)  # noqa: E731
-    task = {"model": where(model.source.path), "weights": where(model.source.weights), "task": model.source.task,
+    task = {"model": fileio.absolute(model.source.path), "weights": fileio.absolute(model.source.weights),
+            "task": model.source.task,
             **model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision,
             "inputs": list(serving_inputs(model.task_info, model.tokenizer.kind))}
     settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data)

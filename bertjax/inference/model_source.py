@@ -173,10 +173,8 @@ class ModelSource:
             return self._checked(tokenizer, vocab_path)
         lower = do_lower_case
         known = saved["do_lower_case"] if saved and saved["kind"] == "wordpiece" else None
-        if not saved and self.layout != "bertjax" and tokenization.wordpiece_casing(path) is None:
-            # A folder may record its casing without its vocabulary (a TF export's bert_config.json),
-            # where the vocabulary given records none (a vocab.txt, not a tokenizer.json's normalizer).
-            known = convert.recorded_casing(self.path)
+        if not saved:
+            known = self.recorded_casing_for(path)
         if lower is not None and known is not None and lower != known:
             if self.layout == "bertjax":  # the run's own tokenizer: its casing is how it trained
                 raise ValueError(f"{self.path} was trained {'un' if known else ''}cased (do_lower_case={known}); "
@@ -196,6 +194,15 @@ class ModelSource:
                 "%s: casing not recorded; do_lower_case=%s, judged from its vocabulary's tokens (set do_lower_case to "
                 "change it)", self.path, tokenizer.do_lower_case)
         return tokenizer
+
+    def recorded_casing_for(self, vocab_path: str) -> bool | None:
+        """The casing this model's folder records for `vocab_path`, a WordPiece vocabulary given
+        apart that records none itself (a vocab.txt, not a tokenizer.json's normalizer): a TF
+        export's bert_config.json, a tokenizer_config.json, a release's name. None for a model
+        with a vocabulary of its own, or a bertjax run (its casing is its saved tokenizer's)."""
+        if self.tokenizer_spec or self.layout == "bertjax" or tokenization.wordpiece_casing(vocab_path) is not None:
+            return None
+        return convert.recorded_casing(self.path)
 
     def _checked(self, tokenizer: tokenization.Tokenizer, vocab_path: str) -> tokenization.Tokenizer:
         """`tokenizer`, or ValueError when it is not the model's vocabulary."""

@@ -45,6 +45,12 @@ def join(*parts: str) -> str:
     return posixpath.join(*parts) if is_remote(parts[0]) else os.path.join(*parts)
 
 
+def absolute(path: str) -> str:
+    """A local `path` made absolute (a record of it names the same file from any folder); a
+    remote one as it is."""
+    return path if is_remote(path) else os.path.abspath(path)
+
+
 def parent(path: str) -> str:
     """The directory holding `path` (for remote paths, the prefix before the last '/')."""
     if is_remote(path):
