@@ -863,7 +863,7 @@ def checkpoint_vocabulary(path: str) -> dict[str, Any] | None:
     tokenizer_config = fileio.join(directory, "tokenizer_config.json")
     refused = (_wordpiece_settings_problem(fileio.read_json(tokenizer_config), tokenizer_config)
                if layout == "huggingface" and fileio.exists(tokenizer_config) else None)
-    spec = {"kind": "wordpiece", "path": vocab, "do_lower_case": recorded_casing(path)}
+    spec = {"kind": "wordpiece", "path": vocab, "do_lower_case": _casing_in(layout, directory)}
     return {**spec, "refused": refused} if refused else spec
 
 
@@ -873,7 +873,11 @@ def recorded_casing(path: str) -> bool | None:
     transformers' BertTokenizer reads it), else tokenizer.json's BertNormalizer, else a bertjax TF
     export's bert_config.json, else the release's name (`release_casing`); None where nothing
     says it (a bertjax run's casing is its saved tokenizer's)."""
-    layout, directory = checkpoint_layout(path)
+    return _casing_in(*checkpoint_layout(path))
+
+
+def _casing_in(layout: str, directory: str) -> bool | None:
+    """`recorded_casing` of the checkpoint folder `directory` of `layout`."""
     if layout == "bertjax":
         return None
     do_lower_case = None

@@ -145,8 +145,9 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
         words.append(columns[token_column])
         if tag_column is not None:
             tag = columns[tag_column]
-            layout = _layout_hint(first_columns)  # (a file in another layout fails at its first tag)
+            # (a file in another layout fails at its first tag: _layout_hint says which)
             if known is not None and tag not in known:
+                layout = _layout_hint(first_columns)
                 raise ValueError(f"{path}:{number}: unknown tag {tag!r}; known tags: {list(label_names)} (the "
                                  "training file's, or config.data.label_names: list every tag there)"
                                  + (layout or f"; if column {tag_column} (config.data.tag_column) is no NER tag here "
@@ -154,7 +155,7 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
                                     else layout))
             if not ner_metrics.is_tag(tag):
                 raise ValueError(f"{path}:{number}: tag {tag!r} is neither 'O' nor B-, I-, E- or S-<type> "
-                                 f"(config.data.tag_column={tag_column} picks the column){layout}")
+                                 f"(config.data.tag_column={tag_column} picks the column){_layout_hint(first_columns)}")
             word_tags.append(tag)
     end_sentence()
     if tag_column is None and all(len(words) == 1 for words in sentences) and _words_beside(first_columns):
