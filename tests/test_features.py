@@ -723,11 +723,12 @@ def test_a_process_whose_copy_is_finished_writes_nothing_while_another_computes(
     assert shared.stored_bytes() == 2 * shared.nbytes == feature_cache.stored_bytes(str(folders[0]))
 
 
-@pytest.mark.parametrize("failing", ["lock", "disk"])
+@pytest.mark.parametrize("failing", ["lock", "disk", "file"])
 def test_a_process_that_cannot_store_its_cache_stops_the_others_with_it(tmp_path, monkeypatch, failing):
     """One host's folder cannot be written, or its disk has no room: it raised alone and the
     other processes waited in the next collective until JAX's heartbeat gave up, with no word of
-    why (a review). Every process now stops, the failing one with its own reason."""
+    why (a review). Every process now stops, the failing one with its own reason; one whose
+    folder is a file too (a review: its lock's error was not said to the others)."""
     import contextlib
 
     from bertjax.runtime import workdir_lock
@@ -764,12 +765,14 @@ def test_a_process_that_cannot_store_its_cache_stops_the_others_with_it(tmp_path
                 errors[index] = str(error)
                 raise
 
-    for folder in folders:
-        folder.mkdir()
+    folders[0].mkdir()
+    folders[1].mkdir() if failing != "file" else folders[1].write_text("")
     _as_two_processes(process)
     assert errors[0] == ("another process of this run could not store its cached features (its log says why): "
                          "this one stops with it")
     assert errors[1] == ("the disk has no room" if failing == "disk" else
+                         f"config.train.feature_cache_dir={folders[1]} is a file; give a folder" if failing == "file"
+                         else
                          f"config.train.feature_cache_dir={folders[1]}: cannot write the cached features there "
                          "(Permission denied); give a folder that can be written or set "
                          "config.train.cache_features=False")

@@ -196,6 +196,8 @@ class FeatureCache:
                         f"config.train.feature_cache_dir={directory}: cannot write the cached features there "
                         f"({error.strerror or error}); give a folder that can be written or set "
                         "config.train.cache_features=False")
+                except ValueError as error:  # the folder is a file, or cannot be made
+                    locked, failure = -1, error
                 agreed = fewest(locked)
                 if agreed < 0:
                     raise failure or _another_process_failed()
