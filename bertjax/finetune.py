@@ -500,11 +500,13 @@ def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, pa
 # ======================================================================================
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Fine-tunes to the configured length; returns {"best": {"step", "metrics", "evaluated_on"}
-    of the best checkpoint, "rescored": {split: metrics} of its weights on an evaluation other
-    than the one that chose them (a finished run relaunched with another eval_file), "last":
-    the last logged metrics, "predictions": files written, "main_metric": the task's metric
-    that picks the best checkpoint, "seconds": where the time went}."""
+    """Fine-tunes to the configured length; returns {"best": {"step", "metrics", "evaluated_on",
+    "scored_beside"} of the best checkpoint, "rescored": {split: metrics} of its weights on an
+    evaluation other than the one that chose them (a finished run relaunched with another
+    eval_file), or on other scored splits beside it than when they were chosen (a new tagged
+    test file: "best" then holds their new scores too), "last": the last logged metrics,
+    "predictions": files written, "main_metric": the task's metric that picks the best
+    checkpoint, "seconds": where the time went}."""
     with trainer.hold_workdir(workdir):
         run_config.check_sweep_or_run(workdir, sweep=False)  # before anything is written there
         run_config.check_same_kind(workdir, config.to_dict())
@@ -600,6 +602,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     # on other rows would train nothing, run_config.check_finished_unchanged)
                     "train_data_digest": splits_digest([task.train])}
     evaluated_on = evaluation_digest(task)
+    scored_beside = splits_digest(task.eval_splits[1:])  # (MNLI's mismatched, a tagged test file)
     scored_on = splits_digest(task.eval_splits) if task.eval_splits else None  # every host scores the same rows
     # (and predicts the same rows: hosts with other test files under one path wrote one file of both)
     tested_on = splits_digest(task.test_splits) if task.test_splits else None
@@ -638,6 +641,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # A finished run relaunched with another evaluation (or none) keeps the best/ it chose: the
     # evaluation given scores those weights at the end (a new labelled eval_file scores the result).
     rescored = best is not None and best.get("evaluated_on", evaluated_on) != evaluated_on
+    # The same evaluation beside other scored splits (a new tagged test file): best/'s weights
+    # score them all anew, and the result's metrics are those, not the earlier files'.
+    rescored_beside = best is not None and not rescored and best.get("scored_beside", scored_beside) != scored_beside
     loop = training_loop.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
@@ -711,7 +717,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                     # replace: a resumed run evaluates a step again, and best/ may hold its
                     # earlier (other) weights and score.
                     # (every split's: a sweep's table shows MNLI's mismatched score beside the matched)
-                    best = {"step": step, "metrics": _eval_record(results), "evaluated_on": evaluated_on}
+                    best = {"step": step, "metrics": _eval_record(results), "evaluated_on": evaluated_on,
+                            "scored_beside": scored_beside}
                     # (two managers saving at once call one cross-host barrier from two threads,
                     # which orbax refuses: a two-host run crashed when a save was still finishing)
                     checkpointer.wait_until_finished()
@@ -778,7 +785,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     with clock.phase("predict"):
         for split in task.eval_splits + task.test_splits:
             if split.name in to_predict:  # written post-processed once; scored if best/ was chosen otherwise
-                scores, predictions = evaluator.run_split(params, split, score=rescored and split in task.eval_splits)
+                scores, predictions = evaluator.run_split(
+                    params, split, score=(rescored or rescored_beside) and split in task.eval_splits)
                 if scores:
                     rescores[split.name] = scores
             else:  # the best weights' evaluation, run by this process
@@ -786,6 +794,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
             if jax.process_index() == 0:
                 written += task.write_predictions(split, predictions, directory)
     programs.close()
+    if rescored_beside and set(rescores) == {split.name for split in task.eval_splits}:
+        best = {**best, "metrics": _eval_record(rescores), "scored_beside": scored_beside}
+        rescores = {name: scores for name, scores in rescores.items() if name != task.eval_splits[0].name}
     if best is not None:
         # (the other dev splits' by name: SQuAD v2's HasAns_f1 and best_f1 are the main split's)
         others = "".join(f", {name} {best['metrics'][name]:.4f}" for split in task.eval_splits[1:]

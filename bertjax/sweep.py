@@ -4,7 +4,8 @@ WORKDIR/sweep/<values> and resumable; the best by the task's main metric first.
 
 A WORKDIR holds one sweep's settings (WORKDIR/sweep_settings.json: everything but the grid
 and where or how often things happen, though how often the runs evaluate counts, the step
-folder they start from and the contents of their training and evaluation files): a rerun
+folder they start from and the contents of their training and evaluation files, and of a
+test file that ranks them, NER's without an evaluation file): a rerun
 with other settings is refused once a run has trained under them, since its results (or its
 checkpoints, resumed) would be reported as the new settings'. A finished run's row
 (WORKDIR/sweep/<values>/sweep_row.json) is reused by a rerun without loading the run again,
@@ -41,8 +42,17 @@ _KEPT_FOR_A_RERUN = ("init_checkpoint", "data.vocab_path", "train.eval_every")
 _RERUN_MAY_CHANGE = (*(key for key in run_config.OPERATIONAL_SETTINGS if key not in _KEPT_FOR_A_RERUN),
                      *_GRID_SETTINGS)
 SETTINGS_FILE, ROW_FILE, RESULTS_FILE = run_config.SWEEP_SETTINGS_FILE, "sweep_row.json", "sweep_results.json"
-# The files whose contents a sweep's rows depend on: compared by content (`_settings`), not by path.
+# The files whose contents a sweep's rows depend on: compared by content (`_settings`), not by
+# path; data.test_file too where it ranks the runs (`_data_files`).
 _DATA_FILES = ("train_file", "eval_file")
+
+
+def _data_files(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+    """The config.data keys of the files a sweep's rows depend on: the training and evaluation
+    files, and a tagged test file where it is the evaluation (NER without an eval_file), which
+    chooses each run's best and ranks them; else a test file is predicted, as a rerun may ask."""
+    scores_test_file = tasks.family_of_task(config.task).scores_test_file
+    return (*_DATA_FILES, "test_file") if scores_test_file and not config.data.eval_file else _DATA_FILES
 
 
 def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type, smallest: int = 1) -> list:
@@ -52,7 +62,8 @@ def _grid_values(train: ml_collections.ConfigDict, key: str, kind: type, smalles
         values = [kind(value) for value in str(train[key]).split(",")]
     except ValueError:
         values = []
-    if not values or any(not 0 < value < math.inf if kind is float else value < smallest for value in values):
+    if not values or any(not 0 < value < math.inf if kind is float else not smallest <= value < 2**63
+                         for value in values):  # (past 2**63: no seed jax or TensorFlow takes)
         sign = "finite positive" if kind is float else "positive" if smallest > 0 else "non-negative"
         raise ValueError(f"config.train.{key} must be comma-separated {sign} {kind.__name__}s, got {train[key]!r}")
     names = [f"{value:g}" if kind is float else str(value) for value in values]  # as the run folders name them
@@ -102,11 +113,11 @@ def _trained_before(workdir: str) -> str | None:
 def _settings(config: ml_collections.ConfigDict, saved: dict[str, Any] | None) -> dict[str, Any]:
     """What a sweep's runs are compared by: `config`; the step folder config.init_checkpoint
     names now ("init_weights"; a pre-training workdir's newest step, which a pre-training run
-    still going moves on); the training and evaluation files' contents ("data_contents",
-    SHA-256: a file rewritten at its path gives other results, one moved the same). Where the
-    weights or a file no longer read (gone with a recreated machine), the ones `saved` (the
-    sweep's recorded settings) name: finished runs are reused, and a run that needs them says
-    so itself."""
+    still going moves on); the training and evaluation files' contents, a test file's where it
+    ranks the runs (`_data_files`; "data_contents", SHA-256: a file rewritten at its path gives
+    other results, one moved the same). Where the weights or a file no longer read (gone with a
+    recreated machine), the ones `saved` (the sweep's recorded settings) name: finished runs are
+    reused, and a run that needs them says so itself."""
     saved = saved or {}
     init_weights = ""
     if config.init_checkpoint:
@@ -117,7 +128,7 @@ def _settings(config: ml_collections.ConfigDict, saved: dict[str, Any] | None) -
     if init_weights and not fileio.is_remote(init_weights):
         init_weights = os.path.abspath(init_weights)
     contents = {}
-    for key in _DATA_FILES:  # (every key, "" for none: a file added later is a change too)
+    for key in _data_files(config):  # (every key, "" for none: a file added later is a change too)
         path = config.data[key]
         contents[key] = ("" if not path else fileio.content_hash(path)[:16] if fileio.exists(path)
                          else saved.get("data_contents", {}).get(key, ""))
@@ -199,8 +210,13 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
         run_config.check_sweep_or_run(workdir, sweep=True)
         trainer.process_zero_first(lambda: _check_same_sweep(config, workdir), "sweep settings")
         results, metric = _run_all(workdir, runs)
+    names = {name for name, _ in runs}
     if finetune.temporary_cache(config, workdir):  # its runs' one cache, in a folder no one chose
-        shutil.rmtree(finetune.cache_directory(config, workdir), ignore_errors=True)
+        if any("error" in row for row in results if row["run"] in names):  # (for the rerun that tries them again)
+            _say(f"the cached features stay in {finetune.cache_directory(config, workdir)} for a rerun of the "
+                 "failed runs; delete them when none will")
+        else:
+            shutil.rmtree(finetune.cache_directory(config, workdir), ignore_errors=True)
     results = _ranked(results, metric)  # with the earlier invocations' other points
     if jax.process_index() == 0:
         print("\n" + "\n".join(results_table(results)))
@@ -218,7 +234,6 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
             print(f"best: {top['run']} ({metric} {top[metric]:.4f}); "
                   + (f"its predictions in {predictions}; " if fileio.exists(predictions) else ""), end="")
         print(f"all in {fileio.join(workdir, RESULTS_FILE)}")
-    names = {name for name, _ in runs}
     return [row for row in results if row["run"] in names]  # this grid's (what the launcher judges)
 
 
@@ -239,56 +254,85 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
     metric's column; None when no run evaluated)."""
     results_file = fileio.join(workdir, RESULTS_FILE)
     names = {name for name, _ in runs}
-    earlier = [row for row in (fileio.read_json(results_file) if fileio.exists(results_file) else [])
-               if row["run"] not in names]  # another grid's points: kept, never lost to a narrower rerun
+    recorded = fileio.read_json(results_file) if fileio.exists(results_file) else []
+    earlier = [row for row in recorded if row["run"] not in names]  # another grid's points: never lost
+    # This grid's rows as recorded, written with the new ones until each run's turn: a rerun
+    # stopped before it (a run trained again before it, and preempted) loses none of them.
+    pending = {row["run"]: row for row in recorded if row["run"] in names}
     results, metric = list(earlier), None
+
+    def record(row: dict[str, Any]) -> None:
+        results.append(row)
+        pending.pop(row["run"], None)
+
     for name, run in runs:
         run_dir = fileio.join(workdir, "sweep", name)
         row_file = fileio.join(run_dir, ROW_FILE)
         finished = fileio.read_json(row_file) if fileio.exists(row_file) else None
+        # A run of config.train.num_steps steps took no part of num_epochs: its row says its steps.
+        length = {"steps": run.train.num_steps} if run.train.num_steps else {"epochs": run.train.num_epochs}
+        row = {"run": name, "learning_rate": run.train.learning_rate, "batch_size": run.train.batch_size, **length,
+               "seed": run.seed}
+        if finished:
+            _check_same_point(finished["row"], row, run_dir)
         # A test file the finished run has not predicted, or one rewritten since (a row from
         # before the file was recorded, with one given now, predicts once more; none given now:
         # nothing to write).
         if finished and (not run.data.test_file or _test_file_record(run, finished) == {
                 key: finished.get(key) for key in ("test_file", "test_file_contents")}):
             _say(f"the sweep's run {name} finished before: its result is reused")
-            results.append(finished["row"])
+            record(finished["row"])
             metric = finished["metric"]
             continue
         if finished:
             _say(f"the sweep's run {name} finished before: writing its predictions for "
                  f"config.data.test_file={run.data.test_file!r}")
-        # A run of config.train.num_steps steps took no part of num_epochs: its row says its steps.
-        length = {"steps": run.train.num_steps} if run.train.num_steps else {"epochs": run.train.num_epochs}
-        row = {"run": name, "learning_rate": run.train.learning_rate, "batch_size": run.train.batch_size, **length,
-               "seed": run.seed}
         try:
             summary = finetune.finetune(run, run_dir)
         except Exception as e:  # noqa: BLE001 (a run's own failure is recorded; any other is raised)
             failure = _run_failure(e)
             if failure is None:
                 raise
+            if finished:  # only its predictions failed: its result stands, and a rerun tries them again
+                log.warning("the sweep's run %s finished before; its predictions for config.data.test_file=%r "
+                            "failed (%s): its result is kept, without them", name, run.data.test_file, failure)
+                record(finished["row"])
+                metric = finished["metric"]
+                continue
             log.warning("the sweep's run %s failed (%s); going on to the next", name, failure)
             summary = getattr(e, "result", None)  # a diverged run's best evaluation before it
             row["error"] = failure
             if summary is None:
-                results.append({**row, "best_step": None})
-                _write_results(workdir, results, metric)
+                record({**row, "best_step": None})
+                _write_results(workdir, [*results, *pending.values()], metric)
                 continue
         if summary["best"] is None and "error" not in row:
             raise ValueError(f"the sweep's run {name} evaluated nothing: the task has no evaluation split "
                              "(config.data.eval_file), and a sweep ranks its runs by their evaluation")
         metric = f"eval_{summary['main_metric']}"  # the task's: F1 for MRPC, Spearman for STS-B, ...
         best = summary["best"] or {"metrics": {}, "step": None}
-        results.append({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
+        record({**row, "best_step": best["step"], **{f"eval_{k}": v for k, v in best["metrics"].items()}})
         if "error" not in row and jax.process_index() == 0:  # (a failed run is tried again by a rerun)
             fileio.makedirs(run_dir)
             fileio.write_json(row_file, {"row": results[-1], "metric": metric, **_test_file_record(run, {})})
-        _write_results(workdir, results, metric)  # after every run: a sweep that stops keeps what it has
+        # After every run: a sweep that stops keeps what it has.
+        _write_results(workdir, [*results, *pending.values()], metric)
     if metric is None:  # every run of this grid failed: the main metric as earlier grids' runs recorded it
         metric = next(filter(None, (_recorded_metric(workdir, row["run"]) for row in earlier)), None)
     _write_results(workdir, results, metric)  # (every run's row reused: the file may predate one)
     return results, metric
+
+
+def _check_same_point(finished: dict[str, Any], row: dict[str, Any], run_dir: str) -> None:
+    """ValueError when a finished run's row was trained at other grid values than `row` names:
+    run folders tell learning rates and epochs apart to 6 significant digits, so 2.0000001e-5 in a
+    later invocation's grid met the folder of 2e-5 and reported its result as its own."""
+    keys = ("learning_rate", "batch_size", "epochs", "steps", "seed")
+    other = {key: finished[key] for key in keys if key in finished and finished[key] != row.get(key)}
+    if other:
+        raise ValueError(f"{run_dir} holds the run of {other}, not {({key: row.get(key) for key in other})}: the "
+                         "sweep's run folders tell values apart to 6 significant digits; give values that differ "
+                         "there, or a new workdir")
 
 
 def results_table(results: list[dict[str, Any]]) -> list[str]:

@@ -698,6 +698,94 @@ def test_a_sweep_restarts_each_point_with_each_seed(tmp_path, monkeypatch):
         sweep.sweep(config, str(tmp_path))
 
 
+def test_a_sweeps_rerun_loses_no_row_and_mixes_no_points(tmp_path, monkeypatch, caplog):
+    """Found by a review of the sweep:
+    - a rerun wrote sweep_results.json after its first run with only the rows reached so far:
+      stopped then, the table (what predict and export load the best of) lost the others;
+    - a finished run whose predictions for a new test file failed was ranked as a failure;
+    - run folders tell values apart to 6 significant digits: 2.0000001e-5 met the folder of
+      2e-5 and reported its result as its own;
+    - a seed past 2**63 failed in its own run, after the runs before it had trained."""
+    from bertjax import finetune, sweep
+    from bertjax.runtime.errors import RunSettingsError
+
+    def run(config, workdir):
+        return {"best": {"step": 4, "metrics": {"f1": config.train.learning_rate * 100}}, "main_metric": "f1"}
+
+    monkeypatch.setattr(finetune, "finetune", run)
+    config = _demo_config(sweep=True, sweep_learning_rates="1e-3,2e-3,3e-3", sweep_batch_sizes="16", sweep_epochs="1")
+    workdir = tmp_path / "grid"
+    first = sweep.sweep(config, str(workdir))
+    assert [row["run"] for row in first] == [f"lr0.00{k}_batch16_epochs1" for k in (3, 2, 1)]
+    (tmp_path / "test.tsv").write_text("sentence\nA new one.\n")
+    config.data.test_file = str(tmp_path / "test.tsv")
+    calls = []
+
+    def preempted_at_the_second(config, workdir):
+        calls.append(config.train.learning_rate)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return run(config, workdir)
+
+    monkeypatch.setattr(finetune, "finetune", preempted_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.sweep(config, str(workdir))
+    assert calls == [1e-3, 2e-3] and json.load(open(workdir / "sweep_results.json")) == first
+
+    def predictions_fail(config, workdir):
+        raise RunSettingsError("out of host memory")
+
+    monkeypatch.setattr(finetune, "finetune", predictions_fail)
+    with caplog.at_level("WARNING"):
+        assert sweep.sweep(config, str(workdir)) == first
+    assert ("the sweep's run lr0.002_batch16_epochs1 finished before; its predictions for config.data.test_file="
+            f"'{tmp_path}/test.tsv' failed (out of host memory): its result is kept, without them") in caplog.text
+    monkeypatch.setattr(finetune, "finetune", run)
+    config.data.test_file = ""
+    config.train.sweep_learning_rates = "1.0000001e-3"
+    with pytest.raises(ValueError, match=r"grid/sweep/lr0.001_batch16_epochs1 holds the run of \{'learning_rate': "
+                                         r"0.001\}, not \{'learning_rate': 0.0010000001\}: the sweep's run folders "
+                                         r"tell values apart to 6 significant digits"):
+        sweep.sweep(config, str(workdir))
+    config.train.update(sweep_learning_rates="1e-3,4e-3", sweep_seeds=f"1,{2**63}")
+    with pytest.raises(ValueError, match=r"config.train.sweep_seeds must be comma-separated non-negative ints"):
+        sweep.sweep(config, str(tmp_path / "seeds"))
+    assert not (tmp_path / "seeds").exists()
+    # A gs:// workdir's features cached in a temporary folder: removed after the sweep, but kept
+    # while a run failed, for the rerun that tries it again (they were removed either way).
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setattr(finetune, "temporary_cache", lambda config, workdir: True)
+    monkeypatch.setattr(finetune, "cache_directory", lambda config, workdir: str(tmp_path / "cache"))
+    monkeypatch.setattr(finetune, "finetune", predictions_fail)
+    config.train.update(sweep_learning_rates="5e-3", sweep_seeds="")
+    sweep.sweep(config, str(workdir))
+    assert (tmp_path / "cache").is_dir()
+    monkeypatch.setattr(finetune, "finetune", run)
+    sweep.sweep(config, str(workdir))
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_tagged_test_file_that_ranks_a_sweep_is_compared_by_content(tmp_path, monkeypatch):
+    """NER without an eval_file ranks a sweep's runs by their tagged test file. A rerun with that
+    file rewritten took it as a file to predict: finished runs kept their old scores, the others
+    chose on the new file, and one table ranked both (a review)."""
+    from bertjax import finetune, sweep
+    from test_finetune_tasks import ner_sentences, write_conll
+
+    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {
+        "best": {"step": 4, "metrics": {"f1": 0.5}}, "main_metric": "f1"})
+    write_conll(tmp_path / "train.txt", ner_sentences(16, seed=5))
+    write_conll(tmp_path / "test.txt", ner_sentences(6, seed=7))
+    config = _demo_config(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
+    config.task = "ner"
+    config.data.update(train_file=str(tmp_path / "train.txt"), eval_file="", test_file=str(tmp_path / "test.txt"))
+    sweep.sweep(config, str(tmp_path / "grid"))
+    write_conll(tmp_path / "test.txt", ner_sentences(6, seed=8))
+    with pytest.raises(ValueError, match=r"holds a sweep with other settings \(data_contents.test_file "
+                                         r"'[0-9a-f]{16}' -> '[0-9a-f]{16}'\): its finished runs would be reported"):
+        sweep.sweep(config, str(tmp_path / "grid"))
+
+
 def test_a_sweep_takes_new_settings_only_while_no_run_has_trained(tmp_path, monkeypatch, caplog):
     """Failed runs under the old settings write no sweep_row.json, yet one may have evaluated
     (diverged later) or saved checkpoints a rerun would resume: the new settings were taken
@@ -1619,6 +1707,42 @@ def test_a_tagged_test_file_given_on_a_resume_is_no_other_evaluation(tmp_path, c
     assert "another evaluation" not in caplog.text and not [name for name in os.listdir(workdir)
                                                             if name.startswith("best.")]
     assert os.path.exists(os.path.join(workdir, "predictions", "test.conll"))
+
+
+def test_a_finished_run_relaunched_with_a_new_tagged_test_file_scores_it(tmp_path, capsys):
+    """NER scores a tagged test file beside its eval file. A finished run relaunched with another
+    test file predicted it but kept the first file's test scores in its result, which a sweep's
+    table showed as the new file's (a review). best/'s weights now score the new file."""
+    from bertjax import finetune
+    from bertjax.data.corpora import demo_corpus
+    from small_runs import SMALL_MODEL
+    from test_finetune_tasks import ner_sentences, write_conll
+
+    write_conll(tmp_path / "train.txt", ner_sentences(16, seed=5))
+    write_conll(tmp_path / "dev.txt", ner_sentences(6, seed=6))
+    write_conll(tmp_path / "test.txt", ner_sentences(6, seed=7))
+    write_conll(tmp_path / "other.txt", ner_sentences(9, seed=8))
+    config = finetune_config.get_config("ner")
+    config.model.update(SMALL_MODEL)
+    config.data.update(vocab_path=demo_corpus.demo_vocab_path(str(tmp_path / "vocab")), max_seq_length=16,
+                       train_file=str(tmp_path / "train.txt"), eval_file=str(tmp_path / "dev.txt"))
+    config.train.update(num_steps=2, batch_size=8, log_every=1)
+
+    def relaunched(test_file):
+        config.data.test_file = str(tmp_path / test_file)
+        return finetune.finetune(config, str(tmp_path / "run"))
+
+    first = relaunched("test.txt")
+    metrics = first["best"]["metrics"]
+    other = relaunched("other.txt")
+    assert other["best"]["step"] == first["best"]["step"]
+    assert other["best"]["metrics"]["loss"] == pytest.approx(metrics["loss"], rel=1e-5)  # the eval file's
+    assert other["best"]["metrics"]["test_loss"] != pytest.approx(metrics["test_loss"], rel=1e-3)
+    assert other["rescored"]["test"] == {key[len("test_"):]: value for key, value in other["best"]["metrics"].items()
+                                         if key.startswith("test_")}
+    assert f"those weights score f1 {other['rescored']['test']['f1']:.4f} on test" in capsys.readouterr().out
+    again = relaunched("test.txt")  # the first file again: its scores again
+    assert again["best"]["metrics"] == pytest.approx(metrics, rel=1e-5)
 
 
 def test_a_run_resumed_with_another_evaluation_does_not_compare_with_the_old_best(tmp_path, monkeypatch, caplog):
