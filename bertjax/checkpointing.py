@@ -46,6 +46,8 @@ from etils import epath
 from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
+from bertjax.runtime.console import PROCESS_SPECIFIC
+
 STATE, META = "state", "meta"
 FORMAT = "bertjax"
 # Waits before the 2nd and 3rd attempt to read a step: long enough to ride out a gs:// blip.
@@ -305,7 +307,7 @@ class Checkpointer:
             except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
                 restored, error = None, e
                 log.warning("checkpoint %s is unreadable (%s); falling back to the previous one",
-                            self.directory / str(candidate), brief(e))
+                            self.directory / str(candidate), brief(e), extra=PROCESS_SPECIFIC)
             if _on_every_process(restored is not None):
                 for step, target in zip(unreadable, self._move_aside(unreadable, "unreadable")):
                     if jax.process_index() == 0:  # the one that moved it
@@ -328,7 +330,7 @@ class Checkpointer:
                 if wait is None:
                     raise
                 log.warning("reading checkpoint %s failed (%s); trying again in %.0f s",
-                            self.directory / str(step), brief(e), wait)
+                            self.directory / str(step), brief(e), wait, extra=PROCESS_SPECIFIC)
                 time.sleep(wait)
 
     def _read_once(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
@@ -471,7 +473,8 @@ def _newest_readable(path: str, read: Callable[[epath.Path], T]) -> T:
             raise
         except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
             error = e
-            log.warning("checkpoint %s is unreadable (%s); falling back to the previous one", step_dir, brief(e))
+            log.warning("checkpoint %s is unreadable (%s); falling back to the previous one", step_dir, brief(e),
+                        extra=PROCESS_SPECIFIC)
     raise CheckpointUnreadableError(
         f"no readable checkpoint in {path}: steps {[int(d.name) for d in steps]} are corrupt or truncated (last: "
         f"{brief(error)})") from error

@@ -19,6 +19,7 @@ from bertjax.tasks import common
 from bertjax.models import BertConfig
 from bertjax.models import config as bert_config
 from bertjax.runtime import fileio
+from bertjax.runtime.console import PROCESS_SPECIFIC
 from bertjax.runtime.errors import RunSettingsError
 from bertjax.tasks import batching
 from bertjax.tasks.common import check_int
@@ -39,7 +40,7 @@ def checkpoint_source(config: ml_collections.ConfigDict, workdir: str | None = N
         if own is None:
             raise ValueError(f"config.init_checkpoint={config.init_checkpoint}: {e}") from None
         log.warning("config.init_checkpoint=%s cannot be read (%s); resuming from %s, with the run's own model "
-                    "config and tokenizer", config.init_checkpoint, e, own)
+                    "config and tokenizer", config.init_checkpoint, e, own, extra=PROCESS_SPECIFIC)
         return model_source.resolve(own)
 
 
@@ -260,7 +261,7 @@ def check_run_settings(config: ml_collections.ConfigDict) -> None:
             fileio.check_can_make(train.feature_cache_dir, "config.train.feature_cache_dir")
         except ValueError as unwritable:
             log.warning("%s: only features cached there already are read; a split without them stops the run when "
-                        "it reaches them, after its start-up", unwritable)
+                        "it reaches them, after its start-up", unwritable, extra=PROCESS_SPECIFIC)
     if config.checkpoint.every < 1 or config.checkpoint.keep < 1:
         raise ValueError(f"config.checkpoint.every and .keep must be >= 1, got {config.checkpoint.every}, "
                          f"{config.checkpoint.keep}")

@@ -14,6 +14,7 @@ from bertjax import batch_warmup, checkpointing, optim, run_config, sharding
 from bertjax.models import BertConfig
 from bertjax.models import config as bert_config
 from bertjax.runtime import fileio
+from bertjax.runtime.console import PROCESS_SPECIFIC
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ def warn_if_eval_repeats(pipeline, eval_batches: int) -> None:
         log.warning("the eval split has fewer rows on this host than the %d of an evaluation "
                     "(config.train.eval_batches=%d x %d): rows repeat within an evaluation; raise "
                     "config.data.eval_fraction or lower config.train.eval_batches", wanted, eval_batches,
-                    pipeline.batch_size)
+                    pipeline.batch_size, extra=PROCESS_SPECIFIC)
 
 
 def warn_if_demo_corpus(data_config, bert) -> None:

@@ -1,4 +1,5 @@
-"""bertjax.runtime.console: durations, and the rate and ETA of a phase with pauses (a fake clock)."""
+"""bertjax.runtime.console: durations, the rate and ETA of a phase with pauses (a fake clock),
+and one copy of a multi-process run's logs."""
 
 import io
 import os
@@ -261,3 +262,24 @@ def test_the_eta_of_a_growing_batch_prices_the_steps_left_by_their_work(clock):
         progress.advance(step)
     assert progress.eta_seconds() == pytest.approx(20.0)  # 50 steps of 4 rows at 0.1 s a row
     assert console.Progress(total=100, stream=io.StringIO()).work(7) == 7  # without: steps
+
+
+def test_other_processes_log_only_what_is_their_own():
+    """Every process of a multi-host run logged the same warnings (a review: N copies of each);
+    process 0 now logs for all, another only what its host alone meets, and errors, named."""
+    import logging
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(console._OneCopy(1, 4))
+    log = logging.getLogger("bertjax.test_one_copy")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("config.checkpoint.every is past num_steps")
+        log.warning("checkpoint %s is unreadable", "ckpt/8", extra=console.PROCESS_SPECIFIC)
+        log.error("the evaluation after step %d failed", 4)
+    finally:
+        log.removeHandler(handler)
+    assert stream.getvalue().splitlines() == ["process 1 of 4: checkpoint ckpt/8 is unreadable",
+                                              "process 1 of 4: the evaluation after step 4 failed"]

@@ -181,12 +181,14 @@ def test_two_processes_reading_their_own_files_train_together(tmp_path, prepared
 def test_processes_given_other_settings_stop_with_one_line_naming_it(tmp_path, prepared_dir):
     """Two processes given other learning rates trained silently, each with its own (process 0's
     logged), and other num_steps hung at the last save (a walkthrough): every host is checked
-    to run the same settings before anything is written (finetune.py adds its data's digests)."""
+    to run the same settings before anything is written (finetune.py adds its data's digests).
+    The warnings before it are process 0's alone."""
     workdir = tmp_path / "mixed"
     port = _free_port()
     rates = ["0.001", "0.5"]
     processes = [subprocess.Popen(
         _command(workdir, prepared_dir, "--config.train.num_steps=4", f"--config.train.learning_rate={rate}",
+                 "--config.checkpoint.every=100",
                  f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"),
         env=_env(devices=1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i, rate in enumerate(rates)]
     outputs = [p.communicate(timeout=600) for p in processes]
@@ -196,6 +198,9 @@ def test_processes_given_other_settings_stop_with_one_line_naming_it(tmp_path, p
             f"error: process 1 differs from process 0 in train.learning_rate ({float(rates[i])!r} on process {i}): "
             "give every host the same command, and the same files")
     assert not (workdir / "checkpoints").exists()
+    # A warning every process would give alike comes once, from process 0 (a review: each gave it).
+    warning = "warning: config.checkpoint.every=100 is past config.train.num_steps=4"
+    assert warning in outputs[0][1] and warning not in outputs[1][1]
 
 
 def test_non_finite_steps_are_skipped_then_the_run_stops(tmp_path, prepared_dir):

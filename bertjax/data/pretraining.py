@@ -55,6 +55,7 @@ from bertjax.data import masking, pairing, shards
 from bertjax.data.records import (FEATURE_NAMES, check_files_not_empty, host_file_split, iterate_naming_bad_files,
                                   shuffle_seed, tf_message, without_autotuning_thread)
 from bertjax.data.pretraining_config import check_data_config
+from bertjax.runtime.console import PROCESS_SPECIFIC
 from bertjax.runtime.tf_cpu import no_autograph, tf
 
 _AUTOTUNE = tf.data.AUTOTUNE
@@ -254,7 +255,7 @@ class PretrainingPipeline:
         try:
             recorded = fileio.read_json(path)
         except (json.JSONDecodeError, OSError) as e:  # a cache: never worth failing the run for
-            logging.warning("%s: unreadable (%s); epoch sizes will be counted", path, e)
+            logging.warning("%s: unreadable (%s); epoch sizes will be counted", path, e, extra=PROCESS_SPECIFIC)
             return {}
         if recorded.get("fingerprint") != self._fingerprint:
             logging.info("%s: recorded for other data or settings; epoch sizes will be counted", path)
@@ -267,7 +268,7 @@ class PretrainingPipeline:
             return
         if known is not None:
             logging.warning("epoch %d of the %s data has %d instances, %d were recorded in %s; keeping %d",
-                            epoch, self.split, size, known, self.epoch_sizes_path, size)
+                            epoch, self.split, size, known, self.epoch_sizes_path, size, extra=PROCESS_SPECIFIC)
         self._epoch_sizes[epoch] = size
         if self.epoch_sizes_path:
             fileio.makedirs(os.path.dirname(self.epoch_sizes_path))

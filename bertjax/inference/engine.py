@@ -54,6 +54,7 @@ from bertjax import sharding, tasks, tokenization
 from bertjax.inference import batch_predict, model_source
 from bertjax.models.config import BertConfig
 from bertjax.runtime import compilation_cache, fileio
+from bertjax.runtime.console import PROCESS_SPECIFIC
 from bertjax.tasks import batching
 from bertjax.tasks.common import Split, encode_pairs
 from bertjax.tasks.family import Family, at_position, parse_checked
@@ -452,7 +453,7 @@ def inference_config(bert: BertConfig, precision: str, backend: str | None = Non
 
     if backend is None and not bf16_matmul.has_bf16_instructions():
         logging.warning("precision='bfloat16' on a CPU without bfloat16 instructions (AMX-BF16, AVX512_BF16): "
-                        "the products are emulated, slower than float32 here")
+                        "the products are emulated, slower than float32 here", extra=PROCESS_SPECIFIC)
     return bert.replace(dtype="float32", matmul_precision="bfloat16")
 
 

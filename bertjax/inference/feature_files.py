@@ -537,7 +537,8 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
     own = start + sum(min(unit, total - piece * unit) for piece in pieces)  # this process's examples in all
     if start:
         log(f"{who}resuming {output} at example {start} of {own} ({len(manifest['shards'])} shards written)")
-    progress = console.Progress(own, start, label="examples", unit="examples", line_seconds=console.LINE_SECONDS)
+    progress = console.Progress(own, start, label=f"{who}examples", unit="examples",  # (each process its own)
+                                line_seconds=console.LINE_SECONDS)
 
     def example_number(position: int) -> int:
         """This call's position-th example -> its 0-based number in the input."""

@@ -613,8 +613,14 @@ def define_distributed_flags() -> None:
 
 
 def start_distributed() -> None:
-    """Calls bertjax.runtime.distributed.initialize with the flags of `define_distributed_flags`."""
-    from bertjax.runtime import distributed
+    """Calls bertjax.runtime.distributed.initialize with the flags of `define_distributed_flags`;
+    on several processes, the logs every process would write alike are left to process 0
+    (`console.one_copy_of_logs`)."""
+    from bertjax.runtime import console, distributed
 
     values = flags.FLAGS
-    distributed.initialize(values.distributed, values.coordinator_address, values.num_processes, values.process_id)
+    if distributed.initialize(values.distributed, values.coordinator_address, values.num_processes,
+                              values.process_id):
+        import jax
+
+        console.one_copy_of_logs(jax.process_index(), jax.process_count())

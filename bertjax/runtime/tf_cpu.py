@@ -22,8 +22,10 @@ except RuntimeError:  # TF's devices were already initialised by someone else; t
     if tf.config.list_physical_devices("GPU"):
         import logging
 
+        from bertjax.runtime.console import PROCESS_SPECIFIC
+
         logging.getLogger(__name__).warning("TensorFlow was set up before bertjax.runtime.tf_cpu: it sees the GPUs, "
-                                            "and may take their memory from JAX")
+                                            "and may take their memory from JAX", extra=PROCESS_SPECIFIC)
 
 
 def datasets():

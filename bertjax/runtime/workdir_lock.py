@@ -31,6 +31,7 @@ import time
 from typing import Callable, Iterator
 
 from bertjax.runtime import fileio
+from bertjax.runtime.console import PROCESS_SPECIFIC
 
 log = logging.getLogger(__name__)
 
@@ -210,5 +211,5 @@ def _try_lock(lock_file, workdir: str) -> bool | None:
         if e.errno not in _NO_LOCKS:
             raise
         log.warning("%s is not locked against a second run at the same time: its file system does not support "
-                    "locks (%s)", workdir, os.strerror(e.errno))
+                    "locks (%s)", workdir, os.strerror(e.errno), extra=PROCESS_SPECIFIC)
         return None

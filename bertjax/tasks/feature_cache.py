@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from bertjax.runtime import preemption, workdir_lock
+from bertjax.runtime.console import PROCESS_SPECIFIC
 from bertjax.runtime.errors import TrainingStopped
 from bertjax.tasks.batching import TrainBatches, eval_batches
 from bertjax.tasks.common import Split
@@ -206,9 +207,10 @@ class FeatureCache:
             if not waited:  # (a warning: a run that waits minutes says why)
                 if locked:
                     log.warning("another process of this run waits for another run computing its copy of %s: "
-                                "waiting with it", os.path.basename(self.path))
+                                "waiting with it", os.path.basename(self.path), extra=PROCESS_SPECIFIC)
                 else:
-                    log.warning("%s is being computed by %s: waiting for it", self.path, holder)
+                    log.warning("%s is being computed by %s: waiting for it", self.path, holder,
+                                extra=PROCESS_SPECIFIC)
                 waited = True
             signal_name = stop()  # (a wait as long as the other run's computation: Ctrl-C stops it)
             if signal_name:
