@@ -799,3 +799,16 @@ def test_a_folder_of_a_self_normalising_tokenizer_written_by_earlier_code_reads_
     else:
         with pytest.raises(ValueError, match=r"\(the tokenizer changed \(its vocabulary or casing\)\)"):
             feature_files._check_settings("out", manifest, now, lambda: ())
+
+
+def test_a_warning_about_the_input_is_given_once(tmp_path):
+    """A TSV field quoted as CSV writers quote it was warned of twice, once as the inputs were
+    counted and once as they were read (a review of repeated console lines), and named a
+    fine-tuning key, not this launcher's flag: one line now, naming --input_format."""
+    (tmp_path / "in.tsv").write_text('text\n"a ""quoted"" word"\nplain words\n')
+    done = subprocess.run([sys.executable, LAUNCHER, f"--checkpoint={MINILM_DIR}", f"--input_file={tmp_path}/in.tsv",
+                           f"--output={tmp_path}/out.jsonl", "--layers=-1"], env=ENV, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("a field quoted as a CSV writer quotes it") == 1, done.stderr
+    assert "--input_format=csv" in done.stderr

@@ -127,6 +127,25 @@ class _LibraryNoise(logging.Filter):
         return "bertjax" in record.pathname or "deprecat" not in record.getMessage().lower()
 
 
+class _SaidOnce(logging.Filter):
+    """Drops a warning already given word for word: set-up code that runs once a split or a
+    pipeline (the data's checks, a prepared folder's, a file's layout) said the same line two or
+    three times. A repeat with other values (another step, another count) still shows."""
+
+    def __init__(self):
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        message = record.getMessage()
+        if message in self.said:
+            return False
+        self.said.add(message)
+        return True
+
+
 class _PlainFormatter(logging.Formatter):
     """'warning: message', as the launchers' 'error: ' lines: absl's prefix (date, time, thread
     id, source file:line) says nothing to the person running bertjax (BERTJAX_VERBOSE keeps it)."""
@@ -195,6 +214,7 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message="coroutine '_read_array", category=RuntimeWarning)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_LibraryNoise())
+        handler.addFilter(_SaidOnce())
         handler.setFormatter(_PlainFormatter())
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)

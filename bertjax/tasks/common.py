@@ -331,7 +331,8 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
         if file_format == "tsv" and not quoted_warned and any(_csv_quoted(field) for field in fields):
             quoted_warned = True
             logging.warning("%s:%d: a field quoted as a CSV writer quotes it (\"...\"\"...\"); TSV fields are read "
-                            "literally, quotes kept: write the file as .csv (or set config.data.file_format=csv)",
+                            "literally, quotes kept: write the file as .csv, or read it as one "
+                            "(config.data.file_format=csv; predict and extract_features: --input_format=csv)",
                             path, first)
         yield f"{path}:{first}", dict(zip(header, fields))
 
