@@ -812,3 +812,39 @@ def test_a_warning_about_the_input_is_given_once(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.count("a field quoted as a CSV writer quotes it") == 1, done.stderr
     assert "--input_format=csv" in done.stderr
+
+
+def test_what_a_walkthrough_of_the_features_api_found(minilm, tmp_path):
+    """A walkthrough of extract_features and its Python API:
+    - numpy layer indices passed the checks, then failed writing JSON after the first shard,
+      leaving a folder without a manifest;
+    - a file name such as out.jsonl.gz became a folder of shards without a word;
+    - a JSONL file whose every row is empty text was "an empty file, or blank lines only?";
+    - --fail_on_truncation on a finished folder advised dropping the flag "to finish this one";
+    - a full disk while writing a JSONL file said only "[Errno 27] File too large"."""
+    from small_runs import on_a_full_disk
+
+    (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "np"), layers=np.array([-1, -2]),
+                          log=lambda _: None)
+    assert json.loads((tmp_path / "np" / "manifest.json").read_text())["settings"]["layers"] == [-1, -2]
+    assert next(feature_files.read_features(str(tmp_path / "np")))["values"].shape[0] == 2
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "np.jsonl"), layers=[np.int64(-1)],
+                          log=lambda _: None)
+    assert json.loads((tmp_path / "np.jsonl").read_text().splitlines()[0])["features"][0]["layers"][0]["index"] == -1
+    with pytest.raises(ValueError, match=r"--output=\S+/out.jsonl.gz: the features are one JSONL file .* not a .gz file"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl.gz"))
+    (tmp_path / "empty.jsonl").write_text('{"text": ""}\n{"text": ""}\n')
+    with pytest.raises(ValueError, match=r"empty.jsonl: every one of its 2 examples is empty text"):
+        feature_files.extract(minilm, str(tmp_path / "empty.jsonl"), str(tmp_path / "e"))
+    with pytest.raises(ValueError, match=r"cut to --max_seq_length=64 tokens by a run without the flag; give a new "
+                                         r"--output$"):
+        feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "np"), layers=(-1, -2),
+                              fail_on_truncation=True)
+    (tmp_path / "many.txt").write_text("some words of text for a line, and more of them\n" * 400)
+    result = on_a_full_disk([LAUNCHER, f"--checkpoint={MINILM_DIR}", f"--input_file={tmp_path}/many.txt",
+                             f"--output={tmp_path}/full.jsonl", "--layers=-1"], limit=100_000)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (f"error: --output={tmp_path}/full.jsonl: cannot write (File too "
+                                                      "large); nothing of it was left")
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("full.jsonl")]

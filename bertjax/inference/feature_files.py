@@ -45,6 +45,7 @@ a one-process run's. The folder must be one every host sees (gs://, a shared fil
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import io
 import itertools
@@ -133,8 +134,10 @@ def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", tex
     for example in read_inputs(path, file_format, text_a_key, text_b_key):
         count += 1
         nonblank += bool(example[0] or example[1])
-    if not nonblank:
+    if not count:
         raise ValueError(f"--input_file={path}: no examples (an empty file, or blank lines only?)")
+    if not nonblank:
+        raise ValueError(f"--input_file={path}: every one of its {count} examples is empty text")
     return count
 
 
@@ -436,7 +439,8 @@ def _merge(output: str, processes: int, total: int) -> dict[str, Any]:
 
 # Names a user means as one file; anything but *.jsonl is a shard folder, which such a name
 # would be without a word.
-_FILE_SUFFIXES = (".json", ".npz", ".npy", ".txt", ".csv", ".tsv", ".h5", ".parquet")
+_FILE_SUFFIXES = (".json", ".npz", ".npy", ".txt", ".csv", ".tsv", ".h5", ".parquet", ".gz", ".bz2", ".zst", ".xz",
+                  ".zip", ".ndjson", ".pkl", ".pt", ".bin", ".arrow")
 
 
 def writes_jsonl(output: str) -> bool:
@@ -447,6 +451,16 @@ def writes_jsonl(output: str) -> bool:
         raise ValueError(f"--output={output}: the features are one JSONL file (a name ending in .jsonl) or a folder "
                          f"of .npz shards (any other name), not a {os.path.splitext(name)[1]} file")
     return name.endswith(".jsonl")
+
+
+@contextlib.contextmanager
+def _naming_output(output: str):
+    """An OSError writing `output` (a full disk's names no file) as a ValueError naming it."""
+    try:
+        yield
+    except (OSError, *fileio.remote_errors()) as e:
+        raise ValueError(f"--output={output}: cannot write ({getattr(e, 'strerror', None) or e}); nothing of it "
+                         "was left") from None
 
 
 def check_output(input_file: str, output: str) -> None:
@@ -482,6 +496,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
       already, written without the flag.
     """
     model.layer_indices(layers)  # a bad index fails before any input is read
+    layers = tuple(map(int, layers))  # (numpy's ints too: written to JSON, the manifest and lines)
     if pooling not in hidden_states.POOLINGS:
         raise ValueError(f"--pooling must be one of {hidden_states.POOLINGS}, got {pooling!r}")
     if dtype not in ("float32", "float16"):
@@ -522,10 +537,10 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
         # A run without the flag may have cut some already; every process reads the same shards.
         first = _first_truncated(output, written) if fail_on_truncation else None
         if first is not None:
+            remedy = "" if finished else ", or drop the flag to finish this one"
             raise ValueError(f"--fail_on_truncation: {output} already holds example {first + 1} ("
                              f"{input_location(input_file, file_format, first)}) cut to --max_seq_length="
-                             f"{model.max_seq_length} tokens by a run without the flag; give a new --output, or drop "
-                             "the flag to finish this one")
+                             f"{model.max_seq_length} tokens by a run without the flag; give a new --output{remedy}")
         if finished:
             log(f"{output} is complete ({total} examples); nothing to do")
             return {"examples": total, "truncated": manifest["truncated"], "new": 0, "seconds": 0.0}
@@ -566,7 +581,11 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
                 written = 0
                 with fileio.open_file(tmp, "w") as f:
                     for written, feature in enumerate(features, start=1):
-                        f.write(jsonl_line(written - 1, feature, tuple(layers), pooling) + "\n")
+                        line = jsonl_line(written - 1, feature, layers, pooling)
+                        with _naming_output(output):
+                            f.write(line + "\n")
+                    with _naming_output(output):  # (the last lines reach the disk here)
+                        f.flush()
                 _check_all_read(input_file, written, total)
                 _check_unchanged(input_file, counted_bytes)
             except BaseException:  # an error or Ctrl-C: no half-written file left behind
