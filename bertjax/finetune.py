@@ -500,13 +500,11 @@ def _run_summary(task: Task, train_cfg, train_batches: batching.TrainBatches, pa
 # ======================================================================================
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Fine-tunes to the configured length; returns {"best": {"step", "metrics", "evaluated_on",
-    "scored_beside"} of the best checkpoint, "rescored": {split: metrics} of its weights on an
-    evaluation other than the one that chose them (a finished run relaunched with another
-    eval_file), or on other scored splits beside it than when they were chosen (a new tagged
-    test file: "best" then holds their new scores too), "last": the last logged metrics,
-    "predictions": files written, "main_metric": the task's metric that picks the best
-    checkpoint, "seconds": where the time went}."""
+    """Fine-tunes to the configured length; returns {"best": the best checkpoint's {"step",
+    "metrics", "evaluated_on", "scored_beside"}, "rescored": {split: metrics} of its weights
+    where the splits differ from those it was scored on (a finished run relaunched with
+    another eval_file, or a new tagged test file, whose scores "best" then holds), "last": the
+    last logged metrics, "predictions": files written, "main_metric", "seconds"}."""
     with trainer.hold_workdir(workdir):
         run_config.check_sweep_or_run(workdir, sweep=False)  # before anything is written there
         run_config.check_same_kind(workdir, config.to_dict())
@@ -643,7 +641,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     rescored = best is not None and best.get("evaluated_on", evaluated_on) != evaluated_on
     # The same evaluation beside other scored splits (a new tagged test file): best/'s weights
     # score them all anew, and the result's metrics are those, not the earlier files'.
-    rescored_beside = best is not None and not rescored and best.get("scored_beside", scored_beside) != scored_beside
+    # (a best/ from before it was recorded: rescored wherever other splits are scored beside)
+    rescored_beside = best is not None and not rescored and best.get(
+        "scored_beside", scored_beside if len(task.eval_splits) < 2 else None) != scored_beside
     loop = training_loop.Loop(
         workdir=workdir, checkpointer=checkpointer, saved_config=saved_config, num_steps=train_cfg.num_steps,
         start_step=start_step, log_every=train_cfg.log_every, eval_every=eval_every if task.eval_splits else 0,
@@ -795,8 +795,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                 written += task.write_predictions(split, predictions, directory)
     programs.close()
     if rescored_beside and set(rescores) == {split.name for split in task.eval_splits}:
-        best = {**best, "metrics": _eval_record(rescores), "scored_beside": scored_beside}
-        rescores = {name: scores for name, scores in rescores.items() if name != task.eval_splits[0].name}
+        main = task.eval_splits[0].name  # (its scores as recorded: they chose best/ and rank it in a sweep)
+        recorded = {key: best["metrics"][key] for key in rescores.pop(main) if key in best["metrics"]}
+        best = {**best, "metrics": _eval_record({main: recorded, **rescores}), "scored_beside": scored_beside}
     if best is not None:
         # (the other dev splits' by name: SQuAD v2's HasAns_f1 and best_f1 are the main split's)
         others = "".join(f", {name} {best['metrics'][name]:.4f}" for split in task.eval_splits[1:]

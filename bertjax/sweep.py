@@ -147,8 +147,9 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     paths = tuple(f"data.{key}" for key in _DATA_FILES) if saved and "data_contents" in saved else ()
     changes = saved is not None and run_config.changed_settings(
         saved, settings, left_out=(*_RERUN_MAY_CHANGE, *paths), saved_keys_only=True)
-    if not changes:
-        if saved is None and jax.process_index() == 0:
+    if not changes:  # (recorded anew where it lacks a file this bertjax compares: a test file that ranks)
+        if jax.process_index() == 0 and (saved is None or set(settings["data_contents"]) - set(
+                saved.get("data_contents", settings["data_contents"]))):
             fileio.write_json(path, settings)
         return
     trained = _trained_before(workdir)
@@ -259,7 +260,10 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
     # This grid's rows as recorded, written with the new ones until each run's turn: a rerun
     # stopped before it (a run trained again before it, and preempted) loses none of them.
     pending = {row["run"]: row for row in recorded if row["run"] in names}
-    results, metric = list(earlier), None
+    # (the main metric as recorded: the rows written before this grid's first evaluation are
+    # ranked by it, not by their loss)
+    metric = next(filter(None, (_recorded_metric(workdir, row["run"]) for row in recorded)), None)
+    results = list(earlier)
 
     def record(row: dict[str, Any]) -> None:
         results.append(row)
@@ -287,6 +291,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         if finished:
             _say(f"the sweep's run {name} finished before: writing its predictions for "
                  f"config.data.test_file={run.data.test_file!r}")
+        cli.new_run_warnings()
         try:
             summary = finetune.finetune(run, run_dir)
         except Exception as e:  # noqa: BLE001 (a run's own failure is recorded; any other is raised)
@@ -317,8 +322,6 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
             fileio.write_json(row_file, {"row": results[-1], "metric": metric, **_test_file_record(run, {})})
         # After every run: a sweep that stops keeps what it has.
         _write_results(workdir, [*results, *pending.values()], metric)
-    if metric is None:  # every run of this grid failed: the main metric as earlier grids' runs recorded it
-        metric = next(filter(None, (_recorded_metric(workdir, row["run"]) for row in earlier)), None)
     _write_results(workdir, results, metric)  # (every run's row reused: the file may predate one)
     return results, metric
 
@@ -328,7 +331,8 @@ def _check_same_point(finished: dict[str, Any], row: dict[str, Any], run_dir: st
     run folders tell learning rates and epochs apart to 6 significant digits, so 2.0000001e-5 in a
     later invocation's grid met the folder of 2e-5 and reported its result as its own."""
     keys = ("learning_rate", "batch_size", "epochs", "steps", "seed")
-    other = {key: finished[key] for key in keys if key in finished and finished[key] != row.get(key)}
+    # (keys both rows have: a row from before steps were recorded has epochs, its folder says steps)
+    other = {key: finished[key] for key in keys if key in finished and key in row and finished[key] != row[key]}
     if other:
         raise ValueError(f"{run_dir} holds the run of {other}, not {({key: row.get(key) for key in other})}: the "
                          "sweep's run folders tell values apart to 6 significant digits; give values that differ "

@@ -266,20 +266,53 @@ def test_the_eta_of_a_growing_batch_prices_the_steps_left_by_their_work(clock):
 
 def test_other_processes_log_only_what_is_their_own():
     """Every process of a multi-host run logged the same warnings (a review: N copies of each);
-    process 0 now logs for all, another only what its host alone meets, and errors, named."""
+    process 0 now logs for all, another only what its host alone meets, and errors, named once
+    however many handlers a record passes; process 0's own host's lines are named too."""
     import logging
+
+    from bertjax.runtime import cli
+
+    def logged(index):
+        streams = [io.StringIO(), io.StringIO()]
+        log = logging.getLogger(f"bertjax.test_one_copy_{index}")
+        log.propagate = False
+        handlers = [logging.StreamHandler(stream) for stream in streams]
+        for handler in handlers:
+            handler.addFilter(cli._OneCopy(index, 4))
+            log.addHandler(handler)
+        try:
+            log.warning("config.checkpoint.every is past num_steps")
+            log.warning("checkpoint %s is unreadable", "ckpt/8", extra=console.PROCESS_SPECIFIC)
+            log.error("the evaluation after step %d failed", 4)
+        finally:
+            for handler in handlers:
+                log.removeHandler(handler)
+        return [stream.getvalue().splitlines() for stream in streams]
+
+    assert logged(1) == [["process 1 of 4: checkpoint ckpt/8 is unreadable",
+                          "process 1 of 4: the evaluation after step 4 failed"]] * 2
+    assert logged(0) == [["config.checkpoint.every is past num_steps",
+                          "process 0 of 4: checkpoint ckpt/8 is unreadable", "the evaluation after step 4 failed"]] * 2
+
+
+def test_a_warning_is_given_once_a_run():
+    """Set-up code run once a split said the same warning two or three times (a review); a
+    sweep's next run (one process) gives its own, though the words are the same."""
+    import logging
+
+    from bertjax.runtime import cli
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.addFilter(console._OneCopy(1, 4))
-    log = logging.getLogger("bertjax.test_one_copy")
-    log.addHandler(handler)
+    handler.addFilter(cli._SaidOnce())
+    log = logging.getLogger("bertjax.test_said_once")
     log.propagate = False
+    log.addHandler(handler)
     try:
-        log.warning("config.checkpoint.every is past num_steps")
-        log.warning("checkpoint %s is unreadable", "ckpt/8", extra=console.PROCESS_SPECIFIC)
-        log.error("the evaluation after step %d failed", 4)
+        for step in (4, 4, 8):
+            log.warning("the evaluation at step %d is not finite", step)
+        cli.new_run_warnings()
+        log.warning("the evaluation at step %d is not finite", 4)
     finally:
         log.removeHandler(handler)
-    assert stream.getvalue().splitlines() == ["process 1 of 4: checkpoint ckpt/8 is unreadable",
-                                              "process 1 of 4: the evaluation after step 4 failed"]
+    assert stream.getvalue().splitlines() == [f"the evaluation at step {step} is not finite" for step in (4, 8, 4)]

@@ -832,7 +832,8 @@ def test_what_a_walkthrough_of_the_features_api_found(minilm, tmp_path):
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "np.jsonl"), layers=[np.int64(-1)],
                           log=lambda _: None)
     assert json.loads((tmp_path / "np.jsonl").read_text().splitlines()[0])["features"][0]["layers"][0]["index"] == -1
-    with pytest.raises(ValueError, match=r"--output=\S+/out.jsonl.gz: the features are one JSONL file .* not a .gz file"):
+    with pytest.raises(ValueError, match=r"--output=\S+/out.jsonl.gz: the features are one JSONL file .* not a "
+                                         r"\.gz file"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl.gz"))
     (tmp_path / "empty.jsonl").write_text('{"text": ""}\n{"text": ""}\n')
     with pytest.raises(ValueError, match=r"empty.jsonl: every one of its 2 examples is empty text"):

@@ -766,7 +766,10 @@ def test_a_process_that_cannot_store_its_cache_stops_the_others_with_it(tmp_path
                 raise
 
     folders[0].mkdir()
-    folders[1].mkdir() if failing != "file" else folders[1].write_text("")
+    if failing == "file":
+        folders[1].write_text("")
+    else:
+        folders[1].mkdir()
     _as_two_processes(process)
     assert errors[0] == ("another process of this run could not store its cached features (its log says why): "
                          "this one stops with it")

@@ -740,6 +740,23 @@ def test_a_sweeps_rerun_loses_no_row_and_mixes_no_points(tmp_path, monkeypatch, 
         assert sweep.sweep(config, str(workdir)) == first
     assert ("the sweep's run lr0.002_batch16_epochs1 finished before; its predictions for config.data.test_file="
             f"'{tmp_path}/test.tsv' failed (out of host memory): its result is kept, without them") in caplog.text
+    # A rerun whose first run, a new point, fails before evaluating wrote the rows so far ranked
+    # by their loss, not the task's metric (a review): the recorded metric ranks them.
+    calls.clear()
+
+    def new_point_fails(config, workdir):
+        calls.append(config.train.learning_rate)
+        if len(calls) == 1:
+            raise RunSettingsError("no warmup step")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune, "finetune", new_point_fails)
+    config.train.sweep_learning_rates = "5e-4,1e-3,2e-3,3e-3"
+    (tmp_path / "test.tsv").write_text("sentence\nAnother one.\n")
+    with pytest.raises(KeyboardInterrupt):
+        sweep.sweep(config, str(workdir))
+    assert [row["run"] for row in json.load(open(workdir / "sweep_results.json"))] == [
+        *(row["run"] for row in first), "lr0.0005_batch16_epochs1"]
     monkeypatch.setattr(finetune, "finetune", run)
     config.data.test_file = ""
     config.train.sweep_learning_rates = "1.0000001e-3"
@@ -751,6 +768,15 @@ def test_a_sweeps_rerun_loses_no_row_and_mixes_no_points(tmp_path, monkeypatch, 
     with pytest.raises(ValueError, match=r"config.train.sweep_seeds must be comma-separated non-negative ints"):
         sweep.sweep(config, str(tmp_path / "seeds"))
     assert not (tmp_path / "seeds").exists()
+    # A row from before a run of num_steps recorded its steps (its epochs instead) is its run's.
+    config.train.update(sweep_learning_rates="1e-3", sweep_seeds="", num_steps=4)
+    sweep.sweep(config, str(tmp_path / "steps"))
+    [row_file] = (tmp_path / "steps" / "sweep").glob("*/sweep_row.json")
+    recorded = json.loads(row_file.read_text())
+    recorded["row"]["epochs"] = recorded["row"].pop("steps") and 3.0
+    row_file.write_text(json.dumps(recorded))
+    assert sweep.sweep(config, str(tmp_path / "steps"))[0]["epochs"] == 3.0
+    config.train.num_steps = 0
     # A gs:// workdir's features cached in a temporary folder: removed after the sweep, but kept
     # while a run failed, for the rerun that tries it again (they were removed either way).
     (tmp_path / "cache").mkdir()
@@ -779,6 +805,12 @@ def test_a_tagged_test_file_that_ranks_a_sweep_is_compared_by_content(tmp_path, 
     config = _demo_config(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
     config.task = "ner"
     config.data.update(train_file=str(tmp_path / "train.txt"), eval_file="", test_file=str(tmp_path / "test.txt"))
+    sweep.sweep(config, str(tmp_path / "grid"))
+    # A sweep recorded before the test file was compared (a review: never compared after): the
+    # next rerun records it.
+    settings = json.loads((tmp_path / "grid" / "sweep_settings.json").read_text())
+    del settings["data_contents"]["test_file"]
+    (tmp_path / "grid" / "sweep_settings.json").write_text(json.dumps(settings))
     sweep.sweep(config, str(tmp_path / "grid"))
     write_conll(tmp_path / "test.txt", ner_sentences(6, seed=8))
     with pytest.raises(ValueError, match=r"holds a sweep with other settings \(data_contents.test_file "
@@ -1734,9 +1766,14 @@ def test_a_finished_run_relaunched_with_a_new_tagged_test_file_scores_it(tmp_pat
 
     first = relaunched("test.txt")
     metrics = first["best"]["metrics"]
+    # As a best/ from before the splits beside were recorded (a review: never rescored).
+    [meta_file] = (tmp_path / "run" / "best").glob("*/meta/metadata")
+    meta = json.loads(meta_file.read_text())
+    del meta["extra"]["scored_beside"]
+    meta_file.write_text(json.dumps(meta))
     other = relaunched("other.txt")
     assert other["best"]["step"] == first["best"]["step"]
-    assert other["best"]["metrics"]["loss"] == pytest.approx(metrics["loss"], rel=1e-5)  # the eval file's
+    assert other["best"]["metrics"]["loss"] == metrics["loss"]  # the eval file's, as recorded
     assert other["best"]["metrics"]["test_loss"] != pytest.approx(metrics["test_loss"], rel=1e-3)
     assert other["rescored"]["test"] == {key[len("test_"):]: value for key, value in other["best"]["metrics"].items()
                                          if key.startswith("test_")}

@@ -128,13 +128,14 @@ class _LibraryNoise(logging.Filter):
 
 
 class _SaidOnce(logging.Filter):
-    """Drops a warning already given word for word: set-up code that runs once a split or a
-    pipeline (the data's checks, a prepared folder's, a file's layout) said the same line two or
-    three times. A repeat with other values (another step, another count) still shows."""
+    """Drops a warning this run already gave word for word: set-up code that runs once a split
+    or a pipeline (the data's checks, a prepared folder's, a file's layout) said the same line
+    two or three times. A repeat with other values (another step, another count) still shows."""
 
     def __init__(self):
         super().__init__()
         self.said: set[str] = set()
+        _SAID_ONCE.append(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.WARNING:
@@ -144,6 +145,44 @@ class _SaidOnce(logging.Filter):
             return False
         self.said.add(message)
         return True
+
+
+_SAID_ONCE: list[_SaidOnce] = []  # one a log handler
+
+
+def new_run_warnings() -> None:
+    """Each run of a sweep (one process) gives its own warnings, though an earlier run gave
+    the same words (the same evaluation step not finite)."""
+    for said_once in _SAID_ONCE:
+        said_once.said.clear()
+
+
+class _OneCopy(logging.Filter):
+    """On process `index` of a multi-process run: a record marked console.PROCESS_SPECIFIC
+    (what this host alone may meet) is named by its process; on processes other than 0 only
+    those and errors pass, the rest process 0 logs for every process."""
+
+    def __init__(self, index: int, count: int):
+        super().__init__()
+        self.index, self.prefix = index, f"process {index} of {count}: "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        specific = getattr(record, "process_specific", False)
+        if self.index and not (specific or record.levelno >= logging.ERROR):
+            return False
+        if (specific or self.index) and not getattr(record, "process_named", False):  # (once: several handlers)
+            record.msg, record.process_named = self.prefix + str(record.msg), True
+        return True
+
+
+def _one_copy_of_logs(index: int, count: int) -> None:
+    """The log handlers of process `index` of `count` > 1 pass the logs as `_OneCopy` says;
+    library warnings go through them too. Not when verbose: each host's own logs are wanted."""
+    if count < 2 or _VERBOSE:
+        return
+    logging.captureWarnings(True)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_OneCopy(index, count))
 
 
 class _PlainFormatter(logging.Formatter):
@@ -635,12 +674,12 @@ def define_distributed_flags() -> None:
 def start_distributed() -> None:
     """Calls bertjax.runtime.distributed.initialize with the flags of `define_distributed_flags`;
     on several processes, the logs every process would write alike are left to process 0
-    (`console.one_copy_of_logs`)."""
-    from bertjax.runtime import console, distributed
+    (`_one_copy_of_logs`)."""
+    from bertjax.runtime import distributed
 
     values = flags.FLAGS
     if distributed.initialize(values.distributed, values.coordinator_address, values.num_processes,
                               values.process_id):
         import jax
 
-        console.one_copy_of_logs(jax.process_index(), jax.process_count())
+        _one_copy_of_logs(jax.process_index(), jax.process_count())

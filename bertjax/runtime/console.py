@@ -5,15 +5,14 @@ last logged values, rate and ETA) and prints permanent lines above it, one per l
 on a terminal (CI logs, `> file`), nothing is redrawn: only the permanent lines appear.
 
 On a run of several processes (hosts), every process runs the same code and would log the
-same warnings: `one_copy_of_logs` leaves them to process 0. A warning only its own host can
-see (its disk, its files, its CPU) is logged with `extra=PROCESS_SPECIFIC` and comes from
-whichever process meets it, named.
+same warnings: the launchers leave them to process 0 (bertjax.runtime.cli). A warning only
+its own host can meet (its disk, its files, its CPU) is logged with `extra=PROCESS_SPECIFIC`
+and comes from whichever process meets it, named.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import shutil
 import sys
 import time
@@ -22,32 +21,6 @@ from typing import Callable, TextIO
 _REDRAW_SECONDS = 0.2
 LINE_SECONDS = 30.0  # a long phase's permanent progress line this often off a terminal (a log file)
 PROCESS_SPECIFIC = {"process_specific": True}  # a log record's `extra`: what this host alone may meet
-
-
-class _OneCopy(logging.Filter):
-    """Process `index` of `count` (not 0): only records marked PROCESS_SPECIFIC and errors pass,
-    each named by its process; the rest process 0 logs for every process."""
-
-    def __init__(self, index: int, count: int):
-        super().__init__()
-        self.prefix = f"process {index} of {count}: "
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not (getattr(record, "process_specific", False) or record.levelno >= logging.ERROR):
-            return False
-        if not getattr(record, "process_named", False):  # (once: a record may pass several handlers)
-            record.msg, record.process_named = self.prefix + str(record.msg), True
-        return True
-
-
-def one_copy_of_logs(index: int, count: int) -> None:
-    """On process `index` of `count` > 1, other than 0: the log handlers pass only what this
-    process alone may have to say (`_OneCopy`); library warnings go through them too."""
-    if index == 0 or count < 2:
-        return
-    logging.captureWarnings(True)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_OneCopy(index, count))
 
 
 def format_duration(seconds: float) -> str:
