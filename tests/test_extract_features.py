@@ -821,7 +821,10 @@ def test_what_a_walkthrough_of_the_features_api_found(minilm, tmp_path):
     - a file name such as out.jsonl.gz became a folder of shards without a word;
     - a JSONL file whose every row is empty text was "an empty file, or blank lines only?";
     - --fail_on_truncation on a finished folder advised dropping the flag "to finish this one";
-    - a full disk while writing a JSONL file said only "[Errno 27] File too large"."""
+    - a full disk while writing a JSONL file said only "[Errno 27] File too large";
+    - a gzipped input was "not UTF-8 (byte 0x8b at column 2); save the file as UTF-8"."""
+    import gzip
+
     from small_runs import on_a_full_disk
 
     (tmp_path / "in.txt").write_text("short\n" + " ".join(["word"] * 100) + "\n")
@@ -835,6 +838,10 @@ def test_what_a_walkthrough_of_the_features_api_found(minilm, tmp_path):
     with pytest.raises(ValueError, match=r"--output=\S+/out.jsonl.gz: the features are one JSONL file .* not a "
                                          r"\.gz file"):
         feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl.gz"))
+    (tmp_path / "in.txt.gz").write_bytes(gzip.compress(b"short\n"))
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/in.txt.gz:1: gzip-compressed, not UTF-8 text; "
+                                                   "decompress or convert it first")):
+        feature_files.extract(minilm, str(tmp_path / "in.txt.gz"), str(tmp_path / "gz"))
     (tmp_path / "empty.jsonl").write_text('{"text": ""}\n{"text": ""}\n')
     with pytest.raises(ValueError, match=r"empty.jsonl: every one of its 2 examples is empty text"):
         feature_files.extract(minilm, str(tmp_path / "empty.jsonl"), str(tmp_path / "e"))

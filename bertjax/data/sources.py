@@ -245,17 +245,6 @@ def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files
     return sorted(paths.values())
 
 
-# The first bytes of files that are not text, and what they are (`check_text_files`): read as
-# text, their bytes would give garbage "documents" and a count of dropped lines, never an error.
-_NOT_TEXT = {b"\x1f\x8b": "gzip-compressed", b"BZh": "bzip2-compressed", b"\x28\xb5\x2f\xfd": "zstd-compressed",
-             b"\xfd7zXZ\x00": "xz-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet (source=parquet)",
-             b"\x89PNG": "a PNG image", b"%PDF": "a PDF",
-             # Windows' "Unicode" text: each line would read as ASCII with NULs between, and no
-             # blank line would end a document.
-             b"\xff\xfe": "UTF-16 or UTF-32 (byte-order mark FF FE)", b"\xfe\xff": "UTF-16 (byte-order mark FE FF)",
-             b"\x00\x00\xfe\xff": "UTF-32 (byte-order mark 00 00 FE FF)"}
-
-
 def check_text_files(units: list[dict], source: str) -> None:
     """Before a text or JSONL corpus is prepared: ValueError naming a file whose first bytes say
     it is compressed or binary, or (text) that its lines end in a carriage return alone, or
@@ -306,9 +295,10 @@ def check_text_files(units: list[dict], source: str) -> None:
 def _not_text(path: str, head: bytes, source: str) -> str | None:
     """Why `path`, whose first bytes are `head`, cannot be read as UTF-8 text (`source` text:
     nor as lines), or None."""
-    for magic, what in _NOT_TEXT.items():
-        if head.startswith(magic):
-            return f"{path}: {what}, not UTF-8 text; decompress or convert it first"
+    what = fileio.not_text(head)
+    if what:
+        hint = " (source=parquet)" if what == "Parquet" else ""
+        return f"{path}: {what}{hint}, not UTF-8 text; decompress or convert it first"
     nuls = head.count(b"\x00")
     if nuls > len(head) // 4:  # (a stray NUL is cleaning's to drop, as BERT's does)
         return (f"{path}: {nuls} of its first {len(head)} bytes are NUL (UTF-16 without a byte-order mark, or "

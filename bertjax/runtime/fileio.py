@@ -345,6 +345,24 @@ def remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
 
 # A write's errors that are the disk's (full, over quota, too large a file, read-only, not
 # permitted), not the program's.
+# The first bytes of files that are not text, and what they are: read as text, their bytes
+# would give garbage lines (a corpus's "documents" and a count of dropped lines), or a
+# "not UTF-8" that says nothing of why.
+_NOT_TEXT = {b"\x1f\x8b": "gzip-compressed", b"BZh": "bzip2-compressed", b"\x28\xb5\x2f\xfd": "zstd-compressed",
+             b"\xfd7zXZ\x00": "xz-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet",
+             b"\x89PNG": "a PNG image", b"%PDF": "a PDF",
+             # Windows' "Unicode" text: each line would read as ASCII with NULs between, and no
+             # blank line would end a document.
+             b"\xff\xfe": "UTF-16 or UTF-32 (byte-order mark FF FE)", b"\xfe\xff": "UTF-16 (byte-order mark FE FF)",
+             b"\x00\x00\xfe\xff": "UTF-32 (byte-order mark 00 00 FE FF)"}
+
+
+def not_text(head: bytes) -> str | None:
+    """What a file whose first bytes are `head` is, where they say it is no text ("gzip-compressed",
+    "a PDF", ...), else None."""
+    return next((what for magic, what in _NOT_TEXT.items() if head.startswith(magic)), None)
+
+
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
 
 

@@ -207,7 +207,9 @@ def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = Fal
                 try:
                     yield raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    why = f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); save the file as UTF-8"
+                    what = fileio.not_text(raw) if number == 1 else None  # (a .gz given as text, say)
+                    why = (f"{what}, not UTF-8 text; decompress or convert it first" if what else
+                           f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); save the file as UTF-8")
                     if bad_lines != "yield":
                         raise ValueError(f"{path}:{number}: {why}") from None
                     yield NotUtf8(why, raw.decode("utf-8", errors="replace"))
