@@ -831,8 +831,8 @@ def test_what_a_walkthrough_of_the_features_api_found(minilm, tmp_path):
     feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "np"), layers=np.array([-1, -2]),
                           log=lambda _: None)
     assert json.loads((tmp_path / "np" / "manifest.json").read_text())["settings"]["layers"] == [-1, -2]
-    assert next(feature_files.read_features(str(tmp_path / "np")))["values"].shape[0] == 2
-    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "np.jsonl"), layers=[np.int64(-1)],
+    assert next(feature_files.read_features(tmp_path / "np"))["values"].shape[0] == 2  # (a pathlib path, too)
+    feature_files.extract(minilm, tmp_path / "in.txt", tmp_path / "np.jsonl", layers=[np.int64(-1)],
                           log=lambda _: None)
     assert json.loads((tmp_path / "np.jsonl").read_text().splitlines()[0])["features"][0]["layers"][0]["index"] == -1
     with pytest.raises(ValueError, match=r"--output=\S+/out.jsonl.gz: the features are one JSONL file .* not a "

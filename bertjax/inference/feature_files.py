@@ -231,11 +231,12 @@ def input_columns(source, text_a_key: str | None, text_b_key: str | None) -> tup
     return text_a_key, text_b_key
 
 
-def read_features(folder: str) -> Iterator[dict[str, Any]]:
+def read_features(folder: str | os.PathLike) -> Iterator[dict[str, Any]]:
     """The examples of a shard folder, in input order: {"index": line index, "values":
     <[K, T, H]> with "tokens", "token_ids" (pooling "none"), or <[K, H]>; "truncated": whether
     it was cut to max_seq_length (absent in shards written before it was recorded)}. A ValueError for a
     folder whose extraction has not finished (a killed run's shards are part of the input)."""
+    folder = os.fspath(folder)  # (pathlib's paths too)
     path = fileio.join(folder, MANIFEST)
     if fileio.exists(folder) and not fileio.isdir(folder):
         raise ValueError(f"{folder} is a file: read_features reads an extraction's folder of shards (a .jsonl "
@@ -480,7 +481,8 @@ def check_output(input_file: str, output: str) -> None:
     fileio.check_can_make(output, "--output")  # (a new JSONL file is made where a folder would be)
 
 
-def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-1, -2, -3, -4),
+def extract(model, input_file: str | os.PathLike, output: str | os.PathLike, *,
+            layers: tuple[int, ...] = (-1, -2, -3, -4),
             pooling: str = "none", input_format_name: str = "", text_a_key: str = "text", text_b_key: str = "",
             dtype: str = "float32", shard_size: int = 1024, fail_on_truncation: bool = False,
             log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -495,6 +497,7 @@ def extract(model, input_file: str, output: str, *, layers: tuple[int, ...] = (-
       naming it (otherwise it is truncated and counted); so is a shard folder that holds one
       already, written without the flag.
     """
+    input_file, output = os.fspath(input_file), os.fspath(output)  # (pathlib's paths too)
     model.layer_indices(layers)  # a bad index fails before any input is read
     layers = tuple(map(int, layers))  # (numpy's ints too: written to JSON, the manifest and lines)
     if pooling not in hidden_states.POOLINGS:
