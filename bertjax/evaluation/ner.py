@@ -1,7 +1,8 @@
 """Entity-level precision, recall and F1, as conlleval (and seqeval's default mode).
 
 Entities are (type, start, end) spans, matched exactly and micro-averaged over all
-sentences. A tag is "O" or "<P>-<type>", P one of B, I (IOB1, IOB2) or E, S (IOBES). The
+sentences. A tag is "O" or "<P>-<type>", P one of B, I (IOB1, IOB2) or E, S (IOBES), or L, U
+(BILOU: IOBES's E and S under other letters, as some Hugging Face taggers name them). The
 chunk rules are conlleval's:
   an entity starts at B-X or S-X, at I-X or E-X after O, E- or S-, and at any tag whose
   type differs from the previous tag's;
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import collections
 
-_PREFIXES = ("B", "I", "E", "S")
+_PREFIXES = ("B", "I", "E", "S", "L", "U")
+_BILOU = {"L": "E", "U": "S"}  # (last, unit: end and single)
 
 
 def extract_entities(tags: list[str], sentence: int = 0) -> list[tuple[str, int, int]]:
@@ -73,8 +75,11 @@ def _scores(correct: int, predicted: int, actual: int) -> dict[str, float]:
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
+TAG_FORMS = "B-, I-, E-, S-, L- or U-<type>"  # what an entity tag may be, for messages
+
+
 def is_tag(tag: str) -> bool:
-    """Whether `tag` is "O" or <B|I|E|S>-<type>."""
+    """Whether `tag` is "O" or <B|I|E|S|L|U>-<type>."""
     prefix, dash, type_ = tag.partition("-")
     return tag == "O" or (prefix in _PREFIXES and bool(dash) and bool(type_))
 
@@ -84,9 +89,9 @@ def _parse(tag: str, sentence: int) -> tuple[str, str]:
     if tag == "O":
         return "O", ""
     if not isinstance(tag, str) or not is_tag(tag):
-        raise ValueError(f"sentence {sentence}: tag {tag!r} is neither 'O' nor B-, I-, E- or S-<type>")
+        raise ValueError(f"sentence {sentence}: tag {tag!r} is neither 'O' nor {TAG_FORMS}")
     prefix, _, type_ = tag.partition("-")
-    return prefix, type_
+    return _BILOU.get(prefix, prefix), type_
 
 
 def _ends(previous: str, prefix: str, previous_type: str, type_: str) -> bool:

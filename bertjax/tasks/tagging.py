@@ -95,7 +95,7 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
     "O" first (use it for the training file, then pass its label_names to the others).
     Errors name file:line: a line without the tag (or token) column, a line with another
     number of columns than the file's first token line, a tag that is not "O" or
-    B-/I-/E-/S-<type>, or a tag not in label_names (with the known tags).
+    an entity tag (`ner_metrics.is_tag`), or a tag not in label_names (with the known tags).
     """
     sentences, tags, locations = [], [], []
     words, word_tags, first_line = [], [], 0
@@ -154,7 +154,7 @@ def read_conll(path: str, tag_column: int | None = -1, label_names: list[str] | 
                                     "(a POS or chunk column), give this file its tokens alone" if tags_optional
                                     else layout))
             if not ner_metrics.is_tag(tag):
-                raise ValueError(f"{path}:{number}: tag {tag!r} is neither 'O' nor B-, I-, E- or S-<type> "
+                raise ValueError(f"{path}:{number}: tag {tag!r} is neither 'O' nor {ner_metrics.TAG_FORMS} "
                                  f"(config.data.tag_column={tag_column} picks the column){_layout_hint(first_columns)}")
             word_tags.append(tag)
     end_sentence()
@@ -391,7 +391,7 @@ def load_task(config, tokenizer) -> Task:
         if given is not None and (len(set(given)) < len(given) or "O" not in given
                                   or not all(ner_metrics.is_tag(name) for name in given)):
             raise ValueError(f"config.data.label_names={data.label_names!r}: expected distinct tags, 'O' and "
-                             "B-, I-, E- or S-<type>, separated by commas")
+                             f"{ner_metrics.TAG_FORMS}, separated by commas")
         train = read_conll(train_file, tag_column, given)
         sources = [("train", train)]
         for name, path in others:  # a test file without tags is predicted, not scored
@@ -559,7 +559,7 @@ class TaggingFamily(Family):
         split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length, word_prefix=_trained_prefix(model))
         predicted = model.run_network(_label_ids, split, sequence_outputs=("token_logits",))["token_logits"]
         tags = predictions_to_tags(split, predicted) if any(words for _, words, _ in parsed) else [[] for _ in parsed]
-        entity_tags = all(ner_metrics.is_tag(name) for name in names)  # O, B-/I-/E-/S-<type>
+        entity_tags = all(ner_metrics.is_tag(name) for name in names)  # O, B-/I-/E-/S-/L-/U-<type>
         results = []
         for index, ((sentence, words, spans), sentence_tags) in enumerate(zip(parsed, tags)):
             entities = []

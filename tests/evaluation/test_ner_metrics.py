@@ -14,6 +14,8 @@ from bertjax.evaluation import ner
     (["B-PER", "B-PER"], [("PER", 0, 1), ("PER", 1, 2)]),  # B- after B- of one type: two entities
     (["B-PER", "I-PER", "B-PER", "I-PER"], [("PER", 0, 2), ("PER", 2, 4)]),
     (["S-PER", "B-LOC", "E-LOC", "I-LOC"], [("PER", 0, 1), ("LOC", 1, 3), ("LOC", 3, 4)]),  # IOBES
+    # BILOU, IOBES's other letters (a review: a Hugging Face tagger with them found no entity)
+    (["U-PER", "B-LOC", "L-LOC", "I-LOC"], [("PER", 0, 1), ("LOC", 1, 3), ("LOC", 3, 4)]),
     (["B-GEO-LOC", "I-GEO-LOC"], [("GEO-LOC", 0, 2)]),  # the type is everything after the first "-"
     (["O", "O"], []),
     ([], []),
