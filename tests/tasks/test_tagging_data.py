@@ -269,7 +269,8 @@ def test_conll_bad_lines_name_file_and_line(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    ("Peter PER\nlives O\n", r":1: tag 'PER' is neither 'O' nor B-, I-, E-, S-, L- or U-<type> \(config.data.tag_column=-1"),
+    ("Peter PER\nlives O\n", r":1: tag 'PER' is neither 'O' nor B-, I-, E-, S-, L- or U-<type> "
+                             r"\(config.data.tag_column=-1"),
     ("EU NNP B-ORG\nGerman B-NP\n", r":2: 2 columns, but the file's first token line has 3: 'German B-NP' against "
                                    r"line 1: 'EU NNP B-ORG'; columns are split at spaces and tabs, so a token holding "
                                    r"a space adds one"),
@@ -288,8 +289,9 @@ def test_a_file_in_another_layout_says_what_it_looks_like(tmp_path):
     path = tmp_path / "train.conll"
     path.write_text('{"tokens": ["Anna", "visited", "Oslo"], "ner_tags": ["B-PER", "O", "B-LOC"]}\n')
     with pytest.raises(ValueError, match=re.escape(
-            f"{path}:1: tag '\"B-LOC\"]}}' is neither 'O' nor B-, I-, E-, S-, L- or U-<type> (config.data.tag_column=-1 "
-            "picks the column); JSON Lines? The tagging task reads CoNLL's layout: a word and its tag a line, a blank "
+            f"{path}:1: tag '\"B-LOC\"]}}' is neither 'O' nor B-, I-, E-, S-, L- or U-<type> "
+            "(config.data.tag_column=-1 picks the column); JSON Lines? The tagging task reads CoNLL's layout: a word "
+            "and its tag a line, a blank "
             "line between sentences")):
         tagging.read_conll(str(path))
     path.write_text("Anna visited Oslo\n")
