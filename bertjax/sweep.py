@@ -147,10 +147,14 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     paths = tuple(f"data.{key}" for key in _DATA_FILES) if saved and "data_contents" in saved else ()
     changes = saved is not None and run_config.changed_settings(
         saved, settings, left_out=(*_RERUN_MAY_CHANGE, *paths), saved_keys_only=True)
-    if not changes:  # (recorded anew where it lacks a file this bertjax compares: a test file that ranks)
-        if jax.process_index() == 0 and (saved is None or set(settings["data_contents"]) - set(
-                saved.get("data_contents", settings["data_contents"]))):
+    if not changes:
+        if jax.process_index() == 0 and saved is None:
             fileio.write_json(path, settings)
+        elif jax.process_index() == 0 and set(settings["data_contents"]) - set(saved.get("data_contents", {})):
+            # A file this bertjax compares and the saved settings lack (a test file that ranks): added
+            # alone, as the other keys the comparison skipped were never checked.
+            contents = {**settings["data_contents"], **saved.get("data_contents", {})}
+            fileio.write_json(path, {**saved, "data_contents": contents})
         return
     trained = _trained_before(workdir)
     if trained:

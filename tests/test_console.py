@@ -316,3 +316,28 @@ def test_a_warning_is_given_once_a_run():
     finally:
         log.removeHandler(handler)
     assert stream.getvalue().splitlines() == [f"the evaluation at step {step} is not finite" for step in (4, 8, 4)]
+
+
+def test_a_warning_named_by_its_process_is_given_once_on_every_handler():
+    """With two handlers, the second saw the first's process-named copy, recorded that, and let
+    the bare repeat through (a review): each handler gives a warning once, named once."""
+    import logging
+
+    from bertjax.runtime import cli
+
+    streams = [io.StringIO(), io.StringIO()]
+    log = logging.getLogger("bertjax.test_said_once_named")
+    log.propagate = False
+    handlers = [logging.StreamHandler(stream) for stream in streams]
+    for handler in handlers:
+        handler.addFilter(cli._SaidOnce())
+        handler.addFilter(cli._OneCopy(1, 2))
+        log.addHandler(handler)
+    try:
+        for _ in range(3):
+            log.warning("checkpoint %s is unreadable", "ckpt/8", extra=console.PROCESS_SPECIFIC)
+    finally:
+        for handler in handlers:
+            log.removeHandler(handler)
+    assert [stream.getvalue().splitlines() for stream in streams] == [
+        ["process 1 of 2: checkpoint ckpt/8 is unreadable"]] * 2

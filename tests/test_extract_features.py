@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -842,6 +843,15 @@ def test_what_a_walkthrough_of_the_features_api_found(minilm, tmp_path):
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/in.txt.gz:1: gzip-compressed, not UTF-8 text; "
                                                    "decompress or convert it first")):
         feature_files.extract(minilm, str(tmp_path / "in.txt.gz"), str(tmp_path / "gz"))
+    (tmp_path / "in.pdf").write_bytes(b"%PDF-1.4\n\xe2\x80\xff\n")  # (its first line is ASCII)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/in.pdf:2: a PDF, not UTF-8 text")):
+        feature_files.extract(minilm, str(tmp_path / "in.pdf"), str(tmp_path / "pdf"), input_format_name="text")
+    # A folder of shards an earlier version wrote under such a name is still resumed.
+    shutil.copytree(tmp_path / "np", tmp_path / "vectors.bin")
+    said = []
+    feature_files.extract(minilm, str(tmp_path / "in.txt"), str(tmp_path / "vectors.bin"), layers=(-1, -2),
+                          log=said.append)
+    assert said == [f"{tmp_path}/vectors.bin is complete (2 examples); nothing to do"]
     (tmp_path / "empty.jsonl").write_text('{"text": ""}\n{"text": ""}\n')
     with pytest.raises(ValueError, match=r"empty.jsonl: every one of its 2 examples is empty text"):
         feature_files.extract(minilm, str(tmp_path / "empty.jsonl"), str(tmp_path / "e"))

@@ -2,7 +2,8 @@
 
 Entities are (type, start, end) spans, matched exactly and micro-averaged over all
 sentences. A tag is "O" or "<P>-<type>", P one of B, I (IOB1, IOB2) or E, S (IOBES), or L, U
-(BILOU: IOBES's E and S under other letters, as some Hugging Face taggers name them). The
+(BILOU, as some Hugging Face taggers name them: read as E and S, bertjax's own mapping;
+conlleval knows neither letter, and seqeval reads BILOU only in its strict mode). The
 chunk rules are conlleval's:
   an entity starts at B-X or S-X, at I-X or E-X after O, E- or S-, and at any tag whose
   type differs from the previous tag's;

@@ -134,9 +134,9 @@ def count_inputs(path: str, file_format: str = "", text_a_key: str = "text", tex
     for example in read_inputs(path, file_format, text_a_key, text_b_key):
         count += 1
         nonblank += bool(example[0] or example[1])
-    if not count:
+    if not nonblank and (not count or file_format == "text"):
         raise ValueError(f"--input_file={path}: no examples (an empty file, or blank lines only?)")
-    if not nonblank:
+    if not nonblank:  # (rows of a table or JSON Lines, every one's text empty)
         raise ValueError(f"--input_file={path}: every one of its {count} examples is empty text")
     return count
 
@@ -448,7 +448,7 @@ def writes_jsonl(output: str) -> bool:
     """Whether `output` is one JSONL file (a name ending in .jsonl, in any case) rather than a
     folder of shards; a ValueError for a name of another kind of file."""
     name = os.path.basename(output.rstrip("/")).lower()
-    if name.endswith(_FILE_SUFFIXES):
+    if name.endswith(_FILE_SUFFIXES) and not fileio.isdir(output):  # (a folder of shards so named before: resumed)
         raise ValueError(f"--output={output}: the features are one JSONL file (a name ending in .jsonl) or a folder "
                          f"of .npz shards (any other name), not a {os.path.splitext(name)[1]} file")
     return name.endswith(".jsonl")

@@ -141,6 +141,10 @@ class _SaidOnce(logging.Filter):
         if record.levelno != logging.WARNING:
             return True
         message = record.getMessage()
+        if getattr(record, "process_named", False):  # (by `_OneCopy` on a handler before this one)
+            message = message.partition(": ")[2]
+        if record.exc_info:  # (the same words of another error are another warning)
+            message += repr(record.exc_info[1])
         if message in self.said:
             return False
         self.said.add(message)

@@ -343,8 +343,6 @@ def remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
         log(f"removed {os.path.join(folder, name)}, left by a killed run (process {pid}, gone)")
 
 
-# A write's errors that are the disk's (full, over quota, too large a file, read-only, not
-# permitted), not the program's.
 # The first bytes of files that are not text, and what they are: read as text, their bytes
 # would give garbage lines (a corpus's "documents" and a count of dropped lines), or a
 # "not UTF-8" that says nothing of why.
@@ -363,6 +361,8 @@ def not_text(head: bytes) -> str | None:
     return next((what for magic, what in _NOT_TEXT.items() if head.startswith(magic)), None)
 
 
+# A write's errors that are the disk's (full, over quota, too large a file, read-only, not
+# permitted), not the program's.
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM)
 
 

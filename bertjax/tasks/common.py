@@ -194,7 +194,7 @@ def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = Fal
     Mac file: its lines end at \\r). A line that is not UTF-8 is a ValueError naming file:line,
     raised, or with bad_lines="yield" yielded in its place (saying what is wrong only).
     Predict, features and fine-tuning all read text this way."""
-    number = 0
+    number, kind = 0, None  # kind: what the file's first bytes say it is, where no text (a .gz, a PDF)
     with fileio.open_file(path, "rb") as f:
         for chunk in f:  # up to each \n; a lone \r inside it ends a line too, unless one_input_a_line
             # (or the file has no \n at all: its lines end at \r, as old Mac files do)
@@ -203,12 +203,11 @@ def user_lines(path: str, bad_lines: str = "raise", one_input_a_line: bool = Fal
                         else chunk.splitlines(keepends=True)):
                 number += 1
                 if number == 1:
-                    raw = raw.removeprefix(codecs.BOM_UTF8)
+                    raw, kind = raw.removeprefix(codecs.BOM_UTF8), fileio.not_text(raw)
                 try:
                     yield raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    what = fileio.not_text(raw) if number == 1 else None  # (a .gz given as text, say)
-                    why = (f"{what}, not UTF-8 text; decompress or convert it first" if what else
+                    why = (f"{kind}, not UTF-8 text; decompress or convert it first" if kind else
                            f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); save the file as UTF-8")
                     if bad_lines != "yield":
                         raise ValueError(f"{path}:{number}: {why}") from None
