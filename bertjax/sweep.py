@@ -150,10 +150,11 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     if not changes:
         if jax.process_index() == 0 and saved is None:
             fileio.write_json(path, settings)
-        elif jax.process_index() == 0 and set(settings["data_contents"]) - set(saved.get("data_contents", {})):
+        elif jax.process_index() == 0 and "data_contents" in saved and set(settings["data_contents"]) - set(
+                saved["data_contents"]):
             # A file this bertjax compares and the saved settings lack (a test file that ranks): added
             # alone, as the other keys the comparison skipped were never checked.
-            contents = {**settings["data_contents"], **saved.get("data_contents", {})}
+            contents = {**settings["data_contents"], **saved["data_contents"]}
             fileio.write_json(path, {**saved, "data_contents": contents})
         return
     trained = _trained_before(workdir)
@@ -338,9 +339,9 @@ def _check_same_point(finished: dict[str, Any], row: dict[str, Any], run_dir: st
     # (keys both rows have: a row from before steps were recorded has epochs, its folder says steps)
     other = {key: finished[key] for key in keys if key in finished and key in row and finished[key] != row[key]}
     if other:
-        raise ValueError(f"{run_dir} holds the run of {other}, not {({key: row.get(key) for key in other})}: the "
-                         "sweep's run folders tell values apart to 6 significant digits; give values that differ "
-                         "there, or a new workdir")
+        wanted = {key: row[key] for key in other}
+        raise ValueError(f"{run_dir} holds the run of {other}, not {wanted}: the sweep's run folders tell values "
+                         "apart to 6 significant digits; give values that differ there, or a new workdir")
 
 
 def results_table(results: list[dict[str, Any]]) -> list[str]:
