@@ -303,18 +303,17 @@ def test_a_warning_is_given_once_a_run():
     from bertjax.runtime import cli
 
     stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
+    handler = logging.StreamHandler(stream)  # (on the root logger, as the launchers' handlers are)
     handler.addFilter(cli._SaidOnce())
     log = logging.getLogger("bertjax.test_said_once")
-    log.propagate = False
-    log.addHandler(handler)
+    logging.getLogger().addHandler(handler)
     try:
         for step in (4, 4, 8):
             log.warning("the evaluation at step %d is not finite", step)
         cli.new_run_warnings()
         log.warning("the evaluation at step %d is not finite", 4)
     finally:
-        log.removeHandler(handler)
+        logging.getLogger().removeHandler(handler)
     assert stream.getvalue().splitlines() == [f"the evaluation at step {step} is not finite" for step in (4, 8, 4)]
 
 

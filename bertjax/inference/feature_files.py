@@ -534,7 +534,7 @@ def extract(model, input_file: str | os.PathLike, output: str | os.PathLike, *,
     else:
         _check_same_everywhere(settings, processes)
         manifest, finished, written = _resume_point(output, settings, process, processes,
-                                                    shard_examples(model, tuple(layers), pooling, dtype, shard_size),
+                                                    shard_examples(model, layers, pooling, dtype, shard_size),
                                                     lambda: (fileio.fingerprint(model.source.weights),
                                                              model.source.weights_fingerprint()))
         # A run without the flag may have cut some already; every process reads the same shards.
@@ -610,7 +610,7 @@ def extract(model, input_file: str | os.PathLike, output: str | os.PathLike, *,
                 name, first = _shard_name(number), number * unit
                 lo, hi = k * unit, k * unit + len(batch)  # its positions in this call
                 manifest["truncated"] += bisect.bisect_left(truncated_at, hi) - bisect.bisect_left(truncated_at, lo)
-                _write_shard(fileio.join(output, name), first, batch, tuple(layers), pooling, dtype)
+                _write_shard(fileio.join(output, name), first, batch, layers, pooling, dtype)
                 manifest["shards"].append({"file": name, "first": first, "count": len(batch)})
                 manifest["examples_done"] += len(batch)
                 manifest["complete"] = manifest["examples_done"] == own

@@ -135,7 +135,6 @@ class _SaidOnce(logging.Filter):
     def __init__(self):
         super().__init__()
         self.said: set[str] = set()
-        _SAID_ONCE.append(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.WARNING:
@@ -151,14 +150,12 @@ class _SaidOnce(logging.Filter):
         return True
 
 
-_SAID_ONCE: list[_SaidOnce] = []  # one a log handler
-
-
 def new_run_warnings() -> None:
     """Each run of a sweep (one process) gives its own warnings, though an earlier run gave
     the same words (the same evaluation step not finite)."""
-    for said_once in _SAID_ONCE:
-        said_once.said.clear()
+    for handler in logging.getLogger().handlers:
+        for said_once in (f for f in handler.filters if isinstance(f, _SaidOnce)):
+            said_once.said.clear()
 
 
 class _OneCopy(logging.Filter):
