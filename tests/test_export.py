@@ -30,12 +30,19 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
+
+
+def raw(value):  # bytes that are not UTF-8 come as lone surrogates (Python's "surrogateescape")
+    return [raw(v) for v in value] if isinstance(value, list) else (
+        value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value)
+
+
 results = []
 for path, inputs in json.load(sys.stdin):
     serve = tf.saved_model.load(path).signatures["serving_default"]
     specs = serve.structured_input_signature[1]
     try:
-        outputs = serve(**{name: tf.constant(value, specs[name].dtype) if value else
+        outputs = serve(**{name: tf.constant(raw(value), specs[name].dtype) if value else
                            tf.zeros([0] * specs[name].shape.rank, specs[name].dtype) for name, value in inputs.items()})
     except tf.errors.InvalidArgumentError as e:  # the request refused, as a server answers it
         results.append({"error": e.message})
@@ -169,23 +176,43 @@ def _export_and_serve(cases, directory):
         assert (recorded["model"], recorded["weights"], recorded["task"]) == (
             path, model.source.weights, model.source.task)
         assert recorded["inputs"] == list(export.serving_inputs(model.task_info))
+        # The vocabulary is inside the graph; task.json says which (a review: nothing did)
+        assert recorded["tokenizer"] == {"kind": model.tokenizer.kind, "path": os.path.abspath(model.tokenizer.path),
+                                         "do_lower_case": model.tokenizer.do_lower_case,
+                                         "vocab_hash": model.tokenizer.vocab_hash}
         if family == "squad":  # what a client of a token-id export needs to answer as the graph does
             assert recorded["settings"] == {"max_query_length": 12, "doc_stride": 8, "n_best_size": 20,
-                                            "max_answer_length": 30, "null_score_diff_threshold": 0.0}
+                                            "max_answer_length": 30, "null_score_diff_threshold": 0.0,
+                                            "squad_version": model.task_info["squad_version"]}
+        names = [name for name, _ in model.family.serving_inputs(model.task_info)]
         calls += [(saved, inputs), (saved, {name: [] for name in inputs})]  # and an empty batch (issue 46, 8)
         # A row of no columns (a REST client's "choices": [] in every instance): no answer, as
         # documented (a walkthrough: pages of XLA's shape assertion).
         calls += [(saved, {name: [[]] if rank == 2 else [inputs[name][0]]
                            for name, rank in model.family.serving_inputs(model.task_info)})]
+        # Bytes that are not UTF-8 in the last input's second row (Latin-1's é), which predict
+        # refuses: the graph read them as [UNK], and span QA's offsets ran backwards (a review).
+        latin1 = lambda row: [latin1(t) for t in row] if isinstance(row, list) else row + " caf\udce9"  # noqa: E731
+        calls += [(saved, {**inputs, names[-1]: [inputs[names[-1]][0], latin1(inputs[names[-1]][1]),
+                                                 *inputs[names[-1]][2:]]})]
+        # The first input an empty batch and the others not: answered for none of their rows (a review).
+        calls += [(saved, {**inputs, names[0]: []})]
         found[name] = (model, path, length, precision, inputs, model.predict(predict_inputs))
     results = serve_with_tensorflow_only(calls, str(directory))
-    results, empty, no_columns = results[0::3], results[1::3], results[2::3]
-    for (model, *_), result, nothing, columnless in zip(found.values(), results, empty, no_columns):
+    results, empty, no_columns, not_utf8, uneven = (results[i::5] for i in range(5))
+    for (model, *_), result, nothing, columnless, latin, first_empty in zip(found.values(), results, empty,
+                                                                             no_columns, not_utf8, uneven):
+        names = [name for name, _ in model.family.serving_inputs(model.task_info)]
         assert result["inputs"] == sorted(export.serving_inputs(model.task_info))
         assert set(nothing["outputs"]) == set(result["outputs"]) and all(
             value == [] for value in nothing["outputs"].values()), nothing
         if model.family.name == "choice":
             assert columnless["outputs"] == {"choice": [-1], "probabilities": [[]], "truncated": [False]}, columnless
+        assert f"{names[-1]} is not UTF-8 text in its row] [1]" in latin.get("error", ""), latin
+        if len(names) > 1:
+            assert f"{names[1]} has another number of rows than {names[0]}" in first_empty.get("error", ""), first_empty
+        else:  # one input: an empty batch, answered as one
+            assert all(value == [] for value in first_empty["outputs"].values()), first_empty
     return {name: (*found[name][1:], result["outputs"]) for name, result in zip(found, results)}
 
 
@@ -646,14 +673,14 @@ def test_serving_span_candidates_are_predicts_n_best(n_best_size, answer):
                                     model=lambda ids, *_: (tf.constant(start)[:, :ids.shape[1]],
                                                            tf.constant(end)[:, :ids.shape[1]]))
     options = {"max_query_length": 64, "max_answer_length": 30, "n_best_size": n_best_size,
-               "null_score_diff_threshold": 0.0}
-    got = squad_serving.best_spans(serving, tf.constant(["q"]), tf.constant(["a b c d e f g h"]), "v1.1", options)
+               "null_score_diff_threshold": 0.0, "squad_version": "v1.1"}
+    got = squad_serving.best_spans(serving, tf.constant(["q"]), tf.constant(["a b c d e f g h"]), options)
     assert got["answer"].numpy()[0].decode() == answer and not got["truncated"].numpy()[0]
     if not answer:
         assert got["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS
     # A question without tokens (predict refuses it) chose a span from the context alone (a review).
     tokenizer.ids = lambda question: tf.ragged.constant([[]], tf.int32)
-    unasked = squad_serving.best_spans(serving, tf.constant([" "]), tf.constant(["a b c d e f g h"]), "v1.1", options)
+    unasked = squad_serving.best_spans(serving, tf.constant([" "]), tf.constant(["a b c d e f g h"]), options)
     assert unasked["answer"].numpy()[0] == b"" and (unasked["start"].numpy()[0], unasked["end"].numpy()[0]) == (-1, -1)
     assert unasked["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS
 
@@ -694,3 +721,26 @@ def test_a_token_id_taggers_export_says_how_its_words_are_tokenized(tmp_path):
     assert task["model"] == task["weights"] == path
     assert task["layout"] == export.ROW_LAYOUT and task["inputs"] == list(export.TOKEN_ID_INPUTS)
     assert task["word_prefix"] == bertjax.load_model(path).tokenizer.word_prefix == " "
+
+
+def test_a_token_id_export_refuses_ids_its_embeddings_lack_and_says_its_squad_version(tmp_path):
+    """A Hugging Face span-QA model (no squad_version: answered as v1.1, which task.json did not
+    say) exported for token ids. An id past the vocabulary gave NaN logits, a segment id of 2
+    the embedding of 1, a negative mask value a mask; each is refused, naming the input (a
+    review)."""
+    import bertjax
+    from bertjax.inference import export
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert", "question_answering")
+    saved = export.export_saved_model(path, str(tmp_path / "serving"))
+    task = json.load(open(os.path.join(saved, "assets.extra", "task.json")))
+    assert task["settings"]["squad_version"] == "v1.1" and task["tokenizer"]["kind"] == "huggingface"
+    vocab_size = bertjax.load_model(path).bert.vocab_size
+    good = {"input_ids": [[1, 5, 2]], "segment_ids": [[0, 0, 0]], "input_mask": [[1, 1, 1]]}
+    calls = [(saved, good), (saved, {**good, "input_ids": [[1, vocab_size, 2]]}),
+             (saved, {**good, "segment_ids": [[0, 0, 2]]}), (saved, {**good, "input_mask": [[1, -1, 1]]})]
+    answered, past_vocabulary, third_segment, negative_mask = serve_with_tensorflow_only(calls, str(tmp_path))
+    assert np.isfinite(answered["outputs"]["start_logits"]).all(), answered
+    assert f"input_ids of {vocab_size} or more (the vocabulary has {vocab_size} ids)" in past_vocabulary["error"]
+    assert "segment_ids of 2 or more (0 or 1 expected)" in third_segment["error"]
+    assert "input_mask below 0" in negative_mask["error"]

@@ -145,7 +145,9 @@ def _token_ids_module(model):
     ([B, C, S] for multiple choice) -> the network's float32 logits: `logits` (classification
     [B, K], regression [B, 1], tagging [B, S, K], choice [B, C]) or `start_logits`, `end_logits`
     [B, S] (span QA). Rows longer than max_seq_length are refused: the model would read
-    positions it never trained at, where predict truncates."""
+    positions it never trained at, where predict truncates; so are ids outside the vocabulary
+    and segment ids or mask values other than 0 and 1 (the embedding lookup gave NaN logits
+    for an id past the vocabulary)."""
     from bertjax.runtime.tf_cpu import tf
 
     module = tf.Module()
@@ -155,11 +157,17 @@ def _token_ids_module(model):
     specs = [tf.TensorSpec((None,) * rank, tf.int32, name=name) for name in TOKEN_ID_INPUTS]
 
     def serve(input_ids, segment_ids, input_mask):
-        fits = tf.debugging.assert_less_equal(
+        vocab_size = model.bert.vocab_size
+        checks = [tf.debugging.assert_less_equal(
             tf.shape(input_ids)[-1], model.max_seq_length,
             message=f"rows longer than max_seq_length={model.max_seq_length} tokens (assets.extra/task.json): "
-                    "truncate them as the client's tokenizer encodes")
-        with tf.control_dependencies([fits]):
+                    "truncate them as the client's tokenizer encodes")]
+        for name, values, limit in (("input_ids", input_ids, vocab_size), ("segment_ids", segment_ids, 2),
+                                    ("input_mask", input_mask, 2)):
+            checks += [tf.debugging.assert_non_negative(values, message=f"{name} below 0"),
+                       tf.debugging.assert_less(values, limit, message=f"{name} of {limit} or more (" + (
+                           f"the vocabulary has {vocab_size} ids)" if name == "input_ids" else "0 or 1 expected)"))]
+        with tf.control_dependencies(checks):
             out = apply(module.params, input_ids, segment_ids, input_mask)
         return dict(zip(("start_logits", "end_logits"), out)) if isinstance(out, tuple) else {"logits": out}
 
@@ -182,9 +190,10 @@ def _write_assets(model, target: str) -> None:
     """assets.extra/ (TensorFlow Serving's folder for files beside the model): task.json, the
     model as given and the folder its weights came from (a run's best/<step>, or a checkpoint
     of one still training), the task and its label names, max_seq_length, the products'
-    precision, the signature's inputs and the family's serving settings (span QA's windowing
-    and answer settings); for a model that takes token ids also the tokenizer.json the client
-    tokenizes with and the row layout."""
+    precision, the signature's inputs, the tokenizer (its kind, file, casing and vocab_hash:
+    the graph holds the vocabulary itself) and the family's serving settings (span QA's
+    windowing and answer settings, and the SQuAD version it answers as); for a model that
+    takes token ids also the tokenizer.json the client tokenizes with and the row layout."""
     from bertjax.runtime import fileio
 
     extra = fileio.join(target, "assets.extra")
@@ -193,8 +202,10 @@ def _write_assets(model, target: str) -> None:
     task = {"model": fileio.absolute(model.source.path), "weights": fileio.absolute(model.source.weights),
             "task": model.source.task,
             **model.task_info, "max_seq_length": model.max_seq_length, "precision": model.precision,
-            "inputs": list(serving_inputs(model.task_info, model.tokenizer.kind))}
-    settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data)
+            "inputs": list(serving_inputs(model.task_info, model.tokenizer.kind)),
+            "tokenizer": {"kind": model.tokenizer.kind, "path": fileio.absolute(model.tokenizer.path),
+                          "do_lower_case": model.tokenizer.do_lower_case, "vocab_hash": model.tokenizer.vocab_hash}}
+    settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data, model.task_info)
     if settings:
         task["settings"] = settings
     if takes_token_ids(model.tokenizer):
@@ -496,6 +507,8 @@ def _serving_module(model):
     specs = [tf.TensorSpec((None,) * rank, tf.string, name=name) for name, rank in inputs]
 
     def serve(*tensors):
+        with tf.control_dependencies(_request_checks(tf, [name for name, _ in inputs], tensors)):
+            tensors = [tf.identity(t) for t in tensors]
         # An empty batch runs as one blank row, cut off again: the graph's ops assume a row.
         count = tf.shape(tensors[0])[0]
         padded = [tf.cond(count > 0, lambda t=t: t,
@@ -506,3 +519,21 @@ def _serving_module(model):
 
     signature = tf.function(serve, input_signature=specs, autograph=False).get_concrete_function()
     return module, signature
+
+
+def _request_checks(tf, names, tensors):
+    """Assertions that refuse a request (InvalidArgument) whose inputs have different numbers of
+    rows (one empty batch would have answered for none of the others' rows) or hold text that
+    is not UTF-8, which predict refuses too: the tokenizer's ops read such bytes as [UNK] and
+    span QA's offsets then ran backwards. Each names the input and its first failing row."""
+    checks = [tf.debugging.assert_equal(tf.shape(t)[0], tf.shape(tensors[0])[0],
+                                        message=f"{name} has another number of rows than {names[0]}")
+              for name, t in zip(names[1:], tensors[1:])]
+    for name, t in zip(names, tensors):
+        flat = tf.reshape(t, [-1])
+        valid = tf.equal(tf.strings.unicode_transcode(flat, "UTF-8", "UTF-8", errors="replace"), flat)
+        first = tf.reduce_min(tf.where(valid, tf.int64.max, tf.range(tf.size(flat, out_type=tf.int64))))
+        row = first // tf.maximum(tf.size(t[:1], out_type=tf.int64), 1)  # (a row of choices: [C] strings)
+        checks.append(tf.debugging.Assert(tf.reduce_all(valid), [f"{name} is not UTF-8 text in its row", row]))
+    return checks
+
