@@ -410,3 +410,38 @@ def test_every_family_predicts_its_training_files_format_as_the_api_does(runs, t
         written = []
         summary = batch_predict.predict_all(model, family, records, written.append)
         assert summary["predicted"] == len(expected_inputs) and written == model.predict(expected_inputs)
+
+
+def test_a_model_whose_outputs_are_not_finite_stops_every_family(runs, minilm_classifier_run, small_pretrained_run):
+    """Weights gone NaN (a run that diverged): tagging's argmax read its NaN logits as tag 0 and
+    span QA's candidates as "no answer", each written with exit 0 (a review); classification's
+    and choice's NaN probabilities came back from Python as numbers. Every family, fill-mask
+    and features now raise at the network's output."""
+    import jax
+
+    import bertjax
+    from bertjax.inference import engine
+
+    def broken(model, head):
+        params = model.params
+        params[head] = jax.tree.map(lambda x: x * np.float32("nan"), params[head])
+        return engine.Model(model.source, params, model.tokenizer, model.bert, model.max_seq_length,
+                            model.batch_size, model.mesh)
+
+    inputs = {"ner": ["Anna lives in Oslo"], "squad": [{"question": "who?", "context": "Anna lives in Oslo"}],
+              "choice": [{"context": "Anna lives", "choices": ["in Oslo", "in Bergen"]}]}
+    message = r"the model's outputs are not finite \(NaN or infinity\) for 1 of 1 rows: its weights are broken"
+    for name, given in inputs.items():
+        model = bertjax.load_model(runs[name][0], batch_size=4)
+        assert model.predict(given)  # finite weights answer
+        head = next(head for head in model.heads if head != "bert")
+        with pytest.raises(ValueError, match=message):
+            broken(model, head).predict(given)
+    classifier = broken(bertjax.load_model(minilm_classifier_run, batch_size=4), "bert")
+    with pytest.raises(ValueError, match=message):
+        classifier.predict(["a fine film"])
+    with pytest.raises(ValueError, match=message):
+        classifier.features(["a fine film"])
+    language_model = broken(bertjax.load_model(small_pretrained_run, batch_size=4), "mlm")
+    with pytest.raises(ValueError, match=message):
+        language_model.fill_mask(["the [MASK] sat"])

@@ -47,6 +47,7 @@ import os
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -139,16 +140,28 @@ class Model:
         Returns {name: <[N, ...]>} in the split's row order, the outputs named in
         `sequence_outputs` (the sequence their last axis) padded back to the split's width
         (`batching.InSplitOrder`). progress(rows done).
+        A ValueError when any row's outputs (or, where `apply` gives it, `FINITE_ROWS`: what
+        it computed them from) hold NaN or infinity: weights of a run that diverged, whose
+        argmax or span choice would read as an answer.
         """
+        def checked(params, batch):
+            outputs = apply(params, batch)
+            return outputs if FINITE_ROWS in outputs else {**outputs, FINITE_ROWS: rows_finite(outputs)}
+
         gathered = batching.InSplitOrder(split, sequence_outputs)
         rows = self.mesh.devices.size
         while rows < min(len(split), self.batch_size):
             rows *= 2
         for batch, real in batching.eval_batches(split, min(rows, self.batch_size), self.buckets):
-            gathered.add(real, self._compiled_for(key, apply, batch)(self._run_params, batch))
+            gathered.add(real, self._compiled_for(key, checked, batch)(self._run_params, batch))
             if progress is not None:
                 progress(gathered.count)
-        return gathered.arrays
+        outputs = gathered.arrays
+        broken = int((~outputs.pop(FINITE_ROWS, np.ones(0, bool))).sum())
+        if broken:
+            raise ValueError(f"the model's outputs are not finite (NaN or infinity) for {broken} of {len(split)} "
+                             "rows: its weights are broken (a run that diverged?)")
+        return outputs
 
     def run_network(self, outputs: Callable[[Any], dict[str, Any]], split: Split,
                     sequence_outputs: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -157,8 +170,8 @@ class Model:
         network = self.family.network(self.bert, self.task_info)
 
         def apply(params, batch):
-            return outputs(network.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
-                                         batch["input_mask"]))
+            raw = network.apply({"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"])
+            return {**outputs(raw), FINITE_ROWS: rows_finite(raw)}  # (outputs may be an argmax of NaNs)
 
         return self.run(("network", outputs), apply, split, sequence_outputs=sequence_outputs)
 
@@ -290,6 +303,17 @@ class Model:
         """Raises the ValueError `predict` would raise for this one input, less its "input N: "
         prefix, without running the model: lets a caller skip bad inputs and keep the good ones."""
         parse_checked(lambda item: self.family.parse(item, self.task_info), item)
+
+
+FINITE_ROWS = "finite_rows"  # Model.run's check, an output of no caller
+
+
+def rows_finite(outputs: Any) -> jax.Array:
+    """<bool>[B]: whether every floating-point number in each row of `outputs` (a pytree of
+    <[B, ...]> arrays) is finite."""
+    rows = [jnp.isfinite(x.reshape(x.shape[0], -1)).all(1) for x in jax.tree.leaves(outputs)
+            if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.stack(rows).all(0)
 
 
 def no_task_advice(heads: tuple[str, ...]) -> str:
