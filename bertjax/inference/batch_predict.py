@@ -122,7 +122,7 @@ def _refuse_other_formats(first: list[str], reader, name: str, keys: dict[str, s
             file = name if name != "stdin" else "FILE"  # (a command's file, not the word stdin)
             raise ValueError(f"{name} looks like {str(e).replace('FILE', file)}") from None
     if not written_in and first:
-        written_in = common.header_format(first[0], (keys or {}).values())
+        written_in = common.header_format(first, (keys or {}).values())
     if written_in:
         raise ValueError(f"{name} looks like {written_in}, not one input a line: pass --input_format={written_in} "
                          "(or --input_format=text to read each line as an input)")

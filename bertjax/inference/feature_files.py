@@ -95,7 +95,7 @@ def input_format(path: str, file_format: str = "", columns: Sequence[str] = ()) 
     if found != "text" or file_format or not fileio.can_read_twice(path):
         return found
     first = common.first_lines(path)
-    written_in = "jsonl" if common.json_lines(first) else common.header_format(first[0], columns) if first else None
+    written_in = "jsonl" if common.json_lines(first) else common.header_format(first, columns)
     if written_in:
         also = " (and --text_a_key)" if written_in == "jsonl" else ""
         raise ValueError(f"--input_file={path} looks like {written_in}, not one input a line: pass --input_format="

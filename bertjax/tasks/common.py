@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -408,14 +409,25 @@ def first_lines(path: str, count: int = 20, blank: bool = False) -> list[str]:
     return found
 
 
-def header_format(first_line: str, columns: Iterable[str]) -> str | None:
-    """"tsv" or "csv" when a file's first line is a header of several fields, one of them among
-    `columns` (those the task reads): read one input a line, the header and each row's other
-    fields would be texts. None otherwise."""
+_COLUMN_NAME = re.compile(r"[\w .#()/'+-]{0,60}")  # empty too: pandas' index column
+
+
+def header_format(first: list[str], columns: Iterable[str]) -> str | None:
+    """"tsv" or "csv" when a file's first lines (`first_lines`) start with a header: several
+    fields, each a column name (no sentence punctuation), one of them among `columns` (those
+    the task reads), over a second line of as many fields where there is one. Read one input
+    a line, the header and each row's other fields would be texts. None otherwise: a sentence
+    that starts with a column's name and a comma ("text, images and [MASK]") is text."""
     columns = {column for column in columns if column}
+    lines = [line for line in first if line.strip()][:2]
     for separator, csv_format in (("\t", "tsv"), (",", "csv")):
-        header = [field.strip().strip('"') for field in first_line.split(separator)]
-        if len(header) > 1 and columns & set(header):
+        try:
+            rows = list(csv.reader(lines, delimiter=separator))
+        except csv.Error:
+            continue
+        header = [field.strip() for field in rows[0]] if rows else []
+        if (len(header) > 1 and columns & set(header) and all(_COLUMN_NAME.fullmatch(field) for field in header)
+                and (len(rows) == 1 or len(rows[1]) == len(header))):
             return csv_format
     return None
 
