@@ -37,7 +37,7 @@ _MODEL = flags.DEFINE_string("model", None, "fine-tuning workdir, or a checkpoin
                              required=True)
 _INPUT = flags.DEFINE_string("input", None, "file of inputs (default, or -: stdin, unless --text)")
 _TEXT = flags.DEFINE_multi_string("text", [], "an input on the command line (repeatable)")
-_OUTPUT = flags.DEFINE_string("output", None, "a new JSONL file to write (default: stdout)")
+_OUTPUT = flags.DEFINE_string("output", None, "a new JSONL file to write (default, or -: stdout)")
 _TASK = flags.DEFINE_enum("task", None, ["fill_mask"], "fill_mask: top-k tokens at each [MASK] "
                           "(default: the fine-tuned model's own task)")
 _TOP_K = flags.DEFINE_integer("top_k", 5, "fill_mask: tokens per [MASK]", lower_bound=1)
@@ -75,22 +75,23 @@ def main(_):
     from bertjax.runtime import console, fileio
 
     input_file = None if _INPUT.value == "-" else _INPUT.value  # (-: stdin, as when --input is left out)
+    output_file = None if _OUTPUT.value == "-" else _OUTPUT.value  # (-: stdout, as when --output is left out)
     if input_file and not fileio.exists(input_file):  # before the model loads
         raise ValueError(f"--input={input_file}: no such file")
     if input_file and fileio.isdir(input_file):
         raise ValueError(f"--input={input_file} is a folder; give a file of inputs")
-    if input_file and _OUTPUT.value and fileio.same_file(input_file, _OUTPUT.value):
-        raise ValueError(f"--output={_OUTPUT.value} is the input file; give another name (it would be overwritten)")
-    if _OUTPUT.value and fileio.isdir(_OUTPUT.value):
-        raise ValueError(f"--output={_OUTPUT.value} is a folder; give a file's name")
-    if _OUTPUT.value and fileio.exists(_OUTPUT.value) and not os.path.isfile(_OUTPUT.value) \
-            and not fileio.is_remote(_OUTPUT.value):  # /dev/stdout, a pipe: the output is written aside, then renamed
-        raise ValueError(f"--output={_OUTPUT.value} is no regular file; leave --output unset to write to stdout")
-    if _OUTPUT.value and fileio.exists(_OUTPUT.value):  # an earlier run's predictions are not replaced unasked
-        raise ValueError(f"--output={_OUTPUT.value} exists; remove it or give another name")
-    if _OUTPUT.value and not fileio.is_remote(_OUTPUT.value) and not fileio.isdir(fileio.parent(_OUTPUT.value)):
+    if input_file and output_file and fileio.same_file(input_file, output_file):
+        raise ValueError(f"--output={output_file} is the input file; give another name (it would be overwritten)")
+    if output_file and fileio.isdir(output_file):
+        raise ValueError(f"--output={output_file} is a folder; give a file's name")
+    if output_file and fileio.exists(output_file) and not os.path.isfile(output_file) \
+            and not fileio.is_remote(output_file):  # /dev/stdout, a pipe: the output is written aside, then renamed
+        raise ValueError(f"--output={output_file} is no regular file; leave --output unset to write to stdout")
+    if output_file and fileio.exists(output_file):  # an earlier run's predictions are not replaced unasked
+        raise ValueError(f"--output={output_file} exists; remove it or give another name")
+    if output_file and not fileio.is_remote(output_file) and not fileio.isdir(fileio.parent(output_file)):
         # (before the model loads; a gs:// prefix needs no folder)
-        raise ValueError(f"--output={_OUTPUT.value}: no folder {fileio.parent(_OUTPUT.value)} to write it in")
+        raise ValueError(f"--output={output_file}: no folder {fileio.parent(output_file)} to write it in")
 
     source = model_source.resolve(_MODEL.value)  # a path that is no model fails here, in one line
     with cli.named_by_flag(f"--squad_version={_SQUAD_VERSION.value}"):
@@ -136,8 +137,8 @@ def main(_):
                       file=sys.stderr)
     completed, close = False, None
     try:
-        with cli.named_by_flag(f"--output={_OUTPUT.value}"):  # (opened now: a folder it cannot write in fails here)
-            write, close = batch_predict.jsonl_writer(_OUTPUT.value)
+        with cli.named_by_flag(f"--output={output_file}"):  # (opened now: a folder it cannot write in fails here)
+            write, close = batch_predict.jsonl_writer(output_file)
         model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value, batch_size=_BATCH_SIZE.value,
                                    precision=_PRECISION.value, **_VOCABULARY())
         too_short = family != "fill_mask" and model.family.check_length(model.max_seq_length, source.data)
@@ -149,8 +150,8 @@ def main(_):
     finally:
         if close is not None:
             close(completed)
-        elif _OUTPUT.value and fileio.exists(fileio.temporary_name(_OUTPUT.value)):  # a stop as it was made
-            fileio.remove(fileio.temporary_name(_OUTPUT.value))
+        elif output_file and fileio.exists(fileio.temporary_name(output_file)):  # a stop as it was made
+            fileio.remove(fileio.temporary_name(output_file))
     for where, why in summary["errors"]:
         print(f"skipped {where}: {why}", file=sys.stderr)
     if summary["skipped"]:
@@ -159,8 +160,8 @@ def main(_):
     cut = summary["truncated"]
     longer = (f"{cut} input{' was' if cut == 1 else 's were'} truncated to fit the model (marked "
               '"truncated": true)') if cut else ""
-    if _OUTPUT.value:
-        print(f"wrote {summary['inputs']} lines to {_OUTPUT.value} in "
+    if output_file:
+        print(f"wrote {summary['inputs']} lines to {output_file} in "
               f"{console.format_duration(time.perf_counter() - started)}" + (f"; {longer}" if cut else ""),
               file=sys.stderr)
     elif cut:  # (the predictions went to stdout)

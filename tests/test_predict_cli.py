@@ -560,6 +560,11 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     assert again.returncode == 2 and again.stderr.strip().splitlines() == [
         f"error: --output={tmp_path}/o.jsonl exists; remove it or give another name"]
     assert (tmp_path / "o.jsonl").read_bytes() == written
+    # --output=- is stdout, as --input=- is stdin (a review: a file named "-", refused as existing next time)
+    dash = launchers.run([PREDICT, f"--model={minilm_classifier_run}", f"--text={REVIEWS[0][0]}", "--output=-"],
+                         cwd=tmp_path)
+    assert dash.returncode == 0 and json.loads(dash.stdout)["label"] == lines[0]["label"], dash.stderr
+    assert not (tmp_path / "-").exists()
     # Flags that would change nothing for this model or input are refused, not ignored (a review).
     for flags, error in (
             (["--top_k=1"], "--top_k: the tokens per [MASK] of --task=fill_mask, not a classification model's"),
