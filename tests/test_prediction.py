@@ -445,3 +445,21 @@ def test_a_model_whose_outputs_are_not_finite_stops_every_family(runs, minilm_cl
     language_model = broken(bertjax.load_model(small_pretrained_run, batch_size=4), "mlm")
     with pytest.raises(ValueError, match=message):
         language_model.fill_mask(["the [MASK] sat"])
+
+
+def test_a_byte_level_bpe_models_answers_hold_no_edge_whitespace():
+    """A ModernBERT span-QA model's tokenizer has pieces that are only a space ("Ġ"), whose span
+    runs up to the next word: an answer ending on one was "||| " (its end past the space) and
+    its n-best held both "|||" and "||| " (a review). Answers are cut to their text."""
+    import bertjax
+
+    model = bertjax.load_model(os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert",
+                                            "question_answering"))
+    contexts = ["x ||| y", "alpha  beta   gamma    delta", "one , two ,  three ;   four", "a\u00a0 b  \t c d  e   f"]
+    inputs = [{"question": question, "context": context} for question in ("q1", "q2", "what?", "who is it")
+              for context in contexts]
+    results = model.predict(inputs)
+    assert any(result["answer"] for result in results)
+    for given, result in zip(inputs, results):
+        answer = result["answer"]
+        assert answer == answer.strip() and given["context"][result["start"]:result["end"]] == answer, result

@@ -77,12 +77,17 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
                 entries.append(null_entry), seen.add("")
                 if len(entries) >= n_best_size:
                     break
-            text = context[char_start[row, a]:char_end[row, b]]
+            start, end = int(char_start[row, a]), int(char_end[row, b])
+            # Whitespace at the edges is no part of an answer: a byte-level BPE or SentencePiece
+            # piece that is only a space ("Ġ", "▁") spans up to the word after it.
+            text = context[start:end]
+            start += len(text) - len(text.lstrip())
+            text = text.strip()
             if text and text not in seen:
                 seen.add(text)
                 entries.append({"text": text, "start_logit": float(start_logits[row, top_start[row, a]]),
                                 "end_logit": float(end_logits[row, top_end[row, b]]),
-                                "start": int(char_start[row, a]), "end": int(char_end[row, b])})
+                                "start": start, "end": start + len(text)})
         if v2 and "" not in seen:
             entries.append(null_entry)
         if not entries:
