@@ -197,8 +197,10 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     assert [batch_predict.file_format(path, family) for path in ("", "in.txt") for family in ("choice", "squad")] \
         == ["jsonl", "text", "jsonl", "text"]
     # A format of another family's: refused, never read as something else.
+    # Nor is text for multiple choice, whose rows are no line of text (a review: each line failed).
     for family, chosen, reads in (("fill_mask", "conll", "text, csv, tsv, jsonl"),
-                                  ("tagging", "squad_json", "text, csv, tsv, jsonl, conll")):
+                                  ("tagging", "squad_json", "text, csv, tsv, jsonl, conll"),
+                                  ("choice", "text", "csv, tsv, jsonl")):
         with pytest.raises(ValueError, match=f"--input_format={chosen}: a {family} model reads {reads}$"):
             batch_predict.file_format("in.txt", family, chosen)
     # A line that is not UTF-8 is one bad input, skippable like any other (issue 46, 11).

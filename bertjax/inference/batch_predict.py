@@ -93,7 +93,8 @@ def file_format(path: str, family: str, chosen: str = "auto", keys: dict[str, st
     for a family whose inputs are not one line of text (multiple choice): JSONL, not text.
     keys: the columns the model's inputs are read from, which a CSV or TSV header names."""
     reader = input_reader(family)
-    readable = ("text", "csv", "tsv", "jsonl", *reader.extensions.values())
+    # (a multiple-choice row is no line of text: each line read as one failed)
+    readable = (*(["text"] if reader.text_lines else []), "csv", "tsv", "jsonl", *reader.extensions.values())
     if chosen not in ("auto", *readable):
         raise ValueError(f"--input_format={chosen}: a {reader.name} model reads {', '.join(readable)}")
     found = common.file_format(path, "" if chosen == "auto" else chosen, reader.extensions)
