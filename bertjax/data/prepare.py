@@ -319,7 +319,8 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     logging.info("prepare: units done in %.1fs", time.time() - start)
     fileio.rmtree(fileio.join(output_dir, ".incomplete"))
     try:
-        metadata = _collect_metadata(output_dir, units, settings, tokenizer)
+        metadata = _collect_metadata(output_dir, units, settings, tokenizer,
+                                     data_config.get("next_sentence_prediction", True))
     except NothingToTrainOn:
         # Its settings, units and shards go, so the run the error asks for (another eval_fraction,
         # text key or corpus) prepares afresh instead of being refused as other settings.
@@ -569,7 +570,10 @@ class NothingToTrainOn(ValueError):
     """Prepared units that hold no training document (all held out, or every row dropped)."""
 
 
-def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: tokenization.Tokenizer) -> dict:
+def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: tokenization.Tokenizer,
+                      next_sentence_prediction: bool) -> dict:
+    """metadata.json's content from the units' records; warns of what the corpus lacks for
+    the run preparing it (NSP's random sentences need other documents)."""
     splits = {split: {"shards": [], "shard_documents": [], "documents": 0, "sentences": 0, "tokens": 0,
                       "unknown_tokens": 0, "characters": 0, "single_sentence_documents": 0} for split in SPLITS}
     dropped, longest = collections.Counter(), 0
@@ -601,7 +605,7 @@ def _collect_metadata(output_dir: str, units: list, settings: dict, tokenizer: t
                         "%s: each document is held out by a hash of its text): a pre-training run that evaluates "
                         "will stop at its start; %s or set config.train.eval_every=0", documents,
                         settings["eval_fraction"], more)
-    if documents < 2:
+    if documents < 2 and next_sentence_prediction:
         logging.warning("prepare: a one-document corpus; NSP draws its random B from that document, so "
                         "IsNext and NotNext differ only in order%s", " (is there a blank line between documents?)"
                         if text else "")

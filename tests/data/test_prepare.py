@@ -150,6 +150,10 @@ def test_one_document_and_one_sentence_documents_are_defined(tmp_path, caplog):
     metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "one"), num_workers=1)
     assert metadata["splits"]["train"]["documents"] == 1
     assert "one-document corpus" in caplog.text
+    caplog.clear()  # a run without next-sentence prediction (the modern recipe) draws no random B (a walkthrough)
+    prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0, next_sentence_prediction=False),
+                            str(tmp_path / "one_without_nsp"), num_workers=1)
+    assert "one-document corpus" not in caplog.text
     (tmp_path / "in" / "a.txt").write_text("S one.\n\nS two.\n\nS three.\n\n")
     metadata = prepare.ensure_prepared(_config(tmp_path, eval_fraction=0.0), str(tmp_path / "many"), num_workers=1)
     assert metadata["splits"]["train"]["single_sentence_documents"] == 3
