@@ -127,6 +127,7 @@ def test_ctrl_c_during_prepare_says_the_units_done_are_kept(tmp_path):
     kept = int(said.split("(")[2].split(" of")[0])
     assert said == (f"stopped: interrupted (Ctrl-C) while preparing {output}: the units done ({kept} of 16 so far) are "
                     "kept; run the same command again to resume") and 1 <= kept < 16, stderr[-3000:]
+    assert kept == _units_done(output)  # the workers' units in hand counted too (a walkthrough: fewer were)
     result = subprocess.run(command(output), env=_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and (output / "metadata.json").exists(), result.stderr[-3000:]
     [resumed] = [line for line in (result.stdout + result.stderr).splitlines() if " of 16 units of" in line]
