@@ -218,12 +218,12 @@ class PlateauAlarm:
         self.steps_at_guess.append(step)
         if self.warning or not self.patience or len(self.steps_at_guess) < self.patience:
             return None
+        of = f" of this run's {self.num_steps}" if self.num_steps else ""
         if mlm_loss is not None and mlm_loss >= 0.9 * self.uniform_loss:  # near ln(V): the weights barely moved
             why = (f"its held-out loss {mlm_loss:.3f} is still near a uniform guess's {self.uniform_loss:.3f}: the "
-                   "model has barely moved. Likely fixes: a higher config.train.learning_rate, or more steps "
+                   f"model has barely moved by step {step}{of}. Likely fixes: a higher config.train.learning_rate, or more steps "
                    "(the warmup of config.train.warmup_steps may not be over)")
         else:
-            of = f" of this run's {self.num_steps}" if self.num_steps else ""
             why = (f"the model is not learning past token frequencies, or not yet: step {step}{of} (a short run may "
                    f"end before it gets past this plateau: more steps mend that). Likely fixes otherwise: "
                    f"{', '.join(self.fixes[:-1])} or {self.fixes[-1]}")

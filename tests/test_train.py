@@ -919,9 +919,10 @@ def test_plateau_alarm_warns_once_after_patience_evaluations_at_the_guess():
     # model barely moved, which a higher rate or more steps mend; a collapsed one keeps the fixes.
     for loss, said, unsaid in ((6.9, "a higher config.train.learning_rate, or more steps", "a lower"),
                                (4.1, "a lower config.train.learning_rate", "a higher")):
-        alarm = pretrain.PlateauAlarm(unigram=0.064, patience=2, vocab_size=1000)  # ln(1000) = 6.908
+        alarm = pretrain.PlateauAlarm(unigram=0.064, patience=2, vocab_size=1000, num_steps=10)  # ln(1000) = 6.908
         warning = [alarm.check(step, 0.05, loss) for step in (2, 4)][-1]
         assert said in warning and unsaid not in warning, warning
+        assert "step 4 of this run's 10" in warning  # in both (a walkthrough: the barely-moved one said neither)
 
 
 def test_a_resumed_runs_plateau_alarm_counts_the_evaluations_before_it():
