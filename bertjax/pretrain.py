@@ -221,8 +221,8 @@ class PlateauAlarm:
         of = f" of this run's {self.num_steps}" if self.num_steps else ""
         if mlm_loss is not None and mlm_loss >= 0.9 * self.uniform_loss:  # near ln(V): the weights barely moved
             why = (f"its held-out loss {mlm_loss:.3f} is still near a uniform guess's {self.uniform_loss:.3f}: the "
-                   f"model has barely moved by step {step}{of}. Likely fixes: a higher config.train.learning_rate, or more steps "
-                   "(the warmup of config.train.warmup_steps may not be over)")
+                   f"model has barely moved by step {step}{of}. Likely fixes: a higher config.train.learning_rate, "
+                   "or more steps (the warmup of config.train.warmup_steps may not be over)")
         else:
             why = (f"the model is not learning past token frequencies, or not yet: step {step}{of} (a short run may "
                    f"end before it gets past this plateau: more steps mend that). Likely fixes otherwise: "
