@@ -18,6 +18,10 @@ TAGGING_HEADS = ("linear", "bilstm")
 POSITION_EMBEDDINGS = ("absolute", "rope")
 NORM_PLACEMENTS = ("post", "pre")
 POOLERS = ("tanh", "cls", "mean")
+CHOICES = {"position_embedding": POSITION_EMBEDDINGS, "norm_placement": NORM_PLACEMENTS, "pooler": POOLERS,
+           "hidden_act": ACTIVATIONS, "dtype": DTYPES, "param_dtype": DTYPES, "matmul_precision": MATMUL_PRECISIONS,
+           "remat_policy": REMAT_POLICIES, "attention_impl": ATTENTION_IMPLS, "feature_combine": FEATURE_COMBINES,
+           "tagging_head": TAGGING_HEADS}  # a field's allowed values
 
 # What a checkpoint's weights mean: a run initialised from a checkpoint takes these from it,
 # and a value the config sets explicitly must agree with the checkpoint's (but a rotary
@@ -146,9 +150,9 @@ class BertConfig:
         for name in ("use_bias", "norm_bias", "gated_mlp", "token_transform"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"BertConfig.{name} must be a bool, got {getattr(self, name)!r}")
-        self._check_choice("position_embedding", POSITION_EMBEDDINGS)
-        self._check_choice("norm_placement", NORM_PLACEMENTS)
-        self._check_choice("pooler", POOLERS)
+        self._check_choice("position_embedding")
+        self._check_choice("norm_placement")
+        self._check_choice("pooler")
         if self.position_embedding == "rope" and self.head_dim % 2:
             raise ValueError(f"BertConfig.position_embedding='rope' needs an even head size, got {self.head_dim}")
         if self.scan_layers and (self.attention_window or self.norm_placement == "pre"):
@@ -170,20 +174,20 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
                 raise ValueError(f"BertConfig.{name} must be a positive number, got {value!r}")
-        self._check_choice("hidden_act", ACTIVATIONS)
-        self._check_choice("dtype", DTYPES)
-        self._check_choice("param_dtype", DTYPES)
-        self._check_choice("matmul_precision", MATMUL_PRECISIONS)
-        self._check_choice("remat_policy", REMAT_POLICIES)
-        self._check_choice("attention_impl", ATTENTION_IMPLS)
+        self._check_choice("hidden_act")
+        self._check_choice("dtype")
+        self._check_choice("param_dtype")
+        self._check_choice("matmul_precision")
+        self._check_choice("remat_policy")
+        self._check_choice("attention_impl")
         if self.attention_impl != "xla" and self.attention_probs_dropout_prob > 0:
             raise ValueError(
                 f"BertConfig.attention_impl={self.attention_impl!r} needs attention_probs_dropout_prob=0 "
                 f"(got {self.attention_probs_dropout_prob}); use attention_impl='xla' for attention dropout")
         if not isinstance(self.scan_layers, bool):
             raise ValueError(f"BertConfig.scan_layers must be a bool, got {self.scan_layers!r}")
-        self._check_choice("feature_combine", FEATURE_COMBINES)
-        self._check_choice("tagging_head", TAGGING_HEADS)
+        self._check_choice("feature_combine")
+        self._check_choice("tagging_head")
         layers = self.feature_layer_indices
         if self.feature_combine == "last" and len(layers) != 1:
             raise ValueError(f"BertConfig.feature_layers={self.feature_layers!r} names "
@@ -215,10 +219,10 @@ class BertConfig:
         return (self.feature_layer_indices != (self.num_hidden_layers,) or self.feature_combine != "last"
                 or self.tagging_head != "linear")
 
-    def _check_choice(self, name: str, choices: tuple[str, ...]):
+    def _check_choice(self, name: str):
         value = getattr(self, name)
-        if value not in choices:
-            raise ValueError(f"BertConfig.{name} must be one of {choices}, got {value!r}")
+        if value not in CHOICES[name]:
+            raise ValueError(f"BertConfig.{name} must be one of {CHOICES[name]}, got {value!r}")
 
     @property
     def head_dim(self) -> int:
@@ -354,6 +358,9 @@ def resolve(values: dict[str, Any], *, checkpoint: BertConfig | None = None, pre
     """
     values = {key: value for key, value in values.items() if value is not None and key != "preset"}
     check_known_keys(values, source)
+    for name, choices in CHOICES.items():  # (before the checkpoint's: a typo is no other architecture)
+        if name in values and values[name] not in choices:
+            raise ValueError(f"{source}.{name} must be one of {choices}, got {values[name]!r}")
     if checkpoint is not None:
         rotary = checkpoint.position_embedding == "rope"
         for name in ARCHITECTURE_FIELDS:

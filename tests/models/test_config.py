@@ -31,6 +31,9 @@ def test_a_checkpoint_gives_its_architecture_and_refuses_contradictions():
                                                                                                0.2, True)
     with pytest.raises(ValueError, match="config.model.hidden_act='gelu' but the checkpoint has hidden_act='gelu_tanh'"):
         resolve({"hidden_act": "gelu"}, checkpoint=original)
+    # A value no config takes is named so, not as the checkpoint's other value (a walkthrough).
+    with pytest.raises(ValueError, match=r"config.model.hidden_act must be one of \('gelu', .*\), got 'gelu_fast'"):
+        resolve({"hidden_act": "gelu_fast"}, checkpoint=original)
     with pytest.raises(ValueError, match="unknown BertConfig keys"):
         resolve({"hidden_sise": 3})
 
