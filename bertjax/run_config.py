@@ -123,9 +123,12 @@ def check_same_kind(workdir: str, config: dict[str, Any]) -> None:
     except (OSError, ValueError):
         return
     if run_kind(saved) != run_kind(config):
+        start = fileio.absolute(config.get("init_checkpoint") or "").rstrip("/") + "/"
+        starts_here = len(start) > 1 and start.startswith(fileio.absolute(workdir).rstrip("/") + "/")
+        advice = ("config.init_checkpoint names that run: a run of another kind needs its own workdir" if starts_here
+                  else f"to start from those weights, set config.init_checkpoint={directory}")
         raise ValueError(f"workdir {workdir} holds the checkpoints of a {run_kind(saved)} run, and this is a "
-                         f"{run_kind(config)} run: give it a new workdir (to start from those weights, set "
-                         f"config.init_checkpoint={directory})")
+                         f"{run_kind(config)} run: give it a new workdir ({advice})")
 
 
 def changed_settings(saved: dict[str, Any], current: dict[str, Any],

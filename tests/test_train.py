@@ -347,7 +347,15 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
     lines = [line for line in finetune.stderr.splitlines() if line.strip()]
     assert finetune.returncode == 2 and len(lines) == 1, finetune.stderr[-3000:]
     assert "holds the checkpoints of a pre-training run, and this is a fine-tuning task 'demo' run" in lines[0]
+    assert "to start from those weights, set config.init_checkpoint=" in lines[0]
     assert not (workdir / "best").exists()  # refused before anything was written
+    # Started from that very run: the advice to start from it was what the user did (a walkthrough).
+    from bertjax import run_config
+
+    for start in (workdir, workdir / "checkpoints"):
+        with pytest.raises(ValueError, match=r"give it a new workdir \(config.init_checkpoint names that run: a run "
+                                             r"of another kind needs its own workdir\)$"):
+            run_config.check_same_kind(str(workdir), {"task": "demo", "init_checkpoint": str(start)})
 
     # The products' precision the run resolved (bfloat16 on a CPU with AMX) is recorded: resuming
     # with the other one, as on another kind of host, is named (issue 46, 12).
