@@ -182,8 +182,7 @@ def _export_and_serve(cases, directory):
                                          "vocab_hash": model.tokenizer.vocab_hash}
         if family == "squad":  # what a client of a token-id export needs to answer as the graph does
             assert recorded["settings"] == {"max_query_length": 12, "doc_stride": 8, "n_best_size": 20,
-                                            "max_answer_length": 30, "null_score_diff_threshold": 0.0,
-                                            "squad_version": model.task_info["squad_version"]}
+                                            "max_answer_length": 30, "null_score_diff_threshold": 0.0}
         names = [name for name, _ in model.family.serving_inputs(model.task_info)]
         calls += [(saved, inputs), (saved, {name: [] for name in inputs})]  # and an empty batch (issue 46, 8)
         # A row of no columns (a REST client's "choices": [] in every instance): no answer, as
@@ -673,14 +672,14 @@ def test_serving_span_candidates_are_predicts_n_best(n_best_size, answer):
                                     model=lambda ids, *_: (tf.constant(start)[:, :ids.shape[1]],
                                                            tf.constant(end)[:, :ids.shape[1]]))
     options = {"max_query_length": 64, "max_answer_length": 30, "n_best_size": n_best_size,
-               "null_score_diff_threshold": 0.0, "squad_version": "v1.1"}
-    got = squad_serving.best_spans(serving, tf.constant(["q"]), tf.constant(["a b c d e f g h"]), options)
+               "null_score_diff_threshold": 0.0}
+    got = squad_serving.best_spans(serving, tf.constant(["q"]), tf.constant(["a b c d e f g h"]), "v1.1", options)
     assert got["answer"].numpy()[0].decode() == answer and not got["truncated"].numpy()[0]
     if not answer:
         assert got["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS
     # A question without tokens (predict refuses it) chose a span from the context alone (a review).
     tokenizer.ids = lambda question: tf.ragged.constant([[]], tf.int32)
-    unasked = squad_serving.best_spans(serving, tf.constant([" "]), tf.constant(["a b c d e f g h"]), options)
+    unasked = squad_serving.best_spans(serving, tf.constant([" "]), tf.constant(["a b c d e f g h"]), "v1.1", options)
     assert unasked["answer"].numpy()[0] == b"" and (unasked["start"].numpy()[0], unasked["end"].numpy()[0]) == (-1, -1)
     assert unasked["null_odds"].numpy()[0] == squad_answers.NO_SPAN_NULL_ODDS
 
@@ -734,7 +733,7 @@ def test_a_token_id_export_refuses_ids_its_embeddings_lack_and_says_its_squad_ve
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert", "question_answering")
     saved = export.export_saved_model(path, str(tmp_path / "serving"))
     task = json.load(open(os.path.join(saved, "assets.extra", "task.json")))
-    assert task["settings"]["squad_version"] == "v1.1" and task["tokenizer"]["kind"] == "huggingface"
+    assert task["squad_version"] == "v1.1" and task["tokenizer"]["kind"] == "huggingface"
     vocab_size = bertjax.load_model(path).bert.vocab_size
     good = {"input_ids": [[1, 5, 2]], "segment_ids": [[0, 0, 0]], "input_mask": [[1, 1, 1]]}
     calls = [(saved, good), (saved, {**good, "input_ids": [[1, vocab_size, 2]]}),

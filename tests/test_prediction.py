@@ -257,6 +257,7 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
     # Read as v1.1 without a word, a SQuAD 2.0 model answered every question (a review).
     as_v1 = bertjax.load_model(elsewhere, batch_size=8)
     assert not any("null_odds" in r for r in as_v1.predict(inputs))
+    assert as_v1.task_info["squad_version"] == "v1.1"  # what it answers as (an export's task.json records it)
     with pytest.raises(ValueError, match="null_score_diff_threshold is for a SQuAD v2.0 model"):
         as_v1.predict(inputs[:1], null_score_diff_threshold=-5.0)  # (ignored without a word: a review)
     assert (f"{elsewhere.path} does not say which squad_version it was fine-tuned on (a Hugging Face or TF "

@@ -427,6 +427,8 @@ def load_model(path: str | model_source.ModelSource, *, max_seq_length: int | No
                         "elsewhere): it answers as %s; if it was trained on another (%s), give --%s (Python: "
                         "model_source.with_task_version)", source.path, family.version_key, family.versions[0],
                         ", ".join(family.versions[1:]), family.version_key)
+        # (said by the loaded model too: an export's task.json records what it answers as)
+        source = model_source.with_task_version(source, family.versions[0])
     tokenizer = source.load_tokenizer(vocab_path, do_lower_case=do_lower_case)
     bert = inference_config(source.bert, precision or ("bfloat16" if jax.default_backend() != "cpu" else "float32"))
     length = max_seq_length if max_seq_length is not None else (

@@ -192,8 +192,8 @@ def _write_assets(model, target: str) -> None:
     of one still training), the task and its label names, max_seq_length, the products'
     precision, the signature's inputs, the tokenizer (its kind, file, casing and vocab_hash:
     the graph holds the vocabulary itself) and the family's serving settings (span QA's
-    windowing and answer settings, and the SQuAD version it answers as); for a model that
-    takes token ids also the tokenizer.json the client tokenizes with and the row layout."""
+    windowing and answer settings); for a model that takes token ids also the tokenizer.json
+    the client tokenizes with and the row layout."""
     from bertjax.runtime import fileio
 
     extra = fileio.join(target, "assets.extra")
@@ -205,7 +205,7 @@ def _write_assets(model, target: str) -> None:
             "inputs": list(serving_inputs(model.task_info, model.tokenizer.kind)),
             "tokenizer": {"kind": model.tokenizer.kind, "path": fileio.absolute(model.tokenizer.path),
                           "do_lower_case": model.tokenizer.do_lower_case, "vocab_hash": model.tokenizer.vocab_hash}}
-    settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data, model.task_info)
+    settings = tasks.FAMILIES[model.task_info["family"]].serving_settings(model.source.data)
     if settings:
         task["settings"] = settings
     if takes_token_ids(model.tokenizer):

@@ -151,10 +151,10 @@ class Family:
                     f"not {tokenizer.kind}")
         return self.check_length(max_seq_length, data)
 
-    def serving_settings(self, data: dict, task_info: dict) -> dict:
-        """The settings (from the run's config.data, `data`, and the model's task_info) that
-        `serve` bakes into the graph beyond the layout, recorded in the export's task.json: a
-        client of a token-id export applies them itself; none by default."""
+    def serving_settings(self, data: dict) -> dict:
+        """The run's settings (its config.data: `data`) that `serve` bakes into the graph beyond
+        the layout, recorded in the export's task.json: a client of a token-id export applies
+        them itself; none by default."""
         return {}
 
     def token_id_client(self, model) -> dict:

@@ -514,15 +514,15 @@ class SquadFamily(Family):
                     f"{query} tokens (max_query_length) and 3 special tokens; give at least {query + 4}")
         return None
 
-    def serving_settings(self, data, task_info):
-        # (the version the graph answers as: a Hugging Face model's task_info names none)
-        return {**settings(data), "squad_version": task_info.get("squad_version", "v1.1")}
+    def serving_settings(self, data):
+        return settings(data)
 
     def serve(self, serving, inputs):
         from bertjax.tasks import squad_serving
 
-        settings = self.serving_settings(serving.run_data, serving.task_info)
-        return squad_serving.best_spans(serving, inputs["question"], inputs["context"], settings)
+        version = serving.task_info.get("squad_version", "v1.1")
+        return squad_serving.best_spans(serving, inputs["question"], inputs["context"], version,
+                                        self.serving_settings(serving.run_data))
 
 
 FAMILY = SquadFamily()

@@ -7,7 +7,7 @@ are chosen as predict's are (squad_answers.postprocess) within that window. Call
 from __future__ import annotations
 
 
-def best_spans(serving, question, context, options: dict) -> dict:
+def best_spans(serving, question, context, version: str, options: dict) -> dict:
     """<string>[B] x 2 -> answer <string>[B], start / end <int64>[B] (byte offsets into the
     context; -1 for no answer), score <float32>[B] (the best span's start + end logit),
     null_odds <float32>[B] (null score minus the best span's, NO_SPAN_NULL_ODDS without one;
@@ -15,7 +15,7 @@ def best_spans(serving, question, context, options: dict) -> dict:
     which predict refuses, has no span), truncated <bool>[B] (the question was cut
     to max_query_length tokens or the context to what fits: predict reads the rest in further
     windows). Spans pair the n_best_size highest start and end logits, as predict's.
-    options: the run's settings (`squad.settings`) and the model's `squad_version`."""
+    options: the run's settings (`squad.settings`)."""
     from bertjax.tasks.squad_answers import NO_SPAN_NULL_ODDS
     from bertjax.runtime.tf_cpu import tf
 
@@ -54,7 +54,7 @@ def best_spans(serving, question, context, options: dict) -> dict:
     start = tf.where(has, tf.gather(token_start, token(flat // length)), -1)
     end = tf.where(has, tf.gather(token_end, token(flat % length)), -1)
     null_odds = tf.where(has, start_logits[:, 0] + end_logits[:, 0] - best, NO_SPAN_NULL_ODDS)
-    if options["squad_version"] == "v2.0":
+    if version == "v2.0":
         has &= null_odds <= options["null_score_diff_threshold"]
         start, end = tf.where(has, start, -1), tf.where(has, end, -1)
     answer = tf.where(has, tf.strings.substr(context, tf.maximum(start, 0), end - start), "")
