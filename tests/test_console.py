@@ -216,6 +216,12 @@ def test_out_of_memory_and_unreadable_remote_paths_are_one_line_errors():
     assert cli.expected_failure(missing) == "gs://bucket/vocb.txt; No such file or directory"
     forbidden = tf.errors.PermissionDeniedError(None, None, "Error executing an HTTP request: gs://b/x 403")
     assert cli.expected_failure(forbidden).endswith("gs://b/x 403")
+    # No network: libcurl's failure (a walkthrough: a 30-line traceback, exit 1, for every launcher)
+    unreached = tf.errors.FailedPreconditionError(None, None, "Error executing an HTTP request: libcurl code 6 "
+                                                  "meaning 'Could not resolve hostname' when reading gs://b/x")
+    assert cli.expected_failure(unreached).endswith("when reading gs://b/x")
+    assert cli.expected_failure(tf.errors.UnavailableError(None, None, "gs://b/x: try again")) == "gs://b/x: try again"
+    assert cli.expected_failure(tf.errors.FailedPreconditionError(None, None, "a graph's op")) is None
     assert cli.expected_failure(jax.errors.JaxRuntimeError("INTERNAL: a compiler bug")) is None
     assert cli.expected_failure(RuntimeError("RESOURCE_EXHAUSTED")) is None
     assert cli.expected_failure(tf.errors.NotFoundError(None, None, "op not found")) is None  # not a path

@@ -323,8 +323,13 @@ def expected_failure(error: BaseException) -> str | None:
                 f"{message[:300]}")
     from bertjax.runtime import fileio
 
+    # TensorFlow's gfile errors on a remote path: missing, refused, or not reached (no network: a
+    # FailedPrecondition from libcurl, an Unavailable, a deadline)
     remote = fileio.remote_errors()
-    if remote and isinstance(error, remote) and "://" in message:
+    tf = sys.modules.get("tensorflow")
+    reached = (tf.errors.FailedPreconditionError, tf.errors.UnavailableError, tf.errors.DeadlineExceededError) \
+        if tf is not None and hasattr(tf, "errors") else ()
+    if (remote or reached) and isinstance(error, (*remote, *reached)) and "://" in message:
         return message
     return None
 
