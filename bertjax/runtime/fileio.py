@@ -319,15 +319,16 @@ def temporary_name(output: str, pid: int | str | None = None) -> str:
     return f"{output}.tmp-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
-def remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
-    """Removes the `temporary_name` file of a run on this host killed where it could not clean
-    up (kill -9, the out-of-memory killer), whose process is gone: it can hold gigabytes nothing
-    will read. A running process's file (another run writing the same output) is left alone,
-    and so is every other host's (a shared folder: its processes cannot be asked from here)."""
+def remove_killed_runs_files(output: str, log: Callable[[str], None], hidden: bool = False) -> None:
+    """Removes the `temporary_name` file (or folder; `hidden`: its name after a dot) of a run on
+    this host killed where it could not clean up (kill -9, the out-of-memory killer), whose
+    process is gone: it can hold gigabytes nothing will read. A running process's (another run
+    writing the same output) is left alone, and so is every other host's (a shared folder: its
+    processes cannot be asked from here)."""
     folder = os.path.dirname(os.path.abspath(output))
     if is_remote(output) or not os.path.isdir(folder):
         return
-    prefix = os.path.basename(temporary_name(output, pid=""))
+    prefix = ("." if hidden else "") + os.path.basename(temporary_name(output, pid=""))
     for name in os.listdir(folder):
         pid = name[len(prefix):]
         if not (name.startswith(prefix) and pid.isdigit() and len(pid) < 10):
@@ -339,8 +340,9 @@ def remove_killed_runs_files(output: str, log: Callable[[str], None]) -> None:
             pass
         except PermissionError:  # another user's process, running
             continue
-        os.remove(os.path.join(folder, name))
-        log(f"removed {os.path.join(folder, name)}, left by a killed run (process {pid}, gone)")
+        left = os.path.join(folder, name)
+        shutil.rmtree(left) if os.path.isdir(left) and not os.path.islink(left) else os.remove(left)
+        log(f"removed {left}, left by a killed run (process {pid}, gone)")
 
 
 # The first bytes of files that are not text, and what they are: read as text, their bytes
@@ -389,13 +391,14 @@ def write_folder_whole(target: str, write: Callable[[str], None], named: str, la
                 raise
         return
     target = os.path.abspath(target)  # (without a trailing slash: the folder's own name)
+    # Hidden, named by host and process: a killed run's is removed by the next (a walkthrough
+    # found one of 59 MB that nothing would remove); one of this pid is a killed run's too.
+    tmp = os.path.join(os.path.dirname(target), "." + os.path.basename(temporary_name(target)))
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        # A folder of its own (not one a killed run of the same pid left, whose files would join).
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=os.path.dirname(target))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # (mkdtemp's is the owner's alone: as a folder made here would be)
+        remove_killed_runs_files(target, lambda line: print(line, file=sys.stderr), hidden=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.mkdir(tmp)
     except OSError as e:
         raise ValueError(f"{named}: cannot make a folder in {os.path.dirname(target)} ({e.strerror})") from None
     try:
