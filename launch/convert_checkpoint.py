@@ -49,7 +49,7 @@ def main(_):
     from bertjax.runtime import fileio
     from bertjax.inference import model_source
     from bertjax import tasks, tokenization
-    from bertjax.models import convert, modernbert_layout
+    from bertjax.models import convert, modernbert_layout, variable_table
 
     known = convert.HF_ARCHITECTURES + tuple(modernbert_layout.MODERNBERT_ARCHITECTURES)
     if _ARCHITECTURE.value and _ARCHITECTURE.value not in known:
@@ -128,8 +128,11 @@ def main(_):
     family = source.task_info.get("family")
     named = tasks.family_of_architecture(_ARCHITECTURE.value) if _ARCHITECTURE.value else None
     if named is not None and family in tasks.FAMILIES and named.name != family:  # a head of one shape, read anew
+        own_class = tasks.FAMILIES[family].hf_architecture
+        if variable_table.is_modern(source.bert):
+            own_class = modernbert_layout.MODERN_FOR_BERT[own_class]
         raise ValueError(f"--architecture={_ARCHITECTURE.value} is a {named.name} class, but {_INPUT.value} is a "
-                         f"{family} model ({tasks.FAMILIES[family].hf_architecture}): its head would be read as a "
+                         f"{family} model ({own_class}): its head would be read as a "
                          f"{named.name} head; leave --architecture unset, or name a class without a task head")
     run_data = {**({"max_seq_length": source.max_seq_length} if source.max_seq_length else {}),
                 **(tasks.FAMILIES[family].serving_settings(source.data) if family in tasks.FAMILIES else {})}

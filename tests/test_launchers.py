@@ -96,7 +96,7 @@ CASES = [
     ("convert_checkpoint.py", [f"--input={ROOT}/tests/models/hf_modernbert/classifier", "--output={tmp}/out",
                                "--architecture=ModernBertForTokenClassification"],
      f"--architecture=ModernBertForTokenClassification is a tagging class, but {ROOT}/tests/models/hf_modernbert/"
-     "classifier is a classification model (BertForSequenceClassification): its head would be read as a tagging "
+     "classifier is a classification model (ModernBertForSequenceClassification): its head would be read as a tagging "
      "head"),
     ("pretrain.py", [PRETRAIN, "--workdir={tmp}/text.txt"], "is a file; give a folder"),
     ("convert_checkpoint.py", ["--input={tmp}/hf", "--output={tmp}/out"], "hf/config.json: not valid JSON"),

@@ -284,6 +284,11 @@ def export_modernbert(config: BertConfig, params: dict[str, Any], out_dir: str, 
     warning. Returns the heads written."""
     hf_config = {**modernbert_hf_config(config), **(extra_config or {})}
     params = plain_params(params)
+    if MODERN_FOR_BERT.get(architecture, architecture) == "ModernBertModel" and set(params) - {"bert"}:
+        # (the encoder alone, as BertModel writes a BERT's: a walkthrough was told to name a head's class)
+        logging.warning("export_huggingface: ModernBertModel holds the encoder alone: %s left out",
+                        ", ".join(sorted(set(params) - {"bert"})))
+        params = {"bert": params["bert"]}
     left_out_nsp = params.pop("nsp") if {"mlm", "nsp"} <= set(params) else None
     heads, num_labels = param_heads(params, config, "export_huggingface")
     token_level = TOKEN_TRANSFORM[0] in params

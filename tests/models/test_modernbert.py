@@ -207,9 +207,17 @@ def test_an_export_hugging_face_cannot_hold_says_why(tmp_path, caplog):
     config, params = convert.load_pretrained(os.path.join(HF_DIR, "masked_lm"))
     params["nsp"] = {"kernel": np.zeros((config.hidden_size, 2), np.float32), "bias": np.zeros(2, np.float32)}
     left_out = "ModernBertForMaskedLM holds no next-sentence head or pooler"
-    with caplog.at_level("WARNING"), pytest.raises(ValueError, match=r"'ModernBertModel' does not hold the heads"):
-        convert.export_huggingface(config, params, str(tmp_path / "bare"), architecture="ModernBertModel")
+    with caplog.at_level("WARNING"), pytest.raises(ValueError, match=r"'ModernBertForSequenceClassification' does "
+                                                                     r"not hold the heads \['mlm'\]"):
+        convert.export_huggingface(config, params, str(tmp_path / "refused"),
+                                   architecture="ModernBertForSequenceClassification")
     assert left_out not in caplog.text
+    # The encoder alone, as BertModel writes a BERT's (a walkthrough was refused, and told to name a head's class).
+    with caplog.at_level("WARNING"):
+        assert convert.export_huggingface(config, params, str(tmp_path / "bare"), architecture="ModernBertModel") == ()
+    assert "ModernBertModel holds the encoder alone: mlm, nsp left out" in caplog.text and left_out not in caplog.text
+    assert convert.load_pretrained(str(tmp_path / "bare"))[1].keys() == {"bert"}
+    caplog.clear()
     with caplog.at_level("WARNING"):
         assert convert.export_huggingface(config, params, str(tmp_path / "mlm")) == ("mlm",)
     assert left_out in caplog.text
