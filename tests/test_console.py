@@ -255,6 +255,11 @@ def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback():
     returning = program.replace("    for _ in range(40): time.sleep(0.05)\n", "")
     done = subprocess.run([sys.executable, "-c", returning], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
+    # ...and before run(), as a launcher imports JAX and TensorFlow (a walkthrough: the imports'
+    # traceback, and the interpreter's SIGINT exit).
+    importing = program.replace("cli.run(main)\n", "raise KeyboardInterrupt  # in an import\n")
+    done = subprocess.run([sys.executable, "-c", importing], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
 
 
 def test_the_eta_of_a_growing_batch_prices_the_steps_left_by_their_work(clock):

@@ -238,6 +238,17 @@ def _quit_interrupted(interrupt: KeyboardInterrupt) -> None:
     os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
+def _interrupt_quietly(kind, value, traceback) -> None:
+    """sys.excepthook: a Ctrl-C before `run` catches it (a launcher importing JAX and TensorFlow)
+    quits as one later does, not with a page of the imports' traceback (a walkthrough)."""
+    if issubclass(kind, KeyboardInterrupt):
+        _quit_interrupted(value)
+    sys.__excepthook__(kind, value, traceback)
+
+
+sys.excepthook = _interrupt_quietly
+
+
 def quiet_libraries() -> None:
     """Library loggers to WARNING and known repeated warnings off, unless verbose."""
     if _VERBOSE:
