@@ -389,6 +389,11 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
         model_source.resolve(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="notes.txt' is a file, not a directory; expected a checkpoint"):
         model_source.resolve(str(tmp_path / "notes.txt"))
+    # One of a checkpoint's files is named so, with the folder to give (a walkthrough).
+    qa = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_tiny", "qa")
+    for name in ("config.json", "model.safetensors"):
+        with pytest.raises(FileNotFoundError, match=f"is one of a checkpoint's files; give its folder: {qa}$"):
+            model_source.resolve(os.path.join(qa, name))
     with pytest.raises(FileNotFoundError, match="nothing' does not exist; expected a checkpoint directory") as e:
         model_source.resolve(str(tmp_path / "nothing"))
     assert "Hub" not in str(e.value)

@@ -638,6 +638,14 @@ def _steps_beside(path: str) -> list[int]:
     return sorted(int(name) for name in fileio.listdir(folder) if name.isdigit())
 
 
+def _is_checkpoint(directory: str) -> bool:
+    try:
+        checkpoint_layout(directory)
+    except (FileNotFoundError, ValueError):
+        return False
+    return True
+
+
 def checkpoint_layout(path: str) -> tuple[str, str]:
     """(layout, directory to read) of a checkpoint path, local or gs://.
 
@@ -650,6 +658,9 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
             raise FileNotFoundError(f"{path!r} is a TF checkpoint's prefix; give the folder that holds it and its "
                                     f"bert_config.json: {fileio.parent(path)}")
         what = "is a file, not a directory" if fileio.exists(path) else "does not exist"
+        if fileio.exists(path) and _is_checkpoint(fileio.parent(path)):  # one of its files, named itself
+            # (a walkthrough gave model.safetensors, config.json and bert_model.ckpt.index)
+            raise FileNotFoundError(f"{path!r} is one of a checkpoint's files; give its folder: {fileio.parent(path)}")
         steps = _steps_beside(path)
         if steps:  # a step that keep-last-N deleted, or a typo
             raise FileNotFoundError(f"{path!r} {what}; the steps saved in {fileio.parent(path)} are "
