@@ -389,6 +389,12 @@ def test_a_path_that_is_no_model_says_what_was_expected(tmp_path):
         model_source.resolve(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="notes.txt' is a file, not a directory; expected a checkpoint"):
         model_source.resolve(str(tmp_path / "notes.txt"))
+    # Google's fine-tuning output_dir: a checkpoint without bert_config.json, which is named (a walkthrough).
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-20"\n')
+    (tmp_path / "model.ckpt-20.index").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="a TensorFlow checkpoint without bert_config.json .*: copy the "
+                                                "bert_config.json and vocab.txt of the model it started from"):
+        model_source.resolve(str(tmp_path))
     # One of a checkpoint's files is named so, with the folder to give (a walkthrough).
     qa = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_tiny", "qa")
     for name in ("config.json", "model.safetensors"):

@@ -699,6 +699,10 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
             f"its first evaluation and at its end) nor a complete step in checkpoints/ (written every "
             f"config.checkpoint.every steps); wait for one, or give a finished run")
     hint = ""
+    if any(name == "checkpoint" or name.endswith(".index") for name in files) and "bert_config.json" not in files:
+        # (Google's run_classifier.py and run_squad.py write their output_dir so: a walkthrough)
+        hint = ("\na TensorFlow checkpoint without bert_config.json (a fine-tuning output_dir of Google's scripts "
+                "holds none): copy the bert_config.json and vocab.txt of the model it started from beside it")
     if "pytorch_model.bin" in files:
         # (the folder as given, where it pastes into the shell's double quotes as it is)
         folder = repr(path) if not (fileio.is_remote(path) or set(path) & set("'\"$`\\")) else "'DIR'"
