@@ -123,8 +123,9 @@ def check_same_kind(workdir: str, config: dict[str, Any]) -> None:
     except (OSError, ValueError):
         return
     if run_kind(saved) != run_kind(config):
-        start = fileio.absolute(config.get("init_checkpoint") or "").rstrip("/") + "/"
-        starts_here = len(start) > 1 and start.startswith(fileio.absolute(workdir).rstrip("/") + "/")
+        given = config.get("init_checkpoint") or ""
+        starts_here = bool(given) and (fileio.absolute(given).rstrip("/") + "/").startswith(
+            fileio.absolute(workdir).rstrip("/") + "/")
         advice = ("config.init_checkpoint names that run: a run of another kind needs its own workdir" if starts_here
                   else f"to start from those weights, set config.init_checkpoint={directory}")
         raise ValueError(f"workdir {workdir} holds the checkpoints of a {run_kind(saved)} run, and this is a "

@@ -3,6 +3,7 @@ and one copy of a multi-process run's logs."""
 
 import io
 import os
+import signal
 import sys
 
 import pytest
@@ -227,7 +228,7 @@ def test_out_of_memory_and_unreadable_remote_paths_are_one_line_errors():
     assert cli.expected_failure(tf.errors.NotFoundError(None, None, "op not found")) is None  # not a path
 
 
-def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback():
+def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback(tmp_path):
     """A second Ctrl-C (the first saves and stops) raises KeyboardInterrupt, which went past the
     launchers' error handling as a traceback, and the interpreter's shutdown then waited for a
     step still compiling ahead (a review)."""
@@ -257,9 +258,14 @@ def test_a_ctrl_c_that_quits_at_once_is_one_line_not_a_traceback():
     assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
     # ...and before run(), as a launcher imports JAX and TensorFlow (a walkthrough: the imports'
     # traceback, and the interpreter's SIGINT exit).
-    importing = program.replace("cli.run(main)\n", "raise KeyboardInterrupt  # in an import\n")
-    done = subprocess.run([sys.executable, "-c", importing], capture_output=True, text=True, timeout=60)
+    launcher = tmp_path / "launch" / "importing.py"  # (a launcher's: a program of the user's keeps Python's)
+    launcher.parent.mkdir()
+    launcher.write_text(program.replace("cli.run(main)\n", "raise KeyboardInterrupt  # in an import\n"))
+    done = subprocess.run([sys.executable, str(launcher)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 130 and done.stderr.strip().splitlines() == ["interrupted (Ctrl-C)"], done.stderr
+    (tmp_path / "mine.py").write_text(launcher.read_text())
+    done = subprocess.run([sys.executable, str(tmp_path / "mine.py")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGINT and "Traceback" in done.stderr, done.stderr
 
 
 def test_the_eta_of_a_growing_batch_prices_the_steps_left_by_their_work(clock):

@@ -166,15 +166,18 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
         assert batch_predict.file_format(str(tmp_path / name), "classification", "text", keys) == "text"
     (tmp_path / "prose.txt").write_text("A fox, a cat and a dog.\nreviews, mostly good\n")
     assert batch_predict.file_format(str(tmp_path / "prose.txt"), "classification", keys=keys) == "text"
-    # A sentence that starts with the column's name and a comma is text, as is one over a line
-    # of other fields (a review: refused as CSV, and reading it as CSV failed every row).
-    for name, rows in (("mask.txt", "review, images and [MASK] are supported.\na fox\n"),
-                       ("names.txt", "review, and more\nthe second line\n")):
+    # A sentence that starts with the column's name and a comma is text (a review: refused as
+    # CSV, and reading it as CSV failed every row).
+    (tmp_path / "mask.txt").write_text("review, images and [MASK] are supported.\na fox\n")
+    assert batch_predict.file_format(str(tmp_path / "mask.txt"), "classification", keys=keys) == "text"
+    # A header over rows of other field counts (a quoted field's lines, a loose comma) is one
+    # all the same, as is pandas' empty index column.
+    for name, rows in (("indexed.csv.txt", ",review,label\n0,a fox,1\n"),
+                       ("quoted.csv.txt", 'review,label\n"A great film,\nreally great",1\n'),
+                       ("loose.csv.txt", "review,label\nA great, great film,1\n")):
         (tmp_path / name).write_text(rows)
-        assert batch_predict.file_format(str(tmp_path / name), "classification", keys=keys) == "text"
-    (tmp_path / "indexed.csv.txt").write_text(",review,label\n0,a fox,1\n")  # pandas' to_csv
-    with pytest.raises(ValueError, match=r"indexed.csv.txt looks like csv"):
-        batch_predict.file_format(str(tmp_path / "indexed.csv.txt"), "classification", keys=keys)
+        with pytest.raises(ValueError, match=rf"{name} looks like csv"):
+            batch_predict.file_format(str(tmp_path / name), "classification", keys=keys)
     (tmp_path / "piped.txt").write_text("id,review\nt0,a fox\n")  # as a pipe's lines are checked, in reading
     lines = batch_predict.read_inputs(str(tmp_path / "piped.txt"), "classification", "text", keys, check_lines=True)
     with pytest.raises(ValueError, match=r"piped.txt looks like csv"):

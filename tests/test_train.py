@@ -339,7 +339,8 @@ def test_a_run_that_cannot_resume_leaves_the_workdir_as_it_was(tmp_path, prepare
     assert json.loads(saved.read_text())["vocab_hash"] == "another"
 
 
-def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(tmp_path, prepared_dir, five_steps):
+def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(tmp_path, prepared_dir, five_steps,
+                                                                              monkeypatch):
     workdir = _copy(five_steps, tmp_path)
     finetune = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "finetune.py"),
                                "--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":demo",
@@ -356,6 +357,9 @@ def test_a_workdir_refuses_another_kind_of_run_and_a_resume_names_what_changed(t
         with pytest.raises(ValueError, match=r"give it a new workdir \(config.init_checkpoint names that run: a run "
                                              r"of another kind needs its own workdir\)$"):
             run_config.check_same_kind(str(workdir), {"task": "demo", "init_checkpoint": str(start)})
+    monkeypatch.chdir(workdir)  # (none given, run from inside the workdir: a review found it read as given)
+    with pytest.raises(ValueError, match="to start from those weights, set config.init_checkpoint="):
+        run_config.check_same_kind(".", {"task": "demo", "init_checkpoint": ""})
 
     # The products' precision the run resolved (bfloat16 on a CPU with AMX) is recorded: resuming
     # with the other one, as on another kind of host, is named (issue 46, 12).

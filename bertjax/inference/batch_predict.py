@@ -391,7 +391,7 @@ def jsonl_writer(path: str | None, log: Callable[[str], None] | None = None):
     def write(record: dict) -> None:
         if not opened:
             opened.append(sys.stdout)
-        try:  # JSON has no NaN: a line a strict reader refuses, and a label argmax picked from NaNs
+        try:  # JSON has no NaN, which a strict reader refuses (Model.run stops a model's NaN outputs first)
             line = json.dumps(record, ensure_ascii=False, default=_plain, allow_nan=False)
         except ValueError:
             raise ValueError(f"the model answered with a number that is not finite (NaN or infinity): "

@@ -311,9 +311,9 @@ FINITE_ROWS = "finite_rows"  # Model.run's check, an output of no caller
 def rows_finite(outputs: Any) -> jax.Array:
     """<bool>[B]: whether every floating-point number in each row of `outputs` (a pytree of
     <[B, ...]> arrays) is finite."""
-    rows = [jnp.isfinite(x.reshape(x.shape[0], -1)).all(1) for x in jax.tree.leaves(outputs)
-            if jnp.issubdtype(x.dtype, jnp.floating)]
-    return jnp.stack(rows).all(0)
+    leaves = jax.tree.leaves(outputs)
+    rows = [jnp.isfinite(x.reshape(x.shape[0], -1)).all(1) for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.stack(rows).all(0) if rows else jnp.ones(leaves[0].shape[0], bool)  # (integer outputs only)
 
 
 def no_task_advice(heads: tuple[str, ...]) -> str:

@@ -638,12 +638,23 @@ def _steps_beside(path: str) -> list[int]:
     return sorted(int(name) for name in fileio.listdir(folder) if name.isdigit())
 
 
+def _tensor_layout(files: set[str]) -> str | None:
+    """"huggingface" or "tf" when a folder's file names are that layout's weights and config."""
+    if "config.json" in files and files & {"model.safetensors", SHARD_INDEX}:
+        return "huggingface"
+    # (.data files alone: a copy that lost its .index, which tf_checkpoint_prefix names)
+    if "bert_config.json" in files and any(name == "checkpoint" or name.endswith(".index") or ".data-" in name
+                                           for name in files):
+        return "tf"
+    return None
+
+
 def _is_checkpoint(directory: str) -> bool:
-    try:
-        checkpoint_layout(directory)
-    except (FileNotFoundError, ValueError):
-        return False
-    return True
+    """Whether `directory` is a Hugging Face, TF or bertjax step folder (its names only: no run's
+    state is read, nothing warned of)."""
+    from bertjax import checkpointing
+
+    return bool(_tensor_layout(set(fileio.listdir(directory)))) or checkpointing.is_bertjax_checkpoint(directory)
 
 
 def checkpoint_layout(path: str) -> tuple[str, str]:
@@ -670,12 +681,8 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
                f"where the network is, e.g. `huggingface-cli download {path} --local-dir DIR`, and give DIR)")
         raise FileNotFoundError(f"{path!r} {what}; expected a checkpoint directory:\n{_LAYOUTS}{hub}")
     files = set(fileio.listdir(path))
-    if "config.json" in files and files & {"model.safetensors", SHARD_INDEX}:
-        return "huggingface", path
-    # (.data files alone: a copy that lost its .index, which tf_checkpoint_prefix names)
-    if "bert_config.json" in files and any(name == "checkpoint" or name.endswith(".index") or ".data-" in name
-                                           for name in files):
-        return "tf", path
+    if _tensor_layout(files):
+        return _tensor_layout(files), path
     from bertjax import checkpointing
 
     # A fine-tuning workdir's result is best/ (checkpoints/ is its latest training state, and

@@ -239,14 +239,17 @@ def _quit_interrupted(interrupt: KeyboardInterrupt) -> None:
 
 
 def _interrupt_quietly(kind, value, traceback) -> None:
-    """sys.excepthook: a Ctrl-C before `run` catches it (a launcher importing JAX and TensorFlow)
-    quits as one later does, not with a page of the imports' traceback (a walkthrough)."""
+    """A launcher's sys.excepthook: a Ctrl-C before `run` catches it (while it imports JAX and
+    TensorFlow) quits as one later does, not with a page of the imports' traceback (a
+    walkthrough)."""
     if issubclass(kind, KeyboardInterrupt):
         _quit_interrupted(value)
     sys.__excepthook__(kind, value, traceback)
 
 
-sys.excepthook = _interrupt_quietly
+# (a launcher's alone: a Python program that imports bertjax keeps its own handling)
+if sys.argv and sys.argv[0] and os.path.basename(os.path.dirname(os.path.abspath(sys.argv[0]))) == "launch":
+    sys.excepthook = _interrupt_quietly
 
 
 def quiet_libraries() -> None:
@@ -340,7 +343,7 @@ def expected_failure(error: BaseException) -> str | None:
     tf = sys.modules.get("tensorflow")
     reached = (tf.errors.FailedPreconditionError, tf.errors.UnavailableError, tf.errors.DeadlineExceededError) \
         if tf is not None and hasattr(tf, "errors") else ()
-    if (remote or reached) and isinstance(error, (*remote, *reached)) and "://" in message:
+    if (remote or reached) and isinstance(error, (*remote, *reached)) and re.search(r"\b(?!https?://)\w+://", message):
         return message
     return None
 

@@ -341,7 +341,10 @@ def remove_killed_runs_files(output: str, log: Callable[[str], None], hidden: bo
         except PermissionError:  # another user's process, running
             continue
         left = os.path.join(folder, name)
-        shutil.rmtree(left) if os.path.isdir(left) and not os.path.islink(left) else os.remove(left)
+        try:  # (best effort: another user's, in a shared folder, may not be ours to remove)
+            shutil.rmtree(left) if os.path.isdir(left) and not os.path.islink(left) else os.remove(left)
+        except OSError:
+            continue
         log(f"removed {left}, left by a killed run (process {pid}, gone)")
 
 

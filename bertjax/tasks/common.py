@@ -409,25 +409,23 @@ def first_lines(path: str, count: int = 20, blank: bool = False) -> list[str]:
     return found
 
 
-_COLUMN_NAME = re.compile(r"[\w .#()/'+-]{0,60}")  # empty too: pandas' index column
+_COLUMN_NAME = re.compile(r"[\w .#()/'\"+-]{0,60}")  # empty too: pandas' index column
 
 
 def header_format(first: list[str], columns: Iterable[str]) -> str | None:
     """"tsv" or "csv" when a file's first lines (`first_lines`) start with a header: several
-    fields, each a column name (no sentence punctuation), one of them among `columns` (those
-    the task reads), over a second line of as many fields where there is one. Read one input
-    a line, the header and each row's other fields would be texts. None otherwise: a sentence
-    that starts with a column's name and a comma ("text, images and [MASK]") is text."""
+    fields (as the table's reader splits them), each a column name (no sentence punctuation),
+    one of them among `columns` (those the task reads). Read one input a line, the header and
+    each row's other fields would be texts. None otherwise: a sentence that starts with a
+    column's name and a comma ("text, images and [MASK] are supported.") is text."""
     columns = {column for column in columns if column}
-    lines = [line for line in first if line.strip()][:2]
-    for separator, csv_format in (("\t", "tsv"), (",", "csv")):
+    lines = [line for line in first if line.strip()][:1]
+    for separator, csv_format, quoting in (("\t", "tsv", csv.QUOTE_NONE), (",", "csv", csv.QUOTE_MINIMAL)):
         try:
-            rows = list(csv.reader(lines, delimiter=separator))
+            header = [field.strip() for field in next(csv.reader(lines, delimiter=separator, quoting=quoting), [])]
         except csv.Error:
             continue
-        header = [field.strip() for field in rows[0]] if rows else []
-        if (len(header) > 1 and columns & set(header) and all(_COLUMN_NAME.fullmatch(field) for field in header)
-                and (len(rows) == 1 or len(rows[1]) == len(header))):
+        if len(header) > 1 and columns & set(header) and all(_COLUMN_NAME.fullmatch(field) for field in header):
             return csv_format
     return None
 
