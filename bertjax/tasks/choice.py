@@ -10,9 +10,9 @@ axis is padded to C, the most choices in the split, and `choice_mask` marks the 
 (a padded choice is all padding, input_mask 0). Label -1 = unlabeled (a test split): kept
 and predicted, never scored.
 
-Bad examples, fewer than 2 choices or a label outside its choices: in your own files an
-error naming file:line; in TFDS a counted, logged skip (mock data draws the number of
-endings and the label independently).
+Bad examples, fewer than 2 choices, a label outside its choices or a choice without text: in
+your own files an error naming file:line; in TFDS a counted, logged skip (mock data draws the
+number of endings and the label independently), the kept examples written by their TFDS index.
 
     Split.features: input_ids, segment_ids, input_mask <int32>[N, C, S];
                     choice_mask <int32>[N, C] (1 = a real choice); label <int32>[N]
@@ -109,7 +109,7 @@ def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamp
         raise ValueError(f"unknown multiple-choice TFDS dataset {name!r}; expected one of {sorted(TFDS_FIELDS)}")
     context_key, choice_keys = TFDS_FIELDS[name]
     source, skips = f"tfds:{name}[{split}]", DropCounter()
-    contexts, choices, labels, locations = [], [], [], []
+    contexts, choices, labels, locations, indices = [], [], [], [], []
     text = lambda value: value.decode("utf-8", errors="replace")
     for index, example in enumerate(read_tfds_split(prepared_tfds_builder(name, data_dir), split)):
         where = f"{source}#{index}"
@@ -122,13 +122,16 @@ def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamp
             skips.drop("fewer_than_2_choices", where, f"{len(options)} choice(s)")
         elif not -1 <= label < len(options):
             skips.drop("label_outside_choices", where, f"label {label}, {len(options)} choices")
+        elif not all(map(has_text, options)):  # as read_jsonl refuses: "" is no choice when predicting
+            skips.drop("empty_choice", where, f"choices {options!r}"[:200])
         else:
             contexts.append(text(example[context_key])), choices.append(options), labels.append(label)
-            locations.append(where)
+            locations.append(where), indices.append(index)
     if skips.counts:
         logging.warning("%s: skipped %d examples (%s)", source, sum(skips.counts.values()),
                         ", ".join(f"{k}: {v}" for k, v in sorted(skips.counts.items())))
-    return ChoiceExamples(source, contexts, choices, np.array(labels, np.int64), locations)
+    # (ids: the dataset's own index, which a skip would otherwise shift in the predictions file)
+    return ChoiceExamples(source, contexts, choices, np.array(labels, np.int64), locations, ids=indices)
 
 
 # -- Features. --

@@ -137,8 +137,9 @@ def test_tfds_mock_data(demo_tokenizer, name, caplog):
         assert split.features["choice_mask"].shape[1] == max(map(len, examples.choices))
 
 
-def test_tfds_hellaswag_test_labels_are_kept_unlabeled(demo_tokenizer):
-    rows = [("A man", ["runs", "sits", "jumps", "waves"], -1), ("Kids", ["play"], -1), ("Dog", ["barks", "x"], 7)]
+def test_tfds_hellaswag_test_labels_are_kept_unlabeled(demo_tokenizer, tmp_path):
+    rows = [("A man", ["runs", "sits", "jumps", "waves"], -1), ("Kids", ["play"], -1), ("Dog", ["barks", "x"], 7),
+            ("Cat", ["purrs", ""], -1), ("Otter", ["swims", "dives"], -1)]
 
     def as_dataset(self, *args, **kwargs):
         def generate():
@@ -152,8 +153,13 @@ def test_tfds_hellaswag_test_labels_are_kept_unlabeled(demo_tokenizer):
 
     with tfds.testing.mock_data(as_dataset_fn=as_dataset):
         split = choice.load_split(demo_tokenizer, "hellaswag", "test", max_seq_length=16)
-    assert split.examples.contexts == ["A man"] and split.features["label"].tolist() == [-1]
-    assert split.examples.locations == ["tfds:hellaswag[test]#0"] and not split.has_labels
+    # An empty ending, which prediction reads as no choice, is skipped as in own files (refused there).
+    assert split.examples.contexts == ["A man", "Otter"] and split.features["label"].tolist() == [-1, -1]
+    assert split.examples.locations == ["tfds:hellaswag[test]#0", "tfds:hellaswag[test]#4"] and not split.has_labels
+    # The predictions file numbers the rows by their TFDS index, not their place after the skips (a review).
+    written = choice.write_predictions(split, {"scores": np.array([[0, 1, 0, 0], [2, 1, 0, 0]], np.float32)},
+                                       str(tmp_path))
+    assert open(written[0]).read().splitlines() == ["index\tprediction", "0\t1", "4\t0"]
 
 
 def test_a_training_file_without_labels_is_refused(tmp_path, demo_tokenizer):
