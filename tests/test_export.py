@@ -325,7 +325,7 @@ def test_an_export_that_fails_leaves_no_version_behind(minilm_classifier_run, tm
 
 def test_a_killed_writes_hidden_folder_is_removed_by_the_next(tmp_path, capsys):
     """An export or conversion killed mid-write (kill -9, the OOM killer) left its hidden folder,
-    which no later run removed (a walkthrough: 59 MB). It is named by host and process, and the
+    which no later run removed (a walkthrough). It is named by host and process, and the
     next write removes those of processes gone; a running one's stays."""
     import socket
     import subprocess

@@ -425,7 +425,7 @@ def _prepare_in_pool(jobs: list, num_units: int, num_workers: int, progress: con
                            "num_workers=1") from e
     finally:  # units not started are dropped; the workers finish the ones they hold, then exit
         # (waited for here, as the interpreter would wait at its exit: a stop's count of the
-        # units done then includes theirs; a walkthrough saw "0 of 10" where 3 were kept)
+        # units done then includes theirs, which it undercounted)
         pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -681,8 +681,8 @@ def checkpoint_layout(path: str) -> tuple[str, str]:
                f"where the network is, e.g. `huggingface-cli download {path} --local-dir DIR`, and give DIR)")
         raise FileNotFoundError(f"{path!r} {what}; expected a checkpoint directory:\n{_LAYOUTS}{hub}")
     files = set(fileio.listdir(path))
-    if _tensor_layout(files):
-        return _tensor_layout(files), path
+    if layout := _tensor_layout(files):
+        return layout, path
     from bertjax import checkpointing
 
     # A fine-tuning workdir's result is best/ (checkpoints/ is its latest training state, and

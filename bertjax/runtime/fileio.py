@@ -394,8 +394,8 @@ def write_folder_whole(target: str, write: Callable[[str], None], named: str, la
                 raise
         return
     target = os.path.abspath(target)  # (without a trailing slash: the folder's own name)
-    # Hidden, named by host and process: a killed run's is removed by the next (a walkthrough
-    # found one of 59 MB that nothing would remove); one of this pid is a killed run's too.
+    # Hidden, named by host and process: a killed run's is removed by the next (a random name
+    # left it for good); one of this pid is a killed run's too.
     tmp = os.path.join(os.path.dirname(target), "." + os.path.basename(temporary_name(target)))
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
