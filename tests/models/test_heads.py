@@ -8,7 +8,8 @@ import pytest
 
 from bertjax.models import (BertConfig, BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
                             BertForSequenceClassification, BertForTokenClassification, classification_loss,
-                            multiple_choice_loss, pretraining_loss, span_loss, token_classification_loss)
+                            multiple_choice_loss, multiple_choice_sums, pretraining_loss, span_loss,
+                            token_classification_loss)
 
 CONFIG = BertConfig.preset("tiny", vocab_size=53, max_position_embeddings=32)
 RNG = np.random.default_rng(0)
@@ -158,6 +159,20 @@ def test_multiple_choice_scores_each_pair_with_shared_weights():
     loss, metrics = multiple_choice_loss(single, jnp.asarray([0, 0]))
     np.testing.assert_allclose(loss, 0.0, atol=1e-6)
     assert float(metrics["accuracy"]) == 1.0
+
+
+def test_multiple_choice_sums_never_count_a_padding_choice():
+    """Example 0 has 2 real choices of 4: its padding choices' scores, however high, change neither
+    the loss nor the accuracy, which equal those over its real choices alone."""
+    scores = jnp.asarray([[0.5, 1.5, 9.0, 9.0], [2.0, 0.0, 1.0, -1.0]])
+    mask = jnp.asarray([[1, 1, 0, 0], [1, 1, 1, 1]])
+    labels, weights = jnp.asarray([1, 0]), jnp.asarray([1.0, 0.5])
+    sums = multiple_choice_sums(scores, labels, weights, mask)
+    ce = lambda row, y: -_log_softmax(np.asarray(row))[y]
+    np.testing.assert_allclose(sums["loss"], ce(scores[0, :2], 1) + 0.5 * ce(scores[1], 0), rtol=1e-6)
+    assert float(sums["accuracy"]) == 1.5
+    unmasked = multiple_choice_sums(scores, labels, weights)
+    assert float(unmasked["accuracy"]) == 0.5 and float(unmasked["loss"]) > float(sums["loss"]) + 5
 
 
 @pytest.mark.parametrize("head", [BertForSequenceClassification, BertForTokenClassification])
