@@ -57,6 +57,12 @@ _CHOICES_KEY = flags.DEFINE_string("choices_key", None, "choice: column of the l
 _SQUAD_VERSION = flags.DEFINE_enum("squad_version", None, ["v1.1", "v2.0"],
                                    "span QA: v2.0 for a model trained to abstain, where a Hugging Face config.json "
                                    "does not say (default: the run's; a Hugging Face model: its config's, else v1.1)")
+_N_BEST_SIZE = flags.DEFINE_integer("n_best_size", None, "span QA: candidate starts and ends a window (default: the "
+                                    "run's)", lower_bound=1)
+_MAX_ANSWER_LENGTH = flags.DEFINE_integer("max_answer_length", None, "span QA: longest answer in tokens (default: "
+                                          "the run's)", lower_bound=1)
+_NULL_THRESHOLD = flags.DEFINE_float("null_score_diff_threshold", None, "span QA v2.0: no answer where its score "
+                                     "beats the best span's by more than this (default: the run's)")
 _VOCABULARY = cli.define_vocabulary_flags()
 _PRECISION = cli.define_precision_flag()
 
@@ -71,6 +77,7 @@ def main(_):
     if _TEXT.value and file_flags:  # else ignored without a word
         raise ValueError(f"{', '.join(file_flags)}: how to read --input (or stdin), not --text")
     import bertjax
+    from bertjax import tasks
     from bertjax.inference import batch_predict, model_source
     from bertjax.runtime import console, fileio
 
@@ -107,6 +114,12 @@ def main(_):
         raise ValueError(f"a {family} model's inputs are not one line of text: give them as JSONL with --input")
     if family != "fill_mask" and flags.FLAGS[_TOP_K.name].present:
         raise ValueError(f"--top_k: the tokens per [MASK] of --task=fill_mask, not a {family} model's")
+    options = {flag.name: flag.value for flag in (_N_BEST_SIZE, _MAX_ANSWER_LENGTH, _NULL_THRESHOLD)
+               if flags.FLAGS[flag.name].present}
+    taken = tasks.predict_options(family)
+    for name in options:
+        if name not in taken:  # (before the model loads)
+            raise ValueError(f"--{name}: an option of span-QA models, not a {family} model's")
     keys = batch_predict.default_keys(family, source.data, source.task_info)
     required = batch_predict.required_roles(family, keys, source.task_info)
     for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),
@@ -145,7 +158,7 @@ def main(_):
         if too_short:  # before an input is predicted
             raise ValueError(f"--{too_short}")
         summary = batch_predict.predict_all(model, family, records, write, _ON_ERROR.value, _TOP_K.value,
-                                            progress=batch_predict.progress_line())
+                                            progress=batch_predict.progress_line(), options=options)
         completed = True
     finally:
         if close is not None:

@@ -819,3 +819,27 @@ def test_sigterm_leaves_no_half_written_output(minilm_classifier_run, tmp_path):
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143 and stderr.strip().splitlines()[-1] == "interrupted (SIGTERM)", stderr[-2000:]
     assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+
+
+def test_span_qa_options_reach_the_model_from_the_command_line(launchers, tmp_path):
+    """--n_best_size and --max_answer_length answer as Python's `predict` given them (the command
+    line had no way to set them); another family's model refuses them before it loads."""
+    import bertjax
+
+    model_dir = os.path.join(ROOT, "tests", "models", "hf_modernbert", "question_answering")
+    inputs = [{"question": "who", "context": context} for context in (
+        "alpha beta gamma delta epsilon zeta eta theta", "one two three four five six seven")]
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(item) + "\n" for item in inputs))
+    options = {"n_best_size": 3, "max_answer_length": 1}
+    result = launchers.run([PREDICT, f"--model={model_dir}", f"--input={tmp_path}/qa.jsonl",
+                            *(f"--{name}={value}" for name, value in options.items())])
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    model = bertjax.load_model(model_dir)
+    assert [line["answer"] for line in lines] == [row["answer"] for row in model.predict(inputs, **options)]
+    assert [line["answer"] for line in lines] != [row["answer"] for row in model.predict(inputs)]
+    refused = launchers.run([PREDICT, f"--model={model_dir}", "--task=fill_mask", "--text=a [MASK]",
+                             "--max_answer_length=4"])
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == ("error: --max_answer_length: an option of span-QA models, "
+                                                       "not a fill_mask model's")

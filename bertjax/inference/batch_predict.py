@@ -285,14 +285,14 @@ def _refusal(first: tuple[str, str], bad: int) -> ValueError:
 
 
 def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: Callable[[dict], None],
-                on_error: str = "fail", top_k: int = 5, progress: Callable[[int, int | None], None] | None = None
-                ) -> dict[str, Any]:
+                on_error: str = "fail", top_k: int = 5, progress: Callable[[int, int | None], None] | None = None,
+                options: dict | None = None) -> dict[str, Any]:
     """Predicts (where, item) records CHUNK_INPUTS at a time and calls write with one dict per
     input, in order; memory holds one chunk. on_error "fail": a bad input is a ValueError
     naming it, before the first prediction when the records can be read twice (a list, a
     `Reread`), else (stdin) before its own chunk's. Returns {"inputs", "predicted", "skipped":
     the count, "errors": the first SHOWN_ERRORS (where, why), "truncated": results so marked}.
-    progress(done, total or None)."""
+    progress(done, total or None); options go to `model.predict` (span QA's n_best_size...)."""
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     total = None
@@ -320,7 +320,7 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
 
             results = fill_mask.fill_mask_rows(model, items, top_k) if items else []
         else:
-            results = model.predict(items) if items else []
+            results = model.predict(items, **(options or {})) if items else []
         answers = dict(zip(good, results))
         truncated += sum(bool(result.get("truncated")) for result in results)
         for i, (where, _) in enumerate(chunk):

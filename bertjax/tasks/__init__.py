@@ -11,6 +11,7 @@ choice.py (multiple choice).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from absl import logging
@@ -41,6 +42,15 @@ def family_of_architecture(architecture: str) -> Family | None:
     ModernBertFor<Task>), or None."""
     bert_class = architecture.removeprefix("Modern")
     return next((family for family in FAMILIES.values() if family.hf_architecture == bert_class), None)
+
+
+def predict_options(family: str) -> tuple[str, ...]:
+    """The options a family's `predict` takes by name (span QA's n_best_size...); none for
+    another name (fill-mask)."""
+    if family not in FAMILIES:
+        return ()
+    parameters = inspect.signature(FAMILIES[family].predict).parameters.values()
+    return tuple(p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)
 
 
 def load_task(config, tokenizer):
