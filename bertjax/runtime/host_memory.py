@@ -10,12 +10,12 @@ faults) and steps are faster. The price is memory: nothing freed goes back to th
 and the one heap can fragment (a higher and more variable peak RSS), so it is off unless
 BERTJAX_KEEP_FREED_MEMORY=1 (launch/demo.sh sets it). Figures: benchmarks/README.md#host-memory.
 
-The launchers that run steps (pretrain, finetune, demo, benchmark) call `configure()`
-(which calls `keep_freed_memory()`) before they import anything else of bertjax: it must run before any
-thread other than the main one allocates (glibc fixes the arena limit when the first extra
-arena is made, and a thread keeps the arena it has), so it refuses, with a warning, once
-JAX is imported. It acts only when JAX will compute on the CPU (JAX_PLATFORMS=cpu, or no
-TPU or GPU plugin installed) and on glibc.
+The launchers that run a model (pretrain, finetune, demo, benchmark, predict, extract_features)
+call `configure()` (which calls `keep_freed_memory()`) before they import anything else of
+bertjax: it must run before any thread other than the main one allocates (glibc fixes the
+arena limit when the first extra arena is made, and a thread keeps the arena it has), so it
+refuses, with a warning, once JAX is imported. It acts only when JAX will compute on the CPU
+(JAX_PLATFORMS=cpu, or no TPU or GPU plugin installed) and on glibc.
 
 Transparent huge pages, on by default (`use_huge_pages`, BERTJAX_HUGE_PAGES=0 turns them off):
 the launchers restart themselves once with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc
