@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import unicodedata
 from typing import Any
 
 import jax
@@ -258,20 +259,30 @@ def _refuse_one_number_written_twice(label_names: tuple[str, ...], train: Exampl
 _MISSING_AS_TEXT = ("nan", "none", "null")
 
 
+def _label_key(name: str) -> str:
+    """A class name as files joined from two sources may write it alike: Unicode's compatibility
+    form (macOS writes 'café' decomposed), no invisible characters (a zero-width space), no
+    enclosing quotes (a CSV's `, "neg"` is read as text, quotes included: its quote follows a
+    space), case folded."""
+    name = "".join(c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf")
+    return (name[1:-1] if len(name) > 1 and name[0] == name[-1] == '"' else name).casefold()
+
+
 def _warn_of_suspect_labels(label_names: tuple[str, ...], path: str) -> None:
     """Warns of classes guessed from a training file that are likely no classes: a missing value
-    written as text ('nan') and names that differ only in case ('Good', 'good')."""
+    written as text ('nan') and names that differ only in case, Unicode form, invisible
+    characters or enclosing quotes ('Good', 'good', '"good"')."""
     missing = [name for name in label_names if name.lower() in _MISSING_AS_TEXT]
     if missing:
         logging.warning("%s: the label(s) %s read as a missing value written as text: each is a class of its own; "
                         "leave those rows out", path, missing)
-    by_case: dict[str, list[str]] = {}
+    alike: dict[str, list[str]] = {}
     for name in label_names:
-        by_case.setdefault(name.casefold(), []).append(name)
-    twins = [names for names in by_case.values() if len(names) > 1]
-    if twins:
-        logging.warning("%s: labels that differ only in case are classes of their own: %s", path,
-                        "; ".join(", ".join(names) for names in twins))
+        alike.setdefault(_label_key(name), []).append(name)
+    twins = [names for names in alike.values() if len(names) > 1]
+    if twins:  # (ascii: escaped, as twins may look alike)
+        logging.warning("%s: labels that differ only in case, Unicode form, invisible characters or quotes are classes "
+                        "of their own: %s", path, "; ".join(", ".join(map(ascii, names)) for names in twins))
 
 
 # A score as written: ASCII digits (float() also reads '1_5' as 15 and other scripts' digits).

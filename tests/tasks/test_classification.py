@@ -329,7 +329,19 @@ def test_labels_that_are_likely_no_classes_are_warned_of_and_one_column_has_one_
         task = classification.load_task(config, tokenizer)
     assert task.info["label_names"] == ["Good", "bad", "good", "nan"]
     assert "the label(s) ['nan'] read as a missing value written as text" in caplog.text
-    assert "labels that differ only in case are classes of their own: Good, good" in caplog.text
+    assert "labels that differ only in case, Unicode form, invisible characters or quotes are classes of their own: " \
+        "'Good', 'good'" in caplog.text
+    # A label quoted after a comma and a space (Python's csv, as pandas, reads it as text, quotes
+    # and all), and one written composed and decomposed or with a zero-width space: each became a
+    # class without a word (a review).
+    caplog.clear()
+    alike = tmp_path / "alike.csv"
+    alike.write_text('review,sentiment\na,neg\nb, "neg"\nc,caf\u00e9\nd,cafe\u0301\ne,pos\nf,pos\u200b\n')
+    with caplog.at_level("WARNING"):
+        task = classification.load_task(_config("classification", train_file=str(alike), text_a_key="review",
+                                                text_b_key="", label_key="sentiment"), tokenizer)
+    assert len(task.info["label_names"]) == 6
+    assert "are classes of their own: '\"neg\"', 'neg'; 'cafe\\u0301', 'caf\\xe9'; 'pos', 'pos\\u200b'" in caplog.text
     # A TSV named .csv, and a folder as the file: said so.
     tsv = tmp_path / "tabs.csv"
     tsv.write_text("review\tsentiment\na\tgood\n")
