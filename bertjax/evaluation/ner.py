@@ -1,10 +1,13 @@
-"""Entity-level precision, recall and F1, as conlleval (and seqeval's default mode).
+"""Entity-level precision, recall and F1, as seqeval's default mode (conlleval's for IOB1,
+IOB2 and IOE).
 
 Entities are (type, start, end) spans, matched exactly and micro-averaged over all
 sentences. A tag is "O" or "<P>-<type>", P one of B, I (IOB1, IOB2) or E, S (IOBES), or L, U
 (BILOU, as some Hugging Face taggers name them: read as E and S, bertjax's own mapping;
 conlleval knows neither letter, and seqeval reads BILOU only in its strict mode). The
-chunk rules are conlleval's:
+chunk rules are seqeval's default mode's, which are conlleval's where conlleval knows the
+prefixes (it has no S, and an E-X before B-X ends no entity in it: IOBES is scored as
+seqeval scores it, as its IOB2 form would be):
   an entity starts at B-X or S-X, at I-X or E-X after O, E- or S-, and at any tag whose
   type differs from the previous tag's;
   it ends before O, B- or S-, after E- or S-, and before a change of type.

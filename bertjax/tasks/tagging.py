@@ -515,7 +515,8 @@ class TaggingFamily(Family):
     characters dropped, whitespace, punctuation and CJK characters apart, for an uncased model
     ≠ ≮ ≯ too; case and accents kept) or a list of words -> {"words", "tags", "entities": [{"type", "text", "first_word",
     "last_word", "start", "end" (character offsets into the sentence; None for word lists)}]};
-    entities are [] for a model whose labels are not entity tags (a part-of-speech tagger)."""
+    entities are [] for a model none of whose labels is an entity tag (a part-of-speech tagger);
+    a label that is none beside ones that are (BERT-NER's `X`, `[CLS]`) is an O in them."""
 
     name = "tagging"
     tasks = TASKS
@@ -559,11 +560,12 @@ class TaggingFamily(Family):
         split = featurize(model.tokenizer, examples, "inputs", model.max_seq_length, word_prefix=_trained_prefix(model))
         predicted = model.run_network(_label_ids, split, sequence_outputs=("token_logits",))["token_logits"]
         tags = predictions_to_tags(split, predicted) if any(words for _, words, _ in parsed) else [[] for _ in parsed]
-        entity_tags = all(ner_metrics.is_tag(name) for name in names)  # O, B-/I-/E-/S-/L-/U-<type>
+        entity_tags = any(name != "O" and ner_metrics.is_tag(name) for name in names)  # B-/I-/E-/S-/L-/U-<type>
         results = []
         for index, ((sentence, words, spans), sentence_tags) in enumerate(zip(parsed, tags)):
             entities = []
-            for type_, first, end in ner_metrics.extract_entities(sentence_tags, index) if entity_tags else ():
+            as_entity_tags = [tag if ner_metrics.is_tag(tag) else "O" for tag in sentence_tags]
+            for type_, first, end in ner_metrics.extract_entities(as_entity_tags, index) if entity_tags else ():
                 start_char = spans[first][0] if spans else None
                 end_char = spans[end - 1][1] if spans else None
                 text = sentence[start_char:end_char] if spans else " ".join(words[first:end])
