@@ -349,7 +349,8 @@ def predictions_to_tags(split: Split, predicted_label_ids: np.ndarray) -> list[l
 def write_conll(path: str, sentences: list[list[str]], gold_tags: list[list[str]] | None,
                 pred_tags: list[list[str]]) -> None:
     """Writes conlleval input: `token gold predicted` per line (`token predicted` without
-    gold), a blank line between sentences; atomically, local or gs://. Whitespace inside a
+    gold), one blank line after each sentence (an input's -DOCSTART- lines and runs of blank
+    lines are not kept: sentence k is the input's k-th); atomically, local or gs://. Whitespace inside a
     token (never in CoNLL data) becomes '_' so the columns stay whitespace-separated."""
     lines = []
     for s, (words, predicted) in enumerate(zip(sentences, pred_tags)):
