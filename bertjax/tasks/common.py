@@ -164,12 +164,11 @@ def check_nonempty(sources: list[tuple[str, Any]], noun: str) -> None:
 
 
 def write_lines(path: str, lines: list[str]) -> str:
-    """Writes `lines` (newline-terminated) to `path` atomically, local or gs://; returns path."""
+    """Writes `lines` (newline-terminated, UTF-8) to `path` atomically, local or gs://: a full
+    disk or a stopped machine leaves the earlier file or none, and no half one beside it;
+    returns path."""
     fileio.makedirs(fileio.parent(path))
-    tmp = f"{path}.tmp"
-    with fileio.open_file(tmp, "w") as f:
-        f.write("".join(line + "\n" for line in lines))
-    fileio.rename(tmp, path)
+    fileio.write_bytes(path, "".join(line + "\n" for line in lines).encode("utf-8"))
     return path
 
 

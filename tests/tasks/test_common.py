@@ -76,3 +76,26 @@ def test_single_sentences_and_split_checks(tokenizer):
         encode_pairs(tokenizer, ["x", "y"], ["z"], 8)
     with pytest.raises(ValueError, match="feature 'label' has 1 rows, lengths has 2"):
         Split("train", {**features, "label": np.zeros(1)}, lengths)
+
+
+def test_prediction_lines_on_a_full_disk_leave_the_earlier_file_and_no_half_one(tmp_path):
+    """write_lines (predictions' TSV, CoNLL, GLUE submissions) left a cut `<name>.tmp` beside the
+    file, which the next launch then listed as an earlier launch's predictions (a review)."""
+    import os
+    import textwrap
+
+    from small_runs import on_a_full_disk
+
+    (tmp_path / "dev.tsv").write_text("earlier\n")
+    code = textwrap.dedent("""
+        import sys
+        from bertjax.tasks import common
+
+        try:
+            common.write_lines(sys.argv[1], ["index\\tprediction"] + [f"{i}\\tpositive" for i in range(10_000)])
+        except OSError as e:
+            print(e.filename, e.strerror)
+    """)
+    result = on_a_full_disk(["-c", code, str(tmp_path / "dev.tsv")], limit=1 << 12)
+    assert result.stdout.split() == [str(tmp_path / "dev.tsv"), "File", "too", "large"], result.stderr[-2000:]
+    assert os.listdir(tmp_path) == ["dev.tsv"] and (tmp_path / "dev.tsv").read_text() == "earlier\n"
