@@ -112,8 +112,9 @@ def peak_flops_per_device(bfloat16_operands: bool = False) -> tuple[float, str]:
 def _rows_up_to(path: str, step: int, redone: str = "") -> list[str]:
     """The lines of the JSONL file at `path` (local or gs://) of steps up to `step`, without a
     line a killed run left half-written, nor (`redone`, a prefix) rows at `step` of the metrics
-    this run logs again there. No lines at step 0: a run that starts there starts over, its
-    step-0 evaluation included."""
+    this run logs again there; a whole last row a full disk left without its newline gets one
+    (the next row would be appended to it). No lines at step 0: a run that starts there starts
+    over, its step-0 evaluation included."""
     if not fileio.exists(path) or step == 0:
         return []
 
@@ -125,7 +126,8 @@ def _rows_up_to(path: str, step: int, redone: str = "") -> list[str]:
         at = row.get("step", 0)
         return at < step or at == step and not (redone and any(key.startswith(redone) for key in row))
 
-    return [line for line in fileio.read_bytes(path).decode("utf-8").splitlines(keepends=True) if keep(line)]
+    lines = fileio.read_bytes(path).decode("utf-8").splitlines(keepends=True)
+    return [line if line.endswith("\n") else line + "\n" for line in lines if keep(line)]
 
 
 class MetricsWriter:

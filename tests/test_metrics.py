@@ -108,6 +108,15 @@ def test_a_resumed_run_drops_the_rows_logged_after_its_checkpoint(tmp_path):
     writer.close()
     assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 0, "eval_accuracy": 0.5}\n'
 
+    # A whole last row without its newline (a full disk cut the write just before it): the next
+    # row was appended to it, and both were lost at the next resume (a review).
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.5}')
+    writer = metrics.MetricsWriter(str(tmp_path), start_step=2)
+    writer.write(3, {"loss": 2.0})
+    writer.close()
+    assert [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
+        {"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5}, {"step": 3, "loss": 2.0}]
+
 
 def _scalar_events(directory) -> list[tuple[str, int, float]]:
     """(tag, step, value) of every scalar in `directory`'s event files, in file order."""
