@@ -16,7 +16,9 @@ Atomicity: orbax writes a step into `<step>.orbax-checkpoint-tmp` and renames it
 `commit_success.txt` last instead). A save killed part-way (kill -9, preemption, a full
 disk) therefore leaves a tmp folder that is never listed as a step and is deleted by the
 next `Checkpointer`; the steps saved before it are untouched. A write that fails raises
-CheckpointSaveError (an OSError) naming the step, from `save`, `wait_until_finished` or `close`.
+CheckpointSaveError (an OSError) naming the step, from `save`, `wait_until_finished` or `close`;
+`save` meeting an earlier save's failure warns of it and still saves its own step (a
+preemption's save is not lost to a passing gs:// error of the last one), raising if that fails.
 
 Nothing is ever deleted on a read error. `restore` reads a step up to three times
 (READ_RETRY_SECONDS apart: a transient gs:// error is not corruption); a step that still
@@ -240,7 +242,8 @@ class Checkpointer:
         with async saves the call returns once the arrays are copied off the devices;
         `wait_until_finished` blocks until they are on disk. `config` and `extra_meta` (stored as meta["extra"],
         e.g. a fine-tuning run's best metric) must be JSON-serializable.
-        Raises CheckpointSaveError when writing fails (this step's or the previous save's).
+        Raises CheckpointSaveError when this step's writing fails. A previous save's failure is a
+        warning, and this call then waits for its own step to be on disk.
         """
         if not (force or self._manager.should_save(step)) or (step in self._manager.all_steps() and not replace):
             return False
@@ -252,7 +255,12 @@ class Checkpointer:
             json.dumps(meta)
         except TypeError as e:
             raise ValueError(f"Checkpointer.save: config and extra_meta must be JSON-serializable ({e})") from None
-        self.wait_until_finished()
+        try:
+            self.wait_until_finished()
+            earlier = None
+        except CheckpointSaveError as e:  # (a passing gs:// error, say: this step may still save)
+            earlier = e
+            log.warning("%s; saving step %d now", e, step)
         replaced = self._move_aside([step], "replaced")[0] if step in self._manager.all_steps() else None
         self._saving = step
         try:
@@ -260,10 +268,10 @@ class Checkpointer:
                 **{STATE: ocp.args.PyTreeSave(state), META: ocp.args.JsonSave(meta)}), force=True)
         except Exception as e:  # orbax/tensorstore raise many kinds for a failed write
             raise self._save_failed(e) from e
-        if replaced is not None:
+        if replaced is not None or earlier is not None:  # (after a failure: this one known to be on disk)
             self.wait_until_finished()
-            if jax.process_index() == 0:
-                replaced.rmtree()
+        if replaced is not None and jax.process_index() == 0:
+            replaced.rmtree()
         return saved
 
     def wait_until_finished(self) -> None:

@@ -220,6 +220,29 @@ def test_interval_keep_last_n_and_force(tmp_path, small8):
     ckpt.close()
 
 
+def test_a_save_after_one_that_failed_still_saves_its_step(tmp_path, small8, caplog):
+    """A background save that failed (a passing gs:// 503) made the next save raise before it
+    started: a preemption's save was never tried, and every step since the last good one was
+    lost (a review). The failure is a warning; the step is saved and waited for."""
+    state, _ = small8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=3, async_save=True)
+    assert ckpt.save(10, state, data_position=10, config=CONFIG)
+    wait, failures = ckpt._manager.wait_until_finished, [OSError("503 Service Unavailable")]
+
+    def wait_failing_once():
+        wait()
+        if failures:
+            raise failures.pop()
+
+    ckpt._manager.wait_until_finished = wait_failing_once
+    with caplog.at_level("WARNING"):
+        assert ckpt.save(25, state, data_position=25, config=CONFIG, force=True)  # a SIGTERM's save
+    assert f"saving checkpoint step 10 to {tmp_path} failed (OSError: 503 Service Unavailable)" in caplog.text
+    assert "; saving step 25 now" in caplog.text
+    assert sorted(os.listdir(tmp_path)) == ["10", "25"] and checkpointing.read_meta(str(tmp_path))["step"] == 25
+    ckpt.close()
+
+
 def test_restore_onto_a_smaller_mesh_and_load_params(tmp_path, state8):
     state, _ = state8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=1)
