@@ -26,13 +26,15 @@ fails is skipped, and once an older step has been restored, the skipped newer on
 moved aside to `<step>.unreadable-<UTC time>` (a name orbax never lists as a step nor
 cleans up), with a warning naming both paths, so the run can save those step numbers
 again. When no step can be read, nothing is moved and `restore` raises. Reading another
-run's checkpoint (`read_meta`, `load_params`: an init checkpoint) falls back the same way
-to the newest readable step, with the same warning, and moves nothing.
+run's checkpoint (`read_meta`, `load_params`: an init checkpoint, a resumed run's best/) is
+retried and falls back the same way to the newest readable step, with the same warning, and
+moves nothing.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -329,17 +331,7 @@ class Checkpointer:
 
     def _read(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
         """Restores one step, trying len(READ_RETRY_SECONDS) + 1 times."""
-        for wait in (*READ_RETRY_SECONDS, None):
-            try:
-                return self._read_once(abstract_state, step)
-            except CheckpointMismatchError:
-                raise
-            except Exception as e:
-                if wait is None:
-                    raise
-                log.warning("reading checkpoint %s failed (%s); trying again in %.0f s",
-                            self.directory / str(step), brief(e), wait, extra=PROCESS_SPECIFIC)
-                time.sleep(wait)
+        return _retried(lambda: self._read_once(abstract_state, step), self.directory / str(step))
 
     def _read_once(self, abstract_state: Any, step: int) -> tuple[Any, dict]:
         """Restores one step; CheckpointMismatchError = the caller's tree does not fit."""
@@ -465,18 +457,34 @@ def _step_dirs(path: str) -> list[epath.Path]:
     return steps
 
 
+def _retried(read: Callable[[], T], step_dir: Any) -> T:
+    """read() of the step folder `step_dir`, tried len(READ_RETRY_SECONDS) + 1 times: a passing
+    gs:// or NFS error is no corruption. A tree mismatch raises at once."""
+    for wait in (*READ_RETRY_SECONDS, None):
+        try:
+            return read()
+        except CheckpointMismatchError:
+            raise
+        except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
+            if wait is None:
+                raise
+            log.warning("reading checkpoint %s failed (%s); trying again in %.0f s", step_dir, brief(e), wait,
+                        extra=PROCESS_SPECIFIC)
+            time.sleep(wait)
+
+
 def _newest_readable(path: str, read: Callable[[epath.Path], T]) -> T:
     """read(step folder) for a step folder, or for a checkpoint directory its newest step
-    that reads: as `Checkpointer.restore`, a step that fails is skipped with a warning naming
-    it (nothing is moved). A tree mismatch raises at once; no readable step raises
-    CheckpointUnreadableError."""
+    that reads: as `Checkpointer.restore`, each step is tried len(READ_RETRY_SECONDS) + 1
+    times, and a step that still fails is skipped with a warning naming it (nothing is moved).
+    A tree mismatch raises at once; no readable step raises CheckpointUnreadableError."""
     steps = _step_dirs(path)
     if steps == [_path(path)]:  # an explicit step: no fallback
-        return read(steps[0])
+        return _retried(functools.partial(read, steps[0]), steps[0])
     error = None
     for step_dir in steps:
         try:
-            return read(step_dir)
+            return _retried(functools.partial(read, step_dir), step_dir)
         except CheckpointMismatchError:
             raise
         except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files

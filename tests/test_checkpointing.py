@@ -484,6 +484,31 @@ def test_corrupt_latest_falls_back_to_previous(tmp_path, small8, caplog, corrupt
     ckpt.close()
 
 
+def test_reading_another_runs_checkpoint_retries_a_passing_error(tmp_path, small8, caplog, monkeypatch):
+    """read_meta (a resumed run's best/, an init checkpoint) read each step once: one passing
+    error (a gs:// 503) read the newest step as corrupt, and a resumed fine-tuning run moved its
+    best/ aside as unreadable (a review). It is retried, as `restore` retries."""
+    import orbax.checkpoint as ocp
+
+    state, _ = small8
+    ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=3, async_save=False)
+    ckpt.save(1, state, data_position=11, config=CONFIG)
+    ckpt.save(2, state, data_position=22, config=CONFIG)
+    ckpt.close()
+    restore, failures = ocp.JsonCheckpointHandler.restore, [OSError("503 Service Unavailable")]
+
+    def failing_once(self, *args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return restore(self, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.JsonCheckpointHandler, "restore", failing_once)
+    with caplog.at_level(logging.WARNING, logger="bertjax.checkpointing"):
+        assert checkpointing.read_meta(str(tmp_path))["data_position"] == 22
+    assert f"reading checkpoint {tmp_path / '2'} failed (OSError: 503 Service Unavailable); trying again" \
+        in caplog.text and "falling back" not in caplog.text
+
+
 _KILL_DURING_SAVE = textwrap.dedent("""
     import os, signal, sys, time
     import jax, jax.numpy as jnp
