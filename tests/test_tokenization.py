@@ -648,6 +648,17 @@ def test_a_vocabulary_whose_casing_contradicts_do_lower_case_is_warned_of(tmp_pa
         tokenization.Tokenizer.from_vocab_file(str(cased), do_lower_case=False).encode("The Quick")
     assert not tokenization.load_tokenizer("wordpiece", str(cased), None).do_lower_case
     assert tokenization.load_tokenizer("wordpiece", uncased, None).do_lower_case
+    # A cased vocabulary of few tokens with capitals or accents is read as uncased, and now said
+    # so: it was silent, and 'café' read as 'caf ##e' (a review).
+    few = tmp_path / "few" / "vocab.txt"
+    few.parent.mkdir()
+    few.write_text("".join(t + "\n" for t in [*tokens, "café", "##é", "naïve"]))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert tokenization.load_tokenizer("wordpiece", str(few), None).do_lower_case
+    assert "vocab.txt is read as uncased (do_lower_case=True), as under 1% of its tokens change when lower-cased " \
+           "and stripped of accents and marks, but 3 do (e.g. café, ##é, naïve)" in caplog.text
+    assert "set config.data.do_lower_case / --do_lower_case=False" in caplog.text
     # A script without case (Thai) is neither: its tokens do not count.
     caplog.clear()
     thai = tmp_path / "thai.txt"
