@@ -227,11 +227,15 @@ def iter_documents(data_config: Any, drops: DropCounter | None = None) -> Iterat
 def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files: str = "text files") -> list[str]:
     """Comma-separated globs (the setting `key`) -> sorted unique paths (overlapping globs, or
     a local file named two ways, "x.txt" and "./x.txt" or a link, name it once: by its first
-    spelling); a glob matching nothing is an error (a typo would drop its files)."""
+    spelling); a glob matching nothing is an error (a typo would drop its files), as is a remote
+    one with `**` (read as `*` there: the deeper files would be dropped)."""
     paths: dict[str, str] = {}  # the file -> how the patterns first named it
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
             continue
+        if fileio.is_remote(pattern) and "**" in pattern:
+            raise ValueError(f"{key}: {pattern!r}: a remote glob has no recursive '**' (it would match one folder "
+                             "level only); give a glob for each level (comma-separated)")
         matches = fileio.glob(pattern)
         if not matches:
             raise FileNotFoundError(f"{key}: {pattern!r} matches no file")

@@ -169,7 +169,9 @@ def read_bytes(path: str) -> bytes:
 
 
 def glob(pattern: str) -> list[str]:
-    return _gfile().glob(pattern) if is_remote(pattern) else glob_lib.glob(pattern)
+    """The paths `pattern` matches; locally `**` matches any depth of folders (gs://'s glob has
+    no `**`: `sources.expand_patterns` refuses it there)."""
+    return _gfile().glob(pattern) if is_remote(pattern) else glob_lib.glob(pattern, recursive=True)
 
 
 def escape(path: str) -> str:

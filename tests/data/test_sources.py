@@ -92,6 +92,13 @@ def test_a_file_named_twice_is_read_once(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"input_pattern: '\*' matches the folder corpus; give globs of files "
                                          r"\(corpus/\*\)"):
         sources.expand_patterns("*")
+    # '**' reads every level below (a review: it read one level only, without a word).
+    (tmp_path / "corpus" / "sub" / "deep").mkdir(parents=True)
+    (tmp_path / "corpus" / "sub" / "deep" / "z.txt").write_text("A sentence.\n")
+    assert sources.expand_patterns("corpus/**/*.txt") == ["corpus/sub/deep/z.txt", "corpus/x.txt", "corpus/y.txt"]
+    with pytest.raises(ValueError, match=r"input_pattern: 'gs://b/corpus/\*\*/\*.txt': a remote glob has no "
+                                         r"recursive '\*\*'"):
+        sources.expand_patterns("gs://b/corpus/**/*.txt")
 
 
 def test_a_compressed_or_binary_file_is_refused_by_name(tmp_path):
