@@ -151,6 +151,30 @@ CORPUS = [f"The {animal} number {i} jumps over the {color} fence near river {i %
           for i in range(400) for animal, color in [("fox", "red"), ("otter", "blue"), ("heron", "green")]]
 
 
+@pytest.mark.parametrize("train", ["train_wordpiece", "train_bpe"])
+def test_ctrl_c_stops_a_trainer_while_it_reads(tmp_path, train):
+    """The `tokenizers` trainers read the lines from threads of their own, the main thread
+    waiting inside them, where Python acts on signals: a Ctrl-C was acted on once the whole
+    corpus was read and trained on (a review). The reading stops at the signal."""
+    import os
+    import signal
+
+    from bertjax.data import vocabularies
+
+    read = [0]
+
+    def lines():
+        for i in range(1_000_000):
+            read[0] += 1
+            if i == 20_000:
+                os.kill(os.getpid(), signal.SIGINT)
+            yield f"line {i} of a corpus read until {i % 977} stops it"
+
+    with pytest.raises(KeyboardInterrupt):
+        getattr(vocabularies, train)(lines(), 300, str(tmp_path))
+    assert 20_000 < read[0] < 200_000 and not os.listdir(tmp_path)
+
+
 def test_train_wordpiece_puts_specials_first_and_round_trips(tmp_path):
     path = vocabularies.train_wordpiece(CORPUS, vocab_size=120, output_dir=str(tmp_path))
     tokenizer = tokenization.load_tokenizer("wordpiece", path)

@@ -7,9 +7,12 @@ command line)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from typing import Any, Iterable, Iterator, TextIO
 
@@ -51,8 +54,9 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_l
         **({} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}))
     counts = collections.Counter()
     # (its own normaliser and pre-tokenizer: the backend's, called from the iterator it trains on, deadlock)
-    backend.train_from_iterator(_without_long_words(_lines(texts), tokenization.bert_normalizer(do_lower_case),
-                                                    pre_tokenizers.BertPreTokenizer(), counts), trainer=trainer)
+    with _signals_stop_reading() as stop:
+        backend.train_from_iterator(_without_long_words(_lines(texts, stop), tokenization.bert_normalizer(
+            do_lower_case), pre_tokenizers.BertPreTokenizer(), counts), trainer=trainer)
     if counts["long_words"]:
         logging.warning("WordPiece left out %d words longer than %d characters (BERT's tokenizer reads each as one "
                         "[UNK])", counts["long_words"], tokenization.MAX_INPUT_CHARS_PER_WORD)
@@ -132,7 +136,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
                                   special_tokens=list(tokenization.SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    backend.train_from_iterator(_lines(texts), trainer=trainer)
+    with _signals_stop_reading() as stop:
+        backend.train_from_iterator(_lines(texts, stop), trainer=trainer)
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "tokenizer.json")
     backend.save(path)
@@ -249,9 +254,40 @@ def _without_long_words(lines: Iterable[str], normalizer: normalizers.Normalizer
         yield line
 
 
-def _lines(texts: Iterable[str]) -> Iterator[str]:
-    """`texts`, lines of text; a str or a list naming files is refused: it would train on the
-    characters or the file names."""
+@contextlib.contextmanager
+def _signals_stop_reading() -> Iterator[threading.Event]:
+    """An Event set when a signal Python handles (Ctrl-C's SIGINT; a launcher's SIGTERM) arrives
+    while a `tokenizers` trainer reads. It calls the lines' iterator from its own threads, the
+    main thread waiting inside it, where Python runs signal handlers: a Ctrl-C was acted on only
+    once the whole corpus was read and trained on. A thread watches the signals' wakeup fd
+    instead (none where this is no main thread: the caller's own handling stands)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous = signal.set_wakeup_fd(write_end)
+
+    def watch() -> None:
+        if os.read(read_end, 1):  # a signal's number; b"" once the write end is closed
+            stop.set()
+
+    watcher = threading.Thread(target=watch, name="signals-stop-reading", daemon=True)
+    watcher.start()
+    try:
+        yield stop
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write_end)
+        watcher.join()
+        os.close(read_end)
+
+
+def _lines(texts: Iterable[str], stop: threading.Event | None = None) -> Iterator[str]:
+    """`texts`, lines of text, until `stop` is set (then KeyboardInterrupt, which the trainer
+    passes on); a str or a list naming files is refused: it would train on the characters or
+    the file names."""
     if isinstance(texts, str):
         raise TypeError("texts must be an iterable of lines, got one str; for files use file_lines(paths)")
     named = isinstance(texts, (list, tuple)) and next(
@@ -259,7 +295,10 @@ def _lines(texts: Iterable[str]) -> Iterator[str]:
     if named:
         raise ValueError(f"texts names files (e.g. {named}): it is lines of text; for files use "
                          "texts=file_lines(paths)")
-    yield from texts
+    for line in texts:
+        if stop is not None and stop.is_set():
+            raise KeyboardInterrupt
+        yield line
 
 
 def _check_special_ids(path: str, tokenizer: tokenization.Tokenizer) -> None:
