@@ -192,6 +192,10 @@ def _take_the_runs_data_settings(config, workdir: str) -> None:
     directory = run_config.own_checkpoints(workdir)
     if directory is None:
         others = sorted(set(fileio.listdir(workdir)) - _PRETRAINING_WORKDIR) if fileio.isdir(workdir) else []
+        if {"metadata.json", "settings.json"} & set(others) or any(name.endswith(".tfrecord") for name in others):
+            raise ValueError(f"--workdir={workdir} is prepared data, no run's workdir: read it with "
+                             f"--config.data.source=prepared --config.data.input_pattern={workdir}")
+        others = [name for name in others if not name.startswith(".")] or others  # (a lock file last)
         if others:
             raise ValueError(f"--workdir={workdir} holds no pre-training run's checkpoints but {others[0]}: give a "
                              "pre-training run's workdir, or leave --workdir out")

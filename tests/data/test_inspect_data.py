@@ -152,6 +152,14 @@ def test_a_runs_workdir_reads_the_data_the_run_read(tmp_path, capsys):
     (tmp_path / "starting" / "best").mkdir()  # a fine-tuning run's
     with pytest.raises(ValueError, match=r"starting holds no pre-training run's checkpoints but best"):
         inspect_data._take_the_runs_data_settings(untouched, str(tmp_path / "starting"))
+    # A prepare_data folder is said to be one, with the settings that read it (a review: it was
+    # named by its hidden lock file).
+    for name in (".prepare.lock", "metadata.json", "settings.json", "train-00000.tfrecord"):
+        (tmp_path / "prepared_here" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "prepared_here" / name).write_text("")
+    with pytest.raises(ValueError, match=r"prepared_here is prepared data, no run's workdir: read it with "
+                                         r"--config.data.source=prepared --config.data.input_pattern=.*prepared_here$"):
+        inspect_data._take_the_runs_data_settings(untouched, str(tmp_path / "prepared_here"))
     for run, prepared in (("own", ""), ("shared", str(tmp_path / "prepared"))):
         checkpointer = checkpointing.Checkpointer(str(tmp_path / run / "checkpoints"), save_interval_steps=1,
                                                   max_to_keep=1, async_save=False)
