@@ -108,7 +108,8 @@ def _folders_to_make(folder: str) -> list[str]:
 def main(_):
     # The library's messages name the config.data settings these flags stand for.
     with cli.settings_as_flags({"config.data.text_key": "--text_key", "config.data.source": "--source",
-                                "config.data.input_pattern": "--input"}):
+                                "config.data.input_pattern": "--input", "vocab_size must": "--vocab_size must",
+                                "vocab_size=": "--vocab_size="}):
         train_tokenizer()
 
 
@@ -125,14 +126,14 @@ def train_tokenizer() -> None:
     fileio.check_can_make(_OUTPUT_DIR.value, "--output_dir")  # before the reading and training
     paths = sources.expand_patterns(_INPUT.value, "--input")
     kind = _TOKENIZER_KIND[_KIND.value]
+    vocabularies.check_vocab_size(_VOCAB_SIZE.value, kind)  # (before the corpus is read)
     for name, readers in _KINDS_READING.items():
         if flags.FLAGS[name].present and _KIND.value not in readers:
             logging.warning("--%s is not read by --kind=%s (only by %s): it changes nothing", name, _KIND.value,
                             " and ".join(readers))
-    target = fileio.join(_OUTPUT_DIR.value, "tokenizer.json" if kind == "huggingface" else
-                         tokenization.VOCABULARY_FILE[kind])
-    if fileio.exists(target):  # checkpoints trained with it would no longer match
-        raise ValueError(f"{target} exists; remove it or choose another --output_dir")
+    for name in _WRITES[kind]:  # (checkpoints trained with one would no longer match it)
+        if fileio.exists(fileio.join(_OUTPUT_DIR.value, name)):
+            raise ValueError(f"{fileio.join(_OUTPUT_DIR.value, name)} exists; remove it or choose another --output_dir")
     import ml_collections
 
     data_config = ml_collections.ConfigDict(dict(source=source_of(paths, _SOURCE.value), input_pattern=_INPUT.value,

@@ -155,10 +155,17 @@ CASES = [
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}/out", "--vocab_size=3"],
      "--vocab_size"),  # (a review: refused after reading the corpus, leaving --output_dir made)
     ("train_tokenizer.py", ["--kind=bpe", "--input={tmp}/text.txt", "--output_dir={tmp}/out", "--vocab_size=100"],
-     "vocab_size must be at least 261 for byte-level BPE"),  # (refused by the trainer: no empty folder left)
+     "error: --vocab_size must be at least 261 for byte-level BPE"),  # (before the corpus is read: a review)
+    # SentencePiece's own message for a size the corpus cannot make named no flag (a review).
+    ("train_tokenizer.py", ["--kind=sentencepiece", "--input={tmp}/text.txt", "--output_dir={tmp}/out",
+                            "--vocab_size=60000"], "error: --vocab_size=60000 is more than SentencePiece can make of "
+                                                   "this corpus: give at most"),
     ("train_tokenizer.py", ["--input={tmp}/blank.txt", "--output_dir={tmp}/out"],
      "no text in its 1 text file(s) (dropped: {{'blank_file': 1}})"),
     ("train_tokenizer.py", ["--input={tmp}/text.txt", "--output_dir={tmp}"], "vocab.txt exists; remove it"),
+    # SentencePiece's second file too (a review: a file of that name was replaced without a word).
+    ("train_tokenizer.py", ["--kind=sentencepiece", "--input={tmp}/text.txt", "--output_dir={tmp}"],
+     "spm.vocab exists; remove it"),
     ("train_tokenizer.py", ["--input={tmp}/rows.txt", "--output_dir={tmp}/vocab"],
      "--input: {tmp}/rows.txt looks like JSON Lines, not text; pass --source=jsonl"),
     # Named as compressed, not "mixes jsonl and text" (a walkthrough).
@@ -310,6 +317,7 @@ def test_expected_failures_end_with_one_line(launchers, tmp_path, launcher, args
     (tmp_path / "text.txt").write_text("One sentence.\nAnother one.\n")
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
     (tmp_path / "blank.txt").write_text("\n  \n")
+    (tmp_path / "spm.vocab").write_text("a file of the user's own\n")
     (tmp_path / "header.csv").write_text("text\n")
     tokens = open(os.path.join(MINILM_DIR, "vocab.txt"), encoding="utf-8").read().splitlines()
     tokens[1000], tokens[1001] = tokens[1001], tokens[1000]

@@ -43,7 +43,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, output_dir: str, do_l
     runs can give slightly different vocabularies; keep the file (its hash is recorded in
     prepared metadata). The demo vocabulary is built from a lexicon for that reason.
     """
-    _check_vocab_size(vocab_size)
+    check_vocab_size(vocab_size)
     backend = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]",
                                                     max_input_chars_per_word=tokenization.MAX_INPUT_CHARS_PER_WORD))
     backend.normalizer = tokenization.bert_normalizer(do_lower_case)
@@ -80,7 +80,7 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, 
     `do_lower_case` picks the normalisation stored in the model: NFKC + case folding
     ("nmt_nfkc_cf") or plain NFKC ("nmt_nfkc").
     """
-    _check_vocab_size(vocab_size)
+    check_vocab_size(vocab_size)
     os.makedirs(output_dir, exist_ok=True)
     prefix = os.path.join(output_dir, "spm")
     counts = collections.Counter()  # SentencePiece skips long lines and samples big corpora, saying so only in its log
@@ -105,6 +105,10 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_dir: str, 
             raise ValueError(f"SentencePiece training failed: each of the {counts['lines']} lines is longer than "
                              f"{SENTENCEPIECE_MAX_LINE_BYTES} bytes, which it skips; split the text into "
                              "sentences") from None
+        most = re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", str(e))
+        if most:
+            raise ValueError(f"vocab_size={vocab_size} is more than SentencePiece can make of this corpus: give at "
+                             f"most {most.group(1)}, or more text") from None
         raise ValueError(f"SentencePiece training failed: {e}") from None
     if counts["too_long"]:
         logging.warning("SentencePiece left out %d of the %d lines, longer than %d bytes: split the text into "
@@ -124,11 +128,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output_dir: str, min_freque
     [SEP], [MASK] at ids 0..4, laid out for other libraries as bertjax's exports are
     (`tokenization.hf_tokenizer_json`: rows as bertjax lays them out, the mask taking in the
     space before it)."""
-    _check_vocab_size(vocab_size)
-    smallest = len(tokenization.SPECIAL_TOKENS) + len(pre_tokenizers.ByteLevel.alphabet())
-    if vocab_size < smallest:  # every byte is a token: fewer would come out larger than asked
-        raise ValueError(f"vocab_size must be at least {smallest} for byte-level BPE (the special tokens and "
-                         f"one token per byte), got {vocab_size}")
+    check_vocab_size(vocab_size, "huggingface")
     backend = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
     backend.normalizer = normalizers.NFC()
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -308,7 +308,13 @@ def _check_special_ids(path: str, tokenizer: tokenization.Tokenizer) -> None:
         raise AssertionError(f"{path}: special tokens landed at {ids}, expected 0..4")
 
 
-def _check_vocab_size(vocab_size: int) -> None:
+def check_vocab_size(vocab_size: int, kind: str = "wordpiece") -> None:
+    """ValueError unless `vocab_size` can hold a vocabulary of `kind` (a tokenization kind):
+    the special tokens and one more; a byte-level BPE ("huggingface") every byte too."""
     if not isinstance(vocab_size, int) or vocab_size <= len(tokenization.SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be an int > {len(tokenization.SPECIAL_TOKENS)}, got {vocab_size!r}")
+    smallest = len(tokenization.SPECIAL_TOKENS) + len(pre_tokenizers.ByteLevel.alphabet())
+    if kind == "huggingface" and vocab_size < smallest:  # every byte is a token: fewer would come out larger
+        raise ValueError(f"vocab_size must be at least {smallest} for byte-level BPE (the special tokens and "
+                         f"one token per byte), got {vocab_size}")
 
