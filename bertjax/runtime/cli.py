@@ -297,14 +297,27 @@ def named_by_flag(flag: str):
 @contextlib.contextmanager
 def settings_as_flags(flags: dict[str, str]):
     """Names a launcher's flags (e.g. {"config.data.text_key": "--text_key"}) where a
-    library's ValueError names the config setting the flag stands for."""
+    library's ValueError or logged warning names the config setting the flag stands for."""
+
+    def as_flags(message: str) -> str:
+        for setting, flag in flags.items():
+            message = message.replace(setting, flag)
+        return message
+
+    def rename(record: logging.LogRecord) -> bool:
+        record.msg, record.args = as_flags(record.getMessage()), ()
+        return True
+
+    handlers = logging.getLogger().handlers  # (a filter of a logger sees only what is logged to it)
+    for handler in handlers:
+        handler.addFilter(rename)
     try:
         yield
     except ValueError as e:
-        message = str(e)
-        for setting, flag in flags.items():
-            message = message.replace(setting, flag)
-        raise ValueError(message) from None
+        raise ValueError(as_flags(str(e))) from None
+    finally:
+        for handler in handlers:
+            handler.removeFilter(rename)
 
 
 def input_error_line(error: BaseException) -> str:

@@ -136,6 +136,14 @@ def test_train_tokenizer_reads_jsonl_rows_as_prepare_does(tmp_path):
     assert mixed.returncode == 2 and mixed.stderr.strip() == (
         f"error: --input mixes jsonl ({tmp_path}/rows.ndjson) and text ({tmp_path}/notes.txt) files; give files of "
         "one kind, or --source"), mixed.stderr[-2000:]
+    # A row without the text key is warned of by the flag that names it (a review: the warning
+    # named config.data.text_key, which this launcher's user never typed).
+    with open(tmp_path / "rows.ndjson", "a") as f:
+        f.write('{"id": 300, "body": "x"}\n')
+    keyless = subprocess.run([sys.executable, "launch/train_tokenizer.py", f"--input={tmp_path}/rows.ndjson",
+                              "--vocab_size=200", f"--output_dir={tmp_path / 'keyless'}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert keyless.returncode == 0 and "no key 'text' (--text_key)" in keyless.stderr, keyless.stderr[-2000:]
 
 
 def test_train_tokenizer_reports_unknown_characters_and_keeps_every_one_when_asked(tmp_path):
