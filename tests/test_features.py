@@ -1079,7 +1079,10 @@ def test_bad_feature_layers_are_shown_an_example_of_the_models_own():
 @pytest.mark.parametrize("model, message", [
     (dict(feature_layers="-1,-6"), r"config.model.feature_layers must be distinct comma-separated indices in "
                                    r"\[-5, 4\] of the embeddings and the 4 layers"),
-    (dict(feature_layers="-1,4", feature_combine="concat"), r"config.model.feature_layers must be distinct"),
+    (dict(feature_layers="-1,4", feature_combine="concat"), r"config.model.feature_layers must be distinct.*, got "
+                                                            r"'-1,4': -1 and 4 are one layer \(of the 5 hidden states"),
+    (dict(feature_layers="-2,-1,-2", feature_combine="concat"), r"config.model.feature_layers must be distinct.*: "
+                                                                r"layer -2 is given twice"),
     (dict(feature_layers="last"), r"config.model.feature_layers must be distinct"),
     (dict(feature_layers="-1,-2"), r"config.model.feature_layers='-1,-2' names 2 layers but feature_combine='last' "
                                    r"reads one: set config.model."

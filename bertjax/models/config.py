@@ -210,7 +210,10 @@ class BertConfig:
             raise ValueError(expected)
         normalised = tuple(index % count for index in indices)
         if len(set(normalised)) != len(normalised):
-            raise ValueError(expected)
+            first, again = next((a, b) for i, (a, m) in enumerate(zip(indices, normalised))
+                                for b, n in zip(indices[i + 1:], normalised[i + 1:]) if m == n)
+            twice = f"layer {first} is given twice" if first == again else f"{first} and {again} are one layer"
+            raise ValueError(f"{expected}: {twice} (of the {count} hidden states, the embeddings' first)")
         return normalised
 
     @property
