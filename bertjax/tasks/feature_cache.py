@@ -123,13 +123,19 @@ class FeatureCache:
         """How many of `compute`'s batches of `batch_size` cut to `buckets` are done: all of them
         when an earlier computation finished, whatever its batches (a sweep over batch sizes
         computes once); else what one with the same batches (they decide which examples each
-        holds) finished; 0 for none."""
+        holds) finished; 0 for none, with a warning where other batches had begun."""
         manifest = self._manifest()
         if manifest is None:
             return 0
         if manifest["batches_done"] >= -(-len(self.split) // manifest["batch_size"]):
             return -(-len(self.split) // batch_size)
         same = (manifest.get("batch_size"), manifest.get("buckets")) == (batch_size, list(buckets))
+        if not same and manifest["batches_done"]:
+            log.warning("%s: the %d batches of %d computed so far were of another batch size or lengths (now %d; "
+                        "lengths %s, then %s): computed again from the start (the evaluation batch size, "
+                        "config.train.eval_batch_size, and the length buckets as before would resume them)",
+                        self.path, manifest["batches_done"], manifest.get("batch_size"), batch_size, list(buckets),
+                        manifest.get("buckets"), extra=PROCESS_SPECIFIC)
         return manifest["batches_done"] if same else 0
 
     def _manifest(self) -> dict[str, Any] | None:
