@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import tempfile
 
@@ -260,6 +261,8 @@ def check_run_settings(config: ml_collections.ConfigDict) -> None:
         try:
             fileio.check_can_make(train.feature_cache_dir, "config.train.feature_cache_dir")
         except ValueError as unwritable:
+            if not os.path.isdir(train.feature_cache_dir):  # a file, or a folder it cannot make: no features there
+                raise
             log.warning("%s: only features cached there already are read; a split without them stops the run when "
                         "it reaches them, after its start-up", unwritable, extra=PROCESS_SPECIFIC)
     if config.checkpoint.every < 1 or config.checkpoint.keep < 1:

@@ -940,14 +940,19 @@ def test_the_feature_cache_resumes_a_killed_computation_and_is_memory_mapped(tmp
 def test_a_feature_cache_folder_that_cannot_be_written_is_said_at_start_up(caplog):
     """It failed once the first split's features were wanted, after tokenizing and building the
     model (a walkthrough); a shared read-only folder of finished caches still serves, so it is a
-    warning, before any work."""
+    warning, before any work. A folder that cannot be made holds no cached features: an error
+    (a walkthrough: the warning came, then the error, after the start-up)."""
     config = finetune_config.get_config("classification")
-    config.train.update(freeze_encoder=True, cache_features=True, feature_cache_dir="/proc/bertjax-cache")
+    config.train.update(freeze_encoder=True, cache_features=True, feature_cache_dir="/proc")
     finetune_setup.check_run_settings(config)
-    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
-        "config.train.feature_cache_dir=/proc/bertjax-cache: cannot write in /proc (No such file or directory): only "
-        "features cached there already are read; a split without them stops the run when it reaches them, after its "
-        "start-up"]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("config.train.feature_cache_dir=/proc: ") and warning.endswith(
+        ": only features cached there already are read; a split without them stops the run when it reaches them, "
+        "after its start-up")
+    config.train.feature_cache_dir = "/proc/bertjax-cache"
+    with pytest.raises(ValueError, match=r"^config.train.feature_cache_dir=/proc/bertjax-cache: cannot write in /proc "
+                                         r"\(No such file or directory\)"):
+        finetune_setup.check_run_settings(config)
 
 
 def test_the_feature_cache_takes_its_disk_space_before_the_first_write(tmp_path, monkeypatch):
