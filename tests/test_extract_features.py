@@ -523,12 +523,21 @@ def test_features_written_inside_the_model_folder_resume_and_are_known_again(tmp
     said.clear()
     feature_files.extract(model, str(tmp_path / "in.txt"), str(outside), layers=(-1,), shard_size=2, log=said.append)
     assert said == [f"{outside} is complete (3 examples); nothing to do"]
-    # A folder written when the weights were known by their files' names, sizes and times.
-    manifest["settings"]["weights"] = model.source.weights_fingerprint()
-    (outside / "manifest.json").write_text(json.dumps(manifest))
+    # A folder written when the weights were known by their files' names, sizes and times, then
+    # by all their values, a head's too.
+    for earlier in (model.source.weights_fingerprint(), feature_files.checkpointing.weights_digest(model.params)):
+        manifest["settings"]["weights"] = earlier
+        (outside / "manifest.json").write_text(json.dumps(manifest))
+        said.clear()
+        feature_files.extract(model, str(tmp_path / "in.txt"), str(outside), layers=(-1,), shard_size=2,
+                              log=said.append)
+        assert said == [f"{outside} is complete (3 examples); nothing to do"]
+    # A head changes no feature: a frozen fine-tuned run's encoder is its start's, bit for bit (a
+    # walkthrough: "the checkpoint's weights changed").
+    model._params = {**model._params, "classifier": {"kernel": np.ones((384, 2), np.float32)}}
     said.clear()
-    feature_files.extract(model, str(tmp_path / "in.txt"), str(outside), layers=(-1,), shard_size=2, log=said.append)
-    assert said == [f"{outside} is complete (3 examples); nothing to do"]
+    feature_files.extract(model, str(tmp_path / "in.txt"), output, layers=(-1,), shard_size=2, log=said.append)
+    assert said == [f"{output} is complete (3 examples); nothing to do"]
     # The weights are known by their values: a copy of the same file resumes (each host of a
     # multi-host run may hold its own copy), other values are refused.
     os.remove(model_dir / "model.safetensors")

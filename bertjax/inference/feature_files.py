@@ -328,8 +328,8 @@ def _check_settings(output: str, manifest: dict[str, Any], settings: dict[str, A
                     earlier_weights: Callable[[], tuple[str, ...]]) -> None:
     """A ValueError naming what differs between a folder's features and this run's.
     `earlier_weights()`: the identities folders written before the weights were known by
-    their values recorded for the same files (the model's whole folder, then its weight
-    files'), also accepted."""
+    their encoder's values recorded for the same files (the model's whole folder, its weight
+    files', then every value, heads too), also accepted."""
     saved = _own_casing_as_now(manifest.get("settings", {}), "tokenizer", settings)
     unused = ("text_a_key", "text_b_key") if settings.get("input_format") == "text" else ()  # (lines: no columns)
     changed = [key for key in settings if key in saved and saved[key] != settings[key]  # (keys added since: unknown)
@@ -518,9 +518,10 @@ def extract(model, input_file: str | os.PathLike, output: str | os.PathLike, *,
         file_format = input_format(input_file, input_format_name, (text_a_key, text_b_key))
         counted_bytes = fileio.size(input_file)
         total = count_inputs(input_file, file_format, text_a_key, text_b_key)
+        encoder = checkpointing.weights_digest(model.params["bert"])  # (a head never changes a feature)
         settings = {"input_file": input_file, "input": input_identity(input_file), "input_format": file_format,
                     "text_a_key": text_a_key, "text_b_key": text_b_key, "checkpoint": model.source.path,
-                    "weights": checkpointing.weights_digest(model.params), "model": _model_identity(model.bert),
+                    "weights": encoder, "model": _model_identity(model.bert),
                     "tokenizer": _tokenizer_identity(model.tokenizer), "precision": model.precision,
                     "activations": model.bert.dtype, "max_seq_length": model.max_seq_length, "layers": list(layers),
                     "pooling": pooling, "dtype": dtype, "shard_size": shard_size}
@@ -536,7 +537,8 @@ def extract(model, input_file: str | os.PathLike, output: str | os.PathLike, *,
         manifest, finished, written = _resume_point(output, settings, process, processes,
                                                     shard_examples(model, layers, pooling, dtype, shard_size),
                                                     lambda: (fileio.fingerprint(model.source.weights),
-                                                             model.source.weights_fingerprint()))
+                                                             model.source.weights_fingerprint(),
+                                                             checkpointing.weights_digest(model.params)))
         # A run without the flag may have cut some already; every process reads the same shards.
         first = _first_truncated(output, written) if fail_on_truncation else None
         if first is not None:
