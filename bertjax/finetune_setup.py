@@ -123,6 +123,15 @@ def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | Non
                          f"tokens but the tokenizer has {vocab_size} (config.data.vocab_path)")
     if checkpoint is None and fields.get("vocab_size") is None:
         fields["vocab_size"] = vocab_size
+    if checkpoint is not None and config.reuse_head:  # the head as it was trained, or it reads other features
+        for name in bert_config.HEAD_FIELDS:
+            theirs = getattr(checkpoint, name)
+            if fields.get(name) is None:
+                fields[name] = theirs
+            elif fields[name] != theirs:
+                raise ValueError(f"config.model.{name}={fields[name]!r}: config.reuse_head takes "
+                                 f"{config.init_checkpoint}'s head, which has {name}={theirs!r}; leave it unset, or "
+                                 "fine-tune a new head (config.reuse_head=False)")
     preset = config.model.preset
     if checkpoint is not None and preset:  # the checkpoint sizes the model: say so when the preset differs
         sized = BertConfig.preset(preset)

@@ -37,10 +37,13 @@ SQuAD as the original README runs run_squad.py (length 384, doc_stride 128, max_
 the script's own flags default to lr 5e-5 and 3 epochs); NER, which has no
 original script, run_classifier.py's lr 5e-5 (with batch 32 and 3 epochs, inside the
 paper's grid); multiple choice as the paper's SWAG (lr 2e-5, batch 16, 3 epochs).
-Model: every BertConfig field is unset (None) and comes from the checkpoint; set one to
-change it (dropout, dtype, scan_layers, ...); an architecture value that contradicts the
-checkpoint is an error. Without a checkpoint the model is `model.preset` from scratch (BERT-base
-unset); with one, a preset of another size is not used (a warning says so).
+Model: every BertConfig field is unset (None); the architecture, dropout, initialisation and
+rotary thetas come from the checkpoint, the rest are defaults; set one to change it (dropout,
+dtype, scan_layers, ...); an architecture value that contradicts the checkpoint is an error.
+With reuse_head, the head's fields (feature_layers, feature_combine, tagging_head,
+lstm_hidden_size) come from the checkpoint too, which trained that head. Without a checkpoint
+the model is `model.preset` from scratch (BERT-base unset); with one, a preset of another size
+is not used (a warning says so).
 On a CPU with AMX-BF16, model.matmul_precision unset means bfloat16 for the training steps
 (dense layers multiply bfloat16 operands with float32 sums, as a TPU multiplies float32:
 faster steps); evaluation and the predictions written always run at full
@@ -62,6 +65,8 @@ model.feature_layers: hidden states read (0 = embeddings, -1 = last layer; defau
 model.feature_combine: last (one layer) | concat | weighted_sum (learned softmax weights);
 model.tagging_head: linear | bilstm (two layers, model.lstm_hidden_size units a direction,
 768 by default as the paper); every task family takes the first three, tagging the fourth.
+A run from a feature-based run's workdir starts a new head of these settings (unset: the
+defaults), unless reuse_head takes the checkpoint's.
 """
 
 import ml_collections

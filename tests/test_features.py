@@ -1109,6 +1109,30 @@ def test_bad_feature_options_name_the_key(model, message):
         bert_config.resolve(model, checkpoint=checkpoint)
 
 
+def test_a_reused_head_reads_the_features_it_was_trained_on():
+    """config.reuse_head from a feature-based run took its BiLSTM head onto features other than
+    it trained on without a word when the shapes agreed, and otherwise failed on a kernel's
+    shape naming no key (a walkthrough). The head's fields left unset are the checkpoint's; one
+    set otherwise is refused, named."""
+    from bertjax.models import BertConfig
+
+    checkpoint = BertConfig.preset("mini", vocab_size=100, feature_layers="-1,-2,-3,-4", feature_combine="concat",
+                                   tagging_head="bilstm", lstm_hidden_size=32)
+    config = finetune_config.get_config("ner")
+    config.init_checkpoint, config.reuse_head = "/runs/ner_features", True
+    bert = finetune_setup.model_config(config, checkpoint, 100)
+    assert (bert.feature_layers, bert.feature_combine, bert.tagging_head, bert.lstm_hidden_size) == (
+        "-1,-2,-3,-4", "concat", "bilstm", 32)
+    config.model.feature_layers = "0,1,2,3"
+    with pytest.raises(ValueError, match=r"^config.model.feature_layers='0,1,2,3': config.reuse_head takes "
+                                         r"/runs/ner_features's head, which has feature_layers='-1,-2,-3,-4'; leave it "
+                                         r"unset, or fine-tune a new head \(config.reuse_head=False\)$"):
+        finetune_setup.model_config(config, checkpoint, 100)
+    config.reuse_head = False  # a new head: the settings asked, else the defaults
+    config.model.feature_layers = None
+    assert finetune_setup.model_config(config, checkpoint, 100).tagging_head == "linear"
+
+
 def test_a_bilstm_head_outside_tagging_or_packed_and_a_non_bool_freeze_are_errors(tmp_path):
     from bertjax.models import BertConfig
 

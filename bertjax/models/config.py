@@ -37,6 +37,9 @@ ROPE_FIELDS = ("rope_theta", "local_rope_theta")
 _INHERITED_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "token_transform",
                      *ROPE_FIELDS)
 
+# What a task head reads and is: a head reused from a checkpoint (config.reuse_head) fits only these.
+HEAD_FIELDS = ("feature_layers", "feature_combine", "tagging_head", "lstm_hidden_size")
+
 # (layers, hidden, heads, intermediate) of the released models (google-research/bert's README).
 PRESETS: dict[str, tuple[int, int, int, int]] = {
     "tiny": (2, 128, 2, 512),
