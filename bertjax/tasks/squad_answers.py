@@ -3,6 +3,8 @@ each question over all its windows, the null answer of v2.0, and the official pr
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 
 from bertjax.runtime import fileio
@@ -10,6 +12,11 @@ from bertjax.tasks.common import Split
 
 N_BEST_SIZE, MAX_ANSWER_LENGTH, NULL_SCORE_DIFF_THRESHOLD = 20, 30, 0.0
 NO_SPAN_NULL_ODDS = 1e9  # v2.0 null_odds of a question with no valid non-null span at all
+
+
+def _is_edge(character: str) -> bool:
+    """Whitespace, or an invisible format character (zero-width space, soft hyphen, BOM)."""
+    return character.isspace() or unicodedata.category(character) == "Cf"
 
 
 def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, n_best_size: int = N_BEST_SIZE,
@@ -78,11 +85,14 @@ def postprocess(split: Split, start_logits: np.ndarray, end_logits: np.ndarray, 
                 if len(entries) >= n_best_size:
                     break
             start, end = int(char_start[row, a]), int(char_end[row, b])
-            # Whitespace at the edges is no part of an answer: a byte-level BPE or SentencePiece
-            # piece that is only a space ("Ġ", "▁") spans up to the word after it.
+            # Whitespace and invisible characters at the edges are no part of an answer: a
+            # byte-level BPE or SentencePiece piece that is only a space ("Ġ", "▁") spans up to the
+            # word after it, and a zero-width space is pieces of its own there (SQuAD's scoring
+            # keeps it: "word\u200b" is not "word").
             text = context[start:end]
-            start += len(text) - len(text.lstrip())
-            text = text.strip()
+            left = next((k for k, c in enumerate(text) if not _is_edge(c)), len(text))
+            right = next((k for k in range(len(text), left, -1) if not _is_edge(text[k - 1])), left)
+            start, text = start + left, text[left:right]
             if text and text not in seen:
                 seen.add(text)
                 entries.append({"text": text, "start_logit": float(start_logits[row, top_start[row, a]]),
