@@ -22,6 +22,7 @@ import logging
 import os
 import shlex
 import sys
+import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -142,7 +143,8 @@ def train_tokenizer() -> None:
     if data_config.source in ("text", "jsonl"):  # what prepare refuses: a compressed, binary or UTF-16 file
         sources.check_text_files(units, data_config.source)
     drops = sources.DropCounter()
-    lines = vocabularies.training_sentences(data_config, units, drops, kind)
+    read = threading.Event()  # (set once the corpus is read: then the trainer's silent phase)
+    lines = vocabularies.training_sentences(data_config, units, drops, kind, read=read)
     first = next(lines, None)
     if first is None:
         raise ValueError(f"--input={_INPUT.value}: no text in its {len(paths)} {data_config.source} file(s)"
@@ -156,7 +158,8 @@ def train_tokenizer() -> None:
     written = [name for name in _WRITES[kind] if not fileio.exists(fileio.join(_OUTPUT_DIR.value, name))]
     try:
         sample = [first, *itertools.islice(lines, _SAMPLE_LINES - 1)]
-        path = _train(kind, itertools.chain(sample, lines))
+        with vocabularies.still_training(read):
+            path = _train(kind, itertools.chain(sample, lines))
         tokenizer = tokenization.load_tokenizer(kind, path, _DO_LOWER_CASE.value)
         if tokenizer.vocab_size <= len(tokenization.SPECIAL_TOKENS):
             raise ValueError(f"--input={_INPUT.value}: the trainer kept no token of its text, only the special "

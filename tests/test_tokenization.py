@@ -175,6 +175,34 @@ def test_ctrl_c_stops_a_trainer_while_it_reads(tmp_path, train):
     assert 20_000 < read[0] < 200_000 and not os.listdir(tmp_path)
 
 
+def test_a_trainer_past_its_reading_says_it_is_still_working(monkeypatch):
+    """After the corpus is read, the merges (SentencePiece's whole training) showed nothing: a
+    large corpus was minutes of silence (a review). A line every LINE_SECONDS says how long
+    the trainer has worked since, from the reading's end until the training's."""
+    import io
+    import threading
+    import time
+
+    from bertjax.data import vocabularies
+    from bertjax.runtime import console
+
+    monkeypatch.setattr(console, "LINE_SECONDS", 0.02)
+    stream, read = io.StringIO(), threading.Event()
+    with vocabularies.still_training(read, stream):
+        time.sleep(0.2)
+        assert stream.getvalue() == ""  # still reading: its own progress line speaks
+        read.set()
+        for _ in range(500):
+            if stream.getvalue().count("\n") >= 2:
+                break
+            time.sleep(0.01)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 2 and all(re.fullmatch(r"training the vocabulary: .+ so far", line) for line in lines)
+    time.sleep(0.1)
+    assert stream.getvalue().splitlines() == lines  # none after the block
+    assert not any(thread.name == "still-training" for thread in threading.enumerate())
+
+
 def test_train_wordpiece_puts_specials_first_and_round_trips(tmp_path):
     path = vocabularies.train_wordpiece(CORPUS, vocab_size=120, output_dir=str(tmp_path))
     tokenizer = tokenization.load_tokenizer("wordpiece", path)

@@ -160,11 +160,11 @@ def sentences_as_prepared(documents: Iterable[list[str]], kind: str) -> Iterator
 
 
 def training_sentences(data_config: Any, units: list[dict], drops: sources.DropCounter, kind: str,
-                       stream: TextIO | None = None) -> Iterator[str]:
+                       stream: TextIO | None = None, read: threading.Event | None = None) -> Iterator[str]:
     """The sentences of `units` (`sources.list_units(data_config)`) as `sentences_as_prepared`
     gives them to a trainer of `kind`, with a progress line on `stream` (stdout) as the trainer
     takes them: MB of text with an ETA (units for TFDS and the demo); and a line when they end
-    (if any), for the trainer's merges follow unseen."""
+    (if any), for the trainer's merges follow unseen, and `read` set (`still_training`)."""
     sizes = [sources.unit_bytes(unit) for unit in units]
     by_bytes = None not in sizes
     total = sum(sizes) if by_bytes else len(units)
@@ -199,6 +199,33 @@ def training_sentences(data_config: Any, units: list[dict], drops: sources.DropC
     took = console.format_duration(time.perf_counter() - start)
     print(f"read {count:,} sentence{'s' * (count != 1)}{size} in {took}; "
           "training the vocabulary", file=stream or sys.stdout, flush=True)
+    if read is not None:
+        read.set()
+
+
+@contextlib.contextmanager
+def still_training(read: threading.Event, stream: TextIO | None = None) -> Iterator[None]:
+    """From when `read` is set (`training_sentences`: the corpus is read) until the block ends,
+    a line on `stream` (stdout) every console.LINE_SECONDS with the time the trainer has worked
+    since: its merges (SentencePiece's whole training) show no progress of their own, and a
+    long silence reads as a hang."""
+    done = threading.Event()
+
+    def tick() -> None:
+        read.wait()
+        started = time.perf_counter()
+        while not done.wait(console.LINE_SECONDS):
+            print(f"training the vocabulary: {console.format_duration(time.perf_counter() - started)} so far",
+                  file=stream or sys.stdout, flush=True)
+
+    ticker = threading.Thread(target=tick, name="still-training", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        read.set()  # (a ticker still waiting for the reading ends too)
+        ticker.join()
 
 
 def _text_size(size: int) -> str:
