@@ -90,6 +90,11 @@ class CheckpointMismatchError(ValueError):
     """The expected tree (leaves, shapes) does not fit a readable checkpoint."""
 
 
+class _NotThisFormat(ValueError):
+    """A step folder that reads, but is no bertjax checkpoint of what was asked: reading it again
+    cannot change that (not retried)."""
+
+
 class CheckpointSaveError(OSError):
     """Writing a checkpoint failed (a full disk, lost permissions); earlier steps are intact."""
 
@@ -247,7 +252,12 @@ class Checkpointer:
         Raises CheckpointSaveError when this step's writing fails. A previous save's failure is a
         warning, and this call then waits for its own step to be on disk.
         """
-        if not (force or self._manager.should_save(step)) or (step in self._manager.all_steps() and not replace):
+        if not (force or self._manager.should_save(step)):
+            return False
+        # This step's own save in flight (a stop at a checkpoint step): listed, whether or not it
+        # lands; once it has, a failed one is no saved step.
+        earlier = self.wait_reporting(step) if step == self._saving else None
+        if step in self._manager.all_steps() and not replace:
             return False
         meta = {"format": FORMAT, "step": int(step), "data_position": int(data_position), "config": config,
                 "extra": {} if extra_meta is None else extra_meta}
@@ -257,12 +267,7 @@ class Checkpointer:
             json.dumps(meta)
         except TypeError as e:
             raise ValueError(f"Checkpointer.save: config and extra_meta must be JSON-serializable ({e})") from None
-        try:
-            self.wait_until_finished()
-            earlier = None
-        except CheckpointSaveError as e:  # (a passing gs:// error, say: this step may still save)
-            earlier = e
-            log.warning("%s; saving step %d now", e, step)
+        earlier = earlier or self.wait_reporting(step)
         replaced = self._move_aside([step], "replaced")[0] if step in self._manager.all_steps() else None
         self._saving = step
         try:
@@ -275,6 +280,16 @@ class Checkpointer:
         if replaced is not None and jax.process_index() == 0:
             replaced.rmtree()
         return saved
+
+    def wait_reporting(self, step: int) -> CheckpointSaveError | None:
+        """`wait_until_finished`, a failure a warning (and returned) rather than raised: before
+        saving `step`, which may still save (a passing gs:// error of the last save, say)."""
+        try:
+            self.wait_until_finished()
+            return None
+        except CheckpointSaveError as e:
+            log.warning("%s; saving step %d now", e, step)
+            return e
 
     def wait_until_finished(self) -> None:
         """Blocks until every started save is on disk; CheckpointSaveError if one failed."""
@@ -459,11 +474,13 @@ def _step_dirs(path: str) -> list[epath.Path]:
 
 def _retried(read: Callable[[], T], step_dir: Any) -> T:
     """read() of the step folder `step_dir`, tried len(READ_RETRY_SECONDS) + 1 times: a passing
-    gs:// or NFS error is no corruption. A tree mismatch raises at once."""
+    gs:// or NFS error is no corruption. What reading again cannot change raises at once: a
+    tree mismatch, another format, a missing file, bytes that are no JSON or UTF-8."""
     for wait in (*READ_RETRY_SECONDS, None):
         try:
             return read()
-        except CheckpointMismatchError:
+        except (CheckpointMismatchError, _NotThisFormat, FileNotFoundError, json.JSONDecodeError,
+                UnicodeDecodeError):
             raise
         except Exception as e:  # orbax/tensorstore raise many kinds for unreadable files
             if wait is None:
@@ -591,7 +608,7 @@ def newest_step_folder(path: str) -> str:
 def _read_meta(step_dir: epath.Path) -> dict:
     meta = ocp.JsonCheckpointHandler().restore(step_dir / META, args=ocp.args.JsonRestore())
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ValueError(f"{step_dir / META}: not a bertjax checkpoint's meta (expected a JSON object with "
+        raise _NotThisFormat(f"{step_dir / META}: not a bertjax checkpoint's meta (expected a JSON object with "
                          f"format {FORMAT!r})")
     return meta
 
@@ -613,7 +630,7 @@ def _load_params(step_dir: epath.Path, abstract_params: Any) -> tuple[dict, Any]
     handler = ocp.PyTreeCheckpointHandler()
     saved_tree = handler.metadata(step_dir / STATE).tree
     if "params" not in saved_tree:
-        raise ValueError(f"{step_dir / STATE} holds no 'params' (keys: {sorted(saved_tree)})")
+        raise _NotThisFormat(f"{step_dir / STATE} holds no 'params' (keys: {sorted(saved_tree)})")
     if abstract_params is None:
         item = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), saved_tree["params"])
         restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)

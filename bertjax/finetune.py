@@ -721,7 +721,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
                             "scored_beside": scored_beside}
                     # (two managers saving at once call one cross-host barrier from two threads,
                     # which orbax refuses: a two-host run crashed when a save was still finishing)
-                    checkpointer.wait_until_finished()
+                    # (a failed training checkpoint: a warning, the best still saved; the next one retries)
+                    checkpointer.wait_reporting(step)
                     best_checkpointer.save(step, {"params": params}, data_position=step, config=saved_config,
                                            force=True, extra_meta=best, replace=True)
                     best_predictions = predictions

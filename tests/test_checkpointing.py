@@ -224,22 +224,36 @@ def test_a_save_after_one_that_failed_still_saves_its_step(tmp_path, small8, cap
     """A background save that failed (a passing gs:// 503) made the next save raise before it
     started: a preemption's save was never tried, and every step since the last good one was
     lost (a review). The failure is a warning; the step is saved and waited for."""
+    import threading
+
     state, _ = small8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=10, max_to_keep=3, async_save=True)
-    assert ckpt.save(10, state, data_position=10, config=CONFIG)
-    wait, failures = ckpt._manager.wait_until_finished, [OSError("503 Service Unavailable")]
+    inner = ckpt._manager._checkpointer  # (orbax's: its finalize thread commits a step in the background)
+    wait, failures = inner.wait_until_finished, []
 
-    def wait_failing_once():
+    def committing():  # fails once where a failure is queued, as a passing gs:// error would
         wait()
-        if failures:
+        if failures and threading.current_thread().name == "save_finalize":
             raise failures.pop()
 
-    ckpt._manager.wait_until_finished = wait_failing_once
+    inner.wait_until_finished = committing
+    failures.append(OSError("503 Service Unavailable"))
+    assert ckpt.save(10, state, data_position=10, config=CONFIG)
     with caplog.at_level("WARNING"):
         assert ckpt.save(25, state, data_position=25, config=CONFIG, force=True)  # a SIGTERM's save
     assert f"saving checkpoint step 10 to {tmp_path} failed (OSError: 503 Service Unavailable)" in caplog.text
     assert "; saving step 25 now" in caplog.text
-    assert sorted(os.listdir(tmp_path)) == ["10", "25"] and checkpointing.read_meta(str(tmp_path))["step"] == 25
+    assert ckpt.all_steps() == [25] and checkpointing.read_meta(str(tmp_path))["step"] == 25
+    # The stop at a checkpoint step whose own save fails in the background: that step, saved
+    # again (it was listed while in flight, and taken as saved; a review).
+    failures.append(OSError("503 Service Unavailable"))
+    assert ckpt.save(30, state, data_position=30, config=CONFIG)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert ckpt.save(30, state, data_position=30, config=CONFIG, force=True)
+    assert "saving checkpoint step 30" in caplog.text and "; saving step 30 now" in caplog.text
+    ckpt.wait_until_finished()
+    assert ckpt.all_steps() == [25, 30] and checkpointing.read_meta(str(tmp_path))["step"] == 30
     ckpt.close()
 
 
@@ -507,6 +521,14 @@ def test_reading_another_runs_checkpoint_retries_a_passing_error(tmp_path, small
         assert checkpointing.read_meta(str(tmp_path))["data_position"] == 22
     assert f"reading checkpoint {tmp_path / '2'} failed (OSError: 503 Service Unavailable); trying again" \
         in caplog.text and "falling back" not in caplog.text
+    # Bytes that are no JSON do not read another time: no wait, the step before (a review).
+    for meta in (tmp_path / "2" / "meta").rglob("*"):
+        if meta.is_file():
+            meta.write_bytes(b"\x00 not json")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertjax.checkpointing"):
+        assert checkpointing.read_meta(str(tmp_path))["data_position"] == 11
+    assert "trying again" not in caplog.text and "falling back to the previous one" in caplog.text
 
 
 _KILL_DURING_SAVE = textwrap.dedent("""

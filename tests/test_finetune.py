@@ -1333,14 +1333,13 @@ def test_a_resume_that_would_read_the_head_otherwise_is_refused(tmp_path):
     tiny_finetune_run("classification", tmp_path, label_names="neg,pos", **files)
 
 
-def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path, monkeypatch):
+def test_a_best_the_run_cannot_build_on_is_moved_aside(tmp_path):
     """A run killed before its first checkpoint leaves best/ (written at each evaluation) and
     no checkpoints/: a new run there starts from step 0 and must not compare with, or end on,
     those weights; they are moved aside, not deleted."""
     from bertjax import checkpointing
     from small_runs import tiny_finetune_run
 
-    monkeypatch.setattr(checkpointing, "READ_RETRY_SECONDS", (0.0, 0.0))  # (a corrupt best/ is retried)
     rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("dull and long", "neg")] * 4
     (tmp_path / "data.csv").write_text("text_a,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
     files = dict(train_file=str(tmp_path / "data.csv"), eval_file=str(tmp_path / "data.csv"), text_b_key="")
