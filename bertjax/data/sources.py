@@ -228,7 +228,8 @@ def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files
     """Comma-separated globs (the setting `key`) -> sorted unique paths (overlapping globs, or
     a local file named two ways, "x.txt" and "./x.txt" or a link, name it once: by its first
     spelling); a glob matching nothing is an error (a typo would drop its files), as is a remote
-    one with `**` (read as `*` there: the deeper files would be dropped)."""
+    one with `**` (read as `*` there: the deeper files would be dropped). A local `**` reads
+    every level (`corpus/**` every file below `corpus`), its folders passed over."""
     paths: dict[str, str] = {}  # the file -> how the patterns first named it
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
@@ -236,7 +237,8 @@ def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files
         if fileio.is_remote(pattern) and "**" in pattern:
             raise ValueError(f"{key}: {pattern!r}: a remote glob has no recursive '**' (it would match one folder "
                              "level only); give a glob for each level (comma-separated)")
-        matches = fileio.glob(pattern)
+        # (a local "**" matches the folders too, "corpus/**" the top one: their files are read)
+        matches = [path for path in fileio.glob(pattern) if "**" not in pattern or not os.path.isdir(path)]
         if not matches:
             raise FileNotFoundError(f"{key}: {pattern!r} matches no file")
         for path in matches:

@@ -96,6 +96,9 @@ def test_a_file_named_twice_is_read_once(tmp_path, monkeypatch):
     (tmp_path / "corpus" / "sub" / "deep").mkdir(parents=True)
     (tmp_path / "corpus" / "sub" / "deep" / "z.txt").write_text("A sentence.\n")
     assert sources.expand_patterns("corpus/**/*.txt") == ["corpus/sub/deep/z.txt", "corpus/x.txt", "corpus/y.txt"]
+    # ... its folders passed over: "corpus/**" matches "corpus/" itself (a review: refused as a folder).
+    for pattern in ("corpus/**", "corpus/**/*"):
+        assert sources.expand_patterns(pattern) == ["corpus/sub/deep/z.txt", "corpus/x.txt", "corpus/y.txt"]
     with pytest.raises(ValueError, match=r"input_pattern: 'gs://b/corpus/\*\*/\*.txt': a remote glob has no "
                                          r"recursive '\*\*'"):
         sources.expand_patterns("gs://b/corpus/**/*.txt")
