@@ -357,3 +357,31 @@ def test_a_warning_named_by_its_process_is_given_once_on_every_handler():
             log.removeHandler(handler)
     assert [stream.getvalue().splitlines() for stream in streams] == [
         ["process 1 of 2: checkpoint ckpt/8 is unreadable"]] * 2
+
+
+def test_a_launchers_flags_name_its_settings_in_errors_and_warnings_once_each():
+    """A warning named config.data.text_key where train_tokenizer's user typed --text_key; the
+    renaming, done by each handler in turn, gave '----vocab_size' with two handlers, and
+    renamed inside longer names ('type_vocab_size=') and flags already given (a review)."""
+    import logging
+
+    from bertjax.runtime import cli
+
+    streams = [io.StringIO(), io.StringIO()]
+    root = logging.getLogger()
+    handlers = [logging.StreamHandler(stream) for stream in streams]
+    for handler in handlers:
+        root.addHandler(handler)
+    message = "vocab_size=9 (config.data.text_key); type_vocab_size=2, --vocab_size=9, config.model.vocab_size=9"
+    try:
+        with pytest.raises(ValueError) as raised:
+            with cli.settings_as_flags({"config.data.text_key": "--text_key", "vocab_size=": "--vocab_size="}):
+                logging.getLogger("bertjax.test_flags").warning(message)
+                raise ValueError(message)
+    finally:
+        for handler in handlers:
+            root.removeHandler(handler)
+    renamed = "--vocab_size=9 (--text_key); type_vocab_size=2, --vocab_size=9, config.model.vocab_size=9"
+    assert str(raised.value) == renamed
+    assert [stream.getvalue() for stream in streams] == [renamed + "\n"] * 2
+    assert not any(handler.filters for handler in handlers)

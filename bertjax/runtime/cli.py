@@ -299,16 +299,18 @@ def settings_as_flags(flags: dict[str, str]):
     """Names a launcher's flags (e.g. {"config.data.text_key": "--text_key"}) where a
     library's ValueError or logged warning names the config setting the flag stands for."""
 
+    # A setting's whole name: not inside a longer one ("type_vocab_size=") nor a flag ("--vocab_size=").
+    named = re.compile("|".join(rf"(?<![-\w.]){re.escape(setting)}" for setting in flags))
+
     def as_flags(message: str) -> str:
-        for setting, flag in flags.items():
-            message = message.replace(setting, flag)
-        return message
+        return named.sub(lambda match: flags[match.group(0)], message)
 
     def rename(record: logging.LogRecord) -> bool:
-        record.msg, record.args = as_flags(record.getMessage()), ()
+        if not getattr(record, "named_by_flags", False):  # (once: each handler filters the record)
+            record.msg, record.args, record.named_by_flags = as_flags(record.getMessage()), (), True
         return True
 
-    handlers = logging.getLogger().handlers  # (a filter of a logger sees only what is logged to it)
+    handlers = list(logging.getLogger().handlers)  # (a filter of a logger sees only what is logged to it)
     for handler in handlers:
         handler.addFilter(rename)
     try:
