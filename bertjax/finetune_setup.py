@@ -115,6 +115,19 @@ def _configured_tokenizer(config: ml_collections.ConfigDict,
     raise ValueError("training from scratch (no config.init_checkpoint) needs config.data.vocab_path")
 
 
+def _same_head_setting(checkpoint: BertConfig, name: str, value) -> bool:
+    """Whether a head field set to `value` is the head `checkpoint` trained: the same layers
+    however written ("-1, -2", "12,11" on 12 layers), any LSTM size for a linear head."""
+    if name == "lstm_hidden_size" and checkpoint.tagging_head == "linear":
+        return True
+    if name != "feature_layers":
+        return value == getattr(checkpoint, name)
+    try:
+        return checkpoint.replace(feature_layers=value).feature_layer_indices == checkpoint.feature_layer_indices
+    except ValueError:  # (not layers at all: said as other than the checkpoint's)
+        return False
+
+
 def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | None, vocab_size: int) -> BertConfig:
     """`config.model` (None = unset) over the checkpoint's architecture, or the preset's."""
     fields = dict(config.model)
@@ -128,7 +141,7 @@ def model_config(config: ml_collections.ConfigDict, checkpoint: BertConfig | Non
             theirs = getattr(checkpoint, name)
             if fields.get(name) is None:
                 fields[name] = theirs
-            elif fields[name] != theirs:
+            elif not _same_head_setting(checkpoint, name, fields[name]):
                 raise ValueError(f"config.model.{name}={fields[name]!r}: config.reuse_head takes "
                                  f"{config.init_checkpoint}'s head, which has {name}={theirs!r}; leave it unset, or "
                                  "fine-tune a new head (config.reuse_head=False)")

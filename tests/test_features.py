@@ -1123,7 +1123,9 @@ def test_a_reused_head_reads_the_features_it_was_trained_on():
     bert = finetune_setup.model_config(config, checkpoint, 100)
     assert (bert.feature_layers, bert.feature_combine, bert.tagging_head, bert.lstm_hidden_size) == (
         "-1,-2,-3,-4", "concat", "bilstm", 32)
-    config.model.feature_layers = "0,1,2,3"
+    config.model.update(feature_layers="-1, -2,-3,1", lstm_hidden_size=32)  # the same layers however written
+    assert finetune_setup.model_config(config, checkpoint, 100).feature_layers == "-1, -2,-3,1"
+    config.model.update(feature_layers="0,1,2,3", lstm_hidden_size=None)
     with pytest.raises(ValueError, match=r"^config.model.feature_layers='0,1,2,3': config.reuse_head takes "
                                          r"/runs/ner_features's head, which has feature_layers='-1,-2,-3,-4'; leave it "
                                          r"unset, or fine-tune a new head \(config.reuse_head=False\)$"):

@@ -268,6 +268,14 @@ def _label_key(name: str) -> str:
     return (name[1:-1] if len(name) > 1 and name[0] == name[-1] == '"' else name).casefold()
 
 
+def _shown(name: str) -> str:
+    """A label as a warning shows it: escaped where it would look like its twin (an invisible or
+    combining character, a form other than NFC), else as written (any script)."""
+    hidden = unicodedata.normalize("NFC", name) != name or any(
+        unicodedata.category(c) == "Cf" or unicodedata.combining(c) for c in name)
+    return ascii(name) if hidden else repr(name)
+
+
 def _warn_of_suspect_labels(label_names: tuple[str, ...], path: str) -> None:
     """Warns of classes guessed from a training file that are likely no classes: a missing value
     written as text ('nan') and names that differ only in case, Unicode form, invisible
@@ -280,9 +288,9 @@ def _warn_of_suspect_labels(label_names: tuple[str, ...], path: str) -> None:
     for name in label_names:
         alike.setdefault(_label_key(name), []).append(name)
     twins = [names for names in alike.values() if len(names) > 1]
-    if twins:  # (ascii: escaped, as twins may look alike)
+    if twins:
         logging.warning("%s: labels that differ only in case, Unicode form, invisible characters or quotes are classes "
-                        "of their own: %s", path, "; ".join(", ".join(map(ascii, names)) for names in twins))
+                        "of their own: %s", path, "; ".join(", ".join(map(_shown, names)) for names in twins))
 
 
 # A score as written: ASCII digits (float() also reads '1_5' as 15 and other scripts' digits).

@@ -341,7 +341,7 @@ def test_labels_that_are_likely_no_classes_are_warned_of_and_one_column_has_one_
         task = classification.load_task(_config("classification", train_file=str(alike), text_a_key="review",
                                                 text_b_key="", label_key="sentiment"), tokenizer)
     assert len(task.info["label_names"]) == 6
-    assert "are classes of their own: '\"neg\"', 'neg'; 'cafe\\u0301', 'caf\\xe9'; 'pos', 'pos\\u200b'" in caplog.text
+    assert "are classes of their own: '\"neg\"', 'neg'; 'cafe\\u0301', 'caf\u00e9'; 'pos', 'pos\\u200b'" in caplog.text
     # A TSV named .csv, and a folder as the file: said so.
     tsv = tmp_path / "tabs.csv"
     tsv.write_text("review\tsentiment\na\tgood\n")
