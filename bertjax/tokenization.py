@@ -959,12 +959,14 @@ def _vocab_looks_uncased(path: str, tokens: tuple[str, ...]) -> bool:
     """do_lower_case for a vocab.txt given none: False when BERT's lower-casing changes over 1%
     of its tokens (Google's cased releases: about a fifth; uncased ones: none), else True, the
     original's default. Said when it keeps the case, so that a user expecting lower-casing sees
-    why not, and when it lower-cases a vocabulary some of whose tokens that changes (an uncased
-    one has none: a cased one made from text with few capitals, say)."""
+    why not, and when it lower-cases a vocabulary some of whose tokens have capitals or composed
+    letters (an uncased one has none: a cased one made from text with few capitals, say)."""
     share = _changed_share(tokens)
     if share <= 0.01:
+        # Capitals and composed letters (é, a Hangul syllable), never in an uncased one's tokens; a
+        # lone combining mark may be (the `tokenizers` normaliser's older tables keep newer marks).
         changed = [token for token in tokens if not (token.startswith("[") and token.endswith("]"))
-                   and _lower_cased(token) != token]
+                   and (token.lower() != token or unicodedata.normalize("NFD", token) != token)]
         if changed:
             logging.getLogger(__name__).warning(
                 "%s is read as uncased (do_lower_case=True), as under 1%% of its tokens change when lower-cased "
