@@ -780,9 +780,14 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     best_checkpointer.close()
     written, rescores = [], {}
     directory = fileio.join(workdir, "predictions")
-    # An earlier launch's predictions (another test file, a finished run relaunched): said when replaced.
-    earlier = ({path: fileio.content_hash(path) for path in fileio.files_under(directory)}
-               if jax.process_index() == 0 else {})
+    # An earlier launch's predictions (another test file, a finished run relaunched): said when
+    # replaced; one a killed launch left half-written is removed (the workdir is this run's).
+    earlier = {}
+    for path in fileio.files_under(directory) if jax.process_index() == 0 else ():
+        if fileio.INTERRUPTED_WRITE.fullmatch(os.path.basename(path)):
+            fileio.remove(path)
+        else:
+            earlier[path] = fileio.content_hash(path)
     with clock.phase("predict"):
         for split in task.eval_splits + task.test_splits:
             if split.name in to_predict:  # written post-processed once; scored if best/ was chosen otherwise

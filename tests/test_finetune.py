@@ -353,9 +353,12 @@ def test_finetune_from_minilm_lowers_the_loss_on_a_small_file(minilm_classifier_
     assert "replaced an earlier launch's predictions" not in capsys.readouterr().out
     (tmp_path / "newer.csv").write_text("id,review\nr3,i loved every minute\n")
     config.data.test_file = str(tmp_path / "newer.csv")
+    # (and a file a killed launch left half-written: removed, not named as earlier predictions)
+    (tmp_path / "run" / "predictions" / "eval.tsv.tmp-4242-0badf00d").write_text("index\tpred")
     finetune.finetune(config, str(tmp_path / "run"))
     out = capsys.readouterr().out
     assert f"replaced an earlier launch's predictions with this one's: {tmp_path}/run/predictions/test.tsv\n" in out
+    assert sorted(os.listdir(tmp_path / "run" / "predictions")) == ["eval.tsv", "test.tsv"]
 
 
 @pytest.mark.slow  # packed logits, loss, gradients and resume: tests/tasks/test_finetune_packing.py

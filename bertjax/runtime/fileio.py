@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import posixpath
 import shutil
 import socket
@@ -214,6 +215,10 @@ def write_bytes(path: str, data: bytes) -> None:
     write_with(path, lambda f: f.write(data))
 
 
+# write_with's file before its rename: one that a killed process (kill -9) left behind.
+INTERRUPTED_WRITE = re.compile(r".+\.tmp-\d+-[0-9a-f]{8}")
+
+
 def write_with(path: str, write: Callable[[Any], Any]) -> None:
     """write(binary file) to `path` atomically, as `write_bytes`. A local file is written as
     `write` goes (large output is never held whole in memory) and reaches the disk before it
@@ -223,7 +228,7 @@ def write_with(path: str, write: Callable[[Any], Any]) -> None:
     (.npz) do."""
     # The pid alone is not unique: processes of a multi-host run on gs:// may write the same file
     # (host_split=global_batch's epoch sizes) and have the same pid (1, in containers).
-    tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"  # (INTERRUPTED_WRITE: one a kill left)
     try:
         if is_remote(path):
             buffer = io.BytesIO()
