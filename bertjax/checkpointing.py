@@ -609,7 +609,7 @@ def _read_meta(step_dir: epath.Path) -> dict:
     meta = ocp.JsonCheckpointHandler().restore(step_dir / META, args=ocp.args.JsonRestore())
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise _NotThisFormat(f"{step_dir / META}: not a bertjax checkpoint's meta (expected a JSON object with "
-                         f"format {FORMAT!r})")
+                             f"format {FORMAT!r})")
     return meta
 
 

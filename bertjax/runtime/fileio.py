@@ -14,8 +14,8 @@ import hashlib
 import io
 import json
 import os
-import re
 import posixpath
+import re
 import shutil
 import socket
 import stat
