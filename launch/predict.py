@@ -120,6 +120,11 @@ def main(_):
     for name in options:
         if name not in taken:  # (before the model loads)
             raise ValueError(f"--{name}: an option of span-QA models, not a {family} model's")
+    if options:
+        try:
+            tasks.FAMILIES[family].check_options(source.task_info, **options)
+        except ValueError as e:  # (its message names the option first: the flag's name)
+            raise ValueError(f"--{e}") from None
     keys = batch_predict.default_keys(family, source.data, source.task_info)
     required = batch_predict.required_roles(family, keys, source.task_info)
     for name, flag in (("text_a", _TEXT_A_KEY), ("text_b", _TEXT_B_KEY), ("question", _QUESTION_KEY),

@@ -96,6 +96,11 @@ class Family:
         """Parsed inputs -> one result dict each, in order (`model` is an `inference.engine.Model`)."""
         raise NotImplementedError
 
+    def check_options(self, task_info: dict, **options) -> None:
+        """ValueError, naming the option first, for `predict` options a model of `task_info`
+        cannot take (a launcher checks them before the model loads); none are taken here."""
+        no_options(self, options)
+
     # -- Prediction over files (`inference.batch_predict`). --
 
     def read_line(self, line: str) -> Any:

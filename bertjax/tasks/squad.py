@@ -436,26 +436,30 @@ class SquadFamily(Family):
             identified.append({**item, "id": qid})
         return identified, clashes
 
-    def predict(self, model, parsed, n_best_size: int | None = None, max_answer_length: int | None = None,
-                null_score_diff_threshold: float | None = None, **options):
+    def check_options(self, task_info, n_best_size: int | None = None, max_answer_length: int | None = None,
+                      null_score_diff_threshold: float | None = None, **options):
         no_options(self, options)
-        too_short = self.check_length(model.max_seq_length, model.source.data)
-        if too_short:
-            raise ValueError(too_short)
-        run = settings(model.source.data)
-        n_best_size = int(run["n_best_size"]) if n_best_size is None else n_best_size
-        max_answer_length = int(run["max_answer_length"]) if max_answer_length is None else max_answer_length
         for name, value in (("n_best_size", n_best_size), ("max_answer_length", max_answer_length)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if null_score_diff_threshold is not None:
             if (isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, (
                     int, float, np.integer, np.floating)) or not math.isfinite(null_score_diff_threshold)):
                 raise ValueError(f"null_score_diff_threshold must be a finite number, got "
                                  f"{null_score_diff_threshold!r}")
-            if model.task_info.get("squad_version", "v1.1") != "v2.0":
+            if task_info.get("squad_version", "v1.1") != "v2.0":
                 raise ValueError("null_score_diff_threshold is for a SQuAD v2.0 model, which may answer 'no answer'; "
                                  "this one answers as v1.1, a span for every question")
+
+    def predict(self, model, parsed, n_best_size: int | None = None, max_answer_length: int | None = None,
+                null_score_diff_threshold: float | None = None, **options):
+        self.check_options(model.task_info, n_best_size, max_answer_length, null_score_diff_threshold, **options)
+        too_short = self.check_length(model.max_seq_length, model.source.data)
+        if too_short:
+            raise ValueError(too_short)
+        run = settings(model.source.data)
+        n_best_size = int(run["n_best_size"]) if n_best_size is None else n_best_size
+        max_answer_length = int(run["max_answer_length"]) if max_answer_length is None else max_answer_length
         builder = ExampleBuilder("inputs", strict=True)
         for i, item in enumerate(parsed, start=1):
             builder.add(item.get("id", str(i)), item["question"], item["context"], [], False)
