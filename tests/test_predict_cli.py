@@ -839,7 +839,8 @@ def test_span_qa_options_reach_the_model_from_the_command_line(launchers, tmp_pa
     assert [line["answer"] for line in lines] == [row["answer"] for row in model.predict(inputs, **options)]
     assert [line["answer"] for line in lines] != [row["answer"] for row in model.predict(inputs)]
     # A threshold for a model answering as v1.1: refused before it loads, by its flag's name.
-    v1 = launchers.run([PREDICT, f"--model={model_dir}", f"--input={tmp_path}/qa.jsonl", "--null_score_diff_threshold=1"])
+    v1 = launchers.run([PREDICT, f"--model={model_dir}", f"--input={tmp_path}/qa.jsonl",
+                        "--null_score_diff_threshold=1"])
     assert v1.returncode == 2 and v1.stderr.strip().splitlines()[-1] == (
         "error: --null_score_diff_threshold is for a SQuAD v2.0 model, which may answer 'no answer'; this one answers "
         "as v1.1, a span for every question")
