@@ -274,7 +274,7 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         results.append(row)
         pending.pop(row["run"], None)
 
-    for name, run in runs:
+    for number, (name, run) in enumerate(runs, start=1):
         run_dir = fileio.join(workdir, "sweep", name)
         row_file = fileio.join(run_dir, ROW_FILE)
         finished = fileio.read_json(row_file) if fileio.exists(row_file) else None
@@ -296,6 +296,8 @@ def _run_all(workdir: str, runs: list[tuple[str, ml_collections.ConfigDict]]
         if finished:
             _say(f"the sweep's run {name} finished before: writing its predictions for "
                  f"config.data.test_file={run.data.test_file!r}")
+        else:  # (its own lines say its settings, not which run of the sweep it is)
+            _say(f"sweep run {number} of {len(runs)}: {name}")
         cli.new_run_warnings()
         try:
             summary = finetune.finetune(run, run_dir)
@@ -361,7 +363,8 @@ def results_table(results: list[dict[str, Any]]) -> list[str]:
 
 
 def _say(line: str) -> None:
-    """A line for the console (process 0): what the sweep does with a run it did not train now."""
+    """A line for the console (process 0): which run the sweep trains, or what it does with one it
+    did not train now."""
     if jax.process_index() == 0:
         print(line, flush=True)
 

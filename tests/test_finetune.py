@@ -470,9 +470,13 @@ def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog, monkeypatch)
         peak = max(r["learning_rate"] for r in logged if "learning_rate" in r)  # (float32)
         assert row["learning_rate"] / 10 < peak <= row["learning_rate"] * (1 + 1e-6)
     assert json.load(open(tmp_path / "sweep_results.json")) == results
-    # Where the best run's predictions (GLUE's submission files) are (a walkthrough looked for them).
+    # Where the best run's predictions (GLUE's submission files) are (a walkthrough looked for them),
+    # and which run is training, before its own lines (a review: only its settings said it).
+    out = capsys.readouterr().out
     assert (f"best: {results[0]['run']} (eval_accuracy {results[0]['eval_accuracy']:.4f}); its predictions in "
-            f"{tmp_path / 'sweep' / results[0]['run'] / 'predictions'}; all in") in capsys.readouterr().out
+            f"{tmp_path / 'sweep' / results[0]['run'] / 'predictions'}; all in") in out
+    assert [line for line in out.splitlines() if line.startswith("sweep run ")] == [
+        "sweep run 1 of 2: lr0.001_batch16_steps4", "sweep run 2 of 2: lr0.0001_batch16_steps4"]
     # Resumable: finished runs are not trained again (a retrain would give the same rows here).
     monkeypatch.setattr(finetune, "finetune", lambda config, workdir: pytest.fail(f"{workdir} trained again"))
     assert sweep.sweep(config, str(tmp_path)) == results
