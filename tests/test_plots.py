@@ -173,6 +173,14 @@ def test_a_sweeps_workdir_plots_its_runs_and_the_output_is_a_png_file(tmp_path, 
     assert plots.main([f"grid={tmp_path}/sw", f"--output={tmp_path}/x.png"]) == 0
     assert drawn == [{f"grid/{run}": str(tmp_path / "sw" / "sweep" / run)
                       for run in ("lr0.0001_batch16_epochs1", "lr0.001_batch16_epochs1")}]
+    # A run the sweep records as failed is said so in the legend (a review: its lines looked like
+    # any other's).
+    (tmp_path / "sw" / "sweep_results.json").write_text(json.dumps(
+        [{"run": "lr0.0001_batch16_epochs1", "eval_accuracy": 0.5},
+         {"run": "lr0.001_batch16_epochs1", "error": "diverged", "best_step": None}]))
+    drawn.clear()
+    assert plots.main([f"grid={tmp_path}/sw", f"--output={tmp_path}/x.png"]) == 0
+    assert list(drawn[0]) == ["grid/lr0.0001_batch16_epochs1", "grid/lr0.001_batch16_epochs1 (failed)"]
     for output in (f"{tmp_path}/x.jpg", str(tmp_path)):
         assert plots.main([f"{tmp_path}/sw", f"--output={output}"]) == 2
         assert f"--output={output}: give the name of a .png file to write" in capsys.readouterr().err

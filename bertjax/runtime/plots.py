@@ -94,7 +94,8 @@ def _finite(value) -> bool:
 def _labelled_runs(arguments: list[str]) -> dict[str, str]:
     """{label: workdir} from WORKDIR or LABEL=WORKDIR arguments: an existing folder is a WORKDIR
     even with '=' in its name (a sweep's lr=1e-4); a sweep's workdir is its runs, each labelled
-    LABEL/<run>; a label given twice is an error."""
+    LABEL/<run>, " (failed)" after it for a run its sweep_results.json records as failed; a label
+    given twice is an error."""
     runs = {}
     for argument in arguments:
         label, workdir = (argument.split("=", 1) if "=" in argument and not fileio.isdir(argument)
@@ -102,7 +103,13 @@ def _labelled_runs(arguments: list[str]) -> dict[str, str]:
         swept = sorted(fileio.glob(fileio.join(fileio.escape(workdir), "sweep", "*", "metrics.jsonl")))
         if swept and not fileio.exists(fileio.join(workdir, "metrics.jsonl")):
             folders = [fileio.parent(path) for path in swept]
-            named = {f"{label}/{folder.rstrip('/').rsplit('/', 1)[-1]}": folder for folder in folders}
+            results = fileio.join(workdir, "sweep_results.json")
+            failed = {row.get("run") for row in (fileio.read_json(results) if fileio.exists(results) else [])
+                      if row.get("error")}
+            named = {}
+            for folder in folders:
+                run = folder.rstrip("/").rsplit("/", 1)[-1]
+                named[f"{label}/{run}" + (" (failed)" if run in failed else "")] = folder
         else:
             named = {label: workdir}
         for label, workdir in named.items():
