@@ -137,13 +137,14 @@ def main(_):
         keys[name] = flag.value
         if name not in required:
             required.append(name)
+    ids = {}  # (a row's id column, written in its line)
     if _TEXT.value:
         records = batch_predict.command_line_inputs(_TEXT.value, family)
     else:
         input_format = batch_predict.file_format(input_file or "", family, _FORMAT.value, keys)
         read = functools.partial(batch_predict.read_inputs, input_file or "/dev/stdin", family, input_format,
                                  keys, source.data, required, check_lines=_FORMAT.value == "auto",
-                                 warned=set())  # (one warning, however often the file is read)
+                                 warned=set(), ids=ids)  # (one warning, however often the file is read)
         if input_file and fileio.can_read_twice(input_file):  # checked whole first, then predicted
             records = batch_predict.Reread(read)
             if next(iter(records), None) is None:
@@ -163,7 +164,7 @@ def main(_):
         if too_short:  # before an input is predicted
             raise ValueError(f"--{too_short}")
         summary = batch_predict.predict_all(model, family, records, write, _ON_ERROR.value, _TOP_K.value,
-                                            progress=batch_predict.progress_line(), options=options)
+                                            progress=batch_predict.progress_line(), options=options, ids=ids)
         completed = True
     finally:
         if close is not None:

@@ -526,18 +526,22 @@ def test_the_command_line_predicts_a_jsonl_file_and_names_bad_lines(minilm_class
     def forked_predict(*args):  # forked (tests/conftest.py): five launches of the same launcher
         return launchers.run([PREDICT, *args])
 
-    rows = [{"review": text} for text, _ in REVIEWS] + [{"text": "no review column"}]
+    # (a row's id comes with its answer, as fine-tuning's predictions name rows: a review found no
+    # way to join a file's answers back but counting its lines)
+    rows = [{"review": text, **({"id": f"r{i}"} if i < 2 else {})} for i, (text, _) in enumerate(REVIEWS)]
+    rows.append({"text": "no review column", "idx": 9})
     (tmp_path / "new.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     result = forked_predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",
                       f"--output={tmp_path}/o.jsonl", "--on_error=skip")
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [line.get("id") for line in lines] == ["r0", "r1", None, None, "9"]
     expected = bertjax.load_model(minilm_classifier_run).predict([text for text, _ in REVIEWS])
     assert [line["label"] for line in lines[:4]] == [label for _, label in REVIEWS]
     for line, want in zip(lines, expected):
         assert line["probabilities"] == pytest.approx(want["probabilities"], abs=1e-5)
-    why = "no 'review' column (the task reads 'review'; the row has ['text']; --text_a_key names another)"
-    assert lines[4] == {"error": why, "where": f"{tmp_path}/new.jsonl:5"}
+    why = "no 'review' column (the task reads 'review'; the row has ['idx', 'text']; --text_a_key names another)"
+    assert lines[4] == {"id": "9", "error": why, "where": f"{tmp_path}/new.jsonl:5"}
     assert "skipped 1 of 5 inputs" in result.stderr
 
     failed = forked_predict(f"--model={minilm_classifier_run}", f"--input={tmp_path}/new.jsonl",

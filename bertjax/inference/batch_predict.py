@@ -139,7 +139,7 @@ def _stdin_is_a_file() -> bool:
 
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
                 data: dict | None = None, required: Iterable[str] = (), check_lines: bool = False,
-                warned: set[str] | None = None) -> Iterator[tuple[str, Any]]:
+                warned: set[str] | None = None, ids: dict[str, str] | None = None) -> Iterator[tuple[str, Any]]:
     """(where, item) per input, in file order; item is what Model.predict (fill_mask: a text)
     takes, or a ValueError for a row that does not have the columns the task reads. data: the
     run's config.data (CoNLL's tag_column). required: roles a row without which is an error
@@ -149,7 +149,8 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
     by the readings of one file, which predict reads more than once). check_lines: text whose
     format was taken from its name: its first lines are checked as `file_format` checks a
     file's, before any is an input (a pipe, which `file_format` cannot read ahead). Stdin
-    (/dev/stdin) is named "stdin" in each input's place."""
+    (/dev/stdin) is named "stdin" in each input's place. ids: filled with {where: the row's
+    "id" (or "idx")} for CSV, TSV and JSONL rows that have one (`predict_all` writes it)."""
     required = [role for role in required if keys.get(role)]
     warned = set() if warned is None else warned
     reader = input_reader(family)
@@ -170,6 +171,9 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
             if isinstance(row, ValueError):  # a row that does not read: an error in its place
                 yield where, row
                 continue
+            given = row.get("id", row.get("idx"))  # (as fine-tuning's files name their rows)
+            if ids is not None and given is not None:
+                ids[where] = str(given)
             try:
                 missing = next((keys[role] for role in required if keys[role] not in row), None)
                 if missing is not None:
@@ -286,13 +290,14 @@ def _refusal(first: tuple[str, str], bad: int) -> ValueError:
 
 def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: Callable[[dict], None],
                 on_error: str = "fail", top_k: int = 5, progress: Callable[[int, int | None], None] | None = None,
-                options: dict | None = None) -> dict[str, Any]:
+                options: dict | None = None, ids: dict[str, str] | None = None) -> dict[str, Any]:
     """Predicts (where, item) records CHUNK_INPUTS at a time and calls write with one dict per
     input, in order; memory holds one chunk. on_error "fail": a bad input is a ValueError
     naming it, before the first prediction when the records can be read twice (a list, a
     `Reread`), else (stdin) before its own chunk's. Returns {"inputs", "predicted", "skipped":
     the count, "errors": the first SHOWN_ERRORS (where, why), "truncated": results so marked}.
-    progress(done, total or None); options go to `model.predict` (span QA's n_best_size...)."""
+    progress(done, total or None); options go to `model.predict` (span QA's n_best_size...);
+    ids: {where: the row's id} (`read_inputs`), written first in each line that has none."""
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     total = None
@@ -324,7 +329,9 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
         answers = dict(zip(good, results))
         truncated += sum(bool(result.get("truncated")) for result in results)
         for i, (where, _) in enumerate(chunk):
-            write(answers[i] if i in answers else {"error": problems[i], "where": where})
+            line = answers[i] if i in answers else {"error": problems[i], "where": where}
+            given = ids.pop(where, None) if ids else None  # (popped: memory holds the rows not yet written)
+            write(line if given is None or "id" in line else {"id": given, **line})
         inputs, predicted, skipped = inputs + len(chunk), predicted + len(good), skipped + len(bad)
         errors.extend(bad[:SHOWN_ERRORS - len(errors)])
         if progress is not None:
