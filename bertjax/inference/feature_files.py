@@ -68,7 +68,6 @@ from bertjax.tasks.raw_text import original_pair
 FORMAT = "bertjax-features/1"
 MANIFEST = "manifest.json"
 _PROGRESS_FILE = re.compile(r"manifest-process\d+-of-\d+\.json")  # a multi-process run's own progress
-_INTERRUPTED_WRITE = re.compile(r".+\.tmp-[\w-]+")  # fileio.write_bytes's name before its rename: a killed run's
 _SHARD_FILE = re.compile(r"shard-\d{5,}\.npz")  # (see _shard_name)
 INPUT_FORMATS = ("text", "csv", "tsv", "jsonl")
 SHARD_BYTES = 512 << 20  # a shard's values at most, whatever --shard_size asks
@@ -354,7 +353,7 @@ def _resume_point(output: str, settings: dict[str, Any], process: int, processes
     if fileio.exists(output) and not fileio.isdir(output):
         raise ValueError(f"--output={output} is a file; give a folder for shards or a name ending in .jsonl")
     present = sorted(name for name in (fileio.listdir(output) if fileio.isdir(output) else [])
-                     if not _INTERRUPTED_WRITE.fullmatch(name))
+                     if not fileio.INTERRUPTED_WRITE.fullmatch(name))
     manifests = {name: fileio.read_json(fileio.join(output, name)) for name in present
                  if name == MANIFEST or _PROGRESS_FILE.fullmatch(name)}
     fresh = {"format": FORMAT, "settings": settings, "shards": [], "examples_done": 0, "truncated": 0,
@@ -636,6 +635,6 @@ def extract(model, input_file: str | os.PathLike, output: str | os.PathLike, *,
     if not to_jsonl and process == 0:  # every process is done writing: a killed run's leftovers can go
         listed = {shard["file"] for shard in (merged if processes > 1 else manifest)["shards"]}
         for name in fileio.listdir(output):
-            if _INTERRUPTED_WRITE.fullmatch(name) or (_SHARD_FILE.fullmatch(name) and name not in listed):
+            if fileio.INTERRUPTED_WRITE.fullmatch(name) or (_SHARD_FILE.fullmatch(name) and name not in listed):
                 fileio.remove(fileio.join(output, name))
     return done

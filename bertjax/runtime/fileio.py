@@ -215,8 +215,9 @@ def write_bytes(path: str, data: bytes) -> None:
     write_with(path, lambda f: f.write(data))
 
 
-# write_with's file before its rename: one that a killed process (kill -9) left behind.
-INTERRUPTED_WRITE = re.compile(r".+\.tmp-\d+-[0-9a-f]{8}")
+# A file before its rename (write_with's NAME.tmp-<pid>-<random>, temporary_name's
+# NAME.tmp-<host>-<pid>): one that a killed process (kill -9) left behind.
+INTERRUPTED_WRITE = re.compile(r".+\.tmp-[\w.-]+")
 
 
 def write_with(path: str, write: Callable[[Any], Any]) -> None:

@@ -45,11 +45,11 @@ def family_of_architecture(architecture: str) -> Family | None:
 
 
 def predict_options(family: str) -> tuple[str, ...]:
-    """The options a family's `predict` takes by name (span QA's n_best_size...); none for
-    another name (fill-mask)."""
+    """The options a family's `predict` takes by name (span QA's n_best_size...: those its
+    `check_options` checks); none for another name (fill-mask)."""
     if family not in FAMILIES:
         return ()
-    parameters = inspect.signature(FAMILIES[family].predict).parameters.values()
+    parameters = inspect.signature(FAMILIES[family].check_options).parameters.values()
     return tuple(p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)
 
 
