@@ -347,9 +347,19 @@ def tf_checkpoint_prefix(path: str) -> str | None:
     """`path`/bert_model.ckpt if its index exists, else the latest checkpoint named in `path`/checkpoint
     (in `path` itself when it is there: a copied folder's file may name the original's), else
     the one checkpoint in `path` (a run_pretraining.py step copied without its `checkpoint`
-    file), else None."""
+    file), else None. A release's bert_model.ckpt beside other checkpoints is refused."""
     prefix = fileio.join(path, "bert_model.ckpt")
     if fileio.exists(prefix + ".index"):
+        # Google's fine-tuning scripts want the release's bert_config.json and vocab.txt in
+        # their output_dir: a copy of the whole release puts its weights beside the run's own,
+        # and either could be the one meant.
+        others = sorted(name for name in fileio.listdir(path)
+                        if name.endswith(".index") and name != "bert_model.ckpt.index")
+        if others:
+            raise ValueError(f"{path} holds a release's bert_model.ckpt and {len(others)} other TF checkpoint"
+                             f"{'s' * (len(others) > 1)} ({', '.join(others[:3])}{', ...' * (len(others) > 3)}; "
+                             "a fine-tuning run's?): which to read is not clear; give a folder with the one "
+                             "checkpoint meant, its bert_config.json and vocab.txt beside it")
         return prefix
     if fileio.exists(fileio.join(path, "checkpoint")):
         from bertjax.runtime.tf_cpu import tf

@@ -735,6 +735,16 @@ def test_a_tf_checkpoint_is_found_by_its_prefix_or_alone_in_its_folder(tf_releas
     shutil.copytree(directory, copied, ignore=shutil.ignore_patterns("*.index", "checkpoint"))
     with pytest.raises(ValueError, match=r"copied/bert_model.ckpt.index is missing beside its .data file\(s\)"):
         bertjax.load_pretrained(str(copied))
+    # A release copied whole into a fine-tuning output_dir (Google's scripts want its
+    # bert_config.json and vocab.txt there): the release's weights were read, the run's
+    # model.ckpt-N ignored without a word (a review).
+    for name in os.listdir(directory):
+        shutil.copy(os.path.join(directory, name), step)
+    (step / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-2000"\n')
+    with pytest.raises(ValueError, match=r"step holds a release's bert_model.ckpt and 2 other TF checkpoints "
+                                         r"\(model.ckpt-1234.index, model.ckpt-2000.index; a fine-tuning run's\?\): "
+                                         r"which to read is not clear"):
+        bertjax.load_pretrained(str(step))
 
 
 def test_a_cased_vocabulary_no_name_speaks_for_is_written_cased(launchers, tf_release, tmp_path):
