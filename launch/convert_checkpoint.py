@@ -27,13 +27,15 @@ from absl import flags  # noqa: E402
 _INPUT = flags.DEFINE_string("input", None, "checkpoint directory to read", required=True)
 _OUTPUT = flags.DEFINE_string("output", None, "directory to write", required=True)
 _FORMAT = flags.DEFINE_enum("format", "huggingface", ["huggingface", "tf"], "layout to write")
-_VOCAB = flags.DEFINE_string("vocab_file", None, "vocab.txt or tokenizer.json to write as vocab.txt (default: "
-                              "the input's own, if it has one)")
+_VOCAB = flags.DEFINE_string("vocab_file", None, "vocab.txt or tokenizer.json to write beside the weights: "
+                              "vocab.txt, or a tokenizer.json other than BERT's WordPiece as it is (default: the "
+                              "input's own, if it has one)")
 flags.DEFINE_alias("vocab", "vocab_file")  # this launcher's earlier name
 _LOWER_CASE = flags.DEFINE_bool(
-    "do_lower_case", None, "whether the vocabulary is uncased, written to the Hugging Face tokenizer_config.json "
-    "(default: what the input says: tokenizer_config.json, a release named (un)cased_L-..., a bertjax run's tokenizer; "
-    "a bertjax run's own casing cannot be changed)")
+    "do_lower_case", None, "whether a WordPiece vocabulary is uncased, written to the Hugging Face "
+    "tokenizer_config.json or, with --format=tf, to bert_config.json (default: what the input says: "
+    "tokenizer_config.json, a release named (un)cased_L-..., a bertjax run's tokenizer; a bertjax run's own casing "
+    "cannot be changed)")
 _SQUAD_VERSION = flags.DEFINE_enum("squad_version", None, ["v1.1", "v2.0"],
                                    "span QA: v2.0 for a model trained to abstain, where a Hugging Face config.json "
                                    "does not say; written to the output's config.json (default: the run's; a "
@@ -99,6 +101,9 @@ def main(_):
                             "tokenizer will give other ids than the model trained on, unless that was wrong",
                             _LOWER_CASE.value, _INPUT.value, trained)
     kind = "huggingface" if vocab is not None and vocab.endswith(".json") else "wordpiece"
+    if kind == "huggingface" and tokenization.bert_wordpiece_differences(vocab):  # written as it is, casing its own
+        tokenization.check_casing_setting(tokenization.load_tokenizer(kind, vocab), _LOWER_CASE.value,
+                                          "--do_lower_case")
     if do_lower_case is None and kind == "wordpiece" and vocab is not None:  # (a folder without its vocabulary)
         do_lower_case = source.recorded_casing_for(vocab)
     if kind == "huggingface" and do_lower_case is None and not tokenization.bert_wordpiece_differences(vocab):

@@ -758,6 +758,11 @@ def test_a_token_id_export_refuses_ids_its_embeddings_lack_and_says_its_squad_ve
     from bertjax.inference import export
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "hf_modernbert", "question_answering")
+    # A length with no room for a context after a question (predict and the string export
+    # refuse it) was exported: task.json's layout could build no row (a review).
+    with pytest.raises(ValueError, match=f"{path}: max_seq_length 16 leaves no room for a context"):
+        export.export_saved_model(path, str(tmp_path / "short"), max_seq_length=16)
+    assert not (tmp_path / "short" / "1").exists()
     saved = export.export_saved_model(path, str(tmp_path / "serving"))
     task = json.load(open(os.path.join(saved, "assets.extra", "task.json")))
     assert task["squad_version"] == "v1.1" and task["tokenizer"]["kind"] == "huggingface"

@@ -105,7 +105,7 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
     model = engine.load_model(source, max_seq_length=max_seq_length, precision=precision, vocab_path=vocab_path,
                               do_lower_case=do_lower_case)
     if takes_token_ids(model.tokenizer):
-        module, signature = _token_ids_module(model)
+        module, signature = _token_ids_module(model, source.path)
     else:
         module, signature = _tokenizing_module(model, source.path)
 
@@ -140,16 +140,20 @@ def takes_token_ids(tokenizer) -> bool:
     return tokenizer.kind == "huggingface"
 
 
-def _token_ids_module(model):
+def _token_ids_module(model, path: str):
     """The SavedModel without a tokenizer: input_ids, segment_ids, input_mask <int32>[B, S]
     ([B, C, S] for multiple choice) -> the network's float32 logits: `logits` (classification
     [B, K], regression [B, 1], tagging [B, S, K], choice [B, C]) or `start_logits`, `end_logits`
     [B, S] (span QA). Rows longer than max_seq_length are refused: the model would read
     positions it never trained at, where predict truncates; so are ids outside the vocabulary
     and segment ids or mask values other than 0 and 1 (the embedding lookup gave NaN logits
-    for an id past the vocabulary)."""
+    for an id past the vocabulary). A length the family cannot read at is refused as the
+    tokenizing export refuses it (span QA's row with no room for a context)."""
     from bertjax.runtime.tf_cpu import tf
 
+    why_not = model.family.check_length(model.max_seq_length, model.source.data)
+    if why_not:
+        raise ValueError(f"{path}: {why_not}")
     module = tf.Module()
     module.params = _variables(model)
     apply = _jax_function(model)

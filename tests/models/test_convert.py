@@ -1061,3 +1061,16 @@ def test_a_google_release_folder_name_says_its_casing(tf_release, tmp_path, name
     whole-word-masking releases once read as unknown, so lower-cased (wrong ids for capitals)."""
     shutil.copytree(tf_release[0], tmp_path / name)
     assert convert.checkpoint_vocabulary(str(tmp_path / name))["do_lower_case"] is uncased
+
+
+def test_a_casing_a_byte_level_tokenizer_json_does_not_take_is_refused(launchers, tmp_path):
+    """--do_lower_case with a ModernBERT's tokenizer.json (written as it is, its own normaliser
+    keeping case) was ignored, and the summary said "uncased" (a review). Refused in one line,
+    as predict and the export refuse it."""
+    model = os.path.join(os.path.dirname(__file__), "hf_modernbert", "classifier")
+    refused = launchers.run([os.path.join(REPO, "launch", "convert_checkpoint.py"), f"--input={model}",
+                             f"--output={tmp_path / 'hf'}", "--do_lower_case"], cwd=REPO)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert (f"--do_lower_case=True, but {model}/tokenizer.json keeps case by its own normalisation, which the "
+            "setting does not change") in refused.stderr, refused.stderr[-2000:]
+    assert not (tmp_path / "hf").exists()
