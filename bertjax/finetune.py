@@ -627,8 +627,9 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # (a run stopped in its last evaluation owes it: not finished, it evaluates again)
     finished = start_step >= train_cfg.num_steps and not (
         task.eval_splits and training_loop.evaluation_owed_at(str(checkpointer.directory), start_step))
-    trainer.process_zero_first(lambda: _set_best_aside(fileio.join(workdir, "best"), fresh=start_step == 0,
-                                                       finished=finished, evaluated_on=evaluated_on), "best/ checked")
+    # (process 0 alone: another host's passing read error would move aside a best/ process 0 kept)
+    trainer.on_process_zero(lambda: _set_best_aside(fileio.join(workdir, "best"), fresh=start_step == 0,
+                                                    finished=finished, evaluated_on=evaluated_on), "best/ checked")
     best_checkpointer = checkpointing.Checkpointer(fileio.join(workdir, "best"), save_interval_steps=1, max_to_keep=1,
                                                    async_save=False)
     # (every process reads it, or none: restoring it below is a collective)

@@ -124,6 +124,13 @@ class HostBatches:
         self.pipeline = pipelines.make_pipeline(config.data, workdir, batch_size=batch_size,
                                                 process_index=pipeline_index, process_count=pipeline_count,
                                                 split=split)
+        # Each host lists the files itself and deals them out (host_split="files") or reads them
+        # all: a host whose copy differs (a file missing, one cut short) would read other hosts'
+        # rows, or none, or other batches than theirs, without a word.
+        pattern = "input_pattern" if split == "train" else "eval_input_pattern"
+        trainer.check_same_on_every_process({
+            "data": {"prepared_dir": config.data.prepared_dir, pattern: config.data[pattern]},
+            f"{split}_files_digest": [self.pipeline.paths, self.pipeline.sizes]})
 
     def batches(self, start_step: int = 0, start_unit: int | None = None):
         """This process's rows (or, with whole batches, all rows) of the batch of each step

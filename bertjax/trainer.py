@@ -493,12 +493,48 @@ def hold_workdir(workdir: str) -> Iterator[None]:
 def hold_lock(workdir: str) -> Iterator[None]:
     """Process 0 holds `<workdir>/.lock` (the other processes of the run share the workdir); when
     it cannot (another run holds it: WorkdirBusyError; not a folder, not writable), every process
-    raises (`_on_process_zero`)."""
+    raises (`on_process_zero`), as it does when one cannot see the workdir process 0 holds
+    (`_check_workdir_shared`)."""
     from bertjax.runtime import workdir_lock
 
     with contextlib.ExitStack() as held:
-        _on_process_zero(lambda: held.enter_context(workdir_lock.hold(workdir)), f"workdir {workdir}")
+        on_process_zero(lambda: held.enter_context(workdir_lock.hold(workdir)), f"workdir {workdir}")
+        _check_workdir_shared(workdir)
         yield
+
+
+# How long a process looks for the file process 0 wrote in the workdir (a network file
+# system may show a new file a moment late).
+_SHARED_WAIT_SECONDS = 10.0
+
+
+def _check_workdir_shared(workdir: str) -> None:
+    """ValueError on every process when one of them does not see a file process 0 writes in
+    `workdir`: the processes of a run must share it (gs://, or a file system every host
+    mounts). A path of each host's own disk trains to the end, each host saving its part of
+    every checkpoint where no other reads it: found only when the run resumes."""
+    if jax.process_count() == 1:
+        return
+    import secrets
+
+    from jax.experimental import multihost_utils
+
+    from bertjax.runtime import fileio
+
+    name = np.frombuffer(f".shared-{secrets.token_hex(8)}".encode(), np.uint8)  # process 0's is used
+    name = bytes(np.asarray(multihost_utils.broadcast_one_to_all(name))).decode()
+    marker = fileio.join(workdir, name)
+    on_process_zero(lambda: fileio.write_bytes(marker, b""), f"workdir {workdir}")
+    deadline = time.monotonic() + _SHARED_WAIT_SECONDS
+    while not (seen := fileio.exists(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    every = np.asarray(multihost_utils.process_allgather(np.int32(seen))).reshape(-1)
+    if jax.process_index() == 0:
+        fileio.remove(marker)
+    if not every.all():
+        raise ValueError(f"workdir {workdir}: process {int(np.argmin(every))} does not see the files process 0 "
+                         "writes there; the processes of a run must share its workdir (gs://, or a file system "
+                         "every host mounts), where each saves its part of every checkpoint")
 
 
 # Settings each host may set for itself: a sweep's temporary feature cache, under each host's $TMPDIR.
@@ -508,7 +544,9 @@ _HOST_LOCAL_SETTINGS = ("train.feature_cache_dir",)
 # A digest of the rows every host reads -> the settings naming the files they come from (same
 # paths, other contents: a host with its own copy).
 _DIGESTED_FILES = {"train_data_digest": ("data.train_file",), "evaluation_digest": ("data.eval_file", "data.test_file"),
-                   "test_digest": ("data.test_file",)}
+                   "test_digest": ("data.test_file",),
+                   "train_files_digest": ("data.prepared_dir", "data.input_pattern"),
+                   "eval_files_digest": ("data.prepared_dir", "data.eval_input_pattern")}
 
 
 # The most of a setting's name that a differing key list names (a config key is far shorter).
@@ -572,12 +610,12 @@ def _keys_differing(keys: list[str], other: int) -> str:
 
 def process_zero_first(fn: Callable[[], Any], what: str) -> Any:
     """Runs fn on process 0, then on the others (shared files are written once, without races);
-    when it raises on process 0, every process raises (`_on_process_zero`)."""
-    result = _on_process_zero(fn, what)
+    when it raises on process 0, every process raises (`on_process_zero`)."""
+    result = on_process_zero(fn, what)
     return result if jax.process_index() == 0 else fn()
 
 
-def _on_process_zero(fn: Callable[[], Any], what: str) -> Any:
+def on_process_zero(fn: Callable[[], Any], what: str) -> Any:
     """fn() on process 0 alone (None elsewhere), then a barrier every process passes. When it
     raised there, every process raises, not process 0 alone (the others would wait at their
     next barrier until the coordinator's timeout): process 0 its error, the others

@@ -1,6 +1,7 @@
 """The shared trainer pieces: gradient accumulation equals the whole batch, skipped non-finite
 steps leave weights and schedule alone, evaluation sums count every example once."""
 
+import tempfile
 import textwrap
 
 import jax
@@ -288,9 +289,47 @@ _INTERLEAVED = textwrap.dedent("""
     trainer.process_zero_first(lambda: tasks.prepare_tfds(config), "TFDS datasets")
     dataset = tfds.builder("bertjax_shared_folder", data_dir=shared).as_dataset(split="train", shuffle_files=False)
     print(f"tfds {sorted(row['text'].decode() for row in tfds.as_numpy(dataset))}", flush=True)
+    # A workdir of each process's own (a node's local disk under one path) is refused on every
+    # process: each would save its part of every checkpoint where no other reads it.
+    trainer._SHARED_WAIT_SECONDS = 0.2
+    for name in ("shared", f"own-{jax.process_index()}"):
+        workdir = os.path.join(tempfile.gettempdir(), f"bertjax-{name}-{sys.argv[1]}")
+        try:
+            with trainer.hold_lock(workdir):
+                listed = sorted(os.listdir(workdir)) if jax.process_index() == 0 else "-"
+                print(f"{name} held {listed}", flush=True)
+        except ValueError as error:
+            print(f"{name} refused: {error}", flush=True)
+    # Pre-training's files as each process lists them: a copy with a file fewer is refused on
+    # every process (each host deals the files out from its own listing).
+    sys.path.insert(0, os.path.join(os.environ["PYTHONPATH"], "tests", "data"))
+    from test_original_tfrecord import write_original
+    from configs import pretrain as pretrain_config
+    records = [os.path.join(tempfile.gettempdir(), f"bertjax-records-{sys.argv[1]}-{i}") for i in range(2)]
+    mine = records[jax.process_index()]
+    os.makedirs(mine)
+    for i in range(4 - jax.process_index()):
+        write_original(os.path.join(mine, f"part-{i}.tfrecord"), 100 * i, 20)
+    with open(os.path.join(mine, "vocab.txt"), "w") as f:
+        f.write("".join(f"{token}\\n" for token in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                        + [f"t{i}" for i in range(400)]))
+    config = pretrain_config.get_config("tiny")
+    config.data.update(source="original_tfrecord", input_pattern="*.tfrecord", vocab_path="vocab.txt",
+                       max_seq_length=16, max_predictions_per_seq=3)
+    config.train.global_batch_size = 4
+    multihost_utils.sync_global_devices("records written")
+    for folder, name in ((records[0], "same"), (mine, "own")):
+        os.chdir(folder)  # the same pattern, each host's own files
+        try:
+            pretrain.HostBatches(config, folder, "train")
+            print(f"{name} files read", flush=True)
+        except ValueError as error:
+            print(f"{name} files refused: {error}", flush=True)
     multihost_utils.sync_global_devices("done")
     if jax.process_index() == 0:
         shutil.rmtree(shared)
+        for folder in records:
+            shutil.rmtree(folder)
     os._exit(0)
 """)
 
@@ -313,6 +352,14 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
     assert digests[0] == digests[1] and digests[0].endswith(" True True"), digests
     assert ["preparing" in out for _, out, _ in outputs] == [True, False], outputs
     assert all("tfds ['line 0', 'line 1', 'line 2']" in out for _, out, _ in outputs), outputs
+    assert "shared held ['.lock']" in outputs[0][1] and "shared held -" in outputs[1][1], outputs
+    for index, (_, out, _) in enumerate(outputs):
+        assert (f"own-{index} refused: workdir {tempfile.gettempdir()}/bertjax-own-") in out and (
+            "process 1 does not see the files process 0 writes there; the processes of a run must share its "
+            "workdir (gs://, or a file system every host mounts)") in out, out
+        assert "same files read" in out and (
+            "own files refused: process 1 differs from process 0 in the data it read (train_files_digest: "
+            "data.input_pattern='*.tfrecord'): give every host the same command, and the same files") in out, out
 
 
 

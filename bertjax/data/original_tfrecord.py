@@ -96,7 +96,7 @@ class OriginalTFRecordPipeline:
             raise ValueError("OriginalTFRecordPipeline: no input files")
         self.paths = sorted(paths)
         self.spec = feature_spec(data_config.max_seq_length, data_config.max_predictions_per_seq)
-        sizes = check_files_not_empty(self.paths)
+        self.sizes = sizes = check_files_not_empty(self.paths)
         self.vocab_size = vocab_size  # token ids are checked against it (None: not checked)
         # Every file's first record, not the first file's only: a glob over phase-1 (128/20) and
         # phase-2 (512/76) files would fail only when training reached the other kind.

@@ -113,7 +113,7 @@ class PretrainingPipeline:
         self.batch_size = batch_size
         self.split = split
         self.paths = sorted(shard_paths)
-        shard_sizes = check_files_not_empty(self.paths)
+        self.sizes = shard_sizes = check_files_not_empty(self.paths)
         self.file_ids, self.record_shard = host_file_split(shard_sizes, process_index, process_count,
                                                            warn=split == "train")
         self.seed = data_config.seed if seed is None else seed
