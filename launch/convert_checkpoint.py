@@ -1,8 +1,10 @@
 r"""Converts a BERT checkpoint between layouts.
 
 Reads any model path `bertjax.inference.model_source` resolves (Hugging Face, Google TF release, a
-bertjax run or checkpoint; a fine-tuning workdir gives its best/ weights) and writes the Hugging Face layout (config.json, model.safetensors, vocab.txt) or the
-original TF1 layout (bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
+bertjax run or checkpoint; a fine-tuning workdir gives its best/ weights) and writes the Hugging
+Face layout (config.json, model.safetensors, and vocab.txt or, for a byte-level BPE such as
+ModernBERT's, tokenizer.json; tokenizer_config.json) or the original TF1 layout
+(bert_config.json, bert_model.ckpt.*, vocab.txt). Example::
 
     python launch/convert_checkpoint.py --input=/ckpt/uncased_L-12_H-768_A-12 \
         --output=/ckpt/bert-base-hf --format=huggingface

@@ -8,7 +8,8 @@ r"""Predicts with a trained model on raw input: one JSONL line per input, in inp
 --model: a fine-tuning workdir (its best weights, task, labels, tokenizer and lengths come
 from the run) or, with --task=fill_mask, a pre-trained checkpoint with a masked-LM head
 (bertjax pre-training run, Google's TF release, Hugging Face BertForMaskedLM /
-BertForPreTraining). Inputs: --text (repeatable), --input=FILE (formats: see
+BertForPreTraining / ModernBertForMaskedLM; [MASK] marks the mask whatever the tokenizer
+names its own). Inputs: --text (repeatable), --input=FILE (formats: see
 bertjax/inference/batch_predict.py), or stdin (--input left out or -: lines of text; JSONL for
 multiple choice or with --input_format=jsonl). What each task family returns:
 bertjax/inference/engine.py. Bad inputs are named by file:line: --on_error=fail (default) stops

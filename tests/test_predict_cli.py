@@ -211,10 +211,15 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     records = _read(tmp_path / "latin1.txt", "classification")
     assert [batch_predict.check(_fake("classification"), "classification", item) for _, item in records] == [
         None, "not UTF-8 (byte 0xe9 at column 4); save the file as UTF-8", None]
-    (tmp_path / "masks.txt").write_text("the [MASK] sat .\nno mask\nthe [mask] sat .\n")
-    assert [batch_predict.check(None, "fill_mask", item) for _, item in _read(tmp_path / "masks.txt", "fill_mask")] \
+    # A RoBERTa-style tokenizer names its mask "<mask>": [MASK] marks it all the same, which a
+    # text written with the tokenizer's own name was not told (a walkthrough).
+    (tmp_path / "masks.txt").write_text("the [MASK] sat .\nno mask\nthe [mask] sat .\nthe <mask> sat .\n")
+    model = types.SimpleNamespace(tokenizer=types.SimpleNamespace(mask_id=0, id_to_token=["<mask>"].__getitem__))
+    assert [batch_predict.check(model, "fill_mask", item) for _, item in _read(tmp_path / "masks.txt", "fill_mask")] \
         == [None, "no [MASK] in 'no mask'",
-            "no [MASK] in 'the [mask] sat .' ([MASK] is matched in capitals: '[mask]' is text)"]
+            "no [MASK] in 'the [mask] sat .' ([MASK] is matched in capitals: '[mask]' is text)",
+            "no [MASK] in 'the <mask> sat .' (write the mask as [MASK], whatever the tokenizer names its own: "
+            "'<mask>')"]
 
 
 def test_a_stray_carriage_return_does_not_start_another_input(tmp_path):

@@ -75,6 +75,9 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     implied = (globals_at[1] if len(globals_at) > 1 else layers) if types else 3
     every = number("global_attn_every_n_layers", values.get("global_attn_every_n_layers", implied), int)
     if types:
+        need(isinstance(types, list) and len(types) == layers,
+             f"layer_types has {len(types) if isinstance(types, list) else repr(types)} entries for "
+             f"num_hidden_layers {layers}: one a layer")
         pattern = ["full_attention" if i % every == 0 else "sliding_attention" for i in range(layers)]
         need(values["layer_types"] == pattern, f"layer_types {values['layer_types']} is not one layer in "
              f"{every} global, from the first, the pattern bertjax builds (global_attn_every_n_layers)")
@@ -103,6 +106,8 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     window = number("local_attention", values.get("local_attention", 128), int)
     need(window % 2 == 0, f"local_attention {window} must be even and positive")
     window = window if every > 1 else 0  # every layer global: bertjax says so with no window
+    pooling = values.get("classifier_pooling", "cls")  # (BERT's tanh pooler is no ModernBERT's)
+    need(pooling in ("cls", "mean"), f"classifier_pooling must be 'cls' or 'mean', got {pooling!r}")
     dropouts = {key: values.get(key, 0.0) for key in
                 ("embedding_dropout", "mlp_dropout", "attention_dropout", "classifier_dropout")}
     if len(set(dropouts.values())) > 1:  # training only: inference runs without dropout
@@ -119,7 +124,7 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
         initializer_range=values.get("initializer_range", 0.02), layer_norm_eps=values.get("norm_eps", 1e-5),
         position_embedding="rope", rope_theta=global_theta, local_rope_theta=local_theta,
         attention_window=window, global_attention_every=every, norm_placement="pre", use_bias=bias,
-        norm_bias=values.get("norm_bias", False), gated_mlp=True, pooler=values.get("classifier_pooling", "cls"),
+        norm_bias=values.get("norm_bias", False), gated_mlp=True, pooler=pooling,
         token_transform=True)
 
 

@@ -356,7 +356,12 @@ def test_a_config_json_that_contradicts_its_weights_names_the_files_tensors(tmp_
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"classifier_pooling": "max"}, r"classifier_pooling must be one of \('tanh', 'cls', 'mean'\), got 'max'"),
+    ({"classifier_pooling": "max"}, r"classifier_pooling must be 'cls' or 'mean', got 'max'"),
+    # BERT's tanh pooler built over a ModernBERT head's weights answered otherwise, silently (a walkthrough).
+    ({"classifier_pooling": "tanh"}, r"classifier_pooling must be 'cls' or 'mean', got 'tanh'"),
+    # A layer count layer_types does not have was named as another pattern (a walkthrough).
+    ({"num_hidden_layers": 3, "layer_types": ["full_attention", "sliding_attention"] * 2},
+     "layer_types has 4 entries for num_hidden_layers 3: one a layer"),
     # A value of another type was "a value of the wrong type (unsupported operand ...)", naming no key (a review).
     ({"local_attention": None}, "local_attention must be a positive int, got None"),
     ({"local_attention": "128"}, "local_attention must be a positive int, got '128'"),
