@@ -25,6 +25,12 @@ _EVALUATION_OWED = "evaluation_owed"  # checkpoint meta "extra": the step's eval
 _DIVERGED = "diverged"  # checkpoint meta "extra": the run stopped there for non-finite steps (why)
 
 
+# Batches of an evaluation between two questions "has any host been told to stop?" of a
+# multi-process run: each is a collective, cheap beside a batch, and a grace period's
+# seconds are many batches.
+COORDINATED_EVALUATION_CHECK = 8
+
+
 class EvaluationInterrupted(Exception):
     """A stop signal came during an evaluation (`Loop.check_stop_during_evaluation`)."""
 
@@ -94,6 +100,7 @@ class Loop:
                                              else (None, ""))
         self.watcher = preemption.PreemptionWatcher(start_step)
         self._evaluation_left: int | None = None  # the step whose evaluation a stop put off
+        self._evaluation_batches = 0  # between-batch checks so far (`check_stop_during_evaluation`)
         self._input: Iterator | None = None  # the read-ahead input (`input`), stopped by `close`
         self.pending: list[dict[str, jax.Array]] = []
         self.pending_rows: list[float] = []  # each pending step's sequences: its weight in the logged mean
@@ -194,10 +201,16 @@ class Loop:
         return True
 
     def check_stop_during_evaluation(self, step: int) -> None:
-        """Between an evaluation's batches: EvaluationInterrupted when a stop signal came (one
-        process: a dev set can take minutes, past a notice's grace period; several processes
-        stop only at steps they agree on, at the save after it)."""
-        if not self.watcher.coordinated and self.watcher.signalled and self.watcher.should_stop(step):
+        """Between an evaluation's batches (every process at each of the same batches):
+        EvaluationInterrupted when a stop signal came; a dev set can take minutes, past a
+        notice's grace period. Several processes ask each other every
+        `COORDINATED_EVALUATION_CHECK` batches (a collective) and stop together."""
+        if not self.watcher.coordinated:
+            if self.watcher.signalled and self.watcher.should_stop(step):
+                raise EvaluationInterrupted
+            return
+        self._evaluation_batches += 1
+        if self._evaluation_batches % COORDINATED_EVALUATION_CHECK == 0 and self.watcher.stop_in_step():
             raise EvaluationInterrupted
 
     @contextlib.contextmanager

@@ -440,6 +440,33 @@ def test_a_signal_during_an_evaluation_stops_it_and_saves_its_step_owing_it(tmp_
     assert _logged(tmp_path) == [(2, 2.0)]
 
 
+def test_processes_told_to_stop_during_an_evaluation_stop_together_within_a_few_batches(tmp_path):
+    """Several processes did not look between an evaluation's batches: a SIGTERM to any host
+    during a dev-set evaluation waited for its end, the best/ save and one more step, past a
+    notice's grace period (a review). They ask each other (a collective, as the feature
+    cache's stop does) every COORDINATED_EVALUATION_CHECK batches, and stop together there."""
+    from bertjax import checkpointing, training_loop
+
+    loop = _loop(tmp_path, num_steps=10, log_every=5, eval_every=2)
+    every = training_loop.COORDINATED_EVALUATION_CHECK
+    batches, asked = [], []
+    loop.watcher.coordinated = True  # as under jax.distributed: a notice is every host's, once asked
+    loop.watcher.stop_in_step = lambda: asked.append(len(batches)) or ("SIGTERM" if len(batches) > every + 1 else None)
+    try:
+        state = _record_unlogged_steps(loop, 2)
+        with pytest.raises(training_loop.TrainingStopped, match=r"preempted \(SIGTERM\) during the evaluation after "
+                                                                r"step 2: saved step 2"):
+            with loop.evaluation(2, state):
+                for batch in range(5 * every):
+                    loop.check_stop_during_evaluation(2)
+                    batches.append(batch)
+    finally:
+        loop.watcher.coordinated = False
+        loop.close()
+    assert asked == [every - 1, 2 * every - 1] and batches == list(range(2 * every - 1))
+    assert checkpointing.read_meta(str(tmp_path / "checkpoints" / "2"))["extra"]["evaluation_owed"]
+
+
 def test_a_signal_during_an_evaluation_stops_at_its_step(tmp_path):
     """The question 'stop here?' is asked before an evaluation and again at the save: a signal
     that came in between stops the run at that step, not one later (a review of the above)."""
