@@ -230,6 +230,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     if not model_source.table_fits(bert.vocab_size, vocab_size):
         raise ValueError(f"config.model.vocab_size={bert.vocab_size} but the tokenizer has {vocab_size} tokens")
     check_train_values(train)
+    optim.check_parameter_dtype(bert.param_dtype)
     check_batch_sizes(train, data_parallel)
     sharding.check_training_mesh(mesh_shape)
     if bert.num_attention_heads % tensor:

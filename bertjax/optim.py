@@ -67,6 +67,17 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def check_parameter_dtype(param_dtype: str) -> None:
+    """ValueError for weights stored in 16 bits: training keeps no float32 copy of them, so an
+    update below half a 16-bit step is lost (Adam at a learning rate of 2e-5 moves a bfloat16
+    weight of 0.02 by less than that: it stays where it started)."""
+    if param_dtype != "float32":
+        raise ValueError(f"config.model.param_dtype={param_dtype!r}: training keeps no float32 copy of the weights, "
+                         f"so every update smaller than half a {param_dtype} step is lost (a learning rate of 2e-5 "
+                         "leaves a weight of 0.02 where it was); keep float32 (config.model.dtype=bfloat16 computes "
+                         "in bfloat16 over float32 weights)")
+
+
 def validate_train_config(train_config: Any) -> None:
     """Checks the optimizer/schedule keys; raises ValueError naming the first bad key."""
 

@@ -104,6 +104,7 @@ def validate_config(config: ml_collections.ConfigDict, bert: BertConfig, mesh_sh
     resolve_cadence(config)
     optim.validate_train_config(config.train)
     optim.warn_if_no_decay(config.train)
+    optim.check_parameter_dtype(bert.param_dtype)
     data, fsdp, tensor = mesh_shape
     sharding.check_training_mesh(mesh_shape)
     train = config.train

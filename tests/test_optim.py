@@ -360,3 +360,20 @@ def test_a_scanned_encoder_gets_the_unrolled_encoders_updates(optimizer):
     stack = lambda p: stack_layers(p, config.num_hidden_layers)
     scanned = train(stack(params), [stack(g) for g in grads], unstack_layers)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7), flat, scanned)
+
+
+def test_weights_stored_in_16_bits_are_refused_for_fine_tuning():
+    """Adam's update at a fine-tuning learning rate is below half a bfloat16 step of a typical
+    weight: with no float32 copy, the weights stayed where they started (a review)."""
+    import jax.numpy as jnp
+
+    from bertjax import finetune_setup
+    from bertjax.models import BertConfig
+    from configs import finetune
+
+    weight, update = jnp.bfloat16(0.02), 2e-5 * 1.0  # lr x Adam's direction for a steady gradient
+    assert weight - jnp.bfloat16(update) == weight
+    bert = BertConfig.preset("tiny", vocab_size=784, param_dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"config.model.param_dtype='bfloat16': training keeps no float32 copy"):
+        finetune_setup.validate_config(finetune.get_config("demo"), bert, (1, 1, 1), 784)
+    finetune_setup.validate_config(finetune.get_config("demo"), bert.replace(param_dtype="float32"), (1, 1, 1), 784)

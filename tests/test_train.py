@@ -724,6 +724,9 @@ def _config(**changes):
                                           "config.model.num_attention_heads (3)"),
     (dict(checkpoint__every=0), "config.checkpoint.every"),
     (dict(train__plateau_evals=-1), "config.train.plateau_evals must be an int >= 0, got -1"),
+    # No float32 copy of 16-bit weights: Adam's small updates were rounded away (a review).
+    (dict(model__param_dtype="bfloat16"), "config.model.param_dtype='bfloat16': training keeps no float32 copy of "
+                                          "the weights, so every update smaller than half a bfloat16 step is lost"),
     (dict(data__eval_fraction=0.0), "config.data.eval_fraction=0 holds out no documents, but config.train.eval_every"),
     (dict(model__attention_impl="splash", model__attention_probs_dropout_prob=0.0, data__max_seq_length=200),
      "config.data.max_seq_length=200 must be a multiple of 128 with config.model.attention_impl='splash'"),
