@@ -157,6 +157,30 @@ def test_decay_mask_on_bert_encoder():
     assert len(decayed) == 3 + 2 * 6 + 1
 
 
+@pytest.mark.parametrize("preset", ["tiny", "modernbert-tiny"])
+def test_decay_mask_on_every_head_is_the_originals_rule(preset):
+    """The mask allows leaves by name (kernel, embedding); the original denies them by name
+    (LayerNorm, bias), which for BERT is every matrix decayed and every vector not: the
+    masked LM's output bias, NSP's and every task head's weights, a BiLSTM tagger's. A head
+    whose matrix had another name would go undecayed, unseen (a review)."""
+    from bertjax.models import (BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
+                                BertForSequenceClassification, BertForTokenClassification)
+
+    config = BertConfig.preset(preset, vocab_size=64, max_position_embeddings=16)
+    ids = jnp.zeros((1, 8), jnp.int32)
+    models = [(BertForPreTraining(config, next_sentence_prediction=True), (ids, ids, ids, ids[:, :2])),
+              (BertForSequenceClassification(config, 3), (ids, ids, ids)),
+              (BertForTokenClassification(config, 5), (ids, ids, ids)),
+              (BertForTokenClassification(config.replace(tagging_head="bilstm", lstm_hidden_size=8), 5), (ids, ids, ids)),
+              (BertForQuestionAnswering(config), (ids, ids, ids)),
+              (BertForMultipleChoice(config), (ids[None], ids[None], ids[None]))]
+    for model, inputs in models:
+        params = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), *inputs))["params"]
+        decided = zip(jax.tree_util.tree_leaves_with_path(optim.decay_mask(params)), jax.tree.leaves(params))
+        wrong = [jax.tree_util.keystr(path) for (path, decayed), leaf in decided if decayed != (leaf.ndim >= 2)]
+        assert not wrong, (type(model).__name__, wrong)
+
+
 # -- AdamWeightDecay parity -----------------------------------------------------------
 
 def numpy_adam_weight_decay(params, grads_per_step, lrs, b1, b2, eps, wd, decayed, clip):

@@ -144,10 +144,10 @@ def test_a_skipped_step_changes_no_weight_and_does_not_advance_the_schedule(setu
     fresh_state, step, batch = setup
     poisoned = dict(batch, masked_lm_weights=np.full_like(batch["masked_lm_weights"], np.nan))
     state, first = step(fresh_state(), batch)
-    before = jax.device_get(state.params)
+    before = jax.device_get((state.params, state.opt_state))  # Adam's moments and count too
     state, skipped = step(state, poisoned)
     assert float(skipped["skipped"]) == 1.0
-    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(jax.device_get(state.params))):
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(jax.device_get((state.params, state.opt_state)))):
         np.testing.assert_array_equal(a, b)
     state, third = step(state, batch)
     schedule = optim.make_schedule(TRAIN)
