@@ -168,10 +168,11 @@ def test_decay_mask_on_every_head_is_the_originals_rule(preset):
 
     config = BertConfig.preset(preset, vocab_size=64, max_position_embeddings=16)
     ids = jnp.zeros((1, 8), jnp.int32)
+    bilstm = config.replace(tagging_head="bilstm", lstm_hidden_size=8)
     models = [(BertForPreTraining(config, next_sentence_prediction=True), (ids, ids, ids, ids[:, :2])),
               (BertForSequenceClassification(config, 3), (ids, ids, ids)),
               (BertForTokenClassification(config, 5), (ids, ids, ids)),
-              (BertForTokenClassification(config.replace(tagging_head="bilstm", lstm_hidden_size=8), 5), (ids, ids, ids)),
+              (BertForTokenClassification(bilstm, 5), (ids, ids, ids)),
               (BertForQuestionAnswering(config), (ids, ids, ids)),
               (BertForMultipleChoice(config), (ids[None], ids[None], ids[None]))]
     for model, inputs in models:
