@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Any, Callable
 
 import jax
@@ -128,9 +129,10 @@ class HostBatches:
         # all: a host whose copy differs (a file missing, one cut short) would read other hosts'
         # rows, or none, or other batches than theirs, without a word.
         pattern = "input_pattern" if split == "train" else "eval_input_pattern"
-        trainer.check_same_on_every_process({
-            "data": {"prepared_dir": config.data.prepared_dir, pattern: config.data[pattern]},
-            f"{split}_files_digest": [self.pipeline.paths, self.pipeline.sizes]})
+        where = (config.data[pattern] if config.data.source == "original_tfrecord"
+                 else os.path.dirname(self.pipeline.paths[0]))  # (the prepared shards' folder)
+        trainer.check_same_on_every_process({f"{split}_files": where,
+                                             f"{split}_files_digest": [self.pipeline.paths, self.pipeline.sizes]})
 
     def batches(self, start_step: int = 0, start_unit: int | None = None):
         """This process's rows (or, with whole batches, all rows) of the batch of each step

@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import time
 from typing import Any, Callable, Iterator
 
@@ -503,9 +504,10 @@ def hold_lock(workdir: str) -> Iterator[None]:
         yield
 
 
-# How long a process looks for the file process 0 wrote in the workdir (a network file
-# system may show a new file a moment late).
-_SHARED_WAIT_SECONDS = 10.0
+# How long a process looks for the file process 0 wrote in the workdir: NFS keeps a folder's
+# listing up to a minute by default (acdirmax), and a host that looked for the workdir before
+# it was made may go on not seeing it until then.
+_SHARED_WAIT_SECONDS = 75.0
 
 
 def _check_workdir_shared(workdir: str) -> None:
@@ -526,15 +528,36 @@ def _check_workdir_shared(workdir: str) -> None:
     marker = fileio.join(workdir, name)
     on_process_zero(lambda: fileio.write_bytes(marker, b""), f"workdir {workdir}")
     deadline = time.monotonic() + _SHARED_WAIT_SECONDS
-    while not (seen := fileio.exists(marker)) and time.monotonic() < deadline:
+    while not (seen := _sees(marker)) and time.monotonic() < deadline:
         time.sleep(0.5)
     every = np.asarray(multihost_utils.process_allgather(np.int32(seen))).reshape(-1)
     if jax.process_index() == 0:
-        fileio.remove(marker)
+        try:
+            fileio.remove(marker)
+        except (OSError, *fileio.remote_errors()) as error:  # (an empty file left: harmless)
+            log.warning("could not remove %s (%s)", marker, error)
     if not every.all():
         raise ValueError(f"workdir {workdir}: process {int(np.argmin(every))} does not see the files process 0 "
                          "writes there; the processes of a run must share its workdir (gs://, or a file system "
                          "every host mounts), where each saves its part of every checkpoint")
+
+
+def _sees(path: str) -> bool:
+    """Whether `path` exists as this process looks now; False where looking fails (every
+    process must reach the gather after it). A local path's folders are listed first: listing
+    a folder makes NFS read it again, where a name looked up before it was made stays missing
+    until the folder's cached attributes expire."""
+    from bertjax.runtime import fileio
+
+    try:
+        if not fileio.is_remote(path):
+            folder = os.path.dirname(os.path.abspath(path))
+            for parent in (os.path.dirname(folder), folder):
+                if os.path.isdir(parent):
+                    os.listdir(parent)
+        return fileio.exists(path)
+    except (OSError, *fileio.remote_errors()):
+        return False
 
 
 # Settings each host may set for itself: a sweep's temporary feature cache, under each host's $TMPDIR.
@@ -545,8 +568,7 @@ _HOST_LOCAL_SETTINGS = ("train.feature_cache_dir",)
 # paths, other contents: a host with its own copy).
 _DIGESTED_FILES = {"train_data_digest": ("data.train_file",), "evaluation_digest": ("data.eval_file", "data.test_file"),
                    "test_digest": ("data.test_file",),
-                   "train_files_digest": ("data.prepared_dir", "data.input_pattern"),
-                   "eval_files_digest": ("data.prepared_dir", "data.eval_input_pattern")}
+                   "train_files_digest": ("train_files",), "eval_files_digest": ("eval_files",)}
 
 
 # The most of a setting's name that a differing key list names (a config key is far shorter).

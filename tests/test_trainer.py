@@ -359,8 +359,23 @@ def test_batches_on_a_mesh_that_interleaves_two_processes():
             "workdir (gs://, or a file system every host mounts)") in out, out
         assert "same files read" in out and (
             "own files refused: process 1 differs from process 0 in the data it read (train_files_digest: "
-            "data.input_pattern='*.tfrecord'): give every host the same command, and the same files") in out, out
+            "train_files='*.tfrecord'): give every host the same command, and the same files") in out, out
 
+
+
+def test_a_failing_look_for_the_shared_workdirs_file_is_not_seeing_it(tmp_path, monkeypatch):
+    """Every process must reach the gather after looking: a passing gs:// error raised on one
+    host alone, and the others waited at the gather until the coordinator's timeout (a review)."""
+    from bertjax.runtime import fileio
+
+    (tmp_path / "marker").write_bytes(b"")
+    assert trainer._sees(str(tmp_path / "marker")) and not trainer._sees(str(tmp_path / "other"))
+
+    def unreachable(path):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(fileio, "exists", unreachable)
+    assert not trainer._sees(str(tmp_path / "marker"))
 
 
 def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch):

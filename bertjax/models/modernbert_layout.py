@@ -75,9 +75,8 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     implied = (globals_at[1] if len(globals_at) > 1 else layers) if types else 3
     every = number("global_attn_every_n_layers", values.get("global_attn_every_n_layers", implied), int)
     if types:
-        need(isinstance(types, list) and len(types) == layers,
-             f"layer_types has {len(types) if isinstance(types, list) else repr(types)} entries for "
-             f"num_hidden_layers {layers}: one a layer")
+        need(isinstance(types, list), f"layer_types must be a list of one entry a layer, got {types!r}"[:300])
+        need(len(types) == layers, f"layer_types has {len(types)} entries for num_hidden_layers {layers}: one a layer")
         pattern = ["full_attention" if i % every == 0 else "sliding_attention" for i in range(layers)]
         need(values["layer_types"] == pattern, f"layer_types {values['layer_types']} is not one layer in "
              f"{every} global, from the first, the pattern bertjax builds (global_attn_every_n_layers)")

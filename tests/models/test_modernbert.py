@@ -362,6 +362,7 @@ def test_a_config_json_that_contradicts_its_weights_names_the_files_tensors(tmp_
     # A layer count layer_types does not have was named as another pattern (a walkthrough).
     ({"num_hidden_layers": 3, "layer_types": ["full_attention", "sliding_attention"] * 2},
      "layer_types has 4 entries for num_hidden_layers 3: one a layer"),
+    ({"layer_types": "full_attention"}, "layer_types must be a list of one entry a layer, got 'full_attention'"),
     # A value of another type was "a value of the wrong type (unsupported operand ...)", naming no key (a review).
     ({"local_attention": None}, "local_attention must be a positive int, got None"),
     ({"local_attention": "128"}, "local_attention must be a positive int, got '128'"),
