@@ -381,6 +381,37 @@ def test_a_sigterm_while_a_step_is_read_stops_it_and_is_no_read_error(tmp_path, 
     ckpt.close()
 
 
+def test_a_sigterm_inside_an_event_loops_callback_stops_the_read():
+    """orbax reads through an asyncio event loop, whose callbacks log and drop any
+    BaseException but a KeyboardInterrupt or SystemExit: a SIGTERM whose StopSignal was raised
+    in one was lost (the run trained on) or left the read waiting forever for the result that
+    callback was to deliver (a walkthrough). A StopSignal is a KeyboardInterrupt, passed on."""
+    import asyncio
+    import signal
+
+    from bertjax.runtime import cli
+    from bertjax.runtime.errors import StopSignal
+
+    async def read():
+        loop = asyncio.get_running_loop()
+        result = loop.create_future()
+
+        def deliver():  # a thread pool's read handed back to the loop, the notice arriving meanwhile
+            os.kill(os.getpid(), signal.SIGTERM)
+            result.set_result("checkpoint read")
+
+        loop.call_soon(deliver)
+        return await asyncio.wait_for(result, 5)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    cli.stop_on_sigterm()
+    try:
+        with pytest.raises(StopSignal, match="SIGTERM outside the training steps"):
+            asyncio.run(read())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_a_step_that_keeps_failing_is_moved_aside_intact_never_deleted(tmp_path, small8, monkeypatch, caplog):
     state, abstract = small8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=2, async_save=False)

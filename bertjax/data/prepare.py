@@ -309,10 +309,11 @@ def _prepare(data_config: Any, output_dir: str, units: list, tokenizer: tokeniza
     try:
         _prepare_units(jobs, len(units), num_workers, progress)
     except (_Preempted, KeyboardInterrupt) as stop:  # SIGTERM in a pool, Ctrl-C
-        from bertjax.runtime.errors import TrainingStopped
+        from bertjax.runtime.errors import StopSignal, TrainingStopped
 
         done = len(fileio.listdir(fileio.join(output_dir, "done")))  # (one listing: quick on gs:// too)
-        raise TrainingStopped(f"{'preempted (SIGTERM)' if isinstance(stop, _Preempted) else 'interrupted (Ctrl-C)'} "
+        sigterm = isinstance(stop, (_Preempted, StopSignal))
+        raise TrainingStopped(f"{'preempted (SIGTERM)' if sigterm else 'interrupted (Ctrl-C)'} "
                               f"while preparing {output_dir}: the units done ({done} of {len(units)} so far) are "
                               "kept; run the same command again to resume") from None
     progress.close()

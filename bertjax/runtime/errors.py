@@ -6,11 +6,14 @@ class TrainingStopped(RuntimeError):
     """The run stopped early on purpose (preemption, non-finite losses); the message says why."""
 
 
-class StopSignal(BaseException):
+class StopSignal(KeyboardInterrupt):
     """SIGTERM to a training launcher outside its loop's steps (`cli.stop_on_sigterm`): not an
-    Exception, as a Ctrl-C's KeyboardInterrupt is not, so that no `except Exception` on its way
-    takes it for a failure (a checkpoint read retried, a step set aside as unreadable, a save
-    reported failed); the launcher stops with exit code 3, as for TrainingStopped."""
+    Exception, so that no `except Exception` on its way takes it for a failure (a checkpoint
+    read retried, a step set aside as unreadable, a save reported failed), and a
+    KeyboardInterrupt, which asyncio passes on: raised in a callback of orbax's event loop,
+    any other BaseException is logged and dropped (the signal lost, or the read waiting for
+    that callback's result forever). The launcher stops with exit code 3, as for
+    TrainingStopped."""
 
 
 class TrainingDiverged(TrainingStopped):
