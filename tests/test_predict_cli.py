@@ -33,6 +33,21 @@ def _read(path, family, input_format="auto", warned=None, **keys):
                                           warned=warned))
 
 
+def test_a_rows_id_is_read_from_id_idx_or_glues_index(tmp_path):
+    """GLUE's test.tsv names its rows "index", which predict's output lines did not carry: a
+    file's answers could be joined back only by counting lines (a walkthrough)."""
+    from bertjax.inference import batch_predict
+
+    (tmp_path / "test.tsv").write_text("index\tsentence\n0\ta fine film\n1\ta dull one\n")
+    (tmp_path / "rows.jsonl").write_text('{"idx": 3, "index": 9, "text": "a"}\n{"id": "x", "idx": 4, "text": "b"}\n')
+    for name, keys, want in (("test.tsv", {"text_a": "sentence"}, ["0", "1"]), ("rows.jsonl", {}, ["3", "x"])):
+        path, ids = str(tmp_path / name), {}
+        chosen = {**batch_predict.default_keys("classification", None), **keys}
+        read = list(batch_predict.read_inputs(path, "classification", batch_predict.file_format(path, "classification"),
+                                              chosen, ids=ids))
+        assert [ids[where] for where, _ in read] == want, ids
+
+
 def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     from bertjax.inference import batch_predict
     from bertjax.tasks.raw_text import split_pair
