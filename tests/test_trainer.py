@@ -445,3 +445,25 @@ def test_every_process_names_the_first_setting_or_data_that_differs(monkeypatch)
     assert two_processes([mine, {**mine, "data": {"eval_file": "dev.csv"}}])[1] == (
         "process 1 was given other settings than process 0 (process 1 has no data.test_file; another bertjax "
         "version, or config file): give every host the same command")
+
+
+def test_each_micro_batch_and_each_step_draws_its_own_dropout():
+    """Dropout keys: the step's, then each micro-batch's own. The trainer's other tests run
+    without dropout, where one key for every micro-batch or step would pass unseen (a review).
+    Rows 0 and 1 are micro-batches 0 and 1; each draws noise from the key it is given."""
+    mesh = sharding.create_mesh(data=1, devices=jax.devices()[:1])
+    task = trainer.Objective(
+        apply=lambda params, batch, rng: params["w"] + jax.random.uniform(rng, batch["which"].shape),
+        sums=lambda noise, batch: {f"row_{i}": jnp.sum(jnp.where(batch["which"] == i, noise, 0.0)) for i in (0, 1)},
+        counts=lambda batch: {"row_0": jnp.float32(1), "row_1": jnp.float32(1)}, loss_terms=("row_0",))
+    params = {"w": jnp.float32(0)}
+    state = trainer.TrainState(step=jnp.int32(0), params=params, opt_state=optim.make_optimizer(TRAIN).init(params),
+                               bad_steps=jnp.int32(0), worst_bad_run=jnp.int32(0), skipped_steps=jnp.int32(0))
+    step = jax.jit(lambda state, batch, inputs: trainer.train_step(state, batch, inputs, objective=task,
+                                                                   train_config=TRAIN, grad_accum_steps=2))
+    batch = {"which": jnp.arange(2)}
+    with sharding.activate(mesh):
+        state, first = step(state, batch, trainer.step_inputs(TRAIN, 0, mesh))
+        _, second = step(state, batch, trainer.step_inputs(TRAIN, 0, mesh))
+    draws = [float(metrics[f"row_{i}"]) for metrics in (first, second) for i in (0, 1)]
+    assert len(set(draws)) == 4, draws
