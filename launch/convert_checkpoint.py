@@ -134,13 +134,16 @@ def main(_):
     # What using the model needs of the run's config.data, which neither layout has a place for.
     family = source.task_info.get("family")
     named = tasks.family_of_architecture(_ARCHITECTURE.value) if _ARCHITECTURE.value else None
-    if named is not None and family in tasks.FAMILIES and named.name != family:  # a head of one shape, read anew
+    headless = ("BertModel", "ModernBertModel")
+    if (_ARCHITECTURE.value and family in tasks.FAMILIES and _ARCHITECTURE.value not in headless
+            and (named is None or named.name != family)):  # a head of one shape read anew, or one it lacks
         own_class = tasks.FAMILIES[family].hf_architecture
         if variable_table.is_modern(source.bert):
             own_class = modernbert_layout.MODERN_FOR_BERT[own_class]
-        raise ValueError(f"--architecture={_ARCHITECTURE.value} is a {named.name} class, but {_INPUT.value} is a "
-                         f"{family} model ({own_class}): its head would be read as a "
-                         f"{named.name} head; leave --architecture unset, or name a class without a task head")
+        what = (f"is a {named.name} class" if named else "holds no task head")
+        raise ValueError(f"--architecture={_ARCHITECTURE.value} {what}, but {_INPUT.value} is a {family} model "
+                         f"({own_class}); leave --architecture unset, or name the class without a head "
+                         f"({headless[variable_table.is_modern(source.bert)]})")
     run_data = {**({"max_seq_length": source.max_seq_length} if source.max_seq_length else {}),
                 **(tasks.FAMILIES[family].serving_settings(source.data) if family in tasks.FAMILIES else {})}
     heads = []

@@ -96,8 +96,13 @@ CASES = [
     ("convert_checkpoint.py", [f"--input={ROOT}/tests/models/hf_modernbert/classifier", "--output={tmp}/out",
                                "--architecture=ModernBertForTokenClassification"],
      f"--architecture=ModernBertForTokenClassification is a tagging class, but {ROOT}/tests/models/hf_modernbert/"
-     "classifier is a classification model (ModernBertForSequenceClassification): its head would be read as a tagging "
-     "head"),
+     "classifier is a classification model (ModernBertForSequenceClassification); leave --architecture unset, or "
+     "name the class without a head (ModernBertModel)"),
+    # A class with no task head: the error suggested two classes, one of them then refused (a walkthrough).
+    ("convert_checkpoint.py", [f"--input={ROOT}/tests/models/hf_modernbert/classifier", "--output={tmp}/out",
+                               "--architecture=ModernBertForMaskedLM"],
+     f"--architecture=ModernBertForMaskedLM holds no task head, but {ROOT}/tests/models/hf_modernbert/classifier is a "
+     "classification model (ModernBertForSequenceClassification); leave --architecture unset"),
     ("pretrain.py", [PRETRAIN, "--workdir={tmp}/text.txt"], "is a file; give a folder"),
     ("convert_checkpoint.py", ["--input={tmp}/hf", "--output={tmp}/out"], "hf/config.json: not valid JSON"),
     ("convert_checkpoint.py", ["--input={tmp}/nothing", "--output={tmp}/out"], "nothing' does not exist"),
