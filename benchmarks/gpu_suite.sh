@@ -2,7 +2,8 @@
 # The GPU rows of benchmarks/README.md on one GPU, the most wanted first, inside a time budget
 # (needs python3 with jax[cuda], flax, optax, orbax-checkpoint, ml_collections, tokenizers and
 # sentencepiece, which bertjax's tokenization imports; TensorFlow is not needed; wheels in .whl/
-# are installed for its runs first, where a bare image lacks a package: benchmarks/README.md):
+# (SUITE_WHEELS, default .whl) are installed for its runs first where python lacks
+# ml_collections, as a bare image does: benchmarks/README.md):
 #   bash benchmarks/gpu_suite.sh [section ...]
 # Sections: large profile packed check base compile triton slowcompile; none: all but
 # slowcompile, in that order (what a short GPU session should get first comes first: the
@@ -19,6 +20,7 @@
 # exits 1 when no run exited 0, or when no benchmark run timed a step. It runs from the
 # repository's root: a relative PYTHON is read from there.
 set -uo pipefail
+start=$SECONDS  # (the budget counts the install and the check below too)
 sections=${*:-large profile packed check base compile triton}
 known=" check profile packed large base compile triton slowcompile "
 for section in $sections; do  # all checked first: a typo must cost no device time, nor the last summary
@@ -38,9 +40,10 @@ cd "$(dirname "$0")/.." || exit 2  # (launch/ and benchmarks/ are named from the
 mkdir -p "$work" "$results"
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1  # a run stopped at its limit keeps what it printed
-if compgen -G ".whl/*.whl" > /dev/null; then  # (carried to a bare image: benchmarks/README.md)
-  python3 -m pip install -q --no-index --no-deps --target "$work/site" .whl/*.whl ||
-    { echo "installing .whl/*.whl into $work/site failed" >&2; exit 2; }
+wheels=${SUITE_WHEELS:-.whl}  # (carried to a bare image: benchmarks/README.md)
+if compgen -G "$wheels/*.whl" > /dev/null && ! $py -c 'import ml_collections' > /dev/null 2>&1; then
+  python3 -m pip install -q --upgrade --no-index --no-deps --target "$work/site" "$wheels"/*.whl ||
+    { echo "installing $wheels/*.whl into $work/site failed" >&2; exit 2; }
   export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 # What every run needs, checked in seconds: a missing package or JAX on its CPU fallback
@@ -50,12 +53,13 @@ import os, jax, flax, optax, orbax.checkpoint, ml_collections
 from bertjax import pretrain  # noqa: F401  (the benchmark imports it)
 if not os.environ.get("SUITE_ANY_BACKEND") and jax.default_backend() != "gpu":
     raise SystemExit(f"JAX runs on {jax.default_backend()}, not the GPU: is jax[cuda] installed?")
-print(f"jax {jax.__version__}, flax {flax.__version__}, optax {optax.__version__}, orbax-checkpoint "
-      f"{orbax.checkpoint.__version__}")' 2>&1) || { echo "the suite cannot run: ${versions}" >&2; exit 2; }
+print(f"VERSIONS: jax {jax.__version__}, flax {flax.__version__}, optax {optax.__version__}, "
+      f"orbax-checkpoint {orbax.checkpoint.__version__}")' 2>&1) ||
+  { echo "the suite cannot run: ${versions}" >&2; exit 2; }
+versions=$(printf '%s\n' "$versions" | grep '^VERSIONS: ' | tail -n 1)  # (not a warning printed after it)
 budget=${SUITE_BUDGET:-540}
 min_run=${MIN_RUN:-150}
 run_timeout=${RUN_TIMEOUT:-300}
-start=$SECONDS
 succeeded=0 benched=0 timed=0
 cudnn="--config.model.attention_impl=cudnn --config.model.attention_probs_dropout_prob=0"
 summary="$results/summary.md"
@@ -67,7 +71,7 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/nu
 {
   echo "gpu_suite.sh $* (budget ${budget} s), $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, GPU ${gpu:-unknown}"
   echo
-  echo "${versions##*$'\n'}"
+  echo "${versions#VERSIONS: }"
   echo
   echo "| run | compile (s) | median step (ms) | range (ms) | timed steps | seq/s | MFU | peak device memory (MB) |"
   echo "| --- | --- | --- | --- | --- | --- | --- | --- |"

@@ -48,16 +48,21 @@ def test_a_packed_bf16_profiled_run_prints_the_table_and_is_summarised_by_op_kin
     assert float(matmul.split()[1]) > 0 and "op (instances)" in summary.stdout
 
 
-# Stands in for python3 under benchmarks/gpu_suite.sh: launch/benchmark.py prints its table with the
-# rows of a real run (the test above checks their names), at once or, for the XLA attention with
-# STUB_SLOW_XLA set, after a compile that never ends.
+# Stands in for python3 under benchmarks/gpu_suite.sh: its check (-c) prints versions;
+# launch/benchmark.py prints its table with the rows of a real run (the test above checks their
+# names), at once or, for the XLA attention with STUB_SLOW_XLA set, after a compile that never
+# ends. STUB_FAIL fails everything, STUB_FAIL_RUNS the runs, STUB_NO_TABLE has the benchmark print none.
 GPU_STUB = r"""
 import os, sys, time
 args = sys.argv[1:]
 script = os.path.basename(args[0])
-if os.environ.get("STUB_FAIL"):
+if os.environ.get("STUB_FAIL") or (os.environ.get("STUB_FAIL_RUNS") and script != "-c"):
     sys.exit("RuntimeError: cuDNN is not detected.")
-if script == "benchmark.py":
+if script == "-c":
+    print("a warning before\nVERSIONS: jax 0.0.1, flax 0.0.2, optax 0.0.3, orbax-checkpoint 0.0.4\na warning after")
+elif script == "benchmark.py" and os.environ.get("STUB_NO_TABLE"):
+    print("BERT-large: no table")
+elif script == "benchmark.py":
     if os.environ.get("STUB_SLOW_XLA") and "--config.model.attention_impl=cudnn" not in args:
         time.sleep(600)
     preset = next(a.split("=")[1] for a in args if a.startswith("--preset="))
@@ -82,7 +87,7 @@ def _gpu_suite(tmp_path, *sections, **env):
     stub = tmp_path / "stub_python.py"
     stub.write_text(GPU_STUB)
     env = {**os.environ, "PYTHON": f"{sys.executable} {stub}", "WORK": "work", "OUT": str(tmp_path / "out"),
-           "SUITE_ANY_BACKEND": "1", **env}
+           "SUITE_ANY_BACKEND": "1", "SUITE_WHEELS": str(tmp_path / "no_wheels"), **env}
     result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_suite.sh"), *sections], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=120)
     summary = (tmp_path / "out" / "summary.md").read_text() if result.returncode == 0 else ""
@@ -103,6 +108,7 @@ def test_the_gpu_suite_summarises_each_run_and_keeps_to_its_budget(tmp_path):
                                        "33645"]
     assert rows["profile_large128_cudnn"][3] == "3 after 2 warm-up"  # each row says what it timed (a review)
     assert summary.splitlines()[0].endswith(", commit abc1234, GPU unknown")  # the commit given where no .git is
+    assert summary.splitlines()[2] == "jax 0.0.1, flax 0.0.2, optax 0.0.3, orbax-checkpoint 0.0.4"
     assert rows["check"][0] == rows["profile_large128_ops"][0] == "exit 0: its last lines below"
     assert "fused, padded: output 9.94e-3" in summary and "matmul     78.7" in summary
     runs = (tmp_path / "a" / "out" / "runs.txt").read_text()
@@ -136,6 +142,28 @@ def test_the_gpu_suite_summarises_each_run_and_keeps_to_its_budget(tmp_path):
     result, _, _ = _gpu_suite(tmp_path / "f", "check", "large", STUB_FAIL="1")
     assert result.returncode == 2 and "the suite cannot run: RuntimeError: cuDNN is not detected." in result.stderr
     assert "==" not in result.stdout  # (a python that fails at import spends no device time)
+    result, _, _ = _gpu_suite(tmp_path / "h", "check", "large", STUB_FAIL_RUNS="1")
+    assert result.returncode == 1 and "no run of the suite succeeded" in result.stderr
+    assert "| large128_cudnn | exit 1: its last lines below |" in (tmp_path / "h" / "out" / "summary.md").read_text()
+    # The attention check passing and no benchmark timing a step: no result either (a review).
+    result, _, _ = _gpu_suite(tmp_path / "i", "check", "large", STUB_NO_TABLE="1")
+    assert result.returncode == 1 and "no benchmark run of the suite timed a step" in result.stderr
+
+
+def test_the_gpu_suite_stops_where_jax_does_not_see_a_gpu(tmp_path):
+    """JAX without its CUDA plugin runs on the CPU: each run of the budget would crawl there. The
+    suite's check, with this machine's real python, says so before any run."""
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200'\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out"),
+           "SUITE_WHEELS": str(tmp_path / "no_wheels"), "PATH": f"{tmp_path}:{os.environ['PATH']}",
+           "JAX_PLATFORMS": "cpu"}
+    env.pop("SUITE_ANY_BACKEND", None)
+    result = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "gpu_suite.sh"), "large"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "JAX runs on cpu, not the GPU: is jax[cuda] installed?" in result.stderr, \
+        result.stderr[-2000:]
+    assert "==" not in result.stdout
 
 
 def test_compare_without_pytorch_is_one_error_line(tmp_path):

@@ -409,6 +409,18 @@ def test_inspect_data_names_a_runs_relative_corpus_path_from_another_folder(smal
     assert sorted(os.listdir(tmp_path / "run")) == sorted(os.listdir(small_pretrained_run))  # nothing written
 
 
+def test_a_stop_signal_past_the_launchers_own_handling_is_still_a_stop():
+    """A StopSignal is a KeyboardInterrupt (asyncio passes those on); one raised again after the
+    launcher's own handling (a destructor's, a second SIGTERM) reached the Ctrl-C exit: 130 and
+    "interrupted (Ctrl-C)", where a scheduler reads 3 as a stop to run again (a review)."""
+    code = ("from bertjax.runtime import cli, errors; "
+            "cli._quit_interrupted(errors.StopSignal('SIGTERM outside the training steps'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 3 and done.stderr.strip().splitlines()[-1] == (
+        "stopped: SIGTERM outside the training steps"), done.stderr[-2000:]
+
+
 def test_a_sigterm_before_the_training_steps_stops_as_a_preemption(tmp_path):
     """A SIGTERM while fine-tuning read its data (or compiled, or wrote predictions after the
     last step) killed the launcher with 143 and no word, where a scheduler retries on 3 (a

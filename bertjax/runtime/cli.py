@@ -231,7 +231,14 @@ def _raise_pending_interrupt() -> None:
 
 def _quit_interrupted(interrupt: KeyboardInterrupt) -> None:
     """Exits now, 143 for SIGTERM (Terminated), 130 for Ctrl-C (a second one, or one before the
-    steps): after a compile or a stalled input thread would be too late."""
+    steps), 3 for a training launcher's SIGTERM (StopSignal, a stop as the run's own): after a
+    compile or a stalled input thread would be too late."""
+    from bertjax.runtime.errors import StopSignal
+
+    if isinstance(interrupt, StopSignal):  # (a SIGTERM's stop past the launcher's own handling: still a stop)
+        print(f"stopped: {interrupt}", file=sys.stderr)
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(EXIT_STOPPED)
     terminated = isinstance(interrupt, Terminated)
     print(f"interrupted ({'SIGTERM' if terminated else 'Ctrl-C'})", file=sys.stderr)
     sys.stdout.flush(), sys.stderr.flush()
