@@ -134,16 +134,15 @@ def main(_):
     # What using the model needs of the run's config.data, which neither layout has a place for.
     family = source.task_info.get("family")
     named = tasks.family_of_architecture(_ARCHITECTURE.value) if _ARCHITECTURE.value else None
-    headless = ("BertModel", "ModernBertModel")
-    if (_ARCHITECTURE.value and family in tasks.FAMILIES and _ARCHITECTURE.value not in headless
+    # The model's own class and the one without a head, in its kind's names (BERT or ModernBERT).
+    own_class, bare = (tasks.FAMILIES[family].hf_architecture if family in tasks.FAMILIES else None), "BertModel"
+    if variable_table.is_modern(source.bert):
+        own_class, bare = modernbert_layout.MODERN_FOR_BERT.get(own_class), modernbert_layout.MODERN_FOR_BERT[bare]
+    if (_ARCHITECTURE.value and own_class and _ARCHITECTURE.value not in ("BertModel", bare)
             and (named is None or named.name != family)):  # a head of one shape read anew, or one it lacks
-        own_class = tasks.FAMILIES[family].hf_architecture
-        if variable_table.is_modern(source.bert):
-            own_class = modernbert_layout.MODERN_FOR_BERT[own_class]
         what = (f"is a {named.name} class" if named else "holds no task head")
         raise ValueError(f"--architecture={_ARCHITECTURE.value} {what}, but {_INPUT.value} is a {family} model "
-                         f"({own_class}); leave --architecture unset, or name the class without a head "
-                         f"({headless[variable_table.is_modern(source.bert)]})")
+                         f"({own_class}); leave --architecture unset, or name the class without a head ({bare})")
     run_data = {**({"max_seq_length": source.max_seq_length} if source.max_seq_length else {}),
                 **(tasks.FAMILIES[family].serving_settings(source.data) if family in tasks.FAMILIES else {})}
     heads = []

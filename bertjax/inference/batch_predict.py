@@ -240,8 +240,7 @@ def check(model, family: str, item: Any) -> str | None:
     if family == FILL_MASK.name:
         if isinstance(item, str) and "[MASK]" in item:
             return None
-        own = model.tokenizer.id_to_token(model.tokenizer.mask_id)
-        hint = raw_text.mask_case_hint(item, own) if isinstance(item, str) else ""
+        hint = raw_text.mask_case_hint(item, model.tokenizer) if isinstance(item, str) else ""
         return f"no [MASK] in {str(item)[:80]!r}{hint}"
     try:
         tasks.FAMILIES[family].parse(item, model.task_info)

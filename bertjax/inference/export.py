@@ -104,10 +104,14 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
 
     model = engine.load_model(source, max_seq_length=max_seq_length, precision=precision, vocab_path=vocab_path,
                               do_lower_case=do_lower_case)
-    if takes_token_ids(model.tokenizer):
-        module, signature = _token_ids_module(model, source.path)
-    else:
-        module, signature = _tokenizing_module(model, source.path)
+    token_ids = takes_token_ids(model.tokenizer)
+    # A graph that tokenizes reads words as the family's TF Text code does; one that takes token
+    # ids leaves that to the client, and only the length is the family's to check.
+    why_not = (model.family.check_length(model.max_seq_length, model.source.data) if token_ids
+               else model.family.check_export(model.tokenizer, model.max_seq_length, model.source.data))
+    if why_not:
+        raise ValueError(f"{source.path}: {why_not}")
+    module, signature = _token_ids_module(model) if token_ids else _tokenizing_module(model)
 
     def write(folder: str) -> None:
         try:
@@ -120,16 +124,13 @@ def export_saved_model(model_path, output_dir: str | os.PathLike, version: int =
     return target
 
 
-def _tokenizing_module(model, path: str):
+def _tokenizing_module(model):
     """The SavedModel's module and signature with the tokenizer in the graph (TF Text)."""
     try:
         import tensorflow_text  # noqa: F401  (the tokenizer ops)
     except ImportError:
         raise ValueError("the export needs tensorflow-text: pip install --no-deps tensorflow-text==2.21.1 "
                          "(launch/setup_env.sh installs it)") from None
-    why_not = model.family.check_export(model.tokenizer, model.max_seq_length, model.source.data)
-    if why_not:
-        raise ValueError(f"{path}: {why_not}")
     return _serving_module(model)
 
 
@@ -140,20 +141,16 @@ def takes_token_ids(tokenizer) -> bool:
     return tokenizer.kind == "huggingface"
 
 
-def _token_ids_module(model, path: str):
+def _token_ids_module(model):
     """The SavedModel without a tokenizer: input_ids, segment_ids, input_mask <int32>[B, S]
     ([B, C, S] for multiple choice) -> the network's float32 logits: `logits` (classification
     [B, K], regression [B, 1], tagging [B, S, K], choice [B, C]) or `start_logits`, `end_logits`
     [B, S] (span QA). Rows longer than max_seq_length are refused: the model would read
     positions it never trained at, where predict truncates; so are ids outside the vocabulary
     and segment ids or mask values other than 0 and 1 (the embedding lookup gave NaN logits
-    for an id past the vocabulary). A length the family cannot read at is refused as the
-    tokenizing export refuses it (span QA's row with no room for a context)."""
+    for an id past the vocabulary)."""
     from bertjax.runtime.tf_cpu import tf
 
-    why_not = model.family.check_length(model.max_seq_length, model.source.data)
-    if why_not:
-        raise ValueError(f"{path}: {why_not}")
     module = tf.Module()
     module.params = _variables(model)
     apply = _jax_function(model)

@@ -62,7 +62,7 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
     split, counts, pairs, truncated = _masked(model, texts)
     ids = split.features["input_ids"]
     for i in np.flatnonzero(counts == 0)[:1]:
-        hint = mask_case_hint(" ".join(filter(None, pairs[i])), model.tokenizer.id_to_token(model.tokenizer.mask_id))
+        hint = mask_case_hint(" ".join(filter(None, pairs[i])), model.tokenizer)
         raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {model.max_seq_length} "
                          f"tokens): {str(texts[i])[:80]!r}{hint}")
     # Gathered positions a row: the most masks of any text, rounded up to a power of two, so that

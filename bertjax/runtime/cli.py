@@ -236,13 +236,14 @@ def _quit_interrupted(interrupt: KeyboardInterrupt) -> None:
     from bertjax.runtime.errors import StopSignal
 
     if isinstance(interrupt, StopSignal):  # (a SIGTERM's stop past the launcher's own handling: still a stop)
-        print(f"stopped: {interrupt}", file=sys.stderr)
-        sys.stdout.flush(), sys.stderr.flush()
-        os._exit(EXIT_STOPPED)
-    terminated = isinstance(interrupt, Terminated)
-    print(f"interrupted ({'SIGTERM' if terminated else 'Ctrl-C'})", file=sys.stderr)
+        line, code = f"stopped: {interrupt}", EXIT_STOPPED
+    elif isinstance(interrupt, Terminated):
+        line, code = "interrupted (SIGTERM)", EXIT_TERMINATED
+    else:
+        line, code = "interrupted (Ctrl-C)", EXIT_INTERRUPTED
+    print(line, file=sys.stderr)
     sys.stdout.flush(), sys.stderr.flush()
-    os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+    os._exit(code)
 
 
 def _interrupt_quietly(kind, value, traceback) -> None:

@@ -70,13 +70,14 @@ def not_one_string(texts: Any, what: str = "texts") -> Any:
     return texts
 
 
-def mask_case_hint(text: str, mask_token: str = "[MASK]") -> str:
+def mask_case_hint(text: str, tokenizer) -> str:
     """For a text without [MASK]: a note when it holds the word in other letters ("[mask]"),
-    which the tokenizer reads as text (the mask token is matched as written), or the name the
-    tokenizer gives its mask (`mask_token`, e.g. "<mask>": fill-mask's mark is [MASK] for
-    every tokenizer), else ""."""
+    which the tokenizer reads as text (the mask token is matched as written), or the name
+    `tokenizer` gives its mask (e.g. "<mask>": fill-mask's mark is [MASK] for every
+    tokenizer), else ""."""
     if any(word != "[MASK]" for word in re.findall(r"\[mask\]", text, re.IGNORECASE)):
         return " ([MASK] is matched in capitals: '[mask]' is text)"
+    mask_token = tokenizer.id_to_token(tokenizer.mask_id)
     if mask_token != "[MASK]" and mask_token in text:
         return f" (write the mask as [MASK], whatever the tokenizer names its own: {mask_token!r})"
     return ""
