@@ -10,29 +10,32 @@
 #   bash launch/tpu_vm.sh run --config=configs/pretrain.py:base --workdir=gs://my-bucket/bert-base \
 #       --config.data.source=text --config.data.input_pattern='gs://my-bucket/text/*.txt' \
 #       --config.data.vocab_path=gs://my-bucket/vocab.txt --config.data.prepared_dir=gs://my-bucket/prepared
-#   (BERTJAX_COMPILATION_CACHE=gs://my-bucket/xla-cache before `run`: every worker loads compiled steps)
+#   (BERTJAX_COMPILATION_CACHE=gs://my-bucket/xla-cache before `run`: every worker loads compiled steps;
+#   `run` passes on every BERTJAX_* variable set, and XLA_FLAGS, LIBTPU_INIT_ARGS, TFDS_DATA_DIR)
 #   bash launch/tpu_vm.sh logs              # last 100 lines of every worker's log; --worker=0 -f to follow one
 #   bash launch/tpu_vm.sh stop              # SIGTERM: the run saves a checkpoint and exits
 #   bash launch/tpu_vm.sh run finetune --config=configs/finetune.py:sst2 --workdir=gs://my-bucket/sst2 ...
 #   bash launch/tpu_vm.sh delete
 #
-# RUNTIME (the TPU software version) follows ACCELERATOR unless set: v2/v3/v4 ->
-# tpu-ubuntu2204-base, v5e (v5litepod-N) -> v2-alpha-tpuv5-lite, v5p -> v2-alpha-tpuv5,
-# v6e -> v2-alpha-tpuv6e (cloud.google.com/tpu/docs/runtimes). These images are Ubuntu 22.04
+# ACCELERATOR is the TPU API's name: v2/v3/v4/v5p-N count TensorCores (v4-32: 16 chips, 4
+# hosts), v5litepod-N and v6e-N chips; v5e-N is taken for v5litepod-N. RUNTIME (the TPU
+# software version) follows it unless set: v2/v3/v4 -> tpu-ubuntu2204-base, v5e -> v2-alpha-tpuv5-lite,
+# v5p -> v2-alpha-tpuv5, v6e -> v2-alpha-tpuv6e (cloud.google.com/tpu/docs/runtimes). These images are Ubuntu 22.04
 # with Python 3.10, and the jax, flax and orbax versions bertjax needs require 3.11: `install`
 # gets a 3.11 interpreter with uv (a standalone CPython build; uv itself from PyPI): no sudo
 # and no apt, whose lock is often held by unattended upgrades on a fresh VM, and the same on
 # every image.
 # Spot/preemptible slices: add SPOT=1 to `create`. On preemption the trainer gets SIGTERM,
-# saves at a step all hosts agree on and exits 3; recreate the slice, `install`, `run` again.
+# saves at a step all hosts agree on and exits 3; `create` again (a preempted slice keeps its
+# name until deleted: `create` deletes it first), `install`, `run` again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
   cat >&2 <<'EOF'
 usage: launch/tpu_vm.sh COMMAND   (with TPU_NAME and ZONE set; ACCELERATOR, RUNTIME, SPOT optional)
-  create                          create the TPU VM or pod slice
-  install                         copy this checkout to every worker, Python 3.11 venv, pip install -e '.[tpu]'
+  create                          create the TPU VM or pod slice (one preempted under TPU_NAME deleted first)
+  install                         copy this checkout to every worker (replacing the last), 3.11 venv, pip install
   run [pretrain|finetune] FLAGS   start launch/<pretrain|finetune>.py FLAGS on every worker, detached
   logs [--worker=N] [TAIL_ARGS]   the latest run's log on every worker (or worker N); default: tail -n 100
   stop                            SIGTERM the run on every worker (it saves a checkpoint), wait STOP_TIMEOUT s (600)
@@ -44,7 +47,7 @@ EOF
 runtime_for() {
   case "$1" in
     v2-*|v3-*|v4-*) echo tpu-ubuntu2204-base ;;
-    v5litepod-*|v5e-*) echo v2-alpha-tpuv5-lite ;;
+    v5litepod-*) echo v2-alpha-tpuv5-lite ;;
     v5p-*) echo v2-alpha-tpuv5 ;;
     v6e-*) echo v2-alpha-tpuv6e ;;
     *) echo "launch/tpu_vm.sh: no default runtime for ACCELERATOR=$1; set RUNTIME" >&2; exit 2 ;;
@@ -58,6 +61,10 @@ case "$command" in
 esac
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
 ACCELERATOR=${ACCELERATOR:-v4-8}
+if [[ "$ACCELERATOR" == v5e-* ]]; then  # the TPU API knows v5e as v5litepod
+  echo "ACCELERATOR=$ACCELERATOR: creating v5litepod-${ACCELERATOR#v5e-}, the TPU API's name for it" >&2
+  ACCELERATOR=v5litepod-${ACCELERATOR#v5e-}
+fi
 REMOTE_DIR=${REMOTE_DIR:-bertjax}
 PYTHON_VERSION=3.11
 tpu() { gcloud compute tpus tpu-vm "$@" --zone="$ZONE"; }
@@ -74,6 +81,12 @@ case "$command" in
       0 | false | no) ;;
       *) echo "SPOT=$SPOT: give 1 (a spot slice) or 0" >&2; exit 2 ;;
     esac
+    # A preempted spot slice stays under its name, unusable, until deleted.
+    state=$(tpu describe "$TPU_NAME" --format='value(state)' 2>/dev/null || true)
+    if [ "$state" = PREEMPTED ]; then
+      echo "$TPU_NAME was preempted: deleting it before creating it again" >&2
+      tpu delete "$TPU_NAME" --quiet
+    fi
     tpu create "$TPU_NAME" --accelerator-type="$ACCELERATOR" --version="$RUNTIME" ${spot[@]+"${spot[@]}"}
     ;;
   install)
@@ -83,7 +96,11 @@ case "$command" in
     find . \( -path ./.git -o -path ./.venv -o -path './workdir*' \) -prune -o \( -type f -o -type l \) -print0 |
       tar czf "$archive" --null -T -
     tpu scp "$archive" "$TPU_NAME":/tmp/bertjax.tgz --worker=all
-    on_workers all "set -e; mkdir -p $REMOTE_DIR && tar xzf /tmp/bertjax.tgz -C $REMOTE_DIR && cd $REMOTE_DIR
+    # The last install's files go first (but its venv, logs and any workdir): a module removed or
+    # renamed here would otherwise stay there, importable.
+    on_workers all "set -e; mkdir -p $REMOTE_DIR && cd $REMOTE_DIR
+      find . -mindepth 1 -maxdepth 1 ! -name .venv ! -name logs ! -name 'workdir*' -exec rm -rf {} +
+      tar xzf /tmp/bertjax.tgz
       python3 -m pip install -q --user -U uv
       if [ ! -x .venv/bin/python$PYTHON_VERSION ]; then  # none yet, or one made with the image's 3.10
         rm -rf .venv && python3 -m uv venv -q --python $PYTHON_VERSION .venv
@@ -99,11 +116,21 @@ case "$command" in
     [ $# -gt 0 ] || usage  # the launcher's flags: --config and --workdir at least
     # --distributed=on: jax.distributed.initialize() finds the other workers from the TPU metadata.
     trainer=".venv/bin/python launch/$launcher.py --distributed=on $(printf '%q ' "$@")"
-    # JAX writes compilation-cache entries from process 0 only: a cache on each worker's own disk
-    # serves none of the others, so a gs:// cache given here goes to every worker.
-    if [ -n "${BERTJAX_COMPILATION_CACHE:-}" ]; then
-      trainer="env BERTJAX_COMPILATION_CACHE=$(printf '%q' "$BERTJAX_COMPILATION_CACHE") $trainer"
+    # The settings given here reach every worker's trainer (ssh passes on no environment). JAX
+    # writes compilation-cache entries from process 0 only: a cache on each worker's own disk
+    # serves none of the others, so BERTJAX_COMPILATION_CACHE should be on gs://.
+    settings=()
+    for name in $(compgen -e | grep -E '^(BERTJAX_.*|XLA_FLAGS|LIBTPU_INIT_ARGS|TFDS_DATA_DIR)$' || true); do
+      [ -z "${!name}" ] || settings+=("$name=${!name}")
+    done
+    if [ ${#settings[@]} -gt 0 ]; then
+      trainer="env $(printf '%q ' "${settings[@]}")$trainer"
     fi
+    # Every worker is checked before any starts: one refusing while the others start leaves
+    # them waiting for a coordinator the old run holds.
+    on_workers all "cd $REMOTE_DIR 2>/dev/null || exit 0; $running_pid
+      if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi" ||
+      { echo "launch/tpu_vm.sh run: nothing started (the check of every worker failed: above)" >&2; exit 1; }
     # The run's own shell writes its pid, then becomes the trainer (exec); setsid + nohup +
     # redirected stdin/stdout detach it from the ssh session. Each run gets its own log file.
     on_workers all "cd $REMOTE_DIR && mkdir -p logs && $running_pid

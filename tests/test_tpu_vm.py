@@ -14,10 +14,18 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "launch", "tpu_vm.sh")
 
+# Records its arguments. `describe` prints GCLOUD_STATE (none: no such TPU, exit 1); with
+# GCLOUD_RUN=1 an ssh call runs its --command here and exits with its status.
 FAKE_GCLOUD = f"""#!{sys.executable}
-import json, os, sys
+import json, os, subprocess, sys
 with open(os.environ["GCLOUD_CALLS"], "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\\n")
+if "describe" in sys.argv:
+    print(os.environ.get("GCLOUD_STATE", ""))
+    sys.exit(0 if os.environ.get("GCLOUD_STATE") else 1)
+commands = [arg[len("--command="):] for arg in sys.argv if arg.startswith("--command=")]
+if commands and os.environ.get("GCLOUD_RUN") == "1":
+    sys.exit(subprocess.run(["bash", "-c", commands[0]]).returncode)
 """
 
 # Stands in for the worker's .venv/bin/python: records its arguments, runs until SIGTERM.
@@ -38,8 +46,10 @@ def tpu_vm(tmp_path):
     (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
     (bin_dir / "gcloud").chmod(0o755)
     calls_file = tmp_path / "gcloud_calls.jsonl"
-    base_env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", GCLOUD_CALLS=str(calls_file),
-                    TPU_NAME="bert-pod", ZONE="us-central2-b", REMOTE_DIR=str(tmp_path / "worker"))
+    # (no BERTJAX_* of the test run's own: `run` passes those on to the workers)
+    base_env = {name: value for name, value in os.environ.items() if not name.startswith("BERTJAX_")}
+    base_env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", GCLOUD_CALLS=str(calls_file), TPU_NAME="bert-pod",
+                    ZONE="us-central2-b", REMOTE_DIR=str(tmp_path / "worker"))
 
     def run(*args, **env):
         return subprocess.run(["bash", SCRIPT, *args], env={**base_env, **env}, capture_output=True, text=True,
@@ -69,14 +79,34 @@ def test_syntax_and_usage(tpu_vm):
 def test_create_picks_the_runtime_image_from_the_accelerator(tpu_vm, accelerator, runtime):
     run, calls = tpu_vm
     assert run("create", ACCELERATOR=accelerator, SPOT="1").returncode == 0
-    assert calls() == [["compute", "tpus", "tpu-vm", "create", "bert-pod", f"--accelerator-type={accelerator}",
-                        f"--version={runtime}", "--spot", "--zone=us-central2-b"]]
+    assert calls()[-1] == ["compute", "tpus", "tpu-vm", "create", "bert-pod", f"--accelerator-type={accelerator}",
+                           f"--version={runtime}", "--spot", "--zone=us-central2-b"]
+
+
+def test_create_names_v5e_as_the_tpu_api_does(tpu_vm):
+    """The TPU API has no v5e-16; it is v5litepod-16 (the docs' name for the chip is v5e)."""
+    run, calls = tpu_vm
+    result = run("create", ACCELERATOR="v5e-16")
+    assert result.returncode == 0 and "creating v5litepod-16, the TPU API's name for it" in result.stderr
+    assert calls()[-1][5:7] == ["--accelerator-type=v5litepod-16", "--version=v2-alpha-tpuv5-lite"]
+
+
+@pytest.mark.parametrize("state, deleted", [("", False), ("READY", False), ("PREEMPTED", True)])
+def test_create_deletes_a_preempted_slice_of_the_name_first(tpu_vm, state, deleted):
+    """A preempted spot slice keeps its name until deleted: `create` after a preemption failed with
+    'already exists' (a review)."""
+    run, calls = tpu_vm
+    result = run("create", ACCELERATOR="v4-32", GCLOUD_STATE=state)
+    assert result.returncode == 0
+    verbs = [call[3] for call in calls()]
+    assert verbs == (["describe", "delete", "create"] if deleted else ["describe", "create"])
+    assert ("bert-pod was preempted: deleting it" in result.stderr) == deleted
 
 
 def test_create_with_an_explicit_runtime_or_an_unknown_accelerator(tpu_vm):
     run, calls = tpu_vm
     assert run("create", ACCELERATOR="v6e-8", RUNTIME="v2-alpha-tpuv6e-next").returncode == 0
-    assert "--version=v2-alpha-tpuv6e-next" in calls()[0]
+    assert "--version=v2-alpha-tpuv6e-next" in calls()[-1]
     result = run("create", ACCELERATOR="v9-8")
     assert result.returncode == 2 and "no default runtime for ACCELERATOR=v9-8; set RUNTIME" in result.stderr
 
@@ -100,6 +130,35 @@ def test_install_makes_a_python_3_11_venv_with_uv(tpu_vm, tmp_path):
     assert "uv pip install -q --python .venv/bin/python -e '.[tpu]'" in command
 
 
+def test_install_replaces_the_last_installs_files_but_its_venv_and_logs(tpu_vm, tmp_path):
+    """tar unpacked over the last install: a module removed here stayed there, importable (a review)."""
+    run, calls = tpu_vm
+    worker = tmp_path / "worker"
+    for name in ("bertjax/removed_module.py", "stale.txt", ".venv/bin/python3.11", "logs/run.log", "workdir_1/x"):
+        (worker / name).parent.mkdir(parents=True, exist_ok=True)
+        (worker / name).write_text("#!/bin/sh\n")
+    (worker / ".venv" / "bin" / "python3.11").chmod(0o755)
+    fake_bin = tmp_path / "fake_bin"  # the worker's python3: pip and uv do nothing here
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text("#!/bin/sh\nexit 0\n")
+    (fake_bin / "python3").chmod(0o755)
+    assert run("install", TMPDIR=str(tmp_path)).returncode == 0
+    command = _worker_command(calls()[-1])[1].replace("/tmp/bertjax.tgz", str(tmp_path / "bertjax.tgz"))
+    installed = subprocess.run(["bash", "-c", command], env=dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}"),
+                               capture_output=True, text=True, timeout=60)
+    assert installed.returncode == 0, installed.stderr
+    assert (worker / "bertjax" / "trainer.py").exists() and (worker / "launch" / "tpu_vm.sh").exists()
+    assert not (worker / "bertjax" / "removed_module.py").exists() and not (worker / "stale.txt").exists()
+    assert all((worker / name).exists() for name in (".venv/bin/python3.11", "logs/run.log", "workdir_1/x"))
+
+
+def _worker_python(worker, script):
+    """Puts `script` where a worker's .venv/bin/python is."""
+    (worker / ".venv" / "bin").mkdir(parents=True)
+    (worker / ".venv" / "bin" / "python").write_text(script)
+    (worker / ".venv" / "bin" / "python").chmod(0o755)
+
+
 def _worker_command(call):
     """The --command a gcloud ssh call would run on the workers, and which workers."""
     assert call[:5] == ["compute", "tpus", "tpu-vm", "ssh", "bert-pod"], call
@@ -109,15 +168,16 @@ def _worker_command(call):
 
 
 def _on_worker(command):
-    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+    """Runs a worker's command here, in an environment without this test run's settings (as a worker's)."""
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("BERTJAX_", "XLA_FLAGS", "LIBTPU_INIT_ARGS", "TFDS_DATA_DIR"))}
+    return subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_run_detaches_the_chosen_launcher_then_logs_and_stop(tpu_vm, tmp_path):
     run, calls = tpu_vm
     worker = tmp_path / "worker"
-    (worker / ".venv" / "bin").mkdir(parents=True)
-    (worker / ".venv" / "bin" / "python").write_text(FAKE_PYTHON)
-    (worker / ".venv" / "bin" / "python").chmod(0o755)
+    _worker_python(worker, FAKE_PYTHON)
     flags = ["--config=configs/finetune.py:sst2", "--workdir=gs://bucket/sst2 run",
              "--config.data.input_pattern=gs://bucket/text/*.txt", "--config.note=it's \"quoted\" $HOME"]
     assert run("run", "finetune", *flags).returncode == 0
@@ -172,10 +232,8 @@ def test_run_gives_every_worker_the_compilation_cache_named(tpu_vm, tmp_path):
     the others, so a shared (gs://) cache named here reaches every worker's trainer."""
     run, calls = tpu_vm
     worker = tmp_path / "worker"
-    (worker / ".venv" / "bin").mkdir(parents=True)
-    (worker / ".venv" / "bin" / "python").write_text(
-        '#!/usr/bin/env bash\nprintf %s "$BERTJAX_COMPILATION_CACHE" > cache.tmp && mv cache.tmp cache.txt\n')
-    (worker / ".venv" / "bin" / "python").chmod(0o755)
+    _worker_python(worker,
+                   '#!/usr/bin/env bash\nprintf %s "$BERTJAX_COMPILATION_CACHE" > cache.tmp && mv cache.tmp cache.txt\n')
     assert run("run", "--config=configs/pretrain.py:base", BERTJAX_COMPILATION_CACHE="gs://b/xla cache").returncode == 0
     assert _on_worker(_worker_command(calls()[-1])[1]).returncode == 0
     deadline = time.time() + 30
@@ -200,3 +258,38 @@ def test_stop_gives_up_waiting_and_says_how_to_end_the_run(tpu_vm, tmp_path):
         assert f"kill -9 {stubborn.pid} ends it now" in stopped.stdout
     finally:
         stubborn.kill()
+
+
+def test_run_starts_nothing_while_any_worker_has_a_run_going(tpu_vm, tmp_path):
+    """Each worker checked for itself as it started: one with an old run refused while the others
+    started and waited for a coordinator the old run held (a review)."""
+    run, calls = tpu_vm
+    (tmp_path / "worker" / "logs").mkdir(parents=True)
+    old = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "worker" / "logs" / "run.pid").write_text(str(old.pid))
+        result = run("run", "--config=configs/pretrain.py:base", GCLOUD_RUN="1")
+        assert result.returncode == 1 and f"a run is still going (pid {old.pid}); stop it first" in result.stderr
+        assert "nothing started" in result.stderr
+        assert len(calls()) == 1 and "setsid" not in _worker_command(calls()[0])[1]
+    finally:
+        old.kill()
+
+
+def test_run_passes_the_settings_named_on_to_every_worker(tpu_vm, tmp_path):
+    """ssh carries no environment: BERTJAX_VERBOSE=1 (every host's logs, as the docs say) or
+    XLA_FLAGS given to `run` reached no worker (a review)."""
+    run, calls = tpu_vm
+    worker = tmp_path / "worker"
+    _worker_python(worker, "#!/usr/bin/env bash\n"
+                           "env | grep -E '^(BERTJAX|XLA|LIBTPU|TFDS|OTHER)' | sort > env.tmp && mv env.tmp env.txt\n")
+    settings = {"BERTJAX_VERBOSE": "1", "XLA_FLAGS": "--xla_dump_to=/tmp/d --xla_dump_hlo_as_text",
+                "LIBTPU_INIT_ARGS": "--xla_tpu_x=1", "TFDS_DATA_DIR": "gs://b/tfds", "OTHER_SETTING": "x",
+                "BERTJAX_COMPILATION_CACHE": ""}
+    assert run("run", "--config=configs/pretrain.py:base", **settings).returncode == 0
+    assert _on_worker(_worker_command(calls()[-1])[1]).returncode == 0
+    deadline = time.time() + 30
+    while time.time() < deadline and not (worker / "env.txt").exists():
+        time.sleep(0.05)
+    assert (worker / "env.txt").read_text().splitlines() == sorted(
+        f"{name}={value}" for name, value in settings.items() if value and name != "OTHER_SETTING")
