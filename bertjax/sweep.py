@@ -28,6 +28,7 @@ import ml_collections
 
 from bertjax import finetune, finetune_setup, run_config, sharding, tasks, trainer
 from bertjax.inference import model_source
+from bertjax.models import convert
 from bertjax.runtime import cli, fileio
 from bertjax.runtime.errors import RunSettingsError, TrainingDiverged
 
@@ -138,8 +139,9 @@ def _settings(config: ml_collections.ConfigDict, saved: dict[str, Any] | None) -
 def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     """ValueError when WORKDIR holds trained runs of a sweep with other settings than
     `config`'s (`_settings`: the grid and operational settings aside; settings a newer bertjax
-    added are not compared); else records these settings there (process 0): a sweep none of
-    whose runs trained (a typo fixed) takes the new ones, and its failed runs' rows are dropped."""
+    added are not compared); else records these settings there: a sweep none of whose runs
+    trained (a typo fixed) takes the new ones, and its failed runs' rows are dropped. Process 0
+    alone: every host's runs start from the weights it resolved and recorded."""
     path = fileio.join(workdir, SETTINGS_FILE)
     saved = fileio.read_json(path) if fileio.exists(path) else None
     settings = _settings(config, saved)
@@ -148,9 +150,9 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
     changes = saved is not None and run_config.changed_settings(
         saved, settings, left_out=(*_RERUN_MAY_CHANGE, *paths), saved_keys_only=True)
     if not changes:
-        if jax.process_index() == 0 and saved is None:
+        if saved is None:
             fileio.write_json(path, settings)
-        elif jax.process_index() == 0 and "data_contents" in saved and set(settings["data_contents"]) - set(
+        elif "data_contents" in saved and set(settings["data_contents"]) - set(
                 saved["data_contents"]):
             # A file this bertjax compares and the saved settings lack (a test file that ranks): added
             # alone, as the other keys the comparison skipped were never checked.
@@ -162,13 +164,30 @@ def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:
         raise ValueError(f"{workdir} holds a sweep with other settings ({run_config.first_changes(changes)}): "
                          f"{trained} would be reported as this one's; give a new workdir, or the "
                          f"settings of {path}")
-    if jax.process_index() == 0:
-        results_file = fileio.join(workdir, RESULTS_FILE)
-        if fileio.exists(results_file):  # failures under the old settings, none of them this sweep's
-            log.warning("the sweep's settings changed (%s) before any run trained: the failed runs' rows in %s are "
-                        "dropped", run_config.first_changes(changes), results_file)
-            fileio.remove(results_file)
-        fileio.write_json(path, settings)
+    results_file = fileio.join(workdir, RESULTS_FILE)
+    if fileio.exists(results_file):  # failures under the old settings, none of them this sweep's
+        log.warning("the sweep's settings changed (%s) before any run trained: the failed runs' rows in %s are "
+                    "dropped", run_config.first_changes(changes), results_file)
+        fileio.remove(results_file)
+    fileio.write_json(path, settings)
+
+
+def _start_every_run_from_the_recorded_weights(config: ml_collections.ConfigDict, workdir: str,
+                                               runs: list[tuple[str, ml_collections.ConfigDict]]) -> None:
+    """Sets every run's config.init_checkpoint to the step folder the sweep's settings record
+    (`_settings`, resolved on process 0) where config.init_checkpoint is a bertjax workdir: each
+    run, and each host, resolving it again took a newer step of a pre-training run still saving,
+    and a table of runs from several starting points."""
+    if not config.init_checkpoint:
+        return
+    run_config.warn_if_unfinished_start(config.init_checkpoint, workdir)  # (said of the workdir named)
+    weights = fileio.read_json(fileio.join(workdir, SETTINGS_FILE)).get("init_weights")
+    try:
+        pinned = bool(weights) and convert.checkpoint_layout(weights)[0] == "bertjax"
+    except (OSError, ValueError, *fileio.remote_errors()):  # gone since: a run that needs them says so
+        pinned = False
+    for _, run in runs if pinned else ():
+        run.init_checkpoint = weights
 
 
 def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
@@ -214,10 +233,11 @@ def sweep(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any
     # sweep_results.json (each run's folder has a lock of its own).
     with trainer.hold_lock(workdir):
         run_config.check_sweep_or_run(workdir, sweep=True)
-        trainer.process_zero_first(lambda: _check_same_sweep(config, workdir), "sweep settings")
+        trainer.on_process_zero(lambda: _check_same_sweep(config, workdir), "sweep settings")
+        _start_every_run_from_the_recorded_weights(config, workdir, runs)
         results, metric = _run_all(workdir, runs)
     names = {name for name, _ in runs}
-    if finetune.temporary_cache(config, workdir):  # its runs' one cache, in a folder no one chose
+    if cached and finetune.temporary_cache(config, workdir):  # its runs' one cache, in a folder no one chose
         if any("error" in row for row in results if row["run"] in names):  # (for the rerun that tries them again)
             _say(f"the cached features stay in {finetune.cache_directory(config, workdir)} for a rerun of the "
                  "failed runs; delete them when none will")

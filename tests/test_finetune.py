@@ -672,6 +672,28 @@ def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(p
     assert len(sweep.sweep(config, str(tmp_path / "grid"))) == 2
 
 
+def test_a_sweeps_runs_start_from_one_step_of_a_pretraining_run_still_saving(pretrained_run, tmp_path,
+                                                                             monkeypatch):
+    """Each run resolved config.init_checkpoint again: a step the pre-training run saved during
+    the sweep had its later runs start from newer weights than its first, in one table (a review)."""
+    from bertjax import finetune, sweep
+
+    pretrained = tmp_path / "pretrained"
+    shutil.copytree(pretrained_run, pretrained)
+    started_from = []
+
+    def run(config, workdir):
+        started_from.append(config.init_checkpoint)
+        shutil.copytree(pretrained / "checkpoints" / "4", pretrained / "checkpoints" / f"{4 + 4 * len(started_from)}")
+        return {"best": {"step": 4, "metrics": {"f1": config.train.learning_rate * 100}}, "main_metric": "f1"}
+
+    monkeypatch.setattr(finetune, "finetune", run)
+    config = _demo_config(sweep=True, sweep_learning_rates="1e-3,1e-4,1e-5", sweep_batch_sizes="16", sweep_epochs="1")
+    config.init_checkpoint = str(pretrained)
+    sweep.sweep(config, str(tmp_path / "grid"))
+    assert started_from == [str(pretrained / "checkpoints" / "4")] * 3
+
+
 def test_a_sweep_restarts_each_point_with_each_seed(tmp_path, monkeypatch):
     """The paper's random restarts (BERT-large on small data): config.train.sweep_seeds runs each
     point once per seed, each with its own initialisation, dropout and example order."""
@@ -705,7 +727,7 @@ def test_a_sweep_restarts_each_point_with_each_seed(tmp_path, monkeypatch):
         sweep.sweep(config, str(tmp_path))
 
 
-def test_a_sweeps_rerun_loses_no_row_and_mixes_no_points(tmp_path, monkeypatch, caplog):
+def test_a_sweeps_rerun_loses_no_row_and_mixes_no_points(tmp_path, monkeypatch, caplog, capsys):
     """Found by a review of the sweep:
     - a rerun wrote sweep_results.json after its first run with only the rows reached so far:
       stopped then, the table (what predict and export load the best of) lost the others;
@@ -785,16 +807,20 @@ def test_a_sweeps_rerun_loses_no_row_and_mixes_no_points(tmp_path, monkeypatch, 
     assert sweep.sweep(config, str(tmp_path / "steps"))[0]["epochs"] == 3.0
     config.train.num_steps = 0
     # A gs:// workdir's features cached in a temporary folder: removed after the sweep, but kept
-    # while a run failed, for the rerun that tries it again (they were removed either way).
+    # while a run failed, for the rerun that tries it again (they were removed either way); a
+    # sweep that caches none says nothing of them.
     (tmp_path / "cache").mkdir()
     monkeypatch.setattr(finetune, "temporary_cache", lambda config, workdir: True)
     monkeypatch.setattr(finetune, "cache_directory", lambda config, workdir: str(tmp_path / "cache"))
     monkeypatch.setattr(finetune, "finetune", predictions_fail)
     config.train.update(sweep_learning_rates="5e-3", sweep_seeds="")
     sweep.sweep(config, str(workdir))
-    assert (tmp_path / "cache").is_dir()
+    assert "cached features" not in capsys.readouterr().out
+    config.train.update(freeze_encoder=True, cache_features=True)
+    sweep.sweep(config, str(tmp_path / "frozen"))
+    assert (tmp_path / "cache").is_dir() and "the cached features stay in" in capsys.readouterr().out
     monkeypatch.setattr(finetune, "finetune", run)
-    sweep.sweep(config, str(workdir))
+    sweep.sweep(config, str(tmp_path / "frozen"))
     assert not (tmp_path / "cache").exists()
 
 
