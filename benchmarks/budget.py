@@ -17,7 +17,7 @@ of the same recipe measured (so every schedule runs to its end; start-up and eva
 not measured, so the seconds a run took are in the table); with batch-size warmup, the steps
 that train on as many rows. Columns: recipe, budget, steps, tokens seen (rows x length,
 padding included), held-out masked-LM accuracy at one common masking (15%, 80/10/10,
-single-document rows: comparable across recipes; the line above the table says how many
+single-document rows of --max_seq_length, whatever a recipe sets: comparable across recipes; the line above the table says how many
 distinct held-out rows it reads), the downstream dev accuracy (the best over the learning-rate
 grid and each run's evaluations, once an epoch, on the dev set it reports; one seed) and the
 seconds the pre-training took.
@@ -108,8 +108,6 @@ def recipe_config(recipe: str, steps: int, data_dir: str, corpus: str, vocab: st
                        max_seq_length=length, tokenizer=vocabulary_kind(vocab))
     config.train.update(global_batch_size=_BATCH.value, num_steps=steps, warmup_steps=max(1, steps // 10),
                         log_every=max(1, steps // 10), eval_every=0)
-    if not config.train.get("adam_bias_correction", False) and _PRESET.value != "tiny":
-        config.train.learning_rate = 1e-4  # the paper's, what the original recipe is
     config.checkpoint.update(every=steps, async_save=False)
     for key, text in settings.items():
         set_value(config, key, text)
@@ -208,23 +206,36 @@ def steps_within(recipe: str, full_steps: int, data_dir: str, corpus: str, vocab
 HELD_OUT_BATCHES = 20  # of 32 rows
 
 
-def common_mlm_accuracy(run_dir: str, config, batches: int = HELD_OUT_BATCHES) -> tuple[float, int]:
-    """(held-out masked-LM accuracy of the run's weights on the same rows for every recipe: the
-    eval split as single-document rows, 15% masked, 80/10/10; the rows an epoch of the split
-    holds, which `batches` of 32 read again, cut and masked anew, where they are fewer)."""
+def held_out_config(data_dir: str, corpus: str, vocab: str):
+    """The config whose eval split `common_mlm_accuracy` reads: the original recipe's at
+    --max_seq_length as single-document rows, 15% masked, 80/10/10, whatever a recipe sets (a
+    recipe's own length or masking changed the rows it was measured on)."""
+    config = recipe_config("original", 1, data_dir, corpus, vocab)
+    length = config.data.max_seq_length
+    config.data.update(next_sentence_prediction=False, full_rows=False, full_rows_attention="across",
+                       masked_lm_prob=0.15, mask_token_prob=0.8, random_token_prob=0.1,
+                       max_predictions_per_seq=-(-length * 15 // 100), seed=12345)
+    config.train.global_batch_size = 32
+    return config
+
+
+def tokens_seen(config, steps: int) -> int:
+    """The tokens (rows x the run's length, padding included) of `steps` steps of `config`."""
+    warmup = BatchWarmup(config.train.global_batch_size, config.train.batch_warmup_start,
+                         config.train.batch_warmup_steps)
+    return warmup.units_before(steps) * warmup.unit * config.data.max_seq_length
+
+
+def common_mlm_accuracy(run_dir: str, eval_config, batches: int = HELD_OUT_BATCHES) -> tuple[float, int]:
+    """(held-out masked-LM accuracy of the run's weights on `held_out_config`'s rows, the same for
+    every recipe; the rows an epoch of the split holds, which `batches` of 32 read again, cut and
+    masked anew, where they are fewer)."""
     import jax
     import numpy as np
 
     from bertjax import pretrain
     from bertjax.models import BertForPreTraining, convert
 
-    eval_config = config.copy_and_resolve_references()
-    length = eval_config.data.max_seq_length
-    eval_config.data.update(next_sentence_prediction=False, full_rows=False, full_rows_attention="across",
-                            masked_lm_prob=0.15,
-                            mask_token_prob=0.8, random_token_prob=0.1, max_predictions_per_seq=-(-length * 15 // 100),
-                            seed=12345)
-    eval_config.train.global_batch_size = 32
     bert, params = convert.load_pretrained(run_dir)
     model = BertForPreTraining(bert, next_sentence_prediction=False)
     apply = jax.jit(lambda p, batch: model.apply({"params": p}, **pretrain.model_inputs(batch))[0])
@@ -292,12 +303,9 @@ def main(argv):
             steps = steps_within(recipe, max(10, int(rate * limit * 0.95)), data_dir, corpus, vocab)
             config = recipe_config(recipe, steps, data_dir, corpus, vocab)
             spent = pretrain_once(config, run_dir)
-            mlm, held_out_rows = common_mlm_accuracy(run_dir, config)
+            mlm, held_out_rows = common_mlm_accuracy(run_dir, held_out_config(data_dir, corpus, vocab))
             dev, lr = downstream_accuracy(run_dir, train_file, dev_file, os.path.join(run_dir, "finetune"), vocab)
-            warmup = BatchWarmup(config.train.global_batch_size, config.train.batch_warmup_start,
-                                 config.train.batch_warmup_steps)
-            tokens = warmup.units_before(steps) * warmup.unit * _SEQ_LEN.value
-            rows.append((recipe, budget, steps, tokens, mlm, dev, lr, spent))
+            rows.append((recipe, budget, steps, tokens_seen(config, steps), mlm, dev, lr, spent))
             print(f"{recipe} {budget}: {steps} steps, MLM {mlm:.4f}, dev {dev:.4f} (lr {lr}), {_seconds(spent)} s",
                   flush=True)
     scratch = downstream_accuracy("", train_file, dev_file, os.path.join(workdir, "scratch"), vocab) if _SCRATCH.value \

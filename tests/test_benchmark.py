@@ -300,6 +300,11 @@ flags.FLAGS(["budget.py"])  # the defaults: --preset=tiny, --seq_len=128
 budget.check_recipe("modern:train.batch_warmup_start=8:train.batch_warmup_steps=40")
 print(budget.recipe_config("modern:data.masked_lm_prob=0.4", 10, "", "", "").data.max_predictions_per_seq)
 print(budget.recipe_config("modern", 10, "", "", "spm.model").data.tokenizer)  # (was read as WordPiece: a walkthrough)
+# The held-out rows are the same whatever a recipe sets; its tokens (10 steps x 32 rows x 64) its own length's.
+own = budget.recipe_config("modern:data.max_seq_length=64:data.whole_word_mask=true", 10, "", "", "")
+held_out = budget.held_out_config("", "", "").data
+print(held_out.max_seq_length, held_out.whole_word_mask, held_out.masked_lm_prob, held_out.next_sentence_prediction,
+      held_out.max_predictions_per_seq, budget.tokens_seen(own, 10))
 for bad in ("modern:train.optimizer=bogus", "original:train.decay_shape=bogus"):
     try:
         budget.check_recipe(bad)
@@ -318,7 +323,7 @@ def test_a_budget_recipe_is_checked_whole_before_any_run():
                             timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == [
-        "52", "sentencepiece", "config.train.optimizer must be one of ('adamw', 'stable_adamw', 'lamb'), got 'bogus'",
+        "52", "sentencepiece", "128 False 0.15 False 20 20480", "config.train.optimizer must be one of ('adamw', 'stable_adamw', 'lamb'), got 'bogus'",
         "config.train.decay_shape must be one of ('linear', '1-sqrt'), got 'bogus'"]
 
 
