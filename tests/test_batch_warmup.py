@@ -58,7 +58,8 @@ def test_warmup_sizes_that_split_over_every_device_and_process_are_accepted():
                                            batch_warmup_start=8, batch_warmup_steps=10))
     validate(train, data_parallel=8, process_count=2)
     train.batch_warmup_start = 4
-    with pytest.raises(ValueError, match=r"\(8\)"):
+    with pytest.raises(ValueError, match=r"batch_warmup_start=4 must be divisible by the data-parallel size times "
+                                         r"config.train.grad_accum_steps and by the processes \(8\)"):
         validate(train, data_parallel=8, process_count=2)
     train.update(batch_warmup_start=2, global_batch_size=8)  # one device a process: rows split one a process
     validate(train, data_parallel=2, process_count=2)

@@ -334,14 +334,15 @@ def _failing_restore(monkeypatch, fails):
 def test_a_transient_read_error_is_retried_and_nothing_is_moved(tmp_path, small8, monkeypatch, caplog):
     state, abstract = small8
     ckpt = checkpointing.Checkpointer(str(tmp_path), save_interval_steps=1, max_to_keep=3, async_save=False)
+    newer = jax.tree.map(lambda x: x + 1, state)  # (step 2's arrays told apart from step 1's)
     ckpt.save(1, state, data_position=11, config=CONFIG)
-    ckpt.save(2, state, data_position=22, config=CONFIG)
+    ckpt.save(2, newer, data_position=22, config=CONFIG)
     before = _files(tmp_path)
     attempts = _failing_restore(monkeypatch, lambda step, attempt: attempt == 1)  # a gs:// blip
     with caplog.at_level(logging.WARNING, logger="bertjax.checkpointing"):
         restored, meta = ckpt.restore(abstract)
     assert meta["step"] == 2 and attempts == {2: 2}
-    assert_trees_equal(restored, state)
+    assert_trees_equal(restored, newer)
     assert f"reading checkpoint {tmp_path / '2'} failed (OSError: injected read error" in caplog.text
     assert sorted(os.listdir(tmp_path)) == ["1", "2"] and _files(tmp_path) == before
     ckpt.close()

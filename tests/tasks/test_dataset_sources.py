@@ -97,12 +97,12 @@ def test_a_dataset_neither_prepared_nor_downloadable_fails_without_retrying(tmp_
     # every later start (a review found ~/tensorflow_datasets/glue/ after one such attempt).
     assert os.listdir(tmp_path) == []
     (tmp_path / "mine").mkdir()  # a folder the user keeps there stays
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(f"TFDS dataset {dataset!r} is not prepared in {tmp_path}/")):
         tasks.load_task(_config(task, tfds_data_dir=str(tmp_path)), tokenizer=None)
     assert os.listdir(tmp_path) == ["mine"]
     # Beside a prepared dataset of the same name (another GLUE task): only what this attempt made goes.
     (tmp_path / dataset.split("/")[0] / "kept").mkdir(parents=True)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(f"TFDS dataset {dataset!r} is not prepared in {tmp_path}/")):
         tasks.load_task(_config(task, tfds_data_dir=str(tmp_path)), tokenizer=None)
     assert sorted((os.path.relpath(folder, tmp_path), names) for folder, _, names in os.walk(tmp_path)) == sorted([
         (".", []), ("mine", []), (dataset.split("/")[0], []), (os.path.join(dataset.split("/")[0], "kept"), [])])
