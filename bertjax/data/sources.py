@@ -251,6 +251,22 @@ def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files
     return sorted(paths.values())
 
 
+_HEAD_BYTES = 4096  # what `check_text_files` reads of each file first
+
+
+def _first_line(f, head: bytes) -> bytes:
+    """The first line, stripped and without a byte order mark, of the open binary file `f` whose
+    first bytes were `head`: one that opens a JSON object is read on to its end (within 64 MiB),
+    as a JSONL row holding a whole document runs past the first few KiB."""
+    head = head.removeprefix(codecs.BOM_UTF8)
+    while head.lstrip().startswith(b"{") and b"\n" not in head and len(head) < 1 << 26:
+        more = f.read(1 << 20)
+        if not more:
+            break
+        head += more
+    return head.split(b"\n", 1)[0].strip()
+
+
 def check_text_files(units: list[dict], source: str) -> None:
     """Before a text or JSONL corpus is prepared: ValueError naming a file whose first bytes say
     it is compressed or binary, or (text) that its lines end in a carriage return alone, or
@@ -263,13 +279,13 @@ def check_text_files(units: list[dict], source: str) -> None:
     problems = {}  # path -> why it is refused
     for path in paths:
         with fileio.open_file(path, "rb") as f:
-            head = f.read(4096)
-        problem = _not_text(path, head, source)
+            head = f.read(_HEAD_BYTES)
+            problem = _not_text(path, head, source)
+            first = _first_line(f, head) if source == "text" and not problem else b""
         if problem:
             problems[path] = problem
             continue
-        first = head.split(b"\n", 1)[0].strip()
-        if source == "text" and first.startswith(b"{") and first.endswith(b"}"):
+        if first.startswith(b"{") and first.endswith(b"}"):
             try:
                 if isinstance(json.loads(first), dict):
                     json_rows.append(path)
@@ -313,7 +329,22 @@ def _not_text(path: str, head: bytes, source: str) -> str | None:
         return (f"{path}: its lines end in a carriage return alone (classic Mac OS), where the reader splits at line "
                 "feeds only (one sentence a line, a blank line between documents); convert them first "
                 "(tr '\\r' '\\n')")
+    # (the last line may be cut, in a character too); a file in another encoding had every line
+    # dropped as non-UTF-8 and the file counted as blank
+    lines = [line for line in (head.split(b"\n")[:-1] if len(head) == _HEAD_BYTES else head.split(b"\n"))
+             if line.strip()]
+    if lines and not any(_is_utf8(line) for line in lines):
+        return (f"{path}: none of its first {len(lines)} lines is UTF-8 (another encoding: GBK, Shift-JIS, "
+                "Latin-1?); convert it first (iconv -f <encoding> -t UTF-8)")
     return None
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:

@@ -1,5 +1,8 @@
 """Corpus sources: BERT-format text (incl. bad input and split files), TFDS, the demo."""
 
+import codecs
+import json
+
 import ml_collections
 import pytest
 import tensorflow as tf
@@ -165,6 +168,28 @@ def test_every_refused_file_of_a_corpus_is_counted(tmp_path):
                                   f"{rows}/c.jsonl)")
 
 
+def test_a_file_in_another_encoding_is_refused_by_name(tmp_path):
+    """A GBK file had every line dropped as non-UTF-8 and was then counted a blank file, and the
+    run trained without it (a walkthrough). A file some of whose lines are UTF-8 (Latin-1 text,
+    mostly ASCII) is read, its other lines dropped and counted as before."""
+    chinese = "\n".join(["这是一个句子。", "这是另一个句子。", "", "第二篇文档。", "它也有两个句子。"] * 20) + "\n"
+    (tmp_path / "gbk.txt").write_bytes(chinese.encode("gbk"))
+    (tmp_path / "sjis.txt").write_bytes("これは文です。\nもう一つの文。\n".encode("shift_jis") * 200)
+    (tmp_path / "utf8.txt").write_text(chinese)
+    for name in ("gbk.txt", "sjis.txt"):
+        with pytest.raises(ValueError, match=rf"{name}: none of its first \d+ lines is UTF-8 \(another encoding: "
+                                             r"GBK, Shift-JIS, Latin-1\?\); convert it first"):
+            sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / name))), "text")
+    latin1 = "Caf\xe9 au lait.\nA plain sentence.\n\nAnother document.\nIts second sentence.\n"
+    (tmp_path / "latin1.txt").write_bytes(latin1.encode("latin-1"))
+    for name in ("utf8.txt", "latin1.txt"):
+        sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / name))), "text")
+    drops = sources.DropCounter()
+    assert list(sources._read_text_range(str(tmp_path / "latin1.txt"), 0, len(latin1), drops)) == [
+        ["A plain sentence."], ["Another document.", "Its second sentence."]]
+    assert drops.counts == {"non_utf8_line": 1}
+
+
 def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
     (tmp_path / "rows.txt").write_text('{"text": "One sentence. Another."}\n{"text": "More."}\n')
     sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "rows.txt"))), "text")
@@ -181,6 +206,15 @@ def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
     caplog.clear()
     sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "*"))), "text")
     assert "b.jsonl (and 1 more of the 4 files): its first line is a JSON object" in caplog.text
+    # A row of a whole document (past the first 4 KiB), or a file opening with a byte order mark
+    # (a walkthrough: neither was warned of).
+    document = json.dumps({"text": " ".join(["A sentence of the document."] * 400)})
+    (tmp_path / "documents.txt").write_text(document + "\n" + document + "\n")
+    (tmp_path / "marked.txt").write_bytes(codecs.BOM_UTF8 + b'{"text": "Row one."}\n')
+    for name in ("documents.txt", "marked.txt"):
+        caplog.clear()
+        sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / name))), "text")
+        assert f"{name}: its first line is a JSON object" in caplog.text
 
 
 @pytest.mark.parametrize("block_bytes", [5, 1 << 20])  # read blocks that cut lines, and whole units
@@ -285,7 +319,6 @@ def test_a_large_tfds_split_is_cut_into_slices_a_prepared_folder_can_hold(monkey
     """Units are plain strings ("train[0:7]", contiguous, covering the split), which the
     prepared folder's settings.json holds, and each names its dataset and feature: a folder
     prepared from another dataset or feature is never reused."""
-    import json
     import types
 
     features = tfds.features.FeaturesDict({"text": tfds.features.Text(), "title": tfds.features.Text()})
