@@ -31,10 +31,12 @@ def main(_):
     from bertjax.data import prepare, sources
 
     source = _CONFIG.value.data.source
-    if source not in (*sources.SOURCES, "prepared"):  # (before the vocabulary's check names it as a corpus)
-        read_as_is = " (original_tfrecord records are read as they are: pre-train on them)"
+    if source not in sources.SOURCES:  # (before the vocabulary's check names it as a corpus)
+        read_as_is = {"original_tfrecord": " (original_tfrecord records are read as they are: pre-train on them)",
+                      "prepared": " (config.data.input_pattern is prepared already: nothing is written to "
+                                  "--output_dir; pre-train on it, or see its rows with launch/inspect_data.py)"}
         raise ValueError(f"config.data.source={source!r}: prepare_data.py prepares one of {', '.join(sources.SOURCES)}"
-                         + (read_as_is if source == "original_tfrecord" else ""))
+                         + read_as_is.get(source, ""))
     prepare.check_vocabulary_given(_CONFIG.value.data)
     metadata = prepare.ensure_prepared(_CONFIG.value.data, _OUTPUT_DIR.value, num_workers=_NUM_WORKERS.value)
     summary = {split: {k: v for k, v in counts.items() if k not in ("shards", "shard_documents")}

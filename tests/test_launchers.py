@@ -77,6 +77,13 @@ CASES = [
     ("prepare_data.py", [PRETRAIN, "--output_dir={tmp}/out", "--config.data.source=tfds",
                          "--config.data.vocab_path={tmp}/vocab.txt"], "needs config.data.tfds_name"),
     ("prepare_data.py", [PRETRAIN], "missing the required flag --output_dir (--help describes it)"),
+    # A prepared folder "prepared" again: its counts printed, --output_dir left empty (a walkthrough).
+    ("prepare_data.py", [PRETRAIN, "--output_dir={tmp}/out", "--config.data.source=prepared",
+                         "--config.data.input_pattern={tmp}"],
+     "is prepared already: nothing is written to --output_dir"),
+    ("pretrain.py", [PRETRAIN, "--config.data.source=text", "--config.data.input_pattern={tmp}/text.txt",
+                     "--config.data.vocab_path={tmp}/vocab.txt", "--config.data.text_key=content"],
+     "text_key names the field of JSONL or Parquet rows"),
     ("inspect_data.py", [PRETRAIN, "--config.data.max_seq_lenth=3"], "did you mean 'max_seq_length'"),
     ("inspect_data.py", [PRETRAIN, "--num_examples=0"], "--num_examples"),
     # A folder that is no pre-training workdir: preparing would write data/ into it (a walkthrough).

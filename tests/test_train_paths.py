@@ -255,7 +255,8 @@ def test_a_prepared_folder_holds_out_what_it_was_prepared_with(tmp_path):
     config.data.update(source="prepared", input_pattern=folder)
     with pytest.raises(ValueError, match=r"no eval documents among the corpus's \d+ \(prepared with "
                                          r"config.data.eval_fraction=0.0\); have pre-training evaluate nothing with "
-                                         r"config.train.eval_every=0, or delete that folder and prepare again"):
+                                         r"config.train.eval_every=0 \(inspect_data.py: look at --split=train\), or "
+                                         r"delete that folder and prepare again"):
         pretrain.train_and_evaluate(config, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
     config.data.eval_fraction = 0.0  # no effect on a prepared folder: not refused for it

@@ -41,9 +41,9 @@ def make_pipeline(data_config, workdir: str, *, batch_size: int, process_index: 
         fraction = metadata["settings"]["eval_fraction"]  # the folder's: a prepared source's may differ
         # (the folder is refused once the corpus or eval_fraction changes: a walkthrough followed
         # the advice to give more documents and was then refused for other settings)
-        remedy = ("; have pre-training evaluate nothing with config.train.eval_every=0, or delete that folder and "
-                  "prepare again with documents to hold out (more of them, or a larger config.data.eval_fraction)"
-                  if split == "eval" else "")
+        remedy = ("; have pre-training evaluate nothing with config.train.eval_every=0 (inspect_data.py: look at "
+                  "--split=train), or delete that folder and prepare again with documents to hold out (more of "
+                  "them, or a larger config.data.eval_fraction)" if split == "eval" else "")
         raise ValueError(f"{metadata['dir']}: no {split} documents among the corpus's {documents} (prepared with "
                          f"config.data.eval_fraction={fraction}){remedy}")
     epoch_sizes_path = fileio.join(workdir, "epoch_sizes", f"{split}-{process_index:05d}-of-{process_count:05d}.json")

@@ -26,6 +26,18 @@ def check_data_config(data_config) -> None:
          "text, jsonl, parquet, tfds, prepared or original_tfrecord"),
         (not d.get("eval_input_pattern") or d.source == "original_tfrecord",
          f"eval_input_pattern is read with source='original_tfrecord' only (source is {d.source!r})"),
+        # (a setting of another source would be ignored: the run would read another corpus than meant)
+        (not d.get("tfds_name") or d.source in ("tfds", "demo"),
+         f"tfds_name names a TFDS corpus, read with source='tfds' only (source is {d.source!r}: the files of "
+         "input_pattern)"),
+        (not d.get("input_pattern") or d.source != "tfds",
+         "input_pattern names files, but source is 'tfds' (the corpus tfds_name names): leave one of them out"),
+        (d.get("text_key", "text") == "text" or d.source in ("jsonl", "parquet", "prepared"),
+         f"text_key names the field of JSONL or Parquet rows, read with source='jsonl' or 'parquet' only (source "
+         f"is {d.source!r})"),
+        (not d.get("prepared_dir") or d.source != "prepared",
+         "prepared_dir is where a corpus is prepared; with source='prepared' the folder prepared already is "
+         "input_pattern: leave prepared_dir out"),
         (d.max_seq_length >= 8, "max_seq_length must be >= 8"),
         (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),  # before the cap that follows it
         (0 < d.max_predictions_per_seq <= d.max_seq_length, "max_predictions_per_seq must be in [1, max_seq_length]"),

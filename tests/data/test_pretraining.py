@@ -7,6 +7,7 @@ Synthetic documents (synthetic.py) make every token name its (document, sentence
 import json
 import os
 import random
+import re
 
 import numpy as np
 import pytest
@@ -275,6 +276,28 @@ def test_the_masking_split_and_rate_are_settings(corpus):
     assert (batch["input_ids"][rows[real], batch["masked_lm_positions"][real]] == MASK).all()
     with pytest.raises(ValueError, match="mask_token_prob and random_token_prob must be"):
         pretraining_config.check_data_config(data_config(mask_token_prob=0.8, random_token_prob=0.3))
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(source="tfds", tfds_name="my_corpus", input_pattern="corpus.txt"),
+     "input_pattern names files, but source is 'tfds' (the corpus tfds_name names)"),
+    (dict(source="jsonl", input_pattern="rows.jsonl", tfds_name="wiki"),
+     "tfds_name names a TFDS corpus, read with source='tfds' only (source is 'jsonl'"),
+    (dict(source="text", input_pattern="corpus.txt", text_key="content"),
+     "text_key names the field of JSONL or Parquet rows, read with source='jsonl' or 'parquet' only (source is "
+     "'text')"),
+    (dict(source="prepared", input_pattern="prepared", prepared_dir="other"),
+     "prepared_dir is where a corpus is prepared; with source='prepared' the folder prepared already is "
+     "input_pattern"),
+])
+def test_a_setting_of_another_source_is_refused(settings, message):
+    """Each was ignored without a word (a walkthrough): the run read another corpus, or its
+    own, than the one meant."""
+    with pytest.raises(ValueError, match=re.escape(f"config.data: {message}")):
+        pretraining_config.check_data_config(data_config(**settings))
+    for source, key, value in (("tfds", "tfds_name", "my_corpus"), ("parquet", "text_key", "content"),
+                               ("jsonl", "text_key", "content"), ("text", "prepared_dir", "here")):
+        pretraining_config.check_data_config(data_config(source=source, **{key: value}))
 
 
 def test_a_prediction_cap_below_the_masking_rate_is_warned_at_start_up(caplog):
