@@ -448,6 +448,42 @@ def test_sigterm_then_resume_gives_the_uninterrupted_run(pretrained_run, tmp_pat
         (tmp_path / "reference" / "predictions" / "dev.tsv").read_text()
 
 
+@pytest.mark.heavy
+def test_two_processes_fine_tune_a_frozen_encoder_as_one_process_with_eight_devices(tmp_path):
+    """launch/finetune.py as two processes of four devices (gloo on 127.0.0.1), the frozen
+    encoder's features cached by both, against one process of eight: every process holds the
+    whole batch and keeps its own rows; the losses of every step and the evaluations agree to
+    float32's summation order, the predictions file is the same (no multi-process fine-tuning
+    ran in the suite before: a review)."""
+    import socket
+
+    args = [*DEMO_ARGS, "--config.model.num_hidden_layers=1", "--config.train.num_steps=12",
+            "--config.train.eval_every=6", "--config.checkpoint.every=6", "--config.train.freeze_encoder=True",
+            "--config.train.cache_features=True"]
+    command, env = _launch(tmp_path / "single", *args, env_devices=8)
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command, env = _launch(tmp_path / "multi", *args, f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+                           env_devices=4)
+    processes = [subprocess.Popen([*command, f"--process_id={i}"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for p, (_, stderr) in zip(processes, outputs):
+        assert p.returncode == 0, stderr[-5000:]
+    assert "waiting for the other 1 process(es)" in outputs[0][0]
+    assert "train: cached the frozen encoder's features" in outputs[0][0]
+    single, multi = _metrics(tmp_path / "single"), _metrics(tmp_path / "multi")
+    values = lambda records: {(r["step"], name): value for r in records for name, value in r.items()  # noqa: E731
+                              if name.startswith(("loss", "accuracy", "eval_"))}
+    assert values(multi).keys() == values(single).keys() and len(values(single)) == 12 * 2 + 2 * 2
+    for key, value in values(single).items():
+        assert values(multi)[key] == pytest.approx(value, abs=1e-6), key
+    assert (tmp_path / "multi" / "predictions" / "dev.tsv").read_text() == \
+        (tmp_path / "single" / "predictions" / "dev.tsv").read_text()
+
+
 def test_sweep_runs_the_grid_and_ranks_it(tmp_path, capsys, caplog, monkeypatch):
     from bertjax import finetune, sweep
 
