@@ -1,6 +1,6 @@
 """SIGTERM (and, single process, Ctrl-C) handling: stop training at a step every host agrees on.
 
-TPU VM maintenance, spot/preemptible reclaims and SLURM send SIGTERM, then kill the
+Spot/preemptible reclaims and SLURM send SIGTERM, then kill the
 process some seconds later. The trainer calls `should_stop(step)` once per step on every
 host; once it returns True (on every host at the same step) the trainer saves with
 `force=True`, waits for the save, and exits non-zero.
