@@ -71,6 +71,9 @@ tpu() { gcloud compute tpus tpu-vm "$@" --zone="$ZONE"; }
 on_workers() { tpu ssh "$TPU_NAME" --worker="$1" --command="$2"; }
 # On a worker: the pid of a run still going, if any.
 running_pid='pid=$(cat logs/run.pid 2>/dev/null || true); kill -0 "$pid" 2>/dev/null || pid='
+# libtpu's lock, left behind by a run that ended without its exit handlers (kill -9, os._exit):
+# the next run would fail with "TPU is already in use by process N".
+lockfile=$(printf '%q' "${LIBTPU_LOCKFILE:-/tmp/libtpu_lockfile}")
 
 case "$command" in
   create)
@@ -135,6 +138,10 @@ case "$command" in
     # redirected stdin/stdout detach it from the ssh session. Each run gets its own log file.
     on_workers all "cd $REMOTE_DIR && mkdir -p logs && $running_pid
       if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi
+      if [ -e $lockfile ] && command -v fuser > /dev/null && ! fuser -s /dev/accel* /dev/vfio/[0-9]* 2> /dev/null &&
+          rm -f $lockfile 2> /dev/null; then
+        echo \"\$(hostname): removed $lockfile, a killed run's (no process holds the TPU)\"
+      fi
       log=logs/$launcher-\$(date -u +%Y%m%dT%H%M%SZ).log
       ln -sfn \"\${log#logs/}\" logs/latest.log
       setsid nohup bash -c 'echo \$\$ > logs/run.pid; exec \"\$@\"' run $trainer> \"\$log\" 2>&1 < /dev/null &

@@ -293,3 +293,17 @@ def test_run_passes_the_settings_named_on_to_every_worker(tpu_vm, tmp_path):
         time.sleep(0.05)
     assert (worker / "env.txt").read_text().splitlines() == sorted(
         f"{name}={value}" for name, value in settings.items() if value and name != "OTHER_SETTING")
+
+
+def test_run_removes_the_tpu_lock_a_killed_run_left(tpu_vm, tmp_path):
+    """`stop` says kill -9 ends a run that does not stop: libtpu's lock file then stays, and the
+    next run failed with "TPU is already in use by process N" (a review). With no run going and
+    no process holding the TPU, `run` removes it."""
+    run, calls = tpu_vm
+    _worker_python(tmp_path / "worker", "#!/usr/bin/env bash\n")
+    lock = tmp_path / "libtpu_lockfile"
+    lock.write_text("")
+    assert run("run", "--config=configs/pretrain.py:base", LIBTPU_LOCKFILE=str(lock)).returncode == 0
+    started = _on_worker(_worker_command(calls()[-1])[1])
+    assert started.returncode == 0 and f"removed {lock}, a killed run's" in started.stdout and not lock.exists()
+    assert "removed" not in _on_worker(_worker_command(calls()[-1])[1]).stdout  # none left: nothing said
