@@ -28,7 +28,7 @@ The argument may add options after the preset, comma separated:
                                     longest length (8,192; modernbert-tiny 1,024), the same tokens
                                     per batch as that run (unless
                                     --config.train.global_batch_size is set; needed where they
-                                    make no whole rows, as tiny's recipe's 16 x 128 at 8,192), 10% of the
+                                    make no whole rows, as modernbert-mini's 16 x 128 at 8,192), 10% of the
                                     preset's steps; a larger rotary theta with
                                     --config.model.rope_theta=...
 """

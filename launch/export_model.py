@@ -3,7 +3,8 @@ r"""Exports a fine-tuned model for serving: a TensorFlow SavedModel that takes s
     python launch/export_model.py --model=workdir/reviews --output=serving/reviews
 
 --model is any path `bertjax.inference.model_source` resolves that carries a task (a bertjax
-fine-tuning workdir, a Hugging Face BertFor<Task> directory). The SavedModel is written to
+fine-tuning workdir, a Hugging Face BertFor<Task> or ModernBertFor<Task> directory, Google's
+TF checkpoint of a fine-tuned model). The SavedModel is written to
 OUTPUT/VERSION/ (TensorFlow Serving's layout: --model_base_path=OUTPUT); its
 `serving_default` signature holds the tokenizer, the model and the task's post-processing,
 so serving needs TensorFlow and tensorflow-text only. What each task family takes and

@@ -12,7 +12,8 @@ pair), as google-research/bert's extract_features.py, or a CSV/TSV/JSONL file wi
 columns --text_a_key (and --text_b_key). --output: a name ending in .jsonl gets the
 original's JSONL layout; anything else is a folder of .npz shards that a second run of the
 same command resumes after a kill (layouts: bertjax/inference/feature_files.py). Exit codes: 0 done,
-2 a bad flag or input (one line).
+2 a bad flag or input, or a model answering NaN (one line), 130 Ctrl-C, 143 SIGTERM (a shard
+folder resumes).
 
 --layers counts the embeddings' output as layer 0, so a positive index names the layer one
 below the original's (whose 0 is the first Transformer layer); negative indices, the usual

@@ -18,8 +18,8 @@ with exit code 2 before predicting; skip writes {"error", "where"} in their plac
 Inputs are read and predicted a chunk at a time (bounded memory, 1,024 inputs: stdin's answers
 come a chunk at a time, or at its end); a file is checked whole before the first prediction,
 stdin a chunk at a time (an earlier chunk's answers may be out). Exit codes: 0 done, 2 bad model,
-flag or input, or a model answering NaN (one line), 130 Ctrl-C, 141 the reader of stdout left
-(| head).
+flag or input, or a model answering NaN (one line), 130 Ctrl-C, 143 SIGTERM, 141 the reader
+of stdout left (| head).
 """
 
 import functools
@@ -48,7 +48,8 @@ _ON_ERROR = flags.DEFINE_enum("on_error", "fail", ["fail", "skip"],
                               "a bad input: fail (exit 2, no --output file; from stdin to stdout, the chunks before it are out) "
                               "or skip (an error line in its place)")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "examples per compiled batch", lower_bound=1)
-_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "default: the run's, else 512", lower_bound=1)
+_MAX_SEQ_LENGTH = flags.DEFINE_integer("max_seq_length", None, "default: the run's, else the model's longest up to 512",
+                                      lower_bound=1)
 _TEXT_A_KEY = flags.DEFINE_string("text_a_key", None, "CSV/TSV/JSONL column of the text (default: the run's "
                                   "config.data.text_a_key; 'text' for tagging and fill_mask)")
 _TEXT_B_KEY = flags.DEFINE_string("text_b_key", None, "column of a pair's second text (default: the run's)")

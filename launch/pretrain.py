@@ -9,8 +9,9 @@ Multi-host (TPU pod slices, multi-node GPU): run the same command on every host.
 `--distributed=auto` (default) initialises `jax.distributed` when the environment says
 the job has several processes; `--coordinator_address/--num_processes/--process_id` set
 it by hand. Re-running the same command after a preemption resumes from the workdir's
-checkpoint. Exit codes: 0 done, 2 bad configuration or input (one line), 3 stopped on
-purpose (preemption: run again to resume; or non-finite losses).
+checkpoint. Exit codes: 0 done, 2 bad configuration or input, or a run that diverged at its
+last step (one line), 3 stopped (a signal: run again to resume; or non-finite losses
+before the end: resume at a lower rate).
 """
 
 import os
