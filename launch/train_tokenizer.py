@@ -139,6 +139,8 @@ def train_tokenizer() -> None:
 
     data_config = ml_collections.ConfigDict(dict(source=source_of(paths, _SOURCE.value), input_pattern=_INPUT.value,
                                                  text_key=_TEXT_KEY.value))
+    if _TEXT_KEY.present and data_config.source == "text":
+        logging.warning("--text_key is read from JSONL and Parquet rows, not from text files: it changes nothing")
     units = sources.list_units(data_config)
     if data_config.source in ("text", "jsonl"):  # what prepare refuses: a compressed, binary or UTF-16 file
         sources.check_text_files(units, data_config.source)

@@ -92,10 +92,12 @@ def test_train_tokenizer_leaves_nothing_for_a_corpus_without_tokens_and_warns_of
     assert sorted(os.listdir(tmp_path)) == ["control.txt"]  # neither the vocabulary nor the folders made for it
     pattern = _corpus(tmp_path)
     result = subprocess.run([sys.executable, "launch/train_tokenizer.py", "--kind=bpe", "--do_lower_case",
-                             f"--input={pattern}", f"--output_dir={tmp_path}/bpe", "--vocab_size=300"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+                             "--text_key=body", f"--input={pattern}", f"--output_dir={tmp_path}/bpe",
+                             "--vocab_size=300"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and ("warning: --do_lower_case is not read by --kind=bpe (only by wordpiece and "
                                        "sentencepiece): it changes nothing") in result.stderr, result.stderr[-2000:]
+    assert "warning: --text_key is read from JSONL and Parquet rows, not from text files: it changes nothing" in \
+        result.stderr  # (a walkthrough: ignored without a word)
     small = [sys.executable, "launch/train_tokenizer.py", "--kind=sentencepiece", f"--input={pattern}",
              "--vocab_size=40"]
     result = subprocess.run([*small, f"--output_dir={tmp_path}/spm"], cwd=ROOT, capture_output=True, text=True,
