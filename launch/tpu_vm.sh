@@ -61,14 +61,11 @@ case "$command" in
 esac
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
 ACCELERATOR=${ACCELERATOR:-v4-8}
-if [[ "$ACCELERATOR" == v5e-* ]]; then  # the TPU API knows v5e as v5litepod
-  echo "ACCELERATOR=$ACCELERATOR: creating v5litepod-${ACCELERATOR#v5e-}, the TPU API's name for it" >&2
-  ACCELERATOR=v5litepod-${ACCELERATOR#v5e-}
-fi
 REMOTE_DIR=${REMOTE_DIR:-bertjax}
 PYTHON_VERSION=3.11
 tpu() { gcloud compute tpus tpu-vm "$@" --zone="$ZONE"; }
 on_workers() { tpu ssh "$TPU_NAME" --worker="$1" --command="$2"; }
+INSTALLED=.bertjax-installed-files  # on a worker: the files the last install unpacked, sorted
 # On a worker: the pid of a run still going, if any.
 running_pid='pid=$(cat logs/run.pid 2>/dev/null || true); kill -0 "$pid" 2>/dev/null || pid='
 # libtpu's lock, left behind by a run that ended without its exit handlers (kill -9, os._exit):
@@ -77,6 +74,10 @@ lockfile=$(printf '%q' "${LIBTPU_LOCKFILE:-/tmp/libtpu_lockfile}")
 
 case "$command" in
   create)
+    if [[ "$ACCELERATOR" == v5e-* ]]; then  # the TPU API knows v5e as v5litepod
+      echo "ACCELERATOR=$ACCELERATOR: creating v5litepod-${ACCELERATOR#v5e-}, the TPU API's name for it" >&2
+      ACCELERATOR=v5litepod-${ACCELERATOR#v5e-}
+    fi
     RUNTIME=${RUNTIME:-$(runtime_for "$ACCELERATOR")}
     spot=()
     case "${SPOT:-0}" in  # (SPOT=0 asked for none, and got one)
@@ -99,11 +100,16 @@ case "$command" in
     find . \( -path ./.git -o -path ./.venv -o -path './workdir*' \) -prune -o \( -type f -o -type l \) -print0 |
       tar czf "$archive" --null -T -
     tpu scp "$archive" "$TPU_NAME":/tmp/bertjax.tgz --worker=all
-    # The last install's files go first (but its venv, logs and any workdir): a module removed or
-    # renamed here would otherwise stay there, importable.
-    on_workers all "set -e; mkdir -p $REMOTE_DIR && cd $REMOTE_DIR
-      find . -mindepth 1 -maxdepth 1 ! -name .venv ! -name logs ! -name 'workdir*' -exec rm -rf {} +
-      tar xzf /tmp/bertjax.tgz
+    # Not under a run still going (its imports would change under it). The files the last install
+    # unpacked (INSTALLED lists them) and this one does not are removed: a module removed or
+    # renamed here would otherwise stay there, importable. Nothing else there is touched.
+    on_workers all "set -e; mkdir -p $REMOTE_DIR && cd $REMOTE_DIR; $running_pid
+      if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi
+      tar tzf /tmp/bertjax.tgz | sed 's|^\\./||' | sort > $INSTALLED.new
+      if [ -f $INSTALLED ]; then
+        comm -23 $INSTALLED $INSTALLED.new | while IFS= read -r name; do rm -f -- \"\$name\"; done
+      fi
+      tar xzf /tmp/bertjax.tgz && mv $INSTALLED.new $INSTALLED
       python3 -m pip install -q --user -U uv
       if [ ! -x .venv/bin/python$PYTHON_VERSION ]; then  # none yet, or one made with the image's 3.10
         rm -rf .venv && python3 -m uv venv -q --python $PYTHON_VERSION .venv
@@ -127,16 +133,19 @@ case "$command" in
       [ -z "${!name}" ] || settings+=("$name=${!name}")
     done
     if [ ${#settings[@]} -gt 0 ]; then
+      echo "passing on to every worker: ${settings[*]%%=*}" >&2
       trainer="env $(printf '%q ' "${settings[@]}")$trainer"
     fi
     # Every worker is checked before any starts: one refusing while the others start leaves
     # them waiting for a coordinator the old run holds.
-    on_workers all "cd $REMOTE_DIR 2>/dev/null || exit 0; $running_pid
+    on_workers all "cd $REMOTE_DIR 2> /dev/null && [ -x .venv/bin/python ] ||
+        { echo \"\$(hostname): no install in $REMOTE_DIR; run install first\" >&2; exit 1; }
+      $running_pid
       if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi" ||
-      { echo "launch/tpu_vm.sh run: nothing started (the check of every worker failed: above)" >&2; exit 1; }
+      { echo "launch/tpu_vm.sh run: nothing started (a worker's check failed: above)" >&2; exit 1; }
     # The run's own shell writes its pid, then becomes the trainer (exec); setsid + nohup +
     # redirected stdin/stdout detach it from the ssh session. Each run gets its own log file.
-    on_workers all "cd $REMOTE_DIR && mkdir -p logs && $running_pid
+    on_workers all "set -e; cd $REMOTE_DIR; mkdir -p logs; $running_pid
       if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi
       if [ -e $lockfile ] && command -v fuser > /dev/null && ! fuser -s /dev/accel* /dev/vfio/[0-9]* 2> /dev/null &&
           rm -f $lockfile 2> /dev/null; then

@@ -89,6 +89,7 @@ def test_create_names_v5e_as_the_tpu_api_does(tpu_vm):
     result = run("create", ACCELERATOR="v5e-16")
     assert result.returncode == 0 and "creating v5litepod-16, the TPU API's name for it" in result.stderr
     assert calls()[-1][5:7] == ["--accelerator-type=v5litepod-16", "--version=v2-alpha-tpuv5-lite"]
+    assert "v5litepod" not in run("stop", ACCELERATOR="v5e-16").stderr  # (said where it creates one)
 
 
 @pytest.mark.parametrize("state, deleted", [("", False), ("READY", False), ("PREEMPTED", True)])
@@ -130,14 +131,18 @@ def test_install_makes_a_python_3_11_venv_with_uv(tpu_vm, tmp_path):
     assert "uv pip install -q --python .venv/bin/python -e '.[tpu]'" in command
 
 
-def test_install_replaces_the_last_installs_files_but_its_venv_and_logs(tpu_vm, tmp_path):
-    """tar unpacked over the last install: a module removed here stayed there, importable (a review)."""
+def test_install_removes_the_files_the_last_install_unpacked_and_this_one_does_not(tpu_vm, tmp_path):
+    """tar unpacked over the last install: a module removed here stayed there, importable (a
+    review). Only the last install's own files go; the venv, logs, a user's files stay; nothing
+    is installed under a run still going."""
     run, calls = tpu_vm
     worker = tmp_path / "worker"
-    for name in ("bertjax/removed_module.py", "stale.txt", ".venv/bin/python3.11", "logs/run.log", "workdir_1/x"):
+    for name in ("bertjax/removed_module.py", "bertjax/trainer.py", "my_data.txt", ".venv/bin/python3.11",
+                 "logs/run.log", "outputs/x"):
         (worker / name).parent.mkdir(parents=True, exist_ok=True)
         (worker / name).write_text("#!/bin/sh\n")
     (worker / ".venv" / "bin" / "python3.11").chmod(0o755)
+    (worker / ".bertjax-installed-files").write_text("bertjax/removed_module.py\nbertjax/trainer.py\n")
     fake_bin = tmp_path / "fake_bin"  # the worker's python3: pip and uv do nothing here
     fake_bin.mkdir()
     (fake_bin / "python3").write_text("#!/bin/sh\nexit 0\n")
@@ -147,9 +152,22 @@ def test_install_replaces_the_last_installs_files_but_its_venv_and_logs(tpu_vm, 
     installed = subprocess.run(["bash", "-c", command], env=dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}"),
                                capture_output=True, text=True, timeout=60)
     assert installed.returncode == 0, installed.stderr
-    assert (worker / "bertjax" / "trainer.py").exists() and (worker / "launch" / "tpu_vm.sh").exists()
-    assert not (worker / "bertjax" / "removed_module.py").exists() and not (worker / "stale.txt").exists()
-    assert all((worker / name).exists() for name in (".venv/bin/python3.11", "logs/run.log", "workdir_1/x"))
+    assert installed.returncode == 0, installed.stderr
+    assert (worker / "bertjax" / "trainer.py").read_text().startswith('"""')  # this install's
+    assert (worker / "launch" / "tpu_vm.sh").exists()
+    assert not (worker / "bertjax" / "removed_module.py").exists()
+    assert all((worker / name).exists() for name in ("my_data.txt", ".venv/bin/python3.11", "logs/run.log",
+                                                     "outputs/x"))
+    listed = (worker / ".bertjax-installed-files").read_text().splitlines()
+    assert "bertjax/trainer.py" in listed and listed == sorted(listed) and not any(n.startswith("./") for n in listed)
+    old = subprocess.Popen(["sleep", "60"])  # a run going: nothing installed
+    try:
+        (worker / "logs" / "run.pid").write_text(str(old.pid))
+        refused = subprocess.run(["bash", "-c", command], env=dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}"),
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and f"a run is still going (pid {old.pid}); stop it first" in refused.stderr
+    finally:
+        old.kill()
 
 
 def _worker_python(worker, script):
@@ -264,6 +282,9 @@ def test_run_starts_nothing_while_any_worker_has_a_run_going(tpu_vm, tmp_path):
     """Each worker checked for itself as it started: one with an old run refused while the others
     started and waited for a coordinator the old run held (a review)."""
     run, calls = tpu_vm
+    result = run("run", "--config=configs/pretrain.py:base", GCLOUD_RUN="1")  # a worker without an install
+    assert result.returncode == 1 and "no install in" in result.stderr and len(calls()) == 1
+    _worker_python(tmp_path / "worker", "#!/usr/bin/env bash\n")
     (tmp_path / "worker" / "logs").mkdir(parents=True)
     old = subprocess.Popen(["sleep", "60"])
     try:
@@ -271,7 +292,7 @@ def test_run_starts_nothing_while_any_worker_has_a_run_going(tpu_vm, tmp_path):
         result = run("run", "--config=configs/pretrain.py:base", GCLOUD_RUN="1")
         assert result.returncode == 1 and f"a run is still going (pid {old.pid}); stop it first" in result.stderr
         assert "nothing started" in result.stderr
-        assert len(calls()) == 1 and "setsid" not in _worker_command(calls()[0])[1]
+        assert len(calls()) == 2 and "setsid" not in _worker_command(calls()[-1])[1]
     finally:
         old.kill()
 
@@ -286,7 +307,9 @@ def test_run_passes_the_settings_named_on_to_every_worker(tpu_vm, tmp_path):
     settings = {"BERTJAX_VERBOSE": "1", "XLA_FLAGS": "--xla_dump_to=/tmp/d --xla_dump_hlo_as_text",
                 "LIBTPU_INIT_ARGS": "--xla_tpu_x=1", "TFDS_DATA_DIR": "gs://b/tfds", "OTHER_SETTING": "x",
                 "BERTJAX_COMPILATION_CACHE": ""}
-    assert run("run", "--config=configs/pretrain.py:base", **settings).returncode == 0
+    result = run("run", "--config=configs/pretrain.py:base", **settings)
+    assert result.returncode == 0
+    assert "passing on to every worker: BERTJAX_VERBOSE LIBTPU_INIT_ARGS TFDS_DATA_DIR XLA_FLAGS" in result.stderr
     assert _on_worker(_worker_command(calls()[-1])[1]).returncode == 0
     deadline = time.time() + 30
     while time.time() < deadline and not (worker / "env.txt").exists():
