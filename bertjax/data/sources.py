@@ -25,7 +25,9 @@ a `DropCounter` under a reason, and the first few per reason are logged with `fi
   * non-UTF-8 line -> dropped ("non_utf8_line"); the rest of its document is kept;
   * a line of only whitespace, Unicode spaces included (U+3000, U+00A0), is blank: it ends
     the document, as the original's `line.strip()` made it;
-  * empty file / file with only blank lines -> no documents ("empty_file", "blank_file");
+  * empty file / file with only blank lines -> no documents ("empty_file", "blank_file"); one
+    whose every line is dropped as non-UTF-8 -> "non_utf8_file" (several such lines among the
+    first 64 KiB refuse it first, `check_text_files`);
   * a blank line after every sentence -> every sentence is a one-sentence document; they
     are kept (NSP then always draws B from another document) and prepare warns when
     most documents have one sentence, since the file is probably not in BERT format;
@@ -251,7 +253,8 @@ def expand_patterns(patterns: str, key: str = "config.data.input_pattern", files
     return sorted(paths.values())
 
 
-_HEAD_BYTES = 4096  # what `check_text_files` reads of each file first
+_HEAD_BYTES = 1 << 16  # what `check_text_files` reads of each file first
+_FOREIGN_LINES = 3  # lines with non-ASCII bytes, none of them UTF-8, that refuse a file as another encoding
 
 
 def _first_line(f, head: bytes) -> bytes:
@@ -329,13 +332,15 @@ def _not_text(path: str, head: bytes, source: str) -> str | None:
         return (f"{path}: its lines end in a carriage return alone (classic Mac OS), where the reader splits at line "
                 "feeds only (one sentence a line, a blank line between documents); convert them first "
                 "(tr '\\r' '\\n')")
-    # (the last line may be cut, in a character too); a file in another encoding had every line
-    # dropped as non-UTF-8 and the file counted as blank
-    lines = [line for line in (head.split(b"\n")[:-1] if len(head) == _HEAD_BYTES else head.split(b"\n"))
-             if line.strip()]
-    if lines and not any(_is_utf8(line) for line in lines):
-        return (f"{path}: none of its first {len(lines)} lines is UTF-8 (another encoding: GBK, Shift-JIS, "
-                "Latin-1?); convert it first (iconv -f <encoding> -t UTF-8)")
+    # A file in another encoding had every line dropped as non-UTF-8 and the file counted as
+    # blank. Judged by its lines with non-ASCII bytes (an ASCII title decodes in any encoding),
+    # several of them (one stray line of another encoding in a UTF-8 file is dropped and counted);
+    # the last line may be cut, in a character too.
+    lines = head.split(b"\n")[:-1] if len(head) == _HEAD_BYTES else head.split(b"\n")
+    non_ascii = [line for line in lines if not line.isascii()]
+    if len(non_ascii) >= _FOREIGN_LINES and not any(_is_utf8(line) for line in non_ascii):
+        return (f"{path}: none of the {len(non_ascii)} lines with non-ASCII bytes among its first {len(lines)} is "
+                "UTF-8 (another encoding: GBK, Shift-JIS, Latin-1?); convert it first (iconv -f <encoding> -t UTF-8)")
     return None
 
 
@@ -361,13 +366,14 @@ def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Ite
     with fileio.open_file(path, "rb") as f:
         position = _first_line_at(f, start)
         where = _line_locator(path, position)
-        owning, document, documents, index = start == 0, [], 0, -1
+        owning, document, documents, index, undecoded = start == 0, [], 0, -1, False
         for lines, past_end in _line_blocks(f, position, end):
             if past_end and not owning:  # the next blank line begins a document of a later range
                 return
             for line in lines:
                 index += 1
                 if isinstance(line, UnicodeDecodeError):
+                    undecoded = True
                     if owning:
                         drops.drop("non_utf8_line", functools.partial(where, index),
                                    f"{line.reason} at byte {line.start}")
@@ -388,7 +394,7 @@ def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Ite
             documents += 1
             yield document
         if start == 0 and not documents and not f.read(1):
-            drops.drop("empty_file" if f.tell() == 0 else "blank_file", path)
+            drops.drop("empty_file" if f.tell() == 0 else "non_utf8_file" if undecoded else "blank_file", path)
 
 
 def _first_line_at(f, start: int) -> int:

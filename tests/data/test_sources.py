@@ -176,18 +176,28 @@ def test_a_file_in_another_encoding_is_refused_by_name(tmp_path):
     (tmp_path / "gbk.txt").write_bytes(chinese.encode("gbk"))
     (tmp_path / "sjis.txt").write_bytes("これは文です。\nもう一つの文。\n".encode("shift_jis") * 200)
     (tmp_path / "utf8.txt").write_text(chinese)
-    for name in ("gbk.txt", "sjis.txt"):
-        with pytest.raises(ValueError, match=rf"{name}: none of its first \d+ lines is UTF-8 \(another encoding: "
-                                             r"GBK, Shift-JIS, Latin-1\?\); convert it first"):
+    (tmp_path / "titled.txt").write_bytes(b"Chapter 1\n\n" + chinese.encode("gbk"))  # an ASCII title: any encoding's
+    for name in ("gbk.txt", "sjis.txt", "titled.txt"):
+        with pytest.raises(ValueError, match=rf"{name}: none of the \d+ lines with non-ASCII bytes among its first \d+ "
+                                             r"is UTF-8 \(another encoding: GBK, Shift-JIS, Latin-1\?\); convert it"):
             sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / name))), "text")
     latin1 = "Caf\xe9 au lait.\nA plain sentence.\n\nAnother document.\nIts second sentence.\n"
     (tmp_path / "latin1.txt").write_bytes(latin1.encode("latin-1"))
-    for name in ("utf8.txt", "latin1.txt"):
+    # UTF-8 after one title in cp1252 (a line dropped), its paragraph past the first 64 KiB
+    paragraph = ("Ein Absatz \u00fcber " * 5000).encode() + b"\n"
+    (tmp_path / "stray.txt").write_bytes("Caf\xe9\n".encode("cp1252") + paragraph)
+    for name in ("utf8.txt", "latin1.txt", "stray.txt"):
         sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / name))), "text")
     drops = sources.DropCounter()
     assert list(sources._read_text_range(str(tmp_path / "latin1.txt"), 0, len(latin1), drops)) == [
         ["A plain sentence."], ["Another document.", "Its second sentence."]]
     assert drops.counts == {"non_utf8_line": 1}
+    short = "\u8fd9\u662f\u53e5\u5b50\u3002\n\u53e6\u4e00\u53e5\u3002\n".encode("gbk")  # too few lines to judge by
+    (tmp_path / "short.txt").write_bytes(short)
+    sources.check_text_files(sources.list_units(_config(input_pattern=str(tmp_path / "short.txt"))), "text")
+    drops = sources.DropCounter()
+    assert list(sources._read_text_range(str(tmp_path / "short.txt"), 0, len(short), drops)) == []
+    assert drops.counts == {"non_utf8_line": 2, "non_utf8_file": 1}  # (was counted a blank file)
 
 
 def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):
