@@ -28,7 +28,7 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bertjax.data import prepare  # noqa: E402  (TensorFlow's pipeline modules: in main, after the checks)
-from bertjax.data.pretraining_config import check_data_config  # noqa: E402
+from bertjax.data.pretraining_config import check_data_config, settings_unread  # noqa: E402
 from bertjax.runtime import fileio  # noqa: E402
 
 cli.define_config_file("config", None, "Pre-training config file.", "pre-training")
@@ -204,7 +204,9 @@ def _take_the_runs_data_settings(config, workdir: str) -> None:
     if run_config.run_kind(saved) != "pre-training":
         raise ValueError(f"--workdir={workdir} holds a {run_config.run_kind(saved)} run; inspect_data shows "
                          "pre-training examples: give a pre-training run's workdir")
-    data = {key: value for key, value in saved.get("data", {}).items() if key in config.data}
+    # (a setting of another source the run was given, and ignored, is not taken: it would be refused)
+    unread = settings_unread(saved.get("data", {}))
+    data = {key: value for key, value in saved.get("data", {}).items() if key in config.data and key not in unread}
     changes = [f"data.{key} {config.data[key]!r} -> {value!r}" for key, value in sorted(data.items())
                if config.data[key] != value]
     _check_relative_paths_resolve(data, workdir)

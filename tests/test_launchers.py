@@ -83,7 +83,7 @@ CASES = [
      "is prepared already: nothing is written to --output_dir"),
     ("pretrain.py", [PRETRAIN, "--config.data.source=text", "--config.data.input_pattern={tmp}/text.txt",
                      "--config.data.vocab_path={tmp}/vocab.txt", "--config.data.text_key=content"],
-     "text_key names the field of JSONL or Parquet rows"),
+     "config.data: text_key='content' is read with source jsonl or parquet, not 'text'"),
     ("inspect_data.py", [PRETRAIN, "--config.data.max_seq_lenth=3"], "did you mean 'max_seq_length'"),
     ("inspect_data.py", [PRETRAIN, "--num_examples=0"], "--num_examples"),
     # A folder that is no pre-training workdir: preparing would write data/ into it (a walkthrough).

@@ -16,6 +16,26 @@ FULL_ROWS_ATTENTION = ("across", "document")  # full rows: attention across a ro
 ORIGINAL_MASKING = (False, 0.15, 0.8, 0.1)
 
 
+# Settings that some sources read, and which: set with another source, they would be ignored
+# (the run reading another corpus than meant), so they are refused. Unset: "" (text_key: "text").
+_READ_BY = {"input_pattern": ("text", "jsonl", "parquet", "prepared", "original_tfrecord"),
+            "tfds_name": ("tfds",), "text_key": ("jsonl", "parquet"),
+            "prepared_dir": ("demo", "text", "jsonl", "parquet", "tfds", "original_tfrecord")}
+_UNSET = {"text_key": "text"}
+
+
+def settings_unread(data) -> list[str]:
+    """The keys of `data` (config.data, or a run's saved data dict) set for another source than
+    its own (`_READ_BY`); the demo source's own error names input_pattern and tfds_name; none
+    for settings without a source."""
+    source = data.get("source")
+    if source is None:
+        return []
+    return [key for key, readers in _READ_BY.items()
+            if data.get(key) not in ("", None, _UNSET.get(key, "")) and source not in readers
+            and not (source == "demo" and key in ("input_pattern", "tfds_name"))]
+
+
 def check_data_config(data_config) -> None:
     """Range checks ml_collections cannot do; errors name the config key."""
     d = data_config
@@ -26,18 +46,8 @@ def check_data_config(data_config) -> None:
          "text, jsonl, parquet, tfds, prepared or original_tfrecord"),
         (not d.get("eval_input_pattern") or d.source == "original_tfrecord",
          f"eval_input_pattern is read with source='original_tfrecord' only (source is {d.source!r})"),
-        # (a setting of another source would be ignored: the run would read another corpus than meant)
-        (not d.get("tfds_name") or d.source in ("tfds", "demo"),
-         f"tfds_name names a TFDS corpus, read with source='tfds' only (source is {d.source!r}: the files of "
-         "input_pattern)"),
-        (not d.get("input_pattern") or d.source != "tfds",
-         "input_pattern names files, but source is 'tfds' (the corpus tfds_name names): leave one of them out"),
-        (d.get("text_key", "text") == "text" or d.source in ("jsonl", "parquet", "prepared"),
-         f"text_key names the field of JSONL or Parquet rows, read with source='jsonl' or 'parquet' only (source "
-         f"is {d.source!r})"),
-        (not d.get("prepared_dir") or d.source != "prepared",
-         "prepared_dir is where a corpus is prepared; with source='prepared' the folder prepared already is "
-         "input_pattern: leave prepared_dir out"),
+        *((False, f"{key}={d[key]!r} is read with source {' or '.join(_READ_BY[key])}, not {d.source!r}: leave "
+                  "it out (it would be ignored)") for key in settings_unread(d)),
         (d.max_seq_length >= 8, "max_seq_length must be >= 8"),
         (0.0 < d.masked_lm_prob < 1.0, "masked_lm_prob must be in (0, 1)"),  # before the cap that follows it
         (0 < d.max_predictions_per_seq <= d.max_seq_length, "max_predictions_per_seq must be in [1, max_seq_length]"),

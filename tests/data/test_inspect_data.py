@@ -163,12 +163,14 @@ def test_a_runs_workdir_reads_the_data_the_run_read(tmp_path, capsys):
     for run, prepared in (("own", ""), ("shared", str(tmp_path / "prepared"))):
         checkpointer = checkpointing.Checkpointer(str(tmp_path / run / "checkpoints"), save_interval_steps=1,
                                                   max_to_keep=1, async_save=False)
+        # (a run launched before settings of another source were refused: its stray tfds_name not taken)
         checkpointer.save(1, {"w": jnp.zeros(2)}, data_position=1,
-                          config={"data": {"prepared_dir": prepared, "masked_lm_prob": 0.3, "gone_key": 1}})
+                          config={"data": {"source": "demo", "prepared_dir": prepared, "masked_lm_prob": 0.3,
+                                           "gone_key": 1, "text_key": "ignored_by_its_demo_source"}})
         checkpointer.close()
         config = pretrain.get_config("tiny")
         inspect_data._take_the_runs_data_settings(config, str(tmp_path / run))
-        assert (config.data.prepared_dir, config.data.masked_lm_prob) == (prepared, 0.3)
+        assert (config.data.prepared_dir, config.data.masked_lm_prob, config.data.text_key) == (prepared, 0.3, "text")
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"the examples the run in {tmp_path}/shared reads, by its data settings (--config's -> the run's: "
         f"data.masked_lm_prob 0.15 -> 0.3; data.prepared_dir '' -> '{tmp_path}/prepared')")

@@ -280,24 +280,29 @@ def test_the_masking_split_and_rate_are_settings(corpus):
 
 @pytest.mark.parametrize("settings, message", [
     (dict(source="tfds", tfds_name="my_corpus", input_pattern="corpus.txt"),
-     "input_pattern names files, but source is 'tfds' (the corpus tfds_name names)"),
+     "input_pattern='corpus.txt' is read with source text or jsonl or parquet or prepared or original_tfrecord, "
+     "not 'tfds'"),
     (dict(source="jsonl", input_pattern="rows.jsonl", tfds_name="wiki"),
-     "tfds_name names a TFDS corpus, read with source='tfds' only (source is 'jsonl'"),
+     "tfds_name='wiki' is read with source tfds, not 'jsonl': leave it out (it would be ignored)"),
     (dict(source="text", input_pattern="corpus.txt", text_key="content"),
-     "text_key names the field of JSONL or Parquet rows, read with source='jsonl' or 'parquet' only (source is "
-     "'text')"),
+     "text_key='content' is read with source jsonl or parquet, not 'text'"),
+    (dict(source="prepared", input_pattern="prepared", text_key="content"),
+     "text_key='content' is read with source jsonl or parquet, not 'prepared'"),
     (dict(source="prepared", input_pattern="prepared", prepared_dir="other"),
-     "prepared_dir is where a corpus is prepared; with source='prepared' the folder prepared already is "
-     "input_pattern"),
+     "prepared_dir='other' is read with source demo or text or jsonl or parquet or tfds or original_tfrecord, "
+     "not 'prepared'"),
 ])
 def test_a_setting_of_another_source_is_refused(settings, message):
     """Each was ignored without a word (a walkthrough): the run read another corpus, or its
-    own, than the one meant."""
+    own, than the one meant. A run's saved settings with one are read without it
+    (inspect_data --workdir: `settings_unread`)."""
     with pytest.raises(ValueError, match=re.escape(f"config.data: {message}")):
         pretraining_config.check_data_config(data_config(**settings))
     for source, key, value in (("tfds", "tfds_name", "my_corpus"), ("parquet", "text_key", "content"),
                                ("jsonl", "text_key", "content"), ("text", "prepared_dir", "here")):
         pretraining_config.check_data_config(data_config(source=source, **{key: value}))
+    assert pretraining_config.settings_unread({"source": "text", "tfds_name": "wiki", "text_key": "text",
+                                               "input_pattern": "a.txt", "prepared_dir": ""}) == ["tfds_name"]
 
 
 def test_a_prediction_cap_below_the_masking_rate_is_warned_at_start_up(caplog):
