@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shlex
 from typing import Any, Callable
 
 import jax
@@ -516,8 +517,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         with clock.phase("save"):
             loop.close()
     loop.console(f"done: step {step}; checkpoints in {checkpointer.directory} (fine-tuning's "
-                 f"config.init_checkpoint={workdir}), the tokenizer in {fileio.join(workdir, 'tokenizer')}, metrics in "
-                 f"{fileio.join(workdir, 'metrics.jsonl')}, TensorBoard in {fileio.join(workdir, 'tensorboard')}")
+                 f"config.init_checkpoint={shlex.quote(workdir)}), the tokenizer in {fileio.join(workdir, 'tokenizer')}, "
+                 f"metrics in {fileio.join(workdir, 'metrics.jsonl')}, TensorBoard in {fileio.join(workdir, 'tensorboard')}")
     if eval_batches and alarm.stalled:
         loop.console(alarm.ending())
     loop.console(clock.summary(rest="train and start-up"))

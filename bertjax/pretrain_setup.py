@@ -5,6 +5,7 @@ finetune_setup.py; the loop is in pretrain.py)."""
 from __future__ import annotations
 
 import logging
+import shlex
 import tempfile
 
 import jax
@@ -262,7 +263,7 @@ def check_recipe(config: ml_collections.ConfigDict, workdir: str) -> None:
     if own and "init_checkpoint_required" in saved and continuing != bool(saved["init_checkpoint_required"]):
         raise ValueError(
             f"workdir {workdir} holds the run this config continues (phase2, long: a new run from its weights, "
-            f"schedule and steps its own): give it a new workdir, with --config.init_checkpoint={workdir}"
+            f"schedule and steps its own): give it a new workdir, with --config.init_checkpoint={shlex.quote(workdir)}"
             if continuing else f"workdir {workdir} holds a run that continues another (phase2, long): resume it with "
             "the same options after the preset, or give a new workdir")
     if recipe and preset != recipe:

@@ -418,6 +418,11 @@ def test_a_model_preset_other_than_the_recipes_is_refused(tmp_path, five_steps):
                                          rf"long: a new run .*give it a new workdir, with "
                                          rf"--config.init_checkpoint={five_steps}"):
         pretrain_setup.check_recipe(continuation, str(five_steps))
+    spaced = tmp_path / "my run"  # the path quoted, as a shell takes it (a walkthrough: cut at the space)
+    shutil.copytree(five_steps, spaced)
+    continuation.init_checkpoint = str(spaced)
+    with pytest.raises(ValueError, match=rf"with --config.init_checkpoint='{spaced}'$"):
+        pretrain_setup.check_recipe(continuation, str(spaced))
 
 
 def test_a_checkpoint_of_another_size_than_the_recipes_is_warned_of(caplog, five_steps):

@@ -328,6 +328,11 @@ def _parse_labels(labels: list, label_lines: list[str], regression: bool, column
 
 # -- Features. --
 
+# Labels compare by their code points: a file written on macOS may spell "café" with a combining accent.
+_NORMAL_FORM_HINT = ("; it differs from a label of the task only in its Unicode normal form (an accent as a separate "
+                     "combining mark, NFD, or one character, NFC): write both files in one form, e.g. NFC")
+
+
 def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None, name: str,
               max_seq_length: int) -> Split:
     """Examples -> Split; a label not in `label_names` is an error naming the file and the label."""
@@ -345,6 +350,9 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
             raise ValueError(f"{where}: label {examples.labels[first]!r} is not among the task's labels "
                              f"{list(label_names)} (the training file's, or config.data.label_names)"
                              + (f"; unknown in all: {unknown[:5]}" if len(unknown) > 1 else "")
+                             + (_NORMAL_FORM_HINT if any(unicodedata.normalize("NFC", label) in {
+                                 unicodedata.normalize("NFC", name) for name in label_names} for label in unknown)
+                                else "")
                              + ("; scores to predict are config.data.label_kind='float' (regression)"
                                 if _look_like_scores(label_names) else ""))
         features["label"] = np.asarray([index[label] for label in examples.labels], np.int32)

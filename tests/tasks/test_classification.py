@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import unicodedata
 
 import numpy as np
 import pytest
@@ -288,8 +289,19 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
                                               {"text_a": "x", "text_b": "y", "label": "b"}], "jsonl")
     dev = _write(tmp_path / "dev.jsonl", [{"text_a": "x", "text_b": "y", "label": "a"},
                                           {"text_a": "x", "text_b": "y", "label": "c"}], "jsonl")
-    with pytest.raises(ValueError, match=r"dev.jsonl:2: label 'c' is not among the task's labels \['a', 'b'\]"):
+    with pytest.raises(ValueError, match=r"dev.jsonl:2: label 'c' is not among the task's labels \['a', 'b'\]") as \
+            error:
         classification.load_task(_config("classification", train_file=train, eval_file=dev), tokenizer)
+    assert "normal form" not in str(error.value)
+    # The same label with its accent as a combining mark: two strings that print alike (a walkthrough).
+    accents = [_write(tmp_path / f"{name}.jsonl", [{"text_a": "x", "label": unicodedata.normalize(form, label)}
+                                                   for label in ("caf\u00e9", "th\u00e9")], "jsonl")
+               for name, form in (("nfc", "NFC"), ("nfd", "NFD"))]
+    with pytest.raises(ValueError, match=r"nfd.jsonl:1: label 'cafe\u0301' is not among .* it differs from a label "
+                                         r"of the task only in its Unicode normal form \(an accent as a separate "
+                                         r"combining mark, NFD"):
+        classification.load_task(_config("classification", train_file=accents[0], eval_file=accents[1],
+                                         text_b_key=""), tokenizer)
     # Scores read as classes (label_kind left 'class'): warned, and an unseen score says what to set.
     scores = _write(tmp_path / "scores.jsonl", [{"text_a": "x", "text_b": "y", "label": value}
                                                 for value in ("3.8", "2.5", "0")], "jsonl")
