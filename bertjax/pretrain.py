@@ -14,6 +14,7 @@ the numbers an uninterrupted run would have produced.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -516,9 +517,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict
         ahead.close()
         with clock.phase("save"):
             loop.close()
+    inside = functools.partial(fileio.join, workdir)
     loop.console(f"done: step {step}; checkpoints in {checkpointer.directory} (fine-tuning's "
-                 f"config.init_checkpoint={shlex.quote(workdir)}), the tokenizer in {fileio.join(workdir, 'tokenizer')}, "
-                 f"metrics in {fileio.join(workdir, 'metrics.jsonl')}, TensorBoard in {fileio.join(workdir, 'tensorboard')}")
+                 f"config.init_checkpoint={shlex.quote(workdir)}), the tokenizer in {inside('tokenizer')}, metrics in "
+                 f"{inside('metrics.jsonl')}, TensorBoard in {inside('tensorboard')}")
     if eval_batches and alarm.stalled:
         loop.console(alarm.ending())
     loop.console(clock.summary(rest="train and start-up"))
