@@ -36,6 +36,26 @@ def test_plot_runs_writes_a_png_per_call(tmp_path):
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
 
 
+def test_characters_no_installed_font_has_are_said_once(tmp_path, caplog, monkeypatch):
+    """A tagger's metric names carry its labels (eval_人名_f1): matplotlib warned once per missing
+    character on the console (a walkthrough). They come from fonts that have them where installed
+    (the fallback list), else one warning names them; other warnings still pass."""
+    import warnings
+
+    from matplotlib import font_manager
+
+    _write_metrics(tmp_path / "run", [{"step": s, "loss": 1 / s, "eval_\u4eba\u540d_f1": s / 10} for s in range(1, 5)])
+    monkeypatch.setattr(font_manager.fontManager, "ttflist",  # a machine with DejaVu alone
+                        [font for font in font_manager.fontManager.ttflist if font.name.startswith("DejaVu")])
+    with warnings.catch_warnings(record=True) as passed, caplog.at_level("WARNING"):
+        warnings.simplefilter("always")
+        plots.plot_runs({"run": str(tmp_path / "run")}, {"f1": ["eval_\u4eba\u540d_f1"]}, str(tmp_path / "c.png"))
+    assert not [w for w in passed if "Glyph" in str(w.message)]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{tmp_path}/c.png: 2 characters of the metric names (\u4eba\u540d) have no glyph in the fonts installed "
+        "and are drawn as boxes; a font with them (Noto Sans CJK, say) draws them"]
+
+
 def test_the_command_names_a_missing_run_in_one_line(tmp_path, capsys):
     assert plots.main([str(tmp_path / "nothere"), f"--output={tmp_path}/x.png"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()

@@ -14,7 +14,9 @@ import argparse
 import json
 import logging
 import math
+import re
 import sys
+import warnings
 
 from bertjax.runtime import fileio
 
@@ -49,6 +51,12 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib import font_manager
+
+    # Metric names carry the task's labels (eval_人名_f1): fonts with other scripts than DejaVu's,
+    # where installed, fill in its missing glyphs (matplotlib falls back along the list).
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    fonts = ["DejaVu Sans", *(name for name in _FALLBACK_FONTS if name in installed)]
 
     records = {label: read_metrics(workdir) for label, workdir in runs.items()}
     present = {metric for run in records.values() for record in run for metric in record} - {"step"}
@@ -59,6 +67,26 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
             raise ValueError(f"nothing to plot: {said}")
         logging.getLogger(__name__).warning("%s: left out", said)
         panels = {panel: metrics for panel, metrics in panels.items() if panel not in empty}
+    with plt.rc_context({"font.family": fonts}), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _draw(plt, records, panels, output, title)
+    glyphs = [re.match(r"Glyph (\d+) .*missing from font", str(w.message)) for w in caught]
+    missing = {chr(int(glyph.group(1))) for glyph in glyphs if glyph}
+    for w, glyph in zip(caught, glyphs):
+        if not glyph:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if missing:  # (matplotlib warned once per character)
+        logging.getLogger(__name__).warning(
+            "%s: %d characters of the metric names (%s) have no glyph in the fonts installed and are drawn as boxes; "
+            "a font with them (Noto Sans CJK, say) draws them", output, len(missing), "".join(sorted(missing)[:20]))
+    return output
+
+
+_FALLBACK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK SC", "Noto Sans CJK KR", "Noto Sans", "Arial Unicode MS",
+                   "Droid Sans Fallback")
+
+
+def _draw(plt, records: dict[str, list[dict]], panels: dict[str, list[str]], output: str, title: str) -> None:
     figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     for axis, (panel, metrics) in zip(axes.flat, panels.items()):
         for label, run in records.items():
@@ -84,7 +112,6 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
     fileio.makedirs(fileio.parent(output))
     fileio.write_with(output, lambda f: figure.savefig(f, format="png", dpi=110))  # whole or not at all
     plt.close(figure)
-    return output
 
 
 def _finite(value) -> bool:
