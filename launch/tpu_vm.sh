@@ -103,13 +103,16 @@ case "$command" in
     # Not under a run still going (its imports would change under it). The files the last install
     # unpacked (INSTALLED lists them) and this one does not are removed: a module removed or
     # renamed here would otherwise stay there, importable. Nothing else there is touched.
-    on_workers all "set -e; mkdir -p $REMOTE_DIR && cd $REMOTE_DIR; $running_pid
+    # (set -e stops at a failed command, not at one failing before a later && (one a line), nor,
+    # without pipefail, in a pipe: an archive that cannot be listed would list nothing to keep)
+    on_workers all "set -eo pipefail; export LC_ALL=C; mkdir -p $REMOTE_DIR; cd $REMOTE_DIR; $running_pid
       if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi
-      tar tzf /tmp/bertjax.tgz | sed 's|^\\./||' | sort > $INSTALLED.new
+      tar --quoting-style=literal -tzf /tmp/bertjax.tgz | sed 's|^\\./||' | sort > $INSTALLED.new
       if [ -f $INSTALLED ]; then
         comm -23 $INSTALLED $INSTALLED.new | while IFS= read -r name; do rm -f -- \"\$name\"; done
       fi
-      tar xzf /tmp/bertjax.tgz && mv $INSTALLED.new $INSTALLED
+      tar xzf /tmp/bertjax.tgz
+      mv $INSTALLED.new $INSTALLED
       python3 -m pip install -q --user -U uv
       if [ ! -x .venv/bin/python$PYTHON_VERSION ]; then  # none yet, or one made with the image's 3.10
         rm -rf .venv && python3 -m uv venv -q --python $PYTHON_VERSION .venv

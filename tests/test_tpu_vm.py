@@ -152,12 +152,15 @@ def test_install_removes_the_files_the_last_install_unpacked_and_this_one_does_n
     installed = subprocess.run(["bash", "-c", command], env=dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}"),
                                capture_output=True, text=True, timeout=60)
     assert installed.returncode == 0, installed.stderr
-    assert installed.returncode == 0, installed.stderr
     assert (worker / "bertjax" / "trainer.py").read_text().startswith('"""')  # this install's
     assert (worker / "launch" / "tpu_vm.sh").exists()
     assert not (worker / "bertjax" / "removed_module.py").exists()
     assert all((worker / name).exists() for name in ("my_data.txt", ".venv/bin/python3.11", "logs/run.log",
                                                      "outputs/x"))
+    (tmp_path / "bertjax.tgz").write_bytes(b"not an archive")  # (a full disk at the copy, say): stops at once
+    broken = subprocess.run(["bash", "-c", command], env=dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}"),
+                            capture_output=True, text=True, timeout=60)
+    assert broken.returncode != 0 and (worker / "bertjax" / "trainer.py").exists()  # nothing removed
     listed = (worker / ".bertjax-installed-files").read_text().splitlines()
     assert "bertjax/trainer.py" in listed and listed == sorted(listed) and not any(n.startswith("./") for n in listed)
     old = subprocess.Popen(["sleep", "60"])  # a run going: nothing installed
