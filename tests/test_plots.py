@@ -52,7 +52,7 @@ def test_characters_no_installed_font_has_are_said_once(tmp_path, caplog, monkey
         plots.plot_runs({"run": str(tmp_path / "run")}, {"f1": ["eval_\u4eba\u540d_f1"]}, str(tmp_path / "c.png"))
     assert not [w for w in passed if "Glyph" in str(w.message)]
     assert [record.getMessage() for record in caplog.records] == [
-        f"{tmp_path}/c.png: 2 characters of the metric names (\u4eba\u540d) have no glyph in the fonts installed "
+        f"{tmp_path}/c.png: 2 characters of the labels (\u4eba\u540d) have no glyph in the fonts installed "
         "and are drawn as boxes; a font with them (Noto Sans CJK, say) draws them"]
 
 

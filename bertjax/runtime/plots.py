@@ -53,10 +53,10 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
     import matplotlib.pyplot as plt
     from matplotlib import font_manager
 
-    # Metric names carry the task's labels (eval_人名_f1): fonts with other scripts than DejaVu's,
-    # where installed, fill in its missing glyphs (matplotlib falls back along the list).
+    # Metric names carry the task's labels (eval_人名_f1): fonts with other scripts, where
+    # installed, fill in the glyphs the user's fonts lack (matplotlib falls back along the list).
     installed = {font.name for font in font_manager.fontManager.ttflist}
-    fonts = ["DejaVu Sans", *(name for name in _FALLBACK_FONTS if name in installed)]
+    fonts = [*plt.rcParams["font.family"], *(name for name in _FALLBACK_FONTS if name in installed)]
 
     records = {label: read_metrics(workdir) for label, workdir in runs.items()}
     present = {metric for run in records.values() for record in run for metric in record} - {"step"}
@@ -67,18 +67,24 @@ def plot_runs(runs: dict[str, str], panels: dict[str, list[str]], output: str, t
             raise ValueError(f"nothing to plot: {said}")
         logging.getLogger(__name__).warning("%s: left out", said)
         panels = {panel: metrics for panel, metrics in panels.items() if panel not in empty}
-    with plt.rc_context({"font.family": fonts}), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    missing = set()
+    show = warnings.showwarning
+
+    def collect(message, *args, **kwargs):  # matplotlib warns once per character: said once, below
+        glyph = re.match(r"Glyph (\d+) ", str(message))
+        if glyph:
+            missing.add(chr(int(glyph.group(1))))
+        else:  # (other warnings as the filters in force let them through)
+            show(message, *args, **kwargs)
+
+    with plt.rc_context({"font.family": fonts}), warnings.catch_warnings():
+        warnings.filterwarnings("always", message=r"Glyph \d+ ")
+        warnings.showwarning = collect
         _draw(plt, records, panels, output, title)
-    glyphs = [re.match(r"Glyph (\d+) .*missing from font", str(w.message)) for w in caught]
-    missing = {chr(int(glyph.group(1))) for glyph in glyphs if glyph}
-    for w, glyph in zip(caught, glyphs):
-        if not glyph:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    if missing:  # (matplotlib warned once per character)
+    if missing:
         logging.getLogger(__name__).warning(
-            "%s: %d characters of the metric names (%s) have no glyph in the fonts installed and are drawn as boxes; "
-            "a font with them (Noto Sans CJK, say) draws them", output, len(missing), "".join(sorted(missing)[:20]))
+            "%s: %d characters of the labels (%s) have no glyph in the fonts installed and are drawn as boxes; a "
+            "font with them (Noto Sans CJK, say) draws them", output, len(missing), "".join(sorted(missing)[:20]))
     return output
 
 
