@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from typing import Any
 
 from flax.traverse_util import flatten_dict
@@ -127,7 +128,7 @@ def check_same_kind(workdir: str, config: dict[str, Any]) -> None:
         starts_here = bool(given) and (fileio.absolute(given).rstrip("/") + "/").startswith(
             fileio.absolute(workdir).rstrip("/") + "/")
         advice = ("config.init_checkpoint names that run: a run of another kind needs its own workdir" if starts_here
-                  else f"to start from those weights, set config.init_checkpoint={directory}")
+                  else f"to start from those weights, set config.init_checkpoint={shlex.quote(directory)}")
         raise ValueError(f"workdir {workdir} holds the checkpoints of a {run_kind(saved)} run, and this is a "
                          f"{run_kind(config)} run: give it a new workdir ({advice})")
 
@@ -198,7 +199,8 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
 
     changes = [change for change in changes if trains(change.split(" ", 1)[0])]
     if changes:
-        as_it_was = (f"; to relaunch it as it is (a test file to predict), config.init_checkpoint={started}"
+        as_it_was = (f"; to relaunch it as it is (a test file to predict), "
+                     f"config.init_checkpoint={shlex.quote(started)}"
                      if any(change.startswith("init_weights ") for change in changes) else "")
         trained = (f"all its {num_steps} steps" if meta["step"] == num_steps else
                    f"{meta['step']} steps, past this run's {num_steps}")

@@ -36,6 +36,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import time
 from typing import Any, Callable, Iterator
 
@@ -337,7 +338,7 @@ def check_resumable(workdir: str, abstract: TrainState, config: dict, num_steps:
     if step > num_steps:
         raise ValueError(f"{directory} is at step {step}, past config.train.num_steps={num_steps}: nothing to "
                          f"train. A continuation (phase2, long) runs in a new --workdir with "
-                         f"config.init_checkpoint={workdir}")
+                         f"config.init_checkpoint={shlex.quote(workdir)}")
     run_config.check_finished_unchanged(workdir, config, num_steps)
     try:
         checkpointing.check_fits(directory, abstract)

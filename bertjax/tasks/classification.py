@@ -350,9 +350,8 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
             raise ValueError(f"{where}: label {examples.labels[first]!r} is not among the task's labels "
                              f"{list(label_names)} (the training file's, or config.data.label_names)"
                              + (f"; unknown in all: {unknown[:5]}" if len(unknown) > 1 else "")
-                             + (_NORMAL_FORM_HINT if any(unicodedata.normalize("NFC", label) in {
-                                 unicodedata.normalize("NFC", name) for name in label_names} for label in unknown)
-                                else "")
+                             + (_NORMAL_FORM_HINT if unicodedata.normalize("NFC", examples.labels[first]) in {
+                                 unicodedata.normalize("NFC", known) for known in label_names} else "")
                              + ("; scores to predict are config.data.label_kind='float' (regression)"
                                 if _look_like_scores(label_names) else ""))
         features["label"] = np.asarray([index[label] for label in examples.labels], np.int32)
