@@ -26,8 +26,8 @@ a `DropCounter` under a reason, and the first few per reason are logged with `fi
   * a line of only whitespace, Unicode spaces included (U+3000, U+00A0), is blank: it ends
     the document, as the original's `line.strip()` made it;
   * empty file / file with only blank lines -> no documents ("empty_file", "blank_file"); one
-    whose every line is dropped as non-UTF-8 -> "non_utf8_file" (several such lines among the
-    first 64 KiB refuse it first, `check_text_files`);
+    with no document, where lines were dropped as non-UTF-8 -> "non_utf8_file" (several such
+    lines among the first 64 KiB refuse it first, `check_text_files`);
   * a blank line after every sentence -> every sentence is a one-sentence document; they
     are kept (NSP then always draws B from another document) and prepare warns when
     most documents have one sentence, since the file is probably not in BERT format;
@@ -41,7 +41,8 @@ JSONL and Parquet rows (and TFDS examples, where it applies):
     "row_not_object"; an object without `text_key` -> "missing_text_key";
   * text that is not a string (null, a number, ...) -> "text_not_string";
   * empty text, or text with no sentences -> "blank_document"; a Parquet or JSONL file
-    without rows -> "empty_file" (a JSONL file of blank lines: "blank_file").
+    without rows -> "empty_file" (a JSONL file of blank lines: "blank_file"; of lines that are
+    not UTF-8: "non_utf8_file").
   A Parquet file without the `text_key` column, with a column that is not strings, or that
   is not readable Parquet is a ValueError naming the file.
 """
@@ -502,7 +503,7 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
     with fileio.open_file(path, "rb") as f:
         position = _first_line_at(f, start)
         where = _line_locator(path, position)
-        index, nonblank = -1, False
+        index, nonblank, undecoded = -1, False, False
         for lines, past_end in _line_blocks(f, position, end):
             if past_end:
                 return
@@ -510,6 +511,7 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
                 index += 1
                 line_where = functools.partial(where, index)
                 if isinstance(line, UnicodeDecodeError):
+                    undecoded = True
                     drops.drop("non_utf8_line", line_where, f"{line.reason} at byte {line.start}")
                     continue
                 if not line.strip():
@@ -531,7 +533,7 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
                 if sentences:
                     yield sentences
         if start == 0 and not nonblank:  # a whole file without a row, as a text file's
-            drops.drop("empty_file" if f.tell() == 0 else "blank_file", path)
+            drops.drop("empty_file" if f.tell() == 0 else "non_utf8_file" if undecoded else "blank_file", path)
 
 
 _KEY_CHECK_ROWS = 100  # rows of each JSONL file in which config.data.text_key must appear

@@ -198,6 +198,11 @@ def test_a_file_in_another_encoding_is_refused_by_name(tmp_path):
     drops = sources.DropCounter()
     assert list(sources._read_text_range(str(tmp_path / "short.txt"), 0, len(short), drops)) == []
     assert drops.counts == {"non_utf8_line": 2, "non_utf8_file": 1}  # (was counted a blank file)
+    rows = '{"text": "\u8fd9\u662f\u53e5\u5b50\u3002"}\n'.encode("gbk")  # and a JSONL file's
+    (tmp_path / "short.jsonl").write_bytes(rows)
+    drops = sources.DropCounter()
+    assert list(sources._read_jsonl_range(str(tmp_path / "short.jsonl"), 0, len(rows), "text", drops)) == []
+    assert drops.counts == {"non_utf8_line": 1, "non_utf8_file": 1}
 
 
 def test_jsonl_rows_read_as_text_are_warned_of(tmp_path, caplog):

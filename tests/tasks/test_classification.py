@@ -297,7 +297,8 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
     accents = [_write(tmp_path / f"{name}.jsonl", [{"text_a": "x", "label": unicodedata.normalize(form, label)}
                                                    for label in ("caf\u00e9", "th\u00e9")], "jsonl")
                for name, form in (("nfc", "NFC"), ("nfd", "NFD"))]
-    mixed = _write(tmp_path / "mixed.jsonl", [{"text_a": "x", "label": label} for label in ("c", "cafe\u0301")], "jsonl")
+    mixed = _write(tmp_path / "mixed.jsonl", [{"text_a": "x", "label": label} for label in ("c", "cafe\u0301")],
+                   "jsonl")
     with pytest.raises(ValueError, match="mixed.jsonl:1: label 'c' is not among") as error:  # (the hint: another's)
         classification.load_task(_config("classification", train_file=accents[0], eval_file=mixed, text_b_key=""),
                                  tokenizer)
