@@ -19,6 +19,7 @@ from typing import Any
 from flax.traverse_util import flatten_dict
 
 from bertjax import checkpointing, tokenization
+from bertjax.data import pretraining_config
 from bertjax.runtime import fileio
 
 # Settings that change where or how often things happen, not what the run computes.
@@ -189,11 +190,15 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
     # otherwise from the same file: the digest says nothing then.
     recut = any(change.split(" ", 1)[0] in _ROW_CUTTING for change in changes)
     pretraining = run_kind(config) == "pre-training"
+    # A setting of another source than the run's, which neither run read (one given before such
+    # settings were refused, and left out now), changes nothing it computes.
+    unread = {f"data.{key}" for run in (meta.get("config") or {}, config)
+              for key in pretraining_config.settings_unread(run.get("data") or {})}
 
     def trains(key: str) -> bool:
         # (pre-training's rows: a walkthrough's relaunch changed four, warned and said 'done')
         return (key.startswith(("model.", "train.")) or key in ("seed", "data.seed", *_ROWS_OF_TRAINING)
-                or (pretraining and key in _PRETRAINING_ROWS)
+                or (pretraining and key in _PRETRAINING_ROWS and key not in unread)
                 or (key == "train_data_digest" and not recut)
                 or (key == "init_weights" and bool(started) and fileio.exists(started)))
 

@@ -105,6 +105,15 @@ def test_a_finished_run_is_refused_other_rows_and_other_starting_weights_but_not
         **SAVED, "data": {**SAVED["data"], "process_count": 4, "do_lower_case": None}}})
     run_config.check_finished_unchanged("/w", {**SAVED, "data": {**SAVED["data"], "process_count": 2,
                                                                  "do_lower_case": True}}, 10)
+    # A setting its source never read, given before such settings were refused, and left out now
+    # (a review: refused with it, refused without it); one the source reads still counts.
+    prepared = {**SAVED, "data": {**SAVED["data"], "source": "prepared", "text_key": "content", "prepared_dir": ""}}
+    monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": prepared})
+    run_config.check_finished_unchanged("/w", {**prepared, "data": {**prepared["data"], "text_key": "text"}}, 10)
+    rows = {**prepared, "data": {**prepared["data"], "source": "jsonl"}}
+    monkeypatch.setattr(checkpointing, "read_meta", lambda directory: {"step": 10, "config": rows})
+    with pytest.raises(ValueError, match=r"\(data.text_key 'content' -> 'body'\): nothing would train"):
+        run_config.check_finished_unchanged("/w", {**rows, "data": {**rows["data"], "text_key": "body"}}, 10)
 
 
 def test_a_start_from_an_unfinished_pre_training_run_is_warned_of(tmp_path, monkeypatch, caplog):

@@ -19,9 +19,10 @@ ORIGINAL_MASKING = (False, 0.15, 0.8, 0.1)
 # Settings that some sources read, and which: set with another source, they would be ignored
 # (the run reading another corpus than meant), so they are refused. Unset: "" (text_key: "text").
 _READ_BY = {"input_pattern": ("text", "jsonl", "parquet", "prepared", "original_tfrecord"),
-            "tfds_name": ("tfds",), "text_key": ("jsonl", "parquet"),
+            "tfds_name": ("tfds",), "tfds_split": ("tfds",), "tfds_text_feature": ("tfds",),
+            "text_key": ("jsonl", "parquet"),
             "prepared_dir": ("demo", "text", "jsonl", "parquet", "tfds", "original_tfrecord")}
-_UNSET = {"text_key": "text"}
+_UNSET = {"text_key": "text", "tfds_split": "train", "tfds_text_feature": "text"}
 
 
 def settings_unread(data) -> list[str]:

@@ -286,6 +286,8 @@ def test_the_masking_split_and_rate_are_settings(corpus):
      "tfds_name='wiki' is read with source tfds, not 'jsonl': leave it out (it would be ignored)"),
     (dict(source="text", input_pattern="corpus.txt", text_key="content"),
      "text_key='content' is read with source jsonl or parquet, not 'text'"),
+    (dict(source="text", input_pattern="corpus.txt", tfds_split="train[:10%]"),
+     "tfds_split='train[:10%]' is read with source tfds, not 'text'"),
     (dict(source="prepared", input_pattern="prepared", text_key="content"),
      "text_key='content' is read with source jsonl or parquet, not 'prepared'"),
     (dict(source="prepared", input_pattern="prepared", prepared_dir="other"),
