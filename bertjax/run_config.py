@@ -193,7 +193,7 @@ def check_finished_unchanged(workdir: str, config: dict[str, Any], num_steps: in
     # A setting of another source than the run's, which neither run read (one given before such
     # settings were refused, and left out now), changes nothing it computes.
     unread = {f"data.{key}" for run in (meta.get("config") or {}, config)
-              for key in pretraining_config.settings_unread(run.get("data") or {})}
+              for key in pretraining_config.settings_unread(run.get("data") or {})} if pretraining else set()
 
     def trains(key: str) -> bool:
         # (pre-training's rows: a walkthrough's relaunch changed four, warned and said 'done')

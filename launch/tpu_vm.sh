@@ -68,6 +68,9 @@ on_workers() { tpu ssh "$TPU_NAME" --worker="$1" --command="$2"; }
 INSTALLED=.bertjax-installed-files  # on a worker: the files the last install unpacked, sorted
 # On a worker: the pid of a run still going, if any.
 running_pid='pid=$(cat logs/run.pid 2>/dev/null || true); kill -0 "$pid" 2>/dev/null || pid='
+# On a worker: exit 1, saying so, while a run is going.
+no_run_going="$running_pid
+      if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi"
 # libtpu's lock, left behind by a run that ended without its exit handlers (kill -9, os._exit):
 # the next run would fail with "TPU is already in use by process N".
 lockfile=$(printf '%q' "${LIBTPU_LOCKFILE:-/tmp/libtpu_lockfile}")
@@ -105,8 +108,7 @@ case "$command" in
     # renamed here would otherwise stay there, importable. Nothing else there is touched.
     # (set -e stops at a failed command, not at one failing before a later && (one a line), nor,
     # without pipefail, in a pipe: an archive that cannot be listed would list nothing to keep)
-    on_workers all "set -eo pipefail; export LC_ALL=C; mkdir -p $REMOTE_DIR; cd $REMOTE_DIR; $running_pid
-      if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi
+    on_workers all "set -eo pipefail; export LC_ALL=C; mkdir -p $REMOTE_DIR; cd $REMOTE_DIR; $no_run_going
       tar --quoting-style=literal -tzf /tmp/bertjax.tgz | sed 's|^\\./||' | sort > $INSTALLED.new
       if [ -f $INSTALLED ]; then
         comm -23 $INSTALLED $INSTALLED.new | while IFS= read -r name; do rm -f -- \"\$name\"; done
@@ -143,13 +145,11 @@ case "$command" in
     # them waiting for a coordinator the old run holds.
     on_workers all "cd $REMOTE_DIR 2> /dev/null && [ -x .venv/bin/python ] ||
         { echo \"\$(hostname): no install in $REMOTE_DIR; run install first\" >&2; exit 1; }
-      $running_pid
-      if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi" ||
+      $no_run_going" ||
       { echo "launch/tpu_vm.sh run: nothing started (a worker's check failed: above)" >&2; exit 1; }
     # The run's own shell writes its pid, then becomes the trainer (exec); setsid + nohup +
     # redirected stdin/stdout detach it from the ssh session. Each run gets its own log file.
-    on_workers all "set -e; cd $REMOTE_DIR; mkdir -p logs; $running_pid
-      if [ -n \"\$pid\" ]; then echo \"\$(hostname): a run is still going (pid \$pid); stop it first\" >&2; exit 1; fi
+    on_workers all "set -e; cd $REMOTE_DIR; mkdir -p logs; $no_run_going
       if [ -e $lockfile ] && command -v fuser > /dev/null && ! fuser -s /dev/accel* /dev/vfio/[0-9]* 2> /dev/null &&
           rm -f $lockfile 2> /dev/null; then
         echo \"\$(hostname): removed $lockfile, a killed run's (no process holds the TPU)\"

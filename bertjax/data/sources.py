@@ -339,18 +339,11 @@ def _not_text(path: str, head: bytes, source: str) -> str | None:
     # the last line may be cut, in a character too.
     lines = head.split(b"\n")[:-1] if len(head) == _HEAD_BYTES else head.split(b"\n")
     non_ascii = [line for line in lines if not line.isascii()]
-    if len(non_ascii) >= _FOREIGN_LINES and not any(_is_utf8(line) for line in non_ascii):
+    if len(non_ascii) >= _FOREIGN_LINES and all(isinstance(_decode_line(line), UnicodeDecodeError)
+                                                for line in non_ascii):
         return (f"{path}: none of the {len(non_ascii)} lines with non-ASCII bytes among its first {len(lines)} is "
                 "UTF-8 (another encoding: GBK, Shift-JIS, Latin-1?); convert it first (iconv -f <encoding> -t UTF-8)")
     return None
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
 
 
 def _text_ranges(patterns: str) -> list[tuple[str, int, int]]:
@@ -395,7 +388,13 @@ def _read_text_range(path: str, start: int, end: int, drops: DropCounter) -> Ite
             documents += 1
             yield document
         if start == 0 and not documents and not f.read(1):
-            drops.drop("empty_file" if f.tell() == 0 else "non_utf8_file" if undecoded else "blank_file", path)
+            drops.drop(_no_document_reason(f, undecoded), path)
+
+
+def _no_document_reason(f, undecoded: bool) -> str:
+    """Why a whole file read to its end (`f`) gave no document: empty, its lines dropped as not
+    UTF-8 (`undecoded`), or blank."""
+    return "empty_file" if f.tell() == 0 else "non_utf8_file" if undecoded else "blank_file"
 
 
 def _first_line_at(f, start: int) -> int:
@@ -533,7 +532,7 @@ def _read_jsonl_range(path: str, start: int, end: int, text_key: str, drops: Dro
                 if sentences:
                     yield sentences
         if start == 0 and not nonblank:  # a whole file without a row, as a text file's
-            drops.drop("empty_file" if f.tell() == 0 else "non_utf8_file" if undecoded else "blank_file", path)
+            drops.drop(_no_document_reason(f, undecoded), path)
 
 
 _KEY_CHECK_ROWS = 100  # rows of each JSONL file in which config.data.text_key must appear
