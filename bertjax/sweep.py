@@ -20,13 +20,14 @@ import json
 import logging
 import math
 import os
+import posixpath
 import shutil
 from typing import Any
 
 import jax
 import ml_collections
 
-from bertjax import finetune, finetune_setup, run_config, sharding, tasks, trainer
+from bertjax import checkpointing, finetune, finetune_setup, run_config, sharding, tasks, trainer
 from bertjax.inference import model_source
 from bertjax.models import convert
 from bertjax.runtime import cli, fileio
@@ -113,27 +114,51 @@ def _trained_before(workdir: str) -> str | None:
 
 def _settings(config: ml_collections.ConfigDict, saved: dict[str, Any] | None) -> dict[str, Any]:
     """What a sweep's runs are compared by: `config`; the step folder config.init_checkpoint
-    names now ("init_weights"; a pre-training workdir's newest step, which a pre-training run
-    still going moves on); the training and evaluation files' contents, a test file's where it
-    ranks the runs (`_data_files`; "data_contents", SHA-256: a file rewritten at its path gives
-    other results, one moved the same). Where the weights or a file no longer read (gone with a
-    recreated machine), the ones `saved` (the sweep's recorded settings) name: finished runs are
-    reused, and a run that needs them says so itself."""
+    names ("init_weights": a pre-training workdir's newest step when the sweep started, kept
+    while that step reads, as `_step_it_started_from` says); the training and evaluation
+    files' contents, a test file's where it ranks the runs (`_data_files`; "data_contents",
+    SHA-256: a file rewritten at its path gives other results, one moved the same). Where the
+    weights or a file no longer read (gone with a recreated machine), the ones `saved` (the
+    sweep's recorded settings) name: finished runs are reused, and a run that needs them says
+    so itself."""
     saved = saved or {}
     init_weights = ""
     if config.init_checkpoint:
         try:
-            init_weights = model_source.resolve(config.init_checkpoint).weights
+            init_weights = _absolute(model_source.resolve(config.init_checkpoint).weights)
         except (OSError, ValueError, *fileio.remote_errors()):
             init_weights = saved.get("init_weights", "")
-    if init_weights and not fileio.is_remote(init_weights):
-        init_weights = os.path.abspath(init_weights)
+        init_weights = _step_it_started_from(config.init_checkpoint, init_weights, saved.get("init_weights", ""))
     contents = {}
     for key in _data_files(config):  # (every key, "" for none: a file added later is a change too)
         path = config.data[key]
         contents[key] = ("" if not path else fileio.content_hash(path)[:16] if fileio.exists(path)
                          else saved.get("data_contents", {}).get(key, ""))
     return json.loads(json.dumps({**config.to_dict(), "init_weights": init_weights, "data_contents": contents}))
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute, a remote one as it is; no trailing separator either way."""
+    return path.rstrip("/") if fileio.is_remote(path) else os.path.abspath(path)
+
+
+def _step_it_started_from(init_checkpoint: str, newest: str, recorded: str) -> str:
+    """`recorded` (the step folder the sweep started from) where config.init_checkpoint names a
+    checkpoint directory whose `newest` step is another of the same directory and `recorded`
+    still reads: a pre-training run still saving moved on, and the sweep resumed after a
+    preemption goes on from its own step (it was refused as a sweep of other settings, so a
+    scheduler's retries failed every time). Else `newest`: a step named itself, or another
+    checkpoint, is compared as given."""
+    if not recorded or newest == recorded or newest == _absolute(init_checkpoint) or (
+            posixpath.dirname(newest) != posixpath.dirname(recorded)):
+        return newest
+    try:
+        checkpointing.read_meta(recorded)
+    except (OSError, ValueError, *fileio.remote_errors()):  # deleted since (keep=3): the sweep cannot go on as it was
+        return newest
+    log.warning("%s's newest step is now %s: this sweep goes on from %s, the step it started from (a new workdir "
+                "starts from the newest)", init_checkpoint, posixpath.basename(newest), recorded)
+    return recorded
 
 
 def _check_same_sweep(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -679,14 +679,21 @@ def test_a_sweep_refused_for_its_settings_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(pretrained_run, tmp_path,
-                                                                              monkeypatch):
+                                                                              monkeypatch, caplog):
     """A pre-training workdir as config.init_checkpoint names its newest step: a rerun after that
     run went on mixed runs from two steps in one table, and a rerun evaluating more often ranked
-    its rows (the best of more evaluations) with the others, both without a word (a review)."""
+    its rows (the best of more evaluations) with the others, both without a word (a review).
+    The same command goes on from the step the sweep started from while that step reads: it was
+    refused, so a preempted sweep's retries all failed (a review)."""
     from bertjax import finetune, sweep
 
-    monkeypatch.setattr(finetune, "finetune", lambda config, workdir: {
-        "best": {"step": 4, "metrics": {"f1": config.train.learning_rate * 100}}, "main_metric": "f1"})
+    started_from = []
+
+    def run(config, workdir):
+        started_from.append(config.init_checkpoint)
+        return {"best": {"step": 4, "metrics": {"f1": config.train.learning_rate * 100}}, "main_metric": "f1"}
+
+    monkeypatch.setattr(finetune, "finetune", run)
     shutil.copytree(pretrained_run, tmp_path / "pretrained")
     config = _demo_config(sweep=True, sweep_learning_rates="1e-3", sweep_batch_sizes="16", sweep_epochs="1")
     config.init_checkpoint = str(tmp_path / "pretrained")
@@ -696,13 +703,25 @@ def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(p
     with pytest.raises(ValueError, match=r"other settings \(train.eval_every 0 -> 1\)"):
         sweep.sweep(config, str(tmp_path / "grid"))
     config.train.eval_every = 0
-    shutil.copytree(tmp_path / "pretrained" / "checkpoints" / "4", tmp_path / "pretrained" / "checkpoints" / "8")
+    steps = tmp_path / "pretrained" / "checkpoints"
+    shutil.copytree(steps / "4", steps / "8")
+    with caplog.at_level("WARNING"):
+        assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "grid"))] == [
+            "lr0.001_batch16_epochs1", "lr0.0001_batch16_epochs1"]
+    assert started_from == [str(steps / "4")] * 2
+    assert (f"{tmp_path / 'pretrained'}'s newest step is now 8: this sweep goes on from {steps / '4'}, the step it "
+            "started from") in caplog.text
+    config.init_checkpoint = str(steps / "8")  # named itself: other weights
+    with pytest.raises(ValueError, match=r"other settings \(init_checkpoint .*; init_weights "
+                                         r"'\S+/pretrained/checkpoints/4' -> '\S+/pretrained/checkpoints/8'\)"):
+        sweep.sweep(config, str(tmp_path / "grid"))
+    config.init_checkpoint = str(tmp_path / "pretrained")
+    shutil.rmtree(steps / "4")  # the step it started from deleted (keep=3): no longer the same sweep
     with pytest.raises(ValueError, match=r"other settings \(init_weights '\S+/pretrained/checkpoints/4' -> "
                                          r"'\S+/pretrained/checkpoints/8'\)"):
         sweep.sweep(config, str(tmp_path / "grid"))
-    shutil.rmtree(tmp_path / "pretrained" / "checkpoints" / "8")
-    assert [row["run"] for row in sweep.sweep(config, str(tmp_path / "grid"))] == [
-        "lr0.001_batch16_epochs1", "lr0.0001_batch16_epochs1"]
+    shutil.copytree(steps / "8", steps / "4")
+    shutil.rmtree(steps / "8")
     # Gone since (a recreated machine): the finished runs' rows are still the sweep's.
     shutil.rmtree(tmp_path / "pretrained")
     assert len(sweep.sweep(config, str(tmp_path / "grid"))) == 2
