@@ -137,11 +137,6 @@ def _stdin_is_a_file() -> bool:
         return False
 
 
-# The columns that name a row, first found first: as fine-tuning's files name their rows
-# ("id", "idx"), and GLUE's test files ("index").
-ID_COLUMNS = ("id", "idx", "index")
-
-
 def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
                 data: dict | None = None, required: Iterable[str] = (), check_lines: bool = False,
                 warned: set[str] | None = None, ids: dict[str, str] | None = None) -> Iterator[tuple[str, Any]]:
@@ -155,7 +150,7 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
     format was taken from its name: its first lines are checked as `file_format` checks a
     file's, before any is an input (a pipe, which `file_format` cannot read ahead). Stdin
     (/dev/stdin) is named "stdin" in each input's place. ids: filled with {where: the row's
-    "id" (or "idx", or GLUE test files' "index": `ID_COLUMNS`)} for CSV, TSV and JSONL rows
+    "id" (or "idx", or GLUE test files' "index": `common.row_id`)} for CSV, TSV and JSONL rows
     that have one (`predict_all` writes it)."""
     required = [role for role in required if keys.get(role)]
     warned = set() if warned is None else warned
@@ -177,7 +172,7 @@ def read_inputs(path: str, family: str, input_format: str, keys: dict[str, str],
             if isinstance(row, ValueError):  # a row that does not read: an error in its place
                 yield where, row
                 continue
-            given = next((row[column] for column in ID_COLUMNS if column in row), None)
+            given = common.row_id(row)
             if ids is not None and given is not None:
                 ids[where] = str(given)
             try:

@@ -33,7 +33,7 @@ from bertjax.data.sources import DropCounter, prepared_tfds_builder, read_tfds_s
 from bertjax.models import BertForMultipleChoice, example_counts, multiple_choice_sums
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_nonempty, encode_pairs, example_ids, own_files,
-                                  read_records, truncation, write_lines)
+                                  read_records, row_id, truncation, write_lines)
 from bertjax.tasks.family import Family, column_text, no_options
 from bertjax.tasks.raw_text import has_text
 
@@ -49,7 +49,7 @@ class ChoiceExamples:
     """One split's examples: contexts[i], choices[i] (a list of >= 2 texts), labels <int64>[N]
     (-1 = unlabeled), locations[i] ('file:line' or 'tfds:name[split]#index'); truncated <bool>[N]
     (set by `featurize`): a (context, choice) pair of the example was cut to max_seq_length;
-    ids[i]: the row's "id" (or "idx") where a file's rows have them (`example_ids`), else None."""
+    ids[i]: the row's id (`row_id`) where a file's rows have them (`example_ids`), else None."""
 
     source: str
     contexts: list[str]
@@ -74,7 +74,7 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
     file:line and what was expected."""
     contexts, choices, labels, locations, ids = [], [], [], [], []
     for where, row in read_records(path, "jsonl"):
-        ids.append(row.get("id", row.get("idx")))
+        ids.append(row_id(row))
         if not isinstance(row.get(context_key), str):
             missing = (f"; the row has {sorted(row)} (config.data.context_key and choices_key name the columns)"
                        if context_key not in row else "")
@@ -100,7 +100,7 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
         contexts.append(row[context_key]), choices.append(options), labels.append(label)
         locations.append(where)
     return ChoiceExamples(path, contexts, choices, np.array(labels, np.int64), locations,
-                          ids=example_ids(ids, locations, distinct=predicted))
+                          ids=example_ids(ids, locations) if predicted else None)
 
 
 def read_tfds(name: str, split: str, data_dir: str | None = None) -> ChoiceExamples:

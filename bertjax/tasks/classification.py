@@ -38,7 +38,7 @@ from bertjax.evaluation import glue as glue_metrics
 from bertjax.models import BertForSequenceClassification, classification_sums, example_counts
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, encode_pairs, example_ids, file_format, own_files,
-                                  read_records, truncation, write_lines)
+                                  read_records, row_id, truncation, write_lines)
 from bertjax.tasks.family import Family, column_text, hf_label_names, no_options
 from bertjax.tasks.raw_text import text_pair
 
@@ -196,7 +196,7 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True,
         texts_a.append(row[keys["text_a_key"]])
         if keys["text_b_key"]:
             texts_b.append(row[keys["text_b_key"]])
-        ids.append(row.get("id", row.get("idx")))
+        ids.append(row_id(row))
         if labeled:
             label = row[keys["label_key"]]
             if not isinstance(label, (str, int, float)) or isinstance(label, bool):
@@ -220,7 +220,7 @@ def read_file(path: str, data_config, *, regression: bool, labeled: bool = True,
                          f"{'numbers' if regression else 'class names'}")
     return Examples(path, texts_a, texts_b if keys["text_b_key"] else None,
                     _parse_labels(labels, lines, regression, keys["label_key"]) if labeled else None,
-                    example_ids(ids, lines, distinct=predicted) or list(range(len(texts_a))), locations=lines)
+                    (predicted and example_ids(ids, lines)) or list(range(len(texts_a))), locations=lines)
 
 
 def _given_label_names(names: str, regression: bool) -> tuple[str, ...] | None:
@@ -235,6 +235,15 @@ def _given_label_names(names: str, regression: bool) -> tuple[str, ...] | None:
     if "" in label_names or len(set(label_names)) < len(label_names):
         raise ValueError(f"config.data.label_names={names!r}: expected distinct, non-empty names separated by commas")
     return label_names
+
+
+def _sorted_labels(labels: list[str]) -> tuple[str, ...]:
+    """The distinct labels, in order: by value where every one is a whole number ("2" before
+    "10": labels 0..n-1 are classes 0..n-1, in logits and exports alike), else as text."""
+    names = set(labels)
+    if all(re.fullmatch(r"[+-]?\d+", name, re.ASCII) for name in names):
+        return tuple(sorted(names, key=int))
+    return tuple(sorted(names))
 
 
 def _refuse_one_number_written_twice(label_names: tuple[str, ...], train: Examples) -> None:
@@ -352,11 +361,22 @@ def featurize(tokenizer, examples: Examples, label_names: tuple[str, ...] | None
                              + (f"; unknown in all: {unknown[:5]}" if len(unknown) > 1 else "")
                              + (_NORMAL_FORM_HINT if unicodedata.normalize("NFC", examples.labels[first]) in {
                                  unicodedata.normalize("NFC", known) for known in label_names} else "")
+                             + _same_number_hint(examples.labels[first], label_names)
                              + ("; scores to predict are config.data.label_kind='float' (regression)"
                                 if _look_like_scores(label_names) else ""))
         features["label"] = np.asarray([index[label] for label in examples.labels], np.int32)
     return Split(name, features, lengths, SplitInfo(examples, label_names), has_labels=examples.labels is not None,
                  truncation=truncation(truncated, "examples", max_seq_length))
+
+
+def _same_number_hint(label: str, label_names: tuple[str, ...]) -> str:
+    """A note when `label` is a number one of `label_names` writes another way ("1" and "1.0",
+    as a JSON writer's floats and a CSV's integers), else ""."""
+    def value(name: str) -> float | None:
+        return float(name) if _NUMBER.fullmatch(name) else None
+    same = [name for name in label_names if value(label) is not None and value(name) == value(label)]
+    return f"; it is the number of label {same[0]!r} written another way: write each class one way in every file" if (
+        same) else ""
 
 
 def _look_like_scores(labels) -> bool:
@@ -399,7 +419,7 @@ def load_task(config, tokenizer) -> Task:
         tests = ([read_file(files["test"], data, regression=regression, labeled=False, pairs=pairs)]
                  if "test" in files else [])
         if label_names is None and not regression:
-            label_names = tuple(sorted(set(train.labels)))
+            label_names = _sorted_labels(train.labels)
             _refuse_one_number_written_twice(label_names, train)
             logging.info("%s: labels %s (sorted; set config.data.label_names to fix the order)", data.train_file,
                          list(label_names))

@@ -318,7 +318,8 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
                 error = ValueError(f"{len(fields)} fields, the header has {len(header)} ({header})" + (
                     "; a field starts with a quote: TSV fields are read literally, so a CSV writer's quoted tab "
                     "splits it (write the file as .csv, or set config.data.file_format=csv)" if quoted else ""))
-            elif error is None and len(header) > 1 and fields == header:  # e.g. files joined with cat
+            elif error is None and len(header) > 1 and [fields[0].removeprefix("\ufeff"), *fields[1:]] == header:
+                # files joined with cat (each with a byte order mark, as Excel writes CSV: only line 1's is read)
                 error = ValueError(f"the header again ({header}), as a row: remove it (files joined with their "
                                    "headers?)")
         for line in blank_lines:  # rows before this one, in their place (an error's too)
@@ -338,24 +339,32 @@ def read_records(path: str, file_format: str = "", bad_rows: str = "raise") -> I
         yield f"{path}:{first}", dict(zip(header, fields))
 
 
-def example_ids(given: list, locations: list[str], distinct: bool = True) -> list | None:
-    """The ids a file's rows give ("id", else "idx"; None where a row has none), for the
+# The columns that name a row, first found first: "id", "idx", and GLUE's test files' "index".
+ID_COLUMNS = ("id", "idx", "index")
+
+
+def row_id(row: dict):
+    """The row's id (`ID_COLUMNS`), or None where it has none."""
+    return next((row[column] for column in ID_COLUMNS if column in row), None)
+
+
+def example_ids(given: list, locations: list[str]) -> list | None:
+    """The ids (`row_id`) of the rows of a file whose predictions are written, for the
     predictions' index column; None when no row gives one. ValueError naming file:line for a
     file where some rows give one and others not (a row's place could be another's id), an
-    empty id, a repeated one where `distinct` (a file whose predictions are written: they
-    could not be told apart; a training file's may repeat, oversampled rows), or an id a TSV
-    field cannot hold."""
+    empty id, a repeated one (the predictions of the two could not be told apart), or an id a
+    TSV field cannot hold. (A training file's ids are never read: they are written nowhere.)"""
     if all(value is None for value in given):
         return None
     first_at: dict[str, str] = {}
     for value, where in zip(given, locations):
         if value is None:
-            raise ValueError(f"{where}: no id, where other rows have one: give every row an id (\"id\" or \"idx\"), "
-                             "or none")
+            raise ValueError(f"{where}: no id, where other rows have one: give every row an id (a column "
+                             f"{' or '.join(map(repr, ID_COLUMNS))}), or none")
         shown = str(value)
         if not shown.strip():
-            raise ValueError(f"{where}: an empty id: give every row an id (\"id\" or \"idx\"), or none")
-        if distinct and shown in first_at:
+            raise ValueError(f"{where}: an empty id: give every row an id, or none")
+        if shown in first_at:
             raise ValueError(f"{where}: id {value!r} again (first at {first_at[shown]}): the predictions of the two "
                              "could not be told apart; give each row its own id")
         first_at[shown] = where

@@ -45,7 +45,7 @@ from bertjax.evaluation import squad as squad_metrics
 from bertjax.models import BertForQuestionAnswering, example_counts, span_sums
 from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, check_int, check_nonempty, max_context_flags,
-                                  own_files, sliding_windows, truncation)
+                                  own_files, row_id, sliding_windows, truncation)
 from bertjax.tasks.family import Family, column_text, no_options
 from bertjax.tasks.raw_text import has_text, split_pair
 from bertjax.tasks.squad_examples import (ExampleBuilder, SquadExamples, log_skips, read_json, read_tfds,
@@ -499,7 +499,7 @@ class SquadFamily(Family):
 
     def from_row(self, row, keys):
         item = {role: column_text(row, keys[role], role) for role in ("question", "context")}
-        given = row.get("id", row.get("idx"))  # as fine-tuning's files name their rows
+        given = row_id(row)  # as fine-tuning's files name their rows
         return {**item, "id": str(given)} if given is not None else item
 
     def read_formatted(self, path: str, input_format: str, data: dict):

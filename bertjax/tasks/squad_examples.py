@@ -118,6 +118,10 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
                 if not isinstance(impossible, bool):  # bool("false") would be True
                     raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "
                                      f"boolean), not {impossible!r}")
+                if impossible and answers:  # trained to abstain, scored as answerable: both silently
+                    raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' is true, yet it has 'answers' "
+                                     "(which the scorer would hold it to): move them to 'plausible_answers', as SQuAD "
+                                     "2.0 keeps them, or set 'is_impossible' false")
                 if not has_text(qa["question"]):
                     empty_questions.append(qid)
                 builder.add(qid, qa["question"], paragraph["context"], answers, impossible)

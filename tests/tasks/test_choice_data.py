@@ -90,8 +90,8 @@ def test_predictions_carry_the_rows_ids(tmp_path, demo_tokenizer):
         choice.read_jsonl(_write_jsonl(tmp_path, [{"id": "a\tb", "context": "c", "choices": ["x", "y"], "label": 0}]))
     with pytest.raises(ValueError, match=r":3: no id, where other rows have one"):
         choice.read_jsonl(_write_jsonl(tmp_path, [rows[0], "", {**rows[2], "idx": None}]))
-    repeated = _write_jsonl(tmp_path, [rows[0], {**rows[2], "id": "q-7"}])  # (a training file's may repeat)
-    assert choice.read_jsonl(repeated, predicted=False).ids == ["q-7", "q-7"]
+    repeated = _write_jsonl(tmp_path, [rows[0], {**rows[2], "id": "q-7"}])  # (a training file's are not read)
+    assert choice.read_jsonl(repeated, predicted=False).ids is None
     with pytest.raises(ValueError, match=r":2: id 'q-7' again \(first at .*:1\)"):
         choice.read_jsonl(repeated)
 

@@ -229,15 +229,6 @@ def test_a_csv_without_a_header_is_told_its_first_row_was_read_as_one(tmp_path, 
     # Class names given to a regression were dropped without a word (a review).
     ([{"text_a": "x", "text_b": "y", "label": 1.5}], "jsonl", {"task": "regression", "label_names": "neg,pos"},
      r"config.data.label_names='neg,pos' names classes, and this is a regression"),
-    # An id the predictions' TSV cannot hold in one field; ids on some rows only (a row's place
-    # could be another's id).
-    ([{"id": "q\tz", "text_a": "x", "text_b": "y", "label": "a"}], "jsonl", {},
-     r"train.jsonl:1: id 'q\\tz' holds a tab or a line break"),
-    ([{"id": 1, "text_a": "x", "text_b": "y", "label": "a"}, {"text_a": "x", "text_b": "y", "label": "a"}], "jsonl",
-     {}, r"train.jsonl:2: no id, where other rows have one"),
-    # Empty or repeated ids went into predictions/<split>.tsv, rows no one could tell apart.
-    ([{"id": "a", "text_a": "x", "text_b": "y", "label": "a"}, {"id": " ", "text_a": "x", "text_b": "y", "label": "a"}],
-     "csv", {}, r"train.csv:3: an empty id"),
 ])
 def test_bad_files_name_the_file_line_and_key(tmp_path, tokenizer, rows, fmt, options, message):
     path = _write(tmp_path / f"train.{fmt}", rows, fmt)
@@ -246,17 +237,63 @@ def test_bad_files_name_the_file_line_and_key(tmp_path, tokenizer, rows, fmt, op
         classification.load_task(config, tokenizer)
 
 
+def test_whole_number_labels_are_classes_in_their_order_and_numbers_written_two_ways_are_named(tmp_path, tokenizer):
+    """Labels 0..10 from JSONL were ordered as text, '10' class 2: logits and exports did not
+    match the labels by index; an evaluation file's 1 against training's 1.0 read as unknown
+    (a review)."""
+    train = _write(tmp_path / "train.jsonl", [{"text_a": f"text {k}", "label": k} for k in (10, 2, 0, 1, -1, 2)],
+                   "jsonl")
+    loaded = classification.load_task(_config("classification", train_file=train, text_b_key=""), tokenizer)
+    assert loaded.train.examples.label_names == ("-1", "0", "1", "2", "10")
+    assert loaded.train.features["label"].tolist() == [4, 3, 1, 2, 0, 3]
+    mixed = _write(tmp_path / "mixed.jsonl", [{"text_a": "x", "label": label} for label in ("b", "10", "2")], "jsonl")
+    loaded = classification.load_task(_config("classification", train_file=mixed, text_b_key=""), tokenizer)
+    assert loaded.train.examples.label_names == ("10", "2", "b")  # not all numbers: as text
+    floats = _write(tmp_path / "floats.jsonl", [{"text_a": "x", "label": label} for label in (0.0, 1.0)], "jsonl")
+    whole = _write(tmp_path / "dev.csv", [{"text_a": "x", "label": 1}], "csv")
+    with pytest.raises(ValueError, match=r"dev.csv:2: label '1' is not among the task's labels \['0.0', '1.0'\] .*; "
+                                         r"it is the number of label '1.0' written another way"):
+        classification.load_task(_config("classification", train_file=floats, eval_file=whole, text_b_key=""),
+                                 tokenizer)
+
+
+@pytest.mark.parametrize("rows, fmt, message", [
+    # An id the predictions' TSV cannot hold in one field; ids on some rows only (a row's place
+    # could be another's id).
+    ([{"id": "q\tz", "text_a": "x", "text_b": "y", "label": "a"}], "jsonl", r"rows.jsonl:1: id 'q\\tz' holds a tab"),
+    ([{"id": 1, "text_a": "x", "text_b": "y", "label": "a"}, {"text_a": "x", "text_b": "y", "label": "a"}], "jsonl",
+     r"rows.jsonl:2: no id, where other rows have one: give every row an id \(a column 'id' or 'idx' or 'index'\)"),
+    # Empty ids went into predictions/<split>.tsv, rows no one could tell apart.
+    ([{"id": "a", "text_a": "x", "text_b": "y", "label": "a"}, {"id": " ", "text_a": "x", "text_b": "y", "label": "a"}],
+     "csv", r"rows.csv:3: an empty id"),
+])
+def test_ids_are_checked_where_predictions_are_written_and_only_there(tmp_path, tokenizer, rows, fmt, message):
+    """A training file's ids are written nowhere: a blank id there stopped the run (a review)."""
+    path = _write(tmp_path / f"rows.{fmt}", rows, fmt)
+    train = _write(tmp_path / "train.csv", [{"text_a": "x", "text_b": "y", "label": label} for label in "ab"], "csv")
+    for key in ("eval_file", "test_file"):
+        with pytest.raises(ValueError, match=message):
+            classification.load_task(_config("classification", train_file=train, **{key: path}), tokenizer)
+    loaded = classification.load_task(_config("classification", train_file=path, label_names="a,b"), tokenizer)
+    assert loaded.train.examples.examples.ids == list(range(len(rows)))
+
+
 def test_ids_repeated_in_a_file_whose_predictions_are_written_are_refused(tmp_path, tokenizer):
     """Two rows with id 'a' went into predictions/<split>.tsv, rows no one could tell apart (a
     walkthrough); a training file's ids may repeat (oversampled rows), its predictions are not
-    written (the review of that fix)."""
+    written (the review of that fix). GLUE's test files name their rows "index"."""
     rows = [{"id": "a", "text_a": "x", "text_b": "y", "label": "a"}, {"id": "b", "text_a": "x", "text_b": "y",
                                                                       "label": "b"},
             {"id": "a", "text_a": "z", "text_b": "y", "label": "b"}]
     repeated = _write(tmp_path / "repeated.csv", rows, "csv")
     distinct = _write(tmp_path / "distinct.csv", rows[:2], "csv")
-    loaded = classification.load_task(_config("classification", train_file=repeated, eval_file=distinct), tokenizer)
-    assert loaded.train.examples.examples.ids == ["a", "b", "a"]
+    glue_test = _write(tmp_path / "test.tsv", [{"index": 9, "text_a": "x", "text_b": "y"},
+                                               {"index": 5, "text_a": "z", "text_b": "y"}], "tsv")
+    loaded = classification.load_task(_config("classification", train_file=repeated, eval_file=distinct,
+                                              test_file=glue_test), tokenizer)
+    assert loaded.train.examples.examples.ids == [0, 1, 2]
+    assert loaded.eval_splits[0].examples.examples.ids == ["a", "b"]
+    assert loaded.test_splits[0].examples.examples.ids == ["9", "5"]
     for key in ("eval_file", "test_file"):
         config = _config("classification", train_file=distinct, **{key: repeated})
         with pytest.raises(ValueError, match=r"repeated.csv:4: id 'a' again \(first at .*repeated.csv:2\): the "
@@ -333,6 +370,15 @@ def test_empty_file_and_unknown_eval_labels(tmp_path, tokenizer, caplog):
     with pytest.raises(ValueError, match=r"joined.csv:4: the header again \(\['text_a', 'text_b', 'label'\]\), "
                                          r"as a row: remove it"):
         classification.load_task(_config("classification", train_file=str(joined)), tokenizer)
+    # Two of Excel's CSV exports joined: its second header follows a byte order mark (a review:
+    # read as a row, with a class 'label').
+    exported = "\ufefftext_a,text_b,label\r\ngood,x,pos\r\nbad,y,neg\r\n"
+    joined.write_text(exported * 2, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"joined.csv:4: the header again"):
+        classification.load_task(_config("classification", train_file=str(joined)), tokenizer)
+    joined.write_text(exported.replace(",", "\t") * 2, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"joined.csv:4: the header again"):
+        classification.load_task(_config("classification", train_file=str(joined), file_format="tsv"), tokenizer)
 
 
 def test_labels_that_are_likely_no_classes_are_warned_of_and_one_column_has_one_role(tmp_path, tokenizer, caplog):

@@ -341,6 +341,21 @@ def test_json_malformed_questions_name_file_and_position(tmp_path, qa, message):
         squad.read_json(path)
 
 
+def test_an_unanswerable_question_with_answers_is_refused(tmp_path):
+    """SQuAD 2.0 keeps an unanswerable question's spans in 'plausible_answers'; one in 'answers'
+    was trained toward [CLS] and scored against its answers, both silently (a review)."""
+    qa = _qa(9, "1940", is_impossible=True)
+    path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [_qa(0, "1940"), qa]}]}],
+                  version="v2.0")
+    with pytest.raises(ValueError, match=f"{path}: question id 'q9': 'is_impossible' is true, yet it has 'answers' "
+                                         r"\(which the scorer would hold it to\): move them to 'plausible_answers'"):
+        squad.read_json(path)
+    qa["plausible_answers"] = qa.pop("answers")
+    path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [_qa(0, "1940"), qa]}]}],
+                  version="v2.0")
+    assert squad.read_json(path).is_impossible.tolist() == [False, True]
+
+
 @pytest.mark.parametrize("data, message", [
     ([{"title": "T", "paragraph": []}], r"data\[1\] has no 'paragraphs' list \(keys: \['paragraph', 'title'\]\)"),
     ([{"title": "T", "paragraphs": [{"context": CONTEXT, "qa": []}]}],
