@@ -66,13 +66,22 @@ def check_reused_head(source: model_source.ModelSource, task_info: dict) -> None
             raise ValueError(f"config.reuse_head: {source.path}'s head answers {len(theirs)} labels, this run's task "
                              f"has {len(ours)} ({', '.join(ours)}); fine-tune a new head (config.reuse_head=False)")
         logging.warning("config.reuse_head: %s's head names its labels %s only; its row k answers this run's "
-                        "label k (%s)", source.path, list(theirs), list(ours))
+                        "label k (%s)%s", source.path, list(theirs), list(ours),
+                        _ORIGINAL_MNLI_NOTE if source.layout == "tf" and sorted(ours) == sorted(
+                            _ORIGINAL_MNLI_ORDER) and list(ours) != list(_ORIGINAL_MNLI_ORDER) else "")
         return
     same = sorted(theirs) == sorted(ours)
     raise ValueError(f"config.reuse_head: {source.path}'s head answers the labels {list(theirs)}"
                      + (f" in this order, this run's are {list(ours)}: give config.data.label_names="
                         f"{','.join(theirs)!r} (your own files; a dataset's order is its own)" if same else
                         f", this run's are {list(ours)}") + ", or fine-tune a new head (config.reuse_head=False)")
+
+
+# run_classifier.py's MnliProcessor orders the labels otherwise than TFDS's glue/mnli.
+_ORIGINAL_MNLI_ORDER = ("contradiction", "entailment", "neutral")
+_ORIGINAL_MNLI_NOTE = (f"; Google's run_classifier.py trains MNLI's rows as {', '.join(_ORIGINAL_MNLI_ORDER)}: a "
+                       "head it fine-tuned would answer this run's labels in another order (config.reuse_head=False "
+                       "fine-tunes a new one)")
 
 
 def load_tokenizer(config: ml_collections.ConfigDict,

@@ -707,6 +707,13 @@ def test_a_tf_classifiers_head_is_a_task_that_predicts(tf_release, tmp_path, cap
     with caplog.at_level("WARNING"):
         finetune_setup.check_reused_head(source, {"family": "classification", "label_names": ["a", "b", "c"]})
     assert "names its labels ['LABEL_0', 'LABEL_1', 'LABEL_2'] only; its row k answers this run's label k" in caplog.text
+    assert "run_classifier.py" not in caplog.text
+    # TFDS's MNLI order is not run_classifier.py's: said, as a head it fine-tuned is likely (a review).
+    with caplog.at_level("WARNING"):
+        finetune_setup.check_reused_head(source, {"family": "classification",
+                                                  "label_names": ["entailment", "neutral", "contradiction"]})
+    assert ("(['entailment', 'neutral', 'contradiction']); Google's run_classifier.py trains MNLI's rows as "
+            "contradiction, entailment, neutral") in caplog.text
 
 
 def test_a_tf_checkpoint_is_found_by_its_prefix_or_alone_in_its_folder(tf_release, tmp_path):
