@@ -60,6 +60,9 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     pairs = _fake("classification", pairs=True)
     assert [batch_predict.check(pairs, "classification", item) for _, item in records] == [
         None, "the model was trained on pairs; give 'text_a ||| text_b'", "the second text of the pair is empty", None]
+    # A side of characters tokenizers drop is as empty (a walkthrough: read as a single text).
+    assert [batch_predict.check(pairs, "classification", item) for item in ("a ||| \u0301", "\u200b ||| b")] == [
+        "the second text of the pair is empty", "the first text of the pair is empty"]
     # A file's row with an empty second text is data, read as fine-tuning read it (a review: the
     # model's own dev file was refused by predict).
     (tmp_path / "dev.csv").write_text("text_a,text_b,label\na cat,,1\n")
@@ -229,6 +232,13 @@ def test_every_format_is_read_and_bad_inputs_are_named_by_line(tmp_path):
     # A RoBERTa-style tokenizer names its mask "<mask>": [MASK] marks it all the same, which a
     # text written with the tokenizer's own name was not told (a walkthrough).
     (tmp_path / "masks.txt").write_text("the [MASK] sat .\nno mask\nthe [mask] sat .\nthe <mask> sat .\n")
+    # A JSONL row's text that is no text: named as the other families name it (a walkthrough: "no
+    # [MASK] in 'None'").
+    (tmp_path / "masks.jsonl").write_text('{"text": null}\n{"text": 5}\n{"text": ["a [MASK]"]}\n')
+    assert [str(item) for _, item in batch_predict.read_inputs(
+        str(tmp_path / "masks.jsonl"), "fill_mask", "jsonl", batch_predict.default_keys("fill_mask", None))] == [
+        "column 'text' holds None, not text (the text)", "column 'text' holds 5, not text (the text)",
+        "column 'text' holds ['a [MASK]'], not text (the text)"]
     model = types.SimpleNamespace(tokenizer=types.SimpleNamespace(mask_id=0, id_to_token=["<mask>"].__getitem__))
     assert [batch_predict.check(model, "fill_mask", item) for _, item in _read(tmp_path / "masks.txt", "fill_mask")] \
         == [None, "no [MASK] in 'no mask'",

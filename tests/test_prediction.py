@@ -37,6 +37,13 @@ def test_classification_predicts_labels_and_probabilities(minilm_classifier_run)
         model.predict(["fine", "a ||| b"])
     with pytest.raises(ValueError, match="input 1: expected a text"):
         model.predict([42])
+    # A dict's misspelt second text made a pair one text, silently (a walkthrough).
+    for item in ({"text": "a", "textb": "b"}, {"text_a": "x", "text": "y"}, {"text_a": "x", "Text_B": "y"}):
+        with pytest.raises(ValueError, match=r"input 1: a dict input reads 'text_a' \(or 'text'\) and 'text_b'; got "
+                                             r"the keys \["):
+            model.predict([item])
+    [row] = model.predict([{"text": texts[0], "id": 7, "label": "good"}])  # other keys: the row's own
+    assert row["probability"] == pytest.approx(results[0]["probability"], abs=1e-5)
     with open(os.path.join(minilm_classifier_run, "predictions", "eval.tsv")) as f:
         written = [row["prediction"] for row in csv.DictReader(f, delimiter="\t")]
     assert [r["label"] for r in model.predict([text for text, _ in REVIEWS * 8])] == written
@@ -198,7 +205,9 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
     # Only characters the tokenizer drops: no context at all, which was answered "no answer" with
     # probability 1.0 (a review).
     for item, empty in (({"question": "why?", "context": "\u200b\u200b"}, "context"),
-                        ({"question": "\x00", "context": inputs[0]["context"]}, "question")):
+                        ({"question": "\x00", "context": inputs[0]["context"]}, "question"),
+                        ({"question": "\u0301\u0301", "context": inputs[0]["context"]}, "question"),  # accents alone
+                        ({"question": "why?", "context": "\u0301 \u0301"}, "context")):
         with pytest.raises(ValueError, match=rf"input 2: an empty {empty} \(only whitespace, control or invisible"):
             model.predict([inputs[0], item])
     with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number, got '1'"):
@@ -306,20 +315,21 @@ def test_span_qa_ids_are_unique_over_a_whole_input_and_every_input_gets_its_line
     summary = batch_predict.predict_all(model, "squad", records, written.append, "skip")
     assert [line.get("id") for line in written] == ["a", None, "3", None]
     assert written[1] == {"error": "an id must be a non-empty text, got ''", "where": f"{tmp_path}/qa.jsonl:2"}
-    assert written[3] == {"error": "the id 'a' is input 1's too; ids must be unique", "where": f"{tmp_path}/qa.jsonl:4"}
+    assert written[3] == {"error": f"the id 'a' is that of {tmp_path}/qa.jsonl:1 too; ids must be unique",
+                          "where": f"{tmp_path}/qa.jsonl:4"}
     with pytest.raises(ValueError, match=r"qa.jsonl:2: an id must be a non-empty text, got '' \(1 more bad inputs\)"):
         batch_predict.predict_all(model, "squad", records, written.append)
-    with pytest.raises(ValueError, match="input 2: the id 'a' is input 1's too"):
+    with pytest.raises(ValueError, match="input 2: the id 'a' is that of input 1 too"):
         model.predict([rows[0], rows[3]])
     # Streamed from Python, a chunk at a time: numbers and clashes count over the whole input.
     streamed = model.iter_predict([{"question": question, "context": context}] * 3, chunk_size=2)
     assert [result["id"] for result in streamed] == ["1", "2", "3"]
-    with pytest.raises(ValueError, match="input 3: the id 'a' is input 1's too"):
+    with pytest.raises(ValueError, match="input 3: the id 'a' is that of input 1 too"):
         list(model.iter_predict([rows[0], rows[2], rows[3]], chunk_size=2))
     with pytest.raises(ValueError, match=r"unknown options \['bogus'\] for squad"):
         model.predict([rows[0]], bogus=1)
     # An id that is another question's number: the message says where that id came from.
-    with pytest.raises(ValueError, match=r"input 2: the id '1' is input 1's number \(it has no id\); ids must be "
+    with pytest.raises(ValueError, match=r"input 2: the id '1' is the number of input 1 \(it has no id\); ids must be "
                                          r"unique; give every question an id, or none"):
         model.predict([rows[2], {**rows[0], "id": "1"}])
     # A question without an id gets its line number, whatever blank lines or headers come before.
@@ -345,7 +355,7 @@ def test_multiple_choice_predicts_the_runs_own_choices(runs):
         assert np.argmax(result["probabilities"]) == result["choice"]
     with pytest.raises(ValueError, match="at least 2 texts"):
         model.predict([{"context": "x", "choices": ["only one"]}])
-    for blank in (" \t", "\u200b", "\x00"):  # (scored on no tokens: a review; a zero-width space, a walkthrough)
+    for blank in (" \t", "\u200b", "\x00", "\u0301"):  # (scored on no tokens: a review; the others, walkthroughs)
         with pytest.raises(ValueError, match=r"input 1: choice 1 is only whitespace, control or invisible characters"):
             model.predict([{"context": "x", "choices": ["one", blank, "two"]}])
     context, choices, _ = dev[0]  # a tuple of choices is as good as a list (a review: refused)

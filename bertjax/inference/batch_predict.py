@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Iterator
 from bertjax import tasks
 from bertjax.runtime import console, fileio
 from bertjax.tasks import common, raw_text
+from bertjax.tasks.family import column_text
 
 FORMATS = ("auto", "text", "csv", "tsv", "jsonl", "squad_json", "conll")
 CHUNK_INPUTS = 1024  # inputs predicted per call: bounds memory, and the progress line's step
@@ -60,7 +61,7 @@ class _FillMask:
         return ()
 
     def from_row(self, row: dict, keys: dict[str, str]):
-        return row[keys["text_a"]]
+        return column_text(row, keys["text_a"], "text")
 
     def columns(self, keys: dict[str, str]) -> str:
         return repr(keys["text_a"])
@@ -275,7 +276,8 @@ def _checked_chunks(model, family: str, records: Iterable[tuple[str, Any]]
                                    "truncated there; raise --max_seq_length or shorten it)")
         else:
             items, clashes = tasks.FAMILIES[family].identify(
-                [chunk[i][1] for i in good], [_number(chunk[i][0], offset + i + 1) for i in good], seen)
+                [chunk[i][1] for i in good], [_number(chunk[i][0], offset + i + 1) for i in good], seen,
+                [chunk[i][0] for i in good])
             for k, i in enumerate(good):
                 chunk[i] = (chunk[i][0], items[k])
                 if k in clashes:

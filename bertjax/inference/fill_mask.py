@@ -62,9 +62,12 @@ def fill_mask_rows(model, texts: Sequence[str], top_k: int = 5) -> list[dict[str
     split, counts, pairs, truncated = _masked(model, texts)
     ids = split.features["input_ids"]
     for i in np.flatnonzero(counts == 0)[:1]:
-        hint = mask_case_hint(" ".join(filter(None, pairs[i])), model.tokenizer)
-        raise ValueError(f"input {i + 1} has no [MASK] token (after truncation to {model.max_seq_length} "
-                         f"tokens): {str(texts[i])[:80]!r}{hint}")
+        text = " ".join(filter(None, pairs[i]))
+        if "[MASK]" in text:  # every one past the tokens kept
+            raise ValueError(f"input {i + 1}: no [MASK] within the first {model.max_seq_length} tokens (the text is "
+                             "truncated there; raise max_seq_length or shorten it)")
+        raise ValueError(f"input {i + 1} has no [MASK] token: {str(texts[i])[:80]!r}"
+                         f"{mask_case_hint(text, model.tokenizer)}")
     # Gathered positions a row: the most masks of any text, rounded up to a power of two, so that
     # calls (the command line's blocks of lines) with other counts reuse the compiled buckets.
     width = 1 << (int(counts.max(initial=1)) - 1).bit_length()

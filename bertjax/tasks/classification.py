@@ -40,7 +40,7 @@ from bertjax.runtime import fileio
 from bertjax.tasks.common import (Split, Task, bert_inputs, encode_pairs, example_ids, file_format, own_files,
                                   read_records, row_id, truncation, write_lines)
 from bertjax.tasks.family import Family, column_text, hf_label_names, no_options
-from bertjax.tasks.raw_text import text_pair
+from bertjax.tasks.raw_text import has_text, text_pair
 
 
 @dataclasses.dataclass(frozen=True)
@@ -563,8 +563,8 @@ class ClassificationFamily(Family):
             raise ValueError(f"the model was trained on {'pairs' if wants_pairs else 'single texts'}; {fix}")
         # A line typed as 'a ||| ' lost a side; a file's row with an empty field is data, which
         # fine-tuning and its evaluation read (an empty b laid out as a single text) and so does predict.
-        if isinstance(item, str) and text_b is not None and not (text_a.strip() and text_b.strip()):
-            raise ValueError(f"the {'first' if not text_a.strip() else 'second'} text of the pair is empty")
+        if isinstance(item, str) and text_b is not None and not (has_text(text_a) and has_text(text_b)):
+            raise ValueError(f"the {'first' if not has_text(text_a) else 'second'} text of the pair is empty")
         return text_a, text_b
 
     def predict(self, model, parsed, **options):

@@ -85,9 +85,11 @@ class Family:
         """One raw input -> what `predict` takes; ValueError saying what was expected."""
         raise NotImplementedError
 
-    def identify(self, parsed: list, positions: list[int], seen: dict) -> tuple[list, dict[int, str]]:
+    def identify(self, parsed: list, positions: list[int], seen: dict,
+                 places: list[str] | None = None) -> tuple[list, dict[int, str]]:
         """Parsed inputs told apart over a whole input (positions: each one's number, its line in
-        a file or its 1-based place among the inputs) -> (the inputs with what that takes,
+        a file or its 1-based place among the inputs; places: how messages name each, "input
+        <position>" unless given, e.g. "file:line") -> (the inputs with what that takes,
         {index: why} for those that cannot be). An input read in parts calls this once a part
         with the same `seen`, the record of the parts before (updated here)."""
         return parsed, {}

@@ -409,30 +409,32 @@ class SquadFamily(Family):
                              f"'question ||| context' lines become one), got {item!r}"[:300])
         for key in ("question", "context"):
             if not has_text(item[key]):
-                raise ValueError(f"an empty {key}" + (" (only whitespace, control or invisible characters, which "
-                                                      "tokenizers drop)" if item[key].strip() else ""))
+                raise ValueError(f"an empty {key}" + (" (only whitespace, control or invisible characters or "
+                                                      "combining marks, which tokenizers drop)" if item[key].strip()
+                                                      else ""))
         if "id" in item and not (isinstance(item["id"], str) and item["id"].strip()):
             raise ValueError(f"an id must be a non-empty text, got {item['id']!r}")
         return item
 
-    def identify(self, parsed, positions, seen):
+    def identify(self, parsed, positions, seen, places=None):
         """Every question its id: its own, or its number (its line in a file); an id seen before
-        is refused (the answers are keyed by id). seen: {id: (the number of its first input,
+        is refused (the answers are keyed by id). seen: {id: (how messages name its first input,
         whether that id was its number)}."""
         identified, clashes = [], {}
-        for index, (item, position) in enumerate(zip(parsed, positions)):
+        places = places or [f"input {position}" for position in positions]
+        for index, (item, position, place) in enumerate(zip(parsed, positions, places)):
             qid = item.get("id", str(position))
             if qid in seen:
                 first, numbered = seen[qid]
                 if "id" not in item:
-                    why = f"its number {qid!r} (it has no id) is input {first}'s id"
+                    why = f"its number {qid!r} (it has no id) is the id of {first}"
                 elif numbered:
-                    why = f"the id {qid!r} is input {first}'s number (it has no id)"
+                    why = f"the id {qid!r} is the number of {first} (it has no id)"
                 else:
-                    why = f"the id {qid!r} is input {first}'s too"
+                    why = f"the id {qid!r} is that of {first} too"
                 mixed = "; give every question an id, or none" if numbered or "id" not in item else ""
                 clashes[index] = f"{why}; ids must be unique{mixed}"
-            seen.setdefault(qid, (position, "id" not in item))
+            seen.setdefault(qid, (place, "id" not in item))
             identified.append({**item, "id": qid})
         return identified, clashes
 
