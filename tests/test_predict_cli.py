@@ -3,6 +3,7 @@
 input in input order, the same answers as the Python API."""
 
 import errno
+import functools
 import json
 import os
 import socket
@@ -298,7 +299,7 @@ def test_predict_all_keeps_input_order_across_chunks_and_skips_or_fails(minilm_c
         batch_predict.predict_all(model, "classification", records, written.append, "fail")
 
 
-def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_run, monkeypatch):
+def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_run, monkeypatch, tmp_path):
     """predict_all held every input in memory before its first prediction (a review): a
     stream's chunk is predicted and written before the next is read; a bad input fails a
     stream at its own chunk, a file before the first prediction; skips are counted, the first
@@ -338,6 +339,18 @@ def test_inputs_are_predicted_a_chunk_at_a_time_from_a_stream(minilm_classifier_
 
     with pytest.raises(ValueError, match=r"held 4 inputs when checked and 3 when predicted; did it change"):
         batch_predict.predict_all(model, "classification", batch_predict.Reread(shrinking), [].append, "skip")
+    # A file's ids, read whole by the check before the first prediction, were all held until
+    # their lines were written (a walkthrough): memory holds a chunk's.
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"id": f"r{i}", "text_a": text}) + "\n"
+                                                 for i, text in enumerate(texts)))
+    for on_error in ("fail", "skip"):
+        ids, held, written = {}, [], []
+        read = functools.partial(batch_predict.read_inputs, str(tmp_path / "rows.jsonl"), "classification", "jsonl",
+                                 batch_predict.default_keys("classification", None), ids=ids)
+        batch_predict.predict_all(model, "classification", batch_predict.Reread(read), lambda row: (
+            written.append(row), held.append(len(ids))), on_error, ids=ids)
+        assert [row["id"] for row in written] == [f"r{i}" for i in range(8)]
+        assert max(held) <= 2, held
     monkeypatch.setattr(batch_predict, "SHOWN_ERRORS", 2)
     bad = [(f"-:{i}", ValueError(f"bad {i}")) for i in range(1, 6)]
     summary = batch_predict.predict_all(model, "classification", iter(bad), written.append, "skip")

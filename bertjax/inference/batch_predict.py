@@ -317,6 +317,8 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
                         bad, first = bad + 1, first or (where, why)
             if first:
                 raise _refusal(first, bad)
+        if isinstance(records, Reread) and ids:  # filled for the whole file; the predicting pass reads each again
+            ids.clear()
     inputs, predicted, skipped, truncated, errors = 0, 0, 0, 0, []
     for chunk, problems in _checked_chunks(model, family, records):
         bad = [(where, why) for (where, _), why in zip(chunk, problems) if why]
