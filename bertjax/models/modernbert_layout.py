@@ -97,7 +97,8 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     act = values.get("hidden_activation", "gelu")
     need(isinstance(act, str) and act in _MODERN_ACT, f"hidden_activation {act!r} is not one of {sorted(_MODERN_ACT)}")
     head_act = values.get("classifier_activation", "gelu")  # transformers' default, whatever hidden_activation says
-    need(head_act == act, f"classifier_activation {head_act!r} differs from hidden_activation {act!r}")
+    need(_MODERN_ACT.get(head_act) == _MODERN_ACT[act],  # (by function: gelu_new is gelu_pytorch_tanh)
+         f"classifier_activation {head_act!r} differs from hidden_activation {act!r}")
     bias = values.get("attention_bias", False)
     need(values.get("mlp_bias", False) == bias and values.get("classifier_bias", False) == bias,
          "attention_bias, mlp_bias and classifier_bias must agree (bertjax has one use_bias)")
@@ -152,7 +153,13 @@ def modernbert_hf_config(config: BertConfig) -> dict[str, Any]:
             "max_position_embeddings": config.max_position_embeddings, "initializer_range": config.initializer_range,
             "norm_eps": config.layer_norm_eps, "norm_bias": config.norm_bias, "attention_bias": config.use_bias,
             "mlp_bias": config.use_bias, "classifier_bias": config.use_bias, "decoder_bias": True,
+            # transformers 5 reads rope_parameters and layer_types (it converts the older theta keys,
+            # which transformers 4 reads): both, so neither falls back to its default thetas.
             "global_rope_theta": config.rope_theta, "local_rope_theta": config.local_rope_theta,
+            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": config.local_rope_theta}},
+            "layer_types": ["full_attention" if config.is_global_layer(i) else "sliding_attention"
+                            for i in range(config.num_hidden_layers)],
             # No window: every layer global, one in 1 (local_attention then unread; its default).
             "local_attention": config.attention_window or 128,
             "global_attn_every_n_layers": config.global_attention_every if config.attention_window else 1,

@@ -246,9 +246,17 @@ def test_modernbert_exports_back_to_the_same_files(model, tmp_path):
     hf = json.loads(open(os.path.join(source, "config.json")).read())
     for key in ("model_type", "architectures", "hidden_size", "intermediate_size", "num_hidden_layers",
                 "num_attention_heads", "local_attention", "global_attn_every_n_layers", "norm_eps", "norm_bias",
-                "attention_bias", "mlp_bias", "hidden_activation", "classifier_pooling", "vocab_size"):
+                "attention_bias", "mlp_bias", "hidden_activation", "classifier_pooling", "vocab_size",
+                "layer_types", "rope_parameters"):  # (transformers 5's; a review: only 4's theta keys were written)
         assert written[key] == hf[key], key
     assert modernbert_layout.modernbert_config(written) == config
+    # Thetas of its own (a 1,024-token phase at 10,000) in both versions' keys.
+    other = config.replace(rope_theta=50_000.0, local_rope_theta=5_000.0)
+    written = modernbert_layout.modernbert_hf_config(other)
+    assert written["rope_parameters"] == {"full_attention": {"rope_type": "default", "rope_theta": 50_000.0},
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0}}
+    assert (written["global_rope_theta"], written["local_rope_theta"]) == (50_000.0, 5_000.0)
+    assert modernbert_layout.modernbert_config(written) == other
 
 
 def test_a_wordpiece_modernbert_keeps_its_casing(tmp_path):
@@ -331,6 +339,13 @@ def test_the_modern_presets_and_their_parameters():
     assert hugging_face == 149_655_232 and count == hugging_face - 50368
     assert [base.is_global_layer(i) for i in range(4)] == [True, False, False, True]
     assert BertConfig.preset("modernbert-large").num_hidden_layers == 28
+
+
+def test_activations_are_compared_by_the_function_they_name():
+    """gelu_new and gelu_pytorch_tanh are one tanh GELU: refused as differing (a review)."""
+    config = modernbert_layout.modernbert_config({"hidden_activation": "gelu_new",
+                                                  "classifier_activation": "gelu_pytorch_tanh"})
+    assert config.hidden_act == "gelu_tanh"
 
 
 def test_transformers_4_rope_keys_are_read_as_it_reads_them():
