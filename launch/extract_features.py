@@ -111,9 +111,11 @@ def main(_):
         print(f"--layers: the default {_LAYERS.value} reads more hidden states than the model's {states}; "
               f"reading {','.join(map(str, layers))}", file=sys.stderr)
     try:
-        engine.hidden_state_positions(layers, source.bert.num_hidden_layers)
+        positions = engine.hidden_state_positions(layers, source.bert.num_hidden_layers)
     except ValueError as e:
         raise ValueError(f"--layers={','.join(map(str, layers))}: {e}") from None
+    for note in _layer_notes(layers, positions, _OUTPUT.value.endswith(".jsonl")):
+        print(f"--layers: {note}", file=sys.stderr)
     feature_files.check_output(_INPUT.value, _OUTPUT.value)  # before the model loads
     default_length = source.max_seq_length or min(128, source.bert.max_position_embeddings)  # the original's 128
     model = bertjax.load_model(source, max_seq_length=_MAX_SEQ_LENGTH.value or default_length,
@@ -127,7 +129,23 @@ def main(_):
         earlier = done["examples"] - done["new"]  # a resumed folder's, written by the run before
         resumed = f", {done['new']} of them now, {earlier} before" if earlier > 0 and not where else ""
         print(f"wrote {_OUTPUT.value}: {done['examples']} examples{resumed} ({done['truncated']} truncated to "
-              f"{model.max_seq_length} tokens), {done['new'] / max(done['seconds'], 1e-9):.1f} examples/s{where}")
+              f"{model.max_seq_length} tokens; {model.precision} products), "
+              f"{done['new'] / max(done['seconds'], 1e-9):.1f} examples/s{where}")
+
+
+def _layer_notes(layers: list[int], positions: tuple[int, ...], original_layout: bool) -> list[str]:
+    """What --layers reads that a user of google-research/bert's extract_features.py would not
+    expect: a layer that is the embeddings' output (its -4 of a 3-layer model raised; here it is
+    position 0), and, in the original's JSONL layout, a non-negative index, which counts one
+    layer below the original's."""
+    notes = [f"{layer} is the embeddings' output, not a Transformer layer's" for layer, position in
+             zip(layers, positions) if position == 0]
+    counted = [layer for layer in layers if layer >= 0]
+    if original_layout and counted:
+        notes.append(f"{','.join(map(str, counted))} count the embeddings' output as layer 0, as Hugging Face's "
+                     "hidden_states do; google-research/bert's extract_features.py counts from the first Transformer "
+                     f"layer (its {counted[0]} is {counted[0] + 1} here; -1 is the last layer in both)")
+    return notes
 
 
 if __name__ == "__main__":

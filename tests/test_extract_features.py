@@ -65,7 +65,8 @@ def test_the_launcher_cuts_at_the_length_a_bertjax_run_trained_at(small_pretrain
     done = subprocess.run([sys.executable, LAUNCHER, f"--checkpoint={small_pretrained_run}",
                            f"--input_file={tmp_path}/in.txt", f"--output={tmp_path}/out.jsonl", "--layers=-1"],
                           env=ENV, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "2 examples (1 truncated to 64 tokens)" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "2 examples (1 truncated to 64 tokens; float32 products)" in done.stdout  # (the precision: a review)
     assert "untrained" not in done.stderr
 
 
@@ -79,8 +80,17 @@ def test_the_default_layers_of_a_model_with_fewer_read_what_it_has(small_pretrai
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "the default -1,-2,-3,-4 reads more hidden states than the model's 2; reading -1,-2" in done.stderr
+    # ... and which of them is no Transformer layer's (the original raised for it: a review).
+    assert "--layers: -2 is the embeddings' output, not a Transformer layer's" in done.stderr
     record = json.loads((tmp_path / "out.jsonl").read_text().splitlines()[0])
     assert [layer["index"] for layer in record["features"][0]["layers"]] == [-1, -2]
+    # A non-negative index in the original's layout counts otherwise than the original's (a review).
+    done = subprocess.run([*command, f"--output={tmp_path}/counted.jsonl", "--layers=1"], env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ("--layers: 1 count the embeddings' output as layer 0, as Hugging Face's hidden_states do; "
+            "google-research/bert's extract_features.py counts from the first Transformer layer (its 1 is 2 here; -1 "
+            "is the last layer in both)") in done.stderr
     refused = subprocess.run([*command, f"--output={tmp_path}/other.jsonl", "--layers=-1,-3"], env=ENV,
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--layers=-1,-3: layer index -3 is outside [-2, 1]" in refused.stderr
@@ -223,6 +233,24 @@ def test_shards_hold_the_features_of_model_features_in_float32_and_float16(minil
             assert g["values"].dtype == np.dtype(dtype) and g["values"].shape == e["values"].shape
             np.testing.assert_allclose(g["values"].astype(np.float32), e["values"], atol=tolerance, rtol=tolerance)
     assert got[4]["tokens"] == ["[CLS]", "[SEP]"]
+
+
+@pytest.mark.parametrize("pooling", ["none", "mean"])
+def test_a_value_float16_cannot_hold_is_refused_naming_its_example(tmp_path, pooling):
+    """The cast to float16 wrote inf without an error past 65,504 (a review): the model's own
+    outputs were checked finite before it."""
+    def feature(peak):
+        values = np.ones((2, 3, 4) if pooling == "none" else (2, 4), np.float32)
+        values[(1, 2, 0) if pooling == "none" else (1, 0)] = peak
+        return {"values": values, "tokens": ["[CLS]", "a", "[SEP]"], "token_ids": np.array([2, 7, 3])}
+
+    path = str(tmp_path / "shard.npz")
+    with pytest.raises(ValueError, match=r"^example 11 \(line_index\): a feature value past float16's range "
+                                         r"\(65,504\), written as inf: give --output_dtype=float32$"):
+        feature_files._write_shard(path, 10, [feature(1.0), feature(7e4)], (-1, -2), pooling, "float16")
+    assert not os.path.exists(path)
+    feature_files._write_shard(path, 10, [feature(1.0), feature(6e4)], (-1, -2), pooling, "float16")
+    feature_files._write_shard(path, 10, [feature(1.0), feature(7e4)], (-1, -2), pooling, "float32")
 
 
 def test_csv_and_jsonl_columns_give_the_features_of_the_same_text_lines(minilm, tmp_path):
@@ -737,7 +765,8 @@ def test_two_launcher_processes_split_the_shards_and_match_one_process(tmp_path)
     (code0, stdout0, stderr0), (code1, stdout1, stderr1) = run_both()
     assert code0 == code1 == 0, (stderr0 + stderr1)[-3000:]
     assert f"process 0 of 2: resuming {multi} at example 6 of 6 (2 shards written)" in stdout0
-    assert f"wrote {multi}: 10 examples (1 truncated to 16 tokens)" in stdout1 and "on process 1 of 2" in stdout1
+    assert f"wrote {multi}: 10 examples (1 truncated to 16 tokens; float32 products)" in stdout1
+    assert "on process 1 of 2" in stdout1
     for i in range(2):
         own = json.loads((multi / f"manifest-process{i}-of-2.json").read_text())
         assert [s["first"] // 3 for s in own["shards"]] == [i, i + 2]

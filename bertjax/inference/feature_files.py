@@ -194,16 +194,32 @@ def _write_shard(path: str, first: int, features: list[dict[str, Any]], layers: 
     arrays = {"line_index": np.arange(first, first + len(features), dtype=np.int64),
               "truncated": np.array([bool(f.get("truncated")) for f in features]),
               "layers": np.asarray(layers, np.int32)}
-    if pooling == "none":
-        tokens = [token for feature in features for token in feature["tokens"]]
-        # Cast as joined: a float32 copy of the whole shard beside it would double its memory.
-        arrays["values"] = np.concatenate([np.swapaxes(f["values"], 0, 1) for f in features], dtype=dtype)
-        arrays["offsets"] = np.cumsum([0] + [len(f["tokens"]) for f in features], dtype=np.int64)
-        arrays["token_ids"] = np.concatenate([f["token_ids"] for f in features]).astype(np.int32)
-        arrays["tokens"] = np.asarray(tokens, dtype=str)
-    else:
-        arrays["values"] = np.stack([f["values"] for f in features], dtype=dtype)
+    with np.errstate(over="ignore"):  # (a value float16 cannot hold is refused below, naming its example)
+        if pooling == "none":
+            tokens = [token for feature in features for token in feature["tokens"]]
+            # Cast as joined: a float32 copy of the whole shard beside it would double its memory.
+            arrays["values"] = np.concatenate([np.swapaxes(f["values"], 0, 1) for f in features], dtype=dtype)
+            arrays["offsets"] = np.cumsum([0] + [len(f["tokens"]) for f in features], dtype=np.int64)
+            arrays["token_ids"] = np.concatenate([f["token_ids"] for f in features]).astype(np.int32)
+            arrays["tokens"] = np.asarray(tokens, dtype=str)
+        else:
+            arrays["values"] = np.stack([f["values"] for f in features], dtype=dtype)
+    _refuse_overflow(arrays, first)
     fileio.write_with(path, lambda f: np.savez(f, **arrays))
+
+
+def _refuse_overflow(arrays: dict[str, np.ndarray], first: int) -> None:
+    """ValueError naming the first example (its line_index) whose values float16 cannot hold
+    (past 65,504: inf, silently, in a cast); the model's own were checked finite before."""
+    if arrays["values"].dtype != np.float16:
+        return
+    finite = np.isfinite(arrays["values"]).reshape(len(arrays["values"]), -1).all(axis=1)
+    if finite.all():
+        return
+    row = int(np.argmin(finite))
+    example = int(np.searchsorted(arrays["offsets"], row, side="right") - 1) if "offsets" in arrays else row
+    raise ValueError(f"example {first + example} (line_index): a feature value past float16's range (65,504), "
+                     "written as inf: give --output_dtype=float32")
 
 
 def shard_examples(model, layers: tuple[int, ...], pooling: str, dtype: str, shard_size: int) -> int:
