@@ -233,6 +233,13 @@ def test_shards_hold_the_features_of_model_features_in_float32_and_float16(minil
             assert g["values"].dtype == np.dtype(dtype) and g["values"].shape == e["values"].shape
             np.testing.assert_allclose(g["values"].astype(np.float32), e["values"], atol=tolerance, rtol=tolerance)
     assert got[4]["tokens"] == ["[CLS]", "[SEP]"]
+    # A shard cut short (a copy interrupted after the manifest, which sorts first): named (a
+    # review: "File is not a zip file", naming nothing).
+    shard = folder / manifest["shards"][1]["file"]
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(ValueError, match=rf"^{shard}: not a whole shard \(.*\); copy the folder again, or extract "
+                                         r"again$"):
+        list(feature_files.read_features(str(folder)))
 
 
 @pytest.mark.parametrize("pooling", ["none", "mean"])

@@ -53,6 +53,8 @@ import json
 import os
 import re
 import time
+import zipfile
+import zlib
 from typing import Any, Callable, Iterator, Sequence
 
 import jax
@@ -264,8 +266,7 @@ def read_features(folder: str | os.PathLike) -> Iterator[dict[str, Any]]:
         raise ValueError(f"{folder}: an unfinished extraction ({manifest.get('examples_done', 0)} of "
                          f"{manifest.get('num_examples', '?')} examples); run the same command again to finish it")
     for shard in manifest["shards"]:
-        with np.load(io.BytesIO(fileio.read_bytes(fileio.join(folder, shard["file"])))) as arrays:
-            arrays = dict(arrays)
+        arrays = _load_shard(folder, shard["file"])
         for j, index in enumerate(arrays["line_index"]):
             example = {"index": int(index)}
             if "truncated" in arrays:
@@ -279,6 +280,17 @@ def read_features(folder: str | os.PathLike) -> Iterator[dict[str, Any]]:
                        "values": np.swapaxes(arrays["values"][rows], 0, 1).copy()}
             else:
                 yield {**example, "values": arrays["values"][j].copy()}
+
+
+def _load_shard(folder: str, name: str) -> dict[str, np.ndarray]:
+    """The arrays of shard `name` of `folder`; a ValueError naming it for a file that is no whole
+    shard (cut short by a copy interrupted after the manifest, which sorts first)."""
+    path = fileio.join(folder, name)
+    try:
+        with np.load(io.BytesIO(fileio.read_bytes(path))) as arrays:
+            return dict(arrays)
+    except (zipfile.BadZipFile, EOFError, ValueError, zlib.error) as e:
+        raise ValueError(f"{path}: not a whole shard ({e}); copy the folder again, or extract again") from None
 
 
 def progress_file(process: int, processes: int) -> str:
@@ -404,9 +416,9 @@ def _first_truncated(output: str, manifests: list[dict[str, Any]]) -> int | None
         return None
     shards = {shard["file"]: shard for manifest in manifests for shard in manifest["shards"]}
     for shard in sorted(shards.values(), key=lambda shard: shard["first"]):
-        with fileio.open_file(fileio.join(output, shard["file"]), "rb") as f, np.load(f) as arrays:
-            if "truncated" in arrays and arrays["truncated"].any():
-                return int(arrays["line_index"][np.argmax(arrays["truncated"])])
+        arrays = _load_shard(output, shard["file"])
+        if "truncated" in arrays and arrays["truncated"].any():
+            return int(arrays["line_index"][np.argmax(arrays["truncated"])])
     return None
 
 
