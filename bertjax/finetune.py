@@ -637,6 +637,12 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     # {"step", "metrics"} of the best evaluation so far (a run without evaluation saves its last
     # weights there at the end, with no metrics).
     best = best_meta["extra"] if best_meta and best_meta["extra"].get("metrics") else None
+    recorded_length = ((best_meta or {}).get("config") or {}).get("data", {}).get("max_seq_length")
+    if finished and recorded_length and recorded_length != config.data.max_seq_length:
+        log.warning("this relaunch evaluates and predicts at config.data.max_seq_length=%d; the model records %d "
+                    "(best/, which predict, bertjax.load_model and exports read): give them --max_seq_length=%d "
+                    "(max_seq_length=%d) for these answers", config.data.max_seq_length, recorded_length,
+                    config.data.max_seq_length, config.data.max_seq_length)
     # A finished run relaunched with another evaluation (or none) keeps the best/ it chose: the
     # evaluation given scores those weights at the end (a new labelled eval_file scores the result).
     rescored = best is not None and best.get("evaluated_on", evaluated_on) != evaluated_on

@@ -1700,7 +1700,7 @@ def test_from_scratch_leaves_out_what_the_checkpoints_model_does_not_use(pretrai
     assert (bert.position_embedding, bert.attention_window, bert.hidden_size) == ("rope", 0, 64)
 
 
-def test_a_finished_run_relaunched_with_other_settings_is_refused(minilm_classifier_run, tmp_path):
+def test_a_finished_run_relaunched_with_other_settings_is_refused(minilm_classifier_run, tmp_path, caplog):
     """Relaunched with another learning rate, a finished run said 'resumed with 1 setting
     changed', trained nothing and kept its old model and predictions as the new settings'
     result (a review). Refused before the restore; the same settings, or a test file to
@@ -1730,6 +1730,14 @@ def test_a_finished_run_relaunched_with_other_settings_is_refused(minilm_classif
     # (on another kind of host too: the products' precision it resolves is not the run's settings)
     config.model.matmul_precision = "default"
     assert finetune.finetune(config, str(workdir))["best"]["metrics"]["accuracy"] == 1.0
+    assert "the model records" not in caplog.text
+    # At another length: its predictions are not what predict and exports answer at the model's
+    # recorded one, which was said only as "resumed with settings changed" (a walkthrough).
+    config.data.max_seq_length = 32
+    with caplog.at_level("WARNING"):
+        finetune.finetune(config, str(workdir))
+    assert ("this relaunch evaluates and predicts at config.data.max_seq_length=32; the model records 16 (best/, "
+            "which predict, bertjax.load_model and exports read): give them --max_seq_length=32") in caplog.text
 
 
 def test_a_finished_run_scores_its_best_weights_on_a_new_evaluation_and_keeps_them_without_one(
