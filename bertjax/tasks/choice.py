@@ -100,6 +100,10 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
                                  f"(or -1 for unlabeled), got {label!r}")
         contexts.append(row[context_key]), choices.append(options), labels.append(label)
         locations.append(where)
+    empty = [where for where, context in zip(locations, contexts) if not has_text(context)]
+    if empty:  # (as classification's empty texts: data, kept, counted)
+        logging.warning("%s: %d of %d examples have an empty context (the first at %s); they are kept", path,
+                        len(empty), len(contexts), empty[0])
     return ChoiceExamples(path, contexts, choices, np.array(labels, np.int64), locations,
                           ids=example_ids(ids, locations) if predicted else None)
 

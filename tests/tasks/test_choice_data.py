@@ -75,6 +75,13 @@ def test_jsonl_reader_and_custom_keys(tmp_path, demo_tokenizer, caplog):
     examples = choice.read_jsonl(path, context_key="q", choices_key="options", label_key=None)
     assert examples.choices == [["eats", "sleeps"]] and examples.labels.tolist() == [-1]
     assert not choice.featurize(demo_tokenizer, examples, "test").has_labels
+    assert "empty context" not in caplog.text
+    # An empty context is data (choices alone), counted as classification counts empty texts (a
+    # walkthrough: nothing was said).
+    path = _write_jsonl(tmp_path, [{"context": "The fox", "choices": ["eats", "sleeps"], "label": 1},
+                                   {"context": " \u200b", "choices": ["flows", "x"], "label": 0}])
+    assert choice.read_jsonl(path).contexts == ["The fox", " \u200b"]
+    assert f"{path}: 1 of 2 examples have an empty context (the first at {path}:2); they are kept" in caplog.text
 
 
 def test_predictions_carry_the_rows_ids(tmp_path, demo_tokenizer):
