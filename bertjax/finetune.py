@@ -640,9 +640,10 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]
     recorded_length = ((best_meta or {}).get("config") or {}).get("data", {}).get("max_seq_length")
     if finished and recorded_length and recorded_length != config.data.max_seq_length:
         log.warning("this relaunch evaluates and predicts at config.data.max_seq_length=%d; the model records %d "
-                    "(best/, which predict, bertjax.load_model and exports read): give them --max_seq_length=%d "
-                    "(max_seq_length=%d) for these answers", config.data.max_seq_length, recorded_length,
-                    config.data.max_seq_length, config.data.max_seq_length)
+                    "(best/, which predict, bertjax.load_model and exports read): give predict.py and "
+                    "export_model.py --max_seq_length=%d, load_model max_seq_length=%d, for these answers",
+                    config.data.max_seq_length, recorded_length, config.data.max_seq_length,
+                    config.data.max_seq_length)
     # A finished run relaunched with another evaluation (or none) keeps the best/ it chose: the
     # evaluation given scores those weights at the end (a new labelled eval_file scores the result).
     rescored = best is not None and best.get("evaluated_on", evaluated_on) != evaluated_on

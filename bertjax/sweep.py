@@ -138,8 +138,8 @@ def _settings(config: ml_collections.ConfigDict, saved: dict[str, Any] | None) -
 
 
 def _absolute(path: str) -> str:
-    """A local path made absolute, a remote one as it is; no trailing separator either way."""
-    return path.rstrip("/") if fileio.is_remote(path) else os.path.abspath(path)
+    """A local path made absolute, a remote one as it is (as sweeps have recorded them)."""
+    return path if fileio.is_remote(path) else os.path.abspath(path)
 
 
 def _step_it_started_from(init_checkpoint: str, newest: str, recorded: str) -> str:
@@ -149,8 +149,9 @@ def _step_it_started_from(init_checkpoint: str, newest: str, recorded: str) -> s
     preemption goes on from its own step (it was refused as a sweep of other settings, so a
     scheduler's retries failed every time). Else `newest`: a step named itself, or another
     checkpoint, is compared as given."""
-    if not recorded or newest == recorded or newest == _absolute(init_checkpoint) or (
-            posixpath.dirname(newest) != posixpath.dirname(recorded)):
+    named = _absolute(init_checkpoint).rstrip("/")
+    if not recorded or newest == recorded or newest.rstrip("/") == named or (
+            posixpath.dirname(newest.rstrip("/")) != posixpath.dirname(recorded.rstrip("/"))):
         return newest
     try:
         checkpointing.read_meta(recorded)

@@ -114,7 +114,7 @@ def main(_):
         positions = engine.hidden_state_positions(layers, source.bert.num_hidden_layers)
     except ValueError as e:
         raise ValueError(f"--layers={','.join(map(str, layers))}: {e}") from None
-    for note in _layer_notes(layers, positions, _OUTPUT.value.endswith(".jsonl")):
+    for note in _layer_notes(layers, positions, feature_files.writes_jsonl(_OUTPUT.value)):
         print(f"--layers: {note}", file=sys.stderr)
     feature_files.check_output(_INPUT.value, _OUTPUT.value)  # before the model loads
     default_length = source.max_seq_length or min(128, source.bert.max_position_embeddings)  # the original's 128
@@ -142,9 +142,9 @@ def _layer_notes(layers: list[int], positions: tuple[int, ...], original_layout:
              zip(layers, positions) if position == 0]
     counted = [layer for layer in layers if layer >= 0]
     if original_layout and counted:
-        notes.append(f"{','.join(map(str, counted))} count the embeddings' output as layer 0, as Hugging Face's "
-                     "hidden_states do; google-research/bert's extract_features.py counts from the first Transformer "
-                     f"layer (its {counted[0]} is {counted[0] + 1} here; -1 is the last layer in both)")
+        notes.append(f"{','.join(map(str, counted))}: bertjax counts the embeddings' output as layer 0, as Hugging "
+                     "Face's hidden_states do; google-research/bert's extract_features.py counts from the first "
+                     f"Transformer layer (its {counted[0]} is {counted[0] + 1} here; -1 is the last layer in both)")
     return notes
 
 

@@ -88,7 +88,7 @@ def test_the_default_layers_of_a_model_with_fewer_read_what_it_has(small_pretrai
     done = subprocess.run([*command, f"--output={tmp_path}/counted.jsonl", "--layers=1"], env=ENV,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert ("--layers: 1 count the embeddings' output as layer 0, as Hugging Face's hidden_states do; "
+    assert ("--layers: 1: bertjax counts the embeddings' output as layer 0, as Hugging Face's hidden_states do; "
             "google-research/bert's extract_features.py counts from the first Transformer layer (its 1 is 2 here; -1 "
             "is the last layer in both)") in done.stderr
     refused = subprocess.run([*command, f"--output={tmp_path}/other.jsonl", "--layers=-1,-3"], env=ENV,
@@ -253,7 +253,8 @@ def test_a_value_float16_cannot_hold_is_refused_naming_its_example(tmp_path, poo
 
     path = str(tmp_path / "shard.npz")
     with pytest.raises(ValueError, match=r"^example 11 \(line_index\): a feature value past float16's range "
-                                         r"\(65,504\), written as inf: give --output_dtype=float32$"):
+                                         r"\(65,504\), written as inf: give --output_dtype=float32, and a new "
+                                         r"--output \(a folder keeps its settings\)$"):
         feature_files._write_shard(path, 10, [feature(1.0), feature(7e4)], (-1, -2), pooling, "float16")
     assert not os.path.exists(path)
     feature_files._write_shard(path, 10, [feature(1.0), feature(6e4)], (-1, -2), pooling, "float16")

@@ -727,6 +727,18 @@ def test_a_sweeps_rerun_must_start_from_the_same_weights_and_evaluate_as_often(p
     assert len(sweep.sweep(config, str(tmp_path / "grid"))) == 2
 
 
+def test_a_sweeps_start_is_kept_only_for_a_newer_step_of_the_directory_it_named():
+    """Remote paths as sweeps recorded them (a trailing slash kept: the review of the fix that
+    keeps a sweep's step); a step named itself is compared as given, with or without a slash."""
+    from bertjax import sweep
+
+    assert sweep._step_it_started_from("gs://b/bert/", "gs://b/bert/", "gs://b/bert/") == "gs://b/bert/"
+    assert sweep._step_it_started_from("gs://b/other", "gs://b/other", "gs://b/bert/") == "gs://b/other"
+    named = "gs://b/run/checkpoints/8/"
+    assert sweep._step_it_started_from(named, "gs://b/run/checkpoints/8", "gs://b/run/checkpoints/4") == (
+        "gs://b/run/checkpoints/8")
+
+
 def test_a_sweeps_runs_start_from_one_step_of_a_pretraining_run_still_saving(pretrained_run, tmp_path,
                                                                              monkeypatch):
     """Each run resolved config.init_checkpoint again: a step the pre-training run saved during
@@ -1737,7 +1749,8 @@ def test_a_finished_run_relaunched_with_other_settings_is_refused(minilm_classif
     with caplog.at_level("WARNING"):
         finetune.finetune(config, str(workdir))
     assert ("this relaunch evaluates and predicts at config.data.max_seq_length=32; the model records 16 (best/, "
-            "which predict, bertjax.load_model and exports read): give them --max_seq_length=32") in caplog.text
+            "which predict, bertjax.load_model and exports read): give predict.py and export_model.py "
+            "--max_seq_length=32, load_model max_seq_length=32") in caplog.text
 
 
 def test_a_finished_run_scores_its_best_weights_on_a_new_evaluation_and_keeps_them_without_one(

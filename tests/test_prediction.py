@@ -42,7 +42,7 @@ def test_classification_predicts_labels_and_probabilities(minilm_classifier_run)
         with pytest.raises(ValueError, match=r"input 1: a dict input reads 'text_a' \(or 'text'\) and 'text_b'; got "
                                              r"the keys \["):
             model.predict([item])
-    [row] = model.predict([{"text": texts[0], "id": 7, "label": "good"}])  # other keys: the row's own
+    [row] = model.predict([{"text": texts[0], "id": 7, "label": "good", "textID": "t1"}])  # other keys: the row's own
     assert row["probability"] == pytest.approx(results[0]["probability"], abs=1e-5)
     with open(os.path.join(minilm_classifier_run, "predictions", "eval.tsv")) as f:
         written = [row["prediction"] for row in csv.DictReader(f, delimiter="\t")]
@@ -205,9 +205,7 @@ def test_span_qa_predicts_the_runs_own_answers_with_offsets(runs, tmp_path, capl
     # Only characters the tokenizer drops: no context at all, which was answered "no answer" with
     # probability 1.0 (a review).
     for item, empty in (({"question": "why?", "context": "\u200b\u200b"}, "context"),
-                        ({"question": "\x00", "context": inputs[0]["context"]}, "question"),
-                        ({"question": "\u0301\u0301", "context": inputs[0]["context"]}, "question"),  # accents alone
-                        ({"question": "why?", "context": "\u0301 \u0301"}, "context")):
+                        ({"question": "\x00", "context": inputs[0]["context"]}, "question")):
         with pytest.raises(ValueError, match=rf"input 2: an empty {empty} \(only whitespace, control or invisible"):
             model.predict([inputs[0], item])
     with pytest.raises(ValueError, match="null_score_diff_threshold must be a finite number, got '1'"):
@@ -355,7 +353,7 @@ def test_multiple_choice_predicts_the_runs_own_choices(runs):
         assert np.argmax(result["probabilities"]) == result["choice"]
     with pytest.raises(ValueError, match="at least 2 texts"):
         model.predict([{"context": "x", "choices": ["only one"]}])
-    for blank in (" \t", "\u200b", "\x00", "\u0301"):  # (scored on no tokens: a review; the others, walkthroughs)
+    for blank in (" \t", "\u200b", "\x00"):  # (scored on no tokens: a review; a zero-width space, a walkthrough)
         with pytest.raises(ValueError, match=r"input 1: choice 1 is only whitespace, control or invisible characters"):
             model.predict([{"context": "x", "choices": ["one", blank, "two"]}])
     context, choices, _ = dev[0]  # a tuple of choices is as good as a list (a review: refused)

@@ -286,6 +286,15 @@ def _checked_chunks(model, family: str, records: Iterable[tuple[str, Any]]
         offset += len(chunk)
 
 
+def _forgetting(records: Iterable[tuple[str, Any]], ids: dict[str, str]) -> Iterator[tuple[str, Any]]:
+    """`records`, each row id `read_inputs` recorded in `ids` dropped once the next is read: a
+    pass that writes nothing holds none."""
+    for record in records:
+        ids.clear()
+        yield record
+    ids.clear()
+
+
 def _refusal(first: tuple[str, str], bad: int) -> ValueError:
     where, why = first
     more = f" ({bad - 1} more bad inputs)" if bad > 1 else ""
@@ -306,19 +315,19 @@ def predict_all(model, family: str, records: Iterable[tuple[str, Any]], write: C
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     total = None
     if not isinstance(records, Iterator):  # read twice: the total (for the ETA), and "fail" checks all first
+        # A file's ids, read again with each chunk when predicted, are forgotten as they pass.
+        checked = _forgetting(records, ids) if isinstance(records, Reread) and ids is not None else records
         if on_error == "skip":
-            total = sum(1 for _ in records)
+            total = sum(1 for _ in checked)
         else:
             total, bad, first = 0, 0, None
-            for chunk, problems in _checked_chunks(model, family, records):
+            for chunk, problems in _checked_chunks(model, family, checked):
                 total += len(chunk)
                 for (where, _), why in zip(chunk, problems):
                     if why:
                         bad, first = bad + 1, first or (where, why)
             if first:
                 raise _refusal(first, bad)
-        if isinstance(records, Reread) and ids:  # filled for the whole file; the predicting pass reads each again
-            ids.clear()
     inputs, predicted, skipped, truncated, errors = 0, 0, 0, 0, []
     for chunk, problems in _checked_chunks(model, family, records):
         bad = [(where, why) for (where, _), why in zip(chunk, problems) if why]

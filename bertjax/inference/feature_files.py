@@ -221,7 +221,7 @@ def _refuse_overflow(arrays: dict[str, np.ndarray], first: int) -> None:
     row = int(np.argmin(finite))
     example = int(np.searchsorted(arrays["offsets"], row, side="right") - 1) if "offsets" in arrays else row
     raise ValueError(f"example {first + example} (line_index): a feature value past float16's range (65,504), "
-                     "written as inf: give --output_dtype=float32")
+                     "written as inf: give --output_dtype=float32, and a new --output (a folder keeps its settings)")
 
 
 def shard_examples(model, layers: tuple[int, ...], pooling: str, dtype: str, shard_size: int) -> int:
@@ -282,11 +282,15 @@ def read_features(folder: str | os.PathLike) -> Iterator[dict[str, Any]]:
                 yield {**example, "values": arrays["values"][j].copy()}
 
 
-def _load_shard(folder: str, name: str) -> dict[str, np.ndarray]:
-    """The arrays of shard `name` of `folder`; a ValueError naming it for a file that is no whole
+def _load_shard(folder: str, name: str, keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The arrays of shard `name` of `folder` (`keys` alone, where they are there, read from the
+    file as needed; else all, read whole); a ValueError naming it for a file that is no whole
     shard (cut short by a copy interrupted after the manifest, which sorts first)."""
     path = fileio.join(folder, name)
     try:
+        if keys:
+            with fileio.open_file(path, "rb") as f, np.load(f) as arrays:
+                return {key: arrays[key] for key in keys if key in arrays.files}
         with np.load(io.BytesIO(fileio.read_bytes(path))) as arrays:
             return dict(arrays)
     except (zipfile.BadZipFile, EOFError, ValueError, zlib.error) as e:
@@ -416,7 +420,7 @@ def _first_truncated(output: str, manifests: list[dict[str, Any]]) -> int | None
         return None
     shards = {shard["file"]: shard for manifest in manifests for shard in manifest["shards"]}
     for shard in sorted(shards.values(), key=lambda shard: shard["first"]):
-        arrays = _load_shard(output, shard["file"])
+        arrays = _load_shard(output, shard["file"], keys=("truncated", "line_index"))
         if "truncated" in arrays and arrays["truncated"].any():
             return int(arrays["line_index"][np.argmax(arrays["truncated"])])
     return None

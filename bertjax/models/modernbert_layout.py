@@ -97,7 +97,8 @@ def _modernbert_fields(values: dict[str, Any], source: str) -> dict[str, Any]:
     act = values.get("hidden_activation", "gelu")
     need(isinstance(act, str) and act in _MODERN_ACT, f"hidden_activation {act!r} is not one of {sorted(_MODERN_ACT)}")
     head_act = values.get("classifier_activation", "gelu")  # transformers' default, whatever hidden_activation says
-    need(_MODERN_ACT.get(head_act) == _MODERN_ACT[act],  # (by function: gelu_new is gelu_pytorch_tanh)
+    # (by function: gelu_new is gelu_pytorch_tanh)
+    need(isinstance(head_act, str) and _MODERN_ACT.get(head_act) == _MODERN_ACT[act],
          f"classifier_activation {head_act!r} differs from hidden_activation {act!r}")
     bias = values.get("attention_bias", False)
     need(values.get("mlp_bias", False) == bias and values.get("classifier_bias", False) == bias,

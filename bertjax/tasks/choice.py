@@ -90,8 +90,7 @@ def read_jsonl(path: str, context_key: str = "context", choices_key: str = "choi
         empty = next((k for k, option in enumerate(options) if not has_text(option)), None)
         if empty is not None:  # prediction and the SavedModel read "" as no choice (fixed-width inputs)
             raise ValueError(f"{where}: choice {empty} is empty or only whitespace, control or invisible characters "
-                             "or combining marks (which tokenizers drop); every choice needs a text (\"\" is no choice "
-                             "when predicting)")
+                             "(which tokenizers drop); every choice needs a text (\"\" is no choice when predicting)")
         label = -1
         if label_key is not None:
             label = row.get(label_key)
@@ -288,8 +287,8 @@ class ChoiceFamily(Family):
                              f"got {item!r}"[:300])
         blank = next((k for k, choice in enumerate(choices) if choice and not has_text(choice)), None)
         if blank is not None:  # no tokens: [CLS] context [SEP] alone, scored as a choice
-            raise ValueError(f"choice {blank} is only whitespace, control or invisible characters or combining "
-                             "marks; give it a text (\"\" is no choice)")
+            raise ValueError(f"choice {blank} is only whitespace, control or invisible characters; give it a text "
+                             "(\"\" is no choice)")
         return item
 
     def predict(self, model, parsed, **options):

@@ -45,9 +45,10 @@ def text_pair(item: Any, split: Callable[[str], tuple[str, str | None]] = split_
             item[1], (str, type(None))):
         return item[0], item[1]
     if isinstance(item, dict):
-        unknown = sorted(key for key in item if isinstance(key, str) and key.lower().startswith("text")
-                         and key not in ("text_a", "text", "text_b"))
-        if unknown or "text_a" in item and "text" in item:  # a misspelt text_b made a pair one text, silently
+        # A misspelt second text ("textb", "Text_B", "text2") made a pair one text, silently.
+        unknown = [key for key in item if isinstance(key, str) and key != "text_b"
+                   and re.fullmatch(r"text\W?_?\W?(b|2)", key, re.IGNORECASE)]
+        if unknown or "text_a" in item and "text" in item:
             raise ValueError(f"a dict input reads 'text_a' (or 'text') and 'text_b'; got the keys {sorted(item)}"[:300])
         text_a = item.get("text_a", item.get("text"))
         if isinstance(text_a, str) and isinstance(item.get("text_b"), (str, type(None))):
@@ -89,6 +90,5 @@ def mask_case_hint(text: str, tokenizer) -> str:
 
 def has_text(text: str) -> bool:
     """Whether `text` holds a character a tokenizer keeps: not whitespace, a control or an
-    invisible formatting character (a zero-width space), which BERT's normalisation drops, nor
-    a combining mark without a letter to carry it (an uncased vocabulary strips accents)."""
-    return any(unicodedata.category(character)[0] not in "CZM" for character in text)
+    invisible formatting character (a zero-width space), which BERT's normalisation drops."""
+    return any(unicodedata.category(character)[0] not in "CZ" for character in text)

@@ -409,9 +409,8 @@ class SquadFamily(Family):
                              f"'question ||| context' lines become one), got {item!r}"[:300])
         for key in ("question", "context"):
             if not has_text(item[key]):
-                raise ValueError(f"an empty {key}" + (" (only whitespace, control or invisible characters or "
-                                                      "combining marks, which tokenizers drop)" if item[key].strip()
-                                                      else ""))
+                raise ValueError(f"an empty {key}" + (" (only whitespace, control or invisible characters, which "
+                                                      "tokenizers drop)" if item[key].strip() else ""))
         if "id" in item and not (isinstance(item["id"], str) and item["id"].strip()):
             raise ValueError(f"an id must be a non-empty text, got {item['id']!r}")
         return item

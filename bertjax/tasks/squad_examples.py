@@ -118,7 +118,9 @@ def read_json(path: str, version: str | None = None) -> SquadExamples:
                 if not isinstance(impossible, bool):  # bool("false") would be True
                     raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' must be true or false (a JSON "
                                      f"boolean), not {impossible!r}")
-                if impossible and answers:  # trained to abstain, scored as answerable: both silently
+                # Trained to abstain, scored as answerable: both silently (an empty text, a converter's
+                # placeholder, the scorer reads as no answer).
+                if impossible and any(text.strip() for text, _ in answers):
                     raise ValueError(f"{path}: question id {qid!r}: 'is_impossible' is true, yet it has 'answers' "
                                      "(which the scorer would hold it to): move them to 'plausible_answers', as SQuAD "
                                      "2.0 keeps them, or set 'is_impossible' false")

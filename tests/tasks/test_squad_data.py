@@ -354,6 +354,11 @@ def test_an_unanswerable_question_with_answers_is_refused(tmp_path):
     path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [_qa(0, "1940"), qa]}]}],
                   version="v2.0")
     assert squad.read_json(path).is_impossible.tolist() == [False, True]
+    # A converter's placeholder, an empty answer, is no answer to the scorer: no contradiction.
+    qa["answers"] = [{"text": "", "answer_start": -1}]
+    path = _write(tmp_path, [{"title": "T", "paragraphs": [{"context": CONTEXT, "qas": [_qa(0, "1940"), qa]}]}],
+                  version="v2.0")
+    assert squad.read_json(path).is_impossible.tolist() == [False, True]
 
 
 @pytest.mark.parametrize("data, message", [
