@@ -1512,7 +1512,8 @@ def test_a_reused_head_must_answer_this_runs_labels_in_its_order():
                                          r"run's are \['bad', 'good'\], or fine-tune a new head"):
         finetune_setup.check_reused_head(source, {"label_names": ["bad", "good"]})
     # A Hugging Face head that names no label (LABEL_0, LABEL_1): reused by index, with a warning.
-    generic = types.SimpleNamespace(path="hf-sst2", task_info={"label_names": ["LABEL_0", "LABEL_1"]})
+    generic = types.SimpleNamespace(path="hf-sst2", layout="huggingface",
+                                    task_info={"label_names": ["LABEL_0", "LABEL_1"]})
     finetune_setup.check_reused_head(generic, {"label_names": ["negative", "positive"]})
     # ... of another count: a shape mismatch deep in the restore after that warning (a walkthrough).
     with pytest.raises(ValueError, match=r"hf-sst2's head answers 2 labels, this run's task has 3 \(a, b, c\); "

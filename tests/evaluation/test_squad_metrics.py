@@ -201,18 +201,22 @@ def test_training_and_the_command_line_read_a_files_version_alike(tmp_path, stat
 
     qa = {"id": "a", "question": "Who?", "answers": [{"text": "The", "answer_start": 0},
                                                      {"text": "cat", "answer_start": 4}]}
-    if impossible is not None:
-        qa["is_impossible"] = impossible
-    content = {"data": [{"title": "t", "paragraphs": [{"context": "The cat sat.", "qas": [qa]}]}]}
+    qas = [qa]
+    if impossible is False:
+        qa["is_impossible"] = False
+    elif impossible:  # another question's: an unanswerable one has no answers (answered "")
+        qas.append({"id": "b", "question": "Why?", "answers": [], "is_impossible": True})
+    content = {"data": [{"title": "t", "paragraphs": [{"context": "The cat sat.", "qas": qas}]}]}
     if stated is not None:
         content["version"] = stated
     (tmp_path / "dev.json").write_text(json.dumps(content))
-    (tmp_path / "pred.json").write_text(json.dumps({"a": "the"}))
+    (tmp_path / "pred.json").write_text(json.dumps({"a": "the", **({"b": ""} if impossible else {})}))
     assert squad.file_version(content) == squad_task.read_json(str(tmp_path / "dev.json")).version == want
     run = _cli(tmp_path / "dev.json", tmp_path / "pred.json")
     assert run.returncode == 0, run.stderr
     scores = json.loads(run.stdout)
-    assert (scores["exact_match"] if want == "v1.1" else scores["exact"]) == (100.0 if want == "v1.1" else 0.0)
+    assert (scores["exact_match"] if want == "v1.1" else scores["exact"]) == (
+        100.0 if want == "v1.1" else 50.0 if impossible else 0.0)
 
 
 def test_a_version_1_file_with_an_unanswerable_question_is_an_error(tmp_path):
