@@ -374,7 +374,8 @@ def _same_number_hint(label: str, label_names: tuple[str, ...]) -> str:
     as a JSON writer's floats and a CSV's integers), else ""."""
     def value(name: str) -> float | None:
         return float(name) if _NUMBER.fullmatch(name) else None
-    same = [name for name in label_names if value(label) is not None and value(name) == value(label)]
+    number = value(label)
+    same = [] if number is None else [name for name in label_names if value(name) == number]
     return f"; it is the number of label {same[0]!r} written another way: write each class one way in every file" if (
         same) else ""
 
@@ -563,8 +564,10 @@ class ClassificationFamily(Family):
             raise ValueError(f"the model was trained on {'pairs' if wants_pairs else 'single texts'}; {fix}")
         # A line typed as 'a ||| ' lost a side; a file's row with an empty field is data, which
         # fine-tuning and its evaluation read (an empty b laid out as a single text) and so does predict.
-        if isinstance(item, str) and text_b is not None and not (has_text(text_a) and has_text(text_b)):
-            raise ValueError(f"the {'first' if not has_text(text_a) else 'second'} text of the pair is empty")
+        if isinstance(item, str) and text_b is not None:
+            empty = "first" if not has_text(text_a) else "second" if not has_text(text_b) else None
+            if empty:
+                raise ValueError(f"the {empty} text of the pair is empty")
         return text_a, text_b
 
     def predict(self, model, parsed, **options):
